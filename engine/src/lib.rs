@@ -1,0 +1,1 @@
+//! wakterm engine.

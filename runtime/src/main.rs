@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("wakterm: not yet implemented");
+    std::process::exit(2);
+}

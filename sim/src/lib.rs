@@ -1,0 +1,1 @@
+//! Simulation harness (filled by the simulation issue).
