@@ -1,1 +1,36 @@
-//! wakterm engine.
+//! # wakterm-engine
+//!
+//! The pure, sans-IO rules of wakterm agent admission. Every rule has an id in `SPEC.md`
+//! (ADM-*, INP-*, IDEM-*, RF-*, TERM-*, CORR-*, REC-*, HASH-*); the code cites them.
+//!
+//! Shape (as quinn-proto and str0m): the runtime calls [`Engine::handle`] with the current
+//! time and one [`Input`], then drains [`Engine::poll_output`] and performs each [`Output`],
+//! reporting back (`PersistAcked`, `Delivered`, `ObserverRefreshed`). [`Engine::poll_timeout`]
+//! says when to send the next `Tick`. [`Engine::recover`] rebuilds state after a crash. The
+//! engine never reads a clock, a file, a socket, the environment or a random source.
+
+pub mod agent;
+mod admission;
+mod correlation;
+mod engine;
+pub mod fingerprint;
+pub mod ids;
+pub mod io;
+pub mod limits;
+pub mod observer;
+pub mod prompt;
+pub mod receipt;
+mod recovery;
+pub mod request;
+pub mod terminal;
+
+pub use agent::{AgentEntry, AgentFacts, Harness, ObserverView, Transport};
+pub use engine::Engine;
+pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
+pub use io::{AdmitCommand, CancelCommand, CancelOutcome, DeliveryOutcome, DurableState, Input, OpId, Output, PersistOp};
+pub use observer::{Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, TurnState};
+pub use prompt::PasteMode;
+pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
+pub use recovery::RESTART_REASON;
+pub use request::{Phase, RequestRecord};
+pub use terminal::{TerminalEvent, TerminalState};

@@ -1,1 +1,30 @@
-//! (in progress)
+//! The durable request store: SQLite (bundled) in WAL mode with `synchronous=FULL`.
+//!
+//! The store is deliberately generic. The engine serialises its records as JSON and owns every
+//! rule about them; the store owns durability and only enforces what its indexed columns can
+//! prove on their own: ids are unique, a request's agent and fingerprint never change, each
+//! request has at most one terminal event, terminal sequences strictly grow.
+//!
+//! * [`Store`] opens (creating, migrating, refusing foreign or newer files) and reads.
+//! * [`StoreWriter`] owns the single write connection on a dedicated OS thread and group-commits
+//!   every queued batch in one transaction, one SAVEPOINT per batch so a bad batch fails alone.
+
+mod error;
+mod limits;
+mod op;
+mod reader;
+mod schema;
+mod writer;
+
+pub use error::StoreError;
+pub use limits::{
+    BATCH_OPS_MAX, BUSY_TIMEOUT_MS, FIELD_BYTES_MAX, GROUP_BATCHES_MAX, RECORD_BYTES_MAX,
+    TERMINAL_PAGE_MAX, WRITE_QUEUE_CAPACITY,
+};
+pub use op::{StoreOp, StoredAgent, StoredRequest, StoredTerminalEvent};
+pub use reader::Store;
+pub use schema::{OpenReport, APPLICATION_ID, SCHEMA_VERSION};
+pub use writer::{CommitCallback, CommitInfo, StoreWriter, WriterStats};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,632 @@
+//! Admission: validation, idempotency, resolution, the authoritative checks before the one
+//! pane write, and the receipt (ADM-*, IDEM-*, INP-*).
+
+use crate::agent::Harness;
+use crate::engine::{Admission, Engine, PersistPurpose, Step};
+use crate::fingerprint::fingerprint;
+use crate::ids::{canonical_uuid, AgentId, RequestId};
+use crate::io::{AdmitCommand, DeliveryOutcome, Output};
+use crate::limits::*;
+use crate::observer::{Composer, Cursor, ObserverSnapshot, ObserverStatus, TurnState};
+use crate::prompt::{admission_bytes, prompt_hash, validate_prompt, PasteMode};
+use crate::receipt::{Classification, Operation, Receipt, ReceiptContext, ReturnMode, WriteState, RECEIPT_SCHEMA};
+use crate::request::{Phase, RequestRecord};
+use crate::terminal::TerminalState;
+
+/// A reason an admission cannot go on: always a definitive rejection.
+pub(crate) struct Blocker {
+    pub classification: Classification,
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+fn blocker(classification: Classification, reason: &'static str, detail: impl Into<String>) -> Blocker {
+    Blocker { classification, reason, detail: detail.into() }
+}
+
+/// How much of the agent's state a check may look at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Before the observer refresh: registered facts only.
+    Facts,
+    /// After the refresh and again after registration, immediately before the write (ADM-4).
+    Authoritative,
+}
+
+impl Engine {
+    pub(crate) fn on_admit(&mut self, command: AdmitCommand) {
+        let op = command.op;
+        let mut context = ReceiptContext {
+            request_id: None,
+            agent_id: None,
+            incarnation: None,
+            operation: command.operation,
+            return_mode: command.return_mode,
+        };
+        // INP-2: an id we cannot parse cannot be looked up, so nothing else is checked.
+        let Ok(request_id) = RequestId::parse(&command.request_id) else {
+            let detail = format!("request id {:?} is not a UUID", truncate(&command.request_id));
+            return self.reply(op, Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context));
+        };
+        context.request_id = Some(request_id.clone());
+        if let Some(problem) = validate_command(&command) {
+            return self.reply(op, Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context));
+        }
+        let fingerprint = fingerprint(&command);
+        if self.answer_known_request(&request_id, &fingerprint, op, &context) {
+            return;
+        }
+        let agent_id = match self.resolve(&command) {
+            Ok(agent_id) => agent_id,
+            Err(problem) => {
+                return self.reply(op, Receipt::rejection(problem.classification, problem.reason, problem.detail, context))
+            }
+        };
+        context.agent_id = Some(agent_id.clone());
+        context.incarnation = self.agents[&agent_id].facts.incarnation.clone();
+        if self.admissions.len() >= MAX_INFLIGHT_ADMISSIONS || self.requests.len() >= MAX_REQUEST_RECORDS {
+            let detail = "the engine's admission or request table is full";
+            return self.reply(op, Receipt::rejection(Classification::InternalFailure, "capacity_exhausted", detail, context));
+        }
+        let mut admission = Admission {
+            prompt_hash: prompt_hash(&command.prompt),
+            command,
+            request_id: request_id.clone(),
+            fingerprint,
+            agent_id: agent_id.clone(),
+            callers: vec![op],
+            step: Step::Registering,
+            step_deadline_ms: None,
+            pending_receipt: None,
+            deferred_events: Vec::new(),
+        };
+        if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
+            let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);
+            return self.reply(op, receipt);
+        }
+        // ADM-12: claim the agent; ADM-3: refresh the observer off the reactor.
+        let refresh_id = self.fresh_id();
+        admission.step = Step::Refreshing { refresh_id };
+        admission.step_deadline_ms = Some(self.now_ms + REFRESH_TIMEOUT_MS);
+        self.agents.get_mut(&agent_id).expect("resolved").claim = Some(request_id.clone());
+        self.refreshes.insert(refresh_id, request_id.clone());
+        self.admissions.insert(request_id, admission);
+        self.push(Output::RefreshObserver { refresh_id, agent_id });
+    }
+
+    /// IDEM-2, IDEM-3, IDEM-5: answers a request id that is already in flight or durable.
+    /// Returns true when the call was answered.
+    fn answer_known_request(&mut self, request_id: &RequestId, fingerprint: &str, op: crate::io::OpId, context: &ReceiptContext) -> bool {
+        let conflict = || {
+            let detail = "this request id was already used with different input";
+            Receipt::rejection(Classification::Invalid, "request_id_conflict", detail, context.clone())
+        };
+        if let Some(admission) = self.admissions.get_mut(request_id) {
+            if admission.fingerprint != fingerprint {
+                self.reply(op, conflict());
+            } else if admission.callers.len() >= MAX_JOINED_CALLERS {
+                let detail = "too many callers are waiting on this request id";
+                let receipt = Receipt::rejection(Classification::InternalFailure, "too_many_joined_callers", detail, context.clone());
+                self.reply(op, receipt);
+            } else {
+                admission.callers.push(op);
+            }
+            return true;
+        }
+        let Some(record) = self.requests.get(request_id) else { return false };
+        if record.phase == Phase::Released {
+            return false; // IDEM-6: a released id is free again.
+        }
+        if record.fingerprint != fingerprint {
+            self.reply(op, conflict());
+            return true;
+        }
+        let mut receipt = record.receipt.clone().expect("a non-released, non-in-flight request has its receipt");
+        receipt.replayed = true;
+        self.reply(op, receipt);
+        true
+    }
+
+    /// ADM-1: by exact agent id, or by display name (then by id when the name is a UUID).
+    fn resolve(&self, command: &AdmitCommand) -> Result<AgentId, Blocker> {
+        if command.exact_agent_id {
+            let Some(canonical) = canonical_uuid(&command.target) else {
+                let detail = format!("--exact-agent-id needs an agent id (a UUID), got {:?}", truncate(&command.target));
+                return Err(blocker(Classification::Invalid, "agent_id_malformed", detail));
+            };
+            let agent_id = AgentId::parse(&canonical).expect("canonical uuid parses");
+            return match self.agents.contains_key(&agent_id) {
+                true => Ok(agent_id),
+                false => Err(blocker(Classification::Unavailable, "agent_unknown", format!("no agent has id {agent_id}"))),
+            };
+        }
+        if let Some(entry) = self.agents.values().find(|a| a.facts.name == command.target) {
+            return Ok(entry.facts.agent_id.clone());
+        }
+        if let Some(agent_id) = canonical_uuid(&command.target).and_then(|c| AgentId::parse(&c).ok()) {
+            if self.agents.contains_key(&agent_id) {
+                return Ok(agent_id);
+            }
+        }
+        let detail = format!("no agent is named {:?}", truncate(&command.target));
+        Err(blocker(Classification::Unavailable, "agent_unknown", detail))
+    }
+
+    /// The one decision procedure for "may this admission write now?" (ADM-2, ADM-4..7,
+    /// ADM-12, CORR-4, CORR-8). `Stage::Facts` skips what needs an observer refresh.
+    fn blocker_for(&self, admission: &Admission, stage: Stage) -> Option<Blocker> {
+        let command = &admission.command;
+        let Some(agent) = self.agents.get(&admission.agent_id) else {
+            return Some(blocker(Classification::Unavailable, "agent_unknown", "the agent was removed"));
+        };
+        let Some(current) = &agent.facts.incarnation else {
+            return Some(blocker(Classification::Unavailable, "agent_not_running", "no process runs behind the agent"));
+        };
+        if let Some(expected) = &command.incarnation {
+            if expected != &current.0 {
+                let detail = format!("the agent's incarnation is now {}", current.0);
+                return Some(blocker(Classification::StaleIncarnation, "incarnation_changed", detail));
+            }
+        }
+        let return_final = command.return_mode == ReturnMode::ReturnFinal;
+        if return_final && agent.facts.harness != Harness::Codex {
+            let detail = "return-final needs Codex turn ids and cursors; this harness has none";
+            return Some(blocker(Classification::Unsupported, "harness_not_supported", detail));
+        }
+        if return_final && command.paste_mode == PasteMode::Raw {
+            let detail = "a raw paste cannot be proven submitted, so it cannot arm a return-final request";
+            return Some(blocker(Classification::Unsupported, "raw_paste_return_final", detail));
+        }
+        if agent.claim.as_ref().is_some_and(|claim| claim != &admission.request_id) {
+            return Some(blocker(Classification::Busy, "admission_in_progress", "another admission is writing to this agent"));
+        }
+        if stage == Stage::Facts {
+            return None;
+        }
+        let Some(view) = &agent.view else {
+            return unobserved_blocker(command, agent.refresh_error.as_deref());
+        };
+        if &view.incarnation != current || view.process != agent.facts.process {
+            let detail = "the observer verified a different process than the one registered";
+            return Some(blocker(Classification::StaleIncarnation, "process_changed", detail));
+        }
+        // ADM-13: plain one-way `send` keeps its interactive behaviour and may steer.
+        if command.operation == Operation::Send && !return_final {
+            return None;
+        }
+        if let ObserverStatus::Unavailable { reason } = &view.status {
+            return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
+        }
+        match &view.turn {
+            TurnState::Busy { .. } => {
+                return Some(blocker(Classification::Busy, "turn_active", "the agent is running a turn"))
+            }
+            TurnState::Unknown => {
+                return Some(blocker(Classification::ObserverFailure, "turn_state_unknown", "the observer cannot tell whether the agent is idle"))
+            }
+            TurnState::Idle { .. } => {}
+        }
+        if agent.awaiting_turn_after.is_some() {
+            let detail = "a prompt was written and its turn has not started yet";
+            return Some(blocker(Classification::Busy, "awaiting_turn_start", detail));
+        }
+        match view.composer {
+            Composer::Draft => return Some(blocker(Classification::Busy, "composer_not_empty", "the composer holds unsent text")),
+            Composer::Question => return Some(blocker(Classification::Busy, "interactive_question", "the agent is asking a question")),
+            Composer::Empty | Composer::Unknown => {}
+        }
+        let has_baseline = matches!(view.turn, TurnState::Idle { last_completed: Some(_) }) && view.session.is_some();
+        if return_final && !has_baseline {
+            let detail = "the observer has no cursor for a completed baseline turn; a one-way admission is still possible";
+            return Some(blocker(Classification::ObserverFailure, "no_baseline_cursor", detail));
+        }
+        None
+    }
+
+    pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>) {
+        let Some(request_id) = self.refreshes.remove(&refresh_id) else { return }; // late: already timed out
+        match snapshot {
+            Ok(snapshot) => self.apply_snapshot(agent_id, snapshot),
+            Err(reason) => {
+                if let Some(agent) = self.agents.get_mut(agent_id) {
+                    agent.view = None;
+                    agent.refresh_error = Some(reason);
+                }
+            }
+        }
+        self.after_refresh(&request_id);
+    }
+
+    fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
+        let Some(agent) = self.agents.get_mut(agent_id) else { return };
+        agent.refresh_error = None;
+        agent.view = Some(crate::agent::ObserverView {
+            status: snapshot.status,
+            session: snapshot.session,
+            position: snapshot.position,
+            turn: snapshot.turn,
+            composer: snapshot.composer,
+            incarnation: snapshot.incarnation,
+            process: snapshot.process,
+        });
+    }
+
+    /// After the refresh (or its timeout): decide, then register durably before writing.
+    fn after_refresh(&mut self, request_id: &RequestId) {
+        let admission = self.admissions.get(request_id).expect("refreshing admission exists");
+        if let Some(problem) = self.blocker_for(admission, Stage::Authoritative) {
+            let receipt = self.rejection_for(request_id, problem);
+            return self.finish_admission(request_id, receipt);
+        }
+        let record = self.registration_record(request_id);
+        self.requests.insert(request_id.clone(), record);
+        let admission = self.admissions.get_mut(request_id).expect("exists");
+        admission.step = Step::Registering;
+        admission.step_deadline_ms = None;
+        self.persist_record(PersistPurpose::Register(request_id.clone()), request_id);
+    }
+
+    /// IDEM-4: the durable registration: fingerprint, the armed cursor and the evidence the
+    /// request will be correlated against. The prompt text itself is not stored.
+    fn registration_record(&self, request_id: &RequestId) -> RequestRecord {
+        let admission = &self.admissions[request_id];
+        let agent = &self.agents[&admission.agent_id];
+        let view = agent.view.as_ref();
+        let session = view.and_then(|v| v.session.clone());
+        let armed = session.clone().map(|session| Cursor { session, position: view.map_or(0, |v| v.position) });
+        let baseline_turn = match view.map(|v| &v.turn) {
+            Some(TurnState::Idle { last_completed }) => last_completed.clone(),
+            _ => None,
+        };
+        let command = &admission.command;
+        let return_final = command.return_mode == ReturnMode::ReturnFinal;
+        let deadline_ms = (return_final && command.final_timeout_ms > 0).then(|| self.now_ms + command.final_timeout_ms);
+        RequestRecord {
+            request_id: request_id.clone(),
+            agent_id: admission.agent_id.clone(),
+            fingerprint: admission.fingerprint.clone(),
+            operation: command.operation,
+            return_mode: command.return_mode,
+            paste_mode: command.paste_mode,
+            final_timeout_ms: command.final_timeout_ms,
+            incarnation: agent.facts.incarnation.clone().expect("checked running"),
+            process: agent.facts.process,
+            session,
+            correlation_source: return_final.then(|| self.source_of(&admission.agent_id)),
+            armed,
+            baseline_turn,
+            prompt_hash: admission.prompt_hash.clone(),
+            phase: Phase::Registered,
+            receipt: None,
+            bound_turn: None,
+            deadline_ms,
+            terminal: None,
+            registered_ms: self.now_ms,
+            updated_ms: self.now_ms,
+        }
+    }
+
+    pub(crate) fn on_registered(&mut self, request_id: &RequestId, result: Result<(), String>) {
+        if let Err(error) = result {
+            // ADM-11: the registration did not commit, so nothing may be written.
+            self.requests.remove(request_id);
+            let problem = blocker(Classification::InternalFailure, "store_commit_failed", error);
+            let receipt = self.rejection_for(request_id, problem);
+            return self.finish_admission(request_id, receipt);
+        }
+        // ADM-4: re-check incarnation and idle state immediately before the write.
+        let admission = self.admissions.get(request_id).expect("registering admission exists");
+        if let Some(problem) = self.blocker_for(admission, Stage::Authoritative) {
+            let receipt = self.rejection_for(request_id, problem);
+            self.requests.get_mut(request_id).expect("registered").phase = Phase::Released;
+            let admission = self.admissions.get_mut(request_id).expect("exists");
+            admission.step = Step::Releasing;
+            admission.pending_receipt = Some(receipt);
+            return self.persist_record(PersistPurpose::Release(request_id.clone()), request_id);
+        }
+        self.start_write(request_id);
+    }
+
+    /// ADM-8: prompt text and Enter as ONE pane write.
+    fn start_write(&mut self, request_id: &RequestId) {
+        let delivery_id = self.fresh_id();
+        let admission = self.admissions.get_mut(request_id).expect("exists");
+        let bytes = admission_bytes(&admission.command.prompt, admission.command.paste_mode);
+        admission.step = Step::Writing { delivery_id };
+        admission.step_deadline_ms = Some(self.now_ms + DELIVERY_TIMEOUT_MS);
+        let agent_id = admission.agent_id.clone();
+        let incarnation = self.requests[request_id].incarnation.clone();
+        self.deliveries.insert(delivery_id, request_id.clone());
+        self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes });
+    }
+
+    pub(crate) fn on_released(&mut self, request_id: &RequestId) {
+        // Even if the release did not commit, the receipt is true: nothing was written. A
+        // restart then finds the registration and reports it indeterminate (REC-1), which
+        // claims less, never more.
+        let receipt = self.admissions.get_mut(request_id).and_then(|a| a.pending_receipt.take());
+        let receipt = receipt.expect("a releasing admission holds its receipt");
+        self.finish_admission(request_id, receipt);
+    }
+
+    pub(crate) fn on_delivered(&mut self, delivery_id: u64, outcome: DeliveryOutcome) {
+        let Some(request_id) = self.deliveries.remove(&delivery_id) else { return }; // late: timed out
+        match outcome {
+            DeliveryOutcome::Complete => self.after_complete_write(&request_id),
+            DeliveryOutcome::Refused { reason } => {
+                let problem = blocker(Classification::Unavailable, "pane_refused_write", reason);
+                let receipt = self.rejection_for(&request_id, problem);
+                self.requests.get_mut(&request_id).expect("registered").phase = Phase::Released;
+                let admission = self.admissions.get_mut(&request_id).expect("exists");
+                admission.step = Step::Releasing;
+                admission.step_deadline_ms = None;
+                admission.pending_receipt = Some(receipt);
+                self.persist_record(PersistPurpose::Release(request_id.clone()), &request_id);
+            }
+            DeliveryOutcome::Failed { bytes_written, error } => {
+                // ADM-10: any write error is indeterminate: the write may have been partial.
+                let state = if bytes_written > 0 { WriteState::Partial } else { WriteState::Failed };
+                self.confirm_indeterminate(&request_id, state, "write_error", error);
+            }
+        }
+        self.replay_deferred_events(&request_id);
+    }
+
+    fn after_complete_write(&mut self, request_id: &RequestId) {
+        let admission = self.admissions.get(request_id).expect("writing admission exists");
+        let agent_id = admission.agent_id.clone();
+        let needs_ack = admission.command.paste_mode == PasteMode::Raw
+            || (admission.command.operation == Operation::Send && admission.command.return_mode == ReturnMode::OneWay);
+        let observed = self.agents.get(&agent_id).and_then(|a| a.view.as_ref()).is_some_and(|v| v.status == ObserverStatus::Attached);
+        if let Some(agent) = self.agents.get_mut(&agent_id) {
+            agent.awaiting_turn_after = Some(agent.view.as_ref().map_or(0, |v| v.position));
+        }
+        if needs_ack && observed {
+            let admission = self.admissions.get_mut(request_id).expect("exists");
+            admission.step = Step::AwaitingAck;
+            admission.step_deadline_ms = Some(self.now_ms + SEND_ACK_WAIT_MS);
+            return;
+        }
+        self.confirm_after_ack(request_id, false);
+    }
+
+    /// Ends the acknowledgement wait (or skips it). ADM-14: a raw paste without evidence is
+    /// indeterminate, never accepted.
+    pub(crate) fn confirm_after_ack(&mut self, request_id: &RequestId, acknowledged: bool) {
+        let admission = &self.admissions[request_id];
+        if admission.command.paste_mode == PasteMode::Raw && !acknowledged {
+            let detail = "the raw paste was written but the observer never saw it submitted".to_string();
+            return self.confirm_indeterminate(request_id, WriteState::Complete, "raw_paste_unacknowledged", detail);
+        }
+        let ack = (admission.command.operation == Operation::Send || admission.command.paste_mode == PasteMode::Raw)
+            .then_some(acknowledged);
+        self.confirm_accepted(request_id, ack);
+    }
+
+    fn confirm_accepted(&mut self, request_id: &RequestId, acknowledged: Option<bool>) {
+        let record = self.requests.get(request_id).expect("registered");
+        let return_final = record.return_mode == ReturnMode::ReturnFinal;
+        let source = record.correlation_source;
+        let receipt = Receipt {
+            schema: RECEIPT_SCHEMA.to_string(),
+            classification: Classification::Accepted,
+            prompt_written: true,
+            write_state: WriteState::Complete,
+            retry_safe: false,
+            reply_pending: return_final,
+            request_id: Some(request_id.clone()),
+            agent_id: Some(record.agent_id.clone()),
+            incarnation: Some(record.incarnation.clone()),
+            operation: record.operation,
+            return_mode: record.return_mode,
+            correlation_source: source,
+            baseline_provider_turn: record.baseline_turn.clone(),
+            armed_cursor: source.and_then(|s| Engine::rendered_cursor(s, &record.armed)),
+            acknowledged,
+            replayed: false,
+            reason: None,
+            detail: None,
+        };
+        let record = self.requests.get_mut(request_id).expect("registered");
+        record.phase = if return_final { Phase::Submitted } else { Phase::Settled };
+        record.receipt = Some(receipt.clone());
+        self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
+        self.confirm(request_id, None);
+    }
+
+    /// ADM-10: the write may have reached the pane; say so and never claim more.
+    fn confirm_indeterminate(&mut self, request_id: &RequestId, write_state: WriteState, reason: &str, detail: String) {
+        let record = self.requests.get(request_id).expect("registered");
+        let return_final = record.return_mode == ReturnMode::ReturnFinal;
+        let receipt = Receipt {
+            schema: RECEIPT_SCHEMA.to_string(),
+            classification: Classification::Indeterminate,
+            prompt_written: true,
+            write_state,
+            retry_safe: false,
+            reply_pending: return_final,
+            request_id: Some(request_id.clone()),
+            agent_id: Some(record.agent_id.clone()),
+            incarnation: Some(record.incarnation.clone()),
+            operation: record.operation,
+            return_mode: record.return_mode,
+            correlation_source: record.correlation_source,
+            baseline_provider_turn: record.baseline_turn.clone(),
+            armed_cursor: record.correlation_source.and_then(|s| Engine::rendered_cursor(s, &record.armed)),
+            acknowledged: None,
+            replayed: false,
+            reason: Some(reason.to_string()),
+            detail: Some(detail),
+        };
+        let record = self.requests.get_mut(request_id).expect("registered");
+        record.receipt = Some(receipt.clone());
+        self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
+        if return_final {
+            // The terminal event and the receipt commit together (RF-5).
+            self.finish_with_confirm(request_id, reason);
+        } else {
+            record.phase = Phase::Settled;
+            self.confirm(request_id, None);
+        }
+    }
+
+    /// A return-final request that ends at admission time: one commit carries the receipt
+    /// record and its terminal event.
+    fn finish_with_confirm(&mut self, request_id: &RequestId, reason: &str) {
+        let sequence = self.next_sequence;
+        self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
+        // `finish` emitted a Terminal persist; re-label it as this admission's confirmation.
+        let token = self
+            .persists
+            .iter()
+            .find(|(_, p)| matches!(p, PersistPurpose::Terminal { request_id: r, .. } if r == request_id))
+            .map(|(t, _)| *t)
+            .expect("finish emitted a terminal persist");
+        let purpose = PersistPurpose::Confirm { request_id: request_id.clone(), terminal_sequence: Some(sequence) };
+        self.persists.insert(token, purpose);
+        self.admissions.get_mut(request_id).expect("exists").step = Step::Confirming;
+    }
+
+    fn confirm(&mut self, request_id: &RequestId, terminal_sequence: Option<u64>) {
+        let admission = self.admissions.get_mut(request_id).expect("exists");
+        admission.step = Step::Confirming;
+        admission.step_deadline_ms = None;
+        let purpose = PersistPurpose::Confirm { request_id: request_id.clone(), terminal_sequence };
+        self.persist_record(purpose, request_id);
+    }
+
+    pub(crate) fn on_confirmed(&mut self, request_id: &RequestId, terminal_sequence: Option<u64>, result: Result<(), String>) {
+        let mut receipt = self
+            .admissions
+            .get_mut(request_id)
+            .and_then(|a| a.pending_receipt.take())
+            .expect("a confirming admission holds its receipt");
+        match result {
+            Ok(()) => {
+                if let Some(sequence) = terminal_sequence {
+                    self.publish_terminal(request_id, sequence);
+                }
+            }
+            Err(error) => {
+                // The prompt was written but its record is not durable: claim nothing more.
+                receipt.classification = Classification::Indeterminate;
+                receipt.reason = Some("store_commit_failed".to_string());
+                receipt.detail = Some(error);
+                let record = self.requests.get_mut(request_id).expect("exists");
+                record.receipt = Some(receipt.clone());
+                if terminal_sequence.is_some() {
+                    let retry = crate::engine::TerminalRetry { due_ms: self.now_ms + PERSIST_RETRY_MS, cancel_op: None };
+                    self.terminal_retries.insert(request_id.clone(), retry);
+                } else if record.return_mode == ReturnMode::ReturnFinal {
+                    self.finish(request_id, TerminalState::Indeterminate, Some("store_commit_failed"), None, None);
+                } else {
+                    self.persist_record(PersistPurpose::Progress(request_id.clone()), request_id);
+                }
+            }
+        }
+        self.finish_admission(request_id, receipt);
+    }
+
+    /// Hands the receipt to every joined caller and releases the agent's claim.
+    pub(crate) fn finish_admission(&mut self, request_id: &RequestId, receipt: Receipt) {
+        let admission = self.admissions.remove(request_id).expect("finishing a known admission");
+        if let Some(agent) = self.agents.get_mut(&admission.agent_id) {
+            if agent.claim.as_ref() == Some(request_id) {
+                agent.claim = None;
+            }
+        }
+        for op in admission.callers {
+            self.reply(op, receipt.clone());
+        }
+        assert!(!self.admissions.contains_key(request_id));
+    }
+
+    fn rejection_for(&self, request_id: &RequestId, problem: Blocker) -> Receipt {
+        let admission = &self.admissions[request_id];
+        let incarnation = self.agents.get(&admission.agent_id).and_then(|a| a.facts.incarnation.clone());
+        let context = ReceiptContext {
+            request_id: Some(request_id.clone()),
+            agent_id: Some(admission.agent_id.clone()),
+            incarnation,
+            operation: admission.command.operation,
+            return_mode: admission.command.return_mode,
+        };
+        Receipt::rejection(problem.classification, problem.reason, problem.detail, context)
+    }
+
+    /// Deadlines of admission steps: refresh, write result and acknowledgement waits.
+    pub(crate) fn expire_admission_steps(&mut self) {
+        let due: Vec<RequestId> = self
+            .admissions
+            .iter()
+            .filter(|(_, a)| a.step_deadline_ms.is_some_and(|d| d <= self.now_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for request_id in due {
+            let step = self.admissions[&request_id].step.clone();
+            self.admissions.get_mut(&request_id).expect("exists").step_deadline_ms = None;
+            match step {
+                Step::Refreshing { refresh_id } => {
+                    self.refreshes.remove(&refresh_id);
+                    let agent_id = self.admissions[&request_id].agent_id.clone();
+                    if let Some(agent) = self.agents.get_mut(&agent_id) {
+                        agent.view = None; // ADM-3: a refresh that never answered proves nothing
+                    }
+                    self.after_refresh(&request_id);
+                }
+                Step::Writing { delivery_id } => {
+                    self.deliveries.remove(&delivery_id);
+                    let detail = "the pane write did not report its result in time".to_string();
+                    self.confirm_indeterminate(&request_id, WriteState::Unknown, "write_result_lost", detail);
+                    self.replay_deferred_events(&request_id);
+                }
+                Step::AwaitingAck => self.confirm_after_ack(&request_id, false),
+                Step::Registering | Step::Confirming | Step::Releasing => {}
+            }
+        }
+    }
+}
+
+/// INP-1, INP-3, INP-4, INP-5: checks that need no state.
+fn validate_command(command: &AdmitCommand) -> Option<Blocker> {
+    if let Err(problem) = validate_prompt(&command.prompt) {
+        return Some(Blocker { classification: Classification::Invalid, reason: problem.reason(), detail: problem.detail() });
+    }
+    if command.final_timeout_ms > MAX_FINAL_TIMEOUT_MS {
+        let detail = format!("final timeout {} ms exceeds the limit of {MAX_FINAL_TIMEOUT_MS} ms", command.final_timeout_ms);
+        return Some(blocker(Classification::Invalid, "final_timeout_out_of_range", detail));
+    }
+    if command.final_timeout_ms > 0 && command.return_mode == ReturnMode::OneWay {
+        let detail = "--final-timeout-ms only applies to --return-final requests";
+        return Some(blocker(Classification::Invalid, "final_timeout_without_return_final", detail));
+    }
+    if command.target.is_empty() || command.target.len() > MAX_TARGET_BYTES || command.target.chars().any(char::is_control) {
+        let detail = format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters");
+        return Some(blocker(Classification::Invalid, "target_malformed", detail));
+    }
+    match (&command.incarnation, command.operation) {
+        (None, Operation::Admit) => {
+            return Some(blocker(Classification::Invalid, "incarnation_required", "agent admit needs --incarnation from the catalog"))
+        }
+        (Some(incarnation), _) if incarnation.is_empty() || incarnation.len() > MAX_INCARNATION_BYTES || incarnation.chars().any(char::is_control) => {
+            let detail = format!("the incarnation must be 1..={MAX_INCARNATION_BYTES} bytes without control characters");
+            return Some(blocker(Classification::Invalid, "incarnation_malformed", detail));
+        }
+        _ => {}
+    }
+    None
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+
+/// Without any observer view only a plain one-way send may go on (ADM-13).
+fn unobserved_blocker(command: &AdmitCommand, refresh_error: Option<&str>) -> Option<Blocker> {
+    if command.operation == Operation::Send && command.return_mode == ReturnMode::OneWay {
+        return None;
+    }
+    let detail = refresh_error.unwrap_or("the observer produced no state for this agent").to_string();
+    Some(blocker(Classification::ObserverFailure, "observer_unavailable", detail))
+}

@@ -1,0 +1,65 @@
+//! What the engine knows about each agent: facts the runtime registers, the latest observer
+//! view, and the admission claim that serialises writes to its pane (ADM-12).
+
+use crate::ids::{AgentId, Incarnation, RequestId, SessionId};
+use crate::observer::{Composer, ObserverStatus, ProcessIdentity, TurnState};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Harness {
+    Codex,
+    Other(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// An observer-backed PTY pane.
+    Pty,
+    /// A managed Codex app-server session.
+    AppServer,
+}
+
+/// Registered by the runtime whenever an agent appears or its process changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentFacts {
+    pub agent_id: AgentId,
+    pub name: String,
+    pub harness: Harness,
+    pub transport: Transport,
+    /// None while no process runs behind the agent.
+    pub incarnation: Option<Incarnation>,
+    pub process: Option<ProcessIdentity>,
+}
+
+/// The engine's latest observer knowledge of one agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObserverView {
+    pub status: ObserverStatus,
+    pub session: Option<SessionId>,
+    pub position: u64,
+    pub turn: TurnState,
+    pub composer: Composer,
+    pub incarnation: Incarnation,
+    pub process: Option<ProcessIdentity>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentEntry {
+    pub facts: AgentFacts,
+    pub view: Option<ObserverView>,
+    /// ADM-12: the one admission allowed in flight for this agent.
+    pub claim: Option<RequestId>,
+    /// ADM-5: a prompt was completely written at this position; until a turn starts after it,
+    /// the agent counts as busy, so two prompts never race into one idle composer.
+    pub awaiting_turn_after: Option<u64>,
+    /// Why the last observer refresh failed, for the receipt's detail.
+    pub refresh_error: Option<String>,
+}
+
+impl AgentEntry {
+    pub fn new(facts: AgentFacts) -> AgentEntry {
+        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None }
+    }
+}

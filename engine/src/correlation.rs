@@ -1,0 +1,304 @@
+//! Return-final correlation: which provider turn a submitted prompt opened, and which final
+//! belongs to it (CORR-*), plus deadlines (RF-3) and cancel (RF-4).
+
+use crate::engine::{Engine, PersistPurpose, Step};
+use crate::ids::{AgentId, RequestId, SessionId, TurnId};
+use crate::io::{CancelCommand, CancelOutcome, Output};
+use crate::limits::MAX_PENDING_OUTPUTS;
+use crate::observer::{Cursor, ObserverEvent, ObserverStatus, TurnState};
+use crate::request::Phase;
+use crate::receipt::ReturnMode;
+use crate::terminal::TerminalState;
+
+/// Deferred observer events per in-flight write; beyond it the session counts as lost.
+const MAX_DEFERRED_EVENTS: usize = MAX_PENDING_OUTPUTS / 16;
+
+impl Engine {
+    pub(crate) fn on_observed(&mut self, agent_id: &AgentId, event: ObserverEvent) {
+        // While this agent's admission is writing, its events wait: the write's outcome must be
+        // known before the turn it may have started is interpreted.
+        let claim = self.agents.get(agent_id).and_then(|a| a.claim.clone());
+        if let Some(admission) = claim.and_then(|claim| self.admissions.get_mut(&claim)) {
+            if matches!(admission.step, Step::Writing { .. }) {
+                if admission.deferred_events.len() >= MAX_DEFERRED_EVENTS {
+                    admission.deferred_events.clear();
+                    let reason = "observer events overflowed while a write was in flight".to_string();
+                    admission.deferred_events.push(ObserverEvent::SessionLost { reason });
+                } else {
+                    admission.deferred_events.push(event);
+                }
+                return;
+            }
+        }
+        self.apply_event(agent_id, event);
+    }
+
+    pub(crate) fn replay_deferred_events(&mut self, request_id: &RequestId) {
+        let Some(admission) = self.admissions.get_mut(request_id) else { return };
+        assert!(!matches!(admission.step, Step::Writing { .. }), "replay only after the write's outcome");
+        let events = std::mem::take(&mut admission.deferred_events);
+        let agent_id = admission.agent_id.clone();
+        for event in events {
+            self.apply_event(&agent_id, event);
+        }
+    }
+
+    fn apply_event(&mut self, agent_id: &AgentId, event: ObserverEvent) {
+        self.update_view(agent_id, &event);
+        self.acknowledge_waiting_admission(agent_id, &event);
+        match &event {
+            ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
+            ObserverEvent::SessionLost { .. } => {
+                for request_id in self.correlating_requests_of(agent_id, true) {
+                    self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
+                }
+            }
+            ObserverEvent::ProcessExited { drained } => self.on_process_exited(agent_id, *drained),
+            ObserverEvent::TurnStarted { .. }
+            | ObserverEvent::UserMessage { .. }
+            | ObserverEvent::TurnCompleted { .. }
+            | ObserverEvent::TurnAborted { .. } => {
+                for request_id in self.correlating_requests_of(agent_id, false) {
+                    self.correlate(&request_id, &event);
+                }
+            }
+        }
+    }
+
+    /// Folds an event into the agent's observer view so later admissions see busy/idle
+    /// without another refresh.
+    fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let Some(agent) = self.agents.get_mut(agent_id) else { return };
+        if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
+            agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
+        }
+        let Some(view) = agent.view.as_mut() else { return };
+        if let Some(session) = event.session() {
+            view.session = Some(session.clone());
+        }
+        if let Some(position) = event.position() {
+            view.position = position;
+        }
+        match event {
+            ObserverEvent::Attached { .. } => view.status = ObserverStatus::Attached,
+            ObserverEvent::TurnStarted { turn, .. } => view.turn = TurnState::Busy { turn: Some(turn.clone()) },
+            ObserverEvent::UserMessage { turn, .. } => {
+                if matches!(view.turn, TurnState::Idle { .. }) {
+                    view.turn = TurnState::Busy { turn: turn.clone() };
+                }
+            }
+            ObserverEvent::TurnCompleted { turn, .. } => view.turn = TurnState::Idle { last_completed: Some(turn.clone()) },
+            ObserverEvent::TurnAborted { turn, .. } => {
+                let previous = match &view.turn {
+                    TurnState::Idle { last_completed } => last_completed.clone(),
+                    TurnState::Busy { turn } => turn.clone(),
+                    TurnState::Unknown => None,
+                };
+                view.turn = TurnState::Idle { last_completed: turn.clone().or(previous) };
+            }
+            ObserverEvent::SessionLost { reason } => {
+                view.status = ObserverStatus::Unavailable { reason: reason.clone() };
+                view.turn = TurnState::Unknown;
+            }
+            ObserverEvent::ProcessExited { .. } => {
+                view.status = ObserverStatus::Unavailable { reason: "process_exited".to_string() };
+                view.turn = TurnState::Unknown;
+            }
+        }
+    }
+
+    /// ADM-13, ADM-14: a send waiting for evidence sees its own prompt arrive.
+    fn acknowledge_waiting_admission(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let ObserverEvent::UserMessage { prompt_hash, .. } = event else { return };
+        let Some(claim) = self.agents.get(agent_id).and_then(|a| a.claim.clone()) else { return };
+        let Some(admission) = self.admissions.get(&claim) else { return };
+        if admission.step == Step::AwaitingAck && &admission.prompt_hash == prompt_hash {
+            self.confirm_after_ack(&claim, true);
+        }
+    }
+
+    /// CORR-3 and REC-2: the observer (re)attached to a session.
+    fn on_attached(&mut self, agent_id: &AgentId, session: &SessionId, position: u64) {
+        let facts = self.agents.get(agent_id).map(|a| a.facts.clone());
+        for request_id in self.correlating_requests_of(agent_id, true) {
+            let record = &self.requests[&request_id];
+            let armed = record.armed.clone().expect("correlating requests are armed");
+            let same_session = &armed.session == session;
+            let same_process = facts
+                .as_ref()
+                .is_some_and(|f| f.incarnation.as_ref() == Some(&record.incarnation) && f.process == record.process);
+            if !same_session || !same_process {
+                self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_changed"), None, None);
+            } else if self.suspended.contains(&request_id) {
+                if position <= armed.position {
+                    self.suspended.remove(&request_id); // REC-2: re-verified; replay follows
+                } else {
+                    // Resuming past the armed cursor could skip our turn's start.
+                    self.finish(&request_id, TerminalState::Indeterminate, Some("observer_resumed_past_cursor"), None, None);
+                }
+            }
+        }
+    }
+
+    /// CORR-11: a process exit is a delivery failure only with proof that no turn started.
+    fn on_process_exited(&mut self, agent_id: &AgentId, drained: bool) {
+        for request_id in self.correlating_requests_of(agent_id, true) {
+            let record = &self.requests[&request_id];
+            let unstarted = record.phase == Phase::Submitted && !self.candidates.contains_key(&request_id);
+            let proven = drained && unstarted && !self.suspended.contains(&request_id);
+            if proven {
+                self.finish(&request_id, TerminalState::DeliveryFailed, Some("process_exited_before_turn"), None, None);
+            } else {
+                self.finish(&request_id, TerminalState::Indeterminate, Some("process_exited"), None, None);
+            }
+        }
+    }
+
+    /// The per-request correlation rules for one turn event (CORR-3, CORR-5..CORR-10).
+    fn correlate(&mut self, request_id: &RequestId, event: &ObserverEvent) {
+        let record = &self.requests[request_id];
+        let armed: Cursor = record.armed.clone().expect("correlating requests are armed");
+        if event.session() != Some(&armed.session) {
+            return self.finish(request_id, TerminalState::Indeterminate, Some("observer_session_changed"), None, None);
+        }
+        if event.position().is_some_and(|p| p <= armed.position) {
+            return; // CORR-5: history up to the armed cursor is the baseline, not our turn.
+        }
+        let bound = record.bound_turn.clone();
+        let candidate = self.candidates.get(request_id).cloned();
+        let prompt_hash = record.prompt_hash.clone();
+        match (event, bound) {
+            (ObserverEvent::TurnStarted { turn, .. }, Some(bound)) => {
+                if turn != &bound {
+                    self.indeterminate(request_id, "later_turn_started");
+                }
+            }
+            (ObserverEvent::TurnStarted { turn, .. }, None) => match candidate {
+                None => {
+                    self.candidates.insert(request_id.clone(), turn.clone());
+                }
+                Some(candidate) if &candidate == turn => {}
+                Some(_) => self.indeterminate(request_id, "unconfirmed_turn_replaced"),
+            },
+            (ObserverEvent::UserMessage { turn, .. }, Some(bound)) => {
+                // CORR-9: steering inside the bound turn keeps correlation.
+                if turn.as_ref().is_some_and(|t| t != &bound) {
+                    self.indeterminate(request_id, "user_message_in_other_turn");
+                }
+            }
+            (ObserverEvent::UserMessage { turn, prompt_hash: seen, .. }, None) => {
+                let Some(turn) = turn.clone().or(candidate.clone()) else {
+                    return self.indeterminate(request_id, "user_message_without_turn");
+                };
+                if candidate.is_some_and(|c| c != turn) {
+                    self.indeterminate(request_id, "user_message_in_other_turn");
+                } else if seen == &prompt_hash {
+                    self.bind(request_id, turn);
+                } else {
+                    self.indeterminate(request_id, "first_user_message_mismatch"); // CORR-6
+                }
+            }
+            (ObserverEvent::TurnCompleted { turn, final_message, .. }, Some(bound)) => {
+                if turn == &bound {
+                    let reason = final_message.is_none().then_some("no_final_message");
+                    let text = final_message.clone().unwrap_or_default();
+                    self.finish(request_id, TerminalState::Completed, reason, Some(text), None);
+                } else {
+                    self.indeterminate(request_id, "other_turn_completed"); // CORR-7
+                }
+            }
+            (ObserverEvent::TurnCompleted { .. }, None) => self.indeterminate(request_id, "turn_completed_before_binding"),
+            (ObserverEvent::TurnAborted { turn, .. }, Some(bound)) => {
+                if turn.as_ref().is_none_or(|t| t == &bound) {
+                    self.finish(request_id, TerminalState::Aborted, Some("provider_turn_aborted"), None, None); // CORR-10
+                } else {
+                    self.indeterminate(request_id, "other_turn_aborted");
+                }
+            }
+            (ObserverEvent::TurnAborted { .. }, None) => self.indeterminate(request_id, "turn_aborted_before_binding"),
+            (ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. }, _) => {
+                unreachable!("handled by apply_event")
+            }
+        }
+    }
+
+    fn indeterminate(&mut self, request_id: &RequestId, reason: &str) {
+        self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
+    }
+
+    /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
+    fn bind(&mut self, request_id: &RequestId, turn: TurnId) {
+        self.candidates.remove(request_id);
+        let record = self.requests.get_mut(request_id).expect("exists");
+        assert_eq!(record.phase, Phase::Submitted);
+        record.phase = Phase::Bound;
+        record.bound_turn = Some(turn);
+        self.persist_record(PersistPurpose::Progress(request_id.clone()), request_id);
+    }
+
+    /// CORR-1, CORR-2, REC-2: the agent's process facts changed or were re-registered.
+    pub(crate) fn verify_requests_after_agent_change(&mut self, agent_id: &AgentId) {
+        let facts = self.agents[agent_id].facts.clone();
+        let mut resume_from: Option<Cursor> = None;
+        for request_id in self.correlating_requests_of(agent_id, true) {
+            let record = &self.requests[&request_id];
+            let same = facts.incarnation.as_ref() == Some(&record.incarnation) && facts.process == record.process;
+            if !same {
+                self.finish(&request_id, TerminalState::Indeterminate, Some("incarnation_changed"), None, None);
+            } else if self.suspended.contains(&request_id) {
+                let armed = record.armed.clone().expect("armed");
+                let earlier = resume_from.as_ref().is_none_or(|r| armed.position < r.position);
+                if earlier {
+                    resume_from = Some(armed);
+                }
+            }
+        }
+        if let Some(from) = resume_from {
+            self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
+        }
+    }
+
+    /// RF-3: a request past its deadline times out, whatever the provider does later.
+    pub(crate) fn expire_request_deadlines(&mut self) {
+        let due: Vec<RequestId> = self
+            .requests
+            .values()
+            .filter(|r| r.phase.is_correlating() && r.deadline_ms.is_some_and(|d| d <= self.now_ms))
+            .map(|r| r.request_id.clone())
+            .collect();
+        for request_id in due {
+            self.finish(&request_id, TerminalState::TimedOut, Some("final_timeout"), None, None);
+        }
+    }
+
+    /// RF-4: cancel a return-final request that is waiting for its final.
+    pub(crate) fn on_cancel(&mut self, command: CancelCommand) {
+        let op = command.op;
+        let not_found = CancelOutcome::NotFound { request_id: command.request_id.clone() };
+        let Ok(request_id) = RequestId::parse(&command.request_id) else {
+            return self.push(Output::CancelResult { op, outcome: not_found });
+        };
+        if self.admissions.contains_key(&request_id) {
+            let outcome = CancelOutcome::AdmissionInProgress { request_id };
+            return self.push(Output::CancelResult { op, outcome });
+        }
+        let Some(record) = self.requests.get(&request_id) else {
+            return self.push(Output::CancelResult { op, outcome: not_found });
+        };
+        let outcome = match (record.phase, record.return_mode) {
+            (Phase::Released, _) => not_found,
+            (_, ReturnMode::OneWay) => CancelOutcome::NotReturnFinal { request_id },
+            (Phase::Registered, _) => CancelOutcome::AdmissionInProgress { request_id },
+            (Phase::Terminal, _) => {
+                let event = record.terminal.as_ref().expect("terminal has its event");
+                CancelOutcome::AlreadyTerminal { state: event.state, terminal_event_sequence: event.terminal_event_sequence }
+            }
+            (Phase::Submitted | Phase::Bound, _) => {
+                // The answer waits for the commit; see `on_terminal_committed`.
+                return self.finish(&request_id, TerminalState::Cancelled, Some("cancelled_by_caller"), None, Some(op));
+            }
+            (Phase::Settled, ReturnMode::ReturnFinal) => unreachable!("settled records are one-way"),
+        };
+        self.push(Output::CancelResult { op, outcome });
+    }
+}

@@ -1,0 +1,411 @@
+//! The engine: state, the `handle` / `poll_output` loop, and the helpers every transition
+//! shares. Admission lives in `admission.rs`, correlation in `correlation.rs`, restart in
+//! `recovery.rs`. Nothing here reads a clock, a file or a random source: time is an input.
+
+use crate::agent::{AgentEntry, AgentFacts};
+use crate::ids::{AgentId, RequestId, TurnId};
+use crate::io::{AdmitCommand, Input, OpId, Output, PersistOp};
+use crate::limits::{MAX_AGENTS, MAX_PENDING_OUTPUTS, PERSIST_RETRY_MS};
+use crate::observer::{Cursor, ObserverEvent};
+use crate::receipt::{CorrelationSource, Receipt};
+use crate::request::{Phase, RequestRecord};
+use crate::terminal::{TerminalEvent, TerminalState, TERMINAL_SCHEMA};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Why a durable commit was asked for; decides what its acknowledgement unblocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PersistPurpose {
+    /// IDEM-4: the registration that must be durable before the pane write.
+    Register(RequestId),
+    /// IDEM-6: a registered admission was rejected after all; deliver its receipt.
+    Release(RequestId),
+    /// The receipt-bearing record after the write (submitted marker or settled one-way).
+    Confirm { request_id: RequestId, terminal_sequence: Option<u64> },
+    /// A progress record (binding) that unblocks nothing.
+    Progress(RequestId),
+    /// A terminal event; publish it once durable (TERM-2).
+    Terminal { request_id: RequestId, sequence: u64, cancel_op: Option<OpId> },
+}
+
+/// Where one in-flight admission is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Refreshing { refresh_id: u64 },
+    Registering,
+    Writing { delivery_id: u64 },
+    /// Plain send and raw paste: waiting for the observer to see the prompt (ADM-13, ADM-14).
+    AwaitingAck,
+    Confirming,
+    Releasing,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Admission {
+    pub command: AdmitCommand,
+    pub request_id: RequestId,
+    pub fingerprint: String,
+    pub prompt_hash: String,
+    pub agent_id: AgentId,
+    pub callers: Vec<OpId>,
+    pub step: Step,
+    pub step_deadline_ms: Option<u64>,
+    /// The receipt to hand out once the current commit is acknowledged.
+    pub pending_receipt: Option<Receipt>,
+    /// Observer events for this agent that arrived while the write was in flight; replayed
+    /// after its outcome so the write and the turn it starts are seen in order.
+    pub deferred_events: Vec<ObserverEvent>,
+}
+
+/// A terminal event whose commit failed; it is retried with a fresh sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TerminalRetry {
+    pub due_ms: u64,
+    pub cancel_op: Option<OpId>,
+}
+
+/// The pure admission engine. `Clone + PartialEq + Debug` so the simulator can compare runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Engine {
+    pub(crate) now_ms: u64,
+    pub(crate) agents: BTreeMap<AgentId, AgentEntry>,
+    pub(crate) requests: BTreeMap<RequestId, RequestRecord>,
+    pub(crate) admissions: BTreeMap<RequestId, Admission>,
+    /// CORR-5: the first new turn after the armed cursor, before its user message matched.
+    pub(crate) candidates: BTreeMap<RequestId, TurnId>,
+    /// REC-2: recovered requests waiting for their agent and observer to be re-verified.
+    pub(crate) suspended: BTreeSet<RequestId>,
+    pub(crate) persists: BTreeMap<u64, PersistPurpose>,
+    pub(crate) deliveries: BTreeMap<u64, RequestId>,
+    pub(crate) refreshes: BTreeMap<u64, RequestId>,
+    pub(crate) terminal_retries: BTreeMap<RequestId, TerminalRetry>,
+    pub(crate) next_id: u64,
+    /// TERM-2: the next terminal sequence to assign; assigned in commit order.
+    pub(crate) next_sequence: u64,
+    pub(crate) last_published_sequence: u64,
+    pub(crate) outputs: VecDeque<Output>,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::new()
+    }
+}
+
+impl Engine {
+    /// A fresh engine with an empty durable state.
+    pub fn new() -> Engine {
+        Engine {
+            now_ms: 0,
+            agents: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            admissions: BTreeMap::new(),
+            candidates: BTreeMap::new(),
+            suspended: BTreeSet::new(),
+            persists: BTreeMap::new(),
+            deliveries: BTreeMap::new(),
+            refreshes: BTreeMap::new(),
+            terminal_retries: BTreeMap::new(),
+            next_id: 1,
+            next_sequence: 1,
+            last_published_sequence: 0,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// Feed one input at engine time `now_ms`, then drain `poll_output`. Time never goes
+    /// backwards inside the engine: an earlier `now_ms` (a wall-clock step back) is clamped.
+    pub fn handle(&mut self, now_ms: u64, input: Input) {
+        self.now_ms = self.now_ms.max(now_ms);
+        match input {
+            Input::Tick => self.on_tick(),
+            Input::AgentUpserted(facts) => self.on_agent_upserted(facts),
+            Input::AgentRemoved { agent_id } => self.on_agent_removed(&agent_id),
+            Input::Admit(command) => self.on_admit(command),
+            Input::Cancel(command) => self.on_cancel(command),
+            Input::ObserverRefreshed { refresh_id, agent_id, snapshot } => {
+                self.on_refreshed(refresh_id, &agent_id, snapshot)
+            }
+            Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
+            Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
+            Input::Delivered { delivery_id, outcome } => self.on_delivered(delivery_id, outcome),
+            Input::StartupComplete => self.on_startup_complete(),
+        }
+    }
+
+    /// The next side effect to perform, or `None` when the engine is idle.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// The earliest engine time at which `handle(now, Input::Tick)` has work to do.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let admissions = self.admissions.values().filter_map(|a| a.step_deadline_ms);
+        let deadlines = self
+            .requests
+            .values()
+            .filter(|r| r.phase.is_correlating())
+            .filter_map(|r| r.deadline_ms);
+        let retries = self.terminal_retries.values().map(|r| r.due_ms);
+        admissions.chain(deadlines).chain(retries).min()
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// A request's durable-or-pending record, for `request get`.
+    pub fn request(&self, request_id: &RequestId) -> Option<&RequestRecord> {
+        self.requests.get(request_id).filter(|r| r.phase != Phase::Released)
+    }
+
+    pub fn agent(&self, agent_id: &AgentId) -> Option<&AgentEntry> {
+        self.agents.get(agent_id)
+    }
+
+    pub fn last_published_sequence(&self) -> u64 {
+        self.last_published_sequence
+    }
+
+    /// Requests still waiting for a terminal state (for status and for the simulator's oracle).
+    pub fn open_return_requests(&self) -> impl Iterator<Item = &RequestRecord> {
+        self.requests.values().filter(|r| r.phase.is_correlating() || r.phase == Phase::Registered)
+    }
+
+    /// True when nothing is in flight: no admission, commit, write or refresh outstanding.
+    pub fn is_quiescent(&self) -> bool {
+        self.admissions.is_empty() && self.persists.is_empty() && self.deliveries.is_empty() && self.outputs.is_empty()
+    }
+
+    // ----- helpers shared by the transitions -----
+
+    pub(crate) fn push(&mut self, output: Output) {
+        assert!(self.outputs.len() < MAX_PENDING_OUTPUTS, "runtime stopped draining outputs");
+        self.outputs.push_back(output);
+    }
+
+    pub(crate) fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub(crate) fn reply(&mut self, op: OpId, receipt: Receipt) {
+        receipt.assert_consistent();
+        self.push(Output::Receipt { op, receipt });
+    }
+
+    pub(crate) fn persist(&mut self, purpose: PersistPurpose, ops: Vec<PersistOp>) {
+        assert!(!ops.is_empty());
+        for op in &ops {
+            if let PersistOp::PutRequest(record) = op {
+                record.assert_consistent();
+            }
+        }
+        let token = self.fresh_id();
+        self.persists.insert(token, purpose);
+        self.push(Output::Persist { token, ops });
+    }
+
+    pub(crate) fn persist_record(&mut self, purpose: PersistPurpose, request_id: &RequestId) {
+        let record = self.requests.get_mut(request_id).expect("persisting a known request");
+        record.updated_ms = self.now_ms;
+        let record = record.clone();
+        self.persist(purpose, vec![PersistOp::PutRequest(record)]);
+    }
+
+    pub(crate) fn source_of(&self, agent_id: &AgentId) -> CorrelationSource {
+        match self.agents.get(agent_id).map(|a| a.facts.transport) {
+            Some(crate::agent::Transport::AppServer) => CorrelationSource::AgentApiEvents,
+            Some(crate::agent::Transport::Pty) | None => CorrelationSource::ProviderFile,
+        }
+    }
+
+    /// RF-5: ends a return-final request with exactly one terminal state. The event gets its
+    /// sequence now, in commit order, and is published only after the commit (TERM-2). A
+    /// request that already ended keeps its first state.
+    pub(crate) fn finish(
+        &mut self,
+        request_id: &RequestId,
+        state: TerminalState,
+        reason: Option<&str>,
+        final_message: Option<String>,
+        cancel_op: Option<OpId>,
+    ) {
+        let Some(record) = self.requests.get(request_id) else { return };
+        if record.phase == Phase::Terminal || record.phase == Phase::Released || record.phase == Phase::Settled {
+            return;
+        }
+        assert_eq!(final_message.is_some(), state == TerminalState::Completed, "TERM-1");
+        let event = TerminalEvent {
+            schema: TERMINAL_SCHEMA.to_string(),
+            terminal_event_sequence: 0,
+            request_id: request_id.clone(),
+            agent_id: record.agent_id.clone(),
+            incarnation: record.incarnation.clone(),
+            state,
+            provider_turn_id: record.bound_turn.clone(),
+            final_message,
+            reason: reason.map(str::to_string),
+            at_ms: self.now_ms,
+        };
+        let record = self.requests.get_mut(request_id).expect("checked above");
+        record.phase = Phase::Terminal;
+        record.terminal = Some(event);
+        self.candidates.remove(request_id);
+        self.suspended.remove(request_id);
+        self.persist_terminal(request_id, cancel_op);
+    }
+
+    /// Assigns the next sequence to a terminal record and commits record and event together.
+    pub(crate) fn persist_terminal(&mut self, request_id: &RequestId, cancel_op: Option<OpId>) {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        assert!(sequence > self.last_published_sequence, "TERM-2: sequences only grow");
+        let now_ms = self.now_ms;
+        let record = self.requests.get_mut(request_id).expect("terminal request exists");
+        assert_eq!(record.phase, Phase::Terminal);
+        record.updated_ms = now_ms;
+        let event = record.terminal.as_mut().expect("terminal phase has its event");
+        event.terminal_event_sequence = sequence;
+        let event = event.clone();
+        let record = record.clone();
+        let purpose = PersistPurpose::Terminal { request_id: request_id.clone(), sequence, cancel_op };
+        self.persist(purpose, vec![PersistOp::PutRequest(record), PersistOp::AppendTerminal(event)]);
+    }
+
+    /// TERM-2: a terminal event becomes visible only here, after its commit.
+    pub(crate) fn publish_terminal(&mut self, request_id: &RequestId, sequence: u64) -> Option<TerminalEvent> {
+        let event = self.requests.get(request_id)?.terminal.clone()?;
+        assert_eq!(event.terminal_event_sequence, sequence, "the committed event is the one published");
+        assert!(sequence > self.last_published_sequence, "TERM-2: published sequences strictly increase");
+        self.last_published_sequence = sequence;
+        event.assert_consistent();
+        self.push(Output::TerminalEvent(event.clone()));
+        Some(event)
+    }
+
+    fn on_persist_acked(&mut self, token: u64, result: Result<(), String>) {
+        let Some(purpose) = self.persists.remove(&token) else {
+            panic!("PersistAcked for unknown token {token}: the runtime acknowledged twice");
+        };
+        match purpose {
+            PersistPurpose::Register(request_id) => self.on_registered(&request_id, result),
+            PersistPurpose::Release(request_id) => self.on_released(&request_id),
+            PersistPurpose::Confirm { request_id, terminal_sequence } => {
+                self.on_confirmed(&request_id, terminal_sequence, result)
+            }
+            PersistPurpose::Progress(_) => {}
+            PersistPurpose::Terminal { request_id, sequence, cancel_op } => {
+                self.on_terminal_committed(&request_id, sequence, cancel_op, result)
+            }
+        }
+    }
+
+    fn on_terminal_committed(&mut self, request_id: &RequestId, sequence: u64, cancel_op: Option<OpId>, result: Result<(), String>) {
+        match result {
+            Ok(()) => {
+                let event = self.publish_terminal(request_id, sequence);
+                if let (Some(op), Some(event)) = (cancel_op, event) {
+                    let outcome = crate::io::CancelOutcome::Cancelled { event };
+                    self.push(Output::CancelResult { op, outcome });
+                }
+            }
+            Err(_) => {
+                let retry = TerminalRetry { due_ms: self.now_ms + PERSIST_RETRY_MS, cancel_op };
+                self.terminal_retries.insert(request_id.clone(), retry);
+            }
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.expire_admission_steps();
+        self.expire_request_deadlines();
+        let due: Vec<(RequestId, TerminalRetry)> = self
+            .terminal_retries
+            .iter()
+            .filter(|(_, retry)| retry.due_ms <= self.now_ms)
+            .map(|(id, retry)| (id.clone(), retry.clone()))
+            .collect();
+        for (request_id, retry) in due {
+            self.terminal_retries.remove(&request_id);
+            self.persist_terminal(&request_id, retry.cancel_op);
+        }
+    }
+
+    fn on_agent_upserted(&mut self, facts: AgentFacts) {
+        let agent_id = facts.agent_id.clone();
+        let changed = match self.agents.get_mut(&agent_id) {
+            Some(entry) => {
+                let changed = entry.facts.incarnation != facts.incarnation || entry.facts.process != facts.process;
+                if changed {
+                    // The process behind the agent changed: what the observer knew is void.
+                    entry.view = None;
+                    entry.awaiting_turn_after = None;
+                }
+                entry.facts = facts;
+                changed
+            }
+            None => {
+                if self.agents.len() >= MAX_AGENTS {
+                    return;
+                }
+                self.agents.insert(agent_id.clone(), AgentEntry::new(facts));
+                true
+            }
+        };
+        if changed {
+            self.verify_requests_after_agent_change(&agent_id);
+        }
+    }
+
+    fn on_agent_removed(&mut self, agent_id: &AgentId) {
+        self.agents.remove(agent_id);
+        let affected = self.correlating_requests_of(agent_id, true);
+        for request_id in affected {
+            self.finish(&request_id, TerminalState::Indeterminate, Some("agent_removed"), None, None);
+        }
+    }
+
+    /// Correlating requests of one agent, optionally including suspended ones.
+    pub(crate) fn correlating_requests_of(&self, agent_id: &AgentId, include_suspended: bool) -> Vec<RequestId> {
+        self.requests
+            .values()
+            .filter(|r| &r.agent_id == agent_id && r.phase.is_correlating())
+            .filter(|r| include_suspended || !self.suspended.contains(&r.request_id))
+            .map(|r| r.request_id.clone())
+            .collect()
+    }
+
+    /// The armed cursor of a request rendered for callers.
+    pub(crate) fn rendered_cursor(source: CorrelationSource, cursor: &Option<Cursor>) -> Option<String> {
+        cursor.as_ref().map(|c| c.render(source))
+    }
+
+    /// Checks the engine-wide invariants. Cheap enough for tests and the simulator after every
+    /// step; the hot path asserts locally instead.
+    pub fn check_invariants(&self) {
+        let mut sequences = BTreeSet::new();
+        for record in self.requests.values() {
+            record.assert_consistent();
+            if let Some(event) = &record.terminal {
+                if !self.terminal_retries.contains_key(&record.request_id) {
+                    assert!(sequences.insert(event.terminal_event_sequence), "TERM-2: one sequence per event");
+                }
+                assert!(event.terminal_event_sequence < self.next_sequence);
+            }
+        }
+        for (request_id, admission) in &self.admissions {
+            let agent = self.agents.get(&admission.agent_id);
+            if let Some(agent) = agent {
+                if matches!(admission.step, Step::Writing { .. }) {
+                    assert_eq!(agent.claim.as_ref(), Some(request_id), "ADM-12: a write holds its agent's claim");
+                }
+            }
+        }
+        for agent in self.agents.values() {
+            if let Some(claim) = &agent.claim {
+                assert!(self.admissions.contains_key(claim), "a claim belongs to an in-flight admission");
+            }
+        }
+    }
+}

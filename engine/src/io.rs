@@ -1,0 +1,124 @@
+//! The engine's boundary: every `Input` the runtime feeds in and every `Output` (side effect)
+//! the runtime must perform and, where it says so, acknowledge.
+
+use crate::agent::AgentFacts;
+use crate::ids::{AgentId, Incarnation, RequestId};
+use crate::observer::{Cursor, ObserverEvent, ObserverSnapshot};
+use crate::prompt::PasteMode;
+use crate::receipt::{Operation, Receipt, ReturnMode};
+use crate::request::RequestRecord;
+use crate::terminal::{TerminalEvent, TerminalState};
+use serde::{Deserialize, Serialize};
+
+/// The runtime's token for one caller waiting on an answer (a CLI connection, an MCP call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpId(pub u64);
+
+/// One `agent send` or `agent admit` call, as the caller spelled it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmitCommand {
+    pub op: OpId,
+    pub operation: Operation,
+    /// Display name, or agent id when `exact_agent_id` (ADM-1).
+    pub target: String,
+    pub exact_agent_id: bool,
+    /// Required for `admit` (ADM-2); `send` uses the current incarnation.
+    pub incarnation: Option<String>,
+    /// The caller's request id, or one the runtime generated for a plain `send`.
+    pub request_id: String,
+    pub prompt: String,
+    pub paste_mode: PasteMode,
+    pub return_mode: ReturnMode,
+    /// RF-3: 0 disables the deadline.
+    pub final_timeout_ms: u64,
+}
+
+/// How one pane write (or app-server turn start) ended, as the writer can prove it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum DeliveryOutcome {
+    /// Every byte was written.
+    Complete,
+    /// The writer refused before writing any byte (pane closed, process gone): provably
+    /// nothing reached the pane.
+    Refused { reason: String },
+    /// The write failed after `bytes_written` bytes (possibly 0: a failed write may still
+    /// have been partial, ADM-10).
+    Failed { bytes_written: u64, error: String },
+}
+
+/// One caller's request to cancel a return-final request (RF-4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelCommand {
+    pub op: OpId,
+    pub request_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Input {
+    /// Time passed; fire due deadlines and timers.
+    Tick,
+    AgentUpserted(AgentFacts),
+    AgentRemoved { agent_id: AgentId },
+    Admit(AdmitCommand),
+    Cancel(CancelCommand),
+    /// Answer to `Output::RefreshObserver` (ADM-3). `Err` carries why the refresh failed.
+    ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String> },
+    /// A live observer event for an agent, in position order.
+    Observed { agent_id: AgentId, event: ObserverEvent },
+    /// Answer to `Output::Persist`. `Err` means the transaction did not commit.
+    PersistAcked { token: u64, result: Result<(), String> },
+    /// Answer to `Output::Deliver`.
+    Delivered { delivery_id: u64, outcome: DeliveryOutcome },
+    /// The runtime has re-registered every agent it found after a restart (REC-2).
+    StartupComplete,
+}
+
+/// A durable store operation; a `Persist` holds the ops of one transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PersistOp {
+    PutRequest(RequestRecord),
+    AppendTerminal(TerminalEvent),
+}
+
+/// The answer to a cancel (RF-4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum CancelOutcome {
+    Cancelled { event: TerminalEvent },
+    AlreadyTerminal { state: TerminalState, terminal_event_sequence: u64 },
+    NotFound { request_id: String },
+    /// One-way admissions have nothing to cancel.
+    NotReturnFinal { request_id: RequestId },
+    /// The admission is still deciding or writing; cancel after its receipt.
+    AdmissionInProgress { request_id: RequestId },
+    /// The cancel could not be made durable.
+    Failed { request_id: RequestId, error: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Output {
+    /// Refresh the agent's observer off the reactor and answer `ObserverRefreshed` (ADM-3).
+    RefreshObserver { refresh_id: u64, agent_id: AgentId },
+    /// After a restart: re-open the agent's observer session at `from`, answer `Attached`,
+    /// then replay every event after it (REC-2).
+    ResumeObserver { agent_id: AgentId, from: Cursor },
+    /// Commit these ops in one transaction and answer `PersistAcked` (only after COMMIT).
+    Persist { token: u64, ops: Vec<PersistOp> },
+    /// ADM-8: write `bytes` to the agent's pane as ONE write and answer `Delivered`. The
+    /// runtime refuses (`Refused`) if the pane's incarnation is no longer `incarnation`.
+    Deliver { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8> },
+    /// The answer to an `Admit`.
+    Receipt { op: OpId, receipt: Receipt },
+    /// The answer to a `Cancel`.
+    CancelResult { op: OpId, outcome: CancelOutcome },
+    /// A terminal event that is now durable (TERM-2): push it to stream subscribers.
+    TerminalEvent(TerminalEvent),
+}
+
+/// What `Engine::recover` rebuilds from (REC-*).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurableState {
+    pub requests: Vec<RequestRecord>,
+    pub last_terminal_sequence: u64,
+}

@@ -1,0 +1,126 @@
+//! Facts the runtime's provider observer reports: snapshots taken on refresh (ADM-3) and the
+//! turn lifecycle events correlation is built from (CORR-*). Positions are cursors: for a
+//! rollout file, the byte offset just after a complete record; for the app-server, the durable
+//! event sequence. Events arrive in position order for one observer session.
+
+use crate::ids::{Incarnation, SessionId, TurnId};
+use crate::receipt::CorrelationSource;
+use serde::{Deserialize, Serialize};
+
+/// Process identity of the adopted process (CORR-2): a pid alone can be reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+}
+
+/// A point in one observer session after which correlation looks for a new turn.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cursor {
+    pub session: SessionId,
+    pub position: u64,
+}
+
+impl Cursor {
+    /// The opaque text form given to callers as `armed_cursor`.
+    pub fn render(&self, source: CorrelationSource) -> String {
+        let prefix = match source {
+            CorrelationSource::ProviderFile => "pf",
+            CorrelationSource::AgentApiEvents => "ev",
+        };
+        format!("{prefix}1.{}.{}", self.session.0, self.position)
+    }
+}
+
+/// The provider's turn state as last observed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum TurnState {
+    /// No turn running. `last_completed` is the completed baseline turn, when there is one.
+    Idle { last_completed: Option<TurnId> },
+    /// A turn is running (its id, when the observer knows it).
+    Busy { turn: Option<TurnId> },
+    /// The observer cannot tell.
+    Unknown,
+}
+
+/// What the harness's input composer holds (from the terminal screen, for PTYs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Composer {
+    Empty,
+    /// Text the user typed and did not submit: Ctrl-U would destroy it (ADM-5).
+    Draft,
+    /// The harness asks an interactive question: input would answer it (ADM-5).
+    Question,
+    /// No screen evidence (SPEC ADM-5 decides this does not block on its own).
+    Unknown,
+}
+
+/// The observer's health for one agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ObserverStatus {
+    Attached,
+    Unavailable { reason: String },
+}
+
+/// The result of one observer refresh, taken off the reactor by the runtime.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObserverSnapshot {
+    /// The incarnation the observer verified while refreshing.
+    pub incarnation: Incarnation,
+    pub process: Option<ProcessIdentity>,
+    pub status: ObserverStatus,
+    /// The observed session, once the provider has one (none before Codex's first turn).
+    pub session: Option<SessionId>,
+    /// The position the snapshot reflects: every event up to it is folded in; events delivered
+    /// after the snapshot lie beyond it.
+    pub position: u64,
+    pub turn: TurnState,
+    pub composer: Composer,
+}
+
+/// A turn lifecycle fact read from the provider, in position order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ObserverEvent {
+    /// The observer is (again) tailing `session`; later events follow `position`. After a
+    /// restart it is the runtime's answer to `Output::ResumeObserver` (REC-2).
+    Attached { session: SessionId, position: u64 },
+    TurnStarted { session: SessionId, turn: TurnId, position: u64 },
+    /// A user message of a turn, hashed with `prompt::prompt_hash` (HASH-1). Older Codex
+    /// records carry no turn id.
+    UserMessage { session: SessionId, turn: Option<TurnId>, prompt_hash: String, position: u64 },
+    TurnCompleted { session: SessionId, turn: TurnId, final_message: Option<String>, position: u64 },
+    TurnAborted { session: SessionId, turn: Option<TurnId>, position: u64 },
+    /// The session file was replaced, truncated or rewritten, or the event stream dropped.
+    SessionLost { reason: String },
+    /// The adopted process exited. `drained`: the observer read the provider's record to its
+    /// end after the exit, so what it reported is everything the provider wrote (CORR-11).
+    ProcessExited { drained: bool },
+}
+
+impl ObserverEvent {
+    pub fn session(&self) -> Option<&SessionId> {
+        match self {
+            ObserverEvent::Attached { session, .. }
+            | ObserverEvent::TurnStarted { session, .. }
+            | ObserverEvent::UserMessage { session, .. }
+            | ObserverEvent::TurnCompleted { session, .. }
+            | ObserverEvent::TurnAborted { session, .. } => Some(session),
+            ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
+        }
+    }
+
+    pub fn position(&self) -> Option<u64> {
+        match self {
+            ObserverEvent::Attached { position, .. }
+            | ObserverEvent::TurnStarted { position, .. }
+            | ObserverEvent::UserMessage { position, .. }
+            | ObserverEvent::TurnCompleted { position, .. }
+            | ObserverEvent::TurnAborted { position, .. } => Some(*position),
+            ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Restart: rebuilding the engine from what was durable (REC-*).
+
+use crate::engine::{Engine, PersistPurpose};
+use crate::io::DurableState;
+use crate::receipt::{Classification, Receipt, ReturnMode, WriteState, RECEIPT_SCHEMA};
+use crate::request::{Phase, RequestRecord};
+use crate::terminal::TerminalState;
+
+/// The reason recorded for registrations found unfinished at startup.
+pub const RESTART_REASON: &str = "restart_in_write_window";
+
+impl Engine {
+    /// Rebuilds the engine after a restart or crash. REC-1: every registration not durably
+    /// confirmed as submitted becomes `indeterminate`: the previous runtime may or may not have
+    /// written it, and a post-restart prompt must never satisfy it. REC-2: submitted and bound
+    /// requests are suspended until their agent's incarnation, process and observer session are
+    /// re-verified. TERM-3: sequences continue after the last durable one.
+    pub fn recover(durable: DurableState, now_ms: u64) -> Engine {
+        let mut engine = Engine::new();
+        engine.now_ms = now_ms;
+        engine.next_sequence = durable.last_terminal_sequence + 1;
+        engine.last_published_sequence = durable.last_terminal_sequence;
+        for record in durable.requests {
+            record.assert_consistent();
+            if let Some(event) = &record.terminal {
+                assert!(event.terminal_event_sequence <= durable.last_terminal_sequence, "TERM-3");
+            }
+            engine.requests.insert(record.request_id.clone(), record);
+        }
+        let registered: Vec<_> = engine.requests.values().filter(|r| r.phase == Phase::Registered).map(|r| r.request_id.clone()).collect();
+        for request_id in registered {
+            let record = engine.requests.get_mut(&request_id).expect("exists");
+            record.receipt = Some(restart_receipt(record));
+            match record.return_mode {
+                ReturnMode::OneWay => {
+                    record.phase = Phase::Settled;
+                    engine.persist_record(PersistPurpose::Progress(request_id.clone()), &request_id);
+                }
+                ReturnMode::ReturnFinal => {
+                    engine.finish(&request_id, TerminalState::Indeterminate, Some(RESTART_REASON), None, None);
+                }
+            }
+        }
+        let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
+        engine.suspended.extend(correlating);
+        engine
+    }
+
+    /// REC-2: the runtime registered every agent it found; requests whose agent did not come
+    /// back cannot be verified.
+    pub(crate) fn on_startup_complete(&mut self) {
+        let orphaned: Vec<_> = self
+            .suspended
+            .iter()
+            .filter(|id| !self.agents.contains_key(&self.requests[*id].agent_id))
+            .cloned()
+            .collect();
+        for request_id in orphaned {
+            self.finish(&request_id, TerminalState::Indeterminate, Some("agent_missing_after_restart"), None, None);
+        }
+    }
+}
+
+/// The receipt a replay of a registration interrupted by a restart returns: the write may or
+/// may not have happened, so it claims neither.
+fn restart_receipt(record: &RequestRecord) -> Receipt {
+    Receipt {
+        schema: RECEIPT_SCHEMA.to_string(),
+        classification: Classification::Indeterminate,
+        prompt_written: true,
+        write_state: WriteState::Unknown,
+        retry_safe: false,
+        reply_pending: record.return_mode == ReturnMode::ReturnFinal,
+        request_id: Some(record.request_id.clone()),
+        agent_id: Some(record.agent_id.clone()),
+        incarnation: Some(record.incarnation.clone()),
+        operation: record.operation,
+        return_mode: record.return_mode,
+        correlation_source: record.correlation_source,
+        baseline_provider_turn: record.baseline_turn.clone(),
+        armed_cursor: record.correlation_source.and_then(|s| Engine::rendered_cursor(s, &record.armed)),
+        acknowledged: None,
+        replayed: false,
+        reason: Some(RESTART_REASON.to_string()),
+        detail: Some("the daemon stopped between registering this request and confirming its write".to_string()),
+    }
+}

@@ -1,0 +1,25 @@
+//! Every bound the store enforces, in one place.
+
+/// Batches the writer queue holds before `submit` answers `Backpressure`. The daemon's reactor
+/// must never block on SQLite, so a full queue is an answer, not a wait.
+pub const WRITE_QUEUE_CAPACITY: usize = 1024;
+
+/// Batches committed in one group transaction. Equal to the queue capacity: a group is "all that
+/// was queued when the writer woke", and the queue can never hold more.
+pub const GROUP_BATCHES_MAX: usize = WRITE_QUEUE_CAPACITY;
+
+/// Operations in one batch (one atomic unit for the engine).
+pub const BATCH_OPS_MAX: usize = 4096;
+
+/// Bytes of one JSON record or event. A record may carry a prompt; prompts are bounded far below
+/// this by the engine, so hitting it means a bug, not a big prompt.
+pub const RECORD_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Bytes of one indexed text column (ids, names, phase, fingerprint).
+pub const FIELD_BYTES_MAX: usize = 256;
+
+/// Rows one `terminal_events_after` page may return.
+pub const TERMINAL_PAGE_MAX: usize = 10_000;
+
+/// How long a connection waits for another connection's lock before failing with `Sqlite`.
+pub const BUSY_TIMEOUT_MS: u64 = 5_000;

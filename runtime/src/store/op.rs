@@ -1,0 +1,293 @@
+//! What the engine asks the store to persist, and the rows it reads back.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::error::StoreError;
+use super::limits::{BATCH_OPS_MAX, FIELD_BYTES_MAX, RECORD_BYTES_MAX};
+
+/// One durable mutation. A batch (`Vec<StoreOp>`) is atomic: all of it commits or none of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreOp {
+    /// Insert or replace an agent. Its name must not belong to another agent.
+    PutAgent {
+        agent_id: String,
+        name: String,
+        record_json: String,
+    },
+    /// Forget an agent. Absent agents are not an error: deleting is idempotent.
+    DeleteAgent { agent_id: String },
+    /// Insert a request, or update its phase, record and time. A request's agent and fingerprint
+    /// are its idempotency identity (IDEM) and can never change once stored.
+    PutRequest {
+        request_id: String,
+        agent_id: String,
+        phase: String,
+        fingerprint: String,
+        record_json: String,
+        updated_ms: u64,
+    },
+    /// Append the one terminal event of a stored request. `sequence` must exceed every stored
+    /// sequence; the store never renumbers.
+    AppendTerminal {
+        sequence: u64,
+        request_id: String,
+        event_json: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAgent {
+    pub agent_id: String,
+    pub name: String,
+    pub record_json: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRequest {
+    pub request_id: String,
+    pub agent_id: String,
+    pub phase: String,
+    pub fingerprint: String,
+    pub record_json: String,
+    pub updated_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTerminalEvent {
+    pub sequence: u64,
+    pub request_id: String,
+    pub event_json: String,
+}
+
+/// Refuses a batch before it reaches the queue, so bad input costs no transaction.
+pub(crate) fn validate_batch(ops: &[StoreOp]) -> Result<(), StoreError> {
+    if ops.len() > BATCH_OPS_MAX {
+        return Err(StoreError::invalid(format!(
+            "batch has {} operations, the limit is {BATCH_OPS_MAX}",
+            ops.len()
+        )));
+    }
+    ops.iter().try_for_each(validate_op)
+}
+
+fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
+    match op {
+        StoreOp::PutAgent {
+            agent_id,
+            name,
+            record_json,
+        } => {
+            check_field("agent_id", agent_id)?;
+            check_field("name", name)?;
+            check_record("agent record", record_json)
+        }
+        StoreOp::DeleteAgent { agent_id } => check_field("agent_id", agent_id),
+        StoreOp::PutRequest {
+            request_id,
+            agent_id,
+            phase,
+            fingerprint,
+            record_json,
+            updated_ms,
+        } => {
+            check_field("request_id", request_id)?;
+            check_field("agent_id", agent_id)?;
+            check_field("phase", phase)?;
+            check_field("fingerprint", fingerprint)?;
+            check_record("request record", record_json)?;
+            to_sql_integer("updated_ms", *updated_ms).map(drop)
+        }
+        StoreOp::AppendTerminal {
+            sequence,
+            request_id,
+            event_json,
+        } => {
+            if *sequence == 0 {
+                return Err(StoreError::invalid(
+                    "terminal sequence 0 is reserved for 'none'",
+                ));
+            }
+            to_sql_integer("sequence", *sequence)?;
+            check_field("request_id", request_id)?;
+            check_record("terminal event", event_json)
+        }
+    }
+}
+
+fn check_field(what: &str, value: &str) -> Result<(), StoreError> {
+    if value.is_empty() || value.len() > FIELD_BYTES_MAX {
+        return Err(StoreError::invalid(format!(
+            "{what} must be 1..={FIELD_BYTES_MAX} bytes, got {}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_record(what: &str, json: &str) -> Result<(), StoreError> {
+    if json.len() > RECORD_BYTES_MAX {
+        return Err(StoreError::invalid(format!(
+            "{what} is {} bytes, the limit is {RECORD_BYTES_MAX}",
+            json.len()
+        )));
+    }
+    // Full JSON validity is checked by SQLite (CHECK json_valid) inside the batch's savepoint.
+    Ok(())
+}
+
+/// SQLite integers are signed 64-bit; larger values are refused, never wrapped.
+pub(crate) fn to_sql_integer(what: &str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::invalid(format!("{what} {value} exceeds {}", i64::MAX)))
+}
+
+/// Reads back a column the schema's CHECK keeps non-negative; a negative value means the file
+/// was edited behind our back.
+pub(crate) fn from_sql_integer(what: &str, value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Sqlite {
+        code: None,
+        message: format!("stored {what} {value} is negative; the database was altered"),
+    })
+}
+
+/// Applies one op inside the caller's savepoint.
+pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError> {
+    match op {
+        StoreOp::PutAgent {
+            agent_id,
+            name,
+            record_json,
+        } => put_agent(conn, agent_id, name, record_json),
+        StoreOp::DeleteAgent { agent_id } => {
+            conn.prepare_cached("DELETE FROM agents WHERE agent_id = ?1")?
+                .execute([agent_id])?;
+            Ok(())
+        }
+        StoreOp::PutRequest {
+            request_id,
+            agent_id,
+            phase,
+            fingerprint,
+            record_json,
+            updated_ms,
+        } => put_request(
+            conn,
+            request_id,
+            agent_id,
+            phase,
+            fingerprint,
+            record_json,
+            *updated_ms,
+        ),
+        StoreOp::AppendTerminal {
+            sequence,
+            request_id,
+            event_json,
+        } => append_terminal(conn, *sequence, request_id, event_json),
+    }
+}
+
+fn put_agent(
+    conn: &Connection,
+    agent_id: &str,
+    name: &str,
+    record: &str,
+) -> Result<(), StoreError> {
+    let owner: Option<String> = conn
+        .prepare_cached("SELECT agent_id FROM agents WHERE name = ?1")?
+        .query_row([name], |row| row.get(0))
+        .optional()?;
+    if let Some(owner) = owner.filter(|owner| owner != agent_id) {
+        return Err(StoreError::constraint(format!(
+            "agent name '{name}' already belongs to agent {owner}"
+        )));
+    }
+    conn.prepare_cached(
+        "INSERT INTO agents(agent_id, name, record) VALUES (?1, ?2, ?3) \
+         ON CONFLICT(agent_id) DO UPDATE SET name = excluded.name, record = excluded.record",
+    )?
+    .execute(params![agent_id, name, record])?;
+    Ok(())
+}
+
+fn put_request(
+    conn: &Connection,
+    request_id: &str,
+    agent_id: &str,
+    phase: &str,
+    fingerprint: &str,
+    record: &str,
+    updated_ms: u64,
+) -> Result<(), StoreError> {
+    let identity: Option<(String, String)> = conn
+        .prepare_cached("SELECT agent_id, fingerprint FROM requests WHERE request_id = ?1")?
+        .query_row([request_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    if let Some((stored_agent, stored_fingerprint)) = identity {
+        if stored_agent != agent_id || stored_fingerprint != fingerprint {
+            return Err(StoreError::constraint(format!(
+                "request {request_id} is stored for agent {stored_agent} with fingerprint \
+                 {stored_fingerprint}; its agent and fingerprint cannot change"
+            )));
+        }
+    }
+    let updated_ms = to_sql_integer("updated_ms", updated_ms)?;
+    conn.prepare_cached(
+        "INSERT INTO requests(request_id, agent_id, phase, fingerprint, record, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(request_id) DO UPDATE SET \
+         phase = excluded.phase, record = excluded.record, updated_ms = excluded.updated_ms",
+    )?
+    .execute(params![
+        request_id,
+        agent_id,
+        phase,
+        fingerprint,
+        record,
+        updated_ms
+    ])?;
+    Ok(())
+}
+
+fn append_terminal(
+    conn: &Connection,
+    sequence: u64,
+    request_id: &str,
+    event: &str,
+) -> Result<(), StoreError> {
+    let last = last_terminal_sequence(conn)?;
+    if sequence <= last {
+        return Err(StoreError::constraint(format!(
+            "terminal sequence {sequence} is not greater than the last stored sequence {last}"
+        )));
+    }
+    let existing: Option<i64> = conn
+        .prepare_cached("SELECT sequence FROM terminal_events WHERE request_id = ?1")?
+        .query_row([request_id], |row| row.get(0))
+        .optional()?;
+    if let Some(existing) = existing {
+        return Err(StoreError::constraint(format!(
+            "request {request_id} already ended with terminal event {existing}"
+        )));
+    }
+    let known: bool = conn
+        .prepare_cached("SELECT EXISTS(SELECT 1 FROM requests WHERE request_id = ?1)")?
+        .query_row([request_id], |row| row.get(0))?;
+    if !known {
+        return Err(StoreError::constraint(format!(
+            "terminal event for unknown request {request_id}; store the request first"
+        )));
+    }
+    let sequence_sql = to_sql_integer("sequence", sequence)?;
+    conn.prepare_cached(
+        "INSERT INTO terminal_events(sequence, request_id, event) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![sequence_sql, request_id, event])?;
+    Ok(())
+}
+
+pub(crate) fn last_terminal_sequence(conn: &Connection) -> Result<u64, StoreError> {
+    let max: Option<i64> = conn
+        .prepare_cached("SELECT MAX(sequence) FROM terminal_events")?
+        .query_row([], |row| row.get(0))?;
+    from_sql_integer("terminal sequence", max.unwrap_or(0))
+}

@@ -1,0 +1,193 @@
+//! `Store`: opening the database and reading it. Reads use their own connection, so they never
+//! wait behind the writer thread's queue (WAL gives them a consistent snapshot per statement).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, Row};
+
+use super::error::StoreError;
+use super::limits::TERMINAL_PAGE_MAX;
+use super::op::{self, StoredAgent, StoredRequest, StoredTerminalEvent};
+use super::schema::{self, OpenReport};
+
+/// A read handle on the store. `Sync`: threads share it, reads are serialised on one connection;
+/// a thread that reads a lot may open its own `Store`.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    report: OpenReport,
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating with mode 0600 if missing) and migrates the database at `path`. Refuses a
+    /// file that is not a wakterm database or was written by a newer schema, without modifying
+    /// it. A group/other-accessible file is reset to 0600 (see [`OpenReport::mode_repaired_from`]).
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let (conn, report) = schema::open_database(path)?;
+        // This connection only reads; make SQLite enforce that.
+        conn.execute_batch("PRAGMA query_only = ON")?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            report,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What opening created, repaired or migrated.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// Every agent, ordered by id. Sized by the engine's agent-table bound.
+    pub fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare_cached("SELECT agent_id, name, record FROM agents ORDER BY agent_id")?;
+        let rows = stmt.query_map([], |row| {
+            Ok(StoredAgent {
+                agent_id: row.get(0)?,
+                name: row.get(1)?,
+                record_json: row.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Every request, ordered by id: the input of engine recovery. Sized by the engine's request
+    /// retention bound.
+    pub fn load_requests(&self) -> Result<Vec<StoredRequest>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!("{REQUEST_SELECT} ORDER BY request_id"))?;
+        let rows = stmt.query_map([], raw_request)?;
+        rows.map(|raw| request_from_raw(raw?)).collect()
+    }
+
+    pub fn get_request(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!("{REQUEST_SELECT} WHERE request_id = ?1"))?;
+        let raw = stmt.query_row([request_id], raw_request).optional()?;
+        raw.map(request_from_raw).transpose()
+    }
+
+    /// Terminal events with `sequence > after_seq`, ascending, at most
+    /// `min(limit, TERMINAL_PAGE_MAX)` of them.
+    pub fn terminal_events_after(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredTerminalEvent>, StoreError> {
+        let limit = limit.min(TERMINAL_PAGE_MAX);
+        let Ok(after) = i64::try_from(after_seq) else {
+            return Ok(Vec::new()); // No stored sequence can exceed i64::MAX.
+        };
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT sequence, request_id, event FROM terminal_events \
+             WHERE sequence > ?1 ORDER BY sequence LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![after, limit as i64], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut events = Vec::with_capacity(limit.min(64));
+        for row in rows {
+            let (sequence, request_id, event_json) = row?;
+            let sequence = op::from_sql_integer("terminal sequence", sequence)?;
+            assert!(sequence > after_seq);
+            events.push(StoredTerminalEvent {
+                sequence,
+                request_id,
+                event_json,
+            });
+        }
+        assert!(events.len() <= limit);
+        Ok(events)
+    }
+
+    /// The terminal event of one request, if it has ended.
+    pub fn terminal_event_for(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<StoredTerminalEvent>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT sequence, request_id, event FROM terminal_events WHERE request_id = ?1",
+        )?;
+        let raw = stmt
+            .query_row([request_id], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })
+            .optional()?;
+        raw.map(|(sequence, request_id, event_json)| {
+            let sequence = op::from_sql_integer("terminal sequence", sequence)?;
+            Ok(StoredTerminalEvent {
+                sequence,
+                request_id,
+                event_json,
+            })
+        })
+        .transpose()
+    }
+
+    /// The greatest stored terminal sequence; 0 when there is none.
+    pub fn last_terminal_sequence(&self) -> Result<u64, StoreError> {
+        op::last_terminal_sequence(&self.conn())
+    }
+
+    /// A value of the `meta` table (e.g. `created_by`).
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT value FROM meta WHERE key = ?1")?;
+        Ok(stmt.query_row([key], |row| row.get(0)).optional()?)
+    }
+
+    /// A poisoned lock only means another reader panicked mid-read; the connection holds no
+    /// half-done state (reads are single statements), so keep using it.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+const REQUEST_SELECT: &str =
+    "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM requests";
+
+type RawRequest = (String, String, String, String, String, i64);
+
+fn raw_request(row: &Row<'_>) -> rusqlite::Result<RawRequest> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
+}
+
+fn request_from_raw(raw: RawRequest) -> Result<StoredRequest, StoreError> {
+    let (request_id, agent_id, phase, fingerprint, record_json, updated_ms) = raw;
+    let updated_ms = op::from_sql_integer("updated_ms", updated_ms)?;
+    Ok(StoredRequest {
+        request_id,
+        agent_id,
+        phase,
+        fingerprint,
+        record_json,
+        updated_ms,
+    })
+}

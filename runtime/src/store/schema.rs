@@ -1,0 +1,266 @@
+//! Opening a database file safely: private mode, refusal of foreign or newer files before any
+//! write, WAL + synchronous=FULL, and versioned migrations keyed by `PRAGMA user_version`.
+
+use std::fs::{self, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::error::StoreError;
+use super::limits::BUSY_TIMEOUT_MS;
+
+/// `PRAGMA application_id` of every wakterm database ("wakt"): tells our files from any other
+/// SQLite file before we touch it.
+pub const APPLICATION_ID: i32 = 0x7761_6b74;
+
+/// Migration `i` takes the schema from version `i` to `i + 1`. Append only; never edit a shipped
+/// entry, because databases in the field already ran it.
+const MIGRATIONS: &[&str] = &[MIGRATION_1];
+
+/// The schema version this build writes and the newest it can open.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+const MIGRATION_1: &str = "
+CREATE TABLE meta(
+    key TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+) STRICT;
+CREATE TABLE agents(
+    agent_id TEXT PRIMARY KEY NOT NULL,
+    name TEXT UNIQUE NOT NULL,
+    record TEXT NOT NULL CHECK (json_valid(record))
+) STRICT;
+CREATE TABLE requests(
+    request_id TEXT PRIMARY KEY NOT NULL,
+    agent_id TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    record TEXT NOT NULL CHECK (json_valid(record)),
+    updated_ms INTEGER NOT NULL CHECK (updated_ms >= 0)
+) STRICT;
+CREATE INDEX requests_by_agent ON requests(agent_id);
+CREATE INDEX requests_by_phase ON requests(phase);
+CREATE TABLE terminal_events(
+    sequence INTEGER PRIMARY KEY CHECK (sequence > 0),
+    request_id TEXT NOT NULL UNIQUE REFERENCES requests(request_id),
+    event TEXT NOT NULL CHECK (json_valid(event))
+) STRICT;
+";
+
+/// What opening found and fixed, so the daemon can tell the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The file did not exist and was created with mode 0600.
+    pub created: bool,
+    /// The file's previous mode when it gave group/other access; it is now 0600.
+    pub mode_repaired_from: Option<u32>,
+    /// The schema version found before migrating (0 for a new database).
+    pub migrated_from: u32,
+}
+
+/// Opens `path` read-write with the schema at [`SCHEMA_VERSION`]. The parent directory must exist.
+pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), StoreError> {
+    let created = create_private_file(path)?;
+    if !created {
+        // Before any write, even the WAL switch (which rewrites the header): refuse what we
+        // must not touch.
+        preflight_read_only(path)?;
+    }
+    let mode_repaired_from = repair_private_mode(path)?;
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    configure(&conn)?;
+    let migrated_from = migrate(path, &conn)?;
+    assert!(user_version(&conn)? == SCHEMA_VERSION);
+    Ok((
+        conn,
+        OpenReport {
+            created,
+            mode_repaired_from,
+            migrated_from,
+        },
+    ))
+}
+
+/// Creates the file with mode 0600 so it is never world-readable, not even for an instant.
+fn create_private_file(path: &Path) -> Result<bool, StoreError> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(true),
+        Err(err) if err.kind() == ErrorKind::AlreadyExists => Ok(false),
+        Err(err) => Err(StoreError::io(path, &err)),
+    }
+}
+
+/// Makes the database and any WAL/SHM side files private; returns the database's previous mode
+/// when it had to change.
+fn repair_private_mode(path: &Path) -> Result<Option<u32>, StoreError> {
+    let meta = fs::metadata(path).map_err(|err| StoreError::io(path, &err))?;
+    if !meta.is_file() {
+        return Err(StoreError::NotAWaktermDatabase {
+            path: path.to_path_buf(),
+            reason: "it is not a regular file".into(),
+        });
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    for suffix in ["-wal", "-shm"] {
+        let side = path.with_file_name(format!(
+            "{}{suffix}",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        ));
+        if let Ok(side_meta) = fs::metadata(&side) {
+            if side_meta.permissions().mode() & 0o077 != 0 {
+                set_mode_0600(&side)?;
+            }
+        }
+    }
+    if mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    set_mode_0600(path)?;
+    Ok(Some(mode))
+}
+
+fn set_mode_0600(path: &Path) -> Result<(), StoreError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .map_err(|err| StoreError::io(path, &err))
+}
+
+/// Reads the identity and version through a read-only connection; refuses foreign and newer
+/// files without writing a byte to them.
+fn preflight_read_only(path: &Path) -> Result<(), StoreError> {
+    let not_ours = |reason: String| StoreError::NotAWaktermDatabase {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|err| not_ours(err.to_string()))?;
+    let identity = read_identity(&conn).map_err(|err| match err {
+        rusqlite::Error::SqliteFailure(ffi, _) if ffi.code == rusqlite::ErrorCode::NotADatabase => {
+            not_ours("the file is not a SQLite database".into())
+        }
+        other => StoreError::from(other),
+    })?;
+    check_identity(path, identity)
+}
+
+struct Identity {
+    application_id: i32,
+    user_version: u32,
+    object_count: i64,
+}
+
+fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
+    Ok(Identity {
+        application_id: conn.query_row("PRAGMA application_id", [], |row| row.get(0))?,
+        user_version: conn.query_row("PRAGMA user_version", [], |row| row.get(0))?,
+        object_count: conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |row| row.get(0))?,
+    })
+}
+
+fn check_identity(path: &Path, id: Identity) -> Result<(), StoreError> {
+    let not_ours = |reason: String| StoreError::NotAWaktermDatabase {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let empty = id.application_id == 0 && id.user_version == 0 && id.object_count == 0;
+    if empty {
+        return Ok(());
+    }
+    if id.application_id != APPLICATION_ID {
+        return Err(not_ours(format!(
+            "SQLite database of another application (application_id {:#x}, {} schema objects)",
+            id.application_id, id.object_count
+        )));
+    }
+    if id.user_version == 0 {
+        return Err(not_ours(
+            "wakterm application id but no schema version".into(),
+        ));
+    }
+    if id.user_version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found: id.user_version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Per-connection settings. WAL lets readers run beside the writer; FULL syncs the WAL on every
+/// commit, so an acknowledged commit survives power loss, not only a process crash.
+pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Sqlite {
+            code: None,
+            message: format!("could not enable WAL journal mode (SQLite kept '{mode}')"),
+        });
+    }
+    conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+    let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?;
+    assert!(
+        synchronous == 2,
+        "synchronous must be FULL (2), SQLite reports {synchronous}"
+    );
+    Ok(())
+}
+
+fn user_version(conn: &Connection) -> Result<u32, StoreError> {
+    Ok(conn.query_row("PRAGMA user_version", [], |row| row.get(0))?)
+}
+
+/// Runs the missing migrations in one IMMEDIATE transaction. The version is read again under the
+/// write lock: another process may have migrated (or a newer build written) since preflight.
+fn migrate(path: &Path, conn: &Connection) -> Result<u32, StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = migrate_locked(path, conn);
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    match (result, conn.execute_batch(end)) {
+        (Ok(found), Ok(())) => Ok(found),
+        (Ok(_), Err(err)) => Err(err.into()),
+        (Err(err), _) => Err(err),
+    }
+}
+
+fn migrate_locked(path: &Path, conn: &Connection) -> Result<u32, StoreError> {
+    let identity = read_identity(conn)?;
+    let found = identity.user_version;
+    check_identity(path, identity)?;
+    assert!(found <= SCHEMA_VERSION);
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        conn.execute_batch(sql)?;
+        let version = index as u32 + 1;
+        conn.execute_batch(&format!("PRAGMA user_version = {version}"))?;
+    }
+    if found < SCHEMA_VERSION {
+        conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))?;
+        let by = format!("wakterm-runtime {}", env!("CARGO_PKG_VERSION"));
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('created_by', ?1) ON CONFLICT(key) DO NOTHING",
+            [&by],
+        )?;
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('migrated_by', ?1) \
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [&by],
+        )?;
+    }
+    Ok(found)
+}

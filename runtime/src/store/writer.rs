@@ -1,0 +1,253 @@
+//! `StoreWriter`: the only write connection, on a dedicated OS thread, with group commit.
+//!
+//! Each wake-up drains every queued batch (FIFO, at most `GROUP_BATCHES_MAX`) into one
+//! `BEGIN IMMEDIATE ... COMMIT`. Each batch runs inside its own SAVEPOINT, so a batch that breaks
+//! a rule is rolled back alone while the rest of the group commits. Callbacks run on the writer
+//! thread, in submission order, only after COMMIT has returned: an ack always means "on disk".
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+use rusqlite::Connection;
+
+use super::error::StoreError;
+use super::limits::{GROUP_BATCHES_MAX, WRITE_QUEUE_CAPACITY};
+use super::op::{self, StoreOp};
+use super::schema::{self, OpenReport};
+
+/// Called exactly once, on the writer thread, for every batch `submit` accepted. Keep it short:
+/// the next group waits for it. A panicking callback is contained and does not stop the writer.
+pub type CommitCallback = Box<dyn FnOnce(Result<CommitInfo, StoreError>) + Send + 'static>;
+
+/// How a successful batch was committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// Counts group transactions of this writer from 1; batches with equal ids shared one COMMIT.
+    pub transaction_id: u64,
+    /// Batches (succeeded or failed) that shared the transaction.
+    pub batches_in_transaction: usize,
+    /// This batch's FIFO position within the transaction, from 0.
+    pub position: usize,
+}
+
+/// Counters since spawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    pub transactions: u64,
+    pub batches: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    transactions: AtomicU64,
+    batches: AtomicU64,
+}
+
+/// A queued batch. If it is dropped without being answered (the writer stopped), its callback
+/// still hears `Closed`, so no caller waits forever.
+struct PendingBatch {
+    ops: Vec<StoreOp>,
+    done: Option<CommitCallback>,
+}
+
+impl PendingBatch {
+    fn answer(&mut self, result: Result<CommitInfo, StoreError>) {
+        if let Some(done) = self.done.take() {
+            // A caller's panic must not kill the thread every other caller depends on.
+            let _ = catch_unwind(AssertUnwindSafe(move || done(result)));
+        }
+    }
+}
+
+impl Drop for PendingBatch {
+    fn drop(&mut self) {
+        self.answer(Err(StoreError::Closed));
+    }
+}
+
+/// The single writer. `Sync`: share it (e.g. in an `Arc`) and submit from any thread.
+pub struct StoreWriter {
+    sender: Option<SyncSender<PendingBatch>>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    capacity: usize,
+    report: OpenReport,
+}
+
+impl StoreWriter {
+    /// Opens (and migrates) the database like [`super::Store::open`] and starts the writer thread
+    /// with a queue of [`WRITE_QUEUE_CAPACITY`] batches.
+    pub fn spawn(path: &Path) -> Result<StoreWriter, StoreError> {
+        Self::spawn_with_capacity(path, WRITE_QUEUE_CAPACITY)
+    }
+
+    /// As [`StoreWriter::spawn`] with a smaller queue (tests, memory-tight callers).
+    pub fn spawn_with_capacity(path: &Path, capacity: usize) -> Result<StoreWriter, StoreError> {
+        if capacity == 0 || capacity > WRITE_QUEUE_CAPACITY {
+            return Err(StoreError::invalid(format!(
+                "writer queue capacity must be 1..={WRITE_QUEUE_CAPACITY}, got {capacity}"
+            )));
+        }
+        let (conn, report) = schema::open_database(path)?;
+        let (sender, receiver) = mpsc::sync_channel(capacity);
+        let counters = Arc::new(Counters::default());
+        let thread_counters = Arc::clone(&counters);
+        let thread = thread::Builder::new()
+            .name("wakterm-store-writer".into())
+            .spawn(move || run(conn, receiver, thread_counters))
+            .map_err(|err| StoreError::io(path, &err))?;
+        Ok(StoreWriter {
+            sender: Some(sender),
+            thread: Some(thread),
+            counters,
+            capacity,
+            report,
+        })
+    }
+
+    /// Enqueues one atomic batch without blocking. On `Ok`, `done` will be called exactly once,
+    /// after the batch's transaction ended. On `Err` nothing was enqueued and `done` is dropped
+    /// uncalled: `InvalidOp` (a bound broken), `Backpressure` (queue full: retry later; the
+    /// daemon's reactor must never block on SQLite, so a full queue is an answer, not a wait),
+    /// or `Closed`.
+    pub fn submit(&self, ops: Vec<StoreOp>, done: CommitCallback) -> Result<(), StoreError> {
+        op::validate_batch(&ops)?;
+        let sender = self.sender.as_ref().ok_or(StoreError::Closed)?;
+        let batch = PendingBatch {
+            ops,
+            done: Some(done),
+        };
+        match sender.try_send(batch) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(mut batch)) => {
+                batch.done = None; // The caller learns from the Err, not the callback.
+                Err(StoreError::Backpressure {
+                    capacity: self.capacity,
+                })
+            }
+            Err(TrySendError::Disconnected(mut batch)) => {
+                batch.done = None;
+                Err(StoreError::Closed)
+            }
+        }
+    }
+
+    /// Submits and waits for the commit. For callers off the reactor (CLI, tests, recovery).
+    /// Never call it from a commit callback: the writer thread would wait for itself.
+    pub fn commit_blocking(&self, ops: Vec<StoreOp>) -> Result<CommitInfo, StoreError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.submit(ops, Box::new(move |result| drop(tx.send(result))))?;
+        rx.recv().unwrap_or(Err(StoreError::Closed))
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        WriterStats {
+            transactions: self.counters.transactions.load(Ordering::Acquire),
+            batches: self.counters.batches.load(Ordering::Acquire),
+        }
+    }
+
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// Commits everything already queued, answers every callback, then stops the thread.
+    pub fn shutdown(mut self) -> Result<(), StoreError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), StoreError> {
+        // Dropping the sender lets the thread drain what is queued, then see the disconnect.
+        drop(self.sender.take());
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        if thread.thread().id() == thread::current().id() {
+            // A callback dropped the last handle; the thread ends on its own once drained.
+            return Ok(());
+        }
+        thread.join().map_err(|_| StoreError::Sqlite {
+            code: None,
+            message: "store writer thread panicked".into(),
+        })
+    }
+}
+
+impl Drop for StoreWriter {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>) {
+    let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
+    let mut transaction_id = 0u64;
+    // `recv` returns queued batches before reporting that every sender is gone: shutdown drains.
+    while let Ok(first) = receiver.recv() {
+        group.push(first);
+        while group.len() < GROUP_BATCHES_MAX {
+            match receiver.try_recv() {
+                Ok(batch) => group.push(batch),
+                Err(_) => break,
+            }
+        }
+        transaction_id += 1;
+        let results = commit_group(&conn, &group, transaction_id);
+        assert!(results.len() == group.len());
+        counters
+            .batches
+            .fetch_add(group.len() as u64, Ordering::AcqRel);
+        counters.transactions.fetch_add(1, Ordering::AcqRel);
+        // Only now, with the transaction ended, are callers told: FIFO order.
+        for (mut batch, result) in group.drain(..).zip(results) {
+            batch.answer(result);
+        }
+    }
+}
+
+/// Runs the group in one transaction and returns each batch's result, in order.
+fn commit_group(
+    conn: &Connection,
+    group: &[PendingBatch],
+    transaction_id: u64,
+) -> Vec<Result<CommitInfo, StoreError>> {
+    assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
+    let batches_in_transaction = group.len();
+    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let err = StoreError::from(err);
+        return group.iter().map(|_| Err(err.clone())).collect();
+    }
+    let mut results: Vec<Result<CommitInfo, StoreError>> = Vec::with_capacity(group.len());
+    for (position, batch) in group.iter().enumerate() {
+        let info = CommitInfo {
+            transaction_id,
+            batches_in_transaction,
+            position,
+        };
+        results.push(apply_batch(conn, &batch.ops).map(|()| info));
+    }
+    if let Err(err) = conn.execute_batch("COMMIT") {
+        // The whole group is lost; every batch that had succeeded learns why.
+        let _ = conn.execute_batch("ROLLBACK");
+        let err = StoreError::from(err);
+        for result in results.iter_mut().filter(|result| result.is_ok()) {
+            *result = Err(err.clone());
+        }
+    }
+    results
+}
+
+/// One batch inside its own savepoint: all of its ops or none.
+fn apply_batch(conn: &Connection, ops: &[StoreOp]) -> Result<(), StoreError> {
+    conn.execute_batch("SAVEPOINT batch")?;
+    let applied = ops.iter().try_for_each(|op| op::apply_op(conn, op));
+    if applied.is_err() {
+        conn.execute_batch("ROLLBACK TO batch")?;
+    }
+    conn.execute_batch("RELEASE batch")?;
+    applied
+}
