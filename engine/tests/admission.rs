@@ -1,0 +1,441 @@
+//! Admission scenarios: each test names the SPEC.md rule it proves.
+
+mod support;
+use support::*;
+use wakterm_engine::*;
+
+fn classification(rig: &Rig, op: OpId) -> Classification {
+    rig.receipt(op).classification
+}
+
+/// ADM-1: unknown display names and unknown exact ids are `unavailable`; exact lookup by id works.
+#[test]
+fn adm_1_resolution_by_name_or_exact_id() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.target = "nobody".to_string();
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("agent_unknown"));
+    assert_eq!(classification(&rig, op), Classification::Unavailable);
+
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.target = OTHER.to_string();
+    command.exact_agent_id = true;
+    let op = rig.submit(command);
+    assert_eq!(classification(&rig, op), Classification::Unavailable);
+
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.target = ZOLA.to_uppercase();
+    command.exact_agent_id = true;
+    let op = rig.submit(command);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+    assert_eq!(rig.writes(), 1);
+}
+
+/// ADM-1 / INP-4: `--exact-agent-id` with something that is not an id is `invalid`.
+#[test]
+fn adm_1_exact_id_must_be_an_id() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.exact_agent_id = true;
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("agent_id_malformed"));
+    assert_eq!(rig.writes(), 0);
+}
+
+/// ADM-2: an admission naming an old incarnation is `stale_incarnation` and writes nothing.
+#[test]
+fn adm_2_stale_incarnation() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
+    command.incarnation = Some("inc-0".to_string());
+    let op = rig.submit(command);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::StaleIncarnation);
+    assert!(!receipt.prompt_written);
+    assert_eq!(rig.writes(), 0);
+    assert!(rig.durable.is_empty(), "IDEM-6: a definitive rejection persists nothing");
+}
+
+/// ADM-2: the observer verifying a different process than registered is also stale.
+#[test]
+fn adm_2_observer_sees_other_process() {
+    let mut rig = Rig::with_idle_zola();
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 999)));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, op), Classification::StaleIncarnation);
+    assert_eq!(rig.writes(), 0);
+}
+
+/// ADM-3: admission refreshes the observer and decides on the refreshed state.
+#[test]
+fn adm_3_admission_waits_for_the_refresh() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert!(!rig.has_receipt(op));
+    assert_eq!(rig.refreshes.len(), 1);
+    assert!(rig.deliveries.is_empty() && rig.persists.is_empty());
+    rig.refresh_next();
+    assert_eq!(rig.persists.len(), 1, "registration follows the refresh");
+}
+
+/// ADM-3: a refresh that never answers is `observer_failure`, nothing written.
+#[test]
+fn adm_3_refresh_timeout_is_observer_failure() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.advance(limits::REFRESH_TIMEOUT_MS);
+    assert_eq!(classification(&rig, op), Classification::ObserverFailure);
+    assert!(rig.persists.is_empty() && rig.deliveries.is_empty());
+}
+
+/// ADM-4: state re-checked after registration, immediately before the write: a turn that
+/// started meanwhile makes it `busy`, the registration is released, nothing is written.
+#[test]
+fn adm_4_recheck_before_write() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.turn_started("turn-x", 1010); // someone typed into the pane
+    rig.ack_next_persist(Ok(()));
+    assert!(rig.deliveries.is_empty(), "no write after a failed re-check");
+    rig.ack_next_persist(Ok(())); // the release
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::Busy);
+    assert!(!receipt.prompt_written);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Released);
+}
+
+/// ADM-4: an incarnation change between registration and the write is `stale_incarnation`.
+#[test]
+fn adm_4_incarnation_change_before_write() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 101)));
+    rig.ack_next_persist(Ok(()));
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(classification(&rig, op), Classification::StaleIncarnation);
+    assert!(rig.deliveries.is_empty());
+}
+
+/// ADM-5: a running turn, a draft in the composer or a question make admission `busy`.
+#[test]
+fn adm_5_busy_states() {
+    let cases = [
+        (TurnState::Busy { turn: Some(turn("t")) }, Composer::Empty, "turn_active"),
+        (TurnState::Idle { last_completed: Some(turn("t")) }, Composer::Draft, "composer_not_empty"),
+        (TurnState::Idle { last_completed: Some(turn("t")) }, Composer::Question, "interactive_question"),
+    ];
+    for (turn_state, composer, reason) in cases {
+        let mut rig = Rig::with_idle_zola();
+        let mut snapshot = idle_snapshot("inc-1", 100);
+        snapshot.turn = turn_state;
+        snapshot.composer = composer;
+        rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+        for mode in [ReturnMode::OneWay, ReturnMode::ReturnFinal] {
+            let op = rig.admit(REQ, "hi", mode);
+            let receipt = rig.receipt(op);
+            assert_eq!(receipt.classification, Classification::Busy, "{reason}");
+            assert_eq!(receipt.reason.as_deref(), Some(reason));
+            assert!(!receipt.prompt_written);
+        }
+        assert_eq!(rig.writes(), 0);
+    }
+}
+
+/// ADM-5: after a complete write, the agent stays busy until a turn starts, so a second
+/// prompt cannot race into the same idle composer.
+#[test]
+fn adm_5_awaiting_turn_start_is_busy() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, first), Classification::Accepted);
+    // The observer has not seen the turn yet; the refresh still says idle.
+    let second = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(second).reason.as_deref(), Some("awaiting_turn_start"));
+    rig.turn_started("turn-1", 1010);
+    rig.turn_completed("turn-1", "ok", 1030);
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.position = 1030;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let third = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, third), Classification::Accepted);
+}
+
+/// ADM-6: return-final without a completed baseline turn is `observer_failure`, not busy;
+/// a one-way admission to the same idle agent is still accepted.
+#[test]
+fn adm_6_no_baseline_cursor() {
+    let mut rig = Rig::with_idle_zola();
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Idle { last_completed: None };
+    snapshot.session = None;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, op), Classification::ObserverFailure);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("no_baseline_cursor"));
+    assert!(!rig.receipt(op).prompt_written);
+    let op = rig.admit(REQ2, "hi", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+}
+
+/// ADM-6: an unavailable observer or an unknown turn state refuses admit, never guesses.
+#[test]
+fn adm_6_observer_unavailable() {
+    let mut rig = Rig::with_idle_zola();
+    rig.snapshots.insert(agent_id(ZOLA), Err("two rollout files are open".to_string()));
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::ObserverFailure);
+    assert_eq!(rig.receipt(op).detail.as_deref(), Some("two rollout files are open"));
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Unknown;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("turn_state_unknown"));
+    assert_eq!(rig.writes(), 0);
+}
+
+/// ADM-7: return-final to a harness without Codex evidence is `unsupported`.
+#[test]
+fn adm_7_unsupported_harness() {
+    let mut rig = Rig::with_idle_zola();
+    let mut facts = zola_facts("inc-1", 100);
+    facts.harness = Harness::Other("claude".to_string());
+    rig.input(Input::AgentUpserted(facts));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, op), Classification::Unsupported);
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
+    command.paste_mode = PasteMode::Raw;
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("raw_paste_return_final"));
+    assert_eq!(rig.writes(), 0);
+}
+
+/// ADM-8: the prompt and Enter reach the pane as exactly one write.
+#[test]
+fn adm_8_one_write() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "Complete phases 2 and 3", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+    assert_eq!(rig.written.len(), 1);
+    assert_eq!(rig.written[0].1, b"\x15\x1b[200~Complete phases 2 and 3\x1b[201~\r".to_vec());
+}
+
+/// ADM-9: every definitive rejection has prompt_written false and no write happened.
+#[test]
+fn adm_9_rejections_write_nothing() {
+    let mut rig = Rig::with_idle_zola();
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Busy { turn: None };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    for (id, prompt) in [(REQ, "hi"), ("bad-id", "hi"), (REQ2, "")] {
+        let op = rig.admit(id, prompt, ReturnMode::ReturnFinal);
+        let receipt = rig.receipt(op);
+        assert!(receipt.classification.is_definitive_rejection());
+        assert!(!receipt.prompt_written && receipt.retry_safe && !receipt.reply_pending);
+    }
+    assert_eq!(rig.writes(), 0);
+}
+
+/// ADM-10: a failed or partial write is `indeterminate`, prompt_written true, never retry-safe.
+#[test]
+fn adm_10_write_errors_are_indeterminate() {
+    for (bytes_written, state) in [(0, WriteState::Failed), (7, WriteState::Partial)] {
+        let mut rig = Rig::with_idle_zola();
+        rig.delivery_outcome = DeliveryOutcome::Failed { bytes_written, error: "EIO".to_string() };
+        let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+        let receipt = rig.receipt(op).clone();
+        assert_eq!(receipt.classification, Classification::Indeterminate);
+        assert!(receipt.prompt_written && !receipt.retry_safe);
+        assert_eq!(receipt.write_state, state);
+        let events = rig.terminal_for(REQ);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].state, TerminalState::Indeterminate);
+        // The turn our partial prompt may have opened never yields `completed`.
+        rig.provider_turn("turn-1", "hi", "final", 1000);
+        assert_eq!(rig.terminal_for(REQ).len(), 1);
+    }
+}
+
+/// ADM-10: a write whose result never comes back is `indeterminate` (write_state unknown).
+#[test]
+fn adm_10_lost_write_result_is_indeterminate() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.deliveries.len(), 1);
+    rig.advance(limits::DELIVERY_TIMEOUT_MS);
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.receipt(op).write_state, WriteState::Unknown);
+    assert_eq!(classification(&rig, op), Classification::Indeterminate);
+}
+
+/// ADM-10 / DeliveryOutcome::Refused: a writer that proves it wrote nothing is a definitive
+/// `unavailable` and the id is released.
+#[test]
+fn adm_10_refused_write_is_definitive() {
+    let mut rig = Rig::with_idle_zola();
+    rig.delivery_outcome = DeliveryOutcome::Refused { reason: "pane closed".to_string() };
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, op), Classification::Unavailable);
+    assert!(!rig.receipt(op).prompt_written);
+    assert!(rig.terminal_for(REQ).is_empty());
+}
+
+/// ADM-11: a registration that fails to commit is `internal_failure` and nothing is written.
+#[test]
+fn adm_11_registration_commit_failure() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Err("disk full".to_string()));
+    assert_eq!(classification(&rig, op), Classification::InternalFailure);
+    assert!(rig.deliveries.is_empty());
+    // The id is free: the same request can be retried and succeeds.
+    rig.auto = Auto::All;
+    let retry = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, retry), Classification::Accepted);
+}
+
+/// ADM-12: while one admission holds the agent, a second one is `busy` before any write.
+#[test]
+fn adm_12_one_admission_per_agent() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let first = rig.admit(REQ, "one", ReturnMode::OneWay);
+    let second = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(second).reason.as_deref(), Some("admission_in_progress"));
+    rig.settle();
+    assert_eq!(classification(&rig, first), Classification::Accepted);
+    assert_eq!(rig.writes(), 1);
+}
+
+/// ADM-13: plain `send` keeps its interactive behaviour: it writes to a busy agent and reports
+/// whether the observer acknowledged the prompt.
+#[test]
+fn adm_13_plain_send_steers_and_waits_for_ack() {
+    let mut rig = Rig::with_idle_zola();
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Busy { turn: Some(turn("turn-1")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let command = rig.command(Operation::Send, REQ, "also do x", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    assert!(!rig.has_receipt(op), "send waits briefly for acknowledgement");
+    assert_eq!(rig.writes(), 1);
+    rig.user_message("turn-1", "also do x", 1020);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::Accepted);
+    assert_eq!(receipt.acknowledged, Some(true));
+
+    let command = rig.command(Operation::Send, REQ2, "and y", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    assert_eq!(rig.receipt(op).acknowledged, Some(false));
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+}
+
+/// ADM-13: `send --return-final` needs an idle agent like `admit`.
+#[test]
+fn adm_13_send_return_final_needs_idle() {
+    let mut rig = Rig::with_idle_zola();
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Busy { turn: Some(turn("turn-1")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let command = rig.command(Operation::Send, REQ, "hi", ReturnMode::ReturnFinal);
+    let op = rig.submit(command);
+    assert_eq!(classification(&rig, op), Classification::Busy);
+    assert_eq!(rig.writes(), 0);
+}
+
+/// ADM-14: a raw paste is never `accepted` without observer evidence.
+#[test]
+fn adm_14_raw_paste_needs_evidence() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.paste_mode = PasteMode::Raw;
+    let op = rig.submit(command);
+    assert!(!rig.has_receipt(op));
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::Indeterminate);
+    assert_eq!(receipt.reason.as_deref(), Some("raw_paste_unacknowledged"));
+
+    let mut command = rig.command(Operation::Admit, REQ2, "yo", ReturnMode::OneWay);
+    command.paste_mode = PasteMode::Raw;
+    rig.turn_started("turn-1", 1010); // clear awaiting from the first write
+    rig.turn_completed("turn-1", "x", 1030);
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.position = 1030;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let op = rig.submit(command);
+    rig.turn_started("turn-2", 1040);
+    rig.user_message("turn-2", "yo", 1050);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(rig.receipt(op).acknowledged, Some(true));
+}
+
+/// INP-1: bad prompts are `invalid` before anything else happens.
+#[test]
+fn inp_1_bad_prompts_are_invalid() {
+    let mut rig = Rig::with_idle_zola();
+    for (prompt, reason) in [("", "prompt_empty"), ("a\x1b[201~b", "prompt_control_character")] {
+        let op = rig.admit(REQ, prompt, ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some(reason));
+    }
+    let big = "x".repeat(limits::MAX_PROMPT_BYTES + 1);
+    let op = rig.admit(REQ, &big, ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("prompt_too_large"));
+    assert!(rig.refreshes.is_empty() && rig.durable.is_empty() && rig.writes() == 0);
+}
+
+/// INP-2: a malformed request id is `invalid` with no request id in the receipt.
+#[test]
+fn inp_2_malformed_request_id() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit("not-a-uuid", "hi", ReturnMode::OneWay);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.reason.as_deref(), Some("request_id_malformed"));
+    assert!(receipt.request_id.is_none());
+}
+
+/// INP-3: the final timeout is bounded and only meaningful with return-final.
+#[test]
+fn inp_3_timeout_range() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
+    command.final_timeout_ms = limits::MAX_FINAL_TIMEOUT_MS + 1;
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("final_timeout_out_of_range"));
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.final_timeout_ms = 5;
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("final_timeout_without_return_final"));
+}
+
+/// INP-4, INP-5: admit needs a well-formed incarnation; targets are bounded.
+#[test]
+fn inp_4_inp_5_incarnation_and_target() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.incarnation = None;
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("incarnation_required"));
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.incarnation = Some("a\nb".to_string());
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("incarnation_malformed"));
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.target = "z".repeat(limits::MAX_TARGET_BYTES + 1);
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("target_malformed"));
+    assert_eq!(rig.writes(), 0);
+}

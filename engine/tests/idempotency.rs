@@ -1,0 +1,112 @@
+//! Idempotency scenarios (IDEM-*): one request id never writes twice.
+
+mod support;
+use support::*;
+use wakterm_engine::*;
+
+/// IDEM-1: every fingerprinted field changes the fingerprint; nothing else does.
+#[test]
+fn idem_1_fingerprint_covers_the_caller_input() {
+    let rig = &mut Rig::with_idle_zola();
+    let base = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
+    let print = wakterm_engine::fingerprint::fingerprint;
+    let mut same = base.clone();
+    same.op = OpId(999);
+    same.request_id = REQ2.to_string();
+    assert_eq!(print(&base), print(&same), "op and request id are not input");
+    let variants: Vec<Box<dyn Fn(&mut AdmitCommand)>> = vec![
+        Box::new(|c| c.prompt = "hi ".to_string()),
+        Box::new(|c| c.incarnation = Some("inc-2".to_string())),
+        Box::new(|c| c.paste_mode = PasteMode::Raw),
+        Box::new(|c| c.return_mode = ReturnMode::OneWay),
+        Box::new(|c| c.final_timeout_ms = 1),
+        Box::new(|c| c.target = "zolb".to_string()),
+        Box::new(|c| c.exact_agent_id = true),
+        Box::new(|c| c.operation = Operation::Send),
+    ];
+    for change in variants {
+        let mut other = base.clone();
+        change(&mut other);
+        assert_ne!(print(&base), print(&other));
+    }
+}
+
+/// IDEM-2: repeating the same id and input returns the stored receipt and writes nothing.
+#[test]
+fn idem_2_replay_returns_the_stored_receipt() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "Complete phases 2 and 3", ReturnMode::ReturnFinal);
+    let original = rig.receipt(first).clone();
+    assert_eq!(original.classification, Classification::Accepted);
+    for _ in 0..3 {
+        let again = rig.admit(REQ, "Complete phases 2 and 3", ReturnMode::ReturnFinal);
+        let replay = rig.receipt(again).clone();
+        assert!(replay.replayed);
+        assert_eq!(Receipt { replayed: false, ..replay }, original);
+    }
+    assert_eq!(rig.writes(), 1);
+    // Still one write after the request completed, too.
+    rig.provider_turn("turn-1", "Complete phases 2 and 3", "done", 1000);
+    let again = rig.admit(REQ, "Complete phases 2 and 3", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(again).classification, Classification::Accepted);
+    assert_eq!(rig.writes(), 1);
+}
+
+/// IDEM-3: reusing an id with different input is `invalid` and writes nothing.
+#[test]
+fn idem_3_conflicting_reuse_is_rejected() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "one", ReturnMode::OneWay);
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::Invalid);
+    assert_eq!(receipt.reason.as_deref(), Some("request_id_conflict"));
+    assert_eq!(rig.writes(), 1);
+}
+
+/// IDEM-4: one-way and return-final admissions are durable before their write.
+#[test]
+fn idem_4_registration_is_durable_before_the_write() {
+    for mode in [ReturnMode::OneWay, ReturnMode::ReturnFinal] {
+        let mut rig = Rig::with_idle_zola();
+        rig.auto = Auto::Manual;
+        rig.admit(REQ, "hi", mode);
+        rig.refresh_next();
+        assert!(rig.deliveries.is_empty(), "no write before the registration commits");
+        rig.ack_next_persist(Ok(()));
+        assert_eq!(rig.deliveries.len(), 1);
+        let record = &rig.durable[&RequestId::parse(REQ).unwrap()];
+        assert_eq!(record.phase, Phase::Registered);
+        assert_eq!(record.fingerprint.len(), 64);
+    }
+}
+
+/// IDEM-5: the same id arriving while its admission is in flight joins it: both callers get
+/// the same receipt and one write happens.
+#[test]
+fn idem_5_concurrent_same_id_joins() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let first = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    let second = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    let conflicting = rig.admit(REQ, "other", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(conflicting).reason.as_deref(), Some("request_id_conflict"));
+    rig.settle();
+    assert_eq!(rig.receipt(first), rig.receipt(second));
+    assert_eq!(rig.writes(), 1);
+}
+
+/// IDEM-6: a definitive rejection leaves the id free for a later attempt.
+#[test]
+fn idem_6_rejected_id_can_be_retried() {
+    let mut rig = Rig::with_idle_zola();
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Busy { turn: None };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let busy = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(busy).classification, Classification::Busy);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    let retry = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(retry).classification, Classification::Accepted);
+    assert!(!rig.receipt(retry).replayed);
+}

@@ -1,0 +1,126 @@
+//! Restart and crash windows (REC-*, TERM-3).
+
+mod support;
+use support::*;
+use wakterm_engine::*;
+
+fn restart_with_zola(rig: &mut Rig, facts: AgentFacts) {
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(facts));
+    rig.input(Input::StartupComplete);
+}
+
+/// REC-1, REC-4: a crash after registration, before the submitted marker (the PTY write
+/// window), leaves `indeterminate`; the turn our prompt may have opened never completes it.
+#[test]
+fn rec_1_rec_4_crash_in_the_write_window() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete); // bytes reached the pane...
+    assert!(!rig.has_receipt(op)); // ...and the daemon dies before the marker commits.
+    rig.auto = Auto::All;
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].state, TerminalState::Indeterminate);
+    assert_eq!(events[0].reason.as_deref(), Some(RESTART_REASON));
+    rig.provider_turn("turn-1", "hi", "final", 1000);
+    assert_eq!(rig.terminal_for(REQ).len(), 1, "never completed after the restart");
+    // A replay after the restart returns the indeterminate receipt and writes nothing.
+    let writes = rig.writes();
+    let replay = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(replay).classification, Classification::Indeterminate);
+    assert_eq!(rig.writes(), writes);
+}
+
+/// REC-3: a one-way registration interrupted by a crash replays as `indeterminate`.
+#[test]
+fn rec_3_one_way_registration_becomes_indeterminate() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.auto = Auto::All;
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    let replay = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    let receipt = rig.receipt(replay);
+    assert_eq!(receipt.classification, Classification::Indeterminate);
+    assert_eq!(receipt.write_state, WriteState::Unknown);
+    assert!(rig.terminal_for(REQ).is_empty(), "one-way requests have no terminal event");
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Settled);
+}
+
+/// REC-2: a submitted request survives a restart when the same process and observer session
+/// come back, and completes with its own turn's final.
+#[test]
+fn rec_2_submitted_request_resumes_after_verification() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    assert_eq!(rig.resumes.len(), 1);
+    assert_eq!(rig.resumes[0].1.position, 1000, "replay from the armed cursor");
+    // The runtime re-attaches and replays from the cursor.
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.provider_turn("turn-1", "hi", "the real final", 1000);
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].state, TerminalState::Completed);
+    assert_eq!(events[0].final_message.as_deref(), Some("the real final"));
+}
+
+/// REC-2: a different process or session after the restart makes it `indeterminate`.
+#[test]
+fn rec_2_changed_process_or_session_after_restart() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    restart_with_zola(&mut rig, zola_facts("inc-2", 200));
+    assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("incarnation_changed"));
+
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.observe(ObserverEvent::Attached { session: SessionId("sess-9".to_string()), position: 0 });
+    assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("observer_session_changed"));
+
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.crash_and_recover();
+    rig.input(Input::StartupComplete);
+    assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("agent_missing_after_restart"));
+}
+
+/// REC-2: while suspended, live events are not interpreted (they could be out of order).
+#[test]
+fn rec_2_suspended_requests_ignore_events_until_attached() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.provider_turn("turn-1", "other text", "x", 1000);
+    assert!(rig.terminal_for(REQ).is_empty());
+}
+
+/// TERM-3: sequences continue after the last durable one across restarts; published events
+/// are never renumbered.
+#[test]
+fn term_3_sequences_survive_restart() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.provider_turn("turn-1", "hi", "f", 1000);
+    assert_eq!(rig.published[0].terminal_event_sequence, 1);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.position = 1030;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    rig.admit(REQ2, "hi", ReturnMode::ReturnFinal);
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1030 });
+    rig.provider_turn("turn-2", "hi", "g", 1030);
+    let seq: Vec<u64> = rig.published.iter().map(|e| e.terminal_event_sequence).collect();
+    assert_eq!(seq, vec![1, 2]);
+    assert_eq!(rig.durable_terminal.len(), 2);
+}

@@ -1,0 +1,272 @@
+//! Return-final correlation and the terminal stream (RF-*, CORR-*, TERM-*).
+
+mod support;
+use support::*;
+use wakterm_engine::*;
+
+fn armed_rig(prompt: &str) -> (Rig, OpId) {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, prompt, ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    (rig, op)
+}
+
+fn only_terminal(rig: &Rig) -> TerminalEvent {
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1, "RF-5: exactly one terminal event");
+    events[0].clone()
+}
+
+/// RF-1, RF-2, CORR-5, CORR-6, CORR-7: the accepted receipt carries the correlation boundary;
+/// the turn our prompt opened completes with its own final.
+#[test]
+fn rf_1_rf_2_completed_with_the_final_of_its_turn() {
+    let (mut rig, op) = armed_rig("Complete phases 2 and 3");
+    let receipt = rig.receipt(op).clone();
+    assert!(receipt.reply_pending);
+    assert_eq!(receipt.correlation_source, Some(CorrelationSource::ProviderFile));
+    assert_eq!(receipt.baseline_provider_turn, Some(turn("turn-0")));
+    assert_eq!(receipt.armed_cursor.as_deref(), Some("pf1.sess-1.1000"));
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Submitted);
+    rig.provider_turn("turn-1", "  Complete phases 2 and 3\n", "All done.", 1000);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Completed);
+    assert_eq!(event.final_message.as_deref(), Some("All done."));
+    assert_eq!(event.provider_turn_id, Some(turn("turn-1")));
+    assert_eq!(event.terminal_event_sequence, 1);
+}
+
+/// CORR-5: records at or before the armed cursor (the baseline turn) are not our turn.
+#[test]
+fn corr_5_history_before_the_cursor_is_ignored() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_completed("turn-0", "old final", 1000);
+    assert!(rig.terminal_for(REQ).is_empty());
+    rig.provider_turn("turn-1", "hi", "new final", 1000);
+    assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("new final"));
+}
+
+/// CORR-6: a first new turn whose first user message is not our prompt is `indeterminate`,
+/// and its final is never delivered.
+#[test]
+fn corr_6_prompt_hash_mismatch() {
+    let (mut rig, _) = armed_rig("our prompt");
+    rig.provider_turn("turn-1", "someone else typed this", "their final", 1000);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Indeterminate);
+    assert_eq!(event.reason.as_deref(), Some("first_user_message_mismatch"));
+    assert!(event.final_message.is_none());
+}
+
+/// CORR-7: a final from a different turn than the bound one is never substituted.
+#[test]
+fn corr_7_later_turn_final_is_never_substituted() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.turn_completed("turn-2", "wrong final", 1030);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Indeterminate);
+    assert_eq!(event.reason.as_deref(), Some("other_turn_completed"));
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.turn_started("turn-2", 1030);
+    assert_eq!(only_terminal(&rig).reason.as_deref(), Some("later_turn_started"));
+}
+
+/// CORR-9: steering messages inside the bound turn keep correlation.
+#[test]
+fn corr_9_steering_keeps_correlation() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.user_message("turn-1", "also handle the edge case", 1025);
+    rig.turn_completed("turn-1", "final with steering", 1030);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Completed);
+    assert_eq!(event.final_message.as_deref(), Some("final with steering"));
+}
+
+/// CORR-10: an aborted bound turn is `aborted`; aborted before binding is `indeterminate`.
+#[test]
+fn corr_10_aborted_turns() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.observe(ObserverEvent::TurnAborted { session: session(), turn: Some(turn("turn-1")), position: 1030 });
+    assert_eq!(only_terminal(&rig).state, TerminalState::Aborted);
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.observe(ObserverEvent::TurnAborted { session: session(), turn: Some(turn("turn-1")), position: 1030 });
+    assert_eq!(only_terminal(&rig).state, TerminalState::Indeterminate);
+}
+
+/// CORR-3: an event from another observer session (file replaced) is `indeterminate`.
+#[test]
+fn corr_3_session_change_is_indeterminate() {
+    let (mut rig, _) = armed_rig("hi");
+    let other = SessionId("sess-2".to_string());
+    rig.observe(ObserverEvent::TurnStarted { session: other, turn: turn("turn-1"), position: 10 });
+    assert_eq!(only_terminal(&rig).reason.as_deref(), Some("observer_session_changed"));
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout truncated".to_string() });
+    assert_eq!(only_terminal(&rig).state, TerminalState::Indeterminate);
+}
+
+/// CORR-1, CORR-2: a new incarnation or process mid-request is `indeterminate`.
+#[test]
+fn corr_1_corr_2_incarnation_change() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 101)));
+    assert_eq!(only_terminal(&rig).reason.as_deref(), Some("incarnation_changed"));
+    // The new process's turn never completes the old request.
+    rig.provider_turn("turn-9", "hi", "late", 2000);
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+}
+
+/// CORR-11: a process that exits before any new turn, with the record drained, is
+/// `delivery_failed`; without that proof it is `indeterminate`.
+#[test]
+fn corr_11_process_exit() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    assert_eq!(only_terminal(&rig).state, TerminalState::DeliveryFailed);
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.observe(ObserverEvent::ProcessExited { drained: false });
+    assert_eq!(only_terminal(&rig).state, TerminalState::Indeterminate);
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    assert_eq!(only_terminal(&rig).state, TerminalState::Indeterminate);
+}
+
+/// CORR-8: a managed app-server agent uses the durable event sequence as its cursor.
+#[test]
+fn corr_8_managed_sessions_use_event_sequence() {
+    let mut rig = Rig::with_idle_zola();
+    let mut facts = zola_facts("inc-1", 100);
+    facts.transport = Transport::AppServer;
+    rig.input(Input::AgentUpserted(facts));
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    let receipt = rig.receipt(op).clone();
+    assert_eq!(receipt.correlation_source, Some(CorrelationSource::AgentApiEvents));
+    assert_eq!(receipt.armed_cursor.as_deref(), Some("ev1.sess-1.1000"));
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.status = ObserverStatus::Unavailable { reason: "event stream dropped".to_string() };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    let op = rig.admit(REQ2, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::ObserverFailure);
+}
+
+/// RF-3: a deadline times the request out; 0 disables it; a late final is ignored.
+#[test]
+fn rf_3_deadline() {
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
+    command.final_timeout_ms = 60_000;
+    rig.submit(command);
+    rig.advance(59_999);
+    assert!(rig.terminal_for(REQ).is_empty());
+    assert_eq!(rig.engine.poll_timeout(), Some(T0 + 60_000));
+    rig.advance(1);
+    assert_eq!(only_terminal(&rig).state, TerminalState::TimedOut);
+    rig.provider_turn("turn-1", "hi", "late", 1000);
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.advance(limits::MAX_FINAL_TIMEOUT_MS);
+    assert!(rig.terminal_for(REQ).is_empty(), "timeout 0 means no deadline");
+}
+
+/// RF-4: cancel ends a waiting request as `cancelled` after the commit; other states answer
+/// specifically.
+#[test]
+fn rf_4_cancel() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.input(Input::Cancel(CancelCommand { op: OpId(77), request_id: REQ.to_string() }));
+    assert_eq!(only_terminal(&rig).state, TerminalState::Cancelled);
+    assert!(matches!(rig.cancels[0], (OpId(77), CancelOutcome::Cancelled { .. })));
+    rig.input(Input::Cancel(CancelCommand { op: OpId(78), request_id: REQ.to_string() }));
+    assert!(matches!(rig.cancels[1].1, CancelOutcome::AlreadyTerminal { state: TerminalState::Cancelled, .. }));
+    rig.input(Input::Cancel(CancelCommand { op: OpId(79), request_id: REQ2.to_string() }));
+    assert!(matches!(rig.cancels[2].1, CancelOutcome::NotFound { .. }));
+    rig.provider_turn("turn-1", "hi", "late", 1000);
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+}
+
+/// RF-5, TERM-2: several requests end in commit order with strictly increasing sequences,
+/// each exactly once, and nothing is published before its commit.
+#[test]
+fn term_2_sequences_follow_commits() {
+    let mut rig = Rig::with_idle_zola();
+    let mut position = 1000;
+    for (index, id) in [REQ, REQ2].iter().enumerate() {
+        let mut snapshot = idle_snapshot("inc-1", 100);
+        snapshot.position = position;
+        rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+        rig.admit(id, "hi", ReturnMode::ReturnFinal);
+        rig.auto = Auto::Manual;
+        let name = format!("turn-{index}x");
+        rig.provider_turn(&name, "hi", "f", position);
+        assert!(rig.terminal_for(id).is_empty(), "TERM-2: not published before commit");
+        rig.settle();
+        rig.auto = Auto::All;
+        position += 100;
+    }
+    let sequences: Vec<u64> = rig.published.iter().map(|e| e.terminal_event_sequence).collect();
+    assert_eq!(sequences, vec![1, 2]);
+}
+
+/// TERM-2: a terminal commit that fails is retried with a new, larger sequence; the failed
+/// sequence is never published.
+#[test]
+fn term_2_failed_terminal_commit_is_retried() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.auto = Auto::Manual;
+    rig.provider_turn("turn-1", "hi", "f", 1000);
+    rig.ack_next_persist(Ok(())); // the binding
+    rig.ack_next_persist(Err("disk full".to_string()));
+    assert!(rig.published.is_empty());
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Ok(()));
+    let event = only_terminal(&rig);
+    assert_eq!(event.terminal_event_sequence, 2);
+    assert_eq!(event.state, TerminalState::Completed);
+}
+
+/// TERM-1: only `completed` carries `final_message` in its JSON.
+#[test]
+fn term_1_final_message_only_when_completed() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.observe(ObserverEvent::ProcessExited { drained: false });
+    let json = serde_json::to_value(only_terminal(&rig)).unwrap();
+    assert!(json.get("final_message").is_none());
+    let (mut rig, _) = armed_rig("hi");
+    rig.provider_turn("turn-1", "hi", "f", 1000);
+    let json = serde_json::to_value(only_terminal(&rig)).unwrap();
+    assert_eq!(json["final_message"], "f");
+}
+
+/// Events that arrive while the write is in flight are applied after its outcome, so a fast
+/// provider cannot make us miss our own turn.
+#[test]
+fn corr_5_events_during_the_write_are_not_lost() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.provider_turn("turn-1", "hi", "fast final", 1000);
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.settle();
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("fast final"));
+}

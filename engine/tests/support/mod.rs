@@ -1,0 +1,299 @@
+//! A tiny in-memory runtime for engine tests: it performs the engine's outputs, keeps what
+//! was durable, and lets a test hold back, fail or reorder any acknowledgement.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use wakterm_engine::*;
+
+pub const ZOLA: &str = "0b5e3c1a-1111-4222-8333-000000000001";
+pub const OTHER: &str = "0b5e3c1a-1111-4222-8333-000000000002";
+pub const REQ: &str = "fe57dc90-994e-4e73-b09c-fac483d9f05b";
+pub const REQ2: &str = "fe57dc90-994e-4e73-b09c-fac483d9f05c";
+pub const T0: u64 = 1_767_000_000_000;
+
+pub fn agent_id(text: &str) -> AgentId {
+    AgentId::parse(text).unwrap()
+}
+
+pub fn turn(text: &str) -> TurnId {
+    TurnId(text.to_string())
+}
+
+pub fn session() -> SessionId {
+    SessionId("sess-1".to_string())
+}
+
+pub fn zola_facts(incarnation: &str, pid: u32) -> AgentFacts {
+    AgentFacts {
+        agent_id: agent_id(ZOLA),
+        name: "zola".to_string(),
+        harness: Harness::Codex,
+        transport: Transport::Pty,
+        incarnation: Some(Incarnation(incarnation.to_string())),
+        process: Some(ProcessIdentity { pid, start_time_ticks: 5 }),
+    }
+}
+
+/// An idle Codex with a completed baseline turn `turn-0`, tail at position 1000.
+pub fn idle_snapshot(incarnation: &str, pid: u32) -> ObserverSnapshot {
+    ObserverSnapshot {
+        incarnation: Incarnation(incarnation.to_string()),
+        process: Some(ProcessIdentity { pid, start_time_ticks: 5 }),
+        status: ObserverStatus::Attached,
+        session: Some(session()),
+        position: 1000,
+        turn: TurnState::Idle { last_completed: Some(turn("turn-0")) },
+        composer: Composer::Empty,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auto {
+    /// Every persist, write and refresh is answered at once, successfully.
+    All,
+    /// Nothing is answered until the test says so.
+    Manual,
+}
+
+pub struct Rig {
+    pub engine: Engine,
+    pub now: u64,
+    pub auto: Auto,
+    pub durable: BTreeMap<RequestId, RequestRecord>,
+    pub durable_terminal: Vec<TerminalEvent>,
+    pub persists: VecDeque<(u64, Vec<PersistOp>)>,
+    pub deliveries: VecDeque<(u64, AgentId, Vec<u8>)>,
+    pub refreshes: VecDeque<(u64, AgentId)>,
+    pub resumes: Vec<(AgentId, Cursor)>,
+    pub receipts: BTreeMap<OpId, Vec<Receipt>>,
+    pub published: Vec<TerminalEvent>,
+    pub cancels: Vec<(OpId, CancelOutcome)>,
+    /// Every byte buffer that reached a pane, in order.
+    pub written: Vec<(AgentId, Vec<u8>)>,
+    /// What an observer refresh answers, per agent.
+    pub snapshots: BTreeMap<AgentId, Result<ObserverSnapshot, String>>,
+    pub delivery_outcome: DeliveryOutcome,
+    next_op: u64,
+}
+
+impl Rig {
+    pub fn new() -> Rig {
+        Rig::from_engine(Engine::new())
+    }
+
+    pub fn from_engine(engine: Engine) -> Rig {
+        Rig {
+            engine,
+            now: T0,
+            auto: Auto::All,
+            durable: BTreeMap::new(),
+            durable_terminal: Vec::new(),
+            persists: VecDeque::new(),
+            deliveries: VecDeque::new(),
+            refreshes: VecDeque::new(),
+            resumes: Vec::new(),
+            receipts: BTreeMap::new(),
+            published: Vec::new(),
+            cancels: Vec::new(),
+            written: Vec::new(),
+            snapshots: BTreeMap::new(),
+            delivery_outcome: DeliveryOutcome::Complete,
+            next_op: 1,
+        }
+    }
+
+    /// A rig with agent zola registered and idle with a baseline turn.
+    pub fn with_idle_zola() -> Rig {
+        let mut rig = Rig::new();
+        rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+        rig
+    }
+
+    pub fn input(&mut self, input: Input) {
+        self.engine.handle(self.now, input);
+        self.drain();
+        self.engine.check_invariants();
+        if self.auto == Auto::All {
+            self.settle();
+        }
+    }
+
+    pub fn advance(&mut self, ms: u64) {
+        self.now += ms;
+        self.input(Input::Tick);
+    }
+
+    fn drain(&mut self) {
+        while let Some(output) = self.engine.poll_output() {
+            match output {
+                Output::RefreshObserver { refresh_id, agent_id } => self.refreshes.push_back((refresh_id, agent_id)),
+                Output::ResumeObserver { agent_id, from } => self.resumes.push((agent_id, from)),
+                Output::Persist { token, ops } => self.persists.push_back((token, ops)),
+                Output::Deliver { delivery_id, agent_id, bytes, .. } => self.deliveries.push_back((delivery_id, agent_id, bytes)),
+                Output::Receipt { op, receipt } => self.receipts.entry(op).or_default().push(receipt),
+                Output::CancelResult { op, outcome } => self.cancels.push((op, outcome)),
+                Output::TerminalEvent(event) => self.published.push(event),
+            }
+        }
+    }
+
+    /// Answers everything outstanding, successfully, until the engine is quiet.
+    pub fn settle(&mut self) {
+        loop {
+            if let Some((token, ops)) = self.persists.pop_front() {
+                self.ack_persist(token, ops, Ok(()));
+            } else if let Some((id, agent, bytes)) = self.deliveries.pop_front() {
+                self.complete_delivery(id, agent, bytes);
+            } else if let Some((refresh_id, agent_id)) = self.refreshes.pop_front() {
+                self.answer_refresh(refresh_id, agent_id);
+            } else {
+                break;
+            }
+        }
+    }
+
+    pub fn ack_persist(&mut self, token: u64, ops: Vec<PersistOp>, result: Result<(), String>) {
+        if result.is_ok() {
+            for op in ops {
+                match op {
+                    PersistOp::PutRequest(record) => {
+                        self.durable.insert(record.request_id.clone(), record);
+                    }
+                    PersistOp::AppendTerminal(event) => {
+                        let last = self.durable_terminal.last().map_or(0, |e| e.terminal_event_sequence);
+                        assert!(event.terminal_event_sequence > last, "store: sequences strictly increase");
+                        self.durable_terminal.push(event);
+                    }
+                }
+            }
+        }
+        self.engine.handle(self.now, Input::PersistAcked { token, result });
+        self.drain();
+        self.engine.check_invariants();
+    }
+
+    pub fn ack_next_persist(&mut self, result: Result<(), String>) {
+        let (token, ops) = self.persists.pop_front().expect("a persist is pending");
+        self.ack_persist(token, ops, result);
+    }
+
+    fn complete_delivery(&mut self, delivery_id: u64, agent_id: AgentId, bytes: Vec<u8>) {
+        let outcome = self.delivery_outcome.clone();
+        if !matches!(outcome, DeliveryOutcome::Refused { .. }) {
+            self.written.push((agent_id, bytes));
+        }
+        self.engine.handle(self.now, Input::Delivered { delivery_id, outcome });
+        self.drain();
+        self.engine.check_invariants();
+    }
+
+    pub fn deliver_next(&mut self, outcome: DeliveryOutcome) {
+        let (delivery_id, agent_id, bytes) = self.deliveries.pop_front().expect("a write is pending");
+        if !matches!(outcome, DeliveryOutcome::Refused { .. }) {
+            self.written.push((agent_id, bytes));
+        }
+        self.engine.handle(self.now, Input::Delivered { delivery_id, outcome });
+        self.drain();
+    }
+
+    fn answer_refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
+        let snapshot = self.snapshots.get(&agent_id).cloned().unwrap_or(Err("no observer".to_string()));
+        self.engine.handle(self.now, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+        self.drain();
+        self.engine.check_invariants();
+    }
+
+    pub fn refresh_next(&mut self) {
+        let (refresh_id, agent_id) = self.refreshes.pop_front().expect("a refresh is pending");
+        self.answer_refresh(refresh_id, agent_id);
+    }
+
+    pub fn command(&mut self, operation: Operation, request_id: &str, prompt: &str, return_mode: ReturnMode) -> AdmitCommand {
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        AdmitCommand {
+            op,
+            operation,
+            target: "zola".to_string(),
+            exact_agent_id: false,
+            incarnation: (operation == Operation::Admit).then(|| "inc-1".to_string()),
+            request_id: request_id.to_string(),
+            prompt: prompt.to_string(),
+            paste_mode: PasteMode::Bracketed,
+            return_mode,
+            final_timeout_ms: 0,
+        }
+    }
+
+    /// Submits a command and returns its op id.
+    pub fn submit(&mut self, command: AdmitCommand) -> OpId {
+        let op = command.op;
+        self.input(Input::Admit(command));
+        op
+    }
+
+    pub fn admit(&mut self, request_id: &str, prompt: &str, return_mode: ReturnMode) -> OpId {
+        let command = self.command(Operation::Admit, request_id, prompt, return_mode);
+        self.submit(command)
+    }
+
+    pub fn receipt(&self, op: OpId) -> &Receipt {
+        let receipts = self.receipts.get(&op).unwrap_or_else(|| panic!("no receipt for {op:?}"));
+        assert_eq!(receipts.len(), 1, "exactly one receipt per call");
+        &receipts[0]
+    }
+
+    pub fn has_receipt(&self, op: OpId) -> bool {
+        self.receipts.contains_key(&op)
+    }
+
+    pub fn observe(&mut self, event: ObserverEvent) {
+        self.input(Input::Observed { agent_id: agent_id(ZOLA), event });
+    }
+
+    pub fn turn_started(&mut self, id: &str, position: u64) {
+        self.observe(ObserverEvent::TurnStarted { session: session(), turn: turn(id), position });
+    }
+
+    pub fn user_message(&mut self, id: &str, prompt: &str, position: u64) {
+        let prompt_hash = wakterm_engine::prompt::prompt_hash(prompt);
+        self.observe(ObserverEvent::UserMessage { session: session(), turn: Some(turn(id)), prompt_hash, position });
+    }
+
+    pub fn turn_completed(&mut self, id: &str, final_message: &str, position: u64) {
+        let final_message = Some(final_message.to_string());
+        self.observe(ObserverEvent::TurnCompleted { session: session(), turn: turn(id), final_message, position });
+    }
+
+    /// A whole provider turn that our prompt opened and completed.
+    pub fn provider_turn(&mut self, id: &str, prompt: &str, final_message: &str, start: u64) {
+        self.turn_started(id, start + 10);
+        self.user_message(id, prompt, start + 20);
+        self.turn_completed(id, final_message, start + 30);
+    }
+
+    /// Simulates a crash: everything not durable is gone; the engine is rebuilt.
+    pub fn crash_and_recover(&mut self) {
+        let durable = DurableState {
+            requests: self.durable.values().cloned().collect(),
+            last_terminal_sequence: self.durable_terminal.last().map_or(0, |e| e.terminal_event_sequence),
+        };
+        self.persists.clear();
+        self.deliveries.clear();
+        self.refreshes.clear();
+        self.engine = Engine::recover(durable, self.now);
+        self.drain();
+        if self.auto == Auto::All {
+            self.settle();
+        }
+    }
+
+    pub fn terminal_for(&self, request_id: &str) -> Vec<&TerminalEvent> {
+        self.published.iter().filter(|e| e.request_id.as_str() == request_id).collect()
+    }
+
+    pub fn writes(&self) -> usize {
+        self.written.len()
+    }
+}
