@@ -167,7 +167,7 @@ fn adm_5_awaiting_turn_start_is_busy() {
     assert_eq!(classification(&rig, third), Classification::Accepted);
 }
 
-/// ADM-6: return-final without a completed baseline turn is `observer_failure`, not busy;
+/// ADM-6, CORR-4: return-final without a completed baseline turn is `observer_failure`, not busy;
 /// a one-way admission to the same idle agent is still accepted.
 #[test]
 fn adm_6_no_baseline_cursor() {

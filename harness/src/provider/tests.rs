@@ -1,0 +1,278 @@
+//! Drives the provider with a plain HTTP/1.1 client over `TcpStream`, as Codex would.
+
+use super::*;
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::time::Instant;
+
+const BODY: &str = r#"{"model":"mock-model","stream":true,"input":[
+    {"type":"message","role":"developer","content":[{"type":"input_text","text":"rules"}]},
+    {"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context/>"}]},
+    {"type":"message","role":"user","content":[{"type":"input_text","text":"say hi ✓"}]}]}"#;
+
+fn start(script_json: &str, log_path: Option<PathBuf>) -> Provider {
+    let script = Script::from_json(script_json).unwrap();
+    Provider::start(ProviderConfig {
+        port: 0,
+        script,
+        log_path,
+    })
+    .unwrap()
+}
+
+fn send(port: u16, method: &str, path: &str, body: &str) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    BufReader::new(stream)
+}
+
+/// Reads the status line and headers; returns (status, lower-cased header lines).
+fn read_head(reader: &mut BufReader<TcpStream>) -> (u16, Vec<String>) {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            return (status, headers);
+        }
+        headers.push(line.trim_end().to_ascii_lowercase());
+    }
+}
+
+/// Reads one chunk of a chunked body; `None` at the terminating chunk.
+fn read_chunk(reader: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut size = String::new();
+    reader.read_line(&mut size).unwrap();
+    let len = usize::from_str_radix(size.trim_end(), 16).unwrap();
+    let mut data = vec![0u8; len + 2];
+    reader.read_exact(&mut data).unwrap();
+    assert!(data.ends_with(b"\r\n"));
+    data.truncate(len);
+    (len > 0).then(|| String::from_utf8(data).unwrap())
+}
+
+/// Splits one SSE event into (name, data).
+fn parse_event(chunk: &str) -> (String, serde_json::Value) {
+    let mut lines = chunk.lines();
+    let name = lines
+        .next()
+        .unwrap()
+        .strip_prefix("event: ")
+        .unwrap()
+        .to_string();
+    let data = serde_json::from_str(lines.next().unwrap().strip_prefix("data: ").unwrap()).unwrap();
+    (name, data)
+}
+
+fn read_events(reader: &mut BufReader<TcpStream>) -> Vec<(String, serde_json::Value)> {
+    std::iter::from_fn(|| read_chunk(reader))
+        .map(|c| parse_event(&c))
+        .collect()
+}
+
+fn names(events: &[(String, serde_json::Value)]) -> Vec<&str> {
+    events.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+#[test]
+fn a_prompt_gets_the_full_sse_sequence_with_the_templated_reply() {
+    let log = std::env::temp_dir().join(format!(
+        "wakterm-provider-test-{}.jsonl",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&log);
+    let provider = start(r#"{"default_reply":"echo: {prompt}"}"#, Some(log.clone()));
+    assert_ne!(provider.port(), 0);
+    let mut reader = send(provider.port(), "POST", "/v1/responses", BODY);
+    let (status, headers) = read_head(&mut reader);
+    assert_eq!(status, 200);
+    assert!(headers.contains(&"content-type: text/event-stream".to_string()));
+    let events = read_events(&mut reader);
+    assert_eq!(
+        names(&events),
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.output_text.delta",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    assert_eq!(events[2].1["delta"], "echo: say hi ✓");
+    assert_eq!(events[3].1["item"]["content"][0]["text"], "echo: say hi ✓");
+    assert_eq!(events[3].1["item"]["role"], "assistant");
+    assert_eq!(events[0].1["response"]["id"], events[4].1["response"]["id"]);
+    assert!(
+        events[4].1["response"]["usage"]["total_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    let received = provider.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        (received[0].path.as_str(), received[0].prompt.as_deref()),
+        ("/v1/responses", Some("say hi ✓"))
+    );
+    assert_eq!(received[0].outcome, "reply");
+    provider.stop();
+    let logged: Vec<ReceivedRequest> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        logged, received,
+        "the log file holds exactly what was recorded in memory"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
+fn a_delay_rule_streams_the_opening_events_then_holds_completion() {
+    let provider = start(
+        r#"{"rules":[{"contains":"hi","reply":"slow {prompt}","delay_ms":600}]}"#,
+        None,
+    );
+    let started = Instant::now();
+    let mut reader = send(provider.port(), "POST", "/v1/responses", BODY);
+    assert_eq!(read_head(&mut reader).0, 200);
+    let opening: Vec<_> = (0..4)
+        .map(|_| parse_event(&read_chunk(&mut reader).unwrap()))
+        .collect();
+    let opened_at = started.elapsed();
+    assert_eq!(opening[2].1["delta"], "slow say hi ✓");
+    // The request is recorded before the hold ends, so a test can see the busy turn's prompt.
+    assert_eq!(provider.received()[0].prompt.as_deref(), Some("say hi ✓"));
+    let rest = read_events(&mut reader);
+    let closed_at = started.elapsed();
+    assert_eq!(names(&rest), ["response.completed"]);
+    assert!(
+        closed_at >= Duration::from_millis(600),
+        "completion came after {closed_at:?}"
+    );
+    assert!(
+        closed_at - opened_at >= Duration::from_millis(300),
+        "opening events were not streamed early"
+    );
+}
+
+#[test]
+fn an_output_delay_rule_holds_everything_after_response_created() {
+    let provider = start(
+        r#"{"rules":[{"contains":"hi","output_delay_ms":500}]}"#,
+        None,
+    );
+    let started = Instant::now();
+    let mut reader = send(provider.port(), "POST", "/v1/responses", BODY);
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert_eq!(
+        parse_event(&read_chunk(&mut reader).unwrap()).0,
+        "response.created"
+    );
+    let created_at = started.elapsed();
+    let rest = read_events(&mut reader);
+    assert_eq!(rest.len(), 4, "item added, delta, item done, completed");
+    assert_eq!(rest[1].1["delta"], "mock reply to: say hi ✓");
+    assert!(
+        started.elapsed() - created_at >= Duration::from_millis(250),
+        "reply text was not held"
+    );
+}
+
+#[test]
+fn scripted_failures_are_http_500_or_response_failed() {
+    let provider = start(
+        r#"{"rules":[{"contains":"hi","fail":"http_500"},{"contains":"boom","fail":"response_failed"}]}"#,
+        None,
+    );
+    let mut reader = send(provider.port(), "POST", "/v1/responses", BODY);
+    assert_eq!(read_head(&mut reader).0, 500);
+    let boom = BODY.replace("say hi ✓", "boom");
+    let mut reader = send(provider.port(), "POST", "/v1/responses", &boom);
+    assert_eq!(read_head(&mut reader).0, 200);
+    let events = read_events(&mut reader);
+    assert_eq!(names(&events).last(), Some(&"response.failed"));
+    assert!(!names(&events).contains(&"response.completed"));
+    let outcomes: Vec<_> = provider.received().into_iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, ["http_500", "reply_then_failed"]);
+}
+
+#[test]
+fn get_lists_no_models_and_unknown_posts_are_404() {
+    let provider = start("{}", None);
+    let mut reader = send(
+        provider.port(),
+        "GET",
+        "/v1/models?client_version=0.169.0",
+        "",
+    );
+    let (status, headers) = read_head(&mut reader);
+    assert_eq!(status, 200);
+    let len: usize = headers
+        .iter()
+        .find_map(|h| h.strip_prefix("content-length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["object"], "list");
+    assert_eq!(json["data"], serde_json::json!([]));
+    let mut reader = send(provider.port(), "POST", "/v1/other", "{}");
+    assert_eq!(read_head(&mut reader).0, 404);
+    let received = provider.received();
+    assert_eq!(received[0].path, "/v1/models?client_version=0.169.0");
+    assert_eq!(
+        (received[0].prompt.as_ref(), received[1].outcome.as_str()),
+        (None, "not_found")
+    );
+}
+
+#[test]
+fn stop_releases_the_port_and_a_bad_script_is_refused() {
+    let provider = start("{}", None);
+    let port = provider.port();
+    provider.stop();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "port {port} still accepts connections after stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bad = Script {
+        default_reply: String::new(),
+        rules: vec![Rule {
+            contains: String::new(),
+            reply: None,
+            delay_ms: 0,
+            output_delay_ms: 0,
+            fail: None,
+        }],
+    };
+    let started = Provider::start(ProviderConfig {
+        port: 0,
+        script: bad,
+        log_path: None,
+    });
+    assert!(matches!(
+        started,
+        Err(ProviderError::Script(ScriptError::Invalid(_)))
+    ));
+}

@@ -1,0 +1,405 @@
+//! The blocking client a daemon (or a test) uses to talk to one holder, and [`spawn_holder`].
+
+use std::ffi::OsString;
+use std::io::{BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+
+use super::pane::{KILL_GRACE, WRITE_DEADLINE};
+use super::protocol::{
+    read_line_bounded, InfoReply, KillReply, LineError, OutputPage, Reply, Request, ScreenReply,
+    StreamEvent, SubscribeReply, WireErrorKind, WriteOutcome, MAX_LINE_BYTES,
+};
+use super::server::STREAM_HEARTBEAT;
+use super::HolderConfig;
+
+/// Every call but `write`, `respawn` and `shutdown` must be answered within this.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// [`spawn_holder`] gives the new holder this long to answer `info`.
+pub const SPAWN_READY_DEADLINE: Duration = Duration::from_secs(10);
+/// A subscription that hears nothing (not even a heartbeat) for this long reports a timeout.
+const SUBSCRIPTION_IDLE_TIMEOUT: Duration = Duration::from_secs(3 * STREAM_HEARTBEAT.as_secs());
+/// Stderr kept from a holder that failed to start.
+const MAX_SPAWN_STDERR_BYTES: u64 = 16 * 1024;
+
+/// Why a call to a holder failed.
+#[derive(Debug)]
+pub enum HolderError {
+    /// Nobody listens at the socket (absent, stale, or the holder is gone).
+    ConnectRefused {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// No answer within the call's timeout. The connection is then unusable: a late reply
+    /// could be mistaken for the next one, so later calls on it fail with `Protocol`.
+    Timeout { op: &'static str, after: Duration },
+    /// The holder closed the connection (it exited, or dropped us) before answering.
+    PeerGone { op: &'static str, detail: String },
+    /// The holder sent something that is not the protocol, or the connection is desynchronised.
+    Protocol { detail: String },
+    /// The holder answered with a structured error.
+    Remote {
+        kind: WireErrorKind,
+        message: String,
+    },
+    /// The holder process could not be started or never became ready.
+    Spawn { detail: String },
+}
+
+impl std::fmt::Display for HolderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HolderError::ConnectRefused { path, source } => {
+                write!(f, "no holder at {}: {source}", path.display())
+            }
+            HolderError::Timeout { op, after } => {
+                write!(f, "holder did not answer {op} within {after:?}")
+            }
+            HolderError::PeerGone { op, detail } => {
+                write!(f, "holder went away during {op}: {detail}")
+            }
+            HolderError::Protocol { detail } => write!(f, "holder protocol error: {detail}"),
+            HolderError::Remote { kind, message } => {
+                write!(f, "holder refused ({kind:?}): {message}")
+            }
+            HolderError::Spawn { detail } => write!(f, "cannot start holder: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for HolderError {}
+
+/// One connection to a holder, in request/reply mode. Not thread-safe by design: each thread
+/// that talks to a holder opens its own connection (the holder serialises writes itself).
+pub struct HolderClient {
+    reader: BufReader<UnixStream>,
+    timeout: Duration,
+    desynchronised: bool,
+}
+
+impl HolderClient {
+    pub fn connect(path: &Path) -> Result<Self, HolderError> {
+        Self::connect_with_timeout(path, DEFAULT_CALL_TIMEOUT)
+    }
+
+    /// `timeout` bounds every call except the extra time `write`, `respawn` and `shutdown`
+    /// are allowed for the holder's own deadlines.
+    pub fn connect_with_timeout(path: &Path, timeout: Duration) -> Result<Self, HolderError> {
+        assert!(!timeout.is_zero());
+        let stream = UnixStream::connect(path).map_err(|source| HolderError::ConnectRefused {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(HolderClient {
+            reader: BufReader::new(stream),
+            timeout,
+            desynchronised: false,
+        })
+    }
+
+    pub fn info(&mut self) -> Result<InfoReply, HolderError> {
+        self.call("info", &Request::Info, self.timeout)
+    }
+
+    /// Writes `data` to the agent's PTY as one uninterrupted payload. `bytes_written` is what
+    /// the PTY accepted; on `Err` nothing is known about how much was written.
+    pub fn write(&mut self, data: &[u8]) -> Result<WriteOutcome, HolderError> {
+        let outcome: WriteOutcome = self.call(
+            "write",
+            &Request::Write {
+                data: data.to_vec(),
+            },
+            self.timeout + WRITE_DEADLINE,
+        )?;
+        if outcome.bytes_written > data.len() as u64 {
+            return Err(HolderError::Protocol {
+                detail: format!(
+                    "holder claims {} of {} bytes",
+                    outcome.bytes_written,
+                    data.len()
+                ),
+            });
+        }
+        Ok(outcome)
+    }
+
+    pub fn screen(&mut self) -> Result<ScreenReply, HolderError> {
+        self.call("screen", &Request::Screen, self.timeout)
+    }
+
+    /// Up to `max` raw output bytes from absolute offset `after`.
+    pub fn output(&mut self, after: u64, max: u64) -> Result<OutputPage, HolderError> {
+        self.call("output", &Request::Output { after, max }, self.timeout)
+    }
+
+    pub fn resize(&mut self, cols: u16, rows: u16) -> Result<(), HolderError> {
+        self.call::<serde_json::Value>("resize", &Request::Resize { cols, rows }, self.timeout)
+            .map(drop)
+    }
+
+    pub fn kill(&mut self, signal: i32) -> Result<KillReply, HolderError> {
+        self.call("kill", &Request::Kill { signal }, self.timeout)
+    }
+
+    /// Replaces the child with a fresh run of the same command; returns the new facts.
+    pub fn respawn(&mut self) -> Result<InfoReply, HolderError> {
+        self.call("respawn", &Request::Respawn, self.timeout + 2 * KILL_GRACE)
+    }
+
+    /// Ends the child and the holder; returns the last facts the holder had.
+    pub fn shutdown(mut self) -> Result<InfoReply, HolderError> {
+        self.call(
+            "shutdown",
+            &Request::Shutdown,
+            self.timeout + 2 * KILL_GRACE,
+        )
+    }
+
+    /// Turns this connection into a push stream of output from `after` until the current
+    /// child exits.
+    pub fn subscribe(mut self, after: u64) -> Result<Subscription, HolderError> {
+        let reply: SubscribeReply =
+            self.call("subscribe", &Request::Subscribe { after }, self.timeout)?;
+        let stream = self.reader.get_ref();
+        stream
+            .set_read_timeout(Some(SUBSCRIPTION_IDLE_TIMEOUT))
+            .map_err(|e| io_failure("subscribe", e))?;
+        Ok(Subscription {
+            reader: self.reader,
+            generation: reply.generation,
+            ended: false,
+        })
+    }
+
+    fn call<T: DeserializeOwned>(
+        &mut self,
+        op: &'static str,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<T, HolderError> {
+        if self.desynchronised {
+            return Err(HolderError::Protocol {
+                detail: "connection unusable after an earlier timeout or error".into(),
+            });
+        }
+        // Until a reply is parsed, a failure leaves an unknown amount in flight.
+        self.desynchronised = true;
+        let mut line = serde_json::to_vec(request).expect("requests serialise");
+        assert!(
+            line.len() <= MAX_LINE_BYTES,
+            "callers bound payloads below the line limit"
+        );
+        line.push(b'\n');
+        let stream = self.reader.get_mut();
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(|e| io_failure(op, e))?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| io_failure(op, e))?;
+        stream
+            .write_all(&line)
+            .map_err(|e| classify_io(op, timeout, e))?;
+        let reply = read_message::<Reply>(&mut self.reader, op, timeout)?;
+        self.desynchronised = false;
+        into_result(reply)
+    }
+}
+
+/// A subscribed connection. Yields `Output` events, then one `Exited`, then ends. Heartbeats
+/// are consumed silently; a holder that sends nothing for three heartbeats yields `Timeout`.
+pub struct Subscription {
+    reader: BufReader<UnixStream>,
+    generation: u64,
+    ended: bool,
+}
+
+impl Subscription {
+    /// The child generation whose exit ends this stream.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A handle whose `shutdown(Both)` ends a blocked `next()` from another thread.
+    pub fn stream_handle(&self) -> std::io::Result<UnixStream> {
+        self.reader.get_ref().try_clone()
+    }
+
+    fn next_event(&mut self) -> Result<StreamEvent, HolderError> {
+        loop {
+            let event = read_message::<StreamEvent>(
+                &mut self.reader,
+                "subscribe",
+                SUBSCRIPTION_IDLE_TIMEOUT,
+            )?;
+            if !matches!(event, StreamEvent::Heartbeat { .. }) {
+                return Ok(event);
+            }
+        }
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<StreamEvent, HolderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.ended {
+            return None;
+        }
+        let event = self.next_event();
+        // After an error or `exited` nothing more can be trusted on this stream.
+        self.ended = !matches!(event, Ok(StreamEvent::Output { .. }));
+        Some(event)
+    }
+}
+
+fn read_message<T: DeserializeOwned>(
+    reader: &mut BufReader<UnixStream>,
+    op: &'static str,
+    timeout: Duration,
+) -> Result<T, HolderError> {
+    let line = match read_line_bounded(reader, MAX_LINE_BYTES) {
+        Ok(Some(line)) => line,
+        Ok(None) => {
+            return Err(HolderError::PeerGone {
+                op,
+                detail: "connection closed".into(),
+            })
+        }
+        Err(LineError::Truncated) => {
+            return Err(HolderError::PeerGone {
+                op,
+                detail: "connection closed mid-line".into(),
+            })
+        }
+        Err(LineError::TooLong) => {
+            return Err(HolderError::Protocol {
+                detail: format!("line exceeds {MAX_LINE_BYTES} bytes"),
+            })
+        }
+        Err(LineError::Io(e)) => return Err(classify_io(op, timeout, e)),
+    };
+    serde_json::from_slice(&line).map_err(|e| HolderError::Protocol {
+        detail: format!("{op}: {e}"),
+    })
+}
+
+fn into_result<T: DeserializeOwned>(reply: Reply) -> Result<T, HolderError> {
+    match (reply.ok, reply.result, reply.error) {
+        (true, Some(value), None) => {
+            serde_json::from_value(value).map_err(|e| HolderError::Protocol {
+                detail: format!("result: {e}"),
+            })
+        }
+        (false, None, Some(error)) => Err(HolderError::Remote {
+            kind: error.kind,
+            message: error.message,
+        }),
+        _ => Err(HolderError::Protocol {
+            detail: "reply is neither a result nor an error".into(),
+        }),
+    }
+}
+
+fn classify_io(op: &'static str, timeout: Duration, e: std::io::Error) -> HolderError {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => HolderError::Timeout { op, after: timeout },
+        ErrorKind::BrokenPipe
+        | ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionAborted
+        | ErrorKind::UnexpectedEof => HolderError::PeerGone {
+            op,
+            detail: e.to_string(),
+        },
+        _ => io_failure(op, e),
+    }
+}
+
+fn io_failure(op: &'static str, e: std::io::Error) -> HolderError {
+    HolderError::PeerGone {
+        op,
+        detail: format!("i/o error: {e}"),
+    }
+}
+
+/// Starts `exe` (whose entry point calls `run_holder`) for `cfg` and waits, bounded by
+/// SPAWN_READY_DEADLINE, until the detached holder answers `info`.
+pub fn spawn_holder(exe: &Path, cfg: &HolderConfig) -> Result<InfoReply, HolderError> {
+    spawn_holder_with_args(exe, &[], cfg)
+}
+
+/// As [`spawn_holder`], with `leading_args` before the holder's own (e.g. `["__holder"]`).
+pub fn spawn_holder_with_args(
+    exe: &Path,
+    leading_args: &[OsString],
+    cfg: &HolderConfig,
+) -> Result<InfoReply, HolderError> {
+    assert!(
+        cfg.detach,
+        "spawn_holder starts a detached holder; its launcher exits at once"
+    );
+    cfg.validate()
+        .map_err(|detail| HolderError::Spawn { detail })?;
+    let deadline = Instant::now() + SPAWN_READY_DEADLINE;
+    let mut launcher = Command::new(exe)
+        .args(leading_args)
+        .args(cfg.to_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        // Out of the caller's process group even before the holder's own setsid.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| HolderError::Spawn {
+            detail: format!("exec {}: {e}", exe.display()),
+        })?;
+    let status = wait_with_deadline(&mut launcher, deadline)?;
+    if !status.success() {
+        let mut stderr = String::new();
+        if let Some(pipe) = launcher.stderr.take() {
+            let _ = pipe
+                .take(MAX_SPAWN_STDERR_BYTES)
+                .read_to_string(&mut stderr);
+        }
+        return Err(HolderError::Spawn {
+            detail: format!("launcher {status}: {}", stderr.trim()),
+        });
+    }
+    // The launcher bound the socket before it forked, so connecting succeeds at once; the
+    // holder answers as soon as its child is started.
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    HolderClient::connect_with_timeout(&cfg.socket_path, left)?.info()
+}
+
+fn wait_with_deadline(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> Result<std::process::ExitStatus, HolderError> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(HolderError::Spawn {
+                    detail: "launcher did not exit in time".into(),
+                });
+            }
+            // The launcher only binds and forks; a few ms is typical.
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                return Err(HolderError::Spawn {
+                    detail: format!("wait for launcher: {e}"),
+                })
+            }
+        }
+    }
+}

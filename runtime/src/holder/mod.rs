@@ -1,0 +1,241 @@
+//! The per-agent PTY holder: a small detached process that owns one agent's PTY, so the agent
+//! outlives a daemon crash, stop or upgrade.
+//!
+//! One holder per agent. It runs the agent's command in a PTY (portable-pty), keeps the last
+//! [`OUTPUT_RING_BYTES`] of raw output with absolute offsets and a vt100 screen, and serves a
+//! private Unix socket (directory 0700, socket 0600, peers of another uid refused) speaking the
+//! line-delimited JSON protocol of [`protocol`]. The daemon talks to it through
+//! [`HolderClient`]; a person watches and types through [`attach`].
+//!
+//! Lifecycle: [`spawn_holder`] starts `exe` (a binary whose entry point calls [`run_holder`]),
+//! which binds the socket, forks, and lets its parent exit, so the holder is reparented away
+//! from the daemon and sits in its own session. When the agent exits the holder keeps answering
+//! for [`CHILD_EXIT_LINGER`], so a restarting daemon still learns the exit code, then leaves.
+
+mod attach;
+mod client;
+mod output_ring;
+mod pane;
+pub mod protocol;
+mod server;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub use attach::{attach, DETACH_KEY};
+pub use client::{
+    spawn_holder, spawn_holder_with_args, HolderClient, HolderError, Subscription,
+    DEFAULT_CALL_TIMEOUT, SPAWN_READY_DEADLINE,
+};
+pub use output_ring::OUTPUT_RING_BYTES;
+pub use pane::{KILL_GRACE, WRITE_DEADLINE};
+pub use protocol::{
+    Cursor, InfoReply, KillReply, OutputPage, ScreenReply, StreamEvent, WireErrorKind, WriteOutcome,
+};
+pub use server::{run_holder, CHILD_EXIT_LINGER, MAX_CONNECTIONS, STREAM_HEARTBEAT};
+
+/// What one holder runs and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderConfig {
+    pub socket_path: PathBuf,
+    pub cwd: PathBuf,
+    /// Set on top of the holder's own environment (TERM defaults to xterm-256color).
+    pub env: Vec<(String, String)>,
+    /// argv of the agent; never empty.
+    pub command: Vec<String>,
+    pub cols: u16,
+    pub rows: u16,
+    /// Fork away from the caller and redirect stdio to the log beside the socket. Only a
+    /// foreground holder (for debugging, or a supervisor that wants it) sets this false.
+    pub detach: bool,
+}
+
+/// Longest socket path: sockaddr_un.sun_path holds 108 bytes with the terminating NUL.
+pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+/// Most `--env` pairs one holder takes.
+pub const MAX_ENV_PAIRS: usize = 256;
+/// Most argv entries one command has.
+pub const MAX_COMMAND_ARGS: usize = 1024;
+
+impl HolderConfig {
+    /// Checks every field against its limit; the error says which one failed.
+    pub fn validate(&self) -> Result<(), String> {
+        use std::os::unix::ffi::OsStrExt;
+        let socket_len = self.socket_path.as_os_str().as_bytes().len();
+        if socket_len == 0 || socket_len > MAX_SOCKET_PATH_BYTES {
+            return Err(format!(
+                "socket path must be 1..={MAX_SOCKET_PATH_BYTES} bytes, got {socket_len}"
+            ));
+        }
+        if self
+            .socket_path
+            .parent()
+            .is_none_or(|p| p.as_os_str().is_empty())
+        {
+            return Err("socket path needs a directory part".into());
+        }
+        if self.command.is_empty() || self.command.len() > MAX_COMMAND_ARGS {
+            return Err(format!(
+                "command must have 1..={MAX_COMMAND_ARGS} arguments"
+            ));
+        }
+        if self.env.len() > MAX_ENV_PAIRS
+            || self
+                .env
+                .iter()
+                .any(|(k, _)| k.is_empty() || k.contains('='))
+        {
+            return Err(format!(
+                "env takes at most {MAX_ENV_PAIRS} pairs with non-empty keys without '='"
+            ));
+        }
+        if !(1..=protocol::MAX_COLS).contains(&self.cols)
+            || !(1..=protocol::MAX_ROWS).contains(&self.rows)
+        {
+            return Err(format!(
+                "size must be 1..={} cols and 1..={} rows",
+                protocol::MAX_COLS,
+                protocol::MAX_ROWS
+            ));
+        }
+        Ok(())
+    }
+
+    /// The command line [`HolderArgs`] parses back into this config.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "--socket".into(),
+            self.socket_path.clone().into(),
+            "--cwd".into(),
+            self.cwd.clone().into(),
+            "--cols".into(),
+            self.cols.to_string().into(),
+            "--rows".into(),
+            self.rows.to_string().into(),
+        ];
+        for (key, value) in &self.env {
+            args.push("--env".into());
+            args.push(format!("{key}={value}").into());
+        }
+        if !self.detach {
+            args.push("--foreground".into());
+        }
+        args.push("--".into());
+        args.extend(self.command.iter().map(OsString::from));
+        args
+    }
+}
+
+/// Command-line form of [`HolderConfig`], for the `wakterm-holder` bin and `wakterm __holder`
+/// (flatten it into the subcommand).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HolderArgs {
+    /// Unix socket to serve; its directory is created 0700 or must already be private.
+    #[arg(long = "socket")]
+    pub socket_path: PathBuf,
+    /// Working directory of the agent.
+    #[arg(long)]
+    pub cwd: PathBuf,
+    /// KEY=VALUE set in the agent's environment; repeatable.
+    #[arg(long = "env", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    #[arg(long, default_value_t = 80)]
+    pub cols: u16,
+    #[arg(long, default_value_t = 24)]
+    pub rows: u16,
+    /// Stay in the foreground: no fork, stdio kept.
+    #[arg(long)]
+    pub foreground: bool,
+    /// The agent's argv, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+impl HolderArgs {
+    pub fn into_config(self) -> HolderConfig {
+        HolderConfig {
+            socket_path: self.socket_path,
+            cwd: self.cwd,
+            env: self.env,
+            command: self.command,
+            cols: self.cols,
+            rows: self.rows,
+            detach: !self.foreground,
+        }
+    }
+}
+
+fn parse_env_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: HolderArgs,
+    }
+
+    fn sample() -> HolderConfig {
+        HolderConfig {
+            socket_path: "/tmp/w/a.sock".into(),
+            cwd: "/tmp".into(),
+            env: vec![("A".into(), "x=y".into())],
+            command: vec!["sh".into(), "-c".into(), "echo --cols".into()],
+            cols: 100,
+            rows: 30,
+            detach: true,
+        }
+    }
+
+    #[test]
+    fn args_round_trip_through_clap() {
+        let cfg = sample();
+        let mut argv = vec![OsString::from("holder")];
+        argv.extend(cfg.to_args());
+        let parsed = Cli::try_parse_from(argv).unwrap().args.into_config();
+        assert_eq!(parsed, cfg);
+        let foreground = HolderConfig {
+            detach: false,
+            ..cfg
+        };
+        let mut argv = vec![OsString::from("holder")];
+        argv.extend(foreground.to_args());
+        assert_eq!(
+            Cli::try_parse_from(argv).unwrap().args.into_config(),
+            foreground
+        );
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        assert!(sample().validate().is_ok());
+        let empty = HolderConfig {
+            command: vec![],
+            ..sample()
+        };
+        assert!(empty.validate().unwrap_err().contains("command"));
+        let huge = HolderConfig {
+            cols: 5000,
+            ..sample()
+        };
+        assert!(huge.validate().unwrap_err().contains("size"));
+        let long = HolderConfig {
+            socket_path: format!("/tmp/{}", "s".repeat(200)).into(),
+            ..sample()
+        };
+        assert!(long.validate().unwrap_err().contains("socket path"));
+        let bad_env = HolderConfig {
+            env: vec![("".into(), "v".into())],
+            ..sample()
+        };
+        assert!(bad_env.validate().is_err());
+    }
+}

@@ -1,0 +1,572 @@
+//! The PTY pane a holder owns: the master, the child in it, the output ring and the emulated
+//! screen, with the I/O threads that keep them current.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use portable_pty::{CommandBuilder, MasterPty, PtySize, SlavePty};
+
+use super::output_ring::OutputRing;
+use super::protocol::{Cursor, InfoReply, ScreenReply, WriteOutcome, MAX_COLS, MAX_ROWS};
+use super::HolderConfig;
+
+/// Bytes one read from the master takes at most.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// A write that the child does not drain within this is reported as partial.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+/// Time a child gets after SIGHUP before it is sent SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After the child exits, the reader gets this long to take the output still in the PTY, so
+/// that `exited` follows the last output byte rather than racing it.
+const EXIT_DRAIN_DEADLINE: Duration = Duration::from_millis(500);
+/// Quiet time after the PTY queue is empty before the exit is published.
+const EXIT_DRAIN_SETTLE: Duration = Duration::from_millis(20);
+/// Exit codes remembered per generation, so a late subscriber of an old generation still
+/// learns its end.
+const EXIT_HISTORY_LEN: usize = 16;
+
+/// Facts about the current child process.
+#[derive(Debug, Clone, Default)]
+pub struct ChildFacts {
+    pub pid: Option<u32>,
+    pub start_time_ticks: Option<u64>,
+    pub alive: bool,
+    pub exit_code: Option<i32>,
+    pub spawn_error: Option<String>,
+}
+
+/// Everything guarded by the pane's state lock.
+pub struct PaneState {
+    pub ring: OutputRing,
+    pub screen: vt100::Parser,
+    pub child: ChildFacts,
+    pub generation: u64,
+    pub cols: u16,
+    pub rows: u16,
+    /// When the current child ended (or failed to start); drives the linger limit.
+    pub ended_at: Option<Instant>,
+    /// How recent generations ended, oldest first, at most EXIT_HISTORY_LEN.
+    pub exits: Vec<(u64, ExitRecord)>,
+}
+
+/// How one generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitRecord {
+    pub exit_code: Option<i32>,
+    /// Output end offset when the exit was published: later bytes belong to a later child.
+    pub output_end: u64,
+}
+
+impl PaneState {
+    /// How `generation` ended, `None` while it runs.
+    pub fn exit_of(&self, generation: u64) -> Option<ExitRecord> {
+        assert!(generation <= self.generation);
+        if let Some((_, record)) = self.exits.iter().find(|(g, _)| *g == generation) {
+            return Some(*record);
+        }
+        if generation == self.generation {
+            assert!(self.child.alive, "a dead current child has an exit record");
+            return None;
+        }
+        // An old generation whose record fell out of the bounded history.
+        Some(ExitRecord {
+            exit_code: None,
+            output_end: self.ring.end(),
+        })
+    }
+
+    fn record_exit(&mut self, generation: u64, exit_code: Option<i32>) {
+        if self.exits.len() == EXIT_HISTORY_LEN {
+            self.exits.remove(0);
+        }
+        let output_end = self.ring.end();
+        self.exits.push((
+            generation,
+            ExitRecord {
+                exit_code,
+                output_end,
+            },
+        ));
+        assert!(self.exits.len() <= EXIT_HISTORY_LEN);
+    }
+}
+
+/// The PTY handles. The slave stays open so a respawn can start a new child in the same pane.
+struct PtyHandles {
+    master: Box<dyn MasterPty + Send>,
+    slave: Box<dyn SlavePty + Send>,
+}
+
+pub struct Pane {
+    command: Vec<String>,
+    cwd: std::path::PathBuf,
+    env: Vec<(String, String)>,
+    state: Mutex<PaneState>,
+    /// Signalled on new output, child exit, respawn and resize.
+    pub changed: Condvar,
+    /// Serialises writers: two payloads never interleave on the master.
+    write_lock: Mutex<()>,
+    /// Serialises spawn/resize, which touch the PTY handles.
+    pty: Mutex<PtyHandles>,
+    /// Serialises respawn and shutdown: one generation is replaced by exactly one successor.
+    lifecycle: Mutex<()>,
+    /// Set by shutdown under `lifecycle`; a later respawn refuses rather than start a child
+    /// the exiting holder would orphan.
+    shutting_down: std::sync::atomic::AtomicBool,
+    /// True from the reader's read(2) until its bytes are in the ring: bytes in that window are
+    /// neither queued in the PTY nor visible, and the exit must wait for them.
+    reading: std::sync::atomic::AtomicBool,
+    master_fd: RawFd,
+}
+
+#[derive(Debug)]
+pub struct PaneError(pub String);
+
+impl Pane {
+    /// Opens the PTY; the child is started by [`Pane::spawn_child`].
+    pub fn open(cfg: &HolderConfig) -> Result<Arc<Pane>, PaneError> {
+        let size = PtySize {
+            rows: cfg.rows,
+            cols: cfg.cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        };
+        let pair = portable_pty::native_pty_system()
+            .openpty(size)
+            .map_err(|e| PaneError(format!("openpty: {e}")))?;
+        let master_fd = pair
+            .master
+            .as_raw_fd()
+            .ok_or_else(|| PaneError("master has no fd".into()))?;
+        set_nonblocking(master_fd).map_err(|e| PaneError(format!("O_NONBLOCK on master: {e}")))?;
+        let state = PaneState {
+            ring: OutputRing::new(super::output_ring::OUTPUT_RING_BYTES),
+            screen: vt100::Parser::new(cfg.rows, cfg.cols, 0),
+            child: ChildFacts::default(),
+            generation: 0,
+            cols: cfg.cols,
+            rows: cfg.rows,
+            ended_at: None,
+            exits: Vec::new(),
+        };
+        Ok(Arc::new(Pane {
+            command: cfg.command.clone(),
+            cwd: cfg.cwd.clone(),
+            env: cfg.env.clone(),
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+            write_lock: Mutex::new(()),
+            pty: Mutex::new(PtyHandles {
+                master: pair.master,
+                slave: pair.slave,
+            }),
+            lifecycle: Mutex::new(()),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            reading: std::sync::atomic::AtomicBool::new(false),
+            master_fd,
+        }))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, PaneState> {
+        // A panicking thread cannot leave the state half-updated in a way later readers trip
+        // on (every update is a few assignments), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the reader thread; call once.
+    pub fn start_reader(self: &Arc<Self>) {
+        let pane = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("holder-reader".into())
+            .spawn(move || pane.read_loop())
+            .expect("spawning the reader thread");
+    }
+
+    /// Starts the configured command as generation `generation` and a thread that waits for it.
+    /// On failure the pane records a dead child with `spawn_error` and exit code 127.
+    pub fn spawn_child(self: &Arc<Self>, generation: u64) {
+        let pty = self.pty.lock().unwrap_or_else(|p| p.into_inner());
+        let spawned = pty.slave.spawn_command(self.command_builder());
+        drop(pty);
+        let mut state = self.lock();
+        state.generation = generation;
+        match spawned {
+            Ok(child) => {
+                let pid = child.process_id();
+                state.child = ChildFacts {
+                    pid,
+                    start_time_ticks: pid.and_then(start_time_ticks),
+                    alive: true,
+                    exit_code: None,
+                    spawn_error: None,
+                };
+                state.ended_at = None;
+                drop(state);
+                let pane = Arc::clone(self);
+                std::thread::Builder::new()
+                    .name("holder-waiter".into())
+                    .spawn(move || pane.wait_child(child, generation))
+                    .expect("spawning the waiter thread");
+            }
+            Err(e) => {
+                state.child = ChildFacts {
+                    spawn_error: Some(format!("{e:#}")),
+                    exit_code: Some(127),
+                    ..ChildFacts::default()
+                };
+                state.ended_at = Some(Instant::now());
+                state.record_exit(generation, Some(127));
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    fn command_builder(&self) -> CommandBuilder {
+        assert!(!self.command.is_empty());
+        let mut cmd = CommandBuilder::from_argv(self.command.iter().map(Into::into).collect());
+        cmd.cwd(&self.cwd);
+        // The screen is emulated by vt100, an xterm subset; the daemon's TERM describes
+        // another terminal.
+        cmd.env("TERM", "xterm-256color");
+        for (key, value) in &self.env {
+            cmd.env(key, value);
+        }
+        cmd
+    }
+
+    /// Blocks until `generation`'s child exits, publishes the exit, then reaps it.
+    fn wait_child(
+        self: Arc<Self>,
+        mut child: Box<dyn portable_pty::Child + Send + Sync>,
+        generation: u64,
+    ) {
+        let pid = child.process_id().expect("a spawned child has a pid") as libc::pid_t;
+        // WNOWAIT keeps the zombie, so its pid cannot be reused while `alive` is still true and
+        // `kill` may still signal it.
+        let code = wait_exit_without_reaping(pid);
+        self.drain_output_after_exit();
+        {
+            let mut state = self.lock();
+            assert_eq!(
+                state.generation, generation,
+                "respawn waits for the old child's exit"
+            );
+            state.child.alive = false;
+            state.child.exit_code = code;
+            state.ended_at = Some(Instant::now());
+            state.record_exit(generation, code);
+        }
+        self.changed.notify_all();
+        let _ = child.wait();
+    }
+
+    /// Waits (bounded) until the child's last output is in the ring: nothing queued in the
+    /// PTY, no read in flight, and still so after a settle time for bytes the kernel has not
+    /// yet moved into the queue.
+    fn drain_output_after_exit(&self) {
+        let deadline = Instant::now() + EXIT_DRAIN_DEADLINE;
+        let idle =
+            || pending_input_bytes(self.master_fd) == 0 && !self.reading.load(Ordering::SeqCst);
+        while Instant::now() < deadline {
+            if idle() {
+                std::thread::sleep(EXIT_DRAIN_SETTLE);
+                if idle() {
+                    return;
+                }
+            } else {
+                std::thread::sleep(EXIT_DRAIN_SETTLE / 4);
+            }
+        }
+    }
+
+    fn read_loop(&self) {
+        let mut buf = vec![0u8; READ_CHUNK_BYTES];
+        loop {
+            match wait_fd(self.master_fd, libc::POLLIN, None) {
+                Ok(revents) if revents & libc::POLLIN == 0 => {
+                    // Hang-up without data (no slave open): nothing to read until a respawn.
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            }
+            self.reading.store(true, Ordering::SeqCst);
+            let n = unsafe { libc::read(self.master_fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n > 0 {
+                self.append_output(&buf[..n as usize]);
+            }
+            self.reading.store(false, Ordering::SeqCst);
+            if n == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // n < 0: EAGAIN after a spurious wake-up, EINTR or EIO between children; poll again.
+        }
+    }
+
+    fn append_output(&self, chunk: &[u8]) {
+        assert!(!chunk.is_empty() && chunk.len() <= READ_CHUNK_BYTES);
+        let mut state = self.lock();
+        state.ring.push(chunk);
+        state.screen.process(chunk);
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// Writes all of `data` to the master unless an error or WRITE_DEADLINE stops it, and says
+    /// exactly how many bytes went in. Holds the write lock for the whole payload.
+    pub fn write(&self, data: &[u8]) -> WriteOutcome {
+        let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.lock().child.alive {
+            return WriteOutcome {
+                bytes_written: 0,
+                error: Some("child is not alive".into()),
+            };
+        }
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        let mut written = 0usize;
+        while written < data.len() {
+            let rest = &data[written..];
+            let n = unsafe { libc::write(self.master_fd, rest.as_ptr().cast(), rest.len()) };
+            if n > 0 {
+                written += n as usize;
+                continue;
+            }
+            let err = std::io::Error::last_os_error();
+            let retry = matches!(
+                err.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            );
+            if n == 0 || !retry {
+                return outcome(written, Some(format!("write to pty master: {err}")));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return outcome(
+                    written,
+                    Some("write deadline exceeded: the child stopped reading".into()),
+                );
+            }
+            if let Err(e) = wait_fd(self.master_fd, libc::POLLOUT, Some(left)) {
+                return outcome(written, Some(format!("poll pty master: {e}")));
+            }
+        }
+        assert_eq!(written, data.len());
+        outcome(written, None)
+    }
+
+    pub fn info(&self) -> InfoReply {
+        let state = self.lock();
+        InfoReply {
+            pid: state.child.pid,
+            start_time_ticks: state.child.start_time_ticks,
+            alive: state.child.alive,
+            exit_code: state.child.exit_code,
+            cols: state.cols,
+            rows: state.rows,
+            generation: state.generation,
+            holder_pid: std::process::id(),
+            output_end: state.ring.end(),
+            spawn_error: state.child.spawn_error.clone(),
+        }
+    }
+
+    pub fn screen(&self) -> ScreenReply {
+        let state = self.lock();
+        let screen = state.screen.screen();
+        let (row, col) = screen.cursor_position();
+        ScreenReply {
+            lines: screen.rows(0, state.cols).collect(),
+            cursor: Cursor { row, col },
+            output_offset: state.ring.end(),
+            cols: state.cols,
+            rows: state.rows,
+            bracketed_paste: screen.bracketed_paste(),
+            alternate_screen: screen.alternate_screen(),
+        }
+    }
+
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), PaneError> {
+        assert!((1..=MAX_COLS).contains(&cols) && (1..=MAX_ROWS).contains(&rows));
+        let pty = self.pty.lock().unwrap_or_else(|p| p.into_inner());
+        let size = PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        };
+        pty.master
+            .resize(size)
+            .map_err(|e| PaneError(format!("resize: {e}")))?;
+        let mut state = self.lock();
+        state.screen.set_size(rows, cols);
+        state.cols = cols;
+        state.rows = rows;
+        drop(state);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Sends `signal` to the current child. The state lock is held across the check and the
+    /// kill, and the waiter marks the child dead before reaping it, so the pid is never a
+    /// recycled one.
+    pub fn signal(&self, signal: i32) -> Result<u32, PaneError> {
+        let state = self.lock();
+        let pid = match (state.child.alive, state.child.pid) {
+            (true, Some(pid)) => pid,
+            _ => return Err(PaneError("child is not alive".into())),
+        };
+        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
+            return Err(PaneError(format!(
+                "kill({pid}, {signal}): {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(pid)
+    }
+
+    /// Ends the child for good, for `shutdown`; waits out a concurrent respawn first.
+    pub fn terminate_for_shutdown(&self) -> Result<(), PaneError> {
+        let _serial = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.terminate_child()
+    }
+
+    /// Ends the current child's process group: SIGHUP, then SIGKILL after KILL_GRACE. Returns
+    /// once the child is marked dead, or an error if it outlives two grace periods.
+    pub fn terminate_child(&self) -> Result<(), PaneError> {
+        for (signal, grace) in [(libc::SIGHUP, KILL_GRACE), (libc::SIGKILL, KILL_GRACE)] {
+            let state = self.lock();
+            if !state.child.alive {
+                return Ok(());
+            }
+            let pid = state.child.pid.expect("a live child has a pid") as libc::pid_t;
+            // The child is a session leader (portable-pty calls setsid), so -pid is its group.
+            unsafe { libc::kill(-pid, signal) };
+            let deadline = Instant::now() + grace;
+            let state = self.wait_until(state, deadline, |s| !s.child.alive);
+            if !state.child.alive {
+                return Ok(());
+            }
+        }
+        Err(PaneError("child survived SIGKILL".into()))
+    }
+
+    /// Waits on `changed` until `done` holds or `deadline` passes.
+    pub fn wait_until<'a>(
+        &self,
+        mut state: MutexGuard<'a, PaneState>,
+        deadline: Instant,
+        done: impl Fn(&PaneState) -> bool,
+    ) -> MutexGuard<'a, PaneState> {
+        while !done(&state) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        state
+    }
+
+    /// Kills the current child if alive and starts the command again in the same PTY.
+    pub fn respawn(self: &Arc<Self>) -> Result<u64, PaneError> {
+        let _serial = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(PaneError("holder is shutting down".into()));
+        }
+        self.terminate_child()?;
+        let next = self.lock().generation + 1;
+        self.spawn_child(next);
+        Ok(next)
+    }
+}
+
+fn outcome(written: usize, error: Option<String>) -> WriteOutcome {
+    WriteOutcome {
+        bytes_written: written as u64,
+        error,
+    }
+}
+
+/// Field 22 (starttime, clock ticks after boot) of /proc/PID/stat.
+pub fn start_time_ticks(pid: u32) -> Option<u64> {
+    let process = procfs::process::Process::new(pid as i32).ok()?;
+    Some(process.stat().ok()?.starttime)
+}
+
+/// Waits for `pid` to exit without reaping it; the exit code is 128 + signal for a signal death.
+fn wait_exit_without_reaping(pid: libc::pid_t) -> Option<i32> {
+    loop {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 {
+            let status = unsafe { info.si_status() };
+            return Some(match info.si_code {
+                libc::CLD_EXITED => status,
+                _ => 128 + status,
+            });
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
+}
+
+fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bytes the child wrote that the reader has not taken yet.
+fn pending_input_bytes(fd: RawFd) -> i32 {
+    let mut pending: libc::c_int = 0;
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) } != 0 {
+        return 0;
+    }
+    pending
+}
+
+/// poll(2) on one fd; `None` waits forever. Returns the revents (0 on timeout).
+fn wait_fd(
+    fd: RawFd,
+    events: libc::c_short,
+    timeout: Option<Duration>,
+) -> std::io::Result<libc::c_short> {
+    let millis = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    loop {
+        let rc = unsafe { libc::poll(&mut pfd, 1, millis) };
+        if rc >= 0 {
+            return Ok(pfd.revents);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! Wire format between a holder and its clients: one JSON object per line, in both directions.
+//!
+//! A request is `{"op": ...}`; every reply is an envelope `{"ok": true, "result": {...}}` or
+//! `{"ok": false, "error": {"kind": ..., "message": ...}}`. After a successful `subscribe` reply
+//! the connection carries only [`StreamEvent`]s. Binary payloads are standard base64.
+
+use serde::{Deserialize, Serialize};
+
+/// Largest single `write` payload. A Codex prompt plus its paste framing is far below this.
+pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
+/// Largest page `output` returns, whatever `max` asks for.
+pub const MAX_OUTPUT_PAGE_BYTES: usize = 1024 * 1024;
+/// Largest chunk one pushed `output` event carries.
+pub const MAX_STREAM_CHUNK_BYTES: usize = 64 * 1024;
+/// Longest line either side accepts: base64 of the largest payload plus envelope slack.
+pub const MAX_LINE_BYTES: usize = 2 * MAX_WRITE_BYTES + 64 * 1024;
+/// Terminal sizes beyond these are refused: vt100 allocates rows * cols cells.
+pub const MAX_COLS: u16 = 1000;
+pub const MAX_ROWS: u16 = 500;
+
+const _: () = assert!(MAX_LINE_BYTES > MAX_WRITE_BYTES.div_ceil(3) * 4);
+const _: () = assert!(MAX_LINE_BYTES > MAX_OUTPUT_PAGE_BYTES.div_ceil(3) * 4);
+const _: () = assert!(MAX_STREAM_CHUNK_BYTES <= MAX_OUTPUT_PAGE_BYTES);
+
+/// One request from a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Info,
+    Write {
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+    },
+    Screen,
+    Output {
+        after: u64,
+        max: u64,
+    },
+    Subscribe {
+        after: u64,
+    },
+    Resize {
+        cols: u16,
+        rows: u16,
+    },
+    Kill {
+        signal: i32,
+    },
+    Respawn,
+    Shutdown,
+}
+
+/// The envelope of every reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<WireError>,
+}
+
+/// Why the holder refused or failed a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireErrorKind {
+    /// The line was not a request we understand, or a field is out of range.
+    BadRequest,
+    /// The payload or line exceeds a named limit.
+    TooLarge,
+    /// The operation needs a live child and there is none.
+    NotAlive,
+    /// The holder serves its limit of connections.
+    Busy,
+    /// An OS call failed inside the holder.
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    pub kind: WireErrorKind,
+    pub message: String,
+}
+
+/// Result of `info`: the facts a daemon needs to name the process it talks to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InfoReply {
+    /// Pid of the current child; `None` only when spawning it failed.
+    pub pid: Option<u32>,
+    /// Field 22 of /proc/PID/stat: with `pid` it names one process incarnation.
+    pub start_time_ticks: Option<u64>,
+    pub alive: bool,
+    /// Exit code of the current child once it ended (128 + signal when killed by one).
+    pub exit_code: Option<i32>,
+    pub cols: u16,
+    pub rows: u16,
+    /// 0 for the first child, +1 for each respawn.
+    pub generation: u64,
+    pub holder_pid: u32,
+    /// Absolute offset one past the last output byte received.
+    pub output_end: u64,
+    /// Why the current child could not be started, when it could not.
+    pub spawn_error: Option<String>,
+}
+
+/// Result of `write`. `bytes_written` counts bytes the PTY master accepted before `error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteOutcome {
+    pub bytes_written: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    pub row: u16,
+    pub col: u16,
+}
+
+/// Result of `screen`: the emulated screen after exactly `output_offset` output bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenReply {
+    /// One string per screen row, trailing blanks trimmed.
+    pub lines: Vec<String>,
+    pub cursor: Cursor,
+    pub output_offset: u64,
+    pub cols: u16,
+    pub rows: u16,
+    pub bracketed_paste: bool,
+    pub alternate_screen: bool,
+}
+
+/// Result of `output`: bytes `[start, end)` of the raw output stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputPage {
+    #[serde(with = "base64_bytes")]
+    pub data: Vec<u8>,
+    pub start: u64,
+    pub end: u64,
+    /// True when bytes after the requested offset were already evicted: `start` > `after`.
+    pub truncated: bool,
+}
+
+/// Result of `subscribe`, sent once before the events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscribeReply {
+    /// The child generation whose exit ends this stream.
+    pub generation: u64,
+}
+
+/// Result of `kill`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillReply {
+    pub pid: u32,
+    pub signal: i32,
+}
+
+/// A message pushed on a subscribed connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// Output bytes starting at absolute `offset`. `truncated` means bytes before `offset` that
+    /// the subscriber asked for were evicted from the ring: the stream has a gap.
+    Output {
+        offset: u64,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+        truncated: bool,
+    },
+    /// The subscribed generation's child ended; the last event of the stream.
+    Exited { exit_code: Option<i32> },
+    /// Sent when nothing else happened for a while, so a client can tell a quiet pane from a
+    /// hung holder. `output_end` is the current end offset.
+    Heartbeat { output_end: u64 },
+}
+
+/// Serialises `Vec<u8>` as a standard base64 string.
+pub(crate) mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Reads one `\n`-terminated line of at most `max` bytes (newline excluded).
+/// `Ok(None)` is a clean end of stream before any byte of a new line.
+pub(crate) fn read_line_bounded(
+    reader: &mut impl std::io::BufRead,
+    max: usize,
+) -> Result<Option<Vec<u8>>, LineError> {
+    let mut line = Vec::new();
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LineError::Io(e)),
+        };
+        if available.is_empty() {
+            return if line.is_empty() {
+                Ok(None)
+            } else {
+                Err(LineError::Truncated)
+            };
+        }
+        let (take, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (i, true),
+            None => (available.len(), false),
+        };
+        if line.len() + take > max {
+            return Err(LineError::TooLong);
+        }
+        line.extend_from_slice(&available[..take]);
+        reader.consume(if done { take + 1 } else { take });
+        if done {
+            assert!(line.len() <= max);
+            return Ok(Some(line));
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum LineError {
+    Io(std::io::Error),
+    TooLong,
+    /// The peer closed the stream in the middle of a line.
+    Truncated,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_wire_names_are_snake_case_ops() {
+        let text = serde_json::to_string(&Request::Write {
+            data: b"hi\r".to_vec(),
+        })
+        .unwrap();
+        assert_eq!(text, r#"{"op":"write","data":"aGkN"}"#);
+        let parsed: Request =
+            serde_json::from_str(r#"{"op":"output","after":3,"max":10}"#).unwrap();
+        assert_eq!(parsed, Request::Output { after: 3, max: 10 });
+        assert!(serde_json::from_str::<Request>(r#"{"op":"write","data":"***"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"launch"}"#).is_err());
+    }
+
+    #[test]
+    fn stream_events_round_trip() {
+        let event = StreamEvent::Output {
+            offset: 7,
+            data: vec![0, 255, 10],
+            truncated: false,
+        };
+        let text = serde_json::to_string(&event).unwrap();
+        assert!(text.starts_with(r#"{"event":"output""#));
+        assert_eq!(serde_json::from_str::<StreamEvent>(&text).unwrap(), event);
+    }
+
+    #[test]
+    fn bounded_line_reader_splits_and_refuses_long_lines() {
+        let mut input = std::io::Cursor::new(b"abc\nde\nxyz".to_vec());
+        assert_eq!(
+            read_line_bounded(&mut input, 8).unwrap(),
+            Some(b"abc".to_vec())
+        );
+        assert_eq!(
+            read_line_bounded(&mut input, 8).unwrap(),
+            Some(b"de".to_vec())
+        );
+        assert!(matches!(
+            read_line_bounded(&mut input, 8),
+            Err(LineError::Truncated)
+        ));
+        let mut long = std::io::Cursor::new(b"0123456789\n".to_vec());
+        assert!(matches!(
+            read_line_bounded(&mut long, 8),
+            Err(LineError::TooLong)
+        ));
+        let mut empty = std::io::Cursor::new(Vec::new());
+        assert_eq!(read_line_bounded(&mut empty, 8).unwrap(), None);
+    }
+}

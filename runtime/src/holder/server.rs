@@ -1,0 +1,586 @@
+//! The holder process: private socket, detaching, the accept loop and one thread per
+//! connection.
+
+use std::io::{BufReader, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::pane::Pane;
+use super::protocol::{
+    read_line_bounded, KillReply, LineError, Reply, Request, StreamEvent, SubscribeReply,
+    WireError, WireErrorKind, MAX_COLS, MAX_LINE_BYTES, MAX_OUTPUT_PAGE_BYTES, MAX_ROWS,
+    MAX_STREAM_CHUNK_BYTES, MAX_WRITE_BYTES,
+};
+use super::HolderConfig;
+
+/// After the agent exits the holder keeps answering this long, so a daemon that restarts in
+/// the meantime still learns the exit code; then it removes its socket and exits.
+pub const CHILD_EXIT_LINGER: Duration = Duration::from_secs(10 * 60);
+/// Concurrent connections served; more are answered `busy` and closed.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A subscribed connection with nothing to send gets a heartbeat this often.
+pub const STREAM_HEARTBEAT: Duration = Duration::from_secs(5);
+/// A connection that sends no request for this long is closed, freeing its slot.
+const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// A client that does not take a reply within this is dropped, so it cannot stall the holder.
+const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The log beside the socket is cut to empty at start once it grows past this.
+const MAX_LOG_BYTES: u64 = 1024 * 1024;
+
+/// Runs a holder for `cfg` and returns the process exit code: 0 in the parent after a
+/// successful detach (the holder lives on in a forked child), 1 on a setup failure, 2 on a
+/// bad config. The detached holder itself never returns: it exits after `shutdown` or the
+/// linger. Must be called before the process starts any thread, because it forks.
+pub fn run_holder(cfg: HolderConfig) -> i32 {
+    if let Err(e) = cfg.validate() {
+        eprintln!("wakterm-holder: bad config: {e}");
+        return 2;
+    }
+    let listener = match prepare_socket_dir(&cfg.socket_path)
+        .and_then(|()| bind_private_socket(&cfg.socket_path))
+    {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("wakterm-holder: {e}");
+            return 1;
+        }
+    };
+    if cfg.detach {
+        match detach(&cfg.socket_path) {
+            Ok(Side::Parent) => return 0,
+            Ok(Side::Holder) => {}
+            Err(e) => {
+                eprintln!("wakterm-holder: detach: {e}");
+                let _ = std::fs::remove_file(&cfg.socket_path);
+                return 1;
+            }
+        }
+    }
+    ignore_terminal_signals();
+    serve(cfg, listener)
+}
+
+fn serve(cfg: HolderConfig, listener: UnixListener) -> i32 {
+    let socket = SocketOwnership::take(&cfg.socket_path);
+    let pane = match Pane::open(&cfg) {
+        Ok(pane) => pane,
+        Err(e) => {
+            log(&format!("cannot open pty: {}", e.0));
+            socket.remove();
+            return 1;
+        }
+    };
+    pane.start_reader();
+    pane.spawn_child(0);
+    log(&format!(
+        "serving {} for {:?}, child pid {:?}",
+        cfg.socket_path.display(),
+        cfg.command,
+        pane.info().pid
+    ));
+    let socket = Arc::new(socket);
+    start_linger_watch(Arc::clone(&pane), Arc::clone(&socket));
+    let open = Arc::new(AtomicUsize::new(0));
+    let uid = unsafe { libc::geteuid() };
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => accept(stream, uid, &pane, &socket, &open),
+            // EMFILE and friends: back off briefly instead of spinning on the error.
+            Err(e) => {
+                log(&format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    unreachable!("UnixListener::incoming never ends");
+}
+
+fn accept(
+    stream: UnixStream,
+    uid: u32,
+    pane: &Arc<Pane>,
+    socket: &Arc<SocketOwnership>,
+    open: &Arc<AtomicUsize>,
+) {
+    match peer_uid(stream.as_raw_fd()) {
+        Ok(peer) if peer == uid => {}
+        Ok(peer) => return log(&format!("refused a peer with uid {peer}")),
+        Err(e) => return log(&format!("SO_PEERCRED: {e}")),
+    }
+    let _ = stream.set_write_timeout(Some(REPLY_WRITE_TIMEOUT));
+    if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        open.fetch_sub(1, Ordering::SeqCst);
+        let mut stream = stream;
+        let _ = send(
+            &mut stream,
+            &failure(
+                WireErrorKind::Busy,
+                format!("at most {MAX_CONNECTIONS} connections"),
+            ),
+        );
+        return;
+    }
+    let (pane, socket, open) = (Arc::clone(pane), Arc::clone(socket), Arc::clone(open));
+    let spawned = std::thread::Builder::new()
+        .name("holder-conn".into())
+        .spawn(move || {
+            serve_connection(stream, &pane, &socket);
+            open.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        log(&format!("cannot start a connection thread: {e}"));
+    }
+}
+
+fn serve_connection(stream: UnixStream, pane: &Arc<Pane>, socket: &SocketOwnership) {
+    let _ = stream.set_read_timeout(Some(CONNECTION_IDLE_TIMEOUT));
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let line = match read_line_bounded(&mut reader, MAX_LINE_BYTES) {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(LineError::Io(_)) | Err(LineError::Truncated) => return,
+            Err(LineError::TooLong) => {
+                // The rest of the line is still unread, so request boundaries are lost: close.
+                let _ = send(
+                    &mut writer,
+                    &failure(
+                        WireErrorKind::TooLarge,
+                        format!("line exceeds {MAX_LINE_BYTES} bytes"),
+                    ),
+                );
+                return;
+            }
+        };
+        let request = match serde_json::from_slice::<Request>(&line) {
+            Ok(request) => request,
+            Err(e) => {
+                if send(
+                    &mut writer,
+                    &failure(WireErrorKind::BadRequest, format!("not a request: {e}")),
+                )
+                .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        match request {
+            Request::Subscribe { after } => return stream_output(pane, &mut writer, after),
+            Request::Shutdown => shutdown(pane, &mut writer, socket),
+            other => {
+                if send(&mut writer, &answer(pane, other)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Answers every request that keeps the connection in request/reply mode.
+fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
+    match request {
+        Request::Info => success(&pane.info()),
+        Request::Write { data } if data.len() > MAX_WRITE_BYTES => failure(
+            WireErrorKind::TooLarge,
+            format!("write payload exceeds {MAX_WRITE_BYTES} bytes"),
+        ),
+        Request::Write { data } => success(&pane.write(&data)),
+        Request::Screen => success(&pane.screen()),
+        Request::Output { after, max } => {
+            let max = max.min(MAX_OUTPUT_PAGE_BYTES as u64) as usize;
+            match pane.lock().ring.read(after, max) {
+                Ok(slice) => success(&super::protocol::OutputPage {
+                    data: slice.data,
+                    start: slice.start,
+                    end: slice.end,
+                    truncated: slice.truncated,
+                }),
+                Err(beyond) => failure(
+                    WireErrorKind::BadRequest,
+                    format!("after {after} is beyond the output end {}", beyond.end),
+                ),
+            }
+        }
+        Request::Resize { cols, rows }
+            if !(1..=MAX_COLS).contains(&cols) || !(1..=MAX_ROWS).contains(&rows) =>
+        {
+            failure(
+                WireErrorKind::BadRequest,
+                format!("size must be 1..={MAX_COLS} cols and 1..={MAX_ROWS} rows"),
+            )
+        }
+        Request::Resize { cols, rows } => match pane.resize(cols, rows) {
+            Ok(()) => success(&serde_json::json!({})),
+            Err(e) => failure(WireErrorKind::Internal, e.0),
+        },
+        Request::Kill { signal } if !(1..=64).contains(&signal) => failure(
+            WireErrorKind::BadRequest,
+            format!("signal {signal} is not 1..=64"),
+        ),
+        Request::Kill { signal } => match pane.signal(signal) {
+            Ok(pid) => success(&KillReply { pid, signal }),
+            Err(e) => failure(WireErrorKind::NotAlive, e.0),
+        },
+        Request::Respawn => match pane.respawn() {
+            Ok(_) => success(&pane.info()),
+            Err(e) => failure(WireErrorKind::Internal, e.0),
+        },
+        Request::Subscribe { .. } | Request::Shutdown => {
+            unreachable!("serve_connection handles subscribe and shutdown itself")
+        }
+    }
+}
+
+/// Pushes output from `after` as it arrives until the subscribed generation's child exits.
+/// Waits on the pane's condition variable: no polling, a heartbeat only when idle.
+fn stream_output(pane: &Arc<Pane>, writer: &mut UnixStream, after: u64) {
+    let state = pane.lock();
+    if after > state.ring.end() {
+        let end = state.ring.end();
+        drop(state);
+        let _ = send(
+            writer,
+            &failure(
+                WireErrorKind::BadRequest,
+                format!("after {after} is beyond the output end {end}"),
+            ),
+        );
+        return;
+    }
+    let generation = state.generation;
+    drop(state);
+    if send(writer, &success(&SubscribeReply { generation })).is_err() {
+        return;
+    }
+    let mut next = after;
+    loop {
+        let state = pane.lock();
+        let deadline = Instant::now() + STREAM_HEARTBEAT;
+        let state = pane.wait_until(state, deadline, |s| {
+            s.ring.end() > next || s.exit_of(generation).is_some()
+        });
+        // Output the subscribed child wrote before its exit goes out before `exited`; output
+        // of a later generation does not belong to this stream.
+        let exit = state.exit_of(generation);
+        let limit = exit.map_or(state.ring.end(), |e| e.output_end.min(state.ring.end()));
+        let event = if limit > next {
+            let slice = state
+                .ring
+                .read(next, MAX_STREAM_CHUNK_BYTES.min((limit - next) as usize))
+                .expect("next never passes the ring end");
+            assert!(slice.end > next || slice.truncated);
+            next = slice.end;
+            StreamEvent::Output {
+                offset: slice.start,
+                data: slice.data,
+                truncated: slice.truncated,
+            }
+        } else if let Some(exit) = exit {
+            StreamEvent::Exited {
+                exit_code: exit.exit_code,
+            }
+        } else {
+            StreamEvent::Heartbeat {
+                output_end: state.ring.end(),
+            }
+        };
+        drop(state);
+        let last = matches!(event, StreamEvent::Exited { .. });
+        if send_line(writer, &event).is_err() || last {
+            return;
+        }
+    }
+}
+
+fn shutdown(pane: &Arc<Pane>, writer: &mut UnixStream, socket: &SocketOwnership) -> ! {
+    let result = pane.terminate_for_shutdown();
+    log(&format!(
+        "shutdown requested; child ended: {:?}",
+        result.as_ref().map_err(|e| &e.0)
+    ));
+    // Remove the socket before replying, so a caller that sees the reply sees no socket.
+    socket.remove();
+    let reply = match result {
+        Ok(()) => success(&pane.info()),
+        Err(e) => failure(WireErrorKind::Internal, e.0),
+    };
+    let _ = send(writer, &reply);
+    let _ = writer.shutdown(std::net::Shutdown::Both);
+    std::process::exit(0)
+}
+
+/// Exits the holder once the child has been dead for CHILD_EXIT_LINGER.
+fn start_linger_watch(pane: Arc<Pane>, socket: Arc<SocketOwnership>) {
+    let spawned = std::thread::Builder::new()
+        .name("holder-linger".into())
+        .spawn(move || loop {
+            let state = pane.lock();
+            let deadline = match state.ended_at {
+                Some(ended) => ended + CHILD_EXIT_LINGER,
+                None => Instant::now() + CHILD_EXIT_LINGER,
+            };
+            if Instant::now() >= deadline {
+                log("child ended and the linger elapsed; exiting");
+                socket.remove();
+                std::process::exit(0);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            drop(pane.changed.wait_timeout(state, left));
+        });
+    spawned.expect("spawning the linger thread");
+}
+
+fn success<T: serde::Serialize>(result: &T) -> Reply {
+    let value = serde_json::to_value(result).expect("reply types serialise");
+    Reply {
+        ok: true,
+        result: Some(value),
+        error: None,
+    }
+}
+
+fn failure(kind: WireErrorKind, message: String) -> Reply {
+    Reply {
+        ok: false,
+        result: None,
+        error: Some(WireError { kind, message }),
+    }
+}
+
+fn send(writer: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
+    send_line(writer, reply)
+}
+
+fn send_line<T: serde::Serialize>(writer: &mut UnixStream, message: &T) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(message).expect("wire types serialise");
+    assert!(
+        line.len() <= MAX_LINE_BYTES,
+        "a reply never exceeds the line limit"
+    );
+    line.push(b'\n');
+    writer.write_all(&line)
+}
+
+/// Creates the socket's directory 0700, or checks that an existing one is ours and private.
+fn prepare_socket_dir(socket_path: &Path) -> Result<(), String> {
+    let dir = socket_path
+        .parent()
+        .expect("validate() requires a directory part");
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("create {}: {e}", dir.display()))?;
+    }
+    let meta =
+        std::fs::symlink_metadata(dir).map_err(|e| format!("stat {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} must be owned by uid {uid} with mode 0700 (found uid {}, mode {:o})",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Binds `path` 0600. A stale socket (nobody answering) is replaced; a live one is refused.
+fn bind_private_socket(path: &Path) -> Result<UnixListener, String> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(format!("{} exists and is not a socket", path.display()));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!("another holder is serving {}", path.display()));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("remove stale {}: {e}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path).map_err(|e| format!("bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// The socket file this holder bound, identified by inode so that we never remove a socket a
+/// newer holder bound at the same path.
+struct SocketOwnership {
+    path: PathBuf,
+    inode: Option<u64>,
+}
+
+impl SocketOwnership {
+    fn take(path: &Path) -> Self {
+        let inode = std::fs::symlink_metadata(path).ok().map(|m| m.ino());
+        SocketOwnership {
+            path: path.to_path_buf(),
+            inode,
+        }
+    }
+
+    fn remove(&self) {
+        let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
+        if current.is_some() && current == self.inode {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    assert_eq!(len as usize, std::mem::size_of::<libc::ucred>());
+    Ok(cred.uid)
+}
+
+enum Side {
+    Parent,
+    Holder,
+}
+
+/// Forks; the child starts a new session (so the caller's process-group signals and terminal
+/// hang-ups miss it) and sends stdio to the log beside the socket. The parent returns at once,
+/// so the holder is reparented away from whoever started it.
+fn detach(socket_path: &Path) -> Result<Side, String> {
+    let threads = thread_count().map_err(|e| format!("read /proc/self/status: {e}"))?;
+    if threads != 1 {
+        return Err(format!(
+            "detaching needs a single-threaded process, found {threads} threads"
+        ));
+    }
+    let log_file = open_log(socket_path)?;
+    let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            unsafe {
+                libc::setsid();
+                libc::dup2(dev_null.as_raw_fd(), 0);
+                libc::dup2(log_file.as_raw_fd(), 1);
+                libc::dup2(log_file.as_raw_fd(), 2);
+            }
+            Ok(Side::Holder)
+        }
+        _ => Ok(Side::Parent),
+    }
+}
+
+fn open_log(socket_path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = log_path(socket_path);
+    let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_LOG_BYTES);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(!too_big)
+        .write(true)
+        .truncate(too_big)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("open log {}: {e}", path.display()))
+}
+
+/// `<socket>.log`, beside the socket in the private directory.
+pub fn log_path(socket_path: &Path) -> PathBuf {
+    let mut name = socket_path.as_os_str().to_owned();
+    name.push(".log");
+    PathBuf::from(name)
+}
+
+fn thread_count() -> std::io::Result<usize> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Threads:"));
+    line.and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no Threads: line"))
+}
+
+/// The holder has no terminal; a stray SIGHUP (e.g. from the PTY it opens) must not end it.
+/// Children get default dispositions back: portable-pty resets them before exec.
+fn ignore_terminal_signals() {
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+fn log(message: &str) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    eprintln!("{secs} wakterm-holder[{}]: {message}", std::process::id());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_uid_is_our_uid_on_a_socketpair() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(a.as_raw_fd()).unwrap(), unsafe { libc::geteuid() });
+    }
+
+    #[test]
+    fn socket_dir_is_created_private_and_open_dirs_are_refused() {
+        let base = std::env::temp_dir().join(format!("holder-dir-{}", uuid::Uuid::new_v4()));
+        let socket = base.join("inner").join("a.sock");
+        prepare_socket_dir(&socket).unwrap();
+        let mode = std::fs::metadata(socket.parent().unwrap()).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::set_permissions(
+            socket.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o750),
+        )
+        .unwrap();
+        assert!(prepare_socket_dir(&socket)
+            .unwrap_err()
+            .contains("mode 0700"));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn live_socket_is_refused_and_stale_one_replaced() {
+        let base = std::env::temp_dir().join(format!("holder-bind-{}", uuid::Uuid::new_v4()));
+        let socket = base.join("a.sock");
+        prepare_socket_dir(&socket).unwrap();
+        let live = bind_private_socket(&socket).unwrap();
+        assert_eq!(std::fs::metadata(&socket).unwrap().mode() & 0o777, 0o600);
+        assert!(bind_private_socket(&socket)
+            .unwrap_err()
+            .contains("another holder"));
+        drop(live);
+        let again = bind_private_socket(&socket);
+        assert!(
+            again.is_ok(),
+            "a socket nobody answers is stale: {:?}",
+            again.err()
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -1,0 +1,375 @@
+//! The holder's protocol over a real PTY and a real detached holder process.
+
+mod holder_support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+
+use holder_support::*;
+use wakterm_runtime::holder::protocol::MAX_WRITE_BYTES;
+use wakterm_runtime::holder::{HolderClient, HolderError, WireErrorKind};
+
+fn start_raw(then: &str) -> (HolderGuard, wakterm_runtime::holder::Subscription) {
+    let argv = raw_sh(then);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let holder = HolderGuard::start(&argv);
+    let mut sub = holder.client().subscribe(0).unwrap();
+    collect_until(&mut sub, |seen| contains(seen, b"READY"));
+    (holder, sub)
+}
+
+#[test]
+fn written_bytes_come_back_through_output_and_subscribe() {
+    let (holder, mut sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let outcome = client.write(b"ping-123\n").unwrap();
+    assert_eq!((outcome.bytes_written, outcome.error), (9, None));
+    let (pushed, exit) = collect_until(&mut sub, |seen| contains(seen, b"ping-123\n"));
+    assert_eq!(exit, None);
+    assert_eq!(pushed, b"ping-123\n", "raw cat echoes exactly the payload");
+    let page = client.output(0, 1 << 20).unwrap();
+    assert_eq!(page.data, b"READYping-123\n");
+    assert_eq!((page.start, page.end, page.truncated), (0, 14, false));
+    let tail = client.output(5, 4).unwrap();
+    assert_eq!(
+        (tail.data.as_slice(), tail.start, tail.end),
+        (&b"ping"[..], 5, 9)
+    );
+}
+
+#[test]
+fn screen_shows_what_the_shell_printed() {
+    let holder = HolderGuard::start(&["sh"]);
+    let mut sub = holder.client().subscribe(0).unwrap();
+    let mut client = holder.client();
+    assert_eq!(client.write(b"echo marker-$((6*7))\n").unwrap().error, None);
+    let (seen, _) = collect_until(&mut sub, |seen| contains(seen, b"marker-42\r\n"));
+    let screen = client.screen().unwrap();
+    assert!(screen.output_offset >= seen.len() as u64);
+    assert!(
+        screen.lines.iter().any(|l| l == "marker-42"),
+        "screen: {:#?}",
+        screen.lines
+    );
+    assert_eq!((screen.cols, screen.rows, screen.lines.len()), (80, 24, 24));
+}
+
+/// Payloads larger than the PTY's input queue force the holder into several write(2) calls per
+/// payload, so without its write lock two writers' payloads would splice.
+#[test]
+fn concurrent_writers_never_interleave_payloads() {
+    const PAYLOADS_PER_WRITER: usize = 200;
+    let (holder, mut sub) = start_raw("exec cat");
+    fn payload(tag: char, i: usize) -> Vec<u8> {
+        let fill: String = std::iter::repeat_n(tag, 8000 + i % 7).collect();
+        format!("<{tag}{i:04}:{fill}>\n").into_bytes()
+    }
+    let total: usize = ['a', 'b']
+        .iter()
+        .flat_map(|t| (0..PAYLOADS_PER_WRITER).map(move |i| payload(*t, i).len()))
+        .sum();
+    // Collect while writing: the output stream is larger than nothing but the ring bound.
+    let collector =
+        std::thread::spawn(move || collect_until(&mut sub, |seen| seen.len() >= total).0);
+    let writers: Vec<_> = ['a', 'b']
+        .into_iter()
+        .map(|tag| {
+            let mut client = holder.client();
+            std::thread::spawn(move || {
+                for i in 0..PAYLOADS_PER_WRITER {
+                    let bytes = payload(tag, i);
+                    let outcome = client.write(&bytes).unwrap();
+                    assert_eq!(
+                        (outcome.bytes_written, outcome.error),
+                        (bytes.len() as u64, None)
+                    );
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let seen = collector.join().unwrap();
+    assert_eq!(seen.len(), total);
+    // The output must be a merge of the two sequences at whole-payload granularity.
+    let (mut next_a, mut next_b, mut at) = (0, 0, 0);
+    while at < seen.len() {
+        let a = (next_a < PAYLOADS_PER_WRITER).then(|| payload('a', next_a));
+        let b = (next_b < PAYLOADS_PER_WRITER).then(|| payload('b', next_b));
+        if let Some(a) = a.filter(|a| seen[at..].starts_with(a)) {
+            at += a.len();
+            next_a += 1;
+        } else if let Some(b) = b.filter(|b| seen[at..].starts_with(b)) {
+            at += b.len();
+            next_b += 1;
+        } else {
+            panic!(
+                "payloads interleaved at byte {at}: {:?}",
+                String::from_utf8_lossy(&seen[at..at + 80.min(seen.len() - at)])
+            );
+        }
+    }
+    assert_eq!((next_a, next_b), (PAYLOADS_PER_WRITER, PAYLOADS_PER_WRITER));
+}
+
+#[test]
+fn info_names_one_stable_process_incarnation() {
+    let holder = HolderGuard::start(&["cat"]);
+    let mut client = holder.client();
+    let first = client.info().unwrap();
+    let second = client.info().unwrap();
+    assert_eq!(first, second);
+    let pid = first.pid.unwrap();
+    assert!(first.alive && first.exit_code.is_none() && first.spawn_error.is_none());
+    assert_eq!(first.generation, 0);
+    assert_eq!(first.start_time_ticks, proc_start_ticks(pid));
+    assert_ne!(first.holder_pid, std::process::id());
+}
+
+#[test]
+fn respawn_starts_a_new_incarnation_in_the_same_pane() {
+    let (holder, mut old_stream) = start_raw("exec cat");
+    let mut client = holder.client();
+    let before = client.info().unwrap();
+    let after = client.respawn().unwrap();
+    assert_eq!(after.generation, before.generation + 1);
+    assert!(after.alive);
+    assert_ne!(
+        (after.pid, after.start_time_ticks),
+        (before.pid, before.start_time_ticks)
+    );
+    assert_eq!(after.start_time_ticks, proc_start_ticks(after.pid.unwrap()));
+    assert!(wait_gone(before.pid.unwrap()), "the replaced child is gone");
+    // The old generation's stream ends with its exit (SIGHUP: 128 + 1).
+    let (_, exit) = collect_until(&mut old_stream, |_| false);
+    assert_eq!(exit, Some(Some(129)));
+    // Output offsets continue across the respawn: the pane is the same.
+    let mut sub = HolderClient::connect(&holder.socket)
+        .unwrap()
+        .subscribe(before.output_end)
+        .unwrap();
+    let (seen, _) = collect_until(&mut sub, |seen| contains(seen, b"READY"));
+    assert!(seen.ends_with(b"READY"));
+    assert_eq!(client.write(b"again\n").unwrap().error, None);
+    collect_until(&mut sub, |seen| contains(seen, b"again\n"));
+}
+
+#[test]
+fn exit_is_reported_then_kept_until_shutdown() {
+    let holder = HolderGuard::start(&["sh", "-c", "printf bye; exit 7"]);
+    let mut sub = holder.client().subscribe(0).unwrap();
+    let (seen, exit) = collect_until(&mut sub, |_| false);
+    assert!(seen.ends_with(b"bye"), "output precedes exited: {seen:?}");
+    assert_eq!(exit, Some(Some(7)));
+    let mut client = holder.client();
+    let info = client.info().unwrap();
+    assert_eq!((info.alive, info.exit_code), (false, Some(7)));
+    // A write to a dead child writes nothing, and says so.
+    let outcome = client.write(b"x").unwrap();
+    assert_eq!(outcome.bytes_written, 0);
+    assert!(outcome.error.unwrap().contains("not alive"));
+    assert!(matches!(
+        client.kill(libc::SIGTERM),
+        Err(HolderError::Remote {
+            kind: WireErrorKind::NotAlive,
+            ..
+        })
+    ));
+    // A late subscriber of the ended generation gets the output and the exit straight away.
+    let mut late = holder.client().subscribe(0).unwrap();
+    assert_eq!(
+        collect_until(&mut late, |_| false),
+        (b"bye".to_vec(), Some(Some(7)))
+    );
+}
+
+#[test]
+fn kill_delivers_the_signal_to_the_child() {
+    let holder = HolderGuard::start(&["sleep", "1000"]);
+    let mut sub = holder.client().subscribe(0).unwrap();
+    let reply = holder.client().kill(libc::SIGTERM).unwrap();
+    assert_eq!(reply.pid, holder.first.pid.unwrap());
+    assert_eq!(
+        collect_until(&mut sub, |_| false).1,
+        Some(Some(128 + libc::SIGTERM))
+    );
+}
+
+#[test]
+fn resize_reaches_the_pty_and_the_screen() {
+    let (holder, mut sub) = start_raw("sleep 0.3; stty size; exec cat");
+    let mut client = holder.client();
+    client.resize(100, 30).unwrap();
+    collect_until(&mut sub, |seen| contains(seen, b"30 100"));
+    let screen = client.screen().unwrap();
+    assert_eq!(
+        (screen.cols, screen.rows, screen.lines.len()),
+        (100, 30, 30)
+    );
+    let info = client.info().unwrap();
+    assert_eq!((info.cols, info.rows), (100, 30));
+    assert!(matches!(
+        client.resize(0, 30),
+        Err(HolderError::Remote {
+            kind: WireErrorKind::BadRequest,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn socket_is_0600_in_a_0700_directory() {
+    let holder = HolderGuard::start(&["cat"]);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&holder.socket), 0o600);
+    assert_eq!(mode(holder.socket.parent().unwrap()), 0o700);
+}
+
+#[test]
+fn spawn_refuses_a_directory_others_can_enter() {
+    let socket = fresh_socket_path();
+    let dir = socket.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let result = wakterm_runtime::holder::spawn_holder(holder_exe(), &config(&socket, &["cat"]));
+    let _ = std::fs::remove_dir_all(dir);
+    match result {
+        Err(HolderError::Spawn { detail }) => assert!(detail.contains("mode 0700"), "{detail}"),
+        other => panic!("expected a spawn refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_second_holder_on_a_live_socket_is_refused() {
+    let holder = HolderGuard::start(&["cat"]);
+    let result =
+        wakterm_runtime::holder::spawn_holder(holder_exe(), &config(&holder.socket, &["cat"]));
+    assert!(
+        matches!(result, Err(HolderError::Spawn { ref detail }) if detail.contains("another holder")),
+        "{result:?}"
+    );
+    assert_eq!(
+        holder.client().info().unwrap().pid,
+        holder.first.pid,
+        "the first holder is untouched"
+    );
+}
+
+#[test]
+fn shutdown_ends_the_holder_and_the_child() {
+    let holder = HolderGuard::start(&["sleep", "1000"]);
+    let (holder_pid, child_pid) = (holder.first.holder_pid, holder.first.pid.unwrap());
+    let last = holder.client().shutdown().unwrap();
+    assert!(!last.alive);
+    assert!(
+        !holder.socket.exists(),
+        "the socket is removed before the reply"
+    );
+    assert!(wait_gone(child_pid) && wait_gone(holder_pid));
+    assert!(matches!(
+        HolderClient::connect(&holder.socket),
+        Err(HolderError::ConnectRefused { .. })
+    ));
+}
+
+#[test]
+fn bad_input_gets_structured_errors_and_keeps_the_connection() {
+    let holder = HolderGuard::start(&["cat"]);
+    let mut client = holder.client();
+    let huge = vec![b'x'; MAX_WRITE_BYTES + 1];
+    assert!(matches!(
+        client.write(&huge),
+        Err(HolderError::Remote {
+            kind: WireErrorKind::TooLarge,
+            ..
+        })
+    ));
+    let end = client.info().unwrap().output_end;
+    assert!(matches!(
+        client.output(end + 1, 10),
+        Err(HolderError::Remote {
+            kind: WireErrorKind::BadRequest,
+            ..
+        })
+    ));
+    assert!(matches!(
+        client.kill(0),
+        Err(HolderError::Remote {
+            kind: WireErrorKind::BadRequest,
+            ..
+        })
+    ));
+    // Raw garbage on the wire: answered, and the same connection still serves.
+    let stream = UnixStream::connect(&holder.socket).unwrap();
+    stream.set_read_timeout(Some(TEST_DEADLINE)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut line = String::new();
+    for garbage in [
+        "not json\n",
+        "{\"op\":\"launch\"}\n",
+        "{\"op\":\"write\",\"data\":\"%%%\"}\n",
+    ] {
+        writer.write_all(garbage.as_bytes()).unwrap();
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        assert!(
+            line.contains("\"ok\":false") && line.contains("bad_request"),
+            "{line}"
+        );
+    }
+    writer.write_all(b"{\"op\":\"info\"}\n").unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains("\"ok\":true"), "{line}");
+}
+
+#[test]
+fn connecting_to_nothing_is_connect_refused() {
+    let socket = fresh_socket_path();
+    assert!(matches!(
+        HolderClient::connect(&socket),
+        Err(HolderError::ConnectRefused { .. })
+    ));
+}
+
+#[test]
+fn a_child_that_stops_reading_gets_an_honest_partial_write() {
+    let (holder, _sub) = start_raw("exec sleep 1000");
+    let payload = vec![b'p'; MAX_WRITE_BYTES];
+    let outcome = holder.client().write(&payload).unwrap();
+    assert!(
+        outcome.bytes_written > 0 && outcome.bytes_written < payload.len() as u64,
+        "{outcome:?}"
+    );
+    assert!(outcome.error.unwrap().contains("deadline"));
+}
+
+#[test]
+fn subscribers_see_the_exit_after_all_output() {
+    let holder = HolderGuard::start(&[
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done",
+    ]);
+    let mut sub = holder.client().subscribe(0).unwrap();
+    let (seen, exit) = collect_until(&mut sub, |_| false);
+    assert_eq!(exit, Some(Some(0)));
+    assert!(
+        seen.ends_with(b"line-1999\r\n"),
+        "tail: {:?}",
+        String::from_utf8_lossy(&seen[seen.len().saturating_sub(40)..])
+    );
+}
+
+#[test]
+fn a_command_that_cannot_start_is_reported_not_hidden() {
+    let holder = HolderGuard::start(&["/nonexistent/agent-binary"]);
+    let info = &holder.first;
+    assert_eq!((info.pid, info.alive, info.exit_code), (None, false, Some(127)));
+    assert!(info.spawn_error.as_deref().is_some_and(|e| !e.is_empty()));
+    let mut sub = holder.client().subscribe(0).unwrap();
+    assert_eq!(collect_until(&mut sub, |_| false), (Vec::new(), Some(Some(127))));
+}

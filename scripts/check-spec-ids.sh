@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fails unless every rule id in SPEC.md's rule tables is cited by at least one test: in a test
+# file (any */tests/*.rs, tests/, sim/) or in a source file after its `#[cfg(test)]` line.
+# An id is cited as `ADM-3` or as `adm_3_` in a test name.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ids=$(grep -oE '^\| [A-Z]+-[0-9]+ \|' SPEC.md | tr -d '| ' | sort -u)
+[ -n "$ids" ] || { echo "check-spec-ids: no rule ids found in SPEC.md" >&2; exit 1; }
+corpus=$(mktemp)
+trap 'rm -f "$corpus"' EXIT
+find . -path ./target -prune -o -path ./.cache -prune -o -name '*.rs' -path '*/tests/*' -print0 | xargs -0 cat >>"$corpus"
+find . -path ./target -prune -o -path ./.cache -prune -o -name '*.rs' -path '*/src/*' -print0 |
+  xargs -0 awk 'FNR==1{t=0} /#\[cfg\(test\)\]/{t=1} t' >>"$corpus"
+missing=0
+count=0
+for id in $ids; do
+  count=$((count + 1))
+  lower=$(echo "$id" | tr 'A-Z-' 'a-z_')
+  if ! grep -qE "(${id}([^0-9]|$))|(${lower}_)" "$corpus"; then
+    echo "check-spec-ids: $id is not cited by any test" >&2
+    missing=$((missing + 1))
+  fi
+done
+if [ "$missing" -gt 0 ]; then
+  echo "check-spec-ids: $missing of $count rule ids uncited" >&2
+  exit 1
+fi
+echo "check-spec-ids: all $count rule ids in SPEC.md are cited by tests"
