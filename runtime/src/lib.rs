@@ -1,7 +1,21 @@
 //! wakterm runtime: binds the pure engine to real PTYs, Codex rollout files, /proc and SQLite.
 
 pub mod holder;
+pub mod observer;
+pub mod screen;
 pub mod proc_probe;
 pub mod rollout;
 pub mod rollout_tail;
 pub mod store;
+#[cfg(not(madsim))]
+pub mod daemon;
+pub mod driver;
+pub mod paths;
+pub mod protocol;
+pub mod client;
+#[cfg(not(madsim))]
+pub mod cli;
+#[cfg(not(madsim))]
+pub mod demo;
+#[cfg(not(madsim))]
+pub mod mux;

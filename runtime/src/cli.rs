@@ -1,0 +1,271 @@
+//! The `wakterm` command line (clap). JSON goes to stdout, one object per line for streams;
+//! diagnostics go to stderr. Exit codes are documented in README.md and `protocol::exit`.
+
+use crate::client;
+use crate::paths::DataPaths;
+use crate::protocol::{exit, AdmitRequest, ClientRequest, Reply};
+use clap::{Args, Parser, Subcommand};
+use std::io::Read;
+use std::path::PathBuf;
+use wakterm_engine::{Operation, PasteMode, ReturnMode};
+
+#[derive(Parser, Debug)]
+#[command(name = "wakterm", version, about = "Hand prompts to terminal coding agents safely: admitted at most once, honest receipts, durable final answers.",
+    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found.\nData directory: $WAKTERM_DATA_DIR, else the platform data directory.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The mux daemon: one per data directory.
+    Mux {
+        #[command(subcommand)]
+        command: MuxCommand,
+    },
+    /// Agents, admission and return-final requests.
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// Runs the whole flow on a built-in fake Codex in a private temporary data directory.
+    Demo,
+    /// A Codex-compatible fake TUI, for tests and the demo.
+    FakeCodex(wakterm_harness::fake_codex::FakeCodexArgs),
+    /// Internal: the per-agent PTY holder process.
+    #[command(name = "__holder", hide = true)]
+    Holder(crate::holder::HolderArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MuxCommand {
+    /// Starts the daemon; returns once it answers (or stays attached with --foreground).
+    Start {
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Stops the daemon. Agents keep running unless --all.
+    Stop {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Prints the daemon's pid, data directory, version and agent count.
+    Status,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AgentCommand {
+    /// Starts an agent in its own PTY, held by a process that outlives the daemon.
+    Start {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "codex")]
+        harness: String,
+        /// Working directory (default: the current one).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Environment for the agent, repeatable: --env CODEX_HOME=/x
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Ends one agent and its process.
+    Stop { target: String },
+    /// Replaces the agent's process in the same pane (a new incarnation).
+    Restart { target: String },
+    List,
+    /// Stable ids, incarnations, state and return-final availability of every agent.
+    Catalog,
+    /// Versioned operations and schemas this build supports.
+    Capabilities,
+    /// Watch and type into the agent's terminal. Detach with Ctrl-].
+    Attach { target: String },
+    /// The interactive command: writes, submits, waits briefly for acknowledgement.
+    Send(SendArgs),
+    /// The authoritative admission API for orchestrators.
+    Admit(AdmitArgs),
+    /// Inspect, cancel or stream return-final requests.
+    Request {
+        #[command(subcommand)]
+        command: RequestCommand,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    pub target: String,
+    #[arg(long)]
+    pub return_final: bool,
+    #[arg(long)]
+    pub request_id: Option<String>,
+    /// Asynchronous deadline for --return-final; 0 (default) disables it.
+    #[arg(long, default_value_t = 0)]
+    pub final_timeout_ms: u64,
+    /// Type the prompt unbracketed (never reported accepted without observer evidence).
+    #[arg(long)]
+    pub raw_paste: bool,
+    /// The prompt; `-` reads it from standard input.
+    pub message: String,
+}
+
+#[derive(Args, Debug)]
+pub struct AdmitArgs {
+    pub target: String,
+    #[arg(long, required = true)]
+    pub incarnation: String,
+    #[arg(long, required = true)]
+    pub request_id: String,
+    /// TARGET is a persisted agent id: skip display-name and catalog resolution.
+    #[arg(long)]
+    pub exact_agent_id: bool,
+    #[arg(long)]
+    pub return_final: bool,
+    #[arg(long, default_value_t = 0)]
+    pub final_timeout_ms: u64,
+    #[arg(long)]
+    pub raw_paste: bool,
+    /// The prompt; `-` reads it from standard input.
+    pub message: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RequestCommand {
+    Get { request_id: String },
+    Cancel { request_id: String },
+    /// One JSON object per terminal request, in sequence order; stays attached.
+    Watch {
+        /// Resume after this terminal_event_sequence.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Drain what is available now and exit.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+/// Accepts `wakterm cli agent ...` as a spelling of `wakterm agent ...` (seed 002).
+pub fn normalise_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).is_some_and(|a| a == "cli") {
+        args.remove(1);
+    }
+    args
+}
+
+pub fn run(cli: Cli) -> i32 {
+    let paths = match DataPaths::from_env() {
+        Ok(paths) => paths,
+        Err(error) => return print_reply(Reply::error(exit::ERROR, "no_data_dir", error.to_string())),
+    };
+    match cli.command {
+        Command::Mux { command } => run_mux(&paths, command),
+        Command::Agent { command } => run_agent(&paths, command),
+        Command::Demo => crate::demo::run(),
+        Command::FakeCodex(args) => wakterm_harness::fake_codex::run(args),
+        Command::Holder(args) => crate::holder::run_holder(args.into_config()),
+    }
+}
+
+pub fn print_reply(reply: Reply) -> i32 {
+    println!("{}", serde_json::to_string(&reply.body).expect("json"));
+    reply.exit_code
+}
+
+fn run_mux(paths: &DataPaths, command: MuxCommand) -> i32 {
+    match command {
+        MuxCommand::Start { foreground: true } => match crate::daemon::run_foreground(paths.clone()) {
+            Ok(()) => exit::OK,
+            Err(message) => print_reply(Reply::error(exit::ERROR, "daemon_failed", message)),
+        },
+        MuxCommand::Start { foreground: false } => print_reply(crate::mux::start_background(paths)),
+        MuxCommand::Stop { all } => print_reply(crate::mux::stop(paths, all)),
+        MuxCommand::Status => print_reply(client::call(paths, &ClientRequest::Status)),
+    }
+}
+
+fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
+    let request = match command {
+        AgentCommand::Start { name, harness, cwd, env, command } => {
+            let cwd = cwd.or_else(|| std::env::current_dir().ok()).unwrap_or_default();
+            let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+            let mut pairs = Vec::new();
+            for item in env {
+                let Some((key, value)) = item.split_once('=') else {
+                    return print_reply(Reply::error(exit::USAGE, "invalid_env", format!("--env expects K=V, got {item:?}")));
+                };
+                pairs.push((key.to_string(), value.to_string()));
+            }
+            ClientRequest::AgentStart { name, harness, cwd: cwd.display().to_string(), env: pairs, command }
+        }
+        AgentCommand::Stop { target } => ClientRequest::AgentStop { target },
+        AgentCommand::Restart { target } => ClientRequest::AgentRestart { target },
+        AgentCommand::List | AgentCommand::Catalog => ClientRequest::Catalog,
+        AgentCommand::Capabilities => ClientRequest::Capabilities,
+        AgentCommand::Attach { target } => return attach(paths, &target),
+        AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, args.raw_paste, &args.message) {
+            Ok(request) => request,
+            Err(reply) => return print_reply(reply),
+        },
+        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, Some(args.incarnation), Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, args.raw_paste, &args.message) {
+            Ok(request) => request,
+            Err(reply) => return print_reply(reply),
+        },
+        AgentCommand::Request { command } => match command {
+            RequestCommand::Get { request_id } => ClientRequest::RequestGet { request_id },
+            RequestCommand::Cancel { request_id } => ClientRequest::RequestCancel { request_id },
+            RequestCommand::Watch { after, once } => return watch(paths, after, once),
+        },
+    };
+    print_reply(client::call(paths, &request))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, raw_paste: bool, message: &str) -> Result<ClientRequest, Reply> {
+    let prompt = if message == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin().read_to_end(&mut bytes).map_err(|e| Reply::error(exit::ERROR, "stdin", e.to_string()))?;
+        String::from_utf8(bytes).map_err(|_| Reply::error(exit::USAGE, "prompt_not_utf8", "the prompt on standard input is not UTF-8"))?
+    } else {
+        message.to_string()
+    };
+    Ok(ClientRequest::Admit(AdmitRequest {
+        operation,
+        target,
+        exact_agent_id,
+        incarnation,
+        request_id,
+        prompt,
+        paste_mode: if raw_paste { PasteMode::Raw } else { PasteMode::Bracketed },
+        return_mode: if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
+        final_timeout_ms,
+    }))
+}
+
+fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {
+    let result = client::watch(paths, after, once, |event| {
+        println!("{}", serde_json::to_string(event).expect("json"));
+        true
+    });
+    match result {
+        Ok(()) => exit::OK,
+        Err(reply) => {
+            eprintln!("{}", serde_json::to_string(&reply.body).expect("json"));
+            reply.exit_code
+        }
+    }
+}
+
+fn attach(paths: &DataPaths, target: &str) -> i32 {
+    let catalog = client::call(paths, &ClientRequest::Catalog);
+    if catalog.exit_code != exit::OK {
+        return print_reply(catalog);
+    }
+    let agents = catalog.body["agents"].as_array().cloned().unwrap_or_default();
+    let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
+        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}")));
+    };
+    let agent_id = agent["agent_id"].as_str().unwrap_or_default();
+    eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
+    crate::holder::attach(&paths.holder_socket(agent_id))
+}

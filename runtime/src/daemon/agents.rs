@@ -1,0 +1,205 @@
+//! The daemon's agents: their durable records, the holder process behind each pane, the
+//! Codex observer, and the monitor thread that turns process and rollout changes into
+//! engine inputs. Everything here runs on blocking threads, never on the reactor.
+
+use crate::driver::DriverMsg;
+use crate::holder::{HolderClient, InfoReply};
+use crate::observer::CodexObserver;
+use crate::paths::DataPaths;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ObserverEvent, ProcessIdentity, Transport};
+
+/// How often the monitor looks at the holder and the rollout. The rollout read costs only
+/// what was appended (plus an 8 KiB checkpoint), so this is cheap.
+pub const MONITOR_INTERVAL_MS: u64 = 50;
+/// Timeout of one holder call from the daemon.
+pub const HOLDER_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The durable description of an agent (the `agents` table's record).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub agent_id: String,
+    pub name: String,
+    pub harness: String,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub command: Vec<String>,
+    pub created_ms: u64,
+}
+
+impl AgentRecord {
+    pub fn harness(&self) -> Harness {
+        match self.harness.as_str() {
+            "codex" => Harness::Codex,
+            other => Harness::Other(other.to_string()),
+        }
+    }
+
+    /// The CODEX_HOME the agent's Codex writes rollouts under.
+    pub fn codex_home(&self) -> PathBuf {
+        if let Some((_, home)) = self.env.iter().find(|(k, _)| k == "CODEX_HOME") {
+            return PathBuf::from(home);
+        }
+        std::env::var_os("CODEX_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dirs::home_dir().unwrap_or_default().join(".codex"))
+    }
+}
+
+/// What is known about the process behind an agent right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    pub process: Option<ProcessIdentity>,
+    pub alive: bool,
+    pub exit_code: Option<i32>,
+}
+
+impl Liveness {
+    pub fn from_info(info: &InfoReply) -> Liveness {
+        let process = match (info.pid, info.start_time_ticks) {
+            (Some(pid), Some(start_time_ticks)) => Some(ProcessIdentity { pid, start_time_ticks }),
+            _ => None,
+        };
+        Liveness { process, alive: info.alive, exit_code: info.exit_code }
+    }
+
+    pub fn incarnation(&self) -> Option<Incarnation> {
+        let process = self.process.filter(|_| self.alive)?;
+        Some(Incarnation(format!("{}.{}", process.pid, process.start_time_ticks)))
+    }
+}
+
+pub struct AgentRuntime {
+    pub record: AgentRecord,
+    pub holder_socket: PathBuf,
+    pub liveness: Mutex<Liveness>,
+    /// One observer per process incarnation; refresh, poll and resume serialise on it, so the
+    /// events they send keep their order in the driver's inbox.
+    pub observer: Mutex<Option<CodexObserver>>,
+    pub stopping: AtomicBool,
+}
+
+impl AgentRuntime {
+    pub fn new(paths: &DataPaths, record: AgentRecord) -> AgentRuntime {
+        let holder_socket = paths.holder_socket(&record.agent_id);
+        AgentRuntime {
+            record,
+            holder_socket,
+            liveness: Mutex::new(Liveness { process: None, alive: false, exit_code: None }),
+            observer: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    pub fn agent_id(&self) -> AgentId {
+        AgentId::parse(&self.record.agent_id).expect("agent ids are UUIDs we generated")
+    }
+
+    pub fn facts(&self) -> AgentFacts {
+        let liveness = self.liveness.lock().expect("liveness lock").clone();
+        AgentFacts {
+            agent_id: self.agent_id(),
+            name: self.record.name.clone(),
+            harness: self.record.harness(),
+            transport: Transport::Pty,
+            incarnation: liveness.incarnation(),
+            process: liveness.process.filter(|_| liveness.alive),
+        }
+    }
+
+    pub fn holder(&self) -> Result<HolderClient, String> {
+        HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT).map_err(|e| e.to_string())
+    }
+
+    /// Reads the holder's facts. On a process change or exit, first drains the old process's
+    /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
+    /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
+    pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
+        let info = self.holder().and_then(|mut client| client.info().map_err(|e| e.to_string()));
+        let next = match info {
+            Ok(info) => Liveness::from_info(&info),
+            Err(_) => Liveness { process: None, alive: false, exit_code: None },
+        };
+        let mut current = self.liveness.lock().expect("liveness lock");
+        if *current == next {
+            return None;
+        }
+        let ended = current.alive && (!next.alive || current.process != next.process);
+        let new_process = current.process != next.process || (next.alive && !current.alive);
+        *current = next.clone();
+        drop(current);
+        let mut events = Vec::new();
+        let mut observer = self.observer.lock().expect("observer lock");
+        if ended {
+            if let Some(old) = observer.as_mut() {
+                events.extend(old.poll());
+            }
+            events.push(ObserverEvent::ProcessExited { drained: observer.is_some() });
+        }
+        if new_process || ended {
+            *observer = match (next.process, next.incarnation()) {
+                (Some(process), Some(incarnation)) => Some(CodexObserver::new(
+                    self.record.codex_home(),
+                    Some(PathBuf::from(&self.record.cwd)),
+                    process,
+                    incarnation,
+                )),
+                _ => None,
+            };
+        }
+        Some(events)
+    }
+
+    /// The current screen text, for composer evidence.
+    pub fn screen_text(&self) -> Option<String> {
+        let mut client = self.holder().ok()?;
+        client.screen().ok().map(|screen| screen.lines.join("\n"))
+    }
+}
+
+pub type AgentTable = Arc<Mutex<std::collections::BTreeMap<String, Arc<AgentRuntime>>>>;
+
+/// One monitor thread per agent: process changes become `AgentUpserted`; new rollout records
+/// become `Observed` events; an exit becomes `ProcessExited` after the rollout is drained.
+pub fn spawn_monitor(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
+    let name = format!("monitor-{}", agent.record.name);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || monitor_loop(agent, inbox));
+    if let Err(error) = spawned {
+        eprintln!("wakterm: cannot start the agent monitor thread: {error}");
+    }
+}
+
+fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
+    let agent_id = agent.agent_id();
+    while !agent.stopping.load(Ordering::SeqCst) && !inbox.is_closed() {
+        std::thread::sleep(Duration::from_millis(MONITOR_INTERVAL_MS));
+        if let Some(exit_events) = agent.refresh_liveness() {
+            for event in exit_events {
+                if inbox.blocking_send(observed(&agent_id, event)).is_err() {
+                    return;
+                }
+            }
+            if inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).is_err() {
+                return;
+            }
+            continue;
+        }
+        let mut guard = agent.observer.lock().expect("observer lock");
+        if let Some(observer) = guard.as_mut() {
+            for event in observer.poll() {
+                if inbox.blocking_send(observed(&agent_id, event)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
+    DriverMsg::Input(Input::Observed { agent_id: agent_id.clone(), event })
+}

@@ -1,0 +1,151 @@
+//! The real adapters behind the driver's `Effects` port: SQLite writer thread, holder panes
+//! and Codex observers. Every blocking call runs on a blocking thread; results return through
+//! the driver's inbox.
+
+use super::agents::{observed, AgentRuntime, AgentTable};
+use crate::driver::{DriverMsg, Effects};
+use crate::store::{StoreOp, StoreWriter};
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc};
+use wakterm_engine::{
+    AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, TerminalEvent,
+};
+
+pub struct RealEffects {
+    pub inbox: mpsc::Sender<DriverMsg>,
+    pub agents: AgentTable,
+    pub writer: Arc<StoreWriter>,
+    pub terminal: broadcast::Sender<TerminalEvent>,
+}
+
+impl RealEffects {
+    fn agent(&self, agent_id: &AgentId) -> Option<Arc<AgentRuntime>> {
+        self.agents.lock().expect("agent table").get(agent_id.as_str()).cloned()
+    }
+}
+
+impl Effects for RealEffects {
+    fn refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
+        let agent = self.agent(&agent_id);
+        let inbox = self.inbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let snapshot = match agent {
+                None => Err("the agent is not known to the daemon".to_string()),
+                Some(agent) => refresh_agent(&agent, &agent_id, &inbox),
+            };
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot }));
+        });
+    }
+
+    fn resume(&mut self, agent_id: AgentId, from: Cursor) {
+        let agent = self.agent(&agent_id);
+        let inbox = self.inbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let events = match agent.as_ref().map(|a| a.observer.lock().expect("observer lock")) {
+                Some(mut guard) => match guard.as_mut() {
+                    Some(observer) => observer.resume(&from),
+                    None => vec![ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string() }],
+                },
+                None => vec![ObserverEvent::SessionLost { reason: "the agent is not known to the daemon".to_string() }],
+            };
+            for event in events {
+                let _ = inbox.blocking_send(observed(&agent_id, event));
+            }
+        });
+    }
+
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
+        let inbox = self.inbox.clone();
+        let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
+        let done = Box::new(move |result: Result<crate::store::CommitInfo, crate::store::StoreError>| {
+            let result = result.map(|_| ()).map_err(|e| e.to_string());
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::PersistAcked { token, result }));
+        });
+        if let Err(error) = self.writer.submit(store_ops, done) {
+            // The callback is never called when submit fails: answer here, off the reactor.
+            let inbox = self.inbox.clone();
+            tokio::spawn(async move {
+                let result = Err(error.to_string());
+                let _ = inbox.send(DriverMsg::Input(Input::PersistAcked { token, result })).await;
+            });
+        }
+    }
+
+    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
+        let agent = self.agent(&agent_id);
+        let inbox = self.inbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let outcome = match agent {
+                None => DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() },
+                Some(agent) => write_once(&agent, &incarnation, &bytes),
+            };
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::Delivered { delivery_id, outcome }));
+        });
+    }
+
+    fn publish(&mut self, event: TerminalEvent) {
+        let _ = self.terminal.send(event); // no subscriber is fine: the store has it
+    }
+}
+
+/// ADM-3: liveness first (a changed process is reported before the snapshot), then the
+/// observer's rollout and the screen, under the observer lock so events stay ordered.
+pub fn refresh_agent(agent: &AgentRuntime, agent_id: &AgentId, inbox: &mpsc::Sender<DriverMsg>) -> Result<wakterm_engine::ObserverSnapshot, String> {
+    if let Some(events) = agent.refresh_liveness() {
+        for event in events {
+            let _ = inbox.blocking_send(observed(agent_id, event));
+        }
+        let _ = inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(agent.facts())));
+    }
+    let screen = agent.screen_text();
+    let mut guard = agent.observer.lock().expect("observer lock");
+    let observer = guard.as_mut().ok_or_else(|| "no process runs behind the agent".to_string())?;
+    let refresh = observer.refresh(screen.as_deref());
+    for event in refresh.events {
+        let _ = inbox.blocking_send(observed(agent_id, event));
+    }
+    Ok(refresh.snapshot)
+}
+
+/// ADM-8 / ADM-10: one write through the holder. Refused only when provably nothing was
+/// written (no connection, or the pane runs another process than the one admitted).
+fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> DeliveryOutcome {
+    let mut client = match agent.holder() {
+        Ok(client) => client,
+        Err(error) => return DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") },
+    };
+    let info = match client.info() {
+        Ok(info) => info,
+        Err(error) => return DeliveryOutcome::Refused { reason: format!("the pane did not answer: {error}") },
+    };
+    let current = super::agents::Liveness::from_info(&info).incarnation();
+    if current.as_ref() != Some(incarnation) {
+        return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
+    }
+    match client.write(bytes) {
+        Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == bytes.len() as u64 => DeliveryOutcome::Complete,
+        Ok(outcome) => DeliveryOutcome::Failed {
+            bytes_written: outcome.bytes_written,
+            error: outcome.error.unwrap_or_else(|| "short write".to_string()),
+        },
+        Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
+    }
+}
+
+fn store_op(op: &PersistOp) -> StoreOp {
+    match op {
+        PersistOp::PutRequest(record) => StoreOp::PutRequest {
+            request_id: record.request_id.to_string(),
+            agent_id: record.agent_id.to_string(),
+            phase: record.phase.as_str().to_string(),
+            fingerprint: record.fingerprint.clone(),
+            record_json: serde_json::to_string(record).expect("records serialise"),
+            updated_ms: record.updated_ms,
+        },
+        PersistOp::AppendTerminal(event) => StoreOp::AppendTerminal {
+            sequence: event.terminal_event_sequence,
+            request_id: event.request_id.to_string(),
+            event_json: serde_json::to_string(event).expect("events serialise"),
+        },
+    }
+}

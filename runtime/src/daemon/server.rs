@@ -1,0 +1,464 @@
+//! Control-socket request handlers. Each connection carries one request.
+
+use super::agents::{spawn_monitor, AgentRecord, AgentRuntime};
+use super::Context;
+use crate::driver::{now_ms, DriverMsg};
+use crate::holder::{spawn_holder_with_args, HolderConfig};
+use crate::protocol::{exit, AdmitRequest, ClientRequest, Reply, MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION};
+use crate::store::StoreOp;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
+use wakterm_engine::{AdmitCommand, AgentId, Classification, Engine, Input, OpId, RequestId};
+
+/// Longest agent display name.
+pub const MAX_AGENT_NAME_BYTES: usize = 64;
+/// Terminal events read from the store per page while a watcher catches up.
+pub const WATCH_PAGE: usize = 512;
+
+pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let peer_ok = stream.peer_cred().map(|cred| cred.uid() == uid).unwrap_or(false);
+    let (read_half, mut write_half) = stream.into_split();
+    if !peer_ok {
+        let reply = Reply::error(exit::ERROR, "permission_denied", "peers of another user are refused");
+        let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
+        return;
+    }
+    let mut line = String::new();
+    let mut reader = BufReader::new(read_half.take(MAX_REQUEST_LINE_BYTES as u64));
+    if reader.read_line(&mut line).await.is_err() || !line.ends_with('\n') {
+        let reply = Reply::error(exit::USAGE, "bad_request", "the request line is missing, too long or not UTF-8");
+        let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
+        return;
+    }
+    let request: ClientRequest = match serde_json::from_str(&line) {
+        Ok(request) => request,
+        Err(error) => {
+            let reply = Reply::error(exit::USAGE, "bad_request", format!("unreadable request: {error}"));
+            let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
+            return;
+        }
+    };
+    if let ClientRequest::Watch { after, once } = request {
+        return watch(&mut write_half, &context, after, once).await;
+    }
+    let stop = matches!(request, ClientRequest::Stop { .. });
+    let reply = dispatch(request, &context).await;
+    let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
+    if stop {
+        context.shutdown.notify_one();
+    }
+}
+
+async fn write_line(writer: &mut tokio::net::unix::OwnedWriteHalf, value: &Value) -> std::io::Result<()> {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    writer.write_all(&bytes).await?;
+    writer.flush().await
+}
+
+async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
+    match request {
+        ClientRequest::Status => status(context).await,
+        ClientRequest::Stop { all } => stop(context, all).await,
+        ClientRequest::AgentStart { name, harness, cwd, env, command } => start_agent(context, name, harness, cwd, env, command).await,
+        ClientRequest::AgentStop { target } => stop_agent(context, &target).await,
+        ClientRequest::AgentRestart { target } => restart_agent(context, &target).await,
+        ClientRequest::AgentList | ClientRequest::Catalog => catalog(context).await,
+        ClientRequest::Capabilities => Reply::ok(capabilities()),
+        ClientRequest::Admit(admit) => admit_prompt(context, admit).await,
+        ClientRequest::RequestGet { request_id } => request_get(context, &request_id).await,
+        ClientRequest::RequestCancel { request_id } => request_cancel(context, request_id).await,
+        ClientRequest::Watch { .. } => unreachable!("handled before dispatch"),
+    }
+}
+
+async fn query(context: &Context, f: impl FnOnce(&Engine) -> Value + Send + 'static) -> Option<Value> {
+    let (reply, answer) = oneshot::channel();
+    context.inbox.send(DriverMsg::Query { query: Box::new(f), reply }).await.ok()?;
+    answer.await.ok()
+}
+
+async fn status(context: &Arc<Context>) -> Reply {
+    let agents = context.agents.lock().expect("agent table").len();
+    Reply::ok(json!({
+        "schema": "wakterm.mux-status.v1",
+        "running": true,
+        "pid": std::process::id(),
+        "data_dir": context.paths.root,
+        "socket": context.paths.socket(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": PROTOCOL_VERSION,
+        "agents": agents,
+        "started_ms": context.started_ms,
+    }))
+}
+
+async fn stop(context: &Arc<Context>, all: bool) -> Reply {
+    let mut stopped = Vec::new();
+    if all {
+        let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
+        for agent in agents {
+            agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+            let name = agent.record.name.clone();
+            let _ = tokio::task::spawn_blocking(move || agent.holder().map(|client| client.shutdown())).await;
+            stopped.push(name);
+        }
+    }
+    Reply::ok(json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "agents_stopped": stopped}))
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_AGENT_NAME_BYTES
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && wakterm_engine::ids::canonical_uuid(name).is_none()
+}
+
+async fn start_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
+    if !valid_name(&name) {
+        return Reply::error(exit::USAGE, "invalid_name", format!("agent names are 1..={MAX_AGENT_NAME_BYTES} of [A-Za-z0-9._-] and not a UUID"));
+    }
+    if command.is_empty() {
+        return Reply::error(exit::USAGE, "invalid_command", "give the agent's command after --");
+    }
+    if !std::path::Path::new(&cwd).is_dir() {
+        return Reply::error(exit::USAGE, "invalid_cwd", format!("{cwd} is not a directory"));
+    }
+    if context.agents.lock().expect("agent table").values().any(|a| a.record.name == name) {
+        return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
+    }
+    let record = AgentRecord {
+        agent_id: uuid::Uuid::new_v4().to_string(),
+        name,
+        harness,
+        cwd,
+        env,
+        command,
+        created_ms: now_ms(),
+    };
+    let paths = context.paths.clone();
+    let writer = context.writer.clone();
+    let spawned = tokio::task::spawn_blocking(move || spawn_agent(&paths, &writer, record)).await;
+    let agent = match spawned {
+        Ok(Ok(agent)) => agent,
+        Ok(Err(message)) => return Reply::error(exit::ERROR, "agent_start_failed", message),
+        Err(error) => return Reply::error(exit::ERROR, "agent_start_failed", error.to_string()),
+    };
+    let facts = agent.facts();
+    context.agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
+    let _ = context.inbox.send(DriverMsg::Input(Input::AgentUpserted(facts.clone()))).await;
+    spawn_monitor(agent.clone(), context.inbox.clone());
+    Reply::ok(json!({
+        "schema": "wakterm.agent-start.v1",
+        "agent_id": agent.record.agent_id,
+        "name": agent.record.name,
+        "harness": agent.record.harness,
+        "incarnation": facts.incarnation,
+        "pid": facts.process.map(|p| p.pid),
+    }))
+}
+
+/// Spawns the holder (`wakterm __holder`), waits for its first `info`, persists the agent.
+fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord) -> Result<Arc<AgentRuntime>, String> {
+    let dir = paths.holders_dir();
+    crate::paths::private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let config = HolderConfig {
+        socket_path: paths.holder_socket(&record.agent_id),
+        cwd: record.cwd.clone().into(),
+        env: record.env.clone(),
+        command: record.command.clone(),
+        cols: 120,
+        rows: 40,
+        detach: true,
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the wakterm binary: {e}"))?;
+    spawn_holder_with_args(&exe, &["__holder".into()], &config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
+    let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
+    writer.commit_blocking(vec![op]).map_err(|e| format!("cannot record the agent: {e}"))?;
+    let agent = Arc::new(AgentRuntime::new(paths, record));
+    agent.refresh_liveness();
+    Ok(agent)
+}
+
+fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
+    let agents = context.agents.lock().expect("agent table");
+    let canonical = wakterm_engine::ids::canonical_uuid(target);
+    agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()
+}
+
+async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
+    let Some(agent) = resolve(context, target) else {
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
+    };
+    agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    let agent_id = agent.record.agent_id.clone();
+    let writer = context.writer.clone();
+    let worker = agent.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let _ = worker.holder().map(|client| client.shutdown());
+        writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }])
+    })
+    .await;
+    context.agents.lock().expect("agent table").remove(&agent_id);
+    if let Ok(id) = AgentId::parse(&agent_id) {
+        let _ = context.inbox.send(DriverMsg::Input(Input::AgentRemoved { agent_id: id })).await;
+    }
+    match result {
+        Ok(Ok(_)) => Reply::ok(json!({"schema": "wakterm.agent-stop.v1", "agent_id": agent_id, "stopped": true})),
+        Ok(Err(error)) => Reply::error(exit::ERROR, "store_failed", error.to_string()),
+        Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
+    }
+}
+
+/// Replaces the agent's process in the same pane (a new incarnation), e.g. after a crash.
+async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
+    let Some(agent) = resolve(context, target) else {
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
+    };
+    let worker = agent.clone();
+    let inbox = context.inbox.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut client = worker.holder()?;
+        client.respawn().map_err(|e| e.to_string())?;
+        let agent_id = worker.agent_id();
+        if let Some(events) = worker.refresh_liveness() {
+            for event in events {
+                let _ = inbox.blocking_send(super::agents::observed(&agent_id, event));
+            }
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(worker.facts())));
+        }
+        Ok::<_, String>(worker.facts())
+    })
+    .await;
+    match result {
+        Ok(Ok(facts)) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
+        Ok(Err(message)) => Reply::error(exit::ERROR, "agent_restart_failed", message),
+        Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
+    }
+}
+
+/// The catalog refreshes every agent's observer off the reactor (forwarding what it read to
+/// the engine, in order) so the state it reports is current, not the last admission's.
+async fn catalog(context: &Arc<Context>) -> Reply {
+    let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
+    let mut entries = Vec::new();
+    for agent in agents {
+        let inbox = context.inbox.clone();
+        let worker = agent.clone();
+        let snapshot = tokio::task::spawn_blocking(move || super::effects::refresh_agent(&worker, &worker.agent_id(), &inbox))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        let agent_id = agent.agent_id();
+        let pending = query(context, move |engine: &Engine| {
+            json!(engine.agent(&agent_id).is_some_and(|a| a.awaiting_turn_after.is_some() || a.claim.is_some()))
+        })
+        .await
+        .unwrap_or(json!(false));
+        entries.push(catalog_entry(&agent.record, agent.facts().incarnation, snapshot, pending == json!(true)));
+    }
+    Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "agents": entries}))
+}
+
+fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, pending: bool) -> Value {
+    use wakterm_engine::{ObserverStatus, TurnState};
+    let view = snapshot.as_ref().ok();
+    let state = match view.map(|v| &v.turn) {
+        _ if incarnation.is_none() => "stopped",
+        Some(TurnState::Idle { .. }) if !pending => "idle",
+        Some(TurnState::Idle { .. }) | Some(TurnState::Busy { .. }) => "busy",
+        Some(TurnState::Unknown) | None => "unknown",
+    };
+    let (available, why_not) = match (record.harness.as_str(), view) {
+        (_, _) if incarnation.is_none() => (false, Some("agent_not_running")),
+        ("codex", None) => (false, Some("observer_unavailable")),
+        ("codex", Some(v)) => match (&v.status, &v.turn) {
+            (ObserverStatus::Unavailable { .. }, _) => (false, Some("observer_unavailable")),
+            (_, TurnState::Idle { last_completed: Some(_) }) if v.session.is_some() => (true, None),
+            (_, TurnState::Idle { .. }) => (false, Some("no_baseline_cursor")),
+            (_, TurnState::Busy { .. }) => (false, Some("turn_active")),
+            (_, TurnState::Unknown) => (false, Some("turn_state_unknown")),
+        },
+        _ => (false, Some("harness_not_supported")),
+    };
+    let observer_detail = match (&snapshot, view.map(|v| &v.status)) {
+        (Err(error), _) => Some(error.clone()),
+        (_, Some(ObserverStatus::Unavailable { reason })) => Some(reason.clone()),
+        _ => None,
+    };
+    json!({
+        "agent_id": record.agent_id,
+        "name": record.name,
+        "harness": record.harness,
+        "transport": "pty",
+        "incarnation": incarnation,
+        "state": state,
+        "correlation_source": if record.harness == "codex" { Some("provider_file") } else { None },
+        "return_final_available": available && !pending,
+        "return_final_unavailable_reason": if pending { Some("turn_pending") } else { why_not },
+        "observer_detail": observer_detail,
+        "observer_session": view.and_then(|v| v.session.clone()),
+        "cwd": record.cwd,
+    })
+}
+
+pub fn capabilities() -> Value {
+    json!({
+        "schema": "wakterm.agent-capabilities.v1",
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": PROTOCOL_VERSION,
+        "operations": {
+            "agent.send": {"version": 1, "receipt_schema": wakterm_engine::receipt::RECEIPT_SCHEMA},
+            "agent.admit": {"version": 1, "receipt_schema": wakterm_engine::receipt::RECEIPT_SCHEMA, "requires": ["incarnation", "request_id"]},
+            "agent.catalog": {"version": 1, "schema": "wakterm.agent-catalog.v1"},
+            "agent.request.get": {"version": 1, "schema": "wakterm.agent-request.v1"},
+            "agent.request.cancel": {"version": 1},
+            "agent.request.watch": {"version": 1, "event_schema": wakterm_engine::terminal::TERMINAL_SCHEMA},
+        },
+        "classifications": ["accepted", "busy", "unsupported", "unavailable", "stale_incarnation", "invalid", "observer_failure", "internal_failure", "indeterminate"],
+        "terminal_states": ["completed", "aborted", "timed_out", "cancelled", "delivery_failed", "indeterminate"],
+        "return_final_harnesses": ["codex"],
+        "limits": {
+            "max_prompt_bytes": wakterm_engine::limits::MAX_PROMPT_BYTES,
+            "max_final_timeout_ms": wakterm_engine::limits::MAX_FINAL_TIMEOUT_MS,
+        },
+    })
+}
+
+async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
+    let request_id = admit.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let command = AdmitCommand {
+        op: OpId(0),
+        operation: admit.operation,
+        target: admit.target,
+        exact_agent_id: admit.exact_agent_id,
+        incarnation: admit.incarnation,
+        request_id,
+        prompt: admit.prompt,
+        paste_mode: admit.paste_mode,
+        return_mode: admit.return_mode,
+        final_timeout_ms: admit.final_timeout_ms,
+    };
+    let (reply, answer) = oneshot::channel();
+    if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
+    }
+    let Ok(receipt) = answer.await else {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+    };
+    let classification: Option<Classification> = serde_json::from_value(receipt["classification"].clone()).ok();
+    let exit_code = match classification {
+        Some(Classification::Accepted) => exit::OK,
+        Some(Classification::Indeterminate) => exit::INDETERMINATE,
+        Some(_) => exit::REJECTED,
+        None => exit::ERROR,
+    };
+    Reply { exit_code, body: receipt }
+}
+
+async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
+    let Ok(id) = RequestId::parse(request_id) else {
+        return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
+    };
+    let view = query(context, move |engine: &Engine| match engine.request(&id) {
+        None => Value::Null,
+        Some(record) => json!({
+            "schema": "wakterm.agent-request.v1",
+            "request_id": record.request_id,
+            "agent_id": record.agent_id,
+            "phase": record.phase,
+            "state": record.terminal.as_ref().map(|t| serde_json::to_value(t.state).unwrap_or_default())
+                .unwrap_or_else(|| json!(record.phase.as_str())),
+            "operation": record.operation,
+            "return_mode": record.return_mode,
+            "incarnation": record.incarnation,
+            "bound_provider_turn": record.bound_turn,
+            "deadline_ms": record.deadline_ms,
+            "receipt": record.receipt,
+            "terminal_event": record.terminal,
+        }),
+    })
+    .await;
+    match view {
+        Some(Value::Null) | None => Reply::error(exit::NOT_FOUND, "request_not_found", format!("no request has id {request_id}")),
+        Some(view) => Reply::ok(view),
+    }
+}
+
+async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {
+    let (reply, answer) = oneshot::channel();
+    if context.inbox.send(DriverMsg::Cancel { request_id, reply }).await.is_err() {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
+    }
+    let Ok(outcome) = answer.await else {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+    };
+    let exit_code = match outcome["outcome"].as_str() {
+        Some("cancelled") | Some("already_terminal") => exit::OK,
+        Some("not_found") => exit::NOT_FOUND,
+        _ => exit::REJECTED,
+    };
+    let mut body = outcome;
+    body["schema"] = json!("wakterm.agent-request-cancel.v1");
+    Reply { exit_code, body }
+}
+
+/// TERM-3: history from the store after `after`, then live events pushed by the driver (no
+/// polling). Subscribing before reading history means nothing committed in between is lost;
+/// sequences at or below the last one sent are skipped, so nothing repeats.
+async fn watch(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
+    let mut live = context.terminal.subscribe();
+    let mut last = after;
+    if !send_history(writer, context, &mut last).await {
+        return;
+    }
+    if once {
+        let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
+        return;
+    }
+    loop {
+        match live.recv().await {
+            Ok(event) if event.terminal_event_sequence > last => {
+                last = event.terminal_event_sequence;
+                if write_line(writer, &json!({"event": event})).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                if !send_history(writer, context, &mut last).await {
+                    return;
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+async fn send_history(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, last: &mut u64) -> bool {
+    loop {
+        let store = context.store.clone();
+        let from = *last;
+        let page = tokio::task::spawn_blocking(move || store.terminal_events_after(from, WATCH_PAGE)).await;
+        let Ok(Ok(page)) = page else {
+            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+            return false;
+        };
+        let full = page.len() == WATCH_PAGE;
+        for stored in page {
+            let event: Value = serde_json::from_str(&stored.event_json).unwrap_or(Value::Null);
+            *last = stored.sequence;
+            if write_line(writer, &json!({"event": event})).await.is_err() {
+                return false;
+            }
+        }
+        if !full {
+            return true;
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The production driver: feeds the pure engine and performs its outputs through an
+//! [`Effects`] port. The daemon plugs in real adapters (SQLite writer, holder panes, Codex
+//! observers); the simulator plugs in simulated ones. Results of effects come back as
+//! [`DriverMsg::Input`] on the same channel, so the engine sees one ordered stream.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+use wakterm_engine::{
+    AdmitCommand, AgentId, CancelCommand, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, TerminalEvent,
+};
+
+/// Bound of the driver's inbox: callers, effect results and observer events share it.
+pub const DRIVER_INBOX: usize = 4096;
+
+/// The side effects the engine asks for. Each must answer through the driver's inbox.
+pub trait Effects: Send {
+    /// ADM-3: refresh the agent's observer off the reactor; answer `ObserverRefreshed`.
+    fn refresh(&mut self, refresh_id: u64, agent_id: AgentId);
+    /// REC-2: re-attach the agent's observer at `from` and replay; answer `Observed` events.
+    fn resume(&mut self, agent_id: AgentId, from: Cursor);
+    /// Commit `ops` in one transaction; answer `PersistAcked` only after COMMIT.
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>);
+    /// ADM-8: one pane write; answer `Delivered`.
+    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>);
+    /// TERM-2: a durable terminal event for stream subscribers.
+    fn publish(&mut self, event: TerminalEvent);
+}
+
+/// A read-only question to the engine, answered on the reactor without blocking.
+pub type Query = Box<dyn FnOnce(&Engine) -> Value + Send>;
+
+pub enum DriverMsg {
+    /// An engine input (effect results, observer events, agent facts).
+    Input(Input),
+    /// A caller's admission; the receipt is sent on `reply`.
+    Admit { command: AdmitCommand, reply: oneshot::Sender<Value> },
+    /// A caller's cancel; the outcome is sent on `reply`.
+    Cancel { request_id: String, reply: oneshot::Sender<Value> },
+    Query { query: Query, reply: oneshot::Sender<Value> },
+}
+
+/// Engine time: milliseconds since the Unix epoch (simulated under madsim).
+pub fn now_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs until every sender of `inbox` is gone.
+pub async fn run_driver<E: Effects>(mut engine: Engine, mut inbox: mpsc::Receiver<DriverMsg>, mut effects: E) {
+    let mut waiting: BTreeMap<OpId, oneshot::Sender<Value>> = BTreeMap::new();
+    let mut next_op: u64 = 1;
+    drain(&mut engine, &mut effects, &mut waiting);
+    loop {
+        let message = match engine.poll_timeout() {
+            Some(at_ms) => {
+                let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+                tokio::select! {
+                    message = inbox.recv() => message,
+                    _ = tokio::time::sleep(wait) => Some(DriverMsg::Input(Input::Tick)),
+                }
+            }
+            None => inbox.recv().await,
+        };
+        let Some(message) = message else { break };
+        let input = match message {
+            DriverMsg::Input(input) => input,
+            DriverMsg::Admit { mut command, reply } => {
+                command.op = OpId(next_op);
+                next_op += 1;
+                waiting.insert(command.op, reply);
+                Input::Admit(command)
+            }
+            DriverMsg::Cancel { request_id, reply } => {
+                let op = OpId(next_op);
+                next_op += 1;
+                waiting.insert(op, reply);
+                Input::Cancel(CancelCommand { op, request_id })
+            }
+            DriverMsg::Query { query, reply } => {
+                let _ = reply.send(query(&engine));
+                continue;
+            }
+        };
+        engine.handle(now_ms(), input);
+        drain(&mut engine, &mut effects, &mut waiting);
+    }
+}
+
+fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, oneshot::Sender<Value>>) {
+    while let Some(output) = engine.poll_output() {
+        match output {
+            Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
+            Output::ResumeObserver { agent_id, from } => effects.resume(agent_id, from),
+            Output::Persist { token, ops } => effects.persist(token, ops),
+            Output::Deliver { delivery_id, agent_id, incarnation, bytes } => {
+                effects.deliver(delivery_id, agent_id, incarnation, bytes)
+            }
+            Output::Receipt { op, receipt } => {
+                let value = serde_json::to_value(&receipt).unwrap_or(Value::Null);
+                if let Some(reply) = waiting.remove(&op) {
+                    let _ = reply.send(value); // a caller that went away loses nothing durable
+                }
+            }
+            Output::CancelResult { op, outcome } => {
+                let value = serde_json::to_value(&outcome).unwrap_or(Value::Null);
+                if let Some(reply) = waiting.remove(&op) {
+                    let _ = reply.send(value);
+                }
+            }
+            Output::TerminalEvent(event) => effects.publish(event),
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `mux start` in the background and `mux stop`.
+
+use crate::client;
+use crate::paths::DataPaths;
+use crate::protocol::{exit, ClientRequest, Reply};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `mux start` waits for the new daemon to answer.
+pub const START_DEADLINE: Duration = Duration::from_secs(15);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+pub fn start_background(paths: &DataPaths) -> Reply {
+    let status = client::call(paths, &ClientRequest::Status);
+    if status.exit_code == exit::OK {
+        let pid = status.body["pid"].clone();
+        return Reply::error(exit::ERROR, "already_running", format!("a wakterm daemon (pid {pid}) already runs for {}", paths.root.display()));
+    }
+    if let Err(error) = paths.prepare() {
+        return Reply::error(exit::ERROR, "no_data_dir", format!("cannot prepare {}: {error}", paths.root.display()));
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(error) => return Reply::error(exit::ERROR, "no_binary", error.to_string()),
+    };
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(paths.log_file());
+    let (stdout, stderr) = match log.and_then(|f| Ok((f.try_clone()?, f))) {
+        Ok((a, b)) => (Stdio::from(a), Stdio::from(b)),
+        Err(_) => (Stdio::null(), Stdio::null()),
+    };
+    let spawned = Command::new(exe)
+        .args(["mux", "start", "--foreground"])
+        .env("WAKTERM_DATA_DIR", &paths.root)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => return Reply::error(exit::ERROR, "spawn_failed", error.to_string()),
+    };
+    let deadline = Instant::now() + START_DEADLINE;
+    while Instant::now() < deadline {
+        let status = client::call(paths, &ClientRequest::Status);
+        if status.exit_code == exit::OK {
+            return status;
+        }
+        if let Ok(Some(code)) = child.try_wait() {
+            let log = std::fs::read_to_string(paths.log_file()).unwrap_or_default();
+            let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+            return Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}"))
+}
+
+pub fn stop(paths: &DataPaths, all: bool) -> Reply {
+    let status = client::call(paths, &ClientRequest::Status);
+    let reply = client::call(paths, &ClientRequest::Stop { all });
+    if reply.exit_code != exit::OK {
+        return reply;
+    }
+    // Wait until the daemon has let go of its socket, so a following start cannot race it.
+    let deadline = Instant::now() + START_DEADLINE;
+    while Instant::now() < deadline && client::connect(paths).is_ok() {
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    let pid = status.body["pid"].as_u64();
+    if let Some(pid) = pid {
+        while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+    reply
+}
+
+fn is_zombie(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+}

@@ -1,0 +1,541 @@
+//! The per-agent Codex observer: turns the rollout file an adopted Codex process holds open, and
+//! its rendered screen, into the engine's facts ([`ObserverEvent`], [`ObserverSnapshot`]).
+//!
+//! It runs on a blocking worker thread (it scans /proc and reads files), never on the reactor.
+//!
+//! Rules (correlation safety in the seeds):
+//! - The rollout is the one file the exact process incarnation holds open
+//!   ([`proc_probe::discover_rollout_exact`]); anything but exactly one is Unavailable with the
+//!   reason, and the turn is Unknown, never guessed.
+//! - Every event's position is the byte offset just after its record (`TailEntry::end`), so
+//!   events of one session come out in strictly increasing position order.
+//! - A truncated, rewritten, replaced or removed rollout ends the session (`SessionLost`); the
+//!   next refresh rediscovers and a new session announces itself with `Attached`.
+//! - The turn state is derived from lifecycle records only; the screen can only make it more
+//!   cautious (a visible `Working` turns Idle into Busy).
+
+use std::path::{Path, PathBuf};
+
+use wakterm_engine::prompt::prompt_hash;
+use wakterm_engine::{
+    Composer, Cursor, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, SessionId,
+    TurnId, TurnState,
+};
+
+use crate::proc_probe::{self, Discovery};
+use crate::rollout::RolloutRecord;
+use crate::rollout_tail::{RolloutTail, TailEntry, TailError, DEFAULT_MAX_BYTES_PER_PAGE, DEFAULT_MAX_RECORDS_PER_PAGE};
+use crate::screen::{composer_state, turn_hint, ScreenTurn};
+
+/// Pages read by one refresh or poll: with the default page budgets, at most 64 MiB or 16 384
+/// records, so one call cannot run forever behind a fast writer. The rest is read next time.
+pub const MAX_PAGES_PER_REFRESH: usize = 64;
+/// Records per page (the tail's default).
+pub const PAGE_RECORDS: usize = DEFAULT_MAX_RECORDS_PER_PAGE;
+/// Bytes per page (the tail's default).
+pub const PAGE_BYTES: usize = DEFAULT_MAX_BYTES_PER_PAGE;
+
+/// One refresh: the new events (in order) and the state they leave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refresh {
+    pub events: Vec<ObserverEvent>,
+    pub snapshot: ObserverSnapshot,
+}
+
+/// The rollout currently tailed.
+#[derive(Debug)]
+struct Attachment {
+    tail: RolloutTail,
+    session: SessionId,
+    /// Position of the last emitted event of this session (strict ordering check).
+    last_event: Option<u64>,
+}
+
+/// How far discovery and reading got in this call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Health {
+    /// Attached and read as far as the page bound allowed.
+    Attached,
+    /// The process runs and holds no rollout yet, and never did: a fresh Codex.
+    Fresh,
+    Unavailable(String),
+}
+
+/// A resume request waiting for its session to be found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Resume {
+    session: SessionId,
+    position: u64,
+}
+
+/// Observer of one adopted Codex process (one incarnation).
+#[derive(Debug)]
+pub struct CodexObserver {
+    codex_home: PathBuf,
+    expected_cwd: Option<PathBuf>,
+    process: ProcessIdentity,
+    incarnation: Incarnation,
+    attached: Option<Attachment>,
+    ever_attached: bool,
+    /// Set after `ProcessExited` was emitted: nothing more will be reported.
+    exited: bool,
+    /// A resume whose Attached was not yet emitted.
+    pending_resume: Option<Resume>,
+    /// Events at or before this position are folded into state but not emitted (resume).
+    replay_floor: Option<u64>,
+    /// Turn state derived from the current session's lifecycle records.
+    turn: TurnState,
+    /// The last read stopped at the page bound (or failed): the state may be stale.
+    behind: bool,
+    /// Why the last session was lost (the snapshot's reason until a new attach).
+    lost_reason: Option<String>,
+    /// A rollout whose tail failed for good (truncated, rewritten, ...) and why: its records
+    /// can no longer be tied to the positions already reported, so it is never re-attached.
+    broken_rollout: Option<(PathBuf, String)>,
+    corrupt_lines: u64,
+}
+
+impl CodexObserver {
+    pub fn new(
+        codex_home: PathBuf,
+        expected_cwd: Option<PathBuf>,
+        process: ProcessIdentity,
+        incarnation: Incarnation,
+    ) -> Self {
+        CodexObserver {
+            codex_home,
+            expected_cwd,
+            process,
+            incarnation,
+            attached: None,
+            ever_attached: false,
+            exited: false,
+            pending_resume: None,
+            replay_floor: None,
+            turn: TurnState::Unknown,
+            behind: false,
+            lost_reason: None,
+            broken_rollout: None,
+            corrupt_lines: 0,
+        }
+    }
+
+    /// Rediscovers the rollout (a process may switch sessions), reads everything new, and
+    /// takes a snapshot combining it with the screen.
+    pub fn refresh(&mut self, screen: Option<&str>) -> Refresh {
+        let mut events = Vec::new();
+        let health = self.sync(&mut events, true);
+        let snapshot = self.snapshot(&health, screen);
+        Refresh { events, snapshot }
+    }
+
+    /// The incremental read of the live tail loop: only a liveness check of the process once
+    /// attached (no /proc scan), then the new records.
+    pub fn poll(&mut self) -> Vec<ObserverEvent> {
+        let mut events = Vec::new();
+        self.sync(&mut events, false);
+        events
+    }
+
+    /// After a daemon restart: reattaches to `from.session` and replays exactly the events after
+    /// `from.position`, preceded by `Attached { position: from.position }`. A different session
+    /// yields `SessionLost`; a transiently unreadable tree leaves the resume pending for the next
+    /// poll or refresh.
+    pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
+        self.attached = None;
+        self.replay_floor = None;
+        self.turn = TurnState::Unknown;
+        self.pending_resume = Some(Resume { session: from.session.clone(), position: from.position });
+        let mut events = Vec::new();
+        self.sync(&mut events, true);
+        events
+    }
+
+    /// Lines of the current and earlier sessions that were not records (skipped, counted).
+    pub fn corrupt_lines(&self) -> u64 {
+        self.corrupt_lines
+    }
+
+    /// The rollout being tailed, if any.
+    pub fn rollout_path(&self) -> Option<&Path> {
+        self.attached.as_ref().map(|a| a.tail.path())
+    }
+
+    /// Discovery (or a liveness check) then reading; returns how far it got.
+    fn sync(&mut self, events: &mut Vec<ObserverEvent>, full_discovery: bool) -> Health {
+        if self.exited {
+            return Health::Unavailable("the agent process exited".into());
+        }
+        let discovery = if full_discovery || self.attached.is_none() {
+            proc_probe::discover_rollout_exact(engine_to_probe(self.process), &self.codex_home, self.expected_cwd.as_deref())
+        } else if self.process_alive() {
+            return self.read_new(events);
+        } else {
+            Discovery::ProcessGone
+        };
+        self.apply_discovery(discovery, events)
+    }
+
+    fn apply_discovery(&mut self, discovery: Discovery, events: &mut Vec<ObserverEvent>) -> Health {
+        match discovery {
+            Discovery::Found { path, session_id, .. } => self.on_found(&path, SessionId(session_id), events),
+            Discovery::ProcessGone => self.on_process_gone(events),
+            Discovery::NoneOpen => self.on_none_open(events),
+            Discovery::Ambiguous { paths } => self.unavailable_keep_reading(
+                format!(
+                    "the agent's process tree holds {} Codex rollout files open; refusing to guess which one is its session",
+                    paths.len()
+                ),
+                events,
+            ),
+            Discovery::CwdMismatch { path, session_cwd } => {
+                let reason = format!(
+                    "the rollout {} belongs to a session in {}, not the agent's working directory",
+                    path.display(),
+                    session_cwd.display()
+                );
+                self.fail_pending_resume(&reason, events);
+                self.unavailable_keep_reading(reason, events)
+            }
+            Discovery::Incomplete { reason } => self.unavailable_keep_reading(
+                format!("the agent's open files could not be fully examined: {reason}"),
+                events,
+            ),
+        }
+    }
+
+    fn on_found(&mut self, path: &Path, session: SessionId, events: &mut Vec<ObserverEvent>) -> Health {
+        if let Some(current) = &self.attached {
+            if current.tail.path() == path && current.session == session {
+                return self.read_new(events);
+            }
+            let reason = format!(
+                "the agent process now writes session {} instead of {}",
+                session.0, current.session.0
+            );
+            self.lose_session(reason, events);
+        }
+        if let Some((broken, why)) = &self.broken_rollout {
+            if broken == path {
+                return Health::Unavailable(format!(
+                    "the agent's rollout {} failed earlier ({why}); its session is not trusted again",
+                    path.display()
+                ));
+            }
+        }
+        if let Some(resume) = self.pending_resume.take() {
+            if resume.session != session {
+                let reason = format!(
+                    "the agent's rollout is session {}, not the resumed cursor's session {}",
+                    session.0, resume.session.0
+                );
+                events.push(ObserverEvent::SessionLost { reason: reason.clone() });
+                return Health::Unavailable(reason);
+            }
+            self.replay_floor = Some(resume.position);
+        }
+        self.attach(path, session, events)
+    }
+
+    /// Opens the tail at offset 0 and announces the session; history is read from the start.
+    fn attach(&mut self, path: &Path, session: SessionId, events: &mut Vec<ObserverEvent>) -> Health {
+        let tail = match RolloutTail::open(path) {
+            Ok(tail) => tail,
+            Err(error) => {
+                // A resume stays pending: the next call retries it rather than dropping it.
+                if let Some(position) = self.replay_floor.take() {
+                    self.pending_resume = Some(Resume { session, position });
+                }
+                return Health::Unavailable(format!("the rollout {} could not be opened: {error}", path.display()));
+            }
+        };
+        let position = self.replay_floor.unwrap_or(0);
+        events.push(ObserverEvent::Attached { session: session.clone(), position });
+        self.attached = Some(Attachment { tail, session, last_event: Some(position) });
+        self.ever_attached = true;
+        self.lost_reason = None;
+        self.turn = TurnState::Unknown;
+        self.read_new(events)
+    }
+
+    fn on_process_gone(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
+        // The process can write no more: reading to the end now sees everything it wrote.
+        let drained = self.attached.is_some() && self.read_new(events) == Health::Attached && !self.behind;
+        if self.pending_resume.take().is_some() {
+            events.push(ObserverEvent::SessionLost { reason: "the agent process exited before its session was resumed".into() });
+        }
+        events.push(ObserverEvent::ProcessExited { drained });
+        self.exited = true;
+        self.attached = None;
+        self.turn = TurnState::Unknown;
+        Health::Unavailable("the agent process exited".into())
+    }
+
+    fn on_none_open(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
+        let reason = "the agent process holds no Codex rollout file open any more";
+        self.fail_pending_resume(reason, events);
+        if self.ever_attached {
+            return self.unavailable_keep_reading(reason.into(), events);
+        }
+        // No rollout exists until Codex's first turn starts (REAL_CODEX.md).
+        self.turn = TurnState::Idle { last_completed: None };
+        Health::Fresh
+    }
+
+    /// A resume cannot succeed when the tree provably no longer holds its session.
+    fn fail_pending_resume(&mut self, reason: &str, events: &mut Vec<ObserverEvent>) {
+        if let Some(resume) = self.pending_resume.take() {
+            events.push(ObserverEvent::SessionLost {
+                reason: format!("cannot resume session {}: {reason}", resume.session.0),
+            });
+        }
+    }
+
+    /// Discovery cannot vouch for the session now, but the tailed file's records stay facts.
+    fn unavailable_keep_reading(&mut self, reason: String, events: &mut Vec<ObserverEvent>) -> Health {
+        if self.attached.is_some() {
+            if let Health::Unavailable(read_reason) = self.read_new(events) {
+                return Health::Unavailable(read_reason);
+            }
+        }
+        Health::Unavailable(reason)
+    }
+
+    fn lose_session(&mut self, reason: String, events: &mut Vec<ObserverEvent>) {
+        events.push(ObserverEvent::SessionLost { reason: reason.clone() });
+        self.lost_reason = Some(reason);
+        self.attached = None;
+        self.replay_floor = None;
+        self.turn = TurnState::Unknown;
+        self.behind = false;
+    }
+
+    /// Reads pages until caught up or [`MAX_PAGES_PER_REFRESH`]; converts records to events.
+    fn read_new(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
+        self.behind = true;
+        for _ in 0..MAX_PAGES_PER_REFRESH {
+            let Some(attachment) = self.attached.as_mut() else { return Health::Unavailable("not attached".into()) };
+            let page = match attachment.tail.read_page(PAGE_RECORDS, PAGE_BYTES) {
+                Ok(page) => page,
+                Err(error) => return self.on_tail_error(error, events),
+            };
+            for entry in page.entries {
+                self.consume(entry, events);
+                if self.attached.is_none() {
+                    return Health::Unavailable(self.lost_reason.clone().unwrap_or_default());
+                }
+            }
+            if !page.has_more {
+                self.behind = false;
+                break;
+            }
+        }
+        self.check_replay_reached(events)
+    }
+
+    fn on_tail_error(&mut self, error: TailError, events: &mut Vec<ObserverEvent>) -> Health {
+        let path = self.rollout_path().map(|p| p.display().to_string()).unwrap_or_default();
+        let reason = format!("{error} ({path})");
+        if error.is_terminal() {
+            if let Some(path) = self.rollout_path() {
+                self.broken_rollout = Some((path.to_owned(), error.to_string()));
+            }
+            self.lose_session(reason.clone(), events);
+        }
+        // A transient I/O error keeps the tail; the state is stale until the next read.
+        Health::Unavailable(reason)
+    }
+
+    /// A resumed cursor must lie on a record boundary of the file: once the tail caught up
+    /// without passing it, the file is shorter than the cursor says.
+    fn check_replay_reached(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
+        let offset = self.attached.as_ref().map_or(0, |a| a.tail.offset());
+        match self.replay_floor {
+            Some(floor) if !self.behind && offset < floor => {
+                let reason = format!("the rollout ends at {offset}, before the resumed cursor {floor}");
+                self.lose_session(reason.clone(), events);
+                Health::Unavailable(reason)
+            }
+            _ => Health::Attached,
+        }
+    }
+
+    /// One rollout line: updates the turn state and emits its event (above the replay floor).
+    fn consume(&mut self, entry: TailEntry, events: &mut Vec<ObserverEvent>) {
+        if let Some(floor) = self.replay_floor {
+            if entry.offset < floor && entry.end > floor {
+                // The cursor cuts a record: the file is not the one the cursor was taken in.
+                let reason = format!("the resumed cursor {floor} is not a record boundary of the rollout");
+                self.lose_session(reason, events);
+                return;
+            }
+        }
+        let Some(session) = self.attached.as_ref().map(|a| a.session.clone()) else { return };
+        let record = match entry.record {
+            Ok(record) => record,
+            Err(_) => {
+                self.corrupt_lines += 1;
+                return;
+            }
+        };
+        if let Some(event) = self.fold(record, session, entry.end) {
+            self.emit(event, entry.end, events);
+        }
+    }
+
+    /// The lifecycle fold: the new turn state and the event a record yields, if any.
+    fn fold(&mut self, record: RolloutRecord, session: SessionId, position: u64) -> Option<ObserverEvent> {
+        match record {
+            RolloutRecord::TurnStarted { turn_id } => {
+                let turn = TurnId(turn_id);
+                self.turn = TurnState::Busy { turn: Some(turn.clone()) };
+                Some(ObserverEvent::TurnStarted { session, turn, position })
+            }
+            RolloutRecord::UserMessage { turn_id, text, .. } => {
+                // A prompt outside any turn (very old builds) leaves the lifecycle unknown.
+                if !matches!(self.turn, TurnState::Busy { .. }) {
+                    self.turn = TurnState::Unknown;
+                }
+                let prompt_hash = prompt_hash(&text);
+                Some(ObserverEvent::UserMessage { session, turn: turn_id.map(TurnId), prompt_hash, position })
+            }
+            RolloutRecord::TurnComplete { turn_id, last_agent_message } => {
+                let turn = TurnId(turn_id);
+                self.turn = TurnState::Idle { last_completed: Some(turn.clone()) };
+                Some(ObserverEvent::TurnCompleted { session, turn, final_message: last_agent_message, position })
+            }
+            RolloutRecord::TurnAborted { turn_id, .. } => {
+                let turn = turn_id.map(TurnId);
+                // Same rule as the engine's correlation fold: an id-less abort keeps the baseline.
+                let previous = match &self.turn {
+                    TurnState::Idle { last_completed } => last_completed.clone(),
+                    TurnState::Busy { .. } | TurnState::Unknown => None,
+                };
+                self.turn = TurnState::Idle { last_completed: turn.clone().or(previous) };
+                Some(ObserverEvent::TurnAborted { session, turn, position })
+            }
+            RolloutRecord::SessionMeta { .. } => {
+                // A rollout with no turn record yet is a first turn being set up.
+                self.turn = TurnState::Unknown;
+                None
+            }
+            RolloutRecord::AgentMessage { .. } | RolloutRecord::Other { .. } => None,
+        }
+    }
+
+    /// Emits above the replay floor, checking strict position order within the session.
+    fn emit(&mut self, event: ObserverEvent, position: u64, events: &mut Vec<ObserverEvent>) {
+        if self.replay_floor.is_some_and(|floor| position <= floor) {
+            return;
+        }
+        let Some(attachment) = self.attached.as_mut() else { return };
+        assert!(
+            attachment.last_event.is_none_or(|last| position > last),
+            "observer events must advance: {position} after {:?}",
+            attachment.last_event
+        );
+        attachment.last_event = Some(position);
+        events.push(event);
+    }
+
+    fn process_alive(&self) -> bool {
+        proc_probe::probe(self.process.pid)
+            .is_ok_and(|facts| facts.identity == engine_to_probe(self.process) && !facts.zombie)
+    }
+
+    fn snapshot(&self, health: &Health, screen: Option<&str>) -> ObserverSnapshot {
+        let (status, turn) = match health {
+            Health::Unavailable(reason) => (ObserverStatus::Unavailable { reason: reason.clone() }, TurnState::Unknown),
+            Health::Fresh => (ObserverStatus::Attached, fresh_turn(screen)),
+            Health::Attached if self.behind => (ObserverStatus::Attached, TurnState::Unknown),
+            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen)),
+        };
+        ObserverSnapshot {
+            incarnation: self.incarnation.clone(),
+            process: Some(self.process),
+            status,
+            session: self.attached.as_ref().map(|a| a.session.clone()),
+            position: self.attached.as_ref().map_or(0, |a| a.tail.offset()),
+            turn,
+            composer: screen.map_or(Composer::Unknown, composer_state),
+        }
+    }
+}
+
+/// A fresh Codex (no rollout yet) is idle unless its screen says otherwise.
+fn fresh_turn(screen: Option<&str>) -> TurnState {
+    match screen.map(turn_hint) {
+        None | Some(ScreenTurn::Idle) => TurnState::Idle { last_completed: None },
+        Some(ScreenTurn::Working) => TurnState::Busy { turn: None },
+        Some(ScreenTurn::Unknown) => TurnState::Unknown,
+    }
+}
+
+/// Safety over liveness: a `Working` screen beats an idle rollout (the TUI started a turn the
+/// rollout does not show yet).
+fn with_screen(turn: TurnState, screen: Option<&str>) -> TurnState {
+    let working = screen.map(turn_hint) == Some(ScreenTurn::Working);
+    match turn {
+        TurnState::Idle { .. } if working => TurnState::Busy { turn: None },
+        other => other,
+    }
+}
+
+/// The engine's process identity as proc_probe's (same two fields).
+pub fn engine_to_probe(identity: ProcessIdentity) -> proc_probe::ProcessIdentity {
+    proc_probe::ProcessIdentity { pid: identity.pid, start_time_ticks: identity.start_time_ticks }
+}
+
+/// proc_probe's process identity as the engine's.
+pub fn probe_to_engine(identity: proc_probe::ProcessIdentity) -> ProcessIdentity {
+    ProcessIdentity { pid: identity.pid, start_time_ticks: identity.start_time_ticks }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn screen(name: &str) -> String {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/codex-0.169").join(name);
+        std::fs::read_to_string(path).expect("screen fixture")
+    }
+
+    #[test]
+    fn a_working_screen_makes_an_idle_rollout_busy_and_nothing_else() {
+        let idle = TurnState::Idle { last_completed: Some(TurnId("t".into())) };
+        let busy = screen("screen-busy.txt");
+        assert_eq!(with_screen(idle.clone(), Some(&busy)), TurnState::Busy { turn: None });
+        assert_eq!(with_screen(idle.clone(), Some(&screen("screen-completed.txt"))), idle);
+        // An idle screen never overrides a busy or unknown rollout.
+        let running = TurnState::Busy { turn: Some(TurnId("t".into())) };
+        assert_eq!(with_screen(running.clone(), Some(&screen("screen-idle.txt"))), running);
+        assert_eq!(with_screen(TurnState::Unknown, Some(&screen("screen-idle.txt"))), TurnState::Unknown);
+        assert_eq!(with_screen(idle.clone(), None), idle);
+    }
+
+    #[test]
+    fn a_fresh_codex_is_idle_only_without_contrary_screen_evidence() {
+        assert_eq!(fresh_turn(None), TurnState::Idle { last_completed: None });
+        assert_eq!(fresh_turn(Some(&screen("screen-idle.txt"))), TurnState::Idle { last_completed: None });
+        assert_eq!(fresh_turn(Some(&screen("screen-busy.txt"))), TurnState::Busy { turn: None });
+        assert_eq!(fresh_turn(Some("garbage")), TurnState::Unknown);
+    }
+
+    #[test]
+    fn process_identity_maps_both_ways() {
+        let engine = ProcessIdentity { pid: 42, start_time_ticks: 777 };
+        assert_eq!(probe_to_engine(engine_to_probe(engine)), engine);
+    }
+
+    #[test]
+    fn a_vanished_process_is_unavailable_with_no_events_but_exit() {
+        // pid 0 is never a process: discovery reports it gone, exactly once.
+        let gone = ProcessIdentity { pid: 0, start_time_ticks: 1 };
+        let mut observer = CodexObserver::new("/nonexistent".into(), None, gone, Incarnation("i".into()));
+        let first = observer.refresh(None);
+        assert_eq!(first.events, vec![ObserverEvent::ProcessExited { drained: false }]);
+        assert!(matches!(first.snapshot.status, ObserverStatus::Unavailable { .. }));
+        assert_eq!(first.snapshot.turn, TurnState::Unknown);
+        assert!(observer.poll().is_empty());
+    }
+}

@@ -1,0 +1,68 @@
+//! The private control protocol between the `wakterm` CLI and its daemon: one JSON request
+//! line per connection; the daemon answers with one JSON line `{"exit_code", "body"}`, or for
+//! `watch` with `{"event": ...}` lines.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use wakterm_engine::{Operation, PasteMode, ReturnMode};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest request line the daemon reads (a 64 KiB prompt, JSON-escaped, fits).
+pub const MAX_REQUEST_LINE_BYTES: usize = 1024 * 1024;
+
+/// Documented, stable exit codes of the CLI (README "Exit codes").
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const ERROR: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const DAEMON_NOT_RUNNING: i32 = 3;
+    pub const REJECTED: i32 = 4;
+    pub const INDETERMINATE: i32 = 5;
+    pub const NOT_FOUND: i32 = 6;
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ClientRequest {
+    Status,
+    Stop { all: bool },
+    AgentStart { name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String> },
+    AgentStop { target: String },
+    AgentRestart { target: String },
+    AgentList,
+    Catalog,
+    Capabilities,
+    Admit(AdmitRequest),
+    RequestGet { request_id: String },
+    RequestCancel { request_id: String },
+    Watch { after: u64, once: bool },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AdmitRequest {
+    pub operation: Operation,
+    pub target: String,
+    pub exact_agent_id: bool,
+    pub incarnation: Option<String>,
+    pub request_id: Option<String>,
+    pub prompt: String,
+    pub paste_mode: PasteMode,
+    pub return_mode: ReturnMode,
+    pub final_timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reply {
+    pub exit_code: i32,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Reply {
+        Reply { exit_code: exit::OK, body }
+    }
+    pub fn error(exit_code: i32, kind: &str, message: impl Into<String>) -> Reply {
+        let body = serde_json::json!({"schema": "wakterm.error.v1", "error": kind, "message": message.into()});
+        Reply { exit_code, body }
+    }
+}
