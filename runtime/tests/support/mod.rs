@@ -1,0 +1,301 @@
+//! Shared by the e2e_* tests (and `examples/bench_latency.rs`): one private world per test —
+//! a short temp root `/tmp/wk-<8 hex>` holding the daemon's data dir, a CODEX_HOME and a
+//! working directory — driving the real `wakterm` binary as a subprocess. Drop stops the mux
+//! and every agent, kills whatever of ours survived, and removes the root.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Every wait in these tests ends by this.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+pub const POLL: Duration = Duration::from_millis(25);
+
+/// One CLI invocation's result: exit code, stdout's last JSON line, raw streams.
+#[derive(Debug, Clone)]
+pub struct Out {
+    pub code: i32,
+    pub json: Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub struct World {
+    pub exe: PathBuf,
+    pub root: PathBuf,
+    pub data: PathBuf,
+    pub codex_home: PathBuf,
+    pub work: PathBuf,
+    /// Persistent `request watch` subscribers to kill on drop.
+    children: Vec<Child>,
+}
+
+impl World {
+    pub fn new(exe: &str) -> World {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let root = PathBuf::from(format!("/tmp/wk-{}", &id[..8]));
+        std::fs::create_dir_all(&root).expect("temp root");
+        let root = std::fs::canonicalize(&root).expect("canonical root");
+        let data = root.join("data");
+        let codex_home = root.join("codex");
+        let work = root.join("work");
+        for dir in [&codex_home, &work] {
+            std::fs::create_dir_all(dir).expect("temp dirs");
+        }
+        World { exe: PathBuf::from(exe), root, data, codex_home, work, children: Vec::new() }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(args).env("WAKTERM_DATA_DIR", &self.data).current_dir(&self.work);
+        cmd
+    }
+
+    /// Runs `wakterm ARGS` to completion (bounded by the CLI's own timeouts).
+    pub fn run(&self, args: &[&str]) -> Out {
+        let output = self.cmd(args).stdin(Stdio::null()).output().expect("run wakterm");
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        let json = stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+        Out { code: output.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&output.stderr).to_string() }
+    }
+
+    /// Runs and asserts exit 0.
+    pub fn ok(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        assert_eq!(out.code, 0, "wakterm {args:?} failed: {out:?}");
+        out.json
+    }
+
+    pub fn mux_start(&self) -> Value {
+        self.ok(&["mux", "start"])
+    }
+
+    pub fn daemon_pid(&self) -> u32 {
+        let status = self.ok(&["mux", "status"]);
+        status["pid"].as_u64().expect("status pid") as u32
+    }
+
+    /// The fake-codex agent command: `<wakterm> fake-codex --reply TEMPLATE EXTRA...`.
+    pub fn start_agent(&self, name: &str, reply: &str, extra: &[&str]) -> Value {
+        let exe = self.exe.display().to_string();
+        let env = format!("CODEX_HOME={}", self.codex_home.display());
+        let cwd = self.work.display().to_string();
+        let mut args = vec!["agent", "start", "--name", name, "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex", "--reply", reply];
+        args.extend_from_slice(extra);
+        self.ok(&args)
+    }
+
+    pub fn catalog_entry(&self, name: &str) -> Option<Value> {
+        let catalog = self.run(&["agent", "catalog"]).json;
+        catalog["agents"].as_array().and_then(|a| a.iter().find(|x| x["name"] == name)).cloned()
+    }
+
+    /// Polls the catalog until `ready` holds for the agent; panics after DEADLINE.
+    pub fn wait_agent(&self, name: &str, what: &str, mut ready: impl FnMut(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + DEADLINE;
+        let mut last = None;
+        loop {
+            if let Some(entry) = self.catalog_entry(name) {
+                if ready(&entry) {
+                    return entry;
+                }
+                last = Some(entry);
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {name}: {what}; last catalog entry {last:?}");
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Starts the mux and a fake agent, makes a one-way baseline turn and waits until
+    /// return-final is available. Returns the catalog entry.
+    pub fn ready_agent(&self, name: &str, reply: &str, extra: &[&str]) -> Value {
+        self.start_agent(name, reply, extra);
+        self.wait_agent(name, "idle", |z| z["state"] == "idle");
+        let out = self.run(&["agent", "send", name, "baseline turn"]);
+        assert_eq!(out.code, 0, "baseline send: {out:?}");
+        self.wait_agent(name, "return-final available", |z| z["return_final_available"] == true)
+    }
+
+    /// `request watch --once --after N`: the events now available.
+    pub fn events_after(&self, after: u64) -> Vec<Value> {
+        let a = after.to_string();
+        let out = self.run(&["agent", "request", "watch", "--once", "--after", &a]);
+        assert_eq!(out.code, 0, "watch --once: {out:?}");
+        out.stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
+    }
+
+    /// Polls `request watch --once` until the request's terminal event shows up.
+    pub fn wait_terminal(&self, request_id: &str) -> Value {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(e) = self.events_after(0).into_iter().find(|e| e["request_id"] == request_id) {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "no terminal event for {request_id}");
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// A persistent `agent request watch --after N`: lines arrive on the receiver, each with
+    /// the instant it was read.
+    pub fn subscribe(&mut self, after: u64) -> mpsc::Receiver<(Instant, Value)> {
+        let a = after.to_string();
+        let mut child = self
+            .cmd(&["agent", "request", "watch", "--after", &a])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn watch");
+        let stdout = child.stdout.take().expect("watch stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let at = Instant::now();
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send((at, v)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        self.children.push(child);
+        rx
+    }
+
+    /// Every JSON line of every rollout file under CODEX_HOME/sessions, in file then line order.
+    pub fn rollout_lines(&self) -> Vec<Value> {
+        let mut files = Vec::new();
+        collect_jsonl(&self.codex_home.join("sessions"), &mut files);
+        files.sort();
+        let mut lines = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            lines.extend(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
+        }
+        lines
+    }
+
+    pub fn rollout_files(&self) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        collect_jsonl(&self.codex_home.join("sessions"), &mut files);
+        files.sort();
+        files
+    }
+
+    /// Number of `task_started` records.
+    pub fn turns_started(&self) -> usize {
+        self.rollout_lines().iter().filter(|l| l["payload"]["type"] == "task_started").count()
+    }
+
+    /// The text of every user prompt (`item_completed` / `UserMessage`), in order.
+    pub fn user_prompts(&self) -> Vec<String> {
+        self.rollout_lines()
+            .iter()
+            .filter(|l| l["payload"]["type"] == "item_completed" && l["payload"]["item"]["type"] == "UserMessage")
+            .filter_map(|l| l["payload"]["item"]["content"][0]["text"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// `(turn_id, last_agent_message)` of every `task_complete`.
+    pub fn completed_turns(&self) -> Vec<(String, Option<String>)> {
+        self.rollout_lines()
+            .iter()
+            .filter(|l| l["payload"]["type"] == "task_complete")
+            .map(|l| {
+                let p = &l["payload"];
+                (p["turn_id"].as_str().unwrap_or_default().to_string(), p["last_agent_message"].as_str().map(str::to_string))
+            })
+            .collect()
+    }
+
+    /// Polls until `f` holds; panics with `what` after DEADLINE.
+    pub fn wait_until(&self, what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + DEADLINE;
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Pids of every process whose environment names our data dir (daemon, holders, fakes).
+    pub fn our_pids(&self) -> Vec<i32> {
+        let needle = format!("WAKTERM_DATA_DIR={}", self.data.display());
+        let mut pids = Vec::new();
+        let me = std::process::id() as i32;
+        let Ok(dir) = std::fs::read_dir("/proc") else { return pids };
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            if pid == me {
+                continue;
+            }
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+            if environ.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
+fn collect_jsonl(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_jsonl(&path, out);
+        } else if path.extension().is_some_and(|e| e == "jsonl") {
+            out.push(path);
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // A killed daemon leaves its agents' holders running: start one to stop them all.
+        let stop = self.run(&["mux", "stop", "--all"]);
+        if stop.code == 3 && !self.our_pids().is_empty() {
+            let _ = self.run(&["mux", "start"]);
+            let _ = self.run(&["mux", "stop", "--all"]);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.our_pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+        for pid in self.our_pids() {
+            // SAFETY: kill on a pid whose environment names our private data dir.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = std::io::stderr().flush();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Kills with SIGKILL and waits until the pid is gone (or a zombie).
+pub fn sigkill_and_wait(pid: u32) {
+    // SAFETY: kill on a pid we read from our own daemon's status.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("pid {pid} survived SIGKILL");
+}
