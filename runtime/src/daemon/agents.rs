@@ -191,7 +191,13 @@ fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
         }
         let mut guard = agent.observer.lock().expect("observer lock");
         if let Some(observer) = guard.as_mut() {
-            for event in observer.poll() {
+            // Until Codex creates its rollout (first turn), only discovery can find it; once
+            // attached, a poll reads just what was appended.
+            let events = match observer.rollout_path() {
+                Some(_) => observer.poll(),
+                None => observer.refresh(None).events,
+            };
+            for event in events {
                 if inbox.blocking_send(observed(&agent_id, event)).is_err() {
                     return;
                 }
