@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Every wait in these tests ends by this.
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -142,8 +142,8 @@ impl World {
     }
 
     /// A persistent `agent request watch --after N`: lines arrive on the receiver, each with
-    /// the instant it was read.
-    pub fn subscribe(&mut self, after: u64) -> mpsc::Receiver<(Instant, Value)> {
+    /// the wall-clock time it was read.
+    pub fn subscribe(&mut self, after: u64) -> mpsc::Receiver<(SystemTime, Value)> {
         let a = after.to_string();
         let mut child = self
             .cmd(&["agent", "request", "watch", "--after", &a])
@@ -157,7 +157,7 @@ impl World {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
-                let at = Instant::now();
+                let at = SystemTime::now();
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
                     if tx.send((at, v)).is_err() {
                         return;
@@ -171,21 +171,25 @@ impl World {
 
     /// Every JSON line of every rollout file under CODEX_HOME/sessions, in file then line order.
     pub fn rollout_lines(&self) -> Vec<Value> {
-        let mut files = Vec::new();
-        collect_jsonl(&self.codex_home.join("sessions"), &mut files);
-        files.sort();
         let mut lines = Vec::new();
-        for file in files {
+        for file in self.rollout_files() {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
             lines.extend(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
         }
         lines
     }
 
+    /// Rollout files, oldest session first (by the first line's ms timestamp, then path: file
+    /// names only have second resolution, so a name sort can misorder a restart).
     pub fn rollout_files(&self) -> Vec<PathBuf> {
         let mut files = Vec::new();
         collect_jsonl(&self.codex_home.join("sessions"), &mut files);
-        files.sort();
+        let first_ts = |f: &PathBuf| {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let first: Value = text.lines().next().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+            first["timestamp"].as_str().unwrap_or_default().to_string()
+        };
+        files.sort_by_key(|f| (first_ts(f), f.clone()));
         files
     }
 

@@ -1,0 +1,628 @@
+//! End to end: the real `wakterm` binary (daemon, CLI, PTY holders) driving the fake Codex TUI
+//! over real PTYs, with a real SQLite file and real rollout files. Each test owns a private
+//! `/tmp/wk-<8 hex>` world (data dir, CODEX_HOME, cwd); its Drop stops the mux with every agent
+//! and kills anything of ours left. Waits poll the catalog or `request watch --once` and are
+//! bounded by `support::DEADLINE`.
+//!
+//! Absence of a write ("nothing written") is proven with a sentinel: after the rejected call a
+//! one-way prompt is sent and its turn awaited; the PTY is ordered, so a stray earlier write
+//! would show up in the rollout before the sentinel.
+
+mod support;
+
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use support::{new_id, sigkill_and_wait, World};
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const REPLY: &str = "Final answer for: {prompt}";
+
+fn reply_for(prompt: &str) -> String {
+    REPLY.replace("{prompt}", prompt)
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+/// Sends a one-way sentinel and waits for its turn to complete: every earlier pane write has
+/// been processed by then. Returns the user prompts of the rollout.
+fn prompts_after_sentinel(w: &World, name: &str, sentinel: &str) -> Vec<String> {
+    let out = w.run(&["agent", "send", name, sentinel]);
+    assert_eq!(out.code, 0, "sentinel send: {out:?}");
+    w.wait_until("the sentinel's turn completes", || {
+        w.completed_turns().iter().any(|(_, m)| m.as_deref() == Some(reply_for(sentinel).as_str()))
+    });
+    w.user_prompts()
+}
+
+/// The rollout's turn id whose user prompt is `prompt` (via item_completed's turn_id).
+fn turn_of_prompt(w: &World, prompt: &str) -> Option<String> {
+    w.rollout_lines()
+        .iter()
+        .find(|l| {
+            l["payload"]["type"] == "item_completed"
+                && l["payload"]["item"]["type"] == "UserMessage"
+                && l["payload"]["item"]["content"][0]["text"] == prompt
+        })
+        .map(|l| s(&l["payload"]["turn_id"]).to_string())
+}
+
+fn assert_definitive_rejection(out: &support::Out, classification: &str, reason: &str) {
+    let r = &out.json;
+    assert_eq!(out.code, 4, "exit 4 expected: {out:?}");
+    assert_eq!(r["classification"], classification, "{r}");
+    assert_eq!(r["reason"], reason, "{r}");
+    // ADM-9
+    assert_eq!(r["prompt_written"], false, "{r}");
+    assert_eq!(r["write_state"], "not_started", "{r}");
+    assert_eq!(r["reply_pending"], false, "{r}");
+    assert_eq!(r["retry_safe"], true, "{r}");
+}
+
+/// ADM-13, ADM-15: a one-way `agent send` is accepted, acknowledged, and the fake's rollout shows
+/// exactly one turn with that prompt.
+#[test]
+fn adm_13_one_way_send_accepted_acknowledged_one_turn() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    let prompt = "Say hello one way";
+    let out = w.run(&["agent", "send", "zola", prompt]);
+    let r = &out.json;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(r["schema"], "wakterm.agent-admission.receipt.v1");
+    assert_eq!(r["classification"], "accepted");
+    assert_eq!(r["acknowledged"], true);
+    assert_eq!(r["prompt_written"], true);
+    assert_eq!(r["write_state"], "complete");
+    assert_eq!(r["reply_pending"], false);
+    assert_eq!(r["replayed"], false);
+    assert_eq!(r["operation"], "send");
+    assert_eq!(r["return_mode"], "one_way");
+    w.wait_until("the turn completes", || w.completed_turns().len() == 1);
+    let started: Vec<Value> = w.rollout_lines().into_iter().filter(|l| l["payload"]["type"] == "task_started").collect();
+    assert_eq!(started.len(), 1, "exactly one task_started");
+    assert_eq!(w.user_prompts(), vec![prompt.to_string()]);
+    assert_eq!(turn_of_prompt(&w, prompt).as_deref(), started[0]["payload"]["turn_id"].as_str());
+}
+
+/// RF-1, RF-2, CORR-5..7, TERM-1: `--return-final` arms (reply_pending, armed cursor, baseline
+/// turn) and the watcher gets `completed` with exactly the final of its own turn.
+#[test]
+fn rf_2_return_final_armed_then_completed_with_its_own_final() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let baseline_turn = w.completed_turns()[0].0.clone();
+    let prompt = "Complete phases 2 and 3";
+    let out = w.run(&["agent", "send", "zola", "--return-final", prompt]);
+    let r = out.json.clone();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(r["classification"], "accepted");
+    assert_eq!(r["reply_pending"], true);
+    assert_eq!(r["return_mode"], "return_final");
+    assert_eq!(r["correlation_source"], "provider_file");
+    assert_eq!(r["incarnation"], entry["incarnation"]);
+    assert_eq!(r["agent_id"], entry["agent_id"]);
+    assert_eq!(r["baseline_provider_turn"], baseline_turn.as_str());
+    assert!(r["armed_cursor"].as_str().is_some_and(|c| !c.is_empty()), "armed_cursor: {r}");
+    let id = s(&r["request_id"]).to_string();
+    assert!(uuid::Uuid::parse_str(&id).is_ok(), "request_id: {r}");
+
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["schema"], "wakterm.agent-request.terminal.v1");
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for(prompt).as_str());
+    assert_eq!(event["incarnation"], entry["incarnation"]);
+    let turn = turn_of_prompt(&w, prompt).expect("the prompt's turn is in the rollout");
+    assert_eq!(event["provider_turn_id"], turn.as_str());
+    assert_ne!(turn, baseline_turn);
+    let finals: Vec<_> = w.completed_turns().into_iter().filter(|(t, _)| *t == turn).collect();
+    assert_eq!(finals, vec![(turn.clone(), Some(reply_for(prompt)))]);
+    // Exactly one terminal event for it.
+    let events = w.events_after(0);
+    assert_eq!(events.iter().filter(|e| e["request_id"] == id.as_str()).count(), 1, "{events:?}");
+    assert_eq!(w.turns_started(), 2);
+}
+
+/// IDEM-2, IDEM-4: the same request id and input again returns the same receipt with
+/// `replayed: true` and writes nothing (return-final via send, and one-way via admit).
+#[test]
+fn idem_2_same_id_same_input_replays_receipt_without_second_turn() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let id = new_id();
+    let prompt = "Idempotent return final";
+    let first = w.run(&["agent", "send", "zola", "--return-final", "--request-id", &id, prompt]);
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(first.json["replayed"], false);
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed");
+
+    let id2 = new_id();
+    let one_way = "Idempotent one way";
+    let a1 = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id2, one_way]);
+    assert_eq!(a1.code, 0, "{a1:?}");
+    w.wait_until("the one-way turn completes", || w.completed_turns().len() == 3);
+    let turns = w.turns_started();
+
+    for (args, original) in [
+        (vec!["agent", "send", "zola", "--return-final", "--request-id", &id, prompt], &first),
+        (vec!["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id2, one_way], &a1),
+    ] {
+        let again = w.run(&args);
+        assert_eq!(again.code, 0, "{again:?}");
+        assert_eq!(again.json["replayed"], true, "{}", again.json);
+        let mut expect = original.json.clone();
+        expect["replayed"] = Value::Bool(true);
+        assert_eq!(again.json, expect, "the replay is the original receipt");
+    }
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after replays");
+    assert_eq!(prompts, vec!["baseline turn", prompt, one_way, "sentinel after replays"]);
+    assert_eq!(w.turns_started(), turns + 1, "no second turn for the replays");
+    let events = w.events_after(0);
+    assert_eq!(events.iter().filter(|e| e["request_id"] == id.as_str()).count(), 1);
+}
+
+/// IDEM-3: the same id with other input is `invalid` / `request_id_conflict`, exit 4, and the
+/// rollout is unchanged.
+#[test]
+fn idem_3_same_id_other_input_is_conflict_nothing_written() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let id = new_id();
+    let first = w.run(&["agent", "send", "zola", "--return-final", "--request-id", &id, "First input"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(w.wait_terminal(&id)["state"], "completed");
+    let before: Vec<Vec<u8>> = w.rollout_files().iter().map(|f| std::fs::read(f).unwrap()).collect();
+
+    let other_prompt = w.run(&["agent", "send", "zola", "--return-final", "--request-id", &id, "Other input"]);
+    assert_definitive_rejection(&other_prompt, "invalid", "request_id_conflict");
+    // Same prompt, other return mode / operation: also another fingerprint (IDEM-1).
+    let other_mode = w.run(&["agent", "send", "zola", "--request-id", &id, "First input"]);
+    assert_definitive_rejection(&other_mode, "invalid", "request_id_conflict");
+    let other_op = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", "First input"]);
+    assert_definitive_rejection(&other_op, "invalid", "request_id_conflict");
+
+    let after: Vec<Vec<u8>> = w.rollout_files().iter().map(|f| std::fs::read(f).unwrap()).collect();
+    assert_eq!(before, after, "the rollout is unchanged");
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after conflict");
+    assert_eq!(prompts, vec!["baseline turn", "First input", "sentinel after conflict"]);
+    // The original request is untouched.
+    let got = w.ok(&["agent", "request", "get", &id]);
+    assert_eq!(got["state"], "completed", "{got}");
+}
+
+/// ADM-5, ADM-9, ADM-13: `admit` and `send --return-final` to an agent with a running turn are
+/// `busy` with nothing written; a plain `send` still writes (it steers the running turn).
+#[test]
+fn adm_5_busy_agent_rejects_admit_and_return_final_but_plain_send_steers() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--hang-on", "HANGME"]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let out = w.run(&["agent", "send", "zola", "please HANGME forever"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    w.wait_agent("zola", "busy", |z| z["state"] == "busy");
+    let turns = w.turns_started();
+    let prompts = w.user_prompts();
+
+    let id = new_id();
+    let admit = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "admit while busy"]);
+    assert_definitive_rejection(&admit, "busy", "turn_active");
+    let admit_rf = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "admit rf while busy"]);
+    assert_definitive_rejection(&admit_rf, "busy", "turn_active");
+    let send_rf = w.run(&["agent", "send", "zola", "--return-final", "send rf while busy"]);
+    assert_definitive_rejection(&send_rf, "busy", "turn_active");
+    assert_eq!(w.user_prompts(), prompts, "nothing written by the rejections");
+    // IDEM-6: a rejection persists nothing, the id stays free.
+    let got = w.run(&["agent", "request", "get", &id]);
+    assert_eq!(got.code, 6, "a rejected id is not stored: {got:?}");
+
+    let steer = w.run(&["agent", "send", "zola", "steer the running turn"]);
+    assert_eq!(steer.code, 0, "{steer:?}");
+    assert_eq!(steer.json["classification"], "accepted");
+    assert_eq!(steer.json["prompt_written"], true);
+    w.wait_until("the steering message is recorded", || w.user_prompts().len() == prompts.len() + 1);
+    let mut expect = prompts.clone();
+    expect.push("steer the running turn".into());
+    assert_eq!(w.user_prompts(), expect);
+    assert_eq!(w.turns_started(), turns, "steering does not start a turn");
+    assert_eq!(
+        turn_of_prompt(&w, "steer the running turn"),
+        turn_of_prompt(&w, "please HANGME forever"),
+        "the steering message joins the running turn"
+    );
+}
+
+/// ADM-2: `admit --incarnation <old>` after `agent restart` is `stale_incarnation` (by name and
+/// by `--exact-agent-id`), carries the current incarnation, and writes nothing.
+#[test]
+fn adm_2_stale_incarnation_after_agent_restart() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let old = s(&entry["incarnation"]).to_string();
+    let agent_id = s(&entry["agent_id"]).to_string();
+    let restarted = w.ok(&["agent", "restart", "zola"]);
+    let new = s(&restarted["incarnation"]).to_string();
+    assert!(!new.is_empty() && new != old, "restart gives a new incarnation: {restarted}");
+    w.wait_agent("zola", "the new incarnation is idle", |z| z["incarnation"] == new.as_str() && z["state"] == "idle");
+
+    let by_name = w.run(&["agent", "admit", "zola", "--incarnation", &old, "--request-id", &new_id(), "stale by name"]);
+    assert_definitive_rejection(&by_name, "stale_incarnation", "incarnation_changed");
+    assert_eq!(by_name.json["incarnation"], new.as_str(), "the receipt holds the current incarnation");
+    let by_id = w.run(&["agent", "admit", &agent_id, "--exact-agent-id", "--incarnation", &old, "--request-id", &new_id(), "--return-final", "stale by id"]);
+    assert_definitive_rejection(&by_id, "stale_incarnation", "incarnation_changed");
+    assert_eq!(by_id.json["incarnation"], new.as_str());
+
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after stale");
+    assert!(!prompts.iter().any(|p| p.starts_with("stale")), "{prompts:?}");
+    assert_eq!(prompts.last().map(String::as_str), Some("sentinel after stale"));
+}
+
+/// INP-1: a prompt holding ESC[201~ (it would end the bracketed paste) is `invalid` /
+/// `prompt_control_character`, nothing written; so are CR and the 8-bit CSI.
+#[test]
+fn inp_1_prompt_with_bracketed_paste_end_is_invalid() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let escape = "harmless\u{1b}[201~echo typed as keys\r";
+    for args in [
+        vec!["agent", "send", "zola", escape],
+        vec!["agent", "send", "zola", "--return-final", escape],
+        vec!["agent", "admit", "zola", "--incarnation", &inc, "--request-id", "5d0c4c39-8a3c-4b51-9a57-3b3d3c3e3f40", escape],
+        vec!["agent", "send", "zola", "carriage\rreturn"],
+        vec!["agent", "send", "zola", "eight bit \u{9b}201~ csi"],
+    ] {
+        let out = w.run(&args);
+        assert_definitive_rejection(&out, "invalid", "prompt_control_character");
+    }
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after invalid");
+    assert_eq!(prompts, vec!["baseline turn", "sentinel after invalid"]);
+}
+
+/// TERM-2, TERM-3, REC-2: `request watch --after N` across a clean daemon restart (agents keep
+/// running): nothing lost, nothing repeated, sequences stable and increasing.
+#[test]
+fn term_3_watch_after_survives_daemon_restart_without_loss_or_repeat() {
+    let mut w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let a = w.ok(&["agent", "send", "zola", "--return-final", "before the restart"]);
+    let ea = w.wait_terminal(s(&a["request_id"]));
+    assert_eq!(ea["state"], "completed");
+    let before = w.events_after(0);
+    assert_eq!(before, vec![ea.clone()]);
+    let n = ea["terminal_event_sequence"].as_u64().expect("sequence");
+    let live_before = w.subscribe(0);
+    let (_, first) = live_before.recv_timeout(support::DEADLINE).expect("live watcher gets the history");
+    assert_eq!(first, ea);
+
+    let old_pid = w.daemon_pid();
+    w.ok(&["mux", "stop"]);
+    assert_eq!(w.run(&["mux", "status"]).code, 3, "the daemon is gone");
+    w.mux_start();
+    assert_ne!(w.daemon_pid(), old_pid);
+    w.wait_agent("zola", "same incarnation, return-final available", |z| {
+        z["incarnation"] == entry["incarnation"] && z["return_final_available"] == true
+    });
+    let live = w.subscribe(n);
+    let b = w.ok(&["agent", "send", "zola", "--return-final", "after the restart"]);
+    let (_, got) = live.recv_timeout(support::DEADLINE).expect("the live watcher gets B");
+    let eb = got;
+    assert_eq!(eb["request_id"], b["request_id"], "the first event after N is B, not a repeat of A: {eb}");
+    assert_eq!(eb["state"], "completed");
+    assert_eq!(eb["final_message"], reply_for("after the restart").as_str());
+    assert!(eb["terminal_event_sequence"].as_u64().unwrap() > n);
+
+    assert_eq!(w.events_after(n), vec![eb.clone()]);
+    assert_eq!(w.events_after(0), vec![ea, eb.clone()], "history is stable across the restart");
+    // IDEM-2: the receipt of A replays unchanged after the restart, and writes nothing.
+    let replay = w.run(&["agent", "send", "zola", "--return-final", "--request-id", s(&a["request_id"]), "before the restart"]);
+    assert_eq!(replay.code, 0, "{replay:?}");
+    let mut expect = a.clone();
+    expect["replayed"] = Value::Bool(true);
+    assert_eq!(replay.json, expect);
+    let m = eb["terminal_event_sequence"].as_u64().unwrap();
+    assert!(w.events_after(m).is_empty());
+    // The watcher attached before the restart ended with the old daemon; it never saw B twice.
+    let mut old_seen = Vec::new();
+    while let Ok((_, v)) = live_before.try_recv() {
+        old_seen.push(v);
+    }
+    assert!(old_seen.is_empty(), "the old daemon's watcher saw nothing more: {old_seen:?}");
+}
+
+/// REC-2, TERM-3, RF-5: the daemon killed with SIGKILL and restarted keeps every terminal event,
+/// the agent keeps running with the same incarnation, and a return-final request submitted
+/// before the kill completes afterwards with its own final.
+#[test]
+fn rec_2_sigkill_daemon_keeps_events_and_completes_inflight_request() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "3000"]);
+    let x = w.ok(&["agent", "send", "zola", "--return-final", "done before the kill"]);
+    let ex = w.wait_terminal(s(&x["request_id"]));
+    assert_eq!(ex["state"], "completed");
+    w.wait_agent("zola", "idle again", |z| z["return_final_available"] == true);
+
+    let prompt = "running across the kill";
+    let b = w.ok(&["agent", "send", "zola", "--return-final", prompt]);
+    assert_eq!(b["reply_pending"], true);
+    let id = s(&b["request_id"]).to_string();
+    sigkill_and_wait(w.daemon_pid());
+    assert!(
+        !w.completed_turns().iter().any(|(_, m)| m.as_deref() == Some(reply_for(prompt).as_str())),
+        "the turn was still running at kill time"
+    );
+    w.mux_start();
+    let z = w.catalog_entry("zola").expect("the agent is still in the catalog");
+    assert_ne!(z["state"], "stopped", "{z}");
+    assert_eq!(z["incarnation"], entry["incarnation"], "same incarnation after the kill: {z}");
+
+    let eb = w.wait_terminal(&id);
+    assert_eq!(eb["state"], "completed", "{eb}");
+    assert_eq!(eb["final_message"], reply_for(prompt).as_str());
+    assert_eq!(eb["provider_turn_id"], turn_of_prompt(&w, prompt).expect("its turn").as_str());
+    assert_eq!(eb["incarnation"], entry["incarnation"]);
+    let events = w.events_after(0);
+    assert_eq!(events, vec![ex.clone(), eb.clone()], "every terminal event kept, none repeated");
+    assert!(eb["terminal_event_sequence"].as_u64() > ex["terminal_event_sequence"].as_u64());
+    let got = w.ok(&["agent", "request", "get", &id]);
+    assert_eq!(got["state"], "completed");
+}
+
+/// RF-4, TERM-1: `request get` shows a waiting request; `request cancel` ends it `cancelled`
+/// (no final_message); a second cancel is `already_terminal`; unknown ids are not found.
+#[test]
+fn rf_4_request_get_and_cancel_waiting_request() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--hang-on", "HANGME"]);
+    let id = new_id();
+    let r = w.ok(&["agent", "send", "zola", "--return-final", "--request-id", &id, "HANGME until cancelled"]);
+    assert_eq!(r["reply_pending"], true);
+    let got = w.ok(&["agent", "request", "get", &id]);
+    assert_eq!(got["schema"], "wakterm.agent-request.v1");
+    assert_eq!(got["request_id"], id.as_str());
+    assert_eq!(got["agent_id"], entry["agent_id"]);
+    assert_eq!(got["return_mode"], "return_final");
+    assert!(got["state"] == "submitted" || got["state"] == "bound", "{got}");
+    assert!(got["terminal_event"].is_null(), "{got}");
+    assert_eq!(got["receipt"]["request_id"], id.as_str(), "{got}");
+
+    let cancel = w.run(&["agent", "request", "cancel", &id]);
+    assert_eq!(cancel.code, 0, "{cancel:?}");
+    assert_eq!(cancel.json["outcome"], "cancelled", "{}", cancel.json);
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "cancelled");
+    assert!(event.get("final_message").is_none(), "only completed has final_message: {event}");
+    assert_eq!(w.ok(&["agent", "request", "get", &id])["state"], "cancelled");
+    let again = w.run(&["agent", "request", "cancel", &id]);
+    assert_eq!(again.json["outcome"], "already_terminal", "{again:?}");
+    assert_eq!(w.run(&["agent", "request", "get", &new_id()]).code, 6);
+    assert_eq!(w.run(&["agent", "request", "cancel", &new_id()]).code, 6);
+}
+
+/// A second `mux start` for the same data dir is refused with a clear error; the data dir is
+/// 0700, the control socket and the database 0600.
+#[test]
+fn mux_start_twice_refused_and_private_permissions() {
+    let w = World::new(EXE);
+    let first = w.mux_start();
+    let second = w.run(&["mux", "start"]);
+    assert_eq!(second.code, 1, "{second:?}");
+    assert_eq!(second.json["error"], "already_running", "{second:?}");
+    assert!(s(&second.json["message"]).contains("already runs"), "{second:?}");
+    assert_eq!(w.daemon_pid() as u64, first["pid"].as_u64().unwrap(), "the first daemon still serves");
+
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777;
+    assert_eq!(mode(&w.data), 0o700, "data dir");
+    assert_eq!(mode(&w.data.join("run")), 0o700, "run dir");
+    assert_eq!(mode(&w.data.join("run/mux.sock")), 0o600, "socket");
+    assert_eq!(mode(&w.data.join("wakterm.db")), 0o600, "database");
+    for extra in ["wakterm.db-wal", "wakterm.db-shm"] {
+        let p = w.data.join(extra);
+        if p.exists() {
+            assert_eq!(mode(&p) & 0o077, 0, "{extra} is private");
+        }
+    }
+}
+
+/// CORR-10, RF-3: a bound turn the provider aborts ends `aborted`; a request whose deadline
+/// passes ends `timed_out` (neither has final_message).
+#[test]
+fn corr_10_aborted_turn_and_rf_3_deadline_timed_out() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &["--abort-on", "ABORTME", "--hang-on", "HANGME"]);
+    let a = w.ok(&["agent", "send", "zola", "--return-final", "please ABORTME"]);
+    let ea = w.wait_terminal(s(&a["request_id"]));
+    assert_eq!(ea["state"], "aborted", "{ea}");
+    assert!(ea.get("final_message").is_none(), "{ea}");
+    assert_eq!(ea["provider_turn_id"], turn_of_prompt(&w, "please ABORTME").expect("its turn").as_str());
+
+    w.wait_agent("zola", "idle after the abort", |z| z["return_final_available"] == true);
+    let t = w.ok(&["agent", "send", "zola", "--return-final", "--final-timeout-ms", "1000", "HANGME past the deadline"]);
+    let et = w.wait_terminal(s(&t["request_id"]));
+    assert_eq!(et["state"], "timed_out", "{et}");
+    assert!(et.get("final_message").is_none(), "{et}");
+    let got = w.ok(&["agent", "request", "get", s(&t["request_id"])]);
+    assert_eq!(got["state"], "timed_out", "{got}");
+}
+
+/// CORR-11, RF-5: the provider process dies inside the bound turn: the request ends
+/// `indeterminate` (a turn had started, so not delivery_failed), exactly once.
+#[test]
+fn corr_11_process_exit_inside_bound_turn_is_indeterminate() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &["--crash-on", "CRASHME"]);
+    let r = w.ok(&["agent", "send", "zola", "--return-final", "CRASHME now"]);
+    let id = s(&r["request_id"]).to_string();
+    let e = w.wait_terminal(&id);
+    assert_eq!(e["state"], "indeterminate", "{e}");
+    assert!(e.get("final_message").is_none(), "{e}");
+    assert_eq!(w.events_after(0).iter().filter(|x| x["request_id"] == id.as_str()).count(), 1);
+    let z = w.wait_agent("zola", "the agent is seen stopped", |z| z["state"] == "stopped");
+    assert_eq!(z["return_final_available"], false, "{z}");
+    // ADM-1: a stopped agent and an unknown id are `unavailable`.
+    let stopped = w.run(&["agent", "send", "zola", "after the crash"]);
+    assert_definitive_rejection(&stopped, "unavailable", "agent_not_running");
+    let unknown = w.run(&["agent", "admit", &new_id(), "--exact-agent-id", "--incarnation", "1.2", "--request-id", &new_id(), "nobody"]);
+    assert_definitive_rejection(&unknown, "unavailable", "agent_unknown");
+}
+
+/// INP-2, INP-3, INP-5: a malformed request id, a timeout without return-final and an empty
+/// prompt are `invalid` before anything happens; nothing written.
+#[test]
+fn inp_2_malformed_id_inp_3_timeout_without_return_final_are_invalid() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let bad_id = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", "not-a-uuid", "hello"]);
+    assert_definitive_rejection(&bad_id, "invalid", "request_id_malformed");
+    assert!(bad_id.json["request_id"].is_null(), "{}", bad_id.json);
+    let timeout = w.run(&["agent", "send", "zola", "--final-timeout-ms", "1000", "one-way with a timeout"]);
+    assert_definitive_rejection(&timeout, "invalid", "final_timeout_without_return_final");
+    let empty = w.run(&["agent", "send", "zola", "  \n\t "]);
+    assert_definitive_rejection(&empty, "invalid", "prompt_empty");
+    // Upper-case UUIDs are canonicalised (INP-2): the replay finds the same request.
+    let id = new_id();
+    let first = w.ok(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "case test"]);
+    assert_eq!(first["request_id"], id.as_str());
+    let upper = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id.to_uppercase(), "case test"]);
+    assert_eq!(upper.code, 0, "{upper:?}");
+    assert_eq!(upper.json["replayed"], true, "{}", upper.json);
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after inputs");
+    assert_eq!(prompts, vec!["baseline turn", "case test", "sentinel after inputs"]);
+}
+
+/// Runs the argument lists concurrently (one process each, released together).
+fn concurrently(w: &World, calls: Vec<Vec<String>>) -> Vec<support::Out> {
+    let barrier = std::sync::Barrier::new(calls.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = calls
+            .iter()
+            .map(|args| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    barrier.wait();
+                    w.run(&args)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("call thread")).collect()
+    })
+}
+
+/// ADM-12, ADM-5: concurrent admissions with different ids to one idle agent: exactly one is
+/// accepted, the others are `busy` with nothing written (no two payloads in one composer).
+#[test]
+fn adm_12_concurrent_admissions_one_accepted_others_busy() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let calls: Vec<Vec<String>> = (0..4)
+        .map(|i| {
+            let args = ["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", &format!("racer {i}")];
+            args.iter().map(|a| a.to_string()).collect()
+        })
+        .collect();
+    let outs = concurrently(&w, calls);
+    let accepted: Vec<_> = outs.iter().filter(|o| o.json["classification"] == "accepted").collect();
+    assert_eq!(accepted.len(), 1, "exactly one accepted: {outs:#?}");
+    for out in outs.iter().filter(|o| o.json["classification"] != "accepted") {
+        assert_eq!(out.code, 4, "{out:?}");
+        assert_eq!(out.json["classification"], "busy", "{out:?}");
+        assert_eq!(out.json["prompt_written"], false, "{out:?}");
+        let reason = s(&out.json["reason"]);
+        assert!(["admission_in_progress", "awaiting_turn_start", "turn_active"].contains(&reason), "{out:?}");
+    }
+    let winner = accepted[0].json.clone();
+    let event = w.wait_terminal(s(&winner["request_id"]));
+    assert_eq!(event["state"], "completed", "{event}");
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after the race");
+    assert_eq!(prompts.len(), 3, "one racer written: {prompts:?}");
+    assert_eq!(event["final_message"], reply_for(&prompts[1]).as_str());
+}
+
+/// IDEM-5: the same id and input sent concurrently joins one admission: every caller gets the
+/// same accepted receipt, the prompt is written once.
+#[test]
+fn idem_5_concurrent_same_id_joins_one_write() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let id = new_id();
+    let args: Vec<String> = ["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", "joined prompt"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let outs = concurrently(&w, vec![args.clone(), args.clone(), args.clone(), args]);
+    for out in &outs {
+        assert_eq!(out.code, 0, "{outs:#?}");
+        assert_eq!(out.json["classification"], "accepted", "{out:?}");
+        assert_eq!(out.json["request_id"], id.as_str());
+        let mut a = out.json.clone();
+        let mut b = outs[0].json.clone();
+        a["replayed"] = Value::Null;
+        b["replayed"] = Value::Null;
+        assert_eq!(a, b, "same receipt for every caller");
+    }
+    assert_eq!(w.wait_terminal(&id)["state"], "completed");
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel after the join");
+    assert_eq!(prompts, vec!["baseline turn", "joined prompt", "sentinel after the join"]);
+}
+
+/// ADM-14, ADM-7, ADM-5: a raw (unbracketed) paste the fake keeps in its composer is never
+/// reported submitted: `indeterminate` / `raw_paste_unacknowledged` (exit 5); the draft then
+/// makes the agent `busy` (`composer_not_empty`). Raw paste with return-final, and return-final
+/// on a non-Codex harness, are `unsupported`.
+#[test]
+fn adm_14_raw_paste_unacknowledged_and_adm_7_unsupported() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let raw_rf = w.run(&["agent", "send", "zola", "--raw-paste", "--return-final", "raw return final"]);
+    assert_definitive_rejection(&raw_rf, "unsupported", "raw_paste_return_final");
+
+    let raw = w.run(&["agent", "send", "zola", "--raw-paste", "raw burst"]);
+    assert_eq!(raw.code, 5, "{raw:?}");
+    assert_eq!(raw.json["classification"], "indeterminate", "{}", raw.json);
+    assert_eq!(raw.json["reason"], "raw_paste_unacknowledged", "{}", raw.json);
+    assert_eq!(raw.json["prompt_written"], true);
+    assert_eq!(raw.json["retry_safe"], false);
+    // The written-but-unstarted prompt (awaiting_turn_start) or the draft itself blocks.
+    let after_draft = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "after the draft"]);
+    let reason = s(&after_draft.json["reason"]).to_string();
+    assert!(["awaiting_turn_start", "composer_not_empty"].contains(&reason.as_str()), "{after_draft:?}");
+    assert_definitive_rejection(&after_draft, "busy", &reason);
+    let prompts = prompts_after_sentinel(&w, "zola", "sentinel clears the draft");
+    assert_eq!(prompts, vec!["baseline turn", "sentinel clears the draft"], "the raw burst was never submitted");
+
+    // Another harness: one-way works, return-final is unsupported.
+    let exe = w.exe.display().to_string();
+    let env = format!("CODEX_HOME={}", w.codex_home.join("other").display());
+    let cwd = w.work.display().to_string();
+    w.ok(&["agent", "start", "--name", "other", "--harness", "other", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex"]);
+    let o = w.wait_agent("other", "catalog lists it", |z| z["incarnation"].is_string());
+    assert_eq!(o["return_final_available"], false, "{o}");
+    assert_eq!(o["return_final_unavailable_reason"], "harness_not_supported", "{o}");
+    let rf = w.run(&["agent", "send", "other", "--return-final", "not codex"]);
+    assert_definitive_rejection(&rf, "unsupported", "harness_not_supported");
+}
