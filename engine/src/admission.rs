@@ -238,8 +238,16 @@ impl Engine {
     }
 
     fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
+        let now_ms = self.now_ms;
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         agent.refresh_error = None;
+        // ADM-5: a written prompt that neither started a turn nor sits in the composer long
+        // after the write was consumed some other way; keeping the agent busy forever would
+        // only trade safety for nothing.
+        let settled = matches!(snapshot.turn, TurnState::Idle { .. }) && snapshot.composer == Composer::Empty;
+        if settled && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS) {
+            agent.awaiting_turn_after = None;
+        }
         agent.view = Some(crate::agent::ObserverView {
             status: snapshot.status,
             session: snapshot.session,
@@ -379,7 +387,7 @@ impl Engine {
             || (admission.command.operation == Operation::Send && admission.command.return_mode == ReturnMode::OneWay);
         let observed = self.agents.get(&agent_id).and_then(|a| a.view.as_ref()).is_some_and(|v| v.status == ObserverStatus::Attached);
         if let Some(agent) = self.agents.get_mut(&agent_id) {
-            agent.awaiting_turn_after = Some(agent.view.as_ref().map_or(0, |v| v.position));
+            agent.awaiting_turn_after = Some(self.now_ms);
         }
         if needs_ack && observed {
             let admission = self.admissions.get_mut(request_id).expect("exists");

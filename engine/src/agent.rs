@@ -51,8 +51,10 @@ pub struct AgentEntry {
     pub view: Option<ObserverView>,
     /// ADM-12: the one admission allowed in flight for this agent.
     pub claim: Option<RequestId>,
-    /// ADM-5: a prompt was completely written at this position; until a turn starts after it,
-    /// the agent counts as busy, so two prompts never race into one idle composer.
+    /// ADM-5: engine time of a complete write whose turn has not been observed starting;
+    /// until it starts the agent counts as busy, so two prompts never race into one idle
+    /// composer. Cleared by a turn start, a process change, or a fresh snapshot that still
+    /// shows an idle agent with an empty composer `AWAITING_TURN_GRACE_MS` after the write.
     pub awaiting_turn_after: Option<u64>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,

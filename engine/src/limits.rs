@@ -24,6 +24,9 @@ pub const MAX_PENDING_OUTPUTS: usize = 65_536;
 pub const REFRESH_TIMEOUT_MS: u64 = 5_000;
 /// How long plain `agent send` waits for observer acknowledgement (ADM-13).
 pub const SEND_ACK_WAIT_MS: u64 = 2_000;
+/// After a complete write, how long an idle agent with an empty composer still counts as
+/// busy waiting for the written prompt's turn to appear (ADM-5).
+pub const AWAITING_TURN_GRACE_MS: u64 = 10_000;
 /// How long a pane write may take before the engine stops waiting for its result (ADM-10).
 pub const DELIVERY_TIMEOUT_MS: u64 = 10_000;
 /// Retry interval for a durable commit that failed after the prompt was written (TERM-2).

@@ -167,6 +167,26 @@ fn adm_5_awaiting_turn_start_is_busy() {
     assert_eq!(classification(&rig, third), Classification::Accepted);
 }
 
+/// ADM-5: the wait for the written prompt's turn ends when a fresh snapshot still shows an
+/// idle agent with an empty composer after the grace period, and not before.
+#[test]
+fn adm_5_awaiting_turn_start_expires_only_with_evidence() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "lost prompt", ReturnMode::OneWay);
+    rig.advance(limits::AWAITING_TURN_GRACE_MS - 1);
+    let early = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(early).reason.as_deref(), Some("awaiting_turn_start"));
+    let mut draft = idle_snapshot("inc-1", 100);
+    draft.composer = Composer::Draft;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(draft));
+    rig.advance(1);
+    let still = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(still).classification, Classification::Busy, "the prompt may sit in the composer");
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    let later = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(later).classification, Classification::Accepted);
+}
+
 /// ADM-6, CORR-4: return-final without a completed baseline turn is `observer_failure`, not busy;
 /// a one-way admission to the same idle agent is still accepted.
 #[test]
