@@ -9,7 +9,7 @@ use crate::io::{AdmitCommand, DeliveryOutcome, Output};
 use crate::limits::*;
 use crate::observer::{Composer, Cursor, ObserverSnapshot, ObserverStatus, TurnState};
 use crate::prompt::{admission_bytes, prompt_hash, validate_prompt, PasteMode};
-use crate::receipt::{Classification, Operation, Receipt, ReceiptContext, ReturnMode, WriteState, RECEIPT_SCHEMA};
+use crate::receipt::{Classification, Operation, Receipt, ReceiptContext, ReturnMode, WriteState};
 use crate::request::{Phase, RequestRecord};
 use crate::terminal::TerminalState;
 
@@ -412,31 +412,9 @@ impl Engine {
     }
 
     fn confirm_accepted(&mut self, request_id: &RequestId, acknowledged: Option<bool>) {
-        let record = self.requests.get(request_id).expect("registered");
-        let return_final = record.return_mode == ReturnMode::ReturnFinal;
-        let source = record.correlation_source;
-        let receipt = Receipt {
-            schema: RECEIPT_SCHEMA.to_string(),
-            classification: Classification::Accepted,
-            prompt_written: true,
-            write_state: WriteState::Complete,
-            retry_safe: false,
-            reply_pending: return_final,
-            request_id: Some(request_id.clone()),
-            agent_id: Some(record.agent_id.clone()),
-            incarnation: Some(record.incarnation.clone()),
-            operation: record.operation,
-            return_mode: record.return_mode,
-            correlation_source: source,
-            baseline_provider_turn: record.baseline_turn.clone(),
-            armed_cursor: source.and_then(|s| Engine::rendered_cursor(s, &record.armed)),
-            acknowledged,
-            replayed: false,
-            reason: None,
-            detail: None,
-        };
         let record = self.requests.get_mut(request_id).expect("registered");
-        record.phase = if return_final { Phase::Submitted } else { Phase::Settled };
+        let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, None, None);
+        record.phase = if record.return_mode == ReturnMode::ReturnFinal { Phase::Submitted } else { Phase::Settled };
         record.receipt = Some(receipt.clone());
         self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
         self.confirm(request_id, None);
@@ -444,36 +422,16 @@ impl Engine {
 
     /// ADM-10: the write may have reached the pane; say so and never claim more.
     fn confirm_indeterminate(&mut self, request_id: &RequestId, write_state: WriteState, reason: &str, detail: String) {
-        let record = self.requests.get(request_id).expect("registered");
-        let return_final = record.return_mode == ReturnMode::ReturnFinal;
-        let receipt = Receipt {
-            schema: RECEIPT_SCHEMA.to_string(),
-            classification: Classification::Indeterminate,
-            prompt_written: true,
-            write_state,
-            retry_safe: false,
-            reply_pending: return_final,
-            request_id: Some(request_id.clone()),
-            agent_id: Some(record.agent_id.clone()),
-            incarnation: Some(record.incarnation.clone()),
-            operation: record.operation,
-            return_mode: record.return_mode,
-            correlation_source: record.correlation_source,
-            baseline_provider_turn: record.baseline_turn.clone(),
-            armed_cursor: record.correlation_source.and_then(|s| Engine::rendered_cursor(s, &record.armed)),
-            acknowledged: None,
-            replayed: false,
-            reason: Some(reason.to_string()),
-            detail: Some(detail),
-        };
         let record = self.requests.get_mut(request_id).expect("registered");
+        let receipt = record.written_receipt(Classification::Indeterminate, write_state, None, Some(reason), Some(detail));
+        let return_final = record.return_mode == ReturnMode::ReturnFinal;
         record.receipt = Some(receipt.clone());
         self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
         if return_final {
             // The terminal event and the receipt commit together (RF-5).
             self.finish_with_confirm(request_id, reason);
         } else {
-            record.phase = Phase::Settled;
+            self.requests.get_mut(request_id).expect("registered").phase = Phase::Settled;
             self.confirm(request_id, None);
         }
     }

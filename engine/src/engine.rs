@@ -6,7 +6,7 @@ use crate::agent::{AgentEntry, AgentFacts};
 use crate::ids::{AgentId, RequestId, TurnId};
 use crate::io::{AdmitCommand, Input, OpId, Output, PersistOp};
 use crate::limits::{MAX_AGENTS, MAX_PENDING_OUTPUTS, PERSIST_RETRY_MS};
-use crate::observer::{Cursor, ObserverEvent};
+use crate::observer::ObserverEvent;
 use crate::receipt::{CorrelationSource, Receipt};
 use crate::request::{Phase, RequestRecord};
 use crate::terminal::{TerminalEvent, TerminalState, TERMINAL_SCHEMA};
@@ -374,11 +374,6 @@ impl Engine {
             .filter(|r| include_suspended || !self.suspended.contains(&r.request_id))
             .map(|r| r.request_id.clone())
             .collect()
-    }
-
-    /// The armed cursor of a request rendered for callers.
-    pub(crate) fn rendered_cursor(source: CorrelationSource, cursor: &Option<Cursor>) -> Option<String> {
-        cursor.as_ref().map(|c| c.render(source))
     }
 
     /// Checks the engine-wide invariants. Cheap enough for tests and the simulator after every

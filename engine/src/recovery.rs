@@ -2,7 +2,7 @@
 
 use crate::engine::{Engine, PersistPurpose};
 use crate::io::DurableState;
-use crate::receipt::{Classification, Receipt, ReturnMode, WriteState, RECEIPT_SCHEMA};
+use crate::receipt::{Classification, Receipt, ReturnMode, WriteState};
 use crate::request::{Phase, RequestRecord};
 use crate::terminal::TerminalState;
 
@@ -64,24 +64,6 @@ impl Engine {
 /// The receipt a replay of a registration interrupted by a restart returns: the write may or
 /// may not have happened, so it claims neither.
 fn restart_receipt(record: &RequestRecord) -> Receipt {
-    Receipt {
-        schema: RECEIPT_SCHEMA.to_string(),
-        classification: Classification::Indeterminate,
-        prompt_written: true,
-        write_state: WriteState::Unknown,
-        retry_safe: false,
-        reply_pending: record.return_mode == ReturnMode::ReturnFinal,
-        request_id: Some(record.request_id.clone()),
-        agent_id: Some(record.agent_id.clone()),
-        incarnation: Some(record.incarnation.clone()),
-        operation: record.operation,
-        return_mode: record.return_mode,
-        correlation_source: record.correlation_source,
-        baseline_provider_turn: record.baseline_turn.clone(),
-        armed_cursor: record.correlation_source.and_then(|s| Engine::rendered_cursor(s, &record.armed)),
-        acknowledged: None,
-        replayed: false,
-        reason: Some(RESTART_REASON.to_string()),
-        detail: Some("the daemon stopped between registering this request and confirming its write".to_string()),
-    }
+    let detail = "the daemon stopped between registering this request and confirming its write".to_string();
+    record.written_receipt(Classification::Indeterminate, WriteState::Unknown, None, Some(RESTART_REASON), Some(detail))
 }

@@ -73,6 +73,39 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// The receipt of an admission whose write was attempted (accepted or indeterminate):
+    /// everything but the evidence comes from this record.
+    pub fn written_receipt(
+        &self,
+        classification: crate::receipt::Classification,
+        write_state: crate::receipt::WriteState,
+        acknowledged: Option<bool>,
+        reason: Option<&str>,
+        detail: Option<String>,
+    ) -> Receipt {
+        assert!(!classification.is_definitive_rejection(), "a written receipt is accepted or indeterminate");
+        Receipt {
+            schema: crate::receipt::RECEIPT_SCHEMA.to_string(),
+            classification,
+            prompt_written: true,
+            write_state,
+            retry_safe: false,
+            reply_pending: self.return_mode == ReturnMode::ReturnFinal,
+            request_id: Some(self.request_id.clone()),
+            agent_id: Some(self.agent_id.clone()),
+            incarnation: Some(self.incarnation.clone()),
+            operation: self.operation,
+            return_mode: self.return_mode,
+            correlation_source: self.correlation_source,
+            baseline_provider_turn: self.baseline_turn.clone(),
+            armed_cursor: self.correlation_source.zip(self.armed.as_ref()).map(|(source, cursor)| cursor.render(source)),
+            acknowledged,
+            replayed: false,
+            reason: reason.map(str::to_string),
+            detail,
+        }
+    }
+
     /// Invariants that hold in every phase; checked on persist and on recovery.
     pub fn assert_consistent(&self) {
         match self.phase {
