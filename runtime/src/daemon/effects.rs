@@ -3,6 +3,7 @@
 //! the driver's inbox.
 
 use super::agents::{observed, AgentRuntime, AgentTable};
+use super::faults::{crash_if, FaultPoint};
 use crate::driver::{DriverMsg, Effects};
 use crate::store::{StoreOp, StoreWriter};
 use std::sync::Arc;
@@ -16,6 +17,8 @@ pub struct RealEffects {
     pub agents: AgentTable,
     pub writer: Arc<StoreWriter>,
     pub terminal: broadcast::Sender<TerminalEvent>,
+    /// REC-5: the test-only crash point selected by `WAKTERM_FAULT`, if any.
+    pub fault: Option<FaultPoint>,
 }
 
 impl RealEffects {
@@ -57,7 +60,12 @@ impl Effects for RealEffects {
     fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
         let inbox = self.inbox.clone();
         let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
+        let marks_submitted = ops.iter().any(|op| matches!(op, PersistOp::PutRequest(r) if r.phase == wakterm_engine::Phase::Submitted));
+        let fault = self.fault;
         let done = Box::new(move |result: Result<crate::store::CommitInfo, crate::store::StoreError>| {
+            if marks_submitted && result.is_ok() {
+                crash_if(fault, FaultPoint::AfterSubmitted);
+            }
             let result = result.map(|_| ()).map_err(|e| e.to_string());
             let _ = inbox.blocking_send(DriverMsg::Input(Input::PersistAcked { token, result }));
         });
@@ -72,13 +80,19 @@ impl Effects for RealEffects {
     }
 
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
+        // Deliver is only asked for after the registration commit was acknowledged.
+        crash_if(self.fault, FaultPoint::AfterRegister);
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
+        let fault = self.fault;
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
                 None => DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() },
                 Some(agent) => write_once(&agent, &incarnation, &bytes),
             };
+            if outcome == DeliveryOutcome::Complete {
+                crash_if(fault, FaultPoint::AfterWrite);
+            }
             let _ = inbox.blocking_send(DriverMsg::Input(Input::Delivered { delivery_id, outcome }));
         });
     }

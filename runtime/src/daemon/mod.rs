@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod effects;
+pub mod faults;
 pub mod server;
 
 use crate::driver::{now_ms, run_driver, DriverMsg, DRIVER_INBOX};
@@ -70,6 +71,7 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
 
 /// Runs the daemon in this process until `mux stop`. Returns an error message for the user.
 pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
+    let fault = faults::FaultPoint::from_env()?;
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
     let _lock = acquire_lock(&paths)?;
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
@@ -81,7 +83,7 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
-    runtime.block_on(serve(paths, store, writer, engine, records))
+    runtime.block_on(serve(paths, store, writer, engine, records, fault))
 }
 
 fn recover_engine(store: &Store) -> Result<Engine, String> {
@@ -105,7 +107,7 @@ fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
     Ok(records)
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, engine: Engine, records: Vec<AgentRecord>) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, engine: Engine, records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let agents: AgentTable = Arc::new(Mutex::new(BTreeMap::new()));
@@ -119,7 +121,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, en
         spawn_monitor(agent, inbox.clone());
     }
     let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
-    let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone() };
+    let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), fault };
     let driver = tokio::spawn(run_driver(engine, inbox_rx, effects));
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());

@@ -1,0 +1,46 @@
+//! Test-only crash points of the real daemon (SPEC REC-5). `WAKTERM_FAULT` names one; the
+//! daemon SIGKILLs itself exactly there, so tests can prove what each crash window leaves.
+//! Read once at startup into the effects (no global state).
+
+/// Environment variable selecting a crash point.
+pub const FAULT_ENV: &str = "WAKTERM_FAULT";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// The registration is durable; nothing was written to the pane.
+    AfterRegister,
+    /// The prompt was written; the submitted marker is not durable yet.
+    AfterWrite,
+    /// The submitted marker is durable; the receipt was not returned yet.
+    AfterSubmitted,
+}
+
+impl FaultPoint {
+    /// The crash point named by `WAKTERM_FAULT`, or an error for an unknown name (a typo must
+    /// not silently disable a crash test).
+    pub fn from_env() -> Result<Option<FaultPoint>, String> {
+        let Some(value) = std::env::var_os(FAULT_ENV) else { return Ok(None) };
+        match value.to_str() {
+            Some("") => Ok(None),
+            Some("after_register") => Ok(Some(FaultPoint::AfterRegister)),
+            Some("after_write") => Ok(Some(FaultPoint::AfterWrite)),
+            Some("after_submitted") => Ok(Some(FaultPoint::AfterSubmitted)),
+            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted")),
+        }
+    }
+}
+
+/// Crashes the daemon at `point` when it is the selected one.
+pub fn crash_if(selected: Option<FaultPoint>, point: FaultPoint) {
+    if selected == Some(point) {
+        eprintln!("wakterm: {FAULT_ENV} crash point {point:?} reached; SIGKILL");
+        // SAFETY: kill on our own pid has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+        // SIGKILL cannot be caught; wait for it to land rather than run on.
+        loop {
+            std::thread::park();
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! REC-5: the crash windows of seed 000 on the real daemon with real SQLite. The daemon is
+//! started with `WAKTERM_FAULT=<point>` and SIGKILLs itself there; the test restarts it and
+//! checks what the window left (REC-1, REC-4, REC-2), and that no request id writes twice.
+
+mod support;
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use support::{new_id, World};
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const REPLY: &str = "Final answer for: {prompt}";
+
+/// A world with a ready agent, then the daemon restarted with the crash point armed.
+fn armed_world(fault: &str) -> (World, Value) {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    w.ok(&["mux", "stop"]);
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", fault).output().expect("mux start");
+    assert!(out.status.success(), "mux start with {fault}: {}", String::from_utf8_lossy(&out.stdout));
+    (w, entry)
+}
+
+/// The admission that hits the crash point: the CLI loses its daemon mid-call.
+fn admit_into_crash(w: &World, entry: &Value, id: &str, prompt: &str) {
+    let incarnation = entry["incarnation"].as_str().expect("incarnation");
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", id, "--return-final", prompt]);
+    assert_ne!(out.code, 0, "the daemon must have died before answering: {out:?}");
+    wait_daemon_gone(w);
+}
+
+fn wait_daemon_gone(w: &World) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.run(&["mux", "status"]).code == 0 {
+        assert!(Instant::now() < deadline, "the daemon did not die at its crash point");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn count_prompt(w: &World, prompt: &str) -> usize {
+    w.user_prompts().iter().filter(|p| p.as_str() == prompt).count()
+}
+
+fn replay_writes_nothing(w: &World, entry: &Value, id: &str, prompt: &str) -> Value {
+    let before = count_prompt(w, prompt);
+    let incarnation = entry["incarnation"].as_str().expect("incarnation");
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", id, "--return-final", prompt]);
+    assert_eq!(out.json["replayed"], true, "{out:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(count_prompt(w, prompt), before, "IDEM-2: a replay after the crash wrote again");
+    out.json
+}
+
+/// REC-5 after_register, REC-1: registration durable, nothing written -> `indeterminate` after
+/// the restart, and no turn for the prompt in the rollout.
+#[test]
+fn rec_5_after_register_leaves_indeterminate_and_no_turn() {
+    let (w, entry) = armed_world("after_register");
+    let id = new_id();
+    let prompt = "crash after register";
+    admit_into_crash(&w, &entry, &id, prompt);
+    w.mux_start();
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "indeterminate", "{event}");
+    assert_eq!(event["reason"], "restart_in_write_window");
+    assert_eq!(count_prompt(&w, prompt), 0, "nothing was written before the crash");
+    let replay = replay_writes_nothing(&w, &entry, &id, prompt);
+    assert_eq!(replay["classification"], "indeterminate");
+    assert_eq!(count_prompt(&w, prompt), 0);
+}
+
+/// REC-5 after_write, REC-4: the prompt was written and its turn completes, but the submitted
+/// marker never became durable: `indeterminate`, and its final is never delivered as completed.
+#[test]
+fn rec_5_after_write_is_indeterminate_even_though_the_turn_completes() {
+    let (w, entry) = armed_world("after_write");
+    let id = new_id();
+    let prompt = "crash after write";
+    admit_into_crash(&w, &entry, &id, prompt);
+    let expected_final = REPLY.replace("{prompt}", prompt);
+    w.wait_until("the written prompt's turn completes", || {
+        w.completed_turns().iter().any(|(_, m)| m.as_deref() == Some(expected_final.as_str()))
+    });
+    w.mux_start();
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "indeterminate", "{event}");
+    assert!(event.get("final_message").is_none(), "the final is never delivered: {event}");
+    assert_eq!(count_prompt(&w, prompt), 1, "written exactly once");
+    replay_writes_nothing(&w, &entry, &id, prompt);
+    assert_eq!(w.events_after(0).iter().filter(|e| e["request_id"] == id.as_str()).count(), 1);
+}
+
+/// REC-5 after_submitted, REC-2: the submitted marker is durable; after the restart the
+/// request completes normally with its own final.
+#[test]
+fn rec_5_after_submitted_completes_normally() {
+    let (w, entry) = armed_world("after_submitted");
+    let id = new_id();
+    let prompt = "crash after submitted";
+    admit_into_crash(&w, &entry, &id, prompt);
+    w.mux_start();
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], REPLY.replace("{prompt}", prompt).as_str());
+    assert_eq!(count_prompt(&w, prompt), 1, "written exactly once");
+    let replay = replay_writes_nothing(&w, &entry, &id, prompt);
+    assert_eq!(replay["classification"], "accepted");
+}
+
+/// REC-5: an unknown crash point is refused at startup, never silently ignored.
+#[test]
+fn rec_5_unknown_fault_point_is_refused() {
+    let w = World::new(EXE);
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "after_lunch").output().expect("mux start");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("after_lunch"), "{text}");
+}
