@@ -176,8 +176,9 @@ pub fn spawn_monitor(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
 
 fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
     let agent_id = agent.agent_id();
+    let mut wake = RolloutWake::default();
     while !agent.stopping.load(Ordering::SeqCst) && !inbox.is_closed() {
-        std::thread::sleep(Duration::from_millis(MONITOR_INTERVAL_MS));
+        wake.wait(Duration::from_millis(MONITOR_INTERVAL_MS));
         if let Some(exit_events) = agent.refresh_liveness() {
             for event in exit_events {
                 if inbox.blocking_send(observed(&agent_id, event)).is_err() {
@@ -197,11 +198,51 @@ fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
                 Some(_) => observer.poll(),
                 None => observer.refresh(None).events,
             };
+            wake.follow(observer.rollout_path());
             for event in events {
                 if inbox.blocking_send(observed(&agent_id, event)).is_err() {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Wakes the monitor as soon as the rollout file changes (inotify through the `notify` crate,
+/// chosen over a hand-written inotify binding), and at the latest after the poll interval,
+/// which still bounds how late a process exit is noticed.
+#[derive(Default)]
+struct RolloutWake {
+    watched: Option<PathBuf>,
+    watcher: Option<notify::RecommendedWatcher>,
+    changes: Option<std::sync::mpsc::Receiver<notify::Result<notify::Event>>>,
+}
+
+impl RolloutWake {
+    fn follow(&mut self, rollout: Option<&std::path::Path>) {
+        if self.watched.as_deref() == rollout {
+            return;
+        }
+        self.watched = rollout.map(PathBuf::from);
+        self.watcher = None;
+        self.changes = None;
+        let Some(path) = rollout else { return };
+        use notify::Watcher;
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let Ok(mut watcher) = notify::recommended_watcher(sender) else { return };
+        if watcher.watch(path, notify::RecursiveMode::NonRecursive).is_ok() {
+            self.watcher = Some(watcher);
+            self.changes = Some(receiver);
+        }
+    }
+
+    fn wait(&mut self, at_most: Duration) {
+        match &self.changes {
+            Some(changes) => {
+                let _ = changes.recv_timeout(at_most);
+                while changes.try_recv().is_ok() {} // one read covers every queued change
+            }
+            None => std::thread::sleep(at_most),
         }
     }
 }
