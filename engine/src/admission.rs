@@ -416,6 +416,9 @@ impl Engine {
         let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, None, None);
         record.phase = if record.return_mode == ReturnMode::ReturnFinal { Phase::Submitted } else { Phase::Settled };
         record.receipt = Some(receipt.clone());
+        if record.phase == Phase::Submitted {
+            self.correlating.insert(request_id.clone());
+        }
         self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
         self.confirm(request_id, None);
     }

@@ -261,10 +261,10 @@ impl Engine {
     /// RF-3: a request past its deadline times out, whatever the provider does later.
     pub(crate) fn expire_request_deadlines(&mut self) {
         let due: Vec<RequestId> = self
-            .requests
-            .values()
-            .filter(|r| r.phase.is_correlating() && r.deadline_ms.is_some_and(|d| d <= self.now_ms))
-            .map(|r| r.request_id.clone())
+            .correlating
+            .iter()
+            .filter(|id| self.requests[*id].deadline_ms.is_some_and(|d| d <= self.now_ms))
+            .cloned()
             .collect();
         for request_id in due {
             self.finish(&request_id, TerminalState::TimedOut, Some("final_timeout"), None, None);

@@ -72,6 +72,9 @@ pub struct Engine {
     pub(crate) admissions: BTreeMap<RequestId, Admission>,
     /// CORR-5: the first new turn after the armed cursor, before its user message matched.
     pub(crate) candidates: BTreeMap<RequestId, TurnId>,
+    /// Requests in a correlating phase (submitted or bound): the index every observer event,
+    /// deadline check and timeout computation walks, so their cost does not grow with history.
+    pub(crate) correlating: BTreeSet<RequestId>,
     /// REC-2: recovered requests waiting for their agent and observer to be re-verified.
     pub(crate) suspended: BTreeSet<RequestId>,
     pub(crate) persists: BTreeMap<u64, PersistPurpose>,
@@ -100,6 +103,7 @@ impl Engine {
             requests: BTreeMap::new(),
             admissions: BTreeMap::new(),
             candidates: BTreeMap::new(),
+            correlating: BTreeSet::new(),
             suspended: BTreeSet::new(),
             persists: BTreeMap::new(),
             deliveries: BTreeMap::new(),
@@ -140,11 +144,7 @@ impl Engine {
     /// The earliest engine time at which `handle(now, Input::Tick)` has work to do.
     pub fn poll_timeout(&self) -> Option<u64> {
         let admissions = self.admissions.values().filter_map(|a| a.step_deadline_ms);
-        let deadlines = self
-            .requests
-            .values()
-            .filter(|r| r.phase.is_correlating())
-            .filter_map(|r| r.deadline_ms);
+        let deadlines = self.correlating.iter().filter_map(|id| self.requests[id].deadline_ms);
         let retries = self.terminal_retries.values().map(|r| r.due_ms);
         admissions.chain(deadlines).chain(retries).min()
     }
@@ -251,6 +251,7 @@ impl Engine {
         let record = self.requests.get_mut(request_id).expect("checked above");
         record.phase = Phase::Terminal;
         record.terminal = Some(event);
+        self.correlating.remove(request_id);
         self.candidates.remove(request_id);
         self.suspended.remove(request_id);
         self.persist_terminal(request_id, cancel_op);
@@ -368,11 +369,11 @@ impl Engine {
 
     /// Correlating requests of one agent, optionally including suspended ones.
     pub(crate) fn correlating_requests_of(&self, agent_id: &AgentId, include_suspended: bool) -> Vec<RequestId> {
-        self.requests
-            .values()
-            .filter(|r| &r.agent_id == agent_id && r.phase.is_correlating())
-            .filter(|r| include_suspended || !self.suspended.contains(&r.request_id))
-            .map(|r| r.request_id.clone())
+        self.correlating
+            .iter()
+            .filter(|id| &self.requests[*id].agent_id == agent_id)
+            .filter(|id| include_suspended || !self.suspended.contains(*id))
+            .cloned()
             .collect()
     }
 
@@ -380,6 +381,9 @@ impl Engine {
     /// step; the hot path asserts locally instead.
     pub fn check_invariants(&self) {
         let mut sequences = BTreeSet::new();
+        let correlating: BTreeSet<RequestId> =
+            self.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
+        assert_eq!(correlating, self.correlating, "the correlating index matches the records");
         for record in self.requests.values() {
             record.assert_consistent();
             if let Some(event) = &record.terminal {

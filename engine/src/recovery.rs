@@ -42,6 +42,7 @@ impl Engine {
             }
         }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
+        engine.correlating.extend(correlating.iter().cloned());
         engine.suspended.extend(correlating);
         engine
     }
