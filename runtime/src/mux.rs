@@ -3,6 +3,7 @@
 use crate::client;
 use crate::paths::DataPaths;
 use crate::protocol::{exit, ClientRequest, Reply};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ pub fn start_background(paths: &DataPaths) -> Reply {
         Ok(exe) => exe,
         Err(error) => return Reply::error(exit::ERROR, "no_binary", error.to_string()),
     };
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(paths.log_file());
+    let log = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(paths.log_file());
     let (stdout, stderr) = match log.and_then(|f| Ok((f.try_clone()?, f))) {
         Ok((a, b)) => (Stdio::from(a), Stdio::from(b)),
         Err(_) => (Stdio::null(), Stdio::null()),
