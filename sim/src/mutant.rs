@@ -1,0 +1,58 @@
+//! Planted bugs. Each lives in a simulated port or in the glue around the production driver
+//! (never in engine/ or runtime/), is a realistic bug of that layer, and must be caught by the
+//! oracle.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutant {
+    None,
+    /// Pane port: a short write (the holder wrote k < len bytes) is reported `Complete`.
+    PartialWriteAccepted,
+    /// Pane port: a write that failed after some bytes is reported `Refused` (the writer maps
+    /// every "pane closed" error to refused, even mid-write).
+    RefusedAfterPartial,
+    /// Observer port: user messages carry the hash of the last prompt we typed into the pane
+    /// (taken from the screen echo) instead of the text Codex recorded: the prompt-hash check
+    /// is skipped in effect.
+    SkipHashCheck,
+    /// Observer port: the turn-id tracker is reset on task_complete but not on turn_aborted, so
+    /// the turn after an aborted one is reported under the aborted turn's id (a later turn's
+    /// final arrives labelled with an earlier turn id).
+    StaleTurnLabel,
+    /// Restart glue: the loader skips `registered` rows ("never confirmed") before
+    /// `Engine::recover`, so unfinished registrations are forgotten instead of indeterminate.
+    ForgetUnfinished,
+    /// Effects: terminal events are pushed to watchers when their persist is issued instead of
+    /// after the commit is acknowledged.
+    PublishBeforeCommit,
+    /// Store port: acknowledges a batch before it is durable (ack, then commit; a crash in
+    /// between loses an acknowledged commit).
+    AckBeforeDurable,
+    /// Caller layer (daemon server): "normalises" the prompt by trimming it before admission,
+    /// so a retry that changed white space replays another input's receipt and the pane gets
+    /// different bytes than the caller sent.
+    ReplayRewrittenInput,
+}
+
+pub const MUTANTS: &[(Mutant, &str, &str)] = &[
+    (Mutant::PartialWriteAccepted, "partial_write_accepted", "pane port reports a partial write as Complete"),
+    (Mutant::RefusedAfterPartial, "refused_after_partial", "pane port reports a mid-write failure as Refused"),
+    (Mutant::SkipHashCheck, "skip_hash_check", "observer port reports our prompt hash for every user message"),
+    (Mutant::StaleTurnLabel, "stale_turn_label", "observer port labels the turn after an aborted one with the aborted turn's id"),
+    (Mutant::ForgetUnfinished, "forget_unfinished", "restart drops registered records before Engine::recover"),
+    (Mutant::PublishBeforeCommit, "publish_before_commit", "effects publish a terminal event when its persist is issued"),
+    (Mutant::AckBeforeDurable, "ack_before_durable", "store port acknowledges before the commit is durable"),
+    (Mutant::ReplayRewrittenInput, "replay_rewritten_input", "caller layer trims prompts, replaying a request id with different input"),
+];
+
+impl Mutant {
+    pub fn parse(name: &str) -> Option<Mutant> {
+        if name == "none" {
+            return Some(Mutant::None);
+        }
+        MUTANTS.iter().find(|(_, n, _)| *n == name).map(|(m, _, _)| *m)
+    }
+
+    pub fn name(self) -> &'static str {
+        MUTANTS.iter().find(|(m, _, _)| *m == self).map_or("none", |(_, n, _)| n)
+    }
+}

@@ -1,0 +1,179 @@
+//! The oracle: ground truth (bytes that reached each pane, turns the provider started and
+//! which write opened them, finals, durable commits) and the checks of DESIGN.md's list, run
+//! at every receipt, write and publication, and at the end of the quiet phase (liveness).
+
+use std::collections::{BTreeMap, BTreeSet};
+use wakterm_engine::{prompt::prompt_hash, Classification, Receipt, TerminalEvent, TerminalState};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A receipt claims more (or other) than the evidence shows.
+    Misclassified,
+    /// One request id reached a pane twice.
+    DuplicateWrite,
+    /// A terminal event that is wrong: not our turn's final, out of order, twice, not durable.
+    WrongFinal,
+    /// Liveness: something unfinished after faults stopped.
+    Unfinished,
+}
+
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub kind: Kind,
+    pub message: String,
+}
+
+/// One write that passed the pane's incarnation check.
+#[derive(Clone, Debug)]
+pub struct WriteFact {
+    /// The prompt as written (framing stripped).
+    pub text: String,
+    pub bytes_reached: usize,
+    pub bytes_total: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct TurnTruth {
+    /// The request whose complete write submitted the text that opened this turn.
+    pub opened_by: Option<String>,
+    pub final_message: Option<String>,
+    pub aborted: bool,
+}
+
+/// What a caller sent.
+#[derive(Clone, Debug)]
+pub struct CallInput {
+    pub agent: usize,
+    pub request_id: String,
+    pub prompt: String,
+    pub return_final: bool,
+}
+
+#[derive(Default)]
+pub struct Oracle {
+    /// Normal form of every prompt a caller used -> its request id.
+    pub prompts: BTreeMap<String, String>,
+    pub writes: BTreeMap<String, Vec<WriteFact>>,
+    pub turns: BTreeMap<String, TurnTruth>,
+    /// (agent, hash) of every user message the provider recorded.
+    pub user_messages: BTreeSet<(usize, String)>,
+    pub last_sequence: u64,
+    pub ended: BTreeMap<String, u64>,
+    pub violations: Vec<Violation>,
+    /// The classification of the last receipt each request id got.
+    pub last_receipt: BTreeMap<String, Classification>,
+}
+
+impl Oracle {
+    fn fail(&mut self, kind: Kind, message: String) {
+        self.violations.push(Violation { kind, message });
+    }
+
+    pub fn request_of(&self, text: &str) -> Option<String> {
+        self.prompts.get(text.trim()).cloned()
+    }
+
+    pub fn writes_of(&self, request_id: &str) -> usize {
+        self.writes.get(request_id).map_or(0, Vec::len)
+    }
+
+    /// IDEM-2/IDEM-3 across restarts: one request id never reaches a pane twice.
+    pub fn on_write(&mut self, request_id: &str, fact: WriteFact) {
+        let writes = self.writes.entry(request_id.to_string()).or_default();
+        writes.push(fact);
+        if writes.len() > 1 {
+            let n = writes.len();
+            self.fail(Kind::DuplicateWrite, format!("request {request_id} was written to the pane {n} times"));
+        }
+    }
+
+    /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
+    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize) {
+        let id = &call.request_id;
+        let writes = self.writes.get(id).cloned().unwrap_or_default();
+        let class = receipt.classification;
+        self.last_receipt.insert(id.clone(), class);
+        if class.is_definitive_rejection() {
+            if writes.len() != writes_before || receipt.prompt_written {
+                let reason = receipt.reason.clone().unwrap_or_default();
+                self.fail(Kind::Misclassified, format!("{id}: definitive rejection {class:?}/{reason} but this call wrote to the pane"));
+            }
+            return;
+        }
+        if class == Classification::Accepted {
+            match writes.as_slice() {
+                [] => self.fail(Kind::Misclassified, format!("{id}: accepted but nothing reached the pane")),
+                [w] => {
+                    if w.bytes_reached != w.bytes_total {
+                        let m = format!("{id}: accepted but only {} of {} bytes reached the pane", w.bytes_reached, w.bytes_total);
+                        self.fail(Kind::Misclassified, m);
+                    } else if w.text != call.prompt {
+                        let m = format!("{id}: accepted but the pane got {:?}, the caller sent {:?}", w.text, call.prompt);
+                        self.fail(Kind::Misclassified, m);
+                    }
+                }
+                _ => self.fail(Kind::Misclassified, format!("{id}: accepted but written {} times", writes.len())),
+            }
+            if receipt.acknowledged == Some(true) && !self.user_messages.contains(&(call.agent, prompt_hash(&call.prompt))) {
+                self.fail(Kind::Misclassified, format!("{id}: acknowledged but the provider never recorded the prompt"));
+            }
+        }
+        if receipt.replayed {
+            if let Some(w) = writes.first() {
+                if w.text != call.prompt {
+                    let m = format!("{id}: replayed {class:?} for input {:?}, but {:?} was written", call.prompt, w.text);
+                    self.fail(Kind::Misclassified, m);
+                }
+            }
+        }
+    }
+
+    /// TERM-2, RF-5, CORR-6, CORR-7, CORR-10, CORR-11 at every event a watcher sees.
+    /// `durable`: the event is committed in the store right now.
+    pub fn on_terminal(&mut self, event: &TerminalEvent, durable: bool) {
+        let id = event.request_id.as_str().to_string();
+        let seq = event.terminal_event_sequence;
+        if !durable {
+            self.fail(Kind::WrongFinal, format!("{id}: terminal event {seq} visible before its commit"));
+        }
+        if seq <= self.last_sequence {
+            self.fail(Kind::WrongFinal, format!("{id}: terminal sequence {seq} after {}", self.last_sequence));
+        }
+        if let Some(earlier) = self.ended.get(&id) {
+            self.fail(Kind::WrongFinal, format!("{id}: ended twice (sequences {earlier} and {seq})"));
+        }
+        self.last_sequence = self.last_sequence.max(seq);
+        self.ended.insert(id.clone(), seq);
+        let turn = event.provider_turn_id.as_ref().and_then(|t| self.turns.get(&t.0)).cloned();
+        match event.state {
+            TerminalState::Completed => match turn {
+                Some(t) if t.opened_by.as_deref() == Some(id.as_str()) => {
+                    if t.final_message != event.final_message {
+                        let m = format!("{id}: completed with {:?}, the turn's final was {:?}", event.final_message, t.final_message);
+                        self.fail(Kind::WrongFinal, m);
+                    }
+                }
+                other => {
+                    let opener = other.and_then(|t| t.opened_by);
+                    let m = format!("{id}: completed with turn {:?} which was opened by {opener:?}", event.provider_turn_id);
+                    self.fail(Kind::WrongFinal, m);
+                }
+            },
+            TerminalState::Aborted => {
+                if !turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str())) {
+                    self.fail(Kind::WrongFinal, format!("{id}: aborted, but turn {:?} is not our aborted turn", event.provider_turn_id));
+                }
+            }
+            TerminalState::DeliveryFailed => {
+                if self.turns.values().any(|t| t.opened_by.as_deref() == Some(id.as_str())) {
+                    self.fail(Kind::WrongFinal, format!("{id}: delivery_failed, but our prompt opened a turn"));
+                }
+            }
+            TerminalState::TimedOut | TerminalState::Cancelled | TerminalState::Indeterminate => {}
+        }
+    }
+
+    pub fn unfinished(&mut self, message: String) {
+        self.fail(Kind::Unfinished, message);
+    }
+}

@@ -1,0 +1,371 @@
+//! The simulated ports behind the production driver's `Effects` trait, and the daemon's life:
+//! start (recover from the durable store model, re-register agents, `StartupComplete`), the
+//! store writer, the observer tail and liveness monitor, and the crash (kill the node: every
+//! task of the daemon, queued commits included, is gone; panes, Codex and committed data stay).
+
+use crate::mutant::Mutant;
+use crate::world::{Shared, World};
+use madsim::rand::{thread_rng, Rng};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use wakterm_engine::{
+    AgentId, Cursor, DeliveryOutcome, DurableState, Engine, Incarnation, Input, ObserverEvent, PersistOp, Phase,
+    RequestRecord, TerminalEvent,
+};
+use wakterm_runtime::driver::{now_ms, run_driver, DriverMsg, Effects, DRIVER_INBOX};
+use wakterm_runtime::store::StoreOp;
+
+fn ms(lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(thread_rng().gen_range(lo..hi.max(lo + 1)))
+}
+
+fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
+    // The inbox is bounded (DRIVER_INBOX) and this simulation stays far below it.
+    inbox.try_send(DriverMsg::Input(input)).ok().expect("driver inbox has room");
+}
+
+pub struct SimEffects {
+    pub world: Shared,
+    pub inbox: mpsc::Sender<DriverMsg>,
+    pub store: mpsc::UnboundedSender<(u64, Vec<PersistOp>)>,
+}
+
+fn agent_index(world: &World, agent_id: &AgentId) -> Option<usize> {
+    world.agents.iter().position(|a| &a.agent_id == agent_id)
+}
+
+impl Effects for SimEffects {
+    fn refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        madsim::task::spawn(async move {
+            let slow = {
+                let w = world.lock().unwrap();
+                w.fault_roll(w.plan.refresh_slow)
+            };
+            if slow {
+                world.lock().unwrap().counters.fault("observer.refresh_slow");
+                madsim::time::sleep(ms(4_000, 7_000)).await;
+            } else {
+                madsim::time::sleep(ms(1, 40)).await;
+            }
+            let mut w = world.lock().unwrap();
+            let Some(a) = agent_index(&w, &agent_id) else {
+                let snapshot = Err("the agent is not known to the daemon".to_string());
+                return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+            };
+            let mut events = Vec::new();
+            let facts = w.liveness(a, &mut events);
+            for event in events.drain(..) {
+                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+            }
+            if let Some(facts) = facts {
+                send(&inbox, Input::AgentUpserted(facts));
+            }
+            w.sync_observer(a, &mut events);
+            for event in events {
+                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+            }
+            let snapshot = w.snapshot(a);
+            w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
+            send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+        });
+    }
+
+    fn resume(&mut self, agent_id: AgentId, from: Cursor) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        madsim::task::spawn(async move {
+            madsim::time::sleep(ms(1, 30)).await;
+            let mut w = world.lock().unwrap();
+            let mut events = Vec::new();
+            match agent_index(&w, &agent_id) {
+                Some(a) => {
+                    w.resume(a, &from, &mut events);
+                    w.log(format!("a{a} resume at {}:{} -> {} events", from.session.0, from.position, events.len()));
+                }
+                None => events.push(ObserverEvent::SessionLost { reason: "the agent is not known".to_string() }),
+            }
+            for event in events {
+                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+            }
+        });
+    }
+
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
+        let mut w = self.world.lock().unwrap();
+        if w.mutant == Mutant::PublishBeforeCommit {
+            for op in &ops {
+                if let PersistOp::AppendTerminal(event) = op {
+                    let durable = is_durable(&w, event);
+                    w.early_published.push(event.terminal_event_sequence);
+                    w.log(format!("publish(early) {} seq {} {:?}", event.request_id, event.terminal_event_sequence, event.state));
+                    w.oracle.on_terminal(event, durable);
+                }
+            }
+        }
+        drop(w);
+        let _ = self.store.send((token, ops)); // the writer died with the node: the batch is lost
+    }
+
+    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        madsim::task::spawn(async move {
+            madsim::time::sleep(ms(0, 20)).await;
+            let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes);
+            let late = {
+                let mut w = world.lock().unwrap();
+                w.crash_point("crash.after_pane_write");
+                let late = w.fault_roll(w.plan.pane_late);
+                if late {
+                    w.counters.fault("pane.result_late");
+                }
+                late
+            };
+            madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 20) }).await;
+            send(&inbox, Input::Delivered { delivery_id, outcome });
+        });
+    }
+
+    fn publish(&mut self, event: TerminalEvent) {
+        let mut w = self.world.lock().unwrap();
+        let seq = event.terminal_event_sequence;
+        if w.early_published.contains(&seq) {
+            return; // PublishBeforeCommit: already pushed
+        }
+        let durable = is_durable(&w, &event);
+        w.log(format!("publish {} seq {seq} {:?} turn {:?} reason {:?}", event.request_id, event.state, event.provider_turn_id.as_ref().map(|t| &t.0), event.reason));
+        *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
+        w.oracle.on_terminal(&event, durable);
+    }
+}
+
+fn is_durable(w: &World, event: &TerminalEvent) -> bool {
+    w.store.terminal_for(event.request_id.as_str()).is_some_and(|e| e.sequence == event.terminal_event_sequence)
+}
+
+fn describe_snapshot(s: &Result<wakterm_engine::ObserverSnapshot, String>) -> String {
+    match s {
+        Ok(s) => format!("{:?} {:?} pos {} {:?} {:?}", s.status, s.session.as_ref().map(|x| &x.0), s.position, s.turn, s.composer),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+/// The holder's pane: refuses before the first byte when the process changed (as
+/// `write_once` does); otherwise writes all, some or none of the bytes, by the seed.
+fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, bytes: &[u8]) -> DeliveryOutcome {
+    let mut w = world.lock().unwrap();
+    let Some(a) = agent_index(&w, agent_id) else {
+        return DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() };
+    };
+    let current = w.agents[a].process.map(|p| p.incarnation());
+    if current.as_ref() != Some(incarnation) {
+        w.counters.fault("pane.refused_stale");
+        w.log(format!("a{a} write refused: pane runs {current:?}"));
+        return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
+    }
+    let text = strip_framing(bytes);
+    let request = w.oracle.request_of(&text);
+    let total = bytes.len();
+    let (reached, outcome) = if w.fault_roll(w.plan.pane_error) {
+        match thread_rng().gen_range(0..3) {
+            0 => {
+                w.counters.fault("pane.partial_write");
+                let k = thread_rng().gen_range(1..total);
+                (k, DeliveryOutcome::Failed { bytes_written: k as u64, error: "EIO after a short write".to_string() })
+            }
+            1 => {
+                w.counters.fault("pane.write_error");
+                (0, DeliveryOutcome::Failed { bytes_written: 0, error: "EIO".to_string() })
+            }
+            _ => {
+                w.counters.fault("pane.error_after_complete");
+                (total, DeliveryOutcome::Failed { bytes_written: 0, error: "EPIPE on flush".to_string() })
+            }
+        }
+    } else {
+        (total, DeliveryOutcome::Complete)
+    };
+    if bytes.starts_with(b"\x15\x1b[200~") {
+        w.counters.fault("provider.bracketed_paste");
+    }
+    w.agents[a].last_typed = Some(text.clone());
+    match &request {
+        Some(rid) => {
+            let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total };
+            w.oracle.on_write(rid, fact);
+        }
+        None => w.oracle.unfinished(format!("a write of an unknown prompt {text:?}")),
+    }
+    w.log(format!("a{a} write {:?} {reached}/{total} bytes -> {outcome:?}", request));
+    w.feed(a, &bytes[..reached], request.as_deref());
+    // Mutants of the pane port: they misreport what the holder said.
+    match (&outcome, w.mutant) {
+        (DeliveryOutcome::Failed { bytes_written, .. }, Mutant::PartialWriteAccepted) if *bytes_written > 0 => DeliveryOutcome::Complete,
+        (DeliveryOutcome::Failed { bytes_written, .. }, Mutant::RefusedAfterPartial) if *bytes_written > 0 => {
+            DeliveryOutcome::Refused { reason: "pane closed".to_string() }
+        }
+        _ => outcome,
+    }
+}
+
+/// The prompt inside one admission write.
+pub fn strip_framing(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes).to_string();
+    let text = text.strip_prefix("\u{15}\u{1b}[200~").map(|t| t.strip_suffix("\u{1b}[201~\r").unwrap_or(t)).unwrap_or(&text);
+    text.strip_suffix('\r').unwrap_or(text).to_string()
+}
+
+/// The same mapping the daemon's `RealEffects` uses (runtime/src/daemon/effects.rs).
+pub fn store_op(op: &PersistOp) -> StoreOp {
+    match op {
+        PersistOp::PutRequest(record) => StoreOp::PutRequest {
+            request_id: record.request_id.to_string(),
+            agent_id: record.agent_id.to_string(),
+            phase: record.phase.as_str().to_string(),
+            fingerprint: record.fingerprint.clone(),
+            record_json: serde_json::to_string(record).expect("records serialise"),
+            updated_ms: record.updated_ms,
+        },
+        PersistOp::AppendTerminal(event) => StoreOp::AppendTerminal {
+            sequence: event.terminal_event_sequence,
+            request_id: event.request_id.to_string(),
+            event_json: serde_json::to_string(event).expect("events serialise"),
+        },
+    }
+}
+
+/// The single writer: FIFO, one batch per transaction; commit, then acknowledge.
+async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: mpsc::UnboundedReceiver<(u64, Vec<PersistOp>)>) {
+    while let Some((token, ops)) = queue.recv().await {
+        let slow = {
+            let mut w = world.lock().unwrap();
+            let slow = w.fault_roll(w.plan.commit_slow);
+            if slow {
+                w.counters.fault("store.slow_commit");
+            }
+            slow
+        };
+        let ack_first = world.lock().unwrap().mutant == Mutant::AckBeforeDurable;
+        if ack_first {
+            send(&inbox, Input::PersistAcked { token, result: Ok(()) });
+        }
+        madsim::time::sleep(if slow { ms(200, 2_500) } else { ms(0, 6) }).await;
+        let result = {
+            let mut w = world.lock().unwrap();
+            let result = if w.fault_roll(w.plan.commit_fail) {
+                w.counters.fault("store.commit_failed");
+                Err("injected: disk I/O error".to_string())
+            } else {
+                let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
+                w.store.commit(&store_ops)
+            };
+            w.log(format!("commit {token} {} -> {result:?}", describe_ops(&ops)));
+            if result.is_ok() {
+                w.crash_point("crash.after_commit");
+            }
+            result
+        };
+        madsim::time::sleep(ms(0, 3)).await;
+        if !ack_first {
+            send(&inbox, Input::PersistAcked { token, result });
+        }
+    }
+}
+
+fn describe_ops(ops: &[PersistOp]) -> String {
+    ops.iter()
+        .map(|op| match op {
+            PersistOp::PutRequest(r) => format!("put {} {}", r.request_id, r.phase.as_str()),
+            PersistOp::AppendTerminal(e) => format!("terminal {} seq {} {:?}", e.request_id, e.terminal_event_sequence, e.state),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The daemon's observer tail and liveness monitor for every agent.
+async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>) {
+    loop {
+        madsim::time::sleep(ms(50, 400)).await;
+        let mut w = world.lock().unwrap();
+        for a in 0..w.agents.len() {
+            let agent_id = w.agents[a].agent_id.clone();
+            let mut events = Vec::new();
+            let facts = w.liveness(a, &mut events);
+            for event in events.drain(..) {
+                w.log(format!("a{a} observed {}", describe_event(&event)));
+                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+            }
+            if let Some(facts) = facts {
+                w.log(format!("a{a} upsert {:?}", facts.incarnation));
+                send(&inbox, Input::AgentUpserted(facts));
+            }
+            w.sync_observer(a, &mut events);
+            for event in events {
+                w.log(format!("a{a} observed {}", describe_event(&event)));
+                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+            }
+        }
+    }
+}
+
+pub fn describe_event(event: &ObserverEvent) -> String {
+    match event {
+        ObserverEvent::Attached { session, position } => format!("attached {}:{position}", session.0),
+        ObserverEvent::TurnStarted { turn, position, .. } => format!("turn_started {} @{position}", turn.0),
+        ObserverEvent::UserMessage { turn, prompt_hash, position, .. } => {
+            format!("user_message {:?} {} @{position}", turn.as_ref().map(|t| &t.0), &prompt_hash[..8])
+        }
+        ObserverEvent::TurnCompleted { turn, position, .. } => format!("turn_completed {} @{position}", turn.0),
+        ObserverEvent::TurnAborted { turn, position, .. } => format!("turn_aborted {:?} @{position}", turn.as_ref().map(|t| &t.0)),
+        ObserverEvent::SessionLost { reason } => format!("session_lost {reason}"),
+        ObserverEvent::ProcessExited { drained } => format!("process_exited drained={drained}"),
+    }
+}
+
+/// Starts a daemon on a fresh node: recover the engine from what is durable, re-register the
+/// agents, let watchers catch up from the store, and run the production driver.
+pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
+    let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
+    let (store_tx, store_rx) = mpsc::unbounded_channel();
+    let engine = {
+        let mut w = world.lock().unwrap();
+        let mut requests = Vec::new();
+        for stored in w.store.requests() {
+            let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
+            if w.mutant == Mutant::ForgetUnfinished && record.phase == Phase::Registered {
+                continue; // the bug: "never confirmed, so never admitted"
+            }
+            requests.push(record);
+        }
+        let last_terminal_sequence = w.store.last_terminal_sequence();
+        let engine = Engine::recover(DurableState { requests, last_terminal_sequence }, now_ms());
+        // `request watch --after N`: a watcher reconnects and reads what it missed.
+        let missed = w.store.terminal_after(w.oracle.last_sequence);
+        for stored in missed {
+            let event: TerminalEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
+            w.log(format!("watch catch-up {} seq {} {:?}", event.request_id, event.terminal_event_sequence, event.state));
+            *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
+            w.oracle.on_terminal(&event, true);
+        }
+        for a in 0..w.agents.len() {
+            w.reset_observer(a);
+            let facts = w.agents[a].facts();
+            send(&inbox, Input::AgentUpserted(facts));
+        }
+        send(&inbox, Input::StartupComplete);
+        w.inbox = Some(inbox.clone());
+        w.log(format!("daemon start, last sequence {last_terminal_sequence}"));
+        engine
+    };
+    let node = madsim::runtime::Handle::current().create_node().name("daemon").build();
+    let world = world.clone();
+    node.spawn(async move {
+        madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
+        madsim::task::spawn(observer_loop(world.clone(), inbox.clone()));
+        let effects = SimEffects { world, inbox, store: store_tx };
+        run_driver(engine, inbox_rx, effects).await;
+    });
+    node
+}

@@ -1,0 +1,457 @@
+//! One seed: a fault phase (callers, humans, the provider and faults interleaved by madsim's
+//! seeded scheduler), then a quiet phase with every fault healed in which every request must
+//! reach a terminal state (liveness), then the end-of-run checks.
+
+use crate::mutant::Mutant;
+use crate::oracle::{CallInput, Violation};
+use crate::ports::start_daemon;
+use crate::world::{Counters, Shared, World};
+use madsim::rand::{thread_rng, Rng};
+use madsim::runtime::{Handle, NodeHandle};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use wakterm_engine::{AdmitCommand, Classification, OpId, Operation, PasteMode, Receipt, ReturnMode};
+use wakterm_runtime::driver::{now_ms, DriverMsg};
+
+/// Simulated length of the fault phase.
+pub const FAULT_PHASE_MS: u64 = 30_000;
+/// Liveness bound: after faults stop, everything must be terminal within this.
+pub const QUIET_PHASE_MS: u64 = 120_000;
+
+pub struct Outcome {
+    pub trace_hash: u64,
+    pub trace: Vec<String>,
+    pub violations: Vec<Violation>,
+    pub counters: Counters,
+    pub settle_ms: u64,
+}
+
+fn ms(lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(thread_rng().gen_range(lo..hi.max(lo + 1)))
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Mode {
+    operation: Operation,
+    return_final: bool,
+    raw: bool,
+    timeout_ms: u64,
+}
+
+fn draw_mode() -> Mode {
+    let mut rng = thread_rng();
+    let roll = rng.gen_range(0..100);
+    let (operation, return_final, raw) = match roll {
+        0..=49 => (Operation::Admit, true, false),
+        50..=64 => (Operation::Admit, false, false),
+        65..=79 => (Operation::Send, true, false),
+        80..=91 => (Operation::Send, false, false),
+        92..=97 => (Operation::Send, false, true),
+        _ => (Operation::Send, true, true),
+    };
+    let timeout_ms = if return_final && rng.gen_bool(0.3) { rng.gen_range(2_000..20_000) } else { 0 };
+    Mode { operation, return_final, raw, timeout_ms }
+}
+
+fn request_id(n: u64) -> String {
+    format!("fe57dc90-994e-4e73-b09c-{n:012x}")
+}
+
+fn whitespace() -> &'static str {
+    let mut rng = thread_rng();
+    if rng.gen_bool(0.7) {
+        ""
+    } else {
+        [" ", "\n", "  \t", "\t "][rng.gen_range(0..4)]
+    }
+}
+
+async fn ask_engine(world: &Shared, f: fn(&wakterm_engine::Engine) -> Value) -> Option<Value> {
+    ask(world, Box::new(f)).await
+}
+
+async fn ask(world: &Shared, query: wakterm_runtime::driver::Query) -> Option<Value> {
+    let inbox = world.lock().unwrap().inbox.clone()?;
+    let (reply, answer) = oneshot::channel();
+    inbox.send(DriverMsg::Query { query, reply }).await.ok()?;
+    answer.await.ok()
+}
+
+fn engine_status(engine: &wakterm_engine::Engine) -> Value {
+    engine.check_invariants();
+    let open: Vec<String> = engine.open_return_requests().map(|r| format!("{} {}", r.request_id, r.phase.as_str())).collect();
+    json!({"open": open, "quiescent": engine.is_quiescent()})
+}
+
+/// One caller: submits through `DriverMsg::Admit` as the daemon's server does, retries the
+/// same id when the daemon died before answering, and sometimes repeats or changes its input.
+async fn caller(world: Shared, call: CallInput, mode: Mode) {
+    let mut call = call;
+    let mut repeats = 0;
+    loop {
+        let receipt = admit_once(&world, &call, mode).await;
+        let Some(receipt) = receipt else { break };
+        let (faults_on, mutant) = {
+            let w = world.lock().unwrap();
+            (w.faults_on, w.mutant)
+        };
+        let _ = mutant;
+        if mode.return_final && receipt.classification == Classification::Accepted && thread_rng().gen_bool(0.15) {
+            madsim::time::sleep(ms(0, 3_000)).await;
+            cancel(&world, &call.request_id).await;
+        }
+        if !faults_on || repeats >= 2 {
+            break;
+        }
+        repeats += 1;
+        let roll = thread_rng().gen_range(0..100);
+        if roll < 25 {
+            world.lock().unwrap().counters.fault("caller.retry_same_id");
+        } else if roll < 45 {
+            let mut w = world.lock().unwrap();
+            w.counters.fault("caller.changed_input");
+            call.prompt = if thread_rng().gen_bool(0.6) {
+                format!("{} ", call.prompt) // only white space changed: a different input (IDEM-1)
+            } else {
+                let changed = format!("{} (v{repeats})", call.prompt.trim());
+                w.oracle.prompts.insert(changed.clone(), call.request_id.clone());
+                changed
+            };
+        } else {
+            break;
+        }
+        madsim::time::sleep(ms(50, 4_000)).await;
+    }
+    world.lock().unwrap().counters.requests += 0;
+}
+
+async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Receipt> {
+    loop {
+        let inbox = loop {
+            if let Some(inbox) = world.lock().unwrap().inbox.clone() {
+                break inbox;
+            }
+            madsim::time::sleep(Duration::from_millis(100)).await;
+        };
+        let (command, writes_before) = {
+            let mut w = world.lock().unwrap();
+            let agent = &w.agents[call.agent];
+            let incarnation = (mode.operation == Operation::Admit)
+                .then(|| agent.observer.reported.map_or("inc-none".to_string(), |p| p.incarnation().0));
+            let prompt = match w.mutant {
+                Mutant::ReplayRewrittenInput => call.prompt.trim().to_string(), // the bug
+                _ => call.prompt.clone(),
+            };
+            let command = AdmitCommand {
+                op: OpId(0),
+                operation: mode.operation,
+                target: agent.name.clone(),
+                exact_agent_id: false,
+                incarnation,
+                request_id: call.request_id.clone(),
+                prompt,
+                paste_mode: if mode.raw { PasteMode::Raw } else { PasteMode::Bracketed },
+                return_mode: if mode.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
+                final_timeout_ms: mode.timeout_ms,
+            };
+            let writes_before = w.oracle.writes_of(&call.request_id);
+            w.log(format!("call {} {:?} rf={} raw={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.timeout_ms, call.agent, call.prompt));
+            (command, writes_before)
+        };
+        let (reply, answer) = oneshot::channel();
+        if inbox.send(DriverMsg::Admit { command, reply }).await.is_ok() {
+            if let Ok(value) = answer.await {
+                let receipt: Receipt = serde_json::from_value(value).expect("receipts parse");
+                let mut w = world.lock().unwrap();
+                let class = format!("{:?}", receipt.classification);
+                w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
+                *w.counters.receipts.entry(class).or_default() += 1;
+                w.oracle.on_receipt(call, &receipt, writes_before);
+                return Some(receipt);
+            }
+        }
+        {
+            let mut w = world.lock().unwrap();
+            w.log(format!("call {} got no answer: the daemon died", call.request_id));
+            if w.faults_on && thread_rng().gen_bool(0.2) {
+                return None; // the caller gives up; recovery must still end the request
+            }
+            w.counters.fault("caller.retry_same_id");
+        }
+        madsim::time::sleep(ms(100, 2_000)).await;
+    }
+}
+
+async fn cancel(world: &Shared, request_id: &str) {
+    let Some(inbox) = world.lock().unwrap().inbox.clone() else { return };
+    let (reply, answer) = oneshot::channel();
+    if inbox.send(DriverMsg::Cancel { request_id: request_id.to_string(), reply }).await.is_ok() {
+        if let Ok(value) = answer.await {
+            let mut w = world.lock().unwrap();
+            w.counters.fault("caller.cancel");
+            let outcome = value.get("outcome").and_then(Value::as_str).unwrap_or("?").to_string();
+            w.log(format!("cancel {request_id} -> {outcome}"));
+        }
+    }
+}
+
+async fn provider_loop(world: Shared) {
+    loop {
+        madsim::time::sleep(ms(20, 150)).await;
+        let mut w = world.lock().unwrap();
+        for a in 0..w.agents.len() {
+            w.provider_tick(a);
+        }
+    }
+}
+
+/// Kills the daemon when a crash point or the supervisor asks, then restarts it.
+async fn crash_loop(world: Shared, mut requests: mpsc::UnboundedReceiver<&'static str>, daemon: Arc<Mutex<NodeHandle>>) {
+    while let Some(reason) = requests.recv().await {
+        let id = daemon.lock().unwrap().id();
+        Handle::current().kill(id);
+        {
+            let mut w = world.lock().unwrap();
+            w.inbox = None;
+            w.counters.fault(reason);
+            w.log(format!("CRASH ({reason}): the daemon node is killed"));
+        }
+        madsim::time::sleep(ms(50, 2_500)).await;
+        let node = start_daemon(&world);
+        *daemon.lock().unwrap() = node;
+    }
+}
+
+/// A human at the keyboard, or a fault, by the seed.
+fn act(world: &Shared, humans: &mut u64) {
+    let mut w = world.lock().unwrap();
+    let a = thread_rng().gen_range(0..w.agents.len());
+    let roll = thread_rng().gen_range(0..100);
+    match roll {
+        0..=21 => {
+            *humans += 1;
+            w.agents[a].composer.push_str(&format!("human {humans}"));
+            w.log(format!("a{a} human types and presses Enter"));
+            w.feed(a, b"\r", None);
+        }
+        22..=29 => {
+            *humans += 1;
+            w.agents[a].composer.push_str(&format!("draft {humans}"));
+            w.counters.fault("provider.human_draft");
+            w.log(format!("a{a} human leaves a draft"));
+        }
+        30..=39 => {
+            w.agents[a].question = false;
+            w.feed(a, b"\x15", None);
+            w.log(format!("a{a} human clears the composer"));
+        }
+        40..=42 => {
+            if w.agents[a].process.is_some() {
+                w.agents[a].question = true;
+                w.counters.fault("provider.question");
+                w.log(format!("a{a} asks an interactive question"));
+            }
+        }
+        43..=46 => {
+            w.counters.fault("process.exit");
+            w.kill_process(a, thread_rng().gen_range(300..4_000));
+        }
+        47..=49 => {
+            w.counters.fault("process.replaced");
+            let reuse = thread_rng().gen_bool(0.4);
+            w.spawn_process(a, reuse);
+        }
+        50..=55 => {
+            let kind = if w.agents[a].transport == wakterm_engine::Transport::AppServer {
+                "app_server.stream_dropped"
+            } else {
+                ["observer.file_lost", "observer.truncated", "observer.replaced", "observer.rewritten"][thread_rng().gen_range(0..4)]
+            };
+            let lost_ms = if kind == "observer.file_lost" { thread_rng().gen_range(800..4_000) } else { thread_rng().gen_range(0..1_500) };
+            w.break_record(a, kind, lost_ms);
+        }
+        56..=59 => {
+            if w.agents[a].lag_ms > 100 {
+                w.agents[a].lag_ms = 20;
+            } else {
+                w.agents[a].lag_ms = thread_rng().gen_range(800..6_000);
+                w.counters.fault("observer.delayed");
+                let lag = w.agents[a].lag_ms;
+                w.log(format!("a{a} observer delayed by up to {lag} ms"));
+            }
+        }
+        60..=61 => {
+            let jump = Duration::from_millis(thread_rng().gen_range(1_000..25_000));
+            w.counters.fault("clock.jump");
+            w.log(format!("clock jumps {} ms", jump.as_millis()));
+            drop(w);
+            madsim::time::advance(jump);
+        }
+        62..=64 => {
+            if w.crashes < w.plan.max_crashes {
+                if let Some(crash) = w.crash.clone() {
+                    w.crashes += 1;
+                    let _ = crash.send("crash.random");
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+pub async fn run_seed(mutant: Mutant) -> Outcome {
+    let world: Shared = Arc::new(Mutex::new(World::new(mutant)));
+    let (crash_tx, crash_rx) = mpsc::unbounded_channel();
+    world.lock().unwrap().crash = Some(crash_tx);
+    let node = start_daemon(&world);
+    let daemon = Arc::new(Mutex::new(node));
+    madsim::task::spawn(crash_loop(world.clone(), crash_rx, daemon));
+    madsim::task::spawn(provider_loop(world.clone()));
+    let calls = thread_rng().gen_range(8..20u64);
+    let mut callers = Vec::new();
+    let mut humans = 0;
+    let start = now_ms();
+    let mut issued = 0;
+    while now_ms() < start + FAULT_PHASE_MS {
+        madsim::time::sleep(ms(20, 250)).await;
+        if issued < calls && thread_rng().gen_bool(0.25) {
+            issued += 1;
+            let agent = thread_rng().gen_range(0..2);
+            let mode = draw_mode();
+            let prompt = format!("{}task {issued} for a{agent}{}", whitespace(), whitespace());
+            let call = CallInput { agent, request_id: request_id(issued), prompt: prompt.clone(), return_final: mode.return_final };
+            {
+                let mut w = world.lock().unwrap();
+                w.oracle.prompts.insert(prompt.trim().to_string(), call.request_id.clone());
+                w.counters.requests += 1;
+                if mode.timeout_ms > 0 {
+                    w.counters.fault("clock.deadline");
+                }
+            }
+            callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
+        } else {
+            act(&world, &mut humans);
+        }
+        let _ = ask_engine(&world, engine_status).await;
+        if !world.lock().unwrap().oracle.violations.is_empty() {
+            return finish(world, 0);
+        }
+    }
+    // Faults stop: the file is found again, the process runs, the human leaves the keyboard.
+    {
+        let mut w = world.lock().unwrap();
+        w.faults_on = false;
+        for a in 0..w.agents.len() {
+            let agent = &mut w.agents[a];
+            agent.lost_until_ms = None;
+            agent.lag_ms = 20;
+            agent.question = false;
+            agent.composer.clear();
+            if agent.process.is_none() {
+                w.spawn_process(a, false);
+            }
+        }
+        w.log("faults stop".to_string());
+    }
+    let healed = now_ms();
+    let mut settled_at = None;
+    while now_ms() < healed + QUIET_PHASE_MS {
+        madsim::time::sleep(Duration::from_millis(500)).await;
+        if !world.lock().unwrap().oracle.violations.is_empty() {
+            return finish(world, 0);
+        }
+        let done = callers.iter().all(|c| c.is_finished());
+        let status = ask_engine(&world, engine_status).await;
+        let open = status.as_ref().and_then(|s| s["open"].as_array().map(Vec::len)).unwrap_or(usize::MAX);
+        let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);
+        if done && open == 0 && quiescent {
+            settled_at = Some(now_ms() - healed);
+            break;
+        }
+    }
+    // Liveness and end-of-run checks.
+    let status = ask_engine(&world, engine_status).await;
+    let mut w = world.lock().unwrap();
+    let unanswered = callers.iter().filter(|c| !c.is_finished()).count();
+    if unanswered > 0 {
+        w.oracle.unfinished(format!("{unanswered} callers still wait for a receipt {QUIET_PHASE_MS} ms after faults stopped"));
+    }
+    match status {
+        None => w.oracle.unfinished("the daemon does not answer after faults stopped".to_string()),
+        Some(status) => {
+            let open = status["open"].as_array().cloned().unwrap_or_default();
+            if !open.is_empty() || status["quiescent"] != json!(true) {
+                w.oracle.unfinished(format!("not terminal {QUIET_PHASE_MS} ms after faults stopped: {status}"));
+            }
+        }
+    }
+    let open_rows: Vec<String> = w
+        .store
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.phase.as_str(), "registered" | "submitted" | "bound"))
+        .map(|r| r.request_id)
+        .collect();
+    drop(w);
+    // A one-way registration that recovery settled (REC-3) whose Progress commit failed stays
+    // `registered` on disk: the engine never retries Progress commits. Recovery repeats the
+    // same indeterminate answer, so this is counted (a finding), not a liveness violation.
+    let ids = open_rows.clone();
+    let settled = ask(&world, Box::new(move |engine: &wakterm_engine::Engine| {
+        let settled: Vec<String> = ids
+            .iter()
+            .filter(|id| {
+                wakterm_engine::RequestId::parse(id).ok().and_then(|id| engine.request(&id).cloned()).is_some_and(|r| {
+                    r.phase == wakterm_engine::Phase::Settled && r.return_mode == ReturnMode::OneWay
+                })
+            })
+            .cloned()
+            .collect();
+        json!(settled)
+    }))
+    .await
+    .unwrap_or(json!([]));
+    let mut w = world.lock().unwrap();
+    let settled: Vec<String> = serde_json::from_value(settled).unwrap_or_default();
+    if !settled.is_empty() {
+        w.counters.fault("note.progress_commit_lost");
+        w.log(format!("note: durable rows left registered for settled one-way requests {settled:?}"));
+    }
+    // IDEM-6: a release whose commit failed leaves `registered` on disk by design (the engine's
+    // `on_released`: a restart then answers indeterminate, which claims less). Counted too.
+    let released: Vec<String> = open_rows
+        .iter()
+        .filter(|id| w.oracle.last_receipt.get(*id).is_some_and(|c| c.is_definitive_rejection()))
+        .filter(|id| w.store.request(id).is_some_and(|r| r.phase == "registered"))
+        .cloned()
+        .collect();
+    if !released.is_empty() {
+        w.counters.fault("note.release_commit_lost");
+    }
+    let stuck: Vec<String> = open_rows.into_iter().filter(|id| !settled.contains(id) && !released.contains(id)).collect();
+    if !stuck.is_empty() {
+        w.oracle.unfinished(format!("durable requests never finished: {stuck:?}"));
+    }
+    let unseen = w.store.terminal_after(w.oracle.last_sequence);
+    if !unseen.is_empty() {
+        w.oracle.unfinished(format!("{} durable terminal events never reached a watcher", unseen.len()));
+    }
+    drop(w);
+    finish(world, settled_at.unwrap_or(QUIET_PHASE_MS))
+}
+
+fn finish(world: Shared, settle_ms: u64) -> Outcome {
+    let mut w = world.lock().unwrap();
+    if let Some(v) = w.oracle.violations.first().cloned() {
+        w.log(format!("VIOLATION {:?}: {}", v.kind, v.message));
+    }
+    Outcome {
+        trace_hash: w.trace.hash,
+        trace: std::mem::take(&mut w.trace.lines),
+        violations: w.oracle.violations.clone(),
+        counters: std::mem::take(&mut w.counters),
+        settle_ms,
+    }
+}

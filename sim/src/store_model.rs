@@ -1,0 +1,165 @@
+//! A model of the durable request store (`wakterm_runtime::store`): the committed tables and
+//! the same batch rules the SQLite store enforces. The simulator keeps only what a commit made
+//! durable; a crash drops everything still queued. `contract.rs` runs one suite against this
+//! model and against real SQLite so the model stays honest.
+
+use std::collections::BTreeMap;
+use wakterm_runtime::store::{
+    StoreOp, StoredAgent, StoredRequest, StoredTerminalEvent, BATCH_OPS_MAX, FIELD_BYTES_MAX, RECORD_BYTES_MAX,
+};
+
+/// The committed tables. A batch is atomic: it applies to a copy that replaces the tables
+/// only when every op succeeded (as the SQLite writer's one SAVEPOINT per batch does).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreTables {
+    agents: BTreeMap<String, StoredAgent>,
+    requests: BTreeMap<String, StoredRequest>,
+    terminal: BTreeMap<u64, StoredTerminalEvent>,
+}
+
+impl StoreTables {
+    /// Commits one batch, or nothing with the reason.
+    pub fn commit(&mut self, ops: &[StoreOp]) -> Result<(), String> {
+        validate_batch(ops)?;
+        let mut next = self.clone();
+        for op in ops {
+            next.apply(op)?;
+        }
+        *self = next;
+        Ok(())
+    }
+
+    fn apply(&mut self, op: &StoreOp) -> Result<(), String> {
+        match op {
+            StoreOp::PutAgent { agent_id, name, record_json } => {
+                json_valid(record_json)?;
+                if let Some(owner) = self.agents.values().find(|a| &a.name == name && &a.agent_id != agent_id) {
+                    return Err(format!("agent name '{name}' already belongs to agent {}", owner.agent_id));
+                }
+                let agent = StoredAgent { agent_id: agent_id.clone(), name: name.clone(), record_json: record_json.clone() };
+                self.agents.insert(agent_id.clone(), agent);
+            }
+            StoreOp::DeleteAgent { agent_id } => {
+                self.agents.remove(agent_id);
+            }
+            StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms } => {
+                json_valid(record_json)?;
+                if *updated_ms > i64::MAX as u64 {
+                    return Err(format!("updated_ms {updated_ms} exceeds {}", i64::MAX));
+                }
+                if let Some(stored) = self.requests.get(request_id) {
+                    if &stored.agent_id != agent_id || &stored.fingerprint != fingerprint {
+                        return Err(format!("request {request_id}: its agent and fingerprint cannot change"));
+                    }
+                }
+                let stored = self.requests.entry(request_id.clone()).or_insert_with(|| StoredRequest {
+                    request_id: request_id.clone(),
+                    agent_id: agent_id.clone(),
+                    phase: String::new(),
+                    fingerprint: fingerprint.clone(),
+                    record_json: String::new(),
+                    updated_ms: 0,
+                });
+                stored.phase = phase.clone();
+                stored.record_json = record_json.clone();
+                stored.updated_ms = *updated_ms;
+            }
+            StoreOp::AppendTerminal { sequence, request_id, event_json } => {
+                json_valid(event_json)?;
+                let last = self.last_terminal_sequence();
+                if *sequence <= last {
+                    return Err(format!("terminal sequence {sequence} is not greater than the last stored sequence {last}"));
+                }
+                if self.terminal.values().any(|e| &e.request_id == request_id) {
+                    return Err(format!("request {request_id} already ended"));
+                }
+                if !self.requests.contains_key(request_id) {
+                    return Err(format!("terminal event for unknown request {request_id}"));
+                }
+                let event = StoredTerminalEvent { sequence: *sequence, request_id: request_id.clone(), event_json: event_json.clone() };
+                self.terminal.insert(*sequence, event);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every request, ordered by id (as `Store::load_requests`).
+    pub fn requests(&self) -> Vec<StoredRequest> {
+        self.requests.values().cloned().collect()
+    }
+
+    pub fn request(&self, request_id: &str) -> Option<&StoredRequest> {
+        self.requests.get(request_id)
+    }
+
+    /// Every agent, ordered by id (as `Store::load_agents`).
+    pub fn agents(&self) -> Vec<StoredAgent> {
+        self.agents.values().cloned().collect()
+    }
+
+    /// Terminal events after `after`, ascending (as `Store::terminal_events_after`).
+    pub fn terminal_after(&self, after: u64) -> Vec<StoredTerminalEvent> {
+        self.terminal.range(after.saturating_add(1)..).map(|(_, e)| e.clone()).collect()
+    }
+
+    pub fn terminal_for(&self, request_id: &str) -> Option<&StoredTerminalEvent> {
+        self.terminal.values().find(|e| e.request_id == request_id)
+    }
+
+    pub fn last_terminal_sequence(&self) -> u64 {
+        self.terminal.keys().next_back().copied().unwrap_or(0)
+    }
+}
+
+fn json_valid(text: &str) -> Result<(), String> {
+    serde_json::from_str::<serde_json::Value>(text).map(drop).map_err(|e| format!("CHECK json_valid failed: {e}"))
+}
+
+/// The same refusals as the store's `validate_batch`, before any op applies.
+fn validate_batch(ops: &[StoreOp]) -> Result<(), String> {
+    if ops.len() > BATCH_OPS_MAX {
+        return Err(format!("batch has {} operations, the limit is {BATCH_OPS_MAX}", ops.len()));
+    }
+    for op in ops {
+        match op {
+            StoreOp::PutAgent { agent_id, name, record_json } => {
+                field(agent_id)?;
+                field(name)?;
+                record(record_json)?;
+            }
+            StoreOp::DeleteAgent { agent_id } => field(agent_id)?,
+            StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms } => {
+                field(request_id)?;
+                field(agent_id)?;
+                field(phase)?;
+                field(fingerprint)?;
+                record(record_json)?;
+                if *updated_ms > i64::MAX as u64 {
+                    return Err("updated_ms too large".to_string());
+                }
+            }
+            StoreOp::AppendTerminal { sequence, request_id, event_json } => {
+                if *sequence == 0 || *sequence > i64::MAX as u64 {
+                    return Err(format!("terminal sequence {sequence} is out of range"));
+                }
+                field(request_id)?;
+                record(event_json)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn field(value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > FIELD_BYTES_MAX {
+        return Err(format!("a field must be 1..={FIELD_BYTES_MAX} bytes, got {}", value.len()));
+    }
+    Ok(())
+}
+
+fn record(json: &str) -> Result<(), String> {
+    if json.len() > RECORD_BYTES_MAX {
+        return Err(format!("a record is {} bytes, the limit is {RECORD_BYTES_MAX}", json.len()));
+    }
+    Ok(())
+}
