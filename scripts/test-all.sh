@@ -11,4 +11,24 @@ bash scripts/check-spec-ids.sh
 echo "== engine purity"
 bash scripts/check-engine-purity.sh
 echo "== cargo test (workspace)"
-cargo test --workspace --locked 2>&1
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
+passed=$(grep -E '^test result:' "$log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -E '^test result:' "$log" | awk '{s+=$6} END {print s+0}')
+echo "== simulation (madsim flavour, own target dir target/sim)"
+bash sim/run.sh --seeds 1000
+echo "== simulation: determinism (same seed twice + madsim's check)"
+bash sim/run.sh --check-determinism 3
+echo "== simulation: every planted mutant must be caught"
+mutants=$(bash sim/run.sh --list-mutants | awk '{print $1}')
+[ -n "$mutants" ] || { echo "no mutants listed" >&2; exit 1; }
+for mutant in $mutants; do
+  if bash sim/run.sh --mutant "$mutant" --seeds 200 >/tmp/wakterm-mutant.log 2>&1; then
+    echo "mutant $mutant was NOT caught" >&2
+    tail -5 /tmp/wakterm-mutant.log >&2
+    exit 1
+  fi
+  echo "mutant $mutant caught: $(grep -m1 -oE 'seed[= ][0-9]+' /tmp/wakterm-mutant.log || true)"
+done
+echo "suite: $passed passed, $failed failed"

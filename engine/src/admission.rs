@@ -349,9 +349,9 @@ impl Engine {
     }
 
     pub(crate) fn on_released(&mut self, request_id: &RequestId) {
-        // Even if the release did not commit, the receipt is true: nothing was written. A
-        // restart then finds the registration and reports it indeterminate (REC-1), which
-        // claims less, never more.
+        // Even if the release did not commit, the receipt is true: nothing was written. The
+        // commit is retried; a restart before it lands finds the registration and reports it
+        // indeterminate (REC-1), which claims less, never more.
         let receipt = self.admissions.get_mut(request_id).and_then(|a| a.pending_receipt.take());
         let receipt = receipt.expect("a releasing admission holds its receipt");
         self.finish_admission(request_id, receipt);

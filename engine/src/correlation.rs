@@ -87,7 +87,13 @@ impl Engine {
                     view.turn = TurnState::Busy { turn: turn.clone() };
                 }
             }
-            ObserverEvent::TurnCompleted { turn, .. } => view.turn = TurnState::Idle { last_completed: Some(turn.clone()) },
+            ObserverEvent::TurnCompleted { turn, .. } => {
+                // A late or duplicate completion of an older turn does not end the running one.
+                if !running_other_turn(&view.turn, Some(turn)) {
+                    view.turn = TurnState::Idle { last_completed: Some(turn.clone()) };
+                }
+            }
+            ObserverEvent::TurnAborted { turn, .. } if running_other_turn(&view.turn, turn.as_ref()) => {}
             ObserverEvent::TurnAborted { turn, .. } => {
                 let previous = match &view.turn {
                     TurnState::Idle { last_completed } => last_completed.clone(),
@@ -187,10 +193,14 @@ impl Engine {
                 }
             }
             (ObserverEvent::UserMessage { turn, prompt_hash: seen, .. }, None) => {
-                let Some(turn) = turn.clone().or(candidate.clone()) else {
-                    return self.indeterminate(request_id, "user_message_without_turn");
+                // CORR-5: only a turn that started after the armed cursor can be ours. A user
+                // message with no such start went into a turn already running (a stale idle
+                // view): binding it would deliver another prompt's final.
+                let Some(candidate) = candidate else {
+                    return self.indeterminate(request_id, "user_message_before_turn_start");
                 };
-                if candidate.is_some_and(|c| c != turn) {
+                let turn = turn.clone().unwrap_or_else(|| candidate.clone());
+                if candidate != turn {
                     self.indeterminate(request_id, "user_message_in_other_turn");
                 } else if seen == &prompt_hash {
                     self.bind(request_id, turn);
@@ -301,4 +311,9 @@ impl Engine {
         };
         self.push(Output::CancelResult { op, outcome });
     }
+}
+
+/// True when the view shows a running turn other than `turn`.
+fn running_other_turn(state: &TurnState, turn: Option<&TurnId>) -> bool {
+    matches!((state, turn), (TurnState::Busy { turn: Some(running) }, Some(turn)) if running != turn)
 }

@@ -81,6 +81,9 @@ pub struct Engine {
     pub(crate) deliveries: BTreeMap<u64, RequestId>,
     pub(crate) refreshes: BTreeMap<u64, RequestId>,
     pub(crate) terminal_retries: BTreeMap<RequestId, TerminalRetry>,
+    /// Progress records (binding, settled one-way) whose commit failed, with the time to
+    /// re-commit the request's current record, so the store converges.
+    pub(crate) progress_retries: BTreeMap<RequestId, u64>,
     pub(crate) next_id: u64,
     /// TERM-2: the next terminal sequence to assign; assigned in commit order.
     pub(crate) next_sequence: u64,
@@ -109,6 +112,7 @@ impl Engine {
             deliveries: BTreeMap::new(),
             refreshes: BTreeMap::new(),
             terminal_retries: BTreeMap::new(),
+            progress_retries: BTreeMap::new(),
             next_id: 1,
             next_sequence: 1,
             last_published_sequence: 0,
@@ -146,7 +150,8 @@ impl Engine {
         let admissions = self.admissions.values().filter_map(|a| a.step_deadline_ms);
         let deadlines = self.correlating.iter().filter_map(|id| self.requests[id].deadline_ms);
         let retries = self.terminal_retries.values().map(|r| r.due_ms);
-        admissions.chain(deadlines).chain(retries).min()
+        let progress = self.progress_retries.values().copied();
+        admissions.chain(deadlines).chain(retries).chain(progress).min()
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -291,11 +296,22 @@ impl Engine {
         };
         match purpose {
             PersistPurpose::Register(request_id) => self.on_registered(&request_id, result),
-            PersistPurpose::Release(request_id) => self.on_released(&request_id),
+            PersistPurpose::Release(request_id) => {
+                if result.is_err() {
+                    // The receipt stays true (nothing was written); the store must still learn
+                    // the release, or a restart would call the free id indeterminate.
+                    self.progress_retries.insert(request_id.clone(), self.now_ms + PERSIST_RETRY_MS);
+                }
+                self.on_released(&request_id)
+            }
             PersistPurpose::Confirm { request_id, terminal_sequence } => {
                 self.on_confirmed(&request_id, terminal_sequence, result)
             }
-            PersistPurpose::Progress(_) => {}
+            PersistPurpose::Progress(request_id) => {
+                if result.is_err() {
+                    self.progress_retries.insert(request_id, self.now_ms + PERSIST_RETRY_MS);
+                }
+            }
             PersistPurpose::Terminal { request_id, sequence, cancel_op } => {
                 self.on_terminal_committed(&request_id, sequence, cancel_op, result)
             }
@@ -330,6 +346,17 @@ impl Engine {
         for (request_id, retry) in due {
             self.terminal_retries.remove(&request_id);
             self.persist_terminal(&request_id, retry.cancel_op);
+        }
+        let due: Vec<RequestId> =
+            self.progress_retries.iter().filter(|(_, due_ms)| **due_ms <= self.now_ms).map(|(id, _)| id.clone()).collect();
+        for request_id in due {
+            self.progress_retries.remove(&request_id);
+            // A terminal record is committed with its event by the terminal path; re-putting
+            // it alone would store a terminal phase without its event.
+            let phase = self.requests.get(&request_id).map(|r| r.phase);
+            if phase.is_some_and(|p| p != Phase::Terminal) {
+                self.persist_record(PersistPurpose::Progress(request_id.clone()), &request_id);
+            }
         }
     }
 

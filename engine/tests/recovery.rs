@@ -54,6 +54,24 @@ fn rec_3_one_way_registration_becomes_indeterminate() {
     assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Settled);
 }
 
+/// REC-3: when the commit that settles a recovered one-way registration fails, it is retried
+/// until the store holds the settled record.
+#[test]
+fn rec_3_failed_settle_commit_is_retried() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.crash_and_recover();
+    rig.ack_next_persist(Err("disk full".to_string()));
+    let id = RequestId::parse(REQ).unwrap();
+    assert_eq!(rig.durable[&id].phase, Phase::Registered);
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.durable[&id].phase, Phase::Settled);
+}
+
 /// REC-2: a submitted request survives a restart when the same process and observer session
 /// come back, and completes with its own turn's final.
 #[test]

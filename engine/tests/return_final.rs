@@ -46,6 +46,29 @@ fn corr_5_history_before_the_cursor_is_ignored() {
     assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("new final"));
 }
 
+/// CORR-5: our prompt arriving as a user message of a turn that started before the armed
+/// cursor (the idle view was stale) is never bound to that turn: its final belongs to another
+/// prompt.
+#[test]
+fn corr_5_user_message_without_a_turn_start_after_the_cursor() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.user_message("turn-older", "hi", 1010);
+    rig.turn_completed("turn-older", "someone else's final", 1020);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Indeterminate);
+    assert_eq!(event.reason.as_deref(), Some("user_message_before_turn_start"));
+}
+
+/// A duplicate completion of an older turn does not make a running turn look idle.
+#[test]
+fn corr_5_late_final_of_an_older_turn_keeps_the_agent_busy() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.turn_completed("turn-0", "late duplicate", 1015);
+    let view = rig.engine.agent(&agent_id(ZOLA)).unwrap().view.clone().unwrap();
+    assert_eq!(view.turn, TurnState::Busy { turn: Some(turn("turn-1")) });
+}
+
 /// CORR-6: a first new turn whose first user message is not our prompt is `indeterminate`,
 /// and its final is never delivered.
 #[test]

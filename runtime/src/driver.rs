@@ -56,7 +56,10 @@ pub async fn run_driver<E: Effects>(mut engine: Engine, mut inbox: mpsc::Receive
         let message = match engine.poll_timeout() {
             Some(at_ms) => {
                 let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+                // `biased`: an unbiased select draws from tokio's own RNG, which madsim does
+                // not control, and made simulation runs non-deterministic. Messages first.
                 tokio::select! {
+                    biased;
                     message = inbox.recv() => message,
                     _ = tokio::time::sleep(wait) => Some(DriverMsg::Input(Input::Tick)),
                 }

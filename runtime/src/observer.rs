@@ -401,7 +401,11 @@ impl CodexObserver {
             }
             RolloutRecord::TurnComplete { turn_id, last_agent_message } => {
                 let turn = TurnId(turn_id);
-                self.turn = TurnState::Idle { last_completed: Some(turn.clone()) };
+                // A late or duplicate completion of an older turn does not end the running one.
+                let other_running = matches!(&self.turn, TurnState::Busy { turn: Some(running) } if running != &turn);
+                if !other_running {
+                    self.turn = TurnState::Idle { last_completed: Some(turn.clone()) };
+                }
                 Some(ObserverEvent::TurnCompleted { session, turn, final_message: last_agent_message, position })
             }
             RolloutRecord::TurnAborted { turn_id, .. } => {

@@ -394,45 +394,10 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
         .filter(|r| matches!(r.phase.as_str(), "registered" | "submitted" | "bound"))
         .map(|r| r.request_id)
         .collect();
-    drop(w);
-    // A one-way registration that recovery settled (REC-3) whose Progress commit failed stays
-    // `registered` on disk: the engine never retries Progress commits. Recovery repeats the
-    // same indeterminate answer, so this is counted (a finding), not a liveness violation.
-    let ids = open_rows.clone();
-    let settled = ask(&world, Box::new(move |engine: &wakterm_engine::Engine| {
-        let settled: Vec<String> = ids
-            .iter()
-            .filter(|id| {
-                wakterm_engine::RequestId::parse(id).ok().and_then(|id| engine.request(&id).cloned()).is_some_and(|r| {
-                    r.phase == wakterm_engine::Phase::Settled && r.return_mode == ReturnMode::OneWay
-                })
-            })
-            .cloned()
-            .collect();
-        json!(settled)
-    }))
-    .await
-    .unwrap_or(json!([]));
-    let mut w = world.lock().unwrap();
-    let settled: Vec<String> = serde_json::from_value(settled).unwrap_or_default();
-    if !settled.is_empty() {
-        w.counters.fault("note.progress_commit_lost");
-        w.log(format!("note: durable rows left registered for settled one-way requests {settled:?}"));
-    }
-    // IDEM-6: a release whose commit failed leaves `registered` on disk by design (the engine's
-    // `on_released`: a restart then answers indeterminate, which claims less). Counted too.
-    let released: Vec<String> = open_rows
-        .iter()
-        .filter(|id| w.oracle.last_receipt.get(*id).is_some_and(|c| c.is_definitive_rejection()))
-        .filter(|id| w.store.request(id).is_some_and(|r| r.phase == "registered"))
-        .cloned()
-        .collect();
-    if !released.is_empty() {
-        w.counters.fault("note.release_commit_lost");
-    }
-    let stuck: Vec<String> = open_rows.into_iter().filter(|id| !settled.contains(id) && !released.contains(id)).collect();
-    if !stuck.is_empty() {
-        w.oracle.unfinished(format!("durable requests never finished: {stuck:?}"));
+    // Failed progress and release commits are retried by the engine, so after the quiet phase
+    // no durable row may be left open: every one is a liveness violation.
+    if !open_rows.is_empty() {
+        w.oracle.unfinished(format!("durable requests never finished: {open_rows:?}"));
     }
     let unseen = w.store.terminal_after(w.oracle.last_sequence);
     if !unseen.is_empty() {

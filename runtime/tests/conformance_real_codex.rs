@@ -1,0 +1,360 @@
+//! Conformance against the REAL Codex CLI (the pinned 0.169), not the fake: the `wakterm` daemon
+//! and CLI drive `codex -a never -s read-only --disable daemon_auto_start` in a real PTY, Codex
+//! talks to an in-process loopback Responses-API provider (`wakterm_harness::provider`), and the
+//! tests check the receipts against Codex's own rollout under the private CODEX_HOME and against
+//! what the provider received.
+//!
+//! Every test is `#[ignore]`d so `cargo test --workspace` (no Codex) stays green; run them with
+//! `bash scripts/test-real-codex.sh`, which installs the pinned Codex (fixtures/install-codex.sh),
+//! sets WAKTERM_REAL_CODEX and runs `-- --ignored --test-threads=1`. Run that way, an unset or
+//! broken WAKTERM_REAL_CODEX fails every test with instructions.
+//!
+//! "Nothing written" is proven like e2e_admission.rs does: after the rejected call a one-way
+//! sentinel is sent and its turn awaited; the PTY is ordered, so a stray earlier write would
+//! reach the rollout and the provider before the sentinel.
+
+mod support;
+#[path = "support/real_codex.rs"]
+mod real_codex;
+
+use real_codex::{hold_rule, reply_for, RealWorld, REPLY, TURN_DEADLINE};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use support::{new_id, Out};
+use wakterm_harness::provider::Script;
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+fn script(rules: Vec<wakterm_harness::provider::Rule>) -> Script {
+    Script { default_reply: REPLY.to_string(), rules }
+}
+
+/// ADM-9: exit 4, the classification, and nothing written or pending.
+fn assert_definitive_rejection(out: &Out, classification: &str) {
+    let r = &out.json;
+    assert_eq!(out.code, 4, "exit 4 expected: {out:?}");
+    assert_eq!(r["classification"], classification, "{r}");
+    assert_eq!(r["prompt_written"], false, "{r}");
+    assert_eq!(r["write_state"], "not_started", "{r}");
+    assert_eq!(r["reply_pending"], false, "{r}");
+    assert_eq!(r["retry_safe"], true, "{r}");
+}
+
+/// Sends a one-way sentinel and waits for its turn: every earlier pane write was processed.
+fn sentinel(rw: &RealWorld, name: &str, text: &str) {
+    let out = rw.w.run(&["agent", "send", name, text]);
+    assert_eq!(out.code, 0, "sentinel send: {out:?}");
+    rw.wait_turn_completed(text);
+}
+
+/// ADM-13, ADM-15, RF-1: a one-way `agent send` to an idle real Codex is accepted and
+/// acknowledged, and becomes exactly one provider turn: one `task_started`, the prompt as the only
+/// user message, and the provider received it exactly once.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn adm_13_real_codex_one_way_send_is_exactly_one_turn() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let entry = rw.start_idle("zola");
+    assert_eq!(entry["return_final_available"], false, "no baseline yet: {entry}");
+    assert_eq!(entry["return_final_unavailable_reason"], "no_baseline_cursor", "{entry}");
+    let prompt = "Say hello from the conformance suite";
+    let out = rw.w.run(&["agent", "send", "zola", prompt]);
+    let r = &out.json;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(r["schema"], "wakterm.agent-admission.receipt.v1");
+    assert_eq!(r["classification"], "accepted", "{r}");
+    assert_eq!(r["prompt_written"], true, "{r}");
+    assert_eq!(r["write_state"], "complete", "{r}");
+    assert_eq!(r["acknowledged"], true, "the observer saw the real Codex's user message: {r}");
+    assert_eq!(r["return_mode"], "one_way");
+    assert_eq!(r["incarnation"], entry["incarnation"]);
+    rw.wait_turn_completed(prompt);
+    let started: Vec<Value> = rw.w.rollout_lines().into_iter().filter(|l| l["payload"]["type"] == "task_started").collect();
+    assert_eq!(started.len(), 1, "exactly one task_started: {started:?}");
+    assert_eq!(rw.w.user_prompts(), vec![prompt.to_string()]);
+    assert_eq!(rw.turn_of_prompt(prompt).as_deref(), started[0]["payload"]["turn_id"].as_str());
+    assert_eq!(rw.provider_prompts(), vec![prompt.to_string()], "the provider got the prompt once");
+    let entry = rw.wait_entry("zola", "return-final available", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    assert_eq!(entry["state"], "idle");
+    assert_eq!(rw.w.rollout_files().len(), 1, "one session");
+    assert_eq!(entry["observer_session"].as_str().map(|s| rw.w.rollout_files()[0].display().to_string().contains(s)), Some(true));
+}
+
+/// HASH-1, RF-2, CORR-5..7, TERM-1: after a one-way baseline, `--return-final` completes with
+/// exactly the final of the turn its prompt opened, for prompts Codex trims or that stress the
+/// paste: leading/trailing white space, tabs, non-ASCII, several lines, and more than 4 KiB.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn hash_1_rf_2_return_final_gets_its_own_final_for_hard_prompts() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let entry = rw.ready("zola", "baseline turn");
+    let mut long = String::from("Long prompt start.\n");
+    let mut i = 0;
+    while long.len() <= 6 * 1024 {
+        long.push_str(&format!("line {i}:\tsome words, ünïcødé ✓, and more words to fill the paste\n"));
+        i += 1;
+    }
+    long.push_str("Long prompt end.");
+    assert!(long.len() > 4096);
+    let prompts = [
+        "  \t  leading and trailing white space  \t \n".to_string(),
+        "inner\ttab\tseparated\tfields".to_string(),
+        "non-ASCII: grüße, 日本語, emoji 🚀, math ∑ ≤ ∞".to_string(),
+        "several lines:\nline two\n    indented line three\n\nline five after a blank".to_string(),
+        "\n\n  all of it:\tgrüße 🚀\n  indented\n\t".to_string(),
+        long,
+    ];
+    let mut previous_turn = rw.turn_of_prompt("baseline turn").expect("baseline turn in the rollout");
+    for prompt in &prompts {
+        let shown: String = prompt.chars().take(40).collect();
+        let out = rw.w.run(&["agent", "send", "zola", "--return-final", prompt]);
+        let r = out.json.clone();
+        assert_eq!(out.code, 0, "{shown:?}: {out:?}");
+        assert_eq!(r["classification"], "accepted", "{r}");
+        assert_eq!(r["reply_pending"], true, "{r}");
+        assert_eq!(r["return_mode"], "return_final", "{r}");
+        assert_eq!(r["correlation_source"], "provider_file", "{r}");
+        assert_eq!(r["incarnation"], entry["incarnation"], "{r}");
+        assert_eq!(r["baseline_provider_turn"], previous_turn.as_str(), "the baseline is the last completed turn: {r}");
+        assert!(r["armed_cursor"].as_str().is_some_and(|c| !c.is_empty()), "{r}");
+        let id = s(&r["request_id"]).to_string();
+        let event = rw.wait_terminal(&id, TURN_DEADLINE);
+        assert_eq!(event["state"], "completed", "{shown:?}: {event}");
+        assert_eq!(event["final_message"], reply_for(prompt).as_str(), "{shown:?}: the final of its own turn");
+        let turn = rw.turn_of_prompt(prompt).unwrap_or_else(|| panic!("{shown:?}: no UserMessage with the trimmed prompt"));
+        assert_eq!(event["provider_turn_id"], turn.as_str(), "{shown:?}");
+        assert_ne!(turn, previous_turn);
+        let finals: Vec<_> = rw.w.completed_turns().into_iter().filter(|(t, _)| *t == turn).collect();
+        assert_eq!(finals, vec![(turn.clone(), Some(reply_for(prompt)))], "{shown:?}");
+        // HASH-1: Codex sent the model exactly the trimmed prompt.
+        assert_eq!(rw.provider_prompts().last().map(String::as_str), Some(prompt.trim()), "{shown:?}");
+        previous_turn = turn;
+        rw.wait_entry("zola", "idle again", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    }
+    let mut expected = vec!["baseline turn".to_string()];
+    expected.extend(prompts.iter().map(|p| p.trim().to_string()));
+    assert_eq!(rw.provider_prompts(), expected, "each prompt reached the model exactly once");
+    assert_eq!(rw.w.user_prompts(), expected);
+    assert_eq!(rw.w.turns_started(), prompts.len() + 1);
+    assert_eq!(rw.w.rollout_files().len(), 1, "one session throughout");
+}
+
+/// IDEM-2, IDEM-4: repeating a request id with the same input returns the stored receipt with
+/// `replayed: true` and writes nothing: no second turn in the rollout, no second request at the
+/// provider (return-final via `send`, one-way via `admit`).
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn idem_2_real_codex_replay_writes_nothing() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let entry = rw.ready("zola", "baseline turn");
+    let inc = s(&entry["incarnation"]).to_string();
+    let id = new_id();
+    let prompt = "Idempotent return final";
+    let first = rw.w.run(&["agent", "send", "zola", "--return-final", "--request-id", &id, prompt]);
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(first.json["replayed"], false);
+    assert_eq!(rw.wait_terminal(&id, TURN_DEADLINE)["final_message"], reply_for(prompt).as_str());
+    rw.wait_entry("zola", "idle", TURN_DEADLINE, |z| z["return_final_available"] == true);
+
+    let id2 = new_id();
+    let one_way = "Idempotent one way";
+    let a1 = rw.w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id2, one_way]);
+    assert_eq!(a1.code, 0, "{a1:?}");
+    rw.wait_turn_completed(one_way);
+    rw.wait_entry("zola", "idle", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    let turns = rw.w.turns_started();
+
+    for (args, original) in [
+        (vec!["agent", "send", "zola", "--return-final", "--request-id", &id, prompt], &first),
+        (vec!["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id2, one_way], &a1),
+    ] {
+        let again = rw.w.run(&args);
+        assert_eq!(again.code, 0, "{again:?}");
+        let mut expect = original.json.clone();
+        expect["replayed"] = Value::Bool(true);
+        assert_eq!(again.json, expect, "the replay is the original receipt");
+    }
+    sentinel(&rw, "zola", "sentinel after replays");
+    let expected = vec!["baseline turn", prompt, one_way, "sentinel after replays"];
+    assert_eq!(rw.w.user_prompts(), expected);
+    assert_eq!(rw.provider_prompts(), expected, "the provider got no second request");
+    assert_eq!(rw.w.turns_started(), turns + 1, "no turn for the replays");
+    assert_eq!(rw.w.events_after(0).iter().filter(|e| e["request_id"] == id.as_str()).count(), 1);
+}
+
+/// ADM-5, ADM-9: while a real turn runs (the provider holds `response.completed`, so the reply
+/// text is already on screen and the TUI looks idle: only the rollout knows), `admit` (one-way
+/// and return-final) and `send --return-final` are `busy` / `turn_active` with nothing written.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn adm_5_real_codex_busy_turn_rejects_admissions_nothing_written() {
+    let rw = RealWorld::new(EXE, script(vec![hold_rule("HOLD", 8000)]));
+    let entry = rw.ready("zola", "baseline turn");
+    let inc = s(&entry["incarnation"]).to_string();
+    let held = "HOLD this turn busy";
+    let out = rw.w.run(&["agent", "send", "zola", held]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let started = Instant::now();
+    rw.wait_entry("zola", "busy", TURN_DEADLINE, |z| z["state"] == "busy");
+    // Wait until the held reply text streamed: the screen now shows the idle placeholder.
+    std::thread::sleep(Duration::from_millis(1000));
+    let calls: Vec<Vec<String>> = vec![
+        vec!["agent".into(), "admit".into(), "zola".into(), "--incarnation".into(), inc.clone(), "--request-id".into(), new_id(), "busy admit one way".into()],
+        vec!["agent".into(), "admit".into(), "zola".into(), "--incarnation".into(), inc.clone(), "--request-id".into(), new_id(), "--return-final".into(), "busy admit return final".into()],
+        vec!["agent".into(), "send".into(), "zola".into(), "--return-final".into(), "busy send return final".into()],
+    ];
+    for call in &calls {
+        let args: Vec<&str> = call.iter().map(String::as_str).collect();
+        let out = rw.w.run(&args);
+        assert_definitive_rejection(&out, "busy");
+        assert_eq!(out.json["reason"], "turn_active", "{}", out.json);
+    }
+    assert!(started.elapsed() < Duration::from_millis(7000), "the checks ran while the turn was held ({:?})", started.elapsed());
+    let entry = rw.w.catalog_entry("zola").expect("zola");
+    assert_eq!(entry["state"], "busy", "still held: {entry}");
+    assert_eq!(entry["return_final_unavailable_reason"], "turn_active", "{entry}");
+    let held_reply = "held reply to: HOLD this turn busy";
+    let end = Instant::now() + TURN_DEADLINE;
+    while !rw.w.completed_turns().iter().any(|(_, m)| m.as_deref() == Some(held_reply)) {
+        assert!(Instant::now() < end, "the held turn never completed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    rw.wait_entry("zola", "idle after the held turn", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    sentinel(&rw, "zola", "sentinel after busy");
+    let expected = vec!["baseline turn", held, "sentinel after busy"];
+    assert_eq!(rw.w.user_prompts(), expected, "no rejected prompt reached Codex");
+    assert_eq!(rw.provider_prompts(), expected, "no rejected prompt reached the model");
+    assert_eq!(rw.w.turns_started(), 3);
+}
+
+/// ADM-6, CORR-3, CORR-4: a second Codex TUI started WITHOUT `--disable daemon_auto_start` on the
+/// same CODEX_HOME and cwd hands its rollout to a shared `codex app-server --managed-daemon`
+/// (reparented to init: in no agent's process tree). Return-final to it is refused before any
+/// write (`observer_failure`, reason in the receipt), never correlated to the first agent's
+/// session, even when both agents get the same prompt text. The first agent keeps working (or is
+/// refused too): never a wrong correlation.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn adm_6_corr_3_daemon_mode_codex_is_refused_never_miscorrelated() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    rw.ready("zola", "zola baseline");
+    rw.start_codex("shared", false);
+    rw.wait_entry("shared", "composer up (idle or unknown)", real_codex::CODEX_START_DEADLINE, |z| {
+        z["state"] == "idle" || (z["state"] == "unknown" && z["observer_detail"].is_string())
+    });
+    // A one-way baseline for `shared`: its turn runs inside the managed daemon.
+    let base = rw.w.run(&["agent", "send", "shared", "shared baseline"]);
+    eprintln!("one-way send to the daemon-mode agent: {}", base.json);
+    assert!(base.code == 0 || base.code == 4, "a one-way send is accepted or refused, never indeterminate: {base:?}");
+    if base.code == 0 {
+        rw.wait_turn_completed("shared baseline");
+    }
+    let managed = rw.app_server_pids();
+    eprintln!("codex app-server processes of this CODEX_HOME: {managed:?}");
+    let shared = rw.w.catalog_entry("shared").expect("shared in the catalog");
+    eprintln!("daemon-mode agent in the catalog: {shared}");
+    assert_eq!(shared["return_final_available"], false, "{shared}");
+    assert_ne!(shared["observer_session"], rw.w.catalog_entry("zola").unwrap()["observer_session"], "never zola's session: {shared}");
+    let shared_inc = s(&shared["incarnation"]).to_string();
+
+    let same = "the same prompt to both agents";
+    let refusals = [
+        rw.w.run(&["agent", "send", "shared", "--return-final", same]),
+        rw.w.run(&["agent", "admit", "shared", "--incarnation", &shared_inc, "--request-id", &new_id(), "--return-final", same]),
+    ];
+    for out in &refusals {
+        eprintln!("return-final to the daemon-mode agent: {}", out.json);
+        assert_definitive_rejection(out, "observer_failure");
+        let reason = s(&out.json["reason"]);
+        assert!(
+            ["observer_unavailable", "no_baseline_cursor", "turn_state_unknown"].contains(&reason),
+            "the receipt names why: {}",
+            out.json
+        );
+    }
+    // The first agent, same prompt text: accepted and completed with its own turn, or refused.
+    let z = rw.w.run(&["agent", "send", "zola", "--return-final", same]);
+    eprintln!("return-final to the first agent: {}", z.json);
+    if z.code == 0 {
+        let event = rw.wait_terminal(s(&z.json["request_id"]), TURN_DEADLINE);
+        assert_eq!(event["state"], "completed", "{event}");
+        assert_eq!(event["final_message"], reply_for(same).as_str());
+        let turn = rw.turn_of_prompt(same).expect("zola's turn");
+        assert_eq!(event["provider_turn_id"], turn.as_str());
+        let zola_file = rw
+            .w
+            .rollout_files()
+            .into_iter()
+            .find(|f| std::fs::read_to_string(f).unwrap_or_default().contains("zola baseline"))
+            .expect("zola's rollout");
+        assert!(std::fs::read_to_string(&zola_file).unwrap().contains(&turn), "the bound turn is in zola's own rollout");
+    } else {
+        assert_eq!(z.code, 4, "a refusal, never indeterminate: {z:?}");
+        assert_eq!(z.json["prompt_written"], false);
+    }
+    // Only requests of zola ever reached a terminal state, and only completed with zola's turn.
+    for event in rw.w.events_after(0) {
+        assert_eq!(event["request_id"], z.json["request_id"], "no request of the daemon-mode agent was correlated: {event}");
+    }
+    // Nothing of the refused calls reached the model: exactly one `same` (zola's, if accepted).
+    let got_same = rw.provider_prompts().iter().filter(|p| p.as_str() == same).count();
+    assert_eq!(got_same, usize::from(z.code == 0), "{:?}", rw.provider_prompts());
+    let prompts = rw.w.user_prompts();
+    assert_eq!(prompts.iter().filter(|p| p.as_str() == same).count(), usize::from(z.code == 0), "{prompts:?}");
+    // Explicit end of the managed daemon (Drop does it too, for failures).
+    rw.kill_codex_home_processes();
+    assert!(rw.app_server_pids().is_empty(), "the managed app-server was ended");
+}
+
+/// ADM-2, ADM-9: `wakterm agent restart` replaces Codex in the same pane; an admission naming
+/// the old incarnation (by name or by exact agent id, one-way or return-final) is
+/// `stale_incarnation` with the current incarnation in the receipt and nothing written. The new
+/// Codex then serves a fresh session.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn adm_2_real_codex_restart_gives_stale_incarnation() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let entry = rw.ready("zola", "baseline turn");
+    let old = s(&entry["incarnation"]).to_string();
+    let agent_id = s(&entry["agent_id"]).to_string();
+    let old_session = s(&entry["observer_session"]).to_string();
+    let restarted = rw.w.ok(&["agent", "restart", "zola"]);
+    let new = s(&restarted["incarnation"]).to_string();
+    assert!(!new.is_empty() && new != old, "restart gives a new incarnation: {restarted}");
+
+    let calls: [Vec<&str>; 3] = [
+        vec!["agent", "admit", "zola", "--incarnation", &old, "--request-id", "REQ", "stale one way"],
+        vec!["agent", "admit", "zola", "--incarnation", &old, "--request-id", "REQ", "--return-final", "stale return final"],
+        vec!["agent", "admit", &agent_id, "--exact-agent-id", "--incarnation", &old, "--request-id", "REQ", "--return-final", "stale by id"],
+    ];
+    for call in calls {
+        let id = new_id();
+        let args: Vec<&str> = call.iter().map(|a| if *a == "REQ" { id.as_str() } else { a }).collect();
+        let out = rw.w.run(&args);
+        assert_definitive_rejection(&out, "stale_incarnation");
+        assert_eq!(out.json["reason"], "incarnation_changed", "{}", out.json);
+        assert_eq!(out.json["incarnation"], new.as_str(), "the receipt holds the current incarnation: {}", out.json);
+    }
+    // The new Codex must come up idle on its own (fresh) state, never on the old session.
+    let fresh = rw.wait_entry("zola", "new incarnation idle", real_codex::CODEX_START_DEADLINE, |z| {
+        z["incarnation"] == new.as_str() && z["state"] == "idle"
+    });
+    assert_ne!(fresh["observer_session"], old_session.as_str(), "the new process never adopts the old session: {fresh}");
+    sentinel(&rw, "zola", "sentinel after restart");
+    assert!(!rw.w.user_prompts().iter().any(|p| p.starts_with("stale")), "{:?}", rw.w.user_prompts());
+    assert_eq!(rw.provider_prompts(), vec!["baseline turn", "sentinel after restart"]);
+    // The new incarnation's return-final works on its new session.
+    let z = rw.wait_entry("zola", "return-final on the new session", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    assert_ne!(z["observer_session"], old_session.as_str(), "{z}");
+    let out = rw.w.run(&["agent", "send", "zola", "--return-final", "after restart"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json["incarnation"], new.as_str());
+    let event = rw.wait_terminal(s(&out.json["request_id"]), TURN_DEADLINE);
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for("after restart").as_str());
+    assert_eq!(rw.w.rollout_files().len(), 2, "the restarted Codex wrote a second session");
+}
