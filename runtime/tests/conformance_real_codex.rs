@@ -257,6 +257,12 @@ fn adm_6_corr_3_daemon_mode_codex_is_refused_never_miscorrelated() {
     eprintln!("codex app-server processes of this CODEX_HOME: {managed:?}");
     let shared = rw.w.catalog_entry("shared").expect("shared in the catalog");
     eprintln!("daemon-mode agent in the catalog: {shared}");
+    eprintln!("first agent in the catalog: {}", rw.w.catalog_entry("zola").unwrap());
+    for pid in rw.codex_home_pids() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).replace('\0', " ");
+        eprintln!("  pid {pid} stat {:.60} cmd {:.150} holds {:?}", stat, cmd, real_codex::held_rollouts(pid));
+    }
     assert_eq!(shared["return_final_available"], false, "{shared}");
     assert_ne!(shared["observer_session"], rw.w.catalog_entry("zola").unwrap()["observer_session"], "never zola's session: {shared}");
     let shared_inc = s(&shared["incarnation"]).to_string();
