@@ -110,3 +110,23 @@ fn idem_6_rejected_id_can_be_retried() {
     assert_eq!(rig.receipt(retry).classification, Classification::Accepted);
     assert!(!rig.receipt(retry).replayed);
 }
+
+/// IDEM-6: a release whose commit fails still answers the (true) rejection, and the release is
+/// re-committed until the store holds it.
+#[test]
+fn idem_6_failed_release_commit_is_retried() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.turn_started("turn-x", 1010);
+    rig.ack_next_persist(Ok(())); // registration
+    rig.ack_next_persist(Err("disk full".to_string())); // release
+    assert_eq!(rig.receipt(op).classification, Classification::Busy);
+    let id = RequestId::parse(REQ).unwrap();
+    assert_eq!(rig.durable[&id].phase, Phase::Registered);
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.durable[&id].phase, Phase::Released);
+    assert_eq!(rig.writes(), 0);
+}
