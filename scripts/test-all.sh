@@ -16,6 +16,8 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 passed=$(grep -E '^test result:' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -E '^test result:' "$log" | awk '{s+=$6} END {print s+0}')
+echo "== real Codex conformance (installs the pinned @openai/codex from npm into .cache/)"
+bash scripts/test-real-codex.sh
 echo "== simulation (madsim flavour, own target dir target/sim)"
 bash sim/run.sh --seeds 1000
 echo "== simulation: determinism (same seed twice + madsim's check)"

@@ -2,7 +2,9 @@
 # Conformance against the REAL Codex CLI (the pinned version of fixtures/install-codex.sh):
 # installs it (or reuses the cache), prints its version, and runs the ignored tests of
 # runtime/tests/conformance_real_codex.rs serially (Codex is heavy; CI machines have 2 cores).
-# Never skips: a failed install fails this script, non-zero, with the reason.
+# Never skips: a failed install fails this script, non-zero, with the reason. Tests named
+# `*_bug_*` (none today) demonstrate known, unfixed bugs and are left out; run one with
+# `WAKTERM_REAL_CODEX=... cargo test -p wakterm-runtime --test conformance_real_codex -- --ignored NAME`.
 #
 #   bash scripts/test-real-codex.sh [extra libtest args, e.g. a test name filter]
 set -euo pipefail
@@ -29,6 +31,6 @@ echo "== cargo test -p wakterm-runtime --test conformance_real_codex (ignored te
 start=$(date +%s)
 status=0
 WAKTERM_REAL_CODEX="$codex" cargo test --locked -p wakterm-runtime --test conformance_real_codex -- \
-    --ignored --test-threads=1 --nocapture "$@" 2>&1 || status=$?
+    --ignored --test-threads=1 --nocapture --skip _bug_ "$@" 2>&1 || status=$?
 echo "== real-Codex conformance: exit $status after $(( $(date +%s) - start )) s ($version)"
 exit "$status"

@@ -237,18 +237,11 @@ impl Engine {
         self.after_refresh(&request_id);
     }
 
-    fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
+    pub(crate) fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
         let now_ms = self.now_ms;
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         agent.refresh_error = None;
-        // ADM-5: a written prompt that neither started a turn nor sits in the composer long
-        // after the write was consumed some other way; keeping the agent busy forever would
-        // only trade safety for nothing.
-        let settled = matches!(snapshot.turn, TurnState::Idle { .. }) && snapshot.composer == Composer::Empty;
-        if settled && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS) {
-            agent.awaiting_turn_after = None;
-        }
-        agent.view = Some(crate::agent::ObserverView {
+        let mut view = crate::agent::ObserverView {
             status: snapshot.status,
             session: snapshot.session,
             position: snapshot.position,
@@ -256,7 +249,22 @@ impl Engine {
             composer: snapshot.composer,
             incarnation: snapshot.incarnation,
             process: snapshot.process,
-        });
+        };
+        // A snapshot older than events already applied must not roll the turn state back.
+        if let Some(current) = &agent.view {
+            if current.session == view.session && current.position > view.position {
+                view.position = current.position;
+                view.turn = current.turn.clone();
+            }
+        }
+        // ADM-5: a written prompt that neither started a turn nor sits in the composer long
+        // after the write was consumed some other way; keeping the agent busy forever would
+        // only trade safety for nothing.
+        let settled = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Empty;
+        if settled && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS) {
+            agent.awaiting_turn_after = None;
+        }
+        agent.view = Some(view);
     }
 
     /// After the refresh (or its timeout): decide, then register durably before writing.

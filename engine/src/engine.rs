@@ -133,6 +133,7 @@ impl Engine {
             Input::ObserverRefreshed { refresh_id, agent_id, snapshot } => {
                 self.on_refreshed(refresh_id, &agent_id, snapshot)
             }
+            Input::ObserverSnapshot { agent_id, snapshot } => self.apply_snapshot(&agent_id, snapshot),
             Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
             Input::Delivered { delivery_id, outcome } => self.on_delivered(delivery_id, outcome),

@@ -64,6 +64,8 @@ pub enum Input {
     Cancel(CancelCommand),
     /// Answer to `Output::RefreshObserver` (ADM-3). `Err` carries why the refresh failed.
     ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String> },
+    /// A snapshot taken outside any admission (e.g. for the catalog): refreshes the view.
+    ObserverSnapshot { agent_id: AgentId, snapshot: ObserverSnapshot },
     /// A live observer event for an agent, in position order.
     Observed { agent_id: AgentId, event: ObserverEvent },
     /// Answer to `Output::Persist`. `Err` means the transaction did not commit.

@@ -459,3 +459,30 @@ fn inp_4_inp_5_incarnation_and_target() {
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("target_malformed"));
     assert_eq!(rig.writes(), 0);
 }
+
+/// ADM-3: a snapshot older than observer events already applied (same session, smaller
+/// position) never rolls the turn state back to idle.
+#[test]
+fn adm_3_stale_snapshot_does_not_roll_back_the_turn() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.turn_started("turn-1", 1010);
+    // The refresh answer was taken at position 1000, before the turn started.
+    rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: idle_snapshot("inc-1", 100) });
+    let view = rig.engine.agent(&agent_id(ZOLA)).unwrap().view.clone().unwrap();
+    assert_eq!(view.turn, TurnState::Busy { turn: Some(turn("turn-1")) });
+    let op = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Busy);
+}
+
+/// ADM-5: a snapshot taken outside any admission (the catalog's) also ends the wait for a
+/// written prompt's turn after the grace period.
+#[test]
+fn adm_5_catalog_snapshot_ends_the_wait() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "lost", ReturnMode::OneWay);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some());
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: idle_snapshot("inc-1", 100) });
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none());
+}

@@ -155,6 +155,18 @@ fn children_by_parent() -> Result<BTreeMap<u32, Vec<u32>>, ProbeError> {
 /// Sockets, pipes and anonymous inodes are left out. A deleted file keeps the kernel's
 /// " (deleted)" suffix, so it never matches a live path.
 pub fn open_files(pid: u32) -> Result<Vec<PathBuf>, ProbeError> {
+    open_files_where(pid, |_| true)
+}
+
+/// [`open_files`] limited to files opened for writing. The kernel gives each
+/// `/proc/PID/fd/N` link the owner write bit exactly when the file was opened writable.
+/// Codex 0.169 briefly opens the newest rollout of its CODEX_HOME read-only at startup; only
+/// the rollout it writes is its session.
+pub fn open_files_for_writing(pid: u32) -> Result<Vec<PathBuf>, ProbeError> {
+    open_files_where(pid, |info| info.mode().contains(procfs::process::FDPermissions::WRITE))
+}
+
+fn open_files_where(pid: u32, keep: impl Fn(&procfs::process::FDInfo) -> bool) -> Result<Vec<PathBuf>, ProbeError> {
     let process = open_process(pid)?;
     let fds = process.fd().map_err(|e| proc_error(pid, e))?;
     let mut paths = Vec::new();
@@ -164,6 +176,9 @@ pub fn open_files(pid: u32) -> Result<Vec<PathBuf>, ProbeError> {
         }
         match fd {
             Ok(info) => {
+                if !keep(&info) {
+                    continue;
+                }
                 if let FDTarget::Path(path) = info.target {
                     paths.push(path);
                 }
@@ -253,7 +268,7 @@ fn held_rollouts(root_pid: u32, codex_home: &Path) -> Result<BTreeMap<PathBuf, u
     let mut held = BTreeMap::new();
     let tree = std::iter::once(root_pid).chain(descendants(root_pid)?);
     for pid in tree {
-        let files = match open_files(pid) {
+        let files = match open_files_for_writing(pid) {
             Ok(files) => files,
             // A descendant that exited since the scan holds nothing; the root is checked by the caller.
             Err(ProbeError::Gone { .. }) if pid != root_pid => continue,
@@ -378,10 +393,10 @@ mod tests {
         }
     }
 
-    const HOLD_ONE: &str = r#"exec 3<"$1"; exec sleep 30"#;
-    const HOLD_TWO: &str = r#"exec 3<"$1" 4<"$2"; exec sleep 30"#;
+    const HOLD_ONE: &str = r#"exec 3>>"$1"; exec sleep 30"#;
+    const HOLD_TWO: &str = r#"exec 3>>"$1" 4>>"$2"; exec sleep 30"#;
     /// The holder is a grandchild of the root: the root shell waits for a subshell.
-    const HOLD_IN_GRANDCHILD: &str = r#"(exec 3<"$1"; exec sleep 30) & wait"#;
+    const HOLD_IN_GRANDCHILD: &str = r#"(exec 3>>"$1"; exec sleep 30) & wait"#;
 
     #[test]
     fn identity_is_stable_and_distinguishes_processes() {
@@ -496,6 +511,18 @@ mod tests {
             discover_rollout(child.0.id(), &home.codex_home(), Some(&work)),
             Discovery::Ambiguous { paths: expected }
         );
+    }
+
+    /// CORR-3: Codex 0.169 opens the newest rollout of its CODEX_HOME read-only at startup;
+    /// a rollout the tree only reads is not its session (found against the real Codex).
+    #[test]
+    fn corr_3_a_rollout_held_read_only_is_not_the_session() {
+        let home = Home::new();
+        let work = home.workdir();
+        let rollout = home.rollout("sess-r", &work);
+        let child = spawn_sh(r#"exec 3<"$1"; exec sleep 30"#, &[&rollout], &work);
+        wait_until_held(child.0.id(), &[&rollout]);
+        assert_eq!(discover_rollout(child.0.id(), &home.codex_home(), Some(&work)), Discovery::NoneOpen);
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod real_codex;
 use real_codex::{hold_rule, reply_for, RealWorld, REPLY, TURN_DEADLINE};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use support::{new_id, Out};
+use support::{new_id, Out, World};
 use wakterm_harness::provider::Script;
 
 const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
@@ -231,86 +231,102 @@ fn adm_5_real_codex_busy_turn_rejects_admissions_nothing_written() {
     assert_eq!(rw.w.turns_started(), 3);
 }
 
-/// ADM-6, CORR-3, CORR-4: a second Codex TUI started WITHOUT `--disable daemon_auto_start` on the
-/// same CODEX_HOME and cwd hands its rollout to a shared `codex app-server --managed-daemon`
-/// (reparented to init: in no agent's process tree). Return-final to it is refused before any
-/// write (`observer_failure`, reason in the receipt), never correlated to the first agent's
-/// session, even when both agents get the same prompt text. The first agent keeps working (or is
-/// refused too): never a wrong correlation.
+/// ADM-6, CORR-3, CORR-4: Codex TUIs started WITHOUT `--disable daemon_auto_start` on the same
+/// CODEX_HOME and cwd as `zola` hand their rollouts to ONE shared `codex app-server
+/// --managed-daemon`. Observed with 0.169 under wakterm: the daemon is a child of the FIRST such
+/// TUI (it holds that TUI's rollout, and later every daemon-mode TUI's rollout), the second TUI's
+/// tree holds none. Return-final to the second is refused before any write (`observer_failure`,
+/// reason in the receipt); the first and `zola` must be refused too or complete with the final of
+/// their OWN turn, even though every agent gets the same prompt text: never a wrong correlation.
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
 fn adm_6_corr_3_daemon_mode_codex_is_refused_never_miscorrelated() {
     let rw = RealWorld::new(EXE, script(vec![]));
-    rw.ready("zola", "zola baseline");
-    rw.start_codex("shared", false);
-    rw.wait_entry("shared", "composer up (idle or unknown)", real_codex::CODEX_START_DEADLINE, |z| {
-        z["state"] == "idle" || (z["state"] == "unknown" && z["observer_detail"].is_string())
-    });
-    // A one-way baseline for `shared`: its turn runs inside the managed daemon.
-    let base = rw.w.run(&["agent", "send", "shared", "shared baseline"]);
-    eprintln!("one-way send to the daemon-mode agent: {}", base.json);
-    assert!(base.code == 0 || base.code == 4, "a one-way send is accepted or refused, never indeterminate: {base:?}");
-    if base.code == 0 {
-        rw.wait_turn_completed("shared baseline");
+    rw.ready("zola", "baseline of zola");
+    for name in ["d1", "d2"] {
+        rw.start_codex(name, false);
+        rw.wait_entry(name, "composer up", real_codex::CODEX_START_DEADLINE, |z| z["state"] == "idle");
+        // A one-way baseline: its turn runs inside the managed daemon.
+        let base = format!("baseline of {name}");
+        let out = rw.w.run(&["agent", "send", name, &base]);
+        eprintln!("one-way send to daemon-mode {name}: {}", out.json);
+        assert_eq!(out.code, 0, "one-way admission needs no observer (ADM-6): {out:?}");
+        rw.wait_turn_completed(&base);
     }
     let managed = rw.app_server_pids();
     eprintln!("codex app-server processes of this CODEX_HOME: {managed:?}");
-    let shared = rw.w.catalog_entry("shared").expect("shared in the catalog");
-    eprintln!("daemon-mode agent in the catalog: {shared}");
-    eprintln!("first agent in the catalog: {}", rw.w.catalog_entry("zola").unwrap());
     for pid in rw.codex_home_pids() {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat.rsplit(") ").next().and_then(|r| r.split(' ').nth(1)).unwrap_or("?").to_string();
         let cmd = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).replace('\0', " ");
-        eprintln!("  pid {pid} stat {:.60} cmd {:.150} holds {:?}", stat, cmd, real_codex::held_rollouts(pid));
+        eprintln!("  pid {pid} ppid {ppid} {:.110} holds {:?}", cmd, real_codex::held_rollouts(pid));
     }
-    assert_eq!(shared["return_final_available"], false, "{shared}");
-    assert_ne!(shared["observer_session"], rw.w.catalog_entry("zola").unwrap()["observer_session"], "never zola's session: {shared}");
-    let shared_inc = s(&shared["incarnation"]).to_string();
+    assert!(!managed.is_empty(), "Codex without --disable daemon_auto_start started its managed app-server");
 
-    let same = "the same prompt to both agents";
-    let refusals = [
-        rw.w.run(&["agent", "send", "shared", "--return-final", same]),
-        rw.w.run(&["agent", "admit", "shared", "--incarnation", &shared_inc, "--request-id", &new_id(), "--return-final", same]),
-    ];
-    for out in &refusals {
-        eprintln!("return-final to the daemon-mode agent: {}", out.json);
-        assert_definitive_rejection(out, "observer_failure");
-        let reason = s(&out.json["reason"]);
-        assert!(
-            ["observer_unavailable", "no_baseline_cursor", "turn_state_unknown"].contains(&reason),
-            "the receipt names why: {}",
-            out.json
-        );
-    }
-    // The first agent, same prompt text: accepted and completed with its own turn, or refused.
-    let z = rw.w.run(&["agent", "send", "zola", "--return-final", same]);
-    eprintln!("return-final to the first agent: {}", z.json);
-    if z.code == 0 {
-        let event = rw.wait_terminal(s(&z.json["request_id"]), TURN_DEADLINE);
-        assert_eq!(event["state"], "completed", "{event}");
-        assert_eq!(event["final_message"], reply_for(same).as_str());
-        let turn = rw.turn_of_prompt(same).expect("zola's turn");
-        assert_eq!(event["provider_turn_id"], turn.as_str());
-        let zola_file = rw
-            .w
-            .rollout_files()
-            .into_iter()
-            .find(|f| std::fs::read_to_string(f).unwrap_or_default().contains("zola baseline"))
-            .expect("zola's rollout");
-        assert!(std::fs::read_to_string(&zola_file).unwrap().contains(&turn), "the bound turn is in zola's own rollout");
+    // d2's one-way prompt started no turn its observer could see: ADM-5 keeps it `busy` /
+    // `awaiting_turn_start` for AWAITING_TURN_GRACE_MS (10 s); a definitive refusal too.
+    let early = rw.w.run(&["agent", "send", "d2", "--return-final", "early return final"]);
+    eprintln!("return-final to d2 inside the grace: {}", early.json);
+    if early.json["classification"] == "busy" {
+        assert_definitive_rejection(&early, "busy");
+        assert_eq!(early.json["reason"], "awaiting_turn_start", "{}", early.json);
     } else {
-        assert_eq!(z.code, 4, "a refusal, never indeterminate: {z:?}");
-        assert_eq!(z.json["prompt_written"], false);
+        assert_definitive_rejection(&early, "observer_failure");
     }
-    // Only requests of zola ever reached a terminal state, and only completed with zola's turn.
-    for event in rw.w.events_after(0) {
-        assert_eq!(event["request_id"], z.json["request_id"], "no request of the daemon-mode agent was correlated: {event}");
+    // Past the grace (AWAITING_TURN_GRACE_MS after the write), a fresh snapshot (idle, empty
+    // composer: an admission's or the catalog's) ends the wait.
+    std::thread::sleep(Duration::from_millis(10_500));
+    let same = "the same prompt to every agent";
+    let mut accepted = 0;
+    for name in ["d2", "d1", "zola"] {
+        let entry = rw.w.catalog_entry(name).expect("in the catalog");
+        eprintln!("catalog {name}: {entry}");
+        let inc = s(&entry["incarnation"]).to_string();
+        let id = new_id();
+        let out = rw.w.run(&["agent", "admit", name, "--incarnation", &inc, "--request-id", &id, "--return-final", same]);
+        eprintln!("admit --return-final to {name}: {}", out.json);
+        if out.code == 0 {
+            accepted += 1;
+            // Only a correct correlation is acceptable: the final of the turn this prompt opened
+            // in the agent's OWN session (the rollout holding its own baseline).
+            let event = rw.wait_terminal(&id, TURN_DEADLINE);
+            eprintln!("terminal event of {name}: {event}");
+            assert_eq!(event["state"], "completed", "{name}: {event}");
+            assert_eq!(event["final_message"], reply_for(same).as_str());
+            let own = rw
+                .w
+                .rollout_files()
+                .into_iter()
+                .find(|f| std::fs::read_to_string(f).unwrap_or_default().contains(&format!("baseline of {name}")))
+                .expect("the agent's own rollout");
+            let text = std::fs::read_to_string(&own).unwrap();
+            let turn = s(&event["provider_turn_id"]);
+            let bound_here = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|l| {
+                l["payload"]["type"] == "item_completed"
+                    && l["payload"]["turn_id"] == turn
+                    && l["payload"]["item"]["content"][0]["text"] == same
+            });
+            assert!(bound_here, "{name}: the bound turn {turn} is its own turn in {}", own.display());
+        } else {
+            assert_definitive_rejection(&out, "observer_failure");
+            let reason = s(&out.json["reason"]);
+            assert!(
+                ["observer_unavailable", "no_baseline_cursor", "turn_state_unknown"].contains(&reason),
+                "{name}: the receipt names why: {}",
+                out.json
+            );
+            // Same with the interactive spelling.
+            let send = rw.w.run(&["agent", "send", name, "--return-final", same]);
+            assert_definitive_rejection(&send, "observer_failure");
+        }
+        if name == "d2" {
+            assert_eq!(out.code, 4, "the second daemon-mode TUI holds no rollout: refused: {}", out.json);
+        }
     }
-    // Nothing of the refused calls reached the model: exactly one `same` (zola's, if accepted).
-    let got_same = rw.provider_prompts().iter().filter(|p| p.as_str() == same).count();
-    assert_eq!(got_same, usize::from(z.code == 0), "{:?}", rw.provider_prompts());
-    let prompts = rw.w.user_prompts();
-    assert_eq!(prompts.iter().filter(|p| p.as_str() == same).count(), usize::from(z.code == 0), "{prompts:?}");
+    // Nothing of the refused calls reached Codex or the model.
+    let got = rw.provider_prompts().iter().filter(|p| p.as_str() == same).count();
+    assert_eq!(got, accepted, "{:?}", rw.provider_prompts());
+    assert_eq!(rw.w.user_prompts().iter().filter(|p| p.as_str() == same).count(), accepted);
     // Explicit end of the managed daemon (Drop does it too, for failures).
     rw.kill_codex_home_processes();
     assert!(rw.app_server_pids().is_empty(), "the managed app-server was ended");
@@ -363,4 +379,75 @@ fn adm_2_real_codex_restart_gives_stale_incarnation() {
     assert_eq!(event["state"], "completed", "{event}");
     assert_eq!(event["final_message"], reply_for("after restart").as_str());
     assert_eq!(rw.w.rollout_files().len(), 2, "the restarted Codex wrote a second session");
+}
+
+/// ADM-5 (catalog): an agent whose one-way prompt started no turn the observer can see must
+/// not stay `busy` / `turn_pending` in the catalog forever (found against the real Codex: the
+/// catalog refreshed the observer without feeding its snapshot to the engine; fixed by
+/// `Input::ObserverSnapshot`). Real case: the second Codex TUI without
+/// `--disable daemon_auto_start` (its turns run in the managed daemon, in another agent's tree).
+/// An orchestrator polling the catalog for `idle` waits forever although its screen is idle with
+/// an empty composer and an admission would be answered (`observer_failure`).
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn adm_5_catalog_turn_pending_clears_after_the_grace() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    for name in ["d1", "d2"] {
+        rw.start_codex(name, false);
+        rw.wait_entry(name, "composer up", real_codex::CODEX_START_DEADLINE, |z| z["state"] == "idle");
+        let base = format!("baseline of {name}");
+        assert_eq!(rw.w.run(&["agent", "send", name, &base]).code, 0);
+        rw.wait_turn_completed(&base);
+    }
+    // Bounded: AWAITING_TURN_GRACE_MS (10 s) after the write, plus slack.
+    let d2 = rw.wait_entry("d2", "catalog stops reporting turn_pending after the grace", Duration::from_secs(20), |z| {
+        z["return_final_unavailable_reason"] != "turn_pending"
+    });
+    assert_ne!(d2["state"], "busy", "{d2}\n{}", rw.screen(s(&d2["agent_id"])));
+}
+
+/// CORR-3 / discovery (proc_probe.rs `held_rollouts`, observer.rs `on_found`): a rollout file a
+/// process merely READS is adopted as its session. Real Codex 0.169 does exactly this: a freshly
+/// started TUI opens the most recent rollout of its CODEX_HOME read-only (fdinfo flags 0o2100000,
+/// ~0.8 s after start, for a few ms), while the writer holds its own with O_RDWR|O_APPEND
+/// (0o2102002). When the 50 ms monitor catches that window after `agent restart`, the new
+/// incarnation adopts the OLD session: catalog shows it idle with the old baseline
+/// (return-final "available", a cursor in a file this process never writes), then, once the fd
+/// is closed, `unknown` / "holds no Codex rollout file open any more" until a new turn. Deterministic
+/// reproduction: an agent process that holds a rollout of its cwd open read-only.
+/// Fixed: discovery counts only fds opened for writing (`proc_probe::open_files_for_writing`).
+/// Needs no Codex, so it runs in the normal suite.
+#[test]
+fn corr_3_read_only_rollout_is_not_the_agents_session() {
+    let w = World::new(EXE);
+    // A real 0.169 rollout (one completed turn) moved into this world's CODEX_HOME and cwd.
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/codex-0.169/completed-turn.jsonl");
+    let text = std::fs::read_to_string(&fixture).expect("fixture");
+    let cwd = w.work.display().to_string();
+    let text = text.replace("/tmp/wkcap-completed/project", &cwd);
+    let dir = w.codex_home.join("sessions/2000/01/01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rollout = dir.join("rollout-2000-01-01T00-19-28-00000000-0000-4000-8000-000000000001.jsonl");
+    std::fs::write(&rollout, text).unwrap();
+    w.mux_start();
+    let env = format!("CODEX_HOME={}", w.codex_home.display());
+    let path = rollout.display().to_string();
+    // `sh` opens the rollout read-only on fd 3 and execs `sleep`, which keeps it.
+    w.ok(&["agent", "start", "--name", "reader", "--cwd", &cwd, "--env", &env, "--", "/bin/sh", "-c", "exec 3<\"$0\"; exec sleep 600", &path]);
+    // Discovery runs every 50 ms; 3 s is many chances for a wrong adoption to show.
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    let mut entry = Value::Null;
+    while std::time::Instant::now() < end {
+        entry = w.catalog_entry("reader").unwrap_or(Value::Null);
+        if entry["observer_session"].is_string() || entry["state"] == "idle" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("catalog of a process that only reads a rollout: {entry}");
+    assert_eq!(entry["return_final_available"], false, "a read-only holder is not the session's writer: {entry}");
+    assert!(entry["observer_session"].is_null(), "{entry}");
+    let out = w.run(&["agent", "send", "reader", "--return-final", "must not be armed on a file this process never writes"]);
+    assert_eq!(out.code, 4, "refused before any write: {out:?}");
+    assert_eq!(out.json["classification"], "observer_failure", "{}", out.json);
 }

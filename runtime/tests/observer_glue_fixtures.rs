@@ -14,10 +14,10 @@ use wakterm_engine::{
 use wakterm_runtime::observer::{probe_to_engine, CodexObserver};
 use wakterm_runtime::proc_probe;
 
-const HOLD_ONE: &str = r#"exec 3<"$1"; exec sleep 30"#;
-const HOLD_TWO: &str = r#"exec 3<"$1" 4<"$2"; exec sleep 30"#;
+const HOLD_ONE: &str = r#"exec 3>>"$1"; exec sleep 30"#;
+const HOLD_TWO: &str = r#"exec 3>>"$1" 4>>"$2"; exec sleep 30"#;
 /// A Codex before its first turn: holds nothing until the rollout appears, then holds it.
-const HOLD_WHEN_CREATED: &str = r#"while [ ! -e "$1" ]; do sleep 0.02; done; exec 3<"$1"; exec sleep 30"#;
+const HOLD_WHEN_CREATED: &str = r#"while [ ! -e "$1" ]; do sleep 0.02; done; exec 3>>"$1"; exec sleep 30"#;
 const HOLD_NOTHING: &str = "exec sleep 30";
 
 /// A child in its own process group, killed with the group when dropped.

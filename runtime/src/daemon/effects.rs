@@ -32,11 +32,15 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
-            let snapshot = match agent {
-                None => Err("the agent is not known to the daemon".to_string()),
-                Some(agent) => refresh_agent(&agent, &agent_id, &inbox),
-            };
-            let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot }));
+            let answer = |snapshot| DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot });
+            match agent {
+                None => {
+                    let _ = inbox.blocking_send(answer(Err("the agent is not known to the daemon".to_string())));
+                }
+                Some(agent) => {
+                    let _ = refresh_agent(&agent, &agent_id, &inbox, answer);
+                }
+            }
         });
     }
 
@@ -103,8 +107,15 @@ impl Effects for RealEffects {
 }
 
 /// ADM-3: liveness first (a changed process is reported before the snapshot), then the
-/// observer's rollout and the screen, under the observer lock so events stay ordered.
-pub fn refresh_agent(agent: &AgentRuntime, agent_id: &AgentId, inbox: &mpsc::Sender<DriverMsg>) -> Result<wakterm_engine::ObserverSnapshot, String> {
+/// observer's rollout and the screen. The events and `answer(snapshot)` are sent while the
+/// observer lock is held, so no monitor event can slip between them and the snapshot never
+/// arrives older than an event the engine already applied.
+pub fn refresh_agent(
+    agent: &AgentRuntime,
+    agent_id: &AgentId,
+    inbox: &mpsc::Sender<DriverMsg>,
+    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> DriverMsg,
+) -> Result<wakterm_engine::ObserverSnapshot, String> {
     if let Some(events) = agent.refresh_liveness() {
         for event in events {
             let _ = inbox.blocking_send(observed(agent_id, event));
@@ -113,12 +124,19 @@ pub fn refresh_agent(agent: &AgentRuntime, agent_id: &AgentId, inbox: &mpsc::Sen
     }
     let screen = agent.screen_text();
     let mut guard = agent.observer.lock().expect("observer lock");
-    let observer = guard.as_mut().ok_or_else(|| "no process runs behind the agent".to_string())?;
-    let refresh = observer.refresh(screen.as_deref());
-    for event in refresh.events {
-        let _ = inbox.blocking_send(observed(agent_id, event));
-    }
-    Ok(refresh.snapshot)
+    let snapshot = match guard.as_mut() {
+        None => Err("no process runs behind the agent".to_string()),
+        Some(observer) => {
+            let refresh = observer.refresh(screen.as_deref());
+            for event in refresh.events {
+                let _ = inbox.blocking_send(observed(agent_id, event));
+            }
+            Ok(refresh.snapshot)
+        }
+    };
+    let _ = inbox.blocking_send(answer(snapshot.clone()));
+    drop(guard);
+    snapshot
 }
 
 /// ADM-8 / ADM-10: one write through the holder. Refused only when provably nothing was

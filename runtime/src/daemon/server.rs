@@ -251,7 +251,15 @@ async fn catalog(context: &Arc<Context>) -> Reply {
     for agent in agents {
         let inbox = context.inbox.clone();
         let worker = agent.clone();
-        let snapshot = tokio::task::spawn_blocking(move || super::effects::refresh_agent(&worker, &worker.agent_id(), &inbox))
+        let snapshot = tokio::task::spawn_blocking(move || {
+            let agent_id = worker.agent_id();
+            // The catalog's snapshot also refreshes the engine's view (ADM-5 grace, busy/idle).
+            let answer = |snapshot: Result<wakterm_engine::ObserverSnapshot, String>| match snapshot {
+                Ok(snapshot) => DriverMsg::Input(Input::ObserverSnapshot { agent_id: agent_id.clone(), snapshot }),
+                Err(_) => DriverMsg::Input(Input::Tick),
+            };
+            super::effects::refresh_agent(&worker, &worker.agent_id(), &inbox, answer)
+        })
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
         let agent_id = agent.agent_id();

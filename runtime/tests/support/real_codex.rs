@@ -288,3 +288,24 @@ pub fn held_rollouts(pid: i32) -> Vec<(PathBuf, u32)> {
     }
     held
 }
+
+impl RealWorld {
+    /// The agent's rendered screen (from its PTY holder) and how wakterm's screen rules read it.
+    pub fn screen(&self, agent_id: &str) -> String {
+        let socket = self.w.data.join("h").join(format!("{agent_id}.sock"));
+        let Ok(mut client) = wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(5)) else {
+            return format!("(no holder at {})", socket.display());
+        };
+        match client.screen() {
+            Ok(screen) => {
+                let text = screen.lines.join("\n");
+                format!(
+                    "{text}\n[composer_state {:?}, turn_hint {:?}]",
+                    wakterm_runtime::screen::composer_state(&text),
+                    wakterm_runtime::screen::turn_hint(&text)
+                )
+            }
+            Err(e) => format!("(screen failed: {e})"),
+        }
+    }
+}
