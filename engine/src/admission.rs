@@ -190,9 +190,10 @@ impl Engine {
             let detail = "the observer verified a different process than the one registered";
             return Some(blocker(Classification::StaleIncarnation, "process_changed", detail));
         }
-        // ADM-13: plain one-way `send` keeps its interactive behaviour and may steer.
+        // ADM-13: plain one-way `send` keeps its interactive behaviour and may steer a running
+        // turn, but never destroys a draft or answers an interactive question.
         if command.operation == Operation::Send && !return_final {
-            return None;
+            return composer_blocker(view.composer);
         }
         if let ObserverStatus::Unavailable { reason } = &view.status {
             return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
@@ -210,12 +211,17 @@ impl Engine {
             let detail = "a prompt was written and its turn has not started yet";
             return Some(blocker(Classification::Busy, "awaiting_turn_start", detail));
         }
-        match view.composer {
-            Composer::Draft => return Some(blocker(Classification::Busy, "composer_not_empty", "the composer holds unsent text")),
-            Composer::Question => return Some(blocker(Classification::Busy, "interactive_question", "the agent is asking a question")),
-            Composer::Empty | Composer::Unknown => {}
+        if let Some(problem) = composer_blocker(view.composer) {
+            return Some(problem);
         }
-        let has_baseline = matches!(view.turn, TurnState::Idle { last_completed: Some(_) }) && view.session.is_some();
+        // CORR-4 (PTY): a completed baseline turn with a cursor. CORR-8 (managed): the durable
+        // event stream is live (attached, with a session); its sequence is the cursor.
+        let has_baseline = match agent.facts.transport {
+            crate::agent::Transport::Pty => {
+                matches!(view.turn, TurnState::Idle { last_completed: Some(_) }) && view.session.is_some()
+            }
+            crate::agent::Transport::AppServer => view.session.is_some(),
+        };
         if return_final && !has_baseline {
             let detail = "the observer has no cursor for a completed baseline turn; a one-way admission is still possible";
             return Some(blocker(Classification::ObserverFailure, "no_baseline_cursor", detail));
@@ -382,10 +388,18 @@ impl Engine {
             DeliveryOutcome::Failed { bytes_written, error } => {
                 // ADM-10: any write error is indeterminate: the write may have been partial.
                 let state = if bytes_written > 0 { WriteState::Partial } else { WriteState::Failed };
+                self.mark_written(&request_id);
                 self.confirm_indeterminate(&request_id, state, "write_error", error);
             }
         }
-        self.replay_deferred_events(&request_id);
+    }
+
+    /// ADM-5: bytes may have reached the composer; until a turn starts the agent is busy.
+    fn mark_written(&mut self, request_id: &RequestId) {
+        let agent_id = self.admissions[request_id].agent_id.clone();
+        if let Some(agent) = self.agents.get_mut(&agent_id) {
+            agent.awaiting_turn_after = Some(self.now_ms);
+        }
     }
 
     fn after_complete_write(&mut self, request_id: &RequestId) {
@@ -394,14 +408,13 @@ impl Engine {
         let needs_ack = admission.command.paste_mode == PasteMode::Raw
             || (admission.command.operation == Operation::Send && admission.command.return_mode == ReturnMode::OneWay);
         let observed = self.agents.get(&agent_id).and_then(|a| a.view.as_ref()).is_some_and(|v| v.status == ObserverStatus::Attached);
-        if let Some(agent) = self.agents.get_mut(&agent_id) {
-            agent.awaiting_turn_after = Some(self.now_ms);
-        }
+        self.mark_written(request_id);
         if needs_ack && observed {
             let admission = self.admissions.get_mut(request_id).expect("exists");
             admission.step = Step::AwaitingAck;
             admission.step_deadline_ms = Some(self.now_ms + SEND_ACK_WAIT_MS);
-            return;
+            // The acknowledgement may already be among the events deferred during the write.
+            return self.replay_deferred_events(request_id);
         }
         self.confirm_after_ack(request_id, false);
     }
@@ -419,16 +432,29 @@ impl Engine {
         self.confirm_accepted(request_id, ack);
     }
 
+    /// RF-1: a return-final request stays `registered` in memory until its submitted marker is
+    /// durable (seed 000); only then does correlation start (`on_confirmed`). Observer events
+    /// meanwhile wait in the admission's deferred queue.
     fn confirm_accepted(&mut self, request_id: &RequestId, acknowledged: Option<bool>) {
         let record = self.requests.get_mut(request_id).expect("registered");
         let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, None, None);
-        record.phase = if record.return_mode == ReturnMode::ReturnFinal { Phase::Submitted } else { Phase::Settled };
         record.receipt = Some(receipt.clone());
-        if record.phase == Phase::Submitted {
-            self.correlating.insert(request_id.clone());
-        }
+        let durable_phase = match record.return_mode {
+            ReturnMode::ReturnFinal => Phase::Submitted,
+            ReturnMode::OneWay => {
+                record.phase = Phase::Settled;
+                Phase::Settled
+            }
+        };
         self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
-        self.confirm(request_id, None);
+        let admission = self.admissions.get_mut(request_id).expect("exists");
+        admission.step = Step::Confirming;
+        admission.step_deadline_ms = None;
+        let mut durable = self.requests[request_id].clone();
+        durable.phase = durable_phase;
+        durable.updated_ms = self.now_ms;
+        let purpose = PersistPurpose::Confirm { request_id: request_id.clone(), terminal_sequence: None };
+        self.persist(purpose, vec![crate::io::PersistOp::PutRequest(durable)]);
     }
 
     /// ADM-10: the write may have reached the pane; say so and never claim more.
@@ -482,6 +508,8 @@ impl Engine {
             Ok(()) => {
                 if let Some(sequence) = terminal_sequence {
                     self.publish_terminal(request_id, sequence);
+                } else if self.requests[request_id].phase == Phase::Registered {
+                    self.start_correlation(request_id);
                 }
             }
             Err(error) => {
@@ -504,9 +532,29 @@ impl Engine {
         self.finish_admission(request_id, receipt);
     }
 
-    /// Hands the receipt to every joined caller and releases the agent's claim.
+    /// RF-1: the submitted marker is durable: correlation starts, on the process that was
+    /// admitted (CORR-1, CORR-2: the agent may have changed while the marker committed).
+    fn start_correlation(&mut self, request_id: &RequestId) {
+        let record = self.requests.get_mut(request_id).expect("exists");
+        record.phase = Phase::Submitted;
+        self.correlating.insert(request_id.clone());
+        let record = &self.requests[request_id];
+        let changed = match self.agents.get(&record.agent_id) {
+            None => Some("agent_removed"),
+            Some(agent) => (agent.facts.incarnation.as_ref() != Some(&record.incarnation) || agent.facts.process != record.process)
+                .then_some("incarnation_changed"),
+        };
+        if let Some(reason) = changed {
+            self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
+        }
+    }
+
+    /// Hands the receipt to every joined caller, releases the agent's claim, then applies the
+    /// observer events deferred while the write and its commits were in flight, in order.
     pub(crate) fn finish_admission(&mut self, request_id: &RequestId, receipt: Receipt) {
-        let admission = self.admissions.remove(request_id).expect("finishing a known admission");
+        let mut admission = self.admissions.remove(request_id).expect("finishing a known admission");
+        let deferred = std::mem::take(&mut admission.deferred_events);
+        let agent_id = admission.agent_id.clone();
         if let Some(agent) = self.agents.get_mut(&admission.agent_id) {
             if agent.claim.as_ref() == Some(request_id) {
                 agent.claim = None;
@@ -516,6 +564,9 @@ impl Engine {
             self.reply(op, receipt.clone());
         }
         assert!(!self.admissions.contains_key(request_id));
+        for event in deferred {
+            self.on_observed(&agent_id, event);
+        }
     }
 
     fn rejection_for(&self, request_id: &RequestId, problem: Blocker) -> Receipt {
@@ -554,8 +605,8 @@ impl Engine {
                 Step::Writing { delivery_id } => {
                     self.deliveries.remove(&delivery_id);
                     let detail = "the pane write did not report its result in time".to_string();
+                    self.mark_written(&request_id);
                     self.confirm_indeterminate(&request_id, WriteState::Unknown, "write_result_lost", detail);
-                    self.replay_deferred_events(&request_id);
                 }
                 Step::AwaitingAck => self.confirm_after_ack(&request_id, false),
                 Step::Registering | Step::Confirming | Step::Releasing => {}
@@ -606,4 +657,13 @@ fn unobserved_blocker(command: &AdmitCommand, refresh_error: Option<&str>) -> Op
     }
     let detail = refresh_error.unwrap_or("the observer produced no state for this agent").to_string();
     Some(blocker(Classification::ObserverFailure, "observer_unavailable", detail))
+}
+
+/// ADM-5: what the composer holds can refuse a write on its own.
+fn composer_blocker(composer: Composer) -> Option<Blocker> {
+    match composer {
+        Composer::Draft => Some(blocker(Classification::Busy, "composer_not_empty", "the composer holds unsent text")),
+        Composer::Question => Some(blocker(Classification::Busy, "interactive_question", "the agent is asking a question")),
+        Composer::Empty | Composer::Unknown => None,
+    }
 }

@@ -19,7 +19,7 @@ impl Engine {
         // known before the turn it may have started is interpreted.
         let claim = self.agents.get(agent_id).and_then(|a| a.claim.clone());
         if let Some(admission) = claim.and_then(|claim| self.admissions.get_mut(&claim)) {
-            if matches!(admission.step, Step::Writing { .. }) {
+            if matches!(admission.step, Step::Writing { .. } | Step::Confirming | Step::Releasing) {
                 if admission.deferred_events.len() >= MAX_DEFERRED_EVENTS {
                     admission.deferred_events.clear();
                     let reason = "observer events overflowed while a write was in flight".to_string();
@@ -35,7 +35,7 @@ impl Engine {
 
     pub(crate) fn replay_deferred_events(&mut self, request_id: &RequestId) {
         let Some(admission) = self.admissions.get_mut(request_id) else { return };
-        assert!(!matches!(admission.step, Step::Writing { .. }), "replay only after the write's outcome");
+        assert_eq!(admission.step, Step::AwaitingAck, "replay only once the write's outcome is known");
         let events = std::mem::take(&mut admission.deferred_events);
         let agent_id = admission.agent_id.clone();
         for event in events {
@@ -44,8 +44,12 @@ impl Engine {
     }
 
     fn apply_event(&mut self, agent_id: &AgentId, event: ObserverEvent) {
-        self.update_view(agent_id, &event);
-        self.acknowledge_waiting_admission(agent_id, &event);
+        // Events replayed after a resume, or late, lie at or before what the view already
+        // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
+        if self.is_fresh(agent_id, &event) {
+            self.update_view(agent_id, &event);
+            self.acknowledge_waiting_admission(agent_id, &event);
+        }
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
             ObserverEvent::SessionLost { .. } => {
@@ -62,6 +66,17 @@ impl Engine {
                     self.correlate(&request_id, &event);
                 }
             }
+        }
+    }
+
+    fn is_fresh(&self, agent_id: &AgentId, event: &ObserverEvent) -> bool {
+        let Some(view) = self.agents.get(agent_id).and_then(|a| a.view.as_ref()) else { return true };
+        match (event.session(), event.position()) {
+            (Some(session), Some(position)) if matches!(event, ObserverEvent::Attached { .. }) => {
+                view.session.as_ref() != Some(session) || position >= view.position
+            }
+            (Some(session), Some(position)) => view.session.as_ref() != Some(session) || position > view.position,
+            _ => true,
         }
     }
 
@@ -299,10 +314,16 @@ impl Engine {
             (Phase::Released, _) => not_found,
             (_, ReturnMode::OneWay) => CancelOutcome::NotReturnFinal { request_id },
             (Phase::Registered, _) => CancelOutcome::AdmissionInProgress { request_id },
-            (Phase::Terminal, _) => {
-                let event = record.terminal.as_ref().expect("terminal has its event");
-                CancelOutcome::AlreadyTerminal { state: event.state, terminal_event_sequence: event.terminal_event_sequence }
-            }
+            (Phase::Terminal, _) => match self.published_terminal(&request_id) {
+                Some(event) => {
+                    CancelOutcome::AlreadyTerminal { state: event.state, terminal_event_sequence: event.terminal_event_sequence }
+                }
+                None => {
+                    // TERM-2: answer once the event is published, with the sequence it got.
+                    self.pending_cancel_answers.entry(request_id).or_default().push(op);
+                    return;
+                }
+            },
             (Phase::Submitted | Phase::Bound, _) => {
                 // The answer waits for the commit; see `on_terminal_committed`.
                 return self.finish(&request_id, TerminalState::Cancelled, Some("cancelled_by_caller"), None, Some(op));

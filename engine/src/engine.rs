@@ -84,6 +84,9 @@ pub struct Engine {
     /// Progress records (binding, settled one-way) whose commit failed, with the time to
     /// re-commit the request's current record, so the store converges.
     pub(crate) progress_retries: BTreeMap<RequestId, u64>,
+    /// RF-4 / TERM-2: cancels of requests whose terminal event is not published yet; answered
+    /// once it is, so no caller ever sees a sequence that might not be the one published.
+    pub(crate) pending_cancel_answers: BTreeMap<RequestId, Vec<OpId>>,
     pub(crate) next_id: u64,
     /// TERM-2: the next terminal sequence to assign; assigned in commit order.
     pub(crate) next_sequence: u64,
@@ -113,6 +116,7 @@ impl Engine {
             refreshes: BTreeMap::new(),
             terminal_retries: BTreeMap::new(),
             progress_retries: BTreeMap::new(),
+            pending_cancel_answers: BTreeMap::new(),
             next_id: 1,
             next_sequence: 1,
             last_published_sequence: 0,
@@ -170,6 +174,16 @@ impl Engine {
 
     pub fn last_published_sequence(&self) -> u64 {
         self.last_published_sequence
+    }
+
+    /// The terminal event of a request once it is published (durable and final), else None.
+    pub fn published_terminal(&self, request_id: &RequestId) -> Option<&TerminalEvent> {
+        let record = self.requests.get(request_id)?;
+        let event = record.terminal.as_ref()?;
+        let published = event.terminal_event_sequence <= self.last_published_sequence
+            && !self.terminal_retries.contains_key(request_id)
+            && !self.persists.values().any(|p| matches!(p, PersistPurpose::Terminal { request_id: r, .. } | PersistPurpose::Confirm { request_id: r, terminal_sequence: Some(_) } if r == request_id));
+        published.then_some(event)
     }
 
     /// Requests still waiting for a terminal state (for status and for the simulator's oracle).
@@ -288,13 +302,17 @@ impl Engine {
         self.last_published_sequence = sequence;
         event.assert_consistent();
         self.push(Output::TerminalEvent(event.clone()));
+        for op in self.pending_cancel_answers.remove(request_id).unwrap_or_default() {
+            let outcome = crate::io::CancelOutcome::AlreadyTerminal { state: event.state, terminal_event_sequence: sequence };
+            self.push(Output::CancelResult { op, outcome });
+        }
         Some(event)
     }
 
     fn on_persist_acked(&mut self, token: u64, result: Result<(), String>) {
-        let Some(purpose) = self.persists.remove(&token) else {
-            panic!("PersistAcked for unknown token {token}: the runtime acknowledged twice");
-        };
+        // A duplicate or unknown acknowledgement is a runtime fault; it must not take the
+        // daemon down, and it can unblock nothing.
+        let Some(purpose) = self.persists.remove(&token) else { return };
         match purpose {
             PersistPurpose::Register(request_id) => self.on_registered(&request_id, result),
             PersistPurpose::Release(request_id) => {
@@ -378,7 +396,11 @@ impl Engine {
                 if self.agents.len() >= MAX_AGENTS {
                     return;
                 }
-                self.agents.insert(agent_id.clone(), AgentEntry::new(facts));
+                let mut entry = AgentEntry::new(facts);
+                // ADM-12: an agent removed and re-added mid-admission keeps that admission's claim,
+                // so a second admission cannot write while the first one's bytes are in flight.
+                entry.claim = self.admissions.iter().find(|(_, a)| a.agent_id == agent_id).map(|(id, _)| id.clone());
+                self.agents.insert(agent_id.clone(), entry);
                 true
             }
         };

@@ -486,3 +486,73 @@ fn adm_5_catalog_snapshot_ends_the_wait() {
     rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: idle_snapshot("inc-1", 100) });
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none());
 }
+
+/// ADM-12: an agent removed and re-added while a write is in flight keeps that admission's
+/// claim: a second admission is busy, so two payloads never splice.
+#[test]
+fn adm_12_claim_survives_agent_re_registration() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "one", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.deliveries.len(), 1);
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    let second = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(second).reason.as_deref(), Some("admission_in_progress"));
+    assert_eq!(rig.deliveries.len(), 1);
+}
+
+/// A duplicate or unknown commit acknowledgement is ignored, never fatal.
+#[test]
+fn adm_11_duplicate_persist_ack_is_ignored() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.input(Input::PersistAcked { token: 1, result: Ok(()) });
+    rig.input(Input::PersistAcked { token: 999_999, result: Err("late".to_string()) });
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert!(rig.receipt(op).replayed);
+}
+
+/// ADM-13, ADM-5: plain `send` may steer a running turn but never wipes a draft or answers an
+/// interactive question.
+#[test]
+fn adm_13_plain_send_respects_drafts_and_questions() {
+    for (composer, reason) in [(Composer::Draft, "composer_not_empty"), (Composer::Question, "interactive_question")] {
+        let mut rig = Rig::with_idle_zola();
+        let mut snapshot = idle_snapshot("inc-1", 100);
+        snapshot.turn = TurnState::Busy { turn: Some(turn("turn-1")) };
+        snapshot.composer = composer;
+        rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+        let command = rig.command(Operation::Send, REQ, "steer", ReturnMode::OneWay);
+        let op = rig.submit(command);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some(reason));
+        assert_eq!(rig.writes(), 0);
+    }
+}
+
+/// ADM-5: a failed write may still have put text (and the CR) into the composer: the agent
+/// stays busy for the next admission.
+#[test]
+fn adm_5_failed_write_also_awaits_its_turn() {
+    let mut rig = Rig::with_idle_zola();
+    rig.delivery_outcome = DeliveryOutcome::Failed { bytes_written: 3, error: "EIO".to_string() };
+    rig.admit(REQ, "one", ReturnMode::OneWay);
+    rig.delivery_outcome = DeliveryOutcome::Complete;
+    let op = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"));
+}
+
+/// ADM-13: old events replayed after a resume never acknowledge a new send whose text matches
+/// an old prompt.
+#[test]
+fn adm_13_replayed_history_does_not_acknowledge() {
+    let mut rig = Rig::with_idle_zola();
+    let command = rig.command(Operation::Send, REQ, "same text", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    rig.user_message("turn-0", "same text", 900); // history at or before the view's position
+    assert!(!rig.has_receipt(op));
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    assert_eq!(rig.receipt(op).acknowledged, Some(false));
+}

@@ -293,3 +293,131 @@ fn corr_5_events_during_the_write_are_not_lost() {
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
     assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("fast final"));
 }
+
+/// Drives a return-final admission up to an outstanding pane write.
+fn writing_rig() -> (Rig, OpId) {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.deliveries.len(), 1);
+    (rig, op)
+}
+
+/// CORR-1 / RF-5: the agent removed while the write is in flight: the request still ends
+/// (indeterminate), never waits forever for an agent that is gone.
+#[test]
+fn corr_1_agent_removed_mid_write_still_ends() {
+    let (mut rig, op) = writing_rig();
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.settle();
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the bytes did reach the admitted process");
+    let event = only_terminal(&rig);
+    assert_eq!((event.state, event.reason.as_deref()), (TerminalState::Indeterminate, Some("agent_removed")));
+}
+
+/// CORR-1, CORR-2: the process replaced while the marker commits: correlation never starts on
+/// the new process.
+#[test]
+fn corr_1_incarnation_change_mid_write_is_indeterminate() {
+    let (mut rig, _) = writing_rig();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 101)));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.settle();
+    let event = only_terminal(&rig);
+    assert_eq!((event.state, event.reason.as_deref()), (TerminalState::Indeterminate, Some("incarnation_changed")));
+}
+
+/// RF-1 (seed 000: registered until submission is durably confirmed): when the submitted marker
+/// fails to commit, a turn that arrived meanwhile never completes the request, and a replay
+/// after a restart agrees with the receipt.
+#[test]
+fn rf_1_correlation_waits_for_the_submitted_marker() {
+    let (mut rig, op) = writing_rig();
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.provider_turn("turn-1", "hi", "final", 1000);
+    rig.ack_next_persist(Err("disk full".to_string())); // the submitted marker
+    rig.settle();
+    assert_eq!(rig.receipt(op).classification, Classification::Indeterminate);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Indeterminate);
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    let replay = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(replay).classification, Classification::Indeterminate);
+}
+
+/// CORR-5: a late completion at an older position never makes a running turn (even one whose
+/// id the observer does not know) look idle.
+#[test]
+fn corr_5_late_completion_keeps_an_unknown_running_turn_busy() {
+    let mut rig = Rig::with_idle_zola();
+    let mut busy = idle_snapshot("inc-1", 100);
+    busy.turn = TurnState::Busy { turn: None };
+    rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: busy.clone() });
+    rig.turn_completed("turn-0", "late duplicate", 990);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(busy));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Busy);
+    assert_eq!(rig.writes(), 0);
+}
+
+/// RF-4, TERM-2: a cancel that arrives while the terminal event's commit is pending is answered
+/// only once the event is published, with the sequence it was published under.
+#[test]
+fn rf_4_cancel_during_a_pending_terminal_commit_waits_for_publication() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.auto = Auto::Manual;
+    rig.provider_turn("turn-1", "hi", "f", 1000);
+    rig.ack_next_persist(Ok(())); // binding
+    rig.ack_next_persist(Err("disk full".to_string())); // terminal, sequence 1 burned
+    rig.input(Input::Cancel(CancelCommand { op: OpId(91), request_id: REQ.to_string() }));
+    assert!(rig.cancels.is_empty(), "no answer before the event is published");
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Ok(()));
+    let published = only_terminal(&rig);
+    match &rig.cancels[0] {
+        (OpId(91), CancelOutcome::AlreadyTerminal { state, terminal_event_sequence }) => {
+            assert_eq!((*state, *terminal_event_sequence), (published.state, published.terminal_event_sequence));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// RF-4: cancel answers specifically for one-way requests and admissions in flight.
+#[test]
+fn rf_4_cancel_of_one_way_and_in_flight_requests() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "one way", ReturnMode::OneWay);
+    rig.input(Input::Cancel(CancelCommand { op: OpId(1), request_id: REQ.to_string() }));
+    assert!(matches!(rig.cancels[0].1, CancelOutcome::NotReturnFinal { .. }));
+    rig.turn_started("turn-1", 1010);
+    rig.turn_completed("turn-1", "x", 1030);
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.position = 1030;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));
+    rig.auto = Auto::Manual;
+    rig.admit(REQ2, "two", ReturnMode::ReturnFinal);
+    rig.input(Input::Cancel(CancelCommand { op: OpId(2), request_id: REQ2.to_string() }));
+    assert!(matches!(rig.cancels[1].1, CancelOutcome::AdmissionInProgress { .. }));
+}
+
+/// CORR-8: a managed session needs a live event stream, not a completed baseline turn.
+#[test]
+fn corr_8_managed_session_without_a_baseline_turn_is_admitted() {
+    let mut rig = Rig::with_idle_zola();
+    let mut facts = zola_facts("inc-1", 100);
+    facts.transport = Transport::AppServer;
+    rig.input(Input::AgentUpserted(facts));
+    let mut fresh = idle_snapshot("inc-1", 100);
+    fresh.turn = TurnState::Idle { last_completed: None };
+    fresh.position = 0;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(fresh));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.provider_turn("turn-1", "hi", "managed final", 0);
+    assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("managed final"));
+}
