@@ -72,16 +72,27 @@ pub enum AgentCommand {
         command: Vec<String>,
     },
     /// Ends one agent and its process.
-    Stop { target: String },
-    /// Replaces the agent's process in the same pane (a new incarnation).
-    Restart { target: String },
+    Stop {
+        /// Agent name or id.
+        target: String,
+    },
+    /// Replaces the agent's process in the same pane (a new incarnation); starts a new pane
+    /// from the stored command if the old one is gone.
+    Restart {
+        /// Agent name or id.
+        target: String,
+    },
+    /// The same as `catalog`.
     List,
     /// Stable ids, incarnations, state and return-final availability of every agent.
     Catalog,
     /// Versioned operations and schemas this build supports.
     Capabilities,
     /// Watch and type into the agent's terminal. Detach with Ctrl-].
-    Attach { target: String },
+    Attach {
+        /// Agent name or id.
+        target: String,
+    },
     /// The interactive command: writes, submits, waits briefly for acknowledgement.
     Send(SendArgs),
     /// The authoritative admission API for orchestrators.
@@ -95,9 +106,13 @@ pub enum AgentCommand {
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
+    /// Agent name (or id).
     pub target: String,
+    /// Arm a durable request whose terminal event carries the final answer of the turn this
+    /// prompt starts; exits once armed (needs an idle Codex with a completed baseline turn).
     #[arg(long)]
     pub return_final: bool,
+    /// Caller-owned UUID: repeating it with the same input never writes twice.
     #[arg(long)]
     pub request_id: Option<String>,
     /// Asynchronous deadline for --return-final; 0 (default) disables it.
@@ -112,18 +127,24 @@ pub struct SendArgs {
 
 #[derive(Args, Debug)]
 pub struct AdmitArgs {
+    /// Agent name, or its id with --exact-agent-id.
     pub target: String,
+    /// The opaque process incarnation from `agent catalog`; a different one is refused.
     #[arg(long, required = true)]
     pub incarnation: String,
+    /// Caller-owned UUID: repeating it with the same input never writes twice.
     #[arg(long, required = true)]
     pub request_id: String,
     /// TARGET is a persisted agent id: skip display-name and catalog resolution.
     #[arg(long)]
     pub exact_agent_id: bool,
+    /// Arm a durable request for the final answer of the turn this prompt starts.
     #[arg(long)]
     pub return_final: bool,
+    /// Asynchronous deadline for --return-final; 0 (default) disables it.
     #[arg(long, default_value_t = 0)]
     pub final_timeout_ms: u64,
+    /// Type the prompt unbracketed (never reported accepted without observer evidence).
     #[arg(long)]
     pub raw_paste: bool,
     /// The prompt; `-` reads it from standard input.
@@ -132,7 +153,9 @@ pub struct AdmitArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RequestCommand {
+    /// A request's current state, receipt and terminal event (once published).
     Get { request_id: String },
+    /// Ends a waiting return-final request as `cancelled` (the provider's turn is not interrupted).
     Cancel { request_id: String },
     /// One JSON object per terminal request, in sequence order; stays attached.
     Watch {
@@ -217,18 +240,64 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             RequestCommand::Watch { after, once } => return watch(paths, after, once),
         },
     };
+    if let ClientRequest::Admit(admit) = &request {
+        return print_reply(call_admission(paths, admit));
+    }
     print_reply(client::call(paths, &request))
+}
+
+/// An admission's reply can be lost after the request reached the daemon (a crash, a stop):
+/// the prompt may then have been written, so the answer is `indeterminate` (exit 5) with the
+/// request id to replay, never a plain error a caller might retry under a new id.
+fn call_admission(paths: &DataPaths, admit: &AdmitRequest) -> Reply {
+    let request_id = admit.request_id.clone().expect("the CLI always names the request");
+    let reply = client::call(paths, &ClientRequest::Admit(admit.clone()));
+    if reply.body["error"] != "daemon_io" {
+        return reply;
+    }
+    let message = format!(
+        "the daemon went away before answering ({}); the prompt may have been written. Replay with --request-id {request_id} after the daemon restarts to learn the outcome; never retry under a new id",
+        reply.body["message"].as_str().unwrap_or("no detail")
+    );
+    let body = serde_json::json!({
+        "schema": "wakterm.error.v1",
+        "error": "reply_lost",
+        "classification": "indeterminate",
+        "request_id": request_id,
+        "message": message,
+    });
+    Reply { exit_code: exit::INDETERMINATE, body }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, raw_paste: bool, message: &str) -> Result<ClientRequest, Reply> {
+    let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     let prompt = if message == "-" {
+        // Read at most one byte past the limit: enough to refuse, never the whole stream.
         let mut bytes = Vec::new();
-        std::io::stdin().read_to_end(&mut bytes).map_err(|e| Reply::error(exit::ERROR, "stdin", e.to_string()))?;
+        std::io::stdin().take(limit as u64 + 1).read_to_end(&mut bytes).map_err(|e| Reply::error(exit::ERROR, "stdin", e.to_string()))?;
         String::from_utf8(bytes).map_err(|_| Reply::error(exit::USAGE, "prompt_not_utf8", "the prompt on standard input is not UTF-8"))?
     } else {
         message.to_string()
     };
+    // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
+    // is lost still knows which request to replay.
+    let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let return_mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
+    if prompt.len() > limit {
+        // INP-1, answered locally: the request line would exceed what the daemon reads.
+        let context = wakterm_engine::receipt::ReceiptContext {
+            request_id: wakterm_engine::RequestId::parse(&request_id).ok(),
+            agent_id: None,
+            incarnation: None,
+            operation,
+            return_mode,
+        };
+        let problem = wakterm_engine::prompt::PromptError::TooLarge { bytes: prompt.len() };
+        let receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, problem.reason(), problem.detail(), context);
+        return Err(Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("json") });
+    }
+    let request_id = Some(request_id);
     Ok(ClientRequest::Admit(AdmitRequest {
         operation,
         target,
@@ -237,7 +306,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
         request_id,
         prompt,
         paste_mode: if raw_paste { PasteMode::Raw } else { PasteMode::Bracketed },
-        return_mode: if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
+        return_mode,
         final_timeout_ms,
     }))
 }
@@ -249,10 +318,7 @@ fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {
     });
     match result {
         Ok(()) => exit::OK,
-        Err(reply) => {
-            eprintln!("{}", serde_json::to_string(&reply.body).expect("json"));
-            reply.exit_code
-        }
+        Err(reply) => print_reply(reply),
     }
 }
 
@@ -265,6 +331,9 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
         return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}")));
     };
+    if agent["state"] == "stopped" {
+        return print_reply(Reply::error(exit::ERROR, "agent_not_running", format!("{target} has no running process; `wakterm agent restart {target}`")));
+    }
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
     eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
     crate::holder::attach(&paths.holder_socket(agent_id))

@@ -336,10 +336,12 @@ fn term_3_watch_after_survives_daemon_restart_without_loss_or_repeat() {
     assert!(w.events_after(m).is_empty());
     // The watcher attached before the restart ended with the old daemon; it never saw B twice.
     let mut old_seen = Vec::new();
+    let mut old_end = Vec::new();
     while let Ok((_, v)) = live_before.try_recv() {
-        old_seen.push(v);
+        if v.get("request_id").is_some() { old_seen.push(v) } else { old_end.push(v) }
     }
-    assert!(old_seen.is_empty(), "the old daemon's watcher saw nothing more: {old_seen:?}");
+    assert!(old_seen.is_empty(), "the old daemon's watcher saw no more events: {old_seen:?}");
+    assert!(old_end.iter().all(|v| v["error"] == "daemon_gone"), "it ended with daemon_gone: {old_end:?}");
 }
 
 /// REC-2, TERM-3, RF-5: the daemon killed with SIGKILL and restarted keeps every terminal event,
@@ -612,8 +614,12 @@ fn adm_14_raw_paste_unacknowledged_and_adm_7_unsupported() {
     let reason = s(&after_draft.json["reason"]).to_string();
     assert!(["awaiting_turn_start", "composer_not_empty"].contains(&reason.as_str()), "{after_draft:?}");
     assert_definitive_rejection(&after_draft, "busy", &reason);
-    let prompts = prompts_after_sentinel(&w, "zola", "sentinel clears the draft");
-    assert_eq!(prompts, vec!["baseline turn", "sentinel clears the draft"], "the raw burst was never submitted");
+    // ADM-13 / ADM-5: the raw burst sits in the composer as a draft; even a plain send refuses
+    // to wipe it, and it was never submitted.
+    let sentinel = w.run(&["agent", "send", "zola", "sentinel must not wipe the draft"]);
+    assert_definitive_rejection(&sentinel, "busy", "composer_not_empty");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(w.user_prompts(), vec!["baseline turn"], "the raw burst was never submitted");
 
     // Another harness: one-way works, return-final is unsupported.
     let exe = w.exe.display().to_string();

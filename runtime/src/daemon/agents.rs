@@ -82,6 +82,9 @@ pub struct AgentRuntime {
     /// events they send keep their order in the driver's inbox.
     pub observer: Mutex<Option<CodexObserver>>,
     pub stopping: AtomicBool,
+    /// One kept connection for the frequent liveness checks (a new connection costs the holder
+    /// a thread each time).
+    info_client: Mutex<Option<HolderClient>>,
 }
 
 impl AgentRuntime {
@@ -93,6 +96,7 @@ impl AgentRuntime {
             liveness: Mutex::new(Liveness { process: None, alive: false, exit_code: None }),
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            info_client: Mutex::new(None),
         }
     }
 
@@ -120,7 +124,7 @@ impl AgentRuntime {
     /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
-        let info = self.holder().and_then(|mut client| client.info().map_err(|e| e.to_string()));
+        let info = self.holder_info();
         let next = match info {
             Ok(info) => Liveness::from_info(&info),
             Err(_) => Liveness { process: None, alive: false, exit_code: None },
@@ -153,6 +157,21 @@ impl AgentRuntime {
             };
         }
         Some(events)
+    }
+
+    /// `info` over the kept connection; one reconnect when it broke (holder restarted).
+    fn holder_info(&self) -> Result<InfoReply, String> {
+        let mut kept = self.info_client.lock().expect("info client lock");
+        if let Some(client) = kept.as_mut() {
+            if let Ok(info) = client.info() {
+                return Ok(info);
+            }
+        }
+        *kept = None;
+        let mut client = self.holder()?;
+        let info = client.info().map_err(|e| e.to_string())?;
+        *kept = Some(client);
+        Ok(info)
     }
 
     /// The current screen text, for composer evidence.

@@ -23,6 +23,10 @@ use wakterm_engine::{DurableState, Engine, Input, RequestRecord};
 
 /// Terminal events buffered for slow watchers before they fall back to the store.
 pub const WATCH_BUFFER: usize = 1024;
+/// How long `mux stop` lets in-flight admissions finish before the daemon exits.
+pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+/// Pause after a failed accept (e.g. EMFILE) so the loop does not spin.
+pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Everything a connection handler needs.
 pub struct Context {
@@ -34,6 +38,8 @@ pub struct Context {
     pub terminal: broadcast::Sender<TerminalEventAlias>,
     pub shutdown: Arc<Notify>,
     pub started_ms: u64,
+    /// Names of agents whose start is in progress (reserved against concurrent starts).
+    pub starting: Mutex<std::collections::BTreeSet<String>>,
 }
 
 pub type TerminalEventAlias = wakterm_engine::TerminalEvent;
@@ -72,6 +78,13 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
 /// Runs the daemon in this process until `mux stop`. Returns an error message for the user.
 pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
     let fault = faults::FaultPoint::from_env()?;
+    // An assertion that fails anywhere in the daemon ends the process at once: a restart then
+    // recovers from durable state (REC-*), instead of a half-dead daemon that answers status
+    // but nothing else, or a poisoned observer lock.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("wakterm daemon: fatal: {info}");
+        std::process::abort();
+    }));
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
     let _lock = acquire_lock(&paths)?;
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
@@ -111,38 +124,76 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, en
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let agents: AgentTable = Arc::new(Mutex::new(BTreeMap::new()));
-    // REC-2: reconnect every agent's holder, re-verify its process, then say startup is done.
-    for record in records {
-        let agent = Arc::new(AgentRuntime::new(&paths, record));
-        let probe = agent.clone();
-        let _ = tokio::task::spawn_blocking(move || probe.refresh_liveness()).await;
-        let _ = inbox.send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).await;
-        agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
-        spawn_monitor(agent, inbox.clone());
-    }
-    let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
+    // The driver runs before anything can fill its inbox, so startup never waits on itself.
     let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), fault };
-    let driver = tokio::spawn(run_driver(engine, inbox_rx, effects));
+    let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects));
+    reattach_agents(&paths, &agents, &inbox, records).await;
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, terminal, shutdown: shutdown.clone(), started_ms: now_ms() });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()) });
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
                     tokio::spawn(server::handle_connection(stream, context.clone()));
                 }
-            }
+                // Out of descriptors or similar: back off instead of spinning.
+                Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
+            },
             _ = shutdown.notified() => break,
+            ended = &mut driver => return Err(format!("the engine driver stopped unexpectedly: {ended:?}")),
         }
     }
     let _ = std::fs::remove_file(paths.socket());
+    drain_admissions(&context).await;
     for agent in context.agents.lock().expect("agent table").values() {
         agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     drop(context);
     driver.abort();
     Ok(())
+}
+
+/// REC-2: reconnect every agent's holder (concurrently: one slow holder must not delay the
+/// rest), re-register each with its verified process, say startup is done, then start the
+/// monitors that tail their rollouts.
+async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, records: Vec<AgentRecord>) {
+    let mut probes = Vec::new();
+    for record in records {
+        let agent = Arc::new(AgentRuntime::new(paths, record));
+        let probe = agent.clone();
+        probes.push((agent, tokio::task::spawn_blocking(move || probe.refresh_liveness())));
+    }
+    let mut reattached = Vec::new();
+    for (agent, probe) in probes {
+        let _ = probe.await;
+        let _ = inbox.send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).await;
+        agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
+        reattached.push(agent);
+    }
+    let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
+    for agent in reattached {
+        spawn_monitor(agent, inbox.clone());
+    }
+}
+
+/// `mux stop`: no new connections are accepted; admissions already in flight finish (bounded)
+/// so their callers get receipts instead of a lost connection.
+async fn drain_admissions(context: &Context) {
+    let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
+    while tokio::time::Instant::now() < deadline {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let query: crate::driver::Query = Box::new(|engine: &Engine| serde_json::json!(engine.is_quiescent()));
+        if context.inbox.send(DriverMsg::Query { query, reply }).await.is_err() {
+            return;
+        }
+        if answer.await.ok() == Some(serde_json::json!(true)) {
+            // Let the connection tasks write the receipts they were just handed.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// The control socket: 0600 inside the 0700 run directory. A stale socket file (no daemon

@@ -112,16 +112,18 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     Reply::ok(json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "agents_stopped": stopped}))
 }
 
+/// Names start with a letter or digit (so they never read as a flag or a path like `..`), then
+/// letters, digits, `-`, `_`, `.`; a UUID is reserved for agent ids.
 fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_AGENT_NAME_BYTES
+    name.len() <= MAX_AGENT_NAME_BYTES
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && wakterm_engine::ids::canonical_uuid(name).is_none()
 }
 
 async fn start_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
     if !valid_name(&name) {
-        return Reply::error(exit::USAGE, "invalid_name", format!("agent names are 1..={MAX_AGENT_NAME_BYTES} of [A-Za-z0-9._-] and not a UUID"));
+        return Reply::error(exit::USAGE, "invalid_name", format!("agent names are 1..={MAX_AGENT_NAME_BYTES} of [A-Za-z0-9._-], start with a letter or digit, and are not a UUID"));
     }
     if command.is_empty() {
         return Reply::error(exit::USAGE, "invalid_command", "give the agent's command after --");
@@ -129,9 +131,21 @@ async fn start_agent(context: &Arc<Context>, name: String, harness: String, cwd:
     if !std::path::Path::new(&cwd).is_dir() {
         return Reply::error(exit::USAGE, "invalid_cwd", format!("{cwd} is not a directory"));
     }
-    if context.agents.lock().expect("agent table").values().any(|a| a.record.name == name) {
-        return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
+    // Reserve the name before the (slow) holder spawn, so two concurrent starts of one name
+    // cannot both spawn a process.
+    {
+        let agents = context.agents.lock().expect("agent table");
+        let mut starting = context.starting.lock().expect("starting names");
+        if agents.values().any(|a| a.record.name == name) || !starting.insert(name.clone()) {
+            return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
+        }
     }
+    let reply = start_reserved_agent(context, name.clone(), harness, cwd, env, command).await;
+    context.starting.lock().expect("starting names").remove(&name);
+    reply
+}
+
+async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
     let record = AgentRecord {
         agent_id: uuid::Uuid::new_v4().to_string(),
         name,
@@ -167,7 +181,25 @@ async fn start_agent(context: &Arc<Context>, name: String, harness: String, cwd:
 fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord) -> Result<Arc<AgentRuntime>, String> {
     let dir = paths.holders_dir();
     crate::paths::private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let config = HolderConfig {
+    let config = holder_config(paths, &record);
+    spawn_pane(&config)?;
+    let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
+    if let Err(error) = writer.commit_blocking(vec![op]) {
+        // Never leave an untracked process behind.
+        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
+            let _ = client.shutdown();
+        }
+        return Err(format!("cannot record the agent: {error}"));
+    }
+    let agent = Arc::new(AgentRuntime::new(paths, record));
+    agent.refresh_liveness();
+    Ok(agent)
+}
+
+/// The holder configuration of an agent record.
+fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> HolderConfig {
+    HolderConfig {
         socket_path: paths.holder_socket(&record.agent_id),
         cwd: record.cwd.clone().into(),
         env: record.env.clone(),
@@ -175,15 +207,14 @@ fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWrit
         cols: 120,
         rows: 40,
         detach: true,
-    };
+    }
+}
+
+/// Starts the agent's pane: a holder process (`wakterm __holder`) that outlives the daemon.
+fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the wakterm binary: {e}"))?;
-    spawn_holder_with_args(&exe, &["__holder".into()], &config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
-    let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-    let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
-    writer.commit_blocking(vec![op]).map_err(|e| format!("cannot record the agent: {e}"))?;
-    let agent = Arc::new(AgentRuntime::new(paths, record));
-    agent.refresh_liveness();
-    Ok(agent)
+    spawn_holder_with_args(&exe, &["__holder".into()], config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
+    Ok(())
 }
 
 fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
@@ -223,9 +254,17 @@ async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
     };
     let worker = agent.clone();
     let inbox = context.inbox.clone();
+    let paths = context.paths.clone();
     let result = tokio::task::spawn_blocking(move || {
-        let mut client = worker.holder()?;
-        client.respawn().map_err(|e| e.to_string())?;
+        match worker.holder() {
+            // The pane lives: start the command again in it (a new incarnation).
+            Ok(mut client) => {
+                client.respawn().map_err(|e| e.to_string())?;
+            }
+            // The pane is gone (its holder exited or was killed while the daemon was down):
+            // start a new one from the agent's stored record; same agent id, new incarnation.
+            Err(_) => spawn_pane(&holder_config(&paths, &worker.record))?,
+        }
         let agent_id = worker.agent_id();
         if let Some(events) = worker.refresh_liveness() {
             for event in events {

@@ -350,6 +350,7 @@ pub fn spawn_holder_with_args(
     let mut launcher = Command::new(exe)
         .args(leading_args)
         .args(cfg.to_args())
+        .envs(cfg.env.iter().map(|(key, value)| (key, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

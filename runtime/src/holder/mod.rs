@@ -113,10 +113,9 @@ impl HolderConfig {
             "--rows".into(),
             self.rows.to_string().into(),
         ];
-        for (key, value) in &self.env {
-            args.push("--env".into());
-            args.push(format!("{key}={value}").into());
-        }
+        // The agent's environment is NOT put on the command line, where every local user could
+        // read it in /proc/PID/cmdline (API keys): `spawn_holder` passes it in the holder's own
+        // environment (/proc/PID/environ is private to its owner), which the agent inherits.
         if !self.detach {
             args.push("--foreground".into());
         }
@@ -196,14 +195,16 @@ mod tests {
     }
 
     #[test]
-    fn args_round_trip_through_clap() {
+    fn args_round_trip_through_clap_without_the_environment() {
         let cfg = sample();
         let mut argv = vec![OsString::from("holder")];
         argv.extend(cfg.to_args());
+        assert!(!argv.iter().any(|a| a.to_string_lossy().contains("x=y")), "env values never go on argv");
         let parsed = Cli::try_parse_from(argv).unwrap().args.into_config();
-        assert_eq!(parsed, cfg);
+        assert_eq!(parsed, HolderConfig { env: Vec::new(), ..cfg.clone() });
         let foreground = HolderConfig {
             detach: false,
+            env: Vec::new(),
             ..cfg
         };
         let mut argv = vec![OsString::from("holder")];

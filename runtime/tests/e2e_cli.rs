@@ -1,0 +1,141 @@
+//! End-to-end checks of the CLI and daemon edges a demanding user hits: private agent
+//! environment, lost replies, concurrent starts, dead panes, oversized prompts, usage errors.
+
+mod support;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+use support::{new_id, World};
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const REPLY: &str = "Final answer for: {prompt}";
+
+/// The agent's `--env` reaches the agent but never a command line other users can read.
+#[test]
+fn agent_environment_is_private() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let marker = w.work.join("secret.out");
+    let script = format!("printf %s \"$SECRET_TOKEN\" > {}; exec sleep 600", marker.display());
+    let cwd = w.work.display().to_string();
+    let started = w.ok(&["agent", "start", "--name", "env", "--harness", "other", "--cwd", &cwd, "--env", "SECRET_TOKEN=s3cr3t-value", "--", "/bin/sh", "-c", &script]);
+    w.wait_until("the agent wrote its environment", || std::fs::read_to_string(&marker).is_ok_and(|t| !t.is_empty()));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "s3cr3t-value");
+    for pid in w.our_pids() {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&cmdline).contains("s3cr3t-value"), "pid {pid} shows the secret in its command line");
+    }
+    assert!(started["agent_id"].is_string());
+}
+
+/// INP-1 / REC-4: when the daemon dies mid-admission, the CLI says `indeterminate` (exit 5)
+/// with the request id it generated, and replaying that id later writes nothing new.
+#[test]
+fn lost_reply_is_indeterminate_with_the_request_id() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    w.ok(&["mux", "stop"]);
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "after_write").output().expect("mux start");
+    assert!(out.status.success());
+    let lost = w.run(&["agent", "send", "zola", "written then lost"]);
+    assert_eq!(lost.code, 5, "{lost:?}");
+    assert_eq!(lost.json["error"], "reply_lost");
+    assert_eq!(lost.json["classification"], "indeterminate");
+    let id = lost.json["request_id"].as_str().expect("request id").to_string();
+    w.mux_start();
+    let replay = w.run(&["agent", "send", "zola", "--request-id", &id, "written then lost"]);
+    assert_eq!(replay.json["classification"], "indeterminate", "{replay:?}");
+    assert_eq!(replay.json["replayed"], true);
+    std::thread::sleep(Duration::from_millis(300));
+    let count = w.user_prompts().iter().filter(|p| p.as_str() == "written then lost").count();
+    assert_eq!(count, 1, "written exactly once");
+}
+
+/// Concurrent starts of one name: exactly one agent, and no untracked process left behind.
+#[test]
+fn concurrent_starts_of_one_name_make_one_agent() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let exe = w.exe.display().to_string();
+    let env = format!("CODEX_HOME={}", w.codex_home.display());
+    let cwd = w.work.display().to_string();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            w.cmd(&["agent", "start", "--name", "dup", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let codes: Vec<i32> = children.into_iter().map(|c| c.wait_with_output().unwrap().status.code().unwrap_or(-1)).collect();
+    assert_eq!(codes.iter().filter(|c| **c == 0).count(), 1, "{codes:?}");
+    assert!(codes.iter().all(|c| *c == 0 || *c == 4), "losers are told name_taken: {codes:?}");
+    // The agent processes themselves (argv[1] == fake-codex), not their holders.
+    let fakes = w.our_pids().into_iter().filter(|pid| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        cmdline.split(|b| *b == 0).nth(1) == Some(b"fake-codex".as_slice())
+    });
+    assert_eq!(fakes.count(), 1, "exactly one agent process runs");
+}
+
+/// An agent whose pane died while the daemon was down can be restarted under the same id.
+#[test]
+fn restart_brings_back_an_agent_whose_pane_died() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    w.ok(&["mux", "stop"]);
+    for pid in w.our_pids() {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains("__holder") {
+            support::sigkill_and_wait(pid as u32);
+        }
+    }
+    w.mux_start();
+    w.wait_agent("zola", "stopped", |z| z["state"] == "stopped");
+    let restarted = w.ok(&["agent", "restart", "zola"]);
+    assert_ne!(restarted["incarnation"], entry["incarnation"]);
+    let z = w.wait_agent("zola", "running again", |z| z["state"] == "idle");
+    assert_eq!(z["agent_id"], entry["agent_id"], "same agent id");
+}
+
+/// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without
+/// reading the whole stream, and nothing is written.
+#[test]
+fn oversized_prompt_on_stdin_is_invalid() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let id = new_id();
+    let mut child = w.cmd(&["agent", "send", "zola", "--request-id", &id, "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..32 {
+            if stdin.write_all(&chunk).is_err() {
+                break; // the CLI stopped reading: expected
+            }
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = writer.join();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(out.status.code(), Some(4), "{json}");
+    assert_eq!(json["reason"], "prompt_too_large");
+    assert_eq!(json["request_id"], id.as_str());
+    assert_eq!(json["prompt_written"], false);
+}
+
+/// Usage errors are structured JSON on stdout with exit 2, like every other answer.
+#[test]
+fn usage_errors_are_json() {
+    let w = World::new(EXE);
+    let out = w.run(&["agent", "admit", "zola", "hi"]);
+    assert_eq!(out.code, 2);
+    assert_eq!(out.json["error"], "usage");
+    let out = w.run(&["agent", "request", "get", "nope"]);
+    assert_eq!(out.code, 3, "no daemon runs: {out:?}");
+    assert_eq!(out.json["error"], "daemon_not_running");
+}
