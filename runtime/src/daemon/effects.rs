@@ -150,11 +150,17 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> 
         Ok(info) => info,
         Err(error) => return DeliveryOutcome::Refused { reason: format!("the pane did not answer: {error}") },
     };
-    let current = super::agents::Liveness::from_info(&info).incarnation();
-    if current.as_ref() != Some(incarnation) {
+    let liveness = super::agents::Liveness::from_info(&info);
+    let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
         return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
-    }
-    match client.write(bytes) {
+    };
+    // The holder re-checks the process atomically with the write, so a concurrent
+    // `agent restart` can never receive a prompt admitted for the process it replaced.
+    let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
+    match client.write_expecting(bytes, Some(expect)) {
+        Ok(outcome) if outcome.bytes_written == 0 && outcome.error.as_deref().is_some_and(|e| e.starts_with(crate::holder::protocol::PROCESS_CHANGED)) => {
+            DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+        }
         Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == bytes.len() as u64 => DeliveryOutcome::Complete,
         Ok(outcome) => DeliveryOutcome::Failed {
             bytes_written: outcome.bytes_written,

@@ -109,10 +109,16 @@ impl HolderClient {
     /// Writes `data` to the agent's PTY as one uninterrupted payload. `bytes_written` is what
     /// the PTY accepted; on `Err` nothing is known about how much was written.
     pub fn write(&mut self, data: &[u8]) -> Result<WriteOutcome, HolderError> {
+        self.write_expecting(data, None)
+    }
+
+    /// A write that happens only if the pane still runs `expect` (see `Request::Write`).
+    pub fn write_expecting(&mut self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>) -> Result<WriteOutcome, HolderError> {
         let outcome: WriteOutcome = self.call(
             "write",
             &Request::Write {
                 data: data.to_vec(),
+                expect,
             },
             self.timeout + WRITE_DEADLINE,
         )?;

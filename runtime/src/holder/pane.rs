@@ -320,6 +320,22 @@ impl Pane {
 
     /// Writes all of `data` to the master unless an error or WRITE_DEADLINE stops it, and says
     /// exactly how many bytes went in. Holds the write lock for the whole payload.
+    /// [`Pane::write`], only if the pane still runs `expect` (when given). The lifecycle lock
+    /// makes the check and the write atomic with respect to a respawn.
+    pub fn write_to(&self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>) -> WriteOutcome {
+        let Some(expect) = expect else { return self.write(data) };
+        let _lifecycle = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        let (pid, start, alive) = {
+            let state = self.lock();
+            (state.child.pid, state.child.start_time_ticks, state.child.alive)
+        };
+        if !alive || pid != Some(expect.pid) || start != Some(expect.start_time_ticks) {
+            let error = format!("{}: the pane runs {pid:?}/{start:?}, not {}/{}", super::protocol::PROCESS_CHANGED, expect.pid, expect.start_time_ticks);
+            return WriteOutcome { bytes_written: 0, error: Some(error) };
+        }
+        self.write(data)
+    }
+
     pub fn write(&self, data: &[u8]) -> WriteOutcome {
         let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.lock().child.alive {

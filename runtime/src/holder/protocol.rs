@@ -30,6 +30,11 @@ pub enum Request {
     Write {
         #[serde(with = "base64_bytes")]
         data: Vec<u8>,
+        /// When set, the write happens only if the pane still runs exactly this process,
+        /// checked atomically with respawns (ADM-8: the prompt reaches the admitted process or
+        /// nothing is written).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<ExpectedProcess>,
     },
     Screen,
     Output {
@@ -102,6 +107,17 @@ pub struct InfoReply {
     /// Why the current child could not be started, when it could not.
     pub spawn_error: Option<String>,
 }
+
+/// The process a `write` must reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedProcess {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+}
+
+/// Prefix of the `write` error when the pane runs another process than expected: nothing was
+/// written.
+pub const PROCESS_CHANGED: &str = "process_changed";
 
 /// Result of `write`. `bytes_written` counts bytes the PTY master accepted before `error`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,6 +257,7 @@ mod tests {
     #[test]
     fn request_wire_names_are_snake_case_ops() {
         let text = serde_json::to_string(&Request::Write {
+            expect: None,
             data: b"hi\r".to_vec(),
         })
         .unwrap();

@@ -189,11 +189,11 @@ fn serve_connection(stream: UnixStream, pane: &Arc<Pane>, socket: &SocketOwnersh
 fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
     match request {
         Request::Info => success(&pane.info()),
-        Request::Write { data } if data.len() > MAX_WRITE_BYTES => failure(
+        Request::Write { data, .. } if data.len() > MAX_WRITE_BYTES => failure(
             WireErrorKind::TooLarge,
             format!("write payload exceeds {MAX_WRITE_BYTES} bytes"),
         ),
-        Request::Write { data } => success(&pane.write(&data)),
+        Request::Write { data, expect } => success(&pane.write_to(&data, expect)),
         Request::Screen => success(&pane.screen()),
         Request::Output { after, max } => {
             let max = max.min(MAX_OUTPUT_PAGE_BYTES as u64) as usize;
