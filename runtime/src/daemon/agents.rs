@@ -267,5 +267,11 @@ impl RolloutWake {
 }
 
 pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
+    // Losing a session ends requests as indeterminate; say why in the daemon log.
+    match &event {
+        ObserverEvent::SessionLost { reason } => eprintln!("wakterm: agent {agent_id}: observer session lost: {reason}"),
+        ObserverEvent::ProcessExited { drained } => eprintln!("wakterm: agent {agent_id}: process exited (drained: {drained})"),
+        _ => {}
+    }
     DriverMsg::Input(Input::Observed { agent_id: agent_id.clone(), event })
 }

@@ -167,8 +167,10 @@ async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::S
     let mut reattached = Vec::new();
     for (agent, probe) in probes {
         let _ = probe.await;
-        let _ = inbox.send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).await;
+        // In the table before the engine hears of it: the engine may at once ask the effects
+        // to resume this agent's observer (REC-2).
         agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
+        let _ = inbox.send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).await;
         reattached.push(agent);
     }
     let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
