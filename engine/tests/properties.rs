@@ -111,6 +111,9 @@ fn run(steps: Vec<Step>) {
     let mut writes_per_id: BTreeMap<String, u32> = BTreeMap::new();
     let mut ours: BTreeMap<String, bool> = BTreeMap::new(); // prompt -> written by us
     let mut op_request: BTreeMap<OpId, String> = BTreeMap::new();
+    // ADM-9 evidence: each call's request-id write count when it was made.
+    let mut writes_at_call: BTreeMap<OpId, u32> = BTreeMap::new();
+    let mut checked: std::collections::BTreeSet<OpId> = std::collections::BTreeSet::new();
     let mut humans = 0;
     for step in steps {
         rig.snapshots.insert(agent_id(ZOLA), Ok(provider.snapshot()));
@@ -120,6 +123,7 @@ fn run(steps: Vec<Step>) {
                 let mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
                 let command = rig.command(operation, IDS[id], &prompt_for(id, variant), mode);
                 op_request.insert(command.op, IDS[id].to_string());
+                writes_at_call.insert(command.op, writes_per_id.get(IDS[id]).copied().unwrap_or(0));
                 rig.submit(command);
             }
             Step::AckPersist { ok } => {
@@ -129,24 +133,12 @@ fn run(steps: Vec<Step>) {
                 }
             }
             Step::Deliver { outcome } => {
-                if let Some((_, _, bytes)) = rig.deliveries.front().cloned() {
-                    let text = String::from_utf8_lossy(&bytes).to_string();
-                    let prompt = text.trim_start_matches("\u{15}\u{1b}[200~").trim_end_matches("\u{1b}[201~\r").to_string();
-                    let id = prompt.split(' ').nth(1).unwrap().parse::<usize>().unwrap();
-                    *writes_per_id.entry(IDS[id].to_string()).or_default() += 1;
-                    let outcome = match outcome {
-                        0 => DeliveryOutcome::Failed { bytes_written: 3, error: "EIO".to_string() },
-                        1 => DeliveryOutcome::Refused { reason: "closed".to_string() },
-                        _ => DeliveryOutcome::Complete,
-                    };
-                    if matches!(outcome, DeliveryOutcome::Refused { .. }) {
-                        *writes_per_id.get_mut(IDS[id]).unwrap() -= 1;
-                    } else {
-                        ours.insert(prompt.clone(), true);
-                        provider.queued.push(prompt); // even a partial write may start a turn
-                    }
-                    rig.deliver_next(outcome);
-                }
+                let outcome = match outcome {
+                    0 => DeliveryOutcome::Failed { bytes_written: 3, error: "EIO".to_string() },
+                    1 => DeliveryOutcome::Refused { reason: "closed".to_string() },
+                    _ => DeliveryOutcome::Complete,
+                };
+                deliver_front(&mut rig, &mut provider, &mut writes_per_id, &mut ours, outcome);
             }
             Step::Refresh => {
                 if !rig.refreshes.is_empty() {
@@ -170,7 +162,81 @@ fn run(steps: Vec<Step>) {
             }
         }
         check(&rig, &provider, &writes_per_id, &op_request);
+        check_rejections_wrote_nothing(&rig, &writes_per_id, &op_request, &writes_at_call, &mut checked);
     }
+    heal_and_check_liveness(&mut rig, &mut provider, &mut writes_per_id, &mut ours);
+    check(&rig, &provider, &writes_per_id, &op_request);
+}
+
+/// Performs the oldest pending pane write with `outcome`, recording the ground truth: which
+/// request id reached the pane, and the prompt the provider will see (even a partial write may
+/// start a turn).
+fn deliver_front(
+    rig: &mut Rig,
+    provider: &mut Provider,
+    writes: &mut BTreeMap<String, u32>,
+    ours: &mut BTreeMap<String, bool>,
+    outcome: DeliveryOutcome,
+) {
+    let Some((_, _, bytes)) = rig.deliveries.front().cloned() else { return };
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let prompt = text.trim_start_matches("\u{15}\u{1b}[200~").trim_end_matches("\u{1b}[201~\r").to_string();
+    let id = prompt.split(' ').nth(1).unwrap().parse::<usize>().unwrap();
+    if !matches!(outcome, DeliveryOutcome::Refused { .. }) {
+        *writes.entry(IDS[id].to_string()).or_default() += 1;
+        ours.insert(prompt.clone(), true);
+        provider.queued.push(prompt);
+    }
+    rig.deliver_next(outcome);
+}
+
+/// ADM-9: when a call's definitive rejection appears, its request id was written no more
+/// times than when the call was made (a conflicting id may legitimately be written by the
+/// other call, so conflicts are left out).
+fn check_rejections_wrote_nothing(
+    rig: &Rig,
+    writes: &BTreeMap<String, u32>,
+    op_request: &BTreeMap<OpId, String>,
+    writes_at_call: &BTreeMap<OpId, u32>,
+    checked: &mut std::collections::BTreeSet<OpId>,
+) {
+    for (op, receipts) in &rig.receipts {
+        if !checked.insert(*op) {
+            continue;
+        }
+        let (Some(id), Some(before)) = (op_request.get(op), writes_at_call.get(op)) else { continue };
+        let receipt = &receipts[0];
+        if receipt.classification.is_definitive_rejection() && receipt.reason.as_deref() != Some("request_id_conflict") {
+            let now = writes.get(id).copied().unwrap_or(0);
+            assert_eq!(now, *before, "ADM-9: {id} was rejected ({:?}) but written meanwhile", receipt.reason);
+        }
+    }
+}
+
+/// DESIGN liveness: with faults healed (every commit, write and refresh answered, the provider
+/// finishing its turns, time passing), every request reaches a terminal state.
+fn heal_and_check_liveness(rig: &mut Rig, provider: &mut Provider, writes: &mut BTreeMap<String, u32>, ours: &mut BTreeMap<String, bool>) {
+    for _ in 0..400 {
+        rig.snapshots.insert(agent_id(ZOLA), Ok(provider.snapshot()));
+        while let Some((token, ops)) = rig.persists.pop_front() {
+            rig.ack_persist(token, ops, Ok(()));
+        }
+        while !rig.deliveries.is_empty() {
+            deliver_front(rig, provider, writes, ours, DeliveryOutcome::Complete);
+        }
+        while !rig.refreshes.is_empty() {
+            rig.refresh_next();
+        }
+        rig.settle_resumes(&provider.log);
+        provider.advance(rig, ours);
+        rig.advance(1_000);
+        let open = rig.engine.open_return_requests().count();
+        if open == 0 && rig.engine.is_quiescent() && provider.running.is_none() && provider.queued.is_empty() {
+            return;
+        }
+    }
+    let open: Vec<_> = rig.engine.open_return_requests().map(|r| (r.request_id.to_string(), r.phase)).collect();
+    panic!("liveness: requests never ended after faults healed: {open:?}");
 }
 
 impl Rig {
