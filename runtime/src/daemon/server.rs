@@ -231,8 +231,10 @@ async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     let agent_id = agent.record.agent_id.clone();
     let writer = context.writer.clone();
     let worker = agent.clone();
+    let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
     let result = tokio::task::spawn_blocking(move || {
         let _ = worker.holder().map(|client| client.shutdown());
+        let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
         writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }])
     })
     .await;
@@ -414,21 +416,29 @@ async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
     };
     let view = query(context, move |engine: &Engine| match engine.request(&id) {
         None => Value::Null,
-        Some(record) => json!({
+        Some(record) => {
+            // TERM-2: a terminal event is shown only once published (durable, final sequence).
+            let published = engine.published_terminal(&id).cloned();
+            let state = match (&published, &record.terminal) {
+                (Some(event), _) => serde_json::to_value(event.state).unwrap_or_default(),
+                (None, Some(_)) => json!("terminal_pending"),
+                (None, None) => json!(record.phase.as_str()),
+            };
+            json!({
             "schema": "wakterm.agent-request.v1",
             "request_id": record.request_id,
             "agent_id": record.agent_id,
             "phase": record.phase,
-            "state": record.terminal.as_ref().map(|t| serde_json::to_value(t.state).unwrap_or_default())
-                .unwrap_or_else(|| json!(record.phase.as_str())),
+            "state": state,
             "operation": record.operation,
             "return_mode": record.return_mode,
             "incarnation": record.incarnation,
             "bound_provider_turn": record.bound_turn,
             "deadline_ms": record.deadline_ms,
             "receipt": record.receipt,
-            "terminal_event": record.terminal,
-        }),
+            "terminal_event": published,
+            })
+        }
     })
     .await;
     match view {
