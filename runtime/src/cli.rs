@@ -97,6 +97,17 @@ pub enum AgentCommand {
     Send(SendArgs),
     /// The authoritative admission API for orchestrators.
     Admit(AdmitArgs),
+    /// EXPERIMENTAL shadow page of the agent's normalised Codex output
+    /// (schema wakterm.agent-output-shadow.experimental.v1). The first read is a baseline;
+    /// pass its next_cursor back with --after. Exit 0 page, 4 cursor_invalid/session_changed/
+    /// unsupported_harness (a gap: record it), 1 observer_unavailable, 6 unknown agent.
+    Output {
+        /// Agent name or id.
+        target: String,
+        /// The opaque next_cursor of the previous page (never decode it).
+        #[arg(long)]
+        after: Option<String>,
+    },
     /// Inspect, cancel or stream return-final requests.
     Request {
         #[command(subcommand)]
@@ -225,6 +236,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
         AgentCommand::Restart { target } => ClientRequest::AgentRestart { target },
         AgentCommand::List | AgentCommand::Catalog => ClientRequest::Catalog,
         AgentCommand::Capabilities => ClientRequest::Capabilities,
+        AgentCommand::Output { target, after } => ClientRequest::AgentOutput { target, after },
         AgentCommand::Attach { target } => return attach(paths, &target),
         AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, args.raw_paste, &args.message) {
             Ok(request) => request,

@@ -36,6 +36,8 @@ pub enum ClientRequest {
     RequestGet { request_id: String },
     RequestCancel { request_id: String },
     Watch { after: u64, once: bool },
+    /// OUT: the experimental output shadow page (seed 002).
+    AgentOutput { target: String, after: Option<String> },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

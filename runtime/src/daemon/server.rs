@@ -73,6 +73,7 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
         ClientRequest::Admit(admit) => admit_prompt(context, admit).await,
         ClientRequest::RequestGet { request_id } => request_get(context, &request_id).await,
         ClientRequest::RequestCancel { request_id } => request_cancel(context, request_id).await,
+        ClientRequest::AgentOutput { target, after } => agent_output(context, &target, after).await,
         ClientRequest::Watch { .. } => unreachable!("handled before dispatch"),
     }
 }
@@ -368,6 +369,7 @@ pub fn capabilities() -> Value {
             "agent.request.get": {"version": 1, "schema": "wakterm.agent-request.v1"},
             "agent.request.cancel": {"version": 1},
             "agent.request.watch": {"version": 1, "event_schema": wakterm_engine::terminal::TERMINAL_SCHEMA},
+            "agent.output": {"version": 1, "schema": "wakterm.agent-output-shadow.experimental.v1", "experimental": true},
         },
         "classifications": ["accepted", "busy", "unsupported", "unavailable", "stale_incarnation", "invalid", "observer_failure", "internal_failure", "indeterminate"],
         "terminal_states": ["completed", "aborted", "timed_out", "cancelled", "delivery_failed", "indeterminate"],
@@ -445,6 +447,29 @@ async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
         Some(Value::Null) | None => Reply::error(exit::NOT_FOUND, "request_not_found", format!("no request has id {request_id}")),
         Some(view) => Reply::ok(view),
     }
+}
+
+/// OUT-8: the experimental output page reads the rollout with its own tail on a blocking
+/// thread; it never touches the agent's observer (nothing the engine is fed changes).
+async fn agent_output(context: &Arc<Context>, target: &str, after: Option<String>) -> Reply {
+    let Some(agent) = resolve(context, target) else {
+        return crate::output_page::agent_unknown(target);
+    };
+    let root = context.paths.root.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let facts = agent.facts();
+        let view = crate::output_page::AgentView {
+            agent_id: agent.record.agent_id.clone(),
+            harness: agent.record.harness.clone(),
+            incarnation: facts.incarnation.map(|i| i.0),
+            process: facts.process.map(crate::observer::engine_to_probe),
+            codex_home: agent.record.codex_home(),
+            cwd: std::path::PathBuf::from(&agent.record.cwd),
+        };
+        crate::output_page::read_output(&root, &view, after.as_deref())
+    })
+    .await;
+    answer.unwrap_or_else(|error| Reply::error(exit::ERROR, "internal", error.to_string()))
 }
 
 async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {

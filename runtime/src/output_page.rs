@@ -1,0 +1,922 @@
+//! OUT: the experimental agent output shadow page (seed 002, SPEC.md "OUT").
+//!
+//! `wakterm agent output TARGET [--after CURSOR]` returns the Codex assistant messages the
+//! agent's provider appended to its rollout since the caller's cursor, normalised, under the
+//! schema [`OUTPUT_SCHEMA`]. It is a side-effect-free shadow reader (OUT-8): it opens its own
+//! [`RolloutTail`] on the rollout the exact process incarnation holds open for writing
+//! ([`proc_probe::discover_rollout_exact`], the observer's discovery rule), never touches the
+//! agent's live observer, and keeps no state of its own apart from one cursor key per data
+//! directory. The daemon runs [`read_output`] on a blocking thread, never on the reactor.
+//!
+//! The cursor (OUT-3) is `wko1.<base64url(JSON state)>.<base64url(HMAC-SHA256)>`: the state
+//! names the agent, the process incarnation, the provider session id, the rollout's (dev, ino),
+//! the byte offset after the last consumed complete record and the tail's content checkpoint;
+//! the MAC, under a 32-byte key created once per data directory ([`CURSOR_KEY_FILE`], 0600),
+//! makes it unforgeable. Only a cursor this data directory's daemon issued is ever resumed, so
+//! no read happens at an attacker-chosen offset. Callers must treat it as opaque.
+
+use crate::proc_probe::{self, Discovery};
+use crate::protocol::{exit, Reply};
+use crate::rollout::RolloutRecord;
+use crate::rollout_tail::{RolloutTail, TailCursor, TailEntry, TailError};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The schema of every answer (success and structured non-success alike).
+pub const OUTPUT_SCHEMA: &str = "wakterm.agent-output-shadow.experimental.v1";
+/// OUT-6: records (rollout lines) consumed by one page at most.
+pub const OUTPUT_PAGE_MAX_RECORDS: usize = 256;
+/// OUT-6: bytes consumed by one page at most (the first line of a page always comes whole).
+pub const OUTPUT_PAGE_MAX_BYTES: usize = 1024 * 1024;
+/// Longest cursor accepted; a longer one is `cursor_invalid` before any decoding.
+pub const MAX_CURSOR_CHARS: usize = 2048;
+/// The per-data-directory cursor MAC key (32 random bytes, mode 0600).
+pub const CURSOR_KEY_FILE: &str = "output-cursor.key";
+pub const CURSOR_KEY_BYTES: usize = 32;
+/// Version prefix of every cursor token.
+const CURSOR_PREFIX: &str = "wko1.";
+const CURSOR_VERSION: u8 = 1;
+/// Domain separation of the cursor MAC.
+const CURSOR_MAC_DOMAIN: &[u8] = b"wakterm-output-cursor-v1\0";
+
+/// The record and byte budget of one page (OUT-6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    pub max_records: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets { max_records: OUTPUT_PAGE_MAX_RECORDS, max_bytes: OUTPUT_PAGE_MAX_BYTES }
+    }
+}
+
+/// The MAC key of cursors issued under one data directory.
+#[derive(Clone)]
+pub struct CursorKey([u8; CURSOR_KEY_BYTES]);
+
+impl std::fmt::Debug for CursorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CursorKey(..)")
+    }
+}
+
+impl CursorKey {
+    pub fn from_bytes(bytes: [u8; CURSOR_KEY_BYTES]) -> CursorKey {
+        CursorKey(bytes)
+    }
+
+    /// Reads `dir/output-cursor.key`, creating it once (32 bytes of /dev/urandom, 0600).
+    /// Creation writes a private temporary file and hard-links it into place, so two racing
+    /// creators agree on one key and nobody ever reads a half-written one.
+    pub fn load_or_create(dir: &Path) -> io::Result<CursorKey> {
+        let path = dir.join(CURSOR_KEY_FILE);
+        match read_key(&path) {
+            Ok(key) => return Ok(key),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        let mut bytes = [0u8; CURSOR_KEY_BYTES];
+        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        let tmp = dir.join(format!("{CURSOR_KEY_FILE}.tmp-{}", uuid::Uuid::new_v4().simple()));
+        let written = (|| {
+            let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            std::fs::hard_link(&tmp, &path)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        match written {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
+        if let Ok(dir) = File::open(dir) {
+            let _ = dir.sync_all();
+        }
+        read_key(&path)
+    }
+}
+
+fn read_key(path: &Path) -> io::Result<CursorKey> {
+    let mut file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let meta = file.metadata()?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if meta.uid() != uid || meta.mode() & 0o077 != 0 || meta.len() != CURSOR_KEY_BYTES as u64 {
+        return Err(io::Error::other(format!(
+            "{} must be a {CURSOR_KEY_BYTES}-byte file of ours with mode 0600",
+            path.display()
+        )));
+    }
+    let mut bytes = [0u8; CURSOR_KEY_BYTES];
+    file.read_exact(&mut bytes)?;
+    Ok(CursorKey(bytes))
+}
+
+/// HMAC-SHA256 (RFC 2104) for keys of at most one block.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    assert!(key.len() <= 64, "keys longer than a block are not used here");
+    let mut ipad = [0x36u8; 64];
+    let mut opad = [0x5cu8; 64];
+    for (i, byte) in key.iter().enumerate() {
+        ipad[i] ^= byte;
+        opad[i] ^= byte;
+    }
+    let inner = Sha256::new().chain_update(ipad).chain_update(message).finalize();
+    Sha256::new().chain_update(opad).chain_update(inner).finalize().into()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex32(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// What a cursor is scoped to and where it points (OUT-3). Internal: never part of the API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CursorState {
+    v: u8,
+    agent: String,
+    inc: String,
+    sess: String,
+    dev: u64,
+    ino: u64,
+    off: u64,
+    ck: String,
+    item: bool,
+}
+
+impl CursorState {
+    fn tail_cursor(&self) -> Option<TailCursor> {
+        Some(TailCursor {
+            dev: self.dev,
+            ino: self.ino,
+            offset: self.off,
+            checkpoint_hash: unhex32(&self.ck)?,
+            item_dialect: self.item,
+        })
+    }
+}
+
+/// Why a cursor was refused (the `reason` of `cursor_invalid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CursorProblem {
+    Malformed,
+    Forged,
+    VersionUnsupported,
+    OtherAgent,
+    IncarnationChanged,
+    Truncated,
+    Rewritten,
+}
+
+impl CursorProblem {
+    pub fn reason(self) -> &'static str {
+        match self {
+            CursorProblem::Malformed => "cursor_malformed",
+            CursorProblem::Forged => "cursor_forged",
+            CursorProblem::VersionUnsupported => "cursor_version_unsupported",
+            CursorProblem::OtherAgent => "cursor_other_agent",
+            CursorProblem::IncarnationChanged => "incarnation_changed",
+            CursorProblem::Truncated => "provider_record_truncated",
+            CursorProblem::Rewritten => "provider_record_rewritten",
+        }
+    }
+
+    fn detail(self) -> &'static str {
+        match self {
+            CursorProblem::Malformed => "the cursor is not one this daemon issues",
+            CursorProblem::Forged => "the cursor's authentication code does not match: it was altered or issued under another data directory",
+            CursorProblem::VersionUnsupported => "the cursor has a version this build does not read",
+            CursorProblem::OtherAgent => "the cursor belongs to another agent",
+            CursorProblem::IncarnationChanged => "the agent's process changed since the cursor was issued",
+            CursorProblem::Truncated => "the provider record was truncated below the cursor's checkpoint",
+            CursorProblem::Rewritten => "the provider record was rewritten in place before the cursor's checkpoint",
+        }
+    }
+}
+
+fn encode_cursor(key: &CursorKey, state: &CursorState) -> String {
+    let payload = serde_json::to_vec(state).expect("cursor state serialises");
+    let mac = hmac_sha256(&key.0, &[CURSOR_MAC_DOMAIN, &payload].concat());
+    format!("{CURSOR_PREFIX}{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(mac))
+}
+
+/// OUT-3: only a well-formed token whose MAC verifies under our key is decoded.
+fn decode_cursor(key: &CursorKey, token: &str) -> Result<CursorState, CursorProblem> {
+    if token.len() > MAX_CURSOR_CHARS {
+        return Err(CursorProblem::Malformed);
+    }
+    let body = token.strip_prefix(CURSOR_PREFIX).ok_or(CursorProblem::Malformed)?;
+    let (payload, mac) = body.split_once('.').ok_or(CursorProblem::Malformed)?;
+    let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| CursorProblem::Malformed)?;
+    let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| CursorProblem::Malformed)?;
+    if mac.len() != 32 {
+        return Err(CursorProblem::Malformed);
+    }
+    let expected = hmac_sha256(&key.0, &[CURSOR_MAC_DOMAIN, &payload].concat());
+    if !constant_time_eq(&expected, &mac) {
+        return Err(CursorProblem::Forged);
+    }
+    let state: CursorState = serde_json::from_slice(&payload).map_err(|_| CursorProblem::Malformed)?;
+    if state.v != CURSOR_VERSION {
+        return Err(CursorProblem::VersionUnsupported);
+    }
+    if state.tail_cursor().is_none() {
+        return Err(CursorProblem::Malformed);
+    }
+    Ok(state)
+}
+
+/// What the daemon knows about the agent (copied out of its runtime record).
+#[derive(Clone, Debug)]
+pub struct AgentView {
+    pub agent_id: String,
+    pub harness: String,
+    /// The confirmed process incarnation, None when no process runs.
+    pub incarnation: Option<String>,
+    pub process: Option<proc_probe::ProcessIdentity>,
+    pub codex_home: PathBuf,
+    pub cwd: PathBuf,
+}
+
+/// The provider session the agent's exact process holds open, or why there is none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    Session { provider_session: String, path: PathBuf },
+    Unavailable { reason: String, detail: String },
+}
+
+impl Observed {
+    fn unavailable(reason: &str, detail: impl Into<String>) -> Observed {
+        Observed::Unavailable { reason: reason.into(), detail: detail.into() }
+    }
+}
+
+/// The observer's discovery rule (CORR-3), read-only: the one rollout the exact process tree
+/// holds open for writing, its session_meta cwd matching the agent's. Details never name paths.
+pub fn discover(agent: &AgentView) -> Observed {
+    let Some(process) = agent.process else {
+        return Observed::unavailable("agent_not_running", "the agent has no running process");
+    };
+    match proc_probe::discover_rollout_exact(process, &agent.codex_home, Some(&agent.cwd)) {
+        Discovery::Found { path, session_id, .. } => Observed::Session { provider_session: session_id, path },
+        Discovery::ProcessGone => Observed::unavailable("process_gone", "the agent's process exited or changed"),
+        Discovery::NoneOpen => Observed::unavailable(
+            "no_rollout_open",
+            "the agent's process tree holds no Codex rollout open for writing (no turn started yet?)",
+        ),
+        Discovery::Ambiguous { paths } => Observed::unavailable(
+            "several_rollouts_open",
+            format!("the agent's process tree holds {} Codex rollouts open; refusing to guess", paths.len()),
+        ),
+        Discovery::CwdMismatch { .. } => Observed::unavailable(
+            "rollout_cwd_mismatch",
+            "the open rollout belongs to a session in another working directory",
+        ),
+        Discovery::Incomplete { .. } => Observed::unavailable(
+            "discovery_incomplete",
+            "the agent's open files or the rollout's session_meta could not be read yet",
+        ),
+    }
+}
+
+/// The daemon's entry point (blocking: call it from `spawn_blocking`).
+pub fn read_output(data_dir: &Path, agent: &AgentView, after: Option<&str>) -> Reply {
+    let key = match CursorKey::load_or_create(data_dir) {
+        Ok(key) => key,
+        Err(error) => {
+            let mut body = base("error", &agent.agent_id);
+            body.insert("reason".into(), json!("cursor_key_unavailable"));
+            body.insert("detail".into(), json!(error.to_string()));
+            return Reply { exit_code: exit::ERROR, body: Value::Object(body) };
+        }
+    };
+    answer(&key, agent, after, Budgets::default(), discover)
+}
+
+/// OUT-7: the answer for a target no agent matches (exit 6).
+pub fn agent_unknown(target: &str) -> Reply {
+    let body = json!({
+        "schema": OUTPUT_SCHEMA,
+        "state": "agent_unknown",
+        "target": target,
+        "reason": "agent_unknown",
+        "detail": format!("no agent is named {target}"),
+    });
+    Reply { exit_code: exit::NOT_FOUND, body }
+}
+
+fn base(state: &str, agent_id: &str) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("schema".into(), json!(OUTPUT_SCHEMA));
+    body.insert("state".into(), json!(state));
+    body.insert("agent_id".into(), json!(agent_id));
+    body
+}
+
+/// The opaque session id: the provider session and the file that carries it.
+fn opaque_session_id(agent_id: &str, provider_session: &str, dev: u64, ino: u64) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"wakterm-output-session\0")
+        .chain_update(agent_id.as_bytes())
+        .chain_update([0])
+        .chain_update(provider_session.as_bytes())
+        .chain_update([0])
+        .chain_update(dev.to_be_bytes())
+        .chain_update(ino.to_be_bytes())
+        .finalize();
+    format!("ses_{}", hex(&digest[..16]))
+}
+
+/// OUT-2: the event id covers the provider session and the source record's content hash
+/// (and its offset, so two byte-identical records stay distinct); stable across reads.
+fn event_id(provider_session: &str, entry: &TailEntry) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"wakterm-output-event\0")
+        .chain_update(provider_session.as_bytes())
+        .chain_update([0])
+        .chain_update(entry.content_hash)
+        .chain_update(entry.offset.to_be_bytes())
+        .finalize();
+    format!("evt_{}", hex(&digest[..16]))
+}
+
+fn issue(key: &CursorKey, agent_id: &str, incarnation: &str, provider_session: &str, tail: &RolloutTail) -> String {
+    let cursor = tail.cursor();
+    encode_cursor(
+        key,
+        &CursorState {
+            v: CURSOR_VERSION,
+            agent: agent_id.into(),
+            inc: incarnation.into(),
+            sess: provider_session.into(),
+            dev: cursor.dev,
+            ino: cursor.ino,
+            off: cursor.offset,
+            ck: hex(&cursor.checkpoint_hash),
+            item: cursor.item_dialect,
+        },
+    )
+}
+
+/// A baseline at the current complete provider record: (cursor, opaque session id).
+fn baseline(key: &CursorKey, agent: &AgentView, observed: &Observed) -> Result<(String, String), (String, String)> {
+    let (provider_session, path) = match observed {
+        Observed::Session { provider_session, path } => (provider_session, path),
+        Observed::Unavailable { reason, detail } => return Err((reason.clone(), detail.clone())),
+    };
+    let Some(incarnation) = agent.incarnation.as_deref() else {
+        return Err(("agent_not_running".into(), "the agent has no running process".into()));
+    };
+    let mut tail = RolloutTail::open(path).map_err(|e| ("rollout_unreadable".to_string(), tail_detail(&e)))?;
+    tail.seek_to_end_baseline().map_err(|e| ("rollout_unreadable".to_string(), tail_detail(&e)))?;
+    let identity = tail.identity();
+    let session_id = opaque_session_id(&agent.agent_id, provider_session, identity.dev, identity.ino);
+    Ok((issue(key, &agent.agent_id, incarnation, provider_session, &tail), session_id))
+}
+
+/// Tail errors without paths.
+fn tail_detail(error: &TailError) -> String {
+    match error {
+        TailError::Io { op, message, .. } => format!("reading the provider record failed ({op}): {message}"),
+        TailError::Replaced { .. } => "the provider record file was replaced".into(),
+        other => other.to_string(),
+    }
+}
+
+fn observer_unavailable(agent_id: &str, reason: &str, detail: &str) -> Reply {
+    let mut body = base("observer_unavailable", agent_id);
+    body.insert("reason".into(), json!(reason));
+    body.insert("detail".into(), json!(detail));
+    // The caller's cursor (if any) is not invalidated: it may be retried later.
+    body.insert("gap".into(), json!(false));
+    Reply { exit_code: exit::ERROR, body: Value::Object(body) }
+}
+
+/// OUT-4, OUT-5: a response that ends the caller's continuity. It carries a replacement
+/// `baseline_cursor` when the session is readable, never a `next_cursor`: adopting the
+/// baseline is the consumer's explicit decision after recording the gap.
+fn gap(key: &CursorKey, agent: &AgentView, observed: &Observed, state: &str, reason: &str, detail: &str) -> Reply {
+    let mut body = base(state, &agent.agent_id);
+    body.insert("reason".into(), json!(reason));
+    body.insert("detail".into(), json!(detail));
+    body.insert("gap".into(), json!(true));
+    body.insert("events".into(), json!([]));
+    match baseline(key, agent, observed) {
+        Ok((cursor, session_id)) => {
+            body.insert("baseline_cursor".into(), json!(cursor));
+            body.insert("session_id".into(), json!(session_id));
+            body.insert("baseline".into(), json!(true));
+        }
+        Err((why, why_detail)) => {
+            body.insert("baseline_cursor".into(), Value::Null);
+            body.insert("baseline".into(), json!(false));
+            body.insert("baseline_unavailable_reason".into(), json!(why));
+            body.insert("baseline_unavailable_detail".into(), json!(why_detail));
+        }
+    }
+    Reply { exit_code: exit::REJECTED, body: Value::Object(body) }
+}
+
+fn cursor_invalid(key: &CursorKey, agent: &AgentView, observed: &Observed, problem: CursorProblem) -> Reply {
+    gap(key, agent, observed, "cursor_invalid", problem.reason(), problem.detail())
+}
+
+/// The whole read; `discover` is [`discover`] in the daemon and a fixture in tests.
+pub fn answer(
+    key: &CursorKey,
+    agent: &AgentView,
+    after: Option<&str>,
+    budgets: Budgets,
+    discover: impl FnOnce(&AgentView) -> Observed,
+) -> Reply {
+    // OUT-7: the page is Codex-only.
+    if agent.harness != "codex" {
+        let mut body = base("unsupported_harness", &agent.agent_id);
+        body.insert("reason".into(), json!("harness_not_supported"));
+        body.insert("harness".into(), json!(agent.harness));
+        body.insert("detail".into(), json!("the output page reads Codex rollouts only"));
+        return Reply { exit_code: exit::REJECTED, body: Value::Object(body) };
+    }
+    let observed = match (&agent.incarnation, agent.process) {
+        (Some(_), Some(_)) => discover(agent),
+        _ => Observed::unavailable("agent_not_running", "the agent has no running process"),
+    };
+    let Some(token) = after else {
+        // OUT-1: the first read is a baseline at the current complete record, no history.
+        return match baseline(key, agent, &observed) {
+            Ok((cursor, session_id)) => success(agent, session_id, Vec::new(), cursor, false, true),
+            Err((reason, detail)) => observer_unavailable(&agent.agent_id, &reason, &detail),
+        };
+    };
+    // OUT-3: authenticate before anything in the cursor is believed.
+    let state = match decode_cursor(key, token) {
+        Ok(state) => state,
+        Err(problem) => return cursor_invalid(key, agent, &observed, problem),
+    };
+    if state.agent != agent.agent_id {
+        return cursor_invalid(key, agent, &observed, CursorProblem::OtherAgent);
+    }
+    let Some(incarnation) = agent.incarnation.as_deref() else {
+        return match &observed {
+            Observed::Unavailable { reason, detail } => observer_unavailable(&agent.agent_id, reason, detail),
+            Observed::Session { .. } => observer_unavailable(&agent.agent_id, "agent_not_running", "the agent has no running process"),
+        };
+    };
+    if state.inc != incarnation {
+        return cursor_invalid(key, agent, &observed, CursorProblem::IncarnationChanged);
+    }
+    let (provider_session, path) = match &observed {
+        Observed::Session { provider_session, path } => (provider_session, path),
+        Observed::Unavailable { reason, detail } => return observer_unavailable(&agent.agent_id, reason, detail),
+    };
+    // OUT-4: another provider session (or another file) is a new session, never continued.
+    if &state.sess != provider_session {
+        let detail = "the agent's process now writes another provider session";
+        return gap(key, agent, &observed, "session_changed", "provider_session_changed", detail);
+    }
+    let tail_cursor = state.tail_cursor().expect("checked by decode_cursor");
+    let mut tail = match RolloutTail::resume(path, &tail_cursor) {
+        Ok(tail) => tail,
+        Err(error) => return tail_failure(key, agent, &observed, &error),
+    };
+    // OUT-6: one bounded page; the cost is what was appended since the cursor.
+    let page = match tail.read_page(budgets.max_records, budgets.max_bytes) {
+        Ok(page) => page,
+        Err(error) => return tail_failure(key, agent, &observed, &error),
+    };
+    let mut events = Vec::new();
+    for entry in &page.entries {
+        if let Ok(RolloutRecord::AgentMessage { turn_id, text, .. }) = &entry.record {
+            events.push(json!({
+                "event_id": event_id(provider_session, entry),
+                "kind": "assistant_message",
+                "turn_id": turn_id,
+                "text": text,
+            }));
+        }
+    }
+    let identity = tail.identity();
+    let session_id = opaque_session_id(&agent.agent_id, provider_session, identity.dev, identity.ino);
+    let next = issue(key, &agent.agent_id, incarnation, provider_session, &tail);
+    success(agent, session_id, events, next, page.has_more, false)
+}
+
+fn tail_failure(key: &CursorKey, agent: &AgentView, observed: &Observed, error: &TailError) -> Reply {
+    match error {
+        // OUT-5
+        TailError::Truncated { .. } => cursor_invalid(key, agent, observed, CursorProblem::Truncated),
+        TailError::Rewritten { .. } => cursor_invalid(key, agent, observed, CursorProblem::Rewritten),
+        // OUT-4
+        TailError::Replaced { .. } => {
+            gap(key, agent, observed, "session_changed", "provider_file_replaced", "the provider record file was replaced")
+        }
+        TailError::Removed => observer_unavailable(&agent.agent_id, "rollout_removed", "the provider record file was removed"),
+        TailError::Io { .. } | TailError::InvalidBudget { .. } => {
+            observer_unavailable(&agent.agent_id, "rollout_unreadable", &tail_detail(error))
+        }
+    }
+}
+
+fn success(agent: &AgentView, session_id: String, events: Vec<Value>, next_cursor: String, has_more: bool, baseline: bool) -> Reply {
+    let mut body = base("ok", &agent.agent_id);
+    body.insert("incarnation".into(), json!(agent.incarnation));
+    body.insert("session_id".into(), json!(session_id));
+    body.insert("events".into(), Value::Array(events));
+    body.insert("next_cursor".into(), json!(next_cursor));
+    body.insert("has_more".into(), json!(has_more));
+    body.insert("baseline".into(), json!(baseline));
+    body.insert("gap".into(), json!(false));
+    Reply { exit_code: exit::OK, body: Value::Object(body) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+
+    const AGENT: &str = "00000000-0000-4000-8000-0000000000a1";
+    const SESSION: &str = "00000000-0000-4000-8000-000000000050";
+
+    fn fixture(name: &str) -> Vec<String> {
+        let path = format!("{}/../fixtures/codex-0.169/{name}.jsonl", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(path).expect("fixture").lines().map(|l| format!("{l}\n")).collect()
+    }
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        key: CursorKey,
+        agent: AgentView,
+    }
+
+    impl Setup {
+        fn new(initial: &[String]) -> Setup {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("rollout-2026-11-30T10-00-00-s.jsonl");
+            std::fs::write(&path, initial.concat()).expect("write");
+            let agent = AgentView {
+                agent_id: AGENT.into(),
+                harness: "codex".into(),
+                incarnation: Some("100.200".into()),
+                process: Some(proc_probe::ProcessIdentity { pid: 100, start_time_ticks: 200 }),
+                codex_home: dir.path().into(),
+                cwd: dir.path().into(),
+            };
+            Setup { _dir: dir, path, key: CursorKey::from_bytes([7; 32]), agent }
+        }
+
+        fn observed(&self) -> Observed {
+            Observed::Session { provider_session: SESSION.into(), path: self.path.clone() }
+        }
+
+        fn read_with(&self, after: Option<&str>, budgets: Budgets) -> Reply {
+            let observed = self.observed();
+            answer(&self.key, &self.agent, after, budgets, move |_| observed)
+        }
+
+        fn read(&self, after: Option<&str>) -> Reply {
+            self.read_with(after, Budgets::default())
+        }
+
+        fn append(&self, lines: &[String]) {
+            let mut file = OpenOptions::new().append(true).open(&self.path).expect("append");
+            file.write_all(lines.concat().as_bytes()).expect("append");
+        }
+    }
+
+    fn cursor(reply: &Reply) -> String {
+        reply.body["next_cursor"].as_str().expect("next_cursor").to_string()
+    }
+
+    fn texts(reply: &Reply) -> Vec<String> {
+        reply.body["events"].as_array().expect("events").iter().map(|e| e["text"].as_str().unwrap().to_string()).collect()
+    }
+
+    fn assert_gap(reply: &Reply, state: &str, reason: &str) {
+        assert_eq!(reply.exit_code, exit::REJECTED, "{}", reply.body);
+        assert_eq!(reply.body["schema"], OUTPUT_SCHEMA);
+        assert_eq!(reply.body["state"], state, "{}", reply.body);
+        assert_eq!(reply.body["reason"], reason, "{}", reply.body);
+        assert_eq!(reply.body["gap"], true);
+        assert!(reply.body.get("next_cursor").is_none(), "a gap never continues silently: {}", reply.body);
+    }
+
+    #[test]
+    fn out_1_baseline_skips_history_then_returns_only_new_assistant_messages() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let first = s.read(None);
+        assert_eq!(first.exit_code, exit::OK);
+        assert_eq!(first.body["schema"], OUTPUT_SCHEMA);
+        assert_eq!(first.body["state"], "ok");
+        assert_eq!(first.body["agent_id"], AGENT);
+        assert_eq!(first.body["baseline"], true);
+        assert_eq!(first.body["has_more"], false);
+        assert!(texts(&first).is_empty(), "no history: {}", first.body);
+        assert!(first.body["session_id"].as_str().unwrap().starts_with("ses_"));
+        assert!(!first.body.to_string().contains(SESSION), "the provider session id stays internal");
+
+        // Nothing new yet.
+        let again = s.read(Some(&cursor(&first)));
+        assert_eq!(again.exit_code, exit::OK);
+        assert!(texts(&again).is_empty());
+        assert_eq!(again.body["baseline"], false);
+        assert_eq!(again.body["session_id"], first.body["session_id"]);
+
+        s.append(&lines[14..]);
+        let page = s.read(Some(&cursor(&again)));
+        assert_eq!(texts(&page), ["mock reply to: second of two turns"]);
+        let event = &page.body["events"][0];
+        assert_eq!(event["kind"], "assistant_message");
+        assert_eq!(event["turn_id"], "00000000-0000-4000-8000-000000000060");
+        let after = s.read(Some(&cursor(&page)));
+        assert!(texts(&after).is_empty(), "nothing is delivered twice");
+    }
+
+    #[test]
+    fn out_1_baseline_stops_at_the_last_complete_record() {
+        let lines = fixture("two-turns");
+        let partial = &lines[19][..40];
+        let s = Setup::new(&[lines[..19].concat(), partial.to_string()]);
+        let first = s.read(None);
+        let rest = lines[19][40..].to_string();
+        s.append(&[rest]);
+        assert_eq!(texts(&s.read(Some(&cursor(&first)))), ["mock reply to: second of two turns"]);
+    }
+
+    #[test]
+    fn out_2_event_ids_are_stable_across_reads_and_differ_by_content() {
+        let lines = fixture("steered-after-output");
+        let s = Setup::new(&lines[..1]);
+        let base = cursor(&s.read(None));
+        s.append(&lines[1..]);
+        let a = s.read(Some(&base));
+        let b = s.read(Some(&base));
+        assert_eq!(texts(&a).len(), 2, "{}", a.body);
+        assert_eq!(a.body["events"], b.body["events"], "same cursor, same events and ids");
+        let ids: Vec<&str> = a.body["events"].as_array().unwrap().iter().map(|e| e["event_id"].as_str().unwrap()).collect();
+        assert_ne!(ids[0], ids[1]);
+        assert!(ids.iter().all(|id| id.starts_with("evt_")));
+
+        // Same position, different record content: a different id.
+        let other_lines: Vec<String> = lines.iter().map(|l| l.replace("held reply", "HELD reply")).collect();
+        let t = Setup::new(&other_lines[..1]);
+        let base = cursor(&t.read(None));
+        t.append(&other_lines[1..]);
+        let c = t.read(Some(&base));
+        assert_ne!(c.body["events"][0]["event_id"], a.body["events"][0]["event_id"]);
+        assert_eq!(c.body["events"][1]["event_id"], a.body["events"][1]["event_id"]);
+    }
+
+    #[test]
+    fn out_3_cursor_round_trips_and_is_opaque_and_scoped() {
+        let s = Setup::new(&fixture("completed-turn"));
+        let token = cursor(&s.read(None));
+        assert!(token.starts_with(CURSOR_PREFIX));
+        let state = decode_cursor(&s.key, &token).expect("our cursor");
+        assert_eq!(encode_cursor(&s.key, &state), token);
+        assert_eq!(state.agent, AGENT);
+        assert_eq!(state.inc, "100.200");
+        assert_eq!(state.sess, SESSION);
+        assert_eq!(state.off, std::fs::metadata(&s.path).unwrap().len());
+    }
+
+    #[test]
+    fn out_3_forged_malformed_and_foreign_cursors_are_cursor_invalid() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let token = cursor(&s.read(None));
+        let mut state = decode_cursor(&s.key, &token).unwrap();
+
+        // An attacker-chosen offset without our key: refused before any read.
+        state.off = 3;
+        let other_key = CursorKey::from_bytes([8; 32]);
+        let forged = encode_cursor(&other_key, &state);
+        let reply = s.read(Some(&forged));
+        assert_gap(&reply, "cursor_invalid", "cursor_forged");
+        assert_eq!(reply.body["baseline"], true, "the session is readable: a new baseline is offered");
+        assert!(decode_cursor(&s.key, reply.body["baseline_cursor"].as_str().unwrap()).is_ok());
+
+        // Payload altered, MAC kept.
+        let (head, mac) = token.rsplit_once('.').unwrap();
+        let altered_payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&state).unwrap());
+        let altered = format!("{CURSOR_PREFIX}{altered_payload}.{mac}");
+        assert_gap(&s.read(Some(&altered)), "cursor_invalid", "cursor_forged");
+        for bad in ["", "garbage", "wko1.", "wko1.a.b", &head[..head.len() - 3], &token[..token.len() - 5], &"x".repeat(MAX_CURSOR_CHARS + 1)] {
+            let reply = s.read(Some(bad));
+            assert_eq!(reply.body["state"], "cursor_invalid", "{bad:?}: {}", reply.body);
+            assert_eq!(reply.exit_code, exit::REJECTED);
+        }
+
+        // Another agent's genuine cursor; another incarnation's genuine cursor.
+        let mut other = Setup::new(&lines[..14]);
+        other.key = s.key.clone();
+        other.agent.agent_id = "00000000-0000-4000-8000-0000000000b2".into();
+        let foreign = cursor(&other.read(None));
+        assert_gap(&s.read(Some(&foreign)), "cursor_invalid", "cursor_other_agent");
+        let mut restarted = Setup::new(&lines[..14]);
+        restarted.key = s.key.clone();
+        restarted.path = s.path.clone();
+        restarted.agent.incarnation = Some("101.300".into());
+        let reply = restarted.read(Some(&token));
+        assert_gap(&reply, "cursor_invalid", "incarnation_changed");
+        assert_eq!(reply.body["baseline"], true);
+
+        // Version check happens after authentication.
+        let mut v2 = decode_cursor(&s.key, &token).unwrap();
+        v2.v = 2;
+        assert_gap(&s.read(Some(&encode_cursor(&s.key, &v2))), "cursor_invalid", "cursor_version_unsupported");
+    }
+
+    #[test]
+    fn out_3_hmac_matches_rfc_4231() {
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(hex(&mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+
+    #[test]
+    fn out_3_key_file_is_created_once_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = CursorKey::load_or_create(dir.path()).unwrap();
+        let b = CursorKey::load_or_create(dir.path()).unwrap();
+        assert_eq!(a.0, b.0);
+        assert_ne!(a.0, [0; 32]);
+        let meta = std::fs::metadata(dir.path().join(CURSOR_KEY_FILE)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(meta.len(), 32);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file is left");
+        std::fs::set_permissions(dir.path().join(CURSOR_KEY_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(CursorKey::load_or_create(dir.path()).is_err(), "a readable key is refused");
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(CursorKey::load_or_create(other.path()).unwrap().0, a.0, "one key per data directory");
+    }
+
+    #[test]
+    fn out_4_other_provider_session_or_replaced_file_is_session_changed() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let token = cursor(&s.read(None));
+        // The process now writes another session.
+        let observed = Observed::Session { provider_session: "another-session".into(), path: s.path.clone() };
+        let reply = answer(&s.key, &s.agent, Some(&token), Budgets::default(), move |_| observed);
+        assert_gap(&reply, "session_changed", "provider_session_changed");
+        assert_eq!(reply.body["baseline"], true);
+        assert_ne!(reply.body["session_id"], s.read(None).body["session_id"], "a new session identity");
+
+        // Same session id, but the file was replaced under the path.
+        let copy = s.path.with_extension("new");
+        std::fs::write(&copy, lines.concat()).unwrap();
+        std::fs::rename(&copy, &s.path).unwrap();
+        let reply = s.read(Some(&token));
+        assert_gap(&reply, "session_changed", "provider_file_replaced");
+        let fresh = reply.body["baseline_cursor"].as_str().unwrap().to_string();
+        assert_ne!(reply.body["session_id"], Value::Null);
+        let resumed = s.read(Some(&fresh));
+        assert_eq!(resumed.exit_code, exit::OK, "{}", resumed.body);
+        assert!(texts(&resumed).is_empty());
+    }
+
+    #[test]
+    fn out_5_truncation_and_in_place_rewrite_invalidate_the_checkpoint() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let token = cursor(&s.read(None));
+        let len = std::fs::metadata(&s.path).unwrap().len();
+
+        // In-place rewrite of a consumed byte, then growth.
+        let file = OpenOptions::new().write(true).open(&s.path).unwrap();
+        file.write_all_at(b"X", len - 10).unwrap();
+        s.append(&lines[14..]);
+        let reply = s.read(Some(&token));
+        assert_gap(&reply, "cursor_invalid", "provider_record_rewritten");
+        assert_eq!(reply.body["baseline"], true);
+
+        // Truncation below the cursor.
+        let t = Setup::new(&lines[..14]);
+        let token = cursor(&t.read(None));
+        OpenOptions::new().write(true).open(&t.path).unwrap().set_len(len / 2).unwrap();
+        let reply = t.read(Some(&token));
+        assert_gap(&reply, "cursor_invalid", "provider_record_truncated");
+        // Regrowing past the offset is a rewrite, never a silent continuation.
+        t.append(&lines[7..]);
+        let reply = t.read(Some(&token));
+        assert_eq!(reply.body["state"], "cursor_invalid", "{}", reply.body);
+    }
+
+    #[test]
+    fn out_6_budgets_bound_each_page_and_has_more_drains_tool_heavy_output() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let mut token = cursor(&s.read(None));
+        let tool = r#"{"type":"response_item","payload":{"type":"function_call_output","output":"lots of tool output"}}"#;
+        let mut appended: Vec<String> = (0..10).map(|_| format!("{tool}\n")).collect();
+        appended.extend_from_slice(&lines[14..]);
+        s.append(&appended);
+        let budgets = Budgets { max_records: 3, max_bytes: OUTPUT_PAGE_MAX_BYTES };
+        let mut pages = Vec::new();
+        loop {
+            let page = s.read_with(Some(&token), budgets);
+            assert_eq!(page.exit_code, exit::OK, "{}", page.body);
+            token = cursor(&page);
+            let more = page.body["has_more"] == true;
+            pages.push(page);
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(pages.len(), (10usize + 10).div_ceil(3));
+        assert!(pages[0].body["events"].as_array().unwrap().is_empty() && pages[0].body["has_more"] == true, "a page without assistant events still says has_more");
+        let all: Vec<String> = pages.iter().flat_map(texts).collect();
+        assert_eq!(all, ["mock reply to: second of two turns"]);
+
+        // A byte budget below one line still progresses one whole line per page.
+        let t = Setup::new(&lines[..14]);
+        let base = cursor(&t.read(None));
+        t.append(&lines[14..]);
+        let page = t.read_with(Some(&base), Budgets { max_records: 100, max_bytes: 1 });
+        assert_eq!(page.body["has_more"], true);
+        assert_eq!(decode_cursor(&t.key, &cursor(&page)).unwrap().off, (lines[..15].concat().len()) as u64);
+    }
+
+    #[test]
+    fn out_7_observer_unavailable_unsupported_harness_and_unknown_agent() {
+        let s = Setup::new(&fixture("completed-turn"));
+        let token = cursor(&s.read(None));
+        let down = || Observed::unavailable("several_rollouts_open", "two");
+        let reply = answer(&s.key, &s.agent, None, Budgets::default(), |_| down());
+        assert_eq!(reply.exit_code, exit::ERROR);
+        assert_eq!(reply.body["state"], "observer_unavailable");
+        assert_eq!(reply.body["reason"], "several_rollouts_open");
+        assert_eq!(reply.body["schema"], OUTPUT_SCHEMA);
+        // A valid cursor stays valid while the observer is down (no gap, retry later).
+        let reply = answer(&s.key, &s.agent, Some(&token), Budgets::default(), |_| down());
+        assert_eq!(reply.body["state"], "observer_unavailable");
+        assert_eq!(reply.body["gap"], false);
+        // A forged cursor is still cursor_invalid, without a baseline.
+        let reply = answer(&s.key, &s.agent, Some("wko1.x.y"), Budgets::default(), |_| down());
+        assert_gap(&reply, "cursor_invalid", "cursor_malformed");
+        assert_eq!(reply.body["baseline_cursor"], Value::Null);
+
+        let mut stopped = s.agent.clone();
+        stopped.incarnation = None;
+        stopped.process = None;
+        let reply = answer(&s.key, &stopped, Some(&token), Budgets::default(), |_| panic!("no discovery without a process"));
+        assert_eq!(reply.body["state"], "observer_unavailable");
+        assert_eq!(reply.body["reason"], "agent_not_running");
+
+        let mut other = s.agent.clone();
+        other.harness = "other".into();
+        let reply = answer(&s.key, &other, None, Budgets::default(), |_| panic!("no discovery for another harness"));
+        assert_eq!(reply.exit_code, exit::REJECTED);
+        assert_eq!(reply.body["state"], "unsupported_harness");
+        assert_eq!(reply.body["schema"], OUTPUT_SCHEMA);
+
+        let unknown = agent_unknown("nobody");
+        assert_eq!(unknown.exit_code, exit::NOT_FOUND);
+        assert_eq!(unknown.body["state"], "agent_unknown");
+    }
+
+    #[test]
+    fn out_8_reading_does_not_write_the_provider_file_and_costs_what_was_appended() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let before = std::fs::read(&s.path).unwrap();
+        let token = cursor(&s.read(None));
+        let token = cursor(&s.read(Some(&token)));
+        assert_eq!(std::fs::read(&s.path).unwrap(), before, "reading is side-effect free");
+        // The cursor resumes at its offset: a resumed tail reads the checkpoint window plus
+        // the appended bytes only.
+        s.append(&lines[14..]);
+        let state = decode_cursor(&s.key, &token).unwrap();
+        let mut tail = RolloutTail::resume(&s.path, &state.tail_cursor().unwrap()).unwrap();
+        tail.read_page(OUTPUT_PAGE_MAX_RECORDS, OUTPUT_PAGE_MAX_BYTES).unwrap();
+        let appended = lines[14..].concat().len() as u64;
+        let window = (crate::rollout_tail::CHECKPOINT_WINDOW_BYTES as u64).min(state.off);
+        assert!(tail.bytes_read() <= 2 * window + appended, "read {} bytes", tail.bytes_read());
+    }
+}
