@@ -191,9 +191,15 @@ impl Engine {
         self.requests.values().filter(|r| r.phase.is_correlating() || r.phase == Phase::Registered)
     }
 
-    /// True when nothing is in flight: no admission, commit, write or refresh outstanding.
+    /// True when nothing is in flight: no admission, commit, write or refresh outstanding, and
+    /// no failed commit waiting to be retried.
     pub fn is_quiescent(&self) -> bool {
-        self.admissions.is_empty() && self.persists.is_empty() && self.deliveries.is_empty() && self.outputs.is_empty()
+        self.admissions.is_empty()
+            && self.persists.is_empty()
+            && self.deliveries.is_empty()
+            && self.outputs.is_empty()
+            && self.terminal_retries.is_empty()
+            && self.progress_retries.is_empty()
     }
 
     // ----- helpers shared by the transitions -----

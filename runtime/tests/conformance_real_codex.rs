@@ -451,3 +451,174 @@ fn corr_3_read_only_rollout_is_not_the_agents_session() {
     assert_eq!(out.code, 4, "refused before any write: {out:?}");
     assert_eq!(out.json["classification"], "observer_failure", "{}", out.json);
 }
+
+// ---- REC: daemon crashes and restarts under the real Codex (real-Codex versions of
+// e2e_faults.rs). The agent (its PTY holder and Codex) outlives the daemon; a SIGKILLed daemon
+// is restarted with `mux start`. If a test fails while the daemon is dead, the Drop guards
+// still clean up: RealWorld ends every process naming its CODEX_HOME, World's Drop starts a
+// daemon to stop the orphaned holders and SIGKILLs whatever names its data dir.
+
+/// Polls `mux status` until no daemon answers (bounded).
+fn wait_daemon_gone(rw: &RealWorld) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while rw.w.run(&["mux", "status"]).code == 0 {
+        assert!(Instant::now() < end, "the daemon did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A ready agent (baseline turn done), then the daemon restarted with the crash point armed
+/// (as e2e_faults.rs: `mux stop`, then `mux start` with WAKTERM_FAULT).
+fn armed_real_world(fault: &str) -> (RealWorld, Value) {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let entry = rw.ready("zola", "baseline turn");
+    rw.w.ok(&["mux", "stop"]);
+    assert_eq!(rw.w.run(&["mux", "status"]).code, 3, "the daemon is gone");
+    let out = rw.w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", fault).output().expect("mux start");
+    assert!(out.status.success(), "mux start with {fault}: {}", String::from_utf8_lossy(&out.stdout));
+    // The agent outlived the daemon: same incarnation, its baseline re-attached.
+    rw.wait_entry("zola", "same incarnation, return-final available", TURN_DEADLINE, |z| {
+        z["incarnation"] == entry["incarnation"] && z["return_final_available"] == true
+    });
+    (rw, entry)
+}
+
+/// The return-final admission that hits the crash point: the CLI loses its daemon mid-call
+/// (`reply_lost`, exit 5), and the daemon is gone.
+fn admit_into_crash(rw: &RealWorld, entry: &Value, id: &str, prompt: &str) {
+    let inc = s(&entry["incarnation"]);
+    let out = rw.w.run(&["agent", "admit", "zola", "--incarnation", inc, "--request-id", id, "--return-final", prompt]);
+    assert_ne!(out.code, 0, "the daemon must have died before answering: {out:?}");
+    assert_ne!(out.code, 4, "not a definitive rejection: {out:?}");
+    wait_daemon_gone(rw);
+}
+
+/// IDEM-2 after a crash: the same id and input replay the stored receipt and write nothing
+/// (proven with a sentinel turn: the PTY is ordered).
+fn replay_writes_nothing(rw: &RealWorld, entry: &Value, id: &str, prompt: &str, sentinel_text: &str) -> Value {
+    let inc = s(&entry["incarnation"]);
+    let out = rw.w.run(&["agent", "admit", "zola", "--incarnation", inc, "--request-id", id, "--return-final", prompt]);
+    assert_eq!(out.json["replayed"], true, "{out:?}");
+    assert_eq!(out.json["request_id"], id, "{out:?}");
+    rw.wait_entry("zola", "idle before the sentinel", TURN_DEADLINE, |z| z["state"] == "idle");
+    sentinel(rw, "zola", sentinel_text);
+    out.json
+}
+
+/// TERM: every terminal event on the durable stream appears once (per request, per sequence).
+fn assert_terminal_events_once(rw: &RealWorld, id: &str) -> Vec<Value> {
+    let events = rw.w.events_after(0);
+    assert_eq!(events.iter().filter(|e| e["request_id"] == id).count(), 1, "exactly one terminal event for {id}: {events:?}");
+    let mut ids: Vec<String> = events.iter().map(|e| s(&e["request_id"]).to_string()).collect();
+    let mut seqs: Vec<u64> = events.iter().map(|e| e["terminal_event_sequence"].as_u64().expect("sequence")).collect();
+    ids.sort();
+    ids.dedup();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(ids.len(), events.len(), "no request has two terminal events: {events:?}");
+    assert_eq!(seqs.len(), events.len(), "no sequence repeats: {events:?}");
+    events
+}
+
+/// REC-2, CORR-1, RF-5: the daemon is SIGKILLed while the real Codex runs a return-final
+/// request's turn (the provider holds the reply ~5 s); after `mux start` the agent keeps its
+/// incarnation, the request re-attaches its session at the armed cursor and completes with
+/// exactly its own final; the stream holds its terminal event once.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn rec_2_real_codex_sigkill_mid_turn_completes_after_restart() {
+    let slow = wakterm_harness::provider::Rule { contains: "SLOWTURN".into(), reply: None, delay_ms: 0, output_delay_ms: 5000, fail: None };
+    let rw = RealWorld::new(EXE, script(vec![slow]));
+    let entry = rw.ready("zola", "baseline turn");
+    let inc = s(&entry["incarnation"]).to_string();
+    let id = new_id();
+    let prompt = "SLOWTURN survive a daemon crash";
+    let out = rw.w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", prompt]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json["classification"], "accepted", "{}", out.json);
+    assert_eq!(out.json["reply_pending"], true, "{}", out.json);
+    // The turn runs: its UserMessage is in the rollout and the provider holds the reply.
+    let end = Instant::now() + TURN_DEADLINE;
+    while rw.turn_of_prompt(prompt).is_none() || !rw.provider_prompts().iter().any(|p| p == prompt) {
+        assert!(Instant::now() < end, "the turn never started; prompts {:?}", rw.w.user_prompts());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let turn = rw.turn_of_prompt(prompt).expect("turn");
+    let pid = rw.w.daemon_pid();
+    let killed_at = Instant::now();
+    support::sigkill_and_wait(pid);
+    assert!(
+        !rw.w.completed_turns().iter().any(|(t, _)| *t == turn),
+        "the daemon died mid-turn (the turn had not completed yet)"
+    );
+    assert_eq!(rw.w.run(&["mux", "status"]).code, 3, "the daemon is gone");
+    rw.w.mux_start();
+    assert_ne!(rw.w.daemon_pid(), pid);
+    let event = rw.wait_terminal(&id, TURN_DEADLINE);
+    eprintln!("terminal event {:?} after the SIGKILL: {event}", killed_at.elapsed());
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for(prompt).as_str(), "its own final");
+    assert_eq!(event["provider_turn_id"], turn.as_str(), "{event}");
+    let z = rw.wait_entry("zola", "idle after the turn", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    assert_eq!(z["incarnation"], inc.as_str(), "the agent kept its incarnation: {z}");
+    assert_eq!(rw.w.completed_turns().iter().filter(|(t, _)| *t == turn).count(), 1);
+    let events = assert_terminal_events_once(&rw, &id);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(rw.provider_prompts(), vec!["baseline turn", prompt], "the prompt reached the model once");
+    assert_eq!(rw.w.turns_started(), 2);
+}
+
+/// REC-5 after_write, REC-1, REC-4: the daemon dies after the prompt reached the real Codex and
+/// before the submitted marker was durable. Codex completes the turn anyway; after a normal
+/// restart the request is `indeterminate`, its final is never delivered, and replaying the id
+/// writes nothing (the provider received the prompt once).
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn rec_5_real_codex_after_write_is_indeterminate() {
+    let (rw, entry) = armed_real_world("after_write");
+    let id = new_id();
+    let prompt = "crash after write";
+    admit_into_crash(&rw, &entry, &id, prompt);
+    rw.wait_turn_completed(prompt);
+    rw.w.mux_start();
+    let event = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!(event["state"], "indeterminate", "{event}");
+    assert_eq!(event["reason"], "restart_in_write_window", "{event}");
+    assert!(event.get("final_message").is_none_or(Value::is_null), "the final is never delivered: {event}");
+    let z = rw.wait_entry("zola", "idle", TURN_DEADLINE, |z| z["state"] == "idle");
+    assert_eq!(z["incarnation"], entry["incarnation"], "{z}");
+    let replay = replay_writes_nothing(&rw, &entry, &id, prompt, "sentinel after write crash");
+    assert_eq!(replay["classification"], "indeterminate", "{replay}");
+    assert_eq!(replay["retry_safe"], false, "{replay}");
+    let expected = vec!["baseline turn", prompt, "sentinel after write crash"];
+    assert_eq!(rw.w.user_prompts(), expected, "written exactly once");
+    assert_eq!(rw.provider_prompts(), expected, "the provider received the prompt once");
+    let events = assert_terminal_events_once(&rw, &id);
+    assert!(!events.iter().any(|e| e["final_message"] == reply_for(prompt).as_str()), "{events:?}");
+}
+
+/// REC-5 after_submitted, REC-2: the submitted marker is durable, the receipt never returned;
+/// after a normal restart the request completes with its own final from the real Codex, and a
+/// replay of the id is the stored `accepted` receipt and writes nothing.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn rec_5_real_codex_after_submitted_completes() {
+    let (rw, entry) = armed_real_world("after_submitted");
+    let id = new_id();
+    let prompt = "crash after submitted";
+    admit_into_crash(&rw, &entry, &id, prompt);
+    rw.w.mux_start();
+    let event = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for(prompt).as_str(), "its own final");
+    assert_eq!(event["provider_turn_id"], rw.turn_of_prompt(prompt).expect("its turn").as_str(), "{event}");
+    let z = rw.wait_entry("zola", "idle", TURN_DEADLINE, |z| z["return_final_available"] == true);
+    assert_eq!(z["incarnation"], entry["incarnation"], "{z}");
+    let replay = replay_writes_nothing(&rw, &entry, &id, prompt, "sentinel after submitted crash");
+    assert_eq!(replay["classification"], "accepted", "{replay}");
+    assert_eq!(replay["reply_pending"], true, "{replay}");
+    let expected = vec!["baseline turn", prompt, "sentinel after submitted crash"];
+    assert_eq!(rw.w.user_prompts(), expected, "written exactly once");
+    assert_eq!(rw.provider_prompts(), expected, "the provider received the prompt once");
+    assert_terminal_events_once(&rw, &id);
+}
