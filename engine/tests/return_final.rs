@@ -258,6 +258,7 @@ fn term_2_failed_terminal_commit_is_retried() {
     rig.ack_next_persist(Ok(())); // the binding
     rig.ack_next_persist(Err("disk full".to_string()));
     assert!(rig.published.is_empty());
+    assert!(!rig.engine.is_quiescent(), "a commit awaiting its retry is work in flight");
     rig.advance(limits::PERSIST_RETRY_MS);
     rig.ack_next_persist(Ok(()));
     let event = only_terminal(&rig);
