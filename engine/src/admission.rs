@@ -230,6 +230,9 @@ impl Engine {
     }
 
     pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>) {
+        if let Some(probed) = self.probes.remove(&refresh_id) {
+            return self.on_probe_answered(&probed, snapshot);
+        }
         let Some(request_id) = self.refreshes.remove(&refresh_id) else { return }; // late: already timed out
         match snapshot {
             Ok(snapshot) => self.apply_snapshot(agent_id, snapshot),
@@ -267,10 +270,31 @@ impl Engine {
         // after the write was consumed some other way; keeping the agent busy forever would
         // only trade safety for nothing.
         let settled = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Empty;
-        if settled && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS) {
+        let expired = settled && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS);
+        if expired {
             agent.awaiting_turn_after = None;
+            agent.probe_at_ms = None;
         }
         agent.view = Some(view);
+        if expired {
+            self.end_requests_without_a_turn(agent_id);
+        }
+    }
+
+    /// RF-5: a return-final prompt written a grace period ago that opened no turn, while the
+    /// agent is idle with an empty composer, went somewhere else (an interactive dialog it
+    /// answered, a cleared composer): its turn will never come. It was written, so the end is
+    /// `indeterminate`, never `delivery_failed`.
+    fn end_requests_without_a_turn(&mut self, agent_id: &AgentId) {
+        let stale: Vec<RequestId> = self
+            .correlating_requests_of(agent_id, false)
+            .into_iter()
+            .filter(|id| self.requests[id].phase == Phase::Submitted && !self.candidates.contains_key(id))
+            .filter(|id| self.now_ms >= self.requests[id].registered_ms + AWAITING_TURN_GRACE_MS)
+            .collect();
+        for request_id in stale {
+            self.finish(&request_id, TerminalState::Indeterminate, Some("no_turn_started"), None, None);
+        }
     }
 
     /// After the refresh (or its timeout): decide, then register durably before writing.
@@ -399,6 +423,21 @@ impl Engine {
         let agent_id = self.admissions[request_id].agent_id.clone();
         if let Some(agent) = self.agents.get_mut(&agent_id) {
             agent.awaiting_turn_after = Some(self.now_ms);
+            agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
+        }
+    }
+
+    /// The answer to an engine-initiated refresh: fold it in (which may end the wait, ADM-5);
+    /// while the wait stays open, look again after another grace period.
+    fn on_probe_answered(&mut self, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>) {
+        if let Ok(snapshot) = snapshot {
+            self.apply_snapshot(agent_id, snapshot);
+        }
+        let now_ms = self.now_ms;
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            if agent.awaiting_turn_after.is_some() && agent.probe_at_ms.is_none() {
+                agent.probe_at_ms = Some(now_ms + AWAITING_TURN_GRACE_MS);
+            }
         }
     }
 

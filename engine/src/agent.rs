@@ -58,10 +58,13 @@ pub struct AgentEntry {
     pub awaiting_turn_after: Option<u64>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
+    /// ADM-5 / RF-5: when to look again (an engine-initiated refresh, a "probe") whether the
+    /// written prompt's turn ever started; None while no wait is open or a probe is out.
+    pub probe_at_ms: Option<u64>,
 }
 
 impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
-        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None }
+        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None, probe_at_ms: None }
     }
 }

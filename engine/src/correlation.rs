@@ -86,6 +86,7 @@ impl Engine {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
             agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
+            agent.probe_at_ms = None;
         }
         let Some(view) = agent.view.as_mut() else { return };
         if let Some(session) = event.session() {

@@ -80,6 +80,8 @@ pub struct Engine {
     pub(crate) persists: BTreeMap<u64, PersistPurpose>,
     pub(crate) deliveries: BTreeMap<u64, RequestId>,
     pub(crate) refreshes: BTreeMap<u64, RequestId>,
+    /// Engine-initiated refreshes (probes) outstanding, by refresh id.
+    pub(crate) probes: BTreeMap<u64, AgentId>,
     pub(crate) terminal_retries: BTreeMap<RequestId, TerminalRetry>,
     /// Progress records (binding, settled one-way) whose commit failed, with the time to
     /// re-commit the request's current record, so the store converges.
@@ -114,6 +116,7 @@ impl Engine {
             persists: BTreeMap::new(),
             deliveries: BTreeMap::new(),
             refreshes: BTreeMap::new(),
+            probes: BTreeMap::new(),
             terminal_retries: BTreeMap::new(),
             progress_retries: BTreeMap::new(),
             pending_cancel_answers: BTreeMap::new(),
@@ -156,7 +159,8 @@ impl Engine {
         let deadlines = self.correlating.iter().filter_map(|id| self.requests[id].deadline_ms);
         let retries = self.terminal_retries.values().map(|r| r.due_ms);
         let progress = self.progress_retries.values().copied();
-        admissions.chain(deadlines).chain(retries).chain(progress).min()
+        let probes = self.agents.values().filter_map(|a| a.probe_at_ms);
+        admissions.chain(deadlines).chain(retries).chain(progress).chain(probes).min()
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -362,6 +366,7 @@ impl Engine {
     fn on_tick(&mut self) {
         self.expire_admission_steps();
         self.expire_request_deadlines();
+        self.send_due_probes();
         let due: Vec<(RequestId, TerminalRetry)> = self
             .terminal_retries
             .iter()
@@ -385,6 +390,23 @@ impl Engine {
         }
     }
 
+    /// ADM-5 / RF-5: a written prompt whose turn was not seen within the grace gets a fresh
+    /// look; `apply_snapshot` decides from it.
+    fn send_due_probes(&mut self) {
+        let due: Vec<AgentId> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.probe_at_ms.is_some_and(|at| at <= self.now_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for agent_id in due {
+            self.agents.get_mut(&agent_id).expect("listed").probe_at_ms = None;
+            let refresh_id = self.fresh_id();
+            self.probes.insert(refresh_id, agent_id.clone());
+            self.push(Output::RefreshObserver { refresh_id, agent_id });
+        }
+    }
+
     fn on_agent_upserted(&mut self, facts: AgentFacts) {
         let agent_id = facts.agent_id.clone();
         let changed = match self.agents.get_mut(&agent_id) {
@@ -394,6 +416,7 @@ impl Engine {
                     // The process behind the agent changed: what the observer knew is void.
                     entry.view = None;
                     entry.awaiting_turn_after = None;
+                    entry.probe_at_ms = None;
                 }
                 entry.facts = facts;
                 changed

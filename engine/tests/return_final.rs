@@ -196,15 +196,19 @@ fn rf_3_deadline() {
     let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
     command.final_timeout_ms = 60_000;
     rig.submit(command);
+    rig.turn_started("turn-1", 1010); // the turn runs long
+    rig.user_message("turn-1", "hi", 1020);
     rig.advance(59_999);
     assert!(rig.terminal_for(REQ).is_empty());
     assert_eq!(rig.engine.poll_timeout(), Some(T0 + 60_000));
     rig.advance(1);
     assert_eq!(only_terminal(&rig).state, TerminalState::TimedOut);
-    rig.provider_turn("turn-1", "hi", "late", 1000);
+    rig.turn_completed("turn-1", "late", 1030);
     assert_eq!(rig.terminal_for(REQ).len(), 1);
 
     let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
     rig.advance(limits::MAX_FINAL_TIMEOUT_MS);
     assert!(rig.terminal_for(REQ).is_empty(), "timeout 0 means no deadline");
 }
@@ -421,4 +425,33 @@ fn corr_8_managed_session_without_a_baseline_turn_is_admitted() {
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
     rig.provider_turn("turn-1", "hi", "managed final", 0);
     assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("managed final"));
+}
+
+/// RF-5 / ADM-5: a return-final prompt that opened no turn (it answered a dialog that popped up
+/// just before the write) does not wait forever: after the grace the engine looks again on its
+/// own, and with the agent idle and the composer empty the request ends `indeterminate`.
+#[test]
+fn rf_5_prompt_that_never_opens_a_turn_ends_indeterminate() {
+    let (mut rig, _) = armed_rig("hi");
+    let mut draft = idle_snapshot("inc-1", 100);
+    draft.composer = Composer::Draft;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(draft));
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    assert!(rig.terminal_for(REQ).is_empty(), "the prompt may still sit in the composer");
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    let event = only_terminal(&rig);
+    assert_eq!((event.state, event.reason.as_deref()), (TerminalState::Indeterminate, Some("no_turn_started")));
+}
+
+/// RF-5: a turn that does start clears the probe; the request completes normally.
+#[test]
+fn rf_5_started_turn_needs_no_probe() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.turn_started("turn-1", 1010);
+    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().probe_at_ms, None);
+    rig.advance(limits::AWAITING_TURN_GRACE_MS * 3);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.turn_completed("turn-1", "f", 1030);
+    assert_eq!(only_terminal(&rig).state, TerminalState::Completed);
 }
