@@ -294,12 +294,21 @@ pub fn sigkill_and_wait(pid: u32) {
     // SAFETY: kill on a pid we read from our own daemon's status.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let deadline = Instant::now() + DEADLINE;
+    // Gone means every thread is gone or a zombie: a zombie main thread alone can still have
+    // threads shutting down that hold the daemon's lock and socket.
     while Instant::now() < deadline {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
+        if all_threads_dead(pid) {
             return;
         }
         std::thread::sleep(POLL);
     }
     panic!("pid {pid} survived SIGKILL");
+}
+
+fn all_threads_dead(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        stat.is_empty() || stat.contains(") Z ") || stat.contains(") X ")
+    })
 }
