@@ -79,6 +79,7 @@ impl Engine {
             step_deadline_ms: None,
             pending_receipt: None,
             deferred_events: Vec::new(),
+            replaced: None,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
             let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);
@@ -114,12 +115,13 @@ impl Engine {
             return true;
         }
         let Some(record) = self.requests.get(request_id) else { return false };
-        if record.phase == Phase::Released {
-            return false; // IDEM-6: a released id is free again.
-        }
         if record.fingerprint != fingerprint {
+            // IDEM-3, also for a released id: its fingerprint stays recorded.
             self.reply(op, conflict());
             return true;
+        }
+        if record.phase == Phase::Released {
+            return false; // IDEM-6: the same input may try again.
         }
         let mut receipt = record.receipt.clone().expect("a non-released, non-in-flight request has its receipt");
         receipt.replayed = true;
@@ -305,7 +307,10 @@ impl Engine {
             return self.finish_admission(request_id, receipt);
         }
         let record = self.registration_record(request_id);
-        self.requests.insert(request_id.clone(), record);
+        // A released record of the same input is kept aside: if this registration fails to
+        // commit, it comes back (with its pending release retry), so the store still converges.
+        let replaced = self.requests.insert(request_id.clone(), record);
+        self.admissions.get_mut(request_id).expect("exists").replaced = replaced;
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Registering;
         admission.step_deadline_ms = None;
@@ -355,7 +360,16 @@ impl Engine {
     pub(crate) fn on_registered(&mut self, request_id: &RequestId, result: Result<(), String>) {
         if let Err(error) = result {
             // ADM-11: the registration did not commit, so nothing may be written.
-            self.requests.remove(request_id);
+            match self.admissions.get_mut(request_id).and_then(|a| a.replaced.take()) {
+                Some(previous) => {
+                    self.requests.insert(request_id.clone(), previous);
+                    // Re-commit it: the store may hold a newer registration of this id by now.
+                    self.progress_retries.insert(request_id.clone(), self.now_ms + PERSIST_RETRY_MS);
+                }
+                None => {
+                    self.requests.remove(request_id);
+                }
+            }
             let problem = blocker(Classification::InternalFailure, "store_commit_failed", error);
             let receipt = self.rejection_for(request_id, problem);
             return self.finish_admission(request_id, receipt);

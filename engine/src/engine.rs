@@ -54,6 +54,8 @@ pub(crate) struct Admission {
     /// Observer events for this agent that arrived while the write was in flight; replayed
     /// after its outcome so the write and the turn it starts are seen in order.
     pub deferred_events: Vec<ObserverEvent>,
+    /// The released record this admission's registration replaced (same id, same input).
+    pub replaced: Option<crate::request::RequestRecord>,
 }
 
 /// A terminal event whose commit failed; it is retried with a fresh sequence.

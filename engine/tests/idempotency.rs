@@ -130,3 +130,31 @@ fn idem_6_failed_release_commit_is_retried() {
     assert_eq!(rig.durable[&id].phase, Phase::Released);
     assert_eq!(rig.writes(), 0);
 }
+
+/// IDEM-3, IDEM-6: a released id keeps its fingerprint: the same input may try again, other
+/// input is a conflict; and a failed re-registration restores the released record so its
+/// pending release commit still lands.
+#[test]
+fn idem_6_released_id_keeps_its_fingerprint() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.turn_started("turn-x", 1010);
+    rig.ack_next_persist(Ok(())); // registration
+    rig.ack_next_persist(Err("disk full".to_string())); // release: retried later
+    let other = rig.admit(REQ, "other input", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(other).reason.as_deref(), Some("request_id_conflict"));
+    let mut idle = idle_snapshot("inc-1", 100);
+    idle.position = 1020;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    rig.turn_completed("turn-x", "x", 1020);
+    let again = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Err("disk full".to_string())); // the new registration fails
+    assert_eq!(rig.receipt(again).classification, Classification::InternalFailure);
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.settle();
+    let id = RequestId::parse(REQ).unwrap();
+    assert_eq!(rig.durable[&id].phase, Phase::Released, "the release still reached the store");
+}

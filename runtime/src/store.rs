@@ -26,5 +26,25 @@ pub use reader::Store;
 pub use schema::{OpenReport, APPLICATION_ID, SCHEMA_VERSION};
 pub use writer::{CommitCallback, CommitInfo, StoreWriter, WriterStats};
 
+/// The store form of an engine persist op: the indexed columns plus the record as JSON. One
+/// mapping, used by the daemon and by the simulator's store model alike.
+pub fn op_for(op: &wakterm_engine::PersistOp) -> StoreOp {
+    match op {
+        wakterm_engine::PersistOp::PutRequest(record) => StoreOp::PutRequest {
+            request_id: record.request_id.to_string(),
+            agent_id: record.agent_id.to_string(),
+            phase: record.phase.as_str().to_string(),
+            fingerprint: record.fingerprint.clone(),
+            record_json: serde_json::to_string(record).expect("records serialise"),
+            updated_ms: record.updated_ms,
+        },
+        wakterm_engine::PersistOp::AppendTerminal(event) => StoreOp::AppendTerminal {
+            sequence: event.terminal_event_sequence,
+            request_id: event.request_id.to_string(),
+            event_json: serde_json::to_string(event).expect("events serialise"),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests;

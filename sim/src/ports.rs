@@ -217,24 +217,8 @@ pub fn strip_framing(bytes: &[u8]) -> String {
     text.strip_suffix('\r').unwrap_or(text).to_string()
 }
 
-/// The same mapping the daemon's `RealEffects` uses (runtime/src/daemon/effects.rs).
-pub fn store_op(op: &PersistOp) -> StoreOp {
-    match op {
-        PersistOp::PutRequest(record) => StoreOp::PutRequest {
-            request_id: record.request_id.to_string(),
-            agent_id: record.agent_id.to_string(),
-            phase: record.phase.as_str().to_string(),
-            fingerprint: record.fingerprint.clone(),
-            record_json: serde_json::to_string(record).expect("records serialise"),
-            updated_ms: record.updated_ms,
-        },
-        PersistOp::AppendTerminal(event) => StoreOp::AppendTerminal {
-            sequence: event.terminal_event_sequence,
-            request_id: event.request_id.to_string(),
-            event_json: serde_json::to_string(event).expect("events serialise"),
-        },
-    }
-}
+/// The same mapping the daemon uses.
+pub use wakterm_runtime::store::op_for as store_op;
 
 /// The single writer: FIFO, one batch per transaction; commit, then acknowledge.
 async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: mpsc::UnboundedReceiver<(u64, Vec<PersistOp>)>) {

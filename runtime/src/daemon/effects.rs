@@ -63,7 +63,7 @@ impl Effects for RealEffects {
 
     fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
         let inbox = self.inbox.clone();
-        let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
+        let store_ops: Vec<StoreOp> = ops.iter().map(crate::store::op_for).collect();
         let marks_submitted = ops.iter().any(|op| matches!(op, PersistOp::PutRequest(r) if r.phase == wakterm_engine::Phase::Submitted));
         let fault = self.fault;
         let done = Box::new(move |result: Result<crate::store::CommitInfo, crate::store::StoreError>| {
@@ -167,23 +167,5 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> 
             error: outcome.error.unwrap_or_else(|| "short write".to_string()),
         },
         Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
-    }
-}
-
-fn store_op(op: &PersistOp) -> StoreOp {
-    match op {
-        PersistOp::PutRequest(record) => StoreOp::PutRequest {
-            request_id: record.request_id.to_string(),
-            agent_id: record.agent_id.to_string(),
-            phase: record.phase.as_str().to_string(),
-            fingerprint: record.fingerprint.clone(),
-            record_json: serde_json::to_string(record).expect("records serialise"),
-            updated_ms: record.updated_ms,
-        },
-        PersistOp::AppendTerminal(event) => StoreOp::AppendTerminal {
-            sequence: event.terminal_event_sequence,
-            request_id: event.request_id.to_string(),
-            event_json: serde_json::to_string(event).expect("events serialise"),
-        },
     }
 }
