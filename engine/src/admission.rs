@@ -250,6 +250,14 @@ impl Engine {
 
     pub(crate) fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
         let now_ms = self.now_ms;
+        // An admission that has written (its submitted marker may still be committing) must be
+        // ended by the same evidence once it is armed (RF-5), so its wait is not cleared now.
+        let written_in_flight = self
+            .agents
+            .get(agent_id)
+            .and_then(|a| a.claim.as_ref())
+            .and_then(|claim| self.admissions.get(claim))
+            .is_some_and(|a| !matches!(a.step, Step::Refreshing { .. } | Step::Registering));
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         agent.refresh_error = None;
         let mut view = crate::agent::ObserverView {
@@ -272,7 +280,9 @@ impl Engine {
         // after the write was consumed some other way; keeping the agent busy forever would
         // only trade safety for nothing.
         let settled = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Empty;
-        let expired = settled && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS);
+        let expired = settled
+            && !written_in_flight
+            && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS);
         if expired {
             agent.awaiting_turn_after = None;
             agent.probe_at_ms = None;
@@ -591,6 +601,7 @@ impl Engine {
         let record = self.requests.get_mut(request_id).expect("exists");
         record.phase = Phase::Submitted;
         self.correlating.insert(request_id.clone());
+        self.turn_wait_since.insert(request_id.clone(), self.now_ms);
         let record = &self.requests[request_id];
         let changed = match self.agents.get(&record.agent_id) {
             None => Some("agent_removed"),

@@ -154,6 +154,7 @@ impl Engine {
             } else if self.suspended.contains(&request_id) {
                 if position <= armed.position {
                     self.suspended.remove(&request_id); // REC-2: re-verified; replay follows
+                    self.turn_wait_since.insert(request_id.clone(), self.now_ms);
                 } else {
                     // Resuming past the armed cursor could skip our turn's start.
                     self.finish(&request_id, TerminalState::Indeterminate, Some("observer_resumed_past_cursor"), None, None);
@@ -255,6 +256,7 @@ impl Engine {
     /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
     fn bind(&mut self, request_id: &RequestId, turn: TurnId) {
         self.candidates.remove(request_id);
+        self.turn_wait_since.remove(request_id);
         let record = self.requests.get_mut(request_id).expect("exists");
         assert_eq!(record.phase, Phase::Submitted);
         record.phase = Phase::Bound;
@@ -294,6 +296,17 @@ impl Engine {
             .collect();
         for request_id in due {
             self.finish(&request_id, TerminalState::TimedOut, Some("final_timeout"), None, None);
+        }
+        // RF-5: a prompt whose turn never started (it sits in a composer nobody submits, or
+        // answered a dialog) ends indeterminate rather than waiting forever.
+        let stalled: Vec<RequestId> = self
+            .correlating
+            .iter()
+            .filter(|id| self.turn_start_deadline(id).is_some_and(|at| at <= self.now_ms))
+            .cloned()
+            .collect();
+        for request_id in stalled {
+            self.finish(&request_id, TerminalState::Indeterminate, Some("no_turn_started"), None, None);
         }
     }
 

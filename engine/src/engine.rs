@@ -77,6 +77,9 @@ pub struct Engine {
     /// Requests in a correlating phase (submitted or bound): the index every observer event,
     /// deadline check and timeout computation walks, so their cost does not grow with history.
     pub(crate) correlating: BTreeSet<RequestId>,
+    /// RF-5: since when each submitted request has been watched for its turn to start (its
+    /// confirmation, or its re-attachment after a restart: downtime is no evidence).
+    pub(crate) turn_wait_since: BTreeMap<RequestId, u64>,
     /// REC-2: recovered requests waiting for their agent and observer to be re-verified.
     pub(crate) suspended: BTreeSet<RequestId>,
     pub(crate) persists: BTreeMap<u64, PersistPurpose>,
@@ -114,6 +117,7 @@ impl Engine {
             admissions: BTreeMap::new(),
             candidates: BTreeMap::new(),
             correlating: BTreeSet::new(),
+            turn_wait_since: BTreeMap::new(),
             suspended: BTreeSet::new(),
             persists: BTreeMap::new(),
             deliveries: BTreeMap::new(),
@@ -159,10 +163,19 @@ impl Engine {
     pub fn poll_timeout(&self) -> Option<u64> {
         let admissions = self.admissions.values().filter_map(|a| a.step_deadline_ms);
         let deadlines = self.correlating.iter().filter_map(|id| self.requests[id].deadline_ms);
+        let turn_starts = self.correlating.iter().filter_map(|id| self.turn_start_deadline(id));
         let retries = self.terminal_retries.values().map(|r| r.due_ms);
         let progress = self.progress_retries.values().copied();
         let probes = self.agents.values().filter_map(|a| a.probe_at_ms);
-        admissions.chain(deadlines).chain(retries).chain(progress).chain(probes).min()
+        admissions.chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).min()
+    }
+
+    /// RF-5: when a submitted request still waiting for its turn to start gives up.
+    pub(crate) fn turn_start_deadline(&self, request_id: &RequestId) -> Option<u64> {
+        let record = &self.requests[request_id];
+        let waiting = record.phase == Phase::Submitted && !self.candidates.contains_key(request_id);
+        let since = self.turn_wait_since.get(request_id)?;
+        waiting.then(|| since + crate::limits::TURN_START_TIMEOUT_MS)
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -286,6 +299,7 @@ impl Engine {
         self.correlating.remove(request_id);
         self.candidates.remove(request_id);
         self.suspended.remove(request_id);
+        self.turn_wait_since.remove(request_id);
         self.persist_terminal(request_id, cancel_op);
     }
 

@@ -142,3 +142,23 @@ fn term_3_sequences_survive_restart() {
     assert_eq!(seq, vec![1, 2]);
     assert_eq!(rig.durable_terminal.len(), 2);
 }
+
+/// REC-2 / RF-5: daemon downtime is no evidence: a submitted request resumed after a long
+/// outage still completes from the replayed turn instead of timing out on the turn-start wait.
+#[test]
+fn rec_2_long_downtime_does_not_end_a_resumed_request() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.crash_and_recover();
+    rig.now += 10 * limits::TURN_START_TIMEOUT_MS; // the daemon stayed down ten minutes
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    rig.input(Input::Tick);
+    assert!(rig.terminal_for(REQ).is_empty(), "no evidence yet: still waiting for the resume");
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.input(Input::Tick);
+    rig.provider_turn("turn-1", "hi", "done during the outage", 1000);
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].state, TerminalState::Completed);
+}

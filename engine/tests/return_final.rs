@@ -455,3 +455,38 @@ fn rf_5_started_turn_needs_no_probe() {
     rig.turn_completed("turn-1", "f", 1030);
     assert_eq!(only_terminal(&rig).state, TerminalState::Completed);
 }
+
+/// RF-5: the no-turn probe never gives up on a request whose submitted marker is still
+/// committing; once it commits, the next probe ends it.
+#[test]
+fn rf_5_probe_waits_for_the_submitted_marker() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete); // the marker commit is now outstanding (slow disk)
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    rig.refresh_next(); // the probe: idle, empty composer
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "still waiting");
+    rig.ack_next_persist(Ok(())); // the marker lands
+    rig.auto = Auto::All;
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    let event = only_terminal(&rig);
+    assert_eq!(event.reason.as_deref(), Some("no_turn_started"));
+}
+
+/// RF-5: a prompt whose turn never starts, while the composer keeps text nobody submits, ends
+/// `indeterminate` after TURN_START_TIMEOUT_MS: never `completed`, never forever.
+#[test]
+fn rf_5_turn_that_never_starts_ends_after_the_timeout() {
+    let (mut rig, _) = armed_rig("hi");
+    let mut draft = idle_snapshot("inc-1", 100);
+    draft.composer = Composer::Draft;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(draft));
+    rig.advance(limits::TURN_START_TIMEOUT_MS - 1);
+    assert!(rig.terminal_for(REQ).is_empty());
+    rig.advance(1);
+    let event = only_terminal(&rig);
+    assert_eq!((event.state, event.reason.as_deref()), (TerminalState::Indeterminate, Some("no_turn_started")));
+}
