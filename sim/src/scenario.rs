@@ -307,10 +307,56 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
     world.lock().unwrap().crash = Some(crash_tx);
     let node = start_daemon(&world);
     let daemon = Arc::new(Mutex::new(node));
-    madsim::task::spawn(crash_loop(world.clone(), crash_rx, daemon));
-    madsim::task::spawn(provider_loop(world.clone()));
-    let calls = thread_rng().gen_range(8..20u64);
+    let crasher = madsim::task::spawn(crash_loop(world.clone(), crash_rx, daemon.clone()));
+    let provider = madsim::task::spawn(provider_loop(world.clone()));
     let mut callers = Vec::new();
+    let outcome = play(&world, &mut callers).await;
+    // The outcome is final; what follows only frees this seed's memory.
+    let mut tasks = callers;
+    tasks.push(crasher);
+    tasks.push(provider);
+    teardown(&world, &daemon, tasks).await;
+    outcome
+}
+
+/// Ends every task this seed started. madsim 0.2.34's `Runtime` has no `Drop` that cancels
+/// pending tasks, and each task's future holds its own `TaskInfo`, whose waker holds the task:
+/// a task still pending when `block_on` returns is never freed, with all it captured (the
+/// world, the driver and its engine, channels). So abort the harness tasks, kill the daemon
+/// node (its driver, store writer, observer tail and effect tasks), drop the world's senders,
+/// and yield once: the executor drops every cancelled or killed task before `block_on` returns.
+async fn teardown(world: &Shared, daemon: &Arc<Mutex<NodeHandle>>, tasks: Vec<madsim::task::JoinHandle<()>>) {
+    for task in &tasks {
+        task.abort();
+    }
+    let id = daemon.lock().unwrap().id();
+    Handle::current().kill(id);
+    {
+        let mut w = world.lock().unwrap();
+        w.inbox = None;
+        w.crash = None;
+    }
+    drop(tasks);
+    YieldOnce(false).await;
+}
+
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -> Outcome {
+    let world = world.clone();
+    let calls = thread_rng().gen_range(8..20u64);
     let mut humans = 0;
     let start = now_ms();
     let mut issued = 0;
@@ -336,7 +382,7 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
         }
         let _ = ask_engine(&world, engine_status).await;
         if !world.lock().unwrap().oracle.violations.is_empty() {
-            return finish(world, 0);
+            return finish(&world, 0);
         }
     }
     // Faults stop: the file is found again, the process runs, the human leaves the keyboard.
@@ -360,7 +406,7 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
     while now_ms() < healed + QUIET_PHASE_MS {
         madsim::time::sleep(Duration::from_millis(500)).await;
         if !world.lock().unwrap().oracle.violations.is_empty() {
-            return finish(world, 0);
+            return finish(&world, 0);
         }
         let done = callers.iter().all(|c| c.is_finished());
         let status = ask_engine(&world, engine_status).await;
@@ -404,10 +450,10 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
         w.oracle.unfinished(format!("{} durable terminal events never reached a watcher", unseen.len()));
     }
     drop(w);
-    finish(world, settled_at.unwrap_or(QUIET_PHASE_MS))
+    finish(&world, settled_at.unwrap_or(QUIET_PHASE_MS))
 }
 
-fn finish(world: Shared, settle_ms: u64) -> Outcome {
+fn finish(world: &Shared, settle_ms: u64) -> Outcome {
     let mut w = world.lock().unwrap();
     if let Some(v) = w.oracle.violations.first().cloned() {
         w.log(format!("VIOLATION {:?}: {}", v.kind, v.message));
