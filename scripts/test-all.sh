@@ -19,7 +19,7 @@ failed=$(grep -E '^test result:' "$log" | awk '{s+=$6} END {print s+0}')
 echo "== real Codex conformance (installs the pinned @openai/codex from npm into .cache/)"
 bash scripts/test-real-codex.sh
 echo "== simulation (madsim flavour, own target dir target/sim)"
-bash sim/run.sh --seeds 5000
+bash sim/run.sh --seeds 20000
 echo "== simulation: determinism (same seed twice + madsim's check)"
 bash sim/run.sh --check-determinism 3
 echo "== simulation: every planted mutant must be caught"
