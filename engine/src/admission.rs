@@ -388,11 +388,7 @@ impl Engine {
         let admission = self.admissions.get(request_id).expect("registering admission exists");
         if let Some(problem) = self.blocker_for(admission, Stage::Authoritative) {
             let receipt = self.rejection_for(request_id, problem);
-            self.requests.get_mut(request_id).expect("registered").phase = Phase::Released;
-            let admission = self.admissions.get_mut(request_id).expect("exists");
-            admission.step = Step::Releasing;
-            admission.pending_receipt = Some(receipt);
-            return self.persist_record(PersistPurpose::Release(request_id.clone()), request_id);
+            return self.release(request_id, receipt);
         }
         self.start_write(request_id);
     }
@@ -408,6 +404,17 @@ impl Engine {
         let incarnation = self.requests[request_id].incarnation.clone();
         self.deliveries.insert(delivery_id, request_id.clone());
         self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes });
+    }
+
+    /// IDEM-6: a registered admission is definitively rejected after all: commit the release,
+    /// then hand out `receipt` (`on_released`).
+    fn release(&mut self, request_id: &RequestId, receipt: Receipt) {
+        self.requests.get_mut(request_id).expect("registered").phase = Phase::Released;
+        let admission = self.admissions.get_mut(request_id).expect("exists");
+        admission.step = Step::Releasing;
+        admission.step_deadline_ms = None;
+        admission.pending_receipt = Some(receipt);
+        self.persist_record(PersistPurpose::Release(request_id.clone()), request_id);
     }
 
     pub(crate) fn on_released(&mut self, request_id: &RequestId) {
@@ -426,12 +433,7 @@ impl Engine {
             DeliveryOutcome::Refused { reason } => {
                 let problem = blocker(Classification::Unavailable, "pane_refused_write", reason);
                 let receipt = self.rejection_for(&request_id, problem);
-                self.requests.get_mut(&request_id).expect("registered").phase = Phase::Released;
-                let admission = self.admissions.get_mut(&request_id).expect("exists");
-                admission.step = Step::Releasing;
-                admission.step_deadline_ms = None;
-                admission.pending_receipt = Some(receipt);
-                self.persist_record(PersistPurpose::Release(request_id.clone()), &request_id);
+                self.release(&request_id, receipt);
             }
             DeliveryOutcome::Failed { bytes_written, error } => {
                 // ADM-10: any write error is indeterminate: the write may have been partial.
@@ -516,7 +518,7 @@ impl Engine {
         let mut durable = self.requests[request_id].clone();
         durable.phase = durable_phase;
         durable.updated_ms = self.now_ms;
-        let purpose = PersistPurpose::Confirm { request_id: request_id.clone(), terminal_sequence: None };
+        let purpose = PersistPurpose::Confirm { request_id: request_id.clone() };
         self.persist(purpose, vec![crate::io::PersistOp::PutRequest(durable)]);
     }
 
@@ -532,36 +534,31 @@ impl Engine {
             self.finish_with_confirm(request_id, reason);
         } else {
             self.requests.get_mut(request_id).expect("registered").phase = Phase::Settled;
-            self.confirm(request_id, None);
+            self.confirm(request_id);
         }
     }
 
-    /// A return-final request that ends at admission time: one commit carries the receipt
-    /// record and its terminal event.
+    /// A return-final request that ends at admission time: its terminal commit (record, receipt
+    /// and event together) is the admission's confirmation; `on_terminal_committed` hands out
+    /// the receipt once it is acknowledged.
     fn finish_with_confirm(&mut self, request_id: &RequestId, reason: &str) {
-        let sequence = self.next_sequence;
-        self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
-        // `finish` emitted a Terminal persist; re-label it as this admission's confirmation.
-        let token = self
-            .persists
-            .iter()
-            .find(|(_, p)| matches!(p, PersistPurpose::Terminal { request_id: r, .. } if r == request_id))
-            .map(|(t, _)| *t)
-            .expect("finish emitted a terminal persist");
-        let purpose = PersistPurpose::Confirm { request_id: request_id.clone(), terminal_sequence: Some(sequence) };
-        self.persists.insert(token, purpose);
-        self.admissions.get_mut(request_id).expect("exists").step = Step::Confirming;
-    }
-
-    fn confirm(&mut self, request_id: &RequestId, terminal_sequence: Option<u64>) {
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Confirming;
         admission.step_deadline_ms = None;
-        let purpose = PersistPurpose::Confirm { request_id: request_id.clone(), terminal_sequence };
+        self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
+    }
+
+    fn confirm(&mut self, request_id: &RequestId) {
+        let admission = self.admissions.get_mut(request_id).expect("exists");
+        admission.step = Step::Confirming;
+        admission.step_deadline_ms = None;
+        let purpose = PersistPurpose::Confirm { request_id: request_id.clone() };
         self.persist_record(purpose, request_id);
     }
 
-    pub(crate) fn on_confirmed(&mut self, request_id: &RequestId, terminal_sequence: Option<u64>, result: Result<(), String>) {
+    /// The admission's confirming commit was acknowledged: the submitted marker or settled
+    /// record, or (for a return-final that ended at admission) its terminal commit.
+    pub(crate) fn on_confirmed(&mut self, request_id: &RequestId, result: Result<(), String>) {
         let mut receipt = self
             .admissions
             .get_mut(request_id)
@@ -569,9 +566,7 @@ impl Engine {
             .expect("a confirming admission holds its receipt");
         match result {
             Ok(()) => {
-                if let Some(sequence) = terminal_sequence {
-                    self.publish_terminal(request_id, sequence);
-                } else if self.requests[request_id].phase == Phase::Registered {
+                if self.requests[request_id].phase == Phase::Registered {
                     self.start_correlation(request_id);
                 }
             }
@@ -582,9 +577,8 @@ impl Engine {
                 receipt.detail = Some(error);
                 let record = self.requests.get_mut(request_id).expect("exists");
                 record.receipt = Some(receipt.clone());
-                if terminal_sequence.is_some() {
-                    let retry = crate::engine::TerminalRetry { due_ms: self.now_ms + PERSIST_RETRY_MS, cancel_op: None };
-                    self.terminal_retries.insert(request_id.clone(), retry);
+                if record.phase == Phase::Terminal {
+                    // The terminal commit failed; `on_terminal_committed` already retries it.
                 } else if record.return_mode == ReturnMode::ReturnFinal {
                     self.finish(request_id, TerminalState::Indeterminate, Some("store_commit_failed"), None, None);
                 } else {

@@ -20,7 +20,7 @@ pub(crate) enum PersistPurpose {
     /// IDEM-6: a registered admission was rejected after all; deliver its receipt.
     Release(RequestId),
     /// The receipt-bearing record after the write (submitted marker or settled one-way).
-    Confirm { request_id: RequestId, terminal_sequence: Option<u64> },
+    Confirm { request_id: RequestId },
     /// A progress record (binding) that unblocks nothing.
     Progress(RequestId),
     /// A terminal event; publish it once durable (TERM-2).
@@ -201,7 +201,7 @@ impl Engine {
         let event = record.terminal.as_ref()?;
         let published = event.terminal_event_sequence <= self.last_published_sequence
             && !self.terminal_retries.contains_key(request_id)
-            && !self.persists.values().any(|p| matches!(p, PersistPurpose::Terminal { request_id: r, .. } | PersistPurpose::Confirm { request_id: r, terminal_sequence: Some(_) } if r == request_id));
+            && !self.persists.values().any(|p| matches!(p, PersistPurpose::Terminal { request_id: r, .. } if r == request_id));
         published.then_some(event)
     }
 
@@ -349,9 +349,7 @@ impl Engine {
                 }
                 self.on_released(&request_id)
             }
-            PersistPurpose::Confirm { request_id, terminal_sequence } => {
-                self.on_confirmed(&request_id, terminal_sequence, result)
-            }
+            PersistPurpose::Confirm { request_id } => self.on_confirmed(&request_id, result),
             PersistPurpose::Progress(request_id) => {
                 if result.is_err() {
                     self.progress_retries.insert(request_id, self.now_ms + PERSIST_RETRY_MS);
@@ -364,7 +362,9 @@ impl Engine {
     }
 
     fn on_terminal_committed(&mut self, request_id: &RequestId, sequence: u64, cancel_op: Option<OpId>, result: Result<(), String>) {
-        match result {
+        // A return-final that ended at admission time: this commit is also its confirmation.
+        let confirms_admission = self.admissions.get(request_id).is_some_and(|a| a.step == Step::Confirming);
+        match result.clone() {
             Ok(()) => {
                 let event = self.publish_terminal(request_id, sequence);
                 if let (Some(op), Some(event)) = (cancel_op, event) {
@@ -376,6 +376,9 @@ impl Engine {
                 let retry = TerminalRetry { due_ms: self.now_ms + PERSIST_RETRY_MS, cancel_op };
                 self.terminal_retries.insert(request_id.clone(), retry);
             }
+        }
+        if confirms_admission {
+            self.on_confirmed(request_id, result);
         }
     }
 
