@@ -174,6 +174,20 @@ impl AgentRuntime {
         Ok(info)
     }
 
+    /// [`refresh_liveness`](Self::refresh_liveness), and on a change tells the engine: the old
+    /// process's last events first, then the agent's new facts. Returns None when nothing
+    /// changed, `Some(false)` when the engine is gone.
+    pub fn forward_liveness_change(&self, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
+        let events = self.refresh_liveness()?;
+        let agent_id = self.agent_id();
+        for event in events {
+            if inbox.blocking_send(observed(&agent_id, event)).is_err() {
+                return Some(false);
+            }
+        }
+        Some(inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(self.facts()))).is_ok())
+    }
+
     /// The current screen text, for composer evidence.
     pub fn screen_text(&self) -> Option<String> {
         let mut client = self.holder().ok()?;
@@ -198,16 +212,10 @@ fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
     let mut wake = RolloutWake::default();
     while !agent.stopping.load(Ordering::SeqCst) && !inbox.is_closed() {
         wake.wait(Duration::from_millis(MONITOR_INTERVAL_MS));
-        if let Some(exit_events) = agent.refresh_liveness() {
-            for event in exit_events {
-                if inbox.blocking_send(observed(&agent_id, event)).is_err() {
-                    return;
-                }
-            }
-            if inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).is_err() {
-                return;
-            }
-            continue;
+        match agent.forward_liveness_change(&inbox) {
+            Some(false) => return,
+            Some(true) => continue,
+            None => {}
         }
         let mut guard = agent.observer.lock().expect("observer lock");
         if let Some(observer) = guard.as_mut() {

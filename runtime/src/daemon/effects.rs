@@ -116,12 +116,7 @@ pub fn refresh_agent(
     inbox: &mpsc::Sender<DriverMsg>,
     answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> DriverMsg,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
-    if let Some(events) = agent.refresh_liveness() {
-        for event in events {
-            let _ = inbox.blocking_send(observed(agent_id, event));
-        }
-        let _ = inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(agent.facts())));
-    }
+    let _ = agent.forward_liveness_change(inbox);
     let screen = agent.screen_text();
     let mut guard = agent.observer.lock().expect("observer lock");
     let snapshot = match guard.as_mut() {

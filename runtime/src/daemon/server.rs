@@ -268,13 +268,7 @@ async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
             // start a new one from the agent's stored record; same agent id, new incarnation.
             Err(_) => spawn_pane(&holder_config(&paths, &worker.record))?,
         }
-        let agent_id = worker.agent_id();
-        if let Some(events) = worker.refresh_liveness() {
-            for event in events {
-                let _ = inbox.blocking_send(super::agents::observed(&agent_id, event));
-            }
-            let _ = inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(worker.facts())));
-        }
+        let _ = worker.forward_liveness_change(&inbox);
         Ok::<_, String>(worker.facts())
     })
     .await;
