@@ -43,6 +43,9 @@ fn screen_shows_what_the_shell_printed() {
     let holder = HolderGuard::start(&["sh"]);
     let mut sub = holder.client().subscribe(0).unwrap();
     let mut client = holder.client();
+    // Wait for the shell's first prompt: typed before it, the command's output can land on the
+    // prompt's line ("# marker-42"), which made this test flaky.
+    collect_until(&mut sub, |seen| contains(seen, b"# ") || contains(seen, b"$ "));
     assert_eq!(client.write(b"echo marker-$((6*7))\n").unwrap().error, None);
     let (seen, _) = collect_until(&mut sub, |seen| contains(seen, b"marker-42\r\n"));
     let screen = client.screen().unwrap();
