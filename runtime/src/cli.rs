@@ -264,7 +264,8 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
 fn call_admission(paths: &DataPaths, admit: &AdmitRequest) -> Reply {
     let request_id = admit.request_id.clone().expect("the CLI always names the request");
     let reply = client::call(paths, &ClientRequest::Admit(admit.clone()));
-    if reply.body["error"] != "daemon_io" {
+    // Once the request may have reached the daemon, a missing or late reply is not a rejection.
+    if reply.body["error"] != "daemon_io" && reply.body["error"] != "daemon_unresponsive" {
         return reply;
     }
     let message = format!(

@@ -1,7 +1,12 @@
 //! The CLI side of the control protocol: blocking, one connection per call.
+//!
+//! SEC-2: before a byte of a request (which may hold a private prompt) is sent, the client
+//! checks that the data and run directories are its user's own and private, and that the
+//! process serving the socket runs as the same user (SO_PEERCRED). CLI-2: every wait is
+//! bounded: the connect, each reply, and the silence of a watch stream.
 
 use crate::paths::DataPaths;
-use crate::protocol::{exit, ClientRequest, Reply};
+use crate::protocol::{exit, ClientRequest, Reply, WATCH_SILENCE};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -10,18 +15,63 @@ use std::time::Duration;
 /// How long a CLI call waits for its answer. Admission answers within its own bounded waits
 /// (refresh, write, acknowledgement); this only guards against a wedged daemon.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a connect may wait (a stopped daemon's full listen queue blocks `connect`).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
-    UnixStream::connect(paths.socket()).map_err(|error| {
+    let not_running = |error: &dyn std::fmt::Display| {
         let message = format!("no wakterm daemon answers at {} ({error}); run `wakterm mux start`", paths.socket().display());
         Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_not_running", message)
-    })
+    };
+    match paths.verify_private() {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(not_running(&error)),
+        Err(error) => return Err(Reply::error(exit::ERROR, "data_dir_not_private", error.to_string())),
+    }
+    let stream = connect_bounded(&paths.socket(), CONNECT_TIMEOUT).map_err(|error| match error.kind() {
+        // Nothing was sent: a distinct name, so an admission is not mistaken for a lost reply.
+        std::io::ErrorKind::TimedOut => Reply::error(exit::UNRESPONSIVE, "daemon_not_accepting", format!("the daemon did not accept a connection within {CONNECT_TIMEOUT:?}; nothing was sent")),
+        _ => not_running(&error),
+    })?;
+    verify_peer(&stream)?;
+    Ok(stream)
+}
+
+/// `UnixStream::connect` with a bound: the connect runs on a helper thread, which is left to
+/// finish on its own if the bound passes (the CLI exits soon after).
+fn connect_bounded(path: &std::path::Path, timeout: Duration) -> std::io::Result<UnixStream> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::Builder::new().name("connect".into()).spawn(move || drop(sender.send(UnixStream::connect(path))))?;
+    receiver.recv_timeout(timeout).unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+}
+
+/// SEC-2: the server must run as our own user.
+fn verify_peer(stream: &UnixStream) -> Result<(), Reply> {
+    let uid = crate::paths::current_uid();
+    match rustix::net::sockopt::socket_peercred(stream) {
+        Ok(cred) if cred.uid.as_raw() == uid => Ok(()),
+        Ok(cred) => Err(Reply::error(exit::ERROR, "daemon_not_trusted", format!("the socket is served by uid {}, not by us ({uid}); nothing was sent", cred.uid.as_raw()))),
+        Err(error) => Err(Reply::error(exit::ERROR, "daemon_not_trusted", format!("cannot read the socket peer's credentials ({error}); nothing was sent"))),
+    }
 }
 
 fn send(stream: &mut UnixStream, request: &ClientRequest) -> Result<(), Reply> {
     let mut line = serde_json::to_vec(request).expect("requests serialise");
     line.push(b'\n');
-    stream.write_all(&line).map_err(|e| Reply::error(exit::ERROR, "daemon_io", e.to_string()))
+    let _ = stream.set_write_timeout(Some(CALL_TIMEOUT));
+    stream.write_all(&line).map_err(io_error)
+}
+
+/// A failed read or write on the connection: a timeout is `daemon_unresponsive` (exit 7);
+/// anything else is `daemon_io`.
+fn io_error(error: std::io::Error) -> Reply {
+    match error.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            Reply::error(exit::UNRESPONSIVE, "daemon_unresponsive", "the daemon stopped answering (no reply within the bound)")
+        }
+        _ => Reply::error(exit::ERROR, "daemon_io", error.to_string()),
+    }
 }
 
 /// One request, one reply.
@@ -38,23 +88,27 @@ pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
     match BufReader::new(stream).read_line(&mut line) {
         Ok(0) => Reply::error(exit::ERROR, "daemon_io", "the daemon closed the connection without answering"),
         Ok(_) => serde_json::from_str(&line).unwrap_or_else(|e| Reply::error(exit::ERROR, "daemon_io", format!("unreadable reply: {e}"))),
-        Err(error) => Reply::error(exit::ERROR, "daemon_io", error.to_string()),
+        Err(error) => io_error(error),
     }
 }
 
 /// `request watch`: calls `on_event` for each terminal event; stops when it returns false, at
-/// the end of a `once` drain, or when the daemon goes away (an error reply).
+/// the end of a `once` drain, or when the daemon goes away (an error reply). The daemon sends a
+/// heartbeat at least every `WATCH_HEARTBEAT`; silence past `WATCH_SILENCE` is an error.
 pub fn watch(paths: &DataPaths, after: u64, once: bool, mut on_event: impl FnMut(&Value) -> bool) -> Result<(), Reply> {
     let mut stream = connect(paths)?;
     send(&mut stream, &ClientRequest::Watch { after, once })?;
+    let _ = stream.set_read_timeout(Some(WATCH_SILENCE));
     let reader = BufReader::new(stream);
     for line in reader.lines() {
-        let line = line.map_err(|e| Reply::error(exit::ERROR, "daemon_io", e.to_string()))?;
+        let line = line.map_err(io_error)?;
         let value: Value = serde_json::from_str(&line).map_err(|e| Reply::error(exit::ERROR, "daemon_io", e.to_string()))?;
         if let Some(event) = value.get("event") {
             if !on_event(event) {
                 return Ok(());
             }
+        } else if value.get("heartbeat").is_some() {
+            continue;
         } else if value.get("end").is_some() {
             return Ok(());
         } else if let Some(error) = value.get("error") {

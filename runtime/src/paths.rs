@@ -1,10 +1,17 @@
 //! Where a daemon keeps its private state: one data directory per daemon, private to its
 //! user (0700), holding the database, the control socket and one directory per agent.
+//!
+//! SEC-1: nothing here follows a symbolic link. The daemon creates or repairs its directories
+//! through a descriptor opened with `O_NOFOLLOW` (so a planted link is refused, never chmodded
+//! through); the CLI checks the same directories with `lstat` before it trusts a socket in them.
 
-use std::fs;
+use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
 
 #[derive(Clone, Debug)]
 pub struct DataPaths {
@@ -45,31 +52,157 @@ impl DataPaths {
         self.holders_dir().join(format!("{agent_id}.sock"))
     }
 
-    /// Creates the private directories (0700) and refuses ones another user can read.
+    /// Creates the private directories (0700) and refuses ones another user owns or that are
+    /// symbolic links (SEC-1).
     pub fn prepare(&self) -> io::Result<()> {
         for dir in [self.root.clone(), self.run_dir(), self.holders_dir()] {
             private_dir(&dir)?;
         }
         Ok(())
     }
+
+    /// SEC-2, the client's side: the data and run directories exist, are real directories (not
+    /// links), belong to us and give nobody else access. Changes nothing.
+    pub fn verify_private(&self) -> io::Result<()> {
+        for dir in [self.root.clone(), self.run_dir()] {
+            verify_private_dir(&dir)?;
+        }
+        Ok(())
+    }
 }
 
-/// Creates `dir` with mode 0700 if missing; an existing one must belong to us, and loses any
-/// group/other access bits (private data stays private).
+/// The uid this process runs as.
+pub fn current_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+/// Creates `dir` with mode 0700 if missing (its parents as needed). The directory itself is
+/// then opened without following a link: a symlink, a non-directory or another user's
+/// directory is refused; group/other access bits are removed through the descriptor.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
     match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
         Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
         Err(error) => return Err(error),
     }
-    let meta = fs::metadata(dir)?;
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if meta.uid() != uid {
-        return Err(io::Error::other(format!("{} belongs to uid {}, not to us ({uid})", dir.display(), meta.uid())));
-    }
-    if meta.mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty()).map_err(|errno| {
+        let error = io::Error::from(errno);
+        match errno {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => refused(dir, "is a symbolic link or not a directory"),
+            _ => error,
+        }
+    })?;
+    let stat = rustix::fs::fstat(&fd)?;
+    check_owner(dir, stat.st_uid)?;
+    if stat.st_mode & 0o077 != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
     }
     Ok(())
+}
+
+/// Checks, without following links or changing anything, that `dir` is a directory of ours
+/// with no group/other access.
+pub fn verify_private_dir(dir: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(refused(dir, "is a symbolic link"));
+    }
+    if !meta.is_dir() {
+        return Err(refused(dir, "is not a directory"));
+    }
+    check_owner(dir, meta.uid())?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(refused(dir, &format!("is accessible to other users (mode {:o})", meta.mode() & 0o777)));
+    }
+    Ok(())
+}
+
+/// Opens (creating 0600 if missing) a private regular file of ours without following a link:
+/// a planted symlink is refused rather than written through (SEC-1).
+pub fn open_private_file(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
+    let file = options
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(libc::ELOOP) => refused(path, "is a symbolic link"),
+            _ => error,
+        })?;
+    let stat = rustix::fs::fstat(file.as_fd())?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(refused(path, "is not a regular file"));
+    }
+    check_owner(path, stat.st_uid)?;
+    Ok(file)
+}
+
+/// Checks with `lstat` that `path`, if it exists, is a regular file of ours, not a link.
+pub fn verify_no_link(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(refused(path, "is a symbolic link")),
+        Ok(meta) => check_owner(path, meta.uid()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+fn check_owner(path: &Path, owner: u32) -> io::Result<()> {
+    let uid = current_uid();
+    if owner != uid {
+        return Err(refused(path, &format!("belongs to uid {owner}, not to us ({uid})")));
+    }
+    Ok(())
+}
+
+fn refused(path: &Path, why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, format!("{} {why}; refusing to use it", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // SEC-1: a symlinked data directory is refused and its target is left as it was.
+    #[test]
+    fn sec_1_private_dir_refuses_a_symlink_and_leaves_its_target_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("elsewhere");
+        fs::create_dir(&target).unwrap();
+        fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let link = tmp.path().join("data");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let error = private_dir(&link).unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert_eq!(fs::metadata(&target).unwrap().mode() & 0o777, 0o755, "the link's target was chmodded");
+        let error = DataPaths { root: link }.verify_private().unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+    }
+
+    // SEC-1: a symlinked lock or log file is refused; its target keeps its bytes.
+    #[test]
+    fn sec_1_private_files_are_opened_without_following_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("precious");
+        fs::write(&target, b"keep me").unwrap();
+        let link = tmp.path().join("mux.lock");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let error = open_private_file(&link, OpenOptions::new().create(true).write(true)).unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert_eq!(fs::read(&target).unwrap(), b"keep me");
+        assert!(verify_no_link(&link).is_err());
+    }
+
+    // SEC-2: the client refuses a data directory other users can enter.
+    #[test]
+    fn sec_2_verify_private_refuses_open_modes_and_changes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = DataPaths { root: tmp.path().join("data") };
+        paths.prepare().unwrap();
+        paths.verify_private().unwrap();
+        fs::set_permissions(&paths.run_dir(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let error = paths.verify_private().unwrap_err();
+        assert!(error.to_string().contains("other users"), "{error}");
+        assert_eq!(fs::metadata(paths.run_dir()).unwrap().mode() & 0o777, 0o777);
+    }
 }

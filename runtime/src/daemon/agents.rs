@@ -3,7 +3,7 @@
 //! engine inputs. Everything here runs on blocking threads, never on the reactor.
 
 use crate::driver::DriverMsg;
-use crate::holder::{HolderClient, InfoReply};
+use crate::holder::{HolderClient, HolderError, InfoReply};
 use crate::observer::CodexObserver;
 use crate::paths::DataPaths;
 use serde::{Deserialize, Serialize};
@@ -124,10 +124,15 @@ impl AgentRuntime {
     /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
-        let info = self.holder_info();
-        let next = match info {
+        let next = match self.holder_info() {
             Ok(info) => Liveness::from_info(&info),
-            Err(_) => Liveness { process: None, alive: false, exit_code: None },
+            Err(error) if holder_is_gone(&error) => Liveness { process: None, alive: false, exit_code: None },
+            // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
+            // "unknown": nothing changes, and the next probe asks again.
+            Err(error) => {
+                eprintln!("wakterm: agent {}: liveness unknown: {error}", self.record.agent_id);
+                return None;
+            }
         };
         let mut current = self.liveness.lock().expect("liveness lock");
         if *current == next {
@@ -160,7 +165,7 @@ impl AgentRuntime {
     }
 
     /// `info` over the kept connection; one reconnect when it broke (holder restarted).
-    fn holder_info(&self) -> Result<InfoReply, String> {
+    fn holder_info(&self) -> Result<InfoReply, HolderError> {
         let mut kept = self.info_client.lock().expect("info client lock");
         if let Some(client) = kept.as_mut() {
             if let Ok(info) = client.info() {
@@ -168,8 +173,8 @@ impl AgentRuntime {
             }
         }
         *kept = None;
-        let mut client = self.holder()?;
-        let info = client.info().map_err(|e| e.to_string())?;
+        let mut client = HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)?;
+        let info = client.info()?;
         *kept = Some(client);
         Ok(info)
     }
@@ -192,6 +197,16 @@ impl AgentRuntime {
     pub fn screen_text(&self) -> Option<String> {
         let mut client = self.holder().ok()?;
         client.screen().ok().map(|screen| screen.lines.join("\n"))
+    }
+}
+
+/// LIVE-1: the only probe failure that is evidence of exit: nobody listens at the holder's
+/// socket (the file is gone, or the holder that bound it is). A holder owns the agent's
+/// terminal, so without it the agent's process has lost its pane.
+pub fn holder_is_gone(error: &HolderError) -> bool {
+    match error {
+        HolderError::ConnectRefused { source, .. } => matches!(source.raw_os_error(), Some(libc::ECONNREFUSED) | Some(libc::ENOENT)),
+        HolderError::Timeout { .. } | HolderError::PeerGone { .. } | HolderError::Protocol { .. } | HolderError::Remote { .. } | HolderError::Spawn { .. } => false,
     }
 }
 

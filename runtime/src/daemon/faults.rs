@@ -13,6 +13,8 @@ pub enum FaultPoint {
     AfterWrite,
     /// The submitted marker is durable; the receipt was not returned yet.
     AfterSubmitted,
+    /// `agent start`: the holder process was spawned; the caller has no answer yet (LIFE-1).
+    AfterHolderSpawn,
 }
 
 impl FaultPoint {
@@ -25,7 +27,8 @@ impl FaultPoint {
             Some("after_register") => Ok(Some(FaultPoint::AfterRegister)),
             Some("after_write") => Ok(Some(FaultPoint::AfterWrite)),
             Some("after_submitted") => Ok(Some(FaultPoint::AfterSubmitted)),
-            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted")),
+            Some("after_holder_spawn") => Ok(Some(FaultPoint::AfterHolderSpawn)),
+            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn")),
         }
     }
 }

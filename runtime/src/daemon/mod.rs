@@ -15,8 +15,8 @@ use agents::{spawn_monitor, AgentRecord, AgentRuntime, AgentTable};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, Notify};
 use wakterm_engine::{DurableState, Engine, Input, RequestRecord};
@@ -25,6 +25,10 @@ use wakterm_engine::{DurableState, Engine, Input, RequestRecord};
 pub const WATCH_BUFFER: usize = 1024;
 /// How long `mux stop` lets in-flight admissions finish before the daemon exits.
 pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+/// CONN-1: the most control connections served at once, whatever the descriptor limit.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Connections over the cap that are still told why; past this they are closed unanswered.
+pub const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 /// Pause after a failed accept (e.g. EMFILE) so the loop does not spin.
 pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -40,6 +44,8 @@ pub struct Context {
     pub started_ms: u64,
     /// Names of agents whose start is in progress (reserved against concurrent starts).
     pub starting: Mutex<std::collections::BTreeSet<String>>,
+    /// The test-only crash point (REC-5), if one is selected.
+    pub fault: Option<faults::FaultPoint>,
 }
 
 pub type TerminalEventAlias = wakterm_engine::TerminalEvent;
@@ -49,20 +55,13 @@ pub struct DaemonLock {
     _file: File,
 }
 
-/// One daemon per data directory: an exclusive, non-blocking flock on `run/mux.lock`.
+/// One daemon per data directory: an exclusive, non-blocking flock on `run/mux.lock`, opened
+/// without following a link (SEC-1: a planted symlink must not get its target truncated).
 pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     let path = paths.lock_file();
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
+    let mut file = crate::paths::open_private_file(&path, std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    // SAFETY: flock on a file descriptor we own.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    if !locked {
+    if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         let holder = std::fs::read_to_string(&path).unwrap_or_default();
         return Err(format!(
             "a wakterm daemon already runs for {} (pid {})",
@@ -73,6 +72,28 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     file.set_len(0).map_err(|e| e.to_string())?;
     writeln!(file, "{}", std::process::id()).map_err(|e| e.to_string())?;
     Ok(DaemonLock { _file: file })
+}
+
+/// CONN-1: raises the soft descriptor limit to the hard one (a 1024 default soft limit is
+/// common) and returns the limit now in force.
+pub fn raise_descriptor_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            eprintln!("wakterm daemon: cannot raise the descriptor limit: {error}");
+        }
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// CONN-1: how many control connections may be open at once: half the descriptor limit (the
+/// other half stays for holders, rollouts, watches of files and SQLite), at most
+/// `MAX_CONNECTIONS`.
+pub fn connection_cap(descriptor_limit: u64) -> usize {
+    let half = usize::try_from(descriptor_limit / 2).unwrap_or(usize::MAX);
+    half.clamp(1, MAX_CONNECTIONS)
 }
 
 /// Runs the daemon in this process until `mux stop`. Returns an error message for the user.
@@ -87,6 +108,7 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
     }));
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
     let _lock = acquire_lock(&paths)?;
+    let descriptor_limit = raise_descriptor_limit();
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
     let engine = recover_engine(&store)?;
@@ -96,7 +118,7 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
-    runtime.block_on(serve(paths, store, writer, engine, records, fault))
+    runtime.block_on(serve(paths, store, writer, engine, records, fault, connection_cap(descriptor_limit)))
 }
 
 fn recover_engine(store: &Store) -> Result<Engine, String> {
@@ -120,7 +142,7 @@ fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
     Ok(records)
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, engine: Engine, records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, engine: Engine, records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, cap: usize) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let agents: AgentTable = Arc::new(Mutex::new(BTreeMap::new()));
@@ -130,13 +152,13 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, en
     reattach_agents(&paths, &agents, &inbox, records).await;
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()) });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
+    let open = Arc::new(AtomicUsize::new(0));
+    let refusing = Arc::new(AtomicUsize::new(0));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(server::handle_connection(stream, context.clone()));
-                }
+                Ok((stream, _)) => serve_or_refuse(stream, &context, &open, &refusing, cap),
                 // Out of descriptors or similar: back off instead of spinning.
                 Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
             },
@@ -154,10 +176,48 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, en
     Ok(())
 }
 
+/// CONN-1: serves the connection when fewer than `cap` are open; otherwise tells the peer the
+/// daemon is full (bounded too), so a flood of clients can never starve the daemon's own probes
+/// of descriptors.
+fn serve_or_refuse(stream: tokio::net::UnixStream, context: &Arc<Context>, open: &Arc<AtomicUsize>, refusing: &Arc<AtomicUsize>, cap: usize) {
+    if let Some(slot) = Slot::take(open, cap) {
+        let context = context.clone();
+        tokio::spawn(async move {
+            server::handle_connection(stream, context).await;
+            drop(slot);
+        });
+    } else if let Some(slot) = Slot::take(refusing, MAX_REFUSALS_IN_FLIGHT) {
+        tokio::spawn(async move {
+            server::refuse_over_cap(stream, cap).await;
+            drop(slot);
+        });
+    }
+}
+
+/// One counted place among at most `cap`; given back on drop.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(counter: &Arc<AtomicUsize>, cap: usize) -> Option<Slot> {
+        counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < cap).then_some(n + 1)).ok()?;
+        Some(Slot(counter.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "a slot was given back twice");
+    }
+}
+
 /// REC-2: reconnect every agent's holder (concurrently: one slow holder must not delay the
 /// rest), re-register each with its verified process, say startup is done, then start the
 /// monitors that tail their rollouts.
 async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, records: Vec<AgentRecord>) {
+    let known: std::collections::BTreeSet<String> = records.iter().map(|r| r.agent_id.clone()).collect();
+    let sweep_paths = paths.clone();
+    let _ = tokio::task::spawn_blocking(move || stop_unknown_holders(&sweep_paths, &known)).await;
     let mut probes = Vec::new();
     for record in records {
         let agent = Arc::new(AgentRuntime::new(paths, record));
@@ -176,6 +236,27 @@ async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::S
     let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
     for agent in reattached {
         spawn_monitor(agent, inbox.clone());
+    }
+}
+
+/// LIFE-1: a holder socket in the holder directory whose agent is not in the catalog belongs to
+/// a start that never reached the store (a daemon of an older version that crashed mid-start).
+/// Nobody was ever told its agent id, so nobody can reach it: stop it, so no agent process runs
+/// outside the catalog.
+fn stop_unknown_holders(paths: &DataPaths, known: &std::collections::BTreeSet<String>) {
+    let Ok(entries) = std::fs::read_dir(paths.holders_dir()) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(agent_id) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".sock")) else { continue };
+        if known.contains(agent_id) {
+            continue;
+        }
+        eprintln!("wakterm: stopping holder {} of an agent the catalog does not know", path.display());
+        if let Ok(client) = crate::holder::HolderClient::connect(&path) {
+            let _ = client.shutdown();
+        }
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("sock.log"));
     }
 }
 

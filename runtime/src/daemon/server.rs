@@ -18,10 +18,14 @@ pub const MAX_AGENT_NAME_BYTES: usize = 64;
 /// Terminal events read from the store per page while a watcher catches up.
 pub const WATCH_PAGE: usize = 512;
 
+/// CONN-2: a client must send its whole request line within this, or it is dropped (an idle
+/// connection holds a descriptor the daemon's own probes may need).
+pub const REQUEST_LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bound of one reply write: a peer that stops reading cannot hold a task and a descriptor.
+pub const REPLY_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let peer_ok = stream.peer_cred().map(|cred| cred.uid() == uid).unwrap_or(false);
+    let peer_ok = stream.peer_cred().map(|cred| cred.uid() == crate::paths::current_uid()).unwrap_or(false);
     let (read_half, mut write_half) = stream.into_split();
     if !peer_ok {
         let reply = Reply::error(exit::ERROR, "permission_denied", "peers of another user are refused");
@@ -30,8 +34,15 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     }
     let mut line = String::new();
     let mut reader = BufReader::new(read_half.take(MAX_REQUEST_LINE_BYTES as u64));
-    if reader.read_line(&mut line).await.is_err() || !line.ends_with('\n') {
-        let reply = Reply::error(exit::USAGE, "bad_request", "the request line is missing, too long or not UTF-8");
+    let read = tokio::time::timeout(REQUEST_LINE_TIMEOUT, reader.read_line(&mut line)).await;
+    let problem = match read {
+        Err(_) => Some(("request_timeout", format!("no complete request line within {REQUEST_LINE_TIMEOUT:?}"))),
+        Ok(Err(_)) => Some(("bad_request", "the request line is not UTF-8".to_string())),
+        Ok(Ok(_)) if !line.ends_with('\n') => Some(("bad_request", "the request line is missing or too long".to_string())),
+        Ok(Ok(_)) => None,
+    };
+    if let Some((kind, message)) = problem {
+        let reply = Reply::error(exit::USAGE, kind, message);
         let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
         return;
     }
@@ -44,7 +55,7 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
         }
     };
     if let ClientRequest::Watch { after, once } = request {
-        return watch(&mut write_half, &context, after, once).await;
+        return watch(reader.into_inner().into_inner(), &mut write_half, &context, after, once).await;
     }
     let stop = matches!(request, ClientRequest::Stop { .. });
     let reply = dispatch(request, &context).await;
@@ -54,11 +65,25 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     }
 }
 
+/// CONN-1: the answer to a connection over the daemon's cap: one clear error line, then close.
+pub async fn refuse_over_cap(stream: UnixStream, cap: usize) {
+    let (_, mut write_half) = stream.into_split();
+    let message = format!("the daemon already serves {cap} connections; retry shortly (nothing was done)");
+    let reply = Reply::error(exit::ERROR, "too_many_connections", message);
+    let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
+}
+
 async fn write_line(writer: &mut tokio::net::unix::OwnedWriteHalf, value: &Value) -> std::io::Result<()> {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
     bytes.push(b'\n');
-    writer.write_all(&bytes).await?;
-    writer.flush().await
+    let write = async {
+        writer.write_all(&bytes).await?;
+        writer.flush().await
+    };
+    match tokio::time::timeout(REPLY_WRITE_TIMEOUT, write).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the peer stopped reading")),
+    }
 }
 
 async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
@@ -158,7 +183,8 @@ async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: Str
     };
     let paths = context.paths.clone();
     let writer = context.writer.clone();
-    let spawned = tokio::task::spawn_blocking(move || spawn_agent(&paths, &writer, record)).await;
+    let fault = context.fault;
+    let spawned = tokio::task::spawn_blocking(move || spawn_agent(&paths, &writer, record, fault)).await;
     let agent = match spawned {
         Ok(Ok(agent)) => agent,
         Ok(Err(message)) => return Reply::error(exit::ERROR, "agent_start_failed", message),
@@ -178,21 +204,27 @@ async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: Str
     }))
 }
 
-/// Spawns the holder (`wakterm __holder`), waits for its first `info`, persists the agent.
-fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord) -> Result<Arc<AgentRuntime>, String> {
+/// LIFE-1: persists the agent, then spawns its holder (`wakterm __holder`) and waits for its
+/// first `info`. The record is durable before any process exists, so a daemon that dies at any
+/// point of a start leaves no process outside the catalog: after a restart the agent is listed
+/// (running, or stopped if the spawn never happened) and `agent stop` / `mux stop --all` reach it.
+fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, fault: Option<super::faults::FaultPoint>) -> Result<Arc<AgentRuntime>, String> {
     let dir = paths.holders_dir();
     crate::paths::private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let config = holder_config(paths, &record);
-    spawn_pane(&config)?;
     let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
     let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
-    if let Err(error) = writer.commit_blocking(vec![op]) {
-        // Never leave an untracked process behind.
+    writer.commit_blocking(vec![op]).map_err(|error| format!("cannot record the agent: {error}"))?;
+    let config = holder_config(paths, &record);
+    if let Err(message) = spawn_pane(&config) {
+        // A holder that started but never answered in time must not outlive the record.
         if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
             let _ = client.shutdown();
         }
-        return Err(format!("cannot record the agent: {error}"));
+        // Take the record back (if that fails too, the agent shows as stopped).
+        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
+        return Err(message);
     }
+    super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn);
     let agent = Arc::new(AgentRuntime::new(paths, record));
     agent.refresh_liveness();
     Ok(agent)
@@ -213,9 +245,25 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
 
 /// Starts the agent's pane: a holder process (`wakterm __holder`) that outlives the daemon.
 fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the wakterm binary: {e}"))?;
+    let exe = holder_binary()?;
     spawn_holder_with_args(&exe, &["__holder".into()], config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
     Ok(())
+}
+
+/// The binary holders run: this daemon's own. When it was replaced or deleted on disk (an
+/// upgrade in place), Linux still executes the running image through `/proc/self/exe`, so the
+/// holder is always the daemon's own version.
+fn holder_binary() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the wakterm binary: {e}"))?;
+    if exe.exists() && !exe.to_string_lossy().ends_with(" (deleted)") {
+        return Ok(exe);
+    }
+    let running = std::path::PathBuf::from("/proc/self/exe");
+    if running.exists() {
+        eprintln!("wakterm: {} was replaced or deleted; holders run this daemon's own image", exe.display());
+        return Ok(running);
+    }
+    Err(format!("the wakterm binary this daemon runs from ({}) was deleted; restart the daemon (`wakterm mux stop && wakterm mux start`)", exe.display()))
 }
 
 fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
@@ -487,7 +535,9 @@ async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {
 /// TERM-3: history from the store after `after`, then live events pushed by the driver (no
 /// polling). Subscribing before reading history means nothing committed in between is lost;
 /// sequences at or below the last one sent are skipped, so nothing repeats.
-async fn watch(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
+/// CONN-3: a watcher that hangs up is noticed at once (its read half reaches EOF), and a
+/// heartbeat every `WATCH_HEARTBEAT` lets both ends notice a dead peer without an event.
+async fn watch(mut peer: tokio::net::unix::OwnedReadHalf, writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
     let mut live = context.terminal.subscribe();
     let mut last = after;
     if !send_history(writer, context, &mut last).await {
@@ -497,21 +547,33 @@ async fn watch(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Cont
         let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
         return;
     }
+    let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut scratch = [0u8; 64];
     loop {
-        match live.recv().await {
-            Ok(event) if event.terminal_event_sequence > last => {
-                last = event.terminal_event_sequence;
-                if write_line(writer, &json!({"event": event})).await.is_err() {
-                    return;
+        let line = tokio::select! {
+            biased;
+            // The client sends nothing after its request: EOF, an error or stray bytes all
+            // mean the subscription is over.
+            _ = peer.read(&mut scratch) => return,
+            received = live.recv() => match received {
+                Ok(event) if event.terminal_event_sequence > last => {
+                    last = event.terminal_event_sequence;
+                    json!({"event": event})
                 }
-            }
-            Ok(_) => {}
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                if !send_history(writer, context, &mut last).await {
-                    return;
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    if !send_history(writer, context, &mut last).await {
+                        return;
+                    }
+                    continue;
                 }
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            _ = heartbeat.tick() => json!({"heartbeat": true, "last_sequence": last}),
+        };
+        if write_line(writer, &line).await.is_err() {
+            return;
         }
     }
 }
