@@ -14,6 +14,7 @@ mod limits;
 mod op;
 mod reader;
 mod schema;
+pub mod watermark;
 mod writer;
 
 pub use error::StoreError;

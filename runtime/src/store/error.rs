@@ -32,6 +32,9 @@ pub enum StoreError {
     Backpressure { capacity: usize },
     /// The writer thread has stopped; nothing was enqueued or committed.
     Closed,
+    /// STORE-1: the database is older than its watermark says (a deleted WAL, an emptied or
+    /// replaced file). Nothing was opened for writing; `detail` says how to proceed.
+    WentBackwards { path: PathBuf, detail: String },
 }
 
 impl StoreError {
@@ -114,6 +117,7 @@ impl fmt::Display for StoreError {
                 "store writer queue is full ({capacity} batches); retry after commits complete"
             ),
             StoreError::Closed => write!(f, "store writer has stopped; reopen the store"),
+            StoreError::WentBackwards { path, detail } => write!(f, "refusing to open {}: {detail}", path.display()),
         }
     }
 }

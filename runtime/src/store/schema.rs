@@ -59,6 +59,8 @@ pub struct OpenReport {
     pub mode_repaired_from: Option<u32>,
     /// The schema version found before migrating (0 for a new database).
     pub migrated_from: u32,
+    /// STORE-1: the database's identity and commit count at open.
+    pub mark: super::watermark::Mark,
 }
 
 /// Opens `path` read-write with the schema at [`SCHEMA_VERSION`]. The parent directory must exist.
@@ -77,12 +79,16 @@ pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), Sto
     configure(&conn)?;
     let migrated_from = migrate(path, &conn)?;
     assert!(user_version(&conn)? == SCHEMA_VERSION);
+    super::watermark::ensure_identity(&conn)?;
+    let mark = super::watermark::read_mark(&conn)?;
+    super::watermark::check(&super::watermark::path_for(path), path, &mark)?;
     Ok((
         conn,
         OpenReport {
             created,
             mode_repaired_from,
             migrated_from,
+            mark,
         },
     ))
 }

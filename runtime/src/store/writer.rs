@@ -18,6 +18,7 @@ use super::error::StoreError;
 use super::limits::{GROUP_BATCHES_MAX, WRITE_QUEUE_CAPACITY};
 use super::op::{self, StoreOp};
 use super::schema::{self, OpenReport};
+use super::watermark::{self, Watermark};
 
 /// Called exactly once, on the writer thread, for every batch `submit` accepted. Keep it short:
 /// the next group waits for it. A panicking callback is contained and does not stop the writer.
@@ -93,12 +94,13 @@ impl StoreWriter {
             )));
         }
         let (conn, report) = schema::open_database(path)?;
+        let watermark = Watermark::open(path, &report.mark)?;
         let (sender, receiver) = mpsc::sync_channel(capacity);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
         let thread = thread::Builder::new()
             .name("wakterm-store-writer".into())
-            .spawn(move || run(conn, receiver, thread_counters))
+            .spawn(move || run(conn, receiver, thread_counters, watermark))
             .map_err(|err| StoreError::io(path, &err))?;
         Ok(StoreWriter {
             sender: Some(sender),
@@ -183,7 +185,7 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>) {
+fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, watermark: Watermark) {
     let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
     let mut transaction_id = 0u64;
     // `recv` returns queued batches before reporting that every sender is gone: shutdown drains.
@@ -196,7 +198,7 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
             }
         }
         transaction_id += 1;
-        let results = commit_group(&conn, &group, transaction_id);
+        let (results, commits) = commit_group(&conn, &group, transaction_id);
         assert!(results.len() == group.len());
         counters
             .batches
@@ -206,20 +208,27 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         for (mut batch, result) in group.drain(..).zip(results) {
             batch.answer(result);
         }
+        // STORE-1: after the callers, off their path; it may lag the database, never lead it.
+        if let Some(commits) = commits {
+            if let Err(error) = watermark.record(commits) {
+                eprintln!("wakterm: cannot update the store watermark: {error}");
+            }
+        }
     }
 }
 
-/// Runs the group in one transaction and returns each batch's result, in order.
+/// Runs the group in one transaction and returns each batch's result, in order, and the
+/// store's commit count when the transaction committed (STORE-1).
 fn commit_group(
     conn: &Connection,
     group: &[PendingBatch],
     transaction_id: u64,
-) -> Vec<Result<CommitInfo, StoreError>> {
+) -> (Vec<Result<CommitInfo, StoreError>>, Option<u64>) {
     assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
     let batches_in_transaction = group.len();
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         let err = StoreError::from(err);
-        return group.iter().map(|_| Err(err.clone())).collect();
+        return (group.iter().map(|_| Err(err.clone())).collect(), None);
     }
     let mut results: Vec<Result<CommitInfo, StoreError>> = Vec::with_capacity(group.len());
     for (position, batch) in group.iter().enumerate() {
@@ -230,15 +239,19 @@ fn commit_group(
         };
         results.push(apply_batch(conn, &batch.ops).map(|()| info));
     }
-    if let Err(err) = conn.execute_batch("COMMIT") {
-        // The whole group is lost; every batch that had succeeded learns why.
-        let _ = conn.execute_batch("ROLLBACK");
-        let err = StoreError::from(err);
-        for result in results.iter_mut().filter(|result| result.is_ok()) {
-            *result = Err(err.clone());
+    let committed = watermark::bump(conn).and_then(|commits| conn.execute_batch("COMMIT").map(|()| commits));
+    match committed {
+        Ok(commits) => (results, Some(commits)),
+        Err(err) => {
+            // The whole group is lost; every batch that had succeeded learns why.
+            let _ = conn.execute_batch("ROLLBACK");
+            let err = StoreError::from(err);
+            for result in results.iter_mut().filter(|result| result.is_ok()) {
+                *result = Err(err.clone());
+            }
+            (results, None)
         }
     }
-    results
 }
 
 /// One batch inside its own savepoint: all of its ops or none.
