@@ -98,16 +98,21 @@ impl Engine {
     /// IDEM-2, IDEM-3, IDEM-5: answers a request id that is already in flight or durable.
     /// Returns true when the call was answered.
     fn answer_known_request(&mut self, request_id: &RequestId, fingerprint: &str, op: crate::io::OpId, context: &ReceiptContext) -> bool {
+        // IDEM-3, IDEM-7: this input was not written (a definitive rejection), but the id's own
+        // prompt may have been, so retrying this input under a new id is not known to be safe.
         let conflict = || {
             let detail = "this request id was already used with different input";
-            Receipt::rejection(Classification::Invalid, "request_id_conflict", detail, context.clone())
+            let mut receipt = Receipt::rejection(Classification::Invalid, "request_id_conflict", detail, context.clone());
+            receipt.retry_safe = false;
+            receipt
         };
         if let Some(admission) = self.admissions.get_mut(request_id) {
             if admission.fingerprint != fingerprint {
                 self.reply(op, conflict());
             } else if admission.callers.len() >= MAX_JOINED_CALLERS {
-                let detail = "too many callers are waiting on this request id";
-                let receipt = Receipt::rejection(Classification::InternalFailure, "too_many_joined_callers", detail, context.clone());
+                // IDEM-7: the admission this caller would join may write; say so.
+                let detail = "too many callers are waiting on this request id; replay the same id later to learn its outcome, never retry under a new id";
+                let receipt = Receipt::outcome_unknown("too_many_joined_callers", detail, context.clone());
                 self.reply(op, receipt);
             } else {
                 admission.callers.push(op);

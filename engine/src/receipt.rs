@@ -158,6 +158,33 @@ impl Receipt {
         }
     }
 
+    /// IDEM-7: this call was not served, and the id's prompt was or may be written by another
+    /// call (an admission already in flight). Never `prompt_written: false` or `retry_safe:
+    /// true`: a caller who trusted either and retried under a new id could double-submit.
+    /// Replaying the same id later returns the admission's own receipt.
+    pub fn outcome_unknown(reason: &str, detail: impl Into<String>, context: ReceiptContext) -> Receipt {
+        Receipt {
+            schema: RECEIPT_SCHEMA.to_string(),
+            classification: Classification::Indeterminate,
+            prompt_written: true,
+            write_state: WriteState::Unknown,
+            retry_safe: false,
+            reply_pending: false,
+            request_id: context.request_id,
+            agent_id: context.agent_id,
+            incarnation: context.incarnation,
+            operation: context.operation,
+            return_mode: context.return_mode,
+            correlation_source: None,
+            baseline_provider_turn: None,
+            armed_cursor: None,
+            acknowledged: None,
+            replayed: false,
+            reason: Some(reason.to_string()),
+            detail: Some(detail.into()),
+        }
+    }
+
     /// Checks the receipt's own invariants; called on both sides of every boundary.
     pub fn assert_consistent(&self) {
         assert_eq!(self.schema, RECEIPT_SCHEMA);

@@ -96,6 +96,32 @@ fn idem_5_concurrent_same_id_joins() {
     assert_eq!(rig.writes(), 1);
 }
 
+/// IDEM-7: callers over the join cap are not served, but are never told that nothing was
+/// written or that a retry is safe: the admission they could not join does write.
+#[test]
+fn idem_7_callers_over_the_join_cap_never_hear_not_written() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let cap = wakterm_engine::limits::MAX_JOINED_CALLERS;
+    let joined: Vec<_> = (0..cap).map(|_| rig.admit(REQ, "hi", ReturnMode::ReturnFinal)).collect();
+    let over: Vec<_> = (0..3).map(|_| rig.admit(REQ, "hi", ReturnMode::ReturnFinal)).collect();
+    for op in &over {
+        let receipt = rig.receipt(*op);
+        assert_eq!(receipt.reason.as_deref(), Some("too_many_joined_callers"));
+        assert!(receipt.prompt_written, "an over-cap caller was told nothing was written");
+        assert!(!receipt.retry_safe, "an over-cap caller was told a retry is safe");
+        assert_eq!(receipt.classification, Classification::Indeterminate);
+    }
+    rig.settle();
+    assert_eq!(rig.writes(), 1, "the admission the over-cap callers could not join wrote");
+    assert_eq!(rig.receipt(joined[0]).classification, Classification::Accepted);
+    // A conflicting input on the written id is rejected, but never called retry-safe.
+    let conflict_op = rig.admit(REQ, "other", ReturnMode::ReturnFinal);
+    let conflict = rig.receipt(conflict_op);
+    assert_eq!(conflict.reason.as_deref(), Some("request_id_conflict"));
+    assert!(!conflict.prompt_written && !conflict.retry_safe);
+}
+
 /// IDEM-6: a definitive rejection leaves the id free for a later attempt.
 #[test]
 fn idem_6_rejected_id_can_be_retried() {

@@ -285,20 +285,12 @@ fn call_admission(paths: &DataPaths, admit: &AdmitRequest) -> Reply {
 #[allow(clippy::too_many_arguments)]
 fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, raw_paste: bool, message: &str) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
-    let prompt = if message == "-" {
-        // Read at most one byte past the limit: enough to refuse, never the whole stream.
-        let mut bytes = Vec::new();
-        std::io::stdin().take(limit as u64 + 1).read_to_end(&mut bytes).map_err(|e| Reply::error(exit::ERROR, "stdin", e.to_string()))?;
-        String::from_utf8(bytes).map_err(|_| Reply::error(exit::USAGE, "prompt_not_utf8", "the prompt on standard input is not UTF-8"))?
-    } else {
-        message.to_string()
-    };
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
     let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let return_mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
-    if prompt.len() > limit {
-        // INP-1, answered locally: the request line would exceed what the daemon reads.
+    // INP-1, answered locally: the request line would exceed what the daemon reads.
+    let too_large = |detail: String| {
         let context = wakterm_engine::receipt::ReceiptContext {
             request_id: wakterm_engine::RequestId::parse(&request_id).ok(),
             agent_id: None,
@@ -306,9 +298,23 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
             operation,
             return_mode,
         };
-        let problem = wakterm_engine::prompt::PromptError::TooLarge { bytes: prompt.len() };
-        let receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, problem.reason(), problem.detail(), context);
-        return Err(Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("json") });
+        let reason = wakterm_engine::prompt::PromptError::TooLarge { bytes: 0 }.reason();
+        let receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, reason, detail, context);
+        Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("json") }
+    };
+    let prompt = if message == "-" {
+        match read_stdin_prompt(&mut std::io::stdin().lock(), limit)? {
+            StdinPrompt::Text(text) => text,
+            StdinPrompt::TooLarge { bytes, exact } => {
+                let size = if exact { format!("{bytes} bytes") } else { format!("more than {bytes} bytes") };
+                return Err(too_large(format!("the prompt on standard input is {size}; the limit is {limit}")));
+            }
+        }
+    } else {
+        message.to_string()
+    };
+    if prompt.len() > limit {
+        return Err(too_large(wakterm_engine::prompt::PromptError::TooLarge { bytes: prompt.len() }.detail()));
     }
     let request_id = Some(request_id);
     Ok(ClientRequest::Admit(AdmitRequest {
@@ -322,6 +328,33 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
         return_mode,
         final_timeout_ms,
     }))
+}
+
+/// How far past the limit an oversized prompt on standard input is counted (not kept), so
+/// the refusal can say its size; an endless stream is cut here.
+pub const STDIN_COUNT_BOUND: u64 = 64 * 1024 * 1024;
+
+pub enum StdinPrompt {
+    Text(String),
+    /// Over the limit: `bytes` counted, `exact` when the stream ended within the count bound.
+    TooLarge { bytes: u64, exact: bool },
+}
+
+/// INP-1 for `-`: reads at most one byte past `limit` into memory. A larger prompt is refused
+/// as too large (whatever its encoding: a cut can split a UTF-8 character, which must not read
+/// as `prompt_not_utf8`), with its size counted up to `STDIN_COUNT_BOUND`.
+pub fn read_stdin_prompt(input: &mut impl Read, limit: usize) -> Result<StdinPrompt, Reply> {
+    let stdin_error = |e: std::io::Error| Reply::error(exit::ERROR, "stdin", e.to_string());
+    let mut bytes = Vec::new();
+    input.take(limit as u64 + 1).read_to_end(&mut bytes).map_err(stdin_error)?;
+    if bytes.len() > limit {
+        let rest = std::io::copy(&mut input.take(STDIN_COUNT_BOUND), &mut std::io::sink()).map_err(stdin_error)?;
+        let exact = rest < STDIN_COUNT_BOUND;
+        return Ok(StdinPrompt::TooLarge { bytes: bytes.len() as u64 + rest, exact });
+    }
+    String::from_utf8(bytes)
+        .map(StdinPrompt::Text)
+        .map_err(|_| Reply::error(exit::USAGE, "prompt_not_utf8", "the prompt on standard input is not UTF-8"))
 }
 
 fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {

@@ -3,7 +3,6 @@
 use crate::client;
 use crate::paths::DataPaths;
 use crate::protocol::{exit, ClientRequest, Reply};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,10 +24,15 @@ pub fn start_background(paths: &DataPaths) -> Reply {
         Ok(exe) => exe,
         Err(error) => return Reply::error(exit::ERROR, "no_binary", error.to_string()),
     };
-    let log = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(paths.log_file());
+    // The daemon's only voice before its socket answers is this log: a data directory it
+    // cannot write must be said here, not discovered as a silent exit.
+    let log = crate::paths::open_private_file(&paths.log_file(), std::fs::OpenOptions::new().create(true).append(true));
     let (stdout, stderr) = match log.and_then(|f| Ok((f.try_clone()?, f))) {
         Ok((a, b)) => (Stdio::from(a), Stdio::from(b)),
-        Err(_) => (Stdio::null(), Stdio::null()),
+        Err(error) => {
+            let message = format!("cannot write the daemon's log {}: {error}; the data directory must be writable by its owner", paths.log_file().display());
+            return Reply::error(exit::ERROR, "data_dir_not_writable", message);
+        }
     };
     let spawned = Command::new(exe)
         .args(["mux", "start", "--foreground"])
@@ -51,6 +55,7 @@ pub fn start_background(paths: &DataPaths) -> Reply {
         if let Ok(Some(code)) = child.try_wait() {
             let log = std::fs::read_to_string(paths.log_file()).unwrap_or_default();
             let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+            let tail = if tail.trim().is_empty() { "it wrote no reason to its log".to_string() } else { tail };
             return Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"));
         }
         std::thread::sleep(POLL_INTERVAL);

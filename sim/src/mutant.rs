@@ -31,6 +31,10 @@ pub enum Mutant {
     /// so a retry that changed white space replays another input's receipt and the pane gets
     /// different bytes than the caller sent.
     ReplayRewrittenInput,
+    /// Caller layer (daemon server): a joined caller the engine could not serve is answered
+    /// with a plain `internal_failure` rejection (nothing written, retry-safe), as the daemon
+    /// once did, although the admission it joined goes on to write.
+    JoinRefusalSaysUnwritten,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -42,6 +46,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::PublishBeforeCommit, "publish_before_commit", "effects publish a terminal event when its persist is issued"),
     (Mutant::AckBeforeDurable, "ack_before_durable", "store port acknowledges before the commit is durable"),
     (Mutant::ReplayRewrittenInput, "replay_rewritten_input", "caller layer trims prompts, replaying a request id with different input"),
+    (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
 ];
 
 impl Mutant {

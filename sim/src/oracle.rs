@@ -62,6 +62,9 @@ pub struct Oracle {
     pub violations: Vec<Violation>,
     /// The classification of the last receipt each request id got.
     pub last_receipt: BTreeMap<String, Classification>,
+    /// IDEM-7: ids a receipt called unwritten or retry-safe, and no call for the id has started
+    /// since: a write of such an id proves the receipt claimed less than the truth.
+    pub claimed_unwritten: BTreeMap<String, String>,
 }
 
 impl Oracle {
@@ -85,6 +88,31 @@ impl Oracle {
             let n = writes.len();
             self.fail(Kind::DuplicateWrite, format!("request {request_id} was written to the pane {n} times"));
         }
+        if let Some(reason) = self.claimed_unwritten.get(request_id).cloned() {
+            let m = format!("{request_id}: a receipt ({reason}) said not written or retry-safe, then the id was written with no new call");
+            self.fail(Kind::Misclassified, m);
+        }
+    }
+
+    /// A caller starts a call for `request_id`: a later write may be this call's.
+    pub fn on_call(&mut self, request_id: &str) {
+        self.claimed_unwritten.remove(request_id);
+    }
+
+    /// IDEM-7: no receipt says `prompt_written: false` or `retry_safe: true` for an id whose
+    /// prompt was or may be written. A conflict's `prompt_written: false` speaks of its own
+    /// (other) input, so only its `retry_safe` counts.
+    fn check_unwritten_claim(&mut self, id: &str, receipt: &Receipt) {
+        let conflict = receipt.reason.as_deref() == Some("request_id_conflict");
+        let claims = receipt.retry_safe || (!receipt.prompt_written && !conflict);
+        if !claims {
+            return;
+        }
+        let reason = format!("{:?}/{}", receipt.classification, receipt.reason.clone().unwrap_or_default());
+        if self.writes_of(id) > 0 {
+            self.fail(Kind::Misclassified, format!("{id}: receipt {reason} says not written or retry-safe, but the id was written"));
+        }
+        self.claimed_unwritten.insert(id.to_string(), reason);
     }
 
     /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
@@ -93,6 +121,7 @@ impl Oracle {
         let writes = self.writes.get(id).cloned().unwrap_or_default();
         let class = receipt.classification;
         self.last_receipt.insert(id.clone(), class);
+        self.check_unwritten_claim(id, receipt);
         if class.is_definitive_rejection() {
             if writes.len() != writes_before || receipt.prompt_written {
                 let reason = receipt.reason.clone().unwrap_or_default();

@@ -157,14 +157,18 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 final_timeout_ms: mode.timeout_ms,
             };
             let writes_before = w.oracle.writes_of(&call.request_id);
+            w.oracle.on_call(&call.request_id);
             w.log(format!("call {} {:?} rf={} raw={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.timeout_ms, call.agent, call.prompt));
             (command, writes_before)
         };
         let (reply, answer) = oneshot::channel();
         if inbox.send(DriverMsg::Admit { command, reply }).await.is_ok() {
             if let Ok(value) = answer.await {
-                let receipt: Receipt = serde_json::from_value(value).expect("receipts parse");
+                let mut receipt: Receipt = serde_json::from_value(value).expect("receipts parse");
                 let mut w = world.lock().unwrap();
+                if w.mutant == Mutant::JoinRefusalSaysUnwritten && receipt.reason.as_deref() == Some("too_many_joined_callers") {
+                    receipt = join_refusal_as_rejection(receipt); // the bug
+                }
                 let class = format!("{:?}", receipt.classification);
                 w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
                 *w.counters.receipts.entry(class).or_default() += 1;
@@ -181,6 +185,31 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
             w.counters.fault("caller.retry_same_id");
         }
         madsim::time::sleep(ms(100, 2_000)).await;
+    }
+}
+
+/// The `JoinRefusalSaysUnwritten` mutant's answer: the old plain rejection.
+fn join_refusal_as_rejection(receipt: Receipt) -> Receipt {
+    let context = wakterm_engine::receipt::ReceiptContext {
+        request_id: receipt.request_id,
+        agent_id: receipt.agent_id,
+        incarnation: receipt.incarnation,
+        operation: receipt.operation,
+        return_mode: receipt.return_mode,
+    };
+    Receipt::rejection(Classification::InternalFailure, "too_many_joined_callers", "too many callers", context)
+}
+
+/// IDEM-5, IDEM-7: more callers than `MAX_JOINED_CALLERS` send one id and input at once; each
+/// calls once (retrying only when the daemon died, as every caller does).
+fn join_burst(world: &Shared, call: &CallInput, mode: Mode, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
+    let extra = thread_rng().gen_range(1..8);
+    world.lock().unwrap().counters.fault("caller.join_burst");
+    for _ in 0..wakterm_engine::limits::MAX_JOINED_CALLERS + extra {
+        let (world, call) = (world.clone(), call.clone());
+        callers.push(madsim::task::spawn(async move {
+            let _ = admit_once(&world, &call, mode).await;
+        }));
     }
 }
 
@@ -376,7 +405,11 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
                     w.counters.fault("clock.deadline");
                 }
             }
-            callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
+            if thread_rng().gen_bool(0.1) {
+                join_burst(&world, &call, mode, callers);
+            } else {
+                callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
+            }
         } else {
             act(&world, &mut humans);
         }

@@ -56,6 +56,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.retry_same_id",
     "caller.changed_input",
     "caller.cancel",
+    "caller.join_burst",
 ];
 
 #[derive(Default)]
