@@ -5,7 +5,7 @@ use crate::engine::{Engine, PersistPurpose, Step};
 use crate::ids::{AgentId, RequestId, SessionId, TurnId};
 use crate::io::{CancelCommand, CancelOutcome, Output};
 use crate::limits::MAX_PENDING_OUTPUTS;
-use crate::observer::{Cursor, ObserverEvent, ObserverStatus, TurnState};
+use crate::observer::{Cursor, ObserverEvent, ObserverStatus, TurnState, RECORD_TOO_LARGE};
 use crate::request::Phase;
 use crate::receipt::ReturnMode;
 use crate::terminal::TerminalState;
@@ -52,9 +52,11 @@ impl Engine {
         }
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
-            ObserverEvent::SessionLost { .. } => {
+            ObserverEvent::SessionLost { reason } => {
+                // CORR-12: an unreadable record is named as such on the stream.
+                let reason = if reason == RECORD_TOO_LARGE { RECORD_TOO_LARGE } else { "observer_session_lost" };
                 for request_id in self.correlating_requests_of(agent_id, true) {
-                    self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
+                    self.finish(&request_id, TerminalState::Indeterminate, Some(reason), None, None);
                 }
             }
             ObserverEvent::ProcessExited { drained } => self.on_process_exited(agent_id, *drained),

@@ -81,6 +81,11 @@ pub struct ObserverSnapshot {
     pub composer: Composer,
 }
 
+/// The `SessionLost` reason of a provider record the observer could not read in full
+/// (CORR-12). Requests it ends carry it as their terminal reason; any other reason is free
+/// text and ends them as `observer_session_lost`.
+pub const RECORD_TOO_LARGE: &str = "record_too_large";
+
 /// A turn lifecycle fact read from the provider, in position order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -94,7 +99,8 @@ pub enum ObserverEvent {
     UserMessage { session: SessionId, turn: Option<TurnId>, prompt_hash: String, position: u64 },
     TurnCompleted { session: SessionId, turn: TurnId, final_message: Option<String>, position: u64 },
     TurnAborted { session: SessionId, turn: Option<TurnId>, position: u64 },
-    /// The session file was replaced, truncated or rewritten, or the event stream dropped.
+    /// The session file was replaced, truncated or rewritten, a record could not be read in
+    /// full ([`RECORD_TOO_LARGE`]), or the event stream dropped.
     SessionLost { reason: String },
     /// The adopted process exited. `drained`: the observer read the provider's record to its
     /// end after the exit, so what it reported is everything the provider wrote (CORR-11).

@@ -11,11 +11,15 @@
 //!   events of one session come out in strictly increasing position order.
 //! - A truncated, rewritten, replaced or removed rollout ends the session (`SessionLost`); the
 //!   next refresh rediscovers and a new session announces itself with `Attached`.
+//! - A record too long to read in full is evidence lost (CORR-12): the session ends with
+//!   `SessionLost { reason: RECORD_TOO_LARGE }` and its rollout is never re-attached by this
+//!   observer (one process incarnation), so the turn stays Unknown instead of a guess.
 //! - The turn state is derived from lifecycle records only; the screen can only make it more
 //!   cautious (a visible `Working` turns Idle into Busy).
 
 use std::path::{Path, PathBuf};
 
+use wakterm_engine::observer::RECORD_TOO_LARGE;
 use wakterm_engine::prompt::prompt_hash;
 use wakterm_engine::{
     Composer, Cursor, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, SessionId,
@@ -23,8 +27,10 @@ use wakterm_engine::{
 };
 
 use crate::proc_probe::{self, Discovery};
-use crate::rollout::RolloutRecord;
-use crate::rollout_tail::{RolloutTail, TailEntry, TailError, DEFAULT_MAX_BYTES_PER_PAGE, DEFAULT_MAX_RECORDS_PER_PAGE};
+use crate::rollout::{RecordError, RolloutRecord};
+use crate::rollout_tail::{
+    RolloutTail, TailEntry, TailError, DEFAULT_MAX_BYTES_PER_PAGE, DEFAULT_MAX_RECORDS_PER_PAGE, MAX_PARSED_LINE_BYTES,
+};
 use crate::screen::{composer_state, turn_hint, ScreenTurn};
 
 /// Pages read by one refresh or poll: with the default page budgets, at most 64 MiB or 16 384
@@ -302,8 +308,13 @@ impl CodexObserver {
     }
 
     fn lose_session(&mut self, reason: String, events: &mut Vec<ObserverEvent>) {
-        events.push(ObserverEvent::SessionLost { reason: reason.clone() });
-        self.lost_reason = Some(reason);
+        self.lose_session_as(reason.clone(), reason, events);
+    }
+
+    /// Ends the session with `event_reason` for the engine and `detail` for snapshots.
+    fn lose_session_as(&mut self, event_reason: String, detail: String, events: &mut Vec<ObserverEvent>) {
+        events.push(ObserverEvent::SessionLost { reason: event_reason });
+        self.lost_reason = Some(detail);
         self.attached = None;
         self.replay_floor = None;
         self.turn = TurnState::Unknown;
@@ -337,13 +348,31 @@ impl CodexObserver {
         let path = self.rollout_path().map(|p| p.display().to_string()).unwrap_or_default();
         let reason = format!("{error} ({path})");
         if error.is_terminal() {
-            if let Some(path) = self.rollout_path() {
-                self.broken_rollout = Some((path.to_owned(), error.to_string()));
-            }
+            self.mark_broken(error.to_string());
             self.lose_session(reason.clone(), events);
         }
         // A transient I/O error keeps the tail; the state is stale until the next read.
         Health::Unavailable(reason)
+    }
+
+    /// The tailed rollout is not trusted again by this observer (see `broken_rollout`).
+    fn mark_broken(&mut self, why: String) {
+        if let Some(path) = self.rollout_path() {
+            self.broken_rollout = Some((path.to_owned(), why));
+        }
+    }
+
+    /// CORR-12: a record we could not read in full may have been anything (a turn's start, its
+    /// final, the next prompt), so nothing after it can be folded honestly: the session is
+    /// lost, the requests correlated on it end `record_too_large`, and the turn stays Unknown
+    /// for this incarnation rather than Busy forever or falsely Idle.
+    fn lose_on_unreadable_record(&mut self, offset: u64, len_bytes: u64, events: &mut Vec<ObserverEvent>) {
+        self.corrupt_lines += 1;
+        let detail = format!(
+            "{RECORD_TOO_LARGE}: the rollout record at byte {offset} is {len_bytes} bytes, over the {MAX_PARSED_LINE_BYTES}-byte limit of what the observer reads"
+        );
+        self.mark_broken(detail.clone());
+        self.lose_session_as(RECORD_TOO_LARGE.into(), detail, events);
     }
 
     /// A resumed cursor must lie on a record boundary of the file: once the tail caught up
@@ -373,7 +402,14 @@ impl CodexObserver {
         let Some(session) = self.attached.as_ref().map(|a| a.session.clone()) else { return };
         let record = match entry.record {
             Ok(record) => record,
-            Err(_) => {
+            Err(RecordError::LineTooLong { len_bytes }) => return self.lose_on_unreadable_record(entry.offset, len_bytes, events),
+            Err(
+                RecordError::EmptyLine
+                | RecordError::InvalidJson { .. }
+                | RecordError::NotARecord
+                | RecordError::MissingField { .. }
+                | RecordError::WrongType { .. },
+            ) => {
                 self.corrupt_lines += 1;
                 return;
             }
@@ -529,6 +565,66 @@ mod tests {
     fn process_identity_maps_both_ways() {
         let engine = ProcessIdentity { pid: 42, start_time_ticks: 777 };
         assert_eq!(probe_to_engine(engine_to_probe(engine)), engine);
+    }
+
+    fn event(payload: &str) -> String {
+        format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
+    }
+
+    /// CORR-12: a turn whose final is in a record over the parse limit never ends in the
+    /// rollout we can read. The session is lost at once (correlated requests end
+    /// `record_too_large`), the turn is Unknown (neither Busy forever nor falsely Idle), and
+    /// the rollout is not trusted again by this observer, even when readable turns follow.
+    #[test]
+    fn corr_12_an_unreadable_final_loses_the_session_for_good_and_the_turn_stays_unknown() {
+        use std::io::Write;
+        let home = tempfile::tempdir().expect("tempdir");
+        let day = home.path().join("sessions/2026/11/30");
+        std::fs::create_dir_all(&day).expect("sessions dir");
+        let path = day.join("rollout-2026-11-30T10-00-00-s1.jsonl");
+        // This test process is the "Codex": it holds its rollout open for writing.
+        let mut rollout = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("rollout");
+        let meta = format!(
+            "{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{}}}}}\n",
+            serde_json::to_string(&home.path().display().to_string()).unwrap()
+        );
+        rollout.write_all(meta.as_bytes()).unwrap();
+        for line in [
+            event(r#""type":"task_started","turn_id":"t1""#),
+            event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"ok""#),
+            event(r#""type":"task_started","turn_id":"t2""#),
+            event(r#""type":"user_message","turn_id":"t2","message":"hi""#),
+        ] {
+            rollout.write_all(line.as_bytes()).unwrap();
+        }
+        let me = probe_to_engine(proc_probe::identity(std::process::id()).expect("own identity"));
+        let mut observer = CodexObserver::new(home.path().into(), None, me, Incarnation("i".into()));
+        let first = observer.refresh(None);
+        assert_eq!(first.snapshot.turn, TurnState::Busy { turn: Some(TurnId("t2".into())) }, "{first:?}");
+
+        let huge = "A".repeat(MAX_PARSED_LINE_BYTES + 1024 * 1024);
+        let last = format!(r#""type":"task_complete","turn_id":"t2","last_agent_message":"{huge}""#);
+        rollout.write_all(event(&last).as_bytes()).unwrap();
+        assert_eq!(observer.poll(), vec![ObserverEvent::SessionLost { reason: RECORD_TOO_LARGE.into() }]);
+
+        let after = observer.refresh(None);
+        assert!(after.events.is_empty(), "{:?}", after.events);
+        assert_eq!(after.snapshot.turn, TurnState::Unknown);
+        assert_eq!(after.snapshot.session, None);
+        assert!(
+            matches!(&after.snapshot.status, ObserverStatus::Unavailable { reason } if reason.contains(RECORD_TOO_LARGE)),
+            "{:?}",
+            after.snapshot.status
+        );
+
+        // Readable turns afterwards do not re-establish a session whose history has a hole.
+        rollout.write_all(event(r#""type":"task_started","turn_id":"t3""#).as_bytes()).unwrap();
+        rollout.write_all(event(r#""type":"task_complete","turn_id":"t3","last_agent_message":"ok""#).as_bytes()).unwrap();
+        assert!(observer.poll().is_empty());
+        let later = observer.refresh(None);
+        assert!(later.events.is_empty(), "{:?}", later.events);
+        assert_eq!(later.snapshot.turn, TurnState::Unknown);
+        assert!(matches!(later.snapshot.status, ObserverStatus::Unavailable { .. }));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 use crate::proc_probe::{self, Discovery};
 use crate::protocol::{exit, Reply};
-use crate::rollout::RolloutRecord;
+use crate::rollout::{RecordError, RolloutRecord};
 use crate::rollout_tail::{RolloutTail, TailCursor, TailEntry, TailError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -28,6 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use wakterm_engine::observer::RECORD_TOO_LARGE;
 
 /// The schema of every answer (success and structured non-success alike).
 pub const OUTPUT_SCHEMA: &str = "wakterm.agent-output-shadow.experimental.v1";
@@ -421,12 +422,23 @@ fn observer_unavailable(agent_id: &str, reason: &str, detail: &str) -> Reply {
 /// `baseline_cursor` when the session is readable, never a `next_cursor`: adopting the
 /// baseline is the consumer's explicit decision after recording the gap.
 fn gap(key: &CursorKey, agent: &AgentView, observed: &Observed, state: &str, reason: &str, detail: &str) -> Reply {
+    gap_with(agent, state, reason, detail, baseline(key, agent, observed))
+}
+
+/// A gap answer whose replacement (`baseline_cursor`, `session_id`) is given, or why not.
+fn gap_with(
+    agent: &AgentView,
+    state: &str,
+    reason: &str,
+    detail: &str,
+    replacement: Result<(String, String), (String, String)>,
+) -> Reply {
     let mut body = base(state, &agent.agent_id);
     body.insert("reason".into(), json!(reason));
     body.insert("detail".into(), json!(detail));
     body.insert("gap".into(), json!(true));
     body.insert("events".into(), json!([]));
-    match baseline(key, agent, observed) {
+    match replacement {
         Ok((cursor, session_id)) => {
             body.insert("baseline_cursor".into(), json!(cursor));
             body.insert("session_id".into(), json!(session_id));
@@ -509,6 +521,18 @@ pub fn answer(
         Ok(page) => page,
         Err(error) => return tail_failure(key, agent, &observed, &error),
     };
+    let identity = tail.identity();
+    let session_id = opaque_session_id(&agent.agent_id, provider_session, identity.dev, identity.ino);
+    let next = issue(key, &agent.agent_id, incarnation, provider_session, &tail);
+    if let Some(len_bytes) = page.entries.iter().find_map(unreadable_len) {
+        // OUT-9: the tail returns an unreadable record alone on its page, so the cursor
+        // before this read sits just before it and `next` just after it.
+        assert_eq!(page.entries.len(), 1, "an unreadable record is alone on its page");
+        let detail = format!(
+            "a provider record of {len_bytes} bytes is too long to read; an assistant message in it is missing"
+        );
+        return gap_with(agent, "record_skipped", RECORD_TOO_LARGE, &detail, Ok((next, session_id)));
+    }
     let mut events = Vec::new();
     for entry in &page.entries {
         if let Ok(RolloutRecord::AgentMessage { turn_id, text, .. }) = &entry.record {
@@ -520,10 +544,16 @@ pub fn answer(
             }));
         }
     }
-    let identity = tail.identity();
-    let session_id = opaque_session_id(&agent.agent_id, provider_session, identity.dev, identity.ino);
-    let next = issue(key, &agent.agent_id, incarnation, provider_session, &tail);
     success(agent, session_id, events, next, page.has_more, false)
+}
+
+/// The length of a record the tail could not read in full (OUT-9).
+fn unreadable_len(entry: &TailEntry) -> Option<u64> {
+    if let Err(RecordError::LineTooLong { len_bytes }) = entry.record {
+        Some(len_bytes)
+    } else {
+        None
+    }
 }
 
 fn tail_failure(key: &CursorKey, agent: &AgentView, observed: &Observed, error: &TailError) -> Reply {
@@ -861,6 +891,42 @@ mod tests {
         let page = t.read_with(Some(&base), Budgets { max_records: 100, max_bytes: 1 });
         assert_eq!(page.body["has_more"], true);
         assert_eq!(decode_cursor(&t.key, &cursor(&page)).unwrap().off, (lines[..15].concat().len()) as u64);
+    }
+
+    fn agent_message(text: &str) -> String {
+        let item = json!({"type": "AgentMessage", "content": [{"type": "Text", "text": text}]});
+        let payload = json!({"type": "item_completed", "turn_id": "t", "item": item});
+        format!("{}\n", json!({"type": "event_msg", "payload": payload}))
+    }
+
+    /// OUT-9: a record too long to read is an explicit gap, never `gap: false`: the page
+    /// stops before it, the read that reaches it answers `record_skipped` with a
+    /// `baseline_cursor` just past it (no `next_cursor`), and reading goes on from there.
+    #[test]
+    fn out_9_a_record_too_long_to_read_is_a_gap_and_reading_resumes_after_it() {
+        let lines = fixture("two-turns");
+        let s = Setup::new(&lines[..14]);
+        let first = s.read(None);
+        let huge = "A".repeat(crate::rollout_tail::MAX_PARSED_LINE_BYTES + 1024);
+        s.append(&[agent_message("before"), agent_message(&huge), agent_message("after")]);
+        // A byte budget that would hold all three: the page still stops before the skip.
+        let budgets = Budgets { max_records: 10, max_bytes: crate::rollout_tail::MAX_BYTES_PER_PAGE };
+        let page = s.read_with(Some(&cursor(&first)), budgets);
+        assert_eq!(page.exit_code, exit::OK, "{}", page.body);
+        assert_eq!(texts(&page), ["before"]);
+        assert_eq!(page.body["gap"], false);
+        assert_eq!(page.body["has_more"], true);
+
+        let skipped = s.read(Some(&cursor(&page)));
+        assert_gap(&skipped, "record_skipped", "record_too_large");
+        assert!(skipped.body["events"].as_array().unwrap().is_empty());
+        assert_eq!(skipped.body["baseline"], true);
+        assert_eq!(skipped.body["session_id"], first.body["session_id"], "the same session continues");
+        let resume = skipped.body["baseline_cursor"].as_str().expect("a cursor past the skipped record");
+        let rest = s.read(Some(resume));
+        assert_eq!(rest.exit_code, exit::OK, "{}", rest.body);
+        assert_eq!(texts(&rest), ["after"]);
+        assert_eq!(rest.body["gap"], false);
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub struct Page {
     pub entries: Vec<TailEntry>,
     /// Where the next page starts (= last entry's `end`, or the unchanged offset).
     pub next_offset: u64,
-    /// A budget stopped this page while unread bytes remained: read again now.
+    /// A budget, or an unreadable line (alone on its page), stopped this page while unread
+    /// bytes remained: read again now.
     pub has_more: bool,
 }
 
@@ -230,7 +231,9 @@ impl RolloutTail {
     /// Reads the complete lines appended since the last call, within the budgets.
     ///
     /// The first line of a page is always returned whole even if it exceeds `max_bytes`, so a
-    /// long line cannot stall the tail.
+    /// long line cannot stall the tail. A line over [`MAX_PARSED_LINE_BYTES`] (its record is
+    /// `LineTooLong`) is always alone on its page, so a caller can stop exactly before it or
+    /// exactly after it (CORR-12, OUT-9).
     pub fn read_page(&mut self, max_records: usize, max_bytes: usize) -> Result<Page, TailError> {
         if max_records == 0 || max_records > MAX_RECORDS_PER_PAGE || max_bytes == 0 || max_bytes > MAX_BYTES_PER_PAGE {
             return Err(TailError::InvalidBudget { max_records, max_bytes });
@@ -249,6 +252,16 @@ impl RolloutTail {
             // Past the first entry, stop before a line that would overshoot the byte budget.
             let line_budget = if entries.is_empty() { u64::MAX } else { max_bytes as u64 - consumed };
             match reader.next_line(&self.file, line_budget, &mut self.bytes_read)? {
+                // An unreadable line is alone on its page: the next page starts with it.
+                NextLine::Line(line) if line.bytes.is_none() && !entries.is_empty() => {
+                    budget_hit = true;
+                    break;
+                }
+                NextLine::Line(line) if line.bytes.is_none() => {
+                    entries.push(self.consume(line));
+                    budget_hit = true;
+                    break;
+                }
                 NextLine::Line(line) => entries.push(self.consume(line)),
                 NextLine::OverBudget => {
                     budget_hit = true;
@@ -718,19 +731,33 @@ mod tests {
         assert_eq!(tail.bytes_read() - before, CHECKPOINT_WINDOW_BYTES as u64);
     }
 
+    fn huge_line() -> String {
+        format!(r#"{{"type":"response_item","payload":{{"blob":"{}"}}}}"#, "A".repeat(MAX_PARSED_LINE_BYTES))
+    }
+
+    /// CORR-12, OUT-9: an over-long line is hashed, reported as `LineTooLong` alone on its
+    /// page (never buffered, never dropped silently), and reading continues after it.
     #[test]
-    fn overlong_line_is_hashed_skipped_and_does_not_stall() {
+    fn corr_12_overlong_line_is_hashed_reported_alone_on_its_page_and_does_not_stall() {
         let (_dir, path) = new_file();
-        let huge = format!(r#"{{"type":"response_item","payload":{{"blob":"{}"}}}}"#, "A".repeat(MAX_PARSED_LINE_BYTES));
-        append(&path, &format!("{huge}\n{}\n", started("after")));
+        let huge = huge_line();
+        append(&path, &format!("{}\n{huge}\n{}\n", started("before"), started("after")));
         let mut tail = RolloutTail::open(&path).unwrap();
+        // Even a budget that would hold all three lines stops before the unreadable one ...
         let page = tail.read_page(10, MAX_BYTES_PER_PAGE).unwrap();
-        assert_eq!(page.entries.len(), 2);
+        assert_eq!(turn_ids(&page), ["before"]);
+        assert!(page.has_more);
+        let before_end = page.next_offset;
+        // ... and after it.
+        let page = tail.read_page(10, MAX_BYTES_PER_PAGE).unwrap();
+        assert_eq!(page.entries.len(), 1);
+        assert_eq!(page.entries[0].offset, before_end);
         assert_eq!(page.entries[0].record, Err(RecordError::LineTooLong { len_bytes: huge.len() as u64 }));
         assert_eq!(page.entries[0].content_hash, <[u8; 32]>::from(Sha256::digest(huge.as_bytes())));
-        assert_eq!(page.entries[1].record, Ok(RolloutRecord::TurnStarted { turn_id: "after".into() }));
+        assert!(page.has_more);
         // The checkpoint after a skipped line is still valid for resume.
         assert!(RolloutTail::resume(&path, &tail.cursor()).is_ok());
+        assert_eq!(turn_ids(&tail.read_page(10, MAX_BYTES_PER_PAGE).unwrap()), ["after"]);
     }
 
     #[test]
