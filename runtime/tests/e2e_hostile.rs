@@ -1,0 +1,315 @@
+//! Issue 8, hostile conditions: what a hostile or careless local user did to break a promise,
+//! each replayed against the real binary. Each test failed on the code before its fix.
+
+mod support;
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use support::{new_id, World};
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const REPLY: &str = "Final answer for: {prompt}";
+/// An unprivileged uid for the "other user" of the SEC tests (they need root to use it).
+const OTHER_UID: u32 = 65534;
+
+fn is_root() -> bool {
+    rustix::process::getuid().is_root()
+}
+
+/// `mux start` with a low descriptor limit the daemon inherits (soft `soft`, hard `hard`).
+fn mux_start_with_nofile(w: &World, soft: u64, hard: u64) {
+    let mut cmd = w.cmd(&["mux", "start"]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = rustix::process::Rlimit { current: Some(soft), maximum: Some(hard) };
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, limit).map_err(std::io::Error::from)
+        });
+    }
+    let out = cmd.stdin(Stdio::null()).output().expect("mux start");
+    assert!(out.status.success(), "mux start: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn soft_nofile_of(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("nofile line");
+    line.split_whitespace().nth(3).expect("soft").parse().expect("number")
+}
+
+/// Reads what the daemon said on a held connection, if anything, within a short bound.
+fn said(stream: &mut UnixStream) -> Option<Value> {
+    stream.set_read_timeout(Some(Duration::from_millis(50))).ok()?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
+/// CONN-1, CONN-2, CONN-3, LIVE-1: far more idle connections and abandoned watchers than the
+/// daemon has descriptors. The daemon raises its soft limit, answers connections over its cap
+/// with a clear error, drops idle ones, notices hung-up watchers, and keeps serving: the agent
+/// stays alive in the catalog and a return-final request completes.
+#[test]
+fn conn_1_descriptor_pressure_never_wedges_the_daemon_or_kills_an_agent() {
+    let w = World::new(EXE);
+    mux_start_with_nofile(&w, 96, 160);
+    let pid = w.daemon_pid();
+    assert_eq!(soft_nofile_of(pid), 160, "CONN-1: the daemon raises its soft limit to the hard one");
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let socket = w.data.join("run/mux.sock");
+    // Abandoned watchers: subscribe, then hang up without reading.
+    for _ in 0..40 {
+        let mut watcher = UnixStream::connect(&socket).expect("connect");
+        watcher.write_all(b"{\"op\":\"watch\",\"after\":0,\"once\":false}\n").expect("watch");
+    }
+    // Idle connections that never send a request, held for the rest of the test.
+    let mut idle: Vec<UnixStream> = (0..300).filter_map(|_| UnixStream::connect(&socket).ok()).collect();
+    assert!(idle.len() > 200, "the kernel queued our connections");
+    // Within the idle timeout plus slack the daemon serves again, although we still hold them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let catalog = loop {
+        let out = w.run(&["agent", "catalog"]);
+        if out.code == 0 {
+            break out.json;
+        }
+        assert!(Instant::now() < deadline, "the daemon never served again under descriptor pressure: {out:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let zola = catalog["agents"].as_array().unwrap().iter().find(|a| a["name"] == "zola").cloned().unwrap();
+    assert_ne!(zola["state"], "stopped", "LIVE-1: descriptor pressure made a live agent look exited: {zola}");
+    assert_eq!(zola["incarnation"], entry["incarnation"]);
+    let answers: Vec<Value> = idle.iter_mut().filter_map(said).collect();
+    let kinds: Vec<&str> = answers.iter().filter_map(|a| a["body"]["error"].as_str()).collect();
+    assert!(kinds.contains(&"too_many_connections"), "CONN-1: over the cap, a clear error: {kinds:?}");
+    assert!(kinds.contains(&"request_timeout"), "CONN-2: idle connections are dropped: {kinds:?}");
+    drop(idle);
+    let id = new_id();
+    let incarnation = entry["incarnation"].as_str().unwrap();
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "still here?"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed", "{event}");
+}
+
+/// CLI-2: `request watch --once` and a persistent watch against a stopped (SIGSTOP) daemon end
+/// with `daemon_unresponsive` (exit 7) instead of waiting forever.
+#[test]
+fn cli_2_watch_against_a_stopped_daemon_is_bounded() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let pid = w.daemon_pid();
+    // SAFETY: a signal to our own daemon's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let spawn = |args: &[&str]| w.cmd(args).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("spawn");
+    let mut children = [spawn(&["agent", "request", "watch", "--once"]), spawn(&["agent", "request", "watch"])];
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut codes = Vec::new();
+    for child in &mut children {
+        let code = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut stdout = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut stdout);
+        codes.push((code, stdout));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    for (code, stdout) in codes {
+        assert_eq!(code, Some(7), "a watch of a stopped daemon must end with exit 7: {stdout}");
+        assert!(stdout.contains("daemon_unresponsive"), "{stdout}");
+    }
+}
+
+/// SEC-2: a data directory another user created (as in a world-writable /tmp) is refused
+/// before a byte of the prompt is sent: its forged `accepted` never reaches the caller.
+#[test]
+fn sec_2_cli_refuses_a_data_dir_another_user_owns() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as another user");
+        return;
+    }
+    let w = World::new(EXE);
+    let run = w.data.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    for dir in [&w.data, &run] {
+        std::os::unix::fs::chown(dir, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    }
+    let heard = serve_forged_receipt_as_other_user(&run.join("mux.sock"), false);
+    let out = w.run(&["agent", "send", "zola", "my private prompt"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.json["error"], "data_dir_not_private", "{out:?}");
+    assert!(!heard().contains("private prompt"), "the prompt reached another user's server");
+}
+
+/// SEC-2: a socket in our own private directory served by a process of another user (it
+/// called listen() as that user) is refused by its peer credentials.
+#[test]
+fn sec_2_cli_refuses_a_socket_served_by_another_user() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as another user");
+        return;
+    }
+    let w = World::new(EXE);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().unwrap();
+    let heard = serve_forged_receipt_as_other_user(&paths.socket(), true);
+    let out = w.run(&["agent", "send", "zola", "my private prompt"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.json["error"], "daemon_not_trusted", "{out:?}");
+    assert!(!heard().contains("private prompt"), "the prompt reached another user's server");
+}
+
+/// Binds `socket`, then forks a child that becomes OTHER_UID, calls listen(), answers one
+/// connection with a forged `accepted` receipt and writes what it heard to a file. Returns a
+/// reader of that file. With `bind_as_root`, the parent binds (in a directory only root may
+/// write); otherwise the child binds too.
+fn serve_forged_receipt_as_other_user(socket: &std::path::Path, bind_as_root: bool) -> impl Fn() -> String {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+    let heard_path = std::env::temp_dir().join(format!("wk-heard-{}", new_id()));
+    std::fs::write(&heard_path, b"").unwrap();
+    std::os::unix::fs::chown(&heard_path, Some(OTHER_UID), None).unwrap();
+    let addr = SocketAddrUnix::new(socket).unwrap();
+    let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+    if bind_as_root {
+        rustix::net::bind(&fd, &addr).unwrap();
+    }
+    let forged = b"{\"exit_code\":0,\"body\":{\"schema\":\"wakterm.agent-admission.receipt.v1\",\"classification\":\"accepted\",\"forged\":true}}\n";
+    // SAFETY: the child only makes system calls and exits; it never returns into the test.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        let serve = || -> Option<()> {
+            // SAFETY: plain system calls in the single-threaded child.
+            if unsafe { libc::setgid(OTHER_UID) } != 0 || unsafe { libc::setuid(OTHER_UID) } != 0 {
+                return None;
+            }
+            if !bind_as_root {
+                rustix::net::bind(&fd, &addr).ok()?;
+            }
+            rustix::net::listen(&fd, 8).ok()?;
+            let conn = rustix::net::accept(&fd).ok()?;
+            let mut stream = UnixStream::from(conn);
+            stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+            let mut line = String::new();
+            let _ = BufReader::new(&stream).read_line(&mut line);
+            let _ = std::fs::write(&heard_path, line.as_bytes());
+            let _ = stream.write_all(forged);
+            Some(())
+        };
+        let _ = serve();
+        // SAFETY: leave the forked child without running the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    assert!(child > 0, "fork");
+    // Give the child time to listen.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::symlink_metadata(socket).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    move || {
+        // SAFETY: reap or end our own child.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        std::fs::read_to_string(&heard_path).unwrap_or_default()
+    }
+}
+
+/// SEC-1: a symlinked data directory and a symlinked lock file are refused by the daemon; the
+/// link targets keep their mode and bytes.
+#[test]
+fn sec_1_daemon_refuses_symlinked_data_dir_and_lock_file() {
+    let w = World::new(EXE);
+    let target = w.root.join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&target, &w.data).unwrap();
+    let out = w.run(&["mux", "start"]);
+    assert_ne!(out.code, 0, "a symlinked data directory was accepted: {out:?}");
+    assert!(out.stdout.contains("symbolic link"), "{out:?}");
+    assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o755, "the link's target was chmodded");
+    std::fs::remove_file(&w.data).unwrap();
+
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().unwrap();
+    let precious = w.root.join("precious");
+    std::fs::write(&precious, b"keep me").unwrap();
+    std::os::unix::fs::symlink(&precious, paths.lock_file()).unwrap();
+    let out = w.run(&["mux", "start"]);
+    assert_ne!(out.code, 0, "a symlinked lock file was accepted: {out:?}");
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep me", "the lock's link target was truncated");
+}
+
+/// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
+/// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
+#[test]
+fn life_1_crash_during_agent_start_leaves_no_orphan() {
+    let w = World::new(EXE);
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "after_holder_spawn").output().expect("mux start");
+    assert!(out.status.success());
+    let exe = w.exe.display().to_string();
+    let env = format!("CODEX_HOME={}", w.codex_home.display());
+    let out = w.run(&["agent", "start", "--name", "orphan", "--env", &env, "--", &exe, "fake-codex", "--reply", REPLY]);
+    assert_ne!(out.code, 0, "the daemon must have died mid-start: {out:?}");
+    w.wait_until("the daemon is gone", || w.run(&["mux", "status"]).code == 3);
+    w.mux_start();
+    let entry = w.wait_agent("orphan", "listed after the restart", |_| true);
+    assert_ne!(entry["state"], "stopped", "the spawned holder was re-attached: {entry}");
+    w.ok(&["mux", "stop", "--all"]);
+    w.wait_until("no process of ours survives mux stop --all", || w.our_pids().is_empty());
+}
+
+/// A daemon whose binary was replaced on disk (an upgrade in place) still starts agents: its
+/// holders run the daemon's own image.
+#[test]
+fn a_daemon_whose_binary_was_deleted_still_starts_agents() {
+    let w0 = World::new(EXE);
+    let copy = w0.root.join("wakterm-copy");
+    std::fs::copy(EXE, &copy).unwrap();
+    let mut w = World::new(copy.to_str().unwrap());
+    w.mux_start();
+    std::fs::remove_file(&copy).unwrap();
+    w.exe = std::path::PathBuf::from(EXE); // the CLI from here on is the installed one
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "running", |z| z["state"] == "idle");
+}
+
+/// INP-1: a valid UTF-8 prompt over the limit on standard input is `prompt_too_large` (exit
+/// 4) with its real size, even when the cut at the limit splits a character.
+#[test]
+fn inp_1_oversized_utf8_prompt_on_stdin_is_too_large_with_its_size() {
+    let w = World::new(EXE);
+    let prompt = "é".repeat(35_000); // 70,000 bytes; byte 65,537 is inside a character
+    let mut child = w.cmd(&["agent", "send", "zola", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(prompt.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(4), "{body}");
+    assert_eq!(body["reason"], "prompt_too_large", "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("70000 bytes"), "{body}");
+}
+
+/// A data directory the daemon cannot write fails `mux start` with a reason, never an empty one.
+#[test]
+fn mux_start_says_why_when_the_data_dir_is_not_writable() {
+    let w = World::new(EXE);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().unwrap();
+    std::fs::create_dir(paths.log_file()).unwrap(); // the log cannot be opened for writing
+    let out = w.run(&["mux", "start"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(out.json["error"], "data_dir_not_writable", "{out:?}");
+    assert!(out.json["message"].as_str().unwrap().contains("mux.log"), "{out:?}");
+}
