@@ -2,7 +2,7 @@
 //!
 //! SEC-2: before a byte of a request (which may hold a private prompt) is sent, the client
 //! checks that the data and run directories are its user's own and private, and that the
-//! process serving the socket runs as the same user (SO_PEERCRED). CLI-2: every wait is
+//! process serving the socket runs as the same user (SO_PEERCRED). CLI-1: every wait is
 //! bounded: the connect, each reply, and the silence of a watch stream.
 
 use crate::paths::DataPaths;

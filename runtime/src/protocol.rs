@@ -19,12 +19,12 @@ pub mod exit {
     pub const REJECTED: i32 = 4;
     pub const INDETERMINATE: i32 = 5;
     pub const NOT_FOUND: i32 = 6;
-    /// CLI-2: the daemon accepted the connection but did not answer within the call's bound
+    /// CLI-1: the daemon accepted the connection but did not answer within the call's bound
     /// (stopped, wedged, or a watch stream fell silent past its heartbeats).
     pub const UNRESPONSIVE: i32 = 7;
 }
 
-/// CLI-2: a `watch` stream carries a heartbeat at least this often, so both ends notice a dead
+/// CLI-1: a `watch` stream carries a heartbeat at least this often, so both ends notice a dead
 /// peer without waiting for an event.
 pub const WATCH_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
 /// A watcher that hears nothing (not even a heartbeat) for this long gives up with

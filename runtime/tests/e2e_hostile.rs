@@ -95,10 +95,10 @@ fn conn_1_descriptor_pressure_never_wedges_the_daemon_or_kills_an_agent() {
     assert_eq!(event["state"], "completed", "{event}");
 }
 
-/// CLI-2: `request watch --once` and a persistent watch against a stopped (SIGSTOP) daemon end
+/// CLI-1: `request watch --once` and a persistent watch against a stopped (SIGSTOP) daemon end
 /// with `daemon_unresponsive` (exit 7) instead of waiting forever.
 #[test]
-fn cli_2_watch_against_a_stopped_daemon_is_bounded() {
+fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     let w = World::new(EXE);
     w.mux_start();
     let pid = w.daemon_pid();

@@ -298,3 +298,25 @@ pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
     }
     DriverMsg::Input(Input::Observed { agent_id: agent_id.clone(), event })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(errno: i32) -> HolderError {
+        HolderError::ConnectRefused { path: PathBuf::from("/x.sock"), source: std::io::Error::from_raw_os_error(errno) }
+    }
+
+    // LIVE-1: only "nobody listens" is evidence of exit; running out of descriptors is not.
+    #[test]
+    fn live_1_only_an_absent_holder_is_evidence_of_exit() {
+        assert!(holder_is_gone(&refused(libc::ECONNREFUSED)));
+        assert!(holder_is_gone(&refused(libc::ENOENT)));
+        for errno in [libc::EMFILE, libc::ENFILE, libc::EAGAIN, libc::ENOMEM, libc::EACCES] {
+            assert!(!holder_is_gone(&refused(errno)), "errno {errno} read as an exit");
+        }
+        assert!(!holder_is_gone(&HolderError::Timeout { op: "info", after: Duration::from_secs(1) }));
+        assert!(!holder_is_gone(&HolderError::PeerGone { op: "info", detail: "reset".into() }));
+        assert!(!holder_is_gone(&HolderError::Protocol { detail: "garbled".into() }));
+    }
+}
