@@ -8,12 +8,14 @@
 //! agent's live observer, and keeps no state of its own apart from one cursor key per data
 //! directory. The daemon runs [`read_output`] on a blocking thread, never on the reactor.
 //!
-//! The cursor (OUT-3) is `wko1.<base64url(JSON state)>.<base64url(HMAC-SHA256)>`: the state
+//! The cursor (OUT-3) is `wko2.<base64url(nonce || XChaCha20-Poly1305(state))>`: the state
 //! names the agent, the process incarnation, the provider session id, the rollout's (dev, ino),
-//! the byte offset after the last consumed complete record and the tail's content checkpoint;
-//! the MAC, under a 32-byte key created once per data directory ([`CURSOR_KEY_FILE`], 0600),
-//! makes it unforgeable. Only a cursor this data directory's daemon issued is ever resumed, so
-//! no read happens at an attacker-chosen offset. Callers must treat it as opaque.
+//! the byte offset after the last consumed complete record and the tail's content checkpoint.
+//! It is sealed (encrypted and authenticated) under a key derived from the 32-byte key created
+//! once per data directory ([`CURSOR_KEY_FILE`], 0600), so it is opaque in fact (none of the
+//! provider's identifiers, the inode or the offset can be read from it) and unforgeable. Only a
+//! cursor this data directory's daemon issued is ever resumed, so no read happens at an
+//! attacker-chosen offset.
 
 use crate::proc_probe::{self, Discovery};
 use crate::protocol::{exit, Reply};
@@ -21,6 +23,8 @@ use crate::rollout::{RecordError, RolloutRecord};
 use crate::rollout_tail::{RolloutTail, TailCursor, TailEntry, TailError};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -38,14 +42,20 @@ pub const OUTPUT_PAGE_MAX_RECORDS: usize = 256;
 pub const OUTPUT_PAGE_MAX_BYTES: usize = 1024 * 1024;
 /// Longest cursor accepted; a longer one is `cursor_invalid` before any decoding.
 pub const MAX_CURSOR_CHARS: usize = 2048;
-/// The per-data-directory cursor MAC key (32 random bytes, mode 0600).
+/// The per-data-directory cursor key (32 random bytes, mode 0600).
 pub const CURSOR_KEY_FILE: &str = "output-cursor.key";
 pub const CURSOR_KEY_BYTES: usize = 32;
 /// Version prefix of every cursor token.
-const CURSOR_PREFIX: &str = "wko1.";
-const CURSOR_VERSION: u8 = 1;
-/// Domain separation of the cursor MAC.
-const CURSOR_MAC_DOMAIN: &[u8] = b"wakterm-output-cursor-v1\0";
+const CURSOR_PREFIX: &str = "wko2.";
+const CURSOR_VERSION: u8 = 2;
+/// Prefixes of cursors earlier builds issued (`wko1.`: readable state under a MAC).
+const RETIRED_CURSOR_PREFIXES: [&str; 1] = ["wko1."];
+/// Domain separation: the sealing key is HMAC-SHA256(file key, label), and the label is the
+/// associated data of every sealed cursor.
+const CURSOR_SEAL_LABEL: &[u8] = b"wakterm-output-cursor-seal-v2\0";
+/// XChaCha20-Poly1305: a 24-byte random nonce (no practical collision risk) and a 16-byte tag.
+const CURSOR_NONCE_BYTES: usize = 24;
+const CURSOR_TAG_BYTES: usize = 16;
 
 /// The record and byte budget of one page (OUT-6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +70,7 @@ impl Default for Budgets {
     }
 }
 
-/// The MAC key of cursors issued under one data directory.
+/// The key of cursors issued under one data directory.
 #[derive(Clone)]
 pub struct CursorKey([u8; CURSOR_KEY_BYTES]);
 
@@ -73,6 +83,11 @@ impl std::fmt::Debug for CursorKey {
 impl CursorKey {
     pub fn from_bytes(bytes: [u8; CURSOR_KEY_BYTES]) -> CursorKey {
         CursorKey(bytes)
+    }
+
+    /// The sealing cipher, under a key derived from the file key with [`CURSOR_SEAL_LABEL`].
+    fn cipher(&self) -> XChaCha20Poly1305 {
+        XChaCha20Poly1305::new(&hmac_sha256(&self.0, CURSOR_SEAL_LABEL).into())
     }
 
     /// Reads `dir/output-cursor.key`, creating it once (32 bytes of /dev/urandom, 0600).
@@ -134,10 +149,6 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     }
     let inner = Sha256::new().chain_update(ipad).chain_update(message).finalize();
     Sha256::new().chain_update(opad).chain_update(inner).finalize().into()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -210,7 +221,7 @@ impl CursorProblem {
     fn detail(self) -> &'static str {
         match self {
             CursorProblem::Malformed => "the cursor is not one this daemon issues",
-            CursorProblem::Forged => "the cursor's authentication code does not match: it was altered or issued under another data directory",
+            CursorProblem::Forged => "the cursor does not open under this data directory's key: it was altered or issued elsewhere",
             CursorProblem::VersionUnsupported => "the cursor has a version this build does not read",
             CursorProblem::OtherAgent => "the cursor belongs to another agent",
             CursorProblem::IncarnationChanged => "the agent's process changed since the cursor was issued",
@@ -220,29 +231,42 @@ impl CursorProblem {
     }
 }
 
+/// OUT-3: `wko2.` + base64url(nonce || sealed state); a fresh random nonce per cursor.
 fn encode_cursor(key: &CursorKey, state: &CursorState) -> String {
-    let payload = serde_json::to_vec(state).expect("cursor state serialises");
-    let mac = hmac_sha256(&key.0, &[CURSOR_MAC_DOMAIN, &payload].concat());
-    format!("{CURSOR_PREFIX}{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(mac))
+    let plaintext = serde_json::to_vec(state).expect("cursor state serialises");
+    // The system RNG failing is not a condition Linux reports once booted; `generate` panics then.
+    let nonce = XNonce::generate();
+    let sealed = key
+        .cipher()
+        .encrypt(&nonce, Payload { msg: &plaintext, aad: CURSOR_SEAL_LABEL })
+        .expect("a cursor state is far below the cipher's length limit");
+    let blob = [nonce.as_slice(), &sealed].concat();
+    assert_eq!(blob.len(), CURSOR_NONCE_BYTES + plaintext.len() + CURSOR_TAG_BYTES);
+    let token = format!("{CURSOR_PREFIX}{}", URL_SAFE_NO_PAD.encode(blob));
+    assert!(token.len() <= MAX_CURSOR_CHARS, "an issued cursor must be accepted back");
+    token
 }
 
-/// OUT-3: only a well-formed token whose MAC verifies under our key is decoded.
+/// OUT-3: only a well-formed token that opens under our key is decoded.
 fn decode_cursor(key: &CursorKey, token: &str) -> Result<CursorState, CursorProblem> {
     if token.len() > MAX_CURSOR_CHARS {
         return Err(CursorProblem::Malformed);
     }
+    if RETIRED_CURSOR_PREFIXES.iter().any(|prefix| token.starts_with(prefix)) {
+        return Err(CursorProblem::VersionUnsupported);
+    }
     let body = token.strip_prefix(CURSOR_PREFIX).ok_or(CursorProblem::Malformed)?;
-    let (payload, mac) = body.split_once('.').ok_or(CursorProblem::Malformed)?;
-    let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| CursorProblem::Malformed)?;
-    let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| CursorProblem::Malformed)?;
-    if mac.len() != 32 {
+    let blob = URL_SAFE_NO_PAD.decode(body).map_err(|_| CursorProblem::Malformed)?;
+    if blob.len() < CURSOR_NONCE_BYTES + CURSOR_TAG_BYTES {
         return Err(CursorProblem::Malformed);
     }
-    let expected = hmac_sha256(&key.0, &[CURSOR_MAC_DOMAIN, &payload].concat());
-    if !constant_time_eq(&expected, &mac) {
-        return Err(CursorProblem::Forged);
-    }
-    let state: CursorState = serde_json::from_slice(&payload).map_err(|_| CursorProblem::Malformed)?;
+    let (nonce, sealed) = blob.split_at(CURSOR_NONCE_BYTES);
+    let nonce: [u8; CURSOR_NONCE_BYTES] = nonce.try_into().expect("split at the nonce length");
+    let plaintext = key
+        .cipher()
+        .decrypt(&XNonce::from(nonce), Payload { msg: sealed, aad: CURSOR_SEAL_LABEL })
+        .map_err(|_| CursorProblem::Forged)?;
+    let state: CursorState = serde_json::from_slice(&plaintext).map_err(|_| CursorProblem::Malformed)?;
     if state.v != CURSOR_VERSION {
         return Err(CursorProblem::VersionUnsupported);
     }
@@ -724,16 +748,70 @@ mod tests {
     }
 
     #[test]
-    fn out_3_cursor_round_trips_and_is_opaque_and_scoped() {
+    fn out_3_cursor_round_trips_and_is_scoped() {
         let s = Setup::new(&fixture("completed-turn"));
         let token = cursor(&s.read(None));
         assert!(token.starts_with(CURSOR_PREFIX));
         let state = decode_cursor(&s.key, &token).expect("our cursor");
-        assert_eq!(encode_cursor(&s.key, &state), token);
+        assert_eq!(decode_cursor(&s.key, &encode_cursor(&s.key, &state)), Ok(state.clone()));
+        assert_ne!(encode_cursor(&s.key, &state), token, "a fresh nonce per cursor");
         assert_eq!(state.agent, AGENT);
         assert_eq!(state.inc, "100.200");
         assert_eq!(state.sess, SESSION);
         assert_eq!(state.off, std::fs::metadata(&s.path).unwrap().len());
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    /// OUT-2, OUT-3: the cursor is opaque in fact: decoded, it shows neither the provider's
+    /// session id, nor the agent, the inode, the offset or the checkpoint, nor any JSON; and
+    /// flipping any one bit, or cutting it anywhere, makes it `cursor_invalid`.
+    #[test]
+    fn out_3_cursor_reveals_nothing_and_any_bit_flip_or_cut_is_cursor_invalid() {
+        use std::os::unix::fs::MetadataExt;
+        let s = Setup::new(&fixture("completed-turn"));
+        let token = cursor(&s.read(None));
+        let state = decode_cursor(&s.key, &token).unwrap();
+        let body = token.strip_prefix(CURSOR_PREFIX).unwrap();
+        let blob: Vec<u8> = body.split('.').flat_map(|part| URL_SAFE_NO_PAD.decode(part).expect("base64url")).collect();
+        let ino = std::fs::metadata(&s.path).unwrap().ino();
+        assert_eq!((state.ino, state.off), (ino, std::fs::metadata(&s.path).unwrap().len()));
+        let mut secrets: Vec<Vec<u8>> = vec![
+            SESSION.into(),
+            AGENT.into(),
+            state.inc.clone().into(),
+            state.ck.clone().into(),
+            unhex32(&state.ck).unwrap().to_vec(),
+        ];
+        for number in [state.ino, state.off, state.dev] {
+            secrets.extend([number.to_string().into(), number.to_le_bytes().to_vec(), number.to_be_bytes().to_vec()]);
+        }
+        for secret in &secrets {
+            assert!(!contains(&blob, secret), "the cursor shows {secret:?}");
+        }
+        for json in [&b"{\""[..], b"\"sess\"", b"\"off\"", b"\"ino\"", b"\"agent\""] {
+            assert!(!contains(&blob, json), "the cursor shows JSON {:?}", String::from_utf8_lossy(json));
+        }
+        assert!(serde_json::from_slice::<Value>(&blob).is_err());
+        assert!(std::str::from_utf8(&blob).is_err(), "sealed bytes, not text");
+        assert!(!token.contains(SESSION) && !token.contains(AGENT));
+        assert!(!body.contains('.'), "one sealed part");
+
+        for bit in 0..blob.len() * 8 {
+            let mut flipped = blob.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let token = format!("{CURSOR_PREFIX}{}", URL_SAFE_NO_PAD.encode(&flipped));
+            assert_eq!(decode_cursor(&s.key, &token), Err(CursorProblem::Forged), "bit {bit}");
+            if bit % 101 == 0 {
+                assert_gap(&s.read(Some(&token)), "cursor_invalid", "cursor_forged");
+            }
+        }
+        for cut in 0..token.len() {
+            let reply = s.read(Some(&token[..cut]));
+            assert_eq!(reply.body["state"], "cursor_invalid", "cut at {cut}: {}", reply.body);
+        }
     }
 
     #[test]
@@ -752,12 +830,13 @@ mod tests {
         assert_eq!(reply.body["baseline"], true, "the session is readable: a new baseline is offered");
         assert!(decode_cursor(&s.key, reply.body["baseline_cursor"].as_str().unwrap()).is_ok());
 
-        // Payload altered, MAC kept.
-        let (head, mac) = token.rsplit_once('.').unwrap();
-        let altered_payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&state).unwrap());
-        let altered = format!("{CURSOR_PREFIX}{altered_payload}.{mac}");
-        assert_gap(&s.read(Some(&altered)), "cursor_invalid", "cursor_forged");
-        for bad in ["", "garbage", "wko1.", "wko1.a.b", &head[..head.len() - 3], &token[..token.len() - 5], &"x".repeat(MAX_CURSOR_CHARS + 1)] {
+        // A readable state of the retired `wko1.` form, with whatever MAC: never believed.
+        let readable = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&state).unwrap());
+        let retired = format!("wko1.{readable}.{}", URL_SAFE_NO_PAD.encode([0u8; 32]));
+        assert_gap(&s.read(Some(&retired)), "cursor_invalid", "cursor_version_unsupported");
+        // A readable state under the current prefix.
+        assert_gap(&s.read(Some(&format!("{CURSOR_PREFIX}{readable}"))), "cursor_invalid", "cursor_forged");
+        for bad in ["", "garbage", "wko1.", "wko1.a.b", "wko2.", "wko2.a.b", "wko2.@@", &token[..token.len() - 5], &"x".repeat(MAX_CURSOR_CHARS + 1)] {
             let reply = s.read(Some(bad));
             assert_eq!(reply.body["state"], "cursor_invalid", "{bad:?}: {}", reply.body);
             assert_eq!(reply.exit_code, exit::REJECTED);
@@ -779,7 +858,7 @@ mod tests {
 
         // Version check happens after authentication.
         let mut v2 = decode_cursor(&s.key, &token).unwrap();
-        v2.v = 2;
+        v2.v = CURSOR_VERSION + 1;
         assert_gap(&s.read(Some(&encode_cursor(&s.key, &v2))), "cursor_invalid", "cursor_version_unsupported");
     }
 
@@ -944,7 +1023,7 @@ mod tests {
         assert_eq!(reply.body["state"], "observer_unavailable");
         assert_eq!(reply.body["gap"], false);
         // A forged cursor is still cursor_invalid, without a baseline.
-        let reply = answer(&s.key, &s.agent, Some("wko1.x.y"), Budgets::default(), |_| down());
+        let reply = answer(&s.key, &s.agent, Some(&format!("{CURSOR_PREFIX}x.y")), Budgets::default(), |_| down());
         assert_gap(&reply, "cursor_invalid", "cursor_malformed");
         assert_eq!(reply.body["baseline_cursor"], Value::Null);
 
