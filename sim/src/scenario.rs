@@ -299,7 +299,11 @@ fn act(world: &Shared, humans: &mut u64) {
                 ["observer.file_lost", "observer.truncated", "observer.replaced", "observer.rewritten"][thread_rng().gen_range(0..4)]
             };
             let lost_ms = if kind == "observer.file_lost" { thread_rng().gen_range(800..4_000) } else { thread_rng().gen_range(0..1_500) };
-            w.break_record(a, kind, lost_ms);
+            if kind != "app_server.stream_dropped" && thread_rng().gen_bool(0.2) {
+                w.make_record_unreadable(a, thread_rng().gen_range(300..3_000));
+            } else {
+                w.break_record(a, kind, lost_ms);
+            }
         }
         56..=59 => {
             if w.agents[a].lag_ms > 100 {
@@ -425,6 +429,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         for a in 0..w.agents.len() {
             let agent = &mut w.agents[a];
             agent.lost_until_ms = None;
+            agent.unreadable_record = None;
             agent.lag_ms = 20;
             agent.question = false;
             agent.composer.clear();

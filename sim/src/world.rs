@@ -43,6 +43,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.truncated",
     "observer.replaced",
     "observer.rewritten",
+    "observer.record_too_large",
     "observer.delayed",
     "observer.refresh_slow",
     "app_server.stream_dropped",
@@ -201,6 +202,10 @@ pub struct Agent {
     pub sessions_made: u64,
     pub lost_until_ms: Option<u64>,
     pub lost_reason: String,
+    /// CORR-12: the index of a record in the session the observer cannot read in full (too
+    /// large), and how long the observer is then blind; reaching it loses the session
+    /// (evidence lost), the record is never folded.
+    pub unreadable_record: Option<(usize, u64)>,
     pub lag_ms: u64,
     pub pending_finals: Vec<(u64, TurnId, String)>,
     pub observer: Observer,
@@ -230,6 +235,7 @@ impl Agent {
             sessions_made: 0,
             lost_until_ms: None,
             lost_reason: String::new(),
+            unreadable_record: None,
             lag_ms: 20,
             pending_finals: vec![],
             observer: Observer {
@@ -594,11 +600,32 @@ impl World {
         }
     }
 
+    /// CORR-12: the next record the observer reads (present or still to come) will be too
+    /// large to read; the observer then loses the session and is blind for `lost_ms`.
+    pub fn make_record_unreadable(&mut self, a: usize, lost_ms: u64) {
+        let agent = &mut self.agents[a];
+        agent.unreadable_record = Some((agent.observer.read, lost_ms));
+        self.counters.fault("observer.record_too_large");
+        self.log(format!("a{a} record {} will be too large to read", self.agents[a].observer.read));
+    }
+
     fn read_records(&mut self, a: usize, now: u64, out: &mut Vec<ObserverEvent>) {
         loop {
             let agent = &self.agents[a];
             let Some(record) = agent.session.records.get(agent.observer.read) else { break };
             if record.visible_at_ms > now {
+                break;
+            }
+            if let Some((_, lost_ms)) = agent.unreadable_record.filter(|(at, _)| *at == agent.observer.read) {
+                // Skipped, never folded: the turn state stays what it was, the session is lost.
+                let agent = &mut self.agents[a];
+                agent.unreadable_record = None;
+                agent.observer.read += 1;
+                agent.observer.attached = None;
+                agent.observer.lost_reported = true;
+                agent.lost_until_ms = Some(now + lost_ms);
+                agent.lost_reason = "record_too_large".to_string();
+                out.push(ObserverEvent::SessionLost { reason: "record_too_large".to_string() });
                 break;
             }
             let record = record.clone();
