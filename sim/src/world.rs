@@ -202,10 +202,10 @@ pub struct Agent {
     pub sessions_made: u64,
     pub lost_until_ms: Option<u64>,
     pub lost_reason: String,
-    /// CORR-12: the index of a record in the session the observer cannot read in full (too
-    /// large), and how long the observer is then blind; reaching it loses the session
-    /// (evidence lost), the record is never folded.
-    pub unreadable_record: Option<(usize, u64)>,
+    /// CORR-12: the next turn final the observer reads will be too large to read in full
+    /// (a final is where Codex puts long text); the value is how long the observer is then
+    /// blind. Reaching it loses the session (evidence lost); the record is never folded.
+    pub unreadable_record: Option<u64>,
     pub lag_ms: u64,
     pub pending_finals: Vec<(u64, TurnId, String)>,
     pub observer: Observer,
@@ -600,13 +600,13 @@ impl World {
         }
     }
 
-    /// CORR-12: the next record the observer reads (present or still to come) will be too
+    /// CORR-12: the next final the observer reads (present or still to come) will be too
     /// large to read; the observer then loses the session and is blind for `lost_ms`.
     pub fn make_record_unreadable(&mut self, a: usize, lost_ms: u64) {
         let agent = &mut self.agents[a];
-        agent.unreadable_record = Some((agent.observer.read, lost_ms));
+        agent.unreadable_record = Some(lost_ms);
         self.counters.fault("observer.record_too_large");
-        self.log(format!("a{a} record {} will be too large to read", self.agents[a].observer.read));
+        self.log(format!("a{a} the next final will be too large to read"));
     }
 
     fn read_records(&mut self, a: usize, now: u64, out: &mut Vec<ObserverEvent>) {
@@ -616,7 +616,8 @@ impl World {
             if record.visible_at_ms > now {
                 break;
             }
-            if let Some((_, lost_ms)) = agent.unreadable_record.filter(|(at, _)| *at == agent.observer.read) {
+            let is_final = matches!(record.event, ObserverEvent::TurnCompleted { .. });
+            if let Some(lost_ms) = agent.unreadable_record.filter(|_| is_final) {
                 // Skipped, never folded: the turn state stays what it was, the session is lost.
                 let agent = &mut self.agents[a];
                 agent.unreadable_record = None;
