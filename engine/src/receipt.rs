@@ -136,26 +136,7 @@ impl Receipt {
         context: ReceiptContext,
     ) -> Receipt {
         assert!(classification.is_definitive_rejection(), "{classification:?} is not a rejection");
-        Receipt {
-            schema: RECEIPT_SCHEMA.to_string(),
-            classification,
-            prompt_written: false,
-            write_state: WriteState::NotStarted,
-            retry_safe: true,
-            reply_pending: false,
-            request_id: context.request_id,
-            agent_id: context.agent_id,
-            incarnation: context.incarnation,
-            operation: context.operation,
-            return_mode: context.return_mode,
-            correlation_source: None,
-            baseline_provider_turn: None,
-            armed_cursor: None,
-            acknowledged: None,
-            replayed: false,
-            reason: Some(reason.to_string()),
-            detail: Some(detail.into()),
-        }
+        Receipt::unanswered(classification, false, WriteState::NotStarted, reason, detail.into(), context)
     }
 
     /// IDEM-7: this call was not served, and the id's prompt was or may be written by another
@@ -163,12 +144,25 @@ impl Receipt {
     /// true`: a caller who trusted either and retried under a new id could double-submit.
     /// Replaying the same id later returns the admission's own receipt.
     pub fn outcome_unknown(reason: &str, detail: impl Into<String>, context: ReceiptContext) -> Receipt {
+        Receipt::unanswered(Classification::Indeterminate, true, WriteState::Unknown, reason, detail.into(), context)
+    }
+
+    /// A receipt for a call that did not itself write: only the context is known. Retry-safe
+    /// exactly when nothing was or may be written.
+    fn unanswered(
+        classification: Classification,
+        prompt_written: bool,
+        write_state: WriteState,
+        reason: &str,
+        detail: String,
+        context: ReceiptContext,
+    ) -> Receipt {
         Receipt {
             schema: RECEIPT_SCHEMA.to_string(),
-            classification: Classification::Indeterminate,
-            prompt_written: true,
-            write_state: WriteState::Unknown,
-            retry_safe: false,
+            classification,
+            prompt_written,
+            write_state,
+            retry_safe: !prompt_written,
             reply_pending: false,
             request_id: context.request_id,
             agent_id: context.agent_id,
@@ -181,7 +175,7 @@ impl Receipt {
             acknowledged: None,
             replayed: false,
             reason: Some(reason.to_string()),
-            detail: Some(detail.into()),
+            detail: Some(detail),
         }
     }
 

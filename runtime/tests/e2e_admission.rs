@@ -57,7 +57,8 @@ fn assert_definitive_rejection(out: &support::Out, classification: &str, reason:
     assert_eq!(r["prompt_written"], false, "{r}");
     assert_eq!(r["write_state"], "not_started", "{r}");
     assert_eq!(r["reply_pending"], false, "{r}");
-    assert_eq!(r["retry_safe"], true, "{r}");
+    // IDEM-7: a conflict's own input was not written, but the id's prompt was: never retry-safe.
+    assert_eq!(r["retry_safe"], reason != "request_id_conflict", "{r}");
 }
 
 /// ADM-13, ADM-15: a one-way `agent send` is accepted, acknowledged, and the fake's rollout shows
