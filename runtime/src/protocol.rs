@@ -78,3 +78,34 @@ impl Reply {
         Reply { exit_code, body }
     }
 }
+
+/// The daemon's framing of a connection: the request is its first line, newline included,
+/// within its first [`MAX_REQUEST_LINE_BYTES`] bytes (what one bounded `read_until(b'\n')`
+/// returns); the bytes after it are not part of the request.
+pub fn frame_request_line(received: &[u8]) -> &[u8] {
+    let bounded = &received[..received.len().min(MAX_REQUEST_LINE_BYTES)];
+    match bounded.iter().position(|&b| b == b'\n') {
+        Some(newline) => &bounded[..=newline],
+        None => bounded,
+    }
+}
+
+/// Reads one framed request line ([`frame_request_line`]): UTF-8, newline-terminated, one JSON
+/// [`ClientRequest`]. Pure and total, so it can be fuzzed (runtime/tests/fuzz_parsers.rs); a
+/// refusal is the `bad_request` reply to send (exit 2), whose message never exceeds the line
+/// by more than [`MAX_REQUEST_ERROR_OVERHEAD_BYTES`].
+pub fn parse_request_line(line: &[u8]) -> Result<ClientRequest, Reply> {
+    let refuse = |message: String| Reply::error(exit::USAGE, "bad_request", message);
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Err(refuse("the request line is not UTF-8".to_string()));
+    };
+    let framed = text.len() <= MAX_REQUEST_LINE_BYTES && text.find('\n').is_some_and(|at| at + 1 == text.len());
+    if !framed {
+        return Err(refuse("the request line is missing or too long".to_string()));
+    }
+    serde_json::from_str(text).map_err(|error| refuse(format!("unreadable request: {error}")))
+}
+
+/// Bound on what a refusal adds to the line it quotes (serde_json names at most one offending
+/// token of the line, plus its position).
+pub const MAX_REQUEST_ERROR_OVERHEAD_BYTES: usize = 512;

@@ -250,9 +250,15 @@ pub(crate) enum LineError {
     Truncated,
 }
 
+/// The fuzzing harness of runtime/tests, shared with this file's fuzz target.
+#[cfg(test)]
+#[path = "../../tests/fuzz_support/mod.rs"]
+mod fuzz_support;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn request_wire_names_are_snake_case_ops() {
@@ -303,5 +309,64 @@ mod tests {
         ));
         let mut empty = std::io::Cursor::new(Vec::new());
         assert_eq!(read_line_bounded(&mut empty, 8).unwrap(), None);
+    }
+
+    /// Parses one line as each side of the holder protocol does: the server a [`Request`], the
+    /// client a [`Reply`] or a [`StreamEvent`]. What parses round-trips; a payload is never
+    /// larger than its line.
+    fn check_holder_line(line: &[u8]) {
+        if let Ok(request) = serde_json::from_slice::<Request>(line) {
+            if let Request::Write { data, .. } = &request {
+                assert!(data.len() <= line.len());
+            }
+            let text = serde_json::to_vec(&request).expect("a request serialises");
+            assert_eq!(serde_json::from_slice::<Request>(&text).expect("and parses back"), request);
+        }
+        if let Ok(reply) = serde_json::from_slice::<Reply>(line) {
+            let text = serde_json::to_vec(&reply).expect("a reply serialises");
+            assert_eq!(serde_json::from_slice::<Reply>(&text).expect("and parses back"), reply);
+        }
+        if let Ok(event) = serde_json::from_slice::<StreamEvent>(line) {
+            let text = serde_json::to_vec(&event).expect("an event serialises");
+            assert_eq!(serde_json::from_slice::<StreamEvent>(&text).expect("and parses back"), event);
+        }
+    }
+
+    /// Reads a whole stream as a holder connection does, through a buffer of `capacity` bytes
+    /// (so lines cross refills) with a line cap of `max`: lines come back exactly as sent,
+    /// without their newline; the reader stops with `TooLong` exactly at a line over the cap
+    /// and with `Truncated` exactly at an unterminated tail.
+    fn check_holder_stream(bytes: &[u8], capacity: usize, max: usize) {
+        let mut reader = std::io::BufReader::with_capacity(capacity, bytes);
+        let mut at = 0;
+        loop {
+            let rest = &bytes[at..];
+            let next_line_len = rest.iter().position(|&b| b == b'\n');
+            match fuzz_support::timed(|| read_line_bounded(&mut reader, max)) {
+                Ok(Some(line)) => {
+                    assert_eq!(Some(line.len()), next_line_len);
+                    assert!(line.len() <= max);
+                    assert_eq!(&rest[..line.len()], &line[..]);
+                    fuzz_support::timed(|| check_holder_line(&line));
+                    at += line.len() + 1;
+                }
+                Ok(None) => return assert!(rest.is_empty()),
+                Err(LineError::TooLong) => return assert!(next_line_len.unwrap_or(rest.len()) > max),
+                Err(LineError::Truncated) => return assert!(next_line_len.is_none() && !rest.is_empty() && rest.len() <= max),
+                Err(LineError::Io(error)) => panic!("reading memory failed: {error}"),
+            }
+        }
+    }
+
+    /// Fuzz target (issue 8): the holder protocol's line reader and message parsers.
+    #[test]
+    fn fuzz_holder_protocol() {
+        fuzz_support::replay("holder_request", |bytes| {
+            check_holder_stream(bytes, 7, MAX_LINE_BYTES);
+            check_holder_stream(bytes, 4096, 16);
+        });
+        let huge = [MAX_LINE_BYTES + 1, 70_000, 17];
+        let strategy = (fuzz_support::input(fuzz_support::seeds("holder_request"), &huge), 1usize..256, prop_oneof![Just(16usize), Just(4096), Just(MAX_LINE_BYTES)]);
+        proptest::proptest!(fuzz_support::config(512), |((bytes, capacity, max) in strategy)| check_holder_stream(&bytes, capacity, max));
     }
 }
