@@ -65,6 +65,10 @@ pub struct Oracle {
     /// IDEM-7: ids a receipt called unwritten or retry-safe, and no call for the id has started
     /// since: a write of such an id proves the receipt claimed less than the truth.
     pub claimed_unwritten: BTreeMap<String, String>,
+    /// Calls numbered in the order they started (the driver's inbox is FIFO), and the number of
+    /// the latest call per id.
+    pub calls_started: u64,
+    pub latest_call: BTreeMap<String, u64>,
 }
 
 impl Oracle {
@@ -94,15 +98,22 @@ impl Oracle {
         }
     }
 
-    /// A caller starts a call for `request_id`: a later write may be this call's.
-    pub fn on_call(&mut self, request_id: &str) {
+    /// A caller starts a call for `request_id`: a later write may be this call's. Returns the
+    /// call's number.
+    pub fn on_call(&mut self, request_id: &str) -> u64 {
         self.claimed_unwritten.remove(request_id);
+        self.calls_started += 1;
+        self.latest_call.insert(request_id.to_string(), self.calls_started);
+        self.calls_started
     }
 
     /// IDEM-7: no receipt says `prompt_written: false` or `retry_safe: true` for an id whose
     /// prompt was or may be written. A conflict's `prompt_written: false` speaks of its own
     /// (other) input, so only its `retry_safe` counts.
-    fn check_unwritten_claim(&mut self, id: &str, receipt: &Receipt) {
+    /// A call that started after this one (same id) reached the engine after it, so the engine
+    /// could not know of it when it answered: a write by that call does not belie this receipt.
+    /// A call that started before it, and is still in flight, the engine did know of.
+    fn check_unwritten_claim(&mut self, id: &str, receipt: &Receipt, call_number: u64) {
         let conflict = receipt.reason.as_deref() == Some("request_id_conflict");
         let claims = receipt.retry_safe || (!receipt.prompt_written && !conflict);
         if !claims {
@@ -112,16 +123,19 @@ impl Oracle {
         if self.writes_of(id) > 0 {
             self.fail(Kind::Misclassified, format!("{id}: receipt {reason} says not written or retry-safe, but the id was written"));
         }
+        if self.latest_call.get(id).is_some_and(|latest| *latest > call_number) {
+            return;
+        }
         self.claimed_unwritten.insert(id.to_string(), reason);
     }
 
     /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
-    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize) {
+    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64) {
         let id = &call.request_id;
         let writes = self.writes.get(id).cloned().unwrap_or_default();
         let class = receipt.classification;
         self.last_receipt.insert(id.clone(), class);
-        self.check_unwritten_claim(id, receipt);
+        self.check_unwritten_claim(id, receipt, call_number);
         if class.is_definitive_rejection() {
             if writes.len() != writes_before || receipt.prompt_written {
                 let reason = receipt.reason.clone().unwrap_or_default();

@@ -135,7 +135,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
             }
             madsim::time::sleep(Duration::from_millis(100)).await;
         };
-        let (command, writes_before) = {
+        let (command, writes_before, call_number) = {
             let mut w = world.lock().unwrap();
             let agent = &w.agents[call.agent];
             let incarnation = (mode.operation == Operation::Admit)
@@ -157,9 +157,9 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 final_timeout_ms: mode.timeout_ms,
             };
             let writes_before = w.oracle.writes_of(&call.request_id);
-            w.oracle.on_call(&call.request_id);
+            let call_number = w.oracle.on_call(&call.request_id);
             w.log(format!("call {} {:?} rf={} raw={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.timeout_ms, call.agent, call.prompt));
-            (command, writes_before)
+            (command, writes_before, call_number)
         };
         let (reply, answer) = oneshot::channel();
         if inbox.send(DriverMsg::Admit { command, reply }).await.is_ok() {
@@ -172,7 +172,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 let class = format!("{:?}", receipt.classification);
                 w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
                 *w.counters.receipts.entry(class).or_default() += 1;
-                w.oracle.on_receipt(call, &receipt, writes_before);
+                w.oracle.on_receipt(call, &receipt, writes_before, call_number);
                 return Some(receipt);
             }
         }
