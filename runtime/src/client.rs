@@ -26,7 +26,10 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
     match paths.verify_private() {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(not_running(&error)),
-        Err(error) => return Err(Reply::error(exit::ERROR, "data_dir_not_private", error.to_string())),
+        Err(error) => {
+            let hint = "nothing was sent; if the directory is yours, `wakterm mux start` repairs its modes";
+            return Err(Reply::error(exit::ERROR, "data_dir_not_private", format!("{error}; {hint}")));
+        }
     }
     let stream = connect_bounded(&paths.socket(), CONNECT_TIMEOUT).map_err(|error| match error.kind() {
         // Nothing was sent: a distinct name, so an admission is not mistaken for a lost reply.

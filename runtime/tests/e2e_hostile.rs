@@ -250,6 +250,13 @@ fn sec_1_daemon_refuses_symlinked_data_dir_and_lock_file() {
     let out = w.run(&["mux", "start"]);
     assert_ne!(out.code, 0, "a symlinked lock file was accepted: {out:?}");
     assert_eq!(std::fs::read(&precious).unwrap(), b"keep me", "the lock's link target was truncated");
+    std::fs::remove_file(paths.lock_file()).unwrap();
+
+    std::os::unix::fs::symlink(&precious, paths.database()).unwrap();
+    let out = w.run(&["mux", "start"]);
+    assert_ne!(out.code, 0, "a symlinked database was accepted: {out:?}");
+    assert!(out.stdout.contains("symbolic link"), "{out:?}");
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep me", "the database's link target was touched");
 }
 
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
