@@ -32,24 +32,17 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
         let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
         return;
     }
-    let mut line = String::new();
+    // One bounded read of the first line; `parse_request_line` (fuzzed) judges it.
+    let mut line = Vec::new();
     let mut reader = BufReader::new(read_half.take(MAX_REQUEST_LINE_BYTES as u64));
-    let read = tokio::time::timeout(REQUEST_LINE_TIMEOUT, reader.read_line(&mut line)).await;
-    let problem = match read {
-        Err(_) => Some(("request_timeout", format!("no complete request line within {REQUEST_LINE_TIMEOUT:?}"))),
-        Ok(Err(_)) => Some(("bad_request", "the request line is not UTF-8".to_string())),
-        Ok(Ok(_)) if !line.ends_with('\n') => Some(("bad_request", "the request line is missing or too long".to_string())),
-        Ok(Ok(_)) => None,
+    let parsed = match tokio::time::timeout(REQUEST_LINE_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
+        Err(_) => Err(Reply::error(exit::USAGE, "request_timeout", format!("no complete request line within {REQUEST_LINE_TIMEOUT:?}"))),
+        Ok(Err(error)) => Err(Reply::error(exit::USAGE, "bad_request", format!("the request could not be read: {error}"))),
+        Ok(Ok(_)) => crate::protocol::parse_request_line(&line),
     };
-    if let Some((kind, message)) = problem {
-        let reply = Reply::error(exit::USAGE, kind, message);
-        let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
-        return;
-    }
-    let request: ClientRequest = match serde_json::from_str(&line) {
+    let request = match parsed {
         Ok(request) => request,
-        Err(error) => {
-            let reply = Reply::error(exit::USAGE, "bad_request", format!("unreadable request: {error}"));
+        Err(reply) => {
             let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
             return;
         }
