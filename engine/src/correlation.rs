@@ -5,7 +5,7 @@ use crate::engine::{Engine, PersistPurpose, Step};
 use crate::ids::{AgentId, RequestId, SessionId, TurnId};
 use crate::io::{CancelCommand, CancelOutcome, Output};
 use crate::limits::MAX_PENDING_OUTPUTS;
-use crate::observer::{Cursor, ObserverEvent, ObserverStatus, TurnState, RECORD_TOO_LARGE};
+use crate::observer::{fold_turn, Cursor, ObserverEvent, ObserverStatus, RECORD_TOO_LARGE};
 use crate::request::Phase;
 use crate::receipt::ReturnMode;
 use crate::terminal::TerminalState;
@@ -99,36 +99,11 @@ impl Engine {
         }
         match event {
             ObserverEvent::Attached { .. } => view.status = ObserverStatus::Attached,
-            ObserverEvent::TurnStarted { turn, .. } => view.turn = TurnState::Busy { turn: Some(turn.clone()) },
-            ObserverEvent::UserMessage { turn, .. } => {
-                if matches!(view.turn, TurnState::Idle { .. }) {
-                    view.turn = TurnState::Busy { turn: turn.clone() };
-                }
-            }
-            ObserverEvent::TurnCompleted { turn, .. } => {
-                // A late or duplicate completion of an older turn does not end the running one.
-                if !running_other_turn(&view.turn, Some(turn)) {
-                    view.turn = TurnState::Idle { last_completed: Some(turn.clone()) };
-                }
-            }
-            ObserverEvent::TurnAborted { turn, .. } if running_other_turn(&view.turn, turn.as_ref()) => {}
-            ObserverEvent::TurnAborted { turn, .. } => {
-                let previous = match &view.turn {
-                    TurnState::Idle { last_completed } => last_completed.clone(),
-                    TurnState::Busy { turn } => turn.clone(),
-                    TurnState::Unknown => None,
-                };
-                view.turn = TurnState::Idle { last_completed: turn.clone().or(previous) };
-            }
-            ObserverEvent::SessionLost { reason } => {
-                view.status = ObserverStatus::Unavailable { reason: reason.clone() };
-                view.turn = TurnState::Unknown;
-            }
-            ObserverEvent::ProcessExited { .. } => {
-                view.status = ObserverStatus::Unavailable { reason: "process_exited".to_string() };
-                view.turn = TurnState::Unknown;
-            }
+            ObserverEvent::SessionLost { reason } => view.status = ObserverStatus::Unavailable { reason: reason.clone() },
+            ObserverEvent::ProcessExited { .. } => view.status = ObserverStatus::Unavailable { reason: "process_exited".to_string() },
+            ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. } | ObserverEvent::TurnCompleted { .. } | ObserverEvent::TurnAborted { .. } => {}
         }
+        view.turn = fold_turn(&view.turn, event);
     }
 
     /// ADM-13, ADM-14: a send waiting for evidence sees its own prompt arrive.
@@ -350,7 +325,3 @@ impl Engine {
     }
 }
 
-/// True when the view shows a running turn other than `turn`.
-fn running_other_turn(state: &TurnState, turn: Option<&TurnId>) -> bool {
-    matches!((state, turn), (TurnState::Busy { turn: Some(running) }, Some(turn)) if running != turn)
-}

@@ -28,7 +28,7 @@ pub use agent::{AgentEntry, AgentFacts, Harness, ObserverView, Transport};
 pub use engine::Engine;
 pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
 pub use io::{AdmitCommand, CancelCommand, CancelOutcome, DeliveryOutcome, DurableState, Input, OpId, Output, PersistOp};
-pub use observer::{Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, TurnState};
+pub use observer::{fold_turn, Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, TurnState};
 pub use prompt::PasteMode;
 pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
 pub use recovery::RESTART_REASON;

@@ -44,6 +44,43 @@ pub enum TurnState {
     Unknown,
 }
 
+/// CORR-13: the one turn-state fold. The engine's view, the runtime's observer and the
+/// simulator's observer model all call this function, so the three cannot drift.
+///
+/// - a turn start makes that turn run; a user message while idle means a turn is starting;
+/// - a completion or abort ends the running turn, unless another turn is running (a late or
+///   duplicate completion of an older turn never ends the running one, CORR-5); an abort
+///   without a turn id keeps the running (or last completed) turn as the baseline;
+/// - a lost session or an exited process leaves nothing known;
+/// - attaching changes nothing by itself (what follows is read and folded).
+pub fn fold_turn(state: &TurnState, event: &ObserverEvent) -> TurnState {
+    match event {
+        ObserverEvent::Attached { .. } => state.clone(),
+        ObserverEvent::TurnStarted { turn, .. } => TurnState::Busy { turn: Some(turn.clone()) },
+        ObserverEvent::UserMessage { turn, .. } => match state {
+            TurnState::Idle { .. } => TurnState::Busy { turn: turn.clone() },
+            TurnState::Busy { .. } | TurnState::Unknown => state.clone(),
+        },
+        ObserverEvent::TurnCompleted { turn, .. } if running_other_turn(state, Some(turn)) => state.clone(),
+        ObserverEvent::TurnCompleted { turn, .. } => TurnState::Idle { last_completed: Some(turn.clone()) },
+        ObserverEvent::TurnAborted { turn, .. } if running_other_turn(state, turn.as_ref()) => state.clone(),
+        ObserverEvent::TurnAborted { turn, .. } => {
+            let previous = match state {
+                TurnState::Idle { last_completed } => last_completed.clone(),
+                TurnState::Busy { turn } => turn.clone(),
+                TurnState::Unknown => None,
+            };
+            TurnState::Idle { last_completed: turn.clone().or(previous) }
+        }
+        ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => TurnState::Unknown,
+    }
+}
+
+/// True when `state` shows a running turn other than `turn`.
+pub fn running_other_turn(state: &TurnState, turn: Option<&TurnId>) -> bool {
+    matches!((state, turn), (TurnState::Busy { turn: Some(running) }, Some(turn)) if running != turn)
+}
+
 /// What the harness's input composer holds (from the terminal screen, for PTYs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -414,53 +414,32 @@ impl CodexObserver {
                 return;
             }
         };
-        if let Some(event) = self.fold(record, session, entry.end) {
+        if let Some(event) = self.apply_record(record, session, entry.end) {
             self.emit(event, entry.end, events);
         }
     }
 
-    /// The lifecycle fold: the new turn state and the event a record yields, if any.
-    fn fold(&mut self, record: RolloutRecord, session: SessionId, position: u64) -> Option<ObserverEvent> {
-        match record {
-            RolloutRecord::TurnStarted { turn_id } => {
-                let turn = TurnId(turn_id);
-                self.turn = TurnState::Busy { turn: Some(turn.clone()) };
-                Some(ObserverEvent::TurnStarted { session, turn, position })
-            }
+    /// The event a record yields, if any, folded into the turn state by the engine's one fold
+    /// (CORR-13).
+    fn apply_record(&mut self, record: RolloutRecord, session: SessionId, position: u64) -> Option<ObserverEvent> {
+        let event = match record {
+            RolloutRecord::TurnStarted { turn_id } => ObserverEvent::TurnStarted { session, turn: TurnId(turn_id), position },
             RolloutRecord::UserMessage { turn_id, text, .. } => {
-                // A prompt outside any turn (very old builds) leaves the lifecycle unknown.
-                if !matches!(self.turn, TurnState::Busy { .. }) {
-                    self.turn = TurnState::Unknown;
-                }
-                let prompt_hash = prompt_hash(&text);
-                Some(ObserverEvent::UserMessage { session, turn: turn_id.map(TurnId), prompt_hash, position })
+                ObserverEvent::UserMessage { session, turn: turn_id.map(TurnId), prompt_hash: prompt_hash(&text), position }
             }
             RolloutRecord::TurnComplete { turn_id, last_agent_message } => {
-                let turn = TurnId(turn_id);
-                // A late or duplicate completion of an older turn does not end the running one.
-                let other_running = matches!(&self.turn, TurnState::Busy { turn: Some(running) } if running != &turn);
-                if !other_running {
-                    self.turn = TurnState::Idle { last_completed: Some(turn.clone()) };
-                }
-                Some(ObserverEvent::TurnCompleted { session, turn, final_message: last_agent_message, position })
+                ObserverEvent::TurnCompleted { session, turn: TurnId(turn_id), final_message: last_agent_message, position }
             }
-            RolloutRecord::TurnAborted { turn_id, .. } => {
-                let turn = turn_id.map(TurnId);
-                // Same rule as the engine's correlation fold: an id-less abort keeps the baseline.
-                let previous = match &self.turn {
-                    TurnState::Idle { last_completed } => last_completed.clone(),
-                    TurnState::Busy { .. } | TurnState::Unknown => None,
-                };
-                self.turn = TurnState::Idle { last_completed: turn.clone().or(previous) };
-                Some(ObserverEvent::TurnAborted { session, turn, position })
-            }
+            RolloutRecord::TurnAborted { turn_id, .. } => ObserverEvent::TurnAborted { session, turn: turn_id.map(TurnId), position },
             RolloutRecord::SessionMeta { .. } => {
                 // A rollout with no turn record yet is a first turn being set up.
                 self.turn = TurnState::Unknown;
-                None
+                return None;
             }
-            RolloutRecord::AgentMessage { .. } | RolloutRecord::Other { .. } => None,
-        }
+            RolloutRecord::AgentMessage { .. } | RolloutRecord::Other { .. } => return None,
+        };
+        self.turn = wakterm_engine::fold_turn(&self.turn, &event);
+        Some(event)
     }
 
     /// Emits above the replay floor, checking strict position order within the session.

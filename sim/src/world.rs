@@ -634,7 +634,7 @@ impl World {
             let obs = &mut self.agents[a].observer;
             obs.read += 1;
             obs.position = record.position;
-            obs.turn = fold(&obs.turn, &event);
+            obs.turn = wakterm_engine::fold_turn(&obs.turn, &event); // CORR-13: the engine's one fold
             out.push(event);
         }
     }
@@ -761,27 +761,6 @@ impl World {
         let mut replay = Vec::new();
         self.read_records(a, now, &mut replay);
         out.extend(replay.into_iter().filter(|e| e.position().is_some_and(|p| p > from.position)));
-    }
-}
-
-/// How a turn event changes the observed turn state (as the engine's view folds it).
-pub fn fold(turn: &TurnState, event: &ObserverEvent) -> TurnState {
-    match event {
-        ObserverEvent::TurnStarted { turn, .. } => TurnState::Busy { turn: Some(turn.clone()) },
-        ObserverEvent::UserMessage { turn: t, .. } => match turn {
-            TurnState::Idle { .. } => TurnState::Busy { turn: t.clone() },
-            other => other.clone(),
-        },
-        ObserverEvent::TurnCompleted { turn, .. } => TurnState::Idle { last_completed: Some(turn.clone()) },
-        ObserverEvent::TurnAborted { turn: t, .. } => {
-            let previous = match turn {
-                TurnState::Idle { last_completed } => last_completed.clone(),
-                TurnState::Busy { turn } => turn.clone(),
-                TurnState::Unknown => None,
-            };
-            TurnState::Idle { last_completed: t.clone().or(previous) }
-        }
-        ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => turn.clone(),
     }
 }
 
