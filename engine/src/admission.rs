@@ -24,6 +24,42 @@ fn blocker(classification: Classification, reason: &'static str, detail: impl In
     Blocker { classification, reason, detail: detail.into() }
 }
 
+/// ADM-16: an agent's state as the catalog shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentState {
+    Stopped,
+    Idle,
+    Busy,
+    Unknown,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Stopped => "stopped",
+            AgentState::Idle => "idle",
+            AgentState::Busy => "busy",
+            AgentState::Unknown => "unknown",
+        }
+    }
+}
+
+/// Why an immediate return-final admission would be refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogBlocker {
+    pub classification: Classification,
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+/// ADM-16: the engine's answer for one catalog entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogView {
+    pub state: AgentState,
+    /// None: a return-final admission would pass every check now.
+    pub return_final_blocker: Option<CatalogBlocker>,
+}
+
 /// How much of the agent's state a check may look at.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -162,8 +198,42 @@ impl Engine {
     /// The one decision procedure for "may this admission write now?" (ADM-2, ADM-4..7,
     /// ADM-12, CORR-4, CORR-8). `Stage::Facts` skips what needs an observer refresh.
     fn blocker_for(&self, admission: &Admission, stage: Stage) -> Option<Blocker> {
-        let command = &admission.command;
-        let Some(agent) = self.agents.get(&admission.agent_id) else {
+        self.blocker_for_command(&admission.command, &admission.agent_id, Some(&admission.request_id), stage)
+    }
+
+    /// ADM-16: what the catalog reports of an agent, decided by the same procedure an
+    /// immediate return-final admission would meet (with the current view, no refresh).
+    pub fn catalog_view(&self, agent_id: &AgentId) -> Option<CatalogView> {
+        let agent = self.agents.get(agent_id)?;
+        let probe = AdmitCommand {
+            op: crate::io::OpId(0),
+            operation: Operation::Admit,
+            target: agent_id.to_string(),
+            exact_agent_id: true,
+            incarnation: None,
+            request_id: String::new(),
+            prompt: String::new(),
+            paste_mode: PasteMode::Bracketed,
+            return_mode: ReturnMode::ReturnFinal,
+            final_timeout_ms: 0,
+        };
+        let pending = agent.claim.is_some() || agent.awaiting_turn_after.is_some();
+        let state = match (&agent.facts.incarnation, agent.view.as_ref().map(|v| &v.turn)) {
+            (None, _) => AgentState::Stopped,
+            (Some(_), Some(TurnState::Idle { .. })) if !pending => AgentState::Idle,
+            (Some(_), Some(TurnState::Idle { .. }) | Some(TurnState::Busy { .. })) => AgentState::Busy,
+            (Some(_), Some(TurnState::Unknown) | None) => AgentState::Unknown,
+        };
+        let return_final_blocker = self.blocker_for_command(&probe, agent_id, None, Stage::Authoritative).map(|b| CatalogBlocker {
+            classification: b.classification,
+            reason: b.reason,
+            detail: b.detail,
+        });
+        Some(CatalogView { state, return_final_blocker })
+    }
+
+    fn blocker_for_command(&self, command: &AdmitCommand, agent_id: &AgentId, request_id: Option<&RequestId>, stage: Stage) -> Option<Blocker> {
+        let Some(agent) = self.agents.get(agent_id) else {
             return Some(blocker(Classification::Unavailable, "agent_unknown", "the agent was removed"));
         };
         let Some(current) = &agent.facts.incarnation else {
@@ -184,7 +254,7 @@ impl Engine {
             let detail = "a raw paste cannot be proven submitted, so it cannot arm a return-final request";
             return Some(blocker(Classification::Unsupported, "raw_paste_return_final", detail));
         }
-        if agent.claim.as_ref().is_some_and(|claim| claim != &admission.request_id) {
+        if agent.claim.as_ref().is_some_and(|claim| Some(claim) != request_id) {
             return Some(blocker(Classification::Busy, "admission_in_progress", "another admission is writing to this agent"));
         }
         if stage == Stage::Facts {

@@ -25,6 +25,7 @@ pub mod request;
 pub mod terminal;
 
 pub use agent::{AgentEntry, AgentFacts, Harness, ObserverView, Transport};
+pub use admission::{AgentState, CatalogBlocker, CatalogView};
 pub use engine::Engine;
 pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
 pub use io::{AdmitCommand, CancelCommand, CancelOutcome, DeliveryOutcome, DurableState, Input, OpId, Output, PersistOp};

@@ -633,3 +633,22 @@ fn adm_14_raw_paste_unacknowledged_and_adm_7_unsupported() {
     let rf = w.run(&["agent", "send", "other", "--return-final", "not codex"]);
     assert_definitive_rejection(&rf, "unsupported", "harness_not_supported");
 }
+
+/// ADM-16: the catalog asks the engine the question an admission asks. With a draft a human
+/// typed into the composer (written straight to the pane, not through the daemon), the catalog
+/// says return-final is unavailable (`composer_not_empty`) and an immediate admission agrees.
+#[test]
+fn adm_16_catalog_and_an_immediate_admission_agree_on_a_draft() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
+    let mut pane = wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder");
+    pane.write(b"a human's unsent draft").expect("type a draft");
+    let drafted = w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] != serde_json::Value::Null);
+    assert_eq!(drafted["return_final_available"], false, "ADM-16: a draft blocks return-final: {drafted}");
+    assert_eq!(drafted["return_final_unavailable_reason"], "composer_not_empty", "{drafted}");
+    let admit = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "after the draft"]);
+    assert_definitive_rejection(&admit, "busy", "composer_not_empty");
+}

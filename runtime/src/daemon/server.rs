@@ -321,7 +321,8 @@ async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
 }
 
 /// The catalog refreshes every agent's observer off the reactor (forwarding what it read to
-/// the engine, in order) so the state it reports is current, not the last admission's.
+/// the engine, in order) so the state it reports is current, then asks the engine what an
+/// immediate return-final admission would meet (ADM-16): one decision, never re-derived here.
 async fn catalog(context: &Arc<Context>) -> Reply {
     let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
     let mut entries = Vec::new();
@@ -337,40 +338,36 @@ async fn catalog(context: &Arc<Context>) -> Reply {
             };
             super::effects::refresh_agent(&worker, &worker.agent_id(), &inbox, answer)
         })
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
-        let agent_id = agent.agent_id();
-        let pending = query(context, move |engine: &Engine| {
-            json!(engine.agent(&agent_id).is_some_and(|a| a.awaiting_turn_after.is_some() || a.claim.is_some()))
-        })
         .await
-        .unwrap_or(json!(false));
-        entries.push(catalog_entry(&agent.record, agent.facts().incarnation, snapshot, pending == json!(true)));
+        .unwrap_or_else(|e| Err(e.to_string()));
+        let agent_id = agent.agent_id();
+        let view = query(context, move |engine: &Engine| json!(engine.catalog_view(&agent_id).map(|v| catalog_decision(&v))))
+            .await
+            .unwrap_or(Value::Null);
+        entries.push(catalog_entry(&agent.record, agent.facts().incarnation, snapshot, view));
     }
     Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "agents": entries}))
 }
 
-fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, pending: bool) -> Value {
-    use wakterm_engine::{ObserverStatus, TurnState};
+/// The engine's catalog decision as JSON: state, availability and the blocker's reason. An
+/// admission in flight or a written prompt whose turn has not started is reported by the
+/// catalog's published word for both, `turn_pending`.
+fn catalog_decision(view: &wakterm_engine::CatalogView) -> Value {
+    let reason = view.return_final_blocker.as_ref().map(|b| match b.reason {
+        "admission_in_progress" | "awaiting_turn_start" => "turn_pending",
+        other => other,
+    });
+    json!({
+        "state": view.state.as_str(),
+        "return_final_available": view.return_final_blocker.is_none(),
+        "return_final_unavailable_reason": reason,
+        "detail": view.return_final_blocker.as_ref().map(|b| b.detail.clone()),
+    })
+}
+
+fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
+    use wakterm_engine::ObserverStatus;
     let view = snapshot.as_ref().ok();
-    let state = match view.map(|v| &v.turn) {
-        _ if incarnation.is_none() => "stopped",
-        Some(TurnState::Idle { .. }) if !pending => "idle",
-        Some(TurnState::Idle { .. }) | Some(TurnState::Busy { .. }) => "busy",
-        Some(TurnState::Unknown) | None => "unknown",
-    };
-    let (available, why_not) = match (record.harness.as_str(), view) {
-        (_, _) if incarnation.is_none() => (false, Some("agent_not_running")),
-        ("codex", None) => (false, Some("observer_unavailable")),
-        ("codex", Some(v)) => match (&v.status, &v.turn) {
-            (ObserverStatus::Unavailable { .. }, _) => (false, Some("observer_unavailable")),
-            (_, TurnState::Idle { last_completed: Some(_) }) if v.session.is_some() => (true, None),
-            (_, TurnState::Idle { .. }) => (false, Some("no_baseline_cursor")),
-            (_, TurnState::Busy { .. }) => (false, Some("turn_active")),
-            (_, TurnState::Unknown) => (false, Some("turn_state_unknown")),
-        },
-        _ => (false, Some("harness_not_supported")),
-    };
     let observer_detail = match (&snapshot, view.map(|v| &v.status)) {
         (Err(error), _) => Some(error.clone()),
         (_, Some(ObserverStatus::Unavailable { reason })) => Some(reason.clone()),
@@ -382,10 +379,10 @@ fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incar
         "harness": record.harness,
         "transport": "pty",
         "incarnation": incarnation,
-        "state": state,
+        "state": decision.get("state").cloned().unwrap_or(json!("unknown")),
         "correlation_source": if record.harness == "codex" { Some("provider_file") } else { None },
-        "return_final_available": available && !pending,
-        "return_final_unavailable_reason": if pending { Some("turn_pending") } else { why_not },
+        "return_final_available": decision.get("return_final_available").cloned().unwrap_or(json!(false)),
+        "return_final_unavailable_reason": decision.get("return_final_unavailable_reason").cloned().unwrap_or(json!("agent_unknown")),
         "observer_detail": observer_detail,
         "observer_session": view.and_then(|v| v.session.clone()),
         "cwd": record.cwd,
