@@ -38,7 +38,7 @@ impl Effects for RealEffects {
                     let _ = inbox.blocking_send(answer(Err("the agent is not known to the daemon".to_string())));
                 }
                 Some(agent) => {
-                    let _ = refresh_agent(&agent, &agent_id, &inbox, answer);
+                    let _ = refresh_agent(&agent, &agent_id, &inbox, |snapshot| Some(answer(snapshot)));
                 }
             }
         });
@@ -114,7 +114,7 @@ pub fn refresh_agent(
     agent: &AgentRuntime,
     agent_id: &AgentId,
     inbox: &mpsc::Sender<DriverMsg>,
-    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> DriverMsg,
+    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> Option<DriverMsg>,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
     let _ = agent.forward_liveness_change(inbox);
     let screen = agent.screen_text();
@@ -129,7 +129,9 @@ pub fn refresh_agent(
             Ok(refresh.snapshot)
         }
     };
-    let _ = inbox.blocking_send(answer(snapshot.clone()));
+    if let Some(message) = answer(snapshot.clone()) {
+        let _ = inbox.blocking_send(message);
+    }
     drop(guard);
     snapshot
 }

@@ -331,10 +331,10 @@ async fn catalog(context: &Arc<Context>) -> Reply {
         let worker = agent.clone();
         let snapshot = tokio::task::spawn_blocking(move || {
             let agent_id = worker.agent_id();
-            // The catalog's snapshot also refreshes the engine's view (ADM-5 grace, busy/idle).
-            let answer = |snapshot: Result<wakterm_engine::ObserverSnapshot, String>| match snapshot {
-                Ok(snapshot) => DriverMsg::Input(Input::ObserverSnapshot { agent_id: agent_id.clone(), snapshot }),
-                Err(_) => DriverMsg::Input(Input::Tick),
+            // The catalog's snapshot also refreshes the engine's view (ADM-5 grace, busy/idle);
+            // a failed refresh tells the engine nothing.
+            let answer = |snapshot: Result<wakterm_engine::ObserverSnapshot, String>| {
+                snapshot.ok().map(|snapshot| DriverMsg::Input(Input::ObserverSnapshot { agent_id: agent_id.clone(), snapshot }))
             };
             super::effects::refresh_agent(&worker, &worker.agent_id(), &inbox, answer)
         })
@@ -344,6 +344,7 @@ async fn catalog(context: &Arc<Context>) -> Reply {
         let view = query(context, move |engine: &Engine| json!(engine.catalog_view(&agent_id).map(|v| catalog_decision(&v))))
             .await
             .unwrap_or(Value::Null);
+        let view = refresh_failure_blocks(view, &snapshot);
         entries.push(catalog_entry(&agent.record, agent.facts().incarnation, snapshot, view));
     }
     Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "agents": entries}))
@@ -363,6 +364,17 @@ fn catalog_decision(view: &wakterm_engine::CatalogView) -> Value {
         "return_final_unavailable_reason": reason,
         "detail": view.return_final_blocker.as_ref().map(|b| b.detail.clone()),
     })
+}
+
+/// An admission's own refresh would fail as the catalog's did, and it is refused then
+/// (`observer_unavailable`, ADM-3): the engine, which hears nothing of a failed refresh, may
+/// still hold an older view.
+fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakterm_engine::ObserverSnapshot, String>) -> Value {
+    if snapshot.is_err() && decision["return_final_available"] == true {
+        decision["return_final_available"] = json!(false);
+        decision["return_final_unavailable_reason"] = json!("observer_unavailable");
+    }
+    decision
 }
 
 fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
