@@ -3,7 +3,7 @@
 
 use crate::agent::Harness;
 use crate::engine::{Admission, Engine, PersistPurpose, Step};
-use crate::fingerprint::fingerprint;
+use crate::fingerprint::{fingerprint, same_input};
 use crate::ids::{canonical_uuid, AgentId, RequestId};
 use crate::io::{AdmitCommand, DeliveryOutcome, Output};
 use crate::limits::*;
@@ -88,8 +88,7 @@ impl Engine {
         if let Some(problem) = validate_command(&command) {
             return self.reply(op, Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context));
         }
-        let fingerprint = fingerprint(&command);
-        if self.answer_known_request(&request_id, &fingerprint, op, &context) {
+        if self.answer_known_request(&request_id, &command, op, &context) {
             return;
         }
         let agent_id = match self.resolve(&command) {
@@ -97,6 +96,11 @@ impl Engine {
             Err(problem) => {
                 return self.reply(op, Receipt::rejection(problem.classification, problem.reason, problem.detail, context))
             }
+        };
+        // IDEM-6: a released id tries again under the fingerprint it keeps (which matched).
+        let fingerprint = match self.requests.get(&request_id) {
+            Some(released) => released.fingerprint.clone(),
+            None => fingerprint(&agent_id, &command),
         };
         context.agent_id = Some(agent_id.clone());
         context.incarnation = self.agents[&agent_id].facts.incarnation.clone();
@@ -133,30 +137,42 @@ impl Engine {
 
     /// IDEM-2, IDEM-3, IDEM-5: answers a request id that is already in flight or durable.
     /// Returns true when the call was answered.
-    fn answer_known_request(&mut self, request_id: &RequestId, fingerprint: &str, op: crate::io::OpId, context: &ReceiptContext) -> bool {
+    fn answer_known_request(&mut self, request_id: &RequestId, command: &AdmitCommand, op: crate::io::OpId, context: &ReceiptContext) -> bool {
         // IDEM-3, IDEM-7: this input was not written (a definitive rejection), but the id's own
         // prompt may have been, so retrying this input under a new id is not known to be safe.
         let conflict = || {
-            let detail = "this request id was already used with different input";
+            let detail = "this request id was already used with different input (or for another agent or process incarnation)";
             let mut receipt = Receipt::rejection(Classification::Invalid, "request_id_conflict", detail, context.clone());
             receipt.retry_safe = false;
             receipt
         };
-        if let Some(admission) = self.admissions.get_mut(request_id) {
-            if admission.fingerprint != fingerprint {
+        let resolved = self.resolve_known(command);
+        // IDEM-1: the seed's key is the input plus the process incarnation; a caller that names
+        // one must name the one the id was admitted under (`send` names none).
+        let same = |stored: &str, incarnation: Option<&str>| {
+            same_input(stored, resolved.as_ref(), command)
+                && command.incarnation.as_deref().is_none_or(|given| Some(given) == incarnation)
+        };
+        if let Some(admission) = self.admissions.get(request_id) {
+            let incarnation = admission.command.incarnation.clone().or_else(|| {
+                self.agents.get(&admission.agent_id).and_then(|a| a.facts.incarnation.as_ref().map(|i| i.0.clone()))
+            });
+            let matches = same(&admission.fingerprint, incarnation.as_deref());
+            let full = admission.callers.len() >= MAX_JOINED_CALLERS;
+            if !matches {
                 self.reply(op, conflict());
-            } else if admission.callers.len() >= MAX_JOINED_CALLERS {
+            } else if full {
                 // IDEM-7: the admission this caller would join may write; say so.
                 let detail = "too many callers are waiting on this request id; replay the same id later to learn its outcome, never retry under a new id";
                 let receipt = Receipt::outcome_unknown("too_many_joined_callers", detail, context.clone());
                 self.reply(op, receipt);
             } else {
-                admission.callers.push(op);
+                self.admissions.get_mut(request_id).expect("present").callers.push(op);
             }
             return true;
         }
         let Some(record) = self.requests.get(request_id) else { return false };
-        if record.fingerprint != fingerprint {
+        if !same(&record.fingerprint, Some(&record.incarnation.0)) {
             // IDEM-3, also for a released id: its fingerprint stays recorded.
             self.reply(op, conflict());
             return true;
@@ -168,6 +184,17 @@ impl Engine {
         receipt.replayed = true;
         self.reply(op, receipt);
         true
+    }
+
+    /// IDEM-1: the agent a known request's caller names, for comparing inputs: an exact id is
+    /// taken as given (no catalog, seed 000); a name or id through the catalog, else an id as
+    /// given (the agent may be gone). None: the target names no agent we can tell.
+    fn resolve_known(&self, command: &AdmitCommand) -> Option<AgentId> {
+        let as_given = || canonical_uuid(&command.target).and_then(|c| AgentId::parse(&c).ok());
+        match command.exact_agent_id {
+            true => as_given(),
+            false => self.resolve(command).ok().or_else(as_given),
+        }
     }
 
     /// ADM-1: by exact agent id, or by display name (then by id when the name is a UUID).

@@ -4,31 +4,70 @@ mod support;
 use support::*;
 use wakterm_engine::*;
 
-/// IDEM-1: every fingerprinted field changes the fingerprint; nothing else does.
+/// IDEM-1: the fingerprint covers the resolved agent, prompt bytes, paste mode, return mode
+/// and timeout; the target's spelling, the exact-id flag and the operation are not input.
 #[test]
-fn idem_1_fingerprint_covers_the_caller_input() {
+fn idem_1_fingerprint_covers_the_seed_key() {
     let rig = &mut Rig::with_idle_zola();
     let base = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
-    let print = wakterm_engine::fingerprint::fingerprint;
-    let mut same = base.clone();
-    same.op = OpId(999);
-    same.request_id = REQ2.to_string();
-    assert_eq!(print(&base), print(&same), "op and request id are not input");
-    let variants: Vec<Box<dyn Fn(&mut AdmitCommand)>> = vec![
+    let print = |c: &AdmitCommand| wakterm_engine::fingerprint::fingerprint(&agent_id(ZOLA), c);
+    let not_input: Vec<Box<dyn Fn(&mut AdmitCommand)>> = vec![
+        Box::new(|c| c.op = OpId(999)),
+        Box::new(|c| c.request_id = REQ2.to_string()),
+        Box::new(|c| c.target = ZOLA.to_string()),
+        Box::new(|c| c.exact_agent_id = true),
+        Box::new(|c| c.operation = Operation::Send),
+        Box::new(|c| c.incarnation = None), // checked beside the fingerprint
+    ];
+    for change in not_input {
+        let mut same = base.clone();
+        change(&mut same);
+        assert_eq!(print(&base), print(&same));
+    }
+    let input: Vec<Box<dyn Fn(&mut AdmitCommand)>> = vec![
         Box::new(|c| c.prompt = "hi ".to_string()),
-        Box::new(|c| c.incarnation = Some("inc-2".to_string())),
         Box::new(|c| c.paste_mode = PasteMode::Raw),
         Box::new(|c| c.return_mode = ReturnMode::OneWay),
         Box::new(|c| c.final_timeout_ms = 1),
-        Box::new(|c| c.target = "zolb".to_string()),
-        Box::new(|c| c.exact_agent_id = true),
-        Box::new(|c| c.operation = Operation::Send),
     ];
-    for change in variants {
+    for change in input {
         let mut other = base.clone();
         change(&mut other);
         assert_ne!(print(&base), print(&other));
     }
+    let other_agent = wakterm_engine::fingerprint::fingerprint(&agent_id("0b5e3c1a-1111-4222-8333-000000000002"), &base);
+    assert_ne!(print(&base), other_agent, "an id reused for another agent is another input");
+}
+
+/// IDEM-1 (seed 000's retry path): admitted by name, replayed by `--exact-agent-id` and through
+/// `send --return-final`: the stored receipt, nothing written. Another incarnation named, or
+/// another agent, is a conflict.
+#[test]
+fn idem_1_replay_through_every_spelling() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
+    let original = rig.receipt(first).clone();
+    assert_eq!(original.classification, Classification::Accepted);
+    let by_id = |rig: &mut Rig| {
+        let mut command = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
+        command.target = ZOLA.to_string();
+        command.exact_agent_id = true;
+        command
+    };
+    let by_send = rig.command(Operation::Send, REQ, "phases", ReturnMode::ReturnFinal);
+    assert_eq!(by_send.incarnation, None);
+    for command in [by_id(&mut rig), by_send] {
+        let op = rig.submit(command);
+        let replay = rig.receipt(op).clone();
+        assert!(replay.replayed, "{replay:?}");
+        assert_eq!(Receipt { replayed: false, ..replay }, original);
+    }
+    assert_eq!(rig.writes(), 1);
+    let mut other_incarnation = by_id(&mut rig);
+    other_incarnation.incarnation = Some("inc-2".to_string());
+    let op = rig.submit(other_incarnation);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("request_id_conflict"));
+    assert_eq!(rig.writes(), 1);
 }
 
 /// IDEM-2: repeating the same id and input returns the stored receipt and writes nothing.
@@ -77,7 +116,7 @@ fn idem_4_registration_is_durable_before_the_write() {
         assert_eq!(rig.deliveries.len(), 1);
         let record = &rig.durable[&RequestId::parse(REQ).unwrap()];
         assert_eq!(record.phase, Phase::Registered);
-        assert_eq!(record.fingerprint.len(), 64);
+        assert!(record.fingerprint.starts_with("v2:") && record.fingerprint.len() == 67);
     }
 }
 
@@ -183,4 +222,23 @@ fn idem_6_released_id_keeps_its_fingerprint() {
     rig.settle();
     let id = RequestId::parse(REQ).unwrap();
     assert_eq!(rig.durable[&id].phase, Phase::Released, "the release still reached the store");
+}
+
+/// IDEM-1: a record written before fingerprint version 2 still replays for its own input (its
+/// fingerprint is compared by the version 1 rule) and stays a conflict for other input.
+#[test]
+fn idem_1_version_1_records_still_replay() {
+    let mut rig = Rig::with_idle_zola();
+    let command = rig.command(Operation::Admit, REQ, "old input", ReturnMode::OneWay);
+    let v1 = wakterm_engine::fingerprint::fingerprint_v1(&command);
+    let first = rig.submit(command);
+    assert_eq!(rig.receipt(first).classification, Classification::Accepted);
+    let id = RequestId::parse(REQ).unwrap();
+    rig.durable.get_mut(&id).unwrap().fingerprint = v1;
+    rig.crash_and_recover();
+    let again = rig.admit(REQ, "old input", ReturnMode::OneWay);
+    assert!(rig.receipt(again).replayed, "{:?}", rig.receipt(again));
+    let other = rig.admit(REQ, "other input", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(other).reason.as_deref(), Some("request_id_conflict"));
+    assert_eq!(rig.writes(), 1);
 }

@@ -170,7 +170,7 @@ fn idem_2_same_id_same_input_replays_receipt_without_second_turn() {
 }
 
 /// IDEM-3: the same id with other input is `invalid` / `request_id_conflict`, exit 4, and the
-/// rollout is unchanged.
+/// rollout is unchanged. IDEM-1: the same input by another spelling replays.
 #[test]
 fn idem_3_same_id_other_input_is_conflict_nothing_written() {
     let w = World::new(EXE);
@@ -185,11 +185,23 @@ fn idem_3_same_id_other_input_is_conflict_nothing_written() {
 
     let other_prompt = w.run(&["agent", "send", "zola", "--return-final", "--request-id", &id, "Other input"]);
     assert_definitive_rejection(&other_prompt, "invalid", "request_id_conflict");
-    // Same prompt, other return mode / operation: also another fingerprint (IDEM-1).
+    // Same prompt, other return mode: another fingerprint (IDEM-1).
     let other_mode = w.run(&["agent", "send", "zola", "--request-id", &id, "First input"]);
     assert_definitive_rejection(&other_mode, "invalid", "request_id_conflict");
-    let other_op = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", "First input"]);
-    assert_definitive_rejection(&other_op, "invalid", "request_id_conflict");
+    // Same input through `admit` and by exact agent id (seed 000's retry path): the stored
+    // receipt, nothing written (IDEM-1, IDEM-2).
+    let agent_id = s(&entry["agent_id"]).to_string();
+    for replay in [
+        w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", "First input"]),
+        w.run(&["agent", "admit", &agent_id, "--exact-agent-id", "--incarnation", &inc, "--request-id", &id, "--return-final", "First input"]),
+    ] {
+        assert_eq!(replay.code, 0, "{replay:?}");
+        assert_eq!(replay.json["replayed"], true, "{replay:?}");
+        assert_eq!(replay.json["classification"], "accepted", "{replay:?}");
+    }
+    // Another incarnation named for the id: the seed's key differs.
+    let other_inc = w.run(&["agent", "admit", &agent_id, "--exact-agent-id", "--incarnation", "1.2", "--request-id", &id, "--return-final", "First input"]);
+    assert_definitive_rejection(&other_inc, "invalid", "request_id_conflict");
 
     let after: Vec<Vec<u8>> = w.rollout_files().iter().map(|f| std::fs::read(f).unwrap()).collect();
     assert_eq!(before, after, "the rollout is unchanged");

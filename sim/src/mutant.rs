@@ -35,6 +35,9 @@ pub enum Mutant {
     /// with a plain `internal_failure` rejection (nothing written, retry-safe), as the daemon
     /// once did, although the admission it joined goes on to write.
     JoinRefusalSaysUnwritten,
+    /// Caller layer (daemon server): a call by exact agent id is filed under a request id of
+    /// its own spelling, so a retry by another spelling is a new request and writes again.
+    SpellingForksRequestId,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -46,6 +49,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::PublishBeforeCommit, "publish_before_commit", "effects publish a terminal event when its persist is issued"),
     (Mutant::AckBeforeDurable, "ack_before_durable", "store port acknowledges before the commit is durable"),
     (Mutant::ReplayRewrittenInput, "replay_rewritten_input", "caller layer trims prompts, replaying a request id with different input"),
+    (Mutant::SpellingForksRequestId, "spelling_forks_request_id", "caller layer files exact-id calls under another request id"),
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
 ];
 

@@ -144,13 +144,37 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 Mutant::ReplayRewrittenInput => call.prompt.trim().to_string(), // the bug
                 _ => call.prompt.clone(),
             };
+            // IDEM-1: callers name the agent by name, by id, or by exact id, and may send a
+            // return-final request through `send` or `admit`: one request either way.
+            let (target, exact_agent_id) = match thread_rng().gen_range(0..10) {
+                0..=5 => (agent.name.clone(), false),
+                6..=7 => (agent.agent_id.to_string(), false),
+                _ => (agent.agent_id.to_string(), true),
+            };
+            let flip = mode.return_final && thread_rng().gen_bool(0.3);
+            let operation = match (flip, mode.operation) {
+                (false, operation) => operation,
+                (true, Operation::Send) => Operation::Admit,
+                (true, Operation::Admit) => Operation::Send,
+            };
+            let incarnation = match operation {
+                Operation::Admit => incarnation.or_else(|| agent.observer.reported.map(|p| p.incarnation().0)).or(Some("inc-none".to_string())),
+                Operation::Send => None,
+            };
+            let request_id = match (w.mutant, exact_agent_id) {
+                (Mutant::SpellingForksRequestId, true) => forked_id(&call.request_id), // the bug
+                _ => call.request_id.clone(),
+            };
+            if exact_agent_id || target != agent.name || flip {
+                w.counters.fault("caller.other_spelling");
+            }
             let command = AdmitCommand {
                 op: OpId(0),
-                operation: mode.operation,
-                target: agent.name.clone(),
-                exact_agent_id: false,
+                operation,
+                target,
+                exact_agent_id,
                 incarnation,
-                request_id: call.request_id.clone(),
+                request_id,
                 prompt,
                 paste_mode: if mode.raw { PasteMode::Raw } else { PasteMode::Bracketed },
                 return_mode: if mode.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
@@ -186,6 +210,12 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
         }
         madsim::time::sleep(ms(100, 2_000)).await;
     }
+}
+
+/// The `SpellingForksRequestId` mutant: another request id for the same caller request.
+fn forked_id(request_id: &str) -> String {
+    let (head, last) = request_id.split_at(request_id.len() - 1);
+    format!("{head}{}", if last == "f" { "e" } else { "f" })
 }
 
 /// The `JoinRefusalSaysUnwritten` mutant's answer: the old plain rejection.

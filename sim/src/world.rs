@@ -58,6 +58,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.changed_input",
     "caller.cancel",
     "caller.join_burst",
+    "caller.other_spelling",
 ];
 
 #[derive(Default)]
