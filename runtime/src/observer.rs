@@ -174,10 +174,10 @@ impl CodexObserver {
         }
         let discovery = if full_discovery || self.attached.is_none() {
             proc_probe::discover_rollout_exact(engine_to_probe(self.process), &self.codex_home, self.expected_cwd.as_deref())
-        } else if self.process_alive() {
-            return self.read_new(events);
-        } else {
+        } else if self.process_gone() {
             Discovery::ProcessGone
+        } else {
+            return self.read_new(events);
         };
         self.apply_discovery(discovery, events)
     }
@@ -457,9 +457,14 @@ impl CodexObserver {
         events.push(event);
     }
 
-    fn process_alive(&self) -> bool {
-        proc_probe::probe(self.process.pid)
-            .is_ok_and(|facts| facts.identity == engine_to_probe(self.process) && !facts.zombie)
+    /// LIVE-1: only evidence says the adopted process is gone: /proc has no such pid, the pid
+    /// now names another process, or it is a zombie. A probe that fails otherwise (out of
+    /// descriptors, a read error) is "unknown": keep reading; the next check asks again.
+    fn process_gone(&self) -> bool {
+        match proc_probe::probe(self.process.pid) {
+            Ok(facts) => facts.identity != engine_to_probe(self.process) || facts.zombie,
+            Err(error) => error.is_gone(),
+        }
     }
 
     fn snapshot(&self, health: &Health, screen: Option<&str>) -> ObserverSnapshot {

@@ -61,6 +61,17 @@ pub enum ProbeError {
     Proc { pid: u32, message: String },
 }
 
+impl ProbeError {
+    /// LIVE-1: whether this failure is evidence that the process is gone (no such pid). Any
+    /// other failure (out of descriptors, permissions, a read error) says nothing about it.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            ProbeError::Gone { .. } | ProbeError::InvalidPid { .. } => true,
+            ProbeError::PermissionDenied { .. } | ProbeError::TooManyProcesses { .. } | ProbeError::TooManyOpenFiles { .. } | ProbeError::Proc { .. } => false,
+        }
+    }
+}
+
 impl fmt::Display for ProbeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -249,15 +260,18 @@ pub fn discover_rollout_exact(
     codex_home: &Path,
     expected_cwd: Option<&Path>,
 ) -> Discovery {
-    let same = || identity(root.pid).is_ok_and(|now| now == root);
-    if !same() {
-        return Discovery::ProcessGone;
+    // LIVE-1: only evidence says gone; a probe that fails otherwise leaves discovery incomplete.
+    let check = || match identity(root.pid) {
+        Ok(now) if now == root => None,
+        Ok(_) => Some(Discovery::ProcessGone),
+        Err(error) if error.is_gone() => Some(Discovery::ProcessGone),
+        Err(error) => Some(Discovery::Incomplete { reason: error.to_string() }),
+    };
+    if let Some(answer) = check() {
+        return answer;
     }
     let discovery = discover_rollout(root.pid, codex_home, expected_cwd);
-    if !same() {
-        return Discovery::ProcessGone;
-    }
-    discovery
+    check().unwrap_or(discovery)
 }
 
 /// Rollout path -> first holder (nearest the root, then lowest fd path order).
