@@ -41,21 +41,50 @@ pub enum DriverMsg {
     Query { query: Query, reply: oneshot::Sender<Value> },
 }
 
-/// Engine time: milliseconds since the Unix epoch (simulated under madsim).
+/// The wall clock: milliseconds since the Unix epoch (simulated under madsim). For records
+/// people read (`created_ms`, `started_ms`) and for starting an [`EngineClock`]; never for
+/// engine timers.
 pub fn now_ms() -> u64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The engine's time source (a port: the simulator may plant another).
+pub trait Clock: Send {
+    fn now_ms(&self) -> u64;
+}
+
+/// TIME-1: engine time is the wall clock read once, when the daemon starts, advanced by the
+/// monotonic clock from then on. A wall-clock step while the daemon runs moves no timer
+/// (delivery timeout, grace, probes, retries, deadlines); times stay epoch-like, so durable
+/// deadlines and `at_ms` keep their meaning across a restart, which reads the wall clock again.
+pub struct EngineClock {
+    origin_wall_ms: u64,
+    origin: std::time::Instant,
+}
+
+impl EngineClock {
+    pub fn start(wall_ms: u64) -> EngineClock {
+        EngineClock { origin_wall_ms: wall_ms, origin: std::time::Instant::now() }
+    }
+}
+
+impl Clock for EngineClock {
+    fn now_ms(&self) -> u64 {
+        let elapsed = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.origin_wall_ms.saturating_add(elapsed)
+    }
+}
+
 /// Runs until every sender of `inbox` is gone.
-pub async fn run_driver<E: Effects>(mut engine: Engine, mut inbox: mpsc::Receiver<DriverMsg>, mut effects: E) {
+pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mpsc::Receiver<DriverMsg>, mut effects: E, clock: C) {
     let mut waiting: BTreeMap<OpId, oneshot::Sender<Value>> = BTreeMap::new();
     let mut next_op: u64 = 1;
     drain(&mut engine, &mut effects, &mut waiting);
     loop {
         let message = match engine.poll_timeout() {
             Some(at_ms) => {
-                let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+                let wait = Duration::from_millis(at_ms.saturating_sub(clock.now_ms()));
                 // `biased`: an unbiased select draws from tokio's own RNG, which madsim does
                 // not control, and made simulation runs non-deterministic. Messages first.
                 tokio::select! {
@@ -86,7 +115,7 @@ pub async fn run_driver<E: Effects>(mut engine: Engine, mut inbox: mpsc::Receive
                 continue;
             }
         };
-        engine.handle(now_ms(), input);
+        engine.handle(clock.now_ms(), input);
         drain(&mut engine, &mut effects, &mut waiting);
     }
 }
@@ -114,5 +143,24 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
             }
             Output::TerminalEvent(event) => effects.publish(event),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // TIME-1: after its start, engine time follows the monotonic clock, not the wall clock:
+    // a clock started an hour "behind" the wall stays an hour behind, and never goes back.
+    #[test]
+    fn time_1_engine_clock_reads_the_wall_clock_only_at_start() {
+        let hour_ago = now_ms() - 3_600_000;
+        let clock = EngineClock::start(hour_ago);
+        let first = clock.now_ms();
+        std::thread::sleep(Duration::from_millis(20));
+        let second = clock.now_ms();
+        assert!(first >= hour_ago && first < hour_ago + 1_000, "starts at the wall time it was given");
+        assert!(second >= first + 20, "advances with the monotonic clock");
+        assert!(second < now_ms() - 3_500_000, "does not read the wall clock again");
     }
 }

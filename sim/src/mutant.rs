@@ -38,6 +38,9 @@ pub enum Mutant {
     /// Caller layer (daemon server): a call by exact agent id is filed under a request id of
     /// its own spelling, so a retry by another spelling is a new request and writes again.
     SpellingForksRequestId,
+    /// Clock port: engine timers read the (stepped) wall clock at every step instead of the
+    /// monotonic clock started from it, so a wall-clock step moves every timer.
+    WallClockTimers,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -50,6 +53,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::AckBeforeDurable, "ack_before_durable", "store port acknowledges before the commit is durable"),
     (Mutant::ReplayRewrittenInput, "replay_rewritten_input", "caller layer trims prompts, replaying a request id with different input"),
     (Mutant::SpellingForksRequestId, "spelling_forks_request_id", "caller layer files exact-id calls under another request id"),
+    (Mutant::WallClockTimers, "wall_clock_timers", "clock port reads the stepped wall clock for engine timers"),
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
 ];
 

@@ -69,6 +69,10 @@ pub struct Oracle {
     /// the latest call per id.
     pub calls_started: u64,
     pub latest_call: BTreeMap<String, u64>,
+    /// TIME-1: per request with a deadline, its first call's real (simulated) time, the
+    /// timeout, and the daemon's wall-clock offset then; and the current daemon's offset.
+    pub deadlines: BTreeMap<String, (u64, u64, i64)>,
+    pub daemon_wall_offset_ms: i64,
 }
 
 impl Oracle {
@@ -100,7 +104,12 @@ impl Oracle {
 
     /// A caller starts a call for `request_id`: a later write may be this call's. Returns the
     /// call's number.
-    pub fn on_call(&mut self, request_id: &str) -> u64 {
+    pub fn on_call(&mut self, request_id: &str, timeout_ms: u64) -> u64 {
+        if timeout_ms > 0 {
+            let at = wakterm_runtime::driver::now_ms();
+            let offset = self.daemon_wall_offset_ms;
+            self.deadlines.entry(request_id.to_string()).or_insert((at, timeout_ms, offset));
+        }
         self.claimed_unwritten.remove(request_id);
         self.calls_started += 1;
         self.latest_call.insert(request_id.to_string(), self.calls_started);
@@ -212,7 +221,20 @@ impl Oracle {
                     self.fail(Kind::WrongFinal, format!("{id}: delivery_failed, but our prompt opened a turn"));
                 }
             }
-            TerminalState::TimedOut | TerminalState::Cancelled | TerminalState::Indeterminate => {}
+            TerminalState::TimedOut => self.check_not_early(&id),
+            TerminalState::Cancelled | TerminalState::Indeterminate => {}
+        }
+    }
+
+    /// RF-3, TIME-1: `timed_out` only once the timeout has really passed. The one allowance is
+    /// TIME-1's decision: a daemon that started with its wall clock stepped forward since the
+    /// call moves durable deadlines by that step.
+    fn check_not_early(&mut self, id: &str) {
+        let Some(&(at, timeout_ms, offset_then)) = self.deadlines.get(id) else { return };
+        let elapsed = wakterm_runtime::driver::now_ms().saturating_sub(at);
+        let allowance = u64::try_from(self.daemon_wall_offset_ms - offset_then).unwrap_or(0);
+        if elapsed + allowance < timeout_ms {
+            self.fail(Kind::Misclassified, format!("{id}: timed out after {elapsed} ms of a {timeout_ms} ms timeout"));
         }
     }
 

@@ -12,7 +12,7 @@ use wakterm_engine::{
     AgentId, Cursor, DeliveryOutcome, DurableState, Engine, Incarnation, Input, ObserverEvent, PersistOp, Phase,
     RequestRecord, TerminalEvent,
 };
-use wakterm_runtime::driver::{now_ms, run_driver, DriverMsg, Effects, DRIVER_INBOX};
+use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
 
 fn ms(lo: u64, hi: u64) -> Duration {
@@ -308,12 +308,28 @@ pub fn describe_event(event: &ObserverEvent) -> String {
     }
 }
 
+/// The engine's clock in the simulator: the production one, or (mutant `WallClockTimers`) the
+/// stepped wall clock read at every step, as the driver once did.
+enum SimClock {
+    Engine(EngineClock),
+    Stepped(Shared),
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> u64 {
+        match self {
+            SimClock::Engine(clock) => clock.now_ms(),
+            SimClock::Stepped(world) => world.lock().unwrap().wall_ms(),
+        }
+    }
+}
+
 /// Starts a daemon on a fresh node: recover the engine from what is durable, re-register the
 /// agents, let watchers catch up from the store, and run the production driver.
 pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (store_tx, store_rx) = mpsc::unbounded_channel();
-    let engine = {
+    let (engine, clock) = {
         let mut w = world.lock().unwrap();
         let mut requests = Vec::new();
         for stored in w.store.requests() {
@@ -324,7 +340,18 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             requests.push(record);
         }
         let last_terminal_sequence = w.store.last_terminal_sequence();
-        let engine = Engine::recover(DurableState { requests, last_terminal_sequence }, now_ms());
+        // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
+        w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
+        let clock = match w.mutant {
+            Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
+            _ => SimClock::Engine(EngineClock::start(w.wall_ms())),
+        };
+        // (The stepped clock reads the world, whose lock is held here.)
+        let now = match &clock {
+            SimClock::Engine(engine_clock) => engine_clock.now_ms(),
+            SimClock::Stepped(_) => w.wall_ms(),
+        };
+        let engine = Engine::recover(DurableState { requests, last_terminal_sequence }, now);
         // `request watch --after N`: a watcher reconnects and reads what it missed.
         let missed = w.store.terminal_after(w.oracle.last_sequence);
         for stored in missed {
@@ -341,7 +368,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         send(&inbox, Input::StartupComplete);
         w.inbox = Some(inbox.clone());
         w.log(format!("daemon start, last sequence {last_terminal_sequence}"));
-        engine
+        (engine, clock)
     };
     let node = madsim::runtime::Handle::current().create_node().name("daemon").build();
     let world = world.clone();
@@ -349,7 +376,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
         madsim::task::spawn(observer_loop(world.clone(), inbox.clone()));
         let effects = SimEffects { world, inbox, store: store_tx };
-        run_driver(engine, inbox_rx, effects).await;
+        run_driver(engine, inbox_rx, effects, clock).await;
     });
     node
 }

@@ -181,7 +181,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 final_timeout_ms: mode.timeout_ms,
             };
             let writes_before = w.oracle.writes_of(&call.request_id);
-            let call_number = w.oracle.on_call(&call.request_id);
+            let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);
             w.log(format!("call {} {:?} rf={} raw={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.timeout_ms, call.agent, call.prompt));
             (command, writes_before, call_number)
         };
@@ -344,6 +344,13 @@ fn act(world: &Shared, humans: &mut u64) {
                 let lag = w.agents[a].lag_ms;
                 w.log(format!("a{a} observer delayed by up to {lag} ms"));
             }
+        }
+        60 if thread_rng().gen_bool(0.5) => {
+            // TIME-1: the wall clock is stepped (an NTP correction, a VM resume), either way.
+            let step: i64 = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(10_000..3_600_000) } else { -thread_rng().gen_range(10_000..3_600_000) };
+            w.wall_offset_ms += step;
+            w.counters.fault("clock.wall_step");
+            w.log(format!("wall clock steps {step} ms"));
         }
         60..=61 => {
             let jump = Duration::from_millis(thread_rng().gen_range(1_000..25_000));

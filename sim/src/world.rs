@@ -53,6 +53,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "crash.after_commit",
     "crash.after_pane_write",
     "clock.jump",
+    "clock.wall_step",
     "clock.deadline",
     "caller.retry_same_id",
     "caller.changed_input",
@@ -309,6 +310,9 @@ pub struct World {
     pub mutant: Mutant,
     pub plan: FaultPlan,
     pub faults_on: bool,
+    /// TIME-1: how far the daemon's wall clock is stepped from true (simulated) time, both
+    /// directions; a daemon reads it when it starts.
+    pub wall_offset_ms: i64,
     pub agents: Vec<Agent>,
     pub store: StoreTables,
     pub inbox: Option<mpsc::Sender<DriverMsg>>,
@@ -322,6 +326,11 @@ pub struct World {
 }
 
 impl World {
+    /// The daemon's wall clock: simulated time stepped by `wall_offset_ms`.
+    pub fn wall_ms(&self) -> u64 {
+        wakterm_runtime::driver::now_ms().saturating_add_signed(self.wall_offset_ms)
+    }
+
     pub fn new(mutant: Mutant) -> World {
         let mut trace = Trace::default();
         trace.t0_ms = wakterm_runtime::driver::now_ms();
@@ -329,6 +338,7 @@ impl World {
             mutant,
             plan: FaultPlan::draw(),
             faults_on: true,
+            wall_offset_ms: 0,
             agents: vec![Agent::new(0, Transport::Pty), Agent::new(1, Transport::AppServer)],
             store: StoreTables::default(),
             inbox: None,

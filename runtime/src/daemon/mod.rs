@@ -8,7 +8,7 @@ pub mod effects;
 pub mod faults;
 pub mod server;
 
-use crate::driver::{now_ms, run_driver, DriverMsg, DRIVER_INBOX};
+use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};
 use crate::paths::DataPaths;
 use crate::store::{Store, StoreWriter};
 use agents::{spawn_monitor, AgentRecord, AgentRuntime, AgentTable};
@@ -112,14 +112,15 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
     refuse_linked_store_files(&paths)?;
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
-    let engine = recover_engine(&store)?;
+    let clock = EngineClock::start(now_ms());
+    let engine = recover_engine(&store, &clock)?;
     let records = load_agents(&store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
-    runtime.block_on(serve(paths, store, writer, engine, records, fault, connection_cap(descriptor_limit)))
+    runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, connection_cap(descriptor_limit)))
 }
 
 /// SEC-1: SQLite opens its files by path and would follow a planted link; the database and its
@@ -134,7 +135,7 @@ fn refuse_linked_store_files(paths: &DataPaths) -> Result<(), String> {
     Ok(())
 }
 
-fn recover_engine(store: &Store) -> Result<Engine, String> {
+fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> {
     let mut requests = Vec::new();
     for stored in store.load_requests().map_err(|e| e.to_string())? {
         let record: RequestRecord = serde_json::from_str(&stored.record_json)
@@ -142,7 +143,7 @@ fn recover_engine(store: &Store) -> Result<Engine, String> {
         requests.push(record);
     }
     let last_terminal_sequence = store.last_terminal_sequence().map_err(|e| e.to_string())?;
-    Ok(Engine::recover(DurableState { requests, last_terminal_sequence }, now_ms()))
+    Ok(Engine::recover(DurableState { requests, last_terminal_sequence }, clock.now_ms()))
 }
 
 fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
@@ -155,13 +156,13 @@ fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
     Ok(records)
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, engine: Engine, records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, cap: usize) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, cap: usize) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let agents: AgentTable = Arc::new(Mutex::new(BTreeMap::new()));
     // The driver runs before anything can fill its inbox, so startup never waits on itself.
     let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), fault };
-    let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects));
+    let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects, clock));
     reattach_agents(&paths, &agents, &inbox, records).await;
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
