@@ -381,7 +381,7 @@ fn a_command_that_cannot_start_is_reported_not_hidden() {
 /// the pane runs another process (a respawn in between); naming the current one writes.
 #[test]
 fn write_expecting_a_replaced_process_writes_nothing() {
-    use wakterm_runtime::holder::protocol::{ExpectedProcess, PROCESS_CHANGED};
+    use wakterm_runtime::holder::protocol::{ExpectedProcess, WriteRefusal};
     let (holder, _sub) = start_raw("exec cat");
     let mut client = holder.client();
     let before = client.info().unwrap();
@@ -390,11 +390,11 @@ fn write_expecting_a_replaced_process_writes_nothing() {
     let end = client.info().unwrap().output_end;
     let refused = client.write_expecting(b"for-the-old-process\n", Some(old)).unwrap();
     assert_eq!(refused.bytes_written, 0);
-    assert!(refused.error.as_deref().is_some_and(|e| e.starts_with(PROCESS_CHANGED)), "{refused:?}");
+    assert_eq!(refused.refused, Some(WriteRefusal::ProcessChanged), "{refused:?}");
     std::thread::sleep(std::time::Duration::from_millis(200));
     let page = client.output(end, 1 << 20).unwrap();
     assert!(!contains(&page.data, b"for-the-old-process"), "nothing reached the pane");
     let current = ExpectedProcess { pid: after.pid.unwrap(), start_time_ticks: after.start_time_ticks.unwrap() };
     let written = client.write_expecting(b"for-the-new\n", Some(current)).unwrap();
-    assert_eq!((written.bytes_written, written.error), (12, None));
+    assert_eq!((written.bytes_written, written.error, written.refused), (12, None, None));
 }

@@ -155,7 +155,8 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> 
     // `agent restart` can never receive a prompt admitted for the process it replaced.
     let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
     match client.write_expecting(bytes, Some(expect)) {
-        Ok(outcome) if outcome.bytes_written == 0 && outcome.error.as_deref().is_some_and(|e| e.starts_with(crate::holder::protocol::PROCESS_CHANGED)) => {
+        Ok(outcome) if outcome.refused.is_some() => {
+            assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
             DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
         }
         Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == bytes.len() as u64 => DeliveryOutcome::Complete,

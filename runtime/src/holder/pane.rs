@@ -330,8 +330,8 @@ impl Pane {
             (state.child.pid, state.child.start_time_ticks, state.child.alive)
         };
         if !alive || pid != Some(expect.pid) || start != Some(expect.start_time_ticks) {
-            let error = format!("{}: the pane runs {pid:?}/{start:?}, not {}/{}", super::protocol::PROCESS_CHANGED, expect.pid, expect.start_time_ticks);
-            return WriteOutcome { bytes_written: 0, error: Some(error) };
+            let error = format!("the pane runs {pid:?}/{start:?}, not {}/{}", expect.pid, expect.start_time_ticks);
+            return WriteOutcome::refusal(super::protocol::WriteRefusal::ProcessChanged, error);
         }
         self.write(data)
     }
@@ -339,10 +339,7 @@ impl Pane {
     pub fn write(&self, data: &[u8]) -> WriteOutcome {
         let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.lock().child.alive {
-            return WriteOutcome {
-                bytes_written: 0,
-                error: Some("child is not alive".into()),
-            };
+            return WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into());
         }
         let deadline = Instant::now() + WRITE_DEADLINE;
         let mut written = 0usize;
@@ -512,6 +509,7 @@ fn outcome(written: usize, error: Option<String>) -> WriteOutcome {
     WriteOutcome {
         bytes_written: written as u64,
         error,
+        refused: None,
     }
 }
 

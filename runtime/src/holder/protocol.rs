@@ -115,15 +115,32 @@ pub struct ExpectedProcess {
     pub start_time_ticks: u64,
 }
 
-/// Prefix of the `write` error when the pane runs another process than expected: nothing was
-/// written.
-pub const PROCESS_CHANGED: &str = "process_changed";
+/// Why a `write` wrote nothing by decision, before its first byte (typed, so callers never
+/// parse it out of the error text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteRefusal {
+    /// The pane runs another process than the one the write named.
+    ProcessChanged,
+    /// The pane's child is not alive.
+    NotAlive,
+}
 
 /// Result of `write`. `bytes_written` counts bytes the PTY master accepted before `error`.
+/// `refused` is set exactly when the holder decided not to write (then `bytes_written` is 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteOutcome {
     pub bytes_written: u64,
     pub error: Option<String>,
+    #[serde(default)]
+    pub refused: Option<WriteRefusal>,
+}
+
+impl WriteOutcome {
+    /// A write the holder declined before its first byte.
+    pub fn refusal(refused: WriteRefusal, error: String) -> WriteOutcome {
+        WriteOutcome { bytes_written: 0, error: Some(error), refused: Some(refused) }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
