@@ -3,12 +3,12 @@
 //! observers); the simulator plugs in simulated ones. Results of effects come back as
 //! [`DriverMsg::Input`] on the same channel, so the engine sees one ordered stream.
 
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use wakterm_engine::{
-    AdmitCommand, AgentId, CancelCommand, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, TerminalEvent,
+    AdmitCommand, AgentId, CancelCommand, CancelOutcome, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt,
+    TerminalEvent,
 };
 
 /// Bound of the driver's inbox: callers, effect results and observer events share it.
@@ -28,17 +28,32 @@ pub trait Effects: Send {
     fn publish(&mut self, event: TerminalEvent);
 }
 
-/// A read-only question to the engine, answered on the reactor without blocking.
-pub type Query = Box<dyn FnOnce(&Engine) -> Value + Send>;
+/// A read-only question to the engine, answered on the reactor without blocking; the closure
+/// sends its own typed answer (see [`ask`]).
+pub type Query = Box<dyn FnOnce(&Engine) + Send>;
 
 pub enum DriverMsg {
     /// An engine input (effect results, observer events, agent facts).
     Input(Input),
     /// A caller's admission; the receipt is sent on `reply`.
-    Admit { command: AdmitCommand, reply: oneshot::Sender<Value> },
+    Admit { command: AdmitCommand, reply: oneshot::Sender<Receipt> },
     /// A caller's cancel; the outcome is sent on `reply`.
-    Cancel { request_id: String, reply: oneshot::Sender<Value> },
-    Query { query: Query, reply: oneshot::Sender<Value> },
+    Cancel { request_id: String, reply: oneshot::Sender<CancelOutcome> },
+    Query(Query),
+}
+
+/// Asks the engine a read-only question through the driver. None: the driver is gone.
+pub async fn ask<T: Send + 'static>(inbox: &mpsc::Sender<DriverMsg>, question: impl FnOnce(&Engine) -> T + Send + 'static) -> Option<T> {
+    let (reply, answer) = oneshot::channel();
+    let query: Query = Box::new(move |engine| drop(reply.send(question(engine))));
+    inbox.send(DriverMsg::Query(query)).await.ok()?;
+    answer.await.ok()
+}
+
+/// Who waits for an engine answer to a caller's operation.
+enum Waiter {
+    Receipt(oneshot::Sender<Receipt>),
+    Cancel(oneshot::Sender<CancelOutcome>),
 }
 
 /// The wall clock: milliseconds since the Unix epoch (simulated under madsim). For records
@@ -78,7 +93,7 @@ impl Clock for EngineClock {
 
 /// Runs until every sender of `inbox` is gone.
 pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mpsc::Receiver<DriverMsg>, mut effects: E, clock: C) {
-    let mut waiting: BTreeMap<OpId, oneshot::Sender<Value>> = BTreeMap::new();
+    let mut waiting: BTreeMap<OpId, Waiter> = BTreeMap::new();
     let mut next_op: u64 = 1;
     drain(&mut engine, &mut effects, &mut waiting);
     loop {
@@ -101,17 +116,17 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
             DriverMsg::Admit { mut command, reply } => {
                 command.op = OpId(next_op);
                 next_op += 1;
-                waiting.insert(command.op, reply);
+                waiting.insert(command.op, Waiter::Receipt(reply));
                 Input::Admit(command)
             }
             DriverMsg::Cancel { request_id, reply } => {
                 let op = OpId(next_op);
                 next_op += 1;
-                waiting.insert(op, reply);
+                waiting.insert(op, Waiter::Cancel(reply));
                 Input::Cancel(CancelCommand { op, request_id })
             }
-            DriverMsg::Query { query, reply } => {
-                let _ = reply.send(query(&engine));
+            DriverMsg::Query(query) => {
+                query(&engine);
                 continue;
             }
         };
@@ -120,7 +135,7 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
     }
 }
 
-fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, oneshot::Sender<Value>>) {
+fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, Waiter>) {
     while let Some(output) = engine.poll_output() {
         match output {
             Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
@@ -129,18 +144,17 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
             Output::Deliver { delivery_id, agent_id, incarnation, bytes } => {
                 effects.deliver(delivery_id, agent_id, incarnation, bytes)
             }
-            Output::Receipt { op, receipt } => {
-                let value = serde_json::to_value(&receipt).unwrap_or(Value::Null);
-                if let Some(reply) = waiting.remove(&op) {
-                    let _ = reply.send(value); // a caller that went away loses nothing durable
-                }
-            }
-            Output::CancelResult { op, outcome } => {
-                let value = serde_json::to_value(&outcome).unwrap_or(Value::Null);
-                if let Some(reply) = waiting.remove(&op) {
-                    let _ = reply.send(value);
-                }
-            }
+            // A caller that went away loses nothing durable.
+            Output::Receipt { op, receipt } => match waiting.remove(&op) {
+                Some(Waiter::Receipt(reply)) => drop(reply.send(receipt)),
+                Some(Waiter::Cancel(_)) => unreachable!("op {op:?} is a cancel, not an admission"),
+                None => {}
+            },
+            Output::CancelResult { op, outcome } => match waiting.remove(&op) {
+                Some(Waiter::Cancel(reply)) => drop(reply.send(outcome)),
+                Some(Waiter::Receipt(_)) => unreachable!("op {op:?} is an admission, not a cancel"),
+                None => {}
+            },
             Output::TerminalEvent(event) => effects.publish(event),
         }
     }

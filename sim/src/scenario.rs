@@ -69,14 +69,8 @@ fn whitespace() -> &'static str {
 }
 
 async fn ask_engine(world: &Shared, f: fn(&wakterm_engine::Engine) -> Value) -> Option<Value> {
-    ask(world, Box::new(f)).await
-}
-
-async fn ask(world: &Shared, query: wakterm_runtime::driver::Query) -> Option<Value> {
     let inbox = world.lock().unwrap().inbox.clone()?;
-    let (reply, answer) = oneshot::channel();
-    inbox.send(DriverMsg::Query { query, reply }).await.ok()?;
-    answer.await.ok()
+    wakterm_runtime::driver::ask(&inbox, f).await
 }
 
 fn engine_status(engine: &wakterm_engine::Engine) -> Value {
@@ -187,8 +181,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
         };
         let (reply, answer) = oneshot::channel();
         if inbox.send(DriverMsg::Admit { command, reply }).await.is_ok() {
-            if let Ok(value) = answer.await {
-                let mut receipt: Receipt = serde_json::from_value(value).expect("receipts parse");
+            if let Ok(mut receipt) = answer.await {
                 let mut w = world.lock().unwrap();
                 if w.mutant == Mutant::JoinRefusalSaysUnwritten && receipt.reason.as_deref() == Some("too_many_joined_callers") {
                     receipt = join_refusal_as_rejection(receipt); // the bug
@@ -247,10 +240,10 @@ async fn cancel(world: &Shared, request_id: &str) {
     let Some(inbox) = world.lock().unwrap().inbox.clone() else { return };
     let (reply, answer) = oneshot::channel();
     if inbox.send(DriverMsg::Cancel { request_id: request_id.to_string(), reply }).await.is_ok() {
-        if let Ok(value) = answer.await {
+        if let Ok(outcome) = answer.await {
             let mut w = world.lock().unwrap();
             w.counters.fault("caller.cancel");
-            let outcome = value.get("outcome").and_then(Value::as_str).unwrap_or("?").to_string();
+            let outcome = serde_json::to_value(&outcome).ok().and_then(|v| v["outcome"].as_str().map(str::to_string)).unwrap_or_default();
             w.log(format!("cancel {request_id} -> {outcome}"));
         }
     }

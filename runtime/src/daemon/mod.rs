@@ -279,12 +279,10 @@ fn stop_unknown_holders(paths: &DataPaths, known: &std::collections::BTreeSet<St
 async fn drain_admissions(context: &Context) {
     let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
     while tokio::time::Instant::now() < deadline {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let query: crate::driver::Query = Box::new(|engine: &Engine| serde_json::json!(engine.is_quiescent()));
-        if context.inbox.send(DriverMsg::Query { query, reply }).await.is_err() {
+        let Some(quiescent) = crate::driver::ask(&context.inbox, |engine: &Engine| engine.is_quiescent()).await else {
             return;
-        }
-        if answer.await.ok() == Some(serde_json::json!(true)) {
+        };
+        if quiescent {
             // Let the connection tasks write the receipts they were just handed.
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             return;

@@ -96,10 +96,8 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
     }
 }
 
-async fn query(context: &Context, f: impl FnOnce(&Engine) -> Value + Send + 'static) -> Option<Value> {
-    let (reply, answer) = oneshot::channel();
-    context.inbox.send(DriverMsg::Query { query: Box::new(f), reply }).await.ok()?;
-    answer.await.ok()
+async fn query<T: Send + 'static>(context: &Context, f: impl FnOnce(&Engine) -> T + Send + 'static) -> Option<T> {
+    crate::driver::ask(&context.inbox, f).await
 }
 
 async fn status(context: &Arc<Context>) -> Reply {
@@ -341,9 +339,10 @@ async fn catalog(context: &Arc<Context>) -> Reply {
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
         let agent_id = agent.agent_id();
-        let view = query(context, move |engine: &Engine| json!(engine.catalog_view(&agent_id).map(|v| catalog_decision(&v))))
+        let view = query(context, move |engine: &Engine| engine.catalog_view(&agent_id))
             .await
-            .unwrap_or(Value::Null);
+            .flatten()
+            .map_or(Value::Null, |view| catalog_decision(&view));
         let view = refresh_failure_blocks(view, &snapshot);
         entries.push(catalog_entry(&agent.record, agent.facts().incarnation, snapshot, view));
     }
@@ -446,14 +445,13 @@ async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
     let Ok(receipt) = answer.await else {
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
     };
-    let classification: Option<Classification> = serde_json::from_value(receipt["classification"].clone()).ok();
-    let exit_code = match classification {
-        Some(Classification::Accepted) => exit::OK,
-        Some(Classification::Indeterminate) => exit::INDETERMINATE,
-        Some(_) => exit::REJECTED,
-        None => exit::ERROR,
+    receipt.assert_consistent();
+    let exit_code = match receipt.classification {
+        Classification::Accepted => exit::OK,
+        Classification::Indeterminate => exit::INDETERMINATE,
+        _ => exit::REJECTED,
     };
-    Reply { exit_code, body: receipt }
+    Reply { exit_code, body: serde_json::to_value(&receipt).expect("receipts serialise") }
 }
 
 async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
@@ -524,12 +522,13 @@ async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {
     let Ok(outcome) = answer.await else {
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
     };
-    let exit_code = match outcome["outcome"].as_str() {
-        Some("cancelled") | Some("already_terminal") => exit::OK,
-        Some("not_found") => exit::NOT_FOUND,
-        _ => exit::REJECTED,
+    use wakterm_engine::CancelOutcome;
+    let exit_code = match &outcome {
+        CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal { .. } => exit::OK,
+        CancelOutcome::NotFound { .. } => exit::NOT_FOUND,
+        CancelOutcome::NotReturnFinal { .. } | CancelOutcome::AdmissionInProgress { .. } | CancelOutcome::Failed { .. } => exit::REJECTED,
     };
-    let mut body = outcome;
+    let mut body = serde_json::to_value(&outcome).expect("outcomes serialise");
     body["schema"] = json!("wakterm.agent-request-cancel.v1");
     Reply { exit_code, body }
 }
