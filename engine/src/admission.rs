@@ -10,7 +10,7 @@ use crate::limits::*;
 use crate::observer::{Composer, Cursor, ObserverSnapshot, ObserverStatus, TurnState};
 use crate::prompt::{admission_bytes, prompt_hash, validate_prompt, PasteMode};
 use crate::receipt::{Classification, Operation, Receipt, ReceiptContext, ReturnMode, WriteState};
-use crate::request::{Phase, RequestRecord};
+use crate::request::{EvidenceStep, Phase, RequestRecord};
 use crate::terminal::TerminalState;
 
 /// A reason an admission cannot go on: always a definitive rejection.
@@ -444,7 +444,7 @@ impl Engine {
         let command = &admission.command;
         let return_final = command.return_mode == ReturnMode::ReturnFinal;
         let deadline_ms = (return_final && command.final_timeout_ms > 0).then(|| self.now_ms + command.final_timeout_ms);
-        RequestRecord {
+        let mut record = RequestRecord {
             request_id: request_id.clone(),
             agent_id: admission.agent_id.clone(),
             fingerprint: admission.fingerprint.clone(),
@@ -466,7 +466,16 @@ impl Engine {
             terminal: None,
             registered_ms: self.now_ms,
             updated_ms: self.now_ms,
-        }
+            evidence: Vec::new(),
+            evidence_dropped: 0,
+        };
+        let seen = match view {
+            Some(v) => format!("refresh saw turn {:?}, composer {:?}, observer {:?}", v.turn, v.composer, v.status),
+            None => "no observer view".to_string(),
+        };
+        let cursor = record.armed.as_ref().map_or("no cursor".to_string(), |c| format!("armed at {}:{}", c.session.0, c.position));
+        record.note(self.now_ms, EvidenceStep::Registered, format!("{seen}; {cursor}; incarnation {}", record.incarnation.0));
+        record
     }
 
     pub(crate) fn on_registered(&mut self, request_id: &RequestId, result: Result<(), String>) {
@@ -530,6 +539,12 @@ impl Engine {
 
     pub(crate) fn on_delivered(&mut self, delivery_id: u64, outcome: DeliveryOutcome) {
         let Some(request_id) = self.deliveries.remove(&delivery_id) else { return }; // late: timed out
+        let written = match &outcome {
+            DeliveryOutcome::Complete => "the whole prompt and Enter were written in one write".to_string(),
+            DeliveryOutcome::Refused { reason } => format!("refused before the first byte: {reason}"),
+            DeliveryOutcome::Failed { bytes_written, error } => format!("failed after {bytes_written} bytes: {error}"),
+        };
+        self.note(&request_id, EvidenceStep::Written, written);
         match outcome {
             DeliveryOutcome::Complete => self.after_complete_write(&request_id),
             DeliveryOutcome::Refused { reason } => {
@@ -696,6 +711,8 @@ impl Engine {
     fn start_correlation(&mut self, request_id: &RequestId) {
         let record = self.requests.get_mut(request_id).expect("exists");
         record.phase = Phase::Submitted;
+        let armed = record.armed.as_ref().map_or("no cursor".to_string(), |c| format!("{}:{}", c.session.0, c.position));
+        record.note(self.now_ms, EvidenceStep::Submitted, format!("submitted marker durable; correlating after {armed}"));
         self.correlating.insert(request_id.clone());
         self.turn_wait_since.insert(request_id.clone(), self.now_ms);
         let record = &self.requests[request_id];

@@ -6,7 +6,7 @@ use crate::ids::{AgentId, RequestId, SessionId, TurnId};
 use crate::io::{CancelCommand, CancelOutcome, Output};
 use crate::limits::MAX_PENDING_OUTPUTS;
 use crate::observer::{fold_turn, Cursor, ObserverEvent, ObserverStatus, RECORD_TOO_LARGE};
-use crate::request::Phase;
+use crate::request::{EvidenceStep, Phase};
 use crate::receipt::ReturnMode;
 use crate::terminal::TerminalState;
 
@@ -44,6 +44,12 @@ impl Engine {
     }
 
     fn apply_event(&mut self, agent_id: &AgentId, event: ObserverEvent) {
+        self.deciding = Some(describe(&event)); // RF-6
+        self.apply_event_inner(agent_id, event);
+        self.deciding = None;
+    }
+
+    fn apply_event_inner(&mut self, agent_id: &AgentId, event: ObserverEvent) {
         // Events replayed after a resume, or late, lie at or before what the view already
         // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
         if self.is_fresh(agent_id, &event) {
@@ -173,8 +179,10 @@ impl Engine {
                     self.indeterminate(request_id, "later_turn_started");
                 }
             }
-            (ObserverEvent::TurnStarted { turn, .. }, None) => match candidate {
+            (ObserverEvent::TurnStarted { turn, position, .. }, None) => match candidate {
                 None => {
+                    let detail = format!("turn {} started at {position}, after the armed cursor {}", turn.0, armed.position);
+                    self.note(request_id, EvidenceStep::TurnStarted, detail);
                     self.candidates.insert(request_id.clone(), turn.clone());
                 }
                 Some(candidate) if &candidate == turn => {}
@@ -194,6 +202,9 @@ impl Engine {
                     return self.indeterminate(request_id, "user_message_before_turn_start");
                 };
                 let turn = turn.clone().unwrap_or_else(|| candidate.clone());
+                let verdict = if seen == &prompt_hash { "matches ours" } else { "differs from ours" };
+                let detail = format!("first user message in turn {}: hash {} {verdict} ({})", turn.0, short(seen), short(&prompt_hash));
+                self.note(request_id, EvidenceStep::UserMessage, detail);
                 if candidate != turn {
                     self.indeterminate(request_id, "user_message_in_other_turn");
                 } else if seen == &prompt_hash {
@@ -237,6 +248,7 @@ impl Engine {
         let record = self.requests.get_mut(request_id).expect("exists");
         assert_eq!(record.phase, Phase::Submitted);
         record.phase = Phase::Bound;
+        record.note(self.now_ms, EvidenceStep::Bound, format!("bound to turn {}: only its final counts", turn.0));
         record.bound_turn = Some(turn);
         self.persist_record(PersistPurpose::Progress(request_id.clone()), request_id);
     }
@@ -325,3 +337,25 @@ impl Engine {
     }
 }
 
+/// RF-6: an observer event as one line of evidence.
+fn describe(event: &ObserverEvent) -> String {
+    match event {
+        ObserverEvent::Attached { session, position } => format!("observer attached to session {} at {position}", session.0),
+        ObserverEvent::TurnStarted { turn, position, .. } => format!("turn {} started at {position}", turn.0),
+        ObserverEvent::UserMessage { turn, prompt_hash, position, .. } => {
+            format!("user message {} in turn {:?} at {position}", short(prompt_hash), turn.as_ref().map(|t| &t.0))
+        }
+        ObserverEvent::TurnCompleted { turn, final_message, position, .. } => {
+            let size = final_message.as_ref().map_or("no final".to_string(), |f| format!("final of {} bytes", f.len()));
+            format!("turn {} completed at {position}, {size}", turn.0)
+        }
+        ObserverEvent::TurnAborted { turn, position, .. } => format!("turn {:?} aborted at {position}", turn.as_ref().map(|t| &t.0)),
+        ObserverEvent::SessionLost { reason } => format!("observer session lost: {reason}"),
+        ObserverEvent::ProcessExited { drained } => format!("process exited (record drained: {drained})"),
+    }
+}
+
+/// The first 12 hex digits of a hash: enough to compare, short enough to read.
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
+}

@@ -8,7 +8,7 @@ use crate::io::{AdmitCommand, Input, OpId, Output, PersistOp};
 use crate::limits::{MAX_AGENTS, MAX_PENDING_OUTPUTS, PERSIST_RETRY_MS};
 use crate::observer::ObserverEvent;
 use crate::receipt::{CorrelationSource, Receipt};
-use crate::request::{Phase, RequestRecord};
+use crate::request::{EvidenceStep, Phase, RequestRecord};
 use crate::terminal::{TerminalEvent, TerminalState, TERMINAL_SCHEMA};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -99,6 +99,8 @@ pub struct Engine {
     pub(crate) next_sequence: u64,
     pub(crate) last_published_sequence: u64,
     pub(crate) outputs: VecDeque<Output>,
+    /// RF-6: the observer event being applied, as evidence for any request it ends.
+    pub(crate) deciding: Option<String>,
 }
 
 impl Default for Engine {
@@ -130,6 +132,7 @@ impl Engine {
             next_sequence: 1,
             last_published_sequence: 0,
             outputs: VecDeque::new(),
+            deciding: None,
         }
     }
 
@@ -234,6 +237,14 @@ impl Engine {
         id
     }
 
+    /// RF-6: a step of a request's evidence trail (persisted with the record's next commit).
+    pub(crate) fn note(&mut self, request_id: &RequestId, step: EvidenceStep, detail: String) {
+        let now_ms = self.now_ms;
+        if let Some(record) = self.requests.get_mut(request_id) {
+            record.note(now_ms, step, detail);
+        }
+    }
+
     pub(crate) fn reply(&mut self, op: OpId, receipt: Receipt) {
         receipt.assert_consistent();
         self.push(Output::Receipt { op, receipt });
@@ -294,6 +305,12 @@ impl Engine {
             at_ms: self.now_ms,
         };
         let record = self.requests.get_mut(request_id).expect("checked above");
+        let why = match reason {
+            Some(reason) => format!(" {reason} ({})", rule_of(reason)),
+            None => " (RF-2: the bound turn's own final)".to_string(),
+        };
+        let seen = self.deciding.as_ref().map_or(String::new(), |e| format!("; evidence: {e}"));
+        record.note(self.now_ms, EvidenceStep::Terminal, format!("{state:?}{why}{seen}"));
         record.phase = Phase::Terminal;
         record.terminal = Some(event);
         self.correlating.remove(request_id);
@@ -504,5 +521,27 @@ impl Engine {
                 assert!(self.admissions.contains_key(claim), "a claim belongs to an in-flight admission");
             }
         }
+    }
+}
+
+/// RF-6: the rule that decides a terminal reason, for the evidence trail.
+pub fn rule_of(reason: &str) -> &'static str {
+    match reason {
+        "first_user_message_mismatch" => "CORR-6",
+        "later_turn_started" | "other_turn_completed" | "other_turn_aborted" | "user_message_in_other_turn" | "unconfirmed_turn_replaced" => "CORR-7",
+        "user_message_before_turn_start" | "turn_completed_before_binding" | "turn_aborted_before_binding" => "CORR-5",
+        "observer_session_changed" | "observer_session_lost" => "CORR-3",
+        "record_too_large" => "CORR-12",
+        "incarnation_changed" | "agent_removed" | "agent_missing_after_restart" => "CORR-1",
+        "observer_resumed_past_cursor" => "REC-2",
+        "process_exited" | "process_exited_before_turn" => "CORR-11",
+        "provider_turn_aborted" => "CORR-10",
+        "no_turn_started" => "RF-5",
+        "final_timeout" => "RF-3",
+        "cancelled_by_caller" => "RF-4",
+        "restart_in_write_window" => "REC-1",
+        "store_commit_failed" => "IDEM-6",
+        "no_final_message" => "RF-2",
+        _ => "RF-5",
     }
 }

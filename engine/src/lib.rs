@@ -33,5 +33,5 @@ pub use observer::{fold_turn, Composer, Cursor, ObserverEvent, ObserverSnapshot,
 pub use prompt::PasteMode;
 pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
 pub use recovery::RESTART_REASON;
-pub use request::{Phase, RequestRecord};
+pub use request::{Evidence, EvidenceStep, Phase, RequestRecord};
 pub use terminal::{TerminalEvent, TerminalState};

@@ -35,3 +35,7 @@ pub const TURN_START_TIMEOUT_MS: u64 = 60_000;
 pub const DELIVERY_TIMEOUT_MS: u64 = 10_000;
 /// Retry interval for a durable commit that failed after the prompt was written (TERM-2).
 pub const PERSIST_RETRY_MS: u64 = 1_000;
+/// RF-6: steps kept in one request's evidence trail (the last slot is kept for its end).
+pub const MAX_EVIDENCE_ENTRIES: usize = 24;
+/// RF-6: bytes of one evidence step's detail.
+pub const MAX_EVIDENCE_DETAIL_BYTES: usize = 240;

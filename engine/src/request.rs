@@ -44,6 +44,34 @@ impl Phase {
     }
 }
 
+/// RF-6: what one step of a request's life was, in the order it happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceStep {
+    /// The refresh the admission decided on, and the armed cursor (IDEM-4).
+    Registered,
+    /// The one pane write and its outcome (ADM-8, ADM-10).
+    Written,
+    /// The submitted marker is durable; correlation starts (RF-1).
+    Submitted,
+    /// A turn started after the armed cursor: the candidate (CORR-5).
+    TurnStarted,
+    /// The first user message of the candidate turn, its hash against ours (CORR-6).
+    UserMessage,
+    /// Our prompt opened the turn (CORR-6).
+    Bound,
+    /// The request's end: its state, reason, the rule that decided and its evidence.
+    Terminal,
+}
+
+/// RF-6: one step of the evidence trail, durable with the record and pruned with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub at_ms: u64,
+    pub step: EvidenceStep,
+    pub detail: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestRecord {
     pub request_id: RequestId,
@@ -70,9 +98,40 @@ pub struct RequestRecord {
     pub terminal: Option<TerminalEvent>,
     pub registered_ms: u64,
     pub updated_ms: u64,
+    /// RF-6: the evidence trail, at most `MAX_EVIDENCE_ENTRIES` steps.
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// RF-6: steps left out once the trail was full (the end is always kept).
+    #[serde(default)]
+    pub evidence_dropped: u32,
 }
 
 impl RequestRecord {
+    /// RF-6: adds a step to the evidence trail. Bounded: the detail is cut at
+    /// `MAX_EVIDENCE_DETAIL_BYTES`; once `MAX_EVIDENCE_ENTRIES - 1` steps are kept, only the
+    /// terminal step is still added (the others are counted).
+    pub fn note(&mut self, at_ms: u64, step: EvidenceStep, detail: impl Into<String>) {
+        use crate::limits::{MAX_EVIDENCE_DETAIL_BYTES, MAX_EVIDENCE_ENTRIES};
+        let room = match step {
+            EvidenceStep::Terminal => MAX_EVIDENCE_ENTRIES,
+            _ => MAX_EVIDENCE_ENTRIES - 1,
+        };
+        if self.evidence.len() >= room {
+            self.evidence_dropped = self.evidence_dropped.saturating_add(1);
+            return;
+        }
+        let mut detail = detail.into();
+        if detail.len() > MAX_EVIDENCE_DETAIL_BYTES {
+            let mut cut = MAX_EVIDENCE_DETAIL_BYTES;
+            while !detail.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            detail.truncate(cut);
+        }
+        self.evidence.push(Evidence { at_ms, step, detail });
+        assert!(self.evidence.len() <= MAX_EVIDENCE_ENTRIES);
+    }
+
     /// The receipt of an admission whose write was attempted (accepted or indeterminate):
     /// everything but the evidence comes from this record.
     pub fn written_receipt(

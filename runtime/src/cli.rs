@@ -165,7 +165,13 @@ pub struct AdmitArgs {
 #[derive(Subcommand, Debug)]
 pub enum RequestCommand {
     /// A request's current state, receipt and terminal event (once published).
-    Get { request_id: String },
+    Get {
+        request_id: String,
+        /// Also show the evidence trail: every step with its time and evidence, and for an
+        /// `indeterminate` end the rule and evidence that decided it (SPEC RF-6).
+        #[arg(long)]
+        evidence: bool,
+    },
     /// Ends a waiting return-final request as `cancelled` (the provider's turn is not interrupted).
     Cancel { request_id: String },
     /// One JSON object per terminal request, in sequence order; stays attached.
@@ -247,7 +253,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             Err(reply) => return print_reply(reply),
         },
         AgentCommand::Request { command } => match command {
-            RequestCommand::Get { request_id } => ClientRequest::RequestGet { request_id },
+            RequestCommand::Get { request_id, evidence } => ClientRequest::RequestGet { request_id, evidence },
             RequestCommand::Cancel { request_id } => ClientRequest::RequestCancel { request_id },
             RequestCommand::Watch { after, once } => return watch(paths, after, once),
         },

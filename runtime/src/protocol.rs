@@ -43,7 +43,12 @@ pub enum ClientRequest {
     Catalog,
     Capabilities,
     Admit(AdmitRequest),
-    RequestGet { request_id: String },
+    RequestGet {
+        request_id: String,
+        /// RF-6: include the evidence trail.
+        #[serde(default)]
+        evidence: bool,
+    },
     RequestCancel { request_id: String },
     Watch { after: u64, once: bool },
     /// OUT: the experimental output shadow page (seed 002).

@@ -664,3 +664,25 @@ fn adm_16_catalog_and_an_immediate_admission_agree_on_a_draft() {
     let admit = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "after the draft"]);
     assert_definitive_rejection(&admit, "busy", "composer_not_empty");
 }
+
+/// RF-6: `request get --evidence` on a completed request shows each step in order, ending with
+/// the rule that decided it; without `--evidence` the trail is not shown.
+#[test]
+fn rf_6_request_get_evidence_of_a_completed_request() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let id = new_id();
+    let inc = s(&entry["incarnation"]).to_string();
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", "show me the evidence"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(w.wait_terminal(&id)["state"], "completed");
+    let plain = w.ok(&["agent", "request", "get", &id]);
+    assert!(plain.get("evidence").is_none(), "{plain}");
+    let got = w.ok(&["agent", "request", "get", &id, "--evidence"]);
+    let steps: Vec<&str> = got["evidence"].as_array().expect("evidence").iter().filter_map(|e| e["step"].as_str()).collect();
+    assert_eq!(steps, vec!["registered", "written", "submitted", "turn_started", "user_message", "bound", "terminal"], "{got}");
+    assert!(got["evidence"][4]["detail"].as_str().unwrap().contains("matches ours"), "{got}");
+    assert!(got["evidence"][6]["detail"].as_str().unwrap().starts_with("Completed (RF-2"), "{got}");
+    assert_eq!(got["evidence_dropped"], 0);
+}

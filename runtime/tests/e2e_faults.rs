@@ -89,6 +89,13 @@ fn rec_5_after_write_is_indeterminate_even_though_the_turn_completes() {
     assert_eq!(count_prompt(&w, prompt), 1, "written exactly once");
     replay_writes_nothing(&w, &entry, &id, prompt);
     assert_eq!(w.events_after(0).iter().filter(|e| e["request_id"] == id.as_str()).count(), 1);
+    // RF-6: the durable trail says what is known: registered, then the rule that ended it (the
+    // write's result died with the daemon, so it is not in the trail).
+    let got = w.ok(&["agent", "request", "get", &id, "--evidence"]);
+    let steps: Vec<&str> = got["evidence"].as_array().expect("evidence").iter().filter_map(|e| e["step"].as_str()).collect();
+    assert_eq!(steps, vec!["registered", "terminal"], "{got}");
+    let end = got["evidence"][1]["detail"].as_str().unwrap_or_default();
+    assert!(end.contains("restart_in_write_window (REC-1)"), "{got}");
 }
 
 /// REC-5 after_submitted, REC-2: the submitted marker is durable; after the restart the

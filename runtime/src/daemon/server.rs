@@ -89,7 +89,7 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
         ClientRequest::AgentList | ClientRequest::Catalog => catalog(context).await,
         ClientRequest::Capabilities => Reply::ok(capabilities()),
         ClientRequest::Admit(admit) => admit_prompt(context, admit).await,
-        ClientRequest::RequestGet { request_id } => request_get(context, &request_id).await,
+        ClientRequest::RequestGet { request_id, evidence } => request_get(context, &request_id, evidence).await,
         ClientRequest::RequestCancel { request_id } => request_cancel(context, request_id).await,
         ClientRequest::AgentOutput { target, after } => agent_output(context, &target, after).await,
         ClientRequest::Watch { .. } => unreachable!("handled before dispatch"),
@@ -454,7 +454,7 @@ async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
     Reply { exit_code, body: serde_json::to_value(&receipt).expect("receipts serialise") }
 }
 
-async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
+async fn request_get(context: &Arc<Context>, request_id: &str, evidence: bool) -> Reply {
     let Ok(id) = RequestId::parse(request_id) else {
         return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
     };
@@ -468,7 +468,7 @@ async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
                 (None, Some(_)) => json!("terminal_pending"),
                 (None, None) => json!(record.phase.as_str()),
             };
-            json!({
+            let mut view = json!({
             "schema": "wakterm.agent-request.v1",
             "request_id": record.request_id,
             "agent_id": record.agent_id,
@@ -481,7 +481,18 @@ async fn request_get(context: &Arc<Context>, request_id: &str) -> Reply {
             "deadline_ms": record.deadline_ms,
             "receipt": record.receipt,
             "terminal_event": published,
-            })
+            });
+            if evidence {
+                // RF-6, TERM-2: the end is shown once its terminal event is published.
+                let steps: Vec<&wakterm_engine::Evidence> = record
+                    .evidence
+                    .iter()
+                    .filter(|e| e.step != wakterm_engine::EvidenceStep::Terminal || published.is_some())
+                    .collect();
+                view["evidence"] = json!(steps);
+                view["evidence_dropped"] = json!(record.evidence_dropped);
+            }
+            view
         }
     })
     .await;
