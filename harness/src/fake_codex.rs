@@ -43,8 +43,8 @@ const STATUS_REFRESH_MS: u64 = 1000;
 /// Notice shown after the first Ctrl-C on an idle, empty composer.
 const QUIT_HINT: &str = "Press Ctrl-C again to quit";
 
-const STDIN_FD: i32 = 0;
-const STDOUT_FD: i32 = 1;
+const STDIN_FD: std::os::fd::BorrowedFd<'static> = rustix::stdio::stdin();
+const STDOUT_FD: std::os::fd::BorrowedFd<'static> = rustix::stdio::stdout();
 
 /// Options of the fake Codex TUI.
 #[derive(clap::Args, Debug, Clone)]

@@ -76,13 +76,42 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
     }
     let pid = status.body["pid"].as_u64();
     if let Some(pid) = pid {
-        while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+        while Instant::now() < deadline && is_running(pid) {
             std::thread::sleep(POLL_INTERVAL);
         }
     }
     reply
 }
 
-fn is_zombie(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+/// `pid` exists and is not a zombie. A process whose /proc/PID/stat cannot be read counts as
+/// gone; `procfs` parses the state field after the last `)`, so a `comm` holding ") Z " does
+/// not fool it.
+fn is_running(pid: u64) -> bool {
+    use procfs::process::{ProcState, Process};
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    Process::new(pid)
+        .and_then(|process| process.stat())
+        .is_ok_and(|stat| !matches!(stat.state(), Ok(ProcState::Zombie)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_running;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_zombie_or_missing_process_is_not_running() {
+        assert!(is_running(u64::from(std::process::id())));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = u64::from(child.id());
+        // Unreaped after it exits: a zombie, whose /proc entry still exists.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while is_running(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "still a zombie");
+        assert!(!is_running(pid));
+        child.wait().unwrap();
+        assert!(!is_running(u64::from(u32::MAX)), "beyond any pid");
+    }
 }

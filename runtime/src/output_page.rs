@@ -27,6 +27,7 @@ use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -90,7 +91,7 @@ impl CursorKey {
         XChaCha20Poly1305::new(&hmac_sha256(&self.0, CURSOR_SEAL_LABEL).into())
     }
 
-    /// Reads `dir/output-cursor.key`, creating it once (32 bytes of /dev/urandom, 0600).
+    /// Reads `dir/output-cursor.key`, creating it once (32 bytes from the system RNG, getrandom(2), 0600).
     /// Creation writes a private temporary file and hard-links it into place, so two racing
     /// creators agree on one key and nobody ever reads a half-written one.
     pub fn load_or_create(dir: &Path) -> io::Result<CursorKey> {
@@ -101,7 +102,7 @@ impl CursorKey {
             Err(error) => return Err(error),
         }
         let mut bytes = [0u8; CURSOR_KEY_BYTES];
-        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        getrandom::fill(&mut bytes).map_err(io::Error::from)?;
         let tmp = dir.join(format!("{CURSOR_KEY_FILE}.tmp-{}", uuid::Uuid::new_v4().simple()));
         let written = (|| {
             let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
@@ -123,10 +124,10 @@ impl CursorKey {
 }
 
 fn read_key(path: &Path) -> io::Result<CursorKey> {
-    let mut file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    let mut file = OpenOptions::new().read(true).custom_flags(nofollow).open(path)?;
     let meta = file.metadata()?;
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     if meta.uid() != uid || meta.mode() & 0o077 != 0 || meta.len() != CURSOR_KEY_BYTES as u64 {
         return Err(io::Error::other(format!(
             "{} must be a {CURSOR_KEY_BYTES}-byte file of ours with mode 0600",
@@ -138,17 +139,11 @@ fn read_key(path: &Path) -> io::Result<CursorKey> {
     Ok(CursorKey(bytes))
 }
 
-/// HMAC-SHA256 (RFC 2104) for keys of at most one block.
+/// HMAC-SHA256 (RFC 2104, the RustCrypto `hmac` crate).
 fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    assert!(key.len() <= 64, "keys longer than a block are not used here");
-    let mut ipad = [0x36u8; 64];
-    let mut opad = [0x5cu8; 64];
-    for (i, byte) in key.iter().enumerate() {
-        ipad[i] ^= byte;
-        opad[i] ^= byte;
-    }
-    let inner = Sha256::new().chain_update(ipad).chain_update(message).finalize();
-    Sha256::new().chain_update(opad).chain_update(inner).finalize().into()
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -864,8 +859,44 @@ mod tests {
 
     #[test]
     fn out_3_hmac_matches_rfc_4231() {
+        // RFC 4231 test case 2 (a key shorter than the block).
         let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
         assert_eq!(hex(&mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        // RFC 4231 test case 6 (a key longer than the block, hashed first).
+        let mac = hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First");
+        assert_eq!(hex(&mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+        // The constant-time comparison the crate provides accepts exactly the right tag.
+        let mut verifier = <Hmac<Sha256> as Mac>::new_from_slice(b"Jefe").unwrap();
+        verifier.update(b"what do ya want for nothing?");
+        assert!(verifier.clone().verify_slice(&mac).is_err());
+        let expected = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert!(verifier.verify_slice(&expected).is_ok());
+    }
+
+    /// The sealing key derivation is unchanged by the move from the hand-written HMAC to the
+    /// `hmac` crate: the derived key is the one the earlier build computed (and Python's
+    /// `hmac.new(bytes(range(32)), label, sha256)` agrees), and a cursor that build issued
+    /// under this file key still opens to the same state.
+    #[test]
+    fn out_3_seal_key_derivation_is_stable_across_builds() {
+        let file_key: [u8; CURSOR_KEY_BYTES] = std::array::from_fn(|i| i as u8);
+        assert_eq!(
+            hex(&hmac_sha256(&file_key, CURSOR_SEAL_LABEL)),
+            "17c5559999b4693ffe96690967071caf09987277b3ce41004df1c4c1f4538d36"
+        );
+        const EARLIER_BUILD_CURSOR: &str = "wko2.6Jrosy9qrpkH6hUNXeDminR5PxkUmiMkmKKlSUJ7LZtJ9ZqgZ44SbjQ9HZt0qqtmLah_zFNKTSfbh64dU_rnJSaTCcEytmu5xwEQFiaTyU37CV60HjGtao3TKHoj-YKrYFSm-j6QQOr5SY76Xiw9N9YNuMA-k1z3ncto3km-WQbPtaZT2ESYQ0G83-ugtiRikh0TzBttNPRKMqepNLw5IJGjdohfWRjT9RVmZSCdrwIY_MANQThUkPQ1CC8fXmQc5K1uTJJyILn3S_LNI-k1wn1PXi0pYduC1l6p7yJ1Uf6Qxxs5rHWWlXwpK_8aJSZ3lVtpSeX5ZK2oG9biKrre1zPYaPhCoL9QbmF_9eCHtCNROnTs";
+        let expected = CursorState {
+            v: CURSOR_VERSION,
+            agent: AGENT.into(),
+            inc: "100.200".into(),
+            sess: SESSION.into(),
+            dev: 2049,
+            ino: 1234567,
+            off: 4096,
+            ck: hex(&[0xab; 32]),
+            item: true,
+        };
+        assert_eq!(decode_cursor(&CursorKey(file_key), EARLIER_BUILD_CURSOR), Ok(expected));
     }
 
     #[test]

@@ -343,9 +343,9 @@ mod tests {
 
     impl Drop for Spawned {
         fn drop(&mut self) {
-            let pgid = self.0.id() as libc::pid_t;
-            // SAFETY: signals only the process group this test created (pgid == child pid).
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            // Only the process group this test created (its id is the child's pid).
+            let pgid = rustix::process::Pid::from_child(&self.0);
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
             let _ = self.0.wait();
         }
     }

@@ -1,10 +1,14 @@
 //! `attach`: a person watches an agent's pane and types into it.
 
 use std::io::Write;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::termios::{self, OptionalActions, Termios};
 
 use super::client::HolderClient;
 use super::protocol::{ScreenReply, StreamEvent};
@@ -42,7 +46,7 @@ fn attach_inner(socket_path: &Path) -> Result<(), super::HolderError> {
     let screen = control.screen()?;
     let subscription = HolderClient::connect(socket_path)?.subscribe(screen.output_offset)?;
     let stream = subscription.stream_handle().ok();
-    let _raw = RawMode::enter(libc::STDIN_FILENO);
+    let _raw = RawMode::enter(rustix::stdio::stdin());
     draw_screen(&screen);
     let ended = Arc::new(AtomicBool::new(false));
     let ended_by_output = Arc::clone(&ended);
@@ -91,22 +95,22 @@ fn print_stream(subscription: super::Subscription) {
 
 /// Sends keyboard bytes until Ctrl-], end of input, or the agent's exit.
 fn forward_keys(control: &mut HolderClient, ended: &AtomicBool) -> Result<(), super::HolderError> {
+    let stdin = rustix::stdio::stdin();
+    let interval =
+        Timespec::try_from(STDIN_POLL_INTERVAL).expect("a short interval fits a timespec");
     let mut buf = [0u8; STDIN_CHUNK_BYTES];
     while !ended.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd {
-            fd: libc::STDIN_FILENO,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ready = unsafe { libc::poll(&mut pfd, 1, STDIN_POLL_INTERVAL.as_millis() as i32) };
-        if ready <= 0 {
+        let mut pfd = [PollFd::from_borrowed_fd(stdin, PollFlags::IN)];
+        // Timeout or an error such as EINTR: look at `ended` again.
+        if !matches!(rustix::event::poll(&mut pfd, Some(&interval)), Ok(ready) if ready > 0) {
             continue;
         }
-        let n = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            return Ok(());
-        }
-        let keys = &buf[..n as usize];
+        // End of input or a read error ends the session, as before.
+        let n = match rustix::io::read(stdin, &mut buf) {
+            Ok(n) if n > 0 => n,
+            _ => return Ok(()),
+        };
+        let keys = &buf[..n];
         let (send, detach) = match keys.iter().position(|b| *b == DETACH_KEY) {
             Some(i) => (&keys[..i], true),
             None => (keys, false),
@@ -130,26 +134,27 @@ fn forward_keys(control: &mut HolderClient, ended: &AtomicBool) -> Result<(), su
 }
 
 fn local_window_size() -> Option<(u16, u16)> {
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) };
-    (rc == 0 && size.ws_col > 0 && size.ws_row > 0).then_some((size.ws_col, size.ws_row))
+    let size = termios::tcgetwinsize(rustix::stdio::stdout()).ok()?;
+    (size.ws_col > 0 && size.ws_row > 0).then_some((size.ws_col, size.ws_row))
 }
 
 /// Raw mode on a terminal fd for as long as this lives; a no-op when the fd is no terminal.
 struct RawMode {
-    fd: i32,
-    saved: Option<libc::termios>,
+    fd: BorrowedFd<'static>,
+    saved: Option<Termios>,
 }
 
 impl RawMode {
-    fn enter(fd: i32) -> RawMode {
-        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
-        if unsafe { libc::isatty(fd) } != 1 || unsafe { libc::tcgetattr(fd, &mut saved) } != 0 {
+    fn enter(fd: BorrowedFd<'static>) -> RawMode {
+        let Some(saved) = termios::isatty(fd)
+            .then(|| termios::tcgetattr(fd).ok())
+            .flatten()
+        else {
             return RawMode { fd, saved: None };
-        }
-        let mut raw = saved;
-        unsafe { libc::cfmakeraw(&mut raw) };
-        if unsafe { libc::tcsetattr(fd, libc::TCSANOW, &raw) } != 0 {
+        };
+        let mut raw = saved.clone();
+        raw.make_raw();
+        if termios::tcsetattr(fd, OptionalActions::Now, &raw).is_err() {
             return RawMode { fd, saved: None };
         }
         RawMode {
@@ -162,7 +167,7 @@ impl RawMode {
 impl Drop for RawMode {
     fn drop(&mut self) {
         if let Some(saved) = &self.saved {
-            unsafe { libc::tcsetattr(self.fd, libc::TCSANOW, saved) };
+            let _ = termios::tcsetattr(self.fd, OptionalActions::Now, saved);
         }
     }
 }

@@ -1,12 +1,15 @@
 //! The PTY pane a holder owns: the master, the child in it, the output ring and the emulated
 //! screen, with the I/O threads that keep them current.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use portable_pty::{CommandBuilder, MasterPty, PtySize, SlavePty};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::output_ring::OutputRing;
 use super::protocol::{Cursor, InfoReply, ScreenReply, WriteOutcome, MAX_COLS, MAX_ROWS};
@@ -118,7 +121,10 @@ pub struct Pane {
     /// True from the reader's read(2) until its bytes are in the ring: bytes in that window are
     /// neither queued in the PTY nor visible, and the exit must wait for them.
     reading: std::sync::atomic::AtomicBool,
-    master_fd: RawFd,
+    /// A close-on-exec duplicate of the master descriptor (same open file description, so the
+    /// same O_NONBLOCK flag and the same queue), owned here so that reads, writes and polls
+    /// borrow it safely without locking `pty`.
+    master_fd: OwnedFd,
 }
 
 #[derive(Debug)]
@@ -136,11 +142,16 @@ impl Pane {
         let pair = portable_pty::native_pty_system()
             .openpty(size)
             .map_err(|e| PaneError(format!("openpty: {e}")))?;
-        let master_fd = pair
+        let master_raw = pair
             .master
             .as_raw_fd()
             .ok_or_else(|| PaneError("master has no fd".into()))?;
-        set_nonblocking(master_fd).map_err(|e| PaneError(format!("O_NONBLOCK on master: {e}")))?;
+        // SAFETY: `master_raw` is the descriptor of `pair.master`, which is alive for this
+        // whole statement (it is moved into the pane only below), and the borrow ends with the
+        // statement: only the duplicate outlives it.
+        let master_fd = rustix::io::fcntl_dupfd_cloexec(unsafe { BorrowedFd::borrow_raw(master_raw) }, 0)
+            .map_err(|e| PaneError(format!("dup master: {e}")))?;
+        set_nonblocking(master_fd.as_fd()).map_err(|e| PaneError(format!("O_NONBLOCK on master: {e}")))?;
         let state = PaneState {
             ring: OutputRing::new(super::output_ring::OUTPUT_RING_BYTES),
             screen: vt100::Parser::new(cfg.rows, cfg.cols, 0),
@@ -242,7 +253,7 @@ impl Pane {
         mut child: Box<dyn portable_pty::Child + Send + Sync>,
         generation: u64,
     ) {
-        let pid = child.process_id().expect("a spawned child has a pid") as libc::pid_t;
+        let pid = child.process_id().expect("a spawned child has a pid");
         // WNOWAIT keeps the zombie, so its pid cannot be reused while `alive` is still true and
         // `kill` may still signal it.
         let code = wait_exit_without_reaping(pid);
@@ -268,7 +279,7 @@ impl Pane {
     fn drain_output_after_exit(&self) {
         let deadline = Instant::now() + EXIT_DRAIN_DEADLINE;
         let idle =
-            || pending_input_bytes(self.master_fd) == 0 && !self.reading.load(Ordering::SeqCst);
+            || pending_input_bytes(self.master_fd.as_fd()) == 0 && !self.reading.load(Ordering::SeqCst);
         while Instant::now() < deadline {
             if idle() {
                 std::thread::sleep(EXIT_DRAIN_SETTLE);
@@ -284,8 +295,8 @@ impl Pane {
     fn read_loop(&self) {
         let mut buf = vec![0u8; READ_CHUNK_BYTES];
         loop {
-            match wait_fd(self.master_fd, libc::POLLIN, None) {
-                Ok(revents) if revents & libc::POLLIN == 0 => {
+            match wait_fd(self.master_fd.as_fd(), PollFlags::IN, None) {
+                Ok(revents) if !revents.contains(PollFlags::IN) => {
                     // Hang-up without data (no slave open): nothing to read until a respawn.
                     std::thread::sleep(Duration::from_millis(50));
                     continue;
@@ -297,15 +308,15 @@ impl Pane {
                 }
             }
             self.reading.store(true, Ordering::SeqCst);
-            let n = unsafe { libc::read(self.master_fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if n > 0 {
-                self.append_output(&buf[..n as usize]);
+            let read = rustix::io::read(&self.master_fd, &mut buf);
+            if let Ok(n @ 1..) = read {
+                self.append_output(&buf[..n]);
             }
             self.reading.store(false, Ordering::SeqCst);
-            if n == 0 {
+            if read == Ok(0) {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            // n < 0: EAGAIN after a spurious wake-up, EINTR or EIO between children; poll again.
+            // Err: EAGAIN after a spurious wake-up, EINTR or EIO between children; poll again.
         }
     }
 
@@ -345,17 +356,17 @@ impl Pane {
         let mut written = 0usize;
         while written < data.len() {
             let rest = &data[written..];
-            let n = unsafe { libc::write(self.master_fd, rest.as_ptr().cast(), rest.len()) };
-            if n > 0 {
-                written += n as usize;
-                continue;
-            }
-            let err = std::io::Error::last_os_error();
-            let retry = matches!(
-                err.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-            );
-            if n == 0 || !retry {
+            let err = match rustix::io::write(&self.master_fd, rest) {
+                Ok(n @ 1..) => {
+                    written += n;
+                    continue;
+                }
+                // write(2) of a non-empty buffer accepting nothing: not expected of a PTY.
+                Ok(_) => return outcome(written, Some("write to pty master: wrote 0 bytes".into())),
+                Err(err) => err,
+            };
+            if err != Errno::AGAIN && err != Errno::INTR {
+                let err = std::io::Error::from(err);
                 return outcome(written, Some(format!("write to pty master: {err}")));
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -365,7 +376,7 @@ impl Pane {
                     Some("write deadline exceeded: the child stopped reading".into()),
                 );
             }
-            if let Err(e) = wait_fd(self.master_fd, libc::POLLOUT, Some(left)) {
+            if let Err(e) = wait_fd(self.master_fd.as_fd(), PollFlags::OUT, Some(left)) {
                 return outcome(written, Some(format!("poll pty master: {e}")));
             }
         }
@@ -434,6 +445,10 @@ impl Pane {
             (true, Some(pid)) => pid,
             _ => return Err(PaneError("child is not alive".into())),
         };
+        // The signal is any number 1..=64 the caller chose (the server checks the range),
+        // including real-time ones rustix's safe `Signal` does not name, so this stays libc.
+        // SAFETY: kill(2) takes two integers and touches no memory of ours; the pid is the
+        // live, unreaped child (see above), so no other process is signalled.
         if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
             return Err(PaneError(format!(
                 "kill({pid}, {signal}): {}",
@@ -454,14 +469,17 @@ impl Pane {
     /// Ends the current child's process group: SIGHUP, then SIGKILL after KILL_GRACE. Returns
     /// once the child is marked dead, or an error if it outlives two grace periods.
     pub fn terminate_child(&self) -> Result<(), PaneError> {
-        for (signal, grace) in [(libc::SIGHUP, KILL_GRACE), (libc::SIGKILL, KILL_GRACE)] {
+        for (signal, grace) in [(Signal::HUP, KILL_GRACE), (Signal::KILL, KILL_GRACE)] {
             let state = self.lock();
             if !state.child.alive {
                 return Ok(());
             }
-            let pid = state.child.pid.expect("a live child has a pid") as libc::pid_t;
-            // The child is a session leader (portable-pty calls setsid), so -pid is its group.
-            unsafe { libc::kill(-pid, signal) };
+            let pid = state.child.pid.expect("a live child has a pid");
+            // The child is a session leader (portable-pty calls setsid), so its pid is its
+            // group. An error (the group already gone) is seen as the child's death below.
+            if let Some(group) = Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process_group(group, signal);
+            }
             let deadline = Instant::now() + grace;
             let state = self.wait_until(state, deadline, |s| !s.child.alive);
             if !state.child.alive {
@@ -520,67 +538,44 @@ pub fn start_time_ticks(pid: u32) -> Option<u64> {
 }
 
 /// Waits for `pid` to exit without reaping it; the exit code is 128 + signal for a signal death.
-fn wait_exit_without_reaping(pid: libc::pid_t) -> Option<i32> {
+fn wait_exit_without_reaping(pid: u32) -> Option<i32> {
+    let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
     loop {
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if rc == 0 {
-            let status = unsafe { info.si_status() };
-            return Some(match info.si_code {
-                libc::CLD_EXITED => status,
-                _ => 128 + status,
-            });
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return None;
+        match rustix::process::waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOWAIT) {
+            Ok(Some(status)) => {
+                return status
+                    .exit_status()
+                    .or_else(|| status.terminating_signal().map(|signal| 128 + signal));
+            }
+            // Without WNOHANG waitid reports a state change; nothing to report is not expected.
+            Ok(None) => return None,
+            Err(Errno::INTR) => continue,
+            Err(_) => return None,
         }
     }
 }
 
-fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok(())
 }
 
 /// Bytes the child wrote that the reader has not taken yet.
-fn pending_input_bytes(fd: RawFd) -> i32 {
-    let mut pending: libc::c_int = 0;
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) } != 0 {
-        return 0;
-    }
-    pending
+fn pending_input_bytes(fd: BorrowedFd<'_>) -> u64 {
+    rustix::io::ioctl_fionread(fd).unwrap_or(0)
 }
 
-/// poll(2) on one fd; `None` waits forever. Returns the revents (0 on timeout).
-fn wait_fd(
-    fd: RawFd,
-    events: libc::c_short,
-    timeout: Option<Duration>,
-) -> std::io::Result<libc::c_short> {
-    let millis = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
+/// poll(2) on one fd; `None` waits forever. Returns the revents (empty on timeout).
+fn wait_fd(fd: BorrowedFd<'_>, events: PollFlags, timeout: Option<Duration>) -> std::io::Result<PollFlags> {
+    // At least a millisecond, as before; a deadline beyond a timespec's range waits forever.
+    let timeout = timeout.and_then(|t| Timespec::try_from(t.max(Duration::from_millis(1))).ok());
+    let mut pfd = [PollFd::from_borrowed_fd(fd, events)];
     loop {
-        let rc = unsafe { libc::poll(&mut pfd, 1, millis) };
-        if rc >= 0 {
-            return Ok(pfd.revents);
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(err);
+        match rustix::event::poll(&mut pfd, timeout.as_ref()) {
+            Ok(_) => return Ok(pfd[0].revents()),
+            Err(Errno::INTR) => continue,
+            Err(err) => return Err(err.into()),
         }
     }
 }

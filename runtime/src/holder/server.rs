@@ -2,7 +2,7 @@
 //! connection.
 
 use std::io::{BufReader, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ fn serve(cfg: HolderConfig, listener: UnixListener) -> i32 {
     let socket = Arc::new(socket);
     start_linger_watch(Arc::clone(&pane), Arc::clone(&socket));
     let open = Arc::new(AtomicUsize::new(0));
-    let uid = unsafe { libc::geteuid() };
+    let uid = rustix::process::geteuid().as_raw();
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => accept(stream, uid, &pane, &socket, &open),
@@ -107,7 +107,7 @@ fn accept(
     socket: &Arc<SocketOwnership>,
     open: &Arc<AtomicUsize>,
 ) {
-    match peer_uid(stream.as_raw_fd()) {
+    match peer_uid(&stream) {
         Ok(peer) if peer == uid => {}
         Ok(peer) => return log(&format!("refused a peer with uid {peer}")),
         Err(e) => return log(&format!("SO_PEERCRED: {e}")),
@@ -387,7 +387,7 @@ fn prepare_socket_dir(socket_path: &Path) -> Result<(), String> {
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
-    let uid = unsafe { libc::geteuid() };
+    let uid = rustix::process::geteuid().as_raw();
     if meta.uid() != uid || meta.mode() & 0o077 != 0 {
         return Err(format!(
             "{} must be owned by uid {uid} with mode 0700 (found uid {}, mode {:o})",
@@ -441,23 +441,9 @@ impl SocketOwnership {
     }
 }
 
-fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    assert_eq!(len as usize, std::mem::size_of::<libc::ucred>());
-    Ok(cred.uid)
+/// The peer's uid from SO_PEERCRED.
+fn peer_uid(socket: impl AsFd) -> std::io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(socket)?.uid.as_raw())
 }
 
 enum Side {
@@ -477,18 +463,21 @@ fn detach(socket_path: &Path) -> Result<Side, String> {
     }
     let log_file = open_log(socket_path)?;
     let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
-    match unsafe { libc::fork() } {
-        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
-        0 => {
-            unsafe {
-                libc::setsid();
-                libc::dup2(dev_null.as_raw_fd(), 0);
-                libc::dup2(log_file.as_raw_fd(), 1);
-                libc::dup2(log_file.as_raw_fd(), 2);
-            }
+    // SAFETY: fork is unsound only when another thread could hold a lock (allocator, stdio)
+    // the child then needs; this process was just checked to have a single thread, so the
+    // child inherits no lock held mid-update and may run ordinary Rust code.
+    match unsafe { nix::unistd::fork() } {
+        Err(errno) => Err(format!("fork: {}", std::io::Error::from(errno))),
+        Ok(nix::unistd::ForkResult::Child) => {
+            // Failures leave the holder in the caller's session or with its stdio, as before:
+            // neither stops it from serving.
+            let _ = rustix::process::setsid();
+            let _ = rustix::stdio::dup2_stdin(&dev_null);
+            let _ = rustix::stdio::dup2_stdout(&log_file);
+            let _ = rustix::stdio::dup2_stderr(&log_file);
             Ok(Side::Holder)
         }
-        _ => Ok(Side::Parent),
+        Ok(nix::unistd::ForkResult::Parent { .. }) => Ok(Side::Parent),
     }
 }
 
@@ -513,19 +502,20 @@ pub fn log_path(socket_path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn thread_count() -> std::io::Result<usize> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let line = status.lines().find_map(|l| l.strip_prefix("Threads:"));
-    line.and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no Threads: line"))
+/// The `Threads:` count of /proc/self/status.
+fn thread_count() -> procfs::ProcResult<u64> {
+    Ok(procfs::process::Process::myself()?.status()?.threads)
 }
 
 /// The holder has no terminal; a stray SIGHUP (e.g. from the PTY it opens) must not end it.
 /// Children get default dispositions back: portable-pty resets them before exec.
 fn ignore_terminal_signals() {
-    unsafe {
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    for sig in [Signal::SIGHUP, Signal::SIGPIPE] {
+        // SAFETY: nix marks `signal` as needing care because an installed handler must be
+        // async-signal-safe and must not break the code it interrupts; SIG_IGN runs no code. Failure (not expected for
+        // these two signals) leaves the default disposition, as before.
+        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
 }
 
@@ -543,7 +533,7 @@ mod tests {
     #[test]
     fn peer_uid_is_our_uid_on_a_socketpair() {
         let (a, _b) = UnixStream::pair().unwrap();
-        assert_eq!(peer_uid(a.as_raw_fd()).unwrap(), unsafe { libc::geteuid() });
+        assert_eq!(peer_uid(&a).unwrap(), rustix::process::geteuid().as_raw());
     }
 
     #[test]
