@@ -52,7 +52,8 @@ pub async fn ask<T: Send + 'static>(inbox: &mpsc::Sender<DriverMsg>, question: i
 
 /// Who waits for an engine answer to a caller's operation.
 enum Waiter {
-    Receipt(oneshot::Sender<Receipt>),
+    /// The caller, and the engine time its admission arrived (for the log's timing).
+    Receipt(oneshot::Sender<Receipt>, u64),
     Cancel(oneshot::Sender<CancelOutcome>),
 }
 
@@ -95,7 +96,7 @@ impl Clock for EngineClock {
 pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mpsc::Receiver<DriverMsg>, mut effects: E, clock: C) {
     let mut waiting: BTreeMap<OpId, Waiter> = BTreeMap::new();
     let mut next_op: u64 = 1;
-    drain(&mut engine, &mut effects, &mut waiting);
+    drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
     loop {
         let message = match engine.poll_timeout() {
             Some(at_ms) => {
@@ -116,7 +117,7 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
             DriverMsg::Admit { mut command, reply } => {
                 command.op = OpId(next_op);
                 next_op += 1;
-                waiting.insert(command.op, Waiter::Receipt(reply));
+                waiting.insert(command.op, Waiter::Receipt(reply, clock.now_ms()));
                 Input::Admit(command)
             }
             DriverMsg::Cancel { request_id, reply } => {
@@ -131,11 +132,11 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
             }
         };
         engine.handle(clock.now_ms(), input);
-        drain(&mut engine, &mut effects, &mut waiting);
+        drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
     }
 }
 
-fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, Waiter>) {
+fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, Waiter>, now_ms: u64) {
     while let Some(output) = engine.poll_output() {
         match output {
             Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
@@ -146,18 +147,38 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
             }
             // A caller that went away loses nothing durable.
             Output::Receipt { op, receipt } => match waiting.remove(&op) {
-                Some(Waiter::Receipt(reply)) => drop(reply.send(receipt)),
+                Some(Waiter::Receipt(reply, started_ms)) => {
+                    log_receipt(&receipt, now_ms.saturating_sub(started_ms));
+                    drop(reply.send(receipt));
+                }
                 Some(Waiter::Cancel(_)) => unreachable!("op {op:?} is a cancel, not an admission"),
                 None => {}
             },
             Output::CancelResult { op, outcome } => match waiting.remove(&op) {
                 Some(Waiter::Cancel(reply)) => drop(reply.send(outcome)),
-                Some(Waiter::Receipt(_)) => unreachable!("op {op:?} is an admission, not a cancel"),
+                Some(Waiter::Receipt(..)) => unreachable!("op {op:?} is an admission, not a cancel"),
                 None => {}
             },
             Output::TerminalEvent(event) => effects.publish(event),
         }
     }
+}
+
+/// LOG-1: one line per admission decision: request id, classification, reason, timing. Never
+/// the prompt.
+fn log_receipt(receipt: &Receipt, elapsed_ms: u64) {
+    let request_id = receipt.request_id.as_ref().map(|id| id.to_string()).unwrap_or_default();
+    let agent_id = receipt.agent_id.as_ref().map(|id| id.to_string()).unwrap_or_default();
+    tracing::info!(
+        %request_id,
+        %agent_id,
+        classification = ?receipt.classification,
+        reason = receipt.reason.as_deref().unwrap_or(""),
+        written = receipt.prompt_written,
+        replayed = receipt.replayed,
+        elapsed_ms,
+        "admission"
+    );
 }
 
 #[cfg(test)]

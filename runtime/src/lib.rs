@@ -11,6 +11,7 @@ pub mod store;
 #[cfg(not(madsim))]
 pub mod daemon;
 pub mod driver;
+pub mod logging;
 pub mod paths;
 pub mod protocol;
 pub mod client;

@@ -139,3 +139,28 @@ fn usage_errors_are_json() {
     assert_eq!(out.code, 3, "no daemon runs: {out:?}");
     assert_eq!(out.json["error"], "daemon_not_running");
 }
+
+/// LOG-1: the daemon logs each admission decision (request id, classification, reason,
+/// timing) to `mux.log`, never the prompt's text; a bad `WAKTERM_LOG` is refused by name.
+#[test]
+fn log_1_admissions_are_logged_without_the_prompt() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let id = support::new_id();
+    let inc = entry["incarnation"].as_str().unwrap().to_string();
+    let secret = "SECRET-PROMPT-TEXT-7781";
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "--return-final", secret]);
+    assert_eq!(out.code, 0, "{out:?}");
+    w.wait_until("the admission is logged", || {
+        std::fs::read_to_string(w.data.join("mux.log")).unwrap_or_default().lines().any(|l| l.contains(&id) && l.contains("admission"))
+    });
+    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+    let line = log.lines().find(|l| l.contains(&id) && l.contains("admission")).unwrap();
+    assert!(line.contains("Accepted") && line.contains("elapsed_ms"), "{line}");
+    assert!(!log.contains(secret), "LOG-1: the prompt's text reached the log");
+    w.ok(&["mux", "stop"]);
+    let bad = w.cmd(&["mux", "start"]).env("WAKTERM_LOG", "no=such=level").output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("WAKTERM_LOG"), "{}", String::from_utf8_lossy(&bad.stdout));
+}

@@ -130,7 +130,7 @@ impl AgentRuntime {
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
             Err(error) => {
-                eprintln!("wakterm: agent {}: liveness unknown: {error}", self.record.agent_id);
+                tracing::warn!(agent_id = %self.record.agent_id, %error, "liveness unknown (LIVE-1): nothing changes, the next probe asks again");
                 return None;
             }
         };
@@ -218,7 +218,7 @@ pub fn spawn_monitor(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
     let name = format!("monitor-{}", agent.record.name);
     let spawned = std::thread::Builder::new().name(name).spawn(move || monitor_loop(agent, inbox));
     if let Err(error) = spawned {
-        eprintln!("wakterm: cannot start the agent monitor thread: {error}");
+        tracing::error!(%error, "cannot start the agent monitor thread");
     }
 }
 
@@ -292,8 +292,9 @@ impl RolloutWake {
 pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
     // Losing a session ends requests as indeterminate; say why in the daemon log.
     match &event {
-        ObserverEvent::SessionLost { reason } => eprintln!("wakterm: agent {agent_id}: observer session lost: {reason}"),
-        ObserverEvent::ProcessExited { drained } => eprintln!("wakterm: agent {agent_id}: process exited (drained: {drained})"),
+        ObserverEvent::SessionLost { reason } => tracing::warn!(%agent_id, %reason, "observer session lost"),
+        ObserverEvent::ProcessExited { drained } => tracing::warn!(%agent_id, drained, "agent process exited"),
+        ObserverEvent::Attached { session, position } => tracing::info!(%agent_id, session = %session.0, position, "observer attached"),
         _ => {}
     }
     DriverMsg::Input(Input::Observed { agent_id: agent_id.clone(), event })

@@ -71,11 +71,15 @@ impl Effects for RealEffects {
                 crash_if(fault, FaultPoint::AfterSubmitted);
             }
             let result = result.map(|_| ()).map_err(|e| e.to_string());
+            if let Err(error) = &result {
+                tracing::warn!(token, %error, "commit failed; the engine retries it");
+            }
             let _ = inbox.blocking_send(DriverMsg::Input(Input::PersistAcked { token, result }));
         });
         if let Err(error) = self.writer.submit(store_ops, done) {
             // The callback is never called when submit fails: answer here, off the reactor.
             let inbox = self.inbox.clone();
+            tracing::warn!(token, %error, "commit not queued; the engine retries it");
             tokio::spawn(async move {
                 let result = Err(error.to_string());
                 let _ = inbox.send(DriverMsg::Input(Input::PersistAcked { token, result })).await;

@@ -82,7 +82,7 @@ pub fn raise_descriptor_limit() -> u64 {
     if limit.current != limit.maximum {
         let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
         if let Err(error) = setrlimit(Resource::Nofile, raised) {
-            eprintln!("wakterm daemon: cannot raise the descriptor limit: {error}");
+            tracing::warn!(%error, "cannot raise the descriptor limit");
         }
     }
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
@@ -103,11 +103,14 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
     // recovers from durable state (REC-*), instead of a half-dead daemon that answers status
     // but nothing else, or a poisoned observer lock.
     std::panic::set_hook(Box::new(|info| {
+        tracing::error!("fatal: {info}");
         eprintln!("wakterm daemon: fatal: {info}");
         std::process::abort();
     }));
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
     let _lock = acquire_lock(&paths)?;
+    crate::logging::init_daemon(&paths)?;
+    tracing::info!(pid = std::process::id(), data_dir = %paths.root.display(), version = env!("CARGO_PKG_VERSION"), "daemon starting");
     let descriptor_limit = raise_descriptor_limit();
     refuse_linked_store_files(&paths)?;
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
@@ -265,7 +268,7 @@ fn stop_unknown_holders(paths: &DataPaths, known: &std::collections::BTreeSet<St
         if known.contains(agent_id) {
             continue;
         }
-        eprintln!("wakterm: stopping holder {} of an agent the catalog does not know", path.display());
+        tracing::warn!(holder = %path.display(), "stopping the holder of an agent the catalog does not know (LIFE-1)");
         if let Ok(client) = crate::holder::HolderClient::connect(&path) {
             let _ = client.shutdown();
         }

@@ -28,6 +28,7 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     let peer_ok = stream.peer_cred().map(|cred| cred.uid() == crate::paths::current_uid()).unwrap_or(false);
     let (read_half, mut write_half) = stream.into_split();
     if !peer_ok {
+        tracing::warn!("refused a control connection from another user");
         let reply = Reply::error(exit::ERROR, "permission_denied", "peers of another user are refused");
         let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
         return;
@@ -43,6 +44,7 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     let request = match parsed {
         Ok(request) => request,
         Err(reply) => {
+            tracing::debug!(error = %reply.body["error"], "control connection without a usable request");
             let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
             return;
         }
@@ -60,6 +62,7 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
 
 /// CONN-1: the answer to a connection over the daemon's cap: one clear error line, then close.
 pub async fn refuse_over_cap(stream: UnixStream, cap: usize) {
+    tracing::warn!(cap, "control connection over the cap refused (CONN-1)");
     let (_, mut write_half) = stream.into_split();
     let message = format!("the daemon already serves {cap} connections; retry shortly (nothing was done)");
     let reply = Reply::error(exit::ERROR, "too_many_connections", message);
@@ -251,7 +254,7 @@ fn holder_binary() -> Result<std::path::PathBuf, String> {
     }
     let running = std::path::PathBuf::from("/proc/self/exe");
     if running.exists() {
-        eprintln!("wakterm: {} was replaced or deleted; holders run this daemon's own image", exe.display());
+        tracing::warn!(binary = %exe.display(), "the wakterm binary was replaced or deleted; holders run this daemon's own image");
         return Ok(running);
     }
     Err(format!("the wakterm binary this daemon runs from ({}) was deleted; restart the daemon (`wakterm mux stop && wakterm mux start`)", exe.display()))

@@ -211,7 +211,7 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         // STORE-1: after the callers, off their path; it may lag the database, never lead it.
         if let Some(commits) = commits {
             if let Err(error) = watermark.record(commits) {
-                eprintln!("wakterm: cannot update the store watermark: {error}");
+                tracing::error!(%error, "cannot update the store watermark (STORE-1)");
             }
         }
     }

@@ -1,0 +1,106 @@
+//! LOG-1: the daemon's structured log. `tracing` events go to `mux.log` in the data directory
+//! (0600, never through a link), filtered by `$WAKTERM_LOG` (an `EnvFilter` directive such as
+//! `info`, the default, or `wakterm_runtime=debug`). The file is bounded: past
+//! `MAX_LOG_BYTES` it is renamed to `mux.log.1` (replacing the previous one) and a new one is
+//! started, so the log never takes more than about twice that. Prompt text is never logged:
+//! requests are named by id, prompts by their hash.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Size at which `mux.log` is rotated.
+pub const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
+/// The environment variable holding the filter directive.
+pub const LOG_ENV: &str = "WAKTERM_LOG";
+
+/// A size-bounded append-only log file, shared by every thread that logs.
+#[derive(Clone)]
+pub struct BoundedLog {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    path: PathBuf,
+    file: File,
+    written: u64,
+    max_bytes: u64,
+}
+
+impl BoundedLog {
+    pub fn open(path: PathBuf, max_bytes: u64) -> io::Result<BoundedLog> {
+        assert!(max_bytes > 0);
+        let file = open_log(&path)?;
+        let written = file.metadata()?.len();
+        Ok(BoundedLog { inner: Arc::new(Mutex::new(Inner { path, file, written, max_bytes })) })
+    }
+}
+
+fn open_log(path: &std::path::Path) -> io::Result<File> {
+    crate::paths::open_private_file(path, std::fs::OpenOptions::new().create(true).append(true))
+}
+
+impl Inner {
+    fn rotate_if_full(&mut self) -> io::Result<()> {
+        if self.written < self.max_bytes {
+            return Ok(());
+        }
+        let previous = self.path.with_extension("log.1");
+        std::fs::rename(&self.path, previous)?;
+        self.file = open_log(&self.path)?;
+        self.written = 0;
+        Ok(())
+    }
+}
+
+impl Write for BoundedLog {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        // A log that cannot rotate keeps writing rather than losing the daemon's voice.
+        let _ = inner.rotate_if_full();
+        let n = inner.file.write(buf)?;
+        inner.written += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).file.flush()
+    }
+}
+
+/// Installs the daemon's subscriber (once per process). Returns an error for a filter
+/// directive that does not parse, so a typo is said rather than silently ignored.
+pub fn init_daemon(paths: &crate::paths::DataPaths) -> Result<(), String> {
+    let directive = std::env::var(LOG_ENV).unwrap_or_else(|_| "info".to_string());
+    let filter = tracing_subscriber::EnvFilter::try_new(&directive).map_err(|e| format!("{LOG_ENV}={directive:?}: {e}"))?;
+    let log = BoundedLog::open(paths.log_file(), MAX_LOG_BYTES).map_err(|e| format!("cannot open {}: {e}", paths.log_file().display()))?;
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(move || log.clone())
+        .finish();
+    // A second daemon in one process (tests) keeps the first subscriber.
+    let _ = tracing::subscriber::set_global_default(subscriber);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // LOG-1: the log is bounded: it rotates into one previous file.
+    #[test]
+    fn log_1_bounded_log_rotates_into_one_previous_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("mux.log");
+        let mut log = BoundedLog::open(path.clone(), 100).unwrap();
+        for _ in 0..50 {
+            log.write_all(&[b'x'; 30]).unwrap();
+        }
+        let current = std::fs::metadata(&path).unwrap().len();
+        let previous = std::fs::metadata(path.with_extension("log.1")).unwrap().len();
+        assert!(current <= 130 && previous <= 130, "{current} {previous}");
+        assert!(!tmp.path().join("mux.log.2").exists());
+    }
+}
