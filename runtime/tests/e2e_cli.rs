@@ -39,6 +39,9 @@ fn lost_reply_is_indeterminate_with_the_request_id() {
     w.ok(&["mux", "stop"]);
     let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "after_write").output().expect("mux start");
     assert!(out.status.success());
+    // The restarted daemon re-attaches its observer first (slow on a loaded machine); a send
+    // before that is refused (`turn_state_unknown`) and never reaches the crash point.
+    w.wait_agent("zola", "idle after the restart", |z| z["state"] == "idle");
     let lost = w.run(&["agent", "send", "zola", "written then lost"]);
     assert_eq!(lost.code, 5, "{lost:?}");
     assert_eq!(lost.json["error"], "reply_lost");
