@@ -122,23 +122,75 @@ pub fn identity(pid: u32) -> Result<ProcessIdentity, ProbeError> {
     probe(pid).map(|facts| facts.identity)
 }
 
-/// All transitive children of `pid` (not `pid` itself), nearest first, by scanning the parent
-/// links of every process in /proc. Refuses trees above [`MAX_DESCENDANTS`].
+/// All transitive children of `pid` (not `pid` itself), nearest first. Cost follows the
+/// agent's own tree, not the machine: each process's children come from the kernel's
+/// `/proc/PID/task/TID/children` lists; only a kernel without them (CONFIG_PROC_CHILDREN)
+/// falls back to scanning the parent link of every process. Refuses trees above
+/// [`MAX_DESCENDANTS`].
 pub fn descendants(pid: u32) -> Result<Vec<u32>, ProbeError> {
+    match children_of(pid) {
+        Err(ChildrenError::Unsupported) => descendants_by_scan(pid),
+        Err(ChildrenError::Probe(error)) if error.is_gone() => Ok(Vec::new()),
+        Err(ChildrenError::Probe(error)) => Err(error),
+        Ok(_) => walk_tree(pid, |parent| match children_of(parent) {
+            Ok(children) => Ok(children),
+            // A child that exited during the walk is simply not part of the tree any more.
+            Err(ChildrenError::Probe(error)) if error.is_gone() => Ok(Vec::new()),
+            Err(ChildrenError::Probe(error)) => Err(error),
+            Err(ChildrenError::Unsupported) => Ok(Vec::new()),
+        }),
+    }
+}
+
+enum ChildrenError {
+    /// This kernel has no `/proc/PID/task/TID/children`.
+    Unsupported,
+    Probe(ProbeError),
+}
+
+/// The direct children of `pid`, from each of its threads' `children` list.
+fn children_of(pid: u32) -> Result<Vec<u32>, ChildrenError> {
+    let process = open_process(pid).map_err(ChildrenError::Probe)?;
+    let tasks = process.tasks().map_err(|e| ChildrenError::Probe(proc_error(pid, e)))?;
+    let mut children = Vec::new();
+    for task in tasks {
+        let Ok(task) = task else { continue }; // a thread that exited meanwhile
+        match task.children() {
+            Ok(list) => children.extend(list),
+            // Either the thread just exited (skip it) or the kernel keeps no children lists.
+            Err(procfs::ProcError::NotFound(_)) => {
+                if std::path::Path::new(&format!("/proc/{pid}/task/{}", task.tid)).exists() {
+                    return Err(ChildrenError::Unsupported);
+                }
+            }
+            Err(error) => return Err(ChildrenError::Probe(proc_error(pid, error))),
+        }
+    }
+    Ok(children)
+}
+
+/// [`descendants`] by scanning every process's parent link (kernels without children lists).
+fn descendants_by_scan(pid: u32) -> Result<Vec<u32>, ProbeError> {
     let children = children_by_parent()?;
+    walk_tree(pid, |parent| Ok(children.get(&parent).cloned().unwrap_or_default()))
+}
+
+/// Breadth-first over `children_of`, bounded by [`MAX_DESCENDANTS`].
+fn walk_tree(pid: u32, mut children_of: impl FnMut(u32) -> Result<Vec<u32>, ProbeError>) -> Result<Vec<u32>, ProbeError> {
     let mut found = Vec::new();
     let mut queue = VecDeque::from([pid]);
     while let Some(parent) = queue.pop_front() {
-        for &child in children.get(&parent).map(Vec::as_slice).unwrap_or(&[]) {
+        for child in children_of(parent)? {
+            let child = &child;
             // Parent links form a tree, but a pid reused mid-scan could close a loop.
-            if child == pid || found.contains(&child) {
+            if *child == pid || found.contains(child) {
                 continue;
             }
             if found.len() == MAX_DESCENDANTS {
                 return Err(ProbeError::TooManyProcesses { limit: MAX_DESCENDANTS });
             }
-            found.push(child);
-            queue.push_back(child);
+            found.push(*child);
+            queue.push_back(*child);
         }
     }
     assert!(found.len() <= MAX_DESCENDANTS);
@@ -469,6 +521,12 @@ mod tests {
             // subshell, its sleep, and the direct sleep.
             if tree.len() == 3 {
                 assert!(!tree.contains(&root.0.id()));
+                // The kernel's children lists and the full parent-link scan agree.
+                let mut by_lists = tree.clone();
+                let mut by_scan = descendants_by_scan(root.0.id()).unwrap();
+                by_lists.sort_unstable();
+                by_scan.sort_unstable();
+                assert_eq!(by_lists, by_scan);
                 break;
             }
             assert!(Instant::now() < deadline, "tree never formed: {tree:?}");
