@@ -320,3 +320,33 @@ fn mux_start_says_why_when_the_data_dir_is_not_writable() {
     assert_eq!(out.json["error"], "data_dir_not_writable", "{out:?}");
     assert!(out.json["message"].as_str().unwrap().contains("mux.log"), "{out:?}");
 }
+
+/// LIFE-1: a holder in the holder directory whose agent the catalog does not know (left by an
+/// older daemon that died mid-start) is stopped when the daemon starts; known agents' holders
+/// are left running.
+#[test]
+fn life_1_daemon_start_stops_holders_the_catalog_does_not_know() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let known = w.start_agent("known", REPLY, &[]);
+    w.ok(&["mux", "stop"]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let stray_id = new_id();
+    let config = wakterm_runtime::holder::HolderConfig {
+        socket_path: paths.holder_socket(&stray_id),
+        cwd: w.work.clone(),
+        env: vec![],
+        command: vec!["sleep".into(), "300".into()],
+        cols: 80,
+        rows: 24,
+        detach: true,
+    };
+    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("stray holder");
+    let stray_pid = info.pid.expect("stray child pid");
+    w.mux_start();
+    w.wait_until("the stray holder and its child are gone", || {
+        !paths.holder_socket(&stray_id).exists() && !std::path::Path::new(&format!("/proc/{stray_pid}")).exists()
+    });
+    let entry = w.wait_agent("known", "still running", |z| z["state"] != "stopped");
+    assert_eq!(entry["incarnation"], known["incarnation"], "the known agent's process was left alone");
+}
