@@ -85,6 +85,21 @@ pub fn init_daemon(paths: &crate::paths::DataPaths) -> Result<(), String> {
     Ok(())
 }
 
+/// LOG-1 for a holder: its stderr is its own size-bounded log (`h/<id>.sock.log`, truncated
+/// at start past its bound); the filter is the daemon's `$WAKTERM_LOG` (inherited), and a
+/// directive that does not parse falls back to `info` (a holder has nobody to tell).
+pub fn init_holder() {
+    let directive = std::env::var(LOG_ENV).unwrap_or_else(|_| "info".to_string());
+    let filter = tracing_subscriber::EnvFilter::try_new(&directive).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .finish();
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

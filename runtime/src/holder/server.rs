@@ -62,6 +62,7 @@ pub fn run_holder(cfg: HolderConfig) -> i32 {
         }
     }
     ignore_terminal_signals();
+    crate::logging::init_holder();
     serve(cfg, listener)
 }
 
@@ -519,11 +520,9 @@ fn ignore_terminal_signals() {
     }
 }
 
+/// LOG-1: one holder event (the subscriber stamps the time; the pid names the holder).
 fn log(message: &str) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    eprintln!("{secs} wakterm-holder[{}]: {message}", std::process::id());
+    tracing::info!(holder_pid = std::process::id(), "{message}");
 }
 
 #[cfg(test)]
