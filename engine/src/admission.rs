@@ -395,7 +395,7 @@ impl Engine {
         }
     }
 
-    /// RF-5: a return-final prompt written a grace period ago that opened no turn, while the
+    /// RF-7: a return-final prompt written a grace period ago that opened no turn, while the
     /// agent is idle with an empty composer, went somewhere else (an interactive dialog it
     /// answered, a cleared composer): its turn will never come. It was written, so the end is
     /// `indeterminate`, never `delivery_failed`.

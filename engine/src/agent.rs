@@ -58,7 +58,7 @@ pub struct AgentEntry {
     pub awaiting_turn_after: Option<u64>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
-    /// ADM-5 / RF-5: when to look again (an engine-initiated refresh, a "probe") whether the
+    /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
     /// written prompt's turn ever started; None while no wait is open or a probe is out.
     pub probe_at_ms: Option<u64>,
 }

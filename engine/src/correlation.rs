@@ -286,7 +286,7 @@ impl Engine {
         for request_id in due {
             self.finish(&request_id, TerminalState::TimedOut, Some("final_timeout"), None, None);
         }
-        // RF-5: a prompt whose turn never started (it sits in a composer nobody submits, or
+        // RF-8: a prompt whose turn never started (it sits in a composer nobody submits, or
         // answered a dialog) ends indeterminate rather than waiting forever.
         let stalled: Vec<RequestId> = self
             .correlating

@@ -77,7 +77,7 @@ pub struct Engine {
     /// Requests in a correlating phase (submitted or bound): the index every observer event,
     /// deadline check and timeout computation walks, so their cost does not grow with history.
     pub(crate) correlating: BTreeSet<RequestId>,
-    /// RF-5: since when each submitted request has been watched for its turn to start (its
+    /// RF-8: since when each submitted request has been watched for its turn to start (its
     /// confirmation, or its re-attachment after a restart: downtime is no evidence).
     pub(crate) turn_wait_since: BTreeMap<RequestId, u64>,
     /// REC-2: recovered requests waiting for their agent and observer to be re-verified.
@@ -173,7 +173,7 @@ impl Engine {
         admissions.chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).min()
     }
 
-    /// RF-5: when a submitted request still waiting for its turn to start gives up.
+    /// RF-8: when a submitted request still waiting for its turn to start gives up.
     pub(crate) fn turn_start_deadline(&self, request_id: &RequestId) -> Option<u64> {
         let record = &self.requests[request_id];
         let waiting = record.phase == Phase::Submitted && !self.candidates.contains_key(request_id);
@@ -426,7 +426,7 @@ impl Engine {
         }
     }
 
-    /// ADM-5 / RF-5: a written prompt whose turn was not seen within the grace gets a fresh
+    /// ADM-5 / RF-7: a written prompt whose turn was not seen within the grace gets a fresh
     /// look; `apply_snapshot` decides from it.
     fn send_due_probes(&mut self) {
         let due: Vec<AgentId> = self
@@ -536,7 +536,7 @@ pub fn rule_of(reason: &str) -> &'static str {
         "observer_resumed_past_cursor" => "REC-2",
         "process_exited" | "process_exited_before_turn" => "CORR-11",
         "provider_turn_aborted" => "CORR-10",
-        "no_turn_started" => "RF-5",
+        "no_turn_started" => "RF-7/RF-8",
         "final_timeout" => "RF-3",
         "cancelled_by_caller" => "RF-4",
         "restart_in_write_window" => "REC-1",

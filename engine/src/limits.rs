@@ -28,7 +28,7 @@ pub const SEND_ACK_WAIT_MS: u64 = 2_000;
 /// busy waiting for the written prompt's turn to appear (ADM-5).
 pub const AWAITING_TURN_GRACE_MS: u64 = 10_000;
 /// Longest a submitted return-final prompt may go without its turn starting before the
-/// request ends `indeterminate` whatever the screen shows (RF-5). Codex starts a turn within
+/// request ends `indeterminate` whatever the screen shows (RF-8). Codex starts a turn within
 /// tens of milliseconds of the submit; a minute without one means it never will.
 pub const TURN_START_TIMEOUT_MS: u64 = 60_000;
 /// How long a pane write may take before the engine stops waiting for its result (ADM-10).

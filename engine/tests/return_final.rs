@@ -427,11 +427,11 @@ fn corr_8_managed_session_without_a_baseline_turn_is_admitted() {
     assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("managed final"));
 }
 
-/// RF-5 / ADM-5: a return-final prompt that opened no turn (it answered a dialog that popped up
+/// RF-7 / ADM-5: a return-final prompt that opened no turn (it answered a dialog that popped up
 /// just before the write) does not wait forever: after the grace the engine looks again on its
 /// own, and with the agent idle and the composer empty the request ends `indeterminate`.
 #[test]
-fn rf_5_prompt_that_never_opens_a_turn_ends_indeterminate() {
+fn rf_7_prompt_that_never_opens_a_turn_ends_indeterminate() {
     let (mut rig, _) = armed_rig("hi");
     let mut draft = idle_snapshot("inc-1", 100);
     draft.composer = Composer::Draft;
@@ -444,9 +444,9 @@ fn rf_5_prompt_that_never_opens_a_turn_ends_indeterminate() {
     assert_eq!((event.state, event.reason.as_deref()), (TerminalState::Indeterminate, Some("no_turn_started")));
 }
 
-/// RF-5: a turn that does start clears the probe; the request completes normally.
+/// RF-7: a turn that does start clears the probe; the request completes normally.
 #[test]
-fn rf_5_started_turn_needs_no_probe() {
+fn rf_7_started_turn_needs_no_probe() {
     let (mut rig, _) = armed_rig("hi");
     rig.turn_started("turn-1", 1010);
     assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().probe_at_ms, None);
@@ -456,10 +456,10 @@ fn rf_5_started_turn_needs_no_probe() {
     assert_eq!(only_terminal(&rig).state, TerminalState::Completed);
 }
 
-/// RF-5: the no-turn probe never gives up on a request whose submitted marker is still
+/// RF-7: the no-turn probe never gives up on a request whose submitted marker is still
 /// committing; once it commits, the next probe ends it.
 #[test]
-fn rf_5_probe_waits_for_the_submitted_marker() {
+fn rf_7_probe_waits_for_the_submitted_marker() {
     let mut rig = Rig::with_idle_zola();
     rig.auto = Auto::Manual;
     rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
@@ -476,10 +476,10 @@ fn rf_5_probe_waits_for_the_submitted_marker() {
     assert_eq!(event.reason.as_deref(), Some("no_turn_started"));
 }
 
-/// RF-5: a prompt whose turn never starts, while the composer keeps text nobody submits, ends
+/// RF-8: a prompt whose turn never starts, while the composer keeps text nobody submits, ends
 /// `indeterminate` after TURN_START_TIMEOUT_MS: never `completed`, never forever.
 #[test]
-fn rf_5_turn_that_never_starts_ends_after_the_timeout() {
+fn rf_8_turn_that_never_starts_ends_after_the_timeout() {
     let (mut rig, _) = armed_rig("hi");
     let mut draft = idle_snapshot("inc-1", 100);
     draft.composer = Composer::Draft;
