@@ -6,6 +6,7 @@ pub mod screen;
 pub mod proc_probe;
 pub mod rollout;
 pub mod rollout_tail;
+pub mod output_cursor;
 pub mod output_page;
 pub mod store;
 #[cfg(not(madsim))]
