@@ -3,9 +3,12 @@
 //! The reactor never blocks: SQLite, holder calls, rollout scans and /proc probes run on
 //! blocking threads.
 
+pub mod agent_handlers;
 pub mod agents;
+pub mod catalog;
 pub mod effects;
 pub mod faults;
+pub mod requests;
 pub mod server;
 
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};

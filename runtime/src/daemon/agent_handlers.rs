@@ -1,0 +1,227 @@
+//! Control-socket handlers for agents: start (record first, then the holder: LIFE-1), stop,
+//! restart, and the experimental output page.
+
+use super::agents::{spawn_monitor, AgentRecord, AgentRuntime};
+use super::Context;
+use crate::driver::{now_ms, DriverMsg};
+use crate::holder::{spawn_holder_with_args, HolderConfig};
+use crate::protocol::{exit, Reply};
+use crate::store::StoreOp;
+use serde_json::json;
+use std::sync::Arc;
+use wakterm_engine::{AgentId, Input};
+
+/// Longest agent display name.
+pub const MAX_AGENT_NAME_BYTES: usize = 64;
+
+/// Names start with a letter or digit (so they never read as a flag or a path like `..`), then
+/// letters, digits, `-`, `_`, `.`; a UUID is reserved for agent ids.
+pub(super) fn valid_name(name: &str) -> bool {
+    name.len() <= MAX_AGENT_NAME_BYTES
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && wakterm_engine::ids::canonical_uuid(name).is_none()
+}
+
+pub(super) async fn start_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
+    if !valid_name(&name) {
+        return Reply::error(exit::USAGE, "invalid_name", format!("agent names are 1..={MAX_AGENT_NAME_BYTES} of [A-Za-z0-9._-], start with a letter or digit, and are not a UUID"));
+    }
+    if command.is_empty() {
+        return Reply::error(exit::USAGE, "invalid_command", "give the agent's command after --");
+    }
+    if !std::path::Path::new(&cwd).is_dir() {
+        return Reply::error(exit::USAGE, "invalid_cwd", format!("{cwd} is not a directory"));
+    }
+    // Reserve the name before the (slow) holder spawn, so two concurrent starts of one name
+    // cannot both spawn a process.
+    {
+        let agents = context.agents.lock().expect("agent table");
+        let mut starting = context.starting.lock().expect("starting names");
+        if agents.values().any(|a| a.record.name == name) || !starting.insert(name.clone()) {
+            return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
+        }
+    }
+    let reply = start_reserved_agent(context, name.clone(), harness, cwd, env, command).await;
+    context.starting.lock().expect("starting names").remove(&name);
+    reply
+}
+
+pub(super) async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
+    let record = AgentRecord {
+        agent_id: uuid::Uuid::new_v4().to_string(),
+        name,
+        harness,
+        cwd,
+        env,
+        command,
+        created_ms: now_ms(),
+    };
+    let paths = context.paths.clone();
+    let writer = context.writer.clone();
+    let fault = context.fault;
+    let spawned = tokio::task::spawn_blocking(move || spawn_agent(&paths, &writer, record, fault)).await;
+    let agent = match spawned {
+        Ok(Ok(agent)) => agent,
+        Ok(Err(message)) => return Reply::error(exit::ERROR, "agent_start_failed", message),
+        Err(error) => return Reply::error(exit::ERROR, "agent_start_failed", error.to_string()),
+    };
+    let facts = agent.facts();
+    context.agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
+    let _ = context.inbox.send(DriverMsg::Input(Input::AgentUpserted(facts.clone()))).await;
+    spawn_monitor(agent.clone(), context.inbox.clone());
+    Reply::ok(json!({
+        "schema": "wakterm.agent-start.v1",
+        "agent_id": agent.record.agent_id,
+        "name": agent.record.name,
+        "harness": agent.record.harness,
+        "incarnation": facts.incarnation,
+        "pid": facts.process.map(|p| p.pid),
+    }))
+}
+
+/// LIFE-1: persists the agent, then spawns its holder (`wakterm __holder`) and waits for its
+/// first `info`. The record is durable before any process exists, so a daemon that dies at any
+/// point of a start leaves no process outside the catalog: after a restart the agent is listed
+/// (running, or stopped if the spawn never happened) and `agent stop` / `mux stop --all` reach it.
+pub(super) fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, fault: Option<super::faults::FaultPoint>) -> Result<Arc<AgentRuntime>, String> {
+    let dir = paths.holders_dir();
+    crate::paths::private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
+    writer.commit_blocking(vec![op]).map_err(|error| format!("cannot record the agent: {error}"))?;
+    let config = holder_config(paths, &record);
+    if let Err(message) = spawn_pane(&config) {
+        // A holder that started but never answered in time must not outlive the record.
+        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
+            let _ = client.shutdown();
+        }
+        // Take the record back (if that fails too, the agent shows as stopped).
+        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
+        return Err(message);
+    }
+    super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn);
+    let agent = Arc::new(AgentRuntime::new(paths, record));
+    agent.refresh_liveness();
+    Ok(agent)
+}
+
+/// The holder configuration of an agent record.
+pub(super) fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> HolderConfig {
+    HolderConfig {
+        socket_path: paths.holder_socket(&record.agent_id),
+        cwd: record.cwd.clone().into(),
+        env: record.env.clone(),
+        command: record.command.clone(),
+        cols: 120,
+        rows: 40,
+        detach: true,
+    }
+}
+
+/// Starts the agent's pane: a holder process (`wakterm __holder`) that outlives the daemon.
+pub(super) fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
+    let exe = holder_binary()?;
+    spawn_holder_with_args(&exe, &["__holder".into()], config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
+    Ok(())
+}
+
+/// The binary holders run: this daemon's own. When it was replaced or deleted on disk (an
+/// upgrade in place), Linux still executes the running image through `/proc/self/exe`, so the
+/// holder is always the daemon's own version.
+pub(super) fn holder_binary() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the wakterm binary: {e}"))?;
+    if exe.exists() && !exe.to_string_lossy().ends_with(" (deleted)") {
+        return Ok(exe);
+    }
+    let running = std::path::PathBuf::from("/proc/self/exe");
+    if running.exists() {
+        tracing::warn!(binary = %exe.display(), "the wakterm binary was replaced or deleted; holders run this daemon's own image");
+        return Ok(running);
+    }
+    Err(format!("the wakterm binary this daemon runs from ({}) was deleted; restart the daemon (`wakterm mux stop && wakterm mux start`)", exe.display()))
+}
+
+pub(super) fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
+    let agents = context.agents.lock().expect("agent table");
+    let canonical = wakterm_engine::ids::canonical_uuid(target);
+    agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()
+}
+
+pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
+    let Some(agent) = resolve(context, target) else {
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
+    };
+    agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    let agent_id = agent.record.agent_id.clone();
+    let writer = context.writer.clone();
+    let worker = agent.clone();
+    let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
+    let result = tokio::task::spawn_blocking(move || {
+        let _ = worker.holder().map(|client| client.shutdown());
+        let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
+        writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }])
+    })
+    .await;
+    context.agents.lock().expect("agent table").remove(&agent_id);
+    if let Ok(id) = AgentId::parse(&agent_id) {
+        let _ = context.inbox.send(DriverMsg::Input(Input::AgentRemoved { agent_id: id })).await;
+    }
+    match result {
+        Ok(Ok(_)) => Reply::ok(json!({"schema": "wakterm.agent-stop.v1", "agent_id": agent_id, "stopped": true})),
+        Ok(Err(error)) => Reply::error(exit::ERROR, "store_failed", error.to_string()),
+        Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
+    }
+}
+
+/// Replaces the agent's process in the same pane (a new incarnation), e.g. after a crash.
+pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
+    let Some(agent) = resolve(context, target) else {
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
+    };
+    let worker = agent.clone();
+    let inbox = context.inbox.clone();
+    let paths = context.paths.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        match worker.holder() {
+            // The pane lives: start the command again in it (a new incarnation).
+            Ok(mut client) => {
+                client.respawn().map_err(|e| e.to_string())?;
+            }
+            // The pane is gone (its holder exited or was killed while the daemon was down):
+            // start a new one from the agent's stored record; same agent id, new incarnation.
+            Err(_) => spawn_pane(&holder_config(&paths, &worker.record))?,
+        }
+        let _ = worker.forward_liveness_change(&inbox);
+        Ok::<_, String>(worker.facts())
+    })
+    .await;
+    match result {
+        Ok(Ok(facts)) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
+        Ok(Err(message)) => Reply::error(exit::ERROR, "agent_restart_failed", message),
+        Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
+    }
+}
+
+/// OUT-8: the experimental output page reads the rollout with its own tail on a blocking
+/// thread; it never touches the agent's observer (nothing the engine is fed changes).
+pub(super) async fn agent_output(context: &Arc<Context>, target: &str, after: Option<String>) -> Reply {
+    let Some(agent) = resolve(context, target) else {
+        return crate::output_page::agent_unknown(target);
+    };
+    let root = context.paths.root.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let facts = agent.facts();
+        let view = crate::output_page::AgentView {
+            agent_id: agent.record.agent_id.clone(),
+            harness: agent.record.harness.clone(),
+            incarnation: facts.incarnation.map(|i| i.0),
+            process: facts.process.map(crate::observer::engine_to_probe),
+            codex_home: agent.record.codex_home(),
+            cwd: std::path::PathBuf::from(&agent.record.cwd),
+        };
+        crate::output_page::read_output(&root, &view, after.as_deref())
+    })
+    .await;
+    answer.unwrap_or_else(|error| Reply::error(exit::ERROR, "internal", error.to_string()))
+}

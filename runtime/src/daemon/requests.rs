@@ -1,0 +1,181 @@
+//! Control-socket handlers for requests: admit, get (with the evidence trail), cancel, and the
+//! `request watch` stream (TERM-3, CONN-3).
+
+use super::server::{query, write_line};
+use super::Context;
+use crate::driver::DriverMsg;
+use crate::protocol::{exit, AdmitRequest, Reply};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
+use wakterm_engine::{AdmitCommand, Classification, Engine, OpId, RequestId};
+
+/// Terminal events read from the store per page while a watcher catches up.
+pub const WATCH_PAGE: usize = 512;
+
+pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
+    let request_id = admit.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let command = AdmitCommand {
+        op: OpId(0),
+        operation: admit.operation,
+        target: admit.target,
+        exact_agent_id: admit.exact_agent_id,
+        incarnation: admit.incarnation,
+        request_id,
+        prompt: admit.prompt,
+        paste_mode: admit.paste_mode,
+        return_mode: admit.return_mode,
+        final_timeout_ms: admit.final_timeout_ms,
+    };
+    let (reply, answer) = oneshot::channel();
+    if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
+    }
+    let Ok(receipt) = answer.await else {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+    };
+    receipt.assert_consistent();
+    let exit_code = match receipt.classification {
+        Classification::Accepted => exit::OK,
+        Classification::Indeterminate => exit::INDETERMINATE,
+        _ => exit::REJECTED,
+    };
+    Reply { exit_code, body: serde_json::to_value(&receipt).expect("receipts serialise") }
+}
+
+pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, evidence: bool) -> Reply {
+    let Ok(id) = RequestId::parse(request_id) else {
+        return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
+    };
+    let view = query(context, move |engine: &Engine| match engine.request(&id) {
+        None => Value::Null,
+        Some(record) => {
+            // TERM-2: a terminal event is shown only once published (durable, final sequence).
+            let published = engine.published_terminal(&id).cloned();
+            let state = match (&published, &record.terminal) {
+                (Some(event), _) => serde_json::to_value(event.state).unwrap_or_default(),
+                (None, Some(_)) => json!("terminal_pending"),
+                (None, None) => json!(record.phase.as_str()),
+            };
+            let mut view = json!({
+            "schema": "wakterm.agent-request.v1",
+            "request_id": record.request_id,
+            "agent_id": record.agent_id,
+            "phase": record.phase,
+            "state": state,
+            "operation": record.operation,
+            "return_mode": record.return_mode,
+            "incarnation": record.incarnation,
+            "bound_provider_turn": record.bound_turn,
+            "deadline_ms": record.deadline_ms,
+            "receipt": record.receipt,
+            "terminal_event": published,
+            });
+            if evidence {
+                // RF-6, TERM-2: the end is shown once its terminal event is published.
+                let steps: Vec<&wakterm_engine::Evidence> = record
+                    .evidence
+                    .iter()
+                    .filter(|e| e.step != wakterm_engine::EvidenceStep::Terminal || published.is_some())
+                    .collect();
+                view["evidence"] = json!(steps);
+                view["evidence_dropped"] = json!(record.evidence_dropped);
+            }
+            view
+        }
+    })
+    .await;
+    match view {
+        Some(Value::Null) | None => Reply::error(exit::NOT_FOUND, "request_not_found", format!("no request has id {request_id}")),
+        Some(view) => Reply::ok(view),
+    }
+}
+
+pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {
+    let (reply, answer) = oneshot::channel();
+    if context.inbox.send(DriverMsg::Cancel { request_id, reply }).await.is_err() {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
+    }
+    let Ok(outcome) = answer.await else {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+    };
+    use wakterm_engine::CancelOutcome;
+    let exit_code = match &outcome {
+        CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal { .. } => exit::OK,
+        CancelOutcome::NotFound { .. } => exit::NOT_FOUND,
+        CancelOutcome::NotReturnFinal { .. } | CancelOutcome::AdmissionInProgress { .. } | CancelOutcome::Failed { .. } => exit::REJECTED,
+    };
+    let mut body = serde_json::to_value(&outcome).expect("outcomes serialise");
+    body["schema"] = json!("wakterm.agent-request-cancel.v1");
+    Reply { exit_code, body }
+}
+
+/// TERM-3: history from the store after `after`, then live events pushed by the driver (no
+/// polling). Subscribing before reading history means nothing committed in between is lost;
+/// sequences at or below the last one sent are skipped, so nothing repeats.
+/// CONN-3: a watcher that hangs up is noticed at once (its read half reaches EOF), and a
+/// heartbeat every `WATCH_HEARTBEAT` lets both ends notice a dead peer without an event.
+pub(super) async fn watch(mut peer: tokio::net::unix::OwnedReadHalf, writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
+    let mut live = context.terminal.subscribe();
+    let mut last = after;
+    if !send_history(writer, context, &mut last).await {
+        return;
+    }
+    if once {
+        let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
+        return;
+    }
+    let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut scratch = [0u8; 64];
+    loop {
+        let line = tokio::select! {
+            biased;
+            // The client sends nothing after its request: EOF, an error or stray bytes all
+            // mean the subscription is over.
+            _ = peer.read(&mut scratch) => return,
+            received = live.recv() => match received {
+                Ok(event) if event.terminal_event_sequence > last => {
+                    last = event.terminal_event_sequence;
+                    json!({"event": event})
+                }
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    if !send_history(writer, context, &mut last).await {
+                        return;
+                    }
+                    continue;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            _ = heartbeat.tick() => json!({"heartbeat": true, "last_sequence": last}),
+        };
+        if write_line(writer, &line).await.is_err() {
+            return;
+        }
+    }
+}
+
+pub(super) async fn send_history(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, last: &mut u64) -> bool {
+    loop {
+        let store = context.store.clone();
+        let from = *last;
+        let page = tokio::task::spawn_blocking(move || store.terminal_events_after(from, WATCH_PAGE)).await;
+        let Ok(Ok(page)) = page else {
+            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+            return false;
+        };
+        let full = page.len() == WATCH_PAGE;
+        for stored in page {
+            let event: Value = serde_json::from_str(&stored.event_json).unwrap_or(Value::Null);
+            *last = stored.sequence;
+            if write_line(writer, &json!({"event": event})).await.is_err() {
+                return false;
+            }
+        }
+        if !full {
+            return true;
+        }
+    }
+}
