@@ -14,6 +14,7 @@
 
 mod attach;
 mod client;
+mod daemonize;
 mod output_ring;
 mod pane;
 pub mod protocol;

@@ -1,9 +1,9 @@
-//! The holder process: private socket, detaching, the accept loop and one thread per
-//! connection.
+//! The holder process serving: the accept loop and one thread per connection. The start
+//! (private socket directory and socket, the detach, process settings) is in `daemonize`.
 
 use std::io::{BufReader, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +16,7 @@ use super::protocol::{
     WireError, WireErrorKind, MAX_COLS, MAX_LINE_BYTES, MAX_OUTPUT_PAGE_BYTES, MAX_ROWS,
     MAX_STREAM_CHUNK_BYTES, MAX_WRITE_BYTES,
 };
+use super::daemonize::{bind_private_socket, detach, ignore_terminal_signals, prepare_socket_dir, Side};
 use super::HolderConfig;
 
 /// After the agent exits the holder keeps answering this long, so a daemon that restarts in
@@ -29,8 +30,6 @@ pub const STREAM_HEARTBEAT: Duration = Duration::from_secs(5);
 const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// A client that does not take a reply within this is dropped, so it cannot stall the holder.
 const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The log beside the socket is cut to empty at start once it grows past this.
-const MAX_LOG_BYTES: u64 = 1024 * 1024;
 
 /// Runs a holder for `cfg` and returns the process exit code: 0 in the parent after a
 /// successful detach (the holder lives on in a forked child), 1 on a setup failure, 2 on a
@@ -371,53 +370,6 @@ fn send_line<T: serde::Serialize>(writer: &mut UnixStream, message: &T) -> std::
     writer.write_all(&line)
 }
 
-/// Creates the socket's directory 0700, or checks that an existing one is ours and private.
-fn prepare_socket_dir(socket_path: &Path) -> Result<(), String> {
-    let dir = socket_path
-        .parent()
-        .expect("validate() requires a directory part");
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("create {}: {e}", dir.display()))?;
-    }
-    let meta =
-        std::fs::symlink_metadata(dir).map_err(|e| format!("stat {}: {e}", dir.display()))?;
-    if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
-    }
-    let uid = rustix::process::geteuid().as_raw();
-    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{} must be owned by uid {uid} with mode 0700 (found uid {}, mode {:o})",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
-}
-
-/// Binds `path` 0600. A stale socket (nobody answering) is replaced; a live one is refused.
-fn bind_private_socket(path: &Path) -> Result<UnixListener, String> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        if !meta.file_type().is_socket() {
-            return Err(format!("{} exists and is not a socket", path.display()));
-        }
-        if UnixStream::connect(path).is_ok() {
-            return Err(format!("another holder is serving {}", path.display()));
-        }
-        std::fs::remove_file(path).map_err(|e| format!("remove stale {}: {e}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path).map_err(|e| format!("bind {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
-    Ok(listener)
-}
-
 /// The socket file this holder bound, identified by inode so that we never remove a socket a
 /// newer holder bound at the same path.
 struct SocketOwnership {
@@ -447,79 +399,6 @@ fn peer_uid(socket: impl AsFd) -> std::io::Result<u32> {
     Ok(rustix::net::sockopt::socket_peercred(socket)?.uid.as_raw())
 }
 
-enum Side {
-    Parent,
-    Holder,
-}
-
-/// Forks; the child starts a new session (so the caller's process-group signals and terminal
-/// hang-ups miss it) and sends stdio to the log beside the socket. The parent returns at once,
-/// so the holder is reparented away from whoever started it.
-fn detach(socket_path: &Path) -> Result<Side, String> {
-    let threads = thread_count().map_err(|e| format!("read /proc/self/status: {e}"))?;
-    if threads != 1 {
-        return Err(format!(
-            "detaching needs a single-threaded process, found {threads} threads"
-        ));
-    }
-    let log_file = open_log(socket_path)?;
-    let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
-    // SAFETY: fork is unsound only when another thread could hold a lock (allocator, stdio)
-    // the child then needs; this process was just checked to have a single thread, so the
-    // child inherits no lock held mid-update and may run ordinary Rust code.
-    match unsafe { nix::unistd::fork() } {
-        Err(errno) => Err(format!("fork: {}", std::io::Error::from(errno))),
-        Ok(nix::unistd::ForkResult::Child) => {
-            // Failures leave the holder in the caller's session or with its stdio, as before:
-            // neither stops it from serving.
-            let _ = rustix::process::setsid();
-            let _ = rustix::stdio::dup2_stdin(&dev_null);
-            let _ = rustix::stdio::dup2_stdout(&log_file);
-            let _ = rustix::stdio::dup2_stderr(&log_file);
-            Ok(Side::Holder)
-        }
-        Ok(nix::unistd::ForkResult::Parent { .. }) => Ok(Side::Parent),
-    }
-}
-
-fn open_log(socket_path: &Path) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = log_path(socket_path);
-    let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_LOG_BYTES);
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(!too_big)
-        .write(true)
-        .truncate(too_big)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| format!("open log {}: {e}", path.display()))
-}
-
-/// `<socket>.log`, beside the socket in the private directory.
-pub fn log_path(socket_path: &Path) -> PathBuf {
-    let mut name = socket_path.as_os_str().to_owned();
-    name.push(".log");
-    PathBuf::from(name)
-}
-
-/// The `Threads:` count of /proc/self/status.
-fn thread_count() -> procfs::ProcResult<u64> {
-    Ok(procfs::process::Process::myself()?.status()?.threads)
-}
-
-/// The holder has no terminal; a stray SIGHUP (e.g. from the PTY it opens) must not end it.
-/// Children get default dispositions back: portable-pty resets them before exec.
-fn ignore_terminal_signals() {
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    for sig in [Signal::SIGHUP, Signal::SIGPIPE] {
-        // SAFETY: nix marks `signal` as needing care because an installed handler must be
-        // async-signal-safe and must not break the code it interrupts; SIG_IGN runs no code. Failure (not expected for
-        // these two signals) leaves the default disposition, as before.
-        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
-    }
-}
-
 /// LOG-1: one holder event (the subscriber stamps the time; the pid names the holder).
 fn log(message: &str) {
     tracing::info!(holder_pid = std::process::id(), "{message}");
@@ -533,43 +412,5 @@ mod tests {
     fn peer_uid_is_our_uid_on_a_socketpair() {
         let (a, _b) = UnixStream::pair().unwrap();
         assert_eq!(peer_uid(&a).unwrap(), rustix::process::geteuid().as_raw());
-    }
-
-    #[test]
-    fn socket_dir_is_created_private_and_open_dirs_are_refused() {
-        let base = std::env::temp_dir().join(format!("holder-dir-{}", uuid::Uuid::new_v4()));
-        let socket = base.join("inner").join("a.sock");
-        prepare_socket_dir(&socket).unwrap();
-        let mode = std::fs::metadata(socket.parent().unwrap()).unwrap().mode() & 0o777;
-        assert_eq!(mode, 0o700);
-        std::fs::set_permissions(
-            socket.parent().unwrap(),
-            std::fs::Permissions::from_mode(0o750),
-        )
-        .unwrap();
-        assert!(prepare_socket_dir(&socket)
-            .unwrap_err()
-            .contains("mode 0700"));
-        std::fs::remove_dir_all(&base).unwrap();
-    }
-
-    #[test]
-    fn live_socket_is_refused_and_stale_one_replaced() {
-        let base = std::env::temp_dir().join(format!("holder-bind-{}", uuid::Uuid::new_v4()));
-        let socket = base.join("a.sock");
-        prepare_socket_dir(&socket).unwrap();
-        let live = bind_private_socket(&socket).unwrap();
-        assert_eq!(std::fs::metadata(&socket).unwrap().mode() & 0o777, 0o600);
-        assert!(bind_private_socket(&socket)
-            .unwrap_err()
-            .contains("another holder"));
-        drop(live);
-        let again = bind_private_socket(&socket);
-        assert!(
-            again.is_ok(),
-            "a socket nobody answers is stale: {:?}",
-            again.err()
-        );
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }
