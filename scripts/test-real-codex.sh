@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Conformance against the REAL Codex CLI (the pinned version of fixtures/install-codex.sh):
 # installs it (or reuses the cache), prints its version, and runs the ignored tests of
-# runtime/tests/conformance_real_codex.rs serially (Codex is heavy; CI machines have 2 cores).
+# tests/tests/conformance_real_codex.rs serially (Codex is heavy; CI machines have 2 cores).
 # Never skips: a failed install fails this script, non-zero, with the reason. Tests named
 # `*_bug_*` (none today) demonstrate known, unfixed bugs and are left out; run one with
-# `WAKTERM_REAL_CODEX=... cargo test -p wakterm-runtime --test conformance_real_codex -- --ignored NAME`.
+# `WAKTERM_REAL_CODEX=... cargo test -p wakterm-tests --test conformance_real_codex -- --ignored NAME`.
 #
 #   bash scripts/test-real-codex.sh [extra libtest args, e.g. a test name filter]
 set -euo pipefail
@@ -27,10 +27,10 @@ if ! version="$("$codex" --version 2>&1)"; then
 fi
 echo "== Codex under test: $version ($codex)"
 
-echo "== cargo test -p wakterm-runtime --test conformance_real_codex (ignored tests, serial)"
+echo "== cargo test -p wakterm-tests --test conformance_real_codex (ignored tests, serial)"
 start=$(date +%s)
 status=0
-WAKTERM_REAL_CODEX="$codex" cargo test --locked -p wakterm-runtime --test conformance_real_codex -- \
+WAKTERM_REAL_CODEX="$codex" cargo test --locked -p wakterm-tests --test conformance_real_codex -- \
     --ignored --test-threads=1 --nocapture --skip _bug_ "$@" 2>&1 || status=$?
 echo "== real-Codex conformance: exit $status after $(( $(date +%s) - start )) s ($version)"
 exit "$status"

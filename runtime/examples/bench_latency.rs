@@ -12,7 +12,7 @@
 //! Environment: WAKTERM_BIN overrides the binary (default: `wakterm` next to `examples/`);
 //! BENCH_RUNS overrides the run count (default 50).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../../tests/tests/support/mod.rs"]
 mod support;
 
 use serde_json::Value;

@@ -390,3 +390,24 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
     crate::holder::attach(&paths.holder_socket(agent_id))
 }
+
+/// The `wakterm` program: parse the arguments (usage errors answered as structured JSON on
+/// stdout, and readably on stderr), run, exit with the documented code. Shared by the
+/// `wakterm` binary and the end-to-end suites' copy of it (`tests/`).
+pub fn main_entry() -> ! {
+    let args = normalise_args(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            if !error.use_stderr() {
+                let _ = error.print(); // --help, --version
+                std::process::exit(0);
+            }
+            let body = serde_json::json!({"schema": "wakterm.error.v1", "error": "usage", "message": error.to_string().trim()});
+            println!("{body}");
+            let _ = error.print();
+            std::process::exit(exit::USAGE);
+        }
+    };
+    std::process::exit(run(cli));
+}

@@ -1,1 +1,1 @@
-//! End-to-end test helpers: see `e2e/`.
+//! The end-to-end suites are in `tests/` (see README.md); this library holds nothing.

@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use support::{new_id, sigkill_and_wait, World};
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
 
 fn reply_for(prompt: &str) -> String {

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use support::{new_id, World};
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
 /// An unprivileged uid for the "other user" of the SEC tests (they need root to use it).
 const OTHER_UID: u32 = 65534;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use support::{new_id, Out, World};
 use wakterm_harness::provider::Script;
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 
 fn s(v: &Value) -> &str {
     v.as_str().unwrap_or_default()

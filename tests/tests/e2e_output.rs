@@ -6,7 +6,7 @@ mod support;
 use serde_json::Value;
 use support::World;
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
 const SCHEMA: &str = "wakterm.agent-output-shadow.experimental.v1";
 

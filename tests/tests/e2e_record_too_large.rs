@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::io::Write;
 use support::World;
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
 const PROMPT: &str = "HANGME and answer at length";
 

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use support::{new_id, World};
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
 
 /// The agent's `--env` reaches the agent but never a command line other users can read.

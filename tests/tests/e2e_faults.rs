@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 use support::{new_id, World};
 
-const EXE: &str = env!("CARGO_BIN_EXE_wakterm");
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
 
 /// A world with a ready agent, then the daemon restarted with the crash point armed.
