@@ -94,3 +94,18 @@ fn store_1_a_deleted_wal_after_a_crash_is_refused() {
     let message = refused(&db);
     assert!(message.contains("deleted WAL") || message.contains("emptied"), "{message}");
 }
+
+/// SEC-1: the store itself refuses a symlinked database (SQLite would follow it), leaving the
+/// link's target untouched, whoever opens it.
+#[test]
+fn sec_1_store_refuses_a_symlinked_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("precious");
+    std::fs::write(&target, b"keep me").unwrap();
+    let db = tmp.path().join("wakterm.db");
+    std::os::unix::fs::symlink(&target, &db).unwrap();
+    let error = Store::open(&db).err().expect("a symlinked database was opened").to_string();
+    assert!(error.contains("symbolic link"), "{error}");
+    assert!(StoreWriter::spawn(&db).is_err());
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+}

@@ -115,7 +115,6 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
     crate::logging::init_daemon(&paths)?;
     tracing::info!(pid = std::process::id(), data_dir = %paths.root.display(), version = env!("CARGO_PKG_VERSION"), "daemon starting");
     let descriptor_limit = raise_descriptor_limit();
-    refuse_linked_store_files(&paths)?;
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
     let clock = EngineClock::start(now_ms());
@@ -127,18 +126,6 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
     runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, connection_cap(descriptor_limit)))
-}
-
-/// SEC-1: SQLite opens its files by path and would follow a planted link; the database and its
-/// side files must be regular files of ours (or absent) before it touches them.
-fn refuse_linked_store_files(paths: &DataPaths) -> Result<(), String> {
-    let database = paths.database();
-    let name = database.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    for suffix in ["", "-wal", "-shm", "-journal", ".watermark"] {
-        let file = database.with_file_name(format!("{name}{suffix}"));
-        crate::paths::verify_no_link(&file).map_err(|e| format!("cannot use {}: {e}", file.display()))?;
-    }
-    Ok(())
 }
 
 fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> {

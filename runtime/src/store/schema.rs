@@ -65,6 +65,7 @@ pub struct OpenReport {
 
 /// Opens `path` read-write with the schema at [`SCHEMA_VERSION`]. The parent directory must exist.
 pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), StoreError> {
+    refuse_links(path)?;
     let created = create_private_file(path)?;
     if !created {
         // Before any write, even the WAL switch (which rewrites the header): refuse what we
@@ -91,6 +92,18 @@ pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), Sto
             mark,
         },
     ))
+}
+
+/// SEC-1: SQLite opens its files by path and would follow a planted link; the database, its
+/// side files and its watermark must be regular files of ours (or absent) before anything
+/// touches them.
+fn refuse_links(path: &Path) -> Result<(), StoreError> {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let side_files = ["", "-wal", "-shm", "-journal"].map(|suffix| path.with_file_name(format!("{name}{suffix}")));
+    for file in side_files.iter().chain([&super::watermark::path_for(path)]) {
+        crate::paths::verify_no_link(file).map_err(|err| StoreError::io(file, &err))?;
+    }
+    Ok(())
 }
 
 /// Creates the file with mode 0600 so it is never world-readable, not even for an instant.
