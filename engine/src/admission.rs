@@ -146,6 +146,9 @@ impl Engine {
             receipt.retry_safe = false;
             receipt
         };
+        if !self.admissions.contains_key(request_id) && !self.requests.contains_key(request_id) {
+            return false; // a new id: nothing to compare, and the target is resolved once, later
+        }
         let resolved = self.resolve_known(command);
         // IDEM-1: the seed's key is the input plus the process incarnation; a caller that names
         // one must name the one the id was admitted under (`send` names none).

@@ -16,7 +16,7 @@ pub const MAX_AGENT_NAME_BYTES: usize = 64;
 
 /// Names start with a letter or digit (so they never read as a flag or a path like `..`), then
 /// letters, digits, `-`, `_`, `.`; a UUID is reserved for agent ids.
-pub(super) fn valid_name(name: &str) -> bool {
+fn valid_name(name: &str) -> bool {
     name.len() <= MAX_AGENT_NAME_BYTES
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -47,7 +47,7 @@ pub(super) async fn start_agent(context: &Arc<Context>, name: String, harness: S
     reply
 }
 
-pub(super) async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
+async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
     let record = AgentRecord {
         agent_id: uuid::Uuid::new_v4().to_string(),
         name,
@@ -84,7 +84,7 @@ pub(super) async fn start_reserved_agent(context: &Arc<Context>, name: String, h
 /// first `info`. The record is durable before any process exists, so a daemon that dies at any
 /// point of a start leaves no process outside the catalog: after a restart the agent is listed
 /// (running, or stopped if the spawn never happened) and `agent stop` / `mux stop --all` reach it.
-pub(super) fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, fault: Option<super::faults::FaultPoint>) -> Result<Arc<AgentRuntime>, String> {
+fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, fault: Option<super::faults::FaultPoint>) -> Result<Arc<AgentRuntime>, String> {
     let dir = paths.holders_dir();
     crate::paths::private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
@@ -107,7 +107,7 @@ pub(super) fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store
 }
 
 /// The holder configuration of an agent record.
-pub(super) fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> HolderConfig {
+fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> HolderConfig {
     HolderConfig {
         socket_path: paths.holder_socket(&record.agent_id),
         cwd: record.cwd.clone().into(),
@@ -120,7 +120,7 @@ pub(super) fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecor
 }
 
 /// Starts the agent's pane: a holder process (`wakterm __holder`) that outlives the daemon.
-pub(super) fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
+fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
     let exe = holder_binary()?;
     spawn_holder_with_args(&exe, &["__holder".into()], config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
     Ok(())
@@ -129,7 +129,7 @@ pub(super) fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
 /// The binary holders run: this daemon's own. When it was replaced or deleted on disk (an
 /// upgrade in place), Linux still executes the running image through `/proc/self/exe`, so the
 /// holder is always the daemon's own version.
-pub(super) fn holder_binary() -> Result<std::path::PathBuf, String> {
+fn holder_binary() -> Result<std::path::PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the wakterm binary: {e}"))?;
     if exe.exists() && !exe.to_string_lossy().ends_with(" (deleted)") {
         return Ok(exe);
@@ -142,7 +142,7 @@ pub(super) fn holder_binary() -> Result<std::path::PathBuf, String> {
     Err(format!("the wakterm binary this daemon runs from ({}) was deleted; restart the daemon (`wakterm mux stop && wakterm mux start`)", exe.display()))
 }
 
-pub(super) fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
+fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
     let agents = context.agents.lock().expect("agent table");
     let canonical = wakterm_engine::ids::canonical_uuid(target);
     agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()

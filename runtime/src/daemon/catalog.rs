@@ -44,7 +44,7 @@ pub(super) async fn catalog(context: &Arc<Context>) -> Reply {
 /// The engine's catalog decision as JSON: state, availability and the blocker's reason. An
 /// admission in flight or a written prompt whose turn has not started is reported by the
 /// catalog's published word for both, `turn_pending`.
-pub(super) fn catalog_decision(view: &wakterm_engine::CatalogView) -> Value {
+fn catalog_decision(view: &wakterm_engine::CatalogView) -> Value {
     let reason = view.return_final_blocker.as_ref().map(|b| match b.reason {
         "admission_in_progress" | "awaiting_turn_start" => "turn_pending",
         other => other,
@@ -60,7 +60,7 @@ pub(super) fn catalog_decision(view: &wakterm_engine::CatalogView) -> Value {
 /// An admission's own refresh would fail as the catalog's did, and it is refused then
 /// (`observer_unavailable`, ADM-3): the engine, which hears nothing of a failed refresh, may
 /// still hold an older view.
-pub(super) fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakterm_engine::ObserverSnapshot, String>) -> Value {
+fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakterm_engine::ObserverSnapshot, String>) -> Value {
     if snapshot.is_err() && decision["return_final_available"] == true {
         decision["return_final_available"] = json!(false);
         decision["return_final_unavailable_reason"] = json!("observer_unavailable");
@@ -68,7 +68,7 @@ pub(super) fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakt
     decision
 }
 
-pub(super) fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
+fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
     use wakterm_engine::ObserverStatus;
     let view = snapshot.as_ref().ok();
     let observer_detail = match (&snapshot, view.map(|v| &v.status)) {

@@ -157,7 +157,7 @@ pub(super) async fn watch(mut peer: tokio::net::unix::OwnedReadHalf, writer: &mu
     }
 }
 
-pub(super) async fn send_history(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, last: &mut u64) -> bool {
+async fn send_history(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, last: &mut u64) -> bool {
     loop {
         let store = context.store.clone();
         let from = *last;
