@@ -2,6 +2,7 @@
 
 pub mod holder;
 pub mod observer;
+pub mod observer_checkpoint;
 pub mod screen;
 pub mod proc_probe;
 pub mod rollout;

@@ -26,6 +26,7 @@ use wakterm_engine::{
     TurnId, TurnState,
 };
 
+use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_VERSION};
 use crate::proc_probe::{self, Discovery};
 use crate::rollout::{RecordError, RolloutRecord};
 use crate::rollout_tail::{
@@ -67,6 +68,14 @@ enum Health {
     Unavailable(String),
 }
 
+/// Why a rollout could not be opened for reading.
+enum Opening {
+    /// Transient: the next call tries again.
+    Retry(String),
+    /// OBS-3: the evidence a resume needs is gone.
+    Lost(String),
+}
+
 /// A resume request waiting for its session to be found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Resume {
@@ -99,6 +108,12 @@ pub struct CodexObserver {
     /// can no longer be tied to the positions already reported, so it is never re-attached.
     broken_rollout: Option<(PathBuf, String)>,
     corrupt_lines: u64,
+    /// OBS-1: a saved checkpoint of this incarnation, used once by the first attach that
+    /// matches it.
+    saved: Option<ObserverCheckpoint>,
+    /// OBS-2: records ending at or before this position are already folded into `turn` (the
+    /// checkpoint's state): they are replayed to the engine but not folded again.
+    fold_from: Option<u64>,
 }
 
 impl CodexObserver {
@@ -123,7 +138,34 @@ impl CodexObserver {
             lost_reason: None,
             broken_rollout: None,
             corrupt_lines: 0,
+            saved: None,
+            fold_from: None,
         }
+    }
+
+    /// OBS-1: gives the observer a stored checkpoint; kept only when it belongs to this exact
+    /// process incarnation.
+    pub fn with_checkpoint(mut self, saved: Option<ObserverCheckpoint>) -> Self {
+        self.saved = saved.filter(|c| c.belongs_to(&self.incarnation, self.process));
+        self
+    }
+
+    /// The state to save now: attached, caught up past any replay, and the fold's state at
+    /// the tail's offset. None while that is not known.
+    pub fn checkpoint(&self) -> Option<ObserverCheckpoint> {
+        let attachment = self.attached.as_ref()?;
+        if self.behind || self.exited || self.fold_from.is_some() || self.pending_resume.is_some() {
+            return None;
+        }
+        Some(ObserverCheckpoint {
+            version: CHECKPOINT_VERSION,
+            incarnation: self.incarnation.clone(),
+            process: self.process,
+            session: attachment.session.clone(),
+            path: attachment.tail.path().to_owned(),
+            tail: attachment.tail.cursor(),
+            turn: self.turn.clone(),
+        })
     }
 
     /// Rediscovers the rollout (a process may switch sessions), reads everything new, and
@@ -148,7 +190,12 @@ impl CodexObserver {
     /// yields `SessionLost`; a transiently unreadable tree leaves the resume pending for the next
     /// poll or refresh.
     pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
+        // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
+        if let Some(current) = self.checkpoint() {
+            self.saved = Some(current);
+        }
         self.attached = None;
+        self.fold_from = None;
         self.replay_floor = None;
         self.turn = TurnState::Unknown;
         self.pending_resume = Some(Resume { session: from.session.clone(), position: from.position });
@@ -160,6 +207,12 @@ impl CodexObserver {
     /// Lines of the current and earlier sessions that were not records (skipped, counted).
     pub fn corrupt_lines(&self) -> u64 {
         self.corrupt_lines
+    }
+
+    /// Bytes the current tail read from its file (window re-reads included): proves what a
+    /// restart or a poll cost.
+    pub fn bytes_read(&self) -> u64 {
+        self.attached.as_ref().map_or(0, |a| a.tail.bytes_read())
     }
 
     /// The rollout being tailed, if any.
@@ -243,11 +296,18 @@ impl CodexObserver {
         self.attach(path, session, events)
     }
 
-    /// Opens the tail at offset 0 and announces the session; history is read from the start.
+    /// Opens the tail (at the saved checkpoint when it still matches, OBS-2; otherwise at
+    /// offset 0) and announces the session.
     fn attach(&mut self, path: &Path, session: SessionId, events: &mut Vec<ObserverEvent>) -> Health {
-        let tail = match RolloutTail::open(path) {
-            Ok(tail) => tail,
-            Err(error) => {
+        let (tail, turn, fold_from) = match self.open_tail(path, &session) {
+            Ok(opened) => opened,
+            Err(Opening::Lost(reason)) => {
+                // OBS-3: records a resumed request may depend on are gone.
+                self.replay_floor = None;
+                events.push(ObserverEvent::SessionLost { reason: reason.clone() });
+                return Health::Unavailable(reason);
+            }
+            Err(Opening::Retry(error)) => {
                 // A resume stays pending: the next call retries it rather than dropping it.
                 if let Some(position) = self.replay_floor.take() {
                     self.pending_resume = Some(Resume { session, position });
@@ -255,13 +315,54 @@ impl CodexObserver {
                 return Health::Unavailable(format!("the rollout {} could not be opened: {error}", path.display()));
             }
         };
-        let position = self.replay_floor.unwrap_or(0);
+        let position = self.replay_floor.unwrap_or(tail.offset());
         events.push(ObserverEvent::Attached { session: session.clone(), position });
         self.attached = Some(Attachment { tail, session, last_event: Some(position) });
         self.ever_attached = true;
         self.lost_reason = None;
-        self.turn = TurnState::Unknown;
+        self.turn = turn;
+        self.fold_from = fold_from;
         self.read_new(events)
+    }
+
+    /// OBS-1..OBS-3: where reading starts, the fold's state there, and up to where records are
+    /// already folded.
+    fn open_tail(&mut self, path: &Path, session: &SessionId) -> Result<(RolloutTail, TurnState, Option<u64>), Opening> {
+        let from_zero = |error: TailError| Opening::Retry(error.to_string());
+        let Some(saved) = self.saved.take().filter(|c| &c.session == session && c.path == path) else {
+            return RolloutTail::open(path).map(|tail| (tail, TurnState::Unknown, None)).map_err(from_zero);
+        };
+        let verified = match RolloutTail::resume(path, &saved.tail) {
+            Ok(tail) => tail,
+            Err(error) if error.is_terminal() => {
+                let reason = format!("the rollout changed while the daemon was down ({error}); records after the checkpoint at {} may be lost", saved.tail.offset);
+                tracing::warn!(path = %path.display(), %reason, "observer checkpoint no longer matches (OBS-3)");
+                if self.replay_floor.is_some() {
+                    return Err(Opening::Lost(reason));
+                }
+                return RolloutTail::open(path).map(|tail| (tail, TurnState::Unknown, None)).map_err(from_zero);
+            }
+            Err(error) => {
+                self.saved = Some(saved); // transient: try the checkpoint again next time
+                return Err(Opening::Retry(error.to_string()));
+            }
+        };
+        match self.replay_floor {
+            // A request armed before the checkpoint: replay its records from its own position;
+            // the dialect there is not known, so start in the legacy one (a duplicate prompt
+            // event is cautious, a dropped one would not be).
+            Some(armed) if armed < saved.tail.offset => {
+                let tail = RolloutTail::open_at(path, verified.identity(), armed, false).map_err(|error| {
+                    if error.is_terminal() {
+                        Opening::Lost(format!("cannot resume at {armed}: {error}"))
+                    } else {
+                        Opening::Retry(error.to_string())
+                    }
+                })?;
+                Ok((tail, saved.turn, Some(saved.tail.offset)))
+            }
+            _ => Ok((verified, saved.turn, None)),
+        }
     }
 
     fn on_process_gone(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
@@ -317,6 +418,7 @@ impl CodexObserver {
         self.lost_reason = Some(detail);
         self.attached = None;
         self.replay_floor = None;
+        self.fold_from = None;
         self.turn = TurnState::Unknown;
         self.behind = false;
     }
@@ -335,6 +437,11 @@ impl CodexObserver {
                 if self.attached.is_none() {
                     return Health::Unavailable(self.lost_reason.clone().unwrap_or_default());
                 }
+            }
+            // OBS-2: past the checkpoint, the fold is ours again (even when no record ended there).
+            let offset = self.attached.as_ref().map_or(0, |a| a.tail.offset());
+            if self.fold_from.is_some_and(|checkpoint| offset >= checkpoint) {
+                self.fold_from = None;
             }
             if !page.has_more {
                 self.behind = false;
@@ -422,6 +529,15 @@ impl CodexObserver {
     /// The event a record yields, if any, folded into the turn state by the engine's one fold
     /// (CORR-13).
     fn apply_record(&mut self, record: RolloutRecord, session: SessionId, position: u64) -> Option<ObserverEvent> {
+        // OBS-2: up to the checkpoint, the fold's result is already known.
+        let fold = match self.fold_from {
+            Some(checkpoint) if position <= checkpoint => false,
+            Some(_) => {
+                self.fold_from = None;
+                true
+            }
+            None => true,
+        };
         let event = match record {
             RolloutRecord::TurnStarted { turn_id } => ObserverEvent::TurnStarted { session, turn: TurnId(turn_id), position },
             RolloutRecord::UserMessage { turn_id, text, .. } => {
@@ -433,12 +549,16 @@ impl CodexObserver {
             RolloutRecord::TurnAborted { turn_id, .. } => ObserverEvent::TurnAborted { session, turn: turn_id.map(TurnId), position },
             RolloutRecord::SessionMeta { .. } => {
                 // A rollout with no turn record yet is a first turn being set up.
-                self.turn = TurnState::Unknown;
+                if fold {
+                    self.turn = TurnState::Unknown;
+                }
                 return None;
             }
             RolloutRecord::AgentMessage { .. } | RolloutRecord::Other { .. } => return None,
         };
-        self.turn = wakterm_engine::fold_turn(&self.turn, &event);
+        if fold {
+            self.turn = wakterm_engine::fold_turn(&self.turn, &event);
+        }
         Some(event)
     }
 

@@ -189,6 +189,30 @@ impl RolloutTail {
         Ok(tail)
     }
 
+    /// Opens `path` at `offset`, which must be a line boundary of the file named by `identity`
+    /// (OBS-2: a request's armed cursor before the checkpoint). The window before `offset` is
+    /// trusted as it is now; the caller has verified the file by a later checkpoint.
+    pub fn open_at(path: &Path, identity: FileIdentity, offset: u64, item_dialect: bool) -> Result<RolloutTail, TailError> {
+        let mut tail = RolloutTail::open(path)?;
+        if tail.identity != identity {
+            return Err(TailError::Replaced { expected: identity, found: tail.identity });
+        }
+        let file_len = tail.file.metadata().map_err(|e| TailError::io("fstat", &e))?.len();
+        if file_len < offset {
+            return Err(TailError::Truncated { file_len, offset });
+        }
+        let window = tail.read_window(offset)?;
+        if offset > 0 && window.last() != Some(&b'\n') {
+            // Not just after a complete line: not a position this file ever reported.
+            return Err(TailError::Rewritten { offset });
+        }
+        tail.offset = offset;
+        tail.checkpoint_hash = window_hash(&window, offset);
+        tail.window = window;
+        tail.deduper = PromptDeduper::new(item_dialect);
+        Ok(tail)
+    }
+
     /// The saved form of the current position.
     pub fn cursor(&self) -> TailCursor {
         TailCursor {
@@ -684,6 +708,24 @@ mod tests {
         assert!(matches!(RolloutTail::resume(&path, &beyond), Err(TailError::Truncated { .. })));
         let elsewhere = TailCursor { ino: restored.ino + 1, ..restored };
         assert!(matches!(RolloutTail::resume(&path, &elsewhere), Err(TailError::Replaced { .. })));
+    }
+
+    // OBS-2: a tail opened at a request's armed cursor reads from there, and only at a line
+    // boundary of the same file.
+    #[test]
+    fn obs_2_open_at_starts_on_a_line_boundary_of_the_same_file() {
+        let (_dir, path) = new_file();
+        let first = format!("{}\n", started("a"));
+        append(&path, &format!("{first}{}\n", started("b")));
+        let identity = RolloutTail::open(&path).unwrap().identity();
+        let mut tail = RolloutTail::open_at(&path, identity, first.len() as u64, false).unwrap();
+        assert_eq!(turn_ids(&read_default(&mut tail).unwrap()), ["b"]);
+        // The window at open, its re-check by the page, and the new line: never the file again.
+        assert_eq!(tail.bytes_read() as usize, 2 * first.len() + started("b").len() + 1, "reads the window and what follows, not more");
+        assert_eq!(RolloutTail::open_at(&path, identity, 3, false).unwrap_err(), TailError::Rewritten { offset: 3 });
+        assert!(matches!(RolloutTail::open_at(&path, identity, 1 << 30, false), Err(TailError::Truncated { .. })));
+        let other = FileIdentity { ino: identity.ino + 1, ..identity };
+        assert!(matches!(RolloutTail::open_at(&path, other, 0, false), Err(TailError::Replaced { .. })));
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub struct StoreTables {
     agents: BTreeMap<String, StoredAgent>,
     requests: BTreeMap<String, StoredRequest>,
     terminal: BTreeMap<u64, StoredTerminalEvent>,
+    /// OBS-1: the last observer checkpoint per agent.
+    checkpoints: BTreeMap<String, String>,
 }
 
 impl StoreTables {
@@ -41,6 +43,11 @@ impl StoreTables {
             }
             StoreOp::DeleteAgent { agent_id } => {
                 self.agents.remove(agent_id);
+                self.checkpoints.remove(agent_id);
+            }
+            StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
+                json_valid(checkpoint_json)?;
+                self.checkpoints.insert(agent_id.clone(), checkpoint_json.clone());
             }
             StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms } => {
                 json_valid(record_json)?;

@@ -124,3 +124,46 @@ fn rec_5_unknown_fault_point_is_refused() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("after_lunch"), "{text}");
 }
+
+/// The offset of the agent's saved observer checkpoint (OBS-1), read from the daemon's store.
+fn checkpoint_offset(w: &World) -> Option<u64> {
+    let db = rusqlite::Connection::open_with_flags(w.data.join("wakterm.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    let json: String = db.query_row("SELECT checkpoint FROM observer_checkpoints", [], |row| row.get(0)).ok()?;
+    serde_json::from_str::<Value>(&json).ok()?["tail"]["offset"].as_u64()
+}
+
+/// OBS-2 on the real daemon: a SIGKILLed daemon's successor resumes the agent's observer at the
+/// saved checkpoint (its attach position is the checkpoint, not byte 0, with a long history
+/// before it), and return-final still completes with exactly its own final.
+#[test]
+fn obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let rollout = w.rollout_files().pop().expect("the baseline turn wrote a rollout");
+    // Irrelevant records (as Codex writes for reasoning and tools): 16 MiB of history.
+    let line = format!("{{\"type\":\"response_item\",\"payload\":{{\"type\":\"reasoning\",\"text\":\"{}\"}}}}\n", "x".repeat(4000));
+    let mut file = std::fs::OpenOptions::new().append(true).open(&rollout).expect("rollout");
+    std::io::Write::write_all(&mut file, line.repeat((16 << 20) / line.len()).as_bytes()).expect("append");
+    let end = std::fs::metadata(&rollout).expect("rollout").len();
+    w.wait_until("the checkpoint reaches the end of the history", || checkpoint_offset(&w) == Some(end));
+
+    support::sigkill_and_wait(w.daemon_pid());
+    w.mux_start();
+    w.wait_agent("zola", "return-final available after the restart", |z| z["return_final_available"] == true);
+    let log = std::fs::read_to_string(w.data.join("mux.log")).expect("daemon log");
+    let restarted = log.rsplit("daemon starting").next().expect("a second start");
+    assert!(
+        restarted.lines().any(|l| l.contains("observer attached") && l.contains(&format!("position={end}"))),
+        "the restarted observer attached at the checkpoint {end}: {restarted}"
+    );
+
+    let incarnation = w.catalog_entry("zola").expect("agent")["incarnation"].as_str().expect("incarnation").to_string();
+    let id = new_id();
+    let prompt = "after the checkpointed restart";
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", &incarnation, "--request-id", &id, "--return-final", prompt]);
+    assert_eq!(out.json["reply_pending"], true, "{out:?}");
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], REPLY.replace("{prompt}", prompt).as_str());
+}

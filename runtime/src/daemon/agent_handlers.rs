@@ -69,7 +69,7 @@ async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: Str
     let facts = agent.facts();
     context.agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
     let _ = context.inbox.send(DriverMsg::Input(Input::AgentUpserted(facts.clone()))).await;
-    spawn_monitor(agent.clone(), context.inbox.clone());
+    spawn_monitor(agent.clone(), context.inbox.clone(), context.writer.clone());
     Reply::ok(json!({
         "schema": "wakterm.agent-start.v1",
         "agent_id": agent.record.agent_id,

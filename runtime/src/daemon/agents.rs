@@ -5,14 +5,16 @@
 use crate::driver::DriverMsg;
 use crate::holder::{HolderClient, HolderError, InfoReply};
 use crate::observer::CodexObserver;
+use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS};
+use crate::store::{StoreOp, StoreWriter};
 use crate::paths::DataPaths;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ObserverEvent, ProcessIdentity, Transport};
+use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ObserverEvent, ProcessIdentity, SessionId, Transport};
 
 /// How often the monitor looks at the holder and the rollout. The rollout read costs only
 /// what was appended (plus an 8 KiB checkpoint), so this is cheap.
@@ -85,6 +87,15 @@ pub struct AgentRuntime {
     /// One kept connection for the frequent liveness checks (a new connection costs the holder
     /// a thread each time).
     info_client: Mutex<Option<HolderClient>>,
+    /// OBS-1: the checkpoint loaded at startup (handed to the first observer, which keeps it
+    /// only for the same incarnation) and what was saved last.
+    checkpoint: Mutex<CheckpointSlot>,
+}
+
+#[derive(Default)]
+struct CheckpointSlot {
+    loaded: Option<ObserverCheckpoint>,
+    saved: Option<(SessionId, u64, Instant)>,
 }
 
 impl AgentRuntime {
@@ -97,6 +108,41 @@ impl AgentRuntime {
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
             info_client: Mutex::new(None),
+            checkpoint: Mutex::new(CheckpointSlot::default()),
+        }
+    }
+
+    /// OBS-1: the stored checkpoint the next observer may resume from.
+    pub fn with_loaded_checkpoint(self, loaded: Option<ObserverCheckpoint>) -> Self {
+        self.checkpoint.lock().expect("checkpoint lock").loaded = loaded;
+        self
+    }
+
+    /// OBS-1: saves the observer's checkpoint when its offset moved and the last save is at
+    /// least [`CHECKPOINT_INTERVAL_MS`] old. Not acknowledged to anyone: a lost checkpoint only
+    /// costs a longer read at the next restart. Returns true while a newer state waits to be
+    /// saved (the caller wakes again to save it).
+    pub fn save_checkpoint_if_due(&self, observer: &CodexObserver, writer: &StoreWriter) -> bool {
+        let Some(checkpoint) = observer.checkpoint() else { return false };
+        let mut slot = self.checkpoint.lock().expect("checkpoint lock");
+        let moved = slot.saved.as_ref().is_none_or(|(session, offset, _)| *session != checkpoint.session || *offset != checkpoint.tail.offset);
+        if !moved {
+            return false;
+        }
+        let due = slot.saved.as_ref().is_none_or(|(_, _, at)| at.elapsed() >= Duration::from_millis(CHECKPOINT_INTERVAL_MS));
+        if !due {
+            return true;
+        }
+        let op = StoreOp::PutCheckpoint { agent_id: self.record.agent_id.clone(), checkpoint_json: checkpoint.to_json() };
+        match writer.submit(vec![op], Box::new(|_| {})) {
+            Ok(()) => {
+                slot.saved = Some((checkpoint.session, checkpoint.tail.offset, Instant::now()));
+                false
+            }
+            Err(error) => {
+                tracing::debug!(agent_id = %self.record.agent_id, %error, "checkpoint not queued; the next wake retries");
+                true
+            }
         }
     }
 
@@ -152,12 +198,13 @@ impl AgentRuntime {
         }
         if new_process || ended {
             *observer = match (next.process, next.incarnation()) {
-                (Some(process), Some(incarnation)) => Some(CodexObserver::new(
-                    self.record.codex_home(),
-                    Some(PathBuf::from(&self.record.cwd)),
-                    process,
-                    incarnation,
-                )),
+                (Some(process), Some(incarnation)) => {
+                    let loaded = self.checkpoint.lock().expect("checkpoint lock").loaded.take();
+                    Some(
+                        CodexObserver::new(self.record.codex_home(), Some(PathBuf::from(&self.record.cwd)), process, incarnation)
+                            .with_checkpoint(loaded),
+                    )
+                }
                 _ => None,
             };
         }
@@ -214,15 +261,15 @@ pub type AgentTable = Arc<Mutex<std::collections::BTreeMap<String, Arc<AgentRunt
 
 /// One monitor thread per agent: process changes become `AgentUpserted`; new rollout records
 /// become `Observed` events; an exit becomes `ProcessExited` after the rollout is drained.
-pub fn spawn_monitor(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
+pub fn spawn_monitor(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) {
     let name = format!("monitor-{}", agent.record.name);
-    let spawned = std::thread::Builder::new().name(name).spawn(move || monitor_loop(agent, inbox));
+    let spawned = std::thread::Builder::new().name(name).spawn(move || monitor_loop(agent, inbox, writer));
     if let Err(error) = spawned {
         tracing::error!(%error, "cannot start the agent monitor thread");
     }
 }
 
-fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
+fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) {
     let agent_id = agent.agent_id();
     let mut wake = RolloutWake::default();
     while !agent.stopping.load(Ordering::SeqCst) && !inbox.is_closed() {
@@ -241,6 +288,7 @@ fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>) {
                 None => observer.refresh(None).events,
             };
             wake.follow(observer.rollout_path());
+            agent.save_checkpoint_if_due(observer, &writer);
             for event in events {
                 if inbox.blocking_send(observed(&agent_id, event)).is_err() {
                     return;

@@ -11,6 +11,7 @@ pub mod faults;
 pub mod requests;
 pub mod server;
 
+use crate::observer_checkpoint::ObserverCheckpoint;
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};
 use crate::paths::DataPaths;
 use crate::store::{Store, StoreWriter};
@@ -149,6 +150,25 @@ fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
     Ok(records)
 }
 
+/// OBS-1: the saved observer checkpoints by agent id. An unreadable table or entry costs only
+/// a longer first read (from byte 0), so it is logged, not fatal.
+fn load_checkpoints(store: &Store) -> BTreeMap<String, ObserverCheckpoint> {
+    let stored = store.load_checkpoints().unwrap_or_else(|error| {
+        tracing::warn!(%error, "observer checkpoints unreadable: rollouts are read from the start");
+        Vec::new()
+    });
+    let mut checkpoints = BTreeMap::new();
+    for (agent_id, json) in stored {
+        match ObserverCheckpoint::from_json(&json) {
+            Some(checkpoint) => {
+                checkpoints.insert(agent_id, checkpoint);
+            }
+            None => tracing::warn!(%agent_id, "observer checkpoint unreadable: its rollout is read from the start"),
+        }
+    }
+    checkpoints
+}
+
 async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, cap: usize) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
@@ -156,7 +176,8 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     // The driver runs before anything can fill its inbox, so startup never waits on itself.
     let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), fault };
     let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects, clock));
-    reattach_agents(&paths, &agents, &inbox, records).await;
+    let checkpoints = load_checkpoints(&store);
+    reattach_agents(&paths, &agents, &inbox, &writer, (records, checkpoints)).await;
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
@@ -221,13 +242,14 @@ impl Drop for Slot {
 /// REC-2: reconnect every agent's holder (concurrently: one slow holder must not delay the
 /// rest), re-register each with its verified process, say startup is done, then start the
 /// monitors that tail their rollouts.
-async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, records: Vec<AgentRecord>) {
+async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, writer: &Arc<StoreWriter>, (records, mut checkpoints): (Vec<AgentRecord>, BTreeMap<String, ObserverCheckpoint>)) {
     let known: std::collections::BTreeSet<String> = records.iter().map(|r| r.agent_id.clone()).collect();
     let sweep_paths = paths.clone();
     let _ = tokio::task::spawn_blocking(move || stop_unknown_holders(&sweep_paths, &known)).await;
     let mut probes = Vec::new();
     for record in records {
-        let agent = Arc::new(AgentRuntime::new(paths, record));
+        let loaded = checkpoints.remove(&record.agent_id);
+        let agent = Arc::new(AgentRuntime::new(paths, record).with_loaded_checkpoint(loaded));
         let probe = agent.clone();
         probes.push((agent, tokio::task::spawn_blocking(move || probe.refresh_liveness())));
     }
@@ -242,7 +264,7 @@ async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::S
     }
     let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
     for agent in reattached {
-        spawn_monitor(agent, inbox.clone());
+        spawn_monitor(agent, inbox.clone(), writer.clone());
     }
 }
 

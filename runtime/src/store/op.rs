@@ -33,6 +33,8 @@ pub enum StoreOp {
         request_id: String,
         event_json: String,
     },
+    /// OBS-1: replace the agent's observer checkpoint (deleted with the agent).
+    PutCheckpoint { agent_id: String, checkpoint_json: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +84,10 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
             check_record("agent record", record_json)
         }
         StoreOp::DeleteAgent { agent_id } => check_field("agent_id", agent_id),
+        StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
+            check_field("agent_id", agent_id)?;
+            check_record("observer checkpoint", checkpoint_json)
+        }
         StoreOp::PutRequest {
             request_id,
             agent_id,
@@ -161,6 +167,16 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
         StoreOp::DeleteAgent { agent_id } => {
             conn.prepare_cached("DELETE FROM agents WHERE agent_id = ?1")?
                 .execute([agent_id])?;
+            conn.prepare_cached("DELETE FROM observer_checkpoints WHERE agent_id = ?1")?
+                .execute([agent_id])?;
+            Ok(())
+        }
+        StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
+            conn.prepare_cached(
+                "INSERT INTO observer_checkpoints(agent_id, checkpoint) VALUES (?1, ?2) \
+                 ON CONFLICT(agent_id) DO UPDATE SET checkpoint = excluded.checkpoint",
+            )?
+            .execute(params![agent_id, checkpoint_json])?;
             Ok(())
         }
         StoreOp::PutRequest {

@@ -59,6 +59,14 @@ impl Store {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// OBS-1: every saved observer checkpoint as (agent id, JSON), ordered by agent id.
+    pub fn load_checkpoints(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT agent_id, checkpoint FROM observer_checkpoints ORDER BY agent_id")?;
+        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
     /// Every request, ordered by id: the input of engine recovery. Sized by the engine's request
     /// retention bound.
     pub fn load_requests(&self) -> Result<Vec<StoredRequest>, StoreError> {

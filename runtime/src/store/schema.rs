@@ -18,7 +18,7 @@ pub const APPLICATION_ID: i32 = 0x7761_6b74;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only; never edit a shipped
 /// entry, because databases in the field already ran it.
-const MIGRATIONS: &[&str] = &[MIGRATION_1];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
 
 /// The schema version this build writes and the newest it can open.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -47,6 +47,15 @@ CREATE TABLE terminal_events(
     sequence INTEGER PRIMARY KEY CHECK (sequence > 0),
     request_id TEXT NOT NULL UNIQUE REFERENCES requests(request_id),
     event TEXT NOT NULL CHECK (json_valid(event))
+) STRICT;
+";
+
+/// OBS-1: one observer checkpoint per agent (the last saved), so a restart reads only what
+/// followed it. A cache of facts the rollout still holds: losing it costs a longer read only.
+const MIGRATION_2: &str = "
+CREATE TABLE observer_checkpoints(
+    agent_id TEXT PRIMARY KEY NOT NULL,
+    checkpoint TEXT NOT NULL CHECK (json_valid(checkpoint))
 ) STRICT;
 ";
 

@@ -1,0 +1,193 @@
+//! OBS-1..OBS-3: a restarted observer resumes from its durable checkpoint, costs what was
+//! appended since, replays a request armed before it, and never trusts a checkpoint the file
+//! or the process no longer matches. This test process plays Codex: it holds its rollout open.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use wakterm_engine::{Cursor, Incarnation, ObserverEvent, ProcessIdentity, SessionId, TurnId, TurnState};
+use wakterm_runtime::observer::{probe_to_engine, CodexObserver};
+use wakterm_runtime::observer_checkpoint::ObserverCheckpoint;
+use wakterm_runtime::proc_probe;
+
+fn event(payload: &str) -> String {
+    format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
+}
+
+fn started(turn: &str) -> String {
+    event(&format!(r#""type":"task_started","turn_id":"{turn}""#))
+}
+
+fn complete(turn: &str, last: &str) -> String {
+    event(&format!(r#""type":"task_complete","turn_id":"{turn}","last_agent_message":"{last}""#))
+}
+
+/// Lines Codex writes between lifecycle records (reasoning, tool calls): irrelevant, bulky.
+fn filler(bytes: usize) -> String {
+    let line = format!("{{\"type\":\"response_item\",\"payload\":{{\"type\":\"reasoning\",\"text\":\"{}\"}}}}\n", "x".repeat(1000));
+    line.repeat(bytes / line.len() + 1)
+}
+
+struct Codex {
+    home: tempfile::TempDir,
+    path: PathBuf,
+    file: File,
+    me: ProcessIdentity,
+}
+
+impl Codex {
+    fn new() -> Codex {
+        let home = tempfile::tempdir().expect("tempdir");
+        let day = home.path().join("sessions/2026/11/30");
+        std::fs::create_dir_all(&day).expect("sessions dir");
+        let path = day.join("rollout-2026-11-30T10-00-00-s1.jsonl");
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("rollout");
+        let me = probe_to_engine(proc_probe::identity(std::process::id()).expect("own identity"));
+        let mut codex = Codex { home, path, file, me };
+        let cwd = serde_json::to_string(&codex.home.path().display().to_string()).unwrap();
+        codex.write(&format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n"));
+        codex
+    }
+
+    fn write(&mut self, text: &str) {
+        self.file.write_all(text.as_bytes()).expect("append");
+    }
+
+    fn len(&self) -> u64 {
+        std::fs::metadata(&self.path).unwrap().len()
+    }
+
+    fn incarnation(&self) -> Incarnation {
+        Incarnation(format!("{}.{}", self.me.pid, self.me.start_time_ticks))
+    }
+
+    fn observer(&self, saved: Option<ObserverCheckpoint>) -> CodexObserver {
+        CodexObserver::new(self.home.path().into(), None, self.me, self.incarnation()).with_checkpoint(saved)
+    }
+}
+
+fn session() -> SessionId {
+    SessionId("s1".into())
+}
+
+fn idle_after(turn: &str) -> TurnState {
+    TurnState::Idle { last_completed: Some(TurnId(turn.into())) }
+}
+
+/// A daemon that read a long history and saved its checkpoint.
+fn codex_with_history(history_bytes: usize) -> (Codex, ObserverCheckpoint) {
+    let mut codex = Codex::new();
+    codex.write(&started("t1"));
+    codex.write(&filler(history_bytes));
+    codex.write(&complete("t1", "first"));
+    let mut first = codex.observer(None);
+    let refresh = first.refresh(None);
+    assert_eq!(refresh.snapshot.turn, idle_after("t1"), "{:?}", refresh.snapshot);
+    let saved = first.checkpoint().expect("caught up and attached: a checkpoint");
+    assert_eq!(saved.tail.offset, codex.len());
+    assert_eq!(saved.turn, idle_after("t1"));
+    (codex, saved)
+}
+
+// OBS-2: a restart reads what was appended after the checkpoint, not the history before it,
+// and knows the turn state at once.
+#[test]
+fn obs_2_a_restart_reads_only_what_follows_the_checkpoint() {
+    let (mut codex, saved) = codex_with_history(8 << 20);
+    let checkpoint = saved.tail.offset;
+    codex.write(&started("t2"));
+    let mut restarted = codex.observer(Some(saved));
+    let refresh = restarted.refresh(None);
+    let t2_end = codex.len();
+    assert_eq!(
+        refresh.events,
+        vec![
+            ObserverEvent::Attached { session: session(), position: checkpoint },
+            ObserverEvent::TurnStarted { session: session(), turn: TurnId("t2".into()), position: t2_end },
+        ]
+    );
+    assert_eq!(refresh.snapshot.turn, TurnState::Busy { turn: Some(TurnId("t2".into())) });
+    assert!(restarted.bytes_read() < 64 * 1024, "read {} bytes of an 8 MiB history", restarted.bytes_read());
+}
+
+// OBS-2: a request armed before the checkpoint is replayed from its own position; records up
+// to the checkpoint are emitted but not folded twice.
+#[test]
+fn obs_2_a_request_armed_before_the_checkpoint_replays_from_its_position() {
+    let mut codex = Codex::new();
+    codex.write(&started("t0"));
+    codex.write(&filler(4 << 20));
+    codex.write(&complete("t0", "zero"));
+    let armed = codex.len();
+    codex.write(&started("t1"));
+    codex.write(&filler(1 << 20));
+    codex.write(&complete("t1", "its final"));
+    let mut first = codex.observer(None);
+    first.refresh(None);
+    let saved = first.checkpoint().expect("checkpoint");
+    codex.write(&started("t2"));
+
+    let mut restarted = codex.observer(Some(saved.clone()));
+    let events = restarted.resume(&Cursor { session: session(), position: armed });
+    let kinds: Vec<String> = events.iter().map(|e| format!("{e:?}").split_whitespace().next().unwrap_or("").to_string()).collect();
+    assert_eq!(kinds, ["Attached", "TurnStarted", "TurnCompleted", "TurnStarted"], "{events:?}");
+    assert!(matches!(&events[0], ObserverEvent::Attached { position, .. } if *position == armed));
+    assert!(matches!(&events[2], ObserverEvent::TurnCompleted { final_message, .. } if final_message.as_deref() == Some("its final")));
+    // Pages read ahead in 64 KiB chunks and re-read their 8 KiB window: some overhead, but
+    // nothing of the 4 MiB before the armed position.
+    assert!(restarted.bytes_read() < 2 << 20, "read {} bytes: from the armed position, not from 0", restarted.bytes_read());
+    let snapshot = restarted.refresh(None).snapshot;
+    assert_eq!(snapshot.turn, TurnState::Busy { turn: Some(TurnId("t2".into())) });
+
+    // Armed after the checkpoint: read from the checkpoint, emit only what follows the cursor.
+    let after = codex.len();
+    codex.write(&complete("t2", "two"));
+    let mut again = codex.observer(Some(saved));
+    let events = again.resume(&Cursor { session: session(), position: after });
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(matches!(&events[1], ObserverEvent::TurnCompleted { turn, .. } if turn.0 == "t2"));
+    assert_eq!(again.refresh(None).snapshot.turn, idle_after("t2"));
+}
+
+// OBS-3: a file replaced while the daemon was down fails a pending resume (never a final from
+// another file); without one, the file is read again from byte 0.
+#[test]
+fn obs_3_a_replaced_rollout_fails_the_resume_and_is_otherwise_read_from_zero() {
+    let (mut codex, saved) = codex_with_history(64 * 1024);
+    let armed = saved.tail.offset;
+    // Same name, same session id, other content: a rewrite while the daemon was down.
+    let forged = codex.path.with_extension("tmp");
+    let body = std::fs::read_to_string(&codex.path).unwrap().replace("first", "FORGE");
+    std::fs::write(&forged, body).unwrap();
+    std::fs::rename(&forged, &codex.path).unwrap();
+    codex.file = std::fs::OpenOptions::new().append(true).open(&codex.path).unwrap();
+    codex.write(&started("t2"));
+    codex.write(&complete("t2", "not ours"));
+
+    let mut resumed = codex.observer(Some(saved.clone()));
+    let events = resumed.resume(&Cursor { session: session(), position: armed });
+    assert!(matches!(events.as_slice(), [ObserverEvent::SessionLost { reason }] if reason.contains("changed while the daemon was down")), "{events:?}");
+
+    let mut fresh = codex.observer(Some(saved));
+    let refresh = fresh.refresh(None);
+    assert!(matches!(&refresh.events[0], ObserverEvent::Attached { position: 0, .. }), "{:?}", refresh.events);
+    assert_eq!(refresh.snapshot.turn, idle_after("t2"));
+}
+
+// OBS-1: another incarnation (a reused pid has another start time) ignores the checkpoint.
+#[test]
+fn obs_1_a_checkpoint_of_another_incarnation_is_ignored() {
+    let (codex, saved) = codex_with_history(64 * 1024);
+    let stranger = ObserverCheckpoint {
+        process: ProcessIdentity { pid: codex.me.pid, start_time_ticks: codex.me.start_time_ticks + 1 },
+        incarnation: Incarnation(format!("{}.{}", codex.me.pid, codex.me.start_time_ticks + 1)),
+        turn: TurnState::Busy { turn: Some(TurnId("planted".into())) },
+        ..saved
+    };
+    let mut observer = codex.observer(Some(stranger));
+    let refresh = observer.refresh(None);
+    assert!(matches!(&refresh.events[0], ObserverEvent::Attached { position: 0, .. }), "{:?}", refresh.events);
+    assert_eq!(refresh.snapshot.turn, idle_after("t1"), "the planted state was not used");
+    assert!(Path::new(&codex.path).exists());
+}
