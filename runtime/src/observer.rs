@@ -114,6 +114,8 @@ pub struct CodexObserver {
     /// OBS-2: records ending at or before this position are already folded into `turn` (the
     /// checkpoint's state): they are replayed to the engine but not folded again.
     fold_from: Option<u64>,
+    /// How far the last call got (MON-1's snapshot without another discovery).
+    last_health: Health,
 }
 
 impl CodexObserver {
@@ -140,6 +142,7 @@ impl CodexObserver {
             corrupt_lines: 0,
             saved: None,
             fold_from: None,
+            last_health: Health::Unavailable("not looked at yet".into()),
         }
     }
 
@@ -174,6 +177,7 @@ impl CodexObserver {
         let mut events = Vec::new();
         let health = self.sync(&mut events, true);
         let snapshot = self.snapshot(&health, screen);
+        self.last_health = health;
         Refresh { events, snapshot }
     }
 
@@ -183,6 +187,21 @@ impl CodexObserver {
         let mut events = Vec::new();
         self.sync(&mut events, false);
         events
+    }
+
+    /// MON-1: the monitor's run: [`poll`](Self::poll) (discovery only while no rollout is
+    /// attached); the snapshot is taken apart, only when the run changed something.
+    pub fn poll_health(&mut self) -> (Vec<ObserverEvent>, String) {
+        let mut events = Vec::new();
+        let health = self.sync(&mut events, false);
+        let summary = format!("{health:?}");
+        self.last_health = health;
+        (events, summary)
+    }
+
+    /// The snapshot the last call left, combined with the screen (no discovery, no read).
+    pub fn current_snapshot(&self, screen: Option<&str>) -> ObserverSnapshot {
+        self.snapshot(&self.last_health, screen)
     }
 
     /// After a daemon restart: reattaches to `from.session` and replays exactly the events after

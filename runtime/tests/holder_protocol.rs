@@ -10,6 +10,16 @@ use holder_support::*;
 use wakterm_runtime::holder::protocol::MAX_WRITE_BYTES;
 use wakterm_runtime::holder::{HolderClient, HolderError, WireErrorKind};
 
+/// An `info` without its request counter: the facts that name the process.
+#[derive(Debug, PartialEq)]
+struct InfoReplyKey(Option<u32>, Option<u64>, bool, Option<i32>, u64, u32);
+
+impl InfoReplyKey {
+    fn of(info: &wakterm_runtime::holder::InfoReply) -> InfoReplyKey {
+        InfoReplyKey(info.pid, info.start_time_ticks, info.alive, info.exit_code, info.generation, info.holder_pid)
+    }
+}
+
 fn start_raw(then: &str) -> (HolderGuard, wakterm_runtime::holder::Subscription) {
     let argv = raw_sh(then);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -123,7 +133,8 @@ fn info_names_one_stable_process_incarnation() {
     let mut client = holder.client();
     let first = client.info().unwrap();
     let second = client.info().unwrap();
-    assert_eq!(first, second);
+    assert_eq!(second.requests, first.requests + 1, "each request is counted");
+    assert_eq!(InfoReplyKey::of(&first), InfoReplyKey::of(&second));
     let pid = first.pid.unwrap();
     assert!(first.alive && first.exit_code.is_none() && first.spawn_error.is_none());
     assert_eq!(first.generation, 0);
@@ -397,4 +408,40 @@ fn write_expecting_a_replaced_process_writes_nothing() {
     let current = ExpectedProcess { pid: after.pid.unwrap(), start_time_ticks: after.start_time_ticks.unwrap() };
     let written = client.write_expecting(b"for-the-new\n", Some(current)).unwrap();
     assert_eq!((written.bytes_written, written.error, written.refused), (12, None, None));
+}
+
+// LIVE-2: `info_changed` answers at once when the caller's view is already stale, waits while
+// nothing changes, and answers as soon as the child exits (pushed, not polled).
+#[test]
+fn live_2_info_changed_pushes_the_child_exit() {
+    use std::time::{Duration, Instant};
+    let holder = HolderGuard::start(&["sleep", "1000"]);
+    let mut client = holder.client();
+    let info = client.info().unwrap();
+    let asked = Instant::now();
+    let stale = client.info_changed(info.generation, false, Duration::from_secs(20)).unwrap();
+    assert!(stale.alive && asked.elapsed() < Duration::from_secs(10), "a stale view is answered at once");
+    let asked = Instant::now();
+    let unchanged = client.info_changed(info.generation, true, Duration::from_millis(300)).unwrap();
+    assert_eq!((unchanged.pid, unchanged.alive, unchanged.generation), (info.pid, info.alive, info.generation));
+    assert!(asked.elapsed() >= Duration::from_millis(300), "nothing changed: it waited its timeout");
+
+    let socket = holder.socket.clone();
+    let generation = info.generation;
+    let waiter = std::thread::spawn(move || {
+        HolderClient::connect(&socket).unwrap().info_changed(generation, true, Duration::from_secs(50))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    holder.client().kill(libc::SIGTERM).unwrap();
+    let changed = waiter.join().unwrap().unwrap();
+    assert!(!changed.alive && changed.exit_code == Some(128 + libc::SIGTERM), "{changed:?}");
+    assert!(killed.elapsed() < Duration::from_secs(40), "answered on the exit, not at its timeout");
+
+    for timeout in [Duration::ZERO, Duration::from_secs(61)] {
+        assert!(matches!(
+            client.info_changed(0, true, timeout),
+            Err(HolderError::Remote { kind: WireErrorKind::BadRequest, .. })
+        ));
+    }
 }

@@ -167,3 +167,29 @@ fn obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint() {
     assert_eq!(event["state"], "completed", "{event}");
     assert_eq!(event["final_message"], REPLY.replace("{prompt}", prompt).as_str());
 }
+
+/// MON-1, LIVE-2: an idle agent costs its holder nothing periodic (the daemon's liveness call
+/// stays open at the holder; the observer re-reads only local files), and its process's exit is
+/// still pushed to the daemon at once.
+#[test]
+fn mon_1_an_idle_agent_is_not_polled_and_its_exit_is_pushed() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let agent_id = entry["agent_id"].as_str().expect("agent id");
+    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut holder = wakterm_runtime::holder::HolderClient::connect(&socket).expect("holder");
+    std::thread::sleep(Duration::from_secs(1)); // the runs after the baseline turn settle
+    let before = holder.info().expect("info");
+    std::thread::sleep(Duration::from_secs(3));
+    let after = holder.info().expect("info");
+    // Ours is one; the open liveness call may have been renewed once (every 30 s).
+    let asked = after.requests - before.requests;
+    assert!(asked <= 2, "the daemon asked an idle agent's holder {} times in 3 s", asked - 1);
+
+    let pid = before.pid.expect("agent pid");
+    // SAFETY: the agent's own process, started by this test's daemon.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let gone = w.wait_agent("zola", "the exit is seen", |z| z["state"] == "stopped");
+    assert_eq!(gone["return_final_available"], false, "{gone}");
+}

@@ -1,7 +1,7 @@
 //! Control-socket handlers for agents: start (record first, then the holder: LIFE-1), stop,
 //! restart, and the experimental output page.
 
-use super::agents::{spawn_monitor, AgentRecord, AgentRuntime};
+use super::agents::{AgentRecord, AgentRuntime};
 use super::Context;
 use crate::driver::{now_ms, DriverMsg};
 use crate::holder::{spawn_holder_with_args, HolderConfig};
@@ -69,7 +69,7 @@ async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: Str
     let facts = agent.facts();
     context.agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
     let _ = context.inbox.send(DriverMsg::Input(Input::AgentUpserted(facts.clone()))).await;
-    spawn_monitor(agent.clone(), context.inbox.clone(), context.writer.clone());
+    context.monitor.add(agent.clone());
     Reply::ok(json!({
         "schema": "wakterm.agent-start.v1",
         "agent_id": agent.record.agent_id,

@@ -1,6 +1,6 @@
-//! The daemon's agents: their durable records, the holder process behind each pane, the
-//! Codex observer, and the monitor thread that turns process and rollout changes into
-//! engine inputs. Everything here runs on blocking threads, never on the reactor.
+//! The daemon's agents: their durable records, the holder process behind each pane and the
+//! Codex observer. The monitor (`monitor.rs`) turns their changes into engine inputs.
+//! Everything here runs on blocking threads, never on the reactor.
 
 use crate::driver::DriverMsg;
 use crate::holder::{HolderClient, HolderError, InfoReply};
@@ -10,15 +10,12 @@ use crate::store::{StoreOp, StoreWriter};
 use crate::paths::DataPaths;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ObserverEvent, ProcessIdentity, SessionId, Transport};
+use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ObserverEvent, ObserverSnapshot, ProcessIdentity, SessionId, Transport};
 
-/// How often the monitor looks at the holder and the rollout. The rollout read costs only
-/// what was appended (plus an 8 KiB checkpoint), so this is cheap.
-pub const MONITOR_INTERVAL_MS: u64 = 50;
 /// Timeout of one holder call from the daemon.
 pub const HOLDER_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -90,6 +87,17 @@ pub struct AgentRuntime {
     /// OBS-1: the checkpoint loaded at startup (handed to the first observer, which keeps it
     /// only for the same incarnation) and what was saved last.
     checkpoint: Mutex<CheckpointSlot>,
+    /// MON-1: what the monitor's last run saw: the rollout tailed (routes inotify events to
+    /// this agent) and the observer's snapshot (the catalog's observer detail).
+    view: Mutex<MonitorView>,
+}
+
+#[derive(Default)]
+struct MonitorView {
+    rollout: Option<PathBuf>,
+    snapshot: Option<Result<ObserverSnapshot, String>>,
+    /// The observer's health at the last snapshot the monitor sent (a change sends another).
+    health: Option<String>,
 }
 
 #[derive(Default)]
@@ -109,7 +117,38 @@ impl AgentRuntime {
             stopping: AtomicBool::new(false),
             info_client: Mutex::new(None),
             checkpoint: Mutex::new(CheckpointSlot::default()),
+            view: Mutex::new(MonitorView::default()),
         }
+    }
+
+    /// MON-1: records what a monitor run (or a refresh) saw.
+    pub fn note_view(&self, rollout: Option<&std::path::Path>, snapshot: Result<ObserverSnapshot, String>) {
+        let mut view = self.view.lock().expect("view lock");
+        view.rollout = rollout.map(PathBuf::from);
+        view.snapshot = Some(snapshot);
+    }
+
+    pub fn note_health(&self, health: String) {
+        self.view.lock().expect("view lock").health = Some(health);
+    }
+
+    pub fn last_health(&self) -> Option<String> {
+        self.view.lock().expect("view lock").health.clone()
+    }
+
+    /// The rollout the observer tails, as of the last run.
+    pub fn rollout_path(&self) -> Option<PathBuf> {
+        self.view.lock().expect("view lock").rollout.clone()
+    }
+
+    /// The observer's snapshot as of the last run or refresh (None before the first).
+    pub fn last_snapshot(&self) -> Option<Result<ObserverSnapshot, String>> {
+        self.view.lock().expect("view lock").snapshot.clone()
+    }
+
+    /// True while the holder last reported a live process.
+    pub fn process_alive(&self) -> bool {
+        self.liveness.lock().expect("liveness lock").alive
     }
 
     /// OBS-1: the stored checkpoint the next observer may resume from.
@@ -258,84 +297,6 @@ pub fn holder_is_gone(error: &HolderError) -> bool {
 }
 
 pub type AgentTable = Arc<Mutex<std::collections::BTreeMap<String, Arc<AgentRuntime>>>>;
-
-/// One monitor thread per agent: process changes become `AgentUpserted`; new rollout records
-/// become `Observed` events; an exit becomes `ProcessExited` after the rollout is drained.
-pub fn spawn_monitor(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) {
-    let name = format!("monitor-{}", agent.record.name);
-    let spawned = std::thread::Builder::new().name(name).spawn(move || monitor_loop(agent, inbox, writer));
-    if let Err(error) = spawned {
-        tracing::error!(%error, "cannot start the agent monitor thread");
-    }
-}
-
-fn monitor_loop(agent: Arc<AgentRuntime>, inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) {
-    let agent_id = agent.agent_id();
-    let mut wake = RolloutWake::default();
-    while !agent.stopping.load(Ordering::SeqCst) && !inbox.is_closed() {
-        wake.wait(Duration::from_millis(MONITOR_INTERVAL_MS));
-        match agent.forward_liveness_change(&inbox) {
-            Some(false) => return,
-            Some(true) => continue,
-            None => {}
-        }
-        let mut guard = agent.observer.lock().expect("observer lock");
-        if let Some(observer) = guard.as_mut() {
-            // Until Codex creates its rollout (first turn), only discovery can find it; once
-            // attached, a poll reads just what was appended.
-            let events = match observer.rollout_path() {
-                Some(_) => observer.poll(),
-                None => observer.refresh(None).events,
-            };
-            wake.follow(observer.rollout_path());
-            agent.save_checkpoint_if_due(observer, &writer);
-            for event in events {
-                if inbox.blocking_send(observed(&agent_id, event)).is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Wakes the monitor as soon as the rollout file changes (inotify through the `notify` crate,
-/// chosen over a hand-written inotify binding), and at the latest after the poll interval,
-/// which still bounds how late a process exit is noticed.
-#[derive(Default)]
-struct RolloutWake {
-    watched: Option<PathBuf>,
-    watcher: Option<notify::RecommendedWatcher>,
-    changes: Option<std::sync::mpsc::Receiver<notify::Result<notify::Event>>>,
-}
-
-impl RolloutWake {
-    fn follow(&mut self, rollout: Option<&std::path::Path>) {
-        if self.watched.as_deref() == rollout {
-            return;
-        }
-        self.watched = rollout.map(PathBuf::from);
-        self.watcher = None;
-        self.changes = None;
-        let Some(path) = rollout else { return };
-        use notify::Watcher;
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let Ok(mut watcher) = notify::recommended_watcher(sender) else { return };
-        if watcher.watch(path, notify::RecursiveMode::NonRecursive).is_ok() {
-            self.watcher = Some(watcher);
-            self.changes = Some(receiver);
-        }
-    }
-
-    fn wait(&mut self, at_most: Duration) {
-        match &self.changes {
-            Some(changes) => {
-                let _ = changes.recv_timeout(at_most);
-                while changes.try_recv().is_ok() {} // one read covers every queued change
-            }
-            None => std::thread::sleep(at_most),
-        }
-    }
-}
 
 pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
     // Losing a session ends requests as indeterminate; say why in the daemon log.

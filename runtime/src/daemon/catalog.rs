@@ -1,43 +1,34 @@
-//! The `agent catalog` handler: refresh each agent, then ask the engine what an immediate
-//! return-final admission would meet (ADM-16).
+//! The `agent catalog` handler: answered from the engine's view (ADM-16), which the monitor
+//! keeps current (MON-1), in one question to the engine, whatever the number of agents.
 
 use super::agents::{AgentRecord, AgentRuntime};
-use super::server::query;
 use super::Context;
-use crate::driver::DriverMsg;
 use crate::protocol::Reply;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use wakterm_engine::{Engine, Input};
+use wakterm_engine::Engine;
 
-/// The catalog refreshes every agent's observer off the reactor (forwarding what it read to
-/// the engine, in order) so the state it reports is current, then asks the engine what an
-/// immediate return-final admission would meet (ADM-16): one decision, never re-derived here.
+/// ADM-16: one question to the engine for every agent: what an immediate return-final
+/// admission would meet (one decision, never re-derived here). Nothing is refreshed: the
+/// monitor feeds the engine's view on every rollout and process change, and an admission
+/// refreshes its agent itself before deciding (ADM-3).
 pub(super) async fn catalog(context: &Arc<Context>) -> Reply {
     let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
-    let mut entries = Vec::new();
-    for agent in agents {
-        let inbox = context.inbox.clone();
-        let worker = agent.clone();
-        let snapshot = tokio::task::spawn_blocking(move || {
-            let agent_id = worker.agent_id();
-            // The catalog's snapshot also refreshes the engine's view (ADM-5 grace, busy/idle);
-            // a failed refresh tells the engine nothing.
-            let answer = |snapshot: Result<wakterm_engine::ObserverSnapshot, String>| {
-                snapshot.ok().map(|snapshot| DriverMsg::Input(Input::ObserverSnapshot { agent_id: agent_id.clone(), snapshot }))
-            };
-            super::effects::refresh_agent(&worker, &worker.agent_id(), &inbox, answer)
+    let ids: Vec<_> = agents.iter().map(|agent| agent.agent_id()).collect();
+    let Some(views) = crate::driver::ask(&context.inbox, move |engine: &Engine| ids.iter().map(|id| engine.catalog_view(id)).collect::<Vec<_>>()).await else {
+        return Reply::error(crate::protocol::exit::ERROR, "internal_failure", "the engine is not running");
+    };
+    assert_eq!(views.len(), agents.len(), "one view per agent asked about");
+    let entries: Vec<Value> = agents
+        .iter()
+        .zip(views)
+        .map(|(agent, view)| {
+            let snapshot = agent.last_snapshot().unwrap_or_else(|| Err("the monitor has not looked at the agent yet".to_string()));
+            let decision = view.as_ref().map_or(Value::Null, catalog_decision);
+            let decision = refresh_failure_blocks(decision, &snapshot);
+            catalog_entry(&agent.record, agent.facts().incarnation, snapshot, decision)
         })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
-        let agent_id = agent.agent_id();
-        let view = query(context, move |engine: &Engine| engine.catalog_view(&agent_id))
-            .await
-            .flatten()
-            .map_or(Value::Null, |view| catalog_decision(&view));
-        let view = refresh_failure_blocks(view, &snapshot);
-        entries.push(catalog_entry(&agent.record, agent.facts().incarnation, snapshot, view));
-    }
+        .collect();
     Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "agents": entries}))
 }
 

@@ -127,6 +127,7 @@ pub fn refresh_agent(
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
             let refresh = observer.refresh(screen.as_deref());
+            agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
             for event in refresh.events {
                 let _ = inbox.blocking_send(observed(agent_id, event));
             }

@@ -1,5 +1,6 @@
 //! The mux daemon: one per data directory. It owns the engine (through the driver), the
-//! SQLite writer thread, one monitor thread per agent, and a private Unix control socket.
+//! SQLite writer thread, the event-driven monitor of all agents (MON-1), and a private Unix
+//! control socket.
 //! The reactor never blocks: SQLite, holder calls, rollout scans and /proc probes run on
 //! blocking threads.
 
@@ -8,6 +9,7 @@ pub mod agents;
 pub mod catalog;
 pub mod effects;
 pub mod faults;
+pub mod monitor;
 pub mod requests;
 pub mod server;
 
@@ -15,7 +17,8 @@ use crate::observer_checkpoint::ObserverCheckpoint;
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};
 use crate::paths::DataPaths;
 use crate::store::{Store, StoreWriter};
-use agents::{spawn_monitor, AgentRecord, AgentRuntime, AgentTable};
+use agents::{AgentRecord, AgentRuntime, AgentTable};
+use monitor::Monitor;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
@@ -43,6 +46,7 @@ pub struct Context {
     pub agents: AgentTable,
     pub store: Arc<Store>,
     pub writer: Arc<StoreWriter>,
+    pub monitor: Monitor,
     pub terminal: broadcast::Sender<TerminalEventAlias>,
     pub shutdown: Arc<Notify>,
     pub started_ms: u64,
@@ -177,10 +181,11 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), fault };
     let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects, clock));
     let checkpoints = load_checkpoints(&store);
-    reattach_agents(&paths, &agents, &inbox, &writer, (records, checkpoints)).await;
+    let monitor = Monitor::start(inbox.clone(), writer.clone());
+    reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     loop {
@@ -242,7 +247,7 @@ impl Drop for Slot {
 /// REC-2: reconnect every agent's holder (concurrently: one slow holder must not delay the
 /// rest), re-register each with its verified process, say startup is done, then start the
 /// monitors that tail their rollouts.
-async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, writer: &Arc<StoreWriter>, (records, mut checkpoints): (Vec<AgentRecord>, BTreeMap<String, ObserverCheckpoint>)) {
+async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, monitor: &Monitor, (records, mut checkpoints): (Vec<AgentRecord>, BTreeMap<String, ObserverCheckpoint>)) {
     let known: std::collections::BTreeSet<String> = records.iter().map(|r| r.agent_id.clone()).collect();
     let sweep_paths = paths.clone();
     let _ = tokio::task::spawn_blocking(move || stop_unknown_holders(&sweep_paths, &known)).await;
@@ -264,7 +269,7 @@ async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::S
     }
     let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
     for agent in reattached {
-        spawn_monitor(agent, inbox.clone(), writer.clone());
+        monitor.add(agent);
     }
 }
 

@@ -106,6 +106,12 @@ impl HolderClient {
         self.call("info", &Request::Info, self.timeout)
     }
 
+    /// LIVE-2: `info` once the child differs from `generation`/`alive`, or after `timeout`.
+    pub fn info_changed(&mut self, generation: u64, alive: bool, timeout: Duration) -> Result<InfoReply, HolderError> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.call("info_changed", &Request::InfoChanged { generation, alive, timeout_ms }, self.timeout + timeout)
+    }
+
     /// Writes `data` to the agent's PTY as one uninterrupted payload. `bytes_written` is what
     /// the PTY accepted; on `Err` nothing is known about how much was written.
     pub fn write(&mut self, data: &[u8]) -> Result<WriteOutcome, HolderError> {

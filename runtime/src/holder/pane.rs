@@ -115,6 +115,8 @@ pub struct Pane {
     pty: Mutex<PtyHandles>,
     /// Serialises respawn and shutdown: one generation is replaced by exactly one successor.
     lifecycle: Mutex<()>,
+    /// Requests this holder has received (every connection): proves what a client costs it.
+    pub requests: std::sync::atomic::AtomicU64,
     /// Set by shutdown under `lifecycle`; a later respawn refuses rather than start a child
     /// the exiting holder would orphan.
     shutting_down: std::sync::atomic::AtomicBool,
@@ -174,6 +176,7 @@ impl Pane {
                 slave: pair.slave,
             }),
             lifecycle: Mutex::new(()),
+            requests: std::sync::atomic::AtomicU64::new(0),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             reading: std::sync::atomic::AtomicBool::new(false),
             master_fd,
@@ -395,6 +398,7 @@ impl Pane {
             rows: state.rows,
             generation: state.generation,
             holder_pid: std::process::id(),
+            requests: self.requests.load(std::sync::atomic::Ordering::SeqCst),
             output_end: state.ring.end(),
             spawn_error: state.child.spawn_error.clone(),
         }

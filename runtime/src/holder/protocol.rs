@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest an `info_changed` call waits before answering an unchanged `info`.
+pub const MAX_INFO_WAIT_MS: u64 = 60_000;
 /// Largest single `write` payload. A Codex prompt plus its paste framing is far below this.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 /// Largest page `output` returns, whatever `max` asks for.
@@ -27,6 +29,14 @@ const _: () = assert!(MAX_STREAM_CHUNK_BYTES <= MAX_OUTPUT_PAGE_BYTES);
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Info,
+    /// LIVE-2: `info`, answered once the pane's child differs from what the caller knows
+    /// (another generation, or alive changed) or after `timeout_ms` (at most
+    /// [`MAX_INFO_WAIT_MS`]), whichever comes first: liveness is pushed, not polled.
+    InfoChanged {
+        generation: u64,
+        alive: bool,
+        timeout_ms: u64,
+    },
     Write {
         #[serde(with = "base64_bytes")]
         data: Vec<u8>,
@@ -106,6 +116,10 @@ pub struct InfoReply {
     pub output_end: u64,
     /// Why the current child could not be started, when it could not.
     pub spawn_error: Option<String>,
+    /// Requests the holder has received so far, this one included (MON-1: an idle agent's
+    /// holder is not asked anything periodically).
+    #[serde(default)]
+    pub requests: u64,
 }
 
 /// The process a `write` must reach.

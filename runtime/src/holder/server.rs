@@ -14,7 +14,7 @@ use super::pane::Pane;
 use super::protocol::{
     read_line_bounded, KillReply, LineError, Reply, Request, StreamEvent, SubscribeReply,
     WireError, WireErrorKind, MAX_COLS, MAX_LINE_BYTES, MAX_OUTPUT_PAGE_BYTES, MAX_ROWS,
-    MAX_STREAM_CHUNK_BYTES, MAX_WRITE_BYTES,
+    MAX_STREAM_CHUNK_BYTES, MAX_WRITE_BYTES, MAX_INFO_WAIT_MS,
 };
 use super::daemonize::{bind_private_socket, detach, ignore_terminal_signals, prepare_socket_dir, Side};
 use super::HolderConfig;
@@ -159,6 +159,7 @@ fn serve_connection(stream: UnixStream, pane: &Arc<Pane>, socket: &SocketOwnersh
                 return;
             }
         };
+        pane.requests.fetch_add(1, Ordering::SeqCst);
         let request = match serde_json::from_slice::<Request>(&line) {
             Ok(request) => request,
             Err(e) => {
@@ -189,6 +190,17 @@ fn serve_connection(stream: UnixStream, pane: &Arc<Pane>, socket: &SocketOwnersh
 fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
     match request {
         Request::Info => success(&pane.info()),
+        Request::InfoChanged { timeout_ms, .. } if timeout_ms == 0 || timeout_ms > MAX_INFO_WAIT_MS => failure(
+            WireErrorKind::BadRequest,
+            format!("timeout_ms must be 1..={MAX_INFO_WAIT_MS}"),
+        ),
+        Request::InfoChanged { generation, alive, timeout_ms } => {
+            // LIVE-2: the pane's condition variable wakes this on every child change.
+            let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+            let state = pane.lock();
+            drop(pane.wait_until(state, deadline, |s| s.generation != generation || s.child.alive != alive));
+            success(&pane.info())
+        }
         Request::Write { data, .. } if data.len() > MAX_WRITE_BYTES => failure(
             WireErrorKind::TooLarge,
             format!("write payload exceeds {MAX_WRITE_BYTES} bytes"),

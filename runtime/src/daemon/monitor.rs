@@ -1,0 +1,359 @@
+//! MON-1: one event-driven monitor for all agents. An idle agent costs nothing measurable:
+//!
+//! - process changes are pushed by each agent's holder (`info_changed`, LIVE-2), read by one
+//!   small task per agent on the reactor (no thread, no polling);
+//! - rollout appends and new rollouts arrive through one recursive inotify watch per Codex
+//!   sessions directory (the `notify` crate), shared by every agent of that CODEX_HOME;
+//! - the work itself (reading what was appended, forwarding events, a snapshot for the engine's
+//!   view, saving the checkpoint) runs on a blocking thread, at most one run per agent at a
+//!   time, with wakes during a run coalesced into one more run;
+//! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
+//!   not be set): attached agents are looked at every [`ATTACHED_RECHECK`], agents still without
+//!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch).
+
+use super::agents::{observed, AgentRuntime};
+use crate::driver::DriverMsg;
+use crate::holder::protocol::{InfoReply, Reply, Request};
+use crate::store::StoreWriter;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use wakterm_engine::Input;
+
+/// How long one `info_changed` call waits at the holder before answering an unchanged state.
+pub const LIVENESS_WAIT: Duration = Duration::from_secs(30);
+/// Pause before reconnecting to a holder that did not answer (or is gone).
+pub const HOLDER_RETRY: Duration = Duration::from_secs(1);
+/// A holder too old to push liveness is asked this often instead.
+pub const LEGACY_HOLDER_POLL: Duration = Duration::from_secs(1);
+/// The safety-net tick.
+pub const TICK: Duration = Duration::from_secs(1);
+pub const ATTACHED_RECHECK: Duration = Duration::from_secs(5);
+pub const UNATTACHED_RECHECK: Duration = Duration::from_secs(5);
+pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(1);
+/// Bound of one holder reply line (an `info` reply is a few hundred bytes).
+const MAX_REPLY_BYTES: u64 = 64 * 1024;
+
+/// Why the monitor should look at something.
+enum Wake {
+    /// A new agent to monitor.
+    Add(Arc<AgentRuntime>),
+    /// The agent's holder reported a change (or could not be reached): re-read liveness.
+    Liveness(String),
+    /// A file under a watched sessions directory changed.
+    Path(PathBuf),
+    /// A run of the agent finished; `pending`: a newer checkpoint waits to be saved.
+    Done { agent_id: String, pending: bool },
+}
+
+/// The handle the daemon adds agents through.
+#[derive(Clone)]
+pub struct Monitor {
+    wake: mpsc::UnboundedSender<Wake>,
+}
+
+impl Monitor {
+    /// Starts the dispatcher on the current runtime.
+    pub fn start(inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) -> Monitor {
+        let (wake, wakes) = mpsc::unbounded_channel();
+        let dispatcher = Dispatcher { wake: wake.clone(), inbox, writer, agents: BTreeMap::new(), watches: BTreeMap::new() };
+        tokio::spawn(dispatcher.run(wakes));
+        Monitor { wake }
+    }
+
+    /// Monitors `agent` from now on (until its `stopping` flag is set).
+    pub fn add(&self, agent: Arc<AgentRuntime>) {
+        let _ = self.wake.send(Wake::Add(agent));
+    }
+}
+
+struct Watched {
+    agent: Arc<AgentRuntime>,
+    running: bool,
+    /// Woken during a run: run once more when it ends.
+    again: bool,
+    /// The next run must re-read the holder's facts.
+    liveness_due: bool,
+    checkpoint_pending: bool,
+    last_run: Instant,
+}
+
+struct Dispatcher {
+    wake: mpsc::UnboundedSender<Wake>,
+    inbox: mpsc::Sender<DriverMsg>,
+    writer: Arc<StoreWriter>,
+    agents: BTreeMap<String, Watched>,
+    /// One recursive watch per sessions directory (None: it could not be set yet).
+    watches: BTreeMap<PathBuf, Option<notify::RecommendedWatcher>>,
+}
+
+impl Dispatcher {
+    async fn run(mut self, mut wakes: mpsc::UnboundedReceiver<Wake>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                wake = wakes.recv() => match wake {
+                    Some(wake) => self.on_wake(wake),
+                    None => return,
+                },
+                _ = tick.tick() => self.on_tick(),
+            }
+            if self.inbox.is_closed() {
+                return;
+            }
+        }
+    }
+
+    fn on_wake(&mut self, wake: Wake) {
+        match wake {
+            Wake::Add(agent) => {
+                let agent_id = agent.record.agent_id.clone();
+                self.watch_sessions(&agent.record.codex_home().join("sessions"));
+                tokio::spawn(watch_holder(agent.clone(), self.wake.clone()));
+                let watched = Watched { agent, running: false, again: false, liveness_due: true, checkpoint_pending: false, last_run: Instant::now() };
+                self.agents.insert(agent_id.clone(), watched);
+                self.schedule(&agent_id);
+            }
+            Wake::Liveness(agent_id) => {
+                if let Some(watched) = self.agents.get_mut(&agent_id) {
+                    watched.liveness_due = true;
+                }
+                self.schedule(&agent_id);
+            }
+            Wake::Path(path) => self.on_path(&path),
+            Wake::Done { agent_id, pending } => {
+                let Some(watched) = self.agents.get_mut(&agent_id) else { return };
+                watched.running = false;
+                watched.checkpoint_pending = pending;
+                if std::mem::take(&mut watched.again) {
+                    self.schedule(&agent_id);
+                }
+            }
+        }
+    }
+
+    /// A change under a sessions directory: the agent tailing that file reads it; a file no
+    /// agent tails may be a new rollout, so agents still without one look for theirs.
+    fn on_path(&mut self, path: &Path) {
+        let mut tailing = Vec::new();
+        let mut seeking = Vec::new();
+        for (agent_id, watched) in &self.agents {
+            match watched.agent.rollout_path() {
+                Some(rollout) if rollout == path => tailing.push(agent_id.clone()),
+                Some(_) => {}
+                None if path.starts_with(watched.agent.record.codex_home()) => seeking.push(agent_id.clone()),
+                None => {}
+            }
+        }
+        let targets = if tailing.is_empty() { seeking } else { tailing };
+        for agent_id in targets {
+            self.schedule(&agent_id);
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.agents.retain(|_, watched| !watched.agent.stopping.load(Ordering::SeqCst));
+        let unset: Vec<PathBuf> = self.watches.iter().filter(|(_, w)| w.is_none()).map(|(dir, _)| dir.clone()).collect();
+        for dir in unset {
+            self.watch_sessions(&dir);
+        }
+        let due: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(_, watched)| {
+                let since = watched.last_run.elapsed();
+                let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
+                let recheck = match watched.agent.rollout_path() {
+                    Some(_) => ATTACHED_RECHECK,
+                    None if watched_dir => UNATTACHED_RECHECK,
+                    None => UNWATCHED_RECHECK,
+                };
+                watched.checkpoint_pending || (watched.agent.process_alive() && since >= recheck)
+            })
+            .map(|(agent_id, _)| agent_id.clone())
+            .collect();
+        for agent_id in due {
+            self.schedule(&agent_id);
+        }
+    }
+
+    /// One run at a time per agent; a wake during a run asks for exactly one more.
+    fn schedule(&mut self, agent_id: &str) {
+        let Some(watched) = self.agents.get_mut(agent_id) else { return };
+        if watched.running {
+            watched.again = true;
+            return;
+        }
+        watched.running = true;
+        watched.last_run = Instant::now();
+        let liveness = std::mem::take(&mut watched.liveness_due);
+        let agent = watched.agent.clone();
+        let (inbox, writer, wake) = (self.inbox.clone(), self.writer.clone(), self.wake.clone());
+        let agent_id = agent_id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let pending = run_once(&agent, &inbox, &writer, liveness);
+            let _ = wake.send(Wake::Done { agent_id, pending });
+        });
+    }
+
+    /// Sets (or retries) the recursive watch of one sessions directory. Codex creates it on
+    /// its first turn, so until then its parent (CODEX_HOME) is watched for its creation.
+    fn watch_sessions(&mut self, dir: &Path) {
+        if self.watches.get(dir).is_some_and(Option::is_some) {
+            return;
+        }
+        let wake = self.wake.clone();
+        let handler = move |event: notify::Result<notify::Event>| match event {
+            Ok(event) => {
+                for path in event.paths {
+                    let _ = wake.send(Wake::Path(path));
+                }
+            }
+            // An overflowed queue loses events: the tick's recheck covers them.
+            Err(error) => tracing::debug!(%error, "sessions watch error; the periodic recheck covers it"),
+        };
+        use notify::Watcher;
+        let watcher = notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
+            let target = if dir.is_dir() { dir } else { dir.parent()? };
+            let mode = if dir.is_dir() { notify::RecursiveMode::Recursive } else { notify::RecursiveMode::NonRecursive };
+            watcher.watch(target, mode).ok()?;
+            // Watching the parent only waits for the directory to appear: retried on the tick.
+            dir.is_dir().then_some(watcher)
+        });
+        self.watches.insert(dir.to_path_buf(), watcher);
+    }
+}
+
+/// One look at an agent: liveness (when due), then what its rollout appended (or, before it
+/// has one, discovery), and the checkpoint. Only when something changed does it ask the
+/// holder for the screen and give the engine a new snapshot (the catalog answers from it), so
+/// a run over an idle agent costs a few local reads and no holder call. Returns true while a
+/// newer checkpoint waits to be saved.
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &StoreWriter, liveness: bool) -> bool {
+    let process_changed = match liveness.then(|| agent.forward_liveness_change(inbox)).flatten() {
+        Some(false) => return false,
+        Some(true) => true,
+        None => false,
+    };
+    let agent_id = agent.agent_id();
+    let mut guard = agent.observer.lock().expect("observer lock");
+    let Some(observer) = guard.as_mut() else {
+        agent.note_view(None, Err("no process runs behind the agent".to_string()));
+        return false;
+    };
+    let (events, health) = observer.poll_health();
+    let pending = agent.save_checkpoint_if_due(observer, writer);
+    let changed = process_changed || !events.is_empty() || agent.last_health() != Some(health.clone());
+    for event in events {
+        if inbox.blocking_send(observed(&agent_id, event)).is_err() {
+            return false;
+        }
+    }
+    if changed {
+        let screen = agent.screen_text();
+        let snapshot = observer.current_snapshot(screen.as_deref());
+        agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
+        agent.note_health(health);
+        // Sent under the observer lock, after the events: never older than what the engine saw.
+        let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
+    }
+    pending
+}
+
+/// LIVE-2: waits at the holder for a change of the agent's process and wakes the monitor on
+/// each one (and whenever the holder cannot be reached: the run decides what that means,
+/// LIVE-1). A holder too old for `info_changed` is asked with `info` every second instead.
+async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake>) {
+    let agent_id = agent.record.agent_id.clone();
+    let mut known: Option<(u64, bool)> = None;
+    let mut legacy = false;
+    while !agent.stopping.load(Ordering::SeqCst) && !wake.is_closed() {
+        if let Ok(mut connection) = HolderWatch::connect(&agent.holder_socket).await {
+            loop {
+                if agent.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                let answer = match known {
+                    Some((generation, alive)) if !legacy => {
+                        let request = Request::InfoChanged { generation, alive, timeout_ms: LIVENESS_WAIT.as_millis() as u64 };
+                        connection.call(&request, LIVENESS_WAIT + HOLDER_RETRY * 5).await
+                    }
+                    _ => {
+                        if known.is_some() {
+                            tokio::time::sleep(LEGACY_HOLDER_POLL).await;
+                        }
+                        connection.call(&Request::Info, HOLDER_RETRY * 5).await
+                    }
+                };
+                match answer {
+                    Ok(info) => {
+                        let next = Some((info.generation, info.alive));
+                        if next != known {
+                            known = next;
+                            let _ = wake.send(Wake::Liveness(agent_id.clone()));
+                        }
+                    }
+                    // It answered (the connection is still in step): ask the old way from now on.
+                    Err(HolderWatchError::Unsupported) => legacy = true,
+                    Err(HolderWatchError::Failed(why)) => {
+                        tracing::debug!(%agent_id, %why, "holder liveness watch broke; reconnecting");
+                        break;
+                    }
+                }
+            }
+        }
+        // Unreachable or broken: let the run apply LIVE-1, then try again later.
+        let _ = wake.send(Wake::Liveness(agent_id.clone()));
+        known = None;
+        tokio::time::sleep(HOLDER_RETRY).await;
+    }
+}
+
+enum HolderWatchError {
+    /// The holder does not know `info_changed` (an older holder still running).
+    Unsupported,
+    Failed(String),
+}
+
+/// One kept connection to a holder on the reactor: request line out, reply line in.
+struct HolderWatch {
+    reader: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl HolderWatch {
+    async fn connect(socket: &Path) -> std::io::Result<HolderWatch> {
+        let stream = tokio::time::timeout(HOLDER_RETRY * 5, tokio::net::UnixStream::connect(socket))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+        let (read, writer) = stream.into_split();
+        Ok(HolderWatch { reader: tokio::io::BufReader::new(read), writer })
+    }
+
+    async fn call(&mut self, request: &Request, timeout: Duration) -> Result<InfoReply, HolderWatchError> {
+        let failed = |what: String| HolderWatchError::Failed(what);
+        let mut line = serde_json::to_vec(request).map_err(|e| failed(e.to_string()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line).await.map_err(|e| failed(e.to_string()))?;
+        let mut reply = Vec::new();
+        let mut bounded = (&mut self.reader).take(MAX_REPLY_BYTES);
+        match tokio::time::timeout(timeout, bounded.read_until(b'\n', &mut reply)).await {
+            Ok(Ok(n)) if n > 0 && reply.ends_with(b"\n") => {}
+            Ok(Ok(_)) => return Err(failed("the holder closed the connection or sent an overlong line".into())),
+            Ok(Err(error)) => return Err(failed(error.to_string())),
+            Err(_) => return Err(failed("no answer in time".into())),
+        }
+        let reply: Reply = serde_json::from_slice(&reply).map_err(|e| failed(format!("not a reply: {e}")))?;
+        match (reply.ok, reply.result, reply.error) {
+            (true, Some(result), _) => serde_json::from_value(result).map_err(|e| failed(e.to_string())),
+            (false, _, Some(error)) if error.message.contains("not a request") => Err(HolderWatchError::Unsupported),
+            (_, _, error) => Err(failed(format!("holder refused: {error:?}"))),
+        }
+    }
+}
