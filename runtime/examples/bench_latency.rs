@@ -11,9 +11,13 @@
 //!
 //! Environment: WAKTERM_BIN overrides the binary (default: `wakterm` next to `examples/`);
 //! BENCH_RUNS overrides the run count (default 50).
+//!
+//! `scripts/bench.sh` runs the complete benchmark, `bench_suite.rs`, which includes this file as
+//! a module for its helpers; this one stays a quick single-agent look:
+//! `CARGO_TARGET_DIR=target/bench cargo run --release -p wakterm-runtime --example bench_latency`.
 
 #[path = "../../tests/tests/support/mod.rs"]
-mod support;
+pub(crate) mod support;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -80,7 +84,7 @@ fn main() {
 }
 
 /// Spawns `wakterm ARGS` and times until its first stdout line (the receipt).
-fn time_to_receipt(w: &World, args: &[&str]) -> (f64, Value) {
+pub(crate) fn time_to_receipt(w: &World, args: &[&str]) -> (f64, Value) {
     let start = Instant::now();
     let mut child = w.cmd(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn");
     let mut line = String::new();
@@ -100,7 +104,7 @@ fn task_complete_time(w: &World, turn: &str) -> Option<SystemTime> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` -> SystemTime.
-fn parse_rfc3339_ms(ts: &str) -> Option<SystemTime> {
+pub(crate) fn parse_rfc3339_ms(ts: &str) -> Option<SystemTime> {
     let b = ts.as_bytes();
     if b.len() != 24 || b[23] != b'Z' {
         return None;
