@@ -128,6 +128,17 @@ impl AgentRuntime {
         view.snapshot = Some(snapshot);
     }
 
+    /// True while the last snapshot leaves the turn unknown (or there is none yet): then only
+    /// a new look at the screen can settle it, and the monitor looks every second.
+    pub fn screen_decides(&self) -> bool {
+        let alive = self.process_alive(); // before the view lock: never hold both
+        match &self.view.lock().expect("view lock").snapshot {
+            Some(Ok(snapshot)) => alive && snapshot.turn == wakterm_engine::TurnState::Unknown,
+            Some(Err(_)) => false,
+            None => alive,
+        }
+    }
+
     pub fn note_health(&self, health: String) {
         self.view.lock().expect("view lock").health = Some(health);
     }

@@ -1,7 +1,8 @@
 //! MON-1: one event-driven monitor for all agents. An idle agent costs nothing measurable:
 //!
-//! - process changes are pushed by each agent's holder (`info_changed`, LIVE-2), read by one
-//!   small task per agent on the reactor (no thread, no polling);
+//! - process changes and terminal output are pushed by each agent's holder (`info_changed`,
+//!   LIVE-2), read by one small task per agent on the reactor (no thread, no polling); output
+//!   wakes a screen look at most every [`SCREEN_DEBOUNCE`];
 //! - rollout appends and new rollouts arrive through one recursive inotify watch per Codex
 //!   sessions directory (the `notify` crate), shared by every agent of that CODEX_HOME;
 //! - the work itself (reading what was appended, forwarding events, a snapshot for the engine's
@@ -9,7 +10,8 @@
 //!   time, with wakes during a run coalesced into one more run;
 //! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
 //!   not be set): attached agents are looked at every [`ATTACHED_RECHECK`], agents still without
-//!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch).
+//!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch, or
+//!   while only the screen can settle an unknown turn).
 
 use super::agents::{observed, AgentRuntime};
 use crate::driver::DriverMsg;
@@ -30,6 +32,8 @@ pub const LIVENESS_WAIT: Duration = Duration::from_secs(30);
 pub const HOLDER_RETRY: Duration = Duration::from_secs(1);
 /// A holder too old to push liveness is asked this often instead.
 pub const LEGACY_HOLDER_POLL: Duration = Duration::from_secs(1);
+/// After a screen wake, the next one waits at least this long (a busy TUI redraws often).
+pub const SCREEN_DEBOUNCE: Duration = Duration::from_millis(250);
 /// The safety-net tick.
 pub const TICK: Duration = Duration::from_secs(1);
 pub const ATTACHED_RECHECK: Duration = Duration::from_secs(5);
@@ -44,6 +48,8 @@ enum Wake {
     Add(Arc<AgentRuntime>),
     /// The agent's holder reported a change (or could not be reached): re-read liveness.
     Liveness(String),
+    /// The agent's terminal printed something: its screen (composer, dialogs) may differ.
+    Screen(String),
     /// A file under a watched sessions directory changed.
     Path(PathBuf),
     /// A run of the agent finished; `pending`: a newer checkpoint waits to be saved.
@@ -78,6 +84,8 @@ struct Watched {
     again: bool,
     /// The next run must re-read the holder's facts.
     liveness_due: bool,
+    /// The next run must look at the screen.
+    screen_due: bool,
     checkpoint_pending: bool,
     last_run: Instant,
 }
@@ -116,13 +124,19 @@ impl Dispatcher {
                 let agent_id = agent.record.agent_id.clone();
                 self.watch_sessions(&agent.record.codex_home().join("sessions"));
                 tokio::spawn(watch_holder(agent.clone(), self.wake.clone()));
-                let watched = Watched { agent, running: false, again: false, liveness_due: true, checkpoint_pending: false, last_run: Instant::now() };
+                let watched = Watched { agent, running: false, again: false, liveness_due: true, screen_due: true, checkpoint_pending: false, last_run: Instant::now() };
                 self.agents.insert(agent_id.clone(), watched);
                 self.schedule(&agent_id);
             }
             Wake::Liveness(agent_id) => {
                 if let Some(watched) = self.agents.get_mut(&agent_id) {
                     watched.liveness_due = true;
+                }
+                self.schedule(&agent_id);
+            }
+            Wake::Screen(agent_id) => {
+                if let Some(watched) = self.agents.get_mut(&agent_id) {
+                    watched.screen_due = true;
                 }
                 self.schedule(&agent_id);
             }
@@ -170,6 +184,7 @@ impl Dispatcher {
                 let since = watched.last_run.elapsed();
                 let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
                 let recheck = match watched.agent.rollout_path() {
+                    _ if watched.agent.screen_decides() => UNWATCHED_RECHECK,
                     Some(_) => ATTACHED_RECHECK,
                     None if watched_dir => UNATTACHED_RECHECK,
                     None => UNWATCHED_RECHECK,
@@ -193,11 +208,12 @@ impl Dispatcher {
         watched.running = true;
         watched.last_run = Instant::now();
         let liveness = std::mem::take(&mut watched.liveness_due);
+        let screen = std::mem::take(&mut watched.screen_due);
         let agent = watched.agent.clone();
         let (inbox, writer, wake) = (self.inbox.clone(), self.writer.clone(), self.wake.clone());
         let agent_id = agent_id.to_string();
         tokio::task::spawn_blocking(move || {
-            let pending = run_once(&agent, &inbox, &writer, liveness);
+            let pending = run_once(&agent, &inbox, &writer, (liveness, screen));
             let _ = wake.send(Wake::Done { agent_id, pending });
         });
     }
@@ -235,7 +251,7 @@ impl Dispatcher {
 /// holder for the screen and give the engine a new snapshot (the catalog answers from it), so
 /// a run over an idle agent costs a few local reads and no holder call. Returns true while a
 /// newer checkpoint waits to be saved.
-fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &StoreWriter, liveness: bool) -> bool {
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &StoreWriter, (liveness, screen_due): (bool, bool)) -> bool {
     let process_changed = match liveness.then(|| agent.forward_liveness_change(inbox)).flatten() {
         Some(false) => return false,
         Some(true) => true,
@@ -249,7 +265,10 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
     };
     let (events, health) = observer.poll_health();
     let pending = agent.save_checkpoint_if_due(observer, writer);
-    let changed = process_changed || !events.is_empty() || agent.last_health() != Some(health.clone());
+    let forced = process_changed || !events.is_empty();
+    // Only the screen can still settle an unknown turn (a Codex still drawing its first
+    // screen): such an agent's screen is read on every run.
+    let changed = forced || screen_due || agent.last_health() != Some(health.clone()) || agent.screen_decides();
     for event in events {
         if inbox.blocking_send(observed(&agent_id, event)).is_err() {
             return false;
@@ -258,10 +277,13 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
     if changed {
         let screen = agent.screen_text();
         let snapshot = observer.current_snapshot(screen.as_deref());
+        let news = forced || agent.last_snapshot().as_ref().and_then(|s| s.as_ref().ok()) != Some(&snapshot);
         agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
         agent.note_health(health);
-        // Sent under the observer lock, after the events: never older than what the engine saw.
-        let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
+        if news {
+            // Sent under the observer lock, after the events: never older than what the engine saw.
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
+        }
     }
     pending
 }
@@ -272,6 +294,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
 async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake>) {
     let agent_id = agent.record.agent_id.clone();
     let mut known: Option<(u64, bool)> = None;
+    let mut output_end: Option<u64> = None;
     let mut legacy = false;
     while !agent.stopping.load(Ordering::SeqCst) && !wake.is_closed() {
         if let Ok(mut connection) = HolderWatch::connect(&agent.holder_socket).await {
@@ -281,7 +304,7 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                 }
                 let answer = match known {
                     Some((generation, alive)) if !legacy => {
-                        let request = Request::InfoChanged { generation, alive, timeout_ms: LIVENESS_WAIT.as_millis() as u64 };
+                        let request = Request::InfoChanged { generation, alive, timeout_ms: LIVENESS_WAIT.as_millis() as u64, output_end };
                         connection.call(&request, LIVENESS_WAIT + HOLDER_RETRY * 5).await
                     }
                     _ => {
@@ -297,7 +320,12 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                         if next != known {
                             known = next;
                             let _ = wake.send(Wake::Liveness(agent_id.clone()));
+                        } else if output_end.is_some_and(|end| end != info.output_end) {
+                            let _ = wake.send(Wake::Screen(agent_id.clone()));
+                            // A busy terminal redraws often: look at most every debounce.
+                            tokio::time::sleep(SCREEN_DEBOUNCE).await;
                         }
+                        output_end = Some(info.output_end);
                     }
                     // It answered (the connection is still in step): ask the old way from now on.
                     Err(HolderWatchError::Unsupported) => legacy = true,
@@ -311,6 +339,7 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
         // Unreachable or broken: let the run apply LIVE-1, then try again later.
         let _ = wake.send(Wake::Liveness(agent_id.clone()));
         known = None;
+        output_end = None;
         tokio::time::sleep(HOLDER_RETRY).await;
     }
 }

@@ -109,7 +109,7 @@ impl HolderClient {
     /// LIVE-2: `info` once the child differs from `generation`/`alive`, or after `timeout`.
     pub fn info_changed(&mut self, generation: u64, alive: bool, timeout: Duration) -> Result<InfoReply, HolderError> {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.call("info_changed", &Request::InfoChanged { generation, alive, timeout_ms }, self.timeout + timeout)
+        self.call("info_changed", &Request::InfoChanged { generation, alive, timeout_ms, output_end: None }, self.timeout + timeout)
     }
 
     /// Writes `data` to the agent's PTY as one uninterrupted payload. `bytes_written` is what

@@ -36,6 +36,9 @@ pub enum Request {
         generation: u64,
         alive: bool,
         timeout_ms: u64,
+        /// Also answer when the pane's output end differs from this (the screen changed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_end: Option<u64>,
     },
     Write {
         #[serde(with = "base64_bytes")]

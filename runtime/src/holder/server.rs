@@ -194,11 +194,12 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             WireErrorKind::BadRequest,
             format!("timeout_ms must be 1..={MAX_INFO_WAIT_MS}"),
         ),
-        Request::InfoChanged { generation, alive, timeout_ms } => {
+        Request::InfoChanged { generation, alive, timeout_ms, output_end } => {
             // LIVE-2: the pane's condition variable wakes this on every child change.
             let deadline = Instant::now() + Duration::from_millis(timeout_ms);
             let state = pane.lock();
-            drop(pane.wait_until(state, deadline, |s| s.generation != generation || s.child.alive != alive));
+            let output_moved = |s: &super::pane::PaneState| output_end.is_some_and(|end| s.ring.end() != end);
+            drop(pane.wait_until(state, deadline, |s| s.generation != generation || s.child.alive != alive || output_moved(s)));
             success(&pane.info())
         }
         Request::Write { data, .. } if data.len() > MAX_WRITE_BYTES => failure(
