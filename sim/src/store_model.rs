@@ -135,6 +135,10 @@ fn validate_batch(ops: &[StoreOp]) -> Result<(), String> {
                 record(record_json)?;
             }
             StoreOp::DeleteAgent { agent_id } => field(agent_id)?,
+            StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
+                field(agent_id)?;
+                record(checkpoint_json)?;
+            }
             StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms } => {
                 field(request_id)?;
                 field(agent_id)?;
