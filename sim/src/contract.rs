@@ -14,6 +14,8 @@ pub trait ContractStore {
     fn agents(&mut self) -> Vec<StoredAgent>;
     fn terminal_after(&mut self, after: u64) -> Vec<StoredTerminalEvent>;
     fn last_terminal_sequence(&mut self) -> u64;
+    /// OBS-1: the stored observer checkpoints (agent id, JSON), ordered by agent id.
+    fn checkpoints(&mut self) -> Vec<(String, String)>;
     /// Simulates a crash and a restart: only committed batches survive.
     fn reopen(&mut self);
 }
@@ -40,6 +42,9 @@ impl ContractStore for ModelStore {
     fn last_terminal_sequence(&mut self) -> u64 {
         self.tables.last_terminal_sequence()
     }
+    fn checkpoints(&mut self) -> Vec<(String, String)> {
+        self.tables.checkpoints()
+    }
     fn reopen(&mut self) {}
 }
 
@@ -56,6 +61,10 @@ pub fn put(request: &str, agent: &str, fingerprint: &str, phase: &str) -> StoreO
 
 pub fn terminal(sequence: u64, request: &str) -> StoreOp {
     StoreOp::AppendTerminal { sequence, request_id: request.to_string(), event_json: format!("{{\"seq\":{sequence}}}") }
+}
+
+pub fn checkpoint(agent_id: &str, json: &str) -> StoreOp {
+    StoreOp::PutCheckpoint { agent_id: agent_id.to_string(), checkpoint_json: json.to_string() }
 }
 
 pub fn agent(agent_id: &str, name: &str) -> StoreOp {
@@ -107,10 +116,18 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert!(store.commit(vec![agent("a2", "zola")]).is_err());
     assert!(store.commit(vec![StoreOp::DeleteAgent { agent_id: "a9".into() }]).is_ok());
     assert_eq!(store.agents().len(), 1);
+    // OBS-1: one checkpoint per agent, replaced by the next; JSON only; deleted with its agent.
+    assert!(store.commit(vec![checkpoint("a1", "{\"offset\":1}")]).is_ok());
+    assert!(store.commit(vec![checkpoint("a1", "{\"offset\":2}"), checkpoint("a2", "{\"offset\":9}")]).is_ok());
+    assert!(store.commit(vec![checkpoint("a2", "not json")]).is_err());
+    assert!(store.commit(vec![checkpoint("", "{}")]).is_err());
+    assert_eq!(store.checkpoints(), vec![("a1".to_string(), "{\"offset\":2}".to_string()), ("a2".to_string(), "{\"offset\":9}".to_string())]);
+    assert!(store.commit(vec![StoreOp::DeleteAgent { agent_id: "a2".into() }]).is_ok());
+    assert_eq!(store.checkpoints().len(), 1, "a deleted agent's checkpoint goes with it");
     // REC: a crash keeps exactly what was committed.
-    let before = (store.requests(), store.terminal_after(0), store.agents());
+    let before = (store.requests(), store.terminal_after(0), store.agents(), store.checkpoints());
     store.reopen();
-    assert_eq!((store.requests(), store.terminal_after(0), store.agents()), before);
+    assert_eq!((store.requests(), store.terminal_after(0), store.agents(), store.checkpoints()), before);
     assert_eq!(store.last_terminal_sequence(), 5);
 }
 
@@ -137,7 +154,8 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
     (0..len)
         .map(|_| {
             let request = format!("r{}", rng.below(4));
-            match rng.below(6) {
+            match rng.below(7) {
+                6 => checkpoint(&format!("a{}", rng.below(3)), ["{\"offset\":1}", "{\"offset\":2}", "[]"][rng.below(3) as usize]),
                 0 | 1 | 2 => put(&request, &format!("a{}", rng.below(2)), &format!("f{}", rng.below(2)), ["registered", "submitted", "terminal"][rng.below(3) as usize]),
                 3 | 4 => terminal(1 + rng.below(12), &request),
                 _ => agent(&format!("a{}", rng.below(3)), &format!("n{}", rng.below(2))),
@@ -162,6 +180,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
     assert_eq!(reference.requests(), model.requests(), "seed {seed}: requests differ");
     assert_eq!(reference.terminal_after(0), model.terminal_after(0), "seed {seed}: terminal events differ");
     assert_eq!(reference.agents(), model.agents(), "seed {seed}: agents differ");
+    assert_eq!(reference.checkpoints(), model.checkpoints(), "seed {seed}: checkpoints differ");
     assert_eq!(reference.last_terminal_sequence(), model.last_terminal_sequence());
 }
 

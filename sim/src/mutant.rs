@@ -41,6 +41,17 @@ pub enum Mutant {
     /// Clock port: engine timers read the (stepped) wall clock at every step instead of the
     /// monotonic clock started from it, so a wall-clock step moves every timer.
     WallClockTimers,
+    /// Observer port (OBS-2): a stored checkpoint is trusted without proving the rollout is
+    /// the one checkpointed (file identity, length, window hash), so a file replaced while the
+    /// daemon was down is read from the checkpoint as if it were the same.
+    CheckpointSkipsIdentityCheck,
+    /// Observer port (OBS-1): the checkpoint loaded at start is handed to the new observer
+    /// whatever process it was saved for, so after a pid is reused by another process the old
+    /// incarnation's checkpoint and turn state are used.
+    CheckpointIgnoresIncarnation,
+    /// Observer port (OBS-2): a request armed before the checkpoint is resumed from the
+    /// checkpoint (announced at its armed position), so the records between are never replayed.
+    CheckpointSkipsArmedReplay,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -55,6 +66,9 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SpellingForksRequestId, "spelling_forks_request_id", "caller layer files exact-id calls under another request id"),
     (Mutant::WallClockTimers, "wall_clock_timers", "clock port reads the stepped wall clock for engine timers"),
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
+    (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
+    (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),
+    (Mutant::CheckpointSkipsArmedReplay, "checkpoint_skips_armed_replay", "observer port resumes a request armed before the checkpoint from the checkpoint"),
 ];
 
 impl Mutant {

@@ -3,7 +3,7 @@
 //! at every receipt, write and publication, and at the end of the quiet phase (liveness).
 
 use std::collections::{BTreeMap, BTreeSet};
-use wakterm_engine::{prompt::prompt_hash, Classification, Receipt, TerminalEvent, TerminalState};
+use wakterm_engine::{prompt::prompt_hash, Classification, ProcessIdentity, Receipt, TerminalEvent, TerminalState};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -15,6 +15,10 @@ pub enum Kind {
     WrongFinal,
     /// Liveness: something unfinished after faults stopped.
     Unfinished,
+    /// The observer reported evidence the ground truth does not hold: it started from a
+    /// checkpoint saved for another process (OBS-1), or a resume did not replay every record
+    /// after its armed cursor (REC-2, OBS-2).
+    Evidence,
 }
 
 #[derive(Clone, Debug)]
@@ -38,6 +42,9 @@ pub struct TurnTruth {
     pub opened_by: Option<String>,
     pub final_message: Option<String>,
     pub aborted: bool,
+    /// The rollout file (identity) the turn started in, and the one its final was written to.
+    pub file: u64,
+    pub final_file: Option<u64>,
 }
 
 /// What a caller sent.
@@ -73,6 +80,14 @@ pub struct Oracle {
     /// timeout, and the daemon's wall-clock offset then; and the current daemon's offset.
     pub deadlines: BTreeMap<String, (u64, u64, i64)>,
     pub daemon_wall_offset_ms: i64,
+    /// OBS-3: return-final requests (and their agent) a restarted daemon resumes in a rollout
+    /// that was replaced while it was down: nothing read from the new file may end them.
+    pub replaced_while_down: BTreeMap<String, usize>,
+    /// A known runtime gap, counted as `note.obs3_loss_not_durable` instead of failed: requests
+    /// of `replaced_while_down` whose OBS-3 loss did not become durable before a crash, and
+    /// that a later daemon resumed from a checkpoint saved on the replacement file (which then
+    /// proves fine). What they end with may come from the replacement file.
+    pub obs3_unprotected: BTreeSet<String>,
 }
 
 impl Oracle {
@@ -197,11 +212,25 @@ impl Oracle {
         self.last_sequence = self.last_sequence.max(seq);
         self.ended.insert(id.clone(), seq);
         let turn = event.provider_turn_id.as_ref().and_then(|t| self.turns.get(&t.0)).cloned();
+        // OBS-3: a resume across a replaced rollout ends indeterminate (a deadline or a cancel,
+        // which read nothing from the file, may come first).
+        let file_free = matches!(event.state, TerminalState::Indeterminate | TerminalState::TimedOut | TerminalState::Cancelled);
+        if self.replaced_while_down.contains_key(&id) && !file_free {
+            let m = format!("{id}: ended {:?} (turn {:?}, final {:?}) although its rollout was replaced while the daemon was down", event.state, event.provider_turn_id, event.final_message);
+            self.fail(Kind::WrongFinal, m);
+        }
         match event.state {
             TerminalState::Completed => match turn {
                 Some(t) if t.opened_by.as_deref() == Some(id.as_str()) => {
-                    if t.final_message != event.final_message {
+                    if self.obs3_unprotected.contains(&id) {
+                        // The known gap: its final may be the replacement file's.
+                    } else if t.final_message != event.final_message {
                         let m = format!("{id}: completed with {:?}, the turn's final was {:?}", event.final_message, t.final_message);
+                        self.fail(Kind::WrongFinal, m);
+                    } else if t.final_file != Some(t.file) {
+                        // The final must be its own turn's, in the file the turn (and the
+                        // request's armed cursor) lived in.
+                        let m = format!("{id}: completed with a final written to file {:?}, not to file {} its turn began in", t.final_file, t.file);
                         self.fail(Kind::WrongFinal, m);
                     }
                 }
@@ -235,6 +264,36 @@ impl Oracle {
         let allowance = u64::try_from(self.daemon_wall_offset_ms - offset_then).unwrap_or(0);
         if elapsed + allowance < timeout_ms {
             self.fail(Kind::Misclassified, format!("{id}: timed out after {elapsed} ms of a {timeout_ms} ms timeout"));
+        }
+    }
+
+    /// The known gap (`obs3_unprotected`): agent `agent`'s requests still protected by OBS-3
+    /// lose that protection. Returns how many.
+    pub fn unprotect_replaced(&mut self, agent: usize) -> usize {
+        let ids: Vec<String> = self.replaced_while_down.iter().filter(|(id, a)| **a == agent && !self.ended.contains_key(*id)).map(|(id, _)| id.clone()).collect();
+        for id in &ids {
+            self.replaced_while_down.remove(id);
+            self.obs3_unprotected.insert(id.clone());
+        }
+        ids.len()
+    }
+
+    /// OBS-1: an observer starts from a checkpoint only when it was saved for the process
+    /// running now (ground truth), never for one that exited, even with the same pid.
+    pub fn on_checkpoint_used(&mut self, agent: usize, saved_for: ProcessIdentity, running: Option<ProcessIdentity>) {
+        if running != Some(saved_for) {
+            let m = format!("a{agent}: the observer started from a checkpoint saved for process {saved_for:?}, but {running:?} runs");
+            self.fail(Kind::Evidence, m);
+        }
+    }
+
+    /// REC-2, OBS-2: a resume at `armed` replays exactly the records after it, up to where the
+    /// observer read (`expected`, from the file), whatever checkpoint it started from.
+    pub fn on_resume_replayed(&mut self, agent: usize, armed: u64, emitted: &[u64], expected: &[u64]) {
+        if emitted != expected {
+            let missing: Vec<&u64> = expected.iter().filter(|p| !emitted.contains(p)).collect();
+            let m = format!("a{agent}: resumed at {armed}, replayed records at {emitted:?}, the file holds {expected:?} (missing {missing:?})");
+            self.fail(Kind::Evidence, m);
         }
     }
 

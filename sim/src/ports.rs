@@ -1,6 +1,7 @@
 //! The simulated ports behind the production driver's `Effects` trait, and the daemon's life:
 //! start (recover from the durable store model, re-register agents, `StartupComplete`), the
-//! store writer, the observer tail and liveness monitor, and the crash (kill the node: every
+//! store writer, the observer tail and liveness monitor (which saves each rollout agent's
+//! observer checkpoint through the same writer, OBS-1), and the crash (kill the node: every
 //! task of the daemon, queued commits included, is gone; panes, Codex and committed data stay).
 
 use crate::mutant::Mutant;
@@ -24,10 +25,19 @@ fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
     inbox.try_send(DriverMsg::Input(input)).ok().expect("driver inbox has room");
 }
 
+/// One submission to the store writer.
+pub enum Batch {
+    /// The engine's persist, acknowledged with its token.
+    Engine(u64, Vec<PersistOp>),
+    /// OBS-1: an observer checkpoint, never acknowledged (losing one costs a longer read); and
+    /// how much it newly covers of an unfinished request's turn (`World::checkpoint_due`).
+    Checkpoint(StoreOp, u8),
+}
+
 pub struct SimEffects {
     pub world: Shared,
     pub inbox: mpsc::Sender<DriverMsg>,
-    pub store: mpsc::UnboundedSender<(u64, Vec<PersistOp>)>,
+    pub store: mpsc::UnboundedSender<Batch>,
 }
 
 fn agent_index(world: &World, agent_id: &AgentId) -> Option<usize> {
@@ -75,8 +85,13 @@ impl Effects for SimEffects {
     fn resume(&mut self, agent_id: AgentId, from: Cursor) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
+        // At once, as the runtime's `spawn_blocking` does. The engine asks for it when the agent
+        // is registered at start, and this model's first tail poll comes 50-400 ms later, so
+        // the resume is the first attach. The runtime does not promise that order (its
+        // monitor's first run, scheduled when the agent is added, races it); a tail poll first
+        // would read a replaced rollout from the start and its `Attached` would un-suspend the
+        // request (OBS-3 then protects nothing): a delay here, or a poll at start, shows it.
         madsim::task::spawn(async move {
-            madsim::time::sleep(ms(1, 30)).await;
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
             match agent_index(&w, &agent_id) {
@@ -105,7 +120,7 @@ impl Effects for SimEffects {
             }
         }
         drop(w);
-        let _ = self.store.send((token, ops)); // the writer died with the node: the batch is lost
+        let _ = self.store.send(Batch::Engine(token, ops)); // the writer died with the node: the batch is lost
     }
 
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
@@ -221,30 +236,25 @@ pub fn strip_framing(bytes: &[u8]) -> String {
 pub use wakterm_runtime::store::op_for as store_op;
 
 /// The single writer: FIFO, one batch per transaction; commit, then acknowledge.
-async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: mpsc::UnboundedReceiver<(u64, Vec<PersistOp>)>) {
-    while let Some((token, ops)) = queue.recv().await {
-        let slow = {
-            let mut w = world.lock().unwrap();
-            let slow = w.fault_roll(w.plan.commit_slow);
-            if slow {
-                w.counters.fault("store.slow_commit");
+async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: mpsc::UnboundedReceiver<Batch>) {
+    while let Some(batch) = queue.recv().await {
+        let (token, ops) = match batch {
+            Batch::Engine(token, ops) => (token, ops),
+            Batch::Checkpoint(op, covers) => {
+                commit_checkpoint(&world, op, covers).await;
+                continue;
             }
-            slow
         };
+        let slow = slow_commit(&world);
         let ack_first = world.lock().unwrap().mutant == Mutant::AckBeforeDurable;
         if ack_first {
             send(&inbox, Input::PersistAcked { token, result: Ok(()) });
         }
-        madsim::time::sleep(if slow { ms(200, 2_500) } else { ms(0, 6) }).await;
+        madsim::time::sleep(commit_time(slow)).await;
         let result = {
             let mut w = world.lock().unwrap();
-            let result = if w.fault_roll(w.plan.commit_fail) {
-                w.counters.fault("store.commit_failed");
-                Err("injected: disk I/O error".to_string())
-            } else {
-                let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
-                w.store.commit(&store_ops)
-            };
+            let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
+            let result = commit_or_fail(&mut w, &store_ops);
             w.log(format!("commit {token} {} -> {result:?}", describe_ops(&ops)));
             if result.is_ok() {
                 w.crash_point("crash.after_commit");
@@ -258,6 +268,52 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
     }
 }
 
+/// Whether this commit is slow (`store.slow_commit`).
+fn slow_commit(world: &Shared) -> bool {
+    let mut w = world.lock().unwrap();
+    let slow = w.fault_roll(w.plan.commit_slow);
+    if slow {
+        w.counters.fault("store.slow_commit");
+    }
+    slow
+}
+
+fn commit_time(slow: bool) -> Duration {
+    if slow {
+        ms(200, 2_500)
+    } else {
+        ms(0, 6)
+    }
+}
+
+/// Commits one batch to the store model, or fails it (`store.commit_failed`).
+fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
+    if w.fault_roll(w.plan.commit_fail) {
+        w.counters.fault("store.commit_failed");
+        return Err("injected: disk I/O error".to_string());
+    }
+    w.store.commit(ops)
+}
+
+/// OBS-1: a checkpoint commits like any batch (slow, failing, or a crash right after: most
+/// often when it covers the end of an unfinished request's turn, whose terminal commit may not
+/// have happened yet), and nobody waits for it.
+async fn commit_checkpoint(world: &Shared, op: StoreOp, covers: u8) {
+    let slow = slow_commit(world);
+    madsim::time::sleep(commit_time(slow)).await;
+    let mut w = world.lock().unwrap();
+    let result = commit_or_fail(&mut w, std::slice::from_ref(&op));
+    let agent = match &op {
+        StoreOp::PutCheckpoint { agent_id, .. } => agent_id.as_str(),
+        _ => "?",
+    };
+    w.log(format!("commit checkpoint of {agent} -> {result:?}"));
+    if result.is_ok() {
+        let p = w.plan.crash_after_checkpoint / [10.0, 1.5, 1.0][usize::from(covers.min(2))];
+        w.crash_point_at(p, "crash.after_checkpoint");
+    }
+}
+
 fn describe_ops(ops: &[PersistOp]) -> String {
     ops.iter()
         .map(|op| match op {
@@ -268,8 +324,9 @@ fn describe_ops(ops: &[PersistOp]) -> String {
         .join(", ")
 }
 
-/// The daemon's observer tail and liveness monitor for every agent.
-async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>) {
+/// The daemon's observer tail and liveness monitor for every agent; after each read it saves
+/// the observer's checkpoint when due (before the events reach the engine, as the monitor does).
+async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mpsc::UnboundedSender<Batch>) {
     loop {
         madsim::time::sleep(ms(50, 400)).await;
         let mut w = world.lock().unwrap();
@@ -286,6 +343,9 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>) {
                 send(&inbox, Input::AgentUpserted(facts));
             }
             w.sync_observer(a, &mut events);
+            if let Some((op, covers)) = w.checkpoint_due(a) {
+                let _ = store.send(Batch::Checkpoint(op, covers));
+            }
             for event in events {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
                 send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
@@ -374,7 +434,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     let world = world.clone();
     node.spawn(async move {
         madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
-        madsim::task::spawn(observer_loop(world.clone(), inbox.clone()));
+        madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), store_tx.clone()));
         let effects = SimEffects { world, inbox, store: store_tx };
         run_driver(engine, inbox_rx, effects, clock).await;
     });

@@ -269,6 +269,7 @@ async fn crash_loop(world: Shared, mut requests: mpsc::UnboundedReceiver<&'stati
             w.inbox = None;
             w.counters.fault(reason);
             w.log(format!("CRASH ({reason}): the daemon node is killed"));
+            w.while_down(); // OBS: the rollout or the process may change before the restart
         }
         madsim::time::sleep(ms(50, 2_500)).await;
         let node = start_daemon(&world);

@@ -113,6 +113,12 @@ impl StoreTables {
         self.terminal.values().find(|e| e.request_id == request_id)
     }
 
+    /// OBS-1: every agent's last observer checkpoint, ordered by agent id (as
+    /// `Store::load_checkpoints`).
+    pub fn checkpoints(&self) -> Vec<(String, String)> {
+        self.checkpoints.iter().map(|(agent, json)| (agent.clone(), json.clone())).collect()
+    }
+
     pub fn last_terminal_sequence(&self) -> u64 {
         self.terminal.keys().next_back().copied().unwrap_or(0)
     }

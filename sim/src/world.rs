@@ -1,20 +1,27 @@
 //! Ground truth and simulated devices: the Codex TUI (composer, bracketed paste, turns), the
 //! provider's record (rollout file or app-server event stream) and the observer that tails it,
 //! the processes behind the panes, and the durable store model. The holder processes (panes,
-//! Codex) survive a daemon crash; the observer's read state belongs to the daemon and is reset.
+//! Codex) survive a daemon crash; the observer's read state belongs to the daemon and is reset,
+//! except what it saved as its durable checkpoint (OBS-1..OBS-3): a restarted daemon's observer
+//! proves the rollout is the one checkpointed and reads from there. While the daemon is down
+//! the rollout may be replaced, or the agent's pid reused by another process.
 
 use crate::mutant::Mutant;
 use crate::oracle::{Oracle, TurnTruth};
 use crate::store_model::StoreTables;
 use madsim::rand::{thread_rng, Rng};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use wakterm_engine::{
     prompt::prompt_hash, AgentFacts, AgentId, Composer, Harness, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus,
-    ProcessIdentity, SessionId, Transport, TurnId, TurnState,
+    ProcessIdentity, RequestRecord, ReturnMode, SessionId, Transport, TurnId, TurnState,
 };
 use wakterm_runtime::driver::DriverMsg;
+use wakterm_runtime::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS, CHECKPOINT_VERSION};
+use wakterm_runtime::rollout_tail::TailCursor;
+use wakterm_runtime::store::StoreOp;
 
 pub type Shared = Arc<Mutex<World>>;
 
@@ -52,6 +59,11 @@ pub const FAULT_CLASSES: &[&str] = &[
     "crash.random",
     "crash.after_commit",
     "crash.after_pane_write",
+    "crash.after_checkpoint",
+    "checkpoint.older_than_file",
+    "checkpoint.armed_before",
+    "checkpoint.file_replaced_while_down",
+    "checkpoint.pid_reused_while_down",
     "clock.jump",
     "clock.wall_step",
     "clock.deadline",
@@ -108,6 +120,9 @@ pub struct FaultPlan {
     pub commit_slow: f64,
     pub refresh_slow: f64,
     pub crash_point: f64,
+    /// A crash just after an observer checkpoint commits (before the engine's own commits of
+    /// the events it covers): the restart must replay what lies between (OBS-2).
+    pub crash_after_checkpoint: f64,
     pub abort: f64,
     pub late_final: f64,
     pub duplicate_final: f64,
@@ -125,6 +140,7 @@ impl FaultPlan {
             commit_slow: rate(0.5, 0.2),
             refresh_slow: rate(0.4, 0.15),
             crash_point: rate(0.6, 0.08),
+            crash_after_checkpoint: rate(0.8, 0.6),
             abort: rate(0.6, 0.35),
             late_final: rate(0.5, 0.3),
             duplicate_final: rate(0.5, 0.4),
@@ -164,6 +180,79 @@ pub struct Session {
     pub header: TurnState,
     pub records: Vec<Record>,
     pub next_position: u64,
+    /// The file's identity (device and inode): another file at the same path has another.
+    pub file: u64,
+}
+
+impl Session {
+    /// Where the last record visible now ends (the file's readable length).
+    fn visible_end(&self, now: u64) -> u64 {
+        self.records.iter().take_while(|r| r.visible_at_ms <= now).last().map_or(self.base, |r| r.position)
+    }
+
+    /// The index of the first record ending after `position`.
+    fn first_after(&self, position: u64) -> usize {
+        self.records.partition_point(|r| r.position <= position)
+    }
+
+    /// The sim's stand-in for the sha256 of the 8 KiB before `offset` (`TailCursor`): a hash
+    /// of the records ending in that window, contents included. None when `offset` is not a
+    /// record boundary of the file.
+    fn window_hash(&self, offset: u64) -> Option<[u8; 32]> {
+        if offset != self.base && self.records.binary_search_by_key(&offset, |r| r.position).is_err() {
+            return None;
+        }
+        let from = offset.saturating_sub(8192);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ offset;
+        {
+            let mut mix = |bytes: &[u8]| {
+                for b in bytes.iter().chain(b"\n") {
+                    h ^= u64::from(*b);
+                    h = h.wrapping_mul(0x0100_0000_01b3);
+                }
+            };
+            for record in &self.records[self.first_after(from)..self.first_after(offset)] {
+                mix(&record.position.to_le_bytes());
+                match &record.event {
+                    ObserverEvent::TurnStarted { turn, .. } => mix(turn.0.as_bytes()),
+                    ObserverEvent::UserMessage { turn, prompt_hash, .. } => {
+                        mix(turn.as_ref().map_or(&b""[..], |t| t.0.as_bytes()));
+                        mix(prompt_hash.as_bytes());
+                    }
+                    ObserverEvent::TurnCompleted { turn, final_message, .. } => {
+                        mix(turn.0.as_bytes());
+                        mix(final_message.as_deref().unwrap_or_default().as_bytes());
+                    }
+                    ObserverEvent::TurnAborted { turn, .. } => mix(turn.as_ref().map_or(&b"-"[..], |t| t.0.as_bytes())),
+                    ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => {}
+                }
+            }
+        }
+        let mut hash = [0u8; 32];
+        hash[..8].copy_from_slice(&h.to_le_bytes());
+        Some(hash)
+    }
+
+    /// OBS-2's proof (`RolloutTail::resume`): the same file (identity), at least as long as
+    /// the checkpoint, with the same window before it.
+    fn prove(&self, now: u64, tail: &TailCursor) -> Result<(), String> {
+        if tail.ino != self.file {
+            return Err(format!("replaced: file {} is not the checkpointed {}", self.file, tail.ino));
+        }
+        let end = self.visible_end(now);
+        if end < tail.offset {
+            return Err(format!("truncated: the file ends at {end}, before the checkpoint {}", tail.offset));
+        }
+        if self.window_hash(tail.offset) != Some(tail.checkpoint_hash) {
+            return Err(format!("rewritten: the window before {} differs", tail.offset));
+        }
+        Ok(())
+    }
+}
+
+/// The rollout path of a session (one file per session; a replacement keeps the path).
+pub fn rollout_path(session: &SessionId) -> PathBuf {
+    PathBuf::from(format!("/sim/codex/sessions/rollout-{}.jsonl", session.0))
 }
 
 #[derive(Clone, Debug)]
@@ -185,6 +274,38 @@ pub struct Observer {
     pub reported: Option<Proc>,
     /// StaleTurnLabel mutant: the tracked turn id.
     pub label: Option<TurnId>,
+    /// The identity of the attached file.
+    pub file: u64,
+    /// OBS-1: the checkpoint this daemon loaded at start, handed to the first observer of a
+    /// process (`AgentRuntime::with_loaded_checkpoint`).
+    pub loaded: Option<ObserverCheckpoint>,
+    /// OBS-1: the checkpoint the current process's observer may start from, used once by the
+    /// first attach that matches it (`CodexObserver::with_checkpoint`).
+    pub saved: Option<ObserverCheckpoint>,
+    /// OBS-2: records ending at or before this position are folded already (replayed only).
+    pub fold_from: Option<u64>,
+    /// OBS-1: what this daemon saved last: session, offset, when.
+    pub last_saved: Option<(SessionId, u64, u64)>,
+}
+
+impl Observer {
+    /// A daemon's observer before its first attach.
+    fn new(base: u64, reported: Option<Proc>, loaded: Option<ObserverCheckpoint>) -> Observer {
+        Observer {
+            attached: None,
+            read: 0,
+            position: base,
+            turn: TurnState::Unknown,
+            lost_reported: true,
+            reported,
+            label: None,
+            file: 0,
+            loaded,
+            saved: None,
+            fold_from: None,
+            last_saved: None,
+        }
+    }
 }
 
 pub struct Agent {
@@ -202,6 +323,7 @@ pub struct Agent {
     pub turns_started: u64,
     pub session: Session,
     pub sessions_made: u64,
+    pub files_made: u64,
     pub lost_until_ms: Option<u64>,
     pub lost_reason: String,
     /// CORR-12: the next turn final the observer reads will be too large to read in full
@@ -233,22 +355,15 @@ impl Agent {
             running: None,
             last_completed: None,
             turns_started: 0,
-            session: Session { id: SessionId(String::new()), base: 0, header: TurnState::Idle { last_completed: None }, records: vec![], next_position: 0 },
+            session: Session { id: SessionId(String::new()), base: 0, header: TurnState::Idle { last_completed: None }, records: vec![], next_position: 0, file: 0 },
             sessions_made: 0,
+            files_made: 0,
             lost_until_ms: None,
             lost_reason: String::new(),
             unreadable_record: None,
             lag_ms: 20,
             pending_finals: vec![],
-            observer: Observer {
-                attached: None,
-                read: 0,
-                position: 0,
-                turn: TurnState::Unknown,
-                lost_reported: false,
-                reported: None,
-                label: None,
-            },
+            observer: Observer { lost_reported: false, ..Observer::new(0, None, None) },
             last_typed: None,
         };
         // A completed baseline turn, as the tests' idle Codex has.
@@ -264,13 +379,20 @@ impl Agent {
             Transport::Pty => 1000 * self.sessions_made,
             Transport::AppServer => 0,
         };
+        let file = self.new_file();
         self.session = Session {
             id: SessionId(format!("s{}-{}", self.index, self.sessions_made)),
             base,
             header,
             records: vec![],
             next_position: base,
+            file,
         };
+    }
+
+    fn new_file(&mut self) -> u64 {
+        self.files_made += 1;
+        (self.index as u64 + 1) * 1_000_000 + self.files_made
     }
 
     pub fn facts(&self) -> AgentFacts {
@@ -323,6 +445,8 @@ pub struct World {
     pub trace: Trace,
     /// PublishBeforeCommit mutant: sequences already pushed to watchers.
     pub early_published: Vec<u64>,
+    /// Files that replaced a rollout while the daemon was down (`checkpoint.file_replaced_while_down`).
+    pub replaced_files: std::collections::BTreeSet<u64>,
 }
 
 impl World {
@@ -348,6 +472,7 @@ impl World {
             counters: Counters::default(),
             trace,
             early_published: vec![],
+            replaced_files: Default::default(),
         }
     }
 
@@ -362,7 +487,12 @@ impl World {
 
     /// Asks the crash task to kill the daemon now (a crash point inside an effect).
     pub fn crash_point(&mut self, name: &'static str) {
-        if self.fault_roll(self.plan.crash_point) && self.crashes < self.plan.max_crashes {
+        self.crash_point_at(self.plan.crash_point, name);
+    }
+
+    /// A crash point with its own rate.
+    pub fn crash_point_at(&mut self, p: f64, name: &'static str) {
+        if self.fault_roll(p) && self.crashes < self.plan.max_crashes {
             if let Some(crash) = &self.crash {
                 if crash.send(name).is_ok() {
                     self.crashes += 1;
@@ -451,7 +581,8 @@ impl World {
         if origin.is_none() {
             self.counters.fault("provider.human_turn");
         }
-        self.oracle.turns.insert(turn.0.clone(), TurnTruth { opened_by: opener.clone(), final_message: None, aborted: false });
+        let file = self.agents[a].session.file;
+        self.oracle.turns.insert(turn.0.clone(), TurnTruth { opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
         self.log(format!("a{a} turn {} started by {:?} text={:?}", turn.0, opener, text));
     }
 
@@ -485,8 +616,10 @@ impl World {
                         let due = now + thread_rng().gen_range(0..3000);
                         self.agents[a].pending_finals.push((due, t.clone(), format!("{text} (again)")));
                     }
+                    let file = self.agents[a].session.file;
                     if let Some(truth) = self.oracle.turns.get_mut(&t.0) {
                         truth.final_message = Some(text);
+                        truth.final_file = Some(file);
                     }
                     self.log(format!("a{a} turn {} completed", t.0));
                 }
@@ -555,26 +688,191 @@ impl World {
 
     // ----- the observer (daemon side) -----
 
-    /// The daemon (re)starts: the observer finds the record and folds what is visible.
+    /// The daemon (re)starts: its observer state is gone except the durable checkpoint, which
+    /// the first observer of the running process gets (OBS-1). Nothing is attached yet: the
+    /// first resume, refresh or tail poll attaches (as the runtime's first observer call does).
     pub fn reset_observer(&mut self, a: usize) {
-        let now = wakterm_runtime::driver::now_ms();
+        let loaded = self.stored_checkpoint(a);
         let agent = &mut self.agents[a];
-        agent.observer = Observer {
-            attached: None,
-            read: 0,
-            position: agent.session.base,
-            turn: agent.session.header.clone(),
-            lost_reported: true,
-            reported: agent.process,
-            label: None,
-        };
-        let blind = agent.lost_until_ms.is_some_and(|t| now < t);
-        if agent.process.is_some() && !blind {
-            agent.observer.attached = Some(agent.session.id.clone());
-            agent.observer.lost_reported = false;
-            let mut sink = Vec::new();
-            self.read_records(a, now, &mut sink); // folded, not sent: the engine starts blind
+        agent.observer = Observer::new(agent.session.base, agent.process, loaded);
+        if let Some(process) = agent.process {
+            self.hand_checkpoint(a, process);
         }
+    }
+
+    /// OBS-1: a new observer (of `process`) takes the loaded checkpoint, kept only when it was
+    /// saved for this exact incarnation (the runtime's own rule, `belongs_to`).
+    fn hand_checkpoint(&mut self, a: usize, process: Proc) {
+        let ignore_incarnation = self.mutant == Mutant::CheckpointIgnoresIncarnation;
+        let observer = &mut self.agents[a].observer;
+        observer.saved = observer.loaded.take().filter(|c| ignore_incarnation || c.belongs_to(&process.incarnation(), process.identity()));
+    }
+
+    /// The checkpoint the observer could save now (`CodexObserver::checkpoint`): attached to
+    /// the current file of a rollout (PTY) agent, past any replay. None while that is not known.
+    fn current_checkpoint(&self, a: usize) -> Option<ObserverCheckpoint> {
+        let agent = &self.agents[a];
+        let observer = &agent.observer;
+        if agent.transport != Transport::Pty || observer.fold_from.is_some() {
+            return None;
+        }
+        if observer.attached.as_ref() != Some(&agent.session.id) || observer.file != agent.session.file {
+            return None;
+        }
+        let process = observer.reported?;
+        let tail = TailCursor {
+            dev: 1,
+            ino: agent.session.file,
+            offset: observer.position,
+            checkpoint_hash: agent.session.window_hash(observer.position)?,
+            item_dialect: false,
+        };
+        Some(ObserverCheckpoint {
+            version: CHECKPOINT_VERSION,
+            incarnation: process.incarnation(),
+            process: process.identity(),
+            session: agent.session.id.clone(),
+            path: rollout_path(&agent.session.id),
+            tail,
+            turn: observer.turn.clone(),
+        })
+    }
+
+    /// OBS-1 (`AgentRuntime::save_checkpoint_if_due`): the checkpoint to save now, when the
+    /// offset moved and the last save is at least `CHECKPOINT_INTERVAL_MS` old; and how much
+    /// it newly covers of an unfinished request's turn (a crash right after it commits, before
+    /// the engine commits what those records decided, is one the restart must replay across).
+    pub fn checkpoint_due(&mut self, a: usize) -> Option<(StoreOp, u8)> {
+        let now = wakterm_runtime::driver::now_ms();
+        let observer = &self.agents[a].observer;
+        let last = &observer.last_saved;
+        let moved = last.as_ref().is_none_or(|(session, offset, _)| Some(session) != observer.attached.as_ref() || *offset != observer.position);
+        let due = last.as_ref().is_none_or(|(_, _, at)| now.saturating_sub(*at) >= CHECKPOINT_INTERVAL_MS);
+        if !moved || !due {
+            return None;
+        }
+        let checkpoint = self.current_checkpoint(a)?;
+        let agent = &mut self.agents[a];
+        let covered_before = match &agent.observer.last_saved {
+            Some((session, offset, _)) if *session == checkpoint.session => *offset,
+            _ => agent.session.base,
+        };
+        let covered = &agent.session.records[agent.session.first_after(covered_before)..agent.session.first_after(checkpoint.tail.offset)];
+        // How much it covers of an unfinished request's turn: 2 its end (final or abort), 1 its
+        // start or prompt, 0 nothing.
+        let turns = &self.oracle.turns;
+        let ended = &self.oracle.ended;
+        let weight = covered
+            .iter()
+            .filter_map(|r| {
+                let (turn, weight) = match &r.event {
+                    ObserverEvent::TurnCompleted { turn, .. } => (Some(turn), 2),
+                    ObserverEvent::TurnAborted { turn, .. } => (turn.as_ref(), 2),
+                    ObserverEvent::TurnStarted { turn, .. } => (Some(turn), 1),
+                    ObserverEvent::UserMessage { turn, .. } => (turn.as_ref(), 1),
+                    _ => (None, 0),
+                };
+                let opener = turn.and_then(|t| turns.get(&t.0)).and_then(|t| t.opened_by.as_ref());
+                opener.is_some_and(|id| !ended.contains_key(id)).then_some(weight)
+            })
+            .max()
+            .unwrap_or(0);
+        agent.observer.last_saved = Some((checkpoint.session.clone(), checkpoint.tail.offset, now));
+        let agent_id = agent.agent_id.to_string();
+        self.log(format!("a{a} checkpoint {}@{} {:?}", checkpoint.session.0, checkpoint.tail.offset, checkpoint.turn));
+        Some((StoreOp::PutCheckpoint { agent_id, checkpoint_json: checkpoint.to_json() }, weight))
+    }
+
+    /// The stored checkpoint of agent `a`, as a restarted daemon would load it.
+    fn stored_checkpoint(&self, a: usize) -> Option<ObserverCheckpoint> {
+        let agent_id = self.agents[a].agent_id.to_string();
+        self.store.checkpoints().into_iter().find(|(id, _)| *id == agent_id).and_then(|(_, json)| ObserverCheckpoint::from_json(&json))
+    }
+
+    // ----- while the daemon is down -----
+
+    /// Between a crash and the restart: the rollout the stored checkpoint covers may be
+    /// replaced (same path and session, other content), or the agent's process replaced by
+    /// another with the same pid that resumes the same session in the same file.
+    pub fn while_down(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        for a in 0..self.agents.len() {
+            let agent = &self.agents[a];
+            let (Some(process), Some(stored)) = (agent.process, self.stored_checkpoint(a)) else { continue };
+            let covers = stored.belongs_to(&process.incarnation(), process.identity())
+                && stored.session == agent.session.id
+                && stored.tail.ino == agent.session.file;
+            if agent.transport != Transport::Pty || !covers {
+                continue;
+            }
+            // More often when a request waits in the file (then the replacement matters most).
+            let pending = self.resumed_in_rollout(a);
+            let replace = if pending.is_empty() { 20 } else { 45 };
+            let roll = thread_rng().gen_range(0..100);
+            if roll < replace {
+                self.replace_rollout_while_down(a, pending);
+            } else if roll < replace + 20 && self.agents[a].running.is_none() {
+                self.reuse_pid_while_down(a);
+            }
+        }
+    }
+
+    /// The return-final requests a restarted daemon will resume in agent `a`'s current
+    /// rollout: durable as submitted or bound, armed in its session.
+    fn resumed_in_rollout(&self, a: usize) -> Vec<String> {
+        let agent_id = self.agents[a].agent_id.to_string();
+        let session = &self.agents[a].session.id;
+        let mut pending = Vec::new();
+        for stored in self.store.requests() {
+            if stored.agent_id != agent_id || !matches!(stored.phase.as_str(), "submitted" | "bound") {
+                continue;
+            }
+            let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
+            if record.return_mode == ReturnMode::ReturnFinal && record.armed.as_ref().is_some_and(|armed| &armed.session == session) {
+                pending.push(stored.request_id);
+            }
+        }
+        pending
+    }
+
+    /// OBS-3: the rollout is replaced at the same path with the same session id and other
+    /// content (every final rewritten); Codex goes on appending to the new file. Requests the
+    /// restarted daemon will resume in it must not end with anything read from it.
+    fn replace_rollout_while_down(&mut self, a: usize, pending: Vec<String>) {
+        let session = self.agents[a].session.id.clone();
+        self.oracle.replaced_while_down.extend(pending.into_iter().map(|id| (id, a)));
+        let agent = &mut self.agents[a];
+        agent.session.file = agent.new_file();
+        self.replaced_files.insert(agent.session.file);
+        for record in &mut agent.session.records {
+            if let ObserverEvent::TurnCompleted { final_message: Some(text), .. } = &mut record.event {
+                text.push_str(" (forged)");
+            }
+        }
+        let file = agent.session.file;
+        self.counters.fault("checkpoint.file_replaced_while_down");
+        self.log(format!("a{a} rollout {} replaced while the daemon is down: file {file}, every final rewritten", session.0));
+    }
+
+    /// OBS-1: the idle process exits and another starts with the same pid (another start
+    /// time), resuming the same session in the same file: only the incarnation tells the
+    /// checkpoint is not its own.
+    fn reuse_pid_while_down(&mut self, a: usize) {
+        let agent = &mut self.agents[a];
+        let Some(old) = agent.process else { return };
+        agent.spawned += 1;
+        let new = Proc { pid: old.pid, ticks: 5 + agent.spawned * 1000 };
+        agent.process = Some(new);
+        agent.running = None;
+        agent.pending_finals.clear();
+        agent.composer.clear();
+        agent.question = false;
+        agent.respawn_at_ms = None;
+        agent.turns_started = 0;
+        self.counters.fault("checkpoint.pid_reused_while_down");
+        self.log(format!("a{a} pid {} reused while the daemon is down: {:?} -> {:?}, same session", old.pid, old.incarnation(), new.incarnation()));
     }
 
     fn transform(&mut self, a: usize, event: ObserverEvent) -> ObserverEvent {
@@ -634,6 +932,7 @@ impl World {
                 agent.unreadable_record = None;
                 agent.observer.read += 1;
                 agent.observer.attached = None;
+                agent.observer.fold_from = None;
                 agent.observer.lost_reported = true;
                 agent.lost_until_ms = Some(now + lost_ms);
                 agent.lost_reason = "record_too_large".to_string();
@@ -645,9 +944,95 @@ impl World {
             let obs = &mut self.agents[a].observer;
             obs.read += 1;
             obs.position = record.position;
-            obs.turn = wakterm_engine::fold_turn(&obs.turn, &event); // CORR-13: the engine's one fold
+            // OBS-2: up to the checkpoint, the fold's result is already known.
+            match obs.fold_from {
+                Some(checkpoint) if record.position <= checkpoint => {}
+                _ => {
+                    obs.fold_from = None;
+                    obs.turn = wakterm_engine::fold_turn(&obs.turn, &event); // CORR-13: the engine's one fold
+                }
+            }
             out.push(event);
         }
+        let obs = &mut self.agents[a].observer;
+        if obs.fold_from.is_some_and(|checkpoint| obs.position >= checkpoint) {
+            obs.fold_from = None;
+        }
+    }
+
+    /// Attaches to the agent's current record (`CodexObserver::attach` and `open_tail`): from
+    /// the saved checkpoint when the file proves to be the one checkpointed (OBS-2), replaying
+    /// from `floor` (a resumed request's armed position) when that lies before it; from the
+    /// start otherwise. A checkpoint the file no longer matches loses a resumed session
+    /// (OBS-3); without a resume the file is read from the start. Events up to `floor` are
+    /// folded, not emitted.
+    fn attach(&mut self, a: usize, floor: Option<u64>, now: u64, out: &mut Vec<ObserverEvent>) {
+        let mutant = self.mutant;
+        let session = self.agents[a].session.id.clone();
+        let saved = self.agents[a].observer.saved.take().filter(|c| c.session == session && c.path == rollout_path(&session));
+        let file = &self.agents[a].session;
+        let mut start = (0, file.base, file.header.clone(), None);
+        if let Some(checkpoint) = saved {
+            let proof = match mutant {
+                Mutant::CheckpointSkipsIdentityCheck => Ok(()), // the bug
+                _ => file.prove(now, &checkpoint.tail),
+            };
+            let offset = checkpoint.tail.offset;
+            match (proof, floor) {
+                (Err(why), Some(_)) => {
+                    let reason = format!("the rollout changed while the daemon was down ({why}); records after the checkpoint at {offset} may be lost");
+                    let observer = &mut self.agents[a].observer;
+                    observer.attached = None;
+                    observer.lost_reported = true;
+                    self.log(format!("a{a} checkpoint no longer matches (OBS-3): {reason}"));
+                    out.push(ObserverEvent::SessionLost { reason });
+                    return;
+                }
+                (Err(why), None) => self.log(format!("a{a} checkpoint no longer matches (OBS-3), read from the start: {why}")),
+                (Ok(()), floor) => {
+                    let older = file.visible_end(now) > offset;
+                    let replay = floor.filter(|armed| *armed < offset && mutant != Mutant::CheckpointSkipsArmedReplay); // (the bug)
+                    start = match replay {
+                        Some(armed) => (file.first_after(armed), armed, checkpoint.turn.clone(), Some(offset)),
+                        None => (file.first_after(offset), offset, checkpoint.turn.clone(), None),
+                    };
+                    if older {
+                        self.counters.fault("checkpoint.older_than_file");
+                    }
+                    if replay.is_some() {
+                        self.counters.fault("checkpoint.armed_before");
+                    }
+                    let running = self.agents[a].process.map(Proc::identity);
+                    self.oracle.on_checkpoint_used(a, checkpoint.process, running);
+                    if floor.is_some() && self.replaced_files.contains(&checkpoint.tail.ino) {
+                        // A runtime gap, not modelled away: OBS-3 lost this session at an
+                        // earlier start, that loss never became durable (its terminal commit
+                        // failed or came too late), and a checkpoint saved since on the
+                        // replacement file now proves fine. Requests armed in the replaced
+                        // file are resumed from it (see `Oracle::obs3_unprotected`).
+                        for _ in 0..self.oracle.unprotect_replaced(a) {
+                            self.counters.fault("note.obs3_loss_not_durable");
+                        }
+                    }
+                    self.log(format!("a{a} attach from checkpoint {}@{offset} (floor {floor:?}) {:?}", session.0, checkpoint.turn));
+                }
+            }
+        }
+        let agent = &mut self.agents[a];
+        let (read, position, turn, fold_from) = start;
+        agent.observer.attached = Some(session.clone());
+        agent.observer.file = agent.session.file;
+        agent.observer.lost_reported = false;
+        agent.observer.read = read;
+        agent.observer.position = position;
+        agent.observer.turn = turn;
+        agent.observer.fold_from = fold_from;
+        agent.observer.label = None;
+        out.push(ObserverEvent::Attached { session, position: floor.unwrap_or(position) });
+        let mut events = Vec::new();
+        self.read_records(a, now, &mut events);
+        // At or below the floor: folded, not emitted (a lost session is always reported).
+        out.extend(events.into_iter().filter(|e| floor.is_none_or(|floor| e.position().is_none_or(|p| p > floor))));
     }
 
     /// Tail: detect a lost or replaced record, re-attach, read what became visible.
@@ -672,14 +1057,7 @@ impl World {
             if !agent.observer.lost_reported {
                 out.push(ObserverEvent::SessionLost { reason: "the record was replaced".to_string() });
             }
-            let session = agent.session.id.clone();
-            agent.observer.attached = Some(session.clone());
-            agent.observer.lost_reported = false;
-            agent.observer.read = 0;
-            agent.observer.position = agent.session.base;
-            agent.observer.turn = agent.session.header.clone();
-            agent.observer.label = None;
-            out.push(ObserverEvent::Attached { session, position: agent.session.base });
+            return self.attach(a, None, now, out);
         }
         self.read_records(a, now, out);
     }
@@ -705,10 +1083,14 @@ impl World {
         let agent = &mut self.agents[a];
         agent.observer.reported = agent.process;
         agent.observer.lost_reported = true; // the new process's record is attached, not "lost"
-        if agent.process.is_none() {
-            agent.observer.attached = None;
+        // A new observer for the new process (or none): nothing attached, no replay.
+        agent.observer.attached = None;
+        agent.observer.fold_from = None;
+        agent.observer.saved = None;
+        if let Some(process) = agent.process {
+            self.hand_checkpoint(a, process);
         }
-        Some(agent.facts())
+        Some(self.agents[a].facts())
     }
 
     pub fn snapshot(&mut self, a: usize) -> Result<ObserverSnapshot, String> {
@@ -748,7 +1130,8 @@ impl World {
         })
     }
 
-    /// REC-2: re-attach at `from` and replay everything after it, or report the loss.
+    /// REC-2: re-attach at `from` and replay everything after it, or report the loss
+    /// (`CodexObserver::resume`; OBS-2 and OBS-3 in `attach`).
     pub fn resume(&mut self, a: usize, from: &wakterm_engine::Cursor, out: &mut Vec<ObserverEvent>) {
         let now = wakterm_runtime::driver::now_ms();
         let agent = &self.agents[a];
@@ -761,17 +1144,25 @@ impl World {
             out.push(ObserverEvent::SessionLost { reason: "the armed session is gone".to_string() });
             return;
         }
-        let agent = &mut self.agents[a];
-        agent.observer.attached = Some(from.session.clone());
-        agent.observer.lost_reported = false;
-        agent.observer.read = 0;
-        agent.observer.position = agent.session.base;
-        agent.observer.turn = agent.session.header.clone();
-        agent.observer.label = None;
-        out.push(ObserverEvent::Attached { session: from.session.clone(), position: from.position });
-        let mut replay = Vec::new();
-        self.read_records(a, now, &mut replay);
-        out.extend(replay.into_iter().filter(|e| e.position().is_some_and(|p| p > from.position)));
+        // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
+        if let Some(current) = self.current_checkpoint(a) {
+            self.agents[a].observer.saved = Some(current);
+        }
+        let observer = &mut self.agents[a].observer;
+        observer.attached = None;
+        observer.fold_from = None;
+        observer.turn = TurnState::Unknown;
+        let first = out.len();
+        self.attach(a, Some(from.position), now, out);
+        if matches!(out.get(first), Some(ObserverEvent::Attached { .. })) {
+            // REC-2: every record after the armed cursor, up to where the observer read.
+            let emitted: Vec<u64> = out[first + 1..].iter().filter_map(ObserverEvent::position).collect();
+            let agent = &self.agents[a];
+            let reached = agent.observer.position.max(from.position);
+            let records = &agent.session.records[agent.session.first_after(from.position)..agent.session.first_after(reached)];
+            let expected: Vec<u64> = records.iter().map(|r| r.position).collect();
+            self.oracle.on_resume_replayed(a, from.position, &emitted, &expected);
+        }
     }
 }
 

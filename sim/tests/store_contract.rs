@@ -37,6 +37,9 @@ impl ContractStore for SqliteStore {
     fn last_terminal_sequence(&mut self) -> u64 {
         self.store.last_terminal_sequence().expect("load")
     }
+    fn checkpoints(&mut self) -> Vec<(String, String)> {
+        self.store.load_checkpoints().expect("load")
+    }
     fn reopen(&mut self) {
         drop(self.writer.take()); // the writer thread stops; what it committed is on disk
         let path = self.dir.path().join("requests.sqlite3");
