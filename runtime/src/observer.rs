@@ -58,9 +58,9 @@ struct Attachment {
     last_event: Option<u64>,
 }
 
-/// How far discovery and reading got in this call.
+/// How far discovery and reading got in this call (MON-1 compares it between runs).
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Health {
+pub enum Health {
     /// Attached and read as far as the page bound allowed.
     Attached,
     /// The process runs and holds no rollout yet, and never did: a fresh Codex.
@@ -191,12 +191,11 @@ impl CodexObserver {
 
     /// MON-1: the monitor's run: [`poll`](Self::poll) (discovery only while no rollout is
     /// attached); the snapshot is taken apart, only when the run changed something.
-    pub fn poll_health(&mut self) -> (Vec<ObserverEvent>, String) {
+    pub fn poll_health(&mut self) -> (Vec<ObserverEvent>, Health) {
         let mut events = Vec::new();
         let health = self.sync(&mut events, false);
-        let summary = format!("{health:?}");
-        self.last_health = health;
-        (events, summary)
+        self.last_health = health.clone();
+        (events, health)
     }
 
     /// The snapshot the last call left, combined with the screen (no discovery, no read).

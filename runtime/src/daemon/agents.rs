@@ -4,7 +4,7 @@
 
 use crate::driver::DriverMsg;
 use crate::holder::{HolderClient, HolderError, InfoReply};
-use crate::observer::CodexObserver;
+use crate::observer::{CodexObserver, Health};
 use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS};
 use crate::store::{StoreOp, StoreWriter};
 use crate::paths::DataPaths;
@@ -97,7 +97,7 @@ struct MonitorView {
     rollout: Option<PathBuf>,
     snapshot: Option<Result<ObserverSnapshot, String>>,
     /// The observer's health at the last snapshot the monitor sent (a change sends another).
-    health: Option<String>,
+    health: Option<Health>,
 }
 
 #[derive(Default)]
@@ -139,11 +139,11 @@ impl AgentRuntime {
         }
     }
 
-    pub fn note_health(&self, health: String) {
+    pub fn note_health(&self, health: Health) {
         self.view.lock().expect("view lock").health = Some(health);
     }
 
-    pub fn last_health(&self) -> Option<String> {
+    pub fn last_health(&self) -> Option<Health> {
         self.view.lock().expect("view lock").health.clone()
     }
 

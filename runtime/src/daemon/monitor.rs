@@ -268,7 +268,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
     let forced = process_changed || !events.is_empty();
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
     // screen): such an agent's screen is read on every run.
-    let changed = forced || screen_due || agent.last_health() != Some(health.clone()) || agent.screen_decides();
+    let changed = forced || screen_due || agent.last_health().as_ref() != Some(&health) || agent.screen_decides();
     for event in events {
         if inbox.blocking_send(observed(&agent_id, event)).is_err() {
             return false;
