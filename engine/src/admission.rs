@@ -118,7 +118,7 @@ impl Engine {
             step: Step::Registering,
             step_deadline_ms: None,
             pending_receipt: None,
-            deferred_events: Vec::new(),
+            deferred: Vec::new(),
             replaced: None,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
@@ -577,7 +577,7 @@ impl Engine {
     /// while the wait stays open, look again after another grace period.
     fn on_probe_answered(&mut self, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>) {
         if let Ok(snapshot) = snapshot {
-            self.apply_snapshot(agent_id, snapshot);
+            self.on_snapshot(agent_id, snapshot);
         }
         let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(agent_id) {
@@ -733,7 +733,7 @@ impl Engine {
     /// observer events deferred while the write and its commits were in flight, in order.
     pub(crate) fn finish_admission(&mut self, request_id: &RequestId, receipt: Receipt) {
         let mut admission = self.admissions.remove(request_id).expect("finishing a known admission");
-        let deferred = std::mem::take(&mut admission.deferred_events);
+        let deferred = std::mem::take(&mut admission.deferred);
         let agent_id = admission.agent_id.clone();
         if let Some(agent) = self.agents.get_mut(&admission.agent_id) {
             if agent.claim.as_ref() == Some(request_id) {
@@ -744,8 +744,8 @@ impl Engine {
             self.reply(op, receipt.clone());
         }
         assert!(!self.admissions.contains_key(request_id));
-        for event in deferred {
-            self.on_observed(&agent_id, event);
+        for item in deferred {
+            self.on_deferred(&agent_id, item);
         }
     }
 

@@ -1,11 +1,11 @@
 //! Return-final correlation: which provider turn a submitted prompt opened, and which final
 //! belongs to it (CORR-*), plus deadlines (RF-3) and cancel (RF-4).
 
-use crate::engine::{Engine, PersistPurpose, Step};
+use crate::engine::{Deferred, Engine, PersistPurpose, Step};
 use crate::ids::{AgentId, RequestId, SessionId, TurnId};
 use crate::io::{CancelCommand, CancelOutcome, Output};
 use crate::limits::MAX_PENDING_OUTPUTS;
-use crate::observer::{fold_turn, Cursor, ObserverEvent, ObserverStatus, RECORD_TOO_LARGE};
+use crate::observer::{fold_turn, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, RECORD_TOO_LARGE};
 use crate::request::{EvidenceStep, Phase};
 use crate::receipt::ReturnMode;
 use crate::terminal::TerminalState;
@@ -15,31 +15,59 @@ const MAX_DEFERRED_EVENTS: usize = MAX_PENDING_OUTPUTS / 16;
 
 impl Engine {
     pub(crate) fn on_observed(&mut self, agent_id: &AgentId, event: ObserverEvent) {
-        // While this agent's admission is writing, its events wait: the write's outcome must be
-        // known before the turn it may have started is interpreted.
-        let claim = self.agents.get(agent_id).and_then(|a| a.claim.clone());
-        if let Some(admission) = claim.and_then(|claim| self.admissions.get_mut(&claim)) {
-            if matches!(admission.step, Step::Writing { .. } | Step::Confirming | Step::Releasing) {
-                if admission.deferred_events.len() >= MAX_DEFERRED_EVENTS {
-                    admission.deferred_events.clear();
-                    let reason = "observer events overflowed while a write was in flight".to_string();
-                    admission.deferred_events.push(ObserverEvent::SessionLost { reason });
-                } else {
-                    admission.deferred_events.push(event);
-                }
-                return;
-            }
+        if let Some(Deferred::Event(event)) = self.defer_while_writing(agent_id, Deferred::Event(event)) {
+            self.apply_event(agent_id, event);
         }
-        self.apply_event(agent_id, event);
+    }
+
+    /// A snapshot the monitor (or a probe) took: deferred like the events before it while a
+    /// write is in flight (ADM-17), otherwise folded into the view.
+    pub(crate) fn on_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
+        if let Some(Deferred::Snapshot(snapshot)) = self.defer_while_writing(agent_id, Deferred::Snapshot(snapshot)) {
+            self.apply_snapshot(agent_id, snapshot);
+        }
+    }
+
+    /// ADM-17: while this agent's admission is writing (or committing its outcome), what the
+    /// observer says waits, in arrival order: the write's outcome must be known before the
+    /// turn it may have started is interpreted, and a snapshot taken after a turn's events must
+    /// not be applied before them (it would make them look stale and leave the wait for the
+    /// turn open). Returns the item when nothing is in flight.
+    fn defer_while_writing(&mut self, agent_id: &AgentId, item: Deferred) -> Option<Deferred> {
+        let claim = self.agents.get(agent_id).and_then(|a| a.claim.clone());
+        let Some(admission) = claim.and_then(|claim| self.admissions.get_mut(&claim)) else { return Some(item) };
+        if !matches!(admission.step, Step::Writing { .. } | Step::Confirming | Step::Releasing) {
+            return Some(item);
+        }
+        if admission.deferred.len() >= MAX_DEFERRED_EVENTS {
+            admission.deferred.clear();
+            let reason = "observer events overflowed while a write was in flight".to_string();
+            admission.deferred.push(Deferred::Event(ObserverEvent::SessionLost { reason }));
+        } else {
+            admission.deferred.push(item);
+        }
+        None
+    }
+
+    /// Applies one deferred item as if it arrived now (it may be deferred again behind a newer
+    /// write).
+    pub(crate) fn on_deferred(&mut self, agent_id: &AgentId, item: Deferred) {
+        match item {
+            Deferred::Event(event) => self.on_observed(agent_id, event),
+            Deferred::Snapshot(snapshot) => self.on_snapshot(agent_id, snapshot),
+        }
     }
 
     pub(crate) fn replay_deferred_events(&mut self, request_id: &RequestId) {
         let Some(admission) = self.admissions.get_mut(request_id) else { return };
         assert_eq!(admission.step, Step::AwaitingAck, "replay only once the write's outcome is known");
-        let events = std::mem::take(&mut admission.deferred_events);
+        let items = std::mem::take(&mut admission.deferred);
         let agent_id = admission.agent_id.clone();
-        for event in events {
-            self.apply_event(&agent_id, event);
+        for item in items {
+            match item {
+                Deferred::Event(event) => self.apply_event(&agent_id, event),
+                Deferred::Snapshot(snapshot) => self.apply_snapshot(&agent_id, snapshot),
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use crate::agent::{AgentEntry, AgentFacts};
 use crate::ids::{AgentId, RequestId, TurnId};
 use crate::io::{AdmitCommand, Input, OpId, Output, PersistOp};
 use crate::limits::{MAX_AGENTS, MAX_PENDING_OUTPUTS, PERSIST_RETRY_MS};
-use crate::observer::ObserverEvent;
+use crate::observer::{ObserverEvent, ObserverSnapshot};
 use crate::receipt::{CorrelationSource, Receipt};
 use crate::request::{EvidenceStep, Phase, RequestRecord};
 use crate::terminal::{TerminalEvent, TerminalState, TERMINAL_SCHEMA};
@@ -51,11 +51,19 @@ pub(crate) struct Admission {
     pub step_deadline_ms: Option<u64>,
     /// The receipt to hand out once the current commit is acknowledged.
     pub pending_receipt: Option<Receipt>,
-    /// Observer events for this agent that arrived while the write was in flight; replayed
-    /// after its outcome so the write and the turn it starts are seen in order.
-    pub deferred_events: Vec<ObserverEvent>,
+    /// Observer events and snapshots for this agent that arrived while the write was in
+    /// flight; replayed in arrival order after its outcome, so the write and the turn it
+    /// starts are seen in order (ADM-17).
+    pub deferred: Vec<Deferred>,
     /// The released record this admission's registration replaced (same id, same input).
     pub replaced: Option<crate::request::RequestRecord>,
+}
+
+/// ADM-17: what the observer said while an admission's write was in flight, kept in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Deferred {
+    Event(ObserverEvent),
+    Snapshot(ObserverSnapshot),
 }
 
 /// A terminal event whose commit failed; it is retried with a fresh sequence.
@@ -149,7 +157,7 @@ impl Engine {
             Input::ObserverRefreshed { refresh_id, agent_id, snapshot } => {
                 self.on_refreshed(refresh_id, &agent_id, snapshot)
             }
-            Input::ObserverSnapshot { agent_id, snapshot } => self.apply_snapshot(&agent_id, snapshot),
+            Input::ObserverSnapshot { agent_id, snapshot } => self.on_snapshot(&agent_id, snapshot),
             Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
             Input::Delivered { delivery_id, outcome } => self.on_delivered(delivery_id, outcome),

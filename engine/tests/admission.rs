@@ -556,3 +556,64 @@ fn adm_13_replayed_history_does_not_acknowledge() {
     rig.advance(limits::SEND_ACK_WAIT_MS);
     assert_eq!(rig.receipt(op).acknowledged, Some(false));
 }
+
+/// ADM-5, ADM-17: the turn a write started may be observed before the write's outcome is known
+/// (the monitor reads the rollout while the holder still answers). Its events and the
+/// snapshot taken after them are applied in the order they arrived, once the outcome is
+/// known, so the snapshot never makes the turn's own events look stale: the wait for the turn
+/// ends at once and the next admission is accepted, not refused `awaiting_turn_start` until
+/// the grace period runs out (the 10 s stall found by the benchmark).
+#[test]
+fn adm_17_a_turn_seen_during_the_write_ends_the_wait() {
+    for return_mode in [ReturnMode::ReturnFinal, ReturnMode::OneWay] {
+        let mut rig = Rig::with_idle_zola();
+        rig.auto = Auto::Manual;
+        let first = rig.admit(REQ, "one", return_mode);
+        rig.refresh_next();
+        rig.ack_next_persist(Ok(())); // registered: the write is asked for
+        assert_eq!(rig.deliveries.len(), 1);
+        // The monitor sees the whole turn, then sends its snapshot, before `Delivered`.
+        rig.turn_started("turn-1", 1010);
+        rig.user_message("turn-1", "one", 1020);
+        rig.turn_completed("turn-1", "done", 1030);
+        let mut after = idle_snapshot("inc-1", 100);
+        after.position = 1030;
+        after.turn = TurnState::Idle { last_completed: Some(turn("turn-1")) };
+        rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: after.clone() });
+        rig.snapshots.insert(agent_id(ZOLA), Ok(after));
+        rig.auto = Auto::All;
+        rig.settle();
+        assert_eq!(classification(&rig, first), Classification::Accepted, "{return_mode:?}");
+        let agent = rig.engine.agent(&agent_id(ZOLA)).unwrap();
+        assert!(agent.awaiting_turn_after.is_none(), "{return_mode:?}: the turn was seen; nothing is awaited");
+        let second = rig.admit(REQ2, "two", return_mode);
+        assert_eq!(classification(&rig, second), Classification::Accepted, "{return_mode:?}: {:?}", rig.receipt(second));
+        if return_mode == ReturnMode::ReturnFinal {
+            let terminal = rig.terminal_for(REQ);
+            assert_eq!(terminal.len(), 1, "the first request completed");
+            assert_eq!(terminal[0].final_message.as_deref(), Some("done"));
+        }
+    }
+}
+
+/// ADM-13, ADM-17: a one-way `send` waiting for evidence is acknowledged by its own prompt
+/// even when a snapshot newer than that prompt arrived during the write.
+#[test]
+fn adm_17_a_send_is_acknowledged_by_a_prompt_seen_during_the_write() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let command = rig.command(Operation::Send, REQ, "steer", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "steer", 1020);
+    let mut after = idle_snapshot("inc-1", 100);
+    after.position = 1020;
+    after.turn = TurnState::Busy { turn: Some(turn("turn-1")) };
+    rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: after });
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
+    rig.settle();
+    assert_eq!(rig.receipt(op).acknowledged, Some(true), "{:?}", rig.receipt(op));
+}

@@ -686,3 +686,26 @@ fn rf_6_request_get_evidence_of_a_completed_request() {
     assert!(got["evidence"][6]["detail"].as_str().unwrap().starts_with("Completed (RF-2"), "{got}");
     assert_eq!(got["evidence_dropped"], 0);
 }
+
+/// ADM-17, ADM-5: back-to-back return-final turns. Once a request's terminal event is out, its
+/// turn has been seen starting and completing, so the next admission is accepted at once;
+/// before ADM-17 it was refused `busy` / `awaiting_turn_start` for the whole 10 s grace
+/// whenever the monitor saw the fast turn before the holder's write answer came back (the
+/// benchmark's throughput of ~1 turn per agent per 10 s).
+#[test]
+fn adm_17_back_to_back_return_final_turns_are_each_accepted() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    // The race needs the turn's start to reach the monitor before the write's answer reaches
+    // the engine: about one turn in twenty before the fix (the engine tests prove it always).
+    for n in 0..20 {
+        let prompt = format!("back to back {n}");
+        let out = w.run(&["agent", "send", "zola", "--return-final", &prompt]);
+        assert_eq!(out.code, 0, "turn {n} right after the previous terminal event: {out:?}");
+        assert_eq!(out.json["classification"], "accepted", "{out:?}");
+        let event = w.wait_terminal(s(&out.json["request_id"]));
+        assert_eq!(event["state"], "completed", "{event}");
+        assert_eq!(event["final_message"], reply_for(&prompt).as_str(), "{event}");
+    }
+}
