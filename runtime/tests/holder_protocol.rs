@@ -170,6 +170,30 @@ fn respawn_starts_a_new_incarnation_in_the_same_pane() {
     collect_until(&mut sub, |seen| contains(seen, b"again\n"));
 }
 
+/// ADM-5, ADM-16: the screen is evidence about the process that drew it. After a respawn the
+/// old process's last screen (an idle, empty composer) must not be read as the new process's:
+/// the new incarnation starts on a blank screen, so until it draws its own the composer is
+/// unknown, never "idle" (found against the real Codex: the catalog said idle for the new
+/// incarnation, and the next send met a half-drawn TUI as `composer_not_empty`).
+#[test]
+fn respawn_starts_the_new_incarnation_on_a_blank_screen() {
+    let (holder, mut sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    client.write(b"drawn-by-the-old-process\n").unwrap();
+    collect_until(&mut sub, |seen| contains(seen, b"drawn-by-the-old-process\n"));
+    let before = client.screen().unwrap();
+    assert!(before.lines.iter().any(|l| l.contains("drawn-by-the-old-process")), "{:?}", before.lines);
+    client.respawn().unwrap();
+    let after = client.screen().unwrap();
+    assert!(!after.lines.iter().any(|l| l.contains("drawn-by-the-old-process")), "the old screen survived the respawn: {:?}", after.lines);
+    // The new process draws on it as usual.
+    let mut sub = HolderClient::connect(&holder.socket).unwrap().subscribe(after.output_offset).unwrap();
+    client.write(b"drawn-by-the-new-one\n").unwrap();
+    collect_until(&mut sub, |seen| contains(seen, b"drawn-by-the-new-one\n"));
+    let drawn = client.screen().unwrap();
+    assert!(drawn.lines.iter().any(|l| l.contains("drawn-by-the-new-one")), "{:?}", drawn.lines);
+}
+
 #[test]
 fn exit_is_reported_then_kept_until_shutdown() {
     let holder = HolderGuard::start(&["sh", "-c", "printf bye; exit 7"]);

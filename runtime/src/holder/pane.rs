@@ -521,7 +521,13 @@ impl Pane {
             return Err(PaneError("holder is shutting down".into()));
         }
         self.terminate_child()?;
-        let next = self.lock().generation + 1;
+        let next = {
+            let mut state = self.lock();
+            // The screen is evidence about the process that drew it: the new incarnation
+            // starts on a blank one, never on its predecessor's idle composer.
+            state.screen = vt100::Parser::new(state.rows, state.cols, 0);
+            state.generation + 1
+        };
         self.spawn_child(next);
         Ok(next)
     }
