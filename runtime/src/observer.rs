@@ -116,6 +116,10 @@ pub struct CodexObserver {
     fold_from: Option<u64>,
     /// How far the last call got (MON-1's snapshot without another discovery).
     last_health: Health,
+    /// OBS-3: the session whose checkpoint the file failed to prove. A resume into it, in
+    /// whatever order it comes, is `SessionLost`: the records it would replay are another
+    /// file's.
+    disproved: Option<SessionId>,
 }
 
 impl CodexObserver {
@@ -143,6 +147,7 @@ impl CodexObserver {
             saved: None,
             fold_from: None,
             last_health: Health::Unavailable("not looked at yet".into()),
+            disproved: None,
         }
     }
 
@@ -208,6 +213,10 @@ impl CodexObserver {
     /// yields `SessionLost`; a transiently unreadable tree leaves the resume pending for the next
     /// poll or refresh.
     pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
+        if self.disproved.as_ref() == Some(&from.session) {
+            let reason = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
+            return vec![ObserverEvent::SessionLost { reason: reason.to_string() }];
+        }
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
         if let Some(current) = self.checkpoint() {
             self.saved = Some(current);
@@ -355,10 +364,11 @@ impl CodexObserver {
             Err(error) if error.is_terminal() => {
                 let reason = format!("the rollout changed while the daemon was down ({error}); records after the checkpoint at {} may be lost", saved.tail.offset);
                 tracing::warn!(path = %path.display(), %reason, "observer checkpoint no longer matches (OBS-3)");
-                if self.replay_floor.is_some() {
-                    return Err(Opening::Lost(reason));
-                }
-                return RolloutTail::open(path).map(|tail| (tail, TurnState::Unknown, None)).map_err(from_zero);
+                // Lost whoever opens first: the engine's startup resume and the monitor's first
+                // look race, and a silent read from 0 here would announce the replaced file as
+                // the session a suspended request waits for. The next look reads it from 0.
+                self.disproved = Some(session.clone());
+                return Err(Opening::Lost(reason));
             }
             Err(error) => {
                 self.saved = Some(saved); // transient: try the checkpoint again next time

@@ -151,9 +151,11 @@ fn obs_2_a_request_armed_before_the_checkpoint_replays_from_its_position() {
 }
 
 // OBS-3: a file replaced while the daemon was down fails a pending resume (never a final from
-// another file); without one, the file is read again from byte 0.
+// another file). Without one it is still `SessionLost` first (the monitor's first look may come
+// before the engine's resume, and a silent read from 0 would hand the resume a replaced file),
+// and only the next look reads the file again from byte 0.
 #[test]
-fn obs_3_a_replaced_rollout_fails_the_resume_and_is_otherwise_read_from_zero() {
+fn obs_3_a_replaced_rollout_is_a_lost_session_before_it_is_read_from_zero() {
     let (mut codex, saved) = codex_with_history(64 * 1024);
     let armed = saved.tail.offset;
     // Same name, same session id, other content: a rewrite while the daemon was down.
@@ -164,15 +166,23 @@ fn obs_3_a_replaced_rollout_fails_the_resume_and_is_otherwise_read_from_zero() {
     codex.file = std::fs::OpenOptions::new().append(true).open(&codex.path).unwrap();
     codex.write(&started("t2"));
     codex.write(&complete("t2", "not ours"));
+    let lost = |events: &[ObserverEvent]| matches!(events, [ObserverEvent::SessionLost { reason }] if reason.contains("changed while the daemon was down"));
 
     let mut resumed = codex.observer(Some(saved.clone()));
     let events = resumed.resume(&Cursor { session: session(), position: armed });
-    assert!(matches!(events.as_slice(), [ObserverEvent::SessionLost { reason }] if reason.contains("changed while the daemon was down")), "{events:?}");
+    assert!(lost(&events), "{events:?}");
 
-    let mut fresh = codex.observer(Some(saved));
-    let refresh = fresh.refresh(None);
-    assert!(matches!(&refresh.events[0], ObserverEvent::Attached { position: 0, .. }), "{:?}", refresh.events);
-    assert_eq!(refresh.snapshot.turn, idle_after("t2"));
+    // The monitor's first look comes before any resume: lost all the same.
+    let mut monitored = codex.observer(Some(saved));
+    let first = monitored.refresh(None);
+    assert!(lost(&first.events), "{:?}", first.events);
+    // A resume arriving after that loss never re-attaches the replaced file at the armed
+    // position as if it were the checkpointed one.
+    let late = monitored.resume(&Cursor { session: session(), position: armed });
+    assert!(matches!(late.as_slice(), [ObserverEvent::SessionLost { .. }]), "{late:?}");
+    let next = monitored.refresh(None);
+    assert!(matches!(next.events.first(), Some(ObserverEvent::Attached { position: 0, .. }) | None), "{:?}", next.events);
+    assert_eq!(next.snapshot.turn, idle_after("t2"));
 }
 
 // OBS-1: another incarnation (a reused pid has another start time) ignores the checkpoint.
