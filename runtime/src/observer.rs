@@ -120,6 +120,9 @@ pub struct CodexObserver {
     /// whatever order it comes, is `SessionLost`: the records it would replay are another
     /// file's.
     disproved: Option<SessionId>,
+    /// MON-2: the last discovery found exactly one rollout. Anything else (two open, none, a
+    /// probe that failed) is rediscovered on every refresh, whatever the sessions watch says.
+    discovery_clean: bool,
 }
 
 impl CodexObserver {
@@ -148,6 +151,7 @@ impl CodexObserver {
             fold_from: None,
             last_health: Health::Unavailable("not looked at yet".into()),
             disproved: None,
+            discovery_clean: false,
         }
     }
 
@@ -179,8 +183,16 @@ impl CodexObserver {
     /// Rediscovers the rollout (a process may switch sessions), reads everything new, and
     /// takes a snapshot combining it with the screen.
     pub fn refresh(&mut self, screen: Option<&str>) -> Refresh {
+        self.refresh_scoped(screen, true)
+    }
+
+    /// [`refresh`](Self::refresh), rediscovering only when `rediscover` says the agent's
+    /// sessions directory saw a rollout no agent tails since the last discovery (MON-2); else
+    /// the attached rollout is re-verified cheaply: the process's start time, then the tail's
+    /// own identity checks on reading.
+    pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
         let mut events = Vec::new();
-        let health = self.sync(&mut events, true);
+        let health = self.sync(&mut events, rediscover || !self.discovery_clean);
         let snapshot = self.snapshot(&health, screen);
         self.last_health = health;
         Refresh { events, snapshot }
@@ -196,9 +208,10 @@ impl CodexObserver {
 
     /// MON-1: the monitor's run: [`poll`](Self::poll) (discovery only while no rollout is
     /// attached); the snapshot is taken apart, only when the run changed something.
-    pub fn poll_health(&mut self) -> (Vec<ObserverEvent>, Health) {
+    /// `rediscover`: a rollout no agent tails changed since the last discovery (MON-2).
+    pub fn poll_health(&mut self, rediscover: bool) -> (Vec<ObserverEvent>, Health) {
         let mut events = Vec::new();
-        let health = self.sync(&mut events, false);
+        let health = self.sync(&mut events, rediscover);
         self.last_health = health.clone();
         (events, health)
     }
@@ -253,7 +266,9 @@ impl CodexObserver {
             return Health::Unavailable("the agent process exited".into());
         }
         let discovery = if full_discovery || self.attached.is_none() {
-            proc_probe::discover_rollout_exact(engine_to_probe(self.process), &self.codex_home, self.expected_cwd.as_deref())
+            let discovery = proc_probe::discover_rollout_exact(engine_to_probe(self.process), &self.codex_home, self.expected_cwd.as_deref());
+            self.discovery_clean = matches!(discovery, Discovery::Found { .. });
+            discovery
         } else if self.process_gone() {
             Discovery::ProcessGone
         } else {
@@ -757,6 +772,42 @@ mod tests {
         assert!(later.events.is_empty(), "{:?}", later.events);
         assert_eq!(later.snapshot.turn, TurnState::Unknown);
         assert!(matches!(later.snapshot.status, ObserverStatus::Unavailable { .. }));
+    }
+
+    /// MON-2: a refresh told nothing changed in the sessions directory skips rediscovery once
+    /// one rollout was found; a discovery that found anything else (here: two rollouts open) is
+    /// repeated on every refresh whatever the watch says, so ambiguity is never forgotten.
+    #[test]
+    fn mon_2_only_a_clean_discovery_is_trusted_without_rediscovery() {
+        use std::io::Write;
+        let home = tempfile::tempdir().expect("tempdir");
+        let day = home.path().join("sessions/2026/11/30");
+        std::fs::create_dir_all(&day).expect("sessions dir");
+        let open_rollout = |name: &str, id: &str| {
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(day.join(name)).expect("rollout");
+            let cwd = serde_json::to_string(&home.path().display().to_string()).unwrap();
+            file.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"{id}\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
+            for line in [event(r#""type":"task_started","turn_id":"t1""#), event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"ok""#)] {
+                file.write_all(line.as_bytes()).unwrap();
+            }
+            file
+        };
+        let _first = open_rollout("rollout-2026-11-30T10-00-00-s1.jsonl", "s1");
+        let me = probe_to_engine(proc_probe::identity(std::process::id()).expect("own identity"));
+        let mut observer = CodexObserver::new(home.path().into(), None, me, Incarnation("i".into()));
+        let attached = observer.refresh_scoped(None, false);
+        assert_eq!(attached.snapshot.status, ObserverStatus::Attached, "the first look always discovers");
+        let second = open_rollout("rollout-2026-11-30T10-00-01-s2.jsonl", "s2");
+        // Without word of a new rollout, the adopted one is re-verified, not rediscovered.
+        assert_eq!(observer.refresh_scoped(None, false).snapshot.status, ObserverStatus::Attached);
+        // Word of it: rediscovered, and two open rollouts are refused.
+        let ambiguous = observer.refresh_scoped(None, true);
+        assert!(matches!(&ambiguous.snapshot.status, ObserverStatus::Unavailable { reason } if reason.contains("2 Codex rollout files")), "{:?}", ambiguous.snapshot.status);
+        // The ambiguity is rediscovered on every refresh after, even one told nothing changed.
+        let again = observer.refresh_scoped(None, false);
+        assert!(matches!(again.snapshot.status, ObserverStatus::Unavailable { .. }), "{:?}", again.snapshot.status);
+        drop(second);
+        assert_eq!(observer.refresh_scoped(None, false).snapshot.status, ObserverStatus::Attached, "one rollout again");
     }
 
     #[test]

@@ -90,6 +90,15 @@ pub struct AgentRuntime {
     /// MON-1: what the monitor's last run saw: the rollout tailed (routes inotify events to
     /// this agent) and the observer's snapshot (the catalog's observer detail).
     view: Mutex<MonitorView>,
+    /// MON-2: the sessions directory's stamp (set by the monitor) and its value at this agent's
+    /// last rediscovery.
+    discovery: Mutex<DiscoveryStamp>,
+}
+
+#[derive(Default)]
+struct DiscoveryStamp {
+    sessions: Option<Arc<super::monitor::SessionsStamp>>,
+    last: Option<u64>,
 }
 
 #[derive(Default)]
@@ -118,7 +127,25 @@ impl AgentRuntime {
             info_client: Mutex::new(None),
             checkpoint: Mutex::new(CheckpointSlot::default()),
             view: Mutex::new(MonitorView::default()),
+            discovery: Mutex::new(DiscoveryStamp::default()),
         }
+    }
+
+    /// MON-2: the stamp of the sessions directory this agent's Codex writes under.
+    pub fn set_sessions_stamp(&self, stamp: Arc<super::monitor::SessionsStamp>) {
+        self.discovery.lock().expect("discovery lock").sessions = Some(stamp);
+    }
+
+    /// MON-2: whether a refresh must rediscover the rollout, and the stamp to note once it
+    /// did: yes without a watch, or when a rollout no agent tails changed since the last one.
+    pub fn rediscovery_due(&self) -> (bool, Option<u64>) {
+        let discovery = self.discovery.lock().expect("discovery lock");
+        let now = discovery.sessions.as_ref().and_then(|s| s.current());
+        (now.is_none() || now != discovery.last, now)
+    }
+
+    pub fn note_rediscovered(&self, stamp: Option<u64>) {
+        self.discovery.lock().expect("discovery lock").last = stamp;
     }
 
     /// MON-1: records what a monitor run (or a refresh) saw.
@@ -290,10 +317,20 @@ impl AgentRuntime {
         Some(inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(self.facts()))).is_ok())
     }
 
-    /// The current screen text, for composer evidence.
+    /// The current screen text, for composer evidence, over the kept connection (a new one
+    /// costs the holder a thread).
     pub fn screen_text(&self) -> Option<String> {
+        let mut kept = self.info_client.lock().expect("info client lock");
+        if let Some(client) = kept.as_mut() {
+            if let Ok(screen) = client.screen() {
+                return Some(screen.lines.join("\n"));
+            }
+        }
+        *kept = None;
         let mut client = self.holder().ok()?;
-        client.screen().ok().map(|screen| screen.lines.join("\n"))
+        let screen = client.screen().ok()?;
+        *kept = Some(client);
+        Some(screen.lines.join("\n"))
     }
 }
 

@@ -122,11 +122,16 @@ pub fn refresh_agent(
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
     let _ = agent.forward_liveness_change(inbox);
     let screen = agent.screen_text();
+    let (rediscover, stamp) = agent.rediscovery_due();
     let mut guard = agent.observer.lock().expect("observer lock");
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
-            let refresh = observer.refresh(screen.as_deref());
+            // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
+            let refresh = observer.refresh_scoped(screen.as_deref(), rediscover);
+            if rediscover {
+                agent.note_rediscovered(stamp);
+            }
             agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
             for event in refresh.events {
                 let _ = inbox.blocking_send(observed(agent_id, event));

@@ -19,7 +19,7 @@ use crate::holder::protocol::{InfoReply, Reply, Request};
 use crate::store::StoreWriter;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -42,6 +42,28 @@ pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(1);
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
 
+/// MON-2: what one sessions directory's watch saw of rollouts no agent tails (a new session,
+/// an old one resumed): counted, so an admission's refresh rediscovers its agent's rollout only
+/// when the count moved since the agent's last discovery. `None` while the directory is not
+/// watched (or events were lost): then every refresh rediscovers, as before the watch.
+#[derive(Default)]
+pub struct SessionsStamp {
+    watching: AtomicBool,
+    unclaimed: AtomicU64,
+}
+
+impl SessionsStamp {
+    pub fn current(&self) -> Option<u64> {
+        // The count is read first: a change counted after it makes the next refresh rediscover.
+        let count = self.unclaimed.load(Ordering::SeqCst);
+        self.watching.load(Ordering::SeqCst).then_some(count)
+    }
+
+    fn bump(&self) {
+        self.unclaimed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// Why the monitor should look at something.
 enum Wake {
     /// A new agent to monitor.
@@ -52,6 +74,8 @@ enum Wake {
     Screen(String),
     /// A file under a watched sessions directory changed.
     Path(PathBuf),
+    /// A sessions directory's watch lost events (queue overflow): what it missed is unknown.
+    Overflow(PathBuf),
     /// A run of the agent finished; `pending`: a newer checkpoint waits to be saved.
     Done { agent_id: String, pending: bool },
 }
@@ -66,7 +90,15 @@ impl Monitor {
     /// Starts the dispatcher on the current runtime.
     pub fn start(inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) -> Monitor {
         let (wake, wakes) = mpsc::unbounded_channel();
-        let dispatcher = Dispatcher { wake: wake.clone(), inbox, writer, agents: BTreeMap::new(), watches: BTreeMap::new() };
+        let dispatcher = Dispatcher {
+            wake: wake.clone(),
+            inbox,
+            writer,
+            agents: BTreeMap::new(),
+            watches: BTreeMap::new(),
+            stamps: BTreeMap::new(),
+            tailed: BTreeMap::new(),
+        };
         tokio::spawn(dispatcher.run(wakes));
         Monitor { wake }
     }
@@ -97,6 +129,11 @@ struct Dispatcher {
     agents: BTreeMap<String, Watched>,
     /// One recursive watch per sessions directory (None: it could not be set yet).
     watches: BTreeMap<PathBuf, Option<notify::RecommendedWatcher>>,
+    /// MON-2: per sessions directory, the count its agents' refreshes compare.
+    stamps: BTreeMap<PathBuf, Arc<SessionsStamp>>,
+    /// Rollout path -> the agent tailing it, as of that agent's last run (inotify events are
+    /// routed through it without locking every agent's view).
+    tailed: BTreeMap<PathBuf, String>,
 }
 
 impl Dispatcher {
@@ -122,7 +159,10 @@ impl Dispatcher {
         match wake {
             Wake::Add(agent) => {
                 let agent_id = agent.record.agent_id.clone();
-                self.watch_sessions(&agent.record.codex_home().join("sessions"));
+                let sessions = agent.record.codex_home().join("sessions");
+                let stamp = self.stamps.entry(sessions.clone()).or_default().clone();
+                agent.set_sessions_stamp(stamp);
+                self.watch_sessions(&sessions);
                 tokio::spawn(watch_holder(agent.clone(), self.wake.clone()));
                 let watched = Watched { agent, running: false, again: false, liveness_due: true, screen_due: true, checkpoint_pending: false, last_run: Instant::now() };
                 self.agents.insert(agent_id.clone(), watched);
@@ -141,9 +181,18 @@ impl Dispatcher {
                 self.schedule(&agent_id);
             }
             Wake::Path(path) => self.on_path(&path),
+            Wake::Overflow(dir) => {
+                if let Some(stamp) = self.stamps.get(&dir) {
+                    stamp.bump();
+                }
+            }
             Wake::Done { agent_id, pending } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
                 watched.running = false;
+                self.tailed.retain(|_, tailer| *tailer != agent_id);
+                if let Some(rollout) = watched.agent.rollout_path() {
+                    self.tailed.insert(rollout, agent_id.clone());
+                }
                 watched.checkpoint_pending = pending;
                 if std::mem::take(&mut watched.again) {
                     self.schedule(&agent_id);
@@ -153,19 +202,36 @@ impl Dispatcher {
     }
 
     /// A change under a sessions directory: the agent tailing that file reads it; a file no
-    /// agent tails may be a new rollout, so agents still without one look for theirs.
+    /// agent tails may be a new (or resumed) rollout, so agents still without one look for
+    /// theirs, and the directory's stamp moves (MON-2: the next admission of each of its agents
+    /// rediscovers).
     fn on_path(&mut self, path: &Path) {
+        if let Some(agent_id) = self.tailed.get(path).cloned() {
+            // The map is as of the tailer's last run: confirm (one agent's view, not all).
+            if self.agents.get(&agent_id).is_some_and(|w| w.agent.rollout_path().as_deref() == Some(path)) {
+                return self.schedule(&agent_id);
+            }
+        }
+        // Not in the map: a new file, or an agent attached by a refresh since its last run.
         let mut tailing = Vec::new();
-        let mut seeking = Vec::new();
+        let mut same_home = Vec::new();
         for (agent_id, watched) in &self.agents {
             match watched.agent.rollout_path() {
                 Some(rollout) if rollout == path => tailing.push(agent_id.clone()),
-                Some(_) => {}
-                None if path.starts_with(watched.agent.record.codex_home()) => seeking.push(agent_id.clone()),
-                None => {}
+                _ if path.starts_with(watched.agent.record.codex_home()) => same_home.push(agent_id.clone()),
+                _ => {}
             }
         }
-        let targets = if tailing.is_empty() { seeking } else { tailing };
+        if tailing.is_empty() {
+            for (dir, stamp) in &self.stamps {
+                if path.starts_with(dir) {
+                    stamp.bump();
+                }
+            }
+        }
+        // Nobody tails it: every agent of that CODEX_HOME looks again (rediscovering, MON-2),
+        // the ones without a rollout for theirs, the others for a session they switched to.
+        let targets = if tailing.is_empty() { same_home } else { tailing };
         for agent_id in targets {
             self.schedule(&agent_id);
         }
@@ -225,14 +291,19 @@ impl Dispatcher {
             return;
         }
         let wake = self.wake.clone();
+        let watched_dir = dir.to_path_buf();
         let handler = move |event: notify::Result<notify::Event>| match event {
             Ok(event) => {
                 for path in event.paths {
                     let _ = wake.send(Wake::Path(path));
                 }
             }
-            // An overflowed queue loses events: the tick's recheck covers them.
-            Err(error) => tracing::debug!(%error, "sessions watch error; the periodic recheck covers it"),
+            // An overflowed queue loses events: the tick's recheck covers the tailed files, and
+            // the stamp makes every refresh of this directory's agents rediscover once.
+            Err(error) => {
+                tracing::debug!(%error, "sessions watch error; the periodic recheck covers it");
+                let _ = wake.send(Wake::Overflow(watched_dir.clone()));
+            }
         };
         use notify::Watcher;
         let watcher = notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
@@ -242,6 +313,12 @@ impl Dispatcher {
             // Watching the parent only waits for the directory to appear: retried on the tick.
             dir.is_dir().then_some(watcher)
         });
+        let stamp = self.stamps.entry(dir.to_path_buf()).or_default();
+        if watcher.is_some() {
+            // Whatever happened before the watch was set is unknown: rediscover once.
+            stamp.bump();
+        }
+        stamp.watching.store(watcher.is_some(), Ordering::SeqCst);
         self.watches.insert(dir.to_path_buf(), watcher);
     }
 }
@@ -263,7 +340,12 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
         agent.note_view(None, Err("no process runs behind the agent".to_string()));
         return false;
     };
-    let (events, health) = observer.poll_health();
+    // MON-2: a rollout no agent tails changed since this agent's last discovery: rediscover.
+    let (rediscover, stamp) = agent.rediscovery_due();
+    let (events, health) = observer.poll_health(rediscover);
+    if rediscover {
+        agent.note_rediscovered(stamp);
+    }
     let pending = agent.save_checkpoint_if_due(observer, writer);
     let forced = process_changed || !events.is_empty();
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
