@@ -286,7 +286,19 @@ fn a_daemon_whose_binary_was_deleted_still_starts_agents() {
     let copy = w0.root.join("wakterm-copy");
     std::fs::copy(EXE, &copy).unwrap();
     let mut w = World::new(copy.to_str().unwrap());
-    w.mux_start();
+    // A binary just written may still be open for writing in a child another test thread
+    // forked meanwhile (ETXTBSY until that child execs): retry the start, bounded.
+    let mut attempts = 0;
+    let started = loop {
+        match w.cmd(&["mux", "start"]).stdin(Stdio::null()).output() {
+            Err(error) if error.raw_os_error() == Some(libc::ETXTBSY) && attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => break other.expect("run the copied wakterm"),
+        }
+    };
+    assert!(started.status.success(), "mux start: {}", String::from_utf8_lossy(&started.stdout));
     std::fs::remove_file(&copy).unwrap();
     w.exe = std::path::PathBuf::from(EXE); // the CLI from here on is the installed one
     w.start_agent("zola", REPLY, &[]);

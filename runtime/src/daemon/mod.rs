@@ -58,6 +58,9 @@ pub struct Context {
 
 pub type TerminalEventAlias = wakterm_engine::TerminalEvent;
 
+/// How long a starting daemon waits for the data directory's lock.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Holds the data directory's exclusive lock for the daemon's lifetime.
 pub struct DaemonLock {
     _file: File,
@@ -69,13 +72,21 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     let path = paths.lock_file();
     let mut file = crate::paths::open_private_file(&path, std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        let holder = std::fs::read_to_string(&path).unwrap_or_default();
-        return Err(format!(
-            "a wakterm daemon already runs for {} (pid {})",
-            paths.root.display(),
-            holder.trim()
-        ));
+    // A daemon that was just SIGKILLed may still hold the lock for a moment after its socket
+    // stopped answering (seen in CI: `mux start` right after a crash lost this race): wait a
+    // bounded while before calling it running.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    while rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        if std::time::Instant::now() >= deadline {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(format!(
+                "a wakterm daemon already runs for {} (pid {}, still holding {} after {LOCK_WAIT:?})",
+                paths.root.display(),
+                holder.trim(),
+                path.display()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     file.set_len(0).map_err(|e| e.to_string())?;
     writeln!(file, "{}", std::process::id()).map_err(|e| e.to_string())?;
