@@ -290,17 +290,25 @@ impl AgentRuntime {
 
     /// `info` over the kept connection; one reconnect when it broke (holder restarted).
     fn holder_info(&self) -> Result<InfoReply, HolderError> {
+        self.with_holder(|_, info| info)
+    }
+
+    /// `info` over the kept connection (one reconnect when it broke: `info` changes nothing,
+    /// so asking again is safe), then `then` on the same connection while it is held: the
+    /// connection was just proven alive, and no other call of this agent's can come between.
+    /// A new connection per call costs the holder a thread each time.
+    pub fn with_holder<T>(&self, then: impl FnOnce(&mut HolderClient, InfoReply) -> T) -> Result<T, HolderError> {
         let mut kept = self.info_client.lock().expect("info client lock");
         if let Some(client) = kept.as_mut() {
             if let Ok(info) = client.info() {
-                return Ok(info);
+                return Ok(then(client, info));
             }
         }
         *kept = None;
         let mut client = HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)?;
         let info = client.info()?;
-        *kept = Some(client);
-        Ok(info)
+        let client = kept.insert(client);
+        Ok(then(client, info))
     }
 
     /// [`refresh_liveness`](Self::refresh_liveness), and on a change tells the engine: the old

@@ -149,31 +149,27 @@ pub fn refresh_agent(
 /// ADM-8 / ADM-10: one write through the holder. Refused only when provably nothing was
 /// written (no connection, or the pane runs another process than the one admitted).
 fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> DeliveryOutcome {
-    let mut client = match agent.holder() {
-        Ok(client) => client,
-        Err(error) => return DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") },
-    };
-    let info = match client.info() {
-        Ok(info) => info,
-        Err(error) => return DeliveryOutcome::Refused { reason: format!("the pane did not answer: {error}") },
-    };
-    let liveness = super::agents::Liveness::from_info(&info);
-    let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
-        return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
-    };
-    // The holder re-checks the process atomically with the write, so a concurrent
-    // `agent restart` can never receive a prompt admitted for the process it replaced.
-    let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
-    match client.write_expecting(bytes, Some(expect)) {
-        Ok(outcome) if outcome.refused.is_some() => {
-            assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
-            DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+    let written = agent.with_holder(|client, info| {
+        let liveness = super::agents::Liveness::from_info(&info);
+        let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
+            return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
+        };
+        // The holder re-checks the process atomically with the write, so a concurrent
+        // `agent restart` can never receive a prompt admitted for the process it replaced.
+        let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
+        match client.write_expecting(bytes, Some(expect)) {
+            Ok(outcome) if outcome.refused.is_some() => {
+                assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
+                DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+            }
+            Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == bytes.len() as u64 => DeliveryOutcome::Complete,
+            Ok(outcome) => DeliveryOutcome::Failed {
+                bytes_written: outcome.bytes_written,
+                error: outcome.error.unwrap_or_else(|| "short write".to_string()),
+            },
+            Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
         }
-        Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == bytes.len() as u64 => DeliveryOutcome::Complete,
-        Ok(outcome) => DeliveryOutcome::Failed {
-            bytes_written: outcome.bytes_written,
-            error: outcome.error.unwrap_or_else(|| "short write".to_string()),
-        },
-        Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
-    }
+    });
+    // No connection, or `info` failed on a fresh one: the write was never sent.
+    written.unwrap_or_else(|error| DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") })
 }

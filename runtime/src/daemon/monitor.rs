@@ -36,7 +36,9 @@ pub const LEGACY_HOLDER_POLL: Duration = Duration::from_secs(1);
 pub const SCREEN_DEBOUNCE: Duration = Duration::from_millis(250);
 /// The safety-net tick.
 pub const TICK: Duration = Duration::from_secs(1);
-pub const ATTACHED_RECHECK: Duration = Duration::from_secs(5);
+/// Only a safety net: an overflowed inotify queue is reported and wakes every agent of that
+/// directory at once (`Wake::Overflow`), so attached agents need no frequent recheck.
+pub const ATTACHED_RECHECK: Duration = Duration::from_secs(30);
 pub const UNATTACHED_RECHECK: Duration = Duration::from_secs(5);
 pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(1);
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
@@ -184,6 +186,13 @@ impl Dispatcher {
             Wake::Overflow(dir) => {
                 if let Some(stamp) = self.stamps.get(&dir) {
                     stamp.bump();
+                }
+                // What the lost events said is unknown: every agent of that directory looks.
+                let home = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+                let affected: Vec<String> =
+                    self.agents.iter().filter(|(_, w)| w.agent.record.codex_home() == home).map(|(id, _)| id.clone()).collect();
+                for agent_id in affected {
+                    self.schedule(&agent_id);
                 }
             }
             Wake::Done { agent_id, pending } => {
