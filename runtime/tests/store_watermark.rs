@@ -109,3 +109,41 @@ fn sec_1_store_refuses_a_symlinked_database() {
     assert!(StoreWriter::spawn(&db).is_err());
     assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
 }
+
+/// STORE-1: the watermark is recorded on its own thread (its fsync no longer holds up the next
+/// group), newest count first: after many concurrent groups it never leads the database (the
+/// store opens) and, once the writer is shut down, it has caught up (a copy one commit older
+/// is refused).
+#[test]
+fn store_1_the_watermark_thread_never_leads_and_catches_up_at_shutdown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("wakterm.db");
+    let writer = std::sync::Arc::new(StoreWriter::spawn(&db).unwrap());
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let writer = writer.clone();
+            scope.spawn(move || (0..50).for_each(|i| put(&writer, t * 1000 + i)));
+        }
+    });
+    let main_only = tmp.path().join("older");
+    std::fs::create_dir(&main_only).unwrap();
+    put(&writer, 9_999);
+    // An older state: everything but the last commit (copied while its WAL is live).
+    for file in files(&db).iter().filter(|f| f.exists()) {
+        std::fs::copy(file, main_only.join(file.file_name().unwrap())).unwrap();
+    }
+    put(&writer, 10_000);
+    std::sync::Arc::into_inner(writer).expect("the only handle").shutdown().unwrap();
+    let store = Store::open(&db).expect("the watermark never leads the database");
+    assert_eq!(store.load_requests().unwrap().len(), 202);
+    drop(store);
+    for file in files(&db) {
+        let _ = std::fs::remove_file(&file);
+        let saved = main_only.join(file.file_name().unwrap());
+        if saved.exists() {
+            std::fs::copy(saved, &file).unwrap();
+        }
+    }
+    let message = refused(&db);
+    assert!(message.contains("commits"), "{message}");
+}

@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 
 use rusqlite::Connection;
@@ -186,6 +186,7 @@ impl Drop for StoreWriter {
 }
 
 fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, watermark: Watermark) {
+    let recorder = WatermarkRecorder::start(watermark);
     let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
     let mut transaction_id = 0u64;
     // `recv` returns queued batches before reporting that every sender is gone: shutdown drains.
@@ -210,9 +211,74 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         }
         // STORE-1: after the callers, off their path; it may lag the database, never lead it.
         if let Some(commits) = commits {
-            if let Err(error) = watermark.record(commits) {
-                tracing::error!(%error, "cannot update the store watermark (STORE-1)");
-            }
+            recorder.record(commits);
+        }
+    }
+    // Dropping the recorder records the last count and joins its thread.
+}
+
+/// STORE-1's watermark on a thread of its own: its `fdatasync` kept the writer from starting
+/// the next group for up to a millisecond (an admission's second commit waited for the first
+/// one's watermark). The writer hands over the newest commit count; the thread records the
+/// newest it has, so it may skip counts and lag, but it never records a count before its
+/// commit.
+struct WatermarkRecorder {
+    slot: Arc<(Mutex<WatermarkSlot>, Condvar)>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct WatermarkSlot {
+    newest: Option<u64>,
+    closing: bool,
+}
+
+impl WatermarkRecorder {
+    fn start(watermark: Watermark) -> WatermarkRecorder {
+        let slot: Arc<(Mutex<WatermarkSlot>, Condvar)> = Arc::default();
+        let shared = Arc::clone(&slot);
+        let thread = thread::Builder::new()
+            .name("wakterm-store-watermark".into())
+            .spawn(move || loop {
+                let (lock, changed) = &*shared;
+                let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
+                while state.newest.is_none() && !state.closing {
+                    state = changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+                let (next, closing) = (state.newest.take(), state.closing);
+                drop(state);
+                if let Some(commits) = next {
+                    if let Err(error) = watermark.record(commits) {
+                        tracing::error!(%error, "cannot update the store watermark (STORE-1)");
+                    }
+                }
+                if closing && next.is_none() {
+                    return;
+                }
+            })
+            .ok();
+        if thread.is_none() {
+            tracing::error!("cannot start the store watermark thread; the watermark is not updated (STORE-1)");
+        }
+        WatermarkRecorder { slot, thread }
+    }
+
+    fn record(&self, commits: u64) {
+        let (lock, changed) = &*self.slot;
+        let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(state.newest.is_none_or(|older| older < commits), "commit counts only grow");
+        state.newest = Some(commits);
+        changed.notify_one();
+    }
+}
+
+impl Drop for WatermarkRecorder {
+    fn drop(&mut self) {
+        let (lock, changed) = &*self.slot;
+        lock.lock().unwrap_or_else(|p| p.into_inner()).closing = true;
+        changed.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
