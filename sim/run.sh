@@ -5,7 +5,7 @@
 #   sim/run.sh --mutant NAME --seeds N  run with a planted bug; exits non-zero when it is caught
 #   sim/run.sh --list-mutants
 #   sim/run.sh --check-determinism K  each of seeds 1..K twice (trace hashes) and under madsim's check
-# The last line is the summary: seeds=N requests=R faults=F misclassified=0 duplicate_writes=0 wrong_finals=0 unfinished=0 evidence=0
+# The last line is the summary: seeds=N requests=R faults=F misclassified=0 duplicate_writes=0 wrong_finals=0 unfinished=0 evidence=0 stalled=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=target/sim

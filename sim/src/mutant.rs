@@ -52,6 +52,11 @@ pub enum Mutant {
     /// Observer port (OBS-2): a request armed before the checkpoint is resumed from the
     /// checkpoint (announced at its armed position), so the records between are never replayed.
     CheckpointSkipsArmedReplay,
+    /// Observer port (ADM-17, MON-1): the monitor sends its snapshot of the view before the
+    /// events it read to get there, so the engine sees those events as stale: a written
+    /// prompt's turn start no longer ends the wait for it (ADM-5) and the agent stays
+    /// `busy`/`awaiting_turn_start` until the grace runs out.
+    SnapshotBeforeEvents,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -69,6 +74,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),
     (Mutant::CheckpointSkipsArmedReplay, "checkpoint_skips_armed_replay", "observer port resumes a request armed before the checkpoint from the checkpoint"),
+    (Mutant::SnapshotBeforeEvents, "snapshot_before_events", "observer port sends its snapshot before the events it read"),
 ];
 
 impl Mutant {

@@ -3,7 +3,13 @@
 //! at every receipt, write and publication, and at the end of the quiet phase (liveness).
 
 use std::collections::{BTreeMap, BTreeSet};
-use wakterm_engine::{prompt::prompt_hash, Classification, ProcessIdentity, Receipt, TerminalEvent, TerminalState};
+use wakterm_engine::{prompt::prompt_hash, Classification, ProcessIdentity, Receipt, SessionId, TerminalEvent, TerminalState, TurnId};
+
+/// ADM-5 liveness: how long before a call the observer must have delivered a turn start for
+/// the call's `awaiting_turn_start` refusal to be a stall. The driver's inbox is FIFO, so an
+/// event sent before the call is applied before it; the margin only keeps the rule obviously
+/// clear of any race.
+pub const STALL_MARGIN_MS: u64 = 1_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -19,6 +25,10 @@ pub enum Kind {
     /// checkpoint saved for another process (OBS-1), or a resume did not replay every record
     /// after its armed cursor (REC-2, OBS-2).
     Evidence,
+    /// Liveness (ADM-5, ADM-17): an admission was refused `busy`/`awaiting_turn_start` although
+    /// the observer had delivered a turn start after the agent's last write well before the
+    /// call: the engine kept waiting for a turn it had been told of.
+    Stalled,
 }
 
 #[derive(Clone, Debug)]
@@ -88,6 +98,16 @@ pub struct Oracle {
     /// that a later daemon resumed from a checkpoint saved on the replacement file (which then
     /// proves fine). What they end with may come from the replacement file.
     pub obs3_unprotected: BTreeSet<String>,
+    /// ADM-5 liveness: per agent, where its last write that passed the pane's incarnation check
+    /// went (session, and the record's end then: any turn start after it is newer), and the
+    /// first turn start after it the current daemon's observer delivered to the engine (when,
+    /// where, which turn).
+    pub last_write: BTreeMap<usize, (SessionId, u64)>,
+    pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
+    /// Calls still waiting for their receipt, per request id: call number -> start time. A
+    /// joined caller gets the receipt of the admission an earlier call of the id started, so
+    /// that receipt may have been decided as early as the earliest of them.
+    pub open_calls: BTreeMap<String, BTreeMap<u64, u64>>,
 }
 
 impl Oracle {
@@ -128,7 +148,50 @@ impl Oracle {
         self.claimed_unwritten.remove(request_id);
         self.calls_started += 1;
         self.latest_call.insert(request_id.to_string(), self.calls_started);
+        let at = wakterm_runtime::driver::now_ms();
+        self.open_calls.entry(request_id.to_string()).or_default().insert(self.calls_started, at);
         self.calls_started
+    }
+
+    /// A daemon starts: its engine has seen no turn yet, and the calls the dead one held will
+    /// never be answered (their callers call again).
+    pub fn on_daemon_start(&mut self) {
+        self.turn_after_write.clear();
+        self.open_calls.clear();
+    }
+
+    /// A write to agent `a`'s pane passed the incarnation check (whatever reached the pane):
+    /// the engine will wait for a turn to start after it (ADM-5).
+    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64) {
+        self.last_write.insert(agent, (session, end));
+        self.turn_after_write.remove(&agent);
+    }
+
+    /// The observer port sent the engine a turn start of agent `a`.
+    pub fn on_turn_delivered(&mut self, agent: usize, session: &SessionId, position: u64, turn: &TurnId) {
+        let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        if after_write && !self.turn_after_write.contains_key(&agent) {
+            let at = wakterm_runtime::driver::now_ms();
+            self.turn_after_write.insert(agent, (at, position, turn.clone()));
+        }
+    }
+
+    /// ADM-5, ADM-17: a wait for the written prompt's turn that the engine had been told was
+    /// over before the call reached it (`since`, the earliest start among the id's open calls).
+    fn check_not_stalled(&mut self, call: &CallInput, since: u64) {
+        let Some((at, position, turn)) = self.turn_after_write.get(&call.agent).cloned() else { return };
+        if at + STALL_MARGIN_MS <= since {
+            let (session, end) = self.last_write.get(&call.agent).cloned().expect("a turn after a write");
+            let m = format!(
+                "{}: busy/awaiting_turn_start for a{}, but turn {} (session {} at {position}, after the last write at {end}) was delivered to the engine {} ms before the call",
+                call.request_id,
+                call.agent,
+                turn.0,
+                session.0,
+                since - at
+            );
+            self.fail(Kind::Stalled, m);
+        }
     }
 
     /// IDEM-7: no receipt says `prompt_written: false` or `retry_safe: true` for an id whose
@@ -160,6 +223,14 @@ impl Oracle {
         let class = receipt.classification;
         self.last_receipt.insert(id.clone(), class);
         self.check_unwritten_claim(id, receipt, call_number);
+        let open = self.open_calls.entry(id.clone()).or_default();
+        let since = open.values().min().copied();
+        open.remove(&call_number);
+        if class == Classification::Busy && receipt.reason.as_deref() == Some("awaiting_turn_start") {
+            if let Some(since) = since {
+                self.check_not_stalled(call, since);
+            }
+        }
         if class.is_definitive_rejection() {
             if writes.len() != writes_before || receipt.prompt_written {
                 let reason = receipt.reason.clone().unwrap_or_default();

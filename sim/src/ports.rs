@@ -1,8 +1,10 @@
 //! The simulated ports behind the production driver's `Effects` trait, and the daemon's life:
 //! start (recover from the durable store model, re-register agents, `StartupComplete`), the
-//! store writer, the observer tail and liveness monitor (which saves each rollout agent's
-//! observer checkpoint through the same writer, OBS-1), and the crash (kill the node: every
-//! task of the daemon, queued commits included, is gone; panes, Codex and committed data stay).
+//! store writer, the observer tail and liveness monitor (woken by rollout appends and pane
+//! output as well as by its tick, MON-1; it sends each agent's events, then its snapshot,
+//! ADM-17; and saves each rollout agent's observer checkpoint through the same writer, OBS-1),
+//! and the crash (kill the node: every task of the daemon, queued commits included, is gone;
+//! panes, Codex and committed data stay).
 
 use crate::mutant::Mutant;
 use crate::world::{Shared, World};
@@ -67,16 +69,18 @@ impl Effects for SimEffects {
             let mut events = Vec::new();
             let facts = w.liveness(a, &mut events);
             for event in events.drain(..) {
-                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+                observe(&mut w, &inbox, a, event);
             }
             if let Some(facts) = facts {
                 send(&inbox, Input::AgentUpserted(facts));
             }
             w.sync_observer(a, &mut events);
             for event in events {
-                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+                observe(&mut w, &inbox, a, event);
             }
             let snapshot = w.snapshot(a);
+            // The view the monitor compares its next snapshot with (`note_view`).
+            w.agents[a].observer.last_snapshot = snapshot.clone().ok();
             w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
             send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
         });
@@ -85,24 +89,35 @@ impl Effects for SimEffects {
     fn resume(&mut self, agent_id: AgentId, from: Cursor) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
-        // At once, as the runtime's `spawn_blocking` does. The engine asks for it when the agent
-        // is registered at start, and this model's first tail poll comes 50-400 ms later, so
-        // the resume is the first attach. The runtime does not promise that order (its
-        // monitor's first run, scheduled when the agent is added, races it); a tail poll first
-        // would read a replaced rollout from the start and its `Attached` would un-suspend the
-        // request (OBS-3 then protects nothing): a delay here, or a poll at start, shows it.
+        // The runtime runs it at once on a blocking thread, but does not promise it is the
+        // first look at the agent: the monitor's first run, scheduled when the agent is added,
+        // races it. So it is sometimes late (`observer.poll_before_resume`, counted in
+        // `World::resume` when a tail poll or a refresh did look first): that first look then
+        // meets a replaced rollout's checkpoint and answers `SessionLost`, and the resume into
+        // the disproved session is `SessionLost` too (OBS-3, `World::attach` and
+        // `World::resume`), so no request armed in the replaced file is read from it.
         madsim::task::spawn(async move {
+            let late = {
+                let w = world.lock().unwrap();
+                w.fault_roll(w.plan.resume_late)
+            };
+            if late {
+                madsim::time::sleep(ms(50, 1_500)).await;
+            }
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
             match agent_index(&w, &agent_id) {
                 Some(a) => {
                     w.resume(a, &from, &mut events);
-                    w.log(format!("a{a} resume at {}:{} -> {} events", from.session.0, from.position, events.len()));
+                    w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
+                    for event in events {
+                        observe(&mut w, &inbox, a, event);
+                    }
                 }
-                None => events.push(ObserverEvent::SessionLost { reason: "the agent is not known".to_string() }),
-            }
-            for event in events {
-                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+                None => {
+                    let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string() };
+                    send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+                }
             }
         });
     }
@@ -206,6 +221,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         w.counters.fault("provider.bracketed_paste");
     }
     w.agents[a].last_typed = Some(text.clone());
+    let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
+    w.oracle.on_pane_write(a, session, position);
     match &request {
         Some(rid) => {
             let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total };
@@ -215,6 +232,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     }
     w.log(format!("a{a} write {:?} {reached}/{total} bytes -> {outcome:?}", request));
     w.feed(a, &bytes[..reached], request.as_deref());
+    // The pane echoes what was written: the holder's `info_changed` wakes the monitor.
+    w.wake_observer(wakterm_runtime::driver::now_ms());
     // Mutants of the pane port: they misreport what the holder said.
     match (&outcome, w.mutant) {
         (DeliveryOutcome::Failed { bytes_written, .. }, Mutant::PartialWriteAccepted) if *bytes_written > 0 => DeliveryOutcome::Complete,
@@ -324,19 +343,34 @@ fn describe_ops(ops: &[PersistOp]) -> String {
         .join(", ")
 }
 
-/// The daemon's observer tail and liveness monitor for every agent; after each read it saves
-/// the observer's checkpoint when due (before the events reach the engine, as the monitor does).
-async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mpsc::UnboundedSender<Batch>) {
+/// Sends one observer event about agent `a` to the engine, and tells the oracle of a turn start
+/// it delivers (ADM-5's wait must end with it, `Oracle::on_turn_delivered`).
+fn observe(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, event: ObserverEvent) {
+    if let ObserverEvent::TurnStarted { session, position, turn } = &event {
+        w.oracle.on_turn_delivered(a, session, *position, turn);
+    }
+    let agent_id = w.agents[a].agent_id.clone();
+    send(inbox, Input::Observed { agent_id, event });
+}
+
+/// The daemon's observer tail and liveness monitor for every agent (the runtime's monitor,
+/// `run_once`): liveness first, then the new records; after each read it saves the observer's
+/// checkpoint when due (before the events reach the engine, as the monitor does), sends the
+/// events, then the snapshot of the view they lead to (MON-1: when it differs from the last
+/// one sent, or the run read something), in that order: the snapshot's position lies past
+/// the events (ADM-17).
+async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mpsc::UnboundedSender<Batch>, mut wake: mpsc::UnboundedReceiver<u64>) {
+    let mut pending = std::collections::BTreeSet::new();
     loop {
-        madsim::time::sleep(ms(50, 400)).await;
+        next_run(&mut wake, &mut pending).await;
         let mut w = world.lock().unwrap();
         for a in 0..w.agents.len() {
-            let agent_id = w.agents[a].agent_id.clone();
             let mut events = Vec::new();
             let facts = w.liveness(a, &mut events);
+            let mut forced = facts.is_some() || !events.is_empty();
             for event in events.drain(..) {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
-                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+                observe(&mut w, &inbox, a, event);
             }
             if let Some(facts) = facts {
                 w.log(format!("a{a} upsert {:?}", facts.incarnation));
@@ -346,12 +380,55 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mps
             if let Some((op, covers)) = w.checkpoint_due(a) {
                 let _ = store.send(Batch::Checkpoint(op, covers));
             }
+            forced |= !events.is_empty();
+            let snapshot = w.snapshot(a).ok();
+            let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
+            w.agents[a].observer.last_snapshot = snapshot.clone();
+            let mut snapshot = snapshot.filter(|_| news);
+            let early = w.mutant == Mutant::SnapshotBeforeEvents && !events.is_empty(); // the bug
+            if early {
+                send_snapshot(&mut w, &inbox, a, snapshot.take());
+            }
             for event in events {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
-                send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
+                observe(&mut w, &inbox, a, event);
             }
+            send_snapshot(&mut w, &inbox, a, snapshot);
         }
     }
+}
+
+/// MON-1: waits for the loop's next run: a tick 50-400 ms away, or earlier when something it
+/// was woken for (`World::wake_observer`: a record readable, the pane printed) is due.
+async fn next_run(wake: &mut mpsc::UnboundedReceiver<u64>, pending: &mut std::collections::BTreeSet<u64>) {
+    let tick = wakterm_runtime::driver::now_ms() + thread_rng().gen_range(50..400);
+    loop {
+        while let Ok(at) = wake.try_recv() {
+            pending.insert(at);
+        }
+        let now = wakterm_runtime::driver::now_ms();
+        let next = pending.first().map_or(tick, |at| tick.min(*at));
+        if next <= now {
+            break;
+        }
+        match madsim::time::timeout(Duration::from_millis(next - now), wake.recv()).await {
+            Ok(Some(at)) => {
+                pending.insert(at);
+            }
+            Ok(None) => madsim::time::sleep(Duration::from_millis(next - now)).await,
+            Err(_) => break,
+        }
+    }
+    let now = wakterm_runtime::driver::now_ms();
+    pending.retain(|at| *at > now);
+}
+
+/// The monitor's `Input::ObserverSnapshot`, when it has one to send.
+fn send_snapshot(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, snapshot: Option<wakterm_engine::ObserverSnapshot>) {
+    let Some(snapshot) = snapshot else { return };
+    w.log(format!("a{a} snapshot {}", describe_snapshot(&Ok(snapshot.clone()))));
+    let agent_id = w.agents[a].agent_id.clone();
+    send(inbox, Input::ObserverSnapshot { agent_id, snapshot });
 }
 
 pub fn describe_event(event: &ObserverEvent) -> String {
@@ -389,6 +466,7 @@ impl Clock for SimClock {
 pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (store_tx, store_rx) = mpsc::unbounded_channel();
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel();
     let (engine, clock) = {
         let mut w = world.lock().unwrap();
         let mut requests = Vec::new();
@@ -402,6 +480,8 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let last_terminal_sequence = w.store.last_terminal_sequence();
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
+        // ADM-5: the new engine has seen no turn and answers no call of the dead one.
+        w.oracle.on_daemon_start();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
             _ => SimClock::Engine(EngineClock::start(w.wall_ms())),
@@ -427,6 +507,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         send(&inbox, Input::StartupComplete);
         w.inbox = Some(inbox.clone());
+        w.wake = Some(wake_tx);
         w.log(format!("daemon start, last sequence {last_terminal_sequence}"));
         (engine, clock)
     };
@@ -434,7 +515,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     let world = world.clone();
     node.spawn(async move {
         madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
-        madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), store_tx.clone()));
+        madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), store_tx.clone(), wake_rx));
         let effects = SimEffects { world, inbox, store: store_tx };
         run_driver(engine, inbox_rx, effects, clock).await;
     });

@@ -140,8 +140,8 @@ pub fn main() {
         println!("mutant {} {}", args.mutant.name(), if caught { "CAUGHT" } else { "NOT CAUGHT" });
     }
     println!(
-        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={}",
-        totals.seeds, totals.requests, totals.faults, totals.misclassified, totals.duplicate_writes, totals.wrong_finals, totals.unfinished, totals.evidence
+        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={}",
+        totals.seeds, totals.requests, totals.faults, totals.misclassified, totals.duplicate_writes, totals.wrong_finals, totals.unfinished, totals.evidence, totals.stalled
     );
     let ok = failed_seeds.is_empty() && coverage_ok;
     std::process::exit(if ok { 0 } else { 1 });
@@ -233,6 +233,7 @@ struct Totals {
     wrong_finals: u64,
     unfinished: u64,
     evidence: u64,
+    stalled: u64,
     max_settle_ms: u64,
     combined_hash: u64,
     fault_counts: BTreeMap<&'static str, u64>,
@@ -261,6 +262,7 @@ impl Totals {
                 Kind::WrongFinal => self.wrong_finals += 1,
                 Kind::Unfinished => self.unfinished += 1,
                 Kind::Evidence => self.evidence += 1,
+                Kind::Stalled => self.stalled += 1,
             }
         }
         self.max_settle_ms = self.max_settle_ms.max(outcome.settle_ms);

@@ -223,6 +223,60 @@ fn join_refusal_as_rejection(receipt: Receipt) -> Receipt {
     Receipt::rejection(Classification::InternalFailure, "too_many_joined_callers", "too many callers", context)
 }
 
+/// A conversation with one agent (as `bench_suite`'s throughput phase drives it): a return-final
+/// request, then, as soon as a watcher sees it end, the next one, while faults last. A refused
+/// link (`busy`, `observer_failure`) is retried with the same id after a back-off. The engine
+/// must let each link in once the previous turn is over: a link refused `awaiting_turn_start`
+/// although the turn was observed is the oracle's `Stalled` (ADM-5, ADM-17).
+async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
+    for link in 0..links {
+        let n = first + link * 0x1_0000;
+        let operation = if thread_rng().gen_bool(0.5) { Operation::Admit } else { Operation::Send };
+        let mode = Mode { operation, return_final: true, raw: false, timeout_ms: 0 };
+        let prompt = format!("task {n} of a chain for a{agent}");
+        let call = CallInput { agent, request_id: request_id(n), prompt: prompt.clone(), return_final: true };
+        {
+            let mut w = world.lock().unwrap();
+            if !w.faults_on {
+                return;
+            }
+            w.oracle.prompts.insert(prompt, call.request_id.clone());
+            w.counters.requests += 1;
+            if link > 0 {
+                w.counters.fault("caller.chain");
+            }
+        }
+        let mut accepted = false;
+        for _attempt in 0..8 {
+            let Some(receipt) = admit_once(&world, &call, mode).await else { return };
+            match receipt.classification {
+                Classification::Accepted => {
+                    accepted = true;
+                    break;
+                }
+                Classification::Busy | Classification::ObserverFailure if world.lock().unwrap().faults_on => {
+                    madsim::time::sleep(ms(300, 1_500)).await;
+                }
+                _ => return,
+            }
+        }
+        if !accepted {
+            return;
+        }
+        // A watcher waits for the request's terminal event.
+        loop {
+            madsim::time::sleep(ms(5, 60)).await;
+            let w = world.lock().unwrap();
+            if !w.faults_on {
+                return;
+            }
+            if w.oracle.ended.contains_key(&call.request_id) {
+                break;
+            }
+        }
+    }
+}
+
 /// IDEM-5, IDEM-7: more callers than `MAX_JOINED_CALLERS` send one id and input at once; each
 /// calls once (retrying only when the daemon died, as every caller does).
 fn join_burst(world: &Shared, call: &CallInput, mode: Mode, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
@@ -267,6 +321,7 @@ async fn crash_loop(world: Shared, mut requests: mpsc::UnboundedReceiver<&'stati
         {
             let mut w = world.lock().unwrap();
             w.inbox = None;
+            w.wake = None;
             w.counters.fault(reason);
             w.log(format!("CRASH ({reason}): the daemon node is killed"));
             w.while_down(); // OBS: the rollout or the process may change before the restart
@@ -367,6 +422,11 @@ fn act(world: &Shared, humans: &mut u64) {
 
 pub async fn run_seed(mutant: Mutant) -> Outcome {
     let world: Shared = Arc::new(Mutex::new(World::new(mutant)));
+    {
+        let mut w = world.lock().unwrap();
+        let plan = format!("{:?}", w.plan);
+        w.log(format!("fault plan {plan}"));
+    }
     let (crash_tx, crash_rx) = mpsc::unbounded_channel();
     world.lock().unwrap().crash = Some(crash_tx);
     let node = start_daemon(&world);
@@ -398,6 +458,7 @@ async fn teardown(world: &Shared, daemon: &Arc<Mutex<NodeHandle>>, tasks: Vec<ma
     {
         let mut w = world.lock().unwrap();
         w.inbox = None;
+        w.wake = None;
         w.crash = None;
     }
     drop(tasks);
@@ -429,24 +490,32 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         if issued < calls && thread_rng().gen_bool(0.25) {
             issued += 1;
             let agent = thread_rng().gen_range(0..2);
-            let mode = draw_mode();
-            let prompt = format!("{}task {issued} for a{agent}{}", whitespace(), whitespace());
-            let call = CallInput { agent, request_id: request_id(issued), prompt: prompt.clone(), return_final: mode.return_final };
-            {
-                let mut w = world.lock().unwrap();
-                w.oracle.prompts.insert(prompt.trim().to_string(), call.request_id.clone());
-                w.counters.requests += 1;
-                if mode.timeout_ms > 0 {
-                    w.counters.fault("clock.deadline");
+            if thread_rng().gen_bool(0.15) {
+                let links = thread_rng().gen_range(2..6);
+                callers.push(madsim::task::spawn(chain(world.clone(), agent, issued, links)));
+            } else {
+                let mode = draw_mode();
+                let prompt = format!("{}task {issued} for a{agent}{}", whitespace(), whitespace());
+                let call = CallInput { agent, request_id: request_id(issued), prompt: prompt.clone(), return_final: mode.return_final };
+                {
+                    let mut w = world.lock().unwrap();
+                    w.oracle.prompts.insert(prompt.trim().to_string(), call.request_id.clone());
+                    w.counters.requests += 1;
+                    if mode.timeout_ms > 0 {
+                        w.counters.fault("clock.deadline");
+                    }
+                }
+                if thread_rng().gen_bool(0.1) {
+                    join_burst(&world, &call, mode, callers);
+                } else {
+                    callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
                 }
             }
-            if thread_rng().gen_bool(0.1) {
-                join_burst(&world, &call, mode, callers);
-            } else {
-                callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
-            }
         } else {
-            act(&world, &mut humans);
+            let calm = world.lock().unwrap().plan.calm;
+            if !thread_rng().gen_bool(calm) {
+                act(&world, &mut humans);
+            }
         }
         let _ = ask_engine(&world, engine_status).await;
         if !world.lock().unwrap().oracle.violations.is_empty() {

@@ -42,6 +42,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "provider.steering",
     "provider.aborted_turn",
     "provider.late_final",
+    "provider.fast_turn",
     "provider.duplicate_final",
     "provider.human_turn",
     "provider.human_draft",
@@ -53,6 +54,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.record_too_large",
     "observer.delayed",
     "observer.refresh_slow",
+    "observer.poll_before_resume",
     "app_server.stream_dropped",
     "store.commit_failed",
     "store.slow_commit",
@@ -72,6 +74,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.cancel",
     "caller.join_burst",
     "caller.other_spelling",
+    "caller.chain",
 ];
 
 #[derive(Default)]
@@ -119,14 +122,24 @@ pub struct FaultPlan {
     pub commit_fail: f64,
     pub commit_slow: f64,
     pub refresh_slow: f64,
+    /// OBS-3: the engine's startup resume of an agent runs late, so the observer loop's (or a
+    /// refresh's) first look at the agent comes before it (the runtime's monitor races it).
+    pub resume_late: f64,
     pub crash_point: f64,
     /// A crash just after an observer checkpoint commits (before the engine's own commits of
     /// the events it covers): the restart must replay what lies between (OBS-2).
     pub crash_after_checkpoint: f64,
     pub abort: f64,
     pub late_final: f64,
+    /// A turn that starts and completes within a few milliseconds of the write that opened it
+    /// (all its records readable while the holder's answer to the write is still on its way).
+    pub fast_turn: f64,
     pub duplicate_final: f64,
     pub max_crashes: u32,
+    /// How often a step of the fault phase that issues no call leaves the humans and the
+    /// faults alone: a calm seed lets a conversation (`caller.chain`) run turn after turn, with
+    /// no human turn to end a wait the engine should have ended itself.
+    pub calm: f64,
 }
 
 impl FaultPlan {
@@ -139,12 +152,15 @@ impl FaultPlan {
             commit_fail: rate(0.5, 0.15),
             commit_slow: rate(0.5, 0.2),
             refresh_slow: rate(0.4, 0.15),
+            resume_late: rate(0.5, 0.9),
             crash_point: rate(0.6, 0.08),
             crash_after_checkpoint: rate(0.8, 0.6),
             abort: rate(0.6, 0.35),
             late_final: rate(0.5, 0.3),
+            fast_turn: rate(0.5, 0.5),
             duplicate_final: rate(0.5, 0.4),
             max_crashes: thread_rng().gen_range(0..5),
+            calm: if thread_rng().gen_bool(0.4) { thread_rng().gen_range(0.7..0.98) } else { 0.0 },
         }
     }
 }
@@ -282,10 +298,23 @@ pub struct Observer {
     /// OBS-1: the checkpoint the current process's observer may start from, used once by the
     /// first attach that matches it (`CodexObserver::with_checkpoint`).
     pub saved: Option<ObserverCheckpoint>,
+    /// `saved` is the checkpoint loaded from the store at start (not the state a resume
+    /// reached in this daemon).
+    pub saved_from_store: bool,
     /// OBS-2: records ending at or before this position are folded already (replayed only).
     pub fold_from: Option<u64>,
     /// OBS-1: what this daemon saved last: session, offset, when.
     pub last_saved: Option<(SessionId, u64, u64)>,
+    /// OBS-3: the session whose checkpoint the file failed to prove (`CodexObserver`'s
+    /// `disproved`): a resume into it, whenever it comes, is `SessionLost`.
+    pub disproved: Option<SessionId>,
+    /// This daemon's observer has looked at the agent (a tail poll or a refresh).
+    pub looked: bool,
+    /// The engine has had this daemon's observer resume the agent's session (REC-2).
+    pub resumed: bool,
+    /// MON-1: the last snapshot the observer loop sent the engine (sent again only when it
+    /// differs or the run read events).
+    pub last_snapshot: Option<ObserverSnapshot>,
 }
 
 impl Observer {
@@ -302,8 +331,13 @@ impl Observer {
             file: 0,
             loaded,
             saved: None,
+            saved_from_store: false,
             fold_from: None,
             last_saved: None,
+            disproved: None,
+            looked: false,
+            resumed: false,
+            last_snapshot: None,
         }
     }
 }
@@ -413,7 +447,8 @@ impl Agent {
         }
     }
 
-    fn append(&mut self, now: u64, make: impl FnOnce(SessionId, u64) -> ObserverEvent) {
+    /// Appends a record; returns when it becomes readable.
+    fn append(&mut self, now: u64, make: impl FnOnce(SessionId, u64) -> ObserverEvent) -> u64 {
         let step = match self.transport {
             Transport::Pty => thread_rng().gen_range(60..400),
             Transport::AppServer => 1,
@@ -424,6 +459,7 @@ impl Agent {
         let floor = self.session.records.last().map_or(0, |r| r.visible_at_ms);
         let visible_at_ms = (now + thread_rng().gen_range(0..=self.lag_ms)).max(floor);
         self.session.records.push(Record { position, visible_at_ms, event });
+        visible_at_ms
     }
 }
 
@@ -438,6 +474,9 @@ pub struct World {
     pub agents: Vec<Agent>,
     pub store: StoreTables,
     pub inbox: Option<mpsc::Sender<DriverMsg>>,
+    /// MON-1: wakes the daemon's observer loop at the given time (a rollout append becomes
+    /// readable, the pane printed), as inotify and the holder's `info_changed` wake the monitor.
+    pub wake: Option<mpsc::UnboundedSender<u64>>,
     pub crash: Option<mpsc::UnboundedSender<&'static str>>,
     pub crashes: u32,
     pub oracle: Oracle,
@@ -466,6 +505,7 @@ impl World {
             agents: vec![Agent::new(0, Transport::Pty), Agent::new(1, Transport::AppServer)],
             store: StoreTables::default(),
             inbox: None,
+            wake: None,
             crash: None,
             crashes: 0,
             oracle: Oracle::default(),
@@ -478,6 +518,14 @@ impl World {
 
     pub fn log(&mut self, line: String) {
         self.trace.push(line);
+    }
+
+    /// MON-1: the observer loop runs a few milliseconds after `at` (a record becomes readable at
+    /// `at`, or the pane printed then); a daemon that is down misses it.
+    pub fn wake_observer(&self, at: u64) {
+        if let Some(wake) = &self.wake {
+            let _ = wake.send(at + thread_rng().gen_range(0..5));
+        }
     }
 
     /// A chance, only while faults are on.
@@ -560,7 +608,8 @@ impl World {
         let opener = origin.filter(|rid| self.oracle.request_of(&text).as_deref() == Some(*rid)).map(str::to_string);
         let agent = &mut self.agents[a];
         if let Some(running) = agent.running.clone() {
-            agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
+            let visible = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
+            self.wake_observer(visible);
             self.counters.fault("provider.steering");
             self.log(format!("a{a} steer {} by {:?}", running.turn.0, origin));
             return;
@@ -569,21 +618,64 @@ impl World {
         let turn = TurnId(format!("a{a}-p{}-t{}", agent.spawned, agent.turns_started));
         let abort = self.faults_on && thread_rng().gen_bool(self.plan.abort.max(0.02));
         let late = self.faults_on && thread_rng().gen_bool(self.plan.late_final.max(0.02));
+        let fast = !late && self.faults_on && thread_rng().gen_bool(self.plan.fast_turn);
         let duration = if late { thread_rng().gen_range(8_000..30_000) } else { thread_rng().gen_range(100..3_000) };
         if late {
             self.counters.fault("provider.late_final");
         }
         let agent = &mut self.agents[a];
-        agent.running = Some(Running { turn: turn.clone(), due_ms: now + duration, abort });
+        let running = Running { turn: turn.clone(), due_ms: now + duration, abort };
+        agent.running = Some(running.clone());
         let t = turn.clone();
-        agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });
-        agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+        let started = agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });
+        let prompted = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+        self.wake_observer(started);
+        self.wake_observer(prompted);
         if origin.is_none() {
             self.counters.fault("provider.human_turn");
         }
         let file = self.agents[a].session.file;
         self.oracle.turns.insert(turn.0.clone(), TurnTruth { opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
         self.log(format!("a{a} turn {} started by {:?} text={:?}", turn.0, opener, text));
+        if fast {
+            // Its records (start, prompt, end) are readable within milliseconds of the write, while
+            // the holder's answer to the write may still be on its way (ADM-17).
+            self.counters.fault("provider.fast_turn");
+            self.end_turn(a, running, now);
+        }
+    }
+
+    /// The running turn ends: aborted or completed with its final (and maybe a duplicate later).
+    fn end_turn(&mut self, a: usize, running: Running, now: u64) {
+        let agent = &mut self.agents[a];
+        agent.running = None;
+        let t = running.turn.clone();
+        if running.abort {
+            let labelled = thread_rng().gen_bool(0.8).then(|| t.clone());
+            let visible = agent.append(now, |session, position| ObserverEvent::TurnAborted { session, turn: labelled, position });
+            self.wake_observer(visible);
+            self.counters.fault("provider.aborted_turn");
+            if let Some(truth) = self.oracle.turns.get_mut(&t.0) {
+                truth.aborted = true;
+            }
+            self.log(format!("a{a} turn {} aborted", t.0));
+        } else {
+            let text = format!("final of {}", t.0);
+            agent.last_completed = Some(t.clone());
+            let m = Some(text.clone());
+            let visible = agent.append(now, |session, position| ObserverEvent::TurnCompleted { session, turn: t.clone(), final_message: m, position });
+            self.wake_observer(visible);
+            if self.faults_on && thread_rng().gen_bool(self.plan.duplicate_final) {
+                let due = now + thread_rng().gen_range(0..3000);
+                self.agents[a].pending_finals.push((due, t.clone(), format!("{text} (again)")));
+            }
+            let file = self.agents[a].session.file;
+            if let Some(truth) = self.oracle.turns.get_mut(&t.0) {
+                truth.final_message = Some(text);
+                truth.final_file = Some(file);
+            }
+            self.log(format!("a{a} turn {} completed", t.0));
+        }
     }
 
     /// Time passes for the provider: turns end, duplicate finals arrive, processes respawn.
@@ -596,33 +688,7 @@ impl World {
         }
         if let Some(running) = self.agents[a].running.clone() {
             if now >= running.due_ms {
-                let agent = &mut self.agents[a];
-                agent.running = None;
-                let t = running.turn.clone();
-                if running.abort {
-                    let labelled = thread_rng().gen_bool(0.8).then(|| t.clone());
-                    agent.append(now, |session, position| ObserverEvent::TurnAborted { session, turn: labelled, position });
-                    self.counters.fault("provider.aborted_turn");
-                    if let Some(truth) = self.oracle.turns.get_mut(&t.0) {
-                        truth.aborted = true;
-                    }
-                    self.log(format!("a{a} turn {} aborted", t.0));
-                } else {
-                    let text = format!("final of {}", t.0);
-                    agent.last_completed = Some(t.clone());
-                    let m = Some(text.clone());
-                    agent.append(now, |session, position| ObserverEvent::TurnCompleted { session, turn: t.clone(), final_message: m, position });
-                    if self.faults_on && thread_rng().gen_bool(self.plan.duplicate_final) {
-                        let due = now + thread_rng().gen_range(0..3000);
-                        self.agents[a].pending_finals.push((due, t.clone(), format!("{text} (again)")));
-                    }
-                    let file = self.agents[a].session.file;
-                    if let Some(truth) = self.oracle.turns.get_mut(&t.0) {
-                        truth.final_message = Some(text);
-                        truth.final_file = Some(file);
-                    }
-                    self.log(format!("a{a} turn {} completed", t.0));
-                }
+                self.end_turn(a, running, now);
             }
         }
         let due: Vec<_> = self.agents[a].pending_finals.iter().filter(|f| f.0 <= now).cloned().collect();
@@ -630,7 +696,8 @@ impl World {
         for (_, t, text) in due {
             let m = Some(text);
             let t2 = t.clone();
-            self.agents[a].append(now, |session, position| ObserverEvent::TurnCompleted { session, turn: t2, final_message: m, position });
+            let visible = self.agents[a].append(now, |session, position| ObserverEvent::TurnCompleted { session, turn: t2, final_message: m, position });
+            self.wake_observer(visible);
             self.counters.fault("provider.duplicate_final");
             self.log(format!("a{a} duplicate final of {}", t.0));
         }
@@ -706,6 +773,7 @@ impl World {
         let ignore_incarnation = self.mutant == Mutant::CheckpointIgnoresIncarnation;
         let observer = &mut self.agents[a].observer;
         observer.saved = observer.loaded.take().filter(|c| ignore_incarnation || c.belongs_to(&process.incarnation(), process.identity()));
+        observer.saved_from_store = observer.saved.is_some();
     }
 
     /// The checkpoint the observer could save now (`CodexObserver::checkpoint`): attached to
@@ -822,6 +890,11 @@ impl World {
     /// The return-final requests a restarted daemon will resume in agent `a`'s current
     /// rollout: durable as submitted or bound, armed in its session.
     fn resumed_in_rollout(&self, a: usize) -> Vec<String> {
+        self.armed_in_rollout(a).into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// `resumed_in_rollout` with each request's armed position.
+    fn armed_in_rollout(&self, a: usize) -> Vec<(String, u64)> {
         let agent_id = self.agents[a].agent_id.to_string();
         let session = &self.agents[a].session.id;
         let mut pending = Vec::new();
@@ -830,8 +903,11 @@ impl World {
                 continue;
             }
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if record.return_mode == ReturnMode::ReturnFinal && record.armed.as_ref().is_some_and(|armed| &armed.session == session) {
-                pending.push(stored.request_id);
+            match record.armed {
+                Some(armed) if record.return_mode == ReturnMode::ReturnFinal && &armed.session == session => {
+                    pending.push((stored.request_id, armed.position));
+                }
+                _ => {}
             }
         }
         pending
@@ -963,13 +1039,15 @@ impl World {
     /// Attaches to the agent's current record (`CodexObserver::attach` and `open_tail`): from
     /// the saved checkpoint when the file proves to be the one checkpointed (OBS-2), replaying
     /// from `floor` (a resumed request's armed position) when that lies before it; from the
-    /// start otherwise. A checkpoint the file no longer matches loses a resumed session
-    /// (OBS-3); without a resume the file is read from the start. Events up to `floor` are
-    /// folded, not emitted.
+    /// start otherwise. A checkpoint the file no longer matches loses the session whoever
+    /// looks first, the engine's resume or a tail poll or refresh (OBS-3), and marks it
+    /// disproved for later resumes; the next look reads the file from the start. Events up to
+    /// `floor` are folded, not emitted.
     fn attach(&mut self, a: usize, floor: Option<u64>, now: u64, out: &mut Vec<ObserverEvent>) {
         let mutant = self.mutant;
         let session = self.agents[a].session.id.clone();
         let saved = self.agents[a].observer.saved.take().filter(|c| c.session == session && c.path == rollout_path(&session));
+        let from_store = std::mem::take(&mut self.agents[a].observer.saved_from_store);
         let file = &self.agents[a].session;
         let mut start = (0, file.base, file.header.clone(), None);
         if let Some(checkpoint) = saved {
@@ -979,16 +1057,17 @@ impl World {
             };
             let offset = checkpoint.tail.offset;
             match (proof, floor) {
-                (Err(why), Some(_)) => {
+                (Err(why), floor) => {
                     let reason = format!("the rollout changed while the daemon was down ({why}); records after the checkpoint at {offset} may be lost");
                     let observer = &mut self.agents[a].observer;
                     observer.attached = None;
                     observer.lost_reported = true;
-                    self.log(format!("a{a} checkpoint no longer matches (OBS-3): {reason}"));
+                    observer.disproved = Some(session.clone());
+                    let by = if floor.is_some() { "resume" } else { "first look" };
+                    self.log(format!("a{a} checkpoint no longer matches (OBS-3, {by}): {reason}"));
                     out.push(ObserverEvent::SessionLost { reason });
                     return;
                 }
-                (Err(why), None) => self.log(format!("a{a} checkpoint no longer matches (OBS-3), read from the start: {why}")),
                 (Ok(()), floor) => {
                     let older = file.visible_end(now) > offset;
                     let replay = floor.filter(|armed| *armed < offset && mutant != Mutant::CheckpointSkipsArmedReplay); // (the bug)
@@ -1004,12 +1083,24 @@ impl World {
                     }
                     let running = self.agents[a].process.map(Proc::identity);
                     self.oracle.on_checkpoint_used(a, checkpoint.process, running);
-                    if floor.is_some() && self.replaced_files.contains(&checkpoint.tail.ino) {
+                    if floor.is_none() && from_store && !self.agents[a].observer.resumed {
+                        // A finding, not modelled away: the first look came before the engine's
+                        // resume and announces the session at the checkpoint; a request armed
+                        // before it ends `observer_resumed_past_cursor` instead of being replayed
+                        // from its armed position (OBS-2).
+                        let past: Vec<String> = self.armed_in_rollout(a).into_iter().filter(|(id, armed)| *armed < offset && !self.oracle.ended.contains_key(id)).map(|(id, _)| id).collect();
+                        for id in past {
+                            self.counters.fault("note.first_look_past_armed_cursor");
+                            self.log(format!("a{a} first look attaches at the checkpoint {offset}, past the armed cursor of {id} (no replay, OBS-2)"));
+                        }
+                    }
+                    if from_store && self.replaced_files.contains(&checkpoint.tail.ino) {
                         // A runtime gap, not modelled away: OBS-3 lost this session at an
                         // earlier start, that loss never became durable (its terminal commit
                         // failed or came too late), and a checkpoint saved since on the
                         // replacement file now proves fine. Requests armed in the replaced
-                        // file are resumed from it (see `Oracle::obs3_unprotected`).
+                        // file are resumed from it, by the engine's resume or by a first look
+                        // that comes before it (see `Oracle::obs3_unprotected`).
                         for _ in 0..self.oracle.unprotect_replaced(a) {
                             self.counters.fault("note.obs3_loss_not_durable");
                         }
@@ -1042,6 +1133,7 @@ impl World {
             return;
         }
         let agent = &mut self.agents[a];
+        agent.observer.looked = true;
         if let Some(until) = agent.lost_until_ms {
             if now < until {
                 if !agent.observer.lost_reported {
@@ -1087,6 +1179,7 @@ impl World {
         agent.observer.attached = None;
         agent.observer.fold_from = None;
         agent.observer.saved = None;
+        agent.observer.disproved = None;
         if let Some(process) = agent.process {
             self.hand_checkpoint(a, process);
         }
@@ -1131,9 +1224,23 @@ impl World {
     }
 
     /// REC-2: re-attach at `from` and replay everything after it, or report the loss
-    /// (`CodexObserver::resume`; OBS-2 and OBS-3 in `attach`).
+    /// (`CodexObserver::resume`; OBS-2 and OBS-3 in `attach`). A session whose checkpoint an
+    /// earlier look disproved is lost, even when that look came first and a later one has
+    /// read the file again from the start (OBS-3).
     pub fn resume(&mut self, a: usize, from: &wakterm_engine::Cursor, out: &mut Vec<ObserverEvent>) {
         let now = wakterm_runtime::driver::now_ms();
+        let agent = &self.agents[a];
+        if !agent.observer.resumed && agent.observer.looked && agent.process.is_some() {
+            self.counters.fault("observer.poll_before_resume");
+        }
+        let agent = &mut self.agents[a];
+        agent.observer.resumed = true;
+        if agent.observer.disproved.as_ref() == Some(&from.session) {
+            let reason = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
+            self.log(format!("a{a} resume into disproved session {} (OBS-3)", from.session.0));
+            out.push(ObserverEvent::SessionLost { reason: reason.to_string() });
+            return;
+        }
         let agent = &self.agents[a];
         let blind = agent.lost_until_ms.is_some_and(|t| now < t);
         if agent.process.is_none() {
@@ -1147,6 +1254,7 @@ impl World {
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
         if let Some(current) = self.current_checkpoint(a) {
             self.agents[a].observer.saved = Some(current);
+            self.agents[a].observer.saved_from_store = false;
         }
         let observer = &mut self.agents[a].observer;
         observer.attached = None;
