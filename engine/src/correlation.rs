@@ -87,13 +87,17 @@ impl Engine {
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
             ObserverEvent::SessionLost { reason } => {
+                self.resuming.remove(agent_id);
                 // CORR-12: an unreadable record is named as such on the stream.
                 let reason = if reason == RECORD_TOO_LARGE { RECORD_TOO_LARGE } else { "observer_session_lost" };
                 for request_id in self.correlating_requests_of(agent_id, true) {
                     self.finish(&request_id, TerminalState::Indeterminate, Some(reason), None, None);
                 }
             }
-            ObserverEvent::ProcessExited { drained } => self.on_process_exited(agent_id, *drained),
+            ObserverEvent::ProcessExited { drained } => {
+                self.resuming.remove(agent_id);
+                self.on_process_exited(agent_id, *drained)
+            }
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::TurnCompleted { .. }
@@ -166,11 +170,16 @@ impl Engine {
                 if position <= armed.position {
                     self.suspended.remove(&request_id); // REC-2: re-verified; replay follows
                     self.turn_wait_since.insert(request_id.clone(), self.now_ms);
-                } else {
+                } else if !self.resuming.contains(agent_id) {
                     // Resuming past the armed cursor could skip our turn's start.
                     self.finish(&request_id, TerminalState::Indeterminate, Some("observer_resumed_past_cursor"), None, None);
                 }
+                // Otherwise another look came first (OBS-2's checkpoint): the resume asked for
+                // still replays from the armed cursor; the request stays suspended until then.
             }
+        }
+        if self.correlating_requests_of(agent_id, true).iter().all(|id| !self.suspended.contains(id)) {
+            self.resuming.remove(agent_id);
         }
     }
 
@@ -298,7 +307,11 @@ impl Engine {
                 }
             }
         }
+        if resume_from.is_none() {
+            self.resuming.remove(agent_id);
+        }
         if let Some(from) = resume_from {
+            self.resuming.insert(agent_id.clone());
             self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
         }
     }

@@ -90,6 +90,11 @@ pub struct Engine {
     pub(crate) turn_wait_since: BTreeMap<RequestId, u64>,
     /// REC-2: recovered requests waiting for their agent and observer to be re-verified.
     pub(crate) suspended: BTreeSet<RequestId>,
+    /// REC-2: agents whose `ResumeObserver` was asked for and not yet answered (by an attach at
+    /// or before the armed cursor, or a lost session). Until then an attach past the cursor is
+    /// another look racing the resume (the monitor's first run, an admission's refresh), not
+    /// the resume's answer.
+    pub(crate) resuming: BTreeSet<AgentId>,
     pub(crate) persists: BTreeMap<u64, PersistPurpose>,
     pub(crate) deliveries: BTreeMap<u64, RequestId>,
     pub(crate) refreshes: BTreeMap<u64, RequestId>,
@@ -129,6 +134,7 @@ impl Engine {
             correlating: BTreeSet::new(),
             turn_wait_since: BTreeMap::new(),
             suspended: BTreeSet::new(),
+            resuming: BTreeSet::new(),
             persists: BTreeMap::new(),
             deliveries: BTreeMap::new(),
             refreshes: BTreeMap::new(),
@@ -484,6 +490,7 @@ impl Engine {
 
     fn on_agent_removed(&mut self, agent_id: &AgentId) {
         self.agents.remove(agent_id);
+        self.resuming.remove(agent_id);
         let affected = self.correlating_requests_of(agent_id, true);
         for request_id in affected {
             self.finish(&request_id, TerminalState::Indeterminate, Some("agent_removed"), None, None);

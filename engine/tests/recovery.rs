@@ -162,3 +162,40 @@ fn rec_2_long_downtime_does_not_end_a_resumed_request() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].state, TerminalState::Completed);
 }
+
+/// REC-2, OBS-2: after a restart another look at the agent (the monitor's first run, an
+/// admission's refresh, resuming from the stored checkpoint) may attach past the armed cursor
+/// before the resume the engine asked for is answered. That is not the resume: the request stays
+/// suspended, and the resume's replay from the armed cursor completes it with its own final
+/// (found by the simulator: seed 97 ended it `observer_resumed_past_cursor`). Without a resume
+/// outstanding, an attach past the cursor still ends it `indeterminate`.
+#[test]
+fn rec_2_a_look_past_the_cursor_before_the_resume_waits_for_the_resume() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    assert_eq!(rig.resumes.len(), 1);
+    // The checkpointed look: attached at 1427, then what followed it.
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1427 });
+    rig.turn_completed("turn-1", "the real final", 1500);
+    assert!(rig.terminal_for(REQ).is_empty(), "neither ended nor completed from a partial view");
+    // The resume's answer: attached at the armed cursor, the whole turn replayed.
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.provider_turn("turn-1", "hi", "the real final", 1000);
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].state, TerminalState::Completed);
+    assert_eq!(events[0].final_message.as_deref(), Some("the real final"));
+
+    // The resume answered by a lost session instead: indeterminate, never completed from
+    // what the look past the cursor saw.
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1427 });
+    rig.turn_completed("turn-1", "the real final", 1500);
+    rig.observe(ObserverEvent::SessionLost { reason: "the rollout changed while the daemon was down".into() });
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].state, TerminalState::Indeterminate);
+}

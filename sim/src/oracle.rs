@@ -271,6 +271,12 @@ impl Oracle {
     pub fn on_terminal(&mut self, event: &TerminalEvent, durable: bool) {
         let id = event.request_id.as_str().to_string();
         let seq = event.terminal_event_sequence;
+        // REC-2: a resume always re-attaches at the armed cursor it was given, so only another
+        // look (racing the resume) can attach past it; ending the request then gave up evidence
+        // the resume was about to replay (simulator seed 97 before the fix).
+        if event.reason.as_deref() == Some("observer_resumed_past_cursor") {
+            self.fail(Kind::Evidence, format!("{id}: ended observer_resumed_past_cursor although its resume was still to replay from the armed cursor"));
+        }
         if !durable {
             self.fail(Kind::WrongFinal, format!("{id}: terminal event {seq} visible before its commit"));
         }

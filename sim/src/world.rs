@@ -55,6 +55,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.delayed",
     "observer.refresh_slow",
     "observer.poll_before_resume",
+    "observer.first_look_past_armed_cursor",
     "app_server.stream_dropped",
     "store.commit_failed",
     "store.slow_commit",
@@ -1084,13 +1085,13 @@ impl World {
                     let running = self.agents[a].process.map(Proc::identity);
                     self.oracle.on_checkpoint_used(a, checkpoint.process, running);
                     if floor.is_none() && from_store && !self.agents[a].observer.resumed {
-                        // A finding, not modelled away: the first look came before the engine's
-                        // resume and announces the session at the checkpoint; a request armed
-                        // before it ends `observer_resumed_past_cursor` instead of being replayed
-                        // from its armed position (OBS-2).
+                        // The first look came before the engine's resume and announces the
+                        // session at the checkpoint, past a request's armed cursor: the engine
+                        // keeps the request suspended until its resume replays from the armed
+                        // position (REC-2, OBS-2; the oracle fails `observer_resumed_past_cursor`).
                         let past: Vec<String> = self.armed_in_rollout(a).into_iter().filter(|(id, armed)| *armed < offset && !self.oracle.ended.contains_key(id)).map(|(id, _)| id).collect();
                         for id in past {
-                            self.counters.fault("note.first_look_past_armed_cursor");
+                            self.counters.fault("observer.first_look_past_armed_cursor");
                             self.log(format!("a{a} first look attaches at the checkpoint {offset}, past the armed cursor of {id} (no replay, OBS-2)"));
                         }
                     }
