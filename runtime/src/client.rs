@@ -40,14 +40,31 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
     Ok(stream)
 }
 
-/// `UnixStream::connect` with a bound: the connect runs on a helper thread, which is left to
-/// finish on its own if the bound passes (the CLI exits soon after).
-fn connect_bounded(path: &std::path::Path, timeout: Duration) -> std::io::Result<UnixStream> {
-    let (sender, receiver) = std::sync::mpsc::channel();
-    let path = path.to_path_buf();
-    std::thread::Builder::new().name("connect".into()).spawn(move || drop(sender.send(UnixStream::connect(path))))?;
-    receiver.recv_timeout(timeout).unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+/// `UnixStream::connect` with a bound and without a helper thread, so the daemon can use it for
+/// its holder connections too: a non-blocking connect to a Unix socket either completes at once
+/// or fails with `EAGAIN` while the listen queue is full, so it is retried every
+/// [`CONNECT_RETRY`] until `timeout`.
+pub(crate) fn connect_bounded(path: &std::path::Path, timeout: Duration) -> std::io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let address = SocketAddrUnix::new(path)?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let socket = rustix::net::socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK, None)?;
+        match rustix::net::connect(&socket, &address) {
+            Ok(()) => {
+                let stream = UnixStream::from(socket);
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(rustix::io::Errno::AGAIN) if std::time::Instant::now() < deadline => std::thread::sleep(CONNECT_RETRY),
+            Err(rustix::io::Errno::AGAIN) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
+
+/// Pause between connects to a full listen queue.
+const CONNECT_RETRY: Duration = Duration::from_millis(10);
 
 /// SEC-2: the server must run as our own user.
 fn verify_peer(stream: &UnixStream) -> Result<(), Reply> {
@@ -121,4 +138,44 @@ pub fn watch(paths: &DataPaths, after: u64, once: bool, mut on_event: impl FnMut
         }
     }
     Err(Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_gone", "the daemon closed the stream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CONN-1 (client side): a daemon that stopped accepting (its listen queue full) makes
+    /// `connect` answer "timed out" within the bound, never hang; a listening daemon is reached
+    /// at once and the stream is blocking again.
+    #[test]
+    fn conn_1_a_full_listen_queue_times_out_within_the_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).expect("bind"); // never accepts
+        let first = connect_bounded(&path, Duration::from_millis(200)).expect("a queue with room accepts at once");
+        assert!(!first.as_fd_nonblocking(), "the stream is blocking again");
+        let mut held = vec![first];
+        let started = std::time::Instant::now();
+        let error = loop {
+            match connect_bounded(&path, Duration::from_millis(200)) {
+                Ok(stream) => held.push(stream),
+                Err(error) => break error,
+            }
+            assert!(held.len() < 10_000, "the listen queue never filled");
+        };
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut, "{error}");
+        assert!(started.elapsed() < Duration::from_secs(10), "bounded: {:?}", started.elapsed());
+        let missing = dir.path().join("absent.sock");
+        assert_eq!(connect_bounded(&missing, Duration::from_millis(200)).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    }
+
+    trait Blocking {
+        fn as_fd_nonblocking(&self) -> bool;
+    }
+
+    impl Blocking for UnixStream {
+        fn as_fd_nonblocking(&self) -> bool {
+            rustix::fs::fcntl_getfl(self).is_ok_and(|flags| flags.contains(rustix::fs::OFlags::NONBLOCK))
+        }
+    }
 }

@@ -91,7 +91,9 @@ impl HolderClient {
     /// are allowed for the holder's own deadlines.
     pub fn connect_with_timeout(path: &Path, timeout: Duration) -> Result<Self, HolderError> {
         assert!(!timeout.is_zero());
-        let stream = UnixStream::connect(path).map_err(|source| HolderError::ConnectRefused {
+        // Bounded: a holder that stopped accepting (full listen queue) must not block a
+        // daemon thread forever; a timeout is not evidence of exit (LIVE-1).
+        let stream = crate::client::connect_bounded(path, timeout).map_err(|source| HolderError::ConnectRefused {
             path: path.to_path_buf(),
             source,
         })?;
