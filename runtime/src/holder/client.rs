@@ -244,7 +244,8 @@ impl Subscription {
         self.reader.get_ref().try_clone()
     }
 
-    fn next_event(&mut self) -> Result<StreamEvent, HolderError> {
+    fn next_event(&mut self, deadline: Option<std::time::Instant>) -> Result<StreamEvent, HolderError> {
+        let started = std::time::Instant::now();
         loop {
             let event = read_message::<StreamEvent>(
                 &mut self.reader,
@@ -254,7 +255,25 @@ impl Subscription {
             if !matches!(event, StreamEvent::Heartbeat { .. }) {
                 return Ok(event);
             }
+            // Heartbeats keep the read timeout from firing on a live, silent stream: the
+            // caller's own bound is checked between them.
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(HolderError::Timeout { op: "subscribe", after: started.elapsed() });
+            }
         }
+    }
+
+    /// The next output or exit, or a `Timeout` error once `deadline` has passed with only
+    /// heartbeats (checked at every heartbeat, 5 s apart at the
+    /// latest). `next()` waits as long as the holder lives, which suits `attach`, not a caller
+    /// with a bound.
+    pub fn next_before(&mut self, deadline: std::time::Instant) -> Option<Result<StreamEvent, HolderError>> {
+        if self.ended {
+            return None;
+        }
+        let event = self.next_event(Some(deadline));
+        self.ended = !matches!(event, Ok(StreamEvent::Output { .. }));
+        Some(event)
     }
 }
 
@@ -265,7 +284,7 @@ impl Iterator for Subscription {
         if self.ended {
             return None;
         }
-        let event = self.next_event();
+        let event = self.next_event(None);
         // After an error or `exited` nothing more can be trusted on this stream.
         self.ended = !matches!(event, Ok(StreamEvent::Output { .. }));
         Some(event)

@@ -141,7 +141,8 @@ pub fn collect_until(
             "output never satisfied the test: {:?}",
             String::from_utf8_lossy(&seen)
         );
-        match sub.next() {
+        // Bounded: a live holder sends heartbeats, so a plain `next()` could wait forever.
+        match sub.next_before(deadline) {
             Some(Ok(StreamEvent::Output {
                 data, truncated, ..
             })) => {
