@@ -240,7 +240,8 @@ impl CodexObserver {
         self.turn = TurnState::Unknown;
         self.pending_resume = Some(Resume { session: from.session.clone(), position: from.position });
         let mut events = Vec::new();
-        self.sync(&mut events, true);
+        // Kept, so the snapshot sent after the resume's events says what the resume found.
+        self.last_health = self.sync(&mut events, true);
         events
     }
 

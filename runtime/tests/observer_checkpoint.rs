@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use wakterm_engine::{Cursor, Incarnation, ObserverEvent, ProcessIdentity, SessionId, TurnId, TurnState};
+use wakterm_engine::{Cursor, Incarnation, ObserverEvent, ObserverStatus, ProcessIdentity, SessionId, TurnId, TurnState};
 use wakterm_runtime::observer::{probe_to_engine, CodexObserver};
 use wakterm_runtime::observer_checkpoint::ObserverCheckpoint;
 use wakterm_runtime::proc_probe;
@@ -137,6 +137,9 @@ fn obs_2_a_request_armed_before_the_checkpoint_replays_from_its_position() {
     // Pages read ahead in 64 KiB chunks and re-read their 8 KiB window: some overhead, but
     // nothing of the 4 MiB before the armed position.
     assert!(restarted.bytes_read() < 2 << 20, "read {} bytes: from the armed position, not from 0", restarted.bytes_read());
+    // The snapshot sent after the resume's events is the resumed state (MON-1), no refresh.
+    let resumed = restarted.current_snapshot(None);
+    assert_eq!((resumed.status, resumed.turn), (ObserverStatus::Attached, TurnState::Busy { turn: Some(TurnId("t2".into())) }));
     let snapshot = restarted.refresh(None).snapshot;
     assert_eq!(snapshot.turn, TurnState::Busy { turn: Some(TurnId("t2".into())) });
 
@@ -171,6 +174,8 @@ fn obs_3_a_replaced_rollout_is_a_lost_session_before_it_is_read_from_zero() {
     let mut resumed = codex.observer(Some(saved.clone()));
     let events = resumed.resume(&Cursor { session: session(), position: armed });
     assert!(lost(&events), "{events:?}");
+    // The snapshot sent after the resume's events says what the resume found (MON-1).
+    assert!(matches!(resumed.current_snapshot(None).status, ObserverStatus::Unavailable { .. }), "{:?}", resumed.current_snapshot(None));
 
     // The monitor's first look comes before any resume: lost all the same.
     let mut monitored = codex.observer(Some(saved));

@@ -113,6 +113,10 @@ impl Effects for SimEffects {
                     for event in events {
                         observe(&mut w, &inbox, a, event);
                     }
+                    // As the runtime's resume: the snapshot after its events, noted as sent.
+                    let snapshot = w.snapshot(a).ok();
+                    w.agents[a].observer.last_snapshot = snapshot.clone();
+                    send_snapshot(&mut w, &inbox, a, snapshot);
                 }
                 None => {
                     let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string() };

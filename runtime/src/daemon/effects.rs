@@ -48,16 +48,27 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
-            let events = match agent.as_ref().map(|a| a.observer.lock().expect("observer lock")) {
-                Some(mut guard) => match guard.as_mut() {
-                    Some(observer) => observer.resume(&from),
-                    None => vec![ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string() }],
-                },
-                None => vec![ObserverEvent::SessionLost { reason: "the agent is not known to the daemon".to_string() }],
+            let Some(agent) = agent else {
+                let lost = ObserverEvent::SessionLost { reason: "the agent is not known to the daemon".to_string() };
+                let _ = inbox.blocking_send(observed(&agent_id, lost));
+                return;
             };
-            for event in events {
+            let screen = agent.screen_text(); // before the observer lock, as a refresh does
+            let mut guard = agent.observer.lock().expect("observer lock");
+            let Some(observer) = guard.as_mut() else {
+                let lost = ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string() };
+                let _ = inbox.blocking_send(observed(&agent_id, lost));
+                return;
+            };
+            for event in observer.resume(&from) {
                 let _ = inbox.blocking_send(observed(&agent_id, event));
             }
+            // MON-1: the resume changed the engine's view (attached, or lost); the snapshot after
+            // its events keeps the catalog in step, where the monitor, which compares with what
+            // it sent last, might see nothing new to send. Sent under the observer lock.
+            let snapshot = observer.current_snapshot(screen.as_deref());
+            agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
         });
     }
 
