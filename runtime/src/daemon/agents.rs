@@ -136,16 +136,21 @@ impl AgentRuntime {
         self.discovery.lock().expect("discovery lock").sessions = Some(stamp);
     }
 
-    /// MON-2: whether a refresh must rediscover the rollout, and the stamp to note once it
-    /// did: yes without a watch, or when a rollout no agent tails changed since the last one.
-    pub fn rediscovery_due(&self) -> (bool, Option<u64>) {
-        let discovery = self.discovery.lock().expect("discovery lock");
-        let now = discovery.sessions.as_ref().and_then(|s| s.current());
-        (now.is_none() || now != discovery.last, now)
-    }
-
-    pub fn note_rediscovered(&self, stamp: Option<u64>) {
-        self.discovery.lock().expect("discovery lock").last = stamp;
+    /// MON-2: runs `look(rediscover)`, where `rediscover` says whether the rollout must be
+    /// rediscovered from the process tree: yes without a watch, or when a rollout no agent
+    /// tails changed since the last rediscovery, which this then notes (the stamp is read
+    /// before the look, so a change during it makes the next look rediscover too).
+    pub fn with_discovery_scope<T>(&self, look: impl FnOnce(bool) -> T) -> T {
+        let now = {
+            let discovery = self.discovery.lock().expect("discovery lock");
+            let now = discovery.sessions.as_ref().and_then(|s| s.current());
+            (now.is_none() || now != discovery.last).then_some(now)
+        };
+        let answer = look(now.is_some());
+        if let Some(stamp) = now {
+            self.discovery.lock().expect("discovery lock").last = stamp;
+        }
+        answer
     }
 
     /// MON-1: records what a monitor run (or a refresh) saw.
@@ -298,17 +303,29 @@ impl AgentRuntime {
     /// connection was just proven alive, and no other call of this agent's can come between.
     /// A new connection per call costs the holder a thread each time.
     pub fn with_holder<T>(&self, then: impl FnOnce(&mut HolderClient, InfoReply) -> T) -> Result<T, HolderError> {
+        let (mut kept, info) = self.kept_call(HolderClient::info)?;
+        let client = kept.as_mut().expect("kept_call leaves the connection it answered on");
+        Ok(then(client, info))
+    }
+
+    /// `call` over the kept connection, reconnecting once when it failed there (a holder
+    /// restarted). Only for calls that change nothing, so asking again is safe. Returns the
+    /// held connection with the answer, so the caller can go on on it.
+    fn kept_call<T>(
+        &self,
+        call: impl Fn(&mut HolderClient) -> Result<T, HolderError>,
+    ) -> Result<(std::sync::MutexGuard<'_, Option<HolderClient>>, T), HolderError> {
         let mut kept = self.info_client.lock().expect("info client lock");
         if let Some(client) = kept.as_mut() {
-            if let Ok(info) = client.info() {
-                return Ok(then(client, info));
+            if let Ok(answer) = call(client) {
+                return Ok((kept, answer));
             }
         }
         *kept = None;
         let mut client = HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)?;
-        let info = client.info()?;
-        let client = kept.insert(client);
-        Ok(then(client, info))
+        let answer = call(&mut client)?;
+        *kept = Some(client);
+        Ok((kept, answer))
     }
 
     /// [`refresh_liveness`](Self::refresh_liveness), and on a change tells the engine: the old
@@ -328,16 +345,7 @@ impl AgentRuntime {
     /// The current screen text, for composer evidence, over the kept connection (a new one
     /// costs the holder a thread).
     pub fn screen_text(&self) -> Option<String> {
-        let mut kept = self.info_client.lock().expect("info client lock");
-        if let Some(client) = kept.as_mut() {
-            if let Ok(screen) = client.screen() {
-                return Some(screen.lines.join("\n"));
-            }
-        }
-        *kept = None;
-        let mut client = self.holder().ok()?;
-        let screen = client.screen().ok()?;
-        *kept = Some(client);
+        let (_kept, screen) = self.kept_call(HolderClient::screen).ok()?;
         Some(screen.lines.join("\n"))
     }
 }

@@ -133,16 +133,12 @@ pub fn refresh_agent(
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
     let _ = agent.forward_liveness_change(inbox);
     let screen = agent.screen_text();
-    let (rediscover, stamp) = agent.rediscovery_due();
     let mut guard = agent.observer.lock().expect("observer lock");
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
             // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
-            let refresh = observer.refresh_scoped(screen.as_deref(), rediscover);
-            if rediscover {
-                agent.note_rediscovered(stamp);
-            }
+            let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen.as_deref(), rediscover));
             agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
             for event in refresh.events {
                 let _ = inbox.blocking_send(observed(agent_id, event));

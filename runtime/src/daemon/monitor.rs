@@ -350,11 +350,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
         return false;
     };
     // MON-2: a rollout no agent tails changed since this agent's last discovery: rediscover.
-    let (rediscover, stamp) = agent.rediscovery_due();
-    let (events, health) = observer.poll_health(rediscover);
-    if rediscover {
-        agent.note_rediscovered(stamp);
-    }
+    let (events, health) = agent.with_discovery_scope(|rediscover| observer.poll_health(rediscover));
     let pending = agent.save_checkpoint_if_due(observer, writer);
     let forced = process_changed || !events.is_empty();
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
