@@ -307,12 +307,14 @@ impl Engine {
                 }
             }
         }
-        if resume_from.is_none() {
-            self.resuming.remove(agent_id);
-        }
-        if let Some(from) = resume_from {
-            self.resuming.insert(agent_id.clone());
-            self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
+        match resume_from {
+            Some(from) => {
+                self.resuming.insert(agent_id.clone());
+                self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
+            }
+            None => {
+                self.resuming.remove(agent_id);
+            }
         }
     }
 

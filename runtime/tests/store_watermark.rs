@@ -21,6 +21,25 @@ fn files(db: &Path) -> Vec<std::path::PathBuf> {
     ["", "-wal", "-shm"].iter().map(|s| db.with_file_name(format!("wakterm.db{s}"))).collect()
 }
 
+/// Copies the database's files that exist into `dir` (a backup, or an older state).
+fn save_files(db: &Path, dir: &Path) {
+    std::fs::create_dir(dir).unwrap();
+    for file in files(db).iter().filter(|f| f.exists()) {
+        std::fs::copy(file, dir.join(file.file_name().unwrap())).unwrap();
+    }
+}
+
+/// Puts the database back as `save_files` kept it (files absent then are absent now).
+fn restore_files(db: &Path, dir: &Path) {
+    for file in files(db) {
+        let _ = std::fs::remove_file(&file);
+        let saved = dir.join(file.file_name().unwrap());
+        if saved.exists() {
+            std::fs::copy(saved, &file).unwrap();
+        }
+    }
+}
+
 fn refused(db: &Path) -> String {
     match Store::open(db) {
         Err(error @ StoreError::WentBackwards { .. }) => error.to_string(),
@@ -37,20 +56,11 @@ fn store_1_an_older_copy_of_the_database_is_refused() {
     put(&writer, 1);
     writer.shutdown().unwrap();
     let backup = tmp.path().join("backup");
-    std::fs::create_dir(&backup).unwrap();
-    for file in files(&db).iter().filter(|f| f.exists()) {
-        std::fs::copy(file, backup.join(file.file_name().unwrap())).unwrap();
-    }
+    save_files(&db, &backup);
     let writer = StoreWriter::spawn(&db).unwrap();
     put(&writer, 2);
     writer.shutdown().unwrap();
-    for file in files(&db) {
-        let _ = std::fs::remove_file(&file);
-        let saved = backup.join(file.file_name().unwrap());
-        if saved.exists() {
-            std::fs::copy(saved, &file).unwrap();
-        }
-    }
+    restore_files(&db, &backup);
     let message = refused(&db);
     assert!(message.contains("commits") && message.contains("watermark"), "{message}");
     // Proceeding deliberately: the message names the file to move aside.
@@ -125,25 +135,16 @@ fn store_1_the_watermark_thread_never_leads_and_catches_up_at_shutdown() {
             scope.spawn(move || (0..50).for_each(|i| put(&writer, t * 1000 + i)));
         }
     });
-    let main_only = tmp.path().join("older");
-    std::fs::create_dir(&main_only).unwrap();
     put(&writer, 9_999);
     // An older state: everything but the last commit (copied while its WAL is live).
-    for file in files(&db).iter().filter(|f| f.exists()) {
-        std::fs::copy(file, main_only.join(file.file_name().unwrap())).unwrap();
-    }
+    let older = tmp.path().join("older");
+    save_files(&db, &older);
     put(&writer, 10_000);
     std::sync::Arc::into_inner(writer).expect("the only handle").shutdown().unwrap();
     let store = Store::open(&db).expect("the watermark never leads the database");
     assert_eq!(store.load_requests().unwrap().len(), 202);
     drop(store);
-    for file in files(&db) {
-        let _ = std::fs::remove_file(&file);
-        let saved = main_only.join(file.file_name().unwrap());
-        if saved.exists() {
-            std::fs::copy(saved, &file).unwrap();
-        }
-    }
+    restore_files(&db, &older);
     let message = refused(&db);
     assert!(message.contains("commits"), "{message}");
 }
