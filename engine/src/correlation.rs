@@ -55,6 +55,14 @@ impl Engine {
         match item {
             Deferred::Event(event) => self.on_observed(agent_id, event),
             Deferred::Snapshot(snapshot) => self.on_snapshot(agent_id, snapshot),
+            Deferred::Checkpoint(json) => self.on_checkpoint(agent_id, json),
+        }
+    }
+
+    /// EV-5: the monitor's checkpoint, deferred like the events it follows.
+    pub(crate) fn on_checkpoint(&mut self, agent_id: &AgentId, checkpoint_json: String) {
+        if let Some(Deferred::Checkpoint(json)) = self.defer_while_writing(agent_id, Deferred::Checkpoint(checkpoint_json)) {
+            self.record_checkpoint(agent_id, json);
         }
     }
 
@@ -67,6 +75,7 @@ impl Engine {
             match item {
                 Deferred::Event(event) => self.apply_event(&agent_id, event),
                 Deferred::Snapshot(snapshot) => self.apply_snapshot(&agent_id, snapshot),
+                Deferred::Checkpoint(json) => self.record_checkpoint(&agent_id, json),
             }
         }
     }
@@ -78,6 +87,7 @@ impl Engine {
     }
 
     fn apply_event_inner(&mut self, agent_id: &AgentId, event: ObserverEvent) {
+        self.record_observed(agent_id, &event); // EV-4: deduplicated against the agent's mark
         // Events replayed after a resume, or late, lie at or before what the view already
         // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
         if self.is_fresh(agent_id, &event) {

@@ -25,6 +25,8 @@ pub(crate) enum PersistPurpose {
     Progress(RequestId),
     /// A terminal event; publish it once durable (TERM-2).
     Terminal { request_id: RequestId, sequence: u64, cancel_op: Option<OpId> },
+    /// EV-3: one agent's event batch (events, mark, checkpoint).
+    Events(AgentId),
 }
 
 /// Where one in-flight admission is.
@@ -64,6 +66,8 @@ pub(crate) struct Admission {
 pub(crate) enum Deferred {
     Event(ObserverEvent),
     Snapshot(ObserverSnapshot),
+    /// EV-5: a checkpoint waits behind the events it covers.
+    Checkpoint(String),
 }
 
 /// A terminal event whose commit failed; it is retried with a fresh sequence.
@@ -114,6 +118,8 @@ pub struct Engine {
     pub(crate) outputs: VecDeque<Output>,
     /// RF-6: the observer event being applied, as evidence for any request it ends.
     pub(crate) deciding: Option<String>,
+    /// EV-*: the durable Agent API event stream.
+    pub(crate) events: crate::event_stream::EventStream,
 }
 
 impl Default for Engine {
@@ -147,6 +153,7 @@ impl Engine {
             last_published_sequence: 0,
             outputs: VecDeque::new(),
             deciding: None,
+            events: crate::event_stream::EventStream::default(),
         }
     }
 
@@ -168,7 +175,9 @@ impl Engine {
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
             Input::Delivered { delivery_id, outcome } => self.on_delivered(delivery_id, outcome),
             Input::StartupComplete => self.on_startup_complete(),
+            Input::ObserverCheckpoint { agent_id, checkpoint_json } => self.on_checkpoint(&agent_id, checkpoint_json),
         }
+        self.flush_events(); // EV-3: whatever this input taught, batched per agent
     }
 
     /// The next side effect to perform, or `None` when the engine is idle.
@@ -184,7 +193,8 @@ impl Engine {
         let retries = self.terminal_retries.values().map(|r| r.due_ms);
         let progress = self.progress_retries.values().copied();
         let probes = self.agents.values().filter_map(|a| a.probe_at_ms);
-        admissions.chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).min()
+        let event_retries = self.events.retry_at.values().copied();
+        admissions.chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).min()
     }
 
     /// RF-8: when a submitted request still waiting for its turn to start gives up.
@@ -236,6 +246,9 @@ impl Engine {
             && self.outputs.is_empty()
             && self.terminal_retries.is_empty()
             && self.progress_retries.is_empty()
+            && self.events.in_flight.is_empty()
+            && self.events.backlog.values().all(Vec::is_empty)
+            && self.events.retry_at.is_empty()
     }
 
     // ----- helpers shared by the transitions -----
@@ -265,15 +278,25 @@ impl Engine {
     }
 
     pub(crate) fn persist(&mut self, purpose: PersistPurpose, ops: Vec<PersistOp>) {
+        self.persist_token(purpose, ops);
+    }
+
+    /// Asks for one commit; request milestones ride along in the same transaction (EV-6).
+    pub(crate) fn persist_token(&mut self, purpose: PersistPurpose, mut ops: Vec<PersistOp>) -> u64 {
         assert!(!ops.is_empty());
         for op in &ops {
             if let PersistOp::PutRequest(record) = op {
                 record.assert_consistent();
             }
         }
+        let riding = self.ride_request_events(&purpose, &mut ops);
         let token = self.fresh_id();
+        if !riding.is_empty() {
+            self.events.riding.insert(token, riding);
+        }
         self.persists.insert(token, purpose);
         self.push(Output::Persist { token, ops });
+        token
     }
 
     pub(crate) fn persist_record(&mut self, purpose: PersistPurpose, request_id: &RequestId) {
@@ -370,7 +393,9 @@ impl Engine {
         // A duplicate or unknown acknowledgement is a runtime fault; it must not take the
         // daemon down, and it can unblock nothing.
         let Some(purpose) = self.persists.remove(&token) else { return };
+        self.on_riding_committed(token, result.is_ok());
         match purpose {
+            PersistPurpose::Events(agent_id) => self.on_events_committed(&agent_id, token, result),
             PersistPurpose::Register(request_id) => self.on_registered(&request_id, result),
             PersistPurpose::Release(request_id) => {
                 if result.is_err() {
@@ -414,6 +439,7 @@ impl Engine {
     }
 
     fn on_tick(&mut self) {
+        self.release_event_retries();
         self.expire_admission_steps();
         self.expire_request_deadlines();
         self.send_due_probes();
@@ -459,6 +485,9 @@ impl Engine {
 
     fn on_agent_upserted(&mut self, facts: AgentFacts) {
         let agent_id = facts.agent_id.clone();
+        if self.agents.contains_key(&agent_id) || self.agents.len() < MAX_AGENTS {
+            self.record_registration(&facts);
+        }
         let changed = match self.agents.get_mut(&agent_id) {
             Some(entry) => {
                 let changed = entry.facts.incarnation != facts.incarnation || entry.facts.process != facts.process;
@@ -489,7 +518,8 @@ impl Engine {
     }
 
     fn on_agent_removed(&mut self, agent_id: &AgentId) {
-        self.agents.remove(agent_id);
+        let removed = self.agents.remove(agent_id);
+        self.record_removal(agent_id, removed.and_then(|entry| entry.facts.incarnation));
         self.resuming.remove(agent_id);
         let affected = self.correlating_requests_of(agent_id, true);
         for request_id in affected {

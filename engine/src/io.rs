@@ -2,6 +2,7 @@
 //! the runtime must perform and, where it says so, acknowledge.
 
 use crate::agent::AgentFacts;
+use crate::events::{AgentEvent, EventMark};
 use crate::ids::{AgentId, Incarnation, RequestId};
 use crate::observer::{Cursor, ObserverEvent, ObserverSnapshot};
 use crate::prompt::PasteMode;
@@ -74,6 +75,9 @@ pub enum Input {
     Delivered { delivery_id: u64, outcome: DeliveryOutcome },
     /// The runtime has re-registered every agent it found after a restart (REC-2).
     StartupComplete,
+    /// EV-5 / OBS-1: the observer's checkpoint, sent after the events it covers; the engine
+    /// commits it with them (opaque to the engine).
+    ObserverCheckpoint { agent_id: AgentId, checkpoint_json: String },
 }
 
 /// A durable store operation; a `Persist` holds the ops of one transaction.
@@ -81,6 +85,12 @@ pub enum Input {
 pub enum PersistOp {
     PutRequest(RequestRecord),
     AppendTerminal(TerminalEvent),
+    /// EV-1: one event of the durable Agent API stream.
+    AppendEvent(AgentEvent),
+    /// EV-4: the agent's event mark after the batch's events.
+    PutEventMark(EventMark),
+    /// EV-5 / OBS-1: the agent's observer checkpoint (opaque JSON).
+    PutCheckpoint { agent_id: AgentId, checkpoint_json: String },
 }
 
 /// The answer to a cancel (RF-4).
@@ -116,6 +126,8 @@ pub enum Output {
     CancelResult { op: OpId, outcome: CancelOutcome },
     /// A terminal event that is now durable (TERM-2): push it to stream subscribers.
     TerminalEvent(TerminalEvent),
+    /// EV-2: an agent event that is now durable, in sequence order: push it to subscribers.
+    AgentEvent(AgentEvent),
 }
 
 /// What `Engine::recover` rebuilds from (REC-*).
@@ -123,4 +135,10 @@ pub enum Output {
 pub struct DurableState {
     pub requests: Vec<RequestRecord>,
     pub last_terminal_sequence: u64,
+    /// EV-1: the last durable agent event sequence (pruned ones included).
+    #[serde(default)]
+    pub last_event_sequence: u64,
+    /// EV-4: every agent's durable event mark.
+    #[serde(default)]
+    pub event_marks: Vec<EventMark>,
 }

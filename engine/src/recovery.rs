@@ -20,6 +20,7 @@ impl Engine {
         engine.now_ms = now_ms;
         engine.next_sequence = durable.last_terminal_sequence + 1;
         engine.last_published_sequence = durable.last_terminal_sequence;
+        engine.events = crate::event_stream::EventStream::recover(durable.last_event_sequence, durable.event_marks);
         for record in durable.requests {
             record.assert_consistent();
             if let Some(event) = &record.terminal {

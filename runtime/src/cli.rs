@@ -108,6 +108,22 @@ pub enum AgentCommand {
         #[arg(long)]
         after: Option<String>,
     },
+    /// The durable Agent API event stream (schema wakterm.agent-events.v1): one JSON object
+    /// per event, in sequence order; stays attached. Sequences survive restarts and are never
+    /// reused. To start without missing anything, take `agent catalog` and pass its
+    /// events_through to --after. Exit 4 cursor_too_old: the events after --after were
+    /// pruned; rebase from a fresh catalog.
+    Events {
+        /// Resume after this sequence (0: from the oldest retained event).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Drain what is available now and exit.
+        #[arg(long)]
+        once: bool,
+        /// Only this agent's events (name or id; repeatable).
+        #[arg(long = "agent", value_name = "TARGET")]
+        agents: Vec<String>,
+    },
     /// Inspect, cancel or stream return-final requests.
     Request {
         #[command(subcommand)]
@@ -244,6 +260,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
         AgentCommand::Capabilities => ClientRequest::Capabilities,
         AgentCommand::Output { target, after } => ClientRequest::AgentOutput { target, after },
         AgentCommand::Attach { target } => return attach(paths, &target),
+        AgentCommand::Events { after, once, agents } => return stream(paths, &ClientRequest::Events { after, once, agents }),
         AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, args.raw_paste, &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
@@ -364,7 +381,11 @@ pub fn read_stdin_prompt(input: &mut impl Read, limit: usize) -> Result<StdinPro
 }
 
 fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {
-    let result = client::watch(paths, after, once, |event| {
+    stream(paths, &ClientRequest::Watch { after, once })
+}
+
+fn stream(paths: &DataPaths, request: &ClientRequest) -> i32 {
+    let result = client::stream(paths, request, |event| {
         println!("{}", serde_json::to_string(event).expect("json"));
         true
     });

@@ -115,9 +115,15 @@ pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
 /// `request watch`: calls `on_event` for each terminal event; stops when it returns false, at
 /// the end of a `once` drain, or when the daemon goes away (an error reply). The daemon sends a
 /// heartbeat at least every `WATCH_HEARTBEAT`; silence past `WATCH_SILENCE` is an error.
-pub fn watch(paths: &DataPaths, after: u64, once: bool, mut on_event: impl FnMut(&Value) -> bool) -> Result<(), Reply> {
+pub fn watch(paths: &DataPaths, after: u64, once: bool, on_event: impl FnMut(&Value) -> bool) -> Result<(), Reply> {
+    stream(paths, &ClientRequest::Watch { after, once }, on_event)
+}
+
+/// A streaming request (`request watch`, `agent events`): `{"event"}` lines until `on_event`
+/// returns false, the `once` drain ends, or the daemon goes away.
+pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_event: impl FnMut(&Value) -> bool) -> Result<(), Reply> {
     let mut stream = connect(paths)?;
-    send(&mut stream, &ClientRequest::Watch { after, once })?;
+    send(&mut stream, request)?;
     let _ = stream.set_read_timeout(Some(WATCH_SILENCE));
     let reader = BufReader::new(stream);
     for line in reader.lines() {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use wakterm_engine::{
-    AdmitCommand, AgentId, CancelCommand, CancelOutcome, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt,
+    AdmitCommand, AgentEvent, AgentId, CancelCommand, CancelOutcome, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt,
     TerminalEvent,
 };
 
@@ -26,6 +26,8 @@ pub trait Effects: Send {
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>);
     /// TERM-2: a durable terminal event for stream subscribers.
     fn publish(&mut self, event: TerminalEvent);
+    /// EV-2: a durable agent event, in sequence order, for `agent events` subscribers.
+    fn publish_event(&mut self, event: AgentEvent);
 }
 
 /// A read-only question to the engine, answered on the reactor without blocking; the closure
@@ -160,6 +162,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
                 None => {}
             },
             Output::TerminalEvent(event) => effects.publish(event),
+            Output::AgentEvent(event) => effects.publish_event(event),
         }
     }
 }

@@ -51,6 +51,13 @@ pub enum ClientRequest {
     },
     RequestCancel { request_id: String },
     Watch { after: u64, once: bool },
+    /// EV-*: the durable Agent API event stream, optionally of some agents only.
+    Events {
+        after: u64,
+        once: bool,
+        #[serde(default)]
+        agents: Vec<String>,
+    },
     /// OUT: the experimental output shadow page (seed 002).
     AgentOutput { target: String, after: Option<String> },
 }

@@ -22,7 +22,7 @@ pub use limits::{
     BATCH_OPS_MAX, BUSY_TIMEOUT_MS, FIELD_BYTES_MAX, GROUP_BATCHES_MAX, RECORD_BYTES_MAX,
     TERMINAL_PAGE_MAX, WRITE_QUEUE_CAPACITY,
 };
-pub use op::{StoreOp, StoredAgent, StoredRequest, StoredTerminalEvent};
+pub use op::{StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent};
 pub use reader::Store;
 pub use schema::{OpenReport, APPLICATION_ID, SCHEMA_VERSION};
 pub use writer::{CommitCallback, CommitInfo, StoreWriter, WriterStats};
@@ -43,6 +43,21 @@ pub fn op_for(op: &wakterm_engine::PersistOp) -> StoreOp {
             sequence: event.terminal_event_sequence,
             request_id: event.request_id.to_string(),
             event_json: serde_json::to_string(event).expect("events serialise"),
+        },
+        wakterm_engine::PersistOp::AppendEvent(event) => StoreOp::AppendEvent {
+            sequence: event.sequence,
+            agent_id: event.agent_id.to_string(),
+            kind: event.kind().to_string(),
+            at_ms: event.at_ms,
+            event_json: serde_json::to_string(event).expect("events serialise"),
+        },
+        wakterm_engine::PersistOp::PutEventMark(mark) => StoreOp::PutEventMark {
+            agent_id: mark.agent_id.to_string(),
+            mark_json: serde_json::to_string(mark).expect("marks serialise"),
+        },
+        wakterm_engine::PersistOp::PutCheckpoint { agent_id, checkpoint_json } => StoreOp::PutCheckpoint {
+            agent_id: agent_id.to_string(),
+            checkpoint_json: checkpoint_json.clone(),
         },
     }
 }

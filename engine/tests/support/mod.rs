@@ -11,6 +11,11 @@ pub const REQ: &str = "fe57dc90-994e-4e73-b09c-fac483d9f05b";
 pub const REQ2: &str = "fe57dc90-994e-4e73-b09c-fac483d9f05c";
 pub const T0: u64 = 1_767_000_000_000;
 
+/// An agent event batch: nothing but events, the mark and the checkpoint (EV-3).
+pub fn is_event_batch(ops: &[PersistOp]) -> bool {
+    ops.iter().all(|op| matches!(op, PersistOp::AppendEvent(_) | PersistOp::PutEventMark(_) | PersistOp::PutCheckpoint { .. }))
+}
+
 pub fn agent_id(text: &str) -> AgentId {
     AgentId::parse(text).unwrap()
 }
@@ -74,6 +79,15 @@ pub struct Rig {
     pub snapshots: BTreeMap<AgentId, Result<ObserverSnapshot, String>>,
     pub delivery_outcome: DeliveryOutcome,
     next_op: u64,
+    /// EV-*: the store's agent events and marks, and what was published.
+    pub durable_events: Vec<AgentEvent>,
+    pub durable_marks: BTreeMap<AgentId, EventMark>,
+    pub published_events: Vec<AgentEvent>,
+    /// Event-only batches (events, mark, checkpoint) are answered at once unless held, so
+    /// tests of request commits see only those in `persists`.
+    pub hold_events: bool,
+    pub event_persists: VecDeque<(u64, Vec<PersistOp>)>,
+    pub durable_checkpoints: BTreeMap<AgentId, String>,
 }
 
 impl Rig {
@@ -99,6 +113,12 @@ impl Rig {
             snapshots: BTreeMap::new(),
             delivery_outcome: DeliveryOutcome::Complete,
             next_op: 1,
+            durable_events: Vec::new(),
+            durable_marks: BTreeMap::new(),
+            published_events: Vec::new(),
+            hold_events: false,
+            event_persists: VecDeque::new(),
+            durable_checkpoints: BTreeMap::new(),
         }
     }
 
@@ -129,13 +149,26 @@ impl Rig {
             match output {
                 Output::RefreshObserver { refresh_id, agent_id } => self.refreshes.push_back((refresh_id, agent_id)),
                 Output::ResumeObserver { agent_id, from } => self.resumes.push((agent_id, from)),
+                Output::Persist { token, ops } if is_event_batch(&ops) => self.event_persists.push_back((token, ops)),
                 Output::Persist { token, ops } => self.persists.push_back((token, ops)),
+                Output::AgentEvent(event) => self.published_events.push(event),
                 Output::Deliver { delivery_id, agent_id, bytes, .. } => self.deliveries.push_back((delivery_id, agent_id, bytes)),
                 Output::Receipt { op, receipt } => self.receipts.entry(op).or_default().push(receipt),
                 Output::CancelResult { op, outcome } => self.cancels.push((op, outcome)),
                 Output::TerminalEvent(event) => self.published.push(event),
             }
         }
+        if !self.hold_events {
+            while let Some((token, ops)) = self.event_persists.pop_front() {
+                self.ack_persist(token, ops, Ok(()));
+            }
+        }
+    }
+
+    /// Answers the oldest held event batch.
+    pub fn ack_next_events(&mut self, result: Result<(), String>) {
+        let (token, ops) = self.event_persists.pop_front().expect("an event batch is pending");
+        self.ack_persist(token, ops, result);
     }
 
     /// Answers everything outstanding, successfully, until the engine is quiet.
@@ -164,6 +197,16 @@ impl Rig {
                         let last = self.durable_terminal.last().map_or(0, |e| e.terminal_event_sequence);
                         assert!(event.terminal_event_sequence > last, "store: sequences strictly increase");
                         self.durable_terminal.push(event);
+                    }
+                    PersistOp::AppendEvent(event) => {
+                        assert!(self.durable_events.iter().all(|e| e.sequence != event.sequence), "store: a sequence is used once");
+                        self.durable_events.push(event);
+                    }
+                    PersistOp::PutEventMark(mark) => {
+                        self.durable_marks.insert(mark.agent_id.clone(), mark);
+                    }
+                    PersistOp::PutCheckpoint { agent_id, checkpoint_json } => {
+                        self.durable_checkpoints.insert(agent_id, checkpoint_json);
                     }
                 }
             }
@@ -278,8 +321,11 @@ impl Rig {
         let durable = DurableState {
             requests: self.durable.values().cloned().collect(),
             last_terminal_sequence: self.durable_terminal.last().map_or(0, |e| e.terminal_event_sequence),
+            last_event_sequence: self.durable_events.iter().map(|e| e.sequence).max().unwrap_or(0),
+            event_marks: self.durable_marks.values().cloned().collect(),
         };
         self.persists.clear();
+        self.event_persists.clear();
         self.deliveries.clear();
         self.refreshes.clear();
         self.engine = Engine::recover(durable, self.now);

@@ -6,7 +6,6 @@ use crate::driver::DriverMsg;
 use crate::holder::{HolderClient, HolderError, InfoReply};
 use crate::observer::{CodexObserver, Health};
 use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS};
-use crate::store::{StoreOp, StoreWriter};
 use crate::paths::DataPaths;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -204,7 +203,10 @@ impl AgentRuntime {
     /// least [`CHECKPOINT_INTERVAL_MS`] old. Not acknowledged to anyone: a lost checkpoint only
     /// costs a longer read at the next restart. Returns true while a newer state waits to be
     /// saved (the caller wakes again to save it).
-    pub fn save_checkpoint_if_due(&self, observer: &CodexObserver, writer: &StoreWriter) -> bool {
+    /// EV-5: it goes to the engine after the events it covers (the caller sends those first),
+    /// and the engine commits it with them, so a restart never resumes past an event that
+    /// was not durable.
+    pub fn save_checkpoint_if_due(&self, observer: &CodexObserver, inbox: &mpsc::Sender<DriverMsg>) -> bool {
         let Some(checkpoint) = observer.checkpoint() else { return false };
         let mut slot = self.checkpoint.lock().expect("checkpoint lock");
         let moved = slot.saved.as_ref().is_none_or(|(session, offset, _)| *session != checkpoint.session || *offset != checkpoint.tail.offset);
@@ -215,8 +217,8 @@ impl AgentRuntime {
         if !due {
             return true;
         }
-        let op = StoreOp::PutCheckpoint { agent_id: self.record.agent_id.clone(), checkpoint_json: checkpoint.to_json() };
-        match writer.submit(vec![op], Box::new(|_| {})) {
+        let input = Input::ObserverCheckpoint { agent_id: self.agent_id(), checkpoint_json: checkpoint.to_json() };
+        match inbox.try_send(DriverMsg::Input(input)) {
             Ok(()) => {
                 slot.saved = Some((checkpoint.session, checkpoint.tail.offset, Instant::now()));
                 false

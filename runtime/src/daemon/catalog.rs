@@ -15,8 +15,17 @@ use wakterm_engine::Engine;
 pub(super) async fn catalog(context: &Arc<Context>) -> Reply {
     let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
     let ids: Vec<_> = agents.iter().map(|agent| agent.agent_id()).collect();
-    let Some(views) = crate::driver::ask(&context.inbox, move |engine: &Engine| ids.iter().map(|id| engine.catalog_view(id)).collect::<Vec<_>>()).await else {
+    let asked = crate::driver::ask(&context.inbox, move |engine: &Engine| {
+        (ids.iter().map(|id| engine.catalog_view(id)).collect::<Vec<_>>(), engine.events_through())
+    });
+    let Some((views, events_through)) = asked.await else {
         return Reply::error(crate::protocol::exit::ERROR, "internal_failure", "the engine is not running");
+    };
+    // EV-8: the view reflects every event up to `events_through`; answer once they are all
+    // durable, so `agent events --after events_through` misses nothing and repeats nothing.
+    let Some(events_through) = super::events::durable_through(context, events_through).await else {
+        let message = format!("the events the catalog reflects (through {events_through}) are not durable yet; retry");
+        return Reply::error(crate::protocol::exit::ERROR, "events_not_durable", message);
     };
     assert_eq!(views.len(), agents.len(), "one view per agent asked about");
     let entries: Vec<Value> = agents
@@ -29,7 +38,7 @@ pub(super) async fn catalog(context: &Arc<Context>) -> Reply {
             catalog_entry(&agent.record, agent.facts().incarnation, snapshot, decision)
         })
         .collect();
-    Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "agents": entries}))
+    Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "events_through": events_through, "agents": entries}))
 }
 
 /// The engine's catalog decision as JSON: state, availability and the blocker's reason. An

@@ -9,14 +9,35 @@ use crate::store::{StoreOp, StoreWriter};
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use wakterm_engine::{
-    AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, TerminalEvent,
+    AgentEvent, AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, TerminalEvent,
 };
+
+/// EV-2: where published agent events go: live subscribers, and the sequence published
+/// through (store reads for catch-up stop there, so a reader never passes a number whose
+/// commit is still pending).
+#[derive(Clone)]
+pub struct EventFeed {
+    pub live: broadcast::Sender<AgentEvent>,
+    pub published: tokio::sync::watch::Sender<u64>,
+}
+
+impl EventFeed {
+    pub fn new(published_through: u64) -> EventFeed {
+        let (live, _) = broadcast::channel(super::WATCH_BUFFER);
+        EventFeed { live, published: tokio::sync::watch::Sender::new(published_through) }
+    }
+
+    pub fn published_through(&self) -> u64 {
+        *self.published.borrow()
+    }
+}
 
 pub struct RealEffects {
     pub inbox: mpsc::Sender<DriverMsg>,
     pub agents: AgentTable,
     pub writer: Arc<StoreWriter>,
     pub terminal: broadcast::Sender<TerminalEvent>,
+    pub events: EventFeed,
     /// REC-5: the test-only crash point selected by `WAKTERM_FAULT`, if any.
     pub fault: Option<FaultPoint>,
 }
@@ -118,6 +139,13 @@ impl Effects for RealEffects {
 
     fn publish(&mut self, event: TerminalEvent) {
         let _ = self.terminal.send(event); // no subscriber is fine: the store has it
+    }
+
+    fn publish_event(&mut self, event: AgentEvent) {
+        let sequence = event.sequence;
+        assert!(sequence > self.events.published_through(), "EV-2: published in sequence order");
+        self.events.published.send_replace(sequence);
+        let _ = self.events.live.send(event); // no subscriber is fine: the store has it
     }
 }
 

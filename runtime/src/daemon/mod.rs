@@ -8,6 +8,7 @@ pub mod agent_handlers;
 pub mod agents;
 pub mod catalog;
 pub mod effects;
+pub mod events;
 pub mod faults;
 pub mod monitor;
 pub mod requests;
@@ -48,6 +49,8 @@ pub struct Context {
     pub writer: Arc<StoreWriter>,
     pub monitor: Monitor,
     pub terminal: broadcast::Sender<TerminalEventAlias>,
+    /// EV-2: published agent events, and the sequence published through.
+    pub events: effects::EventFeed,
     pub shutdown: Arc<Notify>,
     pub started_ms: u64,
     /// Names of agents whose start is in progress (reserved against concurrent starts).
@@ -152,7 +155,15 @@ fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> 
         requests.push(record);
     }
     let last_terminal_sequence = store.last_terminal_sequence().map_err(|e| e.to_string())?;
-    Ok(Engine::recover(DurableState { requests, last_terminal_sequence }, clock.now_ms()))
+    let last_event_sequence = store.last_event_sequence().map_err(|e| e.to_string())?;
+    let mut event_marks = Vec::new();
+    for (agent_id, json) in store.load_event_marks().map_err(|e| e.to_string())? {
+        // EV-4: an unreadable mark would re-announce what was reported: refuse to guess.
+        let mark = serde_json::from_str(&json).map_err(|e| format!("the event mark of agent {agent_id} in the database is unreadable: {e}"))?;
+        event_marks.push(mark);
+    }
+    let durable = DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks };
+    Ok(Engine::recover(durable, clock.now_ms()))
 }
 
 fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
@@ -187,16 +198,17 @@ fn load_checkpoints(store: &Store) -> BTreeMap<String, ObserverCheckpoint> {
 async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, cap: usize) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
+    let events = effects::EventFeed::new(engine.events_published_through());
     let agents: AgentTable = Arc::new(Mutex::new(BTreeMap::new()));
     // The driver runs before anything can fill its inbox, so startup never waits on itself.
-    let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), fault };
+    let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), events: events.clone(), fault };
     let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects, clock));
     let checkpoints = load_checkpoints(&store);
-    let monitor = Monitor::start(inbox.clone(), writer.clone());
+    let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     loop {

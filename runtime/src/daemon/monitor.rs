@@ -16,7 +16,6 @@
 use super::agents::{observed, AgentRuntime};
 use crate::driver::DriverMsg;
 use crate::holder::protocol::{InfoReply, Reply, Request};
-use crate::store::StoreWriter;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,12 +89,11 @@ pub struct Monitor {
 
 impl Monitor {
     /// Starts the dispatcher on the current runtime.
-    pub fn start(inbox: mpsc::Sender<DriverMsg>, writer: Arc<StoreWriter>) -> Monitor {
+    pub fn start(inbox: mpsc::Sender<DriverMsg>) -> Monitor {
         let (wake, wakes) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher {
             wake: wake.clone(),
             inbox,
-            writer,
             agents: BTreeMap::new(),
             watches: BTreeMap::new(),
             stamps: BTreeMap::new(),
@@ -127,7 +125,6 @@ struct Watched {
 struct Dispatcher {
     wake: mpsc::UnboundedSender<Wake>,
     inbox: mpsc::Sender<DriverMsg>,
-    writer: Arc<StoreWriter>,
     agents: BTreeMap<String, Watched>,
     /// One recursive watch per sessions directory (None: it could not be set yet).
     watches: BTreeMap<PathBuf, Option<notify::RecommendedWatcher>>,
@@ -285,10 +282,10 @@ impl Dispatcher {
         let liveness = std::mem::take(&mut watched.liveness_due);
         let screen = std::mem::take(&mut watched.screen_due);
         let agent = watched.agent.clone();
-        let (inbox, writer, wake) = (self.inbox.clone(), self.writer.clone(), self.wake.clone());
+        let (inbox, wake) = (self.inbox.clone(), self.wake.clone());
         let agent_id = agent_id.to_string();
         tokio::task::spawn_blocking(move || {
-            let pending = run_once(&agent, &inbox, &writer, (liveness, screen));
+            let pending = run_once(&agent, &inbox, (liveness, screen));
             let _ = wake.send(Wake::Done { agent_id, pending });
         });
     }
@@ -337,7 +334,7 @@ impl Dispatcher {
 /// holder for the screen and give the engine a new snapshot (the catalog answers from it), so
 /// a run over an idle agent costs a few local reads and no holder call. Returns true while a
 /// newer checkpoint waits to be saved.
-fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &StoreWriter, (liveness, screen_due): (bool, bool)) -> bool {
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> bool {
     let process_changed = match liveness.then(|| agent.forward_liveness_change(inbox)).flatten() {
         Some(false) => return false,
         Some(true) => true,
@@ -351,7 +348,6 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
     };
     // MON-2: a rollout no agent tails changed since this agent's last discovery: rediscover.
     let (events, health) = agent.with_discovery_scope(|rediscover| observer.poll_health(rediscover));
-    let pending = agent.save_checkpoint_if_due(observer, writer);
     let forced = process_changed || !events.is_empty();
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
     // screen): such an agent's screen is read on every run.
@@ -361,6 +357,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, writer: &Stor
             return false;
         }
     }
+    let pending = agent.save_checkpoint_if_due(observer, inbox); // EV-5: after its events
     if changed {
         let screen = agent.screen_text();
         let snapshot = observer.current_snapshot(screen.as_deref());

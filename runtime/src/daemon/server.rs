@@ -46,6 +46,9 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     if let ClientRequest::Watch { after, once } = request {
         return requests::watch(reader.into_inner().into_inner(), &mut write_half, &context, after, once).await;
     }
+    if let ClientRequest::Events { after, once, agents } = request {
+        return super::events::events(reader.into_inner().into_inner(), &mut write_half, &context, after, once, agents).await;
+    }
     let stop = matches!(request, ClientRequest::Stop { .. });
     let reply = dispatch(request, &context).await;
     let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
@@ -89,7 +92,7 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
         ClientRequest::RequestGet { request_id, evidence } => requests::request_get(context, &request_id, evidence).await,
         ClientRequest::RequestCancel { request_id } => requests::request_cancel(context, request_id).await,
         ClientRequest::AgentOutput { target, after } => agent_handlers::agent_output(context, &target, after).await,
-        ClientRequest::Watch { .. } => unreachable!("handled before dispatch"),
+        ClientRequest::Watch { .. } | ClientRequest::Events { .. } => unreachable!("handled before dispatch"),
     }
 }
 
@@ -139,6 +142,7 @@ pub fn capabilities() -> Value {
             "agent.request.cancel": {"version": 1},
             "agent.request.watch": {"version": 1, "event_schema": wakterm_engine::terminal::TERMINAL_SCHEMA},
             "agent.output": {"version": 1, "schema": "wakterm.agent-output-shadow.experimental.v1", "experimental": true},
+            "agent.events": {"version": 1, "event_schema": wakterm_engine::AGENT_EVENTS_SCHEMA, "kinds": wakterm_engine::EventBody::KINDS, "catalog_field": "events_through"},
         },
         "classifications": ["accepted", "busy", "unsupported", "unavailable", "stale_incarnation", "invalid", "observer_failure", "internal_failure", "indeterminate"],
         "terminal_states": ["completed", "aborted", "timed_out", "cancelled", "delivery_failed", "indeterminate"],

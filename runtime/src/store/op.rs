@@ -35,6 +35,24 @@ pub enum StoreOp {
     },
     /// OBS-1: replace the agent's observer checkpoint (deleted with the agent).
     PutCheckpoint { agent_id: String, checkpoint_json: String },
+    /// EV-1: append one agent event. Its sequence must be unused; the store never renumbers.
+    AppendEvent {
+        sequence: u64,
+        agent_id: String,
+        kind: String,
+        at_ms: u64,
+        event_json: String,
+    },
+    /// EV-4: replace the agent's event mark (kept after the agent: it is tiny, and it stops a
+    /// reused id from being announced twice).
+    PutEventMark { agent_id: String, mark_json: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAgentEvent {
+    pub sequence: u64,
+    pub agent_id: String,
+    pub event_json: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +102,20 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
             check_record("agent record", record_json)
         }
         StoreOp::DeleteAgent { agent_id } => check_field("agent_id", agent_id),
+        StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
+            if *sequence == 0 {
+                return Err(StoreError::invalid("event sequence 0 is reserved for 'none'"));
+            }
+            to_sql_integer("sequence", *sequence)?;
+            to_sql_integer("at_ms", *at_ms)?;
+            check_field("agent_id", agent_id)?;
+            check_field("kind", kind)?;
+            check_record("agent event", event_json)
+        }
+        StoreOp::PutEventMark { agent_id, mark_json } => {
+            check_field("agent_id", agent_id)?;
+            check_record("event mark", mark_json)
+        }
         StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
             check_field("agent_id", agent_id)?;
             check_record("observer checkpoint", checkpoint_json)
@@ -200,7 +232,62 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
             request_id,
             event_json,
         } => append_terminal(conn, *sequence, request_id, event_json),
+        StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
+            append_event(conn, *sequence, agent_id, kind, *at_ms, event_json)
+        }
+        StoreOp::PutEventMark { agent_id, mark_json } => {
+            conn.prepare_cached(
+                "INSERT INTO event_marks(agent_id, mark) VALUES (?1, ?2) \
+                 ON CONFLICT(agent_id) DO UPDATE SET mark = excluded.mark",
+            )?
+            .execute(params![agent_id, mark_json])?;
+            Ok(())
+        }
     }
+}
+
+/// EV-1: a sequence is used once, ever: not by a stored event, and not below what retention
+/// pruned (a pruned number is never handed out again).
+fn append_event(conn: &Connection, sequence: u64, agent_id: &str, kind: &str, at_ms: u64, event: &str) -> Result<(), StoreError> {
+    let pruned = events_pruned_through(conn)?;
+    if sequence <= pruned {
+        return Err(StoreError::constraint(format!(
+            "event sequence {sequence} is at or below the pruned sequence {pruned}"
+        )));
+    }
+    let taken: bool = conn
+        .prepare_cached("SELECT EXISTS(SELECT 1 FROM agent_events WHERE sequence = ?1)")?
+        .query_row([to_sql_integer("sequence", sequence)?], |row| row.get(0))?;
+    if taken {
+        return Err(StoreError::constraint(format!("event sequence {sequence} is already used")));
+    }
+    conn.prepare_cached("INSERT INTO agent_events(sequence, agent_id, kind, at_ms, event) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![to_sql_integer("sequence", sequence)?, agent_id, kind, to_sql_integer("at_ms", at_ms)?, event])?;
+    Ok(())
+}
+
+/// The meta key holding the highest event sequence retention removed.
+pub(crate) const EVENTS_PRUNED_THROUGH: &str = "events_pruned_through";
+
+pub(crate) fn events_pruned_through(conn: &Connection) -> Result<u64, StoreError> {
+    let value: Option<String> = conn
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([EVENTS_PRUNED_THROUGH], |row| row.get(0))
+        .optional()?;
+    match value {
+        None => Ok(0),
+        Some(text) => text.parse().map_err(|_| StoreError::Sqlite {
+            code: None,
+            message: format!("meta {EVENTS_PRUNED_THROUGH} is {text:?}, not a sequence; the database was altered"),
+        }),
+    }
+}
+
+/// EV-1: the greatest sequence ever stored (pruned ones count); 0 when there is none.
+pub(crate) fn last_event_sequence(conn: &Connection) -> Result<u64, StoreError> {
+    let max: Option<i64> = conn.prepare_cached("SELECT MAX(sequence) FROM agent_events")?.query_row([], |row| row.get(0))?;
+    let stored = from_sql_integer("event sequence", max.unwrap_or(0))?;
+    Ok(stored.max(events_pruned_through(conn)?))
 }
 
 fn put_agent(

@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::error::StoreError;
 use super::limits::TERMINAL_PAGE_MAX;
-use super::op::{self, StoredAgent, StoredRequest, StoredTerminalEvent};
+use super::op::{self, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent};
 use super::schema::{self, OpenReport};
 
 /// A read handle on the store. `Sync`: threads share it, reads are serialised on one connection;
@@ -153,6 +153,74 @@ impl Store {
     /// The greatest stored terminal sequence; 0 when there is none.
     pub fn last_terminal_sequence(&self) -> Result<u64, StoreError> {
         op::last_terminal_sequence(&self.conn())
+    }
+
+    /// EV-1: agent events with `after < sequence <= through`, ascending, at most
+    /// `min(limit, TERMINAL_PAGE_MAX)`; only of `agents` when it is not empty.
+    pub fn agent_events_after(&self, after: u64, through: u64, limit: usize, agents: &[String]) -> Result<Vec<StoredAgentEvent>, StoreError> {
+        let limit = limit.min(TERMINAL_PAGE_MAX);
+        let (Ok(after_sql), Ok(through_sql)) = (i64::try_from(after), i64::try_from(through)) else {
+            return Ok(Vec::new());
+        };
+        let conn = self.conn();
+        let mut events = Vec::with_capacity(limit.min(64));
+        let mut push = |row: &Row<'_>| -> rusqlite::Result<()> {
+            events.push((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?));
+            Ok(())
+        };
+        if agents.is_empty() {
+            let mut stmt = conn.prepare_cached(
+                "SELECT sequence, agent_id, event FROM agent_events WHERE sequence > ?1 AND sequence <= ?2 ORDER BY sequence LIMIT ?3",
+            )?;
+            let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, limit as i64])?;
+            while let Some(row) = rows.next()? {
+                push(row)?;
+            }
+        } else {
+            let list = serde_json::to_string(agents).expect("strings serialise");
+            let mut stmt = conn.prepare_cached(
+                "SELECT sequence, agent_id, event FROM agent_events WHERE sequence > ?1 AND sequence <= ?2 \
+                 AND agent_id IN (SELECT value FROM json_each(?3)) ORDER BY sequence LIMIT ?4",
+            )?;
+            let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, list, limit as i64])?;
+            while let Some(row) = rows.next()? {
+                push(row)?;
+            }
+        }
+        let events = events
+            .into_iter()
+            .map(|(sequence, agent_id, event_json)| {
+                let sequence = op::from_sql_integer("event sequence", sequence)?;
+                assert!(sequence > after && sequence <= through);
+                Ok(StoredAgentEvent { sequence, agent_id, event_json })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        assert!(events.len() <= limit);
+        Ok(events)
+    }
+
+    /// EV-1: the greatest event sequence ever stored, pruned ones included.
+    pub fn last_event_sequence(&self) -> Result<u64, StoreError> {
+        op::last_event_sequence(&self.conn())
+    }
+
+    /// EV-9: the oldest event still stored (None: none is).
+    pub fn oldest_event_sequence(&self) -> Result<Option<u64>, StoreError> {
+        let min: Option<i64> = self.conn().prepare_cached("SELECT MIN(sequence) FROM agent_events")?.query_row([], |row| row.get(0))?;
+        min.map(|value| op::from_sql_integer("event sequence", value)).transpose()
+    }
+
+    /// The highest sequence retention removed (0: none).
+    pub fn events_pruned_through(&self) -> Result<u64, StoreError> {
+        op::events_pruned_through(&self.conn())
+    }
+
+    /// EV-4: every agent's event mark as (agent id, JSON).
+    pub fn load_event_marks(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT agent_id, mark FROM event_marks ORDER BY agent_id")?;
+        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// A value of the `meta` table (e.g. `created_by`).

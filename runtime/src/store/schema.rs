@@ -18,7 +18,7 @@ pub const APPLICATION_ID: i32 = 0x7761_6b74;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only; never edit a shipped
 /// entry, because databases in the field already ran it.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
 
 /// The schema version this build writes and the newest it can open.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -56,6 +56,22 @@ const MIGRATION_2: &str = "
 CREATE TABLE observer_checkpoints(
     agent_id TEXT PRIMARY KEY NOT NULL,
     checkpoint TEXT NOT NULL CHECK (json_valid(checkpoint))
+) STRICT;
+";
+
+/// EV-1, EV-4: the durable Agent API event stream and each agent's event mark.
+const MIGRATION_3: &str = "
+CREATE TABLE agent_events(
+    sequence INTEGER PRIMARY KEY CHECK (sequence > 0),
+    agent_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    at_ms INTEGER NOT NULL CHECK (at_ms >= 0),
+    event TEXT NOT NULL CHECK (json_valid(event))
+) STRICT;
+CREATE INDEX agent_events_by_agent ON agent_events(agent_id, sequence);
+CREATE TABLE event_marks(
+    agent_id TEXT PRIMARY KEY NOT NULL,
+    mark TEXT NOT NULL CHECK (json_valid(mark))
 ) STRICT;
 ";
 

@@ -1,0 +1,443 @@
+//! The engine's side of the durable event stream (EV-1..EV-7): making events from what the
+//! engine learns, batching them per agent, committing them with their mark and checkpoint,
+//! and publishing them in sequence order once durable. The event kinds live in `events.rs`.
+
+use crate::agent::AgentFacts;
+use crate::engine::{Engine, PersistPurpose};
+use crate::events::{AgentEvent, EventBody, EventMark, AGENT_EVENTS_SCHEMA};
+use crate::ids::{AgentId, Incarnation, RequestId};
+use crate::io::{Output, PersistOp};
+use crate::limits::PERSIST_RETRY_MS;
+use crate::observer::ObserverEvent;
+use crate::request::Phase;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Items in one agent event batch: far below the store's per-batch operation limit.
+pub const MAX_EVENT_BATCH: usize = 1024;
+
+/// Where one assigned sequence is on its way to subscribers (EV-2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Pending,
+    Committed(AgentEvent),
+    /// Its commit failed: the number is skipped; the event (if still true) got a new one.
+    Abandoned,
+}
+
+/// What an agent's next event batch commits, in the order it was learned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum BacklogItem {
+    /// An event and the agent's mark right after it was made (EV-4), so any prefix of the
+    /// backlog commits with the mark that covers exactly it.
+    Event(AgentEvent, EventMark),
+    /// EV-5: an observer checkpoint, committed after the events before it.
+    Checkpoint(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EventStream {
+    pub next_sequence: u64,
+    pub published_through: u64,
+    /// EV-4: per agent, what has been made (and, once its batch commits, durably reported).
+    pub marks: BTreeMap<AgentId, EventMark>,
+    pub backlog: BTreeMap<AgentId, Vec<BacklogItem>>,
+    /// EV-3: the one batch in flight per agent (its commit token and items).
+    pub in_flight: BTreeMap<AgentId, (u64, Vec<BacklogItem>)>,
+    /// Agents whose failed batch waits for its retry time.
+    pub retry_at: BTreeMap<AgentId, u64>,
+    /// Request events riding on a request commit, by its token (EV-6).
+    pub riding: BTreeMap<u64, Vec<AgentEvent>>,
+    pub slots: BTreeMap<u64, Slot>,
+    /// EV-7: agents whose observer has not been seen attached or lost since the restart.
+    pub recovered_unattached: BTreeSet<AgentId>,
+    /// Requests whose `request.bound` is made (so a progress retry does not repeat it).
+    pub bound_announced: BTreeSet<RequestId>,
+}
+
+impl Default for EventStream {
+    fn default() -> Self {
+        EventStream {
+            next_sequence: 1,
+            published_through: 0,
+            marks: BTreeMap::new(),
+            backlog: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            retry_at: BTreeMap::new(),
+            riding: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            recovered_unattached: BTreeSet::new(),
+            bound_announced: BTreeSet::new(),
+        }
+    }
+}
+
+impl EventStream {
+    /// EV-1: continues after the last durable sequence, from the durable marks.
+    pub fn recover(last_sequence: u64, marks: Vec<EventMark>) -> EventStream {
+        let mut stream = EventStream { next_sequence: last_sequence + 1, published_through: last_sequence, ..EventStream::default() };
+        for mark in marks {
+            if mark.attached.is_some() {
+                stream.recovered_unattached.insert(mark.agent_id.clone());
+            }
+            stream.marks.insert(mark.agent_id.clone(), mark);
+        }
+        stream
+    }
+
+    fn assign(&mut self) -> u64 {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        assert!(sequence > self.published_through, "EV-1: sequences only grow");
+        self.slots.insert(sequence, Slot::Pending);
+        sequence
+    }
+
+    fn make(&mut self, now_ms: u64, agent_id: &AgentId, incarnation: Option<Incarnation>, body: EventBody) -> AgentEvent {
+        let sequence = self.assign();
+        AgentEvent { schema: AGENT_EVENTS_SCHEMA.to_string(), sequence, at_ms: now_ms, agent_id: agent_id.clone(), incarnation, body }
+    }
+
+    fn settle(&mut self, sequence: u64, committed: Option<AgentEvent>) {
+        let slot = self.slots.get_mut(&sequence).expect("a settled sequence was assigned");
+        assert_eq!(*slot, Slot::Pending, "EV-2: a sequence settles once");
+        *slot = committed.map_or(Slot::Abandoned, Slot::Committed);
+    }
+
+    /// EV-2: the committed prefix, in order; abandoned numbers are skipped.
+    fn take_publishable(&mut self) -> Vec<AgentEvent> {
+        let mut ready = Vec::new();
+        while let Some(entry) = self.slots.first_entry() {
+            match entry.get() {
+                Slot::Pending => break,
+                Slot::Abandoned => {}
+                Slot::Committed(event) => ready.push(event.clone()),
+            }
+            let sequence = *entry.key();
+            entry.remove();
+            assert!(sequence > self.published_through, "EV-2: published sequences strictly increase");
+            self.published_through = sequence;
+        }
+        ready
+    }
+}
+
+/// EV-4: the events one observer event makes, advancing `mark`. Pure, so the simulator's
+/// ground truth and the engine use the same mapping.
+pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restart: bool) -> Vec<EventBody> {
+    if let (Some(session), Some(position)) = (event.session(), event.position()) {
+        if !matches!(event, ObserverEvent::Attached { .. }) {
+            if mark.covers(session, position) {
+                return Vec::new();
+            }
+            mark.session = Some(session.clone());
+            mark.position = position;
+        }
+    }
+    match event {
+        ObserverEvent::Attached { session, position } => {
+            if mark.session.as_ref() != Some(session) {
+                mark.session = Some(session.clone());
+                mark.position = *position;
+            }
+            if mark.attached.as_ref() == Some(session) {
+                return Vec::new();
+            }
+            mark.attached = Some(session.clone());
+            vec![EventBody::ObserverAttached { session: session.clone(), position: *position }]
+        }
+        ObserverEvent::SessionLost { reason } => {
+            if mark.attached.take().is_none() {
+                return Vec::new(); // nothing was reported attached: nothing is lost (EV-7)
+            }
+            let session = mark.session.take();
+            let after_position = std::mem::take(&mut mark.position);
+            // After a loss the session's records are read afresh: what follows is new.
+            match after_restart {
+                true => vec![EventBody::ObserverGap { reason: reason.clone(), session, after_position }],
+                false => vec![EventBody::ObserverLost { reason: reason.clone() }],
+            }
+        }
+        ObserverEvent::ProcessExited { drained } => match mark.exited {
+            true => Vec::new(),
+            false => {
+                mark.exited = true;
+                vec![EventBody::AgentExited { drained: *drained }]
+            }
+        },
+        ObserverEvent::TurnStarted { session, turn, position } => {
+            vec![EventBody::TurnStarted { session: session.clone(), provider_turn_id: turn.clone(), position: *position }]
+        }
+        ObserverEvent::UserMessage { session, turn, prompt_hash, position } => vec![EventBody::UserMessage {
+            session: session.clone(),
+            provider_turn_id: turn.clone(),
+            prompt_hash: prompt_hash.clone(),
+            position: *position,
+        }],
+        ObserverEvent::TurnCompleted { session, turn, final_message, position } => {
+            let completed = EventBody::TurnCompleted { session: session.clone(), provider_turn_id: turn.clone(), position: *position };
+            let last = final_message.as_ref().map(|text| EventBody::TurnFinal {
+                session: session.clone(),
+                provider_turn_id: turn.clone(),
+                final_message: text.clone(),
+                position: *position,
+            });
+            std::iter::once(completed).chain(last).collect()
+        }
+        ObserverEvent::TurnAborted { session, turn, position } => {
+            vec![EventBody::TurnAborted { session: session.clone(), provider_turn_id: turn.clone(), position: *position }]
+        }
+    }
+}
+
+/// The lifecycle events an agent registration makes, advancing `mark` (None: first seen).
+pub fn registration_events(mark: Option<&mut EventMark>, facts: &AgentFacts) -> (Option<EventMark>, Vec<EventBody>) {
+    let Some(mark) = mark else {
+        let mut mark = EventMark::new(facts.agent_id.clone());
+        mark.incarnation = facts.incarnation.clone();
+        let started = EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport };
+        return (Some(mark), vec![started]);
+    };
+    if facts.incarnation.is_none() || facts.incarnation == mark.incarnation {
+        return (None, Vec::new());
+    }
+    let previous = mark.incarnation.replace(facts.incarnation.clone().expect("checked"));
+    // A new process: nothing of the old one's observer carries over.
+    *mark = EventMark { incarnation: mark.incarnation.clone(), ..EventMark::new(mark.agent_id.clone()) };
+    (None, vec![EventBody::IncarnationChanged { previous }])
+}
+
+impl Engine {
+    fn incarnation_of(&self, agent_id: &AgentId) -> Option<Incarnation> {
+        self.agents.get(agent_id).and_then(|a| a.facts.incarnation.clone())
+    }
+
+    /// Numbers the events one fact made. Only the last carries the mark after the fact; the
+    /// others carry the mark before it, so a batch that ends between them does not claim the
+    /// fact reported in full (EV-4).
+    fn queue(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>, bodies: Vec<EventBody>, before: EventMark) {
+        let after = self.events.marks.get(agent_id).cloned().unwrap_or_else(|| EventMark::new(agent_id.clone()));
+        let count = bodies.len();
+        for (index, body) in bodies.into_iter().enumerate() {
+            let event = self.events.make(self.now_ms, agent_id, incarnation.clone(), body);
+            let mark = if index + 1 == count { after.clone() } else { before.clone() };
+            self.events.backlog.entry(agent_id.clone()).or_default().push(BacklogItem::Event(event, mark));
+        }
+    }
+
+    /// EV-4: an observer event, as it is applied to the engine's view.
+    pub(crate) fn record_observed(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let after_restart = self.events.recovered_unattached.contains(agent_id);
+        if matches!(event, ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. }) {
+            self.events.recovered_unattached.remove(agent_id);
+        }
+        let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
+        let before = mark.clone();
+        let bodies = observed_events(mark, event, after_restart);
+        let incarnation = self.incarnation_of(agent_id);
+        self.queue(agent_id, incarnation, bodies, before);
+    }
+
+    pub(crate) fn record_registration(&mut self, facts: &AgentFacts) {
+        let before = self.events.marks.get(&facts.agent_id).cloned().unwrap_or_else(|| EventMark::new(facts.agent_id.clone()));
+        let (created, bodies) = registration_events(self.events.marks.get_mut(&facts.agent_id), facts);
+        if let Some(mark) = created {
+            self.events.marks.insert(facts.agent_id.clone(), mark);
+        }
+        self.queue(&facts.agent_id, facts.incarnation.clone(), bodies, before);
+    }
+
+    pub(crate) fn record_removal(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>) {
+        let Some(mark) = self.events.marks.get_mut(agent_id) else { return };
+        if mark.stopped {
+            return;
+        }
+        let before = mark.clone();
+        mark.stopped = true;
+        self.queue(agent_id, incarnation, vec![EventBody::AgentStopped], before);
+    }
+
+    /// EV-5: the monitor's checkpoint, after the events it covers; only the newest is kept.
+    pub(crate) fn record_checkpoint(&mut self, agent_id: &AgentId, checkpoint_json: String) {
+        let backlog = self.events.backlog.entry(agent_id.clone()).or_default();
+        backlog.retain(|item| !matches!(item, BacklogItem::Checkpoint(_)));
+        backlog.push(BacklogItem::Checkpoint(checkpoint_json));
+    }
+
+    /// EV-3: one batch per agent with nothing in flight and no retry pending.
+    pub(crate) fn flush_events(&mut self) {
+        let ready: Vec<AgentId> = self
+            .events
+            .backlog
+            .iter()
+            .filter(|(agent_id, items)| {
+                !items.is_empty() && !self.events.in_flight.contains_key(*agent_id) && !self.events.retry_at.contains_key(*agent_id)
+            })
+            .map(|(agent_id, _)| agent_id.clone())
+            .collect();
+        for agent_id in ready {
+            let backlog = self.events.backlog.get_mut(&agent_id).expect("listed");
+            let items: Vec<BacklogItem> = backlog.drain(..backlog.len().min(MAX_EVENT_BATCH)).collect();
+            let mut mark = None;
+            let mut ops: Vec<PersistOp> = Vec::with_capacity(items.len() + 1);
+            for item in &items {
+                ops.push(match item {
+                    BacklogItem::Event(event, after) => {
+                        mark = Some(after.clone());
+                        PersistOp::AppendEvent(event.clone())
+                    }
+                    BacklogItem::Checkpoint(json) => PersistOp::PutCheckpoint { agent_id: agent_id.clone(), checkpoint_json: json.clone() },
+                });
+            }
+            ops.extend(mark.map(PersistOp::PutEventMark));
+            let token = self.persist_token(PersistPurpose::Events(agent_id.clone()), ops);
+            self.events.in_flight.insert(agent_id, (token, items));
+        }
+        self.events.backlog.retain(|_, items| !items.is_empty());
+    }
+
+    /// EV-3: a batch committed (publish what is ready) or failed (re-sequence and retry).
+    pub(crate) fn on_events_committed(&mut self, agent_id: &AgentId, token: u64, result: Result<(), String>) {
+        let Some((in_flight_token, items)) = self.events.in_flight.remove(agent_id) else { return };
+        assert_eq!(in_flight_token, token, "EV-3: one batch in flight per agent");
+        let ok = result.is_ok();
+        let mut retried = Vec::new();
+        for item in items {
+            match item {
+                BacklogItem::Event(event, mark) => {
+                    let sequence = event.sequence;
+                    if ok {
+                        self.events.settle(sequence, Some(event));
+                    } else {
+                        self.events.settle(sequence, None);
+                        retried.push(BacklogItem::Event(event, mark));
+                    }
+                }
+                checkpoint @ BacklogItem::Checkpoint(_) if !ok => retried.push(checkpoint),
+                BacklogItem::Checkpoint(_) => {}
+            }
+        }
+        if !ok {
+            // Everything queued behind the failed batch gets a later number than its retry.
+            let queued = self.events.backlog.remove(agent_id).unwrap_or_default();
+            for item in &queued {
+                if let BacklogItem::Event(event, _) = item {
+                    self.events.settle(event.sequence, None);
+                }
+            }
+            let mut renumbered = Vec::new();
+            for item in retried.into_iter().chain(queued) {
+                renumbered.push(match item {
+                    BacklogItem::Event(event, mark) => {
+                        let fresh = self.events.make(event.at_ms, &event.agent_id, event.incarnation, event.body);
+                        BacklogItem::Event(fresh, mark)
+                    }
+                    checkpoint => checkpoint,
+                });
+            }
+            // A newer checkpoint queued behind supersedes the failed one.
+            let newest = renumbered.iter().rposition(|i| matches!(i, BacklogItem::Checkpoint(_)));
+            let renumbered: Vec<_> = renumbered
+                .into_iter()
+                .enumerate()
+                .filter(|(i, item)| !matches!(item, BacklogItem::Checkpoint(_)) || Some(*i) == newest)
+                .map(|(_, item)| item)
+                .collect();
+            self.events.backlog.insert(agent_id.clone(), renumbered);
+            self.events.retry_at.insert(agent_id.clone(), self.now_ms + PERSIST_RETRY_MS);
+        }
+        self.publish_events();
+    }
+
+    /// EV-6: the request milestones a request commit makes true, numbered now and committed
+    /// in the same transaction.
+    pub(crate) fn ride_request_events(&mut self, purpose: &PersistPurpose, ops: &mut Vec<PersistOp>) -> Vec<AgentEvent> {
+        let mut bodies: Vec<(AgentId, Option<Incarnation>, EventBody)> = Vec::new();
+        for op in ops.iter() {
+            match (purpose, op) {
+                (PersistPurpose::Confirm { .. }, PersistOp::PutRequest(record)) => bodies.push((
+                    record.agent_id.clone(),
+                    Some(record.incarnation.clone()),
+                    EventBody::RequestAdmitted {
+                        request_id: record.request_id.clone(),
+                        return_mode: record.return_mode,
+                        classification: record.receipt.as_ref().map(|r| r.classification),
+                        prompt_hash: record.prompt_hash.clone(),
+                    },
+                )),
+                (PersistPurpose::Progress(_), PersistOp::PutRequest(record))
+                    if record.phase == Phase::Bound && !self.events.bound_announced.contains(&record.request_id) =>
+                {
+                    let turn = record.bound_turn.clone().expect("a bound request names its turn");
+                    self.events.bound_announced.insert(record.request_id.clone());
+                    bodies.push((
+                        record.agent_id.clone(),
+                        Some(record.incarnation.clone()),
+                        EventBody::RequestBound { request_id: record.request_id.clone(), provider_turn_id: turn },
+                    ));
+                }
+                (_, PersistOp::AppendTerminal(event)) => {
+                    self.events.bound_announced.remove(&event.request_id);
+                    bodies.push((
+                        event.agent_id.clone(),
+                        Some(event.incarnation.clone()),
+                        EventBody::RequestTerminal {
+                            request_id: event.request_id.clone(),
+                            state: event.state,
+                            reason: event.reason.clone(),
+                            provider_turn_id: event.provider_turn_id.clone(),
+                            terminal_event_sequence: event.terminal_event_sequence,
+                        },
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let mut riding = Vec::new();
+        for (agent_id, incarnation, body) in bodies {
+            let event = self.events.make(self.now_ms, &agent_id, incarnation, body);
+            ops.push(PersistOp::AppendEvent(event.clone()));
+            riding.push(event);
+        }
+        riding
+    }
+
+    /// EV-6: the request commit carrying these events ended. A failed commit abandons their
+    /// numbers; the request's own retry makes them again if they are still true.
+    pub(crate) fn on_riding_committed(&mut self, token: u64, ok: bool) {
+        let Some(events) = self.events.riding.remove(&token) else { return };
+        for event in events {
+            if !ok {
+                if let EventBody::RequestBound { request_id, .. } = &event.body {
+                    self.events.bound_announced.remove(request_id);
+                }
+            }
+            self.events.settle(event.sequence, ok.then_some(event.clone()));
+        }
+        self.publish_events();
+    }
+
+    pub(crate) fn publish_events(&mut self) {
+        for event in self.events.take_publishable() {
+            event.assert_consistent();
+            self.push(Output::AgentEvent(event));
+        }
+    }
+
+    /// Failed batches whose retry time came.
+    pub(crate) fn release_event_retries(&mut self) {
+        let due: Vec<AgentId> = self.events.retry_at.iter().filter(|(_, at)| **at <= self.now_ms).map(|(id, _)| id.clone()).collect();
+        for agent_id in due {
+            self.events.retry_at.remove(&agent_id);
+        }
+    }
+
+    /// The last sequence assigned: the engine's view reflects every event up to it.
+    pub fn events_through(&self) -> u64 {
+        self.events.next_sequence - 1
+    }
+
+    /// EV-2: every event up to this sequence is durable and published (or skipped).
+    pub fn events_published_through(&self) -> u64 {
+        self.events.published_through
+    }
+}

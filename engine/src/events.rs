@@ -1,0 +1,189 @@
+//! EV-*: the durable Agent API event stream (`wakterm.agent-events.v1`).
+//!
+//! Every fact the engine learns about an agent (lifecycle, observer health, provider turns and
+//! messages) and every request milestone becomes one [`AgentEvent`] with a sequence number:
+//!
+//! - EV-1: sequences are assigned by the engine when the event is made, strictly increasing,
+//!   continued after the last durable one on restart, never reused. A number whose commit
+//!   failed is skipped (never carries another event); readers see only committed events.
+//! - EV-2: events are published to subscribers only after their commit, in sequence order:
+//!   nothing is published while an earlier sequence is still uncommitted.
+//! - EV-3: an agent's observer events are committed in the order the provider recorded them,
+//!   one batch in flight per agent; a failed batch is re-sequenced (with everything queued
+//!   behind it) and retried, so per-agent order never inverts.
+//! - EV-4: a provider record maps to its events once: each batch carries the agent's durable
+//!   mark (session and position appended through); a record at or before the mark, replayed
+//!   after a restart or a resume, is folded but not appended again.
+//! - EV-5: the observer checkpoint (OBS-1) travels in the same batch as the events before it,
+//!   so a restart never resumes past an event that was not durable.
+//! - EV-6: request milestones (`request.admitted`, `request.bound`, `request.terminal`) are
+//!   committed in the same transaction as the request record that makes them true: no
+//!   commit is added to the admission path.
+//! - EV-7: a session found lost by the first look after a restart is `observer.gap`: the
+//!   provider's records after the mark may never be reported. A loss seen live is
+//!   `observer.lost`.
+
+use crate::ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
+use crate::receipt::{Classification, ReturnMode};
+use crate::terminal::TerminalState;
+use serde::{Deserialize, Serialize};
+
+/// Versioned schema name carried by every agent event.
+pub const AGENT_EVENTS_SCHEMA: &str = "wakterm.agent-events.v1";
+
+/// One event of the durable stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentEvent {
+    pub schema: String,
+    pub sequence: u64,
+    /// Engine time (milliseconds since the Unix epoch) when the engine learned the fact.
+    pub at_ms: u64,
+    pub agent_id: AgentId,
+    /// The agent's process incarnation the fact belongs to, where one applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<Incarnation>,
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+impl AgentEvent {
+    pub fn kind(&self) -> &'static str {
+        self.body.kind()
+    }
+
+    pub fn assert_consistent(&self) {
+        assert_eq!(self.schema, AGENT_EVENTS_SCHEMA);
+        assert!(self.sequence > 0, "EV-1: sequences start at 1");
+    }
+}
+
+/// The kind-specific part of an event; `kind` is its tag.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum EventBody {
+    /// The daemon registered an agent it had never reported.
+    #[serde(rename = "agent.started")]
+    AgentStarted { name: String, transport: crate::agent::Transport },
+    /// Another process now runs behind the agent (`agent restart`, a respawn).
+    #[serde(rename = "agent.incarnation_changed")]
+    IncarnationChanged { previous: Option<Incarnation> },
+    /// The agent's process exited. `drained`: the observer read the provider's record to its
+    /// end after the exit.
+    #[serde(rename = "agent.exited")]
+    AgentExited { drained: bool },
+    /// The agent was stopped and forgotten.
+    #[serde(rename = "agent.stopped")]
+    AgentStopped,
+    /// The observer tails `session`; what follows lies after `position`.
+    #[serde(rename = "observer.attached")]
+    ObserverAttached { session: SessionId, position: u64 },
+    /// The observer lost its session while the daemon watched (EV-7).
+    #[serde(rename = "observer.lost")]
+    ObserverLost { reason: String },
+    /// EV-7: the first look after a restart found the session lost: the provider's records
+    /// after `after_position` of `session` may never be reported.
+    #[serde(rename = "observer.gap")]
+    ObserverGap { reason: String, session: Option<SessionId>, after_position: u64 },
+    #[serde(rename = "turn.started")]
+    TurnStarted { session: SessionId, provider_turn_id: TurnId, position: u64 },
+    /// A user message of a turn: its HASH-1 hash only (prompts may be private).
+    #[serde(rename = "message.user")]
+    UserMessage { session: SessionId, provider_turn_id: Option<TurnId>, prompt_hash: String, position: u64 },
+    #[serde(rename = "turn.completed")]
+    TurnCompleted { session: SessionId, provider_turn_id: TurnId, position: u64 },
+    /// The completed turn's final assistant message, right after its `turn.completed`.
+    #[serde(rename = "turn.final")]
+    TurnFinal { session: SessionId, provider_turn_id: TurnId, final_message: String, position: u64 },
+    #[serde(rename = "turn.aborted")]
+    TurnAborted { session: SessionId, provider_turn_id: Option<TurnId>, position: u64 },
+    /// The request's receipt-bearing record is durable (it was written, or settled).
+    #[serde(rename = "request.admitted")]
+    RequestAdmitted {
+        request_id: RequestId,
+        return_mode: ReturnMode,
+        classification: Option<Classification>,
+        prompt_hash: String,
+    },
+    /// CORR-7: the request is bound to the provider turn its prompt started.
+    #[serde(rename = "request.bound")]
+    RequestBound { request_id: RequestId, provider_turn_id: TurnId },
+    /// The request's terminal event (TERM-*), by its own stream's sequence.
+    #[serde(rename = "request.terminal")]
+    RequestTerminal {
+        request_id: RequestId,
+        state: TerminalState,
+        reason: Option<String>,
+        provider_turn_id: Option<TurnId>,
+        terminal_event_sequence: u64,
+    },
+}
+
+impl EventBody {
+    /// Every kind, in the order SPEC.md lists them.
+    pub const KINDS: [&'static str; 15] = [
+        "agent.started",
+        "agent.incarnation_changed",
+        "agent.exited",
+        "agent.stopped",
+        "observer.attached",
+        "observer.lost",
+        "observer.gap",
+        "turn.started",
+        "message.user",
+        "turn.completed",
+        "turn.final",
+        "turn.aborted",
+        "request.admitted",
+        "request.bound",
+        "request.terminal",
+    ];
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::AgentStarted { .. } => "agent.started",
+            EventBody::IncarnationChanged { .. } => "agent.incarnation_changed",
+            EventBody::AgentExited { .. } => "agent.exited",
+            EventBody::AgentStopped => "agent.stopped",
+            EventBody::ObserverAttached { .. } => "observer.attached",
+            EventBody::ObserverLost { .. } => "observer.lost",
+            EventBody::ObserverGap { .. } => "observer.gap",
+            EventBody::TurnStarted { .. } => "turn.started",
+            EventBody::UserMessage { .. } => "message.user",
+            EventBody::TurnCompleted { .. } => "turn.completed",
+            EventBody::TurnFinal { .. } => "turn.final",
+            EventBody::TurnAborted { .. } => "turn.aborted",
+            EventBody::RequestAdmitted { .. } => "request.admitted",
+            EventBody::RequestBound { .. } => "request.bound",
+            EventBody::RequestTerminal { .. } => "request.terminal",
+        }
+    }
+}
+
+/// EV-4: what the stream has durably reported for one agent, committed with each of its
+/// batches. A restart continues from it, so nothing is reported twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventMark {
+    pub agent_id: AgentId,
+    /// The incarnation `agent.started` / `agent.incarnation_changed` last reported.
+    pub incarnation: Option<Incarnation>,
+    /// `agent.exited` was reported for `incarnation`.
+    pub exited: bool,
+    /// `agent.stopped` was reported.
+    pub stopped: bool,
+    /// The session the observer was last reported attached to (None: lost or never).
+    pub attached: Option<SessionId>,
+    /// The provider position appended through, in `session`.
+    pub session: Option<SessionId>,
+    pub position: u64,
+}
+
+impl EventMark {
+    pub fn new(agent_id: AgentId) -> EventMark {
+        EventMark { agent_id, incarnation: None, exited: false, stopped: false, attached: None, session: None, position: 0 }
+    }
+
+    /// EV-4: a provider record at (`session`, `position`) was already appended.
+    pub fn covers(&self, session: &SessionId, position: u64) -> bool {
+        self.session.as_ref() == Some(session) && position <= self.position
+    }
+}
