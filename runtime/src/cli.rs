@@ -44,6 +44,12 @@ pub enum MuxCommand {
     Start {
         #[arg(long)]
         foreground: bool,
+        /// Keep at most this many of the newest agent events (EV-9).
+        #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_EVENTS, value_parser = clap::value_parser!(u64).range(1..))]
+        retain_events: u64,
+        /// Prune agent events older than this many days; 0 keeps them whatever their age (EV-9).
+        #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_DAYS)]
+        retain_days: u64,
     },
     /// Stops the daemon. Agents keep running unless --all.
     Stop {
@@ -230,11 +236,17 @@ pub fn print_reply(reply: Reply) -> i32 {
 
 fn run_mux(paths: &DataPaths, command: MuxCommand) -> i32 {
     match command {
-        MuxCommand::Start { foreground: true } => match crate::daemon::run_foreground(paths.clone()) {
-            Ok(()) => exit::OK,
-            Err(message) => print_reply(Reply::error(exit::ERROR, "daemon_failed", message)),
-        },
-        MuxCommand::Start { foreground: false } => print_reply(crate::mux::start_background(paths)),
+        MuxCommand::Start { foreground: true, retain_events, retain_days } => {
+            let retention = crate::daemon::retention::Retention { events: retain_events, days: retain_days };
+            match crate::daemon::run_foreground(paths.clone(), retention) {
+                Ok(()) => exit::OK,
+                Err(message) => print_reply(Reply::error(exit::ERROR, "daemon_failed", message)),
+            }
+        }
+        MuxCommand::Start { foreground: false, retain_events, retain_days } => {
+            let retention = crate::daemon::retention::Retention { events: retain_events, days: retain_days };
+            print_reply(crate::mux::start_background(paths, retention))
+        }
         MuxCommand::Stop { all } => print_reply(crate::mux::stop(paths, all)),
         MuxCommand::Status => print_reply(client::call(paths, &ClientRequest::Status)),
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub const START_DEADLINE: Duration = Duration::from_secs(15);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
-pub fn start_background(paths: &DataPaths) -> Reply {
+pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::Retention) -> Reply {
     let status = client::call(paths, &ClientRequest::Status);
     if status.exit_code == exit::OK {
         let pid = status.body["pid"].clone();
@@ -36,6 +36,7 @@ pub fn start_background(paths: &DataPaths) -> Reply {
     };
     let spawned = Command::new(exe)
         .args(["mux", "start", "--foreground"])
+        .args(["--retain-events", &retention.events.to_string(), "--retain-days", &retention.days.to_string()])
         .env("WAKTERM_DATA_DIR", &paths.root)
         .stdin(Stdio::null())
         .stdout(stdout)

@@ -12,6 +12,7 @@ pub mod events;
 pub mod faults;
 pub mod monitor;
 pub mod requests;
+pub mod retention;
 pub mod server;
 
 use crate::observer_checkpoint::ObserverCheckpoint;
@@ -119,7 +120,7 @@ pub fn connection_cap(descriptor_limit: u64) -> usize {
 }
 
 /// Runs the daemon in this process until `mux stop`. Returns an error message for the user.
-pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
+pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Result<(), String> {
     let fault = faults::FaultPoint::from_env()?;
     // An assertion that fails anywhere in the daemon ends the process at once: a restart then
     // recovers from durable state (REC-*), instead of a half-dead daemon that answers status
@@ -144,7 +145,8 @@ pub fn run_foreground(paths: DataPaths) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
-    runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, connection_cap(descriptor_limit)))
+    tracing::info!(retain_events = retention.events, retain_days = retention.days, "event retention (EV-9)");
+    runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention)))
 }
 
 fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> {
@@ -195,7 +197,7 @@ fn load_checkpoints(store: &Store) -> BTreeMap<String, ObserverCheckpoint> {
     checkpoints
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, cap: usize) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, retention): (usize, retention::Retention)) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let events = effects::EventFeed::new(engine.events_published_through());
@@ -206,6 +208,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let checkpoints = load_checkpoints(&store);
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
+    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
     let listener = bind_socket(&paths)?;
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
@@ -228,6 +231,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
         agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     drop(context);
+    pruning.abort();
     driver.abort();
     Ok(())
 }

@@ -46,6 +46,10 @@ pub enum StoreOp {
     /// EV-4: replace the agent's event mark (kept after the agent: it is tiny, and it stops a
     /// reused id from being announced twice).
     PutEventMark { agent_id: String, mark_json: String },
+    /// EV-9: remove the oldest events, as a prefix of the sequence: at most `max_rows`, each
+    /// with `sequence <= through_sequence` or `at_ms < before_ms`, stopping at the first that
+    /// is neither. Records the highest removed in `meta.events_pruned_through`.
+    PruneEvents { through_sequence: u64, before_ms: u64, max_rows: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +119,11 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
         StoreOp::PutEventMark { agent_id, mark_json } => {
             check_field("agent_id", agent_id)?;
             check_record("event mark", mark_json)
+        }
+        StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
+            to_sql_integer("through_sequence", *through_sequence)?;
+            to_sql_integer("before_ms", *before_ms)?;
+            to_sql_integer("max_rows", *max_rows).map(drop)
         }
         StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
             check_field("agent_id", agent_id)?;
@@ -235,6 +244,7 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
         StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
             append_event(conn, *sequence, agent_id, kind, *at_ms, event_json)
         }
+        StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => prune_events(conn, *through_sequence, *before_ms, *max_rows),
         StoreOp::PutEventMark { agent_id, mark_json } => {
             conn.prepare_cached(
                 "INSERT INTO event_marks(agent_id, mark) VALUES (?1, ?2) \
@@ -244,6 +254,29 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
             Ok(())
         }
     }
+}
+
+/// EV-9: deletes the oldest qualifying prefix and raises the pruned mark.
+fn prune_events(conn: &Connection, through_sequence: u64, before_ms: u64, max_rows: u64) -> Result<(), StoreError> {
+    let mut last_pruned = None;
+    {
+        let mut stmt = conn.prepare_cached("SELECT sequence, at_ms FROM agent_events ORDER BY sequence LIMIT ?1")?;
+        let mut rows = stmt.query([to_sql_integer("max_rows", max_rows)?])?;
+        while let Some(row) = rows.next()? {
+            let sequence = from_sql_integer("event sequence", row.get(0)?)?;
+            let at_ms = from_sql_integer("at_ms", row.get(1)?)?;
+            if sequence > through_sequence && at_ms >= before_ms {
+                break;
+            }
+            last_pruned = Some(sequence);
+        }
+    }
+    let Some(last) = last_pruned else { return Ok(()) };
+    conn.prepare_cached("DELETE FROM agent_events WHERE sequence <= ?1")?.execute([to_sql_integer("sequence", last)?])?;
+    let pruned = events_pruned_through(conn)?.max(last);
+    conn.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
+        .execute(params![EVENTS_PRUNED_THROUGH, pruned.to_string()])?;
+    Ok(())
 }
 
 /// EV-1: a sequence is used once, ever: not by a stored event, and not below what retention

@@ -204,6 +204,14 @@ impl Store {
         op::last_event_sequence(&self.conn())
     }
 
+    /// EV-9: the oldest stored event's sequence and time (None: none is stored).
+    pub fn oldest_event(&self) -> Result<Option<(u64, u64)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT sequence, at_ms FROM agent_events ORDER BY sequence LIMIT 1")?;
+        let row: Option<(i64, i64)> = stmt.query_row([], |row| Ok((row.get(0)?, row.get(1)?))).optional()?;
+        row.map(|(sequence, at_ms)| Ok((op::from_sql_integer("event sequence", sequence)?, op::from_sql_integer("at_ms", at_ms)?))).transpose()
+    }
+
     /// EV-9: the oldest event still stored (None: none is).
     pub fn oldest_event_sequence(&self) -> Result<Option<u64>, StoreError> {
         let min: Option<i64> = self.conn().prepare_cached("SELECT MIN(sequence) FROM agent_events")?.query_row([], |row| row.get(0))?;

@@ -1,0 +1,308 @@
+//! The durable Agent API event stream (EV-*).
+
+mod support;
+use support::*;
+use wakterm_engine::*;
+
+fn kinds(events: &[AgentEvent]) -> Vec<&'static str> {
+    events.iter().map(AgentEvent::kind).collect()
+}
+
+fn sequences(events: &[AgentEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.sequence).collect()
+}
+
+fn attached(position: u64) -> ObserverEvent {
+    ObserverEvent::Attached { session: session(), position }
+}
+
+fn restart(rig: &mut Rig) {
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+}
+
+fn assert_strictly_increasing(events: &[AgentEvent]) {
+    assert!(events.windows(2).all(|w| w[0].sequence < w[1].sequence), "EV-1/EV-2: {:?}", sequences(events));
+}
+
+/// EV-1, EV-2: an agent's lifecycle and a provider turn become events in order; each is
+/// published once, after its commit, with strictly increasing sequences.
+#[test]
+fn ev_1_ev_2_a_turn_becomes_ordered_published_events() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.provider_turn("turn-1", "hello", "the answer", 1000);
+    assert_eq!(
+        kinds(&rig.published_events),
+        ["agent.started", "observer.attached", "turn.started", "message.user", "turn.completed", "turn.final"]
+    );
+    assert_strictly_increasing(&rig.published_events);
+    assert_eq!(rig.published_events, rig.durable_events, "published exactly what is durable");
+    let last = rig.published_events.last().unwrap();
+    assert!(matches!(&last.body, EventBody::TurnFinal { final_message, .. } if final_message == "the answer"));
+    assert_eq!(last.incarnation, Some(Incarnation("inc-1".into())));
+    assert_eq!(rig.engine.events_published_through(), last.sequence);
+    assert_eq!(rig.engine.events_through(), last.sequence);
+    let json = serde_json::to_value(last).unwrap();
+    assert_eq!(json["kind"], "turn.final");
+    assert_eq!(json["schema"], AGENT_EVENTS_SCHEMA);
+    assert_eq!(serde_json::from_value::<AgentEvent>(json).unwrap(), *last);
+}
+
+/// EV-2: a later batch that commits first is held back until the earlier one is durable.
+#[test]
+fn ev_2_nothing_is_published_past_a_pending_sequence() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_events = true;
+    let other = AgentFacts { agent_id: agent_id(OTHER), name: "other".into(), ..zola_facts("inc-2", 200) };
+    rig.observe(attached(900));
+    rig.input(Input::AgentUpserted(other));
+    assert_eq!(rig.event_persists.len(), 2, "one batch per agent");
+    let (first, second) = (rig.event_persists.pop_front().unwrap(), rig.event_persists.pop_front().unwrap());
+    assert_eq!(kinds(&rig.published_events), ["agent.started"], "zola's registration was answered at once");
+    rig.ack_persist(second.0, second.1, Ok(()));
+    assert_eq!(rig.published_events.len(), 1, "EV-2: the earlier sequence is not durable yet");
+    rig.ack_persist(first.0, first.1, Ok(()));
+    assert_eq!(kinds(&rig.published_events), ["agent.started", "observer.attached", "agent.started"]);
+    assert_strictly_increasing(&rig.published_events);
+}
+
+/// EV-3: one batch in flight per agent; a failed batch is renumbered together with what queued
+/// behind it, so the agent's events keep their order and the failed numbers are skipped.
+#[test]
+fn ev_3_a_failed_batch_is_renumbered_in_order() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.hold_events = true;
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hello", 1020);
+    assert_eq!(rig.event_persists.len(), 1, "EV-3: the second event waits behind the batch in flight");
+    rig.ack_next_events(Err("disk full".into()));
+    rig.turn_completed("turn-1", "done", 1030);
+    assert!(rig.event_persists.is_empty(), "the retry waits for its time");
+    rig.advance(limits::PERSIST_RETRY_MS);
+    assert_eq!(rig.event_persists.len(), 1);
+    rig.ack_next_events(Ok(()));
+    assert_eq!(
+        kinds(&rig.published_events),
+        ["agent.started", "observer.attached", "turn.started", "message.user", "turn.completed", "turn.final"]
+    );
+    assert_strictly_increasing(&rig.published_events);
+    let failed = rig.published_events[1].sequence + 1;
+    assert!(rig.published_events.iter().all(|e| e.sequence != failed), "the failed number is never reused");
+}
+
+/// EV-4: after a restart the observer replays records the stream already reported (from the
+/// checkpoint, or from a request's armed cursor): they are folded, not appended again; the
+/// agent is not announced again; new records continue the sequence.
+#[test]
+fn ev_4_replayed_records_are_not_appended_twice() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.provider_turn("turn-1", "hello", "first", 1000);
+    let before = rig.durable_events.clone();
+    restart(&mut rig);
+    rig.observe(attached(900));
+    rig.provider_turn("turn-1", "hello", "first", 1000);
+    assert_eq!(rig.durable_events, before, "EV-4: nothing reported twice");
+    rig.provider_turn("turn-2", "again", "second", 2000);
+    let new: Vec<AgentEvent> = rig.durable_events[before.len()..].to_vec();
+    assert_eq!(kinds(&new), ["turn.started", "message.user", "turn.completed", "turn.final"]);
+    assert!(new[0].sequence > before.last().unwrap().sequence, "EV-1: continued after the last durable sequence");
+    assert_strictly_increasing(&rig.durable_events);
+}
+
+/// EV-4: a batch cut between the events of one record does not claim the record reported:
+/// a `turn.completed` committed without its `turn.final` leaves the record to be replayed.
+#[test]
+fn ev_4_a_mark_covers_a_record_only_with_all_its_events() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.turn_completed("turn-0b", "x", 950);
+    let completed = rig.durable_events.iter().find(|e| e.kind() == "turn.completed").unwrap();
+    let final_ = rig.durable_events.iter().find(|e| e.kind() == "turn.final").unwrap();
+    assert_eq!(final_.sequence, completed.sequence + 1);
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].position, 950);
+}
+
+/// EV-5: a checkpoint is committed with (or after) the events before it, never ahead of
+/// them: with a batch in flight it waits, and if that batch fails it is not committed alone.
+#[test]
+fn ev_5_a_checkpoint_never_passes_its_events() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.hold_events = true;
+    rig.turn_started("turn-1", 1010);
+    rig.input(Input::ObserverCheckpoint { agent_id: agent_id(ZOLA), checkpoint_json: "{\"offset\":1010}".into() });
+    assert_eq!(rig.event_persists.len(), 1);
+    let (_, ops) = rig.event_persists.front().unwrap();
+    assert!(!ops.iter().any(|op| matches!(op, PersistOp::PutCheckpoint { .. })), "waits behind the batch in flight");
+    rig.ack_next_events(Err("io".into()));
+    rig.advance(limits::PERSIST_RETRY_MS);
+    let (_, ops) = rig.event_persists.front().unwrap();
+    let at = |pred: fn(&PersistOp) -> bool| ops.iter().position(pred).unwrap();
+    assert!(at(|op| matches!(op, PersistOp::AppendEvent(e) if e.kind() == "turn.started")) < at(|op| matches!(op, PersistOp::PutCheckpoint { .. })));
+    rig.ack_next_events(Ok(()));
+    assert_eq!(rig.durable_checkpoints[&agent_id(ZOLA)], "{\"offset\":1010}");
+}
+
+/// EV-5 / ADM-17: a checkpoint arriving while a write is in flight waits with the deferred
+/// events it follows.
+#[test]
+fn ev_5_a_checkpoint_waits_with_deferred_events() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // registered; the write is in flight
+    rig.turn_started("turn-1", 1010);
+    rig.input(Input::ObserverCheckpoint { agent_id: agent_id(ZOLA), checkpoint_json: "{\"offset\":1010}".into() });
+    assert!(!rig.durable_checkpoints.contains_key(&agent_id(ZOLA)), "deferred with the event");
+    assert!(!rig.durable_events.iter().any(|e| e.kind() == "turn.started"));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.settle();
+    let started = rig.durable_events.iter().position(|e| e.kind() == "turn.started");
+    assert!(started.is_some(), "replayed after the write's outcome");
+    assert!(rig.durable_checkpoints.contains_key(&agent_id(ZOLA)));
+}
+
+/// EV-6: request milestones ride on the request's own commits: a return-final admission and
+/// its completion take no extra commit, and `request.terminal` names its terminal sequence.
+#[test]
+fn ev_6_request_milestones_ride_on_request_commits() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    let (_, register) = rig.persists.front().cloned().unwrap();
+    assert!(!register.iter().any(|op| matches!(op, PersistOp::AppendEvent(_))), "the registration carries no event");
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    let (_, confirm) = rig.persists.front().cloned().unwrap();
+    assert!(confirm.iter().any(|op| matches!(op, PersistOp::AppendEvent(e) if e.kind() == "request.admitted")));
+    rig.auto = Auto::All;
+    rig.settle();
+    rig.provider_turn("turn-1", "hello", "done", 1000);
+    let terminal = &rig.terminal_for(REQ)[0].clone();
+    let milestones: Vec<&AgentEvent> = rig.published_events.iter().filter(|e| e.kind().starts_with("request.")).collect();
+    assert_eq!(milestones.iter().map(|e| e.kind()).collect::<Vec<_>>(), ["request.admitted", "request.bound", "request.terminal"]);
+    match &milestones[2].body {
+        EventBody::RequestTerminal { terminal_event_sequence, state, .. } => {
+            assert_eq!(*terminal_event_sequence, terminal.terminal_event_sequence);
+            assert_eq!(*state, TerminalState::Completed);
+        }
+        other => panic!("{other:?}"),
+    }
+    let turn_final = rig.published_events.iter().position(|e| e.kind() == "turn.final").unwrap();
+    let request_terminal = rig.published_events.iter().position(|e| e.kind() == "request.terminal").unwrap();
+    assert!(turn_final < request_terminal, "the final is reported before the request it ends");
+}
+
+/// EV-6: a failed terminal commit abandons its `request.terminal`; the retry makes it again,
+/// so it is published exactly once, with the sequence that was committed.
+#[test]
+fn ev_6_a_failed_terminal_commit_publishes_its_milestone_once() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.auto = Auto::Manual;
+    rig.provider_turn("turn-1", "hello", "done", 1000);
+    rig.ack_next_persist(Err("io".into())); // the terminal commit
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Ok(()));
+    let terminal: Vec<&AgentEvent> = rig.published_events.iter().filter(|e| e.kind() == "request.terminal").collect();
+    assert_eq!(terminal.len(), 1);
+    let EventBody::RequestTerminal { terminal_event_sequence, .. } = &terminal[0].body else { unreachable!() };
+    assert_eq!(*terminal_event_sequence, rig.terminal_for(REQ)[0].terminal_event_sequence);
+}
+
+/// EV-7: a session found lost by the first look after a restart is a gap (what the provider
+/// recorded while the daemon was down may never be reported); a loss seen live is `lost`.
+#[test]
+fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.turn_started("turn-1", 1010);
+    restart(&mut rig);
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into() });
+    let gap = rig.published_events.last().unwrap();
+    match &gap.body {
+        EventBody::ObserverGap { session: s, after_position, .. } => {
+            assert_eq!(s.as_ref(), Some(&session()));
+            assert_eq!(*after_position, 1010);
+        }
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    rig.observe(attached(0));
+    rig.turn_started("turn-1", 1010); // the replaced file's records are new: reported again
+    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into() });
+    assert_eq!(kinds(&rig.published_events[rig.published_events.len() - 3..]), ["observer.attached", "turn.started", "observer.lost"]);
+    rig.observe(ObserverEvent::SessionLost { reason: "again".into() });
+    assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss is reported once");
+    assert_eq!(rig.published_events.iter().filter(|e| e.kind() == "observer.lost").count(), 1);
+}
+
+/// Agent lifecycle: announced once (not again after a restart), a new process is an
+/// incarnation change, an exit and a stop are reported once each.
+#[test]
+fn ev_agent_lifecycle_is_reported_once() {
+    let mut rig = Rig::with_idle_zola();
+    restart(&mut rig);
+    assert_eq!(kinds(&rig.published_events), ["agent.started"]);
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 101)));
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    assert_eq!(kinds(&rig.published_events), ["agent.started", "agent.incarnation_changed", "agent.exited", "agent.stopped"]);
+    let changed = &rig.published_events[1];
+    assert_eq!(changed.body, EventBody::IncarnationChanged { previous: Some(Incarnation("inc-1".into())) });
+    assert_eq!(changed.incarnation, Some(Incarnation("inc-2".into())));
+}
+
+/// EV-1 .. EV-4 under arbitrary interleavings: whatever fails, restarts and replays, durable
+/// sequences are unique and published ones strictly increase and were durable when published.
+#[test]
+fn ev_properties_hold_under_failures_and_restarts() {
+    use proptest::prelude::*;
+    let steps = proptest::collection::vec(0u8..7, 1..60);
+    proptest!(ProptestConfig::with_cases(300), |(steps in steps)| {
+        let mut rig = Rig::with_idle_zola();
+        rig.hold_events = true;
+        let mut position = 1000;
+        let mut published_before_crash: Vec<AgentEvent> = Vec::new();
+        for step in steps {
+            match step {
+                0 | 1 => { position += 10; rig.turn_started(&format!("t{position}"), position); }
+                2 => { position += 10; rig.turn_completed(&format!("t{position}"), "f", position); }
+                3 if !rig.event_persists.is_empty() => rig.ack_next_events(Ok(())),
+                4 if !rig.event_persists.is_empty() => rig.ack_next_events(Err("io".into())),
+                5 => rig.advance(limits::PERSIST_RETRY_MS),
+                6 => {
+                    published_before_crash.extend(rig.published_events.drain(..));
+                    rig.hold_events = false;
+                    restart(&mut rig);
+                    rig.observe(attached(1000));
+                    rig.hold_events = true;
+                }
+                _ => {}
+            }
+            let mut all = published_before_crash.clone();
+            all.extend(rig.published_events.iter().cloned());
+            prop_assert!(all.windows(2).all(|w| w[0].sequence < w[1].sequence), "{:?}", sequences(&all));
+            for event in &all {
+                prop_assert!(rig.durable_events.contains(event), "published but not durable: {event:?}");
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for event in &rig.durable_events {
+            prop_assert!(seen.insert(event.sequence));
+            if let EventBody::TurnStarted { position, .. } | EventBody::TurnCompleted { position, .. } = &event.body {
+                prop_assert!(seen.insert(*position * 1_000_000 + event.kind().len() as u64), "record reported twice: {event:?}");
+            }
+        }
+    });
+}

@@ -1,0 +1,187 @@
+//! EV-*: the durable Agent API event stream on the real daemon: a subscriber that reconnects
+//! after a daemon SIGKILLed mid-turn sees every event once, in order, never renumbered; a
+//! catalog's `events_through` is a rebase point; retention answers `cursor_too_old`.
+
+mod support;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use support::{new_id, World};
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
+const REPLY: &str = "Final answer for: {prompt}";
+
+/// `agent events --once --after N`: (exit code, events).
+fn read_events(w: &World, after: u64, extra: &[&str]) -> (i32, Vec<Value>, Value) {
+    let a = after.to_string();
+    let mut args = vec!["agent", "events", "--once", "--after", &a];
+    args.extend_from_slice(extra);
+    let out = w.run(&args);
+    let events = out.stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.get("sequence").is_some()).collect();
+    (out.code, events, out.json)
+}
+
+fn sequences(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["sequence"].as_u64().expect("sequence")).collect()
+}
+
+fn assert_strictly_increasing(events: &[Value]) {
+    let s = sequences(events);
+    assert!(s.windows(2).all(|w| w[0] < w[1]), "EV-1: sequences strictly increase: {s:?}");
+}
+
+/// EV-4: what identifies one provider record's event (or one milestone).
+fn identity(event: &Value) -> String {
+    format!(
+        "{} {} {} {} {}",
+        event["agent_id"], event["kind"], event["session"], event["position"], event["request_id"]
+    )
+}
+
+fn wait_for(w: &World, what: &str, mut done: impl FnMut(&World) -> bool) {
+    let deadline = Instant::now() + support::DEADLINE;
+    while !done(w) {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(support::POLL);
+    }
+}
+
+/// Must-show of the event stream: subscribe, run turns on two agents, SIGKILL the daemon
+/// mid-turn, restart; the subscriber reconnecting `--after` its last sequence sees every event
+/// exactly once, in order, and a second full read shows the same events with the same numbers.
+#[test]
+fn ev_1_ev_4_a_subscriber_survives_a_daemon_crash_mid_turn() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let slow = ["--reply-delay-ms", "1500"];
+    let a = w.ready_agent("ada", REPLY, &slow);
+    let b = w.ready_agent("bob", REPLY, &slow);
+
+    let mut child = w.cmd(&["agent", "events", "--after", "0"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("subscribe");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+
+    let ids = [new_id(), new_id()];
+    for (entry, id) in [(&a, &ids[0]), (&b, &ids[1])] {
+        let incarnation = entry["incarnation"].as_str().expect("incarnation");
+        let name = entry["name"].as_str().expect("name");
+        let out = w.run(&["agent", "admit", name, "--incarnation", incarnation, "--request-id", id, "--return-final", &format!("question for {name}")]);
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    // Both turns run (1.5 s each): kill the daemon while they do.
+    wait_for(&w, "both turns started", |w| w.turns_started() >= 4);
+    support::sigkill_and_wait(w.daemon_pid());
+    let _ = child.wait();
+    reader.join().expect("reader");
+    let first: Vec<Value> = rx.try_iter().filter(|v| v.get("sequence").is_some()).collect();
+    assert!(!first.is_empty(), "the subscriber saw the history before the crash");
+    assert_strictly_increasing(&first);
+    let last = *sequences(&first).last().expect("events");
+
+    w.mux_start();
+    for id in &ids {
+        let event = w.wait_terminal(id);
+        assert_eq!(event["state"], "completed", "{event}");
+    }
+    let terminal_sequences: BTreeSet<u64> = ids.iter().map(|id| w.wait_terminal(id)["terminal_event_sequence"].as_u64().unwrap()).collect();
+    wait_for(&w, "both request.terminal events", |w| {
+        let (_, events, _) = read_events(w, last, &[]);
+        events.iter().filter(|e| e["kind"] == "request.terminal").count() == 2
+    });
+    let (code, second, _) = read_events(&w, last, &[]);
+    assert_eq!(code, 0);
+    let mut joined = first.clone();
+    joined.extend(second);
+    assert_strictly_increasing(&joined);
+    let (code, full, _) = read_events(&w, 0, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(full, joined, "EV-1: a second full read has the same events with the same sequences");
+
+    let mut seen = BTreeSet::new();
+    for event in &full {
+        assert_eq!(event["schema"], "wakterm.agent-events.v1");
+        assert!(seen.insert(identity(event)), "EV-4: reported twice: {event}");
+    }
+    for (entry, id) in [(&a, &ids[0]), (&b, &ids[1])] {
+        let agent = &entry["agent_id"];
+        let name = entry["name"].as_str().unwrap();
+        let mine: Vec<&Value> = full.iter().filter(|e| &e["agent_id"] == agent).collect();
+        assert_eq!(mine.iter().filter(|e| e["kind"] == "agent.started").count(), 1, "announced once across the restart");
+        let answer = REPLY.replace("{prompt}", &format!("question for {name}"));
+        let final_at = mine.iter().position(|e| e["kind"] == "turn.final" && e["final_message"] == answer.as_str()).expect("the turn's final");
+        let terminal_at = mine.iter().position(|e| e["kind"] == "request.terminal" && e["request_id"] == id.as_str()).expect("the request's end");
+        assert!(final_at < terminal_at);
+        let terminal = mine[terminal_at];
+        assert_eq!(terminal["state"], "completed");
+        assert!(terminal_sequences.contains(&terminal["terminal_event_sequence"].as_u64().unwrap()));
+        let kinds: Vec<&str> = mine.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        for kind in ["observer.attached", "request.admitted", "request.bound", "turn.started", "message.user", "turn.completed"] {
+            assert!(kinds.contains(&kind), "{name}: no {kind} in {kinds:?}");
+        }
+    }
+    // --agent filters by name; the filtered read is the agent's subsequence.
+    let (code, only_ada, _) = read_events(&w, 0, &["--agent", "ada"]);
+    assert_eq!(code, 0);
+    let expected: Vec<Value> = full.iter().filter(|e| e["agent_id"] == a["agent_id"]).cloned().collect();
+    assert_eq!(only_ada, expected);
+    let out = w.run(&["agent", "events", "--once", "--agent", "nobody"]);
+    assert_eq!((out.code, out.json["error"].as_str()), (6, Some("agent_unknown")), "{out:?}");
+}
+
+/// EV-8, EV-9: with a small retention, an old cursor is `cursor_too_old` (exit 4) with the
+/// recovery metadata; a consumer that rebases on a catalog's `events_through` then sees every
+/// later event and none from before.
+#[test]
+fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
+    let w = World::new(EXE);
+    w.ok(&["mux", "start", "--retain-events", "12"]);
+    w.ready_agent("ada", REPLY, &[]);
+    for n in 0..4 {
+        let out = w.run(&["agent", "send", "ada", &format!("filler {n}")]);
+        assert_eq!(out.code, 0, "{out:?}");
+        wait_for(&w, "the send's turn completed", |w| w.completed_turns().len() >= n + 2);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let (code, _, json) = read_events(&w, 0, &[]);
+        if code == 4 {
+            break json;
+        }
+        assert!(Instant::now() < deadline, "retention never pruned (last exit {code}: {json})");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(refused["error"], "cursor_too_old", "{refused}");
+    let pruned = refused["pruned_through"].as_u64().expect("pruned_through");
+    let oldest = refused["oldest_retained_sequence"].as_u64().expect("oldest_retained_sequence");
+    assert!(oldest > pruned, "{refused}");
+    assert!(refused["rebase"].is_object(), "{refused}");
+    let (code, retained, _) = read_events(&w, pruned, &[]);
+    assert_eq!(code, 0, "reading at the pruned mark is allowed");
+    assert_eq!(sequences(&retained).first(), Some(&oldest));
+
+    let catalog = w.ok(&["agent", "catalog"]);
+    let through = catalog["events_through"].as_u64().expect("events_through");
+    assert!(through >= *sequences(&retained).last().unwrap(), "the catalog reflects every durable event");
+    let out = w.run(&["agent", "send", "ada", "after the rebase"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_for(&w, "the new turn's final", |w| {
+        let (_, events, _) = read_events(w, through, &[]);
+        events.iter().any(|e| e["kind"] == "turn.final")
+    });
+    let (code, after, _) = read_events(&w, through, &[]);
+    assert_eq!(code, 0);
+    assert!(sequences(&after).iter().all(|s| *s > through), "nothing from before the rebase point");
+    let mut kinds: Vec<&str> = after.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["message.user", "request.admitted", "turn.completed", "turn.final", "turn.started"], "nothing missed after it: {after:?}");
+}
