@@ -558,3 +558,69 @@ fn store_uses_wal_and_full_sync() {
         .unwrap();
     assert_eq!(sync, 2);
 }
+
+fn event(sequence: u64, agent_id: &str, at_ms: u64) -> StoreOp {
+    StoreOp::AppendEvent {
+        sequence,
+        agent_id: agent_id.into(),
+        kind: "turn.started".into(),
+        at_ms,
+        event_json: format!(r#"{{"sequence":{sequence}}}"#),
+    }
+}
+
+/// EV-1: an event sequence is used once, ever: a second use fails the whole batch; numbers
+/// may commit out of order (a renumbered retry) and gaps are allowed; readers stop at the
+/// bound they are given (the published sequence, EV-2) and filter by agent.
+#[test]
+fn ev_1_store_uses_each_event_sequence_once() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    writer.commit_blocking(vec![event(5, "a1", 10), event(2, "a2", 10)]).expect("out of order is fine");
+    let err = writer.commit_blocking(vec![event(7, "a1", 10), event(5, "a1", 10)]).expect_err("5 is used");
+    assert!(matches!(err, StoreError::Constraint { .. }), "{err:?}");
+    assert_eq!(store.last_event_sequence().unwrap(), 5, "the failed batch left nothing");
+    writer.commit_blocking(vec![event(9, "a1", 11)]).expect("a gap is fine");
+    let all: Vec<u64> = store.agent_events_after(0, u64::MAX >> 1, 100, &[]).unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(all, [2, 5, 9]);
+    let bounded: Vec<u64> = store.agent_events_after(2, 5, 100, &[]).unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(bounded, [5]);
+    let a1: Vec<u64> = store.agent_events_after(0, 100, 100, &["a1".to_string()]).unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(a1, [5, 9]);
+    assert!(writer.commit_blocking(vec![event(0, "a1", 1)]).is_err(), "0 means none");
+}
+
+/// EV-9: pruning removes a prefix only (stopping at the first event that is neither old nor
+/// beyond the count), at most `max_rows` per op, and remembers the highest pruned number,
+/// which is never handed out again; the last sequence survives pruning everything.
+#[test]
+fn ev_9_store_prunes_a_bounded_prefix_and_remembers_it() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    let ops: Vec<StoreOp> = (1..=10).map(|s| event(s, "a1", if s == 4 { 5_000 } else { 1_000 + s })).collect();
+    writer.commit_blocking(ops).expect("append");
+    // Old means at_ms < 2000: events 1..3 are old, 4 is not: the prefix stops there.
+    writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 0, before_ms: 2_000, max_rows: 100 }]).expect("prune");
+    assert_eq!(store.events_pruned_through().unwrap(), 3);
+    assert_eq!(store.oldest_event().unwrap(), Some((4, 5_000)));
+    writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 9, before_ms: 0, max_rows: 2 }]).expect("prune");
+    assert_eq!(store.events_pruned_through().unwrap(), 5, "bounded to two rows");
+    assert!(writer.commit_blocking(vec![event(5, "a1", 1)]).is_err(), "a pruned number is never used again");
+    writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 10, before_ms: 0, max_rows: 100 }]).expect("prune");
+    assert_eq!(store.oldest_event().unwrap(), None);
+    assert_eq!(store.last_event_sequence().unwrap(), 10, "EV-1: continued after the pruned mark");
+    let retention = crate::daemon::retention::Retention { events: 5, days: 0 };
+    assert_eq!(retention.due(&store, 0).unwrap(), None, "nothing stored, nothing due");
+    writer.commit_blocking((11..=20).map(|s| event(s, "a1", 1)).collect()).expect("append");
+    assert_eq!(retention.due(&store, 0).unwrap(), Some(StoreOp::PruneEvents { through_sequence: 15, before_ms: 0, max_rows: crate::daemon::retention::PRUNE_BATCH }));
+}
+
+/// EV-4: marks are replaced per agent and read back whole.
+#[test]
+fn ev_4_store_keeps_one_mark_per_agent() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    let mark = |agent: &str, n: u32| StoreOp::PutEventMark { agent_id: agent.into(), mark_json: format!(r#"{{"n":{n}}}"#) };
+    writer.commit_blocking(vec![mark("a1", 1), mark("a2", 1), mark("a1", 2)]).expect("marks");
+    assert_eq!(store.load_event_marks().unwrap(), [("a1".to_string(), r#"{"n":2}"#.to_string()), ("a2".to_string(), r#"{"n":1}"#.to_string())]);
+}
