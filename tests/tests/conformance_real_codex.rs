@@ -629,3 +629,90 @@ fn rec_5_real_codex_after_submitted_completes() {
     assert_eq!(rw.provider_prompts(), expected, "the provider received the prompt once");
     assert_terminal_events_once(&rw, &id);
 }
+
+/// EV-* golden fixture: the event stream of a real Codex 0.169 agent (start, one-way baseline
+/// turn, one return-final turn) matches `fixtures/agent-events/v1/real-codex-return-final.jsonl`
+/// after the run's own identities (agent, incarnation, session, turns, requests) are replaced
+/// by symbols in order of appearance and times, positions and sequences are dropped (they are
+/// checked here: sequences strictly increase, positions never go back within a session).
+/// Every event also parses as the engine's `AgentEvent` (the schema's one definition).
+/// `WAKTERM_UPDATE_FIXTURES=1` rewrites the fixture from this run.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn ev_real_codex_stream_matches_the_golden_fixture() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    rw.ready("zola", "baseline turn");
+    let out = rw.w.run(&["agent", "send", "zola", "--return-final", "golden question"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let id = s(&out.json["request_id"]).to_string();
+    let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!(terminal["state"], "completed", "{terminal}");
+    let end = Instant::now() + TURN_DEADLINE;
+    let events = loop {
+        let out = rw.w.run(&["agent", "events", "--once", "--agent", "zola"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        if events.iter().any(|e| e["kind"] == "request.terminal" && e["request_id"] == id.as_str()) {
+            break events;
+        }
+        assert!(Instant::now() < end, "no request.terminal in {events:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut last_sequence = 0;
+    let mut positions: std::collections::BTreeMap<String, u64> = Default::default();
+    for event in &events {
+        serde_json::from_value::<wakterm_engine::AgentEvent>(event.clone()).unwrap_or_else(|e| panic!("{event}: {e}"));
+        let sequence = event["sequence"].as_u64().unwrap();
+        assert!(sequence > last_sequence, "EV-1");
+        last_sequence = sequence;
+        if let (Some(session), Some(position)) = (event["session"].as_str(), event["position"].as_u64()) {
+            let at = positions.entry(session.to_string()).or_default();
+            assert!(position >= *at, "positions never go back in a session: {event}");
+            *at = position;
+        }
+    }
+    let normalised = normalise_events(&events);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/agent-events/v1/real-codex-return-final.jsonl");
+    if std::env::var_os("WAKTERM_UPDATE_FIXTURES").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, normalised.join("\n") + "\n").unwrap();
+    }
+    let golden = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let golden: Vec<&str> = golden.lines().collect();
+    assert_eq!(normalised, golden, "the stream differs from {}", path.display());
+}
+
+/// Replaces run-specific identities by symbols in order of appearance; drops times, sequences
+/// and byte positions.
+fn normalise_events(events: &[Value]) -> Vec<String> {
+    let mut symbols: std::collections::BTreeMap<(String, String), String> = Default::default();
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut symbol = |class: &str, value: &Value| -> Value {
+        let Some(text) = value.as_str() else { return value.clone() };
+        let key = (class.to_string(), text.to_string());
+        if let Some(known) = symbols.get(&key) {
+            return Value::String(known.clone());
+        }
+        let n = counts.entry(class.to_string()).or_default();
+        *n += 1;
+        let name = format!("{class}{n}");
+        symbols.insert(key, name.clone());
+        Value::String(name)
+    };
+    events
+        .iter()
+        .map(|event| {
+            let mut e = event.clone();
+            let object = e.as_object_mut().unwrap();
+            for dropped in ["sequence", "at_ms", "position", "after_position", "terminal_event_sequence"] {
+                object.remove(dropped);
+            }
+            for (field, class) in [("agent_id", "agent"), ("incarnation", "incarnation"), ("previous", "incarnation"), ("session", "session"), ("provider_turn_id", "turn"), ("request_id", "request")] {
+                if let Some(value) = object.get(field).cloned() {
+                    object.insert(field.to_string(), symbol(class, &value));
+                }
+            }
+            serde_json::to_string(&e).unwrap()
+        })
+        .collect()
+}
