@@ -70,7 +70,17 @@ enum Stage {
 }
 
 impl Engine {
+    /// HIST-2: an id the engine does not hold is looked up in the store first.
     pub(crate) fn on_admit(&mut self, command: AdmitCommand) {
+        let request_id = RequestId::parse(&command.request_id).ok().filter(|_| validate_command(&command).is_none());
+        match request_id {
+            Some(request_id) if self.park_unless_known(&request_id, crate::history::Parked::Admit(command.clone())) => {}
+            _ => self.admit_known(command),
+        }
+    }
+
+    /// An admission whose id is in memory, known absent, or invalid.
+    pub(crate) fn admit_known(&mut self, command: AdmitCommand) {
         let op = command.op;
         let mut context = ReceiptContext {
             request_id: None,
@@ -246,6 +256,7 @@ impl Engine {
             paste_mode: PasteMode::Bracketed,
             return_mode: ReturnMode::ReturnFinal,
             final_timeout_ms: 0,
+            generated_id: false,
         };
         let pending = agent.claim.is_some() || agent.awaiting_turn_after.is_some();
         let state = match (&agent.facts.incarnation, agent.view.as_ref().map(|v| &v.turn)) {

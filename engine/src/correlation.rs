@@ -354,6 +354,14 @@ impl Engine {
 
     /// RF-4: cancel a return-final request that is waiting for its final.
     pub(crate) fn on_cancel(&mut self, command: CancelCommand) {
+        match RequestId::parse(&command.request_id) {
+            Ok(request_id) if self.park_unless_known(&request_id, crate::history::Parked::Cancel(command.clone())) => {}
+            _ => self.cancel_known(command),
+        }
+    }
+
+    /// A cancel whose id is in memory, known absent, or malformed (HIST-2).
+    pub(crate) fn cancel_known(&mut self, command: CancelCommand) {
         let op = command.op;
         let not_found = CancelOutcome::NotFound { request_id: command.request_id.clone() };
         let Ok(request_id) = RequestId::parse(&command.request_id) else {

@@ -29,6 +29,17 @@ pub(crate) enum PersistPurpose {
     Events(AgentId),
 }
 
+impl PersistPurpose {
+    /// The request a commit is about, if any.
+    pub(crate) fn request_id(&self) -> Option<&RequestId> {
+        match self {
+            PersistPurpose::Register(id) | PersistPurpose::Release(id) | PersistPurpose::Progress(id) => Some(id),
+            PersistPurpose::Confirm { request_id } | PersistPurpose::Terminal { request_id, .. } => Some(request_id),
+            PersistPurpose::Events(_) => None,
+        }
+    }
+}
+
 /// Where one in-flight admission is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -120,6 +131,9 @@ pub struct Engine {
     pub(crate) deciding: Option<String>,
     /// EV-*: the durable Agent API event stream.
     pub(crate) events: crate::event_stream::EventStream,
+    /// HIST-2: calls parked behind a store lookup of their id, and the lookups by load id.
+    pub(crate) lookups: BTreeMap<RequestId, (u64, Vec<crate::history::Parked>)>,
+    pub(crate) loads: BTreeMap<u64, RequestId>,
 }
 
 impl Default for Engine {
@@ -154,6 +168,8 @@ impl Engine {
             outputs: VecDeque::new(),
             deciding: None,
             events: crate::event_stream::EventStream::default(),
+            lookups: BTreeMap::new(),
+            loads: BTreeMap::new(),
         }
     }
 
@@ -176,6 +192,7 @@ impl Engine {
             Input::Delivered { delivery_id, outcome } => self.on_delivered(delivery_id, outcome),
             Input::StartupComplete => self.on_startup_complete(),
             Input::ObserverCheckpoint { agent_id, checkpoint_json } => self.on_checkpoint(&agent_id, checkpoint_json),
+            Input::RequestLoaded { load_id, record } => self.on_request_loaded(load_id, record),
         }
         self.flush_events(); // EV-3: whatever this input taught, batched per agent
     }
@@ -214,6 +231,11 @@ impl Engine {
         self.requests.get(request_id).filter(|r| r.phase != Phase::Released)
     }
 
+    /// HIST-1: how many request records the engine holds (open ones and those in flight).
+    pub fn requests_in_memory(&self) -> usize {
+        self.requests.len()
+    }
+
     pub fn agent(&self, agent_id: &AgentId) -> Option<&AgentEntry> {
         self.agents.get(agent_id)
     }
@@ -249,6 +271,7 @@ impl Engine {
             && self.events.in_flight.is_empty()
             && self.events.backlog.values().all(Vec::is_empty)
             && self.events.retry_at.is_empty()
+            && self.lookups.is_empty()
     }
 
     // ----- helpers shared by the transitions -----
@@ -394,6 +417,14 @@ impl Engine {
         // daemon down, and it can unblock nothing.
         let Some(purpose) = self.persists.remove(&token) else { return };
         self.on_riding_committed(token, result.is_ok());
+        let about = purpose.request_id().cloned();
+        self.on_purpose_committed(token, purpose, result);
+        if let Some(request_id) = about {
+            self.evict_if_finished(&request_id); // HIST-1
+        }
+    }
+
+    fn on_purpose_committed(&mut self, token: u64, purpose: PersistPurpose, result: Result<(), String>) {
         match purpose {
             PersistPurpose::Events(agent_id) => self.on_events_committed(&agent_id, token, result),
             PersistPurpose::Register(request_id) => self.on_registered(&request_id, result),

@@ -32,6 +32,10 @@ pub struct AdmitCommand {
     pub return_mode: ReturnMode,
     /// RF-3: 0 disables the deadline.
     pub final_timeout_ms: u64,
+    /// HIST-2: the runtime generated `request_id` itself (a fresh random UUID for a plain
+    /// `send`), so it cannot name a request in history: no store lookup.
+    #[serde(default)]
+    pub generated_id: bool,
 }
 
 /// How one pane write (or app-server turn start) ended, as the writer can prove it.
@@ -75,6 +79,9 @@ pub enum Input {
     Delivered { delivery_id: u64, outcome: DeliveryOutcome },
     /// The runtime has re-registered every agent it found after a restart (REC-2).
     StartupComplete,
+    /// HIST-2: the answer to `Output::LoadRequest`: the stored (finished) record, None when
+    /// the store has no such request, Err when it could not be read.
+    RequestLoaded { load_id: u64, record: Result<Option<RequestRecord>, String> },
     /// EV-5 / OBS-1: the observer's checkpoint, sent after the events it covers; the engine
     /// commits it with them (opaque to the engine).
     ObserverCheckpoint { agent_id: AgentId, checkpoint_json: String },
@@ -115,6 +122,8 @@ pub enum Output {
     /// After a restart: re-open the agent's observer session at `from`, answer `Attached`,
     /// then replay every event after it (REC-2).
     ResumeObserver { agent_id: AgentId, from: Cursor },
+    /// HIST-2: read this request from the store off the reactor; answer `RequestLoaded`.
+    LoadRequest { load_id: u64, request_id: RequestId },
     /// Commit these ops in one transaction and answer `PersistAcked` (only after COMMIT).
     Persist { token: u64, ops: Vec<PersistOp> },
     /// ADM-8: write `bytes` to the agent's pane as ONE write and answer `Delivered`. The

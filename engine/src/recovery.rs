@@ -45,6 +45,11 @@ impl Engine {
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
         engine.correlating.extend(correlating.iter().cloned());
         engine.suspended.extend(correlating);
+        // HIST-1: finished requests (if the runtime loaded any) are read back on demand.
+        let finished: Vec<_> = engine.requests.keys().cloned().collect();
+        for request_id in finished {
+            engine.evict_if_finished(&request_id);
+        }
         engine
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use wakterm_engine::{
-    AdmitCommand, AgentEvent, AgentId, CancelCommand, CancelOutcome, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt,
+    AdmitCommand, AgentEvent, AgentId, CancelCommand, CancelOutcome, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt, RequestId,
     TerminalEvent,
 };
 
@@ -28,6 +28,8 @@ pub trait Effects: Send {
     fn publish(&mut self, event: TerminalEvent);
     /// EV-2: a durable agent event, in sequence order, for `agent events` subscribers.
     fn publish_event(&mut self, event: AgentEvent);
+    /// HIST-2: read a request from the store off the reactor; answer `RequestLoaded`.
+    fn load_request(&mut self, load_id: u64, request_id: RequestId);
 }
 
 /// A read-only question to the engine, answered on the reactor without blocking; the closure
@@ -163,6 +165,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
             },
             Output::TerminalEvent(event) => effects.publish(event),
             Output::AgentEvent(event) => effects.publish_event(event),
+            Output::LoadRequest { load_id, request_id } => effects.load_request(load_id, request_id),
         }
     }
 }

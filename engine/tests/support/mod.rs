@@ -88,6 +88,9 @@ pub struct Rig {
     pub hold_events: bool,
     pub event_persists: VecDeque<(u64, Vec<PersistOp>)>,
     pub durable_checkpoints: BTreeMap<AgentId, String>,
+    /// HIST-2: store lookups, answered at once from `durable` unless held.
+    pub hold_loads: bool,
+    pub loads: VecDeque<(u64, RequestId)>,
 }
 
 impl Rig {
@@ -119,6 +122,8 @@ impl Rig {
             hold_events: false,
             event_persists: VecDeque::new(),
             durable_checkpoints: BTreeMap::new(),
+            hold_loads: false,
+            loads: VecDeque::new(),
         }
     }
 
@@ -152,6 +157,7 @@ impl Rig {
                 Output::Persist { token, ops } if is_event_batch(&ops) => self.event_persists.push_back((token, ops)),
                 Output::Persist { token, ops } => self.persists.push_back((token, ops)),
                 Output::AgentEvent(event) => self.published_events.push(event),
+                Output::LoadRequest { load_id, request_id } => self.loads.push_back((load_id, request_id)),
                 Output::Deliver { delivery_id, agent_id, bytes, .. } => self.deliveries.push_back((delivery_id, agent_id, bytes)),
                 Output::Receipt { op, receipt } => self.receipts.entry(op).or_default().push(receipt),
                 Output::CancelResult { op, outcome } => self.cancels.push((op, outcome)),
@@ -163,6 +169,23 @@ impl Rig {
                 self.ack_persist(token, ops, Ok(()));
             }
         }
+        if !self.hold_loads {
+            while !self.loads.is_empty() {
+                self.answer_next_load(None);
+            }
+        }
+    }
+
+    /// Answers the oldest store lookup from `durable`, or with `failure`.
+    pub fn answer_next_load(&mut self, failure: Option<&str>) {
+        let (load_id, request_id) = self.loads.pop_front().expect("a lookup is pending");
+        let record = match failure {
+            Some(error) => Err(error.to_string()),
+            None => Ok(self.durable.get(&request_id).cloned()),
+        };
+        self.engine.handle(self.now, Input::RequestLoaded { load_id, record });
+        self.drain();
+        self.engine.check_invariants();
     }
 
     /// Answers the oldest held event batch.
@@ -266,6 +289,7 @@ impl Rig {
             paste_mode: PasteMode::Bracketed,
             return_mode,
             final_timeout_ms: 0,
+            generated_id: false,
         }
     }
 
@@ -326,6 +350,7 @@ impl Rig {
         };
         self.persists.clear();
         self.event_persists.clear();
+        self.loads.clear();
         self.deliveries.clear();
         self.refreshes.clear();
         self.engine = Engine::recover(durable, self.now);

@@ -38,6 +38,8 @@ pub struct RealEffects {
     pub writer: Arc<StoreWriter>,
     pub terminal: broadcast::Sender<TerminalEvent>,
     pub events: EventFeed,
+    /// HIST-2: the read side of the store, for finished requests named again.
+    pub store: Arc<crate::store::Store>,
     /// REC-5: the test-only crash point selected by `WAKTERM_FAULT`, if any.
     pub fault: Option<FaultPoint>,
 }
@@ -141,12 +143,29 @@ impl Effects for RealEffects {
         let _ = self.terminal.send(event); // no subscriber is fine: the store has it
     }
 
+    fn load_request(&mut self, load_id: u64, request_id: wakterm_engine::RequestId) {
+        let store = self.store.clone();
+        let inbox = self.inbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let record = load_stored_request(&store, &request_id);
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::RequestLoaded { load_id, record }));
+        });
+    }
+
     fn publish_event(&mut self, event: AgentEvent) {
         let sequence = event.sequence;
         assert!(sequence > self.events.published_through(), "EV-2: published in sequence order");
         self.events.published.send_replace(sequence);
         let _ = self.events.live.send(event); // no subscriber is fine: the store has it
     }
+}
+
+/// HIST-2: a stored request record; an unreadable one is an error (never "absent").
+pub fn load_stored_request(store: &crate::store::Store, request_id: &wakterm_engine::RequestId) -> Result<Option<wakterm_engine::RequestRecord>, String> {
+    let stored = store.get_request(request_id.as_str()).map_err(|e| e.to_string())?;
+    stored
+        .map(|stored| serde_json::from_str(&stored.record_json).map_err(|e| format!("request {request_id} in the database is unreadable: {e}")))
+        .transpose()
 }
 
 /// ADM-3: liveness first (a changed process is reported before the snapshot), then the

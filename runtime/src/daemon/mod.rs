@@ -151,7 +151,8 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
 
 fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> {
     let mut requests = Vec::new();
-    for stored in store.load_requests().map_err(|e| e.to_string())? {
+    // HIST-1: open requests only; finished ones are read back when named again.
+    for stored in store.load_open_requests().map_err(|e| e.to_string())? {
         let record: RequestRecord = serde_json::from_str(&stored.record_json)
             .map_err(|e| format!("request {} in the database is unreadable: {e}", stored.request_id))?;
         requests.push(record);
@@ -203,7 +204,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let events = effects::EventFeed::new(engine.events_published_through());
     let agents: AgentTable = Arc::new(Mutex::new(BTreeMap::new()));
     // The driver runs before anything can fill its inbox, so startup never waits on itself.
-    let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), events: events.clone(), fault };
+    let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), events: events.clone(), store: store.clone(), fault };
     let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects, clock));
     let checkpoints = load_checkpoints(&store);
     let monitor = Monitor::start(inbox.clone());

@@ -15,6 +15,7 @@ use wakterm_engine::{AdmitCommand, Classification, Engine, OpId, RequestId};
 pub const WATCH_PAGE: usize = 512;
 
 pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
+    let generated_id = admit.request_id.is_none();
     let request_id = admit.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let command = AdmitCommand {
         op: OpId(0),
@@ -27,6 +28,7 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
         paste_mode: admit.paste_mode,
         return_mode: admit.return_mode,
         final_timeout_ms: admit.final_timeout_ms,
+        generated_id,
     };
     let (reply, answer) = oneshot::channel();
     if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {
@@ -48,48 +50,68 @@ pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, eviden
     let Ok(id) = RequestId::parse(request_id) else {
         return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
     };
-    let view = query(context, move |engine: &Engine| match engine.request(&id) {
-        None => Value::Null,
-        Some(record) => {
-            // TERM-2: a terminal event is shown only once published (durable, final sequence).
-            let published = engine.published_terminal(&id).cloned();
-            let state = match (&published, &record.terminal) {
-                (Some(event), _) => serde_json::to_value(event.state).unwrap_or_default(),
-                (None, Some(_)) => json!("terminal_pending"),
-                (None, None) => json!(record.phase.as_str()),
-            };
-            let mut view = json!({
-            "schema": "wakterm.agent-request.v1",
-            "request_id": record.request_id,
-            "agent_id": record.agent_id,
-            "phase": record.phase,
-            "state": state,
-            "operation": record.operation,
-            "return_mode": record.return_mode,
-            "incarnation": record.incarnation,
-            "bound_provider_turn": record.bound_turn,
-            "deadline_ms": record.deadline_ms,
-            "receipt": record.receipt,
-            "terminal_event": published,
-            });
-            if evidence {
-                // RF-6, TERM-2: the end is shown once its terminal event is published.
-                let steps: Vec<&wakterm_engine::Evidence> = record
-                    .evidence
-                    .iter()
-                    .filter(|e| e.step != wakterm_engine::EvidenceStep::Terminal || published.is_some())
-                    .collect();
-                view["evidence"] = json!(steps);
-                view["evidence_dropped"] = json!(record.evidence_dropped);
-            }
-            view
-        }
+    let asked = id.clone();
+    let view = query(context, move |engine: &Engine| {
+        engine.request(&asked).map(|record| request_view(record, engine.published_terminal(&asked).cloned(), evidence))
     })
     .await;
+    let view = match view {
+        None => return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down"),
+        Some(Some(view)) => view,
+        // HIST-1: a finished request is no longer in memory: the store has it, final.
+        Some(None) => {
+            let store = context.store.clone();
+            let loaded = tokio::task::spawn_blocking(move || super::effects::load_stored_request(&store, &id)).await;
+            match loaded {
+                Ok(Ok(Some(record))) => {
+                    let published = record.terminal.clone();
+                    request_view(&record, published, evidence)
+                }
+                Ok(Ok(None)) => Value::Null,
+                Ok(Err(error)) => return Reply::error(exit::ERROR, "history_unreadable", error),
+                Err(error) => return Reply::error(exit::ERROR, "history_unreadable", error.to_string()),
+            }
+        }
+    };
     match view {
-        Some(Value::Null) | None => Reply::error(exit::NOT_FOUND, "request_not_found", format!("no request has id {request_id}")),
-        Some(view) => Reply::ok(view),
+        Value::Null => Reply::error(exit::NOT_FOUND, "request_not_found", format!("no request has id {request_id}")),
+        view => Reply::ok(view),
     }
+}
+
+/// `request get`'s view of a record. `published` is its terminal event once durable and final
+/// (TERM-2); a released record is not shown.
+fn request_view(record: &wakterm_engine::RequestRecord, published: Option<wakterm_engine::TerminalEvent>, evidence: bool) -> Value {
+    if record.phase == wakterm_engine::Phase::Released {
+        return Value::Null;
+    }
+    let state = match (&published, &record.terminal) {
+        (Some(event), _) => serde_json::to_value(event.state).unwrap_or_default(),
+        (None, Some(_)) => json!("terminal_pending"),
+        (None, None) => json!(record.phase.as_str()),
+    };
+    let mut view = json!({
+        "schema": "wakterm.agent-request.v1",
+        "request_id": record.request_id,
+        "agent_id": record.agent_id,
+        "phase": record.phase,
+        "state": state,
+        "operation": record.operation,
+        "return_mode": record.return_mode,
+        "incarnation": record.incarnation,
+        "bound_provider_turn": record.bound_turn,
+        "deadline_ms": record.deadline_ms,
+        "receipt": record.receipt,
+        "terminal_event": published,
+    });
+    if evidence {
+        // RF-6, TERM-2: the end is shown once its terminal event is published.
+        let steps: Vec<&wakterm_engine::Evidence> =
+            record.evidence.iter().filter(|e| e.step != wakterm_engine::EvidenceStep::Terminal || published.is_some()).collect();
+        view["evidence"] = json!(steps);
+        view["evidence_dropped"] = json!(record.evidence_dropped);
+    }
+    view
 }
 
 pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {

@@ -76,6 +76,15 @@ impl Store {
         rows.map(|raw| request_from_raw(raw?)).collect()
     }
 
+    /// HIST-1: the requests that are not finished (terminal, settled, released), ordered by id:
+    /// the input of engine recovery, sized by open work, not by history.
+    pub fn load_open_requests(&self) -> Result<Vec<StoredRequest>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!("{REQUEST_SELECT} WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id"))?;
+        let rows = stmt.query_map([], raw_request)?;
+        rows.map(|raw| request_from_raw(raw?)).collect()
+    }
+
     pub fn get_request(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(&format!("{REQUEST_SELECT} WHERE request_id = ?1"))?;

@@ -1,0 +1,122 @@
+//! Bounded request history (HIST-*): finished requests leave the engine's memory and are read
+//! back from the store when named again.
+
+mod support;
+use support::*;
+use wakterm_engine::*;
+
+fn id(text: &str) -> RequestId {
+    RequestId::parse(text).unwrap()
+}
+
+/// HIST-1: a completed return-final request and a settled one-way request leave memory once
+/// durable; the store keeps them.
+#[test]
+fn hist_1_finished_requests_leave_memory() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    assert_eq!(rig.engine.requests_in_memory(), 1, "an open request stays");
+    rig.provider_turn("turn-1", "first", "done", 1000);
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+    rig.admit(REQ2, "second", ReturnMode::OneWay);
+    rig.user_message("turn-2", "second", 2010);
+    assert_eq!(rig.engine.requests_in_memory(), 0, "HIST-1: nothing finished stays in memory");
+    assert!(rig.engine.request(&id(REQ)).is_none());
+    assert_eq!(rig.durable[&id(REQ)].phase, Phase::Terminal);
+    assert_eq!(rig.durable[&id(REQ2)].phase, Phase::Settled);
+}
+
+/// HIST-1 / IDEM-2 / IDEM-3: a finished id named again is read back: the same input replays
+/// the stored receipt and writes nothing, other input is a conflict; memory stays empty.
+#[test]
+fn hist_1_idem_2_replays_of_finished_requests_come_from_the_store() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    let original = rig.receipt(first).clone();
+    rig.provider_turn("turn-1", "first", "done", 1000);
+    assert_eq!(rig.engine.requests_in_memory(), 0);
+    let again = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    let replay = rig.receipt(again).clone();
+    assert!(replay.replayed);
+    assert_eq!(Receipt { replayed: false, ..replay }, original);
+    let other = rig.admit(REQ, "changed", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(other).reason.as_deref(), Some("request_id_conflict"));
+    assert_eq!(rig.writes(), 1);
+    assert_eq!(rig.engine.requests_in_memory(), 0, "the record read back left again");
+}
+
+/// HIST-2: calls naming an id the engine does not hold wait behind ONE store lookup, so two
+/// of them can never both miss and write twice; the first registers, the second joins it.
+#[test]
+fn hist_2_calls_for_one_id_share_one_lookup() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_loads = true;
+    let first = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    let second = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert_eq!(rig.loads.len(), 1, "one lookup for both");
+    assert!(!rig.has_receipt(first) && !rig.has_receipt(second), "parked, nothing decided");
+    assert_eq!(rig.writes(), 0);
+    rig.answer_next_load(None);
+    rig.user_message("turn-1", "hi", 1010);
+    assert_eq!(rig.receipt(first).classification, Classification::Accepted);
+    assert_eq!(rig.receipt(first), rig.receipt(second));
+    assert_eq!(rig.writes(), 1);
+}
+
+/// HIST-2: an id the runtime generated (a plain `send`) is not looked up.
+#[test]
+fn hist_2_generated_ids_need_no_lookup() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_loads = true;
+    let mut command = rig.command(Operation::Send, REQ, "hi", ReturnMode::OneWay);
+    command.generated_id = true;
+    rig.submit(command);
+    assert!(rig.loads.is_empty());
+    assert_eq!(rig.writes(), 1);
+}
+
+/// HIST-3: a lookup that fails is `internal_failure`, nothing written, retry safe.
+#[test]
+fn hist_3_a_failed_lookup_writes_nothing() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_loads = true;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.answer_next_load(Some("disk I/O error"));
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::InternalFailure);
+    assert_eq!(receipt.reason.as_deref(), Some("history_unreadable"));
+    assert!(receipt.retry_safe && !receipt.prompt_written);
+    assert_eq!(rig.writes(), 0);
+    assert_eq!(rig.engine.requests_in_memory(), 0);
+}
+
+/// HIST-2: a cancel of a finished, evicted request reads it back and answers its state.
+#[test]
+fn hist_2_cancel_of_a_finished_request_answers_from_the_store() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    rig.provider_turn("turn-1", "first", "done", 1000);
+    let sequence = rig.terminal_for(REQ)[0].terminal_event_sequence;
+    rig.input(Input::Cancel(CancelCommand { op: OpId(900), request_id: REQ.to_string() }));
+    let (_, outcome) = rig.cancels.last().unwrap();
+    assert_eq!(*outcome, CancelOutcome::AlreadyTerminal { state: TerminalState::Completed, terminal_event_sequence: sequence });
+    rig.input(Input::Cancel(CancelCommand { op: OpId(901), request_id: OTHER.to_string() }));
+    assert!(matches!(rig.cancels.last().unwrap().1, CancelOutcome::NotFound { .. }));
+}
+
+/// HIST-1: memory follows open work, not history: thousands of finished admissions leave
+/// nothing behind, so `capacity_exhausted` is unreachable in steady state.
+#[test]
+fn hist_1_memory_does_not_grow_with_history() {
+    let mut rig = Rig::with_idle_zola();
+    for n in 0..2_000u64 {
+        let request_id = format!("fe57dc90-994e-4e73-b09c-{:012x}", n);
+        let prompt = format!("p{n}");
+        let op = rig.admit(&request_id, &prompt, ReturnMode::OneWay);
+        rig.user_message(&format!("turn-{n}"), &prompt, 2_000 + n * 10);
+        rig.turn_completed(&format!("turn-{n}"), "ok", 2_005 + n * 10);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "admission {n}");
+        assert_eq!(rig.engine.requests_in_memory(), 0, "after {n} admissions");
+    }
+    assert_eq!(rig.durable.len(), 2_000);
+}
