@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails unless every rule id in SPEC.md's rule tables is cited by at least one test: in a test
-# file (any */tests/*.rs, tests/, sim/) or in a source file after its `#[cfg(test)]` line.
+# file (any */tests/*.rs, tests/, sim/, a src/**/tests.rs module) or in a source file after its
+# `#[cfg(test)]` line.
 # An id is cited as `ADM-3` or as `adm_3_` in a test name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ ids=$(grep -oE '^\| [A-Z]+-[0-9]+ \|' SPEC.md | tr -d '| ' | sort -u)
 corpus=$(mktemp)
 trap 'rm -f "$corpus"' EXIT
 find . -path ./target -prune -o -path ./.cache -prune -o -name '*.rs' -path '*/tests/*' -print0 | xargs -0 cat >>"$corpus"
+# A `tests.rs` module file under src/ is only compiled under `#[cfg(test)] mod tests;`.
+find . -path ./target -prune -o -path ./.cache -prune -o -name 'tests.rs' -path '*/src/*' -print0 | xargs -0 cat >>"$corpus"
 find . -path ./target -prune -o -path ./.cache -prune -o -name '*.rs' -path '*/src/*' -print0 |
   xargs -0 awk 'FNR==1{t=0} /#\[cfg\(test\)\]/{t=1} t' >>"$corpus"
 missing=0

@@ -34,20 +34,22 @@ pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<BT
 
 /// EV-9: a cursor below what retention pruned cannot be resumed: the events after it are gone.
 pub(super) fn cursor_too_old(after: u64, pruned_through: u64, oldest_retained: Option<u64>) -> Option<Reply> {
+    let rebase = json!({"take": "agent catalog", "then": "agent events --after <catalog.events_through>"});
+    let how = "rebase: take `wakterm agent catalog`, then subscribe with --after its events_through";
+    too_old("events", after, pruned_through, oldest_retained, how, rebase)
+}
+
+/// EV-9, HIST-4: the `cursor_too_old` answer (exit 4) with its recovery metadata, when `after`
+/// lies below what retention removed.
+pub(super) fn too_old(what: &str, after: u64, pruned_through: u64, oldest_retained: Option<u64>, how: &str, rebase: Value) -> Option<Reply> {
     if after >= pruned_through {
         return None;
     }
-    let mut reply = Reply::error(
-        exit::REJECTED,
-        "cursor_too_old",
-        format!(
-            "events after {after} up to {pruned_through} were pruned by retention; rebase: take `wakterm agent catalog`, \
-             then subscribe with --after its events_through"
-        ),
-    );
+    let message = format!("{what} after {after} up to {pruned_through} were pruned by retention; {how}");
+    let mut reply = Reply::error(exit::REJECTED, "cursor_too_old", message);
     reply.body["pruned_through"] = json!(pruned_through);
     reply.body["oldest_retained_sequence"] = json!(oldest_retained);
-    reply.body["rebase"] = json!({"take": "agent catalog", "then": "agent events --after <catalog.events_through>"});
+    reply.body["rebase"] = rebase;
     Some(reply)
 }
 

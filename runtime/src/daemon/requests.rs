@@ -140,6 +140,22 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
 /// heartbeat every `WATCH_HEARTBEAT` lets both ends notice a dead peer without an event.
 pub(super) async fn watch(mut peer: tokio::net::unix::OwnedReadHalf, writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
     let mut live = context.terminal.subscribe();
+    // HIST-4: terminal events of requests retention forgot cannot be replayed.
+    let store = context.store.clone();
+    let bounds = tokio::task::spawn_blocking(move || {
+        Ok::<_, crate::store::StoreError>((store.terminal_pruned_through()?, store.terminal_events_after(0, 1)?.first().map(|e| e.sequence)))
+    })
+    .await;
+    let Ok(Ok((pruned, oldest))) = bounds else {
+        let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+        return;
+    };
+    let rebase = json!({"take": "request get <request_id> for each request still of interest", "then": "request watch --after <pruned_through>"});
+    let how = "those requests are forgotten; read the ones still of interest with `request get`, then watch --after pruned_through";
+    if let Some(reply) = super::events::too_old("terminal events", after, pruned, oldest, how, rebase) {
+        let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
+        return;
+    }
     let mut last = after;
     if !send_history(writer, context, &mut last).await {
         return;

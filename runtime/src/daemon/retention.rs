@@ -1,4 +1,4 @@
-//! EV-9: event retention. A background task looks, off the reactor, whether the oldest
+//! EV-9, HIST-4: retention of events and of finished requests. A background task looks, off the reactor, whether the oldest
 //! events are due (beyond the newest `events`, or older than `days`), and only then asks the
 //! writer to prune a bounded prefix; an idle daemon costs one cheap read per check.
 
@@ -32,15 +32,27 @@ impl Default for Retention {
 }
 
 impl Retention {
+    /// The age limit as an engine time (0: none).
+    fn before_ms(&self, now_ms: u64) -> u64 {
+        match self.days {
+            0 => 0,
+            days => now_ms.saturating_sub(days.saturating_mul(DAY_MS)),
+        }
+    }
+
+    /// HIST-4: the prune of finished requests to run now, if the oldest is past the window.
+    pub fn requests_due(&self, store: &Store, now_ms: u64) -> Result<Option<StoreOp>, crate::store::StoreError> {
+        let before_ms = self.before_ms(now_ms);
+        let due = store.oldest_finished_request_ms()?.is_some_and(|oldest| oldest < before_ms);
+        Ok(due.then_some(StoreOp::PruneRequests { before_ms, max_rows: PRUNE_BATCH }))
+    }
+
     /// The prune to run now, if the oldest stored event is due.
     pub fn due(&self, store: &Store, now_ms: u64) -> Result<Option<StoreOp>, crate::store::StoreError> {
         let Some((oldest, oldest_at_ms)) = store.oldest_event()? else { return Ok(None) };
         let newest = store.last_event_sequence()?;
         let through_sequence = newest.saturating_sub(self.events);
-        let before_ms = match self.days {
-            0 => 0,
-            days => now_ms.saturating_sub(days.saturating_mul(DAY_MS)),
-        };
+        let before_ms = self.before_ms(now_ms);
         let due = oldest <= through_sequence || oldest_at_ms < before_ms;
         Ok(due.then_some(StoreOp::PruneEvents { through_sequence, before_ms, max_rows: PRUNE_BATCH }))
     }
@@ -50,7 +62,11 @@ impl Retention {
 pub async fn run(store: Arc<Store>, writer: Arc<StoreWriter>, retention: Retention) {
     loop {
         let check = store.clone();
-        let due = tokio::task::spawn_blocking(move || retention.due(&check, crate::driver::now_ms())).await;
+        let due = tokio::task::spawn_blocking(move || {
+            let now_ms = crate::driver::now_ms();
+            Ok::<_, crate::store::StoreError>(retention.due(&check, now_ms)?.or(retention.requests_due(&check, now_ms)?))
+        })
+        .await;
         let op = match due {
             Ok(Ok(Some(op))) => op,
             Ok(Ok(None)) => {

@@ -50,6 +50,10 @@ pub enum StoreOp {
     /// with `sequence <= through_sequence` or `at_ms < before_ms`, stopping at the first that
     /// is neither. Records the highest removed in `meta.events_pruned_through`.
     PruneEvents { through_sequence: u64, before_ms: u64, max_rows: u64 },
+    /// HIST-4: forget at most `max_rows` finished requests (terminal, settled, released) last
+    /// updated before `before_ms`, with their terminal events; records the highest terminal
+    /// sequence removed in `meta.terminal_pruned_through`.
+    PruneRequests { before_ms: u64, max_rows: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +123,10 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
         StoreOp::PutEventMark { agent_id, mark_json } => {
             check_field("agent_id", agent_id)?;
             check_record("event mark", mark_json)
+        }
+        StoreOp::PruneRequests { before_ms, max_rows } => {
+            to_sql_integer("before_ms", *before_ms)?;
+            to_sql_integer("max_rows", *max_rows).map(drop)
         }
         StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
             to_sql_integer("through_sequence", *through_sequence)?;
@@ -245,6 +253,7 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
             append_event(conn, *sequence, agent_id, kind, *at_ms, event_json)
         }
         StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => prune_events(conn, *through_sequence, *before_ms, *max_rows),
+        StoreOp::PruneRequests { before_ms, max_rows } => prune_requests(conn, *before_ms, *max_rows),
         StoreOp::PutEventMark { agent_id, mark_json } => {
             conn.prepare_cached(
                 "INSERT INTO event_marks(agent_id, mark) VALUES (?1, ?2) \
@@ -279,6 +288,47 @@ fn prune_events(conn: &Connection, through_sequence: u64, before_ms: u64, max_ro
     Ok(())
 }
 
+/// The finished phases (HIST-1); the partial index of migration 4 uses the same list.
+pub(crate) const FINISHED_PHASES: &str = "('terminal', 'settled', 'released')";
+/// The meta key holding the highest terminal sequence retention removed.
+pub(crate) const TERMINAL_PRUNED_THROUGH: &str = "terminal_pruned_through";
+
+/// HIST-4: forgets the oldest finished requests and their terminal events.
+fn prune_requests(conn: &Connection, before_ms: u64, max_rows: u64) -> Result<(), StoreError> {
+    let ids: Vec<String> = conn
+        .prepare_cached(&format!(
+            "SELECT request_id FROM requests WHERE phase IN {FINISHED_PHASES} AND updated_ms < ?1 ORDER BY updated_ms LIMIT ?2"
+        ))?
+        .query_map(params![to_sql_integer("before_ms", before_ms)?, to_sql_integer("max_rows", max_rows)?], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut highest = meta_u64(conn, TERMINAL_PRUNED_THROUGH)?;
+    for id in &ids {
+        let sequence: Option<i64> = conn
+            .prepare_cached("SELECT sequence FROM terminal_events WHERE request_id = ?1")?
+            .query_row([id], |row| row.get(0))
+            .optional()?;
+        if let Some(sequence) = sequence {
+            highest = highest.max(from_sql_integer("terminal sequence", sequence)?);
+            conn.prepare_cached("DELETE FROM terminal_events WHERE request_id = ?1")?.execute([id])?;
+        }
+        conn.prepare_cached("DELETE FROM requests WHERE request_id = ?1")?.execute([id])?;
+    }
+    conn.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
+        .execute(params![TERMINAL_PRUNED_THROUGH, highest.to_string()])?;
+    Ok(())
+}
+
+fn meta_u64(conn: &Connection, key: &str) -> Result<u64, StoreError> {
+    let value: Option<String> = conn.prepare_cached("SELECT value FROM meta WHERE key = ?1")?.query_row([key], |row| row.get(0)).optional()?;
+    match value {
+        None => Ok(0),
+        Some(text) => text.parse().map_err(|_| StoreError::Sqlite {
+            code: None,
+            message: format!("meta {key} is {text:?}, not a number; the database was altered"),
+        }),
+    }
+}
+
 /// EV-1: a sequence is used once, ever: not by a stored event, and not below what retention
 /// pruned (a pruned number is never handed out again).
 fn append_event(conn: &Connection, sequence: u64, agent_id: &str, kind: &str, at_ms: u64, event: &str) -> Result<(), StoreError> {
@@ -303,17 +353,12 @@ fn append_event(conn: &Connection, sequence: u64, agent_id: &str, kind: &str, at
 pub(crate) const EVENTS_PRUNED_THROUGH: &str = "events_pruned_through";
 
 pub(crate) fn events_pruned_through(conn: &Connection) -> Result<u64, StoreError> {
-    let value: Option<String> = conn
-        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
-        .query_row([EVENTS_PRUNED_THROUGH], |row| row.get(0))
-        .optional()?;
-    match value {
-        None => Ok(0),
-        Some(text) => text.parse().map_err(|_| StoreError::Sqlite {
-            code: None,
-            message: format!("meta {EVENTS_PRUNED_THROUGH} is {text:?}, not a sequence; the database was altered"),
-        }),
-    }
+    meta_u64(conn, EVENTS_PRUNED_THROUGH)
+}
+
+/// HIST-4: the highest terminal sequence retention removed (0: none).
+pub(crate) fn terminal_pruned_through(conn: &Connection) -> Result<u64, StoreError> {
+    meta_u64(conn, TERMINAL_PRUNED_THROUGH)
 }
 
 /// EV-1: the greatest sequence ever stored (pruned ones count); 0 when there is none.
@@ -421,9 +466,11 @@ fn append_terminal(
     Ok(())
 }
 
+/// TERM-3: the greatest terminal sequence ever stored; retention's removals count (HIST-4), so
+/// a sequence is never handed out twice.
 pub(crate) fn last_terminal_sequence(conn: &Connection) -> Result<u64, StoreError> {
     let max: Option<i64> = conn
         .prepare_cached("SELECT MAX(sequence) FROM terminal_events")?
         .query_row([], |row| row.get(0))?;
-    from_sql_integer("terminal sequence", max.unwrap_or(0))
+    Ok(from_sql_integer("terminal sequence", max.unwrap_or(0))?.max(terminal_pruned_through(conn)?))
 }

@@ -213,6 +213,19 @@ impl Store {
         op::last_event_sequence(&self.conn())
     }
 
+    /// HIST-4: the highest terminal sequence retention removed (0: none).
+    pub fn terminal_pruned_through(&self) -> Result<u64, StoreError> {
+        op::terminal_pruned_through(&self.conn())
+    }
+
+    /// HIST-4: when the oldest finished request was last updated (None: there is none).
+    pub fn oldest_finished_request_ms(&self) -> Result<Option<u64>, StoreError> {
+        let conn = self.conn();
+        let sql = format!("SELECT MIN(updated_ms) FROM requests WHERE phase IN {}", op::FINISHED_PHASES);
+        let min: Option<i64> = conn.prepare_cached(&sql)?.query_row([], |row| row.get(0))?;
+        min.map(|value| op::from_sql_integer("updated_ms", value)).transpose()
+    }
+
     /// EV-9: the oldest stored event's sequence and time (None: none is stored).
     pub fn oldest_event(&self) -> Result<Option<(u64, u64)>, StoreError> {
         let conn = self.conn();

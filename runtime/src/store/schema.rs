@@ -18,7 +18,7 @@ pub const APPLICATION_ID: i32 = 0x7761_6b74;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only; never edit a shipped
 /// entry, because databases in the field already ran it.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4];
 
 /// The schema version this build writes and the newest it can open.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -73,6 +73,11 @@ CREATE TABLE event_marks(
     agent_id TEXT PRIMARY KEY NOT NULL,
     mark TEXT NOT NULL CHECK (json_valid(mark))
 ) STRICT;
+";
+
+/// HIST-4: finished requests by age, for retention.
+const MIGRATION_4: &str = "
+CREATE INDEX requests_finished_by_time ON requests(updated_ms) WHERE phase IN ('terminal', 'settled', 'released');
 ";
 
 /// What opening found and fixed, so the daemon can tell the user.

@@ -624,3 +624,45 @@ fn ev_4_store_keeps_one_mark_per_agent() {
     writer.commit_blocking(vec![mark("a1", 1), mark("a2", 1), mark("a1", 2)]).expect("marks");
     assert_eq!(store.load_event_marks().unwrap(), [("a1".to_string(), r#"{"n":2}"#.to_string()), ("a2".to_string(), r#"{"n":1}"#.to_string())]);
 }
+
+/// HIST-4: retention forgets finished requests (terminal, settled, released) last updated
+/// before the window, with their terminal events, a bounded number per op; open requests are
+/// never touched; the highest terminal sequence removed is remembered. HIST-1: recovery reads
+/// open requests only.
+#[test]
+fn hist_4_store_forgets_old_finished_requests_only() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    writer
+        .commit_blocking(vec![
+            request("r1", "terminal", "f", 100),
+            terminal(1, "r1"),
+            request("r2", "settled", "f", 200),
+            request("r3", "submitted", "f", 50),
+            request("r4", "released", "f", 300),
+            request("r5", "terminal", "f", 5_000),
+            terminal(2, "r5"),
+        ])
+        .expect("requests");
+    let open: Vec<String> = store.load_open_requests().unwrap().into_iter().map(|r| r.request_id).collect();
+    assert_eq!(open, ["r3"], "HIST-1: open requests only");
+    assert_eq!(store.oldest_finished_request_ms().unwrap(), Some(100));
+    writer.commit_blocking(vec![StoreOp::PruneRequests { before_ms: 1_000, max_rows: 2 }]).expect("prune");
+    assert!(store.get_request("r1").unwrap().is_none() && store.get_request("r2").unwrap().is_none());
+    assert!(store.get_request("r4").unwrap().is_some(), "bounded to two per op");
+    assert_eq!(store.terminal_pruned_through().unwrap(), 1);
+    writer.commit_blocking(vec![StoreOp::PruneRequests { before_ms: 1_000, max_rows: 100 }]).expect("prune");
+    assert!(store.get_request("r4").unwrap().is_none());
+    assert!(store.get_request("r3").unwrap().is_some(), "an open request is never forgotten, however old");
+    assert!(store.get_request("r5").unwrap().is_some(), "inside the window");
+    assert_eq!(store.terminal_events_after(0, 10).unwrap().iter().map(|e| e.sequence).collect::<Vec<_>>(), [2]);
+    assert_eq!(store.last_terminal_sequence().unwrap(), 2);
+    writer.commit_blocking(vec![StoreOp::PruneRequests { before_ms: 10_000, max_rows: 100 }]).expect("prune all");
+    assert_eq!(store.last_terminal_sequence().unwrap(), 2, "TERM-3: continued after what retention removed");
+    assert!(writer.commit_blocking(vec![request("r6", "terminal", "f", 1), terminal(2, "r6")]).is_err(), "2 is never reused");
+    writer.commit_blocking(vec![request("r5", "terminal", "f", 5_000), terminal(3, "r5")]).expect("restore r5");
+    let retention = crate::daemon::retention::Retention { events: 10, days: 1 };
+    assert_eq!(retention.requests_due(&store, 5_000).unwrap(), None, "r5 is inside one day");
+    let day = 86_400_000;
+    assert!(retention.requests_due(&store, 5_001 + day).unwrap().is_some());
+}
