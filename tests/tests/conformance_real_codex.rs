@@ -635,7 +635,8 @@ fn rec_5_real_codex_after_submitted_completes() {
 /// after the run's own identities (agent, incarnation, session, turns, requests) are replaced
 /// by symbols in order of appearance and times, positions and sequences are dropped (they are
 /// checked here: sequences strictly increase, positions never go back within a session).
-/// Every event also parses as the engine's `AgentEvent` (the schema's one definition).
+/// Every event also parses as the engine's `AgentEvent` and validates against its kind's JSON
+/// Schema (`fixtures/agent-events/v1/schema/`).
 /// `WAKTERM_UPDATE_FIXTURES=1` rewrites the fixture from this run.
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
@@ -662,6 +663,7 @@ fn ev_real_codex_stream_matches_the_golden_fixture() {
     let mut positions: std::collections::BTreeMap<String, u64> = Default::default();
     for event in &events {
         serde_json::from_value::<wakterm_engine::AgentEvent>(event.clone()).unwrap_or_else(|e| panic!("{event}: {e}"));
+        support::assert_event_schema(event);
         let sequence = event["sequence"].as_u64().unwrap();
         assert!(sequence > last_sequence, "EV-1");
         last_sequence = sequence;

@@ -109,7 +109,7 @@ fn ev_1_ev_4_a_subscriber_survives_a_daemon_crash_mid_turn() {
 
     let mut seen = BTreeSet::new();
     for event in &full {
-        assert_eq!(event["schema"], "wakterm.agent-events.v1");
+        support::assert_event_schema(event);
         assert!(seen.insert(identity(event)), "EV-4: reported twice: {event}");
     }
     for (entry, id) in [(&a, &ids[0]), (&b, &ids[1])] {
