@@ -1,11 +1,12 @@
 //! One contract suite for the durable store, run against the simulator's model
 //! (`StoreTables`) and against the real SQLite store (`tests/store_contract.rs`). It pins what
 //! the simulator relies on: atomic batches, immutable request identity, strictly growing
-//! terminal sequences, one terminal event per request, and that a reopen (crash) keeps exactly
-//! what was committed.
+//! terminal sequences, one terminal event per request, agent event sequences used once and
+//! never at or below the pruned one (EV-1, EV-9), one event mark per agent (EV-4), and that a
+//! reopen (crash) keeps exactly what was committed.
 
 use crate::store_model::StoreTables;
-use wakterm_runtime::store::{StoreOp, StoredAgent, StoredRequest, StoredTerminalEvent};
+use wakterm_runtime::store::{StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent};
 
 /// The store surface the simulator uses.
 pub trait ContractStore {
@@ -16,6 +17,12 @@ pub trait ContractStore {
     fn last_terminal_sequence(&mut self) -> u64;
     /// OBS-1: the stored observer checkpoints (agent id, JSON), ordered by agent id.
     fn checkpoints(&mut self) -> Vec<(String, String)>;
+    /// EV-1: every stored agent event after `after`, ascending.
+    fn agent_events_after(&mut self, after: u64) -> Vec<StoredAgentEvent>;
+    /// EV-1: the greatest event sequence ever stored, pruned ones included.
+    fn last_event_sequence(&mut self) -> u64;
+    /// EV-4: every agent's event mark (agent id, JSON), ordered by agent id.
+    fn event_marks(&mut self) -> Vec<(String, String)>;
     /// Simulates a crash and a restart: only committed batches survive.
     fn reopen(&mut self);
 }
@@ -45,6 +52,15 @@ impl ContractStore for ModelStore {
     fn checkpoints(&mut self) -> Vec<(String, String)> {
         self.tables.checkpoints()
     }
+    fn agent_events_after(&mut self, after: u64) -> Vec<StoredAgentEvent> {
+        self.tables.agent_events_after(after)
+    }
+    fn last_event_sequence(&mut self) -> u64 {
+        self.tables.last_event_sequence()
+    }
+    fn event_marks(&mut self) -> Vec<(String, String)> {
+        self.tables.event_marks()
+    }
     fn reopen(&mut self) {}
 }
 
@@ -59,12 +75,43 @@ pub fn put(request: &str, agent: &str, fingerprint: &str, phase: &str) -> StoreO
     }
 }
 
+pub fn put_at(request: &str, agent: &str, fingerprint: &str, phase: &str, updated_ms: u64) -> StoreOp {
+    match put(request, agent, fingerprint, phase) {
+        StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, .. } => {
+            StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms }
+        }
+        _ => unreachable!(),
+    }
+}
+
 pub fn terminal(sequence: u64, request: &str) -> StoreOp {
     StoreOp::AppendTerminal { sequence, request_id: request.to_string(), event_json: format!("{{\"seq\":{sequence}}}") }
 }
 
 pub fn checkpoint(agent_id: &str, json: &str) -> StoreOp {
     StoreOp::PutCheckpoint { agent_id: agent_id.to_string(), checkpoint_json: json.to_string() }
+}
+
+pub fn event(sequence: u64, agent_id: &str, at_ms: u64) -> StoreOp {
+    StoreOp::AppendEvent {
+        sequence,
+        agent_id: agent_id.to_string(),
+        kind: "turn.started".to_string(),
+        at_ms,
+        event_json: format!("{{\"sequence\":{sequence}}}"),
+    }
+}
+
+pub fn mark(agent_id: &str, json: &str) -> StoreOp {
+    StoreOp::PutEventMark { agent_id: agent_id.to_string(), mark_json: json.to_string() }
+}
+
+pub fn prune(through_sequence: u64, before_ms: u64, max_rows: u64) -> StoreOp {
+    StoreOp::PruneEvents { through_sequence, before_ms, max_rows }
+}
+
+fn sequences(events: &[StoredAgentEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.sequence).collect()
 }
 
 pub fn agent(agent_id: &str, name: &str) -> StoreOp {
@@ -124,11 +171,72 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!(store.checkpoints(), vec![("a1".to_string(), "{\"offset\":2}".to_string()), ("a2".to_string(), "{\"offset\":9}".to_string())]);
     assert!(store.commit(vec![StoreOp::DeleteAgent { agent_id: "a2".into() }]).is_ok());
     assert_eq!(store.checkpoints().len(), 1, "a deleted agent's checkpoint goes with it");
+    // EV-1: an agent event sequence is used once; gaps are fine (a failed batch skips its
+    // numbers), and the store refuses only reuse, not a smaller unused number.
+    assert_eq!(store.last_event_sequence(), 0);
+    assert!(store.commit(vec![event(1, "a1", 1_000), event(2, "a1", 1_000), mark("a1", "{\"position\":2}")]).is_ok());
+    assert!(store.commit(vec![event(2, "a1", 1_000)]).is_err(), "a used sequence is refused");
+    assert!(store.commit(vec![event(0, "a1", 1_000)]).is_err(), "sequence 0 means none");
+    assert!(store.commit(vec![event(5, "a2", 5_000), event(3, "a1", 3_000)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![1, 2, 3, 5]);
+    assert_eq!(sequences(&store.agent_events_after(2)), vec![3, 5]);
+    assert_eq!(store.last_event_sequence(), 5);
+    // A batch is atomic: a reused sequence undoes the event and the mark before it.
+    assert!(store.commit(vec![event(4, "a1", 4_000), mark("a1", "{\"position\":4}"), event(5, "a1", 4_000)]).is_err());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![1, 2, 3, 5]);
+    assert!(store.commit(vec![StoreOp::AppendEvent {
+        sequence: 9,
+        agent_id: "a1".into(),
+        kind: "turn.started".into(),
+        at_ms: 1,
+        event_json: "not json".into(),
+    }])
+    .is_err());
+    // EV-4: one mark per agent, replaced by the next; JSON only; kept after the agent.
+    assert!(store.commit(vec![mark("a1", "{\"position\":3}"), mark("a2", "{\"position\":5}")]).is_ok());
+    assert!(store.commit(vec![mark("a2", "not json")]).is_err());
+    assert!(store.commit(vec![mark("", "{}")]).is_err());
+    assert!(store.commit(vec![StoreOp::DeleteAgent { agent_id: "a1".into() }]).is_ok());
+    assert_eq!(store.event_marks(), vec![("a1".to_string(), "{\"position\":3}".to_string()), ("a2".to_string(), "{\"position\":5}".to_string())]);
+    assert!(store.commit(vec![agent("a1", "zola")]).is_ok());
+    // EV-9: retention removes a prefix (by sequence or age, stopping at the first row that is
+    // neither); a number at or below the highest pruned is never used again, and the last
+    // sequence counts pruned ones.
+    assert!(store.commit(vec![prune(0, 2_000, 100)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![3, 5], "1 and 2 are older than 2000 ms");
+    assert!(store.commit(vec![prune(3, 0, 0)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![3, 5], "max_rows 0 removes nothing");
+    assert!(store.commit(vec![event(2, "a1", 9_000)]).is_err(), "a pruned number is never used again");
+    assert!(store.commit(vec![event(4, "a1", 9_000)]).is_ok(), "an unused number above the pruned one is");
+    assert!(store.commit(vec![prune(100, 0, 2)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![5], "at most max_rows rows go");
+    assert!(store.commit(vec![prune(100, 0, 100)]).is_ok());
+    assert!(store.agent_events_after(0).is_empty());
+    assert_eq!(store.last_event_sequence(), 5, "pruned sequences still count");
+    assert!(store.commit(vec![event(5, "a1", 9_000)]).is_err());
+    assert!(store.commit(vec![event(7, "a1", 9_000)]).is_ok());
+    // HIST-4: retention forgets finished requests (terminal, settled, released) last updated
+    // before the bound, with their terminal events; open ones stay; a removed terminal
+    // sequence still counts, so it is never handed out again.
+    assert!(store.commit(vec![put_at("r5", "a1", "f5", "terminal", 20), terminal(9, "r5"), put_at("r6", "a1", "f6", "settled", 30)]).is_ok());
+    assert!(store.commit(vec![put_at("r7", "a1", "f7", "submitted", 1)]).is_ok());
+    assert!(store.commit(vec![StoreOp::PruneRequests { before_ms: 25, max_rows: 100 }]).is_ok());
+    let ids: Vec<String> = store.requests().into_iter().map(|r| r.request_id).collect();
+    assert_eq!(ids, vec!["r3", "r6", "r7"], "r1 (updated at 7) and r5 (20) are finished and older than 25");
+    assert_eq!(store.terminal_after(0).iter().map(|e| e.sequence).collect::<Vec<_>>(), vec![5]);
+    assert_eq!(store.last_terminal_sequence(), 9, "a pruned terminal sequence still counts");
+    assert!(store.commit(vec![put("r8", "a1", "f8", "terminal"), terminal(8, "r8")]).is_err());
+    assert!(store.commit(vec![StoreOp::PruneRequests { before_ms: 100, max_rows: 0 }]).is_ok());
+    assert_eq!(store.requests().len(), 3, "max_rows 0 removes nothing");
+    assert!(store.commit(vec![put("r8", "a1", "f8", "terminal"), terminal(10, "r8")]).is_ok());
     // REC: a crash keeps exactly what was committed.
     let before = (store.requests(), store.terminal_after(0), store.agents(), store.checkpoints());
+    let events_before = (store.agent_events_after(0), store.event_marks(), store.last_event_sequence());
     store.reopen();
     assert_eq!((store.requests(), store.terminal_after(0), store.agents(), store.checkpoints()), before);
-    assert_eq!(store.last_terminal_sequence(), 5);
+    assert_eq!((store.agent_events_after(0), store.event_marks(), store.last_event_sequence()), events_before);
+    assert_eq!(store.last_terminal_sequence(), 10);
+    assert!(store.commit(vec![event(4, "a1", 9_000)]).is_err(), "the pruned mark survives a reopen");
 }
 
 /// A tiny deterministic generator (no global state) for the differential test.
@@ -154,7 +262,12 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
     (0..len)
         .map(|_| {
             let request = format!("r{}", rng.below(4));
-            match rng.below(7) {
+            match rng.below(12) {
+                // (Every candidate goes: SQLite orders equal `updated_ms` by row, the model by id.)
+                11 => StoreOp::PruneRequests { before_ms: rng.below(2) * 10, max_rows: 100 },
+                7 | 8 => event(1 + rng.below(12), &format!("a{}", rng.below(3)), rng.below(5) * 1_000),
+                9 => mark(&format!("a{}", rng.below(3)), ["{\"position\":1}", "{\"position\":2}", "[]"][rng.below(3) as usize]),
+                10 => prune(rng.below(12), rng.below(5) * 1_000, rng.below(4)),
                 6 => checkpoint(&format!("a{}", rng.below(3)), ["{\"offset\":1}", "{\"offset\":2}", "[]"][rng.below(3) as usize]),
                 0 | 1 | 2 => put(&request, &format!("a{}", rng.below(2)), &format!("f{}", rng.below(2)), ["registered", "submitted", "terminal"][rng.below(3) as usize]),
                 3 | 4 => terminal(1 + rng.below(12), &request),
@@ -182,6 +295,9 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
     assert_eq!(reference.agents(), model.agents(), "seed {seed}: agents differ");
     assert_eq!(reference.checkpoints(), model.checkpoints(), "seed {seed}: checkpoints differ");
     assert_eq!(reference.last_terminal_sequence(), model.last_terminal_sequence());
+    assert_eq!(reference.agent_events_after(0), model.agent_events_after(0), "seed {seed}: agent events differ");
+    assert_eq!(reference.event_marks(), model.event_marks(), "seed {seed}: event marks differ");
+    assert_eq!(reference.last_event_sequence(), model.last_event_sequence(), "seed {seed}: last event sequences differ");
 }
 
 #[cfg(test)]

@@ -57,6 +57,15 @@ pub enum Mutant {
     /// prompt's turn start no longer ends the wait for it (ADM-5) and the agent stays
     /// `busy`/`awaiting_turn_start` until the grace runs out.
     SnapshotBeforeEvents,
+    /// Observer port (EV-5, OBS-1): the monitor hands its checkpoint to the engine before the
+    /// events it covers (as the monitor did when it wrote the checkpoint itself), so the
+    /// checkpoint commits in a batch of its own ahead of them; a crash between the two
+    /// commits restarts the observer past records whose events never became durable.
+    CheckpointBeforeEvents,
+    /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
+    /// so the restarted engine announces its agents again and appends the records it replays
+    /// (from the checkpoint or a request's armed cursor) a second time.
+    EventMarksDropped,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -75,6 +84,8 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),
     (Mutant::CheckpointSkipsArmedReplay, "checkpoint_skips_armed_replay", "observer port resumes a request armed before the checkpoint from the checkpoint"),
     (Mutant::SnapshotBeforeEvents, "snapshot_before_events", "observer port sends its snapshot before the events it read"),
+    (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
+    (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
 ];
 
 impl Mutant {

@@ -2,18 +2,21 @@
 //! start (recover from the durable store model, re-register agents, `StartupComplete`), the
 //! store writer, the observer tail and liveness monitor (woken by rollout appends and pane
 //! output as well as by its tick, MON-1; it sends each agent's events, then its snapshot,
-//! ADM-17; and saves each rollout agent's observer checkpoint through the same writer, OBS-1),
-//! and the crash (kill the node: every task of the daemon, queued commits included, is gone;
-//! panes, Codex and committed data stay).
+//! ADM-17; then hands each rollout agent's observer checkpoint to the engine, after the events
+//! it covers, which commits it in the agent's event batch, OBS-1, EV-5), the `agent events` and
+//! `request watch` subscribers (live, and caught up from the store after a restart, EV-2), and
+//! the crash (kill the node: every task of the daemon, queued commits included, is gone; panes,
+//! Codex and committed data stay).
 
 use crate::mutant::Mutant;
+use crate::oracle::EventContext;
 use crate::world::{Shared, World};
 use madsim::rand::{thread_rng, Rng};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use wakterm_engine::{
-    AgentId, Cursor, DeliveryOutcome, DurableState, Engine, Incarnation, Input, ObserverEvent, PersistOp, Phase,
-    RequestRecord, TerminalEvent,
+    AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, Engine, EventBody, EventMark, Incarnation, Input, ObserverEvent,
+    PersistOp, Phase, RequestId, RequestRecord, TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -27,14 +30,9 @@ fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
     inbox.try_send(DriverMsg::Input(input)).ok().expect("driver inbox has room");
 }
 
-/// One submission to the store writer.
-pub enum Batch {
-    /// The engine's persist, acknowledged with its token.
-    Engine(u64, Vec<PersistOp>),
-    /// OBS-1: an observer checkpoint, never acknowledged (losing one costs a longer read); and
-    /// how much it newly covers of an unfinished request's turn (`World::checkpoint_due`).
-    Checkpoint(StoreOp, u8),
-}
+/// One submission to the store writer: the engine's persist, acknowledged with its token.
+/// (Observer checkpoints ride in the engine's event batches, EV-5.)
+pub type Batch = (u64, Vec<PersistOp>);
 
 pub struct SimEffects {
     pub world: Shared,
@@ -139,7 +137,7 @@ impl Effects for SimEffects {
             }
         }
         drop(w);
-        let _ = self.store.send(Batch::Engine(token, ops)); // the writer died with the node: the batch is lost
+        let _ = self.store.send((token, ops)); // the writer died with the node: the batch is lost
     }
 
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
@@ -172,6 +170,94 @@ impl Effects for SimEffects {
         w.log(format!("publish {} seq {seq} {:?} turn {:?} reason {:?}", event.request_id, event.state, event.provider_turn_id.as_ref().map(|t| &t.0), event.reason));
         *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
         w.oracle.on_terminal(&event, durable);
+        let riding = riding_terminal_events(&w, &event);
+        w.oracle.on_terminal_riding(&event, riding);
+    }
+
+    fn publish_event(&mut self, event: AgentEvent) {
+        let mut w = self.world.lock().unwrap();
+        see_agent_event(&mut w, &event, "publish");
+    }
+
+    /// HIST-2: the store's read side answers off the reactor; a read may fail
+    /// (`store.lookup_failed`, HIST-3).
+    fn load_request(&mut self, load_id: u64, request_id: RequestId) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        madsim::task::spawn(async move {
+            madsim::time::sleep(ms(0, 5)).await;
+            let mut w = world.lock().unwrap();
+            let record = if w.fault_roll(w.plan.commit_fail) {
+                w.counters.fault("store.lookup_failed");
+                Err("injected: disk I/O error".to_string())
+            } else {
+                Ok(w.store.request(request_id.as_str()).map(|stored| serde_json::from_str::<RequestRecord>(&stored.record_json).expect("stored records parse")))
+            };
+            let found = match &record {
+                Ok(Some(r)) => r.phase.as_str().to_string(),
+                Ok(None) => "none".to_string(),
+                Err(e) => e.clone(),
+            };
+            w.log(format!("load {request_id} -> {found}"));
+            send(&inbox, Input::RequestLoaded { load_id, record });
+        });
+    }
+}
+
+/// EV-6: how many `request.terminal` agent events of this terminal event the store holds.
+fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
+    w.store
+        .agent_events_of_kind("request.terminal")
+        .iter()
+        .filter_map(|stored| serde_json::from_str::<AgentEvent>(&stored.event_json).ok())
+        .filter(|e| matches!(&e.body, EventBody::RequestTerminal { terminal_event_sequence, .. } if *terminal_event_sequence == event.terminal_event_sequence))
+        .count()
+}
+
+/// An `agent events` subscriber gets one event (`how`: live `publish`, or `catch-up` from the
+/// store after a restart): the oracle checks it against the store and the provider's records.
+fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
+    let json = serde_json::to_string(event).expect("events serialise");
+    let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
+    w.log(format!("{how} event {} a{} {}", event.sequence, agent.map_or("?".to_string(), |a| a.to_string()), describe_agent_event(&event.body)));
+    *w.counters.events.entry(event.kind()).or_default() += 1;
+    let terminal = match &event.body {
+        EventBody::RequestTerminal { terminal_event_sequence, .. } => w
+            .store
+            .terminal_after(terminal_event_sequence.saturating_sub(1))
+            .into_iter()
+            .find(|t| t.sequence == *terminal_event_sequence)
+            .and_then(|t| serde_json::from_str::<TerminalEvent>(&t.event_json).ok()),
+        _ => None,
+    };
+    let World { oracle, agents, store, .. } = w;
+    let agents: &[crate::world::Agent] = agents;
+    let sessions = |session: &wakterm_engine::SessionId| agent.and_then(|a| agents[a].session_of(session));
+    let stored = store.agent_event(event.sequence).map(|e| e.event_json.as_str());
+    let cx = EventContext { json: &json, stored, agent, sessions: &sessions, terminal };
+    oracle.on_agent_event(event, &cx);
+    for note in std::mem::take(&mut w.oracle.notes) {
+        w.counters.fault(note);
+    }
+}
+
+fn describe_agent_event(body: &EventBody) -> String {
+    match body {
+        EventBody::ObserverAttached { session, position } => format!("observer.attached {}@{position}", session.0),
+        EventBody::ObserverGap { session, after_position, reason } => {
+            format!("observer.gap {:?}@{after_position} {reason}", session.as_ref().map(|s| &s.0))
+        }
+        EventBody::TurnStarted { session, position, provider_turn_id } => format!("turn.started {}@{position} {}", session.0, provider_turn_id.0),
+        EventBody::UserMessage { session, position, .. } => format!("message.user {}@{position}", session.0),
+        EventBody::TurnCompleted { session, position, .. } => format!("turn.completed {}@{position}", session.0),
+        EventBody::TurnFinal { session, position, .. } => format!("turn.final {}@{position}", session.0),
+        EventBody::TurnAborted { session, position, .. } => format!("turn.aborted {}@{position}", session.0),
+        EventBody::RequestTerminal { request_id, terminal_event_sequence, state, .. } => {
+            format!("request.terminal {request_id} {state:?} terminal seq {terminal_event_sequence}")
+        }
+        EventBody::RequestAdmitted { request_id, .. } => format!("request.admitted {request_id}"),
+        EventBody::RequestBound { request_id, provider_turn_id } => format!("request.bound {request_id} {}", provider_turn_id.0),
+        other => other.kind().to_string(),
     }
 }
 
@@ -260,14 +346,7 @@ pub use wakterm_runtime::store::op_for as store_op;
 
 /// The single writer: FIFO, one batch per transaction; commit, then acknowledge.
 async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: mpsc::UnboundedReceiver<Batch>) {
-    while let Some(batch) = queue.recv().await {
-        let (token, ops) = match batch {
-            Batch::Engine(token, ops) => (token, ops),
-            Batch::Checkpoint(op, covers) => {
-                commit_checkpoint(&world, op, covers).await;
-                continue;
-            }
-        };
+    while let Some((token, ops)) = queue.recv().await {
         let slow = slow_commit(&world);
         let ack_first = world.lock().unwrap().mutant == Mutant::AckBeforeDurable;
         if ack_first {
@@ -280,7 +359,7 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
             let result = commit_or_fail(&mut w, &store_ops);
             w.log(format!("commit {token} {} -> {result:?}", describe_ops(&ops)));
             if result.is_ok() {
-                w.crash_point("crash.after_commit");
+                crash_after_commit(&mut w, &store_ops);
             }
             result
         };
@@ -318,33 +397,57 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
     w.store.commit(ops)
 }
 
-/// OBS-1: a checkpoint commits like any batch (slow, failing, or a crash right after: most
-/// often when it covers the end of an unfinished request's turn, whose terminal commit may not
-/// have happened yet), and nobody waits for it.
-async fn commit_checkpoint(world: &Shared, op: StoreOp, covers: u8) {
-    let slow = slow_commit(world);
-    madsim::time::sleep(commit_time(slow)).await;
-    let mut w = world.lock().unwrap();
-    let result = commit_or_fail(&mut w, std::slice::from_ref(&op));
-    let agent = match &op {
-        StoreOp::PutCheckpoint { agent_id, .. } => agent_id.as_str(),
-        _ => "?",
-    };
-    w.log(format!("commit checkpoint of {agent} -> {result:?}"));
-    if result.is_ok() {
+/// The crash points right after a commit. A request commit: `crash.after_commit`. An agent's
+/// event batch carrying an observer checkpoint (EV-5, OBS-1): `crash.after_checkpoint`, most
+/// often when the checkpoint covers the end of an unfinished request's turn, whose terminal
+/// commit may not have happened yet. An event batch whose agent's newer checkpoint (handed to
+/// the engine after these events) is not durable yet: `crash.between_events_and_checkpoint`,
+/// so the restart replays from an older checkpoint across events already durable (EV-4).
+fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
+    let checkpoint = ops.iter().find_map(|op| match op {
+        StoreOp::PutCheckpoint { agent_id, checkpoint_json } => Some((agent_id.clone(), checkpoint_json.clone())),
+        _ => None,
+    });
+    let batch_of = ops.iter().find_map(|op| match op {
+        StoreOp::PutEventMark { agent_id, .. } => Some(agent_id.clone()),
+        _ => None,
+    });
+    if let Some((agent_id, json)) = checkpoint {
+        // A checkpoint committed alone (its events went in an earlier batch) is as likely a
+        // crash point as one covering the end of a request's turn.
+        let alone = !ops.iter().any(|op| matches!(op, StoreOp::AppendEvent { .. }));
+        let covers = w.checkpoint_weights.remove(&json).unwrap_or(0).max(if alone { 2 } else { 0 });
+        if w.checkpoint_sent.get(&agent_id) == Some(&json) {
+            w.checkpoint_sent.remove(&agent_id);
+        }
         let p = w.plan.crash_after_checkpoint / [10.0, 1.5, 1.0][usize::from(covers.min(2))];
         w.crash_point_at(p, "crash.after_checkpoint");
+    } else if let Some(agent_id) = batch_of {
+        if w.checkpoint_sent.contains_key(&agent_id) {
+            let p = w.plan.crash_after_checkpoint / 4.0;
+            w.crash_point_at(p, "crash.between_events_and_checkpoint");
+        }
+    } else {
+        w.crash_point("crash.after_commit");
     }
 }
 
 fn describe_ops(ops: &[PersistOp]) -> String {
-    ops.iter()
-        .map(|op| match op {
-            PersistOp::PutRequest(r) => format!("put {} {}", r.request_id, r.phase.as_str()),
-            PersistOp::AppendTerminal(e) => format!("terminal {} seq {} {:?}", e.request_id, e.terminal_event_sequence, e.state),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut parts = Vec::new();
+    let mut events = Vec::new();
+    for op in ops {
+        match op {
+            PersistOp::PutRequest(r) => parts.push(format!("put {} {}", r.request_id, r.phase.as_str())),
+            PersistOp::AppendTerminal(e) => parts.push(format!("terminal {} seq {} {:?}", e.request_id, e.terminal_event_sequence, e.state)),
+            PersistOp::AppendEvent(e) => events.push(e.sequence),
+            PersistOp::PutEventMark(m) => parts.push(format!("mark {:?}@{}", m.session.as_ref().map(|s| &s.0), m.position)),
+            PersistOp::PutCheckpoint { .. } => parts.push("checkpoint".to_string()),
+        }
+    }
+    if !events.is_empty() {
+        parts.push(format!("events {events:?}"));
+    }
+    parts.join(", ")
 }
 
 /// Sends one observer event about agent `a` to the engine, and tells the oracle of a turn start
@@ -358,12 +461,11 @@ fn observe(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, event: Obse
 }
 
 /// The daemon's observer tail and liveness monitor for every agent (the runtime's monitor,
-/// `run_once`): liveness first, then the new records; after each read it saves the observer's
-/// checkpoint when due (before the events reach the engine, as the monitor does), sends the
-/// events, then the snapshot of the view they lead to (MON-1: when it differs from the last
-/// one sent, or the run read something), in that order: the snapshot's position lies past
-/// the events (ADM-17).
-async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mpsc::UnboundedSender<Batch>, mut wake: mpsc::UnboundedReceiver<u64>) {
+/// `run_once`): liveness first, then the new records; it sends the events, then hands the
+/// observer's checkpoint to the engine when due (after the events it covers, EV-5), then the
+/// snapshot of the view they lead to (MON-1: when it differs from the last one sent, or the
+/// run read something), in that order: the snapshot's position lies past the events (ADM-17).
+async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: mpsc::UnboundedReceiver<u64>) {
     let mut pending = std::collections::BTreeSet::new();
     loop {
         next_run(&mut wake, &mut pending).await;
@@ -381,9 +483,6 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mps
                 send(&inbox, Input::AgentUpserted(facts));
             }
             w.sync_observer(a, &mut events);
-            if let Some((op, covers)) = w.checkpoint_due(a) {
-                let _ = store.send(Batch::Checkpoint(op, covers));
-            }
             forced |= !events.is_empty();
             let snapshot = w.snapshot(a).ok();
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
@@ -393,9 +492,16 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, store: mps
             if early {
                 send_snapshot(&mut w, &inbox, a, snapshot.take());
             }
+            let checkpoint_first = w.mutant == Mutant::CheckpointBeforeEvents; // the bug
+            if checkpoint_first {
+                send_checkpoint(&mut w, &inbox, a);
+            }
             for event in events {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
                 observe(&mut w, &inbox, a, event);
+            }
+            if !checkpoint_first {
+                send_checkpoint(&mut w, &inbox, a); // EV-5: after the events it covers
             }
             send_snapshot(&mut w, &inbox, a, snapshot);
         }
@@ -425,6 +531,16 @@ async fn next_run(wake: &mut mpsc::UnboundedReceiver<u64>, pending: &mut std::co
     }
     let now = wakterm_runtime::driver::now_ms();
     pending.retain(|at| *at > now);
+}
+
+/// OBS-1, EV-5 (`AgentRuntime::save_checkpoint_if_due`): the observer's checkpoint, when due,
+/// goes to the engine (which commits it in the agent's event batch), not to the store.
+fn send_checkpoint(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize) {
+    let Some((checkpoint_json, covers)) = w.checkpoint_due(a) else { return };
+    let agent_id = w.agents[a].agent_id.clone();
+    w.checkpoint_weights.insert(checkpoint_json.clone(), covers);
+    w.checkpoint_sent.insert(agent_id.to_string(), checkpoint_json.clone());
+    send(inbox, Input::ObserverCheckpoint { agent_id, checkpoint_json });
 }
 
 /// The monitor's `Input::ObserverSnapshot`, when it has one to send.
@@ -474,7 +590,8 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     let (engine, clock) = {
         let mut w = world.lock().unwrap();
         let mut requests = Vec::new();
-        for stored in w.store.requests() {
+        // HIST-1: open requests only, as `recover_engine` (finished ones are read back).
+        for stored in w.store.open_requests() {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
             if w.mutant == Mutant::ForgetUnfinished && record.phase == Phase::Registered {
                 continue; // the bug: "never confirmed, so never admitted"
@@ -482,6 +599,17 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             requests.push(record);
         }
         let last_terminal_sequence = w.store.last_terminal_sequence();
+        // EV-1, EV-4: as `recover_engine`: the last sequence (pruned ones included) and every
+        // agent's event mark.
+        let last_event_sequence = w.store.last_event_sequence();
+        let mut event_marks = Vec::new();
+        for (agent_id, json) in w.store.event_marks() {
+            let mark: EventMark = serde_json::from_str(&json).unwrap_or_else(|e| panic!("the event mark of {agent_id} is unreadable: {e}"));
+            event_marks.push(mark);
+        }
+        if w.mutant == Mutant::EventMarksDropped {
+            event_marks.clear(); // the bug
+        }
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
         // ADM-5: the new engine has seen no turn and answers no call of the dead one.
@@ -495,7 +623,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             SimClock::Engine(engine_clock) => engine_clock.now_ms(),
             SimClock::Stepped(_) => w.wall_ms(),
         };
-        let engine = Engine::recover(DurableState { requests, last_terminal_sequence }, now);
+        let engine = Engine::recover(DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks }, now);
         // `request watch --after N`: a watcher reconnects and reads what it missed.
         let missed = w.store.terminal_after(w.oracle.last_sequence);
         for stored in missed {
@@ -503,7 +631,23 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             w.log(format!("watch catch-up {} seq {} {:?}", event.request_id, event.terminal_event_sequence, event.state));
             *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
             w.oracle.on_terminal(&event, true);
+            let riding = riding_terminal_events(&w, &event);
+            w.oracle.on_terminal_riding(&event, riding);
         }
+        // EV-1: nothing a subscriber got was lost or renumbered by the crash; then
+        // `agent events --after N`: the subscriber reconnects and reads what it missed (EV-2:
+        // the new engine has published everything durable).
+        let World { oracle, store, .. } = &mut *w;
+        oracle.check_seen_still_durable(store);
+        for stored in w.store.agent_events_after(w.oracle.stream.last_seen) {
+            let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
+            see_agent_event(&mut w, &event, "catch-up");
+        }
+        let agents = w.agents.len();
+        w.oracle.on_stream_restart(agents);
+        // EV-5: the checkpoints the dead daemon's engine still held are gone with it.
+        w.checkpoint_weights.clear();
+        w.checkpoint_sent.clear();
         for a in 0..w.agents.len() {
             w.reset_observer(a);
             let facts = w.agents[a].facts();
@@ -512,14 +656,14 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         send(&inbox, Input::StartupComplete);
         w.inbox = Some(inbox.clone());
         w.wake = Some(wake_tx);
-        w.log(format!("daemon start, last sequence {last_terminal_sequence}"));
+        w.log(format!("daemon start, last sequence {last_terminal_sequence}, last event sequence {last_event_sequence}"));
         (engine, clock)
     };
     let node = madsim::runtime::Handle::current().create_node().name("daemon").build();
     let world = world.clone();
     node.spawn(async move {
         madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
-        madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), store_tx.clone(), wake_rx));
+        madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), wake_rx));
         let effects = SimEffects { world, inbox, store: store_tx };
         run_driver(engine, inbox_rx, effects, clock).await;
     });

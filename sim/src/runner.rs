@@ -140,8 +140,21 @@ pub fn main() {
         println!("mutant {} {}", args.mutant.name(), if caught { "CAUGHT" } else { "NOT CAUGHT" });
     }
     println!(
-        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={}",
-        totals.seeds, totals.requests, totals.faults, totals.misclassified, totals.duplicate_writes, totals.wrong_finals, totals.unfinished, totals.evidence, totals.stalled
+        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={}",
+        totals.seeds,
+        totals.requests,
+        totals.faults,
+        totals.misclassified,
+        totals.duplicate_writes,
+        totals.wrong_finals,
+        totals.unfinished,
+        totals.evidence,
+        totals.stalled,
+        totals.event_sequence,
+        totals.event_not_durable,
+        totals.event_order,
+        totals.event_gap,
+        totals.request_terminal_events
     );
     let ok = failed_seeds.is_empty() && coverage_ok;
     std::process::exit(if ok { 0 } else { 1 });
@@ -234,11 +247,17 @@ struct Totals {
     unfinished: u64,
     evidence: u64,
     stalled: u64,
+    event_sequence: u64,
+    event_not_durable: u64,
+    event_order: u64,
+    event_gap: u64,
+    request_terminal_events: u64,
     max_settle_ms: u64,
     combined_hash: u64,
     fault_counts: BTreeMap<&'static str, u64>,
     receipts: BTreeMap<String, u64>,
     terminals: BTreeMap<String, u64>,
+    events: BTreeMap<&'static str, u64>,
 }
 
 impl Totals {
@@ -255,6 +274,9 @@ impl Totals {
         for (k, v) in &c.terminals {
             *self.terminals.entry(k.clone()).or_default() += v;
         }
+        for (k, v) in &c.events {
+            *self.events.entry(k).or_default() += v;
+        }
         for v in &outcome.violations {
             match v.kind {
                 Kind::Misclassified => self.misclassified += 1,
@@ -263,6 +285,11 @@ impl Totals {
                 Kind::Unfinished => self.unfinished += 1,
                 Kind::Evidence => self.evidence += 1,
                 Kind::Stalled => self.stalled += 1,
+                Kind::EventSequence => self.event_sequence += 1,
+                Kind::EventNotDurable => self.event_not_durable += 1,
+                Kind::EventOrder => self.event_order += 1,
+                Kind::EventGap => self.event_gap += 1,
+                Kind::RequestTerminalEvent => self.request_terminal_events += 1,
             }
         }
         self.max_settle_ms = self.max_settle_ms.max(outcome.settle_ms);
@@ -280,6 +307,8 @@ impl Totals {
         println!("receipts: {}", receipts.join(" "));
         let terminals: Vec<String> = self.terminals.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("terminal states: {}", terminals.join(" "));
+        let events: Vec<String> = self.events.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("agent events seen: {}", events.join(" "));
     }
 
     /// Fails the run when a fault class never fired over many seeds.

@@ -173,6 +173,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 paste_mode: if mode.raw { PasteMode::Raw } else { PasteMode::Bracketed },
                 return_mode: if mode.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
                 final_timeout_ms: mode.timeout_ms,
+                generated_id: false, // callers name their request ids (HIST-2 looks them up)
             };
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);
@@ -190,6 +191,9 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
                 *w.counters.receipts.entry(class).or_default() += 1;
                 w.oracle.on_receipt(call, &receipt, writes_before, call_number);
+                for note in std::mem::take(&mut w.oracle.notes) {
+                    w.counters.fault(note);
+                }
                 return Some(receipt);
             }
         }
@@ -556,7 +560,8 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         }
     }
     // Liveness and end-of-run checks.
-    let status = ask_engine(&world, engine_status).await;
+    let status = final_status(&world).await;
+    check_event_stream_at_end(&world).await;
     let mut w = world.lock().unwrap();
     let unanswered = callers.iter().filter(|c| !c.is_finished()).count();
     if unanswered > 0 {
@@ -589,6 +594,45 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     }
     drop(w);
     finish(&world, settled_at.unwrap_or(QUIET_PHASE_MS))
+}
+
+/// The engine's status for the liveness check. A provider turn that began before the faults
+/// stopped may still end now, and each record the observer reports is an event batch to commit
+/// (EV-3): the engine is busy for a few milliseconds, not stuck. So a busy answer is asked
+/// again for a few seconds before it counts.
+async fn final_status(world: &Shared) -> Option<Value> {
+    let mut status = None;
+    for _ in 0..20 {
+        status = ask_engine(world, engine_status).await;
+        let settled = status.as_ref().is_some_and(|s| s["open"].as_array().is_some_and(Vec::is_empty) && s["quiescent"] == json!(true));
+        if settled {
+            break;
+        }
+        madsim::time::sleep(Duration::from_millis(250)).await;
+    }
+    status
+}
+
+/// EV-*: once the engine is quiescent, the store and the subscriber agree and every agent's
+/// stream has reported the provider's record of the session its observer tails through its
+/// end. The observer may still be catching up when requests settle (a heal is seen at its next
+/// run), so the stream gets a few seconds to get there.
+async fn check_event_stream_at_end(world: &Shared) {
+    let mut problems = Vec::new();
+    for _ in 0..40 {
+        let status = ask_engine(world, engine_status).await;
+        let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);
+        problems = {
+            let w = world.lock().unwrap();
+            let tails: Vec<_> = w.agents.iter().enumerate().filter(|(_, a)| a.process.is_some()).map(|(i, a)| (i, a.session.id.clone(), a.session.records.as_slice())).collect();
+            w.oracle.stream_end_problems(&w.store, &tails)
+        };
+        if quiescent && problems.is_empty() {
+            return;
+        }
+        madsim::time::sleep(Duration::from_millis(250)).await;
+    }
+    world.lock().unwrap().oracle.record_problems(problems);
 }
 
 fn finish(world: &Shared, settle_ms: u64) -> Outcome {

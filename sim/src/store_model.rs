@@ -5,8 +5,17 @@
 
 use std::collections::BTreeMap;
 use wakterm_runtime::store::{
-    StoreOp, StoredAgent, StoredRequest, StoredTerminalEvent, BATCH_OPS_MAX, FIELD_BYTES_MAX, RECORD_BYTES_MAX,
+    StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent, BATCH_OPS_MAX, FIELD_BYTES_MAX,
+    RECORD_BYTES_MAX,
 };
+
+/// One row of `agent_events` (EV-1): the stored event and the columns retention reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct EventRow {
+    stored: StoredAgentEvent,
+    kind: String,
+    at_ms: u64,
+}
 
 /// The committed tables. A batch is atomic: it applies to a copy that replaces the tables
 /// only when every op succeeded (as the SQLite writer's one SAVEPOINT per batch does).
@@ -17,6 +26,19 @@ pub struct StoreTables {
     terminal: BTreeMap<u64, StoredTerminalEvent>,
     /// OBS-1: the last observer checkpoint per agent.
     checkpoints: BTreeMap<String, String>,
+    /// EV-1: the durable Agent API event stream, by sequence.
+    events: BTreeMap<u64, EventRow>,
+    /// EV-4: each agent's event mark (kept after the agent is deleted).
+    event_marks: BTreeMap<String, String>,
+    /// EV-9: the highest sequence retention removed (`meta.events_pruned_through`).
+    events_pruned_through: u64,
+    /// HIST-4: the highest terminal sequence retention removed (`meta.terminal_pruned_through`).
+    terminal_pruned_through: u64,
+}
+
+/// HIST-1: the phases after which a request never changes (`FINISHED_PHASES`).
+fn is_finished_phase(phase: &str) -> bool {
+    matches!(phase, "terminal" | "settled" | "released")
 }
 
 impl StoreTables {
@@ -71,6 +93,55 @@ impl StoreTables {
                 stored.record_json = record_json.clone();
                 stored.updated_ms = *updated_ms;
             }
+            StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
+                json_valid(event_json)?;
+                // EV-1: a sequence is used once, ever, and never at or below what was pruned.
+                if *sequence <= self.events_pruned_through {
+                    return Err(format!("event sequence {sequence} is at or below the pruned sequence {}", self.events_pruned_through));
+                }
+                if self.events.contains_key(sequence) {
+                    return Err(format!("event sequence {sequence} is already used"));
+                }
+                let stored = StoredAgentEvent { sequence: *sequence, agent_id: agent_id.clone(), event_json: event_json.clone() };
+                self.events.insert(*sequence, EventRow { stored, kind: kind.clone(), at_ms: *at_ms });
+            }
+            StoreOp::PutEventMark { agent_id, mark_json } => {
+                json_valid(mark_json)?;
+                self.event_marks.insert(agent_id.clone(), mark_json.clone());
+            }
+            StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
+                // EV-9: the oldest prefix, at most `max_rows`, each old enough by sequence or age.
+                let mut last = None;
+                for (sequence, row) in self.events.iter().take(usize::try_from(*max_rows).unwrap_or(usize::MAX)) {
+                    if *sequence > *through_sequence && row.at_ms >= *before_ms {
+                        break;
+                    }
+                    last = Some(*sequence);
+                }
+                if let Some(last) = last {
+                    self.events.retain(|sequence, _| *sequence > last);
+                    self.events_pruned_through = self.events_pruned_through.max(last);
+                }
+            }
+            StoreOp::PruneRequests { before_ms, max_rows } => {
+                // HIST-4: the oldest finished requests, with their terminal events. (SQLite
+                // orders equal `updated_ms` by row; the model by id: the contract never
+                // relies on the order of ties.)
+                let mut finished: Vec<(u64, String)> = self
+                    .requests
+                    .values()
+                    .filter(|r| is_finished_phase(&r.phase) && r.updated_ms < *before_ms)
+                    .map(|r| (r.updated_ms, r.request_id.clone()))
+                    .collect();
+                finished.sort();
+                for (_, request_id) in finished.into_iter().take(usize::try_from(*max_rows).unwrap_or(usize::MAX)) {
+                    if let Some(sequence) = self.terminal_for(&request_id).map(|e| e.sequence) {
+                        self.terminal_pruned_through = self.terminal_pruned_through.max(sequence);
+                        self.terminal.remove(&sequence);
+                    }
+                    self.requests.remove(&request_id);
+                }
+            }
             StoreOp::AppendTerminal { sequence, request_id, event_json } => {
                 json_valid(event_json)?;
                 let last = self.last_terminal_sequence();
@@ -93,6 +164,11 @@ impl StoreTables {
     /// Every request, ordered by id (as `Store::load_requests`).
     pub fn requests(&self) -> Vec<StoredRequest> {
         self.requests.values().cloned().collect()
+    }
+
+    /// HIST-1: the requests not finished, ordered by id (as `Store::load_open_requests`).
+    pub fn open_requests(&self) -> Vec<StoredRequest> {
+        self.requests.values().filter(|r| !is_finished_phase(&r.phase)).cloned().collect()
     }
 
     pub fn request(&self, request_id: &str) -> Option<&StoredRequest> {
@@ -119,8 +195,49 @@ impl StoreTables {
         self.checkpoints.iter().map(|(agent, json)| (agent.clone(), json.clone())).collect()
     }
 
+    /// TERM-3: the greatest terminal sequence ever stored, retention's removals included
+    /// (as `Store::last_terminal_sequence`).
     pub fn last_terminal_sequence(&self) -> u64 {
-        self.terminal.keys().next_back().copied().unwrap_or(0)
+        self.terminal.keys().next_back().copied().unwrap_or(0).max(self.terminal_pruned_through)
+    }
+
+    /// HIST-4: the highest terminal sequence retention removed (as
+    /// `Store::terminal_pruned_through`).
+    pub fn terminal_pruned_through(&self) -> u64 {
+        self.terminal_pruned_through
+    }
+
+    /// EV-1: agent events after `after`, ascending (as `Store::agent_events_after` with no
+    /// upper bound and no agent filter).
+    pub fn agent_events_after(&self, after: u64) -> Vec<StoredAgentEvent> {
+        self.events.range(after.saturating_add(1)..).map(|(_, row)| row.stored.clone()).collect()
+    }
+
+    /// The stored events of one kind, ascending.
+    pub fn agent_events_of_kind(&self, kind: &str) -> Vec<StoredAgentEvent> {
+        self.events.values().filter(|row| row.kind == kind).map(|row| row.stored.clone()).collect()
+    }
+
+    /// The stored event with this sequence.
+    pub fn agent_event(&self, sequence: u64) -> Option<&StoredAgentEvent> {
+        self.events.get(&sequence).map(|row| &row.stored)
+    }
+
+    /// EV-1: the greatest event sequence ever stored, pruned ones included (as
+    /// `Store::last_event_sequence`).
+    pub fn last_event_sequence(&self) -> u64 {
+        self.events.keys().next_back().copied().unwrap_or(0).max(self.events_pruned_through)
+    }
+
+    /// EV-9: the highest sequence retention removed (as `Store::events_pruned_through`).
+    pub fn events_pruned_through(&self) -> u64 {
+        self.events_pruned_through
+    }
+
+    /// EV-4: every agent's event mark (agent id, JSON), ordered by agent id (as
+    /// `Store::load_event_marks`).
+    pub fn event_marks(&self) -> Vec<(String, String)> {
+        self.event_marks.iter().map(|(agent, json)| (agent.clone(), json.clone())).collect()
     }
 }
 
@@ -153,6 +270,31 @@ fn validate_batch(ops: &[StoreOp]) -> Result<(), String> {
                 record(record_json)?;
                 if *updated_ms > i64::MAX as u64 {
                     return Err("updated_ms too large".to_string());
+                }
+            }
+            StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
+                if *sequence == 0 || *sequence > i64::MAX as u64 {
+                    return Err(format!("event sequence {sequence} is out of range"));
+                }
+                if *at_ms > i64::MAX as u64 {
+                    return Err("at_ms too large".to_string());
+                }
+                field(agent_id)?;
+                field(kind)?;
+                record(event_json)?;
+            }
+            StoreOp::PutEventMark { agent_id, mark_json } => {
+                field(agent_id)?;
+                record(mark_json)?;
+            }
+            StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
+                if [*through_sequence, *before_ms, *max_rows].iter().any(|v| *v > i64::MAX as u64) {
+                    return Err("a prune bound exceeds i64::MAX".to_string());
+                }
+            }
+            StoreOp::PruneRequests { before_ms, max_rows } => {
+                if [*before_ms, *max_rows].iter().any(|v| *v > i64::MAX as u64) {
+                    return Err("a prune bound exceeds i64::MAX".to_string());
                 }
             }
             StoreOp::AppendTerminal { sequence, request_id, event_json } => {

@@ -21,7 +21,6 @@ use wakterm_engine::{
 use wakterm_runtime::driver::DriverMsg;
 use wakterm_runtime::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS, CHECKPOINT_VERSION};
 use wakterm_runtime::rollout_tail::TailCursor;
-use wakterm_runtime::store::StoreOp;
 
 pub type Shared = Arc<Mutex<World>>;
 
@@ -59,10 +58,12 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.stream_dropped",
     "store.commit_failed",
     "store.slow_commit",
+    "store.lookup_failed",
     "crash.random",
     "crash.after_commit",
     "crash.after_pane_write",
     "crash.after_checkpoint",
+    "crash.between_events_and_checkpoint",
     "checkpoint.older_than_file",
     "checkpoint.armed_before",
     "checkpoint.file_replaced_while_down",
@@ -83,6 +84,8 @@ pub struct Counters {
     pub faults: BTreeMap<&'static str, u64>,
     pub receipts: BTreeMap<String, u64>,
     pub terminals: BTreeMap<String, u64>,
+    /// EV-*: agent events a subscriber got, by kind.
+    pub events: BTreeMap<&'static str, u64>,
     pub requests: u64,
 }
 
@@ -199,6 +202,9 @@ pub struct Session {
     pub next_position: u64,
     /// The file's identity (device and inode): another file at the same path has another.
     pub file: u64,
+    /// The processes (incarnations) that wrote into it: the one that created it, and one that
+    /// resumed it (a pid reused while the daemon was down).
+    pub writers: Vec<Incarnation>,
 }
 
 impl Session {
@@ -266,6 +272,11 @@ impl Session {
         Ok(())
     }
 }
+
+/// The reasons a startup resume's `SessionLost` gives (REC-2, OBS-3).
+const RESUME_LOST_DISPROVED: &str = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
+const RESUME_LOST_NO_PROCESS: &str = "no process runs behind the agent";
+const RESUME_LOST_GONE: &str = "the armed session is gone";
 
 /// The rollout path of a session (one file per session; a replacement keeps the path).
 pub fn rollout_path(session: &SessionId) -> PathBuf {
@@ -370,6 +381,9 @@ pub struct Agent {
     pub observer: Observer,
     /// SkipHashCheck mutant: the last prompt our pane port typed.
     pub last_typed: Option<String>,
+    /// The provider's earlier records (sessions the agent left), kept for the oracle's
+    /// event-stream checks (EV-4, EV-7).
+    pub archived: Vec<Session>,
 }
 
 impl Agent {
@@ -390,7 +404,15 @@ impl Agent {
             running: None,
             last_completed: None,
             turns_started: 0,
-            session: Session { id: SessionId(String::new()), base: 0, header: TurnState::Idle { last_completed: None }, records: vec![], next_position: 0, file: 0 },
+            session: Session {
+                id: SessionId(String::new()),
+                base: 0,
+                header: TurnState::Idle { last_completed: None },
+                records: vec![],
+                next_position: 0,
+                file: 0,
+                writers: vec![],
+            },
             sessions_made: 0,
             files_made: 0,
             lost_until_ms: None,
@@ -400,6 +422,7 @@ impl Agent {
             pending_finals: vec![],
             observer: Observer { lost_reported: false, ..Observer::new(0, None, None) },
             last_typed: None,
+            archived: vec![],
         };
         // A completed baseline turn, as the tests' idle Codex has.
         let baseline = TurnId(format!("a{index}-baseline"));
@@ -415,14 +438,24 @@ impl Agent {
             Transport::AppServer => 0,
         };
         let file = self.new_file();
-        self.session = Session {
+        let next = Session {
             id: SessionId(format!("s{}-{}", self.index, self.sessions_made)),
             base,
             header,
             records: vec![],
             next_position: base,
             file,
+            writers: self.process.map(Proc::incarnation).into_iter().collect(),
         };
+        let previous = std::mem::replace(&mut self.session, next);
+        if !previous.id.0.is_empty() {
+            self.archived.push(previous);
+        }
+    }
+
+    /// One of this agent's sessions, current or past.
+    pub fn session_of(&self, session: &SessionId) -> Option<&Session> {
+        std::iter::once(&self.session).chain(self.archived.iter().rev()).find(|s| &s.id == session)
     }
 
     fn new_file(&mut self) -> u64 {
@@ -487,6 +520,11 @@ pub struct World {
     pub early_published: Vec<u64>,
     /// Files that replaced a rollout while the daemon was down (`checkpoint.file_replaced_while_down`).
     pub replaced_files: std::collections::BTreeSet<u64>,
+    /// EV-5: checkpoints the observer port handed to the engine, by JSON: how much each covers
+    /// of an unfinished request's turn (`checkpoint_due`), read when its batch commits.
+    pub checkpoint_weights: BTreeMap<String, u8>,
+    /// EV-5: per agent id, the newest checkpoint handed to the engine and not yet durable.
+    pub checkpoint_sent: BTreeMap<String, String>,
 }
 
 impl World {
@@ -514,6 +552,8 @@ impl World {
             trace,
             early_published: vec![],
             replaced_files: Default::default(),
+            checkpoint_weights: BTreeMap::new(),
+            checkpoint_sent: BTreeMap::new(),
         }
     }
 
@@ -807,11 +847,12 @@ impl World {
         })
     }
 
-    /// OBS-1 (`AgentRuntime::save_checkpoint_if_due`): the checkpoint to save now, when the
-    /// offset moved and the last save is at least `CHECKPOINT_INTERVAL_MS` old; and how much
-    /// it newly covers of an unfinished request's turn (a crash right after it commits, before
-    /// the engine commits what those records decided, is one the restart must replay across).
-    pub fn checkpoint_due(&mut self, a: usize) -> Option<(StoreOp, u8)> {
+    /// OBS-1 (`AgentRuntime::save_checkpoint_if_due`): the checkpoint to hand to the engine
+    /// now (as JSON, EV-5), when the offset moved and the last save is at least
+    /// `CHECKPOINT_INTERVAL_MS` old; and how much it newly covers of an unfinished request's
+    /// turn (a crash right after it commits, before the engine commits what those records
+    /// decided, is one the restart must replay across).
+    pub fn checkpoint_due(&mut self, a: usize) -> Option<(String, u8)> {
         let now = wakterm_runtime::driver::now_ms();
         let observer = &self.agents[a].observer;
         let last = &observer.last_saved;
@@ -847,9 +888,42 @@ impl World {
             .max()
             .unwrap_or(0);
         agent.observer.last_saved = Some((checkpoint.session.clone(), checkpoint.tail.offset, now));
-        let agent_id = agent.agent_id.to_string();
         self.log(format!("a{a} checkpoint {}@{} {:?}", checkpoint.session.0, checkpoint.tail.offset, checkpoint.turn));
-        Some((StoreOp::PutCheckpoint { agent_id, checkpoint_json: checkpoint.to_json() }, weight))
+        Some((checkpoint.to_json(), weight))
+    }
+
+    /// EV-4: agent `a`'s durable event mark.
+    fn durable_mark(&self, a: usize) -> Option<wakterm_engine::EventMark> {
+        let agent_id = self.agents[a].agent_id.to_string();
+        let json = self.store.event_marks().into_iter().find(|(id, _)| *id == agent_id)?.1;
+        serde_json::from_str(&json).ok()
+    }
+
+    /// A known engine gap (see `Oracle::tolerate_gap`): the engine's startup resume (REC-2)
+    /// re-attaches at a request's armed cursor, which may lie past the agent's durable event
+    /// mark in that session (the request's registration committed, the batch with the records
+    /// before the cursor did not): the records between are folded, never appended, and no
+    /// `observer.gap` says so.
+    fn tolerate_resume_past_mark(&mut self, a: usize, from: &wakterm_engine::Cursor) {
+        let Some(mark) = self.durable_mark(a) else { return };
+        if mark.session.as_ref() == Some(&from.session) && mark.position < from.position {
+            let m = format!("a{a} resume at {}:{} past the durable event mark {} (EV-4 gap)", from.session.0, from.position, mark.position);
+            self.log(m);
+            self.oracle.tolerate_gap(a, &from.session, mark.position, from.position, "note.ev4_resume_past_event_mark", false);
+        }
+    }
+
+    /// A known engine gap (see `Oracle::tolerate_gap`): an `observer.lost` resets the agent's
+    /// event mark (the session is read afresh) but the checkpoint saved before the loss stays
+    /// in the store until a newer one commits; a restart in between resumes from that
+    /// checkpoint, past records the stream had reported before the loss and was reporting
+    /// again (EV-5's "checkpoint never past the mark" no longer holds).
+    fn tolerate_stale_checkpoint(&mut self, a: usize, session: &SessionId, offset: u64) {
+        let Some(mark) = self.durable_mark(a) else { return };
+        if mark.session.as_ref() == Some(session) && mark.position < offset {
+            self.log(format!("a{a} checkpoint {}@{offset} lies past the durable event mark {} (EV-5 gap)", session.0, mark.position));
+            self.oracle.tolerate_gap(a, session, mark.position, offset, "note.ev5_checkpoint_past_mark_after_loss", true);
+        }
     }
 
     /// The stored checkpoint of agent `a`, as a restarted daemon would load it.
@@ -942,6 +1016,7 @@ impl World {
         agent.spawned += 1;
         let new = Proc { pid: old.pid, ticks: 5 + agent.spawned * 1000 };
         agent.process = Some(new);
+        agent.session.writers.push(new.incarnation());
         agent.running = None;
         agent.pending_finals.clear();
         agent.composer.clear();
@@ -1095,6 +1170,9 @@ impl World {
                             self.log(format!("a{a} first look attaches at the checkpoint {offset}, past the armed cursor of {id} (no replay, OBS-2)"));
                         }
                     }
+                    if from_store {
+                        self.tolerate_stale_checkpoint(a, &session, offset);
+                    }
                     if from_store && self.replaced_files.contains(&checkpoint.tail.ino) {
                         // A runtime gap, not modelled away: OBS-3 lost this session at an
                         // earlier start, that loss never became durable (its terminal commit
@@ -1236,8 +1314,22 @@ impl World {
         }
         let agent = &mut self.agents[a];
         agent.observer.resumed = true;
+        // The tail is attached to the agent's current record: a `SessionLost` this resume
+        // answers is not the tail's (see `Oracle::on_resume_loss_while_attached`).
+        let tail_attached = agent.observer.attached.as_ref() == Some(&agent.session.id) && !agent.observer.lost_reported;
+        let disproved = agent.observer.disproved.as_ref() == Some(&from.session);
+        let loses = match () {
+            _ if disproved => Some(RESUME_LOST_DISPROVED),
+            _ if agent.process.is_none() => Some(RESUME_LOST_NO_PROCESS),
+            _ if agent.lost_until_ms.is_some_and(|t| now < t) || agent.session.id != from.session => Some(RESUME_LOST_GONE),
+            _ => None,
+        };
+        if let Some(reason) = loses.filter(|_| tail_attached) {
+            self.oracle.on_resume_loss_while_attached(a, reason);
+        }
+        let agent = &self.agents[a];
         if agent.observer.disproved.as_ref() == Some(&from.session) {
-            let reason = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
+            let reason = RESUME_LOST_DISPROVED;
             self.log(format!("a{a} resume into disproved session {} (OBS-3)", from.session.0));
             out.push(ObserverEvent::SessionLost { reason: reason.to_string() });
             return;
@@ -1245,13 +1337,14 @@ impl World {
         let agent = &self.agents[a];
         let blind = agent.lost_until_ms.is_some_and(|t| now < t);
         if agent.process.is_none() {
-            out.push(ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string() });
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string() });
             return;
         }
         if blind || agent.session.id != from.session {
-            out.push(ObserverEvent::SessionLost { reason: "the armed session is gone".to_string() });
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string() });
             return;
         }
+        self.tolerate_resume_past_mark(a, from);
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
         if let Some(current) = self.current_checkpoint(a) {
             self.agents[a].observer.saved = Some(current);

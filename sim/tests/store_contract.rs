@@ -2,7 +2,7 @@
 //! batches against the simulator's model: the model the simulator crashes is the store we ship.
 #![cfg(not(madsim))]
 
-use wakterm_runtime::store::{Store, StoreOp, StoreWriter, StoredAgent, StoredRequest, StoredTerminalEvent};
+use wakterm_runtime::store::{Store, StoreOp, StoreWriter, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent, TERMINAL_PAGE_MAX};
 use wakterm_sim::contract::{run_contract_suite, run_differential, ContractStore, ModelStore};
 
 struct SqliteStore {
@@ -39,6 +39,15 @@ impl ContractStore for SqliteStore {
     }
     fn checkpoints(&mut self) -> Vec<(String, String)> {
         self.store.load_checkpoints().expect("load")
+    }
+    fn agent_events_after(&mut self, after: u64) -> Vec<StoredAgentEvent> {
+        self.store.agent_events_after(after, i64::MAX as u64, TERMINAL_PAGE_MAX, &[]).expect("load")
+    }
+    fn last_event_sequence(&mut self) -> u64 {
+        self.store.last_event_sequence().expect("load")
+    }
+    fn event_marks(&mut self) -> Vec<(String, String)> {
+        self.store.load_event_marks().expect("load")
     }
     fn reopen(&mut self) {
         drop(self.writer.take()); // the writer thread stops; what it committed is on disk
