@@ -5,10 +5,10 @@
 use super::server::write_line;
 use super::Context;
 use crate::protocol::{exit, Reply};
+use crate::store::{Store, StoreError};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// Events read from the store per page while a subscriber catches up.
@@ -53,93 +53,51 @@ pub(super) fn too_old(what: &str, after: u64, pruned_through: u64, oldest_retain
     Some(reply)
 }
 
-pub(super) async fn events(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool, targets: Vec<String>) {
+/// What `agent events` reads: the agent event store up to the published sequence, live
+/// events of the agents asked for (all when none).
+#[derive(Clone)]
+struct AgentEvents {
+    agents: Vec<String>,
+    events: super::effects::EventFeed,
+}
+
+impl super::stream::Feed for AgentEvents {
+    type Event = wakterm_engine::AgentEvent;
+    const PAGE: usize = EVENTS_PAGE;
+
+    fn sequence(event: &Self::Event) -> u64 {
+        event.sequence
+    }
+
+    fn wanted(&self, event: &Self::Event) -> bool {
+        self.agents.is_empty() || self.agents.iter().any(|id| id == event.agent_id.as_str())
+    }
+
+    fn through(&self) -> Option<u64> {
+        Some(self.events.published_through())
+    }
+
+    fn page(&self, store: &Store, after: u64, through: Option<u64>) -> Result<Vec<(u64, String)>, StoreError> {
+        let page = store.agent_events_after(after, through.expect("agent events are read up to the published sequence"), EVENTS_PAGE, &self.agents)?;
+        Ok(page.into_iter().map(|e| (e.sequence, e.event_json)).collect())
+    }
+
+    fn too_old(&self, store: &Store, after: u64) -> Result<Option<Reply>, StoreError> {
+        Ok(cursor_too_old(after, store.events_pruned_through()?, store.oldest_event_sequence()?))
+    }
+}
+
+pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool, targets: Vec<String>) {
     let agents = match resolve_agents(context, &targets) {
-        Ok(agents) => agents,
+        Ok(agents) => agents.into_iter().collect(),
         Err(reply) => {
             let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
             return;
         }
     };
-    // Subscribe before reading history: nothing published in between is lost.
-    let mut live = context.events.live.subscribe();
-    let store = context.store.clone();
-    let bounds = tokio::task::spawn_blocking(move || Ok::<_, crate::store::StoreError>((store.events_pruned_through()?, store.oldest_event_sequence()?))).await;
-    let Ok(Ok((pruned, oldest))) = bounds else {
-        let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
-        return;
-    };
-    if let Some(reply) = cursor_too_old(after, pruned, oldest) {
-        let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
-        return;
-    }
-    let agents: Vec<String> = agents.into_iter().collect();
-    let mut last = after;
-    if !send_history(writer, context, &mut last, &agents).await {
-        return;
-    }
-    if once {
-        let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
-        return;
-    }
-    let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut scratch = [0u8; 64];
-    loop {
-        let line = tokio::select! {
-            biased;
-            _ = peer.read(&mut scratch) => return,
-            received = live.recv() => match received {
-                Ok(event) if event.sequence > last => {
-                    last = event.sequence;
-                    if !agents.is_empty() && !agents.iter().any(|id| id == event.agent_id.as_str()) {
-                        continue;
-                    }
-                    json!({"event": event})
-                }
-                Ok(_) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    if !send_history(writer, context, &mut last, &agents).await {
-                        return;
-                    }
-                    continue;
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            },
-            _ = heartbeat.tick() => json!({"heartbeat": true, "last_sequence": last}),
-        };
-        if write_line(writer, &line).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// Pages of durable events after `last`, up to what is published (EV-2: a number whose commit
-/// is pending is never passed).
-async fn send_history(writer: &mut OwnedWriteHalf, context: &Arc<Context>, last: &mut u64, agents: &[String]) -> bool {
-    let through = context.events.published_through();
-    loop {
-        let store = context.store.clone();
-        let (from, filter) = (*last, agents.to_vec());
-        let page = tokio::task::spawn_blocking(move || store.agent_events_after(from, through, EVENTS_PAGE, &filter)).await;
-        let Ok(Ok(page)) = page else {
-            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
-            return false;
-        };
-        let full = page.len() == EVENTS_PAGE;
-        for stored in page {
-            let event: Value = serde_json::from_str(&stored.event_json).unwrap_or(Value::Null);
-            *last = stored.sequence;
-            if write_line(writer, &json!({"event": event})).await.is_err() {
-                return false;
-            }
-        }
-        if !full {
-            // A filtered read may stop short of `through`: nothing of ours lies between.
-            *last = (*last).max(through);
-            return true;
-        }
-    }
+    let live = context.events.live.subscribe();
+    let feed = AgentEvents { agents, events: context.events.clone() };
+    super::stream::serve(peer, writer, context, feed, live, after, once).await
 }
 
 /// EV-8: the sequence the catalog's view is consistent with, once every event up to it is

@@ -14,6 +14,7 @@ pub mod monitor;
 pub mod requests;
 pub mod retention;
 pub mod server;
+pub mod stream;
 
 use crate::observer_checkpoint::ObserverCheckpoint;
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};

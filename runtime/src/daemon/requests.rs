@@ -1,13 +1,13 @@
 //! Control-socket handlers for requests: admit, get (with the evidence trail), cancel, and the
 //! `request watch` stream (TERM-3, CONN-3).
 
-use super::server::{query, write_line};
+use super::server::query;
 use super::Context;
 use crate::driver::DriverMsg;
 use crate::protocol::{exit, AdmitRequest, Reply};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
+use crate::store::{Store, StoreError};
 use tokio::sync::oneshot;
 use wakterm_engine::{AdmitCommand, Classification, Engine, OpId, RequestId};
 
@@ -133,87 +133,41 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
     Reply { exit_code, body }
 }
 
-/// TERM-3: history from the store after `after`, then live events pushed by the driver (no
-/// polling). Subscribing before reading history means nothing committed in between is lost;
-/// sequences at or below the last one sent are skipped, so nothing repeats.
-/// CONN-3: a watcher that hangs up is noticed at once (its read half reaches EOF), and a
-/// heartbeat every `WATCH_HEARTBEAT` lets both ends notice a dead peer without an event.
-pub(super) async fn watch(mut peer: tokio::net::unix::OwnedReadHalf, writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
-    let mut live = context.terminal.subscribe();
-    // HIST-4: terminal events of requests retention forgot cannot be replayed.
-    let store = context.store.clone();
-    let bounds = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::store::StoreError>((store.terminal_pruned_through()?, store.terminal_events_after(0, 1)?.first().map(|e| e.sequence)))
-    })
-    .await;
-    let Ok(Ok((pruned, oldest))) = bounds else {
-        let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
-        return;
-    };
-    let rebase = json!({"take": "request get <request_id> for each request still of interest", "then": "request watch --after <pruned_through>"});
-    let how = "those requests are forgotten; read the ones still of interest with `request get`, then watch --after pruned_through";
-    if let Some(reply) = super::events::too_old("terminal events", after, pruned, oldest, how, rebase) {
-        let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
-        return;
+/// What `request watch` reads: every terminal event, stored and live (TERM-3).
+#[derive(Clone)]
+struct TerminalEvents;
+
+impl super::stream::Feed for TerminalEvents {
+    type Event = wakterm_engine::TerminalEvent;
+    const PAGE: usize = WATCH_PAGE;
+
+    fn sequence(event: &Self::Event) -> u64 {
+        event.terminal_event_sequence
     }
-    let mut last = after;
-    if !send_history(writer, context, &mut last).await {
-        return;
+
+    fn wanted(&self, _event: &Self::Event) -> bool {
+        true
     }
-    if once {
-        let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
-        return;
+
+    fn through(&self) -> Option<u64> {
+        None // terminal events are stored and published in commit order (TERM-2)
     }
-    let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut scratch = [0u8; 64];
-    loop {
-        let line = tokio::select! {
-            biased;
-            // The client sends nothing after its request: EOF, an error or stray bytes all
-            // mean the subscription is over.
-            _ = peer.read(&mut scratch) => return,
-            received = live.recv() => match received {
-                Ok(event) if event.terminal_event_sequence > last => {
-                    last = event.terminal_event_sequence;
-                    json!({"event": event})
-                }
-                Ok(_) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    if !send_history(writer, context, &mut last).await {
-                        return;
-                    }
-                    continue;
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            },
-            _ = heartbeat.tick() => json!({"heartbeat": true, "last_sequence": last}),
-        };
-        if write_line(writer, &line).await.is_err() {
-            return;
-        }
+
+    fn page(&self, store: &Store, after: u64, _through: Option<u64>) -> Result<Vec<(u64, String)>, StoreError> {
+        Ok(store.terminal_events_after(after, WATCH_PAGE)?.into_iter().map(|e| (e.sequence, e.event_json)).collect())
+    }
+
+    /// HIST-4: terminal events of requests retention forgot cannot be replayed.
+    fn too_old(&self, store: &Store, after: u64) -> Result<Option<Reply>, StoreError> {
+        let (pruned, oldest) = (store.terminal_pruned_through()?, store.terminal_events_after(0, 1)?.first().map(|e| e.sequence));
+        let rebase = json!({"take": "request get <request_id> for each request still of interest", "then": "request watch --after <pruned_through>"});
+        let how = "those requests are forgotten; read the ones still of interest with `request get`, then watch --after pruned_through";
+        Ok(super::events::too_old("terminal events", after, pruned, oldest, how, rebase))
     }
 }
 
-async fn send_history(writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, last: &mut u64) -> bool {
-    loop {
-        let store = context.store.clone();
-        let from = *last;
-        let page = tokio::task::spawn_blocking(move || store.terminal_events_after(from, WATCH_PAGE)).await;
-        let Ok(Ok(page)) = page else {
-            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
-            return false;
-        };
-        let full = page.len() == WATCH_PAGE;
-        for stored in page {
-            let event: Value = serde_json::from_str(&stored.event_json).unwrap_or(Value::Null);
-            *last = stored.sequence;
-            if write_line(writer, &json!({"event": event})).await.is_err() {
-                return false;
-            }
-        }
-        if !full {
-            return true;
-        }
-    }
+/// TERM-3, CONN-3: the `request watch` stream (`stream::serve`).
+pub(super) async fn watch(peer: tokio::net::unix::OwnedReadHalf, writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
+    let live = context.terminal.subscribe();
+    super::stream::serve(peer, writer, context, TerminalEvents, live, after, once).await
 }

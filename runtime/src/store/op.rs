@@ -282,10 +282,7 @@ fn prune_events(conn: &Connection, through_sequence: u64, before_ms: u64, max_ro
     }
     let Some(last) = last_pruned else { return Ok(()) };
     conn.prepare_cached("DELETE FROM agent_events WHERE sequence <= ?1")?.execute([to_sql_integer("sequence", last)?])?;
-    let pruned = events_pruned_through(conn)?.max(last);
-    conn.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
-        .execute(params![EVENTS_PRUNED_THROUGH, pruned.to_string()])?;
-    Ok(())
+    set_meta_u64(conn, EVENTS_PRUNED_THROUGH, events_pruned_through(conn)?.max(last))
 }
 
 /// The finished phases (HIST-1); the partial index of migration 4 uses the same list.
@@ -313,8 +310,12 @@ fn prune_requests(conn: &Connection, before_ms: u64, max_rows: u64) -> Result<()
         }
         conn.prepare_cached("DELETE FROM requests WHERE request_id = ?1")?.execute([id])?;
     }
+    set_meta_u64(conn, TERMINAL_PRUNED_THROUGH, highest)
+}
+
+fn set_meta_u64(conn: &Connection, key: &str, value: u64) -> Result<(), StoreError> {
     conn.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
-        .execute(params![TERMINAL_PRUNED_THROUGH, highest.to_string()])?;
+        .execute(params![key, value.to_string()])?;
     Ok(())
 }
 

@@ -1,0 +1,117 @@
+//! The one streaming protocol behind `request watch` (TERM-3) and `agent events` (EV-*):
+//! subscribe to live events, refuse a cursor below what retention pruned (EV-9, HIST-4), send
+//! the durable history after the cursor in pages, then the live events, skipping anything at
+//! or below the last sequence sent, so nothing is lost or repeated.
+//! CONN-3: a subscriber that hangs up is noticed at once (its read half reaches EOF), and a
+//! heartbeat every `WATCH_HEARTBEAT` lets both ends notice a dead peer without an event.
+
+use super::server::write_line;
+use super::Context;
+use crate::protocol::Reply;
+use crate::store::{Store, StoreError};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::broadcast;
+
+/// What one stream reads from the store and pushes live.
+pub(super) trait Feed: Clone + Send + Sync + 'static {
+    type Event: Clone + Serialize + Send + 'static;
+    /// Stored events read per page while a subscriber catches up.
+    const PAGE: usize;
+    fn sequence(event: &Self::Event) -> u64;
+    /// Whether a live event is for this subscriber.
+    fn wanted(&self, event: &Self::Event) -> bool;
+    /// The sequence store reads stop at (EV-2: never past a pending commit); None: unbounded.
+    fn through(&self) -> Option<u64>;
+    /// One page of stored (sequence, JSON) after `after`, up to `through`.
+    fn page(&self, store: &Store, after: u64, through: Option<u64>) -> Result<Vec<(u64, String)>, StoreError>;
+    /// The answer to a cursor retention has passed (read off the reactor), if `after` is one.
+    fn too_old(&self, store: &Store, after: u64) -> Result<Option<Reply>, StoreError>;
+}
+
+pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
+    // The caller subscribed `live` before this reads anything: nothing published in between is lost.
+    let (store, check) = (context.store.clone(), feed.clone());
+    match tokio::task::spawn_blocking(move || check.too_old(&store, after)).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(reply))) => {
+            let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
+            return;
+        }
+        _ => {
+            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+            return;
+        }
+    }
+    let mut last = after;
+    if !send_history(writer, context, &feed, &mut last).await {
+        return;
+    }
+    if once {
+        let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
+        return;
+    }
+    let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut scratch = [0u8; 64];
+    loop {
+        let line = tokio::select! {
+            biased;
+            // The client sends nothing after its request: EOF, an error or stray bytes all
+            // mean the subscription is over.
+            _ = peer.read(&mut scratch) => return,
+            received = live.recv() => match received {
+                Ok(event) if F::sequence(&event) > last => {
+                    last = F::sequence(&event);
+                    if !feed.wanted(&event) {
+                        continue;
+                    }
+                    json!({"event": event})
+                }
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if !send_history(writer, context, &feed, &mut last).await {
+                        return;
+                    }
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = heartbeat.tick() => json!({"heartbeat": true, "last_sequence": last}),
+        };
+        if write_line(writer, &line).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Pages of durable events after `last`, up to the feed's bound.
+async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: &F, last: &mut u64) -> bool {
+    let through = feed.through();
+    loop {
+        let (store, reader, from) = (context.store.clone(), feed.clone(), *last);
+        let page = tokio::task::spawn_blocking(move || reader.page(&store, from, through)).await;
+        let Ok(Ok(page)) = page else {
+            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+            return false;
+        };
+        let full = page.len() == F::PAGE;
+        for (sequence, event_json) in page {
+            let event: Value = serde_json::from_str(&event_json).unwrap_or(Value::Null);
+            *last = sequence;
+            if write_line(writer, &json!({"event": event})).await.is_err() {
+                return false;
+            }
+        }
+        if !full {
+            // A filtered read may stop short of `through`: nothing of ours lies between.
+            if let Some(through) = through {
+                *last = (*last).max(through);
+            }
+            return true;
+        }
+    }
+}
