@@ -14,6 +14,8 @@
 //! reach the rollout and the provider before the sentinel.
 
 mod support;
+#[path = "support/event_schema.rs"]
+mod event_schema;
 #[path = "support/real_codex.rs"]
 mod real_codex;
 
@@ -663,7 +665,7 @@ fn ev_real_codex_stream_matches_the_golden_fixture() {
     let mut positions: std::collections::BTreeMap<String, u64> = Default::default();
     for event in &events {
         serde_json::from_value::<wakterm_engine::AgentEvent>(event.clone()).unwrap_or_else(|e| panic!("{event}: {e}"));
-        support::assert_event_schema(event);
+        event_schema::assert_event_schema(event);
         let sequence = event["sequence"].as_u64().unwrap();
         assert!(sequence > last_sequence, "EV-1");
         last_sequence = sequence;

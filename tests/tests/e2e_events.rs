@@ -3,6 +3,8 @@
 //! catalog's `events_through` is a rebase point; retention answers `cursor_too_old`.
 
 mod support;
+#[path = "support/event_schema.rs"]
+mod event_schema;
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -109,7 +111,7 @@ fn ev_1_ev_4_a_subscriber_survives_a_daemon_crash_mid_turn() {
 
     let mut seen = BTreeSet::new();
     for event in &full {
-        support::assert_event_schema(event);
+        event_schema::assert_event_schema(event);
         assert!(seen.insert(identity(event)), "EV-4: reported twice: {event}");
     }
     for (entry, id) in [(&a, &ids[0]), (&b, &ids[1])] {

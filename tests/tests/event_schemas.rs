@@ -4,6 +4,8 @@
 //! in without its schema changing).
 
 mod support;
+#[path = "support/event_schema.rs"]
+mod event_schema;
 
 use serde_json::{json, Value};
 use wakterm_engine::*;
@@ -59,7 +61,7 @@ fn ev_every_kind_has_one_closed_schema_that_its_events_match() {
     let kinds: std::collections::BTreeSet<&str> = samples.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, EventBody::KINDS.into_iter().collect(), "a sample of every kind");
     for event in &samples {
-        support::assert_event_schema(event);
+        event_schema::assert_event_schema(event);
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/agent-events/v1/schema");
     let mut files: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
@@ -74,14 +76,14 @@ fn ev_schemas_refuse_stray_missing_and_mistyped_fields() {
     let event = every_kind().into_iter().find(|e| e["kind"] == "turn.final").unwrap();
     let mut extra = event.clone();
     extra["text"] = json!("a field no schema knows");
-    assert!(!support::event_schema_errors(&extra).is_empty(), "closed: {extra}");
+    assert!(!event_schema::event_schema_errors(&extra).is_empty(), "closed: {extra}");
     let mut missing = event.clone();
     missing.as_object_mut().unwrap().remove("final_message");
-    assert!(!support::event_schema_errors(&missing).is_empty());
+    assert!(!event_schema::event_schema_errors(&missing).is_empty());
     let mut mistyped = event.clone();
     mistyped["sequence"] = json!(0);
-    assert!(!support::event_schema_errors(&mistyped).is_empty(), "sequences start at 1");
+    assert!(!event_schema::event_schema_errors(&mistyped).is_empty(), "sequences start at 1");
     let mut other_schema = event;
     other_schema["schema"] = json!("wakterm.agent-events.v2");
-    assert!(!support::event_schema_errors(&other_schema).is_empty());
+    assert!(!event_schema::event_schema_errors(&other_schema).is_empty());
 }
