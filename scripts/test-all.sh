@@ -26,7 +26,8 @@ echo "== simulation: every planted mutant must be caught"
 mutants=$(bash sim/run.sh --list-mutants | awk '{print $1}')
 [ -n "$mutants" ] || { echo "no mutants listed" >&2; exit 1; }
 for mutant in $mutants; do
-  if bash sim/run.sh --mutant "$mutant" --seeds 200 >/tmp/wakterm-mutant.log 2>&1; then
+  # A run stops at the first seed that catches the mutant; the rarest needs ~1,400 seeds.
+  if bash sim/run.sh --mutant "$mutant" --seeds 5000 >/tmp/wakterm-mutant.log 2>&1; then
     echo "mutant $mutant was NOT caught" >&2
     tail -5 /tmp/wakterm-mutant.log >&2
     exit 1

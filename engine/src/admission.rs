@@ -645,6 +645,7 @@ impl Engine {
         self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Confirming;
+        self.events.admitted_due.insert(request_id.clone()); // EV-6
         admission.step_deadline_ms = None;
         let mut durable = self.requests[request_id].clone();
         durable.phase = durable_phase;
@@ -675,6 +676,7 @@ impl Engine {
     fn finish_with_confirm(&mut self, request_id: &RequestId, reason: &str) {
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Confirming;
+        self.events.admitted_due.insert(request_id.clone()); // EV-6
         admission.step_deadline_ms = None;
         self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
     }
@@ -682,6 +684,7 @@ impl Engine {
     fn confirm(&mut self, request_id: &RequestId) {
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Confirming;
+        self.events.admitted_due.insert(request_id.clone()); // EV-6
         admission.step_deadline_ms = None;
         let purpose = PersistPurpose::Confirm { request_id: request_id.clone() };
         self.persist_record(purpose, request_id);
@@ -758,6 +761,9 @@ impl Engine {
         for item in deferred {
             self.on_deferred(&agent_id, item);
         }
+        // HIST-1: an admission that ended finished (released, settled, or terminal at once)
+        // with nothing else in flight leaves memory here; no later commit will look at it.
+        self.evict_if_finished(request_id);
     }
 
     fn rejection_for(&self, request_id: &RequestId, problem: Blocker) -> Receipt {

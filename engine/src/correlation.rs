@@ -261,7 +261,10 @@ impl Engine {
                 }
             }
             (ObserverEvent::TurnCompleted { turn, final_message, .. }, Some(bound)) => {
-                if turn == &bound {
+                if turn == &bound && final_message.as_deref().and_then(crate::observer::final_too_large).is_some() {
+                    // RF-9: the answer exists but no record can carry it; say so, never "".
+                    self.indeterminate(request_id, "final_too_large");
+                } else if turn == &bound {
                     let reason = final_message.is_none().then_some("no_final_message");
                     let text = final_message.clone().unwrap_or_default();
                     self.finish(request_id, TerminalState::Completed, reason, Some(text), None);

@@ -236,6 +236,11 @@ impl Engine {
         self.requests.len()
     }
 
+    /// HIST-1: finished requests still in memory; 0 whenever the engine is quiescent.
+    pub fn finished_in_memory(&self) -> usize {
+        self.requests.values().filter(|r| crate::history::is_finished(r.phase)).count()
+    }
+
     pub fn agent(&self, agent_id: &AgentId) -> Option<&AgentEntry> {
         self.agents.get(agent_id)
     }
@@ -493,6 +498,8 @@ impl Engine {
             let phase = self.requests.get(&request_id).map(|r| r.phase);
             if phase.is_some_and(|p| p != Phase::Terminal) {
                 self.persist_record(PersistPurpose::Progress(request_id.clone()), &request_id);
+            } else {
+                self.evict_if_finished(&request_id); // HIST-1: the retry was the last holder
             }
         }
     }
@@ -618,6 +625,7 @@ pub fn rule_of(reason: &str) -> &'static str {
         "restart_in_write_window" => "REC-1",
         "store_commit_failed" => "IDEM-6",
         "no_final_message" => "RF-2",
+        "final_too_large" => "RF-9",
         _ => "RF-5",
     }
 }

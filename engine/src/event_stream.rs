@@ -52,6 +52,11 @@ pub(crate) struct EventStream {
     pub recovered_unattached: BTreeSet<AgentId>,
     /// Requests whose `request.bound` is made (so a progress retry does not repeat it).
     pub bound_announced: BTreeSet<RequestId>,
+    /// EV-6: requests whose receipt is not durable yet, so the next commit of their record
+    /// carries `request.admitted`: set when an admission starts confirming (whatever commit
+    /// confirms it: the confirm, or a terminal at admission), when a failed confirm's record is
+    /// committed again, and by REC-1 for registrations a restart settles.
+    pub admitted_due: BTreeSet<RequestId>,
 }
 
 impl Default for EventStream {
@@ -67,6 +72,7 @@ impl Default for EventStream {
             slots: BTreeMap::new(),
             recovered_unattached: BTreeSet::new(),
             bound_announced: BTreeSet::new(),
+            admitted_due: BTreeSet::new(),
         }
     }
 }
@@ -174,8 +180,15 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             position: *position,
         }],
         ObserverEvent::TurnCompleted { session, turn, final_message, position } => {
-            let completed = EventBody::TurnCompleted { session: session.clone(), provider_turn_id: turn.clone(), position: *position };
-            let last = final_message.as_ref().map(|text| EventBody::TurnFinal {
+            // RF-9: a final too large to store is announced by its size, never carried.
+            let too_large = final_message.as_deref().and_then(crate::observer::final_too_large);
+            let completed = EventBody::TurnCompleted {
+                session: session.clone(),
+                provider_turn_id: turn.clone(),
+                position: *position,
+                final_too_large: too_large.map(|bytes| bytes as u64),
+            };
+            let last = final_message.as_ref().filter(|_| too_large.is_none()).map(|text| EventBody::TurnFinal {
                 session: session.clone(),
                 provider_turn_id: turn.clone(),
                 final_message: text.clone(),
@@ -354,7 +367,10 @@ impl Engine {
         let mut bodies: Vec<(AgentId, Option<Incarnation>, EventBody)> = Vec::new();
         for op in ops.iter() {
             match (purpose, op) {
-                (PersistPurpose::Confirm { .. }, PersistOp::PutRequest(record)) => bodies.push((
+                (_, PersistOp::PutRequest(record))
+                    if record.receipt.is_some() && record.phase != Phase::Released && self.events.admitted_due.remove(&record.request_id) =>
+                {
+                    bodies.push((
                     record.agent_id.clone(),
                     Some(record.incarnation.clone()),
                     EventBody::RequestAdmitted {
@@ -363,7 +379,8 @@ impl Engine {
                         classification: record.receipt.as_ref().map(|r| r.classification),
                         prompt_hash: record.prompt_hash.clone(),
                     },
-                )),
+                    ))
+                }
                 (PersistPurpose::Progress(_), PersistOp::PutRequest(record))
                     if record.phase == Phase::Bound && !self.events.bound_announced.contains(&record.request_id) =>
                 {
@@ -407,8 +424,15 @@ impl Engine {
         let Some(events) = self.events.riding.remove(&token) else { return };
         for event in events {
             if !ok {
-                if let EventBody::RequestBound { request_id, .. } = &event.body {
-                    self.events.bound_announced.remove(request_id);
+                match &event.body {
+                    EventBody::RequestBound { request_id, .. } => {
+                        self.events.bound_announced.remove(request_id);
+                    }
+                    EventBody::RequestAdmitted { request_id, .. } => {
+                        // The receipt is still not durable: its record's retry carries it.
+                        self.events.admitted_due.insert(request_id.clone());
+                    }
+                    _ => {}
                 }
             }
             self.events.settle(event.sequence, ok.then_some(event.clone()));

@@ -89,8 +89,16 @@ pub enum EventBody {
     /// A user message of a turn: its HASH-1 hash only (prompts may be private).
     #[serde(rename = "message.user")]
     UserMessage { session: SessionId, provider_turn_id: Option<TurnId>, prompt_hash: String, position: u64 },
+    /// `final_too_large`: the JSON size of a final over RF-9's limit, which no `turn.final`
+    /// follows (absent otherwise).
     #[serde(rename = "turn.completed")]
-    TurnCompleted { session: SessionId, provider_turn_id: TurnId, position: u64 },
+    TurnCompleted {
+        session: SessionId,
+        provider_turn_id: TurnId,
+        position: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        final_too_large: Option<u64>,
+    },
     /// The completed turn's final assistant message, right after its `turn.completed`.
     #[serde(rename = "turn.final")]
     TurnFinal { session: SessionId, provider_turn_id: TurnId, final_message: String, position: u64 },

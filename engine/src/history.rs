@@ -9,13 +9,15 @@
 //!   (`Output::LoadRequest`), parked until the answer; every later call naming the same id waits
 //!   behind the same lookup, so two calls can never both miss a stored record and write twice.
 //!   An id the runtime generated itself (a plain `send`) cannot be in history: no lookup.
-//! - HIST-3: a lookup that fails is an `internal_failure` receipt (nothing written, retry
-//!   safe); a missing record is a new id.
+//! - HIST-3: a lookup that fails is `indeterminate` / `history_unreadable` (write state
+//!   unknown, not retry-safe): the id may be one that was written and left memory, so nothing
+//!   may be claimed about it (IDEM-7); replaying the same id later answers. A missing record is
+//!   a new id.
 
 use crate::engine::Engine;
 use crate::ids::RequestId;
 use crate::io::{AdmitCommand, CancelCommand, Output};
-use crate::receipt::{Classification, Receipt, ReceiptContext};
+use crate::receipt::{Receipt, ReceiptContext};
 use crate::request::{Phase, RequestRecord};
 
 /// A call waiting for its id's store lookup (HIST-2).
@@ -83,8 +85,10 @@ impl Engine {
                     operation: command.operation,
                     return_mode: command.return_mode,
                 };
-                let detail = format!("the request history could not be read ({error}); nothing was written, retry the same id");
-                let receipt = Receipt::rejection(Classification::InternalFailure, "history_unreadable", detail, context);
+                // IDEM-7: an id out of memory may be a written, finished one; this call wrote
+                // nothing, but what the id already did is unknown.
+                let detail = format!("the request history could not be read ({error}); this id may already have been written: replay the same id later to learn its outcome, never retry under a new id");
+                let receipt = Receipt::outcome_unknown("history_unreadable", detail, context);
                 self.reply(command.op, receipt);
             }
             Parked::Cancel(command) => {
@@ -107,6 +111,7 @@ impl Engine {
         if is_finished(record.phase) && published && idle {
             self.requests.remove(request_id);
             self.events.bound_announced.remove(request_id);
+            self.events.admitted_due.remove(request_id);
         }
     }
 }

@@ -39,3 +39,7 @@ pub const PERSIST_RETRY_MS: u64 = 1_000;
 pub const MAX_EVIDENCE_ENTRIES: usize = 24;
 /// RF-6: bytes of one evidence step's detail.
 pub const MAX_EVIDENCE_DETAIL_BYTES: usize = 240;
+/// RF-9: largest final answer, as its JSON string (escapes included), that a terminal event
+/// or a `turn.final` event carries. Well under the store's 4 MiB record limit, leaving room for
+/// the rest of the record (evidence, ids); a larger final could never commit.
+pub const MAX_FINAL_JSON_BYTES: usize = 2 * 1024 * 1024;

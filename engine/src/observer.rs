@@ -123,6 +123,13 @@ pub struct ObserverSnapshot {
 /// text and ends them as `observer_session_lost`.
 pub const RECORD_TOO_LARGE: &str = "record_too_large";
 
+/// RF-9: the JSON size of a final too large to store and deliver, or None when it fits.
+/// JSON escaping can grow text up to sixfold, so the encoded size is what counts.
+pub fn final_too_large(text: &str) -> Option<usize> {
+    let encoded = serde_json::to_string(text).map_or(usize::MAX, |json| json.len());
+    (encoded > crate::limits::MAX_FINAL_JSON_BYTES).then_some(encoded)
+}
+
 /// A turn lifecycle fact read from the provider, in position order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]

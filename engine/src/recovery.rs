@@ -32,6 +32,7 @@ impl Engine {
         for request_id in registered {
             let record = engine.requests.get_mut(&request_id).expect("exists");
             record.receipt = Some(restart_receipt(record));
+            engine.events.admitted_due.insert(request_id.clone()); // EV-6: its receipt was never durable
             match record.return_mode {
                 ReturnMode::OneWay => {
                     record.phase = Phase::Settled;

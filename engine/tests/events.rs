@@ -201,6 +201,73 @@ fn ev_6_request_milestones_ride_on_request_commits() {
     assert!(turn_final < request_terminal, "the final is reported before the request it ends");
 }
 
+/// EV-6: every request whose receipt becomes durable gets exactly one `request.admitted`,
+/// in the commit that makes it durable, whichever that is: the confirm; the terminal commit of
+/// a request that ends at admission (a failed write); the retry of a confirm that failed; the
+/// REC-1 fix-up of a registration a restart interrupted. A released one (nothing written) gets
+/// none.
+#[test]
+fn ev_6_every_durable_receipt_is_admitted_once() {
+    let admitted = |rig: &Rig, id: &str| -> Vec<Option<Classification>> {
+        rig.durable_events
+            .iter()
+            .filter_map(|e| match &e.body {
+                EventBody::RequestAdmitted { request_id, classification, .. } if request_id.as_str() == id => Some(*classification),
+                _ => None,
+            })
+            .collect()
+    };
+    // Terminal at admission: a write that failed mid-way ends the return-final request at once.
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Failed { bytes_written: 3, error: "EIO".into() });
+    rig.auto = Auto::All;
+    rig.settle();
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+    assert_eq!(admitted(&rig, REQ), [Some(Classification::Indeterminate)], "terminal at admission");
+
+    // A one-way confirm that failed: the record's retry carries the milestone, once.
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hello", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.ack_next_persist(Err("disk full".into()));
+    assert!(admitted(&rig, REQ).is_empty(), "the failed confirm's milestone was abandoned");
+    rig.auto = Auto::All;
+    rig.settle();
+    rig.advance(limits::PERSIST_RETRY_MS);
+    assert_eq!(admitted(&rig, REQ), [Some(Classification::Indeterminate)], "failed confirm, retried");
+
+    // REC-1: a registration interrupted by a restart is settled with its own receipt.
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.auto = Auto::All;
+    restart(&mut rig);
+    rig.settle();
+    assert_eq!(admitted(&rig, REQ), [Some(Classification::Indeterminate)], "REC-1 fix-up");
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+
+    // A released admission (a turn started before the write: ADM-4) is not admitted.
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.turn_started("turn-x", 1010);
+    rig.ack_next_persist(Ok(()));
+    rig.auto = Auto::All;
+    rig.settle();
+    assert_eq!(rig.receipt(op).classification, Classification::Busy);
+    assert!(admitted(&rig, REQ).is_empty(), "nothing was written: no request.admitted");
+}
+
 /// EV-6: a failed terminal commit abandons its `request.terminal`; the retry makes it again,
 /// so it is published exactly once, with the sequence that was committed.
 #[test]

@@ -75,17 +75,19 @@ fn hist_2_generated_ids_need_no_lookup() {
     assert_eq!(rig.writes(), 1);
 }
 
-/// HIST-3: a lookup that fails is `internal_failure`, nothing written, retry safe.
+/// HIST-3: a lookup that fails writes nothing and answers `indeterminate`: the id may be a
+/// written one that left memory (IDEM-7), so the receipt is never retry-safe.
 #[test]
-fn hist_3_a_failed_lookup_writes_nothing() {
+fn hist_3_a_failed_lookup_writes_nothing_and_claims_nothing() {
     let mut rig = Rig::with_idle_zola();
     rig.hold_loads = true;
     let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.answer_next_load(Some("disk I/O error"));
     let receipt = rig.receipt(op);
-    assert_eq!(receipt.classification, Classification::InternalFailure);
+    assert_eq!(receipt.classification, Classification::Indeterminate);
     assert_eq!(receipt.reason.as_deref(), Some("history_unreadable"));
-    assert!(receipt.retry_safe && !receipt.prompt_written);
+    assert!(!receipt.retry_safe, "IDEM-7: the id may have been written before it left memory");
+    assert_eq!(receipt.write_state, WriteState::Unknown);
     assert_eq!(rig.writes(), 0);
     assert_eq!(rig.engine.requests_in_memory(), 0);
 }

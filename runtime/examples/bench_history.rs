@@ -57,6 +57,8 @@ impl Effects for BenchEffects {
 
     fn resume(&mut self, _agent_id: AgentId, _from: Cursor) {}
 
+    fn events_settled(&mut self, _through: u64) {}
+
     fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
         let inbox = self.inbox.clone();
         let store_ops = ops.iter().map(op_for).collect();

@@ -120,7 +120,8 @@ pub enum AgentCommand {
     /// events_through to --after. Exit 4 cursor_too_old: the events after --after were
     /// pruned; rebase from a fresh catalog.
     Events {
-        /// Resume after this sequence (0: from the oldest retained event).
+        /// Resume after this sequence. 0 reads from the first event ever, which is only possible
+        /// while retention has pruned nothing (else cursor_too_old: rebase from a catalog).
         #[arg(long, default_value_t = 0)]
         after: u64,
         /// Drain what is available now and exit.

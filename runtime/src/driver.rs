@@ -28,6 +28,10 @@ pub trait Effects: Send {
     fn publish(&mut self, event: TerminalEvent);
     /// EV-2: a durable agent event, in sequence order, for `agent events` subscribers.
     fn publish_event(&mut self, event: AgentEvent);
+    /// EV-2, EV-8: every sequence through `through` is settled: published, or abandoned by a
+    /// failed batch and never to be used. Called after every drain (the last settled number
+    /// may be an abandoned one, which no `publish_event` announces).
+    fn events_settled(&mut self, through: u64);
     /// HIST-2: read a request from the store off the reactor; answer `RequestLoaded`.
     fn load_request(&mut self, load_id: u64, request_id: RequestId);
 }
@@ -168,6 +172,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
             Output::LoadRequest { load_id, request_id } => effects.load_request(load_id, request_id),
         }
     }
+    effects.events_settled(engine.events_published_through());
 }
 
 /// LOG-1: one line per admission decision: request id, classification, reason, timing. Never

@@ -35,6 +35,10 @@ pub enum Mutant {
     /// with a plain `internal_failure` rejection (nothing written, retry-safe), as the daemon
     /// once did, although the admission it joined goes on to write.
     JoinRefusalSaysUnwritten,
+    /// Caller layer (daemon server): a failed history lookup is answered with a plain
+    /// `internal_failure` rejection (nothing written, retry-safe), as HIST-3 once said, although
+    /// the id it could not read may be a written one that left memory.
+    LookupFailureSaysUnwritten,
     /// Caller layer (daemon server): a call by exact agent id is filed under a request id of
     /// its own spelling, so a retry by another spelling is a new request and writes again.
     SpellingForksRequestId,
@@ -66,6 +70,10 @@ pub enum Mutant {
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
     EventMarksDropped,
+    /// Effects (EV-8): the settled mark the catalog waits for moves only when an event is
+    /// published (as the daemon once did), so a sequence abandoned by a failed commit, if it
+    /// is the last one assigned, holds every catalog at `events_not_durable`.
+    SettledOnlyOnPublish,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -80,12 +88,14 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SpellingForksRequestId, "spelling_forks_request_id", "caller layer files exact-id calls under another request id"),
     (Mutant::WallClockTimers, "wall_clock_timers", "clock port reads the stepped wall clock for engine timers"),
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
+    (Mutant::LookupFailureSaysUnwritten, "lookup_failure_says_unwritten", "caller layer answers a failed history lookup with a retry-safe rejection"),
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),
     (Mutant::CheckpointSkipsArmedReplay, "checkpoint_skips_armed_replay", "observer port resumes a request armed before the checkpoint from the checkpoint"),
     (Mutant::SnapshotBeforeEvents, "snapshot_before_events", "observer port sends its snapshot before the events it read"),
     (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
+    (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
 ];
 
 impl Mutant {

@@ -49,7 +49,9 @@ pub enum Kind {
     /// ends short of what the provider recorded.
     EventGap,
     /// EV-6: a request terminal event without exactly one `request.terminal` agent event of
-    /// the same `terminal_event_sequence` durable with it, or one without its terminal event.
+    /// the same `terminal_event_sequence` durable with it, or one without its terminal event;
+    /// a request with a durable receipt without exactly one `request.admitted` (or a released
+    /// one with any).
     RequestTerminalEvent,
 }
 
@@ -235,7 +237,7 @@ fn turn_event_parts(body: &EventBody) -> Option<(&SessionId, u64, Option<&TurnId
     match body {
         EventBody::TurnStarted { session, provider_turn_id, position } => Some((session, *position, Some(provider_turn_id))),
         EventBody::UserMessage { session, provider_turn_id, position, .. } => Some((session, *position, provider_turn_id.as_ref())),
-        EventBody::TurnCompleted { session, provider_turn_id, position } => Some((session, *position, Some(provider_turn_id))),
+        EventBody::TurnCompleted { session, provider_turn_id, position, .. } => Some((session, *position, Some(provider_turn_id))),
         EventBody::TurnFinal { session, provider_turn_id, position, .. } => Some((session, *position, Some(provider_turn_id))),
         EventBody::TurnAborted { session, provider_turn_id, position } => Some((session, *position, provider_turn_id.as_ref())),
         _ => None,
@@ -344,13 +346,7 @@ impl Oracle {
             return;
         }
         let reason = format!("{:?}/{}", receipt.classification, receipt.reason.clone().unwrap_or_default());
-        if self.writes_of(id) > 0 && receipt.reason.as_deref() == Some("history_unreadable") {
-            // A known engine gap, counted and not failed: HIST-3 answers a failed history
-            // lookup `internal_failure`, nothing written, retry safe, although the id it could
-            // not read back was written (that is why it left memory): IDEM-7 forbids the claim
-            // (the over-cap joiner's answer, `indeterminate`, is the precedent).
-            self.notes.push("note.hist3_unreadable_history_claims_unwritten");
-        } else if self.writes_of(id) > 0 {
+        if self.writes_of(id) > 0 {
             self.fail(Kind::Misclassified, format!("{id}: receipt {reason} says not written or retry-safe, but the id was written"));
         }
         if self.latest_call.get(id).is_some_and(|latest| *latest > call_number) {
@@ -834,6 +830,25 @@ impl Oracle {
         }
         for (sequence, ids) in riding {
             problems.push((Kind::RequestTerminalEvent, format!("request.terminal of {ids:?} names terminal sequence {sequence}, which is not durable")));
+        }
+        // (e) EV-6: every request whose receipt is durable (any phase but registered and
+        // released) has exactly one durable `request.admitted`; no other request has one.
+        let mut admitted: BTreeMap<String, usize> = BTreeMap::new();
+        for e in &stored {
+            if let Ok(AgentEvent { body: EventBody::RequestAdmitted { request_id, .. }, .. }) = serde_json::from_str::<AgentEvent>(&e.event_json) {
+                *admitted.entry(request_id.as_str().to_string()).or_default() += 1;
+            }
+        }
+        for request in store.requests() {
+            let owed = !matches!(request.phase.as_str(), "registered" | "released");
+            let count = admitted.remove(&request.request_id).unwrap_or(0);
+            if count != usize::from(owed) {
+                let m = format!("request {} ({}) has {count} request.admitted events, expected {}", request.request_id, request.phase, usize::from(owed));
+                problems.push((Kind::RequestTerminalEvent, m));
+            }
+        }
+        for (request_id, count) in admitted {
+            problems.push((Kind::RequestTerminalEvent, format!("{count} request.admitted events for {request_id}, which has no record")));
         }
         // Completeness at the end: every record of the session the observer tails reported.
         for (a, session, records) in tails {

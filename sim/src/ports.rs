@@ -176,7 +176,17 @@ impl Effects for SimEffects {
 
     fn publish_event(&mut self, event: AgentEvent) {
         let mut w = self.world.lock().unwrap();
+        if w.mutant == Mutant::SettledOnlyOnPublish {
+            w.events_settled_through = event.sequence; // the bug: abandoned numbers never settle
+        }
         see_agent_event(&mut w, &event, "publish");
+    }
+
+    fn events_settled(&mut self, through: u64) {
+        let mut w = self.world.lock().unwrap();
+        if w.mutant != Mutant::SettledOnlyOnPublish {
+            w.events_settled_through = through;
+        }
     }
 
     /// HIST-2: the store's read side answers off the reactor; a read may fail

@@ -76,7 +76,7 @@ async fn ask_engine(world: &Shared, f: fn(&wakterm_engine::Engine) -> Value) -> 
 fn engine_status(engine: &wakterm_engine::Engine) -> Value {
     engine.check_invariants();
     let open: Vec<String> = engine.open_return_requests().map(|r| format!("{} {}", r.request_id, r.phase.as_str())).collect();
-    json!({"open": open, "quiescent": engine.is_quiescent()})
+    json!({"open": open, "quiescent": engine.is_quiescent(), "events_through": engine.events_through(), "finished_in_memory": engine.finished_in_memory()})
 }
 
 /// One caller: submits through `DriverMsg::Admit` as the daemon's server does, retries the
@@ -185,7 +185,10 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
             if let Ok(mut receipt) = answer.await {
                 let mut w = world.lock().unwrap();
                 if w.mutant == Mutant::JoinRefusalSaysUnwritten && receipt.reason.as_deref() == Some("too_many_joined_callers") {
-                    receipt = join_refusal_as_rejection(receipt); // the bug
+                    receipt = plain_rejection(receipt); // the bug
+                }
+                if w.mutant == Mutant::LookupFailureSaysUnwritten && receipt.reason.as_deref() == Some("history_unreadable") {
+                    receipt = plain_rejection(receipt); // the bug
                 }
                 let class = format!("{:?}", receipt.classification);
                 w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
@@ -215,8 +218,9 @@ fn forked_id(request_id: &str) -> String {
     format!("{head}{}", if last == "f" { "e" } else { "f" })
 }
 
-/// The `JoinRefusalSaysUnwritten` mutant's answer: the old plain rejection.
-fn join_refusal_as_rejection(receipt: Receipt) -> Receipt {
+/// The `JoinRefusalSaysUnwritten` and `LookupFailureSaysUnwritten` mutants' answer: a plain
+/// rejection (nothing written, retry-safe) under the same reason.
+fn plain_rejection(receipt: Receipt) -> Receipt {
     let context = wakterm_engine::receipt::ReceiptContext {
         request_id: receipt.request_id,
         agent_id: receipt.agent_id,
@@ -224,7 +228,8 @@ fn join_refusal_as_rejection(receipt: Receipt) -> Receipt {
         operation: receipt.operation,
         return_mode: receipt.return_mode,
     };
-    Receipt::rejection(Classification::InternalFailure, "too_many_joined_callers", "too many callers", context)
+    let reason = receipt.reason.unwrap_or_default();
+    Receipt::rejection(Classification::InternalFailure, &reason, "refused", context)
 }
 
 /// A conversation with one agent (as `bench_suite`'s throughput phase drives it): a return-final
@@ -573,6 +578,10 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
             let open = status["open"].as_array().cloned().unwrap_or_default();
             if !open.is_empty() || status["quiescent"] != json!(true) {
                 w.oracle.unfinished(format!("not terminal {QUIET_PHASE_MS} ms after faults stopped: {status}"));
+            } else if status["finished_in_memory"] != json!(0) {
+                // HIST-1: a quiescent engine holds open requests only; a finished one left
+                // behind is a leak that grows with history.
+                w.oracle.unfinished(format!("HIST-1: finished requests still in engine memory when quiescent: {status}"));
             }
         }
     }
@@ -622,10 +631,18 @@ async fn check_event_stream_at_end(world: &Shared) {
     for _ in 0..40 {
         let status = ask_engine(world, engine_status).await;
         let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);
+        let events_through = status.as_ref().and_then(|s| s["events_through"].as_u64()).unwrap_or(0);
         problems = {
             let w = world.lock().unwrap();
             let tails: Vec<_> = w.agents.iter().enumerate().filter(|(_, a)| a.process.is_some()).map(|(i, a)| (i, a.session.id.clone(), a.session.records.as_slice())).collect();
-            w.oracle.stream_end_problems(&w.store, &tails)
+            let mut problems = w.oracle.stream_end_problems(&w.store, &tails);
+            // EV-8: a quiescent engine has settled every number it assigned, so a catalog taken
+            // now answers at once; a lower settled mark would hold it at `events_not_durable`.
+            if quiescent && w.events_settled_through < events_through {
+                let m = format!("quiescent, events_through {events_through} but settled only through {}: the catalog would answer events_not_durable forever", w.events_settled_through);
+                problems.push((crate::oracle::Kind::EventNotDurable, m));
+            }
+            problems
         };
         if quiescent && problems.is_empty() {
             return;

@@ -525,6 +525,9 @@ pub struct World {
     pub checkpoint_weights: BTreeMap<String, u8>,
     /// EV-5: per agent id, the newest checkpoint handed to the engine and not yet durable.
     pub checkpoint_sent: BTreeMap<String, String>,
+    /// EV-8: the running daemon's settled sequence (published or abandoned): what the catalog
+    /// waits for before it answers `events_through`.
+    pub events_settled_through: u64,
 }
 
 impl World {
@@ -554,6 +557,7 @@ impl World {
             replaced_files: Default::default(),
             checkpoint_weights: BTreeMap::new(),
             checkpoint_sent: BTreeMap::new(),
+            events_settled_through: 0,
         }
     }
 

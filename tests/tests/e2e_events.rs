@@ -136,6 +136,10 @@ fn ev_1_ev_4_a_subscriber_survives_a_daemon_crash_mid_turn() {
     assert_eq!(code, 0);
     let expected: Vec<Value> = full.iter().filter(|e| e["agent_id"] == a["agent_id"]).cloned().collect();
     assert_eq!(only_ada, expected);
+    // An id in another spelling (upper case) is the same agent, as everywhere else.
+    let upper = a["agent_id"].as_str().unwrap().to_ascii_uppercase();
+    let (code, by_upper_id, _) = read_events(&w, 0, &["--agent", &upper]);
+    assert_eq!((code, &by_upper_id), (0, &expected));
     let out = w.run(&["agent", "events", "--once", "--agent", "nobody"]);
     assert_eq!((out.code, out.json["error"].as_str()), (6, Some("agent_unknown")), "{out:?}");
 }

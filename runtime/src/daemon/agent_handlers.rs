@@ -142,7 +142,8 @@ fn holder_binary() -> Result<std::path::PathBuf, String> {
     Err(format!("the wakterm binary this daemon runs from ({}) was deleted; restart the daemon (`wakterm mux stop && wakterm mux start`)", exe.display()))
 }
 
-fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
+/// A running agent by name, or by its id in any spelling (canonicalised).
+pub(super) fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntime>> {
     let agents = context.agents.lock().expect("agent table");
     let canonical = wakterm_engine::ids::canonical_uuid(target);
     agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()

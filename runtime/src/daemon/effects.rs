@@ -158,6 +158,11 @@ impl Effects for RealEffects {
         self.events.published.send_replace(sequence);
         let _ = self.events.live.send(event); // no subscriber is fine: the store has it
     }
+
+    fn events_settled(&mut self, through: u64) {
+        assert!(through >= self.events.published_through(), "EV-2: every published sequence is settled");
+        self.events.published.send_if_modified(|at| std::mem::replace(at, through) != through);
+    }
 }
 
 /// HIST-2: a stored request record; an unreadable one is an error (never "absent").

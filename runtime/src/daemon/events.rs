@@ -19,14 +19,13 @@ pub const CATALOG_EVENTS_WAIT: std::time::Duration = std::time::Duration::from_s
 /// Resolves `--agent` targets (names or ids) to agent ids. A stopped agent's events stay
 /// readable by its id.
 pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<BTreeSet<String>, Reply> {
-    let table = context.agents.lock().expect("agent table");
     let mut ids = BTreeSet::new();
     for target in targets {
-        let found = table.values().find(|a| &a.record.name == target || &a.record.agent_id == target);
-        match found {
-            Some(agent) => ids.insert(agent.record.agent_id.clone()),
-            None if wakterm_engine::AgentId::parse(target).is_ok() => ids.insert(target.clone()),
-            None => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target} (a stopped agent is reached by its id)"))),
+        // An id in any spelling (upper case, braces) means its canonical form, as everywhere.
+        match (super::agent_handlers::resolve(context, target), wakterm_engine::AgentId::parse(target).ok()) {
+            (Some(agent), _) => ids.insert(agent.record.agent_id.clone()),
+            (None, Some(id)) => ids.insert(id.as_str().to_string()),
+            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target} (a stopped agent is reached by its id)"))),
         };
     }
     Ok(ids)
@@ -106,4 +105,39 @@ pub(super) async fn durable_through(context: &Context, through: u64) -> Option<u
     let mut published = context.events.published.subscribe();
     let reached = tokio::time::timeout(CATALOG_EVENTS_WAIT, published.wait_for(|at| *at >= through)).await;
     matches!(reached, Ok(Ok(_))).then_some(through)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{StoreOp, StoreWriter};
+
+    fn stored_events(dir: &std::path::Path, count: u64) -> (Store, StoreWriter) {
+        let path = dir.join("requests.sqlite");
+        let writer = StoreWriter::spawn(&path).expect("writer");
+        let ops = (1..=count)
+            .map(|sequence| StoreOp::AppendEvent { sequence, agent_id: "a1".into(), kind: "turn.started".into(), at_ms: 1, event_json: format!(r#"{{"sequence":{sequence}}}"#) })
+            .collect();
+        writer.commit_blocking(ops).expect("append");
+        (Store::open(&path).expect("store"), writer)
+    }
+
+    /// EV-9: every history page, not only the first, is checked against retention: a reader
+    /// whose cursor retention passed while it was subscribed (a slow or lagged one) gets
+    /// `cursor_too_old` with its metadata instead of a page that silently starts later.
+    #[test]
+    fn ev_9_every_page_is_checked_against_retention() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, writer) = stored_events(dir.path(), 10);
+        let feed = AgentEvents { agents: Vec::new(), events: super::super::effects::EventFeed::new(10) };
+        let page = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect("nothing pruned yet");
+        assert_eq!(page.first().map(|e| e.0), Some(4));
+        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 5, before_ms: 0, max_rows: 100 }]).expect("prune");
+        let refused = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect_err("4 and 5 are gone");
+        assert_eq!(refused.body["error"], "cursor_too_old", "{:?}", refused.body);
+        assert_eq!(refused.body["pruned_through"], 5);
+        assert_eq!(refused.body["oldest_retained_sequence"], 6);
+        let page = super::super::stream::checked_page(&feed, &store, 5, Some(10)).unwrap().expect("at the mark is fine");
+        assert_eq!(page.iter().map(|e| e.0).collect::<Vec<_>>(), [6, 7, 8, 9, 10]);
+    }
 }

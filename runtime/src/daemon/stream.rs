@@ -34,18 +34,7 @@ pub(super) trait Feed: Clone + Send + Sync + 'static {
 
 pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
     // The caller subscribed `live` before this reads anything: nothing published in between is lost.
-    let (store, check) = (context.store.clone(), feed.clone());
-    match tokio::task::spawn_blocking(move || check.too_old(&store, after)).await {
-        Ok(Ok(None)) => {}
-        Ok(Ok(Some(reply))) => {
-            let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
-            return;
-        }
-        _ => {
-            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
-            return;
-        }
-    }
+    // A cursor retention passed is refused by the first history read (`send_history`).
     let mut last = after;
     if !send_history(writer, context, &feed, &mut last).await {
         return;
@@ -88,15 +77,26 @@ pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWr
     }
 }
 
-/// Pages of durable events after `last`, up to the feed's bound.
+/// Pages of durable events after `last`, up to the feed's bound. EV-9, HIST-4: each page is
+/// checked against retention after it is read, so a reader retention overtakes (a slow
+/// subscriber, one that lagged behind the live channel) is told `cursor_too_old` instead of
+/// silently skipping what was pruned between its cursor and the page. Pruning only deletes a
+/// prefix and its mark only grows, so a mark at or below `last` after the read proves the page
+/// started right after `last`.
 async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: &F, last: &mut u64) -> bool {
     let through = feed.through();
     loop {
         let (store, reader, from) = (context.store.clone(), feed.clone(), *last);
-        let page = tokio::task::spawn_blocking(move || reader.page(&store, from, through)).await;
-        let Ok(Ok(page)) = page else {
-            let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
-            return false;
+        let page = match tokio::task::spawn_blocking(move || checked_page(&reader, &store, from, through)).await {
+            Ok(Ok(Err(too_old))) => {
+                let _ = write_line(writer, &serde_json::to_value(too_old).unwrap_or_default()).await;
+                return false;
+            }
+            Ok(Ok(Ok(page))) => page,
+            _ => {
+                let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+                return false;
+            }
         };
         let full = page.len() == F::PAGE;
         for (sequence, event_json) in page {
@@ -114,4 +114,14 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
             return true;
         }
     }
+}
+
+/// One page after `from`, or the `cursor_too_old` answer when retention had passed `from` by
+/// the time the page was read (checked after the read: see `send_history`).
+pub(super) fn checked_page<F: Feed>(feed: &F, store: &Store, from: u64, through: Option<u64>) -> Result<Result<Vec<(u64, String)>, Reply>, StoreError> {
+    let page = feed.page(store, from, through)?;
+    Ok(match feed.too_old(store, from)? {
+        Some(too_old) => Err(too_old),
+        None => Ok(page),
+    })
 }
