@@ -108,6 +108,8 @@ impl Engine {
                 self.resuming.remove(agent_id);
                 self.on_process_exited(agent_id, *drained)
             }
+            // EV: reported on the stream only; correlation reads turn records (CORR-5..7).
+            ObserverEvent::AgentMessage { .. } => {}
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::TurnCompleted { .. }
@@ -149,7 +151,11 @@ impl Engine {
             ObserverEvent::Attached { .. } => view.status = ObserverStatus::Attached,
             ObserverEvent::SessionLost { reason } => view.status = ObserverStatus::Unavailable { reason: reason.clone() },
             ObserverEvent::ProcessExited { .. } => view.status = ObserverStatus::Unavailable { reason: "process_exited".to_string() },
-            ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. } | ObserverEvent::TurnCompleted { .. } | ObserverEvent::TurnAborted { .. } => {}
+            ObserverEvent::TurnStarted { .. }
+            | ObserverEvent::UserMessage { .. }
+            | ObserverEvent::AgentMessage { .. }
+            | ObserverEvent::TurnCompleted { .. }
+            | ObserverEvent::TurnAborted { .. } => {}
         }
         view.turn = fold_turn(&view.turn, event);
     }
@@ -281,7 +287,7 @@ impl Engine {
                 }
             }
             (ObserverEvent::TurnAborted { .. }, None) => self.indeterminate(request_id, "turn_aborted_before_binding"),
-            (ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. }, _) => {
+            (ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. }, _) => {
                 unreachable!("handled by apply_event")
             }
         }
@@ -414,6 +420,9 @@ fn describe(event: &ObserverEvent) -> String {
             format!("turn {} completed at {position}, {size}", turn.0)
         }
         ObserverEvent::TurnAborted { turn, position, .. } => format!("turn {:?} aborted at {position}", turn.as_ref().map(|t| &t.0)),
+        ObserverEvent::AgentMessage { turn, text, position, .. } => {
+            format!("assistant message of {} bytes in turn {:?} at {position}", text.len(), turn.as_ref().map(|t| &t.0))
+        }
         ObserverEvent::SessionLost { reason } => format!("observer session lost: {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process exited (record drained: {drained})"),
     }

@@ -179,6 +179,17 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             prompt_hash: prompt_hash.clone(),
             position: *position,
         }],
+        ObserverEvent::AgentMessage { session, turn, text, position } => {
+            // RF-9: a message too large to store is announced by its size, never carried.
+            let too_large = crate::observer::final_too_large(text);
+            vec![EventBody::AssistantMessage {
+                session: session.clone(),
+                provider_turn_id: turn.clone(),
+                text: too_large.is_none().then(|| text.clone()),
+                text_too_large: too_large.map(|bytes| bytes as u64),
+                position: *position,
+            }]
+        }
         ObserverEvent::TurnCompleted { session, turn, final_message, position } => {
             // RF-9: a final too large to store is announced by its size, never carried.
             let too_large = final_message.as_deref().and_then(crate::observer::final_too_large);

@@ -89,6 +89,19 @@ pub enum EventBody {
     /// A user message of a turn: its HASH-1 hash only (prompts may be private).
     #[serde(rename = "message.user")]
     UserMessage { session: SessionId, provider_turn_id: Option<TurnId>, prompt_hash: String, position: u64 },
+    /// EV-10: an assistant message the provider recorded inside a turn (commentary, and the
+    /// final answer too, which `turn.final` repeats once the turn completes). `text` is absent
+    /// and `text_too_large` holds its JSON size when it is over RF-9's limit.
+    #[serde(rename = "message.assistant")]
+    AssistantMessage {
+        session: SessionId,
+        provider_turn_id: Option<TurnId>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text_too_large: Option<u64>,
+        position: u64,
+    },
     /// `final_too_large`: the JSON size of a final over RF-9's limit, which no `turn.final`
     /// follows (absent otherwise).
     #[serde(rename = "turn.completed")]
@@ -128,7 +141,7 @@ pub enum EventBody {
 
 impl EventBody {
     /// Every kind, in the order SPEC.md lists them.
-    pub const KINDS: [&'static str; 15] = [
+    pub const KINDS: [&'static str; 16] = [
         "agent.started",
         "agent.incarnation_changed",
         "agent.exited",
@@ -138,6 +151,7 @@ impl EventBody {
         "observer.gap",
         "turn.started",
         "message.user",
+        "message.assistant",
         "turn.completed",
         "turn.final",
         "turn.aborted",
@@ -157,6 +171,7 @@ impl EventBody {
             EventBody::ObserverGap { .. } => "observer.gap",
             EventBody::TurnStarted { .. } => "turn.started",
             EventBody::UserMessage { .. } => "message.user",
+            EventBody::AssistantMessage { .. } => "message.assistant",
             EventBody::TurnCompleted { .. } => "turn.completed",
             EventBody::TurnFinal { .. } => "turn.final",
             EventBody::TurnAborted { .. } => "turn.aborted",

@@ -52,10 +52,12 @@ pub enum TurnState {
 ///   duplicate completion of an older turn never ends the running one, CORR-5); an abort
 ///   without a turn id keeps the running (or last completed) turn as the baseline;
 /// - a lost session or an exited process leaves nothing known;
-/// - attaching changes nothing by itself (what follows is read and folded).
+/// - attaching changes nothing by itself (what follows is read and folded), nor does an
+///   assistant message.
 pub fn fold_turn(state: &TurnState, event: &ObserverEvent) -> TurnState {
     match event {
-        ObserverEvent::Attached { .. } => state.clone(),
+        // Only turn records move the state; an assistant message is not one.
+        ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } => state.clone(),
         ObserverEvent::TurnStarted { turn, .. } => TurnState::Busy { turn: Some(turn.clone()) },
         ObserverEvent::UserMessage { turn, .. } => match state {
             TurnState::Idle { .. } => TurnState::Busy { turn: turn.clone() },
@@ -141,6 +143,10 @@ pub enum ObserverEvent {
     /// A user message of a turn, hashed with `prompt::prompt_hash` (HASH-1). Older Codex
     /// records carry no turn id.
     UserMessage { session: SessionId, turn: Option<TurnId>, prompt_hash: String, position: u64 },
+    /// An assistant message as the provider recorded it inside a turn: commentary, and the
+    /// final answer too (which `TurnCompleted` repeats). It changes neither the turn state nor
+    /// correlation; the event stream reports it (`message.assistant`).
+    AgentMessage { session: SessionId, turn: Option<TurnId>, text: String, position: u64 },
     TurnCompleted { session: SessionId, turn: TurnId, final_message: Option<String>, position: u64 },
     TurnAborted { session: SessionId, turn: Option<TurnId>, position: u64 },
     /// The session file was replaced, truncated or rewritten, a record could not be read in
@@ -157,6 +163,7 @@ impl ObserverEvent {
             ObserverEvent::Attached { session, .. }
             | ObserverEvent::TurnStarted { session, .. }
             | ObserverEvent::UserMessage { session, .. }
+            | ObserverEvent::AgentMessage { session, .. }
             | ObserverEvent::TurnCompleted { session, .. }
             | ObserverEvent::TurnAborted { session, .. } => Some(session),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
@@ -168,6 +175,7 @@ impl ObserverEvent {
             ObserverEvent::Attached { position, .. }
             | ObserverEvent::TurnStarted { position, .. }
             | ObserverEvent::UserMessage { position, .. }
+            | ObserverEvent::AgentMessage { position, .. }
             | ObserverEvent::TurnCompleted { position, .. }
             | ObserverEvent::TurnAborted { position, .. } => Some(*position),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,

@@ -50,6 +50,49 @@ fn ev_1_ev_2_a_turn_becomes_ordered_published_events() {
     assert_eq!(serde_json::from_value::<AgentEvent>(json).unwrap(), *last);
 }
 
+/// EV-10: assistant messages are reported in record order inside their turn, a message too
+/// large to store by its size only; they move neither the turn state nor correlation (a
+/// request still completes with the turn's final, not with the commentary).
+#[test]
+fn ev_10_assistant_messages_are_reported_and_change_nothing_else() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    let message = |text: &str, position: u64| ObserverEvent::AgentMessage {
+        session: session(),
+        turn: Some(TurnId("turn-1".into())),
+        text: text.to_string(),
+        position,
+    };
+    rig.observe(message("stray, before any turn", 950));
+    let idle = TurnState::Idle { last_completed: None };
+    assert_eq!(fold_turn(&idle, &message("x", 960)), idle, "CORR-13: a message is not a turn record");
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hello", 1020);
+    rig.observe(message("looking at the code", 1025));
+    rig.observe(message(&"\"".repeat(1_100_000), 1026));
+    rig.observe(message("the answer", 1027));
+    rig.turn_completed("turn-1", "the answer", 1030);
+    let terminal = &rig.terminal_for(REQ)[0];
+    assert_eq!((terminal.state, terminal.final_message.as_deref()), (TerminalState::Completed, Some("the answer")));
+    let turn_kinds: Vec<&str> = rig.published_events.iter().map(|e| e.kind()).filter(|k| k.starts_with("message.") || k.starts_with("turn.")).collect();
+    assert_eq!(
+        turn_kinds,
+        ["message.assistant", "turn.started", "message.user", "message.assistant", "message.assistant", "message.assistant", "turn.completed", "turn.final"]
+    );
+    let texts: Vec<(Option<&str>, Option<u64>)> = rig
+        .published_events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::AssistantMessage { text, text_too_large, .. } => Some((text.as_deref(), *text_too_large)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts[1], (Some("looking at the code"), None));
+    assert_eq!(texts[2], (None, Some(2_200_002)), "RF-9: announced by its size");
+    assert_eq!(texts[3], (Some("the answer"), None));
+}
+
 /// EV-2: a later batch that commits first is held back until the earlier one is durable.
 #[test]
 fn ev_2_nothing_is_published_past_a_pending_sequence() {

@@ -598,7 +598,8 @@ impl CodexObserver {
                 }
                 return None;
             }
-            RolloutRecord::AgentMessage { .. } | RolloutRecord::Other { .. } => return None,
+            RolloutRecord::AgentMessage { turn_id, text, .. } => ObserverEvent::AgentMessage { session, turn: turn_id.map(TurnId), text, position },
+            RolloutRecord::Other { .. } => return None,
         };
         if fold {
             self.turn = wakterm_engine::fold_turn(&self.turn, &event);

@@ -186,6 +186,13 @@ fn completed_turn_reads_as_start_prompt_final_and_idle_baseline() {
                 prompt_hash: prompt_hash("hello fixture"),
                 position: end_of(&bytes, "UserMessage", 0),
             },
+            // EV-10: the assistant message, once (its `response_item` copy is not an event).
+            ObserverEvent::AgentMessage {
+                session: session.clone(),
+                turn: Some(turn.clone()),
+                text: "mock reply to: hello fixture".into(),
+                position: end_of(&bytes, "AgentMessage", 0),
+            },
             ObserverEvent::TurnCompleted {
                 session: session.clone(),
                 turn: turn.clone(),
@@ -351,7 +358,7 @@ fn truncation_rewrite_and_replacement_lose_the_session() {
         let holder = Holder::spawn(HOLD_ONE, &[&path]);
         wait_held(holder.0.id(), &path);
         let mut obs = observer(&home, &holder);
-        assert_eq!(obs.refresh(None).events.len(), 4, "{what}");
+        assert_eq!(obs.refresh(None).events.len(), 5, "{what}: attached, start, prompt, message, completion");
         damage(&path, &bytes, &ends);
         let events = obs.poll();
         assert_eq!(events.len(), 1, "{what}: {events:?}");
@@ -406,7 +413,7 @@ fn resume_replays_exactly_the_events_after_the_cursor() {
     let replayed = obs.resume(&Cursor { session: session.clone(), position: cursor_at });
     let mut expected = vec![ObserverEvent::Attached { session: session.clone(), position: cursor_at }];
     expected.extend(whole.into_iter().filter(|e| e.position().is_some_and(|p| p > cursor_at)));
-    assert_eq!(expected.len(), 4, "Attached, then the second turn: start, prompt, completion");
+    assert_eq!(expected.len(), 5, "Attached, then the second turn: start, prompt, message, completion");
     assert_eq!(replayed, expected);
     // Then live: an appended completion-free turn start arrives once.
     let line = r#"{"timestamp":"x","ordinal":99,"type":"event_msg","payload":{"type":"task_started","turn_id":"t-live"}}"#;
@@ -495,12 +502,13 @@ fn process_exit_drains_the_rollout_first_and_is_reported_once() {
         .iter()
         .map(|e| match e {
             ObserverEvent::UserMessage { .. } => "prompt",
+            ObserverEvent::AgentMessage { .. } => "message",
             ObserverEvent::TurnCompleted { .. } => "completed",
             ObserverEvent::ProcessExited { drained: true } => "exited-drained",
             _ => "other",
         })
         .collect();
-    assert_eq!(kinds, vec!["prompt", "completed", "exited-drained"]);
+    assert_eq!(kinds, vec!["prompt", "message", "completed", "exited-drained"]);
     let after = obs.refresh(None);
     assert!(after.events.is_empty(), "exit is reported once");
     assert!(matches!(after.snapshot.status, ObserverStatus::Unavailable { .. }));
@@ -523,7 +531,7 @@ fn corrupt_lines_are_counted_and_skipped() {
     let mut obs = observer(&home, &holder);
     let refresh = obs.refresh(None);
     assert_eq!(obs.corrupt_lines(), 3);
-    assert_eq!(refresh.events.len(), 4, "{:?}", refresh.events);
+    assert_eq!(refresh.events.len(), 5, "{:?}", refresh.events);
     assert_eq!(refresh.snapshot.turn, TurnState::Idle { last_completed: Some(tid("03")) });
 }
 

@@ -74,6 +74,9 @@ pub enum Mutant {
     /// published (as the daemon once did), so a sequence abandoned by a failed commit, if it
     /// is the last one assigned, holds every catalog at `events_not_durable`.
     SettledOnlyOnPublish,
+    /// Observer port (EV-10): assistant messages are mapped to nothing (as the observer once
+    /// did), so the stream never reports `message.assistant` although the provider recorded it.
+    AssistantMessagesDropped,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -96,6 +99,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
+    (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),
 ];
 
 impl Mutant {

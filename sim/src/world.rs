@@ -247,6 +247,10 @@ impl Session {
                         mix(final_message.as_deref().unwrap_or_default().as_bytes());
                     }
                     ObserverEvent::TurnAborted { turn, .. } => mix(turn.as_ref().map_or(&b"-"[..], |t| t.0.as_bytes())),
+                    ObserverEvent::AgentMessage { turn, text, .. } => {
+                        mix(turn.as_ref().map_or(&b""[..], |t| t.0.as_bytes()));
+                        mix(text.as_bytes());
+                    }
                     ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => {}
                 }
             }
@@ -692,9 +696,17 @@ impl World {
 
     /// The running turn ends: aborted or completed with its final (and maybe a duplicate later).
     fn end_turn(&mut self, a: usize, running: Running, now: u64) {
-        let agent = &mut self.agents[a];
-        agent.running = None;
+        self.agents[a].running = None;
         let t = running.turn.clone();
+        // EV-10: Codex records assistant messages inside the turn: sometimes commentary, and
+        // the final answer itself before `task_complete` (older builds without the turn id).
+        if thread_rng().gen_bool(0.3) {
+            self.assistant_message(a, &t, format!("working on {}", t.0), now);
+        }
+        if !running.abort {
+            self.assistant_message(a, &t, format!("final of {}", t.0), now);
+        }
+        let agent = &mut self.agents[a];
         if running.abort {
             let labelled = thread_rng().gen_bool(0.8).then(|| t.clone());
             let visible = agent.append(now, |session, position| ObserverEvent::TurnAborted { session, turn: labelled, position });
@@ -721,6 +733,12 @@ impl World {
             }
             self.log(format!("a{a} turn {} completed", t.0));
         }
+    }
+
+    fn assistant_message(&mut self, a: usize, t: &TurnId, text: String, now: u64) {
+        let turn = thread_rng().gen_bool(0.9).then(|| t.clone());
+        let visible = self.agents[a].append(now, |session, position| ObserverEvent::AgentMessage { session, turn, text, position });
+        self.wake_observer(visible);
     }
 
     /// Time passes for the provider: turns end, duplicate finals arrive, processes respawn.
@@ -1107,6 +1125,9 @@ impl World {
                     obs.fold_from = None;
                     obs.turn = wakterm_engine::fold_turn(&obs.turn, &event); // CORR-13: the engine's one fold
                 }
+            }
+            if self.mutant == Mutant::AssistantMessagesDropped && matches!(event, ObserverEvent::AgentMessage { .. }) {
+                continue; // the bug: the port maps assistant messages to nothing, as it once did
             }
             out.push(event);
         }

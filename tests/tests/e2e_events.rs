@@ -127,7 +127,7 @@ fn ev_1_ev_4_a_subscriber_survives_a_daemon_crash_mid_turn() {
         assert_eq!(terminal["state"], "completed");
         assert!(terminal_sequences.contains(&terminal["terminal_event_sequence"].as_u64().unwrap()));
         let kinds: Vec<&str> = mine.iter().map(|e| e["kind"].as_str().unwrap()).collect();
-        for kind in ["observer.attached", "request.admitted", "request.bound", "turn.started", "message.user", "turn.completed"] {
+        for kind in ["observer.attached", "request.admitted", "request.bound", "turn.started", "message.user", "message.assistant", "turn.completed"] {
             assert!(kinds.contains(&kind), "{name}: no {kind} in {kinds:?}");
         }
     }
@@ -189,5 +189,6 @@ fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
     assert!(sequences(&after).iter().all(|s| *s > through), "nothing from before the rebase point");
     let mut kinds: Vec<&str> = after.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     kinds.sort_unstable();
-    assert_eq!(kinds, ["message.user", "request.admitted", "turn.completed", "turn.final", "turn.started"], "nothing missed after it: {after:?}");
+    let expected = ["message.assistant", "message.user", "request.admitted", "turn.completed", "turn.final", "turn.started"];
+    assert_eq!(kinds, expected, "nothing missed after it: {after:?}");
 }

@@ -40,6 +40,8 @@ fn every_kind() -> Vec<Value> {
         sample(EventBody::TurnStarted { session: session.clone(), provider_turn_id: turn.clone(), position: 900 }),
         sample(EventBody::UserMessage { session: session.clone(), provider_turn_id: Some(turn.clone()), prompt_hash: hash.clone(), position: 950 }),
         sample(EventBody::UserMessage { session: session.clone(), provider_turn_id: None, prompt_hash: hash.clone(), position: 950 }),
+        sample(EventBody::AssistantMessage { session: session.clone(), provider_turn_id: Some(turn.clone()), text: Some("looking".into()), text_too_large: None, position: 960 }),
+        sample(EventBody::AssistantMessage { session: session.clone(), provider_turn_id: None, text: None, text_too_large: Some(3 << 20), position: 970 }),
         sample(EventBody::TurnCompleted { session: session.clone(), provider_turn_id: turn.clone(), position: 990, final_too_large: None }),
         sample(EventBody::TurnCompleted { session: session.clone(), provider_turn_id: turn.clone(), position: 990, final_too_large: Some(3 << 20) }),
         sample(EventBody::TurnFinal { session: session.clone(), provider_turn_id: turn.clone(), final_message: "done".into(), position: 990 }),
@@ -84,6 +86,14 @@ fn ev_schemas_refuse_stray_missing_and_mistyped_fields() {
     let mut mistyped = event.clone();
     mistyped["sequence"] = json!(0);
     assert!(!event_schema::event_schema_errors(&mistyped).is_empty(), "sequences start at 1");
+    // message.assistant carries its text or its size, never both, never neither.
+    let message = every_kind().into_iter().find(|e| e["kind"] == "message.assistant" && e.get("text").is_some()).unwrap();
+    let mut both = message.clone();
+    both["text_too_large"] = json!(5_000_000);
+    assert!(!event_schema::event_schema_errors(&both).is_empty(), "{both}");
+    let mut neither = message;
+    neither.as_object_mut().unwrap().remove("text");
+    assert!(!event_schema::event_schema_errors(&neither).is_empty(), "{neither}");
     let mut other_schema = event;
     other_schema["schema"] = json!("wakterm.agent-events.v2");
     assert!(!event_schema::event_schema_errors(&other_schema).is_empty());
