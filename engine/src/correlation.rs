@@ -109,7 +109,7 @@ impl Engine {
                 self.on_process_exited(agent_id, *drained)
             }
             // EV: reported on the stream only; correlation reads turn records (CORR-5..7).
-            ObserverEvent::AgentMessage { .. } => {}
+            ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } => {}
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::TurnCompleted { .. }
@@ -154,6 +154,7 @@ impl Engine {
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::AgentMessage { .. }
+            | ObserverEvent::PlanUpdated { .. }
             | ObserverEvent::TurnCompleted { .. }
             | ObserverEvent::TurnAborted { .. } => {}
         }
@@ -287,7 +288,7 @@ impl Engine {
                 }
             }
             (ObserverEvent::TurnAborted { .. }, None) => self.indeterminate(request_id, "turn_aborted_before_binding"),
-            (ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. }, _) => {
+            (ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. }, _) => {
                 unreachable!("handled by apply_event")
             }
         }
@@ -422,6 +423,9 @@ fn describe(event: &ObserverEvent) -> String {
         ObserverEvent::TurnAborted { turn, position, .. } => format!("turn {:?} aborted at {position}", turn.as_ref().map(|t| &t.0)),
         ObserverEvent::AgentMessage { turn, text, position, .. } => {
             format!("assistant message of {} bytes in turn {:?} at {position}", text.len(), turn.as_ref().map(|t| &t.0))
+        }
+        ObserverEvent::PlanUpdated { turn, plan, position, .. } => {
+            format!("plan of {} steps in turn {:?} at {position}", plan.len(), turn.as_ref().map(|t| &t.0))
         }
         ObserverEvent::SessionLost { reason } => format!("observer session lost: {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process exited (record drained: {drained})"),

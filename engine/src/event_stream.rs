@@ -190,6 +190,18 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
                 position: *position,
             }]
         }
+        ObserverEvent::PlanUpdated { session, turn, explanation, plan, position } => {
+            // RF-9: a plan too large to store is announced by its size, never carried.
+            let too_large = crate::observer::json_too_large(&(explanation, plan));
+            vec![EventBody::PlanUpdated {
+                session: session.clone(),
+                provider_turn_id: turn.clone(),
+                explanation: explanation.clone().filter(|_| too_large.is_none()),
+                plan: too_large.is_none().then(|| plan.clone()),
+                plan_too_large: too_large.map(|bytes| bytes as u64),
+                position: *position,
+            }]
+        }
         ObserverEvent::TurnCompleted { session, turn, final_message, position } => {
             // RF-9: a final too large to store is announced by its size, never carried.
             let too_large = final_message.as_deref().and_then(crate::observer::final_too_large);

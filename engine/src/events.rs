@@ -102,6 +102,21 @@ pub enum EventBody {
         text_too_large: Option<u64>,
         position: u64,
     },
+    /// EV-11: the model replaced its plan (Codex's `update_plan`): the whole plan, in order.
+    /// `plan` (and `explanation`) are absent and `plan_too_large` holds their JSON size when
+    /// over RF-9's limit.
+    #[serde(rename = "plan.updated")]
+    PlanUpdated {
+        session: SessionId,
+        provider_turn_id: Option<TurnId>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        explanation: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan: Option<Vec<crate::observer::PlanStep>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan_too_large: Option<u64>,
+        position: u64,
+    },
     /// `final_too_large`: the JSON size of a final over RF-9's limit, which no `turn.final`
     /// follows (absent otherwise).
     #[serde(rename = "turn.completed")]
@@ -141,7 +156,7 @@ pub enum EventBody {
 
 impl EventBody {
     /// Every kind, in the order SPEC.md lists them.
-    pub const KINDS: [&'static str; 16] = [
+    pub const KINDS: [&'static str; 17] = [
         "agent.started",
         "agent.incarnation_changed",
         "agent.exited",
@@ -152,6 +167,7 @@ impl EventBody {
         "turn.started",
         "message.user",
         "message.assistant",
+        "plan.updated",
         "turn.completed",
         "turn.final",
         "turn.aborted",
@@ -172,6 +188,7 @@ impl EventBody {
             EventBody::TurnStarted { .. } => "turn.started",
             EventBody::UserMessage { .. } => "message.user",
             EventBody::AssistantMessage { .. } => "message.assistant",
+            EventBody::PlanUpdated { .. } => "plan.updated",
             EventBody::TurnCompleted { .. } => "turn.completed",
             EventBody::TurnFinal { .. } => "turn.final",
             EventBody::TurnAborted { .. } => "turn.aborted",

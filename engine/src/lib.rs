@@ -35,7 +35,7 @@ pub use event_stream::{observed_events, registration_events};
 pub use events::{AgentEvent, EventBody, EventMark, AGENT_EVENTS_SCHEMA};
 pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
 pub use io::{AdmitCommand, CancelCommand, CancelOutcome, DeliveryOutcome, DurableState, Input, OpId, Output, PersistOp};
-pub use observer::{fold_turn, Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, TurnState};
+pub use observer::{fold_turn, Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, PlanStatus, PlanStep, ProcessIdentity, TurnState};
 pub use prompt::PasteMode;
 pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
 pub use recovery::RESTART_REASON;

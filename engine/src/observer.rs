@@ -53,11 +53,11 @@ pub enum TurnState {
 ///   without a turn id keeps the running (or last completed) turn as the baseline;
 /// - a lost session or an exited process leaves nothing known;
 /// - attaching changes nothing by itself (what follows is read and folded), nor does an
-///   assistant message.
+///   assistant message or a plan update.
 pub fn fold_turn(state: &TurnState, event: &ObserverEvent) -> TurnState {
     match event {
         // Only turn records move the state; an assistant message is not one.
-        ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } => state.clone(),
+        ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } => state.clone(),
         ObserverEvent::TurnStarted { turn, .. } => TurnState::Busy { turn: Some(turn.clone()) },
         ObserverEvent::UserMessage { turn, .. } => match state {
             TurnState::Idle { .. } => TurnState::Busy { turn: turn.clone() },
@@ -128,8 +128,30 @@ pub const RECORD_TOO_LARGE: &str = "record_too_large";
 /// RF-9: the JSON size of a final too large to store and deliver, or None when it fits.
 /// JSON escaping can grow text up to sixfold, so the encoded size is what counts.
 pub fn final_too_large(text: &str) -> Option<usize> {
-    let encoded = serde_json::to_string(text).map_or(usize::MAX, |json| json.len());
+    json_too_large(text)
+}
+
+/// RF-9's limit for any provider text an event carries (a message, a plan): its JSON size
+/// when over `MAX_FINAL_JSON_BYTES`.
+pub fn json_too_large<T: Serialize + ?Sized>(value: &T) -> Option<usize> {
+    let encoded = serde_json::to_string(value).map_or(usize::MAX, |json| json.len());
     (encoded > crate::limits::MAX_FINAL_JSON_BYTES).then_some(encoded)
+}
+
+/// EV-11: one step of a plan the model recorded with Codex's `update_plan` tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStep {
+    pub step: String,
+    pub status: PlanStatus,
+}
+
+/// The step statuses Codex's `update_plan` accepts (any other fails the call, so no plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    Pending,
+    InProgress,
+    Completed,
 }
 
 /// A turn lifecycle fact read from the provider, in position order.
@@ -147,6 +169,9 @@ pub enum ObserverEvent {
     /// final answer too (which `TurnCompleted` repeats). It changes neither the turn state nor
     /// correlation; the event stream reports it (`message.assistant`).
     AgentMessage { session: SessionId, turn: Option<TurnId>, text: String, position: u64 },
+    /// EV-11: the model replaced its plan (Codex's `update_plan` tool call). Like a message, it
+    /// changes neither the turn state nor correlation.
+    PlanUpdated { session: SessionId, turn: Option<TurnId>, explanation: Option<String>, plan: Vec<PlanStep>, position: u64 },
     TurnCompleted { session: SessionId, turn: TurnId, final_message: Option<String>, position: u64 },
     TurnAborted { session: SessionId, turn: Option<TurnId>, position: u64 },
     /// The session file was replaced, truncated or rewritten, a record could not be read in
@@ -164,6 +189,7 @@ impl ObserverEvent {
             | ObserverEvent::TurnStarted { session, .. }
             | ObserverEvent::UserMessage { session, .. }
             | ObserverEvent::AgentMessage { session, .. }
+            | ObserverEvent::PlanUpdated { session, .. }
             | ObserverEvent::TurnCompleted { session, .. }
             | ObserverEvent::TurnAborted { session, .. } => Some(session),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
@@ -176,6 +202,7 @@ impl ObserverEvent {
             | ObserverEvent::TurnStarted { position, .. }
             | ObserverEvent::UserMessage { position, .. }
             | ObserverEvent::AgentMessage { position, .. }
+            | ObserverEvent::PlanUpdated { position, .. }
             | ObserverEvent::TurnCompleted { position, .. }
             | ObserverEvent::TurnAborted { position, .. } => Some(*position),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,

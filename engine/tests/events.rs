@@ -93,6 +93,38 @@ fn ev_10_assistant_messages_are_reported_and_change_nothing_else() {
     assert_eq!(texts[3], (Some("the answer"), None));
 }
 
+/// EV-11: a plan update is reported whole, in record order and with its turn; one too large
+/// to store is announced by its size; it moves neither the turn state nor correlation.
+#[test]
+fn ev_11_plan_updates_are_reported_and_change_nothing_else() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    let plan = |step: &str, position: u64| ObserverEvent::PlanUpdated {
+        session: session(),
+        turn: Some(TurnId("turn-1".into())),
+        explanation: Some("why".into()),
+        plan: vec![PlanStep { step: step.to_string(), status: PlanStatus::InProgress }],
+        position,
+    };
+    let busy = TurnState::Busy { turn: Some(TurnId("turn-1".into())) };
+    assert_eq!(fold_turn(&busy, &plan("x", 1)), busy, "CORR-13: a plan is not a turn record");
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hello", 1020);
+    rig.observe(plan("read the code", 1025));
+    rig.observe(plan(&"\\".repeat(1_100_000), 1026));
+    rig.turn_completed("turn-1", "the answer", 1030);
+    assert_eq!(rig.terminal_for(REQ)[0].final_message.as_deref(), Some("the answer"));
+    let plans: Vec<&EventBody> = rig.published_events.iter().map(|e| &e.body).filter(|b| matches!(b, EventBody::PlanUpdated { .. })).collect();
+    match plans[..] {
+        [EventBody::PlanUpdated { plan: Some(steps), explanation: Some(why), plan_too_large: None, provider_turn_id: Some(turn), .. }, EventBody::PlanUpdated { plan: None, explanation: None, plan_too_large: Some(size), .. }] => {
+            assert_eq!((steps[0].step.as_str(), why.as_str(), turn.0.as_str()), ("read the code", "why", "turn-1"));
+            assert!(*size > limits::MAX_FINAL_JSON_BYTES as u64, "RF-9: announced by its size, {size}");
+        }
+        _ => panic!("two plan updates expected: {plans:?}"),
+    }
+}
+
 /// EV-2: a later batch that commits first is held back until the earlier one is durable.
 #[test]
 fn ev_2_nothing_is_published_past_a_pending_sequence() {

@@ -7,6 +7,12 @@
 //! request is recorded (in memory and, optionally, as JSON lines in a log file) so a test can
 //! prove which prompt reached the model and how often.
 //!
+//! A rule with a `plan` makes the model call Codex's `update_plan` tool: a request that offers
+//! that tool and does not yet carry the call's `function_call_output` (after its last user item)
+//! is answered with the rule's commentary and the `function_call`; the follow-up that carries the
+//! output, and any request that does not offer the tool (Codex's task-title request), get the
+//! rule's reply text.
+//!
 //! The server is synchronous (`tiny_http`: one acceptor thread, one thread per request) and binds
 //! 127.0.0.1 only.
 
@@ -15,7 +21,9 @@ pub mod script;
 pub mod sse;
 
 pub use prompt::extract_prompt;
-pub use script::{FailMode, Plan, Rule, Script, ScriptError};
+pub use script::{
+    FailMode, Plan, PlanStep, PlanUpdate, Reply, Rule, Script, ScriptError, StepStatus, ToolCall,
+};
 
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -55,7 +63,8 @@ pub struct ReceivedRequest {
     /// The new prompt (last user `input_text`), `None` for GETs and bodies without one.
     pub prompt: Option<String>,
     pub unix_ms: u64,
-    /// What was sent back: `reply`, `reply_then_failed`, `http_500`, `model_list`, `not_found`, ...
+    /// What was sent back: `reply`, `update_plan_call`, `reply_then_failed`, `http_500`,
+    /// `model_list`, `not_found`, ...
     pub outcome: String,
 }
 
@@ -272,12 +281,21 @@ fn handle_request(shared: &Shared, mut request: tiny_http::Request) {
             r#"{"error":{"message":"request body too large"}}"#,
         );
     };
-    let prompt = extract_prompt(&body);
-    let plan = shared.script.plan(prompt.as_deref());
-    let outcome = match plan.fail {
-        Some(FailMode::Http500) => "http_500",
-        Some(FailMode::ResponseFailed) => "reply_then_failed",
-        None => "reply",
+    let json: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+    let prompt = json.as_ref().and_then(prompt::prompt_of);
+    let mut plan = shared.script.plan(prompt.as_deref());
+    // The scripted call is made only where a model could make it, and only once per turn.
+    plan.tool_call = plan.tool_call.filter(|call| {
+        json.as_ref().is_some_and(|json| {
+            prompt::offers_function_tool(json, &call.name)
+                && !prompt::call_answered_this_turn(json, &call.call_id)
+        })
+    });
+    let outcome = match (plan.fail, &plan.tool_call) {
+        (Some(FailMode::Http500), _) => "http_500",
+        (Some(FailMode::ResponseFailed), _) => "reply_then_failed",
+        (None, Some(_)) => "update_plan_call",
+        (None, None) => "reply",
     };
     record(shared, &method, &path, prompt.clone(), outcome);
     if plan.fail == Some(FailMode::Http500) {
@@ -337,7 +355,14 @@ fn stream_reply(shared: &Shared, request: tiny_http::Request, prompt: &str, plan
     {
         return;
     }
-    for event in sse::output_events(&ids, &plan.reply_text) {
+    let (events, output_text) = match &plan.tool_call {
+        Some(call) => (sse::tool_call_events(&ids, call), call.arguments.as_str()),
+        None => (
+            sse::output_events(&ids, &plan.reply_text),
+            plan.reply_text.as_str(),
+        ),
+    };
+    for event in events {
         if write_chunk(&mut out, event.as_bytes()).is_err() {
             return; // client went away (e.g. Codex interrupted the turn)
         }
@@ -347,7 +372,7 @@ fn stream_reply(shared: &Shared, request: tiny_http::Request, prompt: &str, plan
     }
     let closing = match plan.fail {
         Some(_) => sse::failed_event(&ids),
-        None => sse::completed_event(&ids, prompt, &plan.reply_text),
+        None => sse::completed_event(&ids, prompt, output_text),
     };
     let _ = write_chunk(&mut out, closing.as_bytes()).and_then(|()| write_chunk(&mut out, b""));
 }

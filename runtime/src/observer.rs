@@ -599,6 +599,9 @@ impl CodexObserver {
                 return None;
             }
             RolloutRecord::AgentMessage { turn_id, text, .. } => ObserverEvent::AgentMessage { session, turn: turn_id.map(TurnId), text, position },
+            RolloutRecord::PlanUpdated { turn_id, explanation, plan } => {
+                ObserverEvent::PlanUpdated { session, turn: turn_id.map(TurnId), explanation, plan, position }
+            }
             RolloutRecord::Other { .. } => return None,
         };
         if fold {

@@ -41,6 +41,9 @@ pub enum RolloutRecord {
     UserMessage { turn_id: Option<String>, text: String, source: MessageSource },
     /// Assistant text (not necessarily the final answer of the turn).
     AgentMessage { turn_id: Option<String>, text: String, source: MessageSource },
+    /// `response_item`/`function_call` of Codex's `update_plan` tool with arguments it accepts
+    /// (EV-11): the model's whole new plan. Codex records no other plan record.
+    PlanUpdated { turn_id: Option<String>, explanation: Option<String>, plan: Vec<wakterm_engine::PlanStep> },
     /// `event_msg`/`task_complete`: the turn ended; `last_agent_message` is its final answer.
     TurnComplete { turn_id: String, last_agent_message: Option<String> },
     /// `event_msg`/`turn_aborted`: the turn was interrupted or replaced.
@@ -114,8 +117,42 @@ pub fn parse_line(line: &[u8]) -> Result<RolloutRecord, RecordError> {
     match kind.as_str() {
         "session_meta" => parse_session_meta(payload),
         "event_msg" => parse_event_msg(payload),
+        "response_item" => Ok(parse_response_item(&payload)),
         _ => Ok(other(&kind, payload.get("type").and_then(Value::as_str))),
     }
+}
+
+/// The name of Codex's plan tool (a plain function tool, no namespace).
+pub const PLAN_TOOL: &str = "update_plan";
+
+/// `update_plan`'s arguments as Codex parses them; arguments it cannot parse fail the call, so
+/// they are no plan.
+#[derive(serde::Deserialize)]
+struct UpdatePlanArgs {
+    #[serde(default)]
+    explanation: Option<String>,
+    plan: Vec<wakterm_engine::PlanStep>,
+}
+
+/// Of the `response_item` records (model input and output, injected context included) only
+/// the plan tool's call is a fact the stream reports (EV-11); messages come from `event_msg`.
+fn parse_response_item(payload: &Map<String, Value>) -> RolloutRecord {
+    let sub_kind = payload.get("type").and_then(Value::as_str);
+    let is_plan_call = sub_kind == Some("function_call")
+        && payload.get("name").and_then(Value::as_str) == Some(PLAN_TOOL)
+        && payload.get("namespace").is_none_or(Value::is_null);
+    let arguments = payload.get("arguments").and_then(Value::as_str);
+    let parsed = arguments.filter(|_| is_plan_call).and_then(|json| serde_json::from_str::<UpdatePlanArgs>(json).ok());
+    let Some(args) = parsed else {
+        let label = if is_plan_call { "function_call(update_plan, arguments refused)" } else { sub_kind.unwrap_or("") };
+        return other("response_item", (!label.is_empty()).then_some(label));
+    };
+    let turn_id = payload
+        .get("internal_chat_message_metadata_passthrough")
+        .and_then(|meta| meta.get("turn_id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    RolloutRecord::PlanUpdated { turn_id, explanation: args.explanation, plan: args.plan }
 }
 
 fn other(kind: &str, sub_kind: Option<&str>) -> RolloutRecord {
@@ -310,6 +347,7 @@ impl PromptDeduper {
                 }
             }
             RolloutRecord::SessionMeta { .. }
+            | RolloutRecord::PlanUpdated { .. }
             | RolloutRecord::TurnStarted { .. }
             | RolloutRecord::TurnComplete { .. }
             | RolloutRecord::TurnAborted { .. }
@@ -416,6 +454,38 @@ mod tests {
             r#"{"type":"item_completed","turn_id":"t2","item":{"type":"Reasoning","id":"r"}}"#,
         ));
         assert_eq!(reasoning, Ok(RolloutRecord::Other { kind: "event_msg/item_completed/Reasoning".into() }));
+    }
+
+    #[test]
+    fn plan_tool_calls_are_plans_and_nothing_else_is() {
+        use wakterm_engine::{PlanStatus, PlanStep};
+        let call = |name: &str, extra: &str, arguments: &str| {
+            let arguments = serde_json::to_string(arguments).unwrap();
+            line(
+                "response_item",
+                &format!(r#"{{"type":"function_call","name":"{name}"{extra},"arguments":{arguments},"call_id":"c1","internal_chat_message_metadata_passthrough":{{"turn_id":"t1"}}}}"#),
+            )
+        };
+        let good = r#"{"explanation":"why","plan":[{"step":"read","status":"completed"},{"step":"write","status":"in_progress"}]}"#;
+        assert_eq!(
+            parse_line(&call("update_plan", "", good)),
+            Ok(RolloutRecord::PlanUpdated {
+                turn_id: Some("t1".into()),
+                explanation: Some("why".into()),
+                plan: vec![
+                    PlanStep { step: "read".into(), status: PlanStatus::Completed },
+                    PlanStep { step: "write".into(), status: PlanStatus::InProgress },
+                ],
+            })
+        );
+        // Arguments Codex refuses (an unknown status, no plan, not JSON) made no plan.
+        for refused in [r#"{"plan":[{"step":"x","status":"blocked"}]}"#, r#"{"explanation":"e"}"#, "not json"] {
+            let record = parse_line(&call("update_plan", "", refused));
+            assert!(matches!(&record, Ok(RolloutRecord::Other { kind }) if kind.contains("arguments refused")), "{record:?}");
+        }
+        // Another tool, or an MCP tool that happens to share the name, is not the plan tool.
+        assert!(matches!(parse_line(&call("shell", "", good)), Ok(RolloutRecord::Other { .. })));
+        assert!(matches!(parse_line(&call("update_plan", r#","namespace":"mcp__x""#, good)), Ok(RolloutRecord::Other { .. })));
     }
 
     #[test]

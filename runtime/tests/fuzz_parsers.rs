@@ -70,6 +70,8 @@ fn check_record(record: &RolloutRecord) {
             assert!(last_agent_message.as_ref().is_none_or(|t| t.len() <= MAX_RECORD_TEXT_BYTES));
         }
         RolloutRecord::Other { kind } => assert!(kind.len() <= MAX_KIND_LABEL_BYTES),
+        // EV-11: bounded by the line (the tail's limit); RF-9 decides what the stream carries.
+        RolloutRecord::PlanUpdated { .. } => {}
         RolloutRecord::SessionMeta { .. } | RolloutRecord::TurnStarted { .. } | RolloutRecord::TurnAborted { .. } => {}
     }
 }

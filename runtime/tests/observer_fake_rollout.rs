@@ -110,6 +110,7 @@ fn short(record: &RolloutRecord) -> &'static str {
         RolloutRecord::TurnStarted { .. } => "turn_started",
         RolloutRecord::UserMessage { .. } => "user_message",
         RolloutRecord::AgentMessage { .. } => "agent_message",
+        RolloutRecord::PlanUpdated { .. } => "plan_updated",
         RolloutRecord::TurnComplete { .. } => "turn_complete",
         RolloutRecord::TurnAborted { .. } => "turn_aborted",
         RolloutRecord::Other { .. } => "other",

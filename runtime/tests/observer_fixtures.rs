@@ -36,6 +36,7 @@ struct Turn {
     id: String,
     prompts: Vec<String>,
     agent_texts: Vec<String>,
+    plans: Vec<Vec<wakterm_engine::PlanStep>>,
     completed: Option<Option<String>>,
     aborted: Option<String>,
 }
@@ -62,6 +63,11 @@ fn turns_of(name: &str, records: &[RolloutRecord]) -> Vec<Turn> {
                 let turn = open.unwrap_or_else(|| panic!("{name}: agent text outside a turn"));
                 assert_eq!(turn_id.as_ref(), Some(&turn.id), "{name}: agent turn id");
                 turn.agent_texts.push(text.clone());
+            }
+            RolloutRecord::PlanUpdated { turn_id, plan, .. } => {
+                let turn = open.unwrap_or_else(|| panic!("{name}: plan outside a turn"));
+                assert_eq!(turn_id.as_ref(), Some(&turn.id), "{name}: plan turn id");
+                turn.plans.push(plan.clone());
             }
             RolloutRecord::TurnComplete { turn_id, last_agent_message } => {
                 let turn = open.unwrap_or_else(|| panic!("{name}: completion outside a turn"));
@@ -138,7 +144,7 @@ fn captured_scenarios_have_their_expected_shape() {
     let dir = fixture_dir();
     let completed = dir.join("completed-turn.jsonl");
     assert!(completed.exists(), "the basic scenario is always captured");
-    let checks: [(&str, ShapeCheck); 6] = [
+    let checks: [(&str, ShapeCheck); 7] = [
         ("completed-turn.jsonl", |t| {
             assert_eq!(t.len(), 1);
             assert_eq!(t[0].prompts.len(), 1, "one prompt, one UserMessage");
@@ -153,6 +159,17 @@ fn captured_scenarios_have_their_expected_shape() {
         ("two-turns.jsonl", |t| {
             assert_eq!(t.len(), 2);
             assert!(t.iter().all(|turn| turn.prompts.len() == 1 && turn.completed.is_some()));
+        }),
+        // EV-11: the plan is the `update_plan` call only; commentary and final are two
+        // messages of one turn, and the final is the last.
+        ("plan-update.jsonl", |t| {
+            use wakterm_engine::PlanStatus::*;
+            assert_eq!(t.len(), 1);
+            let statuses: Vec<Vec<wakterm_engine::PlanStatus>> = t[0].plans.iter().map(|p| p.iter().map(|s| s.status).collect()).collect();
+            assert_eq!(statuses, [[Completed, InProgress, Pending]]);
+            assert_eq!(t[0].plans[0][0].step, "Read the request");
+            assert_eq!(t[0].agent_texts.len(), 2, "commentary, then the final");
+            assert_eq!(t[0].completed, Some(t[0].agent_texts.last().cloned()));
         }),
         ("whitespace-prompt.jsonl", |t| {
             for prompt in t.iter().flat_map(|turn| &turn.prompts) {

@@ -77,6 +77,9 @@ pub enum Mutant {
     /// Observer port (EV-10): assistant messages are mapped to nothing (as the observer once
     /// did), so the stream never reports `message.assistant` although the provider recorded it.
     AssistantMessagesDropped,
+    /// Observer port (EV-11): a plan update is reported without its turn id (read from
+    /// `event_msg` records only, where Codex writes no plan), so it cannot be placed in its turn.
+    PlanTurnUnlabelled,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -100,6 +103,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),
+    (Mutant::PlanTurnUnlabelled, "plan_turn_unlabelled", "observer port reports plan updates without their turn id"),
 ];
 
 impl Mutant {

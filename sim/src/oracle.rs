@@ -229,6 +229,7 @@ fn record_events(record: &Record) -> (Vec<&'static str>, Option<&TurnId>) {
         ObserverEvent::TurnCompleted { turn, final_message: None, .. } => (vec!["turn.completed"], Some(turn)),
         ObserverEvent::TurnAborted { turn, .. } => (vec!["turn.aborted"], turn.as_ref()),
         ObserverEvent::AgentMessage { turn, .. } => (vec!["message.assistant"], turn.as_ref()),
+        ObserverEvent::PlanUpdated { turn, .. } => (vec!["plan.updated"], turn.as_ref()),
         ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => (vec![], None),
     }
 }
@@ -242,6 +243,7 @@ fn turn_event_parts(body: &EventBody) -> Option<(&SessionId, u64, Option<&TurnId
         EventBody::TurnFinal { session, provider_turn_id, position, .. } => Some((session, *position, Some(provider_turn_id))),
         EventBody::TurnAborted { session, provider_turn_id, position } => Some((session, *position, provider_turn_id.as_ref())),
         EventBody::AssistantMessage { session, provider_turn_id, position, .. } => Some((session, *position, provider_turn_id.as_ref())),
+        EventBody::PlanUpdated { session, provider_turn_id, position, .. } => Some((session, *position, provider_turn_id.as_ref())),
         _ => None,
     }
 }

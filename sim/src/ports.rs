@@ -571,6 +571,7 @@ pub fn describe_event(event: &ObserverEvent) -> String {
         ObserverEvent::TurnCompleted { turn, position, .. } => format!("turn_completed {} @{position}", turn.0),
         ObserverEvent::TurnAborted { turn, position, .. } => format!("turn_aborted {:?} @{position}", turn.as_ref().map(|t| &t.0)),
         ObserverEvent::AgentMessage { turn, position, .. } => format!("agent_message {:?} @{position}", turn.as_ref().map(|t| &t.0)),
+        ObserverEvent::PlanUpdated { turn, position, .. } => format!("plan_updated {:?} @{position}", turn.as_ref().map(|t| &t.0)),
         ObserverEvent::SessionLost { reason } => format!("session_lost {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process_exited drained={drained}"),
     }

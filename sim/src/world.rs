@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use wakterm_engine::{
     prompt::prompt_hash, AgentFacts, AgentId, Composer, Harness, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus,
-    ProcessIdentity, RequestRecord, ReturnMode, SessionId, Transport, TurnId, TurnState,
+    PlanStatus, PlanStep, ProcessIdentity, RequestRecord, ReturnMode, SessionId, Transport, TurnId, TurnState,
 };
 use wakterm_runtime::driver::DriverMsg;
 use wakterm_runtime::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS, CHECKPOINT_VERSION};
@@ -250,6 +250,12 @@ impl Session {
                     ObserverEvent::AgentMessage { turn, text, .. } => {
                         mix(turn.as_ref().map_or(&b""[..], |t| t.0.as_bytes()));
                         mix(text.as_bytes());
+                    }
+                    ObserverEvent::PlanUpdated { turn, plan, .. } => {
+                        mix(turn.as_ref().map_or(&b""[..], |t| t.0.as_bytes()));
+                        for step in plan {
+                            mix(step.step.as_bytes());
+                        }
                     }
                     ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => {}
                 }
@@ -703,6 +709,13 @@ impl World {
         if thread_rng().gen_bool(0.3) {
             self.assistant_message(a, &t, format!("working on {}", t.0), now);
         }
+        // EV-11: and sometimes an `update_plan` call.
+        if thread_rng().gen_bool(0.2) {
+            let plan = vec![PlanStep { step: format!("step of {}", t.0), status: PlanStatus::InProgress }];
+            let turn = Some(t.clone());
+            let visible = self.agents[a].append(now, |session, position| ObserverEvent::PlanUpdated { session, turn, explanation: None, plan, position });
+            self.wake_observer(visible);
+        }
         if !running.abort {
             self.assistant_message(a, &t, format!("final of {}", t.0), now);
         }
@@ -1129,6 +1142,13 @@ impl World {
             if self.mutant == Mutant::AssistantMessagesDropped && matches!(event, ObserverEvent::AgentMessage { .. }) {
                 continue; // the bug: the port maps assistant messages to nothing, as it once did
             }
+            let event = match event {
+                // The bug: the plan's turn id is read from `event_msg` records only.
+                ObserverEvent::PlanUpdated { session, explanation, plan, position, .. } if self.mutant == Mutant::PlanTurnUnlabelled => {
+                    ObserverEvent::PlanUpdated { session, turn: None, explanation, plan, position }
+                }
+                other => other,
+            };
             out.push(event);
         }
         let obs = &mut self.agents[a].observer;

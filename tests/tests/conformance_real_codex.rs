@@ -686,6 +686,54 @@ fn ev_real_codex_stream_matches_the_golden_fixture() {
     assert_eq!(normalised, golden, "the stream differs from {}", path.display());
 }
 
+/// EV-10, EV-11 against the real Codex 0.169 (its `update_plan` tool enabled, off by default):
+/// a turn in which the model comments, calls `update_plan`, then answers is reported as
+/// `message.assistant` (the commentary), `plan.updated` (the steps as the model sent them, in
+/// order, with their turn), `message.assistant` (the final), `turn.completed`, `turn.final`;
+/// the return-final request completes with the final only, never the commentary.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn ev_real_codex_reports_commentary_and_plan_updates() {
+    use wakterm_harness::provider::{PlanStep, PlanUpdate, Reply, Rule, StepStatus};
+    let steps = [("Read the request", StepStatus::Completed), ("Write the answer", StepStatus::InProgress), ("Review it", StepStatus::Pending)];
+    let plan = PlanUpdate {
+        explanation: Some("scripted plan".into()),
+        steps: steps.iter().map(|(step, status)| PlanStep { step: step.to_string(), status: *status }).collect(),
+    };
+    let reply = Reply { text: Some("planned reply to: {prompt}".into()), commentary: Some("Let me plan first.".into()), plan: Some(plan) };
+    let rule = Rule { contains: "PLAN-UPDATE".into(), reply: Some(reply), delay_ms: 0, output_delay_ms: 0, fail: None };
+    let rw = RealWorld::with_config(EXE, script(vec![rule]), "[tools.update_plan]\nenabled = true\n");
+    rw.ready("zola", "baseline turn");
+    let prompt = "PLAN-UPDATE make a plan";
+    let out = rw.w.run(&["agent", "send", "zola", "--return-final", prompt]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let id = s(&out.json["request_id"]).to_string();
+    let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!((terminal["state"].as_str(), terminal["final_message"].as_str()), (Some("completed"), Some(format!("planned reply to: {prompt}").as_str())), "{terminal}");
+    let end = Instant::now() + TURN_DEADLINE;
+    let events = loop {
+        let out = rw.w.run(&["agent", "events", "--once", "--agent", "zola"]);
+        let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        if events.iter().any(|e| e["kind"] == "request.terminal" && e["request_id"] == id.as_str()) {
+            break events;
+        }
+        assert!(Instant::now() < end, "no request.terminal in {events:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let turn = terminal["provider_turn_id"].clone();
+    let in_turn: Vec<&Value> = events.iter().filter(|e| e["provider_turn_id"] == turn && e["kind"] != "request.bound" && e["kind"] != "request.terminal").collect();
+    let kinds: Vec<&str> = in_turn.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["turn.started", "message.user", "message.assistant", "plan.updated", "message.assistant", "turn.completed", "turn.final"], "{in_turn:?}");
+    assert_eq!(in_turn[2]["text"], "Let me plan first.");
+    let plan: Vec<(&str, &str)> = in_turn[3]["plan"].as_array().unwrap().iter().map(|p| (p["step"].as_str().unwrap(), p["status"].as_str().unwrap())).collect();
+    assert_eq!(plan, [("Read the request", "completed"), ("Write the answer", "in_progress"), ("Review it", "pending")]);
+    assert_eq!(in_turn[3]["explanation"], "scripted plan");
+    assert_eq!(in_turn[4]["text"], format!("planned reply to: {prompt}").as_str());
+    for event in &events {
+        event_schema::assert_event_schema(event);
+    }
+}
+
 /// Replaces run-specific identities by symbols in order of appearance; drops times, sequences
 /// and byte positions.
 fn normalise_events(events: &[Value]) -> Vec<String> {

@@ -20,7 +20,9 @@ struct Args {
     /// Port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// JSON script: {"default_reply": "...{prompt}...", "rules": [{"contains", "reply", "delay_ms", "fail"}]}.
+    /// JSON script: {"default_reply": "...{prompt}...", "rules": [{"contains", "reply", "delay_ms",
+    /// "output_delay_ms", "fail", "commentary", "plan": {"explanation", "steps": [{"step", "status"}]}}]}
+    /// (a plan answers with an `update_plan` call first: see `provider::script`).
     #[arg(long)]
     script: Option<PathBuf>,
     /// Append one JSON line per received request.

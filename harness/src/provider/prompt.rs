@@ -10,12 +10,47 @@ use serde_json::Value;
 /// Returns the prompt text, or `None` when the body is not JSON or holds no user `input_text`.
 pub fn extract_prompt(body: &[u8]) -> Option<String> {
     let json: Value = serde_json::from_slice(body).ok()?;
+    prompt_of(&json)
+}
+
+/// [`extract_prompt`] on an already parsed body.
+pub fn prompt_of(json: &Value) -> Option<String> {
     let items = json.get("input")?.as_array()?;
     items
         .iter()
         .rev()
-        .filter(|item| item.get("role").and_then(Value::as_str) == Some("user"))
+        .filter(|item| is_user(item))
         .find_map(last_input_text)
+}
+
+/// Whether the request offers a plain (top-level, not namespaced) function tool called `name`.
+/// Codex's task-title request, for one, offers no tools at all.
+pub fn offers_function_tool(json: &Value, name: &str) -> bool {
+    let Some(tools) = json.get("tools").and_then(Value::as_array) else {
+        return false;
+    };
+    tools.iter().any(|tool| {
+        tool.get("type").and_then(Value::as_str) == Some("function")
+            && tool.get("name").and_then(Value::as_str) == Some(name)
+    })
+}
+
+/// Whether the input holds a `function_call_output` for `call_id` AFTER the last user item, i.e.
+/// Codex answered that call within the current turn (an earlier turn's output does not count, so
+/// a later turn with a matching prompt gets the call again).
+pub fn call_answered_this_turn(json: &Value, call_id: &str) -> bool {
+    let Some(items) = json.get("input").and_then(Value::as_array) else {
+        return false;
+    };
+    let after_user = items.iter().rposition(is_user).map_or(0, |i| i + 1);
+    items[after_user..].iter().any(|item| {
+        item.get("type").and_then(Value::as_str) == Some("function_call_output")
+            && item.get("call_id").and_then(Value::as_str) == Some(call_id)
+    })
+}
+
+fn is_user(item: &Value) -> bool {
+    item.get("role").and_then(Value::as_str) == Some("user")
 }
 
 fn last_input_text(item: &Value) -> Option<String> {
@@ -56,5 +91,38 @@ mod tests {
         assert_eq!(extract_prompt(b"not json"), None);
         assert_eq!(extract_prompt(br#"{"input":"string"}"#), None);
         assert_eq!(extract_prompt(br#"{"model":"m"}"#), None);
+    }
+
+    #[test]
+    fn tool_offers_and_answered_calls_are_read_from_the_body() {
+        let json: Value = serde_json::from_str(
+            r#"{"tools":[{"type":"function","name":"exec_command"},
+                {"type":"namespace","name":"ns","tools":[{"type":"function","name":"update_plan"}]},
+                {"type":"web_search"}],
+            "input":[
+              {"role":"user","content":[{"type":"input_text","text":"turn 1"}]},
+              {"type":"function_call","call_id":"c1","name":"update_plan","arguments":"{}"},
+              {"type":"function_call_output","call_id":"c1","output":"Plan updated"},
+              {"role":"user","content":[{"type":"input_text","text":"turn 2"}]},
+              {"type":"function_call","call_id":"c2","name":"update_plan","arguments":"{}"},
+              {"type":"function_call_output","call_id":"c2","output":"Plan updated"}]}"#,
+        )
+        .unwrap();
+        assert!(offers_function_tool(&json, "exec_command"));
+        assert!(
+            !offers_function_tool(&json, "update_plan"),
+            "a namespaced tool is not a plain function tool"
+        );
+        assert!(!offers_function_tool(
+            &serde_json::json!({"tools":[]}),
+            "exec_command"
+        ));
+        assert!(call_answered_this_turn(&json, "c2"));
+        assert!(
+            !call_answered_this_turn(&json, "c1"),
+            "an earlier turn's output does not count"
+        );
+        assert!(!call_answered_this_turn(&serde_json::json!({}), "c2"));
+        assert_eq!(prompt_of(&json).as_deref(), Some("turn 2"));
     }
 }

@@ -3,6 +3,7 @@
 //! Each event is `event: NAME\ndata: JSON\n\n`; the JSON repeats the name in `type` because Codex
 //! dispatches on the data's `type`, while other clients read the `event:` line.
 
+use super::script::ToolCall;
 use serde_json::{json, Value};
 
 /// Ids of one reply; `seq` makes them unique within a provider run.
@@ -44,23 +45,63 @@ pub fn created_event(ids: &ReplyIds) -> String {
 
 /// The reply text: the assistant item, its text, the finished item.
 pub fn output_events(ids: &ReplyIds, text: &str) -> Vec<String> {
-    let empty_item = json!({"type":"message","role":"assistant","id":ids.item_id,"status":"in_progress","content":[]});
-    let full_item = json!({"type":"message","role":"assistant","id":ids.item_id,"status":"completed",
+    message_events(&ids.item_id, 0, text)
+}
+
+/// One assistant `message` output item at `output_index`.
+fn message_events(item_id: &str, output_index: usize, text: &str) -> Vec<String> {
+    let empty_item = json!({"type":"message","role":"assistant","id":item_id,"status":"in_progress","content":[]});
+    let full_item = json!({"type":"message","role":"assistant","id":item_id,"status":"completed",
         "content":[{"type":"output_text","text":text,"annotations":[]}]});
     vec![
         event(
             "response.output_item.added",
-            json!({"output_index":0,"item":empty_item}),
+            json!({"output_index":output_index,"item":empty_item}),
         ),
         event(
             "response.output_text.delta",
-            json!({"item_id":ids.item_id,"output_index":0,"content_index":0,"delta":text}),
+            json!({"item_id":item_id,"output_index":output_index,"content_index":0,"delta":text}),
         ),
         event(
             "response.output_item.done",
-            json!({"output_index":0,"item":full_item}),
+            json!({"output_index":output_index,"item":full_item}),
         ),
     ]
+}
+
+/// A tool-call reply: the commentary as an assistant message (output 0, when set), then the
+/// `function_call` item (no `namespace`: a plain function tool) with its arguments streamed the
+/// way the Responses API does: item added with empty arguments, arguments delta, arguments done,
+/// item done.
+pub fn tool_call_events(ids: &ReplyIds, call: &ToolCall) -> Vec<String> {
+    let mut events = Vec::new();
+    if let Some(commentary) = &call.commentary {
+        events.extend(message_events(&ids.item_id, 0, commentary));
+    }
+    let index = usize::from(call.commentary.is_some());
+    let item = |arguments: &str, status: &str| {
+        json!({"type":"function_call","id":call.item_id,"call_id":call.call_id,"name":call.name,
+            "arguments":arguments,"status":status})
+    };
+    events.extend([
+        event(
+            "response.output_item.added",
+            json!({"output_index":index,"item":item("", "in_progress")}),
+        ),
+        event(
+            "response.function_call_arguments.delta",
+            json!({"item_id":call.item_id,"output_index":index,"delta":call.arguments}),
+        ),
+        event(
+            "response.function_call_arguments.done",
+            json!({"item_id":call.item_id,"output_index":index,"arguments":call.arguments}),
+        ),
+        event(
+            "response.output_item.done",
+            json!({"output_index":index,"item":item(&call.arguments, "completed")}),
+        ),
+    ]);
+    events
 }
 
 /// The closing event of a successful reply.
@@ -95,9 +136,17 @@ mod tests {
     fn events_carry_their_name_twice_and_stay_on_one_data_line() {
         let ids = ReplyIds::new(3);
         let text = "two\nlines \"quoted\"";
+        let call = ToolCall {
+            commentary: Some(text.to_string()),
+            name: "update_plan".into(),
+            item_id: "fc_plan_1".into(),
+            call_id: "call_plan_1".into(),
+            arguments: r#"{"plan":[{"step":"a\nb","status":"pending"}]}"#.into(),
+        };
         let all: Vec<String> = std::iter::once(created_event(&ids))
             .chain(output_events(&ids, text))
             .chain([completed_event(&ids, "p", text), failed_event(&ids)])
+            .chain(tool_call_events(&ids, &call))
             .collect();
         for ev in &all {
             let mut lines = ev.trim_end_matches('\n').lines();

@@ -276,3 +276,185 @@ fn stop_releases_the_port_and_a_bad_script_is_refused() {
         Err(ProviderError::Script(ScriptError::Invalid(_)))
     ));
 }
+
+const PLAN_SCRIPT: &str = r#"{"rules":[{"contains":"PLAN","reply":"planned: {prompt}",
+    "commentary":"Making a plan first.","plan":{"explanation":"scripted",
+    "steps":[{"step":"look","status":"completed"},{"step":"answer","status":"in_progress"}]}},
+    {"contains":"BARE","plan":{"steps":[{"step":"only","status":"pending"}]}}]}"#;
+
+/// A Codex-like request: injected context, the prompt, then `extra` items; `update_plan` offered.
+fn plan_body(prompt: &str, extra: &str, tools: &str) -> String {
+    format!(
+        r#"{{"model":"mock-model","stream":true,"tools":{tools},"input":[
+        {{"type":"message","role":"user","content":[{{"type":"input_text","text":"<environment_context/>"}}]}},
+        {{"type":"message","role":"user","content":[{{"type":"input_text","text":"{prompt}"}}]}}{extra}]}}"#
+    )
+}
+
+const TOOLS: &str = r#"[{"type":"function","name":"exec_command","parameters":{}},
+    {"type":"function","name":"update_plan","parameters":{}},{"type":"web_search"}]"#;
+
+const ANSWERED: &str = r#",
+    {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Making a plan first."}]},
+    {"type":"function_call","id":"fc_plan_1","call_id":"call_plan_1","name":"update_plan","arguments":"{}"},
+    {"type":"function_call_output","call_id":"call_plan_1","output":"Plan updated"}"#;
+
+#[test]
+fn a_plan_rule_streams_commentary_then_an_update_plan_call_then_the_reply() {
+    let provider = start(PLAN_SCRIPT, None);
+    let mut reader = send(
+        provider.port(),
+        "POST",
+        "/v1/responses",
+        &plan_body("PLAN-UPDATE go", "", TOOLS),
+    );
+    assert_eq!(read_head(&mut reader).0, 200);
+    let events = read_events(&mut reader);
+    assert_eq!(
+        names(&events),
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.output_text.delta",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let message = &events[3].1;
+    assert_eq!(message["output_index"], 0);
+    assert_eq!(message["item"]["role"], "assistant");
+    assert_eq!(
+        message["item"]["content"][0]["text"],
+        "Making a plan first."
+    );
+    assert!(
+        message["item"].get("phase").is_none(),
+        "the mock sends no phase"
+    );
+    let added = &events[4].1;
+    assert_eq!(
+        (added["output_index"].as_u64(), &added["item"]["arguments"]),
+        (Some(1), &serde_json::json!(""))
+    );
+    let done = &events[7].1;
+    assert_eq!(done["output_index"], 1);
+    let item = &done["item"];
+    assert_eq!(item["type"], "function_call");
+    assert_eq!(item["id"], "fc_plan_1");
+    assert_eq!(item["call_id"], "call_plan_1");
+    assert_eq!(item["name"], "update_plan");
+    assert!(item.get("namespace").is_none());
+    let args: serde_json::Value =
+        serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args,
+        serde_json::json!({"explanation":"scripted","plan":[
+            {"step":"look","status":"completed"},{"step":"answer","status":"in_progress"}]})
+    );
+    assert_eq!(events[5].1["delta"], item["arguments"]);
+    assert_eq!(events[6].1["arguments"], item["arguments"]);
+    assert_eq!(events[6].1["item_id"], "fc_plan_1");
+
+    // The follow-up carries the call's output: the rule's reply text, no second call.
+    let mut reader = send(
+        provider.port(),
+        "POST",
+        "/v1/responses",
+        &plan_body("PLAN-UPDATE go", ANSWERED, TOOLS),
+    );
+    assert_eq!(read_head(&mut reader).0, 200);
+    let events = read_events(&mut reader);
+    assert_eq!(
+        events.len(),
+        5,
+        "created, message added, delta, done, completed"
+    );
+    assert_eq!(
+        events[3].1["item"]["content"][0]["text"],
+        "planned: PLAN-UPDATE go"
+    );
+
+    // A later turn (the earlier output is before its prompt) gets the call again.
+    let later = plan_body(
+        "PLAN-UPDATE go",
+        "",
+        TOOLS,
+    )
+    .replacen(
+        r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"PLAN-UPDATE go"}]}"#,
+        &format!(
+            r#"{{"type":"message","role":"user","content":[{{"type":"input_text","text":"PLAN first"}}]}}{ANSWERED},
+            {{"type":"message","role":"user","content":[{{"type":"input_text","text":"PLAN again"}}]}}"#
+        ),
+        1,
+    );
+    let mut reader = send(provider.port(), "POST", "/v1/responses", &later);
+    assert_eq!(read_head(&mut reader).0, 200);
+    let events = read_events(&mut reader);
+    assert_eq!(events[7].1["item"]["name"], "update_plan");
+
+    let received = provider.received();
+    let outcomes: Vec<_> = received.iter().map(|r| r.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["update_plan_call", "reply", "update_plan_call"]);
+    assert_eq!(received[2].prompt.as_deref(), Some("PLAN again"));
+}
+
+#[test]
+fn no_update_plan_call_without_the_tool_and_none_before_it_without_commentary() {
+    let provider = start(PLAN_SCRIPT, None);
+    // Codex's task-title request offers no tools: a plain reply even though the prompt matches.
+    let mut reader = send(
+        provider.port(),
+        "POST",
+        "/v1/responses",
+        &plan_body("title for: PLAN-UPDATE go", "", "[]"),
+    );
+    assert_eq!(read_head(&mut reader).0, 200);
+    let events = read_events(&mut reader);
+    assert_eq!(events.len(), 5);
+    assert_eq!(
+        events[3].1["item"]["content"][0]["text"],
+        "planned: title for: PLAN-UPDATE go"
+    );
+    // A namespaced update_plan is not Codex's plan tool either.
+    let namespaced = r#"[{"type":"namespace","name":"mcp__x","tools":[{"type":"function","name":"update_plan"}]}]"#;
+    let mut reader = send(
+        provider.port(),
+        "POST",
+        "/v1/responses",
+        &plan_body("PLAN-UPDATE go", "", namespaced),
+    );
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert_eq!(read_events(&mut reader).len(), 5);
+    // Without commentary the call is output 0 and no message precedes it.
+    let mut reader = send(
+        provider.port(),
+        "POST",
+        "/v1/responses",
+        &plan_body("BARE", "", TOOLS),
+    );
+    assert_eq!(read_head(&mut reader).0, 200);
+    let events = read_events(&mut reader);
+    assert_eq!(
+        names(&events),
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    assert_eq!(events[4].1["output_index"], 0);
+    assert_eq!(
+        events[4].1["item"]["arguments"],
+        r#"{"plan":[{"step":"only","status":"pending"}]}"#
+    );
+    let outcomes: Vec<_> = provider.received().into_iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, ["reply", "reply", "update_plan_call"]);
+}

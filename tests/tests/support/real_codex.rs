@@ -80,6 +80,11 @@ pub struct RealWorld {
 impl RealWorld {
     /// Codex check, world, provider with `script`, config.toml, and a running mux.
     pub fn new(exe: &str, script: Script) -> RealWorld {
+        RealWorld::with_config(exe, script, "")
+    }
+
+    /// As `new`, with `extra` appended to config.toml (e.g. a `[tools.update_plan]` table).
+    pub fn with_config(exe: &str, script: Script, extra: &str) -> RealWorld {
         let (codex, version) = codex_bin();
         let w = World::new(exe);
         let home = w.root.join("home");
@@ -88,7 +93,7 @@ impl RealWorld {
         let config = format!(
             "model = \"mock-model\"\nmodel_provider = \"mock\"\ncheck_for_update_on_startup = false\n\
              [model_providers.mock]\nname = \"mock\"\nbase_url = \"{}\"\nwire_api = \"responses\"\nenv_key = \"MOCK_API_KEY\"\n\
-             [projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+             [projects.\"{}\"]\ntrust_level = \"trusted\"\n{extra}",
             provider.base_url(),
             w.work.display()
         );
