@@ -127,6 +127,10 @@ impl EventStream {
     }
 }
 
+/// The `observer.gap` reason when the first look after a restart attaches to another session
+/// than the one the stream last reported attached (EV-7).
+pub const SESSION_CHANGED_WHILE_DOWN: &str = "session_changed_while_down";
+
 /// EV-4: the events one observer event makes, advancing `mark`. Pure, so the simulator's
 /// ground truth and the engine use the same mapping.
 pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restart: bool) -> Vec<EventBody> {
@@ -141,15 +145,25 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
     }
     match event {
         ObserverEvent::Attached { session, position } => {
+            let mut bodies = Vec::new();
+            // EV-7: the first look after a restart finds the observer on another session than
+            // the one the stream reported attached: what the old one recorded after the mark
+            // while the daemon was down will never be reported. Say so.
+            if let Some(old) = mark.attached.clone().filter(|old| after_restart && old != session) {
+                let after_position = if mark.session.as_ref() == Some(&old) { mark.position } else { 0 };
+                let reason = SESSION_CHANGED_WHILE_DOWN.to_string();
+                bodies.push(EventBody::ObserverGap { reason, session: Some(old), after_position });
+                mark.attached = None;
+            }
             if mark.session.as_ref() != Some(session) {
                 mark.session = Some(session.clone());
                 mark.position = *position;
             }
-            if mark.attached.as_ref() == Some(session) {
-                return Vec::new();
+            if mark.attached.as_ref() != Some(session) {
+                mark.attached = Some(session.clone());
+                bodies.push(EventBody::ObserverAttached { session: session.clone(), position: *position });
             }
-            mark.attached = Some(session.clone());
-            vec![EventBody::ObserverAttached { session: session.clone(), position: *position }]
+            bodies
         }
         ObserverEvent::SessionLost { reason } => {
             if mark.attached.take().is_none() {

@@ -385,6 +385,22 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     rig.observe(ObserverEvent::SessionLost { reason: "again".into() });
     assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss is reported once");
     assert_eq!(rig.published_events.iter().filter(|e| e.kind() == "observer.lost").count(), 1);
+
+    // The first look after a restart attaches to ANOTHER session (the agent moved on while
+    // the daemon was down): the old session's unreported records are a gap, then the attach.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.turn_started("turn-1", 1010);
+    restart(&mut rig);
+    let other = SessionId("other-session".into());
+    rig.observe(ObserverEvent::Attached { session: other.clone(), position: 0 });
+    let tail: Vec<&EventBody> = rig.published_events.iter().rev().take(2).rev().map(|e| &e.body).collect();
+    match tail[..] {
+        [EventBody::ObserverGap { reason, session: Some(old), after_position: 1010 }, EventBody::ObserverAttached { session: new, position: 0 }] => {
+            assert_eq!((reason.as_str(), old, new), ("session_changed_while_down", &session(), &other));
+        }
+        _ => panic!("a gap, then the attach: {tail:?}"),
+    }
 }
 
 /// Agent lifecycle: announced once (not again after a restart), a new process is an

@@ -184,8 +184,6 @@ pub struct AgentStream {
     last: BTreeMap<String, (u64, u8)>,
     /// The record the stream has reported through, in the session it last reported.
     cursor: Option<StreamCursor>,
-    /// A daemon started and the stream has reported nothing of this agent's observer since.
-    after_restart: bool,
     /// The engine took a startup resume's `SessionLost` for a loss of the attached tail
     /// (`note.ev7_resume_loss_while_tail_attached`) and has not reported an attach since: a
     /// real loss of the tail now makes no `observer.lost`.
@@ -603,7 +601,6 @@ impl Oracle {
     /// loss reported leaves records unreported (EV-7).
     fn stream_attached(&mut self, a: usize, seq: u64, session: &SessionId, position: u64, cx: &EventContext<'_>) {
         let stream = self.stream.agents.entry(a).or_default();
-        let after_restart = std::mem::take(&mut stream.after_restart);
         let unattached = std::mem::take(&mut stream.unattached_by_resume_loss);
         let cursor = stream.cursor.clone();
         let next = match &cursor {
@@ -625,14 +622,6 @@ impl Oracle {
                 // The tail lost the session after `note.ev7_resume_loss_while_tail_attached`:
                 // the engine, taking it for unattached already, reported no loss.
                 self.notes.push("note.ev7_resume_loss_while_tail_attached");
-                return;
-            }
-            if after_restart && &c.session != session {
-                // A known engine gap (EV-7), not failed: the first thing the observer reports
-                // after a restart is an attach to another session (the old one changed while
-                // the daemon was down), and the engine reports `observer.attached` with no
-                // `observer.gap` for the marked session's records it will never report.
-                self.notes.push("note.ev7_no_gap_for_session_changed_while_down");
                 return;
             }
             let m = format!(
@@ -660,7 +649,6 @@ impl Oracle {
         let has_final = truth.as_ref().is_some_and(|(kinds, _)| kinds.contains(&"turn.final"));
         let rank = u8::from(kind == "turn.final");
         let stream = self.stream.agents.entry(a).or_default();
-        stream.after_restart = false;
         let mut problems = Vec::new();
         if !stream.reported.insert((session.0.clone(), position, kind)) {
             problems.push((Kind::EventOrder, format!("event {seq}: a{a} {kind} of record {}@{position} reported twice with no loss between", session.0)));
@@ -772,12 +760,9 @@ impl Oracle {
     }
 
     /// A daemon started: nothing of any agent's observer has been reported since.
-    pub fn on_stream_restart(&mut self, agents: usize) {
+    pub fn on_stream_restart(&mut self) {
         self.stream.tolerated.clear();
         self.stream.loss_while_attached.clear();
-        for a in 0..agents {
-            self.stream.agents.entry(a).or_default().after_restart = true;
-        }
     }
 
     /// (d) EV-6 when a terminal event reaches a watcher: its `request.terminal` committed in

@@ -655,8 +655,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
             see_agent_event(&mut w, &event, "catch-up");
         }
-        let agents = w.agents.len();
-        w.oracle.on_stream_restart(agents);
+        w.oracle.on_stream_restart();
         // EV-5: the checkpoints the dead daemon's engine still held are gone with it.
         w.checkpoint_weights.clear();
         w.checkpoint_sent.clear();
