@@ -14,7 +14,15 @@ use crate::terminal::TerminalState;
 const MAX_DEFERRED_EVENTS: usize = MAX_PENDING_OUTPUTS / 16;
 
 impl Engine {
+    /// EV-3: the stream takes an observer event when it arrives, in arrival order, under the
+    /// incarnation registered then, even while a write defers its application (ADM-17): a
+    /// registration that arrives meanwhile must not get ahead of the old process's records.
     pub(crate) fn on_observed(&mut self, agent_id: &AgentId, event: ObserverEvent) {
+        self.record_observed(agent_id, &event); // EV-4: deduplicated against the agent's mark
+        self.apply_or_defer(agent_id, event);
+    }
+
+    fn apply_or_defer(&mut self, agent_id: &AgentId, event: ObserverEvent) {
         if let Some(Deferred::Event(event)) = self.defer_while_writing(agent_id, Deferred::Event(event)) {
             self.apply_event(agent_id, event);
         }
@@ -53,17 +61,15 @@ impl Engine {
     /// write).
     pub(crate) fn on_deferred(&mut self, agent_id: &AgentId, item: Deferred) {
         match item {
-            Deferred::Event(event) => self.on_observed(agent_id, event),
+            Deferred::Event(event) => self.apply_or_defer(agent_id, event),
             Deferred::Snapshot(snapshot) => self.on_snapshot(agent_id, snapshot),
-            Deferred::Checkpoint(json) => self.on_checkpoint(agent_id, json),
         }
     }
 
-    /// EV-5: the monitor's checkpoint, deferred like the events it follows.
+    /// EV-5: the monitor's checkpoint goes to the stream right behind the events it covers,
+    /// which the stream took when they arrived (EV-3), so it is never deferred.
     pub(crate) fn on_checkpoint(&mut self, agent_id: &AgentId, checkpoint_json: String) {
-        if let Some(Deferred::Checkpoint(json)) = self.defer_while_writing(agent_id, Deferred::Checkpoint(checkpoint_json)) {
-            self.record_checkpoint(agent_id, json);
-        }
+        self.record_checkpoint(agent_id, checkpoint_json);
     }
 
     pub(crate) fn replay_deferred_events(&mut self, request_id: &RequestId) {
@@ -75,7 +81,6 @@ impl Engine {
             match item {
                 Deferred::Event(event) => self.apply_event(&agent_id, event),
                 Deferred::Snapshot(snapshot) => self.apply_snapshot(&agent_id, snapshot),
-                Deferred::Checkpoint(json) => self.record_checkpoint(&agent_id, json),
             }
         }
     }
@@ -87,7 +92,6 @@ impl Engine {
     }
 
     fn apply_event_inner(&mut self, agent_id: &AgentId, event: ObserverEvent) {
-        self.record_observed(agent_id, &event); // EV-4: deduplicated against the agent's mark
         // Events replayed after a resume, or late, lie at or before what the view already
         // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
         if self.is_fresh(agent_id, &event) {

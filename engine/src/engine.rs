@@ -77,8 +77,6 @@ pub(crate) struct Admission {
 pub(crate) enum Deferred {
     Event(ObserverEvent),
     Snapshot(ObserverSnapshot),
-    /// EV-5: a checkpoint waits behind the events it covers.
-    Checkpoint(String),
 }
 
 /// A terminal event whose commit failed; it is retried with a fresh sequence.

@@ -222,10 +222,13 @@ fn ev_5_a_checkpoint_never_passes_its_events() {
     assert_eq!(rig.durable_checkpoints[&agent_id(ZOLA)], "{\"offset\":1010}");
 }
 
-/// EV-5 / ADM-17: a checkpoint arriving while a write is in flight waits with the deferred
-/// events it follows.
+/// EV-3 / EV-5 / ADM-17: while a write is in flight the engine defers APPLYING what the
+/// observer says, but the stream takes it on arrival: the events in arrival order under the
+/// incarnation registered then, the checkpoint right behind them. A new registration that
+/// arrives meanwhile is reported after them, never ahead (it once was, and the old process's
+/// records were stamped with the new incarnation).
 #[test]
-fn ev_5_a_checkpoint_waits_with_deferred_events() {
+fn ev_3_ev_5_the_stream_takes_events_on_arrival_even_during_a_write() {
     let mut rig = Rig::with_idle_zola();
     rig.observe(attached(900));
     rig.auto = Auto::Manual;
@@ -234,13 +237,19 @@ fn ev_5_a_checkpoint_waits_with_deferred_events() {
     rig.ack_next_persist(Ok(())); // registered; the write is in flight
     rig.turn_started("turn-1", 1010);
     rig.input(Input::ObserverCheckpoint { agent_id: agent_id(ZOLA), checkpoint_json: "{\"offset\":1010}".into() });
-    assert!(!rig.durable_checkpoints.contains_key(&agent_id(ZOLA)), "deferred with the event");
-    assert!(!rig.durable_events.iter().any(|e| e.kind() == "turn.started"));
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 101))); // another process now
+    while !rig.event_persists.is_empty() {
+        rig.ack_next_events(Ok(()));
+    }
+    let started = rig.durable_events.iter().position(|e| e.kind() == "turn.started").expect("taken on arrival");
+    let changed = rig.durable_events.iter().position(|e| e.kind() == "agent.incarnation_changed").expect("the new process");
+    assert!(started < changed, "{:?}", kinds(&rig.durable_events));
+    assert_eq!(rig.durable_events[started].incarnation, Some(Incarnation("inc-1".into())), "stamped with its writer");
+    assert_eq!(rig.durable_checkpoints[&agent_id(ZOLA)], "{\"offset\":1010}", "committed behind its events");
     rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
     rig.settle();
-    let started = rig.durable_events.iter().position(|e| e.kind() == "turn.started");
-    assert!(started.is_some(), "replayed after the write's outcome");
-    assert!(rig.durable_checkpoints.contains_key(&agent_id(ZOLA)));
+    assert_eq!(rig.durable_events.iter().filter(|e| e.kind() == "turn.started").count(), 1, "applied later, reported once");
 }
 
 /// EV-6: request milestones ride on the request's own commits: a return-final admission and

@@ -717,23 +717,22 @@ impl Oracle {
         }
     }
 
-    /// A known engine gap (EV-3), counted as `note.ev3_deferred_events_after_incarnation_changed`
-    /// and not failed: observer events deferred behind a write (ADM-17) that arrived before the
-    /// agent's new registration are appended after its `agent.incarnation_changed` (made at
-    /// once), under the new incarnation, although another process wrote their session. They
-    /// are left out of the stream checks (the stream moved on to the new process's record).
-    /// (Released after the process exited and was registered as gone, they carry none.)
+    /// EV-3: a provider record's event carries the incarnation of a process that wrote its
+    /// session. The stream takes observer events when they arrive, so a registration that
+    /// arrives while a write defers their application cannot get ahead of them (once, they
+    /// were appended after the new process's `agent.incarnation_changed`, under its
+    /// incarnation). Such an event fails and is left out of the other stream checks.
     fn written_by_another_process(&mut self, event: &AgentEvent, session: &SessionId, cx: &EventContext<'_>) -> bool {
         let Some(truth) = (cx.sessions)(session) else { return false };
         let ours = match &event.incarnation {
             Some(incarnation) => truth.writers.contains(incarnation),
             None => truth.writers.is_empty(), // released after the process exited
         };
-        if ours {
-            return false;
+        if !ours {
+            let m = format!("event {}: {} of session {} under incarnation {:?}, which never wrote it (writers {:?})", event.sequence, event.kind(), session.0, event.incarnation, truth.writers);
+            self.fail(Kind::EventOrder, m);
         }
-        self.notes.push("note.ev3_deferred_events_after_incarnation_changed");
-        true
+        !ours
     }
 
     /// A known engine gap (EV-7), counted as `note.ev7_resume_loss_while_tail_attached` and
