@@ -257,6 +257,7 @@ impl Engine {
             return_mode: ReturnMode::ReturnFinal,
             final_timeout_ms: 0,
             generated_id: false,
+            share_prompt: false,
         };
         let pending = agent.claim.is_some() || agent.awaiting_turn_after.is_some();
         let state = match (&agent.facts.incarnation, agent.view.as_ref().map(|v| &v.turn)) {
@@ -444,7 +445,8 @@ impl Engine {
     }
 
     /// IDEM-4: the durable registration: fingerprint, the armed cursor and the evidence the
-    /// request will be correlated against. The prompt text itself is not stored.
+    /// request will be correlated against. The prompt text itself is stored only when the
+    /// caller opted in (EV-12).
     fn registration_record(&self, request_id: &RequestId) -> RequestRecord {
         let admission = &self.admissions[request_id];
         let agent = &self.agents[&admission.agent_id];
@@ -473,6 +475,7 @@ impl Engine {
             armed,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
+            shared_prompt: command.share_prompt.then(|| command.prompt.clone()),
             phase: Phase::Registered,
             receipt: None,
             bound_turn: None,

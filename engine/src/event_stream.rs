@@ -415,6 +415,7 @@ impl Engine {
                         return_mode: record.return_mode,
                         classification: record.receipt.as_ref().map(|r| r.classification),
                         prompt_hash: record.prompt_hash.clone(),
+                        prompt: record.shared_prompt.clone(),
                     },
                     ))
                 }

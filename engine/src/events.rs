@@ -139,6 +139,9 @@ pub enum EventBody {
         return_mode: ReturnMode,
         classification: Option<Classification>,
         prompt_hash: String,
+        /// EV-12: the prompt's text, only when the caller opted in (`--share-prompt`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
     },
     /// CORR-7: the request is bound to the provider turn its prompt started.
     #[serde(rename = "request.bound")]

@@ -36,6 +36,10 @@ pub struct AdmitCommand {
     /// `send`), so it cannot name a request in history: no store lookup.
     #[serde(default)]
     pub generated_id: bool,
+    /// EV-12: the caller opts in to this prompt's text in its `request.admitted` event (stored
+    /// with the record); without it the stream and the store keep its hash only.
+    #[serde(default)]
+    pub share_prompt: bool,
 }
 
 /// How one pane write (or app-server turn start) ended, as the writer can prove it.

@@ -88,8 +88,12 @@ pub struct RequestRecord {
     pub correlation_source: Option<CorrelationSource>,
     pub armed: Option<Cursor>,
     pub baseline_turn: Option<TurnId>,
-    /// HASH-1 hash of the prompt; the prompt text itself is never stored.
+    /// HASH-1 hash of the prompt; the prompt text itself is stored only in `shared_prompt`.
     pub prompt_hash: String,
+    /// EV-12: the prompt's text, kept only when the caller opted in (`--share-prompt`), for its
+    /// `request.admitted` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prompt: Option<String>,
     pub phase: Phase,
     pub receipt: Option<Receipt>,
     pub bound_turn: Option<TurnId>,

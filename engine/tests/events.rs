@@ -125,6 +125,32 @@ fn ev_11_plan_updates_are_reported_and_change_nothing_else() {
     }
 }
 
+/// EV-12: a prompt's text reaches the stream (and the store) only when its caller opted in;
+/// otherwise `request.admitted` and the record carry its hash only.
+#[test]
+fn ev_12_prompt_text_only_when_the_caller_shares_it() {
+    const OTHER: &str = "0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f91";
+    let mut rig = Rig::with_idle_zola();
+    let mut shared = rig.command(Operation::Admit, REQ, "a shareable prompt", ReturnMode::OneWay);
+    shared.share_prompt = true;
+    rig.submit(shared);
+    rig.provider_turn("turn-1", "a shareable prompt", "done", 1000);
+    rig.admit(OTHER, "a private prompt", ReturnMode::OneWay);
+    let admitted: Vec<(String, Option<String>)> = rig
+        .durable_events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::RequestAdmitted { request_id, prompt, .. } => Some((request_id.as_str().to_string(), prompt.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(admitted, [(REQ.to_string(), Some("a shareable prompt".to_string())), (OTHER.to_string(), None)]);
+    let private = serde_json::to_string(&rig.durable[&RequestId::parse(OTHER).unwrap()]).unwrap();
+    assert!(!private.contains("a private prompt") && !private.contains("shared_prompt"), "{private}");
+    let json = serde_json::to_value(rig.durable_events.iter().find(|e| e.kind() == "request.admitted").unwrap()).unwrap();
+    assert_eq!(json["prompt"], "a shareable prompt");
+}
+
 /// EV-2: a later batch that commits first is held back until the earlier one is durable.
 #[test]
 fn ev_2_nothing_is_published_past_a_pending_sequence() {

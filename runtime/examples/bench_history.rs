@@ -171,6 +171,7 @@ async fn main() {
                         return_mode: ReturnMode::OneWay,
                         final_timeout_ms: 0,
                         generated_id: true,
+                        share_prompt: false,
                     };
                     let asked = Instant::now();
                     let (reply, answer) = oneshot::channel();

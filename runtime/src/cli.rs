@@ -155,6 +155,10 @@ pub struct SendArgs {
     /// Type the prompt unbracketed (never reported accepted without observer evidence).
     #[arg(long)]
     pub raw_paste: bool,
+    /// Put the prompt's text in this request's `request.admitted` event (`agent events`);
+    /// without it the stream and the database keep only its SHA-256.
+    #[arg(long)]
+    pub share_prompt: bool,
     /// The prompt; `-` reads it from standard input.
     pub message: String,
 }
@@ -181,6 +185,10 @@ pub struct AdmitArgs {
     /// Type the prompt unbracketed (never reported accepted without observer evidence).
     #[arg(long)]
     pub raw_paste: bool,
+    /// Put the prompt's text in this request's `request.admitted` event (`agent events`);
+    /// without it the stream and the database keep only its SHA-256.
+    #[arg(long)]
+    pub share_prompt: bool,
     /// The prompt; `-` reads it from standard input.
     pub message: String,
 }
@@ -274,11 +282,11 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
         AgentCommand::Output { target, after } => ClientRequest::AgentOutput { target, after },
         AgentCommand::Attach { target } => return attach(paths, &target),
         AgentCommand::Events { after, once, agents } => return stream(paths, &ClientRequest::Events { after, once, agents }),
-        AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, args.raw_paste, &args.message) {
+        AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
         },
-        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, Some(args.incarnation), Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, args.raw_paste, &args.message) {
+        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, Some(args.incarnation), Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
         },
@@ -319,7 +327,8 @@ fn call_admission(paths: &DataPaths, admit: &AdmitRequest) -> Reply {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, raw_paste: bool, message: &str) -> Result<ClientRequest, Reply> {
+/// `(raw_paste, share_prompt)`: the two input flags.
+fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt): (bool, bool), message: &str) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
@@ -363,6 +372,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
         paste_mode: if raw_paste { PasteMode::Raw } else { PasteMode::Bracketed },
         return_mode,
         final_timeout_ms,
+        share_prompt,
     }))
 }
 

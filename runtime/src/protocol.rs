@@ -73,6 +73,9 @@ pub struct AdmitRequest {
     pub paste_mode: PasteMode,
     pub return_mode: ReturnMode,
     pub final_timeout_ms: u64,
+    /// EV-12: put the prompt's text in its `request.admitted` event.
+    #[serde(default)]
+    pub share_prompt: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

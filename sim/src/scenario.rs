@@ -174,6 +174,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 return_mode: if mode.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
                 final_timeout_ms: mode.timeout_ms,
                 generated_id: false, // callers name their request ids (HIST-2 looks them up)
+                share_prompt: false,
             };
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);

@@ -178,7 +178,7 @@ fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
     let catalog = w.ok(&["agent", "catalog"]);
     let through = catalog["events_through"].as_u64().expect("events_through");
     assert!(through >= *sequences(&retained).last().unwrap(), "the catalog reflects every durable event");
-    let out = w.run(&["agent", "send", "ada", "after the rebase"]);
+    let out = w.run(&["agent", "send", "ada", "--share-prompt", "after the rebase"]);
     assert_eq!(out.code, 0, "{out:?}");
     wait_for(&w, "the new turn's final", |w| {
         let (_, events, _) = read_events(w, through, &[]);
@@ -191,4 +191,8 @@ fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
     kinds.sort_unstable();
     let expected = ["message.assistant", "message.user", "request.admitted", "turn.completed", "turn.final", "turn.started"];
     assert_eq!(kinds, expected, "nothing missed after it: {after:?}");
+    // EV-12: this caller shared its prompt; every earlier request.admitted carries its hash only.
+    let admitted = after.iter().find(|e| e["kind"] == "request.admitted").unwrap();
+    assert_eq!(admitted["prompt"], "after the rebase", "{admitted}");
+    assert!(retained.iter().filter(|e| e["kind"] == "request.admitted").all(|e| e.get("prompt").is_none()), "{retained:?}");
 }

@@ -55,7 +55,8 @@ fn every_kind() -> Vec<Value> {
         sample(EventBody::TurnCompleted { session: session.clone(), provider_turn_id: turn.clone(), position: 990, final_too_large: Some(3 << 20) }),
         sample(EventBody::TurnFinal { session: session.clone(), provider_turn_id: turn.clone(), final_message: "done".into(), position: 990 }),
         sample(EventBody::TurnAborted { session: session.clone(), provider_turn_id: None, position: 995 }),
-        sample(EventBody::RequestAdmitted { request_id: request.clone(), return_mode: ReturnMode::ReturnFinal, classification: Some(Classification::Accepted), prompt_hash: hash }),
+        sample(EventBody::RequestAdmitted { request_id: request.clone(), return_mode: ReturnMode::ReturnFinal, classification: Some(Classification::Accepted), prompt_hash: hash.clone(), prompt: None }),
+        sample(EventBody::RequestAdmitted { request_id: request.clone(), return_mode: ReturnMode::OneWay, classification: Some(Classification::Accepted), prompt_hash: hash, prompt: Some("a shared prompt".into()) }),
         sample(EventBody::RequestBound { request_id: request.clone(), provider_turn_id: turn.clone() }),
         sample(EventBody::RequestTerminal {
             request_id: request,

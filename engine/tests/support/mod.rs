@@ -290,6 +290,7 @@ impl Rig {
             return_mode,
             final_timeout_ms: 0,
             generated_id: false,
+            share_prompt: false,
         }
     }
 

@@ -29,6 +29,7 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
         return_mode: admit.return_mode,
         final_timeout_ms: admit.final_timeout_ms,
         generated_id,
+        share_prompt: admit.share_prompt,
     };
     let (reply, answer) = oneshot::channel();
     if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {
