@@ -366,6 +366,7 @@ impl Engine {
     }
 
     pub(crate) fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
+        self.replay_check_snapshot(agent_id, &snapshot); // EV-13
         let now_ms = self.now_ms;
         // An admission that has written (its submitted marker may still be committing) must be
         // ended by the same evidence once it is armed (RF-5), so its wait is not cleared now.

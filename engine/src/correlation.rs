@@ -69,7 +69,9 @@ impl Engine {
     /// EV-5: the monitor's checkpoint goes to the stream right behind the events it covers,
     /// which the stream took when they arrived (EV-3), so it is never deferred.
     pub(crate) fn on_checkpoint(&mut self, agent_id: &AgentId, checkpoint_json: String) {
-        self.record_checkpoint(agent_id, checkpoint_json);
+        if !self.replay_holds_checkpoint(agent_id, &checkpoint_json) {
+            self.record_checkpoint(agent_id, checkpoint_json);
+        }
     }
 
     pub(crate) fn replay_deferred_events(&mut self, request_id: &RequestId) {

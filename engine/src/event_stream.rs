@@ -50,6 +50,9 @@ pub(crate) struct EventStream {
     pub slots: BTreeMap<u64, Slot>,
     /// EV-7: agents whose observer has not been seen attached or lost since the restart.
     pub recovered_unattached: BTreeSet<AgentId>,
+    /// EV-13: per agent, the records after a restart's resume point held until the record at
+    /// the mark proves (or disproves) the file.
+    pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
     /// Requests whose `request.bound` is made (so a progress retry does not repeat it).
     pub bound_announced: BTreeSet<RequestId>,
     /// EV-6: requests whose receipt is not durable yet, so the next commit of their record
@@ -71,6 +74,7 @@ impl Default for EventStream {
             riding: BTreeMap::new(),
             slots: BTreeMap::new(),
             recovered_unattached: BTreeSet::new(),
+            replay: BTreeMap::new(),
             bound_announced: BTreeSet::new(),
             admitted_due: BTreeSet::new(),
         }
@@ -84,6 +88,9 @@ impl EventStream {
         for mark in marks {
             if mark.attached.is_some() {
                 stream.recovered_unattached.insert(mark.agent_id.clone());
+            }
+            if let Some(zone) = crate::event_replay::ReplayZone::for_mark(&mark) {
+                stream.replay.insert(mark.agent_id.clone(), zone);
             }
             stream.marks.insert(mark.agent_id.clone(), mark);
         }
@@ -141,6 +148,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             }
             mark.session = Some(session.clone());
             mark.position = position;
+            mark.fingerprint = Some(crate::event_replay::record_fingerprint(event)); // EV-13
         }
     }
     match event {
@@ -158,6 +166,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             if mark.session.as_ref() != Some(session) {
                 mark.session = Some(session.clone());
                 mark.position = *position;
+                mark.fingerprint = None;
             }
             if mark.attached.as_ref() != Some(session) {
                 mark.attached = Some(session.clone());
@@ -171,6 +180,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             }
             let session = mark.session.take();
             let after_position = std::mem::take(&mut mark.position);
+            mark.fingerprint = None;
             // After a loss the session's records are read afresh: what follows is new.
             match after_restart {
                 true => vec![EventBody::ObserverGap { reason: reason.clone(), session, after_position }],
@@ -264,7 +274,7 @@ impl Engine {
     /// Numbers the events one fact made. Only the last carries the mark after the fact; the
     /// others carry the mark before it, so a batch that ends between them does not claim the
     /// fact reported in full (EV-4).
-    fn queue(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>, bodies: Vec<EventBody>, before: EventMark) {
+    pub(crate) fn queue(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>, bodies: Vec<EventBody>, before: EventMark) {
         let after = self.events.marks.get(agent_id).cloned().unwrap_or_else(|| EventMark::new(agent_id.clone()));
         let count = bodies.len();
         for (index, body) in bodies.into_iter().enumerate() {
@@ -274,8 +284,17 @@ impl Engine {
         }
     }
 
-    /// EV-4: an observer event, as it is applied to the engine's view.
+    /// EV-4: an observer event as it arrives, under the incarnation registered now; after a
+    /// restart, records that may be replays wait for proof (EV-13).
     pub(crate) fn record_observed(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let incarnation = self.incarnation_of(agent_id);
+        if !self.replay_take(agent_id, event, &incarnation) {
+            self.report_observed(agent_id, event, incarnation);
+        }
+    }
+
+    /// EV-4: the events an observer event makes, against the agent's mark.
+    pub(crate) fn report_observed(&mut self, agent_id: &AgentId, event: &ObserverEvent, incarnation: Option<Incarnation>) {
         let after_restart = self.events.recovered_unattached.contains(agent_id);
         if matches!(event, ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. }) {
             self.events.recovered_unattached.remove(agent_id);
@@ -283,11 +302,15 @@ impl Engine {
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
         let before = mark.clone();
         let bodies = observed_events(mark, event, after_restart);
-        let incarnation = self.incarnation_of(agent_id);
         self.queue(agent_id, incarnation, bodies, before);
     }
 
     pub(crate) fn record_registration(&mut self, facts: &AgentFacts) {
+        // EV-13: another process cannot prove the old one's replays: report them after a gap.
+        let replaced = self.events.marks.get(&facts.agent_id).is_some_and(|m| facts.incarnation.is_some() && facts.incarnation != m.incarnation);
+        if replaced {
+            self.replay_changed(&facts.agent_id);
+        }
         let before = self.events.marks.get(&facts.agent_id).cloned().unwrap_or_else(|| EventMark::new(facts.agent_id.clone()));
         let (created, bodies) = registration_events(self.events.marks.get_mut(&facts.agent_id), facts);
         if let Some(mark) = created {
@@ -297,6 +320,7 @@ impl Engine {
     }
 
     pub(crate) fn record_removal(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>) {
+        self.events.replay.remove(agent_id); // EV-13: a stopped agent's replays are moot
         let Some(mark) = self.events.marks.get_mut(agent_id) else { return };
         if mark.stopped {
             return;

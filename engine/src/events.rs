@@ -218,11 +218,15 @@ pub struct EventMark {
     /// The provider position appended through, in `session`.
     pub session: Option<SessionId>,
     pub position: u64,
+    /// EV-13: `record_fingerprint` of the record ending at `position` (None when the position
+    /// came from an attach, or from a mark written before fingerprints).
+    #[serde(default)]
+    pub fingerprint: Option<String>,
 }
 
 impl EventMark {
     pub fn new(agent_id: AgentId) -> EventMark {
-        EventMark { agent_id, incarnation: None, exited: false, stopped: false, attached: None, session: None, position: 0 }
+        EventMark { agent_id, incarnation: None, exited: false, stopped: false, attached: None, session: None, position: 0, fingerprint: None }
     }
 
     /// EV-4: a provider record at (`session`, `position`) was already appended.

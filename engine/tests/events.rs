@@ -151,6 +151,87 @@ fn ev_12_prompt_text_only_when_the_caller_shares_it() {
     assert_eq!(json["prompt"], "a shareable prompt");
 }
 
+/// EV-13: after a restart, the records between the observer's resume point and the mark are
+/// replays only if the record at the mark is the one reported. The same file: nothing twice.
+/// A file cut back and appended to while the daemon was down: the new records at the old
+/// positions are not dropped, they come after a gap (after the resume point).
+#[test]
+fn ev_13_replays_are_proven_before_they_are_dropped() {
+    let turn = |rig: &mut Rig, id: &str, at: u64| {
+        rig.turn_started(id, at);
+        rig.turn_completed(id, "f", at + 10);
+    };
+    // The same file: the replay of (1000, 1030] proves itself at 1030.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    turn(&mut rig, "t1", 1000);
+    turn(&mut rig, "t2", 1020);
+    let before = rig.durable_events.len();
+    restart(&mut rig);
+    rig.observe(attached(1000));
+    turn(&mut rig, "t2", 1020);
+    turn(&mut rig, "t3", 1040);
+    let after: Vec<&str> = rig.durable_events[before..].iter().map(|e| e.kind()).collect();
+    assert_eq!(after, ["turn.started", "turn.completed", "turn.final"], "only t3 is new");
+
+    // Cut back to 1010 and appended to: t9 at 1020..1030 is new, at the old positions.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    turn(&mut rig, "t1", 1000);
+    turn(&mut rig, "t2", 1020);
+    let before = rig.durable_events.len();
+    restart(&mut rig);
+    rig.observe(attached(1000));
+    rig.turn_started("t9", 1020);
+    assert_eq!(rig.durable_events.len(), before, "held until the mark settles it");
+    rig.turn_completed("t9", "new", 1030); // at the mark's position, another record
+    let after: Vec<String> = rig.durable_events[before..].iter().map(|e| format!("{} {:?}", e.kind(), turn_of(e))).collect();
+    assert_eq!(after, ["observer.gap None", "observer.attached None", "turn.started Some(\"t9\")", "turn.completed Some(\"t9\")", "turn.final Some(\"t9\")"]);
+    match &rig.durable_events[before].body {
+        EventBody::ObserverGap { reason, after_position, .. } => assert_eq!((reason.as_str(), *after_position), (REWRITTEN_WHILE_DOWN, 1000)),
+        other => panic!("{other:?}"),
+    }
+
+    // Cut back and appended past the mark without a record at it: the same verdict.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    turn(&mut rig, "t1", 1000);
+    turn(&mut rig, "t2", 1020);
+    let before = rig.durable_events.len();
+    restart(&mut rig);
+    rig.observe(attached(1000));
+    rig.turn_started("t9", 1025);
+    rig.turn_completed("t9", "new", 1045);
+    let kinds: Vec<&str> = rig.durable_events[before..].iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, ["observer.gap", "observer.attached", "turn.started", "turn.completed", "turn.final"]);
+
+    // Cut back and not (yet) appended past the mark: the observer read the file to its end
+    // short of the mark, so the held record is not waited on forever.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    turn(&mut rig, "t1", 1000);
+    turn(&mut rig, "t2", 1020);
+    let before = rig.durable_events.len();
+    restart(&mut rig);
+    rig.observe(attached(1000));
+    rig.turn_started("t9", 1015);
+    let mut snapshot = idle_snapshot("inc-1", 100);
+    snapshot.turn = TurnState::Busy { turn: Some(TurnId("t9".into())) };
+    snapshot.position = 1015;
+    rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot });
+    let kinds: Vec<&str> = rig.durable_events[before..].iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, ["observer.gap", "observer.attached", "turn.started"]);
+}
+
+fn turn_of(event: &AgentEvent) -> Option<String> {
+    match &event.body {
+        EventBody::TurnStarted { provider_turn_id, .. } | EventBody::TurnCompleted { provider_turn_id, .. } | EventBody::TurnFinal { provider_turn_id, .. } => {
+            Some(provider_turn_id.0.clone())
+        }
+        _ => None,
+    }
+}
+
 /// EV-2: a later batch that commits first is held back until the earlier one is durable.
 #[test]
 fn ev_2_nothing_is_published_past_a_pending_sequence() {

@@ -80,6 +80,10 @@ pub enum Mutant {
     /// Observer port (EV-11): a plan update is reported without its turn id (read from
     /// `event_msg` records only, where Codex writes no plan), so it cannot be placed in its turn.
     PlanTurnUnlabelled,
+    /// Restart glue (EV-13): the marks lose their record fingerprints (as marks written before
+    /// EV-13 had none), so the restarted engine drops every record at or below a mark's
+    /// position as a replay, even new records a rollout cut back while down holds there.
+    ReplaysTrustedByPosition,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -104,6 +108,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),
     (Mutant::PlanTurnUnlabelled, "plan_turn_unlabelled", "observer port reports plan updates without their turn id"),
+    (Mutant::ReplaysTrustedByPosition, "replays_trusted_by_position", "restart glue drops the marks' fingerprints, so replays are trusted by position"),
 ];
 
 impl Mutant {

@@ -758,6 +758,24 @@ impl Oracle {
         true
     }
 
+    /// EV-13: agent `a`'s rollout `session` was cut back to `cut` while the daemon was down:
+    /// the records the stream reported after it are gone, and the positions after it will
+    /// hold new records. The stream's place in the file moves back to the cut, so a new record
+    /// there that is never reported (dropped as a "replay") is a gap, and one reported is not
+    /// a double.
+    pub fn on_rollout_cut(&mut self, a: usize, session: &SessionId, cut: u64) {
+        let Some(stream) = self.stream.agents.get_mut(&a) else { return };
+        if let Some(cursor) = stream.cursor.as_mut().filter(|c| &c.session == session && c.position > cut) {
+            cursor.position = cut;
+            cursor.final_due = false;
+        }
+        stream.reported.retain(|(s, position, _)| s != &session.0 || *position <= cut);
+        if let Some(last) = stream.last.get_mut(&session.0) {
+            *last = (*last).min((cut, 1));
+        }
+        self.stream.ever_reported.retain(|(agent, s, position)| *agent != a || s != &session.0 || *position <= cut);
+    }
+
     /// A daemon started: nothing of any agent's observer has been reported since.
     pub fn on_stream_restart(&mut self) {
         self.stream.tolerated.clear();

@@ -226,7 +226,7 @@ fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
 
 /// An `agent events` subscriber gets one event (`how`: live `publish`, or `catch-up` from the
 /// store after a restart): the oracle checks it against the store and the provider's records.
-fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
+pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
     let json = serde_json::to_string(event).expect("events serialise");
     let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
     w.log(format!("{how} event {} a{} {}", event.sequence, agent.map_or("?".to_string(), |a| a.to_string()), describe_agent_event(&event.body)));
@@ -621,6 +621,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         if w.mutant == Mutant::EventMarksDropped {
             event_marks.clear(); // the bug
+        }
+        if w.mutant == Mutant::ReplaysTrustedByPosition {
+            for mark in &mut event_marks {
+                mark.fingerprint = None; // the bug: replays are dropped by position alone
+            }
         }
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;

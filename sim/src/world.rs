@@ -68,6 +68,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.armed_before",
     "checkpoint.file_replaced_while_down",
     "checkpoint.pid_reused_while_down",
+    "checkpoint.cut_below_mark_while_down",
     "clock.jump",
     "clock.wall_step",
     "clock.deadline",
@@ -993,6 +994,8 @@ impl World {
                 self.replace_rollout_while_down(a, pending);
             } else if roll < replace + 20 && self.agents[a].running.is_none() {
                 self.reuse_pid_while_down(a);
+            } else if roll < replace + 45 && pending.is_empty() && self.agents[a].running.is_none() {
+                self.cut_rollout_while_down(a, stored.tail.offset);
             }
         }
     }
@@ -1040,6 +1043,41 @@ impl World {
         let file = agent.session.file;
         self.counters.fault("checkpoint.file_replaced_while_down");
         self.log(format!("a{a} rollout {} replaced while the daemon is down: file {file}, every final rewritten", session.0));
+    }
+
+    /// EV-13: the rollout is cut back to a record boundary between the stored checkpoint and
+    /// the stream's mark (what the stream reported through), and Codex goes on appending at
+    /// the cut: its next records sit at positions the stream already reported, with other
+    /// content. Only when no request waits in the file and no turn runs (the cut records'
+    /// turns are settled history).
+    fn cut_rollout_while_down(&mut self, a: usize, checkpoint: u64) {
+        // The subscriber has read what the dead daemon made durable (the oracle checks those
+        // events against the records they report, which the cut removes).
+        for stored in self.store.agent_events_after(self.oracle.stream.last_seen) {
+            let event: wakterm_engine::AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
+            crate::ports::see_agent_event(self, &event, "read before the cut");
+        }
+        let agent_id = self.agents[a].agent_id.to_string();
+        let mark = self.store.event_marks().into_iter().find(|(id, _)| *id == agent_id);
+        let Some(mark) = mark.and_then(|(_, json)| serde_json::from_str::<wakterm_engine::EventMark>(&json).ok()) else { return };
+        let agent = &mut self.agents[a];
+        if mark.session.as_ref() != Some(&agent.session.id) {
+            return;
+        }
+        let boundaries: Vec<u64> = agent.session.records.iter().map(|r| r.position).filter(|p| *p >= checkpoint && *p < mark.position).collect();
+        let cut = match boundaries.len() {
+            0 if checkpoint < mark.position => checkpoint,
+            0 => return,
+            n => boundaries[thread_rng().gen_range(0..n)],
+        };
+        let before = agent.session.records.len();
+        agent.session.records.retain(|r| r.position <= cut);
+        agent.session.next_position = cut;
+        let removed = before - agent.session.records.len();
+        let session = agent.session.id.clone();
+        self.oracle.on_rollout_cut(a, &session, cut);
+        self.counters.fault("checkpoint.cut_below_mark_while_down");
+        self.log(format!("a{a} rollout cut back to {cut} while down (checkpoint {checkpoint}, mark {}): {removed} records gone", mark.position));
     }
 
     /// OBS-1: the idle process exits and another starts with the same pid (another start

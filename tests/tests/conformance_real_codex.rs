@@ -575,6 +575,56 @@ fn rec_2_real_codex_sigkill_mid_turn_completes_after_restart() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(rw.provider_prompts(), vec!["baseline turn", prompt], "the prompt reached the model once");
     assert_eq!(rw.w.turns_started(), 2);
+    // EV-4: the stream across the SIGKILL: every event once, in order (golden).
+    assert_golden_stream(&rw, "zola", &id, "real-codex-restart.jsonl");
+}
+
+/// EV-7 against the real Codex: the rollout is cut back (truncated to the end of the baseline
+/// turn) while the daemon is down. The first look after the restart finds the session's
+/// records gone: `observer.gap` names the session and the position after which records may
+/// never be reported; the stream then reads the file afresh, and a return-final request
+/// admitted after the gap completes with its own final (golden stream).
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn ev_7_real_codex_rollout_cut_while_down_is_a_gap() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    rw.ready("zola", "baseline turn");
+    sentinel(&rw, "zola", "a turn that will be cut away");
+    let rollout = rw.w.rollout_files().into_iter().next().expect("zola's rollout");
+    let bytes = std::fs::read(&rollout).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    // The end of the first task_complete: the baseline turn stays, the sentinel's turn goes.
+    let first_complete = text.find("\"task_complete\"").expect("the baseline turn completed");
+    let cut = first_complete + text[first_complete..].find('\n').unwrap() + 1;
+    // The observer checkpoint is saved at most every CHECKPOINT_INTERVAL_MS (0.5 s) once the
+    // file moved: after 2 s it covers the whole file, so the restart proves the cut with the
+    // checkpoint itself (OBS-2) and the golden stream has one shape. (A checkpoint behind the
+    // stream's mark takes the EV-13 path instead: engine and simulator tests cover it.)
+    std::thread::sleep(Duration::from_secs(2));
+    support::sigkill_and_wait(rw.w.daemon_pid());
+    wait_daemon_gone(&rw);
+    std::fs::OpenOptions::new().write(true).open(&rollout).unwrap().set_len(cut as u64).unwrap();
+    rw.w.mux_start();
+    let out = rw.w.run(&["agent", "send", "zola", "--return-final", "a question after the gap"]);
+    let id = match out.code {
+        0 => s(&out.json["request_id"]).to_string(),
+        _ => {
+            // The first look may still be reading the cut file: retry once it is idle again.
+            rw.wait_entry("zola", "available after the gap", TURN_DEADLINE, |z| z["return_final_available"] == true);
+            let out = rw.w.run(&["agent", "send", "zola", "--return-final", "a question after the gap"]);
+            assert_eq!(out.code, 0, "{out:?}");
+            s(&out.json["request_id"]).to_string()
+        }
+    };
+    let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!(terminal["state"], "completed", "{terminal}");
+    assert_eq!(terminal["final_message"], reply_for("a question after the gap").as_str());
+    let events = assert_golden_stream(&rw, "zola", &id, "real-codex-gap.jsonl");
+    let gap = events.iter().find(|e| e["kind"] == "observer.gap").unwrap_or_else(|| panic!("no observer.gap: {events:?}"));
+    // What was reported before the cut reached past it; the gap names that position.
+    assert!(gap["after_position"].as_u64().unwrap() > cut as u64, "the gap starts after what was reported: {gap}");
+    let after_gap: Vec<&str> = events.iter().skip_while(|e| e["kind"] != "observer.gap").map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(after_gap.get(1), Some(&"observer.attached"), "read afresh after the gap: {after_gap:?}");
 }
 
 /// REC-5 after_write, REC-1, REC-4: the daemon dies after the prompt reached the real Codex and
@@ -650,12 +700,20 @@ fn ev_real_codex_stream_matches_the_golden_fixture() {
     let id = s(&out.json["request_id"]).to_string();
     let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
     assert_eq!(terminal["state"], "completed", "{terminal}");
+    assert_golden_stream(&rw, "zola", &id, "real-codex-return-final.jsonl");
+}
+
+/// The agent's stream once `request_id`'s `request.terminal` is in it: every event parses as
+/// an `AgentEvent` and validates against its kind's schema, sequences strictly increase,
+/// positions never go back within a session; normalised, it equals the golden file under
+/// `fixtures/agent-events/v1/` (`WAKTERM_UPDATE_FIXTURES=1` rewrites it from this run).
+fn assert_golden_stream(rw: &RealWorld, agent: &str, request_id: &str, golden: &str) -> Vec<Value> {
     let end = Instant::now() + TURN_DEADLINE;
     let events = loop {
-        let out = rw.w.run(&["agent", "events", "--once", "--agent", "zola"]);
+        let out = rw.w.run(&["agent", "events", "--once", "--agent", agent]);
         assert_eq!(out.code, 0, "{out:?}");
         let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        if events.iter().any(|e| e["kind"] == "request.terminal" && e["request_id"] == id.as_str()) {
+        if events.iter().any(|e| e["kind"] == "request.terminal" && e["request_id"] == request_id) {
             break events;
         }
         assert!(Instant::now() < end, "no request.terminal in {events:?}");
@@ -669,6 +727,9 @@ fn ev_real_codex_stream_matches_the_golden_fixture() {
         let sequence = event["sequence"].as_u64().unwrap();
         assert!(sequence > last_sequence, "EV-1");
         last_sequence = sequence;
+        if matches!(event["kind"].as_str(), Some("observer.gap" | "observer.lost" | "agent.incarnation_changed")) {
+            positions.clear(); // EV-7: what follows is read afresh
+        }
         if let (Some(session), Some(position)) = (event["session"].as_str(), event["position"].as_u64()) {
             let at = positions.entry(session.to_string()).or_default();
             assert!(position >= *at, "positions never go back in a session: {event}");
@@ -676,14 +737,24 @@ fn ev_real_codex_stream_matches_the_golden_fixture() {
         }
     }
     let normalised = normalise_events(&events);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/agent-events/v1/real-codex-return-final.jsonl");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/agent-events/v1").join(golden);
     if std::env::var_os("WAKTERM_UPDATE_FIXTURES").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, normalised.join("\n") + "\n").unwrap();
     }
     let golden = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let golden: Vec<&str> = golden.lines().collect();
-    assert_eq!(normalised, golden, "the stream differs from {}", path.display());
+    let golden: Vec<String> = golden.lines().map(str::to_string).collect();
+    // Request milestones ride on request commits (EV-6), whose timing against the observer's
+    // events varies from run to run; each projection keeps its own order exactly.
+    let (ours, recorded) = (milestones_apart(&normalised), milestones_apart(&golden));
+    assert_eq!(ours.0, recorded.0, "the agent and provider events differ from {}", path.display());
+    assert_eq!(ours.1, recorded.1, "the request milestones differ from {}", path.display());
+    events
+}
+
+/// (agent and provider events, request milestones), each in stream order.
+fn milestones_apart(lines: &[String]) -> (Vec<&str>, Vec<&str>) {
+    lines.iter().map(String::as_str).partition(|line| !line.contains(r#""kind":"request."#))
 }
 
 /// EV-10, EV-11 against the real Codex 0.169 (its `update_plan` tool enabled, off by default):
@@ -758,6 +829,11 @@ fn normalise_events(events: &[Value]) -> Vec<String> {
             let object = e.as_object_mut().unwrap();
             for dropped in ["sequence", "at_ms", "position", "after_position", "terminal_event_sequence"] {
                 object.remove(dropped);
+            }
+            // Reasons may quote byte offsets, which depend on the run's paths.
+            if let Some(Value::String(reason)) = object.get("reason").cloned() {
+                let digits: String = reason.chars().map(|c| if c.is_ascii_digit() { '#' } else { c }).collect();
+                object.insert("reason".to_string(), Value::String(digits));
             }
             for (field, class) in [("agent_id", "agent"), ("incarnation", "incarnation"), ("previous", "incarnation"), ("session", "session"), ("provider_turn_id", "turn"), ("request_id", "request")] {
                 if let Some(value) = object.get(field).cloned() {
