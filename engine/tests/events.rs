@@ -157,31 +157,15 @@ fn ev_12_prompt_text_only_when_the_caller_shares_it() {
 /// positions are not dropped, they come after a gap (after the resume point).
 #[test]
 fn ev_13_replays_are_proven_before_they_are_dropped() {
-    let turn = |rig: &mut Rig, id: &str, at: u64| {
-        rig.turn_started(id, at);
-        rig.turn_completed(id, "f", at + 10);
-    };
     // The same file: the replay of (1000, 1030] proves itself at 1030.
-    let mut rig = Rig::with_idle_zola();
-    rig.observe(attached(900));
-    turn(&mut rig, "t1", 1000);
-    turn(&mut rig, "t2", 1020);
-    let before = rig.durable_events.len();
-    restart(&mut rig);
-    rig.observe(attached(1000));
-    turn(&mut rig, "t2", 1020);
-    turn(&mut rig, "t3", 1040);
+    let (mut rig, before) = restarted_after_two_turns();
+    two_record_turn(&mut rig, "t2", 1020);
+    two_record_turn(&mut rig, "t3", 1040);
     let after: Vec<&str> = rig.durable_events[before..].iter().map(|e| e.kind()).collect();
     assert_eq!(after, ["turn.started", "turn.completed", "turn.final"], "only t3 is new");
 
     // Cut back to 1010 and appended to: t9 at 1020..1030 is new, at the old positions.
-    let mut rig = Rig::with_idle_zola();
-    rig.observe(attached(900));
-    turn(&mut rig, "t1", 1000);
-    turn(&mut rig, "t2", 1020);
-    let before = rig.durable_events.len();
-    restart(&mut rig);
-    rig.observe(attached(1000));
+    let (mut rig, before) = restarted_after_two_turns();
     rig.turn_started("t9", 1020);
     assert_eq!(rig.durable_events.len(), before, "held until the mark settles it");
     rig.turn_completed("t9", "new", 1030); // at the mark's position, another record
@@ -193,13 +177,7 @@ fn ev_13_replays_are_proven_before_they_are_dropped() {
     }
 
     // Cut back and appended past the mark without a record at it: the same verdict.
-    let mut rig = Rig::with_idle_zola();
-    rig.observe(attached(900));
-    turn(&mut rig, "t1", 1000);
-    turn(&mut rig, "t2", 1020);
-    let before = rig.durable_events.len();
-    restart(&mut rig);
-    rig.observe(attached(1000));
+    let (mut rig, before) = restarted_after_two_turns();
     rig.turn_started("t9", 1025);
     rig.turn_completed("t9", "new", 1045);
     let kinds: Vec<&str> = rig.durable_events[before..].iter().map(|e| e.kind()).collect();
@@ -207,13 +185,7 @@ fn ev_13_replays_are_proven_before_they_are_dropped() {
 
     // Cut back and not (yet) appended past the mark: the observer read the file to its end
     // short of the mark, so the held record is not waited on forever.
-    let mut rig = Rig::with_idle_zola();
-    rig.observe(attached(900));
-    turn(&mut rig, "t1", 1000);
-    turn(&mut rig, "t2", 1020);
-    let before = rig.durable_events.len();
-    restart(&mut rig);
-    rig.observe(attached(1000));
+    let (mut rig, before) = restarted_after_two_turns();
     rig.turn_started("t9", 1015);
     let mut snapshot = idle_snapshot("inc-1", 100);
     snapshot.turn = TurnState::Busy { turn: Some(TurnId("t9".into())) };
@@ -221,6 +193,24 @@ fn ev_13_replays_are_proven_before_they_are_dropped() {
     rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot });
     let kinds: Vec<&str> = rig.durable_events[before..].iter().map(|e| e.kind()).collect();
     assert_eq!(kinds, ["observer.gap", "observer.attached", "turn.started"]);
+}
+
+fn two_record_turn(rig: &mut Rig, id: &str, at: u64) {
+    rig.turn_started(id, at);
+    rig.turn_completed(id, "f", at + 10);
+}
+
+/// Two turns reported through 1030, a restart, and the observer resumed at 1000: t2's records
+/// (1020, 1030) are what may come again. Returns the rig and the durable event count then.
+fn restarted_after_two_turns() -> (Rig, usize) {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    two_record_turn(&mut rig, "t1", 1000);
+    two_record_turn(&mut rig, "t2", 1020);
+    let before = rig.durable_events.len();
+    restart(&mut rig);
+    rig.observe(attached(1000));
+    (rig, before)
 }
 
 fn turn_of(event: &AgentEvent) -> Option<String> {
