@@ -334,7 +334,14 @@ impl Engine {
             }
         }
         match resume_from {
-            Some(from) => {
+            Some(mut from) => {
+                // EV-4: never past what the stream reported in that session, so the records
+                // between the mark and the armed cursor are appended too (CORR-5 still ignores
+                // them for correlation; EV-13 proves those the stream already has).
+                let mark = self.events.marks.get(agent_id).filter(|m| m.session.as_ref() == Some(&from.session));
+                if let Some(mark) = mark.filter(|m| m.position < from.position) {
+                    from.position = mark.position;
+                }
                 self.resuming.insert(agent_id.clone());
                 self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
             }

@@ -13,6 +13,7 @@ mod error;
 mod limits;
 mod op;
 mod reader;
+pub mod retention;
 mod schema;
 pub mod watermark;
 mod writer;

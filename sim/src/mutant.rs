@@ -84,6 +84,10 @@ pub enum Mutant {
     /// EV-13 had none), so the restarted engine drops every record at or below a mark's
     /// position as a replay, even new records a rollout cut back while down holds there.
     ReplaysTrustedByPosition,
+    /// Stream glue (EV-9): a subscriber that lagged re-reads the store from its cursor without
+    /// asking whether retention passed it (the pruned check made only at subscribe, as the
+    /// daemon once did), so what was pruned meanwhile is skipped silently.
+    LaggedReaderSkipsPruned,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -108,6 +112,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),
     (Mutant::PlanTurnUnlabelled, "plan_turn_unlabelled", "observer port reports plan updates without their turn id"),
+    (Mutant::LaggedReaderSkipsPruned, "lagged_reader_skips_pruned", "a lagged subscriber's re-read skips what retention pruned, silently"),
     (Mutant::ReplaysTrustedByPosition, "replays_trusted_by_position", "restart glue drops the marks' fingerprints, so replays are trusted by position"),
 ];
 

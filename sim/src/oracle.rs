@@ -145,6 +145,9 @@ pub struct StreamTruth {
     /// JSON, by sequence.
     pub seen: BTreeMap<u64, String>,
     pub last_seen: u64,
+    /// EV-9: the subscriber rebased after this sequence (cursor_too_old): nothing at or
+    /// below it is expected to reach it.
+    pub rebased_through: u64,
     /// Per agent (index): where the stream stands in the provider's record.
     pub agents: BTreeMap<usize, AgentStream>,
     /// Agents `agent.started` announced.
@@ -793,6 +796,31 @@ impl Oracle {
 
     /// (a) EV-1: every event a subscriber got is still in the store as it was (a restart
     /// never loses or renumbers a published event). Pruned ones are gone by design.
+    /// EV-9: the subscriber's cursor fell below what retention pruned (cursor_too_old) and it
+    /// rebased after `through`, as documented: what lies at or below it is not expected, and
+    /// its place in every agent's record starts afresh.
+    pub fn on_stream_rebased(&mut self, through: u64) {
+        assert!(through >= self.stream.last_seen, "a rebase moves forward");
+        self.stream.last_seen = through;
+        self.stream.rebased_through = through;
+        self.stream.agents.clear();
+        self.stream.request_terminal.clear();
+    }
+
+    /// EV-8: the catalog's settled mark lags what the engine settled.
+    pub fn catalog_behind(&mut self, message: String) {
+        self.fail(Kind::EventNotDurable, message);
+    }
+
+    /// EV-9: `cursor_too_old` only when retention really removed an event the subscriber
+    /// had not read (after its cursor, at or below the pruned mark).
+    pub fn check_cursor_too_old(&mut self, store: &StoreTables) {
+        let (cursor, pruned) = (self.stream.last_seen, store.events_pruned_through());
+        if !(cursor + 1..=pruned).any(|sequence| store.pruned_event(sequence).is_some()) {
+            self.fail(Kind::EventSequence, format!("cursor_too_old after {cursor} although nothing after it was pruned (pruned through {pruned})"));
+        }
+    }
+
     pub fn check_seen_still_durable(&mut self, store: &StoreTables) {
         let pruned = store.events_pruned_through();
         let mut problems = Vec::new();
@@ -813,7 +841,14 @@ impl Oracle {
     pub fn stream_end_problems(&self, store: &StoreTables, tails: &[(usize, SessionId, &[Record])]) -> Vec<(Kind, String)> {
         let mut problems = Vec::new();
         let stored = store.agent_events_after(store.events_pruned_through());
-        let unseen: Vec<u64> = stored.iter().filter(|e| !self.stream.seen.contains_key(&e.sequence)).map(|e| e.sequence).collect();
+        // EV-9: retention may have removed a milestone below (the checks then see only what
+        // is retained), and a rebased subscriber does not expect what lies before its rebase.
+        let pruned = store.events_pruned_through() > 0;
+        let unseen: Vec<u64> = stored
+            .iter()
+            .filter(|e| e.sequence > self.stream.rebased_through && !self.stream.seen.contains_key(&e.sequence))
+            .map(|e| e.sequence)
+            .collect();
         if !unseen.is_empty() {
             problems.push((Kind::EventSequence, format!("{} durable agent events never reached a subscriber: {:?}", unseen.len(), &unseen[..unseen.len().min(8)])));
         }
@@ -829,7 +864,7 @@ impl Oracle {
         }
         for terminal in store.terminal_after(0) {
             let ids = riding.remove(&terminal.sequence).unwrap_or_default();
-            if ids != [terminal.request_id.clone()] {
+            if ids != [terminal.request_id.clone()] && !(pruned && ids.is_empty()) {
                 let m = format!("terminal event {} of {} has request.terminal events {ids:?}", terminal.sequence, terminal.request_id);
                 problems.push((Kind::RequestTerminalEvent, m));
             }
@@ -848,7 +883,7 @@ impl Oracle {
         for request in store.requests() {
             let owed = !matches!(request.phase.as_str(), "registered" | "released");
             let count = admitted.remove(&request.request_id).unwrap_or(0);
-            if count != usize::from(owed) {
+            if count != usize::from(owed) && !(pruned && count == 0) {
                 let m = format!("request {} ({}) has {count} request.admitted events, expected {}", request.request_id, request.phase, usize::from(owed));
                 problems.push((Kind::RequestTerminalEvent, m));
             }
@@ -859,6 +894,9 @@ impl Oracle {
         // Completeness at the end: every record of the session the observer tails reported.
         for (a, session, records) in tails {
             let cursor = self.stream.agents.get(a).and_then(|s| s.cursor.clone());
+            if cursor.is_none() && self.stream.rebased_through > 0 {
+                continue; // EV-9: rebased past this agent's events; nothing of it read since
+            }
             let last = records.last().map(|r| r.position);
             let ok = match &cursor {
                 Some(c) if &c.session == session => !c.final_due && last.is_none_or(|last| c.position >= last),

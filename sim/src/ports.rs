@@ -179,6 +179,22 @@ impl Effects for SimEffects {
         if w.mutant == Mutant::SettledOnlyOnPublish {
             w.events_settled_through = event.sequence; // the bug: abandoned numbers never settle
         }
+        // EV-9: a subscriber away for a while (disconnected, or too slow) reads what it missed
+        // from the store when it is back, and retention may have passed its cursor meanwhile.
+        let now = wakterm_runtime::driver::now_ms();
+        match w.subscriber_away_until {
+            Some(until) if now < until => return, // the event waits in the store
+            Some(_) => {
+                w.subscriber_away_until = None;
+                return subscriber_catch_up(&mut w, event.sequence, "reconnect");
+            }
+            None if w.faults_on && w.plan.retain_events > 0 && thread_rng().gen_bool(0.01) => {
+                w.subscriber_away_until = Some(now + thread_rng().gen_range(500..5_000));
+                w.counters.fault("subscriber.away");
+                return;
+            }
+            None => {}
+        }
         see_agent_event(&mut w, &event, "publish");
     }
 
@@ -243,7 +259,8 @@ pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
     let World { oracle, agents, store, .. } = w;
     let agents: &[crate::world::Agent] = agents;
     let sessions = |session: &wakterm_engine::SessionId| agent.and_then(|a| agents[a].session_of(session));
-    let stored = store.agent_event(event.sequence).map(|e| e.event_json.as_str());
+    // Durable when committed: retention may have removed it since (EV-9).
+    let stored = store.agent_event(event.sequence).map(|e| e.event_json.as_str()).or_else(|| store.pruned_event(event.sequence));
     let cx = EventContext { json: &json, stored, agent, sessions: &sessions, terminal };
     oracle.on_agent_event(event, &cx);
     for note in std::mem::take(&mut w.oracle.notes) {
@@ -377,6 +394,52 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
         if !ack_first {
             send(&inbox, Input::PersistAcked { token, result });
         }
+    }
+}
+
+/// EV-9: the daemon's retention task, with the production rule (`Retention::due`) over the
+/// store model, pruning in its own transactions between the engine's.
+async fn retention(world: Shared) {
+    loop {
+        madsim::time::sleep(ms(200, 1_500)).await;
+        let mut w = world.lock().unwrap();
+        let events = w.plan.retain_events;
+        if events == 0 {
+            return;
+        }
+        let policy = wakterm_runtime::store::retention::Retention { events, days: 0 };
+        if let Ok(Some(op)) = policy.due(&w.store, 0) {
+            let result = w.store.commit(std::slice::from_ref(&op));
+            let line = format!("retention {op:?} -> {result:?}, pruned through {}", w.store.events_pruned_through());
+            w.log(line);
+            if result.is_ok() {
+                w.counters.fault("retention.pruned");
+            }
+        }
+    }
+}
+
+/// `agent events --after last_seen`, reading the store through `published` (what the daemon
+/// has published: EV-2). Below what retention pruned it is `cursor_too_old` (EV-9), and the
+/// subscriber rebases as documented: a catalog (its events_through is `published`), then
+/// `--after` it.
+pub(crate) fn subscriber_catch_up(w: &mut World, published: u64, how: &str) {
+    let checks = !(w.mutant == Mutant::LaggedReaderSkipsPruned && how == "reconnect"); // the bug
+    if checks && wakterm_runtime::store::retention::cursor_too_old(w.oracle.stream.last_seen, w.store.events_pruned_through()) {
+        let World { oracle, store, .. } = &mut *w;
+        oracle.check_cursor_too_old(store);
+        let line = format!("{how}: cursor {} is below the pruned {}: cursor_too_old, rebased after {published}", w.oracle.stream.last_seen, w.store.events_pruned_through());
+        w.log(line);
+        w.oracle.on_stream_rebased(published);
+        w.counters.fault("retention.cursor_too_old");
+        return;
+    }
+    for stored in w.store.agent_events_after(w.oracle.stream.last_seen) {
+        if stored.sequence > published {
+            break;
+        }
+        let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
+        see_agent_event(w, &event, how);
     }
 }
 
@@ -656,10 +719,9 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // the new engine has published everything durable).
         let World { oracle, store, .. } = &mut *w;
         oracle.check_seen_still_durable(store);
-        for stored in w.store.agent_events_after(w.oracle.stream.last_seen) {
-            let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
-            see_agent_event(&mut w, &event, "catch-up");
-        }
+        let through = w.store.last_event_sequence();
+        w.subscriber_away_until = None; // it reconnects to the new daemon
+        subscriber_catch_up(&mut w, through, "catch-up");
         w.oracle.on_stream_restart();
         // EV-5: the checkpoints the dead daemon's engine still held are gone with it.
         w.checkpoint_weights.clear();
@@ -679,6 +741,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     let world = world.clone();
     node.spawn(async move {
         madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
+        madsim::task::spawn(retention(world.clone()));
         madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), wake_rx));
         let effects = SimEffects { world, inbox, store: store_tx };
         run_driver(engine, inbox_rx, effects, clock).await;

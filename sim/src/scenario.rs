@@ -68,6 +68,26 @@ fn whitespace() -> &'static str {
     }
 }
 
+/// EV-8: `agent catalog` answers once the effects' settled mark reaches what the engine has
+/// settled (published or abandoned). Between the driver's steps the two are equal: a mark
+/// behind the engine's would hold the catalog at `events_not_durable` for nothing.
+async fn catalog_probe(world: Shared) {
+    loop {
+        madsim::time::sleep(ms(1_000, 4_000)).await;
+        let Some(inbox) = world.lock().unwrap().inbox.clone() else { continue };
+        let probe = world.clone();
+        let _ = wakterm_runtime::driver::ask(&inbox, move |engine| {
+            let mut w = probe.lock().unwrap();
+            let (engine_mark, effects_mark) = (engine.events_published_through(), w.events_settled_through);
+            if effects_mark < engine_mark {
+                let m = format!("the engine settled events through {engine_mark}, the catalog's mark is {effects_mark}: it would answer events_not_durable");
+                w.oracle.catalog_behind(m);
+            }
+        })
+        .await;
+    }
+}
+
 async fn ask_engine(world: &Shared, f: fn(&wakterm_engine::Engine) -> Value) -> Option<Value> {
     let inbox = world.lock().unwrap().inbox.clone()?;
     wakterm_runtime::driver::ask(&inbox, f).await
@@ -443,10 +463,12 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
     let daemon = Arc::new(Mutex::new(node));
     let crasher = madsim::task::spawn(crash_loop(world.clone(), crash_rx, daemon.clone()));
     let provider = madsim::task::spawn(provider_loop(world.clone()));
+    let catalog = madsim::task::spawn(catalog_probe(world.clone()));
     let mut callers = Vec::new();
     let outcome = play(&world, &mut callers).await;
     // The outcome is final; what follows only frees this seed's memory.
     let mut tasks = callers;
+    tasks.push(catalog);
     tasks.push(crasher);
     tasks.push(provider);
     teardown(&world, &daemon, tasks).await;
@@ -628,6 +650,14 @@ async fn final_status(world: &Shared) -> Option<Value> {
 /// end. The observer may still be catching up when requests settle (a heal is seen at its next
 /// run), so the stream gets a few seconds to get there.
 async fn check_event_stream_at_end(world: &Shared) {
+    {
+        // A subscriber still away comes back for the end (EV-9).
+        let mut w = world.lock().unwrap();
+        if w.subscriber_away_until.take().is_some() {
+            let published = w.store.last_event_sequence().min(w.events_settled_through.max(w.oracle.stream.last_seen));
+            crate::ports::subscriber_catch_up(&mut w, published, "back for the end");
+        }
+    }
     let mut problems = Vec::new();
     for _ in 0..40 {
         let status = ask_engine(world, engine_status).await;

@@ -32,6 +32,9 @@ pub struct StoreTables {
     event_marks: BTreeMap<String, String>,
     /// EV-9: the highest sequence retention removed (`meta.events_pruned_through`).
     events_pruned_through: u64,
+    /// EV-9: what retention removed (not in the store: the oracle's memory of it, so an event
+    /// published after its commit and pruned since still counts as having been durable).
+    pruned_events: BTreeMap<u64, String>,
     /// HIST-4: the highest terminal sequence retention removed (`meta.terminal_pruned_through`).
     terminal_pruned_through: u64,
 }
@@ -119,7 +122,9 @@ impl StoreTables {
                     last = Some(*sequence);
                 }
                 if let Some(last) = last {
-                    self.events.retain(|sequence, _| *sequence > last);
+                    let kept = self.events.split_off(&(last + 1));
+                    let pruned = std::mem::replace(&mut self.events, kept);
+                    self.pruned_events.extend(pruned.into_iter().map(|(sequence, row)| (sequence, row.stored.event_json)));
                     self.events_pruned_through = self.events_pruned_through.max(last);
                 }
             }
@@ -218,6 +223,11 @@ impl StoreTables {
         self.events.values().filter(|row| row.kind == kind).map(|row| row.stored.clone()).collect()
     }
 
+    /// EV-9: the JSON of an event retention removed (the oracle's memory, not the store's).
+    pub fn pruned_event(&self, sequence: u64) -> Option<&str> {
+        self.pruned_events.get(&sequence).map(String::as_str)
+    }
+
     /// The stored event with this sequence.
     pub fn agent_event(&self, sequence: u64) -> Option<&StoredAgentEvent> {
         self.events.get(&sequence).map(|row| &row.stored)
@@ -227,6 +237,11 @@ impl StoreTables {
     /// `Store::last_event_sequence`).
     pub fn last_event_sequence(&self) -> u64 {
         self.events.keys().next_back().copied().unwrap_or(0).max(self.events_pruned_through)
+    }
+
+    /// EV-9: the oldest stored event's sequence and time (as `Store::oldest_event`).
+    pub fn oldest_event(&self) -> Option<(u64, u64)> {
+        self.events.iter().next().map(|(sequence, row)| (*sequence, row.at_ms))
     }
 
     /// EV-9: the highest sequence retention removed (as `Store::events_pruned_through`).
@@ -321,4 +336,17 @@ fn record(json: &str) -> Result<(), String> {
         return Err(format!("a record is {} bytes, the limit is {RECORD_BYTES_MAX}", json.len()));
     }
     Ok(())
+}
+
+/// EV-9: the production retention rule (`Retention::due`) reads the model as it reads the store.
+impl wakterm_runtime::store::retention::RetentionView for StoreTables {
+    fn oldest_event(&self) -> Result<Option<(u64, u64)>, wakterm_runtime::store::StoreError> {
+        Ok(StoreTables::oldest_event(self))
+    }
+    fn last_event_sequence(&self) -> Result<u64, wakterm_runtime::store::StoreError> {
+        Ok(StoreTables::last_event_sequence(self))
+    }
+    fn oldest_finished_request_ms(&self) -> Result<Option<u64>, wakterm_runtime::store::StoreError> {
+        Ok(self.requests.values().filter(|r| is_finished_phase(&r.phase)).map(|r| r.updated_ms).min())
+    }
 }

@@ -69,6 +69,9 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.file_replaced_while_down",
     "checkpoint.pid_reused_while_down",
     "checkpoint.cut_below_mark_while_down",
+    "retention.pruned",
+    "subscriber.away",
+    "retention.cursor_too_old",
     "clock.jump",
     "clock.wall_step",
     "clock.deadline",
@@ -145,6 +148,9 @@ pub struct FaultPlan {
     /// faults alone: a calm seed lets a conversation (`caller.chain`) run turn after turn, with
     /// no human turn to end a wait the engine should have ended itself.
     pub calm: f64,
+    /// EV-9: the daemon's `--retain-events` (0: retention off), far below the default so a
+    /// run prunes what its subscriber may not have read yet.
+    pub retain_events: u64,
 }
 
 impl FaultPlan {
@@ -166,6 +172,7 @@ impl FaultPlan {
             duplicate_final: rate(0.5, 0.4),
             max_crashes: thread_rng().gen_range(0..5),
             calm: if thread_rng().gen_bool(0.4) { thread_rng().gen_range(0.7..0.98) } else { 0.0 },
+            retain_events: if thread_rng().gen_bool(0.3) { thread_rng().gen_range(15..300) } else { 0 },
         }
     }
 }
@@ -539,6 +546,9 @@ pub struct World {
     /// EV-8: the running daemon's settled sequence (published or abandoned): what the catalog
     /// waits for before it answers `events_through`.
     pub events_settled_through: u64,
+    /// EV-9: the agent-events subscriber is away until then (it reads what it missed from
+    /// the store when it is back).
+    pub subscriber_away_until: Option<u64>,
 }
 
 impl World {
@@ -569,6 +579,7 @@ impl World {
             checkpoint_weights: BTreeMap::new(),
             checkpoint_sent: BTreeMap::new(),
             events_settled_through: 0,
+            subscriber_away_until: None,
         }
     }
 
@@ -933,20 +944,6 @@ impl World {
         let agent_id = self.agents[a].agent_id.to_string();
         let json = self.store.event_marks().into_iter().find(|(id, _)| *id == agent_id)?.1;
         serde_json::from_str(&json).ok()
-    }
-
-    /// A known engine gap (see `Oracle::tolerate_gap`): the engine's startup resume (REC-2)
-    /// re-attaches at a request's armed cursor, which may lie past the agent's durable event
-    /// mark in that session (the request's registration committed, the batch with the records
-    /// before the cursor did not): the records between are folded, never appended, and no
-    /// `observer.gap` says so.
-    fn tolerate_resume_past_mark(&mut self, a: usize, from: &wakterm_engine::Cursor) {
-        let Some(mark) = self.durable_mark(a) else { return };
-        if mark.session.as_ref() == Some(&from.session) && mark.position < from.position {
-            let m = format!("a{a} resume at {}:{} past the durable event mark {} (EV-4 gap)", from.session.0, from.position, mark.position);
-            self.log(m);
-            self.oracle.tolerate_gap(a, &from.session, mark.position, from.position, "note.ev4_resume_past_event_mark", false);
-        }
     }
 
     /// A known engine gap (see `Oracle::tolerate_gap`): an `observer.lost` resets the agent's
@@ -1427,7 +1424,6 @@ impl World {
             out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string() });
             return;
         }
-        self.tolerate_resume_past_mark(a, from);
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
         if let Some(current) = self.current_checkpoint(a) {
             self.agents[a].observer.saved = Some(current);

@@ -41,7 +41,7 @@ pub(super) fn cursor_too_old(after: u64, pruned_through: u64, oldest_retained: O
 /// EV-9, HIST-4: the `cursor_too_old` answer (exit 4) with its recovery metadata, when `after`
 /// lies below what retention removed.
 pub(super) fn too_old(what: &str, after: u64, pruned_through: u64, oldest_retained: Option<u64>, how: &str, rebase: Value) -> Option<Reply> {
-    if after >= pruned_through {
+    if !crate::store::retention::cursor_too_old(after, pruned_through) {
         return None;
     }
     let message = format!("{what} after {after} up to {pruned_through} were pruned by retention; {how}");

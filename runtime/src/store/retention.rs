@@ -1,0 +1,84 @@
+//! EV-9, HIST-4: the retention rule: which prune is due, read from the store (or from the
+//! simulator's model of it, through [`RetentionView`]). The daemon's background task that
+//! applies it is `daemon::retention::run`.
+
+use super::{Store, StoreError, StoreOp};
+
+/// Default: the newest million events are kept.
+pub const DEFAULT_RETAIN_EVENTS: u64 = 1_000_000;
+/// Default: events of the last seven days are kept (whatever their number, up to the count).
+pub const DEFAULT_RETAIN_DAYS: u64 = 7;
+/// Events removed per prune transaction, so the writer is never held long.
+pub const PRUNE_BATCH: u64 = 5_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// What retention reads to decide: the store, or the simulator's model of it (one copy of the
+/// rule for both).
+pub trait RetentionView {
+    /// The oldest stored event's sequence and time.
+    fn oldest_event(&self) -> Result<Option<(u64, u64)>, StoreError>;
+    /// The greatest event sequence ever stored, pruned ones included.
+    fn last_event_sequence(&self) -> Result<u64, StoreError>;
+    /// When the oldest finished request was last updated.
+    fn oldest_finished_request_ms(&self) -> Result<Option<u64>, StoreError>;
+}
+
+impl RetentionView for Store {
+    fn oldest_event(&self) -> Result<Option<(u64, u64)>, StoreError> {
+        Store::oldest_event(self)
+    }
+    fn last_event_sequence(&self) -> Result<u64, StoreError> {
+        Store::last_event_sequence(self)
+    }
+    fn oldest_finished_request_ms(&self) -> Result<Option<u64>, StoreError> {
+        Store::oldest_finished_request_ms(self)
+    }
+}
+
+/// What the stream keeps: an event is pruned when it is beyond the newest `events` OR older
+/// than `days` (0: no age limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub events: u64,
+    pub days: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { events: DEFAULT_RETAIN_EVENTS, days: DEFAULT_RETAIN_DAYS }
+    }
+}
+
+impl Retention {
+    /// The age limit as an engine time (0: none).
+    fn before_ms(&self, now_ms: u64) -> u64 {
+        match self.days {
+            0 => 0,
+            days => now_ms.saturating_sub(days.saturating_mul(DAY_MS)),
+        }
+    }
+
+    /// HIST-4: the prune of finished requests to run now, if the oldest is past the window.
+    pub fn requests_due(&self, store: &impl RetentionView, now_ms: u64) -> Result<Option<StoreOp>, StoreError> {
+        let before_ms = self.before_ms(now_ms);
+        let due = store.oldest_finished_request_ms()?.is_some_and(|oldest| oldest < before_ms);
+        Ok(due.then_some(StoreOp::PruneRequests { before_ms, max_rows: PRUNE_BATCH }))
+    }
+
+    /// The prune to run now, if the oldest stored event is due.
+    pub fn due(&self, store: &impl RetentionView, now_ms: u64) -> Result<Option<StoreOp>, StoreError> {
+        let Some((oldest, oldest_at_ms)) = store.oldest_event()? else { return Ok(None) };
+        let newest = store.last_event_sequence()?;
+        let through_sequence = newest.saturating_sub(self.events);
+        let before_ms = self.before_ms(now_ms);
+        let due = oldest <= through_sequence || oldest_at_ms < before_ms;
+        Ok(due.then_some(StoreOp::PruneEvents { through_sequence, before_ms, max_rows: PRUNE_BATCH }))
+    }
+}
+
+
+/// EV-9, HIST-4: a read `--after` this cursor cannot be served: retention removed events after
+/// it (through `pruned_through`). One copy for the daemon's streams and the simulator.
+pub fn cursor_too_old(after: u64, pruned_through: u64) -> bool {
+    after < pruned_through
+}
