@@ -627,6 +627,67 @@ fn ev_7_real_codex_rollout_cut_while_down_is_a_gap() {
     assert_eq!(after_gap.get(1), Some(&"observer.attached"), "read afresh after the gap: {after_gap:?}");
 }
 
+/// Raw bytes into the agent's pane, past the daemon (a human at the keyboard).
+fn type_into_pane(rw: &RealWorld, agent_id: &str, bytes: &[u8]) {
+    let socket = rw.w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut pane = wakterm_runtime::holder::HolderClient::connect(&socket).expect("the agent's holder");
+    pane.write(bytes).expect("the pane takes the keys");
+}
+
+/// Waits (bounded) until the agent's screen shows Codex working on a turn.
+fn wait_working(rw: &RealWorld, agent_id: &str) {
+    let end = Instant::now() + TURN_DEADLINE;
+    while !rw.screen(agent_id).contains("esc to interrupt") {
+        assert!(Instant::now() < end, "Codex never showed a running turn: {}", rw.screen(agent_id));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// EV-* golden stream, CORR-10 against the real Codex: a human presses Esc while the turn of
+/// a return-final request runs; the stream reports `turn.aborted` and the request ends
+/// `aborted` (golden `real-codex-aborted.jsonl`).
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn ev_real_codex_aborted_turn_stream() {
+    let think = wakterm_harness::provider::Rule { contains: "THINK-LONG".into(), reply: None, delay_ms: 0, output_delay_ms: 8000, fail: None };
+    let rw = RealWorld::new(EXE, script(vec![think]));
+    let entry = rw.ready("zola", "baseline turn");
+    let agent_id = s(&entry["agent_id"]).to_string();
+    let out = rw.w.run(&["agent", "send", "zola", "--return-final", "THINK-LONG then be interrupted"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let id = s(&out.json["request_id"]).to_string();
+    wait_working(&rw, &agent_id);
+    type_into_pane(&rw, &agent_id, b"\x1b");
+    let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!((terminal["state"].as_str(), terminal["reason"].as_str()), (Some("aborted"), Some("provider_turn_aborted")), "{terminal}");
+    let events = assert_golden_stream(&rw, "zola", &id, "real-codex-aborted.jsonl");
+    assert!(events.iter().any(|e| e["kind"] == "turn.aborted" && e["provider_turn_id"] == terminal["provider_turn_id"]), "{events:?}");
+}
+
+/// EV-* golden stream against the real Codex: a human submits a second prompt while the turn
+/// of a return-final request runs (steering). Codex records it in the same turn; the stream
+/// shows two `message.user` in that turn, and the request completes with that turn's final
+/// (golden `real-codex-steered.jsonl`).
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn ev_real_codex_steered_turn_stream() {
+    let think = wakterm_harness::provider::Rule { contains: "THINK-SHORT".into(), reply: None, delay_ms: 0, output_delay_ms: 4000, fail: None };
+    let rw = RealWorld::new(EXE, script(vec![think]));
+    let entry = rw.ready("zola", "baseline turn");
+    let agent_id = s(&entry["agent_id"]).to_string();
+    let out = rw.w.run(&["agent", "send", "zola", "--return-final", "THINK-SHORT first prompt of a steered turn"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let id = s(&out.json["request_id"]).to_string();
+    wait_working(&rw, &agent_id);
+    type_into_pane(&rw, &agent_id, b"\x15\x1b[200~steering prompt sent while busy\x1b[201~\r");
+    let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!(terminal["state"], "completed", "{terminal}");
+    let events = assert_golden_stream(&rw, "zola", &id, "real-codex-steered.jsonl");
+    let turn = &terminal["provider_turn_id"];
+    let prompts = events.iter().filter(|e| e["kind"] == "message.user" && &e["provider_turn_id"] == turn).count();
+    assert_eq!(prompts, 2, "the steer joined the request's turn: {events:?}");
+}
+
 /// REC-5 after_write, REC-1, REC-4: the daemon dies after the prompt reached the real Codex and
 /// before the submitted marker was durable. Codex completes the turn anyway; after a normal
 /// restart the request is `indeterminate`, its final is never delivered, and replaying the id
