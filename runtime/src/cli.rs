@@ -31,6 +31,10 @@ pub enum Command {
     },
     /// Runs the whole flow on a built-in fake Codex in a private temporary data directory.
     Demo,
+    /// An MCP server on stdin/stdout (tools: agent_catalog, agent_capabilities, agent_admit,
+    /// request_get, request_wait, session). It talks to the daemon of this data directory:
+    /// start one first with `wakterm mux start`.
+    Mcp,
     /// A Codex-compatible fake TUI, for tests and the demo.
     FakeCodex(wakterm_harness::fake_codex::FakeCodexArgs),
     /// Internal: the per-agent PTY holder process.
@@ -233,6 +237,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Mux { command } => run_mux(&paths, command),
         Command::Agent { command } => run_agent(&paths, command),
         Command::Demo => crate::demo::run(),
+        Command::Mcp => crate::mcp::run(paths),
         Command::FakeCodex(args) => wakterm_harness::fake_codex::run(args),
         Command::Holder(args) => crate::holder::run_holder(args.into_config()),
     }

@@ -12,6 +12,8 @@ pub mod output_page;
 pub mod store;
 #[cfg(not(madsim))]
 pub mod daemon;
+#[cfg(not(madsim))]
+pub mod mcp;
 pub mod driver;
 pub mod logging;
 pub mod paths;

@@ -1,0 +1,326 @@
+//! `wakterm mcp` (issue 13, seed 003): a stdio MCP server on the official Rust SDK (`rmcp`)
+//! that talks to the running daemon over its socket, exactly as the CLI does. It adds no rule
+//! of its own: every answer is the daemon's reply (a receipt, a catalog, a request view).
+//!
+//! Tools:
+//! - `agent_catalog`, `agent_capabilities`: the daemon's catalog and capabilities.
+//! - `agent_admit`: the durable admission API (return-final or one-way, caller request id).
+//! - `request_get`: a request's state, receipt and terminal event.
+//! - `request_wait`: a bounded wait for a request's terminal event.
+//! - `session`: `list`, `status`, `output`, `input` (raw keys into the agent's pane, write
+//!   completion only: no receipt semantics, as seed 003 keeps it). `submit` (seed 003's
+//!   acknowledged submission) is not built yet and answers a structured `unsupported` error.
+//!
+//! Errors are tool results with `isError: true` and the daemon's structured error body, so an
+//! orchestrating agent reads the same `classification`/`reason` fields the CLI prints.
+
+use crate::client;
+use crate::paths::DataPaths;
+use crate::protocol::{AdmitRequest, ClientRequest, Reply};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerInfo};
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use wakterm_engine::{Operation, PasteMode, ReturnMode};
+
+/// `request_wait`'s bound when the caller gives none.
+pub const DEFAULT_WAIT_MS: u64 = 30_000;
+/// The longest `request_wait` may block one MCP call (a client's own call timeout is often a
+/// minute or two; a longer wait is a loop of calls).
+pub const MAX_WAIT_MS: u64 = 120_000;
+/// How often `request_wait` asks the daemon while it waits.
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AdmitArgs {
+    /// The agent's name, or its id.
+    pub agent: String,
+    /// The prompt to submit (bracketed paste, one write).
+    pub prompt: String,
+    /// Arm a durable request for the final answer of exactly the turn this prompt starts
+    /// (default true); false: a one-way send.
+    #[serde(default = "yes")]
+    pub return_final: bool,
+    /// Caller-owned UUID: repeating it with the same input never writes twice and replays the
+    /// first receipt. Generated (and returned in the receipt) when absent.
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// The opaque incarnation from `agent_catalog`: admission is refused (`stale_incarnation`)
+    /// if another process now runs behind the agent. Absent: whatever runs now.
+    #[serde(default)]
+    pub incarnation: Option<String>,
+    /// Asynchronous deadline for return-final, in ms; 0 (default) disables it.
+    #[serde(default)]
+    pub final_timeout_ms: u64,
+    /// Put the prompt's text in its `request.admitted` event (default: its hash only).
+    #[serde(default)]
+    pub share_prompt: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RequestArgs {
+    /// The request id (a UUID).
+    pub request_id: String,
+    /// Include the evidence trail (`request_get` only).
+    #[serde(default)]
+    pub evidence: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WaitArgs {
+    /// The request id (a UUID).
+    pub request_id: String,
+    /// How long to wait for the terminal event, in ms (default 30000, at most 120000; 0 asks
+    /// once). On timeout the answer is `still_pending`: call again with the same id.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionAction {
+    List,
+    Status,
+    Output,
+    Input,
+    Submit,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionArgs {
+    /// list | status | output | input | submit.
+    pub action: SessionAction,
+    /// The agent's name or id (status, output, input, submit).
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// `input`: the text to write as is. `submit`: the command.
+    #[serde(default)]
+    pub input: Option<String>,
+    /// `input`: a key written after the text: enter, escape, tab, backspace, ctrl-c, ctrl-d,
+    /// ctrl-u, up, down, left, right.
+    #[serde(default)]
+    pub special_key: Option<String>,
+    /// `output`: the opaque `next_cursor` of the previous page.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// `submit`: how long to wait for acknowledgement (clamped to 250..10000, default 3000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The bytes a named key writes into a terminal.
+pub fn special_key_bytes(name: &str) -> Option<&'static [u8]> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "enter" | "return" => b"\r",
+        "escape" | "esc" => b"\x1b",
+        "tab" => b"\t",
+        "backspace" => b"\x7f",
+        "ctrl-c" => b"\x03",
+        "ctrl-d" => b"\x04",
+        "ctrl-u" => b"\x15",
+        "up" => b"\x1b[A",
+        "down" => b"\x1b[B",
+        "right" => b"\x1b[C",
+        "left" => b"\x1b[D",
+        _ => return None,
+    })
+}
+
+#[derive(Clone)]
+pub struct WaktermMcp {
+    paths: DataPaths,
+    tool_router: ToolRouter<WaktermMcp>,
+}
+
+/// The daemon's reply as a tool result: its body, an error when its exit code is not 0.
+fn result_of(reply: Reply) -> CallToolResult {
+    match reply.exit_code {
+        0 => CallToolResult::structured(reply.body),
+        _ => CallToolResult::structured_error(json!({"exit_code": reply.exit_code, "reply": reply.body})),
+    }
+}
+
+fn usage(error: &str, message: impl Into<String>) -> CallToolResult {
+    CallToolResult::structured_error(json!({"schema": "wakterm.error.v1", "error": error, "message": message.into()}))
+}
+
+impl WaktermMcp {
+    pub fn new(paths: DataPaths) -> WaktermMcp {
+        WaktermMcp { paths, tool_router: Self::tool_router() }
+    }
+
+    /// One daemon call off the async reactor (the client is blocking, with bounded waits).
+    async fn call(&self, request: ClientRequest) -> Reply {
+        let paths = self.paths.clone();
+        match tokio::task::spawn_blocking(move || client::call(&paths, &request)).await {
+            Ok(reply) => reply,
+            Err(error) => Reply::error(crate::protocol::exit::ERROR, "mcp_internal", error.to_string()),
+        }
+    }
+
+    async fn catalog_entry(&self, target: &str) -> Result<Value, CallToolResult> {
+        let reply = self.call(ClientRequest::Catalog).await;
+        if reply.exit_code != 0 {
+            return Err(result_of(reply));
+        }
+        let agents = reply.body["agents"].as_array().cloned().unwrap_or_default();
+        let canonical = wakterm_engine::AgentId::parse(target).ok();
+        let found = agents.into_iter().find(|a| a["name"] == target || canonical.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
+        found.ok_or_else(|| usage("agent_unknown", format!("no agent is named {target}")))
+    }
+
+    async fn session_input(&self, args: &SessionArgs) -> CallToolResult {
+        let Some(target) = args.session_id.as_deref() else { return usage("bad_request", "action=input needs session_id") };
+        let mut bytes = args.input.clone().unwrap_or_default().into_bytes();
+        if let Some(key) = args.special_key.as_deref() {
+            let Some(key_bytes) = special_key_bytes(key) else { return usage("bad_request", format!("unknown special_key {key:?}")) };
+            bytes.extend_from_slice(key_bytes);
+        }
+        if bytes.is_empty() {
+            return usage("bad_request", "action=input needs input or special_key");
+        }
+        let entry = match self.catalog_entry(target).await {
+            Ok(entry) => entry,
+            Err(result) => return result,
+        };
+        let agent_id = entry["agent_id"].as_str().unwrap_or_default().to_string();
+        let socket = self.paths.holder_socket(&agent_id);
+        let written = tokio::task::spawn_blocking(move || {
+            let mut pane = crate::holder::HolderClient::connect(&socket).map_err(|e| e.to_string())?;
+            pane.write(&bytes).map_err(|e| e.to_string())
+        })
+        .await;
+        match written {
+            Ok(Ok(outcome)) => CallToolResult::structured(json!({"ok": true, "agent_id": agent_id, "write": outcome})),
+            Ok(Err(error)) => usage("write_failed", error),
+            Err(error) => usage("mcp_internal", error.to_string()),
+        }
+    }
+}
+
+#[tool_router]
+impl WaktermMcp {
+    #[tool(description = "The agents the wakterm daemon manages: state, incarnation, whether return-final admission is available and why not, and events_through (the Agent API event sequence the view is consistent with).")]
+    async fn agent_catalog(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(result_of(self.call(ClientRequest::Catalog).await))
+    }
+
+    #[tool(description = "What this wakterm daemon supports: operations, limits, the event stream's schema and kinds.")]
+    async fn agent_capabilities(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(result_of(self.call(ClientRequest::Capabilities).await))
+    }
+
+    #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe.")]
+    async fn agent_admit(&self, Parameters(args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
+        let operation = if args.incarnation.is_some() { Operation::Admit } else { Operation::Send };
+        let request_id = args.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let admit = AdmitRequest {
+            operation,
+            target: args.agent,
+            exact_agent_id: false,
+            incarnation: args.incarnation,
+            request_id: Some(request_id),
+            prompt: args.prompt,
+            paste_mode: PasteMode::Bracketed,
+            return_mode: if args.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
+            final_timeout_ms: args.final_timeout_ms,
+            share_prompt: args.share_prompt,
+        };
+        Ok(result_of(self.call(ClientRequest::Admit(admit)).await))
+    }
+
+    #[tool(description = "A request's current state, its receipt and (once durable) its terminal event; with evidence, the evidence trail that decided it.")]
+    async fn request_get(&self, Parameters(args): Parameters<RequestArgs>) -> Result<CallToolResult, ErrorData> {
+        Ok(result_of(self.call(ClientRequest::RequestGet { request_id: args.request_id, evidence: args.evidence }).await))
+    }
+
+    #[tool(description = "Wait (bounded) for a return-final request's terminal event: completed with the final answer, or aborted, timed_out, cancelled, delivery_failed, indeterminate. On timeout answers still_pending: call again with the same request_id.")]
+    async fn request_wait(&self, Parameters(args): Parameters<WaitArgs>) -> Result<CallToolResult, ErrorData> {
+        let wait = Duration::from_millis(args.timeout_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
+        let deadline = Instant::now() + wait;
+        loop {
+            let reply = self.call(ClientRequest::RequestGet { request_id: args.request_id.clone(), evidence: false }).await;
+            if reply.exit_code != 0 {
+                return Ok(result_of(reply));
+            }
+            if !reply.body["terminal_event"].is_null() {
+                return Ok(CallToolResult::structured(json!({"terminal": true, "terminal_event": reply.body["terminal_event"], "request": reply.body})));
+            }
+            if reply.body["return_mode"] == "one_way" {
+                return Ok(CallToolResult::structured(json!({"terminal": false, "one_way": true, "request": reply.body, "message": "a one-way request has no terminal event"})));
+            }
+            if Instant::now() >= deadline {
+                let body = json!({"terminal": false, "still_pending": true, "state": reply.body["state"], "request": reply.body, "message": "not terminal yet: call request_wait again with the same request_id"});
+                return Ok(CallToolResult::structured(body));
+            }
+            tokio::time::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+
+    #[tool(description = "Agent sessions. action=list: every agent; status: one agent's catalog entry; output: the experimental output page (after: the previous next_cursor); input: raw text and/or a special_key written into the agent's terminal, answering write completion only (no acknowledgement); submit: not available yet (use agent_admit).")]
+    async fn session(&self, Parameters(args): Parameters<SessionArgs>) -> Result<CallToolResult, ErrorData> {
+        let result = match args.action {
+            SessionAction::List => result_of(self.call(ClientRequest::Catalog).await),
+            SessionAction::Status => match args.session_id.as_deref() {
+                None => usage("bad_request", "action=status needs session_id"),
+                Some(target) => self.catalog_entry(target).await.map_or_else(|error| error, CallToolResult::structured),
+            },
+            SessionAction::Output => match args.session_id.clone() {
+                None => usage("bad_request", "action=output needs session_id"),
+                Some(target) => result_of(self.call(ClientRequest::AgentOutput { target, after: args.after.clone() }).await),
+            },
+            SessionAction::Input => self.session_input(&args).await,
+            SessionAction::Submit => usage(
+                "unsupported",
+                "session action=submit (seed 003's acknowledged submission) is not implemented yet; use agent_admit, whose receipt is durable",
+            ),
+        };
+        Ok(result)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for WaktermMcp {
+    fn get_info(&self) -> ServerInfo {
+        let info = Implementation::new("wakterm", env!("CARGO_PKG_VERSION"));
+        ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(info)
+            .with_instructions("Hand prompts to terminal coding agents at most once and get back the final answer of exactly the turn each prompt started. Start with agent_catalog; submit with agent_admit; wait with request_wait.")
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes it. The daemon must be running
+/// (`wakterm mux start`); tools answer `daemon_not_running` otherwise.
+pub fn run(paths: DataPaths) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("wakterm mcp: {error}");
+            return crate::protocol::exit::ERROR;
+        }
+    };
+    runtime.block_on(async move {
+        let service = match WaktermMcp::new(paths).serve(rmcp::transport::stdio()).await {
+            Ok(service) => service,
+            Err(error) => {
+                eprintln!("wakterm mcp: the client did not initialize: {error}");
+                return crate::protocol::exit::ERROR;
+            }
+        };
+        match service.waiting().await {
+            Ok(_) => crate::protocol::exit::OK,
+            Err(error) => {
+                eprintln!("wakterm mcp: {error}");
+                crate::protocol::exit::ERROR
+            }
+        }
+    })
+}

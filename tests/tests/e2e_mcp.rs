@@ -1,0 +1,134 @@
+//! Issue 13 (its first part): `wakterm mcp` driven by a real MCP client over stdio, the
+//! official SDK's client spawning the server as a child process: initialize, list the tools,
+//! call them against a running daemon and the fake Codex.
+
+mod support;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{json, Value};
+use support::{new_id, World};
+
+const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
+const REPLY: &str = "Final answer for: {prompt}";
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn connect(w: &World) -> Client {
+    let command = tokio::process::Command::from(w.cmd(&["mcp"]));
+    let transport = TokioChildProcess::new(command).expect("spawn wakterm mcp");
+    ().serve(transport).await.expect("the MCP handshake (initialize)")
+}
+
+/// Calls a tool; returns (is_error, structured content).
+async fn call(client: &Client, tool: &str, arguments: Value) -> (bool, Value) {
+    let arguments = arguments.as_object().cloned().expect("arguments are an object");
+    let result: CallToolResult = client.call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments)).await.expect("the call is answered");
+    (result.is_error == Some(true), result.structured_content.expect("every tool answers structured content"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// MCP-1, MCP-2: the tools are listed with JSON Schemas for their arguments; the admission API works end to
+/// end: a return-final admission through MCP is answered with the daemon's receipt, and
+/// request_wait brings back the final of exactly the turn it started.
+#[test]
+fn mcp_admit_and_wait_return_the_final_through_a_real_client() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let info = client.peer_info().expect("the server introduced itself");
+        assert_eq!(info.server_info.name, "wakterm");
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["agent_admit", "agent_capabilities", "agent_catalog", "request_get", "request_wait", "session"]);
+        let admit = tools.iter().find(|t| t.name == "agent_admit").unwrap();
+        let schema = serde_json::to_value(&*admit.input_schema).unwrap();
+        assert_eq!(schema["required"], json!(["agent", "prompt"]), "{schema}");
+        let session = tools.iter().find(|t| t.name == "session").unwrap();
+        let actions = &serde_json::to_value(&*session.input_schema).unwrap();
+        assert!(actions.to_string().contains("submit") && actions.to_string().contains("input"), "{actions}");
+
+        let (error, catalog) = call(&client, "agent_catalog", json!({})).await;
+        assert!(!error, "{catalog}");
+        assert_eq!(catalog["agents"][0]["name"], "zola", "{catalog}");
+
+        let id = new_id();
+        let (error, receipt) = call(&client, "agent_admit", json!({"agent": "zola", "prompt": "a question over MCP", "request_id": id})).await;
+        assert!(!error, "{receipt}");
+        assert_eq!((receipt["classification"].as_str(), receipt["reply_pending"].as_bool()), (Some("accepted"), Some(true)), "{receipt}");
+        let (error, waited) = call(&client, "request_wait", json!({"request_id": id, "timeout_ms": 20000})).await;
+        assert!(!error, "{waited}");
+        assert_eq!(waited["terminal"], true, "{waited}");
+        assert_eq!(waited["terminal_event"]["state"], "completed", "{waited}");
+        assert_eq!(waited["terminal_event"]["final_message"], REPLY.replace("{prompt}", "a question over MCP").as_str());
+
+        // IDEM-2: the same id again writes nothing and replays the receipt.
+        let (_, replay) = call(&client, "agent_admit", json!({"agent": "zola", "prompt": "a question over MCP", "request_id": id})).await;
+        assert_eq!(replay["replayed"], true, "{replay}");
+        client.cancel().await.expect("close");
+    });
+    let prompts = w.user_prompts();
+    assert_eq!(prompts.iter().filter(|p| *p == "a question over MCP").count(), 1, "written once, the replay wrote nothing: {prompts:?}");
+}
+
+/// MCP-3: the `session` tool: list and status are the catalog's; output is the experimental page;
+/// input writes raw text and keys into the pane and answers write completion only (the fake
+/// Codex's composer shows the draft); submit is not built yet and says so, structured. Bad
+/// arguments get specific errors and change nothing.
+#[test]
+fn mcp_session_actions_and_bad_arguments() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let (error, list) = call(&client, "session", json!({"action": "list"})).await;
+        assert!(!error && list["agents"][0]["name"] == "zola", "{list}");
+        let (error, status) = call(&client, "session", json!({"action": "status", "session_id": "zola"})).await;
+        assert!(!error, "{status}");
+        assert_eq!(status["state"], "idle", "{status}");
+        let (error, page) = call(&client, "session", json!({"action": "output", "session_id": "zola"})).await;
+        assert!(!error, "{page}");
+        let (error, typed) = call(&client, "session", json!({"action": "input", "session_id": "zola", "input": "an unsent draft"})).await;
+        assert!(!error && typed["ok"] == true, "{typed}");
+        let drafted = w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] == "composer_not_empty");
+        assert_eq!(drafted["return_final_available"], false, "{drafted}");
+        let (error, cleared) = call(&client, "session", json!({"action": "input", "session_id": "zola", "special_key": "ctrl-u"})).await;
+        assert!(!error, "{cleared}");
+        w.wait_agent("zola", "the draft is cleared", |z| z["return_final_available"] == true);
+
+        let (error, submit) = call(&client, "session", json!({"action": "submit", "session_id": "zola", "input": "/clear"})).await;
+        assert!(error && submit["error"] == "unsupported", "{submit}");
+        let (error, key) = call(&client, "session", json!({"action": "input", "session_id": "zola", "special_key": "hyper-f13"})).await;
+        assert!(error && key["error"] == "bad_request", "{key}");
+        let (error, nobody) = call(&client, "session", json!({"action": "status", "session_id": "nobody"})).await;
+        assert!(error && nobody["error"] == "agent_unknown", "{nobody}");
+        let (error, missing) = call(&client, "session", json!({"action": "input"})).await;
+        assert!(error && missing["error"] == "bad_request", "{missing}");
+        // A malformed request id is the daemon's own refusal, passed through.
+        let (error, bad_id) = call(&client, "request_get", json!({"request_id": "not-a-uuid"})).await;
+        assert!(error, "{bad_id}");
+        client.cancel().await.expect("close");
+    });
+    assert!(w.user_prompts().len() == 1, "only the baseline turn: nothing was submitted: {:?}", w.user_prompts());
+}
+
+/// MCP-1: without a running daemon every tool answers a structured error (never hangs).
+#[test]
+fn mcp_without_a_daemon_answers_daemon_not_running() {
+    let w = World::new(EXE);
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let (error, reply) = call(&client, "agent_catalog", json!({})).await;
+        assert!(error, "{reply}");
+        assert_eq!(reply["reply"]["error"], "daemon_not_running", "{reply}");
+        client.cancel().await.expect("close");
+    });
+}
