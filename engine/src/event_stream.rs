@@ -50,6 +50,8 @@ pub(crate) struct EventStream {
     pub slots: BTreeMap<u64, Slot>,
     /// EV-7: agents whose observer has not been seen attached or lost since the restart.
     pub recovered_unattached: BTreeSet<AgentId>,
+    /// Agents recovered with a mark and not registered since the restart.
+    pub recovered_unregistered: BTreeSet<AgentId>,
     /// EV-13: per agent, the records after a restart's resume point held until the record at
     /// the mark proves (or disproves) the file.
     pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
@@ -75,6 +77,7 @@ impl Default for EventStream {
             slots: BTreeMap::new(),
             recovered_unattached: BTreeSet::new(),
             replay: BTreeMap::new(),
+            recovered_unregistered: BTreeSet::new(),
             bound_announced: BTreeSet::new(),
             admitted_due: BTreeSet::new(),
         }
@@ -89,6 +92,7 @@ impl EventStream {
             if mark.attached.is_some() {
                 stream.recovered_unattached.insert(mark.agent_id.clone());
             }
+            stream.recovered_unregistered.insert(mark.agent_id.clone());
             if let Some(zone) = crate::event_replay::ReplayZone::for_mark(&mark) {
                 stream.replay.insert(mark.agent_id.clone(), zone);
             }
@@ -306,6 +310,19 @@ impl Engine {
     }
 
     pub(crate) fn record_registration(&mut self, facts: &AgentFacts) {
+        // EV-4: the first registration after a restart finds no process where the stream last
+        // announced one alive: it exited while the daemon was down, unobserved.
+        let first_since_restart = self.events.recovered_unregistered.remove(&facts.agent_id);
+        if first_since_restart && facts.incarnation.is_none() {
+            let mark = self.events.marks.get_mut(&facts.agent_id).filter(|m| m.incarnation.is_some() && !m.exited && !m.stopped);
+            if let Some(mark) = mark {
+                let before = mark.clone();
+                mark.exited = true;
+                let incarnation = mark.incarnation.clone();
+                self.queue(&facts.agent_id, incarnation, vec![EventBody::AgentExited { drained: false }], before);
+                return;
+            }
+        }
         // EV-13: another process cannot prove the old one's replays: report them after a gap.
         let replaced = self.events.marks.get(&facts.agent_id).is_some_and(|m| facts.incarnation.is_some() && facts.incarnation != m.incarnation);
         if replaced {

@@ -222,6 +222,24 @@ fn turn_of(event: &AgentEvent) -> Option<String> {
     }
 }
 
+/// EV-4: a process that exited while the daemon was down is announced by the first
+/// registration after the restart (`agent.exited`, not drained: nobody read its end), once.
+#[test]
+fn ev_4_an_exit_while_down_is_announced_after_the_restart() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.crash_and_recover();
+    let gone = AgentFacts { incarnation: None, process: None, ..zola_facts("inc-1", 100) };
+    rig.input(Input::AgentUpserted(gone.clone()));
+    rig.input(Input::StartupComplete);
+    let exits: Vec<&AgentEvent> = rig.durable_events.iter().filter(|e| e.kind() == "agent.exited").collect();
+    assert_eq!(exits.len(), 1, "{:?}", kinds(&rig.durable_events));
+    assert_eq!(exits[0].body, EventBody::AgentExited { drained: false });
+    assert_eq!(exits[0].incarnation, Some(Incarnation("inc-1".into())), "the process that exited");
+    rig.input(Input::AgentUpserted(gone));
+    assert_eq!(rig.durable_events.iter().filter(|e| e.kind() == "agent.exited").count(), 1, "once");
+}
+
 /// EV-2: a later batch that commits first is held back until the earlier one is durable.
 #[test]
 fn ev_2_nothing_is_published_past_a_pending_sequence() {
