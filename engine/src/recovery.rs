@@ -57,6 +57,13 @@ impl Engine {
     /// REC-2: the runtime registered every agent it found; requests whose agent did not come
     /// back cannot be verified.
     pub(crate) fn on_startup_complete(&mut self) {
+        // EV-4: an agent the stream announced and that did not come back was stopped and
+        // deleted, and the daemon died before the engine heard of it: say so now.
+        let gone: Vec<_> = std::mem::take(&mut self.events.recovered_unregistered).into_iter().collect();
+        for agent_id in gone {
+            let incarnation = self.events.marks.get(&agent_id).and_then(|m| m.incarnation.clone());
+            self.record_removal(&agent_id, incarnation);
+        }
         let orphaned: Vec<_> = self
             .suspended
             .iter()

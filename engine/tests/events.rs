@@ -240,6 +240,21 @@ fn ev_4_an_exit_while_down_is_announced_after_the_restart() {
     assert_eq!(rig.durable_events.iter().filter(|e| e.kind() == "agent.exited").count(), 1, "once");
 }
 
+/// EV-4: an agent stopped and deleted just before a crash (its `agent.stopped` not yet made)
+/// does not come back at the restart: the stream reports it stopped then, once.
+#[test]
+fn ev_4_an_agent_gone_at_the_restart_is_reported_stopped() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.crash_and_recover();
+    rig.input(Input::StartupComplete); // zola is not registered: it was deleted
+    let stopped: Vec<&AgentEvent> = rig.durable_events.iter().filter(|e| e.kind() == "agent.stopped").collect();
+    assert_eq!(stopped.len(), 1, "{:?}", kinds(&rig.durable_events));
+    rig.crash_and_recover();
+    rig.input(Input::StartupComplete);
+    assert_eq!(rig.durable_events.iter().filter(|e| e.kind() == "agent.stopped").count(), 1, "once, across restarts");
+}
+
 /// EV-2: a later batch that commits first is held back until the earlier one is durable.
 #[test]
 fn ev_2_nothing_is_published_past_a_pending_sequence() {
