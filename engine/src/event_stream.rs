@@ -207,7 +207,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             prompt_hash: prompt_hash.clone(),
             position: *position,
         }],
-        ObserverEvent::AgentMessage { session, turn, text, position } => {
+        ObserverEvent::AgentMessage { session, turn, text, phase, position } => {
             // RF-9: a message too large to store is announced by its size, never carried.
             let too_large = crate::observer::final_too_large(text);
             vec![EventBody::AssistantMessage {
@@ -215,6 +215,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
                 provider_turn_id: turn.clone(),
                 text: too_large.is_none().then(|| text.clone()),
                 text_too_large: too_large.map(|bytes| bytes as u64),
+                phase: phase.clone(),
                 position: *position,
             }]
         }

@@ -100,6 +100,9 @@ pub enum EventBody {
         text: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text_too_large: Option<u64>,
+        /// Codex's label when the model gave one (`commentary`, `final_answer`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<String>,
         position: u64,
     },
     /// EV-11: the model replaced its plan (Codex's `update_plan`): the whole plan, in order.

@@ -168,7 +168,15 @@ pub enum ObserverEvent {
     /// An assistant message as the provider recorded it inside a turn: commentary, and the
     /// final answer too (which `TurnCompleted` repeats). It changes neither the turn state nor
     /// correlation; the event stream reports it (`message.assistant`).
-    AgentMessage { session: SessionId, turn: Option<TurnId>, text: String, position: u64 },
+    AgentMessage {
+        session: SessionId,
+        turn: Option<TurnId>,
+        text: String,
+        /// Codex's label when the model gave one (`commentary`, `final_answer`).
+        #[serde(default)]
+        phase: Option<String>,
+        position: u64,
+    },
     /// EV-11: the model replaced its plan (Codex's `update_plan` tool call). Like a message, it
     /// changes neither the turn state nor correlation.
     PlanUpdated { session: SessionId, turn: Option<TurnId>, explanation: Option<String>, plan: Vec<PlanStep>, position: u64 },

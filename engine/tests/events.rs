@@ -61,6 +61,7 @@ fn ev_10_assistant_messages_are_reported_and_change_nothing_else() {
         session: session(),
         turn: Some(TurnId("turn-1".into())),
         text: text.to_string(),
+        phase: None,
         position,
     };
     rig.observe(message("stray, before any turn", 950));

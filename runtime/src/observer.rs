@@ -598,7 +598,7 @@ impl CodexObserver {
                 }
                 return None;
             }
-            RolloutRecord::AgentMessage { turn_id, text, .. } => ObserverEvent::AgentMessage { session, turn: turn_id.map(TurnId), text, position },
+            RolloutRecord::AgentMessage { turn_id, text, phase, .. } => ObserverEvent::AgentMessage { session, turn: turn_id.map(TurnId), text, phase, position },
             RolloutRecord::PlanUpdated { turn_id, explanation, plan } => {
                 ObserverEvent::PlanUpdated { session, turn: turn_id.map(TurnId), explanation, plan, position }
             }

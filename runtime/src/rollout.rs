@@ -39,8 +39,9 @@ pub enum RolloutRecord {
     TurnStarted { turn_id: String },
     /// The prompt the user (or we) submitted. `turn_id` is absent in older builds.
     UserMessage { turn_id: Option<String>, text: String, source: MessageSource },
-    /// Assistant text (not necessarily the final answer of the turn).
-    AgentMessage { turn_id: Option<String>, text: String, source: MessageSource },
+    /// Assistant text (not necessarily the final answer of the turn). `phase`: Codex's label
+    /// when the model gave one (`commentary`, `final_answer`), EV-10.
+    AgentMessage { turn_id: Option<String>, text: String, source: MessageSource, phase: Option<String> },
     /// `response_item`/`function_call` of Codex's `update_plan` tool with arguments it accepts
     /// (EV-11): the model's whole new plan. Codex records no other plan record.
     PlanUpdated { turn_id: Option<String>, explanation: Option<String>, plan: Vec<wakterm_engine::PlanStep> },
@@ -209,6 +210,7 @@ fn parse_event_msg(payload: Map<String, Value>) -> Result<RolloutRecord, RecordE
             turn_id: optional_str(&payload, &kind, "turn_id")?,
             text: required_text(&payload, &kind, "message")?,
             source: MessageSource::LegacyEvent,
+            phase: phase_label(&payload),
         }),
         "item_completed" => parse_item_completed(&payload, &kind),
         _ => Ok(other("event_msg", Some(event))),
@@ -235,9 +237,16 @@ fn parse_item_completed(payload: &Map<String, Value>, kind: &str) -> Result<Roll
             turn_id,
             text: item_text(item, kind)?,
             source: MessageSource::ItemCompleted,
+            phase: phase_label(item),
         }),
         _ => Ok(other("event_msg/item_completed", Some(item_type))),
     }
+}
+
+/// EV-10: a message's `phase` label, when it is a short string (anything else is no label:
+/// the message itself is still reported).
+fn phase_label(map: &Map<String, Value>) -> Option<String> {
+    map.get("phase").and_then(Value::as_str).filter(|p| !p.is_empty() && p.len() <= MAX_KIND_LABEL_BYTES).map(str::to_owned)
 }
 
 /// The text of a turn item: its `content[]` text parts joined in order (images and other
@@ -447,6 +456,7 @@ mod tests {
                 turn_id: Some("t2".into()),
                 text: "Done.".into(),
                 source: MessageSource::ItemCompleted,
+                phase: None,
             })
         );
         let reasoning = parse_line(&line(
@@ -454,6 +464,21 @@ mod tests {
             r#"{"type":"item_completed","turn_id":"t2","item":{"type":"Reasoning","id":"r"}}"#,
         ));
         assert_eq!(reasoning, Ok(RolloutRecord::Other { kind: "event_msg/item_completed/Reasoning".into() }));
+    }
+
+    #[test]
+    fn agent_message_phase_is_kept_when_codex_records_one() {
+        let with = |phase: &str| {
+            line("event_msg", &format!(r#"{{"type":"item_completed","turn_id":"t","item":{{"type":"AgentMessage","id":"a","phase":{phase},"content":[{{"type":"Text","text":"x"}}]}}}}"#))
+        };
+        let phase_of = |bytes: Vec<u8>| match parse_line(&bytes) {
+            Ok(RolloutRecord::AgentMessage { phase, .. }) => phase,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(phase_of(with(r#""commentary""#)), Some("commentary".to_string()));
+        assert_eq!(phase_of(with(r#""final_answer""#)), Some("final_answer".to_string()));
+        assert_eq!(phase_of(with("7")), None, "not a label: the message stays, the label goes");
+        assert_eq!(phase_of(with(&format!("{:?}", "p".repeat(MAX_KIND_LABEL_BYTES + 1)))), None);
     }
 
     #[test]
@@ -496,7 +521,7 @@ mod tests {
         );
         assert_eq!(
             parse_line(&line("event_msg", r#"{"type":"agent_message","message":"hi"}"#)),
-            Ok(RolloutRecord::AgentMessage { turn_id: None, text: "hi".into(), source: MessageSource::LegacyEvent })
+            Ok(RolloutRecord::AgentMessage { turn_id: None, text: "hi".into(), source: MessageSource::LegacyEvent, phase: None })
         );
     }
 

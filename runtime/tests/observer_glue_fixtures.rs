@@ -191,6 +191,7 @@ fn completed_turn_reads_as_start_prompt_final_and_idle_baseline() {
                 session: session.clone(),
                 turn: Some(turn.clone()),
                 text: "mock reply to: hello fixture".into(),
+                phase: None,
                 position: end_of(&bytes, "AgentMessage", 0),
             },
             ObserverEvent::TurnCompleted {

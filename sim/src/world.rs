@@ -762,7 +762,7 @@ impl World {
 
     fn assistant_message(&mut self, a: usize, t: &TurnId, text: String, now: u64) {
         let turn = thread_rng().gen_bool(0.9).then(|| t.clone());
-        let visible = self.agents[a].append(now, |session, position| ObserverEvent::AgentMessage { session, turn, text, position });
+        let visible = self.agents[a].append(now, |session, position| ObserverEvent::AgentMessage { session, turn, text, phase: None, position });
         self.wake_observer(visible);
     }
 

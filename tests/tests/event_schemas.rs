@@ -40,8 +40,8 @@ fn every_kind() -> Vec<Value> {
         sample(EventBody::TurnStarted { session: session.clone(), provider_turn_id: turn.clone(), position: 900 }),
         sample(EventBody::UserMessage { session: session.clone(), provider_turn_id: Some(turn.clone()), prompt_hash: hash.clone(), position: 950 }),
         sample(EventBody::UserMessage { session: session.clone(), provider_turn_id: None, prompt_hash: hash.clone(), position: 950 }),
-        sample(EventBody::AssistantMessage { session: session.clone(), provider_turn_id: Some(turn.clone()), text: Some("looking".into()), text_too_large: None, position: 960 }),
-        sample(EventBody::AssistantMessage { session: session.clone(), provider_turn_id: None, text: None, text_too_large: Some(3 << 20), position: 970 }),
+        sample(EventBody::AssistantMessage { session: session.clone(), provider_turn_id: Some(turn.clone()), text: Some("looking".into()), text_too_large: None, phase: Some("commentary".into()), position: 960 }),
+        sample(EventBody::AssistantMessage { session: session.clone(), provider_turn_id: None, text: None, text_too_large: Some(3 << 20), phase: None, position: 970 }),
         sample(EventBody::PlanUpdated {
             session: session.clone(),
             provider_turn_id: Some(turn.clone()),
