@@ -224,9 +224,11 @@ impl Engine {
         self.now_ms
     }
 
-    /// A request's durable-or-pending record, for `request get`.
+    /// A request's durable-or-pending record, for `request get`: a released one too (its
+    /// release commit may still be pending, and the store would show it registered), which the
+    /// caller shows as not found.
     pub fn request(&self, request_id: &RequestId) -> Option<&RequestRecord> {
-        self.requests.get(request_id).filter(|r| r.phase != Phase::Released)
+        self.requests.get(request_id)
     }
 
     /// HIST-1: how many request records the engine holds (open ones and those in flight).
