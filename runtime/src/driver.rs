@@ -141,6 +141,12 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
         };
         engine.handle(clock.now_ms(), input);
         drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
+        // A busy inbox always wins the `biased` select: timers that fell due meanwhile (commit
+        // retries, deadlines, probes) fire here instead of waiting for a quiet moment.
+        if engine.poll_timeout().is_some_and(|at_ms| at_ms <= clock.now_ms()) {
+            engine.handle(clock.now_ms(), Input::Tick);
+            drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
+        }
     }
 }
 
