@@ -337,6 +337,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
+    let generated_id = request_id.is_none();
     let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let return_mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
     // INP-1, answered locally: the request line would exceed what the daemon reads.
@@ -378,6 +379,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
         return_mode,
         final_timeout_ms,
         share_prompt,
+        generated_id,
     }))
 }
 

@@ -221,6 +221,7 @@ impl WaktermMcp {
     #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe.")]
     async fn agent_admit(&self, Parameters(args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
         let operation = if args.incarnation.is_some() { Operation::Admit } else { Operation::Send };
+        let generated_id = args.request_id.is_none();
         let request_id = args.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let admit = AdmitRequest {
             operation,
@@ -233,6 +234,7 @@ impl WaktermMcp {
             return_mode: if args.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
             final_timeout_ms: args.final_timeout_ms,
             share_prompt: args.share_prompt,
+            generated_id,
         };
         Ok(result_of(self.call(ClientRequest::Admit(admit)).await))
     }

@@ -76,6 +76,11 @@ pub struct AdmitRequest {
     /// EV-12: put the prompt's text in its `request.admitted` event.
     #[serde(default)]
     pub share_prompt: bool,
+    /// HIST-2: the client generated `request_id` itself just now (a fresh random UUID for a
+    /// plain `send`), so it names no request in history and needs no store lookup. A client
+    /// that sets it for a reused id gives up its own idempotency, nobody else's.
+    #[serde(default)]
+    pub generated_id: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

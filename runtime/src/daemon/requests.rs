@@ -15,7 +15,7 @@ use wakterm_engine::{AdmitCommand, Classification, Engine, OpId, RequestId};
 pub const WATCH_PAGE: usize = 512;
 
 pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
-    let generated_id = admit.request_id.is_none();
+    let generated_id = admit.request_id.is_none() || admit.generated_id;
     let request_id = admit.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let command = AdmitCommand {
         op: OpId(0),
