@@ -50,7 +50,7 @@ impl Engine {
         if admission.deferred.len() >= MAX_DEFERRED_EVENTS {
             admission.deferred.clear();
             let reason = "observer events overflowed while a write was in flight".to_string();
-            admission.deferred.push(Deferred::Event(ObserverEvent::SessionLost { reason }));
+            admission.deferred.push(Deferred::Event(ObserverEvent::SessionLost { reason, session: None }));
         } else {
             admission.deferred.push(item);
         }
@@ -102,7 +102,7 @@ impl Engine {
         }
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
-            ObserverEvent::SessionLost { reason } => {
+            ObserverEvent::SessionLost { reason, .. } => {
                 self.resuming.remove(agent_id);
                 // CORR-12: an unreadable record is named as such on the stream.
                 let reason = if reason == RECORD_TOO_LARGE { RECORD_TOO_LARGE } else { "observer_session_lost" };
@@ -155,7 +155,7 @@ impl Engine {
         }
         match event {
             ObserverEvent::Attached { .. } => view.status = ObserverStatus::Attached,
-            ObserverEvent::SessionLost { reason } => view.status = ObserverStatus::Unavailable { reason: reason.clone() },
+            ObserverEvent::SessionLost { reason, .. } => view.status = ObserverStatus::Unavailable { reason: reason.clone() },
             ObserverEvent::ProcessExited { .. } => view.status = ObserverStatus::Unavailable { reason: "process_exited".to_string() },
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
@@ -440,7 +440,7 @@ fn describe(event: &ObserverEvent) -> String {
         ObserverEvent::PlanUpdated { turn, plan, position, .. } => {
             format!("plan of {} steps in turn {:?} at {position}", plan.len(), turn.as_ref().map(|t| &t.0))
         }
-        ObserverEvent::SessionLost { reason } => format!("observer session lost: {reason}"),
+        ObserverEvent::SessionLost { reason, .. } => format!("observer session lost: {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process exited (record drained: {drained})"),
     }
 }

@@ -96,6 +96,8 @@ impl Engine {
                 std::cmp::Ordering::Equal if crate::event_replay::record_fingerprint(event) == zone.fingerprint => Verdict::Proven,
                 _ => Verdict::Changed,
             },
+            // A resume of another session failed: not this zone's business.
+            (ObserverEvent::SessionLost { session: Some(lost), .. }, _, _) if *lost != zone.session => Verdict::Pass,
             // Lost before anything was held: EV-7's gap says it all.
             (ObserverEvent::SessionLost { .. }, _, _) if zone.held.is_empty() => {
                 self.events.replay.remove(agent_id);

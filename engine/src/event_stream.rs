@@ -178,7 +178,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             }
             bodies
         }
-        ObserverEvent::SessionLost { reason } => {
+        ObserverEvent::SessionLost { reason, .. } => {
             if mark.attached.take().is_none() {
                 return Vec::new(); // nothing was reported attached: nothing is lost (EV-7)
             }
@@ -300,6 +300,14 @@ impl Engine {
 
     /// EV-4: the events an observer event makes, against the agent's mark.
     pub(crate) fn report_observed(&mut self, agent_id: &AgentId, event: &ObserverEvent, incarnation: Option<Incarnation>) {
+        // EV-7: a resume that could not re-attach another session than the one the stream
+        // reports attached says nothing about that one (nor ends the wait for the first look).
+        if let ObserverEvent::SessionLost { session: Some(lost), .. } = event {
+            let attached = self.events.marks.get(agent_id).and_then(|m| m.attached.as_ref());
+            if attached.is_some_and(|attached| attached != lost) {
+                return;
+            }
+        }
         let after_restart = self.events.recovered_unattached.contains(agent_id);
         if matches!(event, ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. }) {
             self.events.recovered_unattached.remove(agent_id);

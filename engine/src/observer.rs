@@ -184,7 +184,13 @@ pub enum ObserverEvent {
     TurnAborted { session: SessionId, turn: Option<TurnId>, position: u64 },
     /// The session file was replaced, truncated or rewritten, a record could not be read in
     /// full ([`RECORD_TOO_LARGE`]), or the event stream dropped.
-    SessionLost { reason: String },
+    SessionLost {
+        reason: String,
+        /// The session a resume could not re-attach (REC-2), when the loss is about it rather
+        /// than about whatever the observer tails now (EV-7). None: the tailed session.
+        #[serde(default)]
+        session: Option<SessionId>,
+    },
     /// The adopted process exited. `drained`: the observer read the provider's record to its
     /// end after the exit, so what it reported is everything the provider wrote (CORR-11).
     ProcessExited { drained: bool },

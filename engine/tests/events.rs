@@ -509,7 +509,7 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     rig.observe(attached(900));
     rig.turn_started("turn-1", 1010);
     restart(&mut rig);
-    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into() });
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into(), session: None });
     let gap = rig.published_events.last().unwrap();
     match &gap.body {
         EventBody::ObserverGap { session: s, after_position, .. } => {
@@ -520,9 +520,9 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     }
     rig.observe(attached(0));
     rig.turn_started("turn-1", 1010); // the replaced file's records are new: reported again
-    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into() });
+    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: None });
     assert_eq!(kinds(&rig.published_events[rig.published_events.len() - 3..]), ["observer.attached", "turn.started", "observer.lost"]);
-    rig.observe(ObserverEvent::SessionLost { reason: "again".into() });
+    rig.observe(ObserverEvent::SessionLost { reason: "again".into(), session: None });
     assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss is reported once");
     assert_eq!(rig.published_events.iter().filter(|e| e.kind() == "observer.lost").count(), 1);
 
@@ -541,6 +541,12 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
         }
         _ => panic!("a gap, then the attach: {tail:?}"),
     }
+    // A startup resume of the old session then fails: that is not a loss of the new one.
+    let count = rig.published_events.len();
+    rig.observe(ObserverEvent::SessionLost { reason: "cannot resume".into(), session: Some(session()) });
+    assert_eq!(rig.published_events.len(), count, "{:?}", kinds(&rig.published_events[count..]));
+    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: Some(other) });
+    assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss of the attached one is");
 }
 
 /// Agent lifecycle: announced once (not again after a restart), a new process is an

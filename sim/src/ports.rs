@@ -117,7 +117,7 @@ impl Effects for SimEffects {
                     send_snapshot(&mut w, &inbox, a, snapshot);
                 }
                 None => {
-                    let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string() };
+                    let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string(), session: None };
                     send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
                 }
             }
@@ -635,7 +635,7 @@ pub fn describe_event(event: &ObserverEvent) -> String {
         ObserverEvent::TurnAborted { turn, position, .. } => format!("turn_aborted {:?} @{position}", turn.as_ref().map(|t| &t.0)),
         ObserverEvent::AgentMessage { turn, position, .. } => format!("agent_message {:?} @{position}", turn.as_ref().map(|t| &t.0)),
         ObserverEvent::PlanUpdated { turn, position, .. } => format!("plan_updated {:?} @{position}", turn.as_ref().map(|t| &t.0)),
-        ObserverEvent::SessionLost { reason } => format!("session_lost {reason}"),
+        ObserverEvent::SessionLost { reason, .. } => format!("session_lost {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process_exited drained={drained}"),
     }
 }

@@ -1158,7 +1158,7 @@ impl World {
                 agent.observer.lost_reported = true;
                 agent.lost_until_ms = Some(now + lost_ms);
                 agent.lost_reason = "record_too_large".to_string();
-                out.push(ObserverEvent::SessionLost { reason: "record_too_large".to_string() });
+                out.push(ObserverEvent::SessionLost { reason: "record_too_large".to_string(), session: None });
                 break;
             }
             let record = record.clone();
@@ -1221,7 +1221,7 @@ impl World {
                     observer.disproved = Some(session.clone());
                     let by = if floor.is_some() { "resume" } else { "first look" };
                     self.log(format!("a{a} checkpoint no longer matches (OBS-3, {by}): {reason}"));
-                    out.push(ObserverEvent::SessionLost { reason });
+                    out.push(ObserverEvent::SessionLost { reason, session: None });
                     return;
                 }
                 (Ok(()), floor) => {
@@ -1298,7 +1298,7 @@ impl World {
                 if !agent.observer.lost_reported {
                     agent.observer.lost_reported = true;
                     agent.observer.attached = None;
-                    out.push(ObserverEvent::SessionLost { reason: agent.lost_reason.clone() });
+                    out.push(ObserverEvent::SessionLost { reason: agent.lost_reason.clone(), session: None });
                 }
                 return;
             }
@@ -1306,7 +1306,7 @@ impl World {
         }
         if agent.observer.attached.as_ref() != Some(&agent.session.id) {
             if !agent.observer.lost_reported {
-                out.push(ObserverEvent::SessionLost { reason: "the record was replaced".to_string() });
+                out.push(ObserverEvent::SessionLost { reason: "the record was replaced".to_string(), session: None });
             }
             return self.attach(a, None, now, out);
         }
@@ -1404,24 +1404,25 @@ impl World {
             _ if agent.lost_until_ms.is_some_and(|t| now < t) || agent.session.id != from.session => Some(RESUME_LOST_GONE),
             _ => None,
         };
-        if let Some(reason) = loses.filter(|_| tail_attached) {
+        // A loss naming another session than the tail's is not taken for the tail's (EV-7).
+        if let Some(reason) = loses.filter(|_| tail_attached && from.session == agent.session.id) {
             self.oracle.on_resume_loss_while_attached(a, reason);
         }
         let agent = &self.agents[a];
         if agent.observer.disproved.as_ref() == Some(&from.session) {
             let reason = RESUME_LOST_DISPROVED;
             self.log(format!("a{a} resume into disproved session {} (OBS-3)", from.session.0));
-            out.push(ObserverEvent::SessionLost { reason: reason.to_string() });
+            out.push(ObserverEvent::SessionLost { reason: reason.to_string(), session: Some(from.session.clone()) });
             return;
         }
         let agent = &self.agents[a];
         let blind = agent.lost_until_ms.is_some_and(|t| now < t);
         if agent.process.is_none() {
-            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string() });
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string(), session: Some(from.session.clone()) });
             return;
         }
         if blind || agent.session.id != from.session {
-            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string() });
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string(), session: Some(from.session.clone()) });
             return;
         }
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.

@@ -367,7 +367,7 @@ pub type AgentTable = Arc<Mutex<std::collections::BTreeMap<String, Arc<AgentRunt
 pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
     // Losing a session ends requests as indeterminate; say why in the daemon log.
     match &event {
-        ObserverEvent::SessionLost { reason } => tracing::warn!(%agent_id, %reason, "observer session lost"),
+        ObserverEvent::SessionLost { reason, .. } => tracing::warn!(%agent_id, %reason, "observer session lost"),
         ObserverEvent::ProcessExited { drained } => tracing::warn!(%agent_id, drained, "agent process exited"),
         ObserverEvent::Attached { session, position } => tracing::info!(%agent_id, session = %session.0, position, "observer attached"),
         _ => {}
