@@ -13,6 +13,14 @@
 //! output, and any request that does not offer the tool (Codex's task-title request), get the
 //! rule's reply text.
 //!
+//! A rule with `calls` (see [`script`]) makes the model call a sequence of tools, MCP tools
+//! included (`namespace` + bare name): each request of the turn gets the first call whose
+//! `function_call_output` it does not carry yet (if the request offers that tool), and once all
+//! have outputs, the reply text with the outputs filled in. The outcome recorded is
+//! `call_K:NAMESPACE/NAME` for a call, `reply_after_calls` for the final text, and
+//! `reply_call_K_not_offered` when call K's tool is not in the request (e.g. Codex's task-title
+//! request, or an MCP server that failed to start).
+//!
 //! The server is synchronous (`tiny_http`: one acceptor thread, one thread per request) and binds
 //! 127.0.0.1 only.
 
@@ -22,7 +30,8 @@ pub mod sse;
 
 pub use prompt::extract_prompt;
 pub use script::{
-    FailMode, Plan, PlanStep, PlanUpdate, Reply, Rule, Script, ScriptError, StepStatus, ToolCall,
+    FailMode, Plan, PlanStep, PlanUpdate, Reply, ReplyText, Rule, Script, ScriptError,
+    ScriptedCall, StepStatus, ToolCall,
 };
 
 use serde::{Deserialize, Serialize};
@@ -291,18 +300,50 @@ fn handle_request(shared: &Shared, mut request: tiny_http::Request) {
                 && !prompt::call_answered_this_turn(json, &call.call_id)
         })
     });
-    let outcome = match (plan.fail, &plan.tool_call) {
-        (Some(FailMode::Http500), _) => "http_500",
-        (Some(FailMode::ResponseFailed), _) => "reply_then_failed",
-        (None, Some(_)) => "update_plan_call",
-        (None, None) => "reply",
+    let sequence_outcome = json
+        .as_ref()
+        .and_then(|json| sequence_step(json, &mut plan));
+    let outcome = match (plan.fail, &plan.tool_call, sequence_outcome) {
+        (Some(FailMode::Http500), _, _) => "http_500".to_string(),
+        (Some(FailMode::ResponseFailed), _, _) => "reply_then_failed".to_string(),
+        (None, _, Some(outcome)) => outcome,
+        (None, Some(_), None) => "update_plan_call".to_string(),
+        (None, None, None) => "reply".to_string(),
     };
-    record(shared, &method, &path, prompt.clone(), outcome);
+    record(shared, &method, &path, prompt.clone(), &outcome);
     if plan.fail == Some(FailMode::Http500) {
         hold(shared, plan.delay_ms);
         return respond_json(request, 500, r#"{"error":{"message":"scripted failure"}}"#);
     }
     stream_reply(shared, request, prompt.as_deref().unwrap_or(""), &plan);
+}
+
+/// For a rule with a call sequence: sets `plan.tool_call` to the next call this request should
+/// get, or fills the call outputs into `plan.reply_text`. Returns the outcome to record, `None`
+/// when the rule has no calls.
+fn sequence_step(json: &serde_json::Value, plan: &mut Plan) -> Option<String> {
+    if plan.calls.is_empty() {
+        return None;
+    }
+    let outputs: Vec<Option<String>> = (0..plan.calls.len())
+        .map(|k| prompt::call_output_this_turn(json, &ScriptedCall::call_id(k)))
+        .collect();
+    let next = outputs.iter().position(Option::is_none);
+    let outcome = match next {
+        None => "reply_after_calls".to_string(),
+        Some(k) => {
+            let call = &plan.calls[k];
+            if prompt::offers_tool(json, call.namespace.as_deref(), &call.name) {
+                plan.tool_call = Some(call.to_tool_call(k, &outputs[..k]));
+                let namespace = call.namespace.as_deref().unwrap_or("");
+                return Some(format!("call_{k}:{namespace}/{}", call.name));
+            }
+            format!("reply_call_{k}_not_offered")
+        }
+    };
+    plan.tool_call = None;
+    plan.reply_text = script::fill_outputs(&plan.reply_text, &outputs);
+    Some(outcome)
 }
 
 /// Reads at most [`MAX_REQUEST_BODY_BYTES`]; `None` when the body is larger.

@@ -905,3 +905,80 @@ fn normalise_events(events: &[Value]) -> Vec<String> {
         })
         .collect()
 }
+
+/// Issue 13 ("a real client drives it"): a real Codex ("boss") uses `wakterm mcp` as an MCP
+/// client to hand a prompt to ANOTHER real Codex ("zola") managed by the same daemon, with
+/// `agent_admit`, waits for its final with `request_wait`, and relays that final in its own.
+/// The loopback provider scripts boss's model: call `mcp__wakterm` `agent_admit`, then
+/// `request_wait`, then answer quoting the wait's terminal event.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn mcp_real_codex_orchestrates_another_agent_through_wakterm_mcp() {
+    let zola_request = new_id();
+    let question = "question from boss";
+    let rule = serde_json::json!({
+        "contains": "ORCHESTRATE",
+        "reply": "boss relays: {output_1:/terminal_event/final_message} (admission {output_0:/classification})",
+        "calls": [
+            {"namespace": "mcp__wakterm", "name": "agent_admit",
+             "arguments": {"agent": "zola", "prompt": question, "request_id": zola_request}},
+            {"namespace": "mcp__wakterm", "name": "request_wait",
+             "arguments": {"request_id": zola_request, "timeout_ms": 60000}}
+        ]
+    });
+    let script_json = serde_json::json!({"default_reply": REPLY, "rules": [rule]}).to_string();
+    let rw = RealWorld::new(EXE, Script::from_json(&script_json).expect("the orchestration script"));
+    let mcp_config = rw.wakterm_mcp_config(EXE);
+    eprintln!("MCP config appended to config.toml:\n{mcp_config}");
+    rw.append_config(&mcp_config);
+    rw.ready("zola", "zola baseline");
+    rw.ready("boss", "boss baseline");
+
+    let out = rw.w.run(&["agent", "send", "boss", "--return-final", "ORCHESTRATE ask zola through wakterm"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json["classification"], "accepted", "{}", out.json);
+    let boss_request = s(&out.json["request_id"]).to_string();
+    let diagnose = |rw: &RealWorld| {
+        let received: Vec<String> = rw.provider.received().iter().map(|r| format!("{} {:?} -> {}", r.method, r.prompt.as_deref().map(|p| p.chars().take(60).collect::<String>()), r.outcome)).collect();
+        let boss_calls: Vec<String> = rw
+            .rollout_lines_of("boss")
+            .iter()
+            .filter(|l| l["type"] == "response_item" && matches!(l["payload"]["type"].as_str(), Some("function_call" | "function_call_output")))
+            .map(|l| l["payload"].to_string())
+            .collect();
+        format!("provider requests: {received:#?}\nboss's calls in its rollout: {boss_calls:#?}")
+    };
+    let end = Instant::now() + Duration::from_secs(150);
+    let terminal = loop {
+        if let Some(e) = rw.w.events_after(0).into_iter().find(|e| e["request_id"] == boss_request.as_str()) {
+            break e;
+        }
+        assert!(Instant::now() < end, "boss's request {boss_request} has no terminal event\n{}", diagnose(&rw));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("{}", diagnose(&rw));
+    let zola_final = reply_for(question);
+    assert_eq!(terminal["state"], "completed", "{terminal}\n{}", diagnose(&rw));
+    assert_eq!(
+        terminal["final_message"],
+        format!("boss relays: {zola_final} (admission accepted)").as_str(),
+        "boss's final relays zola's: {terminal}\n{}",
+        diagnose(&rw)
+    );
+
+    // Zola got the question exactly once, as its own turn, and answered it.
+    assert_eq!(rw.user_prompts_of("zola"), vec!["zola baseline".to_string(), question.to_string()]);
+    assert_eq!(rw.user_prompts_of("boss"), vec!["boss baseline".to_string(), "ORCHESTRATE ask zola through wakterm".to_string()]);
+    assert_eq!(rw.provider_prompts().iter().filter(|p| *p == question).count(), 1, "the question reached the model once");
+    let got = rw.w.ok(&["agent", "request", "get", &zola_request]);
+    assert_eq!(got["state"], "completed", "{got}");
+    assert_eq!(got["terminal_event"]["final_message"], zola_final.as_str(), "{got}");
+    let zola = rw.w.catalog_entry("zola").expect("zola");
+    assert_eq!(got["terminal_event"]["agent_id"], zola["agent_id"], "{got}");
+
+    // Boss's model saw both calls answered, in order, by our server (Codex's "Wall time" parts).
+    let outcomes: Vec<String> = rw.provider.received().into_iter().map(|r| r.outcome).collect();
+    let calls: Vec<&str> = outcomes.iter().map(String::as_str).filter(|o| o.starts_with("call_")).collect();
+    assert_eq!(calls, ["call_0:mcp__wakterm/agent_admit", "call_1:mcp__wakterm/request_wait"], "{outcomes:?}");
+    assert!(outcomes.iter().any(|o| o == "reply_after_calls"), "{outcomes:?}");
+}

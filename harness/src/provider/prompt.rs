@@ -35,6 +35,64 @@ pub fn offers_function_tool(json: &Value, name: &str) -> bool {
     })
 }
 
+/// Whether the request offers the tool `name`: inside the `namespace` tool of that name (how
+/// Codex 0.169 offers an MCP server's tools: `{"type":"namespace","name":"mcp__S","tools":[...]}`),
+/// or, with no namespace, as a plain function tool.
+pub fn offers_tool(json: &Value, namespace: Option<&str>, name: &str) -> bool {
+    let Some(namespace) = namespace else {
+        return offers_function_tool(json, name);
+    };
+    let Some(tools) = json.get("tools").and_then(Value::as_array) else {
+        return false;
+    };
+    tools.iter().any(|tool| {
+        tool.get("type").and_then(Value::as_str) == Some("namespace")
+            && tool.get("name").and_then(Value::as_str) == Some(namespace)
+            && tool
+                .get("tools")
+                .and_then(Value::as_array)
+                .is_some_and(|inner| {
+                    inner
+                        .iter()
+                        .any(|f| f.get("name").and_then(Value::as_str) == Some(name))
+                })
+    })
+}
+
+/// The text of the `function_call_output` for `call_id` after the last user item (this turn's),
+/// `None` when there is none. A string `output` is returned as is; a list of parts (Codex 0.169
+/// sends MCP results as `input_text` parts, the first beginning with "Wall time: ...") gives
+/// their texts joined with new lines; an object with `content` is read the same way.
+pub fn call_output_this_turn(json: &Value, call_id: &str) -> Option<String> {
+    let items = json.get("input").and_then(Value::as_array)?;
+    let after_user = items.iter().rposition(is_user).map_or(0, |i| i + 1);
+    let item = items[after_user..].iter().find(|item| {
+        item.get("type").and_then(Value::as_str) == Some("function_call_output")
+            && item.get("call_id").and_then(Value::as_str) == Some(call_id)
+    })?;
+    Some(output_text(item.get("output").unwrap_or(&Value::Null)))
+}
+
+fn output_text(output: &Value) -> String {
+    match output {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .map(|part| match part.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_string(),
+                None => part.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Object(map) => match map.get("content") {
+            Some(content) => output_text(content),
+            None => output.to_string(),
+        },
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
 /// Whether the input holds a `function_call_output` for `call_id` AFTER the last user item, i.e.
 /// Codex answered that call within the current turn (an earlier turn's output does not count, so
 /// a later turn with a matching prompt gets the call again).
@@ -124,5 +182,39 @@ mod tests {
         );
         assert!(!call_answered_this_turn(&serde_json::json!({}), "c2"));
         assert_eq!(prompt_of(&json).as_deref(), Some("turn 2"));
+        assert!(offers_tool(&json, Some("ns"), "update_plan"));
+        assert!(!offers_tool(&json, Some("ns"), "exec_command"));
+        assert!(!offers_tool(&json, Some("other"), "update_plan"));
+        assert!(offers_tool(&json, None, "exec_command"));
+        assert!(!offers_tool(&json, None, "update_plan"));
+        assert_eq!(
+            call_output_this_turn(&json, "c2").as_deref(),
+            Some("Plan updated")
+        );
+        assert_eq!(
+            call_output_this_turn(&json, "c1"),
+            None,
+            "an earlier turn's output does not count"
+        );
+    }
+
+    #[test]
+    fn mcp_outputs_as_parts_are_joined() {
+        let json: Value = serde_json::from_str(
+            r#"{"input":[
+              {"role":"user","content":[{"type":"input_text","text":"go"}]},
+              {"type":"function_call","call_id":"m0","namespace":"mcp__w","name":"t","arguments":"{}"},
+              {"type":"function_call_output","call_id":"m0","output":[
+                {"type":"input_text","text":"Wall time: 0.1 seconds\nOutput:"},
+                {"type":"input_text","text":"{\"a\":1}"}]},
+              {"type":"function_call_output","call_id":"m1","output":{"content":"plain","success":true}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            call_output_this_turn(&json, "m0").as_deref(),
+            Some("Wall time: 0.1 seconds\nOutput:\n{\"a\":1}")
+        );
+        assert_eq!(call_output_this_turn(&json, "m1").as_deref(), Some("plain"));
+        assert_eq!(call_output_this_turn(&json, "m2"), None);
     }
 }

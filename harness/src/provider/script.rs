@@ -23,8 +23,39 @@
 //! ```
 //!
 //! (See `Provider` for when the call is made: only if the request offers the `update_plan` tool.)
+//!
+//! A rule may instead script a SEQUENCE of tool calls (MCP tools too) with `"calls"`; it then
+//! needs `"reply"`, whose template may quote the calls' outputs:
+//!
+//! ```json
+//! { "contains": "ORCHESTRATE", "reply": "zola said: {output_1:/terminal_event/final_message}",
+//!   "calls": [ { "namespace": "mcp__wakterm", "name": "agent_admit",
+//!                "arguments": { "agent": "zola", "prompt": "q", "request_id": "<uuid>" } },
+//!              { "namespace": "mcp__wakterm", "name": "request_wait",
+//!                "arguments": { "request_id": "{output_0:/request_id}", "timeout_ms": 60000 } } ] }
+//! ```
+//!
+//! Call k has `call_id` `call_mcp_k` (item id `fc_mcp_k`). The provider answers a request of the
+//! turn with call k when the request (after its last user item) carries the
+//! `function_call_output`s of calls 0..k-1 but not of call k, and offers call k's tool (a
+//! `namespace` tool of that name holding the function, or a plain function tool when the call
+//! has no namespace: Codex exposes MCP server `S` as namespace `mcp__S`). Once every call has its
+//! output, it answers with the reply text. Placeholders in the reply text, and in string
+//! arguments of call k (outputs 0..k-1 only), are:
+//!
+//! - `{output_K}`: call K's output text as Codex sent it (a string output as is; a list of
+//!   `input_text` parts, which is what Codex 0.169 sends for MCP results, beginning with
+//!   "Wall time: ...", joined with new lines);
+//! - `{output_K:/json/pointer}`: the value at that JSON pointer of the first JSON object or array
+//!   embedded in that text which has it (a string value unquoted, others as compact JSON);
+//!   `{output_K:}` (empty pointer) is that first embedded JSON value itself;
+//! - `{last_output}` / `{last_output:/pointer}`: the same for the last call.
+//!
+//! A missing output or pointer is replaced by a visible `<...>` marker, never silently by nothing.
+//! Pointers cannot contain `}`. `{prompt}` is replaced first.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::path::Path;
 
 /// Placeholder in reply templates replaced by the received prompt text.
@@ -43,6 +74,12 @@ pub const UPDATE_PLAN_TOOL: &str = "update_plan";
 pub const PLAN_CALL_ID: &str = "call_plan_1";
 /// Item `id` of the scripted `update_plan` call.
 pub const PLAN_ITEM_ID: &str = "fc_plan_1";
+/// Upper bound on the scripted calls of one rule.
+pub const MAX_CALLS: usize = 32;
+/// `call_id` prefix of scripted sequence calls: call k is `call_mcp_k`.
+pub const SEQ_CALL_ID_PREFIX: &str = "call_mcp_";
+/// Item `id` prefix of scripted sequence calls: call k is `fc_mcp_k`.
+pub const SEQ_ITEM_ID_PREFIX: &str = "fc_mcp_";
 /// Reply used when a script does not name one.
 pub const DEFAULT_REPLY_TEMPLATE: &str = "mock reply to: {prompt}";
 
@@ -63,7 +100,7 @@ pub enum FailMode {
 /// `plan`); in Rust the reply text, the commentary and the plan travel together in [`Reply`], so
 /// code that builds rules with `reply: Some("text".into())` keeps compiling.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "RuleJson", into = "RuleJson")]
+#[serde(try_from = "RuleJson", into = "RuleJson")]
 pub struct Rule {
     /// Substring of the prompt that selects this rule (must be non-empty).
     pub contains: String,
@@ -83,12 +120,164 @@ pub struct Rule {
 /// The model's answer to a matched prompt.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reply {
-    /// Reply text template (`{prompt}` is replaced); `None` uses the script's default reply.
-    pub text: Option<String>,
+    /// Reply text template (`{prompt}` is replaced) and the calls made before it; `None` uses
+    /// the script's default reply and makes no call.
+    pub text: Option<ReplyText>,
     /// Assistant message streamed before the `update_plan` call, verbatim (needs `plan`).
     pub commentary: Option<String>,
     /// Answer first with an `update_plan` call; the text comes once Codex returned its output.
     pub plan: Option<PlanUpdate>,
+}
+
+/// The final text's template and the sequence of tool calls the model makes before it (their
+/// outputs can be quoted in the template, see the module docs).
+///
+/// (The calls travel with the text, not as a field of [`Reply`] or [`Rule`], so code that builds
+/// those with struct literals keeps compiling: `text: Some("...".into())` still works.)
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplyText {
+    pub template: String,
+    /// Made one per response, in order, before the text; empty: answer with the text at once.
+    pub calls: Vec<ScriptedCall>,
+}
+
+impl From<&str> for ReplyText {
+    fn from(text: &str) -> ReplyText {
+        ReplyText::from(text.to_string())
+    }
+}
+
+impl From<String> for ReplyText {
+    fn from(template: String) -> ReplyText {
+        ReplyText {
+            template,
+            calls: Vec::new(),
+        }
+    }
+}
+
+/// One scripted tool call of a sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    /// The tool's namespace as the request offers it (`mcp__wakterm` for Codex's MCP server
+    /// `wakterm`); absent: a plain function tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The bare tool name (`agent_admit`), never `mcp__wakterm__agent_admit`.
+    pub name: String,
+    /// A JSON object; its strings may hold `{output_K...}` placeholders of earlier calls.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+impl ScriptedCall {
+    /// `call_mcp_K`, the `call_id` of call `k` of a sequence.
+    pub fn call_id(k: usize) -> String {
+        format!("{SEQ_CALL_ID_PREFIX}{k}")
+    }
+
+    /// The streamed call for position `k`, with placeholders of `outputs` (those of calls
+    /// 0..k) filled into its string arguments.
+    pub fn to_tool_call(&self, k: usize, outputs: &[Option<String>]) -> ToolCall {
+        let arguments = fill_value(&self.arguments, outputs);
+        ToolCall {
+            commentary: None,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            item_id: format!("{SEQ_ITEM_ID_PREFIX}{k}"),
+            call_id: ScriptedCall::call_id(k),
+            arguments: serde_json::to_string(&arguments).expect("JSON values serialize"),
+        }
+    }
+}
+
+fn fill_value(value: &Value, outputs: &[Option<String>]) -> Value {
+    match value {
+        Value::String(s) => Value::String(fill_outputs(s, outputs)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, outputs)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), fill_value(v, outputs)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Replaces `{output_K}`, `{output_K:/pointer}`, `{last_output}` and `{last_output:/pointer}`
+/// in `template` by call outputs (`outputs[K]`; `None`: not received). Other braces stay.
+pub fn fill_outputs(template: &str, outputs: &[Option<String>]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        match placeholder_value(&after[..end], outputs) {
+            Some(value) => {
+                out.push_str(&value);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The text for one placeholder body (between the braces); `None` if it is not one of ours.
+fn placeholder_value(body: &str, outputs: &[Option<String>]) -> Option<String> {
+    let (head, pointer) = match body.split_once(':') {
+        Some((head, pointer)) => (head, Some(pointer)),
+        None => (body, None),
+    };
+    let k = if head == "last_output" {
+        outputs.len().checked_sub(1)
+    } else {
+        let digits = head.strip_prefix("output_")?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(digits.parse::<usize>().ok()?)
+    };
+    if pointer.is_some_and(|p| !(p.is_empty() || p.starts_with('/'))) {
+        return None;
+    }
+    let Some(text) = k.and_then(|k| outputs.get(k)).and_then(Option::as_ref) else {
+        return Some(format!("<no output for {{{body}}}>"));
+    };
+    let Some(pointer) = pointer else {
+        return Some(text.clone());
+    };
+    Some(match json_pointer_in_text(text, pointer) {
+        Some(Value::String(s)) => s,
+        Some(other) => other.to_string(),
+        None => format!("<no JSON value at {pointer} in: {text}>"),
+    })
+}
+
+/// The value at `pointer` of the first JSON object or array embedded in `text` that has it.
+pub fn json_pointer_in_text(text: &str, pointer: &str) -> Option<Value> {
+    text.char_indices()
+        .filter(|(_, c)| *c == '{' || *c == '[')
+        .find_map(|(i, _)| {
+            let value = serde_json::Deserializer::from_str(&text[i..])
+                .into_iter::<Value>()
+                .next()?
+                .ok()?;
+            value.pointer(pointer).cloned()
+        })
 }
 
 impl From<&str> for Reply {
@@ -100,7 +289,7 @@ impl From<&str> for Reply {
 impl From<String> for Reply {
     fn from(text: String) -> Reply {
         Reply {
-            text: Some(text),
+            text: Some(text.into()),
             ..Reply::default()
         }
     }
@@ -168,36 +357,52 @@ struct RuleJson {
     commentary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     plan: Option<PlanUpdate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    calls: Vec<ScriptedCall>,
 }
 
-impl From<RuleJson> for Rule {
-    fn from(j: RuleJson) -> Rule {
+impl TryFrom<RuleJson> for Rule {
+    type Error = String;
+
+    fn try_from(j: RuleJson) -> Result<Rule, String> {
+        if !j.calls.is_empty() && j.reply.is_none() {
+            return Err(format!(
+                "rule {:?}: `calls` needs `reply` (the text answered once every call has its output)",
+                j.contains
+            ));
+        }
         let scripted = j.reply.is_some() || j.commentary.is_some() || j.plan.is_some();
-        Rule {
+        let calls = j.calls;
+        Ok(Rule {
             contains: j.contains,
             reply: scripted.then_some(Reply {
-                text: j.reply,
+                text: j.reply.map(|template| ReplyText { template, calls }),
                 commentary: j.commentary,
                 plan: j.plan,
             }),
             delay_ms: j.delay_ms,
             output_delay_ms: j.output_delay_ms,
             fail: j.fail,
-        }
+        })
     }
 }
 
 impl From<Rule> for RuleJson {
     fn from(r: Rule) -> RuleJson {
         let reply = r.reply.unwrap_or_default();
+        let (template, calls) = match reply.text {
+            Some(text) => (Some(text.template), text.calls),
+            None => (None, Vec::new()),
+        };
         RuleJson {
             contains: r.contains,
-            reply: reply.text,
+            reply: template,
             delay_ms: r.delay_ms,
             output_delay_ms: r.output_delay_ms,
             fail: r.fail,
             commentary: reply.commentary,
             plan: reply.plan,
+            calls,
         }
     }
 }
@@ -237,13 +442,18 @@ pub struct Plan {
     /// The rule scripts an `update_plan` call: the provider makes it when the request offers the
     /// tool and does not yet carry the call's output, and streams `reply_text` otherwise.
     pub tool_call: Option<ToolCall>,
+    /// The rule's sequence of calls (see the module docs); `reply_text` still holds their
+    /// `{output_K}` placeholders, which the provider fills per request.
+    pub calls: Vec<ScriptedCall>,
 }
 
 /// A scripted function call, with the assistant commentary streamed before it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
     pub commentary: Option<String>,
-    /// Tool name ([`UPDATE_PLAN_TOOL`]).
+    /// The tool's namespace (`mcp__wakterm`); `None` for a plain function tool.
+    pub namespace: Option<String>,
+    /// Tool name ([`UPDATE_PLAN_TOOL`], or a bare MCP tool name).
     pub name: String,
     pub item_id: String,
     pub call_id: String,
@@ -333,7 +543,9 @@ impl Script {
             Some(i) => {
                 let rule = &self.rules[i];
                 let reply = rule.reply.as_ref();
-                let template = reply.and_then(|r| r.text.as_deref());
+                let template = reply
+                    .and_then(|r| r.text.as_ref())
+                    .map(|t| t.template.as_str());
                 let template = template.unwrap_or(&self.default_reply);
                 (
                     template,
@@ -349,6 +561,7 @@ impl Script {
             let plan = r.plan.as_ref()?;
             Some(ToolCall {
                 commentary: r.commentary.clone(),
+                namespace: None,
                 name: UPDATE_PLAN_TOOL.to_string(),
                 item_id: PLAN_ITEM_ID.to_string(),
                 call_id: PLAN_CALL_ID.to_string(),
@@ -360,6 +573,10 @@ impl Script {
             "validated scripts bound every delay"
         );
         let reply_text = template.replace(PROMPT_PLACEHOLDER, text);
+        let calls = reply
+            .and_then(|r| r.text.as_ref())
+            .map(|t| t.calls.clone())
+            .unwrap_or_default();
         Plan {
             rule: matched,
             reply_text,
@@ -367,12 +584,44 @@ impl Script {
             output_delay_ms,
             fail,
             tool_call,
+            calls,
         }
     }
 }
 
-/// A plan needs steps with text and no failure; commentary only goes before a plan call.
+/// A plan needs steps with text and no failure; commentary only goes before a plan call; calls
+/// exclude a plan and a failure, and need names and object arguments.
 fn validate_reply(reply: &Reply, fails: bool) -> Result<(), String> {
+    let calls = reply.text.as_ref().map_or(&[][..], |t| t.calls.as_slice());
+    if !calls.is_empty() {
+        if fails {
+            return Err("`calls` and `fail` exclude each other".into());
+        }
+        if reply.plan.is_some() {
+            return Err("`calls` and `plan` exclude each other".into());
+        }
+        if calls.len() > MAX_CALLS {
+            return Err(format!(
+                "`calls` has {} calls, limit {MAX_CALLS}",
+                calls.len()
+            ));
+        }
+        for (j, call) in calls.iter().enumerate() {
+            if call.name.trim().is_empty() {
+                return Err(format!("`calls[{j}].name` is empty"));
+            }
+            if call
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| ns.trim().is_empty())
+            {
+                return Err(format!("`calls[{j}].namespace` is empty"));
+            }
+            if !call.arguments.is_object() {
+                return Err(format!("`calls[{j}].arguments` is not a JSON object"));
+            }
+        }
+    }
     if reply.commentary.as_deref() == Some("") {
         return Err("`commentary` is empty".into());
     }

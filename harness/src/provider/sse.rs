@@ -70,7 +70,8 @@ fn message_events(item_id: &str, output_index: usize, text: &str) -> Vec<String>
 }
 
 /// A tool-call reply: the commentary as an assistant message (output 0, when set), then the
-/// `function_call` item (no `namespace`: a plain function tool) with its arguments streamed the
+/// `function_call` item (with `namespace` when the call has one: Codex refuses an MCP tool named
+/// `mcp__S__tool` without it) with its arguments streamed the
 /// way the Responses API does: item added with empty arguments, arguments delta, arguments done,
 /// item done.
 pub fn tool_call_events(ids: &ReplyIds, call: &ToolCall) -> Vec<String> {
@@ -80,8 +81,12 @@ pub fn tool_call_events(ids: &ReplyIds, call: &ToolCall) -> Vec<String> {
     }
     let index = usize::from(call.commentary.is_some());
     let item = |arguments: &str, status: &str| {
-        json!({"type":"function_call","id":call.item_id,"call_id":call.call_id,"name":call.name,
-            "arguments":arguments,"status":status})
+        let mut item = json!({"type":"function_call","id":call.item_id,"call_id":call.call_id,"name":call.name,
+            "arguments":arguments,"status":status});
+        if let Some(namespace) = &call.namespace {
+            item["namespace"] = Value::String(namespace.clone());
+        }
+        item
     };
     events.extend([
         event(
@@ -138,6 +143,7 @@ mod tests {
         let text = "two\nlines \"quoted\"";
         let call = ToolCall {
             commentary: Some(text.to_string()),
+            namespace: Some("mcp__x".into()),
             name: "update_plan".into(),
             item_id: "fc_plan_1".into(),
             call_id: "call_plan_1".into(),
@@ -158,5 +164,17 @@ mod tests {
             assert!(lines.next().is_none(), "one event is exactly two lines");
         }
         assert!(all[3].contains("msg_mock_3") && all[4].contains("resp_mock_3"));
+        let done: Value = serde_json::from_str(
+            all.last()
+                .unwrap()
+                .lines()
+                .nth(1)
+                .unwrap()
+                .strip_prefix("data: ")
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(done["item"]["namespace"], "mcp__x");
+        assert_eq!(done["item"]["name"], "update_plan");
     }
 }

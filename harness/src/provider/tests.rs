@@ -458,3 +458,286 @@ fn no_update_plan_call_without_the_tool_and_none_before_it_without_commentary() 
     let outcomes: Vec<_> = provider.received().into_iter().map(|r| r.outcome).collect();
     assert_eq!(outcomes, ["reply", "reply", "update_plan_call"]);
 }
+
+const CALLS_SCRIPT: &str = r#"{"rules":[{"contains":"ORCHESTRATE",
+    "reply":"relayed: {output_1:/terminal_event/final_message} (id {output_0:/request_id}, raw {last_output:/terminal})",
+    "calls":[
+      {"namespace":"mcp__wakterm","name":"agent_admit",
+       "arguments":{"agent":"zola","prompt":"question","request_id":"11111111-2222-4333-8444-555555555555"}},
+      {"namespace":"mcp__wakterm","name":"request_wait",
+       "arguments":{"request_id":"{output_0:/request_id}","timeout_ms":60000}}]}]}"#;
+
+const MCP_TOOLS: &str = r#"[{"type":"function","name":"exec_command","parameters":{}},
+    {"type":"namespace","name":"mcp__wakterm","description":"wakterm","tools":[
+      {"type":"function","name":"agent_admit","parameters":{}},
+      {"type":"function","name":"request_wait","parameters":{}}]}]"#;
+
+/// A call of the sequence and its output as Codex 0.169 sends them back (parts, "Wall time").
+fn mcp_answer(k: usize, name: &str, output_json: &str) -> String {
+    let quoted = serde_json::to_string(output_json).unwrap();
+    format!(
+        r#",
+    {{"type":"function_call","call_id":"call_mcp_{k}","namespace":"mcp__wakterm","name":"{name}","arguments":"{{}}"}},
+    {{"type":"function_call_output","call_id":"call_mcp_{k}","output":[
+      {{"type":"input_text","text":"Wall time: 0.0123 seconds\nOutput:"}},{{"type":"input_text","text":{quoted}}}]}}"#
+    )
+}
+
+fn post_events(provider: &Provider, body: &str) -> Vec<(String, serde_json::Value)> {
+    let mut reader = send(provider.port(), "POST", "/v1/responses", body);
+    assert_eq!(read_head(&mut reader).0, 200);
+    read_events(&mut reader)
+}
+
+/// The last `output_item.done` item of a reply.
+fn last_item(events: &[(String, serde_json::Value)]) -> serde_json::Value {
+    events
+        .iter()
+        .rev()
+        .find(|(name, _)| name == "response.output_item.done")
+        .map(|(_, data)| data["item"].clone())
+        .expect("an output item")
+}
+
+#[test]
+fn a_calls_rule_makes_each_mcp_call_in_turn_then_quotes_their_outputs() {
+    let provider = start(CALLS_SCRIPT, None);
+    // 1. No output yet: call 0, namespaced, with its arguments as written.
+    let events = post_events(&provider, &plan_body("ORCHESTRATE now", "", MCP_TOOLS));
+    assert_eq!(
+        names(&events),
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let item = last_item(&events);
+    assert_eq!(
+        (
+            &item["type"],
+            &item["namespace"],
+            &item["name"],
+            &item["call_id"],
+            &item["id"]
+        ),
+        (
+            &serde_json::json!("function_call"),
+            &serde_json::json!("mcp__wakterm"),
+            &serde_json::json!("agent_admit"),
+            &serde_json::json!("call_mcp_0"),
+            &serde_json::json!("fc_mcp_0")
+        )
+    );
+    let args: serde_json::Value =
+        serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args,
+        serde_json::json!({"agent":"zola","prompt":"question","request_id":"11111111-2222-4333-8444-555555555555"})
+    );
+
+    // 2. Call 0 answered: call 1, its argument filled from call 0's output.
+    let receipt =
+        r#"{"classification":"accepted","request_id":"11111111-2222-4333-8444-555555555555"}"#;
+    let after_0 = mcp_answer(0, "agent_admit", receipt);
+    let item = last_item(&post_events(
+        &provider,
+        &plan_body("ORCHESTRATE now", &after_0, MCP_TOOLS),
+    ));
+    assert_eq!(
+        (&item["name"], &item["call_id"]),
+        (
+            &serde_json::json!("request_wait"),
+            &serde_json::json!("call_mcp_1")
+        )
+    );
+    let args: serde_json::Value =
+        serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args,
+        serde_json::json!({"request_id":"11111111-2222-4333-8444-555555555555","timeout_ms":60000})
+    );
+
+    // 3. Both answered: the reply text with the outputs quoted.
+    let waited = r#"{"terminal":true,"terminal_event":{"state":"completed","final_message":"mock reply to: question"}}"#;
+    let after_1 = format!("{after_0}{}", mcp_answer(1, "request_wait", waited));
+    let item = last_item(&post_events(
+        &provider,
+        &plan_body("ORCHESTRATE now", &after_1, MCP_TOOLS),
+    ));
+    assert_eq!(item["type"], "message");
+    assert_eq!(
+        item["content"][0]["text"],
+        "relayed: mock reply to: question (id 11111111-2222-4333-8444-555555555555, raw true)"
+    );
+
+    // 4. The task-title request offers no tools: the text, with visible markers for the outputs.
+    let item = last_item(&post_events(
+        &provider,
+        &plan_body("title: ORCHESTRATE now", "", "[]"),
+    ));
+    let text = item["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(
+        text.starts_with("relayed: <no output for {output_1:/terminal_event/final_message}>"),
+        "{text}"
+    );
+
+    // 5. A later turn (earlier outputs precede its prompt) starts the sequence again.
+    let later = format!(
+        r#"{after_1},
+        {{"type":"message","role":"user","content":[{{"type":"input_text","text":"ORCHESTRATE again"}}]}}"#
+    );
+    let item = last_item(&post_events(
+        &provider,
+        &plan_body("ORCHESTRATE first", &later, MCP_TOOLS),
+    ));
+    assert_eq!(
+        (&item["name"], &item["call_id"]),
+        (
+            &serde_json::json!("agent_admit"),
+            &serde_json::json!("call_mcp_0")
+        )
+    );
+
+    let outcomes: Vec<_> = provider.received().into_iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            "call_0:mcp__wakterm/agent_admit",
+            "call_1:mcp__wakterm/request_wait",
+            "reply_after_calls",
+            "reply_call_0_not_offered",
+            "call_0:mcp__wakterm/agent_admit"
+        ]
+    );
+}
+
+#[test]
+fn a_call_whose_tool_is_missing_is_not_made_and_plain_function_calls_work() {
+    let provider = start(
+        r#"{"rules":[{"contains":"GO","reply":"got {output_0}",
+            "calls":[{"name":"exec_command","arguments":{"cmd":"true"}}]}]}"#,
+        None,
+    );
+    // The namespace is offered, but not as a plain function: still made (exec_command is plain).
+    let item = last_item(&post_events(&provider, &plan_body("GO", "", MCP_TOOLS)));
+    assert_eq!(
+        (&item["name"], item.get("namespace")),
+        (&serde_json::json!("exec_command"), None)
+    );
+    let answered = r#",
+        {"type":"function_call","call_id":"call_mcp_0","name":"exec_command","arguments":"{}"},
+        {"type":"function_call_output","call_id":"call_mcp_0","output":"ok"}"#;
+    let item = last_item(&post_events(
+        &provider,
+        &plan_body("GO", answered, MCP_TOOLS),
+    ));
+    assert_eq!(item["content"][0]["text"], "got ok");
+
+    let provider = start(CALLS_SCRIPT, None);
+    let only_exec = r#"[{"type":"function","name":"exec_command","parameters":{}}]"#;
+    let item = last_item(&post_events(
+        &provider,
+        &plan_body("ORCHESTRATE", "", only_exec),
+    ));
+    assert_eq!(item["type"], "message", "no MCP namespace offered: no call");
+    let outcomes: Vec<_> = provider.received().into_iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, ["reply_call_0_not_offered"]);
+}
+
+#[test]
+fn calls_rules_round_trip_and_bad_ones_are_refused() {
+    let script = Script::from_json(CALLS_SCRIPT).unwrap();
+    let again = Script::from_json(&serde_json::to_string(&script).unwrap()).unwrap();
+    assert_eq!(again, script);
+    let json: serde_json::Value = serde_json::to_value(&script.rules[0]).unwrap();
+    assert_eq!(json["calls"][1]["name"], "request_wait");
+    assert_eq!(json["calls"][0]["namespace"], "mcp__wakterm");
+    // Old rules still serialize without `calls`.
+    let old = Script::from_json(r#"{"rules":[{"contains":"x","reply":"r"}]}"#).unwrap();
+    assert!(serde_json::to_string(&old).unwrap().find("calls").is_none());
+    assert!(script.plan(Some("ORCHESTRATE")).calls.len() == 2);
+    assert!(old.plan(Some("x")).calls.is_empty());
+
+    let refused = |rule: &str| {
+        Script::from_json(&format!(r#"{{"rules":[{rule}]}}"#))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(refused(r#"{"contains":"x","calls":[{"name":"t"}]}"#).contains("needs `reply`"));
+    assert!(
+        refused(r#"{"contains":"x","reply":"r","calls":[{"name":" "}]}"#).contains("calls[0].name")
+    );
+    assert!(
+        refused(r#"{"contains":"x","reply":"r","calls":[{"namespace":"","name":"t"}]}"#)
+            .contains("calls[0].namespace")
+    );
+    assert!(
+        refused(r#"{"contains":"x","reply":"r","calls":[{"name":"t","arguments":[1]}]}"#)
+            .contains("not a JSON object")
+    );
+    assert!(
+        refused(r#"{"contains":"x","reply":"r","fail":"http_500","calls":[{"name":"t"}]}"#)
+            .contains("exclude")
+    );
+    assert!(refused(
+        r#"{"contains":"x","reply":"r","plan":{"steps":[{"step":"s","status":"pending"}]},"calls":[{"name":"t"}]}"#
+    )
+    .contains("exclude"));
+    assert!(
+        refused(r#"{"contains":"x","reply":"r","calls":[{"name":"t","extra":1}]}"#)
+            .contains("extra")
+    );
+    let many: Vec<String> = (0..=script::MAX_CALLS)
+        .map(|_| r#"{"name":"t"}"#.to_string())
+        .collect();
+    assert!(refused(&format!(
+        r#"{{"contains":"x","reply":"r","calls":[{}]}}"#,
+        many.join(",")
+    ))
+    .contains("limit"));
+}
+
+#[test]
+fn output_placeholders_fill_text_and_json_pointers_and_leave_other_braces() {
+    use script::fill_outputs;
+    let outputs = [
+        Some("Wall time: 1 s\nOutput:\n{\"a\":{\"b\":[1,\"two\"]},\"s\":\"x\"}".to_string()),
+        None,
+    ];
+    assert_eq!(fill_outputs("{output_0:/s}", &outputs), "x");
+    assert_eq!(
+        fill_outputs("{output_0:/a/b/1} {output_0:/a/b}", &outputs),
+        "two [1,\"two\"]"
+    );
+    // An empty pointer: the first embedded JSON value itself (the JSON part of the output).
+    assert_eq!(
+        fill_outputs("[{output_0:}]", &outputs[..1]),
+        r#"[{"a":{"b":[1,"two"]},"s":"x"}]"#
+    );
+    assert_eq!(fill_outputs("{last_output:/s}", &outputs[..1]), "x");
+    assert_eq!(
+        fill_outputs("{output_1}", &outputs),
+        "<no output for {output_1}>"
+    );
+    assert_eq!(
+        fill_outputs("{output_7}", &outputs),
+        "<no output for {output_7}>"
+    );
+    assert!(fill_outputs("{output_0:/nope}", &outputs)
+        .starts_with("<no JSON value at /nope in: Wall time"));
+    assert_eq!(
+        fill_outputs("{prompt} {output_x} {json: 1} {output_0:s} {", &outputs),
+        "{prompt} {output_x} {json: 1} {output_0:s} {"
+    );
+    assert_eq!(
+        fill_outputs("{last_output}", &[]),
+        "<no output for {last_output}>"
+    );
+    // The first embedded JSON value that has the pointer wins.
+    let two = [Some("[1] then {\"k\":2}".to_string())];
+    assert_eq!(fill_outputs("{output_0:/k} {output_0:/0}", &two), "2 1");
+}

@@ -314,3 +314,49 @@ impl RealWorld {
         }
     }
 }
+
+impl RealWorld {
+    /// Appends `extra` to this world's config.toml (Codex reads it when an agent starts, so this
+    /// must come before `start_codex`). For config that needs the world's paths.
+    pub fn append_config(&self, extra: &str) {
+        use std::io::Write;
+        let path = self.w.codex_home.join("config.toml");
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).expect("open config.toml");
+        file.write_all(format!("\n{extra}").as_bytes()).expect("append to config.toml");
+    }
+
+    /// Config registering `<exe> mcp` (the `wakterm mcp` server) as Codex's MCP server `wakterm`,
+    /// talking to this world's daemon, with its tools pre-approved (without that, Codex under
+    /// approval policy `never` refuses every call, /work/shared/REAL_CODEX.md).
+    pub fn wakterm_mcp_config(&self, exe: &str) -> String {
+        let quote = |s: &str| serde_json::to_string(s).expect("a string quotes");
+        format!(
+            "[mcp_servers.wakterm]\ncommand = {}\nargs = [\"mcp\"]\nenv = {{ WAKTERM_DATA_DIR = {} }}\n\
+             default_tools_approval_mode = \"approve\"\nstartup_timeout_sec = 30\ntool_timeout_sec = 120\n",
+            quote(exe),
+            quote(&self.w.data.display().to_string())
+        )
+    }
+
+    /// Every JSON line of the rollout file of the agent's observed session (catalog
+    /// `observer_session`), empty when it has none yet.
+    pub fn rollout_lines_of(&self, name: &str) -> Vec<Value> {
+        let Some(session) = self.w.catalog_entry(name).and_then(|e| e["observer_session"].as_str().map(str::to_string)) else {
+            return Vec::new();
+        };
+        let Some(file) = self.w.rollout_files().into_iter().find(|f| f.display().to_string().contains(&session)) else {
+            return Vec::new();
+        };
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
+    }
+
+    /// The user prompts (`item_completed` / `UserMessage`) of one agent's rollout, in order.
+    pub fn user_prompts_of(&self, name: &str) -> Vec<String> {
+        self.rollout_lines_of(name)
+            .iter()
+            .filter(|l| l["payload"]["type"] == "item_completed" && l["payload"]["item"]["type"] == "UserMessage")
+            .filter_map(|l| l["payload"]["item"]["content"][0]["text"].as_str().map(str::to_string))
+            .collect()
+    }
+}
