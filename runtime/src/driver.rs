@@ -136,17 +136,23 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
             }
             DriverMsg::Query(query) => {
                 query(&engine);
+                fire_due_timers(&mut engine, &mut effects, &mut waiting, &clock);
                 continue;
             }
         };
         engine.handle(clock.now_ms(), input);
         drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
-        // A busy inbox always wins the `biased` select: timers that fell due meanwhile (commit
-        // retries, deadlines, probes) fire here instead of waiting for a quiet moment.
-        if engine.poll_timeout().is_some_and(|at_ms| at_ms <= clock.now_ms()) {
-            engine.handle(clock.now_ms(), Input::Tick);
-            drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
-        }
+        fire_due_timers(&mut engine, &mut effects, &mut waiting, &clock);
+    }
+}
+
+/// A busy inbox always wins the `biased` select, so timers that fell due meanwhile (commit
+/// retries, deadlines, probes, step timeouts) fire after each message instead of waiting for a
+/// quiet moment that may not come.
+fn fire_due_timers<E: Effects, C: Clock>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, Waiter>, clock: &C) {
+    if engine.poll_timeout().is_some_and(|at_ms| at_ms <= clock.now_ms()) {
+        engine.handle(clock.now_ms(), Input::Tick);
+        drain(engine, effects, waiting, clock.now_ms());
     }
 }
 
@@ -201,6 +207,89 @@ fn log_receipt(receipt: &Receipt, elapsed_ms: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Operation, PasteMode, ProcessIdentity, ReturnMode, Transport};
+
+    /// A clock the test moves by hand.
+    struct ManualClock(Arc<AtomicU64>);
+
+    impl Clock for ManualClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Effects that never answer: a refresh stays unanswered until its timeout.
+    struct Silent;
+
+    impl Effects for Silent {
+        fn refresh(&mut self, _: u64, _: AgentId) {}
+        fn resume(&mut self, _: AgentId, _: Cursor) {}
+        fn persist(&mut self, _: u64, _: Vec<PersistOp>) {}
+        fn deliver(&mut self, _: u64, _: AgentId, _: Incarnation, _: Vec<u8>) {}
+        fn publish(&mut self, _: TerminalEvent) {}
+        fn publish_event(&mut self, _: AgentEvent) {}
+        fn events_settled(&mut self, _: u64) {}
+        fn load_request(&mut self, _: u64, _: RequestId) {}
+    }
+
+    // The driver fires a timer that fell due even while its inbox never empties (the
+    // `biased` select would otherwise serve messages only): the refresh deadline of an
+    // admission whose refresh never answers (ADM-3) fires among a flood of read-only queries,
+    // not after them.
+    #[test]
+    fn due_timers_fire_under_a_busy_inbox() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let now = Arc::new(AtomicU64::new(1_000_000));
+            let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
+            let driver = tokio::spawn(run_driver(Engine::new(), inbox_rx, Silent, ManualClock(now.clone())));
+            let facts = AgentFacts {
+                agent_id: AgentId::parse("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f90").unwrap(),
+                name: "zola".into(),
+                harness: Harness::Codex,
+                transport: Transport::Pty,
+                incarnation: Some(Incarnation("inc-1".into())),
+                process: Some(ProcessIdentity { pid: 100, start_time_ticks: 5 }),
+            };
+            inbox.send(DriverMsg::Input(Input::AgentUpserted(facts))).await.unwrap();
+            inbox.send(DriverMsg::Input(Input::StartupComplete)).await.unwrap();
+            let command = AdmitCommand {
+                op: OpId(0),
+                operation: Operation::Send,
+                target: "zola".into(),
+                exact_agent_id: false,
+                incarnation: None,
+                request_id: "0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f91".into(),
+                prompt: "hi".into(),
+                paste_mode: PasteMode::Bracketed,
+                return_mode: ReturnMode::OneWay,
+                final_timeout_ms: 0,
+                generated_id: true,
+                share_prompt: false,
+            };
+            let (reply, receipt) = oneshot::channel();
+            inbox.send(DriverMsg::Admit { command, reply }).await.unwrap();
+            let deadline = ask(&inbox, |engine| engine.poll_timeout()).await.flatten().expect("the refresh has a deadline");
+            // The refresh times out: the clock jumps past it while the inbox never empties.
+            now.store(deadline + 1, Ordering::SeqCst);
+            let timed_out_at = Arc::new(AtomicU64::new(u64::MAX));
+            for n in 0..200u64 {
+                let seen = timed_out_at.clone();
+                let query: Query = Box::new(move |engine| {
+                    if engine.poll_timeout().is_none_or(|at| at > deadline) {
+                        seen.fetch_min(n, Ordering::SeqCst);
+                    }
+                });
+                inbox.try_send(DriverMsg::Query(query)).expect("room in the inbox");
+            }
+            drop(inbox);
+            driver.await.unwrap();
+            drop(receipt); // what the admission does next is the engine's business (ADM-3)
+            assert!(timed_out_at.load(Ordering::SeqCst) <= 1, "the timer fired among the queries, not after them: query {}", timed_out_at.load(Ordering::SeqCst));
+        });
+    }
 
     // TIME-1: after its start, engine time follows the monotonic clock, not the wall clock:
     // a clock started an hour "behind" the wall stays an hour behind, and never goes back.
