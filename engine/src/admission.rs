@@ -647,10 +647,7 @@ impl Engine {
             }
         };
         self.admissions.get_mut(request_id).expect("exists").pending_receipt = Some(receipt);
-        let admission = self.admissions.get_mut(request_id).expect("exists");
-        admission.step = Step::Confirming;
-        self.events.admitted_due.insert(request_id.clone()); // EV-6
-        admission.step_deadline_ms = None;
+        self.enter_confirming(request_id);
         let mut durable = self.requests[request_id].clone();
         durable.phase = durable_phase;
         durable.updated_ms = self.now_ms;
@@ -678,18 +675,21 @@ impl Engine {
     /// and event together) is the admission's confirmation; `on_terminal_committed` hands out
     /// the receipt once it is acknowledged.
     fn finish_with_confirm(&mut self, request_id: &RequestId, reason: &str) {
-        let admission = self.admissions.get_mut(request_id).expect("exists");
-        admission.step = Step::Confirming;
-        self.events.admitted_due.insert(request_id.clone()); // EV-6
-        admission.step_deadline_ms = None;
+        self.enter_confirming(request_id);
         self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
     }
 
-    fn confirm(&mut self, request_id: &RequestId) {
+    /// The admission's outcome is decided and its receipt-bearing commit comes next (whichever
+    /// commit that is), so that commit owes the request's `request.admitted` (EV-6).
+    fn enter_confirming(&mut self, request_id: &RequestId) {
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Confirming;
-        self.events.admitted_due.insert(request_id.clone()); // EV-6
         admission.step_deadline_ms = None;
+        self.events.admitted_due.insert(request_id.clone());
+    }
+
+    fn confirm(&mut self, request_id: &RequestId) {
+        self.enter_confirming(request_id);
         let purpose = PersistPurpose::Confirm { request_id: request_id.clone() };
         self.persist_record(purpose, request_id);
     }

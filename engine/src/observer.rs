@@ -134,7 +134,19 @@ pub fn final_too_large(text: &str) -> Option<usize> {
 /// RF-9's limit for any provider text an event carries (a message, a plan): its JSON size
 /// when over `MAX_FINAL_JSON_BYTES`.
 pub fn json_too_large<T: Serialize + ?Sized>(value: &T) -> Option<usize> {
-    let encoded = serde_json::to_string(value).map_or(usize::MAX, |json| json.len());
+    // Counted, not built: a final of megabytes is checked on every completion.
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let encoded = serde_json::to_writer(&mut counter, value).map_or(usize::MAX, |()| counter.0);
     (encoded > crate::limits::MAX_FINAL_JSON_BYTES).then_some(encoded)
 }
 

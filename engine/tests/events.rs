@@ -433,11 +433,7 @@ fn ev_6_every_durable_receipt_is_admitted_once() {
             .collect()
     };
     // Terminal at admission: a write that failed mid-way ends the return-final request at once.
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
-    rig.refresh_next();
-    rig.ack_next_persist(Ok(()));
+    let (mut rig, _) = Rig::with_registered_zola(REQ, "hello", ReturnMode::ReturnFinal);
     rig.deliver_next(DeliveryOutcome::Failed { bytes_written: 3, error: "EIO".into() });
     rig.auto = Auto::All;
     rig.settle();
@@ -445,11 +441,7 @@ fn ev_6_every_durable_receipt_is_admitted_once() {
     assert_eq!(admitted(&rig, REQ), [Some(Classification::Indeterminate)], "terminal at admission");
 
     // A one-way confirm that failed: the record's retry carries the milestone, once.
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    rig.admit(REQ, "hello", ReturnMode::OneWay);
-    rig.refresh_next();
-    rig.ack_next_persist(Ok(()));
+    let (mut rig, _) = Rig::with_registered_zola(REQ, "hello", ReturnMode::OneWay);
     rig.deliver_next(DeliveryOutcome::Complete);
     rig.ack_next_persist(Err("disk full".into()));
     assert!(admitted(&rig, REQ).is_empty(), "the failed confirm's milestone was abandoned");
@@ -459,11 +451,7 @@ fn ev_6_every_durable_receipt_is_admitted_once() {
     assert_eq!(admitted(&rig, REQ), [Some(Classification::Indeterminate)], "failed confirm, retried");
 
     // REC-1: a registration interrupted by a restart is settled with its own receipt.
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
-    rig.refresh_next();
-    rig.ack_next_persist(Ok(()));
+    let (mut rig, _) = Rig::with_registered_zola(REQ, "hello", ReturnMode::ReturnFinal);
     rig.auto = Auto::All;
     restart(&mut rig);
     rig.settle();

@@ -135,6 +135,17 @@ impl Rig {
         rig
     }
 
+    /// An idle zola with one admission registered (its refresh answered, its registration
+    /// durable) and its write not answered yet; from here everything is answered by hand.
+    pub fn with_registered_zola(request_id: &str, prompt: &str, mode: ReturnMode) -> (Rig, OpId) {
+        let mut rig = Rig::with_idle_zola();
+        rig.auto = Auto::Manual;
+        let op = rig.admit(request_id, prompt, mode);
+        rig.refresh_next();
+        rig.ack_next_persist(Ok(()));
+        (rig, op)
+    }
+
     pub fn input(&mut self, input: Input) {
         self.engine.handle(self.now, input);
         self.drain();
