@@ -20,7 +20,7 @@ pub(crate) struct Blocker {
     pub detail: String,
 }
 
-fn blocker(classification: Classification, reason: &'static str, detail: impl Into<String>) -> Blocker {
+pub(crate) fn blocker(classification: Classification, reason: &'static str, detail: impl Into<String>) -> Blocker {
     Blocker { classification, reason, detail: detail.into() }
 }
 
@@ -62,7 +62,7 @@ pub struct CatalogView {
 
 /// How much of the agent's state a check may look at.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Stage {
+pub(crate) enum Stage {
     /// Before the observer refresh: registered facts only.
     Facts,
     /// After the refresh and again after registration, immediately before the write (ADM-4).
@@ -211,7 +211,7 @@ impl Engine {
     }
 
     /// ADM-1: by exact agent id, or by display name (then by id when the name is a UUID).
-    fn resolve(&self, command: &AdmitCommand) -> Result<AgentId, Blocker> {
+    pub(crate) fn resolve(&self, command: &AdmitCommand) -> Result<AgentId, Blocker> {
         if command.exact_agent_id {
             let Some(canonical) = canonical_uuid(&command.target) else {
                 let detail = format!("--exact-agent-id needs an agent id (a UUID), got {:?}", truncate(&command.target));
@@ -274,7 +274,7 @@ impl Engine {
         Some(CatalogView { state, return_final_blocker })
     }
 
-    fn blocker_for_command(&self, command: &AdmitCommand, agent_id: &AgentId, request_id: Option<&RequestId>, stage: Stage) -> Option<Blocker> {
+    pub(crate) fn blocker_for_command(&self, command: &AdmitCommand, agent_id: &AgentId, request_id: Option<&RequestId>, stage: Stage) -> Option<Blocker> {
         let Some(agent) = self.agents.get(agent_id) else {
             return Some(blocker(Classification::Unavailable, "agent_unknown", "the agent was removed"));
         };
@@ -353,6 +353,9 @@ impl Engine {
             return self.on_probe_answered(&probed, snapshot);
         }
         let Some(request_id) = self.refreshes.remove(&refresh_id) else { return }; // late: already timed out
+        if self.submissions.contains_key(&request_id) {
+            return self.submit_after_refresh(&request_id, Some(snapshot));
+        }
         match snapshot {
             Ok(snapshot) => self.apply_snapshot(agent_id, snapshot),
             Err(reason) => {
@@ -585,6 +588,7 @@ impl Engine {
         if let Some(agent) = self.agents.get_mut(&agent_id) {
             agent.awaiting_turn_after = Some(self.now_ms);
             agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
+            agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
         }
     }
 

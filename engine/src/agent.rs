@@ -61,10 +61,13 @@ pub struct AgentEntry {
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
     /// written prompt's turn ever started; None while no wait is open or a probe is out.
     pub probe_at_ms: Option<u64>,
+    /// SUB-2: writes through wakterm that may have reached this agent (admissions and
+    /// submits); the `turn_epoch` of a submit receipt. Bookkeeping, never evidence.
+    pub input_epoch: u64,
 }
 
 impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
-        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None, probe_at_ms: None }
+        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
     }
 }

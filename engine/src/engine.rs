@@ -132,6 +132,11 @@ pub struct Engine {
     /// HIST-2: calls parked behind a store lookup of their id, and the lookups by load id.
     pub(crate) lookups: BTreeMap<RequestId, (u64, Vec<crate::history::Parked>)>,
     pub(crate) loads: BTreeMap<u64, RequestId>,
+    /// SUB-*: submit calls in flight (never durable, SUB-6), keyed by submission id, and
+    /// their outstanding split writes and pane watches.
+    pub(crate) submissions: BTreeMap<RequestId, crate::submit::Submission>,
+    pub(crate) submit_writes: BTreeMap<u64, RequestId>,
+    pub(crate) submit_watches: BTreeMap<u64, RequestId>,
 }
 
 impl Default for Engine {
@@ -168,6 +173,9 @@ impl Engine {
             events: crate::event_stream::EventStream::default(),
             lookups: BTreeMap::new(),
             loads: BTreeMap::new(),
+            submissions: BTreeMap::new(),
+            submit_writes: BTreeMap::new(),
+            submit_watches: BTreeMap::new(),
         }
     }
 
@@ -191,6 +199,9 @@ impl Engine {
             Input::StartupComplete => self.on_startup_complete(),
             Input::ObserverCheckpoint { agent_id, checkpoint_json } => self.on_checkpoint(&agent_id, checkpoint_json),
             Input::RequestLoaded { load_id, record } => self.on_request_loaded(load_id, record),
+            Input::Submit(command) => self.on_submit(command),
+            Input::SubmitWritten { delivery_id, outcome } => self.on_submit_written(delivery_id, outcome),
+            Input::PaneWatched { watch_id, sample } => self.on_pane_watched(watch_id, sample),
         }
         self.flush_events(); // EV-3: whatever this input taught, batched per agent
     }
@@ -209,7 +220,8 @@ impl Engine {
         let progress = self.progress_retries.values().copied();
         let probes = self.agents.values().filter_map(|a| a.probe_at_ms);
         let event_retries = self.events.retry_at.values().copied();
-        admissions.chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).min()
+        let submissions = self.submissions.values().map(|s| s.deadline_ms);
+        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).min()
     }
 
     /// RF-8: when a submitted request still waiting for its turn to start gives up.
@@ -268,6 +280,7 @@ impl Engine {
     /// no failed commit waiting to be retried.
     pub fn is_quiescent(&self) -> bool {
         self.admissions.is_empty()
+            && self.submissions.is_empty()
             && self.persists.is_empty()
             && self.deliveries.is_empty()
             && self.outputs.is_empty()
@@ -477,6 +490,7 @@ impl Engine {
     fn on_tick(&mut self) {
         self.release_event_retries();
         self.expire_admission_steps();
+        self.expire_submissions();
         self.expire_request_deadlines();
         self.send_due_probes();
         let due: Vec<(RequestId, TerminalRetry)> = self
@@ -546,6 +560,7 @@ impl Engine {
                 // ADM-12: an agent removed and re-added mid-admission keeps that admission's claim,
                 // so a second admission cannot write while the first one's bytes are in flight.
                 entry.claim = self.admissions.iter().find(|(_, a)| a.agent_id == agent_id).map(|(id, _)| id.clone());
+                entry.claim = entry.claim.or_else(|| self.submission_claim_of(&agent_id));
                 self.agents.insert(agent_id.clone(), entry);
                 true
             }
@@ -601,7 +616,10 @@ impl Engine {
         }
         for agent in self.agents.values() {
             if let Some(claim) = &agent.claim {
-                assert!(self.admissions.contains_key(claim), "a claim belongs to an in-flight admission");
+                assert!(
+                    self.admissions.contains_key(claim) || self.submission_claim_of(&agent.facts.agent_id).as_ref() == Some(claim),
+                    "a claim belongs to an in-flight admission or a submission before its write's outcome"
+                );
             }
         }
     }

@@ -8,6 +8,7 @@ use crate::observer::{Cursor, ObserverEvent, ObserverSnapshot};
 use crate::prompt::PasteMode;
 use crate::receipt::{Operation, Receipt, ReturnMode};
 use crate::request::RequestRecord;
+use crate::submit::{EnterBoundary, PaneSample, SplitOutcome, SplitWrite, SubmitCommand, SubmitReceipt};
 use crate::terminal::{TerminalEvent, TerminalState};
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +90,13 @@ pub enum Input {
     /// EV-5 / OBS-1: the observer's checkpoint, sent after the events it covers; the engine
     /// commits it with them (opaque to the engine).
     ObserverCheckpoint { agent_id: AgentId, checkpoint_json: String },
+    /// SUB-1: a `session action=submit` call.
+    Submit(SubmitCommand),
+    /// SUB-2: answer to `Output::SubmitWrite`.
+    SubmitWritten { delivery_id: u64, outcome: SplitOutcome },
+    /// SUB-4: answer to `Output::WatchPane`: the last sample taken (`judge` decided the wait
+    /// was over, or the wait ran out), or why the pane could not be read.
+    PaneWatched { watch_id: u64, sample: Result<PaneSample, String> },
 }
 
 /// A durable store operation; a `Persist` holds the ops of one transaction.
@@ -141,6 +149,15 @@ pub enum Output {
     TerminalEvent(TerminalEvent),
     /// EV-2: an agent event that is now durable, in sequence order: push it to subscribers.
     AgentEvent(AgentEvent),
+    /// SUB-2: the split write as ONE writer call holding the pane's write lock; refuse
+    /// (`Refused`) if the pane no longer runs `incarnation` or has no observation buffer;
+    /// answer `SubmitWritten` with the Enter boundary captured right after the CR.
+    SubmitWrite { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite },
+    /// SUB-4: sample the pane until `judge` is no longer `Pending` or `wait_ms` passed since the
+    /// boundary; answer `PaneWatched` with the last sample.
+    WatchPane { watch_id: u64, agent_id: AgentId, boundary: EnterBoundary, wait_ms: u64 },
+    /// The answer to a `Submit`.
+    SubmitReceipt { op: OpId, receipt: SubmitReceipt },
 }
 
 /// What `Engine::recover` rebuilds from (REC-*).

@@ -26,6 +26,7 @@ pub mod prompt;
 pub mod receipt;
 mod recovery;
 pub mod request;
+pub mod submit;
 pub mod terminal;
 
 pub use agent::{AgentEntry, AgentFacts, Harness, ObserverView, Transport};
@@ -42,4 +43,5 @@ pub use prompt::PasteMode;
 pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
 pub use recovery::RESTART_REASON;
 pub use request::{Evidence, EvidenceStep, Phase, RequestRecord};
+pub use submit::{judge, AckEvidence, EnterBoundary, Judgement, PaneSample, SplitOutcome, SplitWrite, SubmitCommand, SubmitReceipt, SubmitStatus};
 pub use terminal::{TerminalEvent, TerminalState};

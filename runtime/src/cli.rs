@@ -107,6 +107,25 @@ pub enum AgentCommand {
     Send(SendArgs),
     /// The authoritative admission API for orchestrators.
     Admit(AdmitArgs),
+    /// Seed 003's acknowledged submission (the MCP `session action=submit`): claims an idle
+    /// agent with an empty composer, types TEXT (a prompt or a slash command such as /clear)
+    /// and Enter, and waits up to --timeout-ms for the terminal to move after the Enter.
+    /// Prints one receipt (schema wakterm.session-submit.receipt.v1). Exit 0 acknowledged;
+    /// 4 rejected, nothing written (retry_safe: true); 5 written but not acknowledged, or
+    /// failed part-way (retry_safe: false: never replay it automatically). No durable record:
+    /// for a durable request with the turn's final answer use `agent admit --return-final`.
+    Submit {
+        /// Agent name, or its id with --exact-agent-id.
+        target: String,
+        /// TARGET is an agent id: skip display-name resolution.
+        #[arg(long)]
+        exact_agent_id: bool,
+        /// How long to wait for post-Enter terminal movement (clamped to 250..=10000).
+        #[arg(long, default_value_t = wakterm_engine::submit::SUBMIT_DEFAULT_TIMEOUT_MS)]
+        timeout_ms: u64,
+        /// The text; `-` reads it from standard input.
+        text: String,
+    },
     /// EXPERIMENTAL shadow page of the agent's normalised Codex output
     /// (schema wakterm.agent-output-shadow.experimental.v1). The first read is a baseline;
     /// pass its next_cursor back with --after. Exit 0 page, 4 cursor_invalid/session_changed/
@@ -285,6 +304,10 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
         AgentCommand::List | AgentCommand::Catalog => ClientRequest::Catalog,
         AgentCommand::Capabilities => ClientRequest::Capabilities,
         AgentCommand::Output { target, after } => ClientRequest::AgentOutput { target, after },
+        AgentCommand::Submit { target, exact_agent_id, timeout_ms, text } => match submit_request(target, exact_agent_id, timeout_ms, &text) {
+            Ok(request) => request,
+            Err(reply) => return print_reply(reply),
+        },
         AgentCommand::Attach { target } => return attach(paths, &target),
         AgentCommand::Events { after, once, agents } => return stream(paths, &ClientRequest::Events { after, once, agents }),
         AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt), &args.message) {
@@ -381,6 +404,25 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
         share_prompt,
         generated_id,
     }))
+}
+
+/// `agent submit`: the text from the argument or standard input, bounded like a prompt.
+fn submit_request(target: String, exact_agent_id: bool, timeout_ms: u64, text: &str) -> Result<ClientRequest, Reply> {
+    let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
+    let text = if text == "-" {
+        match read_stdin_prompt(&mut std::io::stdin().lock(), limit)? {
+            StdinPrompt::Text(text) => text,
+            StdinPrompt::TooLarge { bytes, .. } => {
+                return Err(Reply::error(exit::USAGE, "prompt_too_large", format!("the text on standard input is over {limit} bytes ({bytes} counted)")));
+            }
+        }
+    } else {
+        text.to_string()
+    };
+    if text.len() > limit {
+        return Err(Reply::error(exit::USAGE, "prompt_too_large", format!("the text is {} bytes; the limit is {limit}", text.len())));
+    }
+    Ok(ClientRequest::Submit(crate::protocol::SubmitRequest { target, exact_agent_id, text, timeout_ms: Some(timeout_ms) }))
 }
 
 /// How far past the limit an oversized prompt on standard input is counted (not kept), so

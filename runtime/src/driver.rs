@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use wakterm_engine::{
-    AdmitCommand, AgentEvent, AgentId, CancelCommand, CancelOutcome, Cursor, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt, RequestId,
-    TerminalEvent,
+    AdmitCommand, AgentEvent, AgentId, CancelCommand, CancelOutcome, Cursor, EnterBoundary, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt,
+    RequestId, SplitWrite, SubmitCommand, SubmitReceipt, TerminalEvent,
 };
 
 /// Bound of the driver's inbox: callers, effect results and observer events share it.
@@ -34,6 +34,12 @@ pub trait Effects: Send {
     fn events_settled(&mut self, through: u64);
     /// HIST-2: read a request from the store off the reactor; answer `RequestLoaded`.
     fn load_request(&mut self, load_id: u64, request_id: RequestId);
+    /// SUB-2: the split write as one writer call under the pane's write lock; answer
+    /// `SubmitWritten` with the Enter boundary.
+    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite);
+    /// SUB-4: sample the pane until `wakterm_engine::judge` is not `Pending` or `wait_ms`
+    /// passed; answer `PaneWatched` with the last sample.
+    fn watch_pane(&mut self, watch_id: u64, agent_id: AgentId, boundary: EnterBoundary, wait_ms: u64);
 }
 
 /// A read-only question to the engine, answered on the reactor without blocking; the closure
@@ -47,6 +53,8 @@ pub enum DriverMsg {
     Admit { command: AdmitCommand, reply: oneshot::Sender<Receipt> },
     /// A caller's cancel; the outcome is sent on `reply`.
     Cancel { request_id: String, reply: oneshot::Sender<CancelOutcome> },
+    /// A `session action=submit` call (SUB-1); the receipt is sent on `reply`.
+    Submit { command: SubmitCommand, reply: oneshot::Sender<SubmitReceipt> },
     Query(Query),
 }
 
@@ -63,6 +71,7 @@ enum Waiter {
     /// The caller, and the engine time its admission arrived (for the log's timing).
     Receipt(oneshot::Sender<Receipt>, u64),
     Cancel(oneshot::Sender<CancelOutcome>),
+    Submit(oneshot::Sender<SubmitReceipt>, u64),
 }
 
 /// The wall clock: milliseconds since the Unix epoch (simulated under madsim). For records
@@ -134,6 +143,12 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
                 waiting.insert(op, Waiter::Cancel(reply));
                 Input::Cancel(CancelCommand { op, request_id })
             }
+            DriverMsg::Submit { mut command, reply } => {
+                command.op = OpId(next_op);
+                next_op += 1;
+                waiting.insert(command.op, Waiter::Submit(reply, clock.now_ms()));
+                Input::Submit(command)
+            }
             DriverMsg::Query(query) => {
                 query(&engine);
                 fire_due_timers(&mut engine, &mut effects, &mut waiting, &clock);
@@ -171,14 +186,24 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
                     log_receipt(&receipt, now_ms.saturating_sub(started_ms));
                     drop(reply.send(receipt));
                 }
-                Some(Waiter::Cancel(_)) => unreachable!("op {op:?} is a cancel, not an admission"),
+                Some(_) => unreachable!("op {op:?} is not an admission"),
                 None => {}
             },
             Output::CancelResult { op, outcome } => match waiting.remove(&op) {
                 Some(Waiter::Cancel(reply)) => drop(reply.send(outcome)),
-                Some(Waiter::Receipt(..)) => unreachable!("op {op:?} is an admission, not a cancel"),
+                Some(_) => unreachable!("op {op:?} is not a cancel"),
                 None => {}
             },
+            Output::SubmitReceipt { op, receipt } => match waiting.remove(&op) {
+                Some(Waiter::Submit(reply, started_ms)) => {
+                    log_submit(&receipt, now_ms.saturating_sub(started_ms));
+                    drop(reply.send(receipt));
+                }
+                Some(_) => unreachable!("op {op:?} is not a submit"),
+                None => {}
+            },
+            Output::SubmitWrite { delivery_id, agent_id, incarnation, write } => effects.submit_write(delivery_id, agent_id, incarnation, write),
+            Output::WatchPane { watch_id, agent_id, boundary, wait_ms } => effects.watch_pane(watch_id, agent_id, boundary, wait_ms),
             Output::TerminalEvent(event) => effects.publish(event),
             Output::AgentEvent(event) => effects.publish_event(event),
             Output::LoadRequest { load_id, request_id } => effects.load_request(load_id, request_id),
@@ -201,6 +226,19 @@ fn log_receipt(receipt: &Receipt, elapsed_ms: u64) {
         replayed = receipt.replayed,
         elapsed_ms,
         "admission"
+    );
+}
+
+/// LOG-1: one line per submit: submission id, status, reason, timing. Never the text.
+fn log_submit(receipt: &SubmitReceipt, elapsed_ms: u64) {
+    tracing::info!(
+        submission_id = receipt.submission_id.as_deref().unwrap_or(""),
+        agent_id = %receipt.agent_id.as_ref().map(|id| id.to_string()).unwrap_or_default(),
+        status = ?receipt.status,
+        reason = receipt.reason.as_deref().unwrap_or(""),
+        write_state = ?receipt.write_state,
+        elapsed_ms,
+        "submit"
     );
 }
 
@@ -232,6 +270,8 @@ mod tests {
         fn publish_event(&mut self, _: AgentEvent) {}
         fn events_settled(&mut self, _: u64) {}
         fn load_request(&mut self, _: u64, _: RequestId) {}
+        fn submit_write(&mut self, _: u64, _: AgentId, _: Incarnation, _: SplitWrite) {}
+        fn watch_pane(&mut self, _: u64, _: AgentId, _: EnterBoundary, _: u64) {}
     }
 
     // The driver fires a timer that fell due even while its inbox never empties (the

@@ -8,8 +8,8 @@
 //! - `request_get`: a request's state, receipt and terminal event.
 //! - `request_wait`: a bounded wait for a request's terminal event.
 //! - `session`: `list`, `status`, `output`, `input` (raw keys into the agent's pane, write
-//!   completion only: no receipt semantics, as seed 003 keeps it). `submit` (seed 003's
-//!   acknowledged submission) is not built yet and answers a structured `unsupported` error.
+//!   completion only: no receipt semantics, as seed 003 keeps it), `submit` (seed 003's
+//!   acknowledged submission: one receipt, SUB-*).
 //!
 //! Errors are tool results with `isError: true` and the daemon's structured error body, so an
 //! orchestrating agent reads the same `classification`/`reason` fields the CLI prints.
@@ -206,6 +206,26 @@ impl WaktermMcp {
     }
 }
 
+impl WaktermMcp {
+    /// SUB-*: the daemon's submit, whose receipt is the tool's result (an `isError` result
+    /// for anything but an acknowledgement, with the receipt as its structured content).
+    async fn session_submit(&self, args: &SessionArgs) -> CallToolResult {
+        let Some(target) = args.session_id.clone() else { return usage("bad_request", "action=submit needs session_id") };
+        let Some(text) = args.input.clone() else { return usage("bad_request", "action=submit needs input (the command to submit)") };
+        if args.special_key.is_some() {
+            return usage("bad_request", "action=submit takes no special_key: it types input, then Enter, itself");
+        }
+        let request = crate::protocol::SubmitRequest { target, exact_agent_id: false, text, timeout_ms: args.timeout_ms };
+        let reply = self.call(ClientRequest::Submit(request)).await;
+        // The receipt itself is the answer, unwrapped: `isError` unless acknowledged.
+        match (reply.exit_code, reply.body["schema"] == wakterm_engine::submit::SUBMIT_RECEIPT_SCHEMA) {
+            (0, true) => CallToolResult::structured(reply.body),
+            (_, true) => CallToolResult::structured_error(reply.body),
+            _ => result_of(reply),
+        }
+    }
+}
+
 #[tool_router]
 impl WaktermMcp {
     #[tool(description = "The agents the wakterm daemon manages: state, incarnation, whether return-final admission is available and why not, and events_through (the Agent API event sequence the view is consistent with).")]
@@ -267,7 +287,7 @@ impl WaktermMcp {
         }
     }
 
-    #[tool(description = "Agent sessions. action=list: every agent; status: one agent's catalog entry; output: the experimental output page (after: the previous next_cursor); input: raw text and/or a special_key written into the agent's terminal, answering write completion only (no acknowledgement); submit: not available yet (use agent_admit).")]
+    #[tool(description = "Agent sessions. action=list: every agent; status: one agent's catalog entry; output: the experimental output page (after: the previous next_cursor); input: raw text and/or a special_key written into the agent's terminal, answering write completion only (no acknowledgement); submit: one command (a prompt or a slash command like /clear) into an idle agent's EMPTY composer, answered by one receipt: acknowledged only when the terminal moved after the Enter; rejected (nothing written, retry_safe: true) when the agent is busy, has a draft or a question; never retry a receipt with retry_safe: false. timeout_ms (250..10000, default 3000) bounds the acknowledgement wait. For the turn's final answer use agent_admit + request_wait.")]
     async fn session(&self, Parameters(args): Parameters<SessionArgs>) -> Result<CallToolResult, ErrorData> {
         let result = match args.action {
             SessionAction::List => result_of(self.call(ClientRequest::Catalog).await),
@@ -280,10 +300,7 @@ impl WaktermMcp {
                 Some(target) => result_of(self.call(ClientRequest::AgentOutput { target, after: args.after.clone() }).await),
             },
             SessionAction::Input => self.session_input(&args).await,
-            SessionAction::Submit => usage(
-                "unsupported",
-                "session action=submit (seed 003's acknowledged submission) is not implemented yet; use agent_admit, whose receipt is durable",
-            ),
+            SessionAction::Submit => self.session_submit(&args).await,
         };
         Ok(result)
     }

@@ -60,6 +60,20 @@ pub enum ClientRequest {
     },
     /// OUT: the experimental output shadow page (seed 002).
     AgentOutput { target: String, after: Option<String> },
+    /// SUB-*: seed 003's acknowledged submission (`session action=submit`).
+    Submit(SubmitRequest),
+}
+
+/// SUB-1: one submit call. `timeout_ms` is the acknowledgement wait (clamped 250..=10000,
+/// default 3000, SUB-4).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    pub target: String,
+    #[serde(default)]
+    pub exact_agent_id: bool,
+    pub text: String,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

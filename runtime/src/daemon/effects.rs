@@ -139,6 +139,31 @@ impl Effects for RealEffects {
         });
     }
 
+    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: wakterm_engine::SplitWrite) {
+        let agent = self.agent(&agent_id);
+        let inbox = self.inbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let outcome = match agent {
+                None => wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() },
+                Some(agent) => super::submit::split_write(&agent, &incarnation, &write),
+            };
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::SubmitWritten { delivery_id, outcome }));
+        });
+    }
+
+    fn watch_pane(&mut self, watch_id: u64, agent_id: AgentId, boundary: wakterm_engine::EnterBoundary, wait_ms: u64) {
+        let agent = self.agent(&agent_id);
+        let inbox = self.inbox.clone();
+        let started = std::time::Instant::now();
+        tokio::task::spawn_blocking(move || {
+            let sample = match agent {
+                None => Err("the agent is not known to the daemon".to_string()),
+                Some(agent) => super::submit::watch(&agent, &boundary, wait_ms, started),
+            };
+            let _ = inbox.blocking_send(DriverMsg::Input(Input::PaneWatched { watch_id, sample }));
+        });
+    }
+
     fn publish(&mut self, event: TerminalEvent) {
         let _ = self.terminal.send(event); // no subscriber is fine: the store has it
     }

@@ -15,6 +15,7 @@ pub mod requests;
 pub mod retention;
 pub mod server;
 pub mod stream;
+pub mod submit;
 
 use crate::observer_checkpoint::ObserverCheckpoint;
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};

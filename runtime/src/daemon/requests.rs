@@ -47,6 +47,34 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
     Reply { exit_code, body: serde_json::to_value(&receipt).expect("receipts serialise") }
 }
 
+/// SUB-*: a submit call; the submission id is made here (the engine has no randomness). Exit
+/// 0 acknowledged, 4 rejected (nothing written, retry-safe), 5 written without acknowledgement
+/// or failed part-way (not retry-safe).
+pub(super) async fn submit(context: &Arc<Context>, submit: crate::protocol::SubmitRequest) -> Reply {
+    let command = wakterm_engine::SubmitCommand {
+        op: OpId(0),
+        submission_id: uuid::Uuid::new_v4().to_string(),
+        target: submit.target,
+        exact_agent_id: submit.exact_agent_id,
+        text: submit.text,
+        timeout_ms: submit.timeout_ms,
+    };
+    let (reply, answer) = oneshot::channel();
+    if context.inbox.send(DriverMsg::Submit { command, reply }).await.is_err() {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
+    }
+    let Ok(receipt) = answer.await else {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+    };
+    receipt.assert_consistent();
+    let exit_code = match receipt.status {
+        wakterm_engine::SubmitStatus::Acknowledged => exit::OK,
+        wakterm_engine::SubmitStatus::Rejected => exit::REJECTED,
+        wakterm_engine::SubmitStatus::Unacknowledged | wakterm_engine::SubmitStatus::WriteFailed => exit::INDETERMINATE,
+    };
+    Reply { exit_code, body: serde_json::to_value(&receipt).expect("receipts serialise") }
+}
+
 pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, evidence: bool) -> Reply {
     let Ok(id) = RequestId::parse(request_id) else {
         return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));

@@ -92,6 +92,7 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
         ClientRequest::RequestGet { request_id, evidence } => requests::request_get(context, &request_id, evidence).await,
         ClientRequest::RequestCancel { request_id } => requests::request_cancel(context, request_id).await,
         ClientRequest::AgentOutput { target, after } => agent_handlers::agent_output(context, &target, after).await,
+        ClientRequest::Submit(submit) => requests::submit(context, submit).await,
         ClientRequest::Watch { .. } | ClientRequest::Events { .. } => unreachable!("handled before dispatch"),
     }
 }

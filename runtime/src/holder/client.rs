@@ -114,6 +114,14 @@ impl HolderClient {
         self.call("info_changed", &Request::InfoChanged { generation, alive, timeout_ms, output_end: None }, self.timeout + timeout)
     }
 
+    /// SUB-4: `info` once the child differs, or the output end differs from `output_end`, or
+    /// after `timeout`.
+    pub fn info_changed_or_output(&mut self, generation: u64, alive: bool, output_end: u64, timeout: Duration) -> Result<InfoReply, HolderError> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).clamp(1, super::protocol::MAX_INFO_WAIT_MS);
+        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end: Some(output_end) };
+        self.call("info_changed", &request, self.timeout + timeout)
+    }
+
     /// Writes `data` to the agent's PTY as one uninterrupted payload. `bytes_written` is what
     /// the PTY accepted; on `Err` nothing is known about how much was written.
     pub fn write(&mut self, data: &[u8]) -> Result<WriteOutcome, HolderError> {
@@ -138,6 +146,27 @@ impl HolderClient {
                     data.len()
                 ),
             });
+        }
+        Ok(outcome)
+    }
+
+    /// SUB-2: `steps` in order with `gap` between them under the pane's write lock (see
+    /// `Request::WriteSteps`); the outcome's counts are checked against what was sent.
+    pub fn write_steps(&mut self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>) -> Result<super::protocol::StepsOutcome, HolderError> {
+        let gap_ms = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX);
+        let request = Request::WriteSteps { steps: steps.to_vec(), gap_ms, expect };
+        let budget = self.timeout + (WRITE_DEADLINE + gap) * steps.len() as u32;
+        let outcome: super::protocol::StepsOutcome = self.call("write_steps", &request, budget)?;
+        let total: u64 = steps.iter().map(|s| s.len() as u64).sum();
+        let whole: u64 = steps.iter().take(outcome.steps_written as usize).map(|s| s.len() as u64).sum();
+        let consistent = outcome.steps_written <= steps.len() as u64
+            && outcome.bytes_written <= total
+            && outcome.bytes_written >= whole
+            && outcome.boundary.is_some() == (outcome.steps_written == steps.len() as u64 && outcome.error.is_none())
+            && (outcome.refused.is_none() || outcome.bytes_written == 0);
+        if !consistent {
+            let detail = format!("holder claims {} steps / {} bytes of {} / {total}", outcome.steps_written, outcome.bytes_written, steps.len());
+            return Err(HolderError::Protocol { detail });
         }
         Ok(outcome)
     }

@@ -117,6 +117,8 @@ pub struct Pane {
     lifecycle: Mutex<()>,
     /// Requests this holder has received (every connection): proves what a client costs it.
     pub requests: std::sync::atomic::AtomicU64,
+    /// Writes accepted (SUB-4: a later write voids a submit's acknowledgement).
+    writes: std::sync::atomic::AtomicU64,
     /// Set by shutdown under `lifecycle`; a later respawn refuses rather than start a child
     /// the exiting holder would orphan.
     shutting_down: std::sync::atomic::AtomicBool,
@@ -177,6 +179,7 @@ impl Pane {
             }),
             lifecycle: Mutex::new(()),
             requests: std::sync::atomic::AtomicU64::new(0),
+            writes: std::sync::atomic::AtomicU64::new(0),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             reading: std::sync::atomic::AtomicBool::new(false),
             master_fd,
@@ -337,17 +340,24 @@ impl Pane {
     /// [`Pane::write`], only if the pane still runs `expect` (when given). The lifecycle lock
     /// makes the check and the write atomic with respect to a respawn.
     pub fn write_to(&self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>) -> WriteOutcome {
-        let Some(expect) = expect else { return self.write(data) };
-        let _lifecycle = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        let _lifecycle = expect.map(|_| self.lifecycle.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(refusal) = expect.and_then(|expect| self.refuse_unless_running(expect)) {
+            return refusal;
+        }
+        self.write(data)
+    }
+
+    /// The refusal of a write that names another process than the pane runs.
+    fn refuse_unless_running(&self, expect: super::protocol::ExpectedProcess) -> Option<WriteOutcome> {
         let (pid, start, alive) = {
             let state = self.lock();
             (state.child.pid, state.child.start_time_ticks, state.child.alive)
         };
         if !alive || pid != Some(expect.pid) || start != Some(expect.start_time_ticks) {
             let error = format!("the pane runs {pid:?}/{start:?}, not {}/{}", expect.pid, expect.start_time_ticks);
-            return WriteOutcome::refusal(super::protocol::WriteRefusal::ProcessChanged, error);
+            return Some(WriteOutcome::refusal(super::protocol::WriteRefusal::ProcessChanged, error));
         }
-        self.write(data)
+        None
     }
 
     pub fn write(&self, data: &[u8]) -> WriteOutcome {
@@ -355,6 +365,53 @@ impl Pane {
         if !self.lock().child.alive {
             return WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into());
         }
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (written, error) = self.write_all_locked(data);
+        outcome(written, error)
+    }
+
+    /// SUB-2: `steps` in order with `gap` between them, under the write lock throughout (and
+    /// the lifecycle lock when `expect` names the process), then the Enter boundary read under
+    /// one state lock: the output end, the screen at that end, the generation and the writes.
+    pub fn write_steps(&self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>) -> super::protocol::StepsOutcome {
+        let _lifecycle = expect.map(|_| self.lifecycle.lock().unwrap_or_else(|p| p.into_inner()));
+        let refused = |outcome: WriteOutcome| super::protocol::StepsOutcome {
+            steps_written: 0,
+            bytes_written: 0,
+            error: outcome.error,
+            refused: outcome.refused,
+            boundary: None,
+        };
+        if let Some(refusal) = expect.and_then(|expect| self.refuse_unless_running(expect)) {
+            return refused(refusal);
+        }
+        let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.lock().child.alive {
+            return refused(WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into()));
+        }
+        let writes = self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let mut bytes_written = 0u64;
+        for (index, step) in steps.iter().enumerate() {
+            if index > 0 {
+                std::thread::sleep(gap);
+            }
+            let (written, error) = self.write_all_locked(step);
+            bytes_written += written as u64;
+            if error.is_some() {
+                return super::protocol::StepsOutcome { steps_written: index as u64, bytes_written, error, refused: None, boundary: None };
+            }
+        }
+        let boundary = {
+            let state = self.lock();
+            super::protocol::StepsBoundary { screen: screen_of(&state), generation: state.generation, writes }
+        };
+        assert_eq!(bytes_written, steps.iter().map(|s| s.len() as u64).sum::<u64>());
+        super::protocol::StepsOutcome { steps_written: steps.len() as u64, bytes_written, error: None, refused: None, boundary: Some(boundary) }
+    }
+
+    /// The write loop; the caller holds `write_lock`. Returns the bytes written and the error
+    /// that stopped it.
+    fn write_all_locked(&self, data: &[u8]) -> (usize, Option<String>) {
         let deadline = Instant::now() + WRITE_DEADLINE;
         let mut written = 0usize;
         while written < data.len() {
@@ -365,26 +422,23 @@ impl Pane {
                     continue;
                 }
                 // write(2) of a non-empty buffer accepting nothing: not expected of a PTY.
-                Ok(_) => return outcome(written, Some("write to pty master: wrote 0 bytes".into())),
+                Ok(_) => return (written, Some("write to pty master: wrote 0 bytes".into())),
                 Err(err) => err,
             };
             if err != Errno::AGAIN && err != Errno::INTR {
                 let err = std::io::Error::from(err);
-                return outcome(written, Some(format!("write to pty master: {err}")));
+                return (written, Some(format!("write to pty master: {err}")));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return outcome(
-                    written,
-                    Some("write deadline exceeded: the child stopped reading".into()),
-                );
+                return (written, Some("write deadline exceeded: the child stopped reading".into()));
             }
             if let Err(e) = wait_fd(self.master_fd.as_fd(), PollFlags::OUT, Some(left)) {
-                return outcome(written, Some(format!("poll pty master: {e}")));
+                return (written, Some(format!("poll pty master: {e}")));
             }
         }
         assert_eq!(written, data.len());
-        outcome(written, None)
+        (written, None)
     }
 
     pub fn info(&self) -> InfoReply {
@@ -399,24 +453,14 @@ impl Pane {
             generation: state.generation,
             holder_pid: std::process::id(),
             requests: self.requests.load(std::sync::atomic::Ordering::SeqCst),
+            writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
             output_end: state.ring.end(),
             spawn_error: state.child.spawn_error.clone(),
         }
     }
 
     pub fn screen(&self) -> ScreenReply {
-        let state = self.lock();
-        let screen = state.screen.screen();
-        let (row, col) = screen.cursor_position();
-        ScreenReply {
-            lines: screen.rows(0, state.cols).collect(),
-            cursor: Cursor { row, col },
-            output_offset: state.ring.end(),
-            cols: state.cols,
-            rows: state.rows,
-            bracketed_paste: screen.bracketed_paste(),
-            alternate_screen: screen.alternate_screen(),
-        }
+        screen_of(&self.lock())
     }
 
     pub fn resize(&self, cols: u16, rows: u16) -> Result<(), PaneError> {
@@ -530,6 +574,21 @@ impl Pane {
         };
         self.spawn_child(next);
         Ok(next)
+    }
+}
+
+/// The emulated screen after exactly the ring's bytes, read under the caller's state lock.
+fn screen_of(state: &PaneState) -> ScreenReply {
+    let screen = state.screen.screen();
+    let (row, col) = screen.cursor_position();
+    ScreenReply {
+        lines: screen.rows(0, state.cols).collect(),
+        cursor: Cursor { row, col },
+        output_offset: state.ring.end(),
+        cols: state.cols,
+        rows: state.rows,
+        bracketed_paste: screen.bracketed_paste(),
+        alternate_screen: screen.alternate_screen(),
     }
 }
 

@@ -49,6 +49,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<ExpectedProcess>,
     },
+    /// SUB-2: several writes in order with `gap_ms` between them, under the pane's write
+    /// lock throughout (no other writer splices into the gaps); answered with the Enter
+    /// boundary captured right after the last step.
+    WriteSteps {
+        #[serde(with = "base64_steps")]
+        steps: Vec<Vec<u8>>,
+        gap_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<ExpectedProcess>,
+    },
     Screen,
     Output {
         after: u64,
@@ -119,6 +129,10 @@ pub struct InfoReply {
     pub output_end: u64,
     /// Why the current child could not be started, when it could not.
     pub spawn_error: Option<String>,
+    /// Writes the pane has accepted (a write or write_steps that reached the writer with a
+    /// live child): a submit's acknowledgement is void once another write came after it.
+    #[serde(default)]
+    pub writes: u64,
     /// Requests the holder has received so far, this one included (MON-1: an idle agent's
     /// holder is not asked anything periodically).
     #[serde(default)]
@@ -159,6 +173,32 @@ impl WriteOutcome {
         WriteOutcome { bytes_written: 0, error: Some(error), refused: Some(refused) }
     }
 }
+
+/// Result of `write_steps`. `steps_written` counts whole steps; `bytes_written` every byte the
+/// master accepted. `boundary` is present exactly when every step was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepsOutcome {
+    pub steps_written: u64,
+    pub bytes_written: u64,
+    pub error: Option<String>,
+    #[serde(default)]
+    pub refused: Option<WriteRefusal>,
+    pub boundary: Option<StepsBoundary>,
+}
+
+/// The pane right after the last step, read under one lock: output end, screen at that end,
+/// child generation and accepted writes (this one included).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepsBoundary {
+    pub screen: ScreenReply,
+    pub generation: u64,
+    pub writes: u64,
+}
+
+/// The longest gap `write_steps` accepts between steps.
+pub const MAX_STEP_GAP_MS: u64 = 1_000;
+/// The most steps one `write_steps` carries.
+pub const MAX_WRITE_STEPS: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
@@ -237,6 +277,28 @@ pub(crate) mod base64_bytes {
         base64::engine::general_purpose::STANDARD
             .decode(text)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Serialises `Vec<Vec<u8>>` as a list of standard base64 strings.
+pub(crate) mod base64_steps {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer, ser::SerializeSeq};
+
+    pub fn serialize<S: Serializer>(steps: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(steps.len()))?;
+        for step in steps {
+            seq.serialize_element(&base64::engine::general_purpose::STANDARD.encode(step))?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts
+            .iter()
+            .map(|text| base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom))
+            .collect()
     }
 }
 
@@ -352,6 +414,9 @@ mod tests {
         if let Ok(request) = serde_json::from_slice::<Request>(line) {
             if let Request::Write { data, .. } = &request {
                 assert!(data.len() <= line.len());
+            }
+            if let Request::WriteSteps { steps, .. } = &request {
+                assert!(steps.iter().map(Vec::len).sum::<usize>() <= line.len());
             }
             let text = serde_json::to_vec(&request).expect("a request serialises");
             assert_eq!(serde_json::from_slice::<Request>(&text).expect("and parses back"), request);

@@ -14,7 +14,7 @@ use super::pane::Pane;
 use super::protocol::{
     read_line_bounded, KillReply, LineError, Reply, Request, StreamEvent, SubscribeReply,
     WireError, WireErrorKind, MAX_COLS, MAX_LINE_BYTES, MAX_OUTPUT_PAGE_BYTES, MAX_ROWS,
-    MAX_STREAM_CHUNK_BYTES, MAX_WRITE_BYTES, MAX_INFO_WAIT_MS,
+    MAX_STREAM_CHUNK_BYTES, MAX_WRITE_BYTES, MAX_INFO_WAIT_MS, MAX_STEP_GAP_MS, MAX_WRITE_STEPS,
 };
 use super::daemonize::{bind_private_socket, detach, ignore_terminal_signals, prepare_socket_dir, Side};
 use super::HolderConfig;
@@ -207,6 +207,15 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             format!("write payload exceeds {MAX_WRITE_BYTES} bytes"),
         ),
         Request::Write { data, expect } => success(&pane.write_to(&data, expect)),
+        Request::WriteSteps { steps, gap_ms, .. }
+            if steps.is_empty() || steps.len() > MAX_WRITE_STEPS || gap_ms > MAX_STEP_GAP_MS || steps.iter().any(Vec::is_empty) =>
+        {
+            failure(WireErrorKind::BadRequest, format!("write_steps needs 1..={MAX_WRITE_STEPS} non-empty steps and a gap of at most {MAX_STEP_GAP_MS} ms"))
+        }
+        Request::WriteSteps { steps, .. } if steps.iter().map(Vec::len).sum::<usize>() > MAX_WRITE_BYTES => {
+            failure(WireErrorKind::TooLarge, format!("write_steps payload exceeds {MAX_WRITE_BYTES} bytes"))
+        }
+        Request::WriteSteps { steps, gap_ms, expect } => success(&pane.write_steps(&steps, Duration::from_millis(gap_ms), expect)),
         Request::Screen => success(&pane.screen()),
         Request::Output { after, max } => {
             let max = max.min(MAX_OUTPUT_PAGE_BYTES as u64) as usize;

@@ -1,0 +1,104 @@
+//! The pane side of `session action=submit` (SUB-2, SUB-4): the split write through the
+//! holder, and the bounded acknowledgement watch. The engine decides; these only gather
+//! evidence, and an error while gathering it is reported as such, never as evidence.
+
+use super::agents::{AgentRuntime, Liveness};
+use crate::holder::protocol::{ExpectedProcess, ScreenReply, StepsOutcome, WireErrorKind};
+use crate::holder::{HolderClient, HolderError};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, Instant};
+use wakterm_engine::{judge, EnterBoundary, Incarnation, Judgement, PaneSample, SplitOutcome, SplitWrite};
+
+/// The longest one wait for pane movement lasts before the watcher looks again anyway.
+const WATCH_POLL_CAP: Duration = Duration::from_millis(500);
+
+/// SUB-4: the digest of what the screen shows (rows and cursor), the same for the boundary
+/// and for every sample.
+pub fn screen_digest(screen: &ScreenReply) -> String {
+    let mut hash = Sha256::new();
+    for line in &screen.lines {
+        hash.update(line.as_bytes());
+        hash.update([0u8]);
+    }
+    hash.update(screen.cursor.row.to_le_bytes());
+    hash.update(screen.cursor.col.to_le_bytes());
+    hash.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect()
+}
+
+/// SUB-2: the whole sequence in ONE holder call, which holds the pane's write lock through
+/// the gaps and re-checks the process atomically with the write. Refused only when provably
+/// nothing was written.
+pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite) -> SplitOutcome {
+    let written = agent.with_holder(|client, info| {
+        let liveness = Liveness::from_info(&info);
+        let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
+            return SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() };
+        };
+        let expect = ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
+        let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect));
+        outcome_of(outcome)
+    });
+    // No connection, or `info` failed on a fresh one: the write was never sent.
+    written.unwrap_or_else(|error| SplitOutcome::Refused { reason: format!("cannot reach the pane: {error}") })
+}
+
+fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> SplitOutcome {
+    match outcome {
+        Ok(outcome) if outcome.refused.is_some() => {
+            assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
+            SplitOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+        }
+        Ok(StepsOutcome { boundary: Some(boundary), error: None, .. }) => SplitOutcome::Complete {
+            boundary: EnterBoundary {
+                output_offset: boundary.screen.output_offset,
+                screen_digest: screen_digest(&boundary.screen),
+                generation: boundary.generation,
+                writes: boundary.writes,
+            },
+        },
+        Ok(outcome) => SplitOutcome::Failed {
+            bytes_written: outcome.bytes_written,
+            error: outcome.error.unwrap_or_else(|| "the holder wrote every step but reported no boundary".to_string()),
+        },
+        // The holder refused to parse the request (an older holder without `write_steps`, or
+        // a payload over its limits): it wrote nothing, and it has no boundary to give.
+        Err(HolderError::Remote { kind: kind @ (WireErrorKind::BadRequest | WireErrorKind::TooLarge), message }) => {
+            SplitOutcome::Refused { reason: format!("the pane's holder cannot take a split write ({kind:?}): {message}") }
+        }
+        Err(error) => SplitOutcome::Failed { bytes_written: 0, error: error.to_string() },
+    }
+}
+
+/// SUB-4: samples the pane on its own holder connection until `judge` is no longer pending or
+/// `wait_ms` passed since the boundary; returns the last sample. Waits are pushed by the
+/// holder (`info_changed` on output), never a sleep loop.
+pub fn watch(agent: &AgentRuntime, boundary: &EnterBoundary, wait_ms: u64, started: Instant) -> Result<PaneSample, String> {
+    let mut client = agent.holder()?;
+    let deadline = started + Duration::from_millis(wait_ms);
+    loop {
+        let sample = sample(&mut client, started).map_err(|e| format!("the pane could not be read: {e}"))?;
+        let now = Instant::now();
+        if judge(boundary, &sample) != Judgement::Pending || now >= deadline {
+            return Ok(sample);
+        }
+        let wait = (deadline - now).min(WATCH_POLL_CAP).max(Duration::from_millis(1));
+        client
+            .info_changed_or_output(sample.generation, sample.alive, sample.output_end, wait)
+            .map_err(|e| format!("the pane could not be watched: {e}"))?;
+    }
+}
+
+/// One look: the screen and its offset under one holder lock, then the child and the writes.
+fn sample(client: &mut HolderClient, started: Instant) -> Result<PaneSample, HolderError> {
+    let screen = client.screen()?;
+    let info = client.info()?;
+    Ok(PaneSample {
+        output_end: screen.output_offset,
+        screen_digest: screen_digest(&screen),
+        generation: info.generation,
+        alive: info.alive,
+        writes: info.writes,
+        composer: crate::screen::composer_state(&screen.lines.join("\n")),
+        elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
