@@ -230,6 +230,8 @@ pub(crate) struct Submission {
     pub step: SubmitStep,
     pub deadline_ms: u64,
     pub turn_epoch: Option<u64>,
+    /// The composer the authoritative check saw (empty, once the write is asked for).
+    pub composer_checked: Option<Composer>,
 }
 
 /// What a finished submission reports besides its status.
@@ -312,6 +314,7 @@ impl Engine {
             step: SubmitStep::Refreshing { refresh_id },
             deadline_ms: self.now_ms + REFRESH_TIMEOUT_MS,
             turn_epoch: None,
+            composer_checked: None,
         };
         self.submissions.insert(id, submission);
         self.push(Output::RefreshObserver { refresh_id, agent_id });
@@ -348,6 +351,8 @@ impl Engine {
             let ending = Ending::rejected(problem.classification, problem.reason, problem.detail, composer);
             return self.finish_submission(id, ending);
         }
+        assert_eq!(composer, Some(Composer::Empty), "SUB-1: only a confirmed empty composer is written to");
+        self.submissions.get_mut(id).expect("exists").composer_checked = composer;
         self.start_split_write(id);
     }
 
@@ -378,7 +383,8 @@ impl Engine {
                 if let Some(agent) = self.agents.get_mut(&agent_id) {
                     agent.awaiting_turn_after = None; // nothing reached the pane
                 }
-                let ending = Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, None);
+                let checked = self.submissions[&id].composer_checked; // nothing was written: still as checked
+                let ending = Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, checked);
                 self.finish_submission(&id, ending);
             }
             SplitOutcome::Failed { bytes_written, error } => {

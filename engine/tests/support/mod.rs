@@ -91,6 +91,10 @@ pub struct Rig {
     /// HIST-2: store lookups, answered at once from `durable` unless held.
     pub hold_loads: bool,
     pub loads: VecDeque<(u64, RequestId)>,
+    /// SUB-*: split writes and pane watches asked for (answered by hand), and submit receipts.
+    pub split_writes: VecDeque<(u64, AgentId, SplitWrite)>,
+    pub watches: VecDeque<(u64, AgentId, EnterBoundary, u64)>,
+    pub submit_receipts: BTreeMap<OpId, Vec<SubmitReceipt>>,
 }
 
 impl Rig {
@@ -124,6 +128,9 @@ impl Rig {
             durable_checkpoints: BTreeMap::new(),
             hold_loads: false,
             loads: VecDeque::new(),
+            split_writes: VecDeque::new(),
+            watches: VecDeque::new(),
+            submit_receipts: BTreeMap::new(),
         }
     }
 
@@ -173,6 +180,12 @@ impl Rig {
                 Output::Receipt { op, receipt } => self.receipts.entry(op).or_default().push(receipt),
                 Output::CancelResult { op, outcome } => self.cancels.push((op, outcome)),
                 Output::TerminalEvent(event) => self.published.push(event),
+                Output::SubmitWrite { delivery_id, agent_id, write, .. } => self.split_writes.push_back((delivery_id, agent_id, write)),
+                Output::WatchPane { watch_id, agent_id, boundary, wait_ms } => self.watches.push_back((watch_id, agent_id, boundary, wait_ms)),
+                Output::SubmitReceipt { op, receipt } => {
+                    receipt.assert_consistent();
+                    self.submit_receipts.entry(op).or_default().push(receipt)
+                }
             }
         }
         if !self.hold_events {
@@ -374,6 +387,37 @@ impl Rig {
 
     pub fn terminal_for(&self, request_id: &str) -> Vec<&TerminalEvent> {
         self.published.iter().filter(|e| e.request_id.as_str() == request_id).collect()
+    }
+
+    /// SUB-1: a submit call to zola.
+    pub fn submit_text(&mut self, text: &str, timeout_ms: Option<u64>) -> OpId {
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        let submission_id = format!("5b0b1e00-0000-4000-8000-{:012}", op.0);
+        let command = SubmitCommand { op, submission_id, target: "zola".to_string(), exact_agent_id: false, text: text.to_string(), timeout_ms };
+        self.input(Input::Submit(command));
+        op
+    }
+
+    /// SUB-2: answers the oldest split write; a write that reached the pane is recorded.
+    pub fn answer_split_write(&mut self, outcome: SplitOutcome) {
+        let (delivery_id, agent_id, write) = self.split_writes.pop_front().expect("a split write is pending");
+        if !matches!(outcome, SplitOutcome::Refused { .. }) {
+            self.written.push((agent_id, write.steps.concat()));
+        }
+        self.input(Input::SubmitWritten { delivery_id, outcome });
+    }
+
+    /// SUB-4: answers the oldest pane watch.
+    pub fn answer_watch(&mut self, sample: Result<PaneSample, String>) {
+        let (watch_id, ..) = self.watches.pop_front().expect("a watch is pending");
+        self.input(Input::PaneWatched { watch_id, sample });
+    }
+
+    pub fn submit_receipt(&self, op: OpId) -> &SubmitReceipt {
+        let receipts = self.submit_receipts.get(&op).unwrap_or_else(|| panic!("no submit receipt for {op:?}"));
+        assert_eq!(receipts.len(), 1, "exactly one receipt per call");
+        &receipts[0]
     }
 
     pub fn writes(&self) -> usize {
