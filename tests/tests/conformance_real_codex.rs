@@ -18,6 +18,8 @@ mod support;
 mod event_schema;
 #[path = "support/real_codex.rs"]
 mod real_codex;
+#[path = "support/mcp_client.rs"]
+mod mcp_client;
 
 use real_codex::{hold_rule, reply_for, RealWorld, REPLY, TURN_DEADLINE};
 use serde_json::Value;
@@ -981,4 +983,82 @@ fn mcp_real_codex_orchestrates_another_agent_through_wakterm_mcp() {
     let calls: Vec<&str> = outcomes.iter().map(String::as_str).filter(|o| o.starts_with("call_")).collect();
     assert_eq!(calls, ["call_0:mcp__wakterm/agent_admit", "call_1:mcp__wakterm/request_wait"], "{outcomes:?}");
     assert!(outcomes.iter().any(|o| o == "reply_after_calls"), "{outcomes:?}");
+}
+
+/// SUB-1..SUB-5 against the real Codex 0.169 TUI, through a real MCP client over stdio: a
+/// submit to an idle Codex is acknowledged by post-Enter movement and becomes exactly one turn;
+/// a draft in the composer is refused and left intact; a busy Codex is refused; of two
+/// concurrent submits exactly one writes, whole; `/clear` is acknowledged like any command.
+/// No rejected text ever reaches the model.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn sub_real_codex_submit_through_mcp() {
+    let rw = RealWorld::new(EXE, script(vec![hold_rule("HOLD", 6000)]));
+    let entry = rw.ready("zola", "baseline turn");
+    let agent_id = s(&entry["agent_id"]).to_string();
+    mcp_client::runtime().block_on(async {
+        let client = mcp_client::connect(&rw.w).await;
+        let submit = |text: &str| mcp_client::call(&client, "session", serde_json::json!({"action": "submit", "session_id": "zola", "input": text}));
+
+        // SUB-1, SUB-4: acknowledged by movement after the Enter; the command became a turn.
+        let (error, receipt) = submit("first submitted prompt").await;
+        assert!(!error, "{receipt}");
+        assert_eq!((s(&receipt["status"]), s(&receipt["write_state"])), ("acknowledged", "complete"), "{receipt}");
+        assert_eq!(receipt["retry_safe"], false, "{receipt}");
+        let evidence = &receipt["evidence"];
+        assert!(evidence["output_offset"].as_u64() > evidence["enter_offset"].as_u64() && evidence["screen_changed"] == true, "{receipt}");
+        rw.wait_turn_completed("first submitted prompt");
+        rw.wait_entry("zola", "idle after the submitted turn", TURN_DEADLINE, |z| z["state"] == "idle");
+
+        // SUB-3: a human's draft is refused before any byte and is still there afterwards.
+        type_into_pane(&rw, &agent_id, b"half typed draft");
+        let end = Instant::now() + TURN_DEADLINE;
+        while !rw.screen(&agent_id).contains("half typed draft") {
+            assert!(Instant::now() < end, "the draft never showed: {}", rw.screen(&agent_id));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (error, receipt) = submit("must not replace the draft").await;
+        assert!(error, "{receipt}");
+        assert_eq!((s(&receipt["reason"]), s(&receipt["write_state"])), ("composer_not_empty", "not_started"), "{receipt}");
+        assert_eq!(receipt["retry_safe"], true, "{receipt}");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(rw.screen(&agent_id).contains("half typed draft"), "the draft survived: {}", rw.screen(&agent_id));
+        type_into_pane(&rw, &agent_id, b"\x15"); // the human clears it
+        rw.wait_entry("zola", "the draft cleared", TURN_DEADLINE, |z| z["return_final_available"] == true);
+
+        // SUB-3: a running turn refuses a submit before any byte.
+        let held = "HOLD this turn busy";
+        assert_eq!(rw.w.run(&["agent", "send", "zola", held]).code, 0);
+        wait_working(&rw, &agent_id);
+        let (error, receipt) = submit("must not steer the held turn").await;
+        assert!(error, "{receipt}");
+        assert_eq!(s(&receipt["status"]), "rejected", "{receipt}");
+        assert!(["turn_active", "awaiting_turn_start"].contains(&s(&receipt["reason"])), "{receipt}");
+        let end = Instant::now() + TURN_DEADLINE;
+        while !rw.w.completed_turns().iter().any(|(_, m)| m.as_deref() == Some("held reply to: HOLD this turn busy")) {
+            assert!(Instant::now() < end, "the held turn never completed");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        rw.wait_entry("zola", "idle after the held turn", TURN_DEADLINE, |z| z["state"] == "idle");
+
+        // SUB-1: two concurrent submits: exactly one writes, and what Codex got is whole.
+        let (a, b) = tokio::join!(submit("racing submit alpha"), submit("racing submit beta"));
+        let receipts = [a.1, b.1];
+        let acknowledged: Vec<&Value> = receipts.iter().filter(|r| r["status"] == "acknowledged").collect();
+        let rejected: Vec<&Value> = receipts.iter().filter(|r| r["status"] == "rejected").collect();
+        assert_eq!((acknowledged.len(), rejected.len()), (1, 1), "{receipts:?}");
+        assert!(["admission_in_progress", "awaiting_turn_start"].contains(&s(&rejected[0]["reason"])), "{receipts:?}");
+        let winner = if receipts[0]["status"] == "acknowledged" { "racing submit alpha" } else { "racing submit beta" };
+        rw.wait_turn_completed(winner);
+        rw.wait_entry("zola", "idle after the race", TURN_DEADLINE, |z| z["state"] == "idle");
+
+        // SUB-1: a slash command uses the same contract.
+        let (error, receipt) = submit("/clear").await;
+        assert!(!error, "{receipt}");
+        assert_eq!(s(&receipt["status"]), "acknowledged", "{receipt}");
+
+        let expected = vec!["baseline turn", "first submitted prompt", held, winner];
+        assert_eq!(rw.provider_prompts(), expected, "no rejected text reached the model, the winner whole");
+        client.cancel().await.expect("close the MCP session");
+    });
 }
