@@ -469,3 +469,57 @@ fn live_2_info_changed_pushes_the_child_exit() {
         ));
     }
 }
+
+/// SUB-2: `write_steps` writes its steps in order with the gap between them, holds the write
+/// lock through the gaps (a concurrent write lands before or after the whole sequence, never
+/// between steps), counts one accepted write, and reads the boundary after the last step.
+#[test]
+fn sub_2_write_steps_hold_the_write_lock_through_the_gaps() {
+    use std::time::{Duration, Instant};
+    let (holder, mut sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let writes_before = client.info().unwrap().writes;
+    let socket = holder.socket.clone();
+    let intruder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(60)); // inside the first gap
+        HolderClient::connect(&socket).unwrap().write(b"<intruder>").unwrap()
+    });
+    let started = Instant::now();
+    let steps = vec![b"<one>".to_vec(), b"<two>".to_vec(), b"<three>".to_vec()];
+    let outcome = client.write_steps(&steps, Duration::from_millis(150), None).unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300), "two gaps of 150 ms: {:?}", started.elapsed());
+    assert_eq!((outcome.steps_written, outcome.bytes_written, outcome.error.as_deref()), (3, 17, None));
+    let boundary = outcome.boundary.expect("a complete sequence has a boundary");
+    assert_eq!(boundary.writes, writes_before + 1, "the sequence is one accepted write");
+    assert!(boundary.screen.output_offset >= 5, "the boundary is read after the steps: {boundary:?}");
+    assert_eq!(intruder.join().unwrap().error, None);
+    let (seen, _) = collect_until(&mut sub, |seen| contains(seen, b"<intruder>") && contains(seen, b"<three>"));
+    let text = String::from_utf8_lossy(&seen).to_string();
+    assert!(text.contains("<one><two><three>"), "the steps arrived contiguous: {text:?}");
+    assert_eq!(client.info().unwrap().writes, writes_before + 2);
+}
+
+/// SUB-2, SUB-3: `write_steps` naming a replaced process writes nothing and has no boundary;
+/// bad shapes are refused before any byte.
+#[test]
+fn sub_3_write_steps_refuse_before_the_first_byte() {
+    use std::time::Duration;
+    use wakterm_runtime::holder::protocol::{ExpectedProcess, WriteRefusal};
+    let (holder, _sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let before = client.info().unwrap();
+    let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap() };
+    client.respawn().unwrap();
+    let end = client.info().unwrap().output_end;
+    let refused = client.write_steps(&[b"<never-1>".to_vec(), b"\r".to_vec()], Duration::from_millis(10), Some(old)).unwrap();
+    assert_eq!((refused.bytes_written, refused.refused, refused.boundary.is_none()), (0, Some(WriteRefusal::ProcessChanged), true));
+    for (steps, gap) in [(vec![], 10), (vec![b"<never-2>".to_vec(), Vec::new()], 10), (vec![b"<never-3>".to_vec()], 5_000)] {
+        match client.write_steps(&steps, Duration::from_millis(gap), None) {
+            Err(HolderError::Remote { kind: WireErrorKind::BadRequest, .. }) => {}
+            other => panic!("{steps:?}/{gap}: expected bad_request, got {other:?}"),
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let page = client.output(end, 1 << 20).unwrap();
+    assert!(!contains(&page.data, b"<never"), "nothing reached the pane: {:?}", String::from_utf8_lossy(&page.data));
+}
