@@ -309,9 +309,12 @@ impl Engine {
             let detail = "the observer verified a different process than the one registered";
             return Some(blocker(Classification::StaleIncarnation, "process_changed", detail));
         }
+        if let Some(problem) = managed_blocker(agent, command, view) {
+            return Some(problem);
+        }
         // ADM-13: plain one-way `send` keeps its interactive behaviour and may steer a running
         // turn, but never destroys a draft or answers an interactive question.
-        if command.operation == Operation::Send && !return_final {
+        if command.operation == Operation::Send && !return_final && agent.facts.transport == crate::agent::Transport::Pty {
             return composer_blocker(view.composer);
         }
         if let ObserverStatus::Unavailable { reason } = &view.status {
@@ -528,8 +531,13 @@ impl Engine {
     /// ADM-8: prompt text and Enter as ONE pane write.
     fn start_write(&mut self, request_id: &RequestId) {
         let delivery_id = self.fresh_id();
+        let managed = self.agents.get(&self.admissions[request_id].agent_id).and_then(|a| a.facts.managed.clone());
         let admission = self.admissions.get_mut(request_id).expect("exists");
-        let bytes = admission_bytes(&admission.command.prompt, admission.command.paste_mode);
+        let bytes = match managed {
+            // MGD-3: checked by `blocker_for_command` just before (ADM-4).
+            Some(ids) => crate::prompt::managed_turn_start(&ids.thread_id, request_id.as_str(), &admission.command.prompt),
+            None => admission_bytes(&admission.command.prompt, admission.command.paste_mode),
+        };
         admission.step = Step::Writing { delivery_id };
         admission.step_deadline_ms = Some(self.now_ms + DELIVERY_TIMEOUT_MS);
         let agent_id = admission.agent_id.clone();
@@ -862,6 +870,30 @@ fn unobserved_blocker(command: &AdmitCommand, refresh_error: Option<&str>) -> Op
     }
     let detail = refresh_error.unwrap_or("the observer produced no state for this agent").to_string();
     Some(blocker(Classification::ObserverFailure, "observer_unavailable", detail))
+}
+
+/// MGD-2, MGD-3 / CORR-8: a managed agent takes a prompt only through its own thread, while
+/// the observer follows exactly that thread and session; a running turn refuses even a plain
+/// send (`turn/start` cannot steer, and steering is not offered yet); a raw paste means nothing
+/// to a JSON-RPC session.
+fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, view: &crate::agent::ObserverView) -> Option<Blocker> {
+    if agent.facts.transport != crate::agent::Transport::AppServer {
+        return None;
+    }
+    if command.paste_mode == PasteMode::Raw {
+        return Some(blocker(Classification::Unsupported, "raw_paste_managed", "a managed session takes the prompt as turn input; there is nothing to paste"));
+    }
+    let Some(ids) = &agent.facts.managed else {
+        return Some(blocker(Classification::ObserverFailure, "managed_thread_unknown", "the agent's app-server thread is not started yet"));
+    };
+    if view.session.as_ref() != Some(&ids.session_id) {
+        let detail = format!("the event stream follows {:?}, not the agent's session {}", view.session.as_ref().map(|s| &s.0), ids.session_id.0);
+        return Some(blocker(Classification::ObserverFailure, "managed_session_changed", detail));
+    }
+    if matches!(view.turn, TurnState::Busy { .. }) {
+        return Some(blocker(Classification::Busy, "turn_active", "the agent's thread is running a turn"));
+    }
+    None
 }
 
 /// ADM-5: what the composer holds can refuse a write on its own.

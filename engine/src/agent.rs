@@ -31,6 +31,18 @@ pub struct AgentFacts {
     /// None while no process runs behind the agent.
     pub incarnation: Option<Incarnation>,
     pub process: Option<ProcessIdentity>,
+    /// MGD-2 / CORR-8: a managed session's identity, both ids (Codex 0.169 gives them equal
+    /// values, but they are two fields of its protocol); None for a PTY agent, and for a
+    /// managed agent whose thread is not started yet.
+    #[serde(default)]
+    pub managed: Option<ManagedIds>,
+}
+
+/// MGD-2: the app-server thread and session an agent's managed transport is bound to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedIds {
+    pub thread_id: String,
+    pub session_id: SessionId,
 }
 
 /// The engine's latest observer knowledge of one agent.

@@ -29,7 +29,7 @@ pub mod request;
 pub mod submit;
 pub mod terminal;
 
-pub use agent::{AgentEntry, AgentFacts, Harness, ObserverView, Transport};
+pub use agent::{AgentEntry, AgentFacts, Harness, ManagedIds, ObserverView, Transport};
 pub use admission::{AgentState, CatalogBlocker, CatalogView};
 pub use engine::Engine;
 pub use history::is_finished;

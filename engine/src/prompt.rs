@@ -119,6 +119,22 @@ pub fn admission_bytes(prompt: &str, mode: PasteMode) -> Vec<u8> {
     bytes
 }
 
+/// MGD-3 / ADM-8 for a managed session: the ONE write is the JSON-RPC `turn/start` request
+/// line (Codex 0.169's shape: no `jsonrpc` field), carrying the prompt as the turn's only
+/// input. Its id names the request, so the reply can be told from any other.
+pub fn managed_turn_start(thread_id: &str, request_id: &str, prompt: &str) -> Vec<u8> {
+    assert!(validate_prompt(prompt).is_ok(), "managed_turn_start needs a validated prompt");
+    let request = serde_json::json!({
+        "id": format!("wakterm-{request_id}"),
+        "method": "turn/start",
+        "params": {"threadId": thread_id, "input": [{"type": "text", "text": prompt}]},
+    });
+    let mut bytes = serde_json::to_vec(&request).expect("JSON values serialise");
+    assert!(!bytes.contains(&b'\n'), "one line: serde_json escapes newlines");
+    bytes.push(b'\n');
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

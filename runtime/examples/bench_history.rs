@@ -137,6 +137,7 @@ async fn main() {
             transport: Transport::Pty,
             incarnation: Some(Incarnation(format!("inc-{n}"))),
             process: Some(ProcessIdentity { pid: 1000 + n as u32, start_time_ticks: 1 }),
+            managed: None,
         };
         inbox.send(DriverMsg::Input(Input::AgentUpserted(facts))).await.unwrap();
         let snapshot = idle_snapshot(n, 10);

@@ -66,12 +66,18 @@ pub enum MuxCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum AgentCommand {
-    /// Starts an agent in its own PTY, held by a process that outlives the daemon.
+    /// Starts an agent in its own PTY, held by a process that outlives the daemon. With
+    /// --managed, COMMAND is a Codex app-server (`codex app-server`) driven over JSON-RPC
+    /// instead of a TUI: wakterm starts (or, on restart, resumes) one thread and follows its
+    /// notifications (transport app_server, correlation source agent_api_events).
     Start {
         #[arg(long)]
         name: String,
         #[arg(long, default_value = "codex")]
         harness: String,
+        /// COMMAND speaks the Codex app-server protocol on its stdio (seed 000's managed transport).
+        #[arg(long)]
+        managed: bool,
         /// Working directory (default: the current one).
         #[arg(long)]
         cwd: Option<PathBuf>,
@@ -287,7 +293,7 @@ fn run_mux(paths: &DataPaths, command: MuxCommand) -> i32 {
 
 fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
     let request = match command {
-        AgentCommand::Start { name, harness, cwd, env, command } => {
+        AgentCommand::Start { name, harness, managed, cwd, env, command } => {
             let cwd = cwd.or_else(|| std::env::current_dir().ok()).unwrap_or_default();
             let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
             let mut pairs = Vec::new();
@@ -297,7 +303,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
                 };
                 pairs.push((key.to_string(), value.to_string()));
             }
-            ClientRequest::AgentStart { name, harness, cwd: cwd.display().to_string(), env: pairs, command }
+            ClientRequest::AgentStart { name, harness, cwd: cwd.display().to_string(), env: pairs, command, managed }
         }
         AgentCommand::Stop { target } => ClientRequest::AgentStop { target },
         AgentCommand::Restart { target } => ClientRequest::AgentRestart { target },

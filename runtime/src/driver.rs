@@ -292,6 +292,7 @@ mod tests {
                 transport: Transport::Pty,
                 incarnation: Some(Incarnation("inc-1".into())),
                 process: Some(ProcessIdentity { pid: 100, start_time_ticks: 5 }),
+                managed: None,
             };
             inbox.send(DriverMsg::Input(Input::AgentUpserted(facts))).await.unwrap();
             inbox.send(DriverMsg::Input(Input::StartupComplete)).await.unwrap();

@@ -1,6 +1,8 @@
 //! wakterm runtime: binds the pure engine to real PTYs, Codex rollout files, /proc and SQLite.
 
 pub mod holder;
+pub mod app_server;
+pub mod managed_observer;
 pub mod observer;
 pub mod observer_checkpoint;
 pub mod screen;

@@ -36,7 +36,16 @@ pub const WATCH_SILENCE: std::time::Duration = std::time::Duration::from_secs(15
 pub enum ClientRequest {
     Status,
     Stop { all: bool },
-    AgentStart { name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String> },
+    AgentStart {
+        name: String,
+        harness: String,
+        cwd: String,
+        env: Vec<(String, String)>,
+        command: Vec<String>,
+        /// MGD-1: the command is a Codex app-server.
+        #[serde(default)]
+        managed: bool,
+    },
     AgentStop { target: String },
     AgentRestart { target: String },
     AgentList,

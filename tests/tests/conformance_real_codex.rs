@@ -1062,3 +1062,32 @@ fn sub_real_codex_submit_through_mcp() {
         client.cancel().await.expect("close the MCP session");
     });
 }
+
+/// MGD-1..MGD-4 against the real `codex app-server` 0.169: a managed agent starts bound to one
+/// thread (thread id == session id), the catalog shows transport `app_server` and correlation
+/// source `agent_api_events`, and a return-final admission completes with exactly the final of
+/// the turn it started, twice in a row.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn mgd_real_codex_app_server_return_final_completes() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let started = rw.start_managed("mia");
+    assert_eq!(started["transport"], "app_server", "{started}");
+    let thread = s(&started["thread_id"]).to_string();
+    assert_eq!(started["session_id"], started["thread_id"], "Codex 0.169: thread id == session id: {started}");
+    let entry = rw.wait_entry("mia", "return-final available", TURN_DEADLINE, |e| e["return_final_available"] == true);
+    assert_eq!((s(&entry["transport"]), s(&entry["correlation_source"])), ("app_server", "agent_api_events"), "{entry}");
+    for prompt in ["first managed prompt", "second managed prompt"] {
+        let id = new_id();
+        let inc = s(&entry["incarnation"]).to_string();
+        let out = rw.w.run(&["agent", "admit", "mia", "--incarnation", &inc, "--request-id", &id, "--return-final", prompt]);
+        assert_eq!(out.code, 0, "{out:?}");
+        assert_eq!(out.json["correlation_source"], "agent_api_events", "{}", out.json);
+        assert!(s(&out.json["armed_cursor"]).starts_with(&format!("ev1.{thread}.")), "{}", out.json);
+        let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+        assert_eq!(terminal["state"], "completed", "{terminal}");
+        assert_eq!(terminal["final_message"], reply_for(prompt), "{terminal}");
+        rw.wait_entry("mia", "idle again", TURN_DEADLINE, |e| e["return_final_available"] == true);
+    }
+    assert_eq!(rw.provider_prompts(), ["first managed prompt", "second managed prompt"]);
+}

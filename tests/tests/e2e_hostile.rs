@@ -352,6 +352,7 @@ fn life_1_daemon_start_stops_holders_the_catalog_does_not_know() {
         cols: 80,
         rows: 24,
         detach: true,
+        raw: false,
     };
     let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("stray holder");
     let stray_pid = info.pid.expect("stray child pid");

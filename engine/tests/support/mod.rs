@@ -36,6 +36,7 @@ pub fn zola_facts(incarnation: &str, pid: u32) -> AgentFacts {
         transport: Transport::Pty,
         incarnation: Some(Incarnation(incarnation.to_string())),
         process: Some(ProcessIdentity { pid, start_time_ticks: 5 }),
+        managed: None,
     }
 }
 

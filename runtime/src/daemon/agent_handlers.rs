@@ -23,15 +23,29 @@ fn valid_name(name: &str) -> bool {
         && wakterm_engine::ids::canonical_uuid(name).is_none()
 }
 
-pub(super) async fn start_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
+/// What `agent start` asked for.
+pub struct StartSpec {
+    pub name: String,
+    pub harness: String,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub command: Vec<String>,
+    pub managed: bool,
+}
+
+pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Reply {
+    let name = spec.name.clone();
     if !valid_name(&name) {
         return Reply::error(exit::USAGE, "invalid_name", format!("agent names are 1..={MAX_AGENT_NAME_BYTES} of [A-Za-z0-9._-], start with a letter or digit, and are not a UUID"));
     }
-    if command.is_empty() {
+    if spec.command.is_empty() {
         return Reply::error(exit::USAGE, "invalid_command", "give the agent's command after --");
     }
-    if !std::path::Path::new(&cwd).is_dir() {
-        return Reply::error(exit::USAGE, "invalid_cwd", format!("{cwd} is not a directory"));
+    if !std::path::Path::new(&spec.cwd).is_dir() {
+        return Reply::error(exit::USAGE, "invalid_cwd", format!("{} is not a directory", spec.cwd));
+    }
+    if spec.managed && spec.harness != "codex" {
+        return Reply::error(exit::USAGE, "invalid_harness", "--managed drives a Codex app-server; the harness must be codex");
     }
     // Reserve the name before the (slow) holder spawn, so two concurrent starts of one name
     // cannot both spawn a process.
@@ -42,20 +56,22 @@ pub(super) async fn start_agent(context: &Arc<Context>, name: String, harness: S
             return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
         }
     }
-    let reply = start_reserved_agent(context, name.clone(), harness, cwd, env, command).await;
+    let reply = start_reserved_agent(context, spec).await;
     context.starting.lock().expect("starting names").remove(&name);
     reply
 }
 
-async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: String, cwd: String, env: Vec<(String, String)>, command: Vec<String>) -> Reply {
+async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply {
     let record = AgentRecord {
         agent_id: uuid::Uuid::new_v4().to_string(),
-        name,
-        harness,
-        cwd,
-        env,
-        command,
+        name: spec.name,
+        harness: spec.harness,
+        cwd: spec.cwd,
+        env: spec.env,
+        command: spec.command,
         created_ms: now_ms(),
+        managed: spec.managed,
+        thread: None,
     };
     let paths = context.paths.clone();
     let writer = context.writer.clone();
@@ -77,6 +93,9 @@ async fn start_reserved_agent(context: &Arc<Context>, name: String, harness: Str
         "harness": agent.record.harness,
         "incarnation": facts.incarnation,
         "pid": facts.process.map(|p| p.pid),
+        "transport": if agent.record.managed { "app_server" } else { "pty" },
+        "thread_id": agent.record.thread.as_ref().map(|t| t.thread_id.clone()),
+        "session_id": agent.record.thread.as_ref().map(|t| t.session_id.0.clone()),
     }))
 }
 
@@ -101,9 +120,33 @@ fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWrit
         return Err(message);
     }
     super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn);
+    let record = if record.managed { bind_thread(writer, &config, record)? } else { record };
     let agent = Arc::new(AgentRuntime::new(paths, record));
     agent.refresh_liveness();
     Ok(agent)
+}
+
+/// MGD-2: a new managed agent gets its thread (handshake through the holder), recorded before
+/// the agent is usable. A failed handshake ends the pane and takes the record back.
+fn bind_thread(writer: &crate::store::StoreWriter, config: &HolderConfig, mut record: AgentRecord) -> Result<AgentRecord, String> {
+    let bound = crate::holder::HolderClient::connect(&config.socket_path)
+        .map_err(|e| e.to_string())
+        .and_then(|mut client| super::managed::handshake(&mut client, &record.cwd, None));
+    let stored = bound.and_then(|ids| {
+        record.thread = Some(ids);
+        let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+        let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
+        writer.commit_blocking(vec![op]).map_err(|error| format!("cannot record the agent's thread: {error}"))?;
+        Ok(())
+    });
+    if let Err(message) = stored {
+        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
+            let _ = client.shutdown();
+        }
+        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
+        return Err(format!("the managed session did not start: {message}"));
+    }
+    Ok(record)
 }
 
 /// The holder configuration of an agent record.
@@ -116,6 +159,7 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
         cols: 120,
         rows: 40,
         detach: true,
+        raw: record.managed,
     }
 }
 
@@ -192,6 +236,12 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
             // The pane is gone (its holder exited or was killed while the daemon was down):
             // start a new one from the agent's stored record; same agent id, new incarnation.
             Err(_) => spawn_pane(&holder_config(&paths, &worker.record))?,
+        }
+        // MGD-2: the new process resumes the agent's own thread before anything is admitted
+        // (until then its observer has no loaded thread to report).
+        if let Some(ids) = worker.record.managed_ids() {
+            let mut client = worker.holder()?;
+            super::managed::handshake(&mut client, &worker.record.cwd, Some(&ids))?;
         }
         let _ = worker.forward_liveness_change(&inbox);
         Ok::<_, String>(worker.facts())

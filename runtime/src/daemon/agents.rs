@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ObserverEvent, ObserverSnapshot, ProcessIdentity, SessionId, Transport};
+use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ManagedIds, ObserverEvent, ObserverSnapshot, ProcessIdentity, SessionId, Transport};
 
 /// Timeout of one holder call from the daemon.
 pub const HOLDER_CALL_TIMEOUT: Duration = Duration::from_secs(15);
@@ -28,9 +28,23 @@ pub struct AgentRecord {
     pub env: Vec<(String, String)>,
     pub command: Vec<String>,
     pub created_ms: u64,
+    /// MGD-1: `codex app-server` driven over JSON-RPC in a raw pane instead of a TUI.
+    #[serde(default)]
+    pub managed: bool,
+    /// MGD-2: the thread (and session) the managed agent is bound to, once started.
+    #[serde(default)]
+    pub thread: Option<ManagedIds>,
 }
 
 impl AgentRecord {
+    pub fn transport(&self) -> Transport {
+        if self.managed { Transport::AppServer } else { Transport::Pty }
+    }
+
+    pub fn managed_ids(&self) -> Option<ManagedIds> {
+        self.thread.clone().filter(|_| self.managed)
+    }
+
     pub fn harness(&self) -> Harness {
         match self.harness.as_str() {
             "codex" => Harness::Codex,
@@ -55,6 +69,8 @@ pub struct Liveness {
     pub process: Option<ProcessIdentity>,
     pub alive: bool,
     pub exit_code: Option<i32>,
+    /// Where the current process's output starts in the holder's stream (MGD-4).
+    pub output_start: u64,
 }
 
 impl Liveness {
@@ -63,7 +79,7 @@ impl Liveness {
             (Some(pid), Some(start_time_ticks)) => Some(ProcessIdentity { pid, start_time_ticks }),
             _ => None,
         };
-        Liveness { process, alive: info.alive, exit_code: info.exit_code }
+        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start }
     }
 
     pub fn incarnation(&self) -> Option<Incarnation> {
@@ -78,7 +94,7 @@ pub struct AgentRuntime {
     pub liveness: Mutex<Liveness>,
     /// One observer per process incarnation; refresh, poll and resume serialise on it, so the
     /// events they send keep their order in the driver's inbox.
-    pub observer: Mutex<Option<CodexObserver>>,
+    pub observer: Mutex<Option<super::agent_observer::AgentObserver>>,
     pub stopping: AtomicBool,
     /// One kept connection for the frequent liveness checks (a new connection costs the holder
     /// a thread each time).
@@ -120,7 +136,7 @@ impl AgentRuntime {
         AgentRuntime {
             record,
             holder_socket,
-            liveness: Mutex::new(Liveness { process: None, alive: false, exit_code: None }),
+            liveness: Mutex::new(Liveness { process: None, alive: false, exit_code: None, output_start: 0 }),
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
             info_client: Mutex::new(None),
@@ -206,7 +222,7 @@ impl AgentRuntime {
     /// EV-5: it goes to the engine after the events it covers (the caller sends those first),
     /// and the engine commits it with them, so a restart never resumes past an event that
     /// was not durable.
-    pub fn save_checkpoint_if_due(&self, observer: &CodexObserver, inbox: &mpsc::Sender<DriverMsg>) -> bool {
+    pub fn save_checkpoint_if_due(&self, observer: &super::agent_observer::AgentObserver, inbox: &mpsc::Sender<DriverMsg>) -> bool {
         let Some(checkpoint) = observer.checkpoint() else { return false };
         let mut slot = self.checkpoint.lock().expect("checkpoint lock");
         let moved = slot.saved.as_ref().is_none_or(|(session, offset, _)| *session != checkpoint.session || *offset != checkpoint.tail.offset);
@@ -240,10 +256,26 @@ impl AgentRuntime {
             agent_id: self.agent_id(),
             name: self.record.name.clone(),
             harness: self.record.harness(),
-            transport: Transport::Pty,
+            transport: self.record.transport(),
             incarnation: liveness.incarnation(),
             process: liveness.process.filter(|_| liveness.alive),
+            managed: self.record.managed_ids(),
         }
+    }
+
+    /// The observer of a new process: the rollout's (resuming from the loaded checkpoint), or
+    /// the app-server stream's for a managed agent (MGD-4; one whose thread is not started yet
+    /// has no evidence to follow).
+    fn new_observer(&self, process: ProcessIdentity, incarnation: Incarnation, output_start: u64) -> super::agent_observer::AgentObserver {
+        use super::agent_observer::AgentObserver;
+        if self.record.managed {
+            let ids = self.record.thread.clone().unwrap_or(ManagedIds { thread_id: String::new(), session_id: SessionId(String::new()) });
+            return AgentObserver::Managed(crate::managed_observer::ManagedObserver::new(self.holder_socket.clone(), ids, process, incarnation, output_start));
+        }
+        let loaded = self.checkpoint.lock().expect("checkpoint lock").loaded.take();
+        AgentObserver::Rollout(
+            CodexObserver::new(self.record.codex_home(), Some(PathBuf::from(&self.record.cwd)), process, incarnation).with_checkpoint(loaded),
+        )
     }
 
     pub fn holder(&self) -> Result<HolderClient, String> {
@@ -256,7 +288,7 @@ impl AgentRuntime {
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
         let next = match self.holder_info() {
             Ok(info) => Liveness::from_info(&info),
-            Err(error) if holder_is_gone(&error) => Liveness { process: None, alive: false, exit_code: None },
+            Err(error) if holder_is_gone(&error) => Liveness { process: None, alive: false, exit_code: None, output_start: 0 },
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
             Err(error) => {
@@ -282,13 +314,7 @@ impl AgentRuntime {
         }
         if new_process || ended {
             *observer = match (next.process, next.incarnation()) {
-                (Some(process), Some(incarnation)) => {
-                    let loaded = self.checkpoint.lock().expect("checkpoint lock").loaded.take();
-                    Some(
-                        CodexObserver::new(self.record.codex_home(), Some(PathBuf::from(&self.record.cwd)), process, incarnation)
-                            .with_checkpoint(loaded),
-                    )
-                }
+                (Some(process), Some(incarnation)) => Some(self.new_observer(process, incarnation, next.output_start)),
                 _ => None,
             };
         }

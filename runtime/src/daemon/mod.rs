@@ -5,11 +5,13 @@
 //! blocking threads.
 
 pub mod agent_handlers;
+pub mod agent_observer;
 pub mod agents;
 pub mod catalog;
 pub mod effects;
 pub mod events;
 pub mod faults;
+pub mod managed;
 pub mod monitor;
 pub mod requests;
 pub mod retention;

@@ -83,7 +83,7 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
     match request {
         ClientRequest::Status => status(context).await,
         ClientRequest::Stop { all } => stop(context, all).await,
-        ClientRequest::AgentStart { name, harness, cwd, env, command } => agent_handlers::start_agent(context, name, harness, cwd, env, command).await,
+        ClientRequest::AgentStart { name, harness, cwd, env, command, managed } => agent_handlers::start_agent(context, agent_handlers::StartSpec { name, harness, cwd, env, command, managed }).await,
         ClientRequest::AgentStop { target } => agent_handlers::stop_agent(context, &target).await,
         ClientRequest::AgentRestart { target } => agent_handlers::restart_agent(context, &target).await,
         ClientRequest::AgentList | ClientRequest::Catalog => catalog::catalog(context).await,

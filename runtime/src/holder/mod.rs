@@ -49,6 +49,9 @@ pub struct HolderConfig {
     /// Fork away from the caller and redirect stdio to the log beside the socket. Only a
     /// foreground holder (for debugging, or a supervisor that wants it) sets this false.
     pub detach: bool,
+    /// MGD-1: a raw terminal (no echo, no line editing, no output translation) for a
+    /// program that speaks a byte protocol on its stdio (`codex app-server`'s JSON-RPC lines).
+    pub raw: bool,
 }
 
 /// Longest socket path: sockaddr_un.sun_path holds 108 bytes with the terminating NUL.
@@ -120,6 +123,9 @@ impl HolderConfig {
         if !self.detach {
             args.push("--foreground".into());
         }
+        if self.raw {
+            args.push("--raw".into());
+        }
         args.push("--".into());
         args.extend(self.command.iter().map(OsString::from));
         args
@@ -146,6 +152,10 @@ pub struct HolderArgs {
     /// Stay in the foreground: no fork, stdio kept.
     #[arg(long)]
     pub foreground: bool,
+    /// A raw terminal for a program speaking a byte protocol on its stdio (no echo, no line
+    /// discipline, no CR/LF translation).
+    #[arg(long)]
+    pub raw: bool,
     /// The agent's argv, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -161,6 +171,7 @@ impl HolderArgs {
             cols: self.cols,
             rows: self.rows,
             detach: !self.foreground,
+            raw: self.raw,
         }
     }
 }
@@ -192,6 +203,7 @@ mod tests {
             cols: 100,
             rows: 30,
             detach: true,
+            raw: true,
         }
     }
 

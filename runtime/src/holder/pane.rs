@@ -46,6 +46,9 @@ pub struct PaneState {
     pub screen: vt100::Parser,
     pub child: ChildFacts,
     pub generation: u64,
+    /// The output offset at which the current generation's child started: its bytes are
+    /// those after it (MGD-4: a managed observer reads one process's protocol stream).
+    pub generation_start: u64,
     pub cols: u16,
     pub rows: u16,
     /// When the current child ended (or failed to start); drives the linger limit.
@@ -156,11 +159,15 @@ impl Pane {
         let master_fd = rustix::io::fcntl_dupfd_cloexec(unsafe { BorrowedFd::borrow_raw(master_raw) }, 0)
             .map_err(|e| PaneError(format!("dup master: {e}")))?;
         set_nonblocking(master_fd.as_fd()).map_err(|e| PaneError(format!("O_NONBLOCK on master: {e}")))?;
+        if cfg.raw {
+            make_raw(master_fd.as_fd()).map_err(|e| PaneError(format!("raw mode: {e}")))?;
+        }
         let state = PaneState {
             ring: OutputRing::new(super::output_ring::OUTPUT_RING_BYTES),
             screen: vt100::Parser::new(cfg.rows, cfg.cols, 0),
             child: ChildFacts::default(),
             generation: 0,
+            generation_start: 0,
             cols: cfg.cols,
             rows: cfg.rows,
             ended_at: None,
@@ -209,6 +216,7 @@ impl Pane {
         drop(pty);
         let mut state = self.lock();
         state.generation = generation;
+        state.generation_start = state.ring.end();
         match spawned {
             Ok(child) => {
                 let pid = child.process_id();
@@ -454,6 +462,7 @@ impl Pane {
             holder_pid: std::process::id(),
             requests: self.requests.load(std::sync::atomic::Ordering::SeqCst),
             writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
+            generation_start: state.generation_start,
             output_end: state.ring.end(),
             spawn_error: state.child.spawn_error.clone(),
         }
@@ -622,6 +631,16 @@ fn wait_exit_without_reaping(pid: u32) -> Option<i32> {
             Err(_) => return None,
         }
     }
+}
+
+/// MGD-1: the terminal pair in raw mode (set through the master, which Linux applies to the
+/// pair): the child's JSON lines come out byte for byte, and ours go in without echo or the
+/// canonical mode's line-length limit.
+fn make_raw(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let mut termios = rustix::termios::tcgetattr(fd)?;
+    termios.make_raw();
+    rustix::termios::tcsetattr(fd, rustix::termios::OptionalActions::Now, &termios)?;
+    Ok(())
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {

@@ -133,6 +133,9 @@ pub struct InfoReply {
     /// live child): a submit's acknowledgement is void once another write came after it.
     #[serde(default)]
     pub writes: u64,
+    /// The output offset at which the current generation's child started.
+    #[serde(default)]
+    pub generation_start: u64,
     /// Requests the holder has received so far, this one included (MON-1: an idle agent's
     /// holder is not asked anything periodically).
     #[serde(default)]

@@ -34,6 +34,7 @@ pub fn config(socket_path: &Path, command: &[&str]) -> HolderConfig {
         cols: 80,
         rows: 24,
         detach: true,
+        raw: false,
     }
 }
 

@@ -125,6 +125,24 @@ impl RealWorld {
         self.w.ok(&args)
     }
 
+    /// MGD-1: `wakterm agent start --name NAME --managed --cwd WORK --env ... -- codex app-server`.
+    pub fn start_managed(&self, name: &str) -> Value {
+        let cwd = self.w.work.display().to_string();
+        let envs = [
+            format!("CODEX_HOME={}", self.w.codex_home.display()),
+            "MOCK_API_KEY=x".to_string(),
+            format!("HOME={}", self.home.display()),
+            "LANG=C.UTF-8".to_string(),
+        ];
+        let codex = self.codex.display().to_string();
+        let mut args: Vec<&str> = vec!["agent", "start", "--name", name, "--managed", "--cwd", &cwd];
+        for env in &envs {
+            args.extend(["--env", env.as_str()]);
+        }
+        args.extend(["--", &codex, "app-server"]);
+        self.w.ok(&args)
+    }
+
     /// Polls the catalog until `ready` holds (bounded by `deadline`).
     pub fn wait_entry(&self, name: &str, what: &str, deadline: Duration, mut ready: impl FnMut(&Value) -> bool) -> Value {
         let end = Instant::now() + deadline;

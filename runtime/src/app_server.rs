@@ -1,0 +1,305 @@
+//! MGD-*: the `codex app-server` JSON-RPC protocol as Codex 0.169 speaks it over stdio
+//! (fixtures/codex-0.169/app-server/README.md): the requests the daemon writes and a fold
+//! that turns the server's lines into the observer's events. Pure: no I/O, so the parser of
+//! these untrusted bytes is fuzzed (`fuzz_app_server_lines`).
+//!
+//! The position of an event is the byte offset one past its line in the app-server's output
+//! stream as the holder numbers it: the same monotonic cursor for every reader, across daemon
+//! restarts, as long as the holder keeps the bytes (MGD-4).
+
+use serde_json::{json, Value};
+use wakterm_engine::{ObserverEvent, SessionId, TurnId, TurnState};
+
+/// The longest line the fold accepts; a longer one is a lost record (the observer reports the
+/// session lost rather than guess what it said).
+pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The `clientInfo.name` Codex records as the thread's originator.
+pub const CLIENT_NAME: &str = "wakterm";
+
+/// One JSON-RPC line as the daemon writes it (no `jsonrpc` field: Codex 0.169 sends none and
+/// takes none), newline-terminated.
+fn line(value: Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(&value).expect("JSON values serialise");
+    assert!(!bytes.contains(&b'\n'), "serde_json escapes newlines inside strings");
+    bytes.push(b'\n');
+    bytes
+}
+
+pub fn initialize(id: &str) -> Vec<u8> {
+    line(json!({"id": id, "method": "initialize", "params": {"clientInfo": {"name": CLIENT_NAME, "title": null, "version": env!("CARGO_PKG_VERSION")}}}))
+}
+
+pub fn initialized() -> Vec<u8> {
+    line(json!({"method": "initialized"}))
+}
+
+pub fn thread_start(id: &str, cwd: &str) -> Vec<u8> {
+    line(json!({"id": id, "method": "thread/start", "params": {"cwd": cwd, "approvalPolicy": "never"}}))
+}
+
+pub fn thread_resume(id: &str, thread_id: &str, cwd: &str) -> Vec<u8> {
+    line(json!({"id": id, "method": "thread/resume", "params": {"threadId": thread_id, "cwd": cwd, "approvalPolicy": "never"}}))
+}
+
+pub fn turn_interrupt(id: &str, thread_id: &str, turn_id: &str) -> Vec<u8> {
+    line(json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread_id, "turnId": turn_id}}))
+}
+
+/// A reply to one of our requests, found in the output.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    Result(Value),
+    Error(Value),
+}
+
+/// The reply with JSON-RPC id `id` in one output line, if the line is that reply.
+pub fn reply_to(line: &[u8], id: &str) -> Option<Reply> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    if value.get("id")?.as_str()? != id || value.get("method").is_some() {
+        return None;
+    }
+    match (value.get("result"), value.get("error")) {
+        (Some(result), None) => Some(Reply::Result(result.clone())),
+        (None, Some(error)) => Some(Reply::Error(error.clone())),
+        _ => None,
+    }
+}
+
+/// The thread a `thread/start` or `thread/resume` result names: (thread id, session id).
+pub fn thread_of(result: &Value) -> Option<(String, String)> {
+    let thread = result.get("thread")?;
+    let id = thread.get("id")?.as_str()?.to_string();
+    let session = thread.get("sessionId")?.as_str()?.to_string();
+    (!id.is_empty() && !session.is_empty()).then_some((id, session))
+}
+
+/// What the fold knows between lines: the thread it watches and the turn in flight.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Fold {
+    pub thread_id: String,
+    pub turn: TurnState,
+    /// The last agent message of the running turn (the final, once the turn completes; a
+    /// `turn/completed` whose items are not loaded carries none itself).
+    pub last_agent_text: Option<(String, String)>,
+    /// MGD-2: this process has loaded the thread (a reply naming it, or a turn in it).
+    pub loaded: bool,
+}
+
+impl Fold {
+    pub fn new(thread_id: &str) -> Fold {
+        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false }
+    }
+
+    fn session(&self) -> SessionId {
+        SessionId(self.thread_id.clone())
+    }
+
+    /// MGD-3: the events one output line (without its newline) means, at `position` (one past
+    /// the line). Replies and notifications nobody correlates on make none; a line that is not
+    /// JSON is not ours to interpret and makes none either (Codex writes only JSON lines on
+    /// stdout), but a notification about ANOTHER thread loses the session (CORR-3).
+    pub fn line(&mut self, line: &[u8], position: u64) -> Vec<ObserverEvent> {
+        let Ok(value) = serde_json::from_slice::<Value>(line) else { return Vec::new() };
+        if value.pointer("/result/thread/id").and_then(Value::as_str) == Some(self.thread_id.as_str()) {
+            self.loaded = true; // the reply to a thread/start or thread/resume of our thread
+        }
+        let Some(method) = value.get("method").and_then(Value::as_str) else { return Vec::new() };
+        if value.get("id").is_some() {
+            return Vec::new(); // a server request (approvals): no turn evidence
+        }
+        let params = value.get("params").cloned().unwrap_or(Value::Null);
+        if let Some(thread) = params.get("threadId").and_then(Value::as_str) {
+            if thread != self.thread_id {
+                let reason = format!("app-server notification about another thread ({method})");
+                return vec![ObserverEvent::SessionLost { reason, session: None }];
+            }
+        }
+        let events = match method {
+            "turn/started" => self.turn_started(&params, position),
+            "item/completed" => self.item_completed(&params, position),
+            "turn/completed" => self.turn_completed(&params, position),
+            _ => Vec::new(),
+        };
+        for event in &events {
+            self.turn = wakterm_engine::fold_turn(&self.turn, event);
+        }
+        events
+    }
+
+    fn turn_started(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
+        let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
+        self.last_agent_text = None;
+        self.loaded = true;
+        vec![ObserverEvent::TurnStarted { session: self.session(), turn: TurnId(turn.to_string()), position }]
+    }
+
+    fn item_completed(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
+        let turn = params.get("turnId").and_then(Value::as_str).map(|t| TurnId(t.to_string()));
+        let Some(item) = params.get("item") else { return Vec::new() };
+        match item.get("type").and_then(Value::as_str) {
+            Some("userMessage") => {
+                let Some(text) = user_text(item) else { return Vec::new() };
+                let prompt_hash = wakterm_engine::prompt::prompt_hash(&text);
+                vec![ObserverEvent::UserMessage { session: self.session(), turn, prompt_hash, position }]
+            }
+            Some("agentMessage") => {
+                let Some(text) = item.get("text").and_then(Value::as_str) else { return Vec::new() };
+                let phase = item.get("phase").and_then(Value::as_str).map(str::to_string);
+                if let Some(turn) = &turn {
+                    self.last_agent_text = Some((turn.0.clone(), text.to_string()));
+                }
+                vec![ObserverEvent::AgentMessage { session: self.session(), turn, text: text.to_string(), phase, position }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// CORR-10 for managed sessions: `completed` carries the final; `interrupted` and `failed`
+    /// end the turn aborted.
+    fn turn_completed(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
+        let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
+        let status = params.pointer("/turn/status").and_then(Value::as_str).unwrap_or("");
+        let turn_id = TurnId(turn.to_string());
+        let final_message = final_of(params).or_else(|| {
+            self.last_agent_text.as_ref().filter(|(t, _)| t == turn).map(|(_, text)| text.clone())
+        });
+        self.last_agent_text = None;
+        match status {
+            "completed" => vec![ObserverEvent::TurnCompleted { session: self.session(), turn: turn_id, final_message, position }],
+            _ => vec![ObserverEvent::TurnAborted { session: self.session(), turn: Some(turn_id), position }],
+        }
+    }
+}
+
+/// The text of a `userMessage` item: its text parts joined, as Codex sent the input.
+fn user_text(item: &Value) -> Option<String> {
+    let parts = item.get("content")?.as_array()?;
+    let texts: Vec<&str> = parts.iter().filter(|p| p.get("type").and_then(Value::as_str) == Some("text")).filter_map(|p| p.get("text")?.as_str()).collect();
+    (!texts.is_empty()).then(|| texts.concat())
+}
+
+/// The last agent message among a completed turn's items, when they are loaded.
+fn final_of(params: &Value) -> Option<String> {
+    let items = params.pointer("/turn/items")?.as_array()?;
+    items.iter().rev().find(|i| i.get("type").and_then(Value::as_str) == Some("agentMessage")).and_then(|i| i.get("text")?.as_str()).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transcript(name: &str) -> Vec<Value> {
+        let path = format!("{}/../fixtures/codex-0.169/app-server/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["from"] == "server" && l.get("msg").is_some())
+            .map(|l| l["msg"].clone())
+            .collect()
+    }
+
+    fn fold_all(name: &str) -> (Fold, Vec<ObserverEvent>) {
+        let lines = transcript(name);
+        let thread = lines.iter().find_map(|m| m.pointer("/result/thread/id")).and_then(Value::as_str).unwrap().to_string();
+        let mut fold = Fold::new(&thread);
+        let mut events = Vec::new();
+        for (n, message) in lines.iter().enumerate() {
+            events.extend(fold.line(&serde_json::to_vec(message).unwrap(), (n as u64 + 1) * 100));
+        }
+        (fold, events)
+    }
+
+    fn kinds(events: &[ObserverEvent]) -> Vec<&'static str> {
+        events
+            .iter()
+            .map(|e| match e {
+                ObserverEvent::TurnStarted { .. } => "turn_started",
+                ObserverEvent::UserMessage { .. } => "user_message",
+                ObserverEvent::AgentMessage { .. } => "agent_message",
+                ObserverEvent::TurnCompleted { .. } => "turn_completed",
+                ObserverEvent::TurnAborted { .. } => "turn_aborted",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    // MGD-3: the real 0.169 transcripts fold into the turn events the engine correlates on:
+    // the prompt's hash, and the reply as the turn's final.
+    #[test]
+    fn mgd_3_real_transcripts_fold_into_turn_events() {
+        let (fold, events) = fold_all("completed-turn.jsonl");
+        assert_eq!(kinds(&events), ["turn_started", "user_message", "agent_message", "turn_completed"]);
+        let ObserverEvent::UserMessage { prompt_hash, .. } = &events[1] else { unreachable!() };
+        assert_eq!(prompt_hash, &wakterm_engine::prompt::prompt_hash("hello app-server fixture"));
+        let ObserverEvent::TurnCompleted { final_message, .. } = &events[3] else { unreachable!() };
+        assert_eq!(final_message.as_deref(), Some("mock reply to: hello app-server fixture"));
+        assert!(matches!(fold.turn, TurnState::Idle { last_completed: Some(_) }));
+
+        let (_, events) = fold_all("two-turns.jsonl");
+        assert_eq!(kinds(&events).iter().filter(|k| **k == "turn_completed").count(), 2);
+
+        let (fold, events) = fold_all("interrupted-turn.jsonl");
+        assert_eq!(kinds(&events), ["turn_started", "user_message", "turn_aborted"]);
+        assert!(matches!(fold.turn, TurnState::Idle { .. }));
+    }
+
+    // CORR-3: a notification about another thread is not evidence about ours.
+    #[test]
+    fn mgd_3_another_threads_notification_loses_the_session() {
+        let mut fold = Fold::new("thread-a");
+        let line = br#"{"method":"turn/started","params":{"threadId":"thread-b","turn":{"id":"t1"}}}"#;
+        assert!(matches!(fold.line(line, 10).as_slice(), [ObserverEvent::SessionLost { .. }]));
+        assert!(fold.line(b"not json at all", 20).is_empty());
+        assert!(fold.line(br#"{"id":"x","result":{}}"#, 30).is_empty());
+    }
+
+    #[test]
+    fn requests_are_single_json_lines() {
+        let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "r-1", "two\nlines \"quoted\"");
+        assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 1);
+        let value: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["params"]["input"][0]["text"], "two\nlines \"quoted\"");
+        assert_eq!(value["id"], "wakterm-r-1");
+        assert_eq!(reply_to(br#"{"id":"r-1","result":{"turn":{"id":"t"}}}"#, "r-1"), Some(Reply::Result(json!({"turn":{"id":"t"}}))));
+        assert_eq!(reply_to(br#"{"id":"r-2","result":{}}"#, "r-1"), None);
+        for request in [initialize("a"), initialized(), thread_start("b", "/w"), thread_resume("c", "t", "/w"), turn_interrupt("d", "t", "u")] {
+            assert_eq!(request.iter().filter(|b| **b == b'\n').count(), 1);
+            assert!(request.ends_with(b"\n"));
+        }
+    }
+
+    /// Fuzz target: the fold of untrusted app-server output never panics, and every event it
+    /// makes is at the position it was given, about the watched thread.
+    #[test]
+    fn fuzz_app_server_lines() {
+        use proptest::prelude::*;
+        let seeds: Vec<Vec<u8>> = ["completed-turn.jsonl", "interrupted-turn.jsonl", "resumed-thread.jsonl"]
+            .iter()
+            .flat_map(|name| transcript(name))
+            .map(|m| serde_json::to_vec(&m).unwrap())
+            .collect();
+        let strategy = prop_oneof![
+            proptest::sample::select(seeds.clone()).prop_flat_map(|seed| {
+                let len = seed.len();
+                (Just(seed), 0..len, any::<u8>()).prop_map(|(mut s, i, b)| {
+                    s[i] = b;
+                    s
+                })
+            }),
+            proptest::collection::vec(any::<u8>(), 0..512),
+        ];
+        proptest!(ProptestConfig::with_cases(512), |(line in strategy, position in 1u64..1_000_000)| {
+            let mut fold = Fold::new("00000000-0000-4000-8000-000000000002");
+            for event in fold.line(&line, position) {
+                if let Some(at) = event.position() {
+                    prop_assert_eq!(at, position);
+                }
+                if let Some(session) = event.session() {
+                    prop_assert_eq!(&session.0, "00000000-0000-4000-8000-000000000002");
+                }
+            }
+        });
+    }
+}

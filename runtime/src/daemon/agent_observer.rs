@@ -1,0 +1,71 @@
+//! The observer behind one agent: the Codex rollout for a PTY agent (OBS, CORR), or the
+//! app-server's notification stream for a managed one (MGD-4). The daemon calls both the same
+//! way.
+
+use crate::managed_observer::ManagedObserver;
+use crate::observer::{CodexObserver, Health, Refresh};
+use crate::observer_checkpoint::ObserverCheckpoint;
+use std::path::Path;
+use wakterm_engine::{Cursor, ObserverEvent, ObserverSnapshot};
+
+pub enum AgentObserver {
+    Rollout(CodexObserver),
+    Managed(ManagedObserver),
+}
+
+impl AgentObserver {
+    pub fn poll(&mut self) -> Vec<ObserverEvent> {
+        match self {
+            AgentObserver::Rollout(o) => o.poll(),
+            AgentObserver::Managed(o) => o.poll(),
+        }
+    }
+
+    /// `rediscover` (MON-2) only concerns rollouts.
+    pub fn poll_health(&mut self, rediscover: bool) -> (Vec<ObserverEvent>, Health) {
+        match self {
+            AgentObserver::Rollout(o) => o.poll_health(rediscover),
+            AgentObserver::Managed(o) => o.poll_health(),
+        }
+    }
+
+    /// The screen only matters to a TUI's composer.
+    pub fn current_snapshot(&self, screen: Option<&str>) -> ObserverSnapshot {
+        match self {
+            AgentObserver::Rollout(o) => o.current_snapshot(screen),
+            AgentObserver::Managed(o) => o.snapshot(),
+        }
+    }
+
+    pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
+        match self {
+            AgentObserver::Rollout(o) => o.refresh_scoped(screen, rediscover),
+            AgentObserver::Managed(o) => {
+                let events = o.poll();
+                Refresh { events, snapshot: o.snapshot() }
+            }
+        }
+    }
+
+    pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
+        match self {
+            AgentObserver::Rollout(o) => o.resume(from),
+            AgentObserver::Managed(o) => o.resume(from),
+        }
+    }
+
+    pub fn rollout_path(&self) -> Option<&Path> {
+        match self {
+            AgentObserver::Rollout(o) => o.rollout_path(),
+            AgentObserver::Managed(_) => None,
+        }
+    }
+
+    /// OBS-1: only rollout observers checkpoint (a managed one re-reads the holder's stream).
+    pub fn checkpoint(&self) -> Option<ObserverCheckpoint> {
+        match self {
+            AgentObserver::Rollout(o) => o.checkpoint(),
+            AgentObserver::Managed(_) => None,
+        }
+    }
+}
