@@ -1091,3 +1091,79 @@ fn mgd_real_codex_app_server_return_final_completes() {
     }
     assert_eq!(rw.provider_prompts(), ["first managed prompt", "second managed prompt"]);
 }
+
+/// Issue 12's must-shows against the real `codex app-server` 0.169: while a managed turn runs
+/// another return-final admission is refused `busy` and nothing reaches the model; the daemon
+/// SIGKILLed mid-turn and restarted still completes the request with its own final (the
+/// holder kept the notifications); the app-server killed mid-turn leaves its request
+/// `indeterminate`, never `completed`.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn mgd_real_codex_busy_daemon_crash_and_killed_app_server() {
+    let slow = |word: &str| wakterm_harness::provider::Rule { contains: word.into(), reply: None, delay_ms: 0, output_delay_ms: 5000, fail: None };
+    let rw = RealWorld::new(EXE, script(vec![slow("SLOWTURN"), slow("DOOMED")]));
+    rw.start_managed("mia");
+    let entry = rw.wait_entry("mia", "return-final available", TURN_DEADLINE, |e| e["return_final_available"] == true);
+    let inc = s(&entry["incarnation"]).to_string();
+    let admit = |id: &str, prompt: &str| rw.w.run(&["agent", "admit", "mia", "--incarnation", &inc, "--request-id", id, "--return-final", prompt]);
+    let wait_provider = |prompt: &str| {
+        let end = Instant::now() + TURN_DEADLINE;
+        while !rw.provider_prompts().iter().any(|p| p == prompt) {
+            assert!(Instant::now() < end, "the model never got {prompt:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let slow_id = new_id();
+    let slow_prompt = "SLOWTURN survive a daemon crash";
+    assert_eq!(admit(&slow_id, slow_prompt).code, 0);
+    wait_provider(slow_prompt);
+    let busy = admit(&new_id(), "must not reach the model");
+    assert_definitive_rejection(&busy, "busy");
+    assert_eq!(busy.json["reason"], "turn_active", "{}", busy.json);
+
+    let pid = rw.w.daemon_pid();
+    support::sigkill_and_wait(pid);
+    wait_daemon_gone(&rw);
+    rw.w.mux_start();
+    let event = rw.wait_terminal(&slow_id, TURN_DEADLINE);
+    assert_eq!((s(&event["state"]), s(&event["final_message"])), ("completed", reply_for(slow_prompt).as_str()), "{event}");
+    rw.wait_entry("mia", "available after the crash", TURN_DEADLINE, |e| e["return_final_available"] == true && e["incarnation"] == inc.as_str());
+
+    let doomed_id = new_id();
+    let doomed = "DOOMED the app-server dies mid-turn";
+    assert_eq!(admit(&doomed_id, doomed).code, 0);
+    wait_provider(doomed);
+    rw.kill_codex_home_processes();
+    let event = rw.wait_terminal(&doomed_id, TURN_DEADLINE);
+    assert_eq!(event["state"], "indeterminate", "{event}");
+    assert!(event["final_message"].is_null(), "{event}");
+    assert_eq!(rw.provider_prompts(), [slow_prompt, doomed], "the refused prompt never reached the model");
+}
+
+/// MGD-5: one terminal stream for both transports: a PTY Codex and a managed app-server Codex
+/// of one daemon each complete a return-final request, and `request watch` delivers both, each
+/// with its own final.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn mgd_real_codex_one_stream_for_pty_and_managed_agents() {
+    let rw = RealWorld::new(EXE, script(vec![]));
+    let zola = rw.ready("zola", "baseline turn");
+    rw.start_managed("mia");
+    let mia = rw.wait_entry("mia", "return-final available", TURN_DEADLINE, |e| e["return_final_available"] == true);
+    let mut ids = Vec::new();
+    for (name, entry, prompt) in [("zola", &zola, "pty agent prompt"), ("mia", &mia, "managed agent prompt")] {
+        let id = new_id();
+        let out = rw.w.run(&["agent", "admit", name, "--incarnation", s(&entry["incarnation"]), "--request-id", &id, "--return-final", prompt]);
+        assert_eq!(out.code, 0, "{out:?}");
+        ids.push((id, prompt));
+    }
+    for (id, prompt) in &ids {
+        let event = rw.wait_terminal(id, TURN_DEADLINE);
+        assert_eq!((s(&event["state"]), s(&event["final_message"])), ("completed", reply_for(prompt).as_str()), "{event}");
+    }
+    let stream = rw.w.events_after(0);
+    for (id, _) in &ids {
+        assert_eq!(stream.iter().filter(|e| e["request_id"] == id.as_str()).count(), 1, "{stream:?}");
+    }
+}
