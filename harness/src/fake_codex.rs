@@ -8,9 +8,12 @@
 //! - submitted prompts are trimmed; a submit while busy steers the running turn;
 //! - `Esc` (or `Ctrl-C`) while busy interrupts (`turn_aborted`); `Ctrl-C` twice or `Ctrl-D`
 //!   on an empty composer quits;
+//! - `/clear` on an idle session clears the transcript and redraws (no turn, nothing in the
+//!   rollout; the real one also starts a new conversation); while busy it only shows a notice;
 //! - a rollout file in the 0.169 format, created at the first turn and held open.
 //!
-//! Substring triggers (`--abort-on`, `--crash-on`, ...) let tests reach the failure paths.
+//! Substring triggers (`--abort-on`, `--crash-on`, ...) let tests reach the failure paths;
+//! `--ignore-enter` makes a harness that never reacts to Enter.
 //!
 //! Exit codes: 0 after a quit key or end of input, 1 on a terminal or rollout I/O error,
 //! 2 on unusable options; `--crash-on` dies by SIGKILL.
@@ -42,6 +45,12 @@ const STATUS_REFRESH_MS: u64 = 1000;
 
 /// Notice shown after the first Ctrl-C on an idle, empty composer.
 const QUIT_HINT: &str = "Press Ctrl-C again to quit";
+
+/// The slash command the fake understands (idle: clears the transcript).
+const CLEAR_COMMAND: &str = "/clear";
+
+/// Notice shown for `/clear` while a turn runs.
+const CLEAR_WHILE_BUSY: &str = "'/clear' is disabled while a task is in progress.";
 
 const STDIN_FD: std::os::fd::BorrowedFd<'static> = rustix::stdio::stdin();
 const STDOUT_FD: std::os::fd::BorrowedFd<'static> = rustix::stdio::stdout();
@@ -87,10 +96,16 @@ pub struct FakeCodexArgs {
     /// Session id of the first rollout file (default: a random UUID v4).
     #[arg(long, value_name = "UUID")]
     pub session_id: Option<uuid::Uuid>,
+
+    /// A harness that never reacts to Enter: every CR byte read from the terminal is dropped
+    /// unseen (no submit, no redraw), so a pasted draft just stays in the composer.
+    #[arg(long)]
+    pub ignore_enter: bool,
 }
 
 /// Runs the fake TUI on this process's stdin/stdout until quit; returns the exit code.
 pub fn run(args: FakeCodexArgs) -> i32 {
+    let ignore_enter = args.ignore_enter;
     let config = match session_config(args) {
         Ok(config) => config,
         Err(message) => {
@@ -105,7 +120,7 @@ pub fn run(args: FakeCodexArgs) -> i32 {
             return EXIT_IO_ERROR;
         }
     };
-    let result = App::new(config).run_loop();
+    let result = App::new(config, ignore_enter).run_loop();
     // Best effort: the terminal may already be gone.
     let _ = write_out(terminal::DISABLE_BRACKETED_PASTE).and_then(|()| write_out(b"\r\n"));
     drop(raw_mode);
@@ -164,6 +179,15 @@ fn home_relative(path: &std::path::Path) -> String {
     }
 }
 
+/// The bytes the composer gets from one read: all of them, or (`--ignore-enter`) all but CR.
+fn keys_seen(bytes: &[u8], ignore_enter: bool) -> std::borrow::Cow<'_, [u8]> {
+    if ignore_enter && bytes.contains(&b'\r') {
+        std::borrow::Cow::Owned(bytes.iter().copied().filter(|b| *b != b'\r').collect())
+    } else {
+        std::borrow::Cow::Borrowed(bytes)
+    }
+}
+
 fn write_out(bytes: &[u8]) -> io::Result<()> {
     let mut stdout = io::stdout().lock();
     stdout.write_all(bytes)?;
@@ -180,6 +204,8 @@ struct App {
     dirty: bool,
     /// The working directory as the header shows it (`~` for $HOME, like the real one).
     cwd_label: String,
+    /// `--ignore-enter`: CR bytes are dropped before the composer sees them.
+    ignore_enter: bool,
 }
 
 enum Step {
@@ -188,10 +214,11 @@ enum Step {
 }
 
 impl App {
-    fn new(config: SessionConfig) -> Self {
+    fn new(config: SessionConfig, ignore_enter: bool) -> Self {
         let cwd_label = home_relative(&config.cwd);
         App {
             cwd_label,
+            ignore_enter,
             composer: Composer::new(),
             session: FakeSession::new(config),
             started: Instant::now(),
@@ -218,8 +245,13 @@ impl App {
                 if n == 0 {
                     return Ok(()); // end of input: the terminal closed
                 }
-                self.dirty = true;
-                self.composer.feed(&buf[..n], self.now_ms())
+                let input = keys_seen(&buf[..n], self.ignore_enter);
+                if input.is_empty() {
+                    Vec::new() // only ignored Enters: nothing changes, nothing is redrawn
+                } else {
+                    self.dirty = true;
+                    self.composer.feed(&input, self.now_ms())
+                }
             } else {
                 self.composer.on_quiet(self.now_ms()).into_iter().collect()
             };
@@ -250,6 +282,13 @@ impl App {
         let was_armed = std::mem::take(&mut self.quit_armed);
         self.notice = None;
         match action {
+            ComposerAction::Submit(draft) if draft.trim() == CLEAR_COMMAND => {
+                if self.session.busy_since_ms().is_some() {
+                    self.notice = Some(HistoryLine::Notice(CLEAR_WHILE_BUSY.to_owned()));
+                } else {
+                    self.session.clear_transcript();
+                }
+            }
             ComposerAction::Submit(draft) => {
                 if let SubmitOutcome::CrashNow { .. } =
                     self.session.submit(&draft, self.now_ms())?
@@ -298,5 +337,23 @@ impl App {
         }))?;
         self.dirty = false;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keys_seen;
+
+    #[test]
+    fn ignore_enter_drops_every_cr_and_nothing_else() {
+        assert_eq!(
+            &*keys_seen(b"\x1b[200~a\rb\x1b[201~\r", true),
+            b"\x1b[200~ab\x1b[201~"
+        );
+        assert!(
+            keys_seen(b"\r", true).is_empty(),
+            "a lone Enter is not seen at all"
+        );
+        assert_eq!(&*keys_seen(b"a\r", false), b"a\r");
     }
 }

@@ -175,6 +175,13 @@ impl FakeSession {
         Ok(true)
     }
 
+    /// `/clear` on an idle session: the transcript the screen shows is emptied. The rollout
+    /// and the session id are kept (the real Codex also starts a new conversation).
+    pub fn clear_transcript(&mut self) {
+        assert!(self.turn.is_none(), "/clear is refused while a turn runs");
+        self.history.clear();
+    }
+
     /// Esc / Ctrl-C while busy. Returns true when a turn was interrupted.
     pub fn interrupt(&mut self) -> io::Result<bool> {
         let Some(mut turn) = self.turn.take() else {
@@ -430,6 +437,19 @@ mod tests {
                 .count(),
             0
         );
+    }
+
+    #[test]
+    fn clear_empties_the_transcript_and_writes_nothing() {
+        let home = tempfile::tempdir().unwrap();
+        let mut session = session(home.path(), Behaviour::default());
+        session.submit("one", 0).unwrap();
+        session.tick(50).unwrap();
+        let before = records(&session).len();
+        assert_eq!(session.history().count(), 2);
+        session.clear_transcript();
+        assert_eq!(session.history().count(), 0);
+        assert_eq!(records(&session).len(), before, "no rollout record");
     }
 
     #[test]
