@@ -333,6 +333,9 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
     if let ClientRequest::Admit(admit) = &request {
         return print_reply(call_admission(paths, admit));
     }
+    if let ClientRequest::Submit(submit) = &request {
+        return print_reply(client::call_submit(paths, submit));
+    }
     print_reply(client::call(paths, &request))
 }
 

@@ -95,6 +95,29 @@ fn io_error(error: std::io::Error) -> Reply {
 }
 
 /// One request, one reply.
+/// SUB-5: a submit whose reply is lost once the request may have reached the daemon (a crash,
+/// a stop, a wedge) may have written the command: exit 5, `retry_safe: false`, never a plain
+/// error a caller might retry. A daemon that was never reached stays `daemon_not_running`.
+pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -> Reply {
+    let reply = call(paths, &ClientRequest::Submit(submit.clone()));
+    if reply.body["error"] != "daemon_io" && reply.body["error"] != "daemon_unresponsive" {
+        return reply;
+    }
+    let message = format!(
+        "the daemon went away before answering ({}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again",
+        reply.body["message"].as_str().unwrap_or("no detail")
+    );
+    let body = serde_json::json!({
+        "schema": "wakterm.error.v1",
+        "error": "reply_lost",
+        "write_state": "unknown",
+        "acknowledged": false,
+        "retry_safe": false,
+        "message": message,
+    });
+    Reply { exit_code: crate::protocol::exit::INDETERMINATE, body }
+}
+
 pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
     let mut stream = match connect(paths) {
         Ok(stream) => stream,

@@ -216,7 +216,12 @@ impl WaktermMcp {
             return usage("bad_request", "action=submit takes no special_key: it types input, then Enter, itself");
         }
         let request = crate::protocol::SubmitRequest { target, exact_agent_id: false, text, timeout_ms: args.timeout_ms };
-        let reply = self.call(ClientRequest::Submit(request)).await;
+        let paths = self.paths.clone();
+        let reply = match tokio::task::spawn_blocking(move || client::call_submit(&paths, &request)).await {
+            Ok(reply) => reply,
+            // The call may have reached the daemon: as unknown as a lost reply (SUB-5).
+            Err(error) => Reply { exit_code: crate::protocol::exit::INDETERMINATE, body: json!({"schema": "wakterm.error.v1", "error": "mcp_internal", "message": error.to_string(), "write_state": "unknown", "retry_safe": false}) },
+        };
         // The receipt itself is the answer, unwrapped: `isError` unless acknowledged.
         match (reply.exit_code, reply.body["schema"] == wakterm_engine::submit::SUBMIT_RECEIPT_SCHEMA) {
             (0, true) => CallToolResult::structured(reply.body),
