@@ -176,6 +176,7 @@ fn corr_8_managed_sessions_use_event_sequence() {
     let mut rig = Rig::with_idle_zola();
     let mut facts = zola_facts("inc-1", 100);
     facts.transport = Transport::AppServer;
+    facts.managed = Some(ManagedIds { thread_id: "sess-1".into(), session_id: session() }); // MGD-2
     rig.input(Input::AgentUpserted(facts));
     rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
     let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
@@ -416,6 +417,7 @@ fn corr_8_managed_session_without_a_baseline_turn_is_admitted() {
     let mut rig = Rig::with_idle_zola();
     let mut facts = zola_facts("inc-1", 100);
     facts.transport = Transport::AppServer;
+    facts.managed = Some(ManagedIds { thread_id: "sess-1".into(), session_id: session() }); // MGD-2
     rig.input(Input::AgentUpserted(facts));
     let mut fresh = idle_snapshot("inc-1", 100);
     fresh.turn = TurnState::Idle { last_completed: None };

@@ -94,6 +94,13 @@ impl Effects for BenchEffects {
 
     fn publish(&mut self, _event: TerminalEvent) {}
     fn publish_event(&mut self, _event: AgentEvent) {}
+    // The history benchmark never submits (SUB-*): nothing to write or watch.
+    fn submit_write(&mut self, _: u64, _: AgentId, _: Incarnation, _: wakterm_engine::SplitWrite) {
+        unreachable!("the history benchmark makes no submit calls")
+    }
+    fn watch_pane(&mut self, _: u64, _: AgentId, _: wakterm_engine::EnterBoundary, _: u64) {
+        unreachable!("the history benchmark makes no submit calls")
+    }
     fn load_request(&mut self, load_id: u64, _request_id: RequestId) {
         // Plain sends carry generated ids: never looked up.
         let _ = self.inbox.try_send(DriverMsg::Input(Input::RequestLoaded { load_id, record: Ok(None) }));
