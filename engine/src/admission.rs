@@ -130,6 +130,7 @@ impl Engine {
             pending_receipt: None,
             deferred: Vec::new(),
             replaced: None,
+            steered: false,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
             let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);
@@ -316,6 +317,17 @@ impl Engine {
         // turn, but never destroys a draft or answers an interactive question.
         if command.operation == Operation::Send && !return_final && agent.facts.transport == crate::agent::Transport::Pty {
             return composer_blocker(view.composer);
+        }
+        // MGD-3: a managed plain send may steer a running turn, but needs the live stream (its
+        // acknowledgement) and never races a written prompt whose turn has not started.
+        if command.operation == Operation::Send && !return_final {
+            if let ObserverStatus::Unavailable { reason } = &view.status {
+                return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
+            }
+            if agent.awaiting_turn_after.is_some() {
+                return Some(blocker(Classification::Busy, "awaiting_turn_start", "a prompt was written and its turn has not started yet"));
+            }
+            return None;
         }
         if let ObserverStatus::Unavailable { reason } = &view.status {
             return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
@@ -531,8 +543,11 @@ impl Engine {
     /// ADM-8: prompt text and Enter as ONE pane write.
     fn start_write(&mut self, request_id: &RequestId) {
         let delivery_id = self.fresh_id();
-        let managed = self.agents.get(&self.admissions[request_id].agent_id).and_then(|a| a.facts.managed.clone());
+        let agent = self.agents.get(&self.admissions[request_id].agent_id);
+        let managed = agent.and_then(|a| a.facts.managed.clone());
+        let busy = agent.and_then(|a| a.view.as_ref()).is_some_and(|v| matches!(v.turn, TurnState::Busy { .. }));
         let admission = self.admissions.get_mut(request_id).expect("exists");
+        admission.steered = managed.is_some() && busy;
         let bytes = match managed {
             // MGD-3: checked by `blocker_for_command` just before (ADM-4).
             Some(ids) => crate::prompt::managed_turn_start(&ids.thread_id, request_id.as_str(), &admission.command.prompt),
@@ -648,8 +663,12 @@ impl Engine {
     /// durable (seed 000); only then does correlation start (`on_confirmed`). Observer events
     /// meanwhile wait in the admission's deferred queue.
     fn confirm_accepted(&mut self, request_id: &RequestId, acknowledged: Option<bool>) {
+        let steered = self.admissions[request_id].steered.then(|| {
+            ("steered_running_turn", "the agent's thread was running a turn: the app-server added this prompt to it (steering)".to_string())
+        });
         let record = self.requests.get_mut(request_id).expect("registered");
-        let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, None, None);
+        let (reason, detail) = steered.map_or((None, None), |(reason, detail)| (Some(reason), Some(detail)));
+        let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, reason, detail);
         record.receipt = Some(receipt.clone());
         let durable_phase = match record.return_mode {
             ReturnMode::ReturnFinal => Phase::Submitted,
@@ -873,9 +892,8 @@ fn unobserved_blocker(command: &AdmitCommand, refresh_error: Option<&str>) -> Op
 }
 
 /// MGD-2, MGD-3 / CORR-8: a managed agent takes a prompt only through its own thread, while
-/// the observer follows exactly that thread and session; a running turn refuses even a plain
-/// send (`turn/start` cannot steer, and steering is not offered yet); a raw paste means nothing
-/// to a JSON-RPC session.
+/// the observer follows exactly that thread and session; a running turn refuses everything but
+/// a plain send, which steers it; a raw paste means nothing to a JSON-RPC session.
 fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, view: &crate::agent::ObserverView) -> Option<Blocker> {
     if agent.facts.transport != crate::agent::Transport::AppServer {
         return None;
@@ -890,7 +908,10 @@ fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, vie
         let detail = format!("the event stream follows {:?}, not the agent's session {}", view.session.as_ref().map(|s| &s.0), ids.session_id.0);
         return Some(blocker(Classification::ObserverFailure, "managed_session_changed", detail));
     }
-    if matches!(view.turn, TurnState::Busy { .. }) {
+    // A plain one-way send steers a running turn (ADM-13): Codex 0.169's `turn/start` adds
+    // the prompt to the turn in flight. Anything else needs an idle thread.
+    let steering = command.operation == Operation::Send && command.return_mode == ReturnMode::OneWay;
+    if matches!(view.turn, TurnState::Busy { .. }) && !steering {
         return Some(blocker(Classification::Busy, "turn_active", "the agent's thread is running a turn"));
     }
     None

@@ -70,6 +70,9 @@ pub(crate) struct Admission {
     pub deferred: Vec<Deferred>,
     /// The released record this admission's registration replaced (same id, same input).
     pub replaced: Option<crate::request::RequestRecord>,
+    /// MGD-3: a plain send written into a managed thread while it ran a turn: Codex 0.169's
+    /// `turn/start` then adds the prompt to the running turn (steering), and the receipt says so.
+    pub steered: bool,
 }
 
 /// ADM-17: what the observer said while an admission's write was in flight, kept in order.

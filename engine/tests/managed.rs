@@ -47,17 +47,28 @@ fn mgd_2_another_session_or_no_thread_is_refused_before_any_write() {
     }
 }
 
-// MGD-3: a running turn refuses even a plain send (turn/start cannot steer), and a raw paste
-// means nothing to a JSON-RPC session.
+// MGD-3: a running turn refuses a return-final admission, while a plain send steers it (Codex
+// 0.169's turn/start adds the prompt to the running turn) and its receipt says so, acknowledged
+// by the prompt's user message in that turn; a raw paste means nothing to a JSON-RPC session.
 #[test]
-fn mgd_3_busy_sends_and_raw_pastes_are_refused() {
+fn mgd_3_busy_threads_refuse_return_final_and_plain_sends_steer() {
     let mut rig = managed_zola(Some(THREAD));
     let mut busy = idle_snapshot("inc-1", 100);
     busy.turn = TurnState::Busy { turn: Some(turn("turn-9")) };
     rig.snapshots.insert(agent_id(ZOLA), Ok(busy));
-    let command = rig.command(Operation::Send, REQ, "hi", ReturnMode::OneWay);
-    let op = rig.submit(command);
+    let op = rig.admit(REQ2, "hi", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("turn_active"));
+    assert!(rig.written.is_empty());
+    let command = rig.command(Operation::Send, REQ, "steer it", ReturnMode::OneWay);
+    rig.auto = Auto::Manual;
+    let op = rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.user_message("turn-9", "steer it", 1_100);
+    rig.settle();
+    let receipt = rig.receipt(op);
+    assert_eq!((receipt.classification, receipt.reason.as_deref(), receipt.acknowledged), (Classification::Accepted, Some("steered_running_turn"), Some(true)), "{receipt:?}");
     let mut rig = managed_zola(Some(THREAD));
     let mut command = rig.command(Operation::Send, REQ2, "hi", ReturnMode::OneWay);
     command.paste_mode = PasteMode::Raw;

@@ -1167,3 +1167,35 @@ fn mgd_real_codex_one_stream_for_pty_and_managed_agents() {
         assert_eq!(stream.iter().filter(|e| e["request_id"] == id.as_str()).count(), 1, "{stream:?}");
     }
 }
+
+/// MGD-3 against the real `codex app-server` 0.169: a plain `agent send` to a managed agent
+/// whose thread runs a turn steers it (Codex's `turn/start` adds the prompt to the running
+/// turn): the receipt is accepted with reason `steered_running_turn`, acknowledged by the
+/// prompt's user message, the model gets the prompt, and no second turn starts.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn mgd_real_codex_plain_send_steers_a_running_turn() {
+    let slow = wakterm_harness::provider::Rule { contains: "SLOWTURN".into(), reply: None, delay_ms: 0, output_delay_ms: 4000, fail: None };
+    let rw = RealWorld::new(EXE, script(vec![slow]));
+    rw.start_managed("mia");
+    rw.wait_entry("mia", "return-final available", TURN_DEADLINE, |e| e["return_final_available"] == true);
+    let first = rw.w.run(&["agent", "send", "mia", "SLOWTURN the running turn"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let end = Instant::now() + TURN_DEADLINE;
+    while !rw.provider_prompts().iter().any(|p| p == "SLOWTURN the running turn") {
+        assert!(Instant::now() < end, "the model never got the first prompt");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rw.wait_entry("mia", "busy", TURN_DEADLINE, |e| e["state"] == "busy");
+    let steer = rw.w.run(&["agent", "send", "mia", "steering words"]);
+    assert_eq!(steer.code, 0, "{steer:?}");
+    assert_eq!((s(&steer.json["classification"]), s(&steer.json["reason"])), ("accepted", "steered_running_turn"), "{}", steer.json);
+    assert_eq!(steer.json["acknowledged"], true, "{}", steer.json);
+    rw.wait_entry("mia", "idle after the steered turn", TURN_DEADLINE, |e| e["return_final_available"] == true);
+    assert!(rw.provider_prompts().iter().any(|p| p == "steering words"), "the model got the steering prompt: {:?}", rw.provider_prompts());
+    let out = rw.w.run(&["agent", "events", "--once", "--agent", "mia"]);
+    let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let started = events.iter().filter(|e| e["kind"] == "turn.started").count();
+    let users = events.iter().filter(|e| e["kind"] == "message.user").count();
+    assert_eq!((started, users), (1, 2), "two prompts, one turn: {events:?}");
+}
