@@ -1290,6 +1290,25 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Runs the fake on this process's stdin/stdout until stdin ends; returns the exit code.
 /// The exit prefix does not return: the process dies by SIGKILL.
+/// The whole program: configuration from the environment and the working directory, then
+/// [`run`]. Exit 2 on unusable knobs, 1 on an I/O error, 0 at the end of stdin.
+pub fn run_from_env() -> i32 {
+    let cwd = match std::env::current_dir() {
+        Ok(cwd) => cwd,
+        Err(error) => {
+            eprintln!("fake-codex-app-server: cannot read the working directory: {error}");
+            return EXIT_IO_ERROR;
+        }
+    };
+    match ServerConfig::from_env(|name| std::env::var(name).ok(), cwd) {
+        Ok(config) => run(config),
+        Err(message) => {
+            eprintln!("fake-codex-app-server: {message}");
+            EXIT_USAGE
+        }
+    }
+}
+
 pub fn run(config: ServerConfig) -> i32 {
     let (lines_tx, lines) = mpsc::channel::<Option<String>>();
     std::thread::spawn(move || {

@@ -30,13 +30,26 @@ pub enum Command {
         command: AgentCommand,
     },
     /// Runs the whole flow on a built-in fake Codex in a private temporary data directory.
-    Demo,
+    Demo {
+        /// The managed transport instead: a built-in fake `codex app-server` (seed 000's
+        /// second transport, SPEC.md MGD).
+        #[arg(long)]
+        managed: bool,
+    },
     /// An MCP server on stdin/stdout (tools: agent_catalog, agent_capabilities, agent_admit,
     /// request_get, request_wait, session). It talks to the daemon of this data directory:
     /// start one first with `wakterm mux start`.
     Mcp,
     /// A Codex-compatible fake TUI, for tests and the demo.
     FakeCodex(wakterm_harness::fake_codex::FakeCodexArgs),
+    /// A fake `codex app-server` 0.169 (stdio JSON-RPC), for tests and `demo --managed`;
+    /// knobs are WAKTERM_FAKE_APP_SERVER_* environment variables.
+    #[command(name = "fake-codex-app-server")]
+    FakeCodexAppServer {
+        /// Accepted and ignored, so it can stand in for `codex` in `codex app-server`.
+        #[arg(value_parser = ["app-server"])]
+        subcommand: Option<String>,
+    },
     /// Internal: the per-agent PTY holder process.
     #[command(name = "__holder", hide = true)]
     Holder(crate::holder::HolderArgs),
@@ -261,7 +274,8 @@ pub fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Mux { command } => run_mux(&paths, command),
         Command::Agent { command } => run_agent(&paths, command),
-        Command::Demo => crate::demo::run(),
+        Command::Demo { managed } => crate::demo::run(managed),
+        Command::FakeCodexAppServer { .. } => wakterm_harness::fake_app_server::run_from_env(),
         Command::Mcp => crate::mcp::run(paths),
         Command::FakeCodex(args) => wakterm_harness::fake_codex::run(args),
         Command::Holder(args) => crate::holder::run_holder(args.into_config()),

@@ -37,11 +37,15 @@ impl Demo {
         Ok(value)
     }
 
-    fn wait_for(&self, what: &str, mut ready: impl FnMut(&Value) -> bool) -> Result<Value, String> {
+    fn wait_for(&self, what: &str, ready: impl FnMut(&Value) -> bool) -> Result<Value, String> {
+        self.wait_for_agent("zola", what, ready)
+    }
+
+    fn wait_for_agent(&self, name: &str, what: &str, mut ready: impl FnMut(&Value) -> bool) -> Result<Value, String> {
         let deadline = Instant::now() + STEP_DEADLINE;
         loop {
             let (_, catalog) = self.wakterm(&["agent", "catalog"]);
-            let zola = catalog["agents"].as_array().and_then(|a| a.iter().find(|x| x["name"] == "zola")).cloned();
+            let zola = catalog["agents"].as_array().and_then(|a| a.iter().find(|x| x["name"] == name)).cloned();
             if let Some(zola) = zola.filter(|z| ready(z)) {
                 println!("{}", json!({"step": what, "exit_code": 0, "result": zola}));
                 return Ok(zola);
@@ -54,7 +58,7 @@ impl Demo {
     }
 }
 
-pub fn run() -> i32 {
+pub fn run(managed: bool) -> i32 {
     let root = std::env::temp_dir().join(format!("wakterm-demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -64,7 +68,7 @@ pub fn run() -> i32 {
         }
     };
     let demo = Demo { exe, root: root.clone() };
-    let result = run_steps(&demo);
+    let result = if managed { run_managed_steps(&demo) } else { run_steps(&demo) };
     let _ = demo.wakterm(&["mux", "stop", "--all"]);
     let _ = std::fs::remove_dir_all(&root);
     match result {
@@ -97,6 +101,38 @@ fn run_steps(demo: &Demo) -> Result<(), String> {
     let receipt = demo.step("admit --return-final", &["agent", "admit", "zola", "--incarnation", &incarnation, "--request-id", &request_id, "--return-final", "Complete phases 2 and 3"])?;
     if receipt["reply_pending"] != true {
         return Err("the receipt did not arm a return-final request".to_string());
+    }
+    let event = wait_for_terminal(demo, &request_id)?;
+    println!("{}", json!({"step": "request watch", "exit_code": 0, "result": event}));
+    if event["state"] != "completed" {
+        return Err(format!("the request ended {}", event["state"]));
+    }
+    demo.step("mux stop --all", &["mux", "stop", "--all"])?;
+    Ok(())
+}
+
+/// `demo --managed`: the same flow on the built-in fake `codex app-server` (MGD-*): no baseline
+/// turn is needed, the cursor is the app-server's event stream.
+fn run_managed_steps(demo: &Demo) -> Result<(), String> {
+    let work = demo.root.join("work");
+    let codex_home = demo.root.join("codex-home");
+    for dir in [&work, &codex_home] {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    crate::paths::private_dir(&demo.root).map_err(|e| e.to_string())?;
+    demo.step("mux start", &["mux", "start"])?;
+    let exe = demo.exe.display().to_string();
+    let home = format!("CODEX_HOME={}", codex_home.display());
+    let reply = "WAKTERM_FAKE_APP_SERVER_REPLY=Final answer for: {prompt}";
+    let cwd = path_text(&work);
+    let args = ["agent", "start", "--name", "mia", "--managed", "--cwd", &cwd, "--env", &home, "--env", reply, "--", &exe, "fake-codex-app-server", "app-server"];
+    demo.step("agent start --managed", &args)?;
+    let mia = demo.wait_for_agent("mia", "return-final available", |m| m["return_final_available"] == true)?;
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let incarnation = mia["incarnation"].as_str().unwrap_or_default().to_string();
+    let receipt = demo.step("admit --return-final", &["agent", "admit", "mia", "--incarnation", &incarnation, "--request-id", &request_id, "--return-final", "Complete phases 2 and 3"])?;
+    if receipt["reply_pending"] != true || receipt["correlation_source"] != "agent_api_events" {
+        return Err("the receipt did not arm a managed return-final request".to_string());
     }
     let event = wait_for_terminal(demo, &request_id)?;
     println!("{}", json!({"step": "request watch", "exit_code": 0, "result": event}));

@@ -9,8 +9,8 @@
 
 use clap::Parser;
 use wakterm_harness::fake_app_server::{
-    run, ServerConfig, ENV_BUSY, ENV_EXIT_PREFIX, ENV_FAIL_PREFIX, ENV_HOLD_MS, ENV_HOLD_PREFIX,
-    ENV_REPLY, ENV_REPLY_DELAY_MS, ENV_STATE_DIR, EXIT_IO_ERROR, EXIT_USAGE,
+    ENV_BUSY, ENV_EXIT_PREFIX, ENV_FAIL_PREFIX, ENV_HOLD_MS, ENV_HOLD_PREFIX,
+    ENV_REPLY, ENV_REPLY_DELAY_MS, ENV_STATE_DIR,
 };
 
 const KNOBS: &str = "\
@@ -54,19 +54,5 @@ fn main() {
     ]
     .iter()
     .all(|name| KNOBS.contains(name)));
-    let cwd = match std::env::current_dir() {
-        Ok(cwd) => cwd,
-        Err(error) => {
-            eprintln!("fake-codex-app-server: cannot read the working directory: {error}");
-            std::process::exit(EXIT_IO_ERROR);
-        }
-    };
-    let config = match ServerConfig::from_env(|name| std::env::var(name).ok(), cwd) {
-        Ok(config) => config,
-        Err(message) => {
-            eprintln!("fake-codex-app-server: {message}");
-            std::process::exit(EXIT_USAGE);
-        }
-    };
-    std::process::exit(run(config));
+    std::process::exit(wakterm_harness::fake_app_server::run_from_env());
 }
