@@ -1,6 +1,19 @@
 //! Planted bugs. Each lives in a simulated port or in the glue around the production driver
 //! (never in engine/ or runtime/), is a realistic bug of that layer, and must be caught by the
 //! oracle.
+//!
+//! SUB-* (seed 003, `session action=submit`) in the simulator: submit callers (`scenario.rs`:
+//! one submit, two sent in the same instant, one racing an `agent send`; random text, some of
+//! it invalid; `timeout_ms` absent, in range and out of range), the pane model (`world.rs`
+//! `Pane`: raw-output end, screen, child generation, writes, write lock; the TUI echoes
+//! edits and reacts to a submitting CR a little later), the holder's split write and the
+//! daemon's watch (`ports.rs`), fault classes `terminal.never_reacts`,
+//! `terminal.reacts_before_enter`, `terminal.output_without_change`, `submit.exit_mid_wait`,
+//! `submit.split_write_fails`, `submit.watch_lost`, `submit.foreign_write`,
+//! `observer.composer_unknown`, `caller.submit_pair`, `caller.submit_races_admission`; oracle
+//! kinds `SubmitFalseAck`, `SubmitWriteState`, `Interleaved`, `SubmitReceipt`,
+//! `SubmitStalled`; mutants `boundary_before_enter`, `split_failure_refused`,
+//! `submit_skips_write_lock`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
@@ -88,6 +101,17 @@ pub enum Mutant {
     /// asking whether retention passed it (the pruned check made only at subscribe, as the
     /// daemon once did), so what was pruned meanwhile is skipped silently.
     LaggedReaderSkipsPruned,
+    /// Pane port (SUB-2, SUB-4): the holder reads the Enter boundary before it writes the CR,
+    /// so the harness's reaction to the paste or the CR, landing before the true boundary,
+    /// counts as post-Enter movement: a false acknowledgement.
+    BoundaryBeforeEnter,
+    /// Pane port (SUB-2, SUB-5): a split write that failed after some bytes is reported
+    /// `Refused` (the writer maps every error to "pane closed"), so the receipt says
+    /// `not_started` / retry-safe with bytes in the composer.
+    SplitFailureRefused,
+    /// Pane port (SUB-2): the steps are written without holding the pane's write lock across
+    /// the gaps, so another writer (a raw `input`, a human) splices into them.
+    SubmitSkipsWriteLock,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -114,6 +138,9 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::PlanTurnUnlabelled, "plan_turn_unlabelled", "observer port reports plan updates without their turn id"),
     (Mutant::LaggedReaderSkipsPruned, "lagged_reader_skips_pruned", "a lagged subscriber's re-read skips what retention pruned, silently"),
     (Mutant::ReplaysTrustedByPosition, "replays_trusted_by_position", "restart glue drops the marks' fingerprints, so replays are trusted by position"),
+    (Mutant::BoundaryBeforeEnter, "boundary_before_enter", "pane port reads a submit's Enter boundary before writing the CR"),
+    (Mutant::SplitFailureRefused, "split_failure_refused", "pane port reports a split write that failed after some bytes as Refused"),
+    (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
 ];
 
 impl Mutant {

@@ -53,6 +53,64 @@ pub enum Kind {
     /// a request with a durable receipt without exactly one `request.admitted` (or a released
     /// one with any).
     RequestTerminalEvent,
+    /// SUB-4 (a): a submit acknowledged although the pane did not move after the true Enter
+    /// boundary of that very submission with no other write after it, or the receipt's Enter
+    /// boundary is not the pane's.
+    SubmitFalseAck,
+    /// SUB-5 (b): `retry_safe` / `not_started` with bytes of the submission in the pane,
+    /// `complete` without all of them, `partial` with none.
+    SubmitWriteState,
+    /// SUB-1, SUB-2 (c): another writer's bytes inside a split write, two racing submits that
+    /// both wrote, or the engine asking for a write while its own split write was in progress.
+    Interleaved,
+    /// SUB-5 (d): a receipt that fails `assert_consistent`, a `timeout_ms` not clamped to
+    /// 250..=10000 (default 3000), or another submission's or agent's receipt.
+    SubmitReceipt,
+    /// SUB-4 (e): a submit call not answered within its bound, or submissions still in flight
+    /// in a quiescent engine.
+    SubmitStalled,
+}
+
+/// SUB-4: the pane at one moment (ground truth).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaneTruth {
+    pub output_end: u64,
+    pub screen: String,
+    pub generation: u64,
+    pub writes: u64,
+    pub alive: bool,
+}
+
+/// One `session action=submit` call as the caller made it.
+#[derive(Clone, Debug)]
+pub struct SubmitCallInput {
+    pub agent: usize,
+    /// As sent (any case); the oracle keys by its lowercase form.
+    pub submission_id: String,
+    pub target: String,
+    pub exact_agent_id: bool,
+    pub text: String,
+    pub timeout_ms: Option<u64>,
+    /// Calls sent in the same instant share a group (two racing submits).
+    pub group: Option<u64>,
+}
+
+/// SUB-*: what happened to one submission in the pane (ground truth).
+#[derive(Clone, Debug, Default)]
+pub struct SubmitTruth {
+    pub agent: usize,
+    pub group: Option<u64>,
+    /// Bytes of its split write (all steps) and how many reached the pane.
+    pub total: usize,
+    pub reached: usize,
+    /// The pane right after its CR went in (captured with it, before anything else moved).
+    pub boundary: Option<PaneTruth>,
+    /// The pane moved after `boundary` (more output AND another screen) while no other write
+    /// had come after it and the same child ran.
+    pub moved_after_enter: bool,
+    /// Its receipt said retry-safe (nothing written): no byte may reach the pane later.
+    pub said_unwritten: bool,
+    pub answered: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -136,6 +194,9 @@ pub struct Oracle {
     pub stream: StreamTruth,
     /// Known engine gaps seen (counted as `note.*` faults, not violations).
     pub notes: Vec<&'static str>,
+    /// SUB-*: every submission by lowercase id, and the id of each submission text.
+    pub submits: BTreeMap<String, SubmitTruth>,
+    pub submit_texts: BTreeMap<String, Vec<String>>,
 }
 
 /// EV-*: the subscriber's view of the durable Agent API event stream.
@@ -259,6 +320,146 @@ impl Oracle {
         self.violations.push(Violation { kind, message });
     }
 
+    // ----- SUB-*: session action=submit -----
+
+    /// A caller is about to send this submit call.
+    pub fn on_submit_call(&mut self, call: &SubmitCallInput, total: usize) {
+        let id = call.submission_id.to_ascii_lowercase();
+        self.submit_texts.entry(call.text.clone()).or_default().push(id.clone());
+        self.submits.insert(id, SubmitTruth { agent: call.agent, group: call.group, total, ..SubmitTruth::default() });
+    }
+
+    /// The submission a split write's paste carries: texts are unique but for `/clear`, whose
+    /// write belongs to the latest such call that has not written yet (callers never send two
+    /// `/clear` in one instant).
+    pub fn submission_of(&self, text: &str) -> Option<String> {
+        let ids = self.submit_texts.get(text)?;
+        let fresh = ids.iter().rev().find(|id| self.submits.get(*id).is_some_and(|s| s.reached == 0 && s.boundary.is_none() && !s.answered));
+        fresh.or(ids.last()).cloned()
+    }
+
+    /// (c) Another writer's bytes landed inside a split write, or the engine asked for a
+    /// write while its own split write held the pane.
+    pub fn interleaved(&mut self, message: String) {
+        self.fail(Kind::Interleaved, message);
+    }
+
+    /// Bytes of `writer`'s write reached a pane.
+    pub fn on_pane_bytes(&mut self, writer: &str, n: usize) {
+        let Some(truth) = self.submits.get_mut(writer) else { return };
+        truth.reached += n;
+        if truth.said_unwritten && n > 0 {
+            let m = format!("submission {writer}: its receipt said retry-safe / not started, then {n} of its bytes reached the pane");
+            self.fail(Kind::SubmitWriteState, m);
+        }
+    }
+
+    /// The pane right after a split write's CR went in (ground truth, whatever the port
+    /// reports as the boundary).
+    pub fn on_enter_boundary(&mut self, submission: &str, truth: PaneTruth) {
+        if let Some(s) = self.submits.get_mut(submission) {
+            s.boundary = Some(truth);
+        }
+    }
+
+    /// The pane of agent `a` moved: for every submission still waiting for its receipt whose
+    /// boundary is known, did it move after that boundary, with no other write since and the
+    /// same child running?
+    pub fn on_pane_moved(&mut self, a: usize, now: &PaneTruth) {
+        for truth in self.submits.values_mut().filter(|s| s.agent == a && !s.answered && !s.moved_after_enter) {
+            let Some(b) = &truth.boundary else { continue };
+            if now.alive && now.generation == b.generation && now.writes == b.writes && now.output_end > b.output_end && now.screen != b.screen {
+                truth.moved_after_enter = true;
+            }
+        }
+    }
+
+    /// (a)-(e) when a caller gets its submit receipt. `elapsed_ms`: how long the call waited
+    /// (simulated time, clock jumps excluded); `bound_ms`: how long it may.
+    pub fn on_submit_receipt(&mut self, call: &SubmitCallInput, receipt: &wakterm_engine::SubmitReceipt, started_ms: u64, elapsed_ms: u64, bound_ms: u64) {
+        use wakterm_engine::{SubmitStatus, WriteState};
+        let id = call.submission_id.to_ascii_lowercase();
+        // ADM-5 liveness, as for admissions: not refused for a turn the engine was told of.
+        if receipt.reason.as_deref() == Some("awaiting_turn_start") {
+            self.check_agent_not_stalled(call.agent, &id, started_ms);
+        }
+        let mut problems: Vec<(Kind, String)> = Vec::new();
+        // (d) the receipt's own invariants, the clamp, whose receipt it is.
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| receipt.assert_consistent())) {
+            let why = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            problems.push((Kind::SubmitReceipt, format!("submission {id}: receipt fails assert_consistent ({why}): {receipt:?}")));
+        }
+        // Seed 003's numbers, not the engine's constants.
+        let expected = call.timeout_ms.unwrap_or(3_000).clamp(250, 10_000);
+        if receipt.timeout_ms != expected {
+            problems.push((Kind::SubmitReceipt, format!("submission {id}: timeout_ms {:?} answered as {}, expected {expected}", call.timeout_ms, receipt.timeout_ms)));
+        }
+        if receipt.submission_id.as_deref().is_some_and(|s| s != id) {
+            problems.push((Kind::SubmitReceipt, format!("submission {id}: the receipt names submission {:?}", receipt.submission_id)));
+        }
+        // (e) answered within its bound.
+        if elapsed_ms > bound_ms {
+            problems.push((Kind::SubmitStalled, format!("submission {id}: answered after {elapsed_ms} ms, bound {bound_ms} ms ({:?}/{:?})", receipt.status, receipt.reason)));
+        }
+        let truth = self.submits.get(&id).cloned().unwrap_or_default();
+        // (b) the write state against the bytes that reached the pane.
+        match receipt.write_state {
+            WriteState::NotStarted if truth.reached > 0 => {
+                let m = format!("submission {id}: {:?}/{:?} not_started, retry_safe {}, but {} of its {} bytes reached the pane", receipt.status, receipt.reason, receipt.retry_safe, truth.reached, truth.total);
+                problems.push((Kind::SubmitWriteState, m));
+            }
+            WriteState::Complete if truth.reached != truth.total => {
+                let m = format!("submission {id}: write_state complete, but {} of its {} bytes reached the pane", truth.reached, truth.total);
+                problems.push((Kind::SubmitWriteState, m));
+            }
+            WriteState::Partial if truth.reached == 0 => {
+                problems.push((Kind::SubmitWriteState, format!("submission {id}: write_state partial, but none of its bytes reached the pane")));
+            }
+            _ => {}
+        }
+        if receipt.retry_safe && truth.reached > 0 && receipt.write_state != WriteState::NotStarted {
+            problems.push((Kind::SubmitWriteState, format!("submission {id}: retry_safe with {} bytes in the pane", truth.reached)));
+        }
+        // (a) an acknowledgement is the pane's true post-Enter movement.
+        if receipt.status == SubmitStatus::Acknowledged || receipt.acknowledged {
+            match &truth.boundary {
+                None => problems.push((Kind::SubmitFalseAck, format!("submission {id}: acknowledged, but its CR never reached the pane"))),
+                Some(b) => {
+                    let enter = receipt.evidence.as_ref().map(|e| e.enter_offset);
+                    if enter != Some(b.output_end) {
+                        let m = format!("submission {id}: acknowledged with the Enter boundary at {enter:?}, but the pane's output ended at {} right after the CR", b.output_end);
+                        problems.push((Kind::SubmitFalseAck, m));
+                    }
+                    if !truth.moved_after_enter {
+                        let m = format!("submission {id}: acknowledged ({:?}), but the pane never moved after its Enter boundary (output {}, writes {}) with no other write after it", receipt.evidence, b.output_end, b.writes);
+                        problems.push((Kind::SubmitFalseAck, m));
+                    }
+                }
+            }
+        }
+        // (c) of submits sent in the same instant, at most one writes.
+        if let Some(group) = truth.group.filter(|_| truth.reached > 0) {
+            let others: Vec<String> = self.submits.iter().filter(|(other, s)| **other != id && s.group == Some(group) && s.reached > 0).map(|(other, _)| other.clone()).collect();
+            if !others.is_empty() {
+                problems.push((Kind::Interleaved, format!("submission {id} and {others:?}, sent in the same instant, both wrote to a{}", truth.agent)));
+            }
+        }
+        if let Some(s) = self.submits.get_mut(&id) {
+            s.answered = true;
+            s.said_unwritten = receipt.retry_safe || receipt.write_state == WriteState::NotStarted;
+        }
+        for (kind, m) in problems {
+            self.fail(kind, m);
+        }
+    }
+
+    /// (e) at quiescence: the engine holds no submission.
+    pub fn submissions_left(&mut self, n: u64) {
+        if n > 0 {
+            self.fail(Kind::SubmitStalled, format!("{n} submissions still in flight in a quiescent engine"));
+        }
+    }
+
     pub fn request_of(&self, text: &str) -> Option<String> {
         self.prompts.get(text.trim()).cloned()
     }
@@ -323,13 +524,18 @@ impl Oracle {
     /// ADM-5, ADM-17: a wait for the written prompt's turn that the engine had been told was
     /// over before the call reached it (`since`, the earliest start among the id's open calls).
     fn check_not_stalled(&mut self, call: &CallInput, since: u64) {
-        let Some((at, position, turn)) = self.turn_after_write.get(&call.agent).cloned() else { return };
+        self.check_agent_not_stalled(call.agent, &call.request_id, since);
+    }
+
+    /// `check_not_stalled` for agent `agent` and a call named `id` that started at `since`.
+    fn check_agent_not_stalled(&mut self, agent: usize, id: &str, since: u64) {
+        let Some((at, position, turn)) = self.turn_after_write.get(&agent).cloned() else { return };
         if at + STALL_MARGIN_MS <= since {
-            let (session, end) = self.last_write.get(&call.agent).cloned().expect("a turn after a write");
+            let (session, end) = self.last_write.get(&agent).cloned().expect("a turn after a write");
             let m = format!(
                 "{}: busy/awaiting_turn_start for a{}, but turn {} (session {} at {position}, after the last write at {end}) was delivered to the engine {} ms before the call",
-                call.request_id,
-                call.agent,
+                id,
+                agent,
                 turn.0,
                 session.0,
                 since - at

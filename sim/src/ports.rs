@@ -14,9 +14,10 @@ use crate::world::{Shared, World};
 use madsim::rand::{thread_rng, Rng};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use crate::world::CrMode;
 use wakterm_engine::{
-    AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, Engine, EventBody, EventMark, Incarnation, Input, ObserverEvent,
-    PersistOp, Phase, RequestId, RequestRecord, TerminalEvent,
+    judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
+    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -28,6 +29,14 @@ fn ms(lo: u64, hi: u64) -> Duration {
 fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
     // The inbox is bounded (DRIVER_INBOX) and this simulation stays far below it.
     inbox.try_send(DriverMsg::Input(input)).ok().expect("driver inbox has room");
+}
+
+/// An answer from outside the daemon (a holder's): lost when the daemon that asked is gone.
+fn send_if_running(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
+    match inbox.try_send(DriverMsg::Input(input)) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => panic!("driver inbox has room"),
+    }
 }
 
 /// One submission to the store writer: the engine's persist, acknowledged with its token.
@@ -145,6 +154,21 @@ impl Effects for SimEffects {
         let inbox = self.inbox.clone();
         madsim::task::spawn(async move {
             madsim::time::sleep(ms(0, 20)).await;
+            // The holder's write takes the pane's write lock (a split write holds it through
+            // its gaps); the engine never asks for it while its own split write runs (ADM-12).
+            let lock = {
+                let mut w = world.lock().unwrap();
+                let text = strip_framing(&bytes);
+                let writer = w.oracle.request_of(&text).unwrap_or_else(|| "admission".to_string());
+                agent_index(&w, &agent_id).map(|a| {
+                    check_no_split_of_this_daemon(&mut w, a, &writer);
+                    w.agents[a].pane.lock.clone()
+                })
+            };
+            let _guard = match lock {
+                Some(lock) => Some(lock.lock_owned().await),
+                None => None,
+            };
             let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes);
             let late = {
                 let mut w = world.lock().unwrap();
@@ -226,6 +250,111 @@ impl Effects for SimEffects {
             };
             w.log(format!("load {request_id} -> {found}"));
             send(&inbox, Input::RequestLoaded { load_id, record });
+        });
+    }
+
+    /// SUB-2: the holder's `write_steps`, run on the holders' node (a daemon crash does not
+    /// stop a split write the holder has begun); the answer goes to the daemon that asked, if
+    /// it still runs.
+    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        let (holder, epoch) = {
+            let w = world.lock().unwrap();
+            (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch)
+        };
+        holder.spawn(async move {
+            madsim::time::sleep(ms(0, 10)).await;
+            let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch).await;
+            let outcome = match outcome {
+                // The bug (`split_failure_refused`): every write error is "the pane refused".
+                SplitOutcome::Failed { bytes_written, error } if bytes_written > 0 && world.lock().unwrap().mutant == Mutant::SplitFailureRefused => {
+                    SplitOutcome::Refused { reason: format!("pane closed: {error}") }
+                }
+                other => other,
+            };
+            let late = {
+                let mut w = world.lock().unwrap();
+                let late = w.fault_roll(w.plan.pane_late);
+                if late {
+                    w.counters.fault("pane.result_late");
+                }
+                late
+            };
+            madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 10) }).await;
+            send_if_running(&inbox, Input::SubmitWritten { delivery_id, outcome });
+        });
+    }
+
+    /// SUB-4: the daemon's watch on its own holder connection: sample, judge, wait for the
+    /// holder's `info_changed` (at most 500 ms), until `judge` decides or `wait_ms` passed.
+    fn watch_pane(&mut self, watch_id: u64, agent_id: AgentId, boundary: EnterBoundary, wait_ms: u64) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        madsim::task::spawn(async move {
+            let started = wakterm_runtime::driver::now_ms();
+            let deadline = started + wait_ms;
+            let (lost, exit_at) = {
+                let w = world.lock().unwrap();
+                // The harness usually reacts within a few hundred milliseconds: the faults land
+                // early enough to matter.
+                let early = |wait_ms: u64| thread_rng().gen_range(0..wait_ms.clamp(1, 600));
+                let lost = w.fault_roll(w.plan.watch_lost).then(|| (thread_rng().gen_bool(0.5), started + early(wait_ms)));
+                let exit_at = w.fault_roll(w.plan.exit_mid_wait).then(|| started + early(wait_ms));
+                (lost, exit_at)
+            };
+            let mut exit_at = exit_at;
+            loop {
+                let now = wakterm_runtime::driver::now_ms();
+                let changed = {
+                    let mut w = world.lock().unwrap();
+                    let Some(a) = agent_index(&w, &agent_id) else {
+                        return send(&inbox, Input::PaneWatched { watch_id, sample: Err("the agent is not known to the daemon".to_string()) });
+                    };
+                    if exit_at.is_some_and(|at| at <= now) {
+                        exit_at = None;
+                        if w.agents[a].process.is_some() {
+                            w.counters.fault("submit.exit_mid_wait");
+                            w.kill_process(a, thread_rng().gen_range(300..3_000));
+                        }
+                    }
+                    match lost {
+                        Some((true, at)) if at <= now => {
+                            w.counters.fault("submit.watch_lost");
+                            w.log(format!("a{a} watch {watch_id}: the pane cannot be read"));
+                            return send(&inbox, Input::PaneWatched { watch_id, sample: Err("the pane could not be read: EIO".to_string()) });
+                        }
+                        Some((false, at)) if at <= now => {
+                            w.counters.fault("submit.watch_lost");
+                            w.log(format!("a{a} watch {watch_id}: the watch hangs and never answers"));
+                            return;
+                        }
+                        _ => {}
+                    }
+                    let truth = w.pane_truth(a);
+                    let sample = PaneSample {
+                        output_end: truth.output_end,
+                        screen_digest: truth.screen,
+                        generation: truth.generation,
+                        alive: truth.alive,
+                        writes: truth.writes,
+                        composer: w.composer_on_screen(a),
+                        elapsed_ms: now - started,
+                    };
+                    let judged = judge(&boundary, &sample);
+                    if judged != Judgement::Pending || now >= deadline {
+                        w.log(format!("a{a} watch {watch_id} -> {judged:?} after {} ms (output {} -> {}, writes {} -> {})", now - started, boundary.output_offset, sample.output_end, boundary.writes, sample.writes));
+                        return send(&inbox, Input::PaneWatched { watch_id, sample: Ok(sample) });
+                    }
+                    w.agents[a].pane.changed.clone()
+                };
+                let mut next = deadline.min(now + 500);
+                for at in [exit_at, lost.map(|(_, at)| at)].into_iter().flatten() {
+                    next = next.min(at.max(now));
+                }
+                let notified = changed.notified();
+                let _ = madsim::time::timeout(Duration::from_millis(next.saturating_sub(now).max(1)), notified).await;
+            }
         });
     }
 }
@@ -312,7 +441,9 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         w.log(format!("a{a} write refused: pane runs {current:?}"));
         return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
     }
-    let text = strip_framing(bytes);
+    // MGD-3: a managed agent's one write is a JSON-RPC `turn/start` line.
+    let turn_start = managed_turn_start_text(bytes);
+    let text = turn_start.clone().unwrap_or_else(|| strip_framing(bytes));
     let request = w.oracle.request_of(&text);
     let total = bytes.len();
     let (reached, outcome) = if w.fault_roll(w.plan.pane_error) {
@@ -348,7 +479,17 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         None => w.oracle.unfinished(format!("a write of an unknown prompt {text:?}")),
     }
     w.log(format!("a{a} write {:?} {reached}/{total} bytes -> {outcome:?}", request));
-    w.feed(a, &bytes[..reached], request.as_deref());
+    let writer = request.clone().unwrap_or_else(|| "admission".to_string());
+    match turn_start {
+        // The app-server reads whole lines: a short write is no request at all.
+        Some(text) => {
+            w.pane_accept(a, &writer, reached, true);
+            if reached == total {
+                w.app_server_turn_start(a, &text, request.as_deref());
+            }
+        }
+        None => w.pane_write(a, &writer, &bytes[..reached], request.as_deref(), true),
+    }
     // The pane echoes what was written: the holder's `info_changed` wakes the monitor.
     w.wake_observer(wakterm_runtime::driver::now_ms());
     // Mutants of the pane port: they misreport what the holder said.
@@ -359,6 +500,149 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         }
         _ => outcome,
     }
+}
+
+/// (c) ADM-12, SUB-1: the engine never asks for a pane write while a split write it asked
+/// for still runs (its claim lasts until the split write's outcome). A split write of a dead
+/// daemon (the holder finishes it) is not this daemon's.
+fn check_no_split_of_this_daemon(w: &mut World, a: usize, writer: &str) {
+    if let Some((split, epoch)) = w.agents[a].pane.split.clone() {
+        if epoch == w.daemon_epoch && split != writer {
+            let m = format!("a{a}: the engine asked for a write ({writer}) while its split write {split} still ran (ADM-12)");
+            w.oracle.interleaved(m);
+        }
+    }
+}
+
+/// SUB-2, the holder's `write_steps`: under the pane's write lock (held through the gaps), it
+/// refuses unless the pane runs `incarnation` (nothing written), counts the write, writes each
+/// step whole with `gap_ms` between, and right after the CR reads the Enter boundary: the
+/// output end, the screen there, the child generation, the writes counted at its start. A
+/// child that exits during a gap makes the next step fail (EIO). Faults: a step fails after
+/// some bytes or before any (`submit.split_write_fails`, also the holder's answer lost after
+/// a complete write); the harness never reacts to the CR or reacts before the boundary.
+async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, write: &SplitWrite, epoch: u64) -> SplitOutcome {
+    let text = write.steps.get(1).map(|paste| strip_paste(paste)).unwrap_or_default();
+    let (a, lock, skip_lock, sid) = {
+        let mut w = world.lock().unwrap();
+        let Some(a) = agent_index(&w, agent_id) else {
+            return SplitOutcome::Refused { reason: "the agent is not known to the holder".to_string() };
+        };
+        let sid = w.oracle.submission_of(&text).unwrap_or_else(|| {
+            w.oracle.unfinished(format!("a split write of an unknown submission text {text:?}"));
+            "unknown-submission".to_string()
+        });
+        check_no_split_of_this_daemon(&mut w, a, &sid);
+        (a, w.agents[a].pane.lock.clone(), w.mutant == Mutant::SubmitSkipsWriteLock, sid)
+    };
+    // The bug (`submit_skips_write_lock`): the steps go out without the lock across the gaps.
+    let _guard = if skip_lock { None } else { Some(lock.lock_owned().await) };
+    let (fail, mode, writes) = {
+        let mut w = world.lock().unwrap();
+        let current = w.agents[a].process.map(|p| p.incarnation());
+        if current.as_ref() != Some(incarnation) {
+            w.counters.fault("pane.refused_stale");
+            w.log(format!("a{a} split write {sid} refused: pane runs {current:?}"));
+            return SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() };
+        }
+        // Which step fails, after how many of its bytes (None: none fails); `usize::MAX`: the
+        // holder wrote every step but its answer was lost.
+        let fail = w.fault_roll(w.plan.split_fail).then(|| {
+            let step = thread_rng().gen_range(0..=write.steps.len());
+            if step == write.steps.len() {
+                (step, usize::MAX)
+            } else {
+                (step, thread_rng().gen_range(0..write.steps[step].len()))
+            }
+        });
+        if fail.is_some() {
+            w.counters.fault("submit.split_write_fails");
+        }
+        let mode = if w.fault_roll(w.plan.never_reacts) {
+            w.counters.fault("terminal.never_reacts");
+            CrMode::Never
+        } else if w.fault_roll(w.plan.reacts_before_enter) {
+            w.counters.fault("terminal.reacts_before_enter");
+            CrMode::Immediate
+        } else {
+            CrMode::Delayed
+        };
+        w.agents[a].pane.split = Some((sid.clone(), epoch));
+        w.agents[a].pane.writes += 1;
+        let writes = w.agents[a].pane.writes;
+        w.agents[a].last_typed = Some(text.clone());
+        let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
+        w.oracle.on_pane_write(a, session, position);
+        w.log(format!("a{a} split write {sid} starts (write {writes}, fail {fail:?}, cr {mode:?})"));
+        (fail, mode, writes)
+    };
+    let mut written = 0u64;
+    let last = write.steps.len() - 1;
+    let mut before_enter = None;
+    for (i, step) in write.steps.iter().enumerate() {
+        if i > 0 {
+            madsim::time::sleep(Duration::from_millis(write.gap_ms)).await;
+        }
+        let mut w = world.lock().unwrap();
+        let dead = w.agents[a].process.is_none();
+        let cut = match fail {
+            Some((at, k)) if at == i => Some(k),
+            _ if dead => Some(0),
+            _ => None,
+        };
+        if let Some(k) = cut {
+            w.pane_write(a, &sid, &step[..k], Some(&sid), false);
+            written += k as u64;
+            w.agents[a].pane.split = None;
+            let error = if dead { "write to pty master: EIO (the child exited)" } else { "write to pty master: EIO" };
+            w.log(format!("a{a} split write {sid} fails at step {i} after {written} bytes"));
+            return SplitOutcome::Failed { bytes_written: written, error: error.to_string() };
+        }
+        if i == last {
+            if w.mutant == Mutant::BoundaryBeforeEnter {
+                before_enter = Some(enter_boundary(&w, a, writes)); // the bug: read before the CR
+            }
+            w.agents[a].pane.cr_mode = mode;
+        }
+        w.pane_write(a, &sid, step, Some(&sid), false);
+        written += step.len() as u64;
+    }
+    // Right after the CR, under the holder's lock: the Enter boundary.
+    let mut w = world.lock().unwrap();
+    w.agents[a].pane.cr_mode = CrMode::Delayed;
+    let truth = w.pane_truth(a);
+    w.oracle.on_enter_boundary(&sid, truth.clone());
+    let boundary = before_enter.unwrap_or_else(|| enter_boundary(&w, a, writes));
+    w.agents[a].pane.split = None;
+    w.log(format!("a{a} split write {sid} complete: boundary output {} writes {} (pane {} / {})", boundary.output_offset, boundary.writes, truth.output_end, truth.writes));
+    // The process went on and the TUI may have reacted: wake the monitor.
+    w.wake_observer(wakterm_runtime::driver::now_ms());
+    match fail {
+        Some((_, usize::MAX)) => SplitOutcome::Failed { bytes_written: 0, error: "the holder connection was lost before its answer".to_string() },
+        _ => SplitOutcome::Complete { boundary },
+    }
+}
+
+/// The boundary as the holder reads it now (`writes`: the count taken at the write's start).
+fn enter_boundary(w: &World, a: usize, writes: u64) -> EnterBoundary {
+    let truth = w.pane_truth(a);
+    EnterBoundary { output_offset: truth.output_end, screen_digest: truth.screen, generation: truth.generation, writes }
+}
+
+/// The text inside a bracketed paste step.
+fn strip_paste(paste: &[u8]) -> String {
+    let text = String::from_utf8_lossy(paste).to_string();
+    let text = text.strip_prefix("\u{1b}[200~").unwrap_or(&text);
+    text.strip_suffix("\u{1b}[201~").unwrap_or(text).to_string()
+}
+
+/// MGD-3: the prompt of a managed admission's `turn/start` line (None for a pane write).
+fn managed_turn_start_text(bytes: &[u8]) -> Option<String> {
+    let line: serde_json::Value = serde_json::from_slice(bytes.strip_suffix(b"\n")?).ok()?;
+    if line["method"] != "turn/start" {
+        return None;
+    }
+    line["params"]["input"][0]["text"].as_str().map(str::to_string)
 }
 
 /// The prompt inside one admission write.
@@ -732,6 +1016,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             send(&inbox, Input::AgentUpserted(facts));
         }
         send(&inbox, Input::StartupComplete);
+        w.daemon_epoch += 1;
         w.inbox = Some(inbox.clone());
         w.wake = Some(wake_tx);
         w.log(format!("daemon start, last sequence {last_terminal_sequence}, last event sequence {last_event_sequence}"));

@@ -140,7 +140,7 @@ pub fn main() {
         println!("mutant {} {}", args.mutant.name(), if caught { "CAUGHT" } else { "NOT CAUGHT" });
     }
     println!(
-        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={}",
+        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={} submit_false_acks={} submit_write_states={} interleaved={} submit_receipts={} submit_stalled={}",
         totals.seeds,
         totals.requests,
         totals.faults,
@@ -154,7 +154,12 @@ pub fn main() {
         totals.event_not_durable,
         totals.event_order,
         totals.event_gap,
-        totals.request_terminal_events
+        totals.request_terminal_events,
+        totals.submit_false_acks,
+        totals.submit_write_states,
+        totals.interleaved,
+        totals.submit_receipts,
+        totals.submit_stalled
     );
     let ok = failed_seeds.is_empty() && coverage_ok;
     std::process::exit(if ok { 0 } else { 1 });
@@ -252,6 +257,11 @@ struct Totals {
     event_order: u64,
     event_gap: u64,
     request_terminal_events: u64,
+    submit_false_acks: u64,
+    submit_write_states: u64,
+    interleaved: u64,
+    submit_receipts: u64,
+    submit_stalled: u64,
     max_settle_ms: u64,
     combined_hash: u64,
     fault_counts: BTreeMap<&'static str, u64>,
@@ -290,6 +300,11 @@ impl Totals {
                 Kind::EventOrder => self.event_order += 1,
                 Kind::EventGap => self.event_gap += 1,
                 Kind::RequestTerminalEvent => self.request_terminal_events += 1,
+                Kind::SubmitFalseAck => self.submit_false_acks += 1,
+                Kind::SubmitWriteState => self.submit_write_states += 1,
+                Kind::Interleaved => self.interleaved += 1,
+                Kind::SubmitReceipt => self.submit_receipts += 1,
+                Kind::SubmitStalled => self.submit_stalled += 1,
             }
         }
         self.max_settle_ms = self.max_settle_ms.max(outcome.settle_ms);

@@ -3,7 +3,7 @@
 //! reach a terminal state (liveness), then the end-of-run checks.
 
 use crate::mutant::Mutant;
-use crate::oracle::{CallInput, Violation};
+use crate::oracle::{CallInput, SubmitCallInput, Violation};
 use crate::ports::start_daemon;
 use crate::world::{Counters, Shared, World};
 use madsim::rand::{thread_rng, Rng};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use wakterm_engine::{AdmitCommand, Classification, OpId, Operation, PasteMode, Receipt, ReturnMode};
+use wakterm_engine::{AdmitCommand, Classification, OpId, Operation, PasteMode, Receipt, ReturnMode, SubmitCommand, SubmitReceipt};
 use wakterm_runtime::driver::{now_ms, DriverMsg};
 
 /// Simulated length of the fault phase.
@@ -96,7 +96,192 @@ async fn ask_engine(world: &Shared, f: fn(&wakterm_engine::Engine) -> Value) -> 
 fn engine_status(engine: &wakterm_engine::Engine) -> Value {
     engine.check_invariants();
     let open: Vec<String> = engine.open_return_requests().map(|r| format!("{} {}", r.request_id, r.phase.as_str())).collect();
-    json!({"open": open, "quiescent": engine.is_quiescent(), "events_through": engine.events_through(), "finished_in_memory": engine.finished_in_memory()})
+    json!({"open": open, "quiescent": engine.is_quiescent(), "events_through": engine.events_through(), "finished_in_memory": engine.finished_in_memory(), "submissions": engine.submissions_in_flight()})
+}
+
+// ----- SUB-*: `session action=submit` callers -----
+
+fn submission_id(n: u64) -> String {
+    let id = format!("5b0b7e11-aa4e-4c3d-9f0a-{n:012x}");
+    // The runtime makes it; any case is a UUID.
+    if thread_rng().gen_bool(0.1) {
+        id.to_ascii_uppercase()
+    } else {
+        id
+    }
+}
+
+/// A command for a submit: mostly prose or a slash command (unique, so the pane's bytes name
+/// their submission), sometimes text INP-1 refuses.
+fn submit_text(n: u64) -> String {
+    let mut rng = thread_rng();
+    const WORDS: &[&str] = &["fix", "the", "flaky", "test", "explain", "diff", "run", "lint", "über", "naïve", "日本"];
+    match rng.gen_range(0..100) {
+        0..=5 => ["", "  \n\t ", "esc \u{1b}[201~ inside", "early\rcr", "del \u{7f}"][rng.gen_range(0..5)].to_string(),
+        6..=10 => "/clear".to_string(),
+        11..=17 => format!("/review s{n}"),
+        _ => {
+            let words: Vec<&str> = (0..rng.gen_range(1..8)).map(|_| WORDS[rng.gen_range(0..WORDS.len())]).collect();
+            let sep = if rng.gen_bool(0.1) { "\n" } else { " " };
+            format!("{}{}{sep}#s{n}{}", whitespace(), words.join(" "), whitespace())
+        }
+    }
+}
+
+/// `timeout_ms` as callers send it: absent, in range, or out of range either way.
+fn submit_timeout() -> Option<u64> {
+    let mut rng = thread_rng();
+    match rng.gen_range(0..10) {
+        0..=2 => None,
+        3..=6 => Some(rng.gen_range(250..=10_000)),
+        7 => Some(rng.gen_range(0..250)),
+        8 => Some(rng.gen_range(10_001..60_000)),
+        _ => Some([0, 1, 249, 10_001, u64::MAX][rng.gen_range(0..5)]),
+    }
+}
+
+fn draw_submit(world: &Shared, n: u64, agent: usize, group: Option<u64>) -> SubmitCallInput {
+    let w = world.lock().unwrap();
+    let (target, exact_agent_id) = match thread_rng().gen_range(0..20) {
+        0 => ("nobody".to_string(), false),
+        1..=11 => (w.agents[agent].name.clone(), false),
+        12..=15 => (w.agents[agent].agent_id.to_string(), false),
+        _ => (w.agents[agent].agent_id.to_string(), true),
+    };
+    SubmitCallInput { agent, submission_id: submission_id(n), target, exact_agent_id, text: submit_text(n), timeout_ms: submit_timeout(), group }
+}
+
+/// Sends these submit calls in one instant (back to back in the driver's inbox) and checks
+/// each receipt. A submit is not idempotent (SUB-6): a call the daemon died under is not
+/// repeated.
+async fn submit_calls(world: Shared, calls: Vec<SubmitCallInput>) {
+    let inbox = loop {
+        if let Some(inbox) = world.lock().unwrap().inbox.clone() {
+            break inbox;
+        }
+        madsim::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut waits = Vec::new();
+    {
+        let mut w = world.lock().unwrap();
+        for call in calls {
+            w.oracle.on_submit_call(&call, call.text.len() + 14);
+            w.log(format!("submit {} a{} target={:?} timeout={:?} text={:?}", call.submission_id, call.agent, call.target, call.timeout_ms, call.text));
+            let command = SubmitCommand {
+                op: OpId(0),
+                submission_id: call.submission_id.clone(),
+                target: call.target.clone(),
+                exact_agent_id: call.exact_agent_id,
+                text: call.text.clone(),
+                timeout_ms: call.timeout_ms,
+            };
+            let (reply, answer) = oneshot::channel();
+            if inbox.try_send(DriverMsg::Submit { command, reply }).is_err() {
+                w.log(format!("submit {}: the daemon is gone", call.submission_id));
+                continue;
+            }
+            let started = (now_ms(), w.jumped_ms);
+            waits.push(madsim::task::spawn(await_submit(world.clone(), call, answer, started)));
+        }
+    }
+    for wait in waits {
+        let _ = wait.await;
+    }
+}
+
+async fn await_submit(world: Shared, call: SubmitCallInput, answer: oneshot::Receiver<SubmitReceipt>, started: (u64, u64)) {
+    let receipt = answer.await;
+    let mut w = world.lock().unwrap();
+    let Ok(receipt) = receipt else {
+        w.log(format!("submit {} got no answer: the daemon died", call.submission_id));
+        return;
+    };
+    let elapsed = (now_ms() - started.0).saturating_sub(w.jumped_ms - started.1);
+    let wait = call.timeout_ms.unwrap_or(3_000).clamp(250, 10_000);
+    let bound = wakterm_engine::limits::REFRESH_TIMEOUT_MS
+        + wakterm_engine::limits::DELIVERY_TIMEOUT_MS
+        + 2 * wakterm_engine::submit::SUBMIT_GAP_MS
+        + wait
+        + wakterm_engine::submit::WATCH_SLACK_MS
+        + 1_000;
+    w.log(format!(
+        "submit receipt {} {:?} {:?} {:?} write={:?} retry_safe={} after {elapsed} ms",
+        call.submission_id, receipt.status, receipt.classification, receipt.reason, receipt.write_state, receipt.retry_safe
+    ));
+    let key = format!("submit:{:?}/{}", receipt.status, receipt.reason.as_deref().unwrap_or("-"));
+    *w.counters.receipts.entry(key).or_default() += 1;
+    w.oracle.on_submit_receipt(&call, &receipt, started.0, elapsed, bound);
+}
+
+/// A raw `session action=input` from elsewhere lands around a submit (it takes the pane's
+/// write lock like every holder writer): a Ctrl-U, or a key and a Ctrl-U.
+fn foreign_writer(world: &Shared, agent: usize) {
+    let w = world.lock().unwrap();
+    if !w.fault_roll(w.plan.foreign_write) {
+        return;
+    }
+    let lock = w.agents[agent].pane.lock.clone();
+    let world = world.clone();
+    w.holder.as_ref().expect("the holders' node runs").spawn(async move {
+        madsim::time::sleep(ms(0, 700)).await;
+        let _guard = lock.lock_owned().await;
+        let mut w = world.lock().unwrap();
+        let bytes: &[u8] = if thread_rng().gen_bool(0.5) { b"\x15" } else { b"y\x15" };
+        w.counters.fault("submit.foreign_write");
+        w.log(format!("a{agent} foreign raw write {bytes:?}"));
+        w.pane_write(agent, "foreign", bytes, None, true);
+    });
+}
+
+/// SUB-1: one submit, two submits in one instant, or a submit racing an `agent send`.
+fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
+    let agent = if thread_rng().gen_bool(0.9) { 0 } else { 1 };
+    match thread_rng().gen_range(0..100) {
+        0..=59 => {
+            let call = draw_submit(world, n, agent, None);
+            callers.push(madsim::task::spawn(submit_calls(world.clone(), vec![call])));
+        }
+        60..=79 => {
+            world.lock().unwrap().counters.fault("caller.submit_pair");
+            let first = draw_submit(world, n, agent, Some(n));
+            let mut second = draw_submit(world, n + 0x1_0000_0000, agent, Some(n));
+            if second.text == first.text {
+                second.text = format!("{} #s{}", second.text, n + 0x1_0000_0000); // one `/clear` per instant
+            }
+            let calls = vec![first, second];
+            callers.push(madsim::task::spawn(submit_calls(world.clone(), calls)));
+        }
+        _ => {
+            let call = draw_submit(world, n, agent, None);
+            let prompt = format!("raced task {n} for a{agent}");
+            let admission = CallInput { agent, request_id: request_id(0x5000_0000 + n), prompt: prompt.clone(), return_final: false };
+            let return_final = thread_rng().gen_bool(0.3);
+            let mode = Mode { operation: Operation::Send, return_final, raw: false, timeout_ms: 0 };
+            {
+                let mut w = world.lock().unwrap();
+                w.counters.fault("caller.submit_races_admission");
+                w.oracle.prompts.insert(prompt, admission.request_id.clone());
+                w.counters.requests += 1;
+            }
+            let raced = world.clone();
+            callers.push(madsim::task::spawn(async move {
+                let _ = admit_once(&raced, &admission, mode).await;
+            }));
+            callers.push(madsim::task::spawn(submit_calls(world.clone(), vec![call])));
+        }
+    }
+    foreign_writer(world, agent);
+}
+
+/// A human's keystrokes reach the pane through its holder, after any split write holding the
+/// pane's write lock.
+fn at_keyboard(w: &World, world: &Shared, a: usize, keys: impl FnOnce(&mut World) + Send + 'static) {
+    let lock = w.agents[a].pane.lock.clone();
+    let world = world.clone();
+    w.holder.as_ref().expect("the holders' node runs").spawn(async move {
+        let _guard = lock.lock_owned().await;
+        keys(&mut world.lock().unwrap());
+    });
 }
 
 /// One caller: submits through `DriverMsg::Admit` as the daemon's server does, retries the
@@ -370,24 +555,28 @@ fn act(world: &Shared, humans: &mut u64) {
     match roll {
         0..=21 => {
             *humans += 1;
-            w.agents[a].composer.push_str(&format!("human {humans}"));
-            w.log(format!("a{a} human types and presses Enter"));
-            w.feed(a, b"\r", None);
+            let text = format!("human {humans}");
+            w.log(format!("a{a} human types {text:?} and presses Enter"));
+            at_keyboard(&w, world, a, move |w| w.human_keys(a, &text, true));
         }
         22..=29 => {
             *humans += 1;
-            w.agents[a].composer.push_str(&format!("draft {humans}"));
+            let text = format!("draft {humans}");
             w.counters.fault("provider.human_draft");
-            w.log(format!("a{a} human leaves a draft"));
+            w.log(format!("a{a} human leaves a draft {text:?}"));
+            at_keyboard(&w, world, a, move |w| w.human_keys(a, &text, false));
         }
         30..=39 => {
-            w.agents[a].question = false;
-            w.feed(a, b"\x15", None);
             w.log(format!("a{a} human clears the composer"));
+            at_keyboard(&w, world, a, move |w| {
+                w.agents[a].question = false;
+                w.pane_write(a, "human", b"\x15", None, true);
+            });
         }
         40..=42 => {
             if w.agents[a].process.is_some() {
                 w.agents[a].question = true;
+                w.pane_moved(a, 120, true);
                 w.counters.fault("provider.question");
                 w.log(format!("a{a} asks an interactive question"));
             }
@@ -396,7 +585,7 @@ fn act(world: &Shared, humans: &mut u64) {
             w.counters.fault("process.exit");
             w.kill_process(a, thread_rng().gen_range(300..4_000));
         }
-        47..=49 => {
+        47..=49 if !w.split_in_progress(a) => {
             w.counters.fault("process.replaced");
             let reuse = thread_rng().gen_bool(0.4);
             w.spawn_process(a, reuse);
@@ -435,6 +624,7 @@ fn act(world: &Shared, humans: &mut u64) {
             let jump = Duration::from_millis(thread_rng().gen_range(1_000..25_000));
             w.counters.fault("clock.jump");
             w.log(format!("clock jumps {} ms", jump.as_millis()));
+            w.jumped_ms += jump.as_millis() as u64;
             drop(w);
             madsim::time::advance(jump);
         }
@@ -459,6 +649,8 @@ pub async fn run_seed(mutant: Mutant) -> Outcome {
     }
     let (crash_tx, crash_rx) = mpsc::unbounded_channel();
     world.lock().unwrap().crash = Some(crash_tx);
+    let holders = Handle::current().create_node().name("holders").build();
+    world.lock().unwrap().holder = Some(holders);
     let node = start_daemon(&world);
     let daemon = Arc::new(Mutex::new(node));
     let crasher = madsim::task::spawn(crash_loop(world.clone(), crash_rx, daemon.clone()));
@@ -489,6 +681,9 @@ async fn teardown(world: &Shared, daemon: &Arc<Mutex<NodeHandle>>, tasks: Vec<ma
     Handle::current().kill(id);
     {
         let mut w = world.lock().unwrap();
+        if let Some(holders) = w.holder.take() {
+            Handle::current().kill(holders.id());
+        }
         w.inbox = None;
         w.wake = None;
         w.crash = None;
@@ -514,6 +709,8 @@ impl std::future::Future for YieldOnce {
 async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -> Outcome {
     let world = world.clone();
     let calls = thread_rng().gen_range(8..20u64);
+    let submits = thread_rng().gen_range(2..9u64);
+    let mut submitted = 0;
     let mut humans = 0;
     let start = now_ms();
     let mut issued = 0;
@@ -543,6 +740,9 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
                     callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
                 }
             }
+        } else if submitted < submits && thread_rng().gen_bool(0.08) {
+            submitted += 1;
+            submit_scenario(&world, submitted, callers);
         } else {
             let calm = world.lock().unwrap().plan.calm;
             if !thread_rng().gen_bool(calm) {
@@ -565,8 +765,8 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
             agent.lag_ms = 20;
             agent.question = false;
             agent.composer.clear();
-            if agent.process.is_none() {
-                w.spawn_process(a, false);
+            if agent.process.is_none() && !w.split_in_progress(a) {
+                w.spawn_process(a, false); // (else the provider respawns it once the split write ends)
             }
         }
         w.log("faults stop".to_string());
@@ -599,6 +799,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         None => w.oracle.unfinished("the daemon does not answer after faults stopped".to_string()),
         Some(status) => {
             let open = status["open"].as_array().cloned().unwrap_or_default();
+            w.oracle.submissions_left(status["submissions"].as_u64().unwrap_or(0));
             if !open.is_empty() || status["quiescent"] != json!(true) {
                 w.oracle.unfinished(format!("not terminal {QUIET_PHASE_MS} ms after faults stopped: {status}"));
             } else if status["finished_in_memory"] != json!(0) {

@@ -81,6 +81,17 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.join_burst",
     "caller.other_spelling",
     "caller.chain",
+    // SUB-*: the pane behind a submit (seed 003).
+    "terminal.never_reacts",
+    "terminal.reacts_before_enter",
+    "terminal.output_without_change",
+    "submit.exit_mid_wait",
+    "submit.split_write_fails",
+    "submit.watch_lost",
+    "submit.foreign_write",
+    "observer.composer_unknown",
+    "caller.submit_pair",
+    "caller.submit_races_admission",
 ];
 
 #[derive(Default)]
@@ -151,6 +162,20 @@ pub struct FaultPlan {
     /// EV-9: the daemon's `--retain-events` (0: retention off), far below the default so a
     /// run prunes what its subscriber may not have read yet.
     pub retain_events: u64,
+    /// SUB-4: the harness takes a submit's CR and never moves the screen or the output.
+    pub never_reacts: f64,
+    /// SUB-4: the harness's whole reaction to a submit lands before the Enter boundary is
+    /// captured (nothing moves after it but what a turn's end may print).
+    pub reacts_before_enter: f64,
+    /// SUB-4: the process exits while the acknowledgement is watched.
+    pub exit_mid_wait: f64,
+    /// SUB-2: a step of the split write fails (after some bytes, before any, or the holder's
+    /// answer is lost after a complete write).
+    pub split_fail: f64,
+    /// SUB-4: the watch cannot read the pane (answers `Err`) or never answers.
+    pub watch_lost: f64,
+    /// SUB-4: another writer (`session action=input`, raw) writes around a submit.
+    pub foreign_write: f64,
 }
 
 impl FaultPlan {
@@ -173,7 +198,27 @@ impl FaultPlan {
             max_crashes: thread_rng().gen_range(0..5),
             calm: if thread_rng().gen_bool(0.4) { thread_rng().gen_range(0.7..0.98) } else { 0.0 },
             retain_events: if thread_rng().gen_bool(0.3) { thread_rng().gen_range(15..300) } else { 0 },
+            never_reacts: 0.0,
+            reacts_before_enter: 0.0,
+            exit_mid_wait: 0.0,
+            split_fail: 0.0,
+            watch_lost: 0.0,
+            foreign_write: 0.0,
         }
+        .with_submit_faults()
+    }
+
+    /// The submit fault rates (SUB-*).
+    fn with_submit_faults(mut self) -> FaultPlan {
+        let mut rng = thread_rng();
+        let mut rate = |p_on: f64, hi: f64| if rng.gen_bool(p_on) { rng.gen_range(0.0..hi) } else { 0.0 };
+        self.never_reacts = rate(0.4, 0.4);
+        self.reacts_before_enter = rate(0.4, 0.5);
+        self.exit_mid_wait = rate(0.4, 0.3);
+        self.split_fail = rate(0.5, 0.4);
+        self.watch_lost = rate(0.4, 0.25);
+        self.foreign_write = rate(0.5, 0.7);
+        self
     }
 }
 
@@ -372,6 +417,53 @@ impl Observer {
     }
 }
 
+/// SUB-4: how the harness takes the CR of a split write (the pane port sets it per write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrMode {
+    /// The screen and the output move a little after the CR (the usual case).
+    Delayed,
+    /// `terminal.never_reacts`: the CR is taken (a turn may start) but nothing moves.
+    Never,
+    /// `terminal.reacts_before_enter`: the whole reaction lands at once, before the Enter
+    /// boundary is read.
+    Immediate,
+}
+
+/// The pane as its holder keeps it (SUB-2, SUB-4): the raw-output end, what the screen shows
+/// (a version: every change makes another), the writes it accepted, and its write lock, which
+/// a split write holds through its gaps and every other writer takes for its one write. The
+/// child generation is `Agent::spawned`.
+pub struct Pane {
+    pub output_end: u64,
+    pub screen: u64,
+    pub writes: u64,
+    pub lock: Arc<tokio::sync::Mutex<()>>,
+    /// The holder's `info_changed`: output, a write, the child exiting.
+    pub changed: Arc<tokio::sync::Notify>,
+    /// Harness output still to come: (due, generation, the screen changes).
+    pub reactions: Vec<(u64, u64, bool)>,
+    /// How the harness takes the next CR (the pane port sets it for a split write's CR).
+    pub cr_mode: CrMode,
+    /// The split write in progress, first byte to outcome: its submission id and the epoch of
+    /// the daemon that asked for it. The holder holds its lifecycle lock meanwhile: no respawn.
+    pub split: Option<(String, u64)>,
+}
+
+impl Pane {
+    fn new() -> Pane {
+        Pane {
+            output_end: 0,
+            screen: 0,
+            writes: 0,
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+            changed: Arc::new(tokio::sync::Notify::new()),
+            reactions: vec![],
+            cr_mode: CrMode::Delayed,
+            split: None,
+        }
+    }
+}
+
 pub struct Agent {
     pub index: usize,
     pub agent_id: AgentId,
@@ -402,6 +494,8 @@ pub struct Agent {
     /// The provider's earlier records (sessions the agent left), kept for the oracle's
     /// event-stream checks (EV-4, EV-7).
     pub archived: Vec<Session>,
+    /// SUB-*: the holder's pane.
+    pub pane: Pane,
 }
 
 impl Agent {
@@ -441,6 +535,7 @@ impl Agent {
             observer: Observer { lost_reported: false, ..Observer::new(0, None, None) },
             last_typed: None,
             archived: vec![],
+            pane: Pane::new(),
         };
         // A completed baseline turn, as the tests' idle Codex has.
         let baseline = TurnId(format!("a{index}-baseline"));
@@ -489,6 +584,9 @@ impl Agent {
             transport: self.transport,
             incarnation: self.process.map(Proc::incarnation),
             process: self.process.map(Proc::identity),
+            // MGD-2: a managed agent is bound to its thread (== session in Codex 0.169).
+            managed: (self.transport == Transport::AppServer)
+                .then(|| wakterm_engine::ManagedIds { thread_id: self.session.id.0.clone(), session_id: self.session.id.clone() }),
         }
     }
 
@@ -549,6 +647,13 @@ pub struct World {
     /// EV-9: the agent-events subscriber is away until then (it reads what it missed from
     /// the store when it is back).
     pub subscriber_away_until: Option<u64>,
+    /// The holders' node: pane writers (split writes, humans, foreign writers) live outside
+    /// the daemon and survive its crash.
+    pub holder: Option<madsim::runtime::NodeHandle>,
+    /// Counts daemon starts: which daemon asked for a write.
+    pub daemon_epoch: u64,
+    /// Simulated time skipped by `clock.jump` so far (a caller's wait excludes it).
+    pub jumped_ms: u64,
 }
 
 impl World {
@@ -580,6 +685,9 @@ impl World {
             checkpoint_sent: BTreeMap::new(),
             events_settled_through: 0,
             subscriber_away_until: None,
+            holder: None,
+            daemon_epoch: 0,
+            jumped_ms: 0,
         }
     }
 
@@ -619,9 +727,12 @@ impl World {
     // ----- the TUI and the provider (ground truth) -----
 
     /// Bytes that reached agent `a`'s pane. `origin`: the request whose write this is.
+    /// The TUI echoes composer edits at once (the output grows, the screen changes); its
+    /// reaction to a submitting CR comes later (`Pane::reactions`, `CrMode`).
     pub fn feed(&mut self, a: usize, bytes: &[u8], origin: Option<&str>) {
         let raw_burst = bytes.len() > 1 && !bytes.starts_with(b"\x15\x1b[200~");
         let mut in_paste = false;
+        let mut echo = 0u64;
         let mut i = 0;
         while i < bytes.len() {
             let rest = &bytes[i..];
@@ -632,6 +743,9 @@ impl World {
                 in_paste = false;
                 i += 6;
             } else if rest[0] == 0x15 && !in_paste {
+                if !self.agents[a].composer.is_empty() {
+                    echo += 8;
+                }
                 self.agents[a].composer.clear();
                 i += 1;
             } else if rest[0] == b'\r' && !in_paste {
@@ -639,7 +753,9 @@ impl World {
                     // A fast unbracketed burst: Codex keeps it in the composer, CR as newline.
                     self.agents[a].composer.push('\n');
                     self.counters.fault("provider.raw_paste_kept");
+                    echo += 2;
                 } else {
+                    self.echo(a, std::mem::take(&mut echo));
                     self.submit(a, origin);
                 }
                 i += 1;
@@ -647,24 +763,194 @@ impl World {
                 let ch_len = utf8_len(rest[0]).min(rest.len());
                 let text = String::from_utf8_lossy(&rest[..ch_len]).to_string();
                 self.agents[a].composer.push_str(&text);
+                echo += ch_len as u64;
                 i += ch_len;
             }
         }
         // An unterminated paste (a partial write) ends with the write: its text stays a draft.
+        self.echo(a, echo);
+    }
+
+    /// The composer's redraw after an edit (nothing when nothing was edited or no process
+    /// reads the pane).
+    fn echo(&mut self, a: usize, bytes: u64) {
+        if bytes > 0 && self.agents[a].process.is_some() {
+            self.pane_moved(a, bytes, true);
+        }
+    }
+
+    /// MGD-3: a whole `turn/start` line reached the managed app-server: a turn starts with
+    /// the prompt as its input (trimmed, as the TUI's composer would take it); while a turn
+    /// runs, app-server 0.169 folds it into that turn (a user message in it, as steering).
+    pub fn app_server_turn_start(&mut self, a: usize, text: &str, origin: Option<&str>) {
+        if self.agents[a].process.is_none() {
+            self.log(format!("a{a} app-server: no process reads turn/start by {origin:?}"));
+            return;
+        }
+        let draft = std::mem::replace(&mut self.agents[a].composer, text.to_string());
+        let question = std::mem::take(&mut self.agents[a].question);
+        self.submit(a, origin);
+        self.agents[a].composer = draft;
+        self.agents[a].question = question;
+    }
+
+    // ----- the pane (SUB-2, SUB-4) -----
+
+    /// The screen's digest as the holder reports it (the boundary's and every sample's).
+    pub fn screen_digest(&self, a: usize) -> String {
+        let agent = &self.agents[a];
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for v in [a as u64, agent.spawned, agent.pane.screen] {
+            h ^= v;
+            h = h.wrapping_mul(0x0100_0000_01b3).rotate_left(17);
+        }
+        format!("{h:016x}")
+    }
+
+    /// What the pane shows right now (ground truth; the holder's `screen` and `info`).
+    pub fn pane_truth(&self, a: usize) -> crate::oracle::PaneTruth {
+        let agent = &self.agents[a];
+        crate::oracle::PaneTruth {
+            output_end: agent.pane.output_end,
+            screen: self.screen_digest(a),
+            generation: agent.spawned,
+            writes: agent.pane.writes,
+            alive: agent.process.is_some(),
+        }
+    }
+
+    /// The composer as the screen adapter reads it.
+    pub fn composer_on_screen(&self, a: usize) -> Composer {
+        let agent = &self.agents[a];
+        if agent.question {
+            Composer::Question
+        } else if agent.composer.is_empty() {
+            Composer::Empty
+        } else {
+            Composer::Draft
+        }
+    }
+
+    /// The holder's `info_changed`: wakes pane watchers.
+    fn pane_touch(&self, a: usize) {
+        self.agents[a].pane.changed.notify_waiters();
+    }
+
+    /// The child printed `bytes` bytes of output; `screen`: what the screen shows changed.
+    pub fn pane_moved(&mut self, a: usize, bytes: u64, screen: bool) {
+        let pane = &mut self.agents[a].pane;
+        pane.output_end += bytes;
+        if screen {
+            pane.screen += 1;
+        }
+        let truth = self.pane_truth(a);
+        self.oracle.on_pane_moved(a, &truth);
+        self.pane_touch(a);
+    }
+
+    /// One write the pane accepts from `writer` (a submission id, a request id, `human`,
+    /// `foreign`): the writes counter moves (a split write counts once, at its start) and the
+    /// bytes reach the TUI. The pane's byte log is checked as it grows: nothing but the split
+    /// write's own steps may land between its first byte and its outcome.
+    pub fn pane_write(&mut self, a: usize, writer: &str, bytes: &[u8], origin: Option<&str>, new_write: bool) {
+        self.pane_accept(a, writer, bytes.len(), new_write);
+        self.feed(a, bytes, origin);
+        self.pane_touch(a);
+    }
+
+    /// `n` bytes of `writer`'s write reach the pane (the TUI has not read them yet).
+    pub fn pane_accept(&mut self, a: usize, writer: &str, n: usize, new_write: bool) {
+        if let Some((split, _)) = self.agents[a].pane.split.clone() {
+            if split != writer {
+                self.oracle.interleaved(format!("a{a}: {n} bytes of {writer} reached the pane inside split write {split} (SUB-2)"));
+            }
+        }
+        if new_write {
+            self.agents[a].pane.writes += 1;
+        }
+        self.oracle.on_pane_bytes(writer, n);
+    }
+
+    /// A human's keystrokes (one pane write): text into the composer, then maybe Enter.
+    pub fn human_keys(&mut self, a: usize, text: &str, enter: bool) {
+        self.pane_accept(a, "human", text.len() + usize::from(enter), true);
+        self.agents[a].composer.push_str(text);
+        self.echo(a, text.len() as u64);
+        if enter {
+            self.feed(a, b"\r", None);
+        }
+        self.pane_touch(a);
+    }
+
+    /// A split write holds the holder's lifecycle lock: the child is not respawned meanwhile.
+    pub fn split_in_progress(&self, a: usize) -> bool {
+        self.agents[a].pane.split.is_some()
+    }
+
+    /// The harness reacts to a submitting CR: as the pane port asked for this write
+    /// (`CrMode`), else a little later (sometimes slowly, sometimes with a redraw that changes
+    /// nothing on the screen first).
+    fn react_to_enter(&mut self, a: usize, now: u64, mode: CrMode) {
+        let generation = self.agents[a].spawned;
+        match mode {
+            CrMode::Never => {}
+            CrMode::Immediate => self.pane_moved(a, thread_rng().gen_range(40..400), true),
+            CrMode::Delayed => {
+                let delay = if thread_rng().gen_bool(0.1) { thread_rng().gen_range(300..4_000) } else { thread_rng().gen_range(2..300) };
+                if thread_rng().gen_bool(0.25) {
+                    let early = now + thread_rng().gen_range(1..=delay);
+                    self.agents[a].pane.reactions.push((early.min(now + delay), generation, false));
+                }
+                self.agents[a].pane.reactions.push((now + delay, generation, true));
+            }
+        }
+    }
+
+    /// Harness output due by now lands (only from the child that was asked: a reaction of an
+    /// exited process never comes).
+    fn pane_tick(&mut self, a: usize, now: u64) {
+        if self.agents[a].pane.reactions.is_empty() {
+            return;
+        }
+        let generation = self.agents[a].spawned;
+        let alive = self.agents[a].process.is_some();
+        let mut due: Vec<(u64, u64, bool)> = self.agents[a].pane.reactions.iter().copied().filter(|r| r.0 <= now).collect();
+        self.agents[a].pane.reactions.retain(|r| r.0 > now);
+        due.sort_by_key(|r| r.0);
+        for (_, g, screen) in due {
+            if g == generation && alive {
+                if !screen {
+                    self.counters.fault("terminal.output_without_change");
+                }
+                self.pane_moved(a, thread_rng().gen_range(20..600), screen);
+            }
+        }
     }
 
     /// Enter: Codex trims the composer and starts a turn, or steers the running one.
     fn submit(&mut self, a: usize, origin: Option<&str>) {
         let now = wakterm_runtime::driver::now_ms();
+        let mode = std::mem::replace(&mut self.agents[a].pane.cr_mode, CrMode::Delayed);
         let agent = &mut self.agents[a];
         if agent.process.is_none() || agent.question {
+            let answered = agent.question && agent.process.is_some();
             agent.question = false;
             agent.composer.clear();
+            if answered {
+                self.react_to_enter(a, now, mode);
+            }
             return;
         }
         let raw = std::mem::take(&mut agent.composer);
         let text = raw.trim().to_string();
         if text.is_empty() {
+            return;
+        }
+        self.react_to_enter(a, now, mode);
+        if text == "/clear" {
+            // Codex clears its transcript: the screen changes, no turn starts, nothing is
+            // recorded (SUB-2: the agent stays awaiting its turn for the grace).
+            self.log(format!("a{a} /clear by {origin:?}: the transcript is cleared, no turn"));
             return;
         }
         if text != raw {
@@ -715,6 +1001,11 @@ impl World {
     /// The running turn ends: aborted or completed with its final (and maybe a duplicate later).
     fn end_turn(&mut self, a: usize, running: Running, now: u64) {
         self.agents[a].running = None;
+        if self.agents[a].transport == Transport::Pty {
+            // The TUI prints the turn's end a moment later.
+            let generation = self.agents[a].spawned;
+            self.agents[a].pane.reactions.push((now + thread_rng().gen_range(1..80), generation, true));
+        }
         let t = running.turn.clone();
         // EV-10: Codex records assistant messages inside the turn: sometimes commentary, and
         // the final answer itself before `task_complete` (older builds without the turn id).
@@ -770,10 +1061,11 @@ impl World {
     pub fn provider_tick(&mut self, a: usize) {
         let now = wakterm_runtime::driver::now_ms();
         if let Some(at) = self.agents[a].respawn_at_ms {
-            if now >= at || !self.faults_on {
+            if (now >= at || !self.faults_on) && !self.split_in_progress(a) {
                 self.spawn_process(a, false);
             }
         }
+        self.pane_tick(a, now);
         if let Some(running) = self.agents[a].running.clone() {
             if now >= running.due_ms {
                 self.end_turn(a, running, now);
@@ -804,6 +1096,7 @@ impl World {
         agent.composer.clear();
         agent.question = false;
         agent.respawn_at_ms = Some(now + respawn_after_ms);
+        self.pane_touch(a);
         self.log(format!("a{a} process exited"));
     }
 
@@ -825,6 +1118,8 @@ impl World {
         if reuse_pid {
             self.counters.fault("process.pid_reuse");
         }
+        // The new child draws its screen.
+        self.pane_moved(a, 900, true);
         self.log(format!("a{a} process started pid {pid} (reuse={reuse_pid})"));
     }
 
@@ -989,7 +1284,7 @@ impl World {
             let roll = thread_rng().gen_range(0..100);
             if roll < replace {
                 self.replace_rollout_while_down(a, pending);
-            } else if roll < replace + 20 && self.agents[a].running.is_none() {
+            } else if roll < replace + 20 && self.agents[a].running.is_none() && !self.split_in_progress(a) {
                 self.reuse_pid_while_down(a);
             } else if roll < replace + 45 && pending.is_empty() && self.agents[a].running.is_none() {
                 self.cut_rollout_while_down(a, stored.tail.offset);
@@ -1093,6 +1388,7 @@ impl World {
         agent.question = false;
         agent.respawn_at_ms = None;
         agent.turns_started = 0;
+        self.pane_moved(a, 900, true);
         self.counters.fault("checkpoint.pid_reused_while_down");
         self.log(format!("a{a} pid {} reused while the daemon is down: {:?} -> {:?}, same session", old.pid, old.incarnation(), new.incarnation()));
     }
@@ -1364,12 +1660,12 @@ impl World {
             self.counters.fault("provider.busy_turn");
         }
         let agent = &self.agents[a];
-        let composer = if agent.question {
-            Composer::Question
-        } else if agent.composer.is_empty() {
-            Composer::Empty
+        // The screen adapter cannot always classify the composer (a redraw in progress).
+        let composer = if self.faults_on && agent.transport == Transport::Pty && thread_rng().gen_bool(0.03) {
+            self.counters.fault("observer.composer_unknown");
+            Composer::Unknown
         } else {
-            Composer::Draft
+            self.composer_on_screen(a)
         };
         Ok(ObserverSnapshot {
             incarnation: process.incarnation(),
