@@ -360,12 +360,9 @@ fn call_admission(paths: &DataPaths, admit: &AdmitRequest) -> Reply {
     let request_id = admit.request_id.clone().expect("the CLI always names the request");
     let reply = client::call(paths, &ClientRequest::Admit(admit.clone()));
     // Once the request may have reached the daemon, a missing or late reply is not a rejection.
-    if reply.body["error"] != "daemon_io" && reply.body["error"] != "daemon_unresponsive" {
-        return reply;
-    }
+    let Some(why) = client::lost_after_sending(&reply) else { return reply };
     let message = format!(
-        "the daemon went away before answering ({}); the prompt may have been written. Replay with --request-id {request_id} after the daemon restarts to learn the outcome; never retry under a new id",
-        reply.body["message"].as_str().unwrap_or("no detail")
+        "the daemon went away before answering ({why}); the prompt may have been written. Replay with --request-id {request_id} after the daemon restarts to learn the outcome; never retry under a new id"
     );
     let body = serde_json::json!({
         "schema": "wakterm.error.v1",

@@ -95,17 +95,22 @@ fn io_error(error: std::io::Error) -> Reply {
 }
 
 /// One request, one reply.
+/// The detail of a reply that was lost once the request may have reached the daemon (the
+/// connection broke or fell silent after sending): None for any answer, and for a daemon that
+/// was never reached (`daemon_not_running`), which provably got nothing.
+pub fn lost_after_sending(reply: &Reply) -> Option<&str> {
+    let lost = reply.body["error"] == "daemon_io" || reply.body["error"] == "daemon_unresponsive";
+    lost.then(|| reply.body["message"].as_str().unwrap_or("no detail"))
+}
+
 /// SUB-5: a submit whose reply is lost once the request may have reached the daemon (a crash,
 /// a stop, a wedge) may have written the command: exit 5, `retry_safe: false`, never a plain
 /// error a caller might retry. A daemon that was never reached stays `daemon_not_running`.
 pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -> Reply {
     let reply = call(paths, &ClientRequest::Submit(submit.clone()));
-    if reply.body["error"] != "daemon_io" && reply.body["error"] != "daemon_unresponsive" {
-        return reply;
-    }
+    let Some(why) = lost_after_sending(&reply) else { return reply };
     let message = format!(
-        "the daemon went away before answering ({}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again",
-        reply.body["message"].as_str().unwrap_or("no detail")
+        "the daemon went away before answering ({why}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again"
     );
     let body = serde_json::json!({
         "schema": "wakterm.error.v1",

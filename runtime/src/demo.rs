@@ -80,7 +80,8 @@ pub fn run(managed: bool) -> i32 {
     }
 }
 
-fn run_steps(demo: &Demo) -> Result<(), String> {
+/// The private directories (work dir, CODEX_HOME) and a started daemon.
+fn prepare(demo: &Demo) -> Result<(PathBuf, PathBuf), String> {
     let work = demo.root.join("work");
     let codex_home = demo.root.join("codex-home");
     for dir in [&work, &codex_home] {
@@ -88,6 +89,11 @@ fn run_steps(demo: &Demo) -> Result<(), String> {
     }
     crate::paths::private_dir(&demo.root).map_err(|e| e.to_string())?;
     demo.step("mux start", &["mux", "start"])?;
+    Ok((work, codex_home))
+}
+
+fn run_steps(demo: &Demo) -> Result<(), String> {
+    let (work, codex_home) = prepare(demo)?;
     let exe = demo.exe.display().to_string();
     let env = format!("CODEX_HOME={}", codex_home.display());
     let cwd = path_text(&work);
@@ -114,13 +120,7 @@ fn run_steps(demo: &Demo) -> Result<(), String> {
 /// `demo --managed`: the same flow on the built-in fake `codex app-server` (MGD-*): no baseline
 /// turn is needed, the cursor is the app-server's event stream.
 fn run_managed_steps(demo: &Demo) -> Result<(), String> {
-    let work = demo.root.join("work");
-    let codex_home = demo.root.join("codex-home");
-    for dir in [&work, &codex_home] {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    }
-    crate::paths::private_dir(&demo.root).map_err(|e| e.to_string())?;
-    demo.step("mux start", &["mux", "start"])?;
+    let (work, codex_home) = prepare(demo)?;
     let exe = demo.exe.display().to_string();
     let home = format!("CODEX_HOME={}", codex_home.display());
     let reply = "WAKTERM_FAKE_APP_SERVER_REPLY=Final answer for: {prompt}";

@@ -106,6 +106,16 @@ impl RealWorld {
     /// `wakterm agent start --name NAME --cwd WORK --env ... -- codex -a never -s read-only
     /// [--disable daemon_auto_start]`.
     pub fn start_codex(&self, name: &str, disable_daemon: bool) -> Value {
+        let mut command = vec!["-a", "never", "-s", "read-only"];
+        if disable_daemon {
+            command.extend(["--disable", "daemon_auto_start"]);
+        }
+        self.start_with(name, &[], &command)
+    }
+
+    /// `wakterm agent start --name NAME FLAGS --cwd WORK --env ... -- codex COMMAND...` with this
+    /// world's private CODEX_HOME, HOME and the provider's key.
+    fn start_with(&self, name: &str, flags: &[&str], command: &[&str]) -> Value {
         let cwd = self.w.work.display().to_string();
         let envs = [
             format!("CODEX_HOME={}", self.w.codex_home.display()),
@@ -114,33 +124,21 @@ impl RealWorld {
             "LANG=C.UTF-8".to_string(),
         ];
         let codex = self.codex.display().to_string();
-        let mut args: Vec<&str> = vec!["agent", "start", "--name", name, "--cwd", &cwd];
+        let mut args: Vec<&str> = vec!["agent", "start", "--name", name];
+        args.extend(flags);
+        args.extend(["--cwd", &cwd]);
         for env in &envs {
             args.extend(["--env", env.as_str()]);
         }
-        args.extend(["--", &codex, "-a", "never", "-s", "read-only"]);
-        if disable_daemon {
-            args.extend(["--disable", "daemon_auto_start"]);
-        }
+        args.push("--");
+        args.push(&codex);
+        args.extend(command);
         self.w.ok(&args)
     }
 
     /// MGD-1: `wakterm agent start --name NAME --managed --cwd WORK --env ... -- codex app-server`.
     pub fn start_managed(&self, name: &str) -> Value {
-        let cwd = self.w.work.display().to_string();
-        let envs = [
-            format!("CODEX_HOME={}", self.w.codex_home.display()),
-            "MOCK_API_KEY=x".to_string(),
-            format!("HOME={}", self.home.display()),
-            "LANG=C.UTF-8".to_string(),
-        ];
-        let codex = self.codex.display().to_string();
-        let mut args: Vec<&str> = vec!["agent", "start", "--name", name, "--managed", "--cwd", &cwd];
-        for env in &envs {
-            args.extend(["--env", env.as_str()]);
-        }
-        args.extend(["--", &codex, "app-server"]);
-        self.w.ok(&args)
+        self.start_with(name, &["--managed"], &["app-server"])
     }
 
     /// Polls the catalog until `ready` holds (bounded by `deadline`).
