@@ -269,37 +269,4 @@ mod tests {
             assert!(request.ends_with(b"\n"));
         }
     }
-
-    /// Fuzz target: the fold of untrusted app-server output never panics, and every event it
-    /// makes is at the position it was given, about the watched thread.
-    #[test]
-    fn fuzz_app_server_lines() {
-        use proptest::prelude::*;
-        let seeds: Vec<Vec<u8>> = ["completed-turn.jsonl", "interrupted-turn.jsonl", "resumed-thread.jsonl"]
-            .iter()
-            .flat_map(|name| transcript(name))
-            .map(|m| serde_json::to_vec(&m).unwrap())
-            .collect();
-        let strategy = prop_oneof![
-            proptest::sample::select(seeds.clone()).prop_flat_map(|seed| {
-                let len = seed.len();
-                (Just(seed), 0..len, any::<u8>()).prop_map(|(mut s, i, b)| {
-                    s[i] = b;
-                    s
-                })
-            }),
-            proptest::collection::vec(any::<u8>(), 0..512),
-        ];
-        proptest!(ProptestConfig::with_cases(512), |(line in strategy, position in 1u64..1_000_000)| {
-            let mut fold = Fold::new("00000000-0000-4000-8000-000000000002");
-            for event in fold.line(&line, position) {
-                if let Some(at) = event.position() {
-                    prop_assert_eq!(at, position);
-                }
-                if let Some(session) = event.session() {
-                    prop_assert_eq!(&session.0, "00000000-0000-4000-8000-000000000002");
-                }
-            }
-        });
-    }
 }

@@ -86,6 +86,28 @@ fn check_rollout_line(line: &[u8]) {
     }
 }
 
+/// MGD-3: the fold of one untrusted app-server output line (what a managed agent's process
+/// prints) never panics, and every event it makes sits at the position it was given and names
+/// the watched thread (a line about another thread makes a loss, never its events).
+fn check_app_server_line(bytes: &[u8]) {
+    let thread = "00000000-0000-4000-8000-000000000002";
+    let mut fold = wakterm_runtime::app_server::Fold::new(thread);
+    for event in timed(|| fold.line(bytes, 4242)) {
+        if let Some(position) = event.position() {
+            assert_eq!(position, 4242);
+        }
+        if let Some(session) = event.session() {
+            assert_eq!(session.0, thread);
+        }
+    }
+}
+
+#[test]
+fn fuzz_app_server_line() {
+    replay("app_server_line", check_app_server_line);
+    proptest!(config(1024), |(bytes in input(seeds("app_server_line"), &[70_000, 300]))| check_app_server_line(&bytes));
+}
+
 #[test]
 fn fuzz_rollout_line() {
     replay("rollout_line", check_rollout_line);
