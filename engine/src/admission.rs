@@ -904,6 +904,9 @@ fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, vie
     let Some(ids) = &agent.facts.managed else {
         return Some(blocker(Classification::ObserverFailure, "managed_thread_unknown", "the agent's app-server thread is not started yet"));
     };
+    if let ObserverStatus::Unavailable { reason } = &view.status {
+        return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
+    }
     if view.session.as_ref() != Some(&ids.session_id) {
         let detail = format!("the event stream follows {:?}, not the agent's session {}", view.session.as_ref().map(|s| &s.0), ids.session_id.0);
         return Some(blocker(Classification::ObserverFailure, "managed_session_changed", detail));

@@ -103,6 +103,15 @@ impl Fold {
         let Ok(value) = serde_json::from_slice::<Value>(line) else { return Vec::new() };
         if value.pointer("/result/thread/id").and_then(Value::as_str) == Some(self.thread_id.as_str()) {
             self.loaded = true; // the reply to a thread/start or thread/resume of our thread
+            // An unknown turn state (a stream whose start the holder no longer keeps) is what
+            // the reply says the thread is doing now (Codex 0.169: `thread.status.type`).
+            if self.turn == TurnState::Unknown {
+                match value.pointer("/result/thread/status/type").and_then(Value::as_str) {
+                    Some("idle") => self.turn = TurnState::Idle { last_completed: None },
+                    Some("active") => self.turn = TurnState::Busy { turn: None },
+                    _ => {}
+                }
+            }
         }
         let Some(method) = value.get("method").and_then(Value::as_str) else { return Vec::new() };
         if value.get("id").is_some() {
@@ -253,6 +262,21 @@ mod tests {
         assert!(matches!(fold.line(line, 10).as_slice(), [ObserverEvent::SessionLost { .. }]));
         assert!(fold.line(b"not json at all", 20).is_empty());
         assert!(fold.line(br#"{"id":"x","result":{}}"#, 30).is_empty());
+    }
+
+    // MGD-4: a stream whose start is gone proves nothing about the turn; the reply to a
+    // `thread/resume` of our thread proves the thread is loaded and says what it is doing.
+    #[test]
+    fn mgd_4_a_resume_reply_proves_the_thread_and_its_state() {
+        let mut fold = Fold { turn: TurnState::Unknown, ..Fold::new("thread-a") };
+        assert!(fold.line(br#"{"id":"x","result":{"thread":{"id":"thread-b","status":{"type":"idle"}}}}"#, 10).is_empty());
+        assert!(!fold.loaded && fold.turn == TurnState::Unknown, "another thread's reply proves nothing");
+        fold.line(br#"{"id":"x","result":{"thread":{"id":"thread-a","status":{"type":"active","activeFlags":[]}}}}"#, 20);
+        assert!(fold.loaded);
+        assert_eq!(fold.turn, TurnState::Busy { turn: None });
+        let mut known = Fold::new("thread-a");
+        known.line(br#"{"id":"x","result":{"thread":{"id":"thread-a","status":{"type":"active"}}}}"#, 30);
+        assert_eq!(known.turn, TurnState::Idle { last_completed: None }, "a known state is kept: the events decide it");
     }
 
     #[test]

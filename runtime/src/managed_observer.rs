@@ -36,12 +36,16 @@ pub struct ManagedObserver {
     attached: bool,
     /// REC-2: a resume waiting for the stream to reach its cursor.
     resume_at: Option<u64>,
+    /// The agent's working directory (a `thread/resume` names it).
+    cwd: String,
+    /// `reprove_once` asked already.
+    reproved: bool,
     health: Health,
 }
 
 impl ManagedObserver {
     /// `start`: where this process's output starts in the holder's stream.
-    pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, start: u64) -> ManagedObserver {
+    pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, start: u64, cwd: String) -> ManagedObserver {
         let fold = Fold::new(&ids.thread_id);
         ManagedObserver {
             socket,
@@ -57,6 +61,8 @@ impl ManagedObserver {
             skipping: false,
             attached: false,
             resume_at: None,
+            cwd,
+            reproved: false,
             health: Health::Unavailable("not read yet".to_string()),
         }
     }
@@ -68,7 +74,7 @@ impl ManagedObserver {
     /// Reads what the holder appended since the last call and folds every whole line.
     pub fn poll(&mut self) -> Vec<ObserverEvent> {
         let mut events = Vec::new();
-        self.health = match self.read(&mut events) {
+        self.health = match self.read(&mut events).and_then(|()| self.reprove_once()) {
             Ok(()) => Health::Attached,
             Err(error) => {
                 self.client = None; // reconnect next time
@@ -121,6 +127,24 @@ impl ManagedObserver {
             turn: if attached { self.fold.turn.clone() } else { TurnState::Unknown },
             // No composer: a managed session takes its prompt as turn input.
             composer: Composer::Empty,
+        }
+    }
+
+    /// MGD-4: a stream read to its end that never showed this process loading the thread (a
+    /// daemon restart after the holder dropped the handshake's reply) asks once: `thread/resume`
+    /// of the agent's own thread (Codex 0.169 answers it for a thread already loaded, with the
+    /// thread's status). The reply comes in the stream like any other line; nothing waits for it.
+    fn reprove_once(&mut self) -> Result<(), String> {
+        if self.reproved || self.fold.loaded || !self.attached || self.ids.thread_id.is_empty() {
+            return Ok(());
+        }
+        self.reproved = true;
+        let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
+        let line = crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd);
+        let outcome = self.client()?.write(&line).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
+        match outcome.error {
+            None => Ok(()),
+            Some(error) => Err(format!("cannot ask the app-server for its thread: {error}")),
         }
     }
 

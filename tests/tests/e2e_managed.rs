@@ -535,3 +535,45 @@ fn demo_managed_runs_the_whole_flow() {
     let left: Vec<_> = std::fs::read_dir(&w.root).expect("root").flatten().filter(|e| e.file_name().to_string_lossy().starts_with("wakterm-demo-")).collect();
     assert!(left.is_empty(), "the demo removed its directory: {left:?}");
 }
+
+/// MGD-4: the daemon restarts after the holder's ring (4 MiB) dropped everything that proved
+/// the thread loaded and what it was doing (the handshake's reply and the last turn: here
+/// crowded out by the app-server's answers to junk requests): the fresh observer follows the
+/// stream from the next whole line, asks the app-server once for its thread (`thread/resume` of
+/// the agent's own thread, which Codex 0.169 answers for a loaded thread, with its status), and
+/// the agent is available again; a new return-final request completes with its own final.
+#[test]
+fn mgd_4_restart_after_the_ring_dropped_the_handshake_reproves_the_thread() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (started, entry) = ready_managed(&w, "mia", &[]);
+    let first = new_id();
+    assert_eq!(admit_rf(&w, "mia", entry["incarnation"].as_str().unwrap(), &first, "a first turn").code, 0);
+    w.wait_agent("mia", "idle after the first turn", |e| e["return_final_available"] == true);
+    let agent_id = entry["agent_id"].as_str().unwrap().to_string();
+    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut pane = wakterm_runtime::holder::HolderClient::connect(&socket).unwrap();
+    let junk = format!("{{\"id\":\"{}\",\"method\":\"no/such/method\",\"params\":{{}}}}\n", "j".repeat(100_000));
+    let start = pane.info().unwrap().output_end;
+    while pane.info().unwrap().output_end < start + 5 * 1024 * 1024 {
+        assert_eq!(pane.write(junk.as_bytes()).unwrap().error, None);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    w.ok(&["mux", "stop"]);
+    w.mux_start();
+    let back = w.wait_agent("mia", "available after the restart", |e| e["return_final_available"] == true);
+    assert_eq!((&back["incarnation"], &back["thread_id"]), (&entry["incarnation"], &started["thread_id"]), "{back}");
+    let id = new_id();
+    let out = admit_rf(&w, "mia", back["incarnation"].as_str().unwrap(), &id, "after the ring turned over");
+    assert_eq!(out.code, 0, "{out:?}");
+    let end = Instant::now() + Duration::from_secs(30);
+    let event = loop {
+        if let Some(event) = w.events_after(0).into_iter().find(|e| e["request_id"] == id.as_str()) {
+            break event;
+        }
+        assert!(Instant::now() < end, "no terminal event");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], "Final answer for: after the ring turned over", "{event}");
+}

@@ -270,7 +270,7 @@ impl AgentRuntime {
         use super::agent_observer::AgentObserver;
         if self.record.managed {
             let ids = self.record.thread.clone().unwrap_or(ManagedIds { thread_id: String::new(), session_id: SessionId(String::new()) });
-            return AgentObserver::Managed(crate::managed_observer::ManagedObserver::new(self.holder_socket.clone(), ids, process, incarnation, output_start));
+            return AgentObserver::Managed(crate::managed_observer::ManagedObserver::new(self.holder_socket.clone(), ids, process, incarnation, output_start, self.record.cwd.clone()));
         }
         let loaded = self.checkpoint.lock().expect("checkpoint lock").loaded.take();
         AgentObserver::Rollout(
