@@ -1066,7 +1066,7 @@ fn sub_real_codex_submit_through_mcp() {
 /// MGD-1..MGD-4 against the real `codex app-server` 0.169: a managed agent starts bound to one
 /// thread (thread id == session id), the catalog shows transport `app_server` and correlation
 /// source `agent_api_events`, and a return-final admission completes with exactly the final of
-/// the turn it started, twice in a row.
+/// the turn it started, twice in a row; `agent output` reads the rollout the app-server writes.
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
 fn mgd_real_codex_app_server_return_final_completes() {
@@ -1090,6 +1090,9 @@ fn mgd_real_codex_app_server_return_final_completes() {
         rw.wait_entry("mia", "idle again", TURN_DEADLINE, |e| e["return_final_available"] == true);
     }
     assert_eq!(rw.provider_prompts(), ["first managed prompt", "second managed prompt"]);
+    // OUT for a managed agent: the app-server writes the same rollout, held by its process tree.
+    let page = rw.w.run(&["agent", "output", "mia"]);
+    assert_eq!((page.code, s(&page.json["state"]), &page.json["baseline"]), (0, "ok", &Value::Bool(true)), "{page:?}");
 }
 
 /// Issue 12's must-shows against the real `codex app-server` 0.169: while a managed turn runs
