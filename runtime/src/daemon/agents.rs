@@ -370,9 +370,13 @@ impl AgentRuntime {
         Some(inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(self.facts()))).is_ok())
     }
 
-    /// The current screen text, for composer evidence, over the kept connection (a new one
-    /// costs the holder a thread).
+    /// The current screen text, for composer evidence (dialogs too), over the kept connection (a
+    /// new one costs the holder a thread). None for a managed agent, whose raw pane shows JSON
+    /// lines and whose evidence is its notification stream (MGD-4).
     pub fn screen_text(&self) -> Option<String> {
+        if self.record.managed {
+            return None;
+        }
         let (_kept, screen) = self.kept_call(HolderClient::screen).ok()?;
         Some(screen.lines.join("\n"))
     }

@@ -33,6 +33,9 @@ pub const HOLDER_RETRY: Duration = Duration::from_secs(1);
 pub const LEGACY_HOLDER_POLL: Duration = Duration::from_secs(1);
 /// After a screen wake, the next one waits at least this long (a busy TUI redraws often).
 pub const SCREEN_DEBOUNCE: Duration = Duration::from_millis(250);
+/// After an output wake of a managed agent (its notifications), the next one waits at least this
+/// long: a streaming turn's deltas coalesce, its completion is read within this bound.
+pub const MANAGED_OUTPUT_DEBOUNCE: Duration = Duration::from_millis(10);
 /// The safety-net tick.
 pub const TICK: Duration = Duration::from_secs(1);
 /// Only a safety net: an overflowed inotify queue is reported and wakes every agent of that
@@ -406,8 +409,9 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                             let _ = wake.send(Wake::Liveness(agent_id.clone()));
                         } else if output_end.is_some_and(|end| end != info.output_end) {
                             let _ = wake.send(Wake::Screen(agent_id.clone()));
-                            // A busy terminal redraws often: look at most every debounce.
-                            tokio::time::sleep(SCREEN_DEBOUNCE).await;
+                            // A busy terminal redraws often: look at most every debounce. A
+                            // managed agent's output IS its evidence (MGD-4): barely debounced.
+                            tokio::time::sleep(if agent.record.managed { MANAGED_OUTPUT_DEBOUNCE } else { SCREEN_DEBOUNCE }).await;
                         }
                         output_end = Some(info.output_end);
                     }
