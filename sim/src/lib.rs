@@ -9,6 +9,8 @@ pub mod contract;
 pub mod store_model;
 
 #[cfg(madsim)]
+pub mod app_server;
+#[cfg(madsim)]
 pub mod mutant;
 #[cfg(madsim)]
 pub mod oracle;

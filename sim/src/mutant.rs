@@ -14,6 +14,21 @@
 //! kinds `SubmitFalseAck`, `SubmitWriteState`, `Interleaved`, `SubmitReceipt`,
 //! `SubmitStalled`; mutants `boundary_before_enter`, `split_failure_refused`,
 //! `submit_skips_write_lock`.
+//!
+//! MGD-* (managed app-server sessions) in the simulator: agent 1 is a Codex app-server under
+//! its holder (`app_server.rs`: one thread for its whole life, stdin lines, the holder's
+//! bounded output ring with byte offsets, respawns resuming the thread, holder restarts
+//! starting the stream over), observed by a replica of the runtime's `ManagedObserver` that
+//! folds with the production `app_server::Fold::line`. Fault classes
+//! `app_server.notifications_evicted`, `app_server.reply_lost`, `app_server.exit_mid_turn`,
+//! `app_server.holder_restart`, `app_server.busy_steer`, `app_server.stream_dropped` (the
+//! daemon's holder connection drops for a while), `app_server.foreign_thread`,
+//! `app_server.delta_burst`, `app_server.huge_final`, `app_server.line_too_long`; oracle checks
+//! for every `request.bound` (only the turn the request's own write opened), steered receipts
+//! (one-way sends only, never armed) and steered prompts (never a final), and the REC-2 replay
+//! of a managed resume; known runtime gaps are `note.mgd_*` (`--strict-mgd` fails them);
+//! mutants `managed_resume_ignores_eviction`, `steer_reported_as_new_turn`,
+//! `foreign_thread_accepted`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
@@ -112,6 +127,17 @@ pub enum Mutant {
     /// Pane port (SUB-2): the steps are written without holding the pane's write lock across
     /// the gaps, so another writer (a raw `input`, a human) splices into them.
     SubmitSkipsWriteLock,
+    /// Observer port (MGD-4, REC-2): a resume of the managed agent's stream answers `Attached`
+    /// at the armed cursor even though the holder evicted notifications after it (the holder is
+    /// trusted to keep everything), and reads on from the oldest byte kept.
+    ManagedResumeIgnoresEviction,
+    /// Observer port (MGD-3): every `turn/start` result naming a turn is taken for that turn's
+    /// start, so a prompt the app-server folded into the running turn reports a `TurnStarted`
+    /// of the running turn after it: a return-final request could bind a turn it never opened.
+    SteerReportedAsNewTurn,
+    /// Observer port (CORR-3): a notification of another thread on the same app-server is
+    /// folded (by a fold of that thread) and reported as the agent's own.
+    ForeignThreadAccepted,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -141,6 +167,9 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::BoundaryBeforeEnter, "boundary_before_enter", "pane port reads a submit's Enter boundary before writing the CR"),
     (Mutant::SplitFailureRefused, "split_failure_refused", "pane port reports a split write that failed after some bytes as Refused"),
     (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
+    (Mutant::ManagedResumeIgnoresEviction, "managed_resume_ignores_eviction", "managed observer port answers a resume at its cursor although the holder evicted what follows"),
+    (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
+    (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
 ];
 
 impl Mutant {

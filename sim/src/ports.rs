@@ -83,6 +83,7 @@ impl Effects for SimEffects {
             }
             w.sync_observer(a, &mut events);
             for event in events {
+                w.log(format!("a{a} refresh observed {}", describe_event(&event)));
                 observe(&mut w, &inbox, a, event);
             }
             let snapshot = w.snapshot(a);
@@ -172,6 +173,14 @@ impl Effects for SimEffects {
             let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes);
             let late = {
                 let mut w = world.lock().unwrap();
+                let managed = agent_index(&w, &agent_id).is_some_and(|a| w.is_managed(a));
+                if managed && outcome == DeliveryOutcome::Complete && w.fault_roll(w.plan.reply_lost) {
+                    // MGD-3: the turn/start line went in (its turn starts), but the holder's
+                    // answer never comes back: the engine's DELIVERY_TIMEOUT decides.
+                    w.counters.fault("app_server.reply_lost");
+                    w.log(format!("deliver {delivery_id}: the holder's answer to the turn/start write is lost"));
+                    return;
+                }
                 w.crash_point("crash.after_pane_write");
                 let late = w.fault_roll(w.plan.pane_late);
                 if late {
@@ -387,7 +396,17 @@ pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
     };
     let World { oracle, agents, store, .. } = w;
     let agents: &[crate::world::Agent] = agents;
-    let sessions = |session: &wakterm_engine::SessionId| agent.and_then(|a| agents[a].session_of(session));
+    // A managed agent's session (its thread) spans holder generations whose offsets restart:
+    // the one a process of this event's incarnation wrote.
+    let incarnation = event.incarnation.clone();
+    let sessions = move |session: &wakterm_engine::SessionId| {
+        let a = agent?;
+        let agent = &agents[a];
+        let by_writer = std::iter::once(&agent.session)
+            .chain(agent.archived.iter().rev())
+            .find(|s| &s.id == session && incarnation.as_ref().is_some_and(|i| s.writers.contains(i)));
+        by_writer.or_else(|| agent.session_of(session))
+    };
     // Durable when committed: retention may have removed it since (EV-9).
     let stored = store.agent_event(event.sequence).map(|e| e.event_json.as_str()).or_else(|| store.pruned_event(event.sequence));
     let cx = EventContext { json: &json, stored, agent, sessions: &sessions, terminal };
@@ -442,8 +461,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
     }
     // MGD-3: a managed agent's one write is a JSON-RPC `turn/start` line.
-    let turn_start = managed_turn_start_text(bytes);
-    let text = turn_start.clone().unwrap_or_else(|| strip_framing(bytes));
+    let text = managed_turn_start_text(bytes).unwrap_or_else(|| strip_framing(bytes));
     let request = w.oracle.request_of(&text);
     let total = bytes.len();
     let (reached, outcome) = if w.fault_roll(w.plan.pane_error) {
@@ -480,15 +498,13 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     }
     w.log(format!("a{a} write {:?} {reached}/{total} bytes -> {outcome:?}", request));
     let writer = request.clone().unwrap_or_else(|| "admission".to_string());
-    match turn_start {
-        // The app-server reads whole lines: a short write is no request at all.
-        Some(text) => {
-            w.pane_accept(a, &writer, reached, true);
-            if reached == total {
-                w.app_server_turn_start(a, &text, request.as_deref());
-            }
-        }
-        None => w.pane_write(a, &writer, &bytes[..reached], request.as_deref(), true),
+    if w.is_managed(a) {
+        // MGD-3: the bytes reach the app-server's stdin; it reads whole lines only (a short
+        // write leaves a fragment that spoils the next line).
+        w.pane_accept(a, &writer, reached, true);
+        w.app_stdin(a, &bytes[..reached], request.as_deref());
+    } else {
+        w.pane_write(a, &writer, &bytes[..reached], request.as_deref(), true);
     }
     // The pane echoes what was written: the holder's `info_changed` wakes the monitor.
     w.wake_observer(wakterm_runtime::driver::now_ms());

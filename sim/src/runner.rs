@@ -21,7 +21,7 @@ struct Args {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: sim [--seeds N | --seed S] [--from S0] [--mutant NAME] [--list-mutants] [--check-determinism K] [--trace] [--jobs J]");
+    eprintln!("usage: sim [--seeds N | --seed S] [--from S0] [--mutant NAME] [--list-mutants] [--check-determinism K] [--trace] [--jobs J] [--strict-mgd]");
     std::process::exit(2)
 }
 
@@ -48,6 +48,8 @@ fn parse() -> Args {
             "--check-determinism" => args.determinism = value().parse().unwrap_or_else(|_| usage()),
             "--trace" => args.print_trace = true,
             "--jobs" => args.jobs = value().parse().unwrap_or_else(|_| usage()),
+            // The managed agent's known runtime gaps (`note.mgd_*`) fail instead of counting.
+            "--strict-mgd" => crate::oracle::STRICT_MGD.store(true, std::sync::atomic::Ordering::Relaxed),
             _ => usage(),
         }
     }

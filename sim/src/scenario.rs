@@ -547,11 +547,47 @@ async fn crash_loop(world: Shared, mut requests: mpsc::UnboundedReceiver<&'stati
     }
 }
 
+/// MGD-*: what a human or a fault does to the managed agent for this roll (true when the roll
+/// is the managed agent's own; the rest is shared with the PTY agent). There is no composer: a
+/// "human" is a raw `session action=input` typing a whole `turn/start` line into the pane.
+fn managed_act(w: &mut World, world: &Shared, a: usize, roll: u32, humans: &mut u64) -> bool {
+    match roll {
+        0..=21 => {
+            *humans += 1;
+            let text = format!("human {humans}");
+            w.log(format!("a{a} raw input types a turn/start {text:?}"));
+            at_keyboard(w, world, a, move |w| {
+                let thread = crate::app_server::thread_id(a);
+                let line = crate::app_server::raw_turn_start(&format!("mcp-input-{text}"), &thread, &text);
+                w.pane_accept(a, "human", line.len(), true);
+                w.app_stdin(a, &line, None);
+            });
+        }
+        22..=42 => {} // no composer, no question
+        50..=55 => match thread_rng().gen_range(0..100) {
+            0..=29 => w.app_stream_dropped(a, thread_rng().gen_range(200..3_000)),
+            30..=54 => w.app_holder_dies(a, thread_rng().gen_range(300..3_000)),
+            55..=74 => at_keyboard(w, world, a, move |w| w.app_foreign_thread(a)),
+            _ => {
+                if w.agents[a].running.is_some() {
+                    w.log(format!("a{a} the app-server is killed mid-turn"));
+                    w.kill_process(a, thread_rng().gen_range(300..3_000));
+                }
+            }
+        },
+        _ => return false,
+    }
+    true
+}
+
 /// A human at the keyboard, or a fault, by the seed.
 fn act(world: &Shared, humans: &mut u64) {
     let mut w = world.lock().unwrap();
     let a = thread_rng().gen_range(0..w.agents.len());
     let roll = thread_rng().gen_range(0..100);
+    if w.is_managed(a) && managed_act(&mut w, world, a, roll, humans) {
+        return;
+    }
     match roll {
         0..=21 => {
             *humans += 1;
@@ -591,13 +627,9 @@ fn act(world: &Shared, humans: &mut u64) {
             w.spawn_process(a, reuse);
         }
         50..=55 => {
-            let kind = if w.agents[a].transport == wakterm_engine::Transport::AppServer {
-                "app_server.stream_dropped"
-            } else {
-                ["observer.file_lost", "observer.truncated", "observer.replaced", "observer.rewritten"][thread_rng().gen_range(0..4)]
-            };
+            let kind = ["observer.file_lost", "observer.truncated", "observer.replaced", "observer.rewritten"][thread_rng().gen_range(0..4)];
             let lost_ms = if kind == "observer.file_lost" { thread_rng().gen_range(800..4_000) } else { thread_rng().gen_range(0..1_500) };
-            if kind != "app_server.stream_dropped" && thread_rng().gen_bool(0.2) {
+            if thread_rng().gen_bool(0.2) {
                 w.make_record_unreadable(a, thread_rng().gen_range(300..3_000));
             } else {
                 w.break_record(a, kind, lost_ms);
@@ -765,6 +797,12 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
             agent.lag_ms = 20;
             agent.question = false;
             agent.composer.clear();
+            if let Some(app) = agent.app.as_mut() {
+                app.conn_down_until = None;
+                if app.holder_down {
+                    continue; // `agent restart` brings the holder back at the provider's next tick
+                }
+            }
             if agent.process.is_none() && !w.split_in_progress(a) {
                 w.spawn_process(a, false); // (else the provider respawns it once the split write ends)
             }
@@ -790,6 +828,13 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     // Liveness and end-of-run checks.
     let status = final_status(&world).await;
     check_event_stream_at_end(&world).await;
+    for _ in 0..12 {
+        if world.lock().unwrap().managed_usable_at_end(false) {
+            break;
+        }
+        madsim::time::sleep(Duration::from_millis(250)).await;
+    }
+    world.lock().unwrap().managed_usable_at_end(true);
     let mut w = world.lock().unwrap();
     let unanswered = callers.iter().filter(|c| !c.is_finished()).count();
     if unanswered > 0 {

@@ -1,10 +1,12 @@
 //! Ground truth and simulated devices: the Codex TUI (composer, bracketed paste, turns), the
-//! provider's record (rollout file or app-server event stream) and the observer that tails it,
-//! the processes behind the panes, and the durable store model. The holder processes (panes,
-//! Codex) survive a daemon crash; the observer's read state belongs to the daemon and is reset,
-//! except what it saved as its durable checkpoint (OBS-1..OBS-3): a restarted daemon's observer
-//! proves the rollout is the one checkpointed and reads from there. While the daemon is down
-//! the rollout may be replaced, or the agent's pid reused by another process.
+//! provider's record (a rollout file) and the observer that tails it, the processes behind the
+//! panes, and the durable store model. The holder processes (panes, Codex) survive a daemon
+//! crash; the observer's read state belongs to the daemon and is reset, except what it saved as
+//! its durable checkpoint (OBS-1..OBS-3): a restarted daemon's observer proves the rollout is
+//! the one checkpointed and reads from there. While the daemon is down the rollout may be
+//! replaced, or the agent's pid reused by another process. The managed agent (a Codex
+//! app-server and its holder's notification stream, MGD-*) is `app_server.rs`; the hooks here
+//! (provider tick, liveness, tail, snapshot, resume) dispatch to it.
 
 use crate::mutant::Mutant;
 use crate::oracle::{Oracle, TurnTruth};
@@ -55,7 +57,18 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.refresh_slow",
     "observer.poll_before_resume",
     "observer.first_look_past_armed_cursor",
+    // MGD-*: the managed agent's app-server and its holder's stream (`app_server.rs`).
     "app_server.stream_dropped",
+    "app_server.notifications_evicted",
+    "app_server.reply_lost",
+    "app_server.exit_mid_turn",
+    "app_server.holder_restart",
+    "app_server.busy_steer",
+    "app_server.foreign_thread",
+    "app_server.delta_burst",
+    "app_server.huge_final",
+    "app_server.line_too_long",
+    "app_server.thread_reproved",
     "store.commit_failed",
     "store.slow_commit",
     "store.lookup_failed",
@@ -176,6 +189,15 @@ pub struct FaultPlan {
     pub watch_lost: f64,
     /// SUB-4: another writer (`session action=input`, raw) writes around a submit.
     pub foreign_write: f64,
+    /// MGD-4: the managed agent's holder ring (scaled down so that unread notifications are
+    /// evicted in some seeds: while the daemon is down, or by a burst between two reads).
+    pub ring_bytes: usize,
+    /// A turn's answer streamed in a burst of deltas.
+    pub burst: f64,
+    /// A final answer over the (scaled) line bound.
+    pub huge_line: f64,
+    /// MGD-3: the holder's answer to a `turn/start` write never reaches the engine.
+    pub reply_lost: f64,
 }
 
 impl FaultPlan {
@@ -204,8 +226,24 @@ impl FaultPlan {
             split_fail: 0.0,
             watch_lost: 0.0,
             foreign_write: 0.0,
+            ring_bytes: 0,
+            burst: 0.0,
+            huge_line: 0.0,
+            reply_lost: 0.0,
         }
         .with_submit_faults()
+        .with_app_server_faults()
+    }
+
+    /// The managed agent's rates (MGD-*).
+    fn with_app_server_faults(mut self) -> FaultPlan {
+        let mut rng = thread_rng();
+        self.ring_bytes = if rng.gen_bool(0.35) { rng.gen_range(2_500..8_000) } else { 64 * 1024 };
+        let mut rate = |p_on: f64, hi: f64| if rng.gen_bool(p_on) { rng.gen_range(0.0..hi) } else { 0.0 };
+        self.burst = rate(0.4, 0.4);
+        self.huge_line = rate(0.2, 0.1);
+        self.reply_lost = rate(0.3, 0.15);
+        self
     }
 
     /// The submit fault rates (SUB-*).
@@ -496,10 +534,14 @@ pub struct Agent {
     pub archived: Vec<Session>,
     /// SUB-*: the holder's pane.
     pub pane: Pane,
+    /// MGD-*: the managed agent's app-server and holder stream (ground truth).
+    pub app: Option<crate::app_server::AppServer>,
+    /// MGD-4: the daemon's observer of that stream (the port; reset with the daemon).
+    pub port: Option<crate::app_server::ManagedPort>,
 }
 
 impl Agent {
-    pub fn new(index: usize, transport: Transport) -> Agent {
+    pub fn new(index: usize, transport: Transport, ring_bytes: usize) -> Agent {
         let agent_id = AgentId::parse(&format!("0b5e3c1a-1111-4222-8333-00000000000{index}")).expect("uuid");
         let name = ["zola", "apex"][index].to_string();
         let proc0 = Proc { pid: 100 + index as u32, ticks: 5 };
@@ -536,7 +578,20 @@ impl Agent {
             last_typed: None,
             archived: vec![],
             pane: Pane::new(),
+            app: None,
+            port: None,
         };
+        if transport == Transport::AppServer {
+            // MGD-2: one thread (== session) for the agent's whole life; its stream starts with
+            // the handshake's answers (`World::app_handshake`, written here before any daemon).
+            let app = crate::app_server::AppServer::new(index, ring_bytes);
+            agent.session.id = SessionId(app.thread.clone());
+            agent.session.file = app.holder;
+            agent.session.writers = agent.process.map(Proc::incarnation).into_iter().collect();
+            agent.sessions_made = 1;
+            agent.app = Some(app);
+            return agent;
+        }
         // A completed baseline turn, as the tests' idle Codex has.
         let baseline = TurnId(format!("a{index}-baseline"));
         agent.new_session(TurnState::Idle { last_completed: Some(baseline.clone()) });
@@ -546,10 +601,7 @@ impl Agent {
 
     fn new_session(&mut self, header: TurnState) {
         self.sessions_made += 1;
-        let base = match self.transport {
-            Transport::Pty => 1000 * self.sessions_made,
-            Transport::AppServer => 0,
-        };
+        let base = 1000 * self.sessions_made;
         let file = self.new_file();
         let next = Session {
             id: SessionId(format!("s{}-{}", self.index, self.sessions_made)),
@@ -585,8 +637,10 @@ impl Agent {
             incarnation: self.process.map(Proc::incarnation),
             process: self.process.map(Proc::identity),
             // MGD-2: a managed agent is bound to its thread (== session in Codex 0.169).
-            managed: (self.transport == Transport::AppServer)
-                .then(|| wakterm_engine::ManagedIds { thread_id: self.session.id.0.clone(), session_id: self.session.id.clone() }),
+            managed: self
+                .app
+                .as_ref()
+                .map(|app| wakterm_engine::ManagedIds { thread_id: app.thread.clone(), session_id: SessionId(app.thread.clone()) }),
         }
     }
 
@@ -599,11 +653,7 @@ impl Agent {
 
     /// Appends a record; returns when it becomes readable.
     fn append(&mut self, now: u64, make: impl FnOnce(SessionId, u64) -> ObserverEvent) -> u64 {
-        let step = match self.transport {
-            Transport::Pty => thread_rng().gen_range(60..400),
-            Transport::AppServer => 1,
-        };
-        self.session.next_position += step;
+        self.session.next_position += thread_rng().gen_range(60..400);
         let position = self.session.next_position;
         let event = make(self.session.id.clone(), position);
         let floor = self.session.records.last().map_or(0, |r| r.visible_at_ms);
@@ -665,12 +715,14 @@ impl World {
     pub fn new(mutant: Mutant) -> World {
         let mut trace = Trace::default();
         trace.t0_ms = wakterm_runtime::driver::now_ms();
-        World {
+        let plan = FaultPlan::draw();
+        let agents = vec![Agent::new(0, Transport::Pty, 0), Agent::new(1, Transport::AppServer, plan.ring_bytes)];
+        let mut world = World {
             mutant,
-            plan: FaultPlan::draw(),
+            plan,
             faults_on: true,
             wall_offset_ms: 0,
-            agents: vec![Agent::new(0, Transport::Pty), Agent::new(1, Transport::AppServer)],
+            agents,
             store: StoreTables::default(),
             inbox: None,
             wake: None,
@@ -688,7 +740,9 @@ impl World {
             holder: None,
             daemon_epoch: 0,
             jumped_ms: 0,
-        }
+        };
+        world.app_handshake(1, false);
+        world
     }
 
     pub fn log(&mut self, line: String) {
@@ -777,21 +831,6 @@ impl World {
         if bytes > 0 && self.agents[a].process.is_some() {
             self.pane_moved(a, bytes, true);
         }
-    }
-
-    /// MGD-3: a whole `turn/start` line reached the managed app-server: a turn starts with
-    /// the prompt as its input (trimmed, as the TUI's composer would take it); while a turn
-    /// runs, app-server 0.169 folds it into that turn (a user message in it, as steering).
-    pub fn app_server_turn_start(&mut self, a: usize, text: &str, origin: Option<&str>) {
-        if self.agents[a].process.is_none() {
-            self.log(format!("a{a} app-server: no process reads turn/start by {origin:?}"));
-            return;
-        }
-        let draft = std::mem::replace(&mut self.agents[a].composer, text.to_string());
-        let question = std::mem::take(&mut self.agents[a].question);
-        self.submit(a, origin);
-        self.agents[a].composer = draft;
-        self.agents[a].question = question;
     }
 
     // ----- the pane (SUB-2, SUB-4) -----
@@ -988,7 +1027,7 @@ impl World {
             self.counters.fault("provider.human_turn");
         }
         let file = self.agents[a].session.file;
-        self.oracle.turns.insert(turn.0.clone(), TurnTruth { opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
         self.log(format!("a{a} turn {} started by {:?} text={:?}", turn.0, opener, text));
         if fast {
             // Its records (start, prompt, end) are readable within milliseconds of the write, while
@@ -1060,6 +1099,9 @@ impl World {
     /// Time passes for the provider: turns end, duplicate finals arrive, processes respawn.
     pub fn provider_tick(&mut self, a: usize) {
         let now = wakterm_runtime::driver::now_ms();
+        if self.is_managed(a) {
+            return self.app_tick(a, now);
+        }
         if let Some(at) = self.agents[a].respawn_at_ms {
             if (now >= at || !self.faults_on) && !self.split_in_progress(a) {
                 self.spawn_process(a, false);
@@ -1090,6 +1132,10 @@ impl World {
         if agent.process.is_none() {
             return;
         }
+        if agent.app.is_some() {
+            self.app_killed(a);
+        }
+        let agent = &mut self.agents[a];
         agent.process = None;
         agent.running = None;
         agent.pending_finals.clear();
@@ -1114,10 +1160,16 @@ impl World {
         agent.process = Some(Proc { pid, ticks: 5 + agent.spawned * 1000 });
         agent.last_completed = None;
         agent.turns_started = 0;
-        agent.new_session(TurnState::Idle { last_completed: None });
         if reuse_pid {
             self.counters.fault("process.pid_reuse");
         }
+        if self.is_managed(a) {
+            // `agent restart`: the same holder, the same thread resumed (MGD-2).
+            self.app_respawned(a);
+            self.log(format!("a{a} app-server process started pid {pid} (reuse={reuse_pid}), resuming its thread"));
+            return;
+        }
+        self.agents[a].new_session(TurnState::Idle { last_completed: None });
         // The new child draws its screen.
         self.pane_moved(a, 900, true);
         self.log(format!("a{a} process started pid {pid} (reuse={reuse_pid})"));
@@ -1145,7 +1197,10 @@ impl World {
         let loaded = self.stored_checkpoint(a);
         let agent = &mut self.agents[a];
         agent.observer = Observer::new(agent.session.base, agent.process, loaded);
-        if let Some(process) = agent.process {
+        if agent.app.is_some() {
+            return self.reset_managed_port(a);
+        }
+        if let Some(process) = self.agents[a].process {
             self.hand_checkpoint(a, process);
         }
     }
@@ -1344,11 +1399,12 @@ impl World {
     /// turns are settled history).
     fn cut_rollout_while_down(&mut self, a: usize, checkpoint: u64) {
         // The subscriber has read what the dead daemon made durable (the oracle checks those
-        // events against the records they report, which the cut removes).
-        for stored in self.store.agent_events_after(self.oracle.stream.last_seen) {
-            let event: wakterm_engine::AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
-            crate::ports::see_agent_event(self, &event, "read before the cut");
-        }
+        // events against the records they report, which the cut removes), as `agent events
+        // --after` reads: below what retention pruned it is `cursor_too_old` and rebases (EV-9;
+        // reading the store past pruned events unchecked once failed seed 10660).
+        self.subscriber_away_until = None;
+        let durable = self.store.last_event_sequence();
+        crate::ports::subscriber_catch_up(self, durable, "read before the cut");
         let agent_id = self.agents[a].agent_id.to_string();
         let mark = self.store.event_marks().into_iter().find(|(id, _)| *id == agent_id);
         let Some(mark) = mark.and_then(|(_, json)| serde_json::from_str::<wakterm_engine::EventMark>(&json).ok()) else { return };
@@ -1583,6 +1639,9 @@ impl World {
 
     /// Tail: detect a lost or replaced record, re-attach, read what became visible.
     pub fn sync_observer(&mut self, a: usize, out: &mut Vec<ObserverEvent>) {
+        if self.is_managed(a) {
+            return self.managed_sync(a, out);
+        }
         let now = wakterm_runtime::driver::now_ms();
         if self.agents[a].process.is_none() {
             return;
@@ -1612,6 +1671,9 @@ impl World {
     /// Liveness probe: a changed process is reported before anything else (as
     /// `refresh_agent` does). Returns the events and the new facts to register.
     pub fn liveness(&mut self, a: usize, out: &mut Vec<ObserverEvent>) -> Option<AgentFacts> {
+        if self.is_managed(a) {
+            return self.managed_liveness(a, out);
+        }
         let agent = &self.agents[a];
         if agent.observer.reported == agent.process {
             return None;
@@ -1642,6 +1704,9 @@ impl World {
     }
 
     pub fn snapshot(&mut self, a: usize) -> Result<ObserverSnapshot, String> {
+        if self.is_managed(a) {
+            return self.managed_snapshot(a);
+        }
         let agent = &self.agents[a];
         let Some(process) = agent.process else { return Err("no process runs behind the agent".to_string()) };
         let attached = agent.observer.attached.clone();
@@ -1683,6 +1748,9 @@ impl World {
     /// earlier look disproved is lost, even when that look came first and a later one has
     /// read the file again from the start (OBS-3).
     pub fn resume(&mut self, a: usize, from: &wakterm_engine::Cursor, out: &mut Vec<ObserverEvent>) {
+        if self.is_managed(a) {
+            return self.managed_resume(a, from, out);
+        }
         let now = wakterm_runtime::driver::now_ms();
         let agent = &self.agents[a];
         if !agent.observer.resumed && agent.observer.looked && agent.process.is_some() {

@@ -1,0 +1,1122 @@
+//! MGD-*: the managed agent (a Codex app-server 0.169 under its holder) as a PORT model.
+//!
+//! Ground truth (`AppServer`, driven by `World`): one thread for the agent's whole life
+//! (thread id == session id, MGD-2); a process reads JSON-RPC lines from its stdin (a line is a
+//! request only once its newline arrives; a short write leaves a fragment that spoils the next
+//! line) and answers on stdout, which the holder keeps as an append-only byte stream with
+//! absolute offsets, of which only the last `ring_bytes` are kept (the holder's output ring,
+//! `runtime/src/holder/output_ring.rs`, at a small per-seed size so eviction happens). The
+//! stream survives daemon crashes; a respawned process (`agent restart`: `thread/resume` of the
+//! SAME thread) continues it, so offsets keep growing and the new process's output starts at
+//! its generation start; a restarted holder starts another stream at offset 0. A `turn/start`
+//! on an idle thread starts a turn (reply, `turn/started`, the `userMessage` item); on a busy
+//! one it is folded into the running turn (reply naming that turn, a `userMessage` item, no
+//! `turn/started`), as the real 0.169 does (fixtures/codex-0.169/app-server/README.md,
+//! harness/src/fake_app_server.rs). Every line that carries turn evidence is also a truth
+//! `Record` (the event a correct fold yields, at the offset one past the line) for the oracle.
+//!
+//! The port (`ManagedPort`): the daemon's observer of that stream, a replica of
+//! `runtime/src/managed_observer.rs` (`ManagedObserver`: pages of the holder's output, eviction
+//! and over-long lines lost, the resume that re-folds up to the cursor silently) over the sim's
+//! ring instead of a holder socket. The fold itself is NOT re-implemented: every whole line goes
+//! through the production `wakterm_runtime::app_server::Fold::line`, so a fold bug shows in the
+//! oracle's stream and correlation checks. The byte bounds are scaled down with the ring (pages
+//! of 1 KiB, lines over 8 KiB lost, at most twice the ring per poll: the production 1 MiB,
+//! 8 MiB and 8 MiB = twice its 4 MiB ring, so one poll always reaches the end of what the
+//! holder keeps), so a line over the bound fits in a simulated run.
+//!
+//! Known runtime gaps this model found are counted as `note.mgd_*` (and tolerated by the oracle
+//! for exactly the records or requests they affect); `sim/run.sh --strict-mgd` fails them:
+//! `fresh_attach_past_eviction` (a restarted daemon's observer attaches past evicted, never
+//! reported notifications with no gap), `attach_before_skipped_line` (after a loss, `Attached`
+//! at the position before a line still being skipped), `fold_loss_keeps_attached` /
+//! `loss_unreported_after_fold_loss` (another thread's notification loses the session but the
+//! observer never announces `Attached` again, so a later real loss is silent),
+//! `exit_drained_without_read` (an exit reported `drained` although the last read failed;
+//! `delivery_failed_after_undrained_exit` when a waiting request then ended `delivery_failed`
+//! although its turn had started),
+//! `thread_not_loaded_at_end` (MGD-2: a fresh observer past an evicted handshake reports the
+//! thread loaded only once its `thread/resume` re-proof is answered, `reprove_once`, mirrored
+//! here; before that fix, 97d75c3, never), `resume_cursor_before_process_start`, and
+//! `steered_receipt_but_new_turn` (a `steered_running_turn` receipt whose prompt started a turn).
+
+use crate::mutant::Mutant;
+use crate::oracle::TurnTruth;
+use crate::world::{Proc, Record, Running, Session, World};
+use madsim::rand::{thread_rng, Rng};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use wakterm_engine::{prompt::prompt_hash, AgentFacts, Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, SessionId, TurnId, TurnState};
+use wakterm_runtime::app_server::Fold;
+
+/// The port's page size (production `PAGE_BYTES`, 1 MiB, scaled).
+pub const PAGE_BYTES: usize = 1024;
+/// The longest line the port accepts (production `app_server::MAX_LINE_BYTES`, 8 MiB, scaled).
+pub const MAX_LINE_BYTES: usize = 8 * 1024;
+
+/// The managed agent's thread (== its session, MGD-2): one for its whole life.
+pub fn thread_id(agent: usize) -> String {
+    format!("0195f0c2-7b1a-7000-8000-{:012x}", 0xa00 + agent)
+}
+
+/// A thread someone else started on the same app-server (a raw `session action=input`).
+pub const FOREIGN_THREAD: &str = "0195f0c2-7b1a-7000-8000-0000000ff0ff";
+
+// ----- the holder's ring -----
+
+/// The holder's output ring: absolute offsets that never reset, the last `capacity` bytes kept
+/// (`OutputRing`'s semantics, which is private to the runtime).
+pub struct Ring {
+    bytes: VecDeque<u8>,
+    start: u64,
+    capacity: usize,
+}
+
+/// One read of the ring (`RingSlice`).
+pub struct Page {
+    pub data: Vec<u8>,
+    pub start: u64,
+    pub end: u64,
+    /// Bytes between the requested offset and `start` were evicted.
+    pub truncated: bool,
+}
+
+impl Ring {
+    pub fn new(capacity: usize) -> Ring {
+        Ring { bytes: VecDeque::new(), start: 0, capacity }
+    }
+
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn end(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        let keep = &chunk[chunk.len().saturating_sub(self.capacity)..];
+        let overflow = (self.bytes.len() + keep.len()).saturating_sub(self.capacity);
+        self.bytes.drain(..overflow);
+        self.start += overflow as u64;
+        self.bytes.extend(keep);
+        self.start += (chunk.len() - keep.len()) as u64;
+    }
+
+    /// Up to `max` bytes from `after` (or the oldest kept byte, if later); an offset beyond the
+    /// end is not from this stream (the holder answers an error).
+    pub fn read(&self, after: u64, max: usize) -> Result<Page, String> {
+        if after > self.end() {
+            return Err(format!("offset {after} is beyond the output's end {}", self.end()));
+        }
+        let from = after.max(self.start);
+        let skip = (from - self.start) as usize;
+        let take = max.min(self.bytes.len() - skip);
+        let data: Vec<u8> = self.bytes.range(skip..skip + take).copied().collect();
+        Ok(Page { start: from, end: from + take as u64, truncated: from > after, data })
+    }
+}
+
+// ----- the app-server (ground truth) -----
+
+/// The turn evidence one output line carries, as a correct fold reads it.
+#[derive(Clone, Debug)]
+pub enum Truth {
+    Started(TurnId),
+    User(TurnId, String),
+    Agent(TurnId, String, Option<String>),
+    Completed(TurnId, String),
+    Aborted(TurnId),
+}
+
+impl Truth {
+    pub fn event(self, session: SessionId, position: u64) -> ObserverEvent {
+        match self {
+            Truth::Started(turn) => ObserverEvent::TurnStarted { session, turn, position },
+            Truth::User(turn, prompt_hash) => ObserverEvent::UserMessage { session, turn: Some(turn), prompt_hash, position },
+            Truth::Agent(turn, text, phase) => ObserverEvent::AgentMessage { session, turn: Some(turn), text, phase, position },
+            Truth::Completed(turn, text) => ObserverEvent::TurnCompleted { session, turn, final_message: Some(text), position },
+            Truth::Aborted(turn) => ObserverEvent::TurnAborted { session, turn: Some(turn), position },
+        }
+    }
+}
+
+/// A stdin line waiting to be read by the app-server: when, the bytes, and which request's
+/// write delivered it.
+pub struct Pending {
+    pub due_ms: u64,
+    pub line: Vec<u8>,
+    pub origin: Option<String>,
+}
+
+/// The app-server behind agent `a` and its holder's stream.
+pub struct AppServer {
+    pub thread: String,
+    /// Holder generations: a holder restart starts another stream at offset 0.
+    pub holder: u64,
+    /// The holder is gone (between its death and `agent restart`): no reads, no writes.
+    pub holder_down: bool,
+    pub ring: Ring,
+    /// Where the current process's output starts in the stream (MGD-4).
+    pub generation_start: u64,
+    /// The fragment of a line the process has read without its newline (a short write).
+    pub stdin: Vec<u8>,
+    /// Whole lines read from stdin, processed in order when due.
+    pub queue: VecDeque<Pending>,
+    /// The daemon's connection to the holder is broken until then (`app_server.stream_dropped`).
+    pub conn_down_until: Option<u64>,
+    /// `agent restart` after a holder death comes then (when a daemon runs).
+    pub holder_back_at: Option<u64>,
+    /// Item and request counters for ids.
+    pub items: u64,
+}
+
+impl AppServer {
+    pub fn new(agent: usize, ring_bytes: usize) -> AppServer {
+        AppServer {
+            thread: thread_id(agent),
+            holder: 1,
+            holder_down: false,
+            ring: Ring::new(ring_bytes),
+            generation_start: 0,
+            stdin: Vec::new(),
+            queue: VecDeque::new(),
+            conn_down_until: None,
+            holder_back_at: None,
+            items: 0,
+        }
+    }
+
+    /// What the daemon's observer reads: the ring, unless the holder or the connection is gone.
+    pub fn readable(&self, now: u64) -> Result<&Ring, String> {
+        if self.holder_down {
+            return Err("cannot reach the agent's holder: connection refused".to_string());
+        }
+        if self.conn_down_until.is_some_and(|t| now < t) {
+            return Err("cannot read the app-server's output: the holder connection dropped".to_string());
+        }
+        Ok(&self.ring)
+    }
+
+    pub fn next_item(&mut self) -> u64 {
+        self.items += 1;
+        self.items
+    }
+}
+
+pub fn line(value: Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(&value).expect("JSON values serialise");
+    bytes.push(b'\n');
+    bytes
+}
+
+pub fn notification(method: &str, params: Value, now: u64) -> Vec<u8> {
+    line(json!({"method": method, "params": params, "emittedAtMs": now}))
+}
+
+pub fn turn_json(turn: &str, status: &str, items: Value, view: &str) -> Value {
+    json!({"id": turn, "items": items, "itemsView": view, "status": status, "error": null, "rootTurnId": turn})
+}
+
+pub fn user_item(id: u64, text: &str) -> Value {
+    json!({"type": "userMessage", "id": format!("00000000-0000-4000-8000-{id:012x}"), "content": [{"type": "text", "text": text, "text_elements": []}]})
+}
+
+pub fn agent_item(id: u64, text: &str, phase: Option<&str>) -> Value {
+    let mut item = json!({"type": "agentMessage", "id": format!("msg_mock_{id}"), "text": text});
+    if let Some(phase) = phase {
+        item["phase"] = json!(phase);
+    }
+    item
+}
+
+/// A `thread/start` or `thread/resume` result: the thread and what it is doing (`idle`, or
+/// `active` while a turn runs).
+pub fn thread_json(thread: &str, active: bool) -> Value {
+    let status = if active { json!({"type": "active", "activeFlags": []}) } else { json!({"type": "idle"}) };
+    json!({"thread": {"id": thread, "sessionId": thread, "status": status, "turns": [], "source": "vscode", "originator": "wakterm"}})
+}
+
+/// A `turn/start` line as a raw writer (not the engine) would type it.
+pub fn raw_turn_start(id: &str, thread: &str, text: &str) -> Vec<u8> {
+    line(json!({"id": id, "method": "turn/start", "params": {"threadId": thread, "input": [{"type": "text", "text": text}]}}))
+}
+
+// ----- the port: the daemon's observer of the stream -----
+
+/// A replica of `ManagedObserver` (runtime/src/managed_observer.rs) reading the sim's ring; the
+/// fold is the production one. Daemon state: a restarted daemon builds a new one.
+pub struct ManagedPort {
+    session: SessionId,
+    thread: String,
+    pub process: Proc,
+    fold: Fold,
+    start: u64,
+    offset: u64,
+    pub position: u64,
+    partial: Vec<u8>,
+    skipping: bool,
+    attached: bool,
+    resume_at: Option<u64>,
+    health: Result<(), String>,
+    mutant: Mutant,
+    /// Mutant `foreign_thread_accepted`: a fold per other thread, its events taken as ours.
+    foreign: BTreeMap<String, Fold>,
+    /// Faults and findings this port saw since last asked (counted by the world).
+    pub notes: Vec<&'static str>,
+    /// Records of the stream (after, through] no daemon will ever report, by a known runtime
+    /// gap (the note says which), handed to the oracle's tolerances by the world.
+    pub unreportable: Vec<(u64, u64, &'static str)>,
+    /// `attach()` announced the stale position while a lost line was still being skipped.
+    stale_attach: Option<u64>,
+    /// A fresh observer skipped a stream start the holder had evicted.
+    fresh_skip: bool,
+    /// Mutant `managed_resume_ignores_eviction`: inside its resume.
+    trusting: bool,
+    /// `reprove_once` asked already.
+    reproved: bool,
+    /// The `thread/resume` line `reprove_once` writes through the holder (the world writes it).
+    pub reprove: Option<Vec<u8>>,
+}
+
+impl ManagedPort {
+    pub fn new(thread: &str, process: Proc, start: u64, mutant: Mutant) -> ManagedPort {
+        ManagedPort {
+            session: SessionId(thread.to_string()),
+            thread: thread.to_string(),
+            process,
+            fold: Fold::new(thread),
+            start,
+            offset: start,
+            position: start,
+            partial: Vec::new(),
+            skipping: false,
+            attached: false,
+            resume_at: None,
+            health: Err("not read yet".to_string()),
+            mutant,
+            foreign: BTreeMap::new(),
+            notes: Vec::new(),
+            unreportable: Vec::new(),
+            stale_attach: None,
+            fresh_skip: false,
+            trusting: false,
+            reproved: false,
+            reprove: None,
+        }
+    }
+
+    /// Where this process's output starts.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// `ManagedObserver::poll`: reads what the holder appended since the last call.
+    pub fn poll(&mut self, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
+        let mut events = Vec::new();
+        self.health = self.read(ring, &mut events).and_then(|()| self.reprove_once());
+        events
+    }
+
+    /// `ManagedObserver::reprove_once` (MGD-4): a stream read to its end that never showed this
+    /// process loading the thread asks once with `thread/resume` of the agent's own thread; the
+    /// reply comes in the stream like any other line. (The holder was just read, so the write
+    /// goes through; the world performs it.)
+    fn reprove_once(&mut self) -> Result<(), String> {
+        if self.reproved || self.fold.loaded || !self.attached || self.thread.is_empty() {
+            return Ok(());
+        }
+        self.reproved = true;
+        self.notes.push("app_server.thread_reproved");
+        let id = format!("wakterm-reprove-{}-{}", self.process.pid, self.offset);
+        self.reprove = Some(line(json!({"id": id, "method": "thread/resume", "params": {"threadId": self.thread, "cwd": "/w", "approvalPolicy": "never"}})));
+        Ok(())
+    }
+
+    /// `ManagedObserver::resume` (REC-2): `Attached` at the cursor, then what follows; the
+    /// lines before it are folded again silently, as long as the holder still has them.
+    pub fn resume(&mut self, from: &Cursor, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
+        if from.session != self.session {
+            let reason = "the agent's app-server thread is not the one the request was armed on".to_string();
+            return vec![ObserverEvent::SessionLost { reason, session: Some(from.session.clone()) }];
+        }
+        self.fold = Fold::new(&self.thread);
+        self.offset = self.start;
+        self.position = self.start;
+        self.partial.clear();
+        self.skipping = false;
+        self.attached = false;
+        self.resume_at = Some(from.position);
+        self.foreign.clear();
+        if self.mutant == Mutant::ManagedResumeIgnoresEviction && from.position >= self.start {
+            // The bug: the holder is trusted to keep everything after the cursor, so the
+            // resume answers at once at the cursor and reads on from there (no re-fold).
+            self.resume_at = None;
+            self.offset = from.position;
+            self.position = from.position;
+            self.attached = true;
+            self.fold.loaded = true;
+            self.trusting = true;
+            let mut events = vec![ObserverEvent::Attached { session: self.session.clone(), position: from.position }];
+            events.extend(self.poll(ring));
+            self.trusting = false;
+            return events;
+        }
+        self.poll(ring)
+    }
+
+    /// `ManagedObserver::snapshot`.
+    pub fn snapshot(&self) -> ObserverSnapshot {
+        let status = match &self.health {
+            Ok(()) => ObserverStatus::Attached,
+            Err(reason) => ObserverStatus::Unavailable { reason: reason.clone() },
+        };
+        let status = match status {
+            ObserverStatus::Attached if !self.fold.loaded => ObserverStatus::Unavailable { reason: "the app-server has not loaded the agent's thread yet".to_string() },
+            other => other,
+        };
+        let attached = self.attached && matches!(status, ObserverStatus::Attached);
+        ObserverSnapshot {
+            incarnation: self.process.incarnation(),
+            process: Some(self.process.identity()),
+            status,
+            session: attached.then(|| self.session.clone()),
+            position: self.position,
+            turn: if attached { self.fold.turn.clone() } else { TurnState::Unknown },
+            composer: Composer::Empty,
+        }
+    }
+
+    fn read(&mut self, ring: Result<&Ring, String>, events: &mut Vec<ObserverEvent>) -> Result<(), String> {
+        let ring = ring?;
+        // Production's `MAX_BYTES_PER_POLL` is twice its ring (see the module's note).
+        let mut budget = 2 * ring.capacity();
+        loop {
+            let after = self.offset;
+            let page = ring.read(after, PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
+            if page.truncated {
+                self.notes.push("app_server.notifications_evicted");
+            }
+            if page.truncated && self.trusting {
+                // The bug (`managed_resume_ignores_eviction`): what the holder evicted after
+                // the cursor is skipped to the next whole line, unreported.
+                self.skipping = true;
+            } else if page.truncated && (self.attached || self.resume_at.is_some()) {
+                self.lost(page.start, events);
+            } else if page.truncated {
+                // A fresh observer of a stream whose start the holder no longer keeps.
+                self.fold.turn = TurnState::Unknown;
+                self.skipping = true;
+                self.fresh_skip = true;
+            } else if !self.attached {
+                self.attach(events);
+            }
+            self.offset = page.end;
+            self.take(&page.data, page.start, events);
+            budget = budget.saturating_sub(page.data.len());
+            if page.data.is_empty() || budget == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    fn attach(&mut self, events: &mut Vec<ObserverEvent>) {
+        if self.skipping && self.resume_at.is_none() {
+            // A runtime gap the oracle tolerates (see `take`): the attach comes before the end
+            // of the line being skipped, at the position before it.
+            self.stale_attach = Some(self.position);
+        }
+        self.attached = true;
+        if self.resume_at.is_none() {
+            events.push(ObserverEvent::Attached { session: self.session.clone(), position: self.position });
+        }
+    }
+
+    fn lost(&mut self, start: u64, events: &mut Vec<ObserverEvent>) {
+        let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
+        let session = self.resume_at.take().map(|_| self.session.clone());
+        events.push(ObserverEvent::SessionLost { reason, session });
+        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, ..Fold::new(&self.thread) };
+        self.partial.clear();
+        self.skipping = true;
+        self.attached = false;
+    }
+
+    fn take(&mut self, data: &[u8], start: u64, events: &mut Vec<ObserverEvent>) {
+        let mut at = 0;
+        while let Some(newline) = data[at..].iter().position(|&b| b == b'\n') {
+            let end = at + newline;
+            let position = start + end as u64 + 1;
+            if self.skipping {
+                self.skipping = false;
+                // Known runtime gaps (`ManagedObserver::read`/`attach`), tolerated by the oracle
+                // for exactly the records no daemon can report any more: an `Attached` announced
+                // at the position before a line still being skipped (the lost line's record is
+                // after it, never reported), and a fresh observer's attach past evicted bytes
+                // with no loss reported (the records before it, unreported if the stream's
+                // mark lies before them).
+                if let Some(stale) = self.stale_attach.take() {
+                    self.notes.push("note.mgd_attach_before_skipped_line");
+                    self.unreportable.push((stale, position, "note.mgd_attach_before_skipped_line"));
+                }
+                if std::mem::take(&mut self.fresh_skip) {
+                    self.notes.push("note.mgd_fresh_attach_past_eviction");
+                    self.unreportable.push((0, position, "note.mgd_fresh_attach_past_eviction"));
+                }
+                if !self.attached {
+                    self.position = position;
+                    self.attached = true;
+                    events.push(ObserverEvent::Attached { session: self.session.clone(), position });
+                }
+            } else {
+                self.partial.extend_from_slice(&data[at..end]);
+                let line = std::mem::take(&mut self.partial);
+                self.fold_line(&line, position, events);
+            }
+            at = end + 1;
+        }
+        if !self.skipping {
+            self.partial.extend_from_slice(&data[at..]);
+            if self.partial.len() > MAX_LINE_BYTES {
+                self.notes.push("app_server.line_too_long");
+                let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
+                events.push(ObserverEvent::SessionLost { reason, session: None });
+                self.partial.clear();
+                self.skipping = true;
+                self.attached = false;
+                self.fold.turn = TurnState::Unknown;
+            }
+        }
+    }
+
+    fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
+        let busy_before = matches!(self.fold.turn, TurnState::Busy { .. });
+        let mut folded = self.fold.line(line, position); // the production fold (MGD-3)
+        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) && self.resume_at.is_none_or(|c| position > c) {
+            // CORR-3's loss from the fold; the port stays attached and reports on, with no
+            // `Attached` after it (a runtime gap the oracle tolerates, `Oracle::fold_lost`).
+            self.notes.push("note.mgd_fold_loss_keeps_attached");
+        }
+        self.mutate(line, position, busy_before, &mut folded);
+        self.position = position;
+        if let Some(cursor) = self.resume_at {
+            if position < cursor {
+                return;
+            }
+            self.resume_at = None;
+            events.push(ObserverEvent::Attached { session: self.session.clone(), position: cursor });
+            if position == cursor {
+                return;
+            }
+        }
+        events.extend(folded);
+    }
+
+    /// The port's planted bugs (never the fold's).
+    fn mutate(&mut self, line: &[u8], position: u64, busy_before: bool, folded: &mut Vec<ObserverEvent>) {
+        match self.mutant {
+            Mutant::SteerReportedAsNewTurn => {
+                // The bug: every `turn/start` result naming a turn is taken for its start, so a
+                // prompt folded into the running turn looks like the start of a turn.
+                let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
+                let named = value.pointer("/result/turn/id").and_then(Value::as_str);
+                if let (Some(turn), true) = (named, busy_before) {
+                    let event = ObserverEvent::TurnStarted { session: self.session.clone(), turn: TurnId(turn.to_string()), position };
+                    self.fold.turn = wakterm_engine::fold_turn(&self.fold.turn, &event);
+                    folded.push(event);
+                }
+            }
+            Mutant::ForeignThreadAccepted => {
+                // The bug: a notification of another thread is folded (by that thread's own
+                // fold) and reported as the agent's, instead of losing the session.
+                let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
+                let Some(other) = value.pointer("/params/threadId").and_then(Value::as_str).filter(|t| *t != self.thread) else { return };
+                if !folded.iter().all(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
+                    return;
+                }
+                let fold = self.foreign.entry(other.to_string()).or_insert_with(|| Fold::new(other));
+                let events = fold.line(line, position);
+                let session = self.session.clone();
+                *folded = events.into_iter().map(|e| relabel(e, &session)).collect();
+                for event in folded.iter() {
+                    self.fold.turn = wakterm_engine::fold_turn(&self.fold.turn, event);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The event as if it were about `session`.
+fn relabel(event: ObserverEvent, session: &SessionId) -> ObserverEvent {
+    let s = session.clone();
+    match event {
+        ObserverEvent::TurnStarted { turn, position, .. } => ObserverEvent::TurnStarted { session: s, turn, position },
+        ObserverEvent::UserMessage { turn, prompt_hash, position, .. } => ObserverEvent::UserMessage { session: s, turn, prompt_hash, position },
+        ObserverEvent::AgentMessage { turn, text, phase, position, .. } => ObserverEvent::AgentMessage { session: s, turn, text, phase, position },
+        ObserverEvent::TurnCompleted { turn, final_message, position, .. } => ObserverEvent::TurnCompleted { session: s, turn, final_message, position },
+        ObserverEvent::TurnAborted { turn, position, .. } => ObserverEvent::TurnAborted { session: s, turn, position },
+        other => other,
+    }
+}
+
+// ----- the world: the app-server's behaviour and the port's place in the daemon -----
+
+impl World {
+    /// Agent `a` is a managed app-server agent (MGD-1).
+    pub fn is_managed(&self, a: usize) -> bool {
+        self.agents[a].app.is_some()
+    }
+
+    fn app(&mut self, a: usize) -> &mut AppServer {
+        self.agents[a].app.as_mut().expect("a managed agent")
+    }
+
+    /// Output lines of the app-server land in the holder's stream, in order; a line with turn
+    /// evidence is also a truth record at its end. The holder's `info_changed` wakes the
+    /// monitor.
+    fn app_emit(&mut self, a: usize, lines: Vec<(Vec<u8>, Option<Truth>)>) {
+        if lines.is_empty() || self.agents[a].process.is_none() {
+            return;
+        }
+        let now = wakterm_runtime::driver::now_ms();
+        let agent = &mut self.agents[a];
+        let app = agent.app.as_mut().expect("a managed agent");
+        for (bytes, truth) in lines {
+            app.ring.push(&bytes);
+            let end = app.ring.end();
+            agent.session.next_position = end;
+            if let Some(truth) = truth {
+                let event = truth.event(agent.session.id.clone(), end);
+                agent.session.records.push(Record { position: end, visible_at_ms: now, event });
+            }
+        }
+        self.wake_observer(now);
+    }
+
+    /// Bytes that reached the app-server's stdin (`origin`: the request whose write they are).
+    /// Only a newline completes a request; a fragment left by a short write spoils the next.
+    pub fn app_stdin(&mut self, a: usize, bytes: &[u8], origin: Option<&str>) {
+        if self.agents[a].process.is_none() {
+            return; // nobody reads the pane
+        }
+        let now = wakterm_runtime::driver::now_ms();
+        let lag = self.agents[a].lag_ms;
+        let app = self.app(a);
+        app.stdin.extend_from_slice(bytes);
+        while let Some(newline) = app.stdin.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = app.stdin.drain(..=newline).collect();
+            // The app-server reads its stdin in order, a little later (much later when slow).
+            let floor = app.queue.back().map_or(0, |p| p.due_ms);
+            let due = (now + thread_rng().gen_range(0..=lag.max(1))).max(floor);
+            app.queue.push_back(Pending { due_ms: due, line, origin: origin.map(str::to_string) });
+        }
+    }
+
+    /// Time passes for the managed agent: stdin lines are read, turns end, the holder comes
+    /// back, the process is restarted (`agent restart` is a daemon operation: only while one
+    /// runs, or once faults stop).
+    pub fn app_tick(&mut self, a: usize, now: u64) {
+        let daemon = self.inbox.is_some() || !self.faults_on;
+        if self.app(a).holder_back_at.is_some_and(|t| now >= t || !self.faults_on) && daemon {
+            self.app_holder_back(a);
+        }
+        if let Some(at) = self.agents[a].respawn_at_ms {
+            if (now >= at || !self.faults_on) && daemon && !self.app(a).holder_down {
+                self.spawn_process(a, false);
+            }
+        }
+        while self.app(a).queue.front().is_some_and(|p| p.due_ms <= now) {
+            let pending = self.app(a).queue.pop_front().expect("due");
+            self.app_read_line(a, pending);
+        }
+        if let Some(running) = self.agents[a].running.clone() {
+            if now >= running.due_ms {
+                self.app_end_turn(a, running, now);
+            }
+        }
+    }
+
+    /// One whole stdin line, read by the app-server.
+    fn app_read_line(&mut self, a: usize, pending: Pending) {
+        let now = wakterm_runtime::driver::now_ms();
+        let body = &pending.line[..pending.line.len() - 1];
+        let Ok(value) = serde_json::from_slice::<Value>(body) else {
+            self.log(format!("a{a} app-server: a line that is not JSON ({} bytes, origin {:?}): parse error", body.len(), pending.origin));
+            let error = line(json!({"id": null, "error": {"code": -32700, "message": "Parse error"}}));
+            return self.app_emit(a, vec![(error, None)]);
+        };
+        let id = value.get("id").cloned().unwrap_or(Value::Null);
+        let method = value.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+        let params = value.get("params").cloned().unwrap_or(Value::Null);
+        let thread = self.app(a).thread.clone();
+        match method.as_str() {
+            "turn/start" => {
+                let text: String = params.pointer("/input").and_then(Value::as_array).into_iter().flatten().filter_map(|p| p.get("text")?.as_str()).collect();
+                match params.get("threadId").and_then(Value::as_str) {
+                    Some(t) if t == thread => self.app_turn_start(a, id, &text, pending.origin.as_deref()),
+                    Some(FOREIGN_THREAD) => self.app_foreign_turn(a, id, &text, now),
+                    other => {
+                        let error = line(json!({"id": id, "error": {"code": -32600, "message": format!("thread not found: {other:?}")}}));
+                        self.app_emit(a, vec![(error, None)]);
+                    }
+                }
+            }
+            "thread/resume" if params.get("threadId").and_then(Value::as_str) == Some(thread.as_str()) => {
+                // Codex 0.169 answers a resume of a thread it has loaded with the thread and its
+                // status (the observer's re-proof, MGD-4).
+                let active = self.agents[a].running.is_some();
+                let reply = line(json!({"id": id, "result": thread_json(&thread, active)}));
+                self.app_emit(a, vec![(reply, None)]);
+            }
+            "thread/start" => {
+                let reply = line(json!({"id": id, "result": thread_json(FOREIGN_THREAD, false)}));
+                let started = notification("thread/started", json!({"thread": {"id": FOREIGN_THREAD, "sessionId": FOREIGN_THREAD}}), now);
+                self.app_emit(a, vec![(reply, None), (started, None)]);
+            }
+            _ => {
+                let error = line(json!({"id": id, "error": {"code": -32601, "message": format!("method not found: {method}")}}));
+                self.app_emit(a, vec![(error, None)]);
+            }
+        }
+    }
+
+    /// MGD-3: `turn/start` on the agent's thread: a new turn when idle, else the prompt joins
+    /// the running turn (`app_server.busy_steer`).
+    fn app_turn_start(&mut self, a: usize, id: Value, text: &str, origin: Option<&str>) {
+        let now = wakterm_runtime::driver::now_ms();
+        let hash = prompt_hash(text);
+        self.oracle.user_messages.insert((a, hash.clone()));
+        let opener = origin.filter(|rid| self.oracle.request_of(text).as_deref() == Some(*rid)).map(str::to_string);
+        let thread = self.app(a).thread.clone();
+        let item = self.app(a).next_item();
+        let user = user_item(item, text);
+        if let Some(running) = self.agents[a].running.clone() {
+            let t = running.turn.0.clone();
+            let lines = vec![
+                (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
+                (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
+                (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(running.turn.clone(), hash))),
+            ];
+            self.app_emit(a, lines);
+            if let Some(rid) = &opener {
+                self.oracle.steered.insert(rid.clone());
+            }
+            self.counters.fault("app_server.busy_steer");
+            self.log(format!("a{a} app-server: turn/start by {origin:?} folded into running turn {t} (steer)"));
+            return;
+        }
+        let agent = &mut self.agents[a];
+        agent.turns_started += 1;
+        let turn = TurnId(format!("a{a}-p{}-t{}", agent.spawned, agent.turns_started));
+        let abort = self.faults_on && thread_rng().gen_bool(self.plan.abort.max(0.02));
+        let late = self.faults_on && thread_rng().gen_bool(self.plan.late_final.max(0.02));
+        let fast = !late && self.faults_on && thread_rng().gen_bool(self.plan.fast_turn);
+        let duration = if late { thread_rng().gen_range(8_000..30_000) } else { thread_rng().gen_range(100..3_000) };
+        if late {
+            self.counters.fault("provider.late_final");
+        }
+        let running = Running { turn: turn.clone(), due_ms: now + duration, abort };
+        self.agents[a].running = Some(running.clone());
+        let t = turn.0.clone();
+        let lines = vec![
+            (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
+            (notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}), now), None),
+            (notification("turn/started", json!({"threadId": thread, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), Some(Truth::Started(turn.clone()))),
+            (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
+            (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash))),
+        ];
+        let file = self.agents[a].session.file;
+        self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.app_emit(a, lines);
+        if origin.is_none() {
+            self.counters.fault("provider.human_turn");
+        }
+        self.log(format!("a{a} app-server: turn {t} started by {opener:?} (origin {origin:?}) text={text:?}"));
+        if fast {
+            self.counters.fault("provider.fast_turn");
+            self.app_end_turn(a, running, now);
+        }
+    }
+
+    /// The running turn ends: commentary and streaming noise (sometimes a burst big enough to
+    /// evict unread notifications from a small ring, sometimes a final over the line bound),
+    /// then `turn/completed` (`completed` with the final, or `interrupted` / `failed`).
+    fn app_end_turn(&mut self, a: usize, running: Running, now: u64) {
+        self.agents[a].running = None;
+        let thread = self.app(a).thread.clone();
+        let turn = running.turn.clone();
+        let t = turn.0.clone();
+        let mut lines = Vec::new();
+        if thread_rng().gen_bool(0.3) {
+            let text = format!("working on {t}");
+            let item = agent_item(self.app(a).next_item(), &text, Some("commentary"));
+            lines.push((notification("item/completed", json!({"item": item, "threadId": thread, "turnId": t}), now), Some(Truth::Agent(turn.clone(), text, Some("commentary".to_string())))));
+        }
+        if self.fault_roll(self.plan.burst) {
+            // A long answer streamed in many deltas, all at once.
+            let n = thread_rng().gen_range(6..20);
+            let item = format!("msg_mock_{}", self.app(a).next_item());
+            for _ in 0..n {
+                let delta = "x".repeat(thread_rng().gen_range(200..600));
+                lines.push((notification("item/agentMessage/delta", json!({"threadId": thread, "turnId": t, "itemId": item, "delta": delta}), now), None));
+            }
+            self.counters.fault("app_server.delta_burst");
+        }
+        let status = if running.abort {
+            let failed = thread_rng().gen_bool(0.4);
+            let status = if failed { "failed" } else { "interrupted" };
+            if failed {
+                lines.push((notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "systemError"}}), now), None));
+                let error = json!({"message": "stream disconnected", "codexErrorInfo": "internalServerError"});
+                lines.push((notification("error", json!({"error": error, "willRetry": false, "threadId": thread, "turnId": t}), now), None));
+            } else {
+                lines.push((notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "idle"}}), now), None));
+            }
+            let done = turn_json(&t, status, json!([]), "notLoaded");
+            lines.push((notification("turn/completed", json!({"threadId": thread, "turn": done}), now), Some(Truth::Aborted(turn.clone()))));
+            self.counters.fault("provider.aborted_turn");
+            if let Some(truth) = self.oracle.turns.get_mut(&t) {
+                truth.aborted = true;
+            }
+            status
+        } else {
+            let mut text = format!("final of {t}");
+            if self.fault_roll(self.plan.huge_line) {
+                // A final answer longer than the line bound (scaled: see MAX_LINE_BYTES).
+                text.push_str(&" lorem".repeat(thread_rng().gen_range(1_500..2_200)));
+                self.counters.fault("app_server.huge_final");
+            }
+            let phase = thread_rng().gen_bool(0.5).then(|| "final_answer".to_string());
+            let item = agent_item(self.app(a).next_item(), &text, phase.as_deref());
+            lines.push((notification("item/started", json!({"item": agent_item(0, "", None), "threadId": thread, "turnId": t}), now), None));
+            lines.push((notification("item/agentMessage/delta", json!({"threadId": thread, "turnId": t, "delta": "final"}), now), None));
+            lines.push((notification("item/completed", json!({"item": item, "threadId": thread, "turnId": t}), now), Some(Truth::Agent(turn.clone(), text.clone(), phase))));
+            lines.push((notification("thread/tokenUsage/updated", json!({"threadId": thread, "turnId": t, "tokenUsage": {"total": {"totalTokens": 44}}}), now), None));
+            lines.push((notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "idle"}}), now), None));
+            let done = turn_json(&t, "completed", json!([item]), "summary");
+            lines.push((notification("turn/completed", json!({"threadId": thread, "turn": done}), now), Some(Truth::Completed(turn.clone(), text.clone()))));
+            self.agents[a].last_completed = Some(turn.clone());
+            let file = self.agents[a].session.file;
+            if let Some(truth) = self.oracle.turns.get_mut(&t) {
+                truth.final_message = Some(text);
+                truth.final_file = Some(file);
+            }
+            "completed"
+        };
+        self.app_emit(a, lines);
+        self.log(format!("a{a} app-server: turn {t} {status}"));
+    }
+
+    /// Someone else's raw input started another thread on this app-server and a turn in it:
+    /// notifications about another thread (CORR-3: the agent's observer loses its session).
+    pub fn app_foreign_thread(&mut self, a: usize) {
+        if self.agents[a].process.is_none() {
+            return;
+        }
+        self.counters.fault("app_server.foreign_thread");
+        self.log(format!("a{a} raw input starts thread {FOREIGN_THREAD} and a turn in it"));
+        let start = line(json!({"id": "mcp-input-thread", "method": "thread/start", "params": {"cwd": "/w"}}));
+        let turn = raw_turn_start("mcp-input-turn", FOREIGN_THREAD, "what is in this repo?");
+        self.pane_accept(a, "foreign", start.len() + turn.len(), true);
+        self.app_stdin(a, &start, None);
+        self.app_stdin(a, &turn, None);
+    }
+
+    /// A turn in the foreign thread, start to end at once.
+    fn app_foreign_turn(&mut self, a: usize, id: Value, text: &str, now: u64) {
+        let item = self.app(a).next_item();
+        let t = format!("foreign-{item}");
+        let f = FOREIGN_THREAD;
+        let done = turn_json(&t, "completed", json!([agent_item(item, "it is a repo", None)]), "summary");
+        let lines = vec![
+            (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
+            (notification("turn/started", json!({"threadId": f, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), None),
+            (notification("item/completed", json!({"item": user_item(item, text), "threadId": f, "turnId": t}), now), None),
+            (notification("item/completed", json!({"item": agent_item(item, "it is a repo", None), "threadId": f, "turnId": t}), now), None),
+            (notification("turn/completed", json!({"threadId": f, "turn": done}), now), None),
+        ];
+        self.app_emit(a, lines);
+    }
+
+    /// The process's own start in its holder: the daemon's handshake (MGD-2: `initialize`,
+    /// `initialized`, then `thread/start` for a new agent or `thread/resume` of its thread),
+    /// answered on stdout. Until the thread reply the observer reports nothing usable.
+    pub fn app_handshake(&mut self, a: usize, resume: bool) {
+        let now = wakterm_runtime::driver::now_ms();
+        let thread = self.app(a).thread.clone();
+        let n = self.app(a).next_item();
+        let mut lines = vec![(line(json!({"id": format!("wakterm-init-{n}"), "result": {"userAgent": "codex_cli_rs/0.169.0", "platformOs": "linux"}})), None)];
+        lines.push((notification("remoteControl/status/changed", json!({"status": "disabled", "serverName": "sim"}), now), None));
+        lines.push((line(json!({"id": format!("wakterm-thread-{n}"), "result": thread_json(&thread, false)})), None));
+        if resume {
+            lines.push((notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "idle"}}), now), None));
+        } else {
+            lines.push((notification("thread/started", json!({"thread": {"id": thread, "sessionId": thread}}), now), None));
+        }
+        self.app_emit(a, lines);
+    }
+
+    /// A respawned process in the same holder (`agent restart`): the stream goes on, the new
+    /// process's output starts at the ring's end, and it resumes the same thread.
+    pub(crate) fn app_respawned(&mut self, a: usize) {
+        let app = self.app(a);
+        app.generation_start = app.ring.end();
+        app.stdin.clear();
+        app.queue.clear();
+        let incarnation = self.agents[a].process.expect("just spawned").incarnation();
+        self.agents[a].session.writers.push(incarnation);
+        self.app_handshake(a, true);
+    }
+
+    /// The process died: what it had not read from stdin is gone with it.
+    pub(crate) fn app_killed(&mut self, a: usize) {
+        if self.agents[a].running.is_some() {
+            self.counters.fault("app_server.exit_mid_turn");
+        }
+        let app = self.app(a);
+        app.stdin.clear();
+        app.queue.clear();
+    }
+
+    /// `app_server.holder_restart`: the holder dies (its app-server with it, its ring gone);
+    /// `agent restart` later starts a new holder whose stream starts over at offset 0.
+    pub fn app_holder_dies(&mut self, a: usize, back_after_ms: u64) {
+        if self.app(a).holder_down {
+            return;
+        }
+        let now = wakterm_runtime::driver::now_ms();
+        self.counters.fault("app_server.holder_restart");
+        self.kill_process(a, back_after_ms);
+        self.agents[a].respawn_at_ms = None;
+        let app = self.app(a);
+        app.holder_down = true;
+        app.holder_back_at = Some(now + back_after_ms);
+        self.log(format!("a{a} the holder dies (the app-server with it); agent restart in {back_after_ms} ms"));
+    }
+
+    fn app_holder_back(&mut self, a: usize) {
+        let capacity = self.plan.ring_bytes;
+        let app = self.app(a);
+        app.holder += 1;
+        app.holder_down = false;
+        app.holder_back_at = None;
+        app.ring = Ring::new(capacity);
+        app.generation_start = 0;
+        self.oracle.forget_tolerances(a);
+        let app = self.app(a);
+        let holder = app.holder;
+        let thread = app.thread.clone();
+        // The truth of the new stream: the same session (thread), offsets from 0.
+        let agent = &mut self.agents[a];
+        let next = Session {
+            id: SessionId(thread),
+            base: 0,
+            header: TurnState::Idle { last_completed: None },
+            records: vec![],
+            next_position: 0,
+            file: holder,
+            writers: vec![],
+        };
+        let previous = std::mem::replace(&mut agent.session, next);
+        agent.archived.push(previous);
+        self.log(format!("a{a} a new holder (generation {holder}) starts the stream over at 0"));
+        self.spawn_process(a, false);
+    }
+
+    /// `app_server.stream_dropped`: the daemon's connection to the holder breaks; its reads
+    /// fail until it reconnects (what the ring evicts meanwhile is lost).
+    pub fn app_stream_dropped(&mut self, a: usize, lost_ms: u64) {
+        let now = wakterm_runtime::driver::now_ms();
+        self.app(a).conn_down_until = Some(now + lost_ms);
+        self.counters.fault("app_server.stream_dropped");
+        self.log(format!("a{a} the daemon's holder connection drops for {lost_ms} ms"));
+    }
+
+    // ----- the port in the daemon -----
+
+    /// What the port saw: faults to count, the known runtime gaps for the oracle, and the
+    /// `thread/resume` its re-proof writes through the holder.
+    fn port_notes(&mut self, a: usize) {
+        let Some(port) = self.agents[a].port.as_mut() else { return };
+        let notes = std::mem::take(&mut port.notes);
+        let unreportable = std::mem::take(&mut port.unreportable);
+        if let Some(line) = port.reprove.take() {
+            self.log(format!("a{a} the observer asks the app-server for its thread (thread/resume, MGD-4)"));
+            self.pane_accept(a, "observer", line.len(), true);
+            self.app_stdin(a, &line, None);
+        }
+        for note in notes {
+            self.counters.fault(note);
+        }
+        let session = self.agents[a].session.id.clone();
+        for (after, through, note) in unreportable {
+            self.log(format!("a{a} records of {}..={through} can no longer be reported ({note})", after + 1));
+            self.oracle.tolerate_forever(a, &session, after, through, note);
+        }
+    }
+
+    /// The monitor's poll (`ManagedObserver::poll`).
+    pub(crate) fn managed_sync(&mut self, a: usize, out: &mut Vec<ObserverEvent>) {
+        let now = wakterm_runtime::driver::now_ms();
+        if self.agents[a].process.is_none() {
+            return;
+        }
+        let agent = &mut self.agents[a];
+        agent.observer.looked = true;
+        let ring = agent.app.as_ref().expect("managed").readable(now);
+        if let Some(port) = agent.port.as_mut() {
+            out.extend(port.poll(ring));
+        }
+        self.port_notes(a);
+    }
+
+    /// `AgentRuntime::refresh_liveness` for a managed agent: on a process change or exit, the
+    /// old observer's last read, then `ProcessExited { drained }` with `drained` true whenever
+    /// there was an observer (as the runtime says it), then a new observer at the new
+    /// process's output start.
+    pub(crate) fn managed_liveness(&mut self, a: usize, out: &mut Vec<ObserverEvent>) -> Option<AgentFacts> {
+        let now = wakterm_runtime::driver::now_ms();
+        let mutant = self.mutant;
+        let agent = &mut self.agents[a];
+        if agent.observer.reported == agent.process {
+            return None;
+        }
+        if agent.observer.reported.is_some() {
+            let app = agent.app.as_ref().expect("managed");
+            let ring = app.readable(now);
+            let read_failed = ring.is_err();
+            // A respawn in the same holder: the new process's output starts here.
+            let next_start = agent.process.map(|_| app.generation_start);
+            if let Some(port) = agent.port.as_mut() {
+                let last = port.poll(ring);
+                // The old observer's last read runs on into the next process's output (its turn
+                // events then count as the old process's): a runtime imprecision, noted.
+                let into_next = next_start.filter(|s| *s > port.start()).is_some_and(|s| last.iter().any(|e| e.session().is_some() && e.position().is_some_and(|p| p > s)));
+                if into_next {
+                    self.counters.fault("note.mgd_exit_drain_reads_next_process");
+                }
+                out.extend(last);
+            }
+            let agent = &mut self.agents[a];
+            let drained = agent.port.is_some();
+            if read_failed && drained {
+                // A known runtime gap (`AgentRuntime::refresh_liveness` says `drained` whenever
+                // there was an observer): the old process's output after the last read is never
+                // reported, and no gap says so; a request waiting for its turn may end
+                // `delivery_failed` although the turn started (`Oracle::on_terminal`).
+                let read_to = agent.port.as_ref().map_or(0, |p| p.position);
+                let end = agent.session.next_position;
+                let session = agent.session.id.clone();
+                let unread = agent.session.records.iter().any(|r| r.position > read_to);
+                self.oracle.exit_claimed_drained.insert(a);
+                if unread {
+                    self.counters.fault("note.mgd_exit_drained_without_read");
+                    self.log(format!("a{a} exit reported drained although the last read failed: records {}..={end} unread", read_to + 1));
+                    self.oracle.tolerate_forever(a, &session, read_to, end, "note.mgd_exit_drained_without_read");
+                }
+            }
+            out.push(ObserverEvent::ProcessExited { drained });
+            self.port_notes(a);
+        }
+        let agent = &mut self.agents[a];
+        agent.observer.reported = agent.process;
+        let app = agent.app.as_ref().expect("managed");
+        agent.port = agent.process.map(|p| ManagedPort::new(&app.thread, p, app.generation_start, mutant));
+        Some(self.agents[a].facts())
+    }
+
+    /// A refresh's snapshot (after its poll).
+    pub(crate) fn managed_snapshot(&mut self, a: usize) -> Result<ObserverSnapshot, String> {
+        if self.agents[a].process.is_none() {
+            return Err("no process runs behind the agent".to_string());
+        }
+        let snapshot = self.agents[a].port.as_ref().map(ManagedPort::snapshot).ok_or_else(|| "no process runs behind the agent".to_string())?;
+        if matches!(snapshot.turn, TurnState::Busy { .. }) {
+            self.counters.fault("provider.busy_turn");
+        }
+        Ok(snapshot)
+    }
+
+    /// REC-2 (`ManagedObserver::resume` through the daemon's resume effect), and the oracle's
+    /// check that an attach at the cursor replays exactly the records after it.
+    pub(crate) fn managed_resume(&mut self, a: usize, from: &Cursor, out: &mut Vec<ObserverEvent>) {
+        let now = wakterm_runtime::driver::now_ms();
+        let agent = &mut self.agents[a];
+        if !agent.observer.resumed && agent.observer.looked && agent.process.is_some() {
+            self.counters.fault("observer.poll_before_resume");
+        }
+        let agent = &mut self.agents[a];
+        agent.observer.resumed = true;
+        let ring = agent.app.as_ref().expect("managed").readable(now);
+        let Some(port) = agent.port.as_mut() else {
+            out.push(ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string(), session: None });
+            return;
+        };
+        let events = port.resume(from, ring);
+        let reached = port.position;
+        let start = port.start();
+        self.port_notes(a);
+        if from.position < start && !crate::oracle::strict_mgd() {
+            // The runtime's resume checks the thread only: a cursor of an earlier process's
+            // output (its request ends by CORR-1) is "resumed" in this process's output.
+            self.counters.fault("note.mgd_resume_cursor_before_process_start");
+            out.extend(events);
+            return;
+        }
+        let attached = events.iter().position(|e| matches!(e, ObserverEvent::Attached { position, .. } if *position == from.position));
+        if let Some(i) = attached {
+            let after = &events[i + 1..];
+            if !after.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. } | ObserverEvent::Attached { .. })) {
+                let mut emitted: Vec<u64> = after.iter().filter_map(ObserverEvent::position).collect();
+                emitted.dedup();
+                let session = &self.agents[a].session;
+                let expected: Vec<u64> = session.records.iter().map(|r| r.position).filter(|p| *p > from.position && *p <= reached).collect();
+                self.oracle.on_resume_replayed(a, from.position, &emitted, &expected);
+            }
+        }
+        out.extend(events);
+    }
+
+    /// MGD-2 at the end of the run: a managed agent whose process loaded its thread long ago
+    /// should be usable. A daemon's fresh observer that met a stream start the holder had
+    /// evicted never sees the thread reply, so it reports "not loaded" until a turn starts in
+    /// the thread, and no admission can start one (a runtime gap, counted as a note).
+    /// `judge`: count (and under `--strict-mgd` fail) it; else only say whether one is still
+    /// unusable (the caller waits a little: a re-proof's answer may be on its way).
+    pub fn managed_usable_at_end(&mut self, judge: bool) -> bool {
+        let mut usable = true;
+        for a in 0..self.agents.len() {
+            let Some(port) = self.agents[a].port.as_ref() else { continue };
+            if self.agents[a].process.is_none() {
+                continue;
+            }
+            if let ObserverStatus::Unavailable { reason } = port.snapshot().status {
+                if reason.contains("not loaded") {
+                    usable = false;
+                    if judge {
+                        self.counters.fault("note.mgd_thread_not_loaded_at_end");
+                        self.log(format!("a{a} the managed agent is unusable at the end: {reason}"));
+                        if crate::oracle::strict_mgd() {
+                            self.oracle.unfinished(format!("a{a}: the managed agent's thread is loaded, but its observer says: {reason} (MGD-2)"));
+                        }
+                    }
+                }
+            }
+        }
+        usable
+    }
+
+    /// A daemon (re)starts: its observer of the managed agent is new (for the process running
+    /// now, from that process's output start), as `AgentRuntime::new`'s first liveness makes it.
+    pub(crate) fn reset_managed_port(&mut self, a: usize) {
+        let mutant = self.mutant;
+        let agent = &mut self.agents[a];
+        let app = agent.app.as_ref().expect("managed");
+        agent.port = agent.process.map(|p| ManagedPort::new(&app.thread, p, app.generation_start, mutant));
+    }
+}
