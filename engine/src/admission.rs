@@ -130,7 +130,8 @@ impl Engine {
             pending_receipt: None,
             deferred: Vec::new(),
             replaced: None,
-            steered: false,
+            steer_turn: None,
+            ack_turn: None,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
             let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);
@@ -545,9 +546,12 @@ impl Engine {
         let delivery_id = self.fresh_id();
         let agent = self.agents.get(&self.admissions[request_id].agent_id);
         let managed = agent.and_then(|a| a.facts.managed.clone());
-        let busy = agent.and_then(|a| a.view.as_ref()).is_some_and(|v| matches!(v.turn, TurnState::Busy { .. }));
+        let busy_turn = agent.and_then(|a| a.view.as_ref()).and_then(|v| match &v.turn {
+            TurnState::Busy { turn } => turn.clone(),
+            _ => None,
+        });
         let admission = self.admissions.get_mut(request_id).expect("exists");
-        admission.steered = managed.is_some() && busy;
+        admission.steer_turn = busy_turn.filter(|_| managed.is_some());
         let bytes = match managed {
             // MGD-3: checked by `blocker_for_command` just before (ADM-4).
             Some(ids) => crate::prompt::managed_turn_start(&ids.thread_id, request_id.as_str(), &admission.command.prompt),
@@ -663,7 +667,8 @@ impl Engine {
     /// durable (seed 000); only then does correlation start (`on_confirmed`). Observer events
     /// meanwhile wait in the admission's deferred queue.
     fn confirm_accepted(&mut self, request_id: &RequestId, acknowledged: Option<bool>) {
-        let steered = self.admissions[request_id].steered.then(|| {
+        let admission = &self.admissions[request_id];
+        let steered = (admission.steer_turn.is_some() && admission.ack_turn == admission.steer_turn).then(|| {
             ("steered_running_turn", "the agent's thread was running a turn: the app-server added this prompt to it (steering)".to_string())
         });
         let record = self.requests.get_mut(request_id).expect("registered");

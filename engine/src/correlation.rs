@@ -173,6 +173,8 @@ impl Engine {
         let Some(claim) = self.agents.get(agent_id).and_then(|a| a.claim.clone()) else { return };
         let Some(admission) = self.admissions.get(&claim) else { return };
         if admission.step == Step::AwaitingAck && &admission.prompt_hash == prompt_hash {
+            let ObserverEvent::UserMessage { turn, .. } = event else { unreachable!() };
+            self.admissions.get_mut(&claim).expect("exists").ack_turn = turn.clone(); // MGD-3
             self.confirm_after_ack(&claim, true);
         }
     }

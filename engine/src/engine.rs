@@ -70,9 +70,12 @@ pub(crate) struct Admission {
     pub deferred: Vec<Deferred>,
     /// The released record this admission's registration replaced (same id, same input).
     pub replaced: Option<crate::request::RequestRecord>,
-    /// MGD-3: a plain send written into a managed thread while it ran a turn: Codex 0.169's
-    /// `turn/start` then adds the prompt to the running turn (steering), and the receipt says so.
-    pub steered: bool,
+    /// MGD-3: the turn a managed thread was running when a plain send was written into it:
+    /// Codex 0.169's `turn/start` then adds the prompt to that turn (steering)...
+    pub steer_turn: Option<crate::ids::TurnId>,
+    /// ...which the receipt claims only when the prompt's user message was seen in that very
+    /// turn (the turn may have ended between the check and the write).
+    pub ack_turn: Option<crate::ids::TurnId>,
 }
 
 /// ADM-17: what the observer said while an admission's write was in flight, kept in order.

@@ -76,3 +76,25 @@ fn mgd_3_busy_threads_refuse_return_final_and_plain_sends_steer() {
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("raw_paste_managed"));
     assert!(rig.written.is_empty());
 }
+
+// MGD-3: the steering claim needs the evidence: a prompt written while turn-9 ran but seen in a
+// new turn (turn-9 ended between the check and the write) is accepted without the claim.
+#[test]
+fn mgd_3_the_steering_claim_needs_the_prompt_in_the_running_turn() {
+    let mut rig = managed_zola(Some(THREAD));
+    let mut busy = idle_snapshot("inc-1", 100);
+    busy.turn = TurnState::Busy { turn: Some(turn("turn-9")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(busy));
+    rig.auto = Auto::Manual;
+    let command = rig.command(Operation::Send, REQ, "steer it", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.turn_completed("turn-9", "done before the prompt", 1_050);
+    rig.turn_started("turn-10", 1_060);
+    rig.user_message("turn-10", "steer it", 1_100);
+    rig.settle();
+    let receipt = rig.receipt(op);
+    assert_eq!((receipt.classification, receipt.reason.as_deref(), receipt.acknowledged), (Classification::Accepted, None, Some(true)), "{receipt:?}");
+}

@@ -84,6 +84,12 @@ impl ManagedObserver {
         events
     }
 
+    /// CORR-11: the last poll read the stream without an error (what it reported is all the
+    /// process wrote, as far as the holder kept it).
+    pub fn read_ok(&self) -> bool {
+        matches!(self.health, Health::Attached)
+    }
+
     pub fn poll_health(&mut self) -> (Vec<ObserverEvent>, Health) {
         let events = self.poll();
         (events, self.health.clone())
@@ -161,15 +167,12 @@ impl ManagedObserver {
         loop {
             let after = self.offset;
             let page = self.client()?.output(after, PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
-            if page.truncated && (self.attached || self.resume_at.is_some()) {
+            if page.truncated {
+                // Also for a fresh observer (a daemon restart): the daemon before it may not have
+                // made those notifications durable, so their loss is reported (the engine turns
+                // it into `observer.gap` after the durable mark), never skipped silently.
                 self.lost(page.start, events);
-            } else if page.truncated {
-                // A fresh observer (a daemon restart) of a stream whose start the holder no
-                // longer keeps: nothing was lost to anyone; follow it from the next whole line,
-                // with the turn state unknown until the next turn event.
-                self.fold.turn = TurnState::Unknown;
-                self.skipping = true;
-            } else if !self.attached {
+            } else if !self.attached && !self.skipping {
                 self.attach(events);
             }
             self.offset = page.end;
@@ -209,8 +212,8 @@ impl ManagedObserver {
             let position = start + end as u64 + 1;
             if self.skipping {
                 self.skipping = false;
+                self.position = position;
                 if !self.attached {
-                    self.position = position;
                     self.attached = true;
                     events.push(ObserverEvent::Attached { session: self.session(), position });
                 }
@@ -224,19 +227,29 @@ impl ManagedObserver {
         if !self.skipping {
             self.partial.extend_from_slice(&data[at..]);
             if self.partial.len() > MAX_LINE_BYTES {
-                let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
-                events.push(ObserverEvent::SessionLost { reason, session: None });
                 self.partial.clear();
                 self.skipping = true;
-                self.attached = false;
                 self.fold.turn = TurnState::Unknown;
+                // Before a resume's cursor the lines are only re-folded (their events were
+                // reported before): a loss there changes the turn state, not the stream.
+                if self.resume_at.is_none() {
+                    let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
+                    events.push(ObserverEvent::SessionLost { reason, session: None });
+                    self.attached = false;
+                }
             }
         }
     }
 
     fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
-        let folded = self.fold.line(line, position);
+        let mut folded = self.fold.line(line, position);
         self.position = position;
+        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
+            // CORR-3: what the thread does now is unknown; the stream is followed again from
+            // right after that line (so a later loss is reported as one).
+            self.fold.turn = TurnState::Unknown;
+            folded.push(ObserverEvent::Attached { session: self.session(), position });
+        }
         if let Some(cursor) = self.resume_at {
             if position < cursor {
                 return; // before the cursor: folded silently (REC-2)

@@ -405,14 +405,11 @@ impl ManagedPort {
                 // The bug (`managed_resume_ignores_eviction`): what the holder evicted after
                 // the cursor is skipped to the next whole line, unreported.
                 self.skipping = true;
-            } else if page.truncated && (self.attached || self.resume_at.is_some()) {
-                self.lost(page.start, events);
             } else if page.truncated {
-                // A fresh observer of a stream whose start the holder no longer keeps.
-                self.fold.turn = TurnState::Unknown;
-                self.skipping = true;
-                self.fresh_skip = true;
-            } else if !self.attached {
+                // `ManagedObserver::read`: a loss, for a fresh observer too (the daemon before
+                // it may not have made those notifications durable).
+                self.lost(page.start, events);
+            } else if !self.attached && !self.skipping {
                 self.attach(events);
             }
             self.offset = page.end;
@@ -467,8 +464,8 @@ impl ManagedPort {
                     self.notes.push("note.mgd_fresh_attach_past_eviction");
                     self.unreportable.push((0, position, "note.mgd_fresh_attach_past_eviction"));
                 }
+                self.position = position;
                 if !self.attached {
-                    self.position = position;
                     self.attached = true;
                     events.push(ObserverEvent::Attached { session: self.session.clone(), position });
                 }
@@ -483,12 +480,16 @@ impl ManagedPort {
             self.partial.extend_from_slice(&data[at..]);
             if self.partial.len() > MAX_LINE_BYTES {
                 self.notes.push("app_server.line_too_long");
-                let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
-                events.push(ObserverEvent::SessionLost { reason, session: None });
                 self.partial.clear();
                 self.skipping = true;
-                self.attached = false;
                 self.fold.turn = TurnState::Unknown;
+                // Before a resume's cursor the lines are only re-folded (their events were
+                // reported before): a loss there changes the turn state, not the stream.
+                if self.resume_at.is_none() {
+                    let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
+                    events.push(ObserverEvent::SessionLost { reason, session: None });
+                    self.attached = false;
+                }
             }
         }
     }
@@ -496,10 +497,11 @@ impl ManagedPort {
     fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
         let busy_before = matches!(self.fold.turn, TurnState::Busy { .. });
         let mut folded = self.fold.line(line, position); // the production fold (MGD-3)
-        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) && self.resume_at.is_none_or(|c| position > c) {
-            // CORR-3's loss from the fold; the port stays attached and reports on, with no
-            // `Attached` after it (a runtime gap the oracle tolerates, `Oracle::fold_lost`).
-            self.notes.push("note.mgd_fold_loss_keeps_attached");
+        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
+            // `ManagedObserver::fold_line`: CORR-3's loss, then the stream is followed again
+            // from right after that line, the turn state unknown.
+            self.fold.turn = TurnState::Unknown;
+            folded.push(ObserverEvent::Attached { session: self.session.clone(), position });
         }
         self.mutate(line, position, busy_before, &mut folded);
         self.position = position;
@@ -535,7 +537,8 @@ impl ManagedPort {
                 // fold) and reported as the agent's, instead of losing the session.
                 let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
                 let Some(other) = value.pointer("/params/threadId").and_then(Value::as_str).filter(|t| *t != self.thread) else { return };
-                if !folded.iter().all(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
+                // (Production answers such a line with the loss and a re-attach after it.)
+                if !folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
                     return;
                 }
                 let fold = self.foreign.entry(other.to_string()).or_insert_with(|| Fold::new(other));
@@ -1003,21 +1006,28 @@ impl World {
                 out.extend(last);
             }
             let agent = &mut self.agents[a];
-            let drained = agent.port.is_some();
-            if read_failed && drained {
-                // A known runtime gap (`AgentRuntime::refresh_liveness` says `drained` whenever
-                // there was an observer): the old process's output after the last read is never
-                // reported, and no gap says so; a request waiting for its turn may end
-                // `delivery_failed` although the turn started (`Oracle::on_terminal`).
+            // `AgentObserver::drained`: only a last read that succeeded drained the process.
+            let drained = agent.port.as_ref().is_some_and(|p| p.health.is_ok());
+            if read_failed {
+                // The last read failed: the exit says so (`agent.exited` with `drained: false`,
+                // CORR-11: no waiting request ends `delivery_failed` on it), and the old
+                // process's output after that read is never reported: the stream declared it
+                // may be incomplete, so those records are tolerated.
                 let read_to = agent.port.as_ref().map_or(0, |p| p.position);
                 let end = agent.session.next_position;
                 let session = agent.session.id.clone();
                 let unread = agent.session.records.iter().any(|r| r.position > read_to);
-                self.oracle.exit_claimed_drained.insert(a);
+                if drained {
+                    self.oracle.exit_claimed_drained.insert(a);
+                }
                 if unread {
-                    self.counters.fault("note.mgd_exit_drained_without_read");
-                    self.log(format!("a{a} exit reported drained although the last read failed: records {}..={end} unread", read_to + 1));
-                    self.oracle.tolerate_forever(a, &session, read_to, end, "note.mgd_exit_drained_without_read");
+                    self.counters.fault("note.mgd_exit_undrained");
+                    self.log(format!("a{a} exit after a failed read (drained: {drained}): records {}..={end} unread", read_to + 1));
+                    if drained {
+                        self.oracle.tolerate_forever(a, &session, read_to, end, "note.mgd_exit_drained_without_read");
+                    } else {
+                        self.oracle.tolerate_declared(a, &session, read_to, end, "note.mgd_exit_undrained");
+                    }
                 }
             }
             out.push(ObserverEvent::ProcessExited { drained });

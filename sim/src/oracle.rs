@@ -997,6 +997,13 @@ impl Oracle {
         self.stream.tolerated.entry(a).or_default().push(tolerance);
     }
 
+    /// Records the stream itself declared possibly missing (`agent.exited` with `drained:
+    /// false`, CORR-11): tolerated in every mode, strict included.
+    pub fn tolerate_declared(&mut self, a: usize, session: &SessionId, after: u64, through: u64, note: &'static str) {
+        let tolerance = Tolerance { session: session.clone(), after, through, note, reported_before: false, persistent: true };
+        self.stream.tolerated.entry(a).or_default().push(tolerance);
+    }
+
     /// A new holder starts agent `a`'s stream over at offset 0: its old tolerances are void.
     pub fn forget_tolerances(&mut self, a: usize) {
         self.stream.tolerated.remove(&a);

@@ -54,6 +54,15 @@ impl AgentObserver {
         }
     }
 
+    /// CORR-11: whether the last poll read everything (a managed observer whose holder could
+    /// not be read did not drain; a rollout observer keeps its own rule).
+    pub fn drained(&self) -> bool {
+        match self {
+            AgentObserver::Rollout(_) => true,
+            AgentObserver::Managed(o) => o.read_ok(),
+        }
+    }
+
     pub fn rollout_path(&self) -> Option<&Path> {
         match self {
             AgentObserver::Rollout(o) => o.rollout_path(),

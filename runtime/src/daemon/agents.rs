@@ -310,7 +310,8 @@ impl AgentRuntime {
             if let Some(old) = observer.as_mut() {
                 events.extend(old.poll());
             }
-            events.push(ObserverEvent::ProcessExited { drained: observer.is_some() });
+            let drained = observer.as_ref().is_some_and(|o| o.drained());
+            events.push(ObserverEvent::ProcessExited { drained });
         }
         if new_process || ended {
             *observer = match (next.process, next.incarnation()) {
