@@ -40,6 +40,7 @@
 //! here; before that fix, 97d75c3, never), `resume_cursor_before_process_start`, and
 //! `steered_receipt_but_new_turn` (a `steered_running_turn` receipt whose prompt started a turn).
 
+use wakterm_runtime::holder::{OutputRing, RingSlice};
 use crate::mutant::Mutant;
 use crate::oracle::TurnTruth;
 use crate::world::{Proc, Record, Running, Session, World};
@@ -64,60 +65,38 @@ pub const FOREIGN_THREAD: &str = "0195f0c2-7b1a-7000-8000-0000000ff0ff";
 
 // ----- the holder's ring -----
 
-/// The holder's output ring: absolute offsets that never reset, the last `capacity` bytes kept
-/// (`OutputRing`'s semantics, which is private to the runtime).
-pub struct Ring {
-    bytes: VecDeque<u8>,
-    start: u64,
-    capacity: usize,
-}
+/// The holder's output ring: the runtime's own `OutputRing` (absolute offsets that never reset,
+/// the last `capacity` bytes kept), so the simulator evicts exactly as the holder does.
+pub struct Ring(OutputRing);
 
-/// One read of the ring (`RingSlice`).
-pub struct Page {
-    pub data: Vec<u8>,
-    pub start: u64,
-    pub end: u64,
-    /// Bytes between the requested offset and `start` were evicted.
-    pub truncated: bool,
-}
+/// One read of the ring.
+pub type Page = RingSlice;
 
 impl Ring {
     pub fn new(capacity: usize) -> Ring {
-        Ring { bytes: VecDeque::new(), start: 0, capacity }
+        Ring(OutputRing::new(capacity))
     }
 
     pub fn start(&self) -> u64 {
-        self.start
+        self.0.start()
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.0.capacity()
     }
 
     pub fn end(&self) -> u64 {
-        self.start + self.bytes.len() as u64
+        self.0.end()
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
-        let keep = &chunk[chunk.len().saturating_sub(self.capacity)..];
-        let overflow = (self.bytes.len() + keep.len()).saturating_sub(self.capacity);
-        self.bytes.drain(..overflow);
-        self.start += overflow as u64;
-        self.bytes.extend(keep);
-        self.start += (chunk.len() - keep.len()) as u64;
+        self.0.push(chunk);
     }
 
     /// Up to `max` bytes from `after` (or the oldest kept byte, if later); an offset beyond the
     /// end is not from this stream (the holder answers an error).
     pub fn read(&self, after: u64, max: usize) -> Result<Page, String> {
-        if after > self.end() {
-            return Err(format!("offset {after} is beyond the output's end {}", self.end()));
-        }
-        let from = after.max(self.start);
-        let skip = (from - self.start) as usize;
-        let take = max.min(self.bytes.len() - skip);
-        let data: Vec<u8> = self.bytes.range(skip..skip + take).copied().collect();
-        Ok(Page { start: from, end: from + take as u64, truncated: from > after, data })
+        self.0.read(after, max).map_err(|beyond| format!("offset {after} is beyond the output's end {}", beyond.end))
     }
 }
 

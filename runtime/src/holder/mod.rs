@@ -28,7 +28,7 @@ pub use client::{
     spawn_holder, spawn_holder_with_args, HolderClient, HolderError, Subscription,
     DEFAULT_CALL_TIMEOUT, SPAWN_READY_DEADLINE,
 };
-pub use output_ring::OUTPUT_RING_BYTES;
+pub use output_ring::{OffsetBeyondEnd, OutputRing, RingSlice, OUTPUT_RING_BYTES};
 pub use pane::{KILL_GRACE, WRITE_DEADLINE};
 pub use protocol::{
     Cursor, InfoReply, KillReply, OutputPage, ScreenReply, StreamEvent, WireErrorKind, WriteOutcome,

@@ -48,6 +48,10 @@ impl OutputRing {
         self.start + self.bytes.len() as u64
     }
 
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Appends `chunk`, evicting the oldest bytes beyond capacity.
     pub fn push(&mut self, chunk: &[u8]) {
         let end_before = self.end();
