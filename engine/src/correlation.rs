@@ -50,7 +50,7 @@ impl Engine {
         if admission.deferred.len() >= MAX_DEFERRED_EVENTS {
             admission.deferred.clear();
             let reason = "observer events overflowed while a write was in flight".to_string();
-            admission.deferred.push(Deferred::Event(ObserverEvent::SessionLost { reason, session: None }));
+            admission.deferred.push(Deferred::Event(ObserverEvent::SessionLost { reason, session: None, before: None }));
         } else {
             admission.deferred.push(item);
         }
@@ -102,6 +102,17 @@ impl Engine {
         }
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
+            ObserverEvent::SessionLost { before: Some(before), .. } => {
+                // MGD-4: the loss lies in an earlier process's output; a request armed there
+                // (CORR-1 ended it already, unless facts lag) loses its evidence, the others
+                // keep waiting for the resume's attach that follows.
+                for request_id in self.correlating_requests_of(agent_id, true) {
+                    let armed = self.requests[&request_id].armed.as_ref().expect("correlating requests are armed");
+                    if armed.position < *before {
+                        self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
+                    }
+                }
+            }
             ObserverEvent::SessionLost { reason, .. } => {
                 self.resuming.remove(agent_id);
                 // CORR-12: an unreadable record is named as such on the stream.

@@ -178,6 +178,9 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             }
             bodies
         }
+        // MGD-4: a loss wholly at or before what the stream reported in that session (a late
+        // resume's cursor in an earlier process's output) takes nothing from the stream.
+        ObserverEvent::SessionLost { session: Some(session), before: Some(before), .. } if mark.covers(session, *before) => Vec::new(),
         ObserverEvent::SessionLost { reason, .. } => {
             if mark.attached.take().is_none() {
                 return Vec::new(); // nothing was reported attached: nothing is lost (EV-7)

@@ -202,6 +202,12 @@ pub enum ObserverEvent {
         /// than about whatever the observer tails now (EV-7). None: the tailed session.
         #[serde(default)]
         session: Option<SessionId>,
+        /// MGD-4: Some(p) when every lost record lies before position p, in an EARLIER process's
+        /// output of the same session (a managed agent's stream, after `agent restart`); the
+        /// stream from p on is followed whole, so only requests armed before p are affected.
+        /// None: the loss may reach anything after the stream's mark.
+        #[serde(default)]
+        before: Option<u64>,
     },
     /// The adopted process exited. `drained`: the observer read the provider's record to its
     /// end after the exit, so what it reported is everything the provider wrote (CORR-11).

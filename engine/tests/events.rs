@@ -497,7 +497,7 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     rig.observe(attached(900));
     rig.turn_started("turn-1", 1010);
     restart(&mut rig);
-    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into(), session: None, before: None });
     let gap = rig.published_events.last().unwrap();
     match &gap.body {
         EventBody::ObserverGap { session: s, after_position, .. } => {
@@ -508,9 +508,9 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     }
     rig.observe(attached(0));
     rig.turn_started("turn-1", 1010); // the replaced file's records are new: reported again
-    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: None, before: None });
     assert_eq!(kinds(&rig.published_events[rig.published_events.len() - 3..]), ["observer.attached", "turn.started", "observer.lost"]);
-    rig.observe(ObserverEvent::SessionLost { reason: "again".into(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: "again".into(), session: None, before: None });
     assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss is reported once");
     assert_eq!(rig.published_events.iter().filter(|e| e.kind() == "observer.lost").count(), 1);
 
@@ -531,9 +531,9 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     }
     // A startup resume of the old session then fails: that is not a loss of the new one.
     let count = rig.published_events.len();
-    rig.observe(ObserverEvent::SessionLost { reason: "cannot resume".into(), session: Some(session()) });
+    rig.observe(ObserverEvent::SessionLost { reason: "cannot resume".into(), session: Some(session()), before: None });
     assert_eq!(rig.published_events.len(), count, "{:?}", kinds(&rig.published_events[count..]));
-    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: Some(other) });
+    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: Some(other), before: None });
     assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss of the attached one is");
 }
 

@@ -6,12 +6,16 @@ use wakterm_engine::*;
 
 const THREAD: &str = "sess-1"; // the rig's observer session: Codex 0.169 gives thread id == session id
 
-fn managed_zola(thread: Option<&str>) -> Rig {
-    let mut rig = Rig::new();
+fn managed_facts(thread: Option<&str>) -> AgentFacts {
     let mut facts = zola_facts("inc-1", 100);
     facts.transport = Transport::AppServer;
     facts.managed = thread.map(|t| ManagedIds { thread_id: t.to_string(), session_id: SessionId(t.to_string()) });
-    rig.input(Input::AgentUpserted(facts));
+    facts
+}
+
+fn managed_zola(thread: Option<&str>) -> Rig {
+    let mut rig = Rig::new();
+    rig.input(Input::AgentUpserted(managed_facts(thread)));
     rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
     rig
 }
@@ -97,4 +101,53 @@ fn mgd_3_the_steering_claim_needs_the_prompt_in_the_running_turn() {
     rig.settle();
     let receipt = rig.receipt(op);
     assert_eq!((receipt.classification, receipt.reason.as_deref(), receipt.acknowledged), (Classification::Accepted, None, Some(true)), "{receipt:?}");
+}
+
+// MGD-4: after a restart, a loss that lies wholly in an EARLIER process's output (the stream's
+// mark was left there by `agent restart`; the runtime read that output from the mark to this
+// process's start and found records) is a gap on the stream, and ends only the requests armed
+// before that start; a request armed at or after it keeps waiting for the resume's attach and
+// completes with its own final.
+#[test]
+fn mgd_4_a_loss_before_a_process_start_ends_only_requests_armed_before_it() {
+    for (before, survives) in [(1000, true), (1001, false)] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.observe(ObserverEvent::Attached { session: session(), position: 900 });
+        let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        rig.crash_and_recover();
+        rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+        rig.input(Input::StartupComplete);
+        assert_eq!(rig.resumes.last().map(|(_, from)| from.position), Some(900), "resumed from the stream's mark");
+        let lost = ObserverEvent::SessionLost { reason: "an earlier process's records".into(), session: Some(session()), before: Some(before) };
+        let count = rig.published_events.len();
+        rig.observe(lost);
+        let kinds: Vec<&str> = rig.published_events[count..].iter().map(|e| e.kind()).collect();
+        assert_eq!(kinds.first(), Some(&"observer.gap"), "the stream names the loss: {kinds:?}");
+        if !survives {
+            assert_eq!(rig.terminal_for(REQ)[0].state, TerminalState::Indeterminate);
+            assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("observer_session_lost"));
+            continue;
+        }
+        assert!(rig.terminal_for(REQ).is_empty(), "armed at 1000, after everything lost");
+        rig.observe(ObserverEvent::Attached { session: session(), position: before });
+        assert_eq!(rig.published_events.last().map(|e| e.kind()), Some("observer.attached"));
+        rig.provider_turn("turn-1", "hi", "the final", 1000);
+        let events = rig.terminal_for(REQ);
+        assert_eq!((events[0].state, events[0].final_message.as_deref()), (TerminalState::Completed, Some("the final")));
+    }
+}
+
+// MGD-4, EV-4: a loss bounded by a process start at or before the stream's mark (a late resume
+// served by the next process's observer) takes nothing from the stream; one past it does.
+#[test]
+fn mgd_4_a_bounded_loss_the_stream_already_covers_is_not_reported() {
+    let mut rig = managed_zola(Some(THREAD));
+    rig.observe(ObserverEvent::Attached { session: session(), position: 900 });
+    rig.turn_started("turn-1", 1010);
+    let count = rig.published_events.len();
+    rig.observe(ObserverEvent::SessionLost { reason: "late".into(), session: Some(session()), before: Some(1010) });
+    assert_eq!(rig.published_events.len(), count, "{:?}", rig.published_events[count..].iter().map(|e| e.kind()).collect::<Vec<_>>());
+    rig.observe(ObserverEvent::SessionLost { reason: "late".into(), session: Some(session()), before: Some(1011) });
+    assert_eq!(rig.published_events.last().map(|e| e.kind()), Some("observer.lost"));
 }

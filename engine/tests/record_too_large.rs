@@ -16,7 +16,7 @@ fn corr_12_unreadable_record_ends_a_bound_request_as_record_too_large() {
     rig.user_message("turn-1", "hi", 1020);
     assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound);
 
-    rig.observe(ObserverEvent::SessionLost { reason: RECORD_TOO_LARGE.to_string(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: RECORD_TOO_LARGE.to_string(), session: None, before: None });
     let events = rig.terminal_for(REQ);
     assert_eq!(events.len(), 1, "RF-5: exactly one terminal event");
     assert_eq!(events[0].state, TerminalState::Indeterminate);
@@ -27,7 +27,7 @@ fn corr_12_unreadable_record_ends_a_bound_request_as_record_too_large() {
     // Any other lost-session reason is free text and keeps the generic terminal reason.
     let mut rig = Rig::with_idle_zola();
     rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
-    rig.observe(ObserverEvent::SessionLost { reason: "the rollout was truncated".to_string(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: "the rollout was truncated".to_string(), session: None, before: None });
     assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("observer_session_lost"));
 }
 

@@ -194,7 +194,7 @@ fn rec_2_a_look_past_the_cursor_before_the_resume_waits_for_the_resume() {
     restart_with_zola(&mut rig, zola_facts("inc-1", 100));
     rig.observe(ObserverEvent::Attached { session: session(), position: 1427 });
     rig.turn_completed("turn-1", "the real final", 1500);
-    rig.observe(ObserverEvent::SessionLost { reason: "the rollout changed while the daemon was down".into(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: "the rollout changed while the daemon was down".into(), session: None, before: None });
     let events = rig.terminal_for(REQ);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].state, TerminalState::Indeterminate);

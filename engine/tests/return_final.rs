@@ -136,7 +136,7 @@ fn corr_3_session_change_is_indeterminate() {
     assert_eq!(only_terminal(&rig).reason.as_deref(), Some("observer_session_changed"));
 
     let (mut rig, _) = armed_rig("hi");
-    rig.observe(ObserverEvent::SessionLost { reason: "rollout truncated".to_string(), session: None });
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout truncated".to_string(), session: None, before: None });
     assert_eq!(only_terminal(&rig).state, TerminalState::Indeterminate);
 }
 

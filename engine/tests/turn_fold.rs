@@ -41,7 +41,7 @@ fn event(step: &Step, position: u64) -> ObserverEvent {
         Step::User(n) => ObserverEvent::UserMessage { session: session(), turn: n.as_ref().map(t), prompt_hash: "h".into(), position },
         Step::Completed(n) => ObserverEvent::TurnCompleted { session: session(), turn: t(n), final_message: Some("f".into()), position },
         Step::Aborted(n) => ObserverEvent::TurnAborted { session: session(), turn: n.as_ref().map(t), position },
-        Step::Lost => ObserverEvent::SessionLost { reason: "lost".into(), session: None },
+        Step::Lost => ObserverEvent::SessionLost { reason: "lost".into(), session: None, before: None },
         Step::Exited => ObserverEvent::ProcessExited { drained: true },
     }
 }

@@ -121,7 +121,7 @@ impl Fold {
         if let Some(thread) = params.get("threadId").and_then(Value::as_str) {
             if thread != self.thread_id {
                 let reason = format!("app-server notification about another thread ({method})");
-                return vec![ObserverEvent::SessionLost { reason, session: None }];
+                return vec![ObserverEvent::SessionLost { reason, session: None, before: None }];
             }
         }
         let events = match method {

@@ -2,6 +2,7 @@
 
 pub mod holder;
 pub mod app_server;
+pub mod app_server_stream;
 pub mod managed_observer;
 pub mod observer;
 pub mod observer_checkpoint;

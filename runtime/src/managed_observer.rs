@@ -1,17 +1,20 @@
 //! MGD-4: the observer of a managed session. Its evidence is the app-server's own notification
 //! stream, as the agent's holder keeps it (the raw pane's output: one JSON line per message,
 //! numbered by byte offset, kept across daemon restarts up to the holder's ring bound). The
-//! fold of the lines is `app_server::Fold`; this adds the reading, the losses and the resume.
+//! rules of following it (losses, the resume) are `app_server_stream::StreamFollower`, shared
+//! with the simulator; this adds the holder reads and the re-proof write.
 
-use crate::app_server::{Fold, MAX_LINE_BYTES};
+use crate::app_server::MAX_LINE_BYTES;
+use crate::app_server_stream::{Page, PlainFold, StreamFollower};
 use crate::holder::HolderClient;
 use crate::observer::Health;
 use std::path::PathBuf;
 use std::time::Duration;
-use wakterm_engine::{Composer, Cursor, Incarnation, ManagedIds, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, SessionId, TurnState};
+use wakterm_engine::{Cursor, Incarnation, ManagedIds, ObserverEvent, ObserverSnapshot, ProcessIdentity};
 
 /// The most output one poll reads (several pages), so one busy agent cannot hold its
-/// observer lock for long; the next poll goes on.
+/// observer lock for long; the next poll goes on. Twice the holder's ring: one poll always
+/// reaches the end of what the holder keeps.
 const MAX_BYTES_PER_POLL: u64 = 8 * 1024 * 1024;
 const PAGE_BYTES: u64 = 1024 * 1024;
 const HOLDER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,53 +25,17 @@ pub struct ManagedObserver {
     incarnation: Incarnation,
     process: ProcessIdentity,
     client: Option<HolderClient>,
-    fold: Fold,
-    /// Where this process's output starts.
-    start: u64,
-    /// The next output byte to read.
-    offset: u64,
-    /// One past the last whole line folded: the position of the view.
-    position: u64,
-    /// The bytes of an unfinished line.
-    partial: Vec<u8>,
-    /// A line over the bound is skipped to its end (its events are lost, and reported).
-    skipping: bool,
-    attached: bool,
-    /// REC-2: a resume waiting for the stream to reach its cursor.
-    resume_at: Option<u64>,
+    follower: StreamFollower<PlainFold>,
     /// The agent's working directory (a `thread/resume` names it).
     cwd: String,
-    /// `reprove_once` asked already.
-    reproved: bool,
     health: Health,
 }
 
 impl ManagedObserver {
     /// `start`: where this process's output starts in the holder's stream.
     pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, start: u64, cwd: String) -> ManagedObserver {
-        let fold = Fold::new(&ids.thread_id);
-        ManagedObserver {
-            socket,
-            ids,
-            incarnation,
-            process,
-            client: None,
-            fold,
-            start,
-            offset: start,
-            position: start,
-            partial: Vec::new(),
-            skipping: false,
-            attached: false,
-            resume_at: None,
-            cwd,
-            reproved: false,
-            health: Health::Unavailable("not read yet".to_string()),
-        }
-    }
-
-    fn session(&self) -> SessionId {
-        self.ids.session_id.clone()
+        let follower = StreamFollower::new(&ids.thread_id, ids.session_id.clone(), start, PlainFold, MAX_LINE_BYTES);
+        ManagedObserver { socket, ids, incarnation, process, client: None, follower, cwd, health: Health::Unavailable("not read yet".to_string()) }
     }
 
     /// Reads what the holder appended since the last call and folds every whole line.
@@ -95,56 +62,32 @@ impl ManagedObserver {
         (events, self.health.clone())
     }
 
-    /// REC-2: after a restart, `Attached` at the cursor, then exactly the events after it. The
-    /// lines before it are folded again silently (the turn state at the cursor), as long as
-    /// the holder still has them; otherwise what happened there is unknown.
+    /// REC-2 (`StreamFollower::resume`), then the read that answers it.
     pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
-        if from.session != self.session() {
-            let reason = "the agent's app-server thread is not the one the request was armed on".to_string();
-            return vec![ObserverEvent::SessionLost { reason, session: Some(from.session.clone()) }];
+        let mut events = Vec::new();
+        if !self.follower.resume(from, &mut events) {
+            return events;
         }
-        self.fold = Fold::new(&self.ids.thread_id);
-        self.offset = self.start;
-        self.position = self.start;
-        self.partial.clear();
-        self.skipping = false;
-        self.attached = false;
-        self.resume_at = Some(from.position);
-        self.poll()
+        events.extend(self.poll());
+        events
     }
 
     pub fn snapshot(&self) -> ObserverSnapshot {
-        let status = match &self.health {
-            Health::Attached | Health::Fresh => ObserverStatus::Attached,
-            Health::Unavailable(reason) => ObserverStatus::Unavailable { reason: reason.clone() },
+        let error = match &self.health {
+            Health::Attached | Health::Fresh => None,
+            Health::Unavailable(reason) => Some(reason.as_str()),
         };
-        // MGD-2: until this process has loaded the agent's thread nothing can be admitted.
-        let status = match status {
-            ObserverStatus::Attached if !self.fold.loaded => ObserverStatus::Unavailable { reason: "the app-server has not loaded the agent's thread yet".to_string() },
-            other => other,
-        };
-        let attached = self.attached && matches!(status, ObserverStatus::Attached);
-        ObserverSnapshot {
-            incarnation: self.incarnation.clone(),
-            process: Some(self.process),
-            status,
-            session: attached.then(|| self.session()),
-            position: self.position,
-            turn: if attached { self.fold.turn.clone() } else { TurnState::Unknown },
-            // No composer: a managed session takes its prompt as turn input.
-            composer: Composer::Empty,
-        }
+        self.follower.snapshot(self.incarnation.clone(), self.process, error)
     }
 
-    /// MGD-4: a stream read to its end that never showed this process loading the thread (a
-    /// daemon restart after the holder dropped the handshake's reply) asks once: `thread/resume`
-    /// of the agent's own thread (Codex 0.169 answers it for a thread already loaded, with the
-    /// thread's status). The reply comes in the stream like any other line; nothing waits for it.
+    /// MGD-4: a stream read to its end that never showed this process loading the thread asks
+    /// once with `thread/resume` of the agent's own thread (Codex 0.169 answers it for a thread
+    /// already loaded, with the thread's status). The reply comes in the stream like any other
+    /// line; nothing waits for it.
     fn reprove_once(&mut self) -> Result<(), String> {
-        if self.reproved || self.fold.loaded || !self.attached || self.ids.thread_id.is_empty() {
+        if !self.follower.wants_reproof() {
             return Ok(());
         }
-        self.reproved = true;
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
         let line = crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd);
         let outcome = self.client()?.write(&line).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
@@ -165,102 +108,14 @@ impl ManagedObserver {
     fn read(&mut self, events: &mut Vec<ObserverEvent>) -> Result<(), String> {
         let mut budget = MAX_BYTES_PER_POLL;
         loop {
-            let after = self.offset;
+            let after = self.follower.next_offset();
             let page = self.client()?.output(after, PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
-            if page.truncated {
-                // Also for a fresh observer (a daemon restart): the daemon before it may not have
-                // made those notifications durable, so their loss is reported (the engine turns
-                // it into `observer.gap` after the durable mark), never skipped silently.
-                self.lost(page.start, events);
-            } else if !self.attached && !self.skipping {
-                self.attach(events);
-            }
-            self.offset = page.end;
-            self.take(&page.data, page.start, events);
+            let view = Page { data: &page.data, start: page.start, end: page.end, truncated: page.truncated };
+            self.follower.page(view, events)?;
             budget = budget.saturating_sub(page.data.len() as u64);
             if page.data.is_empty() || budget == 0 {
                 return Ok(());
             }
         }
-    }
-
-    /// The first read: the stream is whole from its start.
-    fn attach(&mut self, events: &mut Vec<ObserverEvent>) {
-        self.attached = true;
-        if self.resume_at.is_none() {
-            events.push(ObserverEvent::Attached { session: self.session(), position: self.position });
-        }
-    }
-
-    /// MGD-4: the holder evicted output this observer never read: what those notifications
-    /// said is unknown. Reported, then the stream is followed again from the next whole line
-    /// with an unknown turn state.
-    fn lost(&mut self, start: u64, events: &mut Vec<ObserverEvent>) {
-        let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
-        let session = self.resume_at.take().map(|_| self.session());
-        events.push(ObserverEvent::SessionLost { reason, session });
-        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, ..Fold::new(&self.ids.thread_id) };
-        self.partial.clear();
-        self.skipping = true; // the line in progress at `start` began in the evicted bytes
-        self.attached = false;
-    }
-
-    fn take(&mut self, data: &[u8], start: u64, events: &mut Vec<ObserverEvent>) {
-        let mut at = 0;
-        while let Some(newline) = data[at..].iter().position(|&b| b == b'\n') {
-            let end = at + newline;
-            let position = start + end as u64 + 1;
-            if self.skipping {
-                self.skipping = false;
-                self.position = position;
-                if !self.attached {
-                    self.attached = true;
-                    events.push(ObserverEvent::Attached { session: self.session(), position });
-                }
-            } else {
-                self.partial.extend_from_slice(&data[at..end]);
-                let line = std::mem::take(&mut self.partial);
-                self.fold_line(&line, position, events);
-            }
-            at = end + 1;
-        }
-        if !self.skipping {
-            self.partial.extend_from_slice(&data[at..]);
-            if self.partial.len() > MAX_LINE_BYTES {
-                self.partial.clear();
-                self.skipping = true;
-                self.fold.turn = TurnState::Unknown;
-                // Before a resume's cursor the lines are only re-folded (their events were
-                // reported before): a loss there changes the turn state, not the stream.
-                if self.resume_at.is_none() {
-                    let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
-                    events.push(ObserverEvent::SessionLost { reason, session: None });
-                    self.attached = false;
-                }
-            }
-        }
-    }
-
-    fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
-        let mut folded = self.fold.line(line, position);
-        self.position = position;
-        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
-            // CORR-3: what the thread does now is unknown; the stream is followed again from
-            // right after that line (so a later loss is reported as one).
-            self.fold.turn = TurnState::Unknown;
-            folded.push(ObserverEvent::Attached { session: self.session(), position });
-        }
-        if let Some(cursor) = self.resume_at {
-            if position < cursor {
-                return; // before the cursor: folded silently (REC-2)
-            }
-            self.resume_at = None;
-            // The cursor is a line end of the same stream; an event AT it was reported before.
-            events.push(ObserverEvent::Attached { session: self.session(), position: cursor });
-            if position == cursor {
-                return;
-            }
-        }
-        events.extend(folded);
     }
 }

@@ -12,7 +12,7 @@
 //! - A truncated, rewritten, replaced or removed rollout ends the session (`SessionLost`); the
 //!   next refresh rediscovers and a new session announces itself with `Attached`.
 //! - A record too long to read in full is evidence lost (CORR-12): the session ends with
-//!   `SessionLost { reason: RECORD_TOO_LARGE, session: None }` and its rollout is never re-attached by this
+//!   `SessionLost { reason: RECORD_TOO_LARGE, .. }` and its rollout is never re-attached by this
 //!   observer (one process incarnation), so the turn stays Unknown instead of a guess.
 //! - The turn state is derived from lifecycle records only; the screen can only make it more
 //!   cautious (a visible `Working` turns Idle into Busy).
@@ -228,7 +228,7 @@ impl CodexObserver {
     pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
         if self.disproved.as_ref() == Some(&from.session) {
             let reason = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
-            return vec![ObserverEvent::SessionLost { reason: reason.to_string(), session: None }];
+            return vec![ObserverEvent::SessionLost { reason: reason.to_string(), session: None, before: None }];
         }
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
         if let Some(current) = self.checkpoint() {
@@ -331,7 +331,7 @@ impl CodexObserver {
                     "the agent's rollout is session {}, not the resumed cursor's session {}",
                     session.0, resume.session.0
                 );
-                events.push(ObserverEvent::SessionLost { reason: reason.clone(), session: Some(resume.session.clone()) });
+                events.push(ObserverEvent::SessionLost { reason: reason.clone(), session: Some(resume.session.clone()), before: None });
                 return Health::Unavailable(reason);
             }
             self.replay_floor = Some(resume.position);
@@ -347,7 +347,7 @@ impl CodexObserver {
             Err(Opening::Lost(reason)) => {
                 // OBS-3: records a resumed request may depend on are gone.
                 self.replay_floor = None;
-                events.push(ObserverEvent::SessionLost { reason: reason.clone(), session: None });
+                events.push(ObserverEvent::SessionLost { reason: reason.clone(), session: None, before: None });
                 return Health::Unavailable(reason);
             }
             Err(Opening::Retry(error)) => {
@@ -414,7 +414,7 @@ impl CodexObserver {
         let drained = self.attached.is_some() && self.read_new(events) == Health::Attached && !self.behind;
         if let Some(resume) = self.pending_resume.take() {
             let reason = "the agent process exited before its session was resumed".into();
-            events.push(ObserverEvent::SessionLost { reason, session: Some(resume.session) });
+            events.push(ObserverEvent::SessionLost { reason, session: Some(resume.session), before: None });
         }
         events.push(ObserverEvent::ProcessExited { drained });
         self.exited = true;
@@ -440,6 +440,7 @@ impl CodexObserver {
             events.push(ObserverEvent::SessionLost {
                 reason: format!("cannot resume session {}: {reason}", resume.session.0),
                 session: Some(resume.session),
+                before: None,
             });
         }
     }
@@ -460,7 +461,7 @@ impl CodexObserver {
 
     /// Ends the session with `event_reason` for the engine and `detail` for snapshots.
     fn lose_session_as(&mut self, event_reason: String, detail: String, events: &mut Vec<ObserverEvent>) {
-        events.push(ObserverEvent::SessionLost { reason: event_reason, session: None });
+        events.push(ObserverEvent::SessionLost { reason: event_reason, session: None, before: None });
         self.lost_reason = Some(detail);
         self.attached = None;
         self.replay_floor = None;
@@ -759,7 +760,7 @@ mod tests {
         let huge = "A".repeat(MAX_PARSED_LINE_BYTES + 1024 * 1024);
         let last = format!(r#""type":"task_complete","turn_id":"t2","last_agent_message":"{huge}""#);
         rollout.write_all(event(&last).as_bytes()).unwrap();
-        assert_eq!(observer.poll(), vec![ObserverEvent::SessionLost { reason: RECORD_TOO_LARGE.into(), session: None }]);
+        assert_eq!(observer.poll(), vec![ObserverEvent::SessionLost { reason: RECORD_TOO_LARGE.into(), session: None, before: None }]);
 
         let after = observer.refresh(None);
         assert!(after.events.is_empty(), "{:?}", after.events);

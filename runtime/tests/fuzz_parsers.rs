@@ -1,7 +1,7 @@
 //! Fuzz targets (issue 8) for the parsers that read untrusted bytes, as bounded proptest runs
 //! over the seed corpus in `fuzz/corpus/<target>/` (see `fuzz_support`): the control-socket
 //! request line, the Codex rollout line, the rollout tail and the observer over it, the
-//! `agent output` cursor, and the prompt validator. The holder protocol's target is in
+//! `agent output` cursor, the prompt validator, and the app-server line and stream. The holder protocol's target is in
 //! `holder::protocol`'s unit tests (its line reader is crate-private). Each target replays its
 //! corpus, then runs arbitrary and mutated inputs, and checks that the parser never panics,
 //! stays within its bounds, and keeps its contract.
@@ -106,6 +106,60 @@ fn check_app_server_line(bytes: &[u8]) {
 fn fuzz_app_server_line() {
     replay("app_server_line", check_app_server_line);
     proptest!(config(1024), |(bytes in input(seeds("app_server_line"), &[70_000, 300]))| check_app_server_line(&bytes));
+}
+
+/// MGD-4: the stream follower over untrusted app-server output (one copy of the paging rules,
+/// `app_server_stream`), pushed into a small holder ring so eviction happens, read in small
+/// pages from a process start, with or without a resume cursor anywhere before the end (also
+/// in an earlier process's output): never panics, never refuses a page the ring gives, never
+/// reports an event past what was read or before the process's start, and every event names
+/// the watched thread.
+fn check_app_server_stream(bytes: &[u8], capacity: usize, page: usize, start: usize, cursor: Option<usize>) {
+    use wakterm_runtime::app_server_stream::{Page, PlainFold, StreamFollower};
+    let thread = "00000000-0000-4000-8000-000000000002";
+    let session = wakterm_engine::SessionId(thread.to_string());
+    let mut ring = wakterm_runtime::holder::OutputRing::new(capacity);
+    let start = start.min(bytes.len()) as u64;
+    ring.push(&bytes[..start as usize]);
+    ring.push(&bytes[start as usize..]);
+    let mut follower = StreamFollower::new(thread, session.clone(), start, PlainFold, 512);
+    let mut events = Vec::new();
+    if let Some(cursor) = cursor {
+        let cursor = wakterm_engine::Cursor { session, position: (cursor as u64).min(ring.end()) };
+        assert!(follower.resume(&cursor, &mut events));
+    }
+    for _ in 0..=bytes.len() + 1 {
+        let slice = ring.read(follower.next_offset(), page).expect("an offset the follower asks for is in the stream");
+        let view = Page { data: &slice.data, start: slice.start, end: slice.end, truncated: slice.truncated };
+        timed(|| follower.page(view, &mut events)).expect("the ring's pages continue the stream");
+        if slice.data.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(follower.next_offset(), ring.end(), "read to the end");
+    for event in &events {
+        if let Some(position) = event.position() {
+            assert!(position <= ring.end(), "{event:?}");
+            let resumed_at = cursor.map(|c| c as u64);
+            assert!(position >= start || Some(position) == resumed_at, "{event:?} before the process's start {start}");
+        }
+        if let Some(session) = event.session() {
+            assert_eq!(session.0, thread);
+        }
+    }
+}
+
+#[test]
+fn fuzz_app_server_stream() {
+    let corpus: Vec<u8> = seeds("app_server_line").into_iter().flat_map(|mut s| {
+        s.push(b'\n');
+        s
+    }).collect();
+    check_app_server_stream(&corpus, 4096, 97, corpus.len() / 3, Some(corpus.len() / 5));
+    check_app_server_stream(&corpus, 1 << 20, 4096, 0, None);
+    proptest!(config(256), |(bytes in input(seeds("app_server_line"), &[3_000, 300]), capacity in 16usize..2048, page in 1usize..700, start in 0usize..3_000, cursor in proptest::option::of(0usize..3_000))| {
+        check_app_server_stream(&bytes, capacity, page, start, cursor)
+    });
 }
 
 #[test]

@@ -15,30 +15,27 @@
 //! harness/src/fake_app_server.rs). Every line that carries turn evidence is also a truth
 //! `Record` (the event a correct fold yields, at the offset one past the line) for the oracle.
 //!
-//! The port (`ManagedPort`): the daemon's observer of that stream, a replica of
-//! `runtime/src/managed_observer.rs` (`ManagedObserver`: pages of the holder's output, eviction
-//! and over-long lines lost, the resume that re-folds up to the cursor silently) over the sim's
-//! ring instead of a holder socket. The fold itself is NOT re-implemented: every whole line goes
-//! through the production `wakterm_runtime::app_server::Fold::line`, so a fold bug shows in the
-//! oracle's stream and correlation checks. The byte bounds are scaled down with the ring (pages
-//! of 1 KiB, lines over 8 KiB lost, at most twice the ring per poll: the production 1 MiB,
-//! 8 MiB and 8 MiB = twice its 4 MiB ring, so one poll always reaches the end of what the
-//! holder keeps), so a line over the bound fits in a simulated run.
+//! The port (`ManagedPort`): the daemon's observer of that stream is the runtime's own
+//! `app_server_stream::StreamFollower` (the code `ManagedObserver` runs: pages of the holder's
+//! output, eviction and over-long lines lost, the resume that re-folds up to the cursor
+//! silently, a cursor in an earlier process's output), fed from the sim's ring instead of a
+//! holder socket, folding with the production `app_server::Fold::line` (the fold mutants wrap
+//! it: `SimFold`). The byte bounds are scaled down with the ring (pages of 1 KiB, lines over
+//! 8 KiB lost, at most twice the ring per poll: the production 1 MiB, 8 MiB and 8 MiB = twice
+//! its 4 MiB ring, so one poll always reaches the end of what the holder keeps), so a line
+//! over the bound fits in a simulated run.
 //!
-//! Known runtime gaps this model found are counted as `note.mgd_*` (and tolerated by the oracle
-//! for exactly the records or requests they affect); `sim/run.sh --strict-mgd` fails them:
-//! `fresh_attach_past_eviction` (a restarted daemon's observer attaches past evicted, never
-//! reported notifications with no gap), `attach_before_skipped_line` (after a loss, `Attached`
-//! at the position before a line still being skipped), `fold_loss_keeps_attached` /
-//! `loss_unreported_after_fold_loss` (another thread's notification loses the session but the
-//! observer never announces `Attached` again, so a later real loss is silent),
+//! Runtime gaps this model found were counted as `note.mgd_*` and are fixed: the oracle fails
+//! them (`sim/run.sh --lenient-mgd` tolerates them again, as before the fixes):
+//! `loss_unreported_after_fold_loss` (another thread's notification lost the session but the
+//! observer never announced `Attached` again, so a later real loss was silent),
 //! `exit_drained_without_read` (an exit reported `drained` although the last read failed;
 //! `delivery_failed_after_undrained_exit` when a waiting request then ended `delivery_failed`
-//! although its turn had started),
-//! `thread_not_loaded_at_end` (MGD-2: a fresh observer past an evicted handshake reports the
-//! thread loaded only once its `thread/resume` re-proof is answered, `reprove_once`, mirrored
-//! here; before that fix, 97d75c3, never), `resume_cursor_before_process_start`, and
-//! `steered_receipt_but_new_turn` (a `steered_running_turn` receipt whose prompt started a turn).
+//! although its turn had started), `thread_not_loaded_at_end` (MGD-2: a fresh observer past an
+//! evicted handshake reports the thread loaded once its `thread/resume` re-proof is answered),
+//! and `steered_receipt_but_new_turn` (a `steered_running_turn` receipt whose prompt started a
+//! turn). A resume cursor in an earlier process's output (once answered inside the current
+//! process's output, with no gap) is now checked like any resume.
 
 use wakterm_runtime::holder::{OutputRing, RingSlice};
 use crate::mutant::Mutant;
@@ -47,8 +44,9 @@ use crate::world::{Proc, Record, Running, Session, World};
 use madsim::rand::{thread_rng, Rng};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
-use wakterm_engine::{prompt::prompt_hash, AgentFacts, Composer, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, SessionId, TurnId, TurnState};
+use wakterm_engine::{prompt::prompt_hash, AgentFacts, Cursor, ObserverEvent, ObserverSnapshot, ObserverStatus, SessionId, TurnId, TurnState};
 use wakterm_runtime::app_server::Fold;
+use wakterm_runtime::app_server_stream::{FollowStats, LineFolder, Page as FollowPage, StreamFollower};
 
 /// The port's page size (production `PAGE_BYTES`, 1 MiB, scaled).
 pub const PAGE_BYTES: usize = 1024;
@@ -227,278 +225,32 @@ pub fn raw_turn_start(id: &str, thread: &str, text: &str) -> Vec<u8> {
 
 // ----- the port: the daemon's observer of the stream -----
 
-/// A replica of `ManagedObserver` (runtime/src/managed_observer.rs) reading the sim's ring; the
-/// fold is the production one. Daemon state: a restarted daemon builds a new one.
-pub struct ManagedPort {
+/// The port's line fold: the production `Fold::line`, plus the planted bugs of the mutants that
+/// live in a fold (never in the paging rules, which are the runtime's `StreamFollower`).
+pub struct SimFold {
     session: SessionId,
     thread: String,
-    pub process: Proc,
-    fold: Fold,
-    start: u64,
-    offset: u64,
-    pub position: u64,
-    partial: Vec<u8>,
-    skipping: bool,
-    attached: bool,
-    resume_at: Option<u64>,
-    health: Result<(), String>,
     mutant: Mutant,
     /// Mutant `foreign_thread_accepted`: a fold per other thread, its events taken as ours.
     foreign: BTreeMap<String, Fold>,
-    /// Faults and findings this port saw since last asked (counted by the world).
-    pub notes: Vec<&'static str>,
-    /// Records of the stream (after, through] no daemon will ever report, by a known runtime
-    /// gap (the note says which), handed to the oracle's tolerances by the world.
-    pub unreportable: Vec<(u64, u64, &'static str)>,
-    /// `attach()` announced the stale position while a lost line was still being skipped.
-    stale_attach: Option<u64>,
-    /// A fresh observer skipped a stream start the holder had evicted.
-    fresh_skip: bool,
-    /// Mutant `managed_resume_ignores_eviction`: inside its resume.
-    trusting: bool,
-    /// `reprove_once` asked already.
-    reproved: bool,
-    /// The `thread/resume` line `reprove_once` writes through the holder (the world writes it).
-    pub reprove: Option<Vec<u8>>,
 }
 
-impl ManagedPort {
-    pub fn new(thread: &str, process: Proc, start: u64, mutant: Mutant) -> ManagedPort {
-        ManagedPort {
-            session: SessionId(thread.to_string()),
-            thread: thread.to_string(),
-            process,
-            fold: Fold::new(thread),
-            start,
-            offset: start,
-            position: start,
-            partial: Vec::new(),
-            skipping: false,
-            attached: false,
-            resume_at: None,
-            health: Err("not read yet".to_string()),
-            mutant,
-            foreign: BTreeMap::new(),
-            notes: Vec::new(),
-            unreportable: Vec::new(),
-            stale_attach: None,
-            fresh_skip: false,
-            trusting: false,
-            reproved: false,
-            reprove: None,
-        }
+impl LineFolder for SimFold {
+    fn fold_line(&mut self, fold: &mut Fold, line: &[u8], position: u64) -> Vec<ObserverEvent> {
+        let busy_before = matches!(fold.turn, TurnState::Busy { .. });
+        let mut folded = fold.line(line, position); // the production fold (MGD-3)
+        self.mutate(fold, line, position, busy_before, &mut folded);
+        folded
     }
 
-    /// Where this process's output starts.
-    pub fn start(&self) -> u64 {
-        self.start
-    }
-
-    /// `ManagedObserver::poll`: reads what the holder appended since the last call.
-    pub fn poll(&mut self, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
-        let mut events = Vec::new();
-        self.health = self.read(ring, &mut events).and_then(|()| self.reprove_once());
-        events
-    }
-
-    /// `ManagedObserver::reprove_once` (MGD-4): a stream read to its end that never showed this
-    /// process loading the thread asks once with `thread/resume` of the agent's own thread; the
-    /// reply comes in the stream like any other line. (The holder was just read, so the write
-    /// goes through; the world performs it.)
-    fn reprove_once(&mut self) -> Result<(), String> {
-        if self.reproved || self.fold.loaded || !self.attached || self.thread.is_empty() {
-            return Ok(());
-        }
-        self.reproved = true;
-        self.notes.push("app_server.thread_reproved");
-        let id = format!("wakterm-reprove-{}-{}", self.process.pid, self.offset);
-        self.reprove = Some(line(json!({"id": id, "method": "thread/resume", "params": {"threadId": self.thread, "cwd": "/w", "approvalPolicy": "never"}})));
-        Ok(())
-    }
-
-    /// `ManagedObserver::resume` (REC-2): `Attached` at the cursor, then what follows; the
-    /// lines before it are folded again silently, as long as the holder still has them.
-    pub fn resume(&mut self, from: &Cursor, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
-        if from.session != self.session {
-            let reason = "the agent's app-server thread is not the one the request was armed on".to_string();
-            return vec![ObserverEvent::SessionLost { reason, session: Some(from.session.clone()) }];
-        }
-        self.fold = Fold::new(&self.thread);
-        self.offset = self.start;
-        self.position = self.start;
-        self.partial.clear();
-        self.skipping = false;
-        self.attached = false;
-        self.resume_at = Some(from.position);
+    fn reset(&mut self) {
         self.foreign.clear();
-        if self.mutant == Mutant::ManagedResumeIgnoresEviction && from.position >= self.start {
-            // The bug: the holder is trusted to keep everything after the cursor, so the
-            // resume answers at once at the cursor and reads on from there (no re-fold).
-            self.resume_at = None;
-            self.offset = from.position;
-            self.position = from.position;
-            self.attached = true;
-            self.fold.loaded = true;
-            self.trusting = true;
-            let mut events = vec![ObserverEvent::Attached { session: self.session.clone(), position: from.position }];
-            events.extend(self.poll(ring));
-            self.trusting = false;
-            return events;
-        }
-        self.poll(ring)
     }
+}
 
-    /// `ManagedObserver::snapshot`.
-    pub fn snapshot(&self) -> ObserverSnapshot {
-        let status = match &self.health {
-            Ok(()) => ObserverStatus::Attached,
-            Err(reason) => ObserverStatus::Unavailable { reason: reason.clone() },
-        };
-        let status = match status {
-            ObserverStatus::Attached if !self.fold.loaded => ObserverStatus::Unavailable { reason: "the app-server has not loaded the agent's thread yet".to_string() },
-            other => other,
-        };
-        let attached = self.attached && matches!(status, ObserverStatus::Attached);
-        ObserverSnapshot {
-            incarnation: self.process.incarnation(),
-            process: Some(self.process.identity()),
-            status,
-            session: attached.then(|| self.session.clone()),
-            position: self.position,
-            turn: if attached { self.fold.turn.clone() } else { TurnState::Unknown },
-            composer: Composer::Empty,
-        }
-    }
-
-    fn read(&mut self, ring: Result<&Ring, String>, events: &mut Vec<ObserverEvent>) -> Result<(), String> {
-        let ring = ring?;
-        // Production's `MAX_BYTES_PER_POLL` is twice its ring (see the module's note).
-        let mut budget = 2 * ring.capacity();
-        loop {
-            let after = self.offset;
-            let page = ring.read(after, PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
-            if page.truncated {
-                self.notes.push("app_server.notifications_evicted");
-            }
-            if page.truncated && self.trusting {
-                // The bug (`managed_resume_ignores_eviction`): what the holder evicted after
-                // the cursor is skipped to the next whole line, unreported.
-                self.skipping = true;
-            } else if page.truncated {
-                // `ManagedObserver::read`: a loss, for a fresh observer too (the daemon before
-                // it may not have made those notifications durable).
-                self.lost(page.start, events);
-            } else if !self.attached && !self.skipping {
-                self.attach(events);
-            }
-            self.offset = page.end;
-            self.take(&page.data, page.start, events);
-            budget = budget.saturating_sub(page.data.len());
-            if page.data.is_empty() || budget == 0 {
-                return Ok(());
-            }
-        }
-    }
-
-    fn attach(&mut self, events: &mut Vec<ObserverEvent>) {
-        if self.skipping && self.resume_at.is_none() {
-            // A runtime gap the oracle tolerates (see `take`): the attach comes before the end
-            // of the line being skipped, at the position before it.
-            self.stale_attach = Some(self.position);
-        }
-        self.attached = true;
-        if self.resume_at.is_none() {
-            events.push(ObserverEvent::Attached { session: self.session.clone(), position: self.position });
-        }
-    }
-
-    fn lost(&mut self, start: u64, events: &mut Vec<ObserverEvent>) {
-        let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
-        let session = self.resume_at.take().map(|_| self.session.clone());
-        events.push(ObserverEvent::SessionLost { reason, session });
-        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, ..Fold::new(&self.thread) };
-        self.partial.clear();
-        self.skipping = true;
-        self.attached = false;
-    }
-
-    fn take(&mut self, data: &[u8], start: u64, events: &mut Vec<ObserverEvent>) {
-        let mut at = 0;
-        while let Some(newline) = data[at..].iter().position(|&b| b == b'\n') {
-            let end = at + newline;
-            let position = start + end as u64 + 1;
-            if self.skipping {
-                self.skipping = false;
-                // Known runtime gaps (`ManagedObserver::read`/`attach`), tolerated by the oracle
-                // for exactly the records no daemon can report any more: an `Attached` announced
-                // at the position before a line still being skipped (the lost line's record is
-                // after it, never reported), and a fresh observer's attach past evicted bytes
-                // with no loss reported (the records before it, unreported if the stream's
-                // mark lies before them).
-                if let Some(stale) = self.stale_attach.take() {
-                    self.notes.push("note.mgd_attach_before_skipped_line");
-                    self.unreportable.push((stale, position, "note.mgd_attach_before_skipped_line"));
-                }
-                if std::mem::take(&mut self.fresh_skip) {
-                    self.notes.push("note.mgd_fresh_attach_past_eviction");
-                    self.unreportable.push((0, position, "note.mgd_fresh_attach_past_eviction"));
-                }
-                self.position = position;
-                if !self.attached {
-                    self.attached = true;
-                    events.push(ObserverEvent::Attached { session: self.session.clone(), position });
-                }
-            } else {
-                self.partial.extend_from_slice(&data[at..end]);
-                let line = std::mem::take(&mut self.partial);
-                self.fold_line(&line, position, events);
-            }
-            at = end + 1;
-        }
-        if !self.skipping {
-            self.partial.extend_from_slice(&data[at..]);
-            if self.partial.len() > MAX_LINE_BYTES {
-                self.notes.push("app_server.line_too_long");
-                self.partial.clear();
-                self.skipping = true;
-                self.fold.turn = TurnState::Unknown;
-                // Before a resume's cursor the lines are only re-folded (their events were
-                // reported before): a loss there changes the turn state, not the stream.
-                if self.resume_at.is_none() {
-                    let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
-                    events.push(ObserverEvent::SessionLost { reason, session: None });
-                    self.attached = false;
-                }
-            }
-        }
-    }
-
-    fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
-        let busy_before = matches!(self.fold.turn, TurnState::Busy { .. });
-        let mut folded = self.fold.line(line, position); // the production fold (MGD-3)
-        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
-            // `ManagedObserver::fold_line`: CORR-3's loss, then the stream is followed again
-            // from right after that line, the turn state unknown.
-            self.fold.turn = TurnState::Unknown;
-            folded.push(ObserverEvent::Attached { session: self.session.clone(), position });
-        }
-        self.mutate(line, position, busy_before, &mut folded);
-        self.position = position;
-        if let Some(cursor) = self.resume_at {
-            if position < cursor {
-                return;
-            }
-            self.resume_at = None;
-            events.push(ObserverEvent::Attached { session: self.session.clone(), position: cursor });
-            if position == cursor {
-                return;
-            }
-        }
-        events.extend(folded);
-    }
-
-    /// The port's planted bugs (never the fold's).
-    fn mutate(&mut self, line: &[u8], position: u64, busy_before: bool, folded: &mut Vec<ObserverEvent>) {
+impl SimFold {
+    /// The planted bugs (never the production fold's).
+    fn mutate(&mut self, fold: &mut Fold, line: &[u8], position: u64, busy_before: bool, folded: &mut Vec<ObserverEvent>) {
         match self.mutant {
             Mutant::SteerReportedAsNewTurn => {
                 // The bug: every `turn/start` result naming a turn is taken for its start, so a
@@ -507,7 +259,7 @@ impl ManagedPort {
                 let named = value.pointer("/result/turn/id").and_then(Value::as_str);
                 if let (Some(turn), true) = (named, busy_before) {
                     let event = ObserverEvent::TurnStarted { session: self.session.clone(), turn: TurnId(turn.to_string()), position };
-                    self.fold.turn = wakterm_engine::fold_turn(&self.fold.turn, &event);
+                    fold.turn = wakterm_engine::fold_turn(&fold.turn, &event);
                     folded.push(event);
                 }
             }
@@ -520,15 +272,129 @@ impl ManagedPort {
                 if !folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
                     return;
                 }
-                let fold = self.foreign.entry(other.to_string()).or_insert_with(|| Fold::new(other));
-                let events = fold.line(line, position);
+                let other_fold = self.foreign.entry(other.to_string()).or_insert_with(|| Fold::new(other));
+                let events = other_fold.line(line, position);
                 let session = self.session.clone();
                 *folded = events.into_iter().map(|e| relabel(e, &session)).collect();
                 for event in folded.iter() {
-                    self.fold.turn = wakterm_engine::fold_turn(&self.fold.turn, event);
+                    fold.turn = wakterm_engine::fold_turn(&fold.turn, event);
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// The daemon's observer of the stream: the runtime's `StreamFollower` (the same one
+/// `ManagedObserver` runs) over the sim's ring instead of a holder socket. Daemon state: a
+/// restarted daemon builds a new one.
+pub struct ManagedPort {
+    thread: String,
+    pub process: Proc,
+    follower: StreamFollower<SimFold>,
+    /// The last read's error (`ManagedObserver`'s health).
+    pub health: Result<(), String>,
+    mutant: Mutant,
+    /// Faults this port saw since last asked (counted by the world).
+    pub notes: Vec<&'static str>,
+    /// Records of the stream (after, through] no daemon will ever report, by a known runtime
+    /// gap (the note says which), handed to the oracle's tolerances by the world.
+    pub unreportable: Vec<(u64, u64, &'static str)>,
+    /// The `thread/resume` line the re-proof writes through the holder (the world writes it).
+    pub reprove: Option<Vec<u8>>,
+    seen: FollowStats,
+}
+
+impl ManagedPort {
+    pub fn new(thread: &str, process: Proc, start: u64, mutant: Mutant) -> ManagedPort {
+        let session = SessionId(thread.to_string());
+        let fold = SimFold { session: session.clone(), thread: thread.to_string(), mutant, foreign: BTreeMap::new() };
+        ManagedPort {
+            thread: thread.to_string(),
+            process,
+            follower: StreamFollower::new(thread, session, start, fold, MAX_LINE_BYTES),
+            health: Err("not read yet".to_string()),
+            mutant,
+            notes: Vec::new(),
+            unreportable: Vec::new(),
+            reprove: None,
+            seen: FollowStats::default(),
+        }
+    }
+
+    /// Where this process's output starts.
+    pub fn start(&self) -> u64 {
+        self.follower.start()
+    }
+
+    /// One past the last whole line read.
+    pub fn position(&self) -> u64 {
+        self.follower.position()
+    }
+
+    /// `ManagedObserver::poll`: reads what the holder appended since the last call.
+    pub fn poll(&mut self, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
+        let mut events = Vec::new();
+        self.health = self.read(ring, &mut events).map(|()| self.reprove_once());
+        self.count();
+        events
+    }
+
+    /// `ManagedObserver::reprove_once` (MGD-4): the follower says when; the world writes the
+    /// line through the holder (it was just read, so the write goes through).
+    fn reprove_once(&mut self) {
+        if self.follower.wants_reproof() {
+            self.notes.push("app_server.thread_reproved");
+            let id = format!("wakterm-reprove-{}-{}", self.process.pid, self.follower.next_offset());
+            self.reprove = Some(wakterm_runtime::app_server::thread_resume(&id, &self.thread, "/w"));
+        }
+    }
+
+    fn count(&mut self) {
+        let stats = self.follower.stats;
+        for _ in self.seen.evicted..stats.evicted {
+            self.notes.push("app_server.notifications_evicted");
+        }
+        for _ in self.seen.long_lines..stats.long_lines {
+            self.notes.push("app_server.line_too_long");
+        }
+        self.seen = stats;
+    }
+
+    /// `ManagedObserver::resume` (REC-2, MGD-4).
+    pub fn resume(&mut self, from: &Cursor, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
+        let mut from = from.clone();
+        if self.mutant == Mutant::EarlierTailSkipped && from.position < self.start() {
+            // The bug: a cursor in an earlier process's output is clamped to this process's
+            // start, so that process's unreported records vanish without a gap.
+            from.position = self.start();
+        }
+        let mut events = Vec::new();
+        if !self.follower.resume(&from, &mut events) {
+            return events;
+        }
+        events.extend(self.poll(ring));
+        events
+    }
+
+    /// `ManagedObserver::snapshot`.
+    pub fn snapshot(&self) -> ObserverSnapshot {
+        let error = self.health.as_ref().err().map(String::as_str);
+        self.follower.snapshot(self.process.incarnation(), self.process.identity(), error)
+    }
+
+    /// `ManagedObserver::read`. Production's `MAX_BYTES_PER_POLL` is twice its ring (see the
+    /// module's note).
+    fn read(&mut self, ring: Result<&Ring, String>, events: &mut Vec<ObserverEvent>) -> Result<(), String> {
+        let ring = ring?;
+        let mut budget = 2 * ring.capacity();
+        loop {
+            let page = ring.read(self.follower.next_offset(), PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
+            self.follower.page(FollowPage { data: &page.data, start: page.start, end: page.end, truncated: page.truncated }, events)?;
+            budget = budget.saturating_sub(page.data.len());
+            if page.data.is_empty() || budget == 0 {
+                return Ok(());
+            }
         }
     }
 }
@@ -992,7 +858,7 @@ impl World {
                 // CORR-11: no waiting request ends `delivery_failed` on it), and the old
                 // process's output after that read is never reported: the stream declared it
                 // may be incomplete, so those records are tolerated.
-                let read_to = agent.port.as_ref().map_or(0, |p| p.position);
+                let read_to = agent.port.as_ref().map_or(0, |p| p.position());
                 let end = agent.session.next_position;
                 let session = agent.session.id.clone();
                 let unread = agent.session.records.iter().any(|r| r.position > read_to);
@@ -1043,20 +909,17 @@ impl World {
         agent.observer.resumed = true;
         let ring = agent.app.as_ref().expect("managed").readable(now);
         let Some(port) = agent.port.as_mut() else {
-            out.push(ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string(), session: None });
+            out.push(ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string(), session: None, before: None });
             return;
         };
         let events = port.resume(from, ring);
-        let reached = port.position;
-        let start = port.start();
-        self.port_notes(a);
-        if from.position < start && !crate::oracle::strict_mgd() {
-            // The runtime's resume checks the thread only: a cursor of an earlier process's
-            // output (its request ends by CORR-1) is "resumed" in this process's output.
-            self.counters.fault("note.mgd_resume_cursor_before_process_start");
-            out.extend(events);
-            return;
+        let reached = port.position();
+        if from.position < port.start() {
+            let lost = events.iter().any(|e| matches!(e, ObserverEvent::SessionLost { before: Some(_), .. }));
+            self.counters.fault(if lost { "app_server.earlier_tail_lost" } else { "app_server.earlier_tail_whole" });
         }
+        self.port_notes(a);
+        self.oracle.on_resume_answer(a, from.position, &events);
         let attached = events.iter().position(|e| matches!(e, ObserverEvent::Attached { position, .. } if *position == from.position));
         if let Some(i) = attached {
             let after = &events[i + 1..];
@@ -1075,7 +938,7 @@ impl World {
     /// should be usable. A daemon's fresh observer that met a stream start the holder had
     /// evicted never sees the thread reply, so it reports "not loaded" until a turn starts in
     /// the thread, and no admission can start one (a runtime gap, counted as a note).
-    /// `judge`: count (and under `--strict-mgd` fail) it; else only say whether one is still
+    /// `judge`: count and fail it (unless `--lenient-mgd`); else only say whether one is still
     /// unusable (the caller waits a little: a re-proof's answer may be on its way).
     pub fn managed_usable_at_end(&mut self, judge: bool) -> bool {
         let mut usable = true;

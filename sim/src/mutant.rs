@@ -26,8 +26,8 @@
 //! `app_server.delta_burst`, `app_server.huge_final`, `app_server.line_too_long`; oracle checks
 //! for every `request.bound` (only the turn the request's own write opened), steered receipts
 //! (one-way sends only, never armed) and steered prompts (never a final), and the REC-2 replay
-//! of a managed resume; known runtime gaps are `note.mgd_*` (`--strict-mgd` fails them);
-//! mutants `managed_resume_ignores_eviction`, `steer_reported_as_new_turn`,
+//! of a managed resume; the once-known runtime gaps `note.mgd_*` fail (`--lenient-mgd` tolerates them);
+//! mutants `earlier_tail_skipped`, `steer_reported_as_new_turn`,
 //! `foreign_thread_accepted`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,10 +127,10 @@ pub enum Mutant {
     /// Pane port (SUB-2): the steps are written without holding the pane's write lock across
     /// the gaps, so another writer (a raw `input`, a human) splices into them.
     SubmitSkipsWriteLock,
-    /// Observer port (MGD-4, REC-2): a resume of the managed agent's stream answers `Attached`
-    /// at the armed cursor even though the holder evicted notifications after it (the holder is
-    /// trusted to keep everything), and reads on from the oldest byte kept.
-    ManagedResumeIgnoresEviction,
+    /// Observer port glue (MGD-4, REC-2): a resume cursor that lies in an earlier process's
+    /// output of the managed agent's stream is clamped to the current process's start, so that
+    /// process's records the stream never got vanish without a gap.
+    EarlierTailSkipped,
     /// Observer port (MGD-3): every `turn/start` result naming a turn is taken for that turn's
     /// start, so a prompt the app-server folded into the running turn reports a `TurnStarted`
     /// of the running turn after it: a return-final request could bind a turn it never opened.
@@ -167,7 +167,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::BoundaryBeforeEnter, "boundary_before_enter", "pane port reads a submit's Enter boundary before writing the CR"),
     (Mutant::SplitFailureRefused, "split_failure_refused", "pane port reports a split write that failed after some bytes as Refused"),
     (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
-    (Mutant::ManagedResumeIgnoresEviction, "managed_resume_ignores_eviction", "managed observer port answers a resume at its cursor although the holder evicted what follows"),
+    (Mutant::EarlierTailSkipped, "earlier_tail_skipped", "managed observer glue clamps a resume cursor in an earlier process's output to the current process's start"),
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
 ];

@@ -10,9 +10,10 @@ use wakterm_engine::{
     TerminalState, TurnId,
 };
 
-/// `--strict-mgd`: the managed agent's known runtime gaps (the `note.mgd_*` tolerances) are
-/// violations, so the seeds that found them reproduce as failures.
-pub static STRICT_MGD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The managed agent's once-known runtime gaps (the `note.mgd_*` tolerances) are violations:
+/// the default since they were fixed (20,000 seeds clean). `--lenient-mgd` tolerates them
+/// again, to compare a run against the old findings.
+pub static STRICT_MGD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 pub fn strict_mgd() -> bool {
     STRICT_MGD.load(std::sync::atomic::Ordering::Relaxed)
@@ -771,6 +772,18 @@ impl Oracle {
             let missing: Vec<&u64> = expected.iter().filter(|p| !emitted.contains(p)).collect();
             let m = format!("a{agent}: resumed at {armed}, replayed records at {emitted:?}, the file holds {expected:?} (missing {missing:?})");
             self.fail(Kind::Evidence, m);
+        }
+    }
+
+    /// REC-2: a resume's answer attaches at its cursor, or reports a loss first (a loss of an
+    /// earlier process's output, MGD-4, is followed by the attach at the current process's
+    /// start); an attach anywhere else with no loss before it skips records silently.
+    pub fn on_resume_answer(&mut self, agent: usize, cursor: u64, events: &[ObserverEvent]) {
+        let first = events.iter().find(|e| matches!(e, ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. }));
+        if let Some(ObserverEvent::Attached { position, .. }) = first {
+            if *position != cursor {
+                self.fail(Kind::Evidence, format!("a{agent}: resumed at {cursor}, the observer attached at {position} with no loss reported (REC-2)"));
+            }
         }
     }
 

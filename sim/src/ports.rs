@@ -127,7 +127,7 @@ impl Effects for SimEffects {
                     send_snapshot(&mut w, &inbox, a, snapshot);
                 }
                 None => {
-                    let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string(), session: None };
+                    let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string(), session: None, before: None };
                     send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
                 }
             }

@@ -21,7 +21,7 @@ struct Args {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: sim [--seeds N | --seed S] [--from S0] [--mutant NAME] [--list-mutants] [--check-determinism K] [--trace] [--jobs J] [--strict-mgd]");
+    eprintln!("usage: sim [--seeds N | --seed S] [--from S0] [--mutant NAME] [--list-mutants] [--check-determinism K] [--trace] [--jobs J] [--lenient-mgd]");
     std::process::exit(2)
 }
 
@@ -49,7 +49,8 @@ fn parse() -> Args {
             "--trace" => args.print_trace = true,
             "--jobs" => args.jobs = value().parse().unwrap_or_else(|_| usage()),
             // The managed agent's known runtime gaps (`note.mgd_*`) fail instead of counting.
-            "--strict-mgd" => crate::oracle::STRICT_MGD.store(true, std::sync::atomic::Ordering::Relaxed),
+            "--strict-mgd" => crate::oracle::STRICT_MGD.store(true, std::sync::atomic::Ordering::Relaxed), // the default
+            "--lenient-mgd" => crate::oracle::STRICT_MGD.store(false, std::sync::atomic::Ordering::Relaxed),
             _ => usage(),
         }
     }

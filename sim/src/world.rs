@@ -69,6 +69,8 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.huge_final",
     "app_server.line_too_long",
     "app_server.thread_reproved",
+    "app_server.earlier_tail_lost",
+    "app_server.earlier_tail_whole",
     "store.commit_failed",
     "store.slow_commit",
     "store.lookup_failed",
@@ -1510,7 +1512,7 @@ impl World {
                 agent.observer.lost_reported = true;
                 agent.lost_until_ms = Some(now + lost_ms);
                 agent.lost_reason = "record_too_large".to_string();
-                out.push(ObserverEvent::SessionLost { reason: "record_too_large".to_string(), session: None });
+                out.push(ObserverEvent::SessionLost { reason: "record_too_large".to_string(), session: None, before: None });
                 break;
             }
             let record = record.clone();
@@ -1573,7 +1575,7 @@ impl World {
                     observer.disproved = Some(session.clone());
                     let by = if floor.is_some() { "resume" } else { "first look" };
                     self.log(format!("a{a} checkpoint no longer matches (OBS-3, {by}): {reason}"));
-                    out.push(ObserverEvent::SessionLost { reason, session: None });
+                    out.push(ObserverEvent::SessionLost { reason, session: None, before: None });
                     return;
                 }
                 (Ok(()), floor) => {
@@ -1653,7 +1655,7 @@ impl World {
                 if !agent.observer.lost_reported {
                     agent.observer.lost_reported = true;
                     agent.observer.attached = None;
-                    out.push(ObserverEvent::SessionLost { reason: agent.lost_reason.clone(), session: None });
+                    out.push(ObserverEvent::SessionLost { reason: agent.lost_reason.clone(), session: None, before: None });
                 }
                 return;
             }
@@ -1661,7 +1663,7 @@ impl World {
         }
         if agent.observer.attached.as_ref() != Some(&agent.session.id) {
             if !agent.observer.lost_reported {
-                out.push(ObserverEvent::SessionLost { reason: "the record was replaced".to_string(), session: None });
+                out.push(ObserverEvent::SessionLost { reason: "the record was replaced".to_string(), session: None, before: None });
             }
             return self.attach(a, None, now, out);
         }
@@ -1776,17 +1778,17 @@ impl World {
         if agent.observer.disproved.as_ref() == Some(&from.session) {
             let reason = RESUME_LOST_DISPROVED;
             self.log(format!("a{a} resume into disproved session {} (OBS-3)", from.session.0));
-            out.push(ObserverEvent::SessionLost { reason: reason.to_string(), session: Some(from.session.clone()) });
+            out.push(ObserverEvent::SessionLost { reason: reason.to_string(), session: Some(from.session.clone()), before: None });
             return;
         }
         let agent = &self.agents[a];
         let blind = agent.lost_until_ms.is_some_and(|t| now < t);
         if agent.process.is_none() {
-            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string(), session: Some(from.session.clone()) });
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string(), session: Some(from.session.clone()), before: None });
             return;
         }
         if blind || agent.session.id != from.session {
-            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string(), session: Some(from.session.clone()) });
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string(), session: Some(from.session.clone()), before: None });
             return;
         }
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.

@@ -72,14 +72,14 @@ impl Effects for RealEffects {
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
             let Some(agent) = agent else {
-                let lost = ObserverEvent::SessionLost { reason: "the agent is not known to the daemon".to_string(), session: None };
+                let lost = ObserverEvent::SessionLost { reason: "the agent is not known to the daemon".to_string(), session: None, before: None };
                 let _ = inbox.blocking_send(observed(&agent_id, lost));
                 return;
             };
             let screen = agent.screen_text(); // before the observer lock, as a refresh does
             let mut guard = agent.observer.lock().expect("observer lock");
             let Some(observer) = guard.as_mut() else {
-                let lost = ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string(), session: None };
+                let lost = ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string(), session: None, before: None };
                 let _ = inbox.blocking_send(observed(&agent_id, lost));
                 return;
             };

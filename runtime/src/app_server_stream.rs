@@ -1,0 +1,505 @@
+//! MGD-4: following one app-server process's notification stream, page by page. Pure (no I/O):
+//! the daemon's `ManagedObserver` feeds it the holder's `output` pages, the simulator feeds it
+//! its ring's pages, so both run this one copy of the rules (paging, eviction, over-long lines,
+//! the resume that re-folds silently up to its cursor, the thread re-proof).
+//!
+//! Positions are byte offsets one past each line in the holder's output stream (absolute, never
+//! reset while the holder lives). The stream of THIS process starts at `start` (the holder's
+//! `generation_start`); what lies before it is an earlier process's output.
+
+use crate::app_server::Fold;
+use wakterm_engine::{Composer, Cursor, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, SessionId, TurnState};
+
+/// One read of the holder's output: `data` runs from `start` to `end`; `truncated` says that
+/// bytes between the offset asked for and `start` were evicted.
+#[derive(Clone, Copy, Debug)]
+pub struct Page<'a> {
+    pub data: &'a [u8],
+    pub start: u64,
+    pub end: u64,
+    pub truncated: bool,
+}
+
+/// How one whole line becomes events. Production folds with `Fold::line`; the simulator plants
+/// its mutants here (never in the paging rules).
+pub trait LineFolder {
+    fn fold_line(&mut self, fold: &mut Fold, line: &[u8], position: u64) -> Vec<ObserverEvent>;
+    /// A resume starts the fold over.
+    fn reset(&mut self) {}
+}
+
+/// `Fold::line`, as is.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlainFold;
+
+impl LineFolder for PlainFold {
+    fn fold_line(&mut self, fold: &mut Fold, line: &[u8], position: u64) -> Vec<ObserverEvent> {
+        fold.line(line, position)
+    }
+}
+
+/// What the follower met, for counters and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FollowStats {
+    /// Pages the holder answered with evicted bytes before them.
+    pub evicted: u64,
+    /// Lines over the bound (skipped, their content unknown).
+    pub long_lines: u64,
+}
+
+/// A resume whose cursor lies in an EARLIER process's output (a daemon restart after
+/// `agent restart` whose stream mark was left there): that output, from the cursor to this
+/// process's start, is read to learn whether it holds records the stream never got.
+#[derive(Debug)]
+struct EarlierTail {
+    cursor: u64,
+    /// A fold of the earlier output (its thread is the same), only to see whether a line
+    /// carries a record; its turn state is never used.
+    fold: Fold,
+    partial: Vec<u8>,
+    /// A record, an unfinished line or evicted bytes: something the stream may lack.
+    missing: bool,
+}
+
+pub struct StreamFollower<L: LineFolder = PlainFold> {
+    session: SessionId,
+    thread_id: String,
+    folder: L,
+    pub fold: Fold,
+    line_bound: usize,
+    /// Where this process's output starts.
+    start: u64,
+    /// The next output byte to read.
+    offset: u64,
+    /// One past the last whole line folded: the position of the view.
+    position: u64,
+    /// The bytes of an unfinished line.
+    partial: Vec<u8>,
+    /// A line over the bound is skipped to its end (its events are lost, and reported).
+    skipping: bool,
+    attached: bool,
+    /// REC-2: a resume waiting for the stream to reach its cursor.
+    resume_at: Option<u64>,
+    earlier: Option<EarlierTail>,
+    reproved: bool,
+    pub stats: FollowStats,
+}
+
+impl<L: LineFolder> StreamFollower<L> {
+    /// `start`: where this process's output starts; `line_bound`: the longest line folded
+    /// (production: `app_server::MAX_LINE_BYTES`).
+    pub fn new(thread_id: &str, session: SessionId, start: u64, folder: L, line_bound: usize) -> StreamFollower<L> {
+        assert!(line_bound > 0, "a line bound of zero loses every line");
+        StreamFollower {
+            session,
+            thread_id: thread_id.to_string(),
+            folder,
+            fold: Fold::new(thread_id),
+            line_bound,
+            start,
+            offset: start,
+            position: start,
+            partial: Vec::new(),
+            skipping: false,
+            attached: false,
+            resume_at: None,
+            earlier: None,
+            reproved: false,
+            stats: FollowStats::default(),
+        }
+    }
+
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// The offset the next page is read from.
+    pub fn next_offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// One past the last whole line read.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    pub fn folder_mut(&mut self) -> &mut L {
+        &mut self.folder
+    }
+
+    /// REC-2: after a restart, `Attached` at the cursor, then exactly the events after it. The
+    /// lines of this process before the cursor are folded again silently (the turn state at
+    /// the cursor), as long as the holder still has them; otherwise what happened there is
+    /// unknown. False: answered already (another session), nothing to read for it.
+    pub fn resume(&mut self, from: &Cursor, events: &mut Vec<ObserverEvent>) -> bool {
+        if from.session != self.session {
+            let reason = "the agent's app-server thread is not the one the request was armed on".to_string();
+            events.push(ObserverEvent::SessionLost { reason, session: Some(from.session.clone()), before: None });
+            return false;
+        }
+        self.fold = Fold::new(&self.thread_id);
+        self.folder.reset();
+        self.offset = self.start;
+        self.position = self.start;
+        self.partial.clear();
+        self.skipping = false;
+        self.attached = false;
+        self.resume_at = Some(from.position);
+        self.earlier = None;
+        if from.position < self.start {
+            // MGD-4: the cursor lies in an earlier process's output; read it from there.
+            self.offset = from.position;
+            self.earlier = Some(EarlierTail { cursor: from.position, fold: Fold::new(&self.thread_id), partial: Vec::new(), missing: false });
+        }
+        true
+    }
+
+    /// Folds one page read from `next_offset()`. A page that does not fit (bounds that do not
+    /// match its bytes, or bytes before the offset asked for) is refused and changes nothing; one
+    /// that starts later than asked is a loss whatever its `truncated` flag says.
+    pub fn page(&mut self, page: Page<'_>, events: &mut Vec<ObserverEvent>) -> Result<(), String> {
+        if page.start > page.end || page.end - page.start != page.data.len() as u64 || page.start < self.offset {
+            return Err(format!("the holder's page {}..{} ({} bytes) does not continue the stream at {}", page.start, page.end, page.data.len(), self.offset));
+        }
+        let page = Page { truncated: page.truncated || page.start > self.offset, ..page };
+        if page.truncated {
+            self.stats.evicted += 1;
+        }
+        let page = match self.earlier.is_some() {
+            true => match self.earlier_page(page, events) {
+                Some(rest) => rest,
+                None => return Ok(()),
+            },
+            false => page,
+        };
+        if page.truncated {
+            // Also for a fresh observer (a daemon restart): the daemon before it may not have
+            // made those notifications durable, so their loss is reported (the engine turns
+            // it into `observer.gap` after the durable mark), never skipped silently.
+            self.lost(page.start, events);
+        } else if !self.attached && !self.skipping {
+            self.attach(events);
+        }
+        self.offset = page.end;
+        self.take(page.data, page.start, events);
+        Ok(())
+    }
+
+    /// The part of a page before this process's start goes to the earlier tail; the rest (from
+    /// `start` on) is returned, once the tail is judged.
+    fn earlier_page<'a>(&mut self, page: Page<'a>, events: &mut Vec<ObserverEvent>) -> Option<Page<'a>> {
+        let tail = self.earlier.as_mut().expect("checked");
+        if page.truncated && page.start > self.start {
+            // This process's own output after the cursor is gone too: a plain resume loss.
+            self.earlier = None;
+            return Some(page);
+        }
+        tail.missing |= page.truncated;
+        let split = (self.start.saturating_sub(page.start) as usize).min(page.data.len());
+        let (before, after) = page.data.split_at(split);
+        let mut at = 0;
+        while let Some(newline) = before[at..].iter().position(|&b| b == b'\n') {
+            let end = at + newline;
+            tail.partial.extend_from_slice(&before[at..end]);
+            let line = std::mem::take(&mut tail.partial);
+            let position = page.start + end as u64 + 1;
+            tail.missing |= tail.fold.line(&line, position).iter().any(|e| e.position().is_some());
+            at = end + 1;
+        }
+        tail.partial.extend_from_slice(&before[at..]);
+        if tail.partial.len() > self.line_bound {
+            // An over-long line: its content is unknown (what follows it up to its newline is
+            // read as one more line and means nothing).
+            tail.missing = true;
+            tail.partial.clear();
+        }
+        self.offset = page.start + split as u64;
+        if self.offset < self.start {
+            return None; // the tail goes on in the next page
+        }
+        let tail = self.earlier.take().expect("checked");
+        if tail.missing || !tail.partial.is_empty() {
+            // The earlier process wrote records after the cursor that this observer can only
+            // name as lost: the stream gets its gap, and this process's stream follows whole
+            // from its start (the engine ends only requests armed before it).
+            let reason = format!("an earlier app-server process's notifications after the stream's mark ({}..{}) were never reported", tail.cursor, self.start);
+            events.push(ObserverEvent::SessionLost { reason, session: Some(self.session.clone()), before: Some(self.start) });
+            self.resume_at = Some(self.start);
+        }
+        Some(Page { data: after, start: self.start, end: page.end, truncated: false })
+    }
+
+    /// MGD-4: a stream read to its end that never showed this process loading the thread (a
+    /// daemon restart after the holder dropped the handshake's reply) asks once: true when the
+    /// caller should write a `thread/resume` of the agent's own thread now.
+    pub fn wants_reproof(&mut self) -> bool {
+        if self.reproved || self.fold.loaded || !self.attached || self.thread_id.is_empty() {
+            return false;
+        }
+        self.reproved = true;
+        true
+    }
+
+    /// The view, given the last read's error (None: it read fine).
+    pub fn snapshot(&self, incarnation: Incarnation, process: ProcessIdentity, read_error: Option<&str>) -> ObserverSnapshot {
+        let status = match read_error {
+            None => ObserverStatus::Attached,
+            Some(reason) => ObserverStatus::Unavailable { reason: reason.to_string() },
+        };
+        // MGD-2: until this process has loaded the agent's thread nothing can be admitted.
+        let status = match status {
+            ObserverStatus::Attached if !self.fold.loaded => ObserverStatus::Unavailable { reason: "the app-server has not loaded the agent's thread yet".to_string() },
+            other => other,
+        };
+        let attached = self.attached && matches!(status, ObserverStatus::Attached);
+        ObserverSnapshot {
+            incarnation,
+            process: Some(process),
+            status,
+            session: attached.then(|| self.session.clone()),
+            position: self.position,
+            turn: if attached { self.fold.turn.clone() } else { TurnState::Unknown },
+            // No composer: a managed session takes its prompt as turn input.
+            composer: Composer::Empty,
+        }
+    }
+
+    /// The first read: the stream is whole from its start.
+    fn attach(&mut self, events: &mut Vec<ObserverEvent>) {
+        self.attached = true;
+        if self.resume_at.is_none() {
+            events.push(ObserverEvent::Attached { session: self.session.clone(), position: self.position });
+        }
+    }
+
+    /// MGD-4: the holder evicted output this observer never read: what those notifications
+    /// said is unknown. Reported, then the stream is followed again from the next whole line
+    /// with an unknown turn state.
+    fn lost(&mut self, start: u64, events: &mut Vec<ObserverEvent>) {
+        let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
+        let session = self.resume_at.take().map(|_| self.session.clone());
+        events.push(ObserverEvent::SessionLost { reason, session, before: None });
+        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, ..Fold::new(&self.thread_id) };
+        self.partial.clear();
+        self.skipping = true; // the line in progress at `start` began in the evicted bytes
+        self.attached = false;
+    }
+
+    fn take(&mut self, data: &[u8], start: u64, events: &mut Vec<ObserverEvent>) {
+        let mut at = 0;
+        while let Some(newline) = data[at..].iter().position(|&b| b == b'\n') {
+            let end = at + newline;
+            let position = start + end as u64 + 1;
+            if self.skipping {
+                self.skipping = false;
+                self.position = position;
+                if !self.attached {
+                    self.attached = true;
+                    events.push(ObserverEvent::Attached { session: self.session.clone(), position });
+                }
+            } else {
+                self.partial.extend_from_slice(&data[at..end]);
+                let line = std::mem::take(&mut self.partial);
+                self.fold_line(&line, position, events);
+            }
+            at = end + 1;
+        }
+        if !self.skipping {
+            self.partial.extend_from_slice(&data[at..]);
+            if self.partial.len() > self.line_bound {
+                self.stats.long_lines += 1;
+                self.partial.clear();
+                self.skipping = true;
+                self.fold.turn = TurnState::Unknown;
+                // Before a resume's cursor the lines are only re-folded (their events were
+                // reported before): a loss there changes the turn state, not the stream.
+                if self.resume_at.is_none() {
+                    let reason = "an app-server message exceeded the line bound; its content is unknown".to_string();
+                    events.push(ObserverEvent::SessionLost { reason, session: None, before: None });
+                    self.attached = false;
+                }
+            }
+        }
+    }
+
+    fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
+        let mut folded = self.folder.fold_line(&mut self.fold, line, position);
+        self.position = position;
+        if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
+            // CORR-3: what the thread does now is unknown; the stream is followed again from
+            // right after that line (so a later loss is reported as one).
+            self.fold.turn = TurnState::Unknown;
+            folded.push(ObserverEvent::Attached { session: self.session.clone(), position });
+        }
+        if let Some(cursor) = self.resume_at {
+            if position < cursor {
+                return; // before the cursor: folded silently (REC-2)
+            }
+            self.resume_at = None;
+            // The cursor is a line end of the same stream; an event AT it was reported before.
+            events.push(ObserverEvent::Attached { session: self.session.clone(), position: cursor });
+            if position == cursor {
+                return;
+            }
+        }
+        events.extend(folded);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holder::OutputRing;
+    use serde_json::json;
+
+    const THREAD: &str = "thread-a";
+
+    fn line(value: serde_json::Value) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec(&value).unwrap();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    fn thread_reply() -> Vec<u8> {
+        line(json!({"id": "h", "result": {"thread": {"id": THREAD, "sessionId": THREAD, "status": {"type": "idle"}}}}))
+    }
+
+    fn started(turn: &str) -> Vec<u8> {
+        line(json!({"method": "turn/started", "params": {"threadId": THREAD, "turn": {"id": turn}}}))
+    }
+
+    fn cursor(position: u64) -> Cursor {
+        Cursor { session: SessionId(THREAD.to_string()), position }
+    }
+
+    fn new_follower(start: u64) -> StreamFollower {
+        StreamFollower::new(THREAD, SessionId(THREAD.to_string()), start, PlainFold, 4096)
+    }
+
+    /// Reads the ring to its end in pages of `page` bytes.
+    fn read_all(follower: &mut StreamFollower, ring: &OutputRing, page: usize) -> Vec<ObserverEvent> {
+        let mut events = Vec::new();
+        loop {
+            let slice = ring.read(follower.next_offset(), page).unwrap();
+            let view = Page { data: &slice.data, start: slice.start, end: slice.end, truncated: slice.truncated };
+            follower.page(view, &mut events).unwrap();
+            if slice.data.is_empty() {
+                return events;
+            }
+        }
+    }
+
+    fn kinds(events: &[ObserverEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                ObserverEvent::Attached { position, .. } => format!("attached@{position}"),
+                ObserverEvent::SessionLost { before: Some(b), .. } => format!("lost_before@{b}"),
+                ObserverEvent::SessionLost { .. } => "lost".to_string(),
+                ObserverEvent::TurnStarted { turn, .. } => format!("started:{}", turn.0),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// An earlier process wrote its handshake reply, then `after_cursor`; the current process
+    /// (from `start`) wrote its own reply and started turn t2.
+    fn two_processes(after_cursor: &[u8], capacity: usize) -> (OutputRing, u64, u64) {
+        let mut ring = OutputRing::new(capacity);
+        ring.push(&thread_reply());
+        let cursor = ring.end();
+        ring.push(after_cursor);
+        let start = ring.end();
+        ring.push(&thread_reply());
+        ring.push(&started("t2"));
+        (ring, cursor, start)
+    }
+
+    // MGD-4: records of the earlier process after the cursor were never reported: a loss
+    // bounded by this process's start, then this process's stream whole from that start.
+    #[test]
+    fn mgd_4_earlier_process_tail_with_a_record_is_a_bounded_loss() {
+        for page in [7, 64, 4096] {
+            let (ring, at, start) = two_processes(&started("t1"), 1 << 16);
+            let mut follower = new_follower(start);
+            let mut events = Vec::new();
+            assert!(follower.resume(&cursor(at), &mut events));
+            events.extend(read_all(&mut follower, &ring, page));
+            assert_eq!(kinds(&events), [format!("lost_before@{start}"), format!("attached@{start}"), "started:t2".to_string()], "page {page}");
+            assert_eq!(follower.position(), ring.end());
+        }
+        // An unfinished line of the earlier process is a record it may have been.
+        let (ring, at, start) = two_processes(b"{\"method\":\"turn/sta", 1 << 16);
+        let mut follower = new_follower(start);
+        let mut events = Vec::new();
+        follower.resume(&cursor(at), &mut events);
+        events.extend(read_all(&mut follower, &ring, 4096));
+        assert_eq!(kinds(&events)[0], format!("lost_before@{start}"));
+    }
+
+    // MGD-4: nothing but replies after the cursor in the earlier process: nothing is lost; the
+    // answer is `Attached` at the cursor, then this process's events.
+    #[test]
+    fn mgd_4_earlier_process_tail_without_records_attaches_at_the_cursor() {
+        let reply = line(json!({"id": "x", "result": {}}));
+        for page in [5, 4096] {
+            let (ring, at, start) = two_processes(&reply, 1 << 16);
+            let mut follower = new_follower(start);
+            let mut events = Vec::new();
+            follower.resume(&cursor(at), &mut events);
+            events.extend(read_all(&mut follower, &ring, page));
+            assert_eq!(kinds(&events), [format!("attached@{at}"), "started:t2".to_string()], "page {page}");
+            assert!(follower.snapshot(Incarnation("i".into()), ProcessIdentity { pid: 1, start_time_ticks: 1 }, None).status == ObserverStatus::Attached);
+        }
+    }
+
+    // MGD-4: evicted bytes of the earlier process are a bounded loss too; evicted bytes of the
+    // current process after the cursor are a plain resume loss (anything after the mark).
+    #[test]
+    fn mgd_4_evictions_across_a_process_start() {
+        let filler = line(json!({"id": "pad", "result": {"pad": "x".repeat(200)}}));
+        let mut tail = started("t1");
+        tail.extend_from_slice(&filler);
+        let (ring, at, start) = two_processes(&tail, thread_reply().len() + started("t2").len() + 50);
+        assert!(ring.start() > at && ring.start() <= start, "the cursor's bytes are gone, this process's are kept");
+        let mut follower = new_follower(start);
+        let mut events = Vec::new();
+        follower.resume(&cursor(at), &mut events);
+        events.extend(read_all(&mut follower, &ring, 4096));
+        assert_eq!(kinds(&events), [format!("lost_before@{start}"), format!("attached@{start}"), "started:t2".to_string()]);
+
+        let mut ring = OutputRing::new(300);
+        ring.push(&thread_reply());
+        let at = ring.end();
+        let start = ring.end();
+        ring.push(&filler);
+        ring.push(&started("t2"));
+        assert!(ring.start() > start);
+        let mut follower = new_follower(start - 1);
+        let mut events = Vec::new();
+        follower.resume(&cursor(at - 1), &mut events);
+        events.extend(read_all(&mut follower, &ring, 4096));
+        assert_eq!(kinds(&events)[0], "lost", "{events:?}");
+        assert!(matches!(&events[0], ObserverEvent::SessionLost { session: Some(_), before: None, .. }));
+    }
+
+    // A page that does not continue the stream is refused and changes nothing; one that starts
+    // later than asked is a loss whatever its flag says.
+    #[test]
+    fn pages_must_continue_the_stream() {
+        let mut follower = new_follower(100);
+        let mut events = Vec::new();
+        let early = Page { data: b"x\n", start: 98, end: 100, truncated: false };
+        assert!(follower.page(early, &mut events).is_err());
+        let wrong = Page { data: b"x\n", start: 100, end: 105, truncated: false };
+        assert!(follower.page(wrong, &mut events).is_err());
+        assert!(events.is_empty() && follower.next_offset() == 100);
+        let reply = thread_reply();
+        let mut data = b"tail of a lost line\n".to_vec();
+        data.extend_from_slice(&reply);
+        let late = Page { data: &data, start: 150, end: 150 + data.len() as u64, truncated: false };
+        follower.page(late, &mut events).unwrap();
+        assert_eq!(kinds(&events), ["lost".to_string(), "attached@170".to_string()]);
+        assert_eq!(follower.stats.evicted, 1);
+    }
+}
