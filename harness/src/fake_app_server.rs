@@ -50,6 +50,7 @@
 //! | `WAKTERM_FAKE_APP_SERVER_HOLD_MS` | `8000` | how long a held turn waits |
 //! | `WAKTERM_FAKE_APP_SERVER_FAIL_PREFIX` | unset | a prompt starting with it fails after the reply delay: `thread/status/changed` (`systemError`), `error` (`willRetry: false`), `turn/completed` (`failed`, with `turn.error`), as the real one ends after its retries |
 //! | `WAKTERM_FAKE_APP_SERVER_EXIT_PREFIX` | unset | a prompt starting with it opens the turn (through the `userMessage` items, saved in the state file), then the process kills itself with SIGKILL (the fake TUI's `--crash-on`) |
+//! | `WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX` | unset | a prompt starting with it opens a turn that first asks the client `item/commandExecution/requestApproval` (a server request, id a number) and waits for the answer however long it takes (the real one has no timeout); any answer (result or error) is followed by `serverRequest/resolved` and the turn's reply |
 //! | `WAKTERM_FAKE_APP_SERVER_BUSY` | `steer` | `turn/start` on a busy thread: `steer` (the real behaviour) or `refuse` |
 //! | `WAKTERM_FAKE_APP_SERVER_STATE_DIR` | `$CODEX_HOME/fake-app-server` | where threads are kept |
 //! | `CODEX_HOME` | `$HOME/.codex` | reported as `codexHome`; rollout paths in `thread.path` live under it |
@@ -100,6 +101,7 @@ pub const ENV_HOLD_MS: &str = "WAKTERM_FAKE_APP_SERVER_HOLD_MS";
 pub const ENV_FAIL_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_FAIL_PREFIX";
 pub const ENV_EXIT_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_EXIT_PREFIX";
 pub const ENV_BUSY: &str = "WAKTERM_FAKE_APP_SERVER_BUSY";
+pub const ENV_APPROVAL_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX";
 pub const ENV_STATE_DIR: &str = "WAKTERM_FAKE_APP_SERVER_STATE_DIR";
 
 /// Same default as the fake TUI's `--reply`.
@@ -159,6 +161,7 @@ pub struct Behaviour {
     pub hold_ms: u64,
     pub fail_prefix: Option<String>,
     pub exit_prefix: Option<String>,
+    pub approval_prefix: Option<String>,
     pub busy: BusyTurnStart,
 }
 
@@ -171,6 +174,7 @@ impl Default for Behaviour {
             hold_ms: DEFAULT_HOLD_MS,
             fail_prefix: None,
             exit_prefix: None,
+            approval_prefix: None,
             busy: BusyTurnStart::Steer,
         }
     }
@@ -198,6 +202,7 @@ impl Behaviour {
             delay_ms,
             ending,
             exit_now: Self::starts_with(&self.exit_prefix, prompt),
+            ask_approval: Self::starts_with(&self.approval_prefix, prompt),
         }
     }
 
@@ -249,6 +254,7 @@ impl ServerConfig {
             hold_ms: millis(ENV_HOLD_MS, DEFAULT_HOLD_MS)?,
             fail_prefix: set(ENV_FAIL_PREFIX),
             exit_prefix: set(ENV_EXIT_PREFIX),
+            approval_prefix: set(ENV_APPROVAL_PREFIX),
             busy,
         };
         let state_dir = set(ENV_STATE_DIR)
@@ -280,6 +286,19 @@ pub enum Outgoing {
         params: Value,
         emitted_at_ms: u64,
     },
+    /// A server request: the client must answer it (`id` with `result` or `error`).
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+}
+
+#[derive(Serialize)]
+struct RequestLine<'a> {
+    id: &'a Value,
+    method: &'a str,
+    params: &'a Value,
 }
 
 #[derive(Serialize)]
@@ -332,6 +351,7 @@ impl Outgoing {
                 params,
                 emitted_at_ms: *emitted_at_ms,
             }),
+            Outgoing::Request { id, method, params } => serde_json::to_string(&RequestLine { id, method, params }),
         };
         encoded.expect("JSON values always serialise")
     }
@@ -368,6 +388,7 @@ struct Plan {
     delay_ms: u64,
     ending: Ending,
     exit_now: bool,
+    ask_approval: bool,
 }
 
 /// A thread as kept in its state file.
@@ -414,6 +435,8 @@ struct ActiveTurn {
     user_items: Vec<Value>,
     due_ms: u64,
     ending: Ending,
+    /// The server request the turn waits for (its id), and the reply delay after its answer.
+    awaiting: Option<(Value, u64)>,
 }
 
 impl ActiveTurn {
@@ -484,6 +507,8 @@ pub struct FakeAppServer {
     threads: BTreeMap<String, Thread>,
     /// The last `msg_mock_N` handed out.
     agent_messages: u64,
+    /// The last server request id handed out.
+    server_requests: u64,
 }
 
 impl FakeAppServer {
@@ -494,6 +519,21 @@ impl FakeAppServer {
             client_name: String::new(),
             threads: BTreeMap::new(),
             agent_messages: 0,
+            server_requests: 0,
+        }
+    }
+
+    /// The client answered server request `id` (accepted, declined or an error: the real one
+    /// goes on with the turn either way): `serverRequest/resolved`, then the turn's reply after
+    /// its delay.
+    fn answered(&mut self, id: &Value, now_ms: u64, out: &mut Reaction) {
+        for (thread_id, thread) in self.threads.iter_mut() {
+            let Some(turn) = thread.active.as_mut() else { continue };
+            if turn.awaiting.as_ref().is_some_and(|(waited, _)| waited == id) {
+                let (_, delay_ms) = turn.awaiting.take().expect("checked");
+                turn.due_ms = now_ms.saturating_add(delay_ms);
+                out.messages.push(notification("serverRequest/resolved", json!({ "threadId": thread_id, "requestId": id })));
+            }
         }
     }
 
@@ -501,7 +541,7 @@ impl FakeAppServer {
     pub fn next_deadline_ms(&self) -> Option<u64> {
         self.threads
             .values()
-            .filter_map(|thread| thread.active.as_ref().map(|turn| turn.due_ms))
+            .filter_map(|thread| thread.active.as_ref().filter(|turn| turn.awaiting.is_none()).map(|turn| turn.due_ms))
             .min()
     }
 
@@ -517,7 +557,11 @@ impl FakeAppServer {
             return Ok(reaction);
         };
         let Some(method) = message.get("method").and_then(Value::as_str) else {
-            return Ok(reaction); // a response to a server request: we never send any
+            // A response: the answer to a server request a turn waits for, or nothing.
+            if let Some(id) = message.get("id") {
+                self.answered(id, now_ms, &mut reaction);
+            }
+            return Ok(reaction);
         };
         let Some(id) = message.get("id").cloned() else {
             return Ok(reaction); // `initialized` (nothing to do) or an unknown notification
@@ -543,7 +587,7 @@ impl FakeAppServer {
         let due: Vec<String> = self
             .threads
             .iter()
-            .filter(|(_, thread)| thread.active.as_ref().is_some_and(|t| t.due_ms <= now_ms))
+            .filter(|(_, thread)| thread.active.as_ref().is_some_and(|t| t.awaiting.is_none() && t.due_ms <= now_ms))
             .map(|(id, _)| id.clone())
             .collect();
         for thread_id in due {
@@ -807,6 +851,19 @@ impl FakeAppServer {
                 thread.stored.preview = prompt.clone();
             }
         }
+        let awaiting = plan.ask_approval.then(|| {
+            self.server_requests += 1;
+            let request_id = json!(self.server_requests);
+            out.messages.push(Outgoing::Request {
+                id: request_id.clone(),
+                method: "item/commandExecution/requestApproval".to_owned(),
+                params: json!({
+                    "threadId": thread_id, "turnId": turn_id, "itemId": format!("call_{}", self.server_requests),
+                    "command": "touch approved", "cwd": thread.stored.cwd, "reason": null,
+                }),
+            });
+            (request_id, plan.delay_ms)
+        });
         thread.active = Some(ActiveTurn {
             id: turn_id,
             started_at_secs,
@@ -815,6 +872,7 @@ impl FakeAppServer {
             user_items,
             due_ms: now_ms.saturating_add(plan.delay_ms),
             ending: plan.ending,
+            awaiting,
         });
         self.save(&thread_id)?;
         out.crash = plan.exit_now;

@@ -42,6 +42,25 @@ pub fn thread_resume(id: &str, thread_id: &str, cwd: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "thread/resume", "params": {"threadId": thread_id, "cwd": cwd, "approvalPolicy": "never"}}))
 }
 
+/// MGD-6: the answer to a server request (an approval, a question for the user): a JSON-RPC
+/// error, which Codex treats as a refusal (approvals denied, questions answered with nothing,
+/// elicitations declined) and goes on with the turn. No `data`: a `turnTransition` reason there
+/// would make it drop the answer and wait on.
+pub fn decline(id: &Value, method: &str) -> Vec<u8> {
+    let message = format!("wakterm declines server requests: {method} is refused (its agents run unattended; approvalPolicy never)");
+    on_its_own_line(line(json!({"id": id, "error": {"code": -32000, "message": message}})))
+}
+
+/// A line the observer writes (an answer, a re-proof) starts with a newline: a fragment an
+/// earlier short write left in the app-server's stdin then ends as a line of its own (not JSON:
+/// Codex ignores it) instead of spoiling this one.
+pub fn on_its_own_line(line: Vec<u8>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&line);
+    bytes
+}
+
 pub fn turn_interrupt(id: &str, thread_id: &str, turn_id: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread_id, "turnId": turn_id}}))
 }
@@ -84,11 +103,15 @@ pub struct Fold {
     pub last_agent_text: Option<(String, String)>,
     /// MGD-2: this process has loaded the thread (a reply naming it, or a turn in it).
     pub loaded: bool,
+    /// MGD-6: server requests about the thread not resolved yet, by their id's JSON text
+    /// (id, method).
+    #[serde(default)]
+    pub pending_requests: std::collections::BTreeMap<String, (Value, String)>,
 }
 
 impl Fold {
     pub fn new(thread_id: &str) -> Fold {
-        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false }
+        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false, pending_requests: Default::default() }
     }
 
     fn session(&self) -> SessionId {
@@ -114,10 +137,15 @@ impl Fold {
             }
         }
         let Some(method) = value.get("method").and_then(Value::as_str) else { return Vec::new() };
-        if value.get("id").is_some() {
-            return Vec::new(); // a server request (approvals): no turn evidence
-        }
         let params = value.get("params").cloned().unwrap_or(Value::Null);
+        if let Some(id) = value.get("id") {
+            // A server request (approvals, questions): no turn evidence; MGD-6 answers it.
+            let ours = params.get("threadId").and_then(Value::as_str).is_none_or(|t| t == self.thread_id);
+            if ours {
+                self.pending_requests.insert(id.to_string(), (id.clone(), method.to_string()));
+            }
+            return Vec::new();
+        }
         if let Some(thread) = params.get("threadId").and_then(Value::as_str) {
             if thread != self.thread_id {
                 let reason = format!("app-server notification about another thread ({method})");
@@ -125,6 +153,12 @@ impl Fold {
             }
         }
         let events = match method {
+            "serverRequest/resolved" => {
+                if let Some(id) = params.get("requestId") {
+                    self.pending_requests.remove(&id.to_string());
+                }
+                Vec::new()
+            }
             "turn/started" => self.turn_started(&params, position),
             "item/completed" => self.item_completed(&params, position),
             "turn/completed" => self.turn_completed(&params, position),
@@ -170,6 +204,7 @@ impl Fold {
         let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
         let status = params.pointer("/turn/status").and_then(Value::as_str).unwrap_or("");
         let turn_id = TurnId(turn.to_string());
+        self.pending_requests.clear(); // the server resolves what the turn left pending
         let final_message = final_of(params).or_else(|| {
             self.last_agent_text.as_ref().filter(|(t, _)| t == turn).map(|(_, text)| text.clone())
         });

@@ -82,6 +82,8 @@ pub struct StreamFollower<L: LineFolder = PlainFold> {
     resume_at: Option<u64>,
     earlier: Option<EarlierTail>,
     reproved: bool,
+    /// MGD-6: server requests this follower's owner answered (by their id's JSON text).
+    answered: std::collections::BTreeSet<String>,
     pub stats: FollowStats,
 }
 
@@ -105,6 +107,7 @@ impl<L: LineFolder> StreamFollower<L> {
             resume_at: None,
             earlier: None,
             reproved: false,
+            answered: Default::default(),
             stats: FollowStats::default(),
         }
     }
@@ -240,6 +243,20 @@ impl<L: LineFolder> StreamFollower<L> {
         true
     }
 
+    /// MGD-6: the server requests of this process still pending (no `serverRequest/resolved`,
+    /// no end of their turn) that were not answered through this follower yet: (id, method).
+    /// A restarted daemon's follower answers them again (the server ignores an answer to a
+    /// request it resolved), so a crash between reading a request and answering it cannot
+    /// leave a turn waiting forever.
+    pub fn unanswered_requests(&self) -> Vec<(serde_json::Value, String)> {
+        self.fold.pending_requests.iter().filter(|(key, _)| !self.answered.contains(*key)).map(|(_, request)| request.clone()).collect()
+    }
+
+    /// The answer to server request `id` was written.
+    pub fn answered(&mut self, id: &serde_json::Value) {
+        self.answered.insert(id.to_string());
+    }
+
     /// The view, given the last read's error (None: it read fine).
     pub fn snapshot(&self, incarnation: Incarnation, process: ProcessIdentity, read_error: Option<&str>) -> ObserverSnapshot {
         let status = match read_error {
@@ -279,10 +296,16 @@ impl<L: LineFolder> StreamFollower<L> {
         let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
         let session = self.resume_at.take().map(|_| self.session.clone());
         events.push(ObserverEvent::SessionLost { reason, session, before: None });
-        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, ..Fold::new(&self.thread_id) };
+        let pending_requests = std::mem::take(&mut self.fold.pending_requests);
+        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, pending_requests, ..Fold::new(&self.thread_id) };
         self.partial.clear();
         self.skipping = true; // the line in progress at `start` began in the evicted bytes
         self.attached = false;
+        // MGD-4: the answer to a re-proof already asked may have been in the evicted bytes:
+        // one more ask, once attached again (one per loss: losses are bounded by the output).
+        if !self.fold.loaded {
+            self.reproved = false;
+        }
     }
 
     fn take(&mut self, data: &[u8], start: u64, events: &mut Vec<ObserverEvent>) {
@@ -481,6 +504,72 @@ mod tests {
         events.extend(read_all(&mut follower, &ring, 4096));
         assert_eq!(kinds(&events)[0], "lost", "{events:?}");
         assert!(matches!(&events[0], ObserverEvent::SessionLost { session: Some(_), before: None, .. }));
+    }
+
+    // MGD-6: a server request of the thread is pending until resolved (or its turn ends); it is
+    // answered once per follower, and a new follower (a restarted daemon) answers a request
+    // still pending again; another thread's request is not ours to answer.
+    #[test]
+    fn mgd_6_pending_server_requests_are_answered_once_per_follower() {
+        let approval = |id: u64, thread: &str| line(json!({"id": id, "method": "item/commandExecution/requestApproval", "params": {"threadId": thread, "turnId": "t1"}}));
+        let mut ring = OutputRing::new(1 << 16);
+        ring.push(&thread_reply());
+        ring.push(&started("t1"));
+        ring.push(&approval(7, THREAD));
+        ring.push(&approval(8, "thread-b"));
+        let mut first = new_follower(0);
+        read_all(&mut first, &ring, 4096);
+        let pending = first.unanswered_requests();
+        assert_eq!(pending, [(json!(7), "item/commandExecution/requestApproval".to_string())]);
+        first.answered(&json!(7));
+        assert!(first.unanswered_requests().is_empty(), "answered once");
+        let mut events = Vec::new();
+        first.resume(&cursor(ring.end()), &mut events);
+        read_all(&mut first, &ring, 4096);
+        assert!(first.unanswered_requests().is_empty(), "a resume re-folds but does not answer again");
+        let mut restarted = new_follower(0);
+        read_all(&mut restarted, &ring, 4096);
+        assert_eq!(restarted.unanswered_requests().len(), 1, "still pending: a new daemon answers it");
+        ring.push(&line(json!({"method": "serverRequest/resolved", "params": {"threadId": THREAD, "requestId": 7}})));
+        read_all(&mut restarted, &ring, 4096);
+        assert!(restarted.unanswered_requests().is_empty(), "resolved");
+        ring.push(&approval(9, THREAD));
+        ring.push(&line(json!({"method": "turn/completed", "params": {"threadId": THREAD, "turn": {"id": "t1", "status": "interrupted"}}})));
+        read_all(&mut restarted, &ring, 4096);
+        assert!(restarted.unanswered_requests().is_empty(), "the turn's end resolves what it left pending");
+        let bytes = crate::app_server::decline(&json!(7), "item/commandExecution/requestApproval");
+        assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"), "on a line of its own");
+        let declined: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!((declined["id"].clone(), declined["error"]["code"].clone(), declined.get("result")), (json!(7), json!(-32000), None));
+        assert!(declined["error"].get("data").is_none(), "no turnTransition data: Codex would drop the answer");
+    }
+
+    // MGD-4: the thread re-proof is asked once; a loss that may have eaten its answer allows one
+    // more ask (found by the simulator: the answer evicted with a burst, the agent unusable for
+    // good); once the thread is proven loaded, never again.
+    #[test]
+    fn mgd_4_a_loss_before_the_reproof_answer_asks_again() {
+        let filler = line(json!({"method": "item/agentMessage/delta", "params": {"threadId": THREAD, "delta": "x".repeat(300)}}));
+        let mut ring = OutputRing::new(400);
+        ring.push(&thread_reply());
+        ring.push(&filler); // evicts the handshake's reply
+        let mut follower = new_follower(0);
+        read_all(&mut follower, &ring, 4096);
+        assert!(follower.wants_reproof(), "nothing retained proves the thread loaded");
+        assert!(!follower.wants_reproof(), "asked once");
+        ring.push(&thread_reply()); // the answer...
+        ring.push(&filler); // ...evicted before it was read
+        ring.push(&filler);
+        let events = read_all(&mut follower, &ring, 4096);
+        assert!(events.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })), "{events:?}");
+        assert!(follower.wants_reproof(), "the answer may have been lost: ask again");
+        ring.push(&thread_reply());
+        read_all(&mut follower, &ring, 4096);
+        assert!(follower.fold.loaded);
+        ring.push(&filler);
+        ring.push(&filler);
+        read_all(&mut follower, &ring, 4096);
+        assert!(!follower.wants_reproof(), "proven loaded: a later loss asks nothing");
     }
 
     // A page that does not continue the stream is refused and changes nothing; one that starts

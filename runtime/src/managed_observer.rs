@@ -41,7 +41,7 @@ impl ManagedObserver {
     /// Reads what the holder appended since the last call and folds every whole line.
     pub fn poll(&mut self) -> Vec<ObserverEvent> {
         let mut events = Vec::new();
-        self.health = match self.read(&mut events).and_then(|()| self.reprove_once()) {
+        self.health = match self.read(&mut events).and_then(|()| self.reprove_once()).and_then(|()| self.decline_requests()) {
             Ok(()) => Health::Attached,
             Err(error) => {
                 self.client = None; // reconnect next time
@@ -89,12 +89,27 @@ impl ManagedObserver {
             return Ok(());
         }
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
-        let line = crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd);
+        let line = crate::app_server::on_its_own_line(crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd));
         let outcome = self.client()?.write(&line).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
         match outcome.error {
             None => Ok(()),
             Some(error) => Err(format!("cannot ask the app-server for its thread: {error}")),
         }
+    }
+
+    /// MGD-6: every server request of the thread still pending is declined (a JSON-RPC error:
+    /// Codex refuses the approval or answers the question with nothing, and the turn goes on),
+    /// so a turn never waits for a human who is not there.
+    fn decline_requests(&mut self) -> Result<(), String> {
+        for (id, method) in self.follower.unanswered_requests() {
+            let outcome = self.client()?.write(&crate::app_server::decline(&id, &method)).map_err(|e| format!("cannot answer the app-server's {method}: {e}"))?;
+            if let Some(error) = outcome.error {
+                return Err(format!("cannot answer the app-server's {method}: {error}"));
+            }
+            tracing::info!(%id, %method, "declined an app-server request (MGD-6)");
+            self.follower.answered(&id);
+        }
+        Ok(())
     }
 
     fn client(&mut self) -> Result<&mut HolderClient, String> {

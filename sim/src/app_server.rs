@@ -302,6 +302,9 @@ pub struct ManagedPort {
     pub unreportable: Vec<(u64, u64, &'static str)>,
     /// The `thread/resume` line the re-proof writes through the holder (the world writes it).
     pub reprove: Option<Vec<u8>>,
+    /// MGD-6: the declines of server requests to write through the holder (the world writes
+    /// them, as `ManagedObserver::decline_requests` does).
+    pub declines: Vec<Vec<u8>>,
     seen: FollowStats,
 }
 
@@ -318,6 +321,7 @@ impl ManagedPort {
             notes: Vec::new(),
             unreportable: Vec::new(),
             reprove: None,
+            declines: Vec::new(),
             seen: FollowStats::default(),
         }
     }
@@ -335,9 +339,22 @@ impl ManagedPort {
     /// `ManagedObserver::poll`: reads what the holder appended since the last call.
     pub fn poll(&mut self, ring: Result<&Ring, String>) -> Vec<ObserverEvent> {
         let mut events = Vec::new();
-        self.health = self.read(ring, &mut events).map(|()| self.reprove_once());
+        self.health = self.read(ring, &mut events).map(|()| {
+            self.reprove_once();
+            self.decline_requests();
+        });
         self.count();
         events
+    }
+
+    /// `ManagedObserver::decline_requests` (MGD-6): every pending server request, once.
+    fn decline_requests(&mut self) {
+        for (id, method) in self.follower.unanswered_requests() {
+            if self.mutant != Mutant::ServerRequestUnanswered {
+                self.declines.push(wakterm_runtime::app_server::decline(&id, &method));
+            }
+            self.follower.answered(&id);
+        }
     }
 
     /// `ManagedObserver::reprove_once` (MGD-4): the follower says when; the world writes the
@@ -346,7 +363,7 @@ impl ManagedPort {
         if self.follower.wants_reproof() {
             self.notes.push("app_server.thread_reproved");
             let id = format!("wakterm-reprove-{}-{}", self.process.pid, self.follower.next_offset());
-            self.reprove = Some(wakterm_runtime::app_server::thread_resume(&id, &self.thread, "/w"));
+            self.reprove = Some(wakterm_runtime::app_server::on_its_own_line(wakterm_runtime::app_server::thread_resume(&id, &self.thread, "/w")));
         }
     }
 
@@ -483,7 +500,7 @@ impl World {
             self.app_read_line(a, pending);
         }
         if let Some(running) = self.agents[a].running.clone() {
-            if now >= running.due_ms {
+            if now >= running.due_ms && running.awaiting.is_none() {
                 self.app_end_turn(a, running, now);
             }
         }
@@ -494,11 +511,19 @@ impl World {
         let now = wakterm_runtime::driver::now_ms();
         let body = &pending.line[..pending.line.len() - 1];
         let Ok(value) = serde_json::from_slice::<Value>(body) else {
-            self.log(format!("a{a} app-server: a line that is not JSON ({} bytes, origin {:?}): parse error", body.len(), pending.origin));
-            let error = line(json!({"id": null, "error": {"code": -32700, "message": "Parse error"}}));
-            return self.app_emit(a, vec![(error, None)]);
+            // The real 0.169 answers nothing to a line that is not a JSON object (an empty one,
+            // a fragment a short write left, spoiling the line after it).
+            if !body.is_empty() {
+                self.log(format!("a{a} app-server: a line that is not JSON ({} bytes, origin {:?}): ignored", body.len(), pending.origin));
+            }
+            return;
         };
         let id = value.get("id").cloned().unwrap_or(Value::Null);
+        if value.get("method").is_none() {
+            // A response (the client's answer to a server request): the turn waiting for it goes
+            // on; any other is ignored, as the real one does.
+            return self.app_answered(a, &id, now);
+        }
         let method = value.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
         let params = value.get("params").cloned().unwrap_or(Value::Null);
         let thread = self.app(a).thread.clone();
@@ -531,6 +556,22 @@ impl World {
                 self.app_emit(a, vec![(error, None)]);
             }
         }
+    }
+
+    /// MGD-6: the answer to the server request the running turn waits for (accepted, declined or
+    /// an error: the real one goes on either way): `serverRequest/resolved`, then the turn runs on.
+    fn app_answered(&mut self, a: usize, id: &Value, now: u64) {
+        let thread = self.app(a).thread.clone();
+        let Some(running) = self.agents[a].running.as_mut().filter(|r| r.awaiting.as_ref() == Some(id)) else {
+            let waiting = self.agents[a].running.as_ref().map(|r| (r.turn.0.clone(), r.awaiting.clone()));
+            self.log(format!("a{a} app-server: an answer to {id} nobody waits for (running {waiting:?}): ignored"));
+            return;
+        };
+        running.awaiting = None;
+        running.due_ms = running.due_ms.max(now + 50);
+        let resolved = notification("serverRequest/resolved", json!({"threadId": thread, "requestId": id}), now);
+        self.log(format!("a{a} app-server: server request {id} answered; the turn goes on"));
+        self.app_emit(a, vec![(resolved, None)]);
     }
 
     /// MGD-3: `turn/start` on the agent's thread: a new turn when idle, else the prompt joins
@@ -568,16 +609,23 @@ impl World {
         if late {
             self.counters.fault("provider.late_final");
         }
-        let running = Running { turn: turn.clone(), due_ms: now + duration, abort };
+        // MGD-6: the turn asks the client first (an approval) and waits for any answer.
+        let awaiting = (!fast && self.fault_roll(self.plan.server_request)).then(|| json!(format!("srv-{item}")));
+        let running = Running { turn: turn.clone(), due_ms: now + duration, abort, awaiting: awaiting.clone() };
         self.agents[a].running = Some(running.clone());
         let t = turn.0.clone();
-        let lines = vec![
+        let mut lines = vec![
             (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
             (notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}), now), None),
             (notification("turn/started", json!({"threadId": thread, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), Some(Truth::Started(turn.clone()))),
             (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
             (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash))),
         ];
+        if let Some(request) = awaiting {
+            let params = json!({"threadId": thread, "turnId": t, "itemId": format!("call_{item}"), "command": "touch x", "cwd": "/w", "reason": null});
+            lines.push((line(json!({"id": request, "method": "item/commandExecution/requestApproval", "params": params})), None));
+            self.counters.fault("app_server.server_request");
+        }
         let file = self.agents[a].session.file;
         self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
         self.app_emit(a, lines);
@@ -798,6 +846,12 @@ impl World {
             self.pane_accept(a, "observer", line.len(), true);
             self.app_stdin(a, &line, None);
         }
+        let declines = std::mem::take(&mut self.agents[a].port.as_mut().expect("checked").declines);
+        for line in declines {
+            self.log(format!("a{a} the observer declines a server request (MGD-6)"));
+            self.pane_accept(a, "observer", line.len(), true);
+            self.app_stdin(a, &line, None);
+        }
         for note in notes {
             self.counters.fault(note);
         }
@@ -943,6 +997,15 @@ impl World {
     pub fn managed_usable_at_end(&mut self, judge: bool) -> bool {
         let mut usable = true;
         for a in 0..self.agents.len() {
+            // MGD-6: a turn still waiting for the answer to its server request never ends.
+            let waiting = self.agents[a].running.as_ref().and_then(|r| r.awaiting.clone()).filter(|_| self.agents[a].process.is_some());
+            if let Some(request) = waiting {
+                usable = false;
+                if judge {
+                    let turn = self.agents[a].running.as_ref().map(|r| r.turn.0.clone()).unwrap_or_default();
+                    self.oracle.unfinished(format!("a{a}: turn {turn} still waits for the answer to server request {request} (MGD-6)"));
+                }
+            }
             let Some(port) = self.agents[a].port.as_ref() else { continue };
             if self.agents[a].process.is_none() {
                 continue;

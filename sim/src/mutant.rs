@@ -27,7 +27,7 @@
 //! for every `request.bound` (only the turn the request's own write opened), steered receipts
 //! (one-way sends only, never armed) and steered prompts (never a final), and the REC-2 replay
 //! of a managed resume; the once-known runtime gaps `note.mgd_*` fail (`--lenient-mgd` tolerates them);
-//! mutants `earlier_tail_skipped`, `steer_reported_as_new_turn`,
+//! mutants `earlier_tail_skipped`, `server_request_unanswered`, `steer_reported_as_new_turn`,
 //! `foreign_thread_accepted`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +138,9 @@ pub enum Mutant {
     /// Observer port (CORR-3): a notification of another thread on the same app-server is
     /// folded (by a fold of that thread) and reported as the agent's own.
     ForeignThreadAccepted,
+    /// Observer port glue (MGD-6): server requests are marked answered but no decline is
+    /// written, so a turn that asked one waits forever.
+    ServerRequestUnanswered,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -167,6 +170,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::BoundaryBeforeEnter, "boundary_before_enter", "pane port reads a submit's Enter boundary before writing the CR"),
     (Mutant::SplitFailureRefused, "split_failure_refused", "pane port reports a split write that failed after some bytes as Refused"),
     (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
+    (Mutant::ServerRequestUnanswered, "server_request_unanswered", "managed observer glue never writes the decline of a server request"),
     (Mutant::EarlierTailSkipped, "earlier_tail_skipped", "managed observer glue clamps a resume cursor in an earlier process's output to the current process's start"),
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

@@ -828,7 +828,9 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     // Liveness and end-of-run checks.
     let status = final_status(&world).await;
     check_event_stream_at_end(&world).await;
-    for _ in 0..12 {
+    // (Up to 10 s: a line written to a slow app-server before the faults stopped is read up to
+    // 6 s later, the slowest stdin lag.)
+    for _ in 0..40 {
         if world.lock().unwrap().managed_usable_at_end(false) {
             break;
         }

@@ -71,6 +71,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.thread_reproved",
     "app_server.earlier_tail_lost",
     "app_server.earlier_tail_whole",
+    "app_server.server_request",
     "store.commit_failed",
     "store.slow_commit",
     "store.lookup_failed",
@@ -200,6 +201,8 @@ pub struct FaultPlan {
     pub huge_line: f64,
     /// MGD-3: the holder's answer to a `turn/start` write never reaches the engine.
     pub reply_lost: f64,
+    /// MGD-6: a turn asks the client a server request (an approval) and waits for the answer.
+    pub server_request: f64,
 }
 
 impl FaultPlan {
@@ -232,6 +235,7 @@ impl FaultPlan {
             burst: 0.0,
             huge_line: 0.0,
             reply_lost: 0.0,
+            server_request: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -245,6 +249,7 @@ impl FaultPlan {
         self.burst = rate(0.4, 0.4);
         self.huge_line = rate(0.2, 0.1);
         self.reply_lost = rate(0.3, 0.15);
+        self.server_request = rate(0.4, 0.4);
         self
     }
 
@@ -391,6 +396,9 @@ pub struct Running {
     pub turn: TurnId,
     pub due_ms: u64,
     pub abort: bool,
+    /// MGD-6: the server request (its id) the app-server's turn waits for: it ends only after
+    /// an answer.
+    pub awaiting: Option<serde_json::Value>,
 }
 
 /// The daemon's observer for one agent; reset when the daemon restarts.
@@ -1018,7 +1026,7 @@ impl World {
             self.counters.fault("provider.late_final");
         }
         let agent = &mut self.agents[a];
-        let running = Running { turn: turn.clone(), due_ms: now + duration, abort };
+        let running = Running { turn: turn.clone(), due_ms: now + duration, abort, awaiting: None };
         agent.running = Some(running.clone());
         let t = turn.clone();
         let started = agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });

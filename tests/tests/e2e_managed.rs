@@ -577,3 +577,28 @@ fn mgd_4_restart_after_the_ring_dropped_the_handshake_reproves_the_thread() {
     assert_eq!(event["state"], "completed", "{event}");
     assert_eq!(event["final_message"], "Final answer for: after the ring turned over", "{event}");
 }
+
+/// MGD-6: a turn that asks the client a server request (an approval) does not wait for a human:
+/// the daemon declines it (a JSON-RPC error), the app-server resolves it and the turn goes on
+/// to its final. Without the answer the fake (like the real one) waits forever and the request
+/// never ends.
+#[test]
+fn mgd_6_server_requests_are_declined_and_the_turn_goes_on() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (_, entry) = ready_managed(&w, "ada", &["WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX=ASK"]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let id = new_id();
+    let prompt = "ASK before you touch anything";
+    let out = admit_rf(&w, "ada", &inc, &id, prompt);
+    assert_eq!(out.code, 0, "{out:?}");
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for(prompt).as_str(), "{event}");
+    // Declined once (the daemon's log says which request), never again once resolved.
+    w.wait_agent("ada", "available again", |e| e["return_final_available"] == true);
+    let log = std::fs::read_to_string(w.data.join("mux.log")).expect("the daemon's log");
+    let declined: Vec<&str> = log.lines().filter(|l| l.contains("declined an app-server request")).collect();
+    assert_eq!(declined.len(), 1, "{declined:?}");
+    assert!(declined[0].contains("item/commandExecution/requestApproval"), "{declined:?}");
+}

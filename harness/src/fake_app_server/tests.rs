@@ -134,7 +134,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
         Plan {
             delay_ms: 50,
             ending: Ending::Reply,
-            exit_now: false
+            exit_now: false,
+            ask_approval: false
         }
     );
     assert_eq!(
@@ -142,7 +143,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
         Plan {
             delay_ms: 700,
             ending: Ending::Reply,
-            exit_now: false
+            exit_now: false,
+            ask_approval: false
         }
     );
     assert_eq!(
@@ -150,12 +152,15 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
         Plan {
             delay_ms: 50,
             ending: Ending::Reply,
-            exit_now: false
+            exit_now: false,
+            ask_approval: false
         },
         "a prefix, not a substring"
     );
     assert_eq!(plan("FAIL").ending, Ending::Fail);
     assert!(plan("DIE").exit_now);
+    let asking = Behaviour { approval_prefix: Some("ASK".into()), ..Behaviour::default() };
+    assert!(asking.plan("ASK me").ask_approval && !asking.plan("tell me").ask_approval);
     assert_eq!(behaviour.reply_for("  hi \n"), "done: hi");
 }
 
@@ -360,4 +365,31 @@ fn nothing_answers_notifications_responses_or_garbage() {
             "{input}"
         );
     }
+}
+
+/// MGD-6: a turn that asks a server request waits for any answer (no timeout, as the real one):
+/// nothing ends it until the client answers; an answer to another id changes nothing; the
+/// answer (here an error, as wakterm declines) resolves the request and the reply follows.
+#[test]
+fn an_approval_request_waits_for_the_clients_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let behaviour = Behaviour { approval_prefix: Some("ASK".into()), ..Behaviour::default() };
+    let (mut server, thread) = ready(dir.path(), behaviour);
+    let opened = turn_start(&mut server, 2, &thread, "ASK first", 1000);
+    let request = opened.messages.last().unwrap().to_value();
+    assert_eq!(request["method"], "item/commandExecution/requestApproval", "{request}");
+    assert_eq!(request["params"]["threadId"], thread.as_str());
+    let id = request["id"].clone();
+    assert!(id.is_number(), "{request}");
+    assert_eq!(server.next_deadline_ms(), None, "nothing is due while it waits");
+    assert!(server.tick(1_000_000).unwrap().messages.is_empty(), "it waits however long");
+    let other = server.handle_line(&line(json!({ "id": 999, "result": { "decision": "accept" } })), 1_000_000).unwrap();
+    assert!(other.messages.is_empty(), "an answer to another id");
+    let answer = json!({ "id": id, "error": { "code": -32000, "message": "declined" } });
+    let resolved = server.handle_line(&line(answer), 1_000_000).unwrap();
+    assert_eq!(methods(&resolved), ["serverRequest/resolved"]);
+    assert_eq!(resolved.messages[0].to_value()["params"]["requestId"], id);
+    assert_eq!(server.next_deadline_ms(), Some(1_000_050));
+    let done = server.tick(1_000_050).unwrap();
+    assert_eq!(methods(&done).last().map(String::as_str), Some("turn/completed"));
 }
