@@ -337,6 +337,18 @@ impl AgentRuntime {
         Ok(then(client, info))
     }
 
+    /// A call that must not be repeated (a write) over the kept connection, or a new one when
+    /// none is kept; never retried (a failed write leaves the connection unusable, and the next
+    /// `kept_call` reconnects).
+    pub fn with_kept_connection<T>(&self, then: impl FnOnce(&mut HolderClient) -> T) -> Result<T, HolderError> {
+        let mut kept = self.info_client.lock().expect("info client lock");
+        if kept.as_ref().is_none_or(HolderClient::unusable) {
+            *kept = None;
+            *kept = Some(HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)?);
+        }
+        Ok(then(kept.as_mut().expect("just connected")))
+    }
+
     /// `call` over the kept connection, reconnecting once when it failed there (a holder
     /// restarted). Only for calls that change nothing, so asking again is safe. Returns the
     /// held connection with the answer, so the caller can go on on it.

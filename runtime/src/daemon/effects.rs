@@ -232,12 +232,18 @@ pub fn refresh_agent(
 
 /// ADM-8 / ADM-10: one write through the holder. Refused only when provably nothing was
 /// written (no connection, or the pane runs another process than the one admitted).
+///
+/// The process is the daemon's last known liveness (the admission's refresh read it moments
+/// ago, and every change the holder pushes lands there before the engine hears of it), not a
+/// new `info` call: the holder checks the process atomically with the write, so a liveness
+/// that is already stale only turns into a refusal with nothing written (issue 10: one holder
+/// round trip less per admission).
 fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> DeliveryOutcome {
-    let written = agent.with_holder(|client, info| {
-        let liveness = super::agents::Liveness::from_info(&info);
-        let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
-            return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
-        };
+    let liveness = agent.liveness.lock().expect("liveness lock").clone();
+    let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
+        return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
+    };
+    let written = agent.with_kept_connection(|client| {
         // The holder re-checks the process atomically with the write, so a concurrent
         // `agent restart` can never receive a prompt admitted for the process it replaced.
         let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
@@ -254,6 +260,6 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> 
             Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
         }
     });
-    // No connection, or `info` failed on a fresh one: the write was never sent.
+    // No connection: the write was never sent.
     written.unwrap_or_else(|error| DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") })
 }

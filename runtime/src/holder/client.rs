@@ -80,6 +80,8 @@ pub struct HolderClient {
     reader: BufReader<UnixStream>,
     timeout: Duration,
     desynchronised: bool,
+    /// The read and write timeouts the socket has now (set only when a call needs others).
+    socket_timeout: Option<Duration>,
 }
 
 impl HolderClient {
@@ -101,7 +103,23 @@ impl HolderClient {
             reader: BufReader::new(stream),
             timeout,
             desynchronised: false,
+            socket_timeout: None,
         })
+    }
+
+    /// True when this connection cannot carry a call: an earlier call left it desynchronised,
+    /// bytes nobody asked for are waiting, or the holder closed it (a holder that restarted).
+    /// One non-blocking peek, no round trip.
+    pub fn unusable(&self) -> bool {
+        if self.desynchronised || !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        match rustix::net::recv(self.reader.get_ref(), &mut byte, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT) {
+            Err(rustix::io::Errno::AGAIN) => false, // open, nothing pending: usable
+            Err(rustix::io::Errno::INTR) => false,
+            _ => true, // end of stream, unexpected bytes, or an error
+        }
     }
 
     pub fn info(&mut self) -> Result<InfoReply, HolderError> {
@@ -239,12 +257,17 @@ impl HolderClient {
         );
         line.push(b'\n');
         let stream = self.reader.get_mut();
-        stream
-            .set_write_timeout(Some(timeout))
-            .map_err(|e| io_failure(op, e))?;
-        stream
-            .set_read_timeout(Some(timeout))
-            .map_err(|e| io_failure(op, e))?;
+        // Two syscalls per call otherwise (a kept connection makes many calls of one kind).
+        if self.socket_timeout != Some(timeout) {
+            self.socket_timeout = None; // unknown until both are set
+            stream
+                .set_write_timeout(Some(timeout))
+                .map_err(|e| io_failure(op, e))?;
+            stream
+                .set_read_timeout(Some(timeout))
+                .map_err(|e| io_failure(op, e))?;
+            self.socket_timeout = Some(timeout);
+        }
         stream
             .write_all(&line)
             .map_err(|e| classify_io(op, timeout, e))?;
@@ -464,5 +487,32 @@ fn wait_with_deadline(
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixListener;
+
+    // Issue 10: a kept connection is checked with one non-blocking peek before a write reuses
+    // it (no `info` round trip): open and quiet is usable; bytes nobody asked for, or a holder
+    // that closed it, are not.
+    #[test]
+    fn a_closed_or_dirty_connection_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let client = HolderClient::connect(&path).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        assert!(!client.unusable(), "open and quiet");
+        server.write_all(b"{").unwrap();
+        assert!(client.unusable(), "bytes nobody asked for");
+        let other = HolderClient::connect(&path).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert!(!other.unusable());
+        drop(server);
+        assert!(other.unusable(), "the holder closed it");
     }
 }
