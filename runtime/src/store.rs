@@ -9,7 +9,6 @@
 //! * [`StoreWriter`] owns the single write connection on a dedicated OS thread and group-commits
 //!   every queued batch in one transaction, one SAVEPOINT per batch so a bad batch fails alone.
 
-mod checkpointer;
 mod error;
 mod limits;
 mod op;

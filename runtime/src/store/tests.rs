@@ -666,27 +666,3 @@ fn hist_4_store_forgets_old_finished_requests_only() {
     let day = 86_400_000;
     assert!(retention.requests_due(&store, 5_001 + day).unwrap().is_some());
 }
-
-// Issue 10: no commit runs a checkpoint (the writer's automatic one is off); the checkpoint
-// thread copies the WAL back into the database file shortly after commits. Nothing else
-// checkpoints here (no probe connection), so the database file grows only through it.
-#[test]
-fn store_checkpoints_off_the_writer_thread() {
-    let scratch = Scratch::new();
-    let path = scratch.db();
-    let writer = StoreWriter::spawn(&path).unwrap();
-    let before = fs::metadata(&path).unwrap().len();
-    for n in 0..200u64 {
-        let mut op = event(n + 1, "a1", n);
-        if let StoreOp::AppendEvent { event_json, .. } = &mut op {
-            *event_json = format!(r#"{{"sequence":{},"pad":"{}"}}"#, n + 1, "x".repeat(1000));
-        }
-        writer.commit_blocking(vec![op]).unwrap();
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while fs::metadata(&path).unwrap().len() < before + 100 * 1024 {
-        assert!(std::time::Instant::now() < deadline, "the WAL was not checkpointed into the database file");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    drop(writer);
-}

@@ -5,7 +5,6 @@
 //! a rule is rolled back alone while the rest of the group commits. Callbacks run on the writer
 //! thread, in submission order, only after COMMIT has returned: an ack always means "on disk".
 
-use super::checkpointer::Checkpointer;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,16 +94,13 @@ impl StoreWriter {
             )));
         }
         let (conn, report) = schema::open_database(path)?;
-        // Checkpoints run on their own thread, never inside a commit (see `checkpointer`).
-        conn.execute_batch("PRAGMA wal_autocheckpoint=0")?;
-        let checkpointer = Checkpointer::start(path)?;
         let watermark = Watermark::open(path, &report.mark)?;
         let (sender, receiver) = mpsc::sync_channel(capacity);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
         let thread = thread::Builder::new()
             .name("wakterm-store-writer".into())
-            .spawn(move || run(conn, receiver, thread_counters, watermark, checkpointer))
+            .spawn(move || run(conn, receiver, thread_counters, watermark))
             .map_err(|err| StoreError::io(path, &err))?;
         Ok(StoreWriter {
             sender: Some(sender),
@@ -189,7 +185,7 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, watermark: Watermark, checkpointer: Checkpointer) {
+fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, watermark: Watermark) {
     let recorder = WatermarkRecorder::start(watermark);
     let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
     let mut transaction_id = 0u64;
@@ -216,7 +212,6 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         // STORE-1: after the callers, off their path; it may lag the database, never lead it.
         if let Some(commits) = commits {
             recorder.record(commits);
-            checkpointer.committed();
         }
     }
     // Dropping the recorder records the last count and joins its thread.
