@@ -666,3 +666,36 @@ fn hist_4_store_forgets_old_finished_requests_only() {
     let day = 86_400_000;
     assert!(retention.requests_due(&store, 5_001 + day).unwrap().is_some());
 }
+
+// The WAL stays bounded under sustained writes with a reader always busy beside them (an
+// off-thread checkpointer once let it grow to 13 GB: SQLite restarts the WAL only when a write
+// transaction finds it fully copied).
+#[test]
+fn store_wal_stays_bounded_under_sustained_writes_and_reads() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let (store, writer) = open_pair(&path);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reading = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = store.terminal_events_after(0, 10);
+            }
+        })
+    };
+    let pad = "x".repeat(2000);
+    for n in 0..4000u64 {
+        let mut op = event(n + 1, "a1", n);
+        if let StoreOp::AppendEvent { event_json, .. } = &mut op {
+            *event_json = format!(r#"{{"sequence":{},"pad":"{pad}"}}"#, n + 1);
+        }
+        writer.commit_blocking(vec![op]).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reading.join().unwrap();
+    let wal = fs::metadata(path.with_file_name("requests.sqlite-wal")).unwrap().len();
+    let db = fs::metadata(&path).unwrap().len();
+    assert!(db > 8 * 1024 * 1024, "the data reached the database file: {db} bytes");
+    assert!(wal < 32 * 1024 * 1024, "WAL of {wal} bytes after {db} bytes of data: it is not being restarted");
+}
