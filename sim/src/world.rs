@@ -70,7 +70,6 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.line_too_long",
     "app_server.thread_reproved",
     "app_server.earlier_tail_lost",
-    "app_server.earlier_tail_whole",
     "app_server.server_request",
     "store.commit_failed",
     "store.slow_commit",
