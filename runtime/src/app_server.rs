@@ -314,6 +314,25 @@ mod tests {
         assert_eq!(known.turn, TurnState::Idle { last_completed: None }, "a known state is kept: the events decide it");
     }
 
+    // MGD-6, recorded from the real 0.169 (`fixtures/capture_app_server.py odd_lines`): an empty
+    // line, a fragment ended by the next line's leading newline, and an error answer to an id it
+    // never sent get NO answer; a request starting with a newline is served; the turn after all
+    // that completes. So the observer's lines may start with a newline, and a decline that
+    // arrives after its request was resolved is harmless.
+    #[test]
+    fn mgd_6_the_real_app_server_ignores_odd_lines_and_serves_a_leading_newline() {
+        let path = format!("{}/../fixtures/codex-0.169/app-server/odd-lines.jsonl", env!("CARGO_MANIFEST_DIR"));
+        let records: Vec<Value> = std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let raw: Vec<&str> = records.iter().filter(|r| r["from"] == "client").filter_map(|r| r["raw"].as_str()).collect();
+        assert!(raw.contains(&"\n") && raw.iter().any(|r| r.starts_with("\n{\"id\": 9999")), "the odd lines were sent: {raw:?}");
+        let server: Vec<&Value> = records.iter().filter(|r| r["from"] == "server").filter_map(|r| r.get("msg")).collect();
+        assert!(server.iter().all(|m| m.get("error").is_none()), "no error answer to any odd line");
+        assert!(server.iter().all(|m| m.get("id") != Some(&json!(9999)) && m.get("id") != Some(&Value::Null)));
+        assert!(server.iter().any(|m| m["id"] == "leading-newline" && m["result"]["thread"]["id"].is_string()), "served");
+        let (_, events) = fold_all("odd-lines.jsonl");
+        assert_eq!(kinds(&events), ["turn_started", "user_message", "agent_message", "turn_completed"]);
+    }
+
     #[test]
     fn requests_are_single_json_lines() {
         let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "r-1", "two\nlines \"quoted\"");
