@@ -221,8 +221,7 @@ impl Store {
     /// HIST-4: when the oldest finished request was last updated (None: there is none).
     pub fn oldest_finished_request_ms(&self) -> Result<Option<u64>, StoreError> {
         let conn = self.conn();
-        let sql = format!("SELECT MIN(updated_ms) FROM requests WHERE phase IN {}", op::FINISHED_PHASES);
-        let min: Option<i64> = conn.prepare_cached(&sql)?.query_row([], |row| row.get(0))?;
+        let min: Option<i64> = conn.prepare_cached(op::OLDEST_FINISHED_SQL)?.query_row([], |row| row.get(0))?;
         min.map(|value| op::from_sql_integer("updated_ms", value)).transpose()
     }
 

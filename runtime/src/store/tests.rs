@@ -699,3 +699,24 @@ fn store_wal_stays_bounded_under_sustained_writes_and_reads() {
     assert!(db > 8 * 1024 * 1024, "the data reached the database file: {db} bytes");
     assert!(wal < 32 * 1024 * 1024, "WAL of {wal} bytes after {db} bytes of data: it is not being restarted");
 }
+
+// Issue 10, HIST-4: the retention queries walk the partial index of finished requests by time
+// (one step for the oldest), never every finished request's row: the check runs every 5 s, and
+// SQLite left alone chose `requests_by_phase` (75 ms at 100,000 requests).
+#[test]
+fn store_retention_queries_use_the_finished_by_time_index() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let writer = StoreWriter::spawn(&path).unwrap();
+    writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
+    let probe = rusqlite::Connection::open(&path).unwrap();
+    for sql in [super::op::OLDEST_FINISHED_SQL, super::op::PRUNE_FINISHED_SQL] {
+        let mut stmt = probe.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let zeros = rusqlite::params_from_iter(std::iter::repeat_n(0, stmt.parameter_count()));
+        let plan: Vec<String> = stmt.query_map(zeros, |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
+        assert!(plan.iter().all(|step| !step.contains("requests_by_phase")), "{sql}: {plan:?}");
+        assert!(plan.iter().any(|step| step.contains("requests_finished_by_time")), "{sql}: {plan:?}");
+        assert!(plan.iter().all(|step| !step.contains("TEMP B-TREE")), "{sql}: {plan:?}");
+    }
+    drop(writer);
+}
