@@ -126,10 +126,6 @@ impl<L: LineFolder> StreamFollower<L> {
         self.position
     }
 
-    pub fn folder_mut(&mut self) -> &mut L {
-        &mut self.folder
-    }
-
     /// REC-2: after a restart, `Attached` at the cursor, then exactly the events after it. The
     /// lines of this process before the cursor are folded again silently (the turn state at
     /// the cursor), as long as the holder still has them; otherwise what happened there is

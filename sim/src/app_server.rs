@@ -297,9 +297,6 @@ pub struct ManagedPort {
     mutant: Mutant,
     /// Faults this port saw since last asked (counted by the world).
     pub notes: Vec<&'static str>,
-    /// Records of the stream (after, through] no daemon will ever report, by a known runtime
-    /// gap (the note says which), handed to the oracle's tolerances by the world.
-    pub unreportable: Vec<(u64, u64, &'static str)>,
     /// The `thread/resume` line the re-proof writes through the holder (the world writes it).
     pub reprove: Option<Vec<u8>>,
     /// MGD-6: the declines of server requests to write through the holder (the world writes
@@ -319,7 +316,6 @@ impl ManagedPort {
             health: Err("not read yet".to_string()),
             mutant,
             notes: Vec::new(),
-            unreportable: Vec::new(),
             reprove: None,
             declines: Vec::new(),
             seen: FollowStats::default(),
@@ -835,18 +831,18 @@ impl World {
 
     // ----- the port in the daemon -----
 
-    /// What the port saw: faults to count, the known runtime gaps for the oracle, and the
-    /// `thread/resume` its re-proof writes through the holder.
+    /// What the port saw: faults to count, and the lines it writes through the holder (the
+    /// re-proof's `thread/resume`, the declines of server requests).
     fn port_notes(&mut self, a: usize) {
         let Some(port) = self.agents[a].port.as_mut() else { return };
         let notes = std::mem::take(&mut port.notes);
-        let unreportable = std::mem::take(&mut port.unreportable);
-        if let Some(line) = port.reprove.take() {
+        let reprove = port.reprove.take();
+        let declines = std::mem::take(&mut port.declines);
+        if let Some(line) = reprove {
             self.log(format!("a{a} the observer asks the app-server for its thread (thread/resume, MGD-4)"));
             self.pane_accept(a, "observer", line.len(), true);
             self.app_stdin(a, &line, None);
         }
-        let declines = std::mem::take(&mut self.agents[a].port.as_mut().expect("checked").declines);
         for line in declines {
             self.log(format!("a{a} the observer declines a server request (MGD-6)"));
             self.pane_accept(a, "observer", line.len(), true);
@@ -854,11 +850,6 @@ impl World {
         }
         for note in notes {
             self.counters.fault(note);
-        }
-        let session = self.agents[a].session.id.clone();
-        for (after, through, note) in unreportable {
-            self.log(format!("a{a} records of {}..={through} can no longer be reported ({note})", after + 1));
-            self.oracle.tolerate_forever(a, &session, after, through, note);
         }
     }
 
