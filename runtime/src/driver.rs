@@ -155,10 +155,22 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
                 continue;
             }
         };
+        if tracing::enabled!(tracing::Level::TRACE) {
+            trace_kind("engine input", &input);
+        }
         engine.handle(clock.now_ms(), input);
         drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
         fire_due_timers(&mut engine, &mut effects, &mut waiting, &clock);
     }
+}
+
+/// `WAKTERM_LOG=wakterm_runtime::driver=trace`: one line per engine input and output (and each
+/// op of a commit), by kind only (never a prompt), so the log is a timeline of where an
+/// admission's time goes.
+fn trace_kind(what: &'static str, value: &impl std::fmt::Debug) {
+    let text = format!("{value:?}");
+    let kind = text.split(|c: char| !c.is_alphanumeric()).next().unwrap_or_default();
+    tracing::trace!(kind, "{what}");
 }
 
 /// A busy inbox always wins the `biased` select, so timers that fell due meanwhile (commit
@@ -173,6 +185,12 @@ fn fire_due_timers<E: Effects, C: Clock>(engine: &mut Engine, effects: &mut E, w
 
 fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, Waiter>, now_ms: u64) {
     while let Some(output) = engine.poll_output() {
+        if tracing::enabled!(tracing::Level::TRACE) {
+            trace_kind("engine output", &output);
+            if let Output::Persist { ops, .. } = &output {
+                ops.iter().for_each(|op| trace_kind("persist op", op));
+            }
+        }
         match output {
             Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
             Output::ResumeObserver { agent_id, from } => effects.resume(agent_id, from),

@@ -148,3 +148,27 @@ fn store_1_the_watermark_thread_never_leads_and_catches_up_at_shutdown() {
     let message = refused(&db);
     assert!(message.contains("commits"), "{message}");
 }
+
+/// STORE-1: a count that arrives while the watermark thread waits out its interval needs no
+/// wake-up (issue 10: one per commit cost ~7 context switches per admission), yet it is
+/// recorded when the interval ends, with the writer still running and no later commit.
+#[test]
+fn store_1_a_count_arriving_during_the_interval_is_recorded_when_it_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("wakterm.db");
+    let writer = StoreWriter::spawn(&db).unwrap();
+    (0..5).for_each(|i| put(&writer, i));
+    let commits = writer.stats().transactions;
+    assert_eq!(commits, 5, "one group per blocking commit");
+    let recorded = || {
+        let text = std::fs::read_to_string(wakterm_runtime::store::watermark::path_for(&db)).unwrap_or_default();
+        let field = text.split_whitespace().find_map(|f| f.strip_prefix("commits=")).unwrap_or("0");
+        field.parse::<u64>().unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while recorded() < commits && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(recorded(), commits, "the newest count is recorded while the writer runs");
+    writer.shutdown().unwrap();
+}
