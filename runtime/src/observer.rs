@@ -632,8 +632,8 @@ impl CodexObserver {
     /// now names another process, or it is a zombie. A probe that fails otherwise (out of
     /// descriptors, a read error) is "unknown": keep reading; the next check asks again.
     fn process_gone(&self) -> bool {
-        match proc_probe::probe(self.process.pid) {
-            Ok(facts) => facts.identity != engine_to_probe(self.process) || facts.zombie,
+        match proc_probe::standing(self.process.pid) {
+            Ok((identity, zombie)) => identity != engine_to_probe(self.process) || zombie,
             Err(error) => error.is_gone(),
         }
     }

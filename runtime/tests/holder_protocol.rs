@@ -66,6 +66,14 @@ fn screen_shows_what_the_shell_printed() {
         screen.lines
     );
     assert_eq!((screen.cols, screen.rows, screen.lines.len()), (80, 24, 24));
+    // Issue 10: the screen and `info` of one moment in one call (an admission's refresh).
+    let info = client.info().unwrap();
+    let both = client.screen_with_info().unwrap();
+    assert_eq!(both.screen, client.screen().unwrap(), "nothing was printed meanwhile");
+    let with = both.info.expect("this holder answers info with the screen");
+    assert_eq!((with.pid, with.start_time_ticks, with.generation, with.alive), (info.pid, info.start_time_ticks, info.generation, info.alive));
+    assert_eq!(with.output_end, both.screen.output_offset, "read under one lock");
+    assert!(with.requests > info.requests, "the holder counted the call");
 }
 
 /// Payloads larger than the PTY's input queue force the holder into several write(2) calls per

@@ -286,7 +286,12 @@ impl AgentRuntime {
     /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
-        let next = match self.holder_info() {
+        self.apply_liveness(self.holder_info())
+    }
+
+    /// [`AgentRuntime::refresh_liveness`] with the holder's answer already read.
+    fn apply_liveness(&self, answer: Result<InfoReply, HolderError>) -> Option<Vec<ObserverEvent>> {
+        let next = match answer {
             Ok(info) => Liveness::from_info(&info),
             Err(error) if holder_is_gone(&error) => Liveness { process: None, alive: false, exit_code: None, output_start: 0 },
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
@@ -373,7 +378,11 @@ impl AgentRuntime {
     /// process's last events first, then the agent's new facts. Returns None when nothing
     /// changed, `Some(false)` when the engine is gone.
     pub fn forward_liveness_change(&self, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
-        let events = self.refresh_liveness()?;
+        self.forward_liveness(self.refresh_liveness(), inbox)
+    }
+
+    fn forward_liveness(&self, changed: Option<Vec<ObserverEvent>>, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
+        let events = changed?;
         let agent_id = self.agent_id();
         for event in events {
             if inbox.blocking_send(observed(&agent_id, event)).is_err() {
@@ -392,6 +401,26 @@ impl AgentRuntime {
         }
         let (_kept, screen) = self.kept_call(HolderClient::screen).ok()?;
         Some(screen.lines.join("\n"))
+    }
+
+    /// ADM-3's first two looks, liveness (forwarded as [`AgentRuntime::forward_liveness_change`]
+    /// does) and the screen text ([`AgentRuntime::screen_text`]), from ONE holder call that
+    /// reads both at the same moment (issue 10: a round trip less per admission). A holder
+    /// too old for it answers the screen alone; `info` is then asked separately.
+    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> Option<String> {
+        if self.record.managed {
+            let _ = self.forward_liveness_change(inbox);
+            return None;
+        }
+        let looked = self.kept_call(HolderClient::screen_with_info).map(|(_kept, looked)| looked);
+        let (info, screen) = match looked {
+            Ok(looked) => (looked.info.map(Ok), Some(looked.screen.lines.join("\n"))),
+            // The same answer a failed `info` gives: gone is exit (LIVE-1), else unknown.
+            Err(error) => (Some(Err(error)), None),
+        };
+        let answer = info.unwrap_or_else(|| self.holder_info());
+        let _ = self.forward_liveness(self.apply_liveness(answer), inbox);
+        screen
     }
 }
 

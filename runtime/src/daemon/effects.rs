@@ -208,8 +208,7 @@ pub fn refresh_agent(
     inbox: &mpsc::Sender<DriverMsg>,
     answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> Option<DriverMsg>,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
-    let _ = agent.forward_liveness_change(inbox);
-    let screen = agent.screen_text();
+    let screen = agent.forward_liveness_and_screen(inbox);
     let mut guard = agent.observer.lock().expect("observer lock");
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),

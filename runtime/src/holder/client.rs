@@ -190,7 +190,13 @@ impl HolderClient {
     }
 
     pub fn screen(&mut self) -> Result<ScreenReply, HolderError> {
-        self.call("screen", &Request::Screen, self.timeout)
+        self.call("screen", &Request::Screen { with_info: false }, self.timeout)
+    }
+
+    /// The screen and the `info` of the same moment, in one round trip; `info` is None when
+    /// the holder predates the call (ask `info` separately then).
+    pub fn screen_with_info(&mut self) -> Result<super::protocol::ScreenWithInfo, HolderError> {
+        self.call("screen", &Request::Screen { with_info: true }, self.timeout)
     }
 
     /// Up to `max` raw output bytes from absolute offset `after`.

@@ -450,7 +450,16 @@ impl Pane {
     }
 
     pub fn info(&self) -> InfoReply {
+        self.info_of(&self.lock())
+    }
+
+    /// The screen and `info` under one state lock: the same moment of the pane.
+    pub fn screen_with_info(&self) -> super::protocol::ScreenWithInfo {
         let state = self.lock();
+        super::protocol::ScreenWithInfo { screen: screen_of(&state), info: Some(self.info_of(&state)) }
+    }
+
+    fn info_of(&self, state: &PaneState) -> InfoReply {
         InfoReply {
             pid: state.child.pid,
             start_time_ticks: state.child.start_time_ticks,

@@ -59,7 +59,13 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<ExpectedProcess>,
     },
-    Screen,
+    /// The screen; with `with_info`, `info` too, read under the same lock ([`ScreenWithInfo`]):
+    /// an admission's refresh needs both, and one call saves it a round trip (issue 10). A
+    /// holder older than the flag ignores it and answers the screen alone.
+    Screen {
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        with_info: bool,
+    },
     Output {
         after: u64,
         max: u64,
@@ -222,6 +228,16 @@ pub struct ScreenReply {
     pub alternate_screen: bool,
 }
 
+/// Result of `screen` with `with_info`: the screen and, from a holder that knows the flag, the
+/// `info` of the same moment (None: an older holder answered the screen alone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenWithInfo {
+    #[serde(flatten)]
+    pub screen: ScreenReply,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<InfoReply>,
+}
+
 /// Result of `output`: bytes `[start, end)` of the raw output stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputPage {
@@ -374,6 +390,46 @@ mod tests {
         assert!(serde_json::from_str::<Request>(r#"{"op":"launch"}"#).is_err());
     }
 
+    /// Issue 10: `screen` with `info` in one call keeps the old wire form for a plain screen,
+    /// and an older holder's answer (the screen alone) still parses, without `info`, so the
+    /// daemon asks `info` separately.
+    #[test]
+    fn screen_with_info_is_compatible_both_ways() {
+        assert_eq!(serde_json::to_string(&Request::Screen { with_info: false }).unwrap(), r#"{"op":"screen"}"#);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"op":"screen"}"#).unwrap(), Request::Screen { with_info: false });
+        let asked = serde_json::to_string(&Request::Screen { with_info: true }).unwrap();
+        assert_eq!(asked, r#"{"op":"screen","with_info":true}"#);
+        let screen = ScreenReply {
+            lines: vec!["> hi".into()],
+            cursor: Cursor { row: 0, col: 4 },
+            output_offset: 9,
+            cols: 80,
+            rows: 24,
+            bracketed_paste: true,
+            alternate_screen: false,
+        };
+        let old_answer = serde_json::to_string(&screen).unwrap();
+        let parsed: ScreenWithInfo = serde_json::from_str(&old_answer).unwrap();
+        assert_eq!(parsed, ScreenWithInfo { screen: screen.clone(), info: None });
+        let info = InfoReply {
+            pid: Some(7),
+            start_time_ticks: Some(11),
+            alive: true,
+            exit_code: None,
+            cols: 80,
+            rows: 24,
+            generation: 2,
+            holder_pid: 5,
+            output_end: 9,
+            spawn_error: None,
+            writes: 3,
+            generation_start: 1,
+            requests: 4,
+        };
+        let both = ScreenWithInfo { screen, info: Some(info) };
+        assert_eq!(serde_json::from_str::<ScreenWithInfo>(&serde_json::to_string(&both).unwrap()).unwrap(), both);
+    }
+
     #[test]
     fn stream_events_round_trip() {
         let event = StreamEvent::Output {
@@ -427,6 +483,10 @@ mod tests {
         if let Ok(reply) = serde_json::from_slice::<Reply>(line) {
             let text = serde_json::to_vec(&reply).expect("a reply serialises");
             assert_eq!(serde_json::from_slice::<Reply>(&text).expect("and parses back"), reply);
+        }
+        if let Ok(both) = serde_json::from_slice::<ScreenWithInfo>(line) {
+            let text = serde_json::to_vec(&both).expect("a screen with info serialises");
+            assert_eq!(serde_json::from_slice::<ScreenWithInfo>(&text).expect("and parses back"), both);
         }
         if let Ok(event) = serde_json::from_slice::<StreamEvent>(line) {
             let text = serde_json::to_vec(&event).expect("an event serialises");

@@ -216,7 +216,8 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             failure(WireErrorKind::TooLarge, format!("write_steps payload exceeds {MAX_WRITE_BYTES} bytes"))
         }
         Request::WriteSteps { steps, gap_ms, expect } => success(&pane.write_steps(&steps, Duration::from_millis(gap_ms), expect)),
-        Request::Screen => success(&pane.screen()),
+        Request::Screen { with_info: false } => success(&pane.screen()),
+        Request::Screen { with_info: true } => success(&pane.screen_with_info()),
         Request::Output { after, max } => {
             let max = max.min(MAX_OUTPUT_PAGE_BYTES as u64) as usize;
             match pane.lock().ring.read(after, max) {
