@@ -455,6 +455,56 @@ mod tests {
         HolderError::ConnectRefused { path: PathBuf::from("/x.sock"), source: std::io::Error::from_raw_os_error(errno) }
     }
 
+    /// Issue 10: a holder older than `screen` with `with_info` answers the screen alone; the
+    /// refresh then asks `info` on its own, so liveness is still read first-hand and forwarded.
+    #[test]
+    fn a_holder_without_screen_info_is_asked_info_separately() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DataPaths { root: dir.path().to_path_buf() };
+        paths.prepare().unwrap();
+        let record = AgentRecord {
+            agent_id: "6c9c591e-087b-4c45-9001-bf796f895b55".into(),
+            name: "old".into(),
+            harness: "codex".into(),
+            cwd: dir.path().display().to_string(),
+            env: vec![("CODEX_HOME".into(), dir.path().display().to_string())],
+            command: vec!["codex".into()],
+            created_ms: 0,
+            managed: false,
+            thread: None,
+        };
+        let agent = AgentRuntime::new(&paths, record);
+        let listener = std::os::unix::net::UnixListener::bind(paths.holder_socket("6c9c591e-087b-4c45-9001-bf796f895b55")).unwrap();
+        let me = crate::proc_probe::identity(std::process::id()).unwrap();
+        let old_holder = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut asked = Vec::new();
+            for line in BufReader::new(stream).lines().map_while(Result::ok).take(2) {
+                let result = if line.contains("screen") {
+                    r#"{"lines":["> hi"],"cursor":{"row":0,"col":4},"output_offset":9,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#.to_string()
+                } else {
+                    format!(r#"{{"pid":{},"start_time_ticks":{},"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":1,"output_end":9,"spawn_error":null}}"#, me.pid, me.start_time_ticks)
+                };
+                writeln!(writer, r#"{{"ok":true,"result":{result}}}"#).unwrap();
+                asked.push(line);
+            }
+            asked
+        });
+        let (inbox, mut sent) = mpsc::channel(16);
+        let screen = agent.forward_liveness_and_screen(&inbox);
+        assert_eq!(screen.as_deref(), Some("> hi"));
+        assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(me.pid));
+        drop(agent); // closes the kept connection: the fake holder's loop ends
+        assert_eq!(old_holder.join().unwrap(), [r#"{"op":"screen","with_info":true}"#, r#"{"op":"info"}"#]);
+        let mut upserted = false;
+        while let Ok(message) = sent.try_recv() {
+            upserted |= matches!(message, DriverMsg::Input(Input::AgentUpserted(_)));
+        }
+        assert!(upserted, "the new process was forwarded to the engine");
+    }
+
     // LIVE-1: only "nobody listens" is evidence of exit; running out of descriptors is not.
     #[test]
     fn live_1_only_an_absent_holder_is_evidence_of_exit() {
