@@ -106,15 +106,16 @@ fn open_process(pid: u32) -> Result<Process, ProbeError> {
 /// The facts of one process.
 pub fn probe(pid: u32) -> Result<ProcessFacts, ProbeError> {
     let process = open_process(pid)?;
+    let (identity, ppid, zombie) = read_stat(&process, pid)?;
+    Ok(ProcessFacts { identity, ppid, cwd: process.cwd().ok(), exe: process.exe().ok(), zombie })
+}
+
+/// What one read of `/proc/PID/stat` says: the identity, the parent, and whether it is a
+/// zombie (exited or dying, not yet reaped). One copy for `probe` and `standing`.
+fn read_stat(process: &Process, pid: u32) -> Result<(ProcessIdentity, u32, bool), ProbeError> {
     let stat = process.stat().map_err(|e| proc_error(pid, e))?;
     let ppid = u32::try_from(stat.ppid).unwrap_or(0);
-    Ok(ProcessFacts {
-        identity: ProcessIdentity { pid, start_time_ticks: stat.starttime },
-        ppid,
-        cwd: process.cwd().ok(),
-        exe: process.exe().ok(),
-        zombie: matches!(stat.state, 'Z' | 'X' | 'x'),
-    })
+    Ok((ProcessIdentity { pid, start_time_ticks: stat.starttime }, ppid, matches!(stat.state, 'Z' | 'X' | 'x')))
 }
 
 /// The identity of `pid` now.
@@ -126,9 +127,8 @@ pub fn identity(pid: u32) -> Result<ProcessIdentity, ProbeError> {
 /// an adopted process gone needs (LIVE-1), without the cwd and exe links `probe` reads too
 /// (two syscalls less on every admission's refresh, issue 10).
 pub fn standing(pid: u32) -> Result<(ProcessIdentity, bool), ProbeError> {
-    let process = open_process(pid)?;
-    let stat = process.stat().map_err(|e| proc_error(pid, e))?;
-    Ok((ProcessIdentity { pid, start_time_ticks: stat.starttime }, matches!(stat.state, 'Z' | 'X' | 'x')))
+    let (identity, _, zombie) = read_stat(&open_process(pid)?, pid)?;
+    Ok((identity, zombie))
 }
 
 /// All transitive children of `pid` (not `pid` itself), nearest first. Cost follows the

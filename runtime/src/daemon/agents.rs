@@ -400,7 +400,7 @@ impl AgentRuntime {
             return None;
         }
         let (_kept, screen) = self.kept_call(HolderClient::screen).ok()?;
-        Some(screen.lines.join("\n"))
+        Some(text_of(&screen))
     }
 
     /// ADM-3's first two looks, liveness (forwarded as [`AgentRuntime::forward_liveness_change`]
@@ -414,7 +414,7 @@ impl AgentRuntime {
         }
         let looked = self.kept_call(HolderClient::screen_with_info).map(|(_kept, looked)| looked);
         let (info, screen) = match looked {
-            Ok(looked) => (looked.info.map(Ok), Some(looked.screen.lines.join("\n"))),
+            Ok(looked) => (looked.info.map(Ok), Some(text_of(&looked.screen))),
             // The same answer a failed `info` gives: gone is exit (LIVE-1), else unknown.
             Err(error) => (Some(Err(error)), None),
         };
@@ -422,6 +422,12 @@ impl AgentRuntime {
         let _ = self.forward_liveness(self.apply_liveness(answer), inbox);
         screen
     }
+}
+
+/// The screen as the composer evidence reads it: its rows, one per line. One copy for both
+/// ways of reading the screen.
+fn text_of(screen: &crate::holder::protocol::ScreenReply) -> String {
+    screen.lines.join("\n")
 }
 
 /// LIVE-1: the only probe failure that is evidence of exit: nobody listens at the holder's
