@@ -8,6 +8,12 @@ pub const WRITE_QUEUE_CAPACITY: usize = 1024;
 /// was queued when the writer woke", and the queue can never hold more.
 pub const GROUP_BATCHES_MAX: usize = WRITE_QUEUE_CAPACITY;
 
+/// STORE-2: how long a batch no caller waits on (agent events, event marks, observer
+/// checkpoints only) may wait for company before it commits alone. Anything else commits at
+/// once and takes the waiting batches along, in order: an admission's turn-start events ride in
+/// its completion's transaction instead of paying an fsync of their own (issue 10).
+pub const DEFER_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Operations in one batch (one atomic unit for the engine).
 pub const BATCH_OPS_MAX: usize = 4096;
 

@@ -56,6 +56,15 @@ pub enum StoreOp {
     PruneRequests { before_ms: u64, max_rows: u64 },
 }
 
+impl StoreOp {
+    /// STORE-2: an op no caller's answer waits on: the agent event stream (EV-1, EV-4) and the
+    /// observer's cache (OBS-1). A batch of only these may wait [`super::limits::DEFER_LINGER`]
+    /// for company; requests, terminal events, agents and pruning commit at once.
+    pub fn may_wait(&self) -> bool {
+        matches!(self, StoreOp::AppendEvent { .. } | StoreOp::PutEventMark { .. } | StoreOp::PutCheckpoint { .. })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredAgentEvent {
     pub sequence: u64,

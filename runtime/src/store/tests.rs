@@ -720,3 +720,66 @@ fn store_retention_queries_use_the_finished_by_time_index() {
     }
     drop(writer);
 }
+
+/// STORE-2: exactly the ops no caller's answer waits on may wait for company.
+#[test]
+fn store_2_only_event_stream_and_checkpoint_ops_may_wait() {
+    let mark = StoreOp::PutEventMark { agent_id: "a1".into(), mark_json: "{}".into() };
+    let checkpoint = StoreOp::PutCheckpoint { agent_id: "a1".into(), checkpoint_json: "{}".into() };
+    for op in [event(1, "a1", 1), mark, checkpoint] {
+        assert!(op.may_wait(), "{op:?}");
+    }
+    let prune = StoreOp::PruneRequests { before_ms: 1, max_rows: 1 };
+    let events = StoreOp::PruneEvents { through_sequence: 1, before_ms: 1, max_rows: 1 };
+    let gone = StoreOp::DeleteAgent { agent_id: "a1".into() };
+    for op in [request("r1", "registered", "f", 1), terminal(1, "r1"), agent("a1", "zola"), gone, prune, events] {
+        assert!(!op.may_wait(), "{op:?}");
+    }
+}
+
+/// Submits `ops` and returns the receiver of its one answer.
+fn submit_watched(writer: &StoreWriter, ops: Vec<StoreOp>) -> std::sync::mpsc::Receiver<Result<CommitInfo, StoreError>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    writer.submit(ops, Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    rx
+}
+
+/// STORE-2: a batch of events waits for the next batch a caller waits on and commits in its
+/// transaction, first (FIFO); that batch does not wait at all, even with a linger of minutes;
+/// shutdown commits a waiting batch at once.
+#[test]
+fn store_2_events_ride_in_the_next_urgent_transaction_which_never_waits() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let minutes = std::time::Duration::from_secs(600);
+    let writer = StoreWriter::spawn_with_linger(&path, 16, minutes).unwrap();
+    let events = submit_watched(&writer, vec![event(1, "a1", 1), StoreOp::PutEventMark { agent_id: "a1".into(), mark_json: "{}".into() }]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(events.try_recv().is_err(), "the events wait for company");
+    let started = std::time::Instant::now();
+    let request = submit_watched(&writer, vec![request("r1", "registered", "f", 1)]);
+    let request = request.recv().unwrap().expect("request committed");
+    assert!(started.elapsed() < minutes / 2, "a batch a caller waits on does not wait");
+    let events = events.recv().unwrap().expect("events committed");
+    assert_eq!(events.transaction_id, request.transaction_id, "one transaction, one fsync");
+    assert_eq!((events.position, request.position, request.batches_in_transaction), (0, 1, 2), "in submission order");
+    // Alone, a waiting batch is committed by shutdown without waiting out the linger.
+    let late = submit_watched(&writer, vec![event(2, "a1", 2)]);
+    let started = std::time::Instant::now();
+    writer.shutdown().unwrap();
+    late.recv().unwrap().expect("committed at shutdown");
+    assert!(started.elapsed() < minutes / 2, "shutdown does not wait out the linger");
+    assert_eq!(Store::open(&path).unwrap().last_event_sequence().unwrap(), 2);
+}
+
+/// STORE-2: a lone batch of events is committed once its linger has passed, not before.
+#[test]
+fn store_2_a_lone_batch_of_events_commits_when_its_linger_ends() {
+    let scratch = Scratch::new();
+    let linger = std::time::Duration::from_millis(300);
+    let writer = StoreWriter::spawn_with_linger(&scratch.db(), 16, linger).unwrap();
+    let started = std::time::Instant::now();
+    let events = submit_watched(&writer, vec![event(1, "a1", 1)]);
+    events.recv().unwrap().expect("committed alone");
+    assert!(started.elapsed() >= linger, "committed after {:?}, before the linger ended", started.elapsed());
+}

@@ -4,6 +4,10 @@
 //! `BEGIN IMMEDIATE ... COMMIT`. Each batch runs inside its own SAVEPOINT, so a batch that breaks
 //! a rule is rolled back alone while the rest of the group commits. Callbacks run on the writer
 //! thread, in submission order, only after COMMIT has returned: an ack always means "on disk".
+//!
+//! STORE-2: a group made only of batches no caller waits on ([`StoreOp::may_wait`]) first waits
+//! up to `DEFER_LINGER` from its oldest batch's submission for company; the first batch that
+//! may not wait (or shutdown, or a full group) ends the wait at once.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -11,11 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
 use super::error::StoreError;
-use super::limits::{GROUP_BATCHES_MAX, WRITE_QUEUE_CAPACITY};
+use super::limits::{DEFER_LINGER, GROUP_BATCHES_MAX, WRITE_QUEUE_CAPACITY};
 use super::op::{self, StoreOp};
 use super::schema::{self, OpenReport};
 use super::watermark::{self, Watermark};
@@ -53,6 +58,9 @@ struct Counters {
 struct PendingBatch {
     ops: Vec<StoreOp>,
     done: Option<CommitCallback>,
+    /// STORE-2: every op may wait for company, and since when.
+    may_wait: bool,
+    queued_at: Instant,
 }
 
 impl PendingBatch {
@@ -88,6 +96,12 @@ impl StoreWriter {
 
     /// As [`StoreWriter::spawn`] with a smaller queue (tests, memory-tight callers).
     pub fn spawn_with_capacity(path: &Path, capacity: usize) -> Result<StoreWriter, StoreError> {
+        Self::spawn_with_linger(path, capacity, DEFER_LINGER)
+    }
+
+    /// As [`StoreWriter::spawn_with_capacity`], with STORE-2's wait for company set to `linger`
+    /// (tests make it long, so what shares a transaction does not depend on scheduling).
+    pub fn spawn_with_linger(path: &Path, capacity: usize, linger: Duration) -> Result<StoreWriter, StoreError> {
         if capacity == 0 || capacity > WRITE_QUEUE_CAPACITY {
             return Err(StoreError::invalid(format!(
                 "writer queue capacity must be 1..={WRITE_QUEUE_CAPACITY}, got {capacity}"
@@ -100,7 +114,7 @@ impl StoreWriter {
         let thread_counters = Arc::clone(&counters);
         let thread = thread::Builder::new()
             .name("wakterm-store-writer".into())
-            .spawn(move || run(conn, receiver, thread_counters, watermark))
+            .spawn(move || run(conn, receiver, thread_counters, watermark, linger))
             .map_err(|err| StoreError::io(path, &err))?;
         Ok(StoreWriter {
             sender: Some(sender),
@@ -119,9 +133,12 @@ impl StoreWriter {
     pub fn submit(&self, ops: Vec<StoreOp>, done: CommitCallback) -> Result<(), StoreError> {
         op::validate_batch(&ops)?;
         let sender = self.sender.as_ref().ok_or(StoreError::Closed)?;
+        let may_wait = !ops.is_empty() && ops.iter().all(StoreOp::may_wait);
         let batch = PendingBatch {
             ops,
             done: Some(done),
+            may_wait,
+            queued_at: Instant::now(),
         };
         match sender.try_send(batch) {
             Ok(()) => Ok(()),
@@ -185,19 +202,15 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, watermark: Watermark) {
+fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, watermark: Watermark, linger: Duration) {
     let recorder = WatermarkRecorder::start(watermark);
     let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
     let mut transaction_id = 0u64;
     // `recv` returns queued batches before reporting that every sender is gone: shutdown drains.
     while let Ok(first) = receiver.recv() {
         group.push(first);
-        while group.len() < GROUP_BATCHES_MAX {
-            match receiver.try_recv() {
-                Ok(batch) => group.push(batch),
-                Err(_) => break,
-            }
-        }
+        gather(&receiver, &mut group, linger);
+        assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
         transaction_id += 1;
         let started = std::time::Instant::now();
         let (results, commits) = commit_group(&conn, &group, transaction_id);
@@ -218,6 +231,32 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         }
     }
     // Dropping the recorder records the last count and joins its thread.
+}
+
+/// Takes every queued batch into `group` (FIFO, up to `GROUP_BATCHES_MAX`). STORE-2: while
+/// every batch in it may wait, waits for more until `linger` after the oldest one's submission;
+/// a batch that may not wait, a full group or a closed queue ends the wait.
+fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, linger: Duration) {
+    let take_queued = |group: &mut Vec<PendingBatch>| {
+        while group.len() < GROUP_BATCHES_MAX {
+            match receiver.try_recv() {
+                Ok(batch) => group.push(batch),
+                Err(_) => break,
+            }
+        }
+    };
+    take_queued(group);
+    while group.len() < GROUP_BATCHES_MAX && group.iter().all(|batch| batch.may_wait) {
+        let oldest = group.iter().map(|batch| batch.queued_at).min().expect("a group has a batch");
+        let Some(wait) = (oldest + linger).checked_duration_since(Instant::now()).filter(|w| !w.is_zero()) else { return };
+        match receiver.recv_timeout(wait) {
+            Ok(batch) => {
+                group.push(batch);
+                take_queued(group);
+            }
+            Err(_) => return, // the linger passed, or shutdown: commit what waits
+        }
+    }
 }
 
 /// How often, at most, the watermark thread syncs a new count.
