@@ -443,9 +443,89 @@ fn cpu_seconds(pid: u32) -> f64 {
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
     // Fields 14 and 15 of stat; `after_comm` starts at field 3.
     let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    ticks as f64 / clock_ticks_per_second()
+}
+
+/// CPU seconds by who spent them: the daemon, the agents' holders, the fake Codex processes
+/// under them, this benchmark (its socket callers and watcher), and the machine's busy time
+/// over all cores (`/proc/stat`), to show where a throughput row's cores went.
+#[derive(Clone, Copy, Default)]
+struct CpuSplit {
+    daemon: f64,
+    holders: f64,
+    agents: f64,
+    bench: f64,
+    machine_busy: f64,
+}
+
+impl CpuSplit {
+    /// A holder is a process running `__holder` with a socket under this world's data
+    /// directory; an agent is a child of one.
+    fn now(daemon: u32, data: &Path) -> CpuSplit {
+        let data = data.to_string_lossy().into_owned();
+        let mut holders = HashSet::new();
+        let mut parents = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Some((ppid, cpu)) = stat_parent_and_cpu(pid) else { continue };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains("__holder") && cmdline.contains(&data) {
+                holders.insert(pid);
+            }
+            parents.push((pid, ppid, cpu));
+        }
+        let mut split = CpuSplit { machine_busy: machine_busy_seconds(), ..CpuSplit::default() };
+        for (pid, ppid, cpu) in parents {
+            if pid == daemon {
+                split.daemon += cpu;
+            } else if holders.contains(&pid) {
+                split.holders += cpu;
+            } else if holders.contains(&ppid) {
+                split.agents += cpu;
+            } else if pid == std::process::id() {
+                split.bench += cpu;
+            }
+        }
+        split
+    }
+
+    /// `self` - `before`, each part per completion, as a note.
+    fn per_completion(&self, before: &CpuSplit, completions: usize, secs: f64) -> String {
+        let n = completions.max(1) as f64;
+        let ms = |after: f64, before: f64| (after - before) * 1000.0 / n;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        format!(
+            "CPU per admission+completion by process: daemon {:.2} ms, holders {:.2} ms, fake Codex {:.2} ms, this benchmark's callers {:.2} ms; the machine was busy {:.0} % of its {cores} cores",
+            ms(self.daemon, before.daemon),
+            ms(self.holders, before.holders),
+            ms(self.agents, before.agents),
+            ms(self.bench, before.bench),
+            (self.machine_busy - before.machine_busy) * 100.0 / (secs.max(1e-9) * cores)
+        )
+    }
+}
+
+/// The parent pid and utime+stime (seconds) of a live process; None when it is gone.
+fn stat_parent_and_cpu(pid: u32) -> Option<(u32, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((fields.get(1)?.parse().ok()?, ticks as f64 / clock_ticks_per_second()))
+}
+
+/// Busy time of all cores together (everything but idle and iowait), in seconds.
+fn machine_busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu = stat.lines().next().unwrap_or_default();
+    let ticks: Vec<u64> = cpu.split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
+    let busy: u64 = ticks.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, t)| t).sum();
+    busy as f64 / clock_ticks_per_second()
+}
+
+fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    ticks as f64 / hz as f64
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
 }
 
 /// CPU time of the calling thread, in seconds.
@@ -1141,8 +1221,10 @@ fn scaling_world(cfg: &Config, report: &mut Report) {
             }
             r.set(&format!("catalog.{count}"), percentile(&samples, 0.5));
             r.note(format!("`agent catalog` with {}: p99 {:.2} ms", agents_text(count), percentile(&samples, 0.99)));
+            let before = CpuSplit::now(pid, &w.data);
             let run = load(&sock, &watcher, pid, &agents.ready[..count], cfg.load_secs);
-            r.note(format!("throughput with {}: {}", agents_text(count), run.summary()));
+            let split = CpuSplit::now(pid, &w.data).per_completion(&before, run.completions, run.secs);
+            r.note(format!("throughput with {}: {}; {split}", agents_text(count), run.summary()));
             r.set(&format!("tput.{count}"), run.per_sec());
             r.set(&format!("cpu.{count}"), run.cpu_ms_per_request());
         });
