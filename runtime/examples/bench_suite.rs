@@ -438,12 +438,7 @@ fn percentile(samples: &[f64], q: f64) -> f64 {
 
 /// utime+stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_else(|e| panic!("daemon pid {pid} is gone: {e}"));
-    let after_comm = &stat[stat.rfind(')').expect("stat has a comm") + 2..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // Fields 14 and 15 of stat; `after_comm` starts at field 3.
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    ticks as f64 / clock_ticks_per_second()
+    stat_parent_and_cpu(pid).unwrap_or_else(|| panic!("daemon pid {pid} is gone")).1
 }
 
 /// CPU seconds by who spent them: the daemon, the agents' holders, the fake Codex processes
@@ -514,12 +509,13 @@ fn stat_parent_and_cpu(pid: u32) -> Option<(u32, f64)> {
     Some((fields.get(1)?.parse().ok()?, ticks as f64 / clock_ticks_per_second()))
 }
 
-/// Busy time of all cores together (everything but idle and iowait), in seconds.
+/// Busy time of all cores together, in seconds: user, nice, system, irq and softirq (not idle,
+/// iowait, the time the hypervisor stole, nor guest time, which user already counts).
 fn machine_busy_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let cpu = stat.lines().next().unwrap_or_default();
     let ticks: Vec<u64> = cpu.split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
-    let busy: u64 = ticks.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, t)| t).sum();
+    let busy: u64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
     busy as f64 / clock_ticks_per_second()
 }
 
