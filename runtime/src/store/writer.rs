@@ -212,7 +212,7 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         gather(&receiver, &mut group, linger);
         assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
         transaction_id += 1;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let (results, commits) = commit_group(&conn, &group, transaction_id);
         // `WAKTERM_LOG=wakterm_runtime::store=debug`: each group's size and time (issue 10).
         tracing::debug!(batches = group.len(), elapsed_us = started.elapsed().as_micros() as u64, "group committed");
@@ -246,8 +246,9 @@ fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, ling
         }
     };
     take_queued(group);
+    // Whatever arrives later was submitted later: the deadline is the queued batches' to set.
+    let oldest = group.iter().map(|batch| batch.queued_at).min().expect("a group has a batch");
     while group.len() < GROUP_BATCHES_MAX && group.iter().all(|batch| batch.may_wait) {
-        let oldest = group.iter().map(|batch| batch.queued_at).min().expect("a group has a batch");
         let Some(wait) = (oldest + linger).checked_duration_since(Instant::now()).filter(|w| !w.is_zero()) else { return };
         match receiver.recv_timeout(wait) {
             Ok(batch) => {
@@ -260,7 +261,7 @@ fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, ling
 }
 
 /// How often, at most, the watermark thread syncs a new count.
-const WATERMARK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// STORE-1's watermark on a thread of its own: its `fdatasync` kept the writer from starting
 /// the next group for up to a millisecond (an admission's second commit waited for the first
@@ -289,7 +290,7 @@ impl WatermarkRecorder {
             .name("wakterm-store-watermark".into())
             .spawn(move || {
                 let (lock, changed) = &*shared;
-                let mut last_record: Option<std::time::Instant> = None;
+                let mut last_record: Option<Instant> = None;
                 loop {
                     let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
                     while state.newest.is_none() && !state.closing {
@@ -311,7 +312,7 @@ impl WatermarkRecorder {
                         if let Err(error) = watermark.record(commits) {
                             tracing::error!(%error, "cannot update the store watermark (STORE-1)");
                         }
-                        last_record = Some(std::time::Instant::now());
+                        last_record = Some(Instant::now());
                     }
                     if closing && next.is_none() {
                         return;
