@@ -531,3 +531,34 @@ fn sub_3_write_steps_refuse_before_the_first_byte() {
     let page = client.output(end, 1 << 20).unwrap();
     assert!(!contains(&page.data, b"<never"), "nothing reached the pane: {:?}", String::from_utf8_lossy(&page.data));
 }
+
+/// Voluntary context switches of the holder's thread named `name` (its `comm`).
+fn thread_switches(holder_pid: u32, name: &str) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{holder_pid}/task")).expect("the holder's threads");
+    let task = tasks
+        .flatten()
+        .find(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name))
+        .unwrap_or_else(|| panic!("the holder has no thread named {name}"));
+    let status = std::fs::read_to_string(task.path().join("status")).expect("thread status");
+    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).expect("a switch count");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a number")
+}
+
+/// The linger watch (exit CHILD_EXIT_LINGER after the child ended) waits for the child's start
+/// or end only: output, which the holder signals for every chunk it reads, must not wake it
+/// (it did, once per chunk: 12 % of a busy holder's CPU samples, issue 10).
+#[test]
+fn the_linger_watch_sleeps_through_output() {
+    let (holder, mut sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let pid = holder.first.holder_pid;
+    let (linger_before, reader_before) = (thread_switches(pid, "holder-linger"), thread_switches(pid, "holder-reader"));
+    for i in 0..50 {
+        let line = format!("chunk-{i}\n");
+        assert_eq!(client.write(line.as_bytes()).unwrap().error, None);
+        collect_until(&mut sub, |seen| contains(seen, line.as_bytes())); // one chunk at a time
+    }
+    let (linger_after, reader_after) = (thread_switches(pid, "holder-linger"), thread_switches(pid, "holder-reader"));
+    assert!(reader_after >= reader_before + 25, "the reader woke for the output ({reader_before} -> {reader_after})");
+    assert!(linger_after <= linger_before + 2, "50 output chunks woke the linger watch {} times", linger_after - linger_before);
+}

@@ -112,6 +112,9 @@ pub struct Pane {
     state: Mutex<PaneState>,
     /// Signalled on new output, child exit, respawn and resize.
     pub changed: Condvar,
+    /// Signalled only when a child starts or ends (with `changed`): the linger watch waits on
+    /// it, so each output chunk does not wake it (it did: 12 % of a busy holder's CPU samples).
+    pub child_changed: Condvar,
     /// Serialises writers: two payloads never interleave on the master.
     write_lock: Mutex<()>,
     /// Serialises spawn/resize, which touch the PTY handles.
@@ -179,6 +182,7 @@ impl Pane {
             env: cfg.env.clone(),
             state: Mutex::new(state),
             changed: Condvar::new(),
+            child_changed: Condvar::new(),
             write_lock: Mutex::new(()),
             pty: Mutex::new(PtyHandles {
                 master: pair.master,
@@ -246,6 +250,7 @@ impl Pane {
             }
         }
         self.changed.notify_all();
+        self.child_changed.notify_all();
     }
 
     fn command_builder(&self) -> CommandBuilder {
@@ -284,6 +289,7 @@ impl Pane {
             state.record_exit(generation, code);
         }
         self.changed.notify_all();
+        self.child_changed.notify_all();
         let _ = child.wait();
     }
 

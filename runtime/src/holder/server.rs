@@ -357,7 +357,7 @@ fn start_linger_watch(pane: Arc<Pane>, socket: Arc<SocketOwnership>) {
                 std::process::exit(0);
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            drop(pane.changed.wait_timeout(state, left));
+            drop(pane.child_changed.wait_timeout(state, left));
         });
     spawned.expect("spawning the linger thread");
 }
