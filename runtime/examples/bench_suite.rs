@@ -747,6 +747,20 @@ fn caller(sock: &Sock, watcher: &Watcher, agent: &Agent, (first, end): (Instant,
     mine
 }
 
+/// Receipt samples of serial return-final admissions on both ways in (the unrelated-processes rows).
+#[derive(Default)]
+struct Samples {
+    socket: Vec<f64>,
+    cli: Vec<f64>,
+}
+
+impl Samples {
+    fn take(&mut self, w: &World, sock: &Sock, watcher: &Watcher, agent: &Agent, runs: usize) {
+        self.socket.extend(serial(w, sock, watcher, agent, Via::Socket, true, runs).0);
+        self.cli.extend(serial(w, sock, watcher, agent, Via::Cli, true, runs).0);
+    }
+}
+
 /// `sleep` processes that die with us (PDEATHSIG) and are killed on drop.
 struct Sleeps(Vec<Child>);
 
@@ -1239,20 +1253,29 @@ fn scaling_world(cfg: &Config, report: &mut Report) {
     phase(report, "unrelated processes", &["procs.*"], |r| {
         add_agents(&w, &sock, &mut agents, 1, "agent");
         let a = agents.ready[0].clone();
+        // A-B-B-A: half the samples without the `sleep`s, all of them with, the other half
+        // without again, so a host whose speed drifts during the phase (this one's does) weighs
+        // both sides alike instead of deciding the ratio.
+        let half = cfg.runs.div_ceil(2);
+        let (mut without, mut with) = (Samples::default(), Samples::default());
         let before = processes_on_machine();
-        let (without_socket, _) = serial(&w, &sock, &watcher, &a, Via::Socket, true, cfg.runs);
-        let (without_cli, _) = serial(&w, &sock, &watcher, &a, Via::Cli, true, cfg.runs);
+        without.take(&w, &sock, &watcher, &a, half);
         let sleeps = Sleeps::spawn(cfg.sleeps);
         pause(Duration::from_secs(1));
         let during = processes_on_machine();
-        let (with_socket, _) = serial(&w, &sock, &watcher, &a, Via::Socket, true, cfg.runs);
-        let (with_cli, _) = serial(&w, &sock, &watcher, &a, Via::Cli, true, cfg.runs);
+        with.take(&w, &sock, &watcher, &a, cfg.runs);
         drop(sleeps);
-        r.set("procs.socket.without", percentile(&without_socket, 0.5));
-        r.set("procs.cli.without", percentile(&without_cli, 0.5));
-        r.set("procs.socket.with", percentile(&with_socket, 0.5));
-        r.set("procs.cli.with", percentile(&with_cli, 0.5));
-        r.note(format!("processes on the machine: {before} without the `sleep`s, {during} with them"));
+        pause(Duration::from_secs(1));
+        let after = processes_on_machine();
+        without.take(&w, &sock, &watcher, &a, half);
+        r.set("procs.socket.without", percentile(&without.socket, 0.5));
+        r.set("procs.cli.without", percentile(&without.cli, 0.5));
+        r.set("procs.socket.with", percentile(&with.socket, 0.5));
+        r.set("procs.cli.with", percentile(&with.cli, 0.5));
+        r.note(format!(
+            "processes on the machine: {before} without the `sleep`s, {during} with them, {after} after; samples taken without / with / without ({half} / {} / {half} per via)",
+            cfg.runs
+        ));
     });
     for &count in &cfg.agents {
         let prefixes = [format!("catalog.{count}"), format!("tput.{count}"), format!("cpu.{count}")];
