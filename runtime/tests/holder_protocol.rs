@@ -532,16 +532,18 @@ fn sub_3_write_steps_refuse_before_the_first_byte() {
     assert!(!contains(&page.data, b"<never"), "nothing reached the pane: {:?}", String::from_utf8_lossy(&page.data));
 }
 
-/// Voluntary context switches of the holder's thread named `name` (its `comm`).
+/// Voluntary context switches of the holder's thread named `name` (its `comm`), read through
+/// the `procfs` crate the daemon's own probes use.
 fn thread_switches(holder_pid: u32, name: &str) -> u64 {
-    let tasks = std::fs::read_dir(format!("/proc/{holder_pid}/task")).expect("the holder's threads");
-    let task = tasks
+    let holder = procfs::process::Process::new(holder_pid as i32).expect("the holder's process");
+    let status = holder
+        .tasks()
+        .expect("the holder's threads")
         .flatten()
-        .find(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name))
+        .filter_map(|task| task.status().ok())
+        .find(|status| status.name == name)
         .unwrap_or_else(|| panic!("the holder has no thread named {name}"));
-    let status = std::fs::read_to_string(task.path().join("status")).expect("thread status");
-    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).expect("a switch count");
-    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a number")
+    status.voluntary_ctxt_switches.expect("a switch count")
 }
 
 /// The linger watch (exit CHILD_EXIT_LINGER after the child ended) waits for the child's start
