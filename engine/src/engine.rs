@@ -138,6 +138,9 @@ pub struct Engine {
     /// HIST-2: calls parked behind a store lookup of their id, and the lookups by load id.
     pub(crate) lookups: BTreeMap<RequestId, (u64, Vec<crate::history::Parked>)>,
     pub(crate) loads: BTreeMap<u64, RequestId>,
+    /// HIST-5: every id this engine asked the store to write, and the runtime's seed of the
+    /// ids stored before: a new id absent from it needs no lookup.
+    pub(crate) stored_ids: crate::stored_ids::StoredIds,
     /// SUB-*: submit calls in flight (never durable, SUB-6), keyed by submission id, and
     /// their outstanding split writes and pane watches.
     pub(crate) submissions: BTreeMap<RequestId, crate::submit::Submission>,
@@ -152,6 +155,11 @@ impl Default for Engine {
 }
 
 impl Engine {
+    /// HIST-5: the ids that may have a row in the store (for the runtime's log and the tests).
+    pub fn stored_ids(&self) -> &crate::stored_ids::StoredIds {
+        &self.stored_ids
+    }
+
     /// A fresh engine with an empty durable state.
     pub fn new() -> Engine {
         Engine {
@@ -179,6 +187,7 @@ impl Engine {
             events: crate::event_stream::EventStream::default(),
             lookups: BTreeMap::new(),
             loads: BTreeMap::new(),
+            stored_ids: crate::stored_ids::StoredIds::default(),
             submissions: BTreeMap::new(),
             submit_writes: BTreeMap::new(),
             submit_watches: BTreeMap::new(),
@@ -205,6 +214,7 @@ impl Engine {
             Input::StartupComplete => self.on_startup_complete(),
             Input::ObserverCheckpoint { agent_id, checkpoint_json } => self.on_checkpoint(&agent_id, checkpoint_json),
             Input::RequestLoaded { load_id, record } => self.on_request_loaded(load_id, record),
+            Input::HistorySeed { ids, complete } => self.on_history_seed(ids, complete),
             Input::Submit(command) => self.on_submit(command),
             Input::SubmitWritten { delivery_id, outcome } => self.on_submit_written(delivery_id, outcome),
             Input::PaneWatched { watch_id, sample } => self.on_pane_watched(watch_id, sample),
@@ -334,6 +344,8 @@ impl Engine {
         for op in &ops {
             if let PersistOp::PutRequest(record) = op {
                 record.assert_consistent();
+                // HIST-5: before the row can exist, so no later call skips its lookup.
+                self.stored_ids.insert(&record.request_id);
             }
         }
         let riding = self.ride_request_events(&purpose, &mut ops);

@@ -9,6 +9,8 @@
 //!   (`Output::LoadRequest`), parked until the answer; every later call naming the same id waits
 //!   behind the same lookup, so two calls can never both miss a stored record and write twice.
 //!   An id the runtime generated itself (a plain `send`) cannot be in history: no lookup.
+//! - HIST-5: once the runtime's seed of the stored ids is complete, an id neither seeded nor
+//!   written by this engine (`StoredIds`, a Bloom filter) has no row: no lookup.
 //! - HIST-3: a lookup that fails is `indeterminate` / `history_unreadable` (write state
 //!   unknown, not retry-safe): the id may be one that was written and left memory, so nothing
 //!   may be claimed about it (IDEM-7); replaying the same id later answers. A missing record is
@@ -38,6 +40,10 @@ impl Engine {
         if let Some((_, parked)) = self.lookups.get_mut(request_id) {
             parked.push(call);
             return true;
+        }
+        // HIST-5: an id the complete seed never saw and this engine never wrote has no row.
+        if self.stored_ids.is_seeded() && !self.stored_ids.may_contain(request_id) {
+            return false;
         }
         let load_id = self.fresh_id();
         self.lookups.insert(request_id.clone(), (load_id, vec![call]));
@@ -73,6 +79,16 @@ impl Engine {
             }
         }
         self.evict_if_finished(&request_id);
+    }
+
+    /// HIST-5: the runtime's read of the ids in the store, chunk by chunk.
+    pub(crate) fn on_history_seed(&mut self, ids: Vec<RequestId>, complete: bool) {
+        for request_id in &ids {
+            self.stored_ids.insert(request_id);
+        }
+        if complete {
+            self.stored_ids.mark_seeded();
+        }
     }
 
     fn refuse_unlooked(&mut self, request_id: &RequestId, call: Parked, error: &str) {

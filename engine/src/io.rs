@@ -87,6 +87,10 @@ pub enum Input {
     /// HIST-2: the answer to `Output::LoadRequest`: the stored (finished) record, None when
     /// the store has no such request, Err when it could not be read.
     RequestLoaded { load_id: u64, record: Result<Option<RequestRecord>, String> },
+    /// HIST-5: request ids the store holds, read by the runtime once after start, in chunks;
+    /// `complete` on the last one says every id of one read snapshot was sent (a failed read
+    /// never sends it, and ids stay looked up).
+    HistorySeed { ids: Vec<RequestId>, complete: bool },
     /// EV-5 / OBS-1: the observer's checkpoint, sent after the events it covers; the engine
     /// commits it with them (opaque to the engine).
     ObserverCheckpoint { agent_id: AgentId, checkpoint_json: String },

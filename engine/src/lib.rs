@@ -26,6 +26,7 @@ pub mod prompt;
 pub mod receipt;
 mod recovery;
 pub mod request;
+pub mod stored_ids;
 pub mod submit;
 pub mod terminal;
 
@@ -43,5 +44,6 @@ pub use prompt::PasteMode;
 pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
 pub use recovery::RESTART_REASON;
 pub use request::{Evidence, EvidenceStep, Phase, RequestRecord};
+pub use stored_ids::StoredIds;
 pub use submit::{judge, AckEvidence, EnterBoundary, Judgement, PaneSample, SplitOutcome, SplitWrite, SubmitCommand, SubmitReceipt, SubmitStatus};
 pub use terminal::{TerminalEvent, TerminalState};

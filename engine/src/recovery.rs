@@ -23,6 +23,7 @@ impl Engine {
         engine.events = crate::event_stream::EventStream::recover(durable.last_event_sequence, durable.event_marks);
         for record in durable.requests {
             record.assert_consistent();
+            engine.stored_ids.insert(&record.request_id); // HIST-5: it has a row
             if let Some(event) = &record.terminal {
                 assert!(event.terminal_event_sequence <= durable.last_terminal_sequence, "TERM-3");
             }

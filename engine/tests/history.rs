@@ -122,3 +122,97 @@ fn hist_1_memory_does_not_grow_with_history() {
     }
     assert_eq!(rig.durable.len(), 2_000);
 }
+
+fn seed(rig: &mut Rig, ids: &[&str], complete: bool) {
+    rig.input(Input::HistorySeed { ids: ids.iter().map(|text| id(text)).collect(), complete });
+}
+
+/// HIST-5: once the seed of the stored ids is complete, an id it does not hold is new: no
+/// lookup, the admission goes straight on.
+#[test]
+fn hist_5_a_seeded_engine_admits_a_new_id_without_a_lookup() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_loads = true;
+    seed(&mut rig, &[OTHER], true);
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert!(rig.loads.is_empty(), "HIST-5: a new id needs no lookup");
+    rig.user_message("turn-1", "hi", 1010);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(rig.writes(), 1);
+}
+
+/// HIST-5: until the last chunk says `complete`, the seed proves nothing: ids are looked up.
+#[test]
+fn hist_5_an_incomplete_seed_still_looks_ids_up() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_loads = true;
+    seed(&mut rig, &[OTHER], false);
+    rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert_eq!(rig.loads.len(), 1, "a seed still arriving (or one that failed) skips nothing");
+}
+
+/// HIST-5: after a restart, a stored id in the seed is looked up, so naming an id the previous
+/// daemon finished still answers from the store and writes nothing; the seed is what stands
+/// between that id and a second write (without it in the seed, the same call is taken for new).
+#[test]
+fn hist_5_a_seeded_id_is_looked_up_after_a_restart_and_replays() {
+    for seeded in [true, false] {
+        let mut rig = Rig::with_idle_zola();
+        let first = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+        let original = rig.receipt(first).clone();
+        rig.provider_turn("turn-1", "first", "done", 1000);
+        rig.crash_and_recover_open_only();
+        rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+        rig.input(Input::StartupComplete);
+        assert!(!rig.engine.stored_ids().may_contain(&id(REQ)), "the new engine never saw REQ");
+        rig.hold_loads = true;
+        let ids: &[&str] = if seeded { &[OTHER, REQ] } else { &[OTHER] };
+        seed(&mut rig, ids, true);
+        let again = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+        if !seeded {
+            assert!(rig.loads.is_empty(), "an id missing from the seed is taken for new: the seed must hold every stored id");
+            continue;
+        }
+        assert_eq!(rig.loads.len(), 1, "a seeded id is looked up");
+        rig.answer_next_load(None);
+        assert!(rig.receipt(again).replayed);
+        assert_eq!(Receipt { replayed: false, ..rig.receipt(again).clone() }, original);
+        assert_eq!(rig.writes(), 1, "the replay wrote nothing");
+    }
+}
+
+/// HIST-5: an id this engine wrote after the seed is in the filter from its first commit
+/// request on: once it finished and left memory, naming it again is looked up and replays.
+#[test]
+fn hist_5_an_id_written_after_the_seed_is_looked_up_once_it_left_memory() {
+    let mut rig = Rig::with_idle_zola();
+    seed(&mut rig, &[], true);
+    let first = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    rig.provider_turn("turn-1", "first", "done", 1000);
+    assert_eq!(rig.engine.requests_in_memory(), 0);
+    rig.hold_loads = true;
+    let again = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    assert_eq!(rig.loads.len(), 1, "HIST-5: the engine's own write put the id in the filter");
+    rig.answer_next_load(None);
+    assert!(rig.receipt(again).replayed);
+    assert_eq!(rig.receipt(again).request_id, rig.receipt(first).request_id);
+    assert_eq!(rig.writes(), 1);
+}
+
+/// HIST-2 before HIST-5: a call for an id whose lookup is in flight waits behind it, even if
+/// the seed completed meanwhile and does not hold the id.
+#[test]
+fn hist_5_a_call_behind_a_lookup_in_flight_waits_for_it() {
+    let mut rig = Rig::with_idle_zola();
+    rig.hold_loads = true;
+    let first = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert_eq!(rig.loads.len(), 1);
+    seed(&mut rig, &[], true);
+    let second = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert_eq!(rig.loads.len(), 1, "still one lookup");
+    assert!(!rig.has_receipt(first) && !rig.has_receipt(second), "both parked behind it");
+    rig.answer_next_load(None);
+    rig.user_message("turn-1", "hi", 1010);
+    assert_eq!(rig.receipt(first), rig.receipt(second));
+    assert_eq!(rig.writes(), 1);
+}

@@ -24,7 +24,7 @@ pub use limits::{
     TERMINAL_PAGE_MAX, WRITE_QUEUE_CAPACITY,
 };
 pub use op::{StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent};
-pub use reader::Store;
+pub use reader::{Store, REQUEST_IDS};
 pub use schema::{OpenReport, APPLICATION_ID, SCHEMA_VERSION};
 pub use writer::{CommitCallback, CommitInfo, StoreWriter, WriterStats};
 

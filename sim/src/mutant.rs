@@ -141,6 +141,9 @@ pub enum Mutant {
     /// Observer port glue (MGD-6): server requests are marked answered but no decline is
     /// written, so a turn that asked one waits forever.
     ServerRequestUnanswered,
+    /// Restart glue (HIST-5): the history seed reads the recovery loader's rows (open requests
+    /// only), so the engine takes a finished, evicted request's id for new and skips its lookup.
+    SeedOpenRequestsOnly,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -173,6 +176,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::ServerRequestUnanswered, "server_request_unanswered", "managed observer glue never writes the decline of a server request"),
     (Mutant::EarlierTailSkipped, "earlier_tail_skipped", "managed observer glue clamps a resume cursor in an earlier process's output to the current process's start"),
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
+    (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
 ];
 

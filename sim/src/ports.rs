@@ -956,6 +956,41 @@ impl Clock for SimClock {
     }
 }
 
+/// HIST-5, as `daemon::history_seed`: one read snapshot of every stored request id, sent to the
+/// engine in chunks (a few ids each, so admissions interleave with the seed), the last one
+/// `complete`. A failed read (`store.seed_failed`) stops short: ids stay looked up.
+async fn history_seed(world: Shared, inbox: mpsc::Sender<DriverMsg>) {
+    madsim::time::sleep(ms(0, 30)).await;
+    let ids: Vec<RequestId> = {
+        let w = world.lock().unwrap();
+        let stored = match w.mutant {
+            Mutant::SeedOpenRequestsOnly => w.store.open_requests(), // the bug: the recovery loader's rows
+            _ => w.store.requests(),
+        };
+        stored.iter().map(|r| RequestId::parse(&r.request_id).expect("stored ids are UUIDs")).collect()
+    };
+    let mut chunks: Vec<Vec<RequestId>> = ids.chunks(thread_rng().gen_range(1..5)).map(<[RequestId]>::to_vec).collect();
+    let last = chunks.pop().unwrap_or_default();
+    for ids in chunks {
+        let failed = {
+            let mut w = world.lock().unwrap();
+            let failed = w.fault_roll(w.plan.commit_fail / 4.0);
+            if failed {
+                w.counters.fault("store.seed_failed");
+                w.log("history seed failed: ids stay looked up".to_string());
+            }
+            failed
+        };
+        if failed {
+            return;
+        }
+        send(&inbox, Input::HistorySeed { ids, complete: false });
+        madsim::time::sleep(ms(0, 3)).await;
+    }
+    world.lock().unwrap().log(format!("history seeded ({} ids)", ids.len()));
+    send(&inbox, Input::HistorySeed { ids: last, complete: true });
+}
+
 /// Starts a daemon on a fresh node: recover the engine from what is durable, re-register the
 /// agents, let watchers catch up from the store, and run the production driver.
 pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
@@ -1044,6 +1079,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         madsim::task::spawn(store_writer(world.clone(), inbox.clone(), store_rx));
         madsim::task::spawn(retention(world.clone()));
         madsim::task::spawn(observer_loop(world.clone(), inbox.clone(), wake_rx));
+        madsim::task::spawn(history_seed(world.clone(), inbox.clone()));
         let effects = SimEffects { world, inbox, store: store_tx };
         run_driver(engine, inbox_rx, effects, clock).await;
     });

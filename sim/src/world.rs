@@ -74,6 +74,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "store.commit_failed",
     "store.slow_commit",
     "store.lookup_failed",
+    "store.seed_failed",
     "crash.random",
     "crash.after_commit",
     "crash.after_pane_write",

@@ -368,8 +368,18 @@ impl Rig {
 
     /// Simulates a crash: everything not durable is gone; the engine is rebuilt.
     pub fn crash_and_recover(&mut self) {
+        self.recover_from(self.durable.values().cloned().collect());
+    }
+
+    /// A crash, recovered as the daemon does (HIST-1): only open requests are loaded, finished
+    /// ones stay in `durable` for lookups.
+    pub fn crash_and_recover_open_only(&mut self) {
+        self.recover_from(self.durable.values().filter(|r| !is_finished(r.phase)).cloned().collect());
+    }
+
+    fn recover_from(&mut self, requests: Vec<RequestRecord>) {
         let durable = DurableState {
-            requests: self.durable.values().cloned().collect(),
+            requests,
             last_terminal_sequence: self.durable_terminal.last().map_or(0, |e| e.terminal_event_sequence),
             last_event_sequence: self.durable_events.iter().map(|e| e.sequence).max().unwrap_or(0),
             event_marks: self.durable_marks.values().cloned().collect(),

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod effects;
 pub mod events;
 pub mod faults;
+pub mod history_seed;
 pub mod managed;
 pub mod monitor;
 pub mod requests;
@@ -210,6 +211,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     // The driver runs before anything can fill its inbox, so startup never waits on itself.
     let effects = effects::RealEffects { inbox: inbox.clone(), agents: agents.clone(), writer: writer.clone(), terminal: terminal.clone(), events: events.clone(), store: store.clone(), fault };
     let mut driver = tokio::spawn(run_driver(engine, inbox_rx, effects, clock));
+    history_seed::spawn(store.clone(), inbox.clone());
     let checkpoints = load_checkpoints(&store);
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;

@@ -20,6 +20,9 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
+/// HIST-5: every request id, in id order (the primary key's index covers it).
+pub const REQUEST_IDS: &str = "SELECT request_id FROM requests ORDER BY request_id";
+
 impl Store {
     /// Opens (creating with mode 0600 if missing) and migrates the database at `path`. Refuses a
     /// file that is not a wakterm database or was written by a newer schema, without modifying
@@ -83,6 +86,23 @@ impl Store {
         let mut stmt = conn.prepare_cached(&format!("{REQUEST_SELECT} WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id"))?;
         let rows = stmt.query_map([], raw_request)?;
         rows.map(|raw| request_from_raw(raw?)).collect()
+    }
+
+    /// HIST-5: every request id, in one read snapshot, handed to `each` in id order until it
+    /// returns false. Read on a connection of its own (read-only), so lookups and pages on the
+    /// shared one never wait behind a scan of the whole history; the primary key's index
+    /// covers it (the records themselves are not read).
+    pub fn for_each_request_id(&self, mut each: impl FnMut(&str) -> bool) -> Result<(), StoreError> {
+        let conn = Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+        let mut stmt = conn.prepare(REQUEST_IDS)?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let request_id: String = row.get(0)?;
+            if !each(&request_id) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     pub fn get_request(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError> {
