@@ -114,6 +114,9 @@ pub struct CodexObserver {
     /// OBS-2: records ending at or before this position are already folded into `turn` (the
     /// checkpoint's state): they are replayed to the engine but not folded again.
     fold_from: Option<u64>,
+    /// LIVE-1: a pidfd on `process`, opened at the first check (None until then, or while it
+    /// cannot be opened).
+    exit_watch: Option<proc_probe::ExitWatch>,
     /// How far the last call got (MON-1's snapshot without another discovery).
     last_health: Health,
     /// OBS-3: the session whose checkpoint the file failed to prove. A resume into it, in
@@ -149,6 +152,7 @@ impl CodexObserver {
             corrupt_lines: 0,
             saved: None,
             fold_from: None,
+            exit_watch: None,
             last_health: Health::Unavailable("not looked at yet".into()),
             disproved: None,
             discovery_clean: false,
@@ -629,13 +633,27 @@ impl CodexObserver {
     }
 
     /// LIVE-1: only evidence says the adopted process is gone: /proc has no such pid, the pid
-    /// now names another process, or it is a zombie. A probe that fails otherwise (out of
-    /// descriptors, a read error) is "unknown": keep reading; the next check asks again.
-    fn process_gone(&self) -> bool {
-        match proc_probe::standing(self.process.pid) {
-            Ok((identity, zombie)) => identity != engine_to_probe(self.process) || zombie,
-            Err(error) => error.is_gone(),
+    /// now names another process, or it is a zombie; once a pidfd on it is open, that the
+    /// pidfd reports its exit ([`proc_probe::ExitWatch`]: one `poll`, no /proc read). A probe
+    /// that fails otherwise (out of descriptors, a read error) is "unknown": keep reading; the
+    /// next check asks again (and tries the pidfd again).
+    fn process_gone(&mut self) -> bool {
+        let identity = engine_to_probe(self.process);
+        if self.exit_watch.is_none() {
+            match proc_probe::ExitWatch::open(identity) {
+                Ok(Some(watch)) => self.exit_watch = Some(watch),
+                Ok(None) => return true,
+                // No pidfd (out of descriptors, ...): the stat alone, as before.
+                Err(_) => {
+                    return match proc_probe::standing(self.process.pid) {
+                        Ok((now, zombie)) => now != identity || zombie,
+                        Err(error) => error.is_gone(),
+                    }
+                }
+            }
         }
+        let watch = self.exit_watch.as_ref().expect("opened above");
+        watch.exited().unwrap_or(false)
     }
 
     fn snapshot(&self, health: &Health, screen: Option<&str>) -> ObserverSnapshot {

@@ -131,6 +131,49 @@ pub fn standing(pid: u32) -> Result<(ProcessIdentity, bool), ProbeError> {
     Ok((identity, zombie))
 }
 
+/// LIVE-1 for an adopted process without reading `/proc` on every look (issue 10: the
+/// stat read and parse were 4 % of the daemon's CPU at 10 busy agents): a pidfd names one
+/// process for its whole life, so a reused pid can never be mistaken for it, and it becomes
+/// readable once that process has exited (a zombie included).
+#[derive(Debug)]
+pub struct ExitWatch {
+    pidfd: std::os::fd::OwnedFd,
+}
+
+impl ExitWatch {
+    /// A watch on `identity`: Ok(None) when the evidence already says it is gone (no such
+    /// pid, the pid names another process, or a zombie). The stat is read after the pidfd is
+    /// open: a process seen alive then was alive when the pidfd was opened (it existed before,
+    /// as `identity` says), so the pidfd names it and no process that reused its pid.
+    pub fn open(identity: ProcessIdentity) -> Result<Option<ExitWatch>, ProbeError> {
+        let pid = identity.pid;
+        let raw = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).ok_or(ProbeError::InvalidPid { pid })?;
+        let pidfd = match rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) {
+            Ok(pidfd) => pidfd,
+            Err(rustix::io::Errno::SRCH) => return Ok(None),
+            Err(error) => return Err(ProbeError::Proc { pid, message: format!("pidfd_open: {error}") }),
+        };
+        match standing(pid) {
+            Ok((now, zombie)) if now == identity && !zombie => Ok(Some(ExitWatch { pidfd })),
+            Ok(_) => Ok(None),
+            Err(error) if error.is_gone() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Whether the process has exited: one `poll` of the pidfd, no wait. An error is "unknown"
+    /// (LIVE-1), never evidence.
+    pub fn exited(&self) -> Result<bool, ProbeError> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+        let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+        match poll(&mut fds, Some(&zero)) {
+            Ok(_) => Ok(!fds[0].revents().is_empty()),
+            Err(error) => Err(ProbeError::Proc { pid: 0, message: format!("poll of a pidfd: {error}") }),
+        }
+    }
+}
+
 /// All transitive children of `pid` (not `pid` itself), nearest first. Cost follows the
 /// agent's own tree, not the machine: each process's children come from the kernel's
 /// `/proc/PID/task/TID/children` lists; only a kernel without them (CONFIG_PROC_CHILDREN)
@@ -526,6 +569,31 @@ mod tests {
         }
         assert_eq!(standing(zombie).unwrap().0.pid, zombie);
         exited.wait().unwrap();
+    }
+
+    /// LIVE-1 through a pidfd: a live process is not exited; its exit shows at once, as a
+    /// zombie and after it is reaped; a watch is never opened for another identity (a reused
+    /// pid), a zombie or a pid that does not exist.
+    #[test]
+    fn live_1_the_exit_watch_sees_the_exit_and_never_another_process() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let identity = standing(child.id()).unwrap().0;
+        let watch = ExitWatch::open(identity).unwrap().expect("a live process is watched");
+        assert_eq!(watch.exited(), Ok(false));
+        let other = ProcessIdentity { start_time_ticks: identity.start_time_ticks + 1, ..identity };
+        assert!(ExitWatch::open(other).unwrap().is_none(), "another incarnation of the pid is gone, not watched");
+        child.kill().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !standing(child.id()).unwrap().1 {
+            assert!(Instant::now() < deadline, "the killed child never showed as a zombie");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(watch.exited(), Ok(true), "a zombie has exited");
+        assert!(ExitWatch::open(identity).unwrap().is_none(), "a zombie is gone");
+        child.wait().unwrap();
+        assert_eq!(watch.exited(), Ok(true), "reaped: still exited");
+        assert!(ExitWatch::open(identity).unwrap().is_none(), "no such pid: gone");
+        assert_eq!(ExitWatch::open(ProcessIdentity { pid: 0, start_time_ticks: 1 }).unwrap_err(), ProbeError::InvalidPid { pid: 0 });
     }
 
     #[test]
