@@ -1258,6 +1258,11 @@ fn scaling_world(cfg: &Config, report: &mut Report) {
         // both sides alike instead of deciding the ratio.
         let half = cfg.runs.div_ceil(2);
         let (mut without, mut with) = (Samples::default(), Samples::default());
+        // Every block starts after the same 1 s pause: the first one used to start right after
+        // the latency phase's last turn, whose tail (its completion, the monitor's screen look)
+        // could land in the first "without" samples only (in the sixth session's two runs the
+        // side with the `sleep`s came out faster: 0.71x and 0.73x).
+        pause(Duration::from_secs(1));
         let before = processes_on_machine();
         without.take(&w, &sock, &watcher, &a, half);
         let sleeps = Sleeps::spawn(cfg.sleeps);
