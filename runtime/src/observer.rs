@@ -644,12 +644,7 @@ impl CodexObserver {
                 Ok(Some(watch)) => self.exit_watch = Some(watch),
                 Ok(None) => return true,
                 // No pidfd (out of descriptors, ...): the stat alone, as before.
-                Err(_) => {
-                    return match proc_probe::standing(self.process.pid) {
-                        Ok((now, zombie)) => now != identity || zombie,
-                        Err(error) => error.is_gone(),
-                    }
-                }
+                Err(_) => return proc_probe::gone_by_stat(identity).unwrap_or(false),
             }
         }
         let watch = self.exit_watch.as_ref().expect("opened above");

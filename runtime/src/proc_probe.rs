@@ -131,6 +131,17 @@ pub fn standing(pid: u32) -> Result<(ProcessIdentity, bool), ProbeError> {
     Ok((identity, zombie))
 }
 
+/// LIVE-1 from the stat alone: Ok(true) when the evidence says `identity` is gone (no such
+/// pid, the pid names another process, or a zombie), Ok(false) while it runs, and the error
+/// when the probe failed otherwise ("unknown", never evidence).
+pub fn gone_by_stat(identity: ProcessIdentity) -> Result<bool, ProbeError> {
+    match standing(identity.pid) {
+        Ok((now, zombie)) => Ok(now != identity || zombie),
+        Err(error) if error.is_gone() => Ok(true),
+        Err(error) => Err(error),
+    }
+}
+
 /// LIVE-1 for an adopted process without reading `/proc` on every look (issue 10: the
 /// stat read and parse were 4 % of the daemon's CPU at 10 busy agents): a pidfd names one
 /// process for its whole life, so a reused pid can never be mistaken for it, and it becomes
@@ -153,12 +164,7 @@ impl ExitWatch {
             Err(rustix::io::Errno::SRCH) => return Ok(None),
             Err(error) => return Err(ProbeError::Proc { pid, message: format!("pidfd_open: {error}") }),
         };
-        match standing(pid) {
-            Ok((now, zombie)) if now == identity && !zombie => Ok(Some(ExitWatch { pidfd })),
-            Ok(_) => Ok(None),
-            Err(error) if error.is_gone() => Ok(None),
-            Err(error) => Err(error),
-        }
+        Ok((!gone_by_stat(identity)?).then_some(ExitWatch { pidfd }))
     }
 
     /// Whether the process has exited: one `poll` of the pidfd, no wait. An error is "unknown"
