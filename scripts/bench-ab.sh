@@ -75,19 +75,19 @@ done
 echo "## bench-ab $stamp: base = $base_rev, new = ${2:-the working tree}, $rounds alternations (quick runs, agents $BENCH_AGENTS)"
 python3 - "${files[@]}" <<'EOF'
 import re, statistics, sys
-# The rows to compare: (label start in results.md, short name).
-keys = [("SQLite commit of one small row", "commit floor"),
-        ("`agent admit --return-final` receipt, socket, p50", "socket admit p50"),
-        ("throughput,", "throughput"),
-        ("daemon CPU per admission+completion,", "daemon CPU / request"),
-        ("task_complete written -> `request watch` prints it", "watcher")]
+# The rows to compare, by how their label in results.md starts.
+keys = ["SQLite commit of one small row",
+        "`agent admit --return-final` receipt, socket, p50",
+        "throughput,",
+        "daemon CPU per admission+completion,",
+        "task_complete written -> `request watch` prints it"]
 runs = {"base": [], "new": []}
 for arg in sys.argv[1:]:
     side, path = arg.split("=", 1)
     rows = {}
     for line in open(path, encoding="utf-8"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 2 or not any(cells[0].startswith(k) for k, _ in keys):
+        if len(cells) < 2 or not any(cells[0].startswith(k) for k in keys):
             continue
         number = re.match(r"[0-9.]+", cells[1].replace(",", ""))
         if number:
