@@ -16,34 +16,28 @@ pub const SEED_CHUNK: usize = 4096;
 /// Reads and sends the seed; the number of ids sent, or why the seed stopped short (nothing
 /// `complete` was sent then).
 pub fn seed(store: &Store, inbox: &mpsc::Sender<DriverMsg>) -> Result<u64, String> {
+    let send = |ids: Vec<RequestId>, complete: bool| {
+        let input = Input::HistorySeed { ids, complete };
+        inbox.blocking_send(DriverMsg::Input(input)).map_err(|_| "the engine driver stopped".to_string())
+    };
     let mut chunk = Vec::with_capacity(SEED_CHUNK);
     let mut sent = 0u64;
-    let mut failure = None;
-    let send = |ids: Vec<RequestId>, complete: bool| inbox.blocking_send(DriverMsg::Input(Input::HistorySeed { ids, complete })).is_ok();
+    let mut outcome = Ok(());
     store
         .for_each_request_id(|stored| {
-            let Ok(request_id) = RequestId::parse(stored) else {
-                failure = Some(format!("a stored request id is not a UUID: {stored:?}"));
-                return false;
-            };
-            chunk.push(request_id);
-            sent += 1;
-            if chunk.len() < SEED_CHUNK {
-                return true;
-            }
-            let full = std::mem::replace(&mut chunk, Vec::with_capacity(SEED_CHUNK));
-            send(full, false) || {
-                failure = Some("the engine driver stopped".to_string());
-                false
-            }
+            outcome = RequestId::parse(stored).map_err(|_| format!("a stored request id is not a UUID: {stored:?}")).and_then(|request_id| {
+                chunk.push(request_id);
+                sent += 1;
+                if chunk.len() < SEED_CHUNK {
+                    return Ok(());
+                }
+                send(std::mem::replace(&mut chunk, Vec::with_capacity(SEED_CHUNK)), false)
+            });
+            outcome.is_ok()
         })
         .map_err(|error| error.to_string())?;
-    if let Some(failure) = failure {
-        return Err(failure);
-    }
-    if !send(chunk, true) {
-        return Err("the engine driver stopped".to_string());
-    }
+    outcome?;
+    send(chunk, true)?;
     Ok(sent)
 }
 
