@@ -425,33 +425,27 @@ fn put_request(
     record: &str,
     updated_ms: u64,
 ) -> Result<(), StoreError> {
-    let identity: Option<(String, String)> = conn
-        .prepare_cached("SELECT agent_id, fingerprint FROM requests WHERE request_id = ?1")?
-        .query_row([request_id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    if let Some((stored_agent, stored_fingerprint)) = identity {
-        if stored_agent != agent_id || stored_fingerprint != fingerprint {
-            return Err(StoreError::constraint(format!(
-                "request {request_id} is stored for agent {stored_agent} with fingerprint \
-                 {stored_fingerprint}; its agent and fingerprint cannot change"
-            )));
-        }
-    }
     let updated_ms = to_sql_integer("updated_ms", updated_ms)?;
-    conn.prepare_cached(
-        "INSERT INTO requests(request_id, agent_id, phase, fingerprint, record, updated_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(request_id) DO UPDATE SET \
-         phase = excluded.phase, record = excluded.record, updated_ms = excluded.updated_ms",
-    )?
-    .execute(params![
-        request_id,
-        agent_id,
-        phase,
-        fingerprint,
-        record,
-        updated_ms
-    ])?;
-    Ok(())
+    // One statement: a stored row is updated only while its agent and fingerprint match; the
+    // stored identity is read only to explain a refusal.
+    let changed = conn
+        .prepare_cached(
+            "INSERT INTO requests(request_id, agent_id, phase, fingerprint, record, updated_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(request_id) DO UPDATE SET \
+             phase = excluded.phase, record = excluded.record, updated_ms = excluded.updated_ms \
+             WHERE requests.agent_id = excluded.agent_id AND requests.fingerprint = excluded.fingerprint",
+        )?
+        .execute(params![request_id, agent_id, phase, fingerprint, record, updated_ms])?;
+    if changed == 1 {
+        return Ok(());
+    }
+    let (stored_agent, stored_fingerprint): (String, String) = conn
+        .prepare_cached("SELECT agent_id, fingerprint FROM requests WHERE request_id = ?1")?
+        .query_row([request_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Err(StoreError::constraint(format!(
+        "request {request_id} is stored for agent {stored_agent} with fingerprint \
+         {stored_fingerprint}; its agent and fingerprint cannot change"
+    )))
 }
 
 fn append_terminal(

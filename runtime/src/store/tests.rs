@@ -212,6 +212,19 @@ fn store_keeps_request_identity_and_agent_names_unique() {
         .commit_blocking(vec![request("r1", "p", "fp2", 2)])
         .unwrap_err();
     assert!(matches!(err, StoreError::Constraint { .. }), "{err:?}");
+    assert!(err.to_string().contains("stored for agent a1 with fingerprint fp1"), "{err}");
+    let other_agent = match request("r1", "q", "fp1", 3) {
+        StoreOp::PutRequest { request_id, phase, fingerprint, record_json, updated_ms, .. } => {
+            StoreOp::PutRequest { request_id, agent_id: "a9".into(), phase, fingerprint, record_json, updated_ms }
+        }
+        _ => unreachable!(),
+    };
+    let err = writer.commit_blocking(vec![other_agent]).unwrap_err();
+    assert!(matches!(err, StoreError::Constraint { .. }) && err.to_string().contains("cannot change"), "{err:?}");
+    let stored = store.get_request("r1").unwrap().unwrap();
+    assert_eq!((stored.agent_id.as_str(), stored.phase.as_str(), stored.updated_ms), ("a1", "p", 1), "a refused put changes nothing");
+    writer.commit_blocking(vec![request("r1", "q", "fp1", 4)]).unwrap();
+    assert_eq!(store.get_request("r1").unwrap().unwrap().phase, "q", "the same identity updates");
     let err = writer
         .commit_blocking(vec![agent("a2", "zola")])
         .unwrap_err();
