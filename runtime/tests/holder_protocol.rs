@@ -561,6 +561,10 @@ fn the_linger_watch_sleeps_through_output() {
         collect_until(&mut sub, |seen| contains(seen, line.as_bytes())); // one chunk at a time
     }
     let (linger_after, reader_after) = (thread_switches(pid, "holder-linger"), thread_switches(pid, "holder-reader"));
-    assert!(reader_after >= reader_before + 25, "the reader woke for the output ({reader_before} -> {reader_after})");
+    // The control: switches of this thread are counted at all. Not one per chunk: on a loaded
+    // machine the next chunk is often there before the reader is back in `read` (a CI run saw
+    // 17 for 50 chunks). The linger watch's bound below holds either way: every chunk was read
+    // and signalled (each was seen by the subscriber before the next was written).
+    assert!(reader_after > reader_before, "the reader's switches are counted ({reader_before} -> {reader_after})");
     assert!(linger_after <= linger_before + 2, "50 output chunks woke the linger watch {} times", linger_after - linger_before);
 }
