@@ -8,6 +8,7 @@ pub mod observer;
 pub mod observer_checkpoint;
 pub mod screen;
 pub mod proc_probe;
+pub mod json_fields;
 pub mod rollout;
 pub mod rollout_tail;
 pub mod output_cursor;

@@ -169,10 +169,8 @@ impl CodexObserver {
     /// The state to save now: attached, caught up past any replay, and the fold's state at
     /// the tail's offset. None while that is not known.
     pub fn checkpoint(&self) -> Option<ObserverCheckpoint> {
+        self.checkpoint_position()?;
         let attachment = self.attached.as_ref()?;
-        if self.behind || self.exited || self.fold_from.is_some() || self.pending_resume.is_some() {
-            return None;
-        }
         Some(ObserverCheckpoint {
             version: CHECKPOINT_VERSION,
             incarnation: self.incarnation.clone(),
@@ -182,6 +180,16 @@ impl CodexObserver {
             tail: attachment.tail.cursor(),
             turn: self.turn.clone(),
         })
+    }
+
+    /// Where [`checkpoint`](Self::checkpoint) would be (session, offset), without building it
+    /// (that hashes the rollout's checkpoint window). None while no checkpoint may be saved.
+    pub fn checkpoint_position(&self) -> Option<(&SessionId, u64)> {
+        let attachment = self.attached.as_ref()?;
+        if self.behind || self.exited || self.fold_from.is_some() || self.pending_resume.is_some() {
+            return None;
+        }
+        Some((&attachment.session, attachment.tail.offset()))
     }
 
     /// Rediscovers the rollout (a process may switch sessions), reads everything new, and

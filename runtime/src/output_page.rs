@@ -155,7 +155,7 @@ fn event_id(provider_session: &str, entry: &TailEntry) -> String {
         .chain_update(b"wakterm-output-event\0")
         .chain_update(provider_session.as_bytes())
         .chain_update([0])
-        .chain_update(entry.content_hash)
+        .chain_update(entry.content_hash.expect("the output page's tail hashes lines"))
         .chain_update(entry.offset.to_be_bytes())
         .finalize();
     format!("evt_{}", hex(&digest[..16]))
@@ -308,7 +308,7 @@ pub fn answer(
     }
     let tail_cursor = state.tail_cursor().expect("checked by decode_cursor");
     let mut tail = match RolloutTail::resume(path, &tail_cursor) {
-        Ok(tail) => tail,
+        Ok(tail) => tail.with_line_hashes(), // OUT-2: event ids
         Err(error) => return tail_failure(key, agent, &observed, &error),
     };
     // OUT-6: one bounded page; the cost is what was appended since the cursor.

@@ -14,6 +14,8 @@
 //! is indistinguishable by role, so they are never reported as prompts. Only the event
 //! stream is. A build that writes BOTH event forms is handled by [`PromptDeduper`].
 
+use crate::json_fields::{self, as_string, object_fields, raw_object_fields};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::fmt;
 use std::path::PathBuf;
@@ -101,26 +103,40 @@ pub fn parse_line(line: &[u8]) -> Result<RolloutRecord, RecordError> {
     if trimmed.is_empty() {
         return Err(RecordError::EmptyLine);
     }
-    let value: Value = serde_json::from_slice(trimmed)
-        .map_err(|e| RecordError::InvalidJson { message: e.to_string() })?;
-    let Value::Object(mut object) = value else { return Err(RecordError::NotARecord) };
-    let Some(Value::String(kind)) = object.remove("type") else {
+    // Only `type` and `payload` are taken; the rest (most of a line) is checked and skipped.
+    let Some([kind, payload]) = object_fields(trimmed, ["type", "payload"]).map_err(invalid_json)? else {
         return Err(RecordError::NotARecord);
     };
-    let payload = match object.remove("payload") {
-        Some(Value::Object(payload)) => payload,
+    let Some(kind) = as_string(kind).map_err(invalid_json)? else { return Err(RecordError::NotARecord) };
+    let payload = match payload {
+        Some(payload) if json_fields::is_object(payload) => payload,
         // Our two known kinds need an object payload; any other kind is skipped either way.
         _ if kind == "session_meta" || kind == "event_msg" => {
             return Err(RecordError::MissingField { kind, field: "payload" });
         }
         _ => return Ok(other(&kind, None)),
     };
-    match kind.as_str() {
-        "session_meta" => parse_session_meta(payload),
-        "event_msg" => parse_event_msg(payload),
-        "response_item" => Ok(parse_response_item(&payload)),
-        _ => Ok(other(&kind, payload.get("type").and_then(Value::as_str))),
+    if kind == "session_meta" {
+        return parse_session_meta(whole(payload)?);
     }
+    if kind == "response_item" {
+        return parse_response_item(payload).map_err(invalid_json);
+    }
+    let [sub_kind] = raw_object_fields(payload, ["type"]).map_err(invalid_json)?.expect("an object");
+    match as_string(sub_kind).map_err(invalid_json)? {
+        Some(event) if kind == "event_msg" => parse_event_msg(&event, payload),
+        sub_kind => Ok(other(&kind, sub_kind.as_deref())),
+    }
+}
+
+/// serde_json's description of why bytes are not JSON (line/column, no content).
+fn invalid_json(error: serde_json::Error) -> RecordError {
+    RecordError::InvalidJson { message: error.to_string() }
+}
+
+/// A payload the record is read from, built whole (a kind whose fields are all needed).
+fn whole(payload: &RawValue) -> Result<Map<String, Value>, RecordError> {
+    serde_json::from_str(payload.get()).map_err(invalid_json)
 }
 
 /// The name of Codex's plan tool (a plain function tool, no namespace).
@@ -137,23 +153,26 @@ struct UpdatePlanArgs {
 
 /// Of the `response_item` records (model input and output, injected context included) only
 /// the plan tool's call is a fact the stream reports (EV-11); messages come from `event_msg`.
-fn parse_response_item(payload: &Map<String, Value>) -> RolloutRecord {
-    let sub_kind = payload.get("type").and_then(Value::as_str);
-    let is_plan_call = sub_kind == Some("function_call")
-        && payload.get("name").and_then(Value::as_str) == Some(PLAN_TOOL)
-        && payload.get("namespace").is_none_or(Value::is_null);
-    let arguments = payload.get("arguments").and_then(Value::as_str);
-    let parsed = arguments.filter(|_| is_plan_call).and_then(|json| serde_json::from_str::<UpdatePlanArgs>(json).ok());
+/// Only the fields that decide that are read: the rest (the model's text, tool output) is
+/// skipped unbuilt.
+fn parse_response_item(payload: &RawValue) -> Result<RolloutRecord, serde_json::Error> {
+    const FIELDS: [&str; 5] = ["type", "name", "namespace", "arguments", "internal_chat_message_metadata_passthrough"];
+    let [sub_kind, name, namespace, arguments, passthrough] = raw_object_fields(payload, FIELDS)?.expect("an object");
+    let sub_kind = as_string(sub_kind)?;
+    let is_plan_call = sub_kind.as_deref() == Some("function_call")
+        && as_string(name)?.as_deref() == Some(PLAN_TOOL)
+        && namespace.is_none_or(json_fields::is_null);
+    let arguments = as_string(arguments)?;
+    let parsed = arguments.filter(|_| is_plan_call).and_then(|json| serde_json::from_str::<UpdatePlanArgs>(&json).ok());
     let Some(args) = parsed else {
-        let label = if is_plan_call { "function_call(update_plan, arguments refused)" } else { sub_kind.unwrap_or("") };
-        return other("response_item", (!label.is_empty()).then_some(label));
+        let label = if is_plan_call { "function_call(update_plan, arguments refused)" } else { sub_kind.as_deref().unwrap_or("") };
+        return Ok(other("response_item", (!label.is_empty()).then_some(label)));
     };
-    let turn_id = payload
-        .get("internal_chat_message_metadata_passthrough")
-        .and_then(|meta| meta.get("turn_id"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    RolloutRecord::PlanUpdated { turn_id, explanation: args.explanation, plan: args.plan }
+    let turn_id = match passthrough.filter(|raw| json_fields::is_object(raw)) {
+        Some(meta) => as_string(raw_object_fields(meta, ["turn_id"])?.expect("an object")[0])?,
+        None => None,
+    };
+    Ok(RolloutRecord::PlanUpdated { turn_id, explanation: args.explanation, plan: args.plan })
 }
 
 fn other(kind: &str, sub_kind: Option<&str>) -> RolloutRecord {
@@ -183,36 +202,48 @@ fn parse_session_meta(mut payload: Map<String, Value>) -> Result<RolloutRecord, 
     })
 }
 
-fn parse_event_msg(payload: Map<String, Value>) -> Result<RolloutRecord, RecordError> {
-    let Some(event) = payload.get("type").and_then(Value::as_str) else {
-        return Ok(other("event_msg", None));
-    };
+/// Reads the `event_msg` kinds the observer needs; every other one (token counts, settings) is
+/// `Other` by its label, its payload never built.
+fn parse_event_msg(event: &str, raw: &RawValue) -> Result<RolloutRecord, RecordError> {
     let kind = format!("event_msg/{event}");
     match event {
         "task_started" => {
+            let payload = whole(raw)?;
             Ok(RolloutRecord::TurnStarted { turn_id: required_str(&payload, &kind, "turn_id")? })
         }
-        "task_complete" => Ok(RolloutRecord::TurnComplete {
-            turn_id: required_str(&payload, &kind, "turn_id")?,
-            last_agent_message: optional_text(&payload, &kind, "last_agent_message")?,
-        }),
-        "turn_aborted" => Ok(RolloutRecord::TurnAborted {
-            turn_id: optional_str(&payload, &kind, "turn_id")?,
-            // The reason is informative only; an absent one is reported as such, not invented.
-            reason: optional_str(&payload, &kind, "reason")?.unwrap_or_else(|| "unspecified".into()),
-        }),
-        "user_message" => Ok(RolloutRecord::UserMessage {
-            turn_id: optional_str(&payload, &kind, "turn_id")?,
-            text: required_text(&payload, &kind, "message")?,
-            source: MessageSource::LegacyEvent,
-        }),
-        "agent_message" => Ok(RolloutRecord::AgentMessage {
-            turn_id: optional_str(&payload, &kind, "turn_id")?,
-            text: required_text(&payload, &kind, "message")?,
-            source: MessageSource::LegacyEvent,
-            phase: phase_label(&payload),
-        }),
-        "item_completed" => parse_item_completed(&payload, &kind),
+        "task_complete" => {
+            let payload = whole(raw)?;
+            Ok(RolloutRecord::TurnComplete {
+                turn_id: required_str(&payload, &kind, "turn_id")?,
+                last_agent_message: optional_text(&payload, &kind, "last_agent_message")?,
+            })
+        }
+        "turn_aborted" => {
+            let payload = whole(raw)?;
+            Ok(RolloutRecord::TurnAborted {
+                turn_id: optional_str(&payload, &kind, "turn_id")?,
+                // The reason is informative only; an absent one is reported as such, not invented.
+                reason: optional_str(&payload, &kind, "reason")?.unwrap_or_else(|| "unspecified".into()),
+            })
+        }
+        "user_message" => {
+            let payload = whole(raw)?;
+            Ok(RolloutRecord::UserMessage {
+                turn_id: optional_str(&payload, &kind, "turn_id")?,
+                text: required_text(&payload, &kind, "message")?,
+                source: MessageSource::LegacyEvent,
+            })
+        }
+        "agent_message" => {
+            let payload = whole(raw)?;
+            Ok(RolloutRecord::AgentMessage {
+                turn_id: optional_str(&payload, &kind, "turn_id")?,
+                text: required_text(&payload, &kind, "message")?,
+                source: MessageSource::LegacyEvent,
+                phase: phase_label(&payload),
+            })
+        }
+        "item_completed" => parse_item_completed(&whole(raw)?, &kind),
         _ => Ok(other("event_msg", Some(event))),
     }
 }
@@ -570,6 +601,28 @@ mod tests {
             parse_line(&line("event_msg", r#"{"type":"task_started","turn_id":5}"#)),
             Err(RecordError::WrongType { kind: "event_msg/task_started".into(), field: "turn_id" })
         );
+    }
+
+    // Only the fields a record needs are built (`json_fields`): a skipped field is checked for
+    // syntax and UTF-8 only, so a lone surrogate escape or an out-of-range number there no
+    // longer hides the record; in a field that is read it still makes the line invalid.
+    #[test]
+    fn skipped_fields_are_checked_for_syntax_and_read_fields_fully() {
+        let started = |extra: &str| format!(r#"{{"x":{extra},"type":"event_msg","payload":{{"type":"task_started","turn_id":"t1","y":{extra}}}}}"#);
+        for odd in [r#""\ud800""#, "1e400", r#"{"deep":[[[[[[["\udc00"]]]]]]]}"#] {
+            let record = parse_line(started(odd).as_bytes());
+            assert!(matches!(record, Err(RecordError::InvalidJson { .. })), "the payload of a read kind is built: {odd} {record:?}");
+            let skipped = format!(r#"{{"x":{odd},"type":"event_msg","payload":{{"type":"token_count","y":{odd}}}}}"#);
+            assert_eq!(parse_line(skipped.as_bytes()), Ok(RolloutRecord::Other { kind: "event_msg/token_count".into() }), "{odd}");
+            let item = format!(r#"{{"type":"response_item","payload":{{"type":"message","content":[{odd}]}}}}"#);
+            assert_eq!(parse_line(item.as_bytes()), Ok(RolloutRecord::Other { kind: "response_item/message".into() }), "{odd}");
+        }
+        let read = br#"{"type":"event_msg","payload":{"type":"task_started","turn_id":"\ud800"}}"#;
+        assert!(matches!(parse_line(read), Err(RecordError::InvalidJson { .. })));
+        let bad_utf8_skipped = b"{\"x\":\"\xff\",\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\"}}";
+        assert!(matches!(parse_line(bad_utf8_skipped), Err(RecordError::InvalidJson { .. })), "UTF-8 is checked everywhere");
+        let unclosed_skipped = br#"{"x":[1,{"a":2],"type":"event_msg","payload":{"type":"token_count"}}"#;
+        assert!(matches!(parse_line(unclosed_skipped), Err(RecordError::InvalidJson { .. })), "so is syntax");
     }
 
     #[test]

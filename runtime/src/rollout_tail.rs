@@ -9,10 +9,13 @@
 //! [`CHECKPOINT_WINDOW_BYTES`] re-read to verify the checkpoint, and reads only bytes appended
 //! since the last call (`pread` from the saved offset). The file is never re-read from the start.
 //!
-//! Checkpoint: the sha256 of the window `[offset - min(offset, W), offset)` with
-//! `W = CHECKPOINT_WINDOW_BYTES`, i.e. the tail of what we consumed (the last complete line,
-//! and earlier ones when it is short). A window rather than "the whole last line" keeps the
-//! verification cost bounded after a multi-MiB line (Codex writes images inline).
+//! Checkpoint: the window `[offset - min(offset, W), offset)` with `W = CHECKPOINT_WINDOW_BYTES`,
+//! i.e. the tail of what we consumed (the last complete line, and earlier ones when it is
+//! short). A window rather than "the whole last line" keeps the verification cost bounded after
+//! a multi-MiB line (Codex writes images inline). While the tail is open it keeps those bytes
+//! and compares the re-read window with them; only the saved form ([`TailCursor`], for a
+//! restart) carries their sha256, computed when a cursor is asked for, and [`RolloutTail::resume`]
+//! checks the window against it once.
 
 use crate::rollout::{parse_line, PromptDeduper, RecordError, RolloutRecord};
 use serde::{Deserialize, Serialize};
@@ -66,8 +69,9 @@ pub struct TailEntry {
     pub offset: u64,
     /// Byte offset just past the line's newline (= the next line's offset).
     pub end: u64,
-    /// sha256 of the line without its terminating newline.
-    pub content_hash: [u8; 32],
+    /// sha256 of the line without its terminating newline, when the tail was asked for line
+    /// hashes ([`RolloutTail::with_line_hashes`]: the output page's event ids, OUT-2).
+    pub content_hash: Option<[u8; 32]>,
     pub record: Result<RolloutRecord, RecordError>,
 }
 
@@ -147,10 +151,12 @@ pub struct RolloutTail {
     identity: FileIdentity,
     /// Just past the last consumed line; always at a line boundary.
     offset: u64,
-    checkpoint_hash: [u8; 32],
-    /// The last `min(offset, window)` consumed bytes (may hold up to 2 windows before trimming).
+    /// Ends with the file's last `min(offset, CHECKPOINT_WINDOW_BYTES)` bytes before `offset`
+    /// (may hold up to 2 windows before trimming): what `verify` compares the file with.
     window: Vec<u8>,
     deduper: PromptDeduper,
+    /// Hash every line read (only the output page needs them; the observer does not).
+    line_hashes: bool,
     /// Set by the first terminal error and returned by every later call.
     failure: Option<TailError>,
     /// Bytes returned by every `pread` since open: lets tests and metrics prove read cost.
@@ -167,9 +173,9 @@ impl RolloutTail {
             file,
             identity: FileIdentity { dev: meta.dev(), ino: meta.ino() },
             offset: 0,
-            checkpoint_hash: Sha256::digest([]).into(),
             window: Vec::new(),
             deduper: PromptDeduper::default(),
+            line_hashes: false,
             failure: None,
             bytes_read: 0,
         })
@@ -183,9 +189,15 @@ impl RolloutTail {
             return Err(TailError::Replaced { expected, found: tail.identity });
         }
         tail.offset = cursor.offset;
-        tail.checkpoint_hash = cursor.checkpoint_hash;
         tail.deduper = PromptDeduper::new(cursor.item_dialect);
-        tail.verify()?;
+        // Of the bytes before the offset only the saved hash is known: check them against it
+        // once; from then on the tail holds them and `verify` compares bytes.
+        tail.check_path()?;
+        let (_, window) = tail.window_now()?;
+        if window_hash(&window, tail.offset) != cursor.checkpoint_hash {
+            return Err(TailError::Rewritten { offset: tail.offset });
+        }
+        tail.window = window;
         Ok(tail)
     }
 
@@ -207,19 +219,24 @@ impl RolloutTail {
             return Err(TailError::Rewritten { offset });
         }
         tail.offset = offset;
-        tail.checkpoint_hash = window_hash(&window, offset);
         tail.window = window;
         tail.deduper = PromptDeduper::new(item_dialect);
         Ok(tail)
     }
 
-    /// The saved form of the current position.
+    /// Every entry read from now on carries its line's sha256 (`TailEntry::content_hash`).
+    pub fn with_line_hashes(mut self) -> RolloutTail {
+        self.line_hashes = true;
+        self
+    }
+
+    /// The saved form of the current position (hashes the checkpoint window: ask when saving).
     pub fn cursor(&self) -> TailCursor {
         TailCursor {
             dev: self.identity.dev,
             ino: self.identity.ino,
             offset: self.offset,
-            checkpoint_hash: self.checkpoint_hash,
+            checkpoint_hash: window_hash(&self.window, self.offset),
             item_dialect: self.deduper.item_dialect(),
         }
     }
@@ -248,7 +265,6 @@ impl RolloutTail {
         assert!(boundary >= self.offset && boundary <= file_len);
         self.offset = boundary;
         self.window = self.read_window(boundary)?;
-        self.checkpoint_hash = window_hash(&self.window, boundary);
         Ok(boundary)
     }
 
@@ -264,7 +280,7 @@ impl RolloutTail {
         }
         let file_len = self.verify()?;
         let start = self.offset;
-        let mut reader = LineReader::new(start);
+        let mut reader = LineReader::new(start, file_len);
         let mut entries = Vec::new();
         let mut budget_hit = false;
         loop {
@@ -275,7 +291,7 @@ impl RolloutTail {
             }
             // Past the first entry, stop before a line that would overshoot the byte budget.
             let line_budget = if entries.is_empty() { u64::MAX } else { max_bytes as u64 - consumed };
-            match reader.next_line(&self.file, line_budget, &mut self.bytes_read)? {
+            match reader.next_line(&self.file, line_budget, self.line_hashes, &mut self.bytes_read)? {
                 // An unreadable line is alone on its page: the next page starts with it.
                 NextLine::Line(line) if line.bytes.is_none() && !entries.is_empty() => {
                     budget_hit = true;
@@ -316,12 +332,11 @@ impl RolloutTail {
         TailEntry { offset: line.offset, end: line.end, content_hash: line.hash, record }
     }
 
-    /// Recomputes the checkpoint after a page (re-reading the window only after a long line).
+    /// After a long line (not kept in memory), re-reads the checkpoint window it ends.
     fn finish_page(&mut self, window_stale: bool) -> Result<(), TailError> {
         if window_stale {
             self.window = self.read_window(self.offset)?;
         }
-        self.checkpoint_hash = window_hash(&self.window, self.offset);
         Ok(())
     }
 
@@ -341,26 +356,44 @@ impl RolloutTail {
     }
 
     fn verify_fresh(&mut self) -> Result<u64, TailError> {
+        self.check_path()?;
+        let (file_len, window) = self.window_now()?;
+        if !self.window_unchanged(&window) {
+            return Err(TailError::Rewritten { offset: self.offset });
+        }
+        self.window = window;
+        Ok(file_len)
+    }
+
+    /// The path still names the file we hold.
+    fn check_path(&self) -> Result<(), TailError> {
         match std::fs::metadata(&self.path) {
             Ok(meta) => {
                 let found = FileIdentity { dev: meta.dev(), ino: meta.ino() };
                 if found != self.identity {
                     return Err(TailError::Replaced { expected: self.identity, found });
                 }
+                Ok(())
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(TailError::Removed),
-            Err(e) => return Err(TailError::io("stat", &e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(TailError::Removed),
+            Err(e) => Err(TailError::io("stat", &e)),
         }
+    }
+
+    /// The file's length and, if it still reaches our offset, the checkpoint window as it is now.
+    fn window_now(&mut self) -> Result<(u64, Vec<u8>), TailError> {
         let file_len = self.file.metadata().map_err(|e| TailError::io("fstat", &e))?.len();
         if file_len < self.offset {
             return Err(TailError::Truncated { file_len, offset: self.offset });
         }
-        let window = self.read_window(self.offset)?;
-        if window_hash(&window, self.offset) != self.checkpoint_hash {
-            return Err(TailError::Rewritten { offset: self.offset });
-        }
-        self.window = window;
-        Ok(file_len)
+        Ok((file_len, self.read_window(self.offset)?))
+    }
+
+    /// `window` (re-read from the file) equals the consumed bytes it should hold. A short
+    /// read, now or when the kept window was read (the file shrank meanwhile), differs.
+    fn window_unchanged(&self, window: &[u8]) -> bool {
+        let want = self.offset.min(CHECKPOINT_WINDOW_BYTES as u64) as usize;
+        window.len() == want && self.window.len() >= want && window == &self.window[self.window.len() - want..]
     }
 
     /// The checkpoint window ending at `end` as it is in the file now.
@@ -413,24 +446,33 @@ fn trim_window(window: &mut Vec<u8>) {
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64, counter: &mut u64) -> Result<usize, TailError> {
     let mut filled = 0;
     while filled < buf.len() {
-        match file.read_at(&mut buf[filled..], offset + filled as u64) {
-            Ok(0) => break,
+        match read_once_at(file, &mut buf[filled..], offset + filled as u64, counter)? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// One `pread` (retried only when interrupted); counts the bytes read.
+fn read_once_at(file: &File, buf: &mut [u8], offset: u64, counter: &mut u64) -> Result<usize, TailError> {
+    loop {
+        match file.read_at(buf, offset) {
             Ok(n) => {
-                filled += n;
                 *counter += n as u64;
+                return Ok(n);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(TailError::io("read", &e)),
         }
     }
-    Ok(filled)
 }
 
 /// A complete line as read: `bytes` is None when it was longer than [`MAX_PARSED_LINE_BYTES`].
 struct RawLine {
     offset: u64,
     end: u64,
-    hash: [u8; 32],
+    hash: Option<[u8; 32]>,
     bytes: Option<Vec<u8>>,
 }
 
@@ -442,11 +484,16 @@ enum NextLine {
     Eof,
 }
 
-/// Splits the bytes after an offset into lines, one `pread` chunk at a time.
+/// Splits the bytes after an offset into lines, one `pread` chunk at a time, to where the file
+/// ends when it is read (lines appended while a page is read are taken in the same page).
 struct LineReader {
     chunk: Vec<u8>,
     /// File offset of `chunk[0]`.
     chunk_offset: u64,
+    /// The file's length as `verify` saw it: a `pread` short of it is not the end.
+    seen_len: u64,
+    /// A `pread` came back short at or past `seen_len`: the end of the file when it was read.
+    at_end: bool,
     /// Index in `chunk` of the next unscanned byte.
     pos: usize,
     /// A line too long to buffer was consumed, so the window must be re-read.
@@ -454,13 +501,13 @@ struct LineReader {
 }
 
 impl LineReader {
-    fn new(offset: u64) -> Self {
-        LineReader { chunk: Vec::new(), chunk_offset: offset, pos: 0, window_stale: false }
+    fn new(offset: u64, seen_len: u64) -> Self {
+        LineReader { chunk: Vec::new(), chunk_offset: offset, seen_len, at_end: false, pos: 0, window_stale: false }
     }
 
-    fn next_line(&mut self, file: &File, line_budget: u64, counter: &mut u64) -> Result<NextLine, TailError> {
+    fn next_line(&mut self, file: &File, line_budget: u64, hash: bool, counter: &mut u64) -> Result<NextLine, TailError> {
         let line_offset = self.chunk_offset + self.pos as u64;
-        let mut hasher = Sha256::new();
+        let mut hasher = hash.then(Sha256::new);
         let mut bytes = Some(Vec::new());
         let mut len: u64 = 0;
         loop {
@@ -468,13 +515,15 @@ impl LineReader {
                 return Ok(NextLine::Eof);
             }
             let rest = &self.chunk[self.pos..];
-            let newline = rest.iter().position(|&b| b == b'\n');
+            let newline = memchr::memchr(b'\n', rest);
             let piece = &rest[..newline.unwrap_or(rest.len())];
             len += piece.len() as u64;
             if len + 1 > line_budget {
                 return Ok(NextLine::OverBudget);
             }
-            hasher.update(piece);
+            if let Some(hasher) = hasher.as_mut() {
+                hasher.update(piece);
+            }
             bytes = append_bounded(bytes, piece);
             self.pos += piece.len();
             if newline.is_some() {
@@ -483,19 +532,26 @@ impl LineReader {
                     self.window_stale = true;
                 }
                 let end = line_offset + len + 1;
-                return Ok(NextLine::Line(RawLine { offset: line_offset, end, hash: hasher.finalize().into(), bytes }));
+                return Ok(NextLine::Line(RawLine { offset: line_offset, end, hash: hasher.map(|h| h.finalize().into()), bytes }));
             }
         }
     }
 
-    /// Reads the next chunk; false at end of file.
+    /// Reads the next chunk; false at the end of the file. One `pread` per chunk: a short one
+    /// (the file's end at that moment) ends this read without asking again for nothing; what is
+    /// appended after it is read by the next call (the append's own wake asks for it).
     fn refill(&mut self, file: &File, counter: &mut u64) -> Result<bool, TailError> {
         assert_eq!(self.pos, self.chunk.len());
         self.chunk_offset += self.chunk.len() as u64;
-        self.chunk.resize(READ_CHUNK_BYTES, 0);
+        self.chunk.clear();
         self.pos = 0;
-        let n = read_full_at(file, &mut self.chunk, self.chunk_offset, counter)?;
+        if self.at_end {
+            return Ok(false);
+        }
+        self.chunk.resize(READ_CHUNK_BYTES, 0);
+        let n = read_once_at(file, &mut self.chunk, self.chunk_offset, counter)?;
         self.chunk.truncate(n);
+        self.at_end = n == 0 || (n < READ_CHUNK_BYTES && self.chunk_offset + n as u64 >= self.seen_len);
         Ok(n > 0)
     }
 }
@@ -562,7 +618,7 @@ mod tests {
         assert_eq!(turn_ids(&page), ["t1", "t2"]);
         let first = &page.entries[0];
         assert_eq!((first.offset, first.end), (0, line.len() as u64 + 1));
-        assert_eq!(first.content_hash, <[u8; 32]>::from(Sha256::digest(line.as_bytes())));
+        assert_eq!(first.content_hash, None, "lines are hashed only when asked");
         assert_eq!(page.entries[1].offset, first.end);
         assert_eq!(page.next_offset, page.entries[1].end);
         assert!(!page.has_more);
@@ -710,6 +766,43 @@ mod tests {
         assert!(matches!(RolloutTail::resume(&path, &elsewhere), Err(TailError::Replaced { .. })));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        // The tail compares the re-read checkpoint window with the bytes it kept, and hashes
+        // them only for a cursor: after any pages, with lines short and longer than the
+        // window, the cursor's hash is the file's window, and a one-byte rewrite anywhere in
+        // the window (same length) is `Rewritten`.
+        #[test]
+        fn the_kept_window_is_the_files_and_any_rewrite_in_it_is_seen(
+            lines in proptest::collection::vec(0usize..3 * CHECKPOINT_WINDOW_BYTES, 1..12),
+            max_records in 1usize..4,
+            flip in 0usize..CHECKPOINT_WINDOW_BYTES,
+        ) {
+            let (_dir, path) = new_file();
+            let mut tail = RolloutTail::open(&path).unwrap();
+            for (i, len) in lines.iter().enumerate() {
+                append(&path, &format!("{}\n", started(&format!("{i}-{}", "x".repeat(*len)))));
+                while read_page_with(&mut tail, max_records).unwrap().has_more {}
+                let bytes = std::fs::read(&path).unwrap();
+                let offset = tail.offset() as usize;
+                let window = &bytes[offset - offset.min(CHECKPOINT_WINDOW_BYTES)..offset];
+                proptest::prop_assert_eq!(tail.cursor().checkpoint_hash, <[u8; 32]>::from(Sha256::digest(window)));
+            }
+            let end = tail.offset();
+            let at = end - 1 - (flip as u64 % end.min(CHECKPOINT_WINDOW_BYTES as u64));
+            let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+            let mut byte = [0u8; 1];
+            file.read_exact_at(&mut byte, at).unwrap();
+            file.write_all_at(&[byte[0] ^ 0x20], at).unwrap();
+            proptest::prop_assert_eq!(read_default(&mut tail), Err(TailError::Rewritten { offset: end }));
+        }
+    }
+
+    fn read_page_with(tail: &mut RolloutTail, max_records: usize) -> Result<Page, TailError> {
+        tail.read_page(max_records, DEFAULT_MAX_BYTES_PER_PAGE)
+    }
+
     // OBS-2: a tail opened at a request's armed cursor reads from there, and only at a line
     // boundary of the same file.
     #[test]
@@ -784,7 +877,7 @@ mod tests {
         let (_dir, path) = new_file();
         let huge = huge_line();
         append(&path, &format!("{}\n{huge}\n{}\n", started("before"), started("after")));
-        let mut tail = RolloutTail::open(&path).unwrap();
+        let mut tail = RolloutTail::open(&path).unwrap().with_line_hashes();
         // Even a budget that would hold all three lines stops before the unreadable one ...
         let page = tail.read_page(10, MAX_BYTES_PER_PAGE).unwrap();
         assert_eq!(turn_ids(&page), ["before"]);
@@ -795,7 +888,7 @@ mod tests {
         assert_eq!(page.entries.len(), 1);
         assert_eq!(page.entries[0].offset, before_end);
         assert_eq!(page.entries[0].record, Err(RecordError::LineTooLong { len_bytes: huge.len() as u64 }));
-        assert_eq!(page.entries[0].content_hash, <[u8; 32]>::from(Sha256::digest(huge.as_bytes())));
+        assert_eq!(page.entries[0].content_hash, Some(<[u8; 32]>::from(Sha256::digest(huge.as_bytes()))));
         assert!(page.has_more);
         // The checkpoint after a skipped line is still valid for resume.
         assert!(RolloutTail::resume(&path, &tail.cursor()).is_ok());

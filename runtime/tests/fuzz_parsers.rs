@@ -175,7 +175,7 @@ fn check_rollout_tail(bytes: &[u8], max_records: usize, max_bytes: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rollout-2026-11-30T10-00-00-s.jsonl");
     std::fs::File::create(&path).and_then(|mut f| f.write_all(bytes)).expect("write rollout");
-    let mut tail = RolloutTail::open(&path).expect("open");
+    let mut tail = RolloutTail::open(&path).expect("open").with_line_hashes();
     let mut deduper = PromptDeduper::default();
     let mut offset = 0u64;
     for _ in 0..=bytes.len() + 1 {
@@ -186,7 +186,7 @@ fn check_rollout_tail(bytes: &[u8], max_records: usize, max_bytes: usize) {
             let line = &bytes[entry.offset as usize..entry.end as usize - 1];
             assert_eq!(bytes[entry.end as usize - 1], b'\n');
             assert!(!line.contains(&b'\n'));
-            assert_eq!(entry.content_hash, <[u8; 32]>::from(Sha256::digest(line)));
+            assert_eq!(entry.content_hash, Some(<[u8; 32]>::from(Sha256::digest(line))));
             assert_eq!(entry.record, parse_line(line).map(|r| deduper.filter(r)));
             offset = entry.end;
         }

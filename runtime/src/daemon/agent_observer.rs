@@ -6,7 +6,7 @@ use crate::managed_observer::ManagedObserver;
 use crate::observer::{CodexObserver, Health, Refresh};
 use crate::observer_checkpoint::ObserverCheckpoint;
 use std::path::Path;
-use wakterm_engine::{Cursor, ObserverEvent, ObserverSnapshot};
+use wakterm_engine::{Cursor, ObserverEvent, ObserverSnapshot, SessionId};
 
 pub enum AgentObserver {
     Rollout(CodexObserver),
@@ -66,6 +66,14 @@ impl AgentObserver {
     pub fn rollout_path(&self) -> Option<&Path> {
         match self {
             AgentObserver::Rollout(o) => o.rollout_path(),
+            AgentObserver::Managed(_) => None,
+        }
+    }
+
+    /// OBS-1: where the checkpoint would be (session, offset), without building it.
+    pub fn checkpoint_position(&self) -> Option<(&SessionId, u64)> {
+        match self {
+            AgentObserver::Rollout(o) => o.checkpoint_position(),
             AgentObserver::Managed(_) => None,
         }
     }

@@ -223,9 +223,11 @@ impl AgentRuntime {
     /// and the engine commits it with them, so a restart never resumes past an event that
     /// was not durable.
     pub fn save_checkpoint_if_due(&self, observer: &super::agent_observer::AgentObserver, inbox: &mpsc::Sender<DriverMsg>) -> bool {
-        let Some(checkpoint) = observer.checkpoint() else { return false };
+        // The position first: building the checkpoint hashes the rollout's window, so it is
+        // built only when it is sent.
+        let Some((session, offset)) = observer.checkpoint_position() else { return false };
         let mut slot = self.checkpoint.lock().expect("checkpoint lock");
-        let moved = slot.saved.as_ref().is_none_or(|(session, offset, _)| *session != checkpoint.session || *offset != checkpoint.tail.offset);
+        let moved = slot.saved.as_ref().is_none_or(|(saved, saved_offset, _)| saved != session || *saved_offset != offset);
         if !moved {
             return false;
         }
@@ -233,6 +235,8 @@ impl AgentRuntime {
         if !due {
             return true;
         }
+        let checkpoint = observer.checkpoint().expect("a checkpoint exists where its position does");
+        assert!(checkpoint.session == *session && checkpoint.tail.offset == offset);
         let input = Input::ObserverCheckpoint { agent_id: self.agent_id(), checkpoint_json: checkpoint.to_json() };
         match inbox.try_send(DriverMsg::Input(input)) {
             Ok(()) => {
