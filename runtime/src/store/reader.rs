@@ -83,7 +83,7 @@ impl Store {
     /// the input of engine recovery, sized by open work, not by history.
     pub fn load_open_requests(&self) -> Result<Vec<StoredRequest>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!("{REQUEST_SELECT} WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id"))?;
+        let mut stmt = conn.prepare_cached(OPEN_REQUESTS_SQL)?;
         let rows = stmt.query_map([], raw_request)?;
         rows.map(|raw| request_from_raw(raw?)).collect()
     }
@@ -290,6 +290,11 @@ impl Store {
 
 const REQUEST_SELECT: &str =
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM requests";
+
+/// HIST-1: the open requests, in id order, through the partial index of migration 5 (only
+/// the open requests; see `schema::MIGRATION_5`): start reads what is open, never the history.
+pub(crate) const OPEN_REQUESTS_SQL: &str = "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms \
+     FROM requests INDEXED BY requests_open WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id";
 
 type RawRequest = (String, String, String, String, String, i64);
 

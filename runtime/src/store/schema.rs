@@ -18,7 +18,7 @@ pub const APPLICATION_ID: i32 = 0x7761_6b74;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only; never edit a shipped
 /// entry, because databases in the field already ran it.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5];
 
 /// The schema version this build writes and the newest it can open.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -78,6 +78,19 @@ CREATE TABLE event_marks(
 /// HIST-4: finished requests by age, for retention.
 const MIGRATION_4: &str = "
 CREATE INDEX requests_finished_by_time ON requests(updated_ms) WHERE phase IN ('terminal', 'settled', 'released');
+";
+
+/// Issue 10: every index a request's commit updates costs a b-tree step and, in WAL mode, a
+/// page written per commit. `requests_by_agent` served no query; `requests_by_phase` served
+/// one (the open requests at start, HIST-1) but held every request, so each phase change moved
+/// an entry between two places of a tree as large as the history. The partial index holds the
+/// open requests only (a page or two, shared by every request in a group commit); its `WHERE`
+/// is the open phases of `reader::OPEN_REQUESTS_SQL`, which names it with `INDEXED BY` (a
+/// drifted list fails that query instead of scanning the history).
+const MIGRATION_5: &str = "
+DROP INDEX requests_by_agent;
+DROP INDEX requests_by_phase;
+CREATE INDEX requests_open ON requests(request_id) WHERE phase IN ('registered', 'submitted', 'bound');
 ";
 
 /// What opening found and fixed, so the daemon can tell the user.

@@ -734,6 +734,54 @@ fn store_retention_queries_use_the_finished_by_time_index() {
     drop(writer);
 }
 
+// Issue 10, HIST-1: start reads the open requests through the partial index of the open
+// ones, in id order without a sort, never a scan of the history.
+#[test]
+fn store_open_requests_query_uses_the_open_index() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let writer = StoreWriter::spawn(&path).unwrap();
+    writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
+    let probe = rusqlite::Connection::open(&path).unwrap();
+    let mut stmt = probe.prepare(&format!("EXPLAIN QUERY PLAN {}", super::reader::OPEN_REQUESTS_SQL)).unwrap();
+    let plan: Vec<String> = stmt.query_map([], |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
+    assert!(plan.iter().any(|step| step.contains("requests_open")), "{plan:?}");
+    assert!(plan.iter().all(|step| !step.contains("TEMP B-TREE")), "{plan:?}");
+    drop(writer);
+}
+
+// Issue 10: migration 5 replaces the two whole-history indexes of requests with the partial
+// index of open requests, and a database of version 4 opens with the same open requests.
+#[test]
+fn store_migration_5_keeps_the_open_requests() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    {
+        let (_, writer) = open_pair(&path);
+        let phases = ["registered", "terminal", "submitted", "settled", "bound", "released"];
+        let ops = phases.iter().enumerate().map(|(i, phase)| request(&format!("r{}", 6 - i), phase, "f", i as u64)).collect();
+        writer.commit_blocking(ops).unwrap();
+    }
+    // Back to version 4's schema, as a database in the field has it.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "DROP INDEX requests_open; CREATE INDEX requests_by_agent ON requests(agent_id); \
+         CREATE INDEX requests_by_phase ON requests(phase); PRAGMA user_version = 4;",
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.open_report().migrated_from, 4);
+    let open: Vec<(String, String)> = store.load_open_requests().unwrap().into_iter().map(|r| (r.request_id, r.phase)).collect();
+    let expected = [("r2", "bound"), ("r4", "submitted"), ("r6", "registered")];
+    assert_eq!(open, expected.map(|(id, phase)| (id.to_string(), phase.to_string())));
+    assert_eq!(store.load_requests().unwrap().len(), 6, "the history stays");
+    let probe = rusqlite::Connection::open(&path).unwrap();
+    let mut stmt = probe.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' AND sql IS NOT NULL ORDER BY name").unwrap();
+    let indexes: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    assert_eq!(indexes, ["requests_finished_by_time", "requests_open"]);
+}
+
 /// STORE-2: exactly the ops no caller's answer waits on may wait for company.
 #[test]
 fn store_2_only_event_stream_and_checkpoint_ops_may_wait() {
