@@ -12,6 +12,9 @@ use wakterm_runtime::store::{StoreOp, StoredAgent, StoredAgentEvent, StoredReque
 pub trait ContractStore {
     fn commit(&mut self, ops: Vec<StoreOp>) -> Result<(), String>;
     fn requests(&mut self) -> Vec<StoredRequest>;
+    /// HIST-1: the open requests (registered, submitted, bound), ordered by id: what a restart
+    /// recovers (SQLite keeps their ids in `open_requests` by triggers, migration 5).
+    fn open_requests(&mut self) -> Vec<StoredRequest>;
     fn agents(&mut self) -> Vec<StoredAgent>;
     fn terminal_after(&mut self, after: u64) -> Vec<StoredTerminalEvent>;
     fn last_terminal_sequence(&mut self) -> u64;
@@ -39,6 +42,9 @@ impl ContractStore for ModelStore {
     }
     fn requests(&mut self) -> Vec<StoredRequest> {
         self.tables.requests()
+    }
+    fn open_requests(&mut self) -> Vec<StoredRequest> {
+        self.tables.open_requests()
     }
     fn agents(&mut self) -> Vec<StoredAgent> {
         self.tables.agents()
@@ -269,7 +275,10 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                 9 => mark(&format!("a{}", rng.below(3)), ["{\"position\":1}", "{\"position\":2}", "[]"][rng.below(3) as usize]),
                 10 => prune(rng.below(12), rng.below(5) * 1_000, rng.below(4)),
                 6 => checkpoint(&format!("a{}", rng.below(3)), ["{\"offset\":1}", "{\"offset\":2}", "[]"][rng.below(3) as usize]),
-                0 | 1 | 2 => put(&request, &format!("a{}", rng.below(2)), &format!("f{}", rng.below(2)), ["registered", "submitted", "terminal"][rng.below(3) as usize]),
+                0 | 1 | 2 => {
+                    let phases = ["registered", "submitted", "bound", "terminal", "settled", "released"];
+                    put(&request, &format!("a{}", rng.below(2)), &format!("f{}", rng.below(2)), phases[rng.below(6) as usize])
+                }
                 3 | 4 => terminal(1 + rng.below(12), &request),
                 _ => agent(&format!("a{}", rng.below(3)), &format!("n{}", rng.below(2))),
             }
@@ -285,6 +294,8 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
         let a = reference.commit(batch.clone()).is_ok();
         let b = model.commit(batch.clone()).is_ok();
         assert_eq!(a, b, "seed {seed} step {step}: the model and the store disagree on {batch:?}");
+        // HIST-1: what a restart would recover, after every batch (SQLite's trigger-kept ids).
+        assert_eq!(reference.open_requests(), model.open_requests(), "seed {seed} step {step}: open requests differ after {batch:?}");
         if rng.below(8) == 0 {
             reference.reopen();
             model.reopen();

@@ -28,6 +28,9 @@ impl ContractStore for SqliteStore {
     fn requests(&mut self) -> Vec<StoredRequest> {
         self.store.load_requests().expect("load")
     }
+    fn open_requests(&mut self) -> Vec<StoredRequest> {
+        self.store.load_open_requests().expect("load")
+    }
     fn agents(&mut self) -> Vec<StoredAgent> {
         self.store.load_agents().expect("load")
     }

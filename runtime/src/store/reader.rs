@@ -291,10 +291,14 @@ impl Store {
 const REQUEST_SELECT: &str =
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM requests";
 
-/// HIST-1: the open requests, in id order, through the partial index of migration 5 (only
-/// the open requests; see `schema::MIGRATION_5`): start reads what is open, never the history.
-pub(crate) const OPEN_REQUESTS_SQL: &str = "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms \
-     FROM requests INDEXED BY requests_open WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id";
+/// HIST-1: the open requests, in id order, from the ids `open_requests` keeps (migration 5,
+/// `schema::MIGRATION_5`): start reads what is open, never the history. The phase is checked
+/// again on the row itself, so an id there can never bring back a finished request. `CROSS
+/// JOIN` keeps `open_requests` the outer loop (SQLite never reorders it): the planner must not
+/// choose to scan `requests` for the phase.
+pub(crate) const OPEN_REQUESTS_SQL: &str = "SELECT r.request_id, r.agent_id, r.phase, r.fingerprint, r.record, r.updated_ms \
+     FROM open_requests AS o CROSS JOIN requests AS r ON r.request_id = o.request_id \
+     WHERE r.phase IN ('registered', 'submitted', 'bound') ORDER BY o.request_id";
 
 type RawRequest = (String, String, String, String, String, i64);
 

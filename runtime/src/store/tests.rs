@@ -734,10 +734,10 @@ fn store_retention_queries_use_the_finished_by_time_index() {
     drop(writer);
 }
 
-// Issue 10, HIST-1: start reads the open requests through the partial index of the open
-// ones, in id order without a sort, never a scan of the history.
+// Issue 10, HIST-1: start reads the open requests from the ids `open_requests` keeps, in id
+// order without a sort, and looks each row up by its id: never a scan of the history.
 #[test]
-fn store_open_requests_query_uses_the_open_index() {
+fn store_open_requests_query_reads_the_open_ids_only() {
     let scratch = Scratch::new();
     let path = scratch.db();
     let writer = StoreWriter::spawn(&path).unwrap();
@@ -745,13 +745,52 @@ fn store_open_requests_query_uses_the_open_index() {
     let probe = rusqlite::Connection::open(&path).unwrap();
     let mut stmt = probe.prepare(&format!("EXPLAIN QUERY PLAN {}", super::reader::OPEN_REQUESTS_SQL)).unwrap();
     let plan: Vec<String> = stmt.query_map([], |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
-    assert!(plan.iter().any(|step| step.contains("requests_open")), "{plan:?}");
-    assert!(plan.iter().all(|step| !step.contains("TEMP B-TREE")), "{plan:?}");
+    assert!(plan.first().is_some_and(|step| step.starts_with("SCAN o")), "{plan:?}");
+    assert!(plan.iter().any(|step| step.starts_with("SEARCH r USING INDEX")), "{plan:?}");
+    assert!(plan.iter().all(|step| !step.starts_with("SCAN r") && !step.contains("TEMP B-TREE")), "{plan:?}");
     drop(writer);
 }
 
-// Issue 10: migration 5 replaces the two whole-history indexes of requests with the partial
-// index of open requests, and a database of version 4 opens with the same open requests.
+/// The open requests by a scan of every row: what `open_requests` must always hold.
+fn open_by_scan(path: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn.prepare("SELECT request_id FROM requests WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id").unwrap();
+    let ids: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    ids
+}
+
+// HIST-1, migration 5: the triggers keep `open_requests` equal to the open rows through every
+// change of phase (each of the 36 ordered pairs, released -> registered included: IDEM-6 frees
+// an id) and through retention's deletes.
+#[test]
+fn store_open_requests_follow_every_phase_change_and_delete() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let (store, writer) = open_pair(&path);
+    let phases = ["registered", "submitted", "bound", "terminal", "settled", "released"];
+    let mut n = 0;
+    for from in phases {
+        for to in phases {
+            n += 1;
+            let id = format!("r{n:02}");
+            writer.commit_blocking(vec![request(&id, from, "f", n)]).unwrap();
+            writer.commit_blocking(vec![request(&id, to, "f", n + 100)]).unwrap();
+            let loaded: Vec<String> = store.load_open_requests().unwrap().into_iter().map(|r| r.request_id).collect();
+            assert_eq!(loaded, open_by_scan(&path), "after {from} -> {to}");
+        }
+    }
+    assert_eq!(store.load_open_requests().unwrap().len(), 18, "3 open targets of 6 sources each");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("DELETE FROM requests WHERE request_id IN ('r01', 'r04', 'r07')", []).unwrap();
+    let loaded: Vec<String> = store.load_open_requests().unwrap().into_iter().map(|r| r.request_id).collect();
+    assert_eq!(loaded, open_by_scan(&path));
+    let kept: i64 = conn.query_row("SELECT COUNT(*) FROM open_requests", [], |r| r.get(0)).unwrap();
+    assert_eq!(kept as usize, loaded.len(), "a deleted request leaves no id behind");
+}
+
+// Issue 10: migration 5 replaces the two whole-history indexes of requests with the ids of the
+// open ones, filled from the old phase index, and a database of version 4 opens with the same
+// open requests.
 #[test]
 fn store_migration_5_keeps_the_open_requests() {
     let scratch = Scratch::new();
@@ -765,7 +804,9 @@ fn store_migration_5_keeps_the_open_requests() {
     // Back to version 4's schema, as a database in the field has it.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "DROP INDEX requests_open; CREATE INDEX requests_by_agent ON requests(agent_id); \
+        "DROP TRIGGER open_requests_on_insert; DROP TRIGGER open_requests_on_update; \
+         DROP TRIGGER open_requests_on_delete; DROP TABLE open_requests; \
+         CREATE INDEX requests_by_agent ON requests(agent_id); \
          CREATE INDEX requests_by_phase ON requests(phase); PRAGMA user_version = 4;",
     )
     .unwrap();
@@ -779,7 +820,7 @@ fn store_migration_5_keeps_the_open_requests() {
     let probe = rusqlite::Connection::open(&path).unwrap();
     let mut stmt = probe.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' AND sql IS NOT NULL ORDER BY name").unwrap();
     let indexes: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
-    assert_eq!(indexes, ["requests_finished_by_time", "requests_open"]);
+    assert_eq!(indexes, ["requests_finished_by_time"]);
 }
 
 /// STORE-2: exactly the ops no caller's answer waits on may wait for company.
