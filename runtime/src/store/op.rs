@@ -437,7 +437,7 @@ fn put_request(
         )?
         .execute(params![request_id, agent_id, phase, fingerprint, record, updated_ms])?;
     if changed == 1 {
-        return Ok(());
+        return keep_open_id(conn, request_id, phase);
     }
     let (stored_agent, stored_fingerprint): (String, String) = conn
         .prepare_cached("SELECT agent_id, fingerprint FROM requests WHERE request_id = ?1")?
@@ -446,6 +446,23 @@ fn put_request(
         "request {request_id} is stored for agent {stored_agent} with fingerprint \
          {stored_fingerprint}; its agent and fingerprint cannot change"
     )))
+}
+
+/// The phases of an open request (HIST-1): what a restart recovers.
+pub(crate) const OPEN_PHASES: [&str; 3] = ["registered", "submitted", "bound"];
+
+/// HIST-1, migration 5: `open_requests` holds a request's id exactly while its row's phase is
+/// open, written in the same transaction as the row (every request write comes through
+/// `put_request`; retention deletes finished requests only). Between two open phases the
+/// insert finds the id there and writes nothing.
+fn keep_open_id(conn: &Connection, request_id: &str, phase: &str) -> Result<(), StoreError> {
+    let sql = if OPEN_PHASES.contains(&phase) {
+        "INSERT OR IGNORE INTO open_requests(request_id) VALUES (?1)"
+    } else {
+        "DELETE FROM open_requests WHERE request_id = ?1"
+    };
+    conn.prepare_cached(sql)?.execute([request_id])?;
+    Ok(())
 }
 
 fn append_terminal(
