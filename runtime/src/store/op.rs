@@ -449,7 +449,7 @@ fn put_request(
 }
 
 /// The phases of an open request (HIST-1): what a restart recovers.
-pub(crate) const OPEN_PHASES: [&str; 3] = ["registered", "submitted", "bound"];
+const OPEN_PHASES: [&str; 3] = ["registered", "submitted", "bound"];
 
 /// HIST-1, migration 5: `open_requests` holds a request's id exactly while its row's phase is
 /// open, written in the same transaction as the row (every request write comes through

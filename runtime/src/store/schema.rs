@@ -89,7 +89,7 @@ CREATE INDEX requests_finished_by_time ON requests(updated_ms) WHERE phase IN ('
 /// open phases (registered -> submitted -> bound) writes nothing there.
 /// Not a partial index: building one scans the whole table (43 s for a 4 GiB history with a
 /// cold cache, past `mux start`'s wait); this table is filled from the old phase index before
-/// that is dropped (1.8 s for the same history). Not triggers either: with them a row's
+/// that is dropped (2.2 s for the same history). Not triggers either: with them a row's
 /// upsert took about ten times the CPU (SQLite 3.40, measured from Python), and the daemon's
 /// CPU per request rose in six of eight alternated pairs.
 const MIGRATION_5: &str = "
