@@ -15,6 +15,13 @@ pub const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
 /// The environment variable holding the filter directive.
 pub const LOG_ENV: &str = "WAKTERM_LOG";
 
+/// Lines of the daemon's log that `mux start` reads while it waits for a new daemon (its only
+/// voice before the socket answers): where this daemon's part of the log begins, and a database
+/// migration that started and ended (`store::schema`).
+pub const STARTING_LOG: &str = "daemon starting";
+pub const MIGRATING_LOG: &str = "migrating the database";
+pub const MIGRATED_LOG: &str = "database migrated";
+
 /// A size-bounded append-only log file, shared by every thread that logs.
 #[derive(Clone)]
 pub struct BoundedLog {

@@ -10,6 +10,13 @@ use std::time::{Duration, Instant};
 /// How long `mux start` waits for the new daemon to answer.
 pub const START_DEADLINE: Duration = Duration::from_secs(15);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How long `mux start` waits while the new daemon's log says it is migrating the database: a
+/// migration may scan every stored request once (minutes for millions with a cold cache). A
+/// daemon whose log says nothing of a migration is still reported after `START_DEADLINE`.
+pub const MIGRATION_DEADLINE: Duration = Duration::from_secs(600);
+const MIGRATION_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Bytes of the log's end read for the migration lines.
+const LOG_TAIL_BYTES: u64 = 64 * 1024;
 
 pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::Retention) -> Reply {
     let status = client::call(paths, &ClientRequest::Status);
@@ -47,8 +54,9 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
         Ok(child) => child,
         Err(error) => return Reply::error(exit::ERROR, "spawn_failed", error.to_string()),
     };
-    let deadline = Instant::now() + START_DEADLINE;
-    while Instant::now() < deadline {
+    let started = Instant::now();
+    let mut told = false;
+    loop {
         let status = client::call(paths, &ClientRequest::Status);
         if status.exit_code == exit::OK {
             return status;
@@ -59,9 +67,48 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
             let tail = if tail.trim().is_empty() { "it wrote no reason to its log".to_string() } else { tail };
             return Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"));
         }
+        let waited = started.elapsed();
+        if waited >= START_DEADLINE {
+            // Past the usual wait, only a migration the log says is running earns more time.
+            let migrating = still_migrating(&log_tail(&paths.log_file()));
+            if !migrating {
+                return Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}"));
+            }
+            if waited >= MIGRATION_DEADLINE {
+                let message = format!(
+                    "the daemon was still migrating its database after {MIGRATION_DEADLINE:?}; it goes on (see {})",
+                    paths.log_file().display()
+                );
+                return Reply::error(exit::ERROR, "start_timeout", message);
+            }
+            if !told {
+                eprintln!("wakterm: the daemon is migrating its database; waiting up to {MIGRATION_DEADLINE:?}");
+                told = true;
+            }
+            std::thread::sleep(MIGRATION_POLL_INTERVAL);
+            continue;
+        }
         std::thread::sleep(POLL_INTERVAL);
     }
-    Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}"))
+}
+
+/// The end of the daemon's log: enough for the lines of this start (a migration logs two).
+fn log_tail(path: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut tail = Vec::new();
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES))).and_then(|_| file.take(LOG_TAIL_BYTES).read_to_end(&mut tail));
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+/// True when the last daemon start in `log` began a database migration that has not ended.
+pub fn still_migrating(log: &str) -> bool {
+    let this_start = log.rsplit(crate::logging::STARTING_LOG).next().unwrap_or(log);
+    match this_start.rfind(crate::logging::MIGRATING_LOG) {
+        Some(at) => !this_start[at..].contains(crate::logging::MIGRATED_LOG),
+        None => false,
+    }
 }
 
 pub fn stop(paths: &DataPaths, all: bool) -> Reply {
@@ -97,7 +144,7 @@ fn is_running(pid: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_running;
+    use super::{is_running, still_migrating};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -114,5 +161,19 @@ mod tests {
         assert!(!is_running(pid));
         child.wait().unwrap();
         assert!(!is_running(u64::from(u32::MAX)), "beyond any pid");
+    }
+
+    // `mux start` waits past START_DEADLINE only while the last start's log says a migration
+    // began and has not ended.
+    #[test]
+    fn still_migrating_reads_only_the_last_start() {
+        use crate::logging::{MIGRATED_LOG, MIGRATING_LOG, STARTING_LOG};
+        let start = |rest: &str| format!("t0 INFO {STARTING_LOG} pid=1\n{rest}");
+        assert!(!still_migrating(""));
+        assert!(!still_migrating(&start("t1 INFO event retention\n")));
+        assert!(still_migrating(&start(&format!("t1 INFO {MIGRATING_LOG} from=3 to=5\n"))));
+        assert!(!still_migrating(&start(&format!("t1 INFO {MIGRATING_LOG} from=3 to=5\nt2 INFO {MIGRATED_LOG} to=5\n"))));
+        let crashed_then_restarted = format!("{}{}", start(&format!("t1 INFO {MIGRATING_LOG} from=3 to=5\n")), start("t3 INFO event retention\n"));
+        assert!(!still_migrating(&crashed_then_restarted), "an earlier start's unfinished migration is not this one's");
     }
 }

@@ -143,6 +143,37 @@ fn usage_errors_are_json() {
     assert_eq!(out.json["error"], "daemon_not_running");
 }
 
+/// LOG-1: a daemon that migrates an existing database says so in its log before the work and once it
+/// is committed: `mux start` waits past its usual bound only while the first line has no second
+/// (`mux::still_migrating`). A start without a migration says neither.
+#[test]
+fn log_1_mux_start_logs_a_database_migration_before_and_after() {
+    use wakterm_runtime::logging::{MIGRATED_LOG, MIGRATING_LOG, STARTING_LOG};
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ok(&["mux", "stop"]);
+    // Back to schema version 4, as a database in the field has it.
+    let conn = rusqlite::Connection::open(w.data.join("wakterm.db")).unwrap();
+    conn.execute_batch(
+        "DROP TABLE open_requests; CREATE INDEX requests_by_agent ON requests(agent_id); \
+         CREATE INDEX requests_by_phase ON requests(phase); PRAGMA user_version = 4;",
+    )
+    .unwrap();
+    drop(conn);
+    w.mux_start();
+    w.ok(&["mux", "stop"]);
+    w.mux_start();
+    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+    let starts: Vec<&str> = log.split(STARTING_LOG).skip(1).collect();
+    assert_eq!(starts.len(), 3, "{log}");
+    assert!(!starts[0].contains(MIGRATING_LOG) && !starts[2].contains(MIGRATING_LOG), "only the second start migrated: {log}");
+    let (migrating, migrated) = (starts[1].find(MIGRATING_LOG), starts[1].find(MIGRATED_LOG));
+    assert!(migrating.is_some() && migrated.is_some() && migrating < migrated, "{log}");
+    assert!(starts[1].contains("from=4"), "{log}");
+    assert!(!wakterm_runtime::mux::still_migrating(&log));
+    w.ok(&["mux", "stop"]);
+}
+
 /// LOG-1: the daemon logs each admission decision (request id, classification, reason,
 /// timing) to `mux.log`, never the prompt's text; a bad `WAKTERM_LOG` is refused by name.
 #[test]

@@ -138,7 +138,7 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
     let _lock = acquire_lock(&paths)?;
     crate::logging::init_daemon(&paths)?;
-    tracing::info!(pid = std::process::id(), data_dir = %paths.root.display(), version = env!("CARGO_PKG_VERSION"), "daemon starting");
+    tracing::info!(pid = std::process::id(), data_dir = %paths.root.display(), version = env!("CARGO_PKG_VERSION"), "{}", crate::logging::STARTING_LOG);
     let descriptor_limit = raise_descriptor_limit();
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);

@@ -298,14 +298,26 @@ fn user_version(conn: &Connection) -> Result<u32, StoreError> {
 /// Runs the missing migrations in one IMMEDIATE transaction. The version is read again under the
 /// write lock: another process may have migrated (or a newer build written) since preflight.
 fn migrate(path: &Path, conn: &Connection) -> Result<u32, StoreError> {
+    let started = std::time::Instant::now();
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let result = migrate_locked(path, conn);
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
     match (result, conn.execute_batch(end)) {
-        (Ok(found), Ok(())) => Ok(found),
+        (Ok(found), Ok(())) => {
+            if is_migration(found) {
+                let elapsed_ms = started.elapsed().as_millis() as u64;
+                tracing::info!(to = SCHEMA_VERSION, elapsed_ms, "{}", crate::logging::MIGRATED_LOG);
+            }
+            Ok(found)
+        }
         (Ok(_), Err(err)) => Err(err.into()),
         (Err(err), _) => Err(err),
     }
+}
+
+/// An existing database of an older schema (a new file is created, not migrated).
+fn is_migration(found: u32) -> bool {
+    found > 0 && found < SCHEMA_VERSION
 }
 
 fn migrate_locked(path: &Path, conn: &Connection) -> Result<u32, StoreError> {
@@ -313,6 +325,11 @@ fn migrate_locked(path: &Path, conn: &Connection) -> Result<u32, StoreError> {
     let found = identity.user_version;
     check_identity(path, identity)?;
     assert!(found <= SCHEMA_VERSION);
+    if is_migration(found) {
+        // Said before the work: a migration may scan every request once, and `mux start`
+        // waits longer for a daemon whose log says it is migrating (`mux::still_migrating`).
+        tracing::info!(from = found, to = SCHEMA_VERSION, "{}", crate::logging::MIGRATING_LOG);
+    }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         conn.execute_batch(sql)?;
         let version = index as u32 + 1;
