@@ -54,41 +54,92 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
         Ok(child) => child,
         Err(error) => return Reply::error(exit::ERROR, "spawn_failed", error.to_string()),
     };
+    let log_file = paths.log_file();
+    let waited = wait_for_start(
+        &START_BOUNDS,
+        || Some(client::call(paths, &ClientRequest::Status)).filter(|status| status.exit_code == exit::OK),
+        || child.try_wait().ok().flatten().map(|code| code.to_string()),
+        || still_migrating(&log_tail(&log_file)),
+        || eprintln!("wakterm: the daemon is migrating its database; waiting up to {MIGRATION_DEADLINE:?}"),
+    );
+    match waited {
+        StartWait::Answered(status) => status,
+        StartWait::Exited(code) => {
+            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+            let tail = if tail.trim().is_empty() { "it wrote no reason to its log".to_string() } else { tail };
+            Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"))
+        }
+        StartWait::TimedOut => Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}")),
+        StartWait::StillMigrating => {
+            let message = format!(
+                "the daemon was still migrating its database after {MIGRATION_DEADLINE:?}; it goes on (see {})",
+                log_file.display()
+            );
+            Reply::error(exit::ERROR, "start_timeout", message)
+        }
+    }
+}
+
+/// How long `mux start` waits, and how often it looks.
+struct WaitBounds {
+    usual: Duration,
+    migration: Duration,
+    poll: Duration,
+    migration_poll: Duration,
+}
+
+const START_BOUNDS: WaitBounds =
+    WaitBounds { usual: START_DEADLINE, migration: MIGRATION_DEADLINE, poll: POLL_INTERVAL, migration_poll: MIGRATION_POLL_INTERVAL };
+
+/// What waiting for a new daemon ended with.
+#[derive(Debug, PartialEq, Eq)]
+enum StartWait<T> {
+    Answered(T),
+    /// The daemon's process ended (its exit status).
+    Exited(String),
+    /// Nothing answered within the usual bound, and no migration was running.
+    TimedOut,
+    /// A migration was still running at the migration bound.
+    StillMigrating,
+}
+
+/// Polls until the daemon answers or exits. Past `usual`, only a migration that `migrating`
+/// says is running earns more time, up to `migration` from the start (`on_migrating` runs
+/// once when the wait is extended).
+fn wait_for_start<T>(
+    bounds: &WaitBounds,
+    mut answered: impl FnMut() -> Option<T>,
+    mut exited: impl FnMut() -> Option<String>,
+    mut migrating: impl FnMut() -> bool,
+    mut on_migrating: impl FnMut(),
+) -> StartWait<T> {
+    assert!(bounds.usual <= bounds.migration);
     let started = Instant::now();
     let mut told = false;
     loop {
-        let status = client::call(paths, &ClientRequest::Status);
-        if status.exit_code == exit::OK {
-            return status;
+        if let Some(answer) = answered() {
+            return StartWait::Answered(answer);
         }
-        if let Ok(Some(code)) = child.try_wait() {
-            let log = std::fs::read_to_string(paths.log_file()).unwrap_or_default();
-            let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
-            let tail = if tail.trim().is_empty() { "it wrote no reason to its log".to_string() } else { tail };
-            return Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"));
+        if let Some(code) = exited() {
+            return StartWait::Exited(code);
         }
         let waited = started.elapsed();
-        if waited >= START_DEADLINE {
-            // Past the usual wait, only a migration the log says is running earns more time.
-            let migrating = still_migrating(&log_tail(&paths.log_file()));
-            if !migrating {
-                return Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}"));
-            }
-            if waited >= MIGRATION_DEADLINE {
-                let message = format!(
-                    "the daemon was still migrating its database after {MIGRATION_DEADLINE:?}; it goes on (see {})",
-                    paths.log_file().display()
-                );
-                return Reply::error(exit::ERROR, "start_timeout", message);
-            }
-            if !told {
-                eprintln!("wakterm: the daemon is migrating its database; waiting up to {MIGRATION_DEADLINE:?}");
-                told = true;
-            }
-            std::thread::sleep(MIGRATION_POLL_INTERVAL);
+        if waited < bounds.usual {
+            std::thread::sleep(bounds.poll);
             continue;
         }
-        std::thread::sleep(POLL_INTERVAL);
+        if !migrating() {
+            return StartWait::TimedOut;
+        }
+        if waited >= bounds.migration {
+            return StartWait::StillMigrating;
+        }
+        if !told {
+            on_migrating();
+            told = true;
+        }
+        std::thread::sleep(bounds.migration_poll);
     }
 }
 
@@ -144,7 +195,7 @@ fn is_running(pid: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_running, still_migrating};
+    use super::{is_running, still_migrating, wait_for_start, StartWait, WaitBounds};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -175,5 +226,29 @@ mod tests {
         assert!(!still_migrating(&start(&format!("t1 INFO {MIGRATING_LOG} from=3 to=5\nt2 INFO {MIGRATED_LOG} to=5\n"))));
         let crashed_then_restarted = format!("{}{}", start(&format!("t1 INFO {MIGRATING_LOG} from=3 to=5\n")), start("t3 INFO event retention\n"));
         assert!(!still_migrating(&crashed_then_restarted), "an earlier start's unfinished migration is not this one's");
+    }
+
+    // The wait past the usual bound: only while a migration runs, never past the migration
+    // bound, and an answer during it ends it (small bounds stand in for 15 s and 10 min).
+    #[test]
+    fn mux_start_waits_longer_only_while_a_migration_runs() {
+        let bounds = WaitBounds {
+            usual: Duration::from_millis(40),
+            migration: Duration::from_millis(400),
+            poll: Duration::from_millis(2),
+            migration_poll: Duration::from_millis(5),
+        };
+        let never = || None::<()>;
+        let started = Instant::now();
+        assert_eq!(wait_for_start(&bounds, never, || None, || false, || panic!("not extended")), StartWait::TimedOut);
+        assert!(started.elapsed() < bounds.migration, "no migration: the usual bound ends it");
+        let (started, mut told) = (Instant::now(), 0);
+        assert_eq!(wait_for_start(&bounds, never, || None, || true, || told += 1), StartWait::StillMigrating);
+        assert!(started.elapsed() >= bounds.migration);
+        assert_eq!(told, 1, "said once");
+        let answer_at = Instant::now() + Duration::from_millis(120);
+        let answered = || (Instant::now() >= answer_at).then_some("status");
+        assert_eq!(wait_for_start(&bounds, answered, || None, || true, || ()), StartWait::Answered("status"));
+        assert_eq!(wait_for_start(&bounds, never, || Some("1".to_string()), || true, || ()), StartWait::Exited("1".to_string()));
     }
 }
