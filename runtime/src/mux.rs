@@ -65,7 +65,7 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
     match waited {
         StartWait::Answered(status) => status,
         StartWait::Exited(code) => {
-            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            let log = log_tail(&log_file);
             let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
             let tail = if tail.trim().is_empty() { "it wrote no reason to its log".to_string() } else { tail };
             Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"))
@@ -143,7 +143,8 @@ fn wait_for_start<T>(
     }
 }
 
-/// The end of the daemon's log: enough for the lines of this start (a migration logs two).
+/// The end of the daemon's log: enough for the lines of this start (a migration logs two, an
+/// exit its last five).
 fn log_tail(path: &std::path::Path) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = std::fs::File::open(path) else { return String::new() };

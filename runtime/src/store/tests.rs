@@ -713,6 +713,23 @@ fn store_wal_stays_bounded_under_sustained_writes_and_reads() {
     assert!(wal < 32 * 1024 * 1024, "WAL of {wal} bytes after {db} bytes of data: it is not being restarted");
 }
 
+/// The first column of every row `sql` returns (no parameters), as text.
+fn texts(path: &Path, sql: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let rows: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    rows
+}
+
+/// The steps of SQLite's plan for `sql`, each parameter bound to 0.
+fn query_plan(path: &Path, sql: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let zeros = rusqlite::params_from_iter(std::iter::repeat_n(0, stmt.parameter_count()));
+    let plan: Vec<String> = stmt.query_map(zeros, |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
+    plan
+}
+
 // Issue 10, HIST-4: the retention queries walk the partial index of finished requests by time
 // (one step for the oldest), never every finished request's row: the check runs every 5 s, and
 // SQLite left alone chose `requests_by_phase` (75 ms at 100,000 requests).
@@ -722,11 +739,8 @@ fn store_retention_queries_use_the_finished_by_time_index() {
     let path = scratch.db();
     let writer = StoreWriter::spawn(&path).unwrap();
     writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
-    let probe = rusqlite::Connection::open(&path).unwrap();
     for sql in [super::op::OLDEST_FINISHED_SQL, super::op::PRUNE_FINISHED_SQL] {
-        let mut stmt = probe.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let zeros = rusqlite::params_from_iter(std::iter::repeat_n(0, stmt.parameter_count()));
-        let plan: Vec<String> = stmt.query_map(zeros, |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
+        let plan = query_plan(&path, sql);
         assert!(plan.iter().all(|step| !step.contains("requests_by_phase")), "{sql}: {plan:?}");
         assert!(plan.iter().any(|step| step.contains("requests_finished_by_time")), "{sql}: {plan:?}");
         assert!(plan.iter().all(|step| !step.contains("TEMP B-TREE")), "{sql}: {plan:?}");
@@ -742,9 +756,7 @@ fn store_open_requests_query_reads_the_open_ids_only() {
     let path = scratch.db();
     let writer = StoreWriter::spawn(&path).unwrap();
     writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
-    let probe = rusqlite::Connection::open(&path).unwrap();
-    let mut stmt = probe.prepare(&format!("EXPLAIN QUERY PLAN {}", super::reader::OPEN_REQUESTS_SQL)).unwrap();
-    let plan: Vec<String> = stmt.query_map([], |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect();
+    let plan = query_plan(&path, super::reader::OPEN_REQUESTS_SQL);
     assert!(plan.first().is_some_and(|step| step.starts_with("SCAN o")), "{plan:?}");
     assert!(plan.iter().any(|step| step.starts_with("SEARCH r USING INDEX")), "{plan:?}");
     assert!(plan.iter().all(|step| !step.starts_with("SCAN r") && !step.contains("TEMP B-TREE")), "{plan:?}");
@@ -753,10 +765,7 @@ fn store_open_requests_query_reads_the_open_ids_only() {
 
 /// The open requests by a scan of every row: what `open_requests` must always hold.
 fn open_by_scan(path: &Path) -> Vec<String> {
-    let conn = rusqlite::Connection::open(path).unwrap();
-    let mut stmt = conn.prepare("SELECT request_id FROM requests WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id").unwrap();
-    let ids: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
-    ids
+    texts(path, "SELECT request_id FROM requests WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id")
 }
 
 // HIST-1, migration 5: the writer keeps `open_requests` equal to the open rows through every
@@ -784,9 +793,7 @@ fn store_open_requests_follow_every_phase_change_and_prune() {
     assert_eq!(store.load_requests().unwrap().len(), 18, "retention removed the finished ones");
     let loaded: Vec<String> = store.load_open_requests().unwrap().into_iter().map(|r| r.request_id).collect();
     assert_eq!(loaded, open_by_scan(&path));
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    let kept: Vec<String> = conn.prepare("SELECT request_id FROM open_requests ORDER BY request_id").unwrap()
-        .query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let kept = texts(&path, "SELECT request_id FROM open_requests ORDER BY request_id");
     assert_eq!(kept, loaded, "the table holds exactly the open ids");
 }
 
@@ -818,9 +825,7 @@ fn store_migration_5_keeps_the_open_requests() {
     let expected = [("r2", "bound"), ("r4", "submitted"), ("r6", "registered")];
     assert_eq!(open, expected.map(|(id, phase)| (id.to_string(), phase.to_string())));
     assert_eq!(store.load_requests().unwrap().len(), 6, "the history stays");
-    let probe = rusqlite::Connection::open(&path).unwrap();
-    let mut stmt = probe.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' AND sql IS NOT NULL ORDER BY name").unwrap();
-    let indexes: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let indexes = texts(&path, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' AND sql IS NOT NULL ORDER BY name");
     assert_eq!(indexes, ["requests_finished_by_time"]);
 }
 
