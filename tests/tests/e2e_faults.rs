@@ -168,6 +168,47 @@ fn obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint() {
     assert_eq!(event["final_message"], REPLY.replace("{prompt}", prompt).as_str());
 }
 
+/// MON-3: new rollout records alone do not make the monitor read the screen again (the pane's
+/// own changes are pushed by the holder and wake a look of their own). Turns typed elsewhere,
+/// their records appended straight to the rollout with the pane untouched, move the catalog
+/// from idle to busy and back while the holder is asked nothing.
+#[test]
+fn mon_3_records_alone_do_not_make_the_monitor_read_the_screen() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let agent_id = entry["agent_id"].as_str().expect("agent id");
+    let rollout = w.rollout_files().pop().expect("the baseline turn wrote a rollout");
+    let of_kind = |kind: &str| {
+        let line = w.rollout_lines().into_iter().find(|l| l["payload"]["type"] == kind);
+        line.unwrap_or_else(|| panic!("the baseline turn wrote no {kind}"))
+    };
+    let (started, complete) = (of_kind("task_started"), of_kind("task_complete"));
+    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut holder = wakterm_runtime::holder::HolderClient::connect(&socket).expect("holder");
+    std::thread::sleep(Duration::from_secs(1)); // the runs after the baseline turn settle
+    let before = holder.info().expect("info");
+    let append = |record: &Value, turn: &str| {
+        let mut record = record.clone();
+        record["payload"]["turn_id"] = Value::from(turn);
+        let mut file = std::fs::OpenOptions::new().append(true).open(&rollout).expect("rollout");
+        std::io::Write::write_all(&mut file, format!("{record}\n").as_bytes()).expect("append");
+    };
+    let turns = 5;
+    for _ in 0..turns {
+        let turn = new_id();
+        append(&started, &turn);
+        w.wait_agent("zola", "busy with the appended turn", |z| z["state"] == "busy");
+        append(&complete, &turn);
+        w.wait_agent("zola", "idle after the appended turn", |z| z["state"] == "idle");
+    }
+    let after = holder.info().expect("info");
+    // Ours is one; the open liveness call may have been renewed once (every 30 s).
+    let asked = after.requests - before.requests;
+    assert!(asked <= 2, "the daemon asked the holder {} times over {} appended turns (runs woken by records looked at the screen)", asked - 1, turns);
+    assert_eq!(after.output_end, before.output_end, "the pane stayed untouched");
+}
+
 /// MON-1, LIVE-2: an idle agent costs its holder nothing periodic (the daemon's liveness call
 /// stays open at the holder; the observer re-reads only local files), and its process's exit is
 /// still pushed to the daemon at once.

@@ -122,6 +122,9 @@ struct MonitorView {
     snapshot: Option<Result<ObserverSnapshot, String>>,
     /// The observer's health at the last snapshot the monitor sent (a change sends another).
     health: Option<Health>,
+    /// MON-3: the screen text of the last successful look (a refresh's or a run's), and the
+    /// process it was read from.
+    screen: Option<(Option<ProcessIdentity>, String)>,
 }
 
 #[derive(Default)]
@@ -403,8 +406,25 @@ impl AgentRuntime {
         if self.record.managed {
             return None;
         }
+        // Known before the call: a process that changed during it leaves a look filed under the
+        // old one, which the next run then does not reuse.
+        let process = self.liveness.lock().expect("liveness lock").process;
         let (_kept, screen) = self.kept_call(HolderClient::screen).ok()?;
-        Some(text_of(&screen))
+        let text = text_of(&screen);
+        self.note_screen(process, &text);
+        Some(text)
+    }
+
+    /// MON-3: the text of the last look at the screen (a refresh's or a monitor run's), if it
+    /// was read from the process the agent runs now.
+    pub fn last_screen(&self) -> Option<String> {
+        let process = self.liveness.lock().expect("liveness lock").process; // before the view lock: never hold both
+        let view = self.view.lock().expect("view lock");
+        view.screen.as_ref().filter(|(read_from, _)| *read_from == process).map(|(_, text)| text.clone())
+    }
+
+    fn note_screen(&self, process: Option<ProcessIdentity>, text: &str) {
+        self.view.lock().expect("view lock").screen = Some((process, text.to_string()));
     }
 
     /// ADM-3's first two looks, liveness (forwarded as [`AgentRuntime::forward_liveness_change`]
@@ -424,6 +444,11 @@ impl AgentRuntime {
         };
         let answer = info.unwrap_or_else(|| self.holder_info());
         let _ = self.forward_liveness(self.apply_liveness(answer), inbox);
+        if let Some(text) = &screen {
+            // Read in one call with the liveness just applied: filed under that process.
+            let process = self.liveness.lock().expect("liveness lock").process;
+            self.note_screen(process, text);
+        }
         screen
     }
 }

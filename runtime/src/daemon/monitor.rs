@@ -8,6 +8,8 @@
 //! - the work itself (reading what was appended, forwarding events, a snapshot for the engine's
 //!   view, saving the checkpoint) runs on a blocking thread, at most one run per agent at a
 //!   time, with wakes during a run coalesced into one more run;
+//! - MON-3: a run woken by rollout records alone builds its snapshot from the last look at the
+//!   screen (records do not change the pane; the pane's own changes wake a look);
 //! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
 //!   not be set): attached agents are looked at every [`ATTACHED_RECHECK`], agents still without
 //!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch, or
@@ -333,10 +335,11 @@ impl Dispatcher {
 }
 
 /// One look at an agent: liveness (when due), then what its rollout appended (or, before it
-/// has one, discovery), and the checkpoint. Only when something changed does it ask the
-/// holder for the screen and give the engine a new snapshot (the catalog answers from it), so
-/// a run over an idle agent costs a few local reads and no holder call. Returns true while a
-/// newer checkpoint waits to be saved.
+/// has one, discovery), and the checkpoint. Only when something changed does it give the
+/// engine a new snapshot (the catalog answers from it), and only when the screen may have
+/// changed does it ask the holder for it (MON-3), so a run over an idle agent costs a few
+/// local reads and no holder call, and a run over new records no holder call either. Returns
+/// true while a newer checkpoint waits to be saved.
 fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> bool {
     let process_changed = match liveness.then(|| agent.forward_liveness_change(inbox)).flatten() {
         Some(false) => return false,
@@ -353,8 +356,10 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
     let (events, health) = agent.with_discovery_scope(|rediscover| observer.poll_health(rediscover));
     let forced = process_changed || !events.is_empty();
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
-    // screen): such an agent's screen is read on every run.
-    let changed = forced || screen_due || agent.last_health().as_ref() != Some(&health) || agent.screen_decides();
+    // screen): such an agent's screen is read on every run. MON-3: new records alone do not
+    // change the pane (its own changes wake a run with `screen_due`), so the last look holds.
+    let look_again = process_changed || screen_due || agent.last_health().as_ref() != Some(&health) || agent.screen_decides();
+    let changed = forced || look_again;
     for event in events {
         if inbox.blocking_send(observed(&agent_id, event)).is_err() {
             return false;
@@ -362,7 +367,10 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
     }
     let pending = agent.save_checkpoint_if_due(observer, inbox); // EV-5: after its events
     if changed {
-        let screen = agent.screen_text();
+        let screen = match look_again {
+            true => agent.screen_text(),
+            false => agent.last_screen().or_else(|| agent.screen_text()),
+        };
         let snapshot = observer.current_snapshot(screen.as_deref());
         let news = forced || agent.last_snapshot().as_ref().and_then(|s| s.as_ref().ok()) != Some(&snapshot);
         agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
