@@ -23,6 +23,9 @@ pub const SUBMIT_MAX_TIMEOUT_MS: u64 = 10_000;
 pub const SUBMIT_GAP_MS: u64 = 50;
 /// SUB-4: how long past its own wait the engine waits for the runtime's watch to answer.
 pub const WATCH_SLACK_MS: u64 = 2_000;
+/// SUB-1: how long a write whose result was lost keeps the agent's claim waiting for its late
+/// outcome (the runtime's holder call answers within its own budget, far below this).
+pub const LOST_WRITE_HOLD_MS: u64 = 60_000;
 
 /// SUB-4: the caller's `timeout_ms`, clamped to 250..=10000 (default 3000).
 pub fn clamp_timeout_ms(requested: Option<u64>) -> u64 {
@@ -218,6 +221,10 @@ pub(crate) enum SubmitStep {
     Refreshing { refresh_id: u64 },
     Writing { delivery_id: u64 },
     Watching { watch_id: u64, boundary: EnterBoundary },
+    /// SUB-1: the caller was answered `write_result_lost`, but the write may still run (after
+    /// a stall it may even start now): the claim stays until its outcome arrives, at most
+    /// [`LOST_WRITE_HOLD_MS`].
+    Landing { delivery_id: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -375,8 +382,11 @@ impl Engine {
     }
 
     pub(crate) fn on_submit_written(&mut self, delivery_id: u64, outcome: SplitOutcome) {
-        let Some(id) = self.submit_writes.remove(&delivery_id) else { return }; // late: timed out
+        let Some(id) = self.submit_writes.remove(&delivery_id) else { return }; // late: given up
         let agent_id = self.submissions[&id].agent_id.clone();
+        if matches!(self.submissions[&id].step, SubmitStep::Landing { .. }) {
+            return self.landed(&id, &outcome);
+        }
         self.release_submit_claim(&id);
         match outcome {
             SplitOutcome::Refused { reason } => {
@@ -430,11 +440,21 @@ impl Engine {
                     self.submit_after_refresh(&id, None);
                 }
                 SubmitStep::Writing { delivery_id } => {
-                    self.submit_writes.remove(&delivery_id);
-                    self.release_submit_claim(&id);
+                    // The caller is answered at its bound; the claim waits for the write's end.
                     self.advance_epoch(&id);
                     let detail = "the pane write did not report its result in time".to_string();
-                    self.finish_submission(&id, Ending::written(SubmitStatus::WriteFailed, WriteState::Unknown, "write_result_lost", detail));
+                    let ending = Ending::written(SubmitStatus::WriteFailed, WriteState::Unknown, "write_result_lost", detail);
+                    self.answer_submission(&id, ending);
+                    let now_ms = self.now_ms;
+                    let submission = self.submissions.get_mut(&id).expect("exists");
+                    submission.step = SubmitStep::Landing { delivery_id };
+                    submission.deadline_ms = now_ms + LOST_WRITE_HOLD_MS;
+                }
+                SubmitStep::Landing { delivery_id } => {
+                    // No outcome within the hold: the claim goes (liveness); ADM-5 still waits.
+                    self.submit_writes.remove(&delivery_id);
+                    let gone = self.submissions.remove(&id).expect("exists");
+                    self.release_claim_of(&gone.agent_id, &id);
                 }
                 SubmitStep::Watching { watch_id, .. } => {
                     self.submit_watches.remove(&watch_id);
@@ -446,13 +466,17 @@ impl Engine {
     }
 
     /// SUB-2: the agent's input epoch advances with every write that may have reached it, and
-    /// the ADM-5 wait opened at the write's start gets its probe.
+    /// the ADM-5 wait opened at the write's start gets its probe. The wait then runs from now:
+    /// the write's bytes may have landed as late as its outcome (a lost one, as late as the
+    /// engine gave up on it: after a stall every deadline fires as the delayed write starts),
+    /// as an admission's does (`mark_written`).
     fn advance_epoch(&mut self, id: &RequestId) {
         let agent_id = self.submissions[id].agent_id.clone();
         let now_ms = self.now_ms;
         let epoch = self.agents.get_mut(&agent_id).map(|agent| {
             agent.input_epoch += 1;
             if agent.awaiting_turn_after.is_some() {
+                agent.awaiting_turn_after = Some(now_ms);
                 agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
             }
             agent.input_epoch
@@ -464,7 +488,11 @@ impl Engine {
     /// arriving during the acknowledgement wait meets `awaiting_turn_start` instead.
     fn release_submit_claim(&mut self, id: &RequestId) {
         let agent_id = self.submissions[id].agent_id.clone();
-        if let Some(agent) = self.agents.get_mut(&agent_id) {
+        self.release_claim_of(&agent_id, id);
+    }
+
+    fn release_claim_of(&mut self, agent_id: &AgentId, id: &RequestId) {
+        if let Some(agent) = self.agents.get_mut(agent_id) {
             if agent.claim.as_ref() == Some(id) {
                 agent.claim = None;
             }
@@ -472,15 +500,35 @@ impl Engine {
     }
 
     fn finish_submission(&mut self, id: &RequestId, ending: Ending) {
+        self.answer_submission(id, ending);
         let submission = self.submissions.remove(id).expect("finishing a known submission");
+        self.release_claim_of(&submission.agent_id, id);
+    }
+
+    /// The caller's receipt (exactly one per submission: the caller's op is answered once).
+    fn answer_submission(&mut self, id: &RequestId, ending: Ending) {
+        let submission = &self.submissions[id];
+        let epoch = submission.turn_epoch.or_else(|| self.agents.get(&submission.agent_id).map(|a| a.input_epoch));
+        let receipt = build_receipt(Some(id.to_string()), Some(submission.agent_id.clone()), submission.incarnation.clone(), epoch, submission.timeout_ms, ending);
+        self.push(Output::SubmitReceipt { op: submission.op, receipt });
+    }
+
+    /// SUB-1: the late outcome of a write whose caller was answered `write_result_lost`: the
+    /// write is over, so the claim goes; bytes may have landed until now (ADM-5).
+    fn landed(&mut self, id: &RequestId, outcome: &SplitOutcome) {
+        let submission = self.submissions.remove(id).expect("a landing submission");
+        let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(&submission.agent_id) {
-            if agent.claim.as_ref() == Some(id) {
-                agent.claim = None;
+            match outcome {
+                SplitOutcome::Refused { .. } => agent.awaiting_turn_after = None, // nothing reached the pane
+                _ if agent.awaiting_turn_after.is_some() => {
+                    agent.awaiting_turn_after = Some(now_ms);
+                    agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
+                }
+                _ => {}
             }
         }
-        let epoch = submission.turn_epoch.or_else(|| self.agents.get(&submission.agent_id).map(|a| a.input_epoch));
-        let receipt = build_receipt(Some(id.to_string()), Some(submission.agent_id), submission.incarnation, epoch, submission.timeout_ms, ending);
-        self.push(Output::SubmitReceipt { op: submission.op, receipt });
+        self.release_claim_of(&submission.agent_id, id);
     }
 
     fn reply_submit(&mut self, op: OpId, id: Option<RequestId>, agent_id: Option<AgentId>, incarnation: Option<Incarnation>, timeout_ms: u64, ending: Ending) {
@@ -489,11 +537,12 @@ impl Engine {
         self.push(Output::SubmitReceipt { op, receipt });
     }
 
-    /// ADM-12: the submission holding this agent's claim: one refreshing or writing.
+    /// ADM-12: the submission holding this agent's claim: one refreshing or writing, or one
+    /// whose write's result was lost and whose write may still run (`Landing`).
     pub(crate) fn submission_claim_of(&self, agent_id: &AgentId) -> Option<RequestId> {
         self.submissions
             .iter()
-            .find(|(_, s)| &s.agent_id == agent_id && matches!(s.step, SubmitStep::Refreshing { .. } | SubmitStep::Writing { .. }))
+            .find(|(_, s)| &s.agent_id == agent_id && matches!(s.step, SubmitStep::Refreshing { .. } | SubmitStep::Writing { .. } | SubmitStep::Landing { .. }))
             .map(|(id, _)| id.clone())
     }
 

@@ -4,7 +4,7 @@
 mod support;
 use proptest::prelude::*;
 use support::*;
-use wakterm_engine::submit::{clamp_timeout_ms, submit_steps};
+use wakterm_engine::submit::{self, clamp_timeout_ms, submit_steps};
 use wakterm_engine::*;
 
 fn boundary() -> EnterBoundary {
@@ -209,6 +209,48 @@ fn sub_2_a_turn_seen_during_the_write_ends_the_wait() {
     rig.turn_completed("turn-1", "done", 1_030);
     let view = rig.engine.catalog_view(&agent_id(ZOLA)).unwrap();
     assert_eq!(view.state, AgentState::Idle, "no stale awaiting_turn_start: {view:?}");
+}
+
+// ADM-5, SUB-1, SUB-2: a write whose result was lost may still run, and after a stall it may
+// even start as the engine gives up on it (every deadline fires at once; found by the
+// simulator). So the caller is answered at its bound, but the claim stays until the write's
+// late outcome, and the wait for its turn runs from that outcome: an idle-looking refresh a
+// grace period after the write began does not end it.
+#[test]
+fn sub_2_a_lost_write_holds_the_agent_until_its_outcome() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.submit_text("hi", None);
+    rig.advance(limits::AWAITING_TURN_GRACE_MS + 5_000); // one step: the stall
+    assert_eq!(rig.submit_receipt(op).reason.as_deref(), Some("write_result_lost"));
+    // Until the outcome, even a plain send (which may steer a running turn) meets the claim.
+    let send = rig.command(Operation::Send, "5e1d7f3a-2b4c-4d5e-8f60-718293a4b5c6", "steer", ReturnMode::OneWay);
+    let send = rig.submit(send);
+    assert_eq!(rig.receipt(send).reason.as_deref(), Some("admission_in_progress"), "{:?}", rig.receipt(send));
+    rig.answer_split_write(SplitOutcome::Complete { boundary: boundary() });
+    assert_eq!(rig.submit_receipts[&op].len(), 1, "the caller was answered once");
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "the outcome ends the hold");
+    let admission = rig.admit(REQ, "an admission", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(admission).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(admission));
+    assert!(rig.deliveries.is_empty(), "nothing written after the lost write");
+    // A grace period after the write's end, an idle agent with an empty composer ends the wait.
+    rig.advance(limits::AWAITING_TURN_GRACE_MS + 1);
+    let later = rig.admit("7d9c4a51-7d53-4c9e-8f43-6f9d1a2b3c4d", "later", ReturnMode::OneWay);
+    assert!(rig.receipt(later).reason.as_deref() != Some("awaiting_turn_start"), "{:?}", rig.receipt(later));
+}
+
+// SUB-1: a lost write whose outcome never comes holds the claim only for its bound.
+#[test]
+fn sub_1_a_lost_write_without_an_outcome_frees_the_agent_at_its_bound() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.submit_text("hi", None);
+    rig.advance(limits::DELIVERY_TIMEOUT_MS + 1_000);
+    assert_eq!(rig.submit_receipt(op).reason.as_deref(), Some("write_result_lost"));
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_some(), "held while the write may run");
+    rig.advance(submit::LOST_WRITE_HOLD_MS + 1);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "released at the bound");
+    assert_eq!(rig.engine.submissions_in_flight(), 0);
+    rig.answer_split_write(SplitOutcome::Complete { boundary: boundary() }); // too late: ignored
+    assert_eq!(rig.submit_receipts[&op].len(), 1);
 }
 
 // SUB-5: how a write that did not complete is reported.

@@ -82,6 +82,9 @@ pub struct StreamFollower<L: LineFolder = PlainFold> {
     resume_at: Option<u64>,
     earlier: Option<EarlierTail>,
     reproved: bool,
+    /// MGD-6: a loss may have taken a server request with it: one `thread/resume` (Codex then
+    /// sends every request still pending again), once attached again.
+    replay_due: bool,
     /// MGD-6: server requests this follower's owner answered (by their id's JSON text).
     answered: std::collections::BTreeSet<String>,
     pub stats: FollowStats,
@@ -107,6 +110,7 @@ impl<L: LineFolder> StreamFollower<L> {
             resume_at: None,
             earlier: None,
             reproved: false,
+            replay_due: false,
             answered: Default::default(),
             stats: FollowStats::default(),
         }
@@ -229,13 +233,20 @@ impl<L: LineFolder> StreamFollower<L> {
     }
 
     /// MGD-4: a stream read to its end that never showed this process loading the thread (a
-    /// daemon restart after the holder dropped the handshake's reply) asks once: true when the
+    /// daemon restart after the holder dropped the handshake's reply) asks once; MGD-6: so does
+    /// each loss of output, loaded or not, since Codex answers a `thread/resume` by sending every
+    /// server request still pending again (one the loss took would wait forever). True when the
     /// caller should write a `thread/resume` of the agent's own thread now.
     pub fn wants_reproof(&mut self) -> bool {
-        if self.reproved || self.fold.loaded || !self.attached || self.thread_id.is_empty() {
+        if !self.attached || self.thread_id.is_empty() {
+            return false;
+        }
+        let unproven = !self.reproved && !self.fold.loaded;
+        if !unproven && !self.replay_due {
             return false;
         }
         self.reproved = true;
+        self.replay_due = false;
         true
     }
 
@@ -297,11 +308,10 @@ impl<L: LineFolder> StreamFollower<L> {
         self.partial.clear();
         self.skipping = true; // the line in progress at `start` began in the evicted bytes
         self.attached = false;
-        // MGD-4: the answer to a re-proof already asked may have been in the evicted bytes:
-        // one more ask, once attached again (one per loss: losses are bounded by the output).
-        if !self.fold.loaded {
-            self.reproved = false;
-        }
+        // MGD-4: the answer to a re-proof already asked may have been in the evicted bytes;
+        // MGD-6: so may a server request. One more ask, once attached again (one per loss:
+        // losses are bounded by the output).
+        self.replay_due = true;
     }
 
     fn take(&mut self, data: &[u8], start: u64, events: &mut Vec<ObserverEvent>) {
@@ -562,10 +572,12 @@ mod tests {
         ring.push(&thread_reply());
         read_all(&mut follower, &ring, 4096);
         assert!(follower.fold.loaded);
+        assert!(!follower.wants_reproof(), "proven loaded, nothing lost since: nothing to ask");
         ring.push(&filler);
         ring.push(&filler);
         read_all(&mut follower, &ring, 4096);
-        assert!(!follower.wants_reproof(), "proven loaded: a later loss asks nothing");
+        assert!(follower.wants_reproof(), "MGD-6: the loss may have taken a server request: ask once more");
+        assert!(!follower.wants_reproof(), "once per loss");
     }
 
     // A page that does not continue the stream is refused and changes nothing; one that starts

@@ -191,6 +191,14 @@ pub fn line(value: Value) -> Vec<u8> {
     bytes
 }
 
+/// MGD-6: the approval the turn waits for (`item/commandExecution/requestApproval`), the item
+/// named after the request (`srv-N` asks about `call_N`).
+fn approval_request(thread: &str, turn: &str, request: &Value) -> Vec<u8> {
+    let item = request.as_str().unwrap_or_default().replace("srv-", "call_");
+    let params = json!({"threadId": thread, "turnId": turn, "itemId": item, "command": "touch x", "cwd": "/w", "reason": null});
+    line(json!({"id": request, "method": "item/commandExecution/requestApproval", "params": params}))
+}
+
 pub fn notification(method: &str, params: Value, now: u64) -> Vec<u8> {
     line(json!({"method": method, "params": params, "emittedAtMs": now}))
 }
@@ -537,10 +545,18 @@ impl World {
             }
             "thread/resume" if params.get("threadId").and_then(Value::as_str) == Some(thread.as_str()) => {
                 // Codex 0.169 answers a resume of a thread it has loaded with the thread and its
-                // status (the observer's re-proof, MGD-4).
+                // status (the observer's re-proof, MGD-4), then sends again every server request
+                // still pending, under its original id (openai/codex#12560, merged 2026-02): one
+                // the holder's ring evicted before the observer read it is answered after all.
                 let active = self.agents[a].running.is_some();
-                let reply = line(json!({"id": id, "result": thread_json(&thread, active)}));
-                self.app_emit(a, vec![(reply, None)]);
+                let mut lines = vec![(line(json!({"id": id, "result": thread_json(&thread, active)})), None)];
+                if let Some(running) = self.agents[a].running.as_ref() {
+                    if let Some(request) = &running.awaiting {
+                        lines.push((approval_request(&thread, &running.turn.0, request), None));
+                        self.counters.fault("note.app_server_request_replayed");
+                    }
+                }
+                self.app_emit(a, lines);
             }
             "thread/start" => {
                 let reply = line(json!({"id": id, "result": thread_json(FOREIGN_THREAD, false)}));
@@ -618,8 +634,7 @@ impl World {
             (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash))),
         ];
         if let Some(request) = awaiting {
-            let params = json!({"threadId": thread, "turnId": t, "itemId": format!("call_{item}"), "command": "touch x", "cwd": "/w", "reason": null});
-            lines.push((line(json!({"id": request, "method": "item/commandExecution/requestApproval", "params": params})), None));
+            lines.push((approval_request(&thread, &t, &request), None));
             self.counters.fault("app_server.server_request");
         }
         let file = self.agents[a].session.file;
