@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent,
+    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent, TurnState,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -846,7 +846,8 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
         for a in 0..w.agents.len() {
             let mut events = Vec::new();
             let facts = w.liveness(a, &mut events);
-            let mut forced = facts.is_some() || !events.is_empty();
+            let process_changed = facts.is_some();
+            let mut forced = process_changed || !events.is_empty();
             for event in events.drain(..) {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
                 observe(&mut w, &inbox, a, event);
@@ -855,9 +856,13 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
                 w.log(format!("a{a} upsert {:?}", facts.incarnation));
                 send(&inbox, Input::AgentUpserted(facts));
             }
+            // MON-3: the screen is looked at again when the process changed, while only the
+            // screen can settle the turn, or before anything is attached; else the last look
+            // holds unless the pane changed (`World::monitor_snapshot`).
+            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown);
             w.sync_observer(a, &mut events);
             forced |= !events.is_empty();
-            let snapshot = w.snapshot(a).ok();
+            let snapshot = w.monitor_snapshot(a, look_again).ok();
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
             w.agents[a].observer.last_snapshot = snapshot.clone();
             let mut snapshot = snapshot.filter(|_| news);

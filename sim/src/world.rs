@@ -106,6 +106,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "submit.watch_lost",
     "submit.foreign_write",
     "observer.composer_unknown",
+    "observer.screen_push_late",
     "caller.submit_pair",
     "caller.submit_races_admission",
 ];
@@ -438,6 +439,20 @@ pub struct Observer {
     /// MON-1: the last snapshot the observer loop sent the engine (sent again only when it
     /// differs or the run read events).
     pub last_snapshot: Option<ObserverSnapshot>,
+    /// MON-3: the last look at the screen (a refresh's, a resume's or the loop's).
+    pub look: Option<ScreenLook>,
+}
+
+/// MON-3: what one look at the screen read (`AgentRuntime::last_screen`), and the pane as it
+/// was then: a later change of the pane (the composer, the Working indicator's redraw) is
+/// pushed to the monitor by the holder, so the loop looks again, unless the push is late.
+#[derive(Clone, Debug)]
+pub struct ScreenLook {
+    process: Proc,
+    screen: u64,
+    running: bool,
+    working: bool,
+    composer: Composer,
 }
 
 impl Observer {
@@ -461,6 +476,7 @@ impl Observer {
             looked: false,
             resumed: false,
             last_snapshot: None,
+            look: None,
         }
     }
 }
@@ -1713,28 +1729,45 @@ impl World {
         Some(self.agents[a].facts())
     }
 
+    /// A snapshot after a look at the screen (a refresh's, a resume's).
     pub fn snapshot(&mut self, a: usize) -> Result<ObserverSnapshot, String> {
         if self.is_managed(a) {
             return self.managed_snapshot(a);
         }
-        let agent = &self.agents[a];
-        let Some(process) = agent.process else { return Err("no process runs behind the agent".to_string()) };
-        let attached = agent.observer.attached.clone();
-        let (status, turn) = match &attached {
-            Some(_) => (ObserverStatus::Attached, agent.observer.turn.clone()),
-            None => (ObserverStatus::Unavailable { reason: agent.lost_reason.clone() }, TurnState::Unknown),
-        };
-        // The runtime's `with_screen`: a visible `Working` indicator beats an idle record. The
-        // screen is not always readable (the sim reads it 70% of the time).
-        let working = self.agents[a].running.is_some() && thread_rng().gen_bool(0.7);
-        let turn = match turn {
-            TurnState::Idle { .. } if working => TurnState::Busy { turn: None },
-            other => other,
-        };
-        if matches!(turn, TurnState::Busy { .. }) {
-            self.counters.fault("provider.busy_turn");
+        let look = self.look_at_screen(a)?;
+        self.snapshot_from(a, &look)
+    }
+
+    /// MON-3: the observer loop's snapshot: from the last look at this process's screen unless
+    /// `look_again` (the process changed, the turn is unknown, nothing is attached) or the pane
+    /// changed since; the holder's push of that change may come after the run
+    /// (`observer.screen_push_late`), and the last look is used once more.
+    pub fn monitor_snapshot(&mut self, a: usize, look_again: bool) -> Result<ObserverSnapshot, String> {
+        if self.is_managed(a) {
+            return self.managed_snapshot(a);
         }
         let agent = &self.agents[a];
+        let kept = agent.observer.look.clone().filter(|look| !look_again && Some(look.process) == agent.process);
+        let pane_changed = kept.as_ref().is_some_and(|look| look.screen != agent.pane.screen || look.running != agent.running.is_some());
+        let look = match kept {
+            Some(look) if !pane_changed => look,
+            Some(look) if self.fault_roll(0.5) => {
+                self.counters.fault("observer.screen_push_late");
+                look
+            }
+            _ => self.look_at_screen(a)?,
+        };
+        self.snapshot_from(a, &look)
+    }
+
+    /// One look at agent `a`'s screen (the holder's `screen`), kept as the last look.
+    fn look_at_screen(&mut self, a: usize) -> Result<ScreenLook, String> {
+        let agent = &self.agents[a];
+        let Some(process) = agent.process else { return Err("no process runs behind the agent".to_string()) };
+        // The runtime's `with_screen`: a visible `Working` indicator beats an idle record. The
+        // screen is not always readable (the sim reads it 70% of the time).
+        let running = agent.running.is_some();
+        let working = running && thread_rng().gen_bool(0.7);
         // The screen adapter cannot always classify the composer (a redraw in progress).
         let composer = if self.faults_on && agent.transport == Transport::Pty && thread_rng().gen_bool(0.03) {
             self.counters.fault("observer.composer_unknown");
@@ -1742,6 +1775,29 @@ impl World {
         } else {
             self.composer_on_screen(a)
         };
+        let look = ScreenLook { process, screen: self.agents[a].pane.screen, running, working, composer };
+        self.agents[a].observer.look = Some(look.clone());
+        Ok(look)
+    }
+
+    /// The snapshot of agent `a`'s observer with `look` for what the screen shows.
+    fn snapshot_from(&mut self, a: usize, look: &ScreenLook) -> Result<ObserverSnapshot, String> {
+        let agent = &self.agents[a];
+        let process = look.process;
+        let attached = agent.observer.attached.clone();
+        let (status, turn) = match &attached {
+            Some(_) => (ObserverStatus::Attached, agent.observer.turn.clone()),
+            None => (ObserverStatus::Unavailable { reason: agent.lost_reason.clone() }, TurnState::Unknown),
+        };
+        let turn = match turn {
+            TurnState::Idle { .. } if look.working => TurnState::Busy { turn: None },
+            other => other,
+        };
+        if matches!(turn, TurnState::Busy { .. }) {
+            self.counters.fault("provider.busy_turn");
+        }
+        let agent = &self.agents[a];
+        let composer = look.composer;
         Ok(ObserverSnapshot {
             incarnation: process.incarnation(),
             process: Some(process.identity()),
