@@ -82,4 +82,13 @@ impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
         AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
     }
+
+    /// ADM-5: a write's bytes may have landed as late as `now_ms` (its outcome, or the moment
+    /// the engine gave up on it), so a wait for its turn, if one is open, runs from then.
+    pub(crate) fn written_until(&mut self, now_ms: u64) {
+        if self.awaiting_turn_after.is_some() {
+            self.awaiting_turn_after = Some(now_ms);
+            self.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
+        }
+    }
 }

@@ -475,10 +475,7 @@ impl Engine {
         let now_ms = self.now_ms;
         let epoch = self.agents.get_mut(&agent_id).map(|agent| {
             agent.input_epoch += 1;
-            if agent.awaiting_turn_after.is_some() {
-                agent.awaiting_turn_after = Some(now_ms);
-                agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
-            }
+            agent.written_until(now_ms);
             agent.input_epoch
         });
         self.submissions.get_mut(id).expect("exists").turn_epoch = epoch;
@@ -520,12 +517,12 @@ impl Engine {
         let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(&submission.agent_id) {
             match outcome {
-                SplitOutcome::Refused { .. } => agent.awaiting_turn_after = None, // nothing reached the pane
-                _ if agent.awaiting_turn_after.is_some() => {
-                    agent.awaiting_turn_after = Some(now_ms);
-                    agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
+                SplitOutcome::Refused { .. } => {
+                    // Nothing reached the pane: no turn to wait for.
+                    agent.awaiting_turn_after = None;
+                    agent.probe_at_ms = None;
                 }
-                _ => {}
+                _ => agent.written_until(now_ms),
             }
         }
         self.release_claim_of(&submission.agent_id, id);
