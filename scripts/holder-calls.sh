@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The daemon's calls to one agent's holder per admission, by request kind (issue 10, MON-3):
+# a fresh daemon with one idle fake Codex agent, then N serial `admit --return-final` calls on
+# the socket, each waiting for its terminal event, while `strace` records what the holder reads.
+# Prints one line per kind: calls per admission, e.g. "1.03 screen".
+#
+# Usage: bash scripts/holder-calls.sh WAKTERM_BIN [N]
+#   WAKTERM_BIN: a built `wakterm` (e.g. target/bench/release/wakterm); N: admissions (100).
+# Needs: strace, python3. Exit: 0; 2 on bad usage.
+set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+bin="$(realpath "$1")"; n="${2:-100}"
+[ -x "$bin" ] || { echo "holder-calls: $bin is not an executable" >&2; exit 2; }
+command -v strace >/dev/null || { echo "holder-calls: strace is not installed" >&2; exit 2; }
+work="$(mktemp -d /tmp/wakterm-holder-calls.XXXXXX)"
+export WAKTERM_DATA_DIR="$work/data"
+mkdir -p "$work/data" "$work/codex" "$work/cwd"; chmod 700 "$work/data"
+tracer=""
+cleanup() {
+    [ -n "$tracer" ] && kill "$tracer" 2>/dev/null || true
+    "$bin" mux stop --all >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+"$bin" mux start >/dev/null
+"$bin" agent start --name a1 --cwd "$work/cwd" --env "CODEX_HOME=$work/codex" -- "$bin" fake-codex --reply ok --reply-delay-ms 0 >/dev/null
+for _ in $(seq 150); do
+    state=$("$bin" agent catalog | python3 -c 'import json,sys; print(json.load(sys.stdin)["agents"][0]["state"])')
+    [ "$state" = idle ] && break
+    sleep 0.2
+done
+"$bin" agent send a1 baseline >/dev/null
+sleep 1
+holder=$(pgrep -f -- "__holder.*$work" | head -1)
+[ -n "$holder" ] || { echo "holder-calls: no holder process found" >&2; exit 1; }
+strace -f -qq -s 40 -e trace=read,recvfrom,recvmsg -o "$work/trace" -p "$holder" &
+tracer=$!
+sleep 1
+"$bin" agent catalog | AB_SOCK="$work/data/run/mux.sock" N="$n" python3 -c '
+import json, os, socket, sys, uuid
+sock, n = os.environ["AB_SOCK"], int(os.environ["N"])
+agent = json.load(sys.stdin)["agents"][0]
+def call(request):
+    s = socket.socket(socket.AF_UNIX); s.settimeout(30); s.connect(sock)
+    s.sendall((json.dumps(request) + "\n").encode()); line = s.makefile().readline(); s.close()
+    return json.loads(line)["body"]
+watch = socket.socket(socket.AF_UNIX); watch.connect(sock)
+watch.sendall((json.dumps({"op": "watch", "after": 0, "once": False}) + "\n").encode())
+events = watch.makefile()
+for i in range(n):
+    rid = str(uuid.uuid4())
+    receipt = call({"op": "admit", "operation": "admit", "target": "a1", "exact_agent_id": False, "incarnation": agent["incarnation"],
+                    "request_id": rid, "prompt": f"hello {i}", "paste_mode": "bracketed", "return_mode": "return_final", "final_timeout_ms": 0})
+    assert receipt.get("classification") == "accepted", receipt
+    while (json.loads(events.readline()).get("event") or {}).get("request_id") != rid:
+        pass
+'
+sleep 1.5
+kill "$tracer" 2>/dev/null || true
+wait "$tracer" 2>/dev/null || true
+tracer=""
+grep -o 'op\\":\\"[a-z_]*' "$work/trace" | sed 's/.*"//' | sort | uniq -c | awk -v n="$n" '{printf "%6.2f %s\n", $1 / n, $2}'
