@@ -91,4 +91,15 @@ impl AgentEntry {
             self.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }
     }
+
+    /// ADM-5, ADM-12: the late outcome of a write the engine gave up on: refused before its
+    /// first byte (no turn to wait for), or over, its bytes landed as late as now.
+    pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: bool) {
+        if refused {
+            self.awaiting_turn_after = None;
+            self.probe_at_ms = None;
+        } else {
+            self.written_until(now_ms);
+        }
+    }
 }

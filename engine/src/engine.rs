@@ -146,6 +146,9 @@ pub struct Engine {
     pub(crate) submissions: BTreeMap<RequestId, crate::submit::Submission>,
     pub(crate) submit_writes: BTreeMap<u64, RequestId>,
     pub(crate) submit_watches: BTreeMap<u64, RequestId>,
+    /// ADM-12: admission writes whose result was lost, by delivery id: each may still land, so
+    /// its agent stays claimed until its late outcome or the bound.
+    pub(crate) landing_writes: BTreeMap<u64, crate::admission::LandingWrite>,
 }
 
 impl Default for Engine {
@@ -190,6 +193,7 @@ impl Engine {
             stored_ids: crate::stored_ids::StoredIds::default(),
             submissions: BTreeMap::new(),
             submit_writes: BTreeMap::new(),
+            landing_writes: BTreeMap::new(),
             submit_watches: BTreeMap::new(),
         }
     }
@@ -509,6 +513,7 @@ impl Engine {
         self.release_event_retries();
         self.expire_admission_steps();
         self.expire_submissions();
+        self.expire_landing_writes();
         self.expire_request_deadlines();
         self.send_due_probes();
         let due: Vec<(RequestId, TerminalRetry)> = self
@@ -579,6 +584,7 @@ impl Engine {
                 // so a second admission cannot write while the first one's bytes are in flight.
                 entry.claim = self.admissions.iter().find(|(_, a)| a.agent_id == agent_id).map(|(id, _)| id.clone());
                 entry.claim = entry.claim.or_else(|| self.submission_claim_of(&agent_id));
+                entry.claim = entry.claim.or_else(|| self.landing_claim_of(&agent_id));
                 self.agents.insert(agent_id.clone(), entry);
                 true
             }
@@ -634,9 +640,12 @@ impl Engine {
         }
         for agent in self.agents.values() {
             if let Some(claim) = &agent.claim {
+                let agent_id = &agent.facts.agent_id;
                 assert!(
-                    self.admissions.contains_key(claim) || self.submission_claim_of(&agent.facts.agent_id).as_ref() == Some(claim),
-                    "a claim belongs to an in-flight admission or a submission before its write's outcome"
+                    self.admissions.contains_key(claim)
+                        || self.submission_claim_of(agent_id).as_ref() == Some(claim)
+                        || self.landing_claim_of(agent_id).as_ref() == Some(claim),
+                    "a claim belongs to an in-flight admission, a submission before its write's outcome, or a lost write still landing"
                 );
             }
         }

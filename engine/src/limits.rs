@@ -33,6 +33,9 @@ pub const AWAITING_TURN_GRACE_MS: u64 = 10_000;
 pub const TURN_START_TIMEOUT_MS: u64 = 60_000;
 /// How long a pane write may take before the engine stops waiting for its result (ADM-10).
 pub const DELIVERY_TIMEOUT_MS: u64 = 10_000;
+/// ADM-12, SUB-1: how long a write whose result was lost keeps the agent's claim waiting for
+/// its late outcome (the runtime's holder call answers within its own budget, far below this).
+pub const LOST_WRITE_HOLD_MS: u64 = 60_000;
 /// Retry interval for a durable commit that failed after the prompt was written (TERM-2).
 pub const PERSIST_RETRY_MS: u64 = 1_000;
 /// RF-6: steps kept in one request's evidence trail (the last slot is kept for its end).

@@ -23,9 +23,6 @@ pub const SUBMIT_MAX_TIMEOUT_MS: u64 = 10_000;
 pub const SUBMIT_GAP_MS: u64 = 50;
 /// SUB-4: how long past its own wait the engine waits for the runtime's watch to answer.
 pub const WATCH_SLACK_MS: u64 = 2_000;
-/// SUB-1: how long a write whose result was lost keeps the agent's claim waiting for its late
-/// outcome (the runtime's holder call answers within its own budget, far below this).
-pub const LOST_WRITE_HOLD_MS: u64 = 60_000;
 
 /// SUB-4: the caller's `timeout_ms`, clamped to 250..=10000 (default 3000).
 pub fn clamp_timeout_ms(requested: Option<u64>) -> u64 {
@@ -223,7 +220,7 @@ pub(crate) enum SubmitStep {
     Watching { watch_id: u64, boundary: EnterBoundary },
     /// SUB-1: the caller was answered `write_result_lost`, but the write may still run (after
     /// a stall it may even start now): the claim stays until its outcome arrives, at most
-    /// [`LOST_WRITE_HOLD_MS`].
+    /// [`crate::limits::LOST_WRITE_HOLD_MS`].
     Landing { delivery_id: u64 },
 }
 
@@ -448,7 +445,7 @@ impl Engine {
                     let now_ms = self.now_ms;
                     let submission = self.submissions.get_mut(&id).expect("exists");
                     submission.step = SubmitStep::Landing { delivery_id };
-                    submission.deadline_ms = now_ms + LOST_WRITE_HOLD_MS;
+                    submission.deadline_ms = now_ms + crate::limits::LOST_WRITE_HOLD_MS;
                 }
                 SubmitStep::Landing { delivery_id } => {
                     // No outcome within the hold: the claim goes (liveness); ADM-5 still waits.
@@ -516,14 +513,7 @@ impl Engine {
         let submission = self.submissions.remove(id).expect("a landing submission");
         let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(&submission.agent_id) {
-            match outcome {
-                SplitOutcome::Refused { .. } => {
-                    // Nothing reached the pane: no turn to wait for.
-                    agent.awaiting_turn_after = None;
-                    agent.probe_at_ms = None;
-                }
-                _ => agent.written_until(now_ms),
-            }
+            agent.lost_write_ended(now_ms, matches!(outcome, SplitOutcome::Refused { .. }));
         }
         self.release_claim_of(&submission.agent_id, id);
     }

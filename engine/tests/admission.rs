@@ -298,6 +298,40 @@ fn adm_10_lost_write_result_is_indeterminate() {
     assert_eq!(classification(&rig, op), Classification::Indeterminate);
 }
 
+/// ADM-12: a write whose result was lost may still land (after a stall it may even start as
+/// the engine gives up on it), so its agent stays claimed until its late outcome: even a plain
+/// send, which may steer a running turn and so is not stopped by ADM-5's wait, is refused
+/// before any byte; the late outcome, or the bound, frees the agent.
+#[test]
+fn adm_12_a_lost_write_holds_the_agent_until_its_outcome() {
+    for late_outcome in [true, false] {
+        let mut rig = Rig::with_idle_zola();
+        rig.auto = Auto::Manual;
+        let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+        rig.refresh_next();
+        rig.ack_next_persist(Ok(()));
+        rig.advance(limits::DELIVERY_TIMEOUT_MS);
+        rig.ack_next_persist(Ok(()));
+        assert_eq!(classification(&rig, op), Classification::Indeterminate);
+        let send = |rig: &mut Rig, id: &str| {
+            let command = rig.command(Operation::Send, id, "steer", ReturnMode::OneWay);
+            rig.submit(command)
+        };
+        let early = send(&mut rig, "5e1d7f3a-2b4c-4d5e-8f60-718293a4b5c6");
+        assert_eq!(rig.receipt(early).reason.as_deref(), Some("admission_in_progress"), "{:?}", rig.receipt(early));
+        match late_outcome {
+            true => rig.deliver_next(DeliveryOutcome::Complete),
+            false => rig.advance(limits::LOST_WRITE_HOLD_MS),
+        }
+        assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "freed (late outcome: {late_outcome})");
+        rig.engine.check_invariants();
+        let later = send(&mut rig, "6f2e8a4b-3c5d-4e6f-9a71-8293a4b5c6d7");
+        assert!(!rig.has_receipt(later), "the send took the claim and refreshes: {:?}", rig.receipts.get(&later));
+        let claim = rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.clone();
+        assert_eq!(claim.map(|c| c.to_string()).as_deref(), Some("6f2e8a4b-3c5d-4e6f-9a71-8293a4b5c6d7"));
+    }
+}
+
 /// ADM-10 / DeliveryOutcome::Refused: a writer that proves it wrote nothing is a definitive
 /// `unavailable` and the id is released.
 #[test]

@@ -4,7 +4,7 @@
 mod support;
 use proptest::prelude::*;
 use support::*;
-use wakterm_engine::submit::{self, clamp_timeout_ms, submit_steps};
+use wakterm_engine::submit::{clamp_timeout_ms, submit_steps};
 use wakterm_engine::*;
 
 fn boundary() -> EnterBoundary {
@@ -246,7 +246,7 @@ fn sub_1_a_lost_write_without_an_outcome_frees_the_agent_at_its_bound() {
     rig.advance(limits::DELIVERY_TIMEOUT_MS + 1_000);
     assert_eq!(rig.submit_receipt(op).reason.as_deref(), Some("write_result_lost"));
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_some(), "held while the write may run");
-    rig.advance(submit::LOST_WRITE_HOLD_MS + 1);
+    rig.advance(limits::LOST_WRITE_HOLD_MS + 1);
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "released at the bound");
     assert_eq!(rig.engine.submissions_in_flight(), 0);
     rig.answer_split_write(SplitOutcome::Complete { boundary: boundary() }); // too late: ignored

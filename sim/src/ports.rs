@@ -153,24 +153,26 @@ impl Effects for SimEffects {
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
+        {
+            let mut w = world.lock().unwrap();
+            let writer = w.oracle.request_of(&strip_framing(&bytes)).unwrap_or_else(|| "admission".to_string());
+            ask_write(&mut w, &agent_id, delivery_id, writer);
+        }
         madsim::task::spawn(async move {
             madsim::time::sleep(ms(0, 20)).await;
+            holder_stall(&world).await;
             // The holder's write takes the pane's write lock (a split write holds it through
-            // its gaps); the engine never asks for it while its own split write runs (ADM-12).
+            // its gaps).
             let lock = {
-                let mut w = world.lock().unwrap();
-                let text = strip_framing(&bytes);
-                let writer = w.oracle.request_of(&text).unwrap_or_else(|| "admission".to_string());
-                agent_index(&w, &agent_id).map(|a| {
-                    check_no_split_of_this_daemon(&mut w, a, &writer);
-                    w.agents[a].pane.lock.clone()
-                })
+                let w = world.lock().unwrap();
+                agent_index(&w, &agent_id).map(|a| w.agents[a].pane.lock.clone())
             };
             let _guard = match lock {
                 Some(lock) => Some(lock.lock_owned().await),
                 None => None,
             };
             let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes);
+            end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
                 let mut w = world.lock().unwrap();
                 let managed = agent_index(&w, &agent_id).is_some_and(|a| w.is_managed(a));
@@ -268,13 +270,23 @@ impl Effects for SimEffects {
     fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
-        let (holder, epoch) = {
-            let w = world.lock().unwrap();
-            (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch)
+        // Whose write this is, known when it is asked for (a later submission of the same text
+        // may come before a stalled write starts).
+        let (holder, epoch, sid) = {
+            let mut w = world.lock().unwrap();
+            let text = write.steps.get(1).map(|paste| strip_paste(paste)).unwrap_or_default();
+            let sid = w.oracle.submission_of(&text).unwrap_or_else(|| {
+                w.oracle.unfinished(format!("a split write of an unknown submission text {text:?}"));
+                "unknown-submission".to_string()
+            });
+            ask_write(&mut w, &agent_id, delivery_id, sid.clone());
+            (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch, sid)
         };
         holder.spawn(async move {
             madsim::time::sleep(ms(0, 10)).await;
-            let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch).await;
+            holder_stall(&world).await;
+            let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch, sid).await;
+            end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let outcome = match outcome {
                 // The bug (`split_failure_refused`): every write error is "the pane refused".
                 SplitOutcome::Failed { bytes_written, error } if bytes_written > 0 && world.lock().unwrap().mutant == Mutant::SplitFailureRefused => {
@@ -518,15 +530,42 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     }
 }
 
-/// (c) ADM-12, SUB-1: the engine never asks for a pane write while a split write it asked
-/// for still runs (its claim lasts until the split write's outcome). A split write of a dead
-/// daemon (the holder finishes it) is not this daemon's.
-fn check_no_split_of_this_daemon(w: &mut World, a: usize, writer: &str) {
-    if let Some((split, epoch)) = w.agents[a].pane.split.clone() {
-        if epoch == w.daemon_epoch && split != writer {
-            let m = format!("a{a}: the engine asked for a write ({writer}) while its split write {split} still ran (ADM-12)");
-            w.oracle.interleaved(m);
+/// (c) ADM-12, SUB-1: the engine never asks for a pane write while another write it asked
+/// for has not ended: not started yet (a stall can delay its start past the engine's deadline)
+/// or still writing (a split write, through its gaps). Its claim lasts until the write's
+/// outcome, a lost one's too. A write of a dead daemon (the holder finishes it) is not this
+/// daemon's.
+fn ask_write(w: &mut World, agent_id: &AgentId, delivery_id: u64, writer: String) {
+    let Some(a) = agent_index(w, agent_id) else { return };
+    let epoch = w.daemon_epoch;
+    let other = w.agents[a].pane.asked.values().find(|(other, e)| *e == epoch && *other != writer).map(|(other, _)| other.clone());
+    if let Some(other) = other {
+        let m = format!("a{a}: the engine asked for a write ({writer}) while its write {other} had not ended (ADM-12)");
+        w.oracle.interleaved(m);
+    }
+    w.agents[a].pane.asked.insert(delivery_id, (writer, epoch));
+}
+
+/// `pane.write_late`: the holder starts a write only after the engine's deadline for its result
+/// has passed (a stalled holder, a loaded machine): the write lands after the engine gave up.
+async fn holder_stall(world: &Shared) {
+    let stall = {
+        let mut w = world.lock().unwrap();
+        let stall = w.fault_roll(w.plan.pane_late / 2.0);
+        if stall {
+            w.counters.fault("pane.write_late");
         }
+        stall
+    };
+    if stall {
+        madsim::time::sleep(ms(10_500, 14_000)).await;
+    }
+}
+
+/// The write asked for as `delivery_id` ended (written, failed or refused).
+fn end_write(w: &mut World, agent_id: &AgentId, delivery_id: u64) {
+    if let Some(a) = agent_index(w, agent_id) {
+        w.agents[a].pane.asked.remove(&delivery_id);
     }
 }
 
@@ -537,19 +576,14 @@ fn check_no_split_of_this_daemon(w: &mut World, a: usize, writer: &str) {
 /// child that exits during a gap makes the next step fail (EIO). Faults: a step fails after
 /// some bytes or before any (`submit.split_write_fails`, also the holder's answer lost after
 /// a complete write); the harness never reacts to the CR or reacts before the boundary.
-async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, write: &SplitWrite, epoch: u64) -> SplitOutcome {
+async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, write: &SplitWrite, epoch: u64, sid: String) -> SplitOutcome {
     let text = write.steps.get(1).map(|paste| strip_paste(paste)).unwrap_or_default();
-    let (a, lock, skip_lock, sid) = {
-        let mut w = world.lock().unwrap();
+    let (a, lock, skip_lock) = {
+        let w = world.lock().unwrap();
         let Some(a) = agent_index(&w, agent_id) else {
             return SplitOutcome::Refused { reason: "the agent is not known to the holder".to_string() };
         };
-        let sid = w.oracle.submission_of(&text).unwrap_or_else(|| {
-            w.oracle.unfinished(format!("a split write of an unknown submission text {text:?}"));
-            "unknown-submission".to_string()
-        });
-        check_no_split_of_this_daemon(&mut w, a, &sid);
-        (a, w.agents[a].pane.lock.clone(), w.mutant == Mutant::SubmitSkipsWriteLock, sid)
+        (a, w.agents[a].pane.lock.clone(), w.mutant == Mutant::SubmitSkipsWriteLock)
     };
     // The bug (`submit_skips_write_lock`): the steps go out without the lock across the gaps.
     let _guard = if skip_lock { None } else { Some(lock.lock_owned().await) };

@@ -32,6 +32,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "pane.write_error",
     "pane.error_after_complete",
     "pane.result_late",
+    "pane.write_late",
     "pane.refused_stale",
     "process.exit",
     "process.replaced",
@@ -511,6 +512,9 @@ pub struct Pane {
     /// The split write in progress, first byte to outcome: its submission id and the epoch of
     /// the daemon that asked for it. The holder holds its lifecycle lock meanwhile: no respawn.
     pub split: Option<(String, u64)>,
+    /// ADM-12: every write the engine asked for that has not ended yet (not started, or still
+    /// writing), by delivery id: its writer and the epoch of the daemon that asked.
+    pub asked: BTreeMap<u64, (String, u64)>,
 }
 
 impl Pane {
@@ -524,6 +528,7 @@ impl Pane {
             reactions: vec![],
             cr_mode: CrMode::Delayed,
             split: None,
+            asked: BTreeMap::new(),
         }
     }
 }
