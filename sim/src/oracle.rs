@@ -135,6 +135,8 @@ pub struct WriteFact {
     pub text: String,
     pub bytes_reached: usize,
     pub bytes_total: usize,
+    /// When the engine asked for the write (a stalled holder writes later: `pane.write_late`).
+    pub asked_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -602,14 +604,17 @@ impl Oracle {
         self.check_unwritten_claim(id, receipt, call_number);
         let open = self.open_calls.entry(id.clone()).or_default();
         let since = open.values().min().copied();
-        open.remove(&call_number);
+        let started = open.remove(&call_number);
         if class == Classification::Busy && receipt.reason.as_deref() == Some("awaiting_turn_start") {
             if let Some(since) = since {
                 self.check_not_stalled(call, since);
             }
         }
         if class.is_definitive_rejection() {
-            if writes.len() != writes_before || receipt.prompt_written {
+            // A write this call caused was asked for after it began; an earlier call's write
+            // that a stalled holder starts late may land during it (`pane.write_late`).
+            let wrote = writes.iter().skip(writes_before).any(|w| started.is_none_or(|at| w.asked_ms >= at));
+            if wrote || receipt.prompt_written {
                 let reason = receipt.reason.clone().unwrap_or_default();
                 self.fail(Kind::Misclassified, format!("{id}: definitive rejection {class:?}/{reason} but this call wrote to the pane"));
             }

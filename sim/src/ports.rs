@@ -158,6 +158,7 @@ impl Effects for SimEffects {
             let writer = w.oracle.request_of(&strip_framing(&bytes)).unwrap_or_else(|| "admission".to_string());
             ask_write(&mut w, &agent_id, delivery_id, writer);
         }
+        let asked_ms = wakterm_runtime::driver::now_ms();
         madsim::task::spawn(async move {
             madsim::time::sleep(ms(0, 20)).await;
             holder_stall(&world).await;
@@ -171,7 +172,7 @@ impl Effects for SimEffects {
                 Some(lock) => Some(lock.lock_owned().await),
                 None => None,
             };
-            let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes);
+            let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes, asked_ms);
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
                 let mut w = world.lock().unwrap();
@@ -461,7 +462,7 @@ fn describe_snapshot(s: &Result<wakterm_engine::ObserverSnapshot, String>) -> St
 
 /// The holder's pane: refuses before the first byte when the process changed (as
 /// `write_once` does); otherwise writes all, some or none of the bytes, by the seed.
-fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, bytes: &[u8]) -> DeliveryOutcome {
+fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, bytes: &[u8], asked_ms: u64) -> DeliveryOutcome {
     let mut w = world.lock().unwrap();
     let Some(a) = agent_index(&w, agent_id) else {
         return DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() };
@@ -503,7 +504,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     w.oracle.on_pane_write(a, session, position);
     match &request {
         Some(rid) => {
-            let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total };
+            let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total, asked_ms };
             w.oracle.on_write(rid, fact);
         }
         None => w.oracle.unfinished(format!("a write of an unknown prompt {text:?}")),
