@@ -587,7 +587,7 @@ impl Engine {
 
     pub(crate) fn on_delivered(&mut self, delivery_id: u64, outcome: DeliveryOutcome) {
         let Some(request_id) = self.deliveries.remove(&delivery_id) else {
-            return self.landed_write(delivery_id, &outcome); // late: given up on
+            return self.landed_write(delivery_id, matches!(outcome, DeliveryOutcome::Refused { .. })); // late: given up on
         };
         let written = match &outcome {
             DeliveryOutcome::Complete => "the whole prompt and Enter were written in one write".to_string(),
@@ -791,12 +791,7 @@ impl Engine {
         let mut admission = self.admissions.remove(request_id).expect("finishing a known admission");
         let deferred = std::mem::take(&mut admission.deferred);
         let agent_id = admission.agent_id.clone();
-        let landing = self.landing_writes.values().any(|l| &l.request_id == request_id);
-        if let Some(agent) = self.agents.get_mut(&admission.agent_id) {
-            if agent.claim.as_ref() == Some(request_id) && !landing {
-                agent.claim = None;
-            }
-        }
+        self.release_claim(&agent_id, request_id);
         for op in admission.callers {
             self.reply(op, receipt.clone());
         }
@@ -844,11 +839,8 @@ impl Engine {
                 }
                 Step::Writing { delivery_id } => {
                     self.deliveries.remove(&delivery_id);
-                    // ADM-12: the write may still run (after a stall it may even start now): the
-                    // agent stays claimed until its late outcome, at most LOST_WRITE_HOLD_MS.
                     let agent_id = self.admissions[&request_id].agent_id.clone();
-                    let until_ms = self.now_ms + crate::limits::LOST_WRITE_HOLD_MS;
-                    self.landing_writes.insert(delivery_id, LandingWrite { agent_id, request_id: request_id.clone(), until_ms });
+                    self.hold_lost_write(delivery_id, agent_id, &request_id);
                     let detail = "the pane write did not report its result in time".to_string();
                     self.mark_written(&request_id);
                     self.confirm_indeterminate(&request_id, WriteState::Unknown, "write_result_lost", detail);
@@ -860,29 +852,54 @@ impl Engine {
     }
 }
 
-/// ADM-12: an admission's write whose result was lost and that may still land.
+/// ADM-12, SUB-1: a write (an admission's or a submit's split write) whose result was lost
+/// and that may still land.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LandingWrite {
     pub agent_id: AgentId,
+    /// The admission or submission that asked for it, whose claim it keeps.
     pub request_id: RequestId,
     pub until_ms: u64,
 }
 
 impl Engine {
+    /// ADM-12, SUB-1: the engine gave up waiting for write `delivery_id`'s result, but the write
+    /// may still run (after a stall it may even start now): the agent stays claimed by
+    /// `request_id` past its receipt until the write's late outcome, at most
+    /// `LOST_WRITE_HOLD_MS`.
+    pub(crate) fn hold_lost_write(&mut self, delivery_id: u64, agent_id: AgentId, request_id: &RequestId) {
+        let until_ms = self.now_ms + crate::limits::LOST_WRITE_HOLD_MS;
+        self.landing_writes.insert(delivery_id, LandingWrite { agent_id, request_id: request_id.clone(), until_ms });
+    }
+
     /// ADM-12: the request whose lost write still holds this agent.
     pub(crate) fn landing_claim_of(&self, agent_id: &AgentId) -> Option<RequestId> {
         self.landing_writes.values().find(|l| &l.agent_id == agent_id).map(|l| l.request_id.clone())
     }
 
-    /// ADM-12: the late outcome of a write the engine gave up on: the write is over, so the
-    /// claim goes (once its admission has finished); bytes may have landed until now (ADM-5).
-    fn landed_write(&mut self, delivery_id: u64, outcome: &DeliveryOutcome) {
+    /// ADM-12: releases `request_id`'s claim on the agent, unless a lost write of it may still
+    /// land (then the write's late outcome or its bound releases it).
+    pub(crate) fn release_claim(&mut self, agent_id: &AgentId, request_id: &RequestId) {
+        if self.landing_writes.values().any(|l| &l.request_id == request_id) {
+            return;
+        }
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            if agent.claim.as_ref() == Some(request_id) {
+                agent.claim = None;
+            }
+        }
+    }
+
+    /// ADM-12: the late outcome of a write the engine gave up on (`refused`: before its first
+    /// byte): the write is over, so the claim goes once its caller has been answered; bytes
+    /// may have landed until now (ADM-5).
+    pub(crate) fn landed_write(&mut self, delivery_id: u64, refused: bool) {
         let Some(landing) = self.landing_writes.remove(&delivery_id) else { return };
         let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(&landing.agent_id) {
-            agent.lost_write_ended(now_ms, matches!(outcome, DeliveryOutcome::Refused { .. }));
+            agent.lost_write_ended(now_ms, refused);
         }
-        self.release_landing_claim(&landing);
+        self.release_landed_claim(&landing);
     }
 
     /// ADM-12: lost writes whose outcome never came free their agents at the bound.
@@ -890,19 +907,15 @@ impl Engine {
         let due: Vec<u64> = self.landing_writes.iter().filter(|(_, l)| l.until_ms <= self.now_ms).map(|(id, _)| *id).collect();
         for delivery_id in due {
             let landing = self.landing_writes.remove(&delivery_id).expect("due");
-            self.release_landing_claim(&landing);
+            self.release_landed_claim(&landing);
         }
     }
 
-    fn release_landing_claim(&mut self, landing: &LandingWrite) {
+    fn release_landed_claim(&mut self, landing: &LandingWrite) {
         if self.admissions.contains_key(&landing.request_id) {
             return; // still in flight: it releases the claim when it finishes
         }
-        if let Some(agent) = self.agents.get_mut(&landing.agent_id) {
-            if agent.claim.as_ref() == Some(&landing.request_id) {
-                agent.claim = None;
-            }
-        }
+        self.release_claim(&landing.agent_id, &landing.request_id);
     }
 }
 

@@ -218,10 +218,6 @@ pub(crate) enum SubmitStep {
     Refreshing { refresh_id: u64 },
     Writing { delivery_id: u64 },
     Watching { watch_id: u64, boundary: EnterBoundary },
-    /// SUB-1: the caller was answered `write_result_lost`, but the write may still run (after
-    /// a stall it may even start now): the claim stays until its outcome arrives, at most
-    /// [`crate::limits::LOST_WRITE_HOLD_MS`].
-    Landing { delivery_id: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -379,12 +375,11 @@ impl Engine {
     }
 
     pub(crate) fn on_submit_written(&mut self, delivery_id: u64, outcome: SplitOutcome) {
-        let Some(id) = self.submit_writes.remove(&delivery_id) else { return }; // late: given up
+        let Some(id) = self.submit_writes.remove(&delivery_id) else {
+            return self.landed_write(delivery_id, matches!(outcome, SplitOutcome::Refused { .. })); // late: given up on
+        };
         let agent_id = self.submissions[&id].agent_id.clone();
-        if matches!(self.submissions[&id].step, SubmitStep::Landing { .. }) {
-            return self.landed(&id, &outcome);
-        }
-        self.release_submit_claim(&id);
+        self.release_claim(&agent_id, &id);
         match outcome {
             SplitOutcome::Refused { reason } => {
                 if let Some(agent) = self.agents.get_mut(&agent_id) {
@@ -438,20 +433,11 @@ impl Engine {
                 }
                 SubmitStep::Writing { delivery_id } => {
                     // The caller is answered at its bound; the claim waits for the write's end.
+                    self.submit_writes.remove(&delivery_id);
+                    self.hold_lost_write(delivery_id, self.submissions[&id].agent_id.clone(), &id);
                     self.advance_epoch(&id);
                     let detail = "the pane write did not report its result in time".to_string();
-                    let ending = Ending::written(SubmitStatus::WriteFailed, WriteState::Unknown, "write_result_lost", detail);
-                    self.answer_submission(&id, ending);
-                    let now_ms = self.now_ms;
-                    let submission = self.submissions.get_mut(&id).expect("exists");
-                    submission.step = SubmitStep::Landing { delivery_id };
-                    submission.deadline_ms = now_ms + crate::limits::LOST_WRITE_HOLD_MS;
-                }
-                SubmitStep::Landing { delivery_id } => {
-                    // No outcome within the hold: the claim goes (liveness); ADM-5 still waits.
-                    self.submit_writes.remove(&delivery_id);
-                    let gone = self.submissions.remove(&id).expect("exists");
-                    self.release_claim_of(&gone.agent_id, &id);
+                    self.finish_submission(&id, Ending::written(SubmitStatus::WriteFailed, WriteState::Unknown, "write_result_lost", detail));
                 }
                 SubmitStep::Watching { watch_id, .. } => {
                     self.submit_watches.remove(&watch_id);
@@ -478,44 +464,15 @@ impl Engine {
         self.submissions.get_mut(id).expect("exists").turn_epoch = epoch;
     }
 
-    /// ADM-12: the claim covers the readiness check and the split write, no longer: a peer
-    /// arriving during the acknowledgement wait meets `awaiting_turn_start` instead.
-    fn release_submit_claim(&mut self, id: &RequestId) {
-        let agent_id = self.submissions[id].agent_id.clone();
-        self.release_claim_of(&agent_id, id);
-    }
-
-    fn release_claim_of(&mut self, agent_id: &AgentId, id: &RequestId) {
-        if let Some(agent) = self.agents.get_mut(agent_id) {
-            if agent.claim.as_ref() == Some(id) {
-                agent.claim = None;
-            }
-        }
-    }
-
+    /// ADM-12: the claim covers the readiness check and the split write, no longer (a lost
+    /// write's until its late outcome): a peer arriving during the acknowledgement wait meets
+    /// `awaiting_turn_start` instead.
     fn finish_submission(&mut self, id: &RequestId, ending: Ending) {
-        self.answer_submission(id, ending);
         let submission = self.submissions.remove(id).expect("finishing a known submission");
-        self.release_claim_of(&submission.agent_id, id);
-    }
-
-    /// The caller's receipt (exactly one per submission: the caller's op is answered once).
-    fn answer_submission(&mut self, id: &RequestId, ending: Ending) {
-        let submission = &self.submissions[id];
+        self.release_claim(&submission.agent_id, id);
         let epoch = submission.turn_epoch.or_else(|| self.agents.get(&submission.agent_id).map(|a| a.input_epoch));
-        let receipt = build_receipt(Some(id.to_string()), Some(submission.agent_id.clone()), submission.incarnation.clone(), epoch, submission.timeout_ms, ending);
+        let receipt = build_receipt(Some(id.to_string()), Some(submission.agent_id), submission.incarnation, epoch, submission.timeout_ms, ending);
         self.push(Output::SubmitReceipt { op: submission.op, receipt });
-    }
-
-    /// SUB-1: the late outcome of a write whose caller was answered `write_result_lost`: the
-    /// write is over, so the claim goes; bytes may have landed until now (ADM-5).
-    fn landed(&mut self, id: &RequestId, outcome: &SplitOutcome) {
-        let submission = self.submissions.remove(id).expect("a landing submission");
-        let now_ms = self.now_ms;
-        if let Some(agent) = self.agents.get_mut(&submission.agent_id) {
-            agent.lost_write_ended(now_ms, matches!(outcome, SplitOutcome::Refused { .. }));
-        }
-        self.release_claim_of(&submission.agent_id, id);
     }
 
     fn reply_submit(&mut self, op: OpId, id: Option<RequestId>, agent_id: Option<AgentId>, incarnation: Option<Incarnation>, timeout_ms: u64, ending: Ending) {
@@ -524,12 +481,12 @@ impl Engine {
         self.push(Output::SubmitReceipt { op, receipt });
     }
 
-    /// ADM-12: the submission holding this agent's claim: one refreshing or writing, or one
-    /// whose write's result was lost and whose write may still run (`Landing`).
+    /// ADM-12: the submission holding this agent's claim: one refreshing or writing (a lost
+    /// write's claim is `landing_claim_of`).
     pub(crate) fn submission_claim_of(&self, agent_id: &AgentId) -> Option<RequestId> {
         self.submissions
             .iter()
-            .find(|(_, s)| &s.agent_id == agent_id && matches!(s.step, SubmitStep::Refreshing { .. } | SubmitStep::Writing { .. } | SubmitStep::Landing { .. }))
+            .find(|(_, s)| &s.agent_id == agent_id && matches!(s.step, SubmitStep::Refreshing { .. } | SubmitStep::Writing { .. }))
             .map(|(id, _)| id.clone())
     }
 

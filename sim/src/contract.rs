@@ -13,7 +13,7 @@ pub trait ContractStore {
     fn commit(&mut self, ops: Vec<StoreOp>) -> Result<(), String>;
     fn requests(&mut self) -> Vec<StoredRequest>;
     /// HIST-1: the open requests (registered, submitted, bound), ordered by id: what a restart
-    /// recovers (SQLite keeps their ids in `open_requests` by triggers, migration 5).
+    /// recovers (SQLite's store keeps their ids in `open_requests`, migration 5).
     fn open_requests(&mut self) -> Vec<StoredRequest>;
     fn agents(&mut self) -> Vec<StoredAgent>;
     fn terminal_after(&mut self, after: u64) -> Vec<StoredTerminalEvent>;
@@ -294,7 +294,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
         let a = reference.commit(batch.clone()).is_ok();
         let b = model.commit(batch.clone()).is_ok();
         assert_eq!(a, b, "seed {seed} step {step}: the model and the store disagree on {batch:?}");
-        // HIST-1: what a restart would recover, after every batch (SQLite's trigger-kept ids).
+        // HIST-1: what a restart would recover, after every batch (the ids `put_request` keeps).
         assert_eq!(reference.open_requests(), model.open_requests(), "seed {seed} step {step}: open requests differ after {batch:?}");
         if rng.below(8) == 0 {
             reference.reopen();
