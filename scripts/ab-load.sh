@@ -27,27 +27,15 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+# shellcheck source=scripts/fake-agents.sh
+. "$(dirname "$0")/fake-agents.sh"
 
 # One run: a fresh daemon with $agents idle fake agents, each with a baseline turn, then the load.
 # Prints "completions per_s cpu_ms".
 run() {
-    local bin="$1" pid n
-    rm -rf "$work/data" "$work/codex" "$work/cwd"
-    mkdir -p "$work/data" "$work/codex" "$work/cwd"; chmod 700 "$work/data"
-    export WAKTERM_DATA_DIR="$work/data"
+    local bin="$1" pid
     current="$bin"
-    "$bin" mux start >/dev/null
-    for i in $(seq "$agents"); do
-        "$bin" agent start --name "a$i" --cwd "$work/cwd" --env "CODEX_HOME=$work/codex" -- "$bin" fake-codex --reply ok --reply-delay-ms 0 >/dev/null
-    done
-    for _ in $(seq 150); do
-        n=$("$bin" agent catalog | python3 -c 'import json,sys; print(sum(a["state"] == "idle" for a in json.load(sys.stdin)["agents"]))')
-        [ "$n" = "$agents" ] && break
-        sleep 0.2
-    done
-    [ "$n" = "$agents" ] || { echo "ab-load: only $n of $agents agents became idle" >&2; return 1; }
-    for i in $(seq "$agents"); do "$bin" agent send "a$i" baseline >/dev/null; done
-    sleep 1
+    fake_agents "$bin" "$work" "$agents" || return 1
     pid=$(cat "$work/data/run/mux.lock")
     "$bin" agent catalog | AB_SOCK="$work/data/run/mux.sock" AB_PID="$pid" AB_SECS="$secs" python3 -c '
 import json, os, socket, sys, threading, time, uuid

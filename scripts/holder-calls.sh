@@ -13,24 +13,16 @@ bin="$(realpath "$1")"; n="${2:-100}"
 [ -x "$bin" ] || { echo "holder-calls: $bin is not an executable" >&2; exit 2; }
 command -v strace >/dev/null || { echo "holder-calls: strace is not installed" >&2; exit 2; }
 work="$(mktemp -d /tmp/wakterm-holder-calls.XXXXXX)"
-export WAKTERM_DATA_DIR="$work/data"
-mkdir -p "$work/data" "$work/codex" "$work/cwd"; chmod 700 "$work/data"
 tracer=""
 cleanup() {
     [ -n "$tracer" ] && kill "$tracer" 2>/dev/null || true
-    "$bin" mux stop --all >/dev/null 2>&1 || true
+    WAKTERM_DATA_DIR="$work/data" "$bin" mux stop --all >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
-"$bin" mux start >/dev/null
-"$bin" agent start --name a1 --cwd "$work/cwd" --env "CODEX_HOME=$work/codex" -- "$bin" fake-codex --reply ok --reply-delay-ms 0 >/dev/null
-for _ in $(seq 150); do
-    state=$("$bin" agent catalog | python3 -c 'import json,sys; print(json.load(sys.stdin)["agents"][0]["state"])')
-    [ "$state" = idle ] && break
-    sleep 0.2
-done
-"$bin" agent send a1 baseline >/dev/null
-sleep 1
+# shellcheck source=scripts/fake-agents.sh
+. "$(dirname "$0")/fake-agents.sh"
+fake_agents "$bin" "$work" 1
 holder=$(pgrep -f -- "__holder.*$work" | head -1)
 [ -n "$holder" ] || { echo "holder-calls: no holder process found" >&2; exit 1; }
 strace -f -qq -s 40 -e trace=read,recvfrom,recvmsg -o "$work/trace" -p "$holder" &

@@ -168,6 +168,17 @@ fn obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint() {
     assert_eq!(event["final_message"], REPLY.replace("{prompt}", prompt).as_str());
 }
 
+/// A connection of the test's own to the agent's holder, and the holder's `info` once the
+/// monitor's runs after the baseline turn have settled: its `requests` counts the daemon's
+/// calls from then on (and this connection's).
+fn settled_holder(w: &World, agent_id: &str) -> (wakterm_runtime::holder::HolderClient, wakterm_runtime::holder::InfoReply) {
+    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut holder = wakterm_runtime::holder::HolderClient::connect(&socket).expect("holder");
+    std::thread::sleep(Duration::from_secs(1)); // the runs after the baseline turn settle
+    let before = holder.info().expect("info");
+    (holder, before)
+}
+
 /// MON-3: new rollout records alone do not make the monitor read the screen again (the pane's
 /// own changes are pushed by the holder and wake a look of their own). Turns typed elsewhere,
 /// their records appended straight to the rollout with the pane untouched, move the catalog
@@ -184,10 +195,7 @@ fn mon_3_records_alone_do_not_make_the_monitor_read_the_screen() {
         line.unwrap_or_else(|| panic!("the baseline turn wrote no {kind}"))
     };
     let (started, complete) = (of_kind("task_started"), of_kind("task_complete"));
-    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
-    let mut holder = wakterm_runtime::holder::HolderClient::connect(&socket).expect("holder");
-    std::thread::sleep(Duration::from_secs(1)); // the runs after the baseline turn settle
-    let before = holder.info().expect("info");
+    let (mut holder, before) = settled_holder(&w, agent_id);
     let append = |record: &Value, turn: &str| {
         let mut record = record.clone();
         record["payload"]["turn_id"] = Value::from(turn);
@@ -218,10 +226,7 @@ fn mon_1_an_idle_agent_is_not_polled_and_its_exit_is_pushed() {
     w.mux_start();
     let entry = w.ready_agent("zola", REPLY, &[]);
     let agent_id = entry["agent_id"].as_str().expect("agent id");
-    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
-    let mut holder = wakterm_runtime::holder::HolderClient::connect(&socket).expect("holder");
-    std::thread::sleep(Duration::from_secs(1)); // the runs after the baseline turn settle
-    let before = holder.info().expect("info");
+    let (mut holder, before) = settled_holder(&w, agent_id);
     std::thread::sleep(Duration::from_secs(3));
     let after = holder.info().expect("info");
     // Ours is one; the open liveness call may have been renewed once (every 30 s).
