@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use wakterm_engine::{AgentFacts, AgentId, Harness, Incarnation, Input, ManagedIds, ObserverEvent, ObserverSnapshot, ProcessIdentity, SessionId, Transport};
 
-/// Timeout of one holder call from the daemon.
-pub const HOLDER_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+pub use crate::holder::HOLDER_CALL_TIMEOUT;
 
 /// The durable description of an agent (the `agents` table's record).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

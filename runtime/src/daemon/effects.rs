@@ -5,6 +5,7 @@
 use super::agents::{observed, AgentRuntime, AgentTable};
 use super::faults::{crash_if, FaultPoint};
 use crate::driver::{DriverMsg, Effects};
+use crate::holder::HolderError;
 use crate::store::{StoreOp, StoreWriter};
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
@@ -129,13 +130,17 @@ impl Effects for RealEffects {
         let fault = self.fault;
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
-                None => DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() },
+                None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
                 Some(agent) => write_once(&agent, &incarnation, &bytes),
             };
-            if outcome == DeliveryOutcome::Complete {
+            if outcome == Some(DeliveryOutcome::Complete) {
                 crash_if(fault, FaultPoint::AfterWrite);
             }
-            let _ = inbox.blocking_send(DriverMsg::Input(Input::Delivered { delivery_id, outcome }));
+            // ADM-12: no outcome is not an outcome; the engine's deadline and its lost-write
+            // hold decide.
+            if let Some(outcome) = outcome {
+                let _ = inbox.blocking_send(DriverMsg::Input(Input::Delivered { delivery_id, outcome }));
+            }
         });
     }
 
@@ -144,10 +149,13 @@ impl Effects for RealEffects {
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
-                None => wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() },
+                None => Some(wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
                 Some(agent) => super::submit::split_write(&agent, &incarnation, &write),
             };
-            let _ = inbox.blocking_send(DriverMsg::Input(Input::SubmitWritten { delivery_id, outcome }));
+            // SUB-1: as for `deliver`, a call that timed out reports nothing.
+            if let Some(outcome) = outcome {
+                let _ = inbox.blocking_send(DriverMsg::Input(Input::SubmitWritten { delivery_id, outcome }));
+            }
         });
     }
 
@@ -237,28 +245,74 @@ pub fn refresh_agent(
 /// new `info` call: the holder checks the process atomically with the write, so a liveness
 /// that is already stale only turns into a refusal with nothing written (issue 10: one holder
 /// round trip less per admission).
-fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> DeliveryOutcome {
+///
+/// ADM-12: None when the holder did not answer within the call's bound. That is no outcome:
+/// the holder took the request and, stalled, may still write it. Reporting it as a failed
+/// write would end the engine's lost-write hold while the write can still land.
+fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> Option<DeliveryOutcome> {
     let liveness = agent.liveness.lock().expect("liveness lock").clone();
     let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
-        return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
+        return Some(DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() });
     };
     let written = agent.with_kept_connection(|client| {
         // The holder re-checks the process atomically with the write, so a concurrent
         // `agent restart` can never receive a prompt admitted for the process it replaced.
         let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
-        match client.write_expecting(bytes, Some(expect)) {
-            Ok(outcome) if outcome.refused.is_some() => {
-                assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
-                DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
-            }
-            Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == bytes.len() as u64 => DeliveryOutcome::Complete,
-            Ok(outcome) => DeliveryOutcome::Failed {
-                bytes_written: outcome.bytes_written,
-                error: outcome.error.unwrap_or_else(|| "short write".to_string()),
-            },
-            Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
-        }
+        delivery_outcome(client.write_expecting(bytes, Some(expect)), bytes.len())
     });
     // No connection: the write was never sent.
-    written.unwrap_or_else(|error| DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") })
+    written.unwrap_or_else(|error| Some(DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") }))
+}
+
+/// The outcome of a write's call of `len` bytes; None when the holder did not answer within the
+/// call's bound (see [`write_once`]).
+fn delivery_outcome(result: Result<crate::holder::WriteOutcome, HolderError>, len: usize) -> Option<DeliveryOutcome> {
+    Some(match result {
+        Ok(outcome) if outcome.refused.is_some() => {
+            assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
+            DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+        }
+        Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == len as u64 => DeliveryOutcome::Complete,
+        Ok(outcome) => DeliveryOutcome::Failed {
+            bytes_written: outcome.bytes_written,
+            error: outcome.error.unwrap_or_else(|| "short write".to_string()),
+        },
+        Err(error @ HolderError::Timeout { .. }) => {
+            tracing::warn!(%error, "a pane write has no outcome: the holder may still write it (ADM-12)");
+            return None;
+        }
+        Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holder::WriteOutcome;
+    use std::time::Duration;
+
+    /// ADM-12: a write call the holder did not answer within its bound has no outcome (the
+    /// holder may still write it, so the engine's hold must not end); every answer, and a
+    /// holder that went away, gives one.
+    #[test]
+    fn adm_12_a_write_call_that_timed_out_has_no_outcome() {
+        let timeout = HolderError::Timeout { op: "write", after: Duration::from_secs(25) };
+        assert_eq!(delivery_outcome(Err(timeout), 5), None);
+        let gone = HolderError::PeerGone { op: "write", detail: "closed".into() };
+        assert!(matches!(delivery_outcome(Err(gone), 5), Some(DeliveryOutcome::Failed { bytes_written: 0, .. })));
+        let whole = WriteOutcome { bytes_written: 5, error: None, refused: None };
+        assert_eq!(delivery_outcome(Ok(whole), 5), Some(DeliveryOutcome::Complete));
+        let short = WriteOutcome { bytes_written: 2, error: Some("eio".into()), refused: None };
+        assert!(matches!(delivery_outcome(Ok(short), 5), Some(DeliveryOutcome::Failed { bytes_written: 2, .. })));
+    }
+
+    /// ADM-12 relies on the engine giving up on a write before the daemon's call to the
+    /// holder does: the write is then already held as lost when the call times out.
+    #[test]
+    fn adm_12_the_engine_gives_up_on_a_write_before_the_holder_call_does() {
+        let bound = crate::holder::write_call_bound(crate::holder::HOLDER_CALL_TIMEOUT);
+        assert!(u128::from(wakterm_engine::limits::DELIVERY_TIMEOUT_MS) < bound.as_millis());
+        let steps = crate::holder::write_steps_call_bound(crate::holder::HOLDER_CALL_TIMEOUT, Duration::from_millis(wakterm_engine::submit::SUBMIT_GAP_MS), 3);
+        assert!(u128::from(wakterm_engine::limits::DELIVERY_TIMEOUT_MS + 2 * wakterm_engine::submit::SUBMIT_GAP_MS) < steps.as_millis());
+    }
 }

@@ -28,22 +28,29 @@ pub fn screen_digest(screen: &ScreenReply) -> String {
 /// SUB-2: the whole sequence in ONE holder call, which holds the pane's write lock through
 /// the gaps and re-checks the process atomically with the write. Refused only when provably
 /// nothing was written.
-pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite) -> SplitOutcome {
+pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite) -> Option<SplitOutcome> {
     let written = agent.with_holder(|client, info| {
         let liveness = Liveness::from_info(&info);
         let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
-            return SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() };
+            return Some(SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() });
         };
         let expect = ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
         let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect));
         outcome_of(outcome)
     });
     // No connection, or `info` failed on a fresh one: the write was never sent.
-    written.unwrap_or_else(|error| SplitOutcome::Refused { reason: format!("cannot reach the pane: {error}") })
+    written.unwrap_or_else(|error| Some(SplitOutcome::Refused { reason: format!("cannot reach the pane: {error}") }))
 }
 
-fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> SplitOutcome {
-    match outcome {
+/// The outcome of a split write's call; None when the holder did not answer within the call's
+/// bound: the write's fate is unknown (a stalled holder may still run it), which is no
+/// outcome (SUB-1, ADM-12: the engine's lost-write hold decides).
+fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> Option<SplitOutcome> {
+    if let Err(error @ HolderError::Timeout { .. }) = &outcome {
+        tracing::warn!(%error, "a split write has no outcome: the holder may still write it (SUB-1)");
+        return None;
+    }
+    Some(match outcome {
         Ok(outcome) if outcome.refused.is_some() => {
             assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
             SplitOutcome::Refused { reason: outcome.error.unwrap_or_default() }
@@ -66,7 +73,7 @@ fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> SplitOutcome {
             SplitOutcome::Refused { reason: format!("the pane's holder cannot take a split write ({kind:?}): {message}") }
         }
         Err(error) => SplitOutcome::Failed { bytes_written: 0, error: error.to_string() },
-    }
+    })
 }
 
 /// SUB-4: samples the pane on its own holder connection until `judge` is no longer pending or
@@ -101,4 +108,19 @@ fn sample(client: &mut HolderClient, started: Instant) -> Result<PaneSample, Hol
         composer: crate::screen::composer_state(&screen.lines.join("\n")),
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SUB-1: a split write's call the holder did not answer within its bound has no outcome
+    /// (the holder may still write it); a holder that went away gives a failed one.
+    #[test]
+    fn sub_1_a_split_write_call_that_timed_out_has_no_outcome() {
+        let timeout = HolderError::Timeout { op: "write_steps", after: Duration::from_secs(45) };
+        assert_eq!(outcome_of(Err(timeout)), None);
+        let gone = HolderError::PeerGone { op: "write_steps", detail: "closed".into() };
+        assert!(matches!(outcome_of(Err(gone)), Some(SplitOutcome::Failed { bytes_written: 0, .. })));
+    }
 }

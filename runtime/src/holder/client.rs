@@ -20,6 +20,20 @@ use super::HolderConfig;
 
 /// Every call but `write`, `respawn` and `shutdown` must be answered within this.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Timeout of one holder call from the daemon (its connections are made with this).
+pub const HOLDER_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The bound of a `write` call on a connection made with `timeout`: the holder's own write
+/// deadline comes on top. Past it the call fails with `Timeout`, and the write's fate is
+/// unknown: a stalled holder may still run it (ADM-12; the simulator's pane port uses this).
+pub fn write_call_bound(timeout: Duration) -> Duration {
+    timeout + WRITE_DEADLINE
+}
+
+/// The bound of a `write_steps` call of `steps` steps `gap` apart (see [`write_call_bound`]).
+pub fn write_steps_call_bound(timeout: Duration, gap: Duration, steps: usize) -> Duration {
+    timeout + (WRITE_DEADLINE + gap) * u32::try_from(steps).unwrap_or(u32::MAX)
+}
 /// [`spawn_holder`] gives the new holder this long to answer `info`.
 pub const SPAWN_READY_DEADLINE: Duration = Duration::from_secs(10);
 /// A subscription that hears nothing (not even a heartbeat) for this long reports a timeout.
@@ -154,7 +168,7 @@ impl HolderClient {
                 data: data.to_vec(),
                 expect,
             },
-            self.timeout + WRITE_DEADLINE,
+            write_call_bound(self.timeout),
         )?;
         if outcome.bytes_written > data.len() as u64 {
             return Err(HolderError::Protocol {
@@ -173,7 +187,7 @@ impl HolderClient {
     pub fn write_steps(&mut self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>) -> Result<super::protocol::StepsOutcome, HolderError> {
         let gap_ms = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX);
         let request = Request::WriteSteps { steps: steps.to_vec(), gap_ms, expect };
-        let budget = self.timeout + (WRITE_DEADLINE + gap) * steps.len() as u32;
+        let budget = write_steps_call_bound(self.timeout, gap, steps.len());
         let outcome: super::protocol::StepsOutcome = self.call("write_steps", &request, budget)?;
         let total: u64 = steps.iter().map(|s| s.len() as u64).sum();
         let whole: u64 = steps.iter().take(outcome.steps_written as usize).map(|s| s.len() as u64).sum();

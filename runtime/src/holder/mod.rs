@@ -25,8 +25,8 @@ use std::path::PathBuf;
 
 pub use attach::{attach, DETACH_KEY};
 pub use client::{
-    spawn_holder, spawn_holder_with_args, HolderClient, HolderError, Subscription,
-    DEFAULT_CALL_TIMEOUT, SPAWN_READY_DEADLINE,
+    spawn_holder, spawn_holder_with_args, write_call_bound, write_steps_call_bound, HolderClient,
+    HolderError, Subscription, DEFAULT_CALL_TIMEOUT, HOLDER_CALL_TIMEOUT, SPAWN_READY_DEADLINE,
 };
 pub use output_ring::{OffsetBeyondEnd, OutputRing, RingSlice, OUTPUT_RING_BYTES};
 pub use pane::{KILL_GRACE, WRITE_DEADLINE};
