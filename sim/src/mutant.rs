@@ -29,6 +29,12 @@
 //! of a managed resume; the once-known runtime gaps `note.mgd_*` fail (`--lenient-mgd` tolerates them);
 //! mutants `earlier_tail_skipped`, `server_request_unanswered`, `steer_reported_as_new_turn`,
 //! `foreign_thread_accepted`.
+//!
+//! ADM-12 / SUB-1 lost writes: fault classes `pane.result_late`, `pane.write_late`,
+//! `pane.write_after_call_bound` (the daemon's call to the holder times out: no outcome, the
+//! engine's hold decides) and `caller.after_call_bound`; the oracle's check that the engine
+//! never asks for a write while another it asked for has not ended (`ports::ask_write`);
+//! mutant `call_timeout_reported_as_failed`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
@@ -144,6 +150,10 @@ pub enum Mutant {
     /// Restart glue (HIST-5): the history seed reads the recovery loader's rows (open requests
     /// only), so the engine takes a finished, evicted request's id for new and skips its lookup.
     SeedOpenRequestsOnly,
+    /// Pane port glue (ADM-12, SUB-1): a write call the holder did not answer within the
+    /// daemon's bound is reported as a write that failed before any byte (as the daemon once
+    /// did), which ends the engine's lost-write hold while the stalled holder can still write.
+    CallTimeoutReportedAsFailed,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -178,6 +188,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
+    (Mutant::CallTimeoutReportedAsFailed, "call_timeout_reported_as_failed", "pane port glue reports a write call that timed out as a failed write"),
 ];
 
 impl Mutant {

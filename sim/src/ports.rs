@@ -159,9 +159,11 @@ impl Effects for SimEffects {
             ask_write(&mut w, &agent_id, delivery_id, writer);
         }
         let asked_ms = wakterm_runtime::driver::now_ms();
+        let bound = CallBound::write(asked_ms);
+        let answered = bound.watch(&world, &inbox, delivery_id, |delivery_id, outcome| Input::Delivered { delivery_id, outcome: outcome.into() });
         madsim::task::spawn(async move {
             madsim::time::sleep(ms(0, 20)).await;
-            holder_stall(&world).await;
+            holder_stall(&world, &agent_id, &bound).await;
             // The holder's write takes the pane's write lock (a split write holds it through
             // its gaps).
             let lock = {
@@ -192,7 +194,9 @@ impl Effects for SimEffects {
                 late
             };
             madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 20) }).await;
-            send(&inbox, Input::Delivered { delivery_id, outcome });
+            if bound.answer(&world, &answered, delivery_id) {
+                send(&inbox, Input::Delivered { delivery_id, outcome });
+            }
         });
     }
 
@@ -283,9 +287,11 @@ impl Effects for SimEffects {
             ask_write(&mut w, &agent_id, delivery_id, sid.clone());
             (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch, sid)
         };
+        let bound = CallBound::split(wakterm_runtime::driver::now_ms(), &write);
+        let answered = bound.watch(&world, &inbox, delivery_id, |delivery_id, outcome| Input::SubmitWritten { delivery_id, outcome: outcome.into() });
         holder.spawn(async move {
             madsim::time::sleep(ms(0, 10)).await;
-            holder_stall(&world).await;
+            holder_stall(&world, &agent_id, &bound).await;
             let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch, sid).await;
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let outcome = match outcome {
@@ -304,7 +310,9 @@ impl Effects for SimEffects {
                 late
             };
             madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 10) }).await;
-            send_if_running(&inbox, Input::SubmitWritten { delivery_id, outcome });
+            if bound.answer(&world, &answered, delivery_id) {
+                send_if_running(&inbox, Input::SubmitWritten { delivery_id, outcome });
+            }
         });
     }
 
@@ -547,20 +555,107 @@ fn ask_write(w: &mut World, agent_id: &AgentId, delivery_id: u64, writer: String
     w.agents[a].pane.asked.insert(delivery_id, (writer, epoch));
 }
 
+/// The daemon's call for one write: the runtime's bound (`write_call_bound`,
+/// `write_steps_call_bound` on a `HOLDER_CALL_TIMEOUT` connection) and when the engine gives
+/// up on the write's result (its deadline; the lost-write hold runs from there).
+pub struct CallBound {
+    asked_ms: u64,
+    call_ms: u64,
+    give_up_ms: u64,
+}
+
+impl CallBound {
+    fn write(asked_ms: u64) -> CallBound {
+        let call = wakterm_runtime::holder::write_call_bound(wakterm_runtime::holder::HOLDER_CALL_TIMEOUT);
+        CallBound { asked_ms, call_ms: millis(call), give_up_ms: wakterm_engine::limits::DELIVERY_TIMEOUT_MS }
+    }
+
+    fn split(asked_ms: u64, write: &SplitWrite) -> CallBound {
+        let gap = Duration::from_millis(write.gap_ms);
+        let call = wakterm_runtime::holder::write_steps_call_bound(wakterm_runtime::holder::HOLDER_CALL_TIMEOUT, gap, write.steps.len());
+        // The engine's deadline for a split write's result (`Engine::submit_write`).
+        let give_up_ms = wakterm_engine::limits::DELIVERY_TIMEOUT_MS + 2 * write.gap_ms;
+        CallBound { asked_ms, call_ms: millis(call), give_up_ms }
+    }
+
+    /// The mutant `call_timeout_reported_as_failed`: at the bound, the glue reports a call
+    /// the holder has not answered as a write that failed before any byte. The flag says
+    /// whether an outcome went to the engine.
+    fn watch(&self, world: &Shared, inbox: &mpsc::Sender<DriverMsg>, delivery_id: u64, input: fn(u64, TimedOut) -> Input) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if world.lock().unwrap().mutant == Mutant::CallTimeoutReportedAsFailed {
+            let (world, inbox, answered, call_ms) = (world.clone(), inbox.clone(), answered.clone(), self.call_ms);
+            madsim::task::spawn(async move {
+                madsim::time::sleep(Duration::from_millis(call_ms)).await;
+                if !answered.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    world.lock().unwrap().log(format!("deliver {delivery_id}: the call timed out; reported as failed (mutant)"));
+                    send_if_running(&inbox, input(delivery_id, TimedOut));
+                }
+            });
+        }
+        answered
+    }
+
+    /// Whether the holder's answer reaches the engine: not once the daemon's call timed out
+    /// (ADM-12: the runtime reports no outcome then, the engine's hold decides).
+    fn answer(&self, world: &Shared, answered: &std::sync::atomic::AtomicBool, delivery_id: u64) -> bool {
+        let timed_out = wakterm_runtime::driver::now_ms() >= self.asked_ms + self.call_ms;
+        if timed_out {
+            world.lock().unwrap().log(format!("deliver {delivery_id}: the holder answered after the daemon's call timed out: no outcome"));
+        }
+        !timed_out && !answered.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn millis(bound: Duration) -> u64 {
+    u64::try_from(bound.as_millis()).expect("bounds fit")
+}
+
+/// A call that timed out, as the mutant reports it: a write that failed before any byte.
+pub struct TimedOut;
+
+impl From<TimedOut> for DeliveryOutcome {
+    fn from(_: TimedOut) -> DeliveryOutcome {
+        DeliveryOutcome::Failed { bytes_written: 0, error: "holder did not answer write".to_string() }
+    }
+}
+
+impl From<TimedOut> for SplitOutcome {
+    fn from(_: TimedOut) -> SplitOutcome {
+        SplitOutcome::Failed { bytes_written: 0, error: "holder did not answer write_steps".to_string() }
+    }
+}
+
 /// `pane.write_late`: the holder starts a write only after the engine's deadline for its result
 /// has passed (a stalled holder, a loaded machine): the write lands after the engine gave up.
-async fn holder_stall(world: &Shared) {
+/// `pane.write_after_call_bound`, a third of them: the stall outlasts the daemon's call too
+/// (no outcome then), ending before the engine's lost-write hold does; and the caller comes
+/// back to the agent once a hold ended at the call's bound would have let it write
+/// (`caller.after_call_bound`, after the ADM-5 grace that would follow).
+async fn holder_stall(world: &Shared, agent_id: &AgentId, bound: &CallBound) {
     let stall = {
         let mut w = world.lock().unwrap();
         let stall = w.fault_roll(w.plan.pane_late / 2.0);
-        if stall {
-            w.counters.fault("pane.write_late");
+        if !stall {
+            return;
         }
-        stall
+        w.counters.fault("pane.write_late");
+        if thread_rng().gen_bool(1.0 / 3.0) {
+            let comes_back = bound.asked_ms + bound.call_ms + wakterm_engine::limits::AWAITING_TURN_GRACE_MS;
+            let hold_ends = bound.asked_ms + bound.give_up_ms + wakterm_engine::limits::LOST_WRITE_HOLD_MS;
+            assert!(comes_back + 3_000 < hold_ends - 2_000, "the stall fits between the caller and the hold's end");
+            w.counters.fault("pane.write_after_call_bound");
+            if let Some(a) = agent_index(&w, agent_id) {
+                w.counters.fault("caller.after_call_bound");
+                w.late_callers.push((comes_back + thread_rng().gen_range(300..1_500), a));
+            }
+            let now = wakterm_runtime::driver::now_ms();
+            Duration::from_millis(thread_rng().gen_range(comes_back + 3_000..hold_ends - 2_000).saturating_sub(now))
+        } else {
+            ms(10_500, 14_000)
+        }
     };
-    if stall {
-        madsim::time::sleep(ms(10_500, 14_000)).await;
-    }
+    madsim::time::sleep(stall).await;
 }
 
 /// The write asked for as `delivery_id` ended (written, failed or refused).

@@ -284,6 +284,32 @@ fn at_keyboard(w: &World, world: &Shared, a: usize, keys: impl FnOnce(&mut World
     });
 }
 
+/// `caller.after_call_bound`: an orchestrator that comes back to an agent whose write was lost
+/// with a new prompt (a plain admission), at the moment the world planned.
+fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
+    let now = now_ms();
+    let due: Vec<(u64, usize)> = {
+        let mut w = world.lock().unwrap();
+        let (due, later) = w.late_callers.drain(..).partition(|(at, _)| *at <= now);
+        w.late_callers = later;
+        due
+    };
+    for (at, agent) in due {
+        let call = {
+            let mut w = world.lock().unwrap();
+            w.counters.requests += 1;
+            let n = w.counters.requests;
+            let prompt = format!("late task {n} at {at} for a{agent}");
+            let call = CallInput { agent, request_id: request_id(0x6000_0000 + n), prompt: prompt.clone(), return_final: false };
+            w.log(format!("late caller {} for a{agent}", call.request_id));
+            w.oracle.prompts.insert(prompt, call.request_id.clone());
+            call
+        };
+        let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0 };
+        callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
+    }
+}
+
 /// One caller: submits through `DriverMsg::Admit` as the daemon's server does, retries the
 /// same id when the daemon died before answering, and sometimes repeats or changes its input.
 async fn caller(world: Shared, call: CallInput, mode: Mode) {
@@ -781,6 +807,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
                 act(&world, &mut humans);
             }
         }
+        spawn_late_callers(&world, callers);
         let _ = ask_engine(&world, engine_status).await;
         if !world.lock().unwrap().oracle.violations.is_empty() {
             return finish(&world, 0);
@@ -816,7 +843,8 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         if !world.lock().unwrap().oracle.violations.is_empty() {
             return finish(&world, 0);
         }
-        let done = callers.iter().all(|c| c.is_finished());
+        spawn_late_callers(&world, callers);
+        let done = callers.iter().all(|c| c.is_finished()) && world.lock().unwrap().late_callers.is_empty();
         let status = ask_engine(&world, engine_status).await;
         let open = status.as_ref().and_then(|s| s["open"].as_array().map(Vec::len)).unwrap_or(usize::MAX);
         let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);

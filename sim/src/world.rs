@@ -33,6 +33,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "pane.error_after_complete",
     "pane.result_late",
     "pane.write_late",
+    "pane.write_after_call_bound",
     "pane.refused_stale",
     "process.exit",
     "process.replaced",
@@ -110,6 +111,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.screen_push_late",
     "caller.submit_pair",
     "caller.submit_races_admission",
+    "caller.after_call_bound",
 ];
 
 #[derive(Default)]
@@ -735,6 +737,9 @@ pub struct World {
     pub daemon_epoch: u64,
     /// Simulated time skipped by `clock.jump` so far (a caller's wait excludes it).
     pub jumped_ms: u64,
+    /// `caller.after_call_bound`: admissions a caller makes later (at, agent), the scenario
+    /// spawns them when they are due.
+    pub late_callers: Vec<(u64, usize)>,
 }
 
 impl World {
@@ -771,6 +776,7 @@ impl World {
             holder: None,
             daemon_epoch: 0,
             jumped_ms: 0,
+            late_callers: vec![],
         };
         world.app_handshake(1, false);
         world
