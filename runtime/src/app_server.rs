@@ -333,6 +333,41 @@ mod tests {
         assert_eq!(kinds(&events), ["turn_started", "user_message", "agent_message", "turn_completed"]);
     }
 
+    // MGD-6, recorded from the real 0.169 (`fixtures/codex-0.169/app-server/
+    // pending_request_resume.py`): a server request left unanswered is sent again, same id,
+    // method and params, right after the answer to a `thread/resume` on the same connection
+    // (openai/codex#12560), so an observer that lost it (evicted from the holder's ring) learns
+    // it again from the resume it writes after every loss. The fold keeps it pending once, and
+    // the decline lets the turn complete.
+    #[test]
+    fn mgd_6_the_real_app_server_sends_a_pending_request_again_on_resume() {
+        let path = format!("{}/../fixtures/codex-0.169/app-server/pending-request-resume.jsonl", env!("CARGO_MANIFEST_DIR"));
+        let records: Vec<Value> = std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let resume_id = records.iter().filter(|r| r["from"] == "client").find(|r| r["msg"]["method"] == "thread/resume").map(|r| r["msg"]["id"].clone()).unwrap();
+        let server: Vec<&Value> = records.iter().filter(|r| r["from"] == "server").filter_map(|r| r.get("msg")).collect();
+        let requests: Vec<usize> = (0..server.len()).filter(|i| server[*i].get("method").is_some() && server[*i].get("id").is_some()).collect();
+        assert_eq!(requests.len(), 2, "the request and its replay");
+        let (first, again) = (server[requests[0]], server[requests[1]]);
+        assert_eq!(first["method"], "item/commandExecution/requestApproval");
+        assert_eq!((&first["id"], &first["params"]), (&again["id"], &again["params"]), "the same request again");
+        let resumed = server.iter().position(|m| m.get("result").is_some() && m["id"] == resume_id).unwrap();
+        assert!(requests[0] < resumed && resumed < requests[1], "sent again after the resume's answer");
+        let decline = records.iter().filter(|r| r["from"] == "client").find(|r| r["msg"].get("error").is_some()).unwrap();
+        assert_eq!(decline["msg"]["id"], first["id"]);
+
+        let thread = first["params"]["threadId"].as_str().unwrap();
+        let mut fold = Fold::new(thread);
+        let mut events = Vec::new();
+        for (n, message) in server.iter().enumerate() {
+            events.extend(fold.line(&serde_json::to_vec(message).unwrap(), (n as u64 + 1) * 100));
+            if n == requests[0] || n == requests[1] {
+                assert_eq!(fold.pending_requests.len(), 1, "one pending request, however often it is sent");
+            }
+        }
+        assert!(fold.pending_requests.is_empty(), "resolved once declined");
+        assert_eq!(kinds(&events).last(), Some(&"turn_completed"));
+    }
+
     #[test]
     fn requests_are_single_json_lines() {
         let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "r-1", "two\nlines \"quoted\"");
