@@ -11,7 +11,9 @@
 //! - `thread/start`: result `{thread: {id, sessionId (== id), path, turns: [], ...}, ...}`, then
 //!   `thread/started` (after the result);
 //! - `thread/resume {threadId}`: the same thread, `thread.turns` = its earlier turns in full
-//!   (`itemsView: "full"`), after a `thread/status/changed` (`idle`); no `thread/started`. It
+//!   (`itemsView: "full"`), after a `thread/status/changed` (`idle`); no `thread/started`; a
+//!   server request the thread's turn still waits for is sent again after the result, same id
+//!   and params (as the real 0.169 does). It
 //!   works from a NEW process: every thread is kept in a JSON file (see "State" below);
 //! - `turn/start {threadId, input: [{type: "text", text}]}`: result `{turn: {id, status:
 //!   "inProgress", ...}}`, `thread/status/changed` (`active`), `turn/started`, `item/started` +
@@ -435,8 +437,9 @@ struct ActiveTurn {
     user_items: Vec<Value>,
     due_ms: u64,
     ending: Ending,
-    /// The server request the turn waits for (its id), and the reply delay after its answer.
-    awaiting: Option<(Value, u64)>,
+    /// The server request the turn waits for (its id), the reply delay after its answer, and
+    /// its params (sent again unchanged on `thread/resume`).
+    awaiting: Option<(Value, u64, Value)>,
 }
 
 impl ActiveTurn {
@@ -529,8 +532,8 @@ impl FakeAppServer {
     fn answered(&mut self, id: &Value, now_ms: u64, out: &mut Reaction) {
         for (thread_id, thread) in self.threads.iter_mut() {
             let Some(turn) = thread.active.as_mut() else { continue };
-            if turn.awaiting.as_ref().is_some_and(|(waited, _)| waited == id) {
-                let (_, delay_ms) = turn.awaiting.take().expect("checked");
+            if turn.awaiting.as_ref().is_some_and(|(waited, _, _)| waited == id) {
+                let (_, delay_ms, _) = turn.awaiting.take().expect("checked");
                 turn.due_ms = now_ms.saturating_add(delay_ms);
                 out.messages.push(notification("serverRequest/resolved", json!({ "threadId": thread_id, "requestId": id })));
             }
@@ -768,6 +771,12 @@ impl FakeAppServer {
             id: id.clone(),
             result,
         });
+        // The real 0.169 sends a server request still pending again, unchanged, right after
+        // the resume's answer (openai/codex#12560;
+        // fixtures/codex-0.169/app-server/pending-request-resume.jsonl).
+        if let Some((request_id, _, params)) = thread.active.as_ref().and_then(|turn| turn.awaiting.as_ref()) {
+            out.messages.push(approval_request(request_id, params));
+        }
         Ok(())
     }
 
@@ -854,15 +863,12 @@ impl FakeAppServer {
         let awaiting = plan.ask_approval.then(|| {
             self.server_requests += 1;
             let request_id = json!(self.server_requests);
-            out.messages.push(Outgoing::Request {
-                id: request_id.clone(),
-                method: "item/commandExecution/requestApproval".to_owned(),
-                params: json!({
-                    "threadId": thread_id, "turnId": turn_id, "itemId": format!("call_{}", self.server_requests),
-                    "command": "touch approved", "cwd": thread.stored.cwd, "reason": null,
-                }),
+            let params = json!({
+                "threadId": thread_id, "turnId": turn_id, "itemId": format!("call_{}", self.server_requests),
+                "command": "touch approved", "cwd": thread.stored.cwd, "reason": null,
             });
-            (request_id, plan.delay_ms)
+            out.messages.push(approval_request(&request_id, &params));
+            (request_id, plan.delay_ms, params)
         });
         thread.active = Some(ActiveTurn {
             id: turn_id,
@@ -1197,6 +1203,11 @@ fn thread_json(thread: &Thread, turns: Value) -> Value {
         "daybreakEnabled": null,
         "turns": turns,
     })
+}
+
+/// MGD-6: the approval request a turn waits for.
+fn approval_request(id: &Value, params: &Value) -> Outgoing {
+    Outgoing::Request { id: id.clone(), method: "item/commandExecution/requestApproval".to_owned(), params: params.clone() }
 }
 
 /// The result of `thread/start` (and the base of `thread/resume`'s).

@@ -367,16 +367,23 @@ fn nothing_answers_notifications_responses_or_garbage() {
     }
 }
 
+/// A ready server whose turn (started at 1000 ms) asks an approval: the server, the thread and
+/// the request.
+fn asking(dir: &Path) -> (FakeAppServer, String, Value) {
+    let behaviour = Behaviour { approval_prefix: Some("ASK".into()), ..Behaviour::default() };
+    let (mut server, thread) = ready(dir, behaviour);
+    let opened = turn_start(&mut server, 2, &thread, "ASK first", 1000);
+    let request = opened.messages.last().unwrap().to_value();
+    (server, thread, request)
+}
+
 /// MGD-6: a turn that asks a server request waits for any answer (no timeout, as the real one):
 /// nothing ends it until the client answers; an answer to another id changes nothing; the
 /// answer (here an error, as wakterm declines) resolves the request and the reply follows.
 #[test]
 fn an_approval_request_waits_for_the_clients_answer() {
     let dir = tempfile::tempdir().unwrap();
-    let behaviour = Behaviour { approval_prefix: Some("ASK".into()), ..Behaviour::default() };
-    let (mut server, thread) = ready(dir.path(), behaviour);
-    let opened = turn_start(&mut server, 2, &thread, "ASK first", 1000);
-    let request = opened.messages.last().unwrap().to_value();
+    let (mut server, thread, request) = asking(dir.path());
     assert_eq!(request["method"], "item/commandExecution/requestApproval", "{request}");
     assert_eq!(request["params"]["threadId"], thread.as_str());
     let id = request["id"].clone();
@@ -392,4 +399,21 @@ fn an_approval_request_waits_for_the_clients_answer() {
     assert_eq!(server.next_deadline_ms(), Some(1_000_050));
     let done = server.tick(1_000_050).unwrap();
     assert_eq!(methods(&done).last().map(String::as_str), Some("turn/completed"));
+}
+
+/// MGD-6, as the real 0.169 (`fixtures/codex-0.169/app-server/pending-request-resume.jsonl`):
+/// a server request still pending is sent again, same id and params, right after the answer
+/// to a `thread/resume` of its thread; once answered, a resume sends nothing more.
+#[test]
+fn a_pending_request_is_sent_again_after_a_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, thread, request) = asking(dir.path());
+    let resume = json!({ "id": 3, "method": "thread/resume", "params": { "threadId": thread } });
+    let resumed: Vec<Value> = server.handle_line(&line(resume), 2000).unwrap().messages.iter().map(Outgoing::to_value).collect();
+    let answer_at = resumed.iter().position(|m| m["id"] == 3 && m.get("result").is_some()).expect("the resume's answer");
+    assert_eq!(resumed[answer_at + 1..], [request.clone()], "the same request again, right after: {resumed:?}");
+    let decline = json!({ "id": request["id"], "error": { "code": -32000, "message": "declined" } });
+    assert_eq!(methods(&server.handle_line(&line(decline), 3000).unwrap()), ["serverRequest/resolved"]);
+    let again = server.handle_line(&line(json!({ "id": 4, "method": "thread/resume", "params": { "threadId": thread } })), 3001).unwrap();
+    assert!(again.messages.iter().all(|m| m.to_value().get("method") != Some(&request["method"])), "nothing pending");
 }
