@@ -431,15 +431,37 @@ fn write_expecting_a_replaced_process_writes_nothing() {
     let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap() };
     let after = client.respawn().unwrap();
     let end = client.info().unwrap().output_end;
-    let refused = client.write_expecting(b"for-the-old-process\n", Some(old)).unwrap();
+    let refused = client.write_expecting(b"for-the-old-process\n", Some(old), None).unwrap();
     assert_eq!(refused.bytes_written, 0);
     assert_eq!(refused.refused, Some(WriteRefusal::ProcessChanged), "{refused:?}");
     std::thread::sleep(std::time::Duration::from_millis(200));
     let page = client.output(end, 1 << 20).unwrap();
     assert!(!contains(&page.data, b"for-the-old-process"), "nothing reached the pane");
     let current = ExpectedProcess { pid: after.pid.unwrap(), start_time_ticks: after.start_time_ticks.unwrap() };
-    let written = client.write_expecting(b"for-the-new\n", Some(current)).unwrap();
+    let written = client.write_expecting(b"for-the-new\n", Some(current), None).unwrap();
     assert_eq!((written.bytes_written, written.error, written.refused), (12, None, None));
+}
+
+/// ADM-12: a write (or a split write) the holder comes to after its `start_by_ms` is refused
+/// with nothing written, so a stalled holder never starts a write the daemon has given up on;
+/// one the holder comes to in time is written.
+#[test]
+fn adm_12_a_write_past_its_start_deadline_writes_nothing() {
+    use wakterm_runtime::holder::protocol::{monotonic_ms, WriteRefusal};
+    let (holder, _sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let end = client.info().unwrap().output_end;
+    let passed = monotonic_ms() - 1;
+    let refused = client.write_expecting(b"too-late\n", None, Some(passed)).unwrap();
+    assert_eq!((refused.bytes_written, refused.refused), (0, Some(WriteRefusal::StartDeadlinePassed)), "{refused:?}");
+    let steps = client.write_steps(&[b"late-".to_vec(), b"steps\n".to_vec()], std::time::Duration::from_millis(10), None, Some(passed)).unwrap();
+    assert_eq!((steps.steps_written, steps.bytes_written, steps.refused), (0, 0, Some(WriteRefusal::StartDeadlinePassed)), "{steps:?}");
+    let in_time = client.write_expecting(b"in-time\n", None, Some(monotonic_ms() + 10_000)).unwrap();
+    assert_eq!((in_time.bytes_written, in_time.refused), (8, None), "{in_time:?}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let page = client.output(end, 1 << 20).unwrap();
+    assert!(contains(&page.data, b"in-time"), "the write in time reached the pane");
+    assert!(!contains(&page.data, b"too-late") && !contains(&page.data, b"late-steps"), "nothing late reached the pane");
 }
 
 // LIVE-2: `info_changed` answers at once when the caller's view is already stale, waits while
@@ -494,7 +516,7 @@ fn sub_2_write_steps_hold_the_write_lock_through_the_gaps() {
     });
     let started = Instant::now();
     let steps = vec![b"<one>".to_vec(), b"<two>".to_vec(), b"<three>".to_vec()];
-    let outcome = client.write_steps(&steps, Duration::from_millis(150), None).unwrap();
+    let outcome = client.write_steps(&steps, Duration::from_millis(150), None, None).unwrap();
     assert!(started.elapsed() >= Duration::from_millis(300), "two gaps of 150 ms: {:?}", started.elapsed());
     assert_eq!((outcome.steps_written, outcome.bytes_written, outcome.error.as_deref()), (3, 17, None));
     let boundary = outcome.boundary.expect("a complete sequence has a boundary");
@@ -519,10 +541,10 @@ fn sub_3_write_steps_refuse_before_the_first_byte() {
     let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap() };
     client.respawn().unwrap();
     let end = client.info().unwrap().output_end;
-    let refused = client.write_steps(&[b"<never-1>".to_vec(), b"\r".to_vec()], Duration::from_millis(10), Some(old)).unwrap();
+    let refused = client.write_steps(&[b"<never-1>".to_vec(), b"\r".to_vec()], Duration::from_millis(10), Some(old), None).unwrap();
     assert_eq!((refused.bytes_written, refused.refused, refused.boundary.is_none()), (0, Some(WriteRefusal::ProcessChanged), true));
     for (steps, gap) in [(vec![], 10), (vec![b"<never-2>".to_vec(), Vec::new()], 10), (vec![b"<never-3>".to_vec()], 5_000)] {
-        match client.write_steps(&steps, Duration::from_millis(gap), None) {
+        match client.write_steps(&steps, Duration::from_millis(gap), None, None) {
             Err(HolderError::Remote { kind: WireErrorKind::BadRequest, .. }) => {}
             other => panic!("{steps:?}/{gap}: expected bad_request, got {other:?}"),
         }

@@ -128,10 +128,11 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         let fault = self.fault;
+        let start_by_ms = write_start_deadline();
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
                 None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
-                Some(agent) => write_once(&agent, &incarnation, &bytes),
+                Some(agent) => write_once(&agent, &incarnation, &bytes, start_by_ms),
             };
             if outcome == Some(DeliveryOutcome::Complete) {
                 crash_if(fault, FaultPoint::AfterWrite);
@@ -147,10 +148,11 @@ impl Effects for RealEffects {
     fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: wakterm_engine::SplitWrite) {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
+        let start_by_ms = write_start_deadline();
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
                 None => Some(wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
-                Some(agent) => super::submit::split_write(&agent, &incarnation, &write),
+                Some(agent) => super::submit::split_write(&agent, &incarnation, &write, start_by_ms),
             };
             // SUB-1: as for `deliver`, a call that timed out reports nothing.
             if let Some(outcome) = outcome {
@@ -249,7 +251,7 @@ pub fn refresh_agent(
 /// ADM-12: None when the holder did not answer within the call's bound. That is no outcome:
 /// the holder took the request and, stalled, may still write it. Reporting it as a failed
 /// write would end the engine's lost-write hold while the write can still land.
-fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> Option<DeliveryOutcome> {
+fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8], start_by_ms: u64) -> Option<DeliveryOutcome> {
     let liveness = agent.liveness.lock().expect("liveness lock").clone();
     let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
         return Some(DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() });
@@ -258,10 +260,17 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8]) -> 
         // The holder re-checks the process atomically with the write, so a concurrent
         // `agent restart` can never receive a prompt admitted for the process it replaced.
         let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
-        delivery_outcome(client.write_expecting(bytes, Some(expect)), bytes.len())
+        delivery_outcome(client.write_expecting(bytes, Some(expect), Some(start_by_ms)), bytes.len())
     });
     // No connection: the write was never sent.
     written.unwrap_or_else(|error| Some(DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") }))
+}
+
+/// ADM-12: the holder begins a write by the engine's deadline for its result or never: asked
+/// when the engine asks for the write, so a stalled holder cannot start a write the engine
+/// has given up on (and whose lost-write hold may run out).
+fn write_start_deadline() -> u64 {
+    crate::holder::protocol::monotonic_ms() + wakterm_engine::limits::DELIVERY_TIMEOUT_MS
 }
 
 /// The outcome of a write's call of `len` bytes; None when the holder did not answer within the

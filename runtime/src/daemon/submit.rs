@@ -28,14 +28,14 @@ pub fn screen_digest(screen: &ScreenReply) -> String {
 /// SUB-2: the whole sequence in ONE holder call, which holds the pane's write lock through
 /// the gaps and re-checks the process atomically with the write. Refused only when provably
 /// nothing was written.
-pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite) -> Option<SplitOutcome> {
+pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite, start_by_ms: u64) -> Option<SplitOutcome> {
     let written = agent.with_holder(|client, info| {
         let liveness = Liveness::from_info(&info);
         let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
             return Some(SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() });
         };
         let expect = ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
-        let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect));
+        let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect), Some(start_by_ms));
         outcome_of(outcome)
     });
     // No connection, or `info` failed on a fresh one: the write was never sent.

@@ -157,16 +157,18 @@ impl HolderClient {
     /// Writes `data` to the agent's PTY as one uninterrupted payload. `bytes_written` is what
     /// the PTY accepted; on `Err` nothing is known about how much was written.
     pub fn write(&mut self, data: &[u8]) -> Result<WriteOutcome, HolderError> {
-        self.write_expecting(data, None)
+        self.write_expecting(data, None, None)
     }
 
     /// A write that happens only if the pane still runs `expect` (see `Request::Write`).
-    pub fn write_expecting(&mut self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>) -> Result<WriteOutcome, HolderError> {
+    /// With `start_by_ms` (see `Request::Write`), only if the holder begins it by then.
+    pub fn write_expecting(&mut self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>, start_by_ms: Option<u64>) -> Result<WriteOutcome, HolderError> {
         let outcome: WriteOutcome = self.call(
             "write",
             &Request::Write {
                 data: data.to_vec(),
                 expect,
+                start_by_ms,
             },
             write_call_bound(self.timeout),
         )?;
@@ -184,9 +186,9 @@ impl HolderClient {
 
     /// SUB-2: `steps` in order with `gap` between them under the pane's write lock (see
     /// `Request::WriteSteps`); the outcome's counts are checked against what was sent.
-    pub fn write_steps(&mut self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>) -> Result<super::protocol::StepsOutcome, HolderError> {
+    pub fn write_steps(&mut self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>, start_by_ms: Option<u64>) -> Result<super::protocol::StepsOutcome, HolderError> {
         let gap_ms = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX);
-        let request = Request::WriteSteps { steps: steps.to_vec(), gap_ms, expect };
+        let request = Request::WriteSteps { steps: steps.to_vec(), gap_ms, expect, start_by_ms };
         let budget = write_steps_call_bound(self.timeout, gap, steps.len());
         let outcome: super::protocol::StepsOutcome = self.call("write_steps", &request, budget)?;
         let total: u64 = steps.iter().map(|s| s.len() as u64).sum();

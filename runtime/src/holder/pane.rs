@@ -353,12 +353,22 @@ impl Pane {
     /// exactly how many bytes went in. Holds the write lock for the whole payload.
     /// [`Pane::write`], only if the pane still runs `expect` (when given). The lifecycle lock
     /// makes the check and the write atomic with respect to a respawn.
-    pub fn write_to(&self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>) -> WriteOutcome {
+    /// ADM-12: with `start_by_ms`, only if the write begins by then (checked under the write
+    /// lock, right before the first byte).
+    pub fn write_to(&self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>, start_by_ms: Option<u64>) -> WriteOutcome {
         let _lifecycle = expect.map(|_| self.lifecycle.lock().unwrap_or_else(|p| p.into_inner()));
         if let Some(refusal) = expect.and_then(|expect| self.refuse_unless_running(expect)) {
             return refusal;
         }
-        self.write(data)
+        self.write_starting_by(data, start_by_ms)
+    }
+
+    /// The refusal of a write whose start deadline passed (the caller holds the write lock).
+    fn refuse_if_late(start_by_ms: Option<u64>) -> Option<WriteOutcome> {
+        let now_ms = super::protocol::monotonic_ms();
+        let late = start_by_ms.filter(|start_by| now_ms > *start_by)?;
+        let error = format!("the write was to start by {late} ms, and the holder came to it at {now_ms} ms");
+        Some(WriteOutcome::refusal(super::protocol::WriteRefusal::StartDeadlinePassed, error))
     }
 
     /// The refusal of a write that names another process than the pane runs.
@@ -375,9 +385,16 @@ impl Pane {
     }
 
     pub fn write(&self, data: &[u8]) -> WriteOutcome {
+        self.write_starting_by(data, None)
+    }
+
+    fn write_starting_by(&self, data: &[u8], start_by_ms: Option<u64>) -> WriteOutcome {
         let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.lock().child.alive {
             return WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into());
+        }
+        if let Some(refusal) = Self::refuse_if_late(start_by_ms) {
+            return refusal;
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let (written, error) = self.write_all_locked(data);
@@ -387,7 +404,7 @@ impl Pane {
     /// SUB-2: `steps` in order with `gap` between them, under the write lock throughout (and
     /// the lifecycle lock when `expect` names the process), then the Enter boundary read under
     /// one state lock: the output end, the screen at that end, the generation and the writes.
-    pub fn write_steps(&self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>) -> super::protocol::StepsOutcome {
+    pub fn write_steps(&self, steps: &[Vec<u8>], gap: Duration, expect: Option<super::protocol::ExpectedProcess>, start_by_ms: Option<u64>) -> super::protocol::StepsOutcome {
         let _lifecycle = expect.map(|_| self.lifecycle.lock().unwrap_or_else(|p| p.into_inner()));
         let refused = |outcome: WriteOutcome| super::protocol::StepsOutcome {
             steps_written: 0,
@@ -402,6 +419,9 @@ impl Pane {
         let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.lock().child.alive {
             return refused(WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into()));
+        }
+        if let Some(refusal) = Self::refuse_if_late(start_by_ms) {
+            return refused(refusal);
         }
         let writes = self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let mut bytes_written = 0u64;

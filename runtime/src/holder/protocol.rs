@@ -48,6 +48,12 @@ pub enum Request {
         /// nothing is written).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<ExpectedProcess>,
+        /// ADM-12: when set, a holder that has not begun the write by this moment of
+        /// [`monotonic_ms`] refuses it, nothing written ([`WriteRefusal::StartDeadlinePassed`]):
+        /// a stalled holder never starts a write the daemon has given up on. A holder older
+        /// than the field ignores it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_by_ms: Option<u64>,
     },
     /// SUB-2: several writes in order with `gap_ms` between them, under the pane's write
     /// lock throughout (no other writer splices into the gaps); answered with the Enter
@@ -58,6 +64,9 @@ pub enum Request {
         gap_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<ExpectedProcess>,
+        /// SUB-1: as `Write`'s: the first step starts by then or nothing is written.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_by_ms: Option<u64>,
     },
     /// The screen; with `with_info`, `info` too, read under the same lock ([`ScreenWithInfo`]):
     /// an admission's refresh needs both, and one call saves it a round trip (issue 10). A
@@ -164,6 +173,17 @@ pub enum WriteRefusal {
     ProcessChanged,
     /// The pane's child is not alive.
     NotAlive,
+    /// The holder came to the write after its `start_by_ms` (it was stalled, or the pane's
+    /// write lock was held that long).
+    StartDeadlinePassed,
+}
+
+/// Milliseconds of this machine's monotonic clock (`CLOCK_MONOTONIC`): one clock for every
+/// process on the machine, so a daemon's deadline means the same moment to its holders.
+pub fn monotonic_ms() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let ms = i128::from(now.tv_sec) * 1000 + i128::from(now.tv_nsec) / 1_000_000;
+    u64::try_from(ms).expect("the monotonic clock is not negative")
 }
 
 /// Result of `write`. `bytes_written` counts bytes the PTY master accepted before `error`.
@@ -380,6 +400,7 @@ mod tests {
         let text = serde_json::to_string(&Request::Write {
             expect: None,
             data: b"hi\r".to_vec(),
+            start_by_ms: None,
         })
         .unwrap();
         assert_eq!(text, r#"{"op":"write","data":"aGkN"}"#);

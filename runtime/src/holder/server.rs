@@ -206,7 +206,7 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             WireErrorKind::TooLarge,
             format!("write payload exceeds {MAX_WRITE_BYTES} bytes"),
         ),
-        Request::Write { data, expect } => success(&pane.write_to(&data, expect)),
+        Request::Write { data, expect, start_by_ms } => success(&pane.write_to(&data, expect, start_by_ms)),
         Request::WriteSteps { steps, gap_ms, .. }
             if steps.is_empty() || steps.len() > MAX_WRITE_STEPS || gap_ms > MAX_STEP_GAP_MS || steps.iter().any(Vec::is_empty) =>
         {
@@ -215,7 +215,7 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
         Request::WriteSteps { steps, .. } if steps.iter().map(Vec::len).sum::<usize>() > MAX_WRITE_BYTES => {
             failure(WireErrorKind::TooLarge, format!("write_steps payload exceeds {MAX_WRITE_BYTES} bytes"))
         }
-        Request::WriteSteps { steps, gap_ms, expect } => success(&pane.write_steps(&steps, Duration::from_millis(gap_ms), expect)),
+        Request::WriteSteps { steps, gap_ms, expect, start_by_ms } => success(&pane.write_steps(&steps, Duration::from_millis(gap_ms), expect, start_by_ms)),
         Request::Screen { with_info: false } => success(&pane.screen()),
         Request::Screen { with_info: true } => success(&pane.screen_with_info()),
         Request::Output { after, max } => {
