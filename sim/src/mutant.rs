@@ -32,7 +32,8 @@
 //!
 //! ADM-12 / SUB-1 lost writes: fault classes `pane.result_late`, `pane.write_late`,
 //! `pane.write_after_call_bound` (the daemon's call to the holder times out: no outcome, the
-//! engine's hold decides) and `caller.after_call_bound`; the oracle's check that the engine
+//! engine's hold decides), `caller.after_call_bound` and `pane.start_deadline_refused` (a
+//! holder refuses a write it comes to after the engine's deadline; `old_holders` do not); the oracle's check that the engine
 //! never asks for a write while another it asked for has not ended (`ports::ask_write`);
 //! mutant `call_timeout_reported_as_failed`.
 

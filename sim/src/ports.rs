@@ -174,7 +174,10 @@ impl Effects for SimEffects {
                 Some(lock) => Some(lock.lock_owned().await),
                 None => None,
             };
-            let outcome = write_to_pane(&world, &agent_id, &incarnation, &bytes, asked_ms);
+            let outcome = match bound.refuse_if_late(&world, delivery_id) {
+                Some(reason) => DeliveryOutcome::Refused { reason },
+                None => write_to_pane(&world, &agent_id, &incarnation, &bytes, asked_ms),
+            };
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
                 let mut w = world.lock().unwrap();
@@ -292,7 +295,7 @@ impl Effects for SimEffects {
         holder.spawn(async move {
             madsim::time::sleep(ms(0, 10)).await;
             holder_stall(&world, &agent_id, &bound).await;
-            let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch, sid).await;
+            let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch, sid, &bound, delivery_id).await;
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let outcome = match outcome {
                 // The bug (`split_failure_refused`): every write error is "the pane refused".
@@ -596,6 +599,21 @@ impl CallBound {
         answered
     }
 
+    /// ADM-12, the holder's `start_by_ms` (`write_start_deadline`: the engine's deadline from
+    /// when it asked): a holder that comes to the write later refuses it, nothing written;
+    /// unless it predates the field (`old_holders`). Checked under the pane's write lock.
+    fn refuse_if_late(&self, world: &Shared, delivery_id: u64) -> Option<String> {
+        let mut w = world.lock().unwrap();
+        let start_by = self.asked_ms + wakterm_engine::limits::DELIVERY_TIMEOUT_MS;
+        let now = wakterm_runtime::driver::now_ms();
+        if w.plan.old_holders || now <= start_by {
+            return None;
+        }
+        w.counters.fault("pane.start_deadline_refused");
+        w.log(format!("deliver {delivery_id}: the holder came to the write at {now}, after its start deadline {start_by}: refused"));
+        Some(format!("the write was to start by {start_by} ms"))
+    }
+
     /// Whether the holder's answer reaches the engine: not once the daemon's call timed out
     /// (ADM-12: the runtime reports no outcome then, the engine's hold decides).
     fn answer(&self, world: &Shared, answered: &std::sync::atomic::AtomicBool, delivery_id: u64) -> bool {
@@ -672,7 +690,8 @@ fn end_write(w: &mut World, agent_id: &AgentId, delivery_id: u64) {
 /// child that exits during a gap makes the next step fail (EIO). Faults: a step fails after
 /// some bytes or before any (`submit.split_write_fails`, also the holder's answer lost after
 /// a complete write); the harness never reacts to the CR or reacts before the boundary.
-async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, write: &SplitWrite, epoch: u64, sid: String) -> SplitOutcome {
+#[allow(clippy::too_many_arguments)]
+async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, write: &SplitWrite, epoch: u64, sid: String, bound: &CallBound, delivery_id: u64) -> SplitOutcome {
     let text = write.steps.get(1).map(|paste| strip_paste(paste)).unwrap_or_default();
     let (a, lock, skip_lock) = {
         let w = world.lock().unwrap();
@@ -691,6 +710,11 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
             w.log(format!("a{a} split write {sid} refused: pane runs {current:?}"));
             return SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() };
         }
+        drop(w);
+        if let Some(reason) = bound.refuse_if_late(world, delivery_id) {
+            return SplitOutcome::Refused { reason };
+        }
+        let mut w = world.lock().unwrap();
         // Which step fails, after how many of its bytes (None: none fails); `usize::MAX`: the
         // holder wrote every step but its answer was lost.
         let fail = w.fault_roll(w.plan.split_fail).then(|| {

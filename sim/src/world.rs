@@ -34,6 +34,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "pane.result_late",
     "pane.write_late",
     "pane.write_after_call_bound",
+    "pane.start_deadline_refused",
     "pane.refused_stale",
     "process.exit",
     "process.replaced",
@@ -158,6 +159,10 @@ impl Trace {
 pub struct FaultPlan {
     pub pane_error: f64,
     pub pane_late: f64,
+    /// ADM-12: the holders predate `start_by_ms` (they outlived a daemon upgrade): they begin
+    /// a write whenever they come to it. Newer holders refuse one they come to after the
+    /// engine's deadline for its result (`pane.start_deadline_refused`).
+    pub old_holders: bool,
     pub commit_fail: f64,
     pub commit_slow: f64,
     pub refresh_slow: f64,
@@ -216,6 +221,7 @@ impl FaultPlan {
         FaultPlan {
             pane_error: rate(0.6, 0.35),
             pane_late: rate(0.4, 0.12),
+            old_holders: false,
             commit_fail: rate(0.5, 0.15),
             commit_slow: rate(0.5, 0.2),
             refresh_slow: rate(0.4, 0.15),
@@ -243,6 +249,13 @@ impl FaultPlan {
         }
         .with_submit_faults()
         .with_app_server_faults()
+        .with_holder_version()
+    }
+
+    /// Old holders matter only where writes stall (`pane_late`).
+    fn with_holder_version(mut self) -> FaultPlan {
+        self.old_holders = self.pane_late > 0.0 && thread_rng().gen_bool(0.4);
+        self
     }
 
     /// The managed agent's rates (MGD-*).
