@@ -38,6 +38,15 @@ impl Phase {
         }
     }
 
+    /// HIST-1: the phases of an open request (not finished: a restart recovers it). The one
+    /// list; the store's `open_requests` and its start query follow it.
+    pub const OPEN: [Phase; 3] = [Phase::Registered, Phase::Submitted, Phase::Bound];
+
+    /// Whether `name` (as stored, [`Phase::as_str`]) is an open phase.
+    pub fn is_open_name(name: &str) -> bool {
+        Phase::OPEN.iter().any(|phase| phase.as_str() == name)
+    }
+
     /// Return-final phases in which correlation is still running.
     pub fn is_correlating(self) -> bool {
         matches!(self, Phase::Submitted | Phase::Bound)

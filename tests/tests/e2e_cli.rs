@@ -154,11 +154,7 @@ fn log_1_mux_start_logs_a_database_migration_before_and_after() {
     w.ok(&["mux", "stop"]);
     // Back to schema version 4, as a database in the field has it.
     let conn = rusqlite::Connection::open(w.data.join("wakterm.db")).unwrap();
-    conn.execute_batch(
-        "DROP TABLE open_requests; CREATE INDEX requests_by_agent ON requests(agent_id); \
-         CREATE INDEX requests_by_phase ON requests(phase); PRAGMA user_version = 4;",
-    )
-    .unwrap();
+    conn.execute_batch(wakterm_runtime::store::UNDO_MIGRATION_5_FOR_TESTS).unwrap();
     drop(conn);
     w.mux_start();
     w.ok(&["mux", "stop"]);

@@ -448,15 +448,12 @@ fn put_request(
     )))
 }
 
-/// The phases of an open request (HIST-1): what a restart recovers.
-const OPEN_PHASES: [&str; 3] = ["registered", "submitted", "bound"];
-
 /// HIST-1, migration 5: `open_requests` holds a request's id exactly while its row's phase is
 /// open, written in the same transaction as the row (every request write comes through
 /// `put_request`; retention deletes finished requests only). Between two open phases the
 /// insert finds the id there and writes nothing.
 fn keep_open_id(conn: &Connection, request_id: &str, phase: &str) -> Result<(), StoreError> {
-    let sql = if OPEN_PHASES.contains(&phase) {
+    let sql = if wakterm_engine::Phase::is_open_name(phase) {
         "INSERT OR IGNORE INTO open_requests(request_id) VALUES (?1)"
     } else {
         "DELETE FROM open_requests WHERE request_id = ?1"

@@ -85,7 +85,8 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(OPEN_REQUESTS_SQL)?;
         let rows = stmt.query_map([], raw_request)?;
-        rows.map(|raw| request_from_raw(raw?)).collect()
+        let stored: Vec<StoredRequest> = rows.map(|raw| request_from_raw(raw?)).collect::<Result<_, _>>()?;
+        Ok(stored.into_iter().filter(|request| wakterm_engine::Phase::is_open_name(&request.phase)).collect())
     }
 
     /// HIST-5: every request id, in one read snapshot, handed to `each` in id order until it
@@ -293,12 +294,12 @@ const REQUEST_SELECT: &str =
 
 /// HIST-1: the open requests, in id order, from the ids `open_requests` keeps (migration 5,
 /// `schema::MIGRATION_5`): start reads what is open, never the history. The phase is checked
-/// again on the row itself, so an id there can never bring back a finished request. `CROSS
+/// again on the row itself (`Phase::is_open_name`, after the read), so an id there can never
+/// bring back a finished request. `CROSS
 /// JOIN` keeps `open_requests` the outer loop (SQLite never reorders it): the planner must not
 /// choose to scan `requests` for the phase.
 pub(crate) const OPEN_REQUESTS_SQL: &str = "SELECT r.request_id, r.agent_id, r.phase, r.fingerprint, r.record, r.updated_ms \
-     FROM open_requests AS o CROSS JOIN requests AS r ON r.request_id = o.request_id \
-     WHERE r.phase IN ('registered', 'submitted', 'bound') ORDER BY o.request_id";
+     FROM open_requests AS o CROSS JOIN requests AS r ON r.request_id = o.request_id ORDER BY o.request_id";
 
 type RawRequest = (String, String, String, String, String, i64);
 

@@ -92,13 +92,20 @@ CREATE INDEX requests_finished_by_time ON requests(updated_ms) WHERE phase IN ('
 /// that is dropped (2.2 s for the same history). Not triggers either: with them a row's
 /// upsert took about ten times the CPU (SQLite 3.40, measured from Python), and the daemon's
 /// CPU per request rose in six of eight alternated pairs.
-const MIGRATION_5: &str = "
+pub(crate) const MIGRATION_5: &str = "
 CREATE TABLE open_requests(request_id TEXT PRIMARY KEY NOT NULL) STRICT, WITHOUT ROWID;
 INSERT INTO open_requests(request_id)
     SELECT request_id FROM requests INDEXED BY requests_by_phase WHERE phase IN ('registered', 'submitted', 'bound');
 DROP INDEX requests_by_agent;
 DROP INDEX requests_by_phase;
 ";
+
+/// Migration 5 undone: a version-4 database, as one in the field has it, for the tests of
+/// migration 5 (store and `mux start`).
+#[doc(hidden)]
+pub const UNDO_MIGRATION_5_FOR_TESTS: &str = "DROP TABLE open_requests; \
+     CREATE INDEX requests_by_agent ON requests(agent_id); \
+     CREATE INDEX requests_by_phase ON requests(phase); PRAGMA user_version = 4;";
 
 /// What opening found and fixed, so the daemon can tell the user.
 #[derive(Debug, Clone, PartialEq, Eq)]

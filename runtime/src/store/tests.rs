@@ -765,7 +765,8 @@ fn store_open_requests_query_reads_the_open_ids_only() {
 
 /// The open requests by a scan of every row: what `open_requests` must always hold.
 fn open_by_scan(path: &Path) -> Vec<String> {
-    texts(path, "SELECT request_id FROM requests WHERE phase IN ('registered', 'submitted', 'bound') ORDER BY request_id")
+    let open: Vec<String> = wakterm_engine::Phase::OPEN.iter().map(|phase| format!("'{}'", phase.as_str())).collect();
+    texts(path, &format!("SELECT request_id FROM requests WHERE phase IN ({}) ORDER BY request_id", open.join(", ")))
 }
 
 // HIST-1, migration 5: the writer keeps `open_requests` equal to the open rows through every
@@ -812,12 +813,7 @@ fn store_migration_5_keeps_the_open_requests() {
     }
     // Back to version 4's schema, as a database in the field has it.
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(
-        "DROP TABLE open_requests; \
-         CREATE INDEX requests_by_agent ON requests(agent_id); \
-         CREATE INDEX requests_by_phase ON requests(phase); PRAGMA user_version = 4;",
-    )
-    .unwrap();
+    conn.execute_batch(super::UNDO_MIGRATION_5_FOR_TESTS).unwrap();
     drop(conn);
     let store = Store::open(&path).unwrap();
     assert_eq!(store.open_report().migrated_from, 4);
@@ -827,6 +823,15 @@ fn store_migration_5_keeps_the_open_requests() {
     assert_eq!(store.load_requests().unwrap().len(), 6, "the history stays");
     let indexes = texts(&path, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'requests' AND sql IS NOT NULL ORDER BY name");
     assert_eq!(indexes, ["requests_finished_by_time"]);
+}
+
+// HIST-1: migration 5 filled `open_requests` from the phases open when it was written; they must
+// still be `Phase::OPEN` (changing those needs a migration of its own).
+#[test]
+fn store_migration_5_filled_the_open_phases() {
+    let open: Vec<String> = wakterm_engine::Phase::OPEN.iter().map(|phase| format!("'{}'", phase.as_str())).collect();
+    let fill = format!("WHERE phase IN ({});", open.join(", "));
+    assert!(super::schema::MIGRATION_5.contains(&fill), "{fill}");
 }
 
 /// STORE-2: exactly the ops no caller's answer waits on may wait for company.
