@@ -888,7 +888,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         .store
         .requests()
         .into_iter()
-        .filter(|r| matches!(r.phase.as_str(), "registered" | "submitted" | "bound"))
+        .filter(|r| wakterm_engine::Phase::is_open_name(&r.phase))
         .map(|r| r.request_id)
         .collect();
     // Failed progress and release commits are retried by the engine, so after the quiet phase
