@@ -350,11 +350,10 @@ impl Pane {
     }
 
     /// Writes all of `data` to the master unless an error or WRITE_DEADLINE stops it, and says
-    /// exactly how many bytes went in. Holds the write lock for the whole payload.
-    /// [`Pane::write`], only if the pane still runs `expect` (when given). The lifecycle lock
-    /// makes the check and the write atomic with respect to a respawn.
-    /// ADM-12: with `start_by_ms`, only if the write begins by then (checked under the write
-    /// lock, right before the first byte).
+    /// exactly how many bytes went in, holding the write lock for the whole payload. Only if
+    /// the pane still runs `expect` (when given; the lifecycle lock makes the check and the
+    /// write atomic with respect to a respawn) and, with `start_by_ms`, only if the write
+    /// begins by then (ADM-12: checked under the write lock, right before the first byte).
     pub fn write_to(&self, data: &[u8], expect: Option<super::protocol::ExpectedProcess>, start_by_ms: Option<u64>) -> WriteOutcome {
         let _lifecycle = expect.map(|_| self.lifecycle.lock().unwrap_or_else(|p| p.into_inner()));
         if let Some(refusal) = expect.and_then(|expect| self.refuse_unless_running(expect)) {
@@ -382,10 +381,6 @@ impl Pane {
             return Some(WriteOutcome::refusal(super::protocol::WriteRefusal::ProcessChanged, error));
         }
         None
-    }
-
-    pub fn write(&self, data: &[u8]) -> WriteOutcome {
-        self.write_starting_by(data, None)
     }
 
     fn write_starting_by(&self, data: &[u8], start_by_ms: Option<u64>) -> WriteOutcome {
