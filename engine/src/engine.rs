@@ -241,7 +241,8 @@ impl Engine {
         let probes = self.agents.values().filter_map(|a| a.probe_at_ms);
         let event_retries = self.events.retry_at.values().copied();
         let submissions = self.submissions.values().map(|s| s.deadline_ms);
-        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).min()
+        let holds = self.landing_writes.values().map(|l| l.until_ms); // ADM-12's bound
+        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).chain(holds).min()
     }
 
     /// RF-8: when a submitted request still waiting for its turn to start gives up.
@@ -307,6 +308,7 @@ impl Engine {
             && self.terminal_retries.is_empty()
             && self.progress_retries.is_empty()
             && self.events.in_flight.is_empty()
+            && self.landing_writes.is_empty()
             && self.events.backlog.values().all(Vec::is_empty)
             && self.events.retry_at.is_empty()
             && self.lookups.is_empty()

@@ -332,6 +332,30 @@ fn adm_12_a_lost_write_holds_the_agent_until_its_outcome() {
     }
 }
 
+/// ADM-12: the bound of a lost write's hold is a timer the engine announces (`poll_timeout`),
+/// because the daemon's driver ticks the engine only then. Once the ADM-5 probe has ended the
+/// wait for the prompt's turn nothing else is due, and an unannounced bound held the agent
+/// until some unrelated timer fired (the rig ticks only when a timer is due, as the driver).
+#[test]
+fn adm_12_the_bound_of_a_lost_write_hold_is_an_announced_timer() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.advance(limits::DELIVERY_TIMEOUT_MS);
+    let gave_up = rig.now;
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(classification(&rig, op), Classification::Indeterminate);
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    rig.refresh_next(); // the ADM-5 probe: idle, empty composer: the wait ends
+    let agent = rig.engine.agent(&agent_id(ZOLA)).unwrap();
+    assert!(agent.awaiting_turn_after.is_none() && agent.claim.is_some(), "the wait ended, the hold did not");
+    assert_eq!(rig.engine.poll_timeout(), Some(gave_up + limits::LOST_WRITE_HOLD_MS), "the hold's bound is the next timer");
+    rig.advance(limits::LOST_WRITE_HOLD_MS - limits::AWAITING_TURN_GRACE_MS);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "freed at the bound");
+}
+
 /// ADM-10 / DeliveryOutcome::Refused: a writer that proves it wrote nothing is a definitive
 /// `unavailable` and the id is released.
 #[test]

@@ -163,9 +163,16 @@ impl Rig {
         }
     }
 
+    /// Time passes; the engine gets a `Tick` only when a timer it announced (`poll_timeout`) is
+    /// due, as the driver does: a deadline the engine keeps but never announces would never
+    /// fire in the daemon either.
     pub fn advance(&mut self, ms: u64) {
         self.now += ms;
-        self.input(Input::Tick);
+        if self.engine.poll_timeout().is_some_and(|due| due <= self.now) {
+            self.input(Input::Tick);
+        } else if self.auto == Auto::All {
+            self.settle();
+        }
     }
 
     fn drain(&mut self) {
