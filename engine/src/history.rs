@@ -134,5 +134,5 @@ impl Engine {
 
 /// HIST-1: phases after which a request never changes again.
 pub fn is_finished(phase: Phase) -> bool {
-    matches!(phase, Phase::Terminal | Phase::Settled | Phase::Released)
+    !phase.is_open()
 }

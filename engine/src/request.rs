@@ -38,9 +38,20 @@ impl Phase {
         }
     }
 
-    /// HIST-1: the phases of an open request (not finished: a restart recovers it). The one
-    /// list; the store's `open_requests` and its start query follow it.
+    pub const ALL: [Phase; 6] = [Phase::Registered, Phase::Released, Phase::Settled, Phase::Submitted, Phase::Bound, Phase::Terminal];
+
+    /// HIST-1: the phases of an open request (not finished: a restart recovers it), the ones
+    /// [`Phase::is_open`] says; the store's `open_requests` and its start query follow it.
     pub const OPEN: [Phase; 3] = [Phase::Registered, Phase::Submitted, Phase::Bound];
+
+    /// HIST-1: open (a restart recovers it) or finished (it never changes again): every phase is
+    /// exactly one of the two.
+    pub fn is_open(self) -> bool {
+        match self {
+            Phase::Registered | Phase::Submitted | Phase::Bound => true,
+            Phase::Released | Phase::Settled | Phase::Terminal => false,
+        }
+    }
 
     /// Whether `name` (as stored, [`Phase::as_str`]) is an open phase.
     pub fn is_open_name(name: &str) -> bool {
@@ -205,5 +216,22 @@ impl RequestRecord {
         if let Some(receipt) = &self.receipt {
             receipt.assert_consistent();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Phase;
+
+    /// HIST-1: `OPEN` lists exactly the phases `is_open` says, and `ALL` every phase once.
+    #[test]
+    fn hist_1_open_and_finished_partition_every_phase() {
+        let open: Vec<Phase> = Phase::ALL.into_iter().filter(|p| p.is_open()).collect();
+        assert_eq!(open, Phase::OPEN);
+        let mut names: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Phase::ALL.len());
+        assert!(Phase::ALL.iter().all(|p| Phase::is_open_name(p.as_str()) == p.is_open()));
     }
 }

@@ -21,6 +21,9 @@ pub const SUBMIT_MIN_TIMEOUT_MS: u64 = 250;
 pub const SUBMIT_MAX_TIMEOUT_MS: u64 = 10_000;
 /// SUB-2: the gap between the three writes of the split sequence (seed 003).
 pub const SUBMIT_GAP_MS: u64 = 50;
+/// SUB-1: how long the engine waits for a split write's outcome (the write's own bound, and
+/// its two gaps).
+pub const SPLIT_WRITE_TIMEOUT_MS: u64 = DELIVERY_TIMEOUT_MS + SUBMIT_GAP_MS * 2;
 /// SUB-4: how long past its own wait the engine waits for the runtime's watch to answer.
 pub const WATCH_SLACK_MS: u64 = 2_000;
 
@@ -365,7 +368,7 @@ impl Engine {
         let submission = self.submissions.get_mut(id).expect("exists");
         let write = submit_steps(&submission.text);
         submission.step = SubmitStep::Writing { delivery_id };
-        submission.deadline_ms = now_ms + DELIVERY_TIMEOUT_MS + SUBMIT_GAP_MS * 2;
+        submission.deadline_ms = now_ms + SPLIT_WRITE_TIMEOUT_MS;
         let agent_id = submission.agent_id.clone();
         let incarnation = submission.incarnation.clone().expect("a claimed, checked agent runs a process");
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");

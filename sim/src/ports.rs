@@ -576,9 +576,7 @@ impl CallBound {
     fn split(asked_ms: u64, write: &SplitWrite) -> CallBound {
         let gap = Duration::from_millis(write.gap_ms);
         let call = wakterm_runtime::holder::write_steps_call_bound(wakterm_runtime::holder::HOLDER_CALL_TIMEOUT, gap, write.steps.len());
-        // The engine's deadline for a split write's result (`Engine::submit_write`).
-        let give_up_ms = wakterm_engine::limits::DELIVERY_TIMEOUT_MS + 2 * write.gap_ms;
-        CallBound { asked_ms, call_ms: millis(call), give_up_ms }
+        CallBound { asked_ms, call_ms: millis(call), give_up_ms: wakterm_engine::submit::SPLIT_WRITE_TIMEOUT_MS }
     }
 
     /// The mutant `call_timeout_reported_as_failed`: at the bound, the glue reports a call
@@ -599,12 +597,12 @@ impl CallBound {
         answered
     }
 
-    /// ADM-12, the holder's `start_by_ms` (`write_start_deadline`: the engine's deadline from
-    /// when it asked): a holder that comes to the write later refuses it, nothing written;
+    /// ADM-12, the holder's `start_by_ms` (`write_start_by`: the engine's deadline from when it
+    /// asked): a holder that comes to the write later refuses it, nothing written;
     /// unless it predates the field (`old_holders`). Checked under the pane's write lock.
     fn refuse_if_late(&self, world: &Shared, delivery_id: u64) -> Option<String> {
         let mut w = world.lock().unwrap();
-        let start_by = self.asked_ms + wakterm_engine::limits::DELIVERY_TIMEOUT_MS;
+        let start_by = wakterm_runtime::holder::write_start_by(self.asked_ms, self.give_up_ms);
         let now = wakterm_runtime::driver::now_ms();
         if w.plan.old_holders || now <= start_by {
             return None;

@@ -128,7 +128,7 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         let fault = self.fault;
-        let start_by_ms = write_start_deadline();
+        let start_by_ms = write_start_deadline(wakterm_engine::limits::DELIVERY_TIMEOUT_MS);
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
                 None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
@@ -148,7 +148,7 @@ impl Effects for RealEffects {
     fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: wakterm_engine::SplitWrite) {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
-        let start_by_ms = write_start_deadline();
+        let start_by_ms = write_start_deadline(wakterm_engine::submit::SPLIT_WRITE_TIMEOUT_MS);
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
                 None => Some(wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
@@ -266,11 +266,12 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8], sta
     written.unwrap_or_else(|error| Some(DeliveryOutcome::Refused { reason: format!("cannot reach the pane: {error}") }))
 }
 
-/// ADM-12: the holder begins a write by the engine's deadline for its result or never: asked
-/// when the engine asks for the write, so a stalled holder cannot start a write the engine
-/// has given up on (and whose lost-write hold may run out).
-fn write_start_deadline() -> u64 {
-    crate::holder::protocol::monotonic_ms() + wakterm_engine::limits::DELIVERY_TIMEOUT_MS
+/// ADM-12: the holder begins a write by the engine's deadline for its result
+/// (`result_wait_ms` from now) or never. Taken as the driver hands the write out, right after
+/// the engine asked for it (the deadline may trail the engine's by that moment; the hold covers
+/// it), so a stalled holder cannot start a write the engine has given up on.
+fn write_start_deadline(result_wait_ms: u64) -> u64 {
+    crate::holder::write_start_by(crate::holder::protocol::monotonic_ms(), result_wait_ms)
 }
 
 /// The outcome of a write's call of `len` bytes; None when the holder did not answer within the
@@ -286,12 +287,20 @@ fn delivery_outcome(result: Result<crate::holder::WriteOutcome, HolderError>, le
             bytes_written: outcome.bytes_written,
             error: outcome.error.unwrap_or_else(|| "short write".to_string()),
         },
-        Err(error @ HolderError::Timeout { .. }) => {
-            tracing::warn!(%error, "a pane write has no outcome: the holder may still write it (ADM-12)");
-            return None;
-        }
+        Err(error) if left_unknown(&error, "a pane write") => return None,
         Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
     })
+}
+
+/// ADM-12, SUB-1: whether a write call's failure leaves the write's fate unknown (no outcome):
+/// the holder did not answer within the call's bound, but it holds the request and, stalled,
+/// may still run it. Said in the log.
+pub(super) fn left_unknown(error: &HolderError, what: &str) -> bool {
+    let unknown = matches!(error, HolderError::Timeout { .. });
+    if unknown {
+        tracing::warn!(%error, "{what} has no outcome: the holder may still write it (ADM-12)");
+    }
+    unknown
 }
 
 #[cfg(test)]
@@ -322,6 +331,6 @@ mod tests {
         let bound = crate::holder::write_call_bound(crate::holder::HOLDER_CALL_TIMEOUT);
         assert!(u128::from(wakterm_engine::limits::DELIVERY_TIMEOUT_MS) < bound.as_millis());
         let steps = crate::holder::write_steps_call_bound(crate::holder::HOLDER_CALL_TIMEOUT, Duration::from_millis(wakterm_engine::submit::SUBMIT_GAP_MS), 3);
-        assert!(u128::from(wakterm_engine::limits::DELIVERY_TIMEOUT_MS + 2 * wakterm_engine::submit::SUBMIT_GAP_MS) < steps.as_millis());
+        assert!(u128::from(wakterm_engine::submit::SPLIT_WRITE_TIMEOUT_MS) < steps.as_millis());
     }
 }

@@ -46,8 +46,7 @@ pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &Spli
 /// bound: the write's fate is unknown (a stalled holder may still run it), which is no
 /// outcome (SUB-1, ADM-12: the engine's lost-write hold decides).
 fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> Option<SplitOutcome> {
-    if let Err(error @ HolderError::Timeout { .. }) = &outcome {
-        tracing::warn!(%error, "a split write has no outcome: the holder may still write it (SUB-1)");
+    if outcome.as_ref().is_err_and(|error| super::effects::left_unknown(error, "a split write")) {
         return None;
     }
     Some(match outcome {

@@ -30,6 +30,14 @@ pub fn write_call_bound(timeout: Duration) -> Duration {
     timeout + WRITE_DEADLINE
 }
 
+/// ADM-12: the `start_by_ms` of a write asked for at `asked_ms` (the machine's monotonic
+/// clock) whose result the engine waits `result_wait_ms` for: a holder that comes to the write
+/// later refuses it, so it never starts after the engine gave up on it (the simulator's holder
+/// uses this too).
+pub fn write_start_by(asked_ms: u64, result_wait_ms: u64) -> u64 {
+    asked_ms + result_wait_ms
+}
+
 /// The bound of a `write_steps` call of `steps` steps `gap` apart (see [`write_call_bound`]).
 pub fn write_steps_call_bound(timeout: Duration, gap: Duration, steps: usize) -> Duration {
     timeout + (WRITE_DEADLINE + gap) * u32::try_from(steps).unwrap_or(u32::MAX)

@@ -301,6 +301,9 @@ macro_rules! finished_phases {
         "('terminal', 'settled', 'released')"
     };
 }
+/// The same list, for the test that holds it to the engine's `Phase::is_open`.
+#[cfg(test)]
+pub(crate) const FINISHED_PHASES_SQL: &str = finished_phases!();
 /// HIST-4: the oldest finished request's time. `INDEXED BY` the partial index: left to itself
 /// SQLite picks `requests_by_phase` (an equality on `phase`) and reads every finished request's
 /// row, so the retention check every 5 s cost time in proportion to the history (75 ms at

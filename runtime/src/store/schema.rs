@@ -76,7 +76,7 @@ CREATE TABLE event_marks(
 ";
 
 /// HIST-4: finished requests by age, for retention.
-const MIGRATION_4: &str = "
+pub(crate) const MIGRATION_4: &str = "
 CREATE INDEX requests_finished_by_time ON requests(updated_ms) WHERE phase IN ('terminal', 'settled', 'released');
 ";
 

@@ -825,13 +825,22 @@ fn store_migration_5_keeps_the_open_requests() {
     assert_eq!(indexes, ["requests_finished_by_time"]);
 }
 
-// HIST-1: migration 5 filled `open_requests` from the phases open when it was written; they must
-// still be `Phase::OPEN` (changing those needs a migration of its own).
+// HIST-1: the store's SQL lists of phases follow the engine's one partition (`Phase::is_open`):
+// migration 5 filled `open_requests` from the open phases and migration 4's partial index (with
+// the retention query that names it) holds the finished ones. Both migrations are frozen, so
+// changing the partition needs a migration of its own.
 #[test]
-fn store_migration_5_filled_the_open_phases() {
-    let open: Vec<String> = wakterm_engine::Phase::OPEN.iter().map(|phase| format!("'{}'", phase.as_str())).collect();
-    let fill = format!("WHERE phase IN ({});", open.join(", "));
+fn store_sql_phase_lists_follow_the_engine() {
+    use wakterm_engine::Phase;
+    let quoted = |open: bool| Phase::ALL.iter().filter(|p| p.is_open() == open).map(|p| format!("'{}'", p.as_str())).collect::<Vec<_>>();
+    let fill = format!("WHERE phase IN ({});", quoted(true).join(", "));
     assert!(super::schema::MIGRATION_5.contains(&fill), "{fill}");
+    let mut finished = quoted(false);
+    let mut listed: Vec<String> = super::op::FINISHED_PHASES_SQL.trim_matches(|c| c == '(' || c == ')').split(", ").map(str::to_string).collect();
+    finished.sort();
+    listed.sort();
+    assert_eq!(listed, finished);
+    assert!(super::schema::MIGRATION_4.contains(super::op::FINISHED_PHASES_SQL));
 }
 
 /// STORE-2: exactly the ops no caller's answer waits on may wait for company.
