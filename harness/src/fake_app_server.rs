@@ -771,8 +771,8 @@ impl FakeAppServer {
             id: id.clone(),
             result,
         });
-        // The real 0.169 sends a server request still pending again, unchanged, right after
-        // the resume's answer (openai/codex#12560;
+        // The real 0.169 sends a server request still pending again, unchanged, after the
+        // resume's answer (two notifications between; openai/codex#12560;
         // fixtures/codex-0.169/app-server/pending-request-resume.jsonl).
         if let Some((request_id, _, params)) = thread.active.as_ref().and_then(|turn| turn.awaiting.as_ref()) {
             out.messages.push(approval_request(request_id, params));

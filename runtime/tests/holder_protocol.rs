@@ -464,6 +464,33 @@ fn adm_12_a_write_past_its_start_deadline_writes_nothing() {
     assert!(!contains(&page.data, b"too-late") && !contains(&page.data, b"late-steps"), "nothing late reached the pane");
 }
 
+/// ADM-12: the start deadline is checked once the holder has the pane's write lock: a write
+/// that waited for it behind a split write past its `start_by_ms` is refused, nothing written.
+#[test]
+fn adm_12_a_write_that_waited_for_the_lock_past_its_start_deadline_writes_nothing() {
+    use wakterm_runtime::holder::protocol::{monotonic_ms, WriteRefusal};
+    let (holder, _sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let end = client.info().unwrap().output_end;
+    let mut splitter = holder.client();
+    let split = std::thread::spawn(move || {
+        let steps = [b"held-".to_vec(), b"lock-".to_vec(), b"steps\n".to_vec()];
+        splitter.write_steps(&steps, std::time::Duration::from_millis(400), None, None).unwrap()
+    });
+    // The first step is out: the split write holds the lock through its two 400 ms gaps.
+    let began = std::time::Instant::now();
+    while !contains(&client.output(end, 1 << 20).unwrap().data, b"held-") {
+        assert!(began.elapsed() < std::time::Duration::from_secs(10), "the split write never began");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let waited = client.write_expecting(b"waited\n", None, Some(monotonic_ms() + 200)).unwrap();
+    assert_eq!((waited.bytes_written, waited.refused), (0, Some(WriteRefusal::StartDeadlinePassed)), "{waited:?}");
+    assert_eq!(split.join().unwrap().steps_written, 3);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let page = client.output(end, 1 << 20).unwrap();
+    assert!(contains(&page.data, b"held-lock-steps") && !contains(&page.data, b"waited"), "only the split write");
+}
+
 // LIVE-2: `info_changed` answers at once when the caller's view is already stale, waits while
 // nothing changes, and answers as soon as the child exits (pushed, not polled).
 #[test]
