@@ -21,11 +21,12 @@ bash scripts/test-real-codex.sh
 echo "== simulation (madsim flavour, own target dir target/sim): seeds 1-20000, every run"
 bash sim/run.sh --seeds 20000 --jobs 2
 # Seeds past that fixed range found bugs it had missed (the ninth session's SUB-1, MGD-6):
-# each commit also runs 20,000 more, a range chosen from its hash, so CI explores new
-# scenarios over time and a failure still reproduces from the printed range.
-head=$(git rev-parse --short=7 HEAD 2>/dev/null || echo 0)
-from=$(( (16#$head % 4999 + 1) * 20000 + 1 ))
-echo "== simulation: seeds $from-$((from + 19999)), chosen by commit $head (reproduce: bash sim/run.sh --from $from --seeds 20000 --jobs 2)"
+# each run also takes 20,000 more, a range chosen from the hash of the tree under test (a
+# rebase of the same tree keeps its range), so CI explores new scenarios over time and a
+# failure still reproduces from the printed range.
+tree=$(git rev-parse --short=7 'HEAD^{tree}' 2>/dev/null || echo 0)
+from=$(( (16#$tree % 4999 + 1) * 20000 + 1 ))
+echo "== simulation: seeds $from-$((from + 19999)), chosen by tree $tree (reproduce: bash sim/run.sh --from $from --seeds 20000 --jobs 2)"
 bash sim/run.sh --from "$from" --seeds 20000 --jobs 2
 echo "== simulation: determinism (same seed twice + madsim's check)"
 bash sim/run.sh --check-determinism 3
