@@ -335,7 +335,7 @@ mod tests {
 
     // MGD-6, recorded from the real 0.169 (`fixtures/codex-0.169/app-server/
     // pending_request_resume.py`): a server request left unanswered is sent again, same id,
-    // method and params, right after the answer to a `thread/resume` on the same connection
+    // method and params, after the answer to a `thread/resume` on the same connection
     // (openai/codex#12560), so an observer that lost it (evicted from the holder's ring) learns
     // it again from the resume it writes after every loss. The fold keeps it pending once, and
     // the decline lets the turn complete.
