@@ -407,8 +407,11 @@ impl Engine {
             process: snapshot.process,
         };
         // A snapshot older than events already applied must not roll the turn state back.
+        // Positions compare only within one process: a new one (a managed agent's new holder
+        // starts its stream over at 0, in the same thread) says where it is from scratch, and a
+        // replaced process's view (its events may be replayed late, ADM-17) is no floor for it.
         if let Some(current) = &agent.view {
-            if current.session == view.session && current.position > view.position {
+            if current.session == view.session && current.incarnation == view.incarnation && current.position > view.position {
                 view.position = current.position;
                 view.turn = current.turn.clone();
             }

@@ -356,6 +356,34 @@ fn adm_12_the_bound_of_a_lost_write_hold_is_an_announced_timer() {
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "freed at the bound");
 }
 
+/// ADM-17, ADM-5: positions compare only within one process. A replaced process's view (a
+/// late snapshot of it, replayed after the agent's new process registered) is no floor for the
+/// new process's snapshot, whose stream may start over (a managed agent's new holder starts at
+/// 0 in the same thread): the new snapshot's position stands, so the new process's turn start
+/// is fresh and ends the wait for a written prompt. Found by the simulator (seed 49463255: the
+/// wait stayed open for the grace).
+#[test]
+fn adm_17_a_new_process_snapshot_is_not_held_back_by_the_old_process_position() {
+    let mut rig = Rig::with_idle_zola();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    let agent = agent_id(ZOLA);
+    rig.input(Input::ObserverSnapshot { agent_id: agent.clone(), snapshot: idle_snapshot("inc-1", 100) }); // late, of the old process
+    let mut fresh = idle_snapshot("inc-2", 200);
+    fresh.position = 50;
+    rig.input(Input::ObserverSnapshot { agent_id: agent.clone(), snapshot: fresh.clone() });
+    let view = rig.engine.agent(&agent).unwrap().view.clone().unwrap();
+    assert_eq!((view.position, view.incarnation.0.as_str()), (50, "inc-2"), "{view:?}");
+    rig.snapshots.insert(agent.clone(), Ok(fresh)); // the admission's refresh sees the same
+    let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    command.incarnation = Some("inc-2".to_string());
+    let op = rig.submit(command);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+    assert!(rig.engine.agent(&agent).unwrap().awaiting_turn_after.is_some(), "ADM-5: waiting for the prompt's turn");
+    let started = ObserverEvent::TurnStarted { session: session(), turn: turn("turn-1"), position: 60 };
+    rig.input(Input::Observed { agent_id: agent.clone(), event: started });
+    assert!(rig.engine.agent(&agent).unwrap().awaiting_turn_after.is_none(), "the new process's turn ended the wait");
+}
+
 /// ADM-10 / DeliveryOutcome::Refused: a writer that proves it wrote nothing is a definitive
 /// `unavailable` and the id is released.
 #[test]
