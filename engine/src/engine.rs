@@ -297,9 +297,16 @@ impl Engine {
         self.requests.values().filter(|r| r.phase.is_correlating() || r.phase == Phase::Registered)
     }
 
-    /// True when nothing is in flight: no admission, commit, write or refresh outstanding, and
-    /// no failed commit waiting to be retried.
+    /// True when nothing is in flight: [`Engine::is_settled`], and no lost write's hold left
+    /// (ADM-12: the engine still waits for its outcome or its bound).
     pub fn is_quiescent(&self) -> bool {
+        self.is_settled() && self.landing_writes.is_empty()
+    }
+
+    /// True when nothing a caller or the store waits on is outstanding: no admission, submit,
+    /// commit, write or refresh, and no failed commit waiting to be retried. `mux stop` drains
+    /// to this; a lost write's hold lives in memory only and ends with the daemon.
+    pub fn is_settled(&self) -> bool {
         self.admissions.is_empty()
             && self.submissions.is_empty()
             && self.persists.is_empty()
@@ -308,7 +315,6 @@ impl Engine {
             && self.terminal_retries.is_empty()
             && self.progress_retries.is_empty()
             && self.events.in_flight.is_empty()
-            && self.landing_writes.is_empty()
             && self.events.backlog.values().all(Vec::is_empty)
             && self.events.retry_at.is_empty()
             && self.lookups.is_empty()

@@ -333,10 +333,10 @@ fn stop_unknown_holders(paths: &DataPaths, known: &std::collections::BTreeSet<St
 async fn drain_admissions(context: &Context) {
     let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
     while tokio::time::Instant::now() < deadline {
-        let Some(quiescent) = crate::driver::ask(&context.inbox, |engine: &Engine| engine.is_quiescent()).await else {
+        let Some(settled) = crate::driver::ask(&context.inbox, |engine: &Engine| engine.is_settled()).await else {
             return;
         };
-        if quiescent {
+        if settled {
             // Let the connection tasks write the receipts they were just handed.
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             return;
