@@ -24,7 +24,8 @@ bash sim/run.sh --seeds 20000 --jobs 2
 # each run also takes 20,000 more, a range chosen from the hash of the tree under test (a
 # rebase of the same tree keeps its range), so CI explores new scenarios over time and a
 # failure still reproduces from the printed range.
-tree=$(git rev-parse --short=7 'HEAD^{tree}' 2>/dev/null || echo 0)
+tree=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || echo 0)
+tree=${tree:0:7}
 from=$(( (16#$tree % 4999 + 1) * 20000 + 1 ))
 echo "== simulation: seeds $from-$((from + 19999)), chosen by tree $tree (reproduce: bash sim/run.sh --from $from --seeds 20000 --jobs 2)"
 bash sim/run.sh --from "$from" --seeds 20000 --jobs 2

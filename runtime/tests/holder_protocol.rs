@@ -475,9 +475,9 @@ fn adm_12_a_write_that_waited_for_the_lock_past_its_start_deadline_writes_nothin
     let mut splitter = holder.client();
     let split = std::thread::spawn(move || {
         let steps = [b"held-".to_vec(), b"lock-".to_vec(), b"steps\n".to_vec()];
-        splitter.write_steps(&steps, std::time::Duration::from_millis(400), None, None).unwrap()
+        splitter.write_steps(&steps, std::time::Duration::from_millis(1_000), None, None).unwrap()
     });
-    // The first step is out: the split write holds the lock through its two 400 ms gaps.
+    // The first step is out: the split write holds the lock through its two 1 s gaps.
     let began = std::time::Instant::now();
     while !contains(&client.output(end, 1 << 20).unwrap().data, b"held-") {
         assert!(began.elapsed() < std::time::Duration::from_secs(10), "the split write never began");

@@ -197,10 +197,9 @@ async fn await_submit(world: Shared, call: SubmitCallInput, answer: oneshot::Rec
         return;
     };
     let elapsed = (now_ms() - started.0).saturating_sub(w.jumped_ms - started.1);
-    let wait = call.timeout_ms.unwrap_or(3_000).clamp(250, 10_000);
+    let wait = wakterm_engine::submit::clamp_timeout_ms(call.timeout_ms);
     let bound = wakterm_engine::limits::REFRESH_TIMEOUT_MS
-        + wakterm_engine::limits::DELIVERY_TIMEOUT_MS
-        + 2 * wakterm_engine::submit::SUBMIT_GAP_MS
+        + wakterm_engine::submit::SPLIT_WRITE_TIMEOUT_MS
         + wait
         + wakterm_engine::submit::WATCH_SLACK_MS
         + 1_000;
