@@ -72,6 +72,10 @@ impl ManagedObserver {
         events
     }
 
+    pub fn incarnation(&self) -> &Incarnation {
+        &self.incarnation
+    }
+
     pub fn snapshot(&self) -> ObserverSnapshot {
         let error = match &self.health {
             Health::Attached | Health::Fresh => None,
