@@ -23,10 +23,11 @@ bash sim/run.sh --seeds 20000 --jobs 2
 # Exploration, not a gate: each run also takes 20,000 more seeds, a range chosen from the
 # hash of the tree under test (a rebase of the same tree keeps it), so CI explores new
 # scenarios over time. Seeds past the gate's range found bugs it had missed (the ninth
-# session's SUB-1 and MGD-6, the tenth's ADM-17 and REC-2 ones). A failure here is a real bug,
-# reproduced by the printed command, but it does not fail the run: it is most likely older
-# than the change under test, and a change should not be held back by a bug it did not make.
-# Fix what it finds first.
+# session's SUB-1 and MGD-6, the tenth's ADM-17). A failure here is a real bug, reproduced by
+# the printed command, but it does not fail the run: ranges past the gate still hold known,
+# unfixed failures (README, "Simulation": event gaps after a managed agent's holder restart
+# with a late startup resume, seeds 77782850 and 77787078). Once those are fixed this can
+# become a gate.
 tree=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || echo 0)
 tree=${tree:0:7}
 from=$(( (16#$tree % 4999 + 1) * 20000 + 1 ))
