@@ -356,9 +356,7 @@ impl Engine {
                     from.position = mark.position;
                 }
                 self.resuming.insert(agent_id.clone());
-                // Suspended requests resume only on the process they were armed on (above).
-                let incarnation = facts.incarnation.clone().expect("a resumed request's process runs");
-                self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from, incarnation });
+                self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
             }
             None => {
                 self.resuming.remove(agent_id);

@@ -72,10 +72,6 @@ impl ManagedObserver {
         events
     }
 
-    pub fn incarnation(&self) -> &Incarnation {
-        &self.incarnation
-    }
-
     pub fn snapshot(&self) -> ObserverSnapshot {
         let error = match &self.health {
             Health::Attached | Health::Fresh => None,

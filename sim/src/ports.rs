@@ -94,7 +94,7 @@ impl Effects for SimEffects {
         });
     }
 
-    fn resume(&mut self, agent_id: AgentId, from: Cursor, incarnation: Incarnation) {
+    fn resume(&mut self, agent_id: AgentId, from: Cursor) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
         // The runtime runs it at once on a blocking thread, but does not promise it is the
@@ -115,11 +115,6 @@ impl Effects for SimEffects {
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
             match agent_index(&w, &agent_id) {
-                // As the runtime: the agent's process changed before the resume ran, so its
-                // observer (of the new process) drops it.
-                Some(a) if w.agents[a].process.map(|p| p.incarnation()) != Some(incarnation.clone()) => {
-                    w.log(format!("a{a} resume at {}:{} (late={late}) for a process the agent no longer runs: dropped", from.session.0, from.position));
-                }
                 Some(a) => {
                     w.resume(a, &from, &mut events);
                     w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
