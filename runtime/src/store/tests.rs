@@ -765,8 +765,12 @@ fn store_open_requests_query_reads_the_open_ids_only() {
 
 /// The open requests by a scan of every row: what `open_requests` must always hold.
 fn open_by_scan(path: &Path) -> Vec<String> {
-    let open: Vec<String> = wakterm_engine::Phase::OPEN.iter().map(|phase| format!("'{}'", phase.as_str())).collect();
-    texts(path, &format!("SELECT request_id FROM requests WHERE phase IN ({}) ORDER BY request_id", open.join(", ")))
+    texts(path, &format!("SELECT request_id FROM requests WHERE phase IN ({}) ORDER BY request_id", quoted_phases(true).join(", ")))
+}
+
+/// The engine's open (or finished) phases as SQL string literals.
+fn quoted_phases(open: bool) -> Vec<String> {
+    wakterm_engine::Phase::ALL.iter().filter(|p| p.is_open() == open).map(|p| format!("'{}'", p.as_str())).collect()
 }
 
 // HIST-1, migration 5: the writer keeps `open_requests` equal to the open rows through every
@@ -831,11 +835,9 @@ fn store_migration_5_keeps_the_open_requests() {
 // changing the partition needs a migration of its own.
 #[test]
 fn store_sql_phase_lists_follow_the_engine() {
-    use wakterm_engine::Phase;
-    let quoted = |open: bool| Phase::ALL.iter().filter(|p| p.is_open() == open).map(|p| format!("'{}'", p.as_str())).collect::<Vec<_>>();
-    let fill = format!("WHERE phase IN ({});", quoted(true).join(", "));
+    let fill = format!("WHERE phase IN ({});", quoted_phases(true).join(", "));
     assert!(super::schema::MIGRATION_5.contains(&fill), "{fill}");
-    let mut finished = quoted(false);
+    let mut finished = quoted_phases(false);
     let mut listed: Vec<String> = super::op::FINISHED_PHASES_SQL.trim_matches(|c| c == '(' || c == ')').split(", ").map(str::to_string).collect();
     finished.sort();
     listed.sort();
