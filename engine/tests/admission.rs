@@ -283,9 +283,9 @@ fn adm_10_write_errors_are_indeterminate() {
     }
 }
 
-/// ADM-10: a write whose result never comes back is `indeterminate` (write_state unknown).
-#[test]
-fn adm_10_lost_write_result_is_indeterminate() {
+/// A one-way admission to an idle zola (answered by hand) whose one pane write never reports
+/// its result: the engine gives up at DELIVERY_TIMEOUT_MS and its receipt is committed.
+fn admission_with_a_lost_write() -> (Rig, OpId) {
     let mut rig = Rig::with_idle_zola();
     rig.auto = Auto::Manual;
     let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
@@ -294,6 +294,13 @@ fn adm_10_lost_write_result_is_indeterminate() {
     assert_eq!(rig.deliveries.len(), 1);
     rig.advance(limits::DELIVERY_TIMEOUT_MS);
     rig.ack_next_persist(Ok(()));
+    (rig, op)
+}
+
+/// ADM-10: a write whose result never comes back is `indeterminate` (write_state unknown).
+#[test]
+fn adm_10_lost_write_result_is_indeterminate() {
+    let (rig, op) = admission_with_a_lost_write();
     assert_eq!(rig.receipt(op).write_state, WriteState::Unknown);
     assert_eq!(classification(&rig, op), Classification::Indeterminate);
 }
@@ -305,13 +312,7 @@ fn adm_10_lost_write_result_is_indeterminate() {
 #[test]
 fn adm_12_a_lost_write_holds_the_agent_until_its_outcome() {
     for late_outcome in [true, false] {
-        let mut rig = Rig::with_idle_zola();
-        rig.auto = Auto::Manual;
-        let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
-        rig.refresh_next();
-        rig.ack_next_persist(Ok(()));
-        rig.advance(limits::DELIVERY_TIMEOUT_MS);
-        rig.ack_next_persist(Ok(()));
+        let (mut rig, op) = admission_with_a_lost_write();
         assert_eq!(classification(&rig, op), Classification::Indeterminate);
         let send = |rig: &mut Rig, id: &str| {
             let command = rig.command(Operation::Send, id, "steer", ReturnMode::OneWay);
@@ -338,14 +339,8 @@ fn adm_12_a_lost_write_holds_the_agent_until_its_outcome() {
 /// until some unrelated timer fired (the rig ticks only when a timer is due, as the driver).
 #[test]
 fn adm_12_the_bound_of_a_lost_write_hold_is_an_announced_timer() {
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
-    rig.refresh_next();
-    rig.ack_next_persist(Ok(()));
-    rig.advance(limits::DELIVERY_TIMEOUT_MS);
-    let gave_up = rig.now;
-    rig.ack_next_persist(Ok(()));
+    let (mut rig, op) = admission_with_a_lost_write();
+    let gave_up = rig.now; // the receipt's commit is answered at once: no time passed since
     assert_eq!(classification(&rig, op), Classification::Indeterminate);
     rig.advance(limits::AWAITING_TURN_GRACE_MS);
     rig.refresh_next(); // the ADM-5 probe: idle, empty composer: the wait ends
