@@ -356,7 +356,9 @@ impl Engine {
                     from.position = mark.position;
                 }
                 self.resuming.insert(agent_id.clone());
-                self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from });
+                // Suspended requests resume only on the process they were armed on (above).
+                let incarnation = facts.incarnation.clone().expect("a resumed request's process runs");
+                self.push(Output::ResumeObserver { agent_id: agent_id.clone(), from, incarnation });
             }
             None => {
                 self.resuming.remove(agent_id);

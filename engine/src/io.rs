@@ -136,8 +136,11 @@ pub enum Output {
     /// Refresh the agent's observer off the reactor and answer `ObserverRefreshed` (ADM-3).
     RefreshObserver { refresh_id: u64, agent_id: AgentId },
     /// After a restart: re-open the agent's observer session at `from`, answer `Attached`,
-    /// then replay every event after it (REC-2).
-    ResumeObserver { agent_id: AgentId, from: Cursor },
+    /// then replay every event after it (REC-2). `from` lies in the output of `incarnation`:
+    /// an observer of another process (the agent's process changed before the resume ran)
+    /// drops it, since a cursor says nothing about another process's stream (a managed
+    /// agent's new holder starts its stream over at 0).
+    ResumeObserver { agent_id: AgentId, from: Cursor, incarnation: Incarnation },
     /// HIST-2: read this request from the store off the reactor; answer `RequestLoaded`.
     LoadRequest { load_id: u64, request_id: RequestId },
     /// Commit these ops in one transaction and answer `PersistAcked` (only after COMMIT).

@@ -55,7 +55,7 @@ impl Effects for BenchEffects {
         let _ = self.inbox.try_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot }));
     }
 
-    fn resume(&mut self, _agent_id: AgentId, _from: Cursor) {}
+    fn resume(&mut self, _agent_id: AgentId, _from: Cursor, _incarnation: Incarnation) {}
 
     fn events_settled(&mut self, _through: u64) {}
 

@@ -19,7 +19,7 @@ pub trait Effects: Send {
     /// ADM-3: refresh the agent's observer off the reactor; answer `ObserverRefreshed`.
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId);
     /// REC-2: re-attach the agent's observer at `from` and replay; answer `Observed` events.
-    fn resume(&mut self, agent_id: AgentId, from: Cursor);
+    fn resume(&mut self, agent_id: AgentId, from: Cursor, incarnation: Incarnation);
     /// Commit `ops` in one transaction; answer `PersistAcked` only after COMMIT.
     fn persist(&mut self, token: u64, ops: Vec<PersistOp>);
     /// ADM-8: one pane write; answer `Delivered`.
@@ -193,7 +193,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
         }
         match output {
             Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
-            Output::ResumeObserver { agent_id, from } => effects.resume(agent_id, from),
+            Output::ResumeObserver { agent_id, from, incarnation } => effects.resume(agent_id, from, incarnation),
             Output::Persist { token, ops } => effects.persist(token, ops),
             Output::Deliver { delivery_id, agent_id, incarnation, bytes } => {
                 effects.deliver(delivery_id, agent_id, incarnation, bytes)
@@ -281,7 +281,7 @@ mod tests {
 
     impl Effects for Silent {
         fn refresh(&mut self, _: u64, _: AgentId) {}
-        fn resume(&mut self, _: AgentId, _: Cursor) {}
+        fn resume(&mut self, _: AgentId, _: Cursor, _: Incarnation) {}
         fn persist(&mut self, _: u64, _: Vec<PersistOp>) {}
         fn deliver(&mut self, _: u64, _: AgentId, _: Incarnation, _: Vec<u8>) {}
         fn publish(&mut self, _: TerminalEvent) {}

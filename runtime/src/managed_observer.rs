@@ -6,7 +6,7 @@
 
 use crate::app_server::MAX_LINE_BYTES;
 use crate::app_server_stream::{Page, PlainFold, StreamFollower};
-use crate::holder::HolderClient;
+use crate::holder::{HolderClient, InfoReply};
 use crate::observer::Health;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,8 +19,27 @@ const MAX_BYTES_PER_POLL: u64 = 8 * 1024 * 1024;
 const PAGE_BYTES: u64 = 1024 * 1024;
 const HOLDER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// One holder process. Its output stream is its own: a holder started later at the same
+/// socket numbers another stream from 0 (MGD-4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderIdentity {
+    pub pid: u32,
+    /// `InfoReply::holder_instance` (empty from an older holder: then the pid alone names it).
+    pub instance: String,
+}
+
+impl HolderIdentity {
+    pub fn of(info: &InfoReply) -> HolderIdentity {
+        HolderIdentity { pid: info.holder_pid, instance: info.holder_instance.clone() }
+    }
+}
+
 pub struct ManagedObserver {
     socket: PathBuf,
+    /// The holder this process runs under, when known: a connection that reaches another one
+    /// (the holder died and `agent restart` started a new one at the same socket) reads
+    /// nothing, since that stream's offsets are not this process's.
+    holder: Option<HolderIdentity>,
     ids: ManagedIds,
     incarnation: Incarnation,
     process: ProcessIdentity,
@@ -32,10 +51,12 @@ pub struct ManagedObserver {
 }
 
 impl ManagedObserver {
-    /// `start`: where this process's output starts in the holder's stream.
-    pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, start: u64, cwd: String) -> ManagedObserver {
+    /// `stream`: where this process's output starts, in the stream of which holder.
+    pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, stream: (u64, Option<HolderIdentity>), cwd: String) -> ManagedObserver {
+        let (start, holder) = stream;
         let follower = StreamFollower::new(&ids.thread_id, ids.session_id.clone(), start, PlainFold, MAX_LINE_BYTES);
-        ManagedObserver { socket, ids, incarnation, process, client: None, follower, cwd, health: Health::Unavailable("not read yet".to_string()) }
+        let health = Health::Unavailable("not read yet".to_string());
+        ManagedObserver { socket, holder, ids, incarnation, process, client: None, follower, cwd, health }
     }
 
     /// Reads what the holder appended since the last call and folds every whole line.
@@ -70,6 +91,10 @@ impl ManagedObserver {
         }
         events.extend(self.poll());
         events
+    }
+
+    pub fn incarnation(&self) -> &Incarnation {
+        &self.incarnation
     }
 
     pub fn snapshot(&self) -> ObserverSnapshot {
@@ -112,9 +137,17 @@ impl ManagedObserver {
         Ok(())
     }
 
+    /// The connection to this process's holder: a new one is first proven to reach it.
     fn client(&mut self) -> Result<&mut HolderClient, String> {
         if self.client.is_none() {
-            let client = HolderClient::connect_with_timeout(&self.socket, HOLDER_TIMEOUT).map_err(|e| format!("cannot reach the agent's holder: {e}"))?;
+            let mut client = HolderClient::connect_with_timeout(&self.socket, HOLDER_TIMEOUT).map_err(|e| format!("cannot reach the agent's holder: {e}"))?;
+            if let Some(expected) = &self.holder {
+                let info = client.info().map_err(|e| format!("cannot reach the agent's holder: {e}"))?;
+                let reached = HolderIdentity::of(&info);
+                if &reached != expected {
+                    return Err(format!("the agent's holder was replaced (pid {} -> {}): its output is another stream", expected.pid, reached.pid));
+                }
+            }
             self.client = Some(client);
         }
         Ok(self.client.as_mut().expect("just connected"))

@@ -233,6 +233,11 @@ impl CodexObserver {
         self.snapshot(&self.last_health, screen)
     }
 
+    /// The process this observer reads (one incarnation).
+    pub fn incarnation(&self) -> &Incarnation {
+        &self.incarnation
+    }
+
     /// After a daemon restart: reattaches to `from.session` and replays exactly the events after
     /// `from.position`, preceded by `Attached { position: from.position }`. A different session
     /// yields `SessionLost`; a transiently unreadable tree leaves the resume pending for the next

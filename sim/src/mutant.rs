@@ -27,8 +27,13 @@
 //! for every `request.bound` (only the turn the request's own write opened), steered receipts
 //! (one-way sends only, never armed) and steered prompts (never a final), and the REC-2 replay
 //! of a managed resume; the once-known runtime gaps `note.mgd_*` fail (`--lenient-mgd` tolerates them);
-//! mutants `earlier_tail_skipped`, `server_request_unanswered`, `steer_reported_as_new_turn`,
-//! `foreign_thread_accepted`.
+//! mutants `server_request_unanswered`, `steer_reported_as_new_turn`, `foreign_thread_accepted`,
+//! `any_holder_read` (a holder restarted under the agent's socket: its stream is not the old
+//! process's), `resume_ignores_its_process` (REC-2: a resume asked for one process, read in
+//! another's stream; forced by `app_server.resume_after_holder_restart`). The fault class
+//! `app_server.mark_behind_respawn` holds the event mark in a killed process's output across
+//! `agent restart` and a daemon crash. (`earlier_tail_skipped` is gone: see
+//! `World::managed_resume`.)
 //!
 //! ADM-12 / SUB-1 lost writes: fault classes `pane.result_late`, `pane.write_late`,
 //! `pane.write_after_call_bound` (the daemon's call to the holder times out: no outcome, the
@@ -134,10 +139,6 @@ pub enum Mutant {
     /// Pane port (SUB-2): the steps are written without holding the pane's write lock across
     /// the gaps, so another writer (a raw `input`, a human) splices into them.
     SubmitSkipsWriteLock,
-    /// Observer port glue (MGD-4, REC-2): a resume cursor that lies in an earlier process's
-    /// output of the managed agent's stream is clamped to the current process's start, so that
-    /// process's records the stream never got vanish without a gap.
-    EarlierTailSkipped,
     /// Observer port (MGD-3): every `turn/start` result naming a turn is taken for that turn's
     /// start, so a prompt the app-server folded into the running turn reports a `TurnStarted`
     /// of the running turn after it: a return-final request could bind a turn it never opened.
@@ -155,6 +156,14 @@ pub enum Mutant {
     /// daemon's bound is reported as a write that failed before any byte (as the daemon once
     /// did), which ends the engine's lost-write hold while the stalled holder can still write.
     CallTimeoutReportedAsFailed,
+    /// Resume glue (REC-2): a resume runs on whatever process the agent runs when it comes,
+    /// as the runtime once did, so a late startup resume reads its old cursor in a new holder's
+    /// stream (which starts over at 0) and skips every record before it.
+    ResumeIgnoresItsProcess,
+    /// Managed observer glue (MGD-4): the observer of a process does not check which holder
+    /// its connection reached, so after a holder restart the old process's last read (its
+    /// drain) reads the new holder's stream, from offset 0, as its own.
+    AnyHolderRead,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -185,11 +194,12 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SplitFailureRefused, "split_failure_refused", "pane port reports a split write that failed after some bytes as Refused"),
     (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
     (Mutant::ServerRequestUnanswered, "server_request_unanswered", "managed observer glue never writes the decline of a server request"),
-    (Mutant::EarlierTailSkipped, "earlier_tail_skipped", "managed observer glue clamps a resume cursor in an earlier process's output to the current process's start"),
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
     (Mutant::CallTimeoutReportedAsFailed, "call_timeout_reported_as_failed", "pane port glue reports a write call that timed out as a failed write"),
+    (Mutant::AnyHolderRead, "any_holder_read", "managed observer glue reads whichever holder answers at the agent's socket as its process's own"),
+    (Mutant::ResumeIgnoresItsProcess, "resume_ignores_its_process", "resume glue reads a resume's cursor in whatever process the agent runs when it comes"),
 ];
 
 impl Mutant {

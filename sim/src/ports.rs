@@ -53,6 +53,30 @@ fn agent_index(world: &World, agent_id: &AgentId) -> Option<usize> {
     world.agents.iter().position(|a| &a.agent_id == agent_id)
 }
 
+/// The provider position of a stored event mark.
+fn mark_position(mark_json: &str) -> u64 {
+    serde_json::from_str::<wakterm_engine::EventMark>(mark_json).expect("stored marks parse").position
+}
+
+/// `agent_index` by the store's text form of the id.
+fn agent_named(world: &World, agent_id: &str) -> Option<usize> {
+    world.agents.iter().position(|a| a.agent_id.as_str() == agent_id)
+}
+
+/// `app_server.resume_after_holder_restart` (REC-2): a late startup resume of a managed agent
+/// sometimes outlives the agent's holder. The new holder starts its stream over at 0, so the
+/// resume's cursor counts in a stream that is gone (seeds 77782850, 77787078 met it by
+/// chance). The holder dies now and comes back within the returned time.
+fn holder_dies_before_resume(w: &mut World, agent_id: &AgentId) -> Option<u64> {
+    let a = agent_index(w, agent_id).filter(|&a| w.is_managed(a) && w.agents[a].process.is_some())?;
+    if !w.fault_roll(0.3) {
+        return None;
+    }
+    let back_ms = thread_rng().gen_range(100..500);
+    w.app_holder_dies(a, back_ms);
+    Some(back_ms)
+}
+
 impl Effects for SimEffects {
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
         let world = self.world.clone();
@@ -94,7 +118,7 @@ impl Effects for SimEffects {
         });
     }
 
-    fn resume(&mut self, agent_id: AgentId, from: Cursor) {
+    fn resume(&mut self, agent_id: AgentId, from: Cursor, incarnation: Incarnation) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
         // The runtime runs it at once on a blocking thread, but does not promise it is the
@@ -105,16 +129,28 @@ impl Effects for SimEffects {
         // the disproved session is `SessionLost` too (OBS-3, `World::attach` and
         // `World::resume`), so no request armed in the replaced file is read from it.
         madsim::task::spawn(async move {
-            let late = {
-                let w = world.lock().unwrap();
-                w.fault_roll(w.plan.resume_late)
+            let (late, holder_back_ms) = {
+                let mut w = world.lock().unwrap();
+                let late = w.fault_roll(w.plan.resume_late);
+                (late, late.then(|| holder_dies_before_resume(&mut w, &agent_id)).flatten())
             };
-            if late {
+            if let Some(back_ms) = holder_back_ms {
+                madsim::time::sleep(Duration::from_millis(back_ms) + ms(200, 900)).await;
+            } else if late {
                 madsim::time::sleep(ms(50, 1_500)).await;
             }
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
+            let ignores_process = w.mutant == Mutant::ResumeIgnoresItsProcess;
             match agent_index(&w, &agent_id) {
+                // As the runtime: the agent's process changed before the resume ran, so its
+                // observer (of the new process) drops it.
+                Some(a) if w.agents[a].process.map(|p| p.incarnation()) != Some(incarnation.clone()) && !ignores_process => {
+                    if holder_back_ms.is_some() && w.agents[a].process.is_some() {
+                        w.counters.fault("app_server.resume_after_holder_restart");
+                    }
+                    w.log(format!("a{a} resume at {}:{} (late={late}) for a process the agent no longer runs: dropped", from.session.0, from.position));
+                }
                 Some(a) => {
                     w.resume(a, &from, &mut events);
                     w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
@@ -915,6 +951,11 @@ fn commit_time(slow: bool) -> Duration {
 
 /// Commits one batch to the store model, or fails it (`store.commit_failed`).
 fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
+    let now = wakterm_runtime::driver::now_ms();
+    if ops.iter().any(|op| matches!(op, StoreOp::PutEventMark { agent_id, mark_json } if agent_named(w, agent_id).is_some_and(|a| w.mark_held_back(a, mark_position(mark_json), now)))) {
+        w.counters.fault("store.commit_failed");
+        return Err("injected: disk I/O error (the agent's event mark is held back)".to_string());
+    }
     if w.fault_roll(w.plan.commit_fail) {
         w.counters.fault("store.commit_failed");
         return Err("injected: disk I/O error".to_string());
@@ -929,6 +970,9 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
 /// the engine after these events) is not durable yet: `crash.between_events_and_checkpoint`,
 /// so the restart replays from an older checkpoint across events already durable (EV-4).
 fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
+    if crash_with_mark_behind_respawn(w, ops) {
+        return;
+    }
     let checkpoint = ops.iter().find_map(|op| match op {
         StoreOp::PutCheckpoint { agent_id, checkpoint_json } => Some((agent_id.clone(), checkpoint_json.clone())),
         _ => None,
@@ -955,6 +999,27 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
     } else {
         w.crash_point("crash.after_commit");
     }
+}
+
+/// `app_server.mark_behind_respawn`, the second half (`World::hold_mark_back`): a request
+/// admitted to the new process is durable while the agent's mark is held in the earlier
+/// process's output; the daemon dies now, before the mark can move.
+fn crash_with_mark_behind_respawn(w: &mut World, ops: &[StoreOp]) -> bool {
+    let now = wakterm_runtime::driver::now_ms();
+    let held = ops.iter().find_map(|op| match op {
+        StoreOp::PutRequest { agent_id, phase, .. } if phase == "submitted" => agent_named(w, agent_id).filter(|&a| w.mark_held_in_earlier_process(a, now)),
+        _ => None,
+    });
+    let Some(a) = held else { return false };
+    let crashes = w.crashes;
+    w.crash_point_at(1.0, "crash.after_commit");
+    if w.crashes == crashes {
+        return false;
+    }
+    w.counters.fault("app_server.mark_behind_respawn");
+    w.app(a).mark_frozen = None;
+    w.log(format!("a{a} the daemon dies with the agent's event mark held in an earlier process's output"));
+    true
 }
 
 fn describe_ops(ops: &[PersistOp]) -> String {

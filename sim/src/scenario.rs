@@ -595,6 +595,9 @@ fn managed_act(w: &mut World, world: &Shared, a: usize, roll: u32, humans: &mut 
             55..=74 => at_keyboard(w, world, a, move |w| w.app_foreign_thread(a)),
             _ => {
                 if w.agents[a].running.is_some() {
+                    if thread_rng().gen_bool(0.5) {
+                        w.hold_mark_back(a);
+                    }
                     w.log(format!("a{a} the app-server is killed mid-turn"));
                     w.kill_process(a, thread_rng().gen_range(300..3_000));
                 }

@@ -186,7 +186,7 @@ impl Rig {
         while let Some(output) = self.engine.poll_output() {
             match output {
                 Output::RefreshObserver { refresh_id, agent_id } => self.refreshes.push_back((refresh_id, agent_id)),
-                Output::ResumeObserver { agent_id, from } => self.resumes.push((agent_id, from)),
+                Output::ResumeObserver { agent_id, from, .. } => self.resumes.push((agent_id, from)),
                 Output::Persist { token, ops } if is_event_batch(&ops) => self.event_persists.push_back((token, ops)),
                 Output::Persist { token, ops } => self.persists.push_back((token, ops)),
                 Output::AgentEvent(event) => self.published_events.push(event),

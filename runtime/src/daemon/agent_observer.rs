@@ -54,6 +54,14 @@ impl AgentObserver {
         }
     }
 
+    /// The process this observer reads (one incarnation).
+    pub fn incarnation(&self) -> &wakterm_engine::Incarnation {
+        match self {
+            AgentObserver::Rollout(o) => o.incarnation(),
+            AgentObserver::Managed(o) => o.incarnation(),
+        }
+    }
+
     /// CORR-11: whether the last poll read everything (a managed observer whose holder could
     /// not be read did not drain; a rollout observer keeps its own rule).
     pub fn drained(&self) -> bool {

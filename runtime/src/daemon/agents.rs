@@ -7,6 +7,7 @@ use crate::holder::{HolderClient, HolderError, InfoReply};
 use crate::observer::{CodexObserver, Health};
 use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS};
 use crate::paths::DataPaths;
+use crate::managed_observer::HolderIdentity;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -70,6 +71,8 @@ pub struct Liveness {
     pub exit_code: Option<i32>,
     /// Where the current process's output starts in the holder's stream (MGD-4).
     pub output_start: u64,
+    /// The holder whose stream `output_start` counts in (a new holder starts over at 0).
+    pub holder: Option<HolderIdentity>,
 }
 
 impl Liveness {
@@ -78,7 +81,12 @@ impl Liveness {
             (Some(pid), Some(start_time_ticks)) => Some(ProcessIdentity { pid, start_time_ticks }),
             _ => None,
         };
-        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start }
+        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start, holder: Some(HolderIdentity::of(info)) }
+    }
+
+    /// No holder answers: no process.
+    pub fn gone() -> Liveness {
+        Liveness { process: None, alive: false, exit_code: None, output_start: 0, holder: None }
     }
 
     pub fn incarnation(&self) -> Option<Incarnation> {
@@ -138,7 +146,7 @@ impl AgentRuntime {
         AgentRuntime {
             record,
             holder_socket,
-            liveness: Mutex::new(Liveness { process: None, alive: false, exit_code: None, output_start: 0 }),
+            liveness: Mutex::new(Liveness::gone()),
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
             info_client: Mutex::new(None),
@@ -272,11 +280,18 @@ impl AgentRuntime {
     /// The observer of a new process: the rollout's (resuming from the loaded checkpoint), or
     /// the app-server stream's for a managed agent (MGD-4; one whose thread is not started yet
     /// has no evidence to follow).
-    fn new_observer(&self, process: ProcessIdentity, incarnation: Incarnation, output_start: u64) -> super::agent_observer::AgentObserver {
+    fn new_observer(&self, process: ProcessIdentity, incarnation: Incarnation, liveness: &Liveness) -> super::agent_observer::AgentObserver {
         use super::agent_observer::AgentObserver;
         if self.record.managed {
             let ids = self.record.thread.clone().unwrap_or(ManagedIds { thread_id: String::new(), session_id: SessionId(String::new()) });
-            return AgentObserver::Managed(crate::managed_observer::ManagedObserver::new(self.holder_socket.clone(), ids, process, incarnation, output_start, self.record.cwd.clone()));
+            return AgentObserver::Managed(crate::managed_observer::ManagedObserver::new(
+                self.holder_socket.clone(),
+                ids,
+                process,
+                incarnation,
+                (liveness.output_start, liveness.holder.clone()),
+                self.record.cwd.clone(),
+            ));
         }
         let loaded = self.checkpoint.lock().expect("checkpoint lock").loaded.take();
         AgentObserver::Rollout(
@@ -299,7 +314,7 @@ impl AgentRuntime {
     fn apply_liveness(&self, answer: Result<InfoReply, HolderError>) -> Option<Vec<ObserverEvent>> {
         let next = match answer {
             Ok(info) => Liveness::from_info(&info),
-            Err(error) if holder_is_gone(&error) => Liveness { process: None, alive: false, exit_code: None, output_start: 0 },
+            Err(error) if holder_is_gone(&error) => Liveness::gone(),
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
             Err(error) => {
@@ -326,7 +341,7 @@ impl AgentRuntime {
         }
         if new_process || ended {
             *observer = match (next.process, next.incarnation()) {
-                (Some(process), Some(incarnation)) => Some(self.new_observer(process, incarnation, next.output_start)),
+                (Some(process), Some(incarnation)) => Some(self.new_observer(process, incarnation, &next)),
                 _ => None,
             };
         }

@@ -68,7 +68,7 @@ impl Effects for RealEffects {
         });
     }
 
-    fn resume(&mut self, agent_id: AgentId, from: Cursor) {
+    fn resume(&mut self, agent_id: AgentId, from: Cursor, incarnation: Incarnation) {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
@@ -84,6 +84,13 @@ impl Effects for RealEffects {
                 let _ = inbox.blocking_send(observed(&agent_id, lost));
                 return;
             };
+            if observer.incarnation() != &incarnation {
+                // REC-2: the agent's process changed before the resume ran; the cursor says
+                // nothing about this process's output, and the requests armed there ended on
+                // the change (CORR-1). The new process's observer reads its own output.
+                tracing::info!(%agent_id, "a resume for a process the agent no longer runs is dropped");
+                return;
+            }
             for event in observer.resume(&from) {
                 let _ = inbox.blocking_send(observed(&agent_id, event));
             }

@@ -117,6 +117,8 @@ pub struct Pane {
     pub child_changed: Condvar,
     /// Serialises writers: two payloads never interleave on the master.
     write_lock: Mutex<()>,
+    /// `InfoReply::holder_instance`: drawn once, when the holder opens its pane.
+    instance: String,
     /// Serialises spawn/resize, which touch the PTY handles.
     pty: Mutex<PtyHandles>,
     /// Serialises respawn and shutdown: one generation is replaced by exactly one successor.
@@ -184,6 +186,7 @@ impl Pane {
             changed: Condvar::new(),
             child_changed: Condvar::new(),
             write_lock: Mutex::new(()),
+            instance: uuid::Uuid::new_v4().simple().to_string(),
             pty: Mutex::new(PtyHandles {
                 master: pair.master,
                 slave: pair.slave,
@@ -490,6 +493,7 @@ impl Pane {
             rows: state.rows,
             generation: state.generation,
             holder_pid: std::process::id(),
+            holder_instance: self.instance.clone(),
             requests: self.requests.load(std::sync::atomic::Ordering::SeqCst),
             writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
             generation_start: state.generation_start,

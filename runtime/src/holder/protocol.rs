@@ -155,6 +155,12 @@ pub struct InfoReply {
     /// holder is not asked anything periodically).
     #[serde(default)]
     pub requests: u64,
+    /// Random, drawn when this holder started: with `holder_pid` it names one holder process.
+    /// A holder started later at the same socket keeps another output stream (its offsets start
+    /// over at 0), so a reader of this one must not read that one as its own (MGD-4). Empty
+    /// from a holder older than the field.
+    #[serde(default)]
+    pub holder_instance: String,
 }
 
 /// The process a `write` must reach.
@@ -446,6 +452,7 @@ mod tests {
             writes: 3,
             generation_start: 1,
             requests: 4,
+            holder_instance: "9f2c".into(),
         };
         let both = ScreenWithInfo { screen, info: Some(info) };
         assert_eq!(serde_json::from_str::<ScreenWithInfo>(&serde_json::to_string(&both).unwrap()).unwrap(), both);
