@@ -183,6 +183,10 @@ pub struct Oracle {
     /// TIME-1: per request with a deadline, its first call's real (simulated) time, the
     /// timeout, and the daemon's wall-clock offset then; and the current daemon's offset.
     pub deadlines: BTreeMap<String, (u64, u64, i64)>,
+    /// The same for the latest call of each request id; it becomes the deadline when the id's
+    /// registration commits (`on_registered`): an earlier call refused before registering sets
+    /// no deadline, and it may have been made to another daemon, with another wall-clock offset.
+    pub call_deadlines: BTreeMap<String, (u64, u64, i64)>,
     pub daemon_wall_offset_ms: i64,
     /// OBS-3: return-final requests (and their agent) a restarted daemon resumes in a rollout
     /// that was replaced while it was down: nothing read from the new file may end them.
@@ -516,8 +520,9 @@ impl Oracle {
     pub fn on_call(&mut self, request_id: &str, timeout_ms: u64) -> u64 {
         if timeout_ms > 0 {
             let at = wakterm_runtime::driver::now_ms();
-            let offset = self.daemon_wall_offset_ms;
-            self.deadlines.entry(request_id.to_string()).or_insert((at, timeout_ms, offset));
+            self.call_deadlines.insert(request_id.to_string(), (at, timeout_ms, self.daemon_wall_offset_ms));
+        } else {
+            self.call_deadlines.remove(request_id);
         }
         self.claimed_unwritten.remove(request_id);
         self.calls_started += 1;
@@ -735,6 +740,15 @@ impl Oracle {
             }
             TerminalState::TimedOut => self.check_not_early(&id),
             TerminalState::Cancelled | TerminalState::Indeterminate => {}
+        }
+    }
+
+    /// RF-3, TIME-1: request `request_id`'s registration committed: its deadline is the one
+    /// the engine computed then, from the call that registered it (the latest; calls of one id
+    /// that overlap reach one daemon, so they share its offset).
+    pub fn on_registered(&mut self, request_id: &str) {
+        if let Some(&deadline) = self.call_deadlines.get(request_id) {
+            self.deadlines.entry(request_id.to_string()).or_insert(deadline);
         }
     }
 

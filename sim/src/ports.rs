@@ -874,6 +874,13 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
             let result = commit_or_fail(&mut w, &store_ops);
             w.log(format!("commit {token} {} -> {result:?}", describe_ops(&ops)));
             if result.is_ok() {
+                for op in &store_ops {
+                    if let StoreOp::PutRequest { request_id, phase, .. } = op {
+                        if phase == "registered" {
+                            w.oracle.on_registered(request_id);
+                        }
+                    }
+                }
                 crash_after_commit(&mut w, &store_ops);
             }
             result
