@@ -34,6 +34,14 @@ impl HolderIdentity {
     }
 }
 
+/// Where a process's output starts: the offset, in the stream of which holder (None: not
+/// known, so not checked).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamStart {
+    pub start: u64,
+    pub holder: Option<HolderIdentity>,
+}
+
 pub struct ManagedObserver {
     socket: PathBuf,
     /// The holder this process runs under, when known: a connection that reaches another one
@@ -51,9 +59,8 @@ pub struct ManagedObserver {
 }
 
 impl ManagedObserver {
-    /// `stream`: where this process's output starts, in the stream of which holder.
-    pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, stream: (u64, Option<HolderIdentity>), cwd: String) -> ManagedObserver {
-        let (start, holder) = stream;
+    pub fn new(socket: PathBuf, ids: ManagedIds, process: ProcessIdentity, incarnation: Incarnation, stream: StreamStart, cwd: String) -> ManagedObserver {
+        let StreamStart { start, holder } = stream;
         let follower = StreamFollower::new(&ids.thread_id, ids.session_id.clone(), start, PlainFold, MAX_LINE_BYTES);
         let health = Health::Unavailable("not read yet".to_string());
         ManagedObserver { socket, holder, ids, incarnation, process, client: None, follower, cwd, health }
@@ -115,7 +122,8 @@ impl ManagedObserver {
         }
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
         let line = crate::app_server::on_its_own_line(crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd));
-        let outcome = self.client()?.write(&line).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
+        let expect = self.expected_process();
+        let outcome = self.client()?.write_expecting(&line, Some(expect), None).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
         match outcome.error {
             None => Ok(()),
             Some(error) => Err(format!("cannot ask the app-server for its thread: {error}")),
@@ -127,7 +135,9 @@ impl ManagedObserver {
     /// so a turn never waits for a human who is not there.
     fn decline_requests(&mut self) -> Result<(), String> {
         for (id, method) in self.follower.unanswered_requests() {
-            let outcome = self.client()?.write(&crate::app_server::decline(&id, &method)).map_err(|e| format!("cannot answer the app-server's {method}: {e}"))?;
+            let expect = self.expected_process();
+            let line = crate::app_server::decline(&id, &method);
+            let outcome = self.client()?.write_expecting(&line, Some(expect), None).map_err(|e| format!("cannot answer the app-server's {method}: {e}"))?;
             if let Some(error) = outcome.error {
                 return Err(format!("cannot answer the app-server's {method}: {error}"));
             }
@@ -135,6 +145,12 @@ impl ManagedObserver {
             self.follower.answered(&id);
         }
         Ok(())
+    }
+
+    /// This observer's own writes reach only its process: after a respawn in the same holder,
+    /// the old process's last read must not send its `thread/resume` or declines to the next.
+    fn expected_process(&self) -> crate::holder::protocol::ExpectedProcess {
+        crate::holder::protocol::ExpectedProcess { pid: self.process.pid, start_time_ticks: self.process.start_time_ticks }
     }
 
     /// The connection to this process's holder: a new one is first proven to reach it.

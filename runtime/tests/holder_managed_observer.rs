@@ -10,13 +10,14 @@ mod holder_support;
 use holder_support::*;
 use wakterm_engine::{Incarnation, ManagedIds, ObserverStatus, ProcessIdentity, SessionId};
 use wakterm_runtime::holder::{spawn_holder, HolderClient, InfoReply};
-use wakterm_runtime::managed_observer::{HolderIdentity, ManagedObserver};
+use wakterm_runtime::managed_observer::{HolderIdentity, ManagedObserver, StreamStart};
 
 fn observer_of(socket: &std::path::Path, info: &InfoReply, holder: Option<HolderIdentity>) -> ManagedObserver {
     let ids = ManagedIds { thread_id: "thread-1".into(), session_id: SessionId("thread-1".into()) };
     let process = ProcessIdentity { pid: info.pid.unwrap(), start_time_ticks: info.start_time_ticks.unwrap() };
     let incarnation = Incarnation(format!("{}.{}", process.pid, process.start_time_ticks));
-    ManagedObserver::new(socket.to_path_buf(), ids, process, incarnation, (info.generation_start, holder), "/".into())
+    let stream = StreamStart { start: info.generation_start, holder };
+    ManagedObserver::new(socket.to_path_buf(), ids, process, incarnation, stream, "/".into())
 }
 
 /// Why the observer's last read failed, if it did.
@@ -59,12 +60,18 @@ fn mgd_4_an_observer_never_reads_a_replaced_holder_as_its_own() {
     let error = failure(&observer).expect("the snapshot says why");
     assert!(error.contains("holder was replaced"), "{error}");
 
-    // An observer of the new holder's process reads it; one that does not know its holder (a
-    // daemon's record from before the field) is not checked.
+    // An observer of the new holder's process reads it, and so does one that does not know its
+    // holder (the identity was unknown when it was made).
     let mut fresh = observer_of(&socket, &second, Some(HolderIdentity::of(&second)));
     fresh.poll();
     assert!(fresh.read_ok(), "{:?}", failure(&fresh));
-    let mut unchecked = observer_of(&socket, &first, None);
+    let mut unchecked = observer_of(&socket, &second, None);
     unchecked.poll();
     assert!(unchecked.read_ok(), "{:?}", failure(&unchecked));
+    // The old process's observer without the holder check still writes nothing to the new
+    // process: its `thread/resume` names its own process, and the holder refuses it.
+    let mut blind = observer_of(&socket, &first, None);
+    blind.poll();
+    let error = failure(&blind).expect("the write naming the old process is refused");
+    assert!(error.contains("cannot ask the app-server for its thread"), "{error}");
 }

@@ -184,13 +184,13 @@ impl AppServer {
     }
 
     /// What the daemon's observer reads: the ring, unless the holder or the connection is gone.
-    /// The ring as the observer of a process under holder generation `reader` reads it
+    /// The ring as the observer of a process under holder generation `own_holder` reads it
     /// (`ManagedObserver::client`): another holder's stream is not its own.
-    pub fn readable(&self, now: u64, reader: Option<u64>) -> Result<&Ring, String> {
+    pub fn readable(&self, now: u64, own_holder: Option<u64>) -> Result<&Ring, String> {
         if self.holder_down {
             return Err("cannot reach the agent's holder: connection refused".to_string());
         }
-        if reader.is_some_and(|h| h != self.holder) {
+        if own_holder.is_some_and(|h| h != self.holder) {
             return Err("the agent's holder was replaced: its output is another stream".to_string());
         }
         if self.conn_down_until.is_some_and(|t| now < t) {
@@ -803,12 +803,13 @@ impl World {
     /// record, and the daemon's holder connection drops just long enough that the killed
     /// process's drain cannot read it. From then on, a commit that would move the agent's
     /// event mark to that record's end or past it fails (a disk error on exactly those
-    /// batches). So after `agent restart` runs a new process in the same holder, the new
-    /// incarnation is durable while the mark's position stays in the earlier process's output.
-    /// The second half is the crash right after a request admitted to the new process is
-    /// durable (`ports.rs` `crash_with_mark_behind_respawn`). The restarted daemon's resume
-    /// then starts in the earlier process's output: MGD-4's earlier tail, with a record the
-    /// stream never got.
+    /// batches). So after `agent restart` runs a new process in the same holder, the durable
+    /// mark stays in the earlier process's output. The second half is the crash right after a
+    /// request admitted to the new process is durable (`ports.rs`
+    /// `crash_with_mark_behind_respawn`). The restarted daemon must report the record the
+    /// stream never got as a gap, never skip it (the engine, which resets the mark on a new
+    /// incarnation, says `observer.gap` at its start and resumes at the request's armed
+    /// cursor, not in the earlier process's output: MGD-4's earlier tail is not reached).
     pub(crate) fn hold_mark_back(&mut self, a: usize) {
         let now = wakterm_runtime::driver::now_ms();
         let Some(running) = self.agents[a].running.clone() else { return };
@@ -1034,10 +1035,10 @@ impl World {
         let events = port.resume(from, ring);
         let reached = port.position();
         // MGD-4's earlier tail (a cursor in an earlier process's output of the same holder) is
-        // counted, not required: since a resume asked for another process is dropped (REC-2),
-        // only a crash between the commit of a new incarnation and that of its first attach
-        // leads there, and the model has not produced one in 20,000 seeds (stale resumes were
-        // the only way it ever did). The unit tests of `app_server_stream` cover it.
+        // counted, not required: stale resumes were the only way the model ever reached it, and
+        // a resume asked for another process is now dropped (REC-2). The engine resets its
+        // event mark on a new incarnation, so no resume it asks for the new process starts
+        // before that process's start. The unit tests of `app_server_stream` cover the path.
         if from.position < port.start() {
             self.counters.fault("note.earlier_tail_read");
         }

@@ -180,13 +180,15 @@ pub struct Oracle {
     /// the latest call per id.
     pub calls_started: u64,
     pub latest_call: BTreeMap<String, u64>,
-    /// TIME-1: per request with a deadline, its first call's real (simulated) time, the
-    /// timeout, and the daemon's wall-clock offset then; and the current daemon's offset.
+    /// TIME-1: per registered request with a deadline, the real (simulated) time it counts from
+    /// (`on_registered`), the timeout, and the wall-clock offset of the daemon that registered
+    /// it; and the current daemon's offset.
     pub deadlines: BTreeMap<String, (u64, u64, i64)>,
-    /// The same for the latest call of each request id; it becomes the deadline when the id's
-    /// registration commits (`on_registered`): an earlier call refused before registering sets
-    /// no deadline, and it may have been made to another daemon, with another wall-clock offset.
-    pub call_deadlines: BTreeMap<String, (u64, u64, i64)>,
+    /// The latest call of each request id with a timeout (start, timeout); the deadline is
+    /// taken when the id's registration commits (`on_registered`): an earlier call refused
+    /// before registering sets no deadline, and it may have been made to another daemon, with
+    /// another wall-clock offset.
+    pub call_deadlines: BTreeMap<String, (u64, u64)>,
     pub daemon_wall_offset_ms: i64,
     /// OBS-3: return-final requests (and their agent) a restarted daemon resumes in a rollout
     /// that was replaced while it was down: nothing read from the new file may end them.
@@ -520,7 +522,7 @@ impl Oracle {
     pub fn on_call(&mut self, request_id: &str, timeout_ms: u64) -> u64 {
         if timeout_ms > 0 {
             let at = wakterm_runtime::driver::now_ms();
-            self.call_deadlines.insert(request_id.to_string(), (at, timeout_ms, self.daemon_wall_offset_ms));
+            self.call_deadlines.insert(request_id.to_string(), (at, timeout_ms));
         } else {
             self.call_deadlines.remove(request_id);
         }
@@ -744,12 +746,16 @@ impl Oracle {
     }
 
     /// RF-3, TIME-1: request `request_id`'s registration committed: its deadline is the one
-    /// the engine computed then, from the call that registered it (the latest; calls of one id
-    /// that overlap reach one daemon, so they share its offset).
+    /// the engine computed when it decided to register, in this daemon (its wall-clock offset),
+    /// from a call still waiting for its receipt. The earliest of those may be the one that
+    /// registered (later calls of the id join it; seed 123457909: a clock jump came between
+    /// the registering call and the commit, and a retry after it joined), so the deadline
+    /// counts from it: never later than the engine's own.
     pub fn on_registered(&mut self, request_id: &str) {
-        if let Some(&deadline) = self.call_deadlines.get(request_id) {
-            self.deadlines.entry(request_id.to_string()).or_insert(deadline);
-        }
+        let Some(&(latest_at, timeout_ms)) = self.call_deadlines.get(request_id) else { return };
+        let open = self.open_calls.get(request_id).into_iter().flat_map(|open| open.values());
+        let at = open.chain([&latest_at]).min().copied().expect("latest_at is there");
+        self.deadlines.entry(request_id.to_string()).or_insert((at, timeout_ms, self.daemon_wall_offset_ms));
     }
 
     /// RF-3, TIME-1: `timed_out` only once the timeout has really passed. The one allowance is

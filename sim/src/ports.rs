@@ -143,10 +143,11 @@ impl Effects for SimEffects {
             let mut events = Vec::new();
             let ignores_process = w.mutant == Mutant::ResumeIgnoresItsProcess;
             match agent_index(&w, &agent_id) {
-                // As the runtime: the agent's process changed before the resume ran, so its
-                // observer (of the new process) drops it.
-                Some(a) if w.agents[a].process.map(|p| p.incarnation()) != Some(incarnation.clone()) && !ignores_process => {
-                    if holder_back_ms.is_some() && w.agents[a].process.is_some() {
+                // As the runtime: the daemon's observer of the agent (of the process it last
+                // registered) reads another process than the one the resume was asked for, so
+                // it drops it. (No observer: the resume answers the loss.)
+                Some(a) if w.agents[a].observer.reported.is_some_and(|p| p.incarnation() != incarnation) && !ignores_process => {
+                    if holder_back_ms.is_some() {
                         w.counters.fault("app_server.resume_after_holder_restart");
                     }
                     w.log(format!("a{a} resume at {}:{} (late={late}) for a process the agent no longer runs: dropped", from.session.0, from.position));

@@ -289,7 +289,7 @@ impl AgentRuntime {
                 ids,
                 process,
                 incarnation,
-                (liveness.output_start, liveness.holder.clone()),
+                crate::managed_observer::StreamStart { start: liveness.output_start, holder: liveness.holder.clone() },
                 self.record.cwd.clone(),
             ));
         }
@@ -322,16 +322,23 @@ impl AgentRuntime {
                 return None;
             }
         };
-        let mut current = self.liveness.lock().expect("liveness lock");
-        if *current == next {
-            return None;
-        }
-        let ended = current.alive && (!next.alive || current.process != next.process);
-        let new_process = current.process != next.process || (next.alive && !current.alive);
-        *current = next.clone();
-        drop(current);
-        let mut events = Vec::new();
+        // The observer lock first, over the whole change (then the liveness lock, briefly: no
+        // code takes the two the other way round). Two probes that cross (the monitor, a
+        // refresh, `agent restart`) then apply one after the other, so the observer always reads
+        // the process the liveness names: never another's (one process's drain read the next
+        // one's observer), never none for a live one.
         let mut observer = self.observer.lock().expect("observer lock");
+        let (ended, new_process) = {
+            let mut current = self.liveness.lock().expect("liveness lock");
+            if *current == next {
+                return None;
+            }
+            let ended = current.alive && (!next.alive || current.process != next.process);
+            let new_process = current.process != next.process || (next.alive && !current.alive);
+            *current = next.clone();
+            (ended, new_process)
+        };
+        let mut events = Vec::new();
         if ended {
             if let Some(old) = observer.as_mut() {
                 events.extend(old.poll());

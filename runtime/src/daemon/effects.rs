@@ -86,9 +86,19 @@ impl Effects for RealEffects {
             };
             if observer.incarnation() != &incarnation {
                 // REC-2: the agent's process changed before the resume ran; the cursor says
-                // nothing about this process's output, and the requests armed there ended on
-                // the change (CORR-1). The new process's observer reads its own output.
-                tracing::info!(%agent_id, "a resume for a process the agent no longer runs is dropped");
+                // nothing about this process's output. A new observer is installed before the
+                // agent's new facts are sent, so the engine is about to hear of the change and
+                // end the requests armed on the old process (CORR-1); it expects no answer.
+                if agent.facts().incarnation.as_ref() == Some(&incarnation) {
+                    // Cannot happen (the observer follows the liveness the facts come from);
+                    // should it, the engine still waits for this answer: a loss, never silence.
+                    tracing::warn!(%agent_id, "the observer reads another process than the agent's facts name");
+                    let reason = "the agent's observer reads another process".to_string();
+                    let lost = ObserverEvent::SessionLost { reason, session: Some(from.session.clone()), before: None };
+                    let _ = inbox.blocking_send(observed(&agent_id, lost));
+                } else {
+                    tracing::info!(%agent_id, "a resume for a process the agent no longer runs is dropped");
+                }
                 return;
             }
             for event in observer.resume(&from) {
