@@ -73,6 +73,9 @@ pub struct Liveness {
     pub output_start: u64,
     /// The holder whose stream `output_start` counts in (a new holder starts over at 0).
     pub holder: Option<HolderIdentity>,
+    /// The holder's request count when it answered (`InfoReply::requests`): orders two answers
+    /// of one holder. Not a fact of the process (`same_facts` ignores it).
+    pub answered_at: u64,
 }
 
 impl Liveness {
@@ -81,12 +84,24 @@ impl Liveness {
             (Some(pid), Some(start_time_ticks)) => Some(ProcessIdentity { pid, start_time_ticks }),
             _ => None,
         };
-        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start, holder: Some(HolderIdentity::of(info)) }
+        let holder = Some(HolderIdentity::of(info));
+        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start, holder, answered_at: info.requests }
     }
 
     /// No holder answers: no process.
     pub fn gone() -> Liveness {
-        Liveness { process: None, alive: false, exit_code: None, output_start: 0, holder: None }
+        Liveness { process: None, alive: false, exit_code: None, output_start: 0, holder: None, answered_at: 0 }
+    }
+
+    /// The same process facts (whatever request count they were answered at).
+    pub fn same_facts(&self, other: &Liveness) -> bool {
+        Liveness { answered_at: other.answered_at, ..self.clone() } == *other
+    }
+
+    /// An answer of the same holder given before the one `self` came from: two probes crossed
+    /// (the monitor's, a refresh's, `agent restart`'s), and this one is older.
+    pub fn is_older_than(&self, current: &Liveness) -> bool {
+        self.holder.is_some() && self.holder == current.holder && self.answered_at < current.answered_at
     }
 
     pub fn incarnation(&self) -> Option<Incarnation> {
@@ -330,7 +345,12 @@ impl AgentRuntime {
         let mut observer = self.observer.lock().expect("observer lock");
         let (ended, new_process) = {
             let mut current = self.liveness.lock().expect("liveness lock");
-            if *current == next {
+            if next.is_older_than(&current) {
+                tracing::debug!(agent_id = %self.record.agent_id, "an older liveness answer came after a newer one: ignored");
+                return None;
+            }
+            if current.same_facts(&next) {
+                current.answered_at = next.answered_at;
                 return None;
             }
             let ended = current.alive && (!next.alive || current.process != next.process);
@@ -559,6 +579,43 @@ mod tests {
             upserted |= matches!(message, DriverMsg::Input(Input::AgentUpserted(_)));
         }
         assert!(upserted, "the new process was forwarded to the engine");
+    }
+
+    /// LIVE-1: two probes that crossed apply their answers in the holder's order: an answer
+    /// the same holder gave before the one applied last changes nothing (it once could put a
+    /// replaced process back, and report the live one exited).
+    #[test]
+    fn live_1_an_older_answer_of_the_same_holder_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DataPaths { root: dir.path().to_path_buf() };
+        paths.prepare().unwrap();
+        let record = AgentRecord {
+            agent_id: "6c9c591e-087b-4c45-9001-bf796f895b56".into(),
+            name: "crossed".into(),
+            harness: "codex".into(),
+            cwd: dir.path().display().to_string(),
+            env: vec![("CODEX_HOME".into(), dir.path().display().to_string())],
+            command: vec!["codex".into()],
+            created_ms: 0,
+            managed: false,
+            thread: None,
+        };
+        let agent = AgentRuntime::new(&paths, record);
+        let info = |pid: u32, requests: u64| -> InfoReply {
+            let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":1,"holder_pid":9,"output_end":0,"spawn_error":null,"requests":{requests},"holder_instance":"h1"}}"#);
+            serde_json::from_str(&json).unwrap()
+        };
+        let pid = || agent.liveness.lock().unwrap().process.map(|p| p.pid);
+        assert!(agent.apply_liveness(Ok(info(20, 7))).is_some(), "a new process is a change");
+        assert_eq!(pid(), Some(20));
+        assert!(agent.apply_liveness(Ok(info(10, 5))).is_none(), "an older answer is not applied");
+        assert_eq!(pid(), Some(20));
+        assert!(agent.apply_liveness(Ok(info(20, 9))).is_none(), "the same facts are no change");
+        assert_eq!(agent.liveness.lock().unwrap().answered_at, 9);
+        assert!(agent.apply_liveness(Ok(info(30, 8))).is_none(), "older than the last answer seen");
+        let events = agent.apply_liveness(Ok(info(30, 11))).expect("a newer answer applies");
+        assert!(events.iter().any(|e| matches!(e, ObserverEvent::ProcessExited { .. })), "the replaced process ended: {events:?}");
+        assert_eq!(pid(), Some(30));
     }
 
     // LIVE-1: only "nobody listens" is evidence of exit; running out of descriptors is not.
