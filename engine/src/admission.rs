@@ -535,6 +535,9 @@ impl Engine {
             let receipt = self.rejection_for(request_id, problem);
             return self.finish_admission(request_id, receipt);
         }
+        // IDEM-6: the store now holds this registration; a retry of the id's earlier state (a
+        // failed release's) must not land over it or over the commits that follow.
+        self.progress_retries.remove(request_id);
         // ADM-4: re-check incarnation and idle state immediately before the write.
         let admission = self.admissions.get(request_id).expect("registering admission exists");
         if let Some(problem) = self.blocker_for(admission, Stage::Authoritative) {

@@ -537,6 +537,13 @@ impl Engine {
         let due: Vec<RequestId> =
             self.progress_retries.iter().filter(|(_, due_ms)| **due_ms <= self.now_ms).map(|(id, _)| id.clone()).collect();
         for request_id in due {
+            if self.admissions.contains_key(&request_id) {
+                // An admission of this id runs: its own commits carry the record's durable state
+                // (a confirming record still says `registered` in memory while its submitted
+                // marker commits), so a re-put now could land over them. Later.
+                self.progress_retries.insert(request_id, self.now_ms + PERSIST_RETRY_MS);
+                continue;
+            }
             self.progress_retries.remove(&request_id);
             // A terminal record is committed with its event by the terminal path; re-putting
             // it alone would store a terminal phase without its event.

@@ -196,6 +196,40 @@ fn idem_6_failed_release_commit_is_retried() {
     assert_eq!(rig.writes(), 0);
 }
 
+/// IDEM-6: the retry of a failed release never lands over the id's next admission. Found by
+/// the simulator (seed 633367913): the retry came due while the re-admission's submitted
+/// marker was committing (the record in memory still said `registered`), re-put the record
+/// after that marker, and a restart then called the written request
+/// `restart_in_write_window`, with a second `request.admitted`.
+#[test]
+fn idem_6_a_failed_release_retry_never_lands_over_a_later_admission() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.turn_started("turn-x", 1010);
+    rig.ack_next_persist(Ok(())); // registration
+    rig.ack_next_persist(Err("disk full".to_string())); // release: retried later
+    let mut idle = idle_snapshot("inc-1", 100);
+    idle.position = 1020;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    rig.turn_completed("turn-x", "x", 1020);
+    let again = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // the new registration
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.turn_started("turn-y", 1030);
+    assert_eq!(rig.persists.len(), 1, "the submitted marker is committing");
+    // The release's retry comes due while it commits.
+    rig.advance(limits::PERSIST_RETRY_MS);
+    while !rig.persists.is_empty() {
+        rig.ack_next_persist(Ok(()));
+    }
+    let id = RequestId::parse(REQ).unwrap();
+    assert_eq!(rig.receipt(again).classification, Classification::Accepted);
+    assert_eq!(rig.durable[&id].phase, Phase::Submitted, "a stale put landed over the submitted marker");
+}
+
 /// IDEM-3, IDEM-6: a released id keeps its fingerprint: the same input may try again, other
 /// input is a conflict; and a failed re-registration restores the released record so its
 /// pending release commit still lands.
