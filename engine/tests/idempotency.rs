@@ -176,17 +176,32 @@ fn idem_6_rejected_id_can_be_retried() {
     assert!(!rig.receipt(retry).replayed);
 }
 
-/// IDEM-6: a release whose commit fails still answers the (true) rejection, and the release is
-/// re-committed until the store holds it.
-#[test]
-fn idem_6_failed_release_commit_is_retried() {
+/// An admission of REQ that meets zola's turn between its refresh and its registration is
+/// released, and the release's commit fails: a retry of it is due.
+fn released_with_a_failed_release_commit() -> (Rig, OpId) {
     let mut rig = Rig::with_idle_zola();
     rig.auto = Auto::Manual;
     let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.refresh_next();
     rig.turn_started("turn-x", 1010);
     rig.ack_next_persist(Ok(())); // registration
-    rig.ack_next_persist(Err("disk full".to_string())); // release
+    rig.ack_next_persist(Err("disk full".to_string())); // release: retried later
+    (rig, op)
+}
+
+/// Zola's turn of `released_with_a_failed_release_commit` ends: the agent is idle again.
+fn zola_idle_again(rig: &mut Rig) {
+    let mut idle = idle_snapshot("inc-1", 100);
+    idle.position = 1020;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    rig.turn_completed("turn-x", "x", 1020);
+}
+
+/// IDEM-6: a release whose commit fails still answers the (true) rejection, and the release is
+/// re-committed until the store holds it.
+#[test]
+fn idem_6_failed_release_commit_is_retried() {
+    let (mut rig, op) = released_with_a_failed_release_commit();
     assert_eq!(rig.receipt(op).classification, Classification::Busy);
     let id = RequestId::parse(REQ).unwrap();
     assert_eq!(rig.durable[&id].phase, Phase::Registered);
@@ -203,17 +218,8 @@ fn idem_6_failed_release_commit_is_retried() {
 /// `restart_in_write_window`, with a second `request.admitted`.
 #[test]
 fn idem_6_a_failed_release_retry_never_lands_over_a_later_admission() {
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
-    rig.refresh_next();
-    rig.turn_started("turn-x", 1010);
-    rig.ack_next_persist(Ok(())); // registration
-    rig.ack_next_persist(Err("disk full".to_string())); // release: retried later
-    let mut idle = idle_snapshot("inc-1", 100);
-    idle.position = 1020;
-    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
-    rig.turn_completed("turn-x", "x", 1020);
+    let mut rig = released_with_a_failed_release_commit().0;
+    zola_idle_again(&mut rig);
     let again = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.refresh_next();
     rig.ack_next_persist(Ok(())); // the new registration
@@ -235,19 +241,10 @@ fn idem_6_a_failed_release_retry_never_lands_over_a_later_admission() {
 /// pending release commit still lands.
 #[test]
 fn idem_6_released_id_keeps_its_fingerprint() {
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
-    rig.refresh_next();
-    rig.turn_started("turn-x", 1010);
-    rig.ack_next_persist(Ok(())); // registration
-    rig.ack_next_persist(Err("disk full".to_string())); // release: retried later
+    let mut rig = released_with_a_failed_release_commit().0;
     let other = rig.admit(REQ, "other input", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(other).reason.as_deref(), Some("request_id_conflict"));
-    let mut idle = idle_snapshot("inc-1", 100);
-    idle.position = 1020;
-    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
-    rig.turn_completed("turn-x", "x", 1020);
+    zola_idle_again(&mut rig);
     let again = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.refresh_next();
     rig.ack_next_persist(Err("disk full".to_string())); // the new registration fails
