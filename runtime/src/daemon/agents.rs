@@ -531,26 +531,31 @@ mod tests {
         HolderError::ConnectRefused { path: PathBuf::from("/x.sock"), source: std::io::Error::from_raw_os_error(errno) }
     }
 
+    /// A PTY Codex agent with its data directory under `dir`, no holder started.
+    fn pty_agent(dir: &std::path::Path, agent_id: &str) -> (AgentRuntime, DataPaths) {
+        let paths = DataPaths { root: dir.to_path_buf() };
+        paths.prepare().unwrap();
+        let record = AgentRecord {
+            agent_id: agent_id.into(),
+            name: "a".into(),
+            harness: "codex".into(),
+            cwd: dir.display().to_string(),
+            env: vec![("CODEX_HOME".into(), dir.display().to_string())],
+            command: vec!["codex".into()],
+            created_ms: 0,
+            managed: false,
+            thread: None,
+        };
+        (AgentRuntime::new(&paths, record), paths)
+    }
+
     /// Issue 10: a holder older than `screen` with `with_info` answers the screen alone; the
     /// refresh then asks `info` on its own, so liveness is still read first-hand and forwarded.
     #[test]
     fn a_holder_without_screen_info_is_asked_info_separately() {
         use std::io::{BufRead, BufReader, Write};
         let dir = tempfile::tempdir().unwrap();
-        let paths = DataPaths { root: dir.path().to_path_buf() };
-        paths.prepare().unwrap();
-        let record = AgentRecord {
-            agent_id: "6c9c591e-087b-4c45-9001-bf796f895b55".into(),
-            name: "old".into(),
-            harness: "codex".into(),
-            cwd: dir.path().display().to_string(),
-            env: vec![("CODEX_HOME".into(), dir.path().display().to_string())],
-            command: vec!["codex".into()],
-            created_ms: 0,
-            managed: false,
-            thread: None,
-        };
-        let agent = AgentRuntime::new(&paths, record);
+        let (agent, paths) = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b55");
         let listener = std::os::unix::net::UnixListener::bind(paths.holder_socket("6c9c591e-087b-4c45-9001-bf796f895b55")).unwrap();
         let me = crate::proc_probe::identity(std::process::id()).unwrap();
         let old_holder = std::thread::spawn(move || {
@@ -587,20 +592,7 @@ mod tests {
     #[test]
     fn live_1_an_older_answer_of_the_same_holder_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = DataPaths { root: dir.path().to_path_buf() };
-        paths.prepare().unwrap();
-        let record = AgentRecord {
-            agent_id: "6c9c591e-087b-4c45-9001-bf796f895b56".into(),
-            name: "crossed".into(),
-            harness: "codex".into(),
-            cwd: dir.path().display().to_string(),
-            env: vec![("CODEX_HOME".into(), dir.path().display().to_string())],
-            command: vec!["codex".into()],
-            created_ms: 0,
-            managed: false,
-            thread: None,
-        };
-        let agent = AgentRuntime::new(&paths, record);
+        let agent = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b56").0;
         let info = |pid: u32, requests: u64| -> InfoReply {
             let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":1,"holder_pid":9,"output_end":0,"spawn_error":null,"requests":{requests},"holder_instance":"h1"}}"#);
             serde_json::from_str(&json).unwrap()
