@@ -75,6 +75,11 @@ pub struct EnterBoundary {
     pub generation: u64,
     /// How many writes the pane had accepted, this one included.
     pub writes: u64,
+    /// The holder process that wrote it (the runtime's `pid.instance`). A holder started later
+    /// at the same socket counts its generations, writes and output from 0 again, so only the
+    /// same holder's samples compare with this boundary. Empty when unknown.
+    #[serde(default)]
+    pub holder: String,
 }
 
 /// How the split write ended, as the writer can prove it.
@@ -98,6 +103,9 @@ pub struct PaneSample {
     pub generation: u64,
     pub alive: bool,
     pub writes: u64,
+    /// The holder that answered (`EnterBoundary::holder`).
+    #[serde(default)]
+    pub holder: String,
     /// The composer as the screen adapter reads it.
     pub composer: Composer,
     /// Milliseconds since the boundary.
@@ -111,7 +119,7 @@ pub enum Judgement {
     Acknowledged,
     /// Nothing proves a reaction yet.
     Pending,
-    /// The process ended or was replaced.
+    /// The process ended or was replaced (its holder too).
     Exited,
     /// Another write reached the pane after ours: movement can no longer be attributed.
     Superseded,
@@ -122,7 +130,7 @@ pub enum Judgement {
 /// differs from the boundary's: a reaction before the boundary is already in the boundary's
 /// screen, so it can only ever produce a conservative timeout.
 pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
-    if sample.generation != boundary.generation || !sample.alive {
+    if sample.holder != boundary.holder || sample.generation != boundary.generation || !sample.alive {
         return Judgement::Exited;
     }
     if sample.writes != boundary.writes {

@@ -8,7 +8,7 @@ use wakterm_engine::submit::{clamp_timeout_ms, submit_steps};
 use wakterm_engine::*;
 
 fn boundary() -> EnterBoundary {
-    EnterBoundary { output_offset: 5_000, screen_digest: "screen-at-enter".to_string(), generation: 0, writes: 3 }
+    EnterBoundary { output_offset: 5_000, screen_digest: "screen-at-enter".to_string(), generation: 0, writes: 3, holder: "9.h1".to_string() }
 }
 
 /// A sample that moved after the boundary: new output and another screen.
@@ -19,6 +19,7 @@ fn moved() -> PaneSample {
         generation: 0,
         alive: true,
         writes: 3,
+        holder: "9.h1".to_string(),
         composer: Composer::Empty,
         elapsed_ms: 120,
     }
@@ -83,6 +84,9 @@ fn sub_4_judge_needs_new_output_and_a_changed_screen() {
     assert_eq!(judge(&b, &screen_only), Judgement::Pending, "a screen without output after the boundary is the boundary's own");
     assert_eq!(judge(&b, &PaneSample { alive: false, ..moved() }), Judgement::Exited);
     assert_eq!(judge(&b, &PaneSample { generation: 1, ..moved() }), Judgement::Exited);
+    // A holder started later at the same socket counts from 0 again: its generation and writes
+    // may match the boundary's, and its output pass it, without any reaction to our Enter.
+    assert_eq!(judge(&b, &PaneSample { holder: "12.h2".to_string(), ..moved() }), Judgement::Exited);
     assert_eq!(judge(&b, &PaneSample { writes: 4, ..moved() }), Judgement::Superseded);
 }
 
@@ -300,6 +304,7 @@ proptest! {
     fn sub_5_receipts_follow_the_evidence(
         outcome in 0u8..3, bytes in 0u64..40, moved_output in any::<bool>(), changed_screen in any::<bool>(),
         alive in any::<bool>(), respawned in any::<bool>(), foreign in any::<bool>(), timeout in proptest::option::of(0u64..20_000),
+        other_holder in any::<bool>(),
     ) {
         let mut rig = Rig::with_idle_zola();
         let op = rig.submit_text("hi", timeout);
@@ -309,6 +314,7 @@ proptest! {
             generation: u64::from(respawned),
             alive,
             writes: 3 + u64::from(foreign),
+            holder: if other_holder { "12.h2".into() } else { boundary().holder },
             composer: Composer::Empty,
             elapsed_ms: 10,
         };

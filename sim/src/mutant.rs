@@ -164,6 +164,10 @@ pub enum Mutant {
     /// its connection reached, so after a holder restart the old process's last read (its
     /// drain) reads the new holder's stream, from offset 0, as its own.
     AnyHolderRead,
+    /// Watch glue (SUB-4): a pane sample does not say which holder answered, so after a holder
+    /// restart the new holder's counts (generation and writes from 0 again) are compared with
+    /// the boundary as if the same pane had moved.
+    WatchIgnoresHolder,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -198,6 +202,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
     (Mutant::CallTimeoutReportedAsFailed, "call_timeout_reported_as_failed", "pane port glue reports a write call that timed out as a failed write"),
+    (Mutant::WatchIgnoresHolder, "watch_ignores_holder", "watch glue compares a replaced holder's pane with the boundary"),
     (Mutant::AnyHolderRead, "any_holder_read", "managed observer glue reads whichever holder answers at the agent's socket as its process's own"),
     (Mutant::ResumeIgnoresItsProcess, "resume_ignores_its_process", "resume glue reads a resume's cursor in whatever process the agent runs when it comes"),
 ];

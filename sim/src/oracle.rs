@@ -88,6 +88,8 @@ pub struct PaneTruth {
     pub generation: u64,
     pub writes: u64,
     pub alive: bool,
+    /// The holder the pane belongs to (a holder started later counts from 0 again).
+    pub holder: u64,
 }
 
 /// One `session action=submit` call as the caller made it.
@@ -403,7 +405,7 @@ impl Oracle {
     pub fn on_pane_moved(&mut self, a: usize, now: &PaneTruth) {
         for truth in self.submits.values_mut().filter(|s| s.agent == a && !s.answered && !s.moved_after_enter) {
             let Some(b) = &truth.boundary else { continue };
-            if now.alive && now.generation == b.generation && now.writes == b.writes && now.output_end > b.output_end && now.screen != b.screen {
+            if now.alive && now.holder == b.holder && now.generation == b.generation && now.writes == b.writes && now.output_end > b.output_end && now.screen != b.screen {
                 truth.moved_after_enter = true;
             }
         }

@@ -364,16 +364,17 @@ impl Effects for SimEffects {
         madsim::task::spawn(async move {
             let started = wakterm_runtime::driver::now_ms();
             let deadline = started + wait_ms;
-            let (lost, exit_at) = {
+            let (lost, exit_at, replaced_at) = {
                 let w = world.lock().unwrap();
                 // The harness usually reacts within a few hundred milliseconds: the faults land
                 // early enough to matter.
                 let early = |wait_ms: u64| thread_rng().gen_range(0..wait_ms.clamp(1, 600));
                 let lost = w.fault_roll(w.plan.watch_lost).then(|| (thread_rng().gen_bool(0.5), started + early(wait_ms)));
                 let exit_at = w.fault_roll(w.plan.exit_mid_wait).then(|| started + early(wait_ms));
-                (lost, exit_at)
+                let replaced_at = w.fault_roll(0.1).then(|| started + early(wait_ms));
+                (lost, exit_at, replaced_at)
             };
-            let mut exit_at = exit_at;
+            let (mut exit_at, mut replaced_at) = (exit_at, replaced_at);
             loop {
                 let now = wakterm_runtime::driver::now_ms();
                 let changed = {
@@ -387,6 +388,10 @@ impl Effects for SimEffects {
                             w.counters.fault("submit.exit_mid_wait");
                             w.kill_process(a, thread_rng().gen_range(300..3_000));
                         }
+                    }
+                    if replaced_at.is_some_and(|at| at <= now) {
+                        replaced_at = None;
+                        w.replace_pty_holder(a, &boundary);
                     }
                     match lost {
                         Some((true, at)) if at <= now => {
@@ -408,6 +413,12 @@ impl Effects for SimEffects {
                         generation: truth.generation,
                         alive: truth.alive,
                         writes: truth.writes,
+                        // As the runtime reads it: the holder that answered. The mutant
+                        // `watch_ignores_holder` takes every answer for the writer's.
+                        holder: match w.mutant {
+                            Mutant::WatchIgnoresHolder => boundary.holder.clone(),
+                            _ => w.holder_label(a),
+                        },
                         composer: w.composer_on_screen(a),
                         elapsed_ms: now - started,
                     };
@@ -831,7 +842,7 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
 /// The boundary as the holder reads it now (`writes`: the count taken at the write's start).
 fn enter_boundary(w: &World, a: usize, writes: u64) -> EnterBoundary {
     let truth = w.pane_truth(a);
-    EnterBoundary { output_offset: truth.output_end, screen_digest: truth.screen, generation: truth.generation, writes }
+    EnterBoundary { output_offset: truth.output_end, screen_digest: truth.screen, generation: truth.generation, writes, holder: w.holder_label(a) }
 }
 
 /// The text inside a bracketed paste step.

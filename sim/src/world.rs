@@ -109,6 +109,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "submit.split_write_fails",
     "submit.watch_lost",
     "submit.foreign_write",
+    "submit.holder_replaced_mid_wait",
     "observer.composer_unknown",
     "observer.screen_push_late",
     "caller.submit_pair",
@@ -531,6 +532,10 @@ pub struct Pane {
     /// ADM-12: every write the engine asked for that has not ended yet (not started, or still
     /// writing), by delivery id: its writer and the epoch of the daemon that asked.
     pub asked: BTreeMap<u64, (String, u64)>,
+    /// The holder generation (`submit.holder_replaced_mid_wait`), and the agent's spawn count
+    /// when the current holder started: the child generation counts from there.
+    pub holder: u64,
+    pub generation_base: u64,
 }
 
 impl Pane {
@@ -545,6 +550,8 @@ impl Pane {
             cr_mode: CrMode::Delayed,
             split: None,
             asked: BTreeMap::new(),
+            holder: 1,
+            generation_base: 0,
         }
     }
 }
@@ -903,10 +910,35 @@ impl World {
         crate::oracle::PaneTruth {
             output_end: agent.pane.output_end,
             screen: self.screen_digest(a),
-            generation: agent.spawned,
+            generation: agent.spawned - agent.pane.generation_base,
             writes: agent.pane.writes,
             alive: agent.process.is_some(),
+            holder: agent.pane.holder,
         }
+    }
+
+    /// The pane's holder as the runtime labels it (`EnterBoundary::holder`).
+    pub fn holder_label(&self, a: usize) -> String {
+        format!("sim-holder-{}", self.agents[a].pane.holder)
+    }
+
+    /// `submit.holder_replaced_mid_wait` (SUB-4): the agent's holder dies (its process with it)
+    /// and `agent restart` starts another at the same socket, whose counts start over. Shaped
+    /// as the hazard: its child generation and accepted writes come to equal the boundary's,
+    /// and its TUI drew past the boundary's offset, none of it a reaction to our Enter.
+    pub fn replace_pty_holder(&mut self, a: usize, boundary: &wakterm_engine::EnterBoundary) {
+        if self.agents[a].process.is_none() || self.agents[a].pane.split.is_some() {
+            return;
+        }
+        self.counters.fault("submit.holder_replaced_mid_wait");
+        self.spawn_process(a, false);
+        let agent = &mut self.agents[a];
+        agent.pane.holder += 1;
+        agent.pane.generation_base = agent.spawned - boundary.generation;
+        agent.pane.writes = boundary.writes;
+        self.pane_moved(a, 900, true);
+        let holder = self.agents[a].pane.holder;
+        self.log(format!("a{a} the holder is replaced (holder {holder}): its generation and writes match the boundary's"));
     }
 
     /// The composer as the screen adapter reads it.

@@ -36,7 +36,7 @@ pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &Spli
         };
         let expect = ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
         let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect), Some(start_by_ms));
-        outcome_of(outcome)
+        outcome_of(outcome, info.holder_label())
     });
     // No connection, or `info` failed on a fresh one: the write was never sent.
     written.unwrap_or_else(|error| Some(SplitOutcome::Refused { reason: format!("cannot reach the pane: {error}") }))
@@ -45,7 +45,7 @@ pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &Spli
 /// The outcome of a split write's call; None when the holder did not answer within the call's
 /// bound: the write's fate is unknown (a stalled holder may still run it), which is no
 /// outcome (SUB-1, ADM-12: the engine's lost-write hold decides).
-fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> Option<SplitOutcome> {
+fn outcome_of(outcome: Result<StepsOutcome, HolderError>, holder: String) -> Option<SplitOutcome> {
     if outcome.as_ref().is_err_and(|error| super::effects::left_unknown(error, "a split write")) {
         return None;
     }
@@ -60,6 +60,7 @@ fn outcome_of(outcome: Result<StepsOutcome, HolderError>) -> Option<SplitOutcome
                 screen_digest: screen_digest(&boundary.screen),
                 generation: boundary.generation,
                 writes: boundary.writes,
+                holder,
             },
         },
         Ok(outcome) => SplitOutcome::Failed {
@@ -104,6 +105,7 @@ fn sample(client: &mut HolderClient, started: Instant) -> Result<PaneSample, Hol
         generation: info.generation,
         alive: info.alive,
         writes: info.writes,
+        holder: info.holder_label(),
         composer: crate::screen::composer_state(&screen.lines.join("\n")),
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
@@ -118,8 +120,8 @@ mod tests {
     #[test]
     fn sub_1_a_split_write_call_that_timed_out_has_no_outcome() {
         let timeout = HolderError::Timeout { op: "write_steps", after: Duration::from_secs(45) };
-        assert_eq!(outcome_of(Err(timeout)), None);
+        assert_eq!(outcome_of(Err(timeout), "9.h1".into()), None);
         let gone = HolderError::PeerGone { op: "write_steps", detail: "closed".into() };
-        assert!(matches!(outcome_of(Err(gone)), Some(SplitOutcome::Failed { bytes_written: 0, .. })));
+        assert!(matches!(outcome_of(Err(gone), "9.h1".into()), Some(SplitOutcome::Failed { bytes_written: 0, .. })));
     }
 }

@@ -163,6 +163,13 @@ pub struct InfoReply {
     pub holder_instance: String,
 }
 
+impl InfoReply {
+    /// `holder_pid` and `holder_instance` as one label (`EnterBoundary::holder`).
+    pub fn holder_label(&self) -> String {
+        format!("{}.{}", self.holder_pid, self.holder_instance)
+    }
+}
+
 /// The process a `write` must reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpectedProcess {
