@@ -92,6 +92,17 @@ fn rec_2_submitted_request_resumes_after_verification() {
     assert_eq!(events[0].final_message.as_deref(), Some("the real final"));
 }
 
+/// REC-2: a resume names the process its suspended requests were armed on, so an observer of
+/// another process (the agent's holder restarted before the resume ran) drops it rather than
+/// read the cursor in another stream (seeds 77782850, 77787078).
+#[test]
+fn rec_2_a_resume_names_the_process_it_was_asked_for() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    assert_eq!(rig.resume_incarnations, vec![Incarnation("inc-1".to_string())]);
+}
+
 /// REC-2: a different process or session after the restart makes it `indeterminate`.
 #[test]
 fn rec_2_changed_process_or_session_after_restart() {

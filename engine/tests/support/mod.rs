@@ -71,6 +71,8 @@ pub struct Rig {
     pub deliveries: VecDeque<(u64, AgentId, Vec<u8>)>,
     pub refreshes: VecDeque<(u64, AgentId)>,
     pub resumes: Vec<(AgentId, Cursor)>,
+    /// The process each of `resumes` was asked for.
+    pub resume_incarnations: Vec<Incarnation>,
     pub receipts: BTreeMap<OpId, Vec<Receipt>>,
     pub published: Vec<TerminalEvent>,
     pub cancels: Vec<(OpId, CancelOutcome)>,
@@ -114,6 +116,7 @@ impl Rig {
             deliveries: VecDeque::new(),
             refreshes: VecDeque::new(),
             resumes: Vec::new(),
+            resume_incarnations: Vec::new(),
             receipts: BTreeMap::new(),
             published: Vec::new(),
             cancels: Vec::new(),
@@ -186,7 +189,10 @@ impl Rig {
         while let Some(output) = self.engine.poll_output() {
             match output {
                 Output::RefreshObserver { refresh_id, agent_id } => self.refreshes.push_back((refresh_id, agent_id)),
-                Output::ResumeObserver { agent_id, from, .. } => self.resumes.push((agent_id, from)),
+                Output::ResumeObserver { agent_id, from, incarnation } => {
+                    self.resumes.push((agent_id, from));
+                    self.resume_incarnations.push(incarnation);
+                }
                 Output::Persist { token, ops } if is_event_batch(&ops) => self.event_persists.push_back((token, ops)),
                 Output::Persist { token, ops } => self.persists.push_back((token, ops)),
                 Output::AgentEvent(event) => self.published_events.push(event),
