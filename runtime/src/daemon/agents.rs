@@ -130,6 +130,9 @@ pub struct AgentRuntime {
     /// MON-2: the sessions directory's stamp (set by the monitor) and its value at this agent's
     /// last rediscovery.
     discovery: Mutex<DiscoveryStamp>,
+    /// LIVE-1: holders the liveness moved away from (only those that name themselves): an
+    /// answer one of them gave before it died, applied late, is not the agent's present.
+    retired_holders: Mutex<Vec<HolderIdentity>>,
 }
 
 #[derive(Default)]
@@ -168,6 +171,7 @@ impl AgentRuntime {
             checkpoint: Mutex::new(CheckpointSlot::default()),
             view: Mutex::new(MonitorView::default()),
             discovery: Mutex::new(DiscoveryStamp::default()),
+            retired_holders: Mutex::new(Vec::new()),
         }
     }
 
@@ -345,13 +349,20 @@ impl AgentRuntime {
         let mut observer = self.observer.lock().expect("observer lock");
         let (ended, new_process) = {
             let mut current = self.liveness.lock().expect("liveness lock");
-            if next.is_older_than(&current) {
+            let mut retired = self.retired_holders.lock().expect("retired holders lock");
+            if next.is_older_than(&current) || next.holder.as_ref().is_some_and(|h| retired.contains(h)) {
                 tracing::debug!(agent_id = %self.record.agent_id, "an older liveness answer came after a newer one: ignored");
                 return None;
             }
             if current.same_facts(&next) {
                 current.answered_at = next.answered_at;
                 return None;
+            }
+            if let Some(old) = current.holder.clone().filter(|old| Some(old) != next.holder.as_ref() && !old.instance.is_empty()) {
+                // A holder never comes back (a new one draws another instance); a few suffice.
+                retired.push(old);
+                let excess = retired.len().saturating_sub(8);
+                retired.drain(..excess);
             }
             let ended = current.alive && (!next.alive || current.process != next.process);
             let new_process = current.process != next.process || (next.alive && !current.alive);
@@ -587,8 +598,9 @@ mod tests {
     }
 
     /// LIVE-1: two probes that crossed apply their answers in the holder's order: an answer
-    /// the same holder gave before the one applied last changes nothing (it once could put a
-    /// replaced process back, and report the live one exited).
+    /// the same holder gave before the one applied last, or any answer of a holder the agent's
+    /// liveness has moved away from, changes nothing (it once could put a replaced process
+    /// back, and report the live one exited).
     #[test]
     fn live_1_an_older_answer_of_the_same_holder_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -608,6 +620,14 @@ mod tests {
         let events = agent.apply_liveness(Ok(info(30, 11))).expect("a newer answer applies");
         assert!(events.iter().any(|e| matches!(e, ObserverEvent::ProcessExited { .. })), "the replaced process ended: {events:?}");
         assert_eq!(pid(), Some(30));
+        // The holder is replaced (its counts start over); a late answer of the old one, however
+        // high its count, is not applied: that holder is gone for good.
+        let mut replaced = info(40, 2);
+        replaced.holder_pid = 10;
+        replaced.holder_instance = "h2".into();
+        assert!(agent.apply_liveness(Ok(replaced)).is_some(), "a new holder's first answer applies");
+        assert!(agent.apply_liveness(Ok(info(30, 12))).is_none(), "a late answer of the replaced holder");
+        assert_eq!(pid(), Some(40));
     }
 
     // LIVE-1: only "nobody listens" is evidence of exit; running out of descriptors is not.
