@@ -367,8 +367,8 @@ impl Oracle {
     }
 
     /// The submission a split write's paste carries: texts are unique but for `/clear`, whose
-    /// write belongs to the latest such call that has not written yet (callers never send two
-    /// `/clear` in one instant).
+    /// write belongs to the latest such call that has not written yet (callers never send a
+    /// second bare `/clear` while one to the same daemon is unanswered).
     pub fn submission_of(&self, text: &str) -> Option<String> {
         let ids = self.submit_texts.get(text)?;
         let fresh = ids.iter().rev().find(|id| self.submits.get(*id).is_some_and(|s| s.reached == 0 && s.boundary.is_none() && !s.answered));

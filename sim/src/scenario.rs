@@ -141,14 +141,22 @@ fn submit_timeout() -> Option<u64> {
 }
 
 fn draw_submit(world: &Shared, n: u64, agent: usize, group: Option<u64>) -> SubmitCallInput {
-    let w = world.lock().unwrap();
+    let mut w = world.lock().unwrap();
     let (target, exact_agent_id) = match thread_rng().gen_range(0..20) {
         0 => ("nobody".to_string(), false),
         1..=11 => (w.agents[agent].name.clone(), false),
         12..=15 => (w.agents[agent].agent_id.to_string(), false),
         _ => (w.agents[agent].agent_id.to_string(), true),
     };
-    SubmitCallInput { agent, submission_id: submission_id(n), target, exact_agent_id, text: submit_text(n), timeout_ms: submit_timeout(), group }
+    let mut text = submit_text(n);
+    if text == "/clear" && w.clear_in_flight == Some(w.daemon_epoch) {
+        // One bare `/clear` unanswered at a time, so a split write's bytes name their
+        // submission (seed 1800040936: a second one, refused busy, took the first one's write).
+        text = format!("/clear #s{n}");
+    } else if text == "/clear" {
+        w.clear_in_flight = Some(w.daemon_epoch);
+    }
+    SubmitCallInput { agent, submission_id: submission_id(n), target, exact_agent_id, text, timeout_ms: submit_timeout(), group }
 }
 
 /// Sends these submit calls in one instant (back to back in the driver's inbox) and checks
@@ -192,6 +200,9 @@ async fn submit_calls(world: Shared, calls: Vec<SubmitCallInput>) {
 async fn await_submit(world: Shared, call: SubmitCallInput, answer: oneshot::Receiver<SubmitReceipt>, started: (u64, u64)) {
     let receipt = answer.await;
     let mut w = world.lock().unwrap();
+    if call.text == "/clear" {
+        w.clear_in_flight = None;
+    }
     let Ok(receipt) = receipt else {
         w.log(format!("submit {} got no answer: the daemon died", call.submission_id));
         return;

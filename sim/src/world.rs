@@ -758,6 +758,9 @@ pub struct World {
     pub daemon_epoch: u64,
     /// Simulated time skipped by `clock.jump` so far (a caller's wait excludes it).
     pub jumped_ms: u64,
+    /// A bare `/clear` submit sent to the daemon of this epoch is still unanswered (its text is
+    /// then not unique: callers send no second one meanwhile).
+    pub clear_in_flight: Option<u64>,
     /// `caller.after_call_bound`: admissions a caller makes later (at, agent), the scenario
     /// spawns them when they are due.
     pub late_callers: Vec<(u64, usize)>,
@@ -797,6 +800,7 @@ impl World {
             holder: None,
             daemon_epoch: 0,
             jumped_ms: 0,
+            clear_in_flight: None,
             late_callers: vec![],
         };
         world.app_handshake(1, false);
