@@ -73,8 +73,10 @@ pub struct Liveness {
     pub output_start: u64,
     /// The holder whose stream `output_start` counts in (a new holder starts over at 0).
     pub holder: Option<HolderIdentity>,
-    /// The holder's request count when it answered (`InfoReply::requests`): orders two answers
-    /// of one holder. Not a fact of the process (`same_facts` ignores it).
+    /// LIVE-1: the stamp of the read this came from (`AgentRuntime::kept_call_stamped`): every
+    /// read of the holder, a failed one too, takes the next stamp under the kept connection's
+    /// lock, so stamps order the reads as they happened. Not a fact of the process
+    /// (`same_facts` ignores it).
     pub answered_at: u64,
 }
 
@@ -85,7 +87,7 @@ impl Liveness {
             _ => None,
         };
         let holder = Some(HolderIdentity::of(info));
-        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start, holder, answered_at: info.requests }
+        Liveness { process, alive: info.alive, exit_code: info.exit_code, output_start: info.generation_start, holder, answered_at: 0 }
     }
 
     /// No holder answers: no process.
@@ -93,21 +95,33 @@ impl Liveness {
         Liveness { process: None, alive: false, exit_code: None, output_start: 0, holder: None, answered_at: 0 }
     }
 
-    /// The same process facts (whatever request count they were answered at).
+    /// The same process facts (whatever read they came from).
     pub fn same_facts(&self, other: &Liveness) -> bool {
         Liveness { answered_at: other.answered_at, ..self.clone() } == *other
     }
 
-    /// An answer of the same holder given before the one `self` came from: two probes crossed
-    /// (the monitor's, a refresh's, `agent restart`'s), and this one is older.
+    /// Read before the read `current` came from: two probes crossed (the monitor's, a
+    /// refresh's, `agent restart`'s), and this answer is older (of the same holder, of one that
+    /// has since been replaced, or "gone" from before a new holder answered).
     pub fn is_older_than(&self, current: &Liveness) -> bool {
-        self.holder.is_some() && self.holder == current.holder && self.answered_at < current.answered_at
+        self.answered_at < current.answered_at
     }
 
     pub fn incarnation(&self) -> Option<Incarnation> {
         let process = self.process.filter(|_| self.alive)?;
         Some(Incarnation(format!("{}.{}", process.pid, process.start_time_ticks)))
     }
+}
+
+/// What one liveness answer did (`AgentRuntime::apply_liveness`).
+#[derive(Debug, PartialEq, Eq)]
+enum Applied {
+    /// Read before the answer applied last: ignored.
+    Stale,
+    /// The same process facts (or "unknown"): nothing changed.
+    Same,
+    /// The process changed: the old one's last events (its drain, then its exit).
+    Changed(Vec<ObserverEvent>),
 }
 
 pub struct AgentRuntime {
@@ -130,9 +144,8 @@ pub struct AgentRuntime {
     /// MON-2: the sessions directory's stamp (set by the monitor) and its value at this agent's
     /// last rediscovery.
     discovery: Mutex<DiscoveryStamp>,
-    /// LIVE-1: holders the liveness moved away from (only those that name themselves): an
-    /// answer one of them gave before it died, applied late, is not the agent's present.
-    retired_holders: Mutex<Vec<HolderIdentity>>,
+    /// LIVE-1: the last stamp a read of the holder took (`kept_call_stamped`).
+    reads: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -171,7 +184,7 @@ impl AgentRuntime {
             checkpoint: Mutex::new(CheckpointSlot::default()),
             view: Mutex::new(MonitorView::default()),
             discovery: Mutex::new(DiscoveryStamp::default()),
-            retired_holders: Mutex::new(Vec::new()),
+            reads: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -326,21 +339,27 @@ impl AgentRuntime {
     /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
-        self.apply_liveness(self.holder_info())
+        let (stamp, answer) = self.holder_info_stamped();
+        match self.apply_liveness(stamp, answer) {
+            Applied::Changed(events) => Some(events),
+            Applied::Same | Applied::Stale => None,
+        }
     }
 
-    /// [`AgentRuntime::refresh_liveness`] with the holder's answer already read.
-    fn apply_liveness(&self, answer: Result<InfoReply, HolderError>) -> Option<Vec<ObserverEvent>> {
-        let next = match answer {
+    /// [`AgentRuntime::refresh_liveness`] with the holder's answer already read, by the read
+    /// that took `stamp`.
+    fn apply_liveness(&self, stamp: u64, answer: Result<InfoReply, HolderError>) -> Applied {
+        let mut next = match answer {
             Ok(info) => Liveness::from_info(&info),
             Err(error) if holder_is_gone(&error) => Liveness::gone(),
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
             Err(error) => {
                 tracing::warn!(agent_id = %self.record.agent_id, %error, "liveness unknown (LIVE-1): nothing changes, the next probe asks again");
-                return None;
+                return Applied::Same;
             }
         };
+        next.answered_at = stamp;
         // The observer lock first, over the whole change (then the liveness lock, briefly: no
         // code takes the two the other way round). Two probes that cross (the monitor, a
         // refresh, `agent restart`) then apply one after the other, so the observer always reads
@@ -349,20 +368,13 @@ impl AgentRuntime {
         let mut observer = self.observer.lock().expect("observer lock");
         let (ended, new_process) = {
             let mut current = self.liveness.lock().expect("liveness lock");
-            let mut retired = self.retired_holders.lock().expect("retired holders lock");
-            if next.is_older_than(&current) || next.holder.as_ref().is_some_and(|h| retired.contains(h)) {
-                tracing::debug!(agent_id = %self.record.agent_id, "an older liveness answer came after a newer one: ignored");
-                return None;
+            if next.is_older_than(&current) {
+                tracing::debug!(agent_id = %self.record.agent_id, "a liveness answer read before the one applied last: ignored");
+                return Applied::Stale;
             }
             if current.same_facts(&next) {
                 current.answered_at = next.answered_at;
-                return None;
-            }
-            if let Some(old) = current.holder.clone().filter(|old| Some(old) != next.holder.as_ref() && !old.instance.is_empty()) {
-                // A holder never comes back (a new one draws another instance); a few suffice.
-                retired.push(old);
-                let excess = retired.len().saturating_sub(8);
-                retired.drain(..excess);
+                return Applied::Same;
             }
             let ended = current.alive && (!next.alive || current.process != next.process);
             let new_process = current.process != next.process || (next.alive && !current.alive);
@@ -383,12 +395,14 @@ impl AgentRuntime {
                 _ => None,
             };
         }
-        Some(events)
+        Applied::Changed(events)
     }
 
-    /// `info` over the kept connection; one reconnect when it broke (holder restarted).
-    fn holder_info(&self) -> Result<InfoReply, HolderError> {
-        self.with_holder(|_, info| info)
+    /// `info` over the kept connection (one reconnect when it broke: holder restarted), with the
+    /// read's stamp (LIVE-1).
+    fn holder_info_stamped(&self) -> (u64, Result<InfoReply, HolderError>) {
+        let (stamp, answer) = self.kept_call_stamped(HolderClient::info);
+        (stamp, answer.map(|(_kept, info)| info))
     }
 
     /// `info` over the kept connection (one reconnect when it broke: `info` changes nothing,
@@ -420,14 +434,33 @@ impl AgentRuntime {
         &self,
         call: impl Fn(&mut HolderClient) -> Result<T, HolderError>,
     ) -> Result<(std::sync::MutexGuard<'_, Option<HolderClient>>, T), HolderError> {
-        let mut kept = self.info_client.lock().expect("info client lock");
+        self.kept_call_stamped(call).1
+    }
+
+    /// [`kept_call`](Self::kept_call), with a stamp taken under the kept connection's lock,
+    /// which every read of the holder holds through its call: stamps order the reads (LIVE-1).
+    #[allow(clippy::type_complexity)]
+    fn kept_call_stamped<T>(
+        &self,
+        call: impl Fn(&mut HolderClient) -> Result<T, HolderError>,
+    ) -> (u64, Result<(std::sync::MutexGuard<'_, Option<HolderClient>>, T), HolderError>) {
+        let kept = self.info_client.lock().expect("info client lock");
+        let stamp = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        (stamp, Self::call_on(&self.holder_socket, kept, call))
+    }
+
+    fn call_on<'a, T>(
+        socket: &std::path::Path,
+        mut kept: std::sync::MutexGuard<'a, Option<HolderClient>>,
+        call: impl Fn(&mut HolderClient) -> Result<T, HolderError>,
+    ) -> Result<(std::sync::MutexGuard<'a, Option<HolderClient>>, T), HolderError> {
         if let Some(client) = kept.as_mut() {
             if let Ok(answer) = call(client) {
                 return Ok((kept, answer));
             }
         }
         *kept = None;
-        let mut client = HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)?;
+        let mut client = HolderClient::connect_with_timeout(socket, HOLDER_CALL_TIMEOUT)?;
         let answer = call(&mut client)?;
         *kept = Some(client);
         Ok((kept, answer))
@@ -488,14 +521,24 @@ impl AgentRuntime {
             let _ = self.forward_liveness_change(inbox);
             return None;
         }
-        let looked = self.kept_call(HolderClient::screen_with_info).map(|(_kept, looked)| looked);
-        let (info, screen) = match looked {
+        let (stamp, looked) = self.kept_call_stamped(HolderClient::screen_with_info);
+        let (info, screen) = match looked.map(|(_kept, looked)| looked) {
             Ok(looked) => (looked.info.map(Ok), Some(text_of(&looked.screen))),
             // The same answer a failed `info` gives: gone is exit (LIVE-1), else unknown.
             Err(error) => (Some(Err(error)), None),
         };
-        let answer = info.unwrap_or_else(|| self.holder_info());
-        let _ = self.forward_liveness(self.apply_liveness(answer), inbox);
+        let (stamp, answer) = match info {
+            Some(answer) => (stamp, answer),
+            None => self.holder_info_stamped(),
+        };
+        let changed = match self.apply_liveness(stamp, answer) {
+            // A read older than the liveness applied last: its screen may be another
+            // process's, so it is no evidence about the current one.
+            Applied::Stale => return None,
+            Applied::Same => None,
+            Applied::Changed(events) => Some(events),
+        };
+        let _ = self.forward_liveness(changed, inbox);
         if let Some(text) = &screen {
             // Read in one call with the liveness just applied: filed under that process.
             let process = self.liveness.lock().expect("liveness lock").process;
@@ -597,36 +640,35 @@ mod tests {
         assert!(upserted, "the new process was forwarded to the engine");
     }
 
-    /// LIVE-1: two probes that crossed apply their answers in the holder's order: an answer
-    /// the same holder gave before the one applied last, or any answer of a holder the agent's
-    /// liveness has moved away from, changes nothing (it once could put a replaced process
-    /// back, and report the live one exited).
+    /// LIVE-1: probes that crossed apply their answers in the order they were read: an answer
+    /// read before the one applied last changes nothing, whichever holder gave it and whether it
+    /// says "gone" (it once could put a replaced process back and report the live one exited,
+    /// and a late "gone" could hide a new holder's process).
     #[test]
-    fn live_1_an_older_answer_of_the_same_holder_changes_nothing() {
+    fn live_1_an_answer_read_before_the_last_applied_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let agent = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b56").0;
-        let info = |pid: u32, requests: u64| -> InfoReply {
-            let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":1,"holder_pid":9,"output_end":0,"spawn_error":null,"requests":{requests},"holder_instance":"h1"}}"#);
-            serde_json::from_str(&json).unwrap()
+        let info = |pid: u32, holder_pid: u32| -> Result<InfoReply, HolderError> {
+            let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":{holder_pid},"output_end":0,"spawn_error":null,"holder_instance":"h{holder_pid}"}}"#);
+            Ok(serde_json::from_str(&json).unwrap())
         };
+        let gone = || Err(refused(libc::ECONNREFUSED));
         let pid = || agent.liveness.lock().unwrap().process.map(|p| p.pid);
-        assert!(agent.apply_liveness(Ok(info(20, 7))).is_some(), "a new process is a change");
+        assert!(matches!(agent.apply_liveness(2, info(20, 9)), Applied::Changed(_)), "a new process is a change");
+        assert_eq!(agent.apply_liveness(1, info(10, 9)), Applied::Stale, "read before: not applied");
         assert_eq!(pid(), Some(20));
-        assert!(agent.apply_liveness(Ok(info(10, 5))).is_none(), "an older answer is not applied");
-        assert_eq!(pid(), Some(20));
-        assert!(agent.apply_liveness(Ok(info(20, 9))).is_none(), "the same facts are no change");
-        assert_eq!(agent.liveness.lock().unwrap().answered_at, 9);
-        assert!(agent.apply_liveness(Ok(info(30, 8))).is_none(), "older than the last answer seen");
-        let events = agent.apply_liveness(Ok(info(30, 11))).expect("a newer answer applies");
-        assert!(events.iter().any(|e| matches!(e, ObserverEvent::ProcessExited { .. })), "the replaced process ended: {events:?}");
-        assert_eq!(pid(), Some(30));
-        // The holder is replaced (its counts start over); a late answer of the old one, however
-        // high its count, is not applied: that holder is gone for good.
-        let mut replaced = info(40, 2);
-        replaced.holder_pid = 10;
-        replaced.holder_instance = "h2".into();
-        assert!(agent.apply_liveness(Ok(replaced)).is_some(), "a new holder's first answer applies");
-        assert!(agent.apply_liveness(Ok(info(30, 12))).is_none(), "a late answer of the replaced holder");
+        assert_eq!(agent.apply_liveness(3, info(20, 9)), Applied::Same);
+        assert_eq!(agent.liveness.lock().unwrap().answered_at, 3);
+        // The holder dies (gone), a new one answers; then the answers read before arrive late.
+        assert!(matches!(agent.apply_liveness(5, gone()), Applied::Changed(_)), "gone ends the process");
+        assert_eq!(pid(), None);
+        assert!(matches!(agent.apply_liveness(7, info(40, 10)), Applied::Changed(_)), "the new holder's process");
+        assert_eq!(agent.apply_liveness(6, gone()), Applied::Stale, "a late gone does not hide it");
+        assert_eq!(agent.apply_liveness(4, info(20, 9)), Applied::Stale, "a late answer of the dead holder");
+        assert_eq!(pid(), Some(40));
+        assert_eq!(agent.apply_liveness(8, info(40, 10)), Applied::Same, "nothing is wedged");
+        // A failure that is not evidence changes nothing, whatever its stamp.
+        assert_eq!(agent.apply_liveness(9, Err(refused(libc::EMFILE))), Applied::Same);
         assert_eq!(pid(), Some(40));
     }
 
