@@ -430,7 +430,7 @@ impl Effects for SimEffects {
                     w.agents[a].pane.changed.clone()
                 };
                 let mut next = deadline.min(now + 500);
-                for at in [exit_at, lost.map(|(_, at)| at)].into_iter().flatten() {
+                for at in [exit_at, replaced_at, lost.map(|(_, at)| at)].into_iter().flatten() {
                     next = next.min(at.max(now));
                 }
                 let notified = changed.notified();

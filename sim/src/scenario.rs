@@ -148,15 +148,16 @@ fn draw_submit(world: &Shared, n: u64, agent: usize, group: Option<u64>) -> Subm
         12..=15 => (w.agents[agent].agent_id.to_string(), false),
         _ => (w.agents[agent].agent_id.to_string(), true),
     };
+    let submission_id = submission_id(n);
     let mut text = submit_text(n);
-    if text == "/clear" && w.clear_in_flight == Some(w.daemon_epoch) {
+    if text == "/clear" && w.clear_in_flight.is_some() {
         // One bare `/clear` unanswered at a time, so a split write's bytes name their
         // submission (seed 1800040936: a second one, refused busy, took the first one's write).
         text = format!("/clear #s{n}");
     } else if text == "/clear" {
-        w.clear_in_flight = Some(w.daemon_epoch);
+        w.clear_in_flight = Some(submission_id.to_ascii_lowercase());
     }
-    SubmitCallInput { agent, submission_id: submission_id(n), target, exact_agent_id, text, timeout_ms: submit_timeout(), group }
+    SubmitCallInput { agent, submission_id, target, exact_agent_id, text, timeout_ms: submit_timeout(), group }
 }
 
 /// Sends these submit calls in one instant (back to back in the driver's inbox) and checks
@@ -186,6 +187,7 @@ async fn submit_calls(world: Shared, calls: Vec<SubmitCallInput>) {
             let (reply, answer) = oneshot::channel();
             if inbox.try_send(DriverMsg::Submit { command, reply }).is_err() {
                 w.log(format!("submit {}: the daemon is gone", call.submission_id));
+                w.call_ended(&call);
                 continue;
             }
             let started = (now_ms(), w.jumped_ms);
@@ -200,9 +202,7 @@ async fn submit_calls(world: Shared, calls: Vec<SubmitCallInput>) {
 async fn await_submit(world: Shared, call: SubmitCallInput, answer: oneshot::Receiver<SubmitReceipt>, started: (u64, u64)) {
     let receipt = answer.await;
     let mut w = world.lock().unwrap();
-    if call.text == "/clear" {
-        w.clear_in_flight = None;
-    }
+    w.call_ended(&call);
     let Ok(receipt) = receipt else {
         w.log(format!("submit {} got no answer: the daemon died", call.submission_id));
         return;

@@ -758,9 +758,9 @@ pub struct World {
     pub daemon_epoch: u64,
     /// Simulated time skipped by `clock.jump` so far (a caller's wait excludes it).
     pub jumped_ms: u64,
-    /// A bare `/clear` submit sent to the daemon of this epoch is still unanswered (its text is
-    /// then not unique: callers send no second one meanwhile).
-    pub clear_in_flight: Option<u64>,
+    /// The bare `/clear` submit drawn and not yet answered (its text is then not unique:
+    /// callers draw no second one meanwhile).
+    pub clear_in_flight: Option<String>,
     /// `caller.after_call_bound`: admissions a caller makes later (at, agent), the scenario
     /// spawns them when they are due.
     pub late_callers: Vec<(u64, usize)>,
@@ -921,6 +921,14 @@ impl World {
         }
     }
 
+    /// A submit call got its receipt, or never will (its daemon died, or was gone when it was
+    /// sent): a bare `/clear` may be drawn again.
+    pub fn call_ended(&mut self, call: &crate::oracle::SubmitCallInput) {
+        if self.clear_in_flight.as_deref() == Some(call.submission_id.to_ascii_lowercase().as_str()) {
+            self.clear_in_flight = None;
+        }
+    }
+
     /// The pane's holder as the runtime labels it (`EnterBoundary::holder`).
     pub fn holder_label(&self, a: usize) -> String {
         format!("sim-holder-{}", self.agents[a].pane.holder)
@@ -929,7 +937,10 @@ impl World {
     /// `submit.holder_replaced_mid_wait` (SUB-4): the agent's holder dies (its process with it)
     /// and `agent restart` starts another at the same socket, whose counts start over. Shaped
     /// as the hazard: its child generation and accepted writes come to equal the boundary's,
-    /// and its TUI drew past the boundary's offset, none of it a reaction to our Enter.
+    /// and its TUI drew past the boundary's offset, none of it a reaction to our Enter. (The
+    /// runtime's watch keeps one connection, so only a watch that connects after the
+    /// replacement meets the new holder; the model lets any sample meet it, a superset. The
+    /// output is not reset as a new holder's would be: the worst case for the offset check.)
     pub fn replace_pty_holder(&mut self, a: usize, boundary: &wakterm_engine::EnterBoundary) {
         if self.agents[a].process.is_none() || self.agents[a].pane.split.is_some() {
             return;
