@@ -6,7 +6,7 @@
 
 use crate::app_server::MAX_LINE_BYTES;
 use crate::app_server_stream::{Page, PlainFold, StreamFollower};
-use crate::holder::{HolderClient, InfoReply};
+use crate::holder::{HolderClient, HolderIdentity};
 use crate::observer::Health;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,21 +18,6 @@ use wakterm_engine::{Cursor, Incarnation, ManagedIds, ObserverEvent, ObserverSna
 const MAX_BYTES_PER_POLL: u64 = 8 * 1024 * 1024;
 const PAGE_BYTES: u64 = 1024 * 1024;
 const HOLDER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One holder process. Its output stream is its own: a holder started later at the same
-/// socket numbers another stream from 0 (MGD-4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HolderIdentity {
-    pub pid: u32,
-    /// `InfoReply::holder_instance` (empty from an older holder: then the pid alone names it).
-    pub instance: String,
-}
-
-impl HolderIdentity {
-    pub fn of(info: &InfoReply) -> HolderIdentity {
-        HolderIdentity { pid: info.holder_pid, instance: info.holder_instance.clone() }
-    }
-}
 
 /// Where a process's output starts: the offset, in the stream of which holder (None: not
 /// known, so not checked).
@@ -122,7 +107,9 @@ impl ManagedObserver {
         }
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
         let line = crate::app_server::on_its_own_line(crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd));
-        let expect = self.expected_process();
+        // Its own writes reach only its process: after a respawn in the same holder, the old
+        // process's last read must not send its `thread/resume` or declines to the next.
+        let expect = self.process.into();
         let outcome = self.client()?.write_expecting(&line, Some(expect), None).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
         match outcome.error {
             None => Ok(()),
@@ -135,7 +122,7 @@ impl ManagedObserver {
     /// so a turn never waits for a human who is not there.
     fn decline_requests(&mut self) -> Result<(), String> {
         for (id, method) in self.follower.unanswered_requests() {
-            let expect = self.expected_process();
+            let expect = self.process.into();
             let line = crate::app_server::decline(&id, &method);
             let outcome = self.client()?.write_expecting(&line, Some(expect), None).map_err(|e| format!("cannot answer the app-server's {method}: {e}"))?;
             if let Some(error) = outcome.error {
@@ -145,12 +132,6 @@ impl ManagedObserver {
             self.follower.answered(&id);
         }
         Ok(())
-    }
-
-    /// This observer's own writes reach only its process: after a respawn in the same holder,
-    /// the old process's last read must not send its `thread/resume` or declines to the next.
-    fn expected_process(&self) -> crate::holder::protocol::ExpectedProcess {
-        crate::holder::protocol::ExpectedProcess { pid: self.process.pid, start_time_ticks: self.process.start_time_ticks }
     }
 
     /// The connection to this process's holder: a new one is first proven to reach it.

@@ -9,8 +9,8 @@ mod holder_support;
 
 use holder_support::*;
 use wakterm_engine::{Incarnation, ManagedIds, ObserverStatus, ProcessIdentity, SessionId};
-use wakterm_runtime::holder::{spawn_holder, HolderClient, InfoReply};
-use wakterm_runtime::managed_observer::{HolderIdentity, ManagedObserver, StreamStart};
+use wakterm_runtime::holder::{spawn_holder, HolderClient, HolderIdentity, InfoReply};
+use wakterm_runtime::managed_observer::{ManagedObserver, StreamStart};
 
 fn observer_of(socket: &std::path::Path, info: &InfoReply, holder: Option<HolderIdentity>) -> ManagedObserver {
     let ids = ManagedIds { thread_id: "thread-1".into(), session_id: SessionId("thread-1".into()) };

@@ -10,7 +10,7 @@ use std::time::Instant;
 use wakterm_engine::{judge, EnterBoundary, Judgement};
 use wakterm_runtime::daemon::agents::{AgentRecord, AgentRuntime};
 use wakterm_runtime::daemon::submit::watch;
-use wakterm_runtime::holder::{spawn_holder, HolderClient, InfoReply};
+use wakterm_runtime::holder::{spawn_holder, HolderClient, HolderIdentity, InfoReply};
 use wakterm_runtime::paths::DataPaths;
 
 fn start(socket: &std::path::Path, then: &str) -> InfoReply {
@@ -48,7 +48,7 @@ fn sub_4_a_replaced_holder_is_never_an_acknowledgement() {
         screen_digest: "the screen at our Enter".into(),
         generation: first.generation,
         writes: first.writes,
-        holder: first.holder_label(),
+        holder: HolderIdentity::of(&first).to_string(),
     };
     // That holder dies; another starts at the same socket and draws more than the boundary's
     // offset, with the same generation and write count.

@@ -154,7 +154,7 @@ pub struct AppServer {
     pub mark_frozen: Option<MarkFreeze>,
 }
 
-/// MGD-4's designed earlier tail: the durable event mark held in one process's output while
+/// `app_server.mark_behind_respawn`: the durable event mark held in one process's output while
 /// the agent is restarted in the same holder and a prompt is admitted to the new process.
 #[derive(Clone, Copy, Debug)]
 pub struct MarkFreeze {

@@ -50,7 +50,7 @@ pub struct SimEffects {
 }
 
 fn agent_index(world: &World, agent_id: &AgentId) -> Option<usize> {
-    world.agents.iter().position(|a| &a.agent_id == agent_id)
+    agent_named(world, agent_id.as_str())
 }
 
 /// The provider position of a stored event mark.

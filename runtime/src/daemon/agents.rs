@@ -3,11 +3,10 @@
 //! Everything here runs on blocking threads, never on the reactor.
 
 use crate::driver::DriverMsg;
-use crate::holder::{HolderClient, HolderError, InfoReply};
+use crate::holder::{HolderClient, HolderError, HolderIdentity, InfoReply};
 use crate::observer::{CodexObserver, Health};
 use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS};
 use crate::paths::DataPaths;
-use crate::managed_observer::HolderIdentity;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -446,11 +445,12 @@ impl AgentRuntime {
     ) -> (u64, Result<(std::sync::MutexGuard<'_, Option<HolderClient>>, T), HolderError>) {
         let kept = self.info_client.lock().expect("info client lock");
         let stamp = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        (stamp, Self::call_on(&self.holder_socket, kept, call))
+        (stamp, self.call_kept(kept, call))
     }
 
-    fn call_on<'a, T>(
-        socket: &std::path::Path,
+    /// `call` on the kept connection held by `kept`, reconnecting once when it failed there.
+    fn call_kept<'a, T>(
+        &self,
         mut kept: std::sync::MutexGuard<'a, Option<HolderClient>>,
         call: impl Fn(&mut HolderClient) -> Result<T, HolderError>,
     ) -> Result<(std::sync::MutexGuard<'a, Option<HolderClient>>, T), HolderError> {
@@ -460,7 +460,7 @@ impl AgentRuntime {
             }
         }
         *kept = None;
-        let mut client = HolderClient::connect_with_timeout(socket, HOLDER_CALL_TIMEOUT)?;
+        let mut client = HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)?;
         let answer = call(&mut client)?;
         *kept = Some(client);
         Ok((kept, answer))

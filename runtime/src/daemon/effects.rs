@@ -276,7 +276,7 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8], sta
     let written = agent.with_kept_connection(|client| {
         // The holder re-checks the process atomically with the write, so a concurrent
         // `agent restart` can never receive a prompt admitted for the process it replaced.
-        let expect = crate::holder::protocol::ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
+        let expect = process.into();
         delivery_outcome(client.write_expecting(bytes, Some(expect), Some(start_by_ms)), bytes.len())
     });
     // No connection: the write was never sent.

@@ -3,8 +3,8 @@
 //! evidence, and an error while gathering it is reported as such, never as evidence.
 
 use super::agents::{AgentRuntime, Liveness};
-use crate::holder::protocol::{ExpectedProcess, ScreenReply, StepsOutcome, WireErrorKind};
-use crate::holder::{HolderClient, HolderError};
+use crate::holder::protocol::{ScreenReply, StepsOutcome, WireErrorKind};
+use crate::holder::{HolderClient, HolderError, HolderIdentity};
 use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 use wakterm_engine::{judge, EnterBoundary, Incarnation, Judgement, PaneSample, SplitOutcome, SplitWrite};
@@ -34,9 +34,9 @@ pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &Spli
         let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
             return Some(SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() });
         };
-        let expect = ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks };
+        let expect = process.into();
         let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect), Some(start_by_ms));
-        outcome_of(outcome, info.holder_label())
+        outcome_of(outcome, HolderIdentity::of(&info).to_string())
     });
     // No connection, or `info` failed on a fresh one: the write was never sent.
     written.unwrap_or_else(|error| Some(SplitOutcome::Refused { reason: format!("cannot reach the pane: {error}") }))
@@ -105,7 +105,7 @@ fn sample(client: &mut HolderClient, started: Instant) -> Result<PaneSample, Hol
         generation: info.generation,
         alive: info.alive,
         writes: info.writes,
-        holder: info.holder_label(),
+        holder: HolderIdentity::of(&info).to_string(),
         composer: crate::screen::composer_state(&screen.lines.join("\n")),
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     })

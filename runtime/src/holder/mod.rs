@@ -31,7 +31,7 @@ pub use client::{
 pub use output_ring::{OffsetBeyondEnd, OutputRing, RingSlice, OUTPUT_RING_BYTES};
 pub use pane::{KILL_GRACE, WRITE_DEADLINE};
 pub use protocol::{
-    Cursor, InfoReply, KillReply, OutputPage, ScreenReply, StreamEvent, WireErrorKind, WriteOutcome,
+    Cursor, HolderIdentity, InfoReply, KillReply, OutputPage, ScreenReply, StreamEvent, WireErrorKind, WriteOutcome,
 };
 pub use server::{run_holder, CHILD_EXIT_LINGER, MAX_CONNECTIONS, STREAM_HEARTBEAT};
 

@@ -163,10 +163,25 @@ pub struct InfoReply {
     pub holder_instance: String,
 }
 
-impl InfoReply {
-    /// `holder_pid` and `holder_instance` as one label (`EnterBoundary::holder`).
-    pub fn holder_label(&self) -> String {
-        format!("{}.{}", self.holder_pid, self.holder_instance)
+/// One holder process. Its output stream, child generations and write count are its own: a
+/// holder started later at the same socket counts them from 0 again (MGD-4, SUB-4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderIdentity {
+    pub pid: u32,
+    /// `InfoReply::holder_instance` (empty from an older holder: then the pid alone names it).
+    pub instance: String,
+}
+
+impl HolderIdentity {
+    pub fn of(info: &InfoReply) -> HolderIdentity {
+        HolderIdentity { pid: info.holder_pid, instance: info.holder_instance.clone() }
+    }
+}
+
+/// `pid.instance`: the label a submit's boundary and samples carry (`EnterBoundary::holder`).
+impl std::fmt::Display for HolderIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.pid, self.instance)
     }
 }
 
@@ -175,6 +190,12 @@ impl InfoReply {
 pub struct ExpectedProcess {
     pub pid: u32,
     pub start_time_ticks: u64,
+}
+
+impl From<wakterm_engine::ProcessIdentity> for ExpectedProcess {
+    fn from(process: wakterm_engine::ProcessIdentity) -> ExpectedProcess {
+        ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks }
+    }
 }
 
 /// Why a `write` wrote nothing by decision, before its first byte (typed, so callers never
