@@ -186,7 +186,10 @@ impl Store {
     }
 
     /// EV-1: agent events with `after < sequence <= through`, ascending, at most
-    /// `min(limit, TERMINAL_PAGE_MAX)`; only of `agents` when it is not empty.
+    /// `min(limit, TERMINAL_PAGE_MAX)`; only of `agents` when it is not empty. Both read the
+    /// sequence range by rowid; a filtered read skips other agents' rows in it (no index by
+    /// agent since migration 6: it cost every group commit a page per agent).
+    /// `store_agent_event_reads_walk_the_sequence_range` holds the plan.
     pub fn agent_events_after(&self, after: u64, through: u64, limit: usize, agents: &[String]) -> Result<Vec<StoredAgentEvent>, StoreError> {
         let limit = limit.min(TERMINAL_PAGE_MAX);
         let (Ok(after_sql), Ok(through_sql)) = (i64::try_from(after), i64::try_from(through)) else {
@@ -199,19 +202,14 @@ impl Store {
             Ok(())
         };
         if agents.is_empty() {
-            let mut stmt = conn.prepare_cached(
-                "SELECT sequence, agent_id, event FROM agent_events WHERE sequence > ?1 AND sequence <= ?2 ORDER BY sequence LIMIT ?3",
-            )?;
+            let mut stmt = conn.prepare_cached(AGENT_EVENTS_SQL)?;
             let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, limit as i64])?;
             while let Some(row) = rows.next()? {
                 push(row)?;
             }
         } else {
             let list = serde_json::to_string(agents).expect("strings serialise");
-            let mut stmt = conn.prepare_cached(
-                "SELECT sequence, agent_id, event FROM agent_events WHERE sequence > ?1 AND sequence <= ?2 \
-                 AND agent_id IN (SELECT value FROM json_each(?3)) ORDER BY sequence LIMIT ?4",
-            )?;
+            let mut stmt = conn.prepare_cached(AGENT_EVENTS_OF_SQL)?;
             let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, list, limit as i64])?;
             while let Some(row) = rows.next()? {
                 push(row)?;
@@ -300,6 +298,14 @@ const REQUEST_SELECT: &str =
 /// choose to scan `requests` for the phase.
 pub(crate) const OPEN_REQUESTS_SQL: &str = "SELECT r.request_id, r.agent_id, r.phase, r.fingerprint, r.record, r.updated_ms \
      FROM open_requests AS o CROSS JOIN requests AS r ON r.request_id = o.request_id ORDER BY o.request_id";
+
+/// EV-1: a page of agent events, all agents.
+pub(crate) const AGENT_EVENTS_SQL: &str =
+    "SELECT sequence, agent_id, event FROM agent_events WHERE sequence > ?1 AND sequence <= ?2 ORDER BY sequence LIMIT ?3";
+
+/// EV-1: a page of agent events of the agents in the JSON list `?3`.
+pub(crate) const AGENT_EVENTS_OF_SQL: &str = "SELECT sequence, agent_id, event FROM agent_events WHERE sequence > ?1 AND sequence <= ?2 \
+     AND agent_id IN (SELECT value FROM json_each(?3)) ORDER BY sequence LIMIT ?4";
 
 type RawRequest = (String, String, String, String, String, i64);
 

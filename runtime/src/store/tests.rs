@@ -748,6 +748,47 @@ fn store_retention_queries_use_the_finished_by_time_index() {
     drop(writer);
 }
 
+// Issue 10, EV-1: agent events are read by their sequence range (the rowid), filtered or not,
+// in sequence order without a sort; no index by agent exists to be kept up (migration 6).
+#[test]
+fn store_agent_event_reads_walk_the_sequence_range() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let writer = StoreWriter::spawn(&path).unwrap();
+    writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
+    for sql in [super::reader::AGENT_EVENTS_SQL, super::reader::AGENT_EVENTS_OF_SQL] {
+        let plan = query_plan(&path, sql);
+        let range = "SEARCH agent_events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)";
+        assert!(plan.first().is_some_and(|step| step == range), "{sql}: {plan:?}");
+        assert!(plan.iter().all(|step| !step.contains("TEMP B-TREE")), "{sql}: {plan:?}");
+    }
+    let indexes = texts(&path, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'agent_events'");
+    assert!(indexes.is_empty(), "{indexes:?}");
+    drop(writer);
+}
+
+// Issue 10: a database of version 5 drops the index by agent when opened and keeps its events;
+// filtered reads answer as before.
+#[test]
+fn store_migration_6_drops_the_event_index_by_agent() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    {
+        let (_, writer) = open_pair(&path);
+        writer.commit_blocking(vec![event(1, "a1", 10), event(2, "a2", 10), event(3, "a1", 11)]).unwrap();
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE INDEX agent_events_by_agent ON agent_events(agent_id, sequence); PRAGMA user_version = 5;").unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.open_report().migrated_from, 5);
+    assert!(texts(&path, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'agent_events'").is_empty());
+    let a1: Vec<u64> = store.agent_events_after(0, 100, 100, &["a1".to_string()]).unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(a1, [1, 3]);
+    let all: Vec<u64> = store.agent_events_after(1, 100, 100, &[]).unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(all, [2, 3]);
+}
+
 // Issue 10, HIST-1: start reads the open requests from the ids `open_requests` keeps, in id
 // order without a sort, and looks each row up by its id: never a scan of the history.
 #[test]
