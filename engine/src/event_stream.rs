@@ -89,7 +89,8 @@ impl EventStream {
     pub fn recover(last_sequence: u64, marks: Vec<EventMark>) -> EventStream {
         let mut stream = EventStream { next_sequence: last_sequence + 1, published_through: last_sequence, ..EventStream::default() };
         for mark in marks {
-            if mark.attached.is_some() {
+            // EV-7: the stream reports a session: its first loss after the restart is a gap.
+            if mark.reported_session().is_some() {
                 stream.recovered_unattached.insert(mark.agent_id.clone());
             }
             stream.recovered_unregistered.insert(mark.agent_id.clone());
@@ -182,8 +183,13 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
         // resume's cursor in an earlier process's output) takes nothing from the stream.
         ObserverEvent::SessionLost { session: Some(session), before: Some(before), .. } if mark.covers(session, *before) => Vec::new(),
         ObserverEvent::SessionLost { reason, .. } => {
-            if mark.attached.take().is_none() {
-                return Vec::new(); // nothing was reported attached: nothing is lost (EV-7)
+            // EV-7: a loss of the session the stream reports (a loss naming another one never
+            // gets here: `report_observed`). Records of it reported without an attach count:
+            // see `EventMark::reported_session`.
+            let reported = mark.reported_session().is_some();
+            mark.attached = None;
+            if !reported {
+                return Vec::new(); // nothing of it was reported: nothing is lost (EV-7)
             }
             let session = mark.session.take();
             let after_position = std::mem::take(&mut mark.position);
@@ -306,8 +312,8 @@ impl Engine {
         // EV-7: a resume that could not re-attach another session than the one the stream
         // reports attached says nothing about that one (nor ends the wait for the first look).
         if let ObserverEvent::SessionLost { session: Some(lost), .. } = event {
-            let attached = self.events.marks.get(agent_id).and_then(|m| m.attached.as_ref());
-            if attached.is_some_and(|attached| attached != lost) {
+            let reported = self.events.marks.get(agent_id).and_then(EventMark::reported_session);
+            if reported.is_some_and(|reported| reported != lost) {
                 return;
             }
         }

@@ -233,6 +233,16 @@ impl EventMark {
     }
 
     /// EV-4: a provider record at (`session`, `position`) was already appended.
+    /// EV-7: the session the stream reports: the one it reported attached, else the one whose
+    /// records it reported since its last loss. A resume's loss of a disproved earlier file of
+    /// the session the tail still reads is reported `observer.lost`, and the tail's records of
+    /// that session go on without a new attach; their session's next loss must still be
+    /// reported and clear the mark, or a replacement file's records at positions the mark
+    /// covers would never be reported (seed 2500006902).
+    pub fn reported_session(&self) -> Option<&SessionId> {
+        self.attached.as_ref().or(self.session.as_ref())
+    }
+
     pub fn covers(&self, session: &SessionId, position: u64) -> bool {
         self.session.as_ref() == Some(session) && position <= self.position
     }

@@ -537,6 +537,34 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss of the attached one is");
 }
 
+/// EV-7: a resume's loss of the attached session (its disproved earlier file) is `lost` while
+/// the tail reads that session on, and its records go on without a new attach. A later loss,
+/// first after a restart, is still that session's gap and clears the mark, so a replacement
+/// file's records at positions the old mark covered are reported (seed 2500006902: the turn
+/// start at the old mark's position was never reported).
+#[test]
+fn ev_7_records_reported_after_a_loss_make_the_next_loss_a_gap() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.turn_started("turn-1", 1010);
+    rig.observe(ObserverEvent::SessionLost { reason: "disproved".into(), session: Some(session()), before: None });
+    assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost");
+    rig.turn_started("turn-2", 1200); // the tail reads the session on
+    assert_eq!(rig.published_events.last().unwrap().kind(), "turn.started");
+    restart(&mut rig);
+    let count = rig.published_events.len();
+    rig.observe(ObserverEvent::SessionLost { reason: "cannot resume".into(), session: Some(SessionId("other-session".into())), before: None });
+    assert_eq!(rig.published_events.len(), count, "a loss of another session is not this one's");
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into(), session: None, before: None });
+    match &rig.published_events.last().unwrap().body {
+        EventBody::ObserverGap { session: s, after_position, .. } => assert_eq!((s.as_ref(), *after_position), (Some(&session()), 1200)),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    rig.observe(attached(0));
+    rig.turn_started("turn-3", 1200); // the replacement's record at the old mark's position
+    assert_eq!(kinds(&rig.published_events[rig.published_events.len() - 2..]), ["observer.attached", "turn.started"]);
+}
+
 /// Agent lifecycle: announced once (not again after a restart), a new process is an
 /// incarnation change, an exit and a stop are reported once each.
 #[test]
