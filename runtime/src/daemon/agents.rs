@@ -672,6 +672,44 @@ mod tests {
         assert_eq!(pid(), Some(40));
     }
 
+    /// LIVE-1: a liveness change is applied whole under the observer lock, so whoever holds that
+    /// lock sees the observer reading exactly the process the liveness names. Crossed probes
+    /// once left them apart for a moment: the liveness swapped under its own lock, the
+    /// observer replaced later under the other (a drain could read the next process's output).
+    /// Two probing threads cross thousands of times while a third checks under the lock.
+    #[test]
+    fn live_1_crossed_probes_never_leave_the_observer_on_another_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Arc::new(pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b57").0);
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let probes: Vec<_> = (0..2)
+            .map(|_| {
+                let (agent, done) = (agent.clone(), done.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..3_000 {
+                        // A read takes its stamp, then its answer applies: three processes in turn.
+                        let stamp = agent.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        let pid = 10 + (stamp % 3) as u32;
+                        let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":9,"output_end":0,"spawn_error":null,"holder_instance":"h9"}}"#);
+                        agent.apply_liveness(stamp, Ok(serde_json::from_str(&json).unwrap()));
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            })
+            .collect();
+        let (mut checks, mut changes) = (0u64, std::collections::BTreeSet::new());
+        while done.load(std::sync::atomic::Ordering::SeqCst) < probes.len() {
+            let observer = agent.observer.lock().unwrap();
+            let liveness = agent.liveness.lock().unwrap().clone();
+            let reading = observer.as_ref().map(|o| o.incarnation().clone());
+            assert_eq!(reading, liveness.incarnation(), "the observer reads another process than the liveness names");
+            changes.extend(reading);
+            checks += 1;
+        }
+        probes.into_iter().for_each(|probe| probe.join().unwrap());
+        assert!(checks > 10 && changes.len() > 1, "the check ran while the process changed: {checks} checks, {changes:?}");
+    }
+
     // LIVE-1: only "nobody listens" is evidence of exit; running out of descriptors is not.
     #[test]
     fn live_1_only_an_absent_holder_is_evidence_of_exit() {
