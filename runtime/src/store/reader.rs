@@ -188,20 +188,25 @@ impl Store {
     /// EV-1: agent events with `after < sequence <= through`, ascending, at most
     /// `min(limit, TERMINAL_PAGE_MAX)`; only of `agents` when it is not empty. Both read the
     /// sequence range by rowid; a filtered read skips other agents' rows in it (no index by
-    /// agent since migration 6: it cost every group commit a page per agent).
+    /// agent since migration 6: it cost every group commit a page per agent), one window of
+    /// [`FILTERED_SCAN_WINDOW`] sequences per statement, taking the shared connection again
+    /// for each: a quiet agent's page may scan the whole retained history, and every other
+    /// read of the store (a request named again, `request get`, other subscribers) waits only
+    /// for one window. A prune between windows is caught by the caller's check after the page
+    /// (`stream::checked_page`: the pruned mark only grows).
     /// `store_agent_event_reads_walk_the_sequence_range` holds the plan.
     pub fn agent_events_after(&self, after: u64, through: u64, limit: usize, agents: &[String]) -> Result<Vec<StoredAgentEvent>, StoreError> {
         let limit = limit.min(TERMINAL_PAGE_MAX);
         let (Ok(after_sql), Ok(through_sql)) = (i64::try_from(after), i64::try_from(through)) else {
             return Ok(Vec::new());
         };
-        let conn = self.conn();
         let mut events = Vec::with_capacity(limit.min(64));
         let mut push = |row: &Row<'_>| -> rusqlite::Result<()> {
             events.push((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?));
             Ok(())
         };
         if agents.is_empty() {
+            let conn = self.conn();
             let mut stmt = conn.prepare_cached(AGENT_EVENTS_SQL)?;
             let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, limit as i64])?;
             while let Some(row) = rows.next()? {
@@ -209,10 +214,17 @@ impl Store {
             }
         } else {
             let list = serde_json::to_string(agents).expect("strings serialise");
-            let mut stmt = conn.prepare_cached(AGENT_EVENTS_OF_SQL)?;
-            let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, list, limit as i64])?;
-            while let Some(row) = rows.next()? {
-                push(row)?;
+            let (mut from, mut found) = (after_sql, 0);
+            while found < limit && from < through_sql {
+                let to = through_sql.min(from.saturating_add(FILTERED_SCAN_WINDOW));
+                let conn = self.conn();
+                let mut stmt = conn.prepare_cached(AGENT_EVENTS_OF_SQL)?;
+                let mut rows = stmt.query(rusqlite::params![from, to, list, (limit - found) as i64])?;
+                while let Some(row) = rows.next()? {
+                    push(row)?;
+                    found += 1;
+                }
+                from = to;
             }
         }
         let events = events
@@ -298,6 +310,9 @@ const REQUEST_SELECT: &str =
 /// choose to scan `requests` for the phase.
 pub(crate) const OPEN_REQUESTS_SQL: &str = "SELECT r.request_id, r.agent_id, r.phase, r.fingerprint, r.record, r.updated_ms \
      FROM open_requests AS o CROSS JOIN requests AS r ON r.request_id = o.request_id ORDER BY o.request_id";
+
+/// EV-1: the sequences one statement of a filtered read scans (about 5 ms of rows).
+pub(crate) const FILTERED_SCAN_WINDOW: i64 = 16_384;
 
 /// EV-1: a page of agent events, all agents.
 pub(crate) const AGENT_EVENTS_SQL: &str =

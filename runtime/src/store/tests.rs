@@ -767,6 +767,26 @@ fn store_agent_event_reads_walk_the_sequence_range() {
     drop(writer);
 }
 
+// EV-1, issue 10: a filtered read scans the sequence range in windows (the shared connection
+// is taken again for each), and a page still holds every event of the agent in order, up to
+// its limit and its bound, whichever windows they lie in.
+#[test]
+fn ev_1_a_filtered_read_crosses_scan_windows() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    let window = super::reader::FILTERED_SCAN_WINDOW as u64;
+    let (first, second, third) = (5, window + 3, 3 * window + 7);
+    writer.commit_blocking(vec![event(first, "a1", 1), event(second, "a1", 2), event(window + 6, "a2", 3), event(third, "a1", 4)]).unwrap();
+    let read = |after: u64, through: u64, limit: usize| -> Vec<u64> {
+        store.agent_events_after(after, through, limit, &["a1".to_string()]).unwrap().iter().map(|e| e.sequence).collect()
+    };
+    assert_eq!(read(0, 10 * window, 100), [first, second, third]);
+    assert_eq!(read(0, 10 * window, 2), [first, second], "the limit counts across windows");
+    assert_eq!(read(first, 10 * window, 100), [second, third]);
+    assert_eq!(read(0, third - 1, 100), [first, second], "the bound holds in the last window");
+    assert_eq!(read(third, 10 * window, 100), Vec::<u64>::new());
+}
+
 // Issue 10: a database of version 5 drops the index by agent when opened and keeps its events;
 // filtered reads answer as before.
 #[test]
