@@ -162,7 +162,9 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             // EV-7: the first look after a restart finds the observer on another session than
             // the one the stream reported attached: what the old one recorded after the mark
             // while the daemon was down will never be reported. Say so.
-            if let Some(old) = mark.attached.clone().filter(|old| after_restart && old != session) {
+            // The session the stream reports (`reported_session`): records of it reported
+            // after a loss, without an attach, are as much at stake (review of 2e55edf).
+            if let Some(old) = mark.reported_session().cloned().filter(|old| after_restart && old != session) {
                 let after_position = if mark.session.as_ref() == Some(&old) { mark.position } else { 0 };
                 let reason = SESSION_CHANGED_WHILE_DOWN.to_string();
                 bodies.push(EventBody::ObserverGap { reason, session: Some(old), after_position });

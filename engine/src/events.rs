@@ -232,7 +232,6 @@ impl EventMark {
         EventMark { agent_id, incarnation: None, exited: false, stopped: false, attached: None, session: None, position: 0, fingerprint: None }
     }
 
-    /// EV-4: a provider record at (`session`, `position`) was already appended.
     /// EV-7: the session the stream reports: the one it reported attached, else the one whose
     /// records it reported since its last loss. A resume's loss of a disproved earlier file of
     /// the session the tail still reads is reported `observer.lost`, and the tail's records of
@@ -243,6 +242,7 @@ impl EventMark {
         self.attached.as_ref().or(self.session.as_ref())
     }
 
+    /// EV-4: a provider record at (`session`, `position`) was already appended.
     pub fn covers(&self, session: &SessionId, position: u64) -> bool {
         self.session.as_ref() == Some(session) && position <= self.position
     }

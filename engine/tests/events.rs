@@ -563,6 +563,24 @@ fn ev_7_records_reported_after_a_loss_make_the_next_loss_a_gap() {
     rig.observe(attached(0));
     rig.turn_started("turn-3", 1200); // the replacement's record at the old mark's position
     assert_eq!(kinds(&rig.published_events[rig.published_events.len() - 2..]), ["observer.attached", "turn.started"]);
+
+    // The same records, then the first look after a restart attaches to ANOTHER session: the
+    // reported session's unreported records are a gap (the review's seed 15756 reported only
+    // the attach).
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.observe(ObserverEvent::SessionLost { reason: "disproved".into(), session: Some(session()), before: None });
+    rig.turn_started("turn-2", 1200);
+    restart(&mut rig);
+    let other = SessionId("other-session".into());
+    rig.observe(ObserverEvent::Attached { session: other.clone(), position: 0 });
+    let tail: Vec<&EventBody> = rig.published_events.iter().rev().take(2).rev().map(|e| &e.body).collect();
+    match tail[..] {
+        [EventBody::ObserverGap { reason, session: Some(old), after_position: 1200 }, EventBody::ObserverAttached { session: new, position: 0 }] => {
+            assert_eq!((reason.as_str(), old, new), ("session_changed_while_down", &session(), &other));
+        }
+        _ => panic!("a gap, then the attach: {tail:?}"),
+    }
 }
 
 /// Agent lifecycle: announced once (not again after a restart), a new process is an

@@ -227,9 +227,10 @@ pub struct Oracle {
     /// while the observer stays attached and never announces `Attached` again: the engine's
     /// mark then stays unattached, so a real loss after it makes no `observer.lost` (EV-7's
     /// "nothing attached, nothing lost") and the stream may end on `observer.lost`. A known
-    /// runtime gap, tolerated until the stream reports the agent attached again.
+    /// runtime gap, tolerated until the stream reports the agent attached again or reports a
+    /// record (which makes the session the stream's: its next loss is reported).
     /// Set by the stream's `observer.lost`/`observer.gap` of such a loss, cleared by the next
-    /// `observer.attached`.
+    /// `observer.attached` or record event.
     pub fold_lost: BTreeSet<usize>,
 }
 
@@ -286,8 +287,9 @@ pub struct AgentStream {
     /// The record the stream has reported through, in the session it last reported.
     cursor: Option<StreamCursor>,
     /// The engine took a startup resume's `SessionLost` for a loss of the attached tail
-    /// (`note.ev7_resume_loss_while_tail_attached`) and has not reported an attach since: a
-    /// real loss of the tail now makes no `observer.lost`.
+    /// (`note.ev7_resume_loss_while_tail_attached`) and has reported neither an attach nor a
+    /// record since: a real loss of the tail now makes no `observer.lost` (after a record it
+    /// does: `EventMark::reported_session`).
     unattached_by_resume_loss: bool,
 }
 
@@ -964,6 +966,10 @@ impl Oracle {
     /// right after the record reported before it.
     #[allow(clippy::too_many_arguments)]
     fn stream_turn(&mut self, a: usize, seq: u64, kind: &'static str, session: &SessionId, position: u64, turn: Option<&TurnId>, cx: &EventContext<'_>) {
+        // EV-7: a record reported makes its session the stream's (`EventMark::reported_session`):
+        // its next loss is reported, so neither known gap below holds any longer.
+        self.stream.agents.entry(a).or_default().unattached_by_resume_loss = false;
+        self.fold_lost.remove(&a);
         let records = cx.records(session);
         let record = records.and_then(|rs| rs.iter().find(|r| r.position == position));
         let truth = record.map(record_events);
@@ -1101,7 +1107,8 @@ impl Oracle {
     /// of the live tail (`observer.lost`, mark reset) while the tail stays attached and never
     /// reports the session afresh, nor its own later loss (the engine thinks it unattached):
     /// the stream's last word is `observer.lost`, and later records come with no
-    /// `observer.attached`. The oracle keeps the agent's stream where the tail is (its
+    /// `observer.attached` (once one is reported, the session is the stream's again and its
+    /// next loss is reported: EV-7, seed 2500006902). The oracle keeps the agent's stream where the tail is (its
     /// cursor), and lets the records be reported again (a later daemon reads them afresh after
     /// the durable loss).
     pub fn on_resume_loss_while_attached(&mut self, a: usize, reason: &str) {
