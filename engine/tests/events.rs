@@ -22,6 +22,18 @@ fn restart(rig: &mut Rig) {
     rig.input(Input::StartupComplete);
 }
 
+/// EV-7: the last two events are the old session's gap (`session_changed_while_down`, after
+/// `after`), then the attach to `new` at 0.
+fn assert_gap_then_attach(rig: &Rig, after: u64, new: &SessionId) {
+    let tail: Vec<&EventBody> = rig.published_events.iter().rev().take(2).rev().map(|e| &e.body).collect();
+    match tail[..] {
+        [EventBody::ObserverGap { reason, session: Some(old), after_position }, EventBody::ObserverAttached { session: attached, position: 0 }] => {
+            assert_eq!((reason.as_str(), old, *after_position, attached), ("session_changed_while_down", &session(), after, new));
+        }
+        _ => panic!("a gap, then the attach: {tail:?}"),
+    }
+}
+
 fn assert_strictly_increasing(events: &[AgentEvent]) {
     assert!(events.windows(2).all(|w| w[0].sequence < w[1].sequence), "EV-1/EV-2: {:?}", sequences(events));
 }
@@ -522,13 +534,7 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     restart(&mut rig);
     let other = SessionId("other-session".into());
     rig.observe(ObserverEvent::Attached { session: other.clone(), position: 0 });
-    let tail: Vec<&EventBody> = rig.published_events.iter().rev().take(2).rev().map(|e| &e.body).collect();
-    match tail[..] {
-        [EventBody::ObserverGap { reason, session: Some(old), after_position: 1010 }, EventBody::ObserverAttached { session: new, position: 0 }] => {
-            assert_eq!((reason.as_str(), old, new), ("session_changed_while_down", &session(), &other));
-        }
-        _ => panic!("a gap, then the attach: {tail:?}"),
-    }
+    assert_gap_then_attach(&rig, 1010, &other);
     // A startup resume of the old session then fails: that is not a loss of the new one.
     let count = rig.published_events.len();
     rig.observe(ObserverEvent::SessionLost { reason: "cannot resume".into(), session: Some(session()), before: None });
@@ -574,13 +580,7 @@ fn ev_7_records_reported_after_a_loss_make_the_next_loss_a_gap() {
     restart(&mut rig);
     let other = SessionId("other-session".into());
     rig.observe(ObserverEvent::Attached { session: other.clone(), position: 0 });
-    let tail: Vec<&EventBody> = rig.published_events.iter().rev().take(2).rev().map(|e| &e.body).collect();
-    match tail[..] {
-        [EventBody::ObserverGap { reason, session: Some(old), after_position: 1200 }, EventBody::ObserverAttached { session: new, position: 0 }] => {
-            assert_eq!((reason.as_str(), old, new), ("session_changed_while_down", &session(), &other));
-        }
-        _ => panic!("a gap, then the attach: {tail:?}"),
-    }
+    assert_gap_then_attach(&rig, 1200, &other);
 }
 
 /// Agent lifecycle: announced once (not again after a restart), a new process is an
