@@ -640,6 +640,12 @@ mod tests {
         assert!(upserted, "the new process was forwarded to the engine");
     }
 
+    /// A holder's `info` answer: process `pid` alive, in holder `holder_pid` (instance `h<pid>`).
+    fn info_reply(pid: u32, holder_pid: u32) -> InfoReply {
+        let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":{holder_pid},"output_end":0,"spawn_error":null,"holder_instance":"h{holder_pid}"}}"#);
+        serde_json::from_str(&json).unwrap()
+    }
+
     /// LIVE-1: probes that crossed apply their answers in the order they were read: an answer
     /// read before the one applied last changes nothing, whichever holder gave it and whether it
     /// says "gone" (it once could put a replaced process back and report the live one exited,
@@ -648,10 +654,7 @@ mod tests {
     fn live_1_an_answer_read_before_the_last_applied_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let agent = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b56").0;
-        let info = |pid: u32, holder_pid: u32| -> Result<InfoReply, HolderError> {
-            let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":{holder_pid},"output_end":0,"spawn_error":null,"holder_instance":"h{holder_pid}"}}"#);
-            Ok(serde_json::from_str(&json).unwrap())
-        };
+        let info = |pid: u32, holder_pid: u32| -> Result<InfoReply, HolderError> { Ok(info_reply(pid, holder_pid)) };
         let gone = || Err(refused(libc::ECONNREFUSED));
         let pid = || agent.liveness.lock().unwrap().process.map(|p| p.pid);
         assert!(matches!(agent.apply_liveness(2, info(20, 9)), Applied::Changed(_)), "a new process is a change");
@@ -690,8 +693,7 @@ mod tests {
                         // A read takes its stamp, then its answer applies: three processes in turn.
                         let stamp = agent.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                         let pid = 10 + (stamp % 3) as u32;
-                        let json = format!(r#"{{"pid":{pid},"start_time_ticks":7,"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":9,"output_end":0,"spawn_error":null,"holder_instance":"h9"}}"#);
-                        agent.apply_liveness(stamp, Ok(serde_json::from_str(&json).unwrap()));
+                        agent.apply_liveness(stamp, Ok(info_reply(pid, 9)));
                     }
                     done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 })
