@@ -968,3 +968,30 @@ fn store_2_a_lone_batch_of_events_commits_when_its_linger_ends() {
     events.recv().unwrap().expect("committed alone");
     assert!(started.elapsed() >= linger, "committed after {:?}, before the linger ended", started.elapsed());
 }
+
+/// STORE-3: WAL checkpoints run beside the writer (the housekeeping thread's own connection),
+/// not in a commit: a few hundred WAL pages (far below SQLite's automatic 1,000) reach the
+/// database file itself once `CHECKPOINT_AFTER_COMMITS` commits have passed. A copy of the
+/// database file alone, without its WAL, shows what was checkpointed.
+#[test]
+fn store_3_checkpoints_run_beside_the_writer() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let writer = StoreWriter::spawn(&path).unwrap();
+    let commits = 3 * super::limits::CHECKPOINT_AFTER_COMMITS;
+    for n in 0..commits {
+        writer.commit_blocking(vec![request(&format!("r{n}"), "registered", "f", n)]).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while writer.stats().checkpoints == 0 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint within 10 s of {commits} commits");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let copy = scratch.0.join("copy.sqlite");
+    fs::copy(&path, &copy).unwrap();
+    let conn = rusqlite::Connection::open(&copy).unwrap();
+    let rows: u64 = conn.query_row("SELECT count(*) FROM requests", [], |row| row.get(0)).unwrap_or(0);
+    assert!(rows >= super::limits::CHECKPOINT_AFTER_COMMITS, "the database file alone holds {rows} of {commits} requests");
+    drop(conn);
+    writer.shutdown().unwrap();
+}
