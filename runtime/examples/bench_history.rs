@@ -59,14 +59,14 @@ impl Effects for BenchEffects {
 
     fn events_settled(&mut self, _through: u64) {}
 
-    fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>, more_follow: bool) {
         let inbox = self.inbox.clone();
         let store_ops = ops.iter().map(op_for).collect();
         let done = Box::new(move |result: Result<_, wakterm_runtime::store::StoreError>| {
             let result = result.map(drop).map_err(|e| e.to_string());
             let _ = inbox.blocking_send(DriverMsg::Input(Input::PersistAcked { token, result }));
         });
-        self.writer.submit(store_ops, done).expect("the bench never fills the writer queue");
+        self.writer.submit_in_step(store_ops, done, more_follow).expect("the bench never fills the writer queue");
     }
 
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, _incarnation: Incarnation, _bytes: Vec<u8>) {

@@ -20,8 +20,10 @@ pub trait Effects: Send {
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId);
     /// REC-2: re-attach the agent's observer at `from` and replay; answer `Observed` events.
     fn resume(&mut self, agent_id: AgentId, from: Cursor, incarnation: Incarnation);
-    /// Commit `ops` in one transaction; answer `PersistAcked` only after COMMIT.
-    fn persist(&mut self, token: u64, ops: Vec<PersistOp>);
+    /// Commit `ops` in one transaction; answer `PersistAcked` only after COMMIT. `more_follow`:
+    /// another persist of the same engine step comes next (STORE-2: the writer keeps the step's
+    /// batches in one transaction).
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>, more_follow: bool);
     /// ADM-8: one pane write; answer `Delivered`.
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>);
     /// TERM-2: a durable terminal event for stream subscribers.
@@ -184,7 +186,10 @@ fn fire_due_timers<E: Effects, C: Clock>(engine: &mut Engine, effects: &mut E, w
 }
 
 fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMap<OpId, Waiter>, now_ms: u64) {
-    while let Some(output) = engine.poll_output() {
+    // One step's outputs, all known now (an effect only answers through the inbox, later).
+    let outputs: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
+    let mut persists_left = outputs.iter().filter(|output| matches!(output, Output::Persist { .. })).count();
+    for output in outputs {
         if tracing::enabled!(tracing::Level::TRACE) {
             trace_kind("engine output", &output);
             if let Output::Persist { ops, .. } = &output {
@@ -194,7 +199,10 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
         match output {
             Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
             Output::ResumeObserver { agent_id, from, incarnation } => effects.resume(agent_id, from, incarnation),
-            Output::Persist { token, ops } => effects.persist(token, ops),
+            Output::Persist { token, ops } => {
+                persists_left -= 1;
+                effects.persist(token, ops, persists_left > 0)
+            }
             Output::Deliver { delivery_id, agent_id, incarnation, bytes } => {
                 effects.deliver(delivery_id, agent_id, incarnation, bytes)
             }
@@ -227,6 +235,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
             Output::LoadRequest { load_id, request_id } => effects.load_request(load_id, request_id),
         }
     }
+    assert_eq!(persists_left, 0, "every persist of the step was handed out");
     effects.events_settled(engine.events_published_through());
 }
 
@@ -282,7 +291,7 @@ mod tests {
     impl Effects for Silent {
         fn refresh(&mut self, _: u64, _: AgentId) {}
         fn resume(&mut self, _: AgentId, _: Cursor, _: Incarnation) {}
-        fn persist(&mut self, _: u64, _: Vec<PersistOp>) {}
+        fn persist(&mut self, _: u64, _: Vec<PersistOp>, _: bool) {}
         fn deliver(&mut self, _: u64, _: AgentId, _: Incarnation, _: Vec<u8>) {}
         fn publish(&mut self, _: TerminalEvent) {}
         fn publish_event(&mut self, _: AgentEvent) {}

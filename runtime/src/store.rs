@@ -26,7 +26,7 @@ pub use limits::{
 pub use op::{StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent};
 pub use reader::{Store, REQUEST_IDS};
 pub use schema::{OpenReport, APPLICATION_ID, SCHEMA_VERSION, UNDO_MIGRATION_5_FOR_TESTS};
-pub use writer::{CommitCallback, CommitInfo, StoreWriter, WriterStats};
+pub use writer::{CommitCallback, CommitInfo, GroupWaits, StoreWriter, WriterStats};
 
 /// The store form of an engine persist op: the indexed columns plus the record as JSON. One
 /// mapping, used by the daemon and by the simulator's store model alike.

@@ -171,7 +171,9 @@ impl Effects for SimEffects {
         });
     }
 
-    fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
+    /// `more_follow` only groups a step's batches into one SQLite transaction (STORE-2); each
+    /// batch still commits or fails alone and is answered in order, which this model does.
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>, _more_follow: bool) {
         let mut w = self.world.lock().unwrap();
         if w.mutant == Mutant::PublishBeforeCommit {
             for op in &ops {

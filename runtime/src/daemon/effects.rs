@@ -113,7 +113,7 @@ impl Effects for RealEffects {
         });
     }
 
-    fn persist(&mut self, token: u64, ops: Vec<PersistOp>) {
+    fn persist(&mut self, token: u64, ops: Vec<PersistOp>, more_follow: bool) {
         let inbox = self.inbox.clone();
         let store_ops: Vec<StoreOp> = ops.iter().map(crate::store::op_for).collect();
         let marks_submitted = ops.iter().any(|op| matches!(op, PersistOp::PutRequest(r) if r.phase == wakterm_engine::Phase::Submitted));
@@ -128,7 +128,7 @@ impl Effects for RealEffects {
             }
             let _ = inbox.blocking_send(DriverMsg::Input(Input::PersistAcked { token, result }));
         });
-        if let Err(error) = self.writer.submit(store_ops, done) {
+        if let Err(error) = self.writer.submit_in_step(store_ops, done, more_follow) {
             // The callback is never called when submit fails: answer here, off the reactor.
             let inbox = self.inbox.clone();
             tracing::warn!(token, %error, "commit not queued; the engine retries it");

@@ -24,6 +24,11 @@ pub const CHECKPOINT_AFTER_COMMITS: u64 = 32;
 /// back both alike).
 pub const WAL_AUTOCHECKPOINT_FALLBACK_PAGES: u32 = 4_000;
 
+/// STORE-2: how long the writer waits for the next batch of an engine step once it holds one
+/// that says another follows (`StoreWriter::submit_in_step`). The driver queues them back to
+/// back, so this only bounds a follower that could not be queued (backpressure).
+pub const STEP_FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Operations in one batch (one atomic unit for the engine).
 pub const BATCH_OPS_MAX: usize = 4096;
 

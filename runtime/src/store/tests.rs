@@ -924,9 +924,39 @@ fn store_2_only_event_stream_and_checkpoint_ops_may_wait() {
 
 /// Submits `ops` and returns the receiver of its one answer.
 fn submit_watched(writer: &StoreWriter, ops: Vec<StoreOp>) -> std::sync::mpsc::Receiver<Result<CommitInfo, StoreError>> {
+    submit_in_step_watched(writer, ops, false)
+}
+
+fn submit_in_step_watched(writer: &StoreWriter, ops: Vec<StoreOp>, followed: bool) -> std::sync::mpsc::Receiver<Result<CommitInfo, StoreError>> {
     let (tx, rx) = std::sync::mpsc::channel();
-    writer.submit(ops, Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    writer.submit_in_step(ops, Box::new(move |r| tx.send(r).unwrap()), followed).unwrap();
     rx
+}
+
+/// STORE-2: a batch a caller waits on, submitted with another of its engine step behind it,
+/// waits for that one (a completion's bound and terminal batches: one fsync, not two), and
+/// both commit in one transaction, in order, each answered; a follower that never comes ends
+/// the wait at its bound.
+#[test]
+fn store_2_a_steps_batches_share_one_transaction() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let minutes = std::time::Duration::from_secs(600);
+    let writer = StoreWriter::spawn_with_waits(&path, 16, GroupWaits { linger: minutes, step_follow: minutes }).unwrap();
+    let bound = submit_in_step_watched(&writer, vec![request("r1", "bound", "f", 1)], true);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(bound.try_recv().is_err(), "the first batch of the step waits for the next");
+    let terminal = submit_in_step_watched(&writer, vec![request("r1", "terminal", "f", 2), terminal(1, "r1")], false);
+    let (bound, terminal) = (bound.recv().unwrap().unwrap(), terminal.recv().unwrap().unwrap());
+    assert_eq!(bound.transaction_id, terminal.transaction_id, "one transaction, one fsync");
+    assert_eq!((bound.position, terminal.position, terminal.batches_in_transaction), (0, 1, 2), "in submission order");
+    writer.shutdown().unwrap();
+    let wait = std::time::Duration::from_millis(200);
+    let writer = StoreWriter::spawn_with_waits(&path, 16, GroupWaits { linger: minutes, step_follow: wait }).unwrap();
+    let started = std::time::Instant::now();
+    let lonely = submit_in_step_watched(&writer, vec![request("r2", "registered", "f", 3)], true);
+    lonely.recv().unwrap().expect("committed without its follower");
+    assert!(started.elapsed() >= wait && started.elapsed() < minutes / 2, "waited {:?} for a follower that never came", started.elapsed());
 }
 
 /// STORE-2: a batch of events waits for the next batch a caller waits on and commits in its

@@ -7,7 +7,9 @@
 //!
 //! STORE-2: a group made only of batches no caller waits on ([`StoreOp::may_wait`]) first waits
 //! up to `DEFER_LINGER` from its oldest batch's submission for company; the first batch that
-//! may not wait (or shutdown, or a full group) ends the wait at once.
+//! may not wait (or shutdown, or a full group) ends the wait at once. A batch submitted with
+//! another of the same engine step right behind it ([`StoreWriter::submit_in_step`]) waits up to
+//! `STEP_FOLLOW_WAIT` for it, so one step's batches share a transaction.
 //!
 //! STORE-3: the WAL is checkpointed beside the writer, on the thread that records STORE-1's
 //! watermark, through a connection of its own; the writer's own automatic checkpoint is only a
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::error::StoreError;
-use super::limits::{CHECKPOINT_AFTER_COMMITS, DEFER_LINGER, GROUP_BATCHES_MAX, WAL_AUTOCHECKPOINT_FALLBACK_PAGES, WRITE_QUEUE_CAPACITY};
+use super::limits::{CHECKPOINT_AFTER_COMMITS, DEFER_LINGER, GROUP_BATCHES_MAX, STEP_FOLLOW_WAIT, WAL_AUTOCHECKPOINT_FALLBACK_PAGES, WRITE_QUEUE_CAPACITY};
 use super::op::{self, StoreOp};
 use super::schema::{self, OpenReport};
 use super::watermark::{self, Watermark};
@@ -68,6 +70,8 @@ struct PendingBatch {
     /// STORE-2: every op may wait for company, and since when.
     may_wait: bool,
     queued_at: Instant,
+    /// STORE-2: another batch of the same engine step is being queued right behind this one.
+    followed: bool,
 }
 
 impl PendingBatch {
@@ -109,6 +113,11 @@ impl StoreWriter {
     /// As [`StoreWriter::spawn_with_capacity`], with STORE-2's wait for company set to `linger`
     /// (tests make it long, so what shares a transaction does not depend on scheduling).
     pub fn spawn_with_linger(path: &Path, capacity: usize, linger: Duration) -> Result<StoreWriter, StoreError> {
+        Self::spawn_with_waits(path, capacity, GroupWaits { linger, step_follow: STEP_FOLLOW_WAIT })
+    }
+
+    /// As [`StoreWriter::spawn_with_capacity`], with both of STORE-2's waits set (tests).
+    pub fn spawn_with_waits(path: &Path, capacity: usize, waits: GroupWaits) -> Result<StoreWriter, StoreError> {
         if capacity == 0 || capacity > WRITE_QUEUE_CAPACITY {
             return Err(StoreError::invalid(format!(
                 "writer queue capacity must be 1..={WRITE_QUEUE_CAPACITY}, got {capacity}"
@@ -123,7 +132,7 @@ impl StoreWriter {
         let housekeeping = Housekeeping { watermark, checkpoints, counters: Arc::clone(&counters) };
         let thread = thread::Builder::new()
             .name("wakterm-store-writer".into())
-            .spawn(move || run(conn, receiver, thread_counters, housekeeping, linger))
+            .spawn(move || run(conn, receiver, thread_counters, housekeeping, waits))
             .map_err(|err| StoreError::io(path, &err))?;
         Ok(StoreWriter {
             sender: Some(sender),
@@ -140,6 +149,15 @@ impl StoreWriter {
     /// daemon's reactor must never block on SQLite, so a full queue is an answer, not a wait),
     /// or `Closed`.
     pub fn submit(&self, ops: Vec<StoreOp>, done: CommitCallback) -> Result<(), StoreError> {
+        self.submit_in_step(ops, done, false)
+    }
+
+    /// As [`StoreWriter::submit`]; `followed`: the caller submits another batch of the same step
+    /// right after this one, and the writer waits up to `STEP_FOLLOW_WAIT` for it before it
+    /// commits, so both share a transaction (one fsync; a completion's bound and terminal
+    /// batches were often split, the writer waking on the first). Each keeps its own savepoint
+    /// and callback.
+    pub fn submit_in_step(&self, ops: Vec<StoreOp>, done: CommitCallback, followed: bool) -> Result<(), StoreError> {
         op::validate_batch(&ops)?;
         let sender = self.sender.as_ref().ok_or(StoreError::Closed)?;
         let may_wait = !ops.is_empty() && ops.iter().all(StoreOp::may_wait);
@@ -148,6 +166,7 @@ impl StoreWriter {
             done: Some(done),
             may_wait,
             queued_at: Instant::now(),
+            followed,
         };
         match sender.try_send(batch) {
             Ok(()) => Ok(()),
@@ -212,14 +231,14 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, housekeeping: Housekeeping, linger: Duration) {
+fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, housekeeping: Housekeeping, waits: GroupWaits) {
     let recorder = WatermarkRecorder::start(housekeeping);
     let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
     let mut transaction_id = 0u64;
     // `recv` returns queued batches before reporting that every sender is gone: shutdown drains.
     while let Ok(first) = receiver.recv() {
         group.push(first);
-        gather(&receiver, &mut group, linger);
+        gather(&receiver, &mut group, waits);
         assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
         transaction_id += 1;
         let started = Instant::now();
@@ -243,10 +262,21 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
     // Dropping the recorder records the last count and joins its thread.
 }
 
-/// Takes every queued batch into `group` (FIFO, up to `GROUP_BATCHES_MAX`). STORE-2: while
-/// every batch in it may wait, waits for more until `linger` after the oldest one's submission;
-/// a batch that may not wait, a full group or a closed queue ends the wait.
-fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, linger: Duration) {
+/// STORE-2's two waits of a group for more batches.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupWaits {
+    /// How long a group made only of batches that may wait waits for company.
+    pub linger: Duration,
+    /// How long a group whose last batch is `followed` waits for the next one.
+    pub step_follow: Duration,
+}
+
+/// Takes every queued batch into `group` (FIFO, up to `GROUP_BATCHES_MAX`). STORE-2: while the
+/// last batch says another of its step follows, waits up to `step_follow` for it; while every
+/// batch in it may wait, waits for more until `linger` after the oldest one's submission; a
+/// batch that may not wait (and is not followed), a full group, a closed queue, or a follower
+/// that did not come in time ends the wait.
+fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, waits: GroupWaits) {
     let take_queued = |group: &mut Vec<PendingBatch>| {
         while group.len() < GROUP_BATCHES_MAX {
             match receiver.try_recv() {
@@ -258,14 +288,20 @@ fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, ling
     take_queued(group);
     // Whatever arrives later was submitted later: the deadline is the queued batches' to set.
     let oldest = group.iter().map(|batch| batch.queued_at).min().expect("a group has a batch");
-    while group.len() < GROUP_BATCHES_MAX && group.iter().all(|batch| batch.may_wait) {
-        let Some(wait) = (oldest + linger).checked_duration_since(Instant::now()).filter(|w| !w.is_zero()) else { return };
+    while group.len() < GROUP_BATCHES_MAX {
+        let until = match group.last().is_some_and(|batch| batch.followed) {
+            // The follower is being queued by the same call site right now: microseconds.
+            true => Instant::now() + waits.step_follow,
+            false if group.iter().all(|batch| batch.may_wait) => oldest + waits.linger,
+            false => return,
+        };
+        let Some(wait) = until.checked_duration_since(Instant::now()).filter(|w| !w.is_zero()) else { return };
         match receiver.recv_timeout(wait) {
             Ok(batch) => {
                 group.push(batch);
                 take_queued(group);
             }
-            Err(_) => return, // the linger passed, or shutdown: commit what waits
+            Err(_) => return, // the wait passed, or shutdown: commit what waits
         }
     }
 }
