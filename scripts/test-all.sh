@@ -34,7 +34,7 @@ echo "== simulation exploration (a gate, a new range per tree): seeds $from-$((f
 explore_log=$(mktemp)
 explored="clean"
 if ! bash sim/run.sh --from "$from" --seeds 20000 --jobs 2 >"$explore_log" 2>&1; then
-  explored="FAILED: $(grep -cE '^FAIL seed' "$explore_log") seeds (listed above; each one is a bug to fix)"
+  explored="FAILED: $(grep -cE '^FAIL seed' "$explore_log" || true) seeds (listed above; each one is a bug to fix)"
   grep -E '^FAIL seed|^  violation|^reproduce' "$explore_log" || tail -20 "$explore_log"
 fi
 tail -n1 "$explore_log"
