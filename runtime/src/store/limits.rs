@@ -14,15 +14,10 @@ pub const GROUP_BATCHES_MAX: usize = WRITE_QUEUE_CAPACITY;
 /// its completion's transaction instead of paying an fsync of their own (issue 10).
 pub const DEFER_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// STORE-3: commits between two WAL checkpoints beside the writer (at most one per watermark
-/// interval, 100 ms). At 10 busy agents a group commit writes about 25 WAL pages, so this is
-/// about the 1,000 pages at which SQLite's own automatic checkpoint would run in a commit.
+/// STORE-3: commits between two WAL copies beside the writer (at most one per watermark
+/// interval, 100 ms). At 10 busy agents a group commit writes about 25 WAL pages: about 800
+/// pages per copy, ahead of the writer's own checkpoint at 1,000.
 pub const CHECKPOINT_AFTER_COMMITS: u64 = 32;
-
-/// STORE-3: the writer's own automatic checkpoint, a safety net only (16 MiB of 4 KiB pages):
-/// reached when checkpoints beside it stop keeping up (a reader holding an old snapshot holds
-/// back both alike).
-pub const WAL_AUTOCHECKPOINT_FALLBACK_PAGES: u32 = 4_000;
 
 /// STORE-2: how long the writer waits for the next batch of an engine step once it holds one
 /// that says another follows (`StoreWriter::submit_in_step`). The driver queues them back to

@@ -999,10 +999,10 @@ fn store_2_a_lone_batch_of_events_commits_when_its_linger_ends() {
     assert!(started.elapsed() >= linger, "committed after {:?}, before the linger ended", started.elapsed());
 }
 
-/// STORE-3: WAL checkpoints run beside the writer (the housekeeping thread's own connection),
-/// not in a commit: a few hundred WAL pages (far below SQLite's automatic 1,000) reach the
+/// STORE-3: the WAL is copied beside the writer (the housekeeping thread's own connection): a
+/// few hundred WAL pages (far below the writer's automatic checkpoint at 1,000) reach the
 /// database file itself once `CHECKPOINT_AFTER_COMMITS` commits have passed. A copy of the
-/// database file alone, without its WAL, shows what was checkpointed.
+/// database file alone, without its WAL, shows what was copied.
 #[test]
 fn store_3_checkpoints_run_beside_the_writer() {
     let scratch = Scratch::new();

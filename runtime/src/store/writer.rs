@@ -11,9 +11,9 @@
 //! another of the same engine step right behind it ([`StoreWriter::submit_in_step`]) waits up to
 //! `STEP_FOLLOW_WAIT` for it, so one step's batches share a transaction.
 //!
-//! STORE-3: the WAL is checkpointed beside the writer, on the thread that records STORE-1's
-//! watermark, through a connection of its own; the writer's own automatic checkpoint is only a
-//! safety net far past where that thread checkpoints.
+//! STORE-3: the WAL is copied into the database file beside the writer, on the thread that
+//! records STORE-1's watermark, through a connection of its own, so the writer's own automatic
+//! checkpoint (which also starts the WAL over) finds little left to copy and sync.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::error::StoreError;
-use super::limits::{CHECKPOINT_AFTER_COMMITS, DEFER_LINGER, GROUP_BATCHES_MAX, STEP_FOLLOW_WAIT, WAL_AUTOCHECKPOINT_FALLBACK_PAGES, WRITE_QUEUE_CAPACITY};
+use super::limits::{CHECKPOINT_AFTER_COMMITS, DEFER_LINGER, GROUP_BATCHES_MAX, STEP_FOLLOW_WAIT, WRITE_QUEUE_CAPACITY};
 use super::op::{self, StoreOp};
 use super::schema::{self, OpenReport};
 use super::watermark::{self, Watermark};
@@ -51,7 +51,7 @@ pub struct CommitInfo {
 pub struct WriterStats {
     pub transactions: u64,
     pub batches: u64,
-    /// STORE-3: checkpoints the housekeeping thread ran (whether or not they backfilled anything).
+    /// STORE-3: checkpoints the housekeeping thread ran to their end (not refused as busy).
     pub checkpoints: u64,
 }
 
@@ -125,7 +125,7 @@ impl StoreWriter {
         }
         let (conn, report) = schema::open_database(path)?;
         let watermark = Watermark::open(path, &report.mark)?;
-        let checkpoints = open_checkpoint_connection(path, &conn);
+        let checkpoints = open_checkpoint_connection(path);
         let (sender, receiver) = mpsc::sync_channel(capacity);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
@@ -309,23 +309,13 @@ fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, wait
 /// How often, at most, the watermark thread syncs a new count.
 const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// STORE-3: the connection WAL checkpoints run on, beside the writer's. When it cannot be
-/// opened, the writer keeps SQLite's own automatic checkpoint (in its commits, as before).
-/// With it, the writer's automatic checkpoint moves to [`WAL_AUTOCHECKPOINT_FALLBACK_PAGES`]:
-/// a safety net that bounds the WAL should checkpoints here stop keeping up.
-fn open_checkpoint_connection(path: &Path, writer: &Connection) -> Option<Connection> {
-    let opened = Connection::open(path).map_err(StoreError::from).and_then(|conn| schema::configure(&conn).map(|()| conn));
-    let conn = match opened {
-        Ok(conn) => conn,
+/// STORE-3: the connection the copies run on, opened with every check the writer's had. When
+/// it cannot be opened, the writer's own automatic checkpoint does all of it, as before.
+fn open_checkpoint_connection(path: &Path) -> Option<Connection> {
+    match schema::open_database(path) {
+        Ok((conn, _)) => Some(conn),
         Err(error) => {
-            tracing::warn!(%error, "no connection for WAL checkpoints; the writer checkpoints in its commits (STORE-3)");
-            return None;
-        }
-    };
-    match writer.execute_batch(&format!("PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_FALLBACK_PAGES}")) {
-        Ok(()) => Some(conn),
-        Err(error) => {
-            tracing::warn!(%error, "cannot move the writer's automatic checkpoint; it stays in its commits (STORE-3)");
+            tracing::warn!(%error, "no connection for WAL checkpoints beside the writer; it checkpoints alone (STORE-3)");
             None
         }
     }
@@ -339,15 +329,19 @@ struct Housekeeping {
 }
 
 impl Housekeeping {
-    /// STORE-3: a passive checkpoint (it never waits for readers or the writer, and the writer
-    /// never waits for it: it copies what no reader still needs into the database file, and
-    /// the writer's next transaction starts the WAL over once all of it is copied). In the
-    /// writer's commit it cost that commit (and every caller in its group) up to 18 ms when it
-    /// fell due, once per 1,000 WAL pages (issue 10: commit p99 5.1 -> 3.0 ms, 50 paced agents).
+    /// STORE-3: a passive checkpoint: it waits for no reader and no writer, and copies what no
+    /// reader still needs into the database file and syncs it. The writer keeps SQLite's
+    /// automatic checkpoint (in the commit that crosses 1,000 WAL pages): under load the WAL
+    /// grows during a copy here, so only a checkpoint the writer runs between its own
+    /// transactions can end with all of the WAL copied, which lets its next transaction start
+    /// the WAL over (without it, it grew to 16 MiB at 10 busy agents). What this thread copied
+    /// first, that one neither copies nor syncs again: it held its commit (and every caller of
+    /// its group) for up to 18 ms when it copied 1,000 pages alone.
     fn checkpoint(&self) {
         let Some(conn) = &self.checkpoints else { return };
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get::<_, i64>(0)) {
-            Ok(_) => drop(self.counters.checkpoints.fetch_add(1, Ordering::AcqRel)),
+            Ok(0) => drop(self.counters.checkpoints.fetch_add(1, Ordering::AcqRel)),
+            Ok(_) => tracing::debug!("WAL checkpoint beside the writer found it busy (STORE-3)"),
             // Nothing is lost: the frames stay in the WAL for the next one (or the safety net).
             Err(error) => tracing::warn!(%error, "WAL checkpoint failed; the next one retries (STORE-3)"),
         }
