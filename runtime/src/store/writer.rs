@@ -275,7 +275,8 @@ pub struct GroupWaits {
 /// last batch says another of its step follows, waits up to `step_follow` for it; while every
 /// batch in it may wait, waits for more until `linger` after the oldest one's submission; a
 /// batch that may not wait (and is not followed), a full group, a closed queue, or a follower
-/// that did not come in time ends the wait.
+/// that did not come in time ends the wait (then also a linger that had time left: a follower
+/// that could not be queued is rare, and the batches commit at once instead).
 fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, waits: GroupWaits) {
     let take_queued = |group: &mut Vec<PendingBatch>| {
         while group.len() < GROUP_BATCHES_MAX {
