@@ -1,4 +1,5 @@
-//! `StoreWriter`: the only write connection, on a dedicated OS thread, with group commit.
+//! `StoreWriter`: the only connection that writes rows, on a dedicated OS thread, with group
+//! commit (STORE-3's second connection only copies the WAL into the database file).
 //!
 //! Each wake-up drains every queued batch (FIFO, at most `GROUP_BATCHES_MAX`) into one
 //! `BEGIN IMMEDIATE ... COMMIT`. Each batch runs inside its own SAVEPOINT, so a batch that breaks
@@ -13,7 +14,7 @@
 //!
 //! STORE-3: the WAL is copied into the database file beside the writer, on the thread that
 //! records STORE-1's watermark, through a connection of its own, so the writer's own automatic
-//! checkpoint (which also starts the WAL over) finds little left to copy and sync.
+//! checkpoint (which also starts the WAL over) finds less left to copy and sync.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -51,7 +52,8 @@ pub struct CommitInfo {
 pub struct WriterStats {
     pub transactions: u64,
     pub batches: u64,
-    /// STORE-3: checkpoints the housekeeping thread ran to their end (not refused as busy).
+    /// STORE-3: checkpoints the housekeeping thread ran that were not refused as busy (a reader
+    /// may still have held some frames back).
     pub checkpoints: u64,
 }
 
@@ -129,7 +131,7 @@ impl StoreWriter {
         let (sender, receiver) = mpsc::sync_channel(capacity);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
-        let housekeeping = Housekeeping { watermark, checkpoints, counters: Arc::clone(&counters) };
+        let housekeeping = Housekeeping { watermark, checkpoints, counters: Arc::clone(&counters), opened_at: report.mark.commits };
         let thread = thread::Builder::new()
             .name("wakterm-store-writer".into())
             .spawn(move || run(conn, receiver, thread_counters, housekeeping, waits))
@@ -313,8 +315,9 @@ const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 /// STORE-3: the connection the copies run on, opened with every check the writer's had. When
 /// it cannot be opened, the writer's own automatic checkpoint does all of it, as before.
 fn open_checkpoint_connection(path: &Path) -> Option<Connection> {
-    match schema::open_database(path) {
-        Ok((conn, _)) => Some(conn),
+    // It copies pages and writes no row: SQLite enforces the second (checkpoints stay allowed).
+    match schema::open_database(path).and_then(|(conn, _)| conn.execute_batch("PRAGMA query_only = ON").map(|()| conn).map_err(StoreError::from)) {
+        Ok(conn) => Some(conn),
         Err(error) => {
             tracing::warn!(%error, "no connection for WAL checkpoints beside the writer; it checkpoints alone (STORE-3)");
             None
@@ -327,23 +330,27 @@ struct Housekeeping {
     watermark: Watermark,
     checkpoints: Option<Connection>,
     counters: Arc<Counters>,
+    /// STORE-1's commit count at open: the commits between copies count from it.
+    opened_at: u64,
 }
 
 impl Housekeeping {
     /// STORE-3: a passive checkpoint: it waits for no reader and no writer, and copies what no
     /// reader still needs into the database file and syncs it. The writer keeps SQLite's
-    /// automatic checkpoint (in the commit that crosses 1,000 WAL pages): under load the WAL
+    /// automatic checkpoint (after each commit while the WAL holds 1,000 pages or more, so in
+    /// practice once per time the WAL starts over): under load the WAL
     /// grows during a copy here, so only a checkpoint the writer runs between its own
     /// transactions can end with all of the WAL copied, which lets its next transaction start
     /// the WAL over (without it, it grew to 16 MiB at 10 busy agents). What this thread copied
-    /// first, that one neither copies nor syncs again: it held its commit (and every caller of
-    /// its group) for up to 18 ms when it copied 1,000 pages alone.
+    /// first, that one neither copies nor syncs again (its share depends on where the copies
+    /// here fell in the WAL's cycle): it held its commit (and every caller of its group) for up
+    /// to 18 ms when it copied 1,000 pages alone.
     fn checkpoint(&self) {
         let Some(conn) = &self.checkpoints else { return };
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get::<_, i64>(0)) {
             Ok(0) => drop(self.counters.checkpoints.fetch_add(1, Ordering::AcqRel)),
             Ok(_) => tracing::debug!("WAL checkpoint beside the writer found it busy (STORE-3)"),
-            // Nothing is lost: the frames stay in the WAL for the next one (or the safety net).
+            // Nothing is lost: the frames stay in the WAL for the next copy or the writer's own.
             Err(error) => tracing::warn!(%error, "WAL checkpoint failed; the next one retries (STORE-3)"),
         }
     }
@@ -378,7 +385,7 @@ impl WatermarkRecorder {
             .spawn(move || {
                 let (lock, changed) = &*shared;
                 let mut last_record: Option<Instant> = None;
-                let mut checkpointed_at: Option<u64> = None;
+                let mut checkpointed_at = housekeeping.opened_at;
                 loop {
                     let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
                     while state.newest.is_none() && !state.closing {
@@ -401,11 +408,9 @@ impl WatermarkRecorder {
                             tracing::error!(%error, "cannot update the store watermark (STORE-1)");
                         }
                         last_record = Some(Instant::now());
-                        // The first count only sets the base: the open's own checkpoint state is unknown.
-                        let since = commits.saturating_sub(*checkpointed_at.get_or_insert(commits));
-                        if since >= CHECKPOINT_AFTER_COMMITS {
+                        if commits.saturating_sub(checkpointed_at) >= CHECKPOINT_AFTER_COMMITS {
                             housekeeping.checkpoint();
-                            checkpointed_at = Some(commits);
+                            checkpointed_at = commits;
                         }
                     }
                     if closing && next.is_none() {
