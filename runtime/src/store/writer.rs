@@ -338,10 +338,10 @@ impl Housekeeping {
     /// STORE-3: a passive checkpoint: it waits for no reader and no writer, and copies what no
     /// reader still needs into the database file and syncs it. The writer keeps SQLite's
     /// automatic checkpoint (after each commit while the WAL holds 1,000 pages or more, so in
-    /// practice once per time the WAL starts over): under load the WAL
-    /// grows during a copy here, so only a checkpoint the writer runs between its own
-    /// transactions can end with all of the WAL copied, which lets its next transaction start
-    /// the WAL over (without it, it grew to 16 MiB at 10 busy agents). What this thread copied
+    /// practice once per time the WAL starts over): under load the WAL grows during a copy
+    /// here, so only a checkpoint the writer runs between its own transactions can end with all
+    /// of the WAL copied, which lets its next transaction start the WAL over (without it, it
+    /// grew to 16 MiB at 10 busy agents). What this thread copied
     /// first, that one neither copies nor syncs again (its share depends on where the copies
     /// here fell in the WAL's cycle): it held its commit (and every caller of its group) for up
     /// to 18 ms when it copied 1,000 pages alone.
@@ -358,8 +358,8 @@ impl Housekeeping {
 
 /// STORE-1's watermark and STORE-3's checkpoints on a thread of their own: the watermark's
 /// `fdatasync` kept the writer from starting the next group for up to a millisecond (an
-/// admission's second commit waited for the first one's watermark), and a checkpoint in a
-/// commit held that commit for milliseconds. The writer hands over the newest commit count;
+/// admission's second commit waited for the first one's watermark), and a checkpoint the
+/// writer ran alone held its commit for milliseconds. The writer hands over the newest commit count;
 /// the thread records the newest it has, so it may skip counts and lag, but it never records a
 /// count before its commit; every [`CHECKPOINT_AFTER_COMMITS`] commits it checkpoints.
 struct WatermarkRecorder {
