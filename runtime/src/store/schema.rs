@@ -143,11 +143,7 @@ pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), Sto
         preflight_read_only(path)?;
     }
     let mode_repaired_from = repair_private_mode(path)?;
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    configure(&conn)?;
+    let conn = connect(path)?;
     let migrated_from = migrate(path, &conn)?;
     assert!(user_version(&conn)? == SCHEMA_VERSION);
     super::watermark::ensure_identity(&conn)?;
@@ -162,6 +158,21 @@ pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), Sto
             mark,
         },
     ))
+}
+
+/// STORE-3: one more connection to a database `open_database` has already opened, checked,
+/// migrated and identified in this process (the writer's): only what may have changed since
+/// is checked again (a link planted at the path; SQLite never creates the file here).
+pub(crate) fn open_beside(path: &Path) -> Result<Connection, StoreError> {
+    refuse_links(path)?;
+    connect(path)
+}
+
+/// An existing database file, read-write (never created), with the per-connection settings.
+fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    configure(&conn)?;
+    Ok(conn)
 }
 
 /// SEC-1: SQLite opens its files by path and would follow a planted link; the database, its

@@ -312,11 +312,12 @@ fn gather(receiver: &Receiver<PendingBatch>, group: &mut Vec<PendingBatch>, wait
 /// How often, at most, the watermark thread syncs a new count.
 const WATERMARK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// STORE-3: the connection the copies run on, opened with every check the writer's had. When
-/// it cannot be opened, the writer's own automatic checkpoint does all of it, as before.
+/// STORE-3: the connection the copies run on, beside the writer's (whose open checked,
+/// migrated and identified the file moments before). When it cannot be opened, the writer's
+/// own automatic checkpoint does all of it, as before.
 fn open_checkpoint_connection(path: &Path) -> Option<Connection> {
     // It copies pages and writes no row: SQLite enforces the second (checkpoints stay allowed).
-    match schema::open_database(path).and_then(|(conn, _)| conn.execute_batch("PRAGMA query_only = ON").map(|()| conn).map_err(StoreError::from)) {
+    match schema::open_beside(path).and_then(|conn| conn.execute_batch("PRAGMA query_only = ON").map(|()| conn).map_err(StoreError::from)) {
         Ok(conn) => Some(conn),
         Err(error) => {
             tracing::warn!(%error, "no connection for WAL checkpoints beside the writer; it checkpoints alone (STORE-3)");
