@@ -201,6 +201,22 @@ impl Engine {
     /// Feed one input at engine time `now_ms`, then drain `poll_output`. Time never goes
     /// backwards inside the engine: an earlier `now_ms` (a wall-clock step back) is clamped.
     pub fn handle(&mut self, now_ms: u64, input: Input) {
+        self.apply(now_ms, input);
+        self.flush_events(); // EV-3: whatever this input taught, batched per agent
+    }
+
+    /// EV-3: inputs that arrived together (one look of the monitor at an agent: the events of
+    /// one read, the checkpoint after them, the snapshot) as one step, so their events make one
+    /// batch per agent instead of one per input (the next had to wait for the first's commit).
+    /// The same as feeding them one by one, but for the batching.
+    pub fn handle_all(&mut self, now_ms: u64, inputs: Vec<Input>) {
+        for input in inputs {
+            self.apply(now_ms, input);
+        }
+        self.flush_events();
+    }
+
+    fn apply(&mut self, now_ms: u64, input: Input) {
         self.now_ms = self.now_ms.max(now_ms);
         match input {
             Input::Tick => self.on_tick(),
@@ -223,7 +239,6 @@ impl Engine {
             Input::SubmitWritten { delivery_id, outcome } => self.on_submit_written(delivery_id, outcome),
             Input::PaneWatched { watch_id, sample } => self.on_pane_watched(watch_id, sample),
         }
-        self.flush_events(); // EV-3: whatever this input taught, batched per agent
     }
 
     /// The next side effect to perform, or `None` when the engine is idle.

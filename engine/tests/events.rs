@@ -365,6 +365,60 @@ fn ev_5_a_checkpoint_never_passes_its_events() {
     assert_eq!(rig.durable_checkpoints[&agent_id(ZOLA)], "{\"offset\":1010}");
 }
 
+/// EV-3: what one look of the monitor read (a turn's records, then the checkpoint after them)
+/// arrives as one step and makes one batch. Fed one input at a time, the first input's batch
+/// goes in flight alone and the rest wait for its commit: a second commit for the same look.
+/// Both ways commit the same events in the same order, the checkpoint behind them.
+#[test]
+fn ev_3_one_looks_inputs_make_one_batch() {
+    let look = |id: &str, at: u64| {
+        let observed = |event| Input::Observed { agent_id: agent_id(ZOLA), event };
+        let prompt_hash = wakterm_engine::prompt::prompt_hash("hi");
+        vec![
+            observed(ObserverEvent::TurnStarted { session: session(), turn: turn(id), position: at + 10 }),
+            observed(ObserverEvent::UserMessage { session: session(), turn: Some(turn(id)), prompt_hash, position: at + 20 }),
+            observed(ObserverEvent::TurnCompleted { session: session(), turn: turn(id), final_message: Some("done".into()), position: at + 30 }),
+            Input::ObserverCheckpoint { agent_id: agent_id(ZOLA), checkpoint_json: format!("{{\"offset\":{}}}", at + 30) },
+        ]
+    };
+    let op_kinds = |ops: &[PersistOp]| -> Vec<&'static str> {
+        ops.iter()
+            .map(|op| match op {
+                PersistOp::AppendEvent(event) => event.kind(),
+                PersistOp::PutCheckpoint { .. } => "checkpoint",
+                PersistOp::PutEventMark(_) => "mark",
+                _ => "other",
+            })
+            .collect()
+    };
+    let one_turn = ["turn.started", "message.user", "turn.completed", "turn.final"];
+
+    let mut together = Rig::with_idle_zola();
+    together.observe(attached(900));
+    together.hold_events = true;
+    together.input_all(look("turn-1", 1000));
+    assert_eq!(together.event_persists.len(), 1, "one look, one batch");
+    let (_, ops) = together.event_persists.front().unwrap();
+    assert_eq!(op_kinds(ops), [&one_turn[..], &["checkpoint", "mark"]].concat());
+    together.ack_next_events(Ok(()));
+    assert!(together.event_persists.is_empty());
+
+    let mut apart = Rig::with_idle_zola();
+    apart.observe(attached(900));
+    apart.hold_events = true;
+    look("turn-1", 1000).into_iter().for_each(|input| apart.input(input));
+    assert_eq!(apart.event_persists.len(), 1, "one batch in flight");
+    assert_eq!(op_kinds(&apart.event_persists[0].1), ["turn.started", "mark"]);
+    apart.ack_next_events(Ok(()));
+    let (_, rest) = apart.event_persists.front().expect("the rest waited for the first commit");
+    assert_eq!(op_kinds(rest), [&one_turn[1..], &["checkpoint", "mark"]].concat());
+    apart.ack_next_events(Ok(()));
+
+    assert_eq!(kinds(&together.durable_events), kinds(&apart.durable_events));
+    assert_eq!(together.durable_checkpoints, apart.durable_checkpoints);
+    assert_eq!(together.durable_marks, apart.durable_marks);
+}
+
 /// EV-3 / EV-5 / ADM-17: while a write is in flight the engine defers APPLYING what the
 /// observer says, but the stream takes it on arrival: the events in arrival order under the
 /// incarnation registered then, the checkpoint right behind them. A new registration that

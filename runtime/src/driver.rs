@@ -51,6 +51,9 @@ pub type Query = Box<dyn FnOnce(&Engine) + Send>;
 pub enum DriverMsg {
     /// An engine input (effect results, observer events, agent facts).
     Input(Input),
+    /// Inputs that arrived together, in order (one look of the monitor at an agent): one
+    /// engine step, so their events share a batch (`Engine::handle_all`).
+    Inputs(Vec<Input>),
     /// A caller's admission; the receipt is sent on `reply`.
     Admit { command: AdmitCommand, reply: oneshot::Sender<Receipt> },
     /// A caller's cancel; the outcome is sent on `reply`.
@@ -133,6 +136,15 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
         let Some(message) = message else { break };
         let input = match message {
             DriverMsg::Input(input) => input,
+            DriverMsg::Inputs(inputs) => {
+                if tracing::enabled!(tracing::Level::TRACE) {
+                    inputs.iter().for_each(|input| trace_kind("engine input", input));
+                }
+                engine.handle_all(clock.now_ms(), inputs);
+                drain(&mut engine, &mut effects, &mut waiting, clock.now_ms());
+                fire_due_timers(&mut engine, &mut effects, &mut waiting, &clock);
+                continue;
+            }
             DriverMsg::Admit { mut command, reply } => {
                 command.op = OpId(next_op);
                 next_op += 1;

@@ -106,6 +106,11 @@ pub enum Mutant {
     /// checkpoint commits in a batch of its own ahead of them; a crash between the two
     /// commits restarts the observer past records whose events never became durable.
     CheckpointBeforeEvents,
+    /// Observer port (ADM-3, ADM-17, EV-3): a refresh puts its answer first in the one step
+    /// it sends, before the events it read to get there, so the engine decides the admission
+    /// on the view and then sees the events as stale: a turn start they carried no longer ends
+    /// an earlier written prompt's wait (ADM-5).
+    RefreshAnswerFirst,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -188,6 +193,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::CheckpointSkipsArmedReplay, "checkpoint_skips_armed_replay", "observer port resumes a request armed before the checkpoint from the checkpoint"),
     (Mutant::SnapshotBeforeEvents, "snapshot_before_events", "observer port sends its snapshot before the events it read"),
     (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
+    (Mutant::RefreshAnswerFirst, "refresh_answer_first", "observer port puts a refresh's answer before the events it read, in one step"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),

@@ -31,6 +31,14 @@ fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
     inbox.try_send(DriverMsg::Input(input)).ok().expect("driver inbox has room");
 }
 
+/// Inputs that go in one message, so one engine step (as the runtime's monitor and refresh send
+/// a read's events with what follows them: `DriverMsg::Inputs`, EV-3). Nothing: no message.
+fn send_step(inbox: &mpsc::Sender<DriverMsg>, inputs: Vec<Input>) {
+    if !inputs.is_empty() {
+        inbox.try_send(DriverMsg::Inputs(inputs)).ok().expect("driver inbox has room");
+    }
+}
+
 /// An answer from outside the daemon (a holder's): lost when the daemon that asked is gone.
 fn send_if_running(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
     match inbox.try_send(DriverMsg::Input(input)) {
@@ -106,15 +114,22 @@ impl Effects for SimEffects {
                 send(&inbox, Input::AgentUpserted(facts));
             }
             w.sync_observer(a, &mut events);
+            // As the runtime's `refresh_agent`: the read's events and the answer, one step.
+            let mut step = Vec::new();
             for event in events {
                 w.log(format!("a{a} refresh observed {}", describe_event(&event)));
-                observe(&mut w, &inbox, a, event);
+                step.push(observed_input(&mut w, a, event));
             }
             let snapshot = w.snapshot(a);
             // The view the monitor compares its next snapshot with (`note_view`).
             w.agents[a].observer.last_snapshot = snapshot.clone().ok();
             w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
-            send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+            let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot };
+            match w.mutant == Mutant::RefreshAnswerFirst {
+                true => step.insert(0, answer), // the bug
+                false => step.push(answer),
+            }
+            send_step(&inbox, step);
         });
     }
 
@@ -1064,16 +1079,22 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 /// Sends one observer event about agent `a` to the engine, and tells the oracle of a turn start
 /// it delivers (ADM-5's wait must end with it, `Oracle::on_turn_delivered`).
 fn observe(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, event: ObserverEvent) {
+    let input = observed_input(w, a, event);
+    send(inbox, input);
+}
+
+/// [`observe`]'s input, for a message that carries several.
+fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     if let ObserverEvent::TurnStarted { session, position, turn } = &event {
         w.oracle.on_turn_delivered(a, session, *position, turn);
     }
     let agent_id = w.agents[a].agent_id.clone();
-    send(inbox, Input::Observed { agent_id, event });
+    Input::Observed { agent_id, event }
 }
 
 /// The daemon's observer tail and liveness monitor for every agent (the runtime's monitor,
-/// `run_once`): liveness first, then the new records; it sends the events, then hands the
-/// observer's checkpoint to the engine when due (after the events it covers, EV-5), then the
+/// `run_once`): liveness first, then the new records; it sends the events and, when due, the
+/// observer's checkpoint after them (EV-5) as one step (EV-3), then the
 /// snapshot of the view they lead to (MON-1: when it differs from the last one sent, or the
 /// run read something), in that order: the snapshot's position lies past the events (ADM-17).
 async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: mpsc::UnboundedReceiver<u64>) {
@@ -1108,17 +1129,20 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             if early {
                 send_snapshot(&mut w, &inbox, a, snapshot.take());
             }
+            // As the runtime's `run_once`: the read's events and the checkpoint, one step.
+            let mut step = Vec::new();
             let checkpoint_first = w.mutant == Mutant::CheckpointBeforeEvents; // the bug
             if checkpoint_first {
-                send_checkpoint(&mut w, &inbox, a);
+                send_step(&inbox, checkpoint_input(&mut w, a).into_iter().collect());
             }
             for event in events {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
-                observe(&mut w, &inbox, a, event);
+                step.push(observed_input(&mut w, a, event));
             }
             if !checkpoint_first {
-                send_checkpoint(&mut w, &inbox, a); // EV-5: after the events it covers
+                step.extend(checkpoint_input(&mut w, a)); // EV-5: after the events it covers
             }
+            send_step(&inbox, step);
             send_snapshot(&mut w, &inbox, a, snapshot);
         }
     }
@@ -1151,12 +1175,12 @@ async fn next_run(wake: &mut mpsc::UnboundedReceiver<u64>, pending: &mut std::co
 
 /// OBS-1, EV-5 (`AgentRuntime::save_checkpoint_if_due`): the observer's checkpoint, when due,
 /// goes to the engine (which commits it in the agent's event batch), not to the store.
-fn send_checkpoint(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize) {
-    let Some((checkpoint_json, covers)) = w.checkpoint_due(a) else { return };
+fn checkpoint_input(w: &mut World, a: usize) -> Option<Input> {
+    let (checkpoint_json, covers) = w.checkpoint_due(a)?;
     let agent_id = w.agents[a].agent_id.clone();
     w.checkpoint_weights.insert(checkpoint_json.clone(), covers);
     w.checkpoint_sent.insert(agent_id.to_string(), checkpoint_json.clone());
-    send(inbox, Input::ObserverCheckpoint { agent_id, checkpoint_json });
+    Some(Input::ObserverCheckpoint { agent_id, checkpoint_json })
 }
 
 /// The monitor's `Input::ObserverSnapshot`, when it has one to send.

@@ -166,6 +166,16 @@ impl Rig {
         }
     }
 
+    /// Inputs that arrived together (one look of the monitor), as one step.
+    pub fn input_all(&mut self, inputs: Vec<Input>) {
+        self.engine.handle_all(self.now, inputs);
+        self.drain();
+        self.engine.check_invariants();
+        if self.auto == Auto::All {
+            self.settle();
+        }
+    }
+
     /// Time passes; the engine gets a `Tick` only when a timer it announced (`poll_timeout`) is
     /// due, as the driver does: a deadline the engine keeps but never announces would never
     /// fire in the daemon either.

@@ -256,39 +256,31 @@ impl AgentRuntime {
         self
     }
 
-    /// OBS-1: saves the observer's checkpoint when its offset moved and the last save is at
-    /// least [`CHECKPOINT_INTERVAL_MS`] old. Not acknowledged to anyone: a lost checkpoint only
-    /// costs a longer read at the next restart. Returns true while a newer state waits to be
-    /// saved (the caller wakes again to save it).
-    /// EV-5: it goes to the engine after the events it covers (the caller sends those first),
-    /// and the engine commits it with them, so a restart never resumes past an event that
-    /// was not durable.
-    pub fn save_checkpoint_if_due(&self, observer: &super::agent_observer::AgentObserver, inbox: &mpsc::Sender<DriverMsg>) -> bool {
+    /// OBS-1: the observer's checkpoint to save, when its offset moved and the last save is at
+    /// least [`CHECKPOINT_INTERVAL_MS`] old; the caller sends it (and it counts as saved). Not
+    /// acknowledged to anyone: a lost checkpoint only costs a longer read at the next restart.
+    /// The flag is true while a newer state waits to be saved (the caller wakes again for it).
+    /// EV-5: it goes to the engine after the events it covers (the caller sends those first,
+    /// or in the same message before it), and the engine commits it with them, so a restart
+    /// never resumes past an event that was not durable.
+    pub fn checkpoint_if_due(&self, observer: &super::agent_observer::AgentObserver) -> (Option<Input>, bool) {
         // The position first: building the checkpoint hashes the rollout's window, so it is
         // built only when it is sent.
-        let Some((session, offset)) = observer.checkpoint_position() else { return false };
+        let Some((session, offset)) = observer.checkpoint_position() else { return (None, false) };
         let mut slot = self.checkpoint.lock().expect("checkpoint lock");
         let moved = slot.saved.as_ref().is_none_or(|(saved, saved_offset, _)| saved != session || *saved_offset != offset);
         if !moved {
-            return false;
+            return (None, false);
         }
         let due = slot.saved.as_ref().is_none_or(|(_, _, at)| at.elapsed() >= Duration::from_millis(CHECKPOINT_INTERVAL_MS));
         if !due {
-            return true;
+            return (None, true);
         }
         let checkpoint = observer.checkpoint().expect("a checkpoint exists where its position does");
         assert!(checkpoint.session == *session && checkpoint.tail.offset == offset);
         let input = Input::ObserverCheckpoint { agent_id: self.agent_id(), checkpoint_json: checkpoint.to_json() };
-        match inbox.try_send(DriverMsg::Input(input)) {
-            Ok(()) => {
-                slot.saved = Some((checkpoint.session, checkpoint.tail.offset, Instant::now()));
-                false
-            }
-            Err(error) => {
-                tracing::debug!(agent_id = %self.record.agent_id, %error, "checkpoint not queued; the next wake retries");
-                true
-            }
-        }
+        slot.saved = Some((checkpoint.session, checkpoint.tail.offset, Instant::now()));
+        (Some(input), false)
     }
 
     pub fn agent_id(&self) -> AgentId {
@@ -567,6 +559,11 @@ pub fn holder_is_gone(error: &HolderError) -> bool {
 pub type AgentTable = Arc<Mutex<std::collections::BTreeMap<String, Arc<AgentRuntime>>>>;
 
 pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
+    DriverMsg::Input(observed_input(agent_id, event))
+}
+
+/// [`observed`] as an input, for a message that carries several (`DriverMsg::Inputs`).
+pub fn observed_input(agent_id: &AgentId, event: ObserverEvent) -> Input {
     // Losing a session ends requests as indeterminate; say why in the daemon log.
     match &event {
         ObserverEvent::SessionLost { reason, .. } => tracing::warn!(%agent_id, %reason, "observer session lost"),
@@ -574,7 +571,7 @@ pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
         ObserverEvent::Attached { session, position } => tracing::info!(%agent_id, session = %session.0, position, "observer attached"),
         _ => {}
     }
-    DriverMsg::Input(Input::Observed { agent_id: agent_id.clone(), event })
+    Input::Observed { agent_id: agent_id.clone(), event }
 }
 
 #[cfg(test)]

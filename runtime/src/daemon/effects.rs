@@ -2,7 +2,7 @@
 //! and Codex observers. Every blocking call runs on a blocking thread; results return through
 //! the driver's inbox.
 
-use super::agents::{observed, AgentRuntime, AgentTable};
+use super::agents::{observed, observed_input, AgentRuntime, AgentTable};
 use super::faults::{crash_if, FaultPoint};
 use crate::driver::{DriverMsg, Effects};
 use crate::holder::HolderError;
@@ -56,13 +56,13 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
-            let answer = |snapshot| DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot });
+            let answer = |snapshot| Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot };
             match agent {
                 None => {
-                    let _ = inbox.blocking_send(answer(Err("the agent is not known to the daemon".to_string())));
+                    let _ = inbox.blocking_send(DriverMsg::Input(answer(Err("the agent is not known to the daemon".to_string()))));
                 }
                 Some(agent) => {
-                    let _ = refresh_agent(&agent, &agent_id, &inbox, |snapshot| Some(answer(snapshot)));
+                    let _ = refresh_agent(&agent, &agent_id, &inbox, answer);
                 }
             }
         });
@@ -226,32 +226,31 @@ pub fn load_stored_request(store: &crate::store::Store, request_id: &wakterm_eng
 }
 
 /// ADM-3: liveness first (a changed process is reported before the snapshot), then the
-/// observer's rollout and the screen. The events and `answer(snapshot)` are sent while the
-/// observer lock is held, so no monitor event can slip between them and the snapshot never
-/// arrives older than an event the engine already applied.
+/// observer's rollout and the screen. The events and `answer(snapshot)` go in one message
+/// (one engine step, so the events make one batch, EV-3) sent while the observer lock is
+/// held, so no monitor event can slip between them and the snapshot never arrives older than
+/// an event the engine already applied.
 pub fn refresh_agent(
     agent: &AgentRuntime,
     agent_id: &AgentId,
     inbox: &mpsc::Sender<DriverMsg>,
-    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> Option<DriverMsg>,
+    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> Input,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
     let screen = agent.forward_liveness_and_screen(inbox);
     let mut guard = agent.observer.lock().expect("observer lock");
+    let mut step = Vec::new();
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
             // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
             let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen.as_deref(), rediscover));
             agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
-            for event in refresh.events {
-                let _ = inbox.blocking_send(observed(agent_id, event));
-            }
+            step.extend(refresh.events.into_iter().map(|event| observed_input(agent_id, event)));
             Ok(refresh.snapshot)
         }
     };
-    if let Some(message) = answer(snapshot.clone()) {
-        let _ = inbox.blocking_send(message);
-    }
+    step.push(answer(snapshot.clone()));
+    let _ = inbox.blocking_send(DriverMsg::Inputs(step));
     drop(guard);
     snapshot
 }
