@@ -44,15 +44,19 @@ bash sim/run.sh --check-determinism 3
 echo "== simulation: every planted mutant must be caught"
 mutants=$(bash sim/run.sh --list-mutants | awk '{print $1}')
 [ -n "$mutants" ] || { echo "no mutants listed" >&2; exit 1; }
+# Its own file (not a fixed name in /tmp, which two runs on one machine would share).
+mutant_log="$(mktemp "${TMPDIR:-/tmp}/wakterm-mutant.XXXXXX")"
 for mutant in $mutants; do
   # A run stops at the first seed that catches the mutant; the rarest needs ~1,400 seeds.
-  if bash sim/run.sh --mutant "$mutant" --seeds 5000 >/tmp/wakterm-mutant.log 2>&1; then
+  if bash sim/run.sh --mutant "$mutant" --seeds 5000 >"$mutant_log" 2>&1; then
     echo "mutant $mutant was NOT caught" >&2
-    tail -5 /tmp/wakterm-mutant.log >&2
+    tail -5 "$mutant_log" >&2
+    rm -f "$mutant_log"
     exit 1
   fi
-  echo "mutant $mutant caught: $(grep -m1 -oE 'seed[= ][0-9]+' /tmp/wakterm-mutant.log || true)"
+  echo "mutant $mutant caught: $(grep -m1 -oE 'seed[= ][0-9]+' "$mutant_log" || true)"
 done
+rm -f "$mutant_log"
 echo "simulation exploration, seeds $from-$((from + 19999)): $explored"
 echo "suite: $passed passed, $failed failed"
 [ "$explored" = clean ] || exit 1
