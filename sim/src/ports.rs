@@ -107,12 +107,7 @@ impl Effects for SimEffects {
             };
             let mut events = Vec::new();
             let facts = w.liveness(a, &mut events);
-            for event in events.drain(..) {
-                observe(&mut w, &inbox, a, event);
-            }
-            if let Some(facts) = facts {
-                send(&inbox, Input::AgentUpserted(facts));
-            }
+            send_liveness(&mut w, &inbox, a, &mut events, facts);
             w.sync_observer(a, &mut events);
             // As the runtime's `refresh_agent`: the read's events and the answer, one step.
             let mut step = Vec::new();
@@ -170,13 +165,13 @@ impl Effects for SimEffects {
                 Some(a) => {
                     w.resume(a, &from, &mut events);
                     w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
-                    for event in events {
-                        observe(&mut w, &inbox, a, event);
-                    }
-                    // As the runtime's resume: the snapshot after its events, noted as sent.
+                    // As the runtime's resume: the snapshot after its events, noted as sent,
+                    // in one step with them.
+                    let mut step: Vec<Input> = events.into_iter().map(|event| observed_input(&mut w, a, event)).collect();
                     let snapshot = w.snapshot(a).ok();
                     w.agents[a].observer.last_snapshot = snapshot.clone();
-                    send_snapshot(&mut w, &inbox, a, snapshot);
+                    step.extend(snapshot_input(&mut w, a, snapshot));
+                    send_step(&inbox, step);
                 }
                 None => {
                     let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string(), session: None, before: None };
@@ -1076,14 +1071,9 @@ fn describe_ops(ops: &[PersistOp]) -> String {
     parts.join(", ")
 }
 
-/// Sends one observer event about agent `a` to the engine, and tells the oracle of a turn start
-/// it delivers (ADM-5's wait must end with it, `Oracle::on_turn_delivered`).
-fn observe(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, event: ObserverEvent) {
-    let input = observed_input(w, a, event);
-    send(inbox, input);
-}
-
-/// [`observe`]'s input, for a message that carries several.
+/// One observer event about agent `a` as an engine input (sent in a step), and tells the
+/// oracle of a turn start it delivers (ADM-5's wait must end with it,
+/// `Oracle::on_turn_delivered`).
 fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     if let ObserverEvent::TurnStarted { session, position, turn } = &event {
         w.oracle.on_turn_delivered(a, session, *position, turn);
@@ -1107,14 +1097,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             let facts = w.liveness(a, &mut events);
             let process_changed = facts.is_some();
             let mut forced = process_changed || !events.is_empty();
-            for event in events.drain(..) {
-                w.log(format!("a{a} observed {}", describe_event(&event)));
-                observe(&mut w, &inbox, a, event);
-            }
-            if let Some(facts) = facts {
-                w.log(format!("a{a} upsert {:?}", facts.incarnation));
-                send(&inbox, Input::AgentUpserted(facts));
-            }
+            send_liveness(&mut w, &inbox, a, &mut events, facts);
             // MON-3: the screen is looked at again when the process changed, while only the
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
@@ -1185,10 +1168,29 @@ fn checkpoint_input(w: &mut World, a: usize) -> Option<Input> {
 
 /// The monitor's `Input::ObserverSnapshot`, when it has one to send.
 fn send_snapshot(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, snapshot: Option<wakterm_engine::ObserverSnapshot>) {
-    let Some(snapshot) = snapshot else { return };
+    send_step(inbox, snapshot_input(w, a, snapshot).into_iter().collect());
+}
+
+fn snapshot_input(w: &mut World, a: usize, snapshot: Option<wakterm_engine::ObserverSnapshot>) -> Option<Input> {
+    let snapshot = snapshot?;
     w.log(format!("a{a} snapshot {}", describe_snapshot(&Ok(snapshot.clone()))));
     let agent_id = w.agents[a].agent_id.clone();
-    send(inbox, Input::ObserverSnapshot { agent_id, snapshot });
+    Some(Input::ObserverSnapshot { agent_id, snapshot })
+}
+
+/// As the runtime's `forward_liveness`: a changed process's last events, then the agent's new
+/// facts, one step.
+fn send_liveness(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, events: &mut Vec<ObserverEvent>, facts: Option<wakterm_engine::AgentFacts>) {
+    let mut step = Vec::new();
+    for event in events.drain(..) {
+        w.log(format!("a{a} observed {}", describe_event(&event)));
+        step.push(observed_input(w, a, event));
+    }
+    if let Some(facts) = facts {
+        w.log(format!("a{a} upsert {:?}", facts.incarnation));
+        step.push(Input::AgentUpserted(facts));
+    }
+    send_step(inbox, step);
 }
 
 pub fn describe_event(event: &ObserverEvent) -> String {

@@ -468,12 +468,10 @@ impl AgentRuntime {
     fn forward_liveness(&self, changed: Option<Vec<ObserverEvent>>, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
         let events = changed?;
         let agent_id = self.agent_id();
-        for event in events {
-            if inbox.blocking_send(observed(&agent_id, event)).is_err() {
-                return Some(false);
-            }
-        }
-        Some(inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(self.facts()))).is_ok())
+        // One step (EV-3): the old process's last events, then the new facts.
+        let mut step: Vec<Input> = events.into_iter().map(|event| observed_input(&agent_id, event)).collect();
+        step.push(Input::AgentUpserted(self.facts()));
+        Some(inbox.blocking_send(DriverMsg::Inputs(step)).is_ok())
     }
 
     /// The current screen text, for composer evidence (dialogs too), over the kept connection (a
@@ -632,7 +630,8 @@ mod tests {
         assert_eq!(old_holder.join().unwrap(), [r#"{"op":"screen","with_info":true}"#, r#"{"op":"info"}"#]);
         let mut upserted = false;
         while let Ok(message) = sent.try_recv() {
-            upserted |= matches!(message, DriverMsg::Input(Input::AgentUpserted(_)));
+            // One step (EV-3): the old process's last events, then the new facts.
+            upserted |= matches!(message, DriverMsg::Inputs(step) if matches!(step.last(), Some(Input::AgentUpserted(_))));
         }
         assert!(upserted, "the new process was forwarded to the engine");
     }

@@ -101,15 +101,15 @@ impl Effects for RealEffects {
                 }
                 return;
             }
-            for event in observer.resume(&from) {
-                let _ = inbox.blocking_send(observed(&agent_id, event));
-            }
+            let mut step: Vec<Input> = observer.resume(&from).into_iter().map(|event| observed_input(&agent_id, event)).collect();
             // MON-1: the resume changed the engine's view (attached, or lost); the snapshot after
             // its events keeps the catalog in step, where the monitor, which compares with what
-            // it sent last, might see nothing new to send. Sent under the observer lock.
+            // it sent last, might see nothing new to send. Sent under the observer lock, in one
+            // step with the events (their replay makes one batch, EV-3).
             let snapshot = observer.current_snapshot(screen.as_deref());
             agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
-            let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
+            step.push(Input::ObserverSnapshot { agent_id, snapshot });
+            let _ = inbox.blocking_send(DriverMsg::Inputs(step));
         });
     }
 
