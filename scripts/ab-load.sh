@@ -13,10 +13,11 @@
 #        per run, default 8).
 # The load: one socket caller per agent, each looping `admit --return-final` -> its terminal
 # event on one `watch` stream (the suite's throughput rows); CPU is the daemon's utime+stime
-# over the load, from /proc, divided by completions.
+# over the load, from /proc, divided by completions; switches are the voluntary context
+# switches of the daemon's threads over the load (/proc/PID/task/*/status), divided by the same.
 # Exit: 0; 1 when a run failed (its daemon is stopped either way).
 set -euo pipefail
-[ $# -eq 2 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 base="$(realpath "$1")"; new="$(realpath "$2")"
 for bin in "$base" "$new"; do [ -x "$bin" ] || { echo "ab-load: $bin is not an executable" >&2; exit 2; }; done
 rounds="${AB_ROUNDS:-3}"; agents="${AB_AGENTS:-10}"; secs="${AB_SECS:-8}"
@@ -55,6 +56,15 @@ def reader():
         if done: done.set()
 threading.Thread(target=reader, daemon=True).start()
 cpu = lambda: sum(int(x) for x in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+def switches():
+    # Voluntary context switches of the daemon'"'"'s live threads (a hand-off between threads, or a
+    # wait for I/O); far steadier across runs on this host than CPU time.
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try: status = open(f"/proc/{pid}/task/{tid}/status").read()
+        except OSError: continue  # a thread that ended meanwhile
+        total += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    return total
 completed, end = [0], time.time() + secs
 def loop(agent):
     i = 0
@@ -68,25 +78,26 @@ def loop(agent):
         if receipt.get("classification") != "accepted":
             time.sleep(0.01); continue
         if done.wait(30): completed[0] += 1
-before, started = cpu(), time.time()
+before, switched, started = cpu(), switches(), time.time()
 threads = [threading.Thread(target=loop, args=(a,)) for a in agents]
 [t.start() for t in threads]; [t.join() for t in threads]
-elapsed, ticks = time.time() - started, cpu() - before
+elapsed, ticks, switched = time.time() - started, cpu() - before, switches() - switched
 hz = os.sysconf("SC_CLK_TCK")
-print(completed[0], "%.0f" % (completed[0] / elapsed), "%.2f" % (ticks * 1000 / hz / max(completed[0], 1)))
+done = max(completed[0], 1)
+print(completed[0], "%.0f" % (completed[0] / elapsed), "%.2f" % (ticks * 1000 / hz / done), "%.1f" % (switched / done))
 '
     "$bin" mux stop --all >/dev/null 2>&1 || true
     current=""
 }
 
 echo "## ab-load: base = $base, new = $new; $agents agents, $secs s per run, $rounds pairs"
-echo "| pair | base per s | new per s | base daemon CPU ms/request | new daemon CPU ms/request |"
-echo "|---|---|---|---|---|"
+echo "| pair | base per s | new per s | base daemon CPU ms/request | new daemon CPU ms/request | base switches/request | new switches/request |"
+echo "|---|---|---|---|---|---|---|"
 status=0
 for r in $(seq "$rounds"); do
-    b=$(run "$base") || { status=1; b="failed - -"; }
-    n=$(run "$new") || { status=1; n="failed - -"; }
-    read -r _ bps bcpu <<< "$b"; read -r _ nps ncpu <<< "$n"
-    echo "| $r | $bps | $nps | $bcpu | $ncpu |"
+    b=$(run "$base") || { status=1; b="failed - - -"; }
+    n=$(run "$new") || { status=1; n="failed - - -"; }
+    read -r _ bps bcpu bsw <<< "$b"; read -r _ nps ncpu nsw <<< "$n"
+    echo "| $r | $bps | $nps | $bcpu | $ncpu | $bsw | $nsw |"
 done
 exit "$status"
