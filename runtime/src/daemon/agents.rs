@@ -331,15 +331,16 @@ impl AgentRuntime {
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
         let (stamp, answer) = self.holder_info_stamped();
-        match self.apply_liveness(stamp, answer) {
+        match self.apply_liveness(stamp, answer, None) {
             Applied::Changed(events) => Some(events),
             Applied::Same | Applied::Stale => None,
         }
     }
 
     /// [`AgentRuntime::refresh_liveness`] with the holder's answer already read, by the read
-    /// that took `stamp`.
-    fn apply_liveness(&self, stamp: u64, answer: Result<InfoReply, HolderError>) -> Applied {
+    /// that took `stamp`. With `inbox`, a change is told to the engine before the observer
+    /// lock is released ([`AgentRuntime::forward_liveness_change`]).
+    fn apply_liveness(&self, stamp: u64, answer: Result<InfoReply, HolderError>, inbox: Option<&mpsc::Sender<DriverMsg>>) -> Applied {
         let mut next = match answer {
             Ok(info) => Liveness::from_info(&info),
             Err(error) if holder_is_gone(&error) => Liveness::gone(),
@@ -385,6 +386,13 @@ impl AgentRuntime {
                 (Some(process), Some(incarnation)) => Some(self.new_observer(process, incarnation, &next)),
                 _ => None,
             };
+        }
+        // Still under the observer lock: a refresh or the monitor that takes it next reads the
+        // new observer, and its events must reach the engine after the old process's end and
+        // the new facts, else the engine files them under the old process (a review found
+        // the gap when this was sent after the lock was released).
+        if let Some(inbox) = inbox {
+            self.send_liveness_change(events.clone(), inbox);
         }
         Applied::Changed(events)
     }
@@ -462,16 +470,20 @@ impl AgentRuntime {
     /// process's last events first, then the agent's new facts. Returns None when nothing
     /// changed, `Some(false)` when the engine is gone.
     pub fn forward_liveness_change(&self, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
-        self.forward_liveness(self.refresh_liveness(), inbox)
+        let (stamp, answer) = self.holder_info_stamped();
+        match self.apply_liveness(stamp, answer, Some(inbox)) {
+            Applied::Changed(_) => Some(!inbox.is_closed()),
+            Applied::Same | Applied::Stale => None,
+        }
     }
 
-    fn forward_liveness(&self, changed: Option<Vec<ObserverEvent>>, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
-        let events = changed?;
+    /// One step (EV-3): the old process's last events, then the new facts. (A send that
+    /// fails finds the engine gone: nobody is left to tell.)
+    fn send_liveness_change(&self, events: Vec<ObserverEvent>, inbox: &mpsc::Sender<DriverMsg>) {
         let agent_id = self.agent_id();
-        // One step (EV-3): the old process's last events, then the new facts.
         let mut step: Vec<Input> = events.into_iter().map(|event| observed_input(&agent_id, event)).collect();
         step.push(Input::AgentUpserted(self.facts()));
-        Some(inbox.blocking_send(DriverMsg::Inputs(step)).is_ok())
+        let _ = inbox.blocking_send(DriverMsg::Inputs(step));
     }
 
     /// The current screen text, for composer evidence (dialogs too), over the kept connection (a
@@ -521,14 +533,11 @@ impl AgentRuntime {
             Some(answer) => (stamp, answer),
             None => self.holder_info_stamped(),
         };
-        let changed = match self.apply_liveness(stamp, answer) {
-            // A read older than the liveness applied last: its screen may be another
-            // process's, so it is no evidence about the current one.
-            Applied::Stale => return None,
-            Applied::Same => None,
-            Applied::Changed(events) => Some(events),
-        };
-        let _ = self.forward_liveness(changed, inbox);
+        // A read older than the liveness applied last: its screen may be another process's, so
+        // it is no evidence about the current one. A change is told to the engine inside.
+        if self.apply_liveness(stamp, answer, Some(inbox)) == Applied::Stale {
+            return None;
+        }
         if let Some(text) = &screen {
             // Read in one call with the liveness just applied: filed under that process.
             let process = self.liveness.lock().expect("liveness lock").process;
@@ -598,6 +607,46 @@ mod tests {
         (AgentRuntime::new(&paths, record), paths)
     }
 
+    /// LIVE-1 / EV-3: a process change reaches the engine before the observer lock is
+    /// released, so whoever reads the new observer next (a refresh, the monitor) sends its
+    /// events after the old process's end and the new facts, never before them (the engine
+    /// would file them under the old process). Here the inbox is full, so the change's send
+    /// waits: the observer lock must still be held meanwhile.
+    #[test]
+    fn live_1_a_process_change_is_sent_under_the_observer_lock() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, paths) = pty_agent(dir.path(), "0b7e6a8c-3f2d-4c1e-9a5b-6d4f2e1c0a99");
+        let listener = std::os::unix::net::UnixListener::bind(paths.holder_socket("0b7e6a8c-3f2d-4c1e-9a5b-6d4f2e1c0a99")).unwrap();
+        let me = crate::proc_probe::identity(std::process::id()).unwrap();
+        let holder = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            for _ in BufReader::new(stream).lines().map_while(Result::ok).take(1) {
+                let info = format!(r#"{{"pid":{},"start_time_ticks":{},"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":1,"output_end":0,"spawn_error":null}}"#, me.pid, me.start_time_ticks);
+                writeln!(writer, r#"{{"ok":true,"result":{info}}}"#).unwrap();
+            }
+        });
+        let agent = Arc::new(agent);
+        let (inbox, mut sent) = mpsc::channel(1);
+        inbox.try_send(DriverMsg::Input(Input::Tick)).unwrap(); // full: the next send waits
+        let probe = Arc::clone(&agent);
+        let forwarding = std::thread::spawn(move || probe.forward_liveness_change(&inbox));
+        let started = std::time::Instant::now();
+        while agent.liveness.lock().unwrap().process.is_none() {
+            assert!(started.elapsed() < Duration::from_secs(10), "the new process was never applied");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100)); // the send is waiting on the full inbox
+        assert!(agent.observer.try_lock().is_err(), "the observer lock is released only after the change is sent");
+        assert!(matches!(sent.blocking_recv(), Some(DriverMsg::Input(Input::Tick))));
+        assert!(matches!(sent.blocking_recv(), Some(DriverMsg::Inputs(step)) if matches!(step.last(), Some(Input::AgentUpserted(_)))));
+        assert_eq!(forwarding.join().unwrap(), Some(true));
+        assert!(agent.observer.try_lock().is_ok());
+        drop(agent);
+        holder.join().unwrap();
+    }
+
     /// Issue 10: a holder older than `screen` with `with_info` answers the screen alone; the
     /// refresh then asks `info` on its own, so liveness is still read first-hand and forwarded.
     #[test]
@@ -630,7 +679,7 @@ mod tests {
         assert_eq!(old_holder.join().unwrap(), [r#"{"op":"screen","with_info":true}"#, r#"{"op":"info"}"#]);
         let mut upserted = false;
         while let Ok(message) = sent.try_recv() {
-            // One step (EV-3): the old process's last events, then the new facts.
+            // One step (EV-3): here only the new facts (no process ran before).
             upserted |= matches!(message, DriverMsg::Inputs(step) if matches!(step.last(), Some(Input::AgentUpserted(_))));
         }
         assert!(upserted, "the new process was forwarded to the engine");
@@ -653,21 +702,21 @@ mod tests {
         let info = |pid: u32, holder_pid: u32| -> Result<InfoReply, HolderError> { Ok(info_reply(pid, holder_pid)) };
         let gone = || Err(refused(libc::ECONNREFUSED));
         let pid = || agent.liveness.lock().unwrap().process.map(|p| p.pid);
-        assert!(matches!(agent.apply_liveness(2, info(20, 9)), Applied::Changed(_)), "a new process is a change");
-        assert_eq!(agent.apply_liveness(1, info(10, 9)), Applied::Stale, "read before: not applied");
+        assert!(matches!(agent.apply_liveness(2, info(20, 9), None), Applied::Changed(_)), "a new process is a change");
+        assert_eq!(agent.apply_liveness(1, info(10, 9), None), Applied::Stale, "read before: not applied");
         assert_eq!(pid(), Some(20));
-        assert_eq!(agent.apply_liveness(3, info(20, 9)), Applied::Same);
+        assert_eq!(agent.apply_liveness(3, info(20, 9), None), Applied::Same);
         assert_eq!(agent.liveness.lock().unwrap().answered_at, 3);
         // The holder dies (gone), a new one answers; then the answers read before arrive late.
-        assert!(matches!(agent.apply_liveness(5, gone()), Applied::Changed(_)), "gone ends the process");
+        assert!(matches!(agent.apply_liveness(5, gone(), None), Applied::Changed(_)), "gone ends the process");
         assert_eq!(pid(), None);
-        assert!(matches!(agent.apply_liveness(7, info(40, 10)), Applied::Changed(_)), "the new holder's process");
-        assert_eq!(agent.apply_liveness(6, gone()), Applied::Stale, "a late gone does not hide it");
-        assert_eq!(agent.apply_liveness(4, info(20, 9)), Applied::Stale, "a late answer of the dead holder");
+        assert!(matches!(agent.apply_liveness(7, info(40, 10), None), Applied::Changed(_)), "the new holder's process");
+        assert_eq!(agent.apply_liveness(6, gone(), None), Applied::Stale, "a late gone does not hide it");
+        assert_eq!(agent.apply_liveness(4, info(20, 9), None), Applied::Stale, "a late answer of the dead holder");
         assert_eq!(pid(), Some(40));
-        assert_eq!(agent.apply_liveness(8, info(40, 10)), Applied::Same, "nothing is wedged");
+        assert_eq!(agent.apply_liveness(8, info(40, 10), None), Applied::Same, "nothing is wedged");
         // A failure that is not evidence changes nothing, whatever its stamp.
-        assert_eq!(agent.apply_liveness(9, Err(refused(libc::EMFILE))), Applied::Same);
+        assert_eq!(agent.apply_liveness(9, Err(refused(libc::EMFILE)), None), Applied::Same);
         assert_eq!(pid(), Some(40));
     }
 
@@ -689,7 +738,7 @@ mod tests {
                         // A read takes its stamp, then its answer applies: three processes in turn.
                         let stamp = agent.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                         let pid = 10 + (stamp % 3) as u32;
-                        agent.apply_liveness(stamp, Ok(info_reply(pid, 9)));
+                        agent.apply_liveness(stamp, Ok(info_reply(pid, 9)), None);
                     }
                     done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 })
