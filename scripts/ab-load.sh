@@ -32,7 +32,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/fake-agents.sh"
 
 # One run: a fresh daemon with $agents idle fake agents, each with a baseline turn, then the load.
-# Prints "completions per_s cpu_ms".
+# Prints "completions per_s cpu_ms switches".
 run() {
     local bin="$1" pid
     current="$bin"
@@ -58,7 +58,9 @@ threading.Thread(target=reader, daemon=True).start()
 cpu = lambda: sum(int(x) for x in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
 def switches():
     # Voluntary context switches of the daemon'"'"'s live threads (a hand-off between threads, or a
-    # wait for I/O); far steadier across runs on this host than CPU time.
+    # wait for I/O); far steadier across runs on this host than CPU time. A thread that ends
+    # during the load (tokio drops blocking threads idle for 10 s) takes its count with it, so
+    # the column can only undercount.
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try: status = open(f"/proc/{pid}/task/{tid}/status").read()

@@ -205,10 +205,11 @@ impl Engine {
         self.flush_events(); // EV-3: whatever this input taught, batched per agent
     }
 
-    /// EV-3: inputs that arrived together (one look of the monitor at an agent: the events of
-    /// one read, the checkpoint after them, the snapshot) as one step, so their events make one
-    /// batch per agent instead of one per input (the next had to wait for the first's commit).
-    /// The same as feeding them one by one, but for the batching.
+    /// EV-3: inputs that arrived together (a monitor read's events and the checkpoint after
+    /// them; a refresh's events and its answer; a resume's replay and its snapshot; a changed
+    /// process's last events and the new facts) as one step, so their events make one batch
+    /// per agent instead of one per input (the next had to wait for the first's commit). The
+    /// same as feeding them one by one, but for the batching.
     pub fn handle_all(&mut self, now_ms: u64, inputs: Vec<Input>) {
         for input in inputs {
             self.apply(now_ms, input);

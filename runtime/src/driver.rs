@@ -51,8 +51,9 @@ pub type Query = Box<dyn FnOnce(&Engine) + Send>;
 pub enum DriverMsg {
     /// An engine input (effect results, observer events, agent facts).
     Input(Input),
-    /// Inputs that arrived together, in order (one look of the monitor at an agent): one
-    /// engine step, so their events share a batch (`Engine::handle_all`).
+    /// Observer inputs that arrived together, in order (a monitor read, a refresh, a resume, a
+    /// process change): one engine step, so their events share a batch (`Engine::handle_all`).
+    /// Never a caller's operation (those need an op id and a waiter).
     Inputs(Vec<Input>),
     /// A caller's admission; the receipt is sent on `reply`.
     Admit { command: AdmitCommand, reply: oneshot::Sender<Receipt> },
@@ -137,6 +138,7 @@ pub async fn run_driver<E: Effects, C: Clock>(mut engine: Engine, mut inbox: mps
         let input = match message {
             DriverMsg::Input(input) => input,
             DriverMsg::Inputs(inputs) => {
+                assert!(!inputs.iter().any(|i| matches!(i, Input::Admit(_) | Input::Cancel(_) | Input::Submit(_))), "a step carries no caller's operation");
                 if tracing::enabled!(tracing::Level::TRACE) {
                     inputs.iter().for_each(|input| trace_kind("engine input", input));
                 }

@@ -1156,7 +1156,7 @@ async fn next_run(wake: &mut mpsc::UnboundedReceiver<u64>, pending: &mut std::co
     pending.retain(|at| *at > now);
 }
 
-/// OBS-1, EV-5 (`AgentRuntime::save_checkpoint_if_due`): the observer's checkpoint, when due,
+/// OBS-1, EV-5 (`AgentRuntime::checkpoint_if_due`): the observer's checkpoint, when due,
 /// goes to the engine (which commits it in the agent's event batch), not to the store.
 fn checkpoint_input(w: &mut World, a: usize) -> Option<Input> {
     let (checkpoint_json, covers) = w.checkpoint_due(a)?;

@@ -1342,7 +1342,7 @@ impl World {
         })
     }
 
-    /// OBS-1 (`AgentRuntime::save_checkpoint_if_due`): the checkpoint to hand to the engine
+    /// OBS-1 (`AgentRuntime::checkpoint_if_due`): the checkpoint to hand to the engine
     /// now (as JSON, EV-5), when the offset moved and the last save is at least
     /// `CHECKPOINT_INTERVAL_MS` old; and how much it newly covers of an unfinished request's
     /// turn (a crash right after it commits, before the engine commits what those records
