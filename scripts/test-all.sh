@@ -46,11 +46,14 @@ mutants=$(bash sim/run.sh --list-mutants | awk '{print $1}')
 [ -n "$mutants" ] || { echo "no mutants listed" >&2; exit 1; }
 # Its own file (not a fixed name in /tmp, which two runs on one machine would share).
 mutant_log="$(mktemp "${TMPDIR:-/tmp}/wakterm-mutant.XXXXXX")"
+trap 'rm -f "$log" "$mutant_log"' EXIT
 for mutant in $mutants; do
   # A run stops at the first seed that catches the mutant, so the budget costs only the rare
   # ones: `any_holder_read` was caught at seeds 12155 and 18486 of 1-23,000 (a late resume, a
-  # holder restart and a written prompt's turn start lost with the old holder, together).
-  if bash sim/run.sh --mutant "$mutant" --seeds 20000 --jobs 2 >"$mutant_log" 2>&1; then
+  # holder restart and a written prompt's turn start lost with the old holder, together), so
+  # about once in 6,000-12,000 seeds: 40,000 leaves a change of the trace little chance to
+  # push it past the budget by luck.
+  if bash sim/run.sh --mutant "$mutant" --seeds 40000 --jobs 2 >"$mutant_log" 2>&1; then
     echo "mutant $mutant was NOT caught" >&2
     tail -5 "$mutant_log" >&2
     rm -f "$mutant_log"
