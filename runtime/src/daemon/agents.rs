@@ -607,6 +607,29 @@ mod tests {
         (AgentRuntime::new(&paths, record), paths)
     }
 
+    /// A fake holder at agent `id`'s socket under `paths`: answers the first `calls` lines of
+    /// one connection with `answer(line)` (the `result` JSON) and returns the lines it was asked.
+    fn fake_holder(paths: &DataPaths, id: &str, calls: usize, answer: impl Fn(&str) -> String + Send + 'static) -> std::thread::JoinHandle<Vec<String>> {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::os::unix::net::UnixListener::bind(paths.holder_socket(id)).unwrap();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut asked = Vec::new();
+            for line in BufReader::new(stream).lines().map_while(Result::ok).take(calls) {
+                writeln!(writer, r#"{{"ok":true,"result":{}}}"#, answer(&line)).unwrap();
+                asked.push(line);
+            }
+            asked
+        })
+    }
+
+    /// The `info` result of a live process: this test process, so its identity checks pass.
+    fn own_info(output_end: u64) -> String {
+        let me = crate::proc_probe::identity(std::process::id()).unwrap();
+        format!(r#"{{"pid":{},"start_time_ticks":{},"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":1,"output_end":{output_end},"spawn_error":null}}"#, me.pid, me.start_time_ticks)
+    }
+
     /// LIVE-1 / EV-3: a process change reaches the engine before the observer lock is
     /// released, so whoever reads the new observer next (a refresh, the monitor) sends its
     /// events after the old process's end and the new facts, never before them (the engine
@@ -614,19 +637,10 @@ mod tests {
     /// waits: the observer lock must still be held meanwhile.
     #[test]
     fn live_1_a_process_change_is_sent_under_the_observer_lock() {
-        use std::io::{BufRead, BufReader, Write};
         let dir = tempfile::tempdir().unwrap();
-        let (agent, paths) = pty_agent(dir.path(), "0b7e6a8c-3f2d-4c1e-9a5b-6d4f2e1c0a99");
-        let listener = std::os::unix::net::UnixListener::bind(paths.holder_socket("0b7e6a8c-3f2d-4c1e-9a5b-6d4f2e1c0a99")).unwrap();
-        let me = crate::proc_probe::identity(std::process::id()).unwrap();
-        let holder = std::thread::spawn(move || {
-            let (stream, _) = listener.accept().unwrap();
-            let mut writer = stream.try_clone().unwrap();
-            for _ in BufReader::new(stream).lines().map_while(Result::ok).take(1) {
-                let info = format!(r#"{{"pid":{},"start_time_ticks":{},"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":1,"output_end":0,"spawn_error":null}}"#, me.pid, me.start_time_ticks);
-                writeln!(writer, r#"{{"ok":true,"result":{info}}}"#).unwrap();
-            }
-        });
+        let id = "0b7e6a8c-3f2d-4c1e-9a5b-6d4f2e1c0a99";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 1, |_| own_info(0));
         let agent = Arc::new(agent);
         let (inbox, mut sent) = mpsc::channel(1);
         inbox.try_send(DriverMsg::Input(Input::Tick)).unwrap(); // full: the next send waits
@@ -651,25 +665,13 @@ mod tests {
     /// refresh then asks `info` on its own, so liveness is still read first-hand and forwarded.
     #[test]
     fn a_holder_without_screen_info_is_asked_info_separately() {
-        use std::io::{BufRead, BufReader, Write};
         let dir = tempfile::tempdir().unwrap();
-        let (agent, paths) = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b55");
-        let listener = std::os::unix::net::UnixListener::bind(paths.holder_socket("6c9c591e-087b-4c45-9001-bf796f895b55")).unwrap();
+        let id = "6c9c591e-087b-4c45-9001-bf796f895b55";
+        let (agent, paths) = pty_agent(dir.path(), id);
         let me = crate::proc_probe::identity(std::process::id()).unwrap();
-        let old_holder = std::thread::spawn(move || {
-            let (stream, _) = listener.accept().unwrap();
-            let mut writer = stream.try_clone().unwrap();
-            let mut asked = Vec::new();
-            for line in BufReader::new(stream).lines().map_while(Result::ok).take(2) {
-                let result = if line.contains("screen") {
-                    r#"{"lines":["> hi"],"cursor":{"row":0,"col":4},"output_offset":9,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#.to_string()
-                } else {
-                    format!(r#"{{"pid":{},"start_time_ticks":{},"alive":true,"exit_code":null,"cols":80,"rows":24,"generation":0,"holder_pid":1,"output_end":9,"spawn_error":null}}"#, me.pid, me.start_time_ticks)
-                };
-                writeln!(writer, r#"{{"ok":true,"result":{result}}}"#).unwrap();
-                asked.push(line);
-            }
-            asked
+        let old_holder = fake_holder(&paths, id, 2, |line| match line.contains("screen") {
+            true => r#"{"lines":["> hi"],"cursor":{"row":0,"col":4},"output_offset":9,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#.to_string(),
+            false => own_info(9),
         });
         let (inbox, mut sent) = mpsc::channel(16);
         let screen = agent.forward_liveness_and_screen(&inbox);
