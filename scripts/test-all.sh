@@ -49,10 +49,10 @@ mutant_log="$(mktemp "${TMPDIR:-/tmp}/wakterm-mutant.XXXXXX")"
 trap 'rm -f "$log" "$mutant_log"' EXIT
 for mutant in $mutants; do
   # A run stops at the first seed that catches the mutant, so the budget costs only the rare
-  # ones: `any_holder_read` was caught at seeds 12155 and 18486 of 1-23,000 (a late resume, a
-  # holder restart and a written prompt's turn start lost with the old holder, together), so
-  # about once in 6,000-12,000 seeds: 40,000 leaves a change of the trace little chance to
-  # push it past the budget by luck.
+  # ones: `any_holder_read` is caught at seeds 6, 120, 12155 and 18486 of 1-30,000 (a late
+  # resume, a holder restart and a written prompt's turn start lost with the old holder,
+  # together), so about once in 7,500 seeds: 40,000 leaves a change of the trace little chance
+  # to push it past the budget by luck.
   if bash sim/run.sh --mutant "$mutant" --seeds 40000 --jobs 2 >"$mutant_log" 2>&1; then
     echo "mutant $mutant was NOT caught" >&2
     tail -5 "$mutant_log" >&2

@@ -74,10 +74,15 @@ fn agent_named(world: &World, agent_id: &str) -> Option<usize> {
 /// `app_server.resume_after_holder_restart` (REC-2): a late startup resume of a managed agent
 /// sometimes outlives the agent's holder. The new holder starts its stream over at 0, so the
 /// resume's cursor counts in a stream that is gone (seeds 77782850, 77787078 met it by
-/// chance). The holder dies now and comes back within the returned time.
-fn holder_dies_before_resume(w: &mut World, agent_id: &AgentId) -> Option<u64> {
+/// chance). The holder dies now and comes back within the returned time. More often when a
+/// turn started in the stream after the resume's cursor: it is lost with the holder, so the
+/// old process's observer must read nothing from the new one (MGD-4; mutant
+/// `any_holder_read`).
+fn holder_dies_before_resume(w: &mut World, agent_id: &AgentId, from: &Cursor) -> Option<u64> {
     let a = agent_index(w, agent_id).filter(|&a| w.is_managed(a) && w.agents[a].process.is_some())?;
-    if !w.fault_roll(0.3) {
+    let session = &w.agents[a].session;
+    let turn_after = session.id == from.session && session.records.iter().any(|r| r.position > from.position && matches!(r.event, ObserverEvent::TurnStarted { .. }));
+    if !w.fault_roll(if turn_after { 0.9 } else { 0.3 }) {
         return None;
     }
     let back_ms = thread_rng().gen_range(100..500);
@@ -142,7 +147,7 @@ impl Effects for SimEffects {
             let (late, holder_back_ms) = {
                 let mut w = world.lock().unwrap();
                 let late = w.fault_roll(w.plan.resume_late);
-                (late, late.then(|| holder_dies_before_resume(&mut w, &agent_id)).flatten())
+                (late, late.then(|| holder_dies_before_resume(&mut w, &agent_id, &from)).flatten())
             };
             if let Some(back_ms) = holder_back_ms {
                 madsim::time::sleep(Duration::from_millis(back_ms) + ms(200, 900)).await;
