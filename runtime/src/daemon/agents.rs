@@ -481,7 +481,7 @@ impl AgentRuntime {
     /// fails finds the engine gone: nobody is left to tell.)
     fn send_liveness_change(&self, events: Vec<ObserverEvent>, inbox: &mpsc::Sender<DriverMsg>) {
         let agent_id = self.agent_id();
-        let mut step: Vec<Input> = events.into_iter().map(|event| observed_input(&agent_id, event)).collect();
+        let mut step = observed_inputs(&agent_id, events);
         step.push(Input::AgentUpserted(self.facts()));
         let _ = inbox.blocking_send(DriverMsg::Inputs(step));
     }
@@ -569,8 +569,13 @@ pub fn observed(agent_id: &AgentId, event: ObserverEvent) -> DriverMsg {
     DriverMsg::Input(observed_input(agent_id, event))
 }
 
+/// A read's events as the inputs of one step (`DriverMsg::Inputs`), in order.
+pub fn observed_inputs(agent_id: &AgentId, events: impl IntoIterator<Item = ObserverEvent>) -> Vec<Input> {
+    events.into_iter().map(|event| observed_input(agent_id, event)).collect()
+}
+
 /// [`observed`] as an input, for a message that carries several (`DriverMsg::Inputs`).
-pub fn observed_input(agent_id: &AgentId, event: ObserverEvent) -> Input {
+fn observed_input(agent_id: &AgentId, event: ObserverEvent) -> Input {
     // Losing a session ends requests as indeterminate; say why in the daemon log.
     match &event {
         ObserverEvent::SessionLost { reason, .. } => tracing::warn!(%agent_id, %reason, "observer session lost"),

@@ -2,7 +2,7 @@
 //! and Codex observers. Every blocking call runs on a blocking thread; results return through
 //! the driver's inbox.
 
-use super::agents::{observed, observed_input, AgentRuntime, AgentTable};
+use super::agents::{observed, observed_inputs, AgentRuntime, AgentTable};
 use super::faults::{crash_if, FaultPoint};
 use crate::driver::{DriverMsg, Effects};
 use crate::holder::HolderError;
@@ -101,7 +101,7 @@ impl Effects for RealEffects {
                 }
                 return;
             }
-            let mut step: Vec<Input> = observer.resume(&from).into_iter().map(|event| observed_input(&agent_id, event)).collect();
+            let mut step = observed_inputs(&agent_id, observer.resume(&from));
             // MON-1: the resume changed the engine's view (attached, or lost); the snapshot after
             // its events keeps the catalog in step, where the monitor, which compares with what
             // it sent last, might see nothing new to send. Sent under the observer lock, in one
@@ -238,14 +238,14 @@ pub fn refresh_agent(
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
     let screen = agent.forward_liveness_and_screen(inbox);
     let mut guard = agent.observer.lock().expect("observer lock");
-    let mut step = Vec::new();
+    let mut step = Vec::new(); // the read's events, then the answer
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
             // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
             let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen.as_deref(), rediscover));
             agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
-            step.extend(refresh.events.into_iter().map(|event| observed_input(agent_id, event)));
+            step = observed_inputs(agent_id, refresh.events);
             Ok(refresh.snapshot)
         }
     };

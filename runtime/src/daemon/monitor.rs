@@ -15,7 +15,7 @@
 //!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch, or
 //!   while only the screen can settle an unknown turn).
 
-use super::agents::{observed_input, AgentRuntime};
+use super::agents::{observed_inputs, AgentRuntime};
 use crate::driver::DriverMsg;
 use crate::holder::protocol::{InfoReply, Reply, Request};
 use std::collections::BTreeMap;
@@ -361,7 +361,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
     let look_again = process_changed || screen_due || agent.last_health().as_ref() != Some(&health) || agent.screen_decides();
     let changed = forced || look_again;
     // One message, so one engine step: the read's events make one batch (EV-3).
-    let mut step: Vec<Input> = events.into_iter().map(|event| observed_input(&agent_id, event)).collect();
+    let mut step = observed_inputs(&agent_id, events);
     let (checkpoint, pending) = agent.checkpoint_if_due(observer);
     step.extend(checkpoint); // EV-5: after its events
     if !step.is_empty() && inbox.blocking_send(DriverMsg::Inputs(step)).is_err() {

@@ -342,10 +342,10 @@ impl Housekeeping {
     /// practice once per time the WAL starts over): under load the WAL grows during a copy
     /// here, so only a checkpoint the writer runs between its own transactions can end with all
     /// of the WAL copied, which lets its next transaction start the WAL over (without it, it
-    /// grew to 16 MiB at 10 busy agents). What this thread copied
-    /// first, that one neither copies nor syncs again (its share depends on where the copies
-    /// here fell in the WAL's cycle): it held its commit (and every caller of its group) for up
-    /// to 18 ms when it copied 1,000 pages alone.
+    /// grew to 16 MiB at 10 busy agents). What this thread copied first, the writer's own
+    /// checkpoint neither copies nor syncs again (how much that is depends on where the copies
+    /// here fell in the WAL's cycle): alone, copying 1,000 pages held its commit (and every
+    /// caller of its group) for up to 18 ms.
     fn checkpoint(&self) {
         let Some(conn) = &self.checkpoints else { return };
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get::<_, i64>(0)) {
