@@ -111,6 +111,11 @@ pub enum Mutant {
     /// on the view and then sees the events as stale: a turn start they carried no longer ends
     /// an earlier written prompt's wait (ADM-5).
     RefreshAnswerFirst,
+    /// Observer port (LIVE-1, EV-3): a changed process's last events and new facts are sent
+    /// after the lock the change was applied under is released (as the daemon did until a
+    /// review found it), so another port can read the new process's observer in between and
+    /// send its events first: the engine files them under the old process.
+    LivenessSentAfterRelease,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -194,6 +199,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SnapshotBeforeEvents, "snapshot_before_events", "observer port sends its snapshot before the events it read"),
     (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
     (Mutant::RefreshAnswerFirst, "refresh_answer_first", "observer port puts a refresh's answer before the events it read, in one step"),
+    (Mutant::LivenessSentAfterRelease, "liveness_sent_after_release", "observer port sends a process change after releasing the lock it applied it under"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),

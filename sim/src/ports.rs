@@ -105,14 +105,17 @@ impl Effects for SimEffects {
             } else {
                 madsim::time::sleep(ms(1, 40)).await;
             }
-            let mut w = world.lock().unwrap();
-            let Some(a) = agent_index(&w, &agent_id) else {
-                let snapshot = Err("the agent is not known to the daemon".to_string());
-                return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+            let (a, late) = {
+                let mut w = world.lock().unwrap();
+                let Some(a) = agent_index(&w, &agent_id) else {
+                    let snapshot = Err("the agent is not known to the daemon".to_string());
+                    return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+                };
+                (a, look_at_liveness(&mut w, &inbox, a).late)
             };
+            send_late(&inbox, late).await;
+            let mut w = world.lock().unwrap();
             let mut events = Vec::new();
-            let facts = w.liveness(a, &mut events);
-            send_liveness(&mut w, &inbox, a, &mut events, facts);
             w.sync_observer(a, &mut events);
             // As the runtime's `refresh_agent`: the read's events and the answer, one step.
             let mut step = Vec::new();
@@ -1096,13 +1099,13 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
     let mut pending = std::collections::BTreeSet::new();
     loop {
         next_run(&mut wake, &mut pending).await;
-        let mut w = world.lock().unwrap();
-        for a in 0..w.agents.len() {
+        let agents = world.lock().unwrap().agents.len();
+        for a in 0..agents {
+            let Liveness { process_changed, late } = look_at_liveness(&mut world.lock().unwrap(), &inbox, a);
+            send_late(&inbox, late).await;
+            let mut w = world.lock().unwrap();
             let mut events = Vec::new();
-            let facts = w.liveness(a, &mut events);
-            let process_changed = facts.is_some();
-            let mut forced = process_changed || !events.is_empty();
-            send_liveness(&mut w, &inbox, a, &mut events, facts);
+            let mut forced = process_changed;
             // MON-3: the screen is looked at again when the process changed, while only the
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
@@ -1186,6 +1189,43 @@ fn snapshot_input(w: &mut World, a: usize, snapshot: Option<wakterm_engine::Obse
 /// As the runtime's `forward_liveness`: a changed process's last events, then the agent's new
 /// facts, one step.
 fn send_liveness(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, events: &mut Vec<ObserverEvent>, facts: Option<wakterm_engine::AgentFacts>) {
+    send_step(inbox, liveness_step(w, a, events, facts));
+}
+
+/// What a port's look at an agent's liveness found.
+struct Liveness {
+    process_changed: bool,
+    /// Mutant `liveness_sent_after_release`: the change's step, still to be sent.
+    late: Option<Vec<Input>>,
+}
+
+/// A port's liveness look (the refresh's, the monitor's): a change is sent at once, under the
+/// world lock (LIVE-1: the runtime sends it under the observer lock it applied it under).
+fn look_at_liveness(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize) -> Liveness {
+    let mut events = Vec::new();
+    let facts = w.liveness(a, &mut events);
+    let process_changed = facts.is_some();
+    debug_assert!(process_changed || events.is_empty(), "only a process change ends a process");
+    if w.mutant == Mutant::LivenessSentAfterRelease && process_changed {
+        return Liveness { process_changed, late: Some(liveness_step(w, a, &mut events, facts)) }; // the bug
+    }
+    send_liveness(w, inbox, a, &mut events, facts);
+    Liveness { process_changed, late: None }
+}
+
+/// Mutant `liveness_sent_after_release` (LIVE-1's fault class: a port's send split from the
+/// lock it read under): the new process's observer is installed, the lock released, and only
+/// after this pause is the change sent, so another port (a refresh, the monitor) may read the
+/// new observer in between and send its events first, which the engine files under the old
+/// process.
+async fn send_late(inbox: &mpsc::Sender<DriverMsg>, late: Option<Vec<Input>>) {
+    if let Some(step) = late {
+        madsim::time::sleep(ms(1, 60)).await;
+        send_step(inbox, step);
+    }
+}
+
+fn liveness_step(w: &mut World, a: usize, events: &mut Vec<ObserverEvent>, facts: Option<wakterm_engine::AgentFacts>) -> Vec<Input> {
     let mut step = Vec::new();
     for event in events.drain(..) {
         w.log(format!("a{a} observed {}", describe_event(&event)));
@@ -1195,7 +1235,7 @@ fn send_liveness(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, event
         w.log(format!("a{a} upsert {:?}", facts.incarnation));
         step.push(Input::AgentUpserted(facts));
     }
-    send_step(inbox, step);
+    step
 }
 
 pub fn describe_event(event: &ObserverEvent) -> String {
