@@ -19,6 +19,8 @@ pub mod retention;
 pub mod server;
 pub mod stream;
 pub mod submit;
+#[cfg(test)]
+mod test_agents;
 
 use crate::observer_checkpoint::ObserverCheckpoint;
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};

@@ -483,3 +483,116 @@ impl HolderWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::test_agents::{fake_holder, own_info, pty_agent};
+    use std::io::Write;
+    use wakterm_engine::ObserverEvent;
+
+    const SCREEN: &str = r#"{"lines":["> "],"cursor":{"row":0,"col":2},"output_offset":0,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#;
+
+    fn event(payload: &str) -> String {
+        format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
+    }
+
+    /// What the monitor sent: one input, or one step of several.
+    #[derive(Debug)]
+    enum Sent {
+        Input(Input),
+        Step(Vec<Input>),
+    }
+
+    /// Everything the monitor sent so far, in order.
+    fn sent(inbox: &mut mpsc::Receiver<DriverMsg>) -> Vec<Sent> {
+        std::iter::from_fn(|| inbox.try_recv().ok())
+            .map(|message| match message {
+                DriverMsg::Input(input) => Sent::Input(input),
+                DriverMsg::Inputs(step) => Sent::Step(step),
+                _ => panic!("the monitor sends only observer inputs"),
+            })
+            .collect()
+    }
+
+    /// The observer events of one step, in order; panics on anything else in it.
+    fn observed(step: &[Input]) -> Vec<&ObserverEvent> {
+        step.iter()
+            .map(|input| match input {
+                Input::Observed { event, .. } => event,
+                other => panic!("a step of observed events has {other:?}"),
+            })
+            .collect()
+    }
+
+    /// EV-3 / EV-5 / MON-3 (`run_once`): one look of the monitor reaches the engine as one
+    /// step, the read's events in the rollout's order, then the checkpoint that covers them;
+    /// the snapshot follows on its own. A look within the checkpoint's interval sends its
+    /// events without one and says a newer checkpoint waits. This test process is the agent's
+    /// "Codex": it holds the rollout open, and a fake holder names it as the pane's process.
+    #[test]
+    fn ev_3_a_monitor_look_is_one_step_with_its_checkpoint_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "5d1c3e7a-9b2f-4d6e-8a1c-2f4e6b8d0a13";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        // Two holder calls only: the liveness probe and the first run's screen look.
+        let holder = fake_holder(&paths, id, 2, |line| match line.contains("screen") {
+            true => SCREEN.to_string(),
+            false => own_info(0),
+        });
+        let day = dir.path().join("sessions/2026/12/02");
+        std::fs::create_dir_all(&day).unwrap();
+        let mut rollout = std::fs::OpenOptions::new().create(true).append(true).open(day.join("rollout-2026-12-02T10-00-00-s1.jsonl")).unwrap();
+        let cwd = serde_json::to_string(&dir.path().display().to_string()).unwrap();
+        rollout.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
+        for line in [
+            event(r#""type":"task_started","turn_id":"t1""#),
+            event(r#""type":"user_message","turn_id":"t1","message":"hi""#),
+            event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"ok""#),
+        ] {
+            rollout.write_all(line.as_bytes()).unwrap();
+        }
+        let (inbox, mut messages) = mpsc::channel(16);
+
+        let started = Instant::now();
+        let pending = run_once(&agent, &inbox, (true, false));
+        assert!(!pending, "the first checkpoint went out at once");
+        let first = sent(&mut messages);
+        assert_eq!(first.len(), 3, "the new facts, the look's step, the snapshot: {first:?}");
+        assert!(matches!(&first[0], Sent::Step(step) if matches!(step.as_slice(), [Input::AgentUpserted(_)])), "{:?}", first[0]);
+        let Sent::Step(step) = &first[1] else { panic!("the look is one step: {:?}", first[1]) };
+        let (checkpoint, events) = step.split_last().unwrap();
+        assert!(matches!(checkpoint, Input::ObserverCheckpoint { .. }), "the checkpoint comes last (EV-5): {step:?}");
+        let events = observed(events);
+        assert!(matches!(events.first(), Some(ObserverEvent::Attached { .. })), "{events:?}");
+        assert!(events.iter().any(|e| matches!(e, ObserverEvent::TurnStarted { .. })), "{events:?}");
+        assert!(matches!(events.last(), Some(ObserverEvent::TurnCompleted { .. })), "{events:?}");
+        let positions: Vec<u64> = events.iter().filter_map(|e| e.position()).collect();
+        assert!(positions.windows(2).all(|w| w[0] <= w[1]), "the rollout's order: {positions:?}");
+        assert!(matches!(&first[2], Sent::Input(Input::ObserverSnapshot { .. })), "{:?}", first[2]);
+
+        // The next turn: its events make one step, and no checkpoint is due yet (unless this
+        // machine took the whole interval since the first one: then it comes last).
+        rollout.write_all(event(r#""type":"task_started","turn_id":"t2""#).as_bytes()).unwrap();
+        rollout.write_all(event(r#""type":"user_message","turn_id":"t2","message":"again""#).as_bytes()).unwrap();
+        let pending = run_once(&agent, &inbox, (false, false));
+        let within_interval = started.elapsed() < Duration::from_millis(crate::observer_checkpoint::CHECKPOINT_INTERVAL_MS);
+        let second = sent(&mut messages);
+        assert_eq!(second.len(), 2, "the look's step and the snapshot: {second:?}");
+        let Sent::Step(step) = &second[0] else { panic!("the look is one step: {:?}", second[0]) };
+        let step = match step.split_last() {
+            Some((Input::ObserverCheckpoint { .. }, events)) if !within_interval => events,
+            _ => {
+                assert!(pending || !within_interval, "a newer checkpoint waits for its interval");
+                step.as_slice()
+            }
+        };
+        let events = observed(step);
+        assert!(matches!(events.as_slice(), [ObserverEvent::TurnStarted { .. }, ObserverEvent::UserMessage { .. }]), "{events:?}");
+        assert!(matches!(&second[1], Sent::Input(Input::ObserverSnapshot { .. })), "{:?}", second[1]);
+
+        drop(agent); // closes the kept connection: the fake holder's loop ends
+        let asked = holder.join().unwrap();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+    }
+}
