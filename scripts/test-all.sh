@@ -53,13 +53,20 @@ for mutant in $mutants; do
   # resume, a holder restart and a written prompt's turn start lost with the old holder,
   # together), so about once in 7,500 seeds: 40,000 leaves a change of the trace little chance
   # to push it past the budget by luck.
-  if bash sim/run.sh --mutant "$mutant" --seeds 40000 --jobs 2 >"$mutant_log" 2>&1; then
-    echo "mutant $mutant was NOT caught" >&2
+  # Caught means the simulator's own report says so (exit 1 and "mutant NAME CAUGHT"): a run
+  # that failed for another reason (bad arguments exit 2, a crash of the simulator itself) is
+  # no catch. How it was caught (the oracle's violation kind, or a panic of an engine or driver
+  # assertion) is printed beside the seed.
+  rc=0
+  bash sim/run.sh --mutant "$mutant" --seeds 40000 --jobs 2 >"$mutant_log" 2>&1 || rc=$?
+  if [ "$rc" -ne 1 ] || ! grep -qx "mutant $mutant CAUGHT" "$mutant_log"; then
+    echo "mutant $mutant was NOT caught (exit $rc)" >&2
     tail -5 "$mutant_log" >&2
     rm -f "$mutant_log"
     exit 1
   fi
-  echo "mutant $mutant caught: $(grep -m1 -oE 'seed[= ][0-9]+' "$mutant_log" || true)"
+  how=$(grep -m1 -oE 'VIOLATION [A-Za-z]+|^FAIL seed=[0-9]+ panic' "$mutant_log" | sed 's/^VIOLATION //; s/^FAIL seed=[0-9]* //' || true)
+  echo "mutant $mutant caught: $(grep -m1 -oE 'seed[= ][0-9]+' "$mutant_log" || true) (${how:-?})"
 done
 rm -f "$mutant_log"
 echo "simulation exploration, seeds $from-$((from + 19999)): $explored"
