@@ -312,6 +312,44 @@ fn store_callbacks_wait_for_commit() {
     assert_eq!(Store::open(&path).unwrap().load_agents().unwrap().len(), 1);
 }
 
+/// STORE-2: an error after which SQLite rolls the whole transaction back (an I/O error, a full
+/// disk, out of memory; here a trigger's `RAISE(ROLLBACK)` stands in for them) fails every
+/// batch of the group, and none of them is durable. A batch after it used to open a
+/// transaction of its own with its savepoint and commit alone, reported failed (a review
+/// found it). The writer goes on with the next group.
+#[test]
+fn store_2_a_group_whose_transaction_sqlite_rolled_back_fails_whole() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let (store, writer) = open_pair(&path);
+    writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER boom BEFORE INSERT ON agents WHEN NEW.name = 'boom' \
+             BEGIN SELECT RAISE(ROLLBACK, 'injected: the transaction is rolled back'); END",
+        )
+        .unwrap();
+    let gate = park_writer(&writer);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let batches = vec![vec![agent("a2", "mila")], vec![agent("a3", "boom")], vec![agent("a4", "nova")]];
+    for (index, ops) in batches.into_iter().enumerate() {
+        let tx = tx.clone();
+        writer.submit(ops, Box::new(move |result| tx.send((index, result)).unwrap())).unwrap();
+    }
+    drop(gate);
+    let answers: Vec<_> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    assert_eq!(answers.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2]);
+    for (index, answer) in &answers {
+        let Err(StoreError::Sqlite { message, .. }) = answer else { panic!("batch {index}: {answer:?}") };
+        assert!(message.contains("injected") && message.contains("none of its batches"), "batch {index}: {message}");
+    }
+    let names = |store: &Store| store.load_agents().unwrap().into_iter().map(|a| a.name).collect::<Vec<String>>();
+    assert_eq!(names(&store), vec!["zola"], "nothing of the group is durable");
+    writer.commit_blocking(vec![agent("a5", "vera")]).unwrap();
+    assert_eq!(names(&store), vec!["zola", "vera"]);
+}
+
 #[test]
 fn store_group_fails_bad_batch_alone() {
     let scratch = Scratch::new();

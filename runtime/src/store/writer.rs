@@ -468,14 +468,29 @@ fn commit_group(
             batches_in_transaction,
             position,
         };
-        results.push(apply_batch(conn, &batch.ops).map(|()| info));
+        let result = apply_batch(conn, &batch.ops).map(|()| info);
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (an I/O error, a full disk, out of
+            // memory: not a statement's error, which the batch's savepoint undoes alone). The
+            // batches before this one are gone with it, and the ones after must not run: each
+            // would open a transaction of its own and commit alone, out of the group's order,
+            // while reported failed (a review found it did).
+            let lost = transaction_lost(&result);
+            return (group.iter().map(|_| Err(lost.clone())).collect(), None);
+        }
+        results.push(result);
     }
     let committed = watermark::bump(conn).and_then(|commits| conn.execute_batch("COMMIT").map(|()| commits));
     match committed {
         Ok(commits) => (results, Some(commits)),
         Err(err) => {
             // The whole group is lost; every batch that had succeeded learns why.
-            let _ = conn.execute_batch("ROLLBACK");
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                if !conn.is_autocommit() {
+                    // Every later BEGIN would fail on the open transaction: say why.
+                    tracing::error!(error = %rollback, "cannot roll back a failed group commit; the store writer's transaction is still open");
+                }
+            }
             let err = StoreError::from(err);
             for result in results.iter_mut().filter(|result| result.is_ok()) {
                 *result = Err(err.clone());
@@ -489,9 +504,25 @@ fn commit_group(
 fn apply_batch(conn: &Connection, ops: &[StoreOp]) -> Result<(), StoreError> {
     conn.execute_batch("SAVEPOINT batch")?;
     let applied = ops.iter().try_for_each(|op| op::apply_op(conn, op));
+    if applied.is_err() && conn.is_autocommit() {
+        // The error took the whole transaction with it: no savepoint is left to undo or
+        // release, and the op's error is the cause [`commit_group`] reports.
+        return applied;
+    }
     if applied.is_err() {
         conn.execute_batch("ROLLBACK TO batch")?;
     }
     conn.execute_batch("RELEASE batch")?;
     applied
+}
+
+/// Every batch's answer when SQLite rolled the group's whole transaction back, with the
+/// error that did it (`cause`: the answer of the batch it happened in).
+fn transaction_lost(cause: &Result<CommitInfo, StoreError>) -> StoreError {
+    let (code, cause) = match cause {
+        Err(StoreError::Sqlite { code, message }) => (*code, message.clone()),
+        Err(other) => (None, other.to_string()),
+        Ok(_) => (None, "no statement reported an error".to_string()),
+    };
+    StoreError::Sqlite { code, message: format!("SQLite rolled the group's whole transaction back ({cause}); none of its batches was committed") }
 }
