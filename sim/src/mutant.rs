@@ -116,6 +116,10 @@ pub enum Mutant {
     /// review found it), so another port can read the new process's observer in between and
     /// send its events first: the engine files them under the old process.
     LivenessSentAfterRelease,
+    /// Store port (STORE-2): after an error that loses the group's transaction, the batches
+    /// behind it each commit alone (a savepoint outside a transaction opens one) and are still
+    /// answered failed, as the runtime's writer did until a review found it.
+    GroupRestCommittedAlone,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -200,6 +204,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
     (Mutant::RefreshAnswerFirst, "refresh_answer_first", "observer port puts a refresh's answer before the events it read, in one step"),
     (Mutant::LivenessSentAfterRelease, "liveness_sent_after_release", "observer port sends a process change after releasing the lock it applied it under"),
+    (Mutant::GroupRestCommittedAlone, "group_rest_committed_alone", "store port commits the batches behind a lost group transaction alone, answering them failed"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),

@@ -900,11 +900,13 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
             send(&inbox, Input::PersistAcked { token, result: Ok(()) });
         }
         madsim::time::sleep(commit_time(slow)).await;
-        let result = {
+        let (result, group_lost) = {
             let mut w = world.lock().unwrap();
             let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
             let result = commit_or_fail(&mut w, &store_ops);
             w.log(format!("commit {token} {} -> {result:?}", describe_ops(&ops)));
+            let injected = result.as_ref().is_err_and(|e| e.starts_with("injected"));
+            let group_lost = injected && w.fault_roll(0.4);
             if result.is_ok() {
                 for op in &store_ops {
                     if let StoreOp::PutRequest { request_id, phase, .. } = op {
@@ -915,12 +917,33 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
                 }
                 crash_after_commit(&mut w, &store_ops);
             }
-            result
+            (result, group_lost)
         };
         madsim::time::sleep(ms(0, 3)).await;
         if !ack_first {
             send(&inbox, Input::PersistAcked { token, result });
         }
+        if group_lost {
+            fail_the_rest_of_the_group(&world, &inbox, &mut queue);
+        }
+    }
+}
+
+/// `store.group_failed` (STORE-2): the runtime commits every batch queued when its writer
+/// woke in one transaction, and an error that loses the transaction (a failed COMMIT, or one
+/// after which SQLite rolls the whole transaction back: an I/O error, a full disk) fails them
+/// all. Here the batches queued behind a failed one fail with it, each answered in order, none
+/// durable (a review found the runtime's writer committed the ones after such an error alone).
+fn fail_the_rest_of_the_group(world: &Shared, inbox: &mpsc::Sender<DriverMsg>, queue: &mut mpsc::UnboundedReceiver<Batch>) {
+    while let Ok((token, ops)) = queue.try_recv() {
+        let mut w = world.lock().unwrap();
+        w.counters.fault("store.group_failed");
+        w.log(format!("commit {token} {} -> failed with its group", describe_ops(&ops)));
+        if w.mutant == Mutant::GroupRestCommittedAlone {
+            let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
+            let _ = w.store.commit(&store_ops); // the bug: durable, yet answered failed
+        }
+        send(inbox, Input::PersistAcked { token, result: Err("injected: the group's transaction was lost".to_string()) });
     }
 }
 

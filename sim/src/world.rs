@@ -76,6 +76,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.mark_behind_respawn",
     "app_server.server_request",
     "store.commit_failed",
+    "store.group_failed",
     "store.slow_commit",
     "store.lookup_failed",
     "store.seed_failed",
