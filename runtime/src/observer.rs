@@ -223,7 +223,10 @@ impl CodexObserver {
     /// `rediscover`: a rollout no agent tails changed since the last discovery (MON-2).
     pub fn poll_health(&mut self, rediscover: bool) -> (Vec<ObserverEvent>, Health) {
         let mut events = Vec::new();
-        let health = self.sync(&mut events, rediscover);
+        // MON-2 as for a refresh: a discovery that found anything but one rollout is repeated
+        // on every run, so the tail it keeps reading never makes the agent look attached (a
+        // review found the monitor's runs reported it attached after one append).
+        let health = self.sync(&mut events, rediscover || !self.discovery_clean);
         self.last_health = health.clone();
         (events, health)
     }
@@ -840,6 +843,12 @@ mod tests {
         // The ambiguity is rediscovered on every refresh after, even one told nothing changed.
         let again = observer.refresh_scoped(None, false);
         assert!(matches!(again.snapshot.status, ObserverStatus::Unavailable { .. }), "{:?}", again.snapshot.status);
+        // And on every monitor run (MON-1), even one woken by an append to the tailed file.
+        for _ in 0..2 {
+            let (_, health) = observer.poll_health(false);
+            assert!(matches!(health, Health::Unavailable(_)), "{health:?}");
+            assert!(matches!(observer.current_snapshot(None).status, ObserverStatus::Unavailable { .. }));
+        }
         drop(second);
         assert_eq!(observer.refresh_scoped(None, false).snapshot.status, ObserverStatus::Attached, "one rollout again");
     }
