@@ -303,17 +303,9 @@ impl Dispatcher {
         }
         let wake = self.wake.clone();
         let watched_dir = dir.to_path_buf();
-        let handler = move |event: notify::Result<notify::Event>| match event {
-            Ok(event) => {
-                for path in event.paths {
-                    let _ = wake.send(Wake::Path(path));
-                }
-            }
-            // An overflowed queue loses events: the tick's recheck covers the tailed files, and
-            // the stamp makes every refresh of this directory's agents rediscover once.
-            Err(error) => {
-                tracing::debug!(%error, "sessions watch error; the periodic recheck covers it");
-                let _ = wake.send(Wake::Overflow(watched_dir.clone()));
+        let handler = move |event: notify::Result<notify::Event>| {
+            for woken in wakes_for(event, &watched_dir) {
+                let _ = wake.send(woken);
             }
         };
         use notify::Watcher;
@@ -331,6 +323,30 @@ impl Dispatcher {
         }
         stamp.watching.store(watcher.is_some(), Ordering::SeqCst);
         self.watches.insert(dir.to_path_buf(), watcher);
+    }
+}
+
+/// What one event of a sessions directory's watch wakes (MON-1, MON-2).
+/// - A change to a file (created, written, renamed, removed, its attributes): that path.
+/// - An open or a close: nothing. They change nothing a rollout's reader sees, and discovery's
+///   own opens (the session's first line) made a rollout no agent tails wake every agent of
+///   its directory, whose runs opened it again: runs back to back for as long as it stayed
+///   open (a review found it).
+/// - Lost events (the kernel's queue overflowed: an event flagged for a rescan) or a watch
+///   error: what it missed is unknown. The tick's recheck covers the tailed files, and the
+///   stamp makes every refresh of this directory's agents rediscover once.
+fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
+    match event {
+        Ok(event) if event.need_rescan() => {
+            tracing::debug!("sessions watch lost events (queue overflow); the periodic recheck covers it");
+            vec![Wake::Overflow(dir.to_path_buf())]
+        }
+        Ok(event) if event.kind.is_access() => Vec::new(),
+        Ok(event) => event.paths.into_iter().map(Wake::Path).collect(),
+        Err(error) => {
+            tracing::debug!(%error, "sessions watch error; the periodic recheck covers it");
+            vec![Wake::Overflow(dir.to_path_buf())]
+        }
     }
 }
 
@@ -488,6 +504,36 @@ impl HolderWatch {
 mod tests {
     use super::*;
     use crate::daemon::test_agents::{fake_holder, own_info, pty_agent};
+    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, EventKind, Flag, ModifyKind};
+
+    /// MON-1 / MON-2: what a sessions watch's events wake. Opens and closes wake nothing (the
+    /// daemon's own discovery opens rollouts: they looped); a change wakes its path; lost
+    /// events, which notify reports as an event flagged for a rescan, and errors are an
+    /// overflow of the directory (they used to wake nothing: a flagged event has no path).
+    #[test]
+    fn mon_2_a_watch_wakes_on_changes_and_losses_never_on_opens() {
+        let dir = Path::new("/home/u/.codex/sessions");
+        let file = dir.join("2026/12/02/rollout-x.jsonl");
+        let event = |kind| Ok(notify::Event::new(kind).add_path(file.clone()));
+        let woken = |event| -> Vec<String> {
+            wakes_for(event, dir)
+                .into_iter()
+                .map(|wake| match wake {
+                    Wake::Path(path) => format!("path {}", path.display()),
+                    Wake::Overflow(path) => format!("overflow {}", path.display()),
+                    _ => "other".to_string(),
+                })
+                .collect()
+        };
+        let path = format!("path {}", file.display());
+        let overflow = format!("overflow {}", dir.display());
+        assert_eq!(woken(event(EventKind::Access(AccessKind::Open(AccessMode::Any)))), Vec::<String>::new());
+        assert_eq!(woken(event(EventKind::Access(AccessKind::Close(AccessMode::Write)))), Vec::<String>::new());
+        assert_eq!(woken(event(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), vec![path.clone()]);
+        assert_eq!(woken(event(EventKind::Create(CreateKind::File))), vec![path]);
+        assert_eq!(woken(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan))), vec![overflow.clone()]);
+        assert_eq!(woken(Err(notify::Error::generic("lost"))), vec![overflow]);
+    }
     use std::io::Write;
     use wakterm_engine::ObserverEvent;
 
