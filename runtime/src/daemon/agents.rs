@@ -117,10 +117,26 @@ impl Liveness {
 enum Applied {
     /// Read before the answer applied last: ignored.
     Stale,
-    /// The same process facts (or "unknown"): nothing changed.
+    /// The same process facts: nothing changed.
     Same,
+    /// No facts (LIVE-1: a failure other than "nobody listens"): nothing changed, and the
+    /// probe must be asked again.
+    Unknown,
     /// The process changed: the old one's last events (its drain, then its exit).
     Changed(Vec<ObserverEvent>),
+}
+
+/// What a liveness probe told the engine ([`AgentRuntime::forward_liveness_change`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forwarded {
+    /// The same process facts, or an answer read before the one applied last.
+    Nothing,
+    /// No facts (LIVE-1): nothing changed, and whoever asked must ask again.
+    Unknown,
+    /// A process change, sent to the engine.
+    Changed,
+    /// A process change, and the engine is gone.
+    EngineGone,
 }
 
 pub struct AgentRuntime {
@@ -333,7 +349,7 @@ impl AgentRuntime {
         let (stamp, answer) = self.holder_info_stamped();
         match self.apply_liveness(stamp, answer, None) {
             Applied::Changed(events) => Some(events),
-            Applied::Same | Applied::Stale => None,
+            Applied::Same | Applied::Stale | Applied::Unknown => None,
         }
     }
 
@@ -348,7 +364,7 @@ impl AgentRuntime {
             // "unknown": nothing changes, and the next probe asks again.
             Err(error) => {
                 tracing::warn!(agent_id = %self.record.agent_id, %error, "liveness unknown (LIVE-1): nothing changes, the next probe asks again");
-                return Applied::Same;
+                return Applied::Unknown;
             }
         };
         next.answered_at = stamp;
@@ -467,13 +483,14 @@ impl AgentRuntime {
     }
 
     /// [`refresh_liveness`](Self::refresh_liveness), and on a change tells the engine: the old
-    /// process's last events first, then the agent's new facts. Returns None when nothing
-    /// changed, `Some(false)` when the engine is gone.
-    pub fn forward_liveness_change(&self, inbox: &mpsc::Sender<DriverMsg>) -> Option<bool> {
+    /// process's last events first, then the agent's new facts.
+    pub fn forward_liveness_change(&self, inbox: &mpsc::Sender<DriverMsg>) -> Forwarded {
         let (stamp, answer) = self.holder_info_stamped();
         match self.apply_liveness(stamp, answer, Some(inbox)) {
-            Applied::Changed(_) => Some(!inbox.is_closed()),
-            Applied::Same | Applied::Stale => None,
+            Applied::Changed(_) if inbox.is_closed() => Forwarded::EngineGone,
+            Applied::Changed(_) => Forwarded::Changed,
+            Applied::Unknown => Forwarded::Unknown,
+            Applied::Same | Applied::Stale => Forwarded::Nothing,
         }
     }
 
@@ -620,7 +637,7 @@ mod tests {
         assert!(agent.observer.try_lock().is_err(), "the observer lock is released only after the change is sent");
         assert!(matches!(sent.blocking_recv(), Some(DriverMsg::Input(Input::Tick))));
         assert!(matches!(sent.blocking_recv(), Some(DriverMsg::Inputs(step)) if matches!(step.last(), Some(Input::AgentUpserted(_)))));
-        assert_eq!(forwarding.join().unwrap(), Some(true));
+        assert_eq!(forwarding.join().unwrap(), Forwarded::Changed);
         assert!(agent.observer.try_lock().is_ok());
         drop(agent);
         holder.join().unwrap();
@@ -683,7 +700,7 @@ mod tests {
         assert_eq!(pid(), Some(40));
         assert_eq!(agent.apply_liveness(8, info(40, 10), None), Applied::Same, "nothing is wedged");
         // A failure that is not evidence changes nothing, whatever its stamp.
-        assert_eq!(agent.apply_liveness(9, Err(refused(libc::EMFILE)), None), Applied::Same);
+        assert_eq!(agent.apply_liveness(9, Err(refused(libc::EMFILE)), None), Applied::Unknown);
         assert_eq!(pid(), Some(40));
     }
 

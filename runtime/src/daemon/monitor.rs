@@ -15,7 +15,7 @@
 //!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch, or
 //!   while only the screen can settle an unknown turn).
 
-use super::agents::{observed_inputs, AgentRuntime};
+use super::agents::{observed_inputs, AgentRuntime, Forwarded};
 use crate::driver::DriverMsg;
 use crate::holder::protocol::{InfoReply, Reply, Request};
 use std::collections::BTreeMap;
@@ -82,8 +82,8 @@ enum Wake {
     Path(PathBuf),
     /// A sessions directory's watch lost events (queue overflow): what it missed is unknown.
     Overflow(PathBuf),
-    /// A run of the agent finished; `pending`: a newer checkpoint waits to be saved.
-    Done { agent_id: String, pending: bool },
+    /// A run of the agent finished.
+    Done { agent_id: String, ran: RunOutcome },
 }
 
 /// The handle the daemon adds agents through.
@@ -197,14 +197,17 @@ impl Dispatcher {
                     self.schedule(&agent_id);
                 }
             }
-            Wake::Done { agent_id, pending } => {
+            Wake::Done { agent_id, ran } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
                 watched.running = false;
                 self.tailed.retain(|_, tailer| *tailer != agent_id);
                 if let Some(rollout) = watched.agent.rollout_path() {
                     self.tailed.insert(rollout, agent_id.clone());
                 }
-                watched.checkpoint_pending = pending;
+                watched.checkpoint_pending = ran.checkpoint_pending;
+                // LIVE-1: an unknown answer changed nothing; the holder told of a change only
+                // once, so the next tick asks again (a review found nothing did).
+                watched.liveness_due |= ran.liveness_unknown;
                 if std::mem::take(&mut watched.again) {
                     self.schedule(&agent_id);
                 }
@@ -254,25 +257,24 @@ impl Dispatcher {
         for dir in unset {
             self.watch_sessions(&dir);
         }
-        let due: Vec<String> = self
-            .agents
-            .iter()
-            .filter(|(_, watched)| {
-                let since = watched.last_run.elapsed();
-                let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
-                let recheck = match watched.agent.rollout_path() {
-                    _ if watched.agent.screen_decides() => UNWATCHED_RECHECK,
-                    Some(_) => ATTACHED_RECHECK,
-                    None if watched_dir => UNATTACHED_RECHECK,
-                    None => UNWATCHED_RECHECK,
-                };
-                watched.checkpoint_pending || (watched.agent.process_alive() && since >= recheck)
-            })
-            .map(|(agent_id, _)| agent_id.clone())
-            .collect();
+        let due: Vec<String> = self.agents.iter().filter(|(_, watched)| self.due_on_tick(watched)).map(|(agent_id, _)| agent_id.clone()).collect();
         for agent_id in due {
             self.schedule(&agent_id);
         }
+    }
+
+    /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
+    /// got no facts (LIVE-1), or when a live agent was not looked at for its recheck interval.
+    fn due_on_tick(&self, watched: &Watched) -> bool {
+        let since = watched.last_run.elapsed();
+        let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
+        let recheck = match watched.agent.rollout_path() {
+            _ if watched.agent.screen_decides() => UNWATCHED_RECHECK,
+            Some(_) => ATTACHED_RECHECK,
+            None if watched_dir => UNATTACHED_RECHECK,
+            None => UNWATCHED_RECHECK,
+        };
+        watched.checkpoint_pending || watched.liveness_due || (watched.agent.process_alive() && since >= recheck)
     }
 
     /// One run at a time per agent; a wake during a run asks for exactly one more.
@@ -290,8 +292,8 @@ impl Dispatcher {
         let (inbox, wake) = (self.inbox.clone(), self.wake.clone());
         let agent_id = agent_id.to_string();
         tokio::task::spawn_blocking(move || {
-            let pending = run_once(&agent, &inbox, (liveness, screen));
-            let _ = wake.send(Wake::Done { agent_id, pending });
+            let ran = run_once(&agent, &inbox, (liveness, screen));
+            let _ = wake.send(Wake::Done { agent_id, ran });
         });
     }
 
@@ -350,23 +352,33 @@ fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
     }
 }
 
+/// What a run of [`run_once`] leaves for the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunOutcome {
+    /// A newer checkpoint waits to be saved (the tick runs the agent again for it).
+    checkpoint_pending: bool,
+    /// The liveness probe got no facts (LIVE-1): the tick asks again.
+    liveness_unknown: bool,
+}
+
 /// One look at an agent: liveness (when due), then what its rollout appended (or, before it
 /// has one, discovery), and the checkpoint. Only when something changed does it give the
 /// engine a new snapshot (the catalog answers from it), and only when the screen may have
 /// changed does it ask the holder for it (MON-3), so a run over an idle agent costs a few
-/// local reads and no holder call, and a run over new records no holder call either. Returns
-/// true while a newer checkpoint waits to be saved.
-fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> bool {
-    let process_changed = match liveness.then(|| agent.forward_liveness_change(inbox)).flatten() {
-        Some(false) => return false,
-        Some(true) => true,
-        None => false,
-    };
+/// local reads and no holder call, and a run over new records no holder call either.
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> RunOutcome {
+    let forwarded = if liveness { agent.forward_liveness_change(inbox) } else { Forwarded::Nothing };
+    let liveness_unknown = forwarded == Forwarded::Unknown;
+    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown };
+    if forwarded == Forwarded::EngineGone {
+        return ended;
+    }
+    let process_changed = forwarded == Forwarded::Changed;
     let agent_id = agent.agent_id();
     let mut guard = agent.observer.lock().expect("observer lock");
     let Some(observer) = guard.as_mut() else {
         agent.note_view(None, Err("no process runs behind the agent".to_string()));
-        return false;
+        return ended;
     };
     // MON-2: a rollout no agent tails changed since this agent's last discovery: rediscover.
     let (events, health) = agent.with_discovery_scope(|rediscover| observer.poll_health(rediscover));
@@ -381,7 +393,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
     let (checkpoint, pending) = agent.checkpoint_if_due(observer);
     step.extend(checkpoint); // EV-5: after its events
     if !step.is_empty() && inbox.blocking_send(DriverMsg::Inputs(step)).is_err() {
-        return false;
+        return ended;
     }
     if changed {
         let screen = match look_again {
@@ -397,7 +409,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
             let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
         }
     }
-    pending
+    RunOutcome { checkpoint_pending: pending, liveness_unknown }
 }
 
 /// LIVE-2: waits at the holder for a change of the agent's process and wakes the monitor on
@@ -506,6 +518,34 @@ mod tests {
     use crate::daemon::test_agents::{fake_holder, own_info, pty_agent};
     use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, EventKind, Flag, ModifyKind};
 
+    /// LIVE-1 / LIVE-2: a run whose liveness probe got no facts (here a garbled answer)
+    /// changes nothing and says so; the dispatcher then keeps the probe due, and the tick
+    /// runs the agent again for it, even one it would not otherwise look at for 30 s. The
+    /// holder pushes a change once: without this, nothing asked again (a review found it).
+    #[test]
+    fn live_1_an_unknown_liveness_is_asked_again_on_the_next_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "8e2f4a6c-1b3d-4e5f-9a7b-0c2d4e6f8a10";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 1, |_| r#""not an info answer""#.to_string());
+        let agent = Arc::new(agent);
+        let (inbox, _messages) = mpsc::channel(16);
+        let ran = run_once(&agent, &inbox, (true, false));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true });
+        assert_eq!(agent.liveness.lock().unwrap().process, None, "nothing changed");
+        assert_eq!(holder.join().unwrap().len(), 1);
+
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let mut dispatcher = Dispatcher { wake, inbox, agents: BTreeMap::new(), watches: BTreeMap::new(), stamps: BTreeMap::new(), tailed: BTreeMap::new() };
+        let watched = Watched { agent: Arc::clone(&agent), running: true, again: false, liveness_due: false, screen_due: false, checkpoint_pending: false, last_run: Instant::now() };
+        dispatcher.agents.insert(id.to_string(), watched);
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "just looked at, nothing waits");
+        dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran });
+        let watched = &dispatcher.agents[id];
+        assert!(watched.liveness_due && !watched.running);
+        assert!(dispatcher.due_on_tick(watched), "the next tick asks again");
+    }
+
     /// MON-1 / MON-2: what a sessions watch's events wake. Opens and closes wake nothing (the
     /// daemon's own discovery opens rollouts: they looped); a change wakes its path; lost
     /// events, which notify reports as an event flagged for a rescan, and errors are an
@@ -601,8 +641,8 @@ mod tests {
         let (inbox, mut messages) = mpsc::channel(16);
 
         let started = Instant::now();
-        let pending = run_once(&agent, &inbox, (true, false));
-        assert!(!pending, "the first checkpoint went out at once");
+        let ran = run_once(&agent, &inbox, (true, false));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false }, "the first checkpoint went out at once");
         let first = sent(&mut messages);
         assert_eq!(first.len(), 3, "the new facts, the look's step, the snapshot: {first:?}");
         assert!(matches!(&first[0], Sent::Step(step) if matches!(step.as_slice(), [Input::AgentUpserted(_)])), "{:?}", first[0]);
@@ -621,7 +661,7 @@ mod tests {
         // machine took the whole interval since the first one: then it comes last).
         rollout.write_all(event(r#""type":"task_started","turn_id":"t2""#).as_bytes()).unwrap();
         rollout.write_all(event(r#""type":"user_message","turn_id":"t2","message":"again""#).as_bytes()).unwrap();
-        let pending = run_once(&agent, &inbox, (false, false));
+        let pending = run_once(&agent, &inbox, (false, false)).checkpoint_pending;
         let within_interval = started.elapsed() < Duration::from_millis(crate::observer_checkpoint::CHECKPOINT_INTERVAL_MS);
         let second = sent(&mut messages);
         assert_eq!(second.len(), 2, "the look's step and the snapshot: {second:?}");
