@@ -585,6 +585,7 @@ mod tests {
 
     /// What the monitor sent: one input, or one step of several.
     #[derive(Debug)]
+    #[allow(clippy::large_enum_variant)] // a test's record, as the driver's own message is
     enum Sent {
         Input(Input),
         Step(Vec<Input>),
