@@ -120,6 +120,10 @@ pub enum Mutant {
     /// behind it each commit alone (a savepoint outside a transaction opens one) and are still
     /// answered failed, as the runtime's writer did until a review found it.
     GroupRestCommittedAlone,
+    /// Observer port (LIVE-1, LIVE-2): after a liveness look that got no facts, the monitor
+    /// stops asking until the holder pushes the next change (the process changes again), as
+    /// the daemon did until a review found it: the change it missed is never applied by it.
+    UnknownLivenessForgotten,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -205,6 +209,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::RefreshAnswerFirst, "refresh_answer_first", "observer port puts a refresh's answer before the events it read, in one step"),
     (Mutant::LivenessSentAfterRelease, "liveness_sent_after_release", "observer port sends a process change after releasing the lock it applied it under"),
     (Mutant::GroupRestCommittedAlone, "group_rest_committed_alone", "store port commits the batches behind a lost group transaction alone, answering them failed"),
+    (Mutant::UnknownLivenessForgotten, "unknown_liveness_forgotten", "observer port stops asking after an unknown liveness answer until the process changes again"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),

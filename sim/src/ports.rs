@@ -1124,7 +1124,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
         next_run(&mut wake, &mut pending).await;
         let agents = world.lock().unwrap().agents.len();
         for a in 0..agents {
-            let Liveness { process_changed, late } = look_at_liveness(&mut world.lock().unwrap(), &inbox, a);
+            let Some(Liveness { process_changed, late }) = monitor_liveness(&mut world.lock().unwrap(), &inbox, a) else { continue };
             send_late(&inbox, late).await;
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
@@ -1220,6 +1220,31 @@ struct Liveness {
     process_changed: bool,
     /// Mutant `liveness_sent_after_release`: the change's step, still to be sent.
     late: Option<Vec<Input>>,
+}
+
+/// The monitor's liveness look. `liveness.unknown` (LIVE-1, LIVE-2): the holder's answer to
+/// a look at a changed process gives no facts (a timeout, out of descriptors, a garbled
+/// reply): nothing changes, and this run reads nothing of the agent (None; the model's
+/// observer cannot tell the old process's records from the new one's). The holder pushed
+/// the change once; the look stays due and the next run asks again (the runtime's tick).
+/// Mutant `unknown_liveness_forgotten`: the monitor stops asking until the process changes
+/// again, as the daemon did until a review found it, so it never looks at the agent again.
+fn monitor_liveness(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize) -> Option<Liveness> {
+    let agent = &w.agents[a];
+    let pending = agent.observer.reported != agent.process;
+    if pending && agent.observer.liveness_forgotten.is_some_and(|at| at == agent.process) {
+        return None; // the bug: nobody asks again
+    }
+    w.agents[a].observer.liveness_forgotten = None;
+    if pending && w.fault_roll(0.15) {
+        w.counters.fault("liveness.unknown");
+        w.log(format!("a{a} liveness unknown (the holder's answer gave no facts): nothing changes"));
+        if w.mutant == Mutant::UnknownLivenessForgotten {
+            w.agents[a].observer.liveness_forgotten = Some(w.agents[a].process);
+        }
+        return None;
+    }
+    Some(look_at_liveness(w, inbox, a))
 }
 
 /// A port's liveness look (the refresh's, the monitor's): a change is sent at once, under the

@@ -75,6 +75,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.resume_after_holder_restart",
     "app_server.mark_behind_respawn",
     "app_server.server_request",
+    "liveness.unknown",
     "store.commit_failed",
     "store.group_failed",
     "store.slow_commit",
@@ -460,6 +461,9 @@ pub struct Observer {
     pub last_snapshot: Option<ObserverSnapshot>,
     /// MON-3: the last look at the screen (a refresh's, a resume's or the loop's).
     pub look: Option<ScreenLook>,
+    /// Mutant `unknown_liveness_forgotten`: the loop stopped asking the holder after an
+    /// unknown answer, until the agent's process changes again (the holder's next push).
+    pub liveness_forgotten: Option<Option<Proc>>,
 }
 
 /// MON-3: what one look at the screen read (`AgentRuntime::last_screen`), and the pane as it
@@ -496,6 +500,7 @@ impl Observer {
             resumed: false,
             last_snapshot: None,
             look: None,
+            liveness_forgotten: None,
         }
     }
 }
