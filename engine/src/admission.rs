@@ -368,7 +368,17 @@ impl Engine {
         if let Some(probed) = self.probes.remove(&refresh_id) {
             return self.on_probe_answered(&probed, snapshot);
         }
-        let Some(request_id) = self.refreshes.remove(&refresh_id) else { return }; // late: already timed out
+        let Some(request_id) = self.refreshes.remove(&refresh_id) else {
+            // Late: its admission timed out and the view was cleared (ADM-3). The snapshot is
+            // still the newest look at the agent (sent after its events, under the observer's
+            // lock), so it is the agent's view again, as a monitor's would be; else the
+            // catalog said `unknown` until something changed, since the monitor sends only
+            // what differs from what the refresh saw (MON-1; a review found it).
+            if let Ok(snapshot) = snapshot {
+                self.on_snapshot(agent_id, snapshot);
+            }
+            return;
+        };
         if self.submissions.contains_key(&request_id) {
             return self.submit_after_refresh(&request_id, Some(snapshot));
         }

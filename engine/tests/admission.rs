@@ -91,6 +91,25 @@ fn adm_3_refresh_timeout_is_observer_failure() {
     assert!(rig.persists.is_empty() && rig.deliveries.is_empty());
 }
 
+/// ADM-3 / ADM-16: a refresh answered after its admission timed out still brings the agent's
+/// view back (the timeout cleared it), as a monitor snapshot would: the catalog no longer
+/// says `unknown` for an idle agent whose monitor has nothing new to send.
+#[test]
+fn adm_3_a_late_refresh_answer_is_the_agents_view_again() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let zola = agent_id(ZOLA);
+    rig.input(Input::ObserverSnapshot { agent_id: zola.clone(), snapshot: idle_snapshot("inc-1", 100) }); // the monitor's
+    assert_eq!(rig.engine.catalog_view(&zola).unwrap().state, AgentState::Idle);
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.advance(limits::REFRESH_TIMEOUT_MS);
+    assert_eq!(classification(&rig, op), Classification::ObserverFailure);
+    assert_eq!(rig.engine.catalog_view(&zola).unwrap().state, AgentState::Unknown, "the timeout proved nothing");
+    rig.refresh_next(); // the late answer
+    assert_eq!(rig.engine.catalog_view(&zola).unwrap().state, AgentState::Idle);
+    assert!(rig.persists.is_empty() && rig.deliveries.is_empty(), "nothing of the timed-out admission goes on");
+}
+
 /// ADM-4: state re-checked after registration, immediately before the write: a turn that
 /// started meanwhile makes it `busy`, the registration is released, nothing is written.
 #[test]
