@@ -369,12 +369,15 @@ impl Engine {
             return self.on_probe_answered(&probed, snapshot);
         }
         let Some(request_id) = self.refreshes.remove(&refresh_id) else {
-            // Late: its admission timed out and the view was cleared (ADM-3). The snapshot is
-            // still the newest look at the agent (sent after its events, under the observer's
-            // lock), so it is the agent's view again, as a monitor's would be; else the
-            // catalog said `unknown` until something changed, since the monitor sends only
-            // what differs from what the refresh saw (MON-1; a review found it).
-            if let Ok(snapshot) = snapshot {
+            // Late: its admission timed out and the view was cleared (ADM-3). While nothing
+            // newer came, it is the agent's view again, as a monitor snapshot would be; else
+            // the catalog said `unknown` until something changed, since the monitor sends only
+            // what differs from what the refresh saw (MON-1; a review found it). Not over a
+            // view that came since: the refresh read the screen before it waited for the
+            // observer (a review of the fix found it), so a monitor snapshot sent meanwhile
+            // is newer.
+            let cleared = self.agents.get(agent_id).is_some_and(|agent| agent.view.is_none());
+            if let (Ok(snapshot), true) = (snapshot, cleared) {
                 self.on_snapshot(agent_id, snapshot);
             }
             return;

@@ -108,6 +108,17 @@ fn adm_3_a_late_refresh_answer_is_the_agents_view_again() {
     rig.refresh_next(); // the late answer
     assert_eq!(rig.engine.catalog_view(&zola).unwrap().state, AgentState::Idle);
     assert!(rig.persists.is_empty() && rig.deliveries.is_empty(), "nothing of the timed-out admission goes on");
+
+    // Never over a view that came after the timeout: that one is newer.
+    let op = rig.admit(REQ2, "hi", ReturnMode::OneWay);
+    rig.advance(limits::REFRESH_TIMEOUT_MS);
+    assert_eq!(classification(&rig, op), Classification::ObserverFailure);
+    // The monitor's, newer: the user typed a draft (the same position: only the screen moved).
+    rig.input(Input::ObserverSnapshot { agent_id: zola.clone(), snapshot: ObserverSnapshot { composer: Composer::Draft, ..idle_snapshot("inc-1", 100) } });
+    let draft_blocks = |rig: &Rig| rig.engine.catalog_view(&zola).unwrap().return_final_blocker.is_some();
+    assert!(draft_blocks(&rig));
+    rig.refresh_next(); // the late answer, its screen read before the draft: empty
+    assert!(draft_blocks(&rig), "the newer view stays");
 }
 
 /// ADM-4: state re-checked after registration, immediately before the write: a turn that
