@@ -80,6 +80,8 @@ enum Wake {
     Screen(String),
     /// A file under a watched sessions directory changed.
     Path(PathBuf),
+    /// A file under a watched sessions directory was opened (MON-2).
+    Opened(PathBuf),
     /// A sessions directory's watch lost events (queue overflow): what it missed is unknown.
     Overflow(PathBuf),
     /// A run of the agent finished.
@@ -185,6 +187,7 @@ impl Dispatcher {
                 self.schedule(&agent_id);
             }
             Wake::Path(path) => self.on_path(&path),
+            Wake::Opened(path) => self.on_opened(&path),
             Wake::Overflow(dir) => {
                 if let Some(stamp) = self.stamps.get(&dir) {
                     stamp.bump();
@@ -248,6 +251,22 @@ impl Dispatcher {
         let targets = if tailing.is_empty() { same_home } else { tailing };
         for agent_id in targets {
             self.schedule(&agent_id);
+        }
+    }
+
+    /// MON-2: a file under a sessions directory was opened. A rollout no agent tails may be
+    /// an old session a Codex resumed (it may write nothing to it before its next turn), so
+    /// the directory's stamp moves and the next refresh of each of its agents rediscovers;
+    /// but no run is scheduled: discovery's own opens would wake them again, back to back.
+    /// An open of a tailed rollout says nothing its reader does not see.
+    fn on_opened(&mut self, path: &Path) {
+        if self.tailed.contains_key(path) || self.agents.values().any(|w| w.agent.rollout_path().as_deref() == Some(path)) {
+            return;
+        }
+        for (dir, stamp) in &self.stamps {
+            if path.starts_with(dir) {
+                stamp.bump();
+            }
         }
     }
 
@@ -330,19 +349,21 @@ impl Dispatcher {
 
 /// What one event of a sessions directory's watch wakes (MON-1, MON-2).
 /// - A change to a file (created, written, renamed, removed, its attributes): that path.
-/// - An open or a close: nothing. They change nothing a rollout's reader sees, and discovery's
-///   own opens (the session's first line) made a rollout no agent tails wake every agent of
-///   its directory, whose runs opened it again: runs back to back for as long as it stayed
-///   open (a review found it).
+/// - An open: only the directory's stamp, no run (`Dispatcher::on_opened`). Discovery's own
+///   opens (the session's first line) made a rollout no agent tails wake every agent of its
+///   directory, whose runs opened it again: runs back to back for as long as it stayed open
+///   (a review found it). A close: nothing (a write's own event came before it).
 /// - Lost events (the kernel's queue overflowed: an event flagged for a rescan) or a watch
 ///   error: what it missed is unknown. The tick's recheck covers the tailed files, and the
 ///   stamp makes every refresh of this directory's agents rediscover once.
 fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
+    use notify::event::{AccessKind, EventKind};
     match event {
         Ok(event) if event.need_rescan() => {
             tracing::debug!("sessions watch lost events (queue overflow); the periodic recheck covers it");
             vec![Wake::Overflow(dir.to_path_buf())]
         }
+        Ok(event) if matches!(event.kind, EventKind::Access(AccessKind::Open(_))) => event.paths.into_iter().map(Wake::Opened).collect(),
         Ok(event) if event.kind.is_access() => Vec::new(),
         Ok(event) => event.paths.into_iter().map(Wake::Path).collect(),
         Err(error) => {
@@ -518,6 +539,34 @@ mod tests {
     use crate::daemon::test_agents::{fake_holder, own_info, pty_agent};
     use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, EventKind, Flag, ModifyKind};
 
+    /// MON-2: an open of a rollout no agent tails (a Codex resuming an old session may write
+    /// nothing to it before its next turn) moves its directory's stamp, so the next refresh
+    /// rediscovers, but schedules no run (discovery's own opens would wake the runs again,
+    /// back to back); an open of a tailed rollout moves nothing.
+    #[test]
+    fn mon_2_an_open_of_an_untailed_rollout_moves_the_stamp_and_runs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "3a5c7e9b-2d4f-4a6c-8e0b-1d3f5a7c9e21";
+        let agent = Arc::new(pty_agent(dir.path(), id).0);
+        let sessions = dir.path().join("sessions");
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let (inbox, _messages) = mpsc::channel(16);
+        let mut dispatcher = Dispatcher { wake, inbox, agents: BTreeMap::new(), watches: BTreeMap::new(), stamps: BTreeMap::new(), tailed: BTreeMap::new() };
+        let stamp = dispatcher.stamps.entry(sessions.clone()).or_default().clone();
+        stamp.watching.store(true, Ordering::SeqCst);
+        let watched = Watched { agent, running: false, again: false, liveness_due: false, screen_due: false, checkpoint_pending: false, last_run: Instant::now() };
+        dispatcher.agents.insert(id.to_string(), watched);
+        let tailed = sessions.join("2026/12/02/rollout-tailed.jsonl");
+        dispatcher.tailed.insert(tailed.clone(), id.to_string());
+        let before = stamp.current();
+        dispatcher.on_wake(Wake::Opened(tailed));
+        assert_eq!(stamp.current(), before, "an open of a tailed rollout");
+        dispatcher.on_wake(Wake::Opened(sessions.join("2026/11/30/rollout-resumed.jsonl")));
+        assert_ne!(stamp.current(), before, "an open of a rollout no agent tails");
+        // A scheduled run would have panicked here: no reactor to spawn it on.
+        assert!(!dispatcher.agents[id].running, "no run was scheduled");
+    }
+
     /// LIVE-1 / LIVE-2: a run whose liveness probe got no facts (here a garbled answer)
     /// changes nothing and says so; the dispatcher then keeps the probe due, and the tick
     /// runs the agent again for it, even one it would not otherwise look at for 30 s. The
@@ -546,8 +595,8 @@ mod tests {
         assert!(dispatcher.due_on_tick(watched), "the next tick asks again");
     }
 
-    /// MON-1 / MON-2: what a sessions watch's events wake. Opens and closes wake nothing (the
-    /// daemon's own discovery opens rollouts: they looped); a change wakes its path; lost
+    /// MON-1 / MON-2: what a sessions watch's events wake. An open is only an open (the
+    /// dispatcher moves the stamp for it, below), a close nothing; a change wakes its path; lost
     /// events, which notify reports as an event flagged for a rescan, and errors are an
     /// overflow of the directory (they used to wake nothing: a flagged event has no path).
     #[test]
@@ -560,6 +609,7 @@ mod tests {
                 .into_iter()
                 .map(|wake| match wake {
                     Wake::Path(path) => format!("path {}", path.display()),
+                    Wake::Opened(path) => format!("opened {}", path.display()),
                     Wake::Overflow(path) => format!("overflow {}", path.display()),
                     _ => "other".to_string(),
                 })
@@ -567,7 +617,7 @@ mod tests {
         };
         let path = format!("path {}", file.display());
         let overflow = format!("overflow {}", dir.display());
-        assert_eq!(woken(event(EventKind::Access(AccessKind::Open(AccessMode::Any)))), Vec::<String>::new());
+        assert_eq!(woken(event(EventKind::Access(AccessKind::Open(AccessMode::Any)))), vec![format!("opened {}", file.display())]);
         assert_eq!(woken(event(EventKind::Access(AccessKind::Close(AccessMode::Write)))), Vec::<String>::new());
         assert_eq!(woken(event(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), vec![path.clone()]);
         assert_eq!(woken(event(EventKind::Create(CreateKind::File))), vec![path]);
