@@ -24,6 +24,11 @@ pub const CHECKPOINT_AFTER_COMMITS: u64 = 32;
 /// back, so this only bounds a follower that could not be queued (backpressure).
 pub const STEP_FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// How long `StoreWriter::commit_blocking` (callers off the reactor: `agent start`, recovery)
+/// waits out a full queue before it answers `Backpressure`. The queue drains at commit speed
+/// (about a millisecond per group), so only a stalled disk makes it last.
+pub const BLOCKING_BACKPRESSURE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Operations in one batch (one atomic unit for the engine).
 pub const BATCH_OPS_MAX: usize = 4096;
 

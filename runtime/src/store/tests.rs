@@ -399,6 +399,35 @@ fn store_group_fails_bad_batch_alone() {
     assert_eq!(names, vec!["zola", "mila", "nova"]);
 }
 
+/// STORE-2: a caller off the reactor (`agent start`, recovery) waits out a moment's full queue
+/// instead of failing on it (a review found `agent start` failed under load, and a failed
+/// start could not take its record back).
+#[test]
+fn store_2_commit_blocking_waits_out_a_full_queue() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let (store, writer) = {
+        let writer = StoreWriter::spawn_with_capacity(&path, 2).unwrap();
+        (Store::open(&path).unwrap(), writer)
+    };
+    let gate = park_writer(&writer);
+    for i in 0..2 {
+        writer.submit(vec![agent(&format!("a{i}"), &format!("n{i}"))], Box::new(|_| {})).unwrap();
+    }
+    assert!(matches!(writer.submit(vec![agent("x", "x")], Box::new(|_| {})), Err(StoreError::Backpressure { .. })), "full");
+    let writer = std::sync::Arc::new(writer);
+    let blocking = std::sync::Arc::clone(&writer);
+    let committing = std::thread::spawn(move || blocking.commit_blocking(vec![agent("a9", "late")]));
+    std::thread::sleep(std::time::Duration::from_millis(50)); // it waits on the full queue
+    let waited = !committing.is_finished();
+    drop(gate); // before any assertion: a parked writer would hang the test's teardown
+    let committed = committing.join().unwrap();
+    assert!(waited, "it waits rather than failing at once: {committed:?}");
+    committed.expect("committed once the queue drained");
+    let names: Vec<String> = store.load_agents().unwrap().into_iter().map(|a| a.name).collect();
+    assert!(names.contains(&"late".to_string()), "{names:?}");
+}
+
 #[test]
 fn store_writer_answers_backpressure_when_queue_full() {
     let scratch = Scratch::new();

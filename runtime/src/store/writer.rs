@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::error::StoreError;
-use super::limits::{CHECKPOINT_AFTER_COMMITS, DEFER_LINGER, GROUP_BATCHES_MAX, STEP_FOLLOW_WAIT, WRITE_QUEUE_CAPACITY};
+use super::limits::{BLOCKING_BACKPRESSURE_WAIT, CHECKPOINT_AFTER_COMMITS, DEFER_LINGER, GROUP_BATCHES_MAX, STEP_FOLLOW_WAIT, WRITE_QUEUE_CAPACITY};
 use super::op::{self, StoreOp};
 use super::schema::{self, OpenReport};
 use super::watermark::{self, Watermark};
@@ -185,11 +185,22 @@ impl StoreWriter {
         }
     }
 
-    /// Submits and waits for the commit. For callers off the reactor (CLI, tests, recovery).
-    /// Never call it from a commit callback: the writer thread would wait for itself.
+    /// Submits and waits for the commit. For callers off the reactor (CLI, tests, recovery,
+    /// `agent start`): a full queue is waited out for up to [`BLOCKING_BACKPRESSURE_WAIT`]
+    /// (the queue drains at commit speed), so starting an agent under load does not fail on
+    /// a moment's backpressure, nor leave behind a record it meant to take back (a review
+    /// found both). Never call it from a commit callback: the writer thread would wait for
+    /// itself.
     pub fn commit_blocking(&self, ops: Vec<StoreOp>) -> Result<CommitInfo, StoreError> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.submit(ops, Box::new(move |result| drop(tx.send(result))))?;
+        let started = Instant::now();
+        let rx = loop {
+            let (tx, rx) = mpsc::sync_channel(1);
+            match self.submit(ops.clone(), Box::new(move |result| drop(tx.send(result)))) {
+                Ok(()) => break rx,
+                Err(StoreError::Backpressure { .. }) if started.elapsed() < BLOCKING_BACKPRESSURE_WAIT => thread::sleep(Duration::from_millis(2)),
+                Err(error) => return Err(error),
+            }
+        };
         rx.recv().unwrap_or(Err(StoreError::Closed))
     }
 
