@@ -98,14 +98,7 @@ impl Monitor {
     /// Starts the dispatcher on the current runtime.
     pub fn start(inbox: mpsc::Sender<DriverMsg>) -> Monitor {
         let (wake, wakes) = mpsc::unbounded_channel();
-        let dispatcher = Dispatcher {
-            wake: wake.clone(),
-            inbox,
-            agents: BTreeMap::new(),
-            watches: BTreeMap::new(),
-            stamps: BTreeMap::new(),
-            tailed: BTreeMap::new(),
-        };
+        let dispatcher = Dispatcher::new(wake.clone(), inbox);
         tokio::spawn(dispatcher.run(wakes));
         Monitor { wake }
     }
@@ -142,7 +135,18 @@ struct Dispatcher {
     tailed: BTreeMap<PathBuf, String>,
 }
 
+impl Watched {
+    /// A newly added agent: its first run reads liveness and the screen.
+    fn new(agent: Arc<AgentRuntime>) -> Watched {
+        Watched { agent, running: false, again: false, liveness_due: true, screen_due: true, checkpoint_pending: false, last_run: Instant::now() }
+    }
+}
+
 impl Dispatcher {
+    fn new(wake: mpsc::UnboundedSender<Wake>, inbox: mpsc::Sender<DriverMsg>) -> Dispatcher {
+        Dispatcher { wake, inbox, agents: BTreeMap::new(), watches: BTreeMap::new(), stamps: BTreeMap::new(), tailed: BTreeMap::new() }
+    }
+
     async fn run(mut self, mut wakes: mpsc::UnboundedReceiver<Wake>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -170,8 +174,7 @@ impl Dispatcher {
                 agent.set_sessions_stamp(stamp);
                 self.watch_sessions(&sessions);
                 tokio::spawn(watch_holder(agent.clone(), self.wake.clone()));
-                let watched = Watched { agent, running: false, again: false, liveness_due: true, screen_due: true, checkpoint_pending: false, last_run: Instant::now() };
-                self.agents.insert(agent_id.clone(), watched);
+                self.agents.insert(agent_id.clone(), Watched::new(agent));
                 self.schedule(&agent_id);
             }
             Wake::Liveness(agent_id) => {
@@ -240,11 +243,7 @@ impl Dispatcher {
             }
         }
         if tailing.is_empty() {
-            for (dir, stamp) in &self.stamps {
-                if path.starts_with(dir) {
-                    stamp.bump();
-                }
-            }
+            self.bump_stamps_above(path);
         }
         // Nobody tails it: every agent of that CODEX_HOME looks again (rediscovering, MON-2),
         // the ones without a rollout for theirs, the others for a session they switched to.
@@ -263,6 +262,12 @@ impl Dispatcher {
         if self.tailed.contains_key(path) || self.agents.values().any(|w| w.agent.rollout_path().as_deref() == Some(path)) {
             return;
         }
+        self.bump_stamps_above(path);
+    }
+
+    /// MON-2: a rollout no agent tails changed under these sessions directories: the next
+    /// refresh of each of their agents rediscovers.
+    fn bump_stamps_above(&self, path: &Path) {
         for (dir, stamp) in &self.stamps {
             if path.starts_with(dir) {
                 stamp.bump();
@@ -551,11 +556,10 @@ mod tests {
         let sessions = dir.path().join("sessions");
         let (wake, _wakes) = mpsc::unbounded_channel();
         let (inbox, _messages) = mpsc::channel(16);
-        let mut dispatcher = Dispatcher { wake, inbox, agents: BTreeMap::new(), watches: BTreeMap::new(), stamps: BTreeMap::new(), tailed: BTreeMap::new() };
+        let mut dispatcher = Dispatcher::new(wake, inbox);
         let stamp = dispatcher.stamps.entry(sessions.clone()).or_default().clone();
         stamp.watching.store(true, Ordering::SeqCst);
-        let watched = Watched { agent, running: false, again: false, liveness_due: false, screen_due: false, checkpoint_pending: false, last_run: Instant::now() };
-        dispatcher.agents.insert(id.to_string(), watched);
+        dispatcher.agents.insert(id.to_string(), Watched::new(agent));
         let tailed = sessions.join("2026/12/02/rollout-tailed.jsonl");
         dispatcher.tailed.insert(tailed.clone(), id.to_string());
         let before = stamp.current();
@@ -585,8 +589,8 @@ mod tests {
         assert_eq!(holder.join().unwrap().len(), 1);
 
         let (wake, _wakes) = mpsc::unbounded_channel();
-        let mut dispatcher = Dispatcher { wake, inbox, agents: BTreeMap::new(), watches: BTreeMap::new(), stamps: BTreeMap::new(), tailed: BTreeMap::new() };
-        let watched = Watched { agent: Arc::clone(&agent), running: true, again: false, liveness_due: false, screen_due: false, checkpoint_pending: false, last_run: Instant::now() };
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let watched = Watched { running: true, liveness_due: false, screen_due: false, ..Watched::new(Arc::clone(&agent)) }; // mid-run, its due flags taken
         dispatcher.agents.insert(id.to_string(), watched);
         assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "just looked at, nothing waits");
         dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran });
