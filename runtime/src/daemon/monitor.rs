@@ -191,18 +191,7 @@ impl Dispatcher {
             }
             Wake::Path(path) => self.on_path(&path),
             Wake::Opened(path) => self.on_opened(&path),
-            Wake::Overflow(dir) => {
-                if let Some(stamp) = self.stamps.get(&dir) {
-                    stamp.bump();
-                }
-                // What the lost events said is unknown: every agent of that directory looks.
-                let home = dir.parent().map(Path::to_path_buf).unwrap_or_default();
-                let affected: Vec<String> =
-                    self.agents.iter().filter(|(_, w)| w.agent.record.codex_home() == home).map(|(id, _)| id.clone()).collect();
-                for agent_id in affected {
-                    self.schedule(&agent_id);
-                }
-            }
+            Wake::Overflow(dir) => self.look_again_under(&dir),
             Wake::Done { agent_id, ran } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
                 watched.running = false;
@@ -265,6 +254,21 @@ impl Dispatcher {
         self.bump_stamps_above(path);
     }
 
+    /// What happened under a sessions directory is unknown (its watch lost events, or was only
+    /// just set): its stamp moves (MON-2: the next refresh of each of its agents rediscovers)
+    /// and every agent of that directory looks now.
+    fn look_again_under(&mut self, dir: &Path) {
+        if let Some(stamp) = self.stamps.get(dir) {
+            stamp.bump();
+        }
+        let home = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+        let affected: Vec<String> =
+            self.agents.iter().filter(|(_, w)| w.agent.record.codex_home() == home).map(|(id, _)| id.clone()).collect();
+        for agent_id in affected {
+            self.schedule(&agent_id);
+        }
+    }
+
     /// MON-2: a rollout no agent tails changed under these sessions directories: the next
     /// refresh of each of their agents rediscovers.
     fn bump_stamps_above(&self, path: &Path) {
@@ -289,14 +293,16 @@ impl Dispatcher {
 
     /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
     /// got no facts (LIVE-1), or when a live agent was not looked at for its recheck interval.
+    /// An agent whose sessions directory has no watch (not created yet, or the watch failed)
+    /// is woken by nothing else: it is looked at every second, attached or not (a rollout
+    /// read before the watch was set went 30 s unread: an end-to-end test caught it).
     fn due_on_tick(&self, watched: &Watched) -> bool {
         let since = watched.last_run.elapsed();
         let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
         let recheck = match watched.agent.rollout_path() {
-            _ if watched.agent.screen_decides() => UNWATCHED_RECHECK,
+            _ if watched.agent.screen_decides() || !watched_dir => UNWATCHED_RECHECK,
             Some(_) => ATTACHED_RECHECK,
-            None if watched_dir => UNATTACHED_RECHECK,
-            None => UNWATCHED_RECHECK,
+            None => UNATTACHED_RECHECK,
         };
         watched.checkpoint_pending || watched.liveness_due || (watched.agent.process_alive() && since >= recheck)
     }
@@ -322,7 +328,8 @@ impl Dispatcher {
     }
 
     /// Sets (or retries) the recursive watch of one sessions directory. Codex creates it on
-    /// its first turn, so until then its parent (CODEX_HOME) is watched for its creation.
+    /// its first turn; until then (or while the watch cannot be set) the tick retries it and
+    /// looks at the directory's agents every second (`due_on_tick`).
     fn watch_sessions(&mut self, dir: &Path) {
         if self.watches.get(dir).is_some_and(Option::is_some) {
             return;
@@ -335,20 +342,26 @@ impl Dispatcher {
             }
         };
         use notify::Watcher;
-        let watcher = notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
-            let target = if dir.is_dir() { dir } else { dir.parent()? };
-            let mode = if dir.is_dir() { notify::RecursiveMode::Recursive } else { notify::RecursiveMode::NonRecursive };
-            watcher.watch(target, mode).ok()?;
-            // Watching the parent only waits for the directory to appear: retried on the tick.
-            dir.is_dir().then_some(watcher)
-        });
+        let watcher = match dir.is_dir() {
+            true => notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
+                watcher.watch(dir, notify::RecursiveMode::Recursive).ok()?;
+                Some(watcher)
+            }),
+            false => None,
+        };
+        let set = watcher.is_some();
         let stamp = self.stamps.entry(dir.to_path_buf()).or_default();
-        if watcher.is_some() {
-            // Whatever happened before the watch was set is unknown: rediscover once.
+        if set {
+            // Moved before the stamp counts as watched, so no refresh trusts it unmoved.
             stamp.bump();
         }
-        stamp.watching.store(watcher.is_some(), Ordering::SeqCst);
+        stamp.watching.store(set, Ordering::SeqCst);
         self.watches.insert(dir.to_path_buf(), watcher);
+        if set {
+            // Whatever was written before the watch was set woke nothing: every agent of the
+            // directory reads what it holds now (MON-1), and rediscovers (MON-2).
+            self.look_again_under(dir);
+        }
     }
 }
 
@@ -569,6 +582,45 @@ mod tests {
         assert_ne!(stamp.current(), before, "an open of a rollout no agent tails");
         // A scheduled run would have panicked here: no reactor to spawn it on.
         assert!(!dispatcher.agents[id].running, "no run was scheduled");
+    }
+
+    /// MON-1: an agent whose sessions directory has no watch (Codex creates it on its first
+    /// turn; the tick sets the watch after) is looked at every second, attached or not; the
+    /// watch, once set, wakes every agent of the directory and moves its stamp (what was
+    /// written before it woke nothing). Before, an attached agent there waited out the 30 s
+    /// recheck: history appended right after the first turn went unread (an end-to-end test,
+    /// `obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint`, failed half its runs).
+    #[test]
+    fn mon_1_a_directory_without_a_watch_is_rechecked_and_its_watch_wakes_its_agents() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "5b7d9f1a-3c5e-4a7b-9d1f-2e4a6c8e0b13";
+        let agent = Arc::new(pty_agent(dir.path(), id).0);
+        let sessions = dir.path().join("sessions");
+        agent.liveness.lock().unwrap().alive = true;
+        agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let (inbox, _messages) = mpsc::channel(16);
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let mut watched = Watched::new(agent);
+        (watched.liveness_due, watched.screen_due) = (false, false);
+        watched.last_run = Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100);
+        dispatcher.agents.insert(id.to_string(), watched);
+        dispatcher.watch_sessions(&sessions);
+        assert!(dispatcher.watches[&sessions].is_none(), "no directory, no watch");
+        assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "attached, unwatched, looked at over a second ago");
+
+        std::fs::create_dir_all(sessions.join("2026/12/02")).unwrap();
+        let stamp = dispatcher.stamps[&sessions].clone();
+        let before = stamp.current();
+        let reactor = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        reactor.block_on(async { dispatcher.watch_sessions(&sessions) });
+        assert!(dispatcher.watches[&sessions].is_some(), "the directory is watched");
+        assert!(dispatcher.agents[id].running, "setting the watch ran the directory's agent");
+        assert_ne!(stamp.current(), before, "and moved its stamp (MON-2)");
+        let watched = dispatcher.agents.get_mut(id).unwrap();
+        watched.last_run = Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100);
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "attached and watched: the 30 s recheck");
+        drop(reactor); // waits for the run it scheduled (no holder: it finds nothing)
     }
 
     /// LIVE-1 / LIVE-2: a run whose liveness probe got no facts (here a garbled answer)
