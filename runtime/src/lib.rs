@@ -6,6 +6,7 @@ pub mod app_server_stream;
 pub mod managed_observer;
 pub mod observer;
 pub mod observer_checkpoint;
+pub mod monitor_recheck;
 pub mod screen;
 pub mod proc_probe;
 pub mod json_fields;

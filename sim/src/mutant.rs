@@ -41,6 +41,12 @@
 //! holder refuses a write it comes to after the engine's deadline; `old_holders` do not); the oracle's check that the engine
 //! never asks for a write while another it asked for has not ended (`ports::ask_write`);
 //! mutant `call_timeout_reported_as_failed`.
+//!
+//! MON-1 in the simulator: the observer loop stands for the runtime's monitor; fault class
+//! `monitor.wake_lost` (the sessions watch misses an attached agent's wakes, `ports::unwoken`,
+//! ended as the runtime's tick and recheck rule end it: `monitor_recheck::recheck_interval`);
+//! the oracle's read-lag bound after the heal (`Oracle::on_monitor_read`); mutant
+//! `unwatched_attached_waits`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
@@ -124,6 +130,11 @@ pub enum Mutant {
     /// stops asking until the holder pushes the next change (the process changes again), as
     /// the daemon did until a review found it: the change it missed is never applied by it.
     UnknownLivenessForgotten,
+    /// Observer port (MON-1): the daemon before 1791ab4. An attached agent whose sessions
+    /// directory had no watch yet (Codex creates it on its first turn; the tick sets the watch
+    /// after) waited out the 30 s recheck, and setting the watch woke nobody: records written
+    /// before it went unread that long (an end-to-end test failed half its runs on it).
+    UnwatchedAttachedWaits,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -210,6 +221,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::LivenessSentAfterRelease, "liveness_sent_after_release", "observer port sends a process change after releasing the lock it applied it under"),
     (Mutant::GroupRestCommittedAlone, "group_rest_committed_alone", "store port commits the batches behind a lost group transaction alone, answering them failed"),
     (Mutant::UnknownLivenessForgotten, "unknown_liveness_forgotten", "observer port stops asking after an unknown liveness answer until the process changes again"),
+    (Mutant::UnwatchedAttachedWaits, "unwatched_attached_waits", "monitor: an attached agent without a sessions watch waits out the 30 s recheck; setting the watch wakes nobody"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),

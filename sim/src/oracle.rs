@@ -25,6 +25,13 @@ pub fn strict_mgd() -> bool {
 /// clear of any race.
 pub const STALL_MARGIN_MS: u64 = 1_000;
 
+/// MON-1 liveness: the longest the monitor may take, once faults stopped, to read a record
+/// that became readable. The runtime's wakes come within milliseconds; an agent nothing can
+/// wake (its sessions directory without a watch) is looked at every second
+/// (`monitor_recheck::recheck_interval`), and the model's loop runs every 50-400 ms: far below
+/// the 30 s recheck of an attached agent whose directory is watched.
+pub const LOOK_LAG_BOUND_MS: u64 = 5_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     /// A receipt claims more (or other) than the evidence shows.
@@ -813,6 +820,16 @@ impl Oracle {
             if *position != cursor {
                 self.fail(Kind::Evidence, format!("a{agent}: resumed at {cursor}, the observer attached at {position} with no loss reported (REC-2)"));
             }
+        }
+    }
+
+    /// MON-1 liveness: after the faults stopped, the monitor reads a record within
+    /// [`LOOK_LAG_BOUND_MS`] of `from` (when it became readable, or the daemon's start, or the
+    /// heal, whichever is last).
+    pub fn on_monitor_read(&mut self, agent: usize, from: u64, now: u64) {
+        if now > from + LOOK_LAG_BOUND_MS {
+            let m = format!("a{agent}: a record readable at {from} ms (or since the daemon's start or the heal) was read by the monitor only at {now} ms, {} ms later (MON-1: bound {LOOK_LAG_BOUND_MS} ms)", now - from);
+            self.fail(Kind::Unfinished, m);
         }
     }
 

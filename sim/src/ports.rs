@@ -1124,6 +1124,10 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
         next_run(&mut wake, &mut pending).await;
         let agents = world.lock().unwrap().agents.len();
         for a in 0..agents {
+            if unwoken(&mut world.lock().unwrap(), a) {
+                continue;
+            }
+            world.lock().unwrap().agents[a].observer.last_look_ms = wakterm_runtime::driver::now_ms();
             let Some(Liveness { process_changed, late }) = monitor_liveness(&mut world.lock().unwrap(), &inbox, a) else { continue };
             send_late(&inbox, late).await;
             let mut w = world.lock().unwrap();
@@ -1133,7 +1137,9 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown);
+            let before = (w.agents[a].session.id.clone(), w.agents[a].observer.read);
             w.sync_observer(a, &mut events);
+            check_read_lag(&mut w, a, before);
             forced |= !events.is_empty();
             let snapshot = w.monitor_snapshot(a, look_again).ok();
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
@@ -1160,6 +1166,56 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             send_snapshot(&mut w, &inbox, a, snapshot);
         }
     }
+}
+
+/// MON-1's fault class `monitor.wake_lost`: the sessions watch misses the wakes of an attached
+/// PTY agent's new records (as before the tick sets the watch of a directory Codex has just
+/// created), so the loop leaves it alone until something else wakes it. What does, as in the
+/// runtime: the holder's push of a process change; the tick, which sets the watch within a
+/// second, and setting it wakes every agent of its directory (`Dispatcher::look_again_under`);
+/// and the tick's recheck, by the runtime's own rule (`monitor_recheck::recheck_interval`).
+/// Mutant `unwatched_attached_waits`: setting the watch wakes nobody, and the recheck treats
+/// the directory as watched (the daemon before 1791ab4).
+fn unwoken(w: &mut World, a: usize) -> bool {
+    use wakterm_runtime::monitor_recheck::{recheck_interval, TICK};
+    let now = wakterm_runtime::driver::now_ms();
+    let agent = &w.agents[a];
+    let attached = agent.observer.attached.is_some();
+    let Some(since) = agent.observer.unwoken_since else {
+        if w.is_managed(a) || !attached || !w.fault_roll(w.plan.wake_lost) {
+            return false;
+        }
+        w.counters.fault("monitor.wake_lost");
+        w.log(format!("a{a} the sessions watch misses its wakes (not set yet)"));
+        w.agents[a].observer.unwoken_since = Some(now);
+        return true;
+    };
+    let old = w.mutant == Mutant::UnwatchedAttachedWaits; // the bug
+    let watch_set = now >= since + TICK.as_millis() as u64;
+    let screen_decides = agent.observer.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown);
+    let recheck = recheck_interval(screen_decides, attached, watch_set || old).as_millis() as u64;
+    let process_changed = agent.observer.reported != agent.process;
+    let woken = process_changed || (watch_set && !old) || now >= agent.observer.last_look_ms + recheck;
+    if woken {
+        w.log(format!("a{a} the monitor looks again after {} ms without wakes", now - since));
+        w.agents[a].observer.unwoken_since = None;
+    }
+    !woken
+}
+
+/// MON-1 liveness (`Oracle::on_monitor_read`): what this look read of the session it was
+/// reading (`before`: the session and the records read then) was readable since when; the
+/// lag counts from the later of that, the daemon's start and the heal. Checked after the
+/// heal only: while faults run, a blind observer (`observer.*`) may lag by design.
+fn check_read_lag(w: &mut World, a: usize, (session, read): (wakterm_engine::SessionId, usize)) {
+    let Some(healed) = w.healed_ms else { return };
+    let agent = &w.agents[a];
+    if w.is_managed(a) || agent.session.id != session || agent.observer.read <= read {
+        return;
+    }
+    let oldest = agent.session.records[read..agent.observer.read].iter().map(|r| r.visible_at_ms).min().expect("read at least one");
+    let from = oldest.max(healed).max(w.daemon_started_ms);
+    w.oracle.on_monitor_read(a, from, wakterm_runtime::driver::now_ms());
 }
 
 /// MON-1: waits for the loop's next run: a tick 50-400 ms away, or earlier when something it
@@ -1391,6 +1447,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
         // ADM-5: the new engine has seen no turn and answers no call of the dead one.
         w.oracle.on_daemon_start();
+        w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
             _ => SimClock::Engine(EngineClock::start(w.wall_ms())),

@@ -830,6 +830,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     {
         let mut w = world.lock().unwrap();
         w.faults_on = false;
+        w.healed_ms = Some(now_ms());
         for a in 0..w.agents.len() {
             let agent = &mut w.agents[a];
             agent.lost_until_ms = None;

@@ -76,6 +76,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.mark_behind_respawn",
     "app_server.server_request",
     "liveness.unknown",
+    "monitor.wake_lost",
     "store.commit_failed",
     "store.group_failed",
     "store.slow_commit",
@@ -216,6 +217,9 @@ pub struct FaultPlan {
     pub reply_lost: f64,
     /// MGD-6: a turn asks the client a server request (an approval) and waits for the answer.
     pub server_request: f64,
+    /// MON-1: per look of the observer loop at an attached PTY agent, the chance that the
+    /// sessions watch misses its wakes from then on (until the tick sets it again).
+    pub wake_lost: f64,
 }
 
 impl FaultPlan {
@@ -250,10 +254,19 @@ impl FaultPlan {
             huge_line: 0.0,
             reply_lost: 0.0,
             server_request: 0.0,
+            wake_lost: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
         .with_holder_version()
+        .with_monitor_faults()
+    }
+
+    /// The monitor's rates (MON-1).
+    fn with_monitor_faults(mut self) -> FaultPlan {
+        let mut rng = thread_rng();
+        self.wake_lost = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.05) } else { 0.0 };
+        self
     }
 
     /// Old holders matter only where writes stall (`pane_late`).
@@ -464,6 +477,11 @@ pub struct Observer {
     /// Mutant `unknown_liveness_forgotten`: the loop stopped asking the holder after an
     /// unknown answer, until the agent's process changes again (the holder's next push).
     pub liveness_forgotten: Option<Option<Proc>>,
+    /// MON-1, fault `monitor.wake_lost`: since when the sessions watch misses this agent's
+    /// wakes (`ports::unwoken`); this daemon's watch, so it starts over with the daemon.
+    pub unwoken_since: Option<u64>,
+    /// MON-1: when the observer loop last looked at the agent (its recheck counts from it).
+    pub last_look_ms: u64,
 }
 
 /// MON-3: what one look at the screen read (`AgentRuntime::last_screen`), and the pane as it
@@ -501,6 +519,8 @@ impl Observer {
             last_snapshot: None,
             look: None,
             liveness_forgotten: None,
+            unwoken_since: None,
+            last_look_ms: 0,
         }
     }
 }
@@ -728,6 +748,10 @@ pub struct World {
     pub mutant: Mutant,
     pub plan: FaultPlan,
     pub faults_on: bool,
+    /// When the faults stopped (the quiet phase began), and when the daemon last started:
+    /// the monitor's read lag counts from the later of them (`Oracle::on_monitor_read`).
+    pub healed_ms: Option<u64>,
+    pub daemon_started_ms: u64,
     /// TIME-1: how far the daemon's wall clock is stepped from true (simulated) time, both
     /// directions; a daemon reads it when it starts.
     pub wall_offset_ms: i64,
@@ -787,6 +811,8 @@ impl World {
             mutant,
             plan,
             faults_on: true,
+            healed_ms: None,
+            daemon_started_ms: 0,
             wall_offset_ms: 0,
             agents,
             store: StoreTables::default(),

@@ -11,9 +11,10 @@
 //! - MON-3: a run woken by rollout records alone builds its snapshot from the last look at the
 //!   screen (records do not change the pane; the pane's own changes wake a look);
 //! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
-//!   not be set): attached agents are looked at every [`ATTACHED_RECHECK`], agents still without
-//!   a rollout every [`UNATTACHED_RECHECK`] (every [`UNWATCHED_RECHECK`] without a watch, or
-//!   while only the screen can settle an unknown turn).
+//!   not be set yet): attached agents are looked at every [`ATTACHED_RECHECK`], agents still
+//!   without a rollout every [`UNATTACHED_RECHECK`], and every agent every [`UNWATCHED_RECHECK`]
+//!   while its directory has no watch or only the screen can settle an unknown turn
+//!   (`crate::monitor_recheck`); setting a watch wakes every agent of its directory.
 
 use super::agents::{observed_inputs, AgentRuntime, Forwarded};
 use crate::driver::DriverMsg;
@@ -38,13 +39,7 @@ pub const SCREEN_DEBOUNCE: Duration = Duration::from_millis(250);
 /// After an output wake of a managed agent (its notifications), the next one waits at least this
 /// long: a streaming turn's deltas coalesce, its completion is read within this bound.
 pub const MANAGED_OUTPUT_DEBOUNCE: Duration = Duration::from_millis(10);
-/// The safety-net tick.
-pub const TICK: Duration = Duration::from_secs(1);
-/// Only a safety net: an overflowed inotify queue is reported and wakes every agent of that
-/// directory at once (`Wake::Overflow`), so attached agents need no frequent recheck.
-pub const ATTACHED_RECHECK: Duration = Duration::from_secs(30);
-pub const UNATTACHED_RECHECK: Duration = Duration::from_secs(5);
-pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(1);
+pub use crate::monitor_recheck::{ATTACHED_RECHECK, TICK, UNATTACHED_RECHECK, UNWATCHED_RECHECK};
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
 
@@ -292,18 +287,13 @@ impl Dispatcher {
     }
 
     /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
-    /// got no facts (LIVE-1), or when a live agent was not looked at for its recheck interval.
-    /// An agent whose sessions directory has no watch (not created yet, or the watch failed)
-    /// is woken by nothing else: it is looked at every second, attached or not (a rollout
-    /// read before the watch was set went 30 s unread: an end-to-end test caught it).
+    /// got no facts (LIVE-1), or when a live agent was not looked at for its recheck interval
+    /// (`recheck_interval`, which the simulator's model calls too).
     fn due_on_tick(&self, watched: &Watched) -> bool {
         let since = watched.last_run.elapsed();
         let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
-        let recheck = match watched.agent.rollout_path() {
-            _ if watched.agent.screen_decides() || !watched_dir => UNWATCHED_RECHECK,
-            Some(_) => ATTACHED_RECHECK,
-            None => UNATTACHED_RECHECK,
-        };
+        let recheck =
+            crate::monitor_recheck::recheck_interval(watched.agent.screen_decides(), watched.agent.rollout_path().is_some(), watched_dir);
         watched.checkpoint_pending || watched.liveness_due || (watched.agent.process_alive() && since >= recheck)
     }
 

@@ -1,0 +1,28 @@
+//! MON-1's safety net, as one rule the daemon's monitor and the simulator's model of it both
+//! call: how long an agent may go unlooked-at when nothing wakes it.
+
+use std::time::Duration;
+
+/// The monitor's tick: it retries unset sessions watches and runs the agents whose recheck is due.
+pub const TICK: Duration = Duration::from_secs(1);
+/// Only a safety net: an overflowed inotify queue is reported and wakes every agent of that
+/// directory at once (`Wake::Overflow`), so attached agents need no frequent recheck.
+pub const ATTACHED_RECHECK: Duration = Duration::from_secs(30);
+/// An agent still without a rollout, whose sessions directory is watched (a new file wakes it).
+pub const UNATTACHED_RECHECK: Duration = Duration::from_secs(5);
+/// An agent nothing can wake: its sessions directory has no watch, or only its screen can
+/// settle its turn.
+pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(1);
+
+/// MON-1: the longest an agent goes without a run when no wake comes. An agent whose sessions
+/// directory has no watch (Codex creates it on its first turn; the tick sets the watch after,
+/// or retries one that failed) is woken by nothing, attached or not: every second (an attached
+/// one there waited out the 30 s recheck, and records appended right after a first turn went
+/// unread: an end-to-end test caught it).
+pub fn recheck_interval(screen_decides: bool, attached: bool, watched: bool) -> Duration {
+    match (screen_decides || !watched, attached) {
+        (true, _) => UNWATCHED_RECHECK,
+        (false, true) => ATTACHED_RECHECK,
+        (false, false) => UNATTACHED_RECHECK,
+    }
+}
