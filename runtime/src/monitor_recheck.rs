@@ -10,15 +10,16 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub const ATTACHED_RECHECK: Duration = Duration::from_secs(30);
 /// An agent still without a rollout, whose sessions directory is watched (a new file wakes it).
 pub const UNATTACHED_RECHECK: Duration = Duration::from_secs(5);
-/// An agent nothing can wake: its sessions directory has no watch, or only its screen can
-/// settle its turn.
+/// An agent no sessions-watch event can wake (its directory has no watch), or one whose turn
+/// only its screen can settle: the holder's pushes still wake it, but nothing wakes it for
+/// records alone.
 pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(1);
 
-/// MON-1: the longest an agent goes without a run when no wake comes. An agent whose sessions
-/// directory has no watch (Codex creates it on its first turn; the tick sets the watch after,
-/// or retries one that failed) is woken by nothing, attached or not: every second (an attached
-/// one there waited out the 30 s recheck, and records appended right after a first turn went
-/// unread: an end-to-end test caught it).
+/// MON-1: the longest a live agent goes without a run when no wake comes. An agent whose
+/// sessions directory has no watch (Codex creates it on its first turn and the tick sets the
+/// watch after; a watch that failed or was lost is set again by the tick) hears of no record,
+/// attached or not: every second (an attached one there waited out the 30 s recheck, and
+/// records appended right after a first turn went unread: an end-to-end test caught it).
 pub fn recheck_interval(screen_decides: bool, attached: bool, watched: bool) -> Duration {
     match (screen_decides || !watched, attached) {
         (true, _) => UNWATCHED_RECHECK,

@@ -46,7 +46,8 @@ const MAX_REPLY_BYTES: u64 = 64 * 1024;
 /// MON-2: what one sessions directory's watch saw of rollouts no agent tails (a new session,
 /// an old one resumed): counted, so an admission's refresh rediscovers its agent's rollout only
 /// when the count moved since the agent's last discovery. `None` while the directory is not
-/// watched (or events were lost): then every refresh rediscovers, as before the watch.
+/// watched (not yet, or the watch was lost): then every refresh rediscovers, as before the
+/// watch. Lost events move the count.
 #[derive(Default)]
 pub struct SessionsStamp {
     watching: AtomicBool,
@@ -79,6 +80,10 @@ enum Wake {
     Opened(PathBuf),
     /// A sessions directory's watch lost events (queue overflow): what it missed is unknown.
     Overflow(PathBuf),
+    /// A sessions directory's watch no longer covers it all (notify failed to watch a new
+    /// subdirectory, or the directory itself was removed or renamed): unset until the tick
+    /// sets it again.
+    WatchLost(PathBuf),
     /// A run of the agent finished.
     Done { agent_id: String, ran: RunOutcome },
 }
@@ -187,6 +192,14 @@ impl Dispatcher {
             Wake::Path(path) => self.on_path(&path),
             Wake::Opened(path) => self.on_opened(&path),
             Wake::Overflow(dir) => self.look_again_under(&dir),
+            Wake::WatchLost(dir) => {
+                tracing::warn!(dir = %dir.display(), "sessions watch lost: set again on the next tick; its agents are looked at every second meanwhile");
+                if let Some(stamp) = self.stamps.get(&dir) {
+                    stamp.watching.store(false, Ordering::SeqCst);
+                }
+                self.watches.insert(dir.clone(), None);
+                self.look_again_under(&dir);
+            }
             Wake::Done { agent_id, ran } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
                 watched.running = false;
@@ -361,22 +374,32 @@ impl Dispatcher {
 ///   opens (the session's first line) made a rollout no agent tails wake every agent of its
 ///   directory, whose runs opened it again: runs back to back for as long as it stayed open
 ///   (a review found it). A close: nothing (a write's own event came before it).
-/// - Lost events (the kernel's queue overflowed: an event flagged for a rescan) or a watch
-///   error: what it missed is unknown. The tick's recheck covers the tailed files, and the
-///   stamp makes every refresh of this directory's agents rediscover once.
+/// - Lost events (the kernel's queue overflowed: an event flagged for a rescan): what it
+///   missed is unknown, so every agent of the directory looks now, and the stamp makes every
+///   refresh of them rediscover once.
+/// - A watch error (notify could not watch a new subdirectory: out of inotify watches), or
+///   the directory itself removed or renamed: the watch no longer covers it, so it counts as
+///   unset (its agents are looked at every second, the tick sets it again) and every agent of
+///   the directory looks now. Counted as still set, an attached agent there waited out the
+///   30 s recheck (a review found it).
 fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
-    use notify::event::{AccessKind, EventKind};
+    use notify::event::{AccessKind, EventKind, ModifyKind};
     match event {
         Ok(event) if event.need_rescan() => {
-            tracing::debug!("sessions watch lost events (queue overflow); the periodic recheck covers it");
+            tracing::debug!("sessions watch lost events (queue overflow): every agent of the directory looks");
             vec![Wake::Overflow(dir.to_path_buf())]
         }
         Ok(event) if matches!(event.kind, EventKind::Access(AccessKind::Open(_))) => event.paths.into_iter().map(Wake::Opened).collect(),
         Ok(event) if event.kind.is_access() => Vec::new(),
+        Ok(event)
+            if matches!(event.kind, EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))) && event.paths.iter().any(|p| p == dir) =>
+        {
+            vec![Wake::WatchLost(dir.to_path_buf())]
+        }
         Ok(event) => event.paths.into_iter().map(Wake::Path).collect(),
         Err(error) => {
-            tracing::debug!(%error, "sessions watch error; the periodic recheck covers it");
-            vec![Wake::Overflow(dir.to_path_buf())]
+            tracing::debug!(%error, "sessions watch error: the watch counts as unset");
+            vec![Wake::WatchLost(dir.to_path_buf())]
         }
     }
 }
@@ -545,7 +568,7 @@ impl HolderWatch {
 mod tests {
     use super::*;
     use crate::daemon::test_agents::{fake_holder, own_info, pty_agent};
-    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, EventKind, Flag, ModifyKind};
+    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, EventKind, Flag, ModifyKind, RemoveKind, RenameMode};
 
     /// MON-2: an open of a rollout no agent tails (a Codex resuming an old session may write
     /// nothing to it before its next turn) moves its directory's stamp, so the next refresh
@@ -575,9 +598,9 @@ mod tests {
     }
 
     /// MON-1: an agent whose sessions directory has no watch (Codex creates it on its first
-    /// turn; the tick sets the watch after) is looked at every second, attached or not; the
-    /// watch, once set, wakes every agent of the directory and moves its stamp (what was
-    /// written before it woke nothing). Before, an attached agent there waited out the 30 s
+    /// turn; the tick sets the watch after; or the watch was lost) is looked at every second,
+    /// attached or not; the watch, once set, wakes every agent of the directory and moves its
+    /// stamp (what was written before it woke nothing). Before, an attached agent there waited out the 30 s
     /// recheck: history appended right after the first turn went unread (an end-to-end test,
     /// `obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint`, failed half its runs).
     #[test]
@@ -607,10 +630,24 @@ mod tests {
         assert!(dispatcher.watches[&sessions].is_some(), "the directory is watched");
         assert!(dispatcher.agents[id].running, "setting the watch ran the directory's agent");
         assert_ne!(stamp.current(), before, "and moved its stamp (MON-2)");
+        drop(reactor); // waits for the run it scheduled (no holder: it finds nothing, and says so)
         let watched = dispatcher.agents.get_mut(id).unwrap();
-        watched.last_run = Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100);
+        (watched.running, watched.last_run) = (false, Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100));
+        watched.agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
         assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "attached and watched: the 30 s recheck");
-        drop(reactor); // waits for the run it scheduled (no holder: it finds nothing)
+
+        // A watch that stops covering the directory (an error: notify could not watch a new
+        // subdirectory) counts as unset again: the 1 s recheck, the stamp untrusted.
+        let reactor = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        reactor.block_on(async { dispatcher.on_wake(Wake::WatchLost(sessions.clone())) });
+        assert!(dispatcher.watches[&sessions].is_none(), "the lost watch is unset");
+        assert_eq!(stamp.current(), None, "a refresh rediscovers while unwatched");
+        assert!(dispatcher.agents[id].running, "losing the watch ran the directory's agent");
+        drop(reactor);
+        let watched = dispatcher.agents.get_mut(id).unwrap();
+        (watched.running, watched.last_run) = (false, Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100));
+        watched.agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
+        assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "unwatched again: the 1 s recheck");
     }
 
     /// LIVE-1 / LIVE-2: a run whose liveness probe got no facts (here a garbled answer)
@@ -643,8 +680,10 @@ mod tests {
 
     /// MON-1 / MON-2: what a sessions watch's events wake. An open is only an open (the
     /// dispatcher moves the stamp for it, below), a close nothing; a change wakes its path; lost
-    /// events, which notify reports as an event flagged for a rescan, and errors are an
-    /// overflow of the directory (they used to wake nothing: a flagged event has no path).
+    /// events, which notify reports as an event flagged for a rescan, are an overflow of the
+    /// directory (they used to wake nothing: a flagged event has no path); an error, or the
+    /// directory itself removed or renamed, loses the watch (an error used to count as an
+    /// overflow, the watch as still set).
     #[test]
     fn mon_2_a_watch_wakes_on_changes_and_losses_never_on_opens() {
         let dir = Path::new("/home/u/.codex/sessions");
@@ -657,6 +696,7 @@ mod tests {
                     Wake::Path(path) => format!("path {}", path.display()),
                     Wake::Opened(path) => format!("opened {}", path.display()),
                     Wake::Overflow(path) => format!("overflow {}", path.display()),
+                    Wake::WatchLost(path) => format!("lost {}", path.display()),
                     _ => "other".to_string(),
                 })
                 .collect()
@@ -667,8 +707,12 @@ mod tests {
         assert_eq!(woken(event(EventKind::Access(AccessKind::Close(AccessMode::Write)))), Vec::<String>::new());
         assert_eq!(woken(event(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), vec![path.clone()]);
         assert_eq!(woken(event(EventKind::Create(CreateKind::File))), vec![path]);
-        assert_eq!(woken(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan))), vec![overflow.clone()]);
-        assert_eq!(woken(Err(notify::Error::generic("lost"))), vec![overflow]);
+        assert_eq!(woken(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan))), vec![overflow]);
+        let lost = vec![format!("lost {}", dir.display())];
+        assert_eq!(woken(Err(notify::Error::generic("out of inotify watches"))), lost);
+        assert_eq!(woken(Ok(notify::Event::new(EventKind::Remove(RemoveKind::Folder)).add_path(dir.to_path_buf()))), lost);
+        assert_eq!(woken(Ok(notify::Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::From))).add_path(dir.to_path_buf()))), lost);
+        assert_eq!(woken(event(EventKind::Remove(RemoveKind::File))), vec![format!("path {}", file.display())], "a file's removal");
     }
     use std::io::Write;
     use wakterm_engine::ObserverEvent;
