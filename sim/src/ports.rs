@@ -1137,7 +1137,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown);
-            let before = (w.agents[a].session.id.clone(), w.agents[a].observer.read);
+            let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
             w.sync_observer(a, &mut events);
             check_read_lag(&mut w, a, before);
             forced |= !events.is_empty();
@@ -1170,10 +1170,13 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
 
 /// MON-1's fault class `monitor.wake_lost`: the sessions watch misses the wakes of an attached
 /// PTY agent's new records (as before the tick sets the watch of a directory Codex has just
-/// created), so the loop leaves it alone until something else wakes it. What does, as in the
-/// runtime: the holder's push of a process change; the tick, which sets the watch within a
+/// created, or after the watch was lost), so the loop leaves it alone until something else
+/// wakes it: the holder's push of a process change; the tick, which sets the watch within a
 /// second, and setting it wakes every agent of its directory (`Dispatcher::look_again_under`);
-/// and the tick's recheck, by the runtime's own rule (`monitor_recheck::recheck_interval`).
+/// or the tick's recheck, by the runtime's own rule (`monitor_recheck::recheck_interval`).
+/// The model is stricter than the runtime: there, the holder's screen pushes and a pending
+/// checkpoint also wake a run, so the bug below showed only for records appended with the
+/// pane still (as the end-to-end test did); here, only a process change does.
 /// Mutant `unwatched_attached_waits`: setting the watch wakes nobody, and the recheck treats
 /// the directory as watched (the daemon before 1791ab4).
 fn unwoken(w: &mut World, a: usize) -> bool {
@@ -1204,11 +1207,12 @@ fn unwoken(w: &mut World, a: usize) -> bool {
 }
 
 /// MON-1 liveness (`Oracle::on_monitor_read`): what this look read of the session it was
-/// reading (`before`: the session and the records read then) was readable since when; the
-/// lag counts from the later of that, the daemon's start and the heal. Checked after the
-/// heal only: while faults run, a blind observer (`observer.*`) may lag by design.
-fn check_read_lag(w: &mut World, a: usize, (session, read): (wakterm_engine::SessionId, usize)) {
-    let Some(healed) = w.healed_ms else { return };
+/// already reading (`before`: the session and the records read then, None when not attached:
+/// an attach starts where its checkpoint or resume says) was readable since when; the lag
+/// counts from the later of that, the daemon's start and the heal. Checked after the heal
+/// only: while faults run, a blind observer (`observer.*`) may lag by design.
+fn check_read_lag(w: &mut World, a: usize, before: Option<(wakterm_engine::SessionId, usize)>) {
+    let (Some(healed), Some((session, read))) = (w.healed_ms, before) else { return };
     let agent = &w.agents[a];
     if w.is_managed(a) || agent.session.id != session || agent.observer.read <= read {
         return;
