@@ -86,8 +86,15 @@ fn hex16(digest: &[u8]) -> String {
 }
 
 /// STORE-1: may a database with `found` be opened, given the watermark at `path`?
+/// An empty watermark says no more than a missing one: it is what a crash right after the
+/// file's creation left before [`Watermark::open`] created it whole (the next start refused
+/// the store as "went backwards" with nothing gone; a review found it).
 pub(crate) fn check(path: &Path, database: &Path, found: &Mark) -> Result<(), StoreError> {
     let bytes = match std::fs::read(path) {
+        Ok(bytes) if bytes.is_empty() => {
+            tracing::warn!(path = %path.display(), "the store's watermark is empty (a crash as it was created): it is written again");
+            return Ok(());
+        }
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(StoreError::io(path, &error)),
@@ -114,6 +121,19 @@ pub(crate) fn check(path: &Path, database: &Path, found: &Mark) -> Result<(), St
     Ok(())
 }
 
+/// Writes `mark` to a new file beside `path` and renames it over `path`, durably.
+fn create_whole(path: &Path, mark: &Mark) -> std::io::Result<()> {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".new");
+    let fresh = path.with_file_name(name);
+    let file = crate::paths::open_private_file(&fresh, OpenOptions::new().create(true).truncate(true).write(true))?;
+    file.write_all_at(&encode(mark), 0)?;
+    file.sync_all()?;
+    std::fs::rename(&fresh, path)?;
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
+
 /// The writer's handle on the watermark file.
 pub(crate) struct Watermark {
     file: File,
@@ -122,10 +142,16 @@ pub(crate) struct Watermark {
 }
 
 impl Watermark {
-    /// Opens (creating 0600, never through a link) and records `mark` at once.
+    /// Opens (never through a link) and records `mark` at once. A missing (or empty) watermark
+    /// is created whole: written 0600 beside it, synced, renamed into place and the directory
+    /// synced, so no crash leaves it empty or half written.
     pub(crate) fn open(database: &Path, mark: &Mark) -> Result<Watermark, StoreError> {
         let path = path_for(database);
-        let file = crate::paths::open_private_file(&path, OpenOptions::new().create(true).truncate(false).read(true).write(true))
+        let exists = std::fs::symlink_metadata(&path).map(|meta| meta.len() > 0 || meta.file_type().is_symlink());
+        if !exists.unwrap_or(false) {
+            create_whole(&path, mark).map_err(|error| StoreError::io(&path, &error))?;
+        }
+        let file = crate::paths::open_private_file(&path, OpenOptions::new().read(true).write(true))
             .map_err(|error| StoreError::io(&path, &error))?;
         let watermark = Watermark { file, path, store_id: mark.store_id.clone() };
         watermark.record(mark.commits).map_err(|error| StoreError::io(&watermark.path, &error))?;
@@ -177,5 +203,27 @@ mod tests {
         assert!(error.contains("emptied, deleted or replaced"), "{error}");
         std::fs::write(&path, b"garbage\n").unwrap();
         assert!(check(&path, &db, &mark(10)).unwrap_err().to_string().contains("unreadable"));
+    }
+
+    /// STORE-1: a watermark left empty by a crash as it was created (the file existed before
+    /// its first record was durable) says nothing, as a missing one: the store opens and the
+    /// watermark is written whole. It was refused as "went backwards" with nothing gone.
+    #[test]
+    fn store_1_an_empty_watermark_is_no_watermark_and_is_created_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("wakterm.db");
+        let path = path_for(&db);
+        std::fs::write(&path, b"").unwrap();
+        check(&path, &db, &mark(3)).expect("an empty watermark refuses nothing");
+        let watermark = Watermark::open(&db, &mark(3)).expect("opens");
+        assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), mark(3), "written whole");
+        watermark.record(4).unwrap();
+        assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), mark(4));
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("wakterm.db.watermark")], "no temporary file left");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "private");
+        let error = check(&path, &db, &mark(2)).unwrap_err().to_string();
+        assert!(error.contains("deleted WAL"), "the new watermark counts: {error}");
     }
 }
