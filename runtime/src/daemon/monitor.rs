@@ -211,6 +211,9 @@ impl Dispatcher {
                 // LIVE-1: an unknown answer changed nothing; the holder told of a change only
                 // once, so the next tick asks again (a review found nothing did).
                 watched.liveness_due |= ran.liveness_unknown;
+                // MON-3: a screen look that failed is still due: the pane pushes its changes
+                // once, so the catalog's composer stayed stale until the next output.
+                watched.screen_due |= ran.screen_unread;
                 if std::mem::take(&mut watched.again) {
                     self.schedule(&agent_id);
                 }
@@ -300,14 +303,16 @@ impl Dispatcher {
     }
 
     /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
-    /// got no facts (LIVE-1), or when a live agent was not looked at for its recheck interval
+    /// got no facts (LIVE-1), when a live agent's screen look is still due (MON-3: the last
+    /// one failed), or when a live agent was not looked at for its recheck interval
     /// (`recheck_interval`, which the simulator's model calls too).
     fn due_on_tick(&self, watched: &Watched) -> bool {
         let since = watched.last_run.elapsed();
         let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
         let recheck =
             crate::monitor_recheck::recheck_interval(watched.agent.screen_decides(), watched.agent.rollout_path().is_some(), watched_dir);
-        watched.checkpoint_pending || watched.liveness_due || (watched.agent.process_alive() && since >= recheck)
+        let alive = watched.agent.process_alive();
+        watched.checkpoint_pending || watched.liveness_due || (alive && (watched.screen_due || since >= recheck))
     }
 
     /// One run at a time per agent; a wake during a run asks for exactly one more.
@@ -411,6 +416,9 @@ struct RunOutcome {
     checkpoint_pending: bool,
     /// The liveness probe got no facts (LIVE-1): the tick asks again.
     liveness_unknown: bool,
+    /// A look at the screen the run was due was not read (the holder did not answer): the
+    /// screen stays due and the tick looks again (MON-3).
+    screen_unread: bool,
 }
 
 /// One look at an agent: liveness (when due), then what its rollout appended (or, before it
@@ -421,7 +429,7 @@ struct RunOutcome {
 fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> RunOutcome {
     let forwarded = if liveness { agent.forward_liveness_change(inbox) } else { Forwarded::Nothing };
     let liveness_unknown = forwarded == Forwarded::Unknown;
-    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown };
+    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false };
     if forwarded == Forwarded::EngineGone {
         return ended;
     }
@@ -447,11 +455,14 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
     if !step.is_empty() && inbox.blocking_send(DriverMsg::Inputs(step)).is_err() {
         return ended;
     }
+    let mut screen_unread = false;
     if changed {
         let screen = match look_again {
             true => agent.screen_text(),
             false => agent.last_screen().or_else(|| agent.screen_text()),
         };
+        // A managed agent has no screen to read.
+        screen_unread = screen.is_none() && !agent.record.managed;
         let snapshot = observer.current_snapshot(screen.as_deref());
         let news = forced || agent.last_snapshot().as_ref().and_then(|s| s.as_ref().ok()) != Some(&snapshot);
         agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
@@ -461,7 +472,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
             let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
         }
     }
-    RunOutcome { checkpoint_pending: pending, liveness_unknown }
+    RunOutcome { checkpoint_pending: pending, liveness_unknown, screen_unread }
 }
 
 /// LIVE-2: waits at the holder for a change of the agent's process and wakes the monitor on
@@ -663,7 +674,7 @@ mod tests {
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
         let ran = run_once(&agent, &inbox, (true, false));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true });
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true, screen_unread: false });
         assert_eq!(agent.liveness.lock().unwrap().process, None, "nothing changed");
         assert_eq!(holder.join().unwrap().len(), 1);
 
@@ -676,6 +687,39 @@ mod tests {
         let watched = &dispatcher.agents[id];
         assert!(watched.liveness_due && !watched.running);
         assert!(dispatcher.due_on_tick(watched), "the next tick asks again");
+    }
+
+    /// MON-3: a run whose screen look got no answer (here a garbled one) says so; the
+    /// dispatcher keeps the look due, and the tick runs the live agent again for it. The pane
+    /// pushes a change once: the catalog's composer stayed stale until the next output (a
+    /// review found it).
+    #[test]
+    fn mon_3_a_failed_screen_look_is_taken_again_on_the_next_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "2c4e6a8b-0d1f-4a3c-9e5b-7d9f1b3c5e24";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 2, |line| match line.contains("screen") {
+            true => r#""not a screen""#.to_string(),
+            false => own_info(0),
+        });
+        let agent = Arc::new(agent);
+        let (inbox, _messages) = mpsc::channel(16);
+        let ran = run_once(&agent, &inbox, (true, true));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: true });
+        assert!(agent.process_alive(), "the process was read");
+        let asked = holder.join().unwrap();
+        assert!(asked.len() == 2 && asked[1].contains("screen"), "{asked:?}");
+
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let watched = Watched { running: true, liveness_due: false, screen_due: false, ..Watched::new(Arc::clone(&agent)) }; // mid-run, its due flags taken
+        dispatcher.agents.insert(id.to_string(), watched);
+        dispatcher.watches.insert(dir.path().join("sessions"), None); // (its recheck is 1 s: just looked at)
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "just looked at, nothing waits");
+        dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran });
+        let watched = &dispatcher.agents[id];
+        assert!(watched.screen_due && !watched.running);
+        assert!(dispatcher.due_on_tick(watched), "the next tick looks again");
     }
 
     /// MON-1 / MON-2: what a sessions watch's events wake. An open is only an open (the
@@ -783,7 +827,7 @@ mod tests {
 
         let started = Instant::now();
         let ran = run_once(&agent, &inbox, (true, false));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false }, "the first checkpoint went out at once");
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: false }, "the first checkpoint went out at once");
         let first = sent(&mut messages);
         assert_eq!(first.len(), 3, "the new facts, the look's step, the snapshot: {first:?}");
         assert!(matches!(&first[0], Sent::Step(step) if matches!(step.as_slice(), [Input::AgentUpserted(_)])), "{:?}", first[0]);
