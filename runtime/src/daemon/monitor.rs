@@ -292,6 +292,7 @@ impl Dispatcher {
 
     fn on_tick(&mut self) {
         self.agents.retain(|_, watched| !watched.agent.stopping.load(Ordering::SeqCst));
+        self.forget_the_departed();
         let unset: Vec<PathBuf> = self.watches.iter().filter(|(_, w)| w.is_none()).map(|(dir, _)| dir.clone()).collect();
         for dir in unset {
             self.watch_sessions(&dir);
@@ -300,6 +301,17 @@ impl Dispatcher {
         for agent_id in due {
             self.schedule(&agent_id);
         }
+    }
+
+    /// What only departed agents needed goes with them: their rollouts' routes, and the watch
+    /// and stamp of a sessions directory no agent is left in (each watch holds an inotify
+    /// instance, 128 per user by default: a long-lived daemon that saw as many CODEX_HOMEs
+    /// come and go could set no more, a review found).
+    fn forget_the_departed(&mut self) {
+        self.tailed.retain(|_, agent_id| self.agents.contains_key(agent_id));
+        let dirs: std::collections::BTreeSet<PathBuf> = self.agents.values().map(|w| w.agent.record.codex_home().join("sessions")).collect();
+        self.watches.retain(|dir, _| dirs.contains(dir));
+        self.stamps.retain(|dir, _| dirs.contains(dir));
     }
 
     /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
@@ -687,6 +699,33 @@ mod tests {
         let watched = &dispatcher.agents[id];
         assert!(watched.liveness_due && !watched.running);
         assert!(dispatcher.due_on_tick(watched), "the next tick asks again");
+    }
+
+    /// MON-1: an agent's departure (it is stopping) takes what only it needed: its rollout's
+    /// route, and the watch and stamp of a sessions directory no agent is left in; another
+    /// agent's directory keeps its own.
+    #[test]
+    fn mon_1_a_departed_agent_leaves_no_watch_or_route_behind() {
+        let (gone, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (gone_id, kept_id) = ("6a8c0e2b-4d6f-4b8d-a0c2-e4f6a8c0e235", "7b9d1f3c-5e7a-4c9e-b1d3-f5a7b9d1f346");
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let (inbox, _messages) = mpsc::channel(16);
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        for (dir, id) in [(&gone, gone_id), (&kept, kept_id)] {
+            let agent = Arc::new(pty_agent(dir.path(), id).0);
+            let sessions = dir.path().join("sessions");
+            dispatcher.stamps.entry(sessions.clone()).or_default();
+            dispatcher.watches.insert(sessions.clone(), None);
+            dispatcher.tailed.insert(sessions.join("2026/12/02/rollout.jsonl"), id.to_string());
+            dispatcher.agents.insert(id.to_string(), Watched { liveness_due: false, screen_due: false, ..Watched::new(agent) });
+        }
+        dispatcher.agents[gone_id].agent.stopping.store(true, Ordering::SeqCst);
+        dispatcher.on_tick(); // (a run is due for neither: nothing is due, no process lives)
+        assert_eq!(dispatcher.agents.keys().collect::<Vec<_>>(), vec![kept_id]);
+        let kept_dir = kept.path().join("sessions");
+        assert_eq!(dispatcher.watches.keys().collect::<Vec<_>>(), vec![&kept_dir], "the departed directory's watch is gone");
+        assert_eq!(dispatcher.stamps.keys().collect::<Vec<_>>(), vec![&kept_dir]);
+        assert_eq!(dispatcher.tailed.values().collect::<Vec<_>>(), vec![kept_id], "the departed agent's route is gone");
     }
 
     /// MON-3: a run whose screen look got no answer (here a garbled one) says so; the
