@@ -40,6 +40,13 @@ pub const SCREEN_DEBOUNCE: Duration = Duration::from_millis(250);
 /// long: a streaming turn's deltas coalesce, its completion is read within this bound.
 pub const MANAGED_OUTPUT_DEBOUNCE: Duration = Duration::from_millis(10);
 pub use crate::monitor_recheck::{ATTACHED_RECHECK, TICK, UNATTACHED_RECHECK, UNWATCHED_RECHECK};
+/// How many times in a row a failed screen look is taken again on the tick (MON-3); after
+/// that, only the pane's next push looks again.
+const SCREEN_RETRIES: u8 = 3;
+/// The first wait before a sessions directory that could not be watched whole is tried again.
+const WATCH_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest such wait.
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
 
@@ -80,10 +87,12 @@ enum Wake {
     Opened(PathBuf),
     /// A sessions directory's watch lost events (queue overflow): what it missed is unknown.
     Overflow(PathBuf),
-    /// A sessions directory's watch no longer covers it all (notify failed to watch a new
-    /// subdirectory, or the directory itself was removed or renamed): unset until the tick
+    /// A sessions directory itself was removed or renamed: its watch is gone until the tick
     /// sets it again.
     WatchLost(PathBuf),
+    /// A sessions directory's watch reported an error (notify could not watch a new
+    /// subdirectory: out of inotify watches): it no longer covers it all.
+    WatchIncomplete(PathBuf),
     /// A run of the agent finished.
     Done { agent_id: String, ran: RunOutcome },
 }
@@ -119,6 +128,8 @@ struct Watched {
     /// The next run must look at the screen.
     screen_due: bool,
     checkpoint_pending: bool,
+    /// MON-3: screen looks that failed in a row (retried on the tick up to [`SCREEN_RETRIES`]).
+    screen_failures: u8,
     last_run: Instant,
 }
 
@@ -128,6 +139,13 @@ struct Dispatcher {
     agents: BTreeMap<String, Watched>,
     /// One recursive watch per sessions directory (None: it could not be set yet).
     watches: BTreeMap<PathBuf, Option<notify::RecommendedWatcher>>,
+    /// Watches that reported an error (a subdirectory they could not watch): kept, since they
+    /// still cover the rest, but not trusted (`due_on_tick`, the stamp) until set again whole.
+    incomplete: std::collections::BTreeSet<PathBuf>,
+    /// When a sessions directory that exists but could not be watched whole is tried again,
+    /// and the wait after that: each failure doubles it up to [`WATCH_RETRY_MAX`], since each
+    /// try walks the directory and takes inotify watches other users may need.
+    retry: BTreeMap<PathBuf, (Instant, Duration)>,
     /// MON-2: per sessions directory, the count its agents' refreshes compare.
     stamps: BTreeMap<PathBuf, Arc<SessionsStamp>>,
     /// Rollout path -> the agent tailing it, as of that agent's last run (inotify events are
@@ -138,13 +156,31 @@ struct Dispatcher {
 impl Watched {
     /// A newly added agent: its first run reads liveness and the screen.
     fn new(agent: Arc<AgentRuntime>) -> Watched {
-        Watched { agent, running: false, again: false, liveness_due: true, screen_due: true, checkpoint_pending: false, last_run: Instant::now() }
+        Watched {
+            agent,
+            running: false,
+            again: false,
+            liveness_due: true,
+            screen_due: true,
+            checkpoint_pending: false,
+            screen_failures: 0,
+            last_run: Instant::now(),
+        }
     }
 }
 
 impl Dispatcher {
     fn new(wake: mpsc::UnboundedSender<Wake>, inbox: mpsc::Sender<DriverMsg>) -> Dispatcher {
-        Dispatcher { wake, inbox, agents: BTreeMap::new(), watches: BTreeMap::new(), stamps: BTreeMap::new(), tailed: BTreeMap::new() }
+        Dispatcher {
+            wake,
+            inbox,
+            agents: BTreeMap::new(),
+            watches: BTreeMap::new(),
+            incomplete: Default::default(),
+            retry: BTreeMap::new(),
+            stamps: BTreeMap::new(),
+            tailed: BTreeMap::new(),
+        }
     }
 
     async fn run(mut self, mut wakes: mpsc::UnboundedReceiver<Wake>) {
@@ -193,11 +229,20 @@ impl Dispatcher {
             Wake::Opened(path) => self.on_opened(&path),
             Wake::Overflow(dir) => self.look_again_under(&dir),
             Wake::WatchLost(dir) => {
-                tracing::warn!(dir = %dir.display(), "sessions watch lost: set again on the next tick; its agents are looked at every second meanwhile");
-                if let Some(stamp) = self.stamps.get(&dir) {
-                    stamp.watching.store(false, Ordering::SeqCst);
-                }
+                tracing::warn!(dir = %dir.display(), "sessions directory removed or renamed: watched again once it is back; its agents are looked at every second meanwhile");
+                self.distrust_watch(&dir);
                 self.watches.insert(dir.clone(), None);
+                // A new directory starts over: no wait, nothing incomplete.
+                self.incomplete.remove(&dir);
+                self.retry.remove(&dir);
+                self.look_again_under(&dir);
+            }
+            Wake::WatchIncomplete(dir) => {
+                if self.incomplete.insert(dir.clone()) {
+                    tracing::warn!(dir = %dir.display(), "sessions watch incomplete (out of inotify watches?): set again later; its agents are looked at every second meanwhile");
+                    self.retry.entry(dir.clone()).or_insert((Instant::now() + WATCH_RETRY_FIRST, WATCH_RETRY_FIRST));
+                }
+                self.distrust_watch(&dir);
                 self.look_again_under(&dir);
             }
             Wake::Done { agent_id, ran } => {
@@ -212,8 +257,11 @@ impl Dispatcher {
                 // once, so the next tick asks again (a review found nothing did).
                 watched.liveness_due |= ran.liveness_unknown;
                 // MON-3: a screen look that failed is still due: the pane pushes its changes
-                // once, so the catalog's composer stayed stale until the next output.
-                watched.screen_due |= ran.screen_unread;
+                // once, so the catalog's composer stayed stale until the next output. A few
+                // times only: a screen that cannot be read (a holder that answers nothing, or
+                // garbage) would cost a holder call and a connection every second.
+                watched.screen_failures = if ran.screen_unread { watched.screen_failures.saturating_add(1) } else { 0 };
+                watched.screen_due |= ran.screen_unread && watched.screen_failures <= SCREEN_RETRIES;
                 if std::mem::take(&mut watched.again) {
                     self.schedule(&agent_id);
                 }
@@ -293,8 +341,9 @@ impl Dispatcher {
     fn on_tick(&mut self) {
         self.agents.retain(|_, watched| !watched.agent.stopping.load(Ordering::SeqCst));
         self.forget_the_departed();
-        let unset: Vec<PathBuf> = self.watches.iter().filter(|(_, w)| w.is_none()).map(|(dir, _)| dir.clone()).collect();
-        for dir in unset {
+        let untrusted: Vec<PathBuf> =
+            self.watches.iter().filter(|(dir, w)| w.is_none() || self.incomplete.contains(*dir)).map(|(dir, _)| dir.clone()).collect();
+        for dir in untrusted {
             self.watch_sessions(&dir);
         }
         let due: Vec<String> = self.agents.iter().filter(|(_, watched)| self.due_on_tick(watched)).map(|(agent_id, _)| agent_id.clone()).collect();
@@ -311,7 +360,28 @@ impl Dispatcher {
         self.tailed.retain(|_, agent_id| self.agents.contains_key(agent_id));
         let dirs: std::collections::BTreeSet<PathBuf> = self.agents.values().map(|w| w.agent.record.codex_home().join("sessions")).collect();
         self.watches.retain(|dir, _| dirs.contains(dir));
-        self.stamps.retain(|dir, _| dirs.contains(dir));
+        self.incomplete.retain(|dir| dirs.contains(dir));
+        self.retry.retain(|dir, _| dirs.contains(dir));
+        self.stamps.retain(|dir, stamp| {
+            // A departing agent may still hold it (its refreshes until it stops): untrusted.
+            dirs.contains(dir) || {
+                stamp.watching.store(false, Ordering::SeqCst);
+                false
+            }
+        });
+    }
+
+    /// A sessions directory's watch no longer covers it all: refreshes of its agents
+    /// rediscover (MON-2) and the tick looks at them every second (`due_on_tick`).
+    fn distrust_watch(&mut self, dir: &Path) {
+        if let Some(stamp) = self.stamps.get(dir) {
+            stamp.watching.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a sessions directory's watch covers it all.
+    fn trusted_watch(&self, dir: &Path) -> bool {
+        self.watches.get(dir).is_some_and(Option::is_some) && !self.incomplete.contains(dir)
     }
 
     /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
@@ -320,7 +390,7 @@ impl Dispatcher {
     /// (`recheck_interval`, which the simulator's model calls too).
     fn due_on_tick(&self, watched: &Watched) -> bool {
         let since = watched.last_run.elapsed();
-        let watched_dir = self.watches.get(&watched.agent.record.codex_home().join("sessions")).is_some_and(Option::is_some);
+        let watched_dir = self.trusted_watch(&watched.agent.record.codex_home().join("sessions"));
         let recheck =
             crate::monitor_recheck::recheck_interval(watched.agent.screen_decides(), watched.agent.rollout_path().is_some(), watched_dir);
         let alive = watched.agent.process_alive();
@@ -348,10 +418,12 @@ impl Dispatcher {
     }
 
     /// Sets (or retries) the recursive watch of one sessions directory. Codex creates it on
-    /// its first turn; until then (or while the watch cannot be set) the tick retries it and
-    /// looks at the directory's agents every second (`due_on_tick`).
+    /// its first turn; until then (or while the watch cannot be set whole) the tick retries it
+    /// and looks at the directory's agents every second (`due_on_tick`). A directory that
+    /// exists but cannot be watched whole is retried after a doubling wait (`retry`); an
+    /// incomplete watch is replaced only by a whole one.
     fn watch_sessions(&mut self, dir: &Path) {
-        if self.watches.get(dir).is_some_and(Option::is_some) {
+        if self.trusted_watch(dir) || self.retry.get(dir).is_some_and(|(at, _)| Instant::now() < *at) {
             return;
         }
         let wake = self.wake.clone();
@@ -370,14 +442,24 @@ impl Dispatcher {
             false => None,
         };
         let set = watcher.is_some();
+        if !set && dir.is_dir() {
+            let wait = self.retry.get(dir).map_or(WATCH_RETRY_FIRST, |(_, wait)| (*wait * 2).min(WATCH_RETRY_MAX));
+            tracing::debug!(dir = %dir.display(), wait_ms = wait.as_millis() as u64, "sessions directory could not be watched whole: tried again later");
+            self.retry.insert(dir.to_path_buf(), (Instant::now() + wait, wait));
+        }
         let stamp = self.stamps.entry(dir.to_path_buf()).or_default();
         if set {
             // Moved before the stamp counts as watched, so no refresh trusts it unmoved.
             stamp.bump();
+            stamp.watching.store(true, Ordering::SeqCst);
         }
-        stamp.watching.store(set, Ordering::SeqCst);
-        self.watches.insert(dir.to_path_buf(), watcher);
+        let kept = self.watches.get(dir).is_some_and(Option::is_some);
+        if set || !kept {
+            self.watches.insert(dir.to_path_buf(), watcher);
+        }
         if set {
+            self.incomplete.remove(dir);
+            self.retry.remove(dir);
             // Whatever was written before the watch was set woke nothing: every agent of the
             // directory reads what it holds now (MON-1), and rediscovers (MON-2).
             self.look_again_under(dir);
@@ -394,11 +476,14 @@ impl Dispatcher {
 /// - Lost events (the kernel's queue overflowed: an event flagged for a rescan): what it
 ///   missed is unknown, so every agent of the directory looks now, and the stamp makes every
 ///   refresh of them rediscover once.
-/// - A watch error (notify could not watch a new subdirectory: out of inotify watches), or
-///   the directory itself removed or renamed: the watch no longer covers it, so it counts as
-///   unset (its agents are looked at every second, the tick sets it again) and every agent of
-///   the directory looks now. Counted as still set, an attached agent there waited out the
-///   30 s recheck (a review found it).
+/// - A watch error (notify could not watch a new subdirectory: out of inotify watches): the
+///   watch no longer covers the directory whole. It is kept (it covers the rest) but not
+///   trusted: its agents are looked at every second, every one of them looks now, and the
+///   tick sets a whole watch again after a doubling wait. The directory itself removed or
+///   renamed: the watch is gone, and is set again once the directory is back. Counted as
+///   still set, an attached agent there waited out the 30 s recheck (a review found it); a
+///   watch dropped on an error was set again every second, walking the directory and taking
+///   inotify watches each time (the next review found it).
 fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
     use notify::event::{AccessKind, EventKind, ModifyKind};
     match event {
@@ -415,8 +500,8 @@ fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
         }
         Ok(event) => event.paths.into_iter().map(Wake::Path).collect(),
         Err(error) => {
-            tracing::debug!(%error, "sessions watch error: the watch counts as unset");
-            vec![Wake::WatchLost(dir.to_path_buf())]
+            tracing::debug!(%error, "sessions watch error: the watch no longer covers the directory whole");
+            vec![Wake::WatchIncomplete(dir.to_path_buf())]
         }
     }
 }
@@ -620,6 +705,13 @@ mod tests {
         assert!(!dispatcher.agents[id].running, "no run was scheduled");
     }
 
+    /// Runs `f` on a reactor of its own and waits for the runs it scheduled (whose `Done`
+    /// goes unread: the agent stays `running` for the test to see).
+    fn on_a_reactor(f: impl FnOnce()) {
+        let reactor = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        reactor.block_on(async { f() });
+    }
+
     /// MON-1: an agent whose sessions directory has no watch (Codex creates it on its first
     /// turn; the tick sets the watch after; or the watch was lost) is looked at every second,
     /// attached or not; the watch, once set, wakes every agent of the directory and moves its
@@ -648,28 +740,44 @@ mod tests {
         std::fs::create_dir_all(sessions.join("2026/12/02")).unwrap();
         let stamp = dispatcher.stamps[&sessions].clone();
         let before = stamp.current();
-        let reactor = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        reactor.block_on(async { dispatcher.watch_sessions(&sessions) });
+        on_a_reactor(|| dispatcher.watch_sessions(&sessions));
         assert!(dispatcher.watches[&sessions].is_some(), "the directory is watched");
         assert!(dispatcher.agents[id].running, "setting the watch ran the directory's agent");
         assert_ne!(stamp.current(), before, "and moved its stamp (MON-2)");
-        drop(reactor); // waits for the run it scheduled (no holder: it finds nothing, and says so)
         let watched = dispatcher.agents.get_mut(id).unwrap();
         (watched.running, watched.last_run) = (false, Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100));
         watched.agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
         assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "attached and watched: the 30 s recheck");
 
-        // A watch that stops covering the directory (an error: notify could not watch a new
-        // subdirectory) counts as unset again: the 1 s recheck, the stamp untrusted.
-        let reactor = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        reactor.block_on(async { dispatcher.on_wake(Wake::WatchLost(sessions.clone())) });
+        // A watch that reports an error (notify could not watch a new subdirectory) is kept,
+        // since it covers the rest, but not trusted: the 1 s recheck, the stamp untrusted, and
+        // a whole watch set again after its wait (not every second: each try walks the tree).
+        on_a_reactor(|| dispatcher.on_wake(Wake::WatchIncomplete(sessions.clone())));
+        assert!(dispatcher.watches[&sessions].is_some(), "the incomplete watch is kept");
+        assert_eq!(stamp.current(), None, "a refresh rediscovers while the watch is not trusted");
+        assert!(dispatcher.agents[id].running, "the error ran the directory's agent");
+        let settle = |dispatcher: &mut Dispatcher| {
+            let watched = dispatcher.agents.get_mut(id).unwrap();
+            (watched.running, watched.last_run) = (false, Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100));
+            watched.agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
+        };
+        settle(&mut dispatcher);
+        assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "not trusted: the 1 s recheck");
+        dispatcher.watch_sessions(&sessions); // (no reactor: a run scheduled here would panic)
+        assert!(dispatcher.incomplete.contains(&sessions), "not set again before its wait");
+        dispatcher.retry.get_mut(&sessions).unwrap().0 = Instant::now();
+        on_a_reactor(|| dispatcher.watch_sessions(&sessions));
+        assert!(dispatcher.incomplete.is_empty() && dispatcher.retry.is_empty(), "set whole again after it");
+        assert!(stamp.current().is_some(), "trusted again");
+        settle(&mut dispatcher);
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "watched whole: the 30 s recheck");
+
+        // The directory itself removed (or renamed): the watch is gone until it is back.
+        on_a_reactor(|| dispatcher.on_wake(Wake::WatchLost(sessions.clone())));
         assert!(dispatcher.watches[&sessions].is_none(), "the lost watch is unset");
         assert_eq!(stamp.current(), None, "a refresh rediscovers while unwatched");
         assert!(dispatcher.agents[id].running, "losing the watch ran the directory's agent");
-        drop(reactor);
-        let watched = dispatcher.agents.get_mut(id).unwrap();
-        (watched.running, watched.last_run) = (false, Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100));
-        watched.agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
+        settle(&mut dispatcher);
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "unwatched again: the 1 s recheck");
     }
 
@@ -759,6 +867,14 @@ mod tests {
         let watched = &dispatcher.agents[id];
         assert!(watched.screen_due && !watched.running);
         assert!(dispatcher.due_on_tick(watched), "the next tick looks again");
+        // A screen that cannot be read is not asked for every second for ever.
+        for retry in 2..=SCREEN_RETRIES + 1 {
+            let watched = dispatcher.agents.get_mut(id).unwrap();
+            (watched.running, watched.screen_due) = (true, false);
+            dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran });
+            assert_eq!(dispatcher.agents[id].screen_due, retry <= SCREEN_RETRIES, "failure {retry}");
+        }
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "after the retries, only the pane's next push looks");
     }
 
     /// MON-1 / MON-2: what a sessions watch's events wake. An open is only an open (the
@@ -780,6 +896,7 @@ mod tests {
                     Wake::Opened(path) => format!("opened {}", path.display()),
                     Wake::Overflow(path) => format!("overflow {}", path.display()),
                     Wake::WatchLost(path) => format!("lost {}", path.display()),
+                    Wake::WatchIncomplete(path) => format!("incomplete {}", path.display()),
                     _ => "other".to_string(),
                 })
                 .collect()
@@ -791,8 +908,8 @@ mod tests {
         assert_eq!(woken(event(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), vec![path.clone()]);
         assert_eq!(woken(event(EventKind::Create(CreateKind::File))), vec![path]);
         assert_eq!(woken(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan))), vec![overflow]);
+        assert_eq!(woken(Err(notify::Error::generic("out of inotify watches"))), vec![format!("incomplete {}", dir.display())]);
         let lost = vec![format!("lost {}", dir.display())];
-        assert_eq!(woken(Err(notify::Error::generic("out of inotify watches"))), lost);
         assert_eq!(woken(Ok(notify::Event::new(EventKind::Remove(RemoveKind::Folder)).add_path(dir.to_path_buf()))), lost);
         assert_eq!(woken(Ok(notify::Event::new(EventKind::Modify(ModifyKind::Name(RenameMode::From))).add_path(dir.to_path_buf()))), lost);
         assert_eq!(woken(event(EventKind::Remove(RemoveKind::File))), vec![format!("path {}", file.display())], "a file's removal");
