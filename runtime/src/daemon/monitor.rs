@@ -83,6 +83,8 @@ enum Wake {
     Screen(String),
     /// A file under a watched sessions directory changed.
     Path(PathBuf),
+    /// A directory was created under a watched sessions directory (a new day's).
+    NewDir(PathBuf),
     /// A file under a watched sessions directory was opened (MON-2).
     Opened(PathBuf),
     /// A sessions directory's watch lost events (queue overflow): what it missed is unknown.
@@ -130,6 +132,9 @@ struct Watched {
     checkpoint_pending: bool,
     /// MON-3: screen looks that failed in a row (retried on the tick up to [`SCREEN_RETRIES`]).
     screen_failures: u8,
+    /// MON-1: a run is due once this has passed (a new subdirectory of its sessions directory:
+    /// what was written in it before notify watched it woke nothing).
+    look_after: Option<Instant>,
     last_run: Instant,
 }
 
@@ -164,6 +169,7 @@ impl Watched {
             screen_due: true,
             checkpoint_pending: false,
             screen_failures: 0,
+            look_after: None,
             last_run: Instant::now(),
         }
     }
@@ -226,6 +232,16 @@ impl Dispatcher {
                 self.schedule(&agent_id);
             }
             Wake::Path(path) => self.on_path(&path),
+            Wake::NewDir(path) => {
+                // notify watches a new subdirectory only after reporting it, so a rollout
+                // created and written in it at once may wake nothing: the directory's agents
+                // look now (as for any new path) and once more a tick later.
+                let at = Instant::now() + TICK;
+                for watched in self.agents.values_mut().filter(|w| path.starts_with(w.agent.record.codex_home())) {
+                    watched.look_after = Some(at);
+                }
+                self.on_path(&path);
+            }
             Wake::Opened(path) => self.on_opened(&path),
             Wake::Overflow(dir) => self.look_again_under(&dir),
             Wake::WatchLost(dir) => {
@@ -394,7 +410,8 @@ impl Dispatcher {
         let recheck =
             crate::monitor_recheck::recheck_interval(watched.agent.screen_decides(), watched.agent.rollout_path().is_some(), watched_dir);
         let alive = watched.agent.process_alive();
-        watched.checkpoint_pending || watched.liveness_due || (alive && (watched.screen_due || since >= recheck))
+        let asked = watched.look_after.is_some_and(|at| Instant::now() >= at);
+        watched.checkpoint_pending || watched.liveness_due || (alive && (watched.screen_due || asked || since >= recheck))
     }
 
     /// One run at a time per agent; a wake during a run asks for exactly one more.
@@ -406,6 +423,9 @@ impl Dispatcher {
         }
         watched.running = true;
         watched.last_run = Instant::now();
+        if watched.look_after.is_some_and(|at| watched.last_run >= at) {
+            watched.look_after = None;
+        }
         let liveness = std::mem::take(&mut watched.liveness_due);
         let screen = std::mem::take(&mut watched.screen_due);
         let agent = watched.agent.clone();
@@ -469,6 +489,9 @@ impl Dispatcher {
 
 /// What one event of a sessions directory's watch wakes (MON-1, MON-2).
 /// - A change to a file (created, written, renamed, removed, its attributes): that path.
+/// - A new subdirectory (a new day's): that path, and a second look a tick later, since notify
+///   watches it only after reporting it: a rollout created and written in it at once woke
+///   nothing until its next write, or the recheck (a review found it).
 /// - An open: only the directory's stamp, no run (`Dispatcher::on_opened`). Discovery's own
 ///   opens (the session's first line) made a rollout no agent tails wake every agent of its
 ///   directory, whose runs opened it again: runs back to back for as long as it stayed open
@@ -485,7 +508,7 @@ impl Dispatcher {
 ///   watch dropped on an error was set again every second, walking the directory and taking
 ///   inotify watches each time (the next review found it).
 fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
-    use notify::event::{AccessKind, EventKind, ModifyKind};
+    use notify::event::{AccessKind, CreateKind, EventKind, ModifyKind};
     match event {
         Ok(event) if event.need_rescan() => {
             tracing::debug!("sessions watch lost events (queue overflow): every agent of the directory looks");
@@ -498,6 +521,7 @@ fn wakes_for(event: notify::Result<notify::Event>, dir: &Path) -> Vec<Wake> {
         {
             vec![Wake::WatchLost(dir.to_path_buf())]
         }
+        Ok(event) if matches!(event.kind, EventKind::Create(CreateKind::Folder)) => event.paths.into_iter().map(Wake::NewDir).collect(),
         Ok(event) => event.paths.into_iter().map(Wake::Path).collect(),
         Err(error) => {
             tracing::debug!(%error, "sessions watch error: the watch no longer covers the directory whole");
@@ -705,6 +729,26 @@ mod tests {
         assert!(!dispatcher.agents[id].running, "no run was scheduled");
     }
 
+    /// A dispatcher with one live PTY agent under `dir` (its sessions directory not watched),
+    /// attached, nothing due, last looked at over a second ago.
+    fn one_attached_agent(dir: &Path, id: &str) -> Dispatcher {
+        let agent = Arc::new(pty_agent(dir, id).0);
+        agent.liveness.lock().unwrap().alive = true;
+        seen_attached(&agent);
+        let (wake, _) = mpsc::unbounded_channel();
+        let (inbox, _) = mpsc::channel(16);
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let last_run = Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100);
+        dispatcher.agents.insert(id.to_string(), Watched { liveness_due: false, screen_due: false, last_run, ..Watched::new(agent) });
+        dispatcher
+    }
+
+    /// As if the agent's last run had attached it to a rollout of its sessions directory.
+    fn seen_attached(agent: &AgentRuntime) {
+        let rollout = agent.record.codex_home().join("sessions/2026/12/02/rollout-a.jsonl");
+        agent.note_view(Some(&rollout), Err("not looked at".into()));
+    }
+
     /// Runs `f` on a reactor of its own and waits for the runs it scheduled (whose `Done`
     /// goes unread: the agent stays `running` for the test to see).
     fn on_a_reactor(f: impl FnOnce()) {
@@ -715,24 +759,16 @@ mod tests {
     /// MON-1: an agent whose sessions directory has no watch (Codex creates it on its first
     /// turn; the tick sets the watch after; or the watch was lost) is looked at every second,
     /// attached or not; the watch, once set, wakes every agent of the directory and moves its
-    /// stamp (what was written before it woke nothing). Before, an attached agent there waited out the 30 s
-    /// recheck: history appended right after the first turn went unread (an end-to-end test,
-    /// `obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint`, failed half its runs).
+    /// stamp (what was written before it woke nothing). Before, an attached agent there waited
+    /// out the 30 s recheck: history appended right after the first turn went unread (an
+    /// end-to-end test, `obs_2_a_killed_daemon_resumes_its_observer_at_the_checkpoint`, failed
+    /// half its runs).
     #[test]
     fn mon_1_a_directory_without_a_watch_is_rechecked_and_its_watch_wakes_its_agents() {
         let dir = tempfile::tempdir().unwrap();
         let id = "5b7d9f1a-3c5e-4a7b-9d1f-2e4a6c8e0b13";
-        let agent = Arc::new(pty_agent(dir.path(), id).0);
+        let mut dispatcher = one_attached_agent(dir.path(), id);
         let sessions = dir.path().join("sessions");
-        agent.liveness.lock().unwrap().alive = true;
-        agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
-        let (wake, _wakes) = mpsc::unbounded_channel();
-        let (inbox, _messages) = mpsc::channel(16);
-        let mut dispatcher = Dispatcher::new(wake, inbox);
-        let mut watched = Watched::new(agent);
-        (watched.liveness_due, watched.screen_due) = (false, false);
-        watched.last_run = Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100);
-        dispatcher.agents.insert(id.to_string(), watched);
         dispatcher.watch_sessions(&sessions);
         assert!(dispatcher.watches[&sessions].is_none(), "no directory, no watch");
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "attached, unwatched, looked at over a second ago");
@@ -759,7 +795,7 @@ mod tests {
         let settle = |dispatcher: &mut Dispatcher| {
             let watched = dispatcher.agents.get_mut(id).unwrap();
             (watched.running, watched.last_run) = (false, Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100));
-            watched.agent.note_view(Some(&sessions.join("2026/12/02/rollout-a.jsonl")), Err("not looked at".into()));
+            seen_attached(&watched.agent);
         };
         settle(&mut dispatcher);
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "not trusted: the 1 s recheck");
@@ -807,6 +843,32 @@ mod tests {
         let watched = &dispatcher.agents[id];
         assert!(watched.liveness_due && !watched.running);
         assert!(dispatcher.due_on_tick(watched), "the next tick asks again");
+    }
+
+    /// MON-1: a new subdirectory of a sessions directory (a new day's) makes its agents look
+    /// now and once more a tick later: notify watches it only after reporting it, so a rollout
+    /// created and written in it at once woke nothing until its next write, or the recheck
+    /// (30 s for an attached agent; a review found it).
+    #[test]
+    fn mon_1_a_new_day_directory_is_looked_at_again_a_tick_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "8c0e2a4b-6d8f-4e0a-b2c4-d6e8f0a2b457";
+        let mut dispatcher = one_attached_agent(dir.path(), id);
+        let sessions = dir.path().join("sessions");
+        dispatcher.watches.insert(sessions.clone(), Some(notify::recommended_watcher(|_: notify::Result<notify::Event>| {}).unwrap()));
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "attached and watched: the 30 s recheck");
+
+        on_a_reactor(|| dispatcher.on_wake(Wake::NewDir(sessions.join("2026/12/03"))));
+        assert!(dispatcher.agents[id].running, "the new directory's agent looks now");
+        let watched = dispatcher.agents.get_mut(id).unwrap();
+        watched.running = false;
+        seen_attached(&watched.agent);
+        assert!(watched.look_after.is_some(), "and once more later");
+        assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "not before a tick has passed");
+        dispatcher.agents.get_mut(id).unwrap().look_after = Some(Instant::now() - Duration::from_millis(1)); // a tick later
+        assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "a tick later");
+        on_a_reactor(|| dispatcher.schedule(id));
+        assert_eq!(dispatcher.agents[id].look_after, None, "that run was the look asked for");
     }
 
     /// MON-1: an agent's departure (it is stopping) takes what only it needed: its rollout's
@@ -893,6 +955,7 @@ mod tests {
                 .into_iter()
                 .map(|wake| match wake {
                     Wake::Path(path) => format!("path {}", path.display()),
+                    Wake::NewDir(path) => format!("dir {}", path.display()),
                     Wake::Opened(path) => format!("opened {}", path.display()),
                     Wake::Overflow(path) => format!("overflow {}", path.display()),
                     Wake::WatchLost(path) => format!("lost {}", path.display()),
@@ -907,6 +970,8 @@ mod tests {
         assert_eq!(woken(event(EventKind::Access(AccessKind::Close(AccessMode::Write)))), Vec::<String>::new());
         assert_eq!(woken(event(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), vec![path.clone()]);
         assert_eq!(woken(event(EventKind::Create(CreateKind::File))), vec![path]);
+        let day = dir.join("2026/12/03");
+        assert_eq!(woken(Ok(notify::Event::new(EventKind::Create(CreateKind::Folder)).add_path(day.clone()))), vec![format!("dir {}", day.display())]);
         assert_eq!(woken(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan))), vec![overflow]);
         assert_eq!(woken(Err(notify::Error::generic("out of inotify watches"))), vec![format!("incomplete {}", dir.display())]);
         let lost = vec![format!("lost {}", dir.display())];
