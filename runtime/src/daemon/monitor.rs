@@ -254,12 +254,13 @@ impl Dispatcher {
                 self.look_again_under(&dir);
             }
             Wake::WatchIncomplete(dir) => {
-                if self.incomplete.insert(dir.clone()) {
+                // Only a set watch's first error acts: notify may repeat one (a read error).
+                if self.watches.get(&dir).is_some_and(Option::is_some) && self.incomplete.insert(dir.clone()) {
                     tracing::warn!(dir = %dir.display(), "sessions watch incomplete (out of inotify watches?): set again later; its agents are looked at every second meanwhile");
                     self.retry.entry(dir.clone()).or_insert((Instant::now() + WATCH_RETRY_FIRST, WATCH_RETRY_FIRST));
+                    self.distrust_watch(&dir);
+                    self.look_again_under(&dir);
                 }
-                self.distrust_watch(&dir);
-                self.look_again_under(&dir);
             }
             Wake::Done { agent_id, ran } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
@@ -425,6 +426,11 @@ impl Dispatcher {
         watched.last_run = Instant::now();
         if watched.look_after.is_some_and(|at| watched.last_run >= at) {
             watched.look_after = None;
+            // The second look rediscovers (MON-2): what it is for woke nothing, so nothing
+            // moved the stamp since the first look used it (a review found it).
+            if let Some(stamp) = self.stamps.get(&watched.agent.record.codex_home().join("sessions")) {
+                stamp.bump();
+            }
         }
         let liveness = std::mem::take(&mut watched.liveness_due);
         let screen = std::mem::take(&mut watched.screen_due);
@@ -440,11 +446,16 @@ impl Dispatcher {
     /// Sets (or retries) the recursive watch of one sessions directory. Codex creates it on
     /// its first turn; until then (or while the watch cannot be set whole) the tick retries it
     /// and looks at the directory's agents every second (`due_on_tick`). A directory that
-    /// exists but cannot be watched whole is retried after a doubling wait (`retry`); an
-    /// incomplete watch is replaced only by a whole one.
+    /// exists but cannot be watched whole is retried after a doubling wait (`retry`). An
+    /// incomplete watch is dropped before the retry: a whole one needs every inotify watch it
+    /// holds again, and the limit is per user, so with both at once the retry could only fail
+    /// (a review found it); its agents are on the 1 s recheck meanwhile anyway.
     fn watch_sessions(&mut self, dir: &Path) {
         if self.trusted_watch(dir) || self.retry.get(dir).is_some_and(|(at, _)| Instant::now() < *at) {
             return;
+        }
+        if self.incomplete.remove(dir) {
+            self.watches.insert(dir.to_path_buf(), None);
         }
         let wake = self.wake.clone();
         let watched_dir = dir.to_path_buf();
@@ -473,12 +484,8 @@ impl Dispatcher {
             stamp.bump();
             stamp.watching.store(true, Ordering::SeqCst);
         }
-        let kept = self.watches.get(dir).is_some_and(Option::is_some);
-        if set || !kept {
-            self.watches.insert(dir.to_path_buf(), watcher);
-        }
+        self.watches.insert(dir.to_path_buf(), watcher);
         if set {
-            self.incomplete.remove(dir);
             self.retry.remove(dir);
             // Whatever was written before the watch was set woke nothing: every agent of the
             // directory reads what it holds now (MON-1), and rediscovers (MON-2).
@@ -801,6 +808,8 @@ mod tests {
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "not trusted: the 1 s recheck");
         dispatcher.watch_sessions(&sessions); // (no reactor: a run scheduled here would panic)
         assert!(dispatcher.incomplete.contains(&sessions), "not set again before its wait");
+        dispatcher.on_wake(Wake::WatchIncomplete(sessions.clone())); // (again: no run, no reactor)
+        assert!(!dispatcher.agents[id].running, "a repeated error wakes nothing more");
         dispatcher.retry.get_mut(&sessions).unwrap().0 = Instant::now();
         on_a_reactor(|| dispatcher.watch_sessions(&sessions));
         assert!(dispatcher.incomplete.is_empty() && dispatcher.retry.is_empty(), "set whole again after it");
@@ -867,8 +876,11 @@ mod tests {
         assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "not before a tick has passed");
         dispatcher.agents.get_mut(id).unwrap().look_after = Some(Instant::now() - Duration::from_millis(1)); // a tick later
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "a tick later");
+        let stamp = dispatcher.stamps.entry(sessions.clone()).or_default().clone();
+        let before = stamp.unclaimed.load(Ordering::SeqCst);
         on_a_reactor(|| dispatcher.schedule(id));
         assert_eq!(dispatcher.agents[id].look_after, None, "that run was the look asked for");
+        assert_ne!(stamp.unclaimed.load(Ordering::SeqCst), before, "and it rediscovers (MON-2): nothing else moved the stamp");
     }
 
     /// MON-1: an agent's departure (it is stopping) takes what only it needed: its rollout's
