@@ -60,6 +60,11 @@ impl AgentRecord {
             .map(PathBuf::from)
             .unwrap_or_else(|| dirs::home_dir().unwrap_or_default().join(".codex"))
     }
+
+    /// The directory Codex writes the agent's rollouts under (the monitor watches it).
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.codex_home().join("sessions")
+    }
 }
 
 /// What is known about the process behind an agent right now.

@@ -211,7 +211,7 @@ impl Dispatcher {
         match wake {
             Wake::Add(agent) => {
                 let agent_id = agent.record.agent_id.clone();
-                let sessions = agent.record.codex_home().join("sessions");
+                let sessions = agent.record.sessions_dir();
                 let stamp = self.stamps.entry(sessions.clone()).or_default().clone();
                 agent.set_sessions_stamp(stamp);
                 self.watch_sessions(&sessions);
@@ -375,7 +375,7 @@ impl Dispatcher {
     /// come and go could set no more, a review found).
     fn forget_the_departed(&mut self) {
         self.tailed.retain(|_, agent_id| self.agents.contains_key(agent_id));
-        let dirs: std::collections::BTreeSet<PathBuf> = self.agents.values().map(|w| w.agent.record.codex_home().join("sessions")).collect();
+        let dirs: std::collections::BTreeSet<PathBuf> = self.agents.values().map(|w| w.agent.record.sessions_dir()).collect();
         self.watches.retain(|dir, _| dirs.contains(dir));
         self.incomplete.retain(|dir| dirs.contains(dir));
         self.retry.retain(|dir, _| dirs.contains(dir));
@@ -407,7 +407,7 @@ impl Dispatcher {
     /// (`recheck_interval`, which the simulator's model calls too).
     fn due_on_tick(&self, watched: &Watched) -> bool {
         let since = watched.last_run.elapsed();
-        let watched_dir = self.trusted_watch(&watched.agent.record.codex_home().join("sessions"));
+        let watched_dir = self.trusted_watch(&watched.agent.record.sessions_dir());
         let recheck =
             crate::monitor_recheck::recheck_interval(watched.agent.screen_decides(), watched.agent.rollout_path().is_some(), watched_dir);
         let alive = watched.agent.process_alive();
@@ -428,7 +428,7 @@ impl Dispatcher {
             watched.look_after = None;
             // The second look rediscovers (MON-2): what it is for woke nothing, so nothing
             // moved the stamp since the first look used it (a review found it).
-            if let Some(stamp) = self.stamps.get(&watched.agent.record.codex_home().join("sessions")) {
+            if let Some(stamp) = self.stamps.get(&watched.agent.record.sessions_dir()) {
                 stamp.bump();
             }
         }
@@ -478,18 +478,15 @@ impl Dispatcher {
             tracing::debug!(dir = %dir.display(), wait_ms = wait.as_millis() as u64, "sessions directory could not be watched whole: tried again later");
             self.retry.insert(dir.to_path_buf(), (Instant::now() + wait, wait));
         }
-        let stamp = self.stamps.entry(dir.to_path_buf()).or_default();
-        if set {
-            // Moved before the stamp counts as watched, so no refresh trusts it unmoved.
-            stamp.bump();
-            stamp.watching.store(true, Ordering::SeqCst);
-        }
+        let stamp = Arc::clone(self.stamps.entry(dir.to_path_buf()).or_default());
         self.watches.insert(dir.to_path_buf(), watcher);
         if set {
             self.retry.remove(dir);
             // Whatever was written before the watch was set woke nothing: every agent of the
-            // directory reads what it holds now (MON-1), and rediscovers (MON-2).
+            // directory reads what it holds now (MON-1), and rediscovers (MON-2). The stamp
+            // moves there, before it counts as watched, so no refresh trusts it unmoved.
             self.look_again_under(dir);
+            stamp.watching.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -752,7 +749,7 @@ mod tests {
 
     /// As if the agent's last run had attached it to a rollout of its sessions directory.
     fn seen_attached(agent: &AgentRuntime) {
-        let rollout = agent.record.codex_home().join("sessions/2026/12/02/rollout-a.jsonl");
+        let rollout = agent.record.sessions_dir().join("2026/12/02/rollout-a.jsonl");
         agent.note_view(Some(&rollout), Err("not looked at".into()));
     }
 
