@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent, TurnState,
+    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -1124,10 +1124,13 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
         next_run(&mut wake, &mut pending).await;
         let agents = world.lock().unwrap().agents.len();
         for a in 0..agents {
-            if unwoken(&mut world.lock().unwrap(), a) {
-                continue;
+            {
+                let mut w = world.lock().unwrap();
+                if unwoken(&mut w, a) {
+                    continue;
+                }
+                w.agents[a].observer.last_look_ms = wakterm_runtime::driver::now_ms();
             }
-            world.lock().unwrap().agents[a].observer.last_look_ms = wakterm_runtime::driver::now_ms();
             let Some(Liveness { process_changed, late }) = monitor_liveness(&mut world.lock().unwrap(), &inbox, a) else { continue };
             send_late(&inbox, late).await;
             let mut w = world.lock().unwrap();
@@ -1136,7 +1139,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // MON-3: the screen is looked at again when the process changed, while only the
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
-            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown);
+            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
             w.sync_observer(a, &mut events);
             check_read_lag(&mut w, a, before);
@@ -1195,8 +1198,7 @@ fn unwoken(w: &mut World, a: usize) -> bool {
     };
     let old = w.mutant == Mutant::UnwatchedAttachedWaits; // the bug
     let watch_set = now >= since + TICK.as_millis() as u64;
-    let screen_decides = agent.observer.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown);
-    let recheck = recheck_interval(screen_decides, attached, watch_set || old).as_millis() as u64;
+    let recheck = recheck_interval(agent.observer.screen_decides(), attached, watch_set || old).as_millis() as u64;
     let process_changed = agent.observer.reported != agent.process;
     let woken = process_changed || (watch_set && !old) || now >= agent.observer.last_look_ms + recheck;
     if woken {

@@ -497,6 +497,12 @@ pub struct ScreenLook {
 }
 
 impl Observer {
+    /// MON-3: only a new look at the screen can settle the turn (no snapshot yet, or one that
+    /// leaves it unknown), as `AgentRuntime::screen_decides`.
+    pub fn screen_decides(&self) -> bool {
+        self.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown)
+    }
+
     /// A daemon's observer before its first attach.
     fn new(base: u64, reported: Option<Proc>, loaded: Option<ObserverCheckpoint>) -> Observer {
         Observer {
