@@ -36,6 +36,7 @@ fn sub_4_a_replaced_holder_is_never_an_acknowledgement() {
         created_ms: 0,
         managed: false,
         thread: None,
+        codex_home: None,
     };
     let agent = AgentRuntime::new(&paths, record);
     let socket = paths.holder_socket(agent_id);

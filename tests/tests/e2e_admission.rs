@@ -128,6 +128,42 @@ fn rf_2_return_final_armed_then_completed_with_its_own_final() {
     assert_eq!(w.turns_started(), 2);
 }
 
+/// CORR-14: an agent started with a relative CODEX_HOME (Codex reads it relative to its own
+/// working directory) is observed there: it becomes idle, return-final becomes available and a
+/// request completes with its final. The daemon once looked relative to its own directory and
+/// never found the rollout (the agent stayed `unknown`). A socket client's relative `cwd` is
+/// refused, nothing started (`.`, a directory where the daemon runs: it was taken as that).
+#[test]
+fn corr_14_a_relative_codex_home_is_the_agents_own() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let exe = w.exe.display().to_string();
+    let relative = w.codex_home.strip_prefix(&w.root).expect("under the root").display().to_string();
+    let env = format!("CODEX_HOME={relative}");
+    let cwd = w.root.display().to_string();
+    w.ok(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex", "--reply", REPLY]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    assert_eq!(w.run(&["agent", "send", "zola", "baseline turn"]).code, 0);
+    w.wait_agent("zola", "return-final available", |z| z["return_final_available"] == true);
+    let prompt = "Complete phase 4";
+    let out = w.run(&["agent", "send", "zola", "--return-final", prompt]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let event = w.wait_terminal(s(&out.json["request_id"]));
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for(prompt).as_str());
+    assert!(!w.rollout_files().is_empty(), "the rollout is under the agent's own CODEX_HOME");
+
+    let request = serde_json::json!({"op": "agent_start", "name": "mia", "harness": "codex", "cwd": ".",
+        "env": [], "command": [exe, "fake-codex"], "managed": false});
+    let mut stream = std::os::unix::net::UnixStream::connect(w.data.join("run/mux.sock")).expect("connect");
+    std::io::Write::write_all(&mut stream, format!("{request}\n").as_bytes()).expect("send");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line).expect("answer");
+    let answer: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(answer["body"]["error"], "invalid_cwd", "{answer}");
+    assert!(w.catalog_entry("mia").is_none(), "nothing started");
+}
+
 /// IDEM-2, IDEM-4: the same request id and input again returns the same receipt with
 /// `replayed: true` and writes nothing (return-final via send, and one-way via admit).
 #[test]

@@ -41,6 +41,11 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
     if spec.command.is_empty() {
         return Reply::error(exit::USAGE, "invalid_command", "give the agent's command after --");
     }
+    // CORR-14: the agent's relative paths (its CODEX_HOME) resolve against it, never against
+    // the daemon's own directory; the CLI sends it canonical.
+    if !std::path::Path::new(&spec.cwd).is_absolute() {
+        return Reply::error(exit::USAGE, "invalid_cwd", format!("{} is not an absolute path", spec.cwd));
+    }
     if !std::path::Path::new(&spec.cwd).is_dir() {
         return Reply::error(exit::USAGE, "invalid_cwd", format!("{} is not a directory", spec.cwd));
     }
@@ -62,6 +67,7 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
 }
 
 async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply {
+    let codex_home = super::agents::resolve_codex_home(&spec.env, std::path::Path::new(&spec.cwd), |name| std::env::var_os(name));
     let record = AgentRecord {
         agent_id: uuid::Uuid::new_v4().to_string(),
         name: spec.name,
@@ -72,6 +78,7 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
         created_ms: now_ms(),
         managed: spec.managed,
         thread: None,
+        codex_home: codex_home.into_os_string().into_string().ok(),
     };
     let paths = context.paths.clone();
     let writer = context.writer.clone();

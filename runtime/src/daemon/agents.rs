@@ -8,7 +8,8 @@ use crate::observer::{CodexObserver, Health};
 use crate::observer_checkpoint::{ObserverCheckpoint, CHECKPOINT_INTERVAL_MS};
 use crate::paths::DataPaths;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,6 +34,11 @@ pub struct AgentRecord {
     /// MGD-2: the thread (and session) the managed agent is bound to, once started.
     #[serde(default)]
     pub thread: Option<ManagedIds>,
+    /// CORR-14: the agent's CODEX_HOME as resolved when it started (absolute), so a daemon
+    /// restarted with another environment still watches where the running Codex writes.
+    /// Records of older daemons have none and are resolved again (`resolve_codex_home`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_home: Option<String>,
 }
 
 impl AgentRecord {
@@ -51,20 +57,37 @@ impl AgentRecord {
         }
     }
 
-    /// The CODEX_HOME the agent's Codex writes rollouts under.
+    /// The CODEX_HOME the agent's Codex writes rollouts under (CORR-14).
     pub fn codex_home(&self) -> PathBuf {
-        if let Some((_, home)) = self.env.iter().find(|(k, _)| k == "CODEX_HOME") {
-            return PathBuf::from(home);
+        match &self.codex_home {
+            Some(home) => PathBuf::from(home),
+            None => resolve_codex_home(&self.env, Path::new(&self.cwd), |name| std::env::var_os(name)),
         }
-        std::env::var_os("CODEX_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| dirs::home_dir().unwrap_or_default().join(".codex"))
     }
 
     /// The directory Codex writes the agent's rollouts under (the monitor watches it).
     pub fn sessions_dir(&self) -> PathBuf {
         self.codex_home().join("sessions")
     }
+}
+
+/// CORR-14: the CODEX_HOME a Codex started with `env` added to the environment `inherited`
+/// reads (the daemon's: the holder passes it on) and working directory `cwd` uses, resolved as
+/// Codex resolves it: `CODEX_HOME` (the agent's own, else the inherited one), an empty value
+/// counting as unset, a relative one relative to the agent's working directory; unset,
+/// `.codex` under the agent's `HOME` (its own, else the inherited one). Resolving a relative
+/// value against the daemon's own directory instead watched and searched the wrong directory:
+/// the agent's rollout was never found, and return-final never became available.
+pub fn resolve_codex_home(env: &[(String, String)], cwd: &Path, inherited: impl Fn(&str) -> Option<OsString>) -> PathBuf {
+    let var = |name: &str| {
+        let own = env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| OsString::from(value));
+        own.or_else(|| inherited(name)).filter(|value| !value.is_empty()).map(PathBuf::from)
+    };
+    let home = match var("CODEX_HOME") {
+        Some(home) => home,
+        None => var("HOME").or_else(dirs::home_dir).unwrap_or_default().join(".codex"),
+    };
+    cwd.join(home)
 }
 
 /// What is known about the process behind an agent right now.
@@ -612,6 +635,49 @@ fn observed_input(agent_id: &AgentId, event: ObserverEvent) -> Input {
 mod tests {
     use super::*;
     use crate::daemon::test_agents::{fake_holder, own_info, pty_agent};
+
+    /// CORR-14: the agent's CODEX_HOME resolves as Codex resolves it, from the agent's own
+    /// environment and working directory; the daemon's directory never enters.
+    #[test]
+    fn corr_14_codex_home_resolves_as_codex_resolves_it() {
+        let cwd = Path::new("/work/agent");
+        let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let daemon = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+        };
+        let none = daemon(&[]);
+        let resolve = |own: &[(&str, &str)], inherited: &dyn Fn(&str) -> Option<OsString>| resolve_codex_home(&env(own), cwd, inherited);
+        assert_eq!(resolve(&[("CODEX_HOME", "/abs/home")], &none), Path::new("/abs/home"));
+        assert_eq!(resolve(&[("CODEX_HOME", "rel/home")], &none), Path::new("/work/agent/rel/home"), "relative to the agent's cwd");
+        assert_eq!(resolve(&[("CODEX_HOME", "a"), ("CODEX_HOME", "b")], &none), Path::new("/work/agent/b"), "the last --env wins");
+        let inherited = daemon(&[("CODEX_HOME", "inherited"), ("HOME", "/home/d")]);
+        assert_eq!(resolve(&[], &inherited), Path::new("/work/agent/inherited"), "the daemon's value, still the agent's cwd");
+        assert_eq!(resolve(&[("CODEX_HOME", "/own")], &inherited), Path::new("/own"), "the agent's own value first");
+        assert_eq!(resolve(&[("CODEX_HOME", "")], &inherited), Path::new("/home/d/.codex"), "empty counts as unset");
+        assert_eq!(resolve(&[("HOME", "/home/own")], &daemon(&[("HOME", "/home/d")])), Path::new("/home/own/.codex"));
+        assert_eq!(resolve(&[], &daemon(&[("HOME", "/home/d")])), Path::new("/home/d/.codex"));
+        assert!(resolve(&[], &none).ends_with(".codex") && resolve(&[], &none).is_absolute(), "no HOME: the user's home directory");
+    }
+
+    /// CORR-14: the record keeps the home resolved at start; a record without one (an older
+    /// daemon's) is resolved again from its own environment and working directory.
+    #[test]
+    fn corr_14_a_record_keeps_the_home_resolved_at_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _paths) = pty_agent(dir.path(), "a1");
+        let mut record = agent.record.clone();
+        record.env = vec![("CODEX_HOME".into(), "rel".into())];
+        record.cwd = "/work/agent".into();
+        assert_eq!(record.codex_home(), Path::new("/work/agent/rel"));
+        assert_eq!(record.sessions_dir(), Path::new("/work/agent/rel/sessions"));
+        record.codex_home = Some("/resolved/at/start".into());
+        assert_eq!(record.codex_home(), Path::new("/resolved/at/start"));
+        let json = serde_json::to_string(&record).unwrap();
+        assert_eq!(serde_json::from_str::<AgentRecord>(&json).unwrap(), record, "round trips");
+        record.codex_home = None;
+        let old = serde_json::to_value(&record).unwrap();
+        assert!(old.get("codex_home").is_none(), "absent, as an older daemon wrote it");
+    }
 
     fn refused(errno: i32) -> HolderError {
         HolderError::ConnectRefused { path: PathBuf::from("/x.sock"), source: std::io::Error::from_raw_os_error(errno) }

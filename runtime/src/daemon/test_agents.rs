@@ -18,6 +18,7 @@ pub(crate) fn pty_agent(dir: &std::path::Path, agent_id: &str) -> (AgentRuntime,
         created_ms: 0,
         managed: false,
         thread: None,
+        codex_home: None,
     };
     (AgentRuntime::new(&paths, record), paths)
 }
