@@ -128,6 +128,19 @@ fn rf_2_return_final_armed_then_completed_with_its_own_final() {
     assert_eq!(w.turns_started(), 2);
 }
 
+/// A started agent becomes idle, takes a one-way baseline turn, offers return-final, and a
+/// return-final request for `prompt` completes with its own final.
+fn baseline_then_complete(w: &World, name: &str, prompt: &str) {
+    w.wait_agent(name, "idle", |z| z["state"] == "idle");
+    assert_eq!(w.run(&["agent", "send", name, "baseline turn"]).code, 0);
+    w.wait_agent(name, "return-final available", |z| z["return_final_available"] == true);
+    let out = w.run(&["agent", "send", name, "--return-final", prompt]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let event = w.wait_terminal(s(&out.json["request_id"]));
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["final_message"], reply_for(prompt).as_str());
+}
+
 /// CORR-14: an agent started with a relative CODEX_HOME (Codex reads it relative to its own
 /// working directory) is observed there: it becomes idle, return-final becomes available and a
 /// request completes with its final. The daemon once looked relative to its own directory and
@@ -142,15 +155,7 @@ fn corr_14_a_relative_codex_home_is_the_agents_own() {
     let env = format!("CODEX_HOME={relative}");
     let cwd = w.root.display().to_string();
     w.ok(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex", "--reply", REPLY]);
-    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
-    assert_eq!(w.run(&["agent", "send", "zola", "baseline turn"]).code, 0);
-    w.wait_agent("zola", "return-final available", |z| z["return_final_available"] == true);
-    let prompt = "Complete phase 4";
-    let out = w.run(&["agent", "send", "zola", "--return-final", prompt]);
-    assert_eq!(out.code, 0, "{out:?}");
-    let event = w.wait_terminal(s(&out.json["request_id"]));
-    assert_eq!(event["state"], "completed", "{event}");
-    assert_eq!(event["final_message"], reply_for(prompt).as_str());
+    baseline_then_complete(&w, "zola", "Complete phase 4");
     assert!(!w.rollout_files().is_empty(), "the rollout is under the agent's own CODEX_HOME");
 
     let request = serde_json::json!({"op": "agent_start", "name": "mia", "harness": "codex", "cwd": ".",
@@ -162,6 +167,37 @@ fn corr_14_a_relative_codex_home_is_the_agents_own() {
     let answer: Value = serde_json::from_str(&line).expect("json");
     assert_eq!(answer["body"]["error"], "invalid_cwd", "{answer}");
     assert!(w.catalog_entry("mia").is_none(), "nothing started");
+}
+
+/// CORR-14: an agent that inherited its CODEX_HOME from the daemon keeps it: after `mux stop
+/// --all` and a daemon started with another environment, `agent restart` starts a new pane that
+/// writes where the daemon watches, and a return-final request completes. Without the home kept
+/// in the record and pinned for the new pane, Codex wrote under the new `$HOME/.codex` while the
+/// daemon looked elsewhere (a review found it).
+#[test]
+fn corr_14_a_restarted_pane_writes_where_the_daemon_watches() {
+    let w = World::new(EXE);
+    let start_daemon = |env: &[(&str, &std::path::Path)]| {
+        let mut cmd = w.cmd(&["mux", "start"]);
+        cmd.env_remove("CODEX_HOME").envs(env.iter().copied());
+        let out = cmd.stdin(std::process::Stdio::null()).output().expect("mux start");
+        assert!(out.status.success(), "mux start: {}", String::from_utf8_lossy(&out.stdout));
+    };
+    start_daemon(&[("CODEX_HOME", &w.codex_home)]);
+    let exe = w.exe.display().to_string();
+    let cwd = w.work.display().to_string();
+    w.ok(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--", &exe, "fake-codex", "--reply", REPLY]);
+    baseline_then_complete(&w, "zola", "Complete phase 4");
+    assert_eq!(w.rollout_files().len(), 1, "written under the daemon's CODEX_HOME");
+
+    w.ok(&["mux", "stop", "--all"]);
+    let other_home = w.root.join("home");
+    std::fs::create_dir_all(&other_home).unwrap();
+    start_daemon(&[("HOME", &other_home)]);
+    w.ok(&["agent", "restart", "zola"]);
+    baseline_then_complete(&w, "zola", "Complete phase 5");
+    assert_eq!(w.rollout_files().len(), 2, "the new pane's session is under the same CODEX_HOME");
+    assert!(!other_home.join(".codex").exists(), "nothing under the new daemon's HOME");
 }
 
 /// IDEM-2, IDEM-4: the same request id and input again returns the same receipt with

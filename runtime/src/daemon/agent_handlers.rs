@@ -67,7 +67,7 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
 }
 
 async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply {
-    let codex_home = super::agents::resolve_codex_home(&spec.env, std::path::Path::new(&spec.cwd), |name| std::env::var_os(name));
+    let codex_home = super::agents::codex_home_for(&spec.env, std::path::Path::new(&spec.cwd));
     let record = AgentRecord {
         agent_id: uuid::Uuid::new_v4().to_string(),
         name: spec.name,
@@ -242,7 +242,11 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
             }
             // The pane is gone (its holder exited or was killed while the daemon was down):
             // start a new one from the agent's stored record; same agent id, new incarnation.
-            Err(_) => spawn_pane(&holder_config(&paths, &worker.record))?,
+            // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
+            Err(_) => {
+                let config = HolderConfig { env: super::agents::restart_env(&worker.record)?, ..holder_config(&paths, &worker.record) };
+                spawn_pane(&config)?
+            }
         }
         // MGD-2: the new process resumes the agent's own thread before anything is admitted
         // (until then its observer has no loaded thread to report).

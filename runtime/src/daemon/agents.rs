@@ -61,7 +61,7 @@ impl AgentRecord {
     pub fn codex_home(&self) -> PathBuf {
         match &self.codex_home {
             Some(home) => PathBuf::from(home),
-            None => resolve_codex_home(&self.env, Path::new(&self.cwd), |name| std::env::var_os(name)),
+            None => codex_home_for(&self.env, Path::new(&self.cwd)),
         }
     }
 
@@ -75,19 +75,50 @@ impl AgentRecord {
 /// reads (the daemon's: the holder passes it on) and working directory `cwd` uses, resolved as
 /// Codex resolves it: `CODEX_HOME` (the agent's own, else the inherited one), an empty value
 /// counting as unset, a relative one relative to the agent's working directory; unset,
-/// `.codex` under the agent's `HOME` (its own, else the inherited one). Resolving a relative
-/// value against the daemon's own directory instead watched and searched the wrong directory:
-/// the agent's rollout was never found, and return-final never became available.
-pub fn resolve_codex_home(env: &[(String, String)], cwd: &Path, inherited: impl Fn(&str) -> Option<OsString>) -> PathBuf {
+/// `.codex` under the agent's `HOME` (its own, else the inherited one; empty or unset, the
+/// user's home from the password database, `passwd_home`, as `dirs::home_dir` does in Codex).
+/// Resolving a relative value against the daemon's own directory instead watched and searched
+/// the wrong directory: the agent's rollout was never found, and return-final never became
+/// available.
+pub fn resolve_codex_home(
+    env: &[(String, String)],
+    cwd: &Path,
+    inherited: impl Fn(&str) -> Option<OsString>,
+    passwd_home: impl Fn() -> Option<PathBuf>,
+) -> PathBuf {
     let var = |name: &str| {
         let own = env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| OsString::from(value));
         own.or_else(|| inherited(name)).filter(|value| !value.is_empty()).map(PathBuf::from)
     };
     let home = match var("CODEX_HOME") {
         Some(home) => home,
-        None => var("HOME").or_else(dirs::home_dir).unwrap_or_default().join(".codex"),
+        None => var("HOME").or_else(passwd_home).unwrap_or_default().join(".codex"),
     };
     cwd.join(home)
+}
+
+/// CORR-14: [`resolve_codex_home`] with this daemon's environment and user, canonical when it
+/// exists (Codex canonicalizes it, and the rollout paths discovery reads from `/proc` are
+/// canonical: a watch set through a symlink or `..` reported paths no tail matched, so every
+/// write sent every agent of that home to rediscover).
+pub fn codex_home_for(env: &[(String, String)], cwd: &Path) -> PathBuf {
+    let passwd_home = || nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|user| user.dir);
+    let home = resolve_codex_home(env, cwd, |name| std::env::var_os(name), passwd_home);
+    std::fs::canonicalize(&home).unwrap_or(home)
+}
+
+/// CORR-14: the environment a new pane of a stored agent starts with: the agent's own, and,
+/// when it names no CODEX_HOME of its own, the one resolved at its first start (created if it
+/// is gone: Codex refuses a CODEX_HOME that does not exist). A daemon started again with
+/// another environment would otherwise start Codex writing elsewhere than it watches.
+pub fn restart_env(record: &AgentRecord) -> Result<Vec<(String, String)>, String> {
+    let mut env = record.env.clone();
+    let own = env.iter().rev().find(|(key, _)| key == "CODEX_HOME").is_some_and(|(_, value)| !value.is_empty());
+    if let (false, Some(home)) = (own, &record.codex_home) {
+        std::fs::create_dir_all(home).map_err(|error| format!("cannot prepare the agent's CODEX_HOME {home}: {error}"))?;
+        env.push(("CODEX_HOME".to_string(), home.clone()));
+    }
+    Ok(env)
 }
 
 /// What is known about the process behind an agent right now.
@@ -646,7 +677,8 @@ mod tests {
             move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
         };
         let none = daemon(&[]);
-        let resolve = |own: &[(&str, &str)], inherited: &dyn Fn(&str) -> Option<OsString>| resolve_codex_home(&env(own), cwd, inherited);
+        let passwd = || Some(PathBuf::from("/home/passwd"));
+        let resolve = |own: &[(&str, &str)], inherited: &dyn Fn(&str) -> Option<OsString>| resolve_codex_home(&env(own), cwd, inherited, passwd);
         assert_eq!(resolve(&[("CODEX_HOME", "/abs/home")], &none), Path::new("/abs/home"));
         assert_eq!(resolve(&[("CODEX_HOME", "rel/home")], &none), Path::new("/work/agent/rel/home"), "relative to the agent's cwd");
         assert_eq!(resolve(&[("CODEX_HOME", "a"), ("CODEX_HOME", "b")], &none), Path::new("/work/agent/b"), "the last --env wins");
@@ -656,7 +688,46 @@ mod tests {
         assert_eq!(resolve(&[("CODEX_HOME", "")], &inherited), Path::new("/home/d/.codex"), "empty counts as unset");
         assert_eq!(resolve(&[("HOME", "/home/own")], &daemon(&[("HOME", "/home/d")])), Path::new("/home/own/.codex"));
         assert_eq!(resolve(&[], &daemon(&[("HOME", "/home/d")])), Path::new("/home/d/.codex"));
-        assert!(resolve(&[], &none).ends_with(".codex") && resolve(&[], &none).is_absolute(), "no HOME: the user's home directory");
+        assert_eq!(resolve(&[], &none), Path::new("/home/passwd/.codex"), "no HOME: the user's, from the password database");
+        let daemon_home = daemon(&[("HOME", "/home/d")]);
+        assert_eq!(resolve(&[("HOME", "")], &daemon_home), Path::new("/home/passwd/.codex"), "the agent's empty HOME is unset for it, not the daemon's");
+        assert_eq!(resolve(&[("HOME", "h")], &none), Path::new("/work/agent/h/.codex"), "a relative HOME, as Codex joins it in its cwd");
+    }
+
+    /// CORR-14: the home kept at start is canonical when it exists (the form `/proc` fd links
+    /// and a watch set on it report), and as resolved when it does not exist yet.
+    #[test]
+    fn corr_14_the_home_kept_at_start_is_canonical() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(real.join("real/home")).unwrap();
+        std::os::unix::fs::symlink(real.join("real"), real.join("link")).unwrap();
+        std::fs::create_dir_all(real.join("cwd")).unwrap();
+        let env = |value: &str| vec![("CODEX_HOME".to_string(), value.to_string())];
+        assert_eq!(codex_home_for(&env("../link/home"), &real.join("cwd")), real.join("real/home"));
+        assert_eq!(codex_home_for(&env("missing"), &real.join("cwd")), real.join("cwd/missing"), "not there yet: as resolved");
+    }
+
+    /// CORR-14: a new pane of a stored agent gets the CODEX_HOME its first start resolved
+    /// (created when gone), unless the agent names one of its own.
+    #[test]
+    fn corr_14_a_new_pane_keeps_the_home_of_its_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _paths) = pty_agent(dir.path(), "a1");
+        let mut record = agent.record.clone();
+        let home = dir.path().join("gone/home").display().to_string();
+        record.codex_home = Some(home.clone());
+        record.env = vec![("TERM".into(), "dumb".into())];
+        let env = restart_env(&record).unwrap();
+        assert_eq!(env, vec![("TERM".into(), "dumb".into()), ("CODEX_HOME".into(), home.clone())]);
+        assert!(Path::new(&home).is_dir(), "created: Codex refuses a CODEX_HOME that does not exist");
+        record.env = vec![("CODEX_HOME".into(), "".into())];
+        assert_eq!(restart_env(&record).unwrap().last().unwrap(), &("CODEX_HOME".to_string(), home.clone()), "empty is unset");
+        record.env = vec![("CODEX_HOME".into(), "own".into())];
+        assert_eq!(restart_env(&record).unwrap(), record.env, "its own stays");
+        record.env = vec![];
+        record.codex_home = None;
+        assert_eq!(restart_env(&record).unwrap(), vec![], "an older record: nothing to pin");
     }
 
     /// CORR-14: the record keeps the home resolved at start; a record without one (an older
