@@ -104,6 +104,52 @@ fn restart_brings_back_an_agent_whose_pane_died() {
     assert_eq!(z["agent_id"], entry["agent_id"], "same agent id");
 }
 
+/// LIFE-2: a command that cannot start fails `agent start` with the reason, naming the command,
+/// and leaves nothing behind (the name can be used again); `agent restart` of an agent whose
+/// working directory is gone fails the same way instead of running it in `$HOME`, for a live
+/// pane and for a new one. Both used to answer success with an agent that was `stopped` or ran
+/// elsewhere.
+#[test]
+fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let exe = w.exe.display().to_string();
+    let env = format!("CODEX_HOME={}", w.codex_home.display());
+    let cwd = w.work.display().to_string();
+    let out = w.run(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--env", &env, "--", "/nonexistent/agent-binary"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(out.json["error"], "agent_start_failed", "{out:?}");
+    let message = out.json["message"].as_str().unwrap_or_default();
+    assert!(message.contains("/nonexistent/agent-binary") && message.contains("could not start"), "{out:?}");
+    assert!(w.catalog_entry("zola").is_none(), "nothing left in the catalog");
+    assert!(!w.our_pids().iter().any(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().windows(8).any(|x| x == b"__holder")), "no pane left");
+    w.ok(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex"]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+
+    let gone = w.root.join("gone");
+    std::fs::create_dir_all(&gone).unwrap();
+    let gone_cwd = gone.display().to_string();
+    w.ok(&["agent", "start", "--name", "mia", "--cwd", &gone_cwd, "--env", &env, "--", &exe, "fake-codex"]);
+    w.wait_agent("mia", "idle", |z| z["state"] == "idle");
+    std::fs::remove_dir(&gone).unwrap();
+    for pane in ["the live pane", "a new pane"] {
+        let out = w.run(&["agent", "restart", "mia"]);
+        assert_ne!(out.code, 0, "{pane}: {out:?}");
+        assert_eq!(out.json["error"], "agent_restart_failed", "{pane}: {out:?}");
+        assert!(out.json["message"].as_str().unwrap_or_default().contains("is gone"), "{pane}: {out:?}");
+        w.wait_agent("mia", "stopped", |z| z["state"] == "stopped");
+        w.ok(&["mux", "stop"]);
+        for pid in w.our_pids() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&gone_cwd) {
+                support::sigkill_and_wait(pid as u32);
+            }
+        }
+        w.mux_start();
+    }
+    assert_eq!(w.wait_agent("zola", "still idle", |z| z["state"] == "idle")["name"], "zola");
+}
+
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without
 /// reading the whole stream, and nothing is written.
 #[test]

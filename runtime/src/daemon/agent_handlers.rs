@@ -127,6 +127,14 @@ fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWrit
         return Err(message);
     }
     super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn);
+    if let Err(message) = command_started(&config) {
+        // LIFE-2: nothing runs; the pane and the record go, so the same name can be used again.
+        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
+            let _ = client.shutdown();
+        }
+        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
+        return Err(message);
+    }
     let record = if record.managed { bind_thread(writer, &config, record)? } else { record };
     let agent = Arc::new(AgentRuntime::new(paths, record));
     agent.refresh_liveness();
@@ -167,6 +175,23 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
         rows: 40,
         detach: true,
         raw: record.managed,
+    }
+}
+
+/// LIFE-2: the pane's command runs, or why it could not start (the holder's `spawn_error`:
+/// no such program, not executable, its working directory gone).
+fn command_started(config: &HolderConfig) -> Result<(), String> {
+    let info = crate::holder::HolderClient::connect(&config.socket_path)
+        .and_then(|mut client| client.info())
+        .map_err(|e| format!("cannot ask the agent's pane whether its command started: {e}"))?;
+    spawn_failure(&info, &config.command)
+}
+
+/// LIFE-2: the error of a spawn that failed, naming the command.
+fn spawn_failure(info: &crate::holder::InfoReply, command: &[String]) -> Result<(), String> {
+    match &info.spawn_error {
+        None => Ok(()),
+        Some(error) => Err(format!("the agent's command {:?} could not start: {error}", command.first().map(String::as_str).unwrap_or_default())),
     }
 }
 
@@ -238,14 +263,16 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
         match worker.holder() {
             // The pane lives: start the command again in it (a new incarnation).
             Ok(mut client) => {
-                client.respawn().map_err(|e| e.to_string())?;
+                let info = client.respawn().map_err(|e| e.to_string())?;
+                spawn_failure(&info, &worker.record.command)?;
             }
             // The pane is gone (its holder exited or was killed while the daemon was down):
             // start a new one from the agent's stored record; same agent id, new incarnation.
             // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
             Err(_) => {
                 let config = HolderConfig { env: super::agents::restart_env(&worker.record)?, ..holder_config(&paths, &worker.record) };
-                spawn_pane(&config)?
+                spawn_pane(&config)?;
+                command_started(&config)?;
             }
         }
         // MGD-2: the new process resumes the agent's own thread before anything is admitted

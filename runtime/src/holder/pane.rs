@@ -219,7 +219,12 @@ impl Pane {
     /// On failure the pane records a dead child with `spawn_error` and exit code 127.
     pub fn spawn_child(self: &Arc<Self>, generation: u64) {
         let pty = self.pty.lock().unwrap_or_else(|p| p.into_inner());
-        let spawned = pty.slave.spawn_command(self.command_builder());
+        // LIFE-2: portable-pty starts the child in $HOME when its directory is gone; an agent
+        // running elsewhere than it was started for is a failed start, said as such.
+        let spawned = match self.cwd.is_dir() {
+            true => pty.slave.spawn_command(self.command_builder()).map_err(|e| format!("{e:#}")),
+            false => Err(format!("the working directory {} is gone or not a directory", self.cwd.display())),
+        };
         drop(pty);
         let mut state = self.lock();
         state.generation = generation;
@@ -244,7 +249,7 @@ impl Pane {
             }
             Err(e) => {
                 state.child = ChildFacts {
-                    spawn_error: Some(format!("{e:#}")),
+                    spawn_error: Some(e),
                     exit_code: Some(127),
                     ..ChildFacts::default()
                 };
