@@ -309,7 +309,9 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
     let request = match command {
         AgentCommand::Start { name, harness, managed, cwd, env, command } => {
             let cwd = cwd.or_else(|| std::env::current_dir().ok()).unwrap_or_default();
-            let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+            // Canonical when it exists; else absolute, so the daemon's refusal names the
+            // directory that is missing (CORR-14: it refuses a relative one as such).
+            let cwd = std::fs::canonicalize(&cwd).or_else(|_| std::path::absolute(&cwd)).unwrap_or(cwd);
             let mut pairs = Vec::new();
             for item in env {
                 let Some((key, value)) = item.split_once('=') else {

@@ -145,7 +145,8 @@ fn baseline_then_complete(w: &World, name: &str, prompt: &str) {
 /// working directory) is observed there: it becomes idle, return-final becomes available and a
 /// request completes with its final. The daemon once looked relative to its own directory and
 /// never found the rollout (the agent stayed `unknown`). A socket client's relative `cwd` is
-/// refused, nothing started (`.`, a directory where the daemon runs: it was taken as that).
+/// refused, nothing started (`.`, a directory where the daemon runs: it was taken as that), and
+/// the CLI's missing relative one is named absolute in its refusal.
 #[test]
 fn corr_14_a_relative_codex_home_is_the_agents_own() {
     let w = World::new(EXE);
@@ -167,6 +168,11 @@ fn corr_14_a_relative_codex_home_is_the_agents_own() {
     let answer: Value = serde_json::from_str(&line).expect("json");
     assert_eq!(answer["body"]["error"], "invalid_cwd", "{answer}");
     assert!(w.catalog_entry("mia").is_none(), "nothing started");
+    // The CLI sends a missing relative directory absolute: the refusal names what is missing.
+    let out = w.run(&["agent", "start", "--name", "mia", "--cwd", "./nope", "--", &exe, "fake-codex"]);
+    assert_eq!((out.code, out.json["error"].as_str()), (2, Some("invalid_cwd")), "{out:?}");
+    let missing = format!("{} is not a directory", w.work.join("nope").display());
+    assert_eq!(out.json["message"], missing.as_str(), "{out:?}");
 }
 
 /// CORR-14: an agent that inherited its CODEX_HOME from the daemon keeps it: after `mux stop
