@@ -1,5 +1,7 @@
-//! MON-1's safety net, as one rule the daemon's monitor and the simulator's model of it both
-//! call: how long an agent may go unlooked-at when nothing wakes it.
+//! MON-1's safety net, as rules the daemon's monitor and the simulator's model of it both
+//! call: how long an agent may go unlooked-at when nothing wakes it, which sessions watch
+//! counts as covering its directory, and how soon one that could not be set whole is tried
+//! again.
 
 use std::time::Duration;
 
@@ -26,4 +28,23 @@ pub fn recheck_interval(screen_decides: bool, attached: bool, watched: bool) -> 
         (false, true) => ATTACHED_RECHECK,
         (false, false) => UNATTACHED_RECHECK,
     }
+}
+
+/// The first wait before a sessions directory that could not be watched whole is tried again.
+pub const WATCH_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest such wait.
+pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// MON-1: a sessions watch covers its directory (its agents may wait out the longer rechecks)
+/// only when it is set and no part of it failed: notify reports a subdirectory it could not
+/// watch (out of inotify watches) as an error, and records there would wake nobody.
+pub fn watch_trusted(set: bool, incomplete: bool) -> bool {
+    set && !incomplete
+}
+
+/// MON-1: the wait before the next try at a directory that could not be watched whole, after
+/// `last` (None: the first failure). It doubles up to [`WATCH_RETRY_MAX`]: each try walks the
+/// whole tree and takes inotify watches other users may need.
+pub fn next_watch_retry(last: Option<Duration>) -> Duration {
+    last.map_or(WATCH_RETRY_FIRST, |wait| (wait * 2).min(WATCH_RETRY_MAX))
 }

@@ -46,7 +46,9 @@
 //! `monitor.wake_lost` (the sessions watch misses an attached agent's wakes, `ports::unwoken`,
 //! ended as the runtime's tick and recheck rule end it: `monitor_recheck::recheck_interval`);
 //! the oracle's read-lag bound after the heal (`Oracle::on_monitor_read`); mutant
-//! `unwatched_attached_waits`.
+//! `unwatched_attached_waits`. Fault class `monitor.watch_incomplete` (a watch with a failed
+//! part, trusted by `monitor_recheck::watch_trusted` and set whole again after
+//! `monitor_recheck::next_watch_retry`); mutant `incomplete_watch_trusted`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
@@ -135,6 +137,11 @@ pub enum Mutant {
     /// after) waited out the 30 s recheck, and setting the watch woke nobody: records written
     /// before it went unread that long (an end-to-end test failed half its runs on it).
     UnwatchedAttachedWaits,
+    /// Monitor (MON-1): a sessions watch notify reported an error for (a subdirectory it could
+    /// not watch, out of inotify watches) was taken for an overflow: its agents were woken once
+    /// and the watch still counted as covering its directory, never set again, so records
+    /// appended in the unwatched part waited out the 30 s recheck (the daemon before 5a86cca).
+    IncompleteWatchTrusted,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -222,6 +229,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::GroupRestCommittedAlone, "group_rest_committed_alone", "store port commits the batches behind a lost group transaction alone, answering them failed"),
     (Mutant::UnknownLivenessForgotten, "unknown_liveness_forgotten", "observer port stops asking after an unknown liveness answer until the process changes again"),
     (Mutant::UnwatchedAttachedWaits, "unwatched_attached_waits", "monitor: an attached agent without a sessions watch waits out the 30 s recheck; setting the watch wakes nobody"),
+    (Mutant::IncompleteWatchTrusted, "incomplete_watch_trusted", "monitor: a sessions watch with a failed part still counts as covering its directory and is never set again"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),

@@ -10,7 +10,7 @@
 
 use crate::mutant::Mutant;
 use crate::oracle::EventContext;
-use crate::world::{Shared, World};
+use crate::world::{Shared, Unwoken, World};
 use madsim::rand::{thread_rng, Rng};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -1171,41 +1171,76 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
     }
 }
 
-/// MON-1's fault class `monitor.wake_lost`: the sessions watch misses the wakes of an attached
-/// PTY agent's new records (as before the tick sets the watch of a directory Codex has just
-/// created, or after the watch was lost), so the loop leaves it alone until something else
-/// wakes it: the holder's push of a process change; the tick, which sets the watch within a
-/// second, and setting it wakes every agent of its directory (`Dispatcher::look_again_under`);
-/// or the tick's recheck, by the runtime's own rule (`monitor_recheck::recheck_interval`).
+/// MON-1's fault classes where the sessions watch misses the wakes of an attached PTY agent's
+/// new records, so the loop leaves it alone until something else wakes it: the holder's push
+/// of a process change; the watch being set whole, which wakes every agent of its directory
+/// (`Dispatcher::look_again_under`); or the tick's recheck, by the runtime's own rules
+/// (`monitor_recheck::recheck_interval`, `watch_trusted`, `next_watch_retry`).
+/// - `monitor.wake_lost`: the watch is not set yet (as before the tick sets the watch of a
+///   directory Codex has just created, or after the watch was lost); the tick sets it within
+///   a second.
+/// - `monitor.watch_incomplete`: the watch is set but part of it failed (notify could not
+///   watch a subdirectory: out of inotify watches), so it is not trusted; it is set whole by a
+///   retry after a doubling wait, 0-3 retries failing first.
+///
 /// The model is stricter than the runtime: there, the holder's screen pushes and a pending
-/// checkpoint also wake a run, so the bug below showed only for records appended with the
+/// checkpoint also wake a run, so the bugs below showed only for records appended with the
 /// pane still (as the end-to-end test did); here, only a process change does.
 /// Mutant `unwatched_attached_waits`: setting the watch wakes nobody, and the recheck treats
-/// the directory as watched (the daemon before 1791ab4).
+/// the directory as watched (the daemon before 1791ab4). Mutant `incomplete_watch_trusted`:
+/// an incomplete watch counts as covering its directory and is never set again (the daemon
+/// before 5a86cca took notify's error for an overflow).
 fn unwoken(w: &mut World, a: usize) -> bool {
-    use wakterm_runtime::monitor_recheck::{recheck_interval, TICK};
+    use wakterm_runtime::monitor_recheck::{recheck_interval, watch_trusted};
     let now = wakterm_runtime::driver::now_ms();
     let agent = &w.agents[a];
     let attached = agent.observer.attached.is_some();
-    let Some(since) = agent.observer.unwoken_since else {
-        if w.is_managed(a) || !attached || !w.fault_roll(w.plan.wake_lost) {
+    let Some(unwoken) = agent.observer.unwoken else {
+        if w.is_managed(a) || !attached {
             return false;
         }
-        w.counters.fault("monitor.wake_lost");
-        w.log(format!("a{a} the sessions watch misses its wakes (not set yet)"));
-        w.agents[a].observer.unwoken_since = Some(now);
-        return true;
+        return lose_wakes(w, a, now);
     };
-    let old = w.mutant == Mutant::UnwatchedAttachedWaits; // the bug
-    let watch_set = now >= since + TICK.as_millis() as u64;
-    let recheck = recheck_interval(agent.observer.screen_decides(), attached, watch_set || old).as_millis() as u64;
+    let old = match unwoken.incomplete {
+        false => w.mutant == Mutant::UnwatchedAttachedWaits, // the bug
+        true => w.mutant == Mutant::IncompleteWatchTrusted,  // the bug
+    };
+    let whole = now >= unwoken.whole_at;
+    let set = unwoken.incomplete; // a watch not set yet has no part that failed
+    let watched = whole || old || watch_trusted(set, unwoken.incomplete);
+    let recheck = recheck_interval(agent.observer.screen_decides(), attached, watched).as_millis() as u64;
     let process_changed = agent.observer.reported != agent.process;
-    let woken = process_changed || (watch_set && !old) || now >= agent.observer.last_look_ms + recheck;
+    let woken = process_changed || (whole && !old) || now >= agent.observer.last_look_ms + recheck;
     if woken {
-        w.log(format!("a{a} the monitor looks again after {} ms without wakes", now - since));
-        w.agents[a].observer.unwoken_since = None;
+        w.log(format!("a{a} the monitor looks again after {} ms without wakes", now - unwoken.since));
+        w.agents[a].observer.unwoken = None;
     }
     !woken
+}
+
+/// Rolls the two faults of [`unwoken`] for an attached agent; true when one fired.
+fn lose_wakes(w: &mut World, a: usize, now: u64) -> bool {
+    use wakterm_runtime::monitor_recheck::{next_watch_retry, TICK};
+    let unwoken = if w.fault_roll(w.plan.wake_lost) {
+        w.counters.fault("monitor.wake_lost");
+        w.log(format!("a{a} the sessions watch misses its wakes (not set yet)"));
+        Unwoken { since: now, whole_at: now + TICK.as_millis() as u64, incomplete: false }
+    } else if w.fault_roll(w.plan.watch_incomplete) {
+        w.counters.fault("monitor.watch_incomplete");
+        let failed_retries = thread_rng().gen_range(0..=3);
+        let mut wait = next_watch_retry(None);
+        let mut whole_at = now + wait.as_millis() as u64;
+        for _ in 0..failed_retries {
+            wait = next_watch_retry(Some(wait));
+            whole_at += wait.as_millis() as u64;
+        }
+        w.log(format!("a{a} the sessions watch is incomplete until {whole_at} ms ({failed_retries} retries fail)"));
+        Unwoken { since: now, whole_at, incomplete: true }
+    } else {
+        return false;
+    };
+    w.agents[a].observer.unwoken = Some(unwoken);
+    true
 }
 
 /// MON-1 liveness (`Oracle::on_monitor_read`): what this look read of the session it was

@@ -77,6 +77,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.server_request",
     "liveness.unknown",
     "monitor.wake_lost",
+    "monitor.watch_incomplete",
     "store.commit_failed",
     "store.group_failed",
     "store.slow_commit",
@@ -220,6 +221,10 @@ pub struct FaultPlan {
     /// MON-1: per look of the observer loop at an attached PTY agent, the chance that the
     /// sessions watch misses its wakes from then on (until the tick sets it again).
     pub wake_lost: f64,
+    /// MON-1: per look of the observer loop at an attached PTY agent, the chance that its
+    /// sessions watch becomes incomplete (a subdirectory it could not watch) until a retry
+    /// sets it whole.
+    pub watch_incomplete: f64,
 }
 
 impl FaultPlan {
@@ -255,6 +260,7 @@ impl FaultPlan {
             reply_lost: 0.0,
             server_request: 0.0,
             wake_lost: 0.0,
+            watch_incomplete: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -266,6 +272,7 @@ impl FaultPlan {
     fn with_monitor_faults(mut self) -> FaultPlan {
         let mut rng = thread_rng();
         self.wake_lost = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.05) } else { 0.0 };
+        self.watch_incomplete = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.03) } else { 0.0 };
         self
     }
 
@@ -477,11 +484,24 @@ pub struct Observer {
     /// Mutant `unknown_liveness_forgotten`: the loop stopped asking the holder after an
     /// unknown answer, until the agent's process changes again (the holder's next push).
     pub liveness_forgotten: Option<Option<Proc>>,
-    /// MON-1, fault `monitor.wake_lost`: since when the sessions watch misses this agent's
-    /// wakes (`ports::unwoken`); this daemon's watch, so it starts over with the daemon.
-    pub unwoken_since: Option<u64>,
+    /// MON-1, faults `monitor.wake_lost` and `monitor.watch_incomplete`: the sessions watch
+    /// misses this agent's wakes (`ports::unwoken`); this daemon's watch, so it starts over
+    /// with the daemon.
+    pub unwoken: Option<Unwoken>,
     /// MON-1: when the observer loop last looked at the agent (its recheck counts from it).
     pub last_look_ms: u64,
+}
+
+/// MON-1: how the sessions watch misses an agent's wakes (`ports::unwoken`).
+#[derive(Clone, Copy, Debug)]
+pub struct Unwoken {
+    /// Since when.
+    pub since: u64,
+    /// When the watch is set whole (which wakes every agent of its directory): the tick after
+    /// `since` for a watch not set yet, the successful retry for an incomplete one.
+    pub whole_at: u64,
+    /// Set, but part of it failed (`monitor.watch_incomplete`); else not set yet.
+    pub incomplete: bool,
 }
 
 /// MON-3: what one look at the screen read (`AgentRuntime::last_screen`), and the pane as it
@@ -525,7 +545,7 @@ impl Observer {
             last_snapshot: None,
             look: None,
             liveness_forgotten: None,
-            unwoken_since: None,
+            unwoken: None,
             last_look_ms: 0,
         }
     }

@@ -43,10 +43,7 @@ pub use crate::monitor_recheck::{ATTACHED_RECHECK, TICK, UNATTACHED_RECHECK, UNW
 /// How many times in a row a failed screen look is taken again on the tick (MON-3); after
 /// that, only the pane's next push looks again.
 const SCREEN_RETRIES: u8 = 3;
-/// The first wait before a sessions directory that could not be watched whole is tried again.
-const WATCH_RETRY_FIRST: Duration = Duration::from_secs(1);
-/// The longest such wait.
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
+use crate::monitor_recheck::{next_watch_retry, watch_trusted, WATCH_RETRY_FIRST};
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
 
@@ -148,7 +145,7 @@ struct Dispatcher {
     /// still cover the rest, but not trusted (`due_on_tick`, the stamp) until set again whole.
     incomplete: std::collections::BTreeSet<PathBuf>,
     /// When a sessions directory that exists but could not be watched whole is tried again,
-    /// and the wait after that: each failure doubles it up to [`WATCH_RETRY_MAX`], since each
+    /// and the wait after that: each failure doubles it up to `monitor_recheck::WATCH_RETRY_MAX`, since each
     /// try walks the directory and takes inotify watches other users may need.
     retry: BTreeMap<PathBuf, (Instant, Duration)>,
     /// MON-2: per sessions directory, the count its agents' refreshes compare.
@@ -398,7 +395,7 @@ impl Dispatcher {
 
     /// Whether a sessions directory's watch covers it all.
     fn trusted_watch(&self, dir: &Path) -> bool {
-        self.watches.get(dir).is_some_and(Option::is_some) && !self.incomplete.contains(dir)
+        watch_trusted(self.watches.get(dir).is_some_and(Option::is_some), self.incomplete.contains(dir))
     }
 
     /// MON-1's safety net: a run is due when a checkpoint waits, when the last liveness probe
@@ -474,7 +471,7 @@ impl Dispatcher {
         };
         let set = watcher.is_some();
         if !set && dir.is_dir() {
-            let wait = self.retry.get(dir).map_or(WATCH_RETRY_FIRST, |(_, wait)| (*wait * 2).min(WATCH_RETRY_MAX));
+            let wait = next_watch_retry(self.retry.get(dir).map(|(_, wait)| *wait));
             tracing::debug!(dir = %dir.display(), wait_ms = wait.as_millis() as u64, "sessions directory could not be watched whole: tried again later");
             self.retry.insert(dir.to_path_buf(), (Instant::now() + wait, wait));
         }
