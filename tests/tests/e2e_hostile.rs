@@ -259,6 +259,83 @@ fn sec_1_daemon_refuses_symlinked_data_dir_and_lock_file() {
     assert_eq!(std::fs::read(&precious).unwrap(), b"keep me", "the database's link target was touched");
 }
 
+/// The pids of the daemons (`mux start --foreground`) serving `w`'s data directory.
+fn daemons_of(w: &World) -> Vec<i32> {
+    w.our_pids()
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let ours = format!("WAKTERM_DATA_DIR={}", w.data.display());
+            cmdline.windows(12).any(|x| x == b"--foreground") && environ.split(|b| *b == 0).any(|v| v == ours.as_bytes())
+        })
+        .collect()
+}
+
+/// SOCK-1, LOCK-1: the control socket, then the whole run directory (the socket and the lock
+/// file), removed under a running daemon, as a cleaner of old files does. The daemon binds its
+/// socket again (the same pid answers, and `agent`, `request watch` and `mux stop` reach it),
+/// and no second daemon starts on the same data directory meanwhile. Before, the daemon ran on
+/// unreachable, and with the run directory gone a second `mux start` started a second daemon
+/// on the same database and agents.
+#[test]
+fn sock_1_lock_1_a_removed_socket_or_run_directory_is_restored_and_never_doubles_the_daemon() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let pid = w.daemon_pid();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let answered_by = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = w.run(&["mux", "status"]);
+            if out.code == 0 {
+                return out.json["pid"].as_u64().expect("pid") as u32;
+            }
+            assert!(Instant::now() < deadline, "no daemon answers after {what}: {out:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    std::fs::remove_file(paths.socket()).unwrap();
+    assert_eq!(answered_by("removing the socket"), pid, "the same daemon binds its socket again");
+
+    std::fs::remove_dir_all(paths.run_dir()).unwrap();
+    // A second daemon in the foreground: it must give up within its lock wait (3 s), not run.
+    let mut second = w.cmd(&["mux", "start", "--foreground"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("a second daemon");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exited = loop {
+        match second.try_wait().expect("wait") {
+            Some(status) => break Some(status),
+            None if Instant::now() >= deadline => break None,
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    if exited.is_none() {
+        let _ = second.kill();
+        let _ = second.wait();
+    }
+    let mut said = String::new();
+    second.stdout.take().expect("stdout").read_to_string(&mut said).ok();
+    assert!(exited.is_some_and(|status| !status.success()), "a second daemon started on the same data directory: {said}");
+    assert!(said.contains("already runs"), "{said}");
+    assert_eq!(answered_by("removing the run directory"), pid, "the same daemon, reachable again");
+    assert_eq!(daemons_of(&w), vec![pid as i32], "exactly one daemon serves the data directory");
+    let lock = std::fs::read_to_string(paths.lock_file()).expect("the lock file is back");
+    assert_eq!(lock.trim(), pid.to_string(), "it names the daemon");
+    let mode = std::fs::metadata(paths.run_dir()).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the run directory is private again");
+    let out = w.cmd(&["mux", "start"]).stdin(Stdio::null()).output().expect("mux start");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already_running"), "{out:?}");
+
+    let id = new_id();
+    let incarnation = entry["incarnation"].as_str().unwrap();
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "still here?"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(w.wait_terminal(&id)["state"], "completed");
+    w.ok(&["mux", "stop"]);
+    assert!(daemons_of(&w).is_empty(), "mux stop reached it");
+}
+
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
 /// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
 #[test]

@@ -17,6 +17,7 @@ pub mod monitor;
 pub mod requests;
 pub mod retention;
 pub mod server;
+mod socket_keeper;
 pub mod stream;
 pub mod submit;
 #[cfg(test)]
@@ -31,7 +32,6 @@ use monitor::Monitor;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, Notify};
@@ -72,36 +72,57 @@ pub type TerminalEventAlias = wakterm_engine::TerminalEvent;
 /// How long a starting daemon waits for the data directory's lock.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// Holds the data directory's exclusive lock for the daemon's lifetime.
+/// Holds the data directory's exclusive locks for the daemon's lifetime.
 pub struct DaemonLock {
+    _root: rustix::fd::OwnedFd,
     _file: File,
 }
 
-/// One daemon per data directory: an exclusive, non-blocking flock on `run/mux.lock`, opened
-/// without following a link (SEC-1: a planted symlink must not get its target truncated).
+/// One daemon per data directory (LOCK-1): an exclusive, non-blocking flock on the data
+/// directory itself, then on `run/mux.lock` (which also names the pid, and which daemons before
+/// LOCK-1 took alone), both opened without following a link (SEC-1: a planted symlink must not
+/// get its target truncated). The run directory can be removed under a running daemon (a
+/// cleaner of old files, a careless `rm`), taking its lock file along: a second daemon then
+/// started beside the first, on the same database and agents. The data directory's own lock
+/// cannot be removed that way.
 pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
+    let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+    let root = rustix::fs::open(&paths.root, flags, rustix::fs::Mode::empty())
+        .map_err(|e| format!("cannot open {}: {}", paths.root.display(), std::io::Error::from(e)))?;
+    let busy = || {
+        let holder = std::fs::read_to_string(paths.lock_file()).unwrap_or_default();
+        let pid = Some(holder.trim()).filter(|pid| !pid.is_empty()).unwrap_or("unknown: its run directory was removed");
+        format!("a wakterm daemon already runs for {} (pid {pid}, still holding its lock after {LOCK_WAIT:?})", paths.root.display())
+    };
+    flock_within(&root, LOCK_WAIT).map_err(|()| busy())?;
+    let file = lock_file(paths, LOCK_WAIT).map_err(|error| error.unwrap_or_else(busy))?;
+    Ok(DaemonLock { _root: root, _file: file })
+}
+
+/// Takes `run/mux.lock` (created if missing) within `wait` and writes this daemon's pid in it.
+/// `Err(None)`: another process holds it.
+fn lock_file(paths: &DataPaths, wait: std::time::Duration) -> Result<File, Option<String>> {
     let path = paths.lock_file();
     let mut file = crate::paths::open_private_file(&path, std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    // A daemon that was just SIGKILLed may still hold the lock for a moment after its socket
-    // stopped answering (seen in CI: `mux start` right after a crash lost this race): wait a
-    // bounded while before calling it running.
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    while rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        .map_err(|e| Some(format!("cannot open {}: {e}", path.display())))?;
+    flock_within(&file, wait).map_err(|()| None)?;
+    file.set_len(0).map_err(|e| Some(e.to_string()))?;
+    writeln!(file, "{}", std::process::id()).map_err(|e| Some(e.to_string()))?;
+    Ok(file)
+}
+
+/// An exclusive flock within `wait`. A daemon that was just SIGKILLed may still hold its lock
+/// for a moment after its socket stopped answering (seen in CI: `mux start` right after a crash
+/// lost this race): wait a bounded while before calling it running.
+fn flock_within(fd: impl rustix::fd::AsFd, wait: std::time::Duration) -> Result<(), ()> {
+    let deadline = std::time::Instant::now() + wait;
+    while rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         if std::time::Instant::now() >= deadline {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            return Err(format!(
-                "a wakterm daemon already runs for {} (pid {}, still holding {} after {LOCK_WAIT:?})",
-                paths.root.display(),
-                holder.trim(),
-                path.display()
-            ));
+            return Err(());
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    file.set_len(0).map_err(|e| e.to_string())?;
-    writeln!(file, "{}", std::process::id()).map_err(|e| e.to_string())?;
-    Ok(DaemonLock { _file: file })
+    Ok(())
 }
 
 /// CONN-1: raises the soft descriptor limit to the hard one (a 1024 default soft limit is
@@ -218,17 +239,26 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
-    let listener = bind_socket(&paths)?;
+    let mut socket = socket_keeper::Bound::bind(&paths)?;
+    let mut socket_check = tokio::time::interval(socket_keeper::CHECK_INTERVAL);
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = socket.listener.accept() => match accepted {
                 Ok((stream, _)) => serve_or_refuse(stream, &context, &open, &refusing, cap),
                 // Out of descriptors or similar: back off instead of spinning.
                 Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
+            },
+            _ = socket_check.tick() => {
+                if let Err(message) = socket.keep(&paths).await {
+                    // LOCK-1: another daemon took the run directory's lock meanwhile (one from
+                    // before LOCK-1); two must never serve one data directory.
+                    tracing::error!(%message, "the daemon lost its socket to another daemon: stopping");
+                    break;
+                }
             },
             _ = shutdown.notified() => break,
             ended = &mut driver => return Err(format!("the engine driver stopped unexpectedly: {ended:?}")),
@@ -347,12 +377,3 @@ async fn drain_admissions(context: &Context) {
     }
 }
 
-/// The control socket: 0600 inside the 0700 run directory. A stale socket file (no daemon
-/// holds the lock, which we now hold) is replaced.
-fn bind_socket(paths: &DataPaths) -> Result<tokio::net::UnixListener, String> {
-    let path = paths.socket();
-    let _ = std::fs::remove_file(&path);
-    let listener = tokio::net::UnixListener::bind(&path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(|e| e.to_string())?;
-    Ok(listener)
-}
