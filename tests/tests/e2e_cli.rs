@@ -105,10 +105,10 @@ fn restart_brings_back_an_agent_whose_pane_died() {
 }
 
 /// LIFE-2: a command that cannot start fails `agent start` with the reason, naming the command,
-/// and leaves nothing behind (the name can be used again); `agent restart` of an agent whose
-/// working directory is gone fails the same way instead of running it in `$HOME`, for a live
-/// pane and for a new one. Both used to answer success with an agent that was `stopped` or ran
-/// elsewhere.
+/// and leaves nothing behind (the name can be used again, no pane or its log is left);
+/// `agent restart` of an agent whose working directory is gone fails the same way instead of
+/// running it in `$HOME`: for a live pane without ending the process it runs, and for a new
+/// pane. Both used to answer success with an agent that was `stopped` or ran elsewhere.
 #[test]
 fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
     let w = World::new(EXE);
@@ -123,6 +123,8 @@ fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
     assert!(message.contains("/nonexistent/agent-binary") && message.contains("could not start"), "{out:?}");
     assert!(w.catalog_entry("zola").is_none(), "nothing left in the catalog");
     assert!(!w.our_pids().iter().any(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().windows(8).any(|x| x == b"__holder")), "no pane left");
+    let left: Vec<_> = std::fs::read_dir(w.data.join("h")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "no socket or pane log left: {left:?}");
     w.ok(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex"]);
     w.wait_agent("zola", "idle", |z| z["state"] == "idle");
 
@@ -131,22 +133,28 @@ fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
     let gone_cwd = gone.display().to_string();
     w.ok(&["agent", "start", "--name", "mia", "--cwd", &gone_cwd, "--env", &env, "--", &exe, "fake-codex"]);
     w.wait_agent("mia", "idle", |z| z["state"] == "idle");
+    let running = w.wait_agent("mia", "idle", |z| z["state"] == "idle");
     std::fs::remove_dir(&gone).unwrap();
-    for pane in ["the live pane", "a new pane"] {
+    let restart_refused = |pane: &str| {
         let out = w.run(&["agent", "restart", "mia"]);
         assert_ne!(out.code, 0, "{pane}: {out:?}");
         assert_eq!(out.json["error"], "agent_restart_failed", "{pane}: {out:?}");
-        assert!(out.json["message"].as_str().unwrap_or_default().contains("is gone"), "{pane}: {out:?}");
-        w.wait_agent("mia", "stopped", |z| z["state"] == "stopped");
-        w.ok(&["mux", "stop"]);
-        for pid in w.our_pids() {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains(&gone_cwd) {
-                support::sigkill_and_wait(pid as u32);
-            }
+        assert!(out.json["message"].as_str().unwrap_or_default().contains(&format!("{gone_cwd} is gone")), "{pane}: {out:?}");
+    };
+    restart_refused("the live pane");
+    let still = w.catalog_entry("mia").expect("mia");
+    assert_eq!((&still["state"], &still["incarnation"]), (&running["state"], &running["incarnation"]), "the running process is left alone");
+    w.ok(&["mux", "stop"]);
+    for pid in w.our_pids() {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&gone_cwd) {
+            support::sigkill_and_wait(pid as u32); // mia's holder: its pane, and the process in it, go
         }
-        w.mux_start();
     }
+    w.mux_start();
+    w.wait_agent("mia", "stopped", |z| z["state"] == "stopped");
+    restart_refused("a new pane");
+    w.wait_agent("mia", "still stopped", |z| z["state"] == "stopped");
     assert_eq!(w.wait_agent("zola", "still idle", |z| z["state"] == "idle")["name"], "zola");
 }
 

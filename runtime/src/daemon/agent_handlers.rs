@@ -117,21 +117,12 @@ fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWrit
     let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
     writer.commit_blocking(vec![op]).map_err(|error| format!("cannot record the agent: {error}"))?;
     let config = holder_config(paths, &record);
-    if let Err(message) = spawn_pane(&config) {
-        // A holder that started but never answered in time must not outlive the record.
-        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
-            let _ = client.shutdown();
-        }
-        // Take the record back (if that fails too, the agent shows as stopped).
-        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
-        return Err(message);
-    }
-    super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn);
-    if let Err(message) = command_started(&config) {
-        // LIFE-2: nothing runs; the pane and the record go, so the same name can be used again.
-        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
-            let _ = client.shutdown();
-        }
+    // A holder that started but never answered in time must not outlive the record; one whose
+    // command did not start (LIFE-2) goes too, so the same name can be used again. The record
+    // is taken back either way (if that fails too, the agent shows as stopped).
+    let started = spawn_pane(&config).inspect(|_| super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn));
+    if let Err(message) = started.and_then(|info| spawn_failure(&info, &record)) {
+        take_back_pane(&config);
         let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
         return Err(message);
     }
@@ -178,28 +169,57 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
     }
 }
 
-/// LIFE-2: the pane's command runs, or why it could not start (the holder's `spawn_error`:
-/// no such program, not executable, its working directory gone).
-fn command_started(config: &HolderConfig) -> Result<(), String> {
-    let info = crate::holder::HolderClient::connect(&config.socket_path)
-        .and_then(|mut client| client.info())
-        .map_err(|e| format!("cannot ask the agent's pane whether its command started: {e}"))?;
-    spawn_failure(&info, &config.command)
+/// Starts the agent's command again: in its pane if that lives, else in a new pane.
+fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Result<(), String> {
+    match worker.holder() {
+        // The pane lives: start the command again in it (a new incarnation).
+        Ok(mut client) => {
+            let info = client.respawn().map_err(|e| e.to_string())?;
+            spawn_failure(&info, &worker.record)?;
+        }
+        // The pane is gone (its holder exited or was killed while the daemon was down):
+        // start a new one from the agent's stored record; same agent id, new incarnation.
+        // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
+        Err(_) => {
+            let config = HolderConfig { env: super::agents::restart_env(&worker.record)?, ..holder_config(paths, &worker.record) };
+            spawn_failure(&spawn_pane(&config)?, &worker.record)?;
+        }
+    }
+    // MGD-2: the new process resumes the agent's own thread before anything is admitted
+    // (until then its observer has no loaded thread to report).
+    if let Some(ids) = worker.record.managed_ids() {
+        let mut client = worker.holder()?;
+        super::managed::handshake(&mut client, &worker.record.cwd, Some(&ids))?;
+    }
+    Ok(())
 }
 
-/// LIFE-2: the error of a spawn that failed, naming the command.
-fn spawn_failure(info: &crate::holder::InfoReply, command: &[String]) -> Result<(), String> {
+/// LIFE-2: the error of a spawn that failed (the holder's `spawn_error`: no such program, not
+/// executable, its working directory gone), naming the command and where it was to run.
+fn spawn_failure(info: &crate::holder::InfoReply, record: &AgentRecord) -> Result<(), String> {
     match &info.spawn_error {
         None => Ok(()),
-        Some(error) => Err(format!("the agent's command {:?} could not start: {error}", command.first().map(String::as_str).unwrap_or_default())),
+        Some(error) => {
+            let command = record.command.first().map(String::as_str).unwrap_or_default();
+            Err(format!("the agent's command {command:?} could not start in {}: {error}", record.cwd))
+        }
     }
 }
 
+/// LIFE-2: takes back a pane whose command did not start, with its log.
+fn take_back_pane(config: &HolderConfig) {
+    if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
+        let _ = client.shutdown();
+    }
+    let _ = std::fs::remove_file(config.socket_path.with_extension("sock.log"));
+}
+
 /// Starts the agent's pane: a holder process (`wakterm __holder`) that outlives the daemon.
-fn spawn_pane(config: &HolderConfig) -> Result<(), String> {
+/// Its first `info` tells whether the command started (LIFE-2): the holder answers only after
+/// its first spawn.
+fn spawn_pane(config: &HolderConfig) -> Result<crate::holder::InfoReply, String> {
     let exe = holder_binary()?;
-    spawn_holder_with_args(&exe, &["__holder".into()], config).map_err(|e| format!("cannot start the agent's pane: {e}"))?;
-    Ok(())
+    spawn_holder_with_args(&exe, &["__holder".into()], config).map_err(|e| format!("cannot start the agent's pane: {e}"))
 }
 
 /// The binary holders run: this daemon's own. When it was replaced or deleted on disk (an
@@ -260,29 +280,11 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
     let inbox = context.inbox.clone();
     let paths = context.paths.clone();
     let result = tokio::task::spawn_blocking(move || {
-        match worker.holder() {
-            // The pane lives: start the command again in it (a new incarnation).
-            Ok(mut client) => {
-                let info = client.respawn().map_err(|e| e.to_string())?;
-                spawn_failure(&info, &worker.record.command)?;
-            }
-            // The pane is gone (its holder exited or was killed while the daemon was down):
-            // start a new one from the agent's stored record; same agent id, new incarnation.
-            // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
-            Err(_) => {
-                let config = HolderConfig { env: super::agents::restart_env(&worker.record)?, ..holder_config(&paths, &worker.record) };
-                spawn_pane(&config)?;
-                command_started(&config)?;
-            }
-        }
-        // MGD-2: the new process resumes the agent's own thread before anything is admitted
-        // (until then its observer has no loaded thread to report).
-        if let Some(ids) = worker.record.managed_ids() {
-            let mut client = worker.holder()?;
-            super::managed::handshake(&mut client, &worker.record.cwd, Some(&ids))?;
-        }
+        let restarted = restart_pane(&worker, &paths);
+        // A respawn ended the old process even when the new one did not start (LIFE-2): the
+        // engine hears of the change now, not at the monitor's next look.
         let _ = worker.forward_liveness_change(&inbox);
-        Ok::<_, String>(worker.facts())
+        restarted.map(|()| worker.facts())
     })
     .await;
     match result {

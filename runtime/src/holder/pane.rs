@@ -221,9 +221,9 @@ impl Pane {
         let pty = self.pty.lock().unwrap_or_else(|p| p.into_inner());
         // LIFE-2: portable-pty starts the child in $HOME when its directory is gone; an agent
         // running elsewhere than it was started for is a failed start, said as such.
-        let spawned = match self.cwd.is_dir() {
-            true => pty.slave.spawn_command(self.command_builder()).map_err(|e| format!("{e:#}")),
-            false => Err(format!("the working directory {} is gone or not a directory", self.cwd.display())),
+        let spawned = match self.cwd_problem() {
+            None => pty.slave.spawn_command(self.command_builder()).map_err(|e| format!("{e:#}")),
+            Some(problem) => Err(problem),
         };
         drop(pty);
         let mut state = self.lock();
@@ -259,6 +259,17 @@ impl Pane {
         }
         self.changed.notify_all();
         self.child_changed.notify_all();
+    }
+
+    /// LIFE-2: why the command cannot run in its working directory, if it cannot.
+    fn cwd_problem(&self) -> Option<String> {
+        let cwd = self.cwd.display();
+        match std::fs::metadata(&self.cwd) {
+            Ok(meta) if meta.is_dir() => None,
+            Ok(_) => Some(format!("the working directory {cwd} is not a directory")),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Some(format!("the working directory {cwd} is gone")),
+            Err(error) => Some(format!("the working directory {cwd} cannot be used: {error}")),
+        }
     }
 
     fn command_builder(&self) -> CommandBuilder {
@@ -611,6 +622,10 @@ impl Pane {
         let _serial = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
         if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(PaneError("holder is shutting down".into()));
+        }
+        // LIFE-2: a respawn that could not start the command must not end the running one.
+        if let Some(problem) = self.cwd_problem() {
+            return Err(PaneError(format!("{problem}; the running process is left alone")));
         }
         self.terminate_child()?;
         let next = {
