@@ -401,6 +401,12 @@ impl AgentRuntime {
         HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT).map_err(|e| e.to_string())
     }
 
+    /// LIVE-1: the holder that answered last still runs, serving this agent's socket path.
+    fn last_holder_runs(&self) -> bool {
+        let holder = self.liveness.lock().expect("liveness lock").holder.clone();
+        holder.is_some_and(|holder| holder_serves(holder.pid, &self.holder_socket))
+    }
+
     /// Reads the holder's facts. On a process change or exit, first drains the old process's
     /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
@@ -418,6 +424,14 @@ impl AgentRuntime {
     fn apply_liveness(&self, stamp: u64, answer: Result<InfoReply, HolderError>, inbox: Option<&mpsc::Sender<DriverMsg>>) -> Applied {
         let mut next = match answer {
             Ok(info) => Liveness::from_info(&info),
+            // LIVE-1: not while the holder that answered last still runs for this socket: its
+            // socket file was removed (a cleaner of old files, a careless `rm`), and the
+            // process in its pane lives on. That is "unknown", never an exit: an exit would end
+            // requests as `delivery_failed` whose prompt the live agent may still take.
+            Err(error) if holder_is_gone(&error) && self.last_holder_runs() => {
+                tracing::warn!(agent_id = %self.record.agent_id, %error, "the holder's socket does not answer but the holder runs (its socket was removed?): liveness unknown (LIVE-1)");
+                return Applied::Unknown;
+            }
             Err(error) if holder_is_gone(&error) => Liveness::gone(),
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
@@ -627,6 +641,15 @@ impl AgentRuntime {
 /// ways of reading the screen.
 fn text_of(screen: &crate::holder::protocol::ScreenReply) -> String {
     screen.lines.join("\n")
+}
+
+/// LIVE-1: process `pid` is a holder (`wakterm __holder`) serving `socket`: its command line
+/// names both (a pid reused by another process does not; a zombie's is empty).
+pub fn holder_serves(pid: u32, socket: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let socket = socket.as_os_str().as_encoded_bytes();
+    args.contains(&b"__holder".as_slice()) && args.windows(2).any(|pair| pair[0] == b"--socket" && pair[1] == socket)
 }
 
 /// LIVE-1: the only probe failure that is evidence of exit: nobody listens at the holder's
@@ -881,6 +904,33 @@ mod tests {
         }
         probes.into_iter().for_each(|probe| probe.join().unwrap());
         assert!(checks > 10 && changes.len() > 1, "the check ran while the process changed: {checks} checks, {changes:?}");
+    }
+
+    /// LIVE-1: "nobody listens" at the holder's socket is no exit while the holder that
+    /// answered last still runs for that socket (its socket file was removed): unknown, nothing
+    /// changes; once that process is gone, it is an exit.
+    #[test]
+    fn live_1_a_removed_socket_of_a_running_holder_is_no_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b58").0;
+        let socket = agent.holder_socket.display().to_string();
+        // A process whose command line reads as this agent's holder.
+        let mut holder = std::process::Command::new("sh").args(["-c", "sleep 30; true", "__holder", "--socket", &socket]).spawn().unwrap();
+        // `spawn` may return before the child's exec shows in /proc: a bounded wait.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !holder_serves(holder.id(), &agent.holder_socket) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(holder_serves(holder.id(), &agent.holder_socket));
+        assert!(!holder_serves(holder.id(), &dir.path().join("other.sock")), "another agent's socket");
+        assert!(!holder_serves(std::process::id(), &agent.holder_socket), "not a holder");
+        assert!(matches!(agent.apply_liveness(1, Ok(info_reply(20, holder.id())), None), Applied::Changed(_)));
+        assert_eq!(agent.apply_liveness(2, Err(refused(libc::ENOENT)), None), Applied::Unknown, "its holder runs");
+        assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(20), "nothing changed");
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        assert!(matches!(agent.apply_liveness(3, Err(refused(libc::ENOENT)), None), Applied::Changed(_)), "its holder is gone: an exit");
+        assert_eq!(agent.liveness.lock().unwrap().process, None);
     }
 
     // LIVE-1: only "nobody listens" is evidence of exit; running out of descriptors is not.
