@@ -272,8 +272,8 @@ fn daemons_of(w: &World) -> Vec<i32> {
         .collect()
 }
 
-/// SOCK-1, LOCK-1: the control socket, then the whole run directory (the socket and the lock
-/// file), removed under a running daemon, as a cleaner of old files does. The daemon binds its
+/// SOCK-1, LOCK-1: the control socket, then the lock file, then the whole run directory (both),
+/// removed under a running daemon, as a cleaner of old files does. The daemon binds its
 /// socket again (the same pid answers, and `agent`, `request watch` and `mux stop` reach it),
 /// and no second daemon starts on the same data directory meanwhile. Before, the daemon ran on
 /// unreachable, and with the run directory gone a second `mux start` started a second daemon
@@ -298,6 +298,12 @@ fn sock_1_lock_1_a_removed_socket_or_run_directory_is_restored_and_never_doubles
     };
     std::fs::remove_file(paths.socket()).unwrap();
     assert_eq!(answered_by("removing the socket"), pid, "the same daemon binds its socket again");
+    std::fs::remove_file(paths.lock_file()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(paths.lock_file()).map(|pid| pid.trim().to_string()).ok() != Some(pid.to_string()) {
+        assert!(Instant::now() < deadline, "the removed lock file is not taken again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     std::fs::remove_dir_all(paths.run_dir()).unwrap();
     // A second daemon in the foreground: it must give up within its lock wait (3 s), not run.

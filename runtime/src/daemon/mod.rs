@@ -75,7 +75,24 @@ pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Holds the data directory's exclusive locks for the daemon's lifetime.
 pub struct DaemonLock {
     _root: rustix::fd::OwnedFd,
-    _file: File,
+    file: File,
+}
+
+impl DaemonLock {
+    /// The (device, inode) of the lock file this daemon holds (SOCK-1 checks the path against
+    /// it: the file at the path may have been removed or replaced since).
+    pub fn file_identity(&self) -> Result<(u64, u64), String> {
+        let stat = rustix::fs::fstat(&self.file).map_err(|e| e.to_string())?;
+        Ok((stat.st_dev, stat.st_ino))
+    }
+}
+
+/// Why a lock was not taken.
+pub(crate) enum LockError {
+    /// Another process holds it.
+    Busy,
+    /// Anything else (the error says what).
+    Failed(String),
 }
 
 /// One daemon per data directory (LOCK-1): an exclusive, non-blocking flock on the data
@@ -89,40 +106,43 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
     let root = rustix::fs::open(&paths.root, flags, rustix::fs::Mode::empty())
         .map_err(|e| format!("cannot open {}: {}", paths.root.display(), std::io::Error::from(e)))?;
-    let busy = || {
-        let holder = std::fs::read_to_string(paths.lock_file()).unwrap_or_default();
-        let pid = Some(holder.trim()).filter(|pid| !pid.is_empty()).unwrap_or("unknown: its run directory was removed");
-        format!("a wakterm daemon already runs for {} (pid {pid}, still holding its lock after {LOCK_WAIT:?})", paths.root.display())
+    let why = |error: LockError| match error {
+        LockError::Busy => {
+            let holder = std::fs::read_to_string(paths.lock_file()).unwrap_or_default();
+            let pid = Some(holder.trim()).filter(|pid| !pid.is_empty()).unwrap_or("unknown: its run directory was removed");
+            format!("a wakterm daemon already runs for {} (pid {pid}, still holding its lock after {LOCK_WAIT:?})", paths.root.display())
+        }
+        LockError::Failed(message) => format!("cannot lock {}: {message}", paths.root.display()),
     };
-    flock_within(&root, LOCK_WAIT).map_err(|()| busy())?;
-    let file = lock_file(paths, LOCK_WAIT).map_err(|error| error.unwrap_or_else(busy))?;
-    Ok(DaemonLock { _root: root, _file: file })
+    flock_within(&root, LOCK_WAIT).map_err(why)?;
+    let file = lock_file(paths, LOCK_WAIT).map_err(why)?;
+    Ok(DaemonLock { _root: root, file })
 }
 
 /// Takes `run/mux.lock` (created if missing) within `wait` and writes this daemon's pid in it.
-/// `Err(None)`: another process holds it.
-fn lock_file(paths: &DataPaths, wait: std::time::Duration) -> Result<File, Option<String>> {
+pub(crate) fn lock_file(paths: &DataPaths, wait: std::time::Duration) -> Result<File, LockError> {
     let path = paths.lock_file();
-    let mut file = crate::paths::open_private_file(&path, std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
-        .map_err(|e| Some(format!("cannot open {}: {e}", path.display())))?;
-    flock_within(&file, wait).map_err(|()| None)?;
-    file.set_len(0).map_err(|e| Some(e.to_string()))?;
-    writeln!(file, "{}", std::process::id()).map_err(|e| Some(e.to_string()))?;
+    let failed = |e: std::io::Error| LockError::Failed(format!("{}: {e}", path.display()));
+    let mut file = crate::paths::open_private_file(&path, std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true)).map_err(failed)?;
+    flock_within(&file, wait)?;
+    file.set_len(0).map_err(failed)?;
+    writeln!(file, "{}", std::process::id()).map_err(failed)?;
     Ok(file)
 }
 
-/// An exclusive flock within `wait`. A daemon that was just SIGKILLed may still hold its lock
-/// for a moment after its socket stopped answering (seen in CI: `mux start` right after a crash
-/// lost this race): wait a bounded while before calling it running.
-fn flock_within(fd: impl rustix::fd::AsFd, wait: std::time::Duration) -> Result<(), ()> {
+/// An exclusive flock within `wait`; only "another holds it" is waited out (a daemon that was
+/// just SIGKILLed may still hold its lock for a moment after its socket stopped answering, seen
+/// in CI: `mux start` right after a crash lost this race), any other error is said at once.
+fn flock_within(fd: impl rustix::fd::AsFd, wait: std::time::Duration) -> Result<(), LockError> {
     let deadline = std::time::Instant::now() + wait;
-    while rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        if std::time::Instant::now() >= deadline {
-            return Err(());
+    loop {
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(rustix::io::Errno::WOULDBLOCK) => return Err(LockError::Busy),
+            Err(errno) => return Err(LockError::Failed(std::io::Error::from(errno).to_string())),
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Ok(())
 }
 
 /// CONN-1: raises the soft descriptor limit to the hard one (a 1024 default soft limit is
@@ -159,7 +179,8 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         std::process::abort();
     }));
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
-    let _lock = acquire_lock(&paths)?;
+    let lock = acquire_lock(&paths)?;
+    let lock_identity = lock.file_identity()?;
     crate::logging::init_daemon(&paths)?;
     tracing::info!(pid = std::process::id(), data_dir = %paths.root.display(), version = env!("CARGO_PKG_VERSION"), "{}", crate::logging::STARTING_LOG);
     let descriptor_limit = raise_descriptor_limit();
@@ -174,7 +195,9 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
     tracing::info!(retain_events = retention.events, retain_days = retention.days, "event retention (EV-9)");
-    runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention)))
+    let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention, lock_identity)));
+    drop(lock); // held to the end, released last
+    served
 }
 
 fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> {
@@ -226,7 +249,7 @@ fn load_checkpoints(store: &Store) -> BTreeMap<String, ObserverCheckpoint> {
     checkpoints
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, retention): (usize, retention::Retention)) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, retention, lock): (usize, retention::Retention, (u64, u64))) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let events = effects::EventFeed::new(engine.events_published_through());
@@ -239,24 +262,30 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
-    let mut socket = socket_keeper::Bound::bind(&paths)?;
-    let mut socket_check = tokio::time::interval(socket_keeper::CHECK_INTERVAL);
+    let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     loop {
         tokio::select! {
-            accepted = socket.listener.accept() => match accepted {
+            accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => serve_or_refuse(stream, &context, &open, &refusing, cap),
                 // Out of descriptors or similar: back off instead of spinning.
                 Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
             },
-            _ = socket_check.tick() => {
-                if let Err(message) = socket.keep(&paths).await {
-                    // LOCK-1: another daemon took the run directory's lock meanwhile (one from
-                    // before LOCK-1); two must never serve one data directory.
-                    tracing::error!(%message, "the daemon lost its socket to another daemon: stopping");
+            // SOCK-1: the keeper bound the socket again (its path was removed or replaced).
+            Some(kept_now) = kept.recv() => match kept_now {
+                socket_keeper::Kept::Rebound(new, identity) => match tokio::net::UnixListener::from_std(new) {
+                    Ok(new) => (listener, socket) = (new, Some(identity)),
+                    Err(error) => tracing::warn!(%error, "the control socket was bound again but cannot be served: tried again"),
+                },
+                // LOCK-1: another daemon took the run directory's lock meanwhile (one from
+                // before LOCK-1); two must never serve one data directory. The socket at the
+                // path is that daemon's: it stays.
+                socket_keeper::Kept::LostTo(message) => {
+                    tracing::error!(%message, "another daemon serves this data directory now: stopping");
+                    socket = None;
                     break;
                 }
             },
@@ -264,7 +293,8 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
             ended = &mut driver => return Err(format!("the engine driver stopped unexpectedly: {ended:?}")),
         }
     }
-    let _ = std::fs::remove_file(paths.socket());
+    drop(kept); // the keeper binds nothing from now on
+    socket_keeper::remove_if_ours(&paths.socket(), socket);
     drain_admissions(&context).await;
     for agent in context.agents.lock().expect("agent table").values() {
         agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -2,98 +2,141 @@
 //! holding it and the lock file, can be removed under a running daemon (a cleaner of old files
 //! in a temporary directory, a careless `rm`): the daemon then ran on, its agents with it, but
 //! no client could reach it, `mux stop` could not stop it and `mux start` refused to start
-//! another. Every second the daemon checks, off the reactor, that the socket's path still names
-//! the socket it listens on; when it does not, it makes the run directory again (0700), takes
-//! the lock file again if it went too (LOCK-1) and binds the socket again.
+//! another. A task of its own checks every second, off the reactor, that the socket's path
+//! still names the socket the daemon listens on and the lock file's path the file it holds;
+//! when one does not, it makes the run directory again (0700), takes the lock file again
+//! (LOCK-1) and binds the socket again, and hands the new listener to the accept loop.
 
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+
+use super::LockError;
 use crate::paths::DataPaths;
 
-/// How often the socket's path is checked.
+/// How often the paths are checked.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A file's identity: (device, inode).
-type Identity = (u64, u64);
+pub type Identity = (u64, u64);
 
-/// The socket this daemon listens on, and what it knows of its run directory.
-pub struct Bound {
-    pub listener: tokio::net::UnixListener,
-    socket: Identity,
-    /// The lock file this daemon holds (LOCK-1): the one it started with, or the one it took
-    /// again after the run directory was removed.
-    lock: Identity,
-    relocked: Option<File>,
+/// What the keeper tells the accept loop.
+pub enum Kept {
+    /// The socket was bound again: serve this listener (the socket's identity with it).
+    Rebound(std::os::unix::net::UnixListener, Identity),
+    /// Another process holds a new lock file: another daemon serves the directory now.
+    LostTo(String),
 }
 
-/// Why the socket could not be kept.
+/// What the keeper knows: the identities it checks the paths against.
+struct Keeper {
+    paths: DataPaths,
+    socket: Identity,
+    lock: Identity,
+    /// The lock file taken again after it went (LOCK-1), held as long as the daemon runs.
+    relocked: Option<File>,
+    /// Whether the last try failed (said once, not every second).
+    failing: bool,
+}
+
+/// Binds the socket at start (the daemon holds the lock whose file has identity `lock`: a stale
+/// socket file is replaced) and starts the keeper. Returns the listener, the socket's
+/// identity, and where the keeper hands over what it did.
+pub fn start(paths: &DataPaths, lock: Identity) -> Result<(tokio::net::UnixListener, Option<Identity>, mpsc::Receiver<Kept>), String> {
+    let (listener, socket) = bind_std(&paths.socket())?;
+    let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel(1);
+    let keeper = Keeper { paths: paths.clone(), socket, lock, relocked: None, failing: false };
+    tokio::spawn(keeper.run(tx));
+    Ok((listener, Some(socket), rx))
+}
+
+/// At shutdown: removes the socket at `path` only if it is still this daemon's (`socket`),
+/// never another daemon's that took its place.
+pub fn remove_if_ours(path: &Path, socket: Option<Identity>) {
+    if socket.is_some() && identity(path) == socket {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+impl Keeper {
+    /// Checks every `CHECK_INTERVAL` until the accept loop is gone or the lock is lost.
+    async fn run(mut self, tx: mpsc::Sender<Kept>) {
+        let mut ticks = tokio::time::interval(CHECK_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            // The accept loop ended (shutdown): never bind a socket nobody serves.
+            if tx.is_closed() {
+                return;
+            }
+            let Ok((keeper, kept)) = tokio::task::spawn_blocking(move || self.check()).await else { return };
+            self = keeper;
+            let lost = matches!(kept, Some(Kept::LostTo(_)));
+            if let Some(kept) = kept {
+                if tx.send(kept).await.is_err() || lost {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One check, on a blocking thread.
+    fn check(mut self) -> (Keeper, Option<Kept>) {
+        let kept = match self.restore() {
+            Ok(kept) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!("the control socket and lock file are in place again");
+                }
+                kept
+            }
+            Err(Lost::ToAnotherDaemon(message)) => Some(Kept::LostTo(message)),
+            Err(Lost::ForNow(message)) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(%message, "the control socket or lock file is gone and cannot be made again yet: tried every second");
+                }
+                None
+            }
+        };
+        (self, kept)
+    }
+
+    /// None: both paths are in place. Else the socket bound again.
+    fn restore(&mut self) -> Result<Option<Kept>, Lost> {
+        let lock_in_place = identity(&self.paths.lock_file()) == Some(self.lock);
+        let socket_in_place = identity(&self.paths.socket()) == Some(self.socket);
+        if lock_in_place && socket_in_place {
+            return Ok(None);
+        }
+        self.paths.prepare().map_err(|e| Lost::ForNow(format!("cannot prepare {}: {e}", self.paths.root.display())))?;
+        if !lock_in_place {
+            let file = super::lock_file(&self.paths, Duration::ZERO).map_err(|error| match error {
+                LockError::Busy => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
+                LockError::Failed(message) => Lost::ForNow(message),
+            })?;
+            let stat = rustix::fs::fstat(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
+            self.lock = (stat.st_dev, stat.st_ino);
+            self.relocked = Some(file);
+            tracing::warn!("the lock file was removed or replaced: taken again");
+        }
+        if socket_in_place {
+            return Ok(None);
+        }
+        let (listener, socket) = bind_std(&self.paths.socket()).map_err(Lost::ForNow)?;
+        self.socket = socket;
+        tracing::warn!("the control socket was removed or replaced: bound again");
+        Ok(Some(Kept::Rebound(listener, socket)))
+    }
+}
+
+/// Why the paths could not be kept.
 enum Lost {
-    /// Another process holds a new lock file: another daemon serves the directory now.
     ToAnotherDaemon(String),
     /// Nothing to do but try again on the next check (a full disk, a directory in the way).
     ForNow(String),
-}
-
-impl Bound {
-    /// Binds the socket at start (the daemon holds the lock: a stale socket file is replaced).
-    pub fn bind(paths: &DataPaths) -> Result<Bound, String> {
-        let lock = identity(&paths.lock_file()).ok_or_else(|| format!("{} is gone", paths.lock_file().display()))?;
-        let (listener, socket) = bind_std(&paths.socket())?;
-        let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
-        Ok(Bound { listener, socket, lock, relocked: None })
-    }
-
-    /// Checks the socket's path and binds the socket again if it is gone or replaced. Err: the
-    /// lock went to another daemon, and this one must stop.
-    pub async fn keep(&mut self, paths: &DataPaths) -> Result<(), String> {
-        let (paths, socket, lock) = (paths.clone(), self.socket, self.lock);
-        let restored = tokio::task::spawn_blocking(move || restore(&paths, socket, lock)).await.map_err(|e| e.to_string())?;
-        match restored {
-            Ok(None) => Ok(()),
-            Ok(Some((listener, socket, relocked))) => {
-                self.listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
-                self.socket = socket;
-                if let Some((file, lock)) = relocked {
-                    self.relocked = Some(file);
-                    self.lock = lock;
-                }
-                tracing::warn!("the control socket was removed or replaced: bound again");
-                Ok(())
-            }
-            Err(Lost::ToAnotherDaemon(message)) => Err(message),
-            Err(Lost::ForNow(message)) => {
-                tracing::warn!(%message, "the control socket is gone and cannot be bound again yet");
-                Ok(())
-            }
-        }
-    }
-}
-
-type Restored = (std::os::unix::net::UnixListener, Identity, Option<(File, Identity)>);
-
-/// None: the socket is in place. Else the new listener, and the lock file when it had to be
-/// taken again.
-fn restore(paths: &DataPaths, socket: Identity, lock: Identity) -> Result<Option<Restored>, Lost> {
-    if identity(&paths.socket()) == Some(socket) {
-        return Ok(None);
-    }
-    paths.prepare().map_err(|e| Lost::ForNow(format!("cannot prepare {}: {e}", paths.root.display())))?;
-    let relocked = match identity(&paths.lock_file()) == Some(lock) {
-        true => None,
-        false => {
-            let file = super::lock_file(paths, Duration::ZERO).map_err(|error| match error {
-                None => Lost::ToAnotherDaemon(format!("another process holds {}", paths.lock_file().display())),
-                Some(message) => Lost::ForNow(message),
-            })?;
-            let taken = identity(&paths.lock_file()).ok_or_else(|| Lost::ForNow("the lock file went again".to_string()))?;
-            Some((file, taken))
-        }
-    };
-    let (listener, socket) = bind_std(&paths.socket()).map_err(Lost::ForNow)?;
-    Ok(Some((listener, socket, relocked)))
 }
 
 /// The control socket: 0600 inside the 0700 run directory, replacing whatever is at its path
@@ -110,4 +153,26 @@ fn bind_std(path: &Path) -> Result<(std::os::unix::net::UnixListener, Identity),
 /// The identity of what is at `path` (never following a link), if anything.
 fn identity(path: &Path) -> Option<Identity> {
     std::fs::symlink_metadata(path).ok().map(|meta| (meta.dev(), meta.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SOCK-1: at shutdown only this daemon's own socket is removed; one that took its place
+    /// (another daemon's) stays.
+    #[test]
+    fn sock_1_shutdown_removes_only_its_own_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mux.sock");
+        let (_listener, ours) = bind_std(&path).unwrap();
+        let (_other, theirs) = bind_std(&path).unwrap();
+        assert_ne!(ours, theirs);
+        remove_if_ours(&path, Some(ours));
+        assert_eq!(identity(&path), Some(theirs), "another daemon's socket stays");
+        remove_if_ours(&path, None);
+        assert!(path.exists(), "a daemon that lost its socket removes nothing");
+        remove_if_ours(&path, Some(theirs));
+        assert!(!path.exists(), "its own goes");
+    }
 }
