@@ -345,6 +345,39 @@ fn sock_1_lock_1_a_removed_socket_or_run_directory_is_restored_and_never_doubles
     assert!(daemons_of(&w).is_empty(), "mux stop reached it");
 }
 
+/// LIVE-1: an agent whose holder's socket file was removed (the holder and its process run on,
+/// a daemon started after the removal cannot reach it) never has a waiting request ended as
+/// `delivery_failed` (which invites a second submission to an agent that may still take the
+/// first), and `agent restart` ends that holder before it starts a new pane: exactly one agent
+/// process runs after it, where a second pane used to run beside the first.
+#[test]
+fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "3000"]);
+    let id = new_id();
+    let incarnation = entry["incarnation"].as_str().unwrap();
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "slow one"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    std::fs::remove_file(paths.holder_socket(entry["agent_id"].as_str().unwrap())).unwrap();
+    w.ok(&["mux", "stop"]);
+    w.mux_start();
+    let event = w.wait_terminal(&id);
+    assert_ne!(event["state"], "delivery_failed", "a request of a live agent was failed: {event}");
+    let fakes = || {
+        w.our_pids().into_iter().filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.split(|b| *b == 0).nth(1) == Some(b"fake-codex".as_slice())
+        }).count()
+    };
+    assert_eq!(fakes(), 1, "the agent's process runs on");
+    let restarted = w.ok(&["agent", "restart", "zola"]);
+    assert_ne!(restarted["incarnation"], entry["incarnation"]);
+    w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
+    assert_eq!(fakes(), 1, "the old holder and its process ended: one agent process");
+}
+
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
 /// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
 #[test]

@@ -181,6 +181,11 @@ fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Resul
         // start a new one from the agent's stored record; same agent id, new incarnation.
         // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
         Err(_) => {
+            // LIVE-1: a holder that runs although nobody listens at its socket (removed) ends
+            // first: never a second pane and a second process beside it.
+            if let Some(pid) = worker.unreachable_holder() {
+                super::agents::end_unreachable_holder(pid, &worker.holder_socket)?;
+            }
             let config = HolderConfig { env: super::agents::restart_env(&worker.record)?, ..holder_config(paths, &worker.record) };
             spawn_failure(&spawn_pane(&config)?, &worker.record)?;
         }
@@ -255,7 +260,15 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     let worker = agent.clone();
     let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
     let result = tokio::task::spawn_blocking(move || {
-        let _ = worker.holder().map(|client| client.shutdown());
+        match worker.holder() {
+            Ok(client) => drop(client.shutdown()),
+            // LIVE-1: a holder nobody can reach at its socket (removed) must not run on outside
+            // the catalog (LIFE-1).
+            Err(_) => match worker.unreachable_holder() {
+                Some(pid) => super::agents::end_unreachable_holder(pid, &worker.holder_socket).map_err(crate::store::StoreError::invalid)?,
+                None => {}
+            },
+        }
         let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
         writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }])
     })

@@ -206,6 +206,10 @@ pub struct AgentRuntime {
     /// events they send keep their order in the driver's inbox.
     pub observer: Mutex<Option<super::agent_observer::AgentObserver>>,
     pub stopping: AtomicBool,
+    /// LIVE-1: a holder of this agent's socket path found running although nobody listens at
+    /// the path (its socket file removed): its pid, and whether `/proc` was searched for one
+    /// already (once per daemon: a daemon started after the removal never heard of it).
+    orphan: Mutex<OrphanHolder>,
     /// One kept connection for the frequent liveness checks (a new connection costs the holder
     /// a thread each time).
     info_client: Mutex<Option<HolderClient>>,
@@ -254,6 +258,7 @@ impl AgentRuntime {
             liveness: Mutex::new(Liveness::gone()),
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            orphan: Mutex::new(OrphanHolder::default()),
             info_client: Mutex::new(None),
             checkpoint: Mutex::new(CheckpointSlot::default()),
             view: Mutex::new(MonitorView::default()),
@@ -401,10 +406,39 @@ impl AgentRuntime {
         HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT).map_err(|e| e.to_string())
     }
 
-    /// LIVE-1: the holder that answered last still runs, serving this agent's socket path.
-    fn last_holder_runs(&self) -> bool {
-        let holder = self.liveness.lock().expect("liveness lock").holder.clone();
-        holder.is_some_and(|holder| holder_serves(holder.pid, &self.holder_socket))
+    /// LIVE-1: the pid of a holder that still runs for this agent's socket path although
+    /// nobody listens there (its socket file was removed): the one that answered last, one
+    /// found before, or (once per daemon) one found in `/proc`.
+    pub fn unreachable_holder(&self) -> Option<u32> {
+        let last = self.liveness.lock().expect("liveness lock").holder.as_ref().map(|holder| holder.pid);
+        let mut orphan = self.orphan.lock().expect("orphan holder");
+        if let Some(pid) = last.into_iter().chain(orphan.pid).find(|pid| holder_serves(*pid, &self.holder_socket)) {
+            orphan.pid = Some(pid);
+            return Some(pid);
+        }
+        if !std::mem::replace(&mut orphan.searched, true) {
+            orphan.pid = find_holder(&self.holder_socket);
+        }
+        orphan.pid.filter(|pid| holder_serves(*pid, &self.holder_socket))
+    }
+
+    /// LIVE-1: "nobody listens" is no exit while a holder still runs for the socket and the
+    /// agent's process, if one was known, still runs too (once it is gone, it exited, holder
+    /// or not: the holder lingers 10 minutes after its child). Said once, not every probe.
+    fn unreachable_but_running(&self) -> bool {
+        let process = self.liveness.lock().expect("liveness lock").process;
+        let running = self.unreachable_holder().is_some()
+            && process.is_none_or(|p| {
+                let process = crate::proc_probe::ProcessIdentity { pid: p.pid, start_time_ticks: p.start_time_ticks };
+                // A probe that failed is no evidence of the exit either (LIVE-1).
+                !matches!(crate::proc_probe::gone_by_stat(process), Ok(true))
+            });
+        let mut orphan = self.orphan.lock().expect("orphan holder");
+        if running && !std::mem::replace(&mut orphan.warned, true) {
+            tracing::warn!(agent_id = %self.record.agent_id, holder_pid = ?orphan.pid, "nobody listens at the holder's socket but the holder runs (its socket was removed?): liveness unknown (LIVE-1); `agent restart` or `agent stop` ends that holder");
+        }
+        orphan.warned &= running;
+        running
     }
 
     /// Reads the holder's facts. On a process change or exit, first drains the old process's
@@ -428,10 +462,7 @@ impl AgentRuntime {
             // socket file was removed (a cleaner of old files, a careless `rm`), and the
             // process in its pane lives on. That is "unknown", never an exit: an exit would end
             // requests as `delivery_failed` whose prompt the live agent may still take.
-            Err(error) if holder_is_gone(&error) && self.last_holder_runs() => {
-                tracing::warn!(agent_id = %self.record.agent_id, %error, "the holder's socket does not answer but the holder runs (its socket was removed?): liveness unknown (LIVE-1)");
-                return Applied::Unknown;
-            }
+            Err(error) if holder_is_gone(&error) && self.unreachable_but_running() => return Applied::Unknown,
             Err(error) if holder_is_gone(&error) => Liveness::gone(),
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
@@ -641,6 +672,41 @@ impl AgentRuntime {
 /// ways of reading the screen.
 fn text_of(screen: &crate::holder::protocol::ScreenReply) -> String {
     screen.lines.join("\n")
+}
+
+/// LIVE-1: what is known of a holder that runs but cannot be reached at its socket path.
+#[derive(Default)]
+struct OrphanHolder {
+    pid: Option<u32>,
+    searched: bool,
+    warned: bool,
+}
+
+/// LIVE-1: a process serving `socket` as its holder, from a search of `/proc` (only when nobody
+/// listens there and no holder is known: once per agent and daemon).
+pub fn find_holder(socket: &Path) -> Option<u32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok()).find(|pid| holder_serves(*pid, socket))
+}
+
+/// LIVE-1: ends a holder that runs but cannot be reached at its socket (`agent restart` and
+/// `agent stop`, before a new pane or the record's removal): SIGTERM, then SIGKILL; its child
+/// loses its terminal with it. Err when it is still there after both.
+pub fn end_unreachable_holder(pid: u32, socket: &Path) -> Result<(), String> {
+    for (signal, wait) in [(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5)), (nix::sys::signal::Signal::SIGKILL, Duration::from_secs(2))] {
+        if !holder_serves(pid, socket) {
+            return Ok(());
+        }
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        let deadline = Instant::now() + wait;
+        while holder_serves(pid, socket) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    match holder_serves(pid, socket) {
+        false => Ok(()),
+        true => Err(format!("the agent's holder (pid {pid}) cannot be reached at {} and does not end", socket.display())),
+    }
 }
 
 /// LIVE-1: process `pid` is a holder (`wakterm __holder`) serving `socket`: its command line
@@ -915,7 +981,12 @@ mod tests {
         let agent = pty_agent(dir.path(), "6c9c591e-087b-4c45-9001-bf796f895b58").0;
         let socket = agent.holder_socket.display().to_string();
         // A process whose command line reads as this agent's holder.
-        let mut holder = std::process::Command::new("sh").args(["-c", "sleep 30; true", "__holder", "--socket", &socket]).spawn().unwrap();
+        let mut holder = std::process::Command::new("sh")
+            .args(["-c", "exec 1>&- 2>&-; sleep 30; true", "__holder", "--socket", &socket])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
         // `spawn` may return before the child's exec shows in /proc: a bounded wait.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !holder_serves(holder.id(), &agent.holder_socket) && Instant::now() < deadline {
@@ -924,12 +995,24 @@ mod tests {
         assert!(holder_serves(holder.id(), &agent.holder_socket));
         assert!(!holder_serves(holder.id(), &dir.path().join("other.sock")), "another agent's socket");
         assert!(!holder_serves(std::process::id(), &agent.holder_socket), "not a holder");
-        assert!(matches!(agent.apply_liveness(1, Ok(info_reply(20, holder.id())), None), Applied::Changed(_)));
+        // The agent's process: this test's own (it runs), as the holder last reported it.
+        let me = crate::proc_probe::identity(std::process::id()).unwrap();
+        let mut info = info_reply(me.pid, holder.id());
+        info.start_time_ticks = Some(me.start_time_ticks);
+        assert!(matches!(agent.apply_liveness(1, Ok(info.clone()), None), Applied::Changed(_)));
         assert_eq!(agent.apply_liveness(2, Err(refused(libc::ENOENT)), None), Applied::Unknown, "its holder runs");
-        assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(20), "nothing changed");
-        holder.kill().unwrap();
-        holder.wait().unwrap();
-        assert!(matches!(agent.apply_liveness(3, Err(refused(libc::ENOENT)), None), Applied::Changed(_)), "its holder is gone: an exit");
+        assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(me.pid), "nothing changed");
+        assert_eq!(agent.unreachable_holder(), Some(holder.id()));
+        // The agent's process gone (another start time): an exit, holder or not.
+        info.start_time_ticks = Some(me.start_time_ticks + 1);
+        assert!(matches!(agent.apply_liveness(3, Ok(info.clone()), None), Applied::Changed(_)));
+        assert!(matches!(agent.apply_liveness(4, Err(refused(libc::ENOENT)), None), Applied::Changed(_)), "its process is gone: an exit");
+        info.start_time_ticks = Some(me.start_time_ticks);
+        assert!(matches!(agent.apply_liveness(5, Ok(info), None), Applied::Changed(_)));
+        // The holder ends (as `agent restart` / `agent stop` end it): an exit.
+        end_unreachable_holder(holder.id(), &agent.holder_socket).unwrap();
+        let _ = holder.wait();
+        assert!(matches!(agent.apply_liveness(6, Err(refused(libc::ENOENT)), None), Applied::Changed(_)), "its holder is gone: an exit");
         assert_eq!(agent.liveness.lock().unwrap().process, None);
     }
 

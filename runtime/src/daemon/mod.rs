@@ -196,7 +196,10 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
     tracing::info!(retain_events = retention.events, retain_days = retention.days, "event retention (EV-9)");
     let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention, lock_identity)));
-    drop(lock); // held to the end, released last
+    // The runtime first (its tasks and blocking calls end, the store writer drains), then the
+    // lock: no other daemon may start while this one can still write.
+    drop(runtime);
+    drop(lock);
     served
 }
 
@@ -262,7 +265,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
-    let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
+    let (mut listener, mut socket, mut kept, _relocked) = socket_keeper::start(&paths, lock)?;
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
     let open = Arc::new(AtomicUsize::new(0));
@@ -276,10 +279,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
             },
             // SOCK-1: the keeper bound the socket again (its path was removed or replaced).
             Some(kept_now) = kept.recv() => match kept_now {
-                socket_keeper::Kept::Rebound(new, identity) => match tokio::net::UnixListener::from_std(new) {
-                    Ok(new) => (listener, socket) = (new, Some(identity)),
-                    Err(error) => tracing::warn!(%error, "the control socket was bound again but cannot be served: tried again"),
-                },
+                socket_keeper::Kept::Rebound(new, identity) => (listener, socket) = (new, Some(identity)),
                 // LOCK-1: another daemon took the run directory's lock meanwhile (one from
                 // before LOCK-1); two must never serve one data directory. The socket at the
                 // path is that daemon's: it stays.

@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -26,7 +27,7 @@ pub type Identity = (u64, u64);
 /// What the keeper tells the accept loop.
 pub enum Kept {
     /// The socket was bound again: serve this listener (the socket's identity with it).
-    Rebound(std::os::unix::net::UnixListener, Identity),
+    Rebound(tokio::net::UnixListener, Identity),
     /// Another process holds a new lock file: another daemon serves the directory now.
     LostTo(String),
 }
@@ -36,8 +37,9 @@ struct Keeper {
     paths: DataPaths,
     socket: Identity,
     lock: Identity,
-    /// The lock file taken again after it went (LOCK-1), held as long as the daemon runs.
-    relocked: Option<File>,
+    /// The lock file taken again after it went (LOCK-1), held until the daemon's serving ends
+    /// (the accept loop's owner keeps the other handle), not only as long as the keeper runs.
+    relocked: Arc<Mutex<Option<File>>>,
     /// Whether the last try failed (said once, not every second).
     failing: bool,
 }
@@ -45,14 +47,19 @@ struct Keeper {
 /// Binds the socket at start (the daemon holds the lock whose file has identity `lock`: a stale
 /// socket file is replaced) and starts the keeper. Returns the listener, the socket's
 /// identity, and where the keeper hands over what it did.
-pub fn start(paths: &DataPaths, lock: Identity) -> Result<(tokio::net::UnixListener, Option<Identity>, mpsc::Receiver<Kept>), String> {
+pub fn start(paths: &DataPaths, lock: Identity) -> Result<Started, String> {
     let (listener, socket) = bind_std(&paths.socket())?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(1);
-    let keeper = Keeper { paths: paths.clone(), socket, lock, relocked: None, failing: false };
+    let relocked = Arc::new(Mutex::new(None));
+    let keeper = Keeper { paths: paths.clone(), socket, lock, relocked: Arc::clone(&relocked), failing: false };
     tokio::spawn(keeper.run(tx));
-    Ok((listener, Some(socket), rx))
+    Ok((listener, Some(socket), rx, relocked))
 }
+
+/// What [`start`] returns: the listener, its socket's identity, the keeper's messages, and the
+/// lock file it may take again (to hold until serving ends).
+pub type Started = (tokio::net::UnixListener, Option<Identity>, mpsc::Receiver<Kept>, Arc<Mutex<Option<File>>>);
 
 /// At shutdown: removes the socket at `path` only if it is still this daemon's (`socket`),
 /// never another daemon's that took its place.
@@ -75,6 +82,19 @@ impl Keeper {
             }
             let Ok((keeper, kept)) = tokio::task::spawn_blocking(move || self.check()).await else { return };
             self = keeper;
+            let kept = match kept {
+                Some(Checked::Rebound(listener, socket)) => match tokio::net::UnixListener::from_std(listener) {
+                    Ok(listener) => Some(Kept::Rebound(listener, socket)),
+                    // Not served: the next check binds it again (the identity no longer matches).
+                    Err(error) => {
+                        tracing::warn!(%error, "the control socket was bound again but cannot be served: bound again in a second");
+                        self.socket = (0, 0);
+                        None
+                    }
+                },
+                Some(Checked::LostTo(message)) => Some(Kept::LostTo(message)),
+                None => None,
+            };
             let lost = matches!(kept, Some(Kept::LostTo(_)));
             if let Some(kept) = kept {
                 if tx.send(kept).await.is_err() || lost {
@@ -85,7 +105,7 @@ impl Keeper {
     }
 
     /// One check, on a blocking thread.
-    fn check(mut self) -> (Keeper, Option<Kept>) {
+    fn check(mut self) -> (Keeper, Option<Checked>) {
         let kept = match self.restore() {
             Ok(kept) => {
                 if std::mem::take(&mut self.failing) {
@@ -93,7 +113,7 @@ impl Keeper {
                 }
                 kept
             }
-            Err(Lost::ToAnotherDaemon(message)) => Some(Kept::LostTo(message)),
+            Err(Lost::ToAnotherDaemon(message)) => Some(Checked::LostTo(message)),
             Err(Lost::ForNow(message)) => {
                 if !std::mem::replace(&mut self.failing, true) {
                     tracing::warn!(%message, "the control socket or lock file is gone and cannot be made again yet: tried every second");
@@ -104,32 +124,52 @@ impl Keeper {
         (self, kept)
     }
 
-    /// None: both paths are in place. Else the socket bound again.
-    fn restore(&mut self) -> Result<Option<Kept>, Lost> {
+    /// None: both paths are in place (or only the lock file was taken again). Else the socket
+    /// bound again.
+    fn restore(&mut self) -> Result<Option<Checked>, Lost> {
         let lock_in_place = identity(&self.paths.lock_file()) == Some(self.lock);
         let socket_in_place = identity(&self.paths.socket()) == Some(self.socket);
         if lock_in_place && socket_in_place {
             return Ok(None);
         }
         self.paths.prepare().map_err(|e| Lost::ForNow(format!("cannot prepare {}: {e}", self.paths.root.display())))?;
-        if !lock_in_place {
-            let file = super::lock_file(&self.paths, Duration::ZERO).map_err(|error| match error {
-                LockError::Busy => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
-                LockError::Failed(message) => Lost::ForNow(message),
-            })?;
-            let stat = rustix::fs::fstat(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
-            self.lock = (stat.st_dev, stat.st_ino);
-            self.relocked = Some(file);
-            tracing::warn!("the lock file was removed or replaced: taken again");
+        // A lock file that cannot be taken again for now does not keep the socket away: the
+        // data directory's own lock already keeps other daemons out (LOCK-1).
+        let relocked = match lock_in_place {
+            true => Ok(()),
+            false => self.take_lock_again(),
+        };
+        if let Err(Lost::ToAnotherDaemon(message)) = relocked {
+            return Err(Lost::ToAnotherDaemon(message));
         }
-        if socket_in_place {
-            return Ok(None);
+        if !socket_in_place {
+            let (listener, socket) = bind_std(&self.paths.socket()).map_err(Lost::ForNow)?;
+            self.socket = socket;
+            tracing::warn!("the control socket was removed or replaced: bound again");
+            relocked?;
+            return Ok(Some(Checked::Rebound(listener, socket)));
         }
-        let (listener, socket) = bind_std(&self.paths.socket()).map_err(Lost::ForNow)?;
-        self.socket = socket;
-        tracing::warn!("the control socket was removed or replaced: bound again");
-        Ok(Some(Kept::Rebound(listener, socket)))
+        relocked.map(|()| None)
     }
+
+    /// LOCK-1: takes `run/mux.lock` again (it was removed or replaced).
+    fn take_lock_again(&mut self) -> Result<(), Lost> {
+        let file = super::lock_file(&self.paths, Duration::ZERO).map_err(|error| match error {
+            LockError::Busy => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
+            LockError::Failed(message) => Lost::ForNow(message),
+        })?;
+        let stat = rustix::fs::fstat(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
+        self.lock = (stat.st_dev, stat.st_ino);
+        *self.relocked.lock().expect("relocked lock file") = Some(file);
+        tracing::warn!("the lock file was removed or replaced: taken again");
+        Ok(())
+    }
+}
+
+/// What one check did, on its blocking thread.
+enum Checked {
+    Rebound(std::os::unix::net::UnixListener, Identity),
+    LostTo(String),
 }
 
 /// Why the paths could not be kept.
