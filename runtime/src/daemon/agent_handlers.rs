@@ -171,12 +171,14 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
 
 /// Starts the agent's command again: in its pane if that lives, else in a new pane.
 fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Result<(), String> {
-    match worker.holder() {
+    match crate::holder::HolderClient::connect_with_timeout(&worker.holder_socket, super::agents::HOLDER_CALL_TIMEOUT) {
         // The pane lives: start the command again in it (a new incarnation).
         Ok(mut client) => {
             let info = client.respawn().map_err(|e| e.to_string())?;
             spawn_failure(&info, &worker.record)?;
         }
+        // Not known to be gone (a timeout, out of descriptors): nothing is started beside it.
+        Err(error) if !super::agents::holder_is_gone(&error) => return Err(format!("cannot reach the agent's pane: {error}")),
         // The pane is gone (its holder exited or was killed while the daemon was down):
         // start a new one from the agent's stored record; same agent id, new incarnation.
         // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
@@ -250,6 +252,13 @@ pub(super) fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntim
     agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()
 }
 
+/// Why `agent stop` failed: the agent's holder did not end (the agent stays), or the record's
+/// removal did not commit.
+enum StopFailed {
+    Holder(String),
+    Store(crate::store::StoreError),
+}
+
 pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     let Some(agent) = resolve(context, target) else {
         return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
@@ -260,26 +269,33 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     let worker = agent.clone();
     let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
     let result = tokio::task::spawn_blocking(move || {
-        match worker.holder() {
+        match crate::holder::HolderClient::connect_with_timeout(&worker.holder_socket, super::agents::HOLDER_CALL_TIMEOUT) {
             Ok(client) => drop(client.shutdown()),
             // LIVE-1: a holder nobody can reach at its socket (removed) must not run on outside
-            // the catalog (LIFE-1).
-            Err(_) => match worker.unreachable_holder() {
-                Some(pid) => super::agents::end_unreachable_holder(pid, &worker.holder_socket).map_err(crate::store::StoreError::invalid)?,
-                None => {}
-            },
+            // the catalog (LIFE-1): it ends first, or the agent stays.
+            Err(error) if super::agents::holder_is_gone(&error) => {
+                if let Some(pid) = worker.unreachable_holder() {
+                    super::agents::end_unreachable_holder(pid, &worker.holder_socket).map_err(StopFailed::Holder)?;
+                }
+            }
+            Err(_) => {}
         }
         let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
-        writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }])
+        writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }]).map_err(StopFailed::Store)
     })
     .await;
+    if let Ok(Err(StopFailed::Holder(message))) = result {
+        agent.stopping.store(false, std::sync::atomic::Ordering::SeqCst);
+        return Reply::error(exit::ERROR, "agent_stop_failed", message);
+    }
     context.agents.lock().expect("agent table").remove(&agent_id);
     if let Ok(id) = AgentId::parse(&agent_id) {
         let _ = context.inbox.send(DriverMsg::Input(Input::AgentRemoved { agent_id: id })).await;
     }
     match result {
         Ok(Ok(_)) => Reply::ok(json!({"schema": "wakterm.agent-stop.v1", "agent_id": agent_id, "stopped": true})),
-        Ok(Err(error)) => Reply::error(exit::ERROR, "store_failed", error.to_string()),
+        Ok(Err(StopFailed::Store(error))) => Reply::error(exit::ERROR, "store_failed", error.to_string()),
+        Ok(Err(StopFailed::Holder(_))) => unreachable!("answered above"),
         Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
     }
 }

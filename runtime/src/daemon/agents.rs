@@ -423,16 +423,15 @@ impl AgentRuntime {
     }
 
     /// LIVE-1: "nobody listens" is no exit while a holder still runs for the socket and the
-    /// agent's process, if one was known, still runs too (once it is gone, it exited, holder
-    /// or not: the holder lingers 10 minutes after its child). Said once, not every probe.
+    /// agent's known process still runs too (once it is gone, it exited, holder or not: the
+    /// holder lingers 10 minutes after its child). Said once, not every probe.
     fn unreachable_but_running(&self) -> bool {
-        let process = self.liveness.lock().expect("liveness lock").process;
-        let running = self.unreachable_holder().is_some()
-            && process.is_none_or(|p| {
-                let process = crate::proc_probe::ProcessIdentity { pid: p.pid, start_time_ticks: p.start_time_ticks };
-                // A probe that failed is no evidence of the exit either (LIVE-1).
-                !matches!(crate::proc_probe::gone_by_stat(process), Ok(true))
-            });
+        // No process known (a daemon just started): "gone" changes nothing then, and no search
+        // of `/proc` is spent on it (`agent restart` and `agent stop` still search).
+        let Some(known) = self.liveness.lock().expect("liveness lock").process else { return false };
+        let process = crate::proc_probe::ProcessIdentity { pid: known.pid, start_time_ticks: known.start_time_ticks };
+        // The agent's process must run too; a probe that failed is no evidence of its exit.
+        let running = !matches!(crate::proc_probe::gone_by_stat(process), Ok(true)) && self.unreachable_holder().is_some();
         let mut orphan = self.orphan.lock().expect("orphan holder");
         if running && !std::mem::replace(&mut orphan.warned, true) {
             tracing::warn!(agent_id = %self.record.agent_id, holder_pid = ?orphan.pid, "nobody listens at the holder's socket but the holder runs (its socket was removed?): liveness unknown (LIVE-1); `agent restart` or `agent stop` ends that holder");
@@ -693,6 +692,23 @@ pub fn find_holder(socket: &Path) -> Option<u32> {
 /// `agent stop`, before a new pane or the record's removal): SIGTERM, then SIGKILL; its child
 /// loses its terminal with it. Err when it is still there after both.
 pub fn end_unreachable_holder(pid: u32, socket: &Path) -> Result<(), String> {
+    // Its children first, as the holder itself ends them (`Pane::terminate_child`): each leads
+    // its own process group; a SIGHUP from the closed terminal alone would miss an agent that
+    // ignores it, which would then run on beside the new pane.
+    for child in children_of(pid) {
+        for (signal, wait) in [(nix::sys::signal::Signal::SIGHUP, Duration::from_secs(2)), (nix::sys::signal::Signal::SIGKILL, Duration::from_secs(1))] {
+            if holder_serves(pid, socket) && children_of(pid).contains(&child) {
+                let child_pid = nix::unistd::Pid::from_raw(child as i32);
+                if nix::sys::signal::killpg(child_pid, signal) == Err(nix::errno::Errno::ESRCH) {
+                    let _ = nix::sys::signal::kill(child_pid, signal); // not a group's leader
+                }
+                let deadline = Instant::now() + wait;
+                while children_of(pid).contains(&child) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
     for (signal, wait) in [(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5)), (nix::sys::signal::Signal::SIGKILL, Duration::from_secs(2))] {
         if !holder_serves(pid, socket) {
             return Ok(());
@@ -709,9 +725,20 @@ pub fn end_unreachable_holder(pid: u32, socket: &Path) -> Result<(), String> {
     }
 }
 
+/// The live (not yet reaped) children of `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children.split_whitespace().filter_map(|child| child.parse().ok()).collect()
+}
+
 /// LIVE-1: process `pid` is a holder (`wakterm __holder`) serving `socket`: its command line
 /// names both (a pid reused by another process does not; a zombie's is empty).
 pub fn holder_serves(pid: u32, socket: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // Ours only: another user's process may carry the same words in its command line.
+    if !std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|meta| meta.uid() == rustix::process::geteuid().as_raw()) {
+        return false;
+    }
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let socket = socket.as_os_str().as_encoded_bytes();
@@ -1009,8 +1036,12 @@ mod tests {
         assert!(matches!(agent.apply_liveness(4, Err(refused(libc::ENOENT)), None), Applied::Changed(_)), "its process is gone: an exit");
         info.start_time_ticks = Some(me.start_time_ticks);
         assert!(matches!(agent.apply_liveness(5, Ok(info), None), Applied::Changed(_)));
-        // The holder ends (as `agent restart` / `agent stop` end it): an exit.
+        // The holder ends (as `agent restart` / `agent stop` end it), its child first: an exit.
+        let children = children_of(holder.id());
+        assert_eq!(children.len(), 1, "sh runs sleep");
         end_unreachable_holder(holder.id(), &agent.holder_socket).unwrap();
+        let child_ended = crate::proc_probe::standing(children[0]).map_or(true, |(_, zombie)| zombie);
+        assert!(child_ended, "the holder's child ended too");
         let _ = holder.wait();
         assert!(matches!(agent.apply_liveness(6, Err(refused(libc::ENOENT)), None), Applied::Changed(_)), "its holder is gone: an exit");
         assert_eq!(agent.liveness.lock().unwrap().process, None);

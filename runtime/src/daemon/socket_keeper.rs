@@ -146,7 +146,11 @@ impl Keeper {
             let (listener, socket) = bind_std(&self.paths.socket()).map_err(Lost::ForNow)?;
             self.socket = socket;
             tracing::warn!("the control socket was removed or replaced: bound again");
-            relocked?;
+            // A bound socket is always handed over (dropped, it would stay at its path with
+            // nobody behind it, and match from then on); the lock file is tried again later.
+            if let Err(Lost::ForNow(message)) = relocked {
+                tracing::warn!(%message, "the lock file cannot be taken again yet: tried every second");
+            }
             return Ok(Some(Checked::Rebound(listener, socket)));
         }
         relocked.map(|()| None)
