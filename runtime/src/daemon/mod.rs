@@ -181,6 +181,8 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     paths.prepare().map_err(|e| format!("cannot prepare {}: {e}", paths.root.display()))?;
     let lock = acquire_lock(&paths)?;
     let lock_identity = lock.file_identity()?;
+    // SOCK-1: the lock file the keeper may take again, held here as long as `lock` is.
+    let relocked = Arc::new(Mutex::new(None));
     crate::logging::init_daemon(&paths)?;
     tracing::info!(pid = std::process::id(), data_dir = %paths.root.display(), version = env!("CARGO_PKG_VERSION"), "{}", crate::logging::STARTING_LOG);
     let descriptor_limit = raise_descriptor_limit();
@@ -195,10 +197,11 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
     tracing::info!(retain_events = retention.events, retain_days = retention.days, "event retention (EV-9)");
-    let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention, lock_identity)));
+    let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention, (lock_identity, relocked.clone()))));
     // The runtime first (its tasks and blocking calls end, the store writer drains), then the
     // lock: no other daemon may start while this one can still write.
     drop(runtime);
+    drop(relocked);
     drop(lock);
     served
 }
@@ -252,7 +255,7 @@ fn load_checkpoints(store: &Store) -> BTreeMap<String, ObserverCheckpoint> {
     checkpoints
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, retention, lock): (usize, retention::Retention, (u64, u64))) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, retention, lock): (usize, retention::Retention, socket_keeper::HeldLock)) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let events = effects::EventFeed::new(engine.events_published_through());
@@ -265,7 +268,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
-    let (mut listener, mut socket, mut kept, _relocked) = socket_keeper::start(&paths, lock)?;
+    let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), fault });
     let open = Arc::new(AtomicUsize::new(0));

@@ -37,29 +37,33 @@ struct Keeper {
     paths: DataPaths,
     socket: Identity,
     lock: Identity,
-    /// The lock file taken again after it went (LOCK-1), held until the daemon's serving ends
-    /// (the accept loop's owner keeps the other handle), not only as long as the keeper runs.
+    /// The lock file taken again after it went (LOCK-1), held by the daemon as long as its own
+    /// lock (`HeldLock`), not only as long as the keeper runs.
     relocked: Arc<Mutex<Option<File>>>,
     /// Whether the last try failed (said once, not every second).
     failing: bool,
+    /// Whether the last socket bound could not be served (said once too).
+    unserved: bool,
 }
 
 /// Binds the socket at start (the daemon holds the lock whose file has identity `lock`: a stale
 /// socket file is replaced) and starts the keeper. Returns the listener, the socket's
 /// identity, and where the keeper hands over what it did.
-pub fn start(paths: &DataPaths, lock: Identity) -> Result<Started, String> {
+pub fn start(paths: &DataPaths, (lock, relocked): HeldLock) -> Result<Started, String> {
     let (listener, socket) = bind_std(&paths.socket())?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(1);
-    let relocked = Arc::new(Mutex::new(None));
-    let keeper = Keeper { paths: paths.clone(), socket, lock, relocked: Arc::clone(&relocked), failing: false };
+    let keeper = Keeper { paths: paths.clone(), socket, lock, relocked, failing: false, unserved: false };
     tokio::spawn(keeper.run(tx));
-    Ok((listener, Some(socket), rx, relocked))
+    Ok((listener, Some(socket), rx))
 }
 
-/// What [`start`] returns: the listener, its socket's identity, the keeper's messages, and the
-/// lock file it may take again (to hold until serving ends).
-pub type Started = (tokio::net::UnixListener, Option<Identity>, mpsc::Receiver<Kept>, Arc<Mutex<Option<File>>>);
+/// The lock file the daemon holds (its identity), and where the keeper puts the one it takes
+/// again; the daemon holds that as long as its own lock, until its runtime has ended.
+pub type HeldLock = (Identity, Arc<Mutex<Option<File>>>);
+
+/// What [`start`] returns: the listener, its socket's identity, and the keeper's messages.
+pub type Started = (tokio::net::UnixListener, Option<Identity>, mpsc::Receiver<Kept>);
 
 /// At shutdown: removes the socket at `path` only if it is still this daemon's (`socket`),
 /// never another daemon's that took its place.
@@ -84,10 +88,15 @@ impl Keeper {
             self = keeper;
             let kept = match kept {
                 Some(Checked::Rebound(listener, socket)) => match tokio::net::UnixListener::from_std(listener) {
-                    Ok(listener) => Some(Kept::Rebound(listener, socket)),
+                    Ok(listener) => {
+                        self.unserved = false;
+                        Some(Kept::Rebound(listener, socket))
+                    }
                     // Not served: the next check binds it again (the identity no longer matches).
                     Err(error) => {
-                        tracing::warn!(%error, "the control socket was bound again but cannot be served: bound again in a second");
+                        if !std::mem::replace(&mut self.unserved, true) {
+                            tracing::warn!(%error, "the control socket was bound again but cannot be served: bound again every second");
+                        }
                         self.socket = (0, 0);
                         None
                     }
