@@ -200,6 +200,17 @@ pub fn descendants(pid: u32) -> Result<Vec<u32>, ProbeError> {
     }
 }
 
+/// The direct children of `pid`, from every thread's `children` list (a child spawned by
+/// another thread than the main one is listed under that thread); by the parent links of every
+/// process on a kernel without those lists; none when `pid` is gone or cannot be read.
+pub fn children(pid: u32) -> Vec<u32> {
+    match children_of(pid) {
+        Ok(children) => children,
+        Err(ChildrenError::Unsupported) => children_by_parent().ok().and_then(|all| all.get(&pid).cloned()).unwrap_or_default(),
+        Err(ChildrenError::Probe(_)) => Vec::new(),
+    }
+}
+
 enum ChildrenError {
     /// This kernel has no `/proc/PID/task/TID/children`.
     Unsupported,
@@ -444,6 +455,32 @@ fn same_directory(a: &Path, b: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// LIVE-1: a child spawned by another thread than the main one (as a holder's respawn does,
+    /// from a connection's thread) is one of the process's children: `end_unreachable_holder`
+    /// once read only the main thread's list and missed it.
+    #[test]
+    fn live_1_children_spawned_by_any_thread_are_listed() {
+        // The spawning thread lives on while the list is read (a thread's children pass to
+        // another thread of the process when it exits).
+        let (spawned, checked) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let spawner = std::thread::spawn(move || {
+            let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+            spawned.0.send(child.id()).unwrap();
+            checked.1.recv().unwrap();
+            child
+        });
+        let id = spawned.1.recv().unwrap();
+        let main_only = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", std::process::id())).unwrap_or_default();
+        let listed = children(std::process::id()).contains(&id);
+        checked.0.send(()).unwrap();
+        let mut child = spawner.join().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!main_only.split_whitespace().any(|pid| pid == id.to_string()), "not in the main thread's own list");
+        assert!(listed, "a child of another thread is a child of the process");
+        assert!(children(u32::MAX).is_empty(), "no such process: none");
+    }
     use std::os::unix::process::CommandExt;
     use std::process::{Child, Command};
     use std::time::{Duration, Instant};

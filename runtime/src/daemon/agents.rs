@@ -695,15 +695,15 @@ pub fn end_unreachable_holder(pid: u32, socket: &Path) -> Result<(), String> {
     // Its children first, as the holder itself ends them (`Pane::terminate_child`): each leads
     // its own process group; a SIGHUP from the closed terminal alone would miss an agent that
     // ignores it, which would then run on beside the new pane.
-    for child in children_of(pid) {
+    for child in crate::proc_probe::children(pid) {
         for (signal, wait) in [(nix::sys::signal::Signal::SIGHUP, Duration::from_secs(2)), (nix::sys::signal::Signal::SIGKILL, Duration::from_secs(1))] {
-            if holder_serves(pid, socket) && children_of(pid).contains(&child) {
+            if holder_serves(pid, socket) && crate::proc_probe::children(pid).contains(&child) {
                 let child_pid = nix::unistd::Pid::from_raw(child as i32);
                 if nix::sys::signal::killpg(child_pid, signal) == Err(nix::errno::Errno::ESRCH) {
                     let _ = nix::sys::signal::kill(child_pid, signal); // not a group's leader
                 }
                 let deadline = Instant::now() + wait;
-                while children_of(pid).contains(&child) && Instant::now() < deadline {
+                while crate::proc_probe::children(pid).contains(&child) && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -723,12 +723,6 @@ pub fn end_unreachable_holder(pid: u32, socket: &Path) -> Result<(), String> {
         false => Ok(()),
         true => Err(format!("the agent's holder (pid {pid}) cannot be reached at {} and does not end", socket.display())),
     }
-}
-
-/// The live (not yet reaped) children of `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    children.split_whitespace().filter_map(|child| child.parse().ok()).collect()
 }
 
 /// LIVE-1: process `pid` is a holder (`wakterm __holder`) serving `socket`: its command line
@@ -1037,7 +1031,7 @@ mod tests {
         info.start_time_ticks = Some(me.start_time_ticks);
         assert!(matches!(agent.apply_liveness(5, Ok(info), None), Applied::Changed(_)));
         // The holder ends (as `agent restart` / `agent stop` end it), its child first: an exit.
-        let children = children_of(holder.id());
+        let children = crate::proc_probe::children(holder.id());
         assert_eq!(children.len(), 1, "sh runs sleep");
         end_unreachable_holder(holder.id(), &agent.holder_socket).unwrap();
         let child_ended = crate::proc_probe::standing(children[0]).map_or(true, |(_, zombie)| zombie);
