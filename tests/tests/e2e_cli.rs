@@ -75,12 +75,7 @@ fn concurrent_starts_of_one_name_make_one_agent() {
     let codes: Vec<i32> = children.into_iter().map(|c| c.wait_with_output().unwrap().status.code().unwrap_or(-1)).collect();
     assert_eq!(codes.iter().filter(|c| **c == 0).count(), 1, "{codes:?}");
     assert!(codes.iter().all(|c| *c == 0 || *c == 4), "losers are told name_taken: {codes:?}");
-    // The agent processes themselves (argv[1] == fake-codex), not their holders.
-    let fakes = w.our_pids().into_iter().filter(|pid| {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        cmdline.split(|b| *b == 0).nth(1) == Some(b"fake-codex".as_slice())
-    });
-    assert_eq!(fakes.count(), 1, "exactly one agent process runs");
+    assert_eq!(w.fake_agents_running(), 1, "exactly one agent process runs");
 }
 
 /// An agent whose pane died while the daemon was down can be restarted under the same id.

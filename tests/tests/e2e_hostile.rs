@@ -365,17 +365,11 @@ fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
     w.mux_start();
     let event = w.wait_terminal(&id);
     assert_ne!(event["state"], "delivery_failed", "a request of a live agent was failed: {event}");
-    let fakes = || {
-        w.our_pids().into_iter().filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            cmdline.split(|b| *b == 0).nth(1) == Some(b"fake-codex".as_slice())
-        }).count()
-    };
-    assert_eq!(fakes(), 1, "the agent's process runs on");
+    assert_eq!(w.fake_agents_running(), 1, "the agent's process runs on");
     let restarted = w.ok(&["agent", "restart", "zola"]);
     assert_ne!(restarted["incarnation"], entry["incarnation"]);
     w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
-    assert_eq!(fakes(), 1, "the old holder and its process ended: one agent process");
+    assert_eq!(w.fake_agents_running(), 1, "the old holder and its process ended: one agent process");
 }
 
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside

@@ -171,7 +171,7 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
 
 /// Starts the agent's command again: in its pane if that lives, else in a new pane.
 fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Result<(), String> {
-    match crate::holder::HolderClient::connect_with_timeout(&worker.holder_socket, super::agents::HOLDER_CALL_TIMEOUT) {
+    match worker.connect_holder() {
         // The pane lives: start the command again in it (a new incarnation).
         Ok(mut client) => {
             let info = client.respawn().map_err(|e| e.to_string())?;
@@ -185,9 +185,7 @@ fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Resul
         Err(_) => {
             // LIVE-1: a holder that runs although nobody listens at its socket (removed) ends
             // first: never a second pane and a second process beside it.
-            if let Some(pid) = worker.unreachable_holder() {
-                super::agents::end_unreachable_holder(pid, &worker.holder_socket)?;
-            }
+            worker.end_unreachable_holder()?;
             let config = HolderConfig { env: super::agents::restart_env(&worker.record)?, ..holder_config(paths, &worker.record) };
             spawn_failure(&spawn_pane(&config)?, &worker.record)?;
         }
@@ -269,15 +267,11 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     let worker = agent.clone();
     let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
     let result = tokio::task::spawn_blocking(move || {
-        match crate::holder::HolderClient::connect_with_timeout(&worker.holder_socket, super::agents::HOLDER_CALL_TIMEOUT) {
+        match worker.connect_holder() {
             Ok(client) => drop(client.shutdown()),
             // LIVE-1: a holder nobody can reach at its socket (removed) must not run on outside
             // the catalog (LIFE-1): it ends first, or the agent stays.
-            Err(error) if super::agents::holder_is_gone(&error) => {
-                if let Some(pid) = worker.unreachable_holder() {
-                    super::agents::end_unreachable_holder(pid, &worker.holder_socket).map_err(StopFailed::Holder)?;
-                }
-            }
+            Err(error) if super::agents::holder_is_gone(&error) => worker.end_unreachable_holder().map_err(StopFailed::Holder)?,
             Err(_) => {}
         }
         let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent

@@ -87,7 +87,7 @@ pub fn resolve_codex_home(
     passwd_home: impl Fn() -> Option<PathBuf>,
 ) -> PathBuf {
     let var = |name: &str| {
-        let own = env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| OsString::from(value));
+        let own = env_value(env, name).map(OsString::from);
         own.or_else(|| inherited(name)).filter(|value| !value.is_empty()).map(PathBuf::from)
     };
     let home = match var("CODEX_HOME") {
@@ -95,6 +95,12 @@ pub fn resolve_codex_home(
         None => var("HOME").or_else(passwd_home).unwrap_or_default().join(".codex"),
     };
     cwd.join(home)
+}
+
+/// The value the agent's own environment gives `name` (the last `--env` wins, as the holder
+/// sets them in order), empty included.
+fn env_value<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
 }
 
 /// CORR-14: [`resolve_codex_home`] with this daemon's environment and user, canonical when it
@@ -113,7 +119,7 @@ pub fn codex_home_for(env: &[(String, String)], cwd: &Path) -> PathBuf {
 /// another environment would otherwise start Codex writing elsewhere than it watches.
 pub fn restart_env(record: &AgentRecord) -> Result<Vec<(String, String)>, String> {
     let mut env = record.env.clone();
-    let own = env.iter().rev().find(|(key, _)| key == "CODEX_HOME").is_some_and(|(_, value)| !value.is_empty());
+    let own = env_value(&env, "CODEX_HOME").is_some_and(|value| !value.is_empty());
     if let (false, Some(home)) = (own, &record.codex_home) {
         std::fs::create_dir_all(home).map_err(|error| format!("cannot prepare the agent's CODEX_HOME {home}: {error}"))?;
         env.push(("CODEX_HOME".to_string(), home.clone()));
@@ -403,7 +409,22 @@ impl AgentRuntime {
     }
 
     pub fn holder(&self) -> Result<HolderClient, String> {
-        HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT).map_err(|e| e.to_string())
+        self.connect_holder().map_err(|e| e.to_string())
+    }
+
+    /// A new connection to the agent's holder, its failure as it is (LIVE-1 tells them apart).
+    pub fn connect_holder(&self) -> Result<HolderClient, HolderError> {
+        HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)
+    }
+
+    /// LIVE-1: after "nobody listens" at the holder's socket, ends a holder that still runs
+    /// for it (`agent restart` and `agent stop`: never a second pane beside it, never one
+    /// running on outside the catalog). Err when it does not end.
+    pub fn end_unreachable_holder(&self) -> Result<(), String> {
+        match self.unreachable_holder() {
+            Some(pid) => end_unreachable_holder(pid, &self.holder_socket),
+            None => Ok(()),
+        }
     }
 
     /// LIVE-1: the pid of a holder that still runs for this agent's socket path although
@@ -429,7 +450,7 @@ impl AgentRuntime {
         // No process known (a daemon just started): "gone" changes nothing then, and no search
         // of `/proc` is spent on it (`agent restart` and `agent stop` still search).
         let Some(known) = self.liveness.lock().expect("liveness lock").process else { return false };
-        let process = crate::proc_probe::ProcessIdentity { pid: known.pid, start_time_ticks: known.start_time_ticks };
+        let process = crate::observer::engine_to_probe(known);
         // The agent's process must run too; a probe that failed is no evidence of its exit.
         let running = !matches!(crate::proc_probe::gone_by_stat(process), Ok(true)) && self.unreachable_holder().is_some();
         let mut orphan = self.orphan.lock().expect("orphan holder");
@@ -689,40 +710,47 @@ pub fn find_holder(socket: &Path) -> Option<u32> {
 }
 
 /// LIVE-1: ends a holder that runs but cannot be reached at its socket (`agent restart` and
-/// `agent stop`, before a new pane or the record's removal): SIGTERM, then SIGKILL; its child
-/// loses its terminal with it. Err when it is still there after both.
+/// `agent stop`, before a new pane or the record's removal): first each child's process group,
+/// SIGHUP then SIGKILL, as the holder itself ends them (`Pane::terminate_child`: a hang-up from
+/// the closed terminal alone would miss an agent that ignores it, which would then run on
+/// beside the new pane); then the holder, SIGTERM then SIGKILL. Each signal only while the
+/// holder's command line still names the socket. Err when the holder is still there.
 pub fn end_unreachable_holder(pid: u32, socket: &Path) -> Result<(), String> {
-    // Its children first, as the holder itself ends them (`Pane::terminate_child`): each leads
-    // its own process group; a SIGHUP from the closed terminal alone would miss an agent that
-    // ignores it, which would then run on beside the new pane.
+    use nix::sys::signal::{kill, killpg, Signal};
+    let still_holder = || holder_serves(pid, socket);
     for child in crate::proc_probe::children(pid) {
-        for (signal, wait) in [(nix::sys::signal::Signal::SIGHUP, Duration::from_secs(2)), (nix::sys::signal::Signal::SIGKILL, Duration::from_secs(1))] {
-            if holder_serves(pid, socket) && crate::proc_probe::children(pid).contains(&child) {
-                let child_pid = nix::unistd::Pid::from_raw(child as i32);
-                if nix::sys::signal::killpg(child_pid, signal) == Err(nix::errno::Errno::ESRCH) {
-                    let _ = nix::sys::signal::kill(child_pid, signal); // not a group's leader
-                }
-                let deadline = Instant::now() + wait;
-                while crate::proc_probe::children(pid).contains(&child) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+        let child_pid = nix::unistd::Pid::from_raw(child as i32);
+        let child_runs = || still_holder() && crate::proc_probe::children(pid).contains(&child);
+        signal_until_gone([(Signal::SIGHUP, Duration::from_secs(2)), (Signal::SIGKILL, Duration::from_secs(1))], child_runs, |signal| {
+            if killpg(child_pid, signal) == Err(nix::errno::Errno::ESRCH) {
+                let _ = kill(child_pid, signal); // not a group's leader
             }
-        }
+        });
     }
-    for (signal, wait) in [(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5)), (nix::sys::signal::Signal::SIGKILL, Duration::from_secs(2))] {
-        if !holder_serves(pid, socket) {
-            return Ok(());
+    let holder = nix::unistd::Pid::from_raw(pid as i32);
+    let ended = signal_until_gone([(Signal::SIGTERM, Duration::from_secs(5)), (Signal::SIGKILL, Duration::from_secs(2))], still_holder, |signal| {
+        let _ = kill(holder, signal);
+    });
+    match ended {
+        true => Ok(()),
+        false => Err(format!("the agent's holder (pid {pid}) cannot be reached at {} and does not end", socket.display())),
+    }
+}
+
+/// Sends each signal in turn while `runs` holds, waiting up to its bound for `runs` to stop
+/// holding; true once it does not.
+fn signal_until_gone<const N: usize>(steps: [(nix::sys::signal::Signal, Duration); N], runs: impl Fn() -> bool, send: impl Fn(nix::sys::signal::Signal)) -> bool {
+    for (signal, wait) in steps {
+        if !runs() {
+            return true;
         }
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        send(signal);
         let deadline = Instant::now() + wait;
-        while holder_serves(pid, socket) && Instant::now() < deadline {
+        while runs() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    match holder_serves(pid, socket) {
-        false => Ok(()),
-        true => Err(format!("the agent's holder (pid {pid}) cannot be reached at {} and does not end", socket.display())),
-    }
+    !runs()
 }
 
 /// LIVE-1: process `pid` is a holder (`wakterm __holder`) serving `socket`: its command line

@@ -82,8 +82,7 @@ impl DaemonLock {
     /// The (device, inode) of the lock file this daemon holds (SOCK-1 checks the path against
     /// it: the file at the path may have been removed or replaced since).
     pub fn file_identity(&self) -> Result<(u64, u64), String> {
-        let stat = rustix::fs::fstat(&self.file).map_err(|e| e.to_string())?;
-        Ok((stat.st_dev, stat.st_ino))
+        socket_keeper::fd_identity(&self.file).map_err(|e| e.to_string())
     }
 }
 

@@ -40,10 +40,10 @@ pub const SCREEN_DEBOUNCE: Duration = Duration::from_millis(250);
 /// long: a streaming turn's deltas coalesce, its completion is read within this bound.
 pub const MANAGED_OUTPUT_DEBOUNCE: Duration = Duration::from_millis(10);
 pub use crate::monitor_recheck::{ATTACHED_RECHECK, TICK, UNATTACHED_RECHECK, UNWATCHED_RECHECK};
+use crate::monitor_recheck::{next_watch_retry, watch_trusted};
 /// How many times in a row a failed screen look is taken again on the tick (MON-3); after
 /// that, only the pane's next push looks again.
 const SCREEN_RETRIES: u8 = 3;
-use crate::monitor_recheck::{next_watch_retry, watch_trusted, WATCH_RETRY_FIRST};
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
 
@@ -254,7 +254,8 @@ impl Dispatcher {
                 // Only a set watch's first error acts: notify may repeat one (a read error).
                 if self.watches.get(&dir).is_some_and(Option::is_some) && self.incomplete.insert(dir.clone()) {
                     tracing::warn!(dir = %dir.display(), "sessions watch incomplete (out of inotify watches?): set again later; its agents are looked at every second meanwhile");
-                    self.retry.entry(dir.clone()).or_insert((Instant::now() + WATCH_RETRY_FIRST, WATCH_RETRY_FIRST));
+                    let first = next_watch_retry(None);
+                    self.retry.entry(dir.clone()).or_insert((Instant::now() + first, first));
                     self.distrust_watch(&dir);
                     self.look_again_under(&dir);
                 }

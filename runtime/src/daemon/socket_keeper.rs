@@ -171,8 +171,7 @@ impl Keeper {
             LockError::Busy => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
             LockError::Failed(message) => Lost::ForNow(message),
         })?;
-        let stat = rustix::fs::fstat(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
-        self.lock = (stat.st_dev, stat.st_ino);
+        self.lock = fd_identity(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
         *self.relocked.lock().expect("relocked lock file") = Some(file);
         tracing::warn!("the lock file was removed or replaced: taken again");
         Ok(())
@@ -201,6 +200,12 @@ fn bind_std(path: &Path) -> Result<(std::os::unix::net::UnixListener, Identity),
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let socket = identity(path).ok_or_else(|| format!("{} went as it was bound", path.display()))?;
     Ok((listener, socket))
+}
+
+/// The identity of an open file.
+pub fn fd_identity(fd: impl rustix::fd::AsFd) -> std::io::Result<Identity> {
+    let stat = rustix::fs::fstat(fd)?;
+    Ok((stat.st_dev, stat.st_ino))
 }
 
 /// The identity of what is at `path` (never following a link), if anything.

@@ -228,6 +228,16 @@ impl World {
         }
     }
 
+    /// How many of [`World::our_pids`] are agent processes themselves (argv[1] == fake-codex),
+    /// not their holders.
+    pub fn fake_agents_running(&self) -> usize {
+        let is_fake = |pid: &i32| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.split(|b| *b == 0).nth(1) == Some(b"fake-codex".as_slice())
+        };
+        self.our_pids().iter().filter(|pid| is_fake(pid)).count()
+    }
+
     /// Pids of every process whose environment names our data dir (daemon, holders, fakes).
     pub fn our_pids(&self) -> Vec<i32> {
         let needle = format!("WAKTERM_DATA_DIR={}", self.data.display());
