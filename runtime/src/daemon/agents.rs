@@ -36,7 +36,8 @@ pub struct AgentRecord {
     pub thread: Option<ManagedIds>,
     /// CORR-14: the agent's CODEX_HOME as resolved when it started (absolute), so a daemon
     /// restarted with another environment still watches where the running Codex writes.
-    /// Records of older daemons have none and are resolved again (`resolve_codex_home`).
+    /// Records of older daemons have none: resolved again (`codex_home_for`) once, when the
+    /// daemon loads them (`AgentRuntime::new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codex_home: Option<String>,
 }
@@ -256,8 +257,13 @@ struct CheckpointSlot {
 }
 
 impl AgentRuntime {
-    pub fn new(paths: &DataPaths, record: AgentRecord) -> AgentRuntime {
+    pub fn new(paths: &DataPaths, mut record: AgentRecord) -> AgentRuntime {
         let holder_socket = paths.holder_socket(&record.agent_id);
+        // CORR-14: an older daemon's record names no home: resolved once here, not on each of
+        // the monitor's many `codex_home()` calls (a canonicalize and a password lookup each).
+        if record.codex_home.is_none() {
+            record.codex_home = codex_home_for(&record.env, Path::new(&record.cwd)).into_os_string().into_string().ok();
+        }
         AgentRuntime {
             record,
             holder_socket,
@@ -875,6 +881,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (agent, _paths) = pty_agent(dir.path(), "a1");
         let mut record = agent.record.clone();
+        assert!(record.codex_home.is_some(), "an agent's runtime resolves an older record's home once");
+        record.codex_home = None; // an older daemon's record
         record.env = vec![("CODEX_HOME".into(), "rel".into())];
         record.cwd = "/work/agent".into();
         assert_eq!(record.codex_home(), Path::new("/work/agent/rel"));
