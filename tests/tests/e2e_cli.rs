@@ -5,7 +5,7 @@ mod support;
 
 use std::io::Write;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::{new_id, World};
 
 const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
@@ -151,6 +151,75 @@ fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
     restart_refused("a new pane");
     w.wait_agent("mia", "still stopped", |z| z["state"] == "stopped");
     assert_eq!(w.wait_agent("zola", "still idle", |z| z["state"] == "idle")["name"], "zola");
+}
+
+/// LIFE-3: `agent restart` and `agent stop` of one agent change its pane one at a time. A
+/// restart racing a stop used to find the pane the stop had just ended and start a new one for
+/// an agent no longer in the catalog: a Codex running outside it (LIFE-1), with `agent stop`
+/// having answered `stopped`. The window is a few milliseconds after the stop begins, so the
+/// restart's delay is swept over it. Then two restarts of a pane that is gone: one pane, one
+/// process (the second respawns in the first's pane).
+#[test]
+fn life_3_a_restart_racing_a_stop_never_leaves_a_pane_behind() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let holders = || {
+        let is_holder = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(b"__holder".as_slice());
+        w.our_pids().into_iter().filter(is_holder).collect::<Vec<_>>()
+    };
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out: {what}; holders {:?}, fake agents {}", holders(), w.fake_agents_running());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    };
+    for step in 0..16u64 {
+        let name = format!("race{step}");
+        w.start_agent(&name, REPLY, &[]);
+        let stop = w.cmd(&["agent", "stop", &name]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(2 * step));
+        let restart = w.run(&["agent", "restart", &name]);
+        let stopped = stop.wait_with_output().unwrap();
+        assert!(stopped.status.success(), "{name}: stop {stopped:?}");
+        assert!(restart.code == 0 || restart.json["error"] == "agent_unknown", "{name}: restart {restart:?}");
+        assert!(w.catalog_entry(&name).is_none(), "{name} left the catalog");
+        wait_for(&format!("{name}: nothing of a stopped agent runs (restart answered {})", restart.json), &|| holders().is_empty() && w.fake_agents_running() == 0);
+    }
+
+    w.start_agent("pair", REPLY, &[]);
+    w.wait_agent("pair", "idle", |z| z["state"] == "idle");
+    for pid in holders() {
+        support::sigkill_and_wait(pid as u32);
+    }
+    w.wait_agent("pair", "stopped", |z| z["state"] == "stopped");
+    wait_for("the killed pane's process is gone", &|| w.fake_agents_running() == 0);
+    let first = w.cmd(&["agent", "restart", "pair"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+    let second = w.run(&["agent", "restart", "pair"]);
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success() && second.code == 0, "both restarts succeed: {first:?} {second:?}");
+    w.wait_agent("pair", "idle", |z| z["state"] == "idle");
+    assert_eq!((holders().len(), w.fake_agents_running()), (1, 1), "one pane and one process");
+}
+
+/// MON-1: a new process that `agent restart` told the engine of is reported by the monitor's
+/// next snapshot, even when it looks as the old one did (idle, no rollout yet). Two restarts in
+/// quick succession left the agent `unknown` for good: the engine had dropped its view with the
+/// old process, and the monitor, whose run found no change of its own, saw nothing new to send.
+#[test]
+fn mon_1_a_restarted_agent_that_looks_unchanged_is_reported_again() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    for gap_ms in [0, 20, 40] {
+        let first = w.ok(&["agent", "restart", "zola"]);
+        std::thread::sleep(Duration::from_millis(gap_ms));
+        let second = w.ok(&["agent", "restart", "zola"]);
+        assert_ne!(first["incarnation"], second["incarnation"], "two processes");
+        let what = format!("idle after two restarts {gap_ms} ms apart");
+        w.wait_agent("zola", &what, |z| z["state"] == "idle" && z["incarnation"] == second["incarnation"]);
+    }
 }
 
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without

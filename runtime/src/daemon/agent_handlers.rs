@@ -250,37 +250,62 @@ pub(super) fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntim
     agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()
 }
 
-/// Why `agent stop` failed: the agent's holder did not end (the agent stays), or the record's
-/// removal did not commit.
+/// Why `agent stop` failed: the agent's holder did not end (the agent stays), the record's
+/// removal did not commit, or another stop ended the agent first (LIFE-3).
 enum StopFailed {
     Holder(String),
     Store(crate::store::StoreError),
+    Gone,
+}
+
+/// LIFE-3: what a restart or stop that waited for the agent's lifecycle lock says when a stop
+/// ended the agent meanwhile.
+fn stopped_meanwhile(target: &str) -> Reply {
+    Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}: it was stopped meanwhile"))
 }
 
 pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
+    use std::sync::atomic::Ordering::SeqCst;
     let Some(agent) = resolve(context, target) else {
         return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
     };
-    agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     let agent_id = agent.record.agent_id.clone();
     let writer = context.writer.clone();
     let worker = agent.clone();
     let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
     let result = tokio::task::spawn_blocking(move || {
+        // LIFE-3: one pane change at a time; a restart waiting behind this stop finds
+        // `stopping` and starts nothing.
+        let _one_at_a_time = worker.lifecycle.lock().expect("lifecycle lock");
+        if worker.stopping.load(SeqCst) {
+            return Err(StopFailed::Gone);
+        }
+        worker.stop_pending.store(true, SeqCst);
         match worker.connect_holder() {
             Ok(client) => drop(client.shutdown()),
             // LIVE-1: a holder nobody can reach at its socket (removed) must not run on outside
             // the catalog (LIFE-1): it ends first, or the agent stays.
-            Err(error) if super::agents::holder_is_gone(&error) => worker.end_unreachable_holder().map_err(StopFailed::Holder)?,
+            Err(error) if super::agents::holder_is_gone(&error) => {
+                if let Err(message) = worker.end_unreachable_holder() {
+                    worker.stop_pending.store(false, SeqCst);
+                    return Err(StopFailed::Holder(message));
+                }
+            }
             Err(_) => {}
         }
+        worker.stopping.store(true, SeqCst);
         let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
         writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }]).map_err(StopFailed::Store)
     })
     .await;
-    if let Ok(Err(StopFailed::Holder(message))) = result {
-        agent.stopping.store(false, std::sync::atomic::Ordering::SeqCst);
-        return Reply::error(exit::ERROR, "agent_stop_failed", message);
+    match result {
+        Ok(Err(StopFailed::Holder(message))) => {
+            // LIFE-3: the agent stays, so the monitor looks again (it ran no look meanwhile).
+            context.monitor.look(&agent_id);
+            return Reply::error(exit::ERROR, "agent_stop_failed", message);
+        }
+        Ok(Err(StopFailed::Gone)) => return stopped_meanwhile(target),
+        _ => {}
     }
     context.agents.lock().expect("agent table").remove(&agent_id);
     if let Ok(id) = AgentId::parse(&agent_id) {
@@ -289,7 +314,7 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     match result {
         Ok(Ok(_)) => Reply::ok(json!({"schema": "wakterm.agent-stop.v1", "agent_id": agent_id, "stopped": true})),
         Ok(Err(StopFailed::Store(error))) => Reply::error(exit::ERROR, "store_failed", error.to_string()),
-        Ok(Err(StopFailed::Holder(_))) => unreachable!("answered above"),
+        Ok(Err(StopFailed::Holder(_) | StopFailed::Gone)) => unreachable!("answered above"),
         Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
     }
 }
@@ -303,16 +328,23 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
     let inbox = context.inbox.clone();
     let paths = context.paths.clone();
     let result = tokio::task::spawn_blocking(move || {
+        // LIFE-3: one pane change at a time. A stop that ended the agent while this restart
+        // waited leaves nothing to restart: a new pane now would run outside the catalog.
+        let _one_at_a_time = worker.lifecycle.lock().expect("lifecycle lock");
+        if worker.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
         let restarted = restart_pane(&worker, &paths);
         // A respawn ended the old process even when the new one did not start (LIFE-2): the
         // engine hears of the change now, not at the monitor's next look.
         let _ = worker.forward_liveness_change(&inbox);
-        restarted.map(|()| worker.facts())
+        Some(restarted.map(|()| worker.facts()))
     })
     .await;
     match result {
-        Ok(Ok(facts)) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
-        Ok(Err(message)) => Reply::error(exit::ERROR, "agent_restart_failed", message),
+        Ok(Some(Ok(facts))) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
+        Ok(Some(Err(message))) => Reply::error(exit::ERROR, "agent_restart_failed", message),
+        Ok(None) => stopped_meanwhile(target),
         Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
     }
 }

@@ -212,7 +212,15 @@ pub struct AgentRuntime {
     /// One observer per process incarnation; refresh, poll and resume serialise on it, so the
     /// events they send keep their order in the driver's inbox.
     pub observer: Mutex<Option<super::agent_observer::AgentObserver>>,
+    /// The agent left the catalog (`agent stop` ended its holder) or the daemon is stopping:
+    /// the monitor forgets it and a restart that comes after refuses (LIFE-3).
     pub stopping: AtomicBool,
+    /// LIFE-3: an `agent stop` is ending the holder: the monitor runs no look meanwhile (it
+    /// keeps the looks due for after a stop that failed, when the agent stays).
+    pub stop_pending: AtomicBool,
+    /// LIFE-3: `agent restart`, `agent stop` and `mux stop --all` change this agent's pane one
+    /// at a time (held on a blocking thread, never on the reactor).
+    pub lifecycle: Mutex<()>,
     /// LIVE-1: a holder of this agent's socket path found running although nobody listens at
     /// the path (its socket file removed): its pid, and whether `/proc` was searched for one
     /// already (once per daemon: a daemon started after the removal never heard of it).
@@ -270,6 +278,8 @@ impl AgentRuntime {
             liveness: Mutex::new(Liveness::gone()),
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            stop_pending: AtomicBool::new(false),
+            lifecycle: Mutex::new(()),
             orphan: Mutex::new(OrphanHolder::default()),
             info_client: Mutex::new(None),
             checkpoint: Mutex::new(CheckpointSlot::default()),
@@ -532,6 +542,12 @@ impl AgentRuntime {
                 (Some(process), Some(incarnation)) => Some(self.new_observer(process, incarnation, &next)),
                 _ => None,
             };
+            // MON-1: the engine drops its view of the agent with the old process (the facts
+            // below), so the monitor's next snapshot is news, whoever told the engine of the
+            // change. When `agent restart` told it, the monitor's run found no change of its
+            // own, and a new process that looked as the old one did (idle, no rollout yet)
+            // was never reported: the agent stayed `unknown` until something else moved.
+            self.view.lock().expect("view lock").snapshot = None;
         }
         // Still under the observer lock: a refresh or the monitor that takes it next reads the
         // new observer, and its events must reach the engine after the old process's end and

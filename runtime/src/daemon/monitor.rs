@@ -115,6 +115,13 @@ impl Monitor {
     pub fn add(&self, agent: Arc<AgentRuntime>) {
         let _ = self.wake.send(Wake::Add(agent));
     }
+
+    /// LIFE-3: a look at the agent's holder and screen (after a stop that failed: the monitor
+    /// ran none while it was pending).
+    pub fn look(&self, agent_id: &str) {
+        let _ = self.wake.send(Wake::Liveness(agent_id.to_string()));
+        let _ = self.wake.send(Wake::Screen(agent_id.to_string()));
+    }
 }
 
 struct Watched {
@@ -416,6 +423,11 @@ impl Dispatcher {
     /// One run at a time per agent; a wake during a run asks for exactly one more.
     fn schedule(&mut self, agent_id: &str) {
         let Some(watched) = self.agents.get_mut(agent_id) else { return };
+        // LIFE-3: no look while a stop ends the holder (what is due stays due, for after a
+        // stop that failed); `stopping` then drops the agent, or `Monitor::look` resumes it.
+        if watched.agent.stop_pending.load(Ordering::SeqCst) {
+            return;
+        }
         if watched.running {
             watched.again = true;
             return;
@@ -903,6 +915,30 @@ mod tests {
         assert_eq!(dispatcher.watches.keys().collect::<Vec<_>>(), vec![&kept_dir], "the departed directory's watch is gone");
         assert_eq!(dispatcher.stamps.keys().collect::<Vec<_>>(), vec![&kept_dir]);
         assert_eq!(dispatcher.tailed.values().collect::<Vec<_>>(), vec![kept_id], "the departed agent's route is gone");
+    }
+
+    /// LIFE-3: while `agent stop` ends an agent's holder the monitor runs no look at it (what
+    /// is due stays due) and keeps it; a stop that failed resumes its looks. The agent used to
+    /// be dropped at the stop's start, so one whose stop failed (`agent_stop_failed`, the agent
+    /// stays) was in the catalog with nobody watching it.
+    #[test]
+    fn life_3_a_pending_stop_pauses_the_agents_looks_and_a_failed_one_resumes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "5f7b9d1e-3a5c-4e7f-a9b1-d3f5a7c9e1b4";
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let (inbox, _messages) = mpsc::channel(16);
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let agent = Arc::new(pty_agent(dir.path(), id).0);
+        dispatcher.agents.insert(id.to_string(), Watched { liveness_due: true, screen_due: true, ..Watched::new(agent.clone()) });
+        agent.stop_pending.store(true, Ordering::SeqCst);
+        on_a_reactor(|| dispatcher.schedule(id));
+        dispatcher.on_tick();
+        let watched = &dispatcher.agents[id];
+        assert!(!watched.running, "no look while the stop is pending");
+        assert!(watched.liveness_due && watched.screen_due, "what was due stays due");
+        agent.stop_pending.store(false, Ordering::SeqCst); // the stop failed
+        on_a_reactor(|| dispatcher.on_wake(Wake::Liveness(id.to_string())));
+        assert!(dispatcher.agents[id].running, "the agent is still monitored, and looked at now");
     }
 
     /// MON-3: a run whose screen look got no answer (here a garbled one) says so; the

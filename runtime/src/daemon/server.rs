@@ -121,9 +121,15 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     if all {
         let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
         for agent in agents {
-            agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
             let name = agent.record.name.clone();
-            let _ = tokio::task::spawn_blocking(move || agent.holder().map(|client| client.shutdown())).await;
+            // LIFE-3: after a restart in progress (whose new pane this then ends), before any
+            // that waits (which then starts nothing).
+            let _ = tokio::task::spawn_blocking(move || {
+                let _one_at_a_time = agent.lifecycle.lock().expect("lifecycle lock");
+                agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+                agent.holder().map(|client| client.shutdown())
+            })
+            .await;
             stopped.push(name);
         }
     }
