@@ -372,6 +372,32 @@ fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
     assert_eq!(w.fake_agents_running(), 1, "the old holder and its process ended: one agent process");
 }
 
+/// LIFE-3: `agent stop` of an agent whose holder does not answer (stopped with SIGSTOP: the
+/// connect succeeds, the shutdown times out) ends that holder and its process, or fails and
+/// keeps the agent. It used to ignore the timeout and delete the record, leaving the holder and
+/// the Codex in it running outside the catalog until the next daemon start. Slow by nature:
+/// the shutdown's own timeout (19 s), then the holder's TERM grace (5 s).
+#[test]
+fn life_3_a_stop_whose_shutdown_gets_no_answer_still_ends_the_holder() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    let holder = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(b"__holder".as_slice());
+    let holders: Vec<i32> = w.our_pids().into_iter().filter(holder).collect();
+    assert_eq!(holders.len(), 1, "one holder: {holders:?}");
+    // SAFETY: a signal to our own test world's holder.
+    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGSTOP) }, 0);
+    let out = w.run(&["agent", "stop", "zola"]);
+    assert_eq!(out.code, 0, "the stop ends the stalled holder: {out:?}");
+    assert!(w.catalog_entry("zola").is_none(), "zola left the catalog");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !w.our_pids().into_iter().filter(holder).collect::<Vec<_>>().is_empty() || w.fake_agents_running() > 0 {
+        assert!(Instant::now() < deadline, "the stalled holder or its process runs on outside the catalog: {:?}", w.our_pids());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
 /// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
 #[test]

@@ -277,23 +277,22 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
         // LIFE-3: one pane change at a time; a restart waiting behind this stop finds
         // `stopping` and starts nothing.
         let _one_at_a_time = worker.lifecycle.lock().expect("lifecycle lock");
-        if worker.stopping.load(SeqCst) {
+        if worker.removed.load(SeqCst) {
             return Err(StopFailed::Gone);
         }
         worker.stop_pending.store(true, SeqCst);
-        match worker.connect_holder() {
-            Ok(client) => drop(client.shutdown()),
-            // LIVE-1: a holder nobody can reach at its socket (removed) must not run on outside
-            // the catalog (LIFE-1): it ends first, or the agent stays.
-            Err(error) if super::agents::holder_is_gone(&error) => {
-                if let Err(message) = worker.end_unreachable_holder() {
-                    worker.stop_pending.store(false, SeqCst);
-                    return Err(StopFailed::Holder(message));
-                }
-            }
-            Err(_) => {}
+        if let Ok(client) = worker.connect_holder() {
+            let _ = client.shutdown();
         }
-        worker.stopping.store(true, SeqCst);
+        // LIVE-1, LIFE-3: a holder that still runs for the agent's socket ends now, or the
+        // agent stays: one nobody can reach there (its socket removed), one that did not answer
+        // the connect or the shutdown (stalled: a timeout), whatever the shutdown answered.
+        // It must not run on outside the catalog (LIFE-1).
+        if let Err(message) = worker.end_unreachable_holder() {
+            worker.stop_pending.store(false, SeqCst);
+            return Err(StopFailed::Holder(message));
+        }
+        worker.mark_removed();
         let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
         writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }]).map_err(StopFailed::Store)
     })
@@ -327,24 +326,28 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
     let worker = agent.clone();
     let inbox = context.inbox.clone();
     let paths = context.paths.clone();
+    let target = target.to_string();
     let result = tokio::task::spawn_blocking(move || {
         // LIFE-3: one pane change at a time. A stop that ended the agent while this restart
         // waited leaves nothing to restart: a new pane now would run outside the catalog.
         let _one_at_a_time = worker.lifecycle.lock().expect("lifecycle lock");
+        if worker.removed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(stopped_meanwhile(&target));
+        }
         if worker.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            return None;
+            return Err(Reply::error(exit::ERROR, "daemon_stopping", "the daemon is stopping its agents; start it again, then restart the agent"));
         }
         let restarted = restart_pane(&worker, &paths);
         // A respawn ended the old process even when the new one did not start (LIFE-2): the
         // engine hears of the change now, not at the monitor's next look.
         let _ = worker.forward_liveness_change(&inbox);
-        Some(restarted.map(|()| worker.facts()))
+        Ok(restarted.map(|()| worker.facts()))
     })
     .await;
     match result {
-        Ok(Some(Ok(facts))) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
-        Ok(Some(Err(message))) => Reply::error(exit::ERROR, "agent_restart_failed", message),
-        Ok(None) => stopped_meanwhile(target),
+        Ok(Ok(Ok(facts))) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
+        Ok(Ok(Err(message))) => Reply::error(exit::ERROR, "agent_restart_failed", message),
+        Ok(Err(refused)) => refused,
         Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
     }
 }

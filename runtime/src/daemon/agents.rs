@@ -215,6 +215,11 @@ pub struct AgentRuntime {
     /// The agent left the catalog (`agent stop` ended its holder) or the daemon is stopping:
     /// the monitor forgets it and a restart that comes after refuses (LIFE-3).
     pub stopping: AtomicBool,
+    /// LIFE-3: `agent stop` ended the holder and takes the agent out of the catalog: nothing
+    /// more about it reaches the engine (the stop's `AgentRemoved` is the last word), and a
+    /// restart or stop that waited for the lifecycle lock finds nothing to do. Only
+    /// `agent stop` sets it (`mark_removed`); a stopping daemon keeps its agents' records.
+    pub removed: AtomicBool,
     /// LIFE-3: an `agent stop` is ending the holder: the monitor runs no look meanwhile (it
     /// keeps the looks due for after a stop that failed, when the agent stays).
     pub stop_pending: AtomicBool,
@@ -278,6 +283,7 @@ impl AgentRuntime {
             liveness: Mutex::new(Liveness::gone()),
             observer: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
             stop_pending: AtomicBool::new(false),
             lifecycle: Mutex::new(()),
             orphan: Mutex::new(OrphanHolder::default()),
@@ -433,9 +439,21 @@ impl AgentRuntime {
         HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)
     }
 
+    /// LIFE-3: `agent stop` ended the holder: the agent is removed. Under the observer lock,
+    /// which every liveness change is applied and sent under (`apply_liveness`): one sent
+    /// before this reaches the engine before the stop's `AgentRemoved` (one inbox, in order),
+    /// and none is sent after it (an engine that heard of the agent after its removal would
+    /// register it again).
+    pub fn mark_removed(&self) {
+        let _observer = self.observer.lock().expect("observer lock");
+        self.removed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// LIVE-1: after "nobody listens" at the holder's socket, ends a holder that still runs
     /// for it (`agent restart` and `agent stop`: never a second pane beside it, never one
-    /// running on outside the catalog). Err when it does not end.
+    /// running on outside the catalog). Err when it does not end. `agent stop` also calls it
+    /// after a shutdown that did not answer (LIFE-3).
     pub fn end_unreachable_holder(&self) -> Result<(), String> {
         match self.unreachable_holder() {
             Some(pid) => end_unreachable_holder(pid, &self.holder_socket),
@@ -553,7 +571,8 @@ impl AgentRuntime {
         // new observer, and its events must reach the engine after the old process's end and
         // the new facts, else the engine files them under the old process (a review found
         // the gap when this was sent after the lock was released).
-        if let Some(inbox) = inbox {
+        // LIFE-3: nothing about an agent `agent stop` removed (`mark_removed`).
+        if let Some(inbox) = inbox.filter(|_| !self.removed.load(std::sync::atomic::Ordering::SeqCst)) {
             self.send_liveness_change(events.clone(), inbox);
         }
         Applied::Changed(events)
