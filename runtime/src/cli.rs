@@ -498,12 +498,39 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
         return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}")));
     };
-    if agent["state"] == "stopped" {
-        return print_reply(Reply::error(exit::ERROR, "agent_not_running", format!("{target} has no running process; `wakterm agent restart {target}`")));
-    }
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
+    if agent["state"] == "stopped" {
+        return print_reply(not_running(target, agent, last_screen(&paths.holder_socket(agent_id))));
+    }
     eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
     crate::holder::attach(&paths.holder_socket(agent_id))
+}
+
+/// LIFE-4: `attach` to a stopped agent: why it stopped, as far as its holder knows: the exit
+/// code (the catalog's) and the pane's last screen (a Codex that exited at once says why there:
+/// not logged in, a bad flag), while the holder keeps the pane (10 minutes after the exit).
+fn not_running(target: &str, agent: &serde_json::Value, screen: Option<Vec<String>>) -> Reply {
+    let exited = agent["exit_code"].as_i64().map(|code| format!(" (it exited with code {code})")).unwrap_or_default();
+    let shown = if screen.is_some() { "; its last screen is in last_screen" } else { "" };
+    let message = format!("{target} has no running process{exited}{shown}; `wakterm agent restart {target}` starts it again");
+    let mut reply = Reply::error(exit::ERROR, "agent_not_running", message);
+    reply.body["exit_code"] = agent["exit_code"].clone();
+    if let Some(lines) = screen {
+        reply.body["last_screen"] = serde_json::json!(lines);
+    }
+    reply
+}
+
+/// The pane's screen from the agent's holder, its blank rows above and below dropped. None
+/// when no holder answers within 2 s (gone after a reboot, or its linger ended).
+fn last_screen(socket: &std::path::Path) -> Option<Vec<String>> {
+    let mut holder = crate::holder::HolderClient::connect_with_timeout(socket, std::time::Duration::from_secs(2)).ok()?;
+    let mut lines = holder.screen().ok()?.lines;
+    while lines.last().is_some_and(|line| line.trim().is_empty()) {
+        lines.pop();
+    }
+    let first = lines.iter().position(|line| !line.trim().is_empty()).unwrap_or(lines.len());
+    Some(lines.split_off(first))
 }
 
 /// The `wakterm` program: parse the arguments (usage errors answered as structured JSON on

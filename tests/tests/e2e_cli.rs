@@ -222,6 +222,33 @@ fn mon_1_a_restarted_agent_that_looks_unchanged_is_reported_again() {
     }
 }
 
+/// LIFE-4: a stopped agent says how it ended: the catalog's `exit_code` (128 + the signal for a
+/// signal death; null while it runs), and `agent attach` answers with that code and the pane's
+/// last screen, where a Codex that exits at once says why. Both used to say only "no process
+/// runs behind the agent" / "has no running process".
+#[test]
+fn life_4_a_stopped_agent_says_how_it_ended() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let env = format!("CODEX_HOME={}", w.codex_home.display());
+    let cwd = w.work.display().to_string();
+    w.ok(&["agent", "start", "--name", "quick", "--cwd", &cwd, "--env", &env, "--", "sh", "-c", "echo 'Not logged in. Run codex login'; exit 3"]);
+    let entry = w.wait_agent("quick", "stopped with its code", |z| z["state"] == "stopped" && !z["exit_code"].is_null());
+    assert_eq!(entry["exit_code"], 3, "{entry}");
+    let out = w.run(&["agent", "attach", "quick"]);
+    assert_eq!((out.code, &out.json["error"], &out.json["exit_code"]), (1, &serde_json::json!("agent_not_running"), &serde_json::json!(3)), "{out:?}");
+    assert_eq!(out.json["last_screen"], serde_json::json!(["Not logged in. Run codex login"]), "{out:?}");
+    assert!(out.json["message"].as_str().unwrap_or_default().contains("exited with code 3"), "{out:?}");
+
+    let started = w.start_agent("zola", REPLY, &[]);
+    let idle = w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    assert!(idle["exit_code"].is_null(), "a running agent has no exit code: {idle}");
+    let pid = started["pid"].as_i64().expect("the start names the pid") as u32;
+    support::sigkill_and_wait(pid);
+    let killed = w.wait_agent("zola", "stopped by SIGKILL", |z| z["state"] == "stopped" && !z["exit_code"].is_null());
+    assert_eq!(killed["exit_code"], 128 + 9, "{killed}");
+}
+
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without
 /// reading the whole stream, and nothing is written.
 #[test]

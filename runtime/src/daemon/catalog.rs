@@ -35,7 +35,7 @@ pub(super) async fn catalog(context: &Arc<Context>) -> Reply {
             let snapshot = agent.last_snapshot().unwrap_or_else(|| Err("the monitor has not looked at the agent yet".to_string()));
             let decision = view.as_ref().map_or(Value::Null, catalog_decision);
             let decision = refresh_failure_blocks(decision, &snapshot);
-            catalog_entry(&agent.record, agent.facts().incarnation, snapshot, decision)
+            catalog_entry(agent, snapshot, decision)
         })
         .collect();
     Reply::ok(json!({"schema": "wakterm.agent-catalog.v1", "events_through": events_through, "agents": entries}))
@@ -68,8 +68,16 @@ fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakterm_engine:
     decision
 }
 
-fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incarnation>, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
+fn catalog_entry(agent: &AgentRuntime, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
     use wakterm_engine::ObserverStatus;
+    let record: &AgentRecord = &agent.record;
+    let incarnation = agent.facts().incarnation;
+    // LIFE-4: why a stopped agent stopped, as far as its holder knows (null while it runs, or
+    // when no holder answers: after a reboot, or its holder was killed).
+    let exit_code = {
+        let liveness = agent.liveness.lock().expect("liveness lock");
+        liveness.exit_code.filter(|_| !liveness.alive)
+    };
     let view = snapshot.as_ref().ok();
     let observer_detail = match (&snapshot, view.map(|v| &v.status)) {
         (Err(error), _) => Some(error.clone()),
@@ -94,6 +102,7 @@ fn catalog_entry(record: &AgentRecord, incarnation: Option<wakterm_engine::Incar
         "return_final_unavailable_reason": decision.get("return_final_unavailable_reason").cloned().unwrap_or(json!("agent_unknown")),
         "observer_detail": observer_detail,
         "observer_session": view.and_then(|v| v.session.clone()),
+        "exit_code": exit_code,
         "cwd": record.cwd,
     })
 }
