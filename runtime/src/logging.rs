@@ -86,6 +86,10 @@ pub fn init_daemon(paths: &crate::paths::DataPaths) -> Result<(), String> {
         .with_ansi(false)
         .with_target(false)
         .with_writer(move || log.clone())
+        // LOG-2: a write that failed (a full disk) is dropped. The fallback would print the
+        // failure with `eprintln!`, to a background daemon's stderr: the same full log file,
+        // and `eprintln!` panics when it cannot write: the panic hook then ended the daemon.
+        .log_internal_errors(false)
         .finish();
     // A second daemon in one process (tests) keeps the first subscriber.
     let _ = tracing::subscriber::set_global_default(subscriber);
@@ -103,6 +107,9 @@ pub fn init_holder() {
         .with_ansi(false)
         .with_target(false)
         .with_writer(std::io::stderr)
+        // LOG-2: as the daemon's: the fallback's `eprintln!` to the same full log would panic
+        // the holder's thread (a shutdown that logs, then never ends its pane).
+        .log_internal_errors(false)
         .finish();
     let _ = tracing::subscriber::set_global_default(subscriber);
 }

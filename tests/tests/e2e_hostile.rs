@@ -398,6 +398,59 @@ fn life_3_a_stop_whose_shutdown_gets_no_answer_still_ends_the_holder() {
     }
 }
 
+/// Unmounts (lazily: the daemon may still hold files there) when dropped.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// LOG-2: a full disk under the data directory never kills the daemon. Admissions are refused
+/// (nothing written, retry-safe) while it is full, and accepted again once there is room. A
+/// background daemon's log line that could not be written used to end it: tracing's fallback
+/// printed the failure with `eprintln!` to its stderr, the same full log file, and `eprintln!`
+/// panics when it cannot write (the panic hook then aborts). Needs root, for a small tmpfs.
+#[test]
+fn log_2_a_full_disk_never_kills_the_daemon() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount a small file system");
+        return;
+    }
+    let w = World::new(EXE);
+    std::fs::create_dir_all(&w.data).unwrap();
+    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"]).arg(&w.data).status();
+    if !mounted.is_ok_and(|status| status.success()) {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    let _unmount = Unmount(w.data.clone());
+    w.mux_start();
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    let daemon = w.daemon_pid();
+    let filler = w.data.join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    for size in [64 * 1024, 1024, 1] {
+        let chunk = vec![0u8; size];
+        while file.write_all(&chunk).is_ok() {}
+    }
+    drop(file);
+    // Each refused admission logs a line or two: well past a page of the log's last block.
+    for i in 0..40 {
+        let out = w.run(&["agent", "send", "zola", &format!("prompt {i} on a full disk")]);
+        assert_eq!((out.code, &out.json["reason"], &out.json["prompt_written"]), (4, &serde_json::json!("store_commit_failed"), &serde_json::json!(false)), "{out:?}");
+    }
+    // SAFETY: signal 0 only asks whether our own daemon still runs.
+    assert_eq!(unsafe { libc::kill(daemon as i32, 0) }, 0, "the daemon died of its full disk");
+    assert_eq!(w.ok(&["mux", "status"])["pid"], daemon, "the same daemon answers");
+    std::fs::remove_file(&filler).unwrap();
+    let out = w.run(&["agent", "send", "zola", "room again"]);
+    assert_eq!((out.code, &out.json["classification"]), (0, &serde_json::json!("accepted")), "{out:?}");
+    assert_eq!(w.fake_agents_running(), 1, "the agent ran on throughout");
+}
+
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
 /// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
 #[test]
