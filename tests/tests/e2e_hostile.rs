@@ -360,12 +360,17 @@ fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
     let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "slow one"]);
     assert_eq!(out.code, 0, "{out:?}");
     let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    std::fs::remove_file(paths.holder_socket(entry["agent_id"].as_str().unwrap())).unwrap();
+    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    std::fs::remove_file(&socket).unwrap();
+    // A file in the socket's way: the holder cannot bind it again (SOCK-2), so nobody listens.
+    std::fs::write(&socket, b"in the way").unwrap();
     w.ok(&["mux", "stop"]);
     w.mux_start();
     let event = w.wait_terminal(&id);
     assert_ne!(event["state"], "delivery_failed", "a request of a live agent was failed: {event}");
     assert_eq!(w.fake_agents_running(), 1, "the agent's process runs on");
+    // Out of the way again: the restart meets the old holder bound again, or ends it first.
+    std::fs::remove_file(&socket).unwrap();
     let restarted = w.ok(&["agent", "restart", "zola"]);
     assert_ne!(restarted["incarnation"], entry["incarnation"]);
     w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
@@ -449,6 +454,40 @@ fn log_2_a_full_disk_never_kills_the_daemon() {
     let out = w.run(&["agent", "send", "zola", "room again"]);
     assert_eq!((out.code, &out.json["classification"]), (0, &serde_json::json!("accepted")), "{out:?}");
     assert_eq!(w.fake_agents_running(), 1, "the agent ran on throughout");
+}
+
+/// SOCK-2: a holder's socket removed under it (or its whole directory) is bound again by the
+/// holder within about a second, so its agent is reachable again without a restart and the
+/// process in it (and its conversation) lives on. It used to stay unreachable until
+/// `agent restart` ended that process (LIVE-1).
+#[test]
+fn sock_2_a_removed_holder_socket_is_bound_again() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    let bound_again = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !UnixStream::connect(&socket).is_ok() {
+            assert!(Instant::now() < deadline, "{what}: the holder's socket was not bound again");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    };
+    std::fs::remove_file(&socket).unwrap();
+    bound_again("the socket removed");
+    std::fs::remove_dir_all(socket.parent().unwrap()).unwrap();
+    bound_again("its directory removed");
+    let mode = std::fs::metadata(socket.parent().unwrap()).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the directory is made again private");
+    let entry = w.wait_agent("zola", "return-final available", |z| z["return_final_available"] == true);
+    let id = new_id();
+    let incarnation = entry["incarnation"].as_str().unwrap();
+    w.ok(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "after the socket came back"]);
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed", "{event}");
+    assert_eq!(event["incarnation"], entry["incarnation"], "the same process answered: nothing was restarted");
+    assert_eq!(w.fake_agents_running(), 1);
 }
 
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside

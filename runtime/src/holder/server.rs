@@ -6,8 +6,8 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::pane::Pane;
@@ -86,10 +86,16 @@ fn serve(cfg: HolderConfig, listener: UnixListener) -> i32 {
     let socket = Arc::new(socket);
     start_linger_watch(Arc::clone(&pane), Arc::clone(&socket));
     let open = Arc::new(AtomicUsize::new(0));
+    start_socket_keeper(Arc::clone(&pane), Arc::clone(&socket), Arc::clone(&open));
+    accept_loop(listener, &pane, &socket, &open)
+}
+
+/// Serves every connection `listener` accepts, for good.
+fn accept_loop(listener: UnixListener, pane: &Arc<Pane>, socket: &Arc<SocketOwnership>, open: &Arc<AtomicUsize>) -> ! {
     let uid = rustix::process::geteuid().as_raw();
     for stream in listener.incoming() {
         match stream {
-            Ok(stream) => accept(stream, uid, &pane, &socket, &open),
+            Ok(stream) => accept(stream, uid, pane, socket, open),
             // EMFILE and friends: back off briefly instead of spinning on the error.
             Err(e) => {
                 log(&format!("accept: {e}"));
@@ -98,6 +104,41 @@ fn serve(cfg: HolderConfig, listener: UnixListener) -> i32 {
         }
     }
     unreachable!("UnixListener::incoming never ends");
+}
+
+/// SOCK-2: how often the holder checks that its socket's path still names its socket.
+const SOCKET_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// SOCK-2: a holder's socket removed under it (a cleaner of old files in a temporary
+/// directory, a careless `rm`) left its agent unreachable for good: the daemon could only say
+/// its liveness is unknown (LIVE-1) until `agent restart` ended the holder and the process in
+/// it. This thread binds the socket again (its directory made again, 0700) and serves the new
+/// listener beside the old one, whose path nobody can reach. A path taken by another live
+/// holder, or by something not a socket, is left alone.
+fn start_socket_keeper(pane: Arc<Pane>, socket: Arc<SocketOwnership>, open: Arc<AtomicUsize>) {
+    let spawned = std::thread::Builder::new().name("holder-socket-keeper".into()).spawn(move || {
+        let mut failing = false;
+        while !socket.closing.load(Ordering::SeqCst) {
+            std::thread::sleep(SOCKET_CHECK_INTERVAL);
+            match socket.bind_again_if_gone() {
+                Ok(None) => failing = false,
+                Ok(Some(listener)) => {
+                    failing = false;
+                    log("the socket was removed or replaced: bound again");
+                    let (pane, socket, open) = (Arc::clone(&pane), Arc::clone(&socket), Arc::clone(&open));
+                    let served = std::thread::Builder::new().name("holder-accept".into()).spawn(move || accept_loop(listener, &pane, &socket, &open));
+                    if let Err(e) = served {
+                        log(&format!("cannot serve the socket bound again: {e}"));
+                    }
+                }
+                Err(e) if !std::mem::replace(&mut failing, true) => log(&format!("the socket is gone and cannot be bound again yet (tried every second): {e}")),
+                Err(_) => {}
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log(&format!("cannot start the socket keeper: {e}"));
+    }
 }
 
 fn accept(
@@ -397,7 +438,10 @@ fn send_line<T: serde::Serialize>(writer: &mut UnixStream, message: &T) -> std::
 /// newer holder bound at the same path.
 struct SocketOwnership {
     path: PathBuf,
-    inode: Option<u64>,
+    /// The inode of the socket bound last (SOCK-2 binds it again when it goes).
+    inode: Mutex<Option<u64>>,
+    /// Set once the holder removes its socket to exit: nothing binds it again after.
+    closing: AtomicBool,
 }
 
 impl SocketOwnership {
@@ -405,15 +449,35 @@ impl SocketOwnership {
         let inode = std::fs::symlink_metadata(path).ok().map(|m| m.ino());
         SocketOwnership {
             path: path.to_path_buf(),
-            inode,
+            inode: Mutex::new(inode),
+            closing: AtomicBool::new(false),
         }
     }
 
     fn remove(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let inode = self.inode.lock().unwrap_or_else(|p| p.into_inner());
         let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
-        if current.is_some() && current == self.inode {
+        if current.is_some() && current == *inode {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+
+    /// SOCK-2: a listener at the path again when the path no longer names the socket bound
+    /// last; None while it does (or the holder is closing).
+    fn bind_again_if_gone(&self) -> Result<Option<UnixListener>, String> {
+        let mut inode = self.inode.lock().unwrap_or_else(|p| p.into_inner());
+        if self.closing.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
+        if current.is_some() && current == *inode {
+            return Ok(None);
+        }
+        prepare_socket_dir(&self.path)?;
+        let listener = bind_private_socket(&self.path)?;
+        *inode = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
+        Ok(Some(listener))
     }
 }
 
