@@ -500,37 +500,51 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     };
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
     if agent["state"] == "stopped" {
-        return print_reply(not_running(target, agent, last_screen(&paths.holder_socket(agent_id))));
+        return print_reply(not_running(target, agent, pane_evidence(&paths.holder_socket(agent_id), agent["transport"] == "pty")));
     }
     eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
     crate::holder::attach(&paths.holder_socket(agent_id))
 }
 
-/// LIFE-4: `attach` to a stopped agent: why it stopped, as far as its holder knows: the exit
-/// code (the catalog's) and the pane's last screen (a Codex that exited at once says why there:
-/// not logged in, a bad flag), while the holder keeps the pane (10 minutes after the exit).
-fn not_running(target: &str, agent: &serde_json::Value, screen: Option<Vec<String>>) -> Reply {
-    let exited = agent["exit_code"].as_i64().map(|code| format!(" (it exited with code {code})")).unwrap_or_default();
+/// LIFE-4: `attach` to a stopped agent: why it stopped, as far as its holder knows, while it
+/// keeps the pane (10 minutes after the exit): the exit code (the catalog's), or why its
+/// command could not start (`spawn_error`, LIFE-2: a failed `agent restart`), and the pane's
+/// last screen (a Codex that exited at once says why there: not logged in, a bad flag).
+fn not_running(target: &str, agent: &serde_json::Value, (screen, spawn_error): PaneEvidence) -> Reply {
+    let why = match (&spawn_error, agent["exit_code"].as_i64()) {
+        (Some(error), _) => format!(" (its command could not start: {error})"),
+        (None, Some(code)) => format!(" (it exited with code {code})"),
+        (None, None) => String::new(),
+    };
     let shown = if screen.is_some() { "; its last screen is in last_screen" } else { "" };
-    let message = format!("{target} has no running process{exited}{shown}; `wakterm agent restart {target}` starts it again");
+    let message = format!("{target} has no running process{why}{shown}; `wakterm agent restart {target}` starts it again");
     let mut reply = Reply::error(exit::ERROR, "agent_not_running", message);
     reply.body["exit_code"] = agent["exit_code"].clone();
+    reply.body["spawn_error"] = serde_json::json!(spawn_error);
     if let Some(lines) = screen {
         reply.body["last_screen"] = serde_json::json!(lines);
     }
     reply
 }
 
-/// The pane's screen from the agent's holder, its blank rows above and below dropped. None
-/// when no holder answers within 2 s (gone after a reboot, or its linger ended).
-fn last_screen(socket: &std::path::Path) -> Option<Vec<String>> {
-    let mut holder = crate::holder::HolderClient::connect_with_timeout(socket, std::time::Duration::from_secs(2)).ok()?;
-    let mut lines = holder.screen().ok()?.lines;
-    while lines.last().is_some_and(|line| line.trim().is_empty()) {
-        lines.pop();
-    }
-    let first = lines.iter().position(|line| !line.trim().is_empty()).unwrap_or(lines.len());
-    Some(lines.split_off(first))
+/// What a stopped agent's holder still knows: the pane's screen (its blank rows above and
+/// below dropped; PTY agents only: a managed agent's pane is its JSON-RPC stream, prompts and
+/// all) and the last spawn's error. Nothing when no holder answers within 2 s (gone after a
+/// reboot, or its linger ended).
+type PaneEvidence = (Option<Vec<String>>, Option<String>);
+
+fn pane_evidence(socket: &std::path::Path, pty: bool) -> PaneEvidence {
+    let Ok(mut holder) = crate::holder::HolderClient::connect_with_timeout(socket, std::time::Duration::from_secs(2)) else { return (None, None) };
+    let spawn_error = holder.info().ok().and_then(|info| info.spawn_error);
+    let screen = pty.then(|| holder.screen().ok()).flatten().map(|screen| {
+        let mut lines = screen.lines;
+        while lines.last().is_some_and(|line| line.trim().is_empty()) {
+            lines.pop();
+        }
+        let first = lines.iter().position(|line| !line.trim().is_empty()).unwrap_or(lines.len());
+        lines.split_off(first)
+    });
+    (screen, spawn_error)
 }
 
 /// The `wakterm` program: parse the arguments (usage errors answered as structured JSON on

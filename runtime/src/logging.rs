@@ -33,6 +33,9 @@ struct Inner {
     file: File,
     written: u64,
     max_bytes: u64,
+    /// LOG-1: the file was renamed to the previous one but its successor could not be opened
+    /// yet: the next rotation opens it (renaming again would fail: nothing is left to rename).
+    renamed: bool,
 }
 
 impl BoundedLog {
@@ -40,7 +43,7 @@ impl BoundedLog {
         assert!(max_bytes > 0);
         let file = open_log(&path)?;
         let written = file.metadata()?.len();
-        Ok(BoundedLog { inner: Arc::new(Mutex::new(Inner { path, file, written, max_bytes })) })
+        Ok(BoundedLog { inner: Arc::new(Mutex::new(Inner { path, file, written, max_bytes, renamed: false })) })
     }
 }
 
@@ -50,12 +53,20 @@ fn open_log(path: &std::path::Path) -> io::Result<File> {
 
 impl Inner {
     fn rotate_if_full(&mut self) -> io::Result<()> {
+        self.rotate_if_full_with(open_log)
+    }
+
+    /// `open` makes the new file (a parameter for the test of a failed open).
+    fn rotate_if_full_with(&mut self, open: impl Fn(&std::path::Path) -> io::Result<File>) -> io::Result<()> {
         if self.written < self.max_bytes {
             return Ok(());
         }
-        let previous = self.path.with_extension("log.1");
-        std::fs::rename(&self.path, previous)?;
-        self.file = open_log(&self.path)?;
+        if !self.renamed {
+            std::fs::rename(&self.path, self.path.with_extension("log.1"))?;
+            self.renamed = true;
+        }
+        self.file = open(&self.path)?;
+        self.renamed = false;
         self.written = 0;
         Ok(())
     }
@@ -117,6 +128,23 @@ pub fn init_holder() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// LOG-1: a rotation whose new file could not be opened (out of descriptors, a full disk)
+    /// opens it on the next write. It used to try the rename again, which failed (nothing was
+    /// left to rename), so the log grew in its previous file without bound and `mux.log`,
+    /// where `mux start` looks for the daemon's first lines, stayed missing.
+    #[test]
+    fn log_1_a_rotation_that_could_not_open_its_new_file_opens_it_next_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("mux.log");
+        let mut log = BoundedLog::open(path.clone(), 100).unwrap();
+        log.write_all(&[b'a'; 150]).unwrap();
+        let failed = log.inner.lock().unwrap().rotate_if_full_with(|_| Err(io::Error::from_raw_os_error(24)));
+        assert!(failed.is_err() && !path.exists(), "renamed, its successor not opened");
+        log.write_all(b"next line\n").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"next line\n", "the next write opened the new file");
+        assert_eq!(std::fs::read(path.with_extension("log.1")).unwrap().len(), 150, "the previous file kept what it had");
+    }
 
     // LOG-1: the log is bounded: it rotates into one previous file.
     #[test]

@@ -247,6 +247,23 @@ fn life_4_a_stopped_agent_says_how_it_ended() {
     support::sigkill_and_wait(pid);
     let killed = w.wait_agent("zola", "stopped by SIGKILL", |z| z["state"] == "stopped" && !z["exit_code"].is_null());
     assert_eq!(killed["exit_code"], 128 + 9, "{killed}");
+
+    // A restart whose command could not start (its program deleted, LIFE-2): attach says so,
+    // rather than a bare exit code (127, the holder's own for a failed spawn).
+    let program = w.root.join("agent.sh");
+    std::fs::write(&program, format!("#!/bin/sh\nexec {} fake-codex\n", w.exe.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    w.ok(&["agent", "start", "--name", "mia", "--cwd", &cwd, "--env", &env, "--", &program.display().to_string()]);
+    let running = w.wait_agent("mia", "idle", |z| z["state"] == "idle");
+    let pid = running["incarnation"].as_str().and_then(|inc| inc.split('.').next()).and_then(|pid| pid.parse().ok()).expect("the incarnation names the pid");
+    support::sigkill_and_wait(pid);
+    w.wait_agent("mia", "stopped", |z| z["state"] == "stopped");
+    std::fs::remove_file(&program).unwrap();
+    assert_eq!(w.run(&["agent", "restart", "mia"]).json["error"], "agent_restart_failed");
+    let out = w.run(&["agent", "attach", "mia"]);
+    assert_eq!(out.json["error"], "agent_not_running", "{out:?}");
+    assert!(out.json["spawn_error"].as_str().is_some_and(|error| !error.is_empty()), "{out:?}");
+    assert!(out.json["message"].as_str().unwrap_or_default().contains("could not start"), "{out:?}");
 }
 
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without

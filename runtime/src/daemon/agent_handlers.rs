@@ -274,8 +274,8 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     let worker = agent.clone();
     let log = context.paths.holder_socket(&agent_id).with_extension("sock.log");
     let result = tokio::task::spawn_blocking(move || {
-        // LIFE-3: one pane change at a time; a restart waiting behind this stop finds
-        // `stopping` and starts nothing.
+        // LIFE-3: one pane change at a time; a restart waiting behind this stop finds the
+        // agent `removed` and starts nothing.
         let _one_at_a_time = worker.lifecycle.lock().expect("lifecycle lock");
         if worker.removed.load(SeqCst) {
             return Err(StopFailed::Gone);

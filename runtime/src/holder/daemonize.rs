@@ -3,7 +3,7 @@
 //! it serves (`server`).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 /// The log beside the socket is cut to empty at start once it grows past this.
@@ -45,7 +45,9 @@ pub(super) fn bind_private_socket(path: &Path) -> Result<UnixListener, String> {
         if !meta.file_type().is_socket() {
             return Err(format!("{} exists and is not a socket", path.display()));
         }
-        if UnixStream::connect(path).is_ok() {
+        // Bounded: a live holder whose listen queue is full would block a plain connect for
+        // good (SOCK-2's keeper asks under its socket's lock, which the holder's exit takes).
+        if crate::client::connect_bounded(path, std::time::Duration::from_secs(1)).is_ok() {
             return Err(format!("another holder is serving {}", path.display()));
         }
         std::fs::remove_file(path).map_err(|e| format!("remove stale {}: {e}", path.display()))?;

@@ -125,10 +125,15 @@ fn start_socket_keeper(pane: Arc<Pane>, socket: Arc<SocketOwnership>, open: Arc<
                 Ok(Some(listener)) => {
                     failing = false;
                     log("the socket was removed or replaced: bound again");
-                    let (pane, socket, open) = (Arc::clone(&pane), Arc::clone(&socket), Arc::clone(&open));
-                    let served = std::thread::Builder::new().name("holder-accept".into()).spawn(move || accept_loop(listener, &pane, &socket, &open));
+                    let serving = (Arc::clone(&pane), Arc::clone(&socket), Arc::clone(&open));
+                    let served = std::thread::Builder::new()
+                        .name("holder-accept".into())
+                        .spawn(move || accept_loop(listener, &serving.0, &serving.1, &serving.2));
                     if let Err(e) = served {
-                        log(&format!("cannot serve the socket bound again: {e}"));
+                        // Its listener is gone with the closure: forget it, so the next check
+                        // binds again (else the path would name it, and nobody listen, for good).
+                        log(&format!("cannot serve the socket bound again (tried again in a second): {e}"));
+                        socket.forget_bound();
                     }
                 }
                 Err(e) if !std::mem::replace(&mut failing, true) => log(&format!("the socket is gone and cannot be bound again yet (tried every second): {e}")),
@@ -461,6 +466,17 @@ impl SocketOwnership {
         if current.is_some() && current == *inode {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+
+    /// SOCK-2: the socket bound last is not served: its file goes (if still ours), and the
+    /// next check binds the path again.
+    fn forget_bound(&self) {
+        let mut inode = self.inode.lock().unwrap_or_else(|p| p.into_inner());
+        let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
+        if current.is_some() && current == *inode {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        *inode = None;
     }
 
     /// SOCK-2: a listener at the path again when the path no longer names the socket bound
