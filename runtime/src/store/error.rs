@@ -35,6 +35,10 @@ pub enum StoreError {
     /// STORE-1: the database is older than its watermark says (a deleted WAL, an emptied or
     /// replaced file). Nothing was opened for writing; `detail` says how to proceed.
     WentBackwards { path: PathBuf, detail: String },
+    /// STORE-4: the file the writer commits to is no longer the one at its path (removed,
+    /// renamed or replaced while the daemon ran): nothing was committed, and nothing will be
+    /// until the daemon opens the store again.
+    FileReplaced { path: PathBuf },
 }
 
 impl StoreError {
@@ -118,6 +122,14 @@ impl fmt::Display for StoreError {
             ),
             StoreError::Closed => write!(f, "store writer has stopped; reopen the store"),
             StoreError::WentBackwards { path, detail } => write!(f, "refusing to open {}: {detail}", path.display()),
+            StoreError::FileReplaced { path } => write!(
+                f,
+                "{} was removed or replaced while the daemon ran: nothing is committed to the \
+                 file it had open (a restart would lose it); nothing was written. Restart the \
+                 daemon (`wakterm mux stop && wakterm mux start`); if the file was removed, what \
+                 it held is gone",
+                path.display()
+            ),
         }
     }
 }

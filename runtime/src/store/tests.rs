@@ -1093,3 +1093,35 @@ fn store_3_checkpoints_run_beside_the_writer() {
     drop(conn);
     writer.shutdown().unwrap();
 }
+
+/// STORE-4: once the database file (or its WAL) at its path is no longer the one the writer
+/// opened (removed, renamed, replaced while the daemon ran), every commit fails with
+/// `FileReplaced` and nothing is committed: the writer used to go on committing into the
+/// unlinked file, acknowledging batches a restart would never find.
+#[test]
+fn store_4_a_database_removed_or_replaced_under_the_writer_commits_nothing() {
+    for (what, file) in [("the database removed", ""), ("the database replaced", ""), ("the WAL removed", "-wal")] {
+        let scratch = Scratch::new();
+        let path = scratch.db();
+        let writer = StoreWriter::spawn(&path).unwrap();
+        writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
+        let target = std::path::PathBuf::from(format!("{}{file}", path.display()));
+        let aside = target.with_extension("aside");
+        std::fs::rename(&target, &aside).unwrap();
+        if what.ends_with("replaced") {
+            std::fs::copy(&aside, &target).unwrap();
+        }
+        // The writer looks at most this often (a busy writer's files are not old).
+        std::thread::sleep(writer::FILES_CHECK_EVERY + std::time::Duration::from_millis(10));
+        let failed = writer.commit_blocking(vec![request("r1", "registered", "fp1", 10)]);
+        assert_eq!(failed, Err(StoreError::FileReplaced { path: target.clone() }), "{what}");
+        assert!(failed.unwrap_err().to_string().contains("Restart the daemon"), "{what}: the error says what to do");
+        assert!(writer.commit_blocking(vec![agent("a2", "mila")]).is_err(), "{what}: and every commit after it");
+        drop(writer);
+        if what.ends_with("removed") {
+            std::fs::rename(&aside, &target).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert!(store.load_open_requests().unwrap().is_empty(), "{what}: nothing reached the file opened first");
+    }
+}

@@ -17,7 +17,7 @@
 //! checkpoint (which also starts the WAL over) finds less left to copy and sync.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
@@ -126,6 +126,7 @@ impl StoreWriter {
             )));
         }
         let (conn, report) = schema::open_database(path)?;
+        let files = OpenFiles::of(path)?;
         let watermark = Watermark::open(path, &report.mark)?;
         let checkpoints = open_checkpoint_connection(path);
         let (sender, receiver) = mpsc::sync_channel(capacity);
@@ -134,7 +135,7 @@ impl StoreWriter {
         let housekeeping = Housekeeping { watermark, checkpoints, counters: Arc::clone(&counters), opened_at: report.mark.commits };
         let thread = thread::Builder::new()
             .name("wakterm-store-writer".into())
-            .spawn(move || run(conn, receiver, thread_counters, housekeeping, waits))
+            .spawn(move || run((conn, files), receiver, thread_counters, housekeeping, waits))
             .map_err(|err| StoreError::io(path, &err))?;
         Ok(StoreWriter {
             sender: Some(sender),
@@ -244,10 +245,13 @@ impl Drop for StoreWriter {
     }
 }
 
-fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counters>, housekeeping: Housekeeping, waits: GroupWaits) {
+fn run((conn, files): (Connection, OpenFiles), receiver: Receiver<PendingBatch>, counters: Arc<Counters>, housekeeping: Housekeeping, waits: GroupWaits) {
     let recorder = WatermarkRecorder::start(housekeeping);
     let mut group: Vec<PendingBatch> = Vec::with_capacity(GROUP_BATCHES_MAX);
     let mut transaction_id = 0u64;
+    let mut said_replaced = false;
+    let mut files_checked: Option<Instant> = None;
+    let mut replaced: Option<StoreError> = None;
     // `recv` returns queued batches before reporting that every sender is gone: shutdown drains.
     while let Ok(first) = receiver.recv() {
         group.push(first);
@@ -255,7 +259,22 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
         transaction_id += 1;
         let started = Instant::now();
-        let (results, commits) = commit_group(&conn, &group, transaction_id);
+        // At most every FILES_CHECK_EVERY: the first group after a quiet spell (when a cleaner
+        // of old files strikes) is always checked; a busy writer's files are not old.
+        if replaced.is_none() && files_checked.is_none_or(|at| started.duration_since(at) >= FILES_CHECK_EVERY) {
+            replaced = files.replaced();
+            files_checked = Some(started);
+        }
+        let (results, commits) = match replaced.clone() {
+            // STORE-4: a commit to a file nobody will find again is no commit.
+            Some(error) => {
+                if !std::mem::replace(&mut said_replaced, true) {
+                    tracing::error!(%error, "the database file was removed or replaced: every commit fails until the daemon restarts (STORE-4)");
+                }
+                (group.iter().map(|_| Err(error.clone())).collect(), None)
+            }
+            None => commit_group(&conn, &group, transaction_id),
+        };
         // `WAKTERM_LOG=wakterm_runtime::store=debug`: each group's size and time (issue 10).
         tracing::debug!(batches = group.len(), elapsed_us = started.elapsed().as_micros() as u64, "group committed");
         assert!(results.len() == group.len());
@@ -273,6 +292,51 @@ fn run(conn: Connection, receiver: Receiver<PendingBatch>, counters: Arc<Counter
         }
     }
     // Dropping the recorder records the last count and joins its thread.
+}
+
+/// STORE-4: how often, at most, the writer checks its files (four system calls each time).
+pub(crate) const FILES_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// STORE-4: the database file and its WAL as the writer opened them, to tell before each group
+/// whether the paths still name them. A cleaner of old files (the data directory under `/tmp`,
+/// a daemon idle for days) could remove `wakterm.db`: the writer went on committing into the
+/// unlinked file, receipts said durable, and a restart found an empty store, so every request
+/// id admitted before could be written a second time (the watermark, as old, went with it).
+struct OpenFiles {
+    /// (path, the file opened at start, its (device, inode)).
+    files: Vec<(PathBuf, std::fs::File, (u64, u64))>,
+}
+
+impl OpenFiles {
+    fn of(database: &Path) -> Result<OpenFiles, StoreError> {
+        let wal = PathBuf::from(format!("{}-wal", database.display()));
+        let mut files = Vec::new();
+        for path in [database.to_path_buf(), wal] {
+            use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+            let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path);
+            match opened {
+                Ok(file) => {
+                    let meta = file.metadata().map_err(|e| StoreError::io(&path, &e))?;
+                    files.push((path, file, (meta.dev(), meta.ino())));
+                }
+                // No WAL yet (nothing written since the last checkpoint removed it): nothing
+                // to compare.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound && !files.is_empty() => {}
+                Err(error) => return Err(StoreError::io(&path, &error)),
+            }
+        }
+        Ok(OpenFiles { files })
+    }
+
+    /// The error for the first file whose path no longer names it (or that has no name left).
+    fn replaced(&self) -> Option<StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        self.files.iter().find_map(|(path, file, identity)| {
+            let unlinked = file.metadata().is_ok_and(|meta| meta.nlink() == 0);
+            let at_path = std::fs::symlink_metadata(path).ok().map(|meta| (meta.dev(), meta.ino()));
+            (unlinked || at_path != Some(*identity)).then(|| StoreError::FileReplaced { path: path.clone() })
+        })
+    }
 }
 
 /// STORE-2's two waits of a group for more batches.
