@@ -266,6 +266,46 @@ fn life_4_a_stopped_agent_says_how_it_ended() {
     assert!(out.json["message"].as_str().unwrap_or_default().contains("could not start"), "{out:?}");
 }
 
+/// LIFE-5: `mux stop --all` ends every agent, those whose start is under way too: it waits for
+/// them, and no agent starts once a stop began (`daemon_stopping`). An agent whose start ended
+/// after `--all` took its list ran on, unnamed in `agents_stopped` (4 rounds of 5 here). The
+/// delay of the stop behind the starts is swept over their window.
+#[test]
+fn life_5_mux_stop_all_ends_agents_whose_start_is_under_way() {
+    let w = World::new(EXE);
+    let exe = w.exe.display().to_string();
+    let env = format!("CODEX_HOME={}", w.codex_home.display());
+    let cwd = w.work.display().to_string();
+    let holders = || {
+        let is_holder = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(b"__holder".as_slice());
+        w.our_pids().into_iter().filter(is_holder).count()
+    };
+    for round in 0..5u64 {
+        w.mux_start();
+        let starts: Vec<_> = (0..6)
+            .map(|i| {
+                let name = format!("r{round}s{i}");
+                w.cmd(&["agent", "start", "--name", &name, "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(10 * round));
+        let stopped = w.ok(&["mux", "stop", "--all"]);
+        let stopped: Vec<String> = stopped["agents_stopped"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        for start in starts {
+            let out = start.wait_with_output().unwrap();
+            let json: serde_json::Value = String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_default();
+            if out.status.success() {
+                assert!(stopped.iter().any(|n| json["name"] == n.as_str()), "round {round}: {json} started, but the stop did not name it: {stopped:?}");
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while holders() > 0 {
+            assert!(Instant::now() < deadline, "round {round}: {} holders run on after mux stop --all named {stopped:?}", holders());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without
 /// reading the whole stream, and nothing is written.
 #[test]

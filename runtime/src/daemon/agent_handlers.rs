@@ -57,6 +57,9 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
     {
         let agents = context.agents.lock().expect("agent table");
         let mut starting = context.starting.lock().expect("starting names");
+        if context.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is stopping (`mux stop`): no agent starts now; start it again after `wakterm mux start`");
+        }
         if agents.values().any(|a| a.record.name == name) || !starting.insert(name.clone()) {
             return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
         }

@@ -116,8 +116,27 @@ async fn status(context: &Arc<Context>) -> Reply {
     }))
 }
 
+/// LIFE-5: how long `mux stop --all` waits for agent starts under way (a start waits for its
+/// holder's first answer, bounded by the holder client's call timeout, 15 s).
+const STARTS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     let mut stopped = Vec::new();
+    // LIFE-5: no agent starts from now on, and `--all` waits for the starts under way, so each
+    // agent is stopped or never started. Before, an agent whose start ended after the list was
+    // taken ran on, unnamed in `agents_stopped`.
+    {
+        let _starting = context.starting.lock().expect("starting names");
+        context.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    let waited = std::time::Instant::now();
+    while all && !context.starting.lock().expect("starting names").is_empty() {
+        if waited.elapsed() > STARTS_WAIT {
+            tracing::warn!("mux stop --all: agent starts still under way after {STARTS_WAIT:?}; they may run on");
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     if all {
         let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
         for agent in agents {
