@@ -86,10 +86,23 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
     let paths = context.paths.clone();
     let writer = context.writer.clone();
     let fault = context.fault;
-    let spawned = tokio::task::spawn_blocking(move || spawn_agent(&paths, &writer, record, fault)).await;
+    let stopping = context.clone();
+    let spawned = tokio::task::spawn_blocking(move || {
+        let agent = spawn_agent(&paths, &writer, record, fault).map_err(|message| Reply::error(exit::ERROR, "agent_start_failed", message))?;
+        // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its
+        // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.
+        // Here, on the blocking thread: the daemon's shutdown waits for it, not for the task.
+        if stopping.stopping_all.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = agent.connect_holder().map(|client| client.shutdown());
+            let message = format!("{} started while `mux stop --all` ran, and was ended with the others", agent.record.name);
+            return Err(Reply::error(exit::ERROR, "daemon_stopping", message));
+        }
+        Ok(agent)
+    })
+    .await;
     let agent = match spawned {
         Ok(Ok(agent)) => agent,
-        Ok(Err(message)) => return Reply::error(exit::ERROR, "agent_start_failed", message),
+        Ok(Err(refused)) => return refused,
         Err(error) => return Reply::error(exit::ERROR, "agent_start_failed", error.to_string()),
     };
     let facts = agent.facts();

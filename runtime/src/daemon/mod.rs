@@ -66,6 +66,9 @@ pub struct Context {
     /// LIFE-5: a `mux stop` is under way: no agent starts any more (set under `starting`'s
     /// lock, so a start either reserved its name before or is refused).
     pub closing: std::sync::atomic::AtomicBool,
+    /// LIFE-5: `mux stop --all` is under way: a start that ends after it took its list (one
+    /// slower than its wait: a managed start's handshake takes up to 60 s) ends its agent too.
+    pub stopping_all: std::sync::atomic::AtomicBool,
     /// The test-only crash point (REC-5), if one is selected.
     pub fault: Option<faults::FaultPoint>,
 }
@@ -272,7 +275,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), fault });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     loop {

@@ -116,9 +116,10 @@ async fn status(context: &Arc<Context>) -> Reply {
     }))
 }
 
-/// LIFE-5: how long `mux stop --all` waits for agent starts under way (a start waits for its
-/// holder's first answer, bounded by the holder client's call timeout, 15 s).
-const STARTS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// LIFE-5: how long `mux stop --all` waits for agent starts under way before it answers (its
+/// caller waits 60 s for the answer). A start slower than this (a managed start's handshake
+/// takes up to 60 s) ends its agent itself when it is done (`Context::stopping_all`).
+const STARTS_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     let mut stopped = Vec::new();
@@ -128,11 +129,12 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     {
         let _starting = context.starting.lock().expect("starting names");
         context.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        context.stopping_all.fetch_or(all, std::sync::atomic::Ordering::SeqCst);
     }
     let waited = std::time::Instant::now();
     while all && !context.starting.lock().expect("starting names").is_empty() {
         if waited.elapsed() > STARTS_WAIT {
-            tracing::warn!("mux stop --all: agent starts still under way after {STARTS_WAIT:?}; they may run on");
+            tracing::warn!("mux stop --all: agent starts still under way after {STARTS_WAIT:?}; each ends its agent when it is done");
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;

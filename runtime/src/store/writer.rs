@@ -297,30 +297,29 @@ fn run((conn, files): (Connection, OpenFiles), receiver: Receiver<PendingBatch>,
 /// STORE-4: how often, at most, the writer checks its files (four system calls each time).
 pub(crate) const FILES_CHECK_EVERY: Duration = Duration::from_millis(50);
 
-/// STORE-4: the database file and its WAL as the writer opened them, to tell before each group
+/// STORE-4: the database file and its WAL as the writer opened them, to tell before a group
 /// whether the paths still name them. A cleaner of old files (the data directory under `/tmp`,
 /// a daemon idle for days) could remove `wakterm.db`: the writer went on committing into the
 /// unlinked file, receipts said durable, and a restart found an empty store, so every request
 /// id admitted before could be written a second time (the watermark, as old, went with it).
+/// Identities only, no descriptor of our own: closing one would release every POSIX lock the
+/// process holds on the file, SQLite's own included (a review reproduced the WAL deleted by
+/// another process then).
 struct OpenFiles {
-    /// (path, the file opened at start, its (device, inode)).
-    files: Vec<(PathBuf, std::fs::File, (u64, u64))>,
+    /// (path, its (device, inode) at open). SQLite's own descriptors keep an unlinked file's
+    /// inode from being reused, so a path naming the same identity names the same file.
+    files: Vec<(PathBuf, (u64, u64))>,
 }
 
 impl OpenFiles {
     fn of(database: &Path) -> Result<OpenFiles, StoreError> {
-        let wal = PathBuf::from(format!("{}-wal", database.display()));
+        let mut wal = database.as_os_str().to_os_string();
+        wal.push("-wal");
         let mut files = Vec::new();
-        for path in [database.to_path_buf(), wal] {
-            use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-            let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path);
-            match opened {
-                Ok(file) => {
-                    let meta = file.metadata().map_err(|e| StoreError::io(&path, &e))?;
-                    files.push((path, file, (meta.dev(), meta.ino())));
-                }
-                // No WAL yet (nothing written since the last checkpoint removed it): nothing
-                // to compare.
+        for path in [database.to_path_buf(), PathBuf::from(wal)] {
+            match identity(&path) {
+                Ok(identity) => files.push((path, identity)),
+                // No WAL (not created yet): nothing to compare.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound && !files.is_empty() => {}
                 Err(error) => return Err(StoreError::io(&path, &error)),
             }
@@ -328,15 +327,22 @@ impl OpenFiles {
         Ok(OpenFiles { files })
     }
 
-    /// The error for the first file whose path no longer names it (or that has no name left).
+    /// The error for the first file whose path is gone or names another file. Any other
+    /// failure to look (a permission, an I/O error) is no evidence: the next check looks again.
     fn replaced(&self) -> Option<StoreError> {
-        use std::os::unix::fs::MetadataExt;
-        self.files.iter().find_map(|(path, file, identity)| {
-            let unlinked = file.metadata().is_ok_and(|meta| meta.nlink() == 0);
-            let at_path = std::fs::symlink_metadata(path).ok().map(|meta| (meta.dev(), meta.ino()));
-            (unlinked || at_path != Some(*identity)).then(|| StoreError::FileReplaced { path: path.clone() })
+        self.files.iter().find_map(|(path, opened)| {
+            let gone = match identity(path) {
+                Ok(now) => now != *opened,
+                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+            };
+            gone.then(|| StoreError::FileReplaced { path: path.clone() })
         })
     }
+}
+
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// STORE-2's two waits of a group for more batches.
