@@ -490,6 +490,34 @@ fn sock_2_a_removed_holder_socket_is_bound_again() {
     assert_eq!(w.fake_agents_running(), 1);
 }
 
+/// LIFE-6: SIGTERM (a service manager, a container's end, `kill`) stops the daemon as `mux stop`
+/// does: it says so in its log, removes its socket, and its agents and their requests live on
+/// (a request in flight completes after the next start). SIGTERM's default action killed it at
+/// once, mid-commit, its socket left behind.
+#[test]
+fn life_6_sigterm_stops_the_daemon_as_mux_stop_does() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "1500"]);
+    let id = new_id();
+    let incarnation = entry["incarnation"].as_str().unwrap();
+    w.ok(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "slow one"]);
+    let daemon = w.daemon_pid();
+    // SAFETY: a signal to our own test world's daemon.
+    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGTERM) }, 0);
+    let socket = w.data.join("run/mux.sock");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while socket.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not stop as mux stop does: its socket is still there");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+    assert!(log.contains("SIGTERM: stopping as `mux stop` does"), "said in the log");
+    assert_eq!(w.fake_agents_running(), 1, "the agent runs on");
+    w.mux_start();
+    assert_eq!(w.wait_terminal(&id)["state"], "completed", "the request in flight completes");
+}
+
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
 /// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
 #[test]

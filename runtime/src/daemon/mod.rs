@@ -35,6 +35,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, Notify};
+use tokio::signal::unix::SignalKind;
 use wakterm_engine::{DurableState, Engine, Input, RequestRecord};
 
 /// Terminal events buffered for slow watchers before they fall back to the store.
@@ -278,6 +279,11 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
+    // LIFE-6: SIGTERM (a service manager, a container's end, `kill`) and SIGINT (Ctrl-C of a
+    // foreground daemon) stop the daemon as `mux stop` does; their default action killed it
+    // at once, mid-commit, its socket left behind.
+    let signal = |kind| tokio::signal::unix::signal(kind).map_err(|e| format!("cannot handle signals: {e}"));
+    let (mut terminate, mut interrupt) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -298,6 +304,8 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
                 }
             },
             _ = shutdown.notified() => break,
+            _ = terminate.recv() => break stopping_on(&context, "SIGTERM"),
+            _ = interrupt.recv() => break stopping_on(&context, "SIGINT"),
             ended = &mut driver => return Err(format!("the engine driver stopped unexpectedly: {ended:?}")),
         }
     }
@@ -311,6 +319,12 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     pruning.abort();
     driver.abort();
     Ok(())
+}
+
+/// LIFE-6: a stopping signal: no agent starts from now on (LIFE-5), said in the log.
+fn stopping_on(context: &Context, signal: &str) {
+    context.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+    tracing::info!("{signal}: stopping as `mux stop` does (agents keep running)");
 }
 
 /// CONN-1: serves the connection when fewer than `cap` are open; otherwise tells the peer the
