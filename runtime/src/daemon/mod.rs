@@ -321,10 +321,17 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     Ok(())
 }
 
-/// LIFE-6: a stopping signal: no agent starts from now on (LIFE-5), said in the log.
+/// LIFE-6: a stopping signal: no agent starts from now on (LIFE-5), said in the log. A second
+/// one ends the daemon at once, as a second Ctrl-C is expected to (nobody reads the first
+/// one's stream any more, so it would be caught and ignored for the whole drain).
 fn stopping_on(context: &Context, signal: &str) {
     context.closing.store(true, std::sync::atomic::Ordering::SeqCst);
-    tracing::info!("{signal}: stopping as `mux stop` does (agents keep running)");
+    tracing::info!("{signal}: stopping as `mux stop` does (agents keep running); a second SIGTERM or SIGINT ends it at once");
+    for again in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT] {
+        // SAFETY: restores the default action; no handler of ours runs from now on, and tokio's
+        // own stays registered but is never asked to deliver again.
+        let _ = unsafe { nix::sys::signal::signal(again, nix::sys::signal::SigHandler::SigDfl) };
+    }
 }
 
 /// CONN-1: serves the connection when fewer than `cap` are open; otherwise tells the peer the

@@ -315,7 +315,7 @@ pub fn sigkill_and_wait(pid: u32) {
     panic!("pid {pid} survived SIGKILL");
 }
 
-fn all_threads_dead(pid: u32) -> bool {
+pub fn all_threads_dead(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
     tasks.flatten().all(|task| {
         let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
