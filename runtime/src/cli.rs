@@ -11,7 +11,7 @@ use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
 #[derive(Parser, Debug)]
 #[command(name = "wakterm", version, about = "Hand prompts to terminal coding agents safely: admitted at most once, honest receipts, durable final answers.",
-    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found.\nData directory: $WAKTERM_DATA_DIR, else the platform data directory.")]
+    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found.\nData directory: $WAKTERM_DATA_DIR (an absolute path), else the platform data directory.")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -27,7 +27,12 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(not_running(&error)),
         Err(error) => {
-            let hint = "nothing was sent; if the directory is yours, `wakterm mux start` repairs its modes";
+            // CLI-2: only modes can be repaired; a file, a link or another user's directory
+            // cannot, and saying so would send the user in a circle.
+            let hint = match error.to_string().contains("is accessible to other users") {
+                true => "nothing was sent; if the directory is yours, `wakterm mux start` repairs its modes",
+                false => "nothing was sent; point WAKTERM_DATA_DIR at a directory of your own (`wakterm mux start` makes it)",
+            };
             return Err(Reply::error(exit::ERROR, "data_dir_not_private", format!("{error}; {hint}")));
         }
     }

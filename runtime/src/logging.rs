@@ -36,14 +36,21 @@ struct Inner {
     /// LOG-1: the file was renamed to the previous one but its successor could not be opened
     /// yet: the next rotation opens it (renaming again would fail: nothing is left to rename).
     renamed: bool,
+    /// LOG-3: when the path was last checked to still name `file`, and how often it is.
+    checked: Option<std::time::Instant>,
+    check_every: std::time::Duration,
 }
+
+/// LOG-3: how often, at most, a log checks that its path still names its file.
+const LOG_PATH_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl BoundedLog {
     pub fn open(path: PathBuf, max_bytes: u64) -> io::Result<BoundedLog> {
         assert!(max_bytes > 0);
         let file = open_log(&path)?;
         let written = file.metadata()?.len();
-        Ok(BoundedLog { inner: Arc::new(Mutex::new(Inner { path, file, written, max_bytes, renamed: false })) })
+        let inner = Inner { path, file, written, max_bytes, renamed: false, checked: None, check_every: LOG_PATH_CHECK };
+        Ok(BoundedLog { inner: Arc::new(Mutex::new(inner)) })
     }
 }
 
@@ -52,6 +59,26 @@ fn open_log(path: &std::path::Path) -> io::Result<File> {
 }
 
 impl Inner {
+    /// LOG-3: a log file removed (a cleaner of old files, `rm mux.log`) or replaced under the
+    /// daemon is opened again, at most a second later; its lines went to the unlinked file,
+    /// which nobody could read, until the daemon restarted.
+    fn reopen_if_gone(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let now = std::time::Instant::now();
+        if self.renamed || self.checked.is_some_and(|at| now.duration_since(at) < self.check_every) {
+            return;
+        }
+        self.checked = Some(now);
+        let ours = self.file.metadata().ok().map(|meta| (meta.dev(), meta.ino()));
+        let at_path = std::fs::symlink_metadata(&self.path).ok().map(|meta| (meta.dev(), meta.ino()));
+        if ours.is_some() && at_path != ours {
+            if let Ok(file) = open_log(&self.path) {
+                self.written = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+                self.file = file;
+            }
+        }
+    }
+
     fn rotate_if_full(&mut self) -> io::Result<()> {
         self.rotate_if_full_with(open_log)
     }
@@ -75,6 +102,7 @@ impl Inner {
 impl Write for BoundedLog {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.reopen_if_gone();
         // A log that cannot rotate keeps writing rather than losing the daemon's voice.
         let _ = inner.rotate_if_full();
         let n = inner.file.write(buf)?;
@@ -128,6 +156,20 @@ pub fn init_holder() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// LOG-3: a log file removed under the daemon is opened again (here checked on every
+    /// write); its lines used to go to the unlinked file until the daemon restarted.
+    #[test]
+    fn log_3_a_removed_log_file_is_opened_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("mux.log");
+        let mut log = BoundedLog::open(path.clone(), 1 << 20).unwrap();
+        log.inner.lock().unwrap().check_every = std::time::Duration::ZERO;
+        log.write_all(b"before\n").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        log.write_all(b"after\n").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"after\n", "the next line went to a new file at the path");
+    }
 
     /// LOG-1: a rotation whose new file could not be opened (out of descriptors, a full disk)
     /// opens it on the next write. It used to try the rename again, which failed (nothing was

@@ -22,6 +22,12 @@ impl DataPaths {
     /// `$WAKTERM_DATA_DIR`, else the platform data directory (`~/.local/share/wakterm`).
     pub fn from_env() -> io::Result<DataPaths> {
         if let Some(dir) = std::env::var_os("WAKTERM_DATA_DIR").filter(|d| !d.is_empty()) {
+            // CLI-2: a relative one names another directory from every working directory, so
+            // a client run elsewhere would miss the daemon (or start a second one).
+            if !Path::new(&dir).is_absolute() {
+                let message = format!("WAKTERM_DATA_DIR must be an absolute path, not {:?}: a relative one names another directory from every working directory", Path::new(&dir));
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+            }
             return Ok(DataPaths { root: PathBuf::from(dir) });
         }
         let base = dirs::data_dir().ok_or_else(|| io::Error::other("no platform data directory; set WAKTERM_DATA_DIR"))?;

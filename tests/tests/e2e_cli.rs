@@ -306,6 +306,33 @@ fn life_5_mux_stop_all_ends_agents_whose_start_is_under_way() {
     }
 }
 
+/// CLI-2: a data directory the CLI cannot use is refused with advice that fits: a relative
+/// `WAKTERM_DATA_DIR` (it would name another directory from every working directory) is
+/// refused outright, and a regular file in its place is not told that `mux start` repairs its
+/// modes (it cannot); a directory open to others still is.
+#[test]
+fn cli_2_an_unusable_data_dir_gets_advice_that_fits() {
+    let w = World::new(EXE);
+    let run = |dir: &std::ffi::OsStr| {
+        let out = w.cmd(&["agent", "catalog"]).env("WAKTERM_DATA_DIR", dir).stdin(Stdio::null()).output().unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (out.status.code(), json)
+    };
+    let (code, json) = run("relative/dir".as_ref());
+    assert_eq!((code, &json["error"]), (Some(1), &serde_json::json!("no_data_dir")), "{json}");
+    assert!(json["message"].as_str().unwrap_or_default().contains("absolute"), "{json}");
+    let file = w.root.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let (_, json) = run(file.as_os_str());
+    assert_eq!(json["error"], "data_dir_not_private", "{json}");
+    assert!(!json["message"].as_str().unwrap_or_default().contains("repairs its modes"), "no advice that cannot work: {json}");
+    let open = w.root.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (_, json) = run(open.as_os_str());
+    assert!(json["message"].as_str().unwrap_or_default().contains("repairs its modes"), "{json}");
+}
+
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without
 /// reading the whole stream, and nothing is written.
 #[test]
