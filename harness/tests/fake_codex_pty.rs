@@ -348,8 +348,10 @@ fn replace_rollout_on_moves_the_next_turn_to_a_new_session_file() {
     codex.send(&admission_bytes("one"));
     codex.wait_rollout("first turn", |records| has_event(records, "task_complete"));
     codex.send(&admission_bytes("REPLACE two"));
+    // Each with its first complete line: a file just created may still be empty (this read an
+    // empty one once, under a CI run's load).
     let two_files = wait_for("a second file", || {
-        Some(codex.rollout_paths()).filter(|paths| paths.len() == 2)
+        Some(codex.rollout_paths()).filter(|paths| paths.len() == 2 && paths.iter().all(|path| !read_records(path).is_empty()))
     });
     let paths = two_files.expect("no replacement rollout");
     let ids: Vec<Value> = paths
