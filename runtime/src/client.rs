@@ -29,7 +29,7 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
         Err(error) => {
             // CLI-2: only modes can be repaired; a file, a link or another user's directory
             // cannot, and saying so would send the user in a circle.
-            let hint = match error.to_string().contains("is accessible to other users") {
+            let hint = match error.to_string().contains(crate::paths::OPEN_TO_OTHERS) {
                 true => "nothing was sent; if the directory is yours, `wakterm mux start` repairs its modes",
                 false => "nothing was sent; point WAKTERM_DATA_DIR at a directory of your own (`wakterm mux start` makes it)",
             };

@@ -63,14 +63,13 @@ impl Inner {
     /// daemon is opened again, at most a second later; its lines went to the unlinked file,
     /// which nobody could read, until the daemon restarted.
     fn reopen_if_gone(&mut self) {
-        use std::os::unix::fs::MetadataExt;
         let now = std::time::Instant::now();
         if self.renamed || self.checked.is_some_and(|at| now.duration_since(at) < self.check_every) {
             return;
         }
         self.checked = Some(now);
-        let ours = self.file.metadata().ok().map(|meta| (meta.dev(), meta.ino()));
-        let at_path = std::fs::symlink_metadata(&self.path).ok().map(|meta| (meta.dev(), meta.ino()));
+        let ours = crate::paths::fd_identity(&self.file).ok();
+        let at_path = crate::paths::path_identity(&self.path).ok();
         if ours.is_some() && at_path != ours {
             if let Ok(file) = open_log(&self.path) {
                 self.written = file.metadata().map(|meta| meta.len()).unwrap_or(0);

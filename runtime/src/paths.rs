@@ -119,7 +119,7 @@ pub fn verify_private_dir(dir: &Path) -> io::Result<()> {
     }
     check_owner(dir, meta.uid())?;
     if meta.mode() & 0o077 != 0 {
-        return Err(refused(dir, &format!("is accessible to other users (mode {:o})", meta.mode() & 0o777)));
+        return Err(refused(dir, &format!("{OPEN_TO_OTHERS} (mode {:o})", meta.mode() & 0o777)));
     }
     Ok(())
 }
@@ -160,6 +160,26 @@ fn check_owner(path: &Path, owner: u32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// A file's identity: (device, inode). Code that must tell whether a path still names the
+/// file it opened (SOCK-1's lock and socket, SOCK-2's holder socket, STORE-4's database, LOG-3's
+/// log) compares these.
+pub type FileIdentity = (u64, u64);
+
+/// The identity of what is at `path`, never following a link.
+pub fn path_identity(path: &Path) -> io::Result<FileIdentity> {
+    fs::symlink_metadata(path).map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// The identity of an open file.
+pub fn fd_identity(fd: impl AsFd) -> io::Result<FileIdentity> {
+    let stat = rustix::fs::fstat(fd)?;
+    Ok((stat.st_dev, stat.st_ino))
+}
+
+/// The words [`verify_private_dir`] says of a directory open to others: the one refusal
+/// `mux start` repairs (CLI-2 advises it only then).
+pub const OPEN_TO_OTHERS: &str = "is accessible to other users";
 
 fn refused(path: &Path, why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, format!("{} {why}; refusing to use it", path.display()))

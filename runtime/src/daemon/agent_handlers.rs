@@ -93,7 +93,7 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
         // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.
         // Here, on the blocking thread: the daemon's shutdown waits for it, not for the task.
         if stopping.stopping_all.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = agent.connect_holder().map(|client| client.shutdown());
+            agent.shut_down_pane();
             let message = format!("{} started while `mux stop --all` ran, and was ended with the others", agent.record.name);
             return Err(Reply::error(exit::ERROR, "daemon_stopping", message));
         }
@@ -297,9 +297,7 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
             return Err(StopFailed::Gone);
         }
         worker.stop_pending.store(true, SeqCst);
-        if let Ok(client) = worker.connect_holder() {
-            let _ = client.shutdown();
-        }
+        worker.shut_down_pane();
         // LIVE-1, LIFE-3: a holder that still runs for the agent's socket ends now, or the
         // agent stays: one nobody can reach there (its socket removed), one that did not answer
         // the connect or the shutdown (stalled: a timeout), whatever the shutdown answered.

@@ -434,6 +434,14 @@ impl AgentRuntime {
         self.connect_holder().map_err(|e| e.to_string())
     }
 
+    /// Asks the agent's holder to end its process and itself (`agent stop`, `mux stop --all`);
+    /// whether it did is for the caller to check (LIVE-1: `end_unreachable_holder`).
+    pub fn shut_down_pane(&self) {
+        if let Ok(client) = self.connect_holder() {
+            let _ = client.shutdown();
+        }
+    }
+
     /// A new connection to the agent's holder, its failure as it is (LIVE-1 tells them apart).
     pub fn connect_holder(&self) -> Result<HolderClient, HolderError> {
         HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)

@@ -74,6 +74,17 @@ pub struct Context {
     pub fault: Option<faults::FaultPoint>,
 }
 
+impl Context {
+    /// LIFE-5: no agent starts from now on (`mux stop`, a stopping signal); with `all`, a
+    /// start that ends after `--all` took its list ends its agent itself. Set under the lock
+    /// starts reserve their names under, so each start reserved its name before or is refused.
+    pub fn close_to_starts(&self, all: bool) {
+        let _starting = self.starting.lock().expect("starting names");
+        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stopping_all.fetch_or(all, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 pub type TerminalEventAlias = wakterm_engine::TerminalEvent;
 
 /// How long a starting daemon waits for the data directory's lock.
@@ -89,7 +100,7 @@ impl DaemonLock {
     /// The (device, inode) of the lock file this daemon holds (SOCK-1 checks the path against
     /// it: the file at the path may have been removed or replaced since).
     pub fn file_identity(&self) -> Result<(u64, u64), String> {
-        socket_keeper::fd_identity(&self.file).map_err(|e| e.to_string())
+        crate::paths::fd_identity(&self.file).map_err(|e| e.to_string())
     }
 }
 
@@ -325,7 +336,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
 /// one ends the daemon at once, as a second Ctrl-C is expected to (nobody reads the first
 /// one's stream any more, so it would be caught and ignored for the whole drain).
 fn stopping_on(context: &Context, signal: &str) {
-    context.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+    context.close_to_starts(false);
     tracing::info!("{signal}: stopping as `mux stop` does (agents keep running); a second SIGTERM or SIGINT ends it at once");
     for again in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT] {
         // SAFETY: restores the default action; no handler of ours runs from now on, and tokio's

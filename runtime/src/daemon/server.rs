@@ -126,11 +126,7 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     // LIFE-5: no agent starts from now on, and `--all` waits for the starts under way, so each
     // agent is stopped or never started. Before, an agent whose start ended after the list was
     // taken ran on, unnamed in `agents_stopped`.
-    {
-        let _starting = context.starting.lock().expect("starting names");
-        context.closing.store(true, std::sync::atomic::Ordering::SeqCst);
-        context.stopping_all.fetch_or(all, std::sync::atomic::Ordering::SeqCst);
-    }
+    context.close_to_starts(all);
     let waited = std::time::Instant::now();
     while all && !context.starting.lock().expect("starting names").is_empty() {
         if waited.elapsed() > STARTS_WAIT {
@@ -148,7 +144,7 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
             let _ = tokio::task::spawn_blocking(move || {
                 let _one_at_a_time = agent.lifecycle.lock().expect("lifecycle lock");
                 agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-                agent.holder().map(|client| client.shutdown())
+                agent.shut_down_pane();
             })
             .await;
             stopped.push(name);

@@ -8,7 +8,7 @@
 //! (LOCK-1) and binds the socket again, and hands the new listener to the accept loop.
 
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use crate::paths::DataPaths;
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A file's identity: (device, inode).
-pub type Identity = (u64, u64);
+pub use crate::paths::FileIdentity as Identity;
 
 /// What the keeper tells the accept loop.
 pub enum Kept {
@@ -171,7 +171,7 @@ impl Keeper {
             LockError::Busy => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
             LockError::Failed(message) => Lost::ForNow(message),
         })?;
-        self.lock = fd_identity(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
+        self.lock = crate::paths::fd_identity(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
         *self.relocked.lock().expect("relocked lock file") = Some(file);
         tracing::warn!("the lock file was removed or replaced: taken again");
         Ok(())
@@ -202,15 +202,9 @@ fn bind_std(path: &Path) -> Result<(std::os::unix::net::UnixListener, Identity),
     Ok((listener, socket))
 }
 
-/// The identity of an open file.
-pub fn fd_identity(fd: impl rustix::fd::AsFd) -> std::io::Result<Identity> {
-    let stat = rustix::fs::fstat(fd)?;
-    Ok((stat.st_dev, stat.st_ino))
-}
-
 /// The identity of what is at `path` (never following a link), if anything.
 fn identity(path: &Path) -> Option<Identity> {
-    std::fs::symlink_metadata(path).ok().map(|meta| (meta.dev(), meta.ino()))
+    crate::paths::path_identity(path).ok()
 }
 
 #[cfg(test)]

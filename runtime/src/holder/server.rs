@@ -3,7 +3,6 @@
 
 use std::io::{BufReader, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -439,60 +438,62 @@ fn send_line<T: serde::Serialize>(writer: &mut UnixStream, message: &T) -> std::
     writer.write_all(&line)
 }
 
-/// The socket file this holder bound, identified by inode so that we never remove a socket a
-/// newer holder bound at the same path.
+/// The socket file this holder bound, identified by device and inode so that we never remove
+/// a socket a newer holder bound at the same path.
 struct SocketOwnership {
     path: PathBuf,
-    /// The inode of the socket bound last (SOCK-2 binds it again when it goes).
-    inode: Mutex<Option<u64>>,
+    /// The identity of the socket bound last (SOCK-2 binds it again when it goes).
+    bound: Mutex<Option<crate::paths::FileIdentity>>,
     /// Set once the holder removes its socket to exit: nothing binds it again after.
     closing: AtomicBool,
 }
 
 impl SocketOwnership {
     fn take(path: &Path) -> Self {
-        let inode = std::fs::symlink_metadata(path).ok().map(|m| m.ino());
+        let bound = crate::paths::path_identity(path).ok();
         SocketOwnership {
             path: path.to_path_buf(),
-            inode: Mutex::new(inode),
+            bound: Mutex::new(bound),
             closing: AtomicBool::new(false),
         }
     }
 
     fn remove(&self) {
         self.closing.store(true, Ordering::SeqCst);
-        let inode = self.inode.lock().unwrap_or_else(|p| p.into_inner());
-        let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
-        if current.is_some() && current == *inode {
-            let _ = std::fs::remove_file(&self.path);
-        }
+        self.remove_if_still(&self.bound.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// SOCK-2: the socket bound last is not served: its file goes (if still ours), and the
     /// next check binds the path again.
     fn forget_bound(&self) {
-        let mut inode = self.inode.lock().unwrap_or_else(|p| p.into_inner());
-        let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
-        if current.is_some() && current == *inode {
+        let mut bound = self.bound.lock().unwrap_or_else(|p| p.into_inner());
+        self.remove_if_still(&bound);
+        *bound = None;
+    }
+
+    /// Removes the socket file while the path still names `bound` (never a newer holder's).
+    fn remove_if_still(&self, bound: &Option<crate::paths::FileIdentity>) {
+        if self.names(bound) {
             let _ = std::fs::remove_file(&self.path);
         }
-        *inode = None;
+    }
+
+    /// Whether the path names `bound` (something, and that).
+    fn names(&self, bound: &Option<crate::paths::FileIdentity>) -> bool {
+        let current = crate::paths::path_identity(&self.path).ok();
+        current.is_some() && current == *bound
     }
 
     /// SOCK-2: a listener at the path again when the path no longer names the socket bound
     /// last; None while it does (or the holder is closing).
     fn bind_again_if_gone(&self) -> Result<Option<UnixListener>, String> {
-        let mut inode = self.inode.lock().unwrap_or_else(|p| p.into_inner());
-        if self.closing.load(Ordering::SeqCst) {
-            return Ok(None);
-        }
-        let current = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
-        if current.is_some() && current == *inode {
+        let mut bound = self.bound.lock().unwrap_or_else(|p| p.into_inner());
+        if self.closing.load(Ordering::SeqCst) || self.names(&bound) {
             return Ok(None);
         }
         prepare_socket_dir(&self.path)?;
         let listener = bind_private_socket(&self.path)?;
-        *inode = std::fs::symlink_metadata(&self.path).ok().map(|m| m.ino());
+        *bound = crate::paths::path_identity(&self.path).ok();
         Ok(Some(listener))
     }
 }

@@ -308,7 +308,7 @@ pub(crate) const FILES_CHECK_EVERY: Duration = Duration::from_millis(50);
 struct OpenFiles {
     /// (path, its (device, inode) at open). SQLite's own descriptors keep an unlinked file's
     /// inode from being reused, so a path naming the same identity names the same file.
-    files: Vec<(PathBuf, (u64, u64))>,
+    files: Vec<(PathBuf, crate::paths::FileIdentity)>,
 }
 
 impl OpenFiles {
@@ -317,7 +317,7 @@ impl OpenFiles {
         wal.push("-wal");
         let mut files = Vec::new();
         for path in [database.to_path_buf(), PathBuf::from(wal)] {
-            match identity(&path) {
+            match crate::paths::path_identity(&path) {
                 Ok(identity) => files.push((path, identity)),
                 // No WAL (not created yet): nothing to compare.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound && !files.is_empty() => {}
@@ -331,18 +331,13 @@ impl OpenFiles {
     /// failure to look (a permission, an I/O error) is no evidence: the next check looks again.
     fn replaced(&self) -> Option<StoreError> {
         self.files.iter().find_map(|(path, opened)| {
-            let gone = match identity(path) {
+            let gone = match crate::paths::path_identity(path) {
                 Ok(now) => now != *opened,
                 Err(error) => error.kind() == std::io::ErrorKind::NotFound,
             };
             gone.then(|| StoreError::FileReplaced { path: path.clone() })
         })
     }
-}
-
-fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// STORE-2's two waits of a group for more batches.
