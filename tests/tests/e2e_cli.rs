@@ -85,11 +85,8 @@ fn restart_brings_back_an_agent_whose_pane_died() {
     w.mux_start();
     let entry = w.ready_agent("zola", REPLY, &[]);
     w.ok(&["mux", "stop"]);
-    for pid in w.our_pids() {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains("__holder") {
-            support::sigkill_and_wait(pid as u32);
-        }
+    for pid in w.holder_pids() {
+        support::sigkill_and_wait(pid as u32);
     }
     w.mux_start();
     w.wait_agent("zola", "stopped", |z| z["state"] == "stopped");
@@ -117,7 +114,7 @@ fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
     let message = out.json["message"].as_str().unwrap_or_default();
     assert!(message.contains("/nonexistent/agent-binary") && message.contains("could not start"), "{out:?}");
     assert!(w.catalog_entry("zola").is_none(), "nothing left in the catalog");
-    assert!(!w.our_pids().iter().any(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().windows(8).any(|x| x == b"__holder")), "no pane left");
+    assert!(w.holder_pids().is_empty(), "no pane left");
     let left: Vec<_> = std::fs::read_dir(w.data.join("h")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "no socket or pane log left: {left:?}");
     w.ok(&["agent", "start", "--name", "zola", "--cwd", &cwd, "--env", &env, "--", &exe, "fake-codex"]);
@@ -163,14 +160,10 @@ fn life_2_a_command_that_cannot_start_is_an_error_not_an_agent() {
 fn life_3_a_restart_racing_a_stop_never_leaves_a_pane_behind() {
     let w = World::new(EXE);
     w.mux_start();
-    let holders = || {
-        let is_holder = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(b"__holder".as_slice());
-        w.our_pids().into_iter().filter(is_holder).collect::<Vec<_>>()
-    };
     let wait_for = |what: &str, done: &dyn Fn() -> bool| {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !done() {
-            assert!(Instant::now() < deadline, "timed out: {what}; holders {:?}, fake agents {}", holders(), w.fake_agents_running());
+            assert!(Instant::now() < deadline, "timed out: {what}; holders {:?}, fake agents {}", w.holder_pids(), w.fake_agents_running());
             std::thread::sleep(Duration::from_millis(25));
         }
     };
@@ -184,12 +177,12 @@ fn life_3_a_restart_racing_a_stop_never_leaves_a_pane_behind() {
         assert!(stopped.status.success(), "{name}: stop {stopped:?}");
         assert!(restart.code == 0 || restart.json["error"] == "agent_unknown", "{name}: restart {restart:?}");
         assert!(w.catalog_entry(&name).is_none(), "{name} left the catalog");
-        wait_for(&format!("{name}: nothing of a stopped agent runs (restart answered {})", restart.json), &|| holders().is_empty() && w.fake_agents_running() == 0);
+        wait_for(&format!("{name}: nothing of a stopped agent runs (restart answered {})", restart.json), &|| w.holder_pids().is_empty() && w.fake_agents_running() == 0);
     }
 
     w.start_agent("pair", REPLY, &[]);
     w.wait_agent("pair", "idle", |z| z["state"] == "idle");
-    for pid in holders() {
+    for pid in w.holder_pids() {
         support::sigkill_and_wait(pid as u32);
     }
     w.wait_agent("pair", "stopped", |z| z["state"] == "stopped");
@@ -199,7 +192,7 @@ fn life_3_a_restart_racing_a_stop_never_leaves_a_pane_behind() {
     let first = first.wait_with_output().unwrap();
     assert!(first.status.success() && second.code == 0, "both restarts succeed: {first:?} {second:?}");
     w.wait_agent("pair", "idle", |z| z["state"] == "idle");
-    assert_eq!((holders().len(), w.fake_agents_running()), (1, 1), "one pane and one process");
+    assert_eq!((w.holder_pids().len(), w.fake_agents_running()), (1, 1), "one pane and one process");
 }
 
 /// MON-1: a new process that `agent restart` told the engine of is reported by the monitor's
@@ -276,10 +269,6 @@ fn life_5_mux_stop_all_ends_agents_whose_start_is_under_way() {
     let exe = w.exe.display().to_string();
     let env = format!("CODEX_HOME={}", w.codex_home.display());
     let cwd = w.work.display().to_string();
-    let holders = || {
-        let is_holder = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(b"__holder".as_slice());
-        w.our_pids().into_iter().filter(is_holder).count()
-    };
     for round in 0..5u64 {
         w.mux_start();
         let starts: Vec<_> = (0..6)
@@ -299,8 +288,8 @@ fn life_5_mux_stop_all_ends_agents_whose_start_is_under_way() {
             }
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while holders() > 0 {
-            assert!(Instant::now() < deadline, "round {round}: {} holders run on after mux stop --all named {stopped:?}", holders());
+        while !w.holder_pids().is_empty() {
+            assert!(Instant::now() < deadline, "round {round}: {:?} holders run on after mux stop --all named {stopped:?}", w.holder_pids());
             std::thread::sleep(Duration::from_millis(25));
         }
     }

@@ -388,8 +388,7 @@ fn life_3_a_stop_whose_shutdown_gets_no_answer_still_ends_the_holder() {
     w.mux_start();
     w.start_agent("zola", REPLY, &[]);
     w.wait_agent("zola", "idle", |z| z["state"] == "idle");
-    let holder = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(b"__holder".as_slice());
-    let holders: Vec<i32> = w.our_pids().into_iter().filter(holder).collect();
+    let holders = w.holder_pids();
     assert_eq!(holders.len(), 1, "one holder: {holders:?}");
     // SAFETY: a signal to our own test world's holder.
     assert_eq!(unsafe { libc::kill(holders[0], libc::SIGSTOP) }, 0);
@@ -397,7 +396,7 @@ fn life_3_a_stop_whose_shutdown_gets_no_answer_still_ends_the_holder() {
     assert_eq!(out.code, 0, "the stop ends the stalled holder: {out:?}");
     assert!(w.catalog_entry("zola").is_none(), "zola left the catalog");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !w.our_pids().into_iter().filter(holder).collect::<Vec<_>>().is_empty() || w.fake_agents_running() > 0 {
+    while !w.holder_pids().is_empty() || w.fake_agents_running() > 0 {
         assert!(Instant::now() < deadline, "the stalled holder or its process runs on outside the catalog: {:?}", w.our_pids());
         std::thread::sleep(Duration::from_millis(25));
     }

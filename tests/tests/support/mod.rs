@@ -231,11 +231,18 @@ impl World {
     /// How many of [`World::our_pids`] are agent processes themselves (argv[1] == fake-codex),
     /// not their holders.
     pub fn fake_agents_running(&self) -> usize {
-        let is_fake = |pid: &i32| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            cmdline.split(|b| *b == 0).nth(1) == Some(b"fake-codex".as_slice())
-        };
-        self.our_pids().iter().filter(|pid| is_fake(pid)).count()
+        self.our_pids_running(b"fake-codex").len()
+    }
+
+    /// Pids of the agents' holders among [`World::our_pids`] (argv[1] == __holder).
+    pub fn holder_pids(&self) -> Vec<i32> {
+        self.our_pids_running(b"__holder")
+    }
+
+    /// Pids among [`World::our_pids`] whose argv[1] is `subcommand`.
+    fn our_pids_running(&self, subcommand: &[u8]) -> Vec<i32> {
+        let runs = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().split(|b| *b == 0).nth(1) == Some(subcommand);
+        self.our_pids().into_iter().filter(runs).collect()
     }
 
     /// Pids of every process whose environment names our data dir (daemon, holders, fakes).
