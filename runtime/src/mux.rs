@@ -147,7 +147,7 @@ fn wait_for_start<T>(
 /// exit its last five).
 fn log_tail(path: &std::path::Path) -> String {
     use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let Ok(mut file) = crate::paths::open_regular_file(path) else { return String::new() }; // SEC-3
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut tail = Vec::new();
     let _ = file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES))).and_then(|_| file.take(LOG_TAIL_BYTES).read_to_end(&mut tail));

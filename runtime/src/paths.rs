@@ -125,14 +125,17 @@ pub fn verify_private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Opens (creating 0600 if missing) a private regular file of ours without following a link:
-/// a planted symlink is refused rather than written through (SEC-1).
+/// a planted symlink is refused rather than written through (SEC-1), and anything that is not
+/// a regular file is refused without waiting (SEC-3).
 pub fn open_private_file(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     let file = options
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
         .map_err(|error| match error.raw_os_error() {
             Some(libc::ELOOP) => refused(path, "is a symbolic link"),
+            // SEC-3: a FIFO with no reader, opened for writing without blocking.
+            Some(libc::ENXIO) => refused(path, "is not a regular file"),
             _ => error,
         })?;
     let stat = rustix::fs::fstat(file.as_fd())?;
@@ -143,10 +146,27 @@ pub fn open_private_file(path: &Path, options: &mut OpenOptions) -> io::Result<F
     Ok(file)
 }
 
-/// Checks with `lstat` that `path`, if it exists, is a regular file of ours, not a link.
+/// SEC-3: opens `path` for reading only if it is a regular file, never waiting at the open.
+/// A FIFO put where a file is expected (a rollout, our log) blocked a plain `open` until a
+/// writer came: for good, with the daemon's log lock held, every thread that logged waited
+/// behind it. `O_NONBLOCK` makes such an open return at once (it changes nothing for a
+/// regular file: reads of one never block), and anything not a regular file is refused.
+pub fn open_regular_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK).open(path)?;
+    let stat = rustix::fs::fstat(file.as_fd())?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    Ok(file)
+}
+
+/// Checks with `lstat` that `path`, if it exists, is a regular file of ours, not a link, nor
+/// anything else an open could wait at (SEC-3: SQLite's read-only open of a FIFO at the
+/// database's path waited for a writer for good).
 pub fn verify_no_link(path: &Path) -> io::Result<()> {
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => Err(refused(path, "is a symbolic link")),
+        Ok(meta) if !meta.file_type().is_file() => Err(refused(path, "is not a regular file")),
         Ok(meta) => check_owner(path, meta.uid()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
@@ -217,6 +237,39 @@ mod tests {
         assert!(error.to_string().contains("symbolic link"), "{error}");
         assert_eq!(fs::read(&target).unwrap(), b"keep me");
         assert!(verify_no_link(&link).is_err());
+    }
+
+    /// SEC-3: a FIFO where one of our files or a rollout should be is refused at once by every
+    /// open that reads or writes such a path. A plain open waited for a peer for good: a FIFO
+    /// at `mux.log` stalled the daemon's every logging thread, one at `wakterm.db` its start.
+    #[test]
+    fn sec_3_a_fifo_is_refused_without_waiting_at_the_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("mux.log");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+        let (done, answers) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let append = open_private_file(&path, OpenOptions::new().create(true).append(true)).map(drop);
+            let read_write = open_private_file(&path, OpenOptions::new().read(true).write(true)).map(drop);
+            let read = open_regular_file(&path).map(drop);
+            let _ = done.send([append, read_write, read, verify_no_link(&path)]);
+        });
+        let answers = answers.recv_timeout(std::time::Duration::from_secs(10)).expect("an open waited at the FIFO");
+        for answer in answers {
+            let error = answer.expect_err("a FIFO is not one of our files");
+            assert!(error.to_string().contains("not a regular file"), "{error}");
+        }
+        // A regular file still opens, for reading as for appending.
+        let file = tmp.path().join("rollout.jsonl");
+        fs::write(&file, b"line\n").unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut open_regular_file(&file).unwrap(), &mut text).unwrap();
+        assert_eq!(text, "line\n");
+        std::io::Write::write_all(&mut open_private_file(&file, OpenOptions::new().append(true)).unwrap(), b"more\n").unwrap();
+        assert_eq!(fs::read(&file).unwrap(), b"line\nmore\n");
     }
 
     // SEC-2: the client refuses a data directory other users can enter.

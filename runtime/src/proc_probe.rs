@@ -14,7 +14,6 @@ use procfs::process::{FDTarget, Process};
 use procfs::ProcError;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -426,7 +425,7 @@ pub fn is_rollout_path(path: &Path, sessions_dir: &Path) -> bool {
 
 /// (session id, cwd) from the first line of a rollout.
 fn read_session_meta(path: &Path) -> Result<(String, PathBuf), String> {
-    let file = File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let file = crate::paths::open_regular_file(path).map_err(|e| format!("open {}: {e}", path.display()))?;
     let mut reader = BufReader::new(file).take(MAX_SESSION_META_LINE_BYTES as u64);
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line).map_err(|e| format!("read {}: {e}", path.display()))?;

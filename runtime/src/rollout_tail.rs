@@ -166,7 +166,7 @@ pub struct RolloutTail {
 impl RolloutTail {
     /// Opens `path` at offset 0, remembering which file (dev, inode) it is.
     pub fn open(path: &Path) -> Result<RolloutTail, TailError> {
-        let file = File::open(path).map_err(|e| TailError::io("open", &e))?;
+        let file = crate::paths::open_regular_file(path).map_err(|e| TailError::io("open", &e))?;
         let meta = file.metadata().map_err(|e| TailError::io("fstat", &e))?;
         Ok(RolloutTail {
             path: path.to_owned(),

@@ -455,6 +455,77 @@ fn log_2_a_full_disk_never_kills_the_daemon() {
     assert_eq!(w.fake_agents_running(), 1, "the agent ran on throughout");
 }
 
+/// `wakterm ARGS` with a bound: None when it did not exit within `bound` (it is then killed).
+fn run_within(w: &World, args: &[&str], bound: Duration) -> Option<support::Out> {
+    let child = w.cmd(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn wakterm");
+    let pid = child.id();
+    let (done, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match answer.recv_timeout(bound) {
+        Ok(output) => {
+            let output = output.expect("wait for wakterm");
+            let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+            let json = stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+            Some(support::Out { code: output.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&output.stderr).to_string() })
+        }
+        Err(_) => {
+            // SAFETY: our own child, still unreaped (its waiting thread holds it).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            None
+        }
+    }
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo").arg("-m").arg("600").arg(path).status().expect("mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Opens a FIFO for reading and drops it: a writer waiting at its open goes on (and the test
+/// can end after a failure without leaving a stalled daemon behind).
+fn release_fifo(path: &std::path::Path) {
+    let _ = std::os::unix::fs::OpenOptionsExt::custom_flags(std::fs::OpenOptions::new().read(true), libc::O_NONBLOCK).open(path);
+}
+
+/// SEC-3: a FIFO put where the daemon's log file is (a careless `mkfifo`, a tool that pipes
+/// logs) never stalls the daemon. LOG-3 opened it again with a plain open, which waited for a
+/// reader for good while holding the log's lock: every thread that logged, so every admission,
+/// waited behind it. A daemon started with one there refuses to start, and says why, instead
+/// of waiting at it (and `mux start`, which reads the log's end, returns).
+#[test]
+fn sec_3_a_fifo_at_the_log_path_never_stalls_the_daemon() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let log = w.data.join("mux.log");
+    std::fs::remove_file(&log).unwrap();
+    mkfifo(&log);
+    // LOG-3 looks at the path at most once a second, on a line logged.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for i in 0..3 {
+        let out = run_within(&w, &["agent", "send", "zola", &format!("prompt {i} beside a FIFO")], Duration::from_secs(20));
+        let Some(out) = out else {
+            release_fifo(&log);
+            panic!("the daemon stalled at the FIFO at its log path");
+        };
+        assert_eq!((out.code, &out.json["classification"]), (0, &serde_json::json!("accepted")), "{out:?}");
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    let daemon = w.daemon_pid();
+    w.ok(&["mux", "stop"]);
+    w.wait_until("the daemon exited", || support::all_threads_dead(daemon));
+    let out = run_within(&w, &["mux", "start"], Duration::from_secs(40));
+    release_fifo(&log);
+    let out = out.expect("mux start waited at the FIFO");
+    assert_ne!(out.code, 0, "a daemon cannot log to a FIFO: {out:?}");
+    assert!(out.stdout.contains("not a regular file"), "the refusal says why: {out:?}");
+    std::fs::remove_file(&log).unwrap();
+    w.mux_start();
+    assert_eq!(w.fake_agents_running(), 1, "the agent ran on throughout");
+}
+
 /// SOCK-2: a holder's socket removed under it (or its whole directory) is bound again by the
 /// holder within about a second, so its agent is reachable again without a restart and the
 /// process in it (and its conversation) lives on. It used to stay unreachable until

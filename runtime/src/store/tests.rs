@@ -577,6 +577,23 @@ fn store_refuses_garbage_and_foreign_databases() {
     let dir = scratch.0.join("a-directory");
     fs::create_dir(&dir).unwrap();
     assert!(Store::open(&dir).is_err());
+
+    // SEC-3: a FIFO at the database's path (or a side file's) is refused before SQLite opens
+    // it: SQLite's read-only open of a FIFO waited for a writer for good, and the daemon's
+    // start with it.
+    for fifo_at in ["fifo.sqlite", "side.sqlite-wal"] {
+        let fifo = scratch.0.join(fifo_at);
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+        let path = scratch.0.join(fifo_at.split('-').next().unwrap());
+        let (done, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(Store::open(&path).map(drop));
+        });
+        let err = answer.recv_timeout(std::time::Duration::from_secs(10)).expect("the open waited at the FIFO").unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{fifo_at}: {err}");
+    }
 }
 
 #[test]
