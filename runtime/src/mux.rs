@@ -122,7 +122,9 @@ fn wait_for_start<T>(
             return StartWait::Answered(answer);
         }
         if let Some(code) = exited() {
-            return StartWait::Exited(code);
+            // A daemon started by a concurrent `mux start` may answer now: this one then
+            // exited for it (LOCK-1), and a daemon serves, which is all `mux start` promises.
+            return answered().map_or(StartWait::Exited(code), StartWait::Answered);
         }
         let waited = started.elapsed();
         if waited < bounds.usual {

@@ -272,6 +272,36 @@ fn daemons_of(w: &World) -> Vec<i32> {
         .collect()
 }
 
+/// LOCK-1: `mux start` run by many callers at once starts one daemon; the others' daemons,
+/// which lost the lock, exit as soon as it serves, and every caller gets its status. They used
+/// to wait out the whole 3 s lock wait, so a `mux stop` within it ended the first daemon and a
+/// loser took the lock and served on: a daemon ran after `mux stop` had answered.
+#[test]
+fn lock_1_concurrent_starts_leave_one_daemon_and_mux_stop_ends_it() {
+    let w = World::new(EXE);
+    let starts: Vec<_> = (0..6).map(|_| w.cmd(&["mux", "start"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("mux start")).collect();
+    let mut pids = std::collections::BTreeSet::new();
+    for start in starts {
+        let out = start.wait_with_output().unwrap();
+        assert!(out.status.success(), "every caller gets a running daemon: {}", String::from_utf8_lossy(&out.stdout));
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+        pids.insert(status["pid"].as_u64().unwrap());
+    }
+    assert_eq!(pids.len(), 1, "one daemon answered them all: {pids:?}");
+    // Well within the 3 s lock wait: the losers saw the winner serve and left.
+    std::thread::sleep(Duration::from_millis(500));
+    let daemons = daemons_of(&w);
+    assert_eq!(daemons.len(), 1, "only the serving daemon is left: {daemons:?}");
+    w.ok(&["mux", "stop"]);
+    w.wait_until("the daemon exited", || daemons_of(&w).is_empty());
+    std::thread::sleep(LOCK_WAIT_AND_MORE);
+    assert!(daemons_of(&w).is_empty(), "no daemon serves after mux stop");
+    assert_eq!(w.run(&["mux", "status"]).code, 3, "nothing answers");
+}
+
+/// Past the daemon's 3 s lock wait.
+const LOCK_WAIT_AND_MORE: Duration = Duration::from_millis(3_500);
+
 /// SOCK-1, LOCK-1: the control socket, then the lock file, then the whole run directory (both),
 /// removed under a running daemon, as a cleaner of old files does. The daemon binds its
 /// socket again (the same pid answers, and `agent`, `request watch` and `mux stop` reach it),

@@ -108,6 +108,8 @@ impl DaemonLock {
 pub(crate) enum LockError {
     /// Another process holds it.
     Busy,
+    /// Another process holds it and a daemon answers at the socket.
+    Serving,
     /// Anything else (the error says what).
     Failed(String),
 }
@@ -123,15 +125,21 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
     let root = rustix::fs::open(&paths.root, flags, rustix::fs::Mode::empty())
         .map_err(|e| format!("cannot open {}: {}", paths.root.display(), std::io::Error::from(e)))?;
+    let holder = || {
+        let holder = std::fs::read_to_string(paths.lock_file()).unwrap_or_default();
+        Some(holder.trim().to_string()).filter(|pid| !pid.is_empty()).unwrap_or_else(|| "unknown: its run directory was removed".to_string())
+    };
     let why = |error: LockError| match error {
-        LockError::Busy => {
-            let holder = std::fs::read_to_string(paths.lock_file()).unwrap_or_default();
-            let pid = Some(holder.trim()).filter(|pid| !pid.is_empty()).unwrap_or("unknown: its run directory was removed");
-            format!("a wakterm daemon already runs for {} (pid {pid}, still holding its lock after {LOCK_WAIT:?})", paths.root.display())
-        }
+        LockError::Busy => format!("a wakterm daemon already runs for {} (pid {}, still holding its lock after {LOCK_WAIT:?})", paths.root.display(), holder()),
+        LockError::Serving => format!("a wakterm daemon already runs for {} (pid {}, serving at its socket)", paths.root.display(), holder()),
         LockError::Failed(message) => format!("cannot lock {}: {message}", paths.root.display()),
     };
-    flock_within(&root, LOCK_WAIT).map_err(why)?;
+    // LOCK-1: the wait rides out a daemon that is stopping or was just killed, whose socket
+    // no longer answers; one that answers serves, and this start is not needed. Two starts
+    // that raced (`mux start` run by many callers at once) used to wait out the whole bound:
+    // a `mux stop` within it ended the first daemon, and a loser took the lock and served on.
+    let serving = || crate::client::connect_bounded(&paths.socket(), SERVING_PROBE).is_ok();
+    flock_within(&root, LOCK_WAIT, serving).map_err(why)?;
     let file = lock_file(paths, LOCK_WAIT).map_err(why)?;
     Ok(DaemonLock { _root: root, file })
 }
@@ -141,20 +149,25 @@ pub(crate) fn lock_file(paths: &DataPaths, wait: std::time::Duration) -> Result<
     let path = paths.lock_file();
     let failed = |e: std::io::Error| LockError::Failed(format!("{}: {e}", path.display()));
     let mut file = crate::paths::open_private_file(&path, std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true)).map_err(failed)?;
-    flock_within(&file, wait)?;
+    flock_within(&file, wait, || false)?;
     file.set_len(0).map_err(failed)?;
     writeln!(file, "{}", std::process::id()).map_err(failed)?;
     Ok(file)
 }
 
+/// How long the lock wait's look at the socket may take (a connect to a full backlog waits).
+const SERVING_PROBE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// An exclusive flock within `wait`; only "another holds it" is waited out (a daemon that was
 /// just SIGKILLed may still hold its lock for a moment after its socket stopped answering, seen
-/// in CI: `mux start` right after a crash lost this race), any other error is said at once.
-fn flock_within(fd: impl rustix::fd::AsFd, wait: std::time::Duration) -> Result<(), LockError> {
+/// in CI: `mux start` right after a crash lost this race), and only while `serving` says no
+/// daemon serves; any other error is said at once.
+fn flock_within(fd: impl rustix::fd::AsFd, wait: std::time::Duration, serving: impl Fn() -> bool) -> Result<(), LockError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) if serving() => return Err(LockError::Serving),
             Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(20)),
             Err(rustix::io::Errno::WOULDBLOCK) => return Err(LockError::Busy),
             Err(errno) => return Err(LockError::Failed(std::io::Error::from(errno).to_string())),

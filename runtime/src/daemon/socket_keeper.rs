@@ -168,7 +168,7 @@ impl Keeper {
     /// LOCK-1: takes `run/mux.lock` again (it was removed or replaced).
     fn take_lock_again(&mut self) -> Result<(), Lost> {
         let file = super::lock_file(&self.paths, Duration::ZERO).map_err(|error| match error {
-            LockError::Busy => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
+            LockError::Busy | LockError::Serving => Lost::ToAnotherDaemon(format!("another process holds {}", self.paths.lock_file().display())),
             LockError::Failed(message) => Lost::ForNow(message),
         })?;
         self.lock = crate::paths::fd_identity(&file).map_err(|e| Lost::ForNow(e.to_string()))?;
