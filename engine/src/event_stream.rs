@@ -121,21 +121,43 @@ impl EventStream {
         *slot = committed.map_or(Slot::Abandoned, Slot::Committed);
     }
 
-    /// EV-2: the committed prefix, in order; abandoned numbers are skipped.
+    /// EV-2: the committed prefix, in order; abandoned numbers are skipped. EV-1: an abandoned
+    /// number is passed only together with a committed one after it: that one is durable, so a
+    /// restart (which numbers on after the greatest durable sequence) never numbers an event
+    /// at or below what was passed. Abandoned numbers with nothing committed after them stay
+    /// unpassed: the settled mark (the catalog's `events_through`, a heartbeat's
+    /// `last_sequence`) stops before them, so no reader is told of them and a restart may
+    /// number from there again. Passing them used to let a restart after a failed commit reuse
+    /// numbers readers had been told were passed: a consumer at that cursor missed the events.
     fn take_publishable(&mut self) -> Vec<AgentEvent> {
         let mut ready = Vec::new();
-        while let Some(entry) = self.slots.first_entry() {
-            match entry.get() {
-                Slot::Pending => break,
-                Slot::Abandoned => {}
-                Slot::Committed(event) => ready.push(event.clone()),
+        while let Some(through) = self.next_passable() {
+            while let Some(entry) = self.slots.first_entry().filter(|entry| *entry.key() <= through) {
+                let (sequence, slot) = entry.remove_entry();
+                if let Slot::Committed(event) = slot {
+                    ready.push(event);
+                }
+                assert!(sequence > self.published_through, "EV-2: published sequences strictly increase");
+                self.published_through = sequence;
             }
-            let sequence = *entry.key();
-            entry.remove();
-            assert!(sequence > self.published_through, "EV-2: published sequences strictly increase");
-            self.published_through = sequence;
         }
         ready
+    }
+
+    /// The next committed sequence the settled mark may move to: the first slot's when it is
+    /// committed, else (a run of abandoned numbers) the committed one right after the run.
+    fn next_passable(&self) -> Option<u64> {
+        match self.slots.iter().find(|(_, slot)| **slot != Slot::Abandoned)? {
+            (sequence, Slot::Committed(_)) => Some(*sequence),
+            _ => None,
+        }
+    }
+
+    /// The last number whose event the engine's view reflects: the greatest assigned one not
+    /// abandoned (EV-8; see `take_publishable` for why abandoned ones at the end do not count).
+    fn reflected_through(&self) -> u64 {
+        let assigned = self.slots.iter().rev().find(|(_, slot)| **slot != Slot::Abandoned).map(|(sequence, _)| *sequence);
+        assigned.unwrap_or(self.published_through).max(self.published_through)
     }
 }
 
@@ -554,13 +576,45 @@ impl Engine {
         }
     }
 
-    /// The last sequence assigned: the engine's view reflects every event up to it.
+    /// The last sequence the engine's view reflects (assigned, not abandoned): a catalog
+    /// answers once every event up to it is durable (EV-8).
     pub fn events_through(&self) -> u64 {
-        self.events.next_sequence - 1
+        self.events.reflected_through()
     }
 
     /// EV-2: every event up to this sequence is durable and published (or skipped).
     pub fn events_published_through(&self) -> u64 {
         self.events.published_through
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(stream: &mut EventStream) -> AgentEvent {
+        let agent_id = AgentId::parse("0b5e3c1a-1111-4222-8333-000000000000").expect("uuid");
+        stream.make(1, &agent_id, None, EventBody::AgentExited { drained: true })
+    }
+
+    /// EV-1, EV-8: abandoned numbers are passed only with a committed one after them; at the
+    /// end they count neither in the settled mark nor in what the view reflects.
+    #[test]
+    fn ev_1_abandoned_numbers_are_passed_only_with_a_committed_one_after_them() {
+        let mut stream = EventStream::recover(7, vec![]);
+        let first = event(&mut stream);
+        let (second, third) = (event(&mut stream), event(&mut stream));
+        stream.settle(first.sequence, Some(first.clone()));
+        stream.settle(second.sequence, None);
+        stream.settle(third.sequence, None);
+        assert_eq!(stream.take_publishable(), vec![first.clone()]);
+        assert_eq!((stream.published_through, stream.reflected_through()), (8, 8), "the abandoned 9 and 10 are not passed");
+        let pending = event(&mut stream);
+        assert_eq!(stream.reflected_through(), 11, "a pending number counts: the view reflects it");
+        assert!(stream.take_publishable().is_empty());
+        stream.settle(pending.sequence, Some(pending.clone()));
+        assert_eq!(stream.take_publishable(), vec![pending]);
+        assert_eq!((stream.published_through, stream.reflected_through()), (11, 11), "passed with the committed 11");
+        assert!(stream.slots.is_empty());
     }
 }

@@ -537,6 +537,49 @@ fn ev_6_every_durable_receipt_is_admitted_once() {
     assert!(admitted(&rig, REQ).is_empty(), "nothing was written: no request.admitted");
 }
 
+/// EV-1, EV-8: numbers whose commit failed with nothing committed after them are not passed:
+/// neither the settled mark (what a catalog, a heartbeat or `--once` tell readers) nor the
+/// catalog's `events_through` counts them. A restart before the next commit numbers from the
+/// greatest durable sequence again, so it must never number at or below anything a reader was
+/// told was passed; the settled mark used to run past them, and a reader at that cursor
+/// missed the restart's events (a review reproduced it with a locked database and `kill -9`).
+#[test]
+fn ev_1_a_restart_after_failed_commits_never_numbers_below_what_readers_were_told() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    let durable = rig.engine.events_published_through();
+    assert_eq!(durable, rig.durable_events.last().unwrap().sequence);
+    rig.hold_events = true;
+    rig.provider_turn("turn-1", "hello", "the answer", 1000);
+    let mut told = rig.engine.events_published_through();
+    let mut failed = 0;
+    while !rig.event_persists.is_empty() {
+        rig.ack_next_events(Err("database is locked".into()));
+        failed += 1;
+        told = told.max(rig.engine.events_published_through());
+    }
+    assert!(failed > 0, "the turn's events were made and their commit failed");
+    assert_eq!(told, durable, "nothing after the last durable number was passed");
+    // The retry commits them under new numbers: then the abandoned ones are passed too.
+    let mut retried = Rig::from_engine(rig.engine.clone());
+    retried.now = rig.now;
+    retried.advance(limits::PERSIST_RETRY_MS);
+    retried.hold_events = false;
+    retried.settle();
+    assert!(retried.published_events.len() >= 4, "the turn's events, retried: {:?}", kinds(&retried.published_events));
+    assert_eq!(retried.engine.events_published_through(), retried.published_events.last().unwrap().sequence);
+    assert_eq!(retried.engine.events_through(), retried.engine.events_published_through());
+    // A crash instead: the restart numbers on from the last durable one, above all it told.
+    rig.hold_events = false;
+    let published_before = rig.published_events.len();
+    restart(&mut rig);
+    rig.provider_turn("turn-2", "again", "another answer", 2000);
+    rig.settle();
+    let after = &rig.published_events[published_before..];
+    assert!(!after.is_empty());
+    assert!(after.iter().all(|e| e.sequence > told), "a reader told {told} misses none of {:?}", sequences(after));
+}
+
 /// EV-6: a failed terminal commit abandons its `request.terminal`; the retry makes it again,
 /// so it is published exactly once, with the sequence that was committed.
 #[test]

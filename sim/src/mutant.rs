@@ -150,6 +150,10 @@ pub enum Mutant {
     /// published (as the daemon once did), so a sequence abandoned by a failed commit, if it
     /// is the last one assigned, holds every catalog at `events_not_durable`.
     SettledOnlyOnPublish,
+    /// EV-1, EV-8: effects move the settled mark on over event numbers whose commit failed,
+    /// whatever follows them (the engine before this rule): a restart before the next commit
+    /// numbers events at or below what readers were told.
+    AbandonedNumbersPassed,
     /// Observer port (EV-10): assistant messages are mapped to nothing (as the observer once
     /// did), so the stream never reports `message.assistant` although the provider recorded it.
     AssistantMessagesDropped,
@@ -232,6 +236,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::IncompleteWatchTrusted, "incomplete_watch_trusted", "monitor: a sessions watch with a failed part still counts as covering its directory and is never set again"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
+    (Mutant::AbandonedNumbersPassed, "abandoned_numbers_passed", "effects move the settled mark on over event numbers whose commit failed"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),
     (Mutant::PlanTurnUnlabelled, "plan_turn_unlabelled", "observer port reports plan updates without their turn id"),
     (Mutant::LaggedReaderSkipsPruned, "lagged_reader_skips_pruned", "a lagged subscriber's re-read skips what retention pruned, silently"),

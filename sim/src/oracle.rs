@@ -251,6 +251,11 @@ pub struct StreamTruth {
     /// EV-9: the subscriber rebased after this sequence (cursor_too_old): nothing at or
     /// below it is expected to reach it.
     pub rebased_through: u64,
+    /// EV-1, EV-8: the highest settled mark the daemon ever told readers (a catalog's
+    /// `events_through`, a heartbeat's `last_sequence`), over every daemon of the run: a reader
+    /// that took it as its cursor must get every event published after, so none may carry a
+    /// sequence at or below it.
+    pub told_through: u64,
     /// Per agent (index): where the stream stands in the provider's record.
     pub agents: BTreeMap<usize, AgentStream>,
     /// Agents `agent.started` announced.
@@ -1190,6 +1195,21 @@ impl Oracle {
     }
 
     /// EV-8: the catalog's settled mark lags what the engine settled.
+    /// EV-1, EV-8: the daemon's settled mark, as a catalog or a heartbeat tells it.
+    pub fn on_settled_told(&mut self, through: u64) {
+        self.stream.told_through = self.stream.told_through.max(through);
+    }
+
+    /// EV-1, EV-8: an event published (by a daemon of this run) after readers were told of a
+    /// settled mark: it must lie above it, or a reader at that cursor never gets it (a restart
+    /// after failed commits numbered on from the last durable event, below what was told).
+    pub fn on_event_published(&mut self, sequence: u64, kind: &str) {
+        if sequence <= self.stream.told_through {
+            let m = format!("event {sequence} ({kind}) published at or below the settled mark {} readers were told: a catalog's reader misses it", self.stream.told_through);
+            self.fail(Kind::EventSequence, m);
+        }
+    }
+
     pub fn catalog_behind(&mut self, message: String) {
         self.fail(Kind::EventNotDurable, message);
     }

@@ -276,6 +276,7 @@ impl Effects for SimEffects {
 
     fn publish_event(&mut self, event: AgentEvent) {
         let mut w = self.world.lock().unwrap();
+        w.oracle.on_event_published(event.sequence, event.kind());
         if w.mutant == Mutant::SettledOnlyOnPublish {
             w.events_settled_through = event.sequence; // the bug: abandoned numbers never settle
         }
@@ -300,9 +301,19 @@ impl Effects for SimEffects {
 
     fn events_settled(&mut self, through: u64) {
         let mut w = self.world.lock().unwrap();
-        if w.mutant != Mutant::SettledOnlyOnPublish {
+        if w.mutant == Mutant::AbandonedNumbersPassed {
+            // The bug (the engine before this rule): the mark runs on over numbers whose
+            // commit failed, whatever follows them.
+            let mut through = through;
+            while w.abandoned_sequences.contains(&(through + 1)) {
+                through += 1;
+            }
+            w.events_settled_through = through;
+        } else if w.mutant != Mutant::SettledOnlyOnPublish {
             w.events_settled_through = through;
         }
+        let told = w.events_settled_through;
+        w.oracle.on_settled_told(told);
     }
 
     /// HIST-2: the store's read side answers off the reactor; a read may fail
@@ -905,6 +916,9 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
             let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
             let result = commit_or_fail(&mut w, &store_ops);
             w.log(format!("commit {token} {} -> {result:?}", describe_ops(&ops)));
+            if result.is_err() {
+                note_abandoned(&mut w, &ops);
+            }
             let injected = result.as_ref().is_err_and(|e| e.starts_with("injected"));
             let group_lost = injected && w.fault_roll(0.4);
             if result.is_ok() {
@@ -929,6 +943,16 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
     }
 }
 
+/// The event sequences of a batch whose commit failed: the engine abandons them (mutant
+/// `abandoned_numbers_passed` reads them).
+fn note_abandoned(w: &mut World, ops: &[PersistOp]) {
+    for op in ops {
+        if let PersistOp::AppendEvent(event) = op {
+            w.abandoned_sequences.insert(event.sequence);
+        }
+    }
+}
+
 /// `store.group_failed` (STORE-2): the runtime commits every batch queued when its writer
 /// woke in one transaction, and an error that loses the transaction (a failed COMMIT, or one
 /// after which SQLite rolls the whole transaction back: an I/O error, a full disk) fails them
@@ -939,6 +963,7 @@ fn fail_the_rest_of_the_group(world: &Shared, inbox: &mpsc::Sender<DriverMsg>, q
         let mut w = world.lock().unwrap();
         w.counters.fault("store.group_failed");
         w.log(format!("commit {token} {} -> failed with its group", describe_ops(&ops)));
+        note_abandoned(&mut w, &ops);
         if w.mutant == Mutant::GroupRestCommittedAlone {
             let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
             let _ = w.store.commit(&store_ops); // the bug: durable, yet answered failed

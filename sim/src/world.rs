@@ -804,6 +804,8 @@ pub struct World {
     /// EV-8: the running daemon's settled sequence (published or abandoned): what the catalog
     /// waits for before it answers `events_through`.
     pub events_settled_through: u64,
+    /// Event sequences whose commit failed (mutant `abandoned_numbers_passed`).
+    pub abandoned_sequences: std::collections::BTreeSet<u64>,
     /// EV-9: the agent-events subscriber is away until then (it reads what it missed from
     /// the store when it is back).
     pub subscriber_away_until: Option<u64>,
@@ -854,6 +856,7 @@ impl World {
             checkpoint_weights: BTreeMap::new(),
             checkpoint_sent: BTreeMap::new(),
             events_settled_through: 0,
+            abandoned_sequences: std::collections::BTreeSet::new(),
             subscriber_away_until: None,
             holder: None,
             daemon_epoch: 0,
