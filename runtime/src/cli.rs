@@ -347,33 +347,12 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
         },
     };
     if let ClientRequest::Admit(admit) = &request {
-        return print_reply(call_admission(paths, admit));
+        return print_reply(client::call_admission(paths, admit));
     }
     if let ClientRequest::Submit(submit) = &request {
         return print_reply(client::call_submit(paths, submit));
     }
     print_reply(client::call(paths, &request))
-}
-
-/// An admission's reply can be lost after the request reached the daemon (a crash, a stop):
-/// the prompt may then have been written, so the answer is `indeterminate` (exit 5) with the
-/// request id to replay, never a plain error a caller might retry under a new id.
-fn call_admission(paths: &DataPaths, admit: &AdmitRequest) -> Reply {
-    let request_id = admit.request_id.clone().expect("the CLI always names the request");
-    let reply = client::call(paths, &ClientRequest::Admit(admit.clone()));
-    // Once the request may have reached the daemon, a missing or late reply is not a rejection.
-    let Some(why) = client::lost_after_sending(&reply) else { return reply };
-    let message = format!(
-        "the daemon went away before answering ({why}); the prompt may have been written. Replay with --request-id {request_id} after the daemon restarts to learn the outcome; never retry under a new id"
-    );
-    let body = serde_json::json!({
-        "schema": "wakterm.error.v1",
-        "error": "reply_lost",
-        "classification": "indeterminate",
-        "request_id": request_id,
-        "message": message,
-    });
-    Reply { exit_code: exit::INDETERMINATE, body }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -386,18 +365,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
     let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let return_mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
     // INP-1, answered locally: the request line would exceed what the daemon reads.
-    let too_large = |detail: String| {
-        let context = wakterm_engine::receipt::ReceiptContext {
-            request_id: wakterm_engine::RequestId::parse(&request_id).ok(),
-            agent_id: None,
-            incarnation: None,
-            operation,
-            return_mode,
-        };
-        let reason = wakterm_engine::prompt::PromptError::TooLarge { bytes: 0 }.reason();
-        let receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, reason, detail, context);
-        Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("json") }
-    };
+    let too_large = |detail: String| client::oversized_prompt(operation, return_mode, Some(&request_id), detail);
     let prompt = if message == "-" {
         match read_stdin_prompt(&mut std::io::stdin().lock(), limit)? {
             StdinPrompt::Text(text) => text,
@@ -409,9 +377,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
     } else {
         message.to_string()
     };
-    if prompt.len() > limit {
-        return Err(too_large(wakterm_engine::prompt::PromptError::TooLarge { bytes: prompt.len() }.detail()));
-    }
+    // (`client::call_admission` checks the size of what it sends: INP-1.)
     let request_id = Some(request_id);
     Ok(ClientRequest::Admit(AdmitRequest {
         operation,
@@ -441,9 +407,7 @@ fn submit_request(target: String, exact_agent_id: bool, timeout_ms: u64, text: &
     } else {
         text.to_string()
     };
-    if text.len() > limit {
-        return Err(Reply::error(exit::USAGE, "prompt_too_large", format!("the text is {} bytes; the limit is {limit}", text.len())));
-    }
+    // (`client::call_submit` checks the size of what it sends: INP-1.)
     Ok(ClientRequest::Submit(crate::protocol::SubmitRequest { target, exact_agent_id, text, timeout_ms: Some(timeout_ms) }))
 }
 

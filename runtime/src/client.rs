@@ -108,24 +108,82 @@ pub fn lost_after_sending(reply: &Reply) -> Option<&str> {
     lost.then(|| reply.body["message"].as_str().unwrap_or("no detail"))
 }
 
+/// IDEM-7: an admission's reply can be lost after the request reached the daemon (a crash, a
+/// stop): the prompt may then have been written, so the answer is `indeterminate` (exit 5)
+/// with the request id to replay, never a plain error a caller might retry under a new id.
+/// The CLI and the MCP server both call this (the MCP tool once passed the bare error on, and a
+/// request id it had generated was never returned).
+pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) -> Reply {
+    let request_id = admit.request_id.clone().expect("callers name the request before sending it");
+    if let Err(refused) = check_prompt_size(admit) {
+        return refused;
+    }
+    let reply = call(paths, &ClientRequest::Admit(admit.clone()));
+    indeterminate_if_lost(reply, |why| {
+        let message = format!(
+            "the daemon went away before answering ({why}); the prompt may have been written. Replay with request id {request_id} after the daemon restarts to learn the outcome; never retry under a new id"
+        );
+        serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "classification": "indeterminate", "request_id": request_id, "message": message})
+    })
+}
+
+/// Once the request may have reached the daemon, a missing or late reply is not a rejection:
+/// exit 5 with `body(why)`; any answer (and a daemon never reached) passes as it is.
+fn indeterminate_if_lost(reply: Reply, body: impl FnOnce(&str) -> Value) -> Reply {
+    match lost_after_sending(&reply) {
+        Some(why) => Reply { exit_code: exit::INDETERMINATE, body: body(why) },
+        None => reply,
+    }
+}
+
+/// INP-1, answered before anything is sent: a prompt over the limit would make a request line
+/// the daemon does not read whole (it answers nothing, and the caller could only say "may have
+/// been written"). Refused here with the `invalid` / `prompt_too_large` receipt the daemon gives.
+pub fn check_prompt_size(admit: &crate::protocol::AdmitRequest) -> Result<(), Reply> {
+    if admit.prompt.len() <= wakterm_engine::limits::MAX_PROMPT_BYTES {
+        return Ok(());
+    }
+    let detail = wakterm_engine::prompt::PromptError::TooLarge { bytes: admit.prompt.len() }.detail();
+    Err(oversized_prompt(admit.operation, admit.return_mode, admit.request_id.as_deref(), detail))
+}
+
+/// The `invalid` / `prompt_too_large` receipt of a prompt refused before it was sent (INP-1).
+pub fn oversized_prompt(operation: wakterm_engine::Operation, return_mode: wakterm_engine::ReturnMode, request_id: Option<&str>, detail: String) -> Reply {
+    let context = wakterm_engine::receipt::ReceiptContext {
+        request_id: request_id.and_then(|id| wakterm_engine::RequestId::parse(id).ok()),
+        agent_id: None,
+        incarnation: None,
+        operation,
+        return_mode,
+    };
+    let reason = wakterm_engine::prompt::PromptError::TooLarge { bytes: 0 }.reason();
+    let receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, reason, detail, context);
+    Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }
+}
+
+/// INP-1 for a submit's text: over the prompt limit it is refused before anything is sent.
+pub fn check_submit_size(text: &str) -> Result<(), Reply> {
+    let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
+    match text.len() > limit {
+        true => Err(Reply::error(exit::USAGE, "prompt_too_large", format!("the text is {} bytes; the limit is {limit}", text.len()))),
+        false => Ok(()),
+    }
+}
+
 /// SUB-5: a submit whose reply is lost once the request may have reached the daemon (a crash,
 /// a stop, a wedge) may have written the command: exit 5, `retry_safe: false`, never a plain
 /// error a caller might retry. A daemon that was never reached stays `daemon_not_running`.
 pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -> Reply {
+    if let Err(refused) = check_submit_size(&submit.text) {
+        return refused;
+    }
     let reply = call(paths, &ClientRequest::Submit(submit.clone()));
-    let Some(why) = lost_after_sending(&reply) else { return reply };
-    let message = format!(
-        "the daemon went away before answering ({why}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again"
-    );
-    let body = serde_json::json!({
-        "schema": "wakterm.error.v1",
-        "error": "reply_lost",
-        "write_state": "unknown",
-        "acknowledged": false,
-        "retry_safe": false,
-        "message": message,
-    });
-    Reply { exit_code: crate::protocol::exit::INDETERMINATE, body }
+    indeterminate_if_lost(reply, |why| {
+        let message = format!(
+            "the daemon went away before answering ({why}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again"
+        );
+        serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "write_state": "unknown", "acknowledged": false, "retry_safe": false, "message": message})
+    })
 }
 
 pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {

@@ -36,6 +36,7 @@ pub const MAX_WAIT_MS: u64 = 120_000;
 const WAIT_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)] // MCP-3: a misspelt argument (`requestId`) is an error, never ignored
 pub struct AdmitArgs {
     /// The agent's name, or its id.
     pub agent: String,
@@ -66,6 +67,7 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)] // MCP-3: a misspelt argument (`requestId`) is an error, never ignored
 pub struct RequestArgs {
     /// The request id (a UUID).
     pub request_id: String,
@@ -75,6 +77,7 @@ pub struct RequestArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)] // MCP-3: a misspelt argument (`requestId`) is an error, never ignored
 pub struct WaitArgs {
     /// The request id (a UUID).
     pub request_id: String,
@@ -95,6 +98,7 @@ pub enum SessionAction {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)] // MCP-3: a misspelt argument (`requestId`) is an error, never ignored
 pub struct SessionArgs {
     /// list | status | output | input | submit.
     pub action: SessionAction,
@@ -187,23 +191,58 @@ impl WaktermMcp {
         if bytes.is_empty() {
             return usage("bad_request", "action=input needs input or special_key");
         }
+        // MCP-4: bounded like a prompt (a longer write once hit the holder client's line
+        // assertion: a panic answered as `mcp_internal`).
+        if bytes.len() > wakterm_engine::limits::MAX_PROMPT_BYTES {
+            let message = format!("input is {} bytes; the limit is {}: nothing was written", bytes.len(), wakterm_engine::limits::MAX_PROMPT_BYTES);
+            return usage("input_too_large", message);
+        }
         let entry = match self.catalog_entry(target).await {
             Ok(entry) => entry,
             Err(result) => return result,
         };
+        // MCP-4: a managed agent's pane is its app-server's JSON-RPC stdin: raw bytes there
+        // would start turns past admission (no claim, no record, no receipt) or answer its
+        // server requests. Its prompts go through agent_admit.
+        if entry["transport"] != "pty" {
+            return usage("input_needs_pty", "this agent is a managed app-server session: its input is JSON-RPC, not keys; use agent_admit. Nothing was written");
+        }
         let agent_id = entry["agent_id"].as_str().unwrap_or_default().to_string();
         let socket = self.paths.holder_socket(&agent_id);
+        let length = bytes.len() as u64;
         let written = tokio::task::spawn_blocking(move || {
-            let mut pane = crate::holder::HolderClient::connect(&socket).map_err(|e| e.to_string())?;
-            pane.write(&bytes).map_err(|e| e.to_string())
+            let mut pane = crate::holder::HolderClient::connect(&socket).map_err(|e| (false, e.to_string()))?;
+            pane.write(&bytes).map_err(|e| (true, e.to_string()))
         })
         .await;
         match written {
-            Ok(Ok(outcome)) => CallToolResult::structured(json!({"ok": true, "agent_id": agent_id, "write": outcome})),
-            Ok(Err(error)) => usage("write_failed", error),
-            Err(error) => usage("mcp_internal", error.to_string()),
+            Ok(Ok(outcome)) => input_result(&agent_id, length, outcome),
+            Ok(Err((false, error))) => input_error("write_failed", "not_started", format!("{error}: nothing was written")),
+            // The request reached the holder: bytes may have landed (seed 003: unknown).
+            Ok(Err((true, error))) => input_error("write_result_lost", "unknown", format!("{error}: some or all of the input may have been written")),
+            Err(error) => input_error("mcp_internal", "unknown", format!("{error}: some or all of the input may have been written")),
         }
     }
+}
+
+/// MCP-4: `ok: true` only when every byte was written (seed 003: "bytes were written"); a
+/// refusal (nothing written) or a short write is an error result that says how far it got.
+fn input_result(agent_id: &str, length: u64, outcome: crate::holder::protocol::WriteOutcome) -> CallToolResult {
+    let complete = outcome.refused.is_none() && outcome.error.is_none() && outcome.bytes_written == length;
+    let write_state = match (complete, outcome.bytes_written) {
+        (true, _) => "complete",
+        (false, 0) => "not_started",
+        (false, _) => "partial",
+    };
+    let body = json!({"ok": complete, "agent_id": agent_id, "write_state": write_state, "bytes": length, "write": outcome});
+    match complete {
+        true => CallToolResult::structured(body),
+        false => CallToolResult::structured_error(body),
+    }
+}
+
+fn input_error(error: &str, write_state: &str, message: String) -> CallToolResult {
+    CallToolResult::structured_error(json!({"schema": "wakterm.error.v1", "ok": false, "error": error, "write_state": write_state, "message": message}))
 }
 
 impl WaktermMcp {
@@ -249,11 +288,11 @@ impl WaktermMcp {
         let generated_id = args.request_id.is_none();
         let request_id = args.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let admit = AdmitRequest {
+            request_id: Some(request_id.clone()),
             operation,
             target: args.agent,
             exact_agent_id: false,
             incarnation: args.incarnation,
-            request_id: Some(request_id),
             prompt: args.prompt,
             paste_mode: PasteMode::Bracketed,
             return_mode: if args.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
@@ -261,7 +300,14 @@ impl WaktermMcp {
             share_prompt: args.share_prompt,
             generated_id,
         };
-        Ok(result_of(self.call(ClientRequest::Admit(admit)).await))
+        let paths = self.paths.clone();
+        // IDEM-7, INP-1: as the CLI's `agent admit` (one copy): the size checked before
+        // sending, a reply lost after sending `indeterminate` with the request id to replay.
+        let reply = match tokio::task::spawn_blocking(move || client::call_admission(&paths, &admit)).await {
+            Ok(reply) => reply,
+            Err(error) => Reply { exit_code: crate::protocol::exit::INDETERMINATE, body: json!({"schema": "wakterm.error.v1", "error": "mcp_internal", "classification": "indeterminate", "request_id": request_id, "message": format!("{error}; the prompt may have been written: replay with the same request_id")}) },
+        };
+        Ok(result_of(reply))
     }
 
     #[tool(description = "A request's current state, its receipt and (once durable) its terminal event; with evidence, the evidence trail that decided it.")]

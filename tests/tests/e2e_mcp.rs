@@ -117,3 +117,93 @@ fn mcp_without_a_daemon_answers_daemon_not_running() {
         client.cancel().await.expect("close");
     });
 }
+
+/// A stand-in daemon at `w`'s socket that reads each request line and hangs up without an
+/// answer (a daemon that crashed or stopped mid-call). Returns the lines it read.
+fn silent_daemon(w: &World) -> std::sync::mpsc::Receiver<String> {
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().expect("a private data directory");
+    let listener = std::os::unix::net::UnixListener::bind(paths.socket()).expect("bind the stand-in socket");
+    let (lines, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(&stream), &mut line);
+            let _ = lines.send(line);
+        }
+    });
+    read
+}
+
+/// MCP-2 (IDEM-7, INP-1): `agent_admit` shares the CLI's admission call. A reply lost after the
+/// request reached the daemon is `indeterminate` with the request id to replay, the one the
+/// tool generated included (it used to pass a bare `daemon_io` on, the generated id lost); a
+/// prompt over the limit is refused before anything is sent, `invalid` / `prompt_too_large`
+/// (it used to cut the daemon's line and answer "may have been written"); so are a submit's
+/// text and raw input over it (raw input once panicked in the holder client).
+#[test]
+fn mcp_2_a_lost_reply_keeps_the_request_id_and_oversized_input_is_refused_unsent() {
+    let w = World::new(EXE);
+    let received = silent_daemon(&w);
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let (error, lost) = call(&client, "agent_admit", json!({"agent": "zola", "prompt": "may or may not be written"})).await;
+        let sent: serde_json::Value = serde_json::from_str(&received.recv_timeout(std::time::Duration::from_secs(10)).expect("the request was sent")).unwrap();
+        assert!(error, "{lost}");
+        assert_eq!(lost["exit_code"], 5, "{lost}");
+        assert_eq!((&lost["reply"]["error"], &lost["reply"]["classification"]), (&json!("reply_lost"), &json!("indeterminate")), "{lost}");
+        let sent_id = &sent["request_id"];
+        assert!(sent_id.is_string(), "the request named its id: {sent}");
+        assert_eq!(&lost["reply"]["request_id"], sent_id, "the generated id is returned to replay: {lost}");
+
+        let huge = "x".repeat(wakterm_engine::limits::MAX_PROMPT_BYTES + 1);
+        let id = new_id();
+        let (error, refused) = call(&client, "agent_admit", json!({"agent": "zola", "prompt": huge, "request_id": id})).await;
+        assert!(error, "{refused}");
+        assert_eq!(refused["exit_code"], 4, "{refused}");
+        let receipt = &refused["reply"];
+        assert_eq!((&receipt["classification"], &receipt["reason"], &receipt["prompt_written"], &receipt["retry_safe"]), (&json!("invalid"), &json!("prompt_too_large"), &json!(false), &json!(true)), "{receipt}");
+        assert_eq!(receipt["request_id"], id.as_str(), "{receipt}");
+        let (error, submit) = call(&client, "session", json!({"action": "submit", "session_id": "zola", "input": huge})).await;
+        assert!(error && submit["reply"]["error"] == "prompt_too_large", "{submit}");
+        let (error, input) = call(&client, "session", json!({"action": "input", "session_id": "zola", "input": huge})).await;
+        assert!(error && input["error"] == "input_too_large", "{input}");
+        client.cancel().await.expect("close");
+    });
+    assert!(received.try_recv().is_err(), "nothing oversized was sent to the daemon");
+}
+
+/// MCP-3, MCP-4: raw `input` answers `ok: true` only when every byte was written: a pane whose
+/// process is gone refuses it (`not_started`; it used to answer `ok: true` with the refusal
+/// inside); a managed agent's pane (its app-server's JSON-RPC stdin) takes no raw input at
+/// all (`input_needs_pty`; raw JSON there started a turn past admission). A misspelt argument
+/// is an error, never ignored (`requestId` used to fall back to a generated id: two writes).
+#[test]
+fn mcp_4_raw_input_claims_only_what_was_written() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let exe = w.exe.display().to_string();
+    let (cwd, home) = (w.work.display().to_string(), format!("CODEX_HOME={}", w.codex_home.display()));
+    w.ok(&["agent", "start", "--name", "mia", "--managed", "--cwd", &cwd, "--env", &home, "--", &exe, "fake-codex-app-server", "app-server"]);
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let (error, managed) = call(&client, "session", json!({"action": "input", "session_id": "mia", "input": "{\"jsonrpc\":\"2.0\"}\n"})).await;
+        assert!(error && managed["error"] == "input_needs_pty", "{managed}");
+
+        let arguments = json!({"agent": "zola", "prompt": "typo", "requestId": new_id()}).as_object().cloned().unwrap();
+        let misspelt = client.call_tool(rmcp::model::CallToolRequestParams::new("agent_admit").with_arguments(arguments)).await;
+        assert!(misspelt.is_err() || misspelt.as_ref().is_ok_and(|r| r.is_error == Some(true)), "{misspelt:?}");
+
+        // The incarnation is the process's pid and start time.
+        let pid: i32 = entry["incarnation"].as_str().and_then(|i| i.split('.').next()).and_then(|p| p.parse().ok()).expect("the fake's pid");
+        // SAFETY: a signal to the test world's own fake Codex.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        w.wait_agent("zola", "stopped", |z| z["state"] == "stopped");
+        let (error, refused) = call(&client, "session", json!({"action": "input", "session_id": "zola", "input": "into nothing"})).await;
+        assert!(error, "{refused}");
+        assert_eq!((&refused["ok"], &refused["write_state"]), (&json!(false), &json!("not_started")), "{refused}");
+        client.cancel().await.expect("close");
+    });
+    assert!(!w.user_prompts().iter().any(|p| p == "typo"), "the misspelt call wrote nothing: {:?}", w.user_prompts());
+}

@@ -23,7 +23,7 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
         target: admit.target,
         exact_agent_id: admit.exact_agent_id,
         incarnation: admit.incarnation,
-        request_id,
+        request_id: request_id.clone(),
         prompt: admit.prompt,
         paste_mode: admit.paste_mode,
         return_mode: admit.return_mode,
@@ -36,7 +36,10 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
     }
     let Ok(receipt) = answer.await else {
-        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+        // The engine had the command: the prompt may have been written (IDEM-7).
+        let message = format!("the daemon stopped before answering; the prompt may have been written. Replay with request id {request_id} after the daemon restarts to learn the outcome; never retry under a new id");
+        let body = json!({"schema": "wakterm.error.v1", "error": "daemon_stopping", "classification": "indeterminate", "request_id": request_id, "message": message});
+        return Reply { exit_code: exit::INDETERMINATE, body };
     };
     receipt.assert_consistent();
     let exit_code = match receipt.classification {
@@ -64,7 +67,10 @@ pub(super) async fn submit(context: &Arc<Context>, submit: crate::protocol::Subm
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
     }
     let Ok(receipt) = answer.await else {
-        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
+        // The engine had the command: it may have been written (SUB-5).
+        let message = "the daemon stopped before answering; the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again";
+        let body = json!({"schema": "wakterm.error.v1", "error": "daemon_stopping", "write_state": "unknown", "acknowledged": false, "retry_safe": false, "message": message});
+        return Reply { exit_code: exit::INDETERMINATE, body };
     };
     receipt.assert_consistent();
     let exit_code = match receipt.status {
