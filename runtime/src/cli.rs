@@ -160,7 +160,8 @@ pub enum AgentCommand {
     /// per event, in sequence order; stays attached. Sequences survive restarts and are never
     /// reused. To start without missing anything, take `agent catalog` and pass its
     /// events_through to --after. Exit 4 cursor_too_old: the events after --after were
-    /// pruned; rebase from a fresh catalog.
+    /// pruned; rebase from a fresh catalog. Exit 4 cursor_ahead: --after lies past every event
+    /// this data directory's daemon has stored (a cursor from elsewhere); rebase the same way.
     Events {
         /// Resume after this sequence. 0 reads from the first event ever, which is only possible
         /// while retention has pruned nothing (else cursor_too_old: rebase from a catalog).
@@ -247,7 +248,8 @@ pub enum RequestCommand {
     },
     /// Ends a waiting return-final request as `cancelled` (the provider's turn is not interrupted).
     Cancel { request_id: String },
-    /// One JSON object per terminal request, in sequence order; stays attached.
+    /// One JSON object per terminal request, in sequence order; stays attached. Exit 4
+    /// cursor_too_old (pruned) or cursor_ahead (--after past every stored terminal event).
     Watch {
         /// Resume after this terminal_event_sequence.
         #[arg(long, default_value_t = 0)]
@@ -283,8 +285,16 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 pub fn print_reply(reply: Reply) -> i32 {
-    println!("{}", serde_json::to_string(&reply.body).expect("json"));
+    print_line(&serde_json::to_string(&reply.body).expect("json"));
     reply.exit_code
+}
+
+/// One line of output. False when standard output is closed (`| head -1`): `println!` panicked
+/// there with a backtrace; a reader that has seen enough is not an error of ours.
+fn print_line(line: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
 fn run_mux(paths: &DataPaths, command: MuxCommand) -> i32 {
@@ -443,10 +453,8 @@ fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {
 }
 
 fn stream(paths: &DataPaths, request: &ClientRequest) -> i32 {
-    let result = client::stream(paths, request, |event| {
-        println!("{}", serde_json::to_string(event).expect("json"));
-        true
-    });
+    // Stops (exit 0) once standard output is closed.
+    let result = client::stream(paths, request, |event| print_line(&serde_json::to_string(event).expect("json")));
     match result {
         Ok(()) => exit::OK,
         Err(reply) => print_reply(reply),
@@ -524,7 +532,7 @@ pub fn main_entry() -> ! {
                 std::process::exit(0);
             }
             let body = serde_json::json!({"schema": "wakterm.error.v1", "error": "usage", "message": error.to_string().trim()});
-            println!("{body}");
+            print_line(&body.to_string());
             let _ = error.print();
             std::process::exit(exit::USAGE);
         }

@@ -196,3 +196,46 @@ fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
     assert_eq!(admitted["prompt"], "after the rebase", "{admitted}");
     assert!(retained.iter().filter(|e| e["kind"] == "request.admitted").all(|e| e.get("prompt").is_none()), "{retained:?}");
 }
+
+/// EV-9, TERM-3: a cursor past every event this data directory's daemon has stored (one kept
+/// from another data directory, a restored database, a typo) is refused, exit 4
+/// `cursor_ahead` with the last stored sequence to rebase from. Both streams used to accept it
+/// and print nothing, for good, while events flowed. A cursor at the catalog's
+/// `events_through` is of course fine. And a reader that closes its end (`| head -1`) ends the
+/// stream quietly (the CLI panicked with a backtrace on the closed pipe).
+#[test]
+fn ev_9_a_cursor_ahead_of_the_store_is_refused_and_a_closed_reader_ends_quietly() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let through = w.ok(&["agent", "catalog"])["events_through"].as_u64().expect("events_through");
+    let (code, events, _) = read_events(&w, through, &[]);
+    assert_eq!((code, events.len()), (0, 0), "the catalog's cursor is valid and up to date");
+    for after in [through + 1_000, u64::MAX] {
+        let (code, events, answer) = read_events(&w, after, &[]);
+        assert_eq!((code, events.len()), (4, 0), "{answer}");
+        assert_eq!((&answer["error"], &answer["last_sequence"]), (&serde_json::json!("cursor_ahead"), &serde_json::json!(through)), "{answer}");
+        let out = w.run(&["agent", "request", "watch", "--once", "--after", &after.to_string()]);
+        assert_eq!((out.code, &out.json["error"]), (4, &serde_json::json!("cursor_ahead")), "{out:?}");
+    }
+    let out = w.run(&["agent", "request", "watch", "--once", "--after", "0"]);
+    assert_eq!(out.code, 0, "{out:?}");
+
+    let mut reader = w.cmd(&["agent", "events", "--after", "0"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("agent events");
+    let mut first = String::new();
+    BufReader::new(reader.stdout.take().unwrap()).read_line(&mut first).expect("the first event");
+    assert!(first.contains("\"sequence\""), "{first}");
+    // The read end is closed now; the next event the reader gets has nowhere to go.
+    w.ok(&["agent", "send", "zola", "after the reader left"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = reader.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the reader's stream did not end on its closed output");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut reader.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success() && !stderr.contains("panicked"), "{status:?}: {stderr}");
+}

@@ -84,6 +84,12 @@ impl super::stream::Feed for AgentEvents {
     fn too_old(&self, store: &Store, after: u64) -> Result<Option<Reply>, StoreError> {
         Ok(cursor_too_old(after, store.events_pruned_through()?, store.oldest_event_sequence()?))
     }
+
+    fn last_durable(&self, store: &Store) -> Result<u64, StoreError> {
+        store.last_event_sequence()
+    }
+
+    const REBASE: &'static str = "take `agent catalog` and pass its events_through to --after";
 }
 
 pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool, targets: Vec<String>) {

@@ -199,6 +199,12 @@ impl super::stream::Feed for TerminalEvents {
         let how = "those requests are forgotten; read the ones still of interest with `request get`, then watch --after pruned_through";
         Ok(super::events::too_old("terminal events", after, pruned, oldest, how, rebase))
     }
+
+    fn last_durable(&self, store: &Store) -> Result<u64, StoreError> {
+        store.last_terminal_sequence()
+    }
+
+    const REBASE: &'static str = "read the requests still of interest with `request get`, then watch --after last_sequence";
 }
 
 /// TERM-3, CONN-3: the `request watch` stream (`stream::serve`).

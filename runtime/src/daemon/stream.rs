@@ -30,12 +30,57 @@ pub(super) trait Feed: Clone + Send + Sync + 'static {
     fn page(&self, store: &Store, after: u64, through: Option<u64>) -> Result<Vec<(u64, String)>, StoreError>;
     /// The answer to a cursor retention has passed (read off the reactor), if `after` is one.
     fn too_old(&self, store: &Store, after: u64) -> Result<Option<Reply>, StoreError>;
+    /// The greatest sequence ever made durable (pruned ones included): no cursor a reader was
+    /// ever given lies above it.
+    fn last_durable(&self, store: &Store) -> Result<u64, StoreError>;
+    /// What a reader with a cursor ahead of everything does instead (`cursor_ahead`).
+    const REBASE: &'static str;
+}
+
+/// EV-9, TERM-3: a cursor above the greatest durable sequence was never given by this data
+/// directory's daemon (it comes from another data directory, a database restored from an older
+/// copy, or a typo): waiting after it would print nothing, for good, while events flow. It is
+/// refused, exit 4, with the sequence to rebase from.
+fn cursor_ahead(after: u64, last_durable: u64, rebase: &str) -> Option<Reply> {
+    if after <= last_durable {
+        return None;
+    }
+    let message = format!("cursor {after} is ahead of every event this daemon has stored (the last is {last_durable}): it was not given by this data directory; {rebase}");
+    let mut reply = Reply::error(crate::protocol::exit::REJECTED, "cursor_ahead", message);
+    reply.body["last_sequence"] = json!(last_durable);
+    Some(reply)
+}
+
+/// The answer to a stream that cannot go on reading the store (EV-2: nothing is skipped): the
+/// reader's cursor stays valid, so it can reconnect after it.
+fn store_unreadable(last: u64, detail: &str) -> Value {
+    let message = format!("{detail}; nothing after sequence {last} was sent: reconnect with --after {last}");
+    let mut reply = Reply::error(crate::protocol::exit::ERROR, "store_unreadable", message);
+    reply.body["last_sequence"] = json!(last);
+    serde_json::to_value(reply).unwrap_or_default()
 }
 
 pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
     // The caller subscribed `live` before this reads anything: nothing published in between is lost.
     // A cursor retention passed is refused by the first history read (`send_history`).
     let mut last = after;
+    let (store, reader) = (context.store.clone(), feed.clone());
+    let ahead = tokio::task::spawn_blocking(move || reader.last_durable(&store).map(|durable| cursor_ahead(after, durable, F::REBASE))).await;
+    match ahead {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(refused))) => {
+            let _ = write_line(writer, &serde_json::to_value(refused).unwrap_or_default()).await;
+            return;
+        }
+        Ok(Err(error)) => {
+            let _ = write_line(writer, &store_unreadable(last, &error.to_string())).await;
+            return;
+        }
+        Err(error) => {
+            let _ = write_line(writer, &store_unreadable(last, &error.to_string())).await;
+            return;
+        }
+    }
     if !send_history(writer, context, &feed, &mut last).await {
         return;
     }
@@ -93,14 +138,23 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
                 return false;
             }
             Ok(Ok(Ok(page))) => page,
-            _ => {
-                let _ = write_line(writer, &json!({"error": "store_unreadable"})).await;
+            Ok(Err(error)) => {
+                let _ = write_line(writer, &store_unreadable(*last, &error.to_string())).await;
+                return false;
+            }
+            Err(error) => {
+                let _ = write_line(writer, &store_unreadable(*last, &error.to_string())).await;
                 return false;
             }
         };
         let full = page.len() == F::PAGE;
         for (sequence, event_json) in page {
-            let event: Value = serde_json::from_str(&event_json).unwrap_or(Value::Null);
+            // A stored row that does not parse is an error, never skipped: the reader's cursor
+            // stays before it (it used to be sent as `{"event": null}` and passed).
+            let Ok(event) = serde_json::from_str::<Value>(&event_json) else {
+                let _ = write_line(writer, &store_unreadable(*last, &format!("stored event {sequence} is not JSON"))).await;
+                return false;
+            };
             *last = sequence;
             if write_line(writer, &json!({"event": event})).await.is_err() {
                 return false;
