@@ -294,6 +294,11 @@ impl Engine {
         self.agents.get(agent_id)
     }
 
+    /// Every agent the engine knows (registered, not removed).
+    pub fn agent_ids(&self) -> impl Iterator<Item = &AgentId> {
+        self.agents.keys()
+    }
+
     pub fn last_published_sequence(&self) -> u64 {
         self.last_published_sequence
     }

@@ -239,3 +239,68 @@ fn ev_9_a_cursor_ahead_of_the_store_is_refused_and_a_closed_reader_ends_quietly(
     std::io::Read::read_to_string(&mut reader.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success() && !stderr.contains("panicked"), "{status:?}: {stderr}");
 }
+
+/// EV-8: a catalog lists every agent whose `agent.started` lies within its `events_through`,
+/// even while agents are being started: the catalog read its agent table before asking the
+/// engine, so an agent started in between was left out while its `agent.started` was covered
+/// (`agent events --after events_through` then never named it). Catalogs taken throughout six
+/// concurrent starts are checked against the stream; the daemon pauses each catalog between
+/// its two reads (`WAKTERM_FAULT=catalog_pause`), so starts land in between.
+#[test]
+fn ev_8_a_catalog_taken_during_starts_lists_every_agent_its_cursor_covers() {
+    let w = World::new(EXE);
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "catalog_pause").output().expect("mux start");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let catalogs = std::thread::scope(|scope| {
+        let starts: Vec<_> = (0..6)
+            .map(|i| {
+                let w = &w;
+                scope.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100 * i));
+                    w.start_agent(&format!("agent{i}"), REPLY, &[])
+                })
+            })
+            .collect();
+        // Four catalogs in flight at any time until every start is done.
+        let mut catalogs = Vec::new();
+        let mut asking = Vec::new();
+        while !starts.iter().all(|s| s.is_finished()) {
+            if asking.len() < 4 {
+                let w = &w;
+                asking.push(scope.spawn(move || catalog_on_socket(w)));
+                std::thread::sleep(Duration::from_millis(30));
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            let (done, running): (Vec<_>, Vec<_>) = asking.into_iter().partition(|a| a.is_finished());
+            asking = running;
+            catalogs.extend(done.into_iter().filter_map(|a| a.join().unwrap()));
+        }
+        catalogs.extend(asking.into_iter().filter_map(|a| a.join().unwrap()));
+        for start in starts {
+            start.join().unwrap();
+        }
+        catalogs
+    });
+    let (_, events, _) = read_events(&w, 0, &[]);
+    let started: Vec<(u64, String)> = events.iter().filter(|e| e["kind"] == "agent.started").map(|e| (e["sequence"].as_u64().unwrap(), e["agent_id"].as_str().unwrap().to_string())).collect();
+    assert_eq!(started.len(), 6, "{started:?}");
+    assert!(catalogs.len() >= 4, "catalogs were taken during the starts: {}", catalogs.len());
+    for catalog in &catalogs {
+        let through = catalog["events_through"].as_u64().unwrap();
+        let listed: BTreeSet<&str> = catalog["agents"].as_array().unwrap().iter().map(|a| a["agent_id"].as_str().unwrap()).collect();
+        for (sequence, agent_id) in started.iter().filter(|(sequence, _)| *sequence <= through) {
+            assert!(listed.contains(agent_id.as_str()), "events_through {through} covers agent.started {sequence} of {agent_id}, which the catalog does not list: {catalog}");
+        }
+    }
+}
+
+/// One `catalog` request straight on the daemon's socket; its body when it answered exit 0.
+fn catalog_on_socket(w: &World) -> Option<Value> {
+    let mut socket = std::os::unix::net::UnixStream::connect(w.data.join("run/mux.sock")).expect("the daemon's socket");
+    std::io::Write::write_all(&mut socket, b"{\"op\":\"catalog\"}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(socket).read_line(&mut line).unwrap();
+    let reply: Value = serde_json::from_str(&line).expect("a reply line");
+    (reply["exit_code"] == 0).then(|| reply["body"].clone())
+}

@@ -15,7 +15,13 @@ pub enum FaultPoint {
     AfterSubmitted,
     /// `agent start`: the holder process was spawned; the caller has no answer yet (LIFE-1).
     AfterHolderSpawn,
+    /// Not a crash: `agent catalog` pauses `CATALOG_PAUSE` between asking the engine and
+    /// reading the agent table, so a test can start agents in between (EV-8).
+    CatalogPause,
 }
+
+/// How long [`FaultPoint::CatalogPause`] pauses.
+pub const CATALOG_PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
 
 impl FaultPoint {
     /// The crash point named by `WAKTERM_FAULT`, or an error for an unknown name (a typo must
@@ -28,7 +34,8 @@ impl FaultPoint {
             Some("after_write") => Ok(Some(FaultPoint::AfterWrite)),
             Some("after_submitted") => Ok(Some(FaultPoint::AfterSubmitted)),
             Some("after_holder_spawn") => Ok(Some(FaultPoint::AfterHolderSpawn)),
-            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn")),
+            Some("catalog_pause") => Ok(Some(FaultPoint::CatalogPause)),
+            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn, catalog_pause")),
         }
     }
 }
