@@ -378,7 +378,9 @@ pub fn run(paths: DataPaths) -> i32 {
         }
     };
     runtime.block_on(async move {
-        let service = match WaktermMcp::new(paths).serve(rmcp::transport::stdio()).await {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let transport = (BoundedLines { inner: stdin, run: 0, max: MAX_MESSAGE_LINE }, stdout);
+        let service = match WaktermMcp::new(paths).serve(transport).await {
             Ok(service) => service,
             Err(error) => {
                 eprintln!("wakterm mcp: the client did not initialize: {error}");
@@ -393,4 +395,61 @@ pub fn run(paths: DataPaths) -> i32 {
             }
         }
     })
+}
+
+/// MCP-1: the longest message line the server reads (a prompt at its 64 KiB limit, each byte
+/// escaped as `\uXXXX`, is well under it).
+pub const MAX_MESSAGE_LINE: usize = 4 * 1024 * 1024;
+
+/// Standard input that fails once a line runs past `max` bytes without its newline: the SDK's
+/// line reader buffers a line whole, so a client sending 150 MB without a newline grew the
+/// server to match (a review found it). The server then ends, saying why.
+struct BoundedLines<R> {
+    inner: R,
+    /// Bytes since the last newline.
+    run: usize,
+    max: usize,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
+    fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let mut run = self.run;
+            for byte in &buf.filled()[before..] {
+                run = if *byte == b'\n' { 0 } else { run + 1 };
+                if run > self.max {
+                    buf.set_filled(before); // an error leaves the buffer as it was
+                    let message = format!("a message line runs past {} bytes without its end; closing", self.max);
+                    return std::task::Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message)));
+                }
+            }
+            self.run = run;
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// MCP-1: lines up to the bound pass whole; one past it fails the read.
+    #[test]
+    fn mcp_1_a_message_line_past_the_bound_fails_the_read() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let input: &[u8] = b"12345\n1234\n123456\n";
+            let mut read = Vec::new();
+            let mut bounded = BoundedLines { inner: input, run: 0, max: 5 };
+            let error = bounded.read_to_end(&mut read).await.unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+            let mut fine = BoundedLines { inner: &b"12345\n12345\n"[..], run: 0, max: 5 };
+            let mut read = Vec::new();
+            fine.read_to_end(&mut read).await.unwrap();
+            assert_eq!(read, b"12345\n12345\n");
+        });
+    }
 }
