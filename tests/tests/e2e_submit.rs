@@ -516,3 +516,25 @@ fn sub_5_a_lost_reply_after_the_write_is_not_retry_safe() {
     assert_eq!(out.status.code(), Some(5), "the command may be active: indeterminate, never a plain error: {body}");
     assert_eq!((body["error"].as_str(), body["retry_safe"].as_bool(), body["write_state"].as_str()), (Some("reply_lost"), Some(false), Some("unknown")), "{body}");
 }
+
+/// SUB-4: a resize that changes the pane's size counts as a write at the holder. The child
+/// redraws on SIGWINCH (new output, another screen) that no Enter caused; counted, a submit
+/// waiting for its acknowledgement answers `superseded` (`judge` compares the writes) instead
+/// of taking the redraw for a reaction, as it could when `agent attach` resized the pane (a
+/// review found it). A resize to the same size sends no SIGWINCH and counts nothing.
+#[test]
+fn sub_4_a_resize_counts_as_a_write_so_a_redraw_is_never_an_acknowledgement() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let pane = Pane::of(&w, &entry);
+    let before = pane.writes();
+    let size = pane.client().info().expect("holder info");
+    pane.client().resize(size.cols + 7, size.rows).expect("resize");
+    assert_eq!(pane.writes(), before + 1, "a new size is a write");
+    pane.client().resize(size.cols + 7, size.rows).expect("resize");
+    assert_eq!(pane.writes(), before + 1, "the same size again is none");
+    let boundary = wakterm_engine::EnterBoundary { output_offset: 0, screen_digest: String::new(), generation: 1, writes: before, holder: String::new() };
+    let sample = wakterm_engine::PaneSample { output_end: 1, screen_digest: "redrawn".into(), generation: 1, alive: true, writes: before + 1, holder: String::new(), composer: wakterm_engine::Composer::Empty, elapsed_ms: 5 };
+    assert_eq!(wakterm_engine::judge(&boundary, &sample), wakterm_engine::Judgement::Superseded, "the redraw after it is no acknowledgement");
+}

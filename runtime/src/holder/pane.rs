@@ -535,6 +535,13 @@ impl Pane {
             .resize(size)
             .map_err(|e| PaneError(format!("resize: {e}")))?;
         let mut state = self.lock();
+        // SUB-4: a new size makes the child redraw (SIGWINCH): new output and another screen
+        // that no Enter caused. Counted as a write, a submit waiting for its acknowledgement
+        // then answers `superseded` rather than take the redraw for a reaction (a review
+        // found `agent attach` resizing the pane could so acknowledge a swallowed Enter).
+        if (state.cols, state.rows) != (cols, rows) {
+            self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         state.screen.set_size(rows, cols);
         state.cols = cols;
         state.rows = rows;
