@@ -42,6 +42,9 @@ pub fn thread_resume(id: &str, thread_id: &str, cwd: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "thread/resume", "params": {"threadId": thread_id, "cwd": cwd, "approvalPolicy": "never"}}))
 }
 
+/// MGD-6: the longest JSON-RPC id (as JSON) or method of a server request the observer answers.
+pub const MAX_SERVER_REQUEST_ID_BYTES: usize = 1024;
+
 /// MGD-6: the answer to a server request (an approval, a question for the user): a JSON-RPC
 /// error, which Codex treats as a refusal (approvals denied, questions answered with nothing,
 /// elicitations declined) and goes on with the turn. No `data`: a `turnTransition` reason there
@@ -141,6 +144,15 @@ impl Fold {
         if let Some(id) = value.get("id") {
             // A server request (approvals, questions): no turn evidence; MGD-6 answers it.
             let ours = params.get("threadId").and_then(Value::as_str).is_none_or(|t| t == self.thread_id);
+            // MGD-6: its answer echoes the id and names the method; one too long to answer in a
+            // holder write is not a request we can decline (a 2 MB id hit the holder client's
+            // line assertion and ended the daemon, again at every start): the turn's evidence
+            // is lost instead.
+            if ours && (id.to_string().len() > MAX_SERVER_REQUEST_ID_BYTES || method.len() > MAX_SERVER_REQUEST_ID_BYTES) {
+                self.turn = TurnState::Unknown;
+                let reason = format!("app-server request with an id or method too long to answer ({} bytes)", id.to_string().len().max(method.len()));
+                return vec![ObserverEvent::SessionLost { reason, session: None, before: None }];
+            }
             if ours {
                 self.pending_requests.insert(id.to_string(), (id.clone(), method.to_string()));
             }
@@ -366,6 +378,22 @@ mod tests {
         }
         assert!(fold.pending_requests.is_empty(), "resolved once declined");
         assert_eq!(kinds(&events).last(), Some(&"turn_completed"));
+    }
+
+    /// MGD-6: a server request whose id (or method) is too long to echo in an answer loses the
+    /// turn's evidence and is not kept to be declined: its 2 MB decline hit the holder client's
+    /// line assertion and ended the daemon, again at every start.
+    #[test]
+    fn mgd_6_a_request_too_long_to_answer_loses_the_evidence() {
+        let mut fold = Fold::new("t1");
+        let huge = serde_json::json!({"id": "x".repeat(2_000_000), "method": "item/commandExecution/requestApproval", "params": {"threadId": "t1"}});
+        let events = fold.line(&serde_json::to_vec(&huge).unwrap(), 100);
+        assert!(matches!(events.as_slice(), [ObserverEvent::SessionLost { .. }]), "{events:?}");
+        assert!(fold.pending_requests.is_empty(), "nothing to decline");
+        assert_eq!(fold.turn, TurnState::Unknown);
+        let fine = serde_json::json!({"id": 7, "method": "item/commandExecution/requestApproval", "params": {"threadId": "t1"}});
+        assert!(fold.line(&serde_json::to_vec(&fine).unwrap(), 200).is_empty());
+        assert_eq!(fold.pending_requests.len(), 1, "an ordinary request is kept to be declined");
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub enum MessageSource {
     LegacyEvent,
 }
 
+/// The longest session id a `session_meta` may carry (a Codex id is a 36-character UUID).
+pub const MAX_SESSION_ID_BYTES: usize = 128;
+
 /// Why a line is not a usable record. The tail reports it and continues with the next line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordError {
@@ -193,6 +196,12 @@ fn parse_session_meta(mut payload: Map<String, Value>) -> Result<RolloutRecord, 
     }
     let kind = "session_meta";
     let session_id = required_str(&payload, kind, "id")?;
+    // A session id names a file, a cursor and the events of a stream: a Codex id is a UUID.
+    // One longer or with control characters is no session id (a 1,500-byte one made an output
+    // cursor too long to be accepted back, and its assertion ended the daemon).
+    if session_id.is_empty() || session_id.len() > MAX_SESSION_ID_BYTES || session_id.chars().any(char::is_control) {
+        return Err(RecordError::WrongType { kind: kind.into(), field: "id" });
+    }
     let cwd = required_str(&payload, kind, "cwd")?;
     Ok(RolloutRecord::SessionMeta {
         session_id,
@@ -428,6 +437,21 @@ mod tests {
         assert!(matches!(nested, Ok(RolloutRecord::SessionMeta { ref session_id, .. }) if session_id == "s1"));
         let missing = parse_line(&line("session_meta", r#"{"cwd":"/a"}"#));
         assert_eq!(missing, Err(RecordError::MissingField { kind: "session_meta".into(), field: "id" }));
+    }
+
+    /// OUT-3, CORR-*: a session id that is no id (too long, empty, control characters) makes
+    /// the record unusable: a 1,500-byte one made an output cursor too long to be accepted back,
+    /// and the cursor's assertion ended the daemon.
+    #[test]
+    fn a_session_id_that_is_no_id_is_refused() {
+        let wrong = Err(RecordError::WrongType { kind: "session_meta".into(), field: "id" });
+        for id in ["s".repeat(MAX_SESSION_ID_BYTES + 1), String::new(), "a\u{1}b".to_string()] {
+            let payload = serde_json::json!({"id": id, "cwd": "/a"}).to_string();
+            assert_eq!(parse_line(&line("session_meta", &payload)), wrong, "{id:?}");
+        }
+        let longest = "s".repeat(MAX_SESSION_ID_BYTES);
+        let payload = serde_json::json!({"id": longest, "cwd": "/a"}).to_string();
+        assert!(matches!(parse_line(&line("session_meta", &payload)), Ok(RolloutRecord::SessionMeta { .. })));
     }
 
     #[test]

@@ -278,13 +278,15 @@ impl HolderClient {
                 detail: "connection unusable after an earlier timeout or error".into(),
             });
         }
+        let mut line = serde_json::to_vec(request).expect("requests serialise");
+        // Callers bound what they send (prompts, input), but a line built from what an agent
+        // wrote (an app-server request's id, echoed in its answer) once was not: an assertion
+        // here ended the daemon. A request the holder would not read is refused, unsent.
+        if line.len() > MAX_LINE_BYTES {
+            return Err(HolderError::Protocol { detail: format!("a {op} request of {} bytes is over the holder's line limit ({MAX_LINE_BYTES}); nothing was sent", line.len()) });
+        }
         // Until a reply is parsed, a failure leaves an unknown amount in flight.
         self.desynchronised = true;
-        let mut line = serde_json::to_vec(request).expect("requests serialise");
-        assert!(
-            line.len() <= MAX_LINE_BYTES,
-            "callers bound payloads below the line limit"
-        );
         line.push(b'\n');
         let stream = self.reader.get_mut();
         // Two syscalls per call otherwise (a kept connection makes many calls of one kind).
@@ -525,6 +527,24 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::unix::net::UnixListener;
+
+    /// A request over the holder's line limit is refused unsent, an error and not a panic: a
+    /// line built from what an agent wrote (an app-server request's id, echoed in its decline)
+    /// hit the assertion this was and ended the daemon.
+    #[test]
+    fn a_request_over_the_line_limit_is_refused_unsent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let mut client = HolderClient::connect(&path).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let error = client.write(&vec![b'x'; MAX_LINE_BYTES]).unwrap_err();
+        assert!(matches!(error, HolderError::Protocol { .. }), "{error}");
+        server.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        assert!(matches!(std::io::Read::read(&mut &server, &mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "nothing was sent");
+        assert!(!client.unusable(), "the connection stays usable");
+    }
 
     // Issue 10: a kept connection is checked with one non-blocking peek before a write reuses
     // it (no `info` round trip): open and quiet is usable; bytes nobody asked for, or a holder
