@@ -723,3 +723,66 @@ fn life_1_daemon_start_stops_holders_the_catalog_does_not_know() {
     let entry = w.wait_agent("known", "still running", |z| z["state"] != "stopped");
     assert_eq!(entry["incarnation"], known["incarnation"], "the known agent's process was left alone");
 }
+
+/// HOLD: a screen too large for one reply line is cut, row by row, to fit: a 1000x250 pane of
+/// characters with five combining marks each (2.75 MB of text) made every `screen` reply
+/// panic its connection's thread, each leaking a connection slot, and after 64 of them the
+/// holder answered everything, `shutdown` too, with `busy`.
+#[test]
+fn hold_1_a_screen_too_large_for_a_reply_is_cut_and_costs_no_slot() {
+    let w = World::new(EXE);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().unwrap();
+    let socket = paths.holder_socket(&new_id());
+    let fill = "import sys; sys.stdout.write(('a' + '\\u0301' * 5) * 1000 * 250); sys.stdout.flush()";
+    let config = wakterm_runtime::holder::HolderConfig {
+        socket_path: socket.clone(),
+        cwd: w.work.clone(),
+        env: vec![],
+        command: vec!["sh".into(), "-c".into(), format!("python3 -c \"{fill}\"; exec sleep 300")],
+        cols: 1000,
+        rows: 250,
+        detach: true,
+        raw: false,
+    };
+    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
+    let _ends = EndsProcessesOf { socket: socket.clone(), child: info.pid };
+    let client = || wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(20)).expect("the holder");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while client().info().expect("info").output_end < 250 * 1000 * 11 {
+        assert!(Instant::now() < deadline, "the pane did not take its output");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for _ in 0..70 {
+        let screen = client().screen().expect("a screen reply, however large the pane's text");
+        let bytes: usize = screen.lines.iter().map(String::len).sum();
+        assert!(bytes > 0 && bytes <= wakterm_runtime::holder::protocol::MAX_LINE_BYTES / 2, "{bytes}");
+    }
+    client().info().expect("no slot was lost: info still answers");
+    client().shutdown().expect("shutdown still answers");
+}
+
+/// Ends, when dropped (a failed test too), a holder started outside any daemon: the processes
+/// whose command line names its socket, and its child.
+struct EndsProcessesOf {
+    socket: std::path::PathBuf,
+    child: Option<u32>,
+}
+
+impl Drop for EndsProcessesOf {
+    fn drop(&mut self) {
+        let name = self.socket.display().to_string();
+        let holders = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok());
+        for pid in holders {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.windows(name.len()).any(|w| w == name.as_bytes()) {
+                // SAFETY: a signal to a process this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        if let Some(child) = self.child {
+            // SAFETY: as above.
+            unsafe { libc::kill(child as i32, libc::SIGKILL) };
+        }
+    }
+}

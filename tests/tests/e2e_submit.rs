@@ -534,6 +534,9 @@ fn sub_4_a_resize_counts_as_a_write_so_a_redraw_is_never_an_acknowledgement() {
     assert_eq!(pane.writes(), before + 1, "a new size is a write");
     pane.client().resize(size.cols + 7, size.rows).expect("resize");
     assert_eq!(pane.writes(), before + 1, "the same size again is none");
+    // HOLD: one column is refused (vt100's panic there ended the holder's reader thread).
+    assert!(pane.client().resize(1, size.rows).is_err(), "a one-column pane");
+    assert_eq!(pane.writes(), before + 1, "a refused resize is none");
     let boundary = wakterm_engine::EnterBoundary { output_offset: 0, screen_digest: String::new(), generation: 1, writes: before, holder: String::new() };
     let sample = wakterm_engine::PaneSample { output_end: 1, screen_digest: "redrawn".into(), generation: 1, alive: true, writes: before + 1, holder: String::new(), composer: wakterm_engine::Composer::Empty, elapsed_ms: 5 };
     assert_eq!(wakterm_engine::judge(&boundary, &sample), wakterm_engine::Judgement::Superseded, "the redraw after it is no acknowledgement");

@@ -41,7 +41,7 @@ fn attach_inner(socket_path: &Path) -> Result<(), super::HolderError> {
     let mut control = HolderClient::connect(socket_path)?;
     if let Some((cols, rows)) = local_window_size() {
         // A size the holder refuses only leaves the old one in place: not worth aborting.
-        let _ = control.resize(cols, rows);
+        let _ = control.resize(cols.max(super::protocol::MIN_COLS), rows.max(super::protocol::MIN_ROWS));
     }
     let screen = control.screen()?;
     let subscription = HolderClient::connect(socket_path)?.subscribe(screen.output_offset)?;

@@ -93,12 +93,14 @@ impl HolderConfig {
                 "env takes at most {MAX_ENV_PAIRS} pairs with non-empty keys without '='"
             ));
         }
-        if !(1..=protocol::MAX_COLS).contains(&self.cols)
-            || !(1..=protocol::MAX_ROWS).contains(&self.rows)
+        if !(protocol::MIN_COLS..=protocol::MAX_COLS).contains(&self.cols)
+            || !(protocol::MIN_ROWS..=protocol::MAX_ROWS).contains(&self.rows)
         {
             return Err(format!(
-                "size must be 1..={} cols and 1..={} rows",
+                "size must be {}..={} cols and {}..={} rows",
+                protocol::MIN_COLS,
                 protocol::MAX_COLS,
+                protocol::MIN_ROWS,
                 protocol::MAX_ROWS
             ));
         }
@@ -205,6 +207,17 @@ mod tests {
             detach: true,
             raw: true,
         }
+    }
+
+    /// A pane of one column or one row is refused: vt100 underflows there, and its panic
+    /// ended the holder's reader thread (the pane never read its PTY again).
+    #[test]
+    fn hold_1_a_pane_of_one_column_or_one_row_is_refused() {
+        for (cols, rows) in [(1, 30), (100, 1), (protocol::MAX_COLS + 1, 30)] {
+            let error = HolderConfig { cols, rows, ..sample() }.validate().unwrap_err();
+            assert!(error.contains("size must be 2..="), "{cols}x{rows}: {error}");
+        }
+        HolderConfig { cols: 2, rows: 2, ..sample() }.validate().expect("the smallest pane");
     }
 
     #[test]

@@ -363,7 +363,15 @@ impl Pane {
         assert!(!chunk.is_empty() && chunk.len() <= READ_CHUNK_BYTES);
         let mut state = self.lock();
         state.ring.push(chunk);
-        state.screen.process(chunk);
+        // The screen model is a dependency fed with whatever the child prints: a panic in it
+        // must not end the reader thread (the pane would stop reading its PTY for good). The
+        // screen starts over, blank, at its size; the ring keeps every byte.
+        let processed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.screen.process(chunk)));
+        if processed.is_err() {
+            tracing::warn!("the screen model failed on the pane's output; it starts over blank");
+            let (rows, cols) = (state.rows, state.cols);
+            state.screen = vt100::Parser::new(rows, cols, 0);
+        }
         drop(state);
         self.changed.notify_all();
     }
@@ -523,7 +531,7 @@ impl Pane {
     }
 
     pub fn resize(&self, cols: u16, rows: u16) -> Result<(), PaneError> {
-        assert!((1..=MAX_COLS).contains(&cols) && (1..=MAX_ROWS).contains(&rows));
+        assert!((super::protocol::MIN_COLS..=MAX_COLS).contains(&cols) && (super::protocol::MIN_ROWS..=MAX_ROWS).contains(&rows));
         let pty = self.pty.lock().unwrap_or_else(|p| p.into_inner());
         let size = PtySize {
             rows,
@@ -648,11 +656,17 @@ impl Pane {
 }
 
 /// The emulated screen after exactly the ring's bytes, read under the caller's state lock.
+/// The most bytes of screen text one reply carries, well within the holder's line limit: a
+/// 1000x500 pane of characters with five combining marks each made a 12 MB screen, whose reply
+/// panicked the connection's thread (and leaked its slot). Each row is cut to its share.
+pub const MAX_SCREEN_BYTES: usize = super::protocol::MAX_LINE_BYTES / 2;
+
 fn screen_of(state: &PaneState) -> ScreenReply {
     let screen = state.screen.screen();
     let (row, col) = screen.cursor_position();
+    let row_bytes = MAX_SCREEN_BYTES / usize::from(state.rows.max(1));
     ScreenReply {
-        lines: screen.rows(0, state.cols).collect(),
+        lines: screen.rows(0, state.cols).map(|line| cut_at_char(line, row_bytes)).collect(),
         cursor: Cursor { row, col },
         output_offset: state.ring.end(),
         cols: state.cols,
@@ -660,6 +674,15 @@ fn screen_of(state: &PaneState) -> ScreenReply {
         bracketed_paste: screen.bracketed_paste(),
         alternate_screen: screen.alternate_screen(),
     }
+}
+
+/// `line` cut to at most `max` bytes, at a character boundary.
+fn cut_at_char(mut line: String, max: usize) -> String {
+    if line.len() > max {
+        let end = (0..=max).rev().find(|at| line.is_char_boundary(*at)).unwrap_or(0);
+        line.truncate(end);
+    }
+    line
 }
 
 fn outcome(written: usize, error: Option<String>) -> WriteOutcome {

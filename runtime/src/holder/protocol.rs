@@ -17,6 +17,11 @@ pub const MAX_STREAM_CHUNK_BYTES: usize = 64 * 1024;
 /// Longest line either side accepts: base64 of the largest payload plus envelope slack.
 pub const MAX_LINE_BYTES: usize = 2 * MAX_WRITE_BYTES + 64 * 1024;
 /// Terminal sizes beyond these are refused: vt100 allocates rows * cols cells.
+/// HOLD-*: the smallest pane. vt100 underflows at 1 column (a wide character) or 1 row (a line
+/// wrap), and its panic killed the holder's reader thread: the output end never moved again
+/// while `info` said alive, and the child blocked once the PTY's buffer filled.
+pub const MIN_COLS: u16 = 2;
+pub const MIN_ROWS: u16 = 2;
 pub const MAX_COLS: u16 = 1000;
 pub const MAX_ROWS: u16 = 500;
 

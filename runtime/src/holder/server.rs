@@ -170,15 +170,28 @@ fn accept(
         );
         return;
     }
-    let (pane, socket, open) = (Arc::clone(pane), Arc::clone(socket), Arc::clone(open));
+    // The slot is given back when the guard drops: when the connection ends, when its thread
+    // unwinds from a panic, or when the thread could not start (each once leaked the slot, and
+    // 64 leaks made the holder answer every request, `shutdown` too, with `busy`).
+    let slot = ConnectionSlot(Arc::clone(open));
+    let (pane, socket) = (Arc::clone(pane), Arc::clone(socket));
     let spawned = std::thread::Builder::new()
         .name("holder-conn".into())
         .spawn(move || {
+            let _slot = slot;
             serve_connection(stream, &pane, &socket);
-            open.fetch_sub(1, Ordering::SeqCst);
         });
     if let Err(e) = spawned {
         log(&format!("cannot start a connection thread: {e}"));
+    }
+}
+
+/// One of the `MAX_CONNECTIONS` slots, held by a connection's thread.
+struct ConnectionSlot(Arc<AtomicUsize>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -279,11 +292,11 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             }
         }
         Request::Resize { cols, rows }
-            if !(1..=MAX_COLS).contains(&cols) || !(1..=MAX_ROWS).contains(&rows) =>
+            if !(super::protocol::MIN_COLS..=MAX_COLS).contains(&cols) || !(super::protocol::MIN_ROWS..=MAX_ROWS).contains(&rows) =>
         {
             failure(
                 WireErrorKind::BadRequest,
-                format!("size must be 1..={MAX_COLS} cols and 1..={MAX_ROWS} rows"),
+                format!("size must be {}..={MAX_COLS} cols and {}..={MAX_ROWS} rows", super::protocol::MIN_COLS, super::protocol::MIN_ROWS),
             )
         }
         Request::Resize { cols, rows } => match pane.resize(cols, rows) {
@@ -430,10 +443,12 @@ fn send(writer: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
 
 fn send_line<T: serde::Serialize>(writer: &mut UnixStream, message: &T) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(message).expect("wire types serialise");
-    assert!(
-        line.len() <= MAX_LINE_BYTES,
-        "a reply never exceeds the line limit"
-    );
+    if line.len() > MAX_LINE_BYTES {
+        // Screens are bounded (`pane::MAX_SCREEN_BYTES`); should anything else outgrow the
+        // line, the client gets an error it can read, never a panic that ends this thread.
+        let detail = format!("the reply is {} bytes, over the line limit {MAX_LINE_BYTES}", line.len());
+        line = serde_json::to_vec(&failure(WireErrorKind::TooLarge, detail)).expect("wire types serialise");
+    }
     line.push(b'\n');
     writer.write_all(&line)
 }
