@@ -786,3 +786,55 @@ impl Drop for EndsProcessesOf {
         }
     }
 }
+
+/// ADM-8: input the ended process never read is discarded at a respawn (`agent restart`'s
+/// path): the next process never gets it. The pane keeps its tty, and a prompt left unread by a
+/// hung process reached the new incarnation first, unadmitted (a review reproduced it).
+#[test]
+fn adm_8_a_respawn_discards_what_the_ended_process_never_read() {
+    let w = World::new(EXE);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().unwrap();
+    let socket = paths.holder_socket(&new_id());
+    let flag = w.work.join("second-run");
+    let script = format!("if [ -e {0} ]; then read x; echo \"got:[$x]\"; exec sleep 300; else touch {0}; exec sleep 1; fi", flag.display());
+    let config = wakterm_runtime::holder::HolderConfig {
+        socket_path: socket.clone(),
+        cwd: w.work.clone(),
+        env: vec![],
+        command: vec!["sh".into(), "-c".into(), script],
+        cols: 80,
+        rows: 24,
+        detach: true,
+        raw: false,
+    };
+    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
+    let _ends = EndsProcessesOf { socket: socket.clone(), child: info.pid };
+    let client = || wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(20)).expect("the holder");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !flag.exists() {
+        assert!(Instant::now() < deadline, "the first process did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let written = client().write(b"meant-for-the-first\n").expect("write");
+    assert_eq!(written.bytes_written, 20);
+    // The first process ends on its own, its input unread; then `agent restart`'s respawn.
+    while client().info().expect("info").alive {
+        assert!(Instant::now() < deadline, "the first process did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client().respawn().expect("respawn");
+    // The second process reads the first line it finds: ours, sent now, unless the first
+    // process's line was still waiting.
+    client().write(b"for-the-second\n").expect("write");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let said = loop {
+        let text = client().screen().expect("screen").lines.join("\n");
+        if let Some(at) = text.find("got:[") {
+            break text[at..].lines().next().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "the second process never answered:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(said, "got:[for-the-second]", "the second process read nothing left for the first");
+}

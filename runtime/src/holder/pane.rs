@@ -633,6 +633,25 @@ impl Pane {
     }
 
     /// Kills the current child if alive and starts the command again in the same PTY.
+    /// ADM-8: input the ended process never read (a prompt a hung Codex left in the tty, a
+    /// partial JSON-RPC line) is discarded before the next process starts: it reached the new
+    /// incarnation first, unadmitted (a review reproduced it with `agent restart`). The slave
+    /// side's input queue is flushed through its device (the pane keeps the slave open).
+    fn flush_unread_input(&self) {
+        let pty = self.pty.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(name) = pty.master.tty_name() else { return };
+        let flags = libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        match std::os::unix::fs::OpenOptionsExt::custom_flags(std::fs::OpenOptions::new().read(true).write(true), flags).open(&name) {
+            // SAFETY: tcflush on a descriptor this function owns for the call.
+            Ok(slave) => {
+                if unsafe { libc::tcflush(std::os::fd::AsRawFd::as_raw_fd(&slave), libc::TCIFLUSH) } != 0 {
+                    tracing::warn!(error = %std::io::Error::last_os_error(), "cannot discard the pane's unread input before a respawn");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot open the pane's tty to discard its unread input"),
+        }
+    }
+
     pub fn respawn(self: &Arc<Self>) -> Result<u64, PaneError> {
         let _serial = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
         if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -643,6 +662,7 @@ impl Pane {
             return Err(PaneError(format!("{problem}; the running process is left alone")));
         }
         self.terminate_child()?;
+        self.flush_unread_input();
         let next = {
             let mut state = self.lock();
             // The screen is evidence about the process that drew it: the new incarnation
@@ -655,12 +675,12 @@ impl Pane {
     }
 }
 
-/// The emulated screen after exactly the ring's bytes, read under the caller's state lock.
 /// The most bytes of screen text one reply carries, well within the holder's line limit: a
 /// 1000x500 pane of characters with five combining marks each made a 12 MB screen, whose reply
 /// panicked the connection's thread (and leaked its slot). Each row is cut to its share.
 pub const MAX_SCREEN_BYTES: usize = super::protocol::MAX_LINE_BYTES / 2;
 
+/// The emulated screen after exactly the ring's bytes, read under the caller's state lock.
 fn screen_of(state: &PaneState) -> ScreenReply {
     let screen = state.screen.screen();
     let (row, col) = screen.cursor_position();
