@@ -54,6 +54,7 @@
 //! | `WAKTERM_FAKE_APP_SERVER_EXIT_PREFIX` | unset | a prompt starting with it opens the turn (through the `userMessage` items, saved in the state file), then the process kills itself with SIGKILL (the fake TUI's `--crash-on`) |
 //! | `WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX` | unset | a prompt starting with it opens a turn that first asks the client `item/commandExecution/requestApproval` (a server request, id a number) and waits for the answer however long it takes (the real one has no timeout); any answer (result or error) is followed by `serverRequest/resolved` and the turn's reply |
 //! | `WAKTERM_FAKE_APP_SERVER_BUSY` | `steer` | `turn/start` on a busy thread: `steer` (the real behaviour) or `refuse` |
+//! | `WAKTERM_FAKE_APP_SERVER_RESUME_SESSION` | unset | `thread/resume` answers the thread under this `sessionId` instead of its own (a thread resumed into another session: MGD-2's refusal) |
 //! | `WAKTERM_FAKE_APP_SERVER_STATE_DIR` | `$CODEX_HOME/fake-app-server` | where threads are kept |
 //! | `CODEX_HOME` | `$HOME/.codex` | reported as `codexHome`; rollout paths in `thread.path` live under it |
 //!
@@ -105,6 +106,7 @@ pub const ENV_EXIT_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_EXIT_PREFIX";
 pub const ENV_BUSY: &str = "WAKTERM_FAKE_APP_SERVER_BUSY";
 pub const ENV_APPROVAL_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX";
 pub const ENV_STATE_DIR: &str = "WAKTERM_FAKE_APP_SERVER_STATE_DIR";
+pub const ENV_RESUME_SESSION: &str = "WAKTERM_FAKE_APP_SERVER_RESUME_SESSION";
 
 /// Same default as the fake TUI's `--reply`.
 pub const DEFAULT_REPLY_TEMPLATE: &str = "done: {prompt}";
@@ -165,6 +167,8 @@ pub struct Behaviour {
     pub exit_prefix: Option<String>,
     pub approval_prefix: Option<String>,
     pub busy: BusyTurnStart,
+    /// `thread/resume` answers under this session id instead of the thread's own.
+    pub resume_session: Option<String>,
 }
 
 impl Default for Behaviour {
@@ -178,6 +182,7 @@ impl Default for Behaviour {
             exit_prefix: None,
             approval_prefix: None,
             busy: BusyTurnStart::Steer,
+            resume_session: None,
         }
     }
 }
@@ -258,6 +263,7 @@ impl ServerConfig {
             exit_prefix: set(ENV_EXIT_PREFIX),
             approval_prefix: set(ENV_APPROVAL_PREFIX),
             busy,
+            resume_session: set(ENV_RESUME_SESSION),
         };
         let state_dir = set(ENV_STATE_DIR)
             .map(PathBuf::from)
@@ -757,6 +763,9 @@ impl FakeAppServer {
         ));
         let turns = Value::Array(thread.stored.turns.clone());
         let mut result = thread_result(thread, thread_json(thread, turns));
+        if let Some(session) = &self.config.behaviour.resume_session {
+            result["thread"]["sessionId"] = json!(session);
+        }
         let extra = json!({
             "collaborationMode": {
                 "mode": "default",

@@ -110,11 +110,19 @@ pub struct Fold {
     /// (id, method).
     #[serde(default)]
     pub pending_requests: std::collections::BTreeMap<String, (Value, String)>,
+    /// MGD-2: the session the agent's thread must be loaded under (None: not checked).
+    #[serde(default)]
+    pub expected_session: Option<String>,
 }
 
 impl Fold {
     pub fn new(thread_id: &str) -> Fold {
-        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false, pending_requests: Default::default() }
+        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false, pending_requests: Default::default(), expected_session: None }
+    }
+
+    /// The fold of a thread that must be loaded under `session` (MGD-2).
+    pub fn expecting(thread_id: &str, session: &SessionId) -> Fold {
+        Fold { expected_session: Some(session.0.clone()), ..Fold::new(thread_id) }
     }
 
     fn session(&self) -> SessionId {
@@ -128,6 +136,17 @@ impl Fold {
     pub fn line(&mut self, line: &[u8], position: u64) -> Vec<ObserverEvent> {
         let Ok(value) = serde_json::from_slice::<Value>(line) else { return Vec::new() };
         if value.pointer("/result/thread/id").and_then(Value::as_str) == Some(self.thread_id.as_str()) {
+            // MGD-2: our thread under another session is not the agent's conversation: a failed
+            // `agent restart` (which said so) left the new process loaded and admissible.
+            let session = value.pointer("/result/thread/sessionId").and_then(Value::as_str);
+            if let (Some(expected), Some(session)) = (self.expected_session.as_deref(), session) {
+                if session != expected {
+                    self.loaded = false;
+                    self.turn = TurnState::Unknown;
+                    let reason = format!("the app-server loaded the agent's thread under session {session}, not the agent's {expected}");
+                    return vec![ObserverEvent::SessionLost { reason, session: None, before: None }];
+                }
+            }
             self.loaded = true; // the reply to a thread/start or thread/resume of our thread
             // An unknown turn state (a stream whose start the holder no longer keeps) is what
             // the reply says the thread is doing now (Codex 0.169: `thread.status.type`).
@@ -394,6 +413,22 @@ mod tests {
         let fine = serde_json::json!({"id": 7, "method": "item/commandExecution/requestApproval", "params": {"threadId": "t1"}});
         assert!(fold.line(&serde_json::to_vec(&fine).unwrap(), 200).is_empty());
         assert_eq!(fold.pending_requests.len(), 1, "an ordinary request is kept to be declined");
+    }
+
+    /// MGD-2: a reply that loads the agent's thread under another session loses the evidence
+    /// and leaves the thread unloaded; under its own session it loads it.
+    #[test]
+    fn mgd_2_the_agents_thread_under_another_session_is_not_loaded() {
+        let reply = |session: &str| serde_json::to_vec(&serde_json::json!({"id": "r", "result": {"thread": {"id": "t1", "sessionId": session, "status": {"type": "idle"}}}})).unwrap();
+        let mut fold = Fold::expecting("t1", &SessionId("s1".into()));
+        let events = fold.line(&reply("other-session"), 100);
+        assert!(matches!(events.as_slice(), [ObserverEvent::SessionLost { .. }]), "{events:?}");
+        assert!(!fold.loaded && fold.turn == TurnState::Unknown);
+        assert!(fold.line(&reply("s1"), 200).is_empty());
+        assert!(fold.loaded, "its own session loads it");
+        let mut unchecked = Fold::new("t1");
+        unchecked.line(&reply("anything"), 100);
+        assert!(unchecked.loaded);
     }
 
     #[test]

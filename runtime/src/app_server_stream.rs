@@ -96,10 +96,10 @@ impl<L: LineFolder> StreamFollower<L> {
     pub fn new(thread_id: &str, session: SessionId, start: u64, folder: L, line_bound: usize) -> StreamFollower<L> {
         assert!(line_bound > 0, "a line bound of zero loses every line");
         StreamFollower {
+            fold: Fold::expecting(thread_id, &session),
             session,
             thread_id: thread_id.to_string(),
             folder,
-            fold: Fold::new(thread_id),
             line_bound,
             start,
             offset: start,
@@ -140,7 +140,7 @@ impl<L: LineFolder> StreamFollower<L> {
             events.push(ObserverEvent::SessionLost { reason, session: Some(from.session.clone()), before: None });
             return false;
         }
-        self.fold = Fold::new(&self.thread_id);
+        self.fold = Fold::expecting(&self.thread_id, &self.session);
         self.folder.reset();
         self.offset = self.start;
         self.position = self.start;
@@ -152,7 +152,7 @@ impl<L: LineFolder> StreamFollower<L> {
         if from.position < self.start {
             // MGD-4: the cursor lies in an earlier process's output; read it from there.
             self.offset = from.position;
-            self.earlier = Some(EarlierTail { cursor: from.position, fold: Fold::new(&self.thread_id), partial: Vec::new(), missing: false });
+            self.earlier = Some(EarlierTail { cursor: from.position, fold: Fold::expecting(&self.thread_id, &self.session), partial: Vec::new(), missing: false });
         }
         true
     }
@@ -304,7 +304,7 @@ impl<L: LineFolder> StreamFollower<L> {
         let session = self.resume_at.take().map(|_| self.session.clone());
         events.push(ObserverEvent::SessionLost { reason, session, before: None });
         let pending_requests = std::mem::take(&mut self.fold.pending_requests);
-        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, pending_requests, ..Fold::new(&self.thread_id) };
+        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, pending_requests, ..Fold::expecting(&self.thread_id, &self.session) };
         self.partial.clear();
         self.skipping = true; // the line in progress at `start` began in the evicted bytes
         self.attached = false;
@@ -347,6 +347,10 @@ impl<L: LineFolder> StreamFollower<L> {
                     events.push(ObserverEvent::SessionLost { reason, session: None, before: None });
                     self.attached = false;
                 }
+                // MGD-4, MGD-6: as any loss: the long line may have been a server request, and
+                // only a re-proof's reply says what the thread does now (the agent stayed
+                // `unknown` for good without one; a review reproduced it).
+                self.replay_due = true;
             }
         }
     }
@@ -356,8 +360,10 @@ impl<L: LineFolder> StreamFollower<L> {
         self.position = position;
         if folded.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })) {
             // CORR-3: what the thread does now is unknown; the stream is followed again from
-            // right after that line (so a later loss is reported as one).
+            // right after that line (so a later loss is reported as one). MGD-4: a re-proof's
+            // reply says what the thread does now (without one the agent stayed `unknown`).
             self.fold.turn = TurnState::Unknown;
+            self.replay_due = true;
             folded.push(ObserverEvent::Attached { session: self.session.clone(), position });
         }
         if let Some(cursor) = self.resume_at {
@@ -372,6 +378,12 @@ impl<L: LineFolder> StreamFollower<L> {
             }
         }
         events.extend(folded);
+        // MGD-6: an answered request that is no longer pending (resolved, or its turn ended)
+        // is forgotten, so a server that uses its id again is answered again (the set only
+        // grew, and a reused id was never declined: its turn waited for good). Not while a
+        // resume re-folds the lines before its cursor: the pending set is whole only after.
+        let pending = &self.fold.pending_requests;
+        self.answered.retain(|id| pending.contains_key(id));
     }
 }
 
@@ -515,6 +527,31 @@ mod tests {
     // MGD-6: a server request of the thread is pending until resolved (or its turn ends); it is
     // answered once per follower, and a new follower (a restarted daemon) answers a request
     // still pending again; another thread's request is not ours to answer.
+    #[test]
+    fn mgd_6_a_reused_request_id_is_answered_again_and_a_loss_asks_for_a_reproof() {
+        let approval = |id: u64| line(json!({"id": id, "method": "item/commandExecution/requestApproval", "params": {"threadId": THREAD, "turnId": "t1"}}));
+        let mut ring = OutputRing::new(1 << 16);
+        ring.push(&thread_reply());
+        ring.push(&started("t1"));
+        ring.push(&approval(7));
+        let mut follower = new_follower(0);
+        read_all(&mut follower, &ring, 4096);
+        assert_eq!(follower.unanswered_requests().len(), 1);
+        follower.answered(&json!(7));
+        ring.push(&line(json!({"method": "turn/completed", "params": {"threadId": THREAD, "turn": {"id": "t1", "status": "completed"}}})));
+        ring.push(&started("t2"));
+        ring.push(&approval(7));
+        read_all(&mut follower, &ring, 4096);
+        assert_eq!(follower.unanswered_requests(), [(json!(7), "item/commandExecution/requestApproval".to_string())], "id 7 again, in another turn: answered again");
+        while follower.wants_reproof() {}
+        // CORR-3: a notification about another thread loses the evidence; a re-proof's reply
+        // says what the thread does now (without one the agent stayed `unknown`).
+        ring.push(&line(json!({"method": "thread/tokenUsage/updated", "params": {"threadId": "another-thread"}})));
+        read_all(&mut follower, &ring, 4096);
+        assert!(follower.wants_reproof(), "a loss asks for one re-proof");
+        assert!(!follower.wants_reproof(), "once");
+    }
+
     #[test]
     fn mgd_6_pending_server_requests_are_answered_once_per_follower() {
         let approval = |id: u64, thread: &str| line(json!({"id": id, "method": "item/commandExecution/requestApproval", "params": {"threadId": thread, "turnId": "t1"}}));

@@ -602,3 +602,30 @@ fn mgd_6_server_requests_are_declined_and_the_turn_goes_on() {
     assert_eq!(declined.len(), 1, "{declined:?}");
     assert!(declined[0].contains("item/commandExecution/requestApproval"), "{declined:?}");
 }
+
+/// MGD-2: an `agent restart` whose app-server resumes the agent's thread under another session
+/// fails (`agent_restart_failed`, as it did) and leaves the agent NOT admissible: the observer
+/// loses the evidence of a thread under the wrong session and never counts it loaded. The new
+/// process used to be taken as the agent's thread: return-final available, an admission
+/// accepted and completed in a conversation that was not the agent's (a review reproduced it).
+#[test]
+fn mgd_2_a_thread_resumed_under_another_session_is_never_admissible() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (_, entry) = ready_managed(&w, "mia", &["WAKTERM_FAKE_APP_SERVER_RESUME_SESSION=not-the-agents-session"]);
+    // A first turn, so the thread has a record to resume.
+    let id = new_id();
+    assert_eq!(admit_rf(&w, "mia", s(&entry["incarnation"]), &id, "the first turn").code, 0);
+    assert_eq!(w.wait_terminal(&id)["state"], "completed");
+    let restarted = w.run(&["agent", "restart", "mia"]);
+    assert_ne!(restarted.code, 0, "{restarted:?}");
+    assert!(restarted.stdout.contains("not-the-agents-session"), "the failure names the session: {restarted:?}");
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let now = w.catalog_entry("mia").expect("the agent is still listed");
+    assert_ne!(now["incarnation"], entry["incarnation"], "a new process runs: {now}");
+    assert_eq!(now["return_final_available"], false, "{now}");
+    let incarnation = s(&now["incarnation"]).to_string();
+    let out = admit_rf(&w, "mia", &incarnation, &new_id(), "into the wrong conversation");
+    assert_ne!(out.json["classification"], "accepted", "{out:?}");
+    assert_eq!(out.json["prompt_written"], false, "{out:?}");
+}
