@@ -417,6 +417,17 @@ fn held_rollouts(root_pid: u32, codex_home: &Path) -> Result<BTreeMap<PathBuf, u
     Ok(held)
 }
 
+/// LIVE-1: the processes of session `leader` other than the leader itself (`/proc/*/stat`:
+/// session id == `leader`, pid != `leader`). Processes that cannot be read are skipped.
+pub fn session_members(leader: u32) -> Vec<u32> {
+    let Ok(all) = procfs::process::all_processes() else { return Vec::new() };
+    all.flatten()
+        .filter_map(|process| process.stat().ok())
+        .filter(|stat| stat.session == leader as i32 && stat.pid != leader as i32)
+        .map(|stat| stat.pid as u32)
+        .collect()
+}
+
 /// `sessions_dir/**/rollout-*.jsonl`.
 pub fn is_rollout_path(path: &Path, sessions_dir: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return false };

@@ -838,3 +838,44 @@ fn adm_8_a_respawn_discards_what_the_ended_process_never_read() {
     };
     assert_eq!(said, "got:[for-the-second]", "the second process read nothing left for the first");
 }
+
+/// LIVE-1: ending a pane ends what its process started that ignores the hang-up: a holder's
+/// shutdown sent SIGHUP to the group and, once the leader died, left a member that ignored it
+/// running, reparented to init (a review reproduced it).
+#[test]
+fn live_1_a_shutdown_ends_members_that_ignore_the_hang_up() {
+    let w = World::new(EXE);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    paths.prepare().unwrap();
+    let socket = paths.holder_socket(&new_id());
+    let marker = format!("{}.25", 4000 + std::process::id() % 1000);
+    let config = wakterm_runtime::holder::HolderConfig {
+        socket_path: socket.clone(),
+        cwd: w.work.clone(),
+        env: vec![],
+        command: vec!["sh".into(), "-c".into(), format!("(trap '' HUP; exec sleep {marker}) & exec sleep 300")],
+        cols: 80,
+        rows: 24,
+        detach: true,
+        raw: false,
+    };
+    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
+    let _ends = EndsProcessesOf { socket: socket.clone(), child: info.pid };
+    let stubborn = || {
+        std::fs::read_dir("/proc").unwrap().flatten().filter(|entry| {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).replace('\0', " ").trim() == format!("sleep {marker}")
+        }).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stubborn() == 0 {
+        assert!(Instant::now() < deadline, "the background job did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(20)).unwrap().shutdown().expect("shutdown");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stubborn() > 0 {
+        assert!(Instant::now() < deadline, "the member that ignored SIGHUP runs on");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -591,12 +591,14 @@ impl Pane {
     /// Ends the current child's process group: SIGHUP, then SIGKILL after KILL_GRACE. Returns
     /// once the child is marked dead, or an error if it outlives two grace periods.
     pub fn terminate_child(&self) -> Result<(), PaneError> {
+        let mut ended = None;
         for (signal, grace) in [(Signal::HUP, KILL_GRACE), (Signal::KILL, KILL_GRACE)] {
             let state = self.lock();
             if !state.child.alive {
-                return Ok(());
+                break;
             }
             let pid = state.child.pid.expect("a live child has a pid");
+            ended = Some(pid);
             // The child is a session leader (portable-pty calls setsid), so its pid is its
             // group. An error (the group already gone) is seen as the child's death below.
             if let Some(group) = Pid::from_raw(pid as i32) {
@@ -605,10 +607,23 @@ impl Pane {
             let deadline = Instant::now() + grace;
             let state = self.wait_until(state, deadline, |s| !s.child.alive);
             if !state.child.alive {
-                return Ok(());
+                break;
             }
         }
-        Err(PaneError("child survived SIGKILL".into()))
+        if self.lock().child.alive {
+            return Err(PaneError("child survived SIGKILL".into()));
+        }
+        // LIVE-1: the leader's death does not end what it started that ignores the hang-up
+        // (a background job, a daemonised tool): those of its session end now, or they ran on
+        // after `agent stop` (a review reproduced it). Only right after this call ended the
+        // leader: later its pid, and so its session id, may belong to another process.
+        if let Some(leader) = ended {
+            for member in crate::proc_probe::session_members(leader) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(member as i32, libc::SIGKILL) };
+            }
+        }
+        Ok(())
     }
 
     /// Waits on `changed` until `done` holds or `deadline` passes.
