@@ -54,6 +54,7 @@
 //! | `WAKTERM_FAKE_APP_SERVER_EXIT_PREFIX` | unset | a prompt starting with it opens the turn (through the `userMessage` items, saved in the state file), then the process kills itself with SIGKILL (the fake TUI's `--crash-on`) |
 //! | `WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX` | unset | a prompt starting with it opens a turn that first asks the client `item/commandExecution/requestApproval` (a server request, id a number) and waits for the answer however long it takes (the real one has no timeout); any answer (result or error) is followed by `serverRequest/resolved` and the turn's reply |
 //! | `WAKTERM_FAKE_APP_SERVER_BUSY` | `steer` | `turn/start` on a busy thread: `steer` (the real behaviour) or `refuse` |
+//! | `WAKTERM_FAKE_APP_SERVER_EXIT_AFTER_REPLY_PREFIX` | unset | a prompt starting with it gets its `turn/start` answered (the turn accepted, with its id), then the process kills itself with SIGKILL before any notification of the turn (the real one answers before it notifies) |
 //! | `WAKTERM_FAKE_APP_SERVER_RESUME_SESSION` | unset | `thread/resume` answers the thread under this `sessionId` instead of its own (a thread resumed into another session: MGD-2's refusal) |
 //! | `WAKTERM_FAKE_APP_SERVER_STATE_DIR` | `$CODEX_HOME/fake-app-server` | where threads are kept |
 //! | `CODEX_HOME` | `$HOME/.codex` | reported as `codexHome`; rollout paths in `thread.path` live under it |
@@ -107,6 +108,7 @@ pub const ENV_BUSY: &str = "WAKTERM_FAKE_APP_SERVER_BUSY";
 pub const ENV_APPROVAL_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX";
 pub const ENV_STATE_DIR: &str = "WAKTERM_FAKE_APP_SERVER_STATE_DIR";
 pub const ENV_RESUME_SESSION: &str = "WAKTERM_FAKE_APP_SERVER_RESUME_SESSION";
+pub const ENV_EXIT_AFTER_REPLY_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_EXIT_AFTER_REPLY_PREFIX";
 
 /// Same default as the fake TUI's `--reply`.
 pub const DEFAULT_REPLY_TEMPLATE: &str = "done: {prompt}";
@@ -169,6 +171,7 @@ pub struct Behaviour {
     pub busy: BusyTurnStart,
     /// `thread/resume` answers under this session id instead of the thread's own.
     pub resume_session: Option<String>,
+    pub exit_after_reply_prefix: Option<String>,
 }
 
 impl Default for Behaviour {
@@ -183,6 +186,7 @@ impl Default for Behaviour {
             approval_prefix: None,
             busy: BusyTurnStart::Steer,
             resume_session: None,
+            exit_after_reply_prefix: None,
         }
     }
 }
@@ -210,6 +214,7 @@ impl Behaviour {
             ending,
             exit_now: Self::starts_with(&self.exit_prefix, prompt),
             ask_approval: Self::starts_with(&self.approval_prefix, prompt),
+            exit_after_reply: Self::starts_with(&self.exit_after_reply_prefix, prompt),
         }
     }
 
@@ -264,6 +269,7 @@ impl ServerConfig {
             approval_prefix: set(ENV_APPROVAL_PREFIX),
             busy,
             resume_session: set(ENV_RESUME_SESSION),
+            exit_after_reply_prefix: set(ENV_EXIT_AFTER_REPLY_PREFIX),
         };
         let state_dir = set(ENV_STATE_DIR)
             .map(PathBuf::from)
@@ -396,6 +402,7 @@ struct Plan {
     delay_ms: u64,
     ending: Ending,
     exit_now: bool,
+    exit_after_reply: bool,
     ask_approval: bool,
 }
 
@@ -848,6 +855,10 @@ impl FakeAppServer {
                 "turn": turn_json(&turn_id, json!([]), "notLoaded", &TurnState::requested()),
             }),
         });
+        if plan.exit_after_reply {
+            out.crash = true; // answered, then gone before any notification of the turn
+            return Ok(());
+        }
         thread.status = ThreadStatus::Active;
         out.messages.push(notification(
             "thread/status/changed",

@@ -113,11 +113,16 @@ pub struct Fold {
     /// MGD-2: the session the agent's thread must be loaded under (None: not checked).
     #[serde(default)]
     pub expected_session: Option<String>,
+    /// CORR-11: turns a `turn/start` reply accepted (`result.turn.id`) whose `turn/started`
+    /// this stream has not shown yet. Codex answers the request before it notifies the turn:
+    /// an exit in between is no proof that no turn started.
+    #[serde(default)]
+    pub accepted_turns: std::collections::BTreeSet<String>,
 }
 
 impl Fold {
     pub fn new(thread_id: &str) -> Fold {
-        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false, pending_requests: Default::default(), expected_session: None }
+        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false, pending_requests: Default::default(), expected_session: None, accepted_turns: Default::default() }
     }
 
     /// The fold of a thread that must be loaded under `session` (MGD-2).
@@ -157,6 +162,9 @@ impl Fold {
                     _ => {}
                 }
             }
+        }
+        if let (Some(_), Some(turn)) = (value.get("id"), value.pointer("/result/turn/id").and_then(Value::as_str)) {
+            self.accepted_turns.insert(turn.to_string()); // CORR-11: a turn/start accepted
         }
         let Some(method) = value.get("method").and_then(Value::as_str) else { return Vec::new() };
         let params = value.get("params").cloned().unwrap_or(Value::Null);
@@ -203,6 +211,7 @@ impl Fold {
 
     fn turn_started(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
         let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
+        self.accepted_turns.remove(turn);
         self.last_agent_text = None;
         self.loaded = true;
         vec![ObserverEvent::TurnStarted { session: self.session(), turn: TurnId(turn.to_string()), position }]
@@ -235,6 +244,7 @@ impl Fold {
         let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
         let status = params.pointer("/turn/status").and_then(Value::as_str).unwrap_or("");
         let turn_id = TurnId(turn.to_string());
+        self.accepted_turns.remove(turn);
         self.pending_requests.clear(); // the server resolves what the turn left pending
         let final_message = final_of(params).or_else(|| {
             self.last_agent_text.as_ref().filter(|(t, _)| t == turn).map(|(_, text)| text.clone())

@@ -250,6 +250,15 @@ impl<L: LineFolder> StreamFollower<L> {
         true
     }
 
+    /// CORR-11: whether an exit after a read that went `read_ok` drained the process: its
+    /// stream was read whole AND no `turn/start` it accepted is still unreported (Codex answers
+    /// the request before it notifies the turn; an exit in between ended a request
+    /// `delivery_failed` whose prompt had been taken, and a caller told so may send it again).
+    /// One rule for the runtime's `AgentObserver::drained` and the simulator.
+    pub fn exit_drained(&self, read_ok: bool) -> bool {
+        read_ok && self.fold.accepted_turns.is_empty()
+    }
+
     /// MGD-6: the server requests of this process still pending (no `serverRequest/resolved`,
     /// no end of their turn) that were not answered through this follower yet: (id, method).
     /// A restarted daemon's follower answers them again (the server ignores an answer to a

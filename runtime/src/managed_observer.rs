@@ -70,6 +70,11 @@ impl ManagedObserver {
         matches!(self.health, Health::Attached)
     }
 
+    /// CORR-11: an exit now drained the process (`StreamFollower::exit_drained`).
+    pub fn drained(&self) -> bool {
+        self.follower.exit_drained(self.read_ok())
+    }
+
     pub fn poll_health(&mut self) -> (Vec<ObserverEvent>, Health) {
         let events = self.poll();
         (events, self.health.clone())

@@ -633,6 +633,9 @@ impl World {
         let agent = &mut self.agents[a];
         agent.turns_started += 1;
         let turn = TurnId(format!("a{a}-p{}-t{}", agent.spawned, agent.turns_started));
+        if opener.is_some() && self.fault_roll(0.02) {
+            return self.app_exit_after_reply(a, id, turn, opener);
+        }
         let abort = self.faults_on && thread_rng().gen_bool(self.plan.abort.max(0.02));
         let late = self.faults_on && thread_rng().gen_bool(self.plan.late_final.max(0.02));
         let fast = !late && self.faults_on && thread_rng().gen_bool(self.plan.fast_turn);
@@ -840,6 +843,20 @@ impl World {
         app.mark_frozen.is_some_and(|f| now < f.until_ms && f.holder == app.holder && process.is_some() && process != f.process)
     }
 
+    /// CORR-11 fault `app_server.exit_after_reply`: the app-server answers a `turn/start`
+    /// (the turn accepted, named) and dies before it notifies the turn, as Codex can: it
+    /// answers the request before it sends `turn/started`. The prompt opened that turn (ground
+    /// truth), so its request must never end `delivery_failed`.
+    fn app_exit_after_reply(&mut self, a: usize, id: Value, turn: TurnId, opener: Option<String>) {
+        self.counters.fault("app_server.exit_after_reply");
+        let t = turn.0.clone();
+        let file = self.agents[a].session.file;
+        self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.app_emit(a, vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None)]);
+        self.log(format!("a{a} app-server: turn {t} accepted for {opener:?}, then the process dies before notifying it"));
+        self.kill_process(a, thread_rng().gen_range(300..3_000));
+    }
+
     /// The process died: what it had not read from stdin is gone with it.
     pub(crate) fn app_killed(&mut self, a: usize) {
         if self.agents[a].running.is_some() {
@@ -971,8 +988,12 @@ impl World {
                 out.extend(last);
             }
             let agent = &mut self.agents[a];
-            // `AgentObserver::drained`: only a last read that succeeded drained the process.
-            let drained = agent.port.as_ref().is_some_and(|p| p.health.is_ok());
+            // `AgentObserver::drained` (`StreamFollower::exit_drained`, the one rule): only a
+            // last read that succeeded, with no accepted turn unreported, drained the process.
+            let drained = match self.mutant {
+                Mutant::AcceptedTurnIgnoredAtExit => agent.port.as_ref().is_some_and(|p| p.health.is_ok()), // the bug
+                _ => agent.port.as_ref().is_some_and(|p| p.follower.exit_drained(p.health.is_ok())),
+            };
             if read_failed {
                 // The last read failed: the exit says so (`agent.exited` with `drained: false`,
                 // CORR-11: no waiting request ends `delivery_failed` on it), and the old

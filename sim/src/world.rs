@@ -65,6 +65,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.notifications_evicted",
     "app_server.reply_lost",
     "app_server.exit_mid_turn",
+    "app_server.exit_after_reply",
     "app_server.holder_restart",
     "app_server.busy_steer",
     "app_server.foreign_thread",

@@ -629,3 +629,21 @@ fn mgd_2_a_thread_resumed_under_another_session_is_never_admissible() {
     assert_ne!(out.json["classification"], "accepted", "{out:?}");
     assert_eq!(out.json["prompt_written"], false, "{out:?}");
 }
+
+/// CORR-11: an app-server that accepted a `turn/start` (its reply names the turn) and exited
+/// before notifying the turn did not drain: the request is `indeterminate`, never
+/// `delivery_failed`. Codex answers the request before it notifies the turn, so the exit in
+/// between ended the request `delivery_failed`, and a caller told so might send the prompt
+/// again into a thread that took it (a review reproduced it).
+#[test]
+fn corr_11_an_exit_after_the_turn_was_accepted_is_not_delivery_failed() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (_, entry) = ready_managed(&w, "mia", &["WAKTERM_FAKE_APP_SERVER_EXIT_AFTER_REPLY_PREFIX=GONE"]);
+    let id = new_id();
+    let out = admit_rf(&w, "mia", s(&entry["incarnation"]), &id, "GONE right after accepting");
+    assert_eq!(out.code, 0, "{out:?}");
+    let event = w.wait_terminal(&id);
+    assert_eq!(s(&event["state"]), "indeterminate", "{event}");
+    assert_ne!(s(&event["reason"]), "process_exited_before_turn", "{event}");
+}

@@ -135,7 +135,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
             delay_ms: 50,
             ending: Ending::Reply,
             exit_now: false,
-            ask_approval: false
+            ask_approval: false,
+            exit_after_reply: false
         }
     );
     assert_eq!(
@@ -144,7 +145,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
             delay_ms: 700,
             ending: Ending::Reply,
             exit_now: false,
-            ask_approval: false
+            ask_approval: false,
+            exit_after_reply: false
         }
     );
     assert_eq!(
@@ -153,7 +155,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
             delay_ms: 50,
             ending: Ending::Reply,
             exit_now: false,
-            ask_approval: false
+            ask_approval: false,
+            exit_after_reply: false
         },
         "a prefix, not a substring"
     );

@@ -63,11 +63,12 @@ impl AgentObserver {
     }
 
     /// CORR-11: whether the last poll read everything (a managed observer whose holder could
-    /// not be read did not drain; a rollout observer keeps its own rule).
+    /// not be read, or whose app-server accepted a turn it has not notified yet, did not drain;
+    /// a rollout observer keeps its own rule).
     pub fn drained(&self) -> bool {
         match self {
             AgentObserver::Rollout(_) => true,
-            AgentObserver::Managed(o) => o.read_ok(),
+            AgentObserver::Managed(o) => o.drained(),
         }
     }
 
