@@ -259,6 +259,14 @@ impl<L: LineFolder> StreamFollower<L> {
         read_ok && self.fold.accepted_turns.is_empty()
     }
 
+    /// MGD-4, MGD-6: the re-proof `wants_reproof` asked for could not be written (the holder
+    /// timed out, the app-server does not read): asked again at the next read. It was spent:
+    /// after a failed write the thread stayed unproven, and a request a loss took never came
+    /// again (a review found it).
+    pub fn reproof_failed(&mut self) {
+        self.replay_due = true;
+    }
+
     /// MGD-6: the server requests of this process still pending (no `serverRequest/resolved`,
     /// no end of their turn) that were not answered through this follower yet: (id, method).
     /// A restarted daemon's follower answers them again (the server ignores an answer to a
@@ -559,6 +567,20 @@ mod tests {
         read_all(&mut follower, &ring, 4096);
         assert!(follower.wants_reproof(), "a loss asks for one re-proof");
         assert!(!follower.wants_reproof(), "once");
+    }
+
+    /// MGD-4: a re-proof whose write failed is asked for again at the next read.
+    #[test]
+    fn mgd_4_a_reproof_that_could_not_be_written_is_asked_again() {
+        let mut ring = OutputRing::new(1 << 16);
+        ring.push(&started("t1"));
+        let mut follower = new_follower(0);
+        read_all(&mut follower, &ring, 4096);
+        assert!(follower.wants_reproof(), "never shown loading the thread: one re-proof");
+        assert!(!follower.wants_reproof());
+        follower.reproof_failed();
+        assert!(follower.wants_reproof(), "its write failed: asked again");
+        assert!(!follower.wants_reproof());
     }
 
     #[test]

@@ -115,10 +115,17 @@ impl ManagedObserver {
         // Its own writes reach only its process: after a respawn in the same holder, the old
         // process's last read must not send its `thread/resume` or declines to the next.
         let expect = self.process.into();
-        let outcome = self.client()?.write_expecting(&line, Some(expect), None).map_err(|e| format!("cannot ask the app-server for its thread: {e}"))?;
-        match outcome.error {
+        let written = self.client().and_then(|client| client.write_expecting(&line, Some(expect), None).map_err(|e| e.to_string()));
+        let failed = match written {
+            Ok(outcome) => outcome.error,
+            Err(error) => Some(error),
+        };
+        match failed {
             None => Ok(()),
-            Some(error) => Err(format!("cannot ask the app-server for its thread: {error}")),
+            Some(error) => {
+                self.follower.reproof_failed(); // asked again at the next read
+                Err(format!("cannot ask the app-server for its thread: {error}"))
+            }
         }
     }
 
