@@ -573,7 +573,7 @@ mod tests {
     #[test]
     fn mgd_4_a_reproof_that_could_not_be_written_is_asked_again() {
         let mut ring = OutputRing::new(1 << 16);
-        ring.push(&started("t1"));
+        ring.push(&line(json!({"method": "thread/status/changed", "params": {"threadId": THREAD, "status": {"type": "idle"}}})));
         let mut follower = new_follower(0);
         read_all(&mut follower, &ring, 4096);
         assert!(follower.wants_reproof(), "never shown loading the thread: one re-proof");
