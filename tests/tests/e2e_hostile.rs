@@ -731,23 +731,9 @@ fn life_1_daemon_start_stops_holders_the_catalog_does_not_know() {
 #[test]
 fn hold_1_a_screen_too_large_for_a_reply_is_cut_and_costs_no_slot() {
     let w = World::new(EXE);
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    paths.prepare().unwrap();
-    let socket = paths.holder_socket(&new_id());
     let fill = "import sys; sys.stdout.write(('a' + '\\u0301' * 5) * 1000 * 250); sys.stdout.flush()";
-    let config = wakterm_runtime::holder::HolderConfig {
-        socket_path: socket.clone(),
-        cwd: w.work.clone(),
-        env: vec![],
-        command: vec!["sh".into(), "-c".into(), format!("python3 -c \"{fill}\"; exec sleep 300")],
-        cols: 1000,
-        rows: 250,
-        detach: true,
-        raw: false,
-    };
-    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
-    let _ends = EndsProcessesOf { socket: socket.clone(), child: info.pid };
-    let client = || wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(20)).expect("the holder");
+    let holder = LoneHolder::start(&w, format!("python3 -c \"{fill}\"; exec sleep 300"), (1000, 250));
+    let client = || holder.client();
     let deadline = Instant::now() + Duration::from_secs(120);
     while client().info().expect("info").output_end < 250 * 1000 * 11 {
         assert!(Instant::now() < deadline, "the pane did not take its output");
@@ -760,6 +746,37 @@ fn hold_1_a_screen_too_large_for_a_reply_is_cut_and_costs_no_slot() {
     }
     client().info().expect("no slot was lost: info still answers");
     client().shutdown().expect("shutdown still answers");
+}
+
+/// A holder started outside any daemon, running `sh -c SCRIPT` in its own pane; it and its
+/// child are ended when this drops (a failed test too).
+struct LoneHolder {
+    socket: std::path::PathBuf,
+    _ends: EndsProcessesOf,
+}
+
+impl LoneHolder {
+    fn start(w: &World, script: String, (cols, rows): (u16, u16)) -> LoneHolder {
+        let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+        paths.prepare().unwrap();
+        let socket = paths.holder_socket(&new_id());
+        let config = wakterm_runtime::holder::HolderConfig {
+            socket_path: socket.clone(),
+            cwd: w.work.clone(),
+            env: vec![],
+            command: vec!["sh".into(), "-c".into(), script],
+            cols,
+            rows,
+            detach: true,
+            raw: false,
+        };
+        let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
+        LoneHolder { _ends: EndsProcessesOf { socket: socket.clone(), child: info.pid }, socket }
+    }
+
+    fn client(&self) -> wakterm_runtime::holder::HolderClient {
+        wakterm_runtime::holder::HolderClient::connect_with_timeout(&self.socket, Duration::from_secs(20)).expect("the holder")
+    }
 }
 
 /// Ends, when dropped (a failed test too), a holder started outside any daemon: the processes
@@ -793,24 +810,10 @@ impl Drop for EndsProcessesOf {
 #[test]
 fn adm_8_a_respawn_discards_what_the_ended_process_never_read() {
     let w = World::new(EXE);
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    paths.prepare().unwrap();
-    let socket = paths.holder_socket(&new_id());
     let flag = w.work.join("second-run");
     let script = format!("if [ -e {0} ]; then read x; echo \"got:[$x]\"; exec sleep 300; else touch {0}; exec sleep 1; fi", flag.display());
-    let config = wakterm_runtime::holder::HolderConfig {
-        socket_path: socket.clone(),
-        cwd: w.work.clone(),
-        env: vec![],
-        command: vec!["sh".into(), "-c".into(), script],
-        cols: 80,
-        rows: 24,
-        detach: true,
-        raw: false,
-    };
-    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
-    let _ends = EndsProcessesOf { socket: socket.clone(), child: info.pid };
-    let client = || wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(20)).expect("the holder");
+    let holder = LoneHolder::start(&w, script, (80, 24));
+    let client = || holder.client();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !flag.exists() {
         assert!(Instant::now() < deadline, "the first process did not start");
@@ -845,22 +848,8 @@ fn adm_8_a_respawn_discards_what_the_ended_process_never_read() {
 #[test]
 fn live_1_a_shutdown_ends_members_that_ignore_the_hang_up() {
     let w = World::new(EXE);
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    paths.prepare().unwrap();
-    let socket = paths.holder_socket(&new_id());
     let marker = format!("{}.25", 4000 + std::process::id() % 1000);
-    let config = wakterm_runtime::holder::HolderConfig {
-        socket_path: socket.clone(),
-        cwd: w.work.clone(),
-        env: vec![],
-        command: vec!["sh".into(), "-c".into(), format!("(trap '' HUP; exec sleep {marker}) & exec sleep 300")],
-        cols: 80,
-        rows: 24,
-        detach: true,
-        raw: false,
-    };
-    let info = wakterm_runtime::holder::spawn_holder_with_args(std::path::Path::new(EXE), &["__holder".into()], &config).expect("holder");
-    let _ends = EndsProcessesOf { socket: socket.clone(), child: info.pid };
+    let holder = LoneHolder::start(&w, format!("(trap '' HUP; exec sleep {marker}) & exec sleep 300"), (80, 24));
     let stubborn = || {
         std::fs::read_dir("/proc").unwrap().flatten().filter(|entry| {
             let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
@@ -872,7 +861,7 @@ fn live_1_a_shutdown_ends_members_that_ignore_the_hang_up() {
         assert!(Instant::now() < deadline, "the background job did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    wakterm_runtime::holder::HolderClient::connect_with_timeout(&socket, Duration::from_secs(20)).unwrap().shutdown().expect("shutdown");
+    holder.client().shutdown().expect("shutdown");
     let deadline = Instant::now() + Duration::from_secs(10);
     while stubborn() > 0 {
         assert!(Instant::now() < deadline, "the member that ignored SIGHUP runs on");

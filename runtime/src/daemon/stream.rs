@@ -62,25 +62,9 @@ fn store_unreadable(last: u64, detail: &str) -> Value {
 
 pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
     // The caller subscribed `live` before this reads anything: nothing published in between is lost.
-    // A cursor retention passed is refused by the first history read (`send_history`).
+    // A cursor retention passed, or one past everything stored, is refused by the first
+    // history read (`send_history`, `checked_page`).
     let mut last = after;
-    let (store, reader) = (context.store.clone(), feed.clone());
-    let ahead = tokio::task::spawn_blocking(move || reader.last_durable(&store).map(|durable| cursor_ahead(after, durable, F::REBASE))).await;
-    match ahead {
-        Ok(Ok(None)) => {}
-        Ok(Ok(Some(refused))) => {
-            let _ = write_line(writer, &serde_json::to_value(refused).unwrap_or_default()).await;
-            return;
-        }
-        Ok(Err(error)) => {
-            let _ = write_line(writer, &store_unreadable(last, &error.to_string())).await;
-            return;
-        }
-        Err(error) => {
-            let _ = write_line(writer, &store_unreadable(last, &error.to_string())).await;
-            return;
-        }
-    }
     if !send_history(writer, context, &feed, &mut last).await {
         return;
     }
@@ -132,18 +116,16 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
     let through = feed.through();
     loop {
         let (store, reader, from) = (context.store.clone(), feed.clone(), *last);
-        let page = match tokio::task::spawn_blocking(move || checked_page(&reader, &store, from, through)).await {
-            Ok(Ok(Err(too_old))) => {
-                let _ = write_line(writer, &serde_json::to_value(too_old).unwrap_or_default()).await;
-                return false;
-            }
-            Ok(Ok(Ok(page))) => page,
-            Ok(Err(error)) => {
-                let _ = write_line(writer, &store_unreadable(*last, &error.to_string())).await;
+        let read = tokio::task::spawn_blocking(move || checked_page(&reader, &store, from, through)).await;
+        let page = match read.map_err(|e| e.to_string()).and_then(|read| read.map_err(|e| e.to_string())) {
+            Ok(Ok(page)) => page,
+            // The cursor is too old (retention) or ahead of everything stored.
+            Ok(Err(refused)) => {
+                let _ = write_line(writer, &serde_json::to_value(refused).unwrap_or_default()).await;
                 return false;
             }
             Err(error) => {
-                let _ = write_line(writer, &store_unreadable(*last, &error.to_string())).await;
+                let _ = write_line(writer, &store_unreadable(*last, &error)).await;
                 return false;
             }
         };
@@ -170,9 +152,13 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
     }
 }
 
-/// One page after `from`, or the `cursor_too_old` answer when retention had passed `from` by
-/// the time the page was read (checked after the read: see `send_history`).
+/// One page after `from`, or the refusal of `from`: `cursor_ahead` when it lies past every
+/// stored sequence, `cursor_too_old` when retention had passed it by the time the page was read
+/// (checked after the read: see `send_history`).
 pub(super) fn checked_page<F: Feed>(feed: &F, store: &Store, from: u64, through: Option<u64>) -> Result<Result<Vec<(u64, String)>, Reply>, StoreError> {
+    if let Some(ahead) = cursor_ahead(from, feed.last_durable(store)?, F::REBASE) {
+        return Ok(Err(ahead));
+    }
     let page = feed.page(store, from, through)?;
     Ok(match feed.too_old(store, from)? {
         Some(too_old) => Err(too_old),
