@@ -121,7 +121,11 @@ pub fn admission_bytes(prompt: &str, mode: PasteMode) -> Vec<u8> {
 
 /// MGD-3 / ADM-8 for a managed session: the ONE write is the JSON-RPC `turn/start` request
 /// line (Codex 0.169's shape: no `jsonrpc` field), carrying the prompt as the turn's only
-/// input. Its id names the request, so the reply can be told from any other.
+/// input. Its id names the request, so the reply can be told from any other. Like every line
+/// the daemon writes to an app-server (MGD-6), it starts with a newline: a fragment an earlier
+/// short write left in the app-server's stdin (a failed admission's, an observer answer's) then
+/// ends as a line of its own, which Codex ignores, instead of spoiling this request (the real
+/// 0.169 serves a request after a newline: `fixtures/codex-0.169/app-server/odd-lines.jsonl`).
 pub fn managed_turn_start(thread_id: &str, request_id: &str, prompt: &str) -> Vec<u8> {
     assert!(validate_prompt(prompt).is_ok(), "managed_turn_start needs a validated prompt");
     let request = serde_json::json!({
@@ -129,9 +133,13 @@ pub fn managed_turn_start(thread_id: &str, request_id: &str, prompt: &str) -> Ve
         "method": "turn/start",
         "params": {"threadId": thread_id, "input": [{"type": "text", "text": prompt}]},
     });
-    let mut bytes = serde_json::to_vec(&request).expect("JSON values serialise");
-    assert!(!bytes.contains(&b'\n'), "one line: serde_json escapes newlines");
+    let line = serde_json::to_vec(&request).expect("JSON values serialise");
+    assert!(!line.contains(&b'\n'), "one line: serde_json escapes newlines");
+    let mut bytes = Vec::with_capacity(line.len() + 2);
     bytes.push(b'\n');
+    bytes.extend_from_slice(&line);
+    bytes.push(b'\n');
+    assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"));
     bytes
 }
 

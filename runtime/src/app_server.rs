@@ -45,6 +45,11 @@ pub fn thread_resume(id: &str, thread_id: &str, cwd: &str) -> Vec<u8> {
 /// MGD-6: the longest JSON-RPC id (as JSON) or method of a server request the observer answers.
 pub const MAX_SERVER_REQUEST_ID_BYTES: usize = 1024;
 
+/// MGD-6: the most server requests the observer keeps pending to decline. Codex asks one at a
+/// time per turn item; a server that leaves more open is not one whose turn we can follow, and
+/// kept without a bound they grew the fold (and every checkpoint of it) until the turn ended.
+pub const MAX_PENDING_SERVER_REQUESTS: usize = 64;
+
 /// MGD-6: the answer to a server request (an approval, a question for the user): a JSON-RPC
 /// error, which Codex treats as a refusal (approvals denied, questions answered with nothing,
 /// elicitations declined) and goes on with the turn. No `data`: a `turnTransition` reason there
@@ -178,6 +183,14 @@ impl Fold {
             if ours && (id.to_string().len() > MAX_SERVER_REQUEST_ID_BYTES || method.len() > MAX_SERVER_REQUEST_ID_BYTES) {
                 self.turn = TurnState::Unknown;
                 let reason = format!("app-server request with an id or method too long to answer ({} bytes)", id.to_string().len().max(method.len()));
+                return vec![ObserverEvent::SessionLost { reason, session: None, before: None }];
+            }
+            if ours && !self.pending_requests.contains_key(&id.to_string()) && self.pending_requests.len() >= MAX_PENDING_SERVER_REQUESTS {
+                // Evidence lost: the re-proof the loss asks for (MGD-4) makes Codex send what is
+                // still pending again, so forgetting them here leaves no turn waiting for good.
+                self.turn = TurnState::Unknown;
+                self.pending_requests.clear();
+                let reason = format!("app-server left more than {MAX_PENDING_SERVER_REQUESTS} requests pending");
                 return vec![ObserverEvent::SessionLost { reason, session: None, before: None }];
             }
             if ours {
@@ -425,6 +438,24 @@ mod tests {
         assert_eq!(fold.pending_requests.len(), 1, "an ordinary request is kept to be declined");
     }
 
+    /// MGD-6: pending server requests are bounded; one past the bound loses the evidence (and
+    /// with it the pending set: the re-proof makes Codex send them again), a repeat of a pending
+    /// id is no new one.
+    #[test]
+    fn mgd_6_pending_server_requests_are_bounded() {
+        let mut fold = Fold::new("t1");
+        let request = |id: usize| serde_json::to_vec(&serde_json::json!({"id": id, "method": "item/tool/requestUserInput", "params": {"threadId": "t1"}})).unwrap();
+        for id in 0..MAX_PENDING_SERVER_REQUESTS {
+            assert!(fold.line(&request(id), 10 + id as u64).is_empty());
+        }
+        assert!(fold.line(&request(0), 500).is_empty(), "the same id again is no new request");
+        assert_eq!(fold.pending_requests.len(), MAX_PENDING_SERVER_REQUESTS);
+        let events = fold.line(&request(MAX_PENDING_SERVER_REQUESTS), 600);
+        assert!(matches!(events.as_slice(), [ObserverEvent::SessionLost { .. }]), "{events:?}");
+        assert!(fold.pending_requests.is_empty());
+        assert_eq!(fold.turn, TurnState::Unknown);
+    }
+
     /// MGD-2: a reply that loads the agent's thread under another session loses the evidence
     /// and leaves the thread unloaded; under its own session it loads it.
     #[test]
@@ -444,7 +475,9 @@ mod tests {
     #[test]
     fn requests_are_single_json_lines() {
         let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "r-1", "two\nlines \"quoted\"");
-        assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 1);
+        // MGD-6: on its own line, a newline before and after the one JSON object.
+        assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 2);
+        assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"));
         let value: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["params"]["input"][0]["text"], "two\nlines \"quoted\"");
         assert_eq!(value["id"], "wakterm-r-1");

@@ -142,6 +142,8 @@ pub struct AppServer {
     pub generation_start: u64,
     /// The fragment of a line the process has read without its newline (a short write).
     pub stdin: Vec<u8>,
+    /// The request whose write began that fragment (None: the observer's, a human's).
+    pub stdin_origin: Option<String>,
     /// Whole lines read from stdin, processed in order when due.
     pub queue: VecDeque<Pending>,
     /// The daemon's connection to the holder is broken until then (`app_server.stream_dropped`).
@@ -175,6 +177,7 @@ impl AppServer {
             ring: Ring::new(ring_bytes),
             generation_start: 0,
             stdin: Vec::new(),
+            stdin_origin: None,
             queue: VecDeque::new(),
             conn_down_until: None,
             holder_back_at: None,
@@ -487,7 +490,11 @@ impl World {
     }
 
     /// Bytes that reached the app-server's stdin (`origin`: the request whose write they are).
-    /// Only a newline completes a request; a fragment left by a short write spoils the next.
+    /// Only a newline completes a request. A fragment left by a short write ends at the next
+    /// write's leading newline (MGD-6: every line the daemon writes starts with one): as a line
+    /// of its own, ignored, or, when the short write lacked only its last newline, as that
+    /// earlier request, served late. A line is the request of the write that BEGAN it, so the
+    /// oracle credits a late-served prompt to its own request, never to the write that ended it.
     pub fn app_stdin(&mut self, a: usize, bytes: &[u8], origin: Option<&str>) {
         if self.agents[a].process.is_none() {
             return; // nobody reads the pane
@@ -495,14 +502,17 @@ impl World {
         let now = wakterm_runtime::driver::now_ms();
         let lag = self.agents[a].lag_ms;
         let app = self.app(a);
+        let mut line_origin = if app.stdin.is_empty() { origin.map(str::to_string) } else { app.stdin_origin.take() };
         app.stdin.extend_from_slice(bytes);
         while let Some(newline) = app.stdin.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = app.stdin.drain(..=newline).collect();
             // The app-server reads its stdin in order, a little later (much later when slow).
             let floor = app.queue.back().map_or(0, |p| p.due_ms);
             let due = (now + thread_rng().gen_range(0..=lag.max(1))).max(floor);
-            app.queue.push_back(Pending { due_ms: due, line, origin: origin.map(str::to_string) });
+            app.queue.push_back(Pending { due_ms: due, line, origin: line_origin.take() });
+            line_origin = origin.map(str::to_string); // the lines after the first are this write's
         }
+        app.stdin_origin = if app.stdin.is_empty() { None } else { line_origin };
     }
 
     /// Time passes for the managed agent: stdin lines are read, turns end, the holder comes
