@@ -768,7 +768,9 @@ impl FakeAppServer {
             "thread/status/changed",
             json!({ "threadId": thread_id, "status": thread.status.to_json() }),
         ));
-        let turns = Value::Array(thread.stored.turns.clone());
+        // The real 0.169 leaves the turns out of the reply when asked (`excludeTurns`).
+        let exclude_turns = params.get("excludeTurns").and_then(Value::as_bool) == Some(true);
+        let turns = Value::Array(if exclude_turns { Vec::new() } else { thread.stored.turns.clone() });
         let mut result = thread_result(thread, thread_json(thread, turns));
         if let Some(session) = &self.config.behaviour.resume_session {
             result["thread"]["sessionId"] = json!(session);

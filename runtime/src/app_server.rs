@@ -38,8 +38,13 @@ pub fn thread_start(id: &str, cwd: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "thread/start", "params": {"cwd": cwd, "approvalPolicy": "never"}}))
 }
 
+/// `excludeTurns`: the reply carries the thread's id, session and status without its turns
+/// (the real 0.169 then still sends pending server requests again, MGD-6:
+/// `fixtures/codex-0.169/app-server/pending-request-resume-exclude-turns.observations.json`,
+/// `reproof.jsonl`). With its turns the reply of a long thread grew past the line bound, and
+/// every re-proof was one more loss.
 pub fn thread_resume(id: &str, thread_id: &str, cwd: &str) -> Vec<u8> {
-    line(json!({"id": id, "method": "thread/resume", "params": {"threadId": thread_id, "cwd": cwd, "approvalPolicy": "never"}}))
+    line(json!({"id": id, "method": "thread/resume", "params": {"threadId": thread_id, "cwd": cwd, "approvalPolicy": "never", "excludeTurns": true}}))
 }
 
 /// MGD-6: the longest JSON-RPC id (as JSON) or method of a server request the observer answers.
@@ -123,11 +128,31 @@ pub struct Fold {
     /// an exit in between is no proof that no turn started.
     #[serde(default)]
     pub accepted_turns: std::collections::BTreeSet<String>,
+    /// CORR-11: more turns were accepted than `MAX_ACCEPTED_TURNS` kept: no exit drains.
+    #[serde(default)]
+    pub accepted_overflow: bool,
+    /// MGD-4: replies that proved the thread (its id under the agent's session), counted.
+    #[serde(default)]
+    pub proofs: u64,
 }
+
+/// CORR-11: the most accepted-but-unnotified turns kept (one per admission in flight; a server
+/// that names more is not one whose exit can prove anything).
+pub const MAX_ACCEPTED_TURNS: usize = 64;
 
 impl Fold {
     pub fn new(thread_id: &str) -> Fold {
-        Fold { thread_id: thread_id.to_string(), turn: TurnState::Idle { last_completed: None }, last_agent_text: None, loaded: false, pending_requests: Default::default(), expected_session: None, accepted_turns: Default::default() }
+        Fold {
+            thread_id: thread_id.to_string(),
+            turn: TurnState::Idle { last_completed: None },
+            last_agent_text: None,
+            loaded: false,
+            pending_requests: Default::default(),
+            expected_session: None,
+            accepted_turns: Default::default(),
+            accepted_overflow: false,
+            proofs: 0,
+        }
     }
 
     /// The fold of a thread that must be loaded under `session` (MGD-2).
@@ -158,6 +183,7 @@ impl Fold {
                 }
             }
             self.loaded = true; // the reply to a thread/start or thread/resume of our thread
+            self.proofs += 1;
             // An unknown turn state (a stream whose start the holder no longer keeps) is what
             // the reply says the thread is doing now (Codex 0.169: `thread.status.type`).
             if self.turn == TurnState::Unknown {
@@ -169,7 +195,12 @@ impl Fold {
             }
         }
         if let (Some(_), Some(turn)) = (value.get("id"), value.pointer("/result/turn/id").and_then(Value::as_str)) {
-            self.accepted_turns.insert(turn.to_string()); // CORR-11: a turn/start accepted
+            // CORR-11: a turn/start accepted (bounded: a hostile server could name turns forever).
+            if self.accepted_turns.len() < MAX_ACCEPTED_TURNS || self.accepted_turns.contains(turn) {
+                self.accepted_turns.insert(turn.to_string());
+            } else {
+                self.accepted_overflow = true;
+            }
         }
         let Some(method) = value.get("method").and_then(Value::as_str) else { return Vec::new() };
         let params = value.get("params").cloned().unwrap_or(Value::Null);

@@ -87,8 +87,23 @@ pub struct StreamFollower<L: LineFolder = PlainFold> {
     replay_due: bool,
     /// MGD-6: server requests this follower's owner answered (by their id's JSON text).
     answered: std::collections::BTreeSet<String>,
+    /// MGD-4: re-proofs asked since a reply last proved the thread (`Fold::proofs` moved),
+    /// and when the next may be asked once they reach `MAX_UNPROVEN_REPROOFS`.
+    unproven_reproofs: u32,
+    proofs_seen: u64,
+    next_reproof_at_ms: u64,
     pub stats: FollowStats,
 }
+
+/// MGD-4: the most re-proofs asked at once in a row without a reply that proves the thread;
+/// after them each waits `REPROOF_BACKOFF_MS`, doubled each time up to `MAX_REPROOF_BACKOFF_MS`.
+/// A loss the re-proof's own reply causes (the thread under another session, a reply over the
+/// line bound) otherwise asked again at once, forever: a review saw 180 durable events a
+/// second, and as many `thread/resume` writes, until `agent stop`. Asked again later rather
+/// than never: what made the reply a loss may pass.
+pub const MAX_UNPROVEN_REPROOFS: u32 = 3;
+pub const REPROOF_BACKOFF_MS: u64 = 1_000;
+pub const MAX_REPROOF_BACKOFF_MS: u64 = 16_000;
 
 impl<L: LineFolder> StreamFollower<L> {
     /// `start`: where this process's output starts; `line_bound`: the longest line folded
@@ -112,6 +127,9 @@ impl<L: LineFolder> StreamFollower<L> {
             reproved: false,
             replay_due: false,
             answered: Default::default(),
+            unproven_reproofs: 0,
+            proofs_seen: 0,
+            next_reproof_at_ms: 0,
             stats: FollowStats::default(),
         }
     }
@@ -236,14 +254,27 @@ impl<L: LineFolder> StreamFollower<L> {
     /// daemon restart after the holder dropped the handshake's reply) asks once; MGD-6: so does
     /// each loss of output, loaded or not, since Codex answers a `thread/resume` by sending every
     /// server request still pending again (one the loss took would wait forever). True when the
-    /// caller should write a `thread/resume` of the agent's own thread now.
-    pub fn wants_reproof(&mut self) -> bool {
+    /// caller should write a `thread/resume` of the agent's own thread now (`now_ms`: the
+    /// caller's clock, for the backoff after re-proofs that proved nothing).
+    pub fn wants_reproof(&mut self, now_ms: u64) -> bool {
         if !self.attached || self.thread_id.is_empty() {
             return false;
         }
         let unproven = !self.reproved && !self.fold.loaded;
         if !unproven && !self.replay_due {
             return false;
+        }
+        if self.fold.proofs != self.proofs_seen {
+            self.proofs_seen = self.fold.proofs; // a reply proved the thread since the last ask
+            self.unproven_reproofs = 0;
+        }
+        if self.unproven_reproofs >= MAX_UNPROVEN_REPROOFS && now_ms < self.next_reproof_at_ms {
+            return false; // still due (`replay_due` stays): asked once the backoff ends
+        }
+        self.unproven_reproofs += 1;
+        if self.unproven_reproofs >= MAX_UNPROVEN_REPROOFS {
+            let doublings = (self.unproven_reproofs - MAX_UNPROVEN_REPROOFS).min(4);
+            self.next_reproof_at_ms = now_ms.saturating_add((REPROOF_BACKOFF_MS << doublings).min(MAX_REPROOF_BACKOFF_MS));
         }
         self.reproved = true;
         self.replay_due = false;
@@ -256,7 +287,7 @@ impl<L: LineFolder> StreamFollower<L> {
     /// `delivery_failed` whose prompt had been taken, and a caller told so may send it again).
     /// One rule for the runtime's `AgentObserver::drained` and the simulator.
     pub fn exit_drained(&self, read_ok: bool) -> bool {
-        read_ok && self.fold.accepted_turns.is_empty()
+        read_ok && self.fold.accepted_turns.is_empty() && !self.fold.accepted_overflow
     }
 
     /// MGD-4, MGD-6: the re-proof `wants_reproof` asked for could not be written (the holder
@@ -265,6 +296,7 @@ impl<L: LineFolder> StreamFollower<L> {
     /// again (a review found it).
     pub fn reproof_failed(&mut self) {
         self.replay_due = true;
+        self.unproven_reproofs = self.unproven_reproofs.saturating_sub(1); // not an answer
     }
 
     /// MGD-6: the server requests of this process still pending (no `serverRequest/resolved`,
@@ -320,8 +352,19 @@ impl<L: LineFolder> StreamFollower<L> {
         let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
         let session = self.resume_at.take().map(|_| self.session.clone());
         events.push(ObserverEvent::SessionLost { reason, session, before: None });
-        let pending_requests = std::mem::take(&mut self.fold.pending_requests);
-        self.fold = Fold { turn: TurnState::Unknown, loaded: self.fold.loaded, pending_requests, ..Fold::expecting(&self.thread_id, &self.session) };
+        // What a loss cannot undo is kept: the pending requests, the proofs counted, and the
+        // turns the app-server accepted (CORR-11: the evicted bytes may have held their
+        // `turn/started` or not; dropping them made an exit right after count as drained).
+        let kept = std::mem::replace(&mut self.fold, Fold::expecting(&self.thread_id, &self.session));
+        self.fold = Fold {
+            turn: TurnState::Unknown,
+            loaded: kept.loaded,
+            pending_requests: kept.pending_requests,
+            proofs: kept.proofs,
+            accepted_turns: kept.accepted_turns,
+            accepted_overflow: kept.accepted_overflow,
+            ..Fold::expecting(&self.thread_id, &self.session)
+        };
         self.partial.clear();
         self.skipping = true; // the line in progress at `start` began in the evicted bytes
         self.attached = false;
@@ -560,13 +603,13 @@ mod tests {
         ring.push(&approval(7));
         read_all(&mut follower, &ring, 4096);
         assert_eq!(follower.unanswered_requests(), [(json!(7), "item/commandExecution/requestApproval".to_string())], "id 7 again, in another turn: answered again");
-        while follower.wants_reproof() {}
+        while follower.wants_reproof(0) {}
         // CORR-3: a notification about another thread loses the evidence; a re-proof's reply
         // says what the thread does now (without one the agent stayed `unknown`).
         ring.push(&line(json!({"method": "thread/tokenUsage/updated", "params": {"threadId": "another-thread"}})));
         read_all(&mut follower, &ring, 4096);
-        assert!(follower.wants_reproof(), "a loss asks for one re-proof");
-        assert!(!follower.wants_reproof(), "once");
+        assert!(follower.wants_reproof(0), "a loss asks for one re-proof");
+        assert!(!follower.wants_reproof(0), "once");
     }
 
     /// MGD-4: a re-proof whose write failed is asked for again at the next read.
@@ -576,11 +619,60 @@ mod tests {
         ring.push(&line(json!({"method": "thread/status/changed", "params": {"threadId": THREAD, "status": {"type": "idle"}}})));
         let mut follower = new_follower(0);
         read_all(&mut follower, &ring, 4096);
-        assert!(follower.wants_reproof(), "never shown loading the thread: one re-proof");
-        assert!(!follower.wants_reproof());
+        assert!(follower.wants_reproof(0), "never shown loading the thread: one re-proof");
+        assert!(!follower.wants_reproof(0));
         follower.reproof_failed();
-        assert!(follower.wants_reproof(), "its write failed: asked again");
-        assert!(!follower.wants_reproof());
+        assert!(follower.wants_reproof(0), "its write failed: asked again");
+        assert!(!follower.wants_reproof(0));
+    }
+
+    /// MGD-4: a re-proof whose own reply is a loss (the thread under another session) is not
+    /// asked again and again: `MAX_UNPROVEN_REPROOFS` at once, then with a doubling backoff,
+    /// until a reply proves the thread. Without the bound each reply asked the next at once,
+    /// forever.
+    #[test]
+    fn mgd_4_reproofs_that_prove_nothing_are_not_asked_forever() {
+        let mut ring = OutputRing::new(1 << 20);
+        let mut follower = new_follower(0);
+        let mismatch = line(json!({"id": "r", "result": {"thread": {"id": THREAD, "sessionId": "another-session", "status": {"type": "idle"}}}}));
+        let mut asked = Vec::new();
+        for now in (0..40_000).step_by(100) {
+            read_all(&mut follower, &ring, 4096);
+            if follower.wants_reproof(now) {
+                asked.push(now);
+                ring.push(&mismatch); // what the app-server answers every time
+            }
+        }
+        // Three at once, then after 1, 2, 4, 8, 16, 16 s.
+        assert_eq!(asked, [0, 100, 200, 1_200, 3_200, 7_200, 15_200, 31_200], "asked at {asked:?}");
+        // A reply that proves the thread (the process took it back under its own session)
+        // lets the next loss ask again.
+        ring.push(&thread_reply());
+        ring.push(&mismatch);
+        read_all(&mut follower, &ring, 4096);
+        assert!(follower.wants_reproof(31_300), "a proof since: asked again at once");
+    }
+
+    /// CORR-11: an accepted turn whose `turn/started` a loss may have taken is kept: an exit
+    /// right after is not drained.
+    #[test]
+    fn corr_11_accepted_turns_outlive_a_loss() {
+        let mut ring = OutputRing::new(2048);
+        ring.push(&thread_reply());
+        ring.push(&line(json!({"id": "wakterm-r1", "result": {"turn": {"id": "t9", "status": "inProgress"}}})));
+        let mut follower = new_follower(0);
+        read_all(&mut follower, &ring, 4096);
+        assert!(!follower.exit_drained(true), "accepted, not notified yet");
+        let delta = line(json!({"method": "item/agentMessage/delta", "params": {"threadId": THREAD, "delta": "x".repeat(900)}}));
+        for _ in 0..4 {
+            ring.push(&delta); // evicted from the 2 KiB ring before they are read: a loss
+        }
+        let events = read_all(&mut follower, &ring, 4096);
+        assert!(events.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })), "{events:?}");
+        assert!(!follower.exit_drained(true), "the loss took no accepted turn with it");
+        ring.push(&started("t9"));
+        read_all(&mut follower, &ring, 4096);
+        assert!(follower.exit_drained(true));
     }
 
     #[test]
@@ -629,23 +721,23 @@ mod tests {
         ring.push(&filler); // evicts the handshake's reply
         let mut follower = new_follower(0);
         read_all(&mut follower, &ring, 4096);
-        assert!(follower.wants_reproof(), "nothing retained proves the thread loaded");
-        assert!(!follower.wants_reproof(), "asked once");
+        assert!(follower.wants_reproof(0), "nothing retained proves the thread loaded");
+        assert!(!follower.wants_reproof(0), "asked once");
         ring.push(&thread_reply()); // the answer...
         ring.push(&filler); // ...evicted before it was read
         ring.push(&filler);
         let events = read_all(&mut follower, &ring, 4096);
         assert!(events.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })), "{events:?}");
-        assert!(follower.wants_reproof(), "the answer may have been lost: ask again");
+        assert!(follower.wants_reproof(0), "the answer may have been lost: ask again");
         ring.push(&thread_reply());
         read_all(&mut follower, &ring, 4096);
         assert!(follower.fold.loaded);
-        assert!(!follower.wants_reproof(), "proven loaded, nothing lost since: nothing to ask");
+        assert!(!follower.wants_reproof(0), "proven loaded, nothing lost since: nothing to ask");
         ring.push(&filler);
         ring.push(&filler);
         read_all(&mut follower, &ring, 4096);
-        assert!(follower.wants_reproof(), "MGD-6: the loss may have taken a server request: ask once more");
-        assert!(!follower.wants_reproof(), "once per loss");
+        assert!(follower.wants_reproof(0), "MGD-6: the loss may have taken a server request: ask once more");
+        assert!(!follower.wants_reproof(0), "once per loss");
     }
 
     // A page that does not continue the stream is refused and changes nothing; one that starts

@@ -107,7 +107,7 @@ impl ManagedObserver {
     /// already loaded, with the thread's status). The reply comes in the stream like any other
     /// line; nothing waits for it.
     fn reprove_once(&mut self) -> Result<(), String> {
-        if !self.follower.wants_reproof() {
+        if !self.follower.wants_reproof(crate::driver::now_ms()) {
             return Ok(());
         }
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());

@@ -154,6 +154,24 @@ pub struct AppServer {
     pub items: u64,
     /// `app_server.mark_behind_respawn`: the agent's event-mark commits fail until then.
     pub mark_frozen: Option<MarkFreeze>,
+    /// What this process's answer to a `thread/resume` does (MGD-4's re-proof).
+    pub resume_quirk: ResumeQuirk,
+    /// MGD-4: when the daemon wrote each re-proof since this process (its handshake) last
+    /// answered one that proves the thread, with the daemon epoch they were written in.
+    pub unproven_reproofs: (u64, Vec<u64>),
+}
+
+/// How a process answers a re-proof (`thread/resume` of the thread it has loaded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeQuirk {
+    /// The thread, its session and status (Codex 0.169).
+    Plain,
+    /// `app_server.resume_foreign_session`: the thread under another session (MGD-2: a loss),
+    /// while faults run.
+    ForeignSession,
+    /// `app_server.resume_full_history`: a long thread, whose reply with its turns is over the
+    /// line bound (a loss) unless the request asks `excludeTurns`.
+    FullHistory,
 }
 
 /// `app_server.mark_behind_respawn`: the durable event mark held in one process's output while
@@ -183,6 +201,8 @@ impl AppServer {
             holder_back_at: None,
             items: 0,
             mark_frozen: None,
+            resume_quirk: ResumeQuirk::Plain,
+            unproven_reproofs: (0, Vec::new()),
         }
     }
 
@@ -392,10 +412,13 @@ impl ManagedPort {
     /// `ManagedObserver::reprove_once` (MGD-4): the follower says when; the world writes the
     /// line through the holder (it was just read, so the write goes through).
     fn reprove_once(&mut self) {
-        if self.follower.wants_reproof() {
+        if self.follower.wants_reproof(wakterm_runtime::driver::now_ms()) {
             self.notes.push("app_server.thread_reproved");
             let id = format!("wakterm-reprove-{}-{}", self.process.pid, self.follower.next_offset());
             self.reprove = Some(wakterm_runtime::app_server::on_its_own_line(wakterm_runtime::app_server::thread_resume(&id, &self.thread, "/w")));
+            if self.mutant == Mutant::ReproofWriteReportedFailed {
+                self.follower.reproof_failed(); // the write went through, reported failed
+            }
         }
     }
 
@@ -578,7 +601,27 @@ impl World {
                 // still pending, under its original id (openai/codex#12560, merged 2026-02): one
                 // the holder's ring evicted before the observer read it is answered after all.
                 let active = self.agents[a].running.is_some();
-                let mut lines = vec![(line(json!({"id": id, "result": thread_json(&thread, active)})), None)];
+                let mut result = thread_json(&thread, active);
+                let exclude_turns = params.get("excludeTurns").and_then(Value::as_bool) == Some(true);
+                let quirk = self.app(a).resume_quirk;
+                let proves = match quirk {
+                    ResumeQuirk::ForeignSession if self.faults_on => {
+                        result["thread"]["sessionId"] = json!("foreign-session");
+                        self.counters.fault("app_server.resume_foreign_session");
+                        false
+                    }
+                    ResumeQuirk::FullHistory if !exclude_turns => {
+                        let text = "h".repeat(MAX_LINE_BYTES);
+                        result["thread"]["turns"] = json!([{"id": "old", "items": [agent_item(0, &text, None)]}]);
+                        self.counters.fault("app_server.resume_full_history");
+                        false
+                    }
+                    _ => true,
+                };
+                if proves {
+                    self.app(a).unproven_reproofs.1.clear();
+                }
+                let mut lines = vec![(line(json!({"id": id, "result": result})), None)];
                 if let Some(running) = self.agents[a].running.as_ref() {
                     if let Some(request) = &running.awaiting {
                         lines.push((approval_request(&thread, &running.turn.0, request), None));
@@ -787,6 +830,13 @@ impl World {
     /// answered on stdout. Until the thread reply the observer reports nothing usable.
     pub fn app_handshake(&mut self, a: usize, resume: bool) {
         let now = wakterm_runtime::driver::now_ms();
+        let quirk = match (self.fault_roll(0.03), self.fault_roll(0.03)) {
+            (true, _) => ResumeQuirk::ForeignSession,
+            (false, true) => ResumeQuirk::FullHistory,
+            (false, false) => ResumeQuirk::Plain,
+        };
+        self.app(a).resume_quirk = quirk;
+        self.app(a).unproven_reproofs.1.clear(); // a new process (its pid may be reused)
         let thread = self.app(a).thread.clone();
         let n = self.app(a).next_item();
         let mut lines = vec![(line(json!({"id": format!("wakterm-init-{n}"), "result": {"userAgent": "codex_cli_rs/0.169.0", "platformOs": "linux"}})), None)];
@@ -942,6 +992,7 @@ impl World {
         let declines = std::mem::take(&mut port.declines);
         if let Some(line) = reprove {
             self.log(format!("a{a} the observer asks the app-server for its thread (thread/resume, MGD-4)"));
+            self.check_reproof_rate(a);
             self.pane_accept(a, "observer", line.len(), true);
             self.app_stdin(a, &line, None);
         }
@@ -952,6 +1003,33 @@ impl World {
         }
         for note in notes {
             self.counters.fault(note);
+        }
+    }
+
+    /// MGD-4: re-proofs that prove nothing are asked `MAX_UNPROVEN_REPROOFS` at once, then
+    /// each at least `REPROOF_BACKOFF_MS` after the one before (a doubling backoff), within one
+    /// daemon and process. Asked at once again and again (each answer a loss that asked the
+    /// next), they flooded the event stream for good.
+    fn check_reproof_rate(&mut self, a: usize) {
+        use wakterm_runtime::app_server_stream::{MAX_UNPROVEN_REPROOFS, REPROOF_BACKOFF_MS};
+        let now = wakterm_runtime::driver::now_ms();
+        let epoch = self.daemon_epoch;
+        let asks = &mut self.app(a).unproven_reproofs;
+        if asks.0 != epoch {
+            *asks = (epoch, Vec::new()); // a new daemon's observer counts afresh
+        }
+        asks.1.push(now);
+        let times = asks.1.clone();
+        // Twice the follower's: this list is cleared when a proving answer is SENT, the
+        // follower's count when it READS one, and asks between the two count in both.
+        let at_once = 2 * MAX_UNPROVEN_REPROOFS as usize;
+        if times.len() > at_once {
+            let backed_off = (times.len() - at_once) as u64;
+            let since = now - times[at_once - 1];
+            if since < backed_off * REPROOF_BACKOFF_MS {
+                let m = format!("a{a}: {} re-proofs without a proving answer, the last {backed_off} within {since} ms of the {at_once}th (MGD-4: at most {MAX_UNPROVEN_REPROOFS} at once, then a backoff)", times.len());
+                self.oracle.unfinished(m);
+            }
         }
     }
 

@@ -212,6 +212,10 @@ pub enum Mutant {
     /// restart the new holder's counts (generation and writes from 0 again) are compared with
     /// the boundary as if the same pane had moved.
     WatchIgnoresHolder,
+    /// Managed observer glue (MGD-4): every re-proof write is reported failed, although it went
+    /// through, so the re-proof is asked again at the next read whatever the backoff: a process
+    /// whose answers prove nothing (`app_server.resume_foreign_session`) is asked for ever.
+    ReproofWriteReportedFailed,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -257,6 +261,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::WatchIgnoresHolder, "watch_ignores_holder", "watch glue compares a replaced holder's pane with the boundary"),
     (Mutant::AnyHolderRead, "any_holder_read", "managed observer glue reads whichever holder answers at the agent's socket as its process's own"),
     (Mutant::ResumeIgnoresItsProcess, "resume_ignores_its_process", "resume glue reads a resume's cursor in whatever process the agent runs when it comes"),
+    (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
 ];
 
 impl Mutant {

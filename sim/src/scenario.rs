@@ -870,9 +870,11 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     // Liveness and end-of-run checks.
     let status = final_status(&world).await;
     check_event_stream_at_end(&world).await;
-    // (Up to 10 s: a line written to a slow app-server before the faults stopped is read up to
-    // 6 s later, the slowest stdin lag.)
-    for _ in 0..40 {
+    // (Up to 22 s: a line written to a slow app-server before the faults stopped is read up to
+    // 6 s later, the slowest stdin lag; a re-proof asked after answers that proved nothing
+    // waits out its backoff, up to `MAX_REPROOF_BACKOFF_MS`, MGD-4.)
+    let backoff_ms = wakterm_runtime::app_server_stream::MAX_REPROOF_BACKOFF_MS;
+    for _ in 0..(6_000 + backoff_ms) / 250 {
         if world.lock().unwrap().managed_usable_at_end(false) {
             break;
         }

@@ -76,6 +76,8 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.resume_after_holder_restart",
     "app_server.mark_behind_respawn",
     "app_server.server_request",
+    "app_server.resume_foreign_session",
+    "app_server.resume_full_history",
     "liveness.unknown",
     "monitor.wake_lost",
     "monitor.watch_incomplete",

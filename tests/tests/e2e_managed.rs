@@ -628,6 +628,13 @@ fn mgd_2_a_thread_resumed_under_another_session_is_never_admissible() {
     let out = admit_rf(&w, "mia", &incarnation, &new_id(), "into the wrong conversation");
     assert_ne!(out.json["classification"], "accepted", "{out:?}");
     assert_eq!(out.json["prompt_written"], false, "{out:?}");
+    // MGD-4: the loss is not asked about again and again. Each re-proof brought the same
+    // mismatch, a loss, and the next re-proof: 180 durable events a second until `agent stop`.
+    let through = || w.run(&["agent", "catalog"]).json["events_through"].as_u64().expect("events_through");
+    let before = through();
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    let grown = through() - before;
+    assert!(grown < 10, "{grown} events in 2 s of an agent that does nothing");
 }
 
 /// CORR-11: an app-server that accepted a `turn/start` (its reply names the turn) and exited
