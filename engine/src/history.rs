@@ -8,7 +8,9 @@
 //! - HIST-2: an admission or cancel naming an id the engine does not hold asks the store first
 //!   (`Output::LoadRequest`), parked until the answer; every later call naming the same id waits
 //!   behind the same lookup, so two calls can never both miss a stored record and write twice.
-//!   An id the runtime generated itself (a plain `send`) cannot be in history: no lookup.
+//!   A caller's word that it generated the id just now (`generated_id`) skips nothing: a
+//!   client that sent the flag with a reused id had its prompt written twice (HIST-5's filter
+//!   is what lets a fresh id skip the lookup).
 //! - HIST-5: once the runtime's seed of the stored ids is complete, an id neither seeded nor
 //!   written by this engine (`StoredIds`, a Bloom filter) has no row: no lookup.
 //! - HIST-3: a lookup that fails is `indeterminate` / `history_unreadable` (write state
@@ -33,8 +35,7 @@ impl Engine {
     /// HIST-2: true when the call was parked behind a store lookup of its id.
     pub(crate) fn park_unless_known(&mut self, request_id: &RequestId, call: Parked) -> bool {
         let known = self.admissions.contains_key(request_id) || self.requests.contains_key(request_id);
-        let generated = matches!(&call, Parked::Admit(command) if command.generated_id);
-        if known || generated {
+        if known {
             return false;
         }
         if let Some((_, parked)) = self.lookups.get_mut(request_id) {

@@ -33,8 +33,8 @@ pub struct AdmitCommand {
     pub return_mode: ReturnMode,
     /// RF-3: 0 disables the deadline.
     pub final_timeout_ms: u64,
-    /// HIST-2: the runtime generated `request_id` itself (a fresh random UUID for a plain
-    /// `send`), so it cannot name a request in history: no store lookup.
+    /// The caller generated `request_id` just now (a fresh random UUID for a plain `send`).
+    /// Informational only (HIST-2): it skips no lookup, since a caller may say so of a reused id.
     #[serde(default)]
     pub generated_id: bool,
     /// EV-12: the caller opts in to this prompt's text in its `request.admitted` event (stored

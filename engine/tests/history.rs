@@ -63,14 +63,31 @@ fn hist_2_calls_for_one_id_share_one_lookup() {
     assert_eq!(rig.writes(), 1);
 }
 
-/// HIST-2: an id the runtime generated (a plain `send`) is not looked up.
+/// HIST-2: a caller's `generated_id` skips no lookup. A socket client that reused a finished
+/// request's id with the flag set had the prompt written a second time, the stored row moved
+/// back to `bound` and its second terminal event refused for good (a review reproduced it).
+/// A fresh id skips the lookup by HIST-5's filter, flag or not.
 #[test]
-fn hist_2_generated_ids_need_no_lookup() {
+fn hist_2_a_generated_flag_never_skips_the_lookup_of_a_stored_id() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    let original = rig.receipt(first).clone();
+    rig.provider_turn("turn-1", "first", "done", 1000);
+    assert_eq!(rig.engine.requests_in_memory(), 0, "finished, it left memory");
+    let mut again = rig.command(Operation::Send, REQ, "first", ReturnMode::ReturnFinal);
+    again.generated_id = true;
+    let op = rig.submit(again);
+    let replay = rig.receipt(op).clone();
+    assert!(replay.replayed, "{replay:?}");
+    assert_eq!(Receipt { replayed: false, ..replay }, original);
+    assert_eq!(rig.writes(), 1, "never written twice");
+    // With the seed complete, a fresh id needs no lookup whatever the flag says.
     let mut rig = Rig::with_idle_zola();
     rig.hold_loads = true;
-    let mut command = rig.command(Operation::Send, REQ, "hi", ReturnMode::OneWay);
-    command.generated_id = true;
-    rig.submit(command);
+    seed(&mut rig, &[OTHER], true);
+    let mut fresh = rig.command(Operation::Send, REQ, "hi", ReturnMode::OneWay);
+    fresh.generated_id = true;
+    rig.submit(fresh);
     assert!(rig.loads.is_empty());
     assert_eq!(rig.writes(), 1);
 }

@@ -99,9 +99,9 @@ pub struct AdmitRequest {
     /// EV-12: put the prompt's text in its `request.admitted` event.
     #[serde(default)]
     pub share_prompt: bool,
-    /// HIST-2: the client generated `request_id` itself just now (a fresh random UUID for a
-    /// plain `send`), so it names no request in history and needs no store lookup. A client
-    /// that sets it for a reused id gives up its own idempotency, nobody else's.
+    /// The client generated `request_id` itself just now (a fresh random UUID for a plain
+    /// `send`). Informational: the daemon does not trust it to skip the id's store lookup
+    /// (HIST-2); a socket client that sent it with a reused id had its prompt written twice.
     #[serde(default)]
     pub generated_id: bool,
 }

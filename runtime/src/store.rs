@@ -23,7 +23,7 @@ pub use limits::{
     BATCH_OPS_MAX, BUSY_TIMEOUT_MS, FIELD_BYTES_MAX, GROUP_BATCHES_MAX, RECORD_BYTES_MAX,
     TERMINAL_PAGE_MAX, WRITE_QUEUE_CAPACITY,
 };
-pub use op::{StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent};
+pub use op::{StoreOp, StoredAgent, StoredAgentEvent, StoredRequest, StoredTerminalEvent, FINISHED_FOREVER};
 pub use reader::{Store, REQUEST_IDS};
 pub use schema::{OpenReport, APPLICATION_ID, SCHEMA_VERSION, UNDO_MIGRATION_5_FOR_TESTS};
 pub use writer::{CommitCallback, CommitInfo, GroupWaits, StoreWriter, WriterStats};

@@ -403,6 +403,12 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
             if exact_agent_id || target != agent.name || flip {
                 w.counters.fault("caller.other_spelling");
             }
+            // HIST-2: a socket client may claim it generated the id just now, retries of it
+            // too; the engine must look it up anyway (trusting the flag wrote prompts twice).
+            let generated_id = w.fault_roll(0.1);
+            if generated_id {
+                w.counters.fault("caller.claims_generated_id");
+            }
             let command = AdmitCommand {
                 op: OpId(0),
                 operation,
@@ -414,7 +420,7 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 paste_mode: if mode.raw { PasteMode::Raw } else { PasteMode::Bracketed },
                 return_mode: if mode.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay },
                 final_timeout_ms: mode.timeout_ms,
-                generated_id: false, // callers name their request ids (HIST-2 looks them up)
+                generated_id,
                 share_prompt: false,
             };
             let writes_before = w.oracle.writes_of(&call.request_id);

@@ -83,6 +83,11 @@ impl StoreTables {
                     if &stored.agent_id != agent_id || &stored.fingerprint != fingerprint {
                         return Err(format!("request {request_id}: its agent and fingerprint cannot change"));
                     }
+                    // HIST-1, as `op::put_request`: a settled or terminal row keeps its phase.
+                    let finished_forever = wakterm_runtime::store::FINISHED_FOREVER.iter().any(|p| p.as_str() == stored.phase);
+                    if finished_forever && &stored.phase != phase {
+                        return Err(format!("request {request_id} is stored finished ({}); it cannot move to {phase}", stored.phase));
+                    }
                 }
                 let stored = self.requests.entry(request_id.clone()).or_insert_with(|| StoredRequest {
                     request_id: request_id.clone(),

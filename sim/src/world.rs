@@ -103,6 +103,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "clock.wall_step",
     "clock.deadline",
     "caller.retry_same_id",
+    "caller.claims_generated_id",
     "caller.changed_input",
     "caller.cancel",
     "caller.join_burst",

@@ -240,6 +240,19 @@ fn idem_2_same_id_same_input_replays_receipt_without_second_turn() {
         expect["replayed"] = Value::Bool(true);
         assert_eq!(again.json, expect, "the replay is the original receipt");
     }
+    // HIST-2: a socket client that says it generated the reused id just now is looked up all
+    // the same (the flag once skipped the lookup: the prompt was typed again, and the request
+    // stayed `terminal_pending` for good).
+    let request = serde_json::json!({"op": "admit", "operation": "send", "target": "zola", "exact_agent_id": false,
+        "incarnation": null, "request_id": id, "prompt": prompt, "paste_mode": "bracketed", "return_mode": "return_final",
+        "final_timeout_ms": 0, "share_prompt": false, "generated_id": true});
+    let mut stream = std::os::unix::net::UnixStream::connect(w.data.join("run/mux.sock")).expect("connect");
+    std::io::Write::write_all(&mut stream, format!("{request}\n").as_bytes()).expect("send");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line).expect("answer");
+    let answer: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(answer["body"]["replayed"], true, "{answer}");
+    assert_eq!(w.ok(&["agent", "request", "get", &id])["state"], "completed");
     let prompts = prompts_after_sentinel(&w, "zola", "sentinel after replays");
     assert_eq!(prompts, vec!["baseline turn", prompt, one_way, "sentinel after replays"]);
     assert_eq!(w.turns_started(), turns + 1, "no second turn for the replays");

@@ -429,27 +429,40 @@ fn put_request(
     updated_ms: u64,
 ) -> Result<(), StoreError> {
     let updated_ms = to_sql_integer("updated_ms", updated_ms)?;
-    // One statement: a stored row is updated only while its agent and fingerprint match; the
+    // One statement: a stored row is updated only while its agent and fingerprint match, and a
+    // finished one (`settled`, `terminal`: FINISHED_FOREVER) only within its phase: nothing
+    // reopens it (a socket client's `generated_id` once made the engine write a finished id
+    // again, and this upsert moved its row back to `bound` under a terminal event). The
     // stored identity is read only to explain a refusal.
     let changed = conn
         .prepare_cached(
             "INSERT INTO requests(request_id, agent_id, phase, fingerprint, record, updated_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(request_id) DO UPDATE SET \
              phase = excluded.phase, record = excluded.record, updated_ms = excluded.updated_ms \
-             WHERE requests.agent_id = excluded.agent_id AND requests.fingerprint = excluded.fingerprint",
+             WHERE requests.agent_id = excluded.agent_id AND requests.fingerprint = excluded.fingerprint \
+             AND (requests.phase NOT IN ('settled', 'terminal') OR requests.phase = excluded.phase)",
         )?
         .execute(params![request_id, agent_id, phase, fingerprint, record, updated_ms])?;
     if changed == 1 {
         return keep_open_id(conn, request_id, phase);
     }
-    let (stored_agent, stored_fingerprint): (String, String) = conn
-        .prepare_cached("SELECT agent_id, fingerprint FROM requests WHERE request_id = ?1")?
-        .query_row([request_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let (stored_agent, stored_fingerprint, stored_phase): (String, String, String) = conn
+        .prepare_cached("SELECT agent_id, fingerprint, phase FROM requests WHERE request_id = ?1")?
+        .query_row([request_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    if (stored_agent.as_str(), stored_fingerprint.as_str()) == (agent_id, fingerprint) {
+        return Err(StoreError::constraint(format!(
+            "request {request_id} is stored finished ({stored_phase}); it cannot move to {phase}"
+        )));
+    }
     Err(StoreError::constraint(format!(
         "request {request_id} is stored for agent {stored_agent} with fingerprint \
          {stored_fingerprint}; its agent and fingerprint cannot change"
     )))
 }
+
+/// HIST-1: the phases a stored request never leaves (`released` is finished too, but IDEM-6
+/// registers its id again). `put_request`'s statement names them literally.
+pub const FINISHED_FOREVER: [wakterm_engine::Phase; 2] = [wakterm_engine::Phase::Settled, wakterm_engine::Phase::Terminal];
 
 /// HIST-1, migration 5: `open_requests` holds a request's id exactly while its row's phase is
 /// open, written in the same transaction as the row (every request write comes through

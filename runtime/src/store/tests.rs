@@ -201,6 +201,26 @@ fn store_allows_one_terminal_event_per_request_ever() {
     assert_eq!(store.terminal_events_after(0, 10).unwrap().len(), 1);
 }
 
+/// HIST-1: a finished request (settled, terminal) never moves to another phase: a put that
+/// would reopen it is refused and changes nothing; the same phase may be written again (a
+/// retried commit), and a released id may register again (IDEM-6).
+#[test]
+fn a_finished_request_is_never_reopened() {
+    assert_eq!(op::FINISHED_FOREVER.map(|p| p.as_str()), ["settled", "terminal"], "the names put_request's statement uses");
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    writer.commit_blocking(vec![agent("a1", "zola"), request("r1", "terminal", "fp1", 1), request("r2", "settled", "fp1", 1), request("r3", "released", "fp1", 1)]).unwrap();
+    for (id, phase) in [("r1", "bound"), ("r1", "registered"), ("r2", "registered"), ("r2", "terminal")] {
+        let err = writer.commit_blocking(vec![request(id, phase, "fp1", 2)]).unwrap_err();
+        assert!(matches!(err, StoreError::Constraint { .. }) && err.to_string().contains("stored finished"), "{id} -> {phase}: {err:?}");
+    }
+    assert_eq!(store.get_request("r1").unwrap().unwrap().phase, "terminal", "a refused put changes nothing");
+    assert_eq!(store.get_request("r2").unwrap().unwrap().updated_ms, 1);
+    writer.commit_blocking(vec![request("r1", "terminal", "fp1", 3)]).unwrap();
+    writer.commit_blocking(vec![request("r3", "registered", "fp1", 3)]).unwrap();
+    assert_eq!(store.get_request("r3").unwrap().unwrap().phase, "registered");
+}
+
 #[test]
 fn store_keeps_request_identity_and_agent_names_unique() {
     let scratch = Scratch::new();
@@ -920,7 +940,7 @@ fn quoted_phases(open: bool) -> Vec<String> {
 
 // HIST-1, migration 5: the writer keeps `open_requests` equal to the open rows through every
 // change of phase (each of the 36 ordered pairs, released -> registered included: IDEM-6 frees
-// an id) and through retention's deletes.
+// an id; a settled or terminal row refuses every other phase) and through retention's deletes.
 #[test]
 fn store_open_requests_follow_every_phase_change_and_prune() {
     let scratch = Scratch::new();
@@ -933,14 +953,16 @@ fn store_open_requests_follow_every_phase_change_and_prune() {
             n += 1;
             let id = format!("r{n:02}");
             writer.commit_blocking(vec![request(&id, from, "f", n)]).unwrap();
-            writer.commit_blocking(vec![request(&id, to, "f", n + 100)]).unwrap();
+            let moved = writer.commit_blocking(vec![request(&id, to, "f", n + 100)]);
+            let finished_forever = ["terminal", "settled"].contains(&from) && from != to;
+            assert_eq!(moved.is_err(), finished_forever, "{from} -> {to}: {moved:?}");
             let loaded: Vec<String> = store.load_open_requests().unwrap().into_iter().map(|r| r.request_id).collect();
             assert_eq!(loaded, open_by_scan(&path), "after {from} -> {to}");
         }
     }
-    assert_eq!(store.load_open_requests().unwrap().len(), 18, "3 open targets of 6 sources each");
+    assert_eq!(store.load_open_requests().unwrap().len(), 12, "3 open targets of the 4 sources that may move");
     writer.commit_blocking(vec![StoreOp::PruneRequests { before_ms: 1_000, max_rows: 1_000 }]).unwrap();
-    assert_eq!(store.load_requests().unwrap().len(), 18, "retention removed the finished ones");
+    assert_eq!(store.load_requests().unwrap().len(), 12, "retention removed the finished ones");
     let loaded: Vec<String> = store.load_open_requests().unwrap().into_iter().map(|r| r.request_id).collect();
     assert_eq!(loaded, open_by_scan(&path));
     let kept = texts(&path, "SELECT request_id FROM open_requests ORDER BY request_id");
