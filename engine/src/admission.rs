@@ -70,9 +70,10 @@ pub(crate) enum Stage {
 }
 
 impl Engine {
-    /// HIST-2: an id the engine does not hold is looked up in the store first.
+    /// HIST-2: an id the engine does not hold is looked up in the store first, also for input
+    /// that will be refused: IDEM-7 needs to know whether the id was written.
     pub(crate) fn on_admit(&mut self, command: AdmitCommand) {
-        let request_id = RequestId::parse(&command.request_id).ok().filter(|_| validate_command(&command).is_none());
+        let request_id = RequestId::parse(&command.request_id).ok();
         match request_id {
             Some(request_id) if self.park_unless_known(&request_id, crate::history::Parked::Admit(command.clone())) => {}
             _ => self.admit_known(command),
@@ -96,7 +97,14 @@ impl Engine {
         };
         context.request_id = Some(request_id.clone());
         if let Some(problem) = validate_command(&command) {
-            return self.reply(op, Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context));
+            let mut receipt = Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context);
+            // IDEM-7: this input was not written, but a known id's own prompt may have been: a
+            // caller told "retry-safe" would resend it under a new id (a review saw an empty or
+            // ESC-bearing replay of a written id answered retry-safe).
+            if self.admissions.contains_key(&request_id) || self.requests.contains_key(&request_id) {
+                receipt.retry_safe = false;
+            }
+            return self.reply(op, receipt);
         }
         if self.answer_known_request(&request_id, &command, op, &context) {
             return;

@@ -161,6 +161,33 @@ fn idem_7_callers_over_the_join_cap_never_hear_not_written() {
     assert!(!conflict.prompt_written && !conflict.retry_safe);
 }
 
+/// IDEM-7: input the engine refuses (empty, a control character, a timeout without
+/// return-final) under an id that was written is never called retry-safe, in memory or read
+/// back from the store: a caller whose replay was mangled would resend the prompt under a new
+/// id (a review saw it answered retry-safe). Under a new id the same refusal is retry-safe.
+#[test]
+fn idem_7_refused_input_under_a_written_id_is_never_retry_safe() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    let in_flight = rig.admit(REQ, "   ", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(in_flight).reason.as_deref(), Some("prompt_empty"));
+    assert!(!rig.receipt(in_flight).retry_safe, "the id is being written");
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.provider_turn("turn-1", "hi", "done", 1000);
+    assert_eq!(rig.engine.requests_in_memory(), 0, "finished: only the store knows the id now");
+    for prompt in ["   ", "hi \u{1b}[201~"] {
+        let op = rig.admit(REQ, prompt, ReturnMode::ReturnFinal);
+        let receipt = rig.receipt(op);
+        assert_eq!(receipt.classification, Classification::Invalid, "{receipt:?}");
+        assert!(!receipt.retry_safe && !receipt.prompt_written, "{receipt:?}");
+    }
+    let fresh = rig.admit(REQ2, "   ", ReturnMode::ReturnFinal);
+    assert!(rig.receipt(fresh).retry_safe, "a new id's refused input is retry-safe");
+    assert_eq!(rig.writes(), 1);
+}
+
 /// IDEM-6: a definitive rejection leaves the id free for a later attempt.
 #[test]
 fn idem_6_rejected_id_can_be_retried() {

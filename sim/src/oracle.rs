@@ -597,14 +597,15 @@ impl Oracle {
     }
 
     /// IDEM-7: no receipt says `prompt_written: false` or `retry_safe: true` for an id whose
-    /// prompt was or may be written. A conflict's `prompt_written: false` speaks of its own
-    /// (other) input, so only its `retry_safe` counts.
+    /// prompt was or may be written. An `invalid` rejection's `prompt_written: false` (a
+    /// conflict, input the engine refuses) speaks of its own input, so only its `retry_safe`
+    /// counts.
     /// A call that started after this one (same id) reached the engine after it, so the engine
     /// could not know of it when it answered: a write by that call does not belie this receipt.
     /// A call that started before it, and is still in flight, the engine did know of.
     fn check_unwritten_claim(&mut self, id: &str, receipt: &Receipt, call_number: u64) {
-        let conflict = receipt.reason.as_deref() == Some("request_id_conflict");
-        let claims = receipt.retry_safe || (!receipt.prompt_written && !conflict);
+        let own_input = receipt.classification == Classification::Invalid;
+        let claims = receipt.retry_safe || (!receipt.prompt_written && !own_input);
         if !claims {
             return;
         }

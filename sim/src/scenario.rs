@@ -325,8 +325,12 @@ fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle
 async fn caller(world: Shared, call: CallInput, mode: Mode) {
     let mut call = call;
     let mut repeats = 0;
+    let mut kept_prompt: Option<String> = None;
     loop {
         let receipt = admit_once(&world, &call, mode).await;
+        if let Some(prompt) = kept_prompt.take() {
+            call.prompt = prompt; // an invalid replay is one call; the caller's input stays
+        }
         let Some(receipt) = receipt else { break };
         let (faults_on, mutant) = {
             let w = world.lock().unwrap();
@@ -347,7 +351,15 @@ async fn caller(world: Shared, call: CallInput, mode: Mode) {
         } else if roll < 45 {
             let mut w = world.lock().unwrap();
             w.counters.fault("caller.changed_input");
-            call.prompt = if thread_rng().gen_bool(0.6) {
+            let roll = thread_rng().gen_range(0..10);
+            call.prompt = if roll < 2 {
+                // IDEM-7: a replay mangled into input the engine refuses (an empty prompt, an
+                // ESC): its rejection must not call the (maybe written) id retry-safe.
+                w.counters.fault("caller.invalid_replay");
+                let invalid = if roll == 0 { "   ".to_string() } else { format!("{}\u{1b}[201~", call.prompt) };
+                kept_prompt = Some(std::mem::replace(&mut call.prompt, invalid.clone()));
+                invalid
+            } else if roll < 7 {
                 format!("{} ", call.prompt) // only white space changed: a different input (IDEM-1)
             } else {
                 let changed = format!("{} (v{repeats})", call.prompt.trim());

@@ -104,6 +104,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "clock.deadline",
     "caller.retry_same_id",
     "caller.claims_generated_id",
+    "caller.invalid_replay",
     "caller.changed_input",
     "caller.cancel",
     "caller.join_burst",
