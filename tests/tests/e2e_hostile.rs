@@ -847,9 +847,22 @@ fn adm_8_a_respawn_discards_what_the_ended_process_never_read() {
 /// running, reparented to init (a review reproduced it).
 #[test]
 fn live_1_a_shutdown_ends_members_that_ignore_the_hang_up() {
+    live_1_members_end_with_their_leader(true);
+}
+
+/// LIVE-1: a leader that exits on its own takes its session's members with it, so none runs on
+/// holding the terminal the next incarnation reads (a review saw a job of the process before
+/// read half of the next one's input).
+#[test]
+fn live_1_members_of_a_leader_that_exited_on_its_own_end_with_it() {
+    live_1_members_end_with_their_leader(false);
+}
+
+fn live_1_members_end_with_their_leader(stop: bool) {
     let w = World::new(EXE);
-    let marker = format!("{}.25", 4000 + std::process::id() % 1000);
-    let holder = LoneHolder::start(&w, format!("(trap '' HUP; exec sleep {marker}) & exec sleep 300"), (80, 24));
+    let marker = format!("{}.{}", 4000 + std::process::id() % 1000, if stop { 25 } else { 75 });
+    let leader = if stop { "exec sleep 300" } else { "sleep 1; exit 0" };
+    let holder = LoneHolder::start(&w, format!("(trap '' HUP; exec sleep {marker}) & {leader}"), (80, 24));
     let stubborn = || {
         std::fs::read_dir("/proc").unwrap().flatten().filter(|entry| {
             let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
@@ -861,7 +874,9 @@ fn live_1_a_shutdown_ends_members_that_ignore_the_hang_up() {
         assert!(Instant::now() < deadline, "the background job did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    holder.client().shutdown().expect("shutdown");
+    if stop {
+        holder.client().shutdown().expect("shutdown");
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     while stubborn() > 0 {
         assert!(Instant::now() < deadline, "the member that ignored SIGHUP runs on");

@@ -295,6 +295,7 @@ impl Pane {
         // WNOWAIT keeps the zombie, so its pid cannot be reused while `alive` is still true and
         // `kill` may still signal it.
         let code = wait_exit_without_reaping(pid);
+        end_session_members(pid);
         self.drain_output_after_exit();
         {
             let mut state = self.lock();
@@ -591,14 +592,12 @@ impl Pane {
     /// Ends the current child's process group: SIGHUP, then SIGKILL after KILL_GRACE. Returns
     /// once the child is marked dead, or an error if it outlives two grace periods.
     pub fn terminate_child(&self) -> Result<(), PaneError> {
-        let mut ended = None;
         for (signal, grace) in [(Signal::HUP, KILL_GRACE), (Signal::KILL, KILL_GRACE)] {
             let state = self.lock();
             if !state.child.alive {
                 break;
             }
             let pid = state.child.pid.expect("a live child has a pid");
-            ended = Some(pid);
             // The child is a session leader (portable-pty calls setsid), so its pid is its
             // group. An error (the group already gone) is seen as the child's death below.
             if let Some(group) = Pid::from_raw(pid as i32) {
@@ -613,16 +612,8 @@ impl Pane {
         if self.lock().child.alive {
             return Err(PaneError("child survived SIGKILL".into()));
         }
-        // LIVE-1: the leader's death does not end what it started that ignores the hang-up
-        // (a background job, a daemonised tool): those of its session end now, or they ran on
-        // after `agent stop` (a review reproduced it). Only right after this call ended the
-        // leader: later its pid, and so its session id, may belong to another process.
-        if let Some(leader) = ended {
-            for member in crate::proc_probe::session_members(leader) {
-                // SAFETY: kill has no memory-safety preconditions.
-                unsafe { libc::kill(member as i32, libc::SIGKILL) };
-            }
-        }
+        // LIVE-1: the session's other members ended with the leader (`wait_child`, before the
+        // leader is marked dead).
         Ok(())
     }
 
@@ -733,6 +724,32 @@ pub fn start_time_ticks(pid: u32) -> Option<u64> {
     let process = procfs::process::Process::new(pid as i32).ok()?;
     Some(process.stat().ok()?.starttime)
 }
+
+/// LIVE-1: ends what is left of a pane process's session once its leader has exited, however
+/// it ended (`agent stop`, `agent restart`, or on its own), while the leader is an unreaped
+/// zombie: its pid, and so the session id, cannot belong to another process yet. The leader's
+/// death does not end what ignores the hang-up (a background job, a daemonised tool): those
+/// ran on after `agent stop`, and one holding the terminal read the next incarnation's input
+/// (a review saw half of six `session input` lines go to a job of the process before). A
+/// hang-up first, then SIGKILL for what is left after `MEMBER_GRACE`; a member forked while
+/// we looked is found by the next look (a bounded few).
+fn end_session_members(leader: u32) {
+    for signal in [libc::SIGHUP, libc::SIGKILL, libc::SIGKILL] {
+        let members = crate::proc_probe::session_members(leader);
+        if members.is_empty() {
+            return;
+        }
+        for member in members {
+            // SAFETY: kill has no memory-safety preconditions; every member's session is the
+            // unreaped leader's, so none is another session's process.
+            unsafe { libc::kill(member as i32, signal) };
+        }
+        std::thread::sleep(MEMBER_GRACE);
+    }
+}
+
+/// How long the members of an ended session get between the hang-up and SIGKILL.
+const MEMBER_GRACE: Duration = Duration::from_millis(100);
 
 /// Waits for `pid` to exit without reaping it; the exit code is 128 + signal for a signal death.
 fn wait_exit_without_reaping(pid: u32) -> Option<i32> {
