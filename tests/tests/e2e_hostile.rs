@@ -554,6 +554,23 @@ fn sec_3_a_fifo_at_the_log_path_never_stalls_the_daemon() {
     std::fs::remove_file(&log).unwrap();
     w.mux_start();
     assert_eq!(w.fake_agents_running(), 1, "the agent ran on throughout");
+    // The same for a holder's log: a new holder refuses a FIFO at its log's path at once (its
+    // launcher waited at the open until the daemon's bound killed it, and the restart said
+    // only "launcher did not exit in time").
+    let entry = w.catalog_entry("zola").expect("listed");
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let holder_log = wakterm_runtime::holder::log_path(&paths.holder_socket(entry["agent_id"].as_str().unwrap()));
+    for pid in w.holder_pids() {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    w.wait_until("the holder is gone", || w.holder_pids().is_empty());
+    let _ = std::fs::remove_file(&holder_log);
+    mkfifo(&holder_log);
+    let out = run_within(&w, &["agent", "restart", "zola"], Duration::from_secs(40));
+    release_fifo(&holder_log);
+    let out = out.expect("agent restart waited at the FIFO");
+    assert_ne!(out.code, 0, "a holder cannot log to a FIFO: {out:?}");
+    assert!(out.stdout.contains("not a regular file"), "the refusal says why: {out:?}");
 }
 
 /// SOCK-2: a holder's socket removed under it (or its whole directory) is bound again by the

@@ -126,7 +126,9 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     let root = rustix::fs::open(&paths.root, flags, rustix::fs::Mode::empty())
         .map_err(|e| format!("cannot open {}: {}", paths.root.display(), std::io::Error::from(e)))?;
     let holder = || {
-        let holder = std::fs::read_to_string(paths.lock_file()).unwrap_or_default();
+        // SEC-3: a FIFO at the lock's path must not hold this answer up.
+        let mut holder = String::new();
+        let _ = crate::paths::open_regular_file(&paths.lock_file()).and_then(|file| std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut holder));
         Some(holder.trim().to_string()).filter(|pid| !pid.is_empty()).unwrap_or_else(|| "unknown: its run directory was removed".to_string())
     };
     let why = |error: LockError| match error {

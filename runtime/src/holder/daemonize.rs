@@ -93,18 +93,15 @@ pub(super) fn detach(socket_path: &Path) -> Result<Side, String> {
     }
 }
 
+/// SEC-1, SEC-3: the log is a private regular file of ours: a symbolic link or a FIFO put at
+/// its path is refused at once (a plain open followed a link, and waited at a FIFO until the
+/// daemon's bound killed the launcher: `agent restart` failed after 10 s).
 pub(super) fn open_log(socket_path: &Path) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = log_path(socket_path);
-    let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_LOG_BYTES);
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(!too_big)
-        .write(true)
-        .truncate(too_big)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| format!("open log {}: {e}", path.display()))
+    let too_big = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() > MAX_LOG_BYTES);
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(!too_big).write(true).truncate(too_big);
+    crate::paths::open_private_file(&path, &mut options).map_err(|e| format!("open log {}: {e}", path.display()))
 }
 
 /// `<socket>.log`, beside the socket in the private directory.
