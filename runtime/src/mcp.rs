@@ -212,7 +212,8 @@ impl WaktermMcp {
         let length = bytes.len() as u64;
         let written = tokio::task::spawn_blocking(move || {
             let mut pane = crate::holder::HolderClient::connect(&socket).map_err(|e| (false, e.to_string()))?;
-            pane.write(&bytes).map_err(|e| (true, e.to_string()))
+            // A call refused before anything was sent wrote nothing.
+            pane.write(&bytes).map_err(|e| (!matches!(e, crate::holder::HolderError::NotSent { .. }), e.to_string()))
         })
         .await;
         match written {
@@ -379,7 +380,11 @@ pub fn run(paths: DataPaths) -> i32 {
     };
     runtime.block_on(async move {
         let (stdin, stdout) = rmcp::transport::stdio();
-        let transport = (BoundedLines { inner: stdin, run: 0, max: MAX_MESSAGE_LINE }, stdout);
+        let tripped = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let transport = (BoundedLines { inner: stdin, run: 0, max: MAX_MESSAGE_LINE, tripped: tripped.clone() }, stdout);
+        // MCP-1: rmcp takes the read error for the end of its input and `waiting` answers Ok;
+        // the bound's own record says the server stopped because of it (it exited 0, silent).
+        let tripped = move || tripped.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let service = match WaktermMcp::new(paths).serve(transport).await {
             Ok(service) => service,
             Err(error) => {
@@ -388,7 +393,13 @@ pub fn run(paths: DataPaths) -> i32 {
             }
         };
         match service.waiting().await {
-            Ok(_) => crate::protocol::exit::OK,
+            Ok(_) => match tripped() {
+                Some(message) => {
+                    eprintln!("wakterm mcp: {message}");
+                    crate::protocol::exit::ERROR
+                }
+                None => crate::protocol::exit::OK,
+            },
             Err(error) => {
                 eprintln!("wakterm mcp: {error}");
                 crate::protocol::exit::ERROR
@@ -409,6 +420,8 @@ struct BoundedLines<R> {
     /// Bytes since the last newline.
     run: usize,
     max: usize,
+    /// Why the bound ended the input, once it did.
+    tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
@@ -422,6 +435,7 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
                 if run > self.max {
                     buf.set_filled(before); // an error leaves the buffer as it was
                     let message = format!("a message line runs past {} bytes without its end; closing", self.max);
+                    *self.tripped.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
                     return std::task::Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message)));
                 }
             }
@@ -443,10 +457,11 @@ mod tests {
         runtime.block_on(async {
             let input: &[u8] = b"12345\n1234\n123456\n";
             let mut read = Vec::new();
-            let mut bounded = BoundedLines { inner: input, run: 0, max: 5 };
+            let mut bounded = BoundedLines { inner: input, run: 0, max: 5, tripped: Default::default() };
             let error = bounded.read_to_end(&mut read).await.unwrap_err();
             assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
-            let mut fine = BoundedLines { inner: &b"12345\n12345\n"[..], run: 0, max: 5 };
+            assert!(bounded.tripped.lock().unwrap().as_deref().is_some_and(|m| m.contains("past 5 bytes")), "the reason is kept");
+            let mut fine = BoundedLines { inner: &b"12345\n12345\n"[..], run: 0, max: 5, tripped: Default::default() };
             let mut read = Vec::new();
             fine.read_to_end(&mut read).await.unwrap();
             assert_eq!(read, b"12345\n12345\n");

@@ -207,3 +207,28 @@ fn mcp_4_raw_input_claims_only_what_was_written() {
     });
     assert!(!w.user_prompts().iter().any(|p| p == "typo"), "the misspelt call wrote nothing: {:?}", w.user_prompts());
 }
+
+/// MCP-1: a message line past the server's bound ends it with exit 1 and the reason on
+/// stderr. rmcp took the read error for the end of its input: the server exited 0, silent,
+/// and a client with a call in flight learnt nothing.
+#[test]
+fn mcp_1_a_line_past_the_bound_ends_the_server_saying_why() {
+    use std::io::Write;
+    let w = World::new(EXE);
+    let mut server = w.cmd(&["mcp"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn mcp");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    writeln!(stdin, "{initialize}").expect("initialize");
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("initialized");
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..6 {
+        if stdin.write_all(&chunk).is_err() {
+            break; // the server stopped reading
+        }
+    }
+    drop(stdin);
+    let out = server.wait_with_output().expect("the server exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("without its end"), "the reason is said: {stderr}");
+}

@@ -822,7 +822,7 @@ pub fn holder_serves(pid: u32, socket: &Path) -> bool {
 pub fn holder_is_gone(error: &HolderError) -> bool {
     match error {
         HolderError::ConnectRefused { source, .. } => matches!(source.raw_os_error(), Some(libc::ECONNREFUSED) | Some(libc::ENOENT)),
-        HolderError::Timeout { .. } | HolderError::PeerGone { .. } | HolderError::Protocol { .. } | HolderError::Remote { .. } | HolderError::Spawn { .. } => false,
+        HolderError::Timeout { .. } | HolderError::PeerGone { .. } | HolderError::Protocol { .. } | HolderError::NotSent { .. } | HolderError::Remote { .. } | HolderError::Spawn { .. } => false,
     }
 }
 

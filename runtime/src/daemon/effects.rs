@@ -304,6 +304,8 @@ fn delivery_outcome(result: Result<crate::holder::WriteOutcome, HolderError>, le
             error: outcome.error.unwrap_or_else(|| "short write".to_string()),
         },
         Err(error) if left_unknown(&error, "a pane write") => return None,
+        // Refused before anything was sent: nothing can have been written.
+        Err(error @ HolderError::NotSent { .. }) => DeliveryOutcome::Refused { reason: error.to_string() },
         Err(error) => DeliveryOutcome::Failed { bytes_written: 0, error: error.to_string() },
     })
 }
@@ -338,6 +340,8 @@ mod tests {
         assert_eq!(delivery_outcome(Ok(whole), 5), Some(DeliveryOutcome::Complete));
         let short = WriteOutcome { bytes_written: 2, error: Some("eio".into()), refused: None };
         assert!(matches!(delivery_outcome(Ok(short), 5), Some(DeliveryOutcome::Failed { bytes_written: 2, .. })));
+        let unsent = HolderError::NotSent { detail: "connection unusable".into() };
+        assert!(matches!(delivery_outcome(Err(unsent), 5), Some(DeliveryOutcome::Refused { .. })), "nothing was sent");
     }
 
     /// ADM-12 relies on the engine giving up on a write before the daemon's call to the

@@ -62,8 +62,12 @@ pub enum HolderError {
     Timeout { op: &'static str, after: Duration },
     /// The holder closed the connection (it exited, or dropped us) before answering.
     PeerGone { op: &'static str, detail: String },
-    /// The holder sent something that is not the protocol, or the connection is desynchronised.
+    /// The holder sent something that is not the protocol.
     Protocol { detail: String },
+    /// The call was refused before anything was sent (the connection is desynchronised by an
+    /// earlier failure, or the request is over the holder's line limit): nothing reached the
+    /// holder, so nothing was written (MCP-4's `not_started`).
+    NotSent { detail: String },
     /// The holder answered with a structured error.
     Remote {
         kind: WireErrorKind,
@@ -86,6 +90,7 @@ impl std::fmt::Display for HolderError {
                 write!(f, "holder went away during {op}: {detail}")
             }
             HolderError::Protocol { detail } => write!(f, "holder protocol error: {detail}"),
+            HolderError::NotSent { detail } => write!(f, "holder call not sent: {detail}"),
             HolderError::Remote { kind, message } => {
                 write!(f, "holder refused ({kind:?}): {message}")
             }
@@ -274,7 +279,7 @@ impl HolderClient {
         timeout: Duration,
     ) -> Result<T, HolderError> {
         if self.desynchronised {
-            return Err(HolderError::Protocol {
+            return Err(HolderError::NotSent {
                 detail: "connection unusable after an earlier timeout or error".into(),
             });
         }
@@ -283,7 +288,7 @@ impl HolderClient {
         // wrote (an app-server request's id, echoed in its answer) once was not: an assertion
         // here ended the daemon. A request the holder would not read is refused, unsent.
         if line.len() > MAX_LINE_BYTES {
-            return Err(HolderError::Protocol { detail: format!("a {op} request of {} bytes is over the holder's line limit ({MAX_LINE_BYTES}); nothing was sent", line.len()) });
+            return Err(HolderError::NotSent { detail: format!("a {op} request of {} bytes is over the holder's line limit ({MAX_LINE_BYTES}); nothing was sent", line.len()) });
         }
         // Until a reply is parsed, a failure leaves an unknown amount in flight.
         self.desynchronised = true;
@@ -539,7 +544,7 @@ mod tests {
         let mut client = HolderClient::connect(&path).unwrap();
         let (server, _) = listener.accept().unwrap();
         let error = client.write(&vec![b'x'; MAX_LINE_BYTES]).unwrap_err();
-        assert!(matches!(error, HolderError::Protocol { .. }), "{error}");
+        assert!(matches!(error, HolderError::NotSent { .. }), "{error}");
         server.set_nonblocking(true).unwrap();
         let mut byte = [0u8; 1];
         assert!(matches!(std::io::Read::read(&mut &server, &mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "nothing was sent");
