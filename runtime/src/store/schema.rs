@@ -136,11 +136,21 @@ pub struct OpenReport {
 /// Opens `path` read-write with the schema at [`SCHEMA_VERSION`]. The parent directory must exist.
 pub(crate) fn open_database(path: &Path) -> Result<(Connection, OpenReport), StoreError> {
     refuse_links(path)?;
+    // STORE-1: what the watermark remembers is checked before anything is written (the file
+    // created, the schema migrated, an identity given): a lost WAL's database was given a new
+    // schema and store id, its WAL deleted, and only then refused.
+    let watermark = super::watermark::path_for(path);
+    let remembered = super::watermark::remembered(&watermark, path)?;
+    if let (Some(remembered), false) = (&remembered, path.exists()) {
+        super::watermark::compare(&watermark, path, remembered, None)?;
+    }
     let created = create_private_file(path)?;
     if !created {
-        // Before any write, even the WAL switch (which rewrites the header): refuse what we
+        // Before any write, even the WAL switch (which rewrites the header), and before the
+        // read-only look (which makes side files of the database's mode): refuse what we
         // must not touch.
-        preflight_read_only(path)?;
+        refuse_unwritable(path)?;
+        preflight_read_only(path, remembered.as_ref())?;
     }
     let mode_repaired_from = repair_private_mode(path)?;
     let conn = connect(path)?;
@@ -203,7 +213,7 @@ fn create_private_file(path: &Path) -> Result<bool, StoreError> {
 
 /// Makes the database and any WAL/SHM side files private; returns the database's previous mode
 /// when it had to change.
-fn repair_private_mode(path: &Path) -> Result<Option<u32>, StoreError> {
+pub(super) fn repair_private_mode(path: &Path) -> Result<Option<u32>, StoreError> {
     let meta = fs::metadata(path).map_err(|err| StoreError::io(path, &err))?;
     if !meta.is_file() {
         return Err(StoreError::NotAWaktermDatabase {
@@ -220,7 +230,10 @@ fn repair_private_mode(path: &Path) -> Result<Option<u32>, StoreError> {
                 .unwrap_or_default()
         ));
         if let Ok(side_meta) = fs::metadata(&side) {
-            if side_meta.permissions().mode() & 0o077 != 0 {
+            // Private, and the owner's to write: SQLite creates a side file with the
+            // database's mode, so a start refused for a read-only database left 0400 ones,
+            // and every start after the database was made writable again failed on them.
+            if side_meta.permissions().mode() & 0o777 != 0o600 {
                 set_mode_0600(&side)?;
             }
         }
@@ -239,7 +252,7 @@ fn set_mode_0600(path: &Path) -> Result<(), StoreError> {
 
 /// Reads the identity and version through a read-only connection; refuses foreign and newer
 /// files without writing a byte to them.
-fn preflight_read_only(path: &Path) -> Result<(), StoreError> {
+fn preflight_read_only(path: &Path, remembered: Option<&super::watermark::Mark>) -> Result<(), StoreError> {
     let not_ours = |reason: String| StoreError::NotAWaktermDatabase {
         path: path.to_path_buf(),
         reason,
@@ -255,7 +268,26 @@ fn preflight_read_only(path: &Path) -> Result<(), StoreError> {
         }
         other => StoreError::from(other),
     })?;
-    check_identity(path, identity)
+    let empty = identity.object_count == 0;
+    check_identity(path, identity)?;
+    // STORE-1, before any write: the database the watermark remembers.
+    let Some(remembered) = remembered else { return Ok(()) };
+    let found = if empty { None } else { Some(super::watermark::read_mark(&conn)?) };
+    super::watermark::compare(&super::watermark::path_for(path), path, remembered, found.as_ref())
+}
+
+/// STORE-2: a database this user cannot write is refused by name before SQLite opens it
+/// (which fell back to a read-only open and failed later with "attempt to write a readonly
+/// database", naming no file, leaving side files of its mode behind).
+fn refuse_unwritable(path: &Path) -> Result<(), StoreError> {
+    match rustix::fs::access(path, rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK) {
+        Ok(()) => Ok(()),
+        Err(errno) => {
+            let mode = fs::metadata(path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+            let why = format!("{} (mode {mode:o}); wakterm writes its database: make it readable and writable by its owner (chmod 600 {})", std::io::Error::from(errno), path.display());
+            Err(StoreError::io(path, &std::io::Error::new(std::io::ErrorKind::PermissionDenied, why)))
+        }
+    }
 }
 
 struct Identity {

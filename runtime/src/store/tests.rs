@@ -1164,3 +1164,63 @@ fn store_4_a_database_removed_or_replaced_under_the_writer_commits_nothing() {
         assert!(store.load_open_requests().unwrap().is_empty(), "{what}: nothing reached the file opened first");
     }
 }
+
+/// STORE-1: what the watermark remembers is checked before anything is written. A database
+/// whose WAL was lost (its main file from before its commits) was given a schema and a new
+/// store id, its WAL deleted, and only then refused, naming the store id it had just made; a
+/// deleted database was created again. Both are now refused with the file as it was.
+#[test]
+fn store_1_a_lost_database_is_refused_before_anything_is_written() {
+    let scratch = Scratch::new();
+    let db = scratch.db();
+    let name = db.file_name().unwrap().to_string_lossy().to_string();
+    let side = |suffix: &str| db.with_file_name(format!("{name}{suffix}"));
+    let before_commits = {
+        let (_store, writer) = open_pair(&db);
+        let before = fs::read(&db).unwrap(); // the main file; the commits below stay in the WAL
+        writer.commit_blocking(vec![agent("a1", "zola"), request("r1", "registered", "fp1", 1)]).unwrap();
+        writer.commit_blocking(vec![request("r1", "terminal", "fp1", 2)]).unwrap();
+        before
+    };
+    for suffix in ["-wal", "-shm"] {
+        let _ = fs::remove_file(side(suffix));
+    }
+    fs::write(&db, &before_commits).unwrap();
+    let error = StoreWriter::spawn(&db).err().expect("refused").to_string();
+    assert!(error.contains("watermark"), "{error}");
+    assert_eq!(fs::read(&db).unwrap(), before_commits, "nothing was written to the database");
+    // (The read-only look may leave an empty WAL beside it: nothing in it.)
+    assert_eq!(fs::metadata(side("-wal")).map_or(0, |m| m.len()), 0, "nothing was logged");
+    fs::remove_file(&db).unwrap();
+    let error = StoreWriter::spawn(&db).err().expect("refused").to_string();
+    assert!(error.contains("no identity"), "{error}");
+    assert!(!db.exists(), "a deleted database is not created again");
+}
+
+/// STORE-2: side files are private AND their owner's to write: a start refused for a
+/// read-only database left 0400 side files (SQLite gives them the database's mode), and every
+/// start after the database was made writable again failed on them. Run by a user other than
+/// root (for whom nothing is read-only), the read-only database itself is refused by name.
+#[test]
+fn store_2_a_read_only_database_is_refused_by_name_and_its_side_files_are_repaired() {
+    let scratch = Scratch::new();
+    let db = scratch.db();
+    drop(open_pair(&db));
+    let shm = db.with_file_name(format!("{}-shm", db.file_name().unwrap().to_string_lossy()));
+    fs::write(&shm, b"").unwrap();
+    fs::set_permissions(&shm, fs::Permissions::from_mode(0o400)).unwrap();
+    if rustix::process::geteuid().is_root() {
+        eprintln!("root writes a 0400 file: the refusal part is checked by other users only");
+    } else {
+        fs::set_permissions(&db, fs::Permissions::from_mode(0o400)).unwrap();
+        let error = StoreWriter::spawn(&db).err().expect("refused").to_string();
+        assert!(error.contains(&db.display().to_string()) && error.contains("chmod 600"), "{error}");
+        fs::set_permissions(&db, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // The repair itself, as any user sees it (root's SQLite would also just write the file).
+    schema::repair_private_mode(&db).unwrap();
+    assert_eq!(fs::metadata(&shm).unwrap().permissions().mode() & 0o777, 0o600, "repaired at the open");
+    let (store, writer) = open_pair(&db);
+    writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
+    drop((store, writer));
+}

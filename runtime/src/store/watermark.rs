@@ -90,22 +90,46 @@ fn hex16(digest: &[u8]) -> String {
 /// file's creation left before [`Watermark::open`] created it whole (the next start refused
 /// the store as "went backwards" with nothing gone; a review found it).
 pub(crate) fn check(path: &Path, database: &Path, found: &Mark) -> Result<(), StoreError> {
+    match remembered(path, database)? {
+        Some(remembered) => compare(path, database, &remembered, Some(found)),
+        None => Ok(()),
+    }
+}
+
+/// What the watermark at `path` remembers: None when there is none, or it is empty.
+pub(crate) fn remembered(path: &Path, database: &Path) -> Result<Option<Mark>, StoreError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) if bytes.is_empty() => {
             tracing::warn!(path = %path.display(), "the store's watermark is empty (a crash as it was created): it is written again");
-            return Ok(());
+            return Ok(None);
         }
         Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(StoreError::io(path, &error)),
     };
+    let remembered = decode(&bytes).map_err(|why| went_backwards(path, database, format!("the watermark {} is unreadable ({why})", path.display())))?;
+    Ok(Some(remembered))
+}
+
+fn went_backwards(path: &Path, database: &Path, detail: String) -> StoreError {
     let how = format!(
         "If you restored or reset the database on purpose, move {} aside and start again; \
          request ids admitted since the database's state will then be accepted, and written, again",
         path.display()
     );
-    let went_backwards = |detail: String| StoreError::WentBackwards { path: database.to_path_buf(), detail: format!("{detail}. {how}") };
-    let remembered = decode(&bytes).map_err(|why| went_backwards(format!("the watermark {} is unreadable ({why})", path.display())))?;
+    StoreError::WentBackwards { path: database.to_path_buf(), detail: format!("{detail}. {how}") }
+}
+
+/// STORE-1: may a database whose own mark is `found` (None: it has no identity, an empty or
+/// missing file) be opened, given what the watermark at `path` remembers?
+pub(crate) fn compare(path: &Path, database: &Path, remembered: &Mark, found: Option<&Mark>) -> Result<(), StoreError> {
+    let went_backwards = |detail: String| went_backwards(path, database, detail);
+    let Some(found) = found else {
+        return Err(went_backwards(format!(
+            "the database has no identity (it is empty or was deleted) but the watermark remembers store {} with {} commits",
+            remembered.store_id, remembered.commits
+        )));
+    };
     if remembered.store_id != found.store_id {
         return Err(went_backwards(format!(
             "the database is store {} but the watermark remembers store {} with {} commits: the database was emptied, deleted or replaced",
