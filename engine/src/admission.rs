@@ -241,7 +241,7 @@ impl Engine {
                 return Ok(agent_id);
             }
         }
-        let detail = format!("no agent is named {:?}", truncate(&command.target));
+        let detail = format!("no agent has the name or id {:?}", truncate(&command.target));
         Err(blocker(Classification::Unavailable, "agent_unknown", detail))
     }
 

@@ -84,9 +84,11 @@ pub enum AgentCommand {
     /// instead of a TUI: wakterm starts (or, on restart, resumes) one thread and follows its
     /// notifications (transport app_server, correlation source agent_api_events).
     Start {
+        /// The agent's name, unique among running agents (targets name it, or its id).
         #[arg(long)]
         name: String,
-        #[arg(long, default_value = "codex")]
+        /// What runs in the pane: codex (return-final available) or other (one-way only).
+        #[arg(long, default_value = "codex", value_parser = ["codex", "other"])]
         harness: String,
         /// COMMAND speaks the Codex app-server protocol on its stdio (seed 000's managed transport).
         #[arg(long)]
@@ -468,9 +470,16 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     }
     let agents = catalog.body["agents"].as_array().cloned().unwrap_or_default();
     let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
-        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}")));
+        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?}")));
     };
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
+    // MGD-1, MCP-4: a managed agent's pane is its app-server's JSON-RPC stdio. Keys typed there
+    // started turns past admission (no claim, no record, no receipt), and its screen showed
+    // the raw stream, prompts included.
+    if agent["transport"] != "pty" {
+        let message = format!("{target} is a managed app-server session: its pane carries JSON-RPC, not a terminal. Follow it with `agent events --agent {target}`, send prompts with `agent send` or `agent admit`; nothing was attached");
+        return print_reply(Reply::error(exit::USAGE, "attach_needs_pty", message));
+    }
     if agent["state"] == "stopped" {
         return print_reply(not_running(target, agent, pane_evidence(&paths.holder_socket(agent_id), agent["transport"] == "pty")));
     }

@@ -178,7 +178,7 @@ impl WaktermMcp {
         let agents = reply.body["agents"].as_array().cloned().unwrap_or_default();
         let canonical = wakterm_engine::AgentId::parse(target).ok();
         let found = agents.into_iter().find(|a| a["name"] == target || canonical.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
-        found.ok_or_else(|| usage("agent_unknown", format!("no agent is named {target}")))
+        found.ok_or_else(|| usage("agent_unknown", format!("no agent has the name or id {target:?}")))
     }
 
     async fn session_input(&self, args: &SessionArgs) -> CallToolResult {

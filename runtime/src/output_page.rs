@@ -121,7 +121,7 @@ pub fn agent_unknown(target: &str) -> Reply {
         "state": "agent_unknown",
         "target": target,
         "reason": "agent_unknown",
-        "detail": format!("no agent is named {target}"),
+        "detail": format!("no agent has the name or id {target:?}"),
     });
     Reply { exit_code: exit::NOT_FOUND, body }
 }

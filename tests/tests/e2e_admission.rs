@@ -168,6 +168,16 @@ fn corr_14_a_relative_codex_home_is_the_agents_own() {
     let answer: Value = serde_json::from_str(&line).expect("json");
     assert_eq!(answer["body"]["error"], "invalid_cwd", "{answer}");
     assert!(w.catalog_entry("mia").is_none(), "nothing started");
+    // A harness outside the vocabulary (`Codex`) is refused; it quietly turned return-final off.
+    let request = serde_json::json!({"op": "agent_start", "name": "mia", "harness": "Codex", "cwd": cwd,
+        "env": [], "command": [exe, "fake-codex"], "managed": false});
+    let mut stream = std::os::unix::net::UnixStream::connect(w.data.join("run/mux.sock")).expect("connect");
+    std::io::Write::write_all(&mut stream, format!("{request}\n").as_bytes()).expect("send");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line).expect("answer");
+    let answer: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(answer["body"]["error"], "invalid_harness", "{answer}");
+    assert!(w.catalog_entry("mia").is_none(), "nothing started");
     // The CLI sends a missing relative directory absolute: the refusal names what is missing.
     let out = w.run(&["agent", "start", "--name", "mia", "--cwd", "./nope", "--", &exe, "fake-codex"]);
     assert_eq!((out.code, out.json["error"].as_str()), (2, Some("invalid_cwd")), "{out:?}");

@@ -168,6 +168,12 @@ fn mgd_1_2_start_binds_a_thread_and_is_available_without_a_baseline_turn() {
     assert!(events.iter().any(|e| e["kind"] == "agent.started" && e["transport"] == "app_server"), "{events:?}");
     assert_eq!(kinds(&events, "turn.started"), 0, "{events:?}");
 
+    // Its pane is JSON-RPC, not a terminal: `agent attach` is refused, so no keys reach the
+    // app-server (a turn/start typed there started a turn past admission; found by a review).
+    let attach = w.cmd(&["agent", "attach", "mia"]).stdin(std::process::Stdio::piped()).output().expect("attach");
+    let refusal: Value = serde_json::from_slice(&attach.stdout).expect("a JSON refusal");
+    assert_eq!((attach.status.code(), refusal["error"].as_str()), (Some(2), Some("attach_needs_pty")), "{refusal}");
+
     // Only the codex harness can be managed (MGD-1).
     let exe = w.exe.display().to_string();
     let cwd = w.work.display().to_string();

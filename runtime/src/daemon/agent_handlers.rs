@@ -49,6 +49,11 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
     if !std::path::Path::new(&spec.cwd).is_dir() {
         return Reply::error(exit::USAGE, "invalid_cwd", format!("{} is not a directory", spec.cwd));
     }
+    // The vocabulary's harnesses (SPEC): a misspelt one (`Codex`) quietly turned return-final off.
+    if !HARNESSES.contains(&spec.harness.as_str()) {
+        let shown: String = spec.harness.chars().take(64).collect();
+        return Reply::error(exit::USAGE, "invalid_harness", format!("unknown harness {shown:?}: it is one of {}", HARNESSES.join(", ")));
+    }
     if spec.managed && spec.harness != "codex" {
         return Reply::error(exit::USAGE, "invalid_harness", "--managed drives a Codex app-server; the harness must be codex");
     }
@@ -277,13 +282,16 @@ enum StopFailed {
 /// LIFE-3: what a restart or stop that waited for the agent's lifecycle lock says when a stop
 /// ended the agent meanwhile.
 fn stopped_meanwhile(target: &str) -> Reply {
-    Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}: it was stopped meanwhile"))
+    Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?}: it was stopped meanwhile"))
 }
+
+/// The harnesses an agent may name: `codex` (return-final capable) or `other`.
+pub const HARNESSES: [&str; 2] = ["codex", "other"];
 
 pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     use std::sync::atomic::Ordering::SeqCst;
     let Some(agent) = resolve(context, target) else {
-        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?}"));
     };
     let agent_id = agent.record.agent_id.clone();
     let writer = context.writer.clone();
@@ -335,7 +343,7 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
 /// Replaces the agent's process in the same pane (a new incarnation), e.g. after a crash.
 pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
     let Some(agent) = resolve(context, target) else {
-        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target}"));
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?}"));
     };
     let worker = agent.clone();
     let inbox = context.inbox.clone();

@@ -25,7 +25,7 @@ pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<BT
         match (super::agent_handlers::resolve(context, target), wakterm_engine::AgentId::parse(target).ok()) {
             (Some(agent), _) => ids.insert(agent.record.agent_id.clone()),
             (None, Some(id)) => ids.insert(id.as_str().to_string()),
-            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent is named {target} (a stopped agent is reached by its id)"))),
+            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?} (a stopped agent is reached by its id)"))),
         };
     }
     Ok(ids)
