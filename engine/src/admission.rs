@@ -676,19 +676,22 @@ impl Engine {
             // The acknowledgement may already be among the events deferred during the write.
             return self.replay_deferred_events(request_id);
         }
-        self.confirm_after_ack(request_id, false);
+        // ADM-13: nothing was waited for (a return-final send, correlated instead; or no
+        // observer to look): the receipt says `null`, never "not acknowledged".
+        self.confirm_after_ack(request_id, None);
     }
 
-    /// Ends the acknowledgement wait (or skips it). ADM-14: a raw paste without evidence is
-    /// indeterminate, never accepted.
-    pub(crate) fn confirm_after_ack(&mut self, request_id: &RequestId, acknowledged: bool) {
+    /// Ends the acknowledgement wait (`Some`: what it saw) or skips it (`None`). ADM-14: a raw
+    /// paste without evidence is indeterminate, never accepted.
+    pub(crate) fn confirm_after_ack(&mut self, request_id: &RequestId, acknowledged: Option<bool>) {
         let admission = &self.admissions[request_id];
-        if admission.command.paste_mode == PasteMode::Raw && !acknowledged {
+        if admission.command.paste_mode == PasteMode::Raw && acknowledged != Some(true) {
             let detail = "the raw paste was written but the observer never saw it submitted".to_string();
             return self.confirm_indeterminate(request_id, WriteState::Complete, "raw_paste_unacknowledged", detail);
         }
         let ack = (admission.command.operation == Operation::Send || admission.command.paste_mode == PasteMode::Raw)
-            .then_some(acknowledged);
+            .then_some(acknowledged)
+            .flatten();
         self.confirm_accepted(request_id, ack);
     }
 
@@ -872,7 +875,7 @@ impl Engine {
                     self.mark_written(&request_id);
                     self.confirm_indeterminate(&request_id, WriteState::Unknown, "write_result_lost", detail);
                 }
-                Step::AwaitingAck => self.confirm_after_ack(&request_id, false),
+                Step::AwaitingAck => self.confirm_after_ack(&request_id, Some(false)),
                 Step::Registering | Step::Confirming | Step::Releasing => {}
             }
         }

@@ -186,7 +186,7 @@ impl Engine {
         if admission.step == Step::AwaitingAck && &admission.prompt_hash == prompt_hash {
             let ObserverEvent::UserMessage { turn, .. } = event else { unreachable!() };
             self.admissions.get_mut(&claim).expect("exists").ack_turn = turn.clone(); // MGD-3
-            self.confirm_after_ack(&claim, true);
+            self.confirm_after_ack(&claim, Some(true));
         }
     }
 

@@ -485,6 +485,12 @@ fn adm_13_send_return_final_needs_idle() {
     let op = rig.submit(command);
     assert_eq!(classification(&rig, op), Classification::Busy);
     assert_eq!(rig.writes(), 0);
+    // Idle: accepted at once, correlated instead of acknowledged, so its receipt says nothing
+    // of an acknowledgement (`null`; it said `false`, "not taken", of a turn that completed).
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    let command = rig.command(Operation::Send, REQ2, "hi", ReturnMode::ReturnFinal);
+    let op = rig.submit(command);
+    assert_eq!((classification(&rig, op), rig.receipt(op).acknowledged), (Classification::Accepted, None));
 }
 
 /// ADM-14: a raw paste is never `accepted` without observer evidence.
