@@ -531,7 +531,7 @@ impl Engine {
             evidence_dropped: 0,
         };
         let seen = match view {
-            Some(v) => format!("refresh saw turn {:?}, composer {:?}, observer {:?}", v.turn, v.composer, v.status),
+            Some(v) => format!("refresh saw the agent {}, composer {}, observer {}", v.turn, format!("{:?}", v.composer).to_lowercase(), v.status),
             None => "no observer view".to_string(),
         };
         let cursor = record.armed.as_ref().map_or("no cursor".to_string(), |c| format!("armed at {}:{}", c.session.0, c.position));

@@ -436,7 +436,7 @@ impl Engine {
         let record = self.requests.get_mut(request_id).expect("checked above");
         let why = match reason {
             Some(reason) => format!(" {reason} ({})", rule_of(reason)),
-            None => " (RF-2: the bound turn's own final)".to_string(),
+            None => " (CORR-7: the bound turn's own final)".to_string(),
         };
         let seen = self.deciding.as_ref().map_or(String::new(), |e| format!("; evidence: {e}"));
         record.note(self.now_ms, EvidenceStep::Terminal, format!("{state:?}{why}{seen}"));

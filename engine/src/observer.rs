@@ -44,6 +44,28 @@ pub enum TurnState {
     Unknown,
 }
 
+/// RF-6's evidence trail says these in words, not in Rust's debug syntax.
+impl std::fmt::Display for TurnState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TurnState::Idle { last_completed: Some(turn) } => write!(f, "idle after turn {}", turn.0),
+            TurnState::Idle { last_completed: None } => write!(f, "idle, no completed turn"),
+            TurnState::Busy { turn: Some(turn) } => write!(f, "busy in turn {}", turn.0),
+            TurnState::Busy { turn: None } => write!(f, "busy"),
+            TurnState::Unknown => write!(f, "unknown"),
+        }
+    }
+}
+
+impl std::fmt::Display for ObserverStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObserverStatus::Attached => write!(f, "attached"),
+            ObserverStatus::Unavailable { reason } => write!(f, "unavailable ({reason})"),
+        }
+    }
+}
+
 /// CORR-13: the one turn-state fold. The engine's view, the runtime's observer and the
 /// simulator's observer model all call this function, so the three cannot drift.
 ///

@@ -11,7 +11,7 @@ use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
 #[derive(Parser, Debug)]
 #[command(name = "wakterm", version, about = "Hand prompts to terminal coding agents safely: admitted at most once, honest receipts, durable final answers.",
-    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found.\nData directory: $WAKTERM_DATA_DIR (an absolute path), else the platform data directory.")]
+    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found, 7 daemon unresponsive.\nData directory: $WAKTERM_DATA_DIR (an absolute path), else the platform data directory.")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -59,6 +59,8 @@ pub enum Command {
 pub enum MuxCommand {
     /// Starts the daemon; returns once it answers (or stays attached with --foreground).
     Start {
+        /// Run the daemon in this process (for a supervisor) instead of in the background; it
+        /// logs to mux.log in the data directory and stops on SIGTERM or SIGINT.
         #[arg(long)]
         foreground: bool,
         /// Keep at most this many of the newest agent events (EV-9).
@@ -70,6 +72,7 @@ pub enum MuxCommand {
     },
     /// Stops the daemon. Agents keep running unless --all.
     Stop {
+        /// Also stop every agent (their processes end).
         #[arg(long)]
         all: bool,
     },
@@ -99,6 +102,7 @@ pub enum AgentCommand {
         /// Environment for the agent, repeatable: --env CODEX_HOME=/x
         #[arg(long = "env", value_name = "K=V")]
         env: Vec<String>,
+        /// The agent's command and its arguments, after `--` (e.g. `-- codex`).
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
@@ -149,8 +153,9 @@ pub enum AgentCommand {
     },
     /// EXPERIMENTAL shadow page of the agent's normalised Codex output
     /// (schema wakterm.agent-output-shadow.experimental.v1). The first read is a baseline;
-    /// pass its next_cursor back with --after. Exit 0 page, 4 cursor_invalid/session_changed/
-    /// unsupported_harness (a gap: record it), 1 observer_unavailable, 6 unknown agent.
+    /// pass its next_cursor back with --after. Exit 0 page; 4 cursor_invalid, session_changed
+    /// or record_skipped (a gap: record it, go on from its baseline_cursor) or
+    /// unsupported_harness (no Codex record to page); 1 observer_unavailable; 6 unknown agent.
     Output {
         /// Agent name or id.
         target: String,
@@ -273,6 +278,11 @@ pub fn normalise_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsStri
 pub fn run(cli: Cli) -> i32 {
     let paths = match DataPaths::from_env() {
         Ok(paths) => paths,
+        // The MCP server's stdout is its JSON-RPC channel: the error goes to stderr there.
+        Err(error) if matches!(cli.command, Command::Mcp) => {
+            eprintln!("wakterm mcp: no data directory: {error}");
+            return exit::ERROR;
+        }
         Err(error) => return print_reply(Reply::error(exit::ERROR, "no_data_dir", error.to_string())),
     };
     match cli.command {

@@ -507,14 +507,25 @@ fn rf_4_request_get_and_cancel_waiting_request() {
     let cancel = w.run(&["agent", "request", "cancel", &id]);
     assert_eq!(cancel.code, 0, "{cancel:?}");
     assert_eq!(cancel.json["outcome"], "cancelled", "{}", cancel.json);
+    assert_eq!(cancel.json["request_id"], id.as_str(), "every outcome names its request: {}", cancel.json);
     let event = w.wait_terminal(&id);
     assert_eq!(event["state"], "cancelled");
     assert!(event.get("final_message").is_none(), "only completed has final_message: {event}");
     assert_eq!(w.ok(&["agent", "request", "get", &id])["state"], "cancelled");
     let again = w.run(&["agent", "request", "cancel", &id]);
     assert_eq!(again.json["outcome"], "already_terminal", "{again:?}");
+    assert_eq!(again.json["request_id"], id.as_str(), "{again:?}");
     assert_eq!(w.run(&["agent", "request", "get", &new_id()]).code, 6);
     assert_eq!(w.run(&["agent", "request", "cancel", &new_id()]).code, 6);
+    // INP-2: an id that is no UUID is a usage error for cancel as for get (it was "not found").
+    for verb in ["get", "cancel"] {
+        let out = w.run(&["agent", "request", verb, "not-a-uuid"]);
+        assert_eq!((out.code, out.json["error"].as_str()), (2, Some("request_id_malformed")), "{verb}: {out:?}");
+    }
+    // The capabilities name every operation's schema, submit's too.
+    let capabilities = w.ok(&["agent", "capabilities"]);
+    assert_eq!(capabilities["operations"]["agent.request.cancel"]["schema"], "wakterm.agent-request-cancel.v1", "{capabilities}");
+    assert_eq!(capabilities["operations"]["agent.submit"]["receipt_schema"], "wakterm.session-submit.receipt.v1", "{capabilities}");
 }
 
 /// A second `mux start` for the same data dir is refused with a clear error; the data dir is
@@ -772,7 +783,7 @@ fn rf_6_request_get_evidence_of_a_completed_request() {
     let steps: Vec<&str> = got["evidence"].as_array().expect("evidence").iter().filter_map(|e| e["step"].as_str()).collect();
     assert_eq!(steps, vec!["registered", "written", "submitted", "turn_started", "user_message", "bound", "terminal"], "{got}");
     assert!(got["evidence"][4]["detail"].as_str().unwrap().contains("matches ours"), "{got}");
-    assert!(got["evidence"][6]["detail"].as_str().unwrap().starts_with("Completed (RF-2"), "{got}");
+    assert!(got["evidence"][6]["detail"].as_str().unwrap().starts_with("Completed (CORR-7"), "{got}");
     assert_eq!(got["evidence_dropped"], 0);
 }
 

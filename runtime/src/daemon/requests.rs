@@ -150,7 +150,12 @@ fn request_view(record: &wakterm_engine::RequestRecord, published: Option<wakter
 }
 
 pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {
+    // INP-2, as `request get`: an id that is no UUID is a usage error, not "not found".
+    if RequestId::parse(&request_id).is_err() {
+        return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
+    }
     let (reply, answer) = oneshot::channel();
+    let asked = request_id.clone();
     if context.inbox.send(DriverMsg::Cancel { request_id, reply }).await.is_err() {
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
     }
@@ -164,9 +169,16 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
         CancelOutcome::NotReturnFinal { .. } | CancelOutcome::AdmissionInProgress { .. } | CancelOutcome::Failed { .. } => exit::REJECTED,
     };
     let mut body = serde_json::to_value(&outcome).expect("outcomes serialise");
-    body["schema"] = json!("wakterm.agent-request-cancel.v1");
+    body["schema"] = json!(CANCEL_SCHEMA);
+    // Every outcome names the request it answers (`cancelled` and `already_terminal` did not).
+    if body.get("request_id").is_none() {
+        body["request_id"] = json!(RequestId::parse(&asked).map(|id| id.as_str().to_string()).unwrap_or(asked));
+    }
     Reply { exit_code, body }
 }
+
+/// The schema of `agent request cancel`'s answer.
+pub const CANCEL_SCHEMA: &str = "wakterm.agent-request-cancel.v1";
 
 /// What `request watch` reads: every terminal event, stored and live (TERM-3).
 #[derive(Clone)]
