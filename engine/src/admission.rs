@@ -516,6 +516,8 @@ impl Engine {
             process: agent.facts.process,
             session,
             correlation_source: return_final.then(|| self.source_of(&admission.agent_id)),
+            armed_event_sequence: (return_final && self.source_of(&admission.agent_id) == crate::receipt::CorrelationSource::AgentApiEvents)
+                .then(|| self.events_published_through()),
             armed,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),

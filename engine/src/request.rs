@@ -104,6 +104,11 @@ pub struct RequestRecord {
     pub session: Option<SessionId>,
     pub correlation_source: Option<CorrelationSource>,
     pub armed: Option<Cursor>,
+    /// Seed 000 / RF-2: a managed session's armed cursor as callers see it is the durable
+    /// Agent API event sequence: the agent event stream's published mark when the request was
+    /// armed. Every event of the agent after the armed position is numbered above it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub armed_event_sequence: Option<u64>,
     pub baseline_turn: Option<TurnId>,
     /// HASH-1 hash of the prompt; the prompt text itself is stored only in `shared_prompt`.
     pub prompt_hash: String,
@@ -178,7 +183,10 @@ impl RequestRecord {
             return_mode: self.return_mode,
             correlation_source: self.correlation_source,
             baseline_provider_turn: self.baseline_turn.clone(),
-            armed_cursor: self.correlation_source.zip(self.armed.as_ref()).map(|(source, cursor)| cursor.render(source)),
+            armed_cursor: self.correlation_source.zip(self.armed.as_ref()).map(|(source, cursor)| match (source, self.armed_event_sequence) {
+                (CorrelationSource::AgentApiEvents, Some(sequence)) => format!("ev1.{}.{sequence}", cursor.session.0),
+                _ => cursor.render(source),
+            }),
             acknowledged,
             replayed: false,
             reason: reason.map(str::to_string),

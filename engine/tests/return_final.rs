@@ -170,7 +170,10 @@ fn corr_11_process_exit() {
     assert_eq!(only_terminal(&rig).state, TerminalState::Indeterminate);
 }
 
-/// CORR-8: a managed app-server agent uses the durable event sequence as its cursor.
+/// CORR-8, seed 000: a managed app-server agent's armed cursor is the durable Agent API event
+/// sequence (`ev1.<thread>.<sequence>`): the stream's published mark when the request was
+/// armed, so `agent events --after` it shows everything after the boundary. It was the
+/// position in the app-server's output, which no stream or catalog field names (a review).
 #[test]
 fn corr_8_managed_sessions_use_event_sequence() {
     let mut rig = Rig::with_idle_zola();
@@ -179,10 +182,19 @@ fn corr_8_managed_sessions_use_event_sequence() {
     facts.managed = Some(ManagedIds { thread_id: "sess-1".into(), session_id: session() }); // MGD-2
     rig.input(Input::AgentUpserted(facts));
     rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    let through = rig.engine.events_published_through();
+    assert!(through > 0, "the stream has published the agent's start");
     let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     let receipt = rig.receipt(op).clone();
     assert_eq!(receipt.correlation_source, Some(CorrelationSource::AgentApiEvents));
-    assert_eq!(receipt.armed_cursor.as_deref(), Some("ev1.sess-1.1000"));
+    assert_eq!(receipt.armed_cursor, Some(format!("ev1.sess-1.{through}")));
+    rig.turn_started("turn-1", 1010);
+    let started: Vec<u64> = rig.published_events.iter().filter(|e| e.kind() == "turn.started").map(|e| e.sequence).collect();
+    assert!(!started.is_empty() && started.iter().all(|s| *s > through), "after the boundary, above the cursor: {started:?} vs {through}");
+    let (pty, op) = armed_rig("hi");
+    let cursor = pty.receipt(op).armed_cursor.clone().expect("armed");
+    assert!(cursor.starts_with("pf1."), "PTY agents keep the provider-file cursor: {cursor}");
     let mut snapshot = idle_snapshot("inc-1", 100);
     snapshot.status = ObserverStatus::Unavailable { reason: "event stream dropped".to_string() };
     rig.snapshots.insert(agent_id(ZOLA), Ok(snapshot));

@@ -223,6 +223,10 @@ fn mgd_3_return_final_admissions_complete_with_their_own_finals() {
         assert_eq!(event["incarnation"], inc.as_str(), "{event}");
         let turn = s(&event["provider_turn_id"]).to_string();
         assert!(!turns.contains(&turn), "a new turn for each prompt: {turns:?}");
+        // Seed 000: the armed cursor is the durable Agent API event sequence: the turn the
+        // prompt started is numbered above it, so `agent events --after` it shows that turn.
+        let started = agent_events(&w, "mia").into_iter().find(|e| e["kind"] == "turn.started" && e["provider_turn_id"] == turn.as_str()).expect("turn.started");
+        assert!(started["sequence"].as_u64().unwrap() > position, "{started} after the armed cursor {cursor}");
         let got = w.ok(&["agent", "request", "get", &id]);
         assert_eq!((s(&got["state"]), s(&got["bound_provider_turn"])), ("completed", turn.as_str()), "{got}");
         assert_eq!(got["terminal_event"], event, "{got}");
