@@ -216,6 +216,10 @@ pub enum Mutant {
     /// through, so the re-proof is asked again at the next read whatever the backoff: a process
     /// whose answers prove nothing (`app_server.resume_foreign_session`) is asked for ever.
     ReproofWriteReportedFailed,
+    /// Restart glue (LIVE-1): an agent whose holder did not answer the first probe is
+    /// registered at once with no process (as the daemon did until a review found it), so the
+    /// requests bound to its running turn end `incarnation_changed` while it runs on.
+    SilentHolderRegisteredGone,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -262,6 +266,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::AnyHolderRead, "any_holder_read", "managed observer glue reads whichever holder answers at the agent's socket as its process's own"),
     (Mutant::ResumeIgnoresItsProcess, "resume_ignores_its_process", "resume glue reads a resume's cursor in whatever process the agent runs when it comes"),
     (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
+    (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
 ];
 
 impl Mutant {

@@ -839,6 +839,11 @@ impl Oracle {
         }
     }
 
+    /// A terminal reason that claims what the ground truth does not hold.
+    pub fn false_evidence(&mut self, message: String) {
+        self.fail(Kind::Evidence, message);
+    }
+
     pub fn unfinished(&mut self, message: String) {
         self.fail(Kind::Unfinished, message);
     }

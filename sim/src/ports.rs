@@ -268,6 +268,15 @@ impl Effects for SimEffects {
         }
         let durable = is_durable(&w, &event);
         w.log(format!("publish {} seq {seq} {:?} turn {:?} reason {:?}", event.request_id, event.state, event.provider_turn_id.as_ref().map(|t| &t.0), event.reason));
+        // LIVE-1: `incarnation_changed` is a claim about the process: false while the process
+        // the request was admitted to still runs (an unanswered probe registered as "gone").
+        if event.reason.as_deref() == Some("incarnation_changed") {
+            let same = agent_index(&w, &event.agent_id).is_some_and(|a| w.agents[a].process.map(|p| p.incarnation()).as_ref() == Some(&event.incarnation));
+            if same {
+                let m = format!("{}: ended incarnation_changed although its process {} still runs", event.request_id, event.incarnation.0);
+                w.oracle.false_evidence(m);
+            }
+        }
         *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
         w.oracle.on_terminal(&event, durable);
         let riding = riding_terminal_events(&w, &event);
@@ -1151,7 +1160,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
         for a in 0..agents {
             {
                 let mut w = world.lock().unwrap();
-                if unwoken(&mut w, a) {
+                if still_silent(&mut w, &inbox, a) || unwoken(&mut w, a) {
                     continue;
                 }
                 w.agents[a].observer.last_look_ms = wakterm_runtime::driver::now_ms();
@@ -1342,6 +1351,42 @@ struct Liveness {
     process_changed: bool,
     /// Mutant `liveness_sent_after_release`: the change's step, still to be sent.
     late: Option<Vec<Input>>,
+}
+
+/// `reattach_agents`' late half: `StartupComplete` once every agent silent at the start is
+/// registered, or after `STARTUP_PENDING_BOUND` (30 s), for the daemon of `epoch` only.
+async fn startup_complete_when_registered(world: Shared, inbox: mpsc::Sender<DriverMsg>, epoch: u64) {
+    let give_up = wakterm_runtime::driver::now_ms() + 30_000;
+    loop {
+        {
+            let w = world.lock().unwrap();
+            if w.daemon_epoch != epoch {
+                return; // that daemon died
+            }
+            let waiting = w.agents.iter().any(|agent| agent.silent_until_ms.is_some());
+            if !waiting || wakterm_runtime::driver::now_ms() >= give_up {
+                send_if_running(&inbox, Input::StartupComplete);
+                return;
+            }
+        }
+        madsim::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// LIVE-1 at start: an agent whose holder was silent is registered by the first look after
+/// the silence (a new observer of the process that runs then, its facts sent under the lock),
+/// and only then joins the monitor. True while it is still silent: nothing else looks at it.
+fn still_silent(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize) -> bool {
+    let Some(until) = w.agents[a].silent_until_ms else { return false };
+    if wakterm_runtime::driver::now_ms() < until {
+        return true;
+    }
+    w.agents[a].silent_until_ms = None;
+    w.reset_observer(a);
+    let facts = w.agents[a].facts();
+    w.log(format!("a{a} its holder answers: registered {:?}", facts.incarnation));
+    send_if_running(inbox, Input::AgentUpserted(facts));
+    false
 }
 
 /// The monitor's liveness look. `liveness.unknown` (LIVE-1, LIVE-2): the holder's answer to
@@ -1546,12 +1591,34 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // EV-5: the checkpoints the dead daemon's engine still held are gone with it.
         w.checkpoint_weights.clear();
         w.checkpoint_sent.clear();
+        let now = wakterm_runtime::driver::now_ms();
+        let mut silent = false;
         for a in 0..w.agents.len() {
             w.reset_observer(a);
+            // LIVE-1: a holder that does not answer the first probe (stopped, its slots full):
+            // the agent is registered once a probe knows, and `StartupComplete` waits for it.
+            if w.agents[a].process.is_some() && w.fault_roll(0.04) {
+                w.counters.fault("liveness.silent_at_start");
+                let until = now + thread_rng().gen_range(500..8_000);
+                w.log(format!("a{a} its holder is silent at the daemon's start until {until}"));
+                w.agents[a].silent_until_ms = Some(until);
+                if w.mutant == Mutant::SilentHolderRegisteredGone {
+                    let facts = wakterm_engine::AgentFacts { incarnation: None, process: None, ..w.agents[a].facts() };
+                    send(&inbox, Input::AgentUpserted(facts)); // the bug: "unknown" taken for "gone"
+                    continue;
+                }
+                silent = true;
+                continue;
+            }
+            w.agents[a].silent_until_ms = None;
             let facts = w.agents[a].facts();
             send(&inbox, Input::AgentUpserted(facts));
         }
-        send(&inbox, Input::StartupComplete);
+        if silent {
+            madsim::task::spawn(startup_complete_when_registered(world.clone(), inbox.clone(), w.daemon_epoch + 1));
+        } else {
+            send(&inbox, Input::StartupComplete);
+        }
         w.daemon_epoch += 1;
         w.inbox = Some(inbox.clone());
         w.wake = Some(wake_tx);

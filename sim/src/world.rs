@@ -79,6 +79,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.resume_foreign_session",
     "app_server.resume_full_history",
     "liveness.unknown",
+    "liveness.silent_at_start",
     "monitor.wake_lost",
     "monitor.watch_incomplete",
     "store.commit_failed",
@@ -649,6 +650,10 @@ pub struct Agent {
     pub app: Option<crate::app_server::AppServer>,
     /// MGD-4: the daemon's observer of that stream (the port; reset with the daemon).
     pub port: Option<crate::app_server::ManagedPort>,
+    /// LIVE-1 at start (`liveness.silent_at_start`): the holder does not answer the daemon's
+    /// first probe until then; the daemon registers the agent with the engine (and adds it to
+    /// its monitor) only once a probe knows (`reattach_agents`). None: registered.
+    pub silent_until_ms: Option<u64>,
 }
 
 impl Agent {
@@ -691,6 +696,7 @@ impl Agent {
             pane: Pane::new(),
             app: None,
             port: None,
+            silent_until_ms: None,
         };
         if transport == Transport::AppServer {
             // MGD-2: one thread (== session) for the agent's whole life; its stream starts with

@@ -900,3 +900,35 @@ fn live_1_members_end_with_their_leader(stop: bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// LIVE-1, REC-2: a holder that does not answer when the daemon starts (stopped here; its 64
+/// connection slots full does the same) is "unknown", not "no process". The start no longer
+/// waits out its 15 s probe (every `mux start` timed out), and the return-final request bound
+/// to its turn is not ended `incarnation_changed`: it completes once the holder answers. It was
+/// registered as gone, and the request ended although its process ran on and finished the turn
+/// (a review reproduced it).
+#[test]
+fn live_1_a_holder_silent_at_start_keeps_its_requests() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "6000"]);
+    let warm = w.ok(&["agent", "send", "zola", "--return-final", "a first turn"]);
+    assert_eq!(w.wait_terminal(warm["request_id"].as_str().unwrap())["state"], "completed");
+    w.wait_agent("zola", "idle again", |z| z["return_final_available"] == true);
+    let prompt = "running while the holder is stopped";
+    let admitted = w.ok(&["agent", "send", "zola", "--return-final", prompt]);
+    let id = admitted["request_id"].as_str().unwrap().to_string();
+    w.wait_until("bound to its turn", || w.ok(&["agent", "request", "get", &id])["state"] == "bound");
+    let daemon = w.daemon_pid();
+    w.ok(&["mux", "stop"]);
+    w.wait_until("the daemon exited", || support::all_threads_dead(daemon));
+    let holders = w.holder_pids();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    unsafe { libc::kill(holders[0], libc::SIGSTOP) };
+    let started = w.run(&["mux", "start"]);
+    unsafe { libc::kill(holders[0], libc::SIGCONT) };
+    assert_eq!(started.code, 0, "a silent holder must not fail the start: {started:?}");
+    let event = w.wait_terminal(&id);
+    assert_eq!((event["state"].as_str(), event["reason"].as_str()), (Some("completed"), None), "{event}");
+    assert_eq!(event["incarnation"], entry["incarnation"], "{event}");
+}

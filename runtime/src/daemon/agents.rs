@@ -507,11 +507,31 @@ impl AgentRuntime {
     /// observer (its last records, then `ProcessExited { drained: true }`, CORR-11), then
     /// installs a fresh observer for the new incarnation. Returns None when nothing changed.
     pub fn refresh_liveness(&self) -> Option<Vec<ObserverEvent>> {
+        self.probe_liveness().ok().flatten()
+    }
+
+    /// [`AgentRuntime::refresh_liveness`] that tells an unknown answer (LIVE-1: a holder that
+    /// did not answer, or answered garbage) apart: `Err(())`, nothing changed.
+    pub fn probe_liveness(&self) -> Result<Option<Vec<ObserverEvent>>, ()> {
         let (stamp, answer) = self.holder_info_stamped();
         match self.apply_liveness(stamp, answer, None) {
-            Applied::Changed(events) => Some(events),
-            Applied::Same | Applied::Stale | Applied::Unknown => None,
+            Applied::Changed(events) => Ok(Some(events)),
+            Applied::Same | Applied::Stale => Ok(None),
+            Applied::Unknown => Err(()),
         }
+    }
+
+    /// LIVE-1 at start: the engine hears of an agent whose first probe was unknown once a
+    /// probe knows (the monitor's, which forwards the change, or this one's late answer), under
+    /// the observer lock every liveness change is sent under. `Err` while still unknown.
+    pub fn register_when_known(&self, inbox: &mpsc::Sender<DriverMsg>) -> Result<(), ()> {
+        let _observer = self.observer.lock().expect("observer lock");
+        let liveness = self.liveness.lock().expect("liveness lock").clone();
+        if liveness.answered_at == 0 {
+            return Err(()); // no answer applied yet: the liveness is still the initial "gone"
+        }
+        let _ = inbox.blocking_send(DriverMsg::Input(Input::AgentUpserted(self.facts())));
+        Ok(())
     }
 
     /// [`AgentRuntime::refresh_liveness`] with the holder's answer already read, by the read

@@ -407,22 +407,64 @@ async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::S
         let loaded = checkpoints.remove(&record.agent_id);
         let agent = Arc::new(AgentRuntime::new(paths, record).with_loaded_checkpoint(loaded));
         let probe = agent.clone();
-        probes.push((agent, tokio::task::spawn_blocking(move || probe.refresh_liveness())));
+        probes.push((agent, tokio::task::spawn_blocking(move || probe.probe_liveness())));
     }
-    let mut reattached = Vec::new();
+    let mut pending = Vec::new();
+    let answer_by = tokio::time::Instant::now() + STARTUP_PROBE_BOUND;
     for (agent, probe) in probes {
-        let _ = probe.await;
         // In the table before the engine hears of it: the engine may at once ask the effects
         // to resume this agent's observer (REC-2).
         agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
-        let _ = inbox.send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).await;
-        reattached.push(agent);
+        match tokio::time::timeout_at(answer_by, probe).await {
+            Ok(Ok(Ok(_))) => {
+                let _ = inbox.send(DriverMsg::Input(Input::AgentUpserted(agent.facts()))).await;
+                monitor.add(agent);
+            }
+            // LIVE-1: unknown (a holder that did not answer in time: stopped, or its connection
+            // slots full) is not "no process": the engine hears of this agent once a probe
+            // knows. Registered as gone, its bound requests ended `incarnation_changed` while
+            // its process ran on and finished the turn (a review reproduced it with SIGSTOP).
+            _ => {
+                tracing::warn!(agent_id = %agent.record.agent_id, "its holder did not answer at start (LIVE-1): registered once a probe knows");
+                pending.push(agent);
+            }
+        }
     }
-    let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
-    for agent in reattached {
-        monitor.add(agent);
-    }
+    let (inbox, monitor) = (inbox.clone(), monitor.clone());
+    tokio::spawn(async move {
+        // REC-2: the requests of an agent not registered yet stay suspended until then; past
+        // the bound, `StartupComplete` ends them (`agent_missing_after_restart`).
+        let give_up = std::time::Instant::now() + STARTUP_PENDING_BOUND;
+        let asks: Vec<_> = pending
+            .into_iter()
+            .map(|agent| {
+                let sender = inbox.clone();
+                tokio::task::spawn_blocking(move || {
+                    while agent.register_when_known(&sender).is_err() && std::time::Instant::now() < give_up {
+                        if agent.probe_liveness().is_err() {
+                            std::thread::sleep(std::time::Duration::from_millis(250));
+                        }
+                    }
+                    agent
+                })
+            })
+            .collect();
+        for ask in asks {
+            if let Ok(agent) = ask.await {
+                monitor.add(agent); // from now on its changes are forwarded as any agent's
+            }
+        }
+        let _ = inbox.send(DriverMsg::Input(Input::StartupComplete)).await;
+    });
 }
+
+/// LIVE-1 at start: how long the daemon waits for its agents' holders to answer before it
+/// serves (well under `mux start`'s 15 s: one stopped holder made every start time out).
+const STARTUP_PROBE_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// REC-2, LIVE-1: how long an agent whose holder did not answer at start keeps its requests
+/// suspended, waiting for a probe that knows, before `StartupComplete` ends them.
+const STARTUP_PENDING_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// LIFE-1: a holder socket in the holder directory whose agent is not in the catalog belongs to
 /// a start that never reached the store (a daemon of an older version that crashed mid-start).
