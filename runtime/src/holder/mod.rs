@@ -25,6 +25,7 @@ use std::path::PathBuf;
 
 pub use attach::{attach, DETACH_KEY};
 pub use daemonize::log_path;
+pub use server::FIRST_REQUEST_TIMEOUT;
 pub use client::{
     spawn_holder, spawn_holder_with_args, write_call_bound, write_start_by, write_steps_call_bound, HolderClient,
     HolderError, Subscription, DEFAULT_CALL_TIMEOUT, HOLDER_CALL_TIMEOUT, SPAWN_READY_DEADLINE,

@@ -27,6 +27,10 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const STREAM_HEARTBEAT: Duration = Duration::from_secs(5);
 /// A connection that sends no request for this long is closed, freeing its slot.
 const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// A new connection must send its first request within this (CONN-2's rule for the daemon):
+/// 64 sockets opened and left silent held every slot for `CONNECTION_IDLE_TIMEOUT`, and a
+/// restarted daemon's probes were answered `busy` (a review reproduced it).
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A client that does not take a reply within this is dropped, so it cannot stall the holder.
 const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -196,13 +200,18 @@ impl Drop for ConnectionSlot {
 }
 
 fn serve_connection(stream: UnixStream, pane: &Arc<Pane>, socket: &SocketOwnership) {
-    let _ = stream.set_read_timeout(Some(CONNECTION_IDLE_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(FIRST_REQUEST_TIMEOUT));
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(stream);
+    let mut first = true;
     loop {
         let line = match read_line_bounded(&mut reader, MAX_LINE_BYTES) {
+            Ok(Some(line)) if std::mem::take(&mut first) => {
+                let _ = reader.get_ref().set_read_timeout(Some(CONNECTION_IDLE_TIMEOUT));
+                line
+            }
             Ok(Some(line)) => line,
             Ok(None) | Err(LineError::Io(_)) | Err(LineError::Truncated) => return,
             Err(LineError::TooLong) => {
