@@ -220,6 +220,11 @@ fn ev_9_a_cursor_ahead_of_the_store_is_refused_and_a_closed_reader_ends_quietly(
     }
     let out = w.run(&["agent", "request", "watch", "--once", "--after", "0"]);
     assert_eq!(out.code, 0, "{out:?}");
+    // A stream's agent filter is bounded: one kept 26,000 names for its life (a review).
+    let ids: Vec<String> = (0..=wakterm_runtime::daemon::events::MAX_EVENT_FILTER_AGENTS).map(|_| new_id()).collect();
+    let filters: Vec<&str> = ids.iter().flat_map(|id| ["--agent", id.as_str()]).collect();
+    let (code, events, answer) = read_events(&w, 0, &filters);
+    assert_eq!((code, events.len(), answer["error"].as_str()), (2, 0, Some("too_many_agents")), "{answer}");
 
     let mut reader = w.cmd(&["agent", "events", "--after", "0"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("agent events");
     let mut first = String::new();

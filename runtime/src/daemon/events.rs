@@ -92,8 +92,20 @@ impl super::stream::Feed for AgentEvents {
     const REBASE: &'static str = "take `agent catalog` and pass its events_through to --after";
 }
 
+/// EV-*: the most `--agent` filters one stream takes. Without a bound a 1 MiB request named
+/// 26,000 agents, each stream kept them (4.7 MB) for its whole life and scanned them for every
+/// event, on the reactor (a review measured admissions slowed to a second).
+pub const MAX_EVENT_FILTER_AGENTS: usize = 256;
+
 pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool, targets: Vec<String>) {
-    let agents = match resolve_agents(context, &targets) {
+    if targets.len() > MAX_EVENT_FILTER_AGENTS {
+        let message = format!("{} agents named; a stream follows at most {MAX_EVENT_FILTER_AGENTS} (or all, naming none)", targets.len());
+        let _ = write_line(writer, &serde_json::to_value(Reply::error(exit::USAGE, "too_many_agents", message)).unwrap_or_default()).await;
+        return;
+    }
+    let resolved = resolve_agents(context, &targets);
+    drop(targets); // not kept for the stream's life
+    let agents = match resolved {
         Ok(agents) => agents.into_iter().collect(),
         Err(reply) => {
             let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;

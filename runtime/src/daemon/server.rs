@@ -35,6 +35,9 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
         Ok(Err(error)) => Err(Reply::error(exit::USAGE, "bad_request", format!("the request could not be read: {error}"))),
         Ok(Ok(_)) => crate::protocol::parse_request_line(&line),
     };
+    // A stream lives as long as its subscriber: the request line (up to 1 MiB) is not kept
+    // with it (300 subscribers with padded lines held 300 MB; a review measured it).
+    drop(line);
     let request = match parsed {
         Ok(request) => request,
         Err(reply) => {
