@@ -62,7 +62,16 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
 
 /// CONN-1: the answer to a connection over the daemon's cap: one clear error line, then close.
 pub async fn refuse_over_cap(stream: UnixStream, cap: usize) {
-    tracing::warn!(cap, "control connection over the cap refused (CONN-1)");
+    // LOG-1: one line a second at most, with how many were refused: a line per refusal let a
+    // client churning connections (16,000 a second) rotate the admissions out of the log in
+    // about 100 s (a review measured the rate).
+    static REFUSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static LAST_LOGGED_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let refused = REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let now_s = crate::driver::now_ms() / 1_000;
+    if LAST_LOGGED_S.swap(now_s, std::sync::atomic::Ordering::Relaxed) != now_s {
+        tracing::warn!(cap, refused_so_far = refused, "control connection over the cap refused (CONN-1)");
+    }
     let (_, mut write_half) = stream.into_split();
     let message = format!("the daemon already serves {cap} connections; retry shortly (nothing was done)");
     let reply = Reply::error(exit::ERROR, "too_many_connections", message);

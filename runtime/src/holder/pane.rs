@@ -540,17 +540,24 @@ impl Pane {
             pixel_width: 0,
             pixel_height: 0,
         };
-        pty.master
-            .resize(size)
-            .map_err(|e| PaneError(format!("resize: {e}")))?;
-        let mut state = self.lock();
         // SUB-4: a new size makes the child redraw (SIGWINCH): new output and another screen
         // that no Enter caused. Counted as a write, a submit waiting for its acknowledgement
         // then answers `superseded` rather than take the redraw for a reaction (a review
         // found `agent attach` resizing the pane could so acknowledge a swallowed Enter).
-        if (state.cols, state.rows) != (cols, rows) {
+        // Counted BEFORE the resize sends the signal: counted after, a redraw read in between
+        // was a change with no write (a review found the window). A failed resize over-counts,
+        // which only makes a waiting submit say `superseded`.
+        let current = {
+            let state = self.lock();
+            (state.cols, state.rows)
+        };
+        if current != (cols, rows) {
             self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
+        pty.master
+            .resize(size)
+            .map_err(|e| PaneError(format!("resize: {e}")))?;
+        let mut state = self.lock();
         state.screen.set_size(rows, cols);
         state.cols = cols;
         state.rows = rows;
