@@ -336,6 +336,9 @@ mod tests {
             };
             inbox.send(DriverMsg::Input(Input::AgentUpserted(facts))).await.unwrap();
             inbox.send(DriverMsg::Input(Input::StartupComplete)).await.unwrap();
+            // HIST-5: an empty store, said so; the new id then needs no lookup (a
+            // `generated_id` no longer skips one by itself, HIST-2).
+            inbox.send(DriverMsg::Input(Input::HistorySeed { ids: Vec::new(), complete: true })).await.unwrap();
             let command = AdmitCommand {
                 op: OpId(0),
                 operation: Operation::Send,
