@@ -386,15 +386,18 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
     let generated_id = request_id.is_none();
     let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let return_mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
-    // INP-1, answered locally: the request line would exceed what the daemon reads.
-    let too_large = |detail: String| client::oversized_prompt(operation, return_mode, Some(&request_id), detail);
+    // INP-1, answered locally: the request line would exceed what the daemon reads, or the
+    // bytes are no text. A receipt as the daemon's (it was a bare error for non-UTF-8).
+    let refused = |reason: &str, detail: String| client::refused_input(operation, return_mode, Some(&request_id), !generated_id, reason, detail);
     let prompt = if message == "-" {
-        match read_stdin_prompt(&mut std::io::stdin().lock(), limit)? {
-            StdinPrompt::Text(text) => text,
-            StdinPrompt::TooLarge { bytes, exact } => {
+        match read_stdin_prompt(&mut std::io::stdin().lock(), limit) {
+            Ok(StdinPrompt::Text(text)) => text,
+            Ok(StdinPrompt::TooLarge { bytes, exact }) => {
                 let size = if exact { format!("{bytes} bytes") } else { format!("more than {bytes} bytes") };
-                return Err(too_large(format!("the prompt on standard input is {size}; the limit is {limit}")));
+                return Err(refused("prompt_too_large", format!("the prompt on standard input is {size}; the limit is {limit}")));
             }
+            Err(reply) if reply.body["error"] == "prompt_not_utf8" => return Err(refused("prompt_not_utf8", "the prompt on standard input is not UTF-8".to_string())),
+            Err(reply) => return Err(reply),
         }
     } else {
         message.to_string()

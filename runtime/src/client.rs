@@ -143,12 +143,16 @@ pub fn check_prompt_size(admit: &crate::protocol::AdmitRequest) -> Result<(), Re
     if admit.prompt.len() <= wakterm_engine::limits::MAX_PROMPT_BYTES {
         return Ok(());
     }
-    let detail = wakterm_engine::prompt::PromptError::TooLarge { bytes: admit.prompt.len() }.detail();
-    Err(oversized_prompt(admit.operation, admit.return_mode, admit.request_id.as_deref(), detail))
+    let error = wakterm_engine::prompt::PromptError::TooLarge { bytes: admit.prompt.len() };
+    let named = (!admit.generated_id).then_some(()).and(admit.request_id.as_deref());
+    Err(refused_input(admit.operation, admit.return_mode, admit.request_id.as_deref(), named.is_some(), error.reason(), error.detail()))
 }
 
-/// The `invalid` / `prompt_too_large` receipt of a prompt refused before it was sent (INP-1).
-pub fn oversized_prompt(operation: wakterm_engine::Operation, return_mode: wakterm_engine::ReturnMode, request_id: Option<&str>, detail: String) -> Reply {
+/// The `invalid` receipt of input refused before it was sent (INP-1: too large, not UTF-8),
+/// as the daemon gives it. IDEM-7: under an id the caller named (not one generated just now)
+/// it is never retry-safe: that id may have been written, which only the daemon could tell
+/// (the daemon's own refusal of such input looks the id up; this one cannot).
+pub fn refused_input(operation: wakterm_engine::Operation, return_mode: wakterm_engine::ReturnMode, request_id: Option<&str>, caller_named_id: bool, reason: &str, detail: String) -> Reply {
     let context = wakterm_engine::receipt::ReceiptContext {
         request_id: request_id.and_then(|id| wakterm_engine::RequestId::parse(id).ok()),
         agent_id: None,
@@ -156,8 +160,10 @@ pub fn oversized_prompt(operation: wakterm_engine::Operation, return_mode: wakte
         operation,
         return_mode,
     };
-    let reason = wakterm_engine::prompt::PromptError::TooLarge { bytes: 0 }.reason();
-    let receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, reason, detail, context);
+    let mut receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, reason, detail, context);
+    if caller_named_id {
+        receipt.retry_safe = false;
+    }
     Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }
 }
 

@@ -236,6 +236,11 @@ fn life_4_a_stopped_agent_says_how_it_ended() {
     let started = w.start_agent("zola", REPLY, &[]);
     let idle = w.wait_agent("zola", "idle", |z| z["state"] == "idle");
     assert!(idle["exit_code"].is_null(), "a running agent has no exit code: {idle}");
+    // Attached with input that ends (not a terminal): it detaches quietly, exit 0; the end of
+    // the stream it closed itself is not "the holder went away" (a review saw that message).
+    let attached = w.cmd(&["agent", "attach", "zola"]).stdin(std::process::Stdio::null()).output().expect("attach");
+    let shown = String::from_utf8_lossy(&attached.stdout);
+    assert!(attached.status.success() && !shown.contains("stream ended"), "{:?}: {shown}", attached.status);
     let pid = started["pid"].as_i64().expect("the start names the pid") as u32;
     support::sigkill_and_wait(pid);
     let killed = w.wait_agent("zola", "stopped by SIGKILL", |z| z["state"] == "stopped" && !z["exit_code"].is_null());
@@ -347,6 +352,15 @@ fn oversized_prompt_on_stdin_is_invalid() {
     assert_eq!(json["reason"], "prompt_too_large");
     assert_eq!(json["request_id"], id.as_str());
     assert_eq!(json["prompt_written"], false);
+    // IDEM-7: the CLI cannot tell whether the id it was given was written: never retry-safe.
+    assert_eq!(json["retry_safe"], false, "{json}");
+    // Bytes that are no UTF-8 get the same kind of receipt (it was a bare error object).
+    let mut child = w.cmd(&["agent", "send", "zola", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"caf\xe9 latin-1").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!((out.status.code(), json["classification"].as_str(), json["reason"].as_str()), (Some(4), Some("invalid"), Some("prompt_not_utf8")), "{json}");
+    assert_eq!((json["schema"].as_str(), json["retry_safe"].as_bool()), (Some("wakterm.agent-admission.receipt.v1"), Some(true)), "a generated id is new: {json}");
 }
 
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.

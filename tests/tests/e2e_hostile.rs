@@ -765,22 +765,42 @@ fn hold_1_a_screen_too_large_for_a_reply_is_cut_and_costs_no_slot() {
     client().shutdown().expect("shutdown still answers");
 }
 
-/// CONN-2 for a holder: connections that send no request are closed after
-/// `FIRST_REQUEST_TIMEOUT`, freeing their slots. 70 silent sockets held every one of the 64
-/// slots for 10 minutes, and every new connection (a restarted daemon's probe, `agent
-/// restart`) was answered `busy` (a review reproduced it).
+/// CONN-2 for a holder: a connection whose first request is not whole within
+/// `FIRST_REQUEST_TIMEOUT` is closed, freeing its slot, however it trickles. 70 silent sockets
+/// held every one of the 64 slots for 10 minutes, and every new connection (a restarted
+/// daemon's probe, `agent restart`) was answered `busy` (a review reproduced it); a byte a
+/// second kept a per-read timeout from ever firing.
 #[test]
 fn hold_1_silent_connections_give_their_slots_back() {
     let w = World::new(EXE);
     let holder = LoneHolder::start(&w, "exec sleep 300".to_string(), (80, 24));
     holder.client().info().expect("the holder answers");
-    let silent: Vec<UnixStream> = (0..70).map(|_| UnixStream::connect(&holder.socket).expect("connect")).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tricklers: Vec<_> = (0..70)
+        .map(|_| {
+            let mut stream = UnixStream::connect(&holder.socket).expect("connect");
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                // `{"op":` a byte a second, never the newline.
+                for byte in br#"{"op":"info","pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"#.iter().cycle() {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) || stream.write_all(&[*byte]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(500));
     let busy = wakterm_runtime::holder::HolderClient::connect_with_timeout(&holder.socket, Duration::from_secs(5)).and_then(|mut c| c.info());
     assert!(busy.is_err(), "every slot is held: {busy:?}");
-    std::thread::sleep(wakterm_runtime::holder::FIRST_REQUEST_TIMEOUT + Duration::from_secs(2));
-    holder.client().info().expect("the silent connections were closed: a slot is free again");
-    drop(silent);
+    std::thread::sleep(wakterm_runtime::holder::FIRST_REQUEST_TIMEOUT + Duration::from_secs(3));
+    let freed = holder.client().info();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    freed.expect("the connections with no whole request were closed: a slot is free again");
+    for trickler in tricklers {
+        trickler.join().unwrap();
+    }
 }
 
 /// A holder started outside any daemon, running `sh -c SCRIPT` in its own pane; it and its

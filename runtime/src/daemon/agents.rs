@@ -1130,7 +1130,14 @@ mod tests {
         info.start_time_ticks = Some(me.start_time_ticks);
         assert!(matches!(agent.apply_liveness(5, Ok(info), None), Applied::Changed(_)));
         // The holder ends (as `agent restart` / `agent stop` end it), its child first: an exit.
-        let children = crate::proc_probe::children(holder.id());
+        // (`sh` forks `sleep` a moment after it starts: a bounded wait; under a loaded CI the
+        // first look came before it.)
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut children = crate::proc_probe::children(holder.id());
+        while children.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            children = crate::proc_probe::children(holder.id());
+        }
         assert_eq!(children.len(), 1, "sh runs sleep");
         end_unreachable_holder(holder.id(), &agent.holder_socket).unwrap();
         let child_ended = crate::proc_probe::standing(children[0]).map_or(true, |(_, zombie)| zombie);

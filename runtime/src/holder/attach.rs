@@ -50,11 +50,16 @@ fn attach_inner(socket_path: &Path) -> Result<(), super::HolderError> {
     draw_screen(&screen);
     let ended = Arc::new(AtomicBool::new(false));
     let ended_by_output = Arc::clone(&ended);
+    // Set before we close the stream ourselves (Ctrl-], or the end of our input): its end is
+    // then ours, not news. It was reported as "holder went away during subscribe".
+    let detaching = Arc::new(AtomicBool::new(false));
+    let detached = Arc::clone(&detaching);
     let printer = std::thread::spawn(move || {
-        print_stream(subscription);
+        print_stream(subscription, &detached);
         ended_by_output.store(true, Ordering::SeqCst);
     });
     let typed = forward_keys(&mut control, &ended);
+    detaching.store(true, Ordering::SeqCst);
     if let Some(stream) = stream {
         let _ = stream.shutdown(std::net::Shutdown::Both);
     }
@@ -74,7 +79,7 @@ fn draw_screen(screen: &ScreenReply) {
     let _ = out.flush();
 }
 
-fn print_stream(subscription: super::Subscription) {
+fn print_stream(subscription: super::Subscription, detaching: &AtomicBool) {
     for event in subscription {
         let mut out = std::io::stdout().lock();
         match event {
@@ -85,6 +90,7 @@ fn print_stream(subscription: super::Subscription) {
                 let _ = write!(out, "\r\n[wakterm: agent exited, code {exit_code:?}]\r\n");
             }
             Ok(StreamEvent::Heartbeat { .. }) => {}
+            Err(_) if detaching.load(Ordering::SeqCst) => {}
             Err(e) => {
                 let _ = write!(out, "\r\n[wakterm: stream ended: {e}]\r\n");
             }

@@ -190,6 +190,26 @@ fn accept(
     }
 }
 
+/// HOLD-1: the connection's reads, bounded by a deadline for the whole first request line (a
+/// per-read timeout let a client trickling a byte at a time keep its slot for good).
+struct LineDeadline {
+    stream: UnixStream,
+    deadline: Option<std::time::Instant>,
+}
+
+impl std::io::Read for LineDeadline {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no whole first request in time"));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
+        std::io::Read::read(&mut self.stream, buf)
+    }
+}
+
 /// One of the `MAX_CONNECTIONS` slots, held by a connection's thread.
 struct ConnectionSlot(Arc<AtomicUsize>);
 
@@ -200,16 +220,16 @@ impl Drop for ConnectionSlot {
 }
 
 fn serve_connection(stream: UnixStream, pane: &Arc<Pane>, socket: &SocketOwnership) {
-    let _ = stream.set_read_timeout(Some(FIRST_REQUEST_TIMEOUT));
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
-    let mut reader = BufReader::new(stream);
-    let mut first = true;
+    let first_by = std::time::Instant::now() + FIRST_REQUEST_TIMEOUT;
+    let mut reader = BufReader::new(LineDeadline { stream, deadline: Some(first_by) });
     loop {
         let line = match read_line_bounded(&mut reader, MAX_LINE_BYTES) {
-            Ok(Some(line)) if std::mem::take(&mut first) => {
-                let _ = reader.get_ref().set_read_timeout(Some(CONNECTION_IDLE_TIMEOUT));
+            Ok(Some(line)) if reader.get_ref().deadline.is_some() => {
+                reader.get_mut().deadline = None;
+                let _ = reader.get_ref().stream.set_read_timeout(Some(CONNECTION_IDLE_TIMEOUT));
                 line
             }
             Ok(Some(line)) => line,
