@@ -162,7 +162,9 @@ fn mcp_2_a_lost_reply_keeps_the_request_id_and_oversized_input_is_refused_unsent
         assert!(error, "{refused}");
         assert_eq!(refused["exit_code"], 4, "{refused}");
         let receipt = &refused["reply"];
-        assert_eq!((&receipt["classification"], &receipt["reason"], &receipt["prompt_written"], &receipt["retry_safe"]), (&json!("invalid"), &json!("prompt_too_large"), &json!(false), &json!(true)), "{receipt}");
+        // IDEM-7: refused before sending under an id the caller named, which may have been
+        // written (only the daemon could tell): never retry-safe.
+        assert_eq!((&receipt["classification"], &receipt["reason"], &receipt["prompt_written"], &receipt["retry_safe"]), (&json!("invalid"), &json!("prompt_too_large"), &json!(false), &json!(false)), "{receipt}");
         assert_eq!(receipt["request_id"], id.as_str(), "{receipt}");
         let (error, submit) = call(&client, "session", json!({"action": "submit", "session_id": "zola", "input": huge})).await;
         assert!(error && submit["reply"]["error"] == "prompt_too_large", "{submit}");
