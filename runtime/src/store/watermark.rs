@@ -126,7 +126,7 @@ pub(crate) fn compare(path: &Path, database: &Path, remembered: &Mark, found: Op
     let went_backwards = |detail: String| went_backwards(path, database, detail);
     let Some(found) = found else {
         return Err(went_backwards(format!(
-            "the database has no identity (it is empty or was deleted) but the watermark remembers store {} with {} commits",
+            "the database has no identity (it was emptied, deleted or replaced) but the watermark remembers store {} with {} commits",
             remembered.store_id, remembered.commits
         )));
     };
