@@ -610,11 +610,15 @@ impl World {
                         self.counters.fault("app_server.resume_foreign_session");
                         false
                     }
-                    ResumeQuirk::FullHistory if !exclude_turns => {
-                        let text = "h".repeat(MAX_LINE_BYTES);
-                        result["thread"]["turns"] = json!([{"id": "old", "items": [agent_item(0, &text, None)]}]);
+                    ResumeQuirk::FullHistory => {
+                        // A thread too long to send whole: fired whether or not the request
+                        // asked `excludeTurns` (the daemon's does, so its reply proves).
                         self.counters.fault("app_server.resume_full_history");
-                        false
+                        if !exclude_turns {
+                            let text = "h".repeat(MAX_LINE_BYTES);
+                            result["thread"]["turns"] = json!([{"id": "old", "items": [agent_item(0, &text, None)]}]);
+                        }
+                        exclude_turns
                     }
                     _ => true,
                 };
