@@ -144,8 +144,8 @@ pub fn check_prompt_size(admit: &crate::protocol::AdmitRequest) -> Result<(), Re
         return Ok(());
     }
     let error = wakterm_engine::prompt::PromptError::TooLarge { bytes: admit.prompt.len() };
-    let named = (!admit.generated_id).then_some(()).and(admit.request_id.as_deref());
-    Err(refused_input(admit.operation, admit.return_mode, admit.request_id.as_deref(), named.is_some(), error.reason(), error.detail()))
+    let caller_named_id = !admit.generated_id && admit.request_id.is_some();
+    Err(refused_input(admit.operation, admit.return_mode, admit.request_id.as_deref(), caller_named_id, error.reason(), error.detail()))
 }
 
 /// The `invalid` receipt of input refused before it was sent (INP-1: too large, not UTF-8),

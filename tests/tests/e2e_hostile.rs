@@ -172,9 +172,10 @@ fn sec_2_cli_refuses_a_socket_served_by_another_user() {
 
 /// Binds `socket`, then forks a child that becomes OTHER_UID, calls listen(), answers one
 /// connection with a forged `accepted` receipt and writes what it heard to a file. Returns a
-/// reader of that file. With `bind_as_root`, the parent binds (in a directory only root may
-/// write); otherwise the child binds too.
-fn serve_forged_receipt_as_other_user(socket: &std::path::Path, bind_as_root: bool) -> impl Fn() -> String {
+/// reader of that file, which also removes it (it lives in the shared temporary directory, where
+/// the other user can write). With `bind_as_root`, the parent binds (in a directory only root
+/// may write); otherwise the child binds too.
+fn serve_forged_receipt_as_other_user(socket: &std::path::Path, bind_as_root: bool) -> impl FnOnce() -> String {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
     let heard_path = std::env::temp_dir().join(format!("wk-heard-{}", new_id()));
     std::fs::write(&heard_path, b"").unwrap();
@@ -223,7 +224,9 @@ fn serve_forged_receipt_as_other_user(socket: &std::path::Path, bind_as_root: bo
             libc::kill(child, libc::SIGKILL);
             libc::waitpid(child, std::ptr::null_mut(), 0);
         }
-        std::fs::read_to_string(&heard_path).unwrap_or_default()
+        let heard = std::fs::read_to_string(&heard_path).unwrap_or_default();
+        std::fs::remove_file(&heard_path).expect("the heard file is ours to remove");
+        heard
     }
 }
 

@@ -396,8 +396,10 @@ impl Drop for Slot {
 }
 
 /// REC-2: reconnect every agent's holder (concurrently: one slow holder must not delay the
-/// rest), re-register each with its verified process, say startup is done, then start the
-/// monitors that tail their rollouts.
+/// rest), re-register each whose probe answered within `STARTUP_PROBE_BOUND` with its verified
+/// process and add it to the monitor at once; the others (LIVE-1: unknown) are registered and
+/// monitored by a spawned task once a probe knows, which says startup is done after the last
+/// of them (or `STARTUP_PENDING_BOUND`).
 async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::Sender<DriverMsg>, monitor: &Monitor, (records, mut checkpoints): (Vec<AgentRecord>, BTreeMap<String, ObserverCheckpoint>)) {
     let known: std::collections::BTreeSet<String> = records.iter().map(|r| r.agent_id.clone()).collect();
     let sweep_paths = paths.clone();
