@@ -268,6 +268,7 @@ impl Engine {
             final_timeout_ms: 0,
             generated_id: false,
             share_prompt: false,
+            write_nonce: 0, // a probe writes nothing
         };
         let pending = agent.claim.is_some() || agent.awaiting_turn_after.is_some();
         let state = match (&agent.facts.incarnation, agent.view.as_ref().map(|v| &v.turn)) {
@@ -522,6 +523,7 @@ impl Engine {
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
             shared_prompt: command.share_prompt.then(|| command.prompt.clone()),
+            turn_start_id: agent.facts.managed.as_ref().map(|_| crate::prompt::turn_start_id(request_id.as_str(), command.write_nonce)),
             phase: Phase::Registered,
             receipt: None,
             bound_turn: None,
@@ -583,7 +585,15 @@ impl Engine {
         admission.steer_turn = busy_turn.filter(|_| managed.is_some());
         let bytes = match managed {
             // MGD-3: checked by `blocker_for_command` just before (ADM-4).
-            Some(ids) => crate::prompt::managed_turn_start(&ids.thread_id, request_id.as_str(), &admission.command.prompt),
+            Some(ids) => {
+                // MGD-7: the id a refusal must name, registered with the record (durable before
+                // this write; an agent learned managed only since is named in it now).
+                let id = crate::prompt::turn_start_id(request_id.as_str(), admission.command.write_nonce);
+                let record = self.requests.get_mut(request_id).expect("registered before the write");
+                assert!(record.turn_start_id.as_ref().is_none_or(|registered| registered == &id), "one turn/start id per request");
+                record.turn_start_id = Some(id.clone());
+                crate::prompt::managed_turn_start(&ids.thread_id, &id, &admission.command.prompt)
+            }
             None => admission_bytes(&admission.command.prompt, admission.command.paste_mode),
         };
         admission.step = Step::Writing { delivery_id };

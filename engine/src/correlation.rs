@@ -127,6 +127,7 @@ impl Engine {
             }
             // EV: reported on the stream only; correlation reads turn records (CORR-5..7).
             ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } => {}
+            ObserverEvent::RequestRefused { id, position, .. } => self.on_request_refused(agent_id, id, *position),
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::TurnCompleted { .. }
@@ -173,7 +174,8 @@ impl Engine {
             | ObserverEvent::AgentMessage { .. }
             | ObserverEvent::PlanUpdated { .. }
             | ObserverEvent::TurnCompleted { .. }
-            | ObserverEvent::TurnAborted { .. } => {}
+            | ObserverEvent::TurnAborted { .. }
+            | ObserverEvent::RequestRefused { .. } => {}
         }
         view.turn = fold_turn(&view.turn, event);
     }
@@ -229,6 +231,31 @@ impl Engine {
                 self.finish(&request_id, TerminalState::DeliveryFailed, Some("process_exited_before_turn"), None, None);
             } else {
                 self.finish(&request_id, TerminalState::Indeterminate, Some("process_exited"), None, None);
+            }
+        }
+    }
+
+    /// MGD-7: the app-server refused a JSON-RPC request. When it is a waiting request's own
+    /// `turn/start` (its id carries the admission's random nonce, so no other writer sent it),
+    /// the prompt never reached the thread: `delivery_failed`, however the screen or other
+    /// turns look. A refusal after the request was bound to a turn its prompt opened
+    /// contradicts that evidence: `indeterminate`.
+    fn on_request_refused(&mut self, agent_id: &AgentId, id: &str, position: u64) {
+        let refused: Vec<RequestId> = self
+            .correlating_requests_of(agent_id, false)
+            .into_iter()
+            .filter(|request_id| self.requests[request_id].turn_start_id.as_deref() == Some(id))
+            .collect();
+        for request_id in refused {
+            let record = &self.requests[&request_id];
+            let armed = record.armed.as_ref().expect("correlating requests are armed");
+            if position <= armed.position {
+                continue; // CORR-5: written after arming, so answered after it
+            }
+            // The terminal step's evidence is this event (`describe`), its error included.
+            match record.phase {
+                Phase::Submitted => self.finish(&request_id, TerminalState::DeliveryFailed, Some("turn_start_refused"), None, None),
+                _ => self.indeterminate(&request_id, "turn_start_refused_after_binding"),
             }
         }
     }
@@ -307,7 +334,15 @@ impl Engine {
                 }
             }
             (ObserverEvent::TurnAborted { .. }, None) => self.indeterminate(request_id, "turn_aborted_before_binding"),
-            (ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. }, _) => {
+            (
+                ObserverEvent::Attached { .. }
+                | ObserverEvent::AgentMessage { .. }
+                | ObserverEvent::PlanUpdated { .. }
+                | ObserverEvent::RequestRefused { .. }
+                | ObserverEvent::SessionLost { .. }
+                | ObserverEvent::ProcessExited { .. },
+                _,
+            ) => {
                 unreachable!("handled by apply_event")
             }
         }
@@ -455,6 +490,7 @@ fn describe(event: &ObserverEvent) -> String {
         ObserverEvent::PlanUpdated { turn, plan, position, .. } => {
             format!("plan of {} steps in turn {:?} at {position}", plan.len(), turn.as_ref().map(|t| &t.0))
         }
+        ObserverEvent::RequestRefused { id, error, position, .. } => format!("the app-server refused request {id} at {position}: {error}"),
         ObserverEvent::SessionLost { reason, .. } => format!("observer session lost: {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process exited (record drained: {drained})"),
     }

@@ -284,6 +284,9 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
         ObserverEvent::TurnAborted { session, turn, position } => {
             vec![EventBody::TurnAborted { session: session.clone(), provider_turn_id: turn.clone(), position: *position }]
         }
+        // MGD-7: a refused request started nothing; the request it ends says so in its own
+        // terminal event.
+        ObserverEvent::RequestRefused { .. } => Vec::new(),
     }
 }
 

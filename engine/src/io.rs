@@ -41,6 +41,12 @@ pub struct AdmitCommand {
     /// with the record); without it the stream and the store keep its hash only.
     #[serde(default)]
     pub share_prompt: bool,
+    /// MGD-7: a random number the runtime draws for this admission (the engine draws none). A
+    /// managed agent's `turn/start` id carries it, so nothing else that writes to the
+    /// app-server's stdin (a raw `session input`, a caller who knows the request id) can send
+    /// a request under that id: an error reply to it is then the refusal of OUR request.
+    #[serde(default)]
+    pub write_nonce: u64,
 }
 
 /// How one pane write (or app-server turn start) ended, as the writer can prove it.

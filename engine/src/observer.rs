@@ -79,7 +79,7 @@ impl std::fmt::Display for ObserverStatus {
 pub fn fold_turn(state: &TurnState, event: &ObserverEvent) -> TurnState {
     match event {
         // Only turn records move the state; an assistant message is not one.
-        ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } => state.clone(),
+        ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } | ObserverEvent::RequestRefused { .. } => state.clone(),
         ObserverEvent::TurnStarted { turn, .. } => TurnState::Busy { turn: Some(turn.clone()) },
         ObserverEvent::UserMessage { turn, .. } => match state {
             TurnState::Idle { .. } => TurnState::Busy { turn: turn.clone() },
@@ -216,6 +216,11 @@ pub enum ObserverEvent {
     PlanUpdated { session: SessionId, turn: Option<TurnId>, explanation: Option<String>, plan: Vec<PlanStep>, position: u64 },
     TurnCompleted { session: SessionId, turn: TurnId, final_message: Option<String>, position: u64 },
     TurnAborted { session: SessionId, turn: Option<TurnId>, position: u64 },
+    /// MGD-7: a managed session's app-server answered the JSON-RPC request `id` with an error
+    /// (`error`: its code and message, bounded). For a `turn/start` this is proof the input was
+    /// never handed to the thread: Codex 0.169 answers every failure of the request before it
+    /// submits the input, and nothing after. No turn state changes.
+    RequestRefused { session: SessionId, id: String, error: String, position: u64 },
     /// The session file was replaced, truncated or rewritten, a record could not be read in
     /// full ([`RECORD_TOO_LARGE`]), or the event stream dropped.
     SessionLost {
@@ -245,7 +250,8 @@ impl ObserverEvent {
             | ObserverEvent::AgentMessage { session, .. }
             | ObserverEvent::PlanUpdated { session, .. }
             | ObserverEvent::TurnCompleted { session, .. }
-            | ObserverEvent::TurnAborted { session, .. } => Some(session),
+            | ObserverEvent::TurnAborted { session, .. }
+            | ObserverEvent::RequestRefused { session, .. } => Some(session),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
         }
     }
@@ -258,7 +264,8 @@ impl ObserverEvent {
             | ObserverEvent::AgentMessage { position, .. }
             | ObserverEvent::PlanUpdated { position, .. }
             | ObserverEvent::TurnCompleted { position, .. }
-            | ObserverEvent::TurnAborted { position, .. } => Some(*position),
+            | ObserverEvent::TurnAborted { position, .. }
+            | ObserverEvent::RequestRefused { position, .. } => Some(*position),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
         }
     }

@@ -119,17 +119,25 @@ pub fn admission_bytes(prompt: &str, mode: PasteMode) -> Vec<u8> {
     bytes
 }
 
+/// MGD-7: the JSON-RPC id of request `request_id`'s `turn/start`: the request id (the reply can
+/// be told from any other) and the admission's random `write_nonce` (no other writer can name
+/// it, so an error reply under it is the refusal of this very line).
+pub fn turn_start_id(request_id: &str, write_nonce: u64) -> String {
+    format!("wakterm-{request_id}-{write_nonce:016x}")
+}
+
 /// MGD-3 / ADM-8 for a managed session: the ONE write is the JSON-RPC `turn/start` request
 /// line (Codex 0.169's shape: no `jsonrpc` field), carrying the prompt as the turn's only
-/// input. Its id names the request, so the reply can be told from any other. Like every line
+/// input, under `id` (`turn_start_id`). Like every line
 /// the daemon writes to an app-server (MGD-6), it starts with a newline: a fragment an earlier
 /// short write left in the app-server's stdin (a failed admission's, an observer answer's) then
 /// ends as a line of its own, which Codex ignores, instead of spoiling this request (the real
 /// 0.169 serves a request after a newline: `fixtures/codex-0.169/app-server/odd-lines.jsonl`).
-pub fn managed_turn_start(thread_id: &str, request_id: &str, prompt: &str) -> Vec<u8> {
+pub fn managed_turn_start(thread_id: &str, id: &str, prompt: &str) -> Vec<u8> {
     assert!(validate_prompt(prompt).is_ok(), "managed_turn_start needs a validated prompt");
+    assert!(id.starts_with("wakterm-"), "a turn/start id names wakterm: {id}");
     let request = serde_json::json!({
-        "id": format!("wakterm-{request_id}"),
+        "id": id,
         "method": "turn/start",
         "params": {"threadId": thread_id, "input": [{"type": "text", "text": prompt}]},
     });

@@ -116,6 +116,10 @@ pub struct RequestRecord {
     /// `request.admitted` event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_prompt: Option<String>,
+    /// MGD-7: the JSON-RPC id of a managed admission's `turn/start` (`prompt::turn_start_id`);
+    /// an error reply under it is the app-server's refusal of this prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_start_id: Option<String>,
     pub phase: Phase,
     pub receipt: Option<Receipt>,
     pub bound_turn: Option<TurnId>,

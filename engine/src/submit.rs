@@ -586,6 +586,7 @@ fn submit_probe(command: &SubmitCommand) -> crate::io::AdmitCommand {
         final_timeout_ms: 0,
         generated_id: false,
         share_prompt: false,
+        write_nonce: 0, // a probe writes nothing
     }
 }
 

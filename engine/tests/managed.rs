@@ -30,7 +30,7 @@ fn mgd_3_a_managed_admission_writes_one_turn_start_line() {
     assert_eq!(receipt.classification, Classification::Accepted, "{receipt:?}");
     assert_eq!(receipt.correlation_source, Some(CorrelationSource::AgentApiEvents));
     let (_, bytes) = &rig.written[0];
-    assert_eq!(bytes, &prompt::managed_turn_start(THREAD, REQ, "two\nlines"));
+    assert_eq!(bytes, &prompt::managed_turn_start(THREAD, &prompt::turn_start_id(REQ, 0x5eed), "two\nlines"));
     let line: serde_json::Value = serde_json::from_slice(bytes).unwrap();
     assert_eq!((line["method"].as_str(), line["params"]["threadId"].as_str()), (Some("turn/start"), Some(THREAD)));
     // The turn that prompt started completes the request with its own final (CORR-8).
@@ -150,4 +150,52 @@ fn mgd_4_a_bounded_loss_the_stream_already_covers_is_not_reported() {
     assert_eq!(rig.published_events.len(), count, "{:?}", rig.published_events[count..].iter().map(|e| e.kind()).collect::<Vec<_>>());
     rig.observe(ObserverEvent::SessionLost { reason: "late".into(), session: Some(session()), before: Some(1011) });
     assert_eq!(rig.published_events.last().map(|e| e.kind()), Some("observer.lost"));
+}
+
+fn refused(id: &str, position: u64) -> ObserverEvent {
+    let error = "-32603: failed to start turn: internal error; agent loop died unexpectedly".to_string();
+    ObserverEvent::RequestRefused { session: session(), id: id.to_string(), error, position }
+}
+
+// MGD-7: the app-server's error reply to the admission's own turn/start (its id carries the
+// admission's random nonce) proves the prompt never reached the thread: `delivery_failed` at
+// once, the error in the evidence trail, and the id is durable with the registration (a
+// restarted daemon replays the reply).
+#[test]
+fn mgd_7_a_refusal_of_its_own_turn_start_is_delivery_failed() {
+    let mut rig = managed_zola(Some(THREAD));
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    let id = prompt::turn_start_id(REQ, 0x5eed);
+    let line: serde_json::Value = serde_json::from_slice(&rig.written[0].1).unwrap();
+    assert_eq!(line["id"], id.as_str(), "the write carries the id the record names");
+    let request_id = RequestId::parse(REQ).unwrap();
+    assert_eq!(rig.durable[&request_id].turn_start_id.as_deref(), Some(id.as_str()));
+    rig.observe(refused(&id, 1_010));
+    let ended = rig.terminal_for(REQ);
+    assert_eq!(ended.len(), 1);
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::DeliveryFailed, Some("turn_start_refused")));
+    let trail = &rig.durable[&request_id].evidence;
+    let last = trail.last().expect("a trail");
+    assert!(last.detail.contains("MGD-7") && last.detail.contains("failed to start turn"), "{trail:?}");
+}
+
+// MGD-7: a refusal proves nothing about this request unless it names its exact turn/start
+// id: not the request id alone (a raw `session input` line, or a caller who knows the id, can
+// send a request under it), not another request's id. A refusal after the prompt was seen to
+// open its turn contradicts that evidence: `indeterminate`, never `delivery_failed`.
+#[test]
+fn mgd_7_only_its_own_id_before_binding_is_proof() {
+    let mut rig = managed_zola(Some(THREAD));
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    let own = prompt::turn_start_id(REQ, 0x5eed);
+    for forged in [format!("wakterm-{REQ}"), prompt::turn_start_id(REQ, 1), prompt::turn_start_id(REQ2, 0x5eed), "mcp-input-1".to_string()] {
+        rig.observe(refused(&forged, 1_005));
+    }
+    assert!(rig.terminal_for(REQ).is_empty(), "{:?}", rig.terminal_for(REQ));
+    rig.turn_started("turn-1", 1_010);
+    rig.user_message("turn-1", "hi", 1_020);
+    rig.observe(refused(&own, 1_030));
+    let ended = rig.terminal_for(REQ);
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("turn_start_refused_after_binding")));
 }

@@ -55,6 +55,7 @@
 //! | `WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX` | unset | a prompt starting with it opens a turn that first asks the client `item/commandExecution/requestApproval` (a server request, id a number) and waits for the answer however long it takes (the real one has no timeout); any answer (result or error) is followed by `serverRequest/resolved` and the turn's reply |
 //! | `WAKTERM_FAKE_APP_SERVER_BUSY` | `steer` | `turn/start` on a busy thread: `steer` (the real behaviour) or `refuse` |
 //! | `WAKTERM_FAKE_APP_SERVER_EXIT_AFTER_REPLY_PREFIX` | unset | a prompt starting with it gets its `turn/start` answered (the turn accepted, with its id), then the process kills itself with SIGKILL before any notification of the turn (the real one answers before it notifies) |
+//! | `WAKTERM_FAKE_APP_SERVER_REFUSE_PREFIX` | unset | a prompt starting with it gets its `turn/start` answered with the error the real one gives when the thread's submission channel is closed (`-32603 failed to start turn: ...`); no turn starts and the thread keeps nothing of it (MGD-7) |
 //! | `WAKTERM_FAKE_APP_SERVER_RESUME_SESSION` | unset | `thread/resume` answers the thread under this `sessionId` instead of its own (a thread resumed into another session: MGD-2's refusal) |
 //! | `WAKTERM_FAKE_APP_SERVER_STATE_DIR` | `$CODEX_HOME/fake-app-server` | where threads are kept |
 //! | `CODEX_HOME` | `$HOME/.codex` | reported as `codexHome`; rollout paths in `thread.path` live under it |
@@ -109,6 +110,7 @@ pub const ENV_APPROVAL_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_APPROVAL_PREFIX";
 pub const ENV_STATE_DIR: &str = "WAKTERM_FAKE_APP_SERVER_STATE_DIR";
 pub const ENV_RESUME_SESSION: &str = "WAKTERM_FAKE_APP_SERVER_RESUME_SESSION";
 pub const ENV_EXIT_AFTER_REPLY_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_EXIT_AFTER_REPLY_PREFIX";
+pub const ENV_REFUSE_PREFIX: &str = "WAKTERM_FAKE_APP_SERVER_REFUSE_PREFIX";
 
 /// Same default as the fake TUI's `--reply`.
 pub const DEFAULT_REPLY_TEMPLATE: &str = "done: {prompt}";
@@ -172,6 +174,8 @@ pub struct Behaviour {
     /// `thread/resume` answers under this session id instead of the thread's own.
     pub resume_session: Option<String>,
     pub exit_after_reply_prefix: Option<String>,
+    /// `turn/start` of such a prompt is refused with an error (MGD-7).
+    pub refuse_prefix: Option<String>,
 }
 
 impl Default for Behaviour {
@@ -187,6 +191,7 @@ impl Default for Behaviour {
             busy: BusyTurnStart::Steer,
             resume_session: None,
             exit_after_reply_prefix: None,
+            refuse_prefix: None,
         }
     }
 }
@@ -215,6 +220,7 @@ impl Behaviour {
             exit_now: Self::starts_with(&self.exit_prefix, prompt),
             ask_approval: Self::starts_with(&self.approval_prefix, prompt),
             exit_after_reply: Self::starts_with(&self.exit_after_reply_prefix, prompt),
+            refuse: Self::starts_with(&self.refuse_prefix, prompt),
         }
     }
 
@@ -270,6 +276,7 @@ impl ServerConfig {
             busy,
             resume_session: set(ENV_RESUME_SESSION),
             exit_after_reply_prefix: set(ENV_EXIT_AFTER_REPLY_PREFIX),
+            refuse_prefix: set(ENV_REFUSE_PREFIX),
         };
         let state_dir = set(ENV_STATE_DIR)
             .map(PathBuf::from)
@@ -404,6 +411,7 @@ struct Plan {
     exit_now: bool,
     exit_after_reply: bool,
     ask_approval: bool,
+    refuse: bool,
 }
 
 /// A thread as kept in its state file.
@@ -818,6 +826,11 @@ impl FakeAppServer {
             .threads
             .get_mut(&thread_id)
             .ok_or_else(|| invalid(format!("thread not found: {thread_id}")))?;
+        if plan.refuse {
+            // The real 0.169's wording when the submission could not be queued (the handler's
+            // last failure, before which nothing reached the thread).
+            return Err(internal("failed to start turn: internal error; agent loop died unexpectedly").into());
+        }
         let wall = wall_ms();
         if let Some(turn) = thread.active.as_mut() {
             if behaviour.busy == BusyTurnStart::Refuse {

@@ -180,6 +180,7 @@ async fn main() {
                         final_timeout_ms: 0,
                         generated_id: true,
                         share_prompt: false,
+                        write_nonce: 0, // a PTY agent: no turn/start
                     };
                     let asked = Instant::now();
                     let (reply, answer) = oneshot::channel();

@@ -47,6 +47,9 @@ pub fn thread_resume(id: &str, thread_id: &str, cwd: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "thread/resume", "params": {"threadId": thread_id, "cwd": cwd, "approvalPolicy": "never", "excludeTurns": true}}))
 }
 
+/// MGD-7: the most of a refusal's code and message kept for the evidence trail.
+pub const MAX_REFUSAL_ERROR_BYTES: usize = 160;
+
 /// MGD-6: the longest JSON-RPC id (as JSON) or method of a server request the observer answers.
 pub const MAX_SERVER_REQUEST_ID_BYTES: usize = 1024;
 
@@ -202,7 +205,7 @@ impl Fold {
                 self.accepted_overflow = true;
             }
         }
-        let Some(method) = value.get("method").and_then(Value::as_str) else { return Vec::new() };
+        let Some(method) = value.get("method").and_then(Value::as_str) else { return self.refusal(&value, position) };
         let params = value.get("params").cloned().unwrap_or(Value::Null);
         if let Some(id) = value.get("id") {
             // A server request (approvals, questions): no turn evidence; MGD-6 answers it.
@@ -251,6 +254,21 @@ impl Fold {
             self.turn = wakterm_engine::fold_turn(&self.turn, event);
         }
         events
+    }
+
+    /// MGD-7: an error reply to a request with a string id (the daemon's ids are strings) is
+    /// that request's refusal. Every one is reported, whoever sent the request: the engine ends
+    /// only the request whose own `turn/start` id (random per admission) it names.
+    fn refusal(&self, value: &Value, position: u64) -> Vec<ObserverEvent> {
+        let (Some(id), Some(error)) = (value.get("id").and_then(Value::as_str), value.get("error")) else { return Vec::new() };
+        if id.len() > MAX_SERVER_REQUEST_ID_BYTES {
+            return Vec::new(); // not an id the daemon wrote
+        }
+        let code = error.get("code").and_then(Value::as_i64).map_or("no code".to_string(), |c| c.to_string());
+        let message = error.get("message").and_then(Value::as_str).unwrap_or("no message");
+        let mut error = format!("{code}: {message}");
+        crate::rollout::truncate_at_char(&mut error, MAX_REFUSAL_ERROR_BYTES);
+        vec![ObserverEvent::RequestRefused { session: self.session(), id: id.to_string(), error, position }]
     }
 
     fn turn_started(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
@@ -349,6 +367,7 @@ mod tests {
                 ObserverEvent::AgentMessage { .. } => "agent_message",
                 ObserverEvent::TurnCompleted { .. } => "turn_completed",
                 ObserverEvent::TurnAborted { .. } => "turn_aborted",
+                ObserverEvent::RequestRefused { .. } => "request_refused",
                 _ => "other",
             })
             .collect()
@@ -505,7 +524,7 @@ mod tests {
 
     #[test]
     fn requests_are_single_json_lines() {
-        let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "r-1", "two\nlines \"quoted\"");
+        let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "wakterm-r-1", "two\nlines \"quoted\"");
         // MGD-6: on its own line, a newline before and after the one JSON object.
         assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 2);
         assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"));
@@ -518,5 +537,37 @@ mod tests {
             assert_eq!(request.iter().filter(|b| **b == b'\n').count(), 1);
             assert!(request.ends_with(b"\n"));
         }
+    }
+
+    /// MGD-7: an error reply to a request with a string id is its refusal, the code and message
+    /// kept (bounded, cut on a character boundary); a result, a numeric id or a server request
+    /// is not one.
+    #[test]
+    fn mgd_7_error_replies_are_refusals() {
+        let mut fold = Fold::new("thread-a");
+        let long = "é".repeat(200);
+        let refused = fold.line(json!({"id": "wakterm-r-1-00", "error": {"code": -32603, "message": long}}).to_string().as_bytes(), 10);
+        let [ObserverEvent::RequestRefused { id, error, position, .. }] = refused.as_slice() else { panic!("{refused:?}") };
+        assert_eq!((id.as_str(), *position), ("wakterm-r-1-00", 10));
+        assert!(error.starts_with("-32603: éé") && error.len() <= MAX_REFUSAL_ERROR_BYTES, "{error}");
+        for line in [
+            json!({"id": "wakterm-r-1-00", "result": {"turn": {"id": "t"}}}),
+            json!({"id": 7, "error": {"code": -32600, "message": "no"}}),
+            json!({"id": "srv-1", "method": "item/commandExecution/requestApproval", "params": {"threadId": "thread-a"}}),
+        ] {
+            let events = fold.line(line.to_string().as_bytes(), 20);
+            assert!(!events.iter().any(|e| matches!(e, ObserverEvent::RequestRefused { .. })), "{line}: {events:?}");
+        }
+        assert_eq!(fold.turn, TurnState::Idle { last_completed: None }, "a refusal changes no turn state");
+    }
+
+    /// MGD-4: the re-proof asks for the thread without its turns (a long thread's full reply
+    /// passed the line bound: every re-proof was one more loss), and names the agent's thread.
+    #[test]
+    fn mgd_4_the_reproof_asks_without_turns() {
+        let value: Value = serde_json::from_slice(&thread_resume("c", "thread-a", "/w")).unwrap();
+        assert_eq!(value["method"], "thread/resume");
+        assert_eq!(value["params"]["threadId"], "thread-a");
+        assert_eq!(value["params"]["excludeTurns"], true);
     }
 }

@@ -352,6 +352,7 @@ mod tests {
                 final_timeout_ms: 0,
                 generated_id: true,
                 share_prompt: false,
+                write_nonce: 1,
             };
             let (reply, receipt) = oneshot::channel();
             inbox.send(DriverMsg::Admit { command, reply }).await.unwrap();

@@ -341,7 +341,8 @@ fn optional_text(
     Ok(text)
 }
 
-fn truncate_at_char(text: &mut String, max_bytes: usize) {
+/// Cuts `text` to at most `max_bytes`, at a character boundary.
+pub(crate) fn truncate_at_char(text: &mut String, max_bytes: usize) {
     if text.len() <= max_bytes {
         return;
     }

@@ -108,6 +108,8 @@ pub enum Truth {
     Agent(TurnId, String, Option<String>),
     Completed(TurnId, String),
     Aborted(TurnId),
+    /// MGD-7: an error reply to the request with this (string) id, and its code and message.
+    Refused(String, String),
 }
 
 impl Truth {
@@ -118,6 +120,7 @@ impl Truth {
             Truth::Agent(turn, text, phase) => ObserverEvent::AgentMessage { session, turn: Some(turn), text, phase, position },
             Truth::Completed(turn, text) => ObserverEvent::TurnCompleted { session, turn, final_message: Some(text), position },
             Truth::Aborted(turn) => ObserverEvent::TurnAborted { session, turn: Some(turn), position },
+            Truth::Refused(id, error) => ObserverEvent::RequestRefused { session, id, error, position },
         }
     }
 }
@@ -267,6 +270,16 @@ pub fn agent_item(id: u64, text: &str, phase: Option<&str>) -> Value {
 pub fn thread_json(thread: &str, active: bool) -> Value {
     let status = if active { json!({"type": "active", "activeFlags": []}) } else { json!({"type": "idle"}) };
     json!({"thread": {"id": thread, "sessionId": thread, "status": status, "turns": [], "source": "vscode", "originator": "wakterm"}})
+}
+
+/// MGD-7: every error reply the app-server writes to a request with a string id is a refusal
+/// record (whoever sent the request: the daemon, a raw writer, a forger).
+fn refusal_truth(bytes: &[u8]) -> Option<Truth> {
+    let value: Value = serde_json::from_slice(bytes).ok()?;
+    let (id, error) = (value.get("id")?.as_str()?, value.get("error")?);
+    let code = error.get("code").and_then(Value::as_i64)?;
+    let message = error.get("message").and_then(Value::as_str)?;
+    Some(Truth::Refused(id.to_string(), format!("{code}: {message}")))
 }
 
 /// A `turn/start` line as a raw writer (not the engine) would type it.
@@ -501,6 +514,7 @@ impl World {
         let agent = &mut self.agents[a];
         let app = agent.app.as_mut().expect("a managed agent");
         for (bytes, truth) in lines {
+            let truth = truth.or_else(|| refusal_truth(&bytes));
             app.ring.push(&bytes);
             let end = app.ring.end();
             agent.session.next_position = end;
@@ -666,6 +680,16 @@ impl World {
     /// the running turn (`app_server.busy_steer`).
     fn app_turn_start(&mut self, a: usize, id: Value, text: &str, origin: Option<&str>) {
         let now = wakterm_runtime::driver::now_ms();
+        if self.fault_roll(0.03) {
+            // MGD-7: refused before the input reaches the thread (Codex 0.169 answers every
+            // failure of the request before it submits, e.g. a closed submission channel):
+            // an error under the line's id and nothing else; no turn, no user message.
+            self.counters.fault("app_server.turn_start_refused");
+            self.log(format!("a{a} app-server: turn/start {id} by {origin:?} refused"));
+            let message = "failed to start turn: internal error; agent loop died unexpectedly";
+            self.app_emit(a, vec![(line(json!({"id": id, "error": {"code": -32603, "message": message}})), None)]);
+            return;
+        }
         let hash = prompt_hash(text);
         self.oracle.user_messages.insert((a, hash.clone()));
         let opener = origin.filter(|rid| self.oracle.request_of(text).as_deref() == Some(*rid)).map(str::to_string);

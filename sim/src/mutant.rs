@@ -187,6 +187,11 @@ pub enum Mutant {
     /// start, so a prompt the app-server folded into the running turn reports a `TurnStarted`
     /// of the running turn after it: a return-final request could bind a turn it never opened.
     SteerReportedAsNewTurn,
+    /// Caller layer (MGD-7): the daemon draws no nonce for an admission (the field keeps its
+    /// default, 0), so the `turn/start` id is the request id and a public format: a raw writer
+    /// who knows the request id sends a request under it, and the app-server's refusal of that
+    /// line ends the admission `delivery_failed` while its own line starts its turn.
+    WriteNonceNotDrawn,
     /// Observer port (CORR-3): a notification of another thread on the same app-server is
     /// folded (by a fold of that thread) and reported as the agent's own.
     ForeignThreadAccepted,
@@ -259,6 +264,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
     (Mutant::ServerRequestUnanswered, "server_request_unanswered", "managed observer glue never writes the decline of a server request"),
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
+    (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),
     (Mutant::CallTimeoutReportedAsFailed, "call_timeout_reported_as_failed", "pane port glue reports a write call that timed out as a failed write"),

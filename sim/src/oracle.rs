@@ -343,7 +343,8 @@ fn record_events(record: &Record) -> (Vec<&'static str>, Option<&TurnId>) {
         ObserverEvent::TurnAborted { turn, .. } => (vec!["turn.aborted"], turn.as_ref()),
         ObserverEvent::AgentMessage { turn, .. } => (vec!["message.assistant"], turn.as_ref()),
         ObserverEvent::PlanUpdated { turn, .. } => (vec!["plan.updated"], turn.as_ref()),
-        ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => (vec![], None),
+        // A refusal makes no stream event (MGD-7); it is never a truth record either.
+        ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } | ObserverEvent::RequestRefused { .. } => (vec![], None),
     }
 }
 
@@ -362,8 +363,14 @@ fn turn_event_parts(body: &EventBody) -> Option<(&SessionId, u64, Option<&TurnId
 }
 
 /// The records of `records` strictly between `after` and `before` (None: no bound).
+/// The positions of the records after `after` (and before `before`) that the stream reports:
+/// a refusal (MGD-7) is evidence for correlation but makes no stream event.
 fn records_between(records: &[Record], after: u64, before: Option<u64>) -> Vec<u64> {
-    records.iter().map(|r| r.position).filter(|p| *p > after && before.is_none_or(|b| *p < b)).collect()
+    records.iter().filter(|r| reported(r)).map(|r| r.position).filter(|p| *p > after && before.is_none_or(|b| *p < b)).collect()
+}
+
+fn reported(record: &Record) -> bool {
+    !record_events(record).0.is_empty()
 }
 
 impl Oracle {
@@ -754,7 +761,13 @@ impl Oracle {
                     // connection dropped), so the turn the prompt opened was never read.
                     Some(agent) if self.exit_claimed_drained.contains(&agent) && !strict_mgd() => self.notes.push("note.mgd_delivery_failed_after_undrained_exit"),
                     Some(_) => self.fail(Kind::WrongFinal, format!("{id}: delivery_failed, but our prompt opened a turn")),
-                    None => {}
+                    // MGD-3, MGD-7: a prompt folded into the running turn reached the thread.
+                    None if self.steered.contains(&id) => self.fail(Kind::WrongFinal, format!("{id}: delivery_failed, but its prompt was folded into a running turn")),
+                    None => {
+                        if event.reason.as_deref() == Some("turn_start_refused") {
+                            self.notes.push("note.turn_start_refused_ended");
+                        }
+                    }
                 }
             }
             TerminalState::TimedOut => self.check_not_early(&id),
@@ -1305,7 +1318,7 @@ impl Oracle {
             if cursor.is_none() && self.stream.rebased_through > 0 {
                 continue; // EV-9: rebased past this agent's events; nothing of it read since
             }
-            let last = records.last().map(|r| r.position);
+            let last = records.iter().rev().find(|r| reported(r)).map(|r| r.position);
             let ok = match &cursor {
                 Some(c) if &c.session == session => {
                     let left = records_between(records, c.position, None);

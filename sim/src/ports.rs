@@ -613,6 +613,9 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     if w.is_managed(a) {
         // MGD-3: the bytes reach the app-server's stdin; it reads whole lines only (a short
         // write leaves a fragment that spoils the next line).
+        if let Some(rid) = request.as_deref().filter(|_| w.fault_roll(0.05)) {
+            forge_turn_starts(&mut w, a, rid);
+        }
         w.pane_accept(a, &writer, reached, true);
         w.app_stdin(a, &bytes[..reached], request.as_deref());
     } else {
@@ -890,6 +893,21 @@ fn strip_paste(paste: &[u8]) -> String {
     let text = String::from_utf8_lossy(paste).to_string();
     let text = text.strip_prefix("\u{1b}[200~").unwrap_or(&text);
     text.strip_suffix("\u{1b}[201~").unwrap_or(text).to_string()
+}
+
+/// MGD-7 fault `caller.forged_turn_start_id`: a raw `session input` racing the admission
+/// (raw input takes no claim) sends, just ahead of the daemon's line, `turn/start`s under the
+/// ids someone who knows the request id and the public id format would guess: the bare request
+/// id, and with the nonce a daemon that drew none would use (0). The app-server refuses them
+/// (no such thread); their refusals must end nothing.
+fn forge_turn_starts(w: &mut World, a: usize, rid: &str) {
+    w.counters.fault("caller.forged_turn_start_id");
+    for id in [format!("wakterm-{rid}"), wakterm_engine::prompt::turn_start_id(rid, 0)] {
+        let line = crate::app_server::raw_turn_start(&id, "no-such-thread", "forged");
+        w.log(format!("a{a} raw input forges a turn/start under {id}"));
+        w.pane_accept(a, "forger", line.len(), true);
+        w.app_stdin(a, &line, None);
+    }
 }
 
 /// MGD-3: the prompt of a managed admission's `turn/start` line (None for a pane write).
@@ -1466,6 +1484,7 @@ pub fn describe_event(event: &ObserverEvent) -> String {
         ObserverEvent::PlanUpdated { turn, position, .. } => format!("plan_updated {:?} @{position}", turn.as_ref().map(|t| &t.0)),
         ObserverEvent::SessionLost { reason, .. } => format!("session_lost {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process_exited drained={drained}"),
+        ObserverEvent::RequestRefused { id, position, .. } => format!("request_refused {id} @{position}"),
     }
 }
 

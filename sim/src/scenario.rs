@@ -434,6 +434,11 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 final_timeout_ms: mode.timeout_ms,
                 generated_id,
                 share_prompt: false,
+                // MGD-7: drawn by the daemon per admission, as `admit_prompt` does.
+                write_nonce: match w.mutant {
+                    Mutant::WriteNonceNotDrawn => 0, // the bug: the field's default
+                    _ => thread_rng().gen(),
+                },
             };
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);

@@ -78,6 +78,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.server_request",
     "app_server.resume_foreign_session",
     "app_server.resume_full_history",
+    "app_server.turn_start_refused",
     "liveness.unknown",
     "liveness.silent_at_start",
     "monitor.wake_lost",
@@ -105,6 +106,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "clock.deadline",
     "caller.retry_same_id",
     "caller.claims_generated_id",
+    "caller.forged_turn_start_id",
     "caller.invalid_replay",
     "caller.changed_input",
     "caller.cancel",
@@ -402,7 +404,7 @@ impl Session {
                             mix(step.step.as_bytes());
                         }
                     }
-                    ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => {}
+                    ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } | ObserverEvent::RequestRefused { .. } => {}
                 }
             }
         }

@@ -664,3 +664,32 @@ fn corr_11_an_exit_after_the_turn_was_accepted_is_not_delivery_failed() {
     assert_eq!(s(&event["state"]), "indeterminate", "{event}");
     assert_ne!(s(&event["reason"]), "process_exited_before_turn", "{event}");
 }
+
+/// MGD-7: an app-server that refuses the admission's `turn/start` (a JSON-RPC error: Codex
+/// answers every failure of the request before the input reaches the thread) ends the request
+/// `delivery_failed` / `turn_start_refused` at once, the server's error in its evidence, instead
+/// of `indeterminate` after the 10 s no-turn grace; nothing reached the thread, and the agent
+/// takes the next prompt.
+#[test]
+fn mgd_7_a_refused_turn_start_is_delivery_failed() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (started, entry) = ready_managed(&w, "mia", &["WAKTERM_FAKE_APP_SERVER_REFUSE_PREFIX=NOPE"]);
+    let thread = s(&started["thread_id"]).to_string();
+    let id = new_id();
+    let asked = std::time::Instant::now();
+    let out = admit_rf(&w, "mia", s(&entry["incarnation"]), &id, "NOPE this one is refused");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json["prompt_written"], true, "{out:?}");
+    let event = w.wait_terminal(&id);
+    assert_eq!((s(&event["state"]), s(&event["reason"])), ("delivery_failed", "turn_start_refused"), "{event}");
+    assert!(asked.elapsed() < std::time::Duration::from_secs(8), "ended only after {:?}", asked.elapsed());
+    let got = w.ok(&["agent", "request", "get", &id, "--evidence"]);
+    let last = got["evidence"].as_array().and_then(|e| e.last()).cloned().unwrap_or_default();
+    assert!(s(&last["detail"]).contains("MGD-7") && s(&last["detail"]).contains("failed to start turn"), "{got}");
+    assert!(!received_prompts(&w, &thread).iter().any(|p| p.contains("refused")), "the refused prompt reached the thread");
+    let entry = w.wait_agent("mia", "return-final available", |e| e["return_final_available"] == true);
+    let next = new_id();
+    assert_eq!(admit_rf(&w, "mia", s(&entry["incarnation"]), &next, "and this one is taken").code, 0);
+    assert_eq!(s(&w.wait_terminal(&next)["state"]), "completed");
+}

@@ -346,6 +346,7 @@ impl Rig {
             final_timeout_ms: 0,
             generated_id: false,
             share_prompt: false,
+            write_nonce: 0x5eed,
         }
     }
 
