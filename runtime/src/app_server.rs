@@ -561,6 +561,26 @@ mod tests {
         assert_eq!(fold.turn, TurnState::Idle { last_completed: None }, "a refusal changes no turn state");
     }
 
+    /// MGD-7: the real 0.169's refusals (an unknown thread, an input too large) fold into one
+    /// refusal each, under the request's id with the server's code and message; the request it
+    /// accepted with empty input and the turn after them are no refusals.
+    #[test]
+    fn mgd_7_the_real_refusals_fold_into_refusals() {
+        let (_, events) = fold_all("refused-turn.jsonl");
+        let refusals: Vec<(&str, &str)> = events
+            .iter()
+            .filter_map(|e| match e {
+                ObserverEvent::RequestRefused { id, error, .. } => Some((id.as_str(), error.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(refusals.len(), 2, "{refusals:?}");
+        assert_eq!(refusals[0].0, "refused-unknown-thread");
+        assert!(refusals[0].1.starts_with("-32600: thread not found"), "{refusals:?}");
+        assert_eq!(refusals[1].0, "refused-huge-input");
+        assert!(refusals[1].1.starts_with("-32602: Input exceeds the maximum length"), "{refusals:?}");
+    }
+
     /// MGD-4: the re-proof asks for the thread without its turns (a long thread's full reply
     /// passed the line bound: every re-proof was one more loss), and names the agent's thread.
     #[test]

@@ -136,7 +136,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
             ending: Ending::Reply,
             exit_now: false,
             ask_approval: false,
-            exit_after_reply: false
+            exit_after_reply: false,
+            refuse: false
         }
     );
     assert_eq!(
@@ -146,7 +147,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
             ending: Ending::Reply,
             exit_now: false,
             ask_approval: false,
-            exit_after_reply: false
+            exit_after_reply: false,
+            refuse: false
         }
     );
     assert_eq!(
@@ -156,7 +158,8 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
             ending: Ending::Reply,
             exit_now: false,
             ask_approval: false,
-            exit_after_reply: false
+            exit_after_reply: false,
+            refuse: false
         },
         "a prefix, not a substring"
     );
@@ -165,6 +168,24 @@ fn prefixes_choose_the_plan_and_the_reply_uses_the_trimmed_prompt() {
     let asking = Behaviour { approval_prefix: Some("ASK".into()), ..Behaviour::default() };
     assert!(asking.plan("ASK me").ask_approval && !asking.plan("tell me").ask_approval);
     assert_eq!(behaviour.reply_for("  hi \n"), "done: hi");
+}
+
+/// MGD-7's knob: a refused `turn/start` gets the real one's error for a submission that could
+/// not be queued, and nothing else: no turn, no user message, no thread status change.
+#[test]
+fn a_refused_turn_start_is_one_error_and_no_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let refusing = Behaviour { refuse_prefix: Some("NOPE".into()), ..Behaviour::default() };
+    assert!(refusing.plan("NOPE x").refuse && !refusing.plan("x NOPE").refuse);
+    let (mut server, thread) = ready(dir.path(), refusing);
+    let refused = turn_start(&mut server, 2, &thread, "NOPE hi", 1000);
+    assert_eq!(methods(&refused), ["response"]);
+    let error = refused.messages[0].to_value();
+    assert_eq!(error["error"]["code"], INTERNAL_ERROR, "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().starts_with("failed to start turn"), "{error}");
+    assert_eq!(server.next_deadline_ms(), None, "no turn runs");
+    let opened = turn_start(&mut server, 3, &thread, "hi", 1000);
+    assert_eq!(methods(&opened)[2], "turn/started", "the thread takes the next prompt");
 }
 
 #[test]
