@@ -655,6 +655,7 @@ impl Engine {
         let agent_id = self.admissions[request_id].agent_id.clone();
         if let Some(agent) = self.agents.get_mut(&agent_id) {
             agent.awaiting_turn_after = Some(self.now_ms);
+            agent.awaiting_request = Some(request_id.clone());
             agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
             agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
         }

@@ -68,6 +68,9 @@ pub struct AgentEntry {
     /// composer. Cleared by a turn start, a process change, or a fresh snapshot that still
     /// shows an idle agent with an empty composer `AWAITING_TURN_GRACE_MS` after the write.
     pub awaiting_turn_after: Option<u64>,
+    /// MGD-7: the admission whose write opened that wait, when nothing wrote since (a refusal
+    /// of its `turn/start` then ends the wait). None when unknown: the wait runs its course.
+    pub awaiting_request: Option<RequestId>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
@@ -80,7 +83,7 @@ pub struct AgentEntry {
 
 impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
-        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
+        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, awaiting_request: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
     }
 
     /// ADM-5: a write's bytes may have landed as late as `now_ms` (its outcome, or the moment
@@ -88,6 +91,7 @@ impl AgentEntry {
     pub(crate) fn written_until(&mut self, now_ms: u64) {
         if self.awaiting_turn_after.is_some() {
             self.awaiting_turn_after = Some(now_ms);
+            self.awaiting_request = None; // a write landed late: whose, the wait no longer tells
             self.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }
     }

@@ -236,10 +236,12 @@ impl Engine {
     }
 
     /// MGD-7: the app-server refused a JSON-RPC request. When it is a waiting request's own
-    /// `turn/start` (its id carries the admission's random nonce, so no other writer sent it),
-    /// the prompt never reached the thread: `delivery_failed`, however the screen or other
-    /// turns look. A refusal after the request was bound to a turn its prompt opened
-    /// contradicts that evidence: `indeterminate`.
+    /// `turn/start` (its id carries the admission's random nonce, so no writer sent it before
+    /// the daemon did) and no turn started since the request was armed, the prompt never
+    /// reached the thread: `delivery_failed`, and the agent waits for no turn of it (ADM-5).
+    /// With a turn started since (a candidate, or the turn bound) the refusal contradicts that
+    /// evidence (a holder-socket client that read the id from the reply could send a request
+    /// under it): `indeterminate`.
     fn on_request_refused(&mut self, agent_id: &AgentId, id: &str, position: u64) {
         let refused: Vec<RequestId> = self
             .correlating_requests_of(agent_id, false)
@@ -253,10 +255,23 @@ impl Engine {
                 continue; // CORR-5: written after arming, so answered after it
             }
             // The terminal step's evidence is this event (`describe`), its error included.
-            match record.phase {
-                Phase::Submitted => self.finish(&request_id, TerminalState::DeliveryFailed, Some("turn_start_refused"), None, None),
-                _ => self.indeterminate(&request_id, "turn_start_refused_after_binding"),
+            if record.phase == Phase::Submitted && !self.candidates.contains_key(&request_id) {
+                self.finish(&request_id, TerminalState::DeliveryFailed, Some("turn_start_refused"), None, None);
+                self.stop_awaiting_turn_of(agent_id, &request_id);
+            } else {
+                self.indeterminate(&request_id, "turn_start_refusal_contradicted");
             }
+        }
+    }
+
+    /// ADM-5: the written prompt the agent waits on a turn for was refused: nothing is pending
+    /// (unless a later write took over the wait).
+    fn stop_awaiting_turn_of(&mut self, agent_id: &AgentId, request_id: &RequestId) {
+        let Some(agent) = self.agents.get_mut(agent_id) else { return };
+        if agent.awaiting_request.as_ref() == Some(request_id) {
+            agent.awaiting_turn_after = None;
+            agent.probe_at_ms = None;
+            agent.awaiting_request = None;
         }
     }
 

@@ -701,7 +701,7 @@ pub fn rule_of(reason: &str) -> &'static str {
         "process_exited" | "process_exited_before_turn" => "CORR-11",
         "provider_turn_aborted" => "CORR-10",
         "no_turn_started" => "RF-7/RF-8",
-        "turn_start_refused" | "turn_start_refused_after_binding" => "MGD-7",
+        "turn_start_refused" | "turn_start_refusal_contradicted" => "MGD-7",
         "final_timeout" => "RF-3",
         "cancelled_by_caller" => "RF-4",
         "restart_in_write_window" => "REC-1",

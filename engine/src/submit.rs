@@ -381,6 +381,7 @@ impl Engine {
         let incarnation = submission.incarnation.clone().expect("a claimed, checked agent runs a process");
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");
         agent.awaiting_turn_after = Some(now_ms);
+        agent.awaiting_request = None; // a submit's wait, no admission's
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write });
     }

@@ -181,11 +181,12 @@ fn mgd_7_a_refusal_of_its_own_turn_start_is_delivery_failed() {
 }
 
 // MGD-7: a refusal proves nothing about this request unless it names its exact turn/start
-// id: not the request id alone (a raw `session input` line, or a caller who knows the id, can
-// send a request under it), not another request's id. A refusal after the prompt was seen to
-// open its turn contradicts that evidence: `indeterminate`, never `delivery_failed`.
+// id: not the request id alone (a holder-socket client who knows the id can send a request
+// under it), not another request's id. A refusal after a turn started since the arming (a
+// candidate), or after the prompt was seen to open its turn, contradicts that evidence:
+// `indeterminate`, never `delivery_failed`.
 #[test]
-fn mgd_7_only_its_own_id_before_binding_is_proof() {
+fn mgd_7_only_its_own_id_before_any_turn_is_proof() {
     let mut rig = managed_zola(Some(THREAD));
     rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     let own = prompt::turn_start_id(REQ, 0x5eed);
@@ -197,5 +198,26 @@ fn mgd_7_only_its_own_id_before_binding_is_proof() {
     rig.user_message("turn-1", "hi", 1_020);
     rig.observe(refused(&own, 1_030));
     let ended = rig.terminal_for(REQ);
-    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("turn_start_refused_after_binding")));
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("turn_start_refusal_contradicted")));
+
+    // A candidate turn (started, its user message not seen yet) is evidence too.
+    let mut rig = managed_zola(Some(THREAD));
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1_010);
+    rig.observe(refused(&prompt::turn_start_id(REQ, 0x5eed), 1_020));
+    let ended = rig.terminal_for(REQ);
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("turn_start_refusal_contradicted")));
+}
+
+// MGD-7, ADM-5: a refused prompt leaves nothing to wait for: the next return-final admission
+// is accepted at once, not `busy` / `awaiting_turn_start` until the 10 s grace runs out.
+#[test]
+fn mgd_7_a_refused_prompt_leaves_the_agent_available() {
+    let mut rig = managed_zola(Some(THREAD));
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.observe(refused(&prompt::turn_start_id(REQ, 0x5eed), 1_010));
+    assert_eq!(rig.terminal_for(REQ)[0].state, TerminalState::DeliveryFailed);
+    let op = rig.admit(REQ2, "again", ReturnMode::ReturnFinal);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.classification, Classification::Accepted, "{receipt:?}");
 }

@@ -137,7 +137,20 @@ pub struct Fold {
     /// MGD-4: replies that proved the thread (its id under the agent's session), counted.
     #[serde(default)]
     pub proofs: u64,
+    /// MGD-7: string ids answered with a result since the last `turn/started` (bounded by
+    /// `MAX_ANSWERED_IDS`). A JSON-RPC id is answered once: an error reply under an id answered
+    /// already is another request sent under it (a holder-socket client that read the id from
+    /// the result), never the refusal of the one that was answered.
+    #[serde(default)]
+    pub answered_ids: std::collections::BTreeSet<String>,
+    /// MGD-7: more ids were answered than kept since the last `turn/started`: no error reply is
+    /// a refusal until the next one (the engine's turn evidence covers what came before it).
+    #[serde(default)]
+    pub answered_overflow: bool,
 }
+
+/// MGD-7: the most answered ids kept between two turn starts.
+pub const MAX_ANSWERED_IDS: usize = 64;
 
 /// CORR-11: the most accepted-but-unnotified turns kept (one per admission in flight; a server
 /// that names more is not one whose exit can prove anything).
@@ -155,6 +168,8 @@ impl Fold {
             accepted_turns: Default::default(),
             accepted_overflow: false,
             proofs: 0,
+            answered_ids: Default::default(),
+            answered_overflow: false,
         }
     }
 
@@ -205,7 +220,7 @@ impl Fold {
                 self.accepted_overflow = true;
             }
         }
-        let Some(method) = value.get("method").and_then(Value::as_str) else { return self.refusal(&value, position) };
+        let Some(method) = value.get("method").and_then(Value::as_str) else { return self.reply(&value, position) };
         let params = value.get("params").cloned().unwrap_or(Value::Null);
         if let Some(id) = value.get("id") {
             // A server request (approvals, questions): no turn evidence; MGD-6 answers it.
@@ -256,13 +271,23 @@ impl Fold {
         events
     }
 
-    /// MGD-7: an error reply to a request with a string id (the daemon's ids are strings) is
-    /// that request's refusal. Every one is reported, whoever sent the request: the engine ends
-    /// only the request whose own `turn/start` id (random per admission) it names.
-    fn refusal(&self, value: &Value, position: u64) -> Vec<ObserverEvent> {
-        let (Some(id), Some(error)) = (value.get("id").and_then(Value::as_str), value.get("error")) else { return Vec::new() };
-        if id.len() > MAX_SERVER_REQUEST_ID_BYTES {
-            return Vec::new(); // not an id the daemon wrote
+    /// MGD-7: a reply to a request with a string id (the daemon's ids are strings). A result
+    /// is remembered; an error is that request's refusal unless the id was answered already
+    /// (or too many were to know). Every refusal is reported, whoever sent the request: the
+    /// engine ends only the request whose own `turn/start` id (random per admission) it names.
+    fn reply(&mut self, value: &Value, position: u64) -> Vec<ObserverEvent> {
+        let Some(id) = value.get("id").and_then(Value::as_str).filter(|id| id.len() <= MAX_SERVER_REQUEST_ID_BYTES) else { return Vec::new() };
+        if value.get("result").is_some() {
+            if self.answered_ids.len() < MAX_ANSWERED_IDS {
+                self.answered_ids.insert(id.to_string());
+            } else {
+                self.answered_overflow = true;
+            }
+            return Vec::new();
+        }
+        let Some(error) = value.get("error") else { return Vec::new() };
+        if self.answered_overflow || self.answered_ids.contains(id) {
+            return Vec::new(); // not the refusal of the request that was answered
         }
         let code = error.get("code").and_then(Value::as_i64).map_or("no code".to_string(), |c| c.to_string());
         let message = error.get("message").and_then(Value::as_str).unwrap_or("no message");
@@ -274,6 +299,10 @@ impl Fold {
     fn turn_started(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
         let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
         self.accepted_turns.remove(turn);
+        // MGD-7: a request answered before this start is covered by the turn evidence now (a
+        // refusal after it contradicts a candidate turn: the engine says `indeterminate`).
+        self.answered_ids.clear();
+        self.answered_overflow = false;
         self.last_agent_text = None;
         self.loaded = true;
         vec![ObserverEvent::TurnStarted { session: self.session(), turn: TurnId(turn.to_string()), position }]
@@ -559,6 +588,29 @@ mod tests {
             assert!(!events.iter().any(|e| matches!(e, ObserverEvent::RequestRefused { .. })), "{line}: {events:?}");
         }
         assert_eq!(fold.turn, TurnState::Idle { last_completed: None }, "a refusal changes no turn state");
+    }
+
+    /// MGD-7: an id answered with a result is answered once: an error reply under it later is
+    /// another request sent under the id (a holder-socket client that read it from the result),
+    /// no refusal, until the next `turn/started` (the engine's turn evidence covers it then);
+    /// past `MAX_ANSWERED_IDS` answered ids, no error reply is a refusal until then.
+    #[test]
+    fn mgd_7_an_answered_id_is_never_refused() {
+        let refusals = |fold: &mut Fold, id: &str, position: u64| {
+            let error = json!({"id": id, "error": {"code": -32600, "message": "thread not found: bogus"}});
+            fold.line(error.to_string().as_bytes(), position).iter().filter(|e| matches!(e, ObserverEvent::RequestRefused { .. })).count()
+        };
+        let mut fold = Fold::new("thread-a");
+        fold.line(json!({"id": "wakterm-r-1-00", "result": {"turn": {"id": "t1"}}}).to_string().as_bytes(), 10);
+        assert_eq!(refusals(&mut fold, "wakterm-r-1-00", 20), 0, "a forged request under an answered id");
+        assert_eq!(refusals(&mut fold, "wakterm-r-2-00", 30), 1, "an id never answered");
+        fold.line(json!({"method": "turn/started", "params": {"threadId": "thread-a", "turn": {"id": "t1"}}}).to_string().as_bytes(), 40);
+        assert_eq!(refusals(&mut fold, "wakterm-r-1-00", 50), 1, "after a turn start the engine's evidence decides");
+        for n in 0..=MAX_ANSWERED_IDS {
+            fold.line(json!({"id": format!("flood-{n}"), "result": {}}).to_string().as_bytes(), 60 + n as u64);
+        }
+        assert_eq!(refusals(&mut fold, "wakterm-r-3-00", 500), 0, "past the bound nothing is known");
+        assert!(fold.answered_ids.len() <= MAX_ANSWERED_IDS);
     }
 
     /// MGD-7: the real 0.169's refusals (an unknown thread, an input too large) fold into one

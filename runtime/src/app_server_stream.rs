@@ -363,6 +363,8 @@ impl<L: LineFolder> StreamFollower<L> {
             proofs: kept.proofs,
             accepted_turns: kept.accepted_turns,
             accepted_overflow: kept.accepted_overflow,
+            answered_ids: kept.answered_ids,
+            answered_overflow: kept.answered_overflow,
             ..Fold::expecting(&self.thread_id, &self.session)
         };
         self.partial.clear();

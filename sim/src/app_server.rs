@@ -110,6 +110,9 @@ pub enum Truth {
     Aborted(TurnId),
     /// MGD-7: an error reply to the request with this (string) id, and its code and message.
     Refused(String, String),
+    /// A line that carries no evidence although it looks like some: an error under an id the
+    /// app-server answered already (the reply to another request sent under that id).
+    NoRecord,
 }
 
 impl Truth {
@@ -121,6 +124,7 @@ impl Truth {
             Truth::Completed(turn, text) => ObserverEvent::TurnCompleted { session, turn, final_message: Some(text), position },
             Truth::Aborted(turn) => ObserverEvent::TurnAborted { session, turn: Some(turn), position },
             Truth::Refused(id, error) => ObserverEvent::RequestRefused { session, id, error, position },
+            Truth::NoRecord => unreachable!("a line without evidence makes no record"),
         }
     }
 }
@@ -316,6 +320,16 @@ impl SimFold {
     /// The planted bugs (never the production fold's).
     fn mutate(&mut self, fold: &mut Fold, line: &[u8], position: u64, busy_before: bool, folded: &mut Vec<ObserverEvent>) {
         match self.mutant {
+            Mutant::AnsweredIdRefusalReported => {
+                // The bug: every error reply to a string id is reported as a refusal, one under
+                // an id the app-server answered already too (MGD-7 before `answered_ids`).
+                let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
+                let (Some(id), Some(error)) = (value.get("id").and_then(Value::as_str), value.get("error")) else { return };
+                if value.get("method").is_none() && !folded.iter().any(|e| matches!(e, ObserverEvent::RequestRefused { .. })) {
+                    let error = format!("{}: {}", error["code"], error["message"].as_str().unwrap_or_default());
+                    folded.push(ObserverEvent::RequestRefused { session: self.session.clone(), id: id.to_string(), error, position });
+                }
+            }
             Mutant::SteerReportedAsNewTurn => {
                 // The bug: every `turn/start` result naming a turn is taken for its start, so a
                 // prompt folded into the running turn looks like the start of a turn.
@@ -518,7 +532,7 @@ impl World {
             app.ring.push(&bytes);
             let end = app.ring.end();
             agent.session.next_position = end;
-            if let Some(truth) = truth {
+            if let Some(truth) = truth.filter(|t| !matches!(t, Truth::NoRecord)) {
                 let event = truth.event(agent.session.id.clone(), end);
                 agent.session.records.push(Record { position: end, visible_at_ms: now, event });
             }
@@ -686,6 +700,9 @@ impl World {
             // an error under the line's id and nothing else; no turn, no user message.
             self.counters.fault("app_server.turn_start_refused");
             self.log(format!("a{a} app-server: turn/start {id} by {origin:?} refused"));
+            if let Some(rid) = origin.filter(|rid| self.oracle.request_of(text).as_deref() == Some(*rid)) {
+                self.oracle.refused_lines.insert(rid.to_string());
+            }
             let message = "failed to start turn: internal error; agent loop died unexpectedly";
             self.app_emit(a, vec![(line(json!({"id": id, "error": {"code": -32603, "message": message}})), None)]);
             return;
@@ -706,6 +723,7 @@ impl World {
             self.app_emit(a, lines);
             if let Some(rid) = &opener {
                 self.oracle.steered.insert(rid.clone());
+                self.oracle.on_prompt_reached_thread(rid);
             }
             self.counters.fault("app_server.busy_steer");
             self.log(format!("a{a} app-server: turn/start by {origin:?} folded into running turn {t} (steer)"));
@@ -729,13 +747,24 @@ impl World {
         let running = Running { turn: turn.clone(), due_ms: now + duration, abort, awaiting: awaiting.clone() };
         self.agents[a].running = Some(running.clone());
         let t = turn.0.clone();
-        let mut lines = vec![
-            (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
+        let mut lines = vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None)];
+        if opener.is_some() && id.is_string() && self.fault_roll(0.05) {
+            // MGD-7: a holder-socket client read the id from the result and sent a request
+            // under it; the app-server answered that one (no such thread) before it notified
+            // the turn. It refuses the other request, not this one.
+            self.counters.fault("caller.replayed_turn_start_id");
+            let error = json!({"id": id, "error": {"code": -32600, "message": "thread not found: bogus"}});
+            lines.push((line(error), Some(Truth::NoRecord)));
+        }
+        lines.extend([
             (notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}), now), None),
             (notification("turn/started", json!({"threadId": thread, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), Some(Truth::Started(turn.clone()))),
             (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
             (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash))),
-        ];
+        ]);
+        if let Some(rid) = &opener {
+            self.oracle.on_prompt_reached_thread(rid);
+        }
         if let Some(request) = awaiting {
             lines.push((approval_request(&thread, &t, &request), None));
             self.counters.fault("app_server.server_request");
@@ -942,6 +971,9 @@ impl World {
         self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
         self.app_emit(a, vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None)]);
         self.log(format!("a{a} app-server: turn {t} accepted for {opener:?}, then the process dies before notifying it"));
+        if let Some(rid) = &opener {
+            self.oracle.on_prompt_reached_thread(rid);
+        }
         self.kill_process(a, thread_rng().gen_range(300..3_000));
     }
 

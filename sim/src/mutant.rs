@@ -192,6 +192,11 @@ pub enum Mutant {
     /// who knows the request id sends a request under it, and the app-server's refusal of that
     /// line ends the admission `delivery_failed` while its own line starts its turn.
     WriteNonceNotDrawn,
+    /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
+    /// under an id the app-server answered already too (a holder-socket client that read the
+    /// id from the result sent a request under it): the request ends `delivery_failed` while
+    /// its prompt opens the turn.
+    AnsweredIdRefusalReported,
     /// Observer port (CORR-3): a notification of another thread on the same app-server is
     /// folded (by a fold of that thread) and reported as the agent's own.
     ForeignThreadAccepted,
@@ -264,6 +269,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SubmitSkipsWriteLock, "submit_skips_write_lock", "pane port writes a submit's steps without the pane's write lock across the gaps"),
     (Mutant::ServerRequestUnanswered, "server_request_unanswered", "managed observer glue never writes the decline of a server request"),
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
+    (Mutant::AnsweredIdRefusalReported, "answered_id_refusal_reported", "managed observer port reports an error under an id answered already as a refusal"),
     (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

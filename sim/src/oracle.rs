@@ -227,6 +227,11 @@ pub struct Oracle {
     /// MGD-3: requests whose prompt the app-server folded into a running turn (steering): it
     /// opened no turn, so no request may end with a turn's final or abort for it.
     pub steered: BTreeSet<String>,
+    /// MGD-7: requests that ended `delivery_failed`: their prompt must never reach the thread
+    /// later (checked when it does, `on_prompt_reached_thread`).
+    pub delivery_failed: BTreeSet<String>,
+    /// MGD-7: requests whose own `turn/start` line the app-server refused (ground truth).
+    pub refused_lines: BTreeSet<String>,
     /// MGD-4: agents whose process exit the port reported `drained` although its last read
     /// failed (the runtime's `drained: observer.is_some()`; see `on_terminal`).
     pub exit_claimed_drained: BTreeSet<usize>,
@@ -754,6 +759,10 @@ impl Oracle {
                 }
             }
             TerminalState::DeliveryFailed => {
+                self.delivery_failed.insert(id.clone());
+                if event.reason.as_deref() == Some("turn_start_refused") && !self.refused_lines.contains(&id) {
+                    self.fail(Kind::WrongFinal, format!("{id}: ended turn_start_refused, but the app-server never refused its own line"));
+                }
                 let opened = self.turns.values().find(|t| t.opened_by.as_deref() == Some(id.as_str())).map(|t| t.agent);
                 match opened {
                     // A known runtime gap (MGD-4): the process exit was reported drained
@@ -772,6 +781,15 @@ impl Oracle {
             }
             TerminalState::TimedOut => self.check_not_early(&id),
             TerminalState::Cancelled | TerminalState::Indeterminate => {}
+        }
+    }
+
+    /// MGD-7: request `request_id`'s prompt reached the thread (opened a turn, or joined the
+    /// running one): it must not have ended `delivery_failed` (a terminal event published
+    /// before the app-server read the line passed the check at the terminal).
+    pub fn on_prompt_reached_thread(&mut self, request_id: &str) {
+        if self.delivery_failed.contains(request_id) {
+            self.fail(Kind::WrongFinal, format!("{request_id}: ended delivery_failed, then its prompt reached the thread"));
         }
     }
 

@@ -107,6 +107,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.retry_same_id",
     "caller.claims_generated_id",
     "caller.forged_turn_start_id",
+    "caller.replayed_turn_start_id",
     "caller.invalid_replay",
     "caller.changed_input",
     "caller.cancel",

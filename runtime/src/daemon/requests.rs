@@ -30,8 +30,13 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
         final_timeout_ms: admit.final_timeout_ms,
         generated_id,
         share_prompt: admit.share_prompt,
-        // MGD-7: drawn here, never taken from the caller (who could then forge a refusal).
-        write_nonce: uuid::Uuid::new_v4().as_u64_pair().0,
+        // MGD-7: drawn here, never taken from the caller (who could then forge a refusal). The
+        // halves of a random UUID XORed: its fixed version and variant bits meet random ones,
+        // so all 64 bits are random.
+        write_nonce: {
+            let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
+            high ^ low
+        },
     };
     let (reply, answer) = oneshot::channel();
     if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {
