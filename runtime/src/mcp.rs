@@ -51,7 +51,8 @@ pub struct AdmitArgs {
     #[serde(default)]
     pub request_id: Option<String>,
     /// The opaque incarnation from `agent_catalog`: admission is refused (`stale_incarnation`)
-    /// if another process now runs behind the agent. Absent: whatever runs now.
+    /// if another process now runs behind the agent. Absent: whatever runs now (for a one-way
+    /// prompt, the one the catalog names just before: it is never written into a running turn).
     #[serde(default)]
     pub incarnation: Option<String>,
     /// Asynchronous deadline for return-final, in ms; 0 (default) disables it.
@@ -145,15 +146,29 @@ pub struct WaktermMcp {
 }
 
 /// The daemon's reply as a tool result: its body, an error when its exit code is not 0.
+/// MCP-2: a daemon answer as a tool result. The structured content is always the answer itself
+/// (the receipt of an admission, accepted or refused, as of a submit), `isError` says whether
+/// the CLI would exit non-zero, and `_meta` carries that exit code (`wakterm/exit_code`): a
+/// refused admission used to come wrapped as `{exit_code, reply}`, so code reading
+/// `classification` broke on every refusal.
 fn result_of(reply: Reply) -> CallToolResult {
-    match reply.exit_code {
+    let exit_code = reply.exit_code;
+    let mut result = match exit_code {
         0 => CallToolResult::structured(reply.body),
-        _ => CallToolResult::structured_error(json!({"exit_code": reply.exit_code, "reply": reply.body})),
-    }
+        _ => CallToolResult::structured_error(reply.body),
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(EXIT_CODE_META.to_string(), json!(exit_code));
+    result.meta = Some(rmcp::model::Meta(meta));
+    result
 }
 
+/// MCP-2: the `_meta` key of a tool result's exit code (the CLI's, for the same answer).
+pub const EXIT_CODE_META: &str = "wakterm/exit_code";
+
 fn usage(error: &str, message: impl Into<String>) -> CallToolResult {
-    CallToolResult::structured_error(json!({"schema": "wakterm.error.v1", "error": error, "message": message.into()}))
+    let body = json!({"schema": "wakterm.error.v1", "error": error, "message": message.into()});
+    result_of(Reply { exit_code: crate::protocol::exit::USAGE, body })
 }
 
 impl WaktermMcp {
@@ -284,7 +299,16 @@ impl WaktermMcp {
     }
 
     #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe.")]
-    async fn agent_admit(&self, Parameters(args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
+    async fn agent_admit(&self, Parameters(mut args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
+        if args.incarnation.is_none() && !args.return_final {
+            // MCP-2 (seed 000: the admission API never steers an active turn): without an
+            // incarnation a one-way prompt was a plain send, which a running turn takes in
+            // (ADM-13). The catalog's incarnation makes it an admission, refused `busy` then. An
+            // agent the catalog does not name (or names stopped) is left to the daemon's receipt.
+            if let Ok(entry) = self.catalog_entry(&args.agent).await {
+                args.incarnation = entry["incarnation"].as_str().map(str::to_string);
+            }
+        }
         let operation = if args.incarnation.is_some() { Operation::Admit } else { Operation::Send };
         let generated_id = args.request_id.is_none();
         let request_id = args.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());

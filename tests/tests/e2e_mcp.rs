@@ -6,7 +6,7 @@ mod support;
 #[path = "support/mcp_client.rs"]
 mod mcp_client;
 
-use mcp_client::{call, connect, runtime};
+use mcp_client::{call, call_with_exit, connect, runtime};
 
 use serde_json::json;
 use support::{new_id, World};
@@ -113,7 +113,7 @@ fn mcp_without_a_daemon_answers_daemon_not_running() {
         let client = connect(&w).await;
         let (error, reply) = call(&client, "agent_catalog", json!({})).await;
         assert!(error, "{reply}");
-        assert_eq!(reply["reply"]["error"], "daemon_not_running", "{reply}");
+        assert_eq!(reply["error"], "daemon_not_running", "{reply}");
         client.cancel().await.expect("close");
     });
 }
@@ -147,27 +147,28 @@ fn mcp_2_a_lost_reply_keeps_the_request_id_and_oversized_input_is_refused_unsent
     let received = silent_daemon(&w);
     runtime().block_on(async {
         let client = connect(&w).await;
-        let (error, lost) = call(&client, "agent_admit", json!({"agent": "zola", "prompt": "may or may not be written"})).await;
+        let (error, lost, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "may or may not be written"})).await;
         let sent: serde_json::Value = serde_json::from_str(&received.recv_timeout(std::time::Duration::from_secs(10)).expect("the request was sent")).unwrap();
         assert!(error, "{lost}");
-        assert_eq!(lost["exit_code"], 5, "{lost}");
-        assert_eq!((&lost["reply"]["error"], &lost["reply"]["classification"]), (&json!("reply_lost"), &json!("indeterminate")), "{lost}");
+        assert_eq!(exit_code, Some(5), "{lost}");
+        assert_eq!((&lost["error"], &lost["classification"]), (&json!("reply_lost"), &json!("indeterminate")), "{lost}");
         let sent_id = &sent["request_id"];
         assert!(sent_id.is_string(), "the request named its id: {sent}");
-        assert_eq!(&lost["reply"]["request_id"], sent_id, "the generated id is returned to replay: {lost}");
+        assert_eq!(&lost["request_id"], sent_id, "the generated id is returned to replay: {lost}");
 
         let huge = "x".repeat(wakterm_engine::limits::MAX_PROMPT_BYTES + 1);
         let id = new_id();
-        let (error, refused) = call(&client, "agent_admit", json!({"agent": "zola", "prompt": huge, "request_id": id})).await;
+        let (error, refused, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": huge, "request_id": id})).await;
         assert!(error, "{refused}");
-        assert_eq!(refused["exit_code"], 4, "{refused}");
-        let receipt = &refused["reply"];
+        assert_eq!(exit_code, Some(4), "{refused}");
+        // MCP-2: a refusal is the receipt itself, as an acceptance is (it came wrapped).
+        let receipt = &refused;
         // IDEM-7: refused before sending under an id the caller named, which may have been
         // written (only the daemon could tell): never retry-safe.
         assert_eq!((&receipt["classification"], &receipt["reason"], &receipt["prompt_written"], &receipt["retry_safe"]), (&json!("invalid"), &json!("prompt_too_large"), &json!(false), &json!(false)), "{receipt}");
         assert_eq!(receipt["request_id"], id.as_str(), "{receipt}");
         let (error, submit) = call(&client, "session", json!({"action": "submit", "session_id": "zola", "input": huge})).await;
-        assert!(error && submit["reply"]["error"] == "prompt_too_large", "{submit}");
+        assert!(error && submit["error"] == "prompt_too_large", "{submit}");
         let (error, input) = call(&client, "session", json!({"action": "input", "session_id": "zola", "input": huge})).await;
         assert!(error && input["error"] == "input_too_large", "{input}");
         client.cancel().await.expect("close");
@@ -233,4 +234,30 @@ fn mcp_1_a_line_past_the_bound_ends_the_server_saying_why() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("without its end"), "the reason is said: {stderr}");
+}
+
+/// MCP-2 (seed 000: the admission API never steers an active turn): a one-way `agent_admit`
+/// without an incarnation is an admission by the incarnation the catalog names, so a running
+/// turn refuses it `busy` / `turn_active` with nothing written (it was a plain send, which the
+/// running turn took in); with the agent idle it is written as before.
+#[test]
+fn mcp_2_a_one_way_admit_never_steers_a_running_turn() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &["--hang-on", "HANGME"]);
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let (error, idle, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "fire and forget", "return_final": false})).await;
+        assert!(!error, "{idle}");
+        assert_eq!((idle["classification"].as_str(), idle["operation"].as_str(), exit_code), (Some("accepted"), Some("admit"), Some(0)), "{idle}");
+        w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
+        assert_eq!(w.run(&["agent", "send", "zola", "please HANGME forever"]).code, 0);
+        w.wait_agent("zola", "busy", |z| z["state"] == "busy");
+        let prompts = w.user_prompts();
+        let (error, busy, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "do not steer", "return_final": false})).await;
+        assert!(error, "{busy}");
+        assert_eq!((busy["classification"].as_str(), busy["reason"].as_str(), busy["prompt_written"].as_bool(), exit_code), (Some("busy"), Some("turn_active"), Some(false), Some(4)), "{busy}");
+        assert_eq!(w.user_prompts(), prompts, "nothing was written into the running turn");
+        client.cancel().await.expect("close");
+    });
 }

@@ -24,6 +24,14 @@ pub async fn call(client: &Client, tool: &str, arguments: Value) -> (bool, Value
     (result.is_error == Some(true), result.structured_content.expect("every tool answers structured content"))
 }
 
+/// Calls a tool; returns (is_error, structured content, the exit code in `_meta`).
+pub async fn call_with_exit(client: &Client, tool: &str, arguments: Value) -> (bool, Value, Option<i64>) {
+    let arguments = arguments.as_object().cloned().expect("arguments are an object");
+    let result: CallToolResult = client.call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments)).await.expect("the call is answered");
+    let exit_code = result.meta.as_ref().and_then(|m| m.0.get("wakterm/exit_code")).and_then(Value::as_i64);
+    (result.is_error == Some(true), result.structured_content.expect("every tool answers structured content"), exit_code)
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
