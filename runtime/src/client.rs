@@ -112,7 +112,10 @@ pub fn lost_after_sending(reply: &Reply) -> Option<&str> {
 /// stop): the prompt may then have been written, so the answer is `indeterminate` (exit 5)
 /// with the request id to replay, never a plain error a caller might retry under a new id.
 /// The CLI and the MCP server both call this (the MCP tool once passed the bare error on, and a
-/// request id it had generated was never returned).
+/// request id it had generated was never returned). It is no receipt (the daemon gave none, so
+/// whether a terminal event will come is unknown), but it carries the receipt fields a caller
+/// decides a retry on, with the values that claim nothing: `write_state: unknown`,
+/// `retry_safe: false` (a seed audit found them missing).
 pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) -> Reply {
     let request_id = admit.request_id.clone().expect("callers name the request before sending it");
     if let Err(refused) = check_prompt_size(admit) {
@@ -123,7 +126,7 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
         let message = format!(
             "the daemon went away before answering ({why}); the prompt may have been written. Replay with request id {request_id} after the daemon restarts to learn the outcome; never retry under a new id"
         );
-        serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "classification": "indeterminate", "request_id": request_id, "message": message})
+        serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "classification": "indeterminate", "write_state": "unknown", "retry_safe": false, "request_id": request_id, "message": message})
     })
 }
 

@@ -152,6 +152,7 @@ fn mcp_2_a_lost_reply_keeps_the_request_id_and_oversized_input_is_refused_unsent
         assert!(error, "{lost}");
         assert_eq!(exit_code, Some(5), "{lost}");
         assert_eq!((&lost["error"], &lost["classification"]), (&json!("reply_lost"), &json!("indeterminate")), "{lost}");
+        assert_eq!((&lost["write_state"], &lost["retry_safe"]), (&json!("unknown"), &json!(false)), "{lost}");
         let sent_id = &sent["request_id"];
         assert!(sent_id.is_string(), "the request named its id: {sent}");
         assert_eq!(&lost["request_id"], sent_id, "the generated id is returned to replay: {lost}");
