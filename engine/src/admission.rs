@@ -140,6 +140,7 @@ impl Engine {
             replaced: None,
             steer_turn: None,
             ack_turn: None,
+            refused: None,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
             let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);
@@ -716,6 +717,10 @@ impl Engine {
         let steered = (admission.steer_turn.is_some() && admission.ack_turn == admission.steer_turn).then(|| {
             ("steered_running_turn", "the agent's thread was running a turn: the app-server added this prompt to it (steering)".to_string())
         });
+        let refused = admission.refused.as_ref().map(|error| {
+            ("turn_start_refused", format!("the app-server refused the turn/start: the prompt never reached the thread ({error})"))
+        });
+        let steered = refused.or(steered);
         let record = self.requests.get_mut(request_id).expect("registered");
         let (reason, detail) = steered.map_or((None, None), |(reason, detail)| (Some(reason), Some(detail)));
         let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, reason, detail);

@@ -127,7 +127,7 @@ impl Engine {
             }
             // EV: reported on the stream only; correlation reads turn records (CORR-5..7).
             ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } => {}
-            ObserverEvent::RequestRefused { id, position, .. } => self.on_request_refused(agent_id, id, *position),
+            ObserverEvent::RequestRefused { id, error, position, .. } => self.on_request_refused(agent_id, id, error, *position),
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::TurnCompleted { .. }
@@ -242,7 +242,8 @@ impl Engine {
     /// With a turn started since (a candidate, or the turn bound) the refusal contradicts that
     /// evidence (a holder-socket client that read the id from the reply could send a request
     /// under it): `indeterminate`.
-    fn on_request_refused(&mut self, agent_id: &AgentId, id: &str, position: u64) {
+    fn on_request_refused(&mut self, agent_id: &AgentId, id: &str, error: &str, position: u64) {
+        self.refuse_awaiting_send(agent_id, id, error);
         let refused: Vec<RequestId> = self
             .correlating_requests_of(agent_id, false)
             .into_iter()
@@ -262,6 +263,21 @@ impl Engine {
                 self.indeterminate(&request_id, "turn_start_refusal_contradicted");
             }
         }
+    }
+
+    /// MGD-7, ADM-13: a one-way send waiting for its acknowledgement whose own `turn/start` was
+    /// refused is answered at once: `acknowledged: false`, reason `turn_start_refused` with the
+    /// server's error (it waited out `SEND_ACK_WAIT_MS` and said nothing of why), and the agent
+    /// waits for no turn of it.
+    fn refuse_awaiting_send(&mut self, agent_id: &AgentId, id: &str, error: &str) {
+        let Some(claim) = self.agents.get(agent_id).and_then(|a| a.claim.clone()) else { return };
+        let awaiting = self.admissions.get(&claim).is_some_and(|a| a.step == Step::AwaitingAck);
+        if !awaiting || self.requests.get(&claim).and_then(|r| r.turn_start_id.as_deref()) != Some(id) {
+            return;
+        }
+        self.admissions.get_mut(&claim).expect("checked").refused = Some(error.to_string());
+        self.confirm_after_ack(&claim, Some(false));
+        self.stop_awaiting_turn_of(agent_id, &claim);
     }
 
     /// ADM-5: the written prompt the agent waits on a turn for was refused: nothing is pending

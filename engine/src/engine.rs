@@ -76,6 +76,9 @@ pub(crate) struct Admission {
     /// ...which the receipt claims only when the prompt's user message was seen in that very
     /// turn (the turn may have ended between the check and the write).
     pub ack_turn: Option<crate::ids::TurnId>,
+    /// MGD-7: the app-server's refusal of this one-way prompt's `turn/start` (its code and
+    /// message), which ends the acknowledgement wait: the receipt says so.
+    pub refused: Option<String>,
 }
 
 /// ADM-17: what the observer said while an admission's write was in flight, kept in order.

@@ -221,3 +221,20 @@ fn mgd_7_a_refused_prompt_leaves_the_agent_available() {
     let receipt = rig.receipt(op);
     assert_eq!(receipt.classification, Classification::Accepted, "{receipt:?}");
 }
+
+// MGD-7, ADM-13: a plain one-way send whose own turn/start the app-server refused is answered
+// at once, `acknowledged: false` with reason `turn_start_refused` and the server's error (it
+// waited out the acknowledgement window and said nothing of why), and the agent is free again.
+#[test]
+fn mgd_7_a_refused_one_way_send_says_so_at_once() {
+    let mut rig = managed_zola(Some(THREAD));
+    let command = rig.command(Operation::Send, REQ, "hi", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    assert!(!rig.has_receipt(op), "waiting for the acknowledgement");
+    rig.observe(refused(&prompt::turn_start_id(REQ, 0x5eed), 1_010));
+    let receipt = rig.receipt(op).clone();
+    assert_eq!((receipt.classification, receipt.acknowledged, receipt.reason.as_deref()), (Classification::Accepted, Some(false), Some("turn_start_refused")), "{receipt:?}");
+    assert!(receipt.detail.as_deref().is_some_and(|d| d.contains("failed to start turn")), "{receipt:?}");
+    let next = rig.admit(REQ2, "again", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(next).classification, Classification::Accepted, "{:?}", rig.receipt(next));
+}

@@ -692,4 +692,10 @@ fn mgd_7_a_refused_turn_start_is_delivery_failed() {
     let next = new_id();
     assert_eq!(admit_rf(&w, "mia", s(&entry["incarnation"]), &next, "and this one is taken").code, 0);
     assert_eq!(s(&w.wait_terminal(&next)["state"]), "completed");
+    // A plain send's receipt says so too, with the server's error.
+    w.wait_agent("mia", "return-final available", |e| e["return_final_available"] == true);
+    let send = w.run(&["agent", "send", "mia", "NOPE a plain one"]);
+    assert_eq!(send.code, 0, "{send:?}");
+    assert_eq!((&send.json["acknowledged"], s(&send.json["reason"])), (&serde_json::json!(false), "turn_start_refused"), "{send:?}");
+    assert!(s(&send.json["detail"]).contains("failed to start turn"), "{send:?}");
 }
