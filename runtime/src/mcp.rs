@@ -51,8 +51,9 @@ pub struct AdmitArgs {
     #[serde(default)]
     pub request_id: Option<String>,
     /// The opaque incarnation from `agent_catalog`: admission is refused (`stale_incarnation`)
-    /// if another process now runs behind the agent. Absent: whatever runs now (for a one-way
-    /// prompt, the one the catalog names just before: it is never written into a running turn).
+    /// if another process now runs behind the agent, or `busy` while a turn runs. Absent:
+    /// whatever runs now; a one-way prompt is then a plain send, which a running turn takes
+    /// in (steering): pass the incarnation to never steer.
     #[serde(default)]
     pub incarnation: Option<String>,
     /// Asynchronous deadline for return-final, in ms; 0 (default) disables it.
@@ -163,6 +164,11 @@ fn result_of(reply: Reply) -> CallToolResult {
     result
 }
 
+/// A tool's own answer (not a daemon reply) with its exit code, as `result_of` gives it.
+fn answer(exit_code: i32, body: serde_json::Value) -> CallToolResult {
+    result_of(Reply { exit_code, body })
+}
+
 /// MCP-2: the `_meta` key of a tool result's exit code (the CLI's, for the same answer).
 pub const EXIT_CODE_META: &str = "wakterm/exit_code";
 
@@ -251,14 +257,22 @@ fn input_result(agent_id: &str, length: u64, outcome: crate::holder::protocol::W
         (false, _) => "partial",
     };
     let body = json!({"ok": complete, "agent_id": agent_id, "write_state": write_state, "bytes": length, "write": outcome});
-    match complete {
-        true => CallToolResult::structured(body),
-        false => CallToolResult::structured_error(body),
-    }
+    answer(input_exit_code(write_state), body)
 }
 
 fn input_error(error: &str, write_state: &str, message: String) -> CallToolResult {
-    CallToolResult::structured_error(json!({"schema": "wakterm.error.v1", "ok": false, "error": error, "write_state": write_state, "message": message}))
+    answer(input_exit_code(write_state), json!({"schema": "wakterm.error.v1", "ok": false, "error": error, "write_state": write_state, "message": message}))
+}
+
+/// MCP-2's exit code of a raw input: written whole 0, nothing written 4 (rejected), some or
+/// unknown 5 (indeterminate).
+fn input_exit_code(write_state: &str) -> i32 {
+    use crate::protocol::exit;
+    match write_state {
+        "complete" => exit::OK,
+        "not_started" => exit::REJECTED,
+        _ => exit::INDETERMINATE,
+    }
 }
 
 impl WaktermMcp {
@@ -278,11 +292,7 @@ impl WaktermMcp {
             Err(error) => Reply { exit_code: crate::protocol::exit::INDETERMINATE, body: json!({"schema": "wakterm.error.v1", "error": "mcp_internal", "message": error.to_string(), "write_state": "unknown", "retry_safe": false}) },
         };
         // The receipt itself is the answer, unwrapped: `isError` unless acknowledged.
-        match (reply.exit_code, reply.body["schema"] == wakterm_engine::submit::SUBMIT_RECEIPT_SCHEMA) {
-            (0, true) => CallToolResult::structured(reply.body),
-            (_, true) => CallToolResult::structured_error(reply.body),
-            _ => result_of(reply),
-        }
+        result_of(reply)
     }
 }
 
@@ -298,17 +308,8 @@ impl WaktermMcp {
         Ok(result_of(self.call(ClientRequest::Capabilities).await))
     }
 
-    #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe.")]
-    async fn agent_admit(&self, Parameters(mut args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
-        if args.incarnation.is_none() && !args.return_final {
-            // MCP-2 (seed 000: the admission API never steers an active turn): without an
-            // incarnation a one-way prompt was a plain send, which a running turn takes in
-            // (ADM-13). The catalog's incarnation makes it an admission, refused `busy` then. An
-            // agent the catalog does not name (or names stopped) is left to the daemon's receipt.
-            if let Ok(entry) = self.catalog_entry(&args.agent).await {
-                args.incarnation = entry["incarnation"].as_str().map(str::to_string);
-            }
-        }
+    #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe. Pass incarnation (from agent_catalog) so the prompt is never written into a running turn; without it a one-way prompt (return_final false) steers a running turn.")]
+    async fn agent_admit(&self, Parameters(args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
         let operation = if args.incarnation.is_some() { Operation::Admit } else { Operation::Send };
         let generated_id = args.request_id.is_none();
         let request_id = args.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -350,14 +351,14 @@ impl WaktermMcp {
                 return Ok(result_of(reply));
             }
             if !reply.body["terminal_event"].is_null() {
-                return Ok(CallToolResult::structured(json!({"terminal": true, "terminal_event": reply.body["terminal_event"], "request": reply.body})));
+                return Ok(answer(0, json!({"terminal": true, "terminal_event": reply.body["terminal_event"], "request": reply.body})));
             }
             if reply.body["return_mode"] == "one_way" {
-                return Ok(CallToolResult::structured(json!({"terminal": false, "one_way": true, "request": reply.body, "message": "a one-way request has no terminal event"})));
+                return Ok(answer(0, json!({"terminal": false, "one_way": true, "request": reply.body, "message": "a one-way request has no terminal event"})));
             }
             if Instant::now() >= deadline {
                 let body = json!({"terminal": false, "still_pending": true, "state": reply.body["state"], "request": reply.body, "message": "not terminal yet: call request_wait again with the same request_id"});
-                return Ok(CallToolResult::structured(body));
+                return Ok(answer(0, body));
             }
             tokio::time::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
         }
@@ -369,7 +370,7 @@ impl WaktermMcp {
             SessionAction::List => result_of(self.call(ClientRequest::Catalog).await),
             SessionAction::Status => match args.session_id.as_deref() {
                 None => usage("bad_request", "action=status needs session_id"),
-                Some(target) => self.catalog_entry(target).await.map_or_else(|error| error, CallToolResult::structured),
+                Some(target) => self.catalog_entry(target).await.map_or_else(|error| error, |entry| answer(0, entry)),
             },
             SessionAction::Output => match args.session_id.clone() {
                 None => usage("bad_request", "action=output needs session_id"),

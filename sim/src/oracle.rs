@@ -227,8 +227,9 @@ pub struct Oracle {
     /// MGD-3: requests whose prompt the app-server folded into a running turn (steering): it
     /// opened no turn, so no request may end with a turn's final or abort for it.
     pub steered: BTreeSet<String>,
-    /// MGD-7: requests that ended `delivery_failed`: their prompt must never reach the thread
-    /// later (checked when it does, `on_prompt_reached_thread`).
+    /// MGD-7: requests that ended `delivery_failed`, or whose receipt said `turn_start_refused`:
+    /// their prompt must never reach the thread later (checked when it does,
+    /// `on_prompt_reached_thread`).
     pub delivery_failed: BTreeSet<String>,
     /// MGD-7: requests whose own `turn/start` line the app-server refused (ground truth).
     pub refused_lines: BTreeSet<String>,
@@ -656,6 +657,18 @@ impl Oracle {
             }
             return;
         }
+        if receipt.reason.as_deref() == Some("turn_start_refused") {
+            // MGD-7: a receipt says the prompt never reached the thread only after the
+            // app-server refused that request's own line; it must never reach it later.
+            self.delivery_failed.insert(id.to_string());
+            if !self.refused_lines.contains(id.as_str()) {
+                self.fail(Kind::Misclassified, format!("{id}: receipt says turn_start_refused, but the app-server never refused its own line"));
+            }
+            let reached = self.steered.contains(id.as_str()) || self.turns.values().any(|t| t.opened_by.as_deref() == Some(id.as_str()));
+            if reached {
+                self.fail(Kind::Misclassified, format!("{id}: receipt says turn_start_refused, but its prompt reached the thread"));
+            }
+        }
         if receipt.reason.as_deref() == Some("steered_running_turn") {
             // MGD-3: a steered prompt joins a running turn; only a plain one-way send may steer,
             // and it never arms a return-final request.
@@ -789,7 +802,7 @@ impl Oracle {
     /// before the app-server read the line passed the check at the terminal).
     pub fn on_prompt_reached_thread(&mut self, request_id: &str) {
         if self.delivery_failed.contains(request_id) {
-            self.fail(Kind::WrongFinal, format!("{request_id}: ended delivery_failed, then its prompt reached the thread"));
+            self.fail(Kind::WrongFinal, format!("{request_id}: ended delivery_failed (or its receipt said turn_start_refused), then its prompt reached the thread"));
         }
     }
 

@@ -238,27 +238,34 @@ fn mcp_1_a_line_past_the_bound_ends_the_server_saying_why() {
 }
 
 /// MCP-2 (seed 000: the admission API never steers an active turn): a one-way `agent_admit`
-/// without an incarnation is an admission by the incarnation the catalog names, so a running
-/// turn refuses it `busy` / `turn_active` with nothing written (it was a plain send, which the
-/// running turn took in); with the agent idle it is written as before.
+/// with the incarnation is an admission, refused `busy` / `turn_active` by a running turn with
+/// nothing written; without one it is a plain send (ADM-13: acknowledged). Every tool result
+/// carries the CLI's exit code in `_meta`, `request_wait`'s and `session`'s too.
 #[test]
-fn mcp_2_a_one_way_admit_never_steers_a_running_turn() {
+fn mcp_2_a_one_way_admit_with_its_incarnation_never_steers() {
     let w = World::new(EXE);
     w.mux_start();
-    w.ready_agent("zola", REPLY, &["--hang-on", "HANGME"]);
+    let entry = w.ready_agent("zola", REPLY, &["--hang-on", "HANGME"]);
+    let incarnation = entry["incarnation"].as_str().expect("an incarnation").to_string();
     runtime().block_on(async {
         let client = connect(&w).await;
         let (error, idle, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "fire and forget", "return_final": false})).await;
         assert!(!error, "{idle}");
-        assert_eq!((idle["classification"].as_str(), idle["operation"].as_str(), exit_code), (Some("accepted"), Some("admit"), Some(0)), "{idle}");
+        assert_eq!((idle["classification"].as_str(), idle["operation"].as_str(), idle["acknowledged"].as_bool(), exit_code), (Some("accepted"), Some("send"), Some(true), Some(0)), "{idle}");
+        let (_, status, exit_code) = call_with_exit(&client, "session", json!({"action": "status", "session_id": "zola"})).await;
+        assert_eq!((status["name"].as_str(), exit_code), (Some("zola"), Some(0)), "{status}");
+        let (_, waited, exit_code) = call_with_exit(&client, "request_wait", json!({"request_id": idle["request_id"], "timeout_ms": 100})).await;
+        assert_eq!((waited["one_way"].as_bool(), exit_code), (Some(true), Some(0)), "{waited}");
         w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
         assert_eq!(w.run(&["agent", "send", "zola", "please HANGME forever"]).code, 0);
         w.wait_agent("zola", "busy", |z| z["state"] == "busy");
         let prompts = w.user_prompts();
-        let (error, busy, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "do not steer", "return_final": false})).await;
+        let (error, busy, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "do not steer", "return_final": false, "incarnation": incarnation})).await;
         assert!(error, "{busy}");
         assert_eq!((busy["classification"].as_str(), busy["reason"].as_str(), busy["prompt_written"].as_bool(), exit_code), (Some("busy"), Some("turn_active"), Some(false), Some(4)), "{busy}");
         assert_eq!(w.user_prompts(), prompts, "nothing was written into the running turn");
+        let (error, input, exit_code) = call_with_exit(&client, "session", json!({"action": "input", "session_id": "nobody", "input": "x"})).await;
+        assert!(error && exit_code.is_some(), "{input}");
         client.cancel().await.expect("close");
     });
 }
