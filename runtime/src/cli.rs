@@ -67,6 +67,8 @@ pub enum MuxCommand {
         #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_EVENTS, value_parser = clap::value_parser!(u64).range(1..))]
         retain_events: u64,
         /// Prune agent events older than this many days; 0 keeps them whatever their age (EV-9).
+        /// The same window forgets finished requests (HIST-4): a request id replayed after it
+        /// is admitted as a new request; 0 keeps them too.
         #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_DAYS)]
         retain_days: u64,
     },
@@ -169,6 +171,10 @@ pub enum AgentCommand {
     /// events_through to --after. Exit 4 cursor_too_old: the events after --after were
     /// pruned; rebase from a fresh catalog. Exit 4 cursor_ahead: --after lies past every event
     /// this data directory's daemon has stored (a cursor from elsewhere); rebase the same way.
+    /// Exit 6 agent_unknown, exit 2 too_many_agents (over 256 --agent filters), exit 3
+    /// daemon_gone when the stream ends without an end line (the daemon stopped, or dropped a
+    /// reader more than 10 s behind: resume --after the last sequence you read), exit 7
+    /// daemon_unresponsive. Heartbeats are not printed.
     Events {
         /// Resume after this sequence. 0 reads from the first event ever, which is only possible
         /// while retention has pruned nothing (else cursor_too_old: rebase from a catalog).
@@ -177,7 +183,9 @@ pub enum AgentCommand {
         /// Drain what is available now and exit.
         #[arg(long)]
         once: bool,
-        /// Only this agent's events (name or id; repeatable).
+        /// Only this agent's events (name or id; repeatable). A name is resolved to the agent's
+        /// id once, when the stream starts: another agent started later under that name is not
+        /// followed.
         #[arg(long = "agent", value_name = "TARGET")]
         agents: Vec<String>,
     },
