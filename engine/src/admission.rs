@@ -720,9 +720,9 @@ impl Engine {
         let refused = admission.refused.as_ref().map(|error| {
             ("turn_start_refused", format!("the app-server refused the turn/start: the prompt never reached the thread ({error})"))
         });
-        let steered = refused.or(steered);
+        let explained = refused.or(steered);
         let record = self.requests.get_mut(request_id).expect("registered");
-        let (reason, detail) = steered.map_or((None, None), |(reason, detail)| (Some(reason), Some(detail)));
+        let (reason, detail) = explained.map_or((None, None), |(reason, detail)| (Some(reason), Some(detail)));
         let receipt = record.written_receipt(Classification::Accepted, WriteState::Complete, acknowledged, reason, detail);
         record.receipt = Some(receipt.clone());
         let durable_phase = match record.return_mode {

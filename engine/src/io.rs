@@ -43,8 +43,9 @@ pub struct AdmitCommand {
     pub share_prompt: bool,
     /// MGD-7: a random number the runtime draws for this admission (the engine draws none). A
     /// managed agent's `turn/start` id carries it, so nothing else that writes to the
-    /// app-server's stdin (a raw `session input`, a caller who knows the request id) can send
-    /// a request under that id: an error reply to it is then the refusal of OUR request.
+    /// app-server's stdin (a holder-socket client, a caller who knows the request id) can send
+    /// a request under that id before the daemon does: an error reply to it is then the
+    /// refusal of OUR request.
     #[serde(default)]
     pub write_nonce: u64,
 }

@@ -323,11 +323,9 @@ impl SimFold {
             Mutant::AnsweredIdRefusalReported => {
                 // The bug: every error reply to a string id is reported as a refusal, one under
                 // an id the app-server answered already too (MGD-7 before `answered_ids`).
-                let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
-                let (Some(id), Some(error)) = (value.get("id").and_then(Value::as_str), value.get("error")) else { return };
-                if value.get("method").is_none() && !folded.iter().any(|e| matches!(e, ObserverEvent::RequestRefused { .. })) {
-                    let error = format!("{}: {}", error["code"], error["message"].as_str().unwrap_or_default());
-                    folded.push(ObserverEvent::RequestRefused { session: self.session.clone(), id: id.to_string(), error, position });
+                let Some(refusal) = refusal_truth(line) else { return };
+                if !folded.iter().any(|e| matches!(e, ObserverEvent::RequestRefused { .. })) {
+                    folded.push(refusal.event(self.session.clone(), position));
                 }
             }
             Mutant::SteerReportedAsNewTurn => {
