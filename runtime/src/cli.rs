@@ -171,10 +171,12 @@ pub enum AgentCommand {
     /// events_through to --after. Exit 4 cursor_too_old: the events after --after were
     /// pruned; rebase from a fresh catalog. Exit 4 cursor_ahead: --after lies past every event
     /// this data directory's daemon has stored (a cursor from elsewhere); rebase the same way.
-    /// Exit 6 agent_unknown, exit 2 too_many_agents (over 256 --agent filters), exit 3
-    /// daemon_gone when the stream ends without an end line (the daemon stopped, or dropped a
-    /// reader more than 10 s behind: resume --after the last sequence you read), exit 7
-    /// daemon_unresponsive. Heartbeats are not printed.
+    /// Exit 6 agent_unknown (no live agent has the name or id, and no stored event names the
+    /// id), exit 2 too_many_agents (over 256 --agent filters). A stream that breaks answers with
+    /// `last_sequence`, the cursor to resume --after: exit 3 daemon_gone (no daemon answers),
+    /// exit 1 stream_ended (a daemon answers: it restarted, or dropped this reader for falling
+    /// more than 10 s behind, e.g. standard output not read), exit 7 daemon_unresponsive.
+    /// Heartbeats are not printed; see --bookmarks.
     Events {
         /// Resume after this sequence. 0 reads from the first event ever, which is only possible
         /// while retention has pruned nothing (else cursor_too_old: rebase from a catalog).
@@ -188,6 +190,14 @@ pub enum AgentCommand {
         /// followed.
         #[arg(long = "agent", value_name = "TARGET")]
         agents: Vec<String>,
+        /// Also print bookmarks: {"schema": ..., "kind": "stream.bookmark", "last_sequence": N}
+        /// means every event this stream selects up to N was printed, so --after N resumes it
+        /// without a gap. Printed when the stream has covered more than the lines before it
+        /// (at most every 5 s), and always at the end of --once. Without --agent, an event's
+        /// own sequence is as good a cursor; with it, other agents' events move the bookmark
+        /// on, so a cursor from it does not fall behind retention while the agent is quiet.
+        #[arg(long)]
+        bookmarks: bool,
     },
     /// Inspect, cancel or stream return-final requests.
     Request {
@@ -361,7 +371,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             Err(reply) => return print_reply(reply),
         },
         AgentCommand::Attach { target } => return attach(paths, &target),
-        AgentCommand::Events { after, once, agents } => return stream(paths, &ClientRequest::Events { after, once, agents }),
+        AgentCommand::Events { after, once, agents, bookmarks } => return stream(paths, &ClientRequest::Events { after, once, agents }, bookmarks),
         AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
@@ -472,12 +482,29 @@ pub fn read_stdin_prompt(input: &mut impl Read, limit: usize) -> Result<StdinPro
 }
 
 fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {
-    stream(paths, &ClientRequest::Watch { after, once })
+    stream(paths, &ClientRequest::Watch { after, once }, false)
 }
 
-fn stream(paths: &DataPaths, request: &ClientRequest) -> i32 {
+/// EV-14: the line `agent events --bookmarks` prints for a bookmark.
+pub const BOOKMARK_KIND: &str = "stream.bookmark";
+
+/// Prints a stream's events, and with `bookmarks` its bookmarks (EV-14): each one that covers
+/// more than the lines printed before it, and always the `--once` end's.
+fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
+    let mut printed = 0;
     // Stops (exit 0) once standard output is closed.
-    let result = client::stream(paths, request, |event| print_line(&serde_json::to_string(event).expect("json")));
+    let result = client::stream(paths, request, |item| match item {
+        client::StreamItem::Event(event) => {
+            printed = printed.max(event["sequence"].as_u64().unwrap_or(0));
+            print_line(&serde_json::to_string(event).expect("json"))
+        }
+        client::StreamItem::Bookmark { last_sequence, end } if bookmarks && (end || last_sequence > printed) => {
+            printed = last_sequence;
+            let line = serde_json::json!({"schema": wakterm_engine::AGENT_EVENTS_SCHEMA, "kind": BOOKMARK_KIND, "last_sequence": last_sequence});
+            print_line(&line.to_string())
+        }
+        client::StreamItem::Bookmark { .. } => true,
+    });
     match result {
         Ok(()) => exit::OK,
         Err(reply) => print_reply(reply),

@@ -196,11 +196,16 @@ pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -
 }
 
 pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
+    call_within(paths, request, CALL_TIMEOUT)
+}
+
+/// `call` with its own bound on the reply.
+fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) -> Reply {
     let mut stream = match connect(paths) {
         Ok(stream) => stream,
         Err(reply) => return reply,
     };
-    let _ = stream.set_read_timeout(Some(CALL_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(bound));
     if let Err(reply) = send(&mut stream, request) {
         return reply;
     }
@@ -212,43 +217,155 @@ pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
     }
 }
 
-/// `request watch`: calls `on_event` for each terminal event; stops when it returns false, at
-/// the end of a `once` drain, or when the daemon goes away (an error reply). The daemon sends a
-/// heartbeat at least every `WATCH_HEARTBEAT`; silence past `WATCH_SILENCE` is an error.
-pub fn watch(paths: &DataPaths, after: u64, once: bool, on_event: impl FnMut(&Value) -> bool) -> Result<(), Reply> {
-    stream(paths, &ClientRequest::Watch { after, once }, on_event)
+/// What a stream hands its reader.
+#[derive(Debug, PartialEq)]
+pub enum StreamItem<'a> {
+    /// One event (`{"event": ...}`).
+    Event(&'a Value),
+    /// EV-8, CONN-3: the sequence the stream has covered: every event the subscription wants
+    /// up to it was sent, so `--after` it misses nothing (a filtered reader's own last event can
+    /// lie far below it). From a heartbeat's or `--once`'s end line (`end`) `last_sequence`.
+    Bookmark { last_sequence: u64, end: bool },
 }
 
-/// A streaming request (`request watch`, `agent events`): `{"event"}` lines until `on_event`
-/// returns false, the `once` drain ends, or the daemon goes away.
-pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_event: impl FnMut(&Value) -> bool) -> Result<(), Reply> {
+/// How long a stream that ended without its end line waits to learn whether the daemon still
+/// answers (`stream_ended`) or is gone (`daemon_gone`).
+const ENDED_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A streaming request (`request watch`, `agent events`): events and bookmarks until `on_item`
+/// returns false, the `once` drain ends, or the stream breaks. A break (the connection failed,
+/// fell silent, or closed without an end line) carries `last_sequence`: the cursor to resume
+/// after, so a reader never has to guess where it stood. The daemon's refusals come as it gave
+/// them.
+pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_item: impl FnMut(StreamItem<'_>) -> bool) -> Result<(), Reply> {
+    // The field each stream's events number themselves by.
+    let (mut covered, sequence_field) = match request {
+        ClientRequest::Watch { after, .. } => (*after, "terminal_event_sequence"),
+        ClientRequest::Events { after, .. } => (*after, "sequence"),
+        _ => (0, "sequence"),
+    };
     let mut stream = connect(paths)?;
     send(&mut stream, request)?;
     let _ = stream.set_read_timeout(Some(WATCH_SILENCE));
     let reader = BufReader::new(stream);
     for line in reader.lines() {
-        let line = line.map_err(io_error)?;
-        let value: Value = serde_json::from_str(&line).map_err(|e| Reply::error(exit::ERROR, "daemon_io", e.to_string()))?;
+        let line = line.map_err(|error| resumable(io_error(error), covered))?;
+        let value: Value = serde_json::from_str(&line).map_err(|e| resumable(Reply::error(exit::ERROR, "daemon_io", e.to_string()), covered))?;
+        let mark = value.get("last_sequence").and_then(Value::as_u64);
         if let Some(event) = value.get("event") {
-            if !on_event(event) {
+            let go_on = on_item(StreamItem::Event(event));
+            covered = covered.max(event.get(sequence_field).and_then(Value::as_u64).unwrap_or(0));
+            if !go_on {
                 return Ok(());
             }
-        } else if value.get("heartbeat").is_some() {
-            continue;
-        } else if value.get("end").is_some() {
-            return Ok(());
+        } else if value.get("heartbeat").is_some() || value.get("end").is_some() {
+            covered = covered.max(mark.unwrap_or(0));
+            let end = value.get("end").is_some();
+            if !on_item(StreamItem::Bookmark { last_sequence: covered, end }) || end {
+                return Ok(());
+            }
         } else if let Some(error) = value.get("error") {
-            return Err(Reply::error(exit::ERROR, "watch_failed", error.to_string()));
+            return Err(resumable(Reply::error(exit::ERROR, "watch_failed", error.to_string()), covered));
         } else if let Ok(reply) = serde_json::from_value::<Reply>(value) {
+            // The daemon's own answer (a refusal: cursor_too_old, agent_unknown, ...) keeps its
+            // fields; a refused cursor is no place to resume.
             return Err(reply);
         }
     }
-    Err(Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_gone", "the daemon closed the stream"))
+    Err(resumable(ended_without_end(paths, covered), covered))
+}
+
+/// The answer to a stream that closed without its end line: `daemon_gone` (exit 3) when no
+/// daemon answers now; `stream_ended` (exit 1) when one does, which stopped or restarted
+/// meanwhile, or dropped this reader for falling behind (it writes to a reader at most
+/// `REPLY_WRITE_TIMEOUT`, 10 s: a consumer that stops reading our standard output is one).
+fn ended_without_end(paths: &DataPaths, covered: u64) -> Reply {
+    let probe = call_within(paths, &ClientRequest::Capabilities, ENDED_PROBE_TIMEOUT);
+    if probe.exit_code != exit::OK {
+        return Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_gone", format!("the daemon closed the stream and no longer answers; after a restart, resume with --after {covered}"));
+    }
+    let message = format!(
+        "the stream ended without its end line while a daemon answers: it restarted meanwhile, or dropped this reader for falling more than 10 s behind (standard output not read); resume with --after {covered}"
+    );
+    Reply::error(exit::ERROR, "stream_ended", message)
+}
+
+/// A broken stream's error with the cursor to resume after.
+fn resumable(mut reply: Reply, covered: u64) -> Reply {
+    if reply.body.get("last_sequence").is_none() && reply.body.is_object() {
+        reply.body["last_sequence"] = Value::from(covered);
+    }
+    reply
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake daemon: answers the stream request with `lines`, closes it, then answers a probe
+    /// when `answers_probe` (or stops listening).
+    fn fake_daemon(paths: &DataPaths, lines: &'static [&'static str], answers_probe: bool) -> std::thread::JoinHandle<()> {
+        paths.prepare().expect("private dirs");
+        let listener = std::os::unix::net::UnixListener::bind(paths.socket()).expect("bind");
+        let socket = paths.socket();
+        std::thread::spawn(move || {
+            let answer = |reply: &[&str]| {
+                let (stream, _) = listener.accept().expect("accept");
+                let mut request = String::new();
+                BufReader::new(&stream).read_line(&mut request).expect("request");
+                for line in reply {
+                    writeln!(&stream, "{line}").expect("write");
+                }
+            };
+            answer(lines);
+            if answers_probe {
+                answer(&[r#"{"exit_code":0,"body":{"schema":"wakterm.capabilities.v1"}}"#]);
+            } else {
+                drop(listener);
+                std::fs::remove_file(socket).expect("unlink");
+            }
+        })
+    }
+
+    /// EV-14 (client side): a stream that breaks answers with the cursor to resume after (the
+    /// greatest of its events and bookmarks), and says whether a daemon still answers
+    /// (`stream_ended`, exit 1: it restarted, or dropped a reader that fell behind) or not
+    /// (`daemon_gone`, exit 3). Both used to be `daemon_gone` without a cursor. A clean end
+    /// hands its bookmark to the reader.
+    #[test]
+    fn ev_14_a_broken_stream_names_its_cursor_and_whether_a_daemon_answers() {
+        const BROKEN: &[&str] = &[r#"{"event":{"sequence":40}}"#, r#"{"heartbeat":true,"last_sequence":42}"#];
+        let request = ClientRequest::Events { after: 7, once: false, agents: vec!["ada".into()] };
+        for (answers_probe, code, error) in [(true, exit::ERROR, "stream_ended"), (false, exit::DAEMON_NOT_RUNNING, "daemon_gone")] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let paths = DataPaths { root: dir.path().join("d") };
+            let daemon = fake_daemon(&paths, BROKEN, answers_probe);
+            let mut items = Vec::new();
+            let reply = stream(&paths, &request, |item| {
+                items.push(format!("{item:?}"));
+                true
+            })
+            .expect_err("the stream broke");
+            daemon.join().expect("fake daemon");
+            assert_eq!((reply.exit_code, reply.body["error"].as_str()), (code, Some(error)), "{:?}", reply.body);
+            assert_eq!(reply.body["last_sequence"], 42, "{:?}", reply.body);
+            assert!(reply.body["message"].as_str().unwrap().contains("--after 42"), "{:?}", reply.body);
+            assert_eq!(items.len(), 2, "{items:?}");
+            assert!(items[1].contains("last_sequence: 42, end: false"), "{items:?}");
+        }
+        // A clean end is a bookmark and Ok.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = DataPaths { root: dir.path().join("d") };
+        let daemon = fake_daemon(&paths, &[r#"{"end":true,"last_sequence":9}"#], false);
+        let mut items = Vec::new();
+        stream(&paths, &request, |item| {
+            items.push(format!("{item:?}"));
+            true
+        })
+        .expect("a clean end");
+        daemon.join().expect("fake daemon");
+        assert_eq!(items, ["Bookmark { last_sequence: 9, end: true }"]);
+    }
 
     /// CONN-1 (client side): a daemon that stopped accepting (its listen queue full) makes
     /// `connect` answer "timed out" within the bound, never hang; a listening daemon is reached

@@ -20,6 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use wakterm_engine::observer::RECORD_TOO_LARGE;
+use wakterm_engine::REWRITTEN_WHILE_DOWN;
 use wakterm_engine::prompt::prompt_hash;
 use wakterm_engine::{
     Composer, Cursor, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus, ProcessIdentity, SessionId,
@@ -247,8 +248,8 @@ impl CodexObserver {
     /// poll or refresh.
     pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
         if self.disproved.as_ref() == Some(&from.session) {
-            let reason = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
-            return vec![ObserverEvent::SessionLost { reason: reason.to_string(), session: None, before: None }];
+            // OBS-3: the first look found the checkpoint disproved (and logged why).
+            return vec![ObserverEvent::SessionLost { reason: REWRITTEN_WHILE_DOWN.to_string(), session: None, before: None }];
         }
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.
         if let Some(current) = self.checkpoint() {
@@ -398,8 +399,13 @@ impl CodexObserver {
         let verified = match RolloutTail::resume(path, &saved.tail) {
             Ok(tail) => tail,
             Err(error) if error.is_terminal() => {
-                let reason = format!("the rollout changed while the daemon was down ({error}); records after the checkpoint at {} may be lost", saved.tail.offset);
-                tracing::warn!(path = %path.display(), %reason, "observer checkpoint no longer matches (OBS-3)");
+                // EV-7, EV-13: the reason is the code a reader matches (`observer.gap` carries
+                // it, and the position the stream reported through); the detail is logged. The
+                // file no longer holds what was read up to the checkpoint: what it holds now is
+                // read again from its start.
+                let reason = REWRITTEN_WHILE_DOWN.to_string();
+                let detail = format!("the rollout was replaced or rewritten while the daemon was down ({error}): it no longer holds the records read up to the checkpoint at byte {}", saved.tail.offset);
+                tracing::warn!(path = %path.display(), %detail, "observer checkpoint no longer matches (OBS-3)");
                 // Lost whoever opens first: the engine's startup resume and the monitor's first
                 // look race, and a silent read from 0 here would announce the replaced file as
                 // the session a suspended request waits for. The next look reads it from 0.
@@ -418,7 +424,8 @@ impl CodexObserver {
             Some(armed) if armed < saved.tail.offset => {
                 let tail = RolloutTail::open_at(path, verified.identity(), armed, false).map_err(|error| {
                     if error.is_terminal() {
-                        Opening::Lost(format!("cannot resume at {armed}: {error}"))
+                        tracing::warn!(path = %path.display(), %error, armed, "the rollout cannot be resumed at the armed position (OBS-3)");
+                        Opening::Lost(REWRITTEN_WHILE_DOWN.to_string())
                     } else {
                         Opening::Retry(error.to_string())
                     }

@@ -169,7 +169,7 @@ fn obs_3_a_replaced_rollout_is_a_lost_session_before_it_is_read_from_zero() {
     codex.file = std::fs::OpenOptions::new().append(true).open(&codex.path).unwrap();
     codex.write(&started("t2"));
     codex.write(&complete("t2", "not ours"));
-    let lost = |events: &[ObserverEvent]| matches!(events, [ObserverEvent::SessionLost { reason, .. }] if reason.contains("changed while the daemon was down"));
+    let lost = |events: &[ObserverEvent]| matches!(events, [ObserverEvent::SessionLost { reason, .. }] if reason == wakterm_engine::REWRITTEN_WHILE_DOWN);
 
     let mut resumed = codex.observer(Some(saved.clone()));
     let events = resumed.resume(&Cursor { session: session(), position: armed });

@@ -432,7 +432,7 @@ impl Session {
 }
 
 /// The reasons a startup resume's `SessionLost` gives (REC-2, OBS-3).
-const RESUME_LOST_DISPROVED: &str = "the rollout changed while the daemon was down; the resumed session's records are lost (OBS-3)";
+const RESUME_LOST_DISPROVED: &str = wakterm_engine::REWRITTEN_WHILE_DOWN;
 const RESUME_LOST_NO_PROCESS: &str = "no process runs behind the agent";
 const RESUME_LOST_GONE: &str = "the armed session is gone";
 
@@ -1739,13 +1739,13 @@ impl World {
             let offset = checkpoint.tail.offset;
             match (proof, floor) {
                 (Err(why), floor) => {
-                    let reason = format!("the rollout changed while the daemon was down ({why}); records after the checkpoint at {offset} may be lost");
+                    let reason = wakterm_engine::REWRITTEN_WHILE_DOWN.to_string();
                     let observer = &mut self.agents[a].observer;
                     observer.attached = None;
                     observer.lost_reported = true;
                     observer.disproved = Some(session.clone());
                     let by = if floor.is_some() { "resume" } else { "first look" };
-                    self.log(format!("a{a} checkpoint no longer matches (OBS-3, {by}): {reason}"));
+                    self.log(format!("a{a} checkpoint at {offset} no longer matches (OBS-3, {by}): {why}"));
                     out.push(ObserverEvent::SessionLost { reason, session: None, before: None });
                     return;
                 }

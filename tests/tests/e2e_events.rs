@@ -309,3 +309,110 @@ fn catalog_on_socket(w: &World) -> Option<Value> {
     let reply: Value = serde_json::from_str(&line).expect("a reply line");
     (reply["exit_code"] == 0).then(|| reply["body"].clone())
 }
+
+/// EV-14: a reader filtered on one agent keeps a cursor that retention does not overtake: its
+/// `--bookmarks` carry the sequence the stream covered, other agents' events included, so a
+/// reader polling with `--once` resumes after a quiet spell of its agent where the sequence of
+/// its own last event is `cursor_too_old`. Nothing of its agent is missed after the bookmark.
+/// A live follower gets a bookmark from a heartbeat. An id no agent and no retained event has
+/// is `agent_unknown` (a live stream on it used to wait forever); a stopped agent's id is not.
+#[test]
+fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
+    let w = World::new(EXE);
+    w.ok(&["mux", "start", "--retain-events", "24"]);
+    let ada = w.ready_agent("ada", REPLY, &[]);
+    let bob = w.ready_agent("bob", REPLY, &[]);
+    let start = w.ok(&["agent", "catalog"])["events_through"].as_u64().expect("events_through");
+    let bookmark_of = |stdout: &str| -> Vec<u64> {
+        let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+        let marks: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "stream.bookmark").collect();
+        for mark in &marks {
+            assert_eq!(mark["schema"], "wakterm.agent-events.v1", "{mark}");
+            assert!(mark.get("sequence").is_none(), "a bookmark is no event: {mark}");
+        }
+        marks.iter().map(|m| m["last_sequence"].as_u64().expect("last_sequence")).collect()
+    };
+    let mut cursor = start;
+    let mut turns = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Bob works while ada is quiet, until retention has passed the start.
+    loop {
+        let out = w.run(&["agent", "send", "bob", &format!("filler {turns}")]);
+        assert_eq!(out.code, 0, "{out:?}");
+        turns += 1;
+        wait_for(&w, "bob's turn completed", |w| w.completed_turns().len() >= turns + 2);
+        let a = cursor.to_string();
+        let out = w.run(&["agent", "events", "--once", "--agent", "ada", "--bookmarks", "--after", &a]);
+        assert_eq!(out.code, 0, "the bookmark's cursor is never too old: {out:?}");
+        let marks = bookmark_of(&out.stdout);
+        assert_eq!(marks.len(), 1, "--once ends with one bookmark: {}", out.stdout);
+        let (_, everything, _) = read_events(&w, cursor, &[]);
+        assert!(everything.iter().all(|e| e["agent_id"] == bob["agent_id"]), "ada was quiet: {everything:?}");
+        assert!(marks[0] >= *sequences(&everything).last().unwrap_or(&cursor), "the bookmark covers bob's events: {marks:?}");
+        cursor = marks[0];
+        let (code, _, refused) = read_events(&w, start, &["--agent", "ada"]);
+        if code == 4 {
+            assert_eq!(refused["error"], "cursor_too_old", "{refused}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "retention never passed the start (last exit {code}: {refused})");
+    }
+    // Without --bookmarks no bookmark is printed.
+    let out = w.run(&["agent", "events", "--once", "--agent", "ada", "--after", &cursor.to_string()]);
+    assert_eq!((out.code, bookmark_of(&out.stdout).len()), (0, 0), "{out:?}");
+    // Ada's next turn reaches the reader at its bookmark, whole.
+    let out = w.run(&["agent", "send", "ada", "ada speaks"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_for(&w, "ada's turn final", |w| read_events(w, cursor, &["--agent", "ada"]).1.iter().any(|e| e["kind"] == "turn.final"));
+    let (code, mine, _) = read_events(&w, cursor, &["--agent", "ada"]);
+    assert_eq!(code, 0);
+    let kinds: BTreeSet<&str> = mine.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for kind in ["request.admitted", "message.user", "turn.started", "turn.completed", "turn.final"] {
+        assert!(kinds.contains(kind), "{kind} missing after the bookmark: {mine:?}");
+    }
+    assert!(mine.iter().all(|e| e["agent_id"] == ada["agent_id"]));
+
+    // A live follower hears a heartbeat's bookmark covering bob's next turn.
+    let ada_last = *sequences(&mine).last().unwrap();
+    let mut follower = w
+        .cmd(&["agent", "events", "--agent", "ada", "--bookmarks", "--after", &ada_last.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("follower");
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let out = w.run(&["agent", "send", "bob", "while ada follows"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_for(&w, "bob's last turn final", |w| read_events(w, ada_last, &["--agent", "bob"]).1.iter().any(|e| e["kind"] == "turn.final"));
+    let bob_last = *sequences(&read_events(&w, ada_last, &["--agent", "bob"]).1).last().expect("bob's events");
+    let heard = loop {
+        // Heartbeats come every 5 s; 20 s is four of them.
+        let line = lines_rx.recv_timeout(Duration::from_secs(20)).expect("the follower printed a bookmark covering bob's turn");
+        let line: Value = serde_json::from_str(&line).expect("JSON");
+        match line["kind"] == "stream.bookmark" {
+            true if line["last_sequence"].as_u64() >= Some(bob_last) => break line["last_sequence"].as_u64().unwrap(),
+            true => {}
+            false => assert_eq!(line["agent_id"], ada["agent_id"], "only ada's events and bookmarks: {line}"),
+        }
+    };
+    let _ = follower.kill();
+    let _ = follower.wait();
+    assert!(heard >= bob_last);
+
+    // An id nothing ever had is refused; a stopped agent's id still reads its events.
+    let out = w.run(&["agent", "events", "--once", "--agent", &new_id()]);
+    assert_eq!((out.code, out.json["error"].as_str()), (6, Some("agent_unknown")), "{out:?}");
+    w.ok(&["agent", "stop", "bob"]);
+    let bob_id = bob["agent_id"].as_str().unwrap();
+    let (code, of_bob, _) = read_events(&w, cursor, &["--agent", bob_id]);
+    assert_eq!(code, 0);
+    assert!(!of_bob.is_empty() && of_bob.iter().all(|e| e["agent_id"] == bob["agent_id"]), "{of_bob:?}");
+}

@@ -16,19 +16,57 @@ pub const EVENTS_PAGE: usize = 512;
 /// EV-8: how long `agent catalog` waits for the events its view reflects to become durable.
 pub const CATALOG_EVENTS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// `--agent` targets resolved: the ids of live agents, and ids no live agent has (a stopped
+/// agent's, or none's), which `unknown_ids` checks against the store.
+#[derive(Debug, Default)]
+pub(super) struct Targets {
+    pub ids: BTreeSet<String>,
+    pub not_live: BTreeSet<String>,
+}
+
 /// Resolves `--agent` targets (names or ids) to agent ids. A stopped agent's events stay
 /// readable by its id.
-pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<BTreeSet<String>, Reply> {
-    let mut ids = BTreeSet::new();
+pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Targets, Reply> {
+    let mut resolved = Targets::default();
     for target in targets {
         // An id in any spelling (upper case, braces) means its canonical form, as everywhere.
         match (super::agent_handlers::resolve(context, target), wakterm_engine::AgentId::parse(target).ok()) {
-            (Some(agent), _) => ids.insert(agent.record.agent_id.clone()),
-            (None, Some(id)) => ids.insert(id.as_str().to_string()),
+            (Some(agent), _) => resolved.ids.insert(agent.record.agent_id.clone()),
+            (None, Some(id)) => {
+                resolved.not_live.insert(id.as_str().to_string());
+                resolved.ids.insert(id.as_str().to_string())
+            }
             (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?} (a stopped agent is reached by its id)"))),
         };
     }
-    Ok(ids)
+    Ok(resolved)
+}
+
+/// EV-14: an id that names no live agent and no retained event can never have an event (ids
+/// are the daemon's to give, and a stopped agent's id is never given again): a live stream
+/// filtered on it waited forever, printing nothing. Read off the reactor. `Err`: the refusal.
+async fn refuse_unknown_ids(context: &Context, not_live: BTreeSet<String>) -> Result<(), Reply> {
+    if not_live.is_empty() {
+        return Ok(());
+    }
+    let store = context.store.clone();
+    let checked = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
+        for id in not_live {
+            if !store.agent_has_events(&id).map_err(|e| e.to_string())? {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|checked| checked);
+    match checked {
+        Ok(None) => Ok(()),
+        Ok(Some(id)) => Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the id {id:?}, and no retained event names it (never this daemon's, or its events were pruned): nothing would ever match"))),
+        // An error while gathering evidence is no evidence: refuse rather than wait on a guess.
+        Err(error) => Err(Reply::error(exit::ERROR, "store_unreadable", format!("cannot check whether the --agent ids have events: {error}; nothing was streamed"))),
+    }
 }
 
 /// EV-9: a cursor below what retention pruned cannot be resumed: the events after it are gone.
@@ -105,8 +143,12 @@ pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, con
     }
     let resolved = resolve_agents(context, &targets);
     drop(targets); // not kept for the stream's life
-    let agents = match resolved {
-        Ok(agents) => agents.into_iter().collect(),
+    let checked = match resolved {
+        Ok(targets) => refuse_unknown_ids(context, targets.not_live).await.map(|()| targets.ids),
+        Err(reply) => Err(reply),
+    };
+    let agents = match checked {
+        Ok(ids) => ids.into_iter().collect(),
         Err(reply) => {
             let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
             return;

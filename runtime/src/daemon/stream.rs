@@ -100,9 +100,18 @@ pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWr
             },
             _ = heartbeat.tick() => json!({"heartbeat": true, "last_sequence": last}),
         };
-        if write_line(writer, &line).await.is_err() {
-            return;
+        if let Err(error) = write_line(writer, &line).await {
+            return log_dropped(&error, last);
         }
+    }
+}
+
+/// EV-14: a reader the daemon stops writing to (it read nothing for `REPLY_WRITE_TIMEOUT`) is
+/// named in `mux.log`; its CLI answers `stream_ended` with its own cursor. A reader that hung
+/// up is routine and not logged.
+fn log_dropped(error: &std::io::Error, last: u64) {
+    if error.kind() == std::io::ErrorKind::TimedOut {
+        tracing::warn!(last_sequence = last, "a stream reader stopped reading for {:?} and was dropped (it can resume after what it read)", super::server::REPLY_WRITE_TIMEOUT);
     }
 }
 
@@ -138,7 +147,8 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
                 return false;
             };
             *last = sequence;
-            if write_line(writer, &json!({"event": event})).await.is_err() {
+            if let Err(error) = write_line(writer, &json!({"event": event})).await {
+                log_dropped(&error, sequence);
                 return false;
             }
         }

@@ -240,6 +240,13 @@ impl Store {
     }
 
     /// EV-1: the greatest event sequence ever stored, pruned ones included.
+    /// EV-14: whether any retained event names `agent_id` (one lookup in `agent_events_by_agent`).
+    pub fn agent_has_events(&self, agent_id: &str) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM agent_events WHERE agent_id = ?1)")?;
+        Ok(stmt.query_row([agent_id], |row| row.get::<_, bool>(0))?)
+    }
+
     pub fn last_event_sequence(&self) -> Result<u64, StoreError> {
         op::last_event_sequence(&self.conn())
     }
