@@ -249,7 +249,8 @@ impl Engine {
     /// The one decision procedure for "may this admission write now?" (ADM-2, ADM-4..7,
     /// ADM-12, CORR-4, CORR-8). `Stage::Facts` skips what needs an observer refresh.
     fn blocker_for(&self, admission: &Admission, stage: Stage) -> Option<Blocker> {
-        self.blocker_for_command(&admission.command, &admission.agent_id, Some(&admission.request_id), stage)
+        let found = self.blocker_for_command(&admission.command, &admission.agent_id, Some(&admission.request_id), stage);
+        found.map(|refusal| no_steer_hint(&admission.command, refusal))
     }
 
     /// ADM-16: what the catalog reports of an agent, decided by the same procedure an
@@ -270,6 +271,7 @@ impl Engine {
             generated_id: false,
             share_prompt: false,
             write_nonce: 0, // a probe writes nothing
+            no_steer: false, // an admission never steers
         };
         let pending = agent.claim.is_some() || agent.awaiting_turn_after.is_some();
         let state = match (&agent.facts.incarnation, agent.view.as_ref().map(|v| &v.turn)) {
@@ -325,13 +327,14 @@ impl Engine {
             return Some(problem);
         }
         // ADM-13: plain one-way `send` keeps its interactive behaviour and may steer a running
-        // turn, but never destroys a draft or answers an interactive question.
-        if command.operation == Operation::Send && !return_final && agent.facts.transport == crate::agent::Transport::Pty {
+        // turn, but never destroys a draft or answers an interactive question. ADM-18: unless it
+        // asked never to steer; then it passes the idle checks below.
+        if command.may_steer() && agent.facts.transport == crate::agent::Transport::Pty {
             return composer_blocker(view.composer);
         }
         // MGD-3: a managed plain send may steer a running turn, but needs the live stream (its
         // acknowledgement) and never races a written prompt whose turn has not started.
-        if command.operation == Operation::Send && !return_final {
+        if command.may_steer() {
             if let ObserverStatus::Unavailable { reason } = &view.status {
                 return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
             }
@@ -1002,9 +1005,10 @@ fn truncate(text: &str) -> String {
 }
 
 
-/// Without any observer view only a plain one-way send may go on (ADM-13).
+/// Without any observer view only a plain one-way send that may steer goes on (ADM-13,
+/// ADM-18: one that must not steer needs to know the agent is idle).
 fn unobserved_blocker(command: &AdmitCommand, refresh_error: Option<&str>) -> Option<Blocker> {
-    if command.operation == Operation::Send && command.return_mode == ReturnMode::OneWay {
+    if command.may_steer() {
         return None;
     }
     let detail = refresh_error.unwrap_or("the observer produced no state for this agent").to_string();
@@ -1033,11 +1037,19 @@ fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, vie
     }
     // A plain one-way send steers a running turn (ADM-13): Codex 0.169's `turn/start` adds
     // the prompt to the turn in flight. Anything else needs an idle thread.
-    let steering = command.operation == Operation::Send && command.return_mode == ReturnMode::OneWay;
-    if matches!(view.turn, TurnState::Busy { .. }) && !steering {
+    if matches!(view.turn, TurnState::Busy { .. }) && !command.may_steer() {
         return Some(blocker(Classification::Busy, "turn_active", "the agent's thread is running a turn"));
     }
     None
+}
+
+/// ADM-18: a no-steer send refused for what a plain send would have written through says so,
+/// so a caller who may steer knows how.
+fn no_steer_hint(command: &AdmitCommand, mut refusal: Blocker) -> Blocker {
+    if command.no_steer && matches!(refusal.reason, "turn_active" | "turn_state_unknown" | "observer_unavailable") {
+        refusal.detail.push_str("; a no-steer send is written only into an agent seen idle (a plain send, allowed to steer, may be written now)");
+    }
+    refusal
 }
 
 /// ADM-5: what the composer holds can refuse a write on its own.

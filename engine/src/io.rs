@@ -48,6 +48,19 @@ pub struct AdmitCommand {
     /// refusal of OUR request.
     #[serde(default)]
     pub write_nonce: u64,
+    /// ADM-18: a plain one-way `send` that must not steer: it takes an idle agent only, as an
+    /// admission does (a running turn refuses it `busy` / `turn_active`, an unknown turn state
+    /// `turn_state_unknown`), with the current incarnation and a send's acknowledgement.
+    #[serde(default)]
+    pub no_steer: bool,
+}
+
+impl AdmitCommand {
+    /// ADM-13, ADM-18: the one kind of admission that may be written into a running turn (or
+    /// without an observer's view): a plain one-way send that did not ask never to steer.
+    pub fn may_steer(&self) -> bool {
+        self.operation == crate::receipt::Operation::Send && self.return_mode == crate::receipt::ReturnMode::OneWay && !self.no_steer
+    }
 }
 
 /// How one pane write (or app-server turn start) ended, as the writer can prove it.

@@ -588,6 +588,7 @@ fn submit_probe(command: &SubmitCommand) -> crate::io::AdmitCommand {
         generated_id: false,
         share_prompt: false,
         write_nonce: 0, // a probe writes nothing
+        no_steer: false, // an admission never steers
     }
 }
 

@@ -474,6 +474,44 @@ fn adm_13_plain_send_steers_and_waits_for_ack() {
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
 }
 
+/// ADM-18: a plain one-way send that must not steer takes an idle agent only: a running turn
+/// refuses it `busy` / `turn_active`, a turn state the observer cannot tell
+/// `turn_state_unknown`, no observer view `observer_unavailable`, each with nothing written and
+/// safe to retry, where a plain send is written each time. Idle, it is written with the current
+/// incarnation (none named) and acknowledged as a send.
+#[test]
+fn adm_18_a_no_steer_send_never_writes_into_a_running_turn() {
+    let busy = TurnState::Busy { turn: Some(turn("turn-1")) };
+    for (turn_state, view, reason) in [(busy, true, "turn_active"), (TurnState::Unknown, true, "turn_state_unknown"), (TurnState::Unknown, false, "observer_unavailable")] {
+        let mut rig = Rig::with_idle_zola();
+        let mut snapshot = idle_snapshot("inc-1", 100);
+        snapshot.turn = turn_state;
+        let snapshot = if view { Ok(snapshot) } else { Err("two rollout files are open".to_string()) };
+        rig.snapshots.insert(agent_id(ZOLA), snapshot);
+        let mut command = rig.command(Operation::Send, REQ, "do not steer", ReturnMode::OneWay);
+        command.no_steer = true;
+        let op = rig.submit(command);
+        let receipt = rig.receipt(op);
+        assert_eq!((receipt.reason.as_deref(), receipt.prompt_written, receipt.retry_safe), (Some(reason), false, true), "{receipt:?}");
+        assert_ne!(receipt.classification, Classification::Accepted);
+        assert!(receipt.detail.as_deref().unwrap_or_default().contains("a no-steer send is written only into an agent seen idle"), "{receipt:?}");
+        assert_eq!(rig.writes(), 0, "{reason}: nothing written");
+        // The same send without the flag is written: the flag alone made the difference.
+        let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
+        let op = rig.submit(command);
+        rig.advance(limits::SEND_ACK_WAIT_MS);
+        assert_eq!((rig.receipt(op).classification, rig.writes()), (Classification::Accepted, 1), "{reason}");
+    }
+    let mut rig = Rig::with_idle_zola();
+    let mut command = rig.command(Operation::Send, REQ, "idle, so fine", ReturnMode::OneWay);
+    command.no_steer = true;
+    let op = rig.submit(command);
+    assert_eq!(rig.writes(), 1);
+    rig.user_message("turn-2", "idle, so fine", 1020);
+    let receipt = rig.receipt(op);
+    assert_eq!((receipt.classification, receipt.acknowledged, receipt.operation), (Classification::Accepted, Some(true), Operation::Send), "{receipt:?}");
+}
+
 /// ADM-13: `send --return-final` needs an idle agent like `admit`.
 #[test]
 fn adm_13_send_return_final_needs_idle() {

@@ -81,6 +81,22 @@ fn mgd_3_busy_threads_refuse_return_final_and_plain_sends_steer() {
     assert!(rig.written.is_empty());
 }
 
+// ADM-18: a managed plain send that must not steer is refused by the running turn a plain
+// send would steer, nothing written.
+#[test]
+fn adm_18_a_no_steer_send_leaves_a_busy_thread_alone() {
+    let mut rig = managed_zola(Some(THREAD));
+    let mut busy = idle_snapshot("inc-1", 100);
+    busy.turn = TurnState::Busy { turn: Some(turn("turn-9")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(busy));
+    let mut command = rig.command(Operation::Send, REQ, "not into turn-9", ReturnMode::OneWay);
+    command.no_steer = true;
+    let op = rig.submit(command);
+    let receipt = rig.receipt(op);
+    assert_eq!((receipt.classification, receipt.reason.as_deref(), receipt.prompt_written), (Classification::Busy, Some("turn_active"), false), "{receipt:?}");
+    assert!(rig.written.is_empty());
+}
+
 // MGD-3: the steering claim needs the evidence: a prompt written while turn-9 ran but seen in a
 // new turn (turn-9 ended between the check and the write) is accepted without the claim.
 #[test]

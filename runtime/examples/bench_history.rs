@@ -181,6 +181,7 @@ async fn main() {
                         generated_id: true,
                         share_prompt: false,
                         write_nonce: 0, // a PTY agent: no turn/start
+                        no_steer: false,
                     };
                     let asked = Instant::now();
                     let (reply, answer) = oneshot::channel();

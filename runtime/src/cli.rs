@@ -172,10 +172,12 @@ pub enum AgentCommand {
     /// pruned; rebase from a fresh catalog. Exit 4 cursor_ahead: --after lies past every event
     /// this data directory's daemon has stored (a cursor from elsewhere); rebase the same way.
     /// Exit 6 agent_unknown (no live agent has the name or id, and no stored event names the
-    /// id), exit 2 too_many_agents (over 256 --agent filters). A stream that breaks answers with
+    /// id), exit 2 too_many_agents (over 256 --agent filters). With --agent the stream ends
+    /// (exit 0) once every agent it follows has stopped. A stream that breaks answers with
     /// `last_sequence`, the cursor to resume --after: exit 3 daemon_gone (no daemon answers),
     /// exit 1 stream_ended (a daemon answers: it restarted, or dropped this reader for falling
-    /// more than 10 s behind, e.g. standard output not read), exit 7 daemon_unresponsive.
+    /// more than 10 s behind, e.g. standard output not read), exit 7 daemon_unresponsive,
+    /// exit 1 stdout_failed (standard output failed other than by being closed).
     /// Heartbeats are not printed; see --bookmarks.
     Events {
         /// Resume after this sequence. 0 reads from the first event ever, which is only possible
@@ -227,6 +229,14 @@ pub struct SendArgs {
     /// without it the stream and the database keep only its SHA-256.
     #[arg(long)]
     pub share_prompt: bool,
+    /// Never write into a running turn: take an agent seen idle only, as `agent admit` does,
+    /// without naming an incarnation. Refused (exit 4, nothing written) while a turn runs
+    /// (busy/turn_active), while a written prompt's turn has not started
+    /// (awaiting_turn_start), on a draft or a question, when the observer cannot tell
+    /// (turn_state_unknown, observer_unavailable: a program that writes no Codex record). A
+    /// replay of the request id returns the first call's receipt whatever this says.
+    #[arg(long)]
+    pub no_steer: bool,
     /// The prompt; `-` reads it from standard input.
     pub message: String,
 }
@@ -372,11 +382,11 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
         },
         AgentCommand::Attach { target } => return attach(paths, &target),
         AgentCommand::Events { after, once, agents, bookmarks } => return stream(paths, &ClientRequest::Events { after, once, agents }, bookmarks),
-        AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt), &args.message) {
+        AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt, args.no_steer), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
         },
-        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, Some(args.incarnation), Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt), &args.message) {
+        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, Some(args.incarnation), Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt, false), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
         },
@@ -397,7 +407,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
 
 #[allow(clippy::too_many_arguments)]
 /// `(raw_paste, share_prompt)`: the two input flags.
-fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt): (bool, bool), message: &str) -> Result<ClientRequest, Reply> {
+fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &str) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
@@ -434,6 +444,7 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
         final_timeout_ms,
         share_prompt,
         generated_id,
+        no_steer,
     }))
 }
 
@@ -489,26 +500,59 @@ fn watch(paths: &DataPaths, after: u64, once: bool) -> i32 {
 pub const BOOKMARK_KIND: &str = "stream.bookmark";
 
 /// Prints a stream's events, and with `bookmarks` its bookmarks (EV-14): each one that covers
-/// more than the lines printed before it, and always the `--once` end's.
+/// more than the lines printed before it, and always the `--once` end's. A reader that closes
+/// our standard output ends the stream quietly (exit 0); any other failure to print is an
+/// error (exit 1) with the cursor of the last line printed.
 fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
     let mut printed = 0;
-    // Stops (exit 0) once standard output is closed.
+    let mut failed: Option<std::io::Error> = None;
+    let mut print = |line: &str, covers: u64, printed: &mut u64| match write_line(line) {
+        Ok(()) => {
+            *printed = (*printed).max(covers);
+            true
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => false,
+        Err(error) => {
+            failed = Some(error);
+            false
+        }
+    };
     let result = client::stream(paths, request, |item| match item {
         client::StreamItem::Event(event) => {
-            printed = printed.max(event["sequence"].as_u64().unwrap_or(0));
-            print_line(&serde_json::to_string(event).expect("json"))
+            let sequence = event["sequence"].as_u64().or(event["terminal_event_sequence"].as_u64()).unwrap_or(0);
+            print(&serde_json::to_string(event).expect("json"), sequence, &mut printed)
         }
-        client::StreamItem::Bookmark { last_sequence, end } if bookmarks && (end || last_sequence > printed) => {
-            printed = last_sequence;
-            let line = serde_json::json!({"schema": wakterm_engine::AGENT_EVENTS_SCHEMA, "kind": BOOKMARK_KIND, "last_sequence": last_sequence});
-            print_line(&line.to_string())
+        client::StreamItem::Bookmark { last_sequence, end, agents_stopped } => {
+            if agents_stopped {
+                eprintln!("wakterm: every agent this stream follows has stopped: nothing more can come (resume by name after {last_sequence} to follow whichever agent has the name now)");
+            }
+            if !(bookmarks && (end || last_sequence > printed)) {
+                return true;
+            }
+            let mut line = serde_json::json!({"schema": wakterm_engine::AGENT_EVENTS_SCHEMA, "kind": BOOKMARK_KIND, "last_sequence": last_sequence});
+            if agents_stopped {
+                line["ended"] = serde_json::json!("agents_stopped");
+            }
+            print(&line.to_string(), last_sequence, &mut printed)
         }
-        client::StreamItem::Bookmark { .. } => true,
     });
+    if let Some(error) = failed {
+        let mut reply = Reply::error(exit::ERROR, "stdout_failed", format!("cannot print to standard output ({error}); resume with --after {printed}"));
+        reply.body["last_sequence"] = serde_json::json!(printed);
+        eprintln!("{}", reply.body);
+        return reply.exit_code;
+    }
     match result {
         Ok(()) => exit::OK,
         Err(reply) => print_reply(reply),
     }
+}
+
+/// One line on standard output, flushed.
+fn write_line(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush())
 }
 
 fn attach(paths: &DataPaths, target: &str) -> i32 {

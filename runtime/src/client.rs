@@ -121,6 +121,9 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
     if let Err(refused) = check_prompt_size(admit) {
         return refused;
     }
+    if let Err(refused) = check_daemon_knows_no_steer(paths, admit) {
+        return refused;
+    }
     let reply = call(paths, &ClientRequest::Admit(admit.clone()));
     indeterminate_if_lost(reply, |why| {
         let message = format!(
@@ -156,6 +159,35 @@ pub fn check_prompt_size(admit: &crate::protocol::AdmitRequest) -> Result<(), Re
 /// it is never retry-safe: that id may have been written, which only the daemon could tell
 /// (the daemon's own refusal of such input looks the id up; this one cannot).
 pub fn refused_input(operation: wakterm_engine::Operation, return_mode: wakterm_engine::ReturnMode, request_id: Option<&str>, caller_named_id: bool, reason: &str, detail: String) -> Reply {
+    refused_before_sending(wakterm_engine::Classification::Invalid, (operation, return_mode), request_id, caller_named_id, reason, detail)
+}
+
+/// ADM-18: a daemon started from an older wakterm ignores a field it does not know, so a
+/// no-steer send to it would steer. Asked first (one capabilities call, only for a no-steer
+/// send); one that does not list the option refuses the send, nothing sent.
+fn check_daemon_knows_no_steer(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) -> Result<(), Reply> {
+    if !admit.no_steer {
+        return Ok(());
+    }
+    let capabilities = call(paths, &ClientRequest::Capabilities);
+    if capabilities.exit_code != exit::OK {
+        return Err(capabilities); // nothing was sent of the prompt
+    }
+    let options = &capabilities.body["operations"]["agent.send"]["options"];
+    if options.as_array().is_some_and(|options| options.iter().any(|o| o == NO_STEER_OPTION)) {
+        return Ok(());
+    }
+    let version = capabilities.body["version"].as_str().unwrap_or("unknown").to_string();
+    let detail = format!("the running daemon (wakterm {version}) predates no-steer sends and would write into a running turn; restart it (`wakterm mux stop`, then `wakterm mux start`: agents keep running) or send without no-steer. Nothing was sent");
+    let modes = (admit.operation, admit.return_mode);
+    Err(refused_before_sending(wakterm_engine::Classification::Unsupported, modes, admit.request_id.as_deref(), !admit.generated_id, "daemon_outdated", detail))
+}
+
+/// ADM-18: the `agent.send` option a daemon lists when it honours `no_steer`.
+pub const NO_STEER_OPTION: &str = "no_steer";
+
+/// A refusal made before anything was sent, as the daemon's own refusal receipts are.
+pub fn refused_before_sending(classification: wakterm_engine::Classification, (operation, return_mode): (wakterm_engine::Operation, wakterm_engine::ReturnMode), request_id: Option<&str>, caller_named_id: bool, reason: &str, detail: String) -> Reply {
     let context = wakterm_engine::receipt::ReceiptContext {
         request_id: request_id.and_then(|id| wakterm_engine::RequestId::parse(id).ok()),
         agent_id: None,
@@ -163,7 +195,7 @@ pub fn refused_input(operation: wakterm_engine::Operation, return_mode: wakterm_
         operation,
         return_mode,
     };
-    let mut receipt = wakterm_engine::Receipt::rejection(wakterm_engine::Classification::Invalid, reason, detail, context);
+    let mut receipt = wakterm_engine::Receipt::rejection(classification, reason, detail, context);
     if caller_named_id {
         receipt.retry_safe = false;
     }
@@ -225,7 +257,8 @@ pub enum StreamItem<'a> {
     /// EV-8, CONN-3: the sequence the stream has covered: every event the subscription wants
     /// up to it was sent, so `--after` it misses nothing (a filtered reader's own last event can
     /// lie far below it). From a heartbeat's or `--once`'s end line (`end`) `last_sequence`.
-    Bookmark { last_sequence: u64, end: bool },
+    /// `agents_stopped`: the stream ended because every agent it follows stopped (EV-14).
+    Bookmark { last_sequence: u64, end: bool, agents_stopped: bool },
 }
 
 /// How long a stream that ended without its end line waits to learn whether the daemon still
@@ -247,9 +280,17 @@ pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_item: impl FnMu
     let mut stream = connect(paths)?;
     send(&mut stream, request)?;
     let _ = stream.set_read_timeout(Some(WATCH_SILENCE));
-    let reader = BufReader::new(stream);
-    for line in reader.lines() {
-        let line = line.map_err(|error| resumable(io_error(error), covered))?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            // EOF; a line without its newline was cut off when the daemon dropped the reader
+            // (or died) mid-write: not an answer, the same break.
+            Ok(_) if !line.ends_with('\n') => break,
+            Ok(_) => {}
+            Err(error) => return Err(resumable(io_error(error), covered)),
+        }
         let value: Value = serde_json::from_str(&line).map_err(|e| resumable(Reply::error(exit::ERROR, "daemon_io", e.to_string()), covered))?;
         let mark = value.get("last_sequence").and_then(Value::as_u64);
         if let Some(event) = value.get("event") {
@@ -261,7 +302,8 @@ pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_item: impl FnMu
         } else if value.get("heartbeat").is_some() || value.get("end").is_some() {
             covered = covered.max(mark.unwrap_or(0));
             let end = value.get("end").is_some();
-            if !on_item(StreamItem::Bookmark { last_sequence: covered, end }) || end {
+            let agents_stopped = value["ended"] == "agents_stopped";
+            if !on_item(StreamItem::Bookmark { last_sequence: covered, end, agents_stopped }) || end {
                 return Ok(());
             }
         } else if let Some(error) = value.get("error") {
@@ -302,8 +344,9 @@ fn resumable(mut reply: Reply, covered: u64) -> Reply {
 mod tests {
     use super::*;
 
-    /// A fake daemon: answers the stream request with `lines`, closes it, then answers a probe
-    /// when `answers_probe` (or stops listening).
+    /// A fake daemon: answers the stream request with `lines` (each written as given: a last
+    /// one without its newline is cut off), closes it, then answers a probe when
+    /// `answers_probe` (or stops listening).
     fn fake_daemon(paths: &DataPaths, lines: &'static [&'static str], answers_probe: bool) -> std::thread::JoinHandle<()> {
         paths.prepare().expect("private dirs");
         let listener = std::os::unix::net::UnixListener::bind(paths.socket()).expect("bind");
@@ -314,12 +357,12 @@ mod tests {
                 let mut request = String::new();
                 BufReader::new(&stream).read_line(&mut request).expect("request");
                 for line in reply {
-                    writeln!(&stream, "{line}").expect("write");
+                    write!(&stream, "{line}").expect("write");
                 }
             };
             answer(lines);
             if answers_probe {
-                answer(&[r#"{"exit_code":0,"body":{"schema":"wakterm.capabilities.v1"}}"#]);
+                answer(&["{\"exit_code\":0,\"body\":{\"schema\":\"wakterm.capabilities.v1\"}}\n"]);
             } else {
                 drop(listener);
                 std::fs::remove_file(socket).expect("unlink");
@@ -334,7 +377,9 @@ mod tests {
     /// hands its bookmark to the reader.
     #[test]
     fn ev_14_a_broken_stream_names_its_cursor_and_whether_a_daemon_answers() {
-        const BROKEN: &[&str] = &[r#"{"event":{"sequence":40}}"#, r#"{"heartbeat":true,"last_sequence":42}"#];
+        // The daemon dropped the reader mid-line: the cut line is no answer (it was
+        // `daemon_io`, "EOF while parsing", before the review of EV-14).
+        const BROKEN: &[&str] = &["{\"event\":{\"sequence\":40}}\n", "{\"heartbeat\":true,\"last_sequence\":42}\n", "{\"event\":{\"sequence\":43,\"text\":\"cut of"];
         let request = ClientRequest::Events { after: 7, once: false, agents: vec!["ada".into()] };
         for (answers_probe, code, error) in [(true, exit::ERROR, "stream_ended"), (false, exit::DAEMON_NOT_RUNNING, "daemon_gone")] {
             let dir = tempfile::tempdir().expect("tempdir");
@@ -356,7 +401,7 @@ mod tests {
         // A clean end is a bookmark and Ok.
         let dir = tempfile::tempdir().expect("tempdir");
         let paths = DataPaths { root: dir.path().join("d") };
-        let daemon = fake_daemon(&paths, &[r#"{"end":true,"last_sequence":9}"#], false);
+        let daemon = fake_daemon(&paths, &["{\"end\":true,\"last_sequence\":9}\n"], false);
         let mut items = Vec::new();
         stream(&paths, &request, |item| {
             items.push(format!("{item:?}"));
@@ -364,7 +409,37 @@ mod tests {
         })
         .expect("a clean end");
         daemon.join().expect("fake daemon");
-        assert_eq!(items, ["Bookmark { last_sequence: 9, end: true }"]);
+        assert_eq!(items, ["Bookmark { last_sequence: 9, end: true, agents_stopped: false }"]);
+    }
+
+    /// ADM-18 (client side): a daemon that does not list the no-steer option (one started
+    /// from an older wakterm) is not sent a no-steer send: it would ignore the field and steer.
+    /// Refused `unsupported` / `daemon_outdated`, nothing sent: the fake daemon stops listening
+    /// after its capabilities answer, so a send would have been `daemon_not_running`.
+    #[test]
+    fn adm_18_a_daemon_without_the_option_is_not_sent_a_no_steer_send() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = DataPaths { root: dir.path().join("d") };
+        let daemon = fake_daemon(&paths, &["{\"exit_code\":0,\"body\":{\"version\":\"0.1.0\",\"operations\":{\"agent.send\":{\"version\":1}}}}\n"], false);
+        let admit = crate::protocol::AdmitRequest {
+            operation: wakterm_engine::Operation::Send,
+            target: "zola".into(),
+            exact_agent_id: false,
+            incarnation: None,
+            request_id: Some("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f91".into()),
+            prompt: "not into a running turn".into(),
+            paste_mode: wakterm_engine::PasteMode::Bracketed,
+            return_mode: wakterm_engine::ReturnMode::OneWay,
+            final_timeout_ms: 0,
+            share_prompt: false,
+            generated_id: true,
+            no_steer: true,
+        };
+        let refused = call_admission(&paths, &admit);
+        daemon.join().expect("fake daemon");
+        assert_eq!((refused.exit_code, refused.body["classification"].as_str(), refused.body["reason"].as_str()), (exit::REJECTED, Some("unsupported"), Some("daemon_outdated")), "{:?}", refused.body);
+        assert_eq!((refused.body["prompt_written"].as_bool(), refused.body["retry_safe"].as_bool()), (Some(false), Some(true)), "{:?}", refused.body);
+        assert!(refused.body["detail"].as_str().unwrap().contains("wakterm 0.1.0"), "{:?}", refused.body);
     }
 
     /// CONN-1 (client side): a daemon that stopped accepting (its listen queue full) makes

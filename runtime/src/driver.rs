@@ -353,6 +353,7 @@ mod tests {
                 generated_id: true,
                 share_prompt: false,
                 write_nonce: 1,
+                no_steer: false,
             };
             let (reply, receipt) = oneshot::channel();
             inbox.send(DriverMsg::Admit { command, reply }).await.unwrap();

@@ -52,10 +52,15 @@ pub struct AdmitArgs {
     pub request_id: Option<String>,
     /// The opaque incarnation from `agent_catalog`: admission is refused (`stale_incarnation`)
     /// if another process now runs behind the agent, or `busy` while a turn runs. Absent:
-    /// whatever runs now; a one-way prompt is then a plain send, which a running turn takes
-    /// in (steering): pass the incarnation to never steer.
+    /// whatever runs now, with the same idle checks (ADM-18).
     #[serde(default)]
     pub incarnation: Option<String>,
+    /// With return_final false and no incarnation: allow the prompt to be written into a
+    /// running turn (steering, a plain `agent send`), and to an agent whose turn state the
+    /// observer cannot tell (a program that writes no Codex record). Default false: the prompt
+    /// takes an agent seen idle only.
+    #[serde(default)]
+    pub steer: bool,
     /// Asynchronous deadline for return-final, in ms; 0 (default) disables it.
     #[serde(default)]
     pub final_timeout_ms: u64,
@@ -308,8 +313,16 @@ impl WaktermMcp {
         Ok(result_of(self.call(ClientRequest::Capabilities).await))
     }
 
-    #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe. Pass incarnation (from agent_catalog) so the prompt is never written into a running turn; without it a one-way prompt (return_final false) steers a running turn.")]
+    #[tool(description = "Submit a prompt to an agent, at most once per request_id. With return_final (default) the answer is a receipt for a durable request whose terminal event will carry the final answer of exactly the turn this prompt starts: wait for it with request_wait. The receipt never claims more than the evidence shows: read classification, prompt_written and retry_safe; never retry under a new id what was not retry_safe. A prompt is never written into a turn the observer has seen running (busy / turn_active, nothing written), nor to an agent whose turn state it cannot tell (turn_state_unknown), unless steer is true with return_final false and no incarnation: then it is a plain send, written anyway. Pass incarnation (from agent_catalog) to also refuse another process behind the agent.")]
     async fn agent_admit(&self, Parameters(args): Parameters<AdmitArgs>) -> Result<CallToolResult, ErrorData> {
+        if args.steer && (args.incarnation.is_some() || args.return_final) {
+            // An admission never steers, nor does a return-final prompt: the caller asked for
+            // two contradicting things; nothing is sent. Refused as the daemon refuses input.
+            let operation = if args.incarnation.is_some() { Operation::Admit } else { Operation::Send };
+            let return_mode = if args.return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
+            let detail = "steer needs return_final false and no incarnation (return_final defaults to true); an admission or a return-final prompt never steers. Nothing was sent".to_string();
+            return Ok(result_of(client::refused_input(operation, return_mode, args.request_id.as_deref(), args.request_id.is_some(), "steer_not_allowed", detail)));
+        }
         let operation = if args.incarnation.is_some() { Operation::Admit } else { Operation::Send };
         let generated_id = args.request_id.is_none();
         let request_id = args.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -325,6 +338,9 @@ impl WaktermMcp {
             final_timeout_ms: args.final_timeout_ms,
             share_prompt: args.share_prompt,
             generated_id,
+            // ADM-18, seed 000: the admission API never steers an active turn unless asked (a
+            // return-final prompt needs an idle agent anyway).
+            no_steer: !args.steer && !args.return_final,
         };
         let paths = self.paths.clone();
         // IDEM-7, INP-1: as the CLI's `agent admit` (one copy): the size checked before

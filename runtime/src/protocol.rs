@@ -104,6 +104,9 @@ pub struct AdmitRequest {
     /// (HIST-2); a socket client that sent it with a reused id had its prompt written twice.
     #[serde(default)]
     pub generated_id: bool,
+    /// ADM-18: a one-way `send` that takes an idle agent only (never steers a running turn).
+    #[serde(default)]
+    pub no_steer: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -722,6 +722,7 @@ impl World {
             if let Some(rid) = &opener {
                 self.oracle.steered.insert(rid.clone());
                 self.oracle.on_prompt_reached_thread(rid);
+                self.oracle.on_steered(a, rid, &running.turn);
             }
             self.counters.fault("app_server.busy_steer");
             self.log(format!("a{a} app-server: turn/start by {origin:?} folded into running turn {t} (steer)"));

@@ -50,6 +50,9 @@ pub enum Kind {
     /// the observer had delivered a turn start after the agent's last write well before the
     /// call: the engine kept waiting for a turn it had been told of.
     Stalled,
+    /// ADM-18: a no-steer send's prompt written into a running turn whose start the observer
+    /// had delivered to the engine before the call (the engine knew it ran).
+    Steered,
     /// EV-1, EV-2: an agent event sequence a subscriber saw not above the last one, or again
     /// with other content; a published event later gone from (or changed in) the store; a
     /// durable event no subscriber ever got.
@@ -213,6 +216,10 @@ pub struct Oracle {
     /// where, which turn).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
+    /// ADM-18: when the current daemon's observer first delivered each (agent, turn) start.
+    pub turns_delivered: BTreeMap<(usize, TurnId), u64>,
+    /// ADM-18: the no-steer sends, by request id, with their first call's start.
+    pub no_steer_calls: BTreeMap<String, u64>,
     /// Calls still waiting for their receipt, per request id: call number -> start time. A
     /// joined caller gets the receipt of the admission an earlier call of the id started, so
     /// that receipt may have been decided as early as the earliest of them.
@@ -567,6 +574,7 @@ impl Oracle {
     /// never be answered (their callers call again).
     pub fn on_daemon_start(&mut self) {
         self.turn_after_write.clear();
+        self.turns_delivered.clear();
         self.open_calls.clear();
     }
 
@@ -579,10 +587,34 @@ impl Oracle {
 
     /// The observer port sent the engine a turn start of agent `a`.
     pub fn on_turn_delivered(&mut self, agent: usize, session: &SessionId, position: u64, turn: &TurnId) {
+        let at = wakterm_runtime::driver::now_ms();
+        self.turns_delivered.entry((agent, turn.clone())).or_insert(at);
         let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if after_write && !self.turn_after_write.contains_key(&agent) {
             let at = wakterm_runtime::driver::now_ms();
             self.turn_after_write.insert(agent, (at, position, turn.clone()));
+        }
+    }
+
+    /// ADM-18: a no-steer send is being made (its first call starts now).
+    pub fn on_no_steer_call(&mut self, request_id: &str) {
+        let at = wakterm_runtime::driver::now_ms();
+        self.no_steer_calls.entry(request_id.to_string()).or_insert(at);
+    }
+
+    /// ADM-18: the prompt of request `id` was just folded into agent `agent`'s running turn
+    /// `turn` (a TUI's Enter, or the app-server's `turn/start` on a busy thread). A no-steer
+    /// send must not be written into a turn the engine had been told of (delivered by the
+    /// current daemon's observer `STALL_MARGIN_MS` before the request's first call, so the
+    /// engine handled it before the call: its inbox is in order) and not told the end of
+    /// (the turn still runs). A turn started or seen later is the race every TUI write has.
+    pub fn on_steered(&mut self, agent: usize, id: &str, turn: &TurnId) {
+        let (Some(&called), Some(&delivered)) = (self.no_steer_calls.get(id), self.turns_delivered.get(&(agent, turn.clone()))) else {
+            return;
+        };
+        if delivered + STALL_MARGIN_MS <= called {
+            let m = format!("{id}: a no-steer send was written into a{agent}'s running turn {}, delivered to the engine {} ms before the call", turn.0, called - delivered);
+            self.fail(Kind::Steered, m);
         }
     }
 

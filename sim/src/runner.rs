@@ -143,7 +143,7 @@ pub fn main() {
         println!("mutant {} {}", args.mutant.name(), if caught { "CAUGHT" } else { "NOT CAUGHT" });
     }
     println!(
-        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={} submit_false_acks={} submit_write_states={} interleaved={} submit_receipts={} submit_stalled={}",
+        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} steered={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={} submit_false_acks={} submit_write_states={} interleaved={} submit_receipts={} submit_stalled={}",
         totals.seeds,
         totals.requests,
         totals.faults,
@@ -153,6 +153,7 @@ pub fn main() {
         totals.unfinished,
         totals.evidence,
         totals.stalled,
+        totals.steered,
         totals.event_sequence,
         totals.event_not_durable,
         totals.event_order,
@@ -255,6 +256,7 @@ struct Totals {
     unfinished: u64,
     evidence: u64,
     stalled: u64,
+    steered: u64,
     event_sequence: u64,
     event_not_durable: u64,
     event_order: u64,
@@ -298,6 +300,7 @@ impl Totals {
                 Kind::Unfinished => self.unfinished += 1,
                 Kind::Evidence => self.evidence += 1,
                 Kind::Stalled => self.stalled += 1,
+                Kind::Steered => self.steered += 1,
                 Kind::EventSequence => self.event_sequence += 1,
                 Kind::EventNotDurable => self.event_not_durable += 1,
                 Kind::EventOrder => self.event_order += 1,

@@ -38,6 +38,8 @@ struct Mode {
     return_final: bool,
     raw: bool,
     timeout_ms: u64,
+    /// ADM-18: a one-way send that must not steer a running turn.
+    no_steer: bool,
 }
 
 fn draw_mode() -> Mode {
@@ -52,7 +54,8 @@ fn draw_mode() -> Mode {
         _ => (Operation::Send, true, true),
     };
     let timeout_ms = if return_final && rng.gen_bool(0.3) { rng.gen_range(2_000..20_000) } else { 0 };
-    Mode { operation, return_final, raw, timeout_ms }
+    let no_steer = operation == Operation::Send && !return_final && rng.gen_bool(0.5);
+    Mode { operation, return_final, raw, timeout_ms, no_steer }
 }
 
 fn request_id(n: u64) -> String {
@@ -266,7 +269,7 @@ fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinH
             let prompt = format!("raced task {n} for a{agent}");
             let admission = CallInput { agent, request_id: request_id(0x5000_0000 + n), prompt: prompt.clone(), return_final: false };
             let return_final = thread_rng().gen_bool(0.3);
-            let mode = Mode { operation: Operation::Send, return_final, raw: false, timeout_ms: 0 };
+            let mode = Mode { operation: Operation::Send, return_final, raw: false, timeout_ms: 0, no_steer: false };
             {
                 let mut w = world.lock().unwrap();
                 w.counters.fault("caller.submit_races_admission");
@@ -315,7 +318,7 @@ fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle
             w.oracle.prompts.insert(prompt, call.request_id.clone());
             call
         };
-        let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0 };
+        let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0, no_steer: false };
         callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
     }
 }
@@ -439,10 +442,15 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                     Mutant::WriteNonceNotDrawn => 0, // the bug: the field's default
                     _ => thread_rng().gen(),
                 },
+                no_steer: mode.no_steer && w.mutant != Mutant::NoSteerDropped,
             };
+            if mode.no_steer {
+                w.counters.fault("caller.no_steer_send");
+                w.oracle.on_no_steer_call(&command.request_id);
+            }
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);
-            w.log(format!("call {} {:?} rf={} raw={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.timeout_ms, call.agent, call.prompt));
+            w.log(format!("call {} {:?} rf={} raw={} no_steer={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.no_steer, mode.timeout_ms, call.agent, call.prompt));
             (command, writes_before, call_number)
         };
         let (reply, answer) = oneshot::channel();
@@ -506,7 +514,7 @@ async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
     for link in 0..links {
         let n = first + link * 0x1_0000;
         let operation = if thread_rng().gen_bool(0.5) { Operation::Admit } else { Operation::Send };
-        let mode = Mode { operation, return_final: true, raw: false, timeout_ms: 0 };
+        let mode = Mode { operation, return_final: true, raw: false, timeout_ms: 0, no_steer: false };
         let prompt = format!("task {n} of a chain for a{agent}");
         let call = CallInput { agent, request_id: request_id(n), prompt: prompt.clone(), return_final: true };
         {

@@ -108,6 +108,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.claims_generated_id",
     "caller.forged_turn_start_id",
     "caller.replayed_turn_start_id",
+    "caller.no_steer_send",
     "caller.invalid_replay",
     "caller.changed_input",
     "caller.cancel",
@@ -1177,6 +1178,9 @@ impl World {
             self.wake_observer(visible);
             self.counters.fault("provider.steering");
             self.log(format!("a{a} steer {} by {:?}", running.turn.0, origin));
+            if let Some(rid) = &opener {
+                self.oracle.on_steered(a, rid, &running.turn);
+            }
             return;
         }
         agent.turns_started += 1;

@@ -747,6 +747,18 @@ fn adm_14_raw_paste_unacknowledged_and_adm_7_unsupported() {
     assert_eq!(o["return_final_unavailable_reason"], "harness_not_supported", "{o}");
     let rf = w.run(&["agent", "send", "other", "--return-final", "not codex"]);
     assert_definitive_rejection(&rf, "unsupported", "harness_not_supported");
+    // ADM-18: a program that writes no Codex record has no turn state: a send that must not
+    // steer cannot be proven safe to write, while a plain send still reaches it.
+    let home = format!("CODEX_HOME={}", w.codex_home.join("cat").display());
+    w.ok(&["agent", "start", "--name", "cat", "--harness", "other", "--cwd", &cwd, "--env", &home, "--", "/bin/cat"]);
+    w.wait_agent("cat", "catalog lists it", |z| z["incarnation"].is_string());
+    let no_steer = w.run(&["agent", "send", "cat", "--no-steer", "idle, perhaps"]);
+    let reason = s(&no_steer.json["reason"]).to_string();
+    assert!(["turn_state_unknown", "observer_unavailable"].contains(&reason.as_str()), "{no_steer:?}");
+    assert_definitive_rejection(&no_steer, "observer_failure", &reason);
+    assert!(s(&no_steer.json["detail"]).contains("a plain send"), "the refusal says how to write anyway: {no_steer:?}");
+    let plain = w.run(&["agent", "send", "cat", "one way"]);
+    assert_eq!(plain.code, 0, "a plain send still reaches it: {plain:?}");
 }
 
 /// ADM-16: the catalog asks the engine the question an admission asks. With a draft a human

@@ -341,12 +341,13 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
         assert_eq!(out.code, 0, "{out:?}");
         turns += 1;
         wait_for(&w, "bob's turn completed", |w| w.completed_turns().len() >= turns + 2);
+        // Everything published so far, then the filtered read (which covers at least that).
+        let (_, everything, _) = read_events(&w, cursor, &[]);
         let a = cursor.to_string();
         let out = w.run(&["agent", "events", "--once", "--agent", "ada", "--bookmarks", "--after", &a]);
         assert_eq!(out.code, 0, "the bookmark's cursor is never too old: {out:?}");
         let marks = bookmark_of(&out.stdout);
         assert_eq!(marks.len(), 1, "--once ends with one bookmark: {}", out.stdout);
-        let (_, everything, _) = read_events(&w, cursor, &[]);
         assert!(everything.iter().all(|e| e["agent_id"] == bob["agent_id"]), "ada was quiet: {everything:?}");
         assert!(marks[0] >= *sequences(&everything).last().unwrap_or(&cursor), "the bookmark covers bob's events: {marks:?}");
         cursor = marks[0];
@@ -406,6 +407,40 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
     let _ = follower.kill();
     let _ = follower.wait();
     assert!(heard >= bob_last);
+
+    // A live stream following ada by name ends when ada stops, at the stop: nothing it
+    // selects can come any more, and its bookmarks never pass the events of another agent
+    // started later under the name, which a reader resuming by name must get (review of EV-14:
+    // the stream kept printing bookmarks past them, and the resumed reader skipped them).
+    let follower = w
+        .cmd(&["agent", "events", "--agent", "ada", "--bookmarks", "--after", &heard.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("follower of ada");
+    std::thread::sleep(Duration::from_millis(300));
+    w.ok(&["agent", "stop", "ada"]);
+    let ended = follower.wait_with_output().expect("the follower ends by itself");
+    let lines: Vec<Value> = String::from_utf8_lossy(&ended.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(ended.status.code(), Some(0), "{lines:?}");
+    let stopped = lines.iter().find(|l| l["kind"] == "agent.stopped").expect("ada's stop");
+    let end = lines.last().expect("an end bookmark");
+    assert_eq!((end["kind"].as_str(), end["ended"].as_str()), (Some("stream.bookmark"), Some("agents_stopped")), "{lines:?}");
+    assert_eq!(end["last_sequence"], stopped["sequence"], "the stream ends at the stop, not past it");
+    assert!(String::from_utf8_lossy(&ended.stderr).contains("has stopped"));
+    let resume = end["last_sequence"].as_u64().unwrap();
+    let new_ada = w.ready_agent("ada", REPLY, &[]);
+    assert_ne!(new_ada["agent_id"], ada["agent_id"]);
+    let (code, of_new, _) = read_events(&w, resume, &["--agent", "ada"]);
+    assert_eq!(code, 0);
+    let kinds: Vec<&str> = of_new.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"agent.started"), "resumed by name, from the new agent's first event: {kinds:?}");
+    assert!(of_new.iter().all(|e| e["agent_id"] == new_ada["agent_id"]), "{of_new:?}");
+    // A stream on a stopped agent's id has nothing more to wait for either: it ends after its
+    // history (it waited forever).
+    let out = w.run(&["agent", "events", "--agent", ada["agent_id"].as_str().unwrap(), "--after", &(resume - 1).to_string()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("\"agent.stopped\""), "{out:?}");
 
     // An id nothing ever had is refused; a stopped agent's id still reads its events.
     let out = w.run(&["agent", "events", "--once", "--agent", &new_id()]);

@@ -237,12 +237,14 @@ fn mcp_1_a_line_past_the_bound_ends_the_server_saying_why() {
     assert!(stderr.contains("without its end"), "the reason is said: {stderr}");
 }
 
-/// MCP-2 (seed 000: the admission API never steers an active turn): a one-way `agent_admit`
-/// with the incarnation is an admission, refused `busy` / `turn_active` by a running turn with
-/// nothing written; without one it is a plain send (ADM-13: acknowledged). Every tool result
-/// carries the CLI's exit code in `_meta`, `request_wait`'s and `session`'s too.
+/// MCP-2, ADM-18 (seed 000: the admission API never steers an active turn): a one-way
+/// `agent_admit` with the incarnation is an admission, and without one a no-steer send: a
+/// running turn refuses both `busy` / `turn_active` with nothing written. Only `steer: true`
+/// makes it a plain send, written into the running turn (ADM-13: acknowledged); with an
+/// incarnation or return_final that is a usage error. Every tool result carries the CLI's
+/// exit code in `_meta`, `request_wait`'s and `session`'s too.
 #[test]
-fn mcp_2_a_one_way_admit_with_its_incarnation_never_steers() {
+fn mcp_2_a_one_way_admit_never_steers_unless_asked() {
     let w = World::new(EXE);
     w.mux_start();
     let entry = w.ready_agent("zola", REPLY, &["--hang-on", "HANGME"]);
@@ -264,6 +266,26 @@ fn mcp_2_a_one_way_admit_with_its_incarnation_never_steers() {
         assert!(error, "{busy}");
         assert_eq!((busy["classification"].as_str(), busy["reason"].as_str(), busy["prompt_written"].as_bool(), exit_code), (Some("busy"), Some("turn_active"), Some(false), Some(4)), "{busy}");
         assert_eq!(w.user_prompts(), prompts, "nothing was written into the running turn");
+        let (error, busy, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "do not steer either", "return_final": false})).await;
+        assert!(error, "{busy}");
+        assert_eq!((busy["classification"].as_str(), busy["reason"].as_str(), busy["operation"].as_str(), busy["retry_safe"].as_bool(), exit_code), (Some("busy"), Some("turn_active"), Some("send"), Some(true), Some(4)), "{busy}");
+        assert_eq!(w.user_prompts(), prompts, "nothing was written into the running turn without an incarnation either");
+        // The CLI's spelling of the same send.
+        let cli = w.run(&["agent", "send", "zola", "--no-steer", "nor from the CLI"]);
+        assert_eq!((cli.code, cli.json["classification"].as_str(), cli.json["reason"].as_str()), (4, Some("busy"), Some("turn_active")), "{cli:?}");
+        assert_eq!(w.user_prompts(), prompts);
+        for contradiction in [json!({"incarnation": incarnation}), json!({"return_final": true})] {
+            let mut arguments = json!({"agent": "zola", "prompt": "steer and admit", "return_final": false, "steer": true});
+            arguments.as_object_mut().unwrap().extend(contradiction.as_object().unwrap().clone());
+            let (error, refused, exit_code) = call_with_exit(&client, "agent_admit", arguments).await;
+            assert!(error, "{refused}");
+            assert_eq!((refused["classification"].as_str(), refused["reason"].as_str(), refused["prompt_written"].as_bool(), exit_code), (Some("invalid"), Some("steer_not_allowed"), Some(false), Some(4)), "{refused}");
+        }
+        assert_eq!(w.user_prompts(), prompts);
+        let (error, steered, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "steer on purpose", "return_final": false, "steer": true})).await;
+        assert!(!error, "{steered}");
+        assert_eq!((steered["classification"].as_str(), steered["operation"].as_str(), steered["acknowledged"].as_bool(), exit_code), (Some("accepted"), Some("send"), Some(true), Some(0)), "{steered}");
+        assert_eq!(w.user_prompts().last().map(String::as_str), Some("steer on purpose"), "written into the running turn");
         let (error, input, exit_code) = call_with_exit(&client, "session", json!({"action": "input", "session_id": "nobody", "input": "x"})).await;
         assert!(error && exit_code.is_some(), "{input}");
         client.cancel().await.expect("close");

@@ -347,6 +347,7 @@ impl Rig {
             generated_id: false,
             share_prompt: false,
             write_nonce: 0x5eed,
+            no_steer: false,
         }
     }
 

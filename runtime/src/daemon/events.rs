@@ -29,7 +29,7 @@ pub(super) struct Targets {
 pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Targets, Reply> {
     let mut resolved = Targets::default();
     for target in targets {
-        // An id in any spelling (upper case, braces) means its canonical form, as everywhere.
+        // An id in upper case means its canonical form, as everywhere.
         match (super::agent_handlers::resolve(context, target), wakterm_engine::AgentId::parse(target).ok()) {
             (Some(agent), _) => resolved.ids.insert(agent.record.agent_id.clone()),
             (None, Some(id)) => {
@@ -96,6 +96,12 @@ pub(super) fn too_old(what: &str, after: u64, pruned_through: u64, oldest_retain
 struct AgentEvents {
     agents: Vec<String>,
     events: super::effects::EventFeed,
+    /// EV-14: with `--agent`, the agents that were live when the stream began and whose
+    /// `agent.stopped` it has not sent yet (None: no filter). Ids are never given again, so
+    /// once it is empty nothing the stream selects can come: it ends, at the last stop. A live
+    /// stream bound to a name otherwise printed bookmarks past the events of another agent
+    /// started later under that name, which a reader resuming by name then skipped.
+    following: Option<BTreeSet<String>>,
 }
 
 impl super::stream::Feed for AgentEvents {
@@ -128,6 +134,16 @@ impl super::stream::Feed for AgentEvents {
     }
 
     const REBASE: &'static str = "take `agent catalog` and pass its events_through to --after";
+
+    fn exhausted_by(&mut self, event: &Value) -> bool {
+        let Some(following) = &mut self.following else { return false };
+        let agent = event["agent_id"].as_str().unwrap_or_default();
+        event["kind"] == "agent.stopped" && following.remove(agent) && following.is_empty()
+    }
+
+    fn exhausted(&self) -> bool {
+        self.following.as_ref().is_some_and(BTreeSet::is_empty)
+    }
 }
 
 /// EV-*: the most `--agent` filters one stream takes. Without a bound a 1 MiB request named
@@ -143,19 +159,23 @@ pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, con
     }
     let resolved = resolve_agents(context, &targets);
     drop(targets); // not kept for the stream's life
+    let filtered = !resolved.as_ref().is_ok_and(|targets| targets.ids.is_empty());
     let checked = match resolved {
-        Ok(targets) => refuse_unknown_ids(context, targets.not_live).await.map(|()| targets.ids),
+        Ok(targets) => refuse_unknown_ids(context, targets.not_live.clone()).await.map(|()| targets),
         Err(reply) => Err(reply),
     };
-    let agents = match checked {
-        Ok(ids) => ids.into_iter().collect(),
+    let (agents, following) = match checked {
+        Ok(targets) => {
+            let live: BTreeSet<String> = targets.ids.difference(&targets.not_live).cloned().collect();
+            (targets.ids.into_iter().collect(), filtered.then_some(live))
+        }
         Err(reply) => {
             let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
             return;
         }
     };
     let live = context.events.live.subscribe();
-    let feed = AgentEvents { agents, events: context.events.clone() };
+    let feed = AgentEvents { agents, events: context.events.clone(), following };
     super::stream::serve(peer, writer, context, feed, live, after, once).await
 }
 
@@ -182,6 +202,31 @@ mod tests {
         (Store::open(&path).expect("store"), writer)
     }
 
+    /// EV-14: a filtered stream is exhausted by the stop of the last agent it follows that was
+    /// live at its start, not before, and not by anything else (another agent's stop, its own
+    /// agent's other events, a stop it does not follow); an unfiltered one never; one that
+    /// follows only stopped agents from the start.
+    #[test]
+    fn ev_14_a_filtered_stream_ends_at_its_last_agents_stop() {
+        use super::super::stream::Feed;
+        let feed = |following: Option<&[&str]>| AgentEvents {
+            agents: Vec::new(),
+            events: super::super::effects::EventFeed::new(0),
+            following: following.map(|ids| ids.iter().map(|id| id.to_string()).collect()),
+        };
+        let event = |agent: &str, kind: &str| json!({"agent_id": agent, "kind": kind, "sequence": 1});
+        let mut two = feed(Some(&["a1", "a2"]));
+        assert!(!two.exhausted());
+        for (agent, kind) in [("a1", "turn.final"), ("a3", "agent.stopped"), ("a1", "agent.stopped"), ("a1", "agent.stopped"), ("a2", "agent.exited")] {
+            assert!(!two.exhausted_by(&event(agent, kind)), "{agent} {kind}");
+        }
+        assert!(two.exhausted_by(&event("a2", "agent.stopped")));
+        assert!(two.exhausted());
+        let mut all = feed(None);
+        assert!(!all.exhausted_by(&event("a1", "agent.stopped")) && !all.exhausted());
+        assert!(feed(Some(&[])).exhausted(), "only stopped agents from the start");
+    }
+
     /// EV-9: every history page, not only the first, is checked against retention: a reader
     /// whose cursor retention passed while it was subscribed (a slow or lagged one) gets
     /// `cursor_too_old` with its metadata instead of a page that silently starts later.
@@ -189,7 +234,7 @@ mod tests {
     fn ev_9_every_page_is_checked_against_retention() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, writer) = stored_events(dir.path(), 10);
-        let feed = AgentEvents { agents: Vec::new(), events: super::super::effects::EventFeed::new(10) };
+        let feed = AgentEvents { agents: Vec::new(), events: super::super::effects::EventFeed::new(10), following: None };
         let page = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect("nothing pruned yet");
         assert_eq!(page.first().map(|e| e.0), Some(4));
         writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 5, before_ms: 0, max_rows: 100 }]).expect("prune");

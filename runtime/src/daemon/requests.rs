@@ -37,6 +37,7 @@ pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) ->
             let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
             high ^ low
         },
+        no_steer: admit.no_steer,
     };
     let (reply, answer) = oneshot::channel();
     if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {

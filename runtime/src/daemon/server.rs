@@ -171,7 +171,7 @@ pub fn capabilities() -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "protocol": PROTOCOL_VERSION,
         "operations": {
-            "agent.send": {"version": 1, "receipt_schema": wakterm_engine::receipt::RECEIPT_SCHEMA},
+            "agent.send": {"version": 1, "receipt_schema": wakterm_engine::receipt::RECEIPT_SCHEMA, "options": [crate::client::NO_STEER_OPTION]},
             "agent.admit": {"version": 1, "receipt_schema": wakterm_engine::receipt::RECEIPT_SCHEMA, "requires": ["incarnation", "request_id"]},
             "agent.catalog": {"version": 1, "schema": "wakterm.agent-catalog.v1"},
             "agent.request.get": {"version": 1, "schema": "wakterm.agent-request.v1"},

@@ -35,6 +35,26 @@ pub(super) trait Feed: Clone + Send + Sync + 'static {
     fn last_durable(&self, store: &Store) -> Result<u64, StoreError>;
     /// What a reader with a cursor ahead of everything does instead (`cursor_ahead`).
     const REBASE: &'static str;
+    /// EV-14: takes note of an event sent (stored or live, as JSON); true once nothing this
+    /// stream selects can ever come after it (every agent it follows has stopped).
+    fn exhausted_by(&mut self, _event: &Value) -> bool {
+        false
+    }
+    /// EV-14: nothing this stream selects can come after what is stored (it follows only
+    /// agents that had stopped when it began).
+    fn exhausted(&self) -> bool {
+        false
+    }
+}
+
+/// The line that ends a stream: `--once`'s drain, or EV-14's stream whose agents all stopped
+/// (`last_sequence` then the stop's own sequence: a reader resuming by name after it meets
+/// whichever agent has the name now, from its first event).
+fn end_line(last: u64, exhausted: bool) -> Value {
+    match exhausted {
+        true => json!({"end": true, "last_sequence": last, "ended": "agents_stopped"}),
+        false => json!({"end": true, "last_sequence": last}),
+    }
 }
 
 /// EV-9, TERM-3: a cursor above the greatest durable sequence was never given by this data
@@ -60,16 +80,17 @@ fn store_unreadable(last: u64, detail: &str) -> Value {
     serde_json::to_value(reply).unwrap_or_default()
 }
 
-pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
+pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, mut feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
     // The caller subscribed `live` before this reads anything: nothing published in between is lost.
     // A cursor retention passed, or one past everything stored, is refused by the first
     // history read (`send_history`, `checked_page`).
     let mut last = after;
-    if !send_history(writer, context, &feed, &mut last).await {
+    let history = send_history(writer, context, &mut feed, &mut last).await;
+    if history == History::Failed {
         return;
     }
-    if once {
-        let _ = write_line(writer, &json!({"end": true, "last_sequence": last})).await;
+    if once || history == History::Exhausted || feed.exhausted() {
+        let _ = write_line(writer, &end_line(last, history == History::Exhausted || feed.exhausted())).await;
         return;
     }
     let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
@@ -83,18 +104,33 @@ pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWr
             _ = peer.read(&mut scratch) => return,
             received = live.recv() => match received {
                 Ok(event) if F::sequence(&event) > last => {
-                    last = F::sequence(&event);
+                    let sequence = F::sequence(&event);
                     if !feed.wanted(&event) {
+                        last = sequence;
                         continue;
                     }
-                    json!({"event": event})
-                }
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    if !send_history(writer, context, &feed, &mut last).await {
+                    let event = serde_json::to_value(&event).unwrap_or_default();
+                    let exhausted = feed.exhausted_by(&event);
+                    if let Err(error) = write_line(writer, &json!({"event": event})).await {
+                        return log_dropped(&error, last);
+                    }
+                    last = sequence;
+                    if exhausted {
+                        let _ = write_line(writer, &end_line(last, true)).await;
                         return;
                     }
                     continue;
+                }
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    match send_history(writer, context, &mut feed, &mut last).await {
+                        History::Sent => continue,
+                        History::Failed => return,
+                        History::Exhausted => {
+                            let _ = write_line(writer, &end_line(last, true)).await;
+                            return;
+                        }
+                    }
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             },
@@ -106,12 +142,24 @@ pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWr
     }
 }
 
+/// How a history read ended.
+#[derive(Debug, PartialEq, Eq)]
+enum History {
+    /// Everything up to the feed's bound was sent.
+    Sent,
+    /// EV-14: the last agent the stream follows stopped; `last` is that event's sequence.
+    Exhausted,
+    /// The stream is over (refused, unreadable, or the reader gone).
+    Failed,
+}
+
 /// EV-14: a reader the daemon stops writing to (it read nothing for `REPLY_WRITE_TIMEOUT`) is
-/// named in `mux.log`; its CLI answers `stream_ended` with its own cursor. A reader that hung
-/// up is routine and not logged.
-fn log_dropped(error: &std::io::Error, last: u64) {
+/// named in `mux.log`, with the last sequence whose line was written whole before (what it
+/// read, at most); its CLI answers `stream_ended` with its own cursor. A reader that hung up is
+/// routine and not logged.
+fn log_dropped(error: &std::io::Error, delivered: u64) {
     if error.kind() == std::io::ErrorKind::TimedOut {
-        tracing::warn!(last_sequence = last, "a stream reader stopped reading for {:?} and was dropped (it can resume after what it read)", super::server::REPLY_WRITE_TIMEOUT);
+        tracing::warn!(delivered_through = delivered, "a stream reader stopped reading for {:?} and was dropped (it can resume after what it read)", super::server::REPLY_WRITE_TIMEOUT);
     }
 }
 
@@ -121,21 +169,21 @@ fn log_dropped(error: &std::io::Error, last: u64) {
 /// silently skipping what was pruned between its cursor and the page. Pruning only deletes a
 /// prefix and its mark only grows, so a mark at or below `last` after the read proves the page
 /// started right after `last`.
-async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: &F, last: &mut u64) -> bool {
+async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Context>, feed: &mut F, last: &mut u64) -> History {
     let through = feed.through();
     loop {
-        let (store, reader, from) = (context.store.clone(), feed.clone(), *last);
+        let (store, reader, from) = (context.store.clone(), (*feed).clone(), *last);
         let read = tokio::task::spawn_blocking(move || checked_page(&reader, &store, from, through)).await;
         let page = match read.map_err(|e| e.to_string()).and_then(|read| read.map_err(|e| e.to_string())) {
             Ok(Ok(page)) => page,
             // The cursor is too old (retention) or ahead of everything stored.
             Ok(Err(refused)) => {
                 let _ = write_line(writer, &serde_json::to_value(refused).unwrap_or_default()).await;
-                return false;
+                return History::Failed;
             }
             Err(error) => {
                 let _ = write_line(writer, &store_unreadable(*last, &error)).await;
-                return false;
+                return History::Failed;
             }
         };
         let full = page.len() == F::PAGE;
@@ -144,12 +192,16 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
             // stays before it (it used to be sent as `{"event": null}` and passed).
             let Ok(event) = serde_json::from_str::<Value>(&event_json) else {
                 let _ = write_line(writer, &store_unreadable(*last, &format!("stored event {sequence} is not JSON"))).await;
-                return false;
+                return History::Failed;
             };
-            *last = sequence;
+            let exhausted = feed.exhausted_by(&event);
             if let Err(error) = write_line(writer, &json!({"event": event})).await {
-                log_dropped(&error, sequence);
-                return false;
+                log_dropped(&error, *last);
+                return History::Failed;
+            }
+            *last = sequence;
+            if exhausted {
+                return History::Exhausted; // not past the stop: see `end_line`
             }
         }
         if !full {
@@ -157,7 +209,7 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
             if let Some(through) = through {
                 *last = (*last).max(through);
             }
-            return true;
+            return History::Sent;
         }
     }
 }

@@ -239,7 +239,6 @@ impl Store {
         Ok(events)
     }
 
-    /// EV-1: the greatest event sequence ever stored, pruned ones included.
     /// EV-14: whether any retained event names `agent_id` (one lookup in `agent_events_by_agent`).
     pub fn agent_has_events(&self, agent_id: &str) -> Result<bool, StoreError> {
         let conn = self.conn();
@@ -247,6 +246,7 @@ impl Store {
         Ok(stmt.query_row([agent_id], |row| row.get::<_, bool>(0))?)
     }
 
+    /// EV-1: the greatest event sequence ever stored, pruned ones included.
     pub fn last_event_sequence(&self) -> Result<u64, StoreError> {
         op::last_event_sequence(&self.conn())
     }
