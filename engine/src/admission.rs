@@ -1046,7 +1046,9 @@ fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, vie
 /// ADM-18: a no-steer send refused for what a plain send would have written through says so,
 /// so a caller who may steer knows how.
 fn no_steer_hint(command: &AdmitCommand, mut refusal: Blocker) -> Blocker {
-    if command.no_steer && matches!(refusal.reason, "turn_active" | "turn_state_unknown" | "observer_unavailable") {
+    // Only where a plain send would have been written (never for an admission, and not for an
+    // unavailable observer, which refuses a managed plain send too).
+    if command.no_steer && command.plain_send() && matches!(refusal.reason, "turn_active" | "turn_state_unknown") {
         refusal.detail.push_str("; a no-steer send is written only into an agent seen idle (a plain send, allowed to steer, may be written now)");
     }
     refusal

@@ -59,7 +59,12 @@ impl AdmitCommand {
     /// ADM-13, ADM-18: the one kind of admission that may be written into a running turn (or
     /// without an observer's view): a plain one-way send that did not ask never to steer.
     pub fn may_steer(&self) -> bool {
-        self.operation == crate::receipt::Operation::Send && self.return_mode == crate::receipt::ReturnMode::OneWay && !self.no_steer
+        self.plain_send() && !self.no_steer
+    }
+
+    /// A plain one-way `send`: the only admission `no_steer` means anything for.
+    pub fn plain_send(&self) -> bool {
+        self.operation == crate::receipt::Operation::Send && self.return_mode == crate::receipt::ReturnMode::OneWay
     }
 }
 

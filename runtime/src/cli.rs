@@ -198,6 +198,8 @@ pub enum AgentCommand {
         /// (at most every 5 s), and always at the end of --once. Without --agent, an event's
         /// own sequence is as good a cursor; with it, other agents' events move the bookmark
         /// on, so a cursor from it does not fall behind retention while the agent is quiet.
+        /// A stream with --agent ends once every agent it follows has stopped; its last
+        /// bookmark then says "ended": "agents_stopped" and lies at the stop, never past it.
         #[arg(long)]
         bookmarks: bool,
     },
@@ -235,7 +237,7 @@ pub struct SendArgs {
     /// (awaiting_turn_start), on a draft or a question, when the observer cannot tell
     /// (turn_state_unknown, observer_unavailable: a program that writes no Codex record). A
     /// replay of the request id returns the first call's receipt whatever this says.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "return_final")]
     pub no_steer: bool,
     /// The prompt; `-` reads it from standard input.
     pub message: String,
@@ -406,7 +408,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-/// `(raw_paste, share_prompt)`: the two input flags.
+/// `(raw_paste, share_prompt, no_steer)`: the three input flags.
 fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &str) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
@@ -504,7 +506,11 @@ pub const BOOKMARK_KIND: &str = "stream.bookmark";
 /// our standard output ends the stream quietly (exit 0); any other failure to print is an
 /// error (exit 1) with the cursor of the last line printed.
 fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
-    let mut printed = 0;
+    // The cursor a reader holds: what it asked to start after, then what was printed.
+    let mut printed = match request {
+        ClientRequest::Watch { after, .. } | ClientRequest::Events { after, .. } => *after,
+        _ => 0,
+    };
     let mut failed: Option<std::io::Error> = None;
     let mut print = |line: &str, covers: u64, printed: &mut u64| match write_line(line) {
         Ok(()) => {
@@ -524,7 +530,7 @@ fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
         }
         client::StreamItem::Bookmark { last_sequence, end, agents_stopped } => {
             if agents_stopped {
-                eprintln!("wakterm: every agent this stream follows has stopped: nothing more can come (resume by name after {last_sequence} to follow whichever agent has the name now)");
+                eprintln!("wakterm: every agent this stream follows has stopped: nothing more can come for them (the stream covered through {last_sequence})");
             }
             if !(bookmarks && (end || last_sequence > printed)) {
                 return true;

@@ -166,8 +166,9 @@ pub fn refused_input(operation: wakterm_engine::Operation, return_mode: wakterm_
 /// no-steer send to it would steer. Asked first (one capabilities call, only for a no-steer
 /// send); one that does not list the option refuses the send, nothing sent.
 fn check_daemon_knows_no_steer(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) -> Result<(), Reply> {
-    if !admit.no_steer {
-        return Ok(());
+    let plain_send = admit.operation == wakterm_engine::Operation::Send && admit.return_mode == wakterm_engine::ReturnMode::OneWay;
+    if !(admit.no_steer && plain_send) {
+        return Ok(()); // nothing that could steer: no question to ask
     }
     let capabilities = call(paths, &ClientRequest::Capabilities);
     if capabilities.exit_code != exit::OK {
@@ -326,8 +327,9 @@ fn ended_without_end(paths: &DataPaths, covered: u64) -> Reply {
     if probe.exit_code != exit::OK {
         return Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_gone", format!("the daemon closed the stream and no longer answers; after a restart, resume with --after {covered}"));
     }
+    let bound = crate::protocol::REPLY_WRITE_TIMEOUT.as_secs();
     let message = format!(
-        "the stream ended without its end line while a daemon answers: it restarted meanwhile, or dropped this reader for falling more than 10 s behind (standard output not read); resume with --after {covered}"
+        "the stream ended without its end line while a daemon answers: it restarted meanwhile, or dropped this reader for falling more than {bound} s behind (standard output not read); resume with --after {covered}"
     );
     Reply::error(exit::ERROR, "stream_ended", message)
 }

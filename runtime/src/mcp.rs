@@ -340,7 +340,7 @@ impl WaktermMcp {
             generated_id,
             // ADM-18, seed 000: the admission API never steers an active turn unless asked (a
             // return-final prompt needs an idle agent anyway).
-            no_steer: !args.steer && !args.return_final,
+            no_steer: operation == Operation::Send && !args.return_final && !args.steer,
         };
         let paths = self.paths.clone();
         // IDEM-7, INP-1: as the CLI's `agent admit` (one copy): the size checked before

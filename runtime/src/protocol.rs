@@ -27,6 +27,9 @@ pub mod exit {
 /// CLI-1: a `watch` stream carries a heartbeat at least this often, so both ends notice a dead
 /// peer without waiting for an event.
 pub const WATCH_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bound of one daemon reply write: a peer that stops reading cannot hold a task and a
+/// descriptor (a stream reader that falls this far behind is dropped, EV-14).
+pub const REPLY_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// A watcher that hears nothing (not even a heartbeat) for this long gives up with
 /// `daemon_unresponsive` (exit 7).
 pub const WATCH_SILENCE: std::time::Duration = std::time::Duration::from_secs(15);

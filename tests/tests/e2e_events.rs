@@ -412,16 +412,22 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
     // selects can come any more, and its bookmarks never pass the events of another agent
     // started later under the name, which a reader resuming by name must get (review of EV-14:
     // the stream kept printing bookmarks past them, and the resumed reader skipped them).
-    let follower = w
-        .cmd(&["agent", "events", "--agent", "ada", "--bookmarks", "--after", &heard.to_string()])
+    // It starts just before ada's last event, so the event it prints says it is attached.
+    let mut follower = w
+        .cmd(&["agent", "events", "--agent", "ada", "--bookmarks", "--after", &(ada_last - 1).to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("follower of ada");
-    std::thread::sleep(Duration::from_millis(300));
+    let mut out = BufReader::new(follower.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).expect("the follower's first line");
     w.ok(&["agent", "stop", "ada"]);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("the follower ends by itself");
     let ended = follower.wait_with_output().expect("the follower ends by itself");
-    let lines: Vec<Value> = String::from_utf8_lossy(&ended.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let lines: Vec<Value> = first.lines().chain(rest.lines()).map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(lines[0]["sequence"].as_u64(), Some(ada_last), "{lines:?}");
     assert_eq!(ended.status.code(), Some(0), "{lines:?}");
     let stopped = lines.iter().find(|l| l["kind"] == "agent.stopped").expect("ada's stop");
     let end = lines.last().expect("an end bookmark");
@@ -437,10 +443,17 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
     assert_eq!(kinds.first(), Some(&"agent.started"), "resumed by name, from the new agent's first event: {kinds:?}");
     assert!(of_new.iter().all(|e| e["agent_id"] == new_ada["agent_id"]), "{of_new:?}");
     // A stream on a stopped agent's id has nothing more to wait for either: it ends after its
-    // history (it waited forever).
-    let out = w.run(&["agent", "events", "--agent", ada["agent_id"].as_str().unwrap(), "--after", &(resume - 1).to_string()]);
+    // history (it waited forever), at the stop, not at the end of what it read (the new ada's
+    // events lie beyond).
+    let out = w.run(&["agent", "events", "--agent", ada["agent_id"].as_str().unwrap(), "--bookmarks", "--after", &(resume - 1).to_string()]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("\"agent.stopped\""), "{out:?}");
+    let lines: Vec<Value> = out.stdout.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(lines.iter().map(|l| l["kind"].as_str().unwrap()).collect::<Vec<_>>(), ["agent.stopped", "stream.bookmark"], "{out:?}");
+    assert_eq!((lines[1]["last_sequence"].as_u64(), lines[1]["ended"].as_str()), (Some(resume), Some("agents_stopped")), "{out:?}");
+    // And after the stop, nothing: it ends at its cursor.
+    let out = w.run(&["agent", "events", "--agent", ada["agent_id"].as_str().unwrap(), "--bookmarks", "--after", &resume.to_string()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(bookmark_of(&out.stdout), [resume], "{out:?}");
 
     // An id nothing ever had is refused; a stopped agent's id still reads its events.
     let out = w.run(&["agent", "events", "--once", "--agent", &new_id()]);

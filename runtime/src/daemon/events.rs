@@ -42,28 +42,35 @@ pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Ta
     Ok(resolved)
 }
 
-/// EV-14: an id that names no live agent and no retained event can never have an event (ids
-/// are the daemon's to give, and a stopped agent's id is never given again): a live stream
-/// filtered on it waited forever, printing nothing. Read off the reactor. `Err`: the refusal.
-async fn refuse_unknown_ids(context: &Context, not_live: BTreeSet<String>) -> Result<(), Reply> {
+/// EV-14: of the ids no live agent has, those whose `agent.stopped` is not durable yet (an
+/// agent stopped a moment ago: the stream follows it to its stop). An id the daemon never
+/// reported an event of can never have one (ids are the daemon's to give, and a stopped
+/// agent's id is never given again): refused, where a live stream on it waited forever. Read
+/// off the reactor, one event-mark lookup per id (marks outlive retention). `Err`: the refusal.
+async fn stops_pending(context: &Context, not_live: BTreeSet<String>) -> Result<BTreeSet<String>, Reply> {
     if not_live.is_empty() {
-        return Ok(());
+        return Ok(BTreeSet::new());
     }
     let store = context.store.clone();
-    let checked = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
+    let checked = tokio::task::spawn_blocking(move || -> Result<Result<BTreeSet<String>, String>, String> {
+        let mut pending = BTreeSet::new();
         for id in not_live {
-            if !store.agent_has_events(&id).map_err(|e| e.to_string())? {
-                return Ok(Some(id));
+            match store.agent_stop_reported(&id).map_err(|e| e.to_string())? {
+                None => return Ok(Err(id)),
+                Some(false) => {
+                    pending.insert(id);
+                }
+                Some(true) => {}
             }
         }
-        Ok(None)
+        Ok(Ok(pending))
     })
     .await
     .map_err(|e| e.to_string())
     .and_then(|checked| checked);
     match checked {
-        Ok(None) => Ok(()),
-        Ok(Some(id)) => Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the id {id:?}, and no retained event names it (never this daemon's, or its events were pruned): nothing would ever match"))),
+        Ok(Ok(pending)) => Ok(pending),
+        Ok(Err(id)) => Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the id {id:?}, and this daemon never reported an event of it: nothing would ever match"))),
         // An error while gathering evidence is no evidence: refuse rather than wait on a guess.
         Err(error) => Err(Reply::error(exit::ERROR, "store_unreadable", format!("cannot check whether the --agent ids have events: {error}; nothing was streamed"))),
     }
@@ -159,15 +166,17 @@ pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, con
     }
     let resolved = resolve_agents(context, &targets);
     drop(targets); // not kept for the stream's life
-    let filtered = !resolved.as_ref().is_ok_and(|targets| targets.ids.is_empty());
     let checked = match resolved {
-        Ok(targets) => refuse_unknown_ids(context, targets.not_live.clone()).await.map(|()| targets),
+        Ok(targets) => stops_pending(context, targets.not_live.clone()).await.map(|pending| (targets, pending)),
         Err(reply) => Err(reply),
     };
     let (agents, following) = match checked {
-        Ok(targets) => {
-            let live: BTreeSet<String> = targets.ids.difference(&targets.not_live).cloned().collect();
-            (targets.ids.into_iter().collect(), filtered.then_some(live))
+        Ok((targets, pending)) => {
+            // Followed to their stops: the live agents and those whose stop is not durable yet.
+            let mut following: BTreeSet<String> = targets.ids.difference(&targets.not_live).cloned().collect();
+            following.extend(pending);
+            let filtered = !targets.ids.is_empty();
+            (targets.ids.into_iter().collect(), filtered.then_some(following))
         }
         Err(reply) => {
             let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
@@ -200,6 +209,27 @@ mod tests {
             .collect();
         writer.commit_blocking(ops).expect("append");
         (Store::open(&path).expect("store"), writer)
+    }
+
+    /// EV-14: what the event marks say of an id no live agent has: never reported (None: the
+    /// stream refuses it), stopped a moment ago with the stop not durable (Some(false): the
+    /// stream follows it to its stop; a review found a stream started in that window ended
+    /// at once, before the stop), or stopped durably (Some(true)). Marks outlive retention.
+    #[test]
+    fn ev_14_the_event_mark_says_whether_a_stop_is_durable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, writer) = stored_events(dir.path(), 3);
+        let mark = |agent: &str, stopped: bool| {
+            let mut mark = wakterm_engine::EventMark::new(wakterm_engine::AgentId::parse(agent).unwrap());
+            mark.stopped = stopped;
+            StoreOp::PutEventMark { agent_id: agent.into(), mark_json: serde_json::to_string(&mark).unwrap() }
+        };
+        let (running, stopped) = ("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f91", "0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f92");
+        writer.commit_blocking(vec![mark(running, false), mark(stopped, true)]).expect("marks");
+        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 3, before_ms: 0, max_rows: 100 }]).expect("prune");
+        assert_eq!(store.agent_stop_reported(running).unwrap(), Some(false));
+        assert_eq!(store.agent_stop_reported(stopped).unwrap(), Some(true));
+        assert_eq!(store.agent_stop_reported("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f93").unwrap(), None);
     }
 
     /// EV-14: a filtered stream is exhausted by the stop of the last agent it follows that was

@@ -15,8 +15,7 @@ use wakterm_engine::Engine;
 /// CONN-2: a client must send its whole request line within this, or it is dropped (an idle
 /// connection holds a descriptor the daemon's own probes may need).
 pub const REQUEST_LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Bound of one reply write: a peer that stops reading cannot hold a task and a descriptor.
-pub const REPLY_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub use crate::protocol::REPLY_WRITE_TIMEOUT;
 
 pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     let peer_ok = stream.peer_cred().map(|cred| cred.uid() == crate::paths::current_uid()).unwrap_or(false);

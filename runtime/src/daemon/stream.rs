@@ -48,8 +48,9 @@ pub(super) trait Feed: Clone + Send + Sync + 'static {
 }
 
 /// The line that ends a stream: `--once`'s drain, or EV-14's stream whose agents all stopped
-/// (`last_sequence` then the stop's own sequence: a reader resuming by name after it meets
-/// whichever agent has the name now, from its first event).
+/// (`last_sequence` then the last event it sent, the stop, or its cursor: never past what it
+/// followed, so a reader resuming by name after it meets whichever agent has the name now from
+/// its first event).
 fn end_line(last: u64, exhausted: bool) -> Value {
     match exhausted {
         true => json!({"end": true, "last_sequence": last, "ended": "agents_stopped"}),
@@ -89,8 +90,9 @@ pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWr
     if history == History::Failed {
         return;
     }
-    if once || history == History::Exhausted || feed.exhausted() {
-        let _ = write_line(writer, &end_line(last, history == History::Exhausted || feed.exhausted())).await;
+    let exhausted = feed.exhausted(); // EV-14 (so is every `History::Exhausted`)
+    if once || exhausted {
+        let _ = write_line(writer, &end_line(last, exhausted)).await;
         return;
     }
     let mut heartbeat = tokio::time::interval(crate::protocol::WATCH_HEARTBEAT);
@@ -205,8 +207,10 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
             }
         }
         if !full {
-            // A filtered read may stop short of `through`: nothing of ours lies between.
-            if let Some(through) = through {
+            // A filtered read may stop short of `through`: nothing of ours lies between. EV-14:
+            // not for a stream with nothing left to follow, which ends at the last event it sent
+            // (a name resolved later may name an agent with events in between).
+            if let Some(through) = through.filter(|_| !feed.exhausted()) {
                 *last = (*last).max(through);
             }
             return History::Sent;

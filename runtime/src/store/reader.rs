@@ -239,11 +239,14 @@ impl Store {
         Ok(events)
     }
 
-    /// EV-14: whether any retained event names `agent_id` (one lookup in `agent_events_by_agent`).
-    pub fn agent_has_events(&self, agent_id: &str) -> Result<bool, StoreError> {
+    /// EV-14: what the event stream has reported of `agent_id`, from its event mark (one
+    /// primary-key lookup; marks are never deleted, so this outlives retention): None when
+    /// the daemon never reported an event of it, else whether its `agent.stopped` is durable.
+    pub fn agent_stop_reported(&self, agent_id: &str) -> Result<Option<bool>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM agent_events WHERE agent_id = ?1)")?;
-        Ok(stmt.query_row([agent_id], |row| row.get::<_, bool>(0))?)
+        let mut stmt = conn.prepare_cached("SELECT json_extract(mark, '$.stopped') FROM event_marks WHERE agent_id = ?1")?;
+        let stopped = stmt.query_row([agent_id], |row| row.get::<_, Option<bool>>(0)).optional()?;
+        Ok(stopped.map(|stopped| stopped.unwrap_or(false)))
     }
 
     /// EV-1: the greatest event sequence ever stored, pruned ones included.
