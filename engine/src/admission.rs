@@ -250,7 +250,8 @@ impl Engine {
     /// ADM-12, CORR-4, CORR-8). `Stage::Facts` skips what needs an observer refresh.
     fn blocker_for(&self, admission: &Admission, stage: Stage) -> Option<Blocker> {
         let found = self.blocker_for_command(&admission.command, &admission.agent_id, Some(&admission.request_id), stage);
-        found.map(|refusal| no_steer_hint(&admission.command, refusal))
+        let pty = self.agents.get(&admission.agent_id).is_some_and(|agent| agent.facts.transport == crate::agent::Transport::Pty);
+        found.map(|refusal| no_steer_hint(&admission.command, pty, refusal))
     }
 
     /// ADM-16: what the catalog reports of an agent, decided by the same procedure an
@@ -1045,10 +1046,15 @@ fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, vie
 
 /// ADM-18: a no-steer send refused for what a plain send would have written through says so,
 /// so a caller who may steer knows how.
-fn no_steer_hint(command: &AdmitCommand, mut refusal: Blocker) -> Blocker {
-    // Only where a plain send would have been written (never for an admission, and not for an
-    // unavailable observer, which refuses a managed plain send too).
-    if command.no_steer && command.plain_send() && matches!(refusal.reason, "turn_active" | "turn_state_unknown") {
+fn no_steer_hint(command: &AdmitCommand, pty: bool, mut refusal: Blocker) -> Blocker {
+    // Only where a plain send would have been written: never for an admission; an unavailable
+    // observer refuses a managed plain send too (MGD-3), not a terminal's (ADM-13).
+    let written_plain = match refusal.reason {
+        "turn_active" | "turn_state_unknown" => true,
+        "observer_unavailable" => pty,
+        _ => false,
+    };
+    if command.no_steer && command.plain_send() && written_plain {
         refusal.detail.push_str("; a no-steer send is written only into an agent seen idle (a plain send, allowed to steer, may be written now)");
     }
     refusal

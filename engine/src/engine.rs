@@ -635,12 +635,14 @@ impl Engine {
 
     fn on_agent_removed(&mut self, agent_id: &AgentId) {
         let removed = self.agents.remove(agent_id);
-        self.record_removal(agent_id, removed.and_then(|entry| entry.facts.incarnation));
         self.resuming.remove(agent_id);
         let affected = self.correlating_requests_of(agent_id, true);
         for request_id in affected {
             self.finish(&request_id, TerminalState::Indeterminate, Some("agent_removed"), None, None);
         }
+        // EV-14: after its requests' ends, so `agent.stopped` is the agent's last event but
+        // for an admission still writing (its outcome comes when the write's does).
+        self.record_removal(agent_id, removed.and_then(|entry| entry.facts.incarnation));
     }
 
     /// Correlating requests of one agent, optionally including suspended ones.

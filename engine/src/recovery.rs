@@ -60,11 +60,6 @@ impl Engine {
     pub(crate) fn on_startup_complete(&mut self) {
         // EV-4: an agent the stream announced and that did not come back was stopped and
         // deleted, and the daemon died before the engine heard of it: say so now.
-        let gone: Vec<_> = std::mem::take(&mut self.events.recovered_unregistered).into_iter().collect();
-        for agent_id in gone {
-            let incarnation = self.events.marks.get(&agent_id).and_then(|m| m.incarnation.clone());
-            self.record_removal(&agent_id, incarnation);
-        }
         let orphaned: Vec<_> = self
             .suspended
             .iter()
@@ -73,6 +68,12 @@ impl Engine {
             .collect();
         for request_id in orphaned {
             self.finish(&request_id, TerminalState::Indeterminate, Some("agent_missing_after_restart"), None, None);
+        }
+        // EV-14: the stops after the requests' ends (see `on_agent_removed`).
+        let gone: Vec<_> = std::mem::take(&mut self.events.recovered_unregistered).into_iter().collect();
+        for agent_id in gone {
+            let incarnation = self.events.marks.get(&agent_id).and_then(|m| m.incarnation.clone());
+            self.record_removal(&agent_id, incarnation);
         }
     }
 }

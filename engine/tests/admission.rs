@@ -494,8 +494,7 @@ fn adm_18_a_no_steer_send_never_writes_into_a_running_turn() {
         let receipt = rig.receipt(op);
         assert_eq!((receipt.reason.as_deref(), receipt.prompt_written, receipt.retry_safe), (Some(reason), false, true), "{receipt:?}");
         assert_ne!(receipt.classification, Classification::Accepted);
-        let hinted = receipt.detail.as_deref().unwrap_or_default().contains("a no-steer send is written only into an agent seen idle");
-        assert_eq!(hinted, reason != "observer_unavailable", "{receipt:?}");
+        assert!(receipt.detail.as_deref().unwrap_or_default().contains("a no-steer send is written only into an agent seen idle"), "{receipt:?}");
         assert_eq!(rig.writes(), 0, "{reason}: nothing written");
         // The same send without the flag is written: the flag alone made the difference.
         let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);

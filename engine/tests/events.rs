@@ -698,6 +698,24 @@ fn ev_agent_lifecycle_is_reported_once() {
     assert_eq!(changed.incarnation, Some(Incarnation("inc-2".into())));
 }
 
+/// EV-14: an agent removed while a return-final request of it correlates: the request's end
+/// (`request.terminal`) comes before `agent.stopped`, the agent's last event, so a stream that
+/// follows the agent to its stop gets it (it was numbered after the stop, and lost to such a
+/// stream; found by a review).
+#[test]
+fn ev_14_a_removed_agents_request_ends_before_its_stop() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "interrupted by a stop", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    rig.settle();
+    let events = &rig.published_events;
+    let terminal = events.iter().position(|e| e.kind() == "request.terminal").expect("the request's end");
+    let stopped = events.iter().position(|e| e.kind() == "agent.stopped").expect("the stop");
+    assert!(terminal < stopped, "{:?}", kinds(events));
+    assert_eq!(stopped, events.len() - 1, "the stop is the agent's last event: {:?}", kinds(events));
+}
+
 /// EV-1 .. EV-4 under arbitrary interleavings: whatever fails, restarts and replays, durable
 /// sequences are unique and published ones strictly increase and were durable when published.
 #[test]

@@ -95,6 +95,16 @@ fn adm_18_a_no_steer_send_leaves_a_busy_thread_alone() {
     let receipt = rig.receipt(op);
     assert_eq!((receipt.classification, receipt.reason.as_deref(), receipt.prompt_written), (Classification::Busy, Some("turn_active"), false), "{receipt:?}");
     assert!(rig.written.is_empty());
+    // No view: a managed plain send is refused too (MGD-3), so the refusal offers no plain send.
+    let mut rig = managed_zola(Some(THREAD));
+    rig.snapshots.insert(agent_id(ZOLA), Err("the stream dropped".to_string()));
+    let mut command = rig.command(Operation::Send, REQ, "no view", ReturnMode::OneWay);
+    command.no_steer = true;
+    let op = rig.submit(command);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.reason.as_deref(), Some("observer_unavailable"), "{receipt:?}");
+    assert!(!receipt.detail.as_deref().unwrap_or_default().contains("a plain send"), "{receipt:?}");
+    assert!(rig.written.is_empty());
 }
 
 // MGD-3: the steering claim needs the evidence: a prompt written while turn-9 ran but seen in a

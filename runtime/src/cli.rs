@@ -199,7 +199,8 @@ pub enum AgentCommand {
         /// own sequence is as good a cursor; with it, other agents' events move the bookmark
         /// on, so a cursor from it does not fall behind retention while the agent is quiet.
         /// A stream with --agent ends once every agent it follows has stopped; its last
-        /// bookmark then says "ended": "agents_stopped" and lies at the stop, never past it.
+        /// bookmark then says "ended": "agents_stopped" and lies at the last stop (or at the
+        /// cursor, if they had stopped before it), never past it.
         #[arg(long)]
         bookmarks: bool,
     },

@@ -419,14 +419,30 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("follower of ada");
-    let mut out = BufReader::new(follower.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).expect("the follower's first line");
+    // Its lines through a channel, so a stream that never ends fails the test instead of
+    // hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(20)).expect("the follower's first line");
     w.ok(&["agent", "stop", "ada"]);
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).expect("the follower ends by itself");
+    let mut rest = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => rest.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = follower.kill();
+                panic!("the follower did not end after ada's stop: {rest:?}");
+            }
+        }
+    }
     let ended = follower.wait_with_output().expect("the follower ends by itself");
-    let lines: Vec<Value> = first.lines().chain(rest.lines()).map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let lines: Vec<Value> = std::iter::once(&first).chain(&rest).map(|l| serde_json::from_str(l).expect("JSON")).collect();
     assert_eq!(lines[0]["sequence"].as_u64(), Some(ada_last), "{lines:?}");
     assert_eq!(ended.status.code(), Some(0), "{lines:?}");
     let stopped = lines.iter().find(|l| l["kind"] == "agent.stopped").expect("ada's stop");

@@ -42,6 +42,17 @@ pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Ta
     Ok(resolved)
 }
 
+/// EV-14: the agents a filtered stream follows to their stops (None: no filter): the live
+/// ones and those whose stop is not durable yet (`pending`); not those stopped durably.
+fn followed(targets: &Targets, pending: BTreeSet<String>) -> Option<BTreeSet<String>> {
+    if targets.ids.is_empty() {
+        return None;
+    }
+    let mut following: BTreeSet<String> = targets.ids.difference(&targets.not_live).cloned().collect();
+    following.extend(pending);
+    Some(following)
+}
+
 /// EV-14: of the ids no live agent has, those whose `agent.stopped` is not durable yet (an
 /// agent stopped a moment ago: the stream follows it to its stop). An id the daemon never
 /// reported an event of can never have one (ids are the daemon's to give, and a stopped
@@ -52,24 +63,34 @@ async fn stops_pending(context: &Context, not_live: BTreeSet<String>) -> Result<
         return Ok(BTreeSet::new());
     }
     let store = context.store.clone();
-    let checked = tokio::task::spawn_blocking(move || -> Result<Result<BTreeSet<String>, String>, String> {
+    let checked = tokio::task::spawn_blocking(move || -> Result<Result<(BTreeSet<String>, Option<u64>), String>, String> {
         let mut pending = BTreeSet::new();
+        let mut stopped = false;
         for id in not_live {
             match store.agent_stop_reported(&id).map_err(|e| e.to_string())? {
                 None => return Ok(Err(id)),
                 Some(false) => {
                     pending.insert(id);
                 }
-                Some(true) => {}
+                Some(true) => stopped = true,
             }
         }
-        Ok(Ok(pending))
+        // A stop durable in the mark may not be published yet: the stream's history, read up
+        // to the published sequence, must reach it (below: wait for it).
+        let durable = stopped.then(|| store.last_event_sequence()).transpose().map_err(|e| e.to_string())?;
+        Ok(Ok((pending, durable)))
     })
     .await
     .map_err(|e| e.to_string())
     .and_then(|checked| checked);
     match checked {
-        Ok(Ok(pending)) => Ok(pending),
+        Ok(Ok((pending, durable))) => {
+            if let Some(through) = durable {
+                // Bounded (EV-8's wait); past it the stream reads what is published, as ever.
+                let _ = durable_through(context, through).await;
+            }
+            Ok(pending)
+        }
         Ok(Err(id)) => Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the id {id:?}, and this daemon never reported an event of it: nothing would ever match"))),
         // An error while gathering evidence is no evidence: refuse rather than wait on a guess.
         Err(error) => Err(Reply::error(exit::ERROR, "store_unreadable", format!("cannot check whether the --agent ids have events: {error}; nothing was streamed"))),
@@ -172,11 +193,8 @@ pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, con
     };
     let (agents, following) = match checked {
         Ok((targets, pending)) => {
-            // Followed to their stops: the live agents and those whose stop is not durable yet.
-            let mut following: BTreeSet<String> = targets.ids.difference(&targets.not_live).cloned().collect();
-            following.extend(pending);
-            let filtered = !targets.ids.is_empty();
-            (targets.ids.into_iter().collect(), filtered.then_some(following))
+            let following = followed(&targets, pending);
+            (targets.ids.into_iter().collect(), following)
         }
         Err(reply) => {
             let _ = write_line(writer, &serde_json::to_value(reply).unwrap_or_default()).await;
@@ -230,6 +248,17 @@ mod tests {
         assert_eq!(store.agent_stop_reported(running).unwrap(), Some(false));
         assert_eq!(store.agent_stop_reported(stopped).unwrap(), Some(true));
         assert_eq!(store.agent_stop_reported("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f93").unwrap(), None);
+    }
+
+    /// EV-14: a filtered stream follows its live agents and those whose stop is not durable
+    /// yet, not those stopped durably; no filter follows nothing to a stop.
+    #[test]
+    fn ev_14_a_stream_follows_live_agents_and_pending_stops() {
+        let set = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect::<BTreeSet<String>>();
+        let targets = Targets { ids: set(&["live", "stopping", "stopped"]), not_live: set(&["stopping", "stopped"]) };
+        assert_eq!(followed(&targets, set(&["stopping"])), Some(set(&["live", "stopping"])));
+        assert_eq!(followed(&targets, set(&[])), Some(set(&["live"])));
+        assert_eq!(followed(&Targets::default(), set(&[])), None);
     }
 
     /// EV-14: a filtered stream is exhausted by the stop of the last agent it follows that was
