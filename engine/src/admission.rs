@@ -141,6 +141,7 @@ impl Engine {
             steer_turn: None,
             ack_turn: None,
             refused: None,
+            lost_while_awaiting: false,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
             let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);

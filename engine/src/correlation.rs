@@ -100,6 +100,9 @@ impl Engine {
             self.update_view(agent_id, &event);
             self.acknowledge_waiting_admission(agent_id, &event);
         }
+        if matches!(event, ObserverEvent::SessionLost { .. }) {
+            self.note_loss_while_awaiting(agent_id);
+        }
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
             ObserverEvent::SessionLost { before: Some(before), .. } => {
@@ -271,13 +274,22 @@ impl Engine {
     /// waits for no turn of it.
     fn refuse_awaiting_send(&mut self, agent_id: &AgentId, id: &str, error: &str) {
         let Some(claim) = self.agents.get(agent_id).and_then(|a| a.claim.clone()) else { return };
-        let awaiting = self.admissions.get(&claim).is_some_and(|a| a.step == Step::AwaitingAck);
+        let awaiting = self.admissions.get(&claim).is_some_and(|a| a.step == Step::AwaitingAck && !a.lost_while_awaiting);
         if !awaiting || self.requests.get(&claim).and_then(|r| r.turn_start_id.as_deref()) != Some(id) {
             return;
         }
         self.admissions.get_mut(&claim).expect("checked").refused = Some(error.to_string());
         self.confirm_after_ack(&claim, Some(false));
         self.stop_awaiting_turn_of(agent_id, &claim);
+    }
+
+    /// MGD-7: a loss while a one-way prompt awaits its acknowledgement makes any later refusal
+    /// of its id unprovable (see `Admission::lost_while_awaiting`): the wait runs out as usual.
+    fn note_loss_while_awaiting(&mut self, agent_id: &AgentId) {
+        let Some(claim) = self.agents.get(agent_id).and_then(|a| a.claim.clone()) else { return };
+        if let Some(admission) = self.admissions.get_mut(&claim).filter(|a| a.step == Step::AwaitingAck) {
+            admission.lost_while_awaiting = true;
+        }
     }
 
     /// ADM-5: the written prompt the agent waits on a turn for was refused: nothing is pending

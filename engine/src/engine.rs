@@ -79,6 +79,11 @@ pub(crate) struct Admission {
     /// MGD-7: the app-server's refusal of this one-way prompt's `turn/start` (its code and
     /// message), which ends the acknowledgement wait: the receipt says so.
     pub refused: Option<String>,
+    /// MGD-7: the observer lost the session while this one-way prompt waited for its
+    /// acknowledgement: the lost output may have answered its `turn/start` with a result, so a
+    /// later error under its id is no proof of a refusal (another request may have been sent
+    /// under it: found by the simulator's exploration, seed 48564688).
+    pub lost_while_awaiting: bool,
 }
 
 /// ADM-17: what the observer said while an admission's write was in flight, kept in order.

@@ -264,3 +264,24 @@ fn mgd_7_a_refused_one_way_send_says_so_at_once() {
     let next = rig.admit(REQ2, "again", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(next).classification, Classification::Accepted, "{:?}", rig.receipt(next));
 }
+
+// MGD-7: a loss while the one-way prompt awaits its acknowledgement (evicted output, which may
+// have held the result answering its `turn/start`) makes a later error under its id no proof:
+// the wait runs out as usual, without claiming a refusal (found by the simulator's exploration,
+// seed 48564688: the result evicted, an error under the id from a holder-socket client, and a
+// receipt `turn_start_refused` for a prompt that opened its turn).
+#[test]
+fn mgd_7_no_refusal_is_proof_after_a_loss() {
+    let mut rig = managed_zola(Some(THREAD));
+    let command = rig.command(Operation::Send, REQ, "hi", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    assert!(!rig.has_receipt(op), "waiting for the acknowledgement");
+    rig.observe(ObserverEvent::SessionLost { reason: "notifications were evicted".into(), session: None, before: None });
+    rig.observe(ObserverEvent::Attached { session: SessionId(THREAD.into()), position: 1_005 });
+    rig.observe(refused(&prompt::turn_start_id(REQ, 0x5eed), 1_010));
+    assert!(!rig.has_receipt(op), "no refusal claimed");
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    let receipt = rig.receipt(op).clone();
+    assert_eq!((receipt.classification, receipt.acknowledged), (Classification::Accepted, Some(false)), "{receipt:?}");
+    assert_ne!(receipt.reason.as_deref(), Some("turn_start_refused"), "{receipt:?}");
+}
