@@ -335,9 +335,7 @@ pub fn print_reply(reply: Reply) -> i32 {
 /// One line of output. False when standard output is closed (`| head -1`): `println!` panicked
 /// there with a backtrace; a reader that has seen enough is not an error of ours.
 fn print_line(line: &str) -> bool {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+    write_line(line).is_ok()
 }
 
 fn run_mux(paths: &DataPaths, command: MuxCommand) -> i32 {
@@ -508,10 +506,7 @@ pub const BOOKMARK_KIND: &str = "stream.bookmark";
 /// error (exit 1) with the cursor of the last line printed.
 fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
     // The cursor a reader holds: what it asked to start after, then what was printed.
-    let mut printed = match request {
-        ClientRequest::Watch { after, .. } | ClientRequest::Events { after, .. } => *after,
-        _ => 0,
-    };
+    let mut printed = request.stream_cursor().map_or(0, |(after, _)| after);
     let mut failed: Option<std::io::Error> = None;
     let mut print = |line: &str, covers: u64, printed: &mut u64| match write_line(line) {
         Ok(()) => {
@@ -525,10 +520,7 @@ fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
         }
     };
     let result = client::stream(paths, request, |item| match item {
-        client::StreamItem::Event(event) => {
-            let sequence = event["sequence"].as_u64().or(event["terminal_event_sequence"].as_u64()).unwrap_or(0);
-            print(&serde_json::to_string(event).expect("json"), sequence, &mut printed)
-        }
+        client::StreamItem::Event { event, sequence } => print(&serde_json::to_string(event).expect("json"), sequence, &mut printed),
         client::StreamItem::Bookmark { last_sequence, end, agents_stopped } => {
             if agents_stopped {
                 eprintln!("wakterm: every agent this stream follows has stopped: nothing more can come for them (the stream covered through {last_sequence})");

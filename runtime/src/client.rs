@@ -253,8 +253,8 @@ fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) -> R
 /// What a stream hands its reader.
 #[derive(Debug, PartialEq)]
 pub enum StreamItem<'a> {
-    /// One event (`{"event": ...}`).
-    Event(&'a Value),
+    /// One event (`{"event": ...}`) and its sequence (0 when it names none).
+    Event { event: &'a Value, sequence: u64 },
     /// EV-8, CONN-3: the sequence the stream has covered: every event the subscription wants
     /// up to it was sent, so `--after` it misses nothing (a filtered reader's own last event can
     /// lie far below it). From a heartbeat's or `--once`'s end line (`end`) `last_sequence`.
@@ -272,12 +272,7 @@ const ENDED_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// after, so a reader never has to guess where it stood. The daemon's refusals come as it gave
 /// them.
 pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_item: impl FnMut(StreamItem<'_>) -> bool) -> Result<(), Reply> {
-    // The field each stream's events number themselves by.
-    let (mut covered, sequence_field) = match request {
-        ClientRequest::Watch { after, .. } => (*after, "terminal_event_sequence"),
-        ClientRequest::Events { after, .. } => (*after, "sequence"),
-        _ => (0, "sequence"),
-    };
+    let (mut covered, sequence_field) = request.stream_cursor().unwrap_or((0, "sequence"));
     let mut stream = connect(paths)?;
     send(&mut stream, request)?;
     let _ = stream.set_read_timeout(Some(WATCH_SILENCE));
@@ -295,8 +290,9 @@ pub fn stream(paths: &DataPaths, request: &ClientRequest, mut on_item: impl FnMu
         let value: Value = serde_json::from_str(&line).map_err(|e| resumable(Reply::error(exit::ERROR, "daemon_io", e.to_string()), covered))?;
         let mark = value.get("last_sequence").and_then(Value::as_u64);
         if let Some(event) = value.get("event") {
-            let go_on = on_item(StreamItem::Event(event));
-            covered = covered.max(event.get(sequence_field).and_then(Value::as_u64).unwrap_or(0));
+            let sequence = event.get(sequence_field).and_then(Value::as_u64).unwrap_or(0);
+            let go_on = on_item(StreamItem::Event { event, sequence });
+            covered = covered.max(sequence);
             if !go_on {
                 return Ok(());
             }

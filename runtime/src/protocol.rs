@@ -112,6 +112,18 @@ pub struct AdmitRequest {
     pub no_steer: bool,
 }
 
+impl ClientRequest {
+    /// A streaming request's cursor (`--after`) and the field its events number themselves
+    /// by; None for any other request.
+    pub fn stream_cursor(&self) -> Option<(u64, &'static str)> {
+        match self {
+            ClientRequest::Watch { after, .. } => Some((*after, "terminal_event_sequence")),
+            ClientRequest::Events { after, .. } => Some((*after, "sequence")),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Reply {
     pub exit_code: i32,

@@ -43,6 +43,21 @@ fn identity(event: &Value) -> String {
     )
 }
 
+/// A spawned reader's standard output, line by line through a channel, so a test waits for a
+/// line with a bound instead of blocking on a stream that never ends.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("piped standard output");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 fn wait_for(w: &World, what: &str, mut done: impl FnMut(&World) -> bool) {
     let deadline = Instant::now() + support::DEADLINE;
     while !done(w) {
@@ -381,15 +396,7 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
         .stderr(Stdio::null())
         .spawn()
         .expect("follower");
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
-    let stdout = follower.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let lines_rx = lines_of(&mut follower);
     let out = w.run(&["agent", "send", "bob", "while ada follows"]);
     assert_eq!(out.code, 0, "{out:?}");
     wait_for(&w, "bob's last turn final", |w| read_events(w, ada_last, &["--agent", "bob"]).1.iter().any(|e| e["kind"] == "turn.final"));
@@ -419,15 +426,7 @@ fn ev_14_a_filtered_reader_resumes_from_its_bookmark_across_retention() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("follower of ada");
-    // Its lines through a channel, so a stream that never ends fails the test instead of
-    // hanging it.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = follower.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = lines_of(&mut follower);
     let first = rx.recv_timeout(Duration::from_secs(20)).expect("the follower's first line");
     w.ok(&["agent", "stop", "ada"]);
     let mut rest = Vec::new();
