@@ -745,6 +745,7 @@ impl World {
         let awaiting = (!fast && self.fault_roll(self.plan.server_request)).then(|| json!(format!("srv-{item}")));
         let running = Running { turn: turn.clone(), due_ms: now + duration, abort, awaiting: awaiting.clone() };
         self.agents[a].running = Some(running.clone());
+        self.agents[a].idle_since_ms = None;
         let t = turn.0.clone();
         let mut lines = vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None)];
         if opener.is_some() && id.is_string() && self.fault_roll(0.05) {
@@ -785,7 +786,7 @@ impl World {
     /// evict unread notifications from a small ring, sometimes a final over the line bound),
     /// then `turn/completed` (`completed` with the final, or `interrupted` / `failed`).
     fn app_end_turn(&mut self, a: usize, running: Running, now: u64) {
-        self.agents[a].running = None;
+        self.agents[a].stop_running(now);
         let thread = self.app(a).thread.clone();
         let turn = running.turn.clone();
         let t = turn.0.clone();

@@ -232,6 +232,10 @@ pub enum Mutant {
     /// registered at once with no process (as the daemon did until a review found it), so the
     /// requests bound to its running turn end `incarnation_changed` while it runs on.
     SilentHolderRegisteredGone,
+    /// Observer port: the screen adapter keeps an earlier look's `Working` indicator after the
+    /// pane redrew idle, so a finished turn reads as running (admissions and no-steer sends
+    /// are refused `turn_active` while the agent waits).
+    WorkingIndicatorSticky,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -282,6 +286,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::ResumeIgnoresItsProcess, "resume_ignores_its_process", "resume glue reads a resume's cursor in whatever process the agent runs when it comes"),
     (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
     (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
+    (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
 ];
 
 impl Mutant {

@@ -48,7 +48,9 @@ pub enum Kind {
     Evidence,
     /// Liveness (ADM-5, ADM-17): an admission was refused `busy`/`awaiting_turn_start` although
     /// the observer had delivered a turn start after the agent's last write well before the
-    /// call: the engine kept waiting for a turn it had been told of.
+    /// call: the engine kept waiting for a turn it had been told of. Or (ADM-5, ADM-18) it was
+    /// refused `busy`/`turn_active` although the agent ran no turn since well before the call
+    /// and the engine had been told its last turn ended (`check_not_over_refused`).
     Stalled,
     /// ADM-18: a no-steer send's prompt written into a running turn whose start the observer
     /// had delivered to the engine before the call (the engine knew it ran).
@@ -216,6 +218,9 @@ pub struct Oracle {
     /// where, which turn).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
+    /// Per agent, the last turn start the current daemon's observer delivered to the engine
+    /// and when, or when it delivered that turn's end (None: ended) (`check_not_over_refused`).
+    pub turn_news: BTreeMap<usize, (u64, Option<TurnId>)>,
     /// ADM-18: when the current daemon's observer first delivered each (agent, turn) start.
     pub turns_delivered: BTreeMap<(usize, TurnId), u64>,
     /// ADM-18: the no-steer sends, by request id, with their first call's start.
@@ -575,6 +580,7 @@ impl Oracle {
     pub fn on_daemon_start(&mut self) {
         self.turn_after_write.clear();
         self.turns_delivered.clear();
+        self.turn_news.clear();
         self.open_calls.clear();
     }
 
@@ -589,10 +595,42 @@ impl Oracle {
     pub fn on_turn_delivered(&mut self, agent: usize, session: &SessionId, position: u64, turn: &TurnId) {
         let at = wakterm_runtime::driver::now_ms();
         self.turns_delivered.entry((agent, turn.clone())).or_insert(at);
+        self.turn_news.insert(agent, (at, Some(turn.clone())));
         let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if after_write && !self.turn_after_write.contains_key(&agent) {
             let at = wakterm_runtime::driver::now_ms();
             self.turn_after_write.insert(agent, (at, position, turn.clone()));
+        }
+    }
+
+    /// The observer port sent the engine the end (completed or aborted) of agent `a`'s turn
+    /// `turn`: the end of the last turn it started, or of an earlier one (a duplicate final).
+    pub fn on_turn_end_delivered(&mut self, agent: usize, turn: Option<&TurnId>) {
+        let at = wakterm_runtime::driver::now_ms();
+        if let Some(news) = self.turn_news.get_mut(&agent) {
+            if news.1.is_some() && news.1.as_ref() == turn {
+                *news = (at, None);
+            }
+        }
+    }
+
+    /// The observer port sent the engine an attach or a loss of agent `a`'s session: the turn
+    /// state comes from the record's head (or is unknown) until a turn start is delivered.
+    pub fn on_session_changed_delivered(&mut self, agent: usize) {
+        self.turn_news.remove(&agent);
+    }
+
+    /// ADM-5, ADM-18 (liveness): `busy`/`turn_active` for an agent that ran no turn: idle in
+    /// truth since `STALL_MARGIN_MS` before the call (`since`) began, and the end of the last
+    /// turn the engine was told started reached it as well before the call (a turn whose
+    /// end the observer has not read yet is running as far as anyone can tell). An admission with the current
+    /// incarnation and a no-steer send must be let in then; a refusal would keep them out
+    /// while the agent waits.
+    fn check_not_over_refused(&mut self, agent: usize, id: &str, since: u64, idle_since: Option<u64>) {
+        let (Some(idle), Some(&(told, None))) = (idle_since, self.turn_news.get(&agent)) else { return };
+        if idle + STALL_MARGIN_MS <= since && told + STALL_MARGIN_MS <= since {
+            let m = format!("{id}: busy/turn_active for a{agent}, idle since {} ms before the call, its last turn's end delivered to the engine {} ms before it", since - idle, since - told);
+            self.fail(Kind::Stalled, m);
         }
     }
 
@@ -665,7 +703,8 @@ impl Oracle {
     }
 
     /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
-    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64) {
+    /// `idle_since`: since when agent `call.agent` has run no turn (ground truth).
+    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64, idle_since: Option<u64>) {
         let id = &call.request_id;
         let writes = self.writes.get(id).cloned().unwrap_or_default();
         let class = receipt.classification;
@@ -677,6 +716,11 @@ impl Oracle {
         if class == Classification::Busy && receipt.reason.as_deref() == Some("awaiting_turn_start") {
             if let Some(since) = since {
                 self.check_not_stalled(call, since);
+            }
+        }
+        if class == Classification::Busy && receipt.reason.as_deref() == Some("turn_active") {
+            if let Some(since) = since {
+                self.check_not_over_refused(call.agent, id, since, idle_since);
             }
         }
         if class.is_definitive_rejection() {

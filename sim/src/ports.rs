@@ -1158,8 +1158,12 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 /// oracle of a turn start it delivers (ADM-5's wait must end with it,
 /// `Oracle::on_turn_delivered`).
 fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
-    if let ObserverEvent::TurnStarted { session, position, turn } = &event {
-        w.oracle.on_turn_delivered(a, session, *position, turn);
+    match &event {
+        ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
+        ObserverEvent::TurnCompleted { turn, .. } => w.oracle.on_turn_end_delivered(a, Some(turn)),
+        ObserverEvent::TurnAborted { turn, .. } => w.oracle.on_turn_end_delivered(a, turn.as_ref()),
+        ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } => w.oracle.on_session_changed_delivered(a),
+        _ => {}
     }
     let agent_id = w.agents[a].agent_id.clone();
     Input::Observed { agent_id, event }

@@ -629,6 +629,9 @@ pub struct Agent {
     pub composer: String,
     pub question: bool,
     pub running: Option<Running>,
+    /// Since when no turn has run (ground truth; None while one runs): the oracle's
+    /// over-refusal check (`Oracle::check_not_over_refused`).
+    pub idle_since_ms: Option<u64>,
     pub last_completed: Option<TurnId>,
     pub turns_started: u64,
     pub session: Session,
@@ -661,6 +664,13 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The running turn (if any) is over at `now`: the agent is idle from then on.
+    pub fn stop_running(&mut self, now: u64) {
+        if self.running.take().is_some() || self.idle_since_ms.is_none() {
+            self.idle_since_ms = Some(now);
+        }
+    }
+
     pub fn new(index: usize, transport: Transport, ring_bytes: usize) -> Agent {
         let agent_id = AgentId::parse(&format!("0b5e3c1a-1111-4222-8333-00000000000{index}")).expect("uuid");
         let name = ["zola", "apex"][index].to_string();
@@ -676,6 +686,7 @@ impl Agent {
             composer: String::new(),
             question: false,
             running: None,
+            idle_since_ms: Some(0),
             last_completed: None,
             turns_started: 0,
             session: Session {
@@ -1195,6 +1206,7 @@ impl World {
         let agent = &mut self.agents[a];
         let running = Running { turn: turn.clone(), due_ms: now + duration, abort, awaiting: None };
         agent.running = Some(running.clone());
+        agent.idle_since_ms = None;
         let t = turn.clone();
         let started = agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });
         let prompted = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
@@ -1216,7 +1228,7 @@ impl World {
 
     /// The running turn ends: aborted or completed with its final (and maybe a duplicate later).
     fn end_turn(&mut self, a: usize, running: Running, now: u64) {
-        self.agents[a].running = None;
+        self.agents[a].stop_running(now);
         if self.agents[a].transport == Transport::Pty {
             // The TUI prints the turn's end a moment later.
             let generation = self.agents[a].spawned;
@@ -1314,7 +1326,7 @@ impl World {
         }
         let agent = &mut self.agents[a];
         agent.process = None;
-        agent.running = None;
+        agent.stop_running(now);
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.question = false;
@@ -1328,7 +1340,7 @@ impl World {
         let agent = &mut self.agents[a];
         let old_pid = agent.process.map_or(100 + a as u32, |p| p.pid);
         agent.process = None;
-        agent.running = None;
+        agent.stop_running(wakterm_runtime::driver::now_ms());
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.respawn_at_ms = None;
@@ -1615,7 +1627,7 @@ impl World {
         let new = Proc { pid: old.pid, ticks: 5 + agent.spawned * 1000 };
         agent.process = Some(new);
         agent.session.writers.push(new.incarnation());
-        agent.running = None;
+        agent.stop_running(wakterm_runtime::driver::now_ms());
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.question = false;
@@ -1918,7 +1930,8 @@ impl World {
         // The runtime's `with_screen`: a visible `Working` indicator beats an idle record. The
         // screen is not always readable (the sim reads it 70% of the time).
         let running = agent.running.is_some();
-        let working = running && thread_rng().gen_bool(0.7);
+        let stale = self.mutant == Mutant::WorkingIndicatorSticky && agent.observer.look.as_ref().is_some_and(|l| l.working && l.process == process);
+        let working = (running && thread_rng().gen_bool(0.7)) || stale; // `stale`: the bug
         // The screen adapter cannot always classify the composer (a redraw in progress).
         let composer = if self.faults_on && agent.transport == Transport::Pty && thread_rng().gen_bool(0.03) {
             self.counters.fault("observer.composer_unknown");
