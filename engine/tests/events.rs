@@ -311,6 +311,39 @@ fn ev_3_a_failed_batch_is_renumbered_in_order() {
     assert!(rig.published_events.iter().all(|e| e.sequence != failed), "the failed number is never reused");
 }
 
+/// EV-3: a store that fails every commit (a replaced database, a full disk) costs memory in
+/// proportion to the events waiting, not to the retries. Each failed retry renumbers the whole
+/// backlog; the failed numbers used to be kept until a later commit passed them, so 10 events
+/// a second held 72,841 numbers after 120 s (a review's measurement) and about 5 t^2 after t s.
+#[test]
+fn ev_3_failed_numbers_are_not_kept_while_commits_keep_failing() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.hold_events = true;
+    let mut position = 1000;
+    for round in 0..120 {
+        for _ in 0..10 {
+            position += 10;
+            rig.user_message(&format!("turn-{round}"), "hello", position);
+        }
+        while !rig.event_persists.is_empty() {
+            rig.ack_next_events(Err("disk I/O error".into()));
+        }
+        rig.advance(limits::PERSIST_RETRY_MS);
+        let (held, waiting) = rig.engine.events_held();
+        assert!(held <= waiting, "round {round}: {held} numbers held for {waiting} waiting events");
+    }
+    assert_eq!(rig.engine.events_held().1, 1200, "every event still waits: none is lost");
+    while let Some((token, ops)) = rig.event_persists.pop_front() {
+        rig.ack_persist(token, ops, Ok(()));
+        rig.advance(limits::PERSIST_RETRY_MS);
+    }
+    assert_eq!(rig.engine.events_held(), (0, 0));
+    let users = rig.published_events.iter().filter(|e| e.kind() == "message.user").count();
+    assert_eq!(users, 1200, "each event published once, after the outage");
+    assert_strictly_increasing(&rig.published_events);
+}
+
 /// EV-4: after a restart the observer replays records the stream already reported (from the
 /// checkpoint, or from a request's armed cursor): they are folded, not appended again; the
 /// agent is not announced again; new records continue the sequence.
