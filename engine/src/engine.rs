@@ -695,6 +695,7 @@ impl Engine {
                 );
             }
         }
+        self.events.assert_numbers_accounted();
     }
 }
 

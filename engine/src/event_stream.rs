@@ -172,6 +172,25 @@ impl EventStream {
     pub(crate) fn numbers_held(&self) -> usize {
         self.slots.len()
     }
+
+    /// EV-3: every pending number is an event on its way (queued, in flight, or riding a
+    /// request's commit), each once; a failed number is forgotten (a store failing every
+    /// commit would otherwise hold one per event per retry).
+    pub(crate) fn assert_numbers_accounted(&self) {
+        let queued = self.backlog.values().chain(self.in_flight.values().map(|(_, items)| items)).flatten();
+        let numbered = queued.filter_map(|item| match item {
+            BacklogItem::Event(event, _) => Some(event.sequence),
+            BacklogItem::Checkpoint(_) => None,
+        });
+        let riding = self.riding.values().flatten().map(|event| event.sequence);
+        let mut on_their_way = BTreeSet::new();
+        for sequence in numbered.chain(riding) {
+            assert!(on_their_way.insert(sequence), "EV-3: number {sequence} is on its way twice");
+            assert_eq!(self.slots.get(&sequence), Some(&Slot::Pending), "EV-3: an event on its way holds a pending number");
+        }
+        let pending = self.slots.values().filter(|slot| **slot == Slot::Pending).count();
+        assert_eq!(pending, on_their_way.len(), "EV-3: a pending number without an event on its way");
+    }
 }
 
 /// The `observer.gap` reason when the first look after a restart attaches to another session

@@ -1070,11 +1070,40 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
         w.counters.fault("store.commit_failed");
         return Err("injected: disk I/O error (the agent's event mark is held back)".to_string());
     }
+    if in_store_outage(w, now) {
+        w.counters.fault("store.outage");
+        return Err("injected: database or disk is full (a long outage)".to_string());
+    }
     if w.fault_roll(w.plan.commit_fail) {
         w.counters.fault("store.commit_failed");
         return Err("injected: disk I/O error".to_string());
     }
     w.store.commit(ops)
+}
+
+/// Commit failure rates above which a seed may also have `store.outage`: decided from the plan
+/// already drawn, so seeds below it draw nothing more and replay as before.
+const OUTAGE_COMMIT_FAIL: f64 = 0.11;
+
+/// `store.outage`: in seeds whose commits fail often, one stretch of 2-20 s (while faults
+/// last) in which every commit fails, as a full disk or STORE-4's replaced file make them:
+/// the engine's retries (events renumbered at each, EV-3; progress, terminals) pile up, and
+/// everything must land in order, once, after it; the engine's invariants check that no
+/// number is held for an event no longer on its way.
+fn in_store_outage(w: &mut World, now: u64) -> bool {
+    if !w.faults_on || w.plan.commit_fail <= OUTAGE_COMMIT_FAIL {
+        return false;
+    }
+    match w.store_outage {
+        Some((from, until)) => from <= now && now < until,
+        None if thread_rng().gen_bool(0.01) => {
+            let lasts_ms = thread_rng().gen_range(2_000..20_000);
+            w.store_outage = Some((now, now + lasts_ms));
+            w.log(format!("store outage for {lasts_ms} ms: every commit fails"));
+            true
+        }
+        None => false,
+    }
 }
 
 /// The crash points right after a commit. A request commit: `crash.after_commit`. An agent's

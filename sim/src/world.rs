@@ -84,6 +84,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "monitor.wake_lost",
     "monitor.watch_incomplete",
     "store.commit_failed",
+    "store.outage",
     "store.group_failed",
     "store.slow_commit",
     "store.lookup_failed",
@@ -832,6 +833,8 @@ pub struct World {
     pub events_settled_through: u64,
     /// Event sequences whose commit failed (mutant `abandoned_numbers_passed`).
     pub abandoned_sequences: std::collections::BTreeSet<u64>,
+    /// `store.outage`: the stretch (from, until) in which every commit fails, once drawn.
+    pub store_outage: Option<(u64, u64)>,
     /// EV-9: the agent-events subscriber is away until then (it reads what it missed from
     /// the store when it is back).
     pub subscriber_away_until: Option<u64>,
@@ -883,6 +886,7 @@ impl World {
             checkpoint_sent: BTreeMap::new(),
             events_settled_through: 0,
             abandoned_sequences: std::collections::BTreeSet::new(),
+            store_outage: None,
             subscriber_away_until: None,
             holder: None,
             daemon_epoch: 0,
