@@ -332,6 +332,23 @@ fn store_callbacks_wait_for_commit() {
     assert_eq!(Store::open(&path).unwrap().load_agents().unwrap().len(), 1);
 }
 
+/// STORE-2: a transaction the writer's connection was left in (a ROLLBACK that failed after
+/// a failed COMMIT, a group whose savepoint failed; its batches were answered failed) is
+/// rolled back before the next group, which commits. Left open, every later BEGIN failed on it
+/// and the writer failed every commit until a restart (found by a review).
+#[test]
+fn store_2_a_transaction_left_open_is_rolled_back_before_the_next_group() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let (conn, _) = schema::open_database(&path).expect("open");
+    conn.execute_batch("BEGIN IMMEDIATE; INSERT INTO agents(agent_id, name, record) VALUES ('a0', 'ghost', '{}')").expect("a stray transaction");
+    assert!(!conn.is_autocommit());
+    let (results, commits) = writer::commit_group(&conn, &[writer::PendingBatch::unanswered(vec![agent("a1", "zola")])], 1);
+    assert!(results[0].is_ok() && commits.is_some(), "{results:?}");
+    let names: Vec<String> = Store::open(&path).unwrap().load_agents().unwrap().into_iter().map(|a| a.name).collect();
+    assert_eq!(names, vec!["zola"], "the stray transaction's write was rolled back, the group committed");
+}
+
 /// STORE-2: an error after which SQLite rolls the whole transaction back (an I/O error, a full
 /// disk, out of memory; here a trigger's `RAISE(ROLLBACK)` stands in for them) fails every
 /// batch of the group, and none of them is durable. A batch after it used to open a

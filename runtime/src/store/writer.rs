@@ -66,7 +66,7 @@ struct Counters {
 
 /// A queued batch. If it is dropped without being answered (the writer stopped), its callback
 /// still hears `Closed`, so no caller waits forever.
-struct PendingBatch {
+pub(super) struct PendingBatch {
     ops: Vec<StoreOp>,
     done: Option<CommitCallback>,
     /// STORE-2: every op may wait for company, and since when.
@@ -82,6 +82,14 @@ impl PendingBatch {
             // A caller's panic must not kill the thread every other caller depends on.
             let _ = catch_unwind(AssertUnwindSafe(move || done(result)));
         }
+    }
+}
+
+#[cfg(test)]
+impl PendingBatch {
+    /// A batch nobody waits for (tests of [`commit_group`]).
+    pub(super) fn unanswered(ops: Vec<StoreOp>) -> PendingBatch {
+        PendingBatch { ops, done: None, may_wait: false, queued_at: Instant::now(), followed: false }
     }
 }
 
@@ -526,13 +534,16 @@ impl Drop for WatermarkRecorder {
 
 /// Runs the group in one transaction and returns each batch's result, in order, and the
 /// store's commit count when the transaction committed (STORE-1).
-fn commit_group(
+pub(super) fn commit_group(
     conn: &Connection,
     group: &[PendingBatch],
     transaction_id: u64,
 ) -> (Vec<Result<CommitInfo, StoreError>>, Option<u64>) {
     assert!(!group.is_empty() && group.len() <= GROUP_BATCHES_MAX);
     let batches_in_transaction = group.len();
+    if let Err(err) = roll_back_left_open(conn) {
+        return (group.iter().map(|_| Err(err.clone())).collect(), None);
+    }
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         let err = StoreError::from(err);
         return (group.iter().map(|_| Err(err.clone())).collect(), None);
@@ -544,7 +555,20 @@ fn commit_group(
             batches_in_transaction,
             position,
         };
-        let result = apply_batch(conn, &batch.ops).map(|()| info);
+        let result = match apply_batch(conn, &batch.ops) {
+            Ok(applied) => applied.map(|()| info),
+            Err(savepoint) => {
+                // The batch's savepoint could not be set, undone or released: what the batch
+                // wrote may stay in the transaction, and a COMMIT would make a batch answered
+                // failed durable (a terminal event stored twice, an event renumbered and
+                // stored again). The whole group is rolled back and fails.
+                let lost = transaction_lost(&Err(savepoint));
+                if let Err(error) = roll_back_left_open(conn) {
+                    tracing::error!(%error, "cannot roll back a group whose savepoint failed; the next group tries again");
+                }
+                return (group.iter().map(|_| Err(lost.clone())).collect(), None);
+            }
+        };
         if conn.is_autocommit() {
             // SQLite rolled the whole transaction back (an I/O error, a full disk, out of
             // memory: not a statement's error, which the batch's savepoint undoes alone). The
@@ -576,20 +600,34 @@ fn commit_group(
     }
 }
 
-/// One batch inside its own savepoint: all of its ops or none.
-fn apply_batch(conn: &Connection, ops: &[StoreOp]) -> Result<(), StoreError> {
+/// A transaction the connection was left in (a ROLLBACK that failed after a failed COMMIT, a
+/// group whose savepoint failed): its batches were answered failed, so it is rolled back;
+/// left open, every later BEGIN failed on it and the writer failed every commit until a
+/// restart (a review found it).
+fn roll_back_left_open(conn: &Connection) -> Result<(), StoreError> {
+    if conn.is_autocommit() {
+        return Ok(());
+    }
+    tracing::warn!("the store writer's connection was left in a transaction; rolling it back (its batches were answered failed)");
+    conn.execute_batch("ROLLBACK").map_err(StoreError::from)
+}
+
+/// One batch inside its own savepoint: all of its ops or none. The inner result is the ops';
+/// the outer error says the savepoint itself failed (set, undone or released), so what the
+/// batch wrote may still be in the transaction: [`commit_group`] then rolls the group back.
+fn apply_batch(conn: &Connection, ops: &[StoreOp]) -> Result<Result<(), StoreError>, StoreError> {
     conn.execute_batch("SAVEPOINT batch")?;
     let applied = ops.iter().try_for_each(|op| op::apply_op(conn, op));
     if applied.is_err() && conn.is_autocommit() {
         // The error took the whole transaction with it: no savepoint is left to undo or
         // release, and the op's error is the cause [`commit_group`] reports.
-        return applied;
+        return Ok(applied);
     }
     if applied.is_err() {
         conn.execute_batch("ROLLBACK TO batch")?;
     }
     conn.execute_batch("RELEASE batch")?;
-    applied
+    Ok(applied)
 }
 
 /// Every batch's answer when SQLite rolled the group's whole transaction back, with the
