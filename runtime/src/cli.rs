@@ -526,7 +526,10 @@ fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
                 eprintln!("wakterm: every agent this stream follows has stopped: nothing more can come for them (the stream covered through {last_sequence})");
             }
             if !(bookmarks && (end || last_sequence > printed)) {
-                return true;
+                // TERM-3: a reader that closed our output while nothing was printed (`| head
+                // -1` after the backlog) is noticed at the heartbeat, not at the next event,
+                // which may never come.
+                return !stdout_reader_gone();
             }
             let mut line = serde_json::json!({"schema": wakterm_engine::AGENT_EVENTS_SCHEMA, "kind": BOOKMARK_KIND, "last_sequence": last_sequence});
             if agents_stopped {
@@ -544,6 +547,19 @@ fn stream(paths: &DataPaths, request: &ClientRequest, bookmarks: bool) -> i32 {
     match result {
         Ok(()) => exit::OK,
         Err(reply) => print_reply(reply),
+    }
+}
+
+/// TERM-3: standard output is a pipe whose reader closed it (poll reports an error on the
+/// write end). A file, a terminal or an open pipe is not; a failed poll says nothing.
+fn stdout_reader_gone() -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+    let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+    match rustix::event::poll(&mut fds, Some(&zero)) {
+        Ok(_) => fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP),
+        Err(_) => false,
     }
 }
 

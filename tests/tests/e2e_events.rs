@@ -241,6 +241,25 @@ fn ev_9_a_cursor_ahead_of_the_store_is_refused_and_a_closed_reader_ends_quietly(
     let (code, events, answer) = read_events(&w, 0, &filters);
     assert_eq!((code, events.len(), answer["error"].as_str()), (2, 0, Some("too_many_agents")), "{answer}");
 
+    // A reader that leaves while no event comes (`| head -1` after the backlog) is noticed
+    // at the next heartbeat: the stream waited for an event that might never come (a review).
+    let through = through.to_string();
+    for args in [vec!["agent", "request", "watch", "--after", "0"], vec!["agent", "events", "--after", through.as_str()]] {
+        let mut quiet = w.cmd(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("a stream");
+        drop(quiet.stdout.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = quiet.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = quiet.kill();
+                panic!("{args:?}: the stream did not end after its reader left, with no event coming");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{args:?}: {status:?}");
+    }
     let mut reader = w.cmd(&["agent", "events", "--after", "0"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("agent events");
     let mut first = String::new();
     BufReader::new(reader.stdout.take().unwrap()).read_line(&mut first).expect("the first event");
