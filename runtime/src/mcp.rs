@@ -19,7 +19,9 @@ use crate::paths::DataPaths;
 use crate::protocol::{AdmitRequest, ClientRequest, Reply};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerInfo};
+use rmcp::model::{CallToolRequestParams, CallToolResult, Implementation, ServerCapabilities, ServerInfo};
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
@@ -176,6 +178,24 @@ fn answer(exit_code: i32, body: serde_json::Value) -> CallToolResult {
 
 /// MCP-2: the `_meta` key of a tool result's exit code (the CLI's, for the same answer).
 pub const EXIT_CODE_META: &str = "wakterm/exit_code";
+
+/// The SDK's answer to arguments that do not deserialize into the tool's (its own text).
+const SDK_ARGUMENT_ERROR: &str = "failed to deserialize parameters:";
+
+/// MCP-2: arguments that do not fit a tool's schema (an unknown field, a wrong type, a
+/// negative number, an unknown `action`) are a usage error like any other bad input: a
+/// `wakterm.error.v1` object, `invalid_arguments`, exit 2 in `_meta`. The SDK answers them
+/// with bare text, no structured content and no exit code (found by a review).
+fn argument_error_structured(tool: &str, result: CallToolResult) -> CallToolResult {
+    if result.is_error != Some(true) || result.structured_content.is_some() {
+        return result;
+    }
+    let text = result.content.first().and_then(|content| content.raw.as_text()).map(|text| text.text.clone());
+    match text {
+        Some(text) if text.starts_with(SDK_ARGUMENT_ERROR) => usage("invalid_arguments", format!("{tool}: {text}; nothing was sent")),
+        _ => result,
+    }
+}
 
 fn usage(error: &str, message: impl Into<String>) -> CallToolResult {
     let body = json!({"schema": "wakterm.error.v1", "error": error, "message": message.into()});
@@ -401,6 +421,13 @@ impl WaktermMcp {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for WaktermMcp {
+    /// The SDK's dispatch, with MCP-2's shape for arguments that do not fit the tool.
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+        let tool = request.name.to_string();
+        let context = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        Ok(argument_error_structured(&tool, self.tool_router.call(context).await?))
+    }
+
     fn get_info(&self) -> ServerInfo {
         let info = Implementation::new("wakterm", env!("CARGO_PKG_VERSION"));
         ServerInfo::new(ServerCapabilities::builder().enable_tools().build())

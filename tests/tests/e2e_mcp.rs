@@ -96,6 +96,19 @@ fn mcp_session_actions_and_bad_arguments() {
         assert!(error && nobody["error"] == "agent_unknown", "{nobody}");
         let (error, missing) = call(&client, "session", json!({"action": "input"})).await;
         assert!(error && missing["error"] == "bad_request", "{missing}");
+        // Arguments that do not fit the tool's schema are a structured usage error, exit 2,
+        // nothing sent (the SDK answered bare text; a review).
+        let misfits = [
+            ("agent_admit", json!({"agent": "zola", "prompt": "hi", "final_timeout_ms": -5})),
+            ("agent_admit", json!({"target": "zola", "prompt": "hi"})),
+            ("session", json!({"action": "bogus"})),
+            ("request_wait", json!({"request_id": 7})),
+        ];
+        for (tool, arguments) in misfits {
+            let (error, answer, exit_code) = call_with_exit(&client, tool, arguments.clone()).await;
+            assert!(error && answer["schema"] == "wakterm.error.v1" && answer["error"] == "invalid_arguments", "{tool} {arguments}: {answer}");
+            assert_eq!(exit_code, Some(2), "{tool} {arguments}: {answer}");
+        }
         // A malformed request id is the daemon's own refusal, passed through.
         let (error, bad_id) = call(&client, "request_get", json!({"request_id": "not-a-uuid"})).await;
         assert!(error, "{bad_id}");
