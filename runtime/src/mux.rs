@@ -21,8 +21,7 @@ const LOG_TAIL_BYTES: u64 = 64 * 1024;
 pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::Retention) -> Reply {
     let status = client::call(paths, &ClientRequest::Status);
     if status.exit_code == exit::OK {
-        let pid = status.body["pid"].clone();
-        return Reply::error(exit::ERROR, "already_running", format!("a wakterm daemon (pid {pid}) already runs for {}", paths.root.display()));
+        return already_running(paths, &status, "");
     }
     if let Err(error) = paths.prepare() {
         return Reply::error(exit::ERROR, "no_data_dir", format!("cannot prepare {}: {error}", paths.root.display()));
@@ -41,6 +40,8 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
             return Reply::error(exit::ERROR, "data_dir_not_writable", message);
         }
     };
+    // What the log held before this start: its reason for exiting is what comes after.
+    let log_before = std::fs::metadata(paths.log_file()).map(|m| m.len()).unwrap_or(0);
     let spawned = Command::new(exe)
         .args(["mux", "start", "--foreground"])
         .args(["--retain-events", &retention.events.to_string(), "--retain-days", &retention.days.to_string()])
@@ -54,6 +55,7 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
         Ok(child) => child,
         Err(error) => return Reply::error(exit::ERROR, "spawn_failed", error.to_string()),
     };
+    let ours = u64::from(child.id());
     let log_file = paths.log_file();
     let waited = wait_for_start(
         &START_BOUNDS,
@@ -63,12 +65,13 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
         || eprintln!("wakterm: the daemon is migrating its database; waiting up to {MIGRATION_DEADLINE:?}"),
     );
     match waited {
-        StartWait::Answered(status) => status,
+        StartWait::Answered(status) if status.body["pid"].as_u64() == Some(ours) => status,
+        // LOCK-1: a concurrent `mux start` won the lock; ours left for it. As for a start
+        // that finds a daemon running: this call's settings were not applied.
+        StartWait::Answered(status) => already_running(paths, &status, " (started meanwhile by another `mux start`)"),
         StartWait::Exited(code) => {
-            let log = log_tail(&log_file);
-            let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
-            let tail = if tail.trim().is_empty() { "it wrote no reason to its log".to_string() } else { tail };
-            Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {tail}"))
+            let reason = exit_reason(&log_since(&log_file, log_before));
+            Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {reason}"))
         }
         StartWait::TimedOut => Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}")),
         StartWait::StillMigrating => {
@@ -79,6 +82,16 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
             Reply::error(exit::ERROR, "start_timeout", message)
         }
     }
+}
+
+/// `mux start` found a daemon it did not start serving the data directory: exit 1, with the
+/// serving daemon's pid; the retention this call asked for is not applied.
+fn already_running(paths: &DataPaths, status: &Reply, how: &str) -> Reply {
+    let pid = status.body["pid"].clone();
+    let message = format!("a wakterm daemon (pid {pid}) already runs for {}{how}; this call's settings were not applied", paths.root.display());
+    let mut reply = Reply::error(exit::ERROR, "already_running", message);
+    reply.body["pid"] = pid;
+    reply
 }
 
 /// How long `mux start` waits, and how often it looks.
@@ -148,12 +161,30 @@ fn wait_for_start<T>(
 /// The end of the daemon's log: enough for the lines of this start (a migration logs two, an
 /// exit its last five).
 fn log_tail(path: &std::path::Path) -> String {
+    log_since(path, 0)
+}
+
+/// The end of the daemon's log (at most `LOG_TAIL_BYTES`), from byte `from` on: what was
+/// written after it.
+fn log_since(path: &std::path::Path, from: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = crate::paths::open_regular_file(path) else { return String::new() }; // SEC-3
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(LOG_TAIL_BYTES).max(from.min(len));
     let mut tail = Vec::new();
-    let _ = file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES))).and_then(|_| file.take(LOG_TAIL_BYTES).read_to_end(&mut tail));
+    let _ = file.seek(SeekFrom::Start(start)).and_then(|_| file.take(LOG_TAIL_BYTES).read_to_end(&mut tail));
     String::from_utf8_lossy(&tail).into_owned()
+}
+
+/// Why a daemon this `mux start` spawned exited: the last five lines it logged, oldest first
+/// (the reason is usually the last). Lines of earlier runs are not its: they read as this
+/// start's and buried the reason (found by a review).
+fn exit_reason(logged: &str) -> String {
+    let lines: Vec<&str> = logged.lines().filter(|line| !line.trim().is_empty()).collect();
+    match lines.len() {
+        0 => "it wrote no reason to its log".to_string(),
+        n => lines[n.saturating_sub(5)..].join(" | "),
+    }
 }
 
 /// True when the last daemon start in `log` began a database migration that has not ended.
@@ -198,8 +229,26 @@ fn is_running(pid: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_running, still_migrating, wait_for_start, StartWait, WaitBounds};
+    use super::{exit_reason, is_running, log_since, still_migrating, wait_for_start, StartWait, WaitBounds};
+    use std::io::Write;
     use std::time::{Duration, Instant};
+
+    /// LOG-*: a start that failed names the lines it logged, oldest first, never an earlier
+    /// run's (they read as this start's and buried its reason).
+    #[test]
+    fn a_failed_start_names_only_its_own_log_lines() {
+        let dir = std::env::temp_dir().join(format!("wakterm-mux-unit-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&dir).unwrap();
+        let log = dir.join("mux.log");
+        std::fs::write(&log, "old run 1\nold run 2\nold run 3\nold run 4\n").unwrap();
+        let before = std::fs::metadata(&log).unwrap().len();
+        std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"starting\nwakterm.db belongs to uid 65534\n").unwrap();
+        assert_eq!(exit_reason(&log_since(&log, before)), "starting | wakterm.db belongs to uid 65534");
+        assert_eq!(exit_reason(&log_since(&log, std::fs::metadata(&log).unwrap().len())), "it wrote no reason to its log");
+        let seven: String = (1..=7).map(|n| format!("line {n}\n")).collect();
+        assert_eq!(exit_reason(&seven), "line 3 | line 4 | line 5 | line 6 | line 7", "the last five, oldest first");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_zombie_or_missing_process_is_not_running() {

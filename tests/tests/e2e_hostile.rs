@@ -276,7 +276,8 @@ fn daemons_of(w: &World) -> Vec<i32> {
 }
 
 /// LOCK-1: `mux start` run by many callers at once starts one daemon; the others' daemons,
-/// which lost the lock, exit as soon as it serves, and every caller gets its status. They used
+/// which lost the lock, exit as soon as it serves; its caller gets its status, every other one
+/// `already_running` with its pid. They used
 /// to wait out the whole 3 s lock wait, so a `mux stop` within it ended the first daemon and a
 /// loser took the lock and served on: a daemon ran after `mux stop` had answered.
 #[test]
@@ -284,12 +285,19 @@ fn lock_1_concurrent_starts_leave_one_daemon_and_mux_stop_ends_it() {
     let w = World::new(EXE);
     let starts: Vec<_> = (0..6).map(|_| w.cmd(&["mux", "start"]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("mux start")).collect();
     let mut pids = std::collections::BTreeSet::new();
+    let mut started = 0;
     for start in starts {
         let out = start.wait_with_output().unwrap();
-        assert!(out.status.success(), "every caller gets a running daemon: {}", String::from_utf8_lossy(&out.stdout));
-        let status: Value = serde_json::from_slice(&out.stdout).unwrap();
-        pids.insert(status["pid"].as_u64().unwrap());
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        // One start's own daemon serves; every other is told a daemon already runs (exit 1,
+        // its settings not applied), as a start after it is.
+        match out.status.success() {
+            true => started += 1,
+            false => assert_eq!((out.status.code(), answer["error"].as_str()), (Some(1), Some("already_running")), "{answer}"),
+        }
+        pids.insert(answer["pid"].as_u64().unwrap());
     }
+    assert_eq!(started, 1, "exactly one start started the daemon");
     assert_eq!(pids.len(), 1, "one daemon answered them all: {pids:?}");
     // Well within the 3 s lock wait: the losers saw the winner serve and left.
     std::thread::sleep(Duration::from_millis(500));
