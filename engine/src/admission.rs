@@ -341,7 +341,7 @@ impl Engine {
                 return Some(blocker(Classification::ObserverFailure, "observer_unavailable", reason.clone()));
             }
             if agent.awaiting_turn_after.is_some() {
-                return Some(blocker(Classification::Busy, "awaiting_turn_start", "a prompt was written and its turn has not started yet"));
+                return Some(awaiting_blocker(view.composer));
             }
             return None;
         }
@@ -358,8 +358,7 @@ impl Engine {
             TurnState::Idle { .. } => {}
         }
         if agent.awaiting_turn_after.is_some() {
-            let detail = "a prompt was written and its turn has not started yet";
-            return Some(blocker(Classification::Busy, "awaiting_turn_start", detail));
+            return Some(awaiting_blocker(view.composer));
         }
         if let Some(problem) = composer_blocker(view.composer) {
             return Some(problem);
@@ -1062,6 +1061,18 @@ fn no_steer_hint(command: &AdmitCommand, pty: bool, mut refusal: Blocker) -> Blo
 }
 
 /// ADM-5: what the composer holds can refuse a write on its own.
+/// ADM-5: the wait for a written prompt's turn. Text in the composer meanwhile is most likely
+/// that prompt held unsent (a raw paste the TUI kept as a paste): the wait then lasts until it
+/// is submitted or cleared, and the refusal says so, so a caller knows what ends it (a review
+/// saw an agent refused `awaiting_turn_start` for 12 minutes with no hint of the draft).
+fn awaiting_blocker(composer: Composer) -> Blocker {
+    let mut detail = "a prompt was written and its turn has not started yet".to_string();
+    if composer == Composer::Draft {
+        detail.push_str("; the composer holds unsent text (the written prompt, if the harness kept it as a paste): nothing more is taken until it is submitted or cleared");
+    }
+    blocker(Classification::Busy, "awaiting_turn_start", detail)
+}
+
 fn composer_blocker(composer: Composer) -> Option<Blocker> {
     match composer {
         Composer::Draft => Some(blocker(Classification::Busy, "composer_not_empty", "the composer holds unsent text")),

@@ -543,6 +543,15 @@ fn adm_14_raw_paste_needs_evidence() {
     let receipt = rig.receipt(op);
     assert_eq!(receipt.classification, Classification::Indeterminate);
     assert_eq!(receipt.reason.as_deref(), Some("raw_paste_unacknowledged"));
+    // ADM-5: the TUI kept the paste unsent: the wait for its turn says what ends it.
+    let held = ObserverSnapshot { composer: Composer::Draft, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(held));
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "meanwhile", ReturnMode::OneWay);
+    let refused = rig.receipt(op);
+    assert_eq!((refused.classification, refused.reason.as_deref()), (Classification::Busy, Some("awaiting_turn_start")));
+    assert!(refused.detail.as_deref().is_some_and(|d| d.contains("composer holds unsent text")), "{refused:?}");
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
 
     let mut command = rig.command(Operation::Admit, REQ2, "yo", ReturnMode::OneWay);
     command.paste_mode = PasteMode::Raw;
