@@ -241,7 +241,7 @@ pub struct SendArgs {
     #[arg(long, conflicts_with = "return_final")]
     pub no_steer: bool,
     /// The prompt; `-` reads it from standard input.
-    pub message: String,
+    pub message: std::ffi::OsString,
 }
 
 #[derive(Args, Debug)]
@@ -271,7 +271,7 @@ pub struct AdmitArgs {
     #[arg(long)]
     pub share_prompt: bool,
     /// The prompt; `-` reads it from standard input.
-    pub message: String,
+    pub message: std::ffi::OsString,
 }
 
 #[derive(Subcommand, Debug)]
@@ -408,7 +408,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
 
 #[allow(clippy::too_many_arguments)]
 /// `(raw_paste, share_prompt, no_steer)`: the three input flags.
-fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &str) -> Result<ClientRequest, Reply> {
+fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
@@ -418,6 +418,11 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
     // INP-1, answered locally: the request line would exceed what the daemon reads, or the
     // bytes are no text. A receipt as the daemon's (it was a bare error for non-UTF-8).
     let refused = |reason: &str, detail: String| client::refused_input(operation, return_mode, Some(&request_id), !generated_id, reason, detail);
+    // INP-1: bytes that are no text get the same receipt from the argument as from `-` (the
+    // argument was a bare usage error, a script saw two shapes for one bad input; a review).
+    let Some(message) = message.to_str() else {
+        return Err(refused("prompt_not_utf8", "the prompt argument is not UTF-8".to_string()));
+    };
     let prompt = if message == "-" {
         match read_stdin_prompt(&mut std::io::stdin().lock(), limit) {
             Ok(StdinPrompt::Text(text)) => text,

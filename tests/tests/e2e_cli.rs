@@ -361,6 +361,12 @@ fn oversized_prompt_on_stdin_is_invalid() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!((out.status.code(), json["classification"].as_str(), json["reason"].as_str()), (Some(4), Some("invalid"), Some("prompt_not_utf8")), "{json}");
     assert_eq!((json["schema"].as_str(), json["retry_safe"].as_bool()), (Some("wakterm.agent-admission.receipt.v1"), Some(true)), "a generated id is new: {json}");
+    // The same bytes as the argument: the same receipt (it was a usage error, exit 2).
+    use std::os::unix::ffi::OsStrExt;
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9 latin-1");
+    let out = w.cmd(&["agent", "send", "zola"]).arg(latin1).stdin(Stdio::null()).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!((out.status.code(), json["classification"].as_str(), json["reason"].as_str()), (Some(4), Some("invalid"), Some("prompt_not_utf8")), "{json}");
 }
 
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.
