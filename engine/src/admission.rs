@@ -1060,7 +1060,6 @@ fn no_steer_hint(command: &AdmitCommand, pty: bool, mut refusal: Blocker) -> Blo
     refusal
 }
 
-/// ADM-5: what the composer holds can refuse a write on its own.
 /// ADM-5: the wait for a written prompt's turn. Text in the composer meanwhile is most likely
 /// that prompt held unsent (a raw paste the TUI kept as a paste): the wait then lasts until it
 /// is submitted or cleared, and the refusal says so, so a caller knows what ends it (a review
@@ -1073,6 +1072,7 @@ fn awaiting_blocker(composer: Composer) -> Blocker {
     blocker(Classification::Busy, "awaiting_turn_start", detail)
 }
 
+/// ADM-5: what the composer holds can refuse a write on its own.
 fn composer_blocker(composer: Composer) -> Option<Blocker> {
     match composer {
         Composer::Draft => Some(blocker(Classification::Busy, "composer_not_empty", "the composer holds unsent text")),

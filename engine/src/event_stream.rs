@@ -622,13 +622,14 @@ impl Engine {
         self.events.published_through
     }
 
-    /// EV-3: event numbers held in memory (assigned, not yet published), and the events
-    /// waiting for a commit (queued or in flight): the first never exceeds the second by more
-    /// than the committed events not yet passable.
+    /// EV-3: event numbers held in memory (assigned, not yet published), and the events on
+    /// their way to a commit (queued, in flight, or riding a request's commit): the first is
+    /// the second plus the committed events not yet passable (behind a pending number).
     pub fn events_held(&self) -> (usize, usize) {
-        let queued: usize = self.events.backlog.values().map(Vec::len).sum();
-        let in_flight: usize = self.events.in_flight.values().map(|(_, items)| items.len()).sum();
-        (self.events.numbers_held(), queued + in_flight)
+        let batched = self.events.backlog.values().chain(self.events.in_flight.values().map(|(_, items)| items)).flatten();
+        let batched = batched.filter(|item| matches!(item, BacklogItem::Event(..))).count();
+        let riding: usize = self.events.riding.values().map(Vec::len).sum();
+        (self.events.numbers_held(), batched + riding)
     }
 }
 

@@ -170,7 +170,10 @@ fn log_since(path: &std::path::Path, from: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = crate::paths::open_regular_file(path) else { return String::new() }; // SEC-3
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let start = len.saturating_sub(LOG_TAIL_BYTES).max(from.min(len));
+    // Shorter than it was: rotated meanwhile (LOG-1), by the start itself when the log was at
+    // its bound: all of the new file is this start's.
+    let from = if from > len { 0 } else { from };
+    let start = len.saturating_sub(LOG_TAIL_BYTES).max(from);
     let mut tail = Vec::new();
     let _ = file.seek(SeekFrom::Start(start)).and_then(|_| file.take(LOG_TAIL_BYTES).read_to_end(&mut tail));
     String::from_utf8_lossy(&tail).into_owned()
@@ -245,6 +248,9 @@ mod tests {
         std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"starting\nwakterm.db belongs to uid 65534\n").unwrap();
         assert_eq!(exit_reason(&log_since(&log, before)), "starting | wakterm.db belongs to uid 65534");
         assert_eq!(exit_reason(&log_since(&log, std::fs::metadata(&log).unwrap().len())), "it wrote no reason to its log");
+        // Rotated by the start (the log was at its bound): the new file is all this start's.
+        std::fs::write(&log, "cannot open the database\n").unwrap();
+        assert_eq!(exit_reason(&log_since(&log, before)), "cannot open the database");
         let seven: String = (1..=7).map(|n| format!("line {n}\n")).collect();
         assert_eq!(exit_reason(&seven), "line 3 | line 4 | line 5 | line 6 | line 7", "the last five, oldest first");
         std::fs::remove_dir_all(&dir).unwrap();

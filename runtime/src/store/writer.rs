@@ -562,7 +562,7 @@ pub(super) fn commit_group(
                 // wrote may stay in the transaction, and a COMMIT would make a batch answered
                 // failed durable (a terminal event stored twice, an event renumbered and
                 // stored again). The whole group is rolled back and fails.
-                let lost = transaction_lost(&Err(savepoint));
+                let lost = StoreError::Sqlite { code: None, message: format!("a batch's savepoint failed ({savepoint}); the group's transaction was rolled back and none of its batches was committed") };
                 if let Err(error) = roll_back_left_open(conn) {
                     tracing::error!(%error, "cannot roll back a group whose savepoint failed; the next group tries again");
                 }
