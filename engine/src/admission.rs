@@ -203,7 +203,15 @@ impl Engine {
             return true;
         }
         if record.phase == Phase::Released {
-            return false; // IDEM-6: the same input may try again.
+            // IDEM-6: the same input may try again, for the agent its row names. A version 1
+            // fingerprint leaves the agent out, so a name that now resolves to another agent
+            // matched it, and the store refused the registration on every try (the row's agent
+            // cannot change) as `store_commit_failed`, retry-safe (found by a review).
+            if resolved.as_ref().is_some_and(|agent_id| agent_id != &record.agent_id) {
+                self.reply(op, conflict());
+                return true;
+            }
+            return false;
         }
         let mut receipt = record.receipt.clone().expect("a non-released, non-in-flight request has its receipt");
         receipt.replayed = true;

@@ -282,6 +282,32 @@ fn idem_6_released_id_keeps_its_fingerprint() {
     assert_eq!(rig.durable[&id].phase, Phase::Released, "the release still reached the store");
 }
 
+/// IDEM-6: a released id whose version 1 fingerprint (no agent in it) matches the input is
+/// not tried again for another agent its name now resolves to: the store keeps the row's
+/// agent and refused that registration on every try (`store_commit_failed`, retry-safe, for
+/// good). It is a conflict, nothing written.
+#[test]
+fn idem_6_a_released_version_1_id_is_not_tried_for_another_agent() {
+    let (mut rig, _) = released_with_a_failed_release_commit();
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.settle();
+    let id = RequestId::parse(REQ).unwrap();
+    assert_eq!(rig.durable[&id].phase, Phase::Released);
+    let command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::ReturnFinal);
+    rig.durable.get_mut(&id).unwrap().fingerprint = wakterm_engine::fingerprint::fingerprint_v1(&command);
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    let other = AgentId::parse("0b5e3c1a-1111-4222-8333-0000000000ff").unwrap();
+    rig.input(Input::AgentUpserted(AgentFacts { agent_id: other.clone(), ..zola_facts("inc-1", 900) }));
+    rig.snapshots.insert(other, Ok(idle_snapshot("inc-1", 900)));
+    let refreshes = rig.refreshes.len();
+    let again = rig.submit(command);
+    assert_eq!(rig.receipt(again).reason.as_deref(), Some("request_id_conflict"), "{:?}", rig.receipt(again));
+    assert_eq!((rig.writes(), rig.refreshes.len()), (0, refreshes), "nothing written or looked at");
+}
+
 /// IDEM-1: a record written before fingerprint version 2 still replays for its own input (its
 /// fingerprint is compared by the version 1 rule) and stays a conflict for other input.
 #[test]
