@@ -862,6 +862,7 @@ impl Engine {
         // HIST-1: an admission that ended finished (released, settled, or terminal at once)
         // with nothing else in flight leaves memory here; no later commit will look at it.
         self.evict_if_finished(request_id);
+        self.record_deferred_stop(&agent_id);
     }
 
     fn rejection_for(&self, request_id: &RequestId, problem: Blocker) -> Receipt {

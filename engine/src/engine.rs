@@ -122,6 +122,9 @@ pub struct Engine {
     /// another look racing the resume (the monitor's first run, an admission's refresh), not
     /// the resume's answer.
     pub(crate) resuming: BTreeSet<AgentId>,
+    /// EV-14: agents removed while an admission of theirs was in flight, with their last
+    /// incarnation: `agent.stopped` waits for those admissions' ends (`record_deferred_stop`).
+    pub(crate) stops_deferred: BTreeMap<AgentId, Option<crate::ids::Incarnation>>,
     pub(crate) persists: BTreeMap<u64, PersistPurpose>,
     pub(crate) deliveries: BTreeMap<u64, RequestId>,
     pub(crate) refreshes: BTreeMap<u64, RequestId>,
@@ -183,6 +186,7 @@ impl Engine {
             turn_wait_since: BTreeMap::new(),
             suspended: BTreeSet::new(),
             resuming: BTreeSet::new(),
+            stops_deferred: BTreeMap::new(),
             persists: BTreeMap::new(),
             deliveries: BTreeMap::new(),
             refreshes: BTreeMap::new(),
@@ -604,6 +608,8 @@ impl Engine {
 
     fn on_agent_upserted(&mut self, facts: AgentFacts) {
         let agent_id = facts.agent_id.clone();
+        // EV-14: registered again before its deferred stop was reported: it did not stop.
+        self.stops_deferred.remove(&agent_id);
         if self.agents.contains_key(&agent_id) || self.agents.len() < MAX_AGENTS {
             self.record_registration(&facts);
         }
@@ -645,9 +651,29 @@ impl Engine {
         for request_id in affected {
             self.finish(&request_id, TerminalState::Indeterminate, Some("agent_removed"), None, None);
         }
-        // EV-14: after its requests' ends, so `agent.stopped` is the agent's last event but
-        // for an admission still writing (its outcome comes when the write's does).
-        self.record_removal(agent_id, removed.and_then(|entry| entry.facts.incarnation));
+        // EV-14: after its requests' ends, so `agent.stopped` is the agent's last event. An
+        // admission still in flight (writing, confirming) ends later, its request too (then
+        // `agent_removed`, `start_correlation`): the stop waits for it, or a stream that ends
+        // at the stop lost its `request.admitted` and `request.terminal`. Bounded by the
+        // admission's own step deadlines.
+        let incarnation = removed.and_then(|entry| entry.facts.incarnation);
+        match self.admissions.values().any(|admission| &admission.agent_id == agent_id) {
+            true => {
+                self.stops_deferred.insert(agent_id.clone(), incarnation);
+            }
+            false => self.record_removal(agent_id, incarnation),
+        }
+    }
+
+    /// EV-14: the last admission of a removed agent ended: its stop is reported now, after the
+    /// admission's request events.
+    pub(crate) fn record_deferred_stop(&mut self, agent_id: &AgentId) {
+        if self.admissions.values().any(|admission| &admission.agent_id == agent_id) {
+            return;
+        }
+        if let Some(incarnation) = self.stops_deferred.remove(agent_id) {
+            self.record_removal(agent_id, incarnation);
+        }
     }
 
     /// Correlating requests of one agent, optionally including suspended ones.
@@ -696,6 +722,10 @@ impl Engine {
             }
         }
         self.events.assert_numbers_accounted();
+        for agent_id in self.stops_deferred.keys() {
+            assert!(!self.agents.contains_key(agent_id), "EV-14: a deferred stop is a removed agent's");
+            assert!(self.admissions.values().any(|a| &a.agent_id == agent_id), "EV-14: a stop waits only for an admission in flight");
+        }
     }
 }
 

@@ -749,6 +749,29 @@ fn ev_14_a_removed_agents_request_ends_before_its_stop() {
     assert_eq!(stopped, events.len() - 1, "the stop is the agent's last event: {:?}", kinds(events));
 }
 
+/// EV-14: an agent removed while an admission of it writes: `agent.stopped` waits for the
+/// admission's end, so its `request.admitted` and `request.terminal` come before the stop (a
+/// stream that ends at the stop lost them).
+#[test]
+fn ev_14_a_stop_waits_for_an_admission_in_flight() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "written as the agent stops", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // the registration: the write goes out
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    assert!(!kinds(&rig.published_events).contains(&"agent.stopped"), "the stop waits: {:?}", kinds(&rig.published_events));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.settle();
+    assert!(rig.has_receipt(op));
+    let events = &rig.published_events;
+    let stopped = events.iter().position(|e| e.kind() == "agent.stopped").expect("the stop, once the admission ended");
+    assert_eq!(stopped, events.len() - 1, "the stop is the agent's last event: {:?}", kinds(events));
+    let ours = |kind: &str| events.iter().position(|e| e.kind() == kind);
+    assert!(ours("request.admitted").is_some_and(|at| at < stopped), "{:?}", kinds(events));
+    assert!(ours("request.terminal").is_some_and(|at| at < stopped), "{:?}", kinds(events));
+}
+
 /// EV-1 .. EV-4 under arbitrary interleavings: whatever fails, restarts and replays, durable
 /// sequences are unique and published ones strictly increase and were durable when published.
 #[test]
