@@ -30,7 +30,7 @@ impl Demo {
 
     fn step(&self, name: &str, args: &[&str]) -> Result<Value, String> {
         let (code, value) = self.wakterm(args);
-        println!("{}", json!({"step": name, "exit_code": code, "result": value}));
+        print_step(name, code, &value);
         if code != 0 {
             return Err(format!("step {name} exited {code}"));
         }
@@ -47,7 +47,7 @@ impl Demo {
             let (_, catalog) = self.wakterm(&["agent", "catalog"]);
             let zola = catalog["agents"].as_array().and_then(|a| a.iter().find(|x| x["name"] == name)).cloned();
             if let Some(zola) = zola.filter(|z| ready(z)) {
-                println!("{}", json!({"step": what, "exit_code": 0, "result": zola}));
+                print_step(what, 0, &zola);
                 return Ok(zola);
             }
             if Instant::now() > deadline {
@@ -80,6 +80,14 @@ pub fn run(managed: bool) -> i32 {
     }
 }
 
+/// The schema of a demo line (CLI contract: every JSON line names its versioned schema).
+pub const DEMO_STEP_SCHEMA: &str = "wakterm.demo-step.v1";
+
+/// One step's line: its name, the command's exit code and its answer.
+fn print_step(name: &str, exit_code: i32, result: &Value) {
+    println!("{}", json!({"schema": DEMO_STEP_SCHEMA, "step": name, "exit_code": exit_code, "result": result}));
+}
+
 /// The private directories (work dir, CODEX_HOME) and a started daemon.
 fn prepare(demo: &Demo) -> Result<(PathBuf, PathBuf), String> {
     let work = demo.root.join("work");
@@ -109,7 +117,7 @@ fn run_steps(demo: &Demo) -> Result<(), String> {
         return Err("the receipt did not arm a return-final request".to_string());
     }
     let event = wait_for_terminal(demo, &request_id)?;
-    println!("{}", json!({"step": "request watch", "exit_code": 0, "result": event}));
+    print_step("request watch", 0, &event);
     if event["state"] != "completed" {
         return Err(format!("the request ended {}", event["state"]));
     }
@@ -135,7 +143,7 @@ fn run_managed_steps(demo: &Demo) -> Result<(), String> {
         return Err("the receipt did not arm a managed return-final request".to_string());
     }
     let event = wait_for_terminal(demo, &request_id)?;
-    println!("{}", json!({"step": "request watch", "exit_code": 0, "result": event}));
+    print_step("request watch", 0, &event);
     if event["state"] != "completed" {
         return Err(format!("the request ended {}", event["state"]));
     }

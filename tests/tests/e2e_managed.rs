@@ -533,7 +533,7 @@ fn demo_managed_runs_the_whole_flow() {
     assert!(names.len() >= 4, "{names:?}");
     assert_eq!(names[..2], ["mux start", "agent start --managed"], "{names:?}");
     assert_eq!(names[names.len() - 3..], ["admit --return-final", "request watch", "mux stop --all"], "{names:?}");
-    assert!(steps.iter().all(|st| st["exit_code"] == 0), "{steps:?}");
+    assert!(steps.iter().all(|st| st["exit_code"] == 0 && st["schema"] == "wakterm.demo-step.v1"), "{steps:?}");
     assert_eq!(steps[1]["result"]["transport"], "app_server", "{}", steps[1]);
     let receipt = &steps[steps.len() - 3]["result"];
     assert_eq!((s(&receipt["classification"]), s(&receipt["correlation_source"])), ("accepted", "agent_api_events"), "{receipt}");
