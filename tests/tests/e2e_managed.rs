@@ -516,19 +516,7 @@ fn mgd_5_one_watch_stream_for_pty_and_managed_agents() {
 /// final, and `mux stop --all`.
 #[test]
 fn demo_managed_runs_the_whole_flow() {
-    let w = World::new(EXE);
-    // The demo makes its own data directory under TMPDIR: keep it inside our world.
-    let out = std::process::Command::new(&w.exe)
-        .args(["demo", "--managed"])
-        .env("TMPDIR", &w.root)
-        .env_remove("WAKTERM_DATA_DIR")
-        .current_dir(&w.work)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run the demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "demo --managed failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let steps = World::new(EXE).run_demo(&["--managed"]);
     let names: Vec<&str> = steps.iter().map(|st| s(&st["step"])).collect();
     assert!(names.len() >= 4, "{names:?}");
     assert_eq!(names[..2], ["mux start", "agent start --managed"], "{names:?}");
@@ -541,9 +529,6 @@ fn demo_managed_runs_the_whole_flow() {
     assert_eq!(terminal["request_id"], receipt["request_id"], "{terminal}");
     assert_eq!(terminal["state"], "completed", "{terminal}");
     assert_eq!(terminal["final_message"], "Final answer for: Complete phases 2 and 3", "{terminal}");
-    // The demo cleaned up after itself.
-    let left: Vec<_> = std::fs::read_dir(&w.root).expect("root").flatten().filter(|e| e.file_name().to_string_lossy().starts_with("wakterm-demo-")).collect();
-    assert!(left.is_empty(), "the demo removed its directory: {left:?}");
 }
 
 /// MGD-4: the daemon restarts after the holder's ring (4 MiB) dropped everything that proved

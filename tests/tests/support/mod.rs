@@ -50,6 +50,28 @@ impl World {
         World { exe: PathBuf::from(exe), root, data, codex_home, work, children: Vec::new() }
     }
 
+    /// Runs `wakterm demo ARGS` (its own data directory under TMPDIR, kept inside this world)
+    /// to its exit: every stdout line as JSON (a line that is not fails the test). Exit 0 is
+    /// asserted, with both outputs in the message.
+    #[allow(dead_code)] // not every suite runs the demo
+    pub fn run_demo(&self, args: &[&str]) -> Vec<Value> {
+        let out = Command::new(&self.exe)
+            .arg("demo")
+            .args(args)
+            .env("TMPDIR", &self.root)
+            .env_remove("WAKTERM_DATA_DIR")
+            .current_dir(&self.work)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the demo");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "demo {args:?} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let steps = stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+        let left: Vec<_> = std::fs::read_dir(&self.root).expect("root").flatten().filter(|e| e.file_name().to_string_lossy().starts_with("wakterm-demo-")).collect();
+        assert!(left.is_empty(), "the demo removed its directory: {left:?}");
+        steps
+    }
+
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.exe);
         cmd.args(args).env("WAKTERM_DATA_DIR", &self.data).current_dir(&self.work);
