@@ -656,24 +656,23 @@ impl Engine {
         // `agent_removed`, `start_correlation`): the stop waits for it, or a stream that ends
         // at the stop lost its `request.admitted` and `request.terminal`. Bounded by the
         // admission's own step deadlines.
-        let incarnation = removed.and_then(|entry| entry.facts.incarnation);
-        match self.admissions.values().any(|admission| &admission.agent_id == agent_id) {
-            true => {
-                self.stops_deferred.insert(agent_id.clone(), incarnation);
-            }
-            false => self.record_removal(agent_id, incarnation),
-        }
+        self.stops_deferred.insert(agent_id.clone(), removed.and_then(|entry| entry.facts.incarnation));
+        self.record_deferred_stop(agent_id);
     }
 
-    /// EV-14: the last admission of a removed agent ended: its stop is reported now, after the
-    /// admission's request events.
+    /// EV-14: a removed agent's stop is reported once no admission of it is in flight (at the
+    /// removal, or when its last admission ends), after that admission's request events.
     pub(crate) fn record_deferred_stop(&mut self, agent_id: &AgentId) {
-        if self.admissions.values().any(|admission| &admission.agent_id == agent_id) {
+        if self.has_admission_in_flight(agent_id) {
             return;
         }
         if let Some(incarnation) = self.stops_deferred.remove(agent_id) {
             self.record_removal(agent_id, incarnation);
         }
+    }
+
+    fn has_admission_in_flight(&self, agent_id: &AgentId) -> bool {
+        self.admissions.values().any(|admission| &admission.agent_id == agent_id)
     }
 
     /// Correlating requests of one agent, optionally including suspended ones.
@@ -724,7 +723,7 @@ impl Engine {
         self.events.assert_numbers_accounted();
         for agent_id in self.stops_deferred.keys() {
             assert!(!self.agents.contains_key(agent_id), "EV-14: a deferred stop is a removed agent's");
-            assert!(self.admissions.values().any(|a| &a.agent_id == agent_id), "EV-14: a stop waits only for an admission in flight");
+            assert!(self.has_admission_in_flight(agent_id), "EV-14: a stop waits only for an admission in flight");
         }
     }
 }

@@ -173,18 +173,22 @@ impl EventStream {
         self.slots.len()
     }
 
-    /// EV-3: every pending number is an event on its way (queued, in flight, or riding a
-    /// request's commit), each once; a failed number is forgotten (a store failing every
-    /// commit would otherwise hold one per event per retry).
-    pub(crate) fn assert_numbers_accounted(&self) {
+    /// EV-3: the numbers of the events on their way to a commit: queued, in flight, or riding
+    /// a request's commit (checkpoints have none).
+    fn numbers_on_their_way(&self) -> impl Iterator<Item = u64> + '_ {
         let queued = self.backlog.values().chain(self.in_flight.values().map(|(_, items)| items)).flatten();
         let numbered = queued.filter_map(|item| match item {
             BacklogItem::Event(event, _) => Some(event.sequence),
             BacklogItem::Checkpoint(_) => None,
         });
-        let riding = self.riding.values().flatten().map(|event| event.sequence);
+        numbered.chain(self.riding.values().flatten().map(|event| event.sequence))
+    }
+
+    /// EV-3: every pending number is an event on its way, each once; a failed number is
+    /// forgotten (a store failing every commit would otherwise hold one per event per retry).
+    pub(crate) fn assert_numbers_accounted(&self) {
         let mut on_their_way = BTreeSet::new();
-        for sequence in numbered.chain(riding) {
+        for sequence in self.numbers_on_their_way() {
             assert!(on_their_way.insert(sequence), "EV-3: number {sequence} is on its way twice");
             assert_eq!(self.slots.get(&sequence), Some(&Slot::Pending), "EV-3: an event on its way holds a pending number");
         }
@@ -626,10 +630,7 @@ impl Engine {
     /// their way to a commit (queued, in flight, or riding a request's commit): the first is
     /// the second plus the committed events not yet passable (behind a pending number).
     pub fn events_held(&self) -> (usize, usize) {
-        let batched = self.events.backlog.values().chain(self.events.in_flight.values().map(|(_, items)| items)).flatten();
-        let batched = batched.filter(|item| matches!(item, BacklogItem::Event(..))).count();
-        let riding: usize = self.events.riding.values().map(Vec::len).sum();
-        (self.events.numbers_held(), batched + riding)
+        (self.events.numbers_held(), self.events.numbers_on_their_way().count())
     }
 }
 
