@@ -60,7 +60,9 @@ pub enum MuxCommand {
     /// Starts the daemon; returns once it answers (or stays attached with --foreground).
     Start {
         /// Run the daemon in this process (for a supervisor) instead of in the background; it
-        /// logs to mux.log in the data directory and stops on SIGTERM or SIGINT.
+        /// logs to mux.log in the data directory and stops on SIGTERM or SIGINT. Once its socket
+        /// answers it prints one JSON line (schema wakterm.mux-ready.v1: pid, socket, data_dir,
+        /// version) on standard output; a failed start prints a wakterm.error.v1 line, exit 1.
         #[arg(long)]
         foreground: bool,
         /// Keep at most this many of the newest agent events (EV-9).

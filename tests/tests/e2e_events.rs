@@ -247,17 +247,8 @@ fn ev_9_a_cursor_ahead_of_the_store_is_refused_and_a_closed_reader_ends_quietly(
     for args in [vec!["agent", "request", "watch", "--after", "0"], vec!["agent", "events", "--after", through.as_str()]] {
         let mut quiet = w.cmd(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("a stream");
         drop(quiet.stdout.take());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = quiet.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = quiet.kill();
-                panic!("{args:?}: the stream did not end after its reader left, with no event coming");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = support::wait_exit(&mut quiet, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{args:?}: the stream did not end after its reader left, with no event coming"));
         assert!(status.success(), "{args:?}: {status:?}");
     }
     let mut reader = w.cmd(&["agent", "events", "--after", "0"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("agent events");
@@ -266,14 +257,7 @@ fn ev_9_a_cursor_ahead_of_the_store_is_refused_and_a_closed_reader_ends_quietly(
     assert!(first.contains("\"sequence\""), "{first}");
     // The read end is closed now; the next event the reader gets has nowhere to go.
     w.ok(&["agent", "send", "zola", "after the reader left"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = reader.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the reader's stream did not end on its closed output");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = support::wait_exit(&mut reader, Duration::from_secs(20)).expect("the reader's stream ends on its closed output");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut reader.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success() && !stderr.contains("panicked"), "{status:?}: {stderr}");

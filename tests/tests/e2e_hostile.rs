@@ -647,6 +647,38 @@ fn life_6_sigterm_stops_the_daemon_as_mux_stop_does() {
     assert_eq!(w.wait_terminal(&id)["state"], "completed", "the request in flight completes");
 }
 
+/// LIFE-7: `mux start --foreground` prints one JSON line once its socket answers, so a
+/// supervisor waits for it instead of polling `mux status`; a daemon `mux start` runs in the
+/// background, whose standard output is its log, prints no such line there.
+#[test]
+fn life_7_a_foreground_daemon_says_when_it_serves() {
+    let w = World::new(EXE);
+    let mut child = w.cmd(&["mux", "start", "--foreground"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("mux start --foreground");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).expect("the ready line within 30 s");
+    let ready: Value = serde_json::from_str(line.trim_end()).unwrap_or_else(|e| panic!("a JSON line: {e}: {line:?}"));
+    assert_eq!(ready["schema"], "wakterm.mux-ready.v1", "{ready}");
+    assert_eq!(ready["pid"].as_u64(), Some(u64::from(child.id())), "{ready}");
+    assert_eq!(ready["socket"].as_str().map(std::path::PathBuf::from), Some(w.data.join("run/mux.sock")), "{ready}");
+    // Said once the socket answers: no wait, no retry.
+    assert_eq!(w.run(&["mux", "status"]).code, 0, "the daemon answers as soon as it says it serves");
+    // SAFETY: a signal to the daemon this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = support::wait_exit(&mut child, Duration::from_secs(10)).expect("the foreground daemon stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    w.mux_start();
+    w.ok(&["mux", "stop"]);
+    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+    assert!(!log.contains("wakterm.mux-ready"), "no ready line in the log of a background daemon");
+    assert_eq!(log.matches(" serving socket=").count(), 2, "each start says in the log that it serves");
+}
+
 /// LIFE-1: a daemon that dies right after spawning an agent's holder leaves no process outside
 /// the catalog: after a restart the agent is listed and `mux stop --all` ends it.
 #[test]

@@ -301,6 +301,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
+    say_ready(&paths);
     let shutdown = Arc::new(Notify::new());
     let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault });
     let open = Arc::new(AtomicUsize::new(0));
@@ -346,6 +347,32 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     driver.abort();
     Ok(())
 }
+
+/// LIFE-7: `mux start --foreground` says on standard output, in one JSON line, that the daemon
+/// serves (its socket answers from now on), so a supervisor or a script that started it can
+/// wait for that line instead of polling `mux status`. Skipped when standard output is the
+/// daemon's own log (`mux start` in the background sends it there; the log says "serving"
+/// itself). A reader that went away costs nothing: the daemon serves on.
+fn say_ready(paths: &DataPaths) {
+    tracing::info!(socket = %paths.socket().display(), "serving");
+    let stdout = std::io::stdout();
+    let is_log = crate::paths::fd_identity(&stdout).ok().is_some_and(|out| crate::paths::path_identity(&paths.log_file()).ok() == Some(out));
+    if is_log {
+        return;
+    }
+    let line = serde_json::json!({
+        "schema": READY_SCHEMA,
+        "pid": std::process::id(),
+        "socket": paths.socket(),
+        "data_dir": paths.root,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let mut out = stdout.lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// LIFE-7: the schema of the line `mux start --foreground` prints once it serves.
+pub const READY_SCHEMA: &str = "wakterm.mux-ready.v1";
 
 /// LIFE-6: a stopping signal: no agent starts from now on (LIFE-5), said in the log. A second
 /// one ends the daemon at once, as a second Ctrl-C is expected to (nobody reads the first

@@ -324,6 +324,22 @@ impl Drop for World {
     }
 }
 
+/// Waits up to `within` for `child` to exit; past it the child is killed and None returned.
+pub fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a child") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
