@@ -251,7 +251,15 @@ impl Engine {
                 return Ok(agent_id);
             }
         }
-        let detail = format!("no agent has the name or id {:?}", truncate(&command.target));
+        let mut detail = format!("no agent has the name or id {:?}", truncate(&command.target));
+        // LIVE-1: an agent whose holder was slow to answer at the daemon's start is registered
+        // once it answers (up to STARTUP_PENDING_BOUND); until then its name is unknown here.
+        let unregistered = self.events.recovered_unregistered.iter().filter(|id| self.events.marks.get(*id).is_some_and(|mark| !mark.stopped)).count();
+        if unregistered > 0 {
+            detail.push_str(&format!(
+                " yet: the daemon is still re-attaching {unregistered} agent(s) it knew before its start, whose holders have not answered; try again in a few seconds (nothing was written)"
+            ));
+        }
         Err(blocker(Classification::Unavailable, "agent_unknown", detail))
     }
 

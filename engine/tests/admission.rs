@@ -32,6 +32,26 @@ fn adm_1_resolution_by_name_or_exact_id() {
     assert_eq!(rig.writes(), 1);
 }
 
+/// ADM-1, LIVE-1: after a restart, until every agent the daemon knew is registered again (an
+/// agent whose holder is slow to answer is registered up to 30 s later), an unknown target may
+/// be one of them: the refusal says so and to try again; once startup is complete it does
+/// not. Nothing is written either way.
+#[test]
+fn adm_1_an_unknown_target_during_startup_says_agents_are_still_being_reattached() {
+    let mut rig = Rig::with_idle_zola();
+    rig.crash_and_recover();
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    let receipt = rig.receipt(op);
+    assert_eq!(receipt.reason.as_deref(), Some("agent_unknown"));
+    let detail = receipt.detail.clone().unwrap_or_default();
+    assert!(detail.contains("still re-attaching 1 agent(s)") && detail.contains("try again"), "{detail}");
+    rig.input(Input::StartupComplete);
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    let detail = rig.receipt(op).detail.clone().unwrap_or_default();
+    assert_eq!(detail, "no agent has the name or id \"zola\"", "startup is over: the agent is just unknown");
+    assert_eq!(rig.writes(), 0);
+}
+
 /// ADM-1 / INP-4: `--exact-agent-id` with something that is not an id is `invalid`.
 #[test]
 fn adm_1_exact_id_must_be_an_id() {
