@@ -15,6 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Items in one agent event batch: far below the store's per-batch operation limit.
 pub const MAX_EVENT_BATCH: usize = 1024;
 
+/// EV-3: retries in a row a failed batch keeps its numbers for (one each `PERSIST_RETRY_MS`:
+/// 30 s), so the agent's order holds through a store outage of that length.
+pub const MAX_KEPT_TRIES: u32 = 30;
+
 /// Where one assigned sequence is on its way to subscribers (EV-2). A number whose commit
 /// failed (abandoned: skipped; its event, if still true, got a new one) has no slot: a store
 /// that fails every commit renumbers an agent's whole backlog at each retry, and keeping
@@ -47,6 +51,9 @@ pub(crate) struct EventStream {
     pub in_flight: BTreeMap<AgentId, (u64, Vec<BacklogItem>)>,
     /// Agents whose failed batch waits for its retry time.
     pub retry_at: BTreeMap<AgentId, u64>,
+    /// EV-3: per agent, how many retries in a row its failed batch kept its numbers for (see
+    /// `keeps_numbers`); reset when a batch of the agent commits.
+    pub kept_tries: BTreeMap<AgentId, u32>,
     /// Request events riding on a request commit, by its token (EV-6).
     pub riding: BTreeMap<u64, Vec<AgentEvent>>,
     pub slots: BTreeMap<u64, Slot>,
@@ -75,6 +82,7 @@ impl Default for EventStream {
             backlog: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             retry_at: BTreeMap::new(),
+            kept_tries: BTreeMap::new(),
             riding: BTreeMap::new(),
             slots: BTreeMap::new(),
             recovered_unattached: BTreeSet::new(),
@@ -173,6 +181,30 @@ impl EventStream {
         self.slots.len()
     }
 
+    /// EV-3: a request event of the agent numbered after `first` is committed (not yet
+    /// published: `first` is still pending) or riding a request commit in flight. Every number
+    /// of the agent's own events after `first` is in its failed batch or queued behind it, so
+    /// a later number of the agent outside them is one of its request events (EV-6).
+    fn request_event_after(&self, agent_id: &AgentId, first: u64) -> bool {
+        let committed = self.slots.range(first + 1..).any(|(_, slot)| matches!(slot, Slot::Committed(event) if event.agent_id == *agent_id));
+        committed || self.riding.values().flatten().any(|event| event.agent_id == *agent_id && event.sequence > first)
+    }
+
+    /// EV-3: a failed batch keeps its numbers for its retry when a request event of its agent
+    /// numbered after them committed or may commit (a request's commit can be submitted before
+    /// the agent's batch of events learned earlier, and succeed where the batch failed):
+    /// renumbered, `turn.started` would come after the `request.bound` that refers to it. At
+    /// most `MAX_KEPT_TRIES` retries in a row: a batch that cannot commit under its numbers (a
+    /// tiny retention pruned past them) must not hold every later event back for good.
+    fn keeps_numbers(&self, agent_id: &AgentId, items: &[BacklogItem]) -> bool {
+        let first = items.iter().find_map(|item| match item {
+            BacklogItem::Event(event, _) => Some(event.sequence),
+            BacklogItem::Checkpoint(_) => None,
+        });
+        let tries = self.kept_tries.get(agent_id).copied().unwrap_or(0);
+        first.is_some_and(|first| tries < MAX_KEPT_TRIES && self.request_event_after(agent_id, first))
+    }
+
     /// EV-3: the numbers of the events on their way to a commit: queued, in flight, or riding
     /// a request's commit (checkpoints have none).
     fn numbers_on_their_way(&self) -> impl Iterator<Item = u64> + '_ {
@@ -195,6 +227,18 @@ impl EventStream {
         let pending = self.slots.values().filter(|slot| **slot == Slot::Pending).count();
         assert_eq!(pending, on_their_way.len(), "EV-3: a pending number without an event on its way");
     }
+}
+
+/// A newer checkpoint queued behind a failed batch supersedes the failed batch's own (EV-5:
+/// the one kept is the last, after every event it covers).
+fn newest_checkpoint_only(items: Vec<BacklogItem>) -> Vec<BacklogItem> {
+    let newest = items.iter().rposition(|item| matches!(item, BacklogItem::Checkpoint(_)));
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, item)| !matches!(item, BacklogItem::Checkpoint(_)) || Some(*i) == newest)
+        .map(|(_, item)| item)
+        .collect()
 }
 
 /// The `observer.gap` reason when the first look after a restart attaches to another session
@@ -472,6 +516,18 @@ impl Engine {
         let Some((in_flight_token, items)) = self.events.in_flight.remove(agent_id) else { return };
         assert_eq!(in_flight_token, token, "EV-3: one batch in flight per agent");
         let ok = result.is_ok();
+        if ok {
+            self.events.kept_tries.remove(agent_id);
+        } else if self.events.keeps_numbers(agent_id, &items) {
+            // Still pending, in the same order, with what queued behind them.
+            *self.events.kept_tries.entry(agent_id.clone()).or_default() += 1;
+            let queued = self.events.backlog.remove(agent_id).unwrap_or_default();
+            let kept = newest_checkpoint_only(items.into_iter().chain(queued).collect());
+            self.events.backlog.insert(agent_id.clone(), kept);
+            self.events.retry_at.insert(agent_id.clone(), self.now_ms + PERSIST_RETRY_MS);
+            return;
+        }
+        self.events.kept_tries.remove(agent_id);
         let mut retried = Vec::new();
         for item in items {
             match item {
@@ -506,15 +562,7 @@ impl Engine {
                     checkpoint => checkpoint,
                 });
             }
-            // A newer checkpoint queued behind supersedes the failed one.
-            let newest = renumbered.iter().rposition(|i| matches!(i, BacklogItem::Checkpoint(_)));
-            let renumbered: Vec<_> = renumbered
-                .into_iter()
-                .enumerate()
-                .filter(|(i, item)| !matches!(item, BacklogItem::Checkpoint(_)) || Some(*i) == newest)
-                .map(|(_, item)| item)
-                .collect();
-            self.events.backlog.insert(agent_id.clone(), renumbered);
+            self.events.backlog.insert(agent_id.clone(), newest_checkpoint_only(renumbered));
             self.events.retry_at.insert(agent_id.clone(), self.now_ms + PERSIST_RETRY_MS);
         }
         self.publish_events();

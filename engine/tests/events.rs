@@ -311,6 +311,36 @@ fn ev_3_a_failed_batch_is_renumbered_in_order() {
     assert!(rig.published_events.iter().all(|e| e.sequence != failed), "the failed number is never reused");
 }
 
+/// EV-3: a request's commit can be submitted before the batch of the agent's events learned
+/// earlier (that batch waited behind one in flight), and succeed where the batch fails. The
+/// failed batch then keeps its numbers for its retry: renumbered, `turn.started` came after
+/// the `request.bound` that refers to it (found by the simulator's order check: 892 of 20,000
+/// seeds). The kept numbers hold every later event back until the retry commits.
+#[test]
+fn ev_3_a_failed_batch_keeps_its_numbers_behind_a_committed_request_event() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.admit(REQ, "hello", ReturnMode::ReturnFinal);
+    rig.hold_events = true;
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hello", 1020);
+    let bound = rig.durable_events.iter().find(|e| e.kind() == "request.bound").cloned().expect("the binding committed with its milestone");
+    assert!(!rig.published_events.iter().any(|e| e.kind() == "request.bound"), "not published past the pending turn.started");
+    rig.ack_next_events(Err("disk I/O error".into()));
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_events(Ok(()));
+    while !rig.event_persists.is_empty() {
+        rig.ack_next_events(Ok(()));
+    }
+    let published = kinds(&rig.published_events);
+    let started = published.iter().position(|k| *k == "turn.started").unwrap();
+    let user = published.iter().position(|k| *k == "message.user").unwrap();
+    let bound_at = published.iter().position(|k| *k == "request.bound").unwrap();
+    assert!(started < user && user < bound_at, "the order the engine learned them: {published:?}");
+    assert_eq!(rig.published_events[bound_at], bound);
+    assert_strictly_increasing(&rig.published_events);
+}
+
 /// EV-3: a store that fails every commit (a replaced database, a full disk) costs memory in
 /// proportion to the events waiting, not to the retries. Each failed retry renumbers the whole
 /// backlog; the failed numbers used to be kept until a later commit passed them, so 10 events

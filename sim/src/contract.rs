@@ -112,8 +112,13 @@ pub fn mark(agent_id: &str, json: &str) -> StoreOp {
     StoreOp::PutEventMark { agent_id: agent_id.to_string(), mark_json: json.to_string() }
 }
 
+/// A prune with no settled mark in the way.
 pub fn prune(through_sequence: u64, before_ms: u64, max_rows: u64) -> StoreOp {
-    StoreOp::PruneEvents { through_sequence, before_ms, max_rows }
+    prune_settled(through_sequence, before_ms, max_rows, i64::MAX as u64)
+}
+
+pub fn prune_settled(through_sequence: u64, before_ms: u64, max_rows: u64, settled_through: u64) -> StoreOp {
+    StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through }
 }
 
 fn sequences(events: &[StoredAgentEvent]) -> Vec<u64> {
@@ -214,7 +219,11 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!(sequences(&store.agent_events_after(0)), vec![3, 5], "max_rows 0 removes nothing");
     assert!(store.commit(vec![event(2, "a1", 9_000)]).is_err(), "a pruned number is never used again");
     assert!(store.commit(vec![event(4, "a1", 9_000)]).is_ok(), "an unused number above the pruned one is");
-    assert!(store.commit(vec![prune(100, 0, 2)]).is_ok());
+    // EV-3: never past the settled mark, by sequence or by age: a number still pending
+    // behind it must stay above what was pruned.
+    assert!(store.commit(vec![prune_settled(100, 10_000, 100, 3)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![4, 5], "3 goes; 4 and 5 lie past the settled mark");
+    assert!(store.commit(vec![prune(100, 0, 1)]).is_ok());
     assert_eq!(sequences(&store.agent_events_after(0)), vec![5], "at most max_rows rows go");
     assert!(store.commit(vec![prune(100, 0, 100)]).is_ok());
     assert!(store.agent_events_after(0).is_empty());
@@ -273,7 +282,7 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                 11 => StoreOp::PruneRequests { before_ms: rng.below(2) * 10, max_rows: 100 },
                 7 | 8 => event(1 + rng.below(12), &format!("a{}", rng.below(3)), rng.below(5) * 1_000),
                 9 => mark(&format!("a{}", rng.below(3)), ["{\"position\":1}", "{\"position\":2}", "[]"][rng.below(3) as usize]),
-                10 => prune(rng.below(12), rng.below(5) * 1_000, rng.below(4)),
+                10 => prune_settled(rng.below(12), rng.below(5) * 1_000, rng.below(4), rng.below(14)),
                 6 => checkpoint(&format!("a{}", rng.below(3)), ["{\"offset\":1}", "{\"offset\":2}", "[]"][rng.below(3) as usize]),
                 0 | 1 | 2 => {
                     let phases = ["registered", "submitted", "bound", "terminal", "settled", "released"];

@@ -283,6 +283,12 @@ pub struct StreamTruth {
     /// (agent, session, position) of every provider record an event reported, ever (across
     /// losses and restarts).
     pub ever_reported: BTreeSet<(usize, String, u64)>,
+    /// EV-3: per (agent, turn id), the `request.bound` this daemon's stream reported, and the
+    /// turns whose `turn.started` the stream ever reported (neither a loss nor a restart resets
+    /// them: records read again after one are reported again). A turn's start is learned
+    /// before a request is bound to it, so the stream reports its first `turn.started` first.
+    pub bound_turns: BTreeMap<(usize, String), u64>,
+    pub started_turns: BTreeSet<(usize, String)>,
     /// Known engine gaps this daemon may leave in an agent's stream (see `tolerate_gap`).
     pub tolerated: BTreeMap<usize, Vec<Tolerance>>,
     /// Per agent, the reasons of the `SessionLost` its startup resume answered while the tail
@@ -1026,7 +1032,10 @@ impl Oracle {
                 // After these the provider's record is read afresh (a new process's, EV-7).
                 self.stream.agents.insert(a, AgentStream::default());
             }
-            EventBody::RequestBound { request_id, provider_turn_id } => self.check_bound(seq, request_id.as_str(), provider_turn_id),
+            EventBody::RequestBound { request_id, provider_turn_id } => {
+                self.stream.bound_turns.insert((a, provider_turn_id.0.clone()), seq);
+                self.check_bound(seq, request_id.as_str(), provider_turn_id)
+            }
             EventBody::ObserverAttached { session, .. } if self.written_by_another_process(event, session, cx) => {}
             EventBody::ObserverAttached { session, position } => self.stream_attached(a, seq, session, *position, cx),
             EventBody::RequestTerminal { request_id, state, terminal_event_sequence, .. } => {
@@ -1135,6 +1144,17 @@ impl Oracle {
         if !stream.reported.insert((session.0.clone(), position, kind)) {
             problems.push((Kind::EventOrder, format!("event {seq}: a{a} {kind} of record {}@{position} reported twice with no loss between", session.0)));
         }
+        // EV-3: the engine learned the turn's start before it bound a request to the turn, so
+        // the stream says so in that order (a failed event batch renumbered behind a request's
+        // commit once put `request.bound` first).
+        if let Some(turn) = turn.filter(|_| kind == "turn.started") {
+            let key = (a, turn.0.clone());
+            if let Some(bound_at) = self.stream.bound_turns.get(&key).filter(|_| !self.stream.started_turns.contains(&key)) {
+                problems.push((Kind::EventOrder, format!("event {seq}: a{a} turn.started of {} after its request.bound (event {bound_at})", turn.0)));
+            }
+            self.stream.started_turns.insert(key);
+        }
+        let stream = self.stream.agents.entry(a).or_default();
         let last = stream.last.insert(session.0.clone(), (position, rank));
         if last.is_some_and(|last| last >= (position, rank)) {
             problems.push((Kind::EventOrder, format!("event {seq}: a{a} {kind} {}@{position} after {last:?}: out of record order", session.0)));
@@ -1296,6 +1316,10 @@ impl Oracle {
             tolerances.retain(|t| t.persistent);
         }
         self.stream.loss_while_attached.clear();
+        // A crash may lose a batch whose records are read again after a binding that was
+        // durable: EV-3's order is that of one daemon's bindings (turns reported started stay
+        // so: the stream is durable, and a record read again after a restart is no first).
+        self.stream.bound_turns.clear();
     }
 
     /// (d) EV-6 when a terminal event reaches a watcher: its `request.terminal` committed in

@@ -1010,7 +1010,7 @@ async fn retention(world: Shared) {
             return;
         }
         let policy = wakterm_runtime::store::retention::Retention { events, days: 0 };
-        if let Ok(Some(op)) = policy.due(&w.store, 0) {
+        if let Ok(Some(op)) = policy.due(&w.store, 0, w.events_settled_through) {
             let result = w.store.commit(std::slice::from_ref(&op));
             let line = format!("retention {op:?} -> {result:?}, pruned through {}", w.store.events_pruned_through());
             w.log(line);

@@ -117,11 +117,12 @@ impl StoreTables {
                 json_valid(mark_json)?;
                 self.event_marks.insert(agent_id.clone(), mark_json.clone());
             }
-            StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
-                // EV-9: the oldest prefix, at most `max_rows`, each old enough by sequence or age.
+            StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
+                // EV-9: the oldest prefix, at most `max_rows`, each old enough by sequence or age,
+                // none past the settled mark.
                 let mut last = None;
                 for (sequence, row) in self.events.iter().take(usize::try_from(*max_rows).unwrap_or(usize::MAX)) {
-                    if *sequence > *through_sequence && row.at_ms >= *before_ms {
+                    if *sequence > *settled_through || (*sequence > *through_sequence && row.at_ms >= *before_ms) {
                         break;
                     }
                     last = Some(*sequence);
@@ -307,8 +308,8 @@ fn validate_batch(ops: &[StoreOp]) -> Result<(), String> {
                 field(agent_id)?;
                 record(mark_json)?;
             }
-            StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
-                if [*through_sequence, *before_ms, *max_rows].iter().any(|v| *v > i64::MAX as u64) {
+            StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
+                if [*through_sequence, *before_ms, *max_rows, *settled_through].iter().any(|v| *v > i64::MAX as u64) {
                     return Err("a prune bound exceeds i64::MAX".to_string());
                 }
             }

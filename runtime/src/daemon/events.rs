@@ -244,7 +244,7 @@ mod tests {
         };
         let (running, stopped) = ("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f91", "0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f92");
         writer.commit_blocking(vec![mark(running, false), mark(stopped, true)]).expect("marks");
-        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 3, before_ms: 0, max_rows: 100 }]).expect("prune");
+        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 3, before_ms: 0, max_rows: 100, settled_through: u64::from(u32::MAX) }]).expect("prune");
         assert_eq!(store.agent_stop_reported(running).unwrap(), Some(false));
         assert_eq!(store.agent_stop_reported(stopped).unwrap(), Some(true));
         assert_eq!(store.agent_stop_reported("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f93").unwrap(), None);
@@ -296,7 +296,7 @@ mod tests {
         let feed = AgentEvents { agents: Vec::new(), events: super::super::effects::EventFeed::new(10), following: None };
         let page = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect("nothing pruned yet");
         assert_eq!(page.first().map(|e| e.0), Some(4));
-        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 5, before_ms: 0, max_rows: 100 }]).expect("prune");
+        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 5, before_ms: 0, max_rows: 100, settled_through: u64::from(u32::MAX) }]).expect("prune");
         let refused = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect_err("4 and 5 are gone");
         assert_eq!(refused.body["error"], "cursor_too_old", "{:?}", refused.body);
         assert_eq!(refused.body["pruned_through"], 5);

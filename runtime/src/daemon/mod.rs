@@ -299,7 +299,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let checkpoints = load_checkpoints(&store);
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
-    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention));
+    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention, events.published.subscribe()));
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
     let shutdown = Arc::new(Notify::new());

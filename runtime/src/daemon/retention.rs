@@ -10,13 +10,15 @@ use std::time::Duration;
 /// How often the task looks whether anything is due.
 pub const PRUNE_CHECK: Duration = Duration::from_secs(5);
 
-/// Runs until the daemon stops: check, prune while due, sleep.
-pub async fn run(store: Arc<Store>, writer: Arc<StoreWriter>, retention: Retention) {
+/// Runs until the daemon stops: check, prune while due, sleep. `settled`: the engine's settled
+/// mark (EV-2), which no prune passes.
+pub async fn run(store: Arc<Store>, writer: Arc<StoreWriter>, retention: Retention, settled: tokio::sync::watch::Receiver<u64>) {
     loop {
         let check = store.clone();
+        let settled_through = *settled.borrow();
         let due = tokio::task::spawn_blocking(move || {
             let now_ms = crate::driver::now_ms();
-            Ok::<_, StoreError>(retention.due(&*check, now_ms)?.or(retention.requests_due(&*check, now_ms)?))
+            Ok::<_, StoreError>(retention.due(&*check, now_ms, settled_through)?.or(retention.requests_due(&*check, now_ms)?))
         })
         .await;
         let op = match due {

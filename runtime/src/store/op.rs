@@ -47,9 +47,11 @@ pub enum StoreOp {
     /// reused id from being announced twice).
     PutEventMark { agent_id: String, mark_json: String },
     /// EV-9: remove the oldest events, as a prefix of the sequence: at most `max_rows`, each
-    /// with `sequence <= through_sequence` or `at_ms < before_ms`, stopping at the first that
-    /// is neither. Records the highest removed in `meta.events_pruned_through`.
-    PruneEvents { through_sequence: u64, before_ms: u64, max_rows: u64 },
+    /// with `sequence <= through_sequence` or `at_ms < before_ms`, and never one past
+    /// `settled_through` (the engine's settled mark, EV-2: a number still pending lies past
+    /// it, and its retry must stay above what was pruned, EV-3), stopping at the first that
+    /// is not due. Records the highest removed in `meta.events_pruned_through`.
+    PruneEvents { through_sequence: u64, before_ms: u64, max_rows: u64, settled_through: u64 },
     /// HIST-4: forget at most `max_rows` finished requests (terminal, settled, released) last
     /// updated before `before_ms`, with their terminal events; records the highest terminal
     /// sequence removed in `meta.terminal_pruned_through`.
@@ -137,9 +139,10 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
             to_sql_integer("before_ms", *before_ms)?;
             to_sql_integer("max_rows", *max_rows).map(drop)
         }
-        StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => {
+        StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
             to_sql_integer("through_sequence", *through_sequence)?;
             to_sql_integer("before_ms", *before_ms)?;
+            to_sql_integer("settled_through", *settled_through)?;
             to_sql_integer("max_rows", *max_rows).map(drop)
         }
         StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
@@ -261,7 +264,9 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
         StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
             append_event(conn, *sequence, agent_id, kind, *at_ms, event_json)
         }
-        StoreOp::PruneEvents { through_sequence, before_ms, max_rows } => prune_events(conn, *through_sequence, *before_ms, *max_rows),
+        StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
+            prune_events(conn, (*through_sequence).min(*settled_through), (*before_ms, *settled_through), *max_rows)
+        }
         StoreOp::PruneRequests { before_ms, max_rows } => prune_requests(conn, *before_ms, *max_rows),
         StoreOp::PutEventMark { agent_id, mark_json } => {
             conn.prepare_cached(
@@ -274,8 +279,10 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
     }
 }
 
-/// EV-9: deletes the oldest qualifying prefix and raises the pruned mark.
-fn prune_events(conn: &Connection, through_sequence: u64, before_ms: u64, max_rows: u64) -> Result<(), StoreError> {
+/// EV-9: deletes the oldest qualifying prefix and raises the pruned mark. An event is due by
+/// sequence (`through_sequence`, already capped at the settled mark) or by age (`before_ms`,
+/// below the settled mark only).
+fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_through): (u64, u64), max_rows: u64) -> Result<(), StoreError> {
     let mut last_pruned = None;
     {
         let mut stmt = conn.prepare_cached("SELECT sequence, at_ms FROM agent_events ORDER BY sequence LIMIT ?1")?;
@@ -283,7 +290,7 @@ fn prune_events(conn: &Connection, through_sequence: u64, before_ms: u64, max_ro
         while let Some(row) = rows.next()? {
             let sequence = from_sql_integer("event sequence", row.get(0)?)?;
             let at_ms = from_sql_integer("at_ms", row.get(1)?)?;
-            if sequence > through_sequence && at_ms >= before_ms {
+            if sequence > through_sequence && (at_ms >= before_ms || sequence > settled_through) {
                 break;
             }
             last_pruned = Some(sequence);

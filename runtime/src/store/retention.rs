@@ -65,14 +65,17 @@ impl Retention {
         Ok(due.then_some(StoreOp::PruneRequests { before_ms, max_rows: PRUNE_BATCH }))
     }
 
-    /// The prune to run now, if the oldest stored event is due.
-    pub fn due(&self, store: &impl RetentionView, now_ms: u64) -> Result<Option<StoreOp>, StoreError> {
+    /// The prune to run now, if the oldest stored event is due. `settled_through`: the engine's
+    /// settled mark (EV-2), which no prune passes: an event committed behind a number still
+    /// pending is not pruned before that number commits above the pruned mark (EV-3 keeps a
+    /// failed batch's numbers for its retry when a request event after them committed).
+    pub fn due(&self, store: &impl RetentionView, now_ms: u64, settled_through: u64) -> Result<Option<StoreOp>, StoreError> {
         let Some((oldest, oldest_at_ms)) = store.oldest_event()? else { return Ok(None) };
         let newest = store.last_event_sequence()?;
         let through_sequence = newest.saturating_sub(self.events);
         let before_ms = self.before_ms(now_ms);
-        let due = oldest <= through_sequence || oldest_at_ms < before_ms;
-        Ok(due.then_some(StoreOp::PruneEvents { through_sequence, before_ms, max_rows: PRUNE_BATCH }))
+        let due = oldest <= settled_through && (oldest <= through_sequence || oldest_at_ms < before_ms);
+        Ok(due.then_some(StoreOp::PruneEvents { through_sequence, before_ms, max_rows: PRUNE_BATCH, settled_through }))
     }
 }
 

@@ -734,19 +734,24 @@ fn ev_9_store_prunes_a_bounded_prefix_and_remembers_it() {
     let ops: Vec<StoreOp> = (1..=10).map(|s| event(s, "a1", if s == 4 { 5_000 } else { 1_000 + s })).collect();
     writer.commit_blocking(ops).expect("append");
     // Old means at_ms < 2000: events 1..3 are old, 4 is not: the prefix stops there.
-    writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 0, before_ms: 2_000, max_rows: 100 }]).expect("prune");
+    let prune = |through_sequence, before_ms, max_rows, settled_through| StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through };
+    // EV-3: none past the settled mark, by age or by sequence.
+    writer.commit_blocking(vec![prune(9, 2_000, 100, 2)]).expect("prune");
+    assert_eq!(store.events_pruned_through().unwrap(), 2, "3 is old, but past the settled mark");
+    writer.commit_blocking(vec![prune(0, 2_000, 100, 10)]).expect("prune");
     assert_eq!(store.events_pruned_through().unwrap(), 3);
     assert_eq!(store.oldest_event().unwrap(), Some((4, 5_000)));
-    writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 9, before_ms: 0, max_rows: 2 }]).expect("prune");
+    writer.commit_blocking(vec![prune(9, 0, 2, 10)]).expect("prune");
     assert_eq!(store.events_pruned_through().unwrap(), 5, "bounded to two rows");
     assert!(writer.commit_blocking(vec![event(5, "a1", 1)]).is_err(), "a pruned number is never used again");
-    writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 10, before_ms: 0, max_rows: 100 }]).expect("prune");
+    writer.commit_blocking(vec![prune(10, 0, 100, 10)]).expect("prune");
     assert_eq!(store.oldest_event().unwrap(), None);
     assert_eq!(store.last_event_sequence().unwrap(), 10, "EV-1: continued after the pruned mark");
     let retention = crate::daemon::retention::Retention { events: 5, days: 0 };
-    assert_eq!(retention.due(&store, 0).unwrap(), None, "nothing stored, nothing due");
+    assert_eq!(retention.due(&store, 0, 20).unwrap(), None, "nothing stored, nothing due");
     writer.commit_blocking((11..=20).map(|s| event(s, "a1", 1)).collect()).expect("append");
-    assert_eq!(retention.due(&store, 0).unwrap(), Some(StoreOp::PruneEvents { through_sequence: 15, before_ms: 0, max_rows: crate::daemon::retention::PRUNE_BATCH }));
+    assert_eq!(retention.due(&store, 0, 20).unwrap(), Some(prune(15, 0, crate::daemon::retention::PRUNE_BATCH, 20)));
+    assert_eq!(retention.due(&store, 0, 10).unwrap(), None, "EV-3: the oldest stored (11) lies past the settled mark");
 }
 
 /// EV-4: marks are replaced per agent and read back whole.
@@ -1038,7 +1043,7 @@ fn store_2_only_event_stream_and_checkpoint_ops_may_wait() {
         assert!(op.may_wait(), "{op:?}");
     }
     let prune = StoreOp::PruneRequests { before_ms: 1, max_rows: 1 };
-    let events = StoreOp::PruneEvents { through_sequence: 1, before_ms: 1, max_rows: 1 };
+    let events = StoreOp::PruneEvents { through_sequence: 1, before_ms: 1, max_rows: 1, settled_through: 1 };
     let gone = StoreOp::DeleteAgent { agent_id: "a1".into() };
     for op in [request("r1", "registered", "f", 1), terminal(1, "r1"), agent("a1", "zola"), gone, prune, events] {
         assert!(!op.may_wait(), "{op:?}");
