@@ -197,7 +197,10 @@ impl EventStream {
     /// most `MAX_KEPT_TRIES` retries in a row: a batch that cannot commit under its numbers (a
     /// tiny retention pruned past them) must not hold every later event back for good.
     fn keeps_numbers(&self, agent_id: &AgentId, items: &[BacklogItem]) -> bool {
-        let first = items.iter().find_map(|item| match item {
+        // What queued behind the batch is renumbered with it: its numbers count too (a batch
+        // of a checkpoint alone can fail with the agent's events queued behind it).
+        let queued = self.backlog.get(agent_id).map(Vec::as_slice).unwrap_or_default();
+        let first = items.iter().chain(queued).find_map(|item| match item {
             BacklogItem::Event(event, _) => Some(event.sequence),
             BacklogItem::Checkpoint(_) => None,
         });
