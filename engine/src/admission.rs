@@ -1,7 +1,7 @@
 //! Admission: validation, idempotency, resolution, the authoritative checks before the one
 //! pane write, and the receipt (ADM-*, IDEM-*, INP-*).
 
-use crate::agent::Harness;
+use crate::agent::{AgentEntry, Harness};
 use crate::engine::{Admission, Engine, PersistPurpose, Step};
 use crate::fingerprint::{fingerprint, same_input};
 use crate::ids::{canonical_uuid, AgentId, RequestId};
@@ -465,7 +465,7 @@ impl Engine {
         let settled = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Empty;
         let expired = settled
             && !written_in_flight
-            && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + AWAITING_TURN_GRACE_MS);
+            && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + agent.no_turn_grace_ms());
         if expired {
             agent.awaiting_turn_after = None;
             agent.probe_at_ms = None;
@@ -481,11 +481,12 @@ impl Engine {
     /// answered, a cleared composer): its turn will never come. It was written, so the end is
     /// `indeterminate`, never `delivery_failed`.
     fn end_requests_without_a_turn(&mut self, agent_id: &AgentId) {
+        let grace_ms = self.agents.get(agent_id).map_or(AWAITING_TURN_GRACE_MS, AgentEntry::no_turn_grace_ms);
         let stale: Vec<RequestId> = self
             .correlating_requests_of(agent_id, false)
             .into_iter()
             .filter(|id| self.requests[id].phase == Phase::Submitted && !self.candidates.contains_key(id))
-            .filter(|id| self.now_ms >= self.requests[id].registered_ms + AWAITING_TURN_GRACE_MS)
+            .filter(|id| self.now_ms >= self.requests[id].registered_ms + grace_ms)
             .collect();
         for request_id in stale {
             self.finish(&request_id, TerminalState::Indeterminate, Some("no_turn_started"), None, None);

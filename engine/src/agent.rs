@@ -86,6 +86,19 @@ impl AgentEntry {
         AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, awaiting_request: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
     }
 
+    /// ADM-5, RF-7: how long after a write an idle agent with an empty composer is evidence that
+    /// the prompt went somewhere else. A PTY pane shows its composer; a managed app-server has
+    /// none (its snapshot's composer is always empty), and a `turn/start` line it has not read
+    /// yet (an app-server slow to read its input) looks just the same: for it only RF-8's
+    /// turn-start timeout ends the wait (a review saw a second prompt admitted on top of an
+    /// unread one after 10 s, both then racing into one thread).
+    pub fn no_turn_grace_ms(&self) -> u64 {
+        match self.facts.transport {
+            crate::agent::Transport::Pty => crate::limits::AWAITING_TURN_GRACE_MS,
+            crate::agent::Transport::AppServer => crate::limits::TURN_START_TIMEOUT_MS,
+        }
+    }
+
     /// ADM-5: a write's bytes may have landed as late as `now_ms` (its outcome, or the moment
     /// the engine gave up on it), so a wait for its turn, if one is open, runs from then.
     pub(crate) fn written_until(&mut self, now_ms: u64) {

@@ -38,6 +38,30 @@ fn mgd_3_a_managed_admission_writes_one_turn_start_line() {
     assert_eq!(rig.terminal_for(REQ)[0].final_message.as_deref(), Some("the final"));
 }
 
+// RF-7, ADM-5 for a managed agent: an app-server has no composer, so an idle thread 10 s after
+// the write is no evidence that the `turn/start` line went somewhere else (an app-server slow to
+// read its input has simply not read it yet). The request waits for RF-8's 60 s and the agent
+// stays busy (`awaiting_turn_start`) meanwhile, so no second prompt races into the thread.
+#[test]
+fn rf_7_a_managed_prompt_not_yet_read_keeps_the_agent_busy_until_rf_8() {
+    let mut rig = managed_zola(Some(THREAD));
+    let op = rig.admit(REQ, "slow reader", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    for _ in 0..5 {
+        rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    }
+    assert!(rig.terminal_for(REQ).is_empty(), "50 s: the line may still be unread");
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    assert_eq!(rig.written.len(), 1, "nothing written on top of the unread line");
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    let ended = rig.terminal_for(REQ);
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("no_turn_started")), "RF-8");
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
+}
+
 // MGD-2 / CORR-8: only the agent's own thread and session: an observer on another one, or an
 // agent whose thread is not bound yet, is refused before any write.
 #[test]

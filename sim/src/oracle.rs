@@ -176,6 +176,12 @@ pub struct CallInput {
 
 #[derive(Default)]
 pub struct Oracle {
+    /// When the running daemon started (ADM-5's wait for a written prompt's turn is not
+    /// durable: see `on_prompt_over_unread`).
+    pub daemon_started_ms: u64,
+    /// Per agent, when its app-server took a prompt (started a turn with it, or folded it into
+    /// the running one) and whose write it was (None: a human's raw input).
+    pub prompts_taken: BTreeMap<usize, Vec<(u64, Option<String>)>>,
     /// Normal form of every prompt a caller used -> its request id.
     pub prompts: BTreeMap<String, String>,
     pub writes: BTreeMap<String, Vec<WriteFact>>,
@@ -420,6 +426,33 @@ impl Oracle {
         fresh.or(ids.last()).cloned()
     }
 
+    /// ADM-5, RF-7 for a managed agent: request `origin`'s `turn/start` line was written while
+    /// `earlier`'s, written `age_ms` before, was still unread by the app-server. The engine may
+    /// give up on an unread prompt only at RF-8's turn-start timeout (an idle thread with no
+    /// composer is no evidence that it went elsewhere): written on top sooner, two prompts race
+    /// into one thread (the second folded into the first's turn). Only within one daemon's run:
+    /// the wait is not durable, so a daemon started after the earlier write knows nothing of it
+    /// (a known gap, in SPEC RF-7). Nor when another prompt (a human's raw input, one written
+    /// before the daemon started, the rest of a spliced partial write) was taken after the
+    /// earlier write: ADM-5 ends the wait at any turn start, the engine cannot yet tell whose
+    /// (a known gap, in SPEC RF-7).
+    pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64) {
+        let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
+        let taken = self.prompts_taken.get(&agent).map(Vec::as_slice).unwrap_or_default();
+        let another_taken = taken.iter().any(|(at, whose)| *at >= written_ms && whose.as_deref() != earlier);
+        if written_ms > self.daemon_started_ms && !another_taken && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
+            let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");
+            self.fail(Kind::Interleaved, m);
+        }
+    }
+
+    /// Agent `agent`'s app-server took a prompt written by `origin` (see `prompts_taken`).
+    pub fn on_prompt_taken(&mut self, agent: usize, origin: Option<&str>, at_ms: u64) {
+        let taken = self.prompts_taken.entry(agent).or_default();
+        taken.retain(|(at, _)| at_ms.saturating_sub(*at) < wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        taken.push((at_ms, origin.map(str::to_string)));
+    }
+
     /// (c) Another writer's bytes landed inside a split write, or the engine asked for a
     /// write while its own split write held the pane.
     pub fn interleaved(&mut self, message: String) {
@@ -584,6 +617,7 @@ impl Oracle {
     /// A daemon starts: its engine has seen no turn yet, and the calls the dead one held will
     /// never be answered (their callers call again).
     pub fn on_daemon_start(&mut self) {
+        self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.turn_after_write.clear();
         self.turns_delivered.clear();
         self.turn_news.clear();

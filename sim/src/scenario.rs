@@ -709,6 +709,14 @@ fn act(world: &Shared, humans: &mut u64) {
         56..=59 => {
             if w.agents[a].lag_ms > 100 {
                 w.agents[a].lag_ms = 20;
+            } else if w.is_managed(a) && thread_rng().gen_bool(0.25) {
+                // An app-server slow to read its input (a loaded machine): a `turn/start` line
+                // sits unread for longer than RF-7's 10 s grace (found by a hostile run, not by
+                // the simulator, whose app-server read within 6 s).
+                w.agents[a].lag_ms = thread_rng().gen_range(10_000..40_000);
+                w.counters.fault("app_server.slow_reader");
+                let lag = w.agents[a].lag_ms;
+                w.log(format!("a{a} app-server reads its input up to {lag} ms late"));
             } else {
                 w.agents[a].lag_ms = thread_rng().gen_range(800..6_000);
                 w.counters.fault("observer.delayed");
@@ -872,6 +880,9 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
             agent.composer.clear();
             if let Some(app) = agent.app.as_mut() {
                 app.conn_down_until = None;
+                // `app_server.slow_reader` heals too: what waits in its input is read now.
+                let healed = now_ms() + 20;
+                app.queue.iter_mut().for_each(|pending| pending.due_ms = pending.due_ms.min(healed));
                 if app.holder_down {
                     continue; // `agent restart` brings the holder back at the provider's next tick
                 }
