@@ -1002,9 +1002,8 @@ fn validate_command(command: &AdmitCommand) -> Option<Blocker> {
         let detail = "--final-timeout-ms only applies to --return-final requests";
         return Some(blocker(Classification::Invalid, "final_timeout_without_return_final", detail));
     }
-    if command.target.is_empty() || command.target.len() > MAX_TARGET_BYTES || command.target.chars().any(char::is_control) {
-        let detail = format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters");
-        return Some(blocker(Classification::Invalid, "target_malformed", detail));
+    if let Some(problem) = target_problem(&command.target) {
+        return Some(problem);
     }
     match (&command.incarnation, command.operation) {
         (None, Operation::Admit) => {
@@ -1097,4 +1096,14 @@ fn composer_blocker(composer: Composer) -> Option<Blocker> {
         Composer::Question => Some(blocker(Classification::Busy, "interactive_question", "the agent is asking a question")),
         Composer::Empty | Composer::Unknown => None,
     }
+}
+
+/// INP-4: a target (a name or an id) is 1..=`MAX_TARGET_BYTES` bytes without control
+/// characters; one copy for admissions and submits (SUB-1).
+pub(crate) fn target_problem(target: &str) -> Option<Blocker> {
+    let malformed = target.is_empty() || target.len() > MAX_TARGET_BYTES || target.chars().any(char::is_control);
+    malformed.then(|| {
+        let detail = format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters");
+        blocker(Classification::Invalid, "target_malformed", detail)
+    })
 }

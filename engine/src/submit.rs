@@ -128,7 +128,11 @@ pub enum Judgement {
 /// SUB-4: the acknowledgement rule, one copy for the runtime's watcher, the engine's receipt
 /// and the simulator. Movement must be BOTH new output after the boundary AND a screen that
 /// differs from the boundary's: a reaction before the boundary is already in the boundary's
-/// screen, so it can only ever produce a conservative timeout.
+/// screen, so it can only ever produce a conservative timeout. And the composer must not hold
+/// a draft: a submitted command leaves it, so a screen that shows text still in the composer
+/// after the Enter shows a late redraw of what was typed (a stalled TUI drawing its paste
+/// after the boundary, its Enter dropped), not a reaction to the Enter (a review acknowledged
+/// four such submits, each receipt saying `composer_state: draft`).
 pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
     if sample.holder != boundary.holder || sample.generation != boundary.generation || !sample.alive {
         return Judgement::Exited;
@@ -136,7 +140,7 @@ pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
     if sample.writes != boundary.writes {
         return Judgement::Superseded;
     }
-    if sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest {
+    if sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest && sample.composer != Composer::Draft {
         return Judgement::Acknowledged;
     }
     Judgement::Pending
@@ -200,6 +204,31 @@ pub struct SubmitReceipt {
 }
 
 impl SubmitReceipt {
+    /// INP-1, SUB-5: the receipt of a submit refused before anything was sent (its text over
+    /// the limit, which the daemon could not read whole), as the engine gives a rejection.
+    pub fn refused_before_sending(classification: Classification, reason: &str, detail: String, timeout_ms: Option<u64>) -> SubmitReceipt {
+        let receipt = SubmitReceipt {
+            schema: SUBMIT_RECEIPT_SCHEMA.to_string(),
+            submission_id: None,
+            agent_id: None,
+            incarnation: None,
+            status: SubmitStatus::Rejected,
+            classification: Some(classification),
+            write_state: WriteState::NotStarted,
+            acknowledged: false,
+            evidence: None,
+            turn_epoch: None,
+            composer_state: None,
+            retry_safe: true,
+            output_offset: None,
+            timeout_ms: clamp_timeout_ms(timeout_ms),
+            reason: Some(reason.to_string()),
+            detail: Some(detail),
+        };
+        receipt.assert_consistent();
+        receipt
+    }
+
     /// SUB-5: retry-safe exactly when nothing was written; acknowledged only with evidence
     /// after a complete write.
     pub fn assert_consistent(&self) {
@@ -287,6 +316,10 @@ impl Engine {
         };
         if let Err(problem) = validate_prompt(&command.text) {
             let ending = Ending::rejected(Classification::Invalid, problem.reason(), problem.detail(), None);
+            return self.reply_submit(command.op, Some(id), None, None, timeout_ms, ending);
+        }
+        if let Some(problem) = crate::admission::target_problem(&command.target) {
+            let ending = Ending::rejected(problem.classification, problem.reason, problem.detail, None);
             return self.reply_submit(command.op, Some(id), None, None, timeout_ms, ending);
         }
         let probe = submit_probe(&command);

@@ -82,6 +82,9 @@ fn sub_4_judge_needs_new_output_and_a_changed_screen() {
     assert_eq!(judge(&b, &output_only), Judgement::Pending, "output that changes nothing visible is no evidence");
     let screen_only = PaneSample { output_end: b.output_offset, ..moved() };
     assert_eq!(judge(&b, &screen_only), Judgement::Pending, "a screen without output after the boundary is the boundary's own");
+    let redrawn = PaneSample { composer: Composer::Draft, ..moved() };
+    assert_eq!(judge(&b, &redrawn), Judgement::Pending, "text still in the composer after the Enter is no submission");
+    assert_eq!(judge(&b, &PaneSample { composer: Composer::Unknown, ..moved() }), Judgement::Acknowledged, "no screen evidence of a draft");
     assert_eq!(judge(&b, &PaneSample { alive: false, ..moved() }), Judgement::Exited);
     assert_eq!(judge(&b, &PaneSample { generation: 1, ..moved() }), Judgement::Exited);
     // A holder started later at the same socket counts from 0 again: its generation and writes
@@ -388,4 +391,21 @@ fn sub_5_receipt_snapshots() {
     let op = rig.submit_text("fix the tests", None);
     rig.advance(10_100);
     insta::assert_json_snapshot!("submit_write_result_lost", receipt_json(&rig, op));
+}
+
+// INP-4 for a submit (SUB-1): a target that cannot be a name or an id (empty, over the limit,
+// with a control character) is `invalid` / `target_malformed`, as for an admission; it was
+// `unavailable` / `agent_unknown`, which invites a retry. Nothing is written.
+#[test]
+fn sub_1_a_malformed_target_is_invalid_as_for_an_admission() {
+    let mut rig = Rig::with_idle_zola();
+    for (n, target) in ["".to_string(), "z".repeat(300), "zola\u{0}".to_string()].into_iter().enumerate() {
+        let op = OpId(700 + n as u64);
+        let submission_id = format!("5b0b1e00-0000-4000-8000-{:012}", op.0);
+        rig.input(Input::Submit(SubmitCommand { op, submission_id, target, exact_agent_id: false, text: "hi".to_string(), timeout_ms: None }));
+        let receipt = rig.submit_receipt(op);
+        assert_eq!((receipt.classification, receipt.reason.as_deref()), (Some(Classification::Invalid), Some("target_malformed")), "{receipt:?}");
+        assert!(receipt.retry_safe && receipt.write_state == WriteState::NotStarted);
+    }
+    assert!(rig.split_writes.is_empty(), "nothing written");
 }

@@ -463,7 +463,8 @@ fn submit_request(target: String, exact_agent_id: bool, timeout_ms: u64, text: &
         match read_stdin_prompt(&mut std::io::stdin().lock(), limit)? {
             StdinPrompt::Text(text) => text,
             StdinPrompt::TooLarge { bytes, .. } => {
-                return Err(Reply::error(exit::USAGE, "prompt_too_large", format!("the text on standard input is over {limit} bytes ({bytes} counted)")));
+                let detail = format!("the text on standard input is over {limit} bytes ({bytes} counted)");
+                return Err(client::submit_too_large(detail, Some(timeout_ms)));
             }
         }
     } else {

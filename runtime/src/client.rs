@@ -203,20 +203,28 @@ pub fn refused_before_sending(classification: wakterm_engine::Classification, (o
     Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }
 }
 
-/// INP-1 for a submit's text: over the prompt limit it is refused before anything is sent.
-pub fn check_submit_size(text: &str) -> Result<(), Reply> {
+/// INP-1 for a submit's text: over the prompt limit it is refused before anything is sent,
+/// with the `rejected` / `invalid` / `prompt_too_large` receipt (exit 4) the daemon gives (it
+/// was a `wakterm.error.v1` usage error, exit 2, unlike an admission's).
+pub fn check_submit_size(text: &str, timeout_ms: Option<u64>) -> Result<(), Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     match text.len() > limit {
-        true => Err(Reply::error(exit::USAGE, "prompt_too_large", format!("the text is {} bytes; the limit is {limit}", text.len()))),
+        true => Err(submit_too_large(format!("the text is {} bytes; the limit is {limit}", text.len()), timeout_ms)),
         false => Ok(()),
     }
+}
+
+/// The receipt of a submit whose text is over the limit (INP-1).
+pub fn submit_too_large(detail: String, timeout_ms: Option<u64>) -> Reply {
+    let receipt = wakterm_engine::SubmitReceipt::refused_before_sending(wakterm_engine::Classification::Invalid, "prompt_too_large", detail, timeout_ms);
+    Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }
 }
 
 /// SUB-5: a submit whose reply is lost once the request may have reached the daemon (a crash,
 /// a stop, a wedge) may have written the command: exit 5, `retry_safe: false`, never a plain
 /// error a caller might retry. A daemon that was never reached stays `daemon_not_running`.
 pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -> Reply {
-    if let Err(refused) = check_submit_size(&submit.text) {
+    if let Err(refused) = check_submit_size(&submit.text, submit.timeout_ms) {
         return refused;
     }
     let reply = call(paths, &ClientRequest::Submit(submit.clone()));

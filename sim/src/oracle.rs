@@ -439,7 +439,7 @@ impl Oracle {
     pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64) {
         let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
         let taken = self.prompts_taken.get(&agent).map(Vec::as_slice).unwrap_or_default();
-        let another_taken = taken.iter().any(|(at, whose)| *at >= written_ms && whose.as_deref() != earlier);
+        let another_taken = taken.iter().any(|(at, whose)| at + STALL_MARGIN_MS >= written_ms && whose.as_deref() != earlier); // learned of after the write, too
         if written_ms > self.daemon_started_ms && !another_taken && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
             let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);

@@ -823,6 +823,10 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
         } else if w.fault_roll(w.plan.reacts_before_enter) {
             w.counters.fault("terminal.reacts_before_enter");
             CrMode::Immediate
+        } else if w.fault_roll(w.plan.never_reacts) {
+            w.counters.fault("terminal.stalled_echo");
+            w.agents[a].pane.stalled_echo = Some(0);
+            CrMode::Stalled
         } else {
             CrMode::Delayed
         };
@@ -853,6 +857,9 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
             w.pane_write(a, &sid, &step[..k], Some(&sid), false);
             written += k as u64;
             w.agents[a].pane.split = None;
+            if let Some(withheld) = w.agents[a].pane.stalled_echo.take() {
+                w.pane_moved(a, withheld, true); // the stall ends with the failed write
+            }
             let error = if dead { "write to pty master: EIO (the child exited)" } else { "write to pty master: EIO" };
             w.log(format!("a{a} split write {sid} fails at step {i} after {written} bytes"));
             return SplitOutcome::Failed { bytes_written: written, error: error.to_string() };
@@ -869,6 +876,12 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
     // Right after the CR, under the holder's lock: the Enter boundary.
     let mut w = world.lock().unwrap();
     w.agents[a].pane.cr_mode = CrMode::Delayed;
+    if let Some(withheld) = w.agents[a].pane.stalled_echo.take() {
+        // `terminal.stalled_echo`: the stalled TUI draws what was typed after the boundary.
+        let due = wakterm_runtime::driver::now_ms() + thread_rng().gen_range(5..200);
+        let generation = w.agents[a].spawned;
+        w.agents[a].pane.late_echoes.push((due, generation, withheld));
+    }
     let truth = w.pane_truth(a);
     w.oracle.on_enter_boundary(&sid, truth.clone());
     let boundary = before_enter.unwrap_or_else(|| enter_boundary(&w, a, writes));

@@ -79,6 +79,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.resume_foreign_session",
     "app_server.resume_full_history",
     "app_server.turn_start_refused",
+    "app_server.slow_reader",
     "liveness.unknown",
     "liveness.silent_at_start",
     "monitor.wake_lost",
@@ -120,6 +121,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.never_reacts",
     "terminal.reacts_before_enter",
     "terminal.output_without_change",
+    "terminal.stalled_echo",
     "submit.exit_mid_wait",
     "submit.split_write_fails",
     "submit.watch_lost",
@@ -572,6 +574,10 @@ pub enum CrMode {
     /// `terminal.reacts_before_enter`: the whole reaction lands at once, before the Enter
     /// boundary is read.
     Immediate,
+    /// `terminal.stalled_echo`: the TUI was stalled while the write arrived: it draws what was
+    /// typed only after the Enter boundary, and that Enter is lost (the text stays in the
+    /// composer). A hostile review got this by stopping the TUI for 150 ms and more.
+    Stalled,
 }
 
 /// The pane as its holder keeps it (SUB-2, SUB-4): the raw-output end, what the screen shows
@@ -587,6 +593,10 @@ pub struct Pane {
     pub changed: Arc<tokio::sync::Notify>,
     /// Harness output still to come: (due, generation, the screen changes).
     pub reactions: Vec<(u64, u64, bool)>,
+    /// `terminal.stalled_echo`: the redraw withheld while stalled (bytes), then, once the
+    /// Enter boundary is read, when it lands (due, generation, bytes).
+    pub stalled_echo: Option<u64>,
+    pub late_echoes: Vec<(u64, u64, u64)>,
     /// How the harness takes the next CR (the pane port sets it for a split write's CR).
     pub cr_mode: CrMode,
     /// The split write in progress, first byte to outcome: its submission id and the epoch of
@@ -610,6 +620,8 @@ impl Pane {
             lock: Arc::new(tokio::sync::Mutex::new(())),
             changed: Arc::new(tokio::sync::Notify::new()),
             reactions: vec![],
+            stalled_echo: None,
+            late_echoes: vec![],
             cr_mode: CrMode::Delayed,
             split: None,
             asked: BTreeMap::new(),
@@ -956,6 +968,11 @@ impl World {
                 self.agents[a].composer.clear();
                 i += 1;
             } else if rest[0] == b'\r' && !in_paste {
+                if self.agents[a].pane.stalled_echo.is_some() {
+                    // `terminal.stalled_echo`: the Enter is lost; the text stays a draft.
+                    i += 1;
+                    continue;
+                }
                 if raw_burst {
                     // A fast unbracketed burst: Codex keeps it in the composer, CR as newline.
                     self.agents[a].composer.push('\n');
@@ -981,6 +998,10 @@ impl World {
     /// The composer's redraw after an edit (nothing when nothing was edited or no process
     /// reads the pane).
     fn echo(&mut self, a: usize, bytes: u64) {
+        if let Some(withheld) = self.agents[a].pane.stalled_echo.as_mut() {
+            *withheld += bytes; // drawn after the Enter boundary (`terminal.stalled_echo`)
+            return;
+        }
         if bytes > 0 && self.agents[a].process.is_some() {
             self.pane_moved(a, bytes, true);
         }
@@ -1121,7 +1142,7 @@ impl World {
     fn react_to_enter(&mut self, a: usize, now: u64, mode: CrMode) {
         let generation = self.agents[a].spawned;
         match mode {
-            CrMode::Never => {}
+            CrMode::Never | CrMode::Stalled => {}
             CrMode::Immediate => self.pane_moved(a, thread_rng().gen_range(40..400), true),
             CrMode::Delayed => {
                 let delay = if thread_rng().gen_bool(0.1) { thread_rng().gen_range(300..4_000) } else { thread_rng().gen_range(2..300) };
@@ -1137,11 +1158,23 @@ impl World {
     /// Harness output due by now lands (only from the child that was asked: a reaction of an
     /// exited process never comes).
     fn pane_tick(&mut self, a: usize, now: u64) {
+        let generation = self.agents[a].spawned;
+        let alive = self.agents[a].process.is_some();
+        let echoes: Vec<(u64, u64, u64)> = self.agents[a].pane.late_echoes.iter().copied().filter(|e| e.0 <= now).collect();
+        self.agents[a].pane.late_echoes.retain(|e| e.0 > now);
+        for (_, g, bytes) in echoes {
+            // A question shown meanwhile hides the composer: its redraw shows nothing.
+            if g == generation && alive && bytes > 0 && !self.agents[a].question {
+                // A redraw of what was typed: no reaction to the Enter (the oracle's truth).
+                let pane = &mut self.agents[a].pane;
+                pane.output_end += bytes;
+                pane.screen += 1;
+                self.pane_touch(a);
+            }
+        }
         if self.agents[a].pane.reactions.is_empty() {
             return;
         }
-        let generation = self.agents[a].spawned;
-        let alive = self.agents[a].process.is_some();
         let mut due: Vec<(u64, u64, bool)> = self.agents[a].pane.reactions.iter().copied().filter(|r| r.0 <= now).collect();
         self.agents[a].pane.reactions.retain(|r| r.0 > now);
         due.sort_by_key(|r| r.0);

@@ -181,8 +181,11 @@ fn mcp_2_a_lost_reply_keeps_the_request_id_and_oversized_input_is_refused_unsent
         // written (only the daemon could tell): never retry-safe.
         assert_eq!((&receipt["classification"], &receipt["reason"], &receipt["prompt_written"], &receipt["retry_safe"]), (&json!("invalid"), &json!("prompt_too_large"), &json!(false), &json!(false)), "{receipt}");
         assert_eq!(receipt["request_id"], id.as_str(), "{receipt}");
-        let (error, submit) = call(&client, "session", json!({"action": "submit", "session_id": "zola", "input": huge})).await;
-        assert!(error && submit["error"] == "prompt_too_large", "{submit}");
+        // INP-1: a submit's receipt, as the daemon's own refusal would be (it was a usage error).
+        let (error, submit, exit_code) = call_with_exit(&client, "session", json!({"action": "submit", "session_id": "zola", "input": huge})).await;
+        assert!(error && exit_code == Some(4), "{submit}");
+        assert_eq!((&submit["schema"], &submit["status"], &submit["classification"], &submit["reason"]), (&json!("wakterm.session-submit.receipt.v1"), &json!("rejected"), &json!("invalid"), &json!("prompt_too_large")), "{submit}");
+        assert_eq!((&submit["write_state"], &submit["retry_safe"]), (&json!("not_started"), &json!(true)), "{submit}");
         let (error, input) = call(&client, "session", json!({"action": "input", "session_id": "zola", "input": huge})).await;
         assert!(error && input["error"] == "input_too_large", "{input}");
         client.cancel().await.expect("close");

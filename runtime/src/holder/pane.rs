@@ -405,7 +405,11 @@ impl Pane {
             (state.child.pid, state.child.start_time_ticks, state.child.alive)
         };
         if !alive || pid != Some(expect.pid) || start != Some(expect.start_time_ticks) {
-            let error = format!("the pane runs {pid:?}/{start:?}, not {}/{}", expect.pid, expect.start_time_ticks);
+            let running = match (alive, pid, start) {
+                (true, Some(pid), Some(start)) => format!("process {pid} (started at tick {start})"),
+                _ => "no process".to_string(),
+            };
+            let error = format!("the pane runs {running}, not the agent's process {} (started at tick {}): it was replaced or ended", expect.pid, expect.start_time_ticks);
             return Some(WriteOutcome::refusal(super::protocol::WriteRefusal::ProcessChanged, error));
         }
         None
