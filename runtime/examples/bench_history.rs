@@ -30,6 +30,8 @@ struct BenchEffects {
     inbox: mpsc::Sender<DriverMsg>,
     writer: Arc<StoreWriter>,
     agents: Arc<Mutex<FakeAgents>>,
+    /// EV-2: the engine's settled mark, which retention never prunes past (EV-9).
+    settled: tokio::sync::watch::Sender<u64>,
 }
 
 fn idle_snapshot(agent: u64, position: u64) -> ObserverSnapshot {
@@ -57,7 +59,9 @@ impl Effects for BenchEffects {
 
     fn resume(&mut self, _agent_id: AgentId, _from: Cursor, _incarnation: Incarnation) {}
 
-    fn events_settled(&mut self, _through: u64) {}
+    fn events_settled(&mut self, through: u64) {
+        self.settled.send_replace(through);
+    }
 
     fn persist(&mut self, token: u64, ops: Vec<PersistOp>, more_follow: bool) {
         let inbox = self.inbox.clone();
@@ -129,11 +133,12 @@ async fn main() {
     let writer = Arc::new(StoreWriter::spawn(&db).expect("writer"));
     let (inbox, inbox_rx) = mpsc::channel(wakterm_runtime::driver::DRIVER_INBOX);
     let fake = Arc::new(Mutex::new(FakeAgents::default()));
-    let effects = BenchEffects { inbox: inbox.clone(), writer: writer.clone(), agents: fake.clone() };
+    let settled = tokio::sync::watch::Sender::new(0);
+    let effects = BenchEffects { inbox: inbox.clone(), writer: writer.clone(), agents: fake.clone(), settled: settled.clone() };
     let clock = EngineClock::start(wakterm_runtime::driver::now_ms());
     tokio::spawn(run_driver(Engine::new(), inbox_rx, effects, clock));
     let retention = wakterm_runtime::daemon::retention::Retention::default();
-    tokio::spawn(wakterm_runtime::daemon::retention::run(store.clone(), writer.clone(), retention));
+    tokio::spawn(wakterm_runtime::daemon::retention::run(store.clone(), writer.clone(), retention, settled.subscribe()));
     for n in 0..agents {
         let agent_id = AgentId::parse(&format!("0b5e3c1a-1111-4222-8333-{n:012x}")).unwrap();
         fake.lock().unwrap().prompts.insert(agent_id.clone(), (String::new(), 10));
