@@ -175,11 +175,13 @@ pub enum AgentCommand {
     /// this data directory's daemon has stored (a cursor from elsewhere); rebase the same way.
     /// Exit 6 agent_unknown (no live agent has the name or id, and no stored event names the
     /// id), exit 2 too_many_agents (over 256 --agent filters). With --agent the stream ends
-    /// (exit 0) once every agent it follows has stopped. A stream that breaks answers with
+    /// (exit 0) once every agent it follows has stopped. A stream that breaks ends with one
+    /// wakterm.error.v1 line on standard output (after the events; it has no `sequence`) naming
     /// `last_sequence`, the cursor to resume --after: exit 3 daemon_gone (no daemon answers),
     /// exit 1 stream_ended (a daemon answers: it restarted, or dropped this reader for falling
     /// more than 10 s behind, e.g. standard output not read), exit 7 daemon_unresponsive,
-    /// exit 1 stdout_failed (standard output failed other than by being closed).
+    /// exit 1 stdout_failed (standard output failed other than by being closed; said on
+    /// standard error).
     /// Heartbeats are not printed; see --bookmarks.
     Events {
         /// Resume after this sequence. 0 reads from the first event ever, which is only possible

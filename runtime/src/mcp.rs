@@ -37,6 +37,12 @@ pub const MAX_WAIT_MS: u64 = 120_000;
 /// How often `request_wait` asks the daemon while it waits.
 const WAIT_POLL: Duration = Duration::from_millis(100);
 
+/// MCP-3: the arguments of a tool that takes none. Any argument is refused as for the other
+/// tools (`agent_catalog {"x": 1}` used to be answered as if it were not there; a review).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)] // MCP-3: a misspelt argument (`requestId`) is an error, never ignored
 pub struct AdmitArgs {
@@ -324,12 +330,12 @@ impl WaktermMcp {
 #[tool_router]
 impl WaktermMcp {
     #[tool(description = "The agents the wakterm daemon manages: state, incarnation, whether return-final admission is available and why not, and events_through (the Agent API event sequence the view is consistent with).")]
-    async fn agent_catalog(&self) -> Result<CallToolResult, ErrorData> {
+    async fn agent_catalog(&self, Parameters(NoArgs {}): Parameters<NoArgs>) -> Result<CallToolResult, ErrorData> {
         Ok(result_of(self.call(ClientRequest::Catalog).await))
     }
 
     #[tool(description = "What this wakterm daemon supports: operations, limits, the event stream's schema and kinds.")]
-    async fn agent_capabilities(&self) -> Result<CallToolResult, ErrorData> {
+    async fn agent_capabilities(&self, Parameters(NoArgs {}): Parameters<NoArgs>) -> Result<CallToolResult, ErrorData> {
         Ok(result_of(self.call(ClientRequest::Capabilities).await))
     }
 

@@ -103,6 +103,9 @@ fn mcp_session_actions_and_bad_arguments() {
             ("agent_admit", json!({"target": "zola", "prompt": "hi"})),
             ("session", json!({"action": "bogus"})),
             ("request_wait", json!({"request_id": 7})),
+            // MCP-3: the tools that take no argument refuse one too (they ignored it).
+            ("agent_catalog", json!({"x": 1})),
+            ("agent_capabilities", json!({"x": [1]})),
         ];
         for (tool, arguments) in misfits {
             let (error, answer, exit_code) = call_with_exit(&client, tool, arguments.clone()).await;
