@@ -190,6 +190,8 @@ pub struct Oracle {
     pub user_messages: BTreeSet<(usize, String)>,
     pub last_sequence: u64,
     pub ended: BTreeMap<String, u64>,
+    /// When each request ended (its terminal event reached the watcher).
+    pub ended_ms: BTreeMap<String, u64>,
     pub violations: Vec<Violation>,
     /// The classification of the last receipt each request id got.
     pub last_receipt: BTreeMap<String, Classification>,
@@ -440,7 +442,10 @@ impl Oracle {
         let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
         let taken = self.prompts_taken.get(&agent).map(Vec::as_slice).unwrap_or_default();
         let another_taken = taken.iter().any(|(at, whose)| at + STALL_MARGIN_MS >= written_ms && whose.as_deref() != earlier); // learned of after the write, too
-        if written_ms > self.daemon_started_ms && !another_taken && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
+        // ADM-12: bytes an old holder wrote after the engine had given its write up (ended
+        // `write_result_lost`) are a write the engine cannot know of (its known late write).
+        let given_up = earlier.and_then(|id| self.ended_ms.get(id)).is_some_and(|ended| *ended <= written_ms);
+        if written_ms > self.daemon_started_ms && !another_taken && !given_up && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
             let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
         }
@@ -849,6 +854,7 @@ impl Oracle {
         }
         self.last_sequence = self.last_sequence.max(seq);
         self.ended.insert(id.clone(), seq);
+        self.ended_ms.entry(id.clone()).or_insert_with(wakterm_runtime::driver::now_ms);
         let turn = event.provider_turn_id.as_ref().and_then(|t| self.turns.get(&t.0)).cloned();
         if self.steered.contains(&id) && matches!(event.state, TerminalState::Completed | TerminalState::Aborted) {
             let m = format!("{id}: ended {:?} with turn {:?}, but its prompt was folded into a running turn (MGD-3): it opened none", event.state, event.provider_turn_id);
