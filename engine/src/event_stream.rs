@@ -519,9 +519,7 @@ impl Engine {
         let Some((in_flight_token, items)) = self.events.in_flight.remove(agent_id) else { return };
         assert_eq!(in_flight_token, token, "EV-3: one batch in flight per agent");
         let ok = result.is_ok();
-        if ok {
-            self.events.kept_tries.remove(agent_id);
-        } else if self.events.keeps_numbers(agent_id, &items) {
+        if !ok && self.events.keeps_numbers(agent_id, &items) {
             // Still pending, in the same order, with what queued behind them.
             *self.events.kept_tries.entry(agent_id.clone()).or_default() += 1;
             let queued = self.events.backlog.remove(agent_id).unwrap_or_default();

@@ -206,27 +206,9 @@ pub struct SubmitReceipt {
 impl SubmitReceipt {
     /// INP-1, SUB-5: the receipt of a submit refused before anything was sent (its text over
     /// the limit, which the daemon could not read whole), as the engine gives a rejection.
-    pub fn refused_before_sending(classification: Classification, reason: &str, detail: String, timeout_ms: Option<u64>) -> SubmitReceipt {
-        let receipt = SubmitReceipt {
-            schema: SUBMIT_RECEIPT_SCHEMA.to_string(),
-            submission_id: None,
-            agent_id: None,
-            incarnation: None,
-            status: SubmitStatus::Rejected,
-            classification: Some(classification),
-            write_state: WriteState::NotStarted,
-            acknowledged: false,
-            evidence: None,
-            turn_epoch: None,
-            composer_state: None,
-            retry_safe: true,
-            output_offset: None,
-            timeout_ms: clamp_timeout_ms(timeout_ms),
-            reason: Some(reason.to_string()),
-            detail: Some(detail),
-        };
-        receipt.assert_consistent();
-        receipt
+    pub fn refused_before_sending(classification: Classification, reason: &'static str, detail: String, timeout_ms: Option<u64>) -> SubmitReceipt {
+        let ending = Ending::rejected(classification, reason, detail, None);
+        build_receipt(None, None, None, None, clamp_timeout_ms(timeout_ms), ending)
     }
 
     /// SUB-5: retry-safe exactly when nothing was written; acknowledged only with evidence

@@ -265,7 +265,7 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
             append_event(conn, *sequence, agent_id, kind, *at_ms, event_json)
         }
         StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
-            prune_events(conn, (*through_sequence).min(*settled_through), (*before_ms, *settled_through), *max_rows)
+            prune_events(conn, *through_sequence, (*before_ms, *settled_through), *max_rows)
         }
         StoreOp::PruneRequests { before_ms, max_rows } => prune_requests(conn, *before_ms, *max_rows),
         StoreOp::PutEventMark { agent_id, mark_json } => {
@@ -280,8 +280,8 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
 }
 
 /// EV-9: deletes the oldest qualifying prefix and raises the pruned mark. An event is due by
-/// sequence (`through_sequence`, already capped at the settled mark) or by age (`before_ms`,
-/// below the settled mark only).
+/// sequence (`through_sequence`) or by age (`before_ms`), and never past `settled_through`
+/// (the same test as the simulator's store model).
 fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_through): (u64, u64), max_rows: u64) -> Result<(), StoreError> {
     let mut last_pruned = None;
     {
@@ -290,7 +290,7 @@ fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_th
         while let Some(row) = rows.next()? {
             let sequence = from_sql_integer("event sequence", row.get(0)?)?;
             let at_ms = from_sql_integer("at_ms", row.get(1)?)?;
-            if sequence > through_sequence && (at_ms >= before_ms || sequence > settled_through) {
+            if sequence > settled_through || (sequence > through_sequence && at_ms >= before_ms) {
                 break;
             }
             last_pruned = Some(sequence);
