@@ -486,6 +486,28 @@ fn sub_5_cli_submit_exit_codes_follow_the_receipt() {
     assert_eq!(w.user_prompts(), ["baseline turn", "submitted from the cli", "submitted by id"], "nothing else reached a fake");
 }
 
+/// A daemon with an agent that never reacts to Enter (`--ignore-enter`), and a CLI submit of
+/// `text` to it whose split write is done and pasted: the daemon is in its watch of
+/// `timeout_ms`. Returns the daemon's pid and the submit's process.
+fn submit_into_a_watch(w: &World, timeout_ms: &str, text: &str) -> (u32, std::process::Child) {
+    w.mux_start();
+    w.start_agent("mute", REPLY, &["--ignore-enter"]);
+    let entry = w.wait_agent("mute", "idle", |z| z["state"] == "idle");
+    let pane = Pane::of(w, &entry);
+    w.wait_until("the fake drew its empty composer", || pane.composer() == "› Ask Codex to do anything");
+    let writes_before = pane.writes();
+    let child = w
+        .cmd(&["agent", "submit", "--timeout-ms", timeout_ms, "mute", text])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn submit");
+    w.wait_until("the split write reached the pane", || pane.writes() > writes_before);
+    w.wait_until("the paste is in the composer", || pane.composer() == format!("› {text}"));
+    (w.daemon_pid(), child)
+}
+
 /// SUB-5 (seed 003, Failure Semantics: only what provably never started is retry-safe): when
 /// the daemon dies after the split write but before answering, `agent submit` must not look
 /// like an ordinary error a caller may retry: like `agent send`'s `reply_lost`, it should exit
@@ -493,28 +515,34 @@ fn sub_5_cli_submit_exit_codes_follow_the_receipt() {
 #[test]
 fn sub_5_a_lost_reply_after_the_write_is_not_retry_safe() {
     let w = World::new(EXE);
-    w.mux_start();
-    w.start_agent("mute", REPLY, &["--ignore-enter"]);
-    let entry = w.wait_agent("mute", "idle", |z| z["state"] == "idle");
-    let pane = Pane::of(&w, &entry);
-    w.wait_until("the fake drew its empty composer", || pane.composer() == "› Ask Codex to do anything");
-    let daemon = w.daemon_pid();
-    let writes_before = pane.writes();
-    let child = w
-        .cmd(&["agent", "submit", "--timeout-ms", "5000", "mute", "written before the daemon died"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn submit");
-    // The split write is done (the pane counted it); the daemon is now in its 5 s watch.
-    w.wait_until("the split write reached the pane", || pane.writes() > writes_before);
-    w.wait_until("the paste is in the composer", || pane.composer() == "› written before the daemon died");
+    let (daemon, child) = submit_into_a_watch(&w, "5000", "written before the daemon died");
     support::sigkill_and_wait(daemon);
     let out = child.wait_with_output().expect("wait");
     let body: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(out.status.code(), Some(5), "the command may be active: indeterminate, never a plain error: {body}");
     assert_eq!((body["error"].as_str(), body["retry_safe"].as_bool(), body["write_state"].as_str()), (Some("reply_lost"), Some(false), Some("unknown")), "{body}");
+}
+
+/// LIFE-8: `mux stop` while a submit watches for its acknowledgement (10 s, the longest
+/// timeout) lets the watch end and answers the submit's own receipt before the daemon exits.
+/// The drain used to end at 5 s and the runtime with it: the caller saw the connection close
+/// (`reply_lost`, no receipt, no `submission_id`).
+#[test]
+fn life_8_mux_stop_lets_a_watching_submit_answer_its_receipt() {
+    let w = World::new(EXE);
+    let started = Instant::now();
+    let (daemon, child) = submit_into_a_watch(&w, "10000", "written before mux stop");
+    let stop = w.run(&["mux", "stop"]);
+    assert_eq!(stop.code, 0, "mux stop: {:?}", stop.json);
+    let out = child.wait_with_output().expect("wait");
+    let took = started.elapsed();
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    receipt(true, &body);
+    assert_eq!(out.status.code(), Some(5), "written, not acknowledged: {body}");
+    assert_eq!((s(&body["status"]), s(&body["reason"]), s(&body["write_state"])), ("unacknowledged", "no_post_enter_movement", "complete"), "{body}");
+    assert!(body["submission_id"].as_str().is_some_and(|id| !id.is_empty()), "{body}");
+    assert!(took >= Duration::from_secs(10), "the watch ran its whole timeout: {took:?}");
+    w.wait_until("the daemon ended", || support::all_threads_dead(daemon));
 }
 
 /// SUB-4: a resize that changes the pane's size counts as a write at the holder. The child

@@ -40,8 +40,14 @@ use wakterm_engine::{DurableState, Engine, Input, RequestRecord};
 
 /// Terminal events buffered for slow watchers before they fall back to the store.
 pub const WATCH_BUFFER: usize = 1024;
-/// How long `mux stop` lets in-flight admissions finish before the daemon exits.
-pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long `mux stop` lets in-flight admissions and submits finish before the daemon exits
+/// (LIFE-8): a submit's watch lasts up to its 10 s timeout, so the drain outlasts it (at 5 s,
+/// a submit still watching lost its receipt and its caller got `reply_lost`). `mux stop`'s
+/// caller waits up to `mux::START_DEADLINE` (15 s) for the daemon to end.
+pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_millis(wakterm_engine::submit::SUBMIT_MAX_TIMEOUT_MS + 1_000);
+/// LIFE-8: after the drain, how long the connection tasks get to write the answers the
+/// driver's end just gave them (`daemon_stopping`) before the runtime ends them.
+pub const LAST_ANSWERS: std::time::Duration = std::time::Duration::from_millis(200);
 /// CONN-1: the most control connections served at once, whatever the descriptor limit.
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Connections over the cap that are still told why; past this they are closed unanswered.
@@ -338,13 +344,21 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     }
     drop(kept); // the keeper binds nothing from now on
     socket_keeper::remove_if_ours(&paths.socket(), socket);
-    drain_admissions(&context).await;
+    let settled = drain_admissions(&context).await;
     for agent in context.agents.lock().expect("agent table").values() {
         agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     drop(context);
     pruning.abort();
     driver.abort();
+    // LIFE-8: the driver's end drops the answers it still owed (an admission or a submit past
+    // the drain); each waiting handler then answers `daemon_stopping` (indeterminate, with
+    // its request id). Its connection task needs a moment to write that, or its caller
+    // only sees the connection close (`reply_lost`, without the id).
+    let _ = driver.await;
+    if !settled {
+        tokio::time::sleep(LAST_ANSWERS).await;
+    }
     Ok(())
 }
 
@@ -516,20 +530,24 @@ fn stop_unknown_holders(paths: &DataPaths, known: &std::collections::BTreeSet<St
     }
 }
 
-/// `mux stop`: no new connections are accepted; admissions already in flight finish (bounded)
-/// so their callers get receipts instead of a lost connection.
-async fn drain_admissions(context: &Context) {
+/// `mux stop`: no new connections are accepted; admissions and submits already in flight
+/// finish (bounded) so their callers get receipts instead of a lost connection. True when
+/// the engine settled; false when the drain ran out (or the driver is gone) with answers
+/// still owed.
+async fn drain_admissions(context: &Context) -> bool {
     let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
     while tokio::time::Instant::now() < deadline {
         let Some(settled) = crate::driver::ask(&context.inbox, |engine: &Engine| engine.is_settled()).await else {
-            return;
+            return false;
         };
         if settled {
             // Let the connection tasks write the receipts they were just handed.
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            return;
+            return true;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    tracing::warn!(?DRAIN_DEADLINE, "stopping with admissions or submits still under way: their callers get daemon_stopping (LIFE-8)");
+    false
 }
 
