@@ -599,10 +599,11 @@ fn mgd_6_server_requests_are_declined_and_the_turn_goes_on() {
 }
 
 /// MGD-2: an `agent restart` whose app-server resumes the agent's thread under another session
-/// fails (`agent_restart_failed`, as it did) and leaves the agent NOT admissible: the observer
-/// loses the evidence of a thread under the wrong session and never counts it loaded. The new
+/// fails (`agent_restart_failed`, as it did) and leaves the agent NOT admissible. The new
 /// process used to be taken as the agent's thread: return-final available, an admission
 /// accepted and completed in a conversation that was not the agent's (a review reproduced it).
+/// Then it ran on, bound to nothing, until the next restart or stop (another review): LIFE-2
+/// now ends it with its pane, and the agent is listed `stopped`.
 #[test]
 fn mgd_2_a_thread_resumed_under_another_session_is_never_admissible() {
     let w = World::new(EXE);
@@ -616,11 +617,14 @@ fn mgd_2_a_thread_resumed_under_another_session_is_never_admissible() {
     assert_ne!(restarted.code, 0, "{restarted:?}");
     assert!(restarted.stdout.contains("not-the-agents-session"), "the failure names the session: {restarted:?}");
     std::thread::sleep(std::time::Duration::from_millis(1_500));
+    // LIFE-2: the new app-server is ended with its pane, as a start whose handshake failed
+    // is; it ran on as the agent's process, bound to no thread of the agent's.
+    assert!(restarted.stdout.contains("the new process was ended with its pane"), "{restarted:?}");
     let now = w.catalog_entry("mia").expect("the agent is still listed");
-    assert_ne!(now["incarnation"], entry["incarnation"], "a new process runs: {now}");
-    assert_eq!(now["return_final_available"], false, "{now}");
-    let incarnation = s(&now["incarnation"]).to_string();
-    let out = admit_rf(&w, "mia", &incarnation, &new_id(), "into the wrong conversation");
+    assert_eq!((s(&now["state"]), &now["incarnation"]), ("stopped", &Value::Null), "no process runs: {now}");
+    assert_eq!((&now["return_final_available"], s(&now["return_final_unavailable_reason"])), (&json!(false), "agent_not_running"), "{now}");
+    assert!(w.holder_pids().is_empty(), "the pane was taken back: {:?}", w.holder_pids());
+    let out = admit_rf(&w, "mia", s(&entry["incarnation"]), &new_id(), "into the wrong conversation");
     assert_ne!(out.json["classification"], "accepted", "{out:?}");
     assert_eq!(out.json["prompt_written"], false, "{out:?}");
     // MGD-4: the loss is not asked about again and again. Each re-proof brought the same

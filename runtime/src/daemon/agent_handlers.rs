@@ -214,10 +214,25 @@ fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Resul
     // MGD-2: the new process resumes the agent's own thread before anything is admitted
     // (until then its observer has no loaded thread to report).
     if let Some(ids) = worker.record.managed_ids() {
-        let mut client = worker.holder()?;
-        super::managed::handshake(&mut client, &worker.record.cwd, Some(&ids))?;
+        let resumed = worker.holder().and_then(|mut client| super::managed::handshake(&mut client, &worker.record.cwd, Some(&ids)));
+        if let Err(error) = resumed {
+            return Err(take_back_unresumed(worker, &error));
+        }
     }
     Ok(())
+}
+
+/// LIFE-2, MGD-2: a restarted app-server that did not resume the agent's thread is ended with
+/// its pane, as a start whose handshake failed is: it ran on as the agent's process, bound to
+/// no thread of the agent's, until the next restart or stop (a review found it). The agent
+/// stays listed, its holder gone; `agent restart` starts a new pane. Returns the error to
+/// answer, saying what became of the process.
+fn take_back_unresumed(worker: &AgentRuntime, error: &str) -> String {
+    worker.shut_down_pane();
+    match worker.end_unreachable_holder() {
+        Ok(()) => format!("{error}; the new process was ended with its pane (the agent has no process now: `agent restart` starts it again)"),
+        Err(ended) => format!("{error}; ending the new process failed too: {ended}"),
+    }
 }
 
 /// LIFE-2: the error of a spawn that failed (the holder's `spawn_error`: no such program, not
