@@ -13,7 +13,8 @@
 //! `observer.composer_unknown`, `caller.submit_pair`, `caller.submit_races_admission`; oracle
 //! kinds `SubmitFalseAck`, `SubmitWriteState`, `Interleaved`, `SubmitReceipt`,
 //! `SubmitStalled`; mutants `boundary_before_enter`, `split_failure_refused`,
-//! `submit_skips_write_lock`.
+//! `submit_skips_write_lock`, `watch_composer_from_first_sample` (forced by
+//! `terminal.stalled_echo`, whose screen shows the composer empty until the late redraw).
 //!
 //! MGD-* (managed app-server sessions) in the simulator: agent 1 is a Codex app-server under
 //! its holder (`app_server.rs`: one thread for its whole life, stdin lines, the holder's
@@ -236,6 +237,11 @@ pub enum Mutant {
     /// pane redrew idle, so a finished turn reads as running (admissions and no-steer sends
     /// are refused `turn_active` while the agent waits).
     WorkingIndicatorSticky,
+    /// Pane port: a submit's watch reads the composer once, in its first sample, and reports
+    /// that in every later one. A TUI that draws the typed text only after the Enter boundary
+    /// and lost the Enter (`terminal.stalled_echo`) then reads as an empty composer that
+    /// moved: a false acknowledgement (SUB-4's draft check never sees the draft).
+    WatchComposerFromFirstSample,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -287,6 +293,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
     (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
     (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
+    (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 
 impl Mutant {

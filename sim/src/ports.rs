@@ -415,6 +415,7 @@ impl Effects for SimEffects {
                 (lost, exit_at, replaced_at)
             };
             let (mut exit_at, mut replaced_at) = (exit_at, replaced_at);
+            let mut first_composer = None;
             loop {
                 let now = wakterm_runtime::driver::now_ms();
                 let changed = {
@@ -459,7 +460,11 @@ impl Effects for SimEffects {
                             Mutant::WatchIgnoresHolder => boundary.holder.clone(),
                             _ => w.holder_label(a),
                         },
-                        composer: w.composer_on_screen(a),
+                        // The mutant `watch_composer_from_first_sample` keeps the first one.
+                        composer: match w.mutant {
+                            Mutant::WatchComposerFromFirstSample => *first_composer.get_or_insert_with(|| w.composer_on_screen(a)),
+                            _ => w.composer_on_screen(a),
+                        },
                         elapsed_ms: now - started,
                     };
                     let judged = judge(&boundary, &sample);

@@ -1071,9 +1071,12 @@ impl World {
     /// The composer as the screen adapter reads it.
     pub fn composer_on_screen(&self, a: usize) -> Composer {
         let agent = &self.agents[a];
+        // `terminal.stalled_echo`: what was typed is not drawn yet; a submit is only written
+        // into an empty composer, so the screen still shows it empty.
+        let undrawn = agent.pane.stalled_echo.is_some() || agent.pane.late_echoes.iter().any(|(_, generation, _)| *generation == agent.spawned);
         if agent.question {
             Composer::Question
-        } else if agent.composer.is_empty() {
+        } else if undrawn || agent.composer.is_empty() {
             Composer::Empty
         } else {
             Composer::Draft
