@@ -468,6 +468,7 @@ impl Engine {
             && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + agent.no_turn_grace_ms());
         if expired {
             agent.awaiting_turn_after = None;
+            agent.awaiting_past = None;
             agent.probe_at_ms = None;
         }
         agent.view = Some(view);
@@ -678,6 +679,7 @@ impl Engine {
         if let Some(agent) = self.agents.get_mut(&agent_id) {
             agent.awaiting_turn_after = Some(self.now_ms);
             agent.awaiting_request = Some(request_id.clone());
+            agent.awaiting_past = None;
             agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
             agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
         }

@@ -71,6 +71,10 @@ pub struct AgentEntry {
     /// MGD-7: the admission whose write opened that wait, when nothing wrote since (a refusal
     /// of its `turn/start` then ends the wait). None when unknown: the wait runs its course.
     pub awaiting_request: Option<RequestId>,
+    /// ADM-5 across a restart: the wait reopened for a prompt an earlier daemon wrote ends only
+    /// with a turn started past this cursor (the request's armed one): a resume replays the
+    /// turns before it, which are not the prompt's. None for a wait this engine opened.
+    pub awaiting_past: Option<crate::observer::Cursor>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
@@ -83,7 +87,7 @@ pub struct AgentEntry {
 
 impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
-        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, awaiting_request: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
+        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, awaiting_request: None, awaiting_past: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
     }
 
     /// ADM-5, RF-7: how long after a write an idle agent with an empty composer is evidence that
@@ -114,6 +118,7 @@ impl AgentEntry {
     pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: bool) {
         if refused {
             self.awaiting_turn_after = None;
+            self.awaiting_past = None;
             self.probe_at_ms = None;
         } else {
             self.written_until(now_ms);

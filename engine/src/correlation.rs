@@ -99,6 +99,8 @@ impl Engine {
         if self.is_fresh(agent_id, &event) {
             self.update_view(agent_id, &event);
             self.acknowledge_waiting_admission(agent_id, &event);
+        } else {
+            self.end_recovered_wait(agent_id, &event);
         }
         if matches!(event, ObserverEvent::SessionLost { .. }) {
             self.note_loss_while_awaiting(agent_id);
@@ -153,12 +155,26 @@ impl Engine {
         }
     }
 
+    /// ADM-5 across a restart: a turn started past the reopened wait's floor ends it, even when
+    /// the view is already past it (a first look at a checkpoint beyond the armed cursor, then
+    /// the resume's replay): that turn began after the earlier daemon's write.
+    fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let Some(agent) = self.agents.get_mut(agent_id) else { return };
+        let started = matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. });
+        if started && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)) {
+            agent.awaiting_turn_after = None;
+            agent.awaiting_past = None;
+            agent.probe_at_ms = None;
+        }
+    }
+
     /// Folds an event into the agent's observer view so later admissions see busy/idle
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
+        if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)) {
             agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
+            agent.awaiting_past = None;
             agent.probe_at_ms = None;
         }
         let Some(view) = agent.view.as_mut() else { return };
@@ -298,6 +314,7 @@ impl Engine {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         if agent.awaiting_request.as_ref() == Some(request_id) {
             agent.awaiting_turn_after = None;
+            agent.awaiting_past = None;
             agent.probe_at_ms = None;
             agent.awaiting_request = None;
         }
@@ -411,9 +428,17 @@ impl Engine {
     pub(crate) fn verify_requests_after_agent_change(&mut self, agent_id: &AgentId) {
         let facts = self.agents[agent_id].facts.clone();
         let mut resume_from: Option<Cursor> = None;
+        let mut written_unstarted: Option<Cursor> = None;
         for request_id in self.correlating_requests_of(agent_id, true) {
             let record = &self.requests[&request_id];
             let same = facts.incarnation.as_ref() == Some(&record.incarnation) && facts.process == record.process;
+            if same && record.phase == Phase::Submitted && !self.candidates.contains_key(&request_id) {
+                let armed = record.armed.clone().expect("a correlating request is armed");
+                let earlier = written_unstarted.as_ref().is_none_or(|w| armed.position < w.position);
+                if earlier {
+                    written_unstarted = Some(armed);
+                }
+            }
             if !same {
                 self.finish(&request_id, TerminalState::Indeterminate, Some("incarnation_changed"), None, None);
             } else if self.suspended.contains(&request_id) {
@@ -441,6 +466,27 @@ impl Engine {
             None => {
                 self.resuming.remove(agent_id);
             }
+        }
+        if let Some(armed) = written_unstarted {
+            self.await_turn_of_recovered_write(agent_id, armed);
+        }
+    }
+
+    /// ADM-5 across a restart: a return-final prompt an earlier daemon wrote into this same
+    /// process, whose turn has not been seen starting, may still be unread (an app-server slow
+    /// to read its input shows nothing of it). The agent counts as busy until a turn starts or
+    /// the wait's grace passes, as right after the write; the wait runs from now (when the
+    /// write landed, this engine cannot know). Before, a daemon started after such a write
+    /// could admit another prompt on top of the unread one. Only a turn started past `armed`
+    /// (the earliest such request's armed cursor) ends it: a resume replays the turns before.
+    fn await_turn_of_recovered_write(&mut self, agent_id: &AgentId, armed: Cursor) {
+        let now_ms = self.now_ms;
+        let agent = self.agents.get_mut(agent_id).expect("a registered agent");
+        if agent.awaiting_turn_after.is_none() {
+            agent.awaiting_turn_after = Some(now_ms);
+            agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
+            agent.awaiting_past = Some(armed);
+            agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }
     }
 
@@ -542,4 +588,9 @@ fn describe(event: &ObserverEvent) -> String {
 /// The first 12 hex digits of a hash: enough to compare, short enough to read.
 fn short(hash: &str) -> &str {
     &hash[..hash.len().min(12)]
+}
+
+/// An event in another session than `floor`'s, or past its position.
+fn past_cursor(event: &ObserverEvent, floor: &Cursor) -> bool {
+    event.session() != Some(&floor.session) || event.position().is_some_and(|p| p > floor.position)
 }

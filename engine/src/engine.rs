@@ -620,6 +620,7 @@ impl Engine {
                     // The process behind the agent changed: what the observer knew is void.
                     entry.view = None;
                     entry.awaiting_turn_after = None;
+                    entry.awaiting_past = None;
                     entry.probe_at_ms = None;
                 }
                 entry.facts = facts;

@@ -397,6 +397,7 @@ impl Engine {
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");
         agent.awaiting_turn_after = Some(now_ms);
         agent.awaiting_request = None; // a submit's wait, no admission's
+        agent.awaiting_past = None;
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write });
     }
@@ -411,6 +412,7 @@ impl Engine {
             SplitOutcome::Refused { reason } => {
                 if let Some(agent) = self.agents.get_mut(&agent_id) {
                     agent.awaiting_turn_after = None; // nothing reached the pane
+                    agent.awaiting_past = None;
                 }
                 let checked = self.submissions[&id].composer_checked; // nothing was written: still as checked
                 let ending = Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, checked);

@@ -62,6 +62,33 @@ fn rf_7_a_managed_prompt_not_yet_read_keeps_the_agent_busy_until_rf_8() {
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
 }
 
+// ADM-5 across a restart: a daemon started after a managed prompt's write (its submitted
+// marker durable, its turn not seen starting) holds the agent busy as the writer did, so no
+// prompt is written on top of a line the app-server may not have read. The wait runs from the
+// start; it ends with a turn start, or RF-8's grace later. A daemon started after such a
+// write knew nothing of it and admitted the next prompt at once (a known gap until now).
+#[test]
+fn adm_5_a_restart_keeps_a_written_managed_prompt_awaiting_its_turn() {
+    let mut rig = managed_zola(Some(THREAD));
+    let op = rig.admit(REQ, "slow reader", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.crash_and_recover_open_only();
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+    rig.input(Input::StartupComplete);
+    assert_eq!(rig.resumes.len(), 1, "REC-2: the request resumes from its armed cursor");
+    let cursor = rig.resumes[0].1.clone();
+    rig.observe(ObserverEvent::Attached { session: cursor.session.clone(), position: cursor.position });
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    assert_eq!(rig.written.len(), 1, "nothing written on top of the line written before the restart");
+    // The first prompt's own turn ends the wait.
+    rig.provider_turn("turn-1", "slow reader", "the final", cursor.position + 10);
+    assert_eq!(rig.terminal_for(REQ)[0].final_message.as_deref(), Some("the final"));
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
+}
+
 // MGD-2 / CORR-8: only the agent's own thread and session: an observer on another one, or an
 // agent whose thread is not bound yet, is refused before any write.
 #[test]

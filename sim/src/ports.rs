@@ -1627,7 +1627,8 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
         // ADM-5: the new engine has seen no turn and answers no call of the dead one.
-        w.oracle.on_daemon_start();
+        let submitted = requests.iter().filter(|r| r.phase == Phase::Submitted).map(|r| r.request_id.as_str().to_string()).collect();
+        w.oracle.on_daemon_start(submitted);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
