@@ -23,15 +23,17 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
         let message = format!("no wakterm daemon answers at {} ({error}); run `wakterm mux start`", paths.socket().display());
         Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_not_running", message)
     };
-    match paths.verify_private() {
+    match paths.verify_private().and_then(|()| crate::paths::verify_socket(&paths.socket())) {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(not_running(&error)),
         Err(error) => {
             // CLI-2: only modes can be repaired; a file, a link or another user's directory
             // cannot, and saying so would send the user in a circle.
-            let hint = match error.to_string().contains(crate::paths::OPEN_TO_OTHERS) {
-                true => "nothing was sent; if the directory is yours, `wakterm mux start` repairs its modes",
-                false => "nothing was sent; point WAKTERM_DATA_DIR at a directory of your own (`wakterm mux start` makes it)",
+            let text = error.to_string();
+            let hint = match (text.contains(crate::paths::OPEN_TO_OTHERS), text.contains(&paths.socket().display().to_string())) {
+                (true, _) => "nothing was sent; if the directory is yours, `wakterm mux start` repairs its modes",
+                (false, true) => "nothing was sent; `wakterm mux start` puts this directory's own socket in its place",
+                (false, false) => "nothing was sent; point WAKTERM_DATA_DIR at a directory of your own (`wakterm mux start` makes it)",
             };
             return Err(Reply::error(exit::ERROR, "data_dir_not_private", format!("{error}; {hint}")));
         }

@@ -8,7 +8,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -171,6 +171,20 @@ pub fn verify_no_link(path: &Path) -> io::Result<()> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
     }
+}
+
+/// SEC-2: the daemon's socket, as a client finds it: a socket of ours, never a link. Through
+/// a link to another data directory's socket the CLI talked to, and `mux stop` stopped, that
+/// directory's daemon (a review). NotFound when nothing is there.
+pub fn verify_socket(path: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Err(refused(path, "is a symbolic link"));
+    }
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} is not a socket", path.display())));
+    }
+    check_owner(path, meta.uid())
 }
 
 fn check_owner(path: &Path, owner: u32) -> io::Result<()> {

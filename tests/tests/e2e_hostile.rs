@@ -170,6 +170,29 @@ fn sec_2_cli_refuses_a_socket_served_by_another_user() {
     assert!(!heard().contains("private prompt"), "the prompt reached another user's server");
 }
 
+/// SEC-2: a symbolic link in our run directory where the socket belongs, to another data
+/// directory's socket, is refused before anything is sent: the CLI followed it, so `mux stop`
+/// stopped the other directory's daemon and `mux start` said one "already runs" here (a
+/// review). `mux start` puts this directory's own socket in its place.
+#[test]
+fn sec_2_cli_refuses_a_socket_that_is_a_link() {
+    let (here, there) = (World::new(EXE), World::new(EXE));
+    there.mux_start();
+    let paths = wakterm_runtime::paths::DataPaths { root: here.data.clone() };
+    paths.prepare().unwrap();
+    std::os::unix::fs::symlink(there.data.join("run").join("mux.sock"), paths.socket()).unwrap();
+    for args in [&["mux", "status"][..], &["mux", "stop"], &["agent", "catalog"]] {
+        let out = here.run(args);
+        assert_eq!((out.code, out.json["error"].as_str()), (1, Some("data_dir_not_private")), "{args:?}: {out:?}");
+        assert!(out.stdout.contains("is a symbolic link") && out.stdout.contains("mux start"), "{out:?}");
+    }
+    assert_eq!(there.run(&["mux", "status"]).code, 0, "the other directory's daemon still runs");
+    here.mux_start();
+    let status = here.ok(&["mux", "status"]);
+    assert_eq!(status["data_dir"].as_str(), here.data.to_str(), "{status}");
+    assert_ne!(status["pid"], there.ok(&["mux", "status"])["pid"], "{status}");
+}
+
 /// Binds `socket`, then forks a child that becomes OTHER_UID, calls listen(), answers one
 /// connection with a forged `accepted` receipt and writes what it heard to a file. Returns a
 /// reader of that file, which also removes it (it lives in the shared temporary directory, where
