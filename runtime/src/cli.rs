@@ -331,9 +331,22 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
+/// CLI-3: prints a command's one answer. Standard output closed by its reader (`| head -c 10`)
+/// is not an error of ours; any other failure (a full disk, an I/O error) is: the answer (an
+/// admission's receipt with the only copy of its generated request id) goes to standard error
+/// whole, then a `stdout_failed` line, and the exit is 1. It used to exit as if printed.
 pub fn print_reply(reply: Reply) -> i32 {
-    print_line(&serde_json::to_string(&reply.body).expect("json"));
-    reply.exit_code
+    let line = serde_json::to_string(&reply.body).expect("json");
+    match write_line(&line) {
+        Ok(()) => reply.exit_code,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => reply.exit_code,
+        Err(error) => {
+            let failed = Reply::error(exit::ERROR, "stdout_failed", format!("cannot print to standard output ({error}); its answer (exit {}) is the line before this one", reply.exit_code));
+            eprintln!("{line}");
+            eprintln!("{}", failed.body);
+            failed.exit_code
+        }
+    }
 }
 
 /// One line of output. False when standard output is closed (`| head -1`): `println!` panicked

@@ -432,3 +432,35 @@ fn log_1_admissions_are_logged_without_the_prompt() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stdout).contains("WAKTERM_LOG"), "{}", String::from_utf8_lossy(&bad.stdout));
 }
+
+/// CLI-3: a one-shot command whose answer cannot be printed (standard output is /dev/full)
+/// exits 1 and puts the answer whole on standard error, then `stdout_failed`: a send without
+/// `--request-id` keeps the only copy of its generated id. It exited 0 as if printed (a
+/// review). A reader that closed standard output (`| head -c 1`) is not an error.
+#[test]
+fn cli_3_an_answer_that_cannot_be_printed_is_an_error_with_the_answer_on_stderr() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    for args in [&["agent", "catalog"][..], &["agent", "send", "zola", "a prompt whose receipt is lost"]] {
+        let out = w.cmd(args).stdin(Stdio::null()).stdout(full()).stderr(Stdio::piped()).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<serde_json::Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(lines.len(), 2, "the answer, then stdout_failed: {stderr}");
+        assert_eq!(lines[1]["error"], "stdout_failed", "{stderr}");
+        if args[1] == "send" {
+            assert_eq!(lines[0]["classification"], "accepted", "{stderr}");
+            let id = lines[0]["request_id"].as_str().expect("the generated request id survives");
+            assert_eq!(w.ok(&["agent", "request", "get", id])["request_id"], id);
+        } else {
+            assert!(lines[0]["agents"].is_array(), "{stderr}");
+        }
+    }
+    let mut child = w.cmd(&["agent", "catalog"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    drop(child.stdout.take()); // the reader goes away before the answer
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
