@@ -153,7 +153,7 @@ pub enum AgentCommand {
         #[arg(long, default_value_t = wakterm_engine::submit::SUBMIT_DEFAULT_TIMEOUT_MS)]
         timeout_ms: u64,
         /// The text; `-` reads it from standard input.
-        text: String,
+        text: std::ffi::OsString,
     },
     /// EXPERIMENTAL shadow page of the agent's normalised Codex output
     /// (schema wakterm.agent-output-shadow.experimental.v1). The first read is a baseline;
@@ -472,15 +472,24 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
 }
 
 /// `agent submit`: the text from the argument or standard input, bounded like a prompt.
-fn submit_request(target: String, exact_agent_id: bool, timeout_ms: u64, text: &str) -> Result<ClientRequest, Reply> {
+/// INP-1: text that is no UTF-8, from the argument or `-`, gets the submit receipt
+/// `invalid` / `prompt_not_utf8` (exit 4), as an oversized one does and as admissions do; it
+/// was a usage error from the argument and a bare error from `-` (a review).
+fn submit_request(target: String, exact_agent_id: bool, timeout_ms: u64, text: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
+    let not_utf8 = |whose: &str| client::submit_refused("prompt_not_utf8", format!("the text {whose} is not UTF-8"), Some(timeout_ms));
+    let Some(text) = text.to_str() else {
+        return Err(not_utf8("argument"));
+    };
     let text = if text == "-" {
-        match read_stdin_prompt(&mut std::io::stdin().lock(), limit)? {
-            StdinPrompt::Text(text) => text,
-            StdinPrompt::TooLarge { bytes, .. } => {
+        match read_stdin_prompt(&mut std::io::stdin().lock(), limit) {
+            Ok(StdinPrompt::Text(text)) => text,
+            Ok(StdinPrompt::TooLarge { bytes, .. }) => {
                 let detail = format!("the text on standard input is over {limit} bytes ({bytes} counted)");
-                return Err(client::submit_too_large(detail, Some(timeout_ms)));
+                return Err(client::submit_refused("prompt_too_large", detail, Some(timeout_ms)));
             }
+            Err(reply) if reply.body["error"] == "prompt_not_utf8" => return Err(not_utf8("on standard input")),
+            Err(reply) => return Err(reply),
         }
     } else {
         text.to_string()

@@ -211,14 +211,14 @@ pub fn refused_before_sending(classification: wakterm_engine::Classification, (o
 pub fn check_submit_size(text: &str, timeout_ms: Option<u64>) -> Result<(), Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     match text.len() > limit {
-        true => Err(submit_too_large(format!("the text is {} bytes; the limit is {limit}", text.len()), timeout_ms)),
+        true => Err(submit_refused("prompt_too_large", format!("the text is {} bytes; the limit is {limit}", text.len()), timeout_ms)),
         false => Ok(()),
     }
 }
 
 /// The receipt of a submit whose text is over the limit (INP-1).
-pub fn submit_too_large(detail: String, timeout_ms: Option<u64>) -> Reply {
-    let receipt = wakterm_engine::SubmitReceipt::refused_before_sending(wakterm_engine::Classification::Invalid, "prompt_too_large", detail, timeout_ms);
+pub fn submit_refused(reason: &'static str, detail: String, timeout_ms: Option<u64>) -> Reply {
+    let receipt = wakterm_engine::SubmitReceipt::refused_before_sending(wakterm_engine::Classification::Invalid, reason, detail, timeout_ms);
     Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }
 }
 

@@ -464,6 +464,25 @@ fn sub_5_cli_submit_exit_codes_follow_the_receipt() {
         receipt(true, &out.json);
         assert_eq!((s(&out.json["reason"]), out.json["retry_safe"].as_bool()), (reason, Some(true)), "{out:?}");
     }
+    // INP-1: bytes that are no text, as the argument or on standard input: one receipt shape.
+    for from_stdin in [false, true] {
+        use std::os::unix::ffi::OsStrExt;
+        let mut cmd = w.cmd(&["agent", "submit", "zola"]);
+        let bytes: &[u8] = b"not \xff utf-8";
+        cmd.arg(if from_stdin { std::ffi::OsStr::new("-") } else { std::ffi::OsStr::from_bytes(bytes) });
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn submit");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if from_stdin {
+            std::io::Write::write_all(&mut stdin, bytes).expect("write stdin");
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait");
+        let body: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert_eq!(out.status.code(), Some(4), "stdin {from_stdin}: {body}");
+        receipt(true, &body);
+        assert_eq!((s(&body["classification"]), s(&body["reason"]), body["retry_safe"].as_bool()), ("invalid", "prompt_not_utf8", Some(true)), "{body}");
+    }
+    assert_eq!(pane.writes(), writes_before, "the refusals wrote nothing");
     pane.type_keys(b"a human draft");
     w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] == "composer_not_empty");
     let writes_with_draft = pane.writes();
