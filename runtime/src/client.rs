@@ -83,6 +83,16 @@ fn verify_peer(stream: &UnixStream) -> Result<(), Reply> {
     }
 }
 
+/// [`send`] with the caller's give-up time ([`crate::protocol::GIVE_UP_FIELD`]).
+fn send_waited(stream: &mut UnixStream, request: &ClientRequest, give_up_at_ms: u64) -> Result<(), Reply> {
+    let mut value = serde_json::to_value(request).expect("requests serialise");
+    value[crate::protocol::GIVE_UP_FIELD] = serde_json::json!(give_up_at_ms);
+    let mut line = serde_json::to_vec(&value).expect("requests serialise");
+    line.push(b'\n');
+    let _ = stream.set_write_timeout(Some(CALL_TIMEOUT));
+    stream.write_all(&line).map_err(io_error)
+}
+
 fn send(stream: &mut UnixStream, request: &ClientRequest) -> Result<(), Reply> {
     let mut line = serde_json::to_vec(request).expect("requests serialise");
     line.push(b'\n');
@@ -249,7 +259,9 @@ fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) -> R
         Err(reply) => return reply,
     };
     let _ = stream.set_read_timeout(Some(bound));
-    if let Err(reply) = send(&mut stream, request) {
+    // CLI-4: the daemon does nothing with a request it reads after this wait ends.
+    let give_up = crate::driver::now_ms().saturating_add(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX));
+    if let Err(reply) = send_waited(&mut stream, request, give_up) {
         return reply;
     }
     let mut line = String::new();

@@ -156,6 +156,16 @@ pub fn frame_request_line(received: &[u8]) -> &[u8] {
 /// refusal is the `bad_request` reply to send (exit 2), whose message never exceeds the line
 /// by more than [`MAX_REQUEST_ERROR_OVERHEAD_BYTES`].
 pub fn parse_request_line(line: &[u8]) -> Result<ClientRequest, Reply> {
+    parse_request_envelope(line).map(|(request, _)| request)
+}
+
+/// CLI-4: the field a client adds to a request it waits for: the wall-clock millisecond its
+/// wait ends. A daemon that reads the line later (it was stopped, frozen or swamped) does
+/// nothing with it: its caller has gone, told the outcome is unknown or that nothing answered.
+pub const GIVE_UP_FIELD: &str = "give_up_at_ms";
+
+/// [`parse_request_line`], with the caller's [`GIVE_UP_FIELD`] when it sent one.
+pub fn parse_request_envelope(line: &[u8]) -> Result<(ClientRequest, Option<u64>), Reply> {
     let refuse = |message: String| Reply::error(exit::USAGE, "bad_request", message);
     let Ok(text) = std::str::from_utf8(line) else {
         return Err(refuse("the request line is not UTF-8".to_string()));
@@ -164,7 +174,13 @@ pub fn parse_request_line(line: &[u8]) -> Result<ClientRequest, Reply> {
     if !framed {
         return Err(refuse("the request line is missing or too long".to_string()));
     }
-    serde_json::from_str(text).map_err(|error| refuse(format!("unreadable request: {error}")))
+    let mut value: serde_json::Value = serde_json::from_str(text).map_err(|error| refuse(format!("unreadable request: {error}")))?;
+    let give_up = match value.as_object_mut().and_then(|fields| fields.remove(GIVE_UP_FIELD)) {
+        None => None,
+        Some(at) => Some(at.as_u64().ok_or_else(|| refuse(format!("{GIVE_UP_FIELD} is not a whole number of milliseconds")))?),
+    };
+    let request = serde_json::from_value(value).map_err(|error| refuse(format!("unreadable request: {error}")))?;
+    Ok((request, give_up))
 }
 
 /// Bound on what a refusal adds to the line it quotes (serde_json names at most one offending

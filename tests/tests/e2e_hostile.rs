@@ -3,7 +3,7 @@
 
 mod support;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
@@ -168,6 +168,39 @@ fn sec_2_cli_refuses_a_socket_served_by_another_user() {
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(out.json["error"], "daemon_not_trusted", "{out:?}");
     assert!(!heard().contains("private prompt"), "the prompt reached another user's server");
+}
+
+/// CLI-4: a request the daemon reads after its caller's wait ended (`give_up_at_ms`, which
+/// every waiting CLI call sends) is answered `caller_gone` and not done. A daemon frozen for
+/// minutes (SIGSTOP) stopped an agent and itself for callers told long before that it did
+/// not answer (a review). A request whose caller still waits is done as ever.
+#[test]
+fn cli_4_a_request_read_after_its_caller_gave_up_is_not_done() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", "ok", &[]);
+    let socket = w.data.join("run").join("mux.sock");
+    let ask = |line: String| {
+        let mut stream = UnixStream::connect(&socket).expect("connect");
+        stream.write_all(format!("{line}\n").as_bytes()).expect("send");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).expect("answer");
+        serde_json::from_str::<Value>(&answer).expect("a JSON answer")
+    };
+    let past = wakterm_runtime::driver::now_ms() - 1_000;
+    for line in [json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": past}), json!({"op": "stop", "all": true, "give_up_at_ms": past})] {
+        let answer = ask(line.to_string());
+        assert_eq!(answer["body"]["error"], "caller_gone", "{line}: {answer}");
+    }
+    assert!(w.catalog_entry("zola").is_some(), "the agent was not stopped");
+    assert_eq!(w.run(&["mux", "status"]).code, 0, "the daemon still runs");
+    let bad = ask(json!({"op": "status", "give_up_at_ms": "soon"}).to_string());
+    assert_eq!(bad["body"]["error"], "bad_request", "{bad}");
+    let future = wakterm_runtime::driver::now_ms() + 60_000;
+    let answer = ask(json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": future}).to_string());
+    assert!(answer["exit_code"] == 0 && answer["body"].get("error").is_none(), "a caller that still waits is served: {answer}");
+    assert!(w.catalog_entry("zola").is_none(), "stopped");
 }
 
 /// SEC-2: a symbolic link in our run directory where the socket belongs, to another data

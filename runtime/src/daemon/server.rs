@@ -32,7 +32,7 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     let parsed = match tokio::time::timeout(REQUEST_LINE_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
         Err(_) => Err(Reply::error(exit::USAGE, "request_timeout", format!("no complete request line within {REQUEST_LINE_TIMEOUT:?}"))),
         Ok(Err(error)) => Err(Reply::error(exit::USAGE, "bad_request", format!("the request could not be read: {error}"))),
-        Ok(Ok(_)) => crate::protocol::parse_request_line(&line),
+        Ok(Ok(_)) => crate::protocol::parse_request_envelope(&line).and_then(|(request, give_up)| caller_still_waits(request, give_up)),
     };
     // A stream lives as long as its subscriber: the request line (up to 1 MiB) is not kept
     // with it (300 subscribers with padded lines held 300 MB; a review measured it).
@@ -56,6 +56,21 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     let _ = write_line(&mut write_half, &serde_json::to_value(reply).unwrap_or_default()).await;
     if stop {
         context.shutdown.notify_one();
+    }
+}
+
+/// CLI-4: a request read after its caller's wait ended is not done: the caller was told the
+/// outcome is unknown (`reply_lost`) or that nothing answered, and may have acted on it. A
+/// daemon frozen for minutes typed a submit and stopped itself on a `mux stop` whose callers
+/// had long gone (a review).
+fn caller_still_waits(request: ClientRequest, give_up_at_ms: Option<u64>) -> Result<ClientRequest, Reply> {
+    let now = crate::driver::now_ms();
+    match give_up_at_ms {
+        Some(at) if now > at => {
+            tracing::warn!(late_ms = now - at, "a request read after its caller gave up: not done (CLI-4)");
+            Err(Reply::error(exit::ERROR, "caller_gone", format!("the request was read {} ms after its caller stopped waiting; nothing was done", now - at)))
+        }
+        _ => Ok(request),
     }
 }
 
