@@ -382,8 +382,10 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             let cwd = std::fs::canonicalize(&cwd).or_else(|_| std::path::absolute(&cwd)).unwrap_or(cwd);
             let mut pairs = Vec::new();
             for item in env {
-                let Some((key, value)) = item.split_once('=') else {
-                    return print_reply(Reply::error(exit::USAGE, "invalid_env", format!("--env expects K=V, got {item:?}")));
+                // An empty key (`=v`) too: the holder refused it only after the daemon had begun
+                // the start (`agent_start_failed`, exit 1; a review).
+                let Some((key, value)) = item.split_once('=').filter(|(key, _)| !key.is_empty()) else {
+                    return print_reply(Reply::error(exit::USAGE, "invalid_env", format!("--env expects K=V with a non-empty K, got {item:?}")));
                 };
                 pairs.push((key.to_string(), value.to_string()));
             }

@@ -23,6 +23,9 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
     if status.exit_code == exit::OK {
         return already_running(paths, &status, "");
     }
+    if let Err(error) = paths.check_socket_room() {
+        return Reply::error(exit::USAGE, "data_dir_path_too_long", error.to_string());
+    }
     if let Err(error) = paths.prepare() {
         return Reply::error(exit::ERROR, "no_data_dir", format!("cannot prepare {}: {error}", paths.root.display()));
     }
@@ -42,15 +45,21 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
     };
     // What the log held before this start: its reason for exiting is what comes after.
     let log_before = std::fs::metadata(paths.log_file()).map(|m| m.len()).unwrap_or(0);
-    let spawned = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["mux", "start", "--foreground"])
         .args(["--retain-events", &retention.events.to_string(), "--retain-days", &retention.days.to_string()])
         .env("WAKTERM_DATA_DIR", &paths.root)
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0)
-        .spawn();
+        .stderr(stderr);
+    // LIFE-6: a session (and process group) of its own, so the caller's terminal closing
+    // (SIGHUP to its session) never reaches the daemon; it had a group of its own only.
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(error) => return Reply::error(exit::ERROR, "spawn_failed", error.to_string()),

@@ -61,8 +61,22 @@ impl DataPaths {
     /// Creates the private directories (0700) and refuses ones another user owns or that are
     /// symbolic links (SEC-1).
     pub fn prepare(&self) -> io::Result<()> {
+        self.check_socket_room()?;
         for dir in [self.root.clone(), self.run_dir(), self.holders_dir()] {
             private_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// CLI-2: every socket the data directory will hold (the daemon's, an agent holder's, the
+    /// longest) fits a Unix socket's path (107 bytes), checked before anything is created: a
+    /// long directory was made, with its database and log, and only the bind failed (a review).
+    pub fn check_socket_room(&self) -> io::Result<()> {
+        let longest = self.holder_socket(&"0".repeat(36));
+        let bytes = longest.as_os_str().len();
+        if bytes > MAX_SOCKET_PATH_BYTES {
+            let message = format!("the data directory {} is too long: its agents' sockets (such as {}) would be {bytes} bytes, over the {MAX_SOCKET_PATH_BYTES} a Unix socket's path may have; point WAKTERM_DATA_DIR at a shorter path", self.root.display(), longest.display());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
         }
         Ok(())
     }
@@ -76,6 +90,9 @@ impl DataPaths {
         Ok(())
     }
 }
+
+/// The longest path a Unix socket may have on Linux (`sun_path` holds 108 bytes with its NUL).
+pub const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 /// The uid this process runs as.
 pub fn current_uid() -> u32 {

@@ -464,3 +464,24 @@ fn cli_3_an_answer_that_cannot_be_printed_is_an_error_with_the_answer_on_stderr(
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
 }
+
+/// CLI-2: bad input to `agent start` and `mux start` is refused before anything is made or
+/// sent. An `--env` pair with an empty key (`=v`) is `invalid_env` (exit 2) like one without
+/// `=`; it reached the holder and failed there (`agent_start_failed`). A data directory too
+/// long for its sockets is refused before it is created; it was made, with its database and
+/// log, and only the bind failed (a review).
+#[test]
+fn cli_2_bad_env_pairs_and_a_data_dir_too_long_for_sockets_change_nothing() {
+    let w = World::new(EXE);
+    w.mux_start();
+    for pair in ["NOEQUALS", "=v"] {
+        let out = w.run(&["agent", "start", "--name", "envy", "--env", pair, "--", "true"]);
+        assert_eq!((out.code, out.json["error"].as_str()), (2, Some("invalid_env")), "{pair}: {out:?}");
+    }
+    assert!(w.catalog_entry("envy").is_none(), "nothing started");
+    let long = w.root.join("d".repeat(80));
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_DATA_DIR", &long).output().expect("mux start");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!((out.status.code(), body["error"].as_str()), (Some(2), Some("data_dir_path_too_long")), "{body}");
+    assert!(!long.exists(), "nothing was created");
+}

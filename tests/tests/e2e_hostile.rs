@@ -701,6 +701,22 @@ fn life_6_sigterm_stops_the_daemon_as_mux_stop_does() {
     assert_eq!(w.fake_agents_running(), 1, "the agent runs on");
     w.mux_start();
     assert_eq!(w.wait_terminal(&id)["state"], "completed", "the request in flight completes");
+    // SIGHUP (a foreground daemon's terminal closed) stops it the same way; it killed it as a
+    // crash. A background daemon leads a session of its own, so no terminal's hangup reaches it.
+    let daemon = w.daemon_pid();
+    let stat = std::fs::read_to_string(format!("/proc/{daemon}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    assert_eq!(fields[3], daemon.to_string(), "the daemon leads its own session: {stat}");
+    // SAFETY: a signal to our own test world's daemon.
+    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while socket.exists() || !support::all_threads_dead(daemon) {
+        assert!(Instant::now() < deadline, "SIGHUP did not stop the daemon as mux stop does (its socket still there: {})", socket.exists());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+    assert!(log.contains("SIGHUP: stopping as `mux stop` does"), "said in the log");
+    assert_eq!(w.fake_agents_running(), 1, "the agent runs on");
 }
 
 /// LIFE-7: `mux start --foreground` prints one JSON line once its socket answers, so a

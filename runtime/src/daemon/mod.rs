@@ -317,6 +317,9 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     // at once, mid-commit, its socket left behind.
     let signal = |kind| tokio::signal::unix::signal(kind).map_err(|e| format!("cannot handle signals: {e}"));
     let (mut terminate, mut interrupt) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    // LIFE-6: SIGHUP (a foreground daemon's terminal closed) stops it cleanly too; its default
+    // action killed it as a crash, its socket left behind (a review).
+    let mut hangup = signal(SignalKind::hangup())?;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -339,6 +342,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
             _ = shutdown.notified() => break,
             _ = terminate.recv() => break stopping_on(&context, "SIGTERM"),
             _ = interrupt.recv() => break stopping_on(&context, "SIGINT"),
+            _ = hangup.recv() => break stopping_on(&context, "SIGHUP"),
             ended = &mut driver => return Err(format!("the engine driver stopped unexpectedly: {ended:?}")),
         }
     }
@@ -394,7 +398,7 @@ pub const READY_SCHEMA: &str = "wakterm.mux-ready.v1";
 fn stopping_on(context: &Context, signal: &str) {
     context.close_to_starts(false);
     tracing::info!("{signal}: stopping as `mux stop` does (agents keep running); a second SIGTERM or SIGINT ends it at once");
-    for again in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT] {
+    for again in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGHUP] {
         // SAFETY: restores the default action; no handler of ours runs from now on, and tokio's
         // own stays registered but is never asked to deliver again.
         let _ = unsafe { nix::sys::signal::signal(again, nix::sys::signal::SigHandler::SigDfl) };
