@@ -686,19 +686,22 @@ fn life_6_sigterm_stops_the_daemon_as_mux_stop_does() {
     let id = new_id();
     let incarnation = entry["incarnation"].as_str().unwrap();
     w.ok(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "slow one"]);
-    let daemon = w.daemon_pid();
-    // SAFETY: a signal to our own test world's daemon.
-    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGTERM) }, 0);
     let socket = w.data.join("run/mux.sock");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // Gone, as `mux stop` waits for: its lock is released only after the drain.
-    while socket.exists() || !support::all_threads_dead(daemon) {
-        assert!(Instant::now() < deadline, "the daemon did not stop as mux stop does (its socket still there: {})", socket.exists());
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
-    assert!(log.contains("SIGTERM: stopping as `mux stop` does"), "said in the log");
-    assert_eq!(w.fake_agents_running(), 1, "the agent runs on");
+    // Gone, as `mux stop` waits for: its lock is released only after the drain; the agent runs on.
+    let stops_on = |signal: libc::c_int, name: &str| {
+        let daemon = w.daemon_pid();
+        // SAFETY: a signal to our own test world's daemon.
+        assert_eq!(unsafe { libc::kill(daemon as i32, signal) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while socket.exists() || !support::all_threads_dead(daemon) {
+            assert!(Instant::now() < deadline, "{name} did not stop the daemon as mux stop does (its socket still there: {})", socket.exists());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+        assert!(log.contains(&format!("{name}: stopping as `mux stop` does")), "said in the log");
+        assert_eq!(w.fake_agents_running(), 1, "the agent runs on");
+    };
+    stops_on(libc::SIGTERM, "SIGTERM");
     w.mux_start();
     assert_eq!(w.wait_terminal(&id)["state"], "completed", "the request in flight completes");
     // SIGHUP (a foreground daemon's terminal closed) stops it the same way; it killed it as a
@@ -707,16 +710,7 @@ fn life_6_sigterm_stops_the_daemon_as_mux_stop_does() {
     let stat = std::fs::read_to_string(format!("/proc/{daemon}/stat")).unwrap();
     let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
     assert_eq!(fields[3], daemon.to_string(), "the daemon leads its own session: {stat}");
-    // SAFETY: a signal to our own test world's daemon.
-    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGHUP) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while socket.exists() || !support::all_threads_dead(daemon) {
-        assert!(Instant::now() < deadline, "SIGHUP did not stop the daemon as mux stop does (its socket still there: {})", socket.exists());
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
-    assert!(log.contains("SIGHUP: stopping as `mux stop` does"), "said in the log");
-    assert_eq!(w.fake_agents_running(), 1, "the agent runs on");
+    stops_on(libc::SIGHUP, "SIGHUP");
 }
 
 /// LIFE-7: `mux start --foreground` prints one JSON line once its socket answers, so a
