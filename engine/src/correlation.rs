@@ -428,17 +428,9 @@ impl Engine {
     pub(crate) fn verify_requests_after_agent_change(&mut self, agent_id: &AgentId) {
         let facts = self.agents[agent_id].facts.clone();
         let mut resume_from: Option<Cursor> = None;
-        let mut written_unstarted: Option<Cursor> = None;
         for request_id in self.correlating_requests_of(agent_id, true) {
             let record = &self.requests[&request_id];
             let same = facts.incarnation.as_ref() == Some(&record.incarnation) && facts.process == record.process;
-            if same && record.phase == Phase::Submitted && !self.candidates.contains_key(&request_id) {
-                let armed = record.armed.clone().expect("a correlating request is armed");
-                let earlier = written_unstarted.as_ref().is_none_or(|w| armed.position < w.position);
-                if earlier {
-                    written_unstarted = Some(armed);
-                }
-            }
             if !same {
                 self.finish(&request_id, TerminalState::Indeterminate, Some("incarnation_changed"), None, None);
             } else if self.suspended.contains(&request_id) {
@@ -466,27 +458,6 @@ impl Engine {
             None => {
                 self.resuming.remove(agent_id);
             }
-        }
-        if let Some(armed) = written_unstarted {
-            self.await_turn_of_recovered_write(agent_id, armed);
-        }
-    }
-
-    /// ADM-5 across a restart: a return-final prompt an earlier daemon wrote into this same
-    /// process, whose turn has not been seen starting, may still be unread (an app-server slow
-    /// to read its input shows nothing of it). The agent counts as busy until a turn starts or
-    /// the wait's grace passes, as right after the write; the wait runs from now (when the
-    /// write landed, this engine cannot know). Before, a daemon started after such a write
-    /// could admit another prompt on top of the unread one. Only a turn started past `armed`
-    /// (the earliest such request's armed cursor) ends it: a resume replays the turns before.
-    fn await_turn_of_recovered_write(&mut self, agent_id: &AgentId, armed: Cursor) {
-        let now_ms = self.now_ms;
-        let agent = self.agents.get_mut(agent_id).expect("a registered agent");
-        if agent.awaiting_turn_after.is_none() {
-            agent.awaiting_turn_after = Some(now_ms);
-            agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(armed);
-            agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }
     }
 

@@ -117,6 +117,12 @@ pub struct Engine {
     pub(crate) turn_wait_since: BTreeMap<RequestId, u64>,
     /// REC-2: recovered requests waiting for their agent and observer to be re-verified.
     pub(crate) suspended: BTreeSet<RequestId>,
+    /// ADM-5 across a restart: per agent, the process and earliest armed cursor of the
+    /// return-final prompts recovered `submitted` (written, no turn bound), taken when the
+    /// agent registers (the wait is reopened then, whatever became of the requests meanwhile:
+    /// a deadline passed while down ends the request, not the unread line). Emptied at
+    /// `StartupComplete`.
+    pub(crate) recovered_writes: BTreeMap<AgentId, crate::recovery::RecoveredWrite>,
     /// REC-2: agents whose `ResumeObserver` was asked for and not yet answered (by an attach at
     /// or before the armed cursor, or a lost session). Until then an attach past the cursor is
     /// another look racing the resume (the monitor's first run, an admission's refresh), not
@@ -185,6 +191,7 @@ impl Engine {
             correlating: BTreeSet::new(),
             turn_wait_since: BTreeMap::new(),
             suspended: BTreeSet::new(),
+            recovered_writes: BTreeMap::new(),
             resuming: BTreeSet::new(),
             stops_deferred: BTreeMap::new(),
             persists: BTreeMap::new(),
@@ -631,6 +638,9 @@ impl Engine {
                     return;
                 }
                 let mut entry = AgentEntry::new(facts);
+                if let Some(write) = self.recovered_writes.remove(&agent_id) {
+                    write.reopen_wait(&mut entry, self.now_ms);
+                }
                 // ADM-12: an agent removed and re-added mid-admission keeps that admission's claim,
                 // so a second admission cannot write while the first one's bytes are in flight.
                 entry.claim = self.admissions.iter().find(|(_, a)| a.agent_id == agent_id).map(|(id, _)| id.clone());

@@ -44,6 +44,14 @@ impl Engine {
                 }
             }
         }
+        for record in engine.requests.values().filter(|r| r.phase == Phase::Submitted) {
+            let armed = record.armed.clone().expect("a submitted request is armed");
+            let write = RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, armed };
+            let earlier = engine.recovered_writes.get(&record.agent_id).is_none_or(|w| write.armed.position < w.armed.position);
+            if earlier {
+                engine.recovered_writes.insert(record.agent_id.clone(), write);
+            }
+        }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
         engine.correlating.extend(correlating.iter().cloned());
         engine.suspended.extend(correlating);
@@ -58,6 +66,8 @@ impl Engine {
     /// REC-2: the runtime registered every agent it found; requests whose agent did not come
     /// back cannot be verified.
     pub(crate) fn on_startup_complete(&mut self) {
+        self.recovered_writes.clear(); // ADM-5: agents that did not come back have no wait
+
         // EV-4: an agent the stream announced and that did not come back was stopped and
         // deleted, and the daemon died before the engine heard of it: say so now.
         let orphaned: Vec<_> = self
@@ -83,4 +93,32 @@ impl Engine {
 fn restart_receipt(record: &RequestRecord) -> Receipt {
     let detail = "the daemon stopped between registering this request and confirming its write".to_string();
     record.written_receipt(Classification::Indeterminate, WriteState::Unknown, None, Some(RESTART_REASON), Some(detail))
+}
+
+/// ADM-5 across a restart: a return-final prompt an earlier daemon wrote into this process,
+/// whose turn it had not seen starting: it may still be unread (an app-server slow to read its
+/// input shows nothing of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecoveredWrite {
+    pub incarnation: crate::ids::Incarnation,
+    pub process: Option<crate::observer::ProcessIdentity>,
+    /// The earliest such request's armed cursor: only a turn started past it ends the wait (a
+    /// resume replays the turns before it, which are not the prompt's).
+    pub armed: crate::observer::Cursor,
+}
+
+impl RecoveredWrite {
+    /// The agent registered again: on the same process, it counts as busy until a turn starts
+    /// past the armed cursor or the wait's grace passes, as right after the write; the wait
+    /// runs from now (when the write landed, this engine cannot know). Before, a daemon
+    /// started after such a write admitted the next prompt on top of the unread one.
+    pub fn reopen_wait(self, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
+        let same = agent.facts.incarnation.as_ref() == Some(&self.incarnation) && agent.facts.process == self.process;
+        if same && agent.awaiting_turn_after.is_none() {
+            agent.awaiting_turn_after = Some(now_ms);
+            agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
+            agent.awaiting_past = Some(self.armed);
+            agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
+        }
+    }
 }
