@@ -906,6 +906,9 @@ impl Engine {
                     let agent_id = self.admissions[&request_id].agent_id.clone();
                     if let Some(agent) = self.agents.get_mut(&agent_id) {
                         agent.view = None; // ADM-3: a refresh that never answered proves nothing
+                        // The receipt's detail says why (it said "the observer produced no
+                        // state", which sent a review looking at the rollout, not the holder).
+                        agent.refresh_error = Some(format!("the observer's refresh did not answer within {REFRESH_TIMEOUT_MS} ms (the agent's holder or its rollout read did not answer in time)"));
                     }
                     self.after_refresh(&request_id);
                 }

@@ -108,6 +108,9 @@ fn adm_3_refresh_timeout_is_observer_failure() {
     let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
     rig.advance(limits::REFRESH_TIMEOUT_MS);
     assert_eq!(classification(&rig, op), Classification::ObserverFailure);
+    // The detail says the refresh did not answer (a frozen holder), not that nothing was seen.
+    let detail = rig.receipt(op).detail.clone().unwrap_or_default();
+    assert!(detail.contains("did not answer within 5000 ms"), "{detail}");
     assert!(rig.persists.is_empty() && rig.deliveries.is_empty());
 }
 
