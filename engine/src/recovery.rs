@@ -47,10 +47,7 @@ impl Engine {
         for record in engine.requests.values().filter(|r| r.phase == Phase::Submitted) {
             let armed = record.armed.clone().expect("a submitted request is armed");
             let write = RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, armed };
-            let earlier = engine.recovered_writes.get(&record.agent_id).is_none_or(|w| write.armed.position < w.armed.position);
-            if earlier {
-                engine.recovered_writes.insert(record.agent_id.clone(), write);
-            }
+            engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
         }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
         engine.correlating.extend(correlating.iter().cloned());
@@ -102,8 +99,8 @@ fn restart_receipt(record: &RequestRecord) -> Receipt {
 pub(crate) struct RecoveredWrite {
     pub incarnation: crate::ids::Incarnation,
     pub process: Option<crate::observer::ProcessIdentity>,
-    /// The earliest such request's armed cursor: only a turn started past it ends the wait (a
-    /// resume replays the turns before it, which are not the prompt's).
+    /// The request's armed cursor: only a turn started past it ends the wait (a resume
+    /// replays the turns before it, which are not the prompt's).
     pub armed: crate::observer::Cursor,
 }
 
@@ -112,12 +109,16 @@ impl RecoveredWrite {
     /// past the armed cursor or the wait's grace passes, as right after the write; the wait
     /// runs from now (when the write landed, this engine cannot know). Before, a daemon
     /// started after such a write admitted the next prompt on top of the unread one.
-    pub fn reopen_wait(self, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
-        let same = agent.facts.incarnation.as_ref() == Some(&self.incarnation) && agent.facts.process == self.process;
-        if same && agent.awaiting_turn_after.is_none() {
+    /// Of the agent's `writes`, those into the process it runs count, the earliest armed one's
+    /// cursor the floor (a request left open on an earlier process says nothing of this one:
+    /// taking the earliest of all missed the one that did, exploration seed 4646).
+    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
+        let same = |w: &RecoveredWrite| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process;
+        let Some(earliest) = writes.into_iter().filter(same).min_by_key(|w| w.armed.position) else { return };
+        if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(now_ms);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(self.armed);
+            agent.awaiting_past = Some(earliest.armed);
             agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }
     }
