@@ -142,6 +142,7 @@ impl Engine {
             ack_turn: None,
             refused: None,
             lost_while_awaiting: false,
+            pane_writes: None,
         };
         if let Some(problem) = self.blocker_for(&admission, Stage::Facts) {
             let receipt = Receipt::rejection(problem.classification, problem.reason, problem.detail, context);
@@ -394,11 +395,15 @@ impl Engine {
         None
     }
 
-    pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>) {
+    pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>, pane_writes: Option<u64>) {
         if let Some(probed) = self.probes.remove(&refresh_id) {
             return self.on_probe_answered(&probed, snapshot);
         }
-        let Some(request_id) = self.refreshes.remove(&refresh_id) else {
+        let request_id = self.refreshes.remove(&refresh_id);
+        if let Some(admission) = request_id.as_ref().and_then(|id| self.admissions.get_mut(id)) {
+            admission.pane_writes = pane_writes;
+        }
+        let Some(request_id) = request_id else {
             // Late: its admission timed out and the view was cleared (ADM-3). While nothing
             // newer came, it is the agent's view again, as a monitor snapshot would be; else
             // the catalog said `unknown` until something changed, since the monitor sends only
@@ -606,6 +611,7 @@ impl Engine {
         });
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.steer_turn = busy_turn.filter(|_| managed.is_some());
+        let managed_line = managed.clone();
         let bytes = match managed {
             // MGD-3: checked by `blocker_for_command` just before (ADM-4).
             Some(ids) => {
@@ -622,9 +628,11 @@ impl Engine {
         admission.step = Step::Writing { delivery_id };
         admission.step_deadline_ms = Some(self.now_ms + DELIVERY_TIMEOUT_MS);
         let agent_id = admission.agent_id.clone();
+        // ADM-4: a PTY write starts with Ctrl-U; a JSON-RPC line erases nothing.
+        let expect_writes = admission.pane_writes.filter(|_| managed_line.is_none());
         let incarnation = self.requests[request_id].incarnation.clone();
         self.deliveries.insert(delivery_id, request_id.clone());
-        self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes });
+        self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes, expect_writes });
     }
 
     /// IDEM-6: a registered admission is definitively rejected after all: commit the release,

@@ -84,6 +84,10 @@ pub(crate) struct Admission {
     /// later error under its id is no proof of a refusal (another request may have been sent
     /// under it: found by the simulator's exploration, seed 48564688).
     pub lost_while_awaiting: bool,
+    /// ADM-4: the pane's write count at the refresh's look (PTY; None when unknown). The write
+    /// names it, and the holder refuses it, before its first byte, when input reached the pane
+    /// since: the Ctrl-U that starts it would erase a draft typed after the look.
+    pub pane_writes: Option<u64>,
 }
 
 /// ADM-17: what the observer said while an admission's write was in flight, kept in order.
@@ -122,7 +126,7 @@ pub struct Engine {
     /// agent registers (the wait is reopened then, whatever became of the requests meanwhile:
     /// a deadline passed while down ends the request, not the unread line). Emptied at
     /// `StartupComplete`.
-    pub(crate) recovered_writes: BTreeMap<AgentId, crate::recovery::RecoveredWrite>,
+    pub(crate) recovered_writes: BTreeMap<AgentId, Vec<crate::recovery::RecoveredWrite>>,
     /// REC-2: agents whose `ResumeObserver` was asked for and not yet answered (by an attach at
     /// or before the armed cursor, or a lost session). Until then an attach past the cursor is
     /// another look racing the resume (the monitor's first run, an admission's refresh), not
@@ -244,8 +248,8 @@ impl Engine {
             Input::AgentRemoved { agent_id } => self.on_agent_removed(&agent_id),
             Input::Admit(command) => self.on_admit(command),
             Input::Cancel(command) => self.on_cancel(command),
-            Input::ObserverRefreshed { refresh_id, agent_id, snapshot } => {
-                self.on_refreshed(refresh_id, &agent_id, snapshot)
+            Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes } => {
+                self.on_refreshed(refresh_id, &agent_id, snapshot, pane_writes)
             }
             Input::ObserverSnapshot { agent_id, snapshot } => self.on_snapshot(&agent_id, snapshot),
             Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
@@ -638,8 +642,8 @@ impl Engine {
                     return;
                 }
                 let mut entry = AgentEntry::new(facts);
-                if let Some(write) = self.recovered_writes.remove(&agent_id) {
-                    write.reopen_wait(&mut entry, self.now_ms);
+                if let Some(writes) = self.recovered_writes.remove(&agent_id) {
+                    crate::recovery::RecoveredWrite::reopen_wait(writes, &mut entry, self.now_ms);
                 }
                 // ADM-12: an agent removed and re-added mid-admission keeps that admission's claim,
                 // so a second admission cannot write while the first one's bytes are in flight.

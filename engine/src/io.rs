@@ -98,7 +98,8 @@ pub enum Input {
     Admit(AdmitCommand),
     Cancel(CancelCommand),
     /// Answer to `Output::RefreshObserver` (ADM-3). `Err` carries why the refresh failed.
-    ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String> },
+    /// `pane_writes`: the PTY pane's write count at the look (ADM-4), None when unknown.
+    ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String>, pane_writes: Option<u64> },
     /// A snapshot taken outside any admission (e.g. for the catalog): refreshes the view.
     ObserverSnapshot { agent_id: AgentId, snapshot: ObserverSnapshot },
     /// A live observer event for an agent, in position order.
@@ -172,7 +173,9 @@ pub enum Output {
     Persist { token: u64, ops: Vec<PersistOp> },
     /// ADM-8: write `bytes` to the agent's pane as ONE write and answer `Delivered`. The
     /// runtime refuses (`Refused`) if the pane's incarnation is no longer `incarnation`.
-    Deliver { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8> },
+    /// `expect_writes`: ADM-4, the pane's write count at the look the admission decided on; the
+    /// holder refuses the write, before its first byte, when it moved (input since the look).
+    Deliver { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64> },
     /// The answer to an `Admit`.
     Receipt { op: OpId, receipt: Receipt },
     /// The answer to a `Cancel`.

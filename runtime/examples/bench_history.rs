@@ -54,7 +54,7 @@ impl Effects for BenchEffects {
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
         let position = self.agents.lock().unwrap().prompts.get(&agent_id).map_or(10, |(_, p)| *p);
         let snapshot = Ok(idle_snapshot(agent_number(&agent_id), position));
-        let _ = self.inbox.try_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot }));
+        let _ = self.inbox.try_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None }));
     }
 
     fn resume(&mut self, _agent_id: AgentId, _from: Cursor, _incarnation: Incarnation) {}
@@ -73,7 +73,7 @@ impl Effects for BenchEffects {
         self.writer.submit_in_step(store_ops, done, more_follow).expect("the bench never fills the writer queue");
     }
 
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, _incarnation: Incarnation, _bytes: Vec<u8>) {
+    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, _incarnation: Incarnation, _bytes: Vec<u8>, _expect_writes: Option<u64>) {
         let (prompt, position) = {
             let mut agents = self.agents.lock().unwrap();
             let entry = agents.prompts.get_mut(&agent_id).expect("the bench admitted to this agent");

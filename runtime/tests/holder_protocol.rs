@@ -428,7 +428,7 @@ fn write_expecting_a_replaced_process_writes_nothing() {
     let (holder, _sub) = start_raw("exec cat");
     let mut client = holder.client();
     let before = client.info().unwrap();
-    let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap() };
+    let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap(), writes: None };
     let after = client.respawn().unwrap();
     let end = client.info().unwrap().output_end;
     let refused = client.write_expecting(b"for-the-old-process\n", Some(old), None).unwrap();
@@ -437,9 +437,31 @@ fn write_expecting_a_replaced_process_writes_nothing() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let page = client.output(end, 1 << 20).unwrap();
     assert!(!contains(&page.data, b"for-the-old-process"), "nothing reached the pane");
-    let current = ExpectedProcess { pid: after.pid.unwrap(), start_time_ticks: after.start_time_ticks.unwrap() };
+    let current = ExpectedProcess { pid: after.pid.unwrap(), start_time_ticks: after.start_time_ticks.unwrap(), writes: None };
     let written = client.write_expecting(b"for-the-new\n", Some(current), None).unwrap();
     assert_eq!((written.bytes_written, written.error, written.refused), (12, None, None));
+}
+
+/// ADM-4: a write that names the pane's write count of its look is refused, with nothing
+/// written, once any write came since (a human's input: the Ctrl-U that starts an admission
+/// would erase it); naming the current count writes.
+#[test]
+fn adm_4_a_write_naming_a_stale_write_count_writes_nothing() {
+    use wakterm_runtime::holder::protocol::{ExpectedProcess, WriteRefusal};
+    let (holder, _sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let info = client.info().unwrap();
+    let looked = ExpectedProcess { pid: info.pid.unwrap(), start_time_ticks: info.start_time_ticks.unwrap(), writes: Some(info.writes) };
+    let end = info.output_end;
+    client.write(b"human-draft").unwrap(); // typed after the look
+    let refused = client.write_expecting(b"\x15admitted\n", Some(looked), None).unwrap();
+    assert_eq!((refused.bytes_written, refused.refused), (0, Some(WriteRefusal::InputSinceLook)), "{refused:?}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let page = client.output(end, 1 << 20).unwrap();
+    assert!(!contains(&page.data, b"admitted"), "nothing of the refused write reached the pane");
+    let now = ExpectedProcess { writes: Some(client.info().unwrap().writes), ..looked };
+    let written = client.write_expecting(b"\nadmitted\n", Some(now), None).unwrap();
+    assert_eq!((written.bytes_written, written.refused), (10, None), "{written:?}");
 }
 
 /// ADM-12: a write (or a split write) the holder comes to after its `start_by_ms` is refused
@@ -565,7 +587,7 @@ fn sub_3_write_steps_refuse_before_the_first_byte() {
     let (holder, _sub) = start_raw("exec cat");
     let mut client = holder.client();
     let before = client.info().unwrap();
-    let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap() };
+    let old = ExpectedProcess { pid: before.pid.unwrap(), start_time_ticks: before.start_time_ticks.unwrap(), writes: None };
     client.respawn().unwrap();
     let end = client.info().unwrap().output_end;
     let refused = client.write_steps(&[b"<never-1>".to_vec(), b"\r".to_vec()], Duration::from_millis(10), Some(old), None).unwrap();

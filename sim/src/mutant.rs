@@ -15,6 +15,8 @@
 //! `SubmitStalled`; mutants `boundary_before_enter`, `split_failure_refused`,
 //! `submit_skips_write_lock`, `watch_composer_from_first_sample` (forced by
 //! `terminal.stalled_echo`, whose screen shows the composer empty until the late redraw).
+//! ADM-4: the oracle's `DraftErased` (an admission's write reaching a human's draft) and mutant
+//! `look_writes_ignored` (the pane port skips the write-count precondition).
 //!
 //! MGD-* (managed app-server sessions) in the simulator: agent 1 is a Codex app-server under
 //! its holder (`app_server.rs`: one thread for its whole life, stdin lines, the holder's
@@ -242,6 +244,9 @@ pub enum Mutant {
     /// and lost the Enter (`terminal.stalled_echo`) then reads as an empty composer that
     /// moved: a false acknowledgement (SUB-4's draft check never sees the draft).
     WatchComposerFromFirstSample,
+    /// Pane port: a write's ADM-4 precondition (the pane's write count at the admission's look)
+    /// is not checked, so its Ctrl-U erases a draft a human typed after the look.
+    LookWritesIgnored,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -293,6 +298,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
     (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
     (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
+    (Mutant::LookWritesIgnored, "look_writes_ignored", "pane port writes an admission whatever input reached the pane since its look"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

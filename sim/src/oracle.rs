@@ -90,6 +90,9 @@ pub enum Kind {
     /// SUB-4 (e): a submit call not answered within its bound, or submissions still in flight
     /// in a quiescent engine.
     SubmitStalled,
+    /// ADM-4: an admission's write (its leading Ctrl-U) reached a composer holding a human's
+    /// draft: the draft is erased (counted with `interleaved`: our write over another's input).
+    DraftErased,
 }
 
 /// SUB-4: the pane at one moment (ground truth).
@@ -464,6 +467,11 @@ impl Oracle {
         let taken = self.prompts_taken.entry(agent).or_default();
         taken.retain(|(at, _)| at_ms.saturating_sub(*at) < wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         taken.push((at_ms, origin.map(str::to_string)));
+    }
+
+    /// ADM-4: an admission's write erased the human draft in agent `a`'s composer.
+    pub fn draft_erased(&mut self, a: usize, writer: &str, draft: &str) {
+        self.fail(Kind::DraftErased, format!("a{a}: admission {writer}'s write erased the human draft {draft:?}"));
     }
 
     /// (c) Another writer's bytes landed inside a split write, or the engine asked for a

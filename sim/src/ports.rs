@@ -109,7 +109,7 @@ impl Effects for SimEffects {
                 let mut w = world.lock().unwrap();
                 let Some(a) = agent_index(&w, &agent_id) else {
                     let snapshot = Err("the agent is not known to the daemon".to_string());
-                    return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+                    return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None });
                 };
                 (a, look_at_liveness(&mut w, &inbox, a).late)
             };
@@ -124,10 +124,16 @@ impl Effects for SimEffects {
                 step.push(observed_input(&mut w, a, event));
             }
             let snapshot = w.snapshot(a);
+            // ADM-4: the pane's write count, read with the screen (PTY panes: the runtime's
+            // `forward_liveness_and_screen`).
+            let pane_writes = (!w.is_managed(a)).then(|| w.agents[a].pane.writes);
+            if let (Some(writes), Ok(wakterm_engine::Composer::Unknown)) = (pane_writes, snapshot.as_ref().map(|s| s.composer)) {
+                w.agents[a].unknown_looks_at.insert(writes);
+            }
             // The view the monitor compares its next snapshot with (`note_view`).
             w.agents[a].observer.last_snapshot = snapshot.clone().ok();
             w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
-            let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot };
+            let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes };
             match w.mutant == Mutant::RefreshAnswerFirst {
                 true => step.insert(0, answer), // the bug
                 false => step.push(answer),
@@ -207,7 +213,7 @@ impl Effects for SimEffects {
         let _ = self.store.send((token, ops)); // the writer died with the node: the batch is lost
     }
 
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
+    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
         {
@@ -231,9 +237,9 @@ impl Effects for SimEffects {
                 Some(lock) => Some(lock.lock_owned().await),
                 None => None,
             };
-            let outcome = match bound.refuse_if_late(&world, delivery_id) {
+            let outcome = match bound.refuse_if_late(&world, delivery_id).or_else(|| input_since_look(&world, &agent_id, expect_writes)) {
                 Some(reason) => DeliveryOutcome::Refused { reason },
-                None => write_to_pane(&world, &agent_id, &incarnation, &bytes, asked_ms),
+                None => write_to_pane(&world, &agent_id, &incarnation, &bytes, (asked_ms, expect_writes)),
             };
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
@@ -566,7 +572,24 @@ fn describe_snapshot(s: &Result<wakterm_engine::ObserverSnapshot, String>) -> St
 
 /// The holder's pane: refuses before the first byte when the process changed (as
 /// `write_once` does); otherwise writes all, some or none of the bytes, by the seed.
-fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, bytes: &[u8], asked_ms: u64) -> DeliveryOutcome {
+/// ADM-4, as the holder's `write_starting_by`: under the pane's write lock, a write naming the
+/// write count of its look is refused, nothing written, when any write came since. The mutant
+/// `look_writes_ignored` skips the check.
+fn input_since_look(world: &Shared, agent_id: &AgentId, expect_writes: Option<u64>) -> Option<String> {
+    let mut w = world.lock().unwrap();
+    let a = agent_index(&w, agent_id)?;
+    let (seen, now) = (expect_writes?, w.agents[a].pane.writes);
+    if seen == now || w.mutant == Mutant::LookWritesIgnored {
+        return None;
+    }
+    w.counters.fault("pane.input_since_look");
+    w.log(format!("a{a} write refused: the pane's writes went from {seen} to {now} since the look"));
+    Some(format!("input reached the pane since the admission's look (writes {seen} -> {now})"))
+}
+
+/// `looked`: the write names the write count of a look (ADM-4); without one (a plain send
+/// written unobserved, ADM-13) nothing can tell a draft typed since.
+fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, bytes: &[u8], (asked_ms, looked): (u64, Option<u64>)) -> DeliveryOutcome {
     let mut w = world.lock().unwrap();
     let Some(a) = agent_index(&w, agent_id) else {
         return DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() };
@@ -602,6 +625,23 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     };
     if bytes.starts_with(b"\x15\x1b[200~") {
         w.counters.fault("provider.bracketed_paste");
+    }
+    // ADM-4: a PTY admission's write starts with Ctrl-U: a human's draft still in the
+    // composer is erased (the look the engine decided on showed none, or it was typed since).
+    let draft = w.agents[a].human_draft.clone().filter(|d| reached > 0 && bytes.starts_with(b"\x15") && w.agents[a].composer.contains(d.as_str()));
+    if let Some(draft) = draft {
+        let writer = request.clone().unwrap_or_else(|| "?".to_string());
+        if looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
+            // A known gap (SPEC ADM-4): a composer the screen adapter could not read does not
+            // refuse the write, so a draft it hid is erased. Counted, not failed (a look at the
+            // same write count may have read it: the exemption is wide).
+            w.counters.fault("note.draft_erased_composer_unknown");
+        } else if looked.is_none() {
+            // A known gap (SPEC ADM-4): a plain send written without a look (ADM-13).
+            w.counters.fault("note.draft_erased_unobserved_send");
+        } else {
+            w.oracle.draft_erased(a, &writer, &draft);
+        }
     }
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);

@@ -311,6 +311,7 @@ impl Totals {
                 Kind::Interleaved => self.interleaved += 1,
                 Kind::SubmitReceipt => self.submit_receipts += 1,
                 Kind::SubmitStalled => self.submit_stalled += 1,
+                Kind::DraftErased => self.interleaved += 1,
             }
         }
         self.max_settle_ms = self.max_settle_ms.max(outcome.settle_ms);

@@ -122,6 +122,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.reacts_before_enter",
     "terminal.output_without_change",
     "terminal.stalled_echo",
+    "pane.input_since_look",
     "submit.exit_mid_wait",
     "submit.split_write_fails",
     "submit.watch_lost",
@@ -640,6 +641,12 @@ pub struct Agent {
     pub respawn_at_ms: Option<u64>,
     pub spawned: u64,
     pub composer: String,
+    /// ADM-4: the last draft a human left (typed, no Enter): while the composer still holds
+    /// it, an admission's write must not reach the pane (its Ctrl-U erases it).
+    pub human_draft: Option<String>,
+    /// The pane write counts at which a refresh's look read the composer as unknown (an
+    /// admission that decided on such a look names that count).
+    pub unknown_looks_at: std::collections::BTreeSet<u64>,
     pub question: bool,
     pub running: Option<Running>,
     /// Since when no turn has run (ground truth; None while one runs): the oracle's
@@ -697,6 +704,8 @@ impl Agent {
             respawn_at_ms: None,
             spawned: 1,
             composer: String::new(),
+            human_draft: None,
+            unknown_looks_at: Default::default(),
             question: false,
             running: None,
             idle_since_ms: Some(0),
@@ -1127,6 +1136,9 @@ impl World {
     pub fn human_keys(&mut self, a: usize, text: &str, enter: bool) {
         self.pane_accept(a, "human", text.len() + usize::from(enter), true);
         self.agents[a].composer.push_str(text);
+        if !enter {
+            self.agents[a].human_draft = Some(text.to_string());
+        }
         self.echo(a, text.len() as u64);
         if enter {
             self.feed(a, b"\r", None);
@@ -1676,6 +1688,13 @@ impl World {
         self.pane_moved(a, 900, true);
         self.counters.fault("checkpoint.pid_reused_while_down");
         self.log(format!("a{a} pid {} reused while the daemon is down: {:?} -> {:?}, same session", old.pid, old.incarnation(), new.incarnation()));
+        if self.is_managed(a) {
+            // What the old app-server had not read from its stdin died with it (as
+            // `app_killed`): the model kept it queued for the new process.
+            let app = self.app(a);
+            app.stdin.clear();
+            app.queue.clear();
+        }
     }
 
     fn transform(&mut self, a: usize, event: ObserverEvent) -> ObserverEvent {

@@ -69,6 +69,9 @@ pub struct Rig {
     pub durable_terminal: Vec<TerminalEvent>,
     pub persists: VecDeque<(u64, Vec<PersistOp>)>,
     pub deliveries: VecDeque<(u64, AgentId, Vec<u8>)>,
+    /// ADM-4: the pane write count refreshes answer with, and what each write named.
+    pub pane_writes: Option<u64>,
+    pub expected_writes: Vec<Option<u64>>,
     pub refreshes: VecDeque<(u64, AgentId)>,
     pub resumes: Vec<(AgentId, Cursor)>,
     /// The process each of `resumes` was asked for.
@@ -114,6 +117,8 @@ impl Rig {
             durable_terminal: Vec::new(),
             persists: VecDeque::new(),
             deliveries: VecDeque::new(),
+            pane_writes: None,
+            expected_writes: Vec::new(),
             refreshes: VecDeque::new(),
             resumes: Vec::new(),
             resume_incarnations: Vec::new(),
@@ -207,7 +212,10 @@ impl Rig {
                 Output::Persist { token, ops } => self.persists.push_back((token, ops)),
                 Output::AgentEvent(event) => self.published_events.push(event),
                 Output::LoadRequest { load_id, request_id } => self.loads.push_back((load_id, request_id)),
-                Output::Deliver { delivery_id, agent_id, bytes, .. } => self.deliveries.push_back((delivery_id, agent_id, bytes)),
+                Output::Deliver { delivery_id, agent_id, bytes, expect_writes, .. } => {
+                    self.expected_writes.push(expect_writes);
+                    self.deliveries.push_back((delivery_id, agent_id, bytes));
+                }
                 Output::Receipt { op, receipt } => self.receipts.entry(op).or_default().push(receipt),
                 Output::CancelResult { op, outcome } => self.cancels.push((op, outcome)),
                 Output::TerminalEvent(event) => self.published.push(event),
@@ -320,7 +328,8 @@ impl Rig {
 
     fn answer_refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
         let snapshot = self.snapshots.get(&agent_id).cloned().unwrap_or(Err("no observer".to_string()));
-        self.engine.handle(self.now, Input::ObserverRefreshed { refresh_id, agent_id, snapshot });
+        let pane_writes = self.pane_writes;
+        self.engine.handle(self.now, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes });
         self.drain();
         self.engine.check_invariants();
     }

@@ -728,16 +728,18 @@ impl AgentRuntime {
     /// does) and the screen text ([`AgentRuntime::screen_text`]), from ONE holder call that
     /// reads both at the same moment (issue 10: a round trip less per admission). A holder
     /// too old for it answers the screen alone; `info` is then asked separately.
-    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> Option<String> {
+    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> (Option<String>, Option<u64>) {
         if self.record.managed {
             let _ = self.forward_liveness_change(inbox);
-            return None;
+            return (None, None);
         }
         let (stamp, looked) = self.kept_call_stamped(HolderClient::screen_with_info);
-        let (info, screen) = match looked.map(|(_kept, looked)| looked) {
-            Ok(looked) => (looked.info.map(Ok), Some(text_of(&looked.screen))),
+        // ADM-4: the pane's write count read with the screen, in one holder call: the
+        // admission's write names it (None from a holder that sends no info with its screen).
+        let (info, screen, writes) = match looked.map(|(_kept, looked)| looked) {
+            Ok(looked) => (looked.info.clone().map(Ok), Some(text_of(&looked.screen)), looked.info.map(|info| info.writes)),
             // The same answer a failed `info` gives: gone is exit (LIVE-1), else unknown.
-            Err(error) => (Some(Err(error)), None),
+            Err(error) => (Some(Err(error)), None, None),
         };
         let (stamp, answer) = match info {
             Some(answer) => (stamp, answer),
@@ -746,14 +748,14 @@ impl AgentRuntime {
         // A read older than the liveness applied last: its screen may be another process's, so
         // it is no evidence about the current one. A change is told to the engine inside.
         if self.apply_liveness(stamp, answer, Some(inbox)) == Applied::Stale {
-            return None;
+            return (None, None);
         }
         if let Some(text) = &screen {
             // Read in one call with the liveness just applied: filed under that process.
             let process = self.liveness.lock().expect("liveness lock").process;
             self.note_screen(process, text);
         }
-        screen
+        (screen, writes)
     }
 }
 
@@ -1007,8 +1009,9 @@ mod tests {
             false => own_info(9),
         });
         let (inbox, mut sent) = mpsc::channel(16);
-        let screen = agent.forward_liveness_and_screen(&inbox);
+        let (screen, writes) = agent.forward_liveness_and_screen(&inbox);
         assert_eq!(screen.as_deref(), Some("> hi"));
+        assert_eq!(writes, None, "an old holder's screen comes without its write count");
         assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(me.pid));
         drop(agent); // closes the kept connection: the fake holder's loop ends
         assert_eq!(old_holder.join().unwrap(), [r#"{"op":"screen","with_info":true}"#, r#"{"op":"info"}"#]);

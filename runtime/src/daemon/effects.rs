@@ -56,10 +56,10 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
-            let answer = |snapshot| Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot };
+            let answer = |snapshot, pane_writes| Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot, pane_writes };
             match agent {
                 None => {
-                    let _ = inbox.blocking_send(DriverMsg::Input(answer(Err("the agent is not known to the daemon".to_string()))));
+                    let _ = inbox.blocking_send(DriverMsg::Input(answer(Err("the agent is not known to the daemon".to_string()), None)));
                 }
                 Some(agent) => {
                     let _ = refresh_agent(&agent, &agent_id, &inbox, answer);
@@ -139,7 +139,7 @@ impl Effects for RealEffects {
         }
     }
 
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>) {
+    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         // Deliver is only asked for after the registration commit was acknowledged.
         crash_if(self.fault, FaultPoint::AfterRegister);
         let agent = self.agent(&agent_id);
@@ -149,7 +149,7 @@ impl Effects for RealEffects {
         tokio::task::spawn_blocking(move || {
             let outcome = match agent {
                 None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
-                Some(agent) => write_once(&agent, &incarnation, &bytes, start_by_ms),
+                Some(agent) => write_once(&agent, &incarnation, &bytes, start_by_ms, expect_writes),
             };
             if outcome == Some(DeliveryOutcome::Complete) {
                 crash_if(fault, FaultPoint::AfterWrite);
@@ -234,9 +234,9 @@ pub fn refresh_agent(
     agent: &AgentRuntime,
     agent_id: &AgentId,
     inbox: &mpsc::Sender<DriverMsg>,
-    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>) -> Input,
+    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>, Option<u64>) -> Input,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
-    let screen = agent.forward_liveness_and_screen(inbox);
+    let (screen, pane_writes) = agent.forward_liveness_and_screen(inbox);
     let mut guard = agent.observer.lock().expect("observer lock");
     let mut step = Vec::new(); // the read's events, then the answer
     let snapshot = match guard.as_mut() {
@@ -249,7 +249,7 @@ pub fn refresh_agent(
             Ok(refresh.snapshot)
         }
     };
-    step.push(answer(snapshot.clone()));
+    step.push(answer(snapshot.clone(), pane_writes));
     let _ = inbox.blocking_send(DriverMsg::Inputs(step));
     drop(guard);
     snapshot
@@ -267,7 +267,7 @@ pub fn refresh_agent(
 /// ADM-12: None when the holder did not answer within the call's bound. That is no outcome:
 /// the holder took the request and, stalled, may still write it. Reporting it as a failed
 /// write would end the engine's lost-write hold while the write can still land.
-fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8], start_by_ms: u64) -> Option<DeliveryOutcome> {
+fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8], start_by_ms: u64, expect_writes: Option<u64>) -> Option<DeliveryOutcome> {
     let liveness = agent.liveness.lock().expect("liveness lock").clone();
     let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
         return Some(DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() });
@@ -275,7 +275,8 @@ fn write_once(agent: &AgentRuntime, incarnation: &Incarnation, bytes: &[u8], sta
     let written = agent.with_kept_connection(|client| {
         // The holder re-checks the process atomically with the write, so a concurrent
         // `agent restart` can never receive a prompt admitted for the process it replaced.
-        let expect = process.into();
+        // ADM-4: and that no input reached the pane since the look the admission decided on.
+        let expect = crate::holder::protocol::ExpectedProcess { writes: expect_writes, ..process.into() };
         delivery_outcome(client.write_expecting(bytes, Some(expect), Some(start_by_ms)), bytes.len())
     });
     // No connection: the write was never sent.

@@ -387,7 +387,7 @@ impl Pane {
         if let Some(refusal) = expect.and_then(|expect| self.refuse_unless_running(expect)) {
             return refusal;
         }
-        self.write_starting_by(data, start_by_ms)
+        self.write_starting_by(data, start_by_ms, expect.and_then(|expect| expect.writes))
     }
 
     /// The refusal of a write whose start deadline passed (the caller holds the write lock).
@@ -415,13 +415,19 @@ impl Pane {
         None
     }
 
-    fn write_starting_by(&self, data: &[u8], start_by_ms: Option<u64>) -> WriteOutcome {
+    fn write_starting_by(&self, data: &[u8], start_by_ms: Option<u64>, expect_writes: Option<u64>) -> WriteOutcome {
         let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.lock().child.alive {
             return WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into());
         }
         if let Some(refusal) = Self::refuse_if_late(start_by_ms) {
             return refusal;
+        }
+        // ADM-4: under the write lock, so no write slips in between this check and ours.
+        let now = self.writes.load(std::sync::atomic::Ordering::SeqCst);
+        if let Some(seen) = expect_writes.filter(|seen| *seen != now) {
+            let error = format!("input reached the pane since the admission's look (its writes went from {seen} to {now}): a draft typed since would be erased; nothing was written");
+            return WriteOutcome::refusal(super::protocol::WriteRefusal::InputSinceLook, error);
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let (written, error) = self.write_all_locked(data);

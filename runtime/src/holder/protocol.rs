@@ -195,11 +195,16 @@ impl std::fmt::Display for HolderIdentity {
 pub struct ExpectedProcess {
     pub pid: u32,
     pub start_time_ticks: u64,
+    /// ADM-4: the pane's write count the writer last saw (its look at the screen); a write
+    /// that names it is refused, before its first byte, when any write came since. Absent
+    /// from older daemons (no check); an older holder ignores it (no check either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<u64>,
 }
 
 impl From<wakterm_engine::ProcessIdentity> for ExpectedProcess {
     fn from(process: wakterm_engine::ProcessIdentity) -> ExpectedProcess {
-        ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks }
+        ExpectedProcess { pid: process.pid, start_time_ticks: process.start_time_ticks, writes: None }
     }
 }
 
@@ -215,6 +220,8 @@ pub enum WriteRefusal {
     /// The holder came to the write after its `start_by_ms` (it was stalled, or the pane's
     /// write lock was held that long).
     StartDeadlinePassed,
+    /// ADM-4: input reached the pane since the writer's look (the write count it named moved).
+    InputSinceLook,
 }
 
 /// Milliseconds of this machine's monotonic clock (`CLOCK_MONOTONIC`): one clock for every
