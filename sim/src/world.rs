@@ -1083,6 +1083,9 @@ impl World {
         // `terminal.stalled_echo`: what was typed is not drawn yet; a submit is only written
         // into an empty composer, so the screen still shows it empty.
         let undrawn = agent.pane.stalled_echo.is_some() || agent.pane.late_echoes.iter().any(|(_, generation, _)| *generation == agent.spawned);
+        // A human's keys typed since make the TUI draw its composer, the draft with it (the
+        // screen said empty over a human's draft: CI exploration seed 41785460).
+        let undrawn = undrawn && !agent.human_draft.as_ref().is_some_and(|d| agent.composer.contains(d.as_str()));
         if agent.question {
             Composer::Question
         } else if undrawn || agent.composer.is_empty() {
