@@ -92,7 +92,7 @@ impl Engine {
         };
         // INP-2: an id we cannot parse cannot be looked up, so nothing else is checked.
         let Ok(request_id) = RequestId::parse(&command.request_id) else {
-            let detail = format!("request id {:?} is not a UUID", truncate(&command.request_id));
+            let detail = format!("request id {} is not a UUID", echoed(&command.request_id));
             return self.reply(op, Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context));
         };
         context.request_id = Some(request_id.clone());
@@ -235,7 +235,7 @@ impl Engine {
     pub(crate) fn resolve(&self, command: &AdmitCommand) -> Result<AgentId, Blocker> {
         if command.exact_agent_id {
             let Some(canonical) = canonical_uuid(&command.target) else {
-                let detail = format!("--exact-agent-id needs an agent id (a UUID), got {:?}", truncate(&command.target));
+                let detail = format!("--exact-agent-id needs an agent id (a UUID), got {}", echoed(&command.target));
                 return Err(blocker(Classification::Invalid, "agent_id_malformed", detail));
             };
             let agent_id = AgentId::parse(&canonical).expect("canonical uuid parses");
@@ -252,7 +252,7 @@ impl Engine {
                 return Ok(agent_id);
             }
         }
-        let mut detail = format!("no agent has the name or id {:?}", truncate(&command.target));
+        let mut detail = format!("no agent has the name or id {}", echoed(&command.target));
         // LIVE-1: an agent whose holder was slow to answer at the daemon's start is registered
         // once it answers (up to STARTUP_PENDING_BOUND); until then its name is unknown here.
         let unregistered = self.events.recovered_unregistered.iter().filter(|id| self.events.marks.get(*id).is_some_and(|mark| !mark.stopped)).count();
@@ -871,8 +871,13 @@ impl Engine {
         let deferred = std::mem::take(&mut admission.deferred);
         let agent_id = admission.agent_id.clone();
         self.release_claim(&agent_id, request_id);
-        for op in admission.callers {
-            self.reply(op, receipt.clone());
+        // IDEM-5, IDEM-2: the first caller's call made this admission; a caller that joined it
+        // repeated the id and wrote nothing, so its copy says `replayed` (every copy said
+        // `replayed: false`, and the log named each caller as the one that wrote: a review).
+        for (index, op) in admission.callers.into_iter().enumerate() {
+            let mut copy = receipt.clone();
+            copy.replayed |= index > 0;
+            self.reply(op, copy);
         }
         assert!(!self.admissions.contains_key(request_id));
         for item in deferred {
@@ -1029,10 +1034,6 @@ fn validate_command(command: &AdmitCommand) -> Option<Blocker> {
         _ => {}
     }
     None
-}
-
-fn truncate(text: &str) -> String {
-    text.chars().take(64).collect()
 }
 
 

@@ -7,6 +7,28 @@ pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
 pub const MAX_FINAL_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Longest target spelling (display name or agent id) accepted (INP-4).
 pub const MAX_TARGET_BYTES: usize = 256;
+/// Characters of a caller's input (a target, an id, a key) an error message quotes (INP-6).
+pub const MAX_ECHOED_CHARS: usize = 64;
+
+/// INP-6: how an error names a caller's input: quoted, cut at [`MAX_ECHOED_CHARS`] with its
+/// length said. One copy for every error, so input of any size gives an error of bounded size
+/// (a 120 KB name came back whole, twice in `agent output`'s answer: a review).
+pub fn echoed(input: &str) -> String {
+    match input.char_indices().nth(MAX_ECHOED_CHARS) {
+        None => format!("{input:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &input[..cut], input.len()),
+    }
+}
+
+/// INP-6: a caller's input echoed as a field's value: whole up to [`MAX_ECHOED_CHARS`], else
+/// cut there and marked with a trailing `…`.
+pub fn echoed_field(input: &str) -> String {
+    match input.char_indices().nth(MAX_ECHOED_CHARS) {
+        None => input.to_string(),
+        Some((cut, _)) => format!("{}…", &input[..cut]),
+    }
+}
+
 /// Longest opaque incarnation accepted (INP-4).
 pub const MAX_INCARNATION_BYTES: usize = 256;
 /// Agents the engine tracks at once.
@@ -46,3 +68,23 @@ pub const MAX_EVIDENCE_DETAIL_BYTES: usize = 240;
 /// or a `turn.final` event carries. Well under the store's 4 MiB record limit, leaving room for
 /// the rest of the record (evidence, ids); a larger final could never commit.
 pub const MAX_FINAL_JSON_BYTES: usize = 2 * 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::{echoed, echoed_field, MAX_ECHOED_CHARS};
+
+    /// INP-6: short input is quoted whole; long input is cut on a character boundary (here a
+    /// 3-byte one) and its length said.
+    #[test]
+    fn inp_6_echoes_are_bounded_and_cut_on_characters() {
+        assert_eq!(echoed("zola"), "\"zola\"");
+        assert_eq!(echoed_field("zola"), "zola");
+        let long = "€".repeat(40_000);
+        let shown = echoed(&long);
+        assert!(shown.starts_with(&format!("\"{}\"…", "€".repeat(MAX_ECHOED_CHARS))), "{shown}");
+        assert!(shown.ends_with("(120000 bytes)"), "{shown}");
+        assert_eq!(echoed_field(&long), format!("{}…", "€".repeat(MAX_ECHOED_CHARS)));
+        let exact = "a".repeat(MAX_ECHOED_CHARS);
+        assert_eq!(echoed(&exact), format!("{exact:?}"), "at the bound: whole, no mark");
+    }
+}

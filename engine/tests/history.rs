@@ -59,7 +59,7 @@ fn hist_2_calls_for_one_id_share_one_lookup() {
     rig.answer_next_load(None);
     rig.user_message("turn-1", "hi", 1010);
     assert_eq!(rig.receipt(first).classification, Classification::Accepted);
-    assert_eq!(rig.receipt(first), rig.receipt(second));
+    assert_joined(rig.receipt(first), rig.receipt(second));
     assert_eq!(rig.writes(), 1);
 }
 
@@ -230,6 +230,13 @@ fn hist_5_a_call_behind_a_lookup_in_flight_waits_for_it() {
     assert!(!rig.has_receipt(first) && !rig.has_receipt(second), "both parked behind it");
     rig.answer_next_load(None);
     rig.user_message("turn-1", "hi", 1010);
-    assert_eq!(rig.receipt(first), rig.receipt(second));
+    assert_joined(rig.receipt(first), rig.receipt(second));
     assert_eq!(rig.writes(), 1);
+}
+
+/// IDEM-5: the caller that joined gets the first caller's receipt, saying `replayed` (it wrote
+/// nothing).
+fn assert_joined(first: &Receipt, joined: &Receipt) {
+    assert!(!first.replayed && joined.replayed, "{first:?} / {joined:?}");
+    assert_eq!(&Receipt { replayed: false, ..joined.clone() }, first);
 }

@@ -121,7 +121,8 @@ fn idem_4_registration_is_durable_before_the_write() {
 }
 
 /// IDEM-5: the same id arriving while its admission is in flight joins it: both callers get
-/// the same receipt and one write happens.
+/// the same receipt and one write happens. The caller that joined repeated the id and wrote
+/// nothing, so its copy says `replayed` (IDEM-2); the first caller's does not.
 #[test]
 fn idem_5_concurrent_same_id_joins() {
     let mut rig = Rig::with_idle_zola();
@@ -131,7 +132,11 @@ fn idem_5_concurrent_same_id_joins() {
     let conflicting = rig.admit(REQ, "other", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(conflicting).reason.as_deref(), Some("request_id_conflict"));
     rig.settle();
-    assert_eq!(rig.receipt(first), rig.receipt(second));
+    let (first, second) = (rig.receipt(first), rig.receipt(second));
+    assert_eq!(first.classification, Classification::Accepted);
+    assert!(!first.replayed, "the first caller's call wrote: {first:?}");
+    assert!(second.replayed, "the joined caller wrote nothing: {second:?}");
+    assert_eq!(&Receipt { replayed: false, ..second.clone() }, first, "otherwise the same receipt");
     assert_eq!(rig.writes(), 1);
 }
 

@@ -7,11 +7,12 @@ use crate::protocol::{exit, AdmitRequest, ClientRequest, Reply};
 use clap::{Args, Parser, Subcommand};
 use std::io::Read;
 use std::path::PathBuf;
+use wakterm_engine::limits::echoed;
 use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
 #[derive(Parser, Debug)]
 #[command(name = "wakterm", version, about = "Hand prompts to terminal coding agents safely: admitted at most once, honest receipts, durable final answers.",
-    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found, 7 daemon unresponsive.\nData directory: $WAKTERM_DATA_DIR (an absolute path), else the platform data directory.")]
+    after_help = "Exit codes: 0 ok/accepted, 1 error, 2 usage, 3 daemon not running, 4 rejected (nothing written), 5 indeterminate, 6 not found, 7 daemon unresponsive.\nData directory: $WAKTERM_DATA_DIR (an absolute path; set but empty is an error), else the platform data directory.")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -385,7 +386,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
                 // An empty key (`=v`) too: the holder refused it only after the daemon had begun
                 // the start (`agent_start_failed`, exit 1; a review).
                 let Some((key, value)) = item.split_once('=').filter(|(key, _)| !key.is_empty()) else {
-                    return print_reply(Reply::error(exit::USAGE, "invalid_env", format!("--env expects K=V with a non-empty K, got {item:?}")));
+                    return print_reply(Reply::error(exit::USAGE, "invalid_env", format!("--env expects K=V with a non-empty K, got {}", echoed(&item))));
                 };
                 pairs.push((key.to_string(), value.to_string()));
             }
@@ -611,7 +612,7 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     }
     let agents = catalog.body["agents"].as_array().cloned().unwrap_or_default();
     let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
-        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?}")));
+        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {}", echoed(target))));
     };
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
     // MGD-1, MCP-4: a managed agent's pane is its app-server's JSON-RPC stdio. Keys typed there

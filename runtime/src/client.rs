@@ -89,6 +89,7 @@ fn send_waited(stream: &mut UnixStream, request: &ClientRequest, give_up_at_ms: 
     value[crate::protocol::GIVE_UP_FIELD] = serde_json::json!(give_up_at_ms);
     let mut line = serde_json::to_vec(&value).expect("requests serialise");
     line.push(b'\n');
+    fits_one_request_line(&line)?;
     let _ = stream.set_write_timeout(Some(CALL_TIMEOUT));
     stream.write_all(&line).map_err(io_error)
 }
@@ -96,8 +97,22 @@ fn send_waited(stream: &mut UnixStream, request: &ClientRequest, give_up_at_ms: 
 fn send(stream: &mut UnixStream, request: &ClientRequest) -> Result<(), Reply> {
     let mut line = serde_json::to_vec(request).expect("requests serialise");
     line.push(b'\n');
+    fits_one_request_line(&line)?;
     let _ = stream.set_write_timeout(Some(CALL_TIMEOUT));
     stream.write_all(&line).map_err(io_error)
+}
+
+/// CLI-2: a request over the daemon's line limit is refused here, unsent. The daemon reads
+/// only the limit, answers `bad_request` and closes, so sending it ended as `daemon_io`
+/// ("Broken pipe") or that `bad_request`, whichever won the race (a review: an `agent start`
+/// with ten 120 KB `--env` values).
+fn fits_one_request_line(line: &[u8]) -> Result<(), Reply> {
+    let limit = crate::protocol::MAX_REQUEST_LINE_BYTES;
+    if line.len() <= limit {
+        return Ok(());
+    }
+    let message = format!("the request is {} bytes, over the daemon's limit of {limit} bytes per request; nothing was sent", line.len());
+    Err(Reply::error(exit::USAGE, "request_too_large", message))
 }
 
 /// A failed read or write on the connection: a timeout is `daemon_unresponsive` (exit 7);
@@ -253,7 +268,7 @@ pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
 }
 
 /// `call` with its own bound on the reply.
-fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) -> Reply {
+pub fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) -> Reply {
     let mut stream = match connect(paths) {
         Ok(stream) => stream,
         Err(reply) => return reply,

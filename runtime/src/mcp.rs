@@ -26,6 +26,7 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use wakterm_engine::limits::echoed;
 use std::time::{Duration, Instant};
 use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
@@ -230,14 +231,14 @@ impl WaktermMcp {
         let agents = reply.body["agents"].as_array().cloned().unwrap_or_default();
         let canonical = wakterm_engine::AgentId::parse(target).ok();
         let found = agents.into_iter().find(|a| a["name"] == target || canonical.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
-        found.ok_or_else(|| usage("agent_unknown", format!("no agent has the name or id {target:?}")))
+        found.ok_or_else(|| usage("agent_unknown", format!("no agent has the name or id {}", echoed(target))))
     }
 
     async fn session_input(&self, args: &SessionArgs) -> CallToolResult {
         let Some(target) = args.session_id.as_deref() else { return usage("bad_request", "action=input needs session_id") };
         let mut bytes = args.input.clone().unwrap_or_default().into_bytes();
         if let Some(key) = args.special_key.as_deref() {
-            let Some(key_bytes) = special_key_bytes(key) else { return usage("bad_request", format!("unknown special_key {key:?}")) };
+            let Some(key_bytes) = special_key_bytes(key) else { return usage("bad_request", format!("unknown special_key {}", echoed(key))) };
             bytes.extend_from_slice(key_bytes);
         }
         if bytes.is_empty() {

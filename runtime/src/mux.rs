@@ -29,6 +29,15 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
     if let Err(error) = paths.prepare() {
         return Reply::error(exit::ERROR, "no_data_dir", format!("cannot prepare {}: {error}", paths.root.display()));
     }
+    // CLI-2: a daemon the status call could not trust (a directory open to others) may run:
+    // `prepare` has just repaired the modes, so ask again before starting another one. The
+    // start used to go on and report the running daemon as "started meanwhile".
+    if status.body["error"] == "data_dir_not_private" {
+        let again = client::call(paths, &ClientRequest::Status);
+        if again.exit_code == exit::OK {
+            return already_running(paths, &again, " (this call repaired its data directory's modes to 0700; nothing else changed)");
+        }
+    }
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(error) => return Reply::error(exit::ERROR, "no_binary", error.to_string()),
@@ -209,7 +218,13 @@ pub fn still_migrating(log: &str) -> bool {
 }
 
 pub fn stop(paths: &DataPaths, all: bool) -> Reply {
-    let status = client::call(paths, &ClientRequest::Status);
+    let status = client::call_within(paths, &ClientRequest::Status, STOP_STATUS_BOUND);
+    // LIFE-6: a daemon that cannot answer a status call cannot act on a stop either: a frozen
+    // one reads it late and does nothing with it (CLI-4). Sending it anyway made `mux stop`
+    // wait twice the call bound (about 123 s, a review) to end as unresponsive all the same.
+    if status.body["error"] == "daemon_unresponsive" {
+        return unresponsive_to_stop(paths);
+    }
     let reply = client::call(paths, &ClientRequest::Stop { all });
     if reply.exit_code != exit::OK {
         return reply;
@@ -224,6 +239,28 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
         while Instant::now() < deadline && is_running(pid) {
             std::thread::sleep(POLL_INTERVAL);
         }
+    }
+    reply
+}
+
+/// How long `mux stop` waits for its status call; a daemon that answers nothing within it is
+/// not asked to stop.
+const STOP_STATUS_BOUND: Duration = START_DEADLINE;
+
+/// LIFE-6: `mux stop` of a daemon that does not answer: exit 7, nothing sent, and how to end it
+/// by hand (its pid from the lock file, when readable).
+fn unresponsive_to_stop(paths: &DataPaths) -> Reply {
+    let pid = std::fs::read_to_string(paths.lock_file()).ok().and_then(|text| text.trim().parse::<u64>().ok());
+    let named = pid.map_or("the daemon".to_string(), |pid| format!("the daemon (pid {pid}, from {})", paths.lock_file().display()));
+    let by_hand = pid.map_or("with `kill` (SIGTERM stops it as `mux stop` does)".to_string(), |pid| {
+        format!("with `kill {pid}` (SIGTERM stops it as `mux stop` does); one stopped by SIGSTOP resumes with `kill -CONT {pid}`")
+    });
+    let message = format!(
+        "{named} did not answer a status call within {STOP_STATUS_BOUND:?}, so it was not asked to stop (a frozen daemon that reads a stop late does nothing with it); end it {by_hand}"
+    );
+    let mut reply = Reply::error(exit::UNRESPONSIVE, "daemon_unresponsive", message);
+    if let Some(pid) = pid {
+        reply.body["pid"] = pid.into();
     }
     reply
 }

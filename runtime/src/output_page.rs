@@ -26,6 +26,7 @@ use crate::rollout_tail::{RolloutTail, TailEntry, TailError};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use wakterm_engine::limits::{echoed, echoed_field};
 use wakterm_engine::observer::RECORD_TOO_LARGE;
 
 /// The schema of every answer (success and structured non-success alike).
@@ -119,9 +120,9 @@ pub fn agent_unknown(target: &str) -> Reply {
     let body = json!({
         "schema": OUTPUT_SCHEMA,
         "state": "agent_unknown",
-        "target": target,
+        "target": echoed_field(target),
         "reason": "agent_unknown",
-        "detail": format!("no agent has the name or id {target:?}"),
+        "detail": format!("no agent has the name or id {}", echoed(target)),
     });
     Reply { exit_code: exit::NOT_FOUND, body }
 }

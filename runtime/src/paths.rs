@@ -19,9 +19,17 @@ pub struct DataPaths {
 }
 
 impl DataPaths {
-    /// `$WAKTERM_DATA_DIR`, else the platform data directory (`~/.local/share/wakterm`).
+    /// `$WAKTERM_DATA_DIR` (absolute, not empty), else, when it is unset, the platform data
+    /// directory (`~/.local/share/wakterm`).
     pub fn from_env() -> io::Result<DataPaths> {
-        if let Some(dir) = std::env::var_os("WAKTERM_DATA_DIR").filter(|d| !d.is_empty()) {
+        if let Some(dir) = std::env::var_os("WAKTERM_DATA_DIR") {
+            // CLI-2: set but empty is most often a script's unset variable
+            // (`WAKTERM_DATA_DIR=$DIR`); taken as unset, it reached the user's default daemon
+            // and its agents (a review).
+            if dir.is_empty() {
+                let message = "WAKTERM_DATA_DIR is set but empty: unset it for the default data directory, or set an absolute path";
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+            }
             // CLI-2: a relative one names another directory from every working directory, so
             // a client run elsewhere would miss the daemon (or start a second one).
             if !Path::new(&dir).is_absolute() {

@@ -86,6 +86,9 @@ pub enum Mutant {
     /// with a plain `internal_failure` rejection (nothing written, retry-safe), as the daemon
     /// once did, although the admission it joined goes on to write.
     JoinRefusalSaysUnwritten,
+    /// Caller layer (daemon server): every receipt is handed out with `replayed: false`, as
+    /// the engine once answered every caller joined to an admission (IDEM-5).
+    ReplayFlagDropped,
     /// Caller layer (daemon server): a failed history lookup is answered with a plain
     /// `internal_failure` rejection (nothing written, retry-safe), as HIST-3 once said, although
     /// the id it could not read may be a written one that left memory.
@@ -261,6 +264,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SpellingForksRequestId, "spelling_forks_request_id", "caller layer files exact-id calls under another request id"),
     (Mutant::WallClockTimers, "wall_clock_timers", "clock port reads the stepped wall clock for engine timers"),
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
+    (Mutant::ReplayFlagDropped, "replay_flag_dropped", "caller layer answers every call with replayed: false, joined and repeated ones too"),
     (Mutant::LookupFailureSaysUnwritten, "lookup_failure_says_unwritten", "caller layer answers a failed history lookup with a retry-safe rejection"),
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),

@@ -201,6 +201,9 @@ pub struct Oracle {
     pub violations: Vec<Violation>,
     /// The classification of the last receipt each request id got.
     pub last_receipt: BTreeMap<String, Classification>,
+    /// IDEM-2, IDEM-5: ids an `accepted` receipt with `replayed: false` was handed out for:
+    /// only the one call that wrote may say so; a joined or later call is a replay.
+    accepted_unreplayed: BTreeSet<String>,
     /// IDEM-7: ids a receipt called unwritten or retry-safe, and no call for the id has started
     /// since: a write of such an id proves the receipt claimed less than the truth.
     pub claimed_unwritten: BTreeMap<String, String>,
@@ -772,6 +775,9 @@ impl Oracle {
         let class = receipt.classification;
         self.last_receipt.insert(id.clone(), class);
         self.check_unwritten_claim(id, receipt, call_number);
+        if class == Classification::Accepted && !receipt.replayed && !self.accepted_unreplayed.insert(id.clone()) {
+            self.fail(Kind::Misclassified, format!("{id}: a second accepted receipt says replayed: false, but one call wrote"));
+        }
         let open = self.open_calls.entry(id.clone()).or_default();
         let since = open.values().min().copied();
         let started = open.remove(&call_number);

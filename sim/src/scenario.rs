@@ -463,6 +463,9 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 if w.mutant == Mutant::LookupFailureSaysUnwritten && receipt.reason.as_deref() == Some("history_unreadable") {
                     receipt = plain_rejection(receipt); // the bug
                 }
+                if w.mutant == Mutant::ReplayFlagDropped {
+                    receipt.replayed = false; // the bug
+                }
                 let class = format!("{:?}", receipt.classification);
                 w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
                 *w.counters.receipts.entry(class).or_default() += 1;

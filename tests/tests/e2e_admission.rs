@@ -697,7 +697,8 @@ fn adm_12_concurrent_admissions_one_accepted_others_busy() {
 }
 
 /// IDEM-5: the same id and input sent concurrently joins one admission: every caller gets the
-/// same accepted receipt, the prompt is written once.
+/// same accepted receipt, the prompt is written once, and only the call that wrote it says
+/// `replayed: false`.
 #[test]
 fn idem_5_concurrent_same_id_joins_one_write() {
     let w = World::new(EXE);
@@ -720,6 +721,9 @@ fn idem_5_concurrent_same_id_joins_one_write() {
         b["replayed"] = Value::Null;
         assert_eq!(a, b, "same receipt for every caller");
     }
+    // IDEM-2, IDEM-5: one call wrote; every other one joined it or came after it.
+    let writers = outs.iter().filter(|out| out.json["replayed"] == false).count();
+    assert_eq!(writers, 1, "exactly one receipt says this call wrote: {outs:#?}");
     assert_eq!(w.wait_terminal(&id)["state"], "completed");
     let prompts = prompts_after_sentinel(&w, "zola", "sentinel after the join");
     assert_eq!(prompts, vec!["baseline turn", "joined prompt", "sentinel after the join"]);

@@ -301,8 +301,8 @@ fn life_5_mux_stop_all_ends_agents_whose_start_is_under_way() {
 }
 
 /// CLI-2: a data directory the CLI cannot use is refused with advice that fits: a relative
-/// `WAKTERM_DATA_DIR` (it would name another directory from every working directory) is
-/// refused outright, and a regular file in its place is not told that `mux start` repairs its
+/// `WAKTERM_DATA_DIR` (it would name another directory from every working directory) or an
+/// empty one (a script's unset variable) is refused outright, and a regular file in its place is not told that `mux start` repairs its
 /// modes (it cannot); a directory open to others still is.
 #[test]
 fn cli_2_an_unusable_data_dir_gets_advice_that_fits() {
@@ -315,6 +315,11 @@ fn cli_2_an_unusable_data_dir_gets_advice_that_fits() {
     let (code, json) = run("relative/dir".as_ref());
     assert_eq!((code, &json["error"]), (Some(1), &serde_json::json!("no_data_dir")), "{json}");
     assert!(json["message"].as_str().unwrap_or_default().contains("absolute"), "{json}");
+    // Set but empty is a script's unset variable, not a wish for the default directory (it
+    // reached the user's default daemon).
+    let (code, json) = run("".as_ref());
+    assert_eq!((code, &json["error"]), (Some(1), &serde_json::json!("no_data_dir")), "{json}");
+    assert!(json["message"].as_str().unwrap_or_default().contains("empty"), "{json}");
     let file = w.root.join("a-file");
     std::fs::write(&file, b"").unwrap();
     let (_, json) = run(file.as_os_str());
@@ -469,7 +474,9 @@ fn cli_3_an_answer_that_cannot_be_printed_is_an_error_with_the_answer_on_stderr(
 /// sent. An `--env` pair with an empty key (`=v`) is `invalid_env` (exit 2) like one without
 /// `=`; it reached the holder and failed there (`agent_start_failed`). A data directory too
 /// long for its sockets is refused before it is created; it was made, with its database and
-/// log, and only the bind failed (a review).
+/// log, and only the bind failed (a review). A request over the daemon's line limit is refused
+/// unsent (`request_too_large`), and `mux start` that repairs the modes of a running daemon's
+/// directory says so.
 #[test]
 fn cli_2_bad_env_pairs_and_a_data_dir_too_long_for_sockets_change_nothing() {
     let w = World::new(EXE);
@@ -478,10 +485,54 @@ fn cli_2_bad_env_pairs_and_a_data_dir_too_long_for_sockets_change_nothing() {
         let out = w.run(&["agent", "start", "--name", "envy", "--env", pair, "--", "true"]);
         assert_eq!((out.code, out.json["error"].as_str()), (2, Some("invalid_env")), "{pair}: {out:?}");
     }
+    // A request over the daemon's line limit is refused unsent: it ended as `daemon_io`
+    // ("Broken pipe") or the daemon's `bad_request`, whichever won the race.
+    let value = "v".repeat(120_000);
+    let pairs: Vec<String> = (0..10).map(|n| format!("BIG{n}={value}")).collect();
+    let mut args = vec!["agent", "start", "--name", "envy"];
+    for pair in &pairs {
+        args.extend(["--env", pair.as_str()]);
+    }
+    args.extend(["--", "true"]);
+    let out = w.run(&args);
+    assert_eq!((out.code, out.json["error"].as_str()), (2, Some("request_too_large")), "{}", out.stdout.chars().take(400).collect::<String>());
+    assert!(out.json["message"].as_str().unwrap_or_default().contains("nothing was sent"), "{}", out.json);
     assert!(w.catalog_entry("envy").is_none(), "nothing started");
+    // A directory opened to others while its daemon runs: the status call refuses it, `mux
+    // start` repairs the modes and then says the daemon runs (it said "started meanwhile").
+    std::fs::set_permissions(&w.data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = w.run(&["mux", "start"]);
+    assert_eq!((out.code, out.json["error"].as_str()), (1, Some("already_running")), "{out:?}");
+    let message = out.json["message"].as_str().unwrap_or_default();
+    assert!(message.contains("repaired") && !message.contains("meanwhile"), "{message}");
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&w.data).unwrap().permissions()) & 0o777, 0o700);
+    assert_eq!(out.json["pid"], w.daemon_pid(), "the same daemon");
     let long = w.root.join("d".repeat(80));
     let out = w.cmd(&["mux", "start"]).env("WAKTERM_DATA_DIR", &long).output().expect("mux start");
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!((out.status.code(), body["error"].as_str()), (Some(2), Some("data_dir_path_too_long")), "{body}");
     assert!(!long.exists(), "nothing was created");
+}
+
+/// INP-6: an error that names a caller's input quotes a bounded part of it: a 120 KB name came
+/// back whole from `agent stop` and `restart`, and twice from `agent output`.
+#[test]
+fn inp_6_errors_quote_a_bounded_part_of_the_input() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let name = "n".repeat(120_000);
+    let id = "i".repeat(120_000);
+    let calls: [&[&str]; 5] = [
+        &["agent", "stop", &name],
+        &["agent", "restart", &name],
+        &["agent", "output", &name],
+        &["agent", "request", "get", &id],
+        &["agent", "request", "cancel", &id],
+    ];
+    for args in calls {
+        let out = w.run(args);
+        assert!(out.code != 0, "{:?}: {}", &args[..2], out.stdout.len());
+        assert!(out.stdout.len() + out.stderr.len() < 2_000, "{:?}: {} + {} bytes", &args[..3], out.stdout.len(), out.stderr.len());
+        assert!(out.stdout.contains("(120000 bytes)") || out.stdout.contains("…"), "{:?}: {}", &args[..3], out.stdout);
+    }
 }

@@ -96,7 +96,8 @@ fn conn_1_descriptor_pressure_never_wedges_the_daemon_or_kills_an_agent() {
 }
 
 /// CLI-1: `request watch --once` and a persistent watch against a stopped (SIGSTOP) daemon end
-/// with `daemon_unresponsive` (exit 7) instead of waiting forever.
+/// with `daemon_unresponsive` (exit 7) instead of waiting forever; so does `mux stop`, within
+/// its status call's bound, without asking the daemon to stop (LIFE-6).
 #[test]
 fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     let w = World::new(EXE);
@@ -105,7 +106,7 @@ fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     // SAFETY: a signal to our own daemon's pid.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let spawn = |args: &[&str]| w.cmd(args).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("spawn");
-    let mut children = [spawn(&["agent", "request", "watch", "--once"]), spawn(&["agent", "request", "watch"])];
+    let mut children = [spawn(&["agent", "request", "watch", "--once"]), spawn(&["agent", "request", "watch"]), spawn(&["mux", "stop"])];
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut codes = Vec::new();
     for child in &mut children {
@@ -125,10 +126,16 @@ fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     }
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-    for (code, stdout) in codes {
-        assert_eq!(code, Some(7), "a watch of a stopped daemon must end with exit 7: {stdout}");
+    for (code, stdout) in &codes {
+        assert_eq!(*code, Some(7), "a watch or stop of a stopped daemon must end with exit 7: {stdout}");
         assert!(stdout.contains("daemon_unresponsive"), "{stdout}");
     }
+    // LIFE-6: `mux stop` asked nothing of a daemon that did not answer its status call (it
+    // waited about 123 s for a stop the thawed daemon would not act on), and says how to end it.
+    let stop: serde_json::Value = serde_json::from_str(codes[2].1.trim()).expect("one JSON line");
+    assert_eq!(stop["pid"], pid, "{stop}");
+    assert!(stop["message"].as_str().unwrap_or_default().contains(&format!("kill -CONT {pid}")), "{stop}");
+    assert_eq!(w.run(&["mux", "status"]).code, 0, "the daemon was not asked to stop and runs on");
 }
 
 /// SEC-2: a data directory another user created (as in a world-writable /tmp) is refused

@@ -9,6 +9,7 @@ use crate::store::{Store, StoreError};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use wakterm_engine::limits::echoed;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// Events read from the store per page while a subscriber catches up.
@@ -36,7 +37,7 @@ pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Ta
                 resolved.not_live.insert(id.as_str().to_string());
                 resolved.ids.insert(id.as_str().to_string())
             }
-            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {target:?} (a stopped agent is reached by its id)"))),
+            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {} (a stopped agent is reached by its id)", echoed(target)))),
         };
     }
     Ok(resolved)

@@ -7,6 +7,7 @@ use crate::driver::DriverMsg;
 use crate::protocol::{exit, AdmitRequest, Reply};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use wakterm_engine::limits::echoed;
 use crate::store::{Store, StoreError};
 use tokio::sync::oneshot;
 use wakterm_engine::{AdmitCommand, Classification, Engine, OpId, RequestId};
@@ -91,7 +92,7 @@ pub(super) async fn submit(context: &Arc<Context>, submit: crate::protocol::Subm
 
 pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, evidence: bool) -> Reply {
     let Ok(id) = RequestId::parse(request_id) else {
-        return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
+        return Reply::error(exit::USAGE, "request_id_malformed", format!("{} is not a UUID", echoed(request_id)));
     };
     let asked = id.clone();
     let view = query(context, move |engine: &Engine| {
@@ -160,7 +161,7 @@ fn request_view(record: &wakterm_engine::RequestRecord, published: Option<wakter
 pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -> Reply {
     // INP-2, as `request get`: an id that is no UUID is a usage error, not "not found".
     if RequestId::parse(&request_id).is_err() {
-        return Reply::error(exit::USAGE, "request_id_malformed", format!("{request_id:?} is not a UUID"));
+        return Reply::error(exit::USAGE, "request_id_malformed", format!("{} is not a UUID", echoed(&request_id)));
     }
     let (reply, answer) = oneshot::channel();
     let asked = request_id.clone();
