@@ -336,7 +336,7 @@ impl Engine {
             return None;
         }
         let Some(view) = &agent.view else {
-            return unobserved_blocker(command, agent.refresh_error.as_deref());
+            return unobserved_blocker(command, agent, agent.refresh_error.as_deref());
         };
         if &view.incarnation != current || view.process != agent.facts.process {
             let detail = "the observer verified a different process than the one registered";
@@ -1038,9 +1038,16 @@ fn validate_command(command: &AdmitCommand) -> Option<Blocker> {
 
 
 /// Without any observer view only a plain one-way send that may steer goes on (ADM-13,
-/// ADM-18: one that must not steer needs to know the agent is idle).
-fn unobserved_blocker(command: &AdmitCommand, refresh_error: Option<&str>) -> Option<Blocker> {
-    if command.may_steer() {
+/// ADM-18: one that must not steer needs to know the agent is idle), and only to a PTY agent:
+/// a managed one takes nothing without its live stream (MGD-3: a send needs it for its
+/// acknowledgement and must not race a `turn/start` line not read yet, ADM-5), and a raw paste
+/// means nothing to it. A send after a refresh that timed out went on, as a raw paste, on top
+/// of an unread line (exploration seed 5008042).
+fn unobserved_blocker(command: &AdmitCommand, agent: &AgentEntry, refresh_error: Option<&str>) -> Option<Blocker> {
+    if agent.facts.transport == crate::agent::Transport::AppServer && command.paste_mode == PasteMode::Raw {
+        return Some(blocker(Classification::Unsupported, "raw_paste_managed", "a managed session takes the prompt as turn input; there is nothing to paste"));
+    }
+    if command.may_steer() && agent.facts.transport == crate::agent::Transport::Pty {
         return None;
     }
     let detail = refresh_error.unwrap_or("the observer produced no state for this agent").to_string();

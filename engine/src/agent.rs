@@ -83,11 +83,52 @@ pub struct AgentEntry {
     /// SUB-2: writes through wakterm that may have reached this agent (admissions and
     /// submits); the `turn_epoch` of a submit receipt. Bookkeeping, never evidence.
     pub input_epoch: u64,
+    /// CORR-13: turns a managed app-server accepted for a `turn/start` (turn, request id),
+    /// newest last, at most `MAX_ACCEPTED_TURNS_KEPT`: whose prompt each turn carries.
+    pub accepted_turns: std::collections::VecDeque<(crate::ids::TurnId, String)>,
 }
 
 impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
-        AgentEntry { facts, view: None, claim: None, awaiting_turn_after: None, awaiting_request: None, awaiting_past: None, refresh_error: None, probe_at_ms: None, input_epoch: 0 }
+        AgentEntry {
+            facts,
+            view: None,
+            claim: None,
+            awaiting_turn_after: None,
+            awaiting_request: None,
+            awaiting_past: None,
+            refresh_error: None,
+            probe_at_ms: None,
+            input_epoch: 0,
+            accepted_turns: Default::default(),
+        }
+    }
+
+    /// CORR-13: the app-server accepted request `id`'s `turn/start` into `turn`.
+    pub(crate) fn note_accepted_turn(&mut self, id: &str, turn: &crate::ids::TurnId) {
+        if self.accepted_turns.iter().any(|(t, i)| t == turn && i == id) {
+            return;
+        }
+        if self.accepted_turns.len() >= crate::limits::MAX_ACCEPTED_TURNS_KEPT {
+            self.accepted_turns.pop_front();
+        }
+        self.accepted_turns.push_back((turn.clone(), id.to_string()));
+        assert!(self.accepted_turns.len() <= crate::limits::MAX_ACCEPTED_TURNS_KEPT);
+    }
+
+    /// CORR-13: whether `turn` may carry the prompt written under `id`: not when the app-server
+    /// accepted `id` into another turn, nor when it accepted another request into `turn`.
+    pub(crate) fn turn_may_carry(&self, turn: &crate::ids::TurnId, id: Option<&str>) -> Result<(), String> {
+        if let Some((own, _)) = id.and_then(|id| self.accepted_turns.iter().rev().find(|(_, i)| i == id)) {
+            if own != turn {
+                return Err(format!("the app-server accepted this request's turn/start into turn {}", own.0));
+            }
+            return Ok(());
+        }
+        match self.accepted_turns.iter().rev().find(|(t, _)| t == turn) {
+            Some((_, other)) if Some(other.as_str()) != id => Err(format!("the app-server accepted request {other}'s turn/start into it")),
+            _ => Ok(()),
+        }
     }
 
     /// ADM-5, RF-7: how long after a write an idle agent with an empty composer is evidence that

@@ -133,6 +133,11 @@ impl Engine {
             // EV: reported on the stream only; correlation reads turn records (CORR-5..7).
             ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } => {}
             ObserverEvent::RequestRefused { id, error, position, .. } => self.on_request_refused(agent_id, id, error, *position),
+            ObserverEvent::TurnAccepted { id, turn, .. } => {
+                if let Some(agent) = self.agents.get_mut(agent_id) {
+                    agent.note_accepted_turn(id, turn);
+                }
+            }
             ObserverEvent::TurnStarted { .. }
             | ObserverEvent::UserMessage { .. }
             | ObserverEvent::TurnCompleted { .. }
@@ -194,7 +199,8 @@ impl Engine {
             | ObserverEvent::PlanUpdated { .. }
             | ObserverEvent::TurnCompleted { .. }
             | ObserverEvent::TurnAborted { .. }
-            | ObserverEvent::RequestRefused { .. } => {}
+            | ObserverEvent::RequestRefused { .. }
+            | ObserverEvent::TurnAccepted { .. } => {}
         }
         view.turn = fold_turn(&view.turn, event);
     }
@@ -242,10 +248,16 @@ impl Engine {
 
     /// CORR-11: a process exit is a delivery failure only with proof that no turn started.
     fn on_process_exited(&mut self, agent_id: &AgentId, drained: bool) {
+        // CORR-11: an app-server's output is no record of its thread: Codex hands the input to
+        // the thread (which records it) before it writes the reply, so a process killed in
+        // between drained an output that says nothing of a prompt the thread holds (a review
+        // got `delivery_failed` for a prompt the thread recorded and completed). Only a PTY
+        // agent's rollout, the provider's own record, proves that no turn started.
+        let managed = self.agents.get(agent_id).is_some_and(|a| a.facts.transport == crate::agent::Transport::AppServer);
         for request_id in self.correlating_requests_of(agent_id, true) {
             let record = &self.requests[&request_id];
             let unstarted = record.phase == Phase::Submitted && !self.candidates.contains_key(&request_id);
-            let proven = drained && unstarted && !self.suspended.contains(&request_id);
+            let proven = drained && unstarted && !managed && !self.suspended.contains(&request_id);
             if proven {
                 self.finish(&request_id, TerminalState::DeliveryFailed, Some("process_exited_before_turn"), None, None);
             } else {
@@ -333,6 +345,21 @@ impl Engine {
         let bound = record.bound_turn.clone();
         let candidate = self.candidates.get(request_id).cloned();
         let prompt_hash = record.prompt_hash.clone();
+        // CORR-13: a turn the app-server accepted for another request (or not for this one's)
+        // is not ours whatever its text: two prompts of the same text, the earlier one read
+        // late, and the later request bound the earlier one's turn and delivered its final (a
+        // review). Its records are passed over; this request waits for its own turn.
+        let named = match event {
+            ObserverEvent::TurnStarted { turn, .. } | ObserverEvent::TurnCompleted { turn, .. } => Some(turn.clone()),
+            ObserverEvent::UserMessage { turn, .. } | ObserverEvent::TurnAborted { turn, .. } => turn.clone(),
+            _ => None,
+        };
+        if let (None, None, Some(turn)) = (&bound, &candidate, &named) {
+            if let Some(why) = self.turn_of_another(request_id, turn) {
+                let step = if matches!(event, ObserverEvent::TurnStarted { .. }) { EvidenceStep::TurnStarted } else { EvidenceStep::UserMessage };
+                return self.note(request_id, step, format!("{}: not this request's turn ({why})", describe(event)));
+            }
+        }
         match (event, bound) {
             (ObserverEvent::TurnStarted { turn, .. }, Some(bound)) => {
                 if turn != &bound {
@@ -399,6 +426,7 @@ impl Engine {
                 | ObserverEvent::AgentMessage { .. }
                 | ObserverEvent::PlanUpdated { .. }
                 | ObserverEvent::RequestRefused { .. }
+                | ObserverEvent::TurnAccepted { .. }
                 | ObserverEvent::SessionLost { .. }
                 | ObserverEvent::ProcessExited { .. },
                 _,
@@ -406,6 +434,14 @@ impl Engine {
                 unreachable!("handled by apply_event")
             }
         }
+    }
+
+    /// CORR-13: why `turn` cannot carry this request's prompt, from the app-server's answers
+    /// to `turn/start` (a managed agent's; None when they tell nothing against it).
+    fn turn_of_another(&self, request_id: &RequestId, turn: &TurnId) -> Option<String> {
+        let record = &self.requests[request_id];
+        let agent = self.agents.get(&record.agent_id)?;
+        agent.turn_may_carry(turn, record.turn_start_id.as_deref()).err()
     }
 
     fn indeterminate(&mut self, request_id: &RequestId, reason: &str) {
@@ -551,6 +587,7 @@ fn describe(event: &ObserverEvent) -> String {
             format!("plan of {} steps in turn {:?} at {position}", plan.len(), turn.as_ref().map(|t| &t.0))
         }
         ObserverEvent::RequestRefused { id, error, position, .. } => format!("the app-server refused request {id} at {position}: {error}"),
+        ObserverEvent::TurnAccepted { id, turn, position, .. } => format!("the app-server accepted request {id} into turn {} at {position}", turn.0),
         ObserverEvent::SessionLost { reason, .. } => format!("observer session lost: {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process exited (record drained: {drained})"),
     }

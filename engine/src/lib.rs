@@ -22,6 +22,7 @@ pub mod ids;
 pub mod io;
 pub mod limits;
 pub mod observer;
+pub mod pane_look;
 pub mod prompt;
 pub mod receipt;
 mod recovery;

@@ -29,6 +29,9 @@ pub fn echoed_field(input: &str) -> String {
     }
 }
 
+/// CORR-13: turns accepted for a managed agent's `turn/start` requests remembered per agent.
+pub const MAX_ACCEPTED_TURNS_KEPT: usize = 64;
+
 /// Longest opaque incarnation accepted (INP-4).
 pub const MAX_INCARNATION_BYTES: usize = 256;
 /// Agents the engine tracks at once.

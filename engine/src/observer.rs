@@ -79,7 +79,11 @@ impl std::fmt::Display for ObserverStatus {
 pub fn fold_turn(state: &TurnState, event: &ObserverEvent) -> TurnState {
     match event {
         // Only turn records move the state; an assistant message is not one.
-        ObserverEvent::Attached { .. } | ObserverEvent::AgentMessage { .. } | ObserverEvent::PlanUpdated { .. } | ObserverEvent::RequestRefused { .. } => state.clone(),
+        ObserverEvent::Attached { .. }
+        | ObserverEvent::AgentMessage { .. }
+        | ObserverEvent::PlanUpdated { .. }
+        | ObserverEvent::RequestRefused { .. }
+        | ObserverEvent::TurnAccepted { .. } => state.clone(),
         ObserverEvent::TurnStarted { turn, .. } => TurnState::Busy { turn: Some(turn.clone()) },
         ObserverEvent::UserMessage { turn, .. } => match state {
             TurnState::Idle { .. } => TurnState::Busy { turn: turn.clone() },
@@ -221,6 +225,11 @@ pub enum ObserverEvent {
     /// never handed to the thread: Codex 0.169 answers every failure of the request before it
     /// submits the input, and nothing after. No turn state changes.
     RequestRefused { session: SessionId, id: String, error: String, position: u64 },
+    /// CORR-13: a managed session's app-server answered the JSON-RPC request `id` (a
+    /// `turn/start`) with the turn it handed the input to (`result.turn.id`; Codex answers
+    /// before it notifies the turn). It says whose prompt a turn carries: a turn accepted for
+    /// another request is not ours, whatever its text. No turn state changes.
+    TurnAccepted { session: SessionId, id: String, turn: TurnId, position: u64 },
     /// The session file was replaced, truncated or rewritten, a record could not be read in
     /// full ([`RECORD_TOO_LARGE`]), or the event stream dropped.
     SessionLost {
@@ -251,7 +260,8 @@ impl ObserverEvent {
             | ObserverEvent::PlanUpdated { session, .. }
             | ObserverEvent::TurnCompleted { session, .. }
             | ObserverEvent::TurnAborted { session, .. }
-            | ObserverEvent::RequestRefused { session, .. } => Some(session),
+            | ObserverEvent::RequestRefused { session, .. }
+            | ObserverEvent::TurnAccepted { session, .. } => Some(session),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
         }
     }
@@ -265,7 +275,8 @@ impl ObserverEvent {
             | ObserverEvent::PlanUpdated { position, .. }
             | ObserverEvent::TurnCompleted { position, .. }
             | ObserverEvent::TurnAborted { position, .. }
-            | ObserverEvent::RequestRefused { position, .. } => Some(*position),
+            | ObserverEvent::RequestRefused { position, .. }
+            | ObserverEvent::TurnAccepted { position, .. } => Some(*position),
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
         }
     }

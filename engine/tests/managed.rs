@@ -62,6 +62,73 @@ fn rf_7_a_managed_prompt_not_yet_read_keeps_the_agent_busy_until_rf_8() {
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
 }
 
+// MGD-3, ADM-3: without any observer view (its refresh timed out) a managed agent takes no
+// plain send: the send needs the live stream for its acknowledgement and must not race a line
+// the app-server has not read (a raw paste went on so, on top of an unread `turn/start`:
+// exploration seed 5008042). A raw paste is `unsupported` for a managed agent with or without
+// a view.
+#[test]
+fn mgd_3_a_managed_send_without_a_view_is_refused_before_any_write() {
+    for raw in [false, true] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.auto = Auto::Manual;
+        let mut command = rig.command(Operation::Send, REQ, "steer me", ReturnMode::OneWay);
+        if raw {
+            command.paste_mode = PasteMode::Raw;
+        }
+        let op = rig.submit(command);
+        rig.advance(limits::REFRESH_TIMEOUT_MS);
+        let receipt = rig.receipt(op);
+        let expected = if raw { (Classification::Unsupported, "raw_paste_managed") } else { (Classification::ObserverFailure, "observer_unavailable") };
+        assert_eq!((receipt.classification, receipt.reason.as_deref()), (expected.0, Some(expected.1)), "{receipt:?}");
+        assert!(rig.persists.is_empty() && rig.deliveries.is_empty(), "nothing registered or written");
+    }
+}
+
+// CORR-13: two prompts of the same text, the first read by a stalled app-server only after
+// RF-8 ended its request: the second request must not bind the first's turn (its text
+// matches) and deliver that turn's final; the app-server's answers to the two `turn/start`
+// requests say which turn carries which (a review got `completed` with the other turn's final).
+#[test]
+fn corr_13_a_turn_accepted_for_another_request_is_not_ours_whatever_its_text() {
+    let mut rig = managed_zola(Some(THREAD));
+    let first = rig.admit(REQ, "same prompt", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(first).classification, Classification::Accepted);
+    for _ in 0..7 {
+        rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    }
+    assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("no_turn_started"), "RF-8 ended the first");
+    let second = rig.admit(REQ2, "same prompt", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(second).classification, Classification::Accepted, "{:?}", rig.receipt(second));
+    let accepted = |rig: &mut Rig, request: &str, turn_id: &str, position: u64| {
+        let id = prompt::turn_start_id(request, 0x5eed);
+        rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn(turn_id), position });
+    };
+    // The stalled app-server reads the first line now, then the second.
+    accepted(&mut rig, REQ, "turn-a", 2_000);
+    rig.provider_turn("turn-a", "same prompt", "the first prompt's final", 2_000);
+    assert!(rig.terminal_for(REQ2).is_empty(), "not bound to the first request's turn: {:?}", rig.terminal_for(REQ2));
+    accepted(&mut rig, REQ2, "turn-b", 3_000);
+    rig.provider_turn("turn-b", "same prompt", "the second prompt's final", 3_000);
+    let ended = rig.terminal_for(REQ2);
+    assert_eq!((ended[0].state, ended[0].final_message.as_deref()), (TerminalState::Completed, Some("the second prompt's final")), "{ended:?}");
+}
+
+// CORR-11 for a managed agent: an app-server exit after the prompt's `turn/start` was
+// written, with its output read to the end and no turn in it, is still `indeterminate`: Codex
+// hands the input to the thread (which records it) before it writes anything, so a process
+// killed in between leaves the prompt in the thread with no line about it (a review got
+// `delivery_failed`, which invites a resend of a prompt the thread had run).
+#[test]
+fn corr_11_a_managed_exit_is_no_proof_the_prompt_never_reached_the_thread() {
+    let mut rig = managed_zola(Some(THREAD));
+    let op = rig.admit(REQ, "reached but silent", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    let ended = rig.terminal_for(REQ);
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("process_exited")), "{ended:?}");
+}
+
 // ADM-5 across a restart: a daemon started after a managed prompt's write (its submitted
 // marker durable, its turn not seen starting) holds the agent busy as the writer did, so no
 // prompt is written on top of a line the app-server may not have read. The wait runs from the

@@ -283,7 +283,12 @@ impl Fold {
             } else {
                 self.answered_overflow = true;
             }
-            return Vec::new();
+            // CORR-13: the turn a `turn/start` was handed to says whose prompt that turn carries.
+            let turn = value.pointer("/result/turn/id").and_then(Value::as_str).filter(|turn| !turn.is_empty() && turn.len() <= MAX_SERVER_REQUEST_ID_BYTES);
+            return match turn {
+                Some(turn) => vec![ObserverEvent::TurnAccepted { session: self.session(), id: id.to_string(), turn: TurnId(turn.to_string()), position }],
+                None => Vec::new(),
+            };
         }
         let Some(error) = value.get("error") else { return Vec::new() };
         if self.answered_overflow || self.answered_ids.contains(id) {
@@ -397,9 +402,31 @@ mod tests {
                 ObserverEvent::TurnCompleted { .. } => "turn_completed",
                 ObserverEvent::TurnAborted { .. } => "turn_aborted",
                 ObserverEvent::RequestRefused { .. } => "request_refused",
+                ObserverEvent::TurnAccepted { .. } => "turn_accepted",
                 _ => "other",
             })
             .collect()
+    }
+
+    // CORR-13: the real 0.169 reply to a `turn/start` names the turn it handed the input to,
+    // before that turn's `turn/started`; sent under a string id (the daemon's), it folds into
+    // `TurnAccepted` for that id and turn. Under a number id (the capture's client) it is no
+    // request of ours and folds into nothing.
+    #[test]
+    fn corr_13_a_turn_start_reply_names_the_turn_it_accepted() {
+        let lines = transcript("completed-turn.jsonl");
+        let reply_at = lines.iter().position(|m| m.pointer("/result/turn/id").is_some()).unwrap();
+        let started_at = lines.iter().position(|m| m["method"] == "turn/started").unwrap();
+        assert!(reply_at < started_at, "Codex answers before it notifies the turn");
+        let turn = lines[reply_at].pointer("/result/turn/id").and_then(Value::as_str).unwrap().to_string();
+        let thread = lines.iter().find_map(|m| m.pointer("/result/thread/id")).and_then(Value::as_str).unwrap().to_string();
+        let mut fold = Fold::new(&thread);
+        assert!(fold.line(&serde_json::to_vec(&lines[reply_at]).unwrap(), 10).is_empty(), "a number id: not ours");
+        let mut ours = lines[reply_at].clone();
+        ours["id"] = json!("wakterm-req-1");
+        let events = fold.line(&serde_json::to_vec(&ours).unwrap(), 20);
+        let [ObserverEvent::TurnAccepted { id, turn: accepted, position, .. }] = events.as_slice() else { panic!("{events:?}") };
+        assert_eq!((id.as_str(), accepted.0.as_str(), *position), ("wakterm-req-1", turn.as_str(), 20));
     }
 
     // MGD-3: the real 0.169 transcripts fold into the turn events the engine correlates on:

@@ -464,6 +464,31 @@ fn adm_4_a_write_naming_a_stale_write_count_writes_nothing() {
     assert_eq!((written.bytes_written, written.refused), (10, None), "{written:?}");
 }
 
+/// ADM-4: an admission's look (`screen` with info) waits for input written just before it to
+/// be drawn: a TUI that draws a key 100 ms after reading it showed the composer as it was, so a
+/// human's draft typed a moment before an admission read as empty and its Ctrl-U erased it.
+/// A child that draws nothing holds the look no longer than `INPUT_DRAW_WAIT_MS`.
+#[test]
+fn adm_4_a_look_waits_for_input_written_just_before_it_to_be_drawn() {
+    use std::time::{Duration, Instant};
+    use wakterm_engine::pane_look::INPUT_DRAW_WAIT_MS;
+    // Draws each line it reads 100 ms later.
+    let (holder, _sub) = start_raw("while IFS= read -r line; do sleep 0.1; printf '%s' \"$line\"; done");
+    let mut client = holder.client();
+    client.write(b"human-draft\n").unwrap();
+    let looked = client.screen_with_info().unwrap();
+    let text = looked.screen.lines.join("\n");
+    assert!(text.contains("human-draft"), "the look read the screen before the draft was drawn: {text:?}");
+    // Nothing drawn at all (an ignored key): the look is held at most the bound.
+    let (quiet, _sub) = start_raw("exec sleep 30");
+    let mut client = quiet.client();
+    client.write(b"x").unwrap();
+    let started = Instant::now();
+    client.screen_with_info().unwrap();
+    let held = started.elapsed();
+    assert!(held < Duration::from_millis(INPUT_DRAW_WAIT_MS + 2_000), "held {held:?}");
+}
+
 /// ADM-12: a write (or a split write) the holder comes to after its `start_by_ms` is refused
 /// with nothing written, so a stalled holder never starts a write the daemon has given up on;
 /// one the holder comes to in time is written.

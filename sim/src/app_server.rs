@@ -110,9 +110,17 @@ pub enum Truth {
     Aborted(TurnId),
     /// MGD-7: an error reply to the request with this (string) id, and its code and message.
     Refused(String, String),
+    /// CORR-13: the reply to the `turn/start` with this (string) id names the turn it accepted.
+    Accepted(String, TurnId),
     /// A line that carries no evidence although it looks like some: an error under an id the
     /// app-server answered already (the reply to another request sent under that id).
     NoRecord,
+}
+
+/// CORR-13: a `turn/start` reply's truth: the turn it accepted, for a string id (the fold
+/// reads only those as requests of ours).
+fn accepted_truth(id: &Value, turn: &TurnId) -> Option<Truth> {
+    id.as_str().map(|id| Truth::Accepted(id.to_string(), turn.clone()))
 }
 
 impl Truth {
@@ -124,6 +132,7 @@ impl Truth {
             Truth::Completed(turn, text) => ObserverEvent::TurnCompleted { session, turn, final_message: Some(text), position },
             Truth::Aborted(turn) => ObserverEvent::TurnAborted { session, turn: Some(turn), position },
             Truth::Refused(id, error) => ObserverEvent::RequestRefused { session, id, error, position },
+            Truth::Accepted(id, turn) => ObserverEvent::TurnAccepted { session, id, turn, position },
             Truth::NoRecord => unreachable!("a line without evidence makes no record"),
         }
     }
@@ -740,7 +749,7 @@ impl World {
         if let Some(running) = self.agents[a].running.clone() {
             let t = running.turn.0.clone();
             let lines = vec![
-                (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
+                (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &running.turn)),
                 (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
                 (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(running.turn.clone(), hash))),
             ];
@@ -760,6 +769,9 @@ impl World {
         if opener.is_some() && self.fault_roll(0.02) {
             return self.app_exit_after_reply(a, id, turn, opener);
         }
+        if opener.is_some() && self.fault_roll(0.02) {
+            return self.app_exit_before_reply(a, turn, opener);
+        }
         let abort = self.faults_on && thread_rng().gen_bool(self.plan.abort.max(0.02));
         let late = self.faults_on && thread_rng().gen_bool(self.plan.late_final.max(0.02));
         let fast = !late && self.faults_on && thread_rng().gen_bool(self.plan.fast_turn);
@@ -773,7 +785,7 @@ impl World {
         self.agents[a].running = Some(running.clone());
         self.agents[a].idle_since_ms = None;
         let t = turn.0.clone();
-        let mut lines = vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None)];
+        let mut lines = vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &turn))];
         if opener.is_some() && id.is_string() && self.fault_roll(0.05) {
             // MGD-7: a holder-socket client read the id from the result and sent a request
             // under it; the app-server answered that one (no such thread) before it notified
@@ -899,7 +911,7 @@ impl World {
         let f = FOREIGN_THREAD;
         let done = turn_json(&t, "completed", json!([agent_item(item, "it is a repo", None)]), "summary");
         let lines = vec![
-            (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None),
+            (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &TurnId(t.clone()))),
             (notification("turn/started", json!({"threadId": f, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), None),
             (notification("item/completed", json!({"item": user_item(item, text), "threadId": f, "turnId": t}), now), None),
             (notification("item/completed", json!({"item": agent_item(item, "it is a repo", None), "threadId": f, "turnId": t}), now), None),
@@ -995,8 +1007,23 @@ impl World {
         let t = turn.0.clone();
         let file = self.agents[a].session.file;
         self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
-        self.app_emit(a, vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), None)]);
+        self.app_emit(a, vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &turn))]);
         self.log(format!("a{a} app-server: turn {t} accepted for {opener:?}, then the process dies before notifying it"));
+        if let Some(rid) = &opener {
+            self.oracle.on_prompt_reached_thread(rid);
+        }
+        self.kill_process(a, thread_rng().gen_range(300..3_000));
+    }
+
+    /// CORR-11: the app-server hands the prompt to its thread (which records it: ground truth,
+    /// the prompt opened that turn) and is killed before it writes a line about it, so its
+    /// output, read to its end, says nothing. The request must never end `delivery_failed`.
+    fn app_exit_before_reply(&mut self, a: usize, turn: TurnId, opener: Option<String>) {
+        self.counters.fault("app_server.exit_before_reply");
+        let t = turn.0.clone();
+        let file = self.agents[a].session.file;
+        self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.log(format!("a{a} app-server: turn {t} taken into the thread for {opener:?}, then the process dies before writing a line"));
         if let Some(rid) = &opener {
             self.oracle.on_prompt_reached_thread(rid);
         }

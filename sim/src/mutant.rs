@@ -89,6 +89,10 @@ pub enum Mutant {
     /// Caller layer (daemon server): every receipt is handed out with `replayed: false`, as
     /// the engine once answered every caller joined to an admission (IDEM-5).
     ReplayFlagDropped,
+    /// Pane port (the holder's look): reads the screen at once, not waiting for input written
+    /// just before it to be drawn (ADM-4), so a human's draft typed a moment before an
+    /// admission reads as an empty composer.
+    LookBeforeInputDrawn,
     /// Caller layer (daemon server): a failed history lookup is answered with a plain
     /// `internal_failure` rejection (nothing written, retry-safe), as HIST-3 once said, although
     /// the id it could not read may be a written one that left memory.
@@ -265,6 +269,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::WallClockTimers, "wall_clock_timers", "clock port reads the stepped wall clock for engine timers"),
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
     (Mutant::ReplayFlagDropped, "replay_flag_dropped", "caller layer answers every call with replayed: false, joined and repeated ones too"),
+    (Mutant::LookBeforeInputDrawn, "look_before_input_drawn", "pane port reads a look's screen without waiting for input written just before it to be drawn"),
     (Mutant::LookupFailureSaysUnwritten, "lookup_failure_says_unwritten", "caller layer answers a failed history lookup with a retry-safe rejection"),
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),

@@ -204,6 +204,9 @@ pub struct Oracle {
     /// IDEM-2, IDEM-5: ids an `accepted` receipt with `replayed: false` was handed out for:
     /// only the one call that wrote may say so; a joined or later call is a replay.
     accepted_unreplayed: BTreeSet<String>,
+    /// ADM-12: when the engine gave up on each request's write (a `write_result_lost`
+    /// receipt): an old holder may write it any time later, a write the engine cannot know of.
+    given_up_ms: BTreeMap<String, u64>,
     /// IDEM-7: ids a receipt called unwritten or retry-safe, and no call for the id has started
     /// since: a write of such an id proves the receipt claimed less than the truth.
     pub claimed_unwritten: BTreeMap<String, String>,
@@ -385,7 +388,11 @@ fn record_events(record: &Record) -> (Vec<&'static str>, Option<&TurnId>) {
         ObserverEvent::AgentMessage { turn, .. } => (vec!["message.assistant"], turn.as_ref()),
         ObserverEvent::PlanUpdated { turn, .. } => (vec!["plan.updated"], turn.as_ref()),
         // A refusal makes no stream event (MGD-7); it is never a truth record either.
-        ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } | ObserverEvent::RequestRefused { .. } => (vec![], None),
+        ObserverEvent::Attached { .. }
+        | ObserverEvent::SessionLost { .. }
+        | ObserverEvent::ProcessExited { .. }
+        | ObserverEvent::RequestRefused { .. }
+        | ObserverEvent::TurnAccepted { .. } => (vec![], None),
     }
 }
 
@@ -455,7 +462,9 @@ impl Oracle {
         let another_taken = taken.iter().any(|(at, whose)| at + STALL_MARGIN_MS >= written_ms && whose.as_deref() != earlier); // learned of after the write, too
         // ADM-12: bytes an old holder wrote after the engine had given its write up (ended
         // `write_result_lost`) are a write the engine cannot know of (its known late write).
-        let given_up = earlier.and_then(|id| self.ended_ms.get(id)).is_some_and(|ended| *ended <= written_ms);
+        // A one-way request has no terminal event: its `write_result_lost` receipt says when
+        // (exploration seed 5019295: a one-way write an old holder made 3 s after it).
+        let given_up = earlier.and_then(|id| self.ended_ms.get(id).or(self.given_up_ms.get(id))).is_some_and(|ended| *ended <= written_ms);
         // A prompt written before this daemon started is a write it knows of only when its
         // request's submitted marker was durable then (one-way sends leave no open record).
         let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.submitted_at_start.contains(id));
@@ -775,6 +784,9 @@ impl Oracle {
         let class = receipt.classification;
         self.last_receipt.insert(id.clone(), class);
         self.check_unwritten_claim(id, receipt, call_number);
+        if receipt.reason.as_deref() == Some("write_result_lost") {
+            self.given_up_ms.entry(id.clone()).or_insert(wakterm_runtime::driver::now_ms());
+        }
         if class == Classification::Accepted && !receipt.replayed && !self.accepted_unreplayed.insert(id.clone()) {
             self.fail(Kind::Misclassified, format!("{id}: a second accepted receipt says replayed: false, but one call wrote"));
         }

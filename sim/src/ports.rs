@@ -90,6 +90,27 @@ fn holder_dies_before_resume(w: &mut World, agent_id: &AgentId, from: &Cursor) -
     Some(back_ms)
 }
 
+/// ADM-4, as the holder's `Pane::screen_with_info`: a look at a PTY pane waits (up to
+/// `INPUT_DRAW_WAIT_MS` after the write) for input written just before it to be drawn, before
+/// it reads liveness and the screen (one holder call). True when the look goes on with the
+/// last input still undrawn (past that bound).
+async fn wait_for_input_drawn(world: &Shared, a: usize) -> bool {
+    loop {
+        let wait = {
+            let w = world.lock().unwrap();
+            let pane = &w.agents[a].pane;
+            if w.is_managed(a) || w.mutant == Mutant::LookBeforeInputDrawn {
+                return false; // the mutant: the look reads the screen at once
+            }
+            match wakterm_engine::pane_look::undrawn_input_deadline(pane.last_input, pane.output_end, wakterm_runtime::driver::now_ms()) {
+                Some(deadline) => deadline.saturating_sub(wakterm_runtime::driver::now_ms()).clamp(1, 5),
+                None => return pane.last_input.is_some_and(|last| last.output_end == pane.output_end),
+            }
+        };
+        madsim::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
 impl Effects for SimEffects {
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
         let world = self.world.clone();
@@ -105,14 +126,13 @@ impl Effects for SimEffects {
             } else {
                 madsim::time::sleep(ms(1, 40)).await;
             }
-            let (a, late) = {
-                let mut w = world.lock().unwrap();
-                let Some(a) = agent_index(&w, &agent_id) else {
-                    let snapshot = Err("the agent is not known to the daemon".to_string());
-                    return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None });
-                };
-                (a, look_at_liveness(&mut w, &inbox, a).late)
+            let known = agent_index(&world.lock().unwrap(), &agent_id);
+            let Some(a) = known else {
+                let snapshot = Err("the agent is not known to the daemon".to_string());
+                return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None });
             };
+            let undrawn = wait_for_input_drawn(&world, a).await;
+            let late = look_at_liveness(&mut world.lock().unwrap(), &inbox, a).late;
             send_late(&inbox, late).await;
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
@@ -129,6 +149,9 @@ impl Effects for SimEffects {
             let pane_writes = (!w.is_managed(a)).then(|| w.agents[a].pane.writes);
             if let (Some(writes), Ok(wakterm_engine::Composer::Unknown)) = (pane_writes, snapshot.as_ref().map(|s| s.composer)) {
                 w.agents[a].unknown_looks_at.insert(writes);
+            }
+            if let (Some(writes), true) = (pane_writes, undrawn) {
+                w.agents[a].undrawn_looks_at.insert(writes);
             }
             // The view the monitor compares its next snapshot with (`note_view`).
             w.agents[a].observer.last_snapshot = snapshot.clone().ok();
@@ -631,7 +654,11 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     let draft = w.agents[a].human_draft.clone().filter(|d| reached > 0 && bytes.starts_with(b"\x15") && w.agents[a].composer.contains(d.as_str()));
     if let Some(draft) = draft {
         let writer = request.clone().unwrap_or_else(|| "?".to_string());
-        if looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
+        if looked.is_some_and(|writes| w.agents[a].undrawn_looks_at.contains(&writes)) {
+            // A known gap (SPEC ADM-4): keys the TUI had not drawn `INPUT_DRAW_WAIT_MS` after
+            // they were written are not waited for any longer.
+            w.counters.fault("note.draft_erased_undrawn_past_wait");
+        } else if looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
             // A known gap (SPEC ADM-4): a composer the screen adapter could not read does not
             // refuse the write, so a draft it hid is erased. Counted, not failed (a look at the
             // same write count may have read it: the exemption is wide).
@@ -1576,6 +1603,7 @@ pub fn describe_event(event: &ObserverEvent) -> String {
         ObserverEvent::SessionLost { reason, .. } => format!("session_lost {reason}"),
         ObserverEvent::ProcessExited { drained } => format!("process_exited drained={drained}"),
         ObserverEvent::RequestRefused { id, position, .. } => format!("request_refused {id} @{position}"),
+        ObserverEvent::TurnAccepted { id, turn, position, .. } => format!("turn_accepted {id} -> {} @{position}", turn.0),
     }
 }
 

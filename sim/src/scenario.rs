@@ -875,18 +875,33 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         w.faults_on = false;
         w.healed_ms = Some(now_ms());
         for a in 0..w.agents.len() {
-            if !w.agents[a].composer.is_empty() && !w.split_in_progress(a) {
+            let splitting = w.split_in_progress(a);
+            if !w.agents[a].composer.is_empty() && !splitting {
                 // The human clears what the composer holds (a Ctrl-U: a write to the pane, so
                 // a submit still watching it is superseded, never acknowledged by the redraw).
                 w.pane_accept(a, "human", 1, true);
+            }
+            if splitting {
+                // Not through a split write's gaps: the human's Ctrl-U waits for the pane's
+                // write lock. Cleared at once, the composer emptied with no write to the pane,
+                // so the stalled TUI's late redraw of the split write's text showed an empty
+                // composer and acknowledged an Enter it had lost (exploration seed 149).
+                at_keyboard(&w, &world, a, move |w| {
+                    if !w.agents[a].composer.is_empty() {
+                        w.pane_write(a, "human", b"\x15", None, true);
+                    }
+                });
             }
             let agent = &mut w.agents[a];
             agent.lost_until_ms = None;
             agent.unreadable_record = None;
             agent.lag_ms = 20;
             agent.question = false;
-            agent.composer.clear();
+            if !splitting {
+                agent.composer.clear();
+            }
             agent.pane.late_echoes.clear(); // what the stalled TUI had to redraw is cleared
+            agent.pane.late_draw = None;
             if let Some(app) = agent.app.as_mut() {
                 app.conn_down_until = None;
                 // `app_server.slow_reader` heals too: what waits in its input is read now.

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
+use wakterm_engine::pane_look::LastInput;
 use wakterm_engine::{
     prompt::prompt_hash, AgentFacts, AgentId, Composer, Harness, Incarnation, ObserverEvent, ObserverSnapshot, ObserverStatus,
     PlanStatus, PlanStep, ProcessIdentity, RequestRecord, ReturnMode, SessionId, Transport, TurnId, TurnState,
@@ -66,6 +67,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.reply_lost",
     "app_server.exit_mid_turn",
     "app_server.exit_after_reply",
+    "app_server.exit_before_reply",
     "app_server.holder_restart",
     "app_server.busy_steer",
     "app_server.foreign_thread",
@@ -122,6 +124,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.reacts_before_enter",
     "terminal.output_without_change",
     "terminal.stalled_echo",
+    "terminal.late_draw",
     "pane.input_since_look",
     "submit.exit_mid_wait",
     "submit.split_write_fails",
@@ -239,6 +242,9 @@ pub struct FaultPlan {
     /// sessions watch becomes incomplete (a subdirectory it could not watch) until a retry
     /// sets it whole.
     pub watch_incomplete: f64,
+    /// ADM-4: a human's draft is drawn 5-400 ms after its keys reached the pane (a slow or
+    /// busy TUI), or with the child's next output, whichever comes first.
+    pub late_draw: f64,
 }
 
 impl FaultPlan {
@@ -275,6 +281,7 @@ impl FaultPlan {
             server_request: 0.0,
             wake_lost: 0.0,
             watch_incomplete: 0.0,
+            late_draw: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -287,6 +294,7 @@ impl FaultPlan {
         let mut rng = thread_rng();
         self.wake_lost = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.05) } else { 0.0 };
         self.watch_incomplete = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.03) } else { 0.0 };
+        self.late_draw = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.8) } else { 0.0 };
         self
     }
 
@@ -410,7 +418,11 @@ impl Session {
                             mix(step.step.as_bytes());
                         }
                     }
-                    ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } | ObserverEvent::RequestRefused { .. } => {}
+                    ObserverEvent::Attached { .. }
+                    | ObserverEvent::SessionLost { .. }
+                    | ObserverEvent::ProcessExited { .. }
+                    | ObserverEvent::RequestRefused { .. }
+                    | ObserverEvent::TurnAccepted { .. } => {}
                 }
             }
         }
@@ -598,6 +610,11 @@ pub struct Pane {
     /// Enter boundary is read, when it lands (due, generation, bytes).
     pub stalled_echo: Option<u64>,
     pub late_echoes: Vec<(u64, u64, u64)>,
+    /// ADM-4: the last input write (the holder's `PaneState::last_input`): a look waits for
+    /// its redraw ([`wakterm_engine::pane_look::undrawn_input_deadline`]).
+    pub last_input: Option<LastInput>,
+    /// `terminal.late_draw`: a human's draft not drawn yet (due, generation, bytes).
+    pub late_draw: Option<(u64, u64, u64)>,
     /// How the harness takes the next CR (the pane port sets it for a split write's CR).
     pub cr_mode: CrMode,
     /// The split write in progress, first byte to outcome: its submission id and the epoch of
@@ -623,6 +640,8 @@ impl Pane {
             reactions: vec![],
             stalled_echo: None,
             late_echoes: vec![],
+            last_input: None,
+            late_draw: None,
             cr_mode: CrMode::Delayed,
             split: None,
             asked: BTreeMap::new(),
@@ -647,6 +666,9 @@ pub struct Agent {
     /// The pane write counts at which a refresh's look read the composer as unknown (an
     /// admission that decided on such a look names that count).
     pub unknown_looks_at: std::collections::BTreeSet<u64>,
+    /// The pane write counts at which a refresh's look read the screen with input still
+    /// undrawn after `INPUT_DRAW_WAIT_MS` (`terminal.late_draw` past the bound).
+    pub undrawn_looks_at: std::collections::BTreeSet<u64>,
     pub question: bool,
     pub running: Option<Running>,
     /// Since when no turn has run (ground truth; None while one runs): the oracle's
@@ -706,6 +728,7 @@ impl Agent {
             composer: String::new(),
             human_draft: None,
             unknown_looks_at: Default::default(),
+            undrawn_looks_at: Default::default(),
             question: false,
             running: None,
             idle_since_ms: Some(0),
@@ -1086,9 +1109,16 @@ impl World {
         // A human's keys typed since make the TUI draw its composer, the draft with it (the
         // screen said empty over a human's draft: CI exploration seed 41785460).
         let undrawn = undrawn && !agent.human_draft.as_ref().is_some_and(|d| agent.composer.contains(d.as_str()));
+        // `terminal.late_draw`: the screen shows the composer as it was before the human's
+        // last keys.
+        let late = agent.pane.late_draw.is_some_and(|(_, generation, _)| generation == agent.spawned);
+        let shown = match (&agent.human_draft, late) {
+            (Some(draft), true) => agent.composer.strip_suffix(draft.as_str()).unwrap_or(&agent.composer),
+            _ => agent.composer.as_str(),
+        };
         if agent.question {
             Composer::Question
-        } else if undrawn || agent.composer.is_empty() {
+        } else if undrawn || shown.is_empty() {
             Composer::Empty
         } else {
             Composer::Draft
@@ -1103,6 +1133,8 @@ impl World {
     /// The child printed `bytes` bytes of output; `screen`: what the screen shows changed.
     pub fn pane_moved(&mut self, a: usize, bytes: u64, screen: bool) {
         let pane = &mut self.agents[a].pane;
+        // `terminal.late_draw`: the TUI draws the keys it holds with its next output.
+        pane.late_draw = None;
         pane.output_end += bytes;
         if screen {
             pane.screen += 1;
@@ -1132,6 +1164,10 @@ impl World {
         if new_write {
             self.agents[a].pane.writes += 1;
         }
+        if n > 0 {
+            let pane = &mut self.agents[a].pane;
+            pane.last_input = Some(LastInput { written_ms: wakterm_runtime::driver::now_ms(), output_end: pane.output_end });
+        }
         self.oracle.on_pane_bytes(writer, n);
     }
 
@@ -1141,6 +1177,16 @@ impl World {
         self.agents[a].composer.push_str(text);
         if !enter {
             self.agents[a].human_draft = Some(text.to_string());
+        }
+        let drawable = self.agents[a].process.is_some() && self.agents[a].pane.stalled_echo.is_none();
+        if !enter && drawable && self.fault_roll(self.plan.late_draw) {
+            // ADM-4: drawn a moment later, or with the child's next output.
+            self.counters.fault("terminal.late_draw");
+            let due = wakterm_runtime::driver::now_ms() + thread_rng().gen_range(5..400);
+            let generation = self.agents[a].spawned;
+            self.agents[a].pane.late_draw = Some((due, generation, text.len() as u64));
+            self.pane_touch(a);
+            return;
         }
         self.echo(a, text.len() as u64);
         if enter {
@@ -1178,6 +1224,14 @@ impl World {
     fn pane_tick(&mut self, a: usize, now: u64) {
         let generation = self.agents[a].spawned;
         let alive = self.agents[a].process.is_some();
+        if let Some((due, g, bytes)) = self.agents[a].pane.late_draw {
+            if due <= now {
+                self.agents[a].pane.late_draw = None;
+                if g == generation && alive {
+                    self.pane_moved(a, bytes, true);
+                }
+            }
+        }
         let echoes: Vec<(u64, u64, u64)> = self.agents[a].pane.late_echoes.iter().copied().filter(|e| e.0 <= now).collect();
         self.agents[a].pane.late_echoes.retain(|e| e.0 > now);
         for (_, g, bytes) in echoes {

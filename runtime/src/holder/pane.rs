@@ -13,6 +13,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::output_ring::OutputRing;
 use super::protocol::{Cursor, InfoReply, ScreenReply, WriteOutcome, MAX_COLS, MAX_ROWS};
+use wakterm_engine::pane_look::{undrawn_input_deadline, LastInput};
 use super::HolderConfig;
 
 /// Bytes one read from the master takes at most.
@@ -55,6 +56,8 @@ pub struct PaneState {
     pub ended_at: Option<Instant>,
     /// How recent generations ended, oldest first, at most EXIT_HISTORY_LEN.
     pub exits: Vec<(u64, ExitRecord)>,
+    /// ADM-4: the last input write (bytes, not a resize): a look waits for its redraw.
+    pub last_input: Option<LastInput>,
 }
 
 /// How one generation ended.
@@ -177,6 +180,7 @@ impl Pane {
             rows: cfg.rows,
             ended_at: None,
             exits: Vec::new(),
+            last_input: None,
         };
         Ok(Arc::new(Pane {
             command: cfg.command.clone(),
@@ -431,7 +435,18 @@ impl Pane {
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let (written, error) = self.write_all_locked(data);
+        self.note_input(written);
         outcome(written, error)
+    }
+
+    /// ADM-4: input reached the pane (the caller holds the write lock): a look waits for the
+    /// child to draw it ([`undrawn_input_deadline`]). The output end is read after the write,
+    /// so a redraw already under way during it does not count as the input's.
+    fn note_input(&self, written: usize) {
+        if written > 0 {
+            let mut state = self.lock();
+            state.last_input = Some(LastInput { written_ms: super::protocol::monotonic_ms(), output_end: state.ring.end() });
+        }
     }
 
     /// SUB-2: `steps` in order with `gap` between them, under the write lock throughout (and
@@ -464,6 +479,7 @@ impl Pane {
             }
             let (written, error) = self.write_all_locked(step);
             bytes_written += written as u64;
+            self.note_input(written);
             if error.is_some() {
                 return super::protocol::StepsOutcome { steps_written: index as u64, bytes_written, error, refused: None, boundary: None };
             }
@@ -512,9 +528,17 @@ impl Pane {
         self.info_of(&self.lock())
     }
 
-    /// The screen and `info` under one state lock: the same moment of the pane.
+    /// The screen and `info` under one state lock: the same moment of the pane. ADM-4: an
+    /// admission's look; input written just before it is drawn first (up to
+    /// `INPUT_DRAW_WAIT_MS` after the write): a human's draft typed a moment before was read as
+    /// an empty composer, and the admission's Ctrl-U erased it.
     pub fn screen_with_info(&self) -> super::protocol::ScreenWithInfo {
-        let state = self.lock();
+        let mut state = self.lock();
+        while let Some(deadline_ms) = undrawn_input_deadline(state.last_input, state.ring.end(), super::protocol::monotonic_ms()) {
+            let end = state.ring.end();
+            let left = Duration::from_millis(deadline_ms.saturating_sub(super::protocol::monotonic_ms()).max(1));
+            state = self.wait_until(state, Instant::now() + left, |state| state.ring.end() != end);
+        }
         super::protocol::ScreenWithInfo { screen: screen_of(&state), info: Some(self.info_of(&state)) }
     }
 

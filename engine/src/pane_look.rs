@@ -1,0 +1,43 @@
+//! ADM-4: when a look at a PTY pane may read its screen. Input written just before the look
+//! may not be drawn yet: the screen then shows the composer as it was, and a human's draft
+//! typed a moment before an admission was read as an empty composer, which the admission's
+//! leading Ctrl-U then erased. The holder (`Pane::screen_with_info`) and the simulator's pane
+//! port both ask this one rule how long to wait.
+
+/// How long after an input write a look waits for the pane to print anything (the TUI's
+/// redraw of what was typed). Past it the look reads the screen as it is: a TUI that draws
+/// nothing for a key (an ignored key, a hung process) must not hold admissions for good.
+pub const INPUT_DRAW_WAIT_MS: u64 = 250;
+
+/// The last input write to a pane: when it ended (ms on the caller's monotonic clock) and the
+/// pane's output end at that moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastInput {
+    pub written_ms: u64,
+    pub output_end: u64,
+}
+
+/// ADM-4: `Some(deadline)` while a look must wait: the last input was written less than
+/// [`INPUT_DRAW_WAIT_MS`] ago and the pane printed nothing since. The caller waits until the
+/// output end moves or `deadline`, then asks again (None: read the screen now).
+pub fn undrawn_input_deadline(last_input: Option<LastInput>, output_end_now: u64, now_ms: u64) -> Option<u64> {
+    let last = last_input?;
+    assert!(output_end_now >= last.output_end, "a pane's output end only grows within one holder");
+    let deadline = last.written_ms.saturating_add(INPUT_DRAW_WAIT_MS);
+    (output_end_now == last.output_end && now_ms < deadline).then_some(deadline)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{undrawn_input_deadline, LastInput, INPUT_DRAW_WAIT_MS};
+
+    /// ADM-4: a look waits only for input written within the bound and not drawn since.
+    #[test]
+    fn adm_4_a_look_waits_for_recent_undrawn_input_only() {
+        let last = Some(LastInput { written_ms: 1_000, output_end: 500 });
+        assert_eq!(undrawn_input_deadline(None, 500, 1_000), None, "no input: no wait");
+        assert_eq!(undrawn_input_deadline(last, 500, 1_010), Some(1_000 + INPUT_DRAW_WAIT_MS), "undrawn: wait");
+        assert_eq!(undrawn_input_deadline(last, 501, 1_010), None, "drawn since: no wait");
+        assert_eq!(undrawn_input_deadline(last, 500, 1_000 + INPUT_DRAW_WAIT_MS), None, "past the bound: read as it is");
+    }
+}
