@@ -325,7 +325,12 @@ impl Fold {
             Some("agentMessage") => {
                 let Some(text) = item.get("text").and_then(Value::as_str) else { return Vec::new() };
                 let phase = item.get("phase").and_then(Value::as_str).map(str::to_string);
-                if let Some(turn) = &turn {
+                // CORR-7: the final slot is the running turn's; a message naming another turn of
+                // the thread took it, and the turn's own final was lost when its `turn/completed`
+                // carried no items (`completed` with "" although its final had been seen: a
+                // review).
+                let running_other = matches!(&self.turn, TurnState::Busy { turn: Some(running) } if Some(running) != turn.as_ref());
+                if let (Some(turn), false) = (&turn, running_other) {
                     self.last_agent_text = Some((turn.0.clone(), text.to_string()));
                 }
                 vec![ObserverEvent::AgentMessage { session: self.session(), turn, text: text.to_string(), phase, position }]
@@ -427,6 +432,23 @@ mod tests {
         let events = fold.line(&serde_json::to_vec(&ours).unwrap(), 20);
         let [ObserverEvent::TurnAccepted { id, turn: accepted, position, .. }] = events.as_slice() else { panic!("{events:?}") };
         assert_eq!((id.as_str(), accepted.0.as_str(), *position), ("wakterm-req-1", turn.as_str(), 20));
+    }
+
+    // CORR-7: a `turn/completed` without items takes the final of its own turn's last agent
+    // message, not of a message naming another turn that came after it.
+    #[test]
+    fn corr_7_another_turns_message_does_not_take_the_final() {
+        let thread = "t-1";
+        let mut fold = Fold::new(thread);
+        let note = |method: &str, params: Value| serde_json::to_vec(&json!({"method": method, "params": params})).unwrap();
+        let turn = |id: &str, status: &str| json!({"id": id, "items": [], "itemsView": "notLoaded", "status": status});
+        let agent = |turn: &str, text: &str| json!({"threadId": thread, "turnId": turn, "item": {"type": "agentMessage", "id": "i", "text": text}});
+        fold.line(&note("turn/started", json!({"threadId": thread, "turn": turn("ours", "inProgress")})), 10);
+        fold.line(&note("item/completed", agent("ours", "done: attack one")), 20);
+        fold.line(&note("item/completed", agent("other", "EVIL")), 30);
+        let events = fold.line(&note("turn/completed", json!({"threadId": thread, "turn": turn("ours", "completed")})), 40);
+        let [ObserverEvent::TurnCompleted { final_message, .. }] = events.as_slice() else { panic!("{events:?}") };
+        assert_eq!(final_message.as_deref(), Some("done: attack one"));
     }
 
     // MGD-3: the real 0.169 transcripts fold into the turn events the engine correlates on:
