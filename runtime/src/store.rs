@@ -19,7 +19,7 @@ pub mod watermark;
 mod writer;
 
 pub use error::StoreError;
-pub use limits::{
+pub use limits::{PAGE_MAX_BYTES, 
     BATCH_OPS_MAX, BUSY_TIMEOUT_MS, FIELD_BYTES_MAX, GROUP_BATCHES_MAX, RECORD_BYTES_MAX,
     TERMINAL_PAGE_MAX, WRITE_QUEUE_CAPACITY,
 };

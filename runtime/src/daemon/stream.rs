@@ -188,7 +188,8 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
                 return History::Failed;
             }
         };
-        let full = page.len() == F::PAGE;
+        // CONN-3: a page the store cut by size is full too: more may follow it.
+        let full = page.len() == F::PAGE || page.iter().map(|(_, json)| json.len()).sum::<usize>() >= crate::store::PAGE_MAX_BYTES;
         for (sequence, event_json) in page {
             // A stored row that does not parse is an error, never skipped: the reader's cursor
             // stays before it (it used to be sent as `{"event": null}` and passed).

@@ -42,5 +42,10 @@ pub const FIELD_BYTES_MAX: usize = 256;
 /// Rows one `terminal_events_after` page may return.
 pub const TERMINAL_PAGE_MAX: usize = 10_000;
 
+/// CONN-3: the stored JSON one event page may hold. A page stops at the row that reaches it
+/// (always at least one row): pages bounded only by rows held up to 512 events of 2 MiB each,
+/// per reader (a review saw one catch-up reader take 190 MB and six 1.45 GB).
+pub const PAGE_MAX_BYTES: usize = 8 * 1024 * 1024;
+
 /// How long a connection waits for another connection's lock before failing with `Sqlite`.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;

@@ -137,8 +137,13 @@ impl Store {
             ))
         })?;
         let mut events = Vec::with_capacity(limit.min(64));
+        let mut bytes = 0usize;
         for row in rows {
+            if bytes >= super::limits::PAGE_MAX_BYTES {
+                break; // CONN-3: the page is full by size; the caller reads on from its last row
+            }
             let (sequence, request_id, event_json) = row?;
+            bytes += event_json.len();
             let sequence = op::from_sql_integer("terminal sequence", sequence)?;
             assert!(sequence > after_seq);
             events.push(StoredTerminalEvent {
@@ -201,28 +206,37 @@ impl Store {
             return Ok(Vec::new());
         };
         let mut events = Vec::with_capacity(limit.min(64));
-        let mut push = |row: &Row<'_>| -> rusqlite::Result<()> {
-            events.push((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?));
-            Ok(())
+        let mut bytes = 0usize;
+        // CONN-3: false once the page is full by size (the caller reads on from its last row).
+        let mut push = |row: &Row<'_>| -> rusqlite::Result<bool> {
+            let json = row.get::<_, String>(2)?;
+            bytes += json.len();
+            events.push((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, json));
+            Ok(bytes < super::limits::PAGE_MAX_BYTES)
         };
         if agents.is_empty() {
             let conn = self.conn();
             let mut stmt = conn.prepare_cached(AGENT_EVENTS_SQL)?;
             let mut rows = stmt.query(rusqlite::params![after_sql, through_sql, limit as i64])?;
             while let Some(row) = rows.next()? {
-                push(row)?;
+                if !push(row)? {
+                    break;
+                }
             }
         } else {
             let list = serde_json::to_string(agents).expect("strings serialise");
-            let (mut from, mut found) = (after_sql, 0);
-            while found < limit && from < through_sql {
+            let (mut from, mut found, mut room) = (after_sql, 0, true);
+            while room && found < limit && from < through_sql {
                 let to = through_sql.min(from.saturating_add(FILTERED_SCAN_WINDOW));
                 let conn = self.conn();
                 let mut stmt = conn.prepare_cached(AGENT_EVENTS_OF_SQL)?;
                 let mut rows = stmt.query(rusqlite::params![from, to, list, (limit - found) as i64])?;
                 while let Some(row) = rows.next()? {
-                    push(row)?;
                     found += 1;
+                    room = push(row)?;
+                    if !room {
+                        break;
+                    }
                 }
                 from = to;
             }

@@ -1246,3 +1246,28 @@ fn store_2_a_read_only_database_is_refused_by_name_and_its_side_files_are_repair
     writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
     drop((store, writer));
 }
+
+/// CONN-3: an event page is bounded by the stored JSON it holds as well as by rows: it stops
+/// at the row that reaches `PAGE_MAX_BYTES` (512 events of 2 MiB made a 1 GiB page per reader,
+/// a review); the next page starts after it, filtered or not, and nothing is skipped.
+#[test]
+fn conn_3_event_pages_are_bounded_by_bytes() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    let big = |sequence: u64| StoreOp::AppendEvent {
+        sequence,
+        agent_id: "a1".into(),
+        kind: "message.assistant".into(),
+        at_ms: 10,
+        event_json: format!(r#"{{"sequence":{sequence},"text":"{}"}}"#, "x".repeat(3 << 20)),
+    };
+    for sequence in 1..=4 {
+        writer.commit_blocking(vec![big(sequence)]).unwrap();
+    }
+    for agents in [vec![], vec!["a1".to_string()]] {
+        let first: Vec<u64> = store.agent_events_after(0, 100, 512, &agents).unwrap().iter().map(|e| e.sequence).collect();
+        assert_eq!(first, [1, 2, 3], "the third row reaches 8 MiB: {agents:?}");
+        let rest: Vec<u64> = store.agent_events_after(3, 100, 512, &agents).unwrap().iter().map(|e| e.sequence).collect();
+        assert_eq!(rest, [4]);
+    }
+}
