@@ -286,8 +286,11 @@ impl<L: LineFolder> StreamFollower<L> {
     /// the request before it notifies the turn; an exit in between ended a request
     /// `delivery_failed` whose prompt had been taken, and a caller told so may send it again).
     /// One rule for the runtime's `AgentObserver::drained` and the simulator.
+    /// An unfinished last line is no drained stream either: it may be a record the process
+    /// was writing when it died (a review: an exit mid-way through `{"method":"turn/started"`
+    /// was reported `drained: true`).
     pub fn exit_drained(&self, read_ok: bool) -> bool {
-        read_ok && self.fold.accepted_turns.is_empty() && !self.fold.accepted_overflow
+        read_ok && self.partial.is_empty() && self.fold.accepted_turns.is_empty() && !self.fold.accepted_overflow
     }
 
     /// MGD-4, MGD-6: the re-proof `wants_reproof` asked for could not be written (the holder
@@ -675,6 +678,10 @@ mod tests {
         ring.push(&started("t9"));
         read_all(&mut follower, &ring, 4096);
         assert!(follower.exit_drained(true));
+        // The process died writing a line: not drained until it ends (or the stream is lost).
+        ring.push(br#"{"method":"turn/started","params":{"threadId":""#);
+        read_all(&mut follower, &ring, 4096);
+        assert!(!follower.exit_drained(true), "an unfinished line may be a record");
     }
 
     #[test]
