@@ -1191,10 +1191,10 @@ impl World {
             let agent = &mut self.agents[a];
             // `AgentObserver::drained` (`StreamFollower::exit_drained`, the one rule): only a
             // last read that succeeded, with no accepted turn unreported, drained the process.
-            let drained = match self.mutant {
-                Mutant::AcceptedTurnIgnoredAtExit => agent.port.as_ref().is_some_and(|p| p.health.is_ok()), // the bug
-                _ => agent.port.as_ref().is_some_and(|p| p.follower.exit_drained(p.health.is_ok())),
-            };
+            // (Mutant `accepted_turn_ignored_at_exit` was retired with CORR-11's managed rule: a
+            // managed exit decides no request's end any more, so a false `drained` can no longer
+            // end one `delivery_failed`.)
+            let drained = agent.port.as_ref().is_some_and(|p| p.follower.exit_drained(p.health.is_ok()));
             if read_failed {
                 // The last read failed: the exit says so (`agent.exited` with `drained: false`,
                 // CORR-11: no waiting request ends `delivery_failed` on it), and the old

@@ -164,10 +164,6 @@ pub enum Mutant {
     /// whatever follows them (the engine before this rule): a restart before the next commit
     /// numbers events at or below what readers were told.
     AbandonedNumbersPassed,
-    /// CORR-11: managed observer glue counts an exit drained whenever its last read succeeded,
-    /// although a `turn/start` the app-server accepted was never notified (the runtime before
-    /// `StreamFollower::exit_drained`): the request ends `delivery_failed`.
-    AcceptedTurnIgnoredAtExit,
     /// Observer port (EV-10): assistant messages are mapped to nothing (as the observer once
     /// did), so the stream never reports `message.assistant` although the provider recorded it.
     AssistantMessagesDropped,
@@ -285,7 +281,6 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AbandonedNumbersPassed, "abandoned_numbers_passed", "effects move the settled mark on over event numbers whose commit failed"),
-    (Mutant::AcceptedTurnIgnoredAtExit, "accepted_turn_ignored_at_exit", "managed observer glue counts an exit drained although a turn/start the app-server accepted was never notified"),
     (Mutant::AssistantMessagesDropped, "assistant_messages_dropped", "observer port drops assistant messages"),
     (Mutant::PlanTurnUnlabelled, "plan_turn_unlabelled", "observer port reports plan updates without their turn id"),
     (Mutant::LaggedReaderSkipsPruned, "lagged_reader_skips_pruned", "a lagged subscriber's re-read skips what retention pruned, silently"),
