@@ -324,6 +324,9 @@ impl Fold {
             }
             Some("agentMessage") => {
                 let Some(text) = item.get("text").and_then(Value::as_str) else { return Vec::new() };
+                if turn.as_ref().is_some_and(|t| self.completed_last(&t.0)) {
+                    return Vec::new(); // EV-4: no message after its turn's end (see `turn_completed`)
+                }
                 let phase = item.get("phase").and_then(Value::as_str).map(str::to_string);
                 // CORR-7: the final slot is the running turn's; a message naming another turn of
                 // the thread took it, and the turn's own final was lost when its `turn/completed`
@@ -339,10 +342,21 @@ impl Fold {
         }
     }
 
+    /// EV-4: `turn` is the turn the thread completed last, with none started since.
+    fn completed_last(&self, turn: &str) -> bool {
+        matches!(&self.turn, TurnState::Idle { last_completed: Some(done) } if done.0 == turn)
+    }
+
     /// CORR-10 for managed sessions: `completed` carries the final; `interrupted` and `failed`
     /// end the turn aborted.
     fn turn_completed(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
         let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) else { return Vec::new() };
+        // EV-4: a turn ends once. A second `turn/completed` of the turn that just completed
+        // (a hostile or confused server) published `turn.completed` and `turn.final` again for
+        // one turn id, a second final a reader of the stream could take (a review).
+        if self.completed_last(turn) {
+            return Vec::new();
+        }
         let status = params.pointer("/turn/status").and_then(Value::as_str).unwrap_or("");
         let turn_id = TurnId(turn.to_string());
         self.accepted_turns.remove(turn);
@@ -432,6 +446,24 @@ mod tests {
         let events = fold.line(&serde_json::to_vec(&ours).unwrap(), 20);
         let [ObserverEvent::TurnAccepted { id, turn: accepted, position, .. }] = events.as_slice() else { panic!("{events:?}") };
         assert_eq!((id.as_str(), accepted.0.as_str(), *position), ("wakterm-req-1", turn.as_str(), 20));
+    }
+
+    // EV-4: a second `turn/completed` (and a late agent message) of the turn that just completed
+    // makes no events: one turn, one `turn.final` on the stream.
+    #[test]
+    fn ev_4_a_turn_completed_twice_ends_once() {
+        let thread = "t-1";
+        let mut fold = Fold::new(thread);
+        let note = |method: &str, params: Value| serde_json::to_vec(&json!({"method": method, "params": params})).unwrap();
+        let turn = |status: &str| json!({"id": "ours", "items": [], "itemsView": "notLoaded", "status": status});
+        let agent = |text: &str| json!({"threadId": thread, "turnId": "ours", "item": {"type": "agentMessage", "id": "i", "text": text}});
+        fold.line(&note("turn/started", json!({"threadId": thread, "turn": turn("inProgress")})), 10);
+        fold.line(&note("item/completed", agent("the final")), 20);
+        assert_eq!(fold.line(&note("turn/completed", json!({"threadId": thread, "turn": turn("completed")})), 30).len(), 1);
+        assert!(fold.line(&note("item/completed", agent("EVIL SECOND FINAL")), 40).is_empty());
+        assert!(fold.line(&note("turn/completed", json!({"threadId": thread, "turn": turn("completed")})), 50).is_empty());
+        fold.line(&note("turn/started", json!({"threadId": thread, "turn": {"id": "next", "status": "inProgress"}})), 60);
+        assert_eq!(fold.line(&note("item/completed", agent("late, after another start")), 70).len(), 1, "not the last completed any more");
     }
 
     // CORR-7: a `turn/completed` without items takes the final of its own turn's last agent
