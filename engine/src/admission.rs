@@ -1045,13 +1045,18 @@ fn validate_command(command: &AdmitCommand) -> Option<Blocker> {
 /// of an unread line (exploration seed 5008042).
 fn unobserved_blocker(command: &AdmitCommand, agent: &AgentEntry, refresh_error: Option<&str>) -> Option<Blocker> {
     if agent.facts.transport == crate::agent::Transport::AppServer && command.paste_mode == PasteMode::Raw {
-        return Some(blocker(Classification::Unsupported, "raw_paste_managed", "a managed session takes the prompt as turn input; there is nothing to paste"));
+        return Some(raw_paste_managed());
     }
     if command.may_steer() && agent.facts.transport == crate::agent::Transport::Pty {
         return None;
     }
     let detail = refresh_error.unwrap_or("the observer produced no state for this agent").to_string();
     Some(blocker(Classification::ObserverFailure, "observer_unavailable", detail))
+}
+
+/// MGD-3: a raw paste to a managed agent, with or without an observer view.
+fn raw_paste_managed() -> Blocker {
+    blocker(Classification::Unsupported, "raw_paste_managed", "a managed session takes the prompt as turn input; there is nothing to paste")
 }
 
 /// MGD-2, MGD-3 / CORR-8: a managed agent takes a prompt only through its own thread, while
@@ -1062,7 +1067,7 @@ fn managed_blocker(agent: &crate::agent::AgentEntry, command: &AdmitCommand, vie
         return None;
     }
     if command.paste_mode == PasteMode::Raw {
-        return Some(blocker(Classification::Unsupported, "raw_paste_managed", "a managed session takes the prompt as turn input; there is nothing to paste"));
+        return Some(raw_paste_managed());
     }
     let Some(ids) = &agent.facts.managed else {
         return Some(blocker(Classification::ObserverFailure, "managed_thread_unknown", "the agent's app-server thread is not started yet"));

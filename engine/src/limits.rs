@@ -14,19 +14,24 @@ pub const MAX_ECHOED_CHARS: usize = 64;
 /// length said. One copy for every error, so input of any size gives an error of bounded size
 /// (a 120 KB name came back whole, twice in `agent output`'s answer: a review).
 pub fn echoed(input: &str) -> String {
-    match input.char_indices().nth(MAX_ECHOED_CHARS) {
+    match echo_cut(input) {
         None => format!("{input:?}"),
-        Some((cut, _)) => format!("{:?}… ({} bytes)", &input[..cut], input.len()),
+        Some(shown) => format!("{shown:?}… ({} bytes)", input.len()),
     }
 }
 
 /// INP-6: a caller's input echoed as a field's value: whole up to [`MAX_ECHOED_CHARS`], else
 /// cut there and marked with a trailing `…`.
 pub fn echoed_field(input: &str) -> String {
-    match input.char_indices().nth(MAX_ECHOED_CHARS) {
+    match echo_cut(input) {
         None => input.to_string(),
-        Some((cut, _)) => format!("{}…", &input[..cut]),
+        Some(shown) => format!("{shown}…"),
     }
+}
+
+/// The first [`MAX_ECHOED_CHARS`] characters of `input` when it has more (None: it is shown whole).
+fn echo_cut(input: &str) -> Option<&str> {
+    input.char_indices().nth(MAX_ECHOED_CHARS).map(|(cut, _)| &input[..cut])
 }
 
 /// CORR-13: turns accepted for a managed agent's `turn/start` requests remembered per agent.
