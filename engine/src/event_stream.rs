@@ -14,6 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Items in one agent event batch: far below the store's per-batch operation limit.
 pub const MAX_EVENT_BATCH: usize = 1024;
+/// EV-3: about the bytes of one agent event batch (`AgentEvent::bulk_bytes`; a checkpoint by
+/// its JSON). A batch takes its first item whatever its size, then stops before the item that
+/// would pass this. The store writer commits every agent's batches in turn, so a batch of a
+/// thousand 2 MiB messages held every other agent's admission commit behind it (a review);
+/// now another agent waits for about this much at most (one 2 MiB message at a time: an
+/// admission to another agent during a 190 MB burst took 0.14 s at most, 0.27 s at 8 MiB).
+pub const MAX_EVENT_BATCH_BYTES: usize = 2 * 1024 * 1024;
 
 /// EV-3: retries in a row a failed batch keeps its numbers for (one each `PERSIST_RETRY_MS`:
 /// 30 s), so the agent's order holds through a store outage of that length.
@@ -234,6 +241,20 @@ impl EventStream {
 
 /// A newer checkpoint queued behind a failed batch supersedes the failed batch's own (EV-5:
 /// the one kept is the last, after every event it covers).
+/// EV-3: how many of the backlog's first items make the next batch: at most
+/// [`MAX_EVENT_BATCH`] items and [`MAX_EVENT_BATCH_BYTES`], at least one.
+fn batch_len(backlog: &[BacklogItem]) -> usize {
+    let mut bytes = 0usize;
+    let fits = backlog.iter().take(MAX_EVENT_BATCH).take_while(|item| {
+        bytes = bytes.saturating_add(match item {
+            BacklogItem::Event(event, _) => event.bulk_bytes(),
+            BacklogItem::Checkpoint(json) => json.len(),
+        });
+        bytes <= MAX_EVENT_BATCH_BYTES
+    });
+    fits.count().max(1).min(backlog.len())
+}
+
 fn newest_checkpoint_only(items: Vec<BacklogItem>) -> Vec<BacklogItem> {
     let newest = items.iter().rposition(|item| matches!(item, BacklogItem::Checkpoint(_)));
     items
@@ -497,7 +518,7 @@ impl Engine {
             .collect();
         for agent_id in ready {
             let backlog = self.events.backlog.get_mut(&agent_id).expect("listed");
-            let items: Vec<BacklogItem> = backlog.drain(..backlog.len().min(MAX_EVENT_BATCH)).collect();
+            let items: Vec<BacklogItem> = backlog.drain(..batch_len(backlog)).collect();
             let mut mark = None;
             let mut ops: Vec<PersistOp> = Vec::with_capacity(items.len() + 1);
             for item in &items {

@@ -51,6 +51,25 @@ impl AgentEvent {
         self.body.kind()
     }
 
+    /// EV-3: about how many bytes the event adds to a batch: its free texts (the bulk of any
+    /// event: a message, a final, a plan, a shared prompt) plus a fixed allowance for the rest.
+    pub fn bulk_bytes(&self) -> usize {
+        const FIXED: usize = 256;
+        let texts: usize = match &self.body {
+            EventBody::AgentStarted { name, .. } => name.len(),
+            EventBody::ObserverLost { reason } | EventBody::ObserverGap { reason, .. } => reason.len(),
+            EventBody::AssistantMessage { text, phase, .. } => text.as_ref().map_or(0, String::len) + phase.as_ref().map_or(0, String::len),
+            EventBody::PlanUpdated { explanation, plan, .. } => {
+                explanation.as_ref().map_or(0, String::len) + plan.iter().flatten().map(|step| step.step.len() + 16).sum::<usize>()
+            }
+            EventBody::TurnFinal { final_message, .. } => final_message.len(),
+            EventBody::RequestAdmitted { prompt, .. } => prompt.as_ref().map_or(0, String::len),
+            EventBody::RequestTerminal { reason, .. } => reason.as_ref().map_or(0, String::len),
+            _ => 0,
+        };
+        FIXED + texts
+    }
+
     pub fn assert_consistent(&self) {
         assert_eq!(self.schema, AGENT_EVENTS_SCHEMA);
         assert!(self.sequence > 0, "EV-1: sequences start at 1");

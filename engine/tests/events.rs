@@ -482,6 +482,47 @@ fn ev_3_one_looks_inputs_make_one_batch() {
     assert_eq!(together.durable_marks, apart.durable_marks);
 }
 
+/// EV-3: a batch is bounded by bytes as well as items: a look of seven 600 KiB messages makes
+/// three batches (each after the last one's commit), each under `MAX_EVENT_BATCH_BYTES`, in
+/// order, the checkpoint in the last. One batch of a burst used to hold every other agent's
+/// admission commit behind it in the store writer (a review: 100 messages of 1.9 MB).
+#[test]
+fn ev_3_a_batch_is_bounded_by_bytes() {
+    let text = |n: usize| format!("{n}{}", "m".repeat(600 * 1024));
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.hold_events = true;
+    let observed = |event| Input::Observed { agent_id: agent_id(ZOLA), event };
+    let mut look = vec![observed(ObserverEvent::TurnStarted { session: session(), turn: turn("turn-1"), position: 1000 })];
+    for n in 0..7 {
+        let event = ObserverEvent::AgentMessage { session: session(), turn: Some(turn("turn-1")), text: text(n), phase: None, position: 1001 + n as u64 };
+        look.push(observed(event));
+    }
+    look.push(Input::ObserverCheckpoint { agent_id: agent_id(ZOLA), checkpoint_json: "{\"offset\":1010}".into() });
+    rig.input_all(look);
+
+    let mut batches = Vec::new();
+    while let Some((_, ops)) = rig.event_persists.front() {
+        assert_eq!(rig.event_persists.len(), 1, "one batch in flight");
+        let events: Vec<&AgentEvent> = ops.iter().filter_map(|op| if let PersistOp::AppendEvent(e) = op { Some(e) } else { None }).collect();
+        let bytes: usize = events.iter().map(|e| e.bulk_bytes()).sum();
+        assert!(bytes <= MAX_EVENT_BATCH_BYTES, "a batch of {bytes} bytes");
+        let checkpoint = ops.iter().any(|op| matches!(op, PersistOp::PutCheckpoint { .. }));
+        batches.push((events.len(), checkpoint));
+        rig.ack_next_events(Ok(()));
+    }
+    assert_eq!(batches, [(4, false), (3, false), (1, true)], "the started turn and three messages, three more, the last");
+    let texts: Vec<String> = rig
+        .durable_events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::AssistantMessage { text, .. } => text.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, (0..7).map(text).collect::<Vec<_>>(), "every message, once, in order");
+}
+
 /// EV-3 / EV-5 / ADM-17: while a write is in flight the engine defers APPLYING what the
 /// observer says, but the stream takes it on arrival: the events in arrival order under the
 /// incarnation registered then, the checkpoint right behind them. A new registration that

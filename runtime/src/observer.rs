@@ -38,6 +38,14 @@ use crate::screen::{composer_state, turn_hint, ScreenTurn};
 /// Pages read by one refresh or poll: with the default page budgets, at most 64 MiB or 16 384
 /// records, so one call cannot run forever behind a fast writer. The rest is read next time.
 pub const MAX_PAGES_PER_REFRESH: usize = 64;
+/// MON-4: the rollout bytes one monitor run reads (one engine step). The engine and the store
+/// each serve every agent in turn, so one agent's burst (a review: 100 messages of 1.9 MB)
+/// read as one step held every other agent's admissions behind it; read in steps of this size,
+/// with the monitor waiting for each to be handled, another agent waits for one step at most.
+/// A page is read whole, so a step may pass this by one page (one record up to 16 MiB). With
+/// 8 MiB steps that burst held another agent's send 0.27 s at most, with 2 MiB 0.14 s (1.1 s
+/// in one step); reading the burst took as long either way.
+pub const MONITOR_STEP_BYTES: u64 = 2 * 1024 * 1024;
 /// Records per page (the tail's default).
 pub const PAGE_RECORDS: usize = DEFAULT_MAX_RECORDS_PER_PAGE;
 /// Bytes per page (the tail's default).
@@ -103,6 +111,9 @@ pub struct CodexObserver {
     turn: TurnState,
     /// The last read stopped at the page bound (or failed): the state may be stale.
     behind: bool,
+    /// The rollout bytes one read may consume besides the page bound (MON-4: the monitor's
+    /// step); `u64::MAX` outside a monitor run.
+    read_budget: u64,
     /// Why the last session was lost (the snapshot's reason until a new attach).
     lost_reason: Option<String>,
     /// A rollout whose tail failed for good (truncated, rewritten, ...) and why: its records
@@ -148,6 +159,7 @@ impl CodexObserver {
             replay_floor: None,
             turn: TurnState::Unknown,
             behind: false,
+            read_budget: u64::MAX,
             lost_reason: None,
             broken_rollout: None,
             corrupt_lines: 0,
@@ -222,14 +234,24 @@ impl CodexObserver {
     /// MON-1: the monitor's run: [`poll`](Self::poll) (discovery only while no rollout is
     /// attached); the snapshot is taken apart, only when the run changed something.
     /// `rediscover`: a rollout no agent tails changed since the last discovery (MON-2).
+    /// MON-4: reads at most about [`MONITOR_STEP_BYTES`]; [`behind`](Self::behind) says
+    /// whether more is waiting.
     pub fn poll_health(&mut self, rediscover: bool) -> (Vec<ObserverEvent>, Health) {
         let mut events = Vec::new();
         // MON-2 as for a refresh: a discovery that found anything but one rollout is repeated
         // on every run, so the tail it keeps reading never makes the agent look attached (a
         // review found the monitor's runs reported it attached after one append).
+        self.read_budget = MONITOR_STEP_BYTES;
         let health = self.sync(&mut events, rediscover || !self.discovery_clean);
+        self.read_budget = u64::MAX;
         self.last_health = health.clone();
         (events, health)
+    }
+
+    /// MON-4: the last read stopped before the end of what was written (a bound, or an error):
+    /// the monitor reads on at once.
+    pub fn behind(&self) -> bool {
+        self.attached.is_some() && self.behind
     }
 
     /// The snapshot the last call left, combined with the screen (no discovery, no read).
@@ -437,7 +459,9 @@ impl CodexObserver {
     }
 
     fn on_process_gone(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
-        // The process can write no more: reading to the end now sees everything it wrote.
+        // The process can write no more: reading to the end now sees everything it wrote (not
+        // cut at a monitor step: an exit's verdict needs the end).
+        self.read_budget = u64::MAX;
         let drained = self.attached.is_some() && self.read_new(events) == Health::Attached && !self.behind;
         if let Some(resume) = self.pending_resume.take() {
             let reason = "the agent process exited before its session was resumed".into();
@@ -497,9 +521,11 @@ impl CodexObserver {
         self.behind = false;
     }
 
-    /// Reads pages until caught up or [`MAX_PAGES_PER_REFRESH`]; converts records to events.
+    /// Reads pages until caught up, [`MAX_PAGES_PER_REFRESH`] or past the read budget
+    /// (MON-4); converts records to events.
     fn read_new(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
         self.behind = true;
+        let Some(start) = self.attached.as_ref().map(|a| a.tail.offset()) else { return Health::Unavailable("not attached".into()) };
         for _ in 0..MAX_PAGES_PER_REFRESH {
             let Some(attachment) = self.attached.as_mut() else { return Health::Unavailable("not attached".into()) };
             let page = match attachment.tail.read_page(PAGE_RECORDS, PAGE_BYTES) {
@@ -519,6 +545,9 @@ impl CodexObserver {
             }
             if !page.has_more {
                 self.behind = false;
+                break;
+            }
+            if offset.saturating_sub(start) >= self.read_budget {
                 break;
             }
         }

@@ -1296,7 +1296,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
         for a in 0..agents {
             {
                 let mut w = world.lock().unwrap();
-                if still_silent(&mut w, &inbox, a) || unwoken(&mut w, a) {
+                if still_silent(&mut w, &inbox, a) || unwoken(&mut w, a) || asleep(&mut w, a) {
                     continue;
                 }
                 w.agents[a].observer.last_look_ms = wakterm_runtime::driver::now_ms();
@@ -1311,8 +1311,12 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
+            w.agents[a].observer.step_budget = Some(w.plan.step_records).filter(|n| *n > 0); // MON-4
             w.sync_observer(a, &mut events);
+            w.agents[a].observer.step_budget = None;
             check_read_lag(&mut w, a, before);
+            let observer = &mut w.agents[a].observer;
+            observer.behind_since = if observer.behind { observer.behind_since.or(Some(wakterm_runtime::driver::now_ms())) } else { None };
             forced |= !events.is_empty();
             let snapshot = w.monitor_snapshot(a, look_again).ok();
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
@@ -1337,8 +1341,39 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             }
             send_step(&inbox, step);
             send_snapshot(&mut w, &inbox, a, snapshot);
+            read_on_if_behind(&mut w, a);
         }
     }
+}
+
+/// MON-4: a look cut at its step bound is followed by another at once (the runtime's
+/// dispatcher runs a `behind` agent again when its run ends).
+fn read_on_if_behind(w: &mut World, a: usize) {
+    if !w.agents[a].observer.behind {
+        return;
+    }
+    w.counters.fault("monitor.step_bound");
+    let now = wakterm_runtime::driver::now_ms();
+    match w.mutant {
+        Mutant::BehindWaitsForAWake => w.agents[a].observer.asleep = Some((now, w.agents[a].session.records.len())), // the bug
+        _ => w.wake_observer(now),
+    }
+}
+
+/// Mutant `behind_waits_for_a_wake`: an agent left behind is looked at again only once a
+/// record appended after it was left is readable (the sessions watch's wake) or the attached
+/// recheck is due (`ATTACHED_RECHECK`), unless something else read the rest meanwhile.
+fn asleep(w: &mut World, a: usize) -> bool {
+    let Some((since, records)) = w.agents[a].observer.asleep else { return false };
+    let now = wakterm_runtime::driver::now_ms();
+    let agent = &w.agents[a];
+    let appended = agent.session.records.iter().skip(records).any(|r| r.visible_at_ms <= now);
+    let recheck = now >= since + wakterm_runtime::monitor_recheck::ATTACHED_RECHECK.as_millis() as u64;
+    let woken = !agent.observer.behind || appended || recheck || agent.observer.reported != agent.process;
+    if woken {
+        w.agents[a].observer.asleep = None;
+    }
+    !woken
 }
 
 /// MON-1's fault classes where the sessions watch misses the wakes of an attached PTY agent's
@@ -1416,7 +1451,8 @@ fn lose_wakes(w: &mut World, a: usize, now: u64) -> bool {
 /// MON-1 liveness (`Oracle::on_monitor_read`): what this look read of the session it was
 /// already reading (`before`: the session and the records read then, None when not attached:
 /// an attach starts where its checkpoint or resume says) was readable since when; the lag
-/// counts from the later of that, the daemon's start and the heal. Checked after the heal
+/// counts from the later of that, the daemon's start, the heal and the first look of a chain
+/// of looks cut at their step bound (MON-4). Checked after the heal
 /// only: while faults run, a blind observer (`observer.*`) may lag by design.
 fn check_read_lag(w: &mut World, a: usize, before: Option<(wakterm_engine::SessionId, usize)>) {
     let (Some(healed), Some((session, read))) = (w.healed_ms, before) else { return };
@@ -1425,7 +1461,9 @@ fn check_read_lag(w: &mut World, a: usize, before: Option<(wakterm_engine::Sessi
         return;
     }
     let oldest = agent.session.records[read..agent.observer.read].iter().map(|r| r.visible_at_ms).min().expect("read at least one");
-    let from = oldest.max(healed).max(w.daemon_started_ms);
+    // MON-4: a look that goes on from a cut one is late by what it adds after the chain began.
+    let chain = agent.observer.behind_since.unwrap_or(0);
+    let from = oldest.max(healed).max(w.daemon_started_ms).max(chain);
     w.oracle.on_monitor_read(a, from, wakterm_runtime::driver::now_ms());
 }
 

@@ -125,6 +125,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.output_without_change",
     "terminal.stalled_echo",
     "terminal.late_draw",
+    "monitor.step_bound",
     "pane.input_since_look",
     "submit.exit_mid_wait",
     "submit.split_write_fails",
@@ -245,6 +246,10 @@ pub struct FaultPlan {
     /// ADM-4: a human's draft is drawn 5-400 ms after its keys reached the pane (a slow or
     /// busy TUI), or with the child's next output, whichever comes first.
     pub late_draw: f64,
+    /// MON-4: the records one look of the observer loop reads at most (0: no bound), as the
+    /// runtime's monitor stops at `MONITOR_STEP_BYTES`; not a fault, the runtime's own rule,
+    /// so it holds after the heal too.
+    pub step_records: usize,
 }
 
 impl FaultPlan {
@@ -282,6 +287,7 @@ impl FaultPlan {
             wake_lost: 0.0,
             watch_incomplete: 0.0,
             late_draw: 0.0,
+            step_records: 0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -295,6 +301,7 @@ impl FaultPlan {
         self.wake_lost = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.05) } else { 0.0 };
         self.watch_incomplete = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.03) } else { 0.0 };
         self.late_draw = if rng.gen_bool(0.5) { rng.gen_range(0.0..0.8) } else { 0.0 };
+        self.step_records = if rng.gen_bool(0.5) { rng.gen_range(1..=3) } else { 0 };
         self
     }
 
@@ -516,6 +523,18 @@ pub struct Observer {
     pub unwoken: Option<Unwoken>,
     /// MON-1: when the observer loop last looked at the agent (its recheck counts from it).
     pub last_look_ms: u64,
+    /// MON-4: the records the current read may take (the loop's look; None: a refresh's or
+    /// an exit's read, to the end).
+    pub step_budget: Option<usize>,
+    /// MON-4: the last read stopped at its bound with readable records after it: the turn is
+    /// unknown and no checkpoint is taken until the rest is read (as the runtime's `behind`).
+    pub behind: bool,
+    /// MON-4: when the first look of a chain of cut looks began (the oracle's read-lag check
+    /// counts a continuation's lag from it: what came before it is the first look's lag).
+    pub behind_since: Option<u64>,
+    /// Mutant `behind_waits_for_a_wake`: the loop leaves the agent until a record appended
+    /// after this (when, how many records then) is readable, or the 30 s recheck.
+    pub asleep: Option<(u64, usize)>,
 }
 
 /// MON-1: how the sessions watch misses an agent's wakes (`ports::unwoken`).
@@ -573,6 +592,10 @@ impl Observer {
             liveness_forgotten: None,
             unwoken: None,
             last_look_ms: 0,
+            step_budget: None,
+            behind: false,
+            behind_since: None,
+            asleep: None,
         }
     }
 }
@@ -1517,7 +1540,7 @@ impl World {
     fn current_checkpoint(&self, a: usize) -> Option<ObserverCheckpoint> {
         let agent = &self.agents[a];
         let observer = &agent.observer;
-        if agent.transport != Transport::Pty || observer.fold_from.is_some() {
+        if agent.transport != Transport::Pty || observer.fold_from.is_some() || observer.behind {
             return None;
         }
         if observer.attached.as_ref() != Some(&agent.session.id) || observer.file != agent.session.file {
@@ -1798,12 +1821,20 @@ impl World {
     }
 
     fn read_records(&mut self, a: usize, now: u64, out: &mut Vec<ObserverEvent>) {
+        let mut taken = 0;
+        self.agents[a].observer.behind = false;
         loop {
             let agent = &self.agents[a];
             let Some(record) = agent.session.records.get(agent.observer.read) else { break };
             if record.visible_at_ms > now {
                 break;
             }
+            // MON-4: the look's step bound; readable records remain, so the look is behind.
+            if agent.observer.step_budget.is_some_and(|budget| taken >= budget) {
+                self.agents[a].observer.behind = true;
+                break;
+            }
+            taken += 1;
             let is_final = matches!(record.event, ObserverEvent::TurnCompleted { .. });
             if let Some(lost_ms) = agent.unreadable_record.filter(|_| is_final) {
                 // Skipped, never folded: the turn state stays what it was, the session is lost.
@@ -2066,6 +2097,8 @@ impl World {
         let process = look.process;
         let attached = agent.observer.attached.clone();
         let (status, turn) = match &attached {
+            // MON-4: a look cut at its bound leaves the turn unknown (the runtime's `behind`).
+            Some(_) if agent.observer.behind => (ObserverStatus::Attached, TurnState::Unknown),
             Some(_) => (ObserverStatus::Attached, agent.observer.turn.clone()),
             None => (ObserverStatus::Unavailable { reason: agent.lost_reason.clone() }, TurnState::Unknown),
         };

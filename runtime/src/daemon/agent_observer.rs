@@ -29,6 +29,15 @@ impl AgentObserver {
         }
     }
 
+    /// MON-4: the last monitor read stopped at its step bound with more written after it (a
+    /// managed agent's read is bounded by its holder's ring instead).
+    pub fn behind(&self) -> bool {
+        match self {
+            AgentObserver::Rollout(o) => o.behind(),
+            AgentObserver::Managed(_) => false,
+        }
+    }
+
     /// The screen only matters to a TUI's composer.
     pub fn current_snapshot(&self, screen: Option<&str>) -> ObserverSnapshot {
         match self {

@@ -10,6 +10,9 @@
 //!   time, with wakes during a run coalesced into one more run;
 //! - MON-3: a run woken by rollout records alone builds its snapshot from the last look at the
 //!   screen (records do not change the pane; the pane's own changes wake a look);
+//! - MON-4: a run reads at most `MONITOR_STEP_BYTES`, returns only once the driver handled its
+//!   step, and a run cut at the bound is followed by another at once: one agent's burst
+//!   reaches the engine one bounded step at a time;
 //! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
 //!   not be set yet): attached agents are looked at every [`ATTACHED_RECHECK`], agents still
 //!   without a rollout every [`UNATTACHED_RECHECK`], and every agent every [`UNWATCHED_RECHECK`]
@@ -46,6 +49,9 @@ use crate::monitor_recheck::{next_watch_retry, watch_trusted};
 const SCREEN_RETRIES: u8 = 3;
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
+/// MON-4: how long a run waits for the engine to handle its step before the next run may read
+/// on (a bound, not an expected time: a step is handled in milliseconds).
+const STEP_HANDLED_WAIT: Duration = Duration::from_secs(10);
 
 /// MON-2: what one sessions directory's watch saw of rollouts no agent tails (a new session,
 /// an old one resumed): counted, so an admission's refresh rediscovers its agent's rollout only
@@ -284,7 +290,7 @@ impl Dispatcher {
                 // garbage) would cost a holder call and a connection every second.
                 watched.screen_failures = if ran.screen_unread { watched.screen_failures.saturating_add(1) } else { 0 };
                 watched.screen_due |= ran.screen_unread && watched.screen_failures <= SCREEN_RETRIES;
-                if std::mem::take(&mut watched.again) {
+                if std::mem::take(&mut watched.again) || ran.behind {
                     self.schedule(&agent_id);
                 }
             }
@@ -554,6 +560,8 @@ struct RunOutcome {
     /// A look at the screen the run was due was not read (the holder did not answer): the
     /// screen stays due and the tick looks again (MON-3).
     screen_unread: bool,
+    /// MON-4: the read stopped at its step bound: the agent runs again at once.
+    behind: bool,
 }
 
 /// One look at an agent: liveness (when due), then what its rollout appended (or, before it
@@ -561,23 +569,49 @@ struct RunOutcome {
 /// engine a new snapshot (the catalog answers from it), and only when the screen may have
 /// changed does it ask the holder for it (MON-3), so a run over an idle agent costs a few
 /// local reads and no holder call, and a run over new records no holder call either.
-fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> RunOutcome {
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, bool)) -> RunOutcome {
+    let (outcome, stepped) = look(agent, inbox, due);
+    // MON-4: the next run reads on only after the engine handled this one's step, so an
+    // agent's burst reaches the engine one bounded step at a time and every other message
+    // (another agent's admission, a refresh's answer) waits behind one step at most, not all
+    // of them: the inbox is first come, first served.
+    if stepped && !handled_within(inbox, STEP_HANDLED_WAIT) {
+        tracing::warn!(agent = %agent.record.agent_id, wait_ms = STEP_HANDLED_WAIT.as_millis() as u64, "the engine did not handle the monitor's step within the wait; reading on");
+    }
+    outcome
+}
+
+/// MON-4: whether the driver reached a message sent now within `wait` (it handles its inbox
+/// in order, so every message sent before this one was handled). False also when the driver
+/// is gone.
+fn handled_within(inbox: &mpsc::Sender<DriverMsg>, wait: Duration) -> bool {
+    let (reached, answer) = std::sync::mpsc::sync_channel(1);
+    let query: crate::driver::Query = Box::new(move |_| {
+        let _ = reached.send(());
+    });
+    inbox.blocking_send(DriverMsg::Query(query)).is_ok() && answer.recv_timeout(wait).is_ok()
+}
+
+/// One look (see [`run_once`]); also whether it sent the engine a step of events.
+fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> (RunOutcome, bool) {
     let forwarded = if liveness { agent.forward_liveness_change(inbox) } else { Forwarded::Nothing };
     let liveness_unknown = forwarded == Forwarded::Unknown;
-    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false };
+    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false, behind: false };
     if forwarded == Forwarded::EngineGone {
-        return ended;
+        return (ended, false);
     }
     let process_changed = forwarded == Forwarded::Changed;
     let agent_id = agent.agent_id();
     let mut guard = agent.observer.lock().expect("observer lock");
     let Some(observer) = guard.as_mut() else {
         agent.note_view(None, Err("no process runs behind the agent".to_string()));
-        return ended;
+        return (ended, false);
     };
     // MON-2: a rollout no agent tails changed since this agent's last discovery: rediscover.
     let (events, health) = agent.with_discovery_scope(|rediscover| observer.poll_health(rediscover));
     let forced = process_changed || !events.is_empty();
+    let stepped = !events.is_empty();
+    let behind = observer.behind();
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
     // screen): such an agent's screen is read on every run. MON-3: new records alone do not
     // change the pane (its own changes wake a run with `screen_due`), so the last look holds.
@@ -588,7 +622,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
     let (checkpoint, pending) = agent.checkpoint_if_due(observer);
     step.extend(checkpoint); // EV-5: after its events
     if !step.is_empty() && inbox.blocking_send(DriverMsg::Inputs(step)).is_err() {
-        return ended;
+        return (ended, false);
     }
     let mut screen_unread = false;
     if changed {
@@ -607,7 +641,7 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, sc
             let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
         }
     }
-    RunOutcome { checkpoint_pending: pending, liveness_unknown, screen_unread }
+    (RunOutcome { checkpoint_pending: pending, liveness_unknown, screen_unread, behind }, stepped)
 }
 
 /// LIVE-2: waits at the holder for a change of the agent's process and wakes the monitor on
@@ -846,7 +880,7 @@ mod tests {
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
         let ran = run_once(&agent, &inbox, (true, false));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true, screen_unread: false });
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true, screen_unread: false, behind: false });
         assert_eq!(agent.liveness.lock().unwrap().process, None, "nothing changed");
         assert_eq!(holder.join().unwrap().len(), 1);
 
@@ -957,7 +991,7 @@ mod tests {
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
         let ran = run_once(&agent, &inbox, (true, true));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: true });
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: true, behind: false });
         assert!(agent.process_alive(), "the process was read");
         let asked = holder.join().unwrap();
         assert!(asked.len() == 2 && asked[1].contains("screen"), "{asked:?}");
@@ -1027,6 +1061,17 @@ mod tests {
 
     const SCREEN: &str = r#"{"lines":["> "],"cursor":{"row":0,"col":2},"output_offset":0,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#;
 
+    /// Rollout `s1` of a session in `dir` (its sessions directory and working directory), as
+    /// Codex starts it: its `session_meta` line, open for appending.
+    fn session_s1(dir: &Path) -> std::fs::File {
+        let day = dir.join("sessions/2026/12/02");
+        std::fs::create_dir_all(&day).unwrap();
+        let mut rollout = std::fs::OpenOptions::new().create(true).append(true).open(day.join("rollout-2026-12-02T10-00-00-s1.jsonl")).unwrap();
+        let cwd = serde_json::to_string(&dir.display().to_string()).unwrap();
+        rollout.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
+        rollout
+    }
+
     fn event(payload: &str) -> String {
         format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
     }
@@ -1037,6 +1082,33 @@ mod tests {
     enum Sent {
         Input(Input),
         Step(Vec<Input>),
+        /// MON-4: the run asked whether the driver reached this point (answered).
+        Handled,
+    }
+
+    /// Runs [`run_once`] on a thread of its own while this one plays the driver: it answers
+    /// the run's questions and records every message, in order, until the run returned.
+    fn run_as_driver(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, messages: &mut mpsc::Receiver<DriverMsg>, due: (bool, bool)) -> (RunOutcome, Vec<Sent>) {
+        let engine = wakterm_engine::Engine::new();
+        std::thread::scope(|scope| {
+            let run = scope.spawn(|| run_once(agent, inbox, due));
+            let mut got = Vec::new();
+            loop {
+                match messages.try_recv() {
+                    Ok(DriverMsg::Query(query)) => {
+                        query(&engine);
+                        got.push(Sent::Handled);
+                    }
+                    Ok(DriverMsg::Input(input)) => got.push(Sent::Input(input)),
+                    Ok(DriverMsg::Inputs(step)) => got.push(Sent::Step(step)),
+                    Ok(_) => panic!("the monitor sends only observer inputs and questions"),
+                    Err(_) if run.is_finished() => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+            got.extend(sent(messages));
+            (run.join().unwrap(), got)
+        })
     }
 
     /// Everything the monitor sent so far, in order.
@@ -1045,7 +1117,7 @@ mod tests {
             .map(|message| match message {
                 DriverMsg::Input(input) => Sent::Input(input),
                 DriverMsg::Inputs(step) => Sent::Step(step),
-                _ => panic!("the monitor sends only observer inputs"),
+                _ => panic!("the monitor sends only observer inputs (its questions are answered by `run_as_driver`)"),
             })
             .collect()
     }
@@ -1075,11 +1147,7 @@ mod tests {
             true => SCREEN.to_string(),
             false => own_info(0),
         });
-        let day = dir.path().join("sessions/2026/12/02");
-        std::fs::create_dir_all(&day).unwrap();
-        let mut rollout = std::fs::OpenOptions::new().create(true).append(true).open(day.join("rollout-2026-12-02T10-00-00-s1.jsonl")).unwrap();
-        let cwd = serde_json::to_string(&dir.path().display().to_string()).unwrap();
-        rollout.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
+        let mut rollout = session_s1(dir.path());
         for line in [
             event(r#""type":"task_started","turn_id":"t1""#),
             event(r#""type":"user_message","turn_id":"t1","message":"hi""#),
@@ -1090,10 +1158,10 @@ mod tests {
         let (inbox, mut messages) = mpsc::channel(16);
 
         let started = Instant::now();
-        let ran = run_once(&agent, &inbox, (true, false));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: false }, "the first checkpoint went out at once");
-        let first = sent(&mut messages);
-        assert_eq!(first.len(), 3, "the new facts, the look's step, the snapshot: {first:?}");
+        let (ran, first) = run_as_driver(&agent, &inbox, &mut messages, (true, false));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: false, behind: false }, "the first checkpoint went out at once");
+        assert_eq!(first.len(), 4, "the new facts, the look's step, the snapshot, the wait for the step (MON-4): {first:?}");
+        assert!(matches!(first[3], Sent::Handled), "{:?}", first[3]);
         assert!(matches!(&first[0], Sent::Step(step) if matches!(step.as_slice(), [Input::AgentUpserted(_)])), "{:?}", first[0]);
         let Sent::Step(step) = &first[1] else { panic!("the look is one step: {:?}", first[1]) };
         let (checkpoint, events) = step.split_last().unwrap();
@@ -1110,10 +1178,10 @@ mod tests {
         // machine took the whole interval since the first one: then it comes last).
         rollout.write_all(event(r#""type":"task_started","turn_id":"t2""#).as_bytes()).unwrap();
         rollout.write_all(event(r#""type":"user_message","turn_id":"t2","message":"again""#).as_bytes()).unwrap();
-        let pending = run_once(&agent, &inbox, (false, false)).checkpoint_pending;
+        let (ran, second) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
+        let pending = ran.checkpoint_pending;
         let within_interval = started.elapsed() < Duration::from_millis(crate::observer_checkpoint::CHECKPOINT_INTERVAL_MS);
-        let second = sent(&mut messages);
-        assert_eq!(second.len(), 2, "the look's step and the snapshot: {second:?}");
+        assert_eq!(second.len(), 3, "the look's step, the snapshot, the wait: {second:?}");
         let Sent::Step(step) = &second[0] else { panic!("the look is one step: {:?}", second[0]) };
         let step = match step.split_last() {
             Some((Input::ObserverCheckpoint { .. }, events)) if !within_interval => events,
@@ -1129,5 +1197,57 @@ mod tests {
         drop(agent); // closes the kept connection: the fake holder's loop ends
         let asked = holder.join().unwrap();
         assert_eq!(asked.len(), 2, "{asked:?}");
+    }
+    /// MON-4: a burst is read in steps of about `MONITOR_STEP_BYTES`: a run stops past the
+    /// bound, says it is behind, and returns only after the driver handled its step; the
+    /// dispatcher then runs the agent again at once. One look used to read up to 64 pages (a
+    /// review: 100 messages of 1.9 MB, one step that held every other agent's admission).
+    #[test]
+    fn mon_4_a_burst_is_read_in_bounded_steps_each_handled_before_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "6e8a0c2e-4f6a-4b8c-9e0a-3b5d7f9a1c35";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 64, |line| match line.contains("screen") {
+            true => SCREEN.to_string(),
+            false => own_info(0),
+        });
+        let mut rollout = session_s1(dir.path());
+        rollout.write_all(event(r#""type":"task_started","turn_id":"t1""#).as_bytes()).unwrap();
+        let big = "x".repeat(3 * 512 * 1024);
+        for n in 0..3 {
+            let message = format!(r#""type":"item_completed","turn_id":"t1","item":{{"type":"AgentMessage","id":"a{n}","content":[{{"type":"Text","text":"{big}"}}]}}"#);
+            rollout.write_all(event(&message).as_bytes()).unwrap();
+        }
+        rollout.write_all(event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"end""#).as_bytes()).unwrap();
+        let (inbox, mut messages) = mpsc::channel(16);
+        let messages_of = |sent: &[Sent]| -> usize {
+            let steps = sent.iter().filter_map(|s| match s {
+                Sent::Step(step) => Some(step),
+                _ => None,
+            });
+            steps.flatten().filter(|i| matches!(i, Input::Observed { event: ObserverEvent::AgentMessage { .. }, .. })).count()
+        };
+
+        let (first, sent) = run_as_driver(&agent, &inbox, &mut messages, (true, false));
+        assert!(first.behind, "3 MiB read, 1.5 more written: behind");
+        assert_eq!(messages_of(&sent), 2, "the first step stops at the page that passes MONITOR_STEP_BYTES (2 MiB)");
+        assert!(matches!(sent.last(), Some(Sent::Handled)), "the run returned after its step was handled: {sent:?}");
+        let (second, sent) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
+        assert!(!second.behind, "the rest read");
+        assert_eq!(messages_of(&sent), 1);
+        assert!(matches!(sent.last(), Some(Sent::Handled)), "{sent:?}");
+
+        // The dispatcher runs an agent that is behind again at once.
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let agent = Arc::new(agent);
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let watched = Watched { running: true, liveness_due: false, screen_due: false, ..Watched::new(Arc::clone(&agent)) };
+        dispatcher.agents.insert(id.to_string(), watched);
+        dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran: second });
+        assert!(!dispatcher.agents[id].running, "caught up: nothing more to run");
+        on_a_reactor(|| dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran: first }));
+        assert!(dispatcher.agents[id].running, "behind: run again at once");
+        drop((dispatcher, agent));
+        drop(holder);
     }
 }
