@@ -6,8 +6,9 @@ use super::agents::AgentRuntime;
 use super::{agent_handlers, catalog, requests, Context};
 use crate::protocol::{exit, ClientRequest, Reply, MAX_REQUEST_LINE_BYTES, PROTOCOL_VERSION};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use wakterm_engine::Engine;
 
@@ -16,6 +17,67 @@ use wakterm_engine::Engine;
 /// connection holds a descriptor the daemon's own probes may need).
 pub const REQUEST_LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 pub use crate::protocol::REPLY_WRITE_TIMEOUT;
+/// CONN-2: the bytes of unfinished request lines all connections may hold at once. Each line
+/// may be up to `MAX_REQUEST_LINE_BYTES` (1 MiB), so 1,000 slow connections held about 1 GiB
+/// for the 5 s `REQUEST_LINE_TIMEOUT`, again and again (a review); past this sum a connection
+/// is answered `server_busy` (nothing done, retry) and closed.
+pub const MAX_UNFINISHED_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+/// What the unfinished request lines of this daemon's connections hold now.
+static UNFINISHED_REQUEST_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// CONN-2: the bytes one connection's unfinished request line holds of a shared budget,
+/// given back when it is dropped.
+struct LineCharge<'a> {
+    held: &'a AtomicUsize,
+    cap: usize,
+    charged: usize,
+}
+
+impl<'a> LineCharge<'a> {
+    fn new(held: &'a AtomicUsize, cap: usize) -> LineCharge<'a> {
+        LineCharge { held, cap, charged: 0 }
+    }
+
+    /// Takes `bytes` more of the budget; false (and nothing taken) when it would pass the cap.
+    fn add(&mut self, bytes: usize) -> bool {
+        let taken = self.held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| held.checked_add(bytes).filter(|sum| *sum <= self.cap));
+        if taken.is_ok() {
+            self.charged += bytes;
+        }
+        taken.is_ok()
+    }
+}
+
+impl Drop for LineCharge<'_> {
+    fn drop(&mut self) {
+        let before = self.held.fetch_sub(self.charged, Ordering::SeqCst);
+        debug_assert!(before >= self.charged, "CONN-2: a line gave back more than it took");
+    }
+}
+
+/// CONN-2: reads the request line (through its newline, or to the end of what the `Take`
+/// allows) into `line`, each piece charged to `charge` before it is kept.
+async fn read_request_line<R: AsyncBufRead + Unpin>(reader: &mut R, line: &mut Vec<u8>, charge: &mut LineCharge<'_>) -> Result<(), Reply> {
+    loop {
+        let buffer = reader.fill_buf().await.map_err(|error| Reply::error(exit::USAGE, "bad_request", format!("the request could not be read: {error}")))?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        let (take, done) = match buffer.iter().position(|byte| *byte == b'\n') {
+            Some(end) => (end + 1, true),
+            None => (buffer.len(), false),
+        };
+        if !charge.add(take) {
+            let message = format!("the daemon holds {} MiB of unfinished requests from other connections; retry shortly (nothing was done)", charge.cap >> 20);
+            return Err(Reply::error(exit::ERROR, "server_busy", message));
+        }
+        line.extend_from_slice(&buffer[..take]);
+        reader.consume(take);
+        if done {
+            return Ok(());
+        }
+    }
+}
 
 pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     let peer_ok = stream.peer_cred().map(|cred| cred.uid() == crate::paths::current_uid()).unwrap_or(false);
@@ -28,15 +90,17 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     }
     // One bounded read of the first line; `parse_request_line` (fuzzed) judges it.
     let mut line = Vec::new();
+    let mut charge = LineCharge::new(&UNFINISHED_REQUEST_BYTES, MAX_UNFINISHED_REQUEST_BYTES);
     let mut reader = BufReader::new(read_half.take(MAX_REQUEST_LINE_BYTES as u64));
-    let parsed = match tokio::time::timeout(REQUEST_LINE_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
+    let parsed = match tokio::time::timeout(REQUEST_LINE_TIMEOUT, read_request_line(&mut reader, &mut line, &mut charge)).await {
         Err(_) => Err(Reply::error(exit::USAGE, "request_timeout", format!("no complete request line within {REQUEST_LINE_TIMEOUT:?}"))),
-        Ok(Err(error)) => Err(Reply::error(exit::USAGE, "bad_request", format!("the request could not be read: {error}"))),
-        Ok(Ok(_)) => crate::protocol::parse_request_envelope(&line).and_then(|(request, give_up)| caller_still_waits(request, give_up)),
+        Ok(Err(reply)) => Err(reply),
+        Ok(Ok(())) => crate::protocol::parse_request_envelope(&line).and_then(|(request, give_up)| caller_still_waits(request, give_up)),
     };
     // A stream lives as long as its subscriber: the request line (up to 1 MiB) is not kept
     // with it (300 subscribers with padded lines held 300 MB; a review measured it).
     drop(line);
+    drop(charge);
     let request = match parsed {
         Ok(request) => request,
         Err(reply) => {
@@ -205,3 +269,51 @@ pub fn capabilities() -> Value {
     })
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CONN-2: unfinished request lines share one budget: a piece that would pass it is not
+    /// taken, and a line gives back what it held when dropped.
+    #[test]
+    fn conn_2_unfinished_lines_share_a_bounded_budget() {
+        let held = AtomicUsize::new(0);
+        let mut first = LineCharge::new(&held, 10);
+        let mut second = LineCharge::new(&held, 10);
+        assert!(first.add(8));
+        assert!(!second.add(3), "8 + 3 passes the cap of 10");
+        assert_eq!(held.load(Ordering::SeqCst), 8, "a refused piece takes nothing");
+        assert!(second.add(2), "up to the cap is fine");
+        drop(first);
+        assert_eq!(held.load(Ordering::SeqCst), 2);
+        assert!(second.add(3));
+        drop(second);
+        assert_eq!(held.load(Ordering::SeqCst), 0, "every byte given back");
+    }
+
+    /// CONN-2: a request line is read through its newline only, each piece charged before it
+    /// is kept; with the budget held by other connections it is answered `server_busy`.
+    #[tokio::test]
+    async fn conn_2_a_line_past_the_shared_budget_is_refused() {
+        let held = AtomicUsize::new(0);
+        let mut line = Vec::new();
+        let mut charge = LineCharge::new(&held, 64);
+        let mut input: &[u8] = b"{\"op\":\"status\"}\nnext";
+        read_request_line(&mut input, &mut line, &mut charge).await.unwrap();
+        assert_eq!(line, b"{\"op\":\"status\"}\n");
+        assert_eq!(input, b"next", "nothing past the newline is read");
+        assert_eq!(held.load(Ordering::SeqCst), line.len());
+        drop(charge);
+
+        let mut others = LineCharge::new(&held, 64);
+        assert!(others.add(60));
+        let (mut line, mut charge) = (Vec::new(), LineCharge::new(&held, 64));
+        let mut input: &[u8] = b"{\"op\":\"status\"}\n";
+        let refused = read_request_line(&mut input, &mut line, &mut charge).await.unwrap_err();
+        assert_eq!(refused.body["error"], "server_busy", "{:?}", refused.body);
+        assert_eq!(refused.exit_code, exit::ERROR);
+        assert!(line.is_empty(), "nothing kept");
+        assert_eq!(held.load(Ordering::SeqCst), 60);
+    }
+}
