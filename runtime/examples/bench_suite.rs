@@ -61,6 +61,8 @@ const UNKNOWN_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
 /// A throughput caller gives up when its admissions have been refused for this long in a row.
 const REFUSAL_LIMIT: Duration = Duration::from_secs(30);
+/// MON-4: the size of each assistant message of the burst row's loud agent (under RF-9's 2 MiB).
+const BURST_MESSAGE_BYTES: usize = 1_900_000;
 /// Issue 10's measured peak (10 agents); the 100-agent target is 5x it.
 const TODAYS_PEAK_PER_SEC: f64 = 254.0;
 
@@ -73,6 +75,7 @@ struct Config {
     agents: Vec<usize>,
     busy: usize,
     rollout_mib: u64,
+    burst_messages: usize,
     sleeps: usize,
     load_secs: f64,
     idle_secs: f64,
@@ -103,6 +106,7 @@ impl Config {
             runs: env_or("BENCH_RUNS", if quick { 15 } else { 50 }).max(2),
             busy: env_or("BENCH_BUSY", if quick { 5 } else { 50 }),
             rollout_mib: env_or("BENCH_ROLLOUT_MIB", if quick { 64 } else { 1024 }),
+            burst_messages: env_or("BENCH_BURST_MESSAGES", if quick { 20 } else { 100 }),
             sleeps: env_or("BENCH_SLEEPS", if quick { 100 } else { 1000 }),
             load_secs: env_or("BENCH_LOAD_SECS", if quick { 3.0 } else { 10.0 }),
             idle_secs: env_or("BENCH_IDLE_SECS", if quick { 3.0 } else { 10.0 }),
@@ -991,6 +995,9 @@ fn plan(report: &mut Report, cfg: &Config) {
             report.plan(&format!("{key}.{q}"), label, Unit::Ms, Some("f.rtt"));
         }
     }
+    let burst = format!("{} assistant messages of 1.9 MB", cfg.burst_messages);
+    report.plan("burst.p50", format!("plain `agent send` receipt to one agent while another's rollout takes {burst}, socket, p50"), Unit::Ms, Some("f.2commit"));
+    report.plan("burst.max", format!("the same, the slowest receipt"), Unit::Ms, Some("f.2commit"));
     report.plan("restart", format!("restart (SIGKILL) -> return-final available and admit accepted, {} MiB rollout", cfg.rollout_mib), Unit::Ms, Some("f.mux_start"));
     let k = cfg.sleeps;
     report.plan("procs.socket.without", format!("admit --return-final, socket, p50, without the {k} `sleep`s"), Unit::Ms, Some("f.2commit"));
@@ -1369,6 +1376,95 @@ fn restart_world(cfg: &Config, report: &mut Report) {
     eprintln!("bench: stopping the restart world");
 }
 
+/// MON-4: one agent's burst of output against another agent's sends, in a world of its own.
+fn burst_world(cfg: &Config, report: &mut Report) {
+    let w = World::new(&cfg.exe);
+    w.mux_start();
+    let (sock, _pid) = Sock::of(&w);
+    eprintln!("bench: burst world {}", w.root.display());
+    phase(report, "burst", &["burst.*"], |r| burst(&w, &sock, cfg, r));
+    eprintln!("bench: stopping the burst world");
+}
+
+/// Plain sends to the quiet agent, one after another on the socket, from the moment the loud
+/// agent's rollout starts taking `cfg.burst_messages` assistant messages of 1.9 MB in one turn
+/// until a subscriber to the loud agent's events has its `turn.final` (the daemon read and
+/// committed the whole burst).
+fn burst(w: &World, sock: &Sock, cfg: &Config, report: &mut Report) {
+    let mut loud = Fleet::default();
+    add_agents(w, sock, &mut loud, 1, "loud");
+    let files = w.rollout_files();
+    assert_eq!(files.len(), 1, "expected the loud agent's rollout alone, found {files:?}");
+    let mut quiet = Fleet::default();
+    add_agents(w, sock, &mut quiet, 1, "quiet");
+    let (loud, quiet) = (loud.ready[0].clone(), quiet.ready[0].clone());
+    let after = sock.call(&json!({"op": "catalog"})).ok().and_then(|r| r["body"]["events_through"].as_u64()).expect("the catalog's events_through");
+    let subscriber = sock.open(&json!({"op": "events", "after": after, "once": false, "agents": [loud.name]})).expect("subscribe to the loud agent's events");
+    let (done_tx, done) = mpsc::channel();
+    let follow = std::thread::spawn(move || {
+        for line in BufReader::new(subscriber).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("\"turn.final\"") && line.contains("burst end") {
+                let _ = done_tx.send(Instant::now());
+                break;
+            }
+        }
+    });
+    let (rollout, messages) = (files[0].clone(), cfg.burst_messages);
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || append_burst(&rollout, messages));
+    let (mut samples, mut refused) = (Vec::new(), BTreeMap::<String, usize>::new());
+    let drained = loop {
+        check_interrupt();
+        let id = support::new_id();
+        let (ms, reply) = sock.timed(&admission(&quiet.name, None, &id, &format!("burst prompt {}", samples.len()), false));
+        samples.push(ms);
+        if let Err(why) = reply.and_then(|r| accepted(&r["body"], false)) {
+            *refused.entry(why).or_default() += 1;
+        }
+        if let Ok(at) = done.try_recv() {
+            break at.duration_since(start);
+        }
+        assert!(start.elapsed() < ROLLOUT_LIMIT, "the burst's turn.final did not reach its subscriber within {ROLLOUT_LIMIT:?}");
+    };
+    let written = writer.join().expect("the burst writer");
+    let _ = follow.join();
+    let mut sorted = samples.clone();
+    sorted.sort_by(f64::total_cmp);
+    report.set("burst.p50", percentile(&sorted, 0.5));
+    report.set("burst.max", *sorted.last().expect("at least one send"));
+    let refused = if refused.is_empty() { "none refused".to_string() } else { format!("refused: {refused:?}") };
+    report.note(format!(
+        "burst: {messages} messages ({:.0} MB) appended to the loud agent's rollout in {:.1} s; its subscriber had the turn's final {:.1} s after the first byte; {} sends to the quiet agent meanwhile, {refused}",
+        written.0 as f64 / 1e6,
+        written.1.as_secs_f64(),
+        drained.as_secs_f64(),
+        samples.len()
+    ));
+}
+
+/// Appends one turn of `messages` assistant messages of [`BURST_MESSAGE_BYTES`] to a rollout
+/// (Codex's `item_completed` records), its final "burst end"; the bytes and the time it took.
+fn append_burst(path: &Path, messages: usize) -> (u64, Duration) {
+    let start = Instant::now();
+    let turn = support::new_id();
+    let record = |payload: Value| format!("{}\n", json!({"timestamp": "2026-12-04T00:00:00.000Z", "type": "event_msg", "payload": payload}));
+    let big = "x".repeat(BURST_MESSAGE_BYTES);
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).expect("open the rollout for append");
+    let mut written = 0u64;
+    let mut put = |line: String| {
+        file.write_all(line.as_bytes()).expect("append to the rollout");
+        written += line.len() as u64;
+    };
+    put(record(json!({"type": "task_started", "turn_id": turn})));
+    for n in 0..messages {
+        let item = json!({"type": "AgentMessage", "id": format!("burst-{n}"), "content": [{"type": "Text", "text": big}]});
+        put(record(json!({"type": "item_completed", "turn_id": turn, "item": item})));
+    }
+    put(record(json!({"type": "task_complete", "turn_id": turn, "last_agent_message": "burst end"})));
+    (written, start.elapsed())
+}
+
 /// One return-final admission, its terminal event expected on `watcher`; `Err` is the refusal.
 fn admit_once(sock: &Sock, watcher: &Watcher, agent: &Agent, prompt: &str) -> Result<(String, mpsc::Receiver<Arrival>), String> {
     let id = support::new_id();
@@ -1446,6 +1542,7 @@ fn main() {
     plan(&mut report, &cfg);
     let scaling_rows = ["f.fsync", "f.commit*", "f.spawn*", "f.rtt", "f.2commit*", "f.ceiling", "f.idle0", "admit.*", "send.*", "catalog.*", "tput.*", "cpu.*", "idle.*", "watch.*", "procs.*"];
     phase(&mut report, "scaling world", &scaling_rows, |r| scaling_world(&cfg, r));
+    phase(&mut report, "burst world", &["burst.*"], |r| burst_world(&cfg, r));
     phase(&mut report, "restart world", &["restart", "f.mux_start"], |r| restart_world(&cfg, r));
     report.load.push(format!("{} at the end", load_average()));
     report.fail_unset(&["*".to_string()], "not measured");
