@@ -252,7 +252,7 @@ impl Engine {
                 return Ok(agent_id);
             }
         }
-        let mut detail = format!("no agent has the name or id {}", echoed(&command.target));
+        let mut detail = no_agent_named(&command.target);
         // LIVE-1: an agent whose holder was slow to answer at the daemon's start is registered
         // once it answers (up to STARTUP_PENDING_BOUND); until then its name is unknown here.
         let unregistered = self.events.recovered_unregistered.iter().filter(|id| self.events.marks.get(*id).is_some_and(|mark| !mark.stopped)).count();

@@ -20,6 +20,12 @@ pub fn echoed(input: &str) -> String {
     }
 }
 
+/// The one wording of "no such agent" for a caller's `target` (engine, daemon, CLI, MCP server,
+/// output page), its input echoed as INP-6 says.
+pub fn no_agent_named(target: &str) -> String {
+    format!("no agent has the name or id {}", echoed(target))
+}
+
 /// INP-6: a caller's input echoed as a field's value: whole up to [`MAX_ECHOED_CHARS`], else
 /// cut there and marked with a trailing `…`.
 pub fn echoed_field(input: &str) -> String {

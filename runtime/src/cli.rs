@@ -7,7 +7,7 @@ use crate::protocol::{exit, AdmitRequest, ClientRequest, Reply};
 use clap::{Args, Parser, Subcommand};
 use std::io::Read;
 use std::path::PathBuf;
-use wakterm_engine::limits::echoed;
+use wakterm_engine::limits::{echoed, no_agent_named};
 use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
 #[derive(Parser, Debug)]
@@ -74,6 +74,10 @@ pub enum MuxCommand {
         /// is admitted as a new request; 0 keeps them too.
         #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_DAYS)]
         retain_days: u64,
+        /// Keep the newest agent events up to this many MiB of stored JSON, pruning the oldest
+        /// past it; 0 keeps them whatever their size (EV-9).
+        #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_MIB)]
+        retain_mib: u64,
     },
     /// Stops the daemon. Agents keep running unless --all.
     Stop {
@@ -358,15 +362,15 @@ fn print_line(line: &str) -> bool {
 
 fn run_mux(paths: &DataPaths, command: MuxCommand) -> i32 {
     match command {
-        MuxCommand::Start { foreground: true, retain_events, retain_days } => {
-            let retention = crate::daemon::retention::Retention { events: retain_events, days: retain_days };
+        MuxCommand::Start { foreground: true, retain_events, retain_days, retain_mib } => {
+            let retention = crate::daemon::retention::Retention { events: retain_events, days: retain_days, bytes: retain_mib.saturating_mul(1 << 20) };
             match crate::daemon::run_foreground(paths.clone(), retention) {
                 Ok(()) => exit::OK,
                 Err(message) => print_reply(Reply::error(exit::ERROR, "daemon_failed", message)),
             }
         }
-        MuxCommand::Start { foreground: false, retain_events, retain_days } => {
-            let retention = crate::daemon::retention::Retention { events: retain_events, days: retain_days };
+        MuxCommand::Start { foreground: false, retain_events, retain_days, retain_mib } => {
+            let retention = crate::daemon::retention::Retention { events: retain_events, days: retain_days, bytes: retain_mib.saturating_mul(1 << 20) };
             print_reply(crate::mux::start_background(paths, retention))
         }
         MuxCommand::Stop { all } => print_reply(crate::mux::stop(paths, all)),
@@ -612,7 +616,7 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     }
     let agents = catalog.body["agents"].as_array().cloned().unwrap_or_default();
     let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
-        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {}", echoed(target))));
+        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", no_agent_named(target)));
     };
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
     // MGD-1, MCP-4: a managed agent's pane is its app-server's JSON-RPC stdio. Keys typed there

@@ -26,7 +26,7 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wakterm_engine::limits::echoed;
+use wakterm_engine::limits::{echoed, no_agent_named};
 use std::time::{Duration, Instant};
 use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
@@ -231,7 +231,7 @@ impl WaktermMcp {
         let agents = reply.body["agents"].as_array().cloned().unwrap_or_default();
         let canonical = wakterm_engine::AgentId::parse(target).ok();
         let found = agents.into_iter().find(|a| a["name"] == target || canonical.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
-        found.ok_or_else(|| usage("agent_unknown", format!("no agent has the name or id {}", echoed(target))))
+        found.ok_or_else(|| usage("agent_unknown", no_agent_named(target)))
     }
 
     async fn session_input(&self, args: &SessionArgs) -> CallToolResult {

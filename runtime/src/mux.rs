@@ -57,7 +57,7 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
     let mut command = Command::new(exe);
     command
         .args(["mux", "start", "--foreground"])
-        .args(["--retain-events", &retention.events.to_string(), "--retain-days", &retention.days.to_string()])
+        .args(["--retain-events", &retention.events.to_string(), "--retain-days", &retention.days.to_string(), "--retain-mib", &(retention.bytes >> 20).to_string()])
         .env("WAKTERM_DATA_DIR", &paths.root)
         .stdin(Stdio::null())
         .stdout(stdout)

@@ -234,14 +234,18 @@ impl CodexObserver {
     /// MON-1: the monitor's run: [`poll`](Self::poll) (discovery only while no rollout is
     /// attached); the snapshot is taken apart, only when the run changed something.
     /// `rediscover`: a rollout no agent tails changed since the last discovery (MON-2).
-    /// MON-4: reads at most about [`MONITOR_STEP_BYTES`]; [`behind`](Self::behind) says
-    /// whether more is waiting.
+    /// MON-4: reads at most about [`MONITOR_STEP_BYTES`] of a rollout it was already reading;
+    /// [`behind`](Self::behind) says whether more is waiting. A look that attaches reads as a
+    /// refresh does (up to 64 pages): after a daemon restart the engine's resume (REC-2)
+    /// replays from a request's armed cursor, and what a cut first look left unread below that
+    /// cursor was folded by the resume without being reported (the simulator found the gap in
+    /// the event stream, seeds 5017797 and 5018811).
     pub fn poll_health(&mut self, rediscover: bool) -> (Vec<ObserverEvent>, Health) {
         let mut events = Vec::new();
         // MON-2 as for a refresh: a discovery that found anything but one rollout is repeated
         // on every run, so the tail it keeps reading never makes the agent look attached (a
         // review found the monitor's runs reported it attached after one append).
-        self.read_budget = MONITOR_STEP_BYTES;
+        self.read_budget = if self.attached.is_some() { MONITOR_STEP_BYTES } else { u64::MAX };
         let health = self.sync(&mut events, rediscover || !self.discovery_clean);
         self.read_budget = u64::MAX;
         self.last_health = health.clone();

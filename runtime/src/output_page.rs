@@ -26,7 +26,7 @@ use crate::rollout_tail::{RolloutTail, TailEntry, TailError};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use wakterm_engine::limits::{echoed, echoed_field};
+use wakterm_engine::limits::{echoed_field, no_agent_named};
 use wakterm_engine::observer::RECORD_TOO_LARGE;
 
 /// The schema of every answer (success and structured non-success alike).
@@ -122,7 +122,7 @@ pub fn agent_unknown(target: &str) -> Reply {
         "state": "agent_unknown",
         "target": echoed_field(target),
         "reason": "agent_unknown",
-        "detail": format!("no agent has the name or id {}", echoed(target)),
+        "detail": no_agent_named(target),
     });
     Reply { exit_code: exit::NOT_FOUND, body }
 }

@@ -26,6 +26,8 @@ pub trait ContractStore {
     fn last_event_sequence(&mut self) -> u64;
     /// EV-4: every agent's event mark (agent id, JSON), ordered by agent id.
     fn event_marks(&mut self) -> Vec<(String, String)>;
+    /// EV-9: the bytes of event JSON stored.
+    fn stored_event_bytes(&mut self) -> u64;
     /// Simulates a crash and a restart: only committed batches survive.
     fn reopen(&mut self);
 }
@@ -66,6 +68,9 @@ impl ContractStore for ModelStore {
     }
     fn event_marks(&mut self) -> Vec<(String, String)> {
         self.tables.event_marks()
+    }
+    fn stored_event_bytes(&mut self) -> u64 {
+        wakterm_runtime::store::retention::RetentionView::stored_event_bytes(&self.tables).expect("the model answers")
     }
     fn reopen(&mut self) {}
 }
@@ -118,7 +123,12 @@ pub fn prune(through_sequence: u64, before_ms: u64, max_rows: u64) -> StoreOp {
 }
 
 pub fn prune_settled(through_sequence: u64, before_ms: u64, max_rows: u64, settled_through: u64) -> StoreOp {
-    StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through }
+    StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through, excess_bytes: 0 }
+}
+
+/// EV-9: a prune by size alone (the oldest go while less than `excess_bytes` went).
+pub fn prune_bytes(excess_bytes: u64, settled_through: u64) -> StoreOp {
+    StoreOp::PruneEvents { through_sequence: 0, before_ms: 0, max_rows: 100, settled_through, excess_bytes }
 }
 
 fn sequences(events: &[StoredAgentEvent]) -> Vec<u64> {
@@ -230,6 +240,17 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!(store.last_event_sequence(), 5, "pruned sequences still count");
     assert!(store.commit(vec![event(5, "a1", 9_000)]).is_err());
     assert!(store.commit(vec![event(7, "a1", 9_000)]).is_ok());
+    // EV-9 by size: the oldest go while less than the excess went (each `{"sequence":N}` is
+    // 14 bytes), never past the settled mark; the stored bytes follow.
+    assert!(store.commit(vec![event(8, "a1", 9_000), event(9, "a1", 9_000)]).is_ok());
+    assert_eq!(store.stored_event_bytes(), 42);
+    assert!(store.commit(vec![event(9, "a1", 9_000)]).is_err());
+    assert_eq!(store.stored_event_bytes(), 42, "a failed batch counts nothing");
+    assert!(store.commit(vec![prune_bytes(15, i64::MAX as u64)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![9], "7 (14 bytes < 15) and 8 go");
+    assert_eq!(store.stored_event_bytes(), 14);
+    assert!(store.commit(vec![prune_bytes(100, 8)]).is_ok());
+    assert_eq!(sequences(&store.agent_events_after(0)), vec![9], "9 lies past the settled mark");
     // HIST-4: retention forgets finished requests (terminal, settled, released) last updated
     // before the bound, with their terminal events; open ones stay; a removed terminal
     // sequence still counts, so it is never handed out again.
@@ -282,6 +303,7 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                 11 => StoreOp::PruneRequests { before_ms: rng.below(2) * 10, max_rows: 100 },
                 7 | 8 => event(1 + rng.below(12), &format!("a{}", rng.below(3)), rng.below(5) * 1_000),
                 9 => mark(&format!("a{}", rng.below(3)), ["{\"position\":1}", "{\"position\":2}", "[]"][rng.below(3) as usize]),
+                10 if rng.below(3) == 0 => prune_bytes(rng.below(50), rng.below(14)),
                 10 => prune_settled(rng.below(12), rng.below(5) * 1_000, rng.below(4), rng.below(14)),
                 6 => checkpoint(&format!("a{}", rng.below(3)), ["{\"offset\":1}", "{\"offset\":2}", "[]"][rng.below(3) as usize]),
                 0 | 1 | 2 => {
@@ -305,6 +327,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
         assert_eq!(a, b, "seed {seed} step {step}: the model and the store disagree on {batch:?}");
         // HIST-1: what a restart would recover, after every batch (the ids `put_request` keeps).
         assert_eq!(reference.open_requests(), model.open_requests(), "seed {seed} step {step}: open requests differ after {batch:?}");
+        assert_eq!(reference.stored_event_bytes(), model.stored_event_bytes(), "seed {seed} step {step}: stored event bytes differ after {batch:?}");
         if rng.below(8) == 0 {
             reference.reopen();
             model.reopen();
@@ -318,6 +341,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
     assert_eq!(reference.agent_events_after(0), model.agent_events_after(0), "seed {seed}: agent events differ");
     assert_eq!(reference.event_marks(), model.event_marks(), "seed {seed}: event marks differ");
     assert_eq!(reference.last_event_sequence(), model.last_event_sequence(), "seed {seed}: last event sequences differ");
+    assert_eq!(reference.stored_event_bytes(), model.stored_event_bytes(), "seed {seed}: stored event bytes differ");
 }
 
 #[cfg(test)]

@@ -96,6 +96,9 @@ pub enum Mutant {
     /// Observer port (the monitor): a look cut at its step bound (MON-4) is not followed by
     /// another at once; the rest waits for the next append's wake or the 30 s recheck.
     BehindWaitsForAWake,
+    /// Retention task: prunes by count and age only, as before EV-9's size bound (a million
+    /// events of up to 2 MiB each bounded nothing on the disk).
+    RetentionSizeIgnored,
     /// Caller layer (daemon server): a failed history lookup is answered with a plain
     /// `internal_failure` rejection (nothing written, retry-safe), as HIST-3 once said, although
     /// the id it could not read may be a written one that left memory.
@@ -269,6 +272,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::JoinRefusalSaysUnwritten, "join_refusal_says_unwritten", "caller layer answers an over-cap joined caller with a retry-safe rejection"),
     (Mutant::ReplayFlagDropped, "replay_flag_dropped", "caller layer answers every call with replayed: false, joined and repeated ones too"),
     (Mutant::LookBeforeInputDrawn, "look_before_input_drawn", "pane port reads a look's screen without waiting for input written just before it to be drawn"),
+    (Mutant::RetentionSizeIgnored, "retention_size_ignored", "retention task ignores the size bound, pruning by count and age only"),
     (Mutant::BehindWaitsForAWake, "behind_waits_for_a_wake", "observer port leaves a look cut at its step bound for the next wake, not reading on at once"),
     (Mutant::LookupFailureSaysUnwritten, "lookup_failure_says_unwritten", "caller layer answers a failed history lookup with a retry-safe rejection"),
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),

@@ -31,6 +31,9 @@ pub const STALL_MARGIN_MS: u64 = 1_000;
 /// (`monitor_recheck::recheck_interval`), and the model's loop runs every 50-400 ms: far below
 /// the 30 s recheck of an attached agent whose directory is watched.
 pub const LOOK_LAG_BOUND_MS: u64 = 5_000;
+/// EV-9: how long the settled events may hold more than retention's size bound (its task
+/// passes every 0.2-1.5 s, each pass bringing them under it).
+pub const RETENTION_SIZE_GRACE_MS: u64 = 10_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -179,6 +182,8 @@ pub struct CallInput {
 
 #[derive(Default)]
 pub struct Oracle {
+    /// EV-9: since when the settled events have held more than the size bound.
+    retention_over_since: Option<u64>,
     /// When the running daemon started (ADM-5's wait for a written prompt's turn is not
     /// durable: see `on_prompt_over_unread`).
     pub daemon_started_ms: u64,
@@ -1033,6 +1038,22 @@ impl Oracle {
     /// MON-1 liveness: after the faults stopped, the monitor reads a record within
     /// [`LOOK_LAG_BOUND_MS`] of `from` (when it became readable, or the daemon's start, or the
     /// heal, whichever is last).
+    /// EV-9 at each pass of the retention task with a size bound: the settled events it may
+    /// prune must not hold more than the bound (plus one event: a prune takes whole events)
+    /// for longer than `RETENTION_SIZE_GRACE_MS`, or retention does not bound the disk.
+    pub fn on_retention_pass(&mut self, now: u64, (settled_bytes, largest): (u64, u64), bound: u64) {
+        if settled_bytes <= bound + largest {
+            self.retention_over_since = None;
+            return;
+        }
+        let since = *self.retention_over_since.get_or_insert(now);
+        if now > since + RETENTION_SIZE_GRACE_MS {
+            let m = format!("EV-9: the settled events hold {settled_bytes} bytes, over the {bound}-byte bound since {since} ms ({} ms)", now - since);
+            self.fail(Kind::EventSequence, m);
+            self.retention_over_since = None;
+        }
+    }
+
     pub fn on_monitor_read(&mut self, agent: usize, from: u64, now: u64) {
         if now > from + LOOK_LAG_BOUND_MS {
             let m = format!("a{agent}: a record readable at {from} ms (or since the daemon's start or the heal) was read by the monitor only at {now} ms, {} ms later (MON-1: bound {LOOK_LAG_BOUND_MS} ms)", now - from);

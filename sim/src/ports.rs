@@ -327,7 +327,7 @@ impl Effects for SimEffects {
                 w.subscriber_away_until = None;
                 return subscriber_catch_up(&mut w, event.sequence, "reconnect");
             }
-            None if w.faults_on && w.plan.retain_events > 0 && thread_rng().gen_bool(0.01) => {
+            None if w.faults_on && (w.plan.retain_events > 0 || w.plan.retain_bytes > 0) && thread_rng().gen_bool(0.01) => {
                 w.subscriber_away_until = Some(now + thread_rng().gen_range(500..5_000));
                 w.counters.fault("subscriber.away");
                 return;
@@ -1090,18 +1090,28 @@ async fn retention(world: Shared) {
     loop {
         madsim::time::sleep(ms(200, 1_500)).await;
         let mut w = world.lock().unwrap();
-        let events = w.plan.retain_events;
-        if events == 0 {
+        let (events, bytes) = (w.plan.retain_events, w.plan.retain_bytes);
+        if events == 0 && bytes == 0 {
             return;
         }
-        let policy = wakterm_runtime::store::retention::Retention { events, days: 0 };
+        let events = if events == 0 { u64::MAX } else { events };
+        let bound = if w.mutant == Mutant::RetentionSizeIgnored { 0 } else { bytes }; // the bug
+        let policy = wakterm_runtime::store::retention::Retention { events, days: 0, bytes: bound };
         if let Ok(Some(op)) = policy.due(&w.store, 0, w.events_settled_through) {
             let result = w.store.commit(std::slice::from_ref(&op));
             let line = format!("retention {op:?} -> {result:?}, pruned through {}", w.store.events_pruned_through());
             w.log(line);
             if result.is_ok() {
                 w.counters.fault("retention.pruned");
+                if matches!(op, StoreOp::PruneEvents { excess_bytes: 1.., .. }) {
+                    w.counters.fault("retention.by_size");
+                }
             }
+        }
+        if bytes > 0 {
+            let now = wakterm_runtime::driver::now_ms();
+            let settled = w.store.settled_event_bytes(w.events_settled_through);
+            w.oracle.on_retention_pass(now, settled, bytes);
         }
     }
 }
@@ -1311,7 +1321,9 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
-            w.agents[a].observer.step_budget = Some(w.plan.step_records).filter(|n| *n > 0); // MON-4
+            // MON-4: a look that attaches is not cut (`CodexObserver::poll_health`).
+            let bound = Some(w.plan.step_records).filter(|n| *n > 0 && w.agents[a].observer.attached.is_some());
+            w.agents[a].observer.step_budget = bound;
             w.sync_observer(a, &mut events);
             w.agents[a].observer.step_budget = None;
             check_read_lag(&mut w, a, before);

@@ -117,15 +117,17 @@ impl StoreTables {
                 json_valid(mark_json)?;
                 self.event_marks.insert(agent_id.clone(), mark_json.clone());
             }
-            StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
-                // EV-9: the oldest prefix, at most `max_rows`, each old enough by sequence or age,
-                // none past the settled mark.
-                let mut last = None;
+            StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through, excess_bytes } => {
+                // EV-9: the oldest prefix, at most `max_rows`, each due by sequence, age or size
+                // (the store's test, `EventDue::prunes`), none past the settled mark.
+                let due = wakterm_runtime::store::retention::EventDue { through_sequence: *through_sequence, before_ms: *before_ms, settled_through: *settled_through, excess_bytes: *excess_bytes };
+                let (mut last, mut removed) = (None, 0u64);
                 for (sequence, row) in self.events.iter().take(usize::try_from(*max_rows).unwrap_or(usize::MAX)) {
-                    if *sequence > *settled_through || (*sequence > *through_sequence && row.at_ms >= *before_ms) {
+                    if !due.prunes(*sequence, row.at_ms, removed) {
                         break;
                     }
                     last = Some(*sequence);
+                    removed += row.stored.event_json.len() as u64;
                 }
                 if let Some(last) = last {
                     let kept = self.events.split_off(&(last + 1));
@@ -251,6 +253,13 @@ impl StoreTables {
     }
 
     /// EV-9: the highest sequence retention removed (as `Store::events_pruned_through`).
+    /// EV-9: the bytes of the stored events at or below `settled_through` (what retention may
+    /// prune), and the largest stored event's.
+    pub fn settled_event_bytes(&self, settled_through: u64) -> (u64, u64) {
+        let sizes = self.events.range(..=settled_through).map(|(_, row)| row.stored.event_json.len() as u64);
+        sizes.fold((0, 0), |(sum, largest), bytes| (sum + bytes, largest.max(bytes)))
+    }
+
     pub fn events_pruned_through(&self) -> u64 {
         self.events_pruned_through
     }
@@ -308,8 +317,8 @@ fn validate_batch(ops: &[StoreOp]) -> Result<(), String> {
                 field(agent_id)?;
                 record(mark_json)?;
             }
-            StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
-                if [*through_sequence, *before_ms, *max_rows, *settled_through].iter().any(|v| *v > i64::MAX as u64) {
+            StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through, excess_bytes } => {
+                if [*through_sequence, *before_ms, *max_rows, *settled_through, *excess_bytes].iter().any(|v| *v > i64::MAX as u64) {
                     return Err("a prune bound exceeds i64::MAX".to_string());
                 }
             }
@@ -354,5 +363,8 @@ impl wakterm_runtime::store::retention::RetentionView for StoreTables {
     }
     fn oldest_finished_request_ms(&self) -> Result<Option<u64>, wakterm_runtime::store::StoreError> {
         Ok(self.requests.values().filter(|r| is_finished_phase(&r.phase)).map(|r| r.updated_ms).min())
+    }
+    fn stored_event_bytes(&self) -> Result<u64, wakterm_runtime::store::StoreError> {
+        Ok(self.events.values().map(|row| row.stored.event_json.len() as u64).sum())
     }
 }

@@ -103,6 +103,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.pid_reused_while_down",
     "checkpoint.cut_below_mark_while_down",
     "retention.pruned",
+    "retention.by_size",
     "subscriber.away",
     "retention.cursor_too_old",
     "clock.jump",
@@ -211,6 +212,8 @@ pub struct FaultPlan {
     /// EV-9: the daemon's `--retain-events` (0: retention off), far below the default so a
     /// run prunes what its subscriber may not have read yet.
     pub retain_events: u64,
+    /// EV-9: the daemon's size bound in bytes of event JSON (0: none), tiny as `retain_events`.
+    pub retain_bytes: u64,
     /// SUB-4: the harness takes a submit's CR and never moves the screen or the output.
     pub never_reacts: f64,
     /// SUB-4: the harness's whole reaction to a submit lands before the Enter boundary is
@@ -273,6 +276,7 @@ impl FaultPlan {
             max_crashes: thread_rng().gen_range(0..5),
             calm: if thread_rng().gen_bool(0.4) { thread_rng().gen_range(0.7..0.98) } else { 0.0 },
             retain_events: if thread_rng().gen_bool(0.3) { thread_rng().gen_range(15..300) } else { 0 },
+            retain_bytes: if thread_rng().gen_bool(0.3) { thread_rng().gen_range(2_000..60_000) } else { 0 },
             never_reacts: 0.0,
             reacts_before_enter: 0.0,
             exit_mid_wait: 0.0,

@@ -52,6 +52,9 @@ impl ContractStore for SqliteStore {
     fn event_marks(&mut self) -> Vec<(String, String)> {
         self.store.load_event_marks().expect("load")
     }
+    fn stored_event_bytes(&mut self) -> u64 {
+        self.store.stored_event_bytes().expect("load")
+    }
     fn reopen(&mut self) {
         drop(self.writer.take()); // the writer thread stops; what it committed is on disk
         let path = self.dir.path().join("requests.sqlite3");

@@ -9,7 +9,7 @@ use crate::protocol::{exit, Reply};
 use crate::store::StoreOp;
 use serde_json::json;
 use std::sync::Arc;
-use wakterm_engine::limits::echoed;
+use wakterm_engine::limits::no_agent_named;
 use wakterm_engine::{AgentId, Input};
 
 /// Longest agent display name.
@@ -298,7 +298,7 @@ enum StopFailed {
 /// LIFE-3: what a restart or stop that waited for the agent's lifecycle lock says when a stop
 /// ended the agent meanwhile.
 fn stopped_meanwhile(target: &str) -> Reply {
-    Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {}: it was stopped meanwhile", echoed(target)))
+    Reply::error(exit::NOT_FOUND, "agent_unknown", format!("{}: it was stopped meanwhile", no_agent_named(target)))
 }
 
 /// The harnesses an agent may name: `codex` (return-final capable) or `other`.
@@ -307,7 +307,7 @@ pub const HARNESSES: [&str; 2] = ["codex", "other"];
 pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
     use std::sync::atomic::Ordering::SeqCst;
     let Some(agent) = resolve(context, target) else {
-        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {}", echoed(target)));
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", no_agent_named(target));
     };
     let agent_id = agent.record.agent_id.clone();
     let writer = context.writer.clone();
@@ -359,7 +359,7 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
 /// Replaces the agent's process in the same pane (a new incarnation), e.g. after a crash.
 pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply {
     let Some(agent) = resolve(context, target) else {
-        return Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {}", echoed(target)));
+        return Reply::error(exit::NOT_FOUND, "agent_unknown", no_agent_named(target));
     };
     let worker = agent.clone();
     let inbox = context.inbox.clone();

@@ -9,7 +9,7 @@ use crate::store::{Store, StoreError};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use wakterm_engine::limits::echoed;
+use wakterm_engine::limits::no_agent_named;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// Events read from the store per page while a subscriber catches up.
@@ -37,7 +37,7 @@ pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Ta
                 resolved.not_live.insert(id.as_str().to_string());
                 resolved.ids.insert(id.as_str().to_string())
             }
-            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("no agent has the name or id {} (a stopped agent is reached by its id)", echoed(target)))),
+            (None, None) => return Err(Reply::error(exit::NOT_FOUND, "agent_unknown", format!("{} (a stopped agent is reached by its id)", no_agent_named(target)))),
         };
     }
     Ok(resolved)
@@ -245,7 +245,7 @@ mod tests {
         };
         let (running, stopped) = ("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f91", "0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f92");
         writer.commit_blocking(vec![mark(running, false), mark(stopped, true)]).expect("marks");
-        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 3, before_ms: 0, max_rows: 100, settled_through: u64::from(u32::MAX) }]).expect("prune");
+        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 3, before_ms: 0, max_rows: 100, settled_through: u64::from(u32::MAX), excess_bytes: 0 }]).expect("prune");
         assert_eq!(store.agent_stop_reported(running).unwrap(), Some(false));
         assert_eq!(store.agent_stop_reported(stopped).unwrap(), Some(true));
         assert_eq!(store.agent_stop_reported("0195f2a4-3b1c-7d2e-8f3a-4b5c6d7e8f93").unwrap(), None);
@@ -297,7 +297,7 @@ mod tests {
         let feed = AgentEvents { agents: Vec::new(), events: super::super::effects::EventFeed::new(10), following: None };
         let page = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect("nothing pruned yet");
         assert_eq!(page.first().map(|e| e.0), Some(4));
-        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 5, before_ms: 0, max_rows: 100, settled_through: u64::from(u32::MAX) }]).expect("prune");
+        writer.commit_blocking(vec![StoreOp::PruneEvents { through_sequence: 5, before_ms: 0, max_rows: 100, settled_through: u64::from(u32::MAX), excess_bytes: 0 }]).expect("prune");
         let refused = super::super::stream::checked_page(&feed, &store, 3, Some(10)).unwrap().expect_err("4 and 5 are gone");
         assert_eq!(refused.body["error"], "cursor_too_old", "{:?}", refused.body);
         assert_eq!(refused.body["pruned_through"], 5);

@@ -234,7 +234,7 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
-    tracing::info!(retain_events = retention.events, retain_days = retention.days, "event retention (EV-9)");
+    tracing::info!(retain_events = retention.events, retain_days = retention.days, retain_bytes = retention.bytes, "event retention (EV-9)");
     let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention, (lock_identity, relocked.clone()))));
     // The runtime first (its tasks and blocking calls end, the store writer drains), then the
     // lock: no other daemon may start while this one can still write.

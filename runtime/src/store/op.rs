@@ -51,7 +51,9 @@ pub enum StoreOp {
     /// `settled_through` (the engine's settled mark, EV-2: a number still pending lies past
     /// it, and its retry must stay above what was pruned, EV-3), stopping at the first that
     /// is not due. Records the highest removed in `meta.events_pruned_through`.
-    PruneEvents { through_sequence: u64, before_ms: u64, max_rows: u64, settled_through: u64 },
+    /// EV-9: the oldest events due by sequence, by age, or while fewer than `excess_bytes` of
+    /// stored JSON were removed; never past `settled_through`.
+    PruneEvents { through_sequence: u64, before_ms: u64, max_rows: u64, settled_through: u64, excess_bytes: u64 },
     /// HIST-4: forget at most `max_rows` finished requests (terminal, settled, released) last
     /// updated before `before_ms`, with their terminal events; records the highest terminal
     /// sequence removed in `meta.terminal_pruned_through`.
@@ -139,10 +141,11 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
             to_sql_integer("before_ms", *before_ms)?;
             to_sql_integer("max_rows", *max_rows).map(drop)
         }
-        StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
+        StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through, excess_bytes } => {
             to_sql_integer("through_sequence", *through_sequence)?;
             to_sql_integer("before_ms", *before_ms)?;
             to_sql_integer("settled_through", *settled_through)?;
+            to_sql_integer("excess_bytes", *excess_bytes)?;
             to_sql_integer("max_rows", *max_rows).map(drop)
         }
         StoreOp::PutCheckpoint { agent_id, checkpoint_json } => {
@@ -264,8 +267,8 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
         StoreOp::AppendEvent { sequence, agent_id, kind, at_ms, event_json } => {
             append_event(conn, *sequence, agent_id, kind, *at_ms, event_json)
         }
-        StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through } => {
-            prune_events(conn, *through_sequence, (*before_ms, *settled_through), *max_rows)
+        StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through, excess_bytes } => {
+            prune_events(conn, *through_sequence, (*before_ms, *settled_through, *excess_bytes), *max_rows)
         }
         StoreOp::PruneRequests { before_ms, max_rows } => prune_requests(conn, *before_ms, *max_rows),
         StoreOp::PutEventMark { agent_id, mark_json } => {
@@ -280,25 +283,48 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
 }
 
 /// EV-9: deletes the oldest qualifying prefix and raises the pruned mark. An event is due by
-/// sequence (`through_sequence`) or by age (`before_ms`), and never past `settled_through`
-/// (the same test as the simulator's store model).
-fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_through): (u64, u64), max_rows: u64) -> Result<(), StoreError> {
+/// sequence (`through_sequence`), by age (`before_ms`) or by size (while less than
+/// `excess_bytes` of stored JSON was removed), and never past `settled_through` (the same test
+/// as the simulator's store model, `retention::prunes`).
+fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_through, excess_bytes): (u64, u64, u64), max_rows: u64) -> Result<(), StoreError> {
     let mut last_pruned = None;
+    let mut removed = 0u64;
     {
-        let mut stmt = conn.prepare_cached("SELECT sequence, at_ms FROM agent_events ORDER BY sequence LIMIT ?1")?;
+        let mut stmt = conn.prepare_cached("SELECT sequence, at_ms, length(CAST(event AS BLOB)) FROM agent_events ORDER BY sequence LIMIT ?1")?;
         let mut rows = stmt.query([to_sql_integer("max_rows", max_rows)?])?;
         while let Some(row) = rows.next()? {
             let sequence = from_sql_integer("event sequence", row.get(0)?)?;
             let at_ms = from_sql_integer("at_ms", row.get(1)?)?;
-            if sequence > settled_through || (sequence > through_sequence && at_ms >= before_ms) {
+            let bytes = from_sql_integer("event bytes", row.get(2)?)?;
+            let due = super::retention::EventDue { through_sequence, before_ms, settled_through, excess_bytes };
+            if !due.prunes(sequence, at_ms, removed) {
                 break;
             }
             last_pruned = Some(sequence);
+            removed += bytes;
         }
     }
     let Some(last) = last_pruned else { return Ok(()) };
     conn.prepare_cached("DELETE FROM agent_events WHERE sequence <= ?1")?.execute([to_sql_integer("sequence", last)?])?;
+    set_meta_u64(conn, EVENTS_STORED_BYTES, stored_event_bytes(conn)?.saturating_sub(removed))?;
     set_meta_u64(conn, EVENTS_PRUNED_THROUGH, events_pruned_through(conn)?.max(last))
+}
+
+/// EV-9: `appended` more bytes of event JSON are stored (one update per batch, in its
+/// savepoint, so a batch undone takes its count back with it).
+pub(crate) fn add_stored_event_bytes(conn: &Connection, appended: u64) -> Result<(), StoreError> {
+    if appended == 0 {
+        return Ok(());
+    }
+    set_meta_u64(conn, EVENTS_STORED_BYTES, stored_event_bytes(conn)?.saturating_add(appended))
+}
+
+/// The meta key holding the bytes of event JSON stored (EV-9's size bound; migration 7 counted
+/// what an older database held).
+pub(crate) const EVENTS_STORED_BYTES: &str = "events_stored_bytes";
+
+pub(crate) fn stored_event_bytes(conn: &Connection) -> Result<u64, StoreError> {
+    meta_u64(conn, EVENTS_STORED_BYTES)
 }
 
 /// The finished phases (HIST-1); the partial index of migration 4 uses the same list (its

@@ -294,6 +294,11 @@ impl Store {
         min.map(|value| op::from_sql_integer("event sequence", value)).transpose()
     }
 
+    /// EV-9: the bytes of event JSON stored.
+    pub fn stored_event_bytes(&self) -> Result<u64, StoreError> {
+        op::stored_event_bytes(&self.conn())
+    }
+
     /// The highest sequence retention removed (0: none).
     pub fn events_pruned_through(&self) -> Result<u64, StoreError> {
         op::events_pruned_through(&self.conn())

@@ -8,6 +8,9 @@ use super::{Store, StoreError, StoreOp};
 pub const DEFAULT_RETAIN_EVENTS: u64 = 1_000_000;
 /// Default: events of the last seven days are kept (whatever their number, up to the count).
 pub const DEFAULT_RETAIN_DAYS: u64 = 7;
+/// Default: the newest events up to 1 GiB of stored JSON are kept. A million events of up to
+/// 2 MiB each (RF-9's bound) was no practical bound on the disk (a review).
+pub const DEFAULT_RETAIN_MIB: u64 = 1024;
 /// Events removed per prune transaction, so the writer is never held long.
 pub const PRUNE_BATCH: u64 = 5_000;
 const DAY_MS: u64 = 86_400_000;
@@ -21,6 +24,8 @@ pub trait RetentionView {
     fn last_event_sequence(&self) -> Result<u64, StoreError>;
     /// When the oldest finished request was last updated.
     fn oldest_finished_request_ms(&self) -> Result<Option<u64>, StoreError>;
+    /// The bytes of event JSON stored.
+    fn stored_event_bytes(&self) -> Result<u64, StoreError>;
 }
 
 impl RetentionView for Store {
@@ -33,19 +38,42 @@ impl RetentionView for Store {
     fn oldest_finished_request_ms(&self) -> Result<Option<u64>, StoreError> {
         Store::oldest_finished_request_ms(self)
     }
+    fn stored_event_bytes(&self) -> Result<u64, StoreError> {
+        Store::stored_event_bytes(self)
+    }
 }
 
-/// What the stream keeps: an event is pruned when it is beyond the newest `events` OR older
-/// than `days` (0: no age limit).
+/// What the stream keeps: an event is pruned when it is beyond the newest `events`, OR older
+/// than `days` (0: no age limit), OR the events stored hold more than `bytes` of JSON (0: no
+/// size limit; the oldest go until they fit; `mux start --retain-mib` sets it in MiB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
     pub events: u64,
     pub days: u64,
+    pub bytes: u64,
 }
 
 impl Default for Retention {
     fn default() -> Self {
-        Retention { events: DEFAULT_RETAIN_EVENTS, days: DEFAULT_RETAIN_DAYS }
+        Retention { events: DEFAULT_RETAIN_EVENTS, days: DEFAULT_RETAIN_DAYS, bytes: DEFAULT_RETAIN_MIB << 20 }
+    }
+}
+
+/// EV-9: the test one prune applies to each of the oldest events in turn, until the first it
+/// keeps. One copy for the store and the simulator's model of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventDue {
+    pub through_sequence: u64,
+    pub before_ms: u64,
+    pub settled_through: u64,
+    pub excess_bytes: u64,
+}
+
+impl EventDue {
+    /// Whether the event at `sequence`, stored at `at_ms`, goes, `removed_bytes` of JSON
+    /// having gone before it in this prune.
+    pub fn prunes(&self, sequence: u64, at_ms: u64, removed_bytes: u64) -> bool {
+        sequence <= self.settled_through && (sequence <= self.through_sequence || at_ms < self.before_ms || removed_bytes < self.excess_bytes)
     }
 }
 
@@ -74,8 +102,12 @@ impl Retention {
         let newest = store.last_event_sequence()?;
         let through_sequence = newest.saturating_sub(self.events);
         let before_ms = self.before_ms(now_ms);
-        let due = oldest <= settled_through && (oldest <= through_sequence || oldest_at_ms < before_ms);
-        Ok(due.then_some(StoreOp::PruneEvents { through_sequence, before_ms, max_rows: PRUNE_BATCH, settled_through }))
+        let excess_bytes = match self.bytes {
+            0 => 0,
+            bound => store.stored_event_bytes()?.saturating_sub(bound),
+        };
+        let due = EventDue { through_sequence, before_ms, settled_through, excess_bytes };
+        Ok(due.prunes(oldest, oldest_at_ms, 0).then_some(StoreOp::PruneEvents { through_sequence, before_ms, max_rows: PRUNE_BATCH, settled_through, excess_bytes }))
     }
 }
 

@@ -18,7 +18,7 @@ pub const APPLICATION_ID: i32 = 0x7761_6b74;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only; never edit a shipped
 /// entry, because databases in the field already ran it.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7];
 
 /// The schema version this build writes and the newest it can open.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -110,6 +110,14 @@ DROP INDEX requests_by_phase;
 /// tidied by hand.
 pub(crate) const MIGRATION_6: &str = "
 DROP INDEX IF EXISTS agent_events_by_agent;
+";
+
+/// EV-9: the bytes of event JSON stored, kept from now on by every batch and prune
+/// (`op::EVENTS_STORED_BYTES`), counted once here for what an older database holds (a scan of
+/// the events table, once, at the first start of this version).
+pub(crate) const MIGRATION_7: &str = "
+INSERT OR REPLACE INTO meta(key, value)
+    SELECT 'events_stored_bytes', CAST(COALESCE(SUM(length(CAST(event AS BLOB))), 0) AS TEXT) FROM agent_events;
 ";
 
 /// Migrations 5 and 6 undone: a version-4 database, as one in the field has it, for the tests

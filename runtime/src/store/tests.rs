@@ -734,7 +734,7 @@ fn ev_9_store_prunes_a_bounded_prefix_and_remembers_it() {
     let ops: Vec<StoreOp> = (1..=10).map(|s| event(s, "a1", if s == 4 { 5_000 } else { 1_000 + s })).collect();
     writer.commit_blocking(ops).expect("append");
     // Old means at_ms < 2000: events 1..3 are old, 4 is not: the prefix stops there.
-    let prune = |through_sequence, before_ms, max_rows, settled_through| StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through };
+    let prune = |through_sequence, before_ms, max_rows, settled_through| StoreOp::PruneEvents { through_sequence, before_ms, max_rows, settled_through, excess_bytes: 0 };
     // EV-3: none past the settled mark, by age or by sequence.
     writer.commit_blocking(vec![prune(9, 2_000, 100, 2)]).expect("prune");
     assert_eq!(store.events_pruned_through().unwrap(), 2, "3 is old, but past the settled mark");
@@ -747,11 +747,73 @@ fn ev_9_store_prunes_a_bounded_prefix_and_remembers_it() {
     writer.commit_blocking(vec![prune(10, 0, 100, 10)]).expect("prune");
     assert_eq!(store.oldest_event().unwrap(), None);
     assert_eq!(store.last_event_sequence().unwrap(), 10, "EV-1: continued after the pruned mark");
-    let retention = crate::daemon::retention::Retention { events: 5, days: 0 };
+    let retention = crate::daemon::retention::Retention { events: 5, days: 0, bytes: 0 };
     assert_eq!(retention.due(&store, 0, 20).unwrap(), None, "nothing stored, nothing due");
     writer.commit_blocking((11..=20).map(|s| event(s, "a1", 1)).collect()).expect("append");
     assert_eq!(retention.due(&store, 0, 20).unwrap(), Some(prune(15, 0, crate::daemon::retention::PRUNE_BATCH, 20)));
     assert_eq!(retention.due(&store, 0, 10).unwrap(), None, "EV-3: the oldest stored (11) lies past the settled mark");
+}
+
+/// EV-9: the store counts the bytes of event JSON it holds (each batch adds, a prune removes,
+/// a failed batch adds nothing), and a prune with `excess_bytes` removes the oldest events
+/// until that much went, never past the settled mark; the retention rule asks for the excess
+/// over `mib` MiB. A million events of up to 2 MiB each was no bound on the disk (a review).
+#[test]
+fn ev_9_store_prunes_by_size() {
+    let scratch = Scratch::new();
+    let (store, writer) = open_pair(&scratch.db());
+    let sized = |sequence: u64, bytes: usize| {
+        let mut op = event(sequence, "a1", 1);
+        if let StoreOp::AppendEvent { event_json, .. } = &mut op {
+            let pad = "p".repeat(bytes - format!(r#"{{"sequence":{sequence},"pad":""}}"#).len());
+            *event_json = format!(r#"{{"sequence":{sequence},"pad":"{pad}"}}"#);
+            assert_eq!(event_json.len(), bytes);
+        }
+        op
+    };
+    writer.commit_blocking((1..=4).map(|s| sized(s, 1_000)).collect()).expect("append");
+    writer.commit_blocking(vec![sized(5, 300_000), sized(6, 800_000)]).expect("append");
+    assert_eq!(store.stored_event_bytes().unwrap(), 1_104_000);
+    assert!(writer.commit_blocking(vec![sized(7, 500), sized(6, 500)]).is_err(), "6 is used: the batch fails whole");
+    assert_eq!(store.stored_event_bytes().unwrap(), 1_104_000, "a failed batch counts nothing");
+
+    let by_size = |excess_bytes, settled_through| StoreOp::PruneEvents { through_sequence: 0, before_ms: 0, max_rows: 100, settled_through, excess_bytes };
+    writer.commit_blocking(vec![by_size(2_500, 100)]).expect("prune");
+    assert_eq!(store.events_pruned_through().unwrap(), 3, "1,000 + 1,000 < 2,500: the third goes too");
+    assert_eq!(store.stored_event_bytes().unwrap(), 1_101_000);
+    writer.commit_blocking(vec![by_size(i64::MAX as u64, 4)]).expect("prune");
+    assert_eq!(store.events_pruned_through().unwrap(), 4, "EV-3: never past the settled mark");
+
+    let one_mib = crate::daemon::retention::Retention { events: 1_000, days: 0, bytes: 1 << 20 };
+    let expected = StoreOp::PruneEvents { through_sequence: 0, before_ms: 0, max_rows: crate::daemon::retention::PRUNE_BATCH, settled_through: 100, excess_bytes: 1_100_000 - 1_048_576 };
+    assert_eq!(one_mib.due(&store, 0, 100).unwrap(), Some(expected));
+    writer.commit_blocking(vec![one_mib.due(&store, 0, 100).unwrap().unwrap()]).expect("prune");
+    assert_eq!(store.events_pruned_through().unwrap(), 5, "the 300,000-byte event goes; 800,000 bytes fit in 1 MiB");
+    assert_eq!(store.stored_event_bytes().unwrap(), 800_000);
+    assert_eq!(one_mib.due(&store, 0, 100).unwrap(), None, "within every bound");
+    let unbounded = crate::daemon::retention::Retention { bytes: 0, ..one_mib };
+    writer.commit_blocking((7..=8).map(|s| sized(s, 300_000)).collect()).expect("append");
+    assert_eq!(unbounded.due(&store, 0, 100).unwrap(), None, "0: no size bound");
+    assert!(one_mib.due(&store, 0, 100).unwrap().is_some());
+}
+
+/// EV-9: a database from before the size bound (schema 6) gets its stored bytes counted once,
+/// by migration 7.
+#[test]
+fn ev_9_migration_counts_the_bytes_an_older_database_holds() {
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    {
+        let (_, writer) = open_pair(&path);
+        writer.commit_blocking((1..=3).map(|s| event(s, "a1", 1)).collect()).expect("append");
+    }
+    let expected: u64 = (1..=3).map(|s| if let StoreOp::AppendEvent { event_json, .. } = event(s, "a1", 1) { event_json.len() as u64 } else { 0 }).sum();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("DELETE FROM meta WHERE key = 'events_stored_bytes'; PRAGMA user_version = 6;").unwrap();
+    }
+    let (store, _writer) = open_pair(&path);
+    assert_eq!(store.stored_event_bytes().unwrap(), expected);
 }
 
 /// EV-4: marks are replaced per agent and read back whole.
@@ -800,7 +862,7 @@ fn hist_4_store_forgets_old_finished_requests_only() {
     assert_eq!(store.last_terminal_sequence().unwrap(), 2, "TERM-3: continued after what retention removed");
     assert!(writer.commit_blocking(vec![request("r6", "terminal", "f", 1), terminal(2, "r6")]).is_err(), "2 is never reused");
     writer.commit_blocking(vec![request("r5", "terminal", "f", 5_000), terminal(3, "r5")]).expect("restore r5");
-    let retention = crate::daemon::retention::Retention { events: 10, days: 1 };
+    let retention = crate::daemon::retention::Retention { events: 10, days: 1, bytes: 0 };
     assert_eq!(retention.requests_due(&store, 5_000).unwrap(), None, "r5 is inside one day");
     let day = 86_400_000;
     assert!(retention.requests_due(&store, 5_001 + day).unwrap().is_some());
@@ -1043,7 +1105,7 @@ fn store_2_only_event_stream_and_checkpoint_ops_may_wait() {
         assert!(op.may_wait(), "{op:?}");
     }
     let prune = StoreOp::PruneRequests { before_ms: 1, max_rows: 1 };
-    let events = StoreOp::PruneEvents { through_sequence: 1, before_ms: 1, max_rows: 1, settled_through: 1 };
+    let events = StoreOp::PruneEvents { through_sequence: 1, before_ms: 1, max_rows: 1, settled_through: 1, excess_bytes: 1 };
     let gone = StoreOp::DeleteAgent { agent_id: "a1".into() };
     for op in [request("r1", "registered", "f", 1), terminal(1, "r1"), agent("a1", "zola"), gone, prune, events] {
         assert!(!op.may_wait(), "{op:?}");

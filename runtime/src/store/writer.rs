@@ -617,7 +617,9 @@ fn roll_back_left_open(conn: &Connection) -> Result<(), StoreError> {
 /// batch wrote may still be in the transaction: [`commit_group`] then rolls the group back.
 fn apply_batch(conn: &Connection, ops: &[StoreOp]) -> Result<Result<(), StoreError>, StoreError> {
     conn.execute_batch("SAVEPOINT batch")?;
-    let applied = ops.iter().try_for_each(|op| op::apply_op(conn, op));
+    let appended: u64 = ops.iter().map(|op| if let StoreOp::AppendEvent { event_json, .. } = op { event_json.len() as u64 } else { 0 }).sum();
+    // Counted first: a prune later in the batch may remove an event the batch appended.
+    let applied = op::add_stored_event_bytes(conn, appended).and_then(|()| ops.iter().try_for_each(|op| op::apply_op(conn, op)));
     if applied.is_err() && conn.is_autocommit() {
         // The error took the whole transaction with it: no savepoint is left to undo or
         // release, and the op's error is the cause [`commit_group`] reports.
