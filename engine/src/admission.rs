@@ -548,6 +548,7 @@ impl Engine {
             armed_event_sequence: (return_final && self.source_of(&admission.agent_id) == crate::receipt::CorrelationSource::AgentApiEvents)
                 .then(|| self.events_published_through()),
             armed,
+            written_past: None,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
             shared_prompt: command.share_prompt.then(|| command.prompt.clone()),
@@ -681,15 +682,21 @@ impl Engine {
         }
     }
 
-    /// ADM-5: bytes may have reached the composer; until a turn starts the agent is busy.
+    /// ADM-5: bytes may have reached the composer; until a turn starts past where the view
+    /// stands now the agent is busy (a turn at or before it, replayed after an observer loss or
+    /// a restart, began before the prompt could). The floor goes into the request's record, so
+    /// a daemon started after the write reopens the wait with it.
     fn mark_written(&mut self, request_id: &RequestId) {
         let agent_id = self.admissions[request_id].agent_id.clone();
-        if let Some(agent) = self.agents.get_mut(&agent_id) {
-            agent.awaiting_turn_after = Some(self.now_ms);
-            agent.awaiting_request = Some(request_id.clone());
-            agent.awaiting_past = None;
-            agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
-            agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
+        let Some(agent) = self.agents.get_mut(&agent_id) else { return };
+        let floor = agent.view_cursor();
+        agent.awaiting_turn_after = Some(self.now_ms);
+        agent.awaiting_request = Some(request_id.clone());
+        agent.awaiting_past = floor.clone();
+        agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
+        agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
+        if let Some(record) = self.requests.get_mut(request_id) {
+            record.written_past = floor;
         }
     }
 

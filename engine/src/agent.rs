@@ -144,6 +144,13 @@ impl AgentEntry {
         }
     }
 
+    /// ADM-5: where the observer's view stands (None: no view, or no session in it): a write
+    /// made now waits for a turn started past it.
+    pub(crate) fn view_cursor(&self) -> Option<crate::observer::Cursor> {
+        let view = self.view.as_ref()?;
+        Some(crate::observer::Cursor { session: view.session.clone()?, position: view.position })
+    }
+
     /// ADM-5: a write's bytes may have landed as late as `now_ms` (its outcome, or the moment
     /// the engine gave up on it), so a wait for its turn, if one is open, runs from then.
     pub(crate) fn written_until(&mut self, now_ms: u64) {

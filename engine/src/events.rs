@@ -51,23 +51,36 @@ impl AgentEvent {
         self.body.kind()
     }
 
-    /// EV-3: about how many bytes the event adds to a batch: its free texts (the bulk of any
-    /// event: a message, a final, a plan, a shared prompt) plus a fixed allowance for the rest.
+    /// EV-3: about how many bytes the event adds to a batch: its strings (free texts and the
+    /// ids the provider chose, which a rollout may make long) plus a fixed allowance for the
+    /// rest. JSON escaping is not counted: RF-9 bounds a message's encoded size already.
     pub fn bulk_bytes(&self) -> usize {
         const FIXED: usize = 256;
-        let texts: usize = match &self.body {
+        let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
+        let turn = |t: &Option<TurnId>| t.as_ref().map_or(0, |t| t.0.len());
+        let strings: usize = match &self.body {
             EventBody::AgentStarted { name, .. } => name.len(),
-            EventBody::ObserverLost { reason } | EventBody::ObserverGap { reason, .. } => reason.len(),
-            EventBody::AssistantMessage { text, phase, .. } => text.as_ref().map_or(0, String::len) + phase.as_ref().map_or(0, String::len),
-            EventBody::PlanUpdated { explanation, plan, .. } => {
-                explanation.as_ref().map_or(0, String::len) + plan.iter().flatten().map(|step| step.step.len() + 16).sum::<usize>()
+            EventBody::IncarnationChanged { previous } => previous.as_ref().map_or(0, |i| i.0.len()),
+            EventBody::AgentExited { .. } | EventBody::AgentStopped { .. } => 0,
+            EventBody::ObserverAttached { session, .. } => session.0.len(),
+            EventBody::ObserverLost { reason } => reason.len(),
+            EventBody::ObserverGap { reason, session, .. } => reason.len() + session.as_ref().map_or(0, |s| s.0.len()),
+            EventBody::TurnStarted { session, provider_turn_id, .. } => session.0.len() + provider_turn_id.0.len(),
+            EventBody::UserMessage { session, provider_turn_id, prompt_hash, .. } => session.0.len() + turn(provider_turn_id) + prompt_hash.len(),
+            EventBody::AssistantMessage { session, provider_turn_id, text: body, phase, .. } => session.0.len() + turn(provider_turn_id) + text(body) + text(phase),
+            EventBody::PlanUpdated { session, provider_turn_id, explanation, plan, .. } => {
+                session.0.len() + turn(provider_turn_id) + text(explanation) + plan.iter().flatten().map(|step| step.step.len() + 16).sum::<usize>()
             }
-            EventBody::TurnFinal { final_message, .. } => final_message.len(),
-            EventBody::RequestAdmitted { prompt, .. } => prompt.as_ref().map_or(0, String::len),
-            EventBody::RequestTerminal { reason, .. } => reason.as_ref().map_or(0, String::len),
-            _ => 0,
+            EventBody::TurnCompleted { session, provider_turn_id, .. } | EventBody::TurnAborted { session, provider_turn_id: Some(provider_turn_id), .. } => {
+                session.0.len() + provider_turn_id.0.len()
+            }
+            EventBody::TurnAborted { session, provider_turn_id: None, .. } => session.0.len(),
+            EventBody::TurnFinal { session, provider_turn_id, final_message, .. } => session.0.len() + provider_turn_id.0.len() + final_message.len(),
+            EventBody::RequestAdmitted { prompt, prompt_hash, .. } => text(prompt) + prompt_hash.len(),
+            EventBody::RequestBound { provider_turn_id, .. } => provider_turn_id.0.len(),
+            EventBody::RequestTerminal { reason, provider_turn_id, .. } => text(reason) + turn(provider_turn_id),
         };
-        FIXED + texts
+        FIXED + self.incarnation.as_ref().map_or(0, |i| i.0.len()) + strings
     }
 
     pub fn assert_consistent(&self) {

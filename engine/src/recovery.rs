@@ -46,7 +46,9 @@ impl Engine {
         }
         for record in engine.requests.values().filter(|r| r.phase == Phase::Submitted) {
             let armed = record.armed.clone().expect("a submitted request is armed");
-            let write = RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, armed };
+            // ADM-5: the view at the write when recorded (a record of an older daemon has none).
+            let floor = record.written_past.clone().unwrap_or(armed);
+            let write = RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor };
             engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
         }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
@@ -99,9 +101,10 @@ fn restart_receipt(record: &RequestRecord) -> Receipt {
 pub(crate) struct RecoveredWrite {
     pub incarnation: crate::ids::Incarnation,
     pub process: Option<crate::observer::ProcessIdentity>,
-    /// The request's armed cursor: only a turn started past it ends the wait (a resume
-    /// replays the turns before it, which are not the prompt's).
-    pub armed: crate::observer::Cursor,
+    /// Where the view stood at the write (`RequestRecord::written_past`), else the request's
+    /// armed cursor: only a turn started past it ends the wait (a resume replays the turns
+    /// before it, which are not the prompt's).
+    pub floor: crate::observer::Cursor,
 }
 
 impl RecoveredWrite {
@@ -114,11 +117,11 @@ impl RecoveredWrite {
     /// taking the earliest of all missed the one that did, exploration seed 4646).
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
         let same = |w: &RecoveredWrite| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process;
-        let Some(earliest) = writes.into_iter().filter(same).min_by_key(|w| w.armed.position) else { return };
+        let Some(earliest) = writes.into_iter().filter(same).min_by_key(|w| w.floor.position) else { return };
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(now_ms);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(earliest.armed);
+            agent.awaiting_past = Some(earliest.floor);
             agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }
     }

@@ -104,6 +104,13 @@ pub struct RequestRecord {
     pub session: Option<SessionId>,
     pub correlation_source: Option<CorrelationSource>,
     pub armed: Option<Cursor>,
+    /// ADM-5: where the observer's view stood when the write's outcome was known (None: no
+    /// view then). A turn starting at or before it began before the prompt could reach the
+    /// agent, so it does not end the wait for the prompt's turn, here or in a daemon started
+    /// after (a turn seen between the arming and the write, replayed after a restart, ended the
+    /// reopened wait: exploration seed 58640897).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_past: Option<Cursor>,
     /// Seed 000 / RF-2: a managed session's armed cursor as callers see it is the durable
     /// Agent API event sequence: the agent event stream's published mark when the request was
     /// armed. Every event of the agent after the armed position is numbered above it.

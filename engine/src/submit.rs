@@ -397,7 +397,7 @@ impl Engine {
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");
         agent.awaiting_turn_after = Some(now_ms);
         agent.awaiting_request = None; // a submit's wait, no admission's
-        agent.awaiting_past = None;
+        agent.awaiting_past = agent.view_cursor(); // a turn at or before it began before the write
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write });
     }

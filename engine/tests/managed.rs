@@ -156,6 +156,48 @@ fn adm_5_a_restart_keeps_a_written_managed_prompt_awaiting_its_turn() {
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
 }
 
+// ADM-5: a turn that started before the prompt was written is no end of the wait for the
+// prompt's turn, when it comes again (a resume's replay after an observer loss or a restart).
+// Exploration seed 58640897: a turn seen between the request's arming and its write, replayed
+// after a restart, passed the armed cursor, ended the reopened wait, and the next prompt was
+// written on top of the unread one. The wait's floor is now where the view stood at the write,
+// kept in the request's record (`written_past`) for the daemon started after.
+#[test]
+fn adm_5_a_turn_from_before_the_write_replayed_ends_no_wait() {
+    for restart in [false, true] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.auto = Auto::Manual;
+        let command = rig.command(Operation::Admit, REQ, "slow reader", ReturnMode::ReturnFinal);
+        let op = rig.submit(command);
+        rig.refresh_next();
+        // Armed at 1,000; while its registration commits, another prompt's turn runs and ends.
+        rig.provider_turn("turn-before", "a human's prompt", "its final", 1_500);
+        rig.ack_next_persist(Ok(()));
+        rig.deliver_next(DeliveryOutcome::Complete);
+        rig.settle();
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        if restart {
+            rig.crash_and_recover_open_only();
+            rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+            rig.input(Input::StartupComplete);
+            let cursor = rig.resumes[0].1.clone();
+            assert_eq!(cursor.position, 1_000, "REC-2 replays from the armed cursor");
+            rig.observe(ObserverEvent::Attached { session: cursor.session.clone(), position: cursor.position });
+        }
+        // The replay (or a re-read after a loss) shows the turn from before the write again.
+        rig.turn_started("turn-before", 1_510);
+        rig.settle();
+        rig.auto = Auto::All;
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        if rig.receipt(op).classification != Classification::Accepted {
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "restart {restart}: {:?}", rig.receipt(op));
+        } else {
+            panic!("restart {restart}: a second prompt written on top of the unread one: {:?}", rig.receipt(op));
+        }
+        assert_eq!(rig.written.len(), 1, "restart {restart}: one write");
+    }
+}
+
 // MGD-2 / CORR-8: only the agent's own thread and session: an observer on another one, or an
 // agent whose thread is not bound yet, is refused before any write.
 #[test]

@@ -90,16 +90,36 @@ fn send_waited(stream: &mut UnixStream, request: &ClientRequest, give_up_at_ms: 
     let mut line = serde_json::to_vec(&value).expect("requests serialise");
     line.push(b'\n');
     fits_one_request_line(&line)?;
-    let _ = stream.set_write_timeout(Some(CALL_TIMEOUT));
-    stream.write_all(&line).map_err(io_error)
+    write_request(stream, &line)
 }
 
 fn send(stream: &mut UnixStream, request: &ClientRequest) -> Result<(), Reply> {
     let mut line = serde_json::to_vec(request).expect("requests serialise");
     line.push(b'\n');
     fits_one_request_line(&line)?;
+    write_request(stream, &line)
+}
+
+/// How long a write that failed waits for the daemon's answer already sent (CONN-2).
+const REFUSAL_READ_WAIT: Duration = Duration::from_secs(1);
+
+/// Writes the request line. A daemon that refused the request before reading all of it
+/// (CONN-2's `server_busy`) answers and closes while the line is still being written: the
+/// write fails with a broken pipe and the answer waits unread. It is read now (bounded), so the
+/// caller gets the daemon's reason, not `daemon_io` "Broken pipe" (a review).
+fn write_request(stream: &mut UnixStream, line: &[u8]) -> Result<(), Reply> {
     let _ = stream.set_write_timeout(Some(CALL_TIMEOUT));
-    stream.write_all(&line).map_err(io_error)
+    let Err(error) = stream.write_all(line) else { return Ok(()) };
+    if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        return Err(io_error(error));
+    }
+    let _ = stream.set_read_timeout(Some(REFUSAL_READ_WAIT));
+    let mut answer = String::new();
+    let read = BufReader::new(std::io::Read::take(&*stream, 64 * 1024)).read_line(&mut answer);
+    match read.ok().filter(|n| *n > 0).and_then(|_| serde_json::from_str::<Reply>(&answer).ok()) {
+        Some(reply) => Err(reply),
+        None => Err(io_error(error)),
+    }
 }
 
 /// CLI-2: a request over the daemon's line limit is refused here, unsent. The daemon reads
@@ -378,6 +398,24 @@ fn resumable(mut reply: Reply, covered: u64) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CONN-2: a daemon that refuses a request before reading it whole answers and closes while
+    /// the client still writes: the write breaks, and the client reads the answer waiting
+    /// there (here `server_busy`) instead of reporting `daemon_io` "Broken pipe" (a review).
+    #[test]
+    fn conn_2_a_refusal_sent_while_the_request_is_written_reaches_the_caller() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let daemon = std::thread::spawn(move || {
+            let mut server = server;
+            let mut first = [0u8; 16];
+            std::io::Read::read_exact(&mut server, &mut first).unwrap();
+            server.write_all(b"{\"exit_code\":1,\"body\":{\"error\":\"server_busy\"}}\n").unwrap();
+        });
+        let line = vec![b'x'; 4 * 1024 * 1024];
+        let refused = write_request(&mut client, &line).unwrap_err();
+        daemon.join().unwrap();
+        assert_eq!((refused.exit_code, refused.body["error"].as_str()), (1, Some("server_busy")), "{refused:?}");
+    }
 
     /// A fake daemon: answers the stream request with `lines` (each written as given: a last
     /// one without its newline is cut off), closes it, then answers a probe when

@@ -114,6 +114,9 @@ pub struct CodexObserver {
     /// The rollout bytes one read may consume besides the page bound (MON-4: the monitor's
     /// step); `u64::MAX` outside a monitor run.
     read_budget: u64,
+    /// MON-4: the last read stopped at a bound (the step's bytes or the page count) with more
+    /// written after it. Not set by a read that failed: that one waits for the recheck.
+    cut: bool,
     /// Why the last session was lost (the snapshot's reason until a new attach).
     lost_reason: Option<String>,
     /// A rollout whose tail failed for good (truncated, rewritten, ...) and why: its records
@@ -160,6 +163,7 @@ impl CodexObserver {
             turn: TurnState::Unknown,
             behind: false,
             read_budget: u64::MAX,
+            cut: false,
             lost_reason: None,
             broken_rollout: None,
             corrupt_lines: 0,
@@ -252,10 +256,12 @@ impl CodexObserver {
         (events, health)
     }
 
-    /// MON-4: the last read stopped before the end of what was written (a bound, or an error):
-    /// the monitor reads on at once.
+    /// MON-4: the last read stopped at a bound before the end of what was written: the
+    /// monitor reads on at once. A read that failed is not "behind" here: a lasting error (a
+    /// stat failing with ELOOP or EACCES) re-ran the agent in a tight loop, 67 % of a core (a
+    /// review); the recheck looks again.
     pub fn behind(&self) -> bool {
-        self.attached.is_some() && self.behind
+        self.attached.is_some() && self.behind && self.cut
     }
 
     /// The snapshot the last call left, combined with the screen (no discovery, no read).
@@ -529,6 +535,7 @@ impl CodexObserver {
     /// (MON-4); converts records to events.
     fn read_new(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
         self.behind = true;
+        self.cut = false;
         let Some(start) = self.attached.as_ref().map(|a| a.tail.offset()) else { return Health::Unavailable("not attached".into()) };
         for _ in 0..MAX_PAGES_PER_REFRESH {
             let Some(attachment) = self.attached.as_mut() else { return Health::Unavailable("not attached".into()) };
@@ -555,6 +562,7 @@ impl CodexObserver {
                 break;
             }
         }
+        self.cut = self.behind; // stopped at a bound, not by an error (those returned above)
         self.check_replay_reached(events)
     }
 
@@ -755,6 +763,31 @@ pub fn probe_to_engine(identity: proc_probe::ProcessIdentity) -> ProcessIdentity
     ProcessIdentity { pid: identity.pid, start_time_ticks: identity.start_time_ticks }
 }
 
+/// Test support shared with the monitor's tests: rollout records as Codex writes them.
+#[cfg(test)]
+pub(crate) mod test_rollouts {
+    use std::io::Write;
+
+    /// One `event_msg` record line with `payload`'s fields.
+    pub fn event(payload: &str) -> String {
+        format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
+    }
+
+    /// MON-4: turn `turn` with three assistant messages of 1.5 MiB each (past one monitor
+    /// step of 2 MiB), and its completion when `complete`.
+    pub fn burst(rollout: &mut std::fs::File, turn: &str, complete: bool) {
+        let big = "x".repeat(3 * 512 * 1024);
+        rollout.write_all(event(&format!(r#""type":"task_started","turn_id":"{turn}""#)).as_bytes()).unwrap();
+        for n in 0..3 {
+            let message = format!(r#""type":"item_completed","turn_id":"{turn}","item":{{"type":"AgentMessage","id":"a{n}","content":[{{"type":"Text","text":"{big}"}}]}}"#);
+            rollout.write_all(event(&message).as_bytes()).unwrap();
+        }
+        if complete {
+            rollout.write_all(event(&format!(r#""type":"task_complete","turn_id":"{turn}","last_agent_message":"end""#)).as_bytes()).unwrap();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -791,9 +824,7 @@ mod tests {
         assert_eq!(probe_to_engine(engine_to_probe(engine)), engine);
     }
 
-    fn event(payload: &str) -> String {
-        format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
-    }
+    use super::test_rollouts::event;
 
     /// CORR-12: a turn whose final is in a record over the parse limit never ends in the
     /// rollout we can read. The session is lost at once (correlated requests end
@@ -849,6 +880,40 @@ mod tests {
         assert!(later.events.is_empty(), "{:?}", later.events);
         assert_eq!(later.snapshot.turn, TurnState::Unknown);
         assert!(matches!(later.snapshot.status, ObserverStatus::Unavailable { .. }));
+    }
+
+    /// MON-4: `behind` is a read cut at its step bound (the monitor reads on at once), never a
+    /// read that failed: a rollout whose stat fails for good (here a symbolic link loop put in
+    /// its place, ELOOP: a non-fatal error, the tail kept) made the monitor re-run the agent in
+    /// a tight loop, 67 % of a core (a review).
+    #[test]
+    fn mon_4_behind_is_a_read_cut_at_its_bound_never_a_failed_one() {
+        use std::io::Write;
+        let home = tempfile::tempdir().expect("tempdir");
+        let day = home.path().join("sessions/2026/12/04");
+        std::fs::create_dir_all(&day).expect("sessions dir");
+        let path = day.join("rollout-2026-12-04T10-00-00-s1.jsonl");
+        let mut rollout = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("rollout");
+        let cwd = serde_json::to_string(&home.path().display().to_string()).unwrap();
+        rollout.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
+        let me = probe_to_engine(proc_probe::identity(std::process::id()).expect("own identity"));
+        let mut observer = CodexObserver::new(home.path().into(), None, me, Incarnation("i".into()));
+        observer.refresh(None);
+        let burst = |rollout: &mut std::fs::File, turn: &str| super::test_rollouts::burst(rollout, turn, false);
+        burst(&mut rollout, "t1");
+        let (_, health) = observer.poll_health(false);
+        assert!(health == Health::Attached && observer.behind(), "cut at the step bound: {health:?}");
+        observer.poll_health(false);
+        assert!(!observer.behind(), "read to the end");
+
+        burst(&mut rollout, "t2");
+        let link = day.join("loop");
+        std::os::unix::fs::symlink(path.file_name().unwrap(), &link).unwrap();
+        std::fs::rename(&link, &path).unwrap();
+        let (_, health) = observer.poll_health(false);
+        assert!(matches!(&health, Health::Unavailable(why) if why.contains("stat")), "{health:?}");
+        assert!(!observer.behind(), "a failed read waits for the recheck");
+        assert_eq!(observer.current_snapshot(None).turn, TurnState::Unknown, "and the turn is unknown meanwhile");
     }
 
     /// MON-2: a refresh told nothing changed in the sessions directory skips rediscovery once

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod effects;
 pub mod events;
 pub mod faults;
+pub mod heap_trim;
 pub mod history_seed;
 pub mod managed;
 pub mod monitor;
@@ -306,6 +307,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention, events.published.subscribe()));
+    let trimming = tokio::spawn(heap_trim::run());
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
     let shutdown = Arc::new(Notify::new());
@@ -354,6 +356,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     }
     drop(context);
     pruning.abort();
+    trimming.abort();
     driver.abort();
     // LIFE-8: the driver's end drops the answers it still owed (an admission or a submit past
     // the drain); each waiting handler then answers `daemon_stopping` (indeterminate, with

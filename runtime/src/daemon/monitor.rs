@@ -615,7 +615,8 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen
     // Only the screen can still settle an unknown turn (a Codex still drawing its first
     // screen): such an agent's screen is read on every run. MON-3: new records alone do not
     // change the pane (its own changes wake a run with `screen_due`), so the last look holds.
-    let look_again = process_changed || screen_due || agent.last_health().as_ref() != Some(&health) || agent.screen_decides();
+    // MON-4: a cut look leaves the turn unknown for its records to settle, not the screen.
+    let look_again = process_changed || screen_due || agent.last_health().as_ref() != Some(&health) || (agent.screen_decides() && !behind);
     let changed = forced || look_again;
     // One message, so one engine step: the read's events make one batch (EV-3).
     let mut step = observed_inputs(&agent_id, events);
@@ -1072,9 +1073,7 @@ mod tests {
         rollout
     }
 
-    fn event(payload: &str) -> String {
-        format!("{{\"type\":\"event_msg\",\"payload\":{{{payload}}}}}\n")
-    }
+    use crate::observer::test_rollouts::event;
 
     /// What the monitor sent: one input, or one step of several.
     #[derive(Debug)]
@@ -1212,15 +1211,7 @@ mod tests {
             false => own_info(0),
         });
         let mut rollout = session_s1(dir.path());
-        let big = "x".repeat(3 * 512 * 1024);
-        let burst = |rollout: &mut std::fs::File, turn: &str| {
-            rollout.write_all(event(&format!(r#""type":"task_started","turn_id":"{turn}""#)).as_bytes()).unwrap();
-            for n in 0..3 {
-                let message = format!(r#""type":"item_completed","turn_id":"{turn}","item":{{"type":"AgentMessage","id":"a{n}","content":[{{"type":"Text","text":"{big}"}}]}}"#);
-                rollout.write_all(event(&message).as_bytes()).unwrap();
-            }
-            rollout.write_all(event(&format!(r#""type":"task_complete","turn_id":"{turn}","last_agent_message":"end""#)).as_bytes()).unwrap();
-        };
+        let burst = |rollout: &mut std::fs::File, turn: &str| crate::observer::test_rollouts::burst(rollout, turn, true);
         let (inbox, mut messages) = mpsc::channel(16);
         let messages_of = |sent: &[Sent]| -> usize {
             let steps = sent.iter().filter_map(|s| match s {

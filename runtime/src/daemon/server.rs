@@ -22,6 +22,11 @@ pub use crate::protocol::REPLY_WRITE_TIMEOUT;
 /// for the 5 s `REQUEST_LINE_TIMEOUT`, again and again (a review); past this sum a connection
 /// is answered `server_busy` (nothing done, retry) and closed.
 pub const MAX_UNFINISHED_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+/// CONN-2: the first bytes of every request line are not charged to that budget, so a small
+/// request (a status, a stop, a plain send) is never refused: 64 connections of nearly 1 MiB
+/// each locked every client out, `mux status` and `mux stop` included (a review). With the
+/// connection cap this adds at most 1,024 × 64 KiB.
+pub const UNCHARGED_REQUEST_BYTES: usize = 64 * 1024;
 /// What the unfinished request lines of this daemon's connections hold now.
 static UNFINISHED_REQUEST_BYTES: AtomicUsize = AtomicUsize::new(0);
 
@@ -30,21 +35,28 @@ static UNFINISHED_REQUEST_BYTES: AtomicUsize = AtomicUsize::new(0);
 struct LineCharge<'a> {
     held: &'a AtomicUsize,
     cap: usize,
+    /// The line's first bytes, not charged (`UNCHARGED_REQUEST_BYTES`).
+    free: usize,
+    /// The bytes of the line so far, and what of them is charged.
+    seen: usize,
     charged: usize,
 }
 
 impl<'a> LineCharge<'a> {
-    fn new(held: &'a AtomicUsize, cap: usize) -> LineCharge<'a> {
-        LineCharge { held, cap, charged: 0 }
+    fn new(held: &'a AtomicUsize, cap: usize, free: usize) -> LineCharge<'a> {
+        LineCharge { held, cap, free, seen: 0, charged: 0 }
     }
 
-    /// Takes `bytes` more of the budget; false (and nothing taken) when it would pass the cap.
+    /// `bytes` more of the line: what passes its free part is taken from the budget; false
+    /// (and nothing taken) when that would pass the cap.
     fn add(&mut self, bytes: usize) -> bool {
-        let taken = self.held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| held.checked_add(bytes).filter(|sum| *sum <= self.cap));
-        if taken.is_ok() {
-            self.charged += bytes;
+        let due = (self.seen + bytes).saturating_sub(self.free.max(self.seen)).min(bytes);
+        let taken = due == 0 || self.held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| held.checked_add(due).filter(|sum| *sum <= self.cap)).is_ok();
+        if taken {
+            self.seen += bytes;
+            self.charged += due;
         }
-        taken.is_ok()
+        taken
     }
 }
 
@@ -90,7 +102,7 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
     }
     // One bounded read of the first line; `parse_request_line` (fuzzed) judges it.
     let mut line = Vec::new();
-    let mut charge = LineCharge::new(&UNFINISHED_REQUEST_BYTES, MAX_UNFINISHED_REQUEST_BYTES);
+    let mut charge = LineCharge::new(&UNFINISHED_REQUEST_BYTES, MAX_UNFINISHED_REQUEST_BYTES, UNCHARGED_REQUEST_BYTES);
     let mut reader = BufReader::new(read_half.take(MAX_REQUEST_LINE_BYTES as u64));
     let parsed = match tokio::time::timeout(REQUEST_LINE_TIMEOUT, read_request_line(&mut reader, &mut line, &mut charge)).await {
         Err(_) => Err(Reply::error(exit::USAGE, "request_timeout", format!("no complete request line within {REQUEST_LINE_TIMEOUT:?}"))),
@@ -279,8 +291,8 @@ mod tests {
     #[test]
     fn conn_2_unfinished_lines_share_a_bounded_budget() {
         let held = AtomicUsize::new(0);
-        let mut first = LineCharge::new(&held, 10);
-        let mut second = LineCharge::new(&held, 10);
+        let mut first = LineCharge::new(&held, 10, 0);
+        let mut second = LineCharge::new(&held, 10, 0);
         assert!(first.add(8));
         assert!(!second.add(3), "8 + 3 passes the cap of 10");
         assert_eq!(held.load(Ordering::SeqCst), 8, "a refused piece takes nothing");
@@ -290,15 +302,26 @@ mod tests {
         assert!(second.add(3));
         drop(second);
         assert_eq!(held.load(Ordering::SeqCst), 0, "every byte given back");
+
+        // A line's first bytes are free: a small request is read whatever the others hold.
+        let mut hog = LineCharge::new(&held, 10, 4);
+        assert!(hog.add(3) && held.load(Ordering::SeqCst) == 0, "within its free part");
+        assert!(hog.add(11) && held.load(Ordering::SeqCst) == 10, "3 + 11 = 14: 10 past the free 4");
+        let mut small = LineCharge::new(&held, 10, 4);
+        assert!(small.add(4), "a line within its free part is read with the budget full");
+        assert!(!small.add(1), "its first charged byte is not");
+        drop((hog, small));
+        assert_eq!(held.load(Ordering::SeqCst), 0);
     }
 
     /// CONN-2: a request line is read through its newline only, each piece charged before it
-    /// is kept; with the budget held by other connections it is answered `server_busy`.
+    /// is kept; with the budget held by other connections it is answered `server_busy`, unless
+    /// it fits in a line's free part.
     #[tokio::test]
     async fn conn_2_a_line_past_the_shared_budget_is_refused() {
         let held = AtomicUsize::new(0);
         let mut line = Vec::new();
-        let mut charge = LineCharge::new(&held, 64);
+        let mut charge = LineCharge::new(&held, 64, 0);
         let mut input: &[u8] = b"{\"op\":\"status\"}\nnext";
         read_request_line(&mut input, &mut line, &mut charge).await.unwrap();
         assert_eq!(line, b"{\"op\":\"status\"}\n");
@@ -306,14 +329,19 @@ mod tests {
         assert_eq!(held.load(Ordering::SeqCst), line.len());
         drop(charge);
 
-        let mut others = LineCharge::new(&held, 64);
+        let mut others = LineCharge::new(&held, 64, 0);
         assert!(others.add(60));
-        let (mut line, mut charge) = (Vec::new(), LineCharge::new(&held, 64));
+        let (mut line, mut charge) = (Vec::new(), LineCharge::new(&held, 64, 0));
         let mut input: &[u8] = b"{\"op\":\"status\"}\n";
         let refused = read_request_line(&mut input, &mut line, &mut charge).await.unwrap_err();
         assert_eq!(refused.body["error"], "server_busy", "{:?}", refused.body);
         assert_eq!(refused.exit_code, exit::ERROR);
         assert!(line.is_empty(), "nothing kept");
         assert_eq!(held.load(Ordering::SeqCst), 60);
+        // With the daemon's free part, the same small request is read.
+        let (mut line, mut charge) = (Vec::new(), LineCharge::new(&held, 64, UNCHARGED_REQUEST_BYTES));
+        let mut input: &[u8] = b"{\"op\":\"status\"}\n";
+        read_request_line(&mut input, &mut line, &mut charge).await.unwrap();
+        assert_eq!(line, b"{\"op\":\"status\"}\n");
     }
 }
