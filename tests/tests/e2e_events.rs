@@ -212,6 +212,38 @@ fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
     assert!(retained.iter().filter(|e| e["kind"] == "request.admitted").all(|e| e.get("prompt").is_none()), "{retained:?}");
 }
 
+/// EV-9 by size, end to end: `mux start --retain-mib 1` reaches the daemon started in the
+/// background, `mux status` shows the bounds and the bytes the store holds, and once the events'
+/// JSON passes 1 MiB (shared 60 KB prompts, each in `request.admitted`, `message.assistant` and
+/// `turn.final`) retention prunes the oldest until it fits: an old cursor is `cursor_too_old`.
+#[test]
+fn ev_9_retention_by_size_end_to_end() {
+    let w = World::new(EXE);
+    w.ok(&["mux", "start", "--retain-mib", "1"]);
+    let status = w.ok(&["mux", "status"]);
+    assert_eq!(status["events"]["retain_mib"], 1, "{status}");
+    assert_eq!(status["events"]["retain_events"], 1_000_000, "the default: {status}");
+    w.ready_agent("ada", REPLY, &[]);
+    let big = "p".repeat(60 * 1024);
+    for n in 0..8 {
+        let prompt = format!("{n} {big}");
+        let out = w.run(&["agent", "send", "ada", "--share-prompt", &prompt]);
+        assert_eq!(out.code, 0, "{out:?}");
+        wait_for(&w, "the send's turn completed", |w| w.completed_turns().len() >= n + 2);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = w.ok(&["mux", "status"])["events"]["stored_bytes"].as_u64().expect("stored_bytes");
+        if stored <= 1024 * 1024 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "retention never brought the store under 1 MiB ({stored} bytes)");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (code, _, refused) = read_events(&w, 0, &[]);
+    assert_eq!((code, refused["error"].as_str()), (4, Some("cursor_too_old")), "{refused}");
+}
+
 /// EV-9, TERM-3: a cursor past every event this data directory's daemon has stored (one kept
 /// from another data directory, a restored database, a typo) is refused, exit 4
 /// `cursor_ahead` with the last stored sequence to rebase from. Both streams used to accept it

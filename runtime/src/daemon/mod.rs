@@ -79,6 +79,8 @@ pub struct Context {
     pub stopping_all: std::sync::atomic::AtomicBool,
     /// The test-only crash point (REC-5), if one is selected.
     pub fault: Option<faults::FaultPoint>,
+    /// EV-9: what the stream keeps (`mux status` shows it beside what the store holds).
+    pub retention: retention::Retention,
 }
 
 impl Context {
@@ -311,7 +313,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault, retention });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     // LIFE-6: SIGTERM (a service manager, a container's end, `kill`) and SIGINT (Ctrl-C of a

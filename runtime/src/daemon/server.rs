@@ -205,6 +205,16 @@ pub(super) async fn query<T: Send + 'static>(context: &Context, f: impl FnOnce(&
 
 async fn status(context: &Arc<Context>) -> Reply {
     let agents = context.agents.lock().expect("agent table").len();
+    // EV-9: what the event store holds against its bounds (off the reactor: a SQLite read).
+    let store = context.store.clone();
+    let stored = tokio::task::spawn_blocking(move || store.stored_event_bytes().ok()).await.ok().flatten();
+    let retention = &context.retention;
+    let events = json!({
+        "stored_bytes": stored,
+        "retain_events": retention.events,
+        "retain_days": retention.days,
+        "retain_mib": retention.bytes >> 20,
+    });
     Reply::ok(json!({
         "schema": "wakterm.mux-status.v1",
         "running": true,
@@ -215,6 +225,7 @@ async fn status(context: &Arc<Context>) -> Reply {
         "protocol": PROTOCOL_VERSION,
         "agents": agents,
         "started_ms": context.started_ms,
+        "events": events,
     }))
 }
 
