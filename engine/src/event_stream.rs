@@ -239,8 +239,6 @@ impl EventStream {
     }
 }
 
-/// A newer checkpoint queued behind a failed batch supersedes the failed batch's own (EV-5:
-/// the one kept is the last, after every event it covers).
 /// EV-3: how many of the backlog's first items make the next batch: at most
 /// [`MAX_EVENT_BATCH`] items and [`MAX_EVENT_BATCH_BYTES`], at least one.
 fn batch_len(backlog: &[BacklogItem]) -> usize {
@@ -255,6 +253,8 @@ fn batch_len(backlog: &[BacklogItem]) -> usize {
     fits.count().max(1).min(backlog.len())
 }
 
+/// A newer checkpoint queued behind a failed batch supersedes the failed batch's own (EV-5:
+/// the one kept is the last, after every event it covers).
 fn newest_checkpoint_only(items: Vec<BacklogItem>) -> Vec<BacklogItem> {
     let newest = items.iter().rposition(|item| matches!(item, BacklogItem::Checkpoint(_)));
     items

@@ -61,7 +61,7 @@ impl AgentEvent {
         let strings: usize = match &self.body {
             EventBody::AgentStarted { name, .. } => name.len(),
             EventBody::IncarnationChanged { previous } => previous.as_ref().map_or(0, |i| i.0.len()),
-            EventBody::AgentExited { .. } | EventBody::AgentStopped { .. } => 0,
+            EventBody::AgentExited { .. } | EventBody::AgentStopped => 0,
             EventBody::ObserverAttached { session, .. } => session.0.len(),
             EventBody::ObserverLost { reason } => reason.len(),
             EventBody::ObserverGap { reason, session, .. } => reason.len() + session.as_ref().map_or(0, |s| s.0.len()),

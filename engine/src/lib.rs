@@ -36,7 +36,7 @@ pub use admission::{AgentState, CatalogBlocker, CatalogView};
 pub use engine::Engine;
 pub use history::is_finished;
 pub use event_replay::{record_fingerprint, REWRITTEN_WHILE_DOWN};
-pub use event_stream::{observed_events, registration_events, MAX_EVENT_BATCH, MAX_EVENT_BATCH_BYTES};
+pub use event_stream::{observed_events, registration_events, MAX_EVENT_BATCH_BYTES};
 pub use events::{AgentEvent, EventBody, EventMark, AGENT_EVENTS_SCHEMA};
 pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
 pub use io::{AdmitCommand, CancelCommand, CancelOutcome, DeliveryOutcome, DurableState, Input, OpId, Output, PersistOp};

@@ -997,7 +997,7 @@ fn plan(report: &mut Report, cfg: &Config) {
     }
     let burst = format!("{} assistant messages of 1.9 MB", cfg.burst_messages);
     report.plan("burst.p50", format!("plain `agent send` receipt to one agent while another's rollout takes {burst}, socket, p50"), Unit::Ms, Some("f.2commit"));
-    report.plan("burst.max", format!("the same, the slowest receipt"), Unit::Ms, Some("f.2commit"));
+    report.plan("burst.max", "the same, the slowest receipt".to_string(), Unit::Ms, Some("f.2commit"));
     report.plan("restart", format!("restart (SIGKILL) -> return-final available and admit accepted, {} MiB rollout", cfg.rollout_mib), Unit::Ms, Some("f.mux_start"));
     let k = cfg.sleeps;
     report.plan("procs.socket.without", format!("admit --return-final, socket, p50, without the {k} `sleep`s"), Unit::Ms, Some("f.2commit"));

@@ -1327,8 +1327,6 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             w.sync_observer(a, &mut events);
             w.agents[a].observer.step_budget = None;
             check_read_lag(&mut w, a, before);
-            let observer = &mut w.agents[a].observer;
-            observer.behind_since = if observer.behind { observer.behind_since.or(Some(wakterm_runtime::driver::now_ms())) } else { None };
             forced |= !events.is_empty();
             let snapshot = w.monitor_snapshot(a, look_again).ok();
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
@@ -1360,12 +1358,16 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
 
 /// MON-4: a look cut at its step bound is followed by another at once (the runtime's
 /// dispatcher runs a `behind` agent again when its run ends).
+/// A chain of cut looks starts at the first (`behind_since`, for the read-lag check).
 fn read_on_if_behind(w: &mut World, a: usize) {
-    if !w.agents[a].observer.behind {
+    let now = wakterm_runtime::driver::now_ms();
+    let observer = &mut w.agents[a].observer;
+    if !observer.behind {
+        observer.behind_since = None;
         return;
     }
+    observer.behind_since.get_or_insert(now);
     w.counters.fault("monitor.step_bound");
-    let now = wakterm_runtime::driver::now_ms();
     match w.mutant {
         Mutant::BehindWaitsForAWake => w.agents[a].observer.asleep = Some((now, w.agents[a].session.records.len())), // the bug
         _ => w.wake_observer(now),

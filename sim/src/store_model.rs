@@ -365,6 +365,6 @@ impl wakterm_runtime::store::retention::RetentionView for StoreTables {
         Ok(self.requests.values().filter(|r| is_finished_phase(&r.phase)).map(|r| r.updated_ms).min())
     }
     fn stored_event_bytes(&self) -> Result<u64, wakterm_runtime::store::StoreError> {
-        Ok(self.events.values().map(|row| row.stored.event_json.len() as u64).sum())
+        Ok(self.settled_event_bytes(u64::MAX).0)
     }
 }

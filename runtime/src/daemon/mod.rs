@@ -81,6 +81,8 @@ pub struct Context {
     pub fault: Option<faults::FaultPoint>,
     /// EV-9: what the stream keeps (`mux status` shows it beside what the store holds).
     pub retention: retention::Retention,
+    /// EV-9: the bytes of event JSON the store held at the retention task's last check.
+    pub stored_event_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Context {
@@ -308,12 +310,13 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let checkpoints = load_checkpoints(&store);
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
-    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention, events.published.subscribe()));
+    let stored_event_bytes = Arc::new(std::sync::atomic::AtomicU64::new(retention::UNKNOWN_BYTES));
+    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention, events.published.subscribe(), stored_event_bytes.clone()));
     let trimming = tokio::spawn(heap_trim::run());
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault, retention });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault, retention, stored_event_bytes });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     // LIFE-6: SIGTERM (a service manager, a container's end, `kill`) and SIGINT (Ctrl-C of a

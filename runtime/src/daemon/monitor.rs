@@ -575,21 +575,10 @@ fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, b
     // agent's burst reaches the engine one bounded step at a time and every other message
     // (another agent's admission, a refresh's answer) waits behind one step at most, not all
     // of them: the inbox is first come, first served.
-    if stepped && !handled_within(inbox, STEP_HANDLED_WAIT) {
+    if stepped && crate::driver::ask_blocking(inbox, |_| (), STEP_HANDLED_WAIT).is_none() {
         tracing::warn!(agent = %agent.record.agent_id, wait_ms = STEP_HANDLED_WAIT.as_millis() as u64, "the engine did not handle the monitor's step within the wait; reading on");
     }
     outcome
-}
-
-/// MON-4: whether the driver reached a message sent now within `wait` (it handles its inbox
-/// in order, so every message sent before this one was handled). False also when the driver
-/// is gone.
-fn handled_within(inbox: &mpsc::Sender<DriverMsg>, wait: Duration) -> bool {
-    let (reached, answer) = std::sync::mpsc::sync_channel(1);
-    let query: crate::driver::Query = Box::new(move |_| {
-        let _ = reached.send(());
-    });
-    inbox.blocking_send(DriverMsg::Query(query)).is_ok() && answer.recv_timeout(wait).is_ok()
 }
 
 /// One look (see [`run_once`]); also whether it sent the engine a step of events.
@@ -1197,6 +1186,7 @@ mod tests {
         let asked = holder.join().unwrap();
         assert_eq!(asked.len(), 2, "{asked:?}");
     }
+
     /// MON-4: a burst is read in steps of about `MONITOR_STEP_BYTES`: a run stops past the
     /// bound, says it is behind, and returns only after the driver handled its step; the
     /// dispatcher then runs the agent again at once. One look used to read up to 64 pages (a

@@ -50,7 +50,7 @@ impl<'a> LineCharge<'a> {
     /// `bytes` more of the line: what passes its free part is taken from the budget; false
     /// (and nothing taken) when that would pass the cap.
     fn add(&mut self, bytes: usize) -> bool {
-        let due = (self.seen + bytes).saturating_sub(self.free.max(self.seen)).min(bytes);
+        let due = (self.seen + bytes).saturating_sub(self.free.max(self.seen));
         let taken = due == 0 || self.held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| held.checked_add(due).filter(|sum| *sum <= self.cap)).is_ok();
         if taken {
             self.seen += bytes;
@@ -205,9 +205,10 @@ pub(super) async fn query<T: Send + 'static>(context: &Context, f: impl FnOnce(&
 
 async fn status(context: &Arc<Context>) -> Reply {
     let agents = context.agents.lock().expect("agent table").len();
-    // EV-9: what the event store holds against its bounds (off the reactor: a SQLite read).
-    let store = context.store.clone();
-    let stored = tokio::task::spawn_blocking(move || store.stored_event_bytes().ok()).await.ok().flatten();
+    // EV-9: what the event store holds against its bounds, as of the retention task's last
+    // check (at most `PRUNE_CHECK` old): the status answers liveness probes (`mux stop`'s is
+    // bounded), so it reads no store, whose one reader connection a long catch-up may hold.
+    let stored = Some(context.stored_event_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes != super::retention::UNKNOWN_BYTES);
     let retention = &context.retention;
     let events = json!({
         "stored_bytes": stored,

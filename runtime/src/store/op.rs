@@ -285,10 +285,11 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
 /// EV-9: deletes the oldest qualifying prefix and raises the pruned mark. An event is due by
 /// sequence (`through_sequence`), by age (`before_ms`) or by size (while less than
 /// `excess_bytes` of stored JSON was removed), and never past `settled_through` (the same test
-/// as the simulator's store model, `retention::prunes`).
+/// as the simulator's store model, `retention::EventDue::prunes`).
 fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_through, excess_bytes): (u64, u64, u64), max_rows: u64) -> Result<(), StoreError> {
     let mut last_pruned = None;
     let mut removed = 0u64;
+    let due = super::retention::EventDue { through_sequence, before_ms, settled_through, excess_bytes };
     {
         let mut stmt = conn.prepare_cached("SELECT sequence, at_ms, length(CAST(event AS BLOB)) FROM agent_events ORDER BY sequence LIMIT ?1")?;
         let mut rows = stmt.query([to_sql_integer("max_rows", max_rows)?])?;
@@ -296,7 +297,6 @@ fn prune_events(conn: &Connection, through_sequence: u64, (before_ms, settled_th
             let sequence = from_sql_integer("event sequence", row.get(0)?)?;
             let at_ms = from_sql_integer("at_ms", row.get(1)?)?;
             let bytes = from_sql_integer("event bytes", row.get(2)?)?;
-            let due = super::retention::EventDue { through_sequence, before_ms, settled_through, excess_bytes };
             if !due.prunes(sequence, at_ms, removed) {
                 break;
             }
