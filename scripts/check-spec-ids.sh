@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails unless every rule id in SPEC.md's rule tables is cited by at least one test: in a test
+# Fails unless every rule id in SPEC.md's rule tables is unique and cited by at least one test: in a test
 # file (any */tests/*.rs, tests/, sim/, a src/**/tests.rs module) or in a source file after its
 # `#[cfg(test)]` line.
 # An id is cited as `ADM-3` or as `adm_3_` in a test name.
@@ -7,6 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ids=$(grep -oE '^\| [A-Z]+-[0-9]+ \|' SPEC.md | tr -d '| ' | sort -u)
 [ -n "$ids" ] || { echo "check-spec-ids: no rule ids found in SPEC.md" >&2; exit 1; }
+# One rule, one id: a second row with an id already used makes every citation of it ambiguous
+# (CORR-13 named two rules for a while).
+dups=$(grep -oE '^\| [A-Z]+-[0-9]+ \|' SPEC.md | tr -d '| ' | sort | uniq -d)
+if [ -n "$dups" ]; then
+  echo "check-spec-ids: ids used by more than one rule in SPEC.md: $(echo $dups)" >&2
+  exit 1
+fi
 corpus=$(mktemp)
 trap 'rm -f "$corpus"' EXIT
 find . -path ./target -prune -o -path ./.cache -prune -o -name '*.rs' -path '*/tests/*' -print0 | xargs -0 cat >>"$corpus"

@@ -83,7 +83,7 @@ pub struct AgentEntry {
     /// SUB-2: writes through wakterm that may have reached this agent (admissions and
     /// submits); the `turn_epoch` of a submit receipt. Bookkeeping, never evidence.
     pub input_epoch: u64,
-    /// CORR-13: turns a managed app-server accepted for a `turn/start` (turn, request id),
+    /// CORR-15: turns a managed app-server accepted for a `turn/start` (turn, request id),
     /// newest last, at most `MAX_ACCEPTED_TURNS_KEPT`: whose prompt each turn carries.
     pub accepted_turns: std::collections::VecDeque<(crate::ids::TurnId, String)>,
 }
@@ -104,7 +104,7 @@ impl AgentEntry {
         }
     }
 
-    /// CORR-13: the app-server accepted request `id`'s `turn/start` into `turn`.
+    /// CORR-15: the app-server accepted request `id`'s `turn/start` into `turn`.
     pub(crate) fn note_accepted_turn(&mut self, id: &str, turn: &crate::ids::TurnId) {
         if self.accepted_turns.iter().any(|(t, i)| t == turn && i == id) {
             return;
@@ -116,7 +116,7 @@ impl AgentEntry {
         assert!(self.accepted_turns.len() <= crate::limits::MAX_ACCEPTED_TURNS_KEPT);
     }
 
-    /// CORR-13: whether `turn` may carry the prompt written under `id`: not when the app-server
+    /// CORR-15: whether `turn` may carry the prompt written under `id`: not when the app-server
     /// accepted `id` into another turn, nor when it accepted another request into `turn`.
     pub(crate) fn turn_may_carry(&self, turn: &crate::ids::TurnId, id: Option<&str>) -> Result<(), String> {
         if let Some((own, _)) = id.and_then(|id| self.accepted_turns.iter().rev().find(|(_, i)| i == id)) {

@@ -345,7 +345,7 @@ impl Engine {
         let bound = record.bound_turn.clone();
         let candidate = self.candidates.get(request_id).cloned();
         let prompt_hash = record.prompt_hash.clone();
-        // CORR-13: a turn the app-server accepted for another request (or not for this one's)
+        // CORR-15: a turn the app-server accepted for another request (or not for this one's)
         // is not ours whatever its text: two prompts of the same text, the earlier one read
         // late, and the later request bound the earlier one's turn and delivered its final (a
         // review). Its records are passed over; this request waits for its own turn.
@@ -436,7 +436,7 @@ impl Engine {
         }
     }
 
-    /// CORR-13: why `turn` cannot carry this request's prompt, from the app-server's answers
+    /// CORR-15: why `turn` cannot carry this request's prompt, from the app-server's answers
     /// to `turn/start` (a managed agent's; None when they tell nothing against it).
     fn turn_of_another(&self, request_id: &RequestId, turn: &TurnId) -> Option<String> {
         let record = &self.requests[request_id];

@@ -391,7 +391,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
         // MGD-7: a refused request started nothing; the request it ends says so in its own
         // terminal event.
         ObserverEvent::RequestRefused { .. } => Vec::new(),
-        // CORR-13: evidence of whose prompt a turn carries, not an event of the agent's.
+        // CORR-15: evidence of whose prompt a turn carries, not an event of the agent's.
         ObserverEvent::TurnAccepted { .. } => Vec::new(),
     }
 }

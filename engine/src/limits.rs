@@ -40,7 +40,7 @@ fn echo_cut(input: &str) -> Option<&str> {
     input.char_indices().nth(MAX_ECHOED_CHARS).map(|(cut, _)| &input[..cut])
 }
 
-/// CORR-13: turns accepted for a managed agent's `turn/start` requests remembered per agent.
+/// CORR-15: turns accepted for a managed agent's `turn/start` requests remembered per agent.
 pub const MAX_ACCEPTED_TURNS_KEPT: usize = 64;
 
 /// Longest opaque incarnation accepted (INP-4).

@@ -225,7 +225,7 @@ pub enum ObserverEvent {
     /// never handed to the thread: Codex 0.169 answers every failure of the request before it
     /// submits the input, and nothing after. No turn state changes.
     RequestRefused { session: SessionId, id: String, error: String, position: u64 },
-    /// CORR-13: a managed session's app-server answered the JSON-RPC request `id` (a
+    /// CORR-15: a managed session's app-server answered the JSON-RPC request `id` (a
     /// `turn/start`) with the turn it handed the input to (`result.turn.id`; Codex answers
     /// before it notifies the turn). It says whose prompt a turn carries: a turn accepted for
     /// another request is not ours, whatever its text. No turn state changes.

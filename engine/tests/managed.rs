@@ -85,12 +85,12 @@ fn mgd_3_a_managed_send_without_a_view_is_refused_before_any_write() {
     }
 }
 
-// CORR-13: two prompts of the same text, the first read by a stalled app-server only after
+// CORR-15: two prompts of the same text, the first read by a stalled app-server only after
 // RF-8 ended its request: the second request must not bind the first's turn (its text
 // matches) and deliver that turn's final; the app-server's answers to the two `turn/start`
 // requests say which turn carries which (a review got `completed` with the other turn's final).
 #[test]
-fn corr_13_a_turn_accepted_for_another_request_is_not_ours_whatever_its_text() {
+fn corr_15_a_turn_accepted_for_another_request_is_not_ours_whatever_its_text() {
     let mut rig = managed_zola(Some(THREAD));
     let first = rig.admit(REQ, "same prompt", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(first).classification, Classification::Accepted);

@@ -283,7 +283,7 @@ impl Fold {
             } else {
                 self.answered_overflow = true;
             }
-            // CORR-13: the turn a `turn/start` was handed to says whose prompt that turn carries.
+            // CORR-15: the turn a `turn/start` was handed to says whose prompt that turn carries.
             let turn = value.pointer("/result/turn/id").and_then(Value::as_str).filter(|turn| !turn.is_empty() && turn.len() <= MAX_SERVER_REQUEST_ID_BYTES);
             return match turn {
                 Some(turn) => vec![ObserverEvent::TurnAccepted { session: self.session(), id: id.to_string(), turn: TurnId(turn.to_string()), position }],
@@ -427,12 +427,12 @@ mod tests {
             .collect()
     }
 
-    // CORR-13: the real 0.169 reply to a `turn/start` names the turn it handed the input to,
+    // CORR-15: the real 0.169 reply to a `turn/start` names the turn it handed the input to,
     // before that turn's `turn/started`; sent under a string id (the daemon's), it folds into
     // `TurnAccepted` for that id and turn. Under a number id (the capture's client) it is no
     // request of ours and folds into nothing.
     #[test]
-    fn corr_13_a_turn_start_reply_names_the_turn_it_accepted() {
+    fn corr_15_a_turn_start_reply_names_the_turn_it_accepted() {
         let lines = transcript("completed-turn.jsonl");
         let reply_at = lines.iter().position(|m| m.pointer("/result/turn/id").is_some()).unwrap();
         let started_at = lines.iter().position(|m| m["method"] == "turn/started").unwrap();

@@ -110,14 +110,14 @@ pub enum Truth {
     Aborted(TurnId),
     /// MGD-7: an error reply to the request with this (string) id, and its code and message.
     Refused(String, String),
-    /// CORR-13: the reply to the `turn/start` with this (string) id names the turn it accepted.
+    /// CORR-15: the reply to the `turn/start` with this (string) id names the turn it accepted.
     Accepted(String, TurnId),
     /// A line that carries no evidence although it looks like some: an error under an id the
     /// app-server answered already (the reply to another request sent under that id).
     NoRecord,
 }
 
-/// CORR-13: a `turn/start` reply's truth: the turn it accepted, for a string id (the fold
+/// CORR-15: a `turn/start` reply's truth: the turn it accepted, for a string id (the fold
 /// reads only those as requests of ours).
 fn accepted_truth(id: &Value, turn: &TurnId) -> Option<Truth> {
     id.as_str().map(|id| Truth::Accepted(id.to_string(), turn.clone()))
