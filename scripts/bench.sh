@@ -9,7 +9,8 @@
 #        BENCH_QUICK=1 bash scripts/bench.sh   smoke: 1/3/5 agents, 64 MiB rollout, 100 sleeps, 50,000
 # Knobs: BENCH_RUNS (samples per latency row), BENCH_AGENTS (e.g. 1,10,100), BENCH_BUSY,
 #        BENCH_ROLLOUT_MIB, BENCH_BURST_MESSAGES, BENCH_SLEEPS, BENCH_LOAD_SECS, BENCH_IDLE_SECS,
-#        BENCH_RESULTS.
+#        BENCH_RESULTS, BENCH_WORLDS (which worlds to run: scaling,burst,restart, the default;
+#        the rows of the others say "not measured" and the exit is 1).
 # Exit: 0, 1 when a row could not be measured (the table says why), 130 when interrupted.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -111,8 +111,8 @@ pub struct CodexObserver {
     turn: TurnState,
     /// The last read stopped at the page bound (or failed): the state may be stale.
     behind: bool,
-    /// The rollout bytes one read may consume besides the page bound (MON-4: the monitor's
-    /// step); `u64::MAX` outside a monitor run.
+    /// The rollout bytes one read may consume besides the page bound (MON-4: the step of a
+    /// monitor run or a refresh); `u64::MAX` otherwise (a resume, an exit's drain).
     read_budget: u64,
     /// MON-4: the last read stopped at a bound (the step's bytes or the page count) with more
     /// written after it. Not set by a read that failed: that one waits for the recheck.
@@ -219,9 +219,15 @@ impl CodexObserver {
     /// sessions directory saw a rollout no agent tails since the last discovery (MON-2); else
     /// the attached rollout is re-verified cheaply: the process's start time, then the tail's
     /// own identity checks on reading.
+    /// MON-4: an attached rollout is read one step at a time here too ([`behind`](Self::behind)
+    /// says more is waiting; the snapshot then says the turn is unknown): an admission to an
+    /// agent in a burst read up to 64 pages in one engine step, and every other agent's
+    /// admission waited behind it.
     pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
         let mut events = Vec::new();
+        self.read_budget = self.step_budget();
         let health = self.sync(&mut events, rediscover || !self.discovery_clean);
+        self.read_budget = u64::MAX;
         let snapshot = self.snapshot(&health, screen);
         self.last_health = health;
         Refresh { events, snapshot }
@@ -249,11 +255,21 @@ impl CodexObserver {
         // MON-2 as for a refresh: a discovery that found anything but one rollout is repeated
         // on every run, so the tail it keeps reading never makes the agent look attached (a
         // review found the monitor's runs reported it attached after one append).
-        self.read_budget = if self.attached.is_some() { MONITOR_STEP_BYTES } else { u64::MAX };
+        self.read_budget = self.step_budget();
         let health = self.sync(&mut events, rediscover || !self.discovery_clean);
         self.read_budget = u64::MAX;
         self.last_health = health.clone();
         (events, health)
+    }
+
+    /// MON-4: what a monitor run or a refresh may read: one step of a rollout already attached;
+    /// a look that attaches reads on (up to 64 pages, see [`poll_health`](Self::poll_health)).
+    fn step_budget(&self) -> u64 {
+        if self.attached.is_some() {
+            MONITOR_STEP_BYTES
+        } else {
+            u64::MAX
+        }
     }
 
     /// MON-4: the last read stopped at a bound before the end of what was written: the
@@ -882,12 +898,10 @@ mod tests {
         assert!(matches!(later.snapshot.status, ObserverStatus::Unavailable { .. }));
     }
 
-    /// MON-4: `behind` is a read cut at its step bound (the monitor reads on at once), never a
-    /// read that failed: a rollout whose stat fails for good (here a symbolic link loop put in
-    /// its place, ELOOP: a non-fatal error, the tail kept) made the monitor re-run the agent in
-    /// a tight loop, 67 % of a core (a review).
-    #[test]
-    fn mon_4_behind_is_a_read_cut_at_its_bound_never_a_failed_one() {
+    /// A rollout of session s1 (its `session_meta` only) under a temporary CODEX_HOME, held open
+    /// by this test process (discovery finds it among the process's open files), and an observer
+    /// of this process over that home, not attached yet.
+    fn session_s1_held_open() -> (tempfile::TempDir, PathBuf, std::fs::File, CodexObserver) {
         use std::io::Write;
         let home = tempfile::tempdir().expect("tempdir");
         let day = home.path().join("sessions/2026/12/04");
@@ -897,7 +911,17 @@ mod tests {
         let cwd = serde_json::to_string(&home.path().display().to_string()).unwrap();
         rollout.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
         let me = probe_to_engine(proc_probe::identity(std::process::id()).expect("own identity"));
-        let mut observer = CodexObserver::new(home.path().into(), None, me, Incarnation("i".into()));
+        let observer = CodexObserver::new(home.path().into(), None, me, Incarnation("i".into()));
+        (home, path, rollout, observer)
+    }
+
+    /// MON-4: `behind` is a read cut at its step bound (the monitor reads on at once), never a
+    /// read that failed: a rollout whose stat fails for good (here a symbolic link loop put in
+    /// its place, ELOOP: a non-fatal error, the tail kept) made the monitor re-run the agent in
+    /// a tight loop, 67 % of a core (a review).
+    #[test]
+    fn mon_4_behind_is_a_read_cut_at_its_bound_never_a_failed_one() {
+        let (_home, path, mut rollout, mut observer) = session_s1_held_open();
         observer.refresh(None);
         let burst = |rollout: &mut std::fs::File, turn: &str| super::test_rollouts::burst(rollout, turn, false);
         burst(&mut rollout, "t1");
@@ -907,13 +931,38 @@ mod tests {
         assert!(!observer.behind(), "read to the end");
 
         burst(&mut rollout, "t2");
-        let link = day.join("loop");
+        let link = path.with_file_name("loop");
         std::os::unix::fs::symlink(path.file_name().unwrap(), &link).unwrap();
         std::fs::rename(&link, &path).unwrap();
         let (_, health) = observer.poll_health(false);
         assert!(matches!(&health, Health::Unavailable(why) if why.contains("stat")), "{health:?}");
         assert!(!observer.behind(), "a failed read waits for the recheck");
         assert_eq!(observer.current_snapshot(None).turn, TurnState::Unknown, "and the turn is unknown meanwhile");
+    }
+
+    /// MON-4: an admission's refresh of an attached rollout reads one step too: an agent in a
+    /// burst (a review: 100 messages of 1.9 MB) was read up to 64 pages in one engine step,
+    /// which every other agent's admission waited behind. A cut refresh says the turn is
+    /// unknown; the next read goes on from where it stopped.
+    #[test]
+    fn mon_4_a_refresh_reads_one_step_of_an_attached_rollout() {
+        let (_home, _, mut rollout, mut observer) = session_s1_held_open();
+        let messages = |events: &[ObserverEvent]| events.iter().filter(|e| matches!(e, ObserverEvent::AgentMessage { .. })).count();
+        // The look that attaches is not cut (the engine's resume may replay from below).
+        super::test_rollouts::burst(&mut rollout, "t1", true);
+        let attaching = observer.refresh(None);
+        assert!(!observer.behind() && messages(&attaching.events) == 3, "the attaching refresh reads on");
+
+        super::test_rollouts::burst(&mut rollout, "t2", true);
+        let cut = observer.refresh(None);
+        assert!(observer.behind(), "3 MiB read of 4.5 MiB: behind");
+        assert_eq!(messages(&cut.events), 2, "the refresh stops at the page that passes MONITOR_STEP_BYTES (2 MiB)");
+        assert_eq!(cut.snapshot.turn, TurnState::Unknown, "a cut read leaves the turn unknown: {:?}", cut.snapshot);
+        let rest = observer.refresh(None);
+        assert!(!observer.behind());
+        assert_eq!(messages(&rest.events), 1, "the rest, from where the cut read stopped");
+        assert!(rest.events.iter().any(|e| matches!(e, ObserverEvent::TurnCompleted { .. })), "{:?}", rest.events);
+        assert!(matches!(rest.snapshot.turn, TurnState::Idle { .. }), "{:?}", rest.snapshot);
     }
 
     /// MON-2: a refresh told nothing changed in the sessions directory skips rediscovery once

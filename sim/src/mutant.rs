@@ -96,6 +96,9 @@ pub enum Mutant {
     /// Observer port (the monitor): a look cut at its step bound (MON-4) is not followed by
     /// another at once; the rest waits for the next append's wake or the 30 s recheck.
     BehindWaitsForAWake,
+    /// Observer port (an admission's refresh): a refresh cut at its step bound (MON-4) does not
+    /// ask the monitor to read on; the rest waits for the next append's wake or the recheck.
+    CutRefreshNotReadOn,
     /// Retention task: prunes by count and age only, as before EV-9's size bound (a million
     /// events of up to 2 MiB each bounded nothing on the disk).
     RetentionSizeIgnored,
@@ -274,6 +277,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::LookBeforeInputDrawn, "look_before_input_drawn", "pane port reads a look's screen without waiting for input written just before it to be drawn"),
     (Mutant::RetentionSizeIgnored, "retention_size_ignored", "retention task ignores the size bound, pruning by count and age only"),
     (Mutant::BehindWaitsForAWake, "behind_waits_for_a_wake", "observer port leaves a look cut at its step bound for the next wake, not reading on at once"),
+    (Mutant::CutRefreshNotReadOn, "cut_refresh_not_read_on", "observer port leaves what a refresh cut at its step bound left unread for the next wake"),
     (Mutant::LookupFailureSaysUnwritten, "lookup_failure_says_unwritten", "caller layer answers a failed history lookup with a retry-safe rejection"),
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),

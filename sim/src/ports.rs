@@ -136,7 +136,11 @@ impl Effects for SimEffects {
             send_late(&inbox, late).await;
             let mut w = world.lock().unwrap();
             let mut events = Vec::new();
+            // MON-4: one step of an attached rollout, as a monitor look (`refresh_scoped`).
+            let chain_running = w.agents[a].observer.behind; // the monitor reads on already
+            w.agents[a].observer.step_budget = step_bound(&w, a);
             w.sync_observer(a, &mut events);
+            w.agents[a].observer.step_budget = None;
             // As the runtime's `refresh_agent`: the read's events and the answer, one step.
             let mut step = Vec::new();
             for event in events {
@@ -162,6 +166,11 @@ impl Effects for SimEffects {
                 false => step.push(answer),
             }
             send_step(&inbox, step);
+            // MON-4: a cut refresh asks the monitor to read on (`AgentRuntime::read_on`).
+            match w.mutant {
+                Mutant::CutRefreshNotReadOn if w.agents[a].observer.behind && !chain_running => leave_for_a_wake(&mut w, a), // the bug
+                _ => read_on_if_behind(&mut w, a),
+            }
         });
     }
 
@@ -1321,9 +1330,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
-            // MON-4: a look that attaches is not cut (`CodexObserver::poll_health`).
-            let bound = Some(w.plan.step_records).filter(|n| *n > 0 && w.agents[a].observer.attached.is_some());
-            w.agents[a].observer.step_budget = bound;
+            w.agents[a].observer.step_budget = step_bound(&w, a);
             w.sync_observer(a, &mut events);
             w.agents[a].observer.step_budget = None;
             check_read_lag(&mut w, a, before);
@@ -1356,9 +1363,17 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
     }
 }
 
-/// MON-4: a look cut at its step bound is followed by another at once (the runtime's
-/// dispatcher runs a `behind` agent again when its run ends).
-/// A chain of cut looks starts at the first (`behind_since`, for the read-lag check).
+/// MON-4: what one look or refresh may read of agent `a`'s rollout (`FaultPlan::step_records`
+/// records, the runtime's `MONITOR_STEP_BYTES`): a look that attaches is not cut
+/// (`CodexObserver::step_budget`).
+fn step_bound(w: &World, a: usize) -> Option<usize> {
+    Some(w.plan.step_records).filter(|n| *n > 0 && w.agents[a].observer.attached.is_some())
+}
+
+/// MON-4: a look (or a refresh) cut at its step bound is followed by a look at once (the
+/// runtime's dispatcher runs a `behind` agent again when its run ends, or when a cut refresh
+/// asks it to). A chain of cut looks starts at the first (`behind_since`, for the read-lag
+/// check).
 fn read_on_if_behind(w: &mut World, a: usize) {
     let now = wakterm_runtime::driver::now_ms();
     let observer = &mut w.agents[a].observer;
@@ -1369,12 +1384,20 @@ fn read_on_if_behind(w: &mut World, a: usize) {
     observer.behind_since.get_or_insert(now);
     w.counters.fault("monitor.step_bound");
     match w.mutant {
-        Mutant::BehindWaitsForAWake => w.agents[a].observer.asleep = Some((now, w.agents[a].session.records.len())), // the bug
+        Mutant::BehindWaitsForAWake => leave_for_a_wake(w, a), // the bug
         _ => w.wake_observer(now),
     }
 }
 
-/// Mutant `behind_waits_for_a_wake`: an agent left behind is looked at again only once a
+/// Mutants `behind_waits_for_a_wake`, `cut_refresh_not_read_on`: the loop leaves agent `a`,
+/// cut at its step bound, until a later append's wake or the recheck ([`asleep`]).
+fn leave_for_a_wake(w: &mut World, a: usize) {
+    let now = wakterm_runtime::driver::now_ms();
+    w.agents[a].observer.behind_since.get_or_insert(now);
+    w.agents[a].observer.asleep = Some((now, w.agents[a].session.records.len()));
+}
+
+/// Mutants `behind_waits_for_a_wake`, `cut_refresh_not_read_on`: an agent left behind is looked at again only once a
 /// record appended after it was left is readable (the sessions watch's wake) or the attached
 /// recheck is due (`ATTACHED_RECHECK`), unless something else read the rest meanwhile.
 fn asleep(w: &mut World, a: usize) -> bool {

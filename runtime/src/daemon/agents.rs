@@ -244,6 +244,8 @@ pub struct AgentRuntime {
     discovery: Mutex<DiscoveryStamp>,
     /// LIVE-1: the last stamp a read of the holder took (`kept_call_stamped`).
     reads: std::sync::atomic::AtomicU64,
+    /// MON-4: asks the monitor to run this agent (set by the monitor when it adds the agent).
+    read_on: Mutex<Option<super::monitor::ReadOn>>,
 }
 
 #[derive(Default)]
@@ -292,6 +294,22 @@ impl AgentRuntime {
             view: Mutex::new(MonitorView::default()),
             discovery: Mutex::new(DiscoveryStamp::default()),
             reads: std::sync::atomic::AtomicU64::new(0),
+            read_on: Mutex::new(None),
+        }
+    }
+
+    /// MON-4: how this agent asks the monitor to read on (set when the monitor adds it).
+    pub fn set_read_on(&self, read_on: super::monitor::ReadOn) {
+        *self.read_on.lock().expect("read-on lock") = Some(read_on);
+    }
+
+    /// MON-4: a read outside the monitor (an admission's refresh) stopped at its step with
+    /// more written: the monitor reads the rest now. Its wakes for those records may have
+    /// gone to a run that ended before they were written, or been lost; without this the
+    /// rest waited for the next append or the recheck.
+    pub fn read_on(&self) {
+        if let Some(read_on) = self.read_on.lock().expect("read-on lock").as_ref() {
+            read_on.ask();
         }
     }
 

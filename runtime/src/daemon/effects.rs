@@ -226,7 +226,7 @@ pub fn load_stored_request(store: &crate::store::Store, request_id: &wakterm_eng
 }
 
 /// ADM-3: liveness first (a changed process is reported before the snapshot), then the
-/// observer's rollout and the screen. The events and `answer(snapshot)` go in one message
+/// observer's rollout (one step at most, MON-4) and the screen. The events and `answer(snapshot)` go in one message
 /// (one engine step, so the events make one batch, EV-3) sent while the observer lock is
 /// held, so no monitor event can slip between them and the snapshot never arrives older than
 /// an event the engine already applied.
@@ -239,6 +239,7 @@ pub fn refresh_agent(
     let (screen, pane_writes) = agent.forward_liveness_and_screen(inbox);
     let mut guard = agent.observer.lock().expect("observer lock");
     let mut step = Vec::new(); // the read's events, then the answer
+    let mut behind = false;
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
@@ -246,12 +247,18 @@ pub fn refresh_agent(
             let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen.as_deref(), rediscover));
             agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
             step = observed_inputs(agent_id, refresh.events);
+            behind = observer.behind();
             Ok(refresh.snapshot)
         }
     };
     step.push(answer(snapshot.clone(), pane_writes));
     let _ = inbox.blocking_send(DriverMsg::Inputs(step));
     drop(guard);
+    // MON-4: the read stopped at its step (its snapshot says the turn is unknown): the monitor
+    // reads the rest, one step at a time, as for its own cut runs.
+    if behind {
+        agent.read_on();
+    }
     snapshot
 }
 

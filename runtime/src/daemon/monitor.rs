@@ -100,6 +100,21 @@ enum Wake {
     WatchIncomplete(PathBuf),
     /// A run of the agent finished.
     Done { agent_id: String, ran: RunOutcome },
+    /// MON-4: a read outside the monitor (an admission's refresh) stopped at its step: run the
+    /// agent to read the rest.
+    ReadOn(String),
+}
+
+/// MON-4: one agent's way to ask the monitor for a run (`AgentRuntime::read_on`).
+pub struct ReadOn {
+    wake: mpsc::UnboundedSender<Wake>,
+    agent_id: String,
+}
+
+impl ReadOn {
+    pub fn ask(&self) {
+        let _ = self.wake.send(Wake::ReadOn(self.agent_id.clone()));
+    }
 }
 
 /// The handle the daemon adds agents through.
@@ -224,6 +239,7 @@ impl Dispatcher {
                 let sessions = agent.record.sessions_dir();
                 let stamp = self.stamps.entry(sessions.clone()).or_default().clone();
                 agent.set_sessions_stamp(stamp);
+                agent.set_read_on(ReadOn { wake: self.wake.clone(), agent_id: agent_id.clone() });
                 self.watch_sessions(&sessions);
                 tokio::spawn(watch_holder(agent.clone(), self.wake.clone()));
                 self.agents.insert(agent_id.clone(), Watched::new(agent));
@@ -242,6 +258,7 @@ impl Dispatcher {
                 self.schedule(&agent_id);
             }
             Wake::Path(path) => self.on_path(&path),
+            Wake::ReadOn(agent_id) => self.schedule(&agent_id),
             Wake::NewDir(path) => {
                 // notify watches a new subdirectory only after reporting it, so a rollout
                 // created and written in it at once may wake nothing: the directory's agents
@@ -1236,6 +1253,51 @@ mod tests {
         assert!(!dispatcher.agents[id].running, "caught up: nothing more to run");
         on_a_reactor(|| dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran: first }));
         assert!(dispatcher.agents[id].running, "behind: run again at once");
+        drop((dispatcher, agent));
+        drop(holder);
+    }
+
+    /// MON-4: an admission's refresh reads one step of an agent in a burst too, says the turn
+    /// is unknown, and asks the monitor to read the rest (its wakes for those records may
+    /// have gone to a run that ended before they were written).
+    #[test]
+    fn mon_4_a_cut_refresh_asks_the_monitor_to_read_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "0b7c9d1e-2f3a-4b5c-8d6e-7f8091a2b3c4";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 64, |line| match line.contains("screen") {
+            true => SCREEN.to_string(),
+            false => own_info(0),
+        });
+        let mut rollout = session_s1(dir.path());
+        let (inbox, mut messages) = mpsc::channel(16);
+        crate::observer::test_rollouts::burst(&mut rollout, "t1", true);
+        let (attaching, _) = run_as_driver(&agent, &inbox, &mut messages, (true, false));
+        assert!(!attaching.behind, "{attaching:?}");
+        let (wake, mut wakes) = mpsc::unbounded_channel();
+        agent.set_read_on(ReadOn { wake: wake.clone(), agent_id: id.to_string() });
+
+        crate::observer::test_rollouts::burst(&mut rollout, "t2", true);
+        let agent_id = agent.agent_id();
+        let answer = |snapshot, pane_writes| Input::ObserverRefreshed { refresh_id: 1, agent_id: agent_id.clone(), snapshot, pane_writes };
+        let snapshot = super::super::effects::refresh_agent(&agent, &agent_id, &inbox, answer).expect("a snapshot");
+        assert_eq!(snapshot.turn, wakterm_engine::TurnState::Unknown, "cut at its step: {snapshot:?}");
+        assert!(matches!(wakes.try_recv(), Ok(Wake::ReadOn(asked)) if asked == id), "the monitor is asked to read on");
+        assert!(wakes.try_recv().is_err(), "once");
+        let step: Vec<Input> = sent(&mut messages).into_iter().flat_map(|s| match s {
+            Sent::Step(step) => step,
+            Sent::Input(input) => vec![input],
+            Sent::Handled => vec![],
+        }).collect();
+        let messages_read = step.iter().filter(|i| matches!(i, Input::Observed { event: ObserverEvent::AgentMessage { .. }, .. })).count();
+        assert_eq!(messages_read, 2, "one step of the burst");
+
+        let agent = Arc::new(agent);
+        let mut dispatcher = Dispatcher::new(wake, inbox);
+        let watched = Watched { liveness_due: false, screen_due: false, ..Watched::new(Arc::clone(&agent)) };
+        dispatcher.agents.insert(id.to_string(), watched);
+        on_a_reactor(|| dispatcher.on_wake(Wake::ReadOn(id.to_string())));
+        assert!(dispatcher.agents[id].running, "the monitor runs the agent");
         drop((dispatcher, agent));
         drop(holder);
     }
