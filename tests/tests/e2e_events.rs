@@ -231,7 +231,17 @@ fn ev_9_retention_by_size_end_to_end() {
         assert_eq!(out.code, 0, "{out:?}");
         wait_for(&w, "the send's turn completed", |w| w.completed_turns().len() >= n + 2);
     }
+    // `stored_bytes` is the retention task's last reading (up to 5 s old): one taken before the
+    // sends also says "under 1 MiB", so the prune is awaited first, then a reading after it.
     let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _, refused) = read_events(&w, 0, &[]);
+        if (code, refused["error"].as_str()) == (4, Some("cursor_too_old")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "retention never pruned the oldest events: {code} {refused}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     loop {
         let stored = w.ok(&["mux", "status"])["events"]["stored_bytes"].as_u64().expect("stored_bytes");
         if stored <= 1024 * 1024 {
@@ -240,8 +250,6 @@ fn ev_9_retention_by_size_end_to_end() {
         assert!(Instant::now() < deadline, "retention never brought the store under 1 MiB ({stored} bytes)");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (code, _, refused) = read_events(&w, 0, &[]);
-    assert_eq!((code, refused["error"].as_str()), (4, Some("cursor_too_old")), "{refused}");
 }
 
 /// EV-9, TERM-3: a cursor past every event this data directory's daemon has stored (one kept
