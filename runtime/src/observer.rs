@@ -434,6 +434,9 @@ impl CodexObserver {
         self.lost_reason = None;
         self.turn = turn;
         self.fold_from = fold_from;
+        // MON-4: a look that attaches is not cut, whatever the call began with (a run that
+        // began on the session this one replaced took that one's step budget).
+        self.read_budget = u64::MAX;
         self.read_new(events)
     }
 
@@ -938,6 +941,25 @@ mod tests {
         assert!(matches!(&health, Health::Unavailable(why) if why.contains("stat")), "{health:?}");
         assert!(!observer.behind(), "a failed read waits for the recheck");
         assert_eq!(observer.current_snapshot(None).turn, TurnState::Unknown, "and the turn is unknown meanwhile");
+    }
+
+    /// MON-4: a look that attaches is not cut, also when the run began on another session (the
+    /// agent's Codex switched to a new rollout): the budget was the old session's step.
+    #[test]
+    fn mon_4_a_look_that_attaches_a_new_session_reads_on() {
+        use std::io::Write;
+        let (home, path, rollout, mut observer) = session_s1_held_open();
+        assert!(observer.refresh(None).events.iter().any(|e| matches!(e, ObserverEvent::Attached { .. })));
+        drop(rollout); // s1 closed: the process holds s2 alone
+        let mut s2 = std::fs::OpenOptions::new().create(true).append(true).open(path.with_file_name("rollout-2026-12-04T11-00-00-s2.jsonl")).expect("s2");
+        let cwd = serde_json::to_string(&home.path().display().to_string()).unwrap();
+        s2.write_all(format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s2\",\"cwd\":{cwd}}}}}\n").as_bytes()).unwrap();
+        super::test_rollouts::burst(&mut s2, "t1", true);
+        let (events, health) = observer.poll_health(true);
+        assert_eq!(health, Health::Attached);
+        let attached = events.iter().any(|e| matches!(e, ObserverEvent::Attached { session, .. } if session.0 == "s2"));
+        let messages = events.iter().filter(|e| matches!(e, ObserverEvent::AgentMessage { .. })).count();
+        assert!(attached && messages == 3 && !observer.behind(), "the attaching look read the whole burst: {messages} messages, behind {}", observer.behind());
     }
 
     /// MON-4: an admission's refresh of an attached rollout reads one step too: an agent in a

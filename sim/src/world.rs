@@ -1971,6 +1971,9 @@ impl World {
         agent.observer.fold_from = fold_from;
         agent.observer.label = None;
         out.push(ObserverEvent::Attached { session, position: floor.unwrap_or(position) });
+        // MON-4: a look that attaches is not cut, also when it began on the session this one
+        // replaced (`CodexObserver::attach`).
+        agent.observer.step_budget = None;
         let mut events = Vec::new();
         self.read_records(a, now, &mut events);
         // At or below the floor: folded, not emitted (a lost session is always reported).
