@@ -96,7 +96,7 @@ pub enum AgentCommand {
     /// instead of a TUI: wakterm starts (or, on restart, resumes) one thread and follows its
     /// notifications (transport app_server, correlation source agent_api_events).
     Start {
-        /// The agent's name, unique among running agents (targets name it, or its id).
+        /// The agent's name, unique among the daemon's agents, a stopped one's too until `agent stop` (targets name it, or its id).
         #[arg(long)]
         name: String,
         /// What runs in the pane: codex (return-final available) or other (one-way only).
@@ -287,6 +287,7 @@ pub struct AdmitArgs {
 pub enum RequestCommand {
     /// A request's current state, receipt and terminal event (once published).
     Get {
+        /// The request id the admission was made with (its receipt's `request_id`).
         request_id: String,
         /// Also show the evidence trail: every step with its time and evidence, and for an
         /// `indeterminate` end the rule and evidence that decided it (SPEC RF-6).
@@ -294,7 +295,10 @@ pub enum RequestCommand {
         evidence: bool,
     },
     /// Ends a waiting return-final request as `cancelled` (the provider's turn is not interrupted).
-    Cancel { request_id: String },
+    Cancel {
+        /// The request id of the waiting return-final request.
+        request_id: String,
+    },
     /// One JSON object per terminal request, in sequence order; stays attached. Exit 4
     /// cursor_too_old (pruned) or cursor_ahead (--after past every stored terminal event).
     Watch {
@@ -615,7 +619,11 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
         return print_reply(catalog);
     }
     let agents = catalog.body["agents"].as_array().cloned().unwrap_or_default();
-    let Some(agent) = agents.iter().find(|a| a["name"] == target || a["agent_id"] == target) else {
+    // An id in any spelling the daemon takes (its canonical form is lowercase): the other
+    // commands resolve `D532F7AB-...` and this one answered `agent_unknown` (a review).
+    let id = wakterm_engine::AgentId::parse(target).ok();
+    let named = |a: &&serde_json::Value| a["name"] == target || id.as_ref().is_some_and(|id| a["agent_id"] == id.as_str());
+    let Some(agent) = agents.iter().find(named) else {
         return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", no_agent_named(target)));
     };
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();

@@ -20,7 +20,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
     let not_running = |error: &dyn std::fmt::Display| {
-        let message = format!("no wakterm daemon answers at {} ({error}); run `wakterm mux start`", paths.socket().display());
+        // CLI-2: advice that fits. No daemon can serve a directory whose sockets would not fit
+        // a Unix socket's path (`mux start` refuses it): "run `wakterm mux start`" went in a
+        // circle (a review).
+        let advice = match paths.check_socket_room() {
+            Ok(()) => "run `wakterm mux start`".to_string(),
+            Err(too_long) => format!("no daemon can serve it: {too_long}"),
+        };
+        let message = format!("no wakterm daemon answers at {} ({error}); {advice}", paths.socket().display());
         Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_not_running", message)
     };
     match paths.verify_private().and_then(|()| crate::paths::verify_socket(&paths.socket())) {

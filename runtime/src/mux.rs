@@ -19,9 +19,16 @@ const MIGRATION_POLL_INTERVAL: Duration = Duration::from_millis(250);
 const LOG_TAIL_BYTES: u64 = 64 * 1024;
 
 pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::Retention) -> Reply {
-    let status = client::call(paths, &ClientRequest::Status);
+    let status = client::call_within(paths, &ClientRequest::Status, STATUS_BOUND);
     if status.exit_code == exit::OK {
         return already_running(paths, &status, "");
+    }
+    // LIFE-6: a daemon that holds the lock but answers nothing (stopped by SIGSTOP, stuck):
+    // another cannot start beside it. The start used to go on anyway, wait 60 s on each of
+    // three status calls, and report the new daemon's exit ("already runs") as
+    // `daemon_failed` after about 3 minutes (a review).
+    if status.body["error"] == "daemon_unresponsive" {
+        return unresponsive(paths, "no second daemon was started (the lock is its)");
     }
     if let Err(error) = paths.check_socket_room() {
         return Reply::error(exit::USAGE, "data_dir_path_too_long", error.to_string());
@@ -77,7 +84,7 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
     let log_file = paths.log_file();
     let waited = wait_for_start(
         &START_BOUNDS,
-        || Some(client::call(paths, &ClientRequest::Status)).filter(|status| status.exit_code == exit::OK),
+        || Some(client::call_within(paths, &ClientRequest::Status, PROBE_BOUND)).filter(|status| status.exit_code == exit::OK),
         || child.try_wait().ok().flatten().map(|code| code.to_string()),
         || still_migrating(&log_tail(&log_file)),
         || eprintln!("wakterm: the daemon is migrating its database; waiting up to {MIGRATION_DEADLINE:?}"),
@@ -218,12 +225,12 @@ pub fn still_migrating(log: &str) -> bool {
 }
 
 pub fn stop(paths: &DataPaths, all: bool) -> Reply {
-    let status = client::call_within(paths, &ClientRequest::Status, STOP_STATUS_BOUND);
+    let status = client::call_within(paths, &ClientRequest::Status, STATUS_BOUND);
     // LIFE-6: a daemon that cannot answer a status call cannot act on a stop either: a frozen
     // one reads it late and does nothing with it (CLI-4). Sending it anyway made `mux stop`
     // wait twice the call bound (about 123 s, a review) to end as unresponsive all the same.
     if status.body["error"] == "daemon_unresponsive" {
-        return unresponsive_to_stop(paths);
+        return unresponsive(paths, "it was not asked to stop (a frozen daemon that reads a stop late does nothing with it)");
     }
     let reply = client::call(paths, &ClientRequest::Stop { all });
     if reply.exit_code != exit::OK {
@@ -243,20 +250,25 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
     reply
 }
 
-/// How long `mux stop` waits for its status call; a daemon that answers nothing within it is
-/// not asked to stop.
-const STOP_STATUS_BOUND: Duration = START_DEADLINE;
+/// How long `mux start` and `mux stop` wait for their first status call; a daemon that answers
+/// nothing within it is not asked to stop, nor started beside.
+const STATUS_BOUND: Duration = START_DEADLINE;
 
-/// LIFE-6: `mux stop` of a daemon that does not answer: exit 7, nothing sent, and how to end it
-/// by hand (its pid from the lock file, when readable).
-fn unresponsive_to_stop(paths: &DataPaths) -> Reply {
+/// How long each of `mux start`'s looks at the daemon it started waits for an answer (a new
+/// daemon answers in milliseconds once it listens; the look is repeated until the start's
+/// bound).
+const PROBE_BOUND: Duration = Duration::from_secs(2);
+
+/// LIFE-6: `mux start` or `mux stop` found a daemon that does not answer: exit 7, nothing sent
+/// or started (`what`), and how to end it by hand (its pid from the lock file, when readable).
+fn unresponsive(paths: &DataPaths, what: &str) -> Reply {
     let pid = std::fs::read_to_string(paths.lock_file()).ok().and_then(|text| text.trim().parse::<u64>().ok());
     let named = pid.map_or("the daemon".to_string(), |pid| format!("the daemon (pid {pid}, from {})", paths.lock_file().display()));
     let by_hand = pid.map_or("with `kill` (SIGTERM stops it as `mux stop` does)".to_string(), |pid| {
         format!("with `kill {pid}` (SIGTERM stops it as `mux stop` does); one stopped by SIGSTOP resumes with `kill -CONT {pid}`")
     });
     let message = format!(
-        "{named} did not answer a status call within {STOP_STATUS_BOUND:?}, so it was not asked to stop (a frozen daemon that reads a stop late does nothing with it); end it {by_hand}"
+        "{named} did not answer a status call within {STATUS_BOUND:?}, so {what}; end it {by_hand}"
     );
     let mut reply = Reply::error(exit::UNRESPONSIVE, "daemon_unresponsive", message);
     if let Some(pid) = pid {

@@ -151,7 +151,8 @@ pub fn verify_private_dir(dir: &Path) -> io::Result<()> {
 
 /// Opens (creating 0600 if missing) a private regular file of ours without following a link:
 /// a planted symlink is refused rather than written through (SEC-1), and anything that is not
-/// a regular file is refused without waiting (SEC-3).
+/// a regular file is refused without waiting (SEC-3). One of ours found open to others is made
+/// 0600 again (SEC-1): a log chmodded 0644 stayed so across restarts (a review).
 pub fn open_private_file(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     let file = options
         .mode(0o600)
@@ -168,6 +169,9 @@ pub fn open_private_file(path: &Path, options: &mut OpenOptions) -> io::Result<F
         return Err(refused(path, "is not a regular file"));
     }
     check_owner(path, stat.st_uid)?;
+    if stat.st_mode & 0o077 != 0 {
+        rustix::fs::fchmod(file.as_fd(), rustix::fs::Mode::from_raw_mode(0o600))?;
+    }
     Ok(file)
 }
 
@@ -309,6 +313,17 @@ mod tests {
         assert_eq!(text, "line\n");
         std::io::Write::write_all(&mut open_private_file(&file, OpenOptions::new().append(true)).unwrap(), b"more\n").unwrap();
         assert_eq!(fs::read(&file).unwrap(), b"line\nmore\n");
+    }
+
+    // SEC-1: a file of ours found open to others (a log chmodded 0644) is made 0600 again.
+    #[test]
+    fn sec_1_a_private_file_open_to_others_is_made_private_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("mux.log");
+        fs::write(&file, b"line\n").unwrap();
+        fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        drop(open_private_file(&file, OpenOptions::new().append(true)).unwrap());
+        assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o600);
     }
 
     // SEC-2: the client refuses a data directory other users can enter.

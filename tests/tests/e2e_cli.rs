@@ -232,6 +232,13 @@ fn life_4_a_stopped_agent_says_how_it_ended() {
     assert_eq!((out.code, &out.json["error"], &out.json["exit_code"]), (1, &serde_json::json!("agent_not_running"), &serde_json::json!(3)), "{out:?}");
     assert_eq!(out.json["last_screen"], serde_json::json!(["Not logged in. Run codex login"]), "{out:?}");
     assert!(out.json["message"].as_str().unwrap_or_default().contains("exited with code 3"), "{out:?}");
+    // By its id in capitals too, as every other command takes it (it was `agent_unknown`).
+    let upper = entry["agent_id"].as_str().expect("agent_id").to_uppercase();
+    assert_eq!(w.run(&["agent", "attach", &upper]).json["error"], "agent_not_running", "attach {upper}");
+    // Its name stays taken until `agent stop`, and the refusal says so.
+    let again = w.run(&["agent", "start", "--name", "quick", "--cwd", &cwd, "--env", &env, "--", "true"]);
+    assert_eq!((again.code, &again.json["error"]), (4, &serde_json::json!("name_taken")), "{again:?}");
+    assert!(again.json["message"].as_str().unwrap_or_default().contains("`agent stop quick` frees the name"), "{again:?}");
 
     let started = w.start_agent("zola", REPLY, &[]);
     let idle = w.wait_agent("zola", "idle", |z| z["state"] == "idle");
@@ -512,6 +519,12 @@ fn cli_2_bad_env_pairs_and_a_data_dir_too_long_for_sockets_change_nothing() {
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!((out.status.code(), body["error"].as_str()), (Some(2), Some("data_dir_path_too_long")), "{body}");
     assert!(!long.exists(), "nothing was created");
+    // And the other commands do not send the caller to `mux start` for it.
+    let out = w.cmd(&["mux", "status"]).env("WAKTERM_DATA_DIR", &long).output().expect("mux status");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(body["error"], "daemon_not_running", "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no daemon can serve it") && !message.contains("run `wakterm mux start`"), "{message}");
 }
 
 /// INP-6: an error that names a caller's input quotes a bounded part of it: a 120 KB name came

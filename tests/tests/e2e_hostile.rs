@@ -96,8 +96,10 @@ fn conn_1_descriptor_pressure_never_wedges_the_daemon_or_kills_an_agent() {
 }
 
 /// CLI-1: `request watch --once` and a persistent watch against a stopped (SIGSTOP) daemon end
-/// with `daemon_unresponsive` (exit 7) instead of waiting forever; so does `mux stop`, within
-/// its status call's bound, without asking the daemon to stop (LIFE-6).
+/// with `daemon_unresponsive` (exit 7) instead of waiting forever; so do `mux stop` and
+/// `mux start`, within their status call's bound, without asking the daemon to stop or
+/// starting another beside it (LIFE-6; a start waited about 3 minutes and named the new
+/// daemon's exit, `daemon_failed`: a review).
 #[test]
 fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     let w = World::new(EXE);
@@ -106,7 +108,8 @@ fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     // SAFETY: a signal to our own daemon's pid.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let spawn = |args: &[&str]| w.cmd(args).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().expect("spawn");
-    let mut children = [spawn(&["agent", "request", "watch", "--once"]), spawn(&["agent", "request", "watch"]), spawn(&["mux", "stop"])];
+    let mut children =
+        [spawn(&["agent", "request", "watch", "--once"]), spawn(&["agent", "request", "watch"]), spawn(&["mux", "stop"]), spawn(&["mux", "start"])];
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut codes = Vec::new();
     for child in &mut children {
@@ -135,7 +138,11 @@ fn cli_1_watch_against_a_stopped_daemon_is_bounded() {
     let stop: serde_json::Value = serde_json::from_str(codes[2].1.trim()).expect("one JSON line");
     assert_eq!(stop["pid"], pid, "{stop}");
     assert!(stop["message"].as_str().unwrap_or_default().contains(&format!("kill -CONT {pid}")), "{stop}");
+    let start: serde_json::Value = serde_json::from_str(codes[3].1.trim()).expect("one JSON line");
+    assert_eq!(start["pid"], pid, "{start}");
+    assert!(start["message"].as_str().unwrap_or_default().contains("no second daemon was started"), "{start}");
     assert_eq!(w.run(&["mux", "status"]).code, 0, "the daemon was not asked to stop and runs on");
+    assert_eq!(w.daemon_pid(), pid, "and it is the same daemon");
 }
 
 /// SEC-2: a data directory another user created (as in a world-writable /tmp) is refused

@@ -66,8 +66,18 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
         if context.closing.load(std::sync::atomic::Ordering::SeqCst) {
             return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is stopping (`mux stop`): no agent starts now; start it again after `wakterm mux start`");
         }
-        if agents.values().any(|a| a.record.name == name) || !starting.insert(name.clone()) {
-            return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists"));
+        if let Some(holder) = agents.values().find(|a| a.record.name == name) {
+            // Its process may have ended: the agent (its pane, its record) stays until
+            // `agent stop`, which frees the name (a review read "unique among running agents"
+            // and found a stopped one holding it, unsaid).
+            let how = match holder.process_alive() {
+                true => "; `agent stop` it first to reuse the name, or choose another".to_string(),
+                false => format!(" (its process has ended: `agent restart {name}` runs it again, `agent stop {name}` frees the name)"),
+            };
+            return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} already exists{how}"));
+        }
+        if !starting.insert(name.clone()) {
+            return Reply::error(exit::REJECTED, "name_taken", format!("an agent named {name} is being started"));
         }
     }
     let reply = start_reserved_agent(context, spec).await;
