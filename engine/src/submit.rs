@@ -132,7 +132,8 @@ pub enum Judgement {
 /// a draft: a submitted command leaves it, so a screen that shows text still in the composer
 /// after the Enter shows a late redraw of what was typed (a stalled TUI drawing its paste
 /// after the boundary, its Enter dropped), not a reaction to the Enter (a review acknowledged
-/// four such submits, each receipt saying `composer_state: draft`).
+/// four such submits, each receipt saying `composer_state: draft`); nor a composer the
+/// adapter cannot read ([`composer_left`]).
 pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
     if sample.holder != boundary.holder || sample.generation != boundary.generation || !sample.alive {
         return Judgement::Exited;
@@ -140,10 +141,22 @@ pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
     if sample.writes != boundary.writes {
         return Judgement::Superseded;
     }
-    if sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest && sample.composer != Composer::Draft {
+    if sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest && composer_left(sample.composer) {
         return Judgement::Acknowledged;
     }
     Judgement::Pending
+}
+
+/// SUB-4: whether the composer, as the screen adapter reads it, shows the command left it:
+/// empty, or a question the command opened. A composer the adapter cannot classify proves
+/// nothing: a hostile review stalled the TUI while a 30-line command arrived, its Enter was
+/// lost, and the late redraw of the pasted text (a composer the adapter read as `unknown`)
+/// was acknowledged.
+fn composer_left(composer: Composer) -> bool {
+    match composer {
+        Composer::Empty | Composer::Question => true,
+        Composer::Draft | Composer::Unknown => false,
+    }
 }
 
 /// The receipt's one-word summary.

@@ -84,7 +84,10 @@ fn sub_4_judge_needs_new_output_and_a_changed_screen() {
     assert_eq!(judge(&b, &screen_only), Judgement::Pending, "a screen without output after the boundary is the boundary's own");
     let redrawn = PaneSample { composer: Composer::Draft, ..moved() };
     assert_eq!(judge(&b, &redrawn), Judgement::Pending, "text still in the composer after the Enter is no submission");
-    assert_eq!(judge(&b, &PaneSample { composer: Composer::Unknown, ..moved() }), Judgement::Acknowledged, "no screen evidence of a draft");
+    // A composer the screen adapter cannot read proves nothing either: a 30-line command whose
+    // Enter a stalled TUI lost was redrawn late as such a composer and acknowledged (a review).
+    assert_eq!(judge(&b, &PaneSample { composer: Composer::Unknown, ..moved() }), Judgement::Pending, "no evidence the composer was left");
+    assert_eq!(judge(&b, &PaneSample { composer: Composer::Question, ..moved() }), Judgement::Acknowledged, "a question the command opened");
     assert_eq!(judge(&b, &PaneSample { alive: false, ..moved() }), Judgement::Exited);
     assert_eq!(judge(&b, &PaneSample { generation: 1, ..moved() }), Judgement::Exited);
     // A holder started later at the same socket counts from 0 again: its generation and writes

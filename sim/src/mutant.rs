@@ -256,6 +256,11 @@ pub enum Mutant {
     /// and lost the Enter (`terminal.stalled_echo`) then reads as an empty composer that
     /// moved: a false acknowledgement (SUB-4's draft check never sees the draft).
     WatchComposerFromFirstSample,
+    /// Pane port (the screen adapter): a composer it cannot classify (several lines,
+    /// `terminal.unclassified_composer`) reads as empty: a submit whose Enter a stalled TUI
+    /// lost is acknowledged on the late redraw of its own text (SUB-4; a review got one with a
+    /// 30-line command).
+    UnclassifiedComposerReadsEmpty,
     /// Pane port: a write's ADM-4 precondition (the pane's write count at the admission's look)
     /// is not checked, so its Ctrl-U erases a draft a human typed after the look.
     LookWritesIgnored,
@@ -277,6 +282,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::LookBeforeInputDrawn, "look_before_input_drawn", "pane port reads a look's screen without waiting for input written just before it to be drawn"),
     (Mutant::RetentionSizeIgnored, "retention_size_ignored", "retention task ignores the size bound, pruning by count and age only"),
     (Mutant::BehindWaitsForAWake, "behind_waits_for_a_wake", "observer port leaves a look cut at its step bound for the next wake, not reading on at once"),
+    (Mutant::UnclassifiedComposerReadsEmpty, "unclassified_composer_reads_empty", "pane port reads a composer the screen adapter cannot classify as empty"),
     (Mutant::CutRefreshNotReadOn, "cut_refresh_not_read_on", "observer port leaves what a refresh cut at its step bound left unread for the next wake"),
     (Mutant::LookupFailureSaysUnwritten, "lookup_failure_says_unwritten", "caller layer answers a failed history lookup with a retry-safe rejection"),
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),

@@ -505,6 +505,9 @@ impl Effects for SimEffects {
                         },
                         elapsed_ms: now - started,
                     };
+                    if sample.composer == wakterm_engine::Composer::Unknown && w.plan.unclassified_composer {
+                        w.counters.fault("terminal.unclassified_composer");
+                    }
                     let judged = judge(&boundary, &sample);
                     if judged != Judgement::Pending || now >= deadline {
                         w.log(format!("a{a} watch {watch_id} -> {judged:?} after {} ms (output {} -> {}, writes {} -> {})", now - started, boundary.output_offset, sample.output_end, boundary.writes, sample.writes));

@@ -125,6 +125,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.reacts_before_enter",
     "terminal.output_without_change",
     "terminal.stalled_echo",
+    "terminal.unclassified_composer",
     "terminal.late_draw",
     "monitor.step_bound",
     "pane.input_since_look",
@@ -253,6 +254,9 @@ pub struct FaultPlan {
     /// runtime's monitor stops at `MONITOR_STEP_BYTES`; not a fault, the runtime's own rule,
     /// so it holds after the heal too.
     pub step_records: usize,
+    /// SUB-4: the screen adapter cannot classify a composer of several lines (`unknown`), as
+    /// Codex's does for a tall paste (`terminal.unclassified_composer`).
+    pub unclassified_composer: bool,
 }
 
 impl FaultPlan {
@@ -292,6 +296,7 @@ impl FaultPlan {
             watch_incomplete: 0.0,
             late_draw: 0.0,
             step_records: 0,
+            unclassified_composer: false,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -337,6 +342,7 @@ impl FaultPlan {
         self.split_fail = rate(0.5, 0.4);
         self.watch_lost = rate(0.4, 0.25);
         self.foreign_write = rate(0.5, 0.7);
+        self.unclassified_composer = thread_rng().gen_bool(0.5);
         self
     }
 }
@@ -1147,6 +1153,13 @@ impl World {
             Composer::Question
         } else if undrawn || shown.is_empty() {
             Composer::Empty
+        } else if self.plan.unclassified_composer && shown.trim().contains('\n') {
+            // `terminal.unclassified_composer`: text of several lines (a tall paste) hides
+            // what the adapter reads the composer by. The mutant reads that as empty.
+            match self.mutant {
+                Mutant::UnclassifiedComposerReadsEmpty => Composer::Empty, // the bug
+                _ => Composer::Unknown,
+            }
         } else {
             Composer::Draft
         }
