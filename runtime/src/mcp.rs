@@ -37,6 +37,8 @@ pub const DEFAULT_WAIT_MS: u64 = 30_000;
 pub const MAX_WAIT_MS: u64 = 120_000;
 /// How often `request_wait` asks the daemon while it waits.
 const WAIT_POLL: Duration = Duration::from_millis(100);
+/// MCP-5: the least a look of `request_wait` waits for the daemon's answer.
+const WAIT_LOOK_MIN: Duration = Duration::from_secs(1);
 
 /// MCP-3: the arguments of a tool that takes none. Any argument is refused as for the other
 /// tools (`agent_catalog {"x": 1}` used to be answered as if it were not there; a review).
@@ -216,8 +218,14 @@ impl WaktermMcp {
 
     /// One daemon call off the async reactor (the client is blocking, with bounded waits).
     async fn call(&self, request: ClientRequest) -> Reply {
+        self.call_within(request, client::CALL_TIMEOUT).await
+    }
+
+    /// [`call`](Self::call) waiting at most `bound` for the answer (`daemon_unresponsive`
+    /// past it).
+    async fn call_within(&self, request: ClientRequest, bound: Duration) -> Reply {
         let paths = self.paths.clone();
-        match tokio::task::spawn_blocking(move || client::call(&paths, &request)).await {
+        match tokio::task::spawn_blocking(move || client::call_within(&paths, &request, bound)).await {
             Ok(reply) => reply,
             Err(error) => Reply::error(crate::protocol::exit::ERROR, "mcp_internal", error.to_string()),
         }
@@ -385,11 +393,14 @@ impl WaktermMcp {
     }
 
     #[tool(description = "Wait (bounded) for a return-final request's terminal event: completed with the final answer, or aborted, timed_out, cancelled, delivery_failed, indeterminate. On timeout answers still_pending: call again with the same request_id.")]
-    async fn request_wait(&self, Parameters(args): Parameters<WaitArgs>) -> Result<CallToolResult, ErrorData> {
+    async fn request_wait(&self, Parameters(args): Parameters<WaitArgs>, context: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
         let wait = Duration::from_millis(args.timeout_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
         let deadline = Instant::now() + wait;
         loop {
-            let reply = self.call(ClientRequest::RequestGet { request_id: args.request_id.clone(), evidence: false }).await;
+            // MCP-5: each look waits for the daemon no longer than the wait has left (at least
+            // a second): a frozen daemon made a 200 ms wait answer after 61 s (a review).
+            let bound = deadline.saturating_duration_since(Instant::now()).max(WAIT_LOOK_MIN);
+            let reply = self.call_within(ClientRequest::RequestGet { request_id: args.request_id.clone(), evidence: false }, bound).await;
             if reply.exit_code != 0 {
                 return Ok(result_of(reply));
             }
@@ -403,7 +414,15 @@ impl WaktermMcp {
                 let body = json!({"terminal": false, "still_pending": true, "state": reply.body["state"], "request": reply.body, "message": "not terminal yet: call request_wait again with the same request_id"});
                 return Ok(answer(0, body));
             }
-            tokio::time::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
+            // MCP-5: a client's `notifications/cancelled` ends the wait (it went on to its
+            // timeout); the answer, which the client may ignore, says so.
+            tokio::select! {
+                () = tokio::time::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now()))) => {}
+                () = context.ct.cancelled() => {
+                    let body = json!({"terminal": false, "cancelled": true, "request": reply.body, "message": "the client cancelled this wait; the request itself goes on"});
+                    return Ok(answer(0, body));
+                }
+            }
         }
     }
 

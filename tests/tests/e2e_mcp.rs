@@ -310,3 +310,54 @@ fn mcp_2_a_one_way_admit_never_steers_unless_asked() {
         client.cancel().await.expect("close");
     });
 }
+
+/// MCP-5: `request_wait` ends when the client cancels it (`notifications/cancelled`: it polled
+/// on to its timeout, 20 s here), and each look waits for the daemon no longer than the wait
+/// has left (a frozen daemon made a 200 ms wait answer after 61 s: a review).
+#[test]
+fn mcp_5_request_wait_ends_on_cancel_and_within_its_bound() {
+    use std::io::{BufRead, Write};
+    use std::time::{Duration, Instant};
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &["--reply-delay-ms", "3000"]);
+    let id = new_id();
+    let out = w.run(&["agent", "send", "zola", "--return-final", "--request-id", &id, "slow answer"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let mut server = w.cmd(&["mcp"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("spawn mcp");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let (tx, answers) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = server.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or_default());
+        }
+    });
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    writeln!(stdin, "{initialize}").expect("initialize");
+    assert_eq!(answers.recv_timeout(Duration::from_secs(30)).expect("initialized")["id"], 1);
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("initialized");
+    let wait = |n: u64, timeout_ms: u64| json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "request_wait", "arguments": {"request_id": id, "timeout_ms": timeout_ms}}});
+
+    let started = Instant::now();
+    writeln!(stdin, "{}", wait(2, 20_000)).expect("request_wait");
+    std::thread::sleep(Duration::from_millis(300));
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "the user gave up"}})).expect("cancel");
+    let answer = answers.recv_timeout(Duration::from_secs(30)).expect("an answer");
+    assert!(started.elapsed() < Duration::from_secs(2), "the wait ended at the cancel, not its timeout: {:?}", started.elapsed());
+    assert_eq!(answer["result"]["structuredContent"]["cancelled"], true, "{answer}");
+
+    let daemon = w.daemon_pid();
+    // SAFETY: a signal to our own daemon's pid.
+    unsafe { libc::kill(daemon as i32, libc::SIGSTOP) };
+    let started = Instant::now();
+    writeln!(stdin, "{}", wait(3, 200)).expect("request_wait");
+    let answer = answers.recv_timeout(Duration::from_secs(90)).expect("an answer");
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon as i32, libc::SIGCONT) };
+    assert!(took < Duration::from_secs(5), "a 200 ms wait answered after {took:?}: {answer}");
+    assert_eq!(answer["result"]["structuredContent"]["error"], "daemon_unresponsive", "{answer}");
+    drop(stdin);
+    let _ = server.wait();
+}
