@@ -138,6 +138,31 @@ pub struct SessionArgs {
     pub timeout_ms: Option<u64>,
 }
 
+/// MCP-3: an argument the action does not take is refused, nothing done: `submit` with
+/// `after`, or `list` with `input`, went through as if it were not there (a review), so a
+/// caller's mistake (the wrong action for its arguments) wrote to the agent unsaid.
+fn inapplicable_arguments(args: &SessionArgs) -> Option<CallToolResult> {
+    let given = [
+        ("session_id", args.session_id.is_some()),
+        ("input", args.input.is_some()),
+        ("special_key", args.special_key.is_some()),
+        ("after", args.after.is_some()),
+        ("timeout_ms", args.timeout_ms.is_some()),
+    ];
+    let (action, takes): (&str, &[&str]) = match args.action {
+        SessionAction::List => ("list", &[]),
+        SessionAction::Status => ("status", &["session_id"]),
+        SessionAction::Output => ("output", &["session_id", "after"]),
+        SessionAction::Input => ("input", &["session_id", "input", "special_key"]),
+        SessionAction::Submit => ("submit", &["session_id", "input", "timeout_ms"]),
+    };
+    let extra: Vec<&str> = given.iter().filter(|(name, set)| *set && !takes.contains(name)).map(|(name, _)| *name).collect();
+    (!extra.is_empty()).then(|| {
+        let message = format!("action={action} does not take {}; it takes {}: nothing was done", extra.join(", "), if takes.is_empty() { "no other argument".to_string() } else { takes.join(", ") });
+        usage("invalid_arguments", message)
+    })
+}
+
 /// The bytes a named key writes into a terminal.
 pub fn special_key_bytes(name: &str) -> Option<&'static [u8]> {
     Some(match name.to_ascii_lowercase().as_str() {
@@ -239,7 +264,10 @@ impl WaktermMcp {
         let agents = reply.body["agents"].as_array().cloned().unwrap_or_default();
         let canonical = wakterm_engine::AgentId::parse(target).ok();
         let found = agents.into_iter().find(|a| a["name"] == target || canonical.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
-        found.ok_or_else(|| usage("agent_unknown", no_agent_named(target)))
+        // The CLI's exit for an unknown agent (6), as `session output` answered already; status
+        // and input said 2 (a review).
+        let unknown = Reply::error(crate::protocol::exit::NOT_FOUND, "agent_unknown", no_agent_named(target));
+        found.ok_or_else(|| result_of(unknown))
     }
 
     async fn session_input(&self, args: &SessionArgs) -> CallToolResult {
@@ -428,6 +456,9 @@ impl WaktermMcp {
 
     #[tool(description = "Agent sessions. action=list: every agent; status: one agent's catalog entry; output: the experimental output page (after: the previous next_cursor); input: raw text and/or a special_key written into the agent's terminal, answering write completion only (no acknowledgement); submit: one command (a prompt or a slash command like /clear) into an idle agent's EMPTY composer, answered by one receipt: acknowledged only when the terminal moved after the Enter; rejected (nothing written, retry_safe: true) when the agent is busy, has a draft or a question; never retry a receipt with retry_safe: false. timeout_ms (250..10000, default 3000) bounds the acknowledgement wait. For the turn's final answer use agent_admit + request_wait.")]
     async fn session(&self, Parameters(args): Parameters<SessionArgs>) -> Result<CallToolResult, ErrorData> {
+        if let Some(refused) = inapplicable_arguments(&args) {
+            return Ok(refused);
+        }
         let result = match args.action {
             SessionAction::List => result_of(self.call(ClientRequest::Catalog).await),
             SessionAction::Status => match args.session_id.as_deref() {

@@ -92,8 +92,19 @@ fn mcp_session_actions_and_bad_arguments() {
 
         let (error, key) = call(&client, "session", json!({"action": "input", "session_id": "zola", "special_key": "hyper-f13"})).await;
         assert!(error && key["error"] == "bad_request", "{key}");
-        let (error, nobody) = call(&client, "session", json!({"action": "status", "session_id": "nobody"})).await;
-        assert!(error && nobody["error"] == "agent_unknown", "{nobody}");
+        // An unknown agent is the CLI's exit 6 for every action (status and input said 2).
+        for action in ["status", "output", "input"] {
+            let (error, nobody, exit_code) = call_with_exit(&client, "session", json!({"action": action, "session_id": "nobody", "input": "x"}).as_object().map(|o| {
+                let mut o = o.clone();
+                if action != "input" {
+                    o.remove("input");
+                }
+                serde_json::Value::Object(o)
+            }).unwrap()).await;
+            // (`output` answers its page's own shape: `reason`.)
+            let said = nobody["error"] == "agent_unknown" || nobody["reason"] == "agent_unknown";
+            assert!(error && said && exit_code == Some(6), "{action}: {nobody} {exit_code:?}");
+        }
         let (error, missing) = call(&client, "session", json!({"action": "input"})).await;
         assert!(error && missing["error"] == "bad_request", "{missing}");
         // Arguments that do not fit the tool's schema are a structured usage error, exit 2,
@@ -106,6 +117,11 @@ fn mcp_session_actions_and_bad_arguments() {
             // MCP-3: the tools that take no argument refuse one too (they ignored it).
             ("agent_catalog", json!({"x": 1})),
             ("agent_capabilities", json!({"x": [1]})),
+            // MCP-3: so does an action given an argument it does not take (a `submit` with
+            // `after` wrote its input; a `list` with `input` listed).
+            ("session", json!({"action": "submit", "session_id": "zola", "input": "must not be sent", "after": "x"})),
+            ("session", json!({"action": "list", "input": "must not be sent"})),
+            ("session", json!({"action": "input", "session_id": "zola", "input": "must not be sent", "timeout_ms": 500})),
         ];
         for (tool, arguments) in misfits {
             let (error, answer, exit_code) = call_with_exit(&client, tool, arguments.clone()).await;
