@@ -506,7 +506,7 @@ pub fn run(paths: DataPaths) -> i32 {
     runtime.block_on(async move {
         let (stdin, stdout) = rmcp::transport::stdio();
         let tripped = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let transport = (BoundedLines { inner: stdin, run: 0, max: MAX_MESSAGE_LINE, tripped: tripped.clone() }, stdout);
+        let transport = (BoundedLines::new(stdin, MAX_MESSAGE_LINE, tripped.clone()), stdout);
         // MCP-1: rmcp takes the read error for the end of its input and `waiting` answers Ok;
         // the bound's own record says the server stopped because of it (it exited 0, silent).
         let tripped = move || tripped.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -537,36 +537,161 @@ pub fn run(paths: DataPaths) -> i32 {
 /// escaped as `\uXXXX`, is well under it).
 pub const MAX_MESSAGE_LINE: usize = 4 * 1024 * 1024;
 
-/// Standard input that fails once a line runs past `max` bytes without its newline: the SDK's
+/// Standard input handed to the SDK one whole line at a time, each screened first
+/// ([`screen_line`]), failing once a line runs past `max` bytes without its newline: the SDK's
 /// line reader buffers a line whole, so a client sending 150 MB without a newline grew the
-/// server to match (a review found it). The server then ends, saying why.
+/// server to match (a review found it). The server then ends, saying why, after the lines
+/// that came whole before it (they were dropped with the chunk that tripped the bound).
 struct BoundedLines<R> {
     inner: R,
-    /// Bytes since the last newline.
-    run: usize,
+    /// The line being read, without its newline.
+    line: Vec<u8>,
+    /// Screened lines for the SDK.
+    ready: std::collections::VecDeque<u8>,
     max: usize,
+    /// The input ended (what is left of a last line without its newline goes on as it is).
+    ended: bool,
     /// Why the bound ended the input, once it did.
     tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
+impl<R> BoundedLines<R> {
+    fn new(inner: R, max: usize, tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>) -> BoundedLines<R> {
+        BoundedLines { inner, line: Vec::new(), ready: Default::default(), max, ended: false, tripped }
+    }
+
+    /// Takes what was read: whole lines go to `ready`, screened; false once the bound tripped.
+    fn take(&mut self, read: &[u8]) -> bool {
+        for byte in read {
+            if *byte != b'\n' {
+                self.line.push(*byte);
+                if self.line.len() > self.max {
+                    let message = format!("a message line runs past {} bytes without its end; closing", self.max);
+                    *self.tripped.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
+                    return false;
+                }
+                continue;
+            }
+            let line = std::mem::take(&mut self.line);
+            if let Some(screened) = screen_line(&line) {
+                self.ready.extend(screened);
+                self.ready.push_back(b'\n');
+            }
+        }
+        true
+    }
+}
+
 impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
     fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let std::task::Poll::Ready(Ok(())) = &polled {
-            let mut run = self.run;
-            for byte in &buf.filled()[before..] {
-                run = if *byte == b'\n' { 0 } else { run + 1 };
-                if run > self.max {
-                    buf.set_filled(before); // an error leaves the buffer as it was
-                    let message = format!("a message line runs past {} bytes without its end; closing", self.max);
-                    *self.tripped.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
-                    return std::task::Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message)));
+        use std::task::Poll;
+        loop {
+            if !self.ready.is_empty() {
+                let n = buf.remaining().min(self.ready.len());
+                let chunk: Vec<u8> = self.ready.drain(..n).collect();
+                buf.put_slice(&chunk);
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(message) = self.tripped.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message)));
+            }
+            if self.ended {
+                let rest = std::mem::take(&mut self.line);
+                if rest.is_empty() {
+                    return Poll::Ready(Ok(())); // the end of the input
+                }
+                self.ready.extend(rest);
+                continue;
+            }
+            let mut bytes = [0u8; 8192];
+            let mut read = tokio::io::ReadBuf::new(&mut bytes);
+            match std::pin::Pin::new(&mut self.inner).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Ready(Ok(())) if read.filled().is_empty() => self.ended = true,
+                Poll::Ready(Ok(())) => {
+                    let filled = read.filled().to_vec();
+                    let _ = self.take(&filled); // a trip is said once `ready` is handed on
                 }
             }
-            self.run = run;
         }
-        polled
+    }
+}
+
+/// MCP-6: what one message line becomes before the SDK reads it. A line with a key twice in
+/// one object (`{"action": "list", "action": "submit"}`) is refused: serde keeps the last
+/// one, so a gateway or approval layer that reads the first showed a read-only call that
+/// wrote (a review). A request is turned into a call of the method
+/// [`DUPLICATE_KEY_METHOD`], which no one serves, so the SDK answers its id "method not found"
+/// and nothing runs; a notification is dropped. Everything else passes as it is (the SDK
+/// answers what does not parse).
+pub fn screen_line(line: &[u8]) -> Option<Vec<u8>> {
+    let Err(error) = serde_json::from_slice::<NoDuplicateKeys>(line) else { return Some(line.to_vec()) };
+    if !error.to_string().contains(DUPLICATE_KEY_MARK) {
+        return Some(line.to_vec());
+    }
+    // A key twice before the line breaks off: the SDK answers what does not parse.
+    let Ok(message) = serde_json::from_slice::<Value>(line) else { return Some(line.to_vec()) };
+    let id = message.get("id").filter(|id| id.is_string() || id.is_number()).cloned()?;
+    Some(json!({"jsonrpc": "2.0", "id": id, "method": DUPLICATE_KEY_METHOD, "params": {}}).to_string().into_bytes())
+}
+
+/// MCP-6: the method a request with a duplicate key is turned into (the SDK's "method not
+/// found" names it, so the client reads why).
+pub const DUPLICATE_KEY_METHOD: &str = "wakterm/refused: a JSON object of this request has a key twice; nothing was done";
+const DUPLICATE_KEY_MARK: &str = "wakterm duplicate key";
+
+/// Any JSON value; fails on an object with a key twice (at any depth).
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NoDuplicateKeysVisitor)
+    }
+}
+
+struct NoDuplicateKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_unit<E>(self) -> Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NoDuplicateKeys, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NoDuplicateKeys, A::Error> {
+        let mut keys = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !keys.insert(key) {
+                return Err(serde::de::Error::custom(DUPLICATE_KEY_MARK));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(NoDuplicateKeys)
     }
 }
 
@@ -575,6 +700,53 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
+    /// MCP-6: a message with a key twice in one object (at any depth) never reaches a tool:
+    /// a request becomes a call of a method nobody serves (the SDK answers its id "method not
+    /// found", naming why), a notification is dropped; anything else passes as it is.
+    #[test]
+    fn mcp_6_a_message_with_a_duplicate_key_is_refused() {
+        let plain = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"session","arguments":{"action":"list"}}}"#;
+        assert_eq!(screen_line(plain).as_deref(), Some(&plain[..]));
+        let nested = br#"{"jsonrpc":"2.0","id":"c4","method":"tools/call","params":{"name":"session","arguments":{"action":"list","action":"submit","input":"x"}}}"#;
+        let refused: Value = serde_json::from_slice(&screen_line(nested).expect("a request is answered")).unwrap();
+        assert_eq!(refused, json!({"jsonrpc": "2.0", "id": "c4", "method": DUPLICATE_KEY_METHOD, "params": {}}));
+        let escaped = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"session","arguments":{"action":"list","\u0061ction":"submit"}}}"#;
+        assert_eq!(serde_json::from_slice::<Value>(&screen_line(escaped).unwrap()).unwrap()["method"], DUPLICATE_KEY_METHOD, "an escaped spelling is the same key");
+        let top = br#"{"jsonrpc":"2.0","id":6,"id":7,"method":"ping"}"#;
+        assert_eq!(serde_json::from_slice::<Value>(&screen_line(top).unwrap()).unwrap()["method"], DUPLICATE_KEY_METHOD);
+        assert_eq!(screen_line(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"requestId":2}}"#), None, "a notification is dropped");
+        for passed in [&b"not json"[..], br#"{"a":1,"b":[{"a":1},{"a":2}]}"#, b"[1,2]"] {
+            assert_eq!(screen_line(passed).as_deref(), Some(passed), "{}", String::from_utf8_lossy(passed));
+        }
+    }
+
+    /// MCP-1, MCP-6: lines split across reads are screened whole; the lines that came before a
+    /// line past the bound are handed on before the read fails.
+    #[test]
+    fn bounded_lines_screen_whole_lines_and_keep_those_before_a_trip() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let (client, server) = tokio::io::duplex(4);
+            let writer = tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut client = client;
+                client.write_all(b"{\"id\":1,\"id\":2,\"method\":\"m\"}\n{\"ok\":1}\nrest").await.unwrap();
+            });
+            let mut read = Vec::new();
+            BoundedLines::new(server, 100, Default::default()).read_to_end(&mut read).await.unwrap();
+            writer.await.unwrap();
+            let text = String::from_utf8(read).unwrap();
+            let lines: Vec<&str> = text.split('\n').collect();
+            assert_eq!(lines.len(), 3, "{text}");
+            assert!(lines[0].contains("wakterm/refused"), "{text}");
+            assert_eq!(&lines[1..], ["{\"ok\":1}", "rest"]);
+            let mut read = Vec::new();
+            let error = BoundedLines::new(&b"12345\n1234\n123456789"[..], 5, Default::default()).read_to_end(&mut read).await.unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+            assert_eq!(read, b"12345\n1234\n", "the whole lines before the trip were handed on");
+        });
+    }
+
     /// MCP-1: lines up to the bound pass whole; one past it fails the read.
     #[test]
     fn mcp_1_a_message_line_past_the_bound_fails_the_read() {
@@ -582,11 +754,11 @@ mod tests {
         runtime.block_on(async {
             let input: &[u8] = b"12345\n1234\n123456\n";
             let mut read = Vec::new();
-            let mut bounded = BoundedLines { inner: input, run: 0, max: 5, tripped: Default::default() };
+            let mut bounded = BoundedLines::new(input, 5, Default::default());
             let error = bounded.read_to_end(&mut read).await.unwrap_err();
             assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
             assert!(bounded.tripped.lock().unwrap().as_deref().is_some_and(|m| m.contains("past 5 bytes")), "the reason is kept");
-            let mut fine = BoundedLines { inner: &b"12345\n12345\n"[..], run: 0, max: 5, tripped: Default::default() };
+            let mut fine = BoundedLines::new(&b"12345\n12345\n"[..], 5, Default::default());
             let mut read = Vec::new();
             fine.read_to_end(&mut read).await.unwrap();
             assert_eq!(read, b"12345\n12345\n");

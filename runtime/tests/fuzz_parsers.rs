@@ -1,7 +1,8 @@
 //! Fuzz targets (issue 8) for the parsers that read untrusted bytes, as bounded proptest runs
 //! over the seed corpus in `fuzz/corpus/<target>/` (see `fuzz_support`): the control-socket
 //! request line, the Codex rollout line, the rollout tail and the observer over it, the
-//! `agent output` cursor, the prompt validator, and the app-server line and stream. The holder protocol's target is in
+//! `agent output` cursor, the prompt validator, the app-server line and stream, and the MCP
+//! server's message line. The holder protocol's target is in
 //! `holder::protocol`'s unit tests (its line reader is crate-private). Each target replays its
 //! corpus, then runs arbitrary and mutated inputs, and checks that the parser never panics,
 //! stays within its bounds, and keeps its contract.
@@ -100,6 +101,30 @@ fn check_app_server_line(bytes: &[u8]) {
             assert_eq!(session.0, thread);
         }
     }
+}
+
+/// MCP-6: a message line `wakterm mcp` reads passes as it is, is dropped (a notification) or
+/// becomes the refusal call, and only when it is a JSON object with a key twice.
+fn check_mcp_line(bytes: &[u8]) {
+    use wakterm_runtime::mcp::{screen_line, DUPLICATE_KEY_METHOD};
+    match timed(|| screen_line(bytes)) {
+        Some(out) if out == bytes => {}
+        screened => {
+            let parsed: Value = serde_json::from_slice(bytes).expect("only a line that parses is screened");
+            assert!(parsed.is_object(), "{parsed}");
+            if let Some(out) = screened {
+                let refusal: Value = serde_json::from_slice(&out).expect("the refusal is JSON");
+                assert_eq!(refusal["method"], DUPLICATE_KEY_METHOD);
+                assert_eq!(refusal["id"], parsed["id"], "answered under the request's own id");
+            }
+        }
+    }
+}
+
+#[test]
+fn fuzz_mcp_line() {
+    replay("mcp_line", check_mcp_line);
+    proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_line(&bytes));
 }
 
 #[test]

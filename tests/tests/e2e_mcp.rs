@@ -377,3 +377,36 @@ fn mcp_5_request_wait_ends_on_cancel_and_within_its_bound() {
     drop(stdin);
     let _ = server.wait();
 }
+
+/// MCP-6: a call with a key twice in one object (`"action": "list", "action": "submit"`) runs
+/// nothing: serde kept the last one, so a gateway that read the first saw a read-only call that
+/// submitted (a review). The client gets an error for its id that says why.
+#[test]
+fn mcp_6_a_call_with_a_duplicate_key_runs_nothing() {
+    use std::io::{BufRead, Write};
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let mut server = w.cmd(&["mcp"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("spawn mcp");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(server.stdout.take().expect("stdout"));
+    let mut next = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("a line");
+        serde_json::from_str::<serde_json::Value>(&line).expect("JSON")
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    writeln!(stdin, "{initialize}").expect("initialize");
+    assert_eq!(next()["id"], 1);
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("initialized");
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"session","arguments":{{"action":"list","action":"submit","session_id":"zola","input":"must not be sent"}}}}}}"#).expect("call");
+    let answer = next();
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("has a key twice") || answer["error"].to_string().contains("has a key twice"), "the error says why: {answer}");
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "session", "arguments": {"action": "list"}}})).expect("call");
+    assert_eq!(next()["result"]["structuredContent"]["agents"][0]["name"], "zola", "the server goes on");
+    drop(stdin);
+    let _ = server.wait();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(w.user_prompts().len(), 1, "only the baseline turn: {:?}", w.user_prompts());
+}
