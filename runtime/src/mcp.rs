@@ -158,7 +158,8 @@ fn inapplicable_arguments(args: &SessionArgs) -> Option<CallToolResult> {
     };
     let extra: Vec<&str> = given.iter().filter(|(name, set)| *set && !takes.contains(name)).map(|(name, _)| *name).collect();
     (!extra.is_empty()).then(|| {
-        let message = format!("action={action} does not take {}; it takes {}: nothing was done", extra.join(", "), if takes.is_empty() { "no other argument".to_string() } else { takes.join(", ") });
+        let why = if action == "submit" && extra.contains(&"special_key") { " (a submit types input, then Enter, itself)" } else { "" };
+        let message = format!("action={action} does not take {}{why}; it takes {}: nothing was done", extra.join(", "), if takes.is_empty() { "no other argument".to_string() } else { takes.join(", ") });
         usage("invalid_arguments", message)
     })
 }
@@ -349,9 +350,6 @@ impl WaktermMcp {
     async fn session_submit(&self, args: &SessionArgs) -> CallToolResult {
         let Some(target) = args.session_id.clone() else { return usage("bad_request", "action=submit needs session_id") };
         let Some(text) = args.input.clone() else { return usage("bad_request", "action=submit needs input (the command to submit)") };
-        if args.special_key.is_some() {
-            return usage("bad_request", "action=submit takes no special_key: it types input, then Enter, itself");
-        }
         let request = crate::protocol::SubmitRequest { target, exact_agent_id: false, text, timeout_ms: args.timeout_ms };
         let paths = self.paths.clone();
         let reply = match tokio::task::spawn_blocking(move || client::call_submit(&paths, &request)).await {

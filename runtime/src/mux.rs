@@ -95,8 +95,15 @@ pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::
         // that finds a daemon running: this call's settings were not applied.
         StartWait::Answered(status) => already_running(paths, &status, " (started meanwhile by another `mux start`)"),
         StartWait::Exited(code) => {
-            let reason = exit_reason(&log_since(&log_file, log_before));
-            Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {reason}"))
+            let logged = log_since(&log_file, log_before);
+            let reason = exit_reason(&logged);
+            let mut reply = Reply::error(exit::ERROR, "daemon_failed", format!("the daemon exited with {code}: {reason}"));
+            // The daemon's own error object, as a field a script can read (it was only escaped
+            // text inside the message: a review).
+            if let Some(cause) = logged_error(&logged) {
+                reply.body["cause"] = cause;
+            }
+            reply
         }
         StartWait::TimedOut => Reply::error(exit::ERROR, "start_timeout", format!("the daemon did not answer within {START_DEADLINE:?}")),
         StartWait::StillMigrating => {
@@ -215,6 +222,11 @@ fn exit_reason(logged: &str) -> String {
     }
 }
 
+/// The last `wakterm.error.v1` object the daemon wrote to its log (its reason for exiting).
+fn logged_error(logged: &str) -> Option<serde_json::Value> {
+    logged.lines().rev().filter_map(|line| serde_json::from_str::<serde_json::Value>(line.trim()).ok()).find(|value| value["schema"] == "wakterm.error.v1")
+}
+
 /// True when the last daemon start in `log` began a database migration that has not ended.
 pub fn still_migrating(log: &str) -> bool {
     let this_start = log.rsplit(crate::logging::STARTING_LOG).next().unwrap_or(log);
@@ -306,6 +318,10 @@ mod tests {
         std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"starting\nwakterm.db belongs to uid 65534\n").unwrap();
         assert_eq!(exit_reason(&log_since(&log, before)), "starting | wakterm.db belongs to uid 65534");
         assert_eq!(exit_reason(&log_since(&log, std::fs::metadata(&log).unwrap().len())), "it wrote no reason to its log");
+        // The daemon's own error object is kept as a field (`cause`), the last one logged.
+        let logged = "starting\n{\"schema\":\"wakterm.error.v1\",\"error\":\"schema_too_new\",\"message\":\"m\"}\nexiting\n";
+        assert_eq!(super::logged_error(logged).expect("the object")["error"], "schema_too_new");
+        assert_eq!(super::logged_error("starting\n{\"x\":1}\n"), None);
         // Rotated by the start (the log was at its bound): the new file is all this start's.
         std::fs::write(&log, "cannot open the database\n").unwrap();
         assert_eq!(exit_reason(&log_since(&log, before)), "cannot open the database");

@@ -386,14 +386,15 @@ fn sub_3_bad_arguments_and_unknown_agents_change_nothing() {
     let screen_before = pane.screen();
     runtime().block_on(async {
         let client = connect(&w).await;
-        for (args, what) in [
-            (json!({"action": "submit", "input": "no target"}), "session_id"),
-            (json!({"action": "submit", "session_id": "zola"}), "input"),
-            (json!({"action": "submit", "session_id": "zola", "input": "x", "special_key": "enter"}), "special_key"),
+        for (args, what, code) in [
+            (json!({"action": "submit", "input": "no target"}), "session_id", "bad_request"),
+            (json!({"action": "submit", "session_id": "zola"}), "input", "bad_request"),
+            // MCP-3: an argument the action does not take.
+            (json!({"action": "submit", "session_id": "zola", "input": "x", "special_key": "enter"}), "Enter, itself", "invalid_arguments"),
         ] {
             let (error, body) = call(&client, "session", args).await;
             assert!(error, "{body}");
-            assert_eq!(body["error"], "bad_request", "{body}");
+            assert_eq!(body["error"], code, "{body}");
             assert!(s(&body["message"]).contains(what), "{body}");
         }
 
