@@ -148,15 +148,23 @@ pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
 }
 
 /// SUB-4: whether the composer, as the screen adapter reads it, shows the command left it:
-/// empty, or a question the command opened. A composer the adapter cannot classify proves
-/// nothing: a hostile review stalled the TUI while a 30-line command arrived, its Enter was
-/// lost, and the late redraw of the pasted text (a composer the adapter read as `unknown`)
-/// was acknowledged.
+/// empty, nothing else. A composer the adapter cannot classify proves nothing: a hostile
+/// review stalled the TUI while a 30-line command arrived, its Enter was lost, and the late
+/// redraw of the pasted text (read as `unknown`) was acknowledged. Nor does a `question`: the
+/// adapter reads a draft as one when its first line looks like a numbered option (`1. fix the
+/// bug`) or a later line holds a `(y/n)` marker, and such lost Enters were acknowledged too (a
+/// second review). A command that opens a dialog is then unacknowledged: conservative.
 fn composer_left(composer: Composer) -> bool {
     match composer {
-        Composer::Empty | Composer::Question => true,
-        Composer::Draft | Composer::Unknown => false,
+        Composer::Empty => true,
+        Composer::Draft | Composer::Unknown | Composer::Question => false,
     }
+}
+
+/// SUB-4: the terminal moved after the Enter (new output, another screen), but the composer
+/// does not read empty: movement that proves nothing.
+fn moved_but_not_left(boundary: &EnterBoundary, sample: &PaneSample) -> bool {
+    sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest && !composer_left(sample.composer)
 }
 
 /// The receipt's one-word summary.
@@ -561,6 +569,11 @@ fn ending_for_sample(boundary: &EnterBoundary, sample: &PaneSample) -> Ending {
                 composer: Some(sample.composer),
             };
         }
+        // The receipt said "did not move" of a terminal that did (a review).
+        Judgement::Pending if moved_but_not_left(boundary, sample) => (
+            "composer_not_left",
+            "the terminal moved after the Enter, but the composer does not read empty (it holds text, a question, or cannot be read): the command may still be in it",
+        ),
         Judgement::Pending => ("no_post_enter_movement", "the terminal did not move after the Enter before the deadline"),
         Judgement::Exited => ("session_exited", "the agent's process ended or was replaced during the wait"),
         Judgement::Superseded => ("superseded", "another write reached the pane after the Enter; movement cannot be attributed"),

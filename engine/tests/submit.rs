@@ -87,7 +87,8 @@ fn sub_4_judge_needs_new_output_and_a_changed_screen() {
     // A composer the screen adapter cannot read proves nothing either: a 30-line command whose
     // Enter a stalled TUI lost was redrawn late as such a composer and acknowledged (a review).
     assert_eq!(judge(&b, &PaneSample { composer: Composer::Unknown, ..moved() }), Judgement::Pending, "no evidence the composer was left");
-    assert_eq!(judge(&b, &PaneSample { composer: Composer::Question, ..moved() }), Judgement::Acknowledged, "a question the command opened");
+    // Nor does a question: a draft whose first line reads `1. ...` or holds `(y/n)` reads as one.
+    assert_eq!(judge(&b, &PaneSample { composer: Composer::Question, ..moved() }), Judgement::Pending, "a draft the adapter reads as a question");
     assert_eq!(judge(&b, &PaneSample { alive: false, ..moved() }), Judgement::Exited);
     assert_eq!(judge(&b, &PaneSample { generation: 1, ..moved() }), Judgement::Exited);
     // A holder started later at the same socket counts from 0 again: its generation and writes
@@ -120,6 +121,20 @@ fn sub_5_timeout_is_complete_unacknowledged_and_not_retry_safe() {
     assert_eq!(receipt.status, SubmitStatus::Unacknowledged);
     assert_eq!((receipt.write_state, receipt.acknowledged, receipt.retry_safe), (WriteState::Complete, false, false));
     assert_eq!(receipt.reason.as_deref(), Some("no_post_enter_movement"));
+}
+
+// SUB-4, SUB-5: a terminal that moved after the Enter while the composer did not read empty is
+// unacknowledged for that reason, not "did not move" (a review read a false statement there).
+#[test]
+fn sub_5_movement_with_the_composer_not_left_says_so() {
+    for composer in [Composer::Unknown, Composer::Question, Composer::Draft] {
+        let (mut rig, op) = watching("hi");
+        rig.answer_watch(Ok(PaneSample { composer, ..moved() }));
+        let receipt = rig.submit_receipt(op);
+        assert_eq!((receipt.status, receipt.retry_safe), (SubmitStatus::Unacknowledged, false), "{composer:?}");
+        assert_eq!(receipt.reason.as_deref(), Some("composer_not_left"), "{composer:?}");
+        assert_eq!(receipt.composer_state, Some(composer));
+    }
 }
 
 // SUB-4: a watch that never answers ends at the engine's own bound, never as evidence.

@@ -164,6 +164,12 @@ fn inapplicable_arguments(args: &SessionArgs) -> Option<CallToolResult> {
     })
 }
 
+/// MCP-5: the answer to a `request_wait` the client cancelled (`request`: the last look's
+/// answer, null when the cancel came during a look).
+fn cancelled_wait(request: Value) -> CallToolResult {
+    answer(0, json!({"terminal": false, "cancelled": true, "request": request, "message": "the client cancelled this wait; the request itself goes on"}))
+}
+
 /// The bytes a named key writes into a terminal.
 pub fn special_key_bytes(name: &str) -> Option<&'static [u8]> {
     Some(match name.to_ascii_lowercase().as_str() {
@@ -426,7 +432,12 @@ impl WaktermMcp {
             // MCP-5: each look waits for the daemon no longer than the wait has left (at least
             // a second): a frozen daemon made a 200 ms wait answer after 61 s (a review).
             let bound = deadline.saturating_duration_since(Instant::now()).max(WAIT_LOOK_MIN);
-            let reply = self.call_within(ClientRequest::RequestGet { request_id: args.request_id.clone(), evidence: false }, bound).await;
+            let look = self.call_within(ClientRequest::RequestGet { request_id: args.request_id.clone(), evidence: false }, bound);
+            // A cancel ends a look in flight too (a frozen daemon held one to the bound: a review).
+            let reply = tokio::select! {
+                reply = look => reply,
+                () = context.ct.cancelled() => return Ok(cancelled_wait(Value::Null)),
+            };
             if reply.exit_code != 0 {
                 return Ok(result_of(reply));
             }
@@ -444,15 +455,12 @@ impl WaktermMcp {
             // timeout); the answer, which the client may ignore, says so.
             tokio::select! {
                 () = tokio::time::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now()))) => {}
-                () = context.ct.cancelled() => {
-                    let body = json!({"terminal": false, "cancelled": true, "request": reply.body, "message": "the client cancelled this wait; the request itself goes on"});
-                    return Ok(answer(0, body));
-                }
+                () = context.ct.cancelled() => return Ok(cancelled_wait(reply.body)),
             }
         }
     }
 
-    #[tool(description = "Agent sessions. action=list: every agent; status: one agent's catalog entry; output: the experimental output page (after: the previous next_cursor); input: raw text and/or a special_key written into the agent's terminal, answering write completion only (no acknowledgement); submit: one command (a prompt or a slash command like /clear) into an idle agent's EMPTY composer, answered by one receipt: acknowledged only when the terminal moved after the Enter; rejected (nothing written, retry_safe: true) when the agent is busy, has a draft or a question; never retry a receipt with retry_safe: false. timeout_ms (250..10000, default 3000) bounds the acknowledgement wait. For the turn's final answer use agent_admit + request_wait.")]
+    #[tool(description = "Agent sessions. action=list: every agent; status: one agent's catalog entry; output: the experimental output page (after: the previous next_cursor); input: raw text and/or a special_key written into the agent's terminal, answering write completion only (no acknowledgement); submit: one command (a prompt or a slash command like /clear) into an idle agent's EMPTY composer, answered by one receipt: acknowledged only when the terminal moved after the Enter and the composer reads empty; rejected (nothing written, retry_safe: true) when the agent is busy, has a draft or a question; never retry a receipt with retry_safe: false. timeout_ms (250..10000, default 3000) bounds the acknowledgement wait. For the turn's final answer use agent_admit + request_wait.")]
     async fn session(&self, Parameters(args): Parameters<SessionArgs>) -> Result<CallToolResult, ErrorData> {
         if let Some(refused) = inapplicable_arguments(&args) {
             return Ok(refused);
@@ -598,7 +606,12 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
                 if rest.is_empty() {
                     return Poll::Ready(Ok(())); // the end of the input
                 }
-                self.ready.extend(rest);
+                // The SDK runs a last line without its newline too: screened like any other
+                // (it went on unscreened: a review).
+                match screen_line(&rest) {
+                    Some(screened) => self.ready.extend(screened),
+                    None => return Poll::Ready(Ok(())),
+                }
                 continue;
             }
             let mut bytes = [0u8; 8192];
@@ -624,14 +637,63 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
 /// and nothing runs; a notification is dropped. Everything else passes as it is (the SDK
 /// answers what does not parse).
 pub fn screen_line(line: &[u8]) -> Option<Vec<u8>> {
-    let Err(error) = serde_json::from_slice::<NoDuplicateKeys>(line) else { return Some(line.to_vec()) };
+    screen(line)
+}
+
+/// Whether a JSON value holds an object with a key twice, at any depth (false for what does
+/// not parse).
+pub fn has_duplicate_keys(body: &[u8]) -> bool {
+    serde_json::from_slice::<NoDuplicateKeys>(body).is_err_and(|error| error.to_string().contains(DUPLICATE_KEY_MARK))
+}
+
+fn screen(line: &[u8]) -> Option<Vec<u8>> {
+    // Read as the SDK reads it (rmcp 1.8 drops a leading UTF-8 BOM; serde takes the trailing
+    // CR as white space): a BOM before a line hid its duplicate keys from this check (a review).
+    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let Err(error) = serde_json::from_slice::<NoDuplicateKeys>(body) else { return Some(line.to_vec()) };
     if !error.to_string().contains(DUPLICATE_KEY_MARK) {
         return Some(line.to_vec());
     }
-    // A key twice before the line breaks off: the SDK answers what does not parse.
-    let Ok(message) = serde_json::from_slice::<Value>(line) else { return Some(line.to_vec()) };
+    // A key twice before the line breaks off: the SDK answers what does not parse; so it does
+    // a batch (an array), which it does not take.
+    let Ok(message) = serde_json::from_slice::<Value>(body) else { return Some(line.to_vec()) };
+    if !message.is_object() {
+        return Some(line.to_vec());
+    }
+    // A response (no method) is dropped, not answered: an error under its id would be taken as
+    // the answer to one of the client's own calls. So is a request whose id is given twice:
+    // whose call it is cannot be told.
+    if message.get("method").is_none() || top_level_keys(body).iter().filter(|key| *key == "id").count() > 1 {
+        return None;
+    }
     let id = message.get("id").filter(|id| id.is_string() || id.is_number()).cloned()?;
     Some(json!({"jsonrpc": "2.0", "id": id, "method": DUPLICATE_KEY_METHOD, "params": {}}).to_string().into_bytes())
+}
+
+/// The keys of a JSON object, in order, repeats included (empty for anything else).
+fn top_level_keys(body: &[u8]) -> Vec<String> {
+    struct Keys(Vec<String>);
+    impl<'de> serde::Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl<'de> serde::de::Visitor<'de> for Visitor {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        keys.push(key);
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            deserializer.deserialize_map(Visitor)
+        }
+    }
+    serde_json::from_slice::<Keys>(body).map(|keys| keys.0).unwrap_or_default()
 }
 
 /// MCP-6: the method a request with a duplicate key is turned into (the SDK's "method not
@@ -710,9 +772,19 @@ mod tests {
         assert_eq!(refused, json!({"jsonrpc": "2.0", "id": "c4", "method": DUPLICATE_KEY_METHOD, "params": {}}));
         let escaped = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"session","arguments":{"action":"list","\u0061ction":"submit"}}}"#;
         assert_eq!(serde_json::from_slice::<Value>(&screen_line(escaped).unwrap()).unwrap()["method"], DUPLICATE_KEY_METHOD, "an escaped spelling is the same key");
-        let top = br#"{"jsonrpc":"2.0","id":6,"id":7,"method":"ping"}"#;
-        assert_eq!(serde_json::from_slice::<Value>(&screen_line(top).unwrap()).unwrap()["method"], DUPLICATE_KEY_METHOD);
         assert_eq!(screen_line(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"requestId":2}}"#), None, "a notification is dropped");
+        // As the SDK reads the line: after a UTF-8 BOM (it drops one), with a CR before the newline.
+        let bom = [&b"\xEF\xBB\xBF"[..], nested].concat();
+        assert_eq!(serde_json::from_slice::<Value>(&screen_line(&bom).unwrap()).unwrap()["method"], DUPLICATE_KEY_METHOD, "a BOM hides nothing");
+        let cr = [&nested[..], b"\r"].concat();
+        assert_eq!(serde_json::from_slice::<Value>(&screen_line(&cr).unwrap()).unwrap()["method"], DUPLICATE_KEY_METHOD);
+        // A response is dropped (an error under its id would answer one of the client's calls),
+        // and so is a request whose id is given twice (whose call it is, nobody can tell).
+        assert_eq!(screen_line(br#"{"jsonrpc":"2.0","id":99,"result":{"a":1,"a":2}}"#), None);
+        assert_eq!(screen_line(br#"{"jsonrpc":"2.0","id":6,"id":7,"method":"ping"}"#), None);
+        // A batch passes: the SDK takes none (it answers a parse error).
+        let batch = br#"[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"a":1,"a":2}}]"#;
+        assert_eq!(screen_line(batch).as_deref(), Some(&batch[..]));
         for passed in [&b"not json"[..], br#"{"a":1,"b":[{"a":1},{"a":2}]}"#, b"[1,2]"] {
             assert_eq!(screen_line(passed).as_deref(), Some(passed), "{}", String::from_utf8_lossy(passed));
         }
@@ -728,16 +800,17 @@ mod tests {
             let writer = tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
                 let mut client = client;
-                client.write_all(b"{\"id\":1,\"id\":2,\"method\":\"m\"}\n{\"ok\":1}\nrest").await.unwrap();
+                client.write_all(b"{\"id\":1,\"method\":\"m\",\"m\":1,\"m\":2}\n{\"ok\":1}\nrest\n{\"id\":3,\"method\":\"m\",\"p\":{\"a\":1,\"a\":2}}").await.unwrap();
             });
             let mut read = Vec::new();
             BoundedLines::new(server, 100, Default::default()).read_to_end(&mut read).await.unwrap();
             writer.await.unwrap();
             let text = String::from_utf8(read).unwrap();
             let lines: Vec<&str> = text.split('\n').collect();
-            assert_eq!(lines.len(), 3, "{text}");
+            assert_eq!(lines.len(), 4, "{text}");
             assert!(lines[0].contains("wakterm/refused"), "{text}");
-            assert_eq!(&lines[1..], ["{\"ok\":1}", "rest"]);
+            assert_eq!(&lines[1..3], ["{\"ok\":1}", "rest"]);
+            assert!(lines[3].contains("wakterm/refused") && lines[3].contains("\"id\":3"), "a last line without its newline is screened too: {text}");
             let mut read = Vec::new();
             let error = BoundedLines::new(&b"12345\n1234\n123456789"[..], 5, Default::default()).read_to_end(&mut read).await.unwrap_err();
             assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);

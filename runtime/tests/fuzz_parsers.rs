@@ -103,14 +103,20 @@ fn check_app_server_line(bytes: &[u8]) {
     }
 }
 
-/// MCP-6: a message line `wakterm mcp` reads passes as it is, is dropped (a notification) or
-/// becomes the refusal call, and only when it is a JSON object with a key twice.
+/// MCP-6: a message line `wakterm mcp` reads passes as it is, is dropped or becomes the refusal
+/// call, and only when it is a JSON object with a key twice; and what passes as it is holds no
+/// object with a key twice as the SDK reads the line (rmcp 1.8 drops a leading UTF-8 BOM: a
+/// BOM hid the keys from the first version of the screen, a review).
 fn check_mcp_line(bytes: &[u8]) {
-    use wakterm_runtime::mcp::{screen_line, DUPLICATE_KEY_METHOD};
+    use wakterm_runtime::mcp::{has_duplicate_keys, screen_line, DUPLICATE_KEY_METHOD};
+    let sdk_view = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     match timed(|| screen_line(bytes)) {
-        Some(out) if out == bytes => {}
+        Some(out) if out == bytes => {
+            let object = serde_json::from_slice::<Value>(sdk_view).is_ok_and(|v| v.is_object());
+            assert!(!(object && has_duplicate_keys(sdk_view)), "passed with a key twice: {}", String::from_utf8_lossy(bytes));
+        }
         screened => {
-            let parsed: Value = serde_json::from_slice(bytes).expect("only a line that parses is screened");
+            let parsed: Value = serde_json::from_slice(sdk_view).expect("only a line that parses is screened");
             assert!(parsed.is_object(), "{parsed}");
             if let Some(out) = screened {
                 let refusal: Value = serde_json::from_slice(&out).expect("the refusal is JSON");

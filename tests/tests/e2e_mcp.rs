@@ -370,10 +370,19 @@ fn mcp_5_request_wait_ends_on_cancel_and_within_its_bound() {
     writeln!(stdin, "{}", wait(3, 200)).expect("request_wait");
     let answer = answers.recv_timeout(Duration::from_secs(90)).expect("an answer");
     let took = started.elapsed();
+    // A cancel ends a look the frozen daemon holds, too (it waited for the look's bound).
+    let started = Instant::now();
+    writeln!(stdin, "{}", wait(4, 20_000)).expect("request_wait");
+    std::thread::sleep(Duration::from_millis(300));
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}})).expect("cancel");
+    let cancelled = answers.recv_timeout(Duration::from_secs(60)).expect("an answer");
+    let cancel_took = started.elapsed();
     // SAFETY: as above.
     unsafe { libc::kill(daemon as i32, libc::SIGCONT) };
     assert!(took < Duration::from_secs(5), "a 200 ms wait answered after {took:?}: {answer}");
     assert_eq!(answer["result"]["structuredContent"]["error"], "daemon_unresponsive", "{answer}");
+    assert!(cancel_took < Duration::from_secs(3), "the cancel ended the look in flight: {cancel_took:?}: {cancelled}");
+    assert_eq!(cancelled["result"]["structuredContent"]["cancelled"], true, "{cancelled}");
     drop(stdin);
     let _ = server.wait();
 }
@@ -403,6 +412,11 @@ fn mcp_6_a_call_with_a_duplicate_key_runs_nothing() {
     let answer = next();
     assert_eq!(answer["id"], 2, "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("has a key twice") || answer["error"].to_string().contains("has a key twice"), "the error says why: {answer}");
+    // After a UTF-8 BOM, which the SDK drops before it parses (it hid the keys: a review).
+    stdin.write_all(b"\xEF\xBB\xBF").expect("BOM");
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"session","arguments":{{"action":"list","action":"input","session_id":"zola","input":"must not be typed"}}}}}}"#).expect("call");
+    let answer = next();
+    assert!(answer["id"] == 4 && answer["error"].to_string().contains("has a key twice"), "{answer}");
     writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "session", "arguments": {"action": "list"}}})).expect("call");
     assert_eq!(next()["result"]["structuredContent"]["agents"][0]["name"], "zola", "the server goes on");
     drop(stdin);
