@@ -85,7 +85,7 @@ pub enum MuxCommand {
         #[arg(long)]
         all: bool,
     },
-    /// Prints the daemon's pid, data directory, version and agent count.
+    /// Prints the daemon's pid, data directory, version, agent count and event retention (bounds and stored bytes).
     Status,
 }
 
