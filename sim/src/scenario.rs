@@ -126,7 +126,15 @@ fn submit_text(n: u64) -> String {
         _ => {
             let words: Vec<&str> = (0..rng.gen_range(1..8)).map(|_| WORDS[rng.gen_range(0..WORDS.len())]).collect();
             let sep = if rng.gen_bool(0.1) { "\n" } else { " " };
-            format!("{}{}{sep}#s{n}{}", whitespace(), words.join(" "), whitespace())
+            // Every seventh reads like a numbered option or asks `(y/n)` on a second line (a
+            // screen adapter may read such a draft as a question, SUB-4); taken from `n`, so the
+            // draws of a seed are as before.
+            let (head, tail) = match n % 14 {
+                0 => ("1. ", ""),
+                7 => ("", "\nok (y/n)"),
+                _ => ("", ""),
+            };
+            format!("{}{head}{}{sep}#s{n}{tail}{}", whitespace(), words.join(" "), whitespace())
         }
     }
 }

@@ -1160,6 +1160,11 @@ impl World {
             Composer::Question
         } else if undrawn || shown.is_empty() {
             Composer::Empty
+        } else if self.plan.unclassified_composer && misread_as_question(shown) {
+            // `terminal.unclassified_composer`: the adapter reads a draft whose first line looks
+            // like a numbered option, or a later line holds `(y/n)`, as a question (SUB-4: such
+            // a lost Enter was acknowledged, a review).
+            Composer::Question
         } else if self.plan.unclassified_composer && shown.trim().contains('\n') {
             // `terminal.unclassified_composer`: text of several lines (a tall paste) hides
             // what the adapter reads the composer by. The mutant reads that as empty.
@@ -2225,4 +2230,14 @@ fn utf8_len(first: u8) -> usize {
         0xc0..=0xdf => 2,
         _ => 1,
     }
+}
+
+/// SUB-4, `terminal.unclassified_composer`: a draft Codex's screen adapter reads as a question
+/// (`runtime::screen::composer_state`): its first line looks like a numbered option (`1. fix`),
+/// or a later line holds a `(y/n)` marker.
+fn misread_as_question(draft: &str) -> bool {
+    let mut lines = draft.trim().lines();
+    let first = lines.next().unwrap_or_default().trim_start();
+    let numbered = first.split_once(". ").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+    numbered || lines.any(|line| line.contains("(y/n)"))
 }
