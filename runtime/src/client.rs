@@ -181,7 +181,7 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
     let reply = call(paths, &ClientRequest::Admit(admit.clone()));
     indeterminate_if_lost(reply, |why| {
         let message = format!(
-            "the daemon went away before answering ({why}); the prompt may have been written. Replay with request id {request_id} after the daemon restarts to learn the outcome; never retry under a new id"
+            "no answer came from the daemon ({why}); the prompt may have been written. Replay with request id {request_id} once the daemon answers again (restarted, or resumed if it was stopped) to learn the outcome; never retry under a new id"
         );
         serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "classification": "indeterminate", "write_state": "unknown", "retry_safe": false, "request_id": request_id, "message": message})
     })
@@ -284,7 +284,7 @@ pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -
     let reply = call(paths, &ClientRequest::Submit(submit.clone()));
     indeterminate_if_lost(reply, |why| {
         let message = format!(
-            "the daemon went away before answering ({why}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again"
+            "no answer came from the daemon ({why}); the command may have been written. There is no submission record to replay (SUB-6): look at the agent before submitting again"
         );
         serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "write_state": "unknown", "acknowledged": false, "retry_safe": false, "message": message})
     })
