@@ -126,13 +126,32 @@ pub fn turn_start_id(request_id: &str, write_nonce: u64) -> String {
     format!("wakterm-{request_id}-{write_nonce:016x}")
 }
 
+/// MGD-6: what every line the daemon writes to an app-server starts with, a `#` and a newline.
+/// A fragment an earlier short write left in the app-server's stdin (a failed admission's, an
+/// observer answer's) ends there as a line of its own that is not JSON, which Codex ignores,
+/// instead of spoiling the line after it. The `#` keeps that fragment from ever being served: a
+/// short write that lacked only its last newline left a whole request, which a bare newline
+/// completed, so a failed admission's prompt reached the thread just ahead of a later one, both
+/// racing into one turn (exploration seed 16413642; there the completing line was the
+/// observer's re-proof). `{...}#` is not JSON (the real 0.169 logs "trailing characters" and
+/// serves nothing; a lone `#` line it ignores too, and it serves the line after:
+/// `fixtures/codex-0.169/app-server/spoiled-fragment.jsonl`).
+pub const LINE_LEAD: &[u8] = b"#\n";
+
+/// MGD-6: `line` (one JSON object and its newline) as the daemon writes it, after `LINE_LEAD`.
+pub fn on_its_own_line(line: &[u8]) -> Vec<u8> {
+    assert!(line.starts_with(b"{") && line.ends_with(b"}\n"), "one JSON object and its newline");
+    assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1, "one line: serde_json escapes newlines");
+    let mut bytes = Vec::with_capacity(LINE_LEAD.len() + line.len());
+    bytes.extend_from_slice(LINE_LEAD);
+    bytes.extend_from_slice(line);
+    bytes
+}
+
 /// MGD-3 / ADM-8 for a managed session: the ONE write is the JSON-RPC `turn/start` request
 /// line (Codex 0.169's shape: no `jsonrpc` field), carrying the prompt as the turn's only
-/// input, under `id` (`turn_start_id`). Like every line
-/// the daemon writes to an app-server (MGD-6), it starts with a newline: a fragment an earlier
-/// short write left in the app-server's stdin (a failed admission's, an observer answer's) then
-/// ends as a line of its own, which Codex ignores, instead of spoiling this request (the real
-/// 0.169 serves a request after a newline: `fixtures/codex-0.169/app-server/odd-lines.jsonl`).
+/// input, under `id` (`turn_start_id`), after `LINE_LEAD` like every line the daemon writes to
+/// an app-server (MGD-6).
 pub fn managed_turn_start(thread_id: &str, id: &str, prompt: &str) -> Vec<u8> {
     assert!(validate_prompt(prompt).is_ok(), "managed_turn_start needs a validated prompt");
     assert!(id.starts_with("wakterm-"), "a turn/start id names wakterm: {id}");
@@ -141,14 +160,9 @@ pub fn managed_turn_start(thread_id: &str, id: &str, prompt: &str) -> Vec<u8> {
         "method": "turn/start",
         "params": {"threadId": thread_id, "input": [{"type": "text", "text": prompt}]},
     });
-    let line = serde_json::to_vec(&request).expect("JSON values serialise");
-    assert!(!line.contains(&b'\n'), "one line: serde_json escapes newlines");
-    let mut bytes = Vec::with_capacity(line.len() + 2);
-    bytes.push(b'\n');
-    bytes.extend_from_slice(&line);
-    bytes.push(b'\n');
-    assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"));
-    bytes
+    let mut line = serde_json::to_vec(&request).expect("JSON values serialise");
+    line.push(b'\n');
+    on_its_own_line(&line)
 }
 
 #[cfg(test)]
@@ -205,6 +219,29 @@ mod tests {
                 prop_assert!(!inner.contains(&0x1b));
                 prop_assert!(!inner.contains(&b'\r'));
             }
+        }
+
+        /// MGD-6: whatever a short write of one line left in the app-server's stdin (any
+        /// number of its bytes), the daemon's next line ends it as a line that is not JSON and
+        /// is itself read whole: of the stdin's lines as the app-server splits them, only the
+        /// next request parses, once. With a bare newline as the lead, a cut that lacked only
+        /// the last newline was served as the earlier request (exploration seed 16413642).
+        #[test]
+        fn mgd_6_a_fragment_is_never_served_and_never_spoils_the_next_line(
+            prompt in "[a-z \n\"\\\\é]{1,24}", cut_from_end in 1usize..12, keep in proptest::bool::ANY,
+        ) {
+            prop_assume!(validate_prompt(&prompt).is_ok());
+            let earlier = managed_turn_start("thread-a", &turn_start_id("r-earlier", 1), &prompt);
+            let cut = if keep { earlier.len() - 1 } else { earlier.len().saturating_sub(cut_from_end) };
+            let next = managed_turn_start("thread-a", &turn_start_id("r-next", 2), "the next prompt");
+            let mut stdin = earlier[..cut].to_vec();
+            stdin.extend_from_slice(&next);
+            let requests: Vec<serde_json::Value> = stdin
+                .split(|b| *b == b'\n')
+                .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
+                .collect();
+            prop_assert_eq!(requests.len(), 1, "{:?}", String::from_utf8_lossy(&stdin));
+            prop_assert_eq!(&requests[0]["id"], &serde_json::json!(turn_start_id("r-next", 2)));
         }
     }
 }

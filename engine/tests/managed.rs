@@ -31,7 +31,7 @@ fn mgd_3_a_managed_admission_writes_one_turn_start_line() {
     assert_eq!(receipt.correlation_source, Some(CorrelationSource::AgentApiEvents));
     let (_, bytes) = &rig.written[0];
     assert_eq!(bytes, &prompt::managed_turn_start(THREAD, &prompt::turn_start_id(REQ, 0x5eed), "two\nlines"));
-    let line: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    let line: serde_json::Value = serde_json::from_slice(bytes.strip_prefix(prompt::LINE_LEAD).unwrap()).unwrap();
     assert_eq!((line["method"].as_str(), line["params"]["threadId"].as_str()), (Some("turn/start"), Some(THREAD)));
     // The turn that prompt started completes the request with its own final (CORR-8).
     rig.provider_turn("turn-1", "two\nlines", "the final", 1_000);
@@ -353,7 +353,7 @@ fn mgd_7_a_refusal_of_its_own_turn_start_is_delivery_failed() {
     let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
     let id = prompt::turn_start_id(REQ, 0x5eed);
-    let line: serde_json::Value = serde_json::from_slice(&rig.written[0].1).unwrap();
+    let line: serde_json::Value = serde_json::from_slice(rig.written[0].1.strip_prefix(prompt::LINE_LEAD).unwrap()).unwrap();
     assert_eq!(line["id"], id.as_str(), "the write carries the id the record names");
     let request_id = RequestId::parse(REQ).unwrap();
     assert_eq!(rig.durable[&request_id].turn_start_id.as_deref(), Some(id.as_str()));

@@ -64,18 +64,11 @@ pub const MAX_PENDING_SERVER_REQUESTS: usize = 64;
 /// would make it drop the answer and wait on.
 pub fn decline(id: &Value, method: &str) -> Vec<u8> {
     let message = format!("wakterm declines server requests: {method} is refused (its agents run unattended; approvalPolicy never)");
-    on_its_own_line(line(json!({"id": id, "error": {"code": -32000, "message": message}})))
+    on_its_own_line(&line(json!({"id": id, "error": {"code": -32000, "message": message}})))
 }
 
-/// A line the observer writes (an answer, a re-proof) starts with a newline: a fragment an
-/// earlier short write left in the app-server's stdin then ends as a line of its own (not JSON:
-/// Codex ignores it) instead of spoiling this one.
-pub fn on_its_own_line(line: Vec<u8>) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(line.len() + 1);
-    bytes.push(b'\n');
-    bytes.extend_from_slice(&line);
-    bytes
-}
+/// A line the observer writes (an answer, a re-proof) starts as the admission's does (MGD-6).
+pub use wakterm_engine::prompt::on_its_own_line;
 
 pub fn turn_interrupt(id: &str, thread_id: &str, turn_id: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread_id, "turnId": turn_id}}))
@@ -547,6 +540,33 @@ mod tests {
         assert_eq!(kinds(&events), ["turn_started", "user_message", "agent_message", "turn_completed"]);
     }
 
+    // MGD-6, recorded from the real 0.169 (`fixtures/capture_app_server.py spoiled_fragment`):
+    // a whole `turn/start` left without its newline (a short write that lacked only that) is
+    // never served once the next line starts with `LINE_LEAD` (`{...}#` is not JSON); the line
+    // after the lead is served, a lone lead is ignored, and the thread's next turn completes.
+    // With a bare newline as the lead, that request was served late, ahead of the next prompt
+    // (exploration seed 16413642).
+    #[test]
+    fn mgd_6_the_real_app_server_never_serves_a_fragment_the_lead_spoils() {
+        let path = format!("{}/../fixtures/codex-0.169/app-server/spoiled-fragment.jsonl", env!("CARGO_MANIFEST_DIR"));
+        let records: Vec<Value> = std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lead = std::str::from_utf8(wakterm_engine::prompt::LINE_LEAD).unwrap();
+        let raw: Vec<&str> = records.iter().filter(|r| r["from"] == "client").filter_map(|r| r["raw"].as_str()).collect();
+        let cut = raw.iter().find(|r| r.contains("cut-short")).expect("the cut request was sent");
+        assert!(cut.starts_with(lead) && cut.ends_with('}') && serde_json::from_str::<Value>(&cut[lead.len()..]).is_ok(), "a whole request, its newline missing: {cut}");
+        assert!(raw.iter().any(|r| r.starts_with(&format!("{lead}{{\"id\": \"after-the-fragment\""))), "the next line came after the lead");
+        assert!(raw.contains(&lead), "a lone lead was sent");
+        let server: Vec<&Value> = records.iter().filter(|r| r["from"] == "server").filter_map(|r| r.get("msg")).collect();
+        assert!(server.iter().all(|m| m.get("id") != Some(&json!("cut-short"))), "the spoiled request got no answer");
+        let cut_at = records.iter().position(|r| r["raw"].as_str().is_some_and(|raw| raw.contains("cut-short"))).unwrap();
+        let started_after = records[cut_at..].iter().filter(|r| r["msg"]["method"] == "turn/started").count();
+        assert_eq!(started_after, 1, "only the turn asked for after it started");
+        assert!(server.iter().any(|m| m["id"] == "after-the-fragment" && m["result"]["thread"]["id"].is_string()), "served");
+        let (_, events) = fold_all("spoiled-fragment.jsonl");
+        let kinds = kinds(&events);
+        assert_eq!(kinds.iter().filter(|k| **k == "turn_completed").count(), 2, "{kinds:?}");
+    }
+
     // MGD-6, recorded from the real 0.169 (`fixtures/codex-0.169/app-server/
     // pending_request_resume.py`): a server request left unanswered is sent again, same id,
     // method and params, after the answer to a `thread/resume` on the same connection
@@ -635,10 +655,10 @@ mod tests {
     #[test]
     fn requests_are_single_json_lines() {
         let bytes = wakterm_engine::prompt::managed_turn_start("thread-a", "wakterm-r-1", "two\nlines \"quoted\"");
-        // MGD-6: on its own line, a newline before and after the one JSON object.
+        // MGD-6: on its own line, after `#` and a newline, the one JSON object and a newline.
         assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 2);
-        assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"));
-        let value: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(bytes.starts_with(b"#\n{") && bytes.ends_with(b"}\n"));
+        let value: Value = serde_json::from_slice(&bytes[2..]).unwrap();
         assert_eq!(value["params"]["input"][0]["text"], "two\nlines \"quoted\"");
         assert_eq!(value["id"], "wakterm-r-1");
         assert_eq!(reply_to(br#"{"id":"r-1","result":{"turn":{"id":"t"}}}"#, "r-1"), Some(Reply::Result(json!({"turn":{"id":"t"}}))));

@@ -713,8 +713,8 @@ mod tests {
         read_all(&mut restarted, &ring, 4096);
         assert!(restarted.unanswered_requests().is_empty(), "the turn's end resolves what it left pending");
         let bytes = crate::app_server::decline(&json!(7), "item/commandExecution/requestApproval");
-        assert!(bytes.starts_with(b"\n{") && bytes.ends_with(b"}\n"), "on a line of its own");
-        let declined: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(bytes.starts_with(b"#\n{") && bytes.ends_with(b"}\n"), "on a line of its own");
+        let declined: serde_json::Value = serde_json::from_slice(&bytes[2..]).unwrap();
         assert_eq!((declined["id"].clone(), declined["error"]["code"].clone(), declined.get("result")), (json!(7), json!(-32000), None));
         assert!(declined["error"].get("data").is_none(), "no turnTransition data: Codex would drop the answer");
     }

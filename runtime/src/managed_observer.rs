@@ -111,7 +111,7 @@ impl ManagedObserver {
             return Ok(());
         }
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
-        let line = crate::app_server::on_its_own_line(crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd));
+        let line = crate::app_server::on_its_own_line(&crate::app_server::thread_resume(&id, &self.ids.thread_id, &self.cwd));
         // Its own writes reach only its process: after a respawn in the same holder, the old
         // process's last read must not send its `thread/resume` or declines to the next.
         let expect = self.process.into();

@@ -297,12 +297,21 @@ fn refusal_truth(bytes: &[u8]) -> Option<Truth> {
     Some(Truth::Refused(id.to_string(), format!("{code}: {message}")))
 }
 
-/// A `turn/start` line as a raw writer (not the engine) would type it.
+/// The daemon's bytes for an app-server as they reach its stdin: mutant `bare_newline_lead`
+/// sends each line after a bare newline (MGD-6's `#` lost), as the daemon once wrote them.
+pub fn as_mutant_writes(mutant: Mutant, bytes: &[u8]) -> Vec<u8> {
+    match bytes.strip_prefix(wakterm_engine::prompt::LINE_LEAD) {
+        Some(rest) if mutant == Mutant::BareNewlineLead => [b"\n".as_slice(), rest].concat(),
+        _ => bytes.to_vec(),
+    }
+}
+
 /// Whether a stdin line is a `turn/start` request (a prompt).
 fn is_turn_start(line: &[u8]) -> bool {
     serde_json::from_slice::<Value>(line).is_ok_and(|value| value["method"] == "turn/start")
 }
 
+/// A `turn/start` line as a raw writer (not the engine) would type it.
 pub fn raw_turn_start(id: &str, thread: &str, text: &str) -> Vec<u8> {
     line(json!({"id": id, "method": "turn/start", "params": {"threadId": thread, "input": [{"type": "text", "text": text}]}}))
 }
@@ -456,7 +465,7 @@ impl ManagedPort {
         if self.follower.wants_reproof(wakterm_runtime::driver::now_ms()) {
             self.notes.push("app_server.thread_reproved");
             let id = format!("wakterm-reprove-{}-{}", self.process.pid, self.follower.next_offset());
-            self.reprove = Some(wakterm_runtime::app_server::on_its_own_line(wakterm_runtime::app_server::thread_resume(&id, &self.thread, "/w")));
+            self.reprove = Some(wakterm_runtime::app_server::on_its_own_line(&wakterm_runtime::app_server::thread_resume(&id, &self.thread, "/w")));
             if self.mutant == Mutant::ReproofWriteReportedFailed {
                 self.follower.reproof_failed(); // the write went through, reported failed
             }
@@ -556,10 +565,12 @@ impl World {
 
     /// Bytes that reached the app-server's stdin (`origin`: the request whose write they are).
     /// Only a newline completes a request. A fragment left by a short write ends at the next
-    /// write's leading newline (MGD-6: every line the daemon writes starts with one): as a line
-    /// of its own, ignored, or, when the short write lacked only its last newline, as that
-    /// earlier request, served late. A line is the request of the write that BEGAN it, so the
-    /// oracle credits a late-served prompt to its own request, never to the write that ended it.
+    /// daemon write's `LINE_LEAD` (MGD-6: every line the daemon writes starts with `#` and a
+    /// newline) as a line of its own that is not JSON, ignored, even when the short write lacked
+    /// only its last newline (with a bare newline as the lead, that request was served late:
+    /// exploration seed 16413642). A line is the request of the write that BEGAN it, so the
+    /// oracle would credit a late-served prompt to its own request, never to the write that
+    /// ended it.
     pub fn app_stdin(&mut self, a: usize, bytes: &[u8], origin: Option<&str>) {
         if self.agents[a].process.is_none() {
             return; // nobody reads the pane
@@ -583,7 +594,7 @@ impl World {
             if pending.origin.is_some() && is_turn_start(&pending.line) {
                 // ADM-5: the turn/start lines of other requests of ours this app-server has not
                 // read yet (a human's own lines are no write the engine knows of).
-                let earlier = app.queue.iter().filter(|p| p.origin.is_some() && p.origin != pending.origin && p.written_ms < now && is_turn_start(&p.line)).map(|p| (p.origin.clone(), now - p.written_ms)).next();
+                let earlier = app.queue.iter().filter(|p| p.origin.is_some() && p.origin != pending.origin && p.written_ms <= now && is_turn_start(&p.line)).map(|p| (p.origin.clone(), now - p.written_ms)).next();
                 unread_prompt = unread_prompt.or(earlier.map(|e| (pending.origin.clone(), e)));
             }
             app.queue.push_back(pending);
@@ -1107,12 +1118,12 @@ impl World {
             self.log(format!("a{a} the observer asks the app-server for its thread (thread/resume, MGD-4)"));
             self.check_reproof_rate(a);
             self.pane_accept(a, "observer", line.len(), true);
-            self.app_stdin(a, &line, None);
+            self.app_stdin(a, &as_mutant_writes(self.mutant, &line), None);
         }
         for line in declines {
             self.log(format!("a{a} the observer declines a server request (MGD-6)"));
             self.pane_accept(a, "observer", line.len(), true);
-            self.app_stdin(a, &line, None);
+            self.app_stdin(a, &as_mutant_writes(self.mutant, &line), None);
         }
         for note in notes {
             self.counters.fault(note);

@@ -207,6 +207,10 @@ pub enum Mutant {
     /// who knows the request id sends a request under it, and the app-server's refusal of that
     /// line ends the admission `delivery_failed` while its own line starts its turn.
     WriteNonceNotDrawn,
+    /// Pane and observer glue (MGD-6): the daemon's lines reach the app-server after a bare
+    /// newline (the lead's `#` lost), as the daemon once wrote them: a short write that lacked
+    /// only its last newline is completed by the next line and served late, just ahead of it.
+    BareNewlineLead,
     /// ADM-18: the caller layer drops a send's no-steer flag.
     NoSteerDropped,
     /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
@@ -310,6 +314,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SteerReportedAsNewTurn, "steer_reported_as_new_turn", "managed observer port reports a turn start for a prompt folded into the running turn"),
     (Mutant::AnsweredIdRefusalReported, "answered_id_refusal_reported", "managed observer port reports an error under an id answered already as a refusal"),
     (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
+    (Mutant::BareNewlineLead, "bare_newline_lead", "pane and observer glue send the daemon's app-server lines after a bare newline, so a fragment that lacked only its newline is served"),
     (Mutant::NoSteerDropped, "no_steer_dropped", "caller layer drops a send's no-steer flag, so it is written into a running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

@@ -458,7 +458,7 @@ impl Oracle {
     /// engine holds its agent as after the write): a one-way send leaves no open record, and a
     /// registration left unfinished ends `indeterminate` (a known gap, in SPEC RF-7). Nor when
     /// another prompt (a human's raw input, one written
-    /// before the daemon started, the rest of a spliced partial write) was taken after the
+    /// before the daemon started) was taken after the
     /// earlier write: ADM-5 ends the wait at any turn start, the engine cannot yet tell whose
     /// (a known gap, in SPEC RF-7).
     pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64) {

@@ -643,7 +643,9 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         match thread_rng().gen_range(0..3) {
             0 => {
                 w.counters.fault("pane.partial_write");
-                let k = thread_rng().gen_range(1..total);
+                // Any cut, a quarter of them just before the last byte (a managed line's
+                // newline: the cut that leaves a whole request, MGD-6).
+                let k = thread_rng().gen_range(1..total + total / 3).min(total - 1);
                 (k, DeliveryOutcome::Failed { bytes_written: k as u64, error: "EIO after a short write".to_string() })
             }
             1 => {
@@ -701,7 +703,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
             forge_turn_starts(&mut w, a, rid);
         }
         w.pane_accept(a, &writer, reached, true);
-        w.app_stdin(a, &bytes[..reached], request.as_deref());
+        let bytes = crate::app_server::as_mutant_writes(w.mutant, &bytes[..reached]);
+        w.app_stdin(a, &bytes, request.as_deref());
     } else {
         w.pane_write(a, &writer, &bytes[..reached], request.as_deref(), true);
     }
@@ -1009,7 +1012,8 @@ fn forge_turn_starts(w: &mut World, a: usize, rid: &str) {
 
 /// MGD-3: the prompt of a managed admission's `turn/start` line (None for a pane write).
 fn managed_turn_start_text(bytes: &[u8]) -> Option<String> {
-    let line: serde_json::Value = serde_json::from_slice(bytes.strip_suffix(b"\n")?).ok()?;
+    let line = bytes.strip_prefix(wakterm_engine::prompt::LINE_LEAD)?.strip_suffix(b"\n")?;
+    let line: serde_json::Value = serde_json::from_slice(line).ok()?;
     if line["method"] != "turn/start" {
         return None;
     }
