@@ -141,7 +141,7 @@ pub fn judge(boundary: &EnterBoundary, sample: &PaneSample) -> Judgement {
     if sample.writes != boundary.writes {
         return Judgement::Superseded;
     }
-    if sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest && composer_left(sample.composer) {
+    if moved(boundary, sample) && composer_left(sample.composer) {
         return Judgement::Acknowledged;
     }
     Judgement::Pending
@@ -161,10 +161,9 @@ fn composer_left(composer: Composer) -> bool {
     }
 }
 
-/// SUB-4: the terminal moved after the Enter (new output, another screen), but the composer
-/// does not read empty: movement that proves nothing.
-fn moved_but_not_left(boundary: &EnterBoundary, sample: &PaneSample) -> bool {
-    sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest && !composer_left(sample.composer)
+/// SUB-4: the terminal moved after the Enter: new output past the boundary, and another screen.
+fn moved(boundary: &EnterBoundary, sample: &PaneSample) -> bool {
+    sample.output_end > boundary.output_offset && sample.screen_digest != boundary.screen_digest
 }
 
 /// The receipt's one-word summary.
@@ -570,7 +569,8 @@ fn ending_for_sample(boundary: &EnterBoundary, sample: &PaneSample) -> Ending {
             };
         }
         // The receipt said "did not move" of a terminal that did (a review).
-        Judgement::Pending if moved_but_not_left(boundary, sample) => (
+        // (Pending after movement: the composer did not read empty.)
+        Judgement::Pending if moved(boundary, sample) => (
             "composer_not_left",
             "the terminal moved after the Enter, but the composer does not read empty (it holds text, a question, or cannot be read): the command may still be in it",
         ),

@@ -7,7 +7,7 @@ use crate::protocol::{exit, AdmitRequest, ClientRequest, Reply};
 use clap::{Args, Parser, Subcommand};
 use std::io::Read;
 use std::path::PathBuf;
-use wakterm_engine::limits::{echoed, no_agent_named};
+use wakterm_engine::limits::echoed;
 use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
 #[derive(Parser, Debug)]
@@ -618,13 +618,11 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     if catalog.exit_code != exit::OK {
         return print_reply(catalog);
     }
-    let agents = catalog.body["agents"].as_array().cloned().unwrap_or_default();
-    // An id in any spelling the daemon takes (its canonical form is lowercase): the other
-    // commands resolve `D532F7AB-...` and this one answered `agent_unknown` (a review).
-    let id = wakterm_engine::AgentId::parse(target).ok();
-    let named = |a: &&serde_json::Value| a["name"] == target || id.as_ref().is_some_and(|id| a["agent_id"] == id.as_str());
-    let Some(agent) = agents.iter().find(named) else {
-        return print_reply(Reply::error(exit::NOT_FOUND, "agent_unknown", no_agent_named(target)));
+    // An id in any spelling the daemon takes: this command answered `agent_unknown` to
+    // `D532F7AB-...`, which the others resolve (a review).
+    let agent = match client::catalog_agent(&catalog.body, target) {
+        Ok(agent) => agent,
+        Err(unknown) => return print_reply(unknown),
     };
     let agent_id = agent["agent_id"].as_str().unwrap_or_default();
     // MGD-1, MCP-4: a managed agent's pane is its app-server's JSON-RPC stdio. Keys typed there
@@ -635,7 +633,7 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
         return print_reply(Reply::error(exit::USAGE, "attach_needs_pty", message));
     }
     if agent["state"] == "stopped" {
-        return print_reply(not_running(target, agent, pane_evidence(&paths.holder_socket(agent_id), agent["transport"] == "pty")));
+        return print_reply(not_running(target, &agent, pane_evidence(&paths.holder_socket(agent_id), agent["transport"] == "pty")));
     }
     eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
     crate::holder::attach(&paths.holder_socket(agent_id))

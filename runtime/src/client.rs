@@ -295,6 +295,16 @@ pub fn call(paths: &DataPaths, request: &ClientRequest) -> Reply {
 }
 
 /// `call` with its own bound on the reply.
+/// One agent's entry in a catalog answer (`agent catalog`'s body), named by its name or by its
+/// id in any spelling the daemon takes (canonically lowercase); `agent_unknown` (exit 6)
+/// otherwise. `agent attach` and MCP's `session` look agents up by it.
+pub fn catalog_agent(catalog: &Value, target: &str) -> Result<Value, Reply> {
+    let id = wakterm_engine::AgentId::parse(target).ok();
+    let agents = catalog["agents"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let found = agents.iter().find(|a| a["name"] == target || id.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
+    found.cloned().ok_or_else(|| Reply::error(exit::NOT_FOUND, "agent_unknown", wakterm_engine::limits::no_agent_named(target)))
+}
+
 pub fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) -> Reply {
     let mut stream = match connect(paths) {
         Ok(stream) => stream,

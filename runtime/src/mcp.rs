@@ -26,7 +26,7 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wakterm_engine::limits::{echoed, no_agent_named};
+use wakterm_engine::limits::echoed;
 use std::time::{Duration, Instant};
 use wakterm_engine::{Operation, PasteMode, ReturnMode};
 
@@ -268,13 +268,9 @@ impl WaktermMcp {
         if reply.exit_code != 0 {
             return Err(result_of(reply));
         }
-        let agents = reply.body["agents"].as_array().cloned().unwrap_or_default();
-        let canonical = wakterm_engine::AgentId::parse(target).ok();
-        let found = agents.into_iter().find(|a| a["name"] == target || canonical.as_ref().is_some_and(|id| a["agent_id"] == id.as_str()));
         // The CLI's exit for an unknown agent (6), as `session output` answered already; status
         // and input said 2 (a review).
-        let unknown = Reply::error(crate::protocol::exit::NOT_FOUND, "agent_unknown", no_agent_named(target));
-        found.ok_or_else(|| result_of(unknown))
+        client::catalog_agent(&reply.body, target).map_err(result_of)
     }
 
     async fn session_input(&self, args: &SessionArgs) -> CallToolResult {
@@ -637,21 +633,10 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
 /// and nothing runs; a notification is dropped. Everything else passes as it is (the SDK
 /// answers what does not parse).
 pub fn screen_line(line: &[u8]) -> Option<Vec<u8>> {
-    screen(line)
-}
-
-/// Whether a JSON value holds an object with a key twice, at any depth (false for what does
-/// not parse).
-pub fn has_duplicate_keys(body: &[u8]) -> bool {
-    serde_json::from_slice::<NoDuplicateKeys>(body).is_err_and(|error| error.to_string().contains(DUPLICATE_KEY_MARK))
-}
-
-fn screen(line: &[u8]) -> Option<Vec<u8>> {
     // Read as the SDK reads it (rmcp 1.8 drops a leading UTF-8 BOM; serde takes the trailing
     // CR as white space): a BOM before a line hid its duplicate keys from this check (a review).
     let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
-    let Err(error) = serde_json::from_slice::<NoDuplicateKeys>(body) else { return Some(line.to_vec()) };
-    if !error.to_string().contains(DUPLICATE_KEY_MARK) {
+    if !has_duplicate_keys(body) {
         return Some(line.to_vec());
     }
     // A key twice before the line breaks off: the SDK answers what does not parse; so it does
@@ -668,6 +653,12 @@ fn screen(line: &[u8]) -> Option<Vec<u8>> {
     }
     let id = message.get("id").filter(|id| id.is_string() || id.is_number()).cloned()?;
     Some(json!({"jsonrpc": "2.0", "id": id, "method": DUPLICATE_KEY_METHOD, "params": {}}).to_string().into_bytes())
+}
+
+/// Whether a JSON value holds an object with a key twice, at any depth (false for what does
+/// not parse).
+pub fn has_duplicate_keys(body: &[u8]) -> bool {
+    serde_json::from_slice::<NoDuplicateKeys>(body).is_err_and(|error| error.to_string().contains(DUPLICATE_KEY_MARK))
 }
 
 /// The keys of a JSON object, in order, repeats included (empty for anything else).

@@ -225,9 +225,7 @@ impl CodexObserver {
     /// admission waited behind it.
     pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
         let mut events = Vec::new();
-        self.read_budget = self.step_budget();
-        let health = self.sync(&mut events, rediscover || !self.discovery_clean);
-        self.read_budget = u64::MAX;
+        let health = self.sync_one_step(&mut events, rediscover || !self.discovery_clean);
         let snapshot = self.snapshot(&health, screen);
         self.last_health = health;
         Refresh { events, snapshot }
@@ -255,21 +253,19 @@ impl CodexObserver {
         // MON-2 as for a refresh: a discovery that found anything but one rollout is repeated
         // on every run, so the tail it keeps reading never makes the agent look attached (a
         // review found the monitor's runs reported it attached after one append).
-        self.read_budget = self.step_budget();
-        let health = self.sync(&mut events, rediscover || !self.discovery_clean);
-        self.read_budget = u64::MAX;
+        let health = self.sync_one_step(&mut events, rediscover || !self.discovery_clean);
         self.last_health = health.clone();
         (events, health)
     }
 
-    /// MON-4: what a monitor run or a refresh may read: one step of a rollout already attached;
-    /// a look that attaches reads on (up to 64 pages, see [`poll_health`](Self::poll_health)).
-    fn step_budget(&self) -> u64 {
-        if self.attached.is_some() {
-            MONITOR_STEP_BYTES
-        } else {
-            u64::MAX
-        }
+    /// MON-4: [`sync`](Self::sync) for a monitor run or a refresh: one step of a rollout already
+    /// attached; a look that attaches reads on (up to 64 pages, see
+    /// [`poll_health`](Self::poll_health)).
+    fn sync_one_step(&mut self, events: &mut Vec<ObserverEvent>, full_discovery: bool) -> Health {
+        self.read_budget = if self.attached.is_some() { MONITOR_STEP_BYTES } else { u64::MAX };
+        let health = self.sync(events, full_discovery);
+        self.read_budget = u64::MAX;
+        health
     }
 
     /// MON-4: the last read stopped at a bound before the end of what was written: the

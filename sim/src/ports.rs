@@ -138,9 +138,7 @@ impl Effects for SimEffects {
             let mut events = Vec::new();
             // MON-4: one step of an attached rollout, as a monitor look (`refresh_scoped`).
             let chain_running = w.agents[a].observer.behind; // the monitor reads on already
-            w.agents[a].observer.step_budget = step_bound(&w, a);
-            w.sync_observer(a, &mut events);
-            w.agents[a].observer.step_budget = None;
+            sync_one_step(&mut w, a, &mut events);
             // As the runtime's `refresh_agent`: the read's events and the answer, one step.
             let mut step = Vec::new();
             for event in events {
@@ -1337,9 +1335,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
-            w.agents[a].observer.step_budget = step_bound(&w, a);
-            w.sync_observer(a, &mut events);
-            w.agents[a].observer.step_budget = None;
+            sync_one_step(&mut w, a, &mut events);
             check_read_lag(&mut w, a, before);
             forced |= !events.is_empty();
             let snapshot = w.monitor_snapshot(a, look_again).ok();
@@ -1370,11 +1366,14 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
     }
 }
 
-/// MON-4: what one look or refresh may read of agent `a`'s rollout (`FaultPlan::step_records`
-/// records, the runtime's `MONITOR_STEP_BYTES`): a look that attaches is not cut
-/// (`CodexObserver::step_budget`).
-fn step_bound(w: &World, a: usize) -> Option<usize> {
-    Some(w.plan.step_records).filter(|n| *n > 0 && w.agents[a].observer.attached.is_some())
+/// MON-4: a look's or a refresh's read of agent `a`'s rollout, one step of it
+/// (`FaultPlan::step_records` records, the runtime's `MONITOR_STEP_BYTES`): a look that
+/// attaches is not cut (`CodexObserver::sync_one_step`).
+fn sync_one_step(w: &mut World, a: usize, events: &mut Vec<ObserverEvent>) {
+    let attached = w.agents[a].observer.attached.is_some();
+    w.agents[a].observer.step_budget = Some(w.plan.step_records).filter(|n| *n > 0 && attached);
+    w.sync_observer(a, events);
+    w.agents[a].observer.step_budget = None;
 }
 
 /// MON-4: a look (or a refresh) cut at its step bound is followed by a look at once (the

@@ -245,7 +245,7 @@ pub struct AgentRuntime {
     /// LIVE-1: the last stamp a read of the holder took (`kept_call_stamped`).
     reads: std::sync::atomic::AtomicU64,
     /// MON-4: asks the monitor to run this agent (set by the monitor when it adds the agent).
-    read_on: Mutex<Option<super::monitor::ReadOn>>,
+    read_on: std::sync::OnceLock<super::monitor::ReadOn>,
 }
 
 #[derive(Default)]
@@ -294,13 +294,13 @@ impl AgentRuntime {
             view: Mutex::new(MonitorView::default()),
             discovery: Mutex::new(DiscoveryStamp::default()),
             reads: std::sync::atomic::AtomicU64::new(0),
-            read_on: Mutex::new(None),
+            read_on: std::sync::OnceLock::new(),
         }
     }
 
     /// MON-4: how this agent asks the monitor to read on (set when the monitor adds it).
     pub fn set_read_on(&self, read_on: super::monitor::ReadOn) {
-        *self.read_on.lock().expect("read-on lock") = Some(read_on);
+        let _ = self.read_on.set(read_on); // once: one monitor adds an agent once
     }
 
     /// MON-4: a read outside the monitor (an admission's refresh) stopped at its step with
@@ -308,7 +308,7 @@ impl AgentRuntime {
     /// gone to a run that ended before they were written, or been lost; without this the
     /// rest waited for the next append or the recheck.
     pub fn read_on(&self) {
-        if let Some(read_on) = self.read_on.lock().expect("read-on lock").as_ref() {
+        if let Some(read_on) = self.read_on.get() {
             read_on.ask();
         }
     }

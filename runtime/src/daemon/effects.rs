@@ -226,9 +226,9 @@ pub fn load_stored_request(store: &crate::store::Store, request_id: &wakterm_eng
 }
 
 /// ADM-3: liveness first (a changed process is reported before the snapshot), then the
-/// observer's rollout (one step at most, MON-4) and the screen. The events and `answer(snapshot)` go in one message
-/// (one engine step, so the events make one batch, EV-3) sent while the observer lock is
-/// held, so no monitor event can slip between them and the snapshot never arrives older than
+/// observer's rollout (one step at most, MON-4) and the screen. The events and
+/// `answer(snapshot)` go in one message (one engine step, so the events make one batch, EV-3)
+/// sent while the observer lock is held, so no monitor event can slip between them and the snapshot never arrives older than
 /// an event the engine already applied.
 pub fn refresh_agent(
     agent: &AgentRuntime,

@@ -1068,6 +1068,15 @@ mod tests {
 
     const SCREEN: &str = r#"{"lines":["> "],"cursor":{"row":0,"col":2},"output_offset":0,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#;
 
+    /// A fake holder's answer: the empty composer [`SCREEN`] to a screen call, this process's
+    /// `info` to anything else.
+    fn screen_or_info(line: &str) -> String {
+        match line.contains("screen") {
+            true => SCREEN.to_string(),
+            false => own_info(0),
+        }
+    }
+
     /// Rollout `s1` of a session in `dir` (its sessions directory and working directory), as
     /// Codex starts it: its `session_meta` line, open for appending.
     fn session_s1(dir: &Path) -> std::fs::File {
@@ -1148,10 +1157,7 @@ mod tests {
         let id = "5d1c3e7a-9b2f-4d6e-8a1c-2f4e6b8d0a13";
         let (agent, paths) = pty_agent(dir.path(), id);
         // Two holder calls only: the liveness probe and the first run's screen look.
-        let holder = fake_holder(&paths, id, 2, |line| match line.contains("screen") {
-            true => SCREEN.to_string(),
-            false => own_info(0),
-        });
+        let holder = fake_holder(&paths, id, 2, screen_or_info);
         let mut rollout = session_s1(dir.path());
         for line in [
             event(r#""type":"task_started","turn_id":"t1""#),
@@ -1213,10 +1219,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = "6e8a0c2e-4f6a-4b8c-9e0a-3b5d7f9a1c35";
         let (agent, paths) = pty_agent(dir.path(), id);
-        let holder = fake_holder(&paths, id, 64, |line| match line.contains("screen") {
-            true => SCREEN.to_string(),
-            false => own_info(0),
-        });
+        let holder = fake_holder(&paths, id, 64, screen_or_info);
         let mut rollout = session_s1(dir.path());
         let burst = |rollout: &mut std::fs::File, turn: &str| crate::observer::test_rollouts::burst(rollout, turn, true);
         let (inbox, mut messages) = mpsc::channel(16);
@@ -1265,10 +1268,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = "0b7c9d1e-2f3a-4b5c-8d6e-7f8091a2b3c4";
         let (agent, paths) = pty_agent(dir.path(), id);
-        let holder = fake_holder(&paths, id, 64, |line| match line.contains("screen") {
-            true => SCREEN.to_string(),
-            false => own_info(0),
-        });
+        let holder = fake_holder(&paths, id, 64, screen_or_info);
         let mut rollout = session_s1(dir.path());
         let (inbox, mut messages) = mpsc::channel(16);
         crate::observer::test_rollouts::burst(&mut rollout, "t1", true);
