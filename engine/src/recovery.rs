@@ -3,7 +3,7 @@
 use crate::engine::{Engine, PersistPurpose};
 use crate::io::DurableState;
 use crate::receipt::{Classification, Receipt, ReturnMode, WriteState};
-use crate::request::{Phase, RequestRecord};
+use crate::request::{EvidenceStep, Phase, RequestRecord};
 use crate::terminal::TerminalState;
 
 /// The reason recorded for registrations found unfinished at startup.
@@ -44,12 +44,10 @@ impl Engine {
                 }
             }
         }
-        for record in engine.requests.values().filter(|r| r.phase == Phase::Submitted) {
-            let armed = record.armed.clone().expect("a submitted request is armed");
-            // ADM-5: the view at the write when recorded (a record of an older daemon has none).
-            let floor = record.written_past.clone().unwrap_or(armed);
-            let write = RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor };
-            engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
+        for record in engine.requests.values() {
+            if let Some(write) = RecoveredWrite::of(record, now_ms) {
+                engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
+            }
         }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
         engine.correlating.extend(correlating.iter().cloned());
@@ -94,9 +92,9 @@ fn restart_receipt(record: &RequestRecord) -> Receipt {
     record.written_receipt(Classification::Indeterminate, WriteState::Unknown, None, Some(RESTART_REASON), Some(detail))
 }
 
-/// ADM-5 across a restart: a return-final prompt an earlier daemon wrote into this process,
-/// whose turn it had not seen starting: it may still be unread (an app-server slow to read its
-/// input shows nothing of it).
+/// ADM-5 across a restart: a prompt an earlier daemon wrote into this process whose turn it may
+/// not have seen starting: it may still be unread (an app-server slow to read its input shows
+/// nothing of it; a short write's fragment waits for the next line).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecoveredWrite {
     pub incarnation: crate::ids::Incarnation,
@@ -105,9 +103,41 @@ pub(crate) struct RecoveredWrite {
     /// armed cursor: only a turn started past it ends the wait (a resume replays the turns
     /// before it, which are not the prompt's).
     pub floor: crate::observer::Cursor,
+    /// When the write's bytes landed at the latest: the wait's grace runs from it.
+    pub since_ms: u64,
 }
 
 impl RecoveredWrite {
+    /// The write of `record` a restart reopens the wait with, if any:
+    /// - a return-final request recovered `submitted` (its marker durable, no turn bound): the
+    ///   wait runs from the daemon's start (when the write landed, the record does not say);
+    /// - a one-way request settled after a write whose outcome was known (`written_past`),
+    ///   less than RF-8's `TURN_START_TIMEOUT_MS` before now, whose prompt was not seen taken
+    ///   (acknowledged) or refused (MGD-7): the wait runs from the write. The runtime loads
+    ///   each agent's latest such record (`Store::load_latest_settled_since`); before, a daemon
+    ///   started after a one-way prompt's write knew nothing of it and wrote the next prompt on
+    ///   top of the unread one.
+    fn of(record: &RequestRecord, now_ms: u64) -> Option<RecoveredWrite> {
+        let (floor, since_ms) = match (record.phase, record.return_mode) {
+            (Phase::Submitted, _) => {
+                let armed = record.armed.clone().expect("a submitted request is armed");
+                // The view at the write when recorded (a record of an older daemon has none).
+                (record.written_past.clone().unwrap_or(armed), now_ms)
+            }
+            (Phase::Settled, ReturnMode::OneWay) => {
+                let receipt = record.receipt.as_ref()?;
+                let seen = receipt.acknowledged == Some(true) || receipt.reason.as_deref() == Some("turn_start_refused");
+                let written_ms = record.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(record.updated_ms, |e| e.at_ms);
+                if seen || written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
+                    return None;
+                }
+                (record.written_past.clone()?, written_ms.min(now_ms))
+            }
+            _ => return None,
+        };
+        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms })
+    }
+
     /// The agent registered again: on the same process, it counts as busy until a turn starts
     /// past the armed cursor or the wait's grace passes, as right after the write; the wait
     /// runs from now (when the write landed, this engine cannot know). Before, a daemon
@@ -116,13 +146,16 @@ impl RecoveredWrite {
     /// cursor the floor (a request left open on an earlier process says nothing of this one:
     /// taking the earliest of all missed the one that did, exploration seed 4646).
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
-        let same = |w: &RecoveredWrite| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process;
-        let Some(earliest) = writes.into_iter().filter(same).min_by_key(|w| w.floor.position) else { return };
+        let same = |w: &&RecoveredWrite| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process;
+        let Some(earliest) = writes.iter().filter(same).min_by_key(|w| w.floor.position) else { return };
+        let since = writes.iter().filter(same).map(|w| w.since_ms).max().expect("one at least");
         if agent.awaiting_turn_after.is_none() {
-            agent.awaiting_turn_after = Some(now_ms);
+            agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(earliest.floor);
-            agent.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
+            agent.awaiting_past = Some(earliest.floor.clone());
+            // Look when the grace may have run out, and at least as often as after a write.
+            let due = since.saturating_add(agent.no_turn_grace_ms());
+            agent.probe_at_ms = Some(due.clamp(now_ms, now_ms + crate::limits::AWAITING_TURN_GRACE_MS));
         }
     }
 }

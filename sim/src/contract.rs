@@ -15,6 +15,9 @@ pub trait ContractStore {
     /// HIST-1: the open requests (registered, submitted, bound), ordered by id: what a restart
     /// recovers (SQLite's store keeps their ids in `open_requests`, migration 5).
     fn open_requests(&mut self) -> Vec<StoredRequest>;
+    /// ADM-5: each agent's latest settled request at or after `since_ms`, ordered by agent id:
+    /// what a restart reopens the wait for a written prompt's turn with.
+    fn latest_settled_since(&mut self, since_ms: u64) -> Vec<StoredRequest>;
     fn agents(&mut self) -> Vec<StoredAgent>;
     fn terminal_after(&mut self, after: u64) -> Vec<StoredTerminalEvent>;
     fn last_terminal_sequence(&mut self) -> u64;
@@ -47,6 +50,9 @@ impl ContractStore for ModelStore {
     }
     fn open_requests(&mut self) -> Vec<StoredRequest> {
         self.tables.open_requests()
+    }
+    fn latest_settled_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
+        self.tables.latest_settled_since(since_ms)
     }
     fn agents(&mut self) -> Vec<StoredAgent> {
         self.tables.agents()
@@ -273,6 +279,21 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!((store.agent_events_after(0), store.event_marks(), store.last_event_sequence()), events_before);
     assert_eq!(store.last_terminal_sequence(), 10);
     assert!(store.commit(vec![event(4, "a1", 9_000)]).is_err(), "the pruned mark survives a reopen");
+    // ADM-5: each agent's latest settled request since a time, by agent; equal times, the
+    // greatest id; other phases and older ones are not it.
+    let settled = vec![
+        put_at("s1", "b1", "f", "settled", 100),
+        put_at("s2", "b1", "f", "settled", 300),
+        put_at("s3", "b1", "f", "terminal", 400),
+        put_at("s4", "b2", "f", "settled", 200),
+        put_at("s5", "b2", "f", "settled", 200),
+        put_at("s6", "b3", "f", "settled", 50),
+    ];
+    assert!(store.commit(settled).is_ok());
+    let latest = |store: &mut dyn ContractStore, since| store.latest_settled_since(since).into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+    assert_eq!(latest(store, 100), ["s2", "s5"]);
+    assert_eq!(latest(store, 301), Vec::<String>::new());
+    assert!(latest(store, 0).contains(&"s6".to_string()));
 }
 
 /// A tiny deterministic generator (no global state) for the differential test.
@@ -308,7 +329,8 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                 6 => checkpoint(&format!("a{}", rng.below(3)), ["{\"offset\":1}", "{\"offset\":2}", "[]"][rng.below(3) as usize]),
                 0 | 1 | 2 => {
                     let phases = ["registered", "submitted", "bound", "terminal", "settled", "released"];
-                    put(&request, &format!("a{}", rng.below(2)), &format!("f{}", rng.below(2)), phases[rng.below(6) as usize])
+                    let (agent, fingerprint, phase) = (format!("a{}", rng.below(2)), format!("f{}", rng.below(2)), phases[rng.below(6) as usize]);
+                    put_at(&request, &agent, &fingerprint, phase, [7, 10, 25][rng.below(3) as usize])
                 }
                 3 | 4 => terminal(1 + rng.below(12), &request),
                 _ => agent(&format!("a{}", rng.below(3)), &format!("n{}", rng.below(2))),
@@ -327,6 +349,8 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
         assert_eq!(a, b, "seed {seed} step {step}: the model and the store disagree on {batch:?}");
         // HIST-1: what a restart would recover, after every batch (the ids `put_request` keeps).
         assert_eq!(reference.open_requests(), model.open_requests(), "seed {seed} step {step}: open requests differ after {batch:?}");
+        let since = rng.below(3) * 10;
+        assert_eq!(reference.latest_settled_since(since), model.latest_settled_since(since), "seed {seed} step {step}: latest settled since {since} differ after {batch:?}");
         assert_eq!(reference.stored_event_bytes(), model.stored_event_bytes(), "seed {seed} step {step}: stored event bytes differ after {batch:?}");
         if rng.below(8) == 0 {
             reference.reopen();

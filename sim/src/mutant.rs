@@ -211,6 +211,10 @@ pub enum Mutant {
     /// newline (the lead's `#` lost), as the daemon once wrote them: a short write that lacked
     /// only its last newline is completed by the next line and served late, just ahead of it.
     BareNewlineLead,
+    /// Restart glue (ADM-5): only open requests are loaded, as before, so the new engine knows
+    /// nothing of a one-way prompt written shortly before the restart and writes the next
+    /// prompt over it while it is still unread.
+    RecentSettledNotLoaded,
     /// ADM-18: the caller layer drops a send's no-steer flag.
     NoSteerDropped,
     /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
@@ -315,6 +319,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::AnsweredIdRefusalReported, "answered_id_refusal_reported", "managed observer port reports an error under an id answered already as a refusal"),
     (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
     (Mutant::BareNewlineLead, "bare_newline_lead", "pane and observer glue send the daemon's app-server lines after a bare newline, so a fragment that lacked only its newline is served"),
+    (Mutant::RecentSettledNotLoaded, "recent_settled_not_loaded", "restart glue loads open requests only, not each agent's latest one-way request settled within RF-8's timeout"),
     (Mutant::NoSteerDropped, "no_steer_dropped", "caller layer drops a send's no-steer flag, so it is written into a running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

@@ -187,9 +187,10 @@ pub struct Oracle {
     /// When the running daemon started (ADM-5's wait for a written prompt's turn is not
     /// durable: see `on_prompt_over_unread`).
     pub daemon_started_ms: u64,
-    /// ADM-5 across a restart: the return-final requests whose submitted marker was durable
-    /// when this daemon started (their written prompts hold the agent as right after a write).
-    submitted_at_start: BTreeSet<String>,
+    /// ADM-5 across a restart: the requests whose write this daemon can know of when it starts
+    /// (their written prompts hold the agent as right after a write): return-final ones whose
+    /// submitted marker was durable, one-way ones whose settled record holds the write's outcome.
+    known_writes_at_start: BTreeSet<String>,
     /// Per agent, when its app-server took a prompt (started a turn with it, or folded it into
     /// the running one) and whose write it was (None: a human's raw input).
     pub prompts_taken: BTreeMap<usize, Vec<(u64, Option<String>)>>,
@@ -454,9 +455,9 @@ impl Oracle {
     /// give up on an unread prompt only at RF-8's turn-start timeout (an idle thread with no
     /// composer is no evidence that it went elsewhere): written on top sooner, two prompts race
     /// into one thread (the second folded into the first's turn). Across a restart only for a
-    /// return-final prompt whose submitted marker was durable at the daemon's start (the new
-    /// engine holds its agent as after the write): a one-way send leaves no open record, and a
-    /// registration left unfinished ends `indeterminate` (a known gap, in SPEC RF-7). Nor when
+    /// write the new daemon can know of (`known_writes_at_start`: the new engine holds its agent
+    /// as after the write): a registration left unfinished ends `indeterminate`, its write
+    /// unknown (a known gap, in SPEC RF-7). Nor when
     /// another prompt (a human's raw input, one written
     /// before the daemon started) was taken after the
     /// earlier write: ADM-5 ends the wait at any turn start, the engine cannot yet tell whose
@@ -472,7 +473,7 @@ impl Oracle {
         let given_up = earlier.and_then(|id| self.ended_ms.get(id).or(self.given_up_ms.get(id))).is_some_and(|ended| *ended <= written_ms);
         // A prompt written before this daemon started is a write it knows of only when its
         // request's submitted marker was durable then (one-way sends leave no open record).
-        let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.submitted_at_start.contains(id));
+        let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id));
         if known && !another_taken && !given_up && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
             let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
@@ -654,9 +655,9 @@ impl Oracle {
 
     /// A daemon starts: its engine has seen no turn yet, and the calls the dead one held will
     /// never be answered (their callers call again).
-    pub fn on_daemon_start(&mut self, submitted: BTreeSet<String>) {
+    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
-        self.submitted_at_start = submitted;
+        self.known_writes_at_start = known_writes;
         self.turn_after_write.clear();
         self.turns_delivered.clear();
         self.turn_news.clear();

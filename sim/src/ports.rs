@@ -12,12 +12,13 @@ use crate::mutant::Mutant;
 use crate::oracle::EventContext;
 use crate::world::{Shared, Unwoken, World};
 use madsim::rand::{thread_rng, Rng};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent,
+    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, ReturnMode, SplitOutcome, SplitWrite, TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -1775,9 +1776,17 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
-        // ADM-5: the new engine has seen no turn and answers no call of the dead one.
-        let submitted = requests.iter().filter(|r| r.phase == Phase::Submitted).map(|r| r.request_id.as_str().to_string()).collect();
-        w.oracle.on_daemon_start(submitted);
+        // ADM-5: the new engine has seen no turn and answers no call of the dead one. The writes
+        // it can know of: a return-final request's whose submitted marker is durable, a one-way
+        // request's whose settled record holds the write's outcome and where the view stood.
+        let mut known_writes: BTreeSet<String> = requests.iter().filter(|r| r.phase == Phase::Submitted).map(|r| r.request_id.as_str().to_string()).collect();
+        for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled") {
+            let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
+            if record.return_mode == ReturnMode::OneWay && record.written_past.is_some() {
+                known_writes.insert(stored.request_id);
+            }
+        }
+        w.oracle.on_daemon_start(known_writes);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
@@ -1788,6 +1797,13 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             SimClock::Engine(engine_clock) => engine_clock.now_ms(),
             SimClock::Stepped(_) => w.wall_ms(),
         };
+        // ADM-5: and, as `recover_engine`, each agent's latest one-way request settled within
+        // RF-8's turn-start timeout.
+        let since_ms = now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        let recent = if w.mutant == Mutant::RecentSettledNotLoaded { Vec::new() } else { w.store.latest_settled_since(since_ms) };
+        for stored in recent {
+            requests.push(serde_json::from_str(&stored.record_json).expect("stored records parse"));
+        }
         let engine = Engine::recover(DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks }, now);
         // `request watch --after N`: a watcher reconnects and reads what it missed.
         let missed = w.store.terminal_after(w.oracle.last_sequence);

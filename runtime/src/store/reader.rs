@@ -89,6 +89,19 @@ impl Store {
         Ok(stored.into_iter().filter(|request| wakterm_engine::Phase::is_open_name(&request.phase)).collect())
     }
 
+    /// ADM-5 across a restart: each agent's latest settled request (a one-way admission with
+    /// its final receipt) updated at or after `since_ms`, ordered by agent id (equal times: the
+    /// greatest id). A restart reopens the wait for the turn of a prompt written shortly before
+    /// (`Engine::recover`); only the latest matters, as an app-server or a TUI reads its input
+    /// in order. One index range of the finished requests' times, whatever the history holds.
+    pub fn load_latest_settled_since(&self, since_ms: u64) -> Result<Vec<StoredRequest>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(op::LATEST_SETTLED_SQL)?;
+        let since = i64::try_from(since_ms).unwrap_or(i64::MAX); // past every stored time: none
+        let rows = stmt.query_map([since], raw_request)?;
+        rows.map(|raw| request_from_raw(raw?)).collect()
+    }
+
     /// HIST-5: every request id, in one read snapshot, handed to `each` in id order until it
     /// returns false. Read on a connection of its own (read-only), so lookups and pages on the
     /// shared one never wait behind a scan of the whole history; the primary key's index

@@ -1001,15 +1001,30 @@ fn store_migration_6_drops_the_event_index_by_agent() {
 // order without a sort, and looks each row up by its id: never a scan of the history.
 #[test]
 fn store_open_requests_query_reads_the_open_ids_only() {
+    let plan = plan_on_a_new_store(super::reader::OPEN_REQUESTS_SQL);
+    assert!(plan.first().is_some_and(|step| step.starts_with("SCAN o")), "{plan:?}");
+    assert!(plan.iter().any(|step| step.starts_with("SEARCH r USING INDEX")), "{plan:?}");
+    assert!(plan.iter().all(|step| !step.starts_with("SCAN r") && !step.contains("TEMP B-TREE")), "{plan:?}");
+}
+
+/// SQLite's plan for `sql` on a store with its schema and one agent.
+fn plan_on_a_new_store(sql: &str) -> Vec<String> {
     let scratch = Scratch::new();
     let path = scratch.db();
     let writer = StoreWriter::spawn(&path).unwrap();
     writer.commit_blocking(vec![agent("a1", "zola")]).unwrap();
-    let plan = query_plan(&path, super::reader::OPEN_REQUESTS_SQL);
-    assert!(plan.first().is_some_and(|step| step.starts_with("SCAN o")), "{plan:?}");
-    assert!(plan.iter().any(|step| step.starts_with("SEARCH r USING INDEX")), "{plan:?}");
-    assert!(plan.iter().all(|step| !step.starts_with("SCAN r") && !step.contains("TEMP B-TREE")), "{plan:?}");
+    let plan = query_plan(&path, sql);
     drop(writer);
+    plan
+}
+
+// ADM-5, issue 10: a restart reads each agent's latest settled request of the last minute
+// through the finished requests' time index (a range of it), never a scan of the history.
+#[test]
+fn store_latest_settled_query_reads_a_range_of_the_time_index() {
+    let plan = plan_on_a_new_store(super::op::LATEST_SETTLED_SQL);
+    assert!(plan.iter().any(|step| step.contains("USING INDEX requests_finished_by_time (updated_ms>?)")), "{plan:?}");
+    assert!(plan.iter().all(|step| !step.contains("SCAN requests") || step.contains("USING INDEX")), "{plan:?}");
 }
 
 /// The open requests by a scan of every row: what `open_requests` must always hold.
