@@ -639,7 +639,11 @@ impl Engine {
     /// IDEM-6: a registered admission is definitively rejected after all: commit the release,
     /// then hand out `receipt` (`on_released`).
     fn release(&mut self, request_id: &RequestId, receipt: Receipt) {
-        self.requests.get_mut(request_id).expect("registered").phase = Phase::Released;
+        let record = self.requests.get_mut(request_id).expect("registered");
+        record.phase = Phase::Released;
+        // EV-12: the text was shared for the request's `request.admitted`, which a released
+        // request never gets: the record keeps only its hash, as an unshared prompt's does.
+        record.shared_prompt = None;
         let admission = self.admissions.get_mut(request_id).expect("exists");
         admission.step = Step::Releasing;
         admission.step_deadline_ms = None;

@@ -164,6 +164,29 @@ fn ev_12_prompt_text_only_when_the_caller_shares_it() {
     assert_eq!(json["prompt"], "a shareable prompt");
 }
 
+/// EV-12: a shared prompt whose registration is released (ADM-4's re-check failed: nothing was
+/// written) is not kept in the record: it was shared for the `request.admitted` a released
+/// request never gets (a review suspected the record kept it until retention pruned it).
+#[test]
+fn ev_12_a_released_registration_keeps_no_shared_text() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let mut shared = rig.command(Operation::Admit, REQ, "a shareable prompt", ReturnMode::OneWay);
+    shared.share_prompt = true;
+    let op = rig.submit(shared);
+    rig.refresh_next();
+    let id = RequestId::parse(REQ).unwrap();
+    rig.turn_started("turn-x", 1010); // ADM-4: the re-check before the write will fail
+    rig.ack_next_persist(Ok(())); // the registration, the text in it
+    assert_eq!(rig.durable[&id].shared_prompt.as_deref(), Some("a shareable prompt"));
+    assert!(rig.deliveries.is_empty(), "no write after a failed re-check");
+    rig.ack_next_persist(Ok(())); // the release
+    assert_eq!(rig.receipt(op).classification, Classification::Busy);
+    assert_eq!(rig.durable[&id].phase, Phase::Released);
+    let stored = serde_json::to_string(&rig.durable[&id]).unwrap();
+    assert!(!stored.contains("a shareable prompt") && !stored.contains("shared_prompt"), "{stored}");
+}
+
 /// EV-13: after a restart, the records between the observer's resume point and the mark are
 /// replays only if the record at the mark is the one reported. The same file: nothing twice.
 /// A file cut back and appended to while the daemon was down: the new records at the old
