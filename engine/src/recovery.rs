@@ -29,6 +29,12 @@ impl Engine {
             }
             engine.requests.insert(record.request_id.clone(), record);
         }
+        // ADM-5: the writes whose prompts may be unread, before REC-1 ends the registrations.
+        for record in engine.requests.values() {
+            if let Some(write) = RecoveredWrite::of(record, now_ms) {
+                engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
+            }
+        }
         let registered: Vec<_> = engine.requests.values().filter(|r| r.phase == Phase::Registered).map(|r| r.request_id.clone()).collect();
         for request_id in registered {
             let record = engine.requests.get_mut(&request_id).expect("exists");
@@ -42,11 +48,6 @@ impl Engine {
                 ReturnMode::ReturnFinal => {
                     engine.finish(&request_id, TerminalState::Indeterminate, Some(RESTART_REASON), None, None);
                 }
-            }
-        }
-        for record in engine.requests.values() {
-            if let Some(write) = RecoveredWrite::of(record, now_ms) {
-                engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
             }
         }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
@@ -105,6 +106,8 @@ pub(crate) struct RecoveredWrite {
     pub floor: crate::observer::Cursor,
     /// When the write's bytes landed at the latest: the wait's grace runs from it.
     pub since_ms: u64,
+    /// When its request was registered: the latest write's floor is the wait's.
+    pub registered_ms: u64,
 }
 
 impl RecoveredWrite {
@@ -116,9 +119,16 @@ impl RecoveredWrite {
     ///   (acknowledged) or refused (MGD-7): the wait runs from the write. The runtime loads
     ///   each agent's latest such record (`Store::load_latest_settled_since`); before, a daemon
     ///   started after a one-way prompt's write knew nothing of it and wrote the next prompt on
-    ///   top of the unread one.
+    ///   top of the unread one;
+    /// - a registration a restart finds unfinished (REC-1: its write may have happened), past
+    ///   its armed cursor, from the daemon's start as a submitted one: its time says nothing
+    ///   sure (a wall clock stepped while the daemon was down moves it), and a restart ends
+    ///   the registration, so it reopens a wait once. Before, the restart ended it
+    ///   `indeterminate` and the next prompt was written over its line (the simulator's check
+    ///   fails 17 of seeds 1-20,000).
     fn of(record: &RequestRecord, now_ms: u64) -> Option<RecoveredWrite> {
         let (floor, since_ms) = match (record.phase, record.return_mode) {
+            (Phase::Registered, _) => (record.armed.clone()?, now_ms),
             (Phase::Submitted, _) => {
                 let armed = record.armed.clone().expect("a submitted request is armed");
                 // The view at the write when recorded (a record of an older daemon has none).
@@ -135,24 +145,26 @@ impl RecoveredWrite {
             }
             _ => return None,
         };
-        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms })
+        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
-    /// past the armed cursor or the wait's grace passes, as right after the write; the wait
-    /// runs from now (when the write landed, this engine cannot know). Before, a daemon
-    /// started after such a write admitted the next prompt on top of the unread one.
-    /// Of the agent's `writes`, those into the process it runs count, the earliest armed one's
-    /// cursor the floor (a request left open on an earlier process says nothing of this one:
-    /// taking the earliest of all missed the one that did, exploration seed 4646).
+    /// past the floor or the wait's grace passes, as right after the write; the grace runs
+    /// from the latest `since_ms`. Before, a daemon started after such a write admitted the
+    /// next prompt on top of the unread one. Of the agent's `writes`, those into the process
+    /// it runs count (a request left open on an earlier process says nothing of this one:
+    /// taking all missed the one that did, exploration seed 4646), and the latest one's floor
+    /// is the wait's: the earliest's let the replayed turn of an earlier prompt, long read,
+    /// end the wait for a later one still unread (found when one-way prompts and unfinished
+    /// registrations joined the writes: exploration seed 5009149).
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
         let same = |w: &&RecoveredWrite| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process;
-        let Some(earliest) = writes.iter().filter(same).min_by_key(|w| w.floor.position) else { return };
+        let Some(latest) = writes.iter().filter(same).max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
         let since = writes.iter().filter(same).map(|w| w.since_ms).max().expect("one at least");
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(earliest.floor.clone());
+            agent.awaiting_past = Some(latest.floor.clone());
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
             agent.probe_at_ms = Some(due.clamp(now_ms, now_ms + crate::limits::AWAITING_TURN_GRACE_MS));

@@ -194,6 +194,53 @@ fn adm_5_a_restart_keeps_a_one_way_prompt_written_shortly_before_awaiting_its_tu
     }
 }
 
+// ADM-5, REC-1: a crash between a registration's commit and its write's outcome leaves a line
+// that may have been written and not yet read; the restart ends the registration
+// `indeterminate` and, before, wrote the next prompt over that line (the simulator's check
+// fails 17 of seeds 1-20,000 without the hold). The restart now holds the agent as after a
+// write (RF-8's timeout from its start, or the prompt's own turn), and only once: the next
+// restart finds the registration ended.
+#[test]
+fn adm_5_a_registration_found_unfinished_holds_its_agent_once() {
+    for (case, own_turn) in [("turn", true), ("timeout", false)] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.auto = Auto::Manual;
+        let command = rig.command(Operation::Admit, REQ, "slow reader", ReturnMode::OneWay);
+        rig.submit(command);
+        rig.refresh_next();
+        rig.ack_next_persist(Ok(())); // registered; the write is handed out, its outcome lost
+        assert_eq!(rig.deliveries.len(), 1, "{case}");
+        rig.auto = Auto::All;
+        rig.crash_and_recover_as_the_daemon();
+        rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+        rig.input(Input::StartupComplete);
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+        assert!(rig.written.is_empty(), "{case}: nothing written over the line that may be there");
+        if own_turn {
+            rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
+        } else {
+            rig.advance(limits::TURN_START_TIMEOUT_MS);
+        }
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
+    }
+    // Once: a second restart finds the registration ended and holds nothing.
+    let mut rig = managed_zola(Some(THREAD));
+    rig.auto = Auto::Manual;
+    let command = rig.command(Operation::Admit, REQ, "slow reader", ReturnMode::OneWay);
+    rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.auto = Auto::All;
+    rig.crash_and_recover_as_the_daemon();
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+}
+
 // ADM-5: a turn that started before the prompt was written is no end of the wait for the
 // prompt's turn, when it comes again (a resume's replay after an observer loss or a restart).
 // Exploration seed 58640897: a turn seen between the request's arming and its write, replayed

@@ -191,6 +191,9 @@ pub struct Oracle {
     /// (their written prompts hold the agent as right after a write): return-final ones whose
     /// submitted marker was durable, one-way ones whose settled record holds the write's outcome.
     known_writes_at_start: BTreeSet<String>,
+    /// ADM-5: the agents this daemon started with a registration left unfinished (REC-1): a
+    /// write it cannot rule out, so it may hold them for RF-8's timeout from its start.
+    unfinished_at_start: BTreeSet<usize>,
     /// Per agent, when its app-server took a prompt (started a turn with it, or folded it into
     /// the running one) and whose write it was (None: a human's raw input).
     pub prompts_taken: BTreeMap<usize, Vec<(u64, Option<String>)>>,
@@ -456,8 +459,7 @@ impl Oracle {
     /// composer is no evidence that it went elsewhere): written on top sooner, two prompts race
     /// into one thread (the second folded into the first's turn). Across a restart only for a
     /// write the new daemon can know of (`known_writes_at_start`: the new engine holds its agent
-    /// as after the write): a registration left unfinished ends `indeterminate`, its write
-    /// unknown (a known gap, in SPEC RF-7). Nor when
+    /// as after the write; a registration left unfinished counts, its write unknown). Nor when
     /// another prompt (a human's raw input, one written
     /// before the daemon started) was taken after the
     /// earlier write: ADM-5 ends the wait at any turn start, the engine cannot yet tell whose
@@ -655,9 +657,10 @@ impl Oracle {
 
     /// A daemon starts: its engine has seen no turn yet, and the calls the dead one held will
     /// never be answered (their callers call again).
-    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>) {
+    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>, unfinished: BTreeSet<usize>) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
+        self.unfinished_at_start = unfinished;
         self.turn_after_write.clear();
         self.turns_delivered.clear();
         self.turn_news.clear();
@@ -745,6 +748,13 @@ impl Oracle {
     /// `check_not_stalled` for agent `agent` and a call named `id` that started at `since`.
     fn check_agent_not_stalled(&mut self, agent: usize, id: &str, since: u64) {
         let Some((at, position, turn)) = self.turn_after_write.get(&agent).cloned() else { return };
+        // ADM-5, REC-1: a registration this daemon found unfinished may have been written
+        // (after that turn): the engine holds its agent up to RF-8's timeout from its start.
+        let unknown_write = self.unfinished_at_start.contains(&agent)
+            && since < self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
+        if unknown_write {
+            return;
+        }
         if at + STALL_MARGIN_MS <= since {
             let (session, end) = self.last_write.get(&agent).cloned().expect("a turn after a write");
             let m = format!(

@@ -1774,19 +1774,27 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
                 mark.fingerprint = None; // the bug: replays are dropped by position alone
             }
         }
-        // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start.
+        // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start. A step
+        // forward since the last daemon's start ages every record it wrote by the step.
+        let stepped_forward = w.wall_offset_ms > w.oracle.daemon_wall_offset_ms;
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
         // ADM-5: the new engine has seen no turn and answers no call of the dead one. The writes
-        // it can know of: a return-final request's whose submitted marker is durable, a one-way
-        // request's whose settled record holds the write's outcome and where the view stood.
-        let mut known_writes: BTreeSet<String> = requests.iter().filter(|r| r.phase == Phase::Submitted).map(|r| r.request_id.as_str().to_string()).collect();
+        // it can know of: a return-final request's whose submitted marker is durable, a
+        // registration's left unfinished (its write may have happened), a one-way request's
+        // whose settled record holds the write's outcome and where the view stood, unless the
+        // wall clock stepped forward (a known gap, SPEC RF-7: the write then looks older than
+        // RF-8's timeout and the restart does not load it).
+        let written = |r: &&RequestRecord| matches!(r.phase, Phase::Submitted | Phase::Registered);
+        let mut known_writes: BTreeSet<String> = requests.iter().filter(written).map(|r| r.request_id.as_str().to_string()).collect();
         for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled") {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if record.return_mode == ReturnMode::OneWay && record.written_past.is_some() {
+            if record.return_mode == ReturnMode::OneWay && record.written_past.is_some() && !stepped_forward {
                 known_writes.insert(stored.request_id);
             }
         }
-        w.oracle.on_daemon_start(known_writes);
+        // Agents with a registration left unfinished: whether its write happened, nobody knows.
+        let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
+        w.oracle.on_daemon_start(known_writes, unfinished);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
