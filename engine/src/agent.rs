@@ -131,6 +131,25 @@ impl AgentEntry {
         }
     }
 
+    /// ADM-5 (managed): whether `event` is a turn's start or user message that says the prompt
+    /// the agent waits on was taken, or may have been. Not when the app-server accepted another
+    /// writer's request into that turn first (a `turn/start` under an id that is not one of
+    /// wakterm's, `prompt::turn_start_id`): a human's prompt through the holder ran while ours
+    /// sat unread, and its start ended the wait (exploration seed 5015819: raw prompts ran while
+    /// the holder stalled on our write). A turn whose acceptance is unknown (the reply lost, a
+    /// PTY agent) still ends it, as before.
+    pub(crate) fn turn_may_be_the_awaited_prompts(&self, event: &crate::observer::ObserverEvent) -> bool {
+        use crate::observer::ObserverEvent;
+        let turn = match event {
+            ObserverEvent::TurnStarted { turn, .. } => turn,
+            ObserverEvent::UserMessage { turn: Some(turn), .. } => turn,
+            ObserverEvent::UserMessage { turn: None, .. } => return true,
+            _ => return false,
+        };
+        let opener = self.accepted_turns.iter().find(|(t, _)| t == turn).map(|(_, id)| id.as_str());
+        opener.is_none_or(crate::prompt::is_turn_start_id)
+    }
+
     /// ADM-5, RF-7: how long after a write an idle agent with an empty composer is evidence that
     /// the prompt went somewhere else. A PTY pane shows its composer; a managed app-server has
     /// none (its snapshot's composer is always empty), and a `turn/start` line it has not read

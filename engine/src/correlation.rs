@@ -165,7 +165,7 @@ impl Engine {
     /// the resume's replay): that turn began after the earlier daemon's write.
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        let started = matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. });
+        let started = ends_the_wait(agent, event);
         if started && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)) {
             agent.awaiting_turn_after = None;
             agent.awaiting_past = None;
@@ -177,7 +177,7 @@ impl Engine {
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)) {
+        if ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)) {
             agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
             agent.awaiting_past = None;
             agent.probe_at_ms = None;
@@ -599,6 +599,18 @@ fn short(hash: &str) -> &str {
 }
 
 /// An event in another session than `floor`'s, or past its position.
+/// ADM-5: whether `event` ends the agent's wait for its written prompt's turn (when past the
+/// wait's floor): a turn's start or user message that may be that prompt's
+/// (`AgentEntry::turn_may_be_the_awaited_prompts`), or the app-server's acceptance of one of
+/// wakterm's `turn/start`s, which says our line was read whether it opened a turn or was folded
+/// into a running one (whose user message is then no proof: another writer opened that turn).
+fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
+    match event {
+        ObserverEvent::TurnAccepted { id, .. } => crate::prompt::is_turn_start_id(id),
+        _ => agent.turn_may_be_the_awaited_prompts(event),
+    }
+}
+
 fn past_cursor(event: &ObserverEvent, floor: &Cursor) -> bool {
     event.session() != Some(&floor.session) || event.position().is_some_and(|p| p > floor.position)
 }

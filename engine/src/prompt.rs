@@ -126,6 +126,12 @@ pub fn turn_start_id(request_id: &str, write_nonce: u64) -> String {
     format!("wakterm-{request_id}-{write_nonce:016x}")
 }
 
+/// MGD-7, ADM-5: whether a JSON-RPC id is one `turn_start_id` makes (a wakterm admission's
+/// `turn/start`, any request's).
+pub fn is_turn_start_id(id: &str) -> bool {
+    id.starts_with("wakterm-")
+}
+
 /// MGD-6: what every line the daemon writes to an app-server starts with, a `#` and a newline.
 /// A fragment an earlier short write left in the app-server's stdin (a failed admission's, an
 /// observer answer's) ends there as a line of its own that is not JSON, which Codex ignores,

@@ -114,6 +114,37 @@ fn corr_15_a_turn_accepted_for_another_request_is_not_ours_whatever_its_text() {
     assert_eq!((ended[0].state, ended[0].final_message.as_deref()), (TerminalState::Completed, Some("the second prompt's final")), "{ended:?}");
 }
 
+// ADM-5 for a managed agent: a turn the app-server opened for another writer's `turn/start`
+// (a human's prompt through the holder: its reply names its id first) says nothing of our
+// unread line, so it does not end the wait; the acceptance of our own line does (also when
+// folded into a running turn, whose user message would prove nothing). Before, any turn start ended it and the next prompt was written over
+// the unread one (exploration seed 5015819: raw prompts ran while the holder stalled on our
+// write). A turn whose acceptance is unknown still ends it.
+#[test]
+fn adm_5_a_turn_another_writer_opened_does_not_end_the_wait() {
+    for ours_read in [true, false] {
+        let mut rig = managed_zola(Some(THREAD));
+        let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        let human = "mcp-input-human 1".to_string();
+        rig.observe(ObserverEvent::TurnAccepted { session: session(), id: human, turn: turn("turn-h"), position: 1_100 });
+        rig.turn_started("turn-h", 1_150);
+        rig.user_message("turn-h", "a human's prompt", 1_200);
+        rig.turn_completed("turn-h", "the human's answer", 1_250);
+        let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{ours_read}: {:?}", rig.receipt(op));
+        if ours_read {
+            let id = prompt::turn_start_id(REQ, 0x5eed);
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn("turn-o"), position: 1_300 });
+        } else {
+            rig.turn_started("turn-unattributed", 1_400); // its reply lost: it may be ours
+            rig.turn_completed("turn-unattributed", "whose?", 1_450);
+        }
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{ours_read}: the wait is over: {:?}", rig.receipt(op));
+    }
+}
+
 // CORR-11 for a managed agent: an app-server exit after the prompt's `turn/start` was
 // written, with its output read to the end and no turn in it, is still `indeterminate`: Codex
 // hands the input to the thread (which records it) before it writes anything, so a process

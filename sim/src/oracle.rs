@@ -247,6 +247,8 @@ pub struct Oracle {
     /// where, which turn).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
+    /// CORR-15: per (agent, turn), the request id the engine was first told opened it.
+    turn_openers: BTreeMap<(usize, TurnId), String>,
     /// Per agent, the last turn start the current daemon's observer delivered to the engine
     /// and when, or when it delivered that turn's end (None: ended) (`check_not_over_refused`).
     pub turn_news: BTreeMap<usize, (u64, Option<TurnId>)>,
@@ -679,11 +681,20 @@ impl Oracle {
         let at = wakterm_runtime::driver::now_ms();
         self.turns_delivered.entry((agent, turn.clone())).or_insert(at);
         self.turn_news.insert(agent, (at, Some(turn.clone())));
-        let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        // ADM-5 (managed): a turn the engine was told another writer's `turn/start` opened is
+        // no sign that ours was read (`AgentEntry::turn_may_be_the_awaited_prompts`).
+        let opened_by_another = self.turn_openers.get(&(agent, turn.clone())).is_some_and(|id| !wakterm_engine::prompt::is_turn_start_id(id));
+        let after_write = !opened_by_another && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if after_write && !self.turn_after_write.contains_key(&agent) {
             let at = wakterm_runtime::driver::now_ms();
             self.turn_after_write.insert(agent, (at, position, turn.clone()));
         }
+    }
+
+    /// The observer port sent the engine the app-server's acceptance of request `id`'s
+    /// `turn/start` into `turn` (CORR-15): the first one names who opened the turn.
+    pub fn on_turn_accepted_delivered(&mut self, agent: usize, id: &str, turn: &TurnId) {
+        self.turn_openers.entry((agent, turn.clone())).or_insert_with(|| id.to_string());
     }
 
     /// The observer port sent the engine the end (completed or aborted) of agent `a`'s turn

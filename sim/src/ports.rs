@@ -1299,6 +1299,7 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     match &event {
         ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
+        ObserverEvent::TurnAccepted { id, turn, .. } => w.oracle.on_turn_accepted_delivered(a, id, turn),
         ObserverEvent::TurnCompleted { turn, .. } => w.oracle.on_turn_end_delivered(a, Some(turn)),
         ObserverEvent::TurnAborted { turn, .. } => w.oracle.on_turn_end_delivered(a, turn.as_ref()),
         ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } => w.oracle.on_session_changed_delivered(a),
