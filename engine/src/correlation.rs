@@ -602,11 +602,17 @@ fn short(hash: &str) -> &str {
 /// ADM-5: whether `event` ends the agent's wait for its written prompt's turn (when past the
 /// wait's floor): a turn's start or user message that may be that prompt's
 /// (`AgentEntry::turn_may_be_the_awaited_prompts`), or the app-server's acceptance of one of
-/// wakterm's `turn/start`s, which says our line was read whether it opened a turn or was folded
-/// into a running one (whose user message is then no proof: another writer opened that turn).
+/// wakterm's `turn/start`s into the turn the view shows running (our line was folded into it,
+/// and its user message is no proof: another writer opened that turn). An acceptance into a
+/// new turn waits for that turn's start: the reply comes first (Codex 0.169, 15-20 ms before
+/// `turn/started`) and changes no turn state, so ending the wait there left the agent idle in
+/// the view and the next prompt could be written into the turn starting (a review).
 fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
     match event {
-        ObserverEvent::TurnAccepted { id, .. } => crate::prompt::is_turn_start_id(id),
+        ObserverEvent::TurnAccepted { id, turn, .. } => {
+            let running = agent.view.as_ref().is_some_and(|v| v.turn == crate::observer::TurnState::Busy { turn: Some(turn.clone()) });
+            crate::prompt::is_turn_start_id(id) && running
+        }
         _ => agent.turn_may_be_the_awaited_prompts(event),
     }
 }

@@ -122,7 +122,8 @@ fn corr_15_a_turn_accepted_for_another_request_is_not_ours_whatever_its_text() {
 // write). A turn whose acceptance is unknown still ends it.
 #[test]
 fn adm_5_a_turn_another_writer_opened_does_not_end_the_wait() {
-    for ours_read in [true, false] {
+    let ours = || prompt::turn_start_id(REQ, 0x5eed);
+    for case in ["our turn", "folded into theirs", "unattributed"] {
         let mut rig = managed_zola(Some(THREAD));
         let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted);
@@ -130,18 +131,32 @@ fn adm_5_a_turn_another_writer_opened_does_not_end_the_wait() {
         rig.observe(ObserverEvent::TurnAccepted { session: session(), id: human, turn: turn("turn-h"), position: 1_100 });
         rig.turn_started("turn-h", 1_150);
         rig.user_message("turn-h", "a human's prompt", 1_200);
+        if case == "folded into theirs" {
+            // Our line read while their turn runs: folded into it, the wait is over.
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id: ours(), turn: turn("turn-h"), position: 1_220 });
+        }
         rig.turn_completed("turn-h", "the human's answer", 1_250);
+        if case == "folded into theirs" {
+            let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+            assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op));
+            continue;
+        }
         let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
-        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{ours_read}: {:?}", rig.receipt(op));
-        if ours_read {
-            let id = prompt::turn_start_id(REQ, 0x5eed);
-            rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn("turn-o"), position: 1_300 });
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+        if case == "our turn" {
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id: ours(), turn: turn("turn-o"), position: 1_300 });
+            // The reply comes before the turn's start and changes no turn state: the wait
+            // holds until the start (else the next prompt would race into the starting turn).
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "between", ReturnMode::OneWay);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+            rig.turn_started("turn-o", 1_350);
+            rig.turn_completed("turn-o", "our answer", 1_380);
         } else {
             rig.turn_started("turn-unattributed", 1_400); // its reply lost: it may be ours
             rig.turn_completed("turn-unattributed", "whose?", 1_450);
         }
         let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::OneWay);
-        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{ours_read}: the wait is over: {:?}", rig.receipt(op));
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
     }
 }
 

@@ -269,6 +269,11 @@ impl Fold {
     /// (or too many were to know). Every refusal is reported, whoever sent the request: the
     /// engine ends only the request whose own `turn/start` id (random per admission) it names.
     fn reply(&mut self, value: &Value, position: u64) -> Vec<ObserverEvent> {
+        if let Some(number) = value.get("id").filter(|id| id.is_number()) {
+            // CORR-15, ADM-5: another client's `turn/start` (the daemon's ids are strings) still
+            // says who opened its turn: under the number's text, never one of wakterm's ids.
+            return self.accepted(&number.to_string(), value, position);
+        }
         let Some(id) = value.get("id").and_then(Value::as_str).filter(|id| id.len() <= MAX_SERVER_REQUEST_ID_BYTES) else { return Vec::new() };
         if value.get("result").is_some() {
             if self.answered_ids.len() < MAX_ANSWERED_IDS {
@@ -276,12 +281,7 @@ impl Fold {
             } else {
                 self.answered_overflow = true;
             }
-            // CORR-15: the turn a `turn/start` was handed to says whose prompt that turn carries.
-            let turn = value.pointer("/result/turn/id").and_then(Value::as_str).filter(|turn| !turn.is_empty() && turn.len() <= MAX_SERVER_REQUEST_ID_BYTES);
-            return match turn {
-                Some(turn) => vec![ObserverEvent::TurnAccepted { session: self.session(), id: id.to_string(), turn: TurnId(turn.to_string()), position }],
-                None => Vec::new(),
-            };
+            return self.accepted(id, value, position);
         }
         let Some(error) = value.get("error") else { return Vec::new() };
         if self.answered_overflow || self.answered_ids.contains(id) {
@@ -292,6 +292,16 @@ impl Fold {
         let mut error = format!("{code}: {message}");
         crate::rollout::truncate_at_char(&mut error, MAX_REFUSAL_ERROR_BYTES);
         vec![ObserverEvent::RequestRefused { session: self.session(), id: id.to_string(), error, position }]
+    }
+
+    /// CORR-15: the turn a `turn/start` was handed to (`result.turn.id`) says whose prompt that
+    /// turn carries; any other result says nothing.
+    fn accepted(&self, id: &str, value: &Value, position: u64) -> Vec<ObserverEvent> {
+        let turn = value.pointer("/result/turn/id").and_then(Value::as_str).filter(|turn| !turn.is_empty() && turn.len() <= MAX_SERVER_REQUEST_ID_BYTES);
+        match turn {
+            Some(turn) => vec![ObserverEvent::TurnAccepted { session: self.session(), id: id.to_string(), turn: TurnId(turn.to_string()), position }],
+            None => Vec::new(),
+        }
     }
 
     fn turn_started(&mut self, params: &Value, position: u64) -> Vec<ObserverEvent> {
@@ -433,7 +443,13 @@ mod tests {
         let turn = lines[reply_at].pointer("/result/turn/id").and_then(Value::as_str).unwrap().to_string();
         let thread = lines.iter().find_map(|m| m.pointer("/result/thread/id")).and_then(Value::as_str).unwrap().to_string();
         let mut fold = Fold::new(&thread);
-        assert!(fold.line(&serde_json::to_vec(&lines[reply_at]).unwrap(), 10).is_empty(), "a number id: not ours");
+        // A number id (the capture client's, as most clients'): another writer's turn, named
+        // under the number's text (ADM-5: it then ends no wait for our line; it ended it when
+        // only string ids were reported, a review).
+        let theirs = fold.line(&serde_json::to_vec(&lines[reply_at]).unwrap(), 10);
+        let [ObserverEvent::TurnAccepted { id, turn: accepted, .. }] = theirs.as_slice() else { panic!("{theirs:?}") };
+        assert_eq!((id.as_str(), accepted.0.as_str()), (lines[reply_at]["id"].to_string().as_str(), turn.as_str()));
+        assert!(!wakterm_engine::prompt::is_turn_start_id(id));
         let mut ours = lines[reply_at].clone();
         ours["id"] = json!("wakterm-req-1");
         let events = fold.line(&serde_json::to_vec(&ours).unwrap(), 20);
@@ -481,10 +497,11 @@ mod tests {
     #[test]
     fn mgd_3_real_transcripts_fold_into_turn_events() {
         let (fold, events) = fold_all("completed-turn.jsonl");
-        assert_eq!(kinds(&events), ["turn_started", "user_message", "agent_message", "turn_completed"]);
-        let ObserverEvent::UserMessage { prompt_hash, .. } = &events[1] else { unreachable!() };
+        // The capture client's number id: its reply names the turn (CORR-15), before the start.
+        assert_eq!(kinds(&events), ["turn_accepted", "turn_started", "user_message", "agent_message", "turn_completed"]);
+        let ObserverEvent::UserMessage { prompt_hash, .. } = &events[2] else { unreachable!() };
         assert_eq!(prompt_hash, &wakterm_engine::prompt::prompt_hash("hello app-server fixture"));
-        let ObserverEvent::TurnCompleted { final_message, .. } = &events[3] else { unreachable!() };
+        let ObserverEvent::TurnCompleted { final_message, .. } = &events[4] else { unreachable!() };
         assert_eq!(final_message.as_deref(), Some("mock reply to: hello app-server fixture"));
         assert!(matches!(fold.turn, TurnState::Idle { last_completed: Some(_) }));
 
@@ -492,7 +509,7 @@ mod tests {
         assert_eq!(kinds(&events).iter().filter(|k| **k == "turn_completed").count(), 2);
 
         let (fold, events) = fold_all("interrupted-turn.jsonl");
-        assert_eq!(kinds(&events), ["turn_started", "user_message", "turn_aborted"]);
+        assert_eq!(kinds(&events), ["turn_accepted", "turn_started", "user_message", "turn_aborted"]);
         assert!(matches!(fold.turn, TurnState::Idle { .. }));
     }
 
@@ -537,7 +554,7 @@ mod tests {
         assert!(server.iter().all(|m| m.get("id") != Some(&json!(9999)) && m.get("id") != Some(&Value::Null)));
         assert!(server.iter().any(|m| m["id"] == "leading-newline" && m["result"]["thread"]["id"].is_string()), "served");
         let (_, events) = fold_all("odd-lines.jsonl");
-        assert_eq!(kinds(&events), ["turn_started", "user_message", "agent_message", "turn_completed"]);
+        assert_eq!(kinds(&events), ["turn_accepted", "turn_started", "user_message", "agent_message", "turn_completed"]);
     }
 
     // MGD-6, recorded from the real 0.169 (`fixtures/capture_app_server.py spoiled_fragment`):

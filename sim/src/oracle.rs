@@ -194,6 +194,10 @@ pub struct Oracle {
     /// ADM-5: the agents this daemon started with a registration left unfinished (REC-1): a
     /// write it cannot rule out, so it may hold them for RF-8's timeout from its start.
     unfinished_at_start: BTreeSet<usize>,
+    /// ADM-5, ADM-12: per agent, when the engine last answered a write of it `write_result_lost`:
+    /// the write may land, so the engine holds the agent for RF-8's timeout from then (in the
+    /// same daemon, or one started after, `RecoveredWrite::of`) unless a later turn ends it.
+    lost_write_at: BTreeMap<usize, u64>,
     /// Per agent, when its app-server took a prompt (started a turn with it, or folded it into
     /// the running one) and whose write it was (None: a human's raw input).
     pub prompts_taken: BTreeMap<usize, Vec<(u64, Option<String>)>>,
@@ -763,7 +767,8 @@ impl Oracle {
         // (after that turn): the engine holds its agent up to RF-8's timeout from its start.
         let unknown_write = self.unfinished_at_start.contains(&agent)
             && since < self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
-        if unknown_write {
+        let lost_write = self.lost_write_at.get(&agent).is_some_and(|lost| since < lost + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS);
+        if unknown_write || lost_write {
             return;
         }
         if at + STALL_MARGIN_MS <= since {
@@ -813,6 +818,7 @@ impl Oracle {
         self.check_unwritten_claim(id, receipt, call_number);
         if receipt.reason.as_deref() == Some("write_result_lost") {
             self.given_up_ms.entry(id.clone()).or_insert(wakterm_runtime::driver::now_ms());
+            self.lost_write_at.insert(call.agent, wakterm_runtime::driver::now_ms());
         }
         if class == Classification::Accepted && !receipt.replayed && !self.accepted_unreplayed.insert(id.clone()) {
             self.fail(Kind::Misclassified, format!("{id}: a second accepted receipt says replayed: false, but one call wrote"));
