@@ -1136,11 +1136,12 @@ fn composer_blocker(composer: Composer) -> Option<Blocker> {
 }
 
 /// INP-4: a target (a name or an id) is 1..=`MAX_TARGET_BYTES` bytes without control
-/// characters; one copy for admissions and submits (SUB-1).
+/// characters or white space (no agent name or id holds one: a target of spaces was
+/// `agent_unknown`, which reads as "start it first"); one copy for admissions and submits (SUB-1).
 pub(crate) fn target_problem(target: &str) -> Option<Blocker> {
-    let malformed = target.is_empty() || target.len() > MAX_TARGET_BYTES || target.chars().any(char::is_control);
+    let malformed = target.is_empty() || target.len() > MAX_TARGET_BYTES || target.chars().any(|c| c.is_control() || c.is_whitespace());
     malformed.then(|| {
-        let detail = format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters");
+        let detail = format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters or white space (an agent's name or id)");
         blocker(Classification::Invalid, "target_malformed", detail)
     })
 }

@@ -644,6 +644,13 @@ fn inp_4_inp_5_incarnation_and_target() {
     command.target = "z".repeat(limits::MAX_TARGET_BYTES + 1);
     let op = rig.submit(command);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("target_malformed"));
+    // White space: no name or id holds one (a target of spaces was `agent_unknown`).
+    for target in ["   ", "zo la", " zola", "zola\u{a0}"] {
+        let mut command = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+        command.target = target.to_string();
+        let op = rig.submit(command);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("target_malformed"), "{target:?}");
+    }
     assert_eq!(rig.writes(), 0);
 }
 

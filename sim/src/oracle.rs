@@ -490,6 +490,13 @@ impl Oracle {
 
     /// Agent `agent`'s app-server took a prompt written by `origin` (see `prompts_taken`).
     pub fn on_prompt_taken(&mut self, agent: usize, origin: Option<&str>, at_ms: u64) {
+        // MGD-6: a line the holder wrote short never becomes a request (the next line's lead
+        // spoils the fragment); served, it runs a prompt the engine has no turn wait for.
+        let short = origin.and_then(|id| self.writes.get(id)).is_some_and(|facts| facts.iter().all(|f| f.bytes_reached < f.bytes_total));
+        if short {
+            let m = format!("a{agent}: {origin:?}'s turn/start was served although the holder wrote it short (MGD-6)");
+            self.fail(Kind::Interleaved, m);
+        }
         let taken = self.prompts_taken.entry(agent).or_default();
         taken.retain(|(at, _)| at_ms.saturating_sub(*at) < wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         taken.push((at_ms, origin.map(str::to_string)));
