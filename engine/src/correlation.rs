@@ -598,7 +598,6 @@ fn short(hash: &str) -> &str {
     &hash[..hash.len().min(12)]
 }
 
-/// An event in another session than `floor`'s, or past its position.
 /// ADM-5: whether `event` ends the agent's wait for its written prompt's turn (when past the
 /// wait's floor): a turn's start or user message that may be that prompt's
 /// (`AgentEntry::turn_may_be_the_awaited_prompts`), or the app-server's acceptance of one of
@@ -617,6 +616,7 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
     }
 }
 
+/// An event in another session than `floor`'s, or past its position.
 fn past_cursor(event: &ObserverEvent, floor: &Cursor) -> bool {
     event.session() != Some(&floor.session) || event.position().is_some_and(|p| p > floor.position)
 }

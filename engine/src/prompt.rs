@@ -160,7 +160,7 @@ pub fn on_its_own_line(line: &[u8]) -> Vec<u8> {
 /// an app-server (MGD-6).
 pub fn managed_turn_start(thread_id: &str, id: &str, prompt: &str) -> Vec<u8> {
     assert!(validate_prompt(prompt).is_ok(), "managed_turn_start needs a validated prompt");
-    assert!(id.starts_with("wakterm-"), "a turn/start id names wakterm: {id}");
+    assert!(is_turn_start_id(id), "a turn/start id names wakterm: {id}");
     let request = serde_json::json!({
         "id": id,
         "method": "turn/start",

@@ -158,9 +158,10 @@ impl RecoveredWrite {
     /// end the wait for a later one still unread (found when one-way prompts and unfinished
     /// registrations joined the writes: exploration seed 5009149).
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
-        let same = |w: &&RecoveredWrite| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process;
-        let Some(latest) = writes.iter().filter(same).max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
-        let since = writes.iter().filter(same).map(|w| w.since_ms).max().expect("one at least");
+        let same: Vec<&RecoveredWrite> =
+            writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
+        let Some(latest) = same.iter().max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
+        let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here

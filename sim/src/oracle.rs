@@ -480,7 +480,7 @@ impl Oracle {
         // (exploration seed 5019295: a one-way write an old holder made 3 s after it).
         let given_up = earlier.and_then(|id| self.ended_ms.get(id).or(self.given_up_ms.get(id))).is_some_and(|ended| *ended <= written_ms);
         // A prompt written before this daemon started is a write it knows of only when its
-        // request's submitted marker was durable then (one-way sends leave no open record).
+        // request's record says so (`known_writes_at_start`).
         let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id));
         if known && !another_taken && !given_up && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
             let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");

@@ -350,7 +350,8 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
     " AND updated_ms < ?1 ORDER BY updated_ms LIMIT ?2"
 );
 /// ADM-5: each agent's latest settled request since a time (`load_latest_settled_since`),
-/// through the finished requests' time index.
+/// through the finished requests' time index (the phase list repeats the partial index's
+/// condition, which SQLite needs to use it; `phase = 'settled'` then picks within it).
 pub(crate) const LATEST_SETTLED_SQL: &str = concat!(
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM (",
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms, ",
