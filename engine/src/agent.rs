@@ -147,7 +147,7 @@ impl AgentEntry {
             _ => return false,
         };
         let opener = self.accepted_turns.iter().find(|(t, _)| t == turn).map(|(_, id)| id.as_str());
-        opener.is_none_or(crate::prompt::is_turn_start_id)
+        crate::prompt::opener_may_be_wakterm(opener)
     }
 
     /// ADM-5, RF-7: how long after a write an idle agent with an empty composer is evidence that

@@ -257,11 +257,56 @@ pub struct EventMark {
     /// came from an attach, or from a mark written before fingerprints).
     #[serde(default)]
     pub fingerprint: Option<String>,
+    /// ADM-5 across a restart: where the latest turn start or user message the stream reported
+    /// lies that may have taken a prompt of wakterm's (`EventMark::note_turn_taken`). A daemon
+    /// started after a write holds the agent only if no such record lies past the write's
+    /// floor (`RecoveredWrite::reopen_wait`): the records before the mark are not read again,
+    /// so before, a one-way prompt whose turn had run held its agent until RF-8's timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_taken: Option<crate::observer::Cursor>,
+    /// ADM-5 (managed): the turn the stream last saw the app-server accept a `turn/start` into,
+    /// and the id of the first request it accepted into it (who opened it, CORR-15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened: Option<(TurnId, String)>,
 }
 
 impl EventMark {
     pub fn new(agent_id: AgentId) -> EventMark {
-        EventMark { agent_id, incarnation: None, exited: false, stopped: false, attached: None, session: None, position: 0, fingerprint: None }
+        EventMark {
+            agent_id,
+            incarnation: None,
+            exited: false,
+            stopped: false,
+            attached: None,
+            session: None,
+            position: 0,
+            fingerprint: None,
+            turn_taken: None,
+            opened: None,
+        }
+    }
+
+    /// ADM-5: a provider record the stream reports for the first time. A turn start or user
+    /// message that may carry a prompt of wakterm's (`prompt::opener_may_be_wakterm`, the same
+    /// attribution the live wait uses, from the acceptances the stream saw before it) moves
+    /// `turn_taken`; an acceptance names its turn's opener, once.
+    pub fn note_turn_taken(&mut self, event: &crate::observer::ObserverEvent) {
+        use crate::observer::{Cursor, ObserverEvent};
+        let (session, turn, position) = match event {
+            ObserverEvent::TurnAccepted { id, turn, .. } => {
+                if self.opened.as_ref().is_none_or(|(opened, _)| opened != turn) {
+                    self.opened = Some((turn.clone(), id.clone()));
+                }
+                return;
+            }
+            ObserverEvent::TurnStarted { session, turn, position } => (session, Some(turn), *position),
+            ObserverEvent::UserMessage { session, turn, position, .. } => (session, turn.as_ref(), *position),
+            _ => return,
+        };
+        let opener = turn.and_then(|turn| self.opened.as_ref().filter(|(opened, _)| opened == turn)).map(|(_, id)| id.as_str());
+        if crate::prompt::opener_may_be_wakterm(opener) {
+            self.turn_taken = Some(Cursor { session: session.clone(), position });
+        }
     }
 
     /// EV-7: the session the stream reports: the one it reported attached, else the one whose

@@ -132,6 +132,13 @@ pub fn is_turn_start_id(id: &str) -> bool {
     id.starts_with("wakterm-")
 }
 
+/// ADM-5 (managed): whether a turn the app-server opened for a `turn/start` under `opener` (the
+/// first acceptance of that turn, CORR-15; None: not known, a PTY agent or a reply lost) may
+/// carry a prompt wakterm wrote: not when another writer's request opened it.
+pub fn opener_may_be_wakterm(opener: Option<&str>) -> bool {
+    opener.is_none_or(is_turn_start_id)
+}
+
 /// MGD-6: what every line the daemon writes to an app-server starts with, a `#` and a newline.
 /// A fragment an earlier short write left in the app-server's stdin (a failed admission's, an
 /// observer answer's) ends there as a line of its own that is not JSON, which Codex ignores,

@@ -108,6 +108,10 @@ pub(crate) struct RecoveredWrite {
     pub since_ms: u64,
     /// When its request was registered: the latest write's floor is the wait's.
     pub registered_ms: u64,
+    /// The floor is where the view stood at the write (`written_past`), not the armed cursor
+    /// of a registration whose write the restart cannot see: only then does a turn the stream
+    /// saw past it say the prompt was taken (a turn between the arming and the write is not).
+    pub floor_at_write: bool,
 }
 
 impl RecoveredWrite {
@@ -127,6 +131,7 @@ impl RecoveredWrite {
     ///   `indeterminate` and the next prompt was written over its line (the simulator's check
     ///   fails 17 of seeds 1-20,000).
     fn of(record: &RequestRecord, now_ms: u64) -> Option<RecoveredWrite> {
+        let floor_at_write = record.written_past.is_some();
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             (Phase::Registered, _) => (record.armed.clone()?, now_ms),
             (Phase::Submitted, _) => {
@@ -145,7 +150,8 @@ impl RecoveredWrite {
             }
             _ => return None,
         };
-        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms })
+        let floor_at_write = floor_at_write && record.phase != Phase::Registered;
+        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, floor_at_write })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -157,10 +163,20 @@ impl RecoveredWrite {
     /// is the wait's: the earliest's let the replayed turn of an earlier prompt, long read,
     /// end the wait for a later one still unread (found when one-way prompts and unfinished
     /// registrations joined the writes: exploration seed 5009149).
-    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, now_ms: u64) {
+    ///
+    /// `taken`: where the stream durably saw the latest turn that may carry a prompt of
+    /// wakterm's (`EventMark::turn_taken`). One past the latest write's floor, in its session,
+    /// ended the wait before the restart as it would after: nothing is reopened. Its start lies
+    /// at or before the mark, where no look reads again, so before, a one-way prompt whose turn
+    /// had run held its agent until RF-8's timeout after the write.
+    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, taken: Option<&crate::observer::Cursor>, now_ms: u64) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
         let Some(latest) = same.iter().max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
+        let taken_past = taken.is_some_and(|t| t.session == latest.floor.session && t.position > latest.floor.position);
+        if latest.floor_at_write && taken_past {
+            return;
+        }
         let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(since);

@@ -240,6 +240,61 @@ fn adm_5_a_restart_keeps_a_one_way_prompt_written_shortly_before_awaiting_its_tu
     }
 }
 
+// ADM-5 across a restart: a one-way prompt's turn that ran before the crash, its start already
+// behind the event mark (no look reads it again), ends the wait the restart would reopen: the
+// mark keeps where the stream last saw a turn that may carry a prompt of ours
+// (`EventMark::turn_taken`). Before, the agent was held until RF-8's timeout after the write
+// although its turn had run. A turn another writer's `turn/start` opened, or one in another
+// session than the write's, is no such evidence: the hold stays.
+#[test]
+fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
+    for (case, managed) in [("pty", false), ("managed", true)] {
+        let facts = if managed { managed_facts(Some(THREAD)) } else { zola_facts("inc-1", 100) };
+        let mut rig = if managed { managed_zola(Some(THREAD)) } else { Rig::with_idle_zola() };
+        let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
+        if managed {
+            let id = prompt::turn_start_id(REQ, 0x5eed);
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn("turn-1"), position: 2_005 });
+        }
+        rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
+        let mark = &rig.durable_marks[&agent_id(ZOLA)];
+        assert_eq!(mark.turn_taken, Some(Cursor { session: session(), position: 2_020 }), "{case}: the user message, durable");
+        rig.advance(5_000);
+        rig.crash_and_recover_as_the_daemon();
+        rig.input(Input::AgentUpserted(facts));
+        rig.input(Input::StartupComplete);
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: its turn ran: {:?}", rig.receipt(op));
+    }
+    // Another writer opened the only turn after the write: ours may still be unread.
+    let mut rig = managed_zola(Some(THREAD));
+    rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    rig.observe(ObserverEvent::TurnAccepted { session: session(), id: "human-1".into(), turn: turn("turn-9"), position: 2_005 });
+    rig.provider_turn("turn-9", "a human's prompt", "its final", 2_000);
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, None);
+    rig.advance(5_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    // The stream's turn lies in another session than the write's floor: the hold stays.
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    rig.observe(ObserverEvent::SessionLost { reason: "rotated".into(), session: None, before: None });
+    let other = SessionId("sess-2".to_string());
+    rig.observe(ObserverEvent::Attached { session: other.clone(), position: 10 });
+    rig.observe(ObserverEvent::TurnStarted { session: other.clone(), turn: turn("turn-9"), position: 20 });
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: other, position: 20 }));
+    rig.advance(5_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+}
+
 // ADM-5, REC-1: a crash between a registration's commit and its write's outcome leaves a line
 // that may have been written and not yet read; the restart ends the registration
 // `indeterminate` and, before, wrote the next prompt over that line (the simulator's check

@@ -215,6 +215,10 @@ pub enum Mutant {
     /// nothing of a one-way prompt written shortly before the restart and writes the next
     /// prompt over it while it is still unread.
     RecentSettledNotLoaded,
+    /// Restart glue (ADM-5): the stored event marks are read back without the turn they saw
+    /// taken (`EventMark::turn_taken`, as marks an older daemon wrote): a restart shortly after
+    /// a one-way prompt whose turn ran holds its agent until RF-8's timeout after the write.
+    MarksForgetTurnsTaken,
     /// ADM-18: the caller layer drops a send's no-steer flag.
     NoSteerDropped,
     /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
@@ -320,6 +324,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
     (Mutant::BareNewlineLead, "bare_newline_lead", "pane and observer glue send the daemon's app-server lines after a bare newline, so a fragment that lacked only its newline is served"),
     (Mutant::RecentSettledNotLoaded, "recent_settled_not_loaded", "restart glue loads open requests only, not each agent's latest one-way request settled within RF-8's timeout"),
+    (Mutant::MarksForgetTurnsTaken, "marks_forget_turns_taken", "restart glue reads the stored event marks back without the turn each saw taken, so a one-way prompt whose turn ran holds its agent after a restart"),
     (Mutant::NoSteerDropped, "no_steer_dropped", "caller layer drops a send's no-steer flag, so it is written into a running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

@@ -248,9 +248,11 @@ pub struct Oracle {
     /// ADM-5 liveness: per agent, where its last write that passed the pane's incarnation check
     /// went (session, and the record's end then: any turn start after it is newer), and the
     /// first turn start after it the current daemon's observer delivered to the engine (when,
-    /// where, which turn).
+    /// where, which turn), or an earlier daemon's, made durable (`on_daemon_start`).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
+    /// The request whose bytes `last_write` is (none: a submit's).
+    last_writer: BTreeMap<usize, String>,
     /// CORR-15: per (agent, turn), the request id the engine was first told opened it.
     turn_openers: BTreeMap<(usize, TurnId), String>,
     /// Per agent, the last turn start the current daemon's observer delivered to the engine
@@ -670,11 +672,23 @@ impl Oracle {
 
     /// A daemon starts: its engine has seen no turn yet, and the calls the dead one held will
     /// never be answered (their callers call again).
-    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>, unfinished: BTreeSet<usize>) {
+    ///
+    /// `taken_durably`: the agents whose first turn after their last write (`turn_after_write`)
+    /// the stream made durable, in the session it still reports. ADM-5: the new engine must not
+    /// hold them for that write (`EventMark::turn_taken`): the turn counts as delivered at its
+    /// start; the others' turns, as before, only when its observer delivers them.
+    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>, unfinished: BTreeSet<usize>, taken_durably: BTreeSet<usize>) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
         self.unfinished_at_start = unfinished;
-        self.turn_after_write.clear();
+        // Only for a last write the new engine knows of (a later one it does not know, say a
+        // request that ended meanwhile, leaves it waiting on an earlier write, whose floor may
+        // lie in an earlier session than the turn: safety first, it holds; seed 14134).
+        let known = |agent: &usize| self.last_writer.get(agent).is_some_and(|id| self.known_writes_at_start.contains(id));
+        self.turn_after_write.retain(|agent, _| taken_durably.contains(agent) && known(agent));
+        for entry in self.turn_after_write.values_mut() {
+            entry.0 = self.daemon_started_ms;
+        }
         self.turns_delivered.clear();
         self.turn_news.clear();
         self.open_calls.clear();
@@ -682,9 +696,13 @@ impl Oracle {
 
     /// A write to agent `a`'s pane passed the incarnation check (whatever reached the pane):
     /// the engine will wait for a turn to start after it (ADM-5).
-    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64) {
+    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>) {
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
+        match writer {
+            Some(id) => self.last_writer.insert(agent, id.to_string()),
+            None => self.last_writer.remove(&agent),
+        };
     }
 
     /// The observer port sent the engine a turn start of agent `a`.

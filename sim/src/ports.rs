@@ -525,6 +525,24 @@ impl Effects for SimEffects {
     }
 }
 
+/// ADM-5 across a restart: the agents whose first turn after their last write (the oracle's
+/// `turn_after_write`) is a durable `turn.started` event, in the session their durable event
+/// mark still reports (a later session's turn moves the mark's evidence there).
+fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
+    let started: Vec<AgentEvent> =
+        w.store.agent_events_of_kind("turn.started").iter().filter_map(|stored| serde_json::from_str(&stored.event_json).ok()).collect();
+    let durable = |a: usize, (_, at, turn): &(u64, u64, wakterm_engine::TurnId)| {
+        let Some((session, _)) = w.oracle.last_write.get(&a) else { return false };
+        let reported = w.durable_mark(a).and_then(|m| m.session).as_ref() == Some(session);
+        let stored = |e: &AgentEvent| {
+            e.agent_id == w.agents[a].agent_id
+                && matches!(&e.body, EventBody::TurnStarted { session: s, provider_turn_id, position } if s == session && provider_turn_id == turn && position == at)
+        };
+        reported && started.iter().any(stored)
+    };
+    w.oracle.turn_after_write.iter().filter(|(a, entry)| durable(**a, entry)).map(|(a, _)| *a).collect()
+}
+
 /// EV-6: how many `request.terminal` agent events of this terminal event the store holds.
 fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
     w.store
@@ -685,7 +703,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     }
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-    w.oracle.on_pane_write(a, session, position);
+    w.oracle.on_pane_write(a, session, position, request.as_deref());
     match &request {
         Some(rid) => {
             let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total, asked_ms };
@@ -921,7 +939,7 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
         let writes = w.agents[a].pane.writes;
         w.agents[a].last_typed = Some(text.clone());
         let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-        w.oracle.on_pane_write(a, session, position);
+        w.oracle.on_pane_write(a, session, position, None);
         w.log(format!("a{a} split write {sid} starts (write {writes}, fail {fail:?}, cr {mode:?})"));
         (fail, mode, writes)
     };
@@ -1770,6 +1788,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         if w.mutant == Mutant::EventMarksDropped {
             event_marks.clear(); // the bug
         }
+        if w.mutant == Mutant::MarksForgetTurnsTaken {
+            for mark in &mut event_marks {
+                mark.turn_taken = None; // the bug
+            }
+        }
         if w.mutant == Mutant::ReplaysTrustedByPosition {
             for mark in &mut event_marks {
                 mark.fingerprint = None; // the bug: replays are dropped by position alone
@@ -1795,7 +1818,8 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
-        w.oracle.on_daemon_start(known_writes, unfinished);
+        let taken_durably = turns_after_writes_durable(&w);
+        w.oracle.on_daemon_start(known_writes, unfinished, taken_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug

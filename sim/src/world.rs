@@ -1640,7 +1640,7 @@ impl World {
     }
 
     /// EV-4: agent `a`'s durable event mark.
-    fn durable_mark(&self, a: usize) -> Option<wakterm_engine::EventMark> {
+    pub(crate) fn durable_mark(&self, a: usize) -> Option<wakterm_engine::EventMark> {
         let agent_id = self.agents[a].agent_id.to_string();
         let json = self.store.event_marks().into_iter().find(|(id, _)| *id == agent_id)?.1;
         serde_json::from_str(&json).ok()
