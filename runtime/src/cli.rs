@@ -150,7 +150,7 @@ pub enum AgentCommand {
     /// for a durable request with the turn's final answer use `agent admit --return-final`.
     Submit {
         /// Agent name, or its id with --exact-agent-id.
-        target: String,
+        target: std::ffi::OsString,
         /// TARGET is an agent id: skip display-name resolution.
         #[arg(long)]
         exact_agent_id: bool,
@@ -223,7 +223,7 @@ pub enum AgentCommand {
 #[derive(Args, Debug)]
 pub struct SendArgs {
     /// Agent name (or id).
-    pub target: String,
+    pub target: std::ffi::OsString,
     /// Arm a durable request whose terminal event carries the final answer of the turn this
     /// prompt starts; exits once armed (needs an idle Codex with a completed baseline turn).
     #[arg(long)]
@@ -256,7 +256,7 @@ pub struct SendArgs {
 #[derive(Args, Debug)]
 pub struct AdmitArgs {
     /// Agent name, or its id with --exact-agent-id.
-    pub target: String,
+    pub target: std::ffi::OsString,
     /// The opaque process incarnation from `agent catalog`; a different one is refused.
     #[arg(long, required = true)]
     pub incarnation: String,
@@ -436,7 +436,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
 
 #[allow(clippy::too_many_arguments)]
 /// `(raw_paste, share_prompt, no_steer)`: the three input flags.
-fn admission(operation: Operation, target: String, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
+fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
@@ -448,6 +448,12 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
     let refused = |reason: &str, detail: String| client::refused_input(operation, return_mode, Some(&request_id), !generated_id, reason, detail);
     // INP-1: bytes that are no text get the same receipt from the argument as from `-` (the
     // argument was a bare usage error, a script saw two shapes for one bad input; a review).
+    // INP-4: no agent name or id holds bytes that are no text; the same answer as the daemon's
+    // for a target with white space (it was clap's usage error, exit 2, a CLI review). Before
+    // the prompt, so standard input is not read for a request refused anyway.
+    let Some(target) = target.to_str().map(str::to_string) else {
+        return Err(refused("target_malformed", "the target is not UTF-8".to_string()));
+    };
     let Some(message) = message.to_str() else {
         return Err(refused("prompt_not_utf8", "the prompt argument is not UTF-8".to_string()));
     };
@@ -486,8 +492,12 @@ fn admission(operation: Operation, target: String, incarnation: Option<String>, 
 /// INP-1: text that is no UTF-8, from the argument or `-`, gets the submit receipt
 /// `invalid` / `prompt_not_utf8` (exit 4), as an oversized one does and as admissions do; it
 /// was a usage error from the argument and a bare error from `-` (a review).
-fn submit_request(target: String, exact_agent_id: bool, timeout_ms: u64, text: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
+fn submit_request(target: std::ffi::OsString, exact_agent_id: bool, timeout_ms: u64, text: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
+    // INP-4, as for admissions (`admission`).
+    let Some(target) = target.to_str().map(str::to_string) else {
+        return Err(client::submit_refused("target_malformed", "the target is not UTF-8".to_string(), Some(timeout_ms)));
+    };
     let not_utf8 = |whose: &str| client::submit_refused("prompt_not_utf8", format!("the text {whose} is not UTF-8"), Some(timeout_ms));
     let Some(text) = text.to_str() else {
         return Err(not_utf8("argument"));

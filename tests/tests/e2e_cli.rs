@@ -379,6 +379,21 @@ fn oversized_prompt_on_stdin_is_invalid() {
     let out = w.cmd(&["agent", "send", "zola"]).arg(latin1).stdin(Stdio::null()).output().unwrap();
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!((out.status.code(), json["classification"].as_str(), json["reason"].as_str()), (Some(4), Some("invalid"), Some("prompt_not_utf8")), "{json}");
+    // INP-4: such bytes as the target are `target_malformed` (no name or id holds them), in
+    // each command's receipt, before standard input is read (they were clap's usage error).
+    let id = "7d5e3c1a-1111-4222-8333-000000000001";
+    for (args, schema) in [
+        (vec!["agent", "send"], "wakterm.agent-admission.receipt.v1"),
+        (vec!["agent", "admit", "--incarnation", "inc", "--request-id", id], "wakterm.agent-admission.receipt.v1"),
+        (vec!["agent", "submit"], "wakterm.session-submit.receipt.v1"),
+    ] {
+        let mut child = w.cmd(&args).arg(latin1).arg("-").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let _ = child.stdin.take().unwrap().write_all(b"caf\xe9"); // read first, this was prompt_not_utf8
+        let out = child.wait_with_output().unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!((out.status.code(), json["classification"].as_str(), json["reason"].as_str()), (Some(4), Some("invalid"), Some("target_malformed")), "{args:?}: {json}");
+        assert_eq!(json["schema"].as_str(), Some(schema), "{args:?}: {json}");
+    }
 }
 
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.
