@@ -643,8 +643,7 @@ impl Engine {
                 }
                 let mut entry = AgentEntry::new(facts);
                 if let Some(writes) = self.recovered_writes.remove(&agent_id) {
-                    let taken = self.events.marks.get(&agent_id).and_then(|m| m.turn_taken.as_ref());
-                    crate::recovery::RecoveredWrite::reopen_wait(writes, &mut entry, taken, self.now_ms);
+                    crate::recovery::RecoveredWrite::reopen_wait(writes, &mut entry, self.events.marks.get(&agent_id), self.now_ms);
                 }
                 // ADM-12: an agent removed and re-added mid-admission keeps that admission's claim,
                 // so a second admission cannot write while the first one's bytes are in flight.

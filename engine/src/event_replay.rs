@@ -166,6 +166,7 @@ impl Engine {
         mark.session = Some(zone.session.clone());
         mark.position = from;
         mark.fingerprint = None;
+        mark.forget_turns(); // ADM-5: the place moved back
         mark.attached = Some(zone.session.clone());
         let gap = EventBody::ObserverGap { reason: REWRITTEN_WHILE_DOWN.to_string(), session: Some(zone.session.clone()), after_position: from };
         let attached = EventBody::ObserverAttached { session: zone.session.clone(), position: from };

@@ -301,6 +301,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
                 mark.session = Some(session.clone());
                 mark.position = *position;
                 mark.fingerprint = None;
+                mark.forget_turns();
             }
             if mark.attached.as_ref() != Some(session) {
                 mark.attached = Some(session.clone());
@@ -323,6 +324,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             let session = mark.session.take();
             let after_position = std::mem::take(&mut mark.position);
             mark.fingerprint = None;
+            mark.forget_turns();
             // After a loss the session's records are read afresh: what follows is new.
             match after_restart {
                 true => vec![EventBody::ObserverGap { reason: reason.clone(), session, after_position }],

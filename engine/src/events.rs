@@ -262,12 +262,16 @@ pub struct EventMark {
     /// started after a write holds the agent only if no such record lies past the write's
     /// floor (`RecoveredWrite::reopen_wait`): the records before the mark are not read again,
     /// so before, a one-way prompt whose turn had run held its agent until RF-8's timeout.
+    /// Forgotten whenever the mark's place moves back or its session is lost
+    /// (`EventMark::forget_turns`): a position compares only within one copy of the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_taken: Option<crate::observer::Cursor>,
     /// ADM-5 (managed): the turn the stream last saw the app-server accept a `turn/start` into,
-    /// and the id of the first request it accepted into it (who opened it, CORR-15).
+    /// and whether the first request accepted into it may be wakterm's
+    /// (`prompt::opener_may_be_wakterm`; the id itself is a raw writer's choice, of any size,
+    /// and is not kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub opened: Option<(TurnId, String)>,
+    pub opened: Option<(TurnId, bool)>,
 }
 
 impl EventMark {
@@ -287,15 +291,18 @@ impl EventMark {
     }
 
     /// ADM-5: a provider record the stream reports for the first time. A turn start or user
-    /// message that may carry a prompt of wakterm's (`prompt::opener_may_be_wakterm`, the same
-    /// attribution the live wait uses, from the acceptances the stream saw before it) moves
-    /// `turn_taken`; an acceptance names its turn's opener, once.
+    /// message that may carry a prompt of wakterm's moves `turn_taken`: not one of a turn the
+    /// app-server opened for another writer's `turn/start` (the attribution of the live wait,
+    /// `prompt::opener_may_be_wakterm`, from the last turn the stream saw accepted; the live
+    /// wait keeps 64). An acceptance names its turn's opener, once. Stricter than the live
+    /// wait in one way, safe: the acceptance of our `turn/start` into a running turn another
+    /// writer opened (steering) is not counted, so a restart still holds such an agent.
     pub fn note_turn_taken(&mut self, event: &crate::observer::ObserverEvent) {
         use crate::observer::{Cursor, ObserverEvent};
         let (session, turn, position) = match event {
             ObserverEvent::TurnAccepted { id, turn, .. } => {
                 if self.opened.as_ref().is_none_or(|(opened, _)| opened != turn) {
-                    self.opened = Some((turn.clone(), id.clone()));
+                    self.opened = Some((turn.clone(), crate::prompt::opener_may_be_wakterm(Some(id))));
                 }
                 return;
             }
@@ -303,10 +310,18 @@ impl EventMark {
             ObserverEvent::UserMessage { session, turn, position, .. } => (session, turn.as_ref(), *position),
             _ => return,
         };
-        let opener = turn.and_then(|turn| self.opened.as_ref().filter(|(opened, _)| opened == turn)).map(|(_, id)| id.as_str());
-        if crate::prompt::opener_may_be_wakterm(opener) {
+        let opened = turn.and_then(|turn| self.opened.as_ref().filter(|(opened, _)| opened == turn));
+        if opened.is_none_or(|(_, ours)| *ours) {
             self.turn_taken = Some(Cursor { session: session.clone(), position });
         }
+    }
+
+    /// ADM-5: the mark's place moved back or its session was lost (a rollout replaced or cut
+    /// back keeps its session id while its positions start again lower): what it noted of
+    /// turns no longer compares with positions read from now on (a review).
+    pub fn forget_turns(&mut self) {
+        self.turn_taken = None;
+        self.opened = None;
     }
 
     /// EV-7: the session the stream reports: the one it reported attached, else the one whose

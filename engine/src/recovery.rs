@@ -93,6 +93,22 @@ fn restart_receipt(record: &RequestRecord) -> Receipt {
     record.written_receipt(Classification::Indeterminate, WriteState::Unknown, None, Some(RESTART_REASON), Some(detail))
 }
 
+/// ADM-5 across a restart: whether a finished request's record says its prompt was taken or
+/// refused, so that no turn of it is pending: a one-way send acknowledged (its user message
+/// seen) or refused (MGD-7); a return-final request bound to its turn, or ended because its
+/// turn never came (RF-7, RF-8: the live wait ended with it) or its line was refused.
+fn prompt_seen_taken_or_refused(record: &RequestRecord) -> bool {
+    let refused = |reason: Option<&str>| reason == Some("turn_start_refused");
+    match record.phase {
+        Phase::Settled => record.receipt.as_ref().is_none_or(|r| r.acknowledged == Some(true) || refused(r.reason.as_deref())),
+        Phase::Terminal => {
+            let reason = record.terminal.as_ref().and_then(|t| t.reason.as_deref());
+            record.bound_turn.is_some() || reason == Some("no_turn_started") || refused(reason)
+        }
+        _ => false,
+    }
+}
+
 /// ADM-5 across a restart: a prompt an earlier daemon wrote into this process whose turn it may
 /// not have seen starting: it may still be unread (an app-server slow to read its input shows
 /// nothing of it; a short write's fragment waits for the next line).
@@ -121,9 +137,15 @@ impl RecoveredWrite {
     /// - a one-way request settled after a write whose outcome was known (`written_past`),
     ///   less than RF-8's `TURN_START_TIMEOUT_MS` before now, whose prompt was not seen taken
     ///   (acknowledged) or refused (MGD-7): the wait runs from the write. The runtime loads
-    ///   each agent's latest such record (`Store::load_latest_settled_since`); before, a daemon
+    ///   each agent's latest such record (`Store::load_latest_finished_since`); before, a daemon
     ///   started after a one-way prompt's write knew nothing of it and wrote the next prompt on
     ///   top of the unread one;
+    /// - a return-final request ended (cancelled, timed out, its observer lost, ...) after a
+    ///   write less than that timeout before now, with no turn bound and not ended because its
+    ///   turn never came (`no_turn_started`: the live wait ended then) or its line was refused:
+    ///   its line may still be unread, and the live engine held the agent for it (a review: the
+    ///   restart loaded a one-way request written before it as the agent's latest write, whose
+    ///   turn had run, and wrote the next prompt over the ended request's unread line);
     /// - a registration a restart finds unfinished (REC-1: its write may have happened), past
     ///   its armed cursor, from the daemon's start as a submitted one: its time says nothing
     ///   sure (a wall clock stepped while the daemon was down moves it), and a restart ends
@@ -131,7 +153,7 @@ impl RecoveredWrite {
     ///   `indeterminate` and the next prompt was written over its line (the simulator's check
     ///   fails 17 of seeds 1-20,000).
     fn of(record: &RequestRecord, now_ms: u64) -> Option<RecoveredWrite> {
-        let floor_at_write = record.written_past.is_some();
+        let floor_at_write = record.written_past.is_some(); // a registration has none
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             (Phase::Registered, _) => (record.armed.clone()?, now_ms),
             (Phase::Submitted, _) => {
@@ -139,18 +161,15 @@ impl RecoveredWrite {
                 // The view at the write when recorded (a record of an older daemon has none).
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
-            (Phase::Settled, ReturnMode::OneWay) => {
-                let receipt = record.receipt.as_ref()?;
-                let seen = receipt.acknowledged == Some(true) || receipt.reason.as_deref() == Some("turn_start_refused");
+            (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
                 let written_ms = record.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(record.updated_ms, |e| e.at_ms);
-                if seen || written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
+                if prompt_seen_taken_or_refused(record) || written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
                     return None;
                 }
                 (record.written_past.clone()?, written_ms.min(now_ms))
             }
             _ => return None,
         };
-        let floor_at_write = floor_at_write && record.phase != Phase::Registered;
         Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, floor_at_write })
     }
 
@@ -164,15 +183,20 @@ impl RecoveredWrite {
     /// end the wait for a later one still unread (found when one-way prompts and unfinished
     /// registrations joined the writes: exploration seed 5009149).
     ///
-    /// `taken`: where the stream durably saw the latest turn that may carry a prompt of
-    /// wakterm's (`EventMark::turn_taken`). One past the latest write's floor, in its session,
-    /// ended the wait before the restart as it would after: nothing is reopened. Its start lies
-    /// at or before the mark, where no look reads again, so before, a one-way prompt whose turn
-    /// had run held its agent until RF-8's timeout after the write.
-    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, taken: Option<&crate::observer::Cursor>, now_ms: u64) {
+    /// `mark`: the agent's durable event mark. The latest turn it saw that may carry a prompt
+    /// of wakterm's (`EventMark::turn_taken`), in the process the write went to, past the
+    /// latest write's floor in its session, was taken after that write: nothing is reopened
+    /// (the live wait ends at such a turn too, or at one it counts and the mark does not).
+    /// Its start lies at or before the mark, where no look reads again, so before, a one-way
+    /// prompt whose turn had run held its agent until RF-8's timeout after the write. Not
+    /// for a registration's armed cursor (`floor_at_write`: a turn between the arming and
+    /// the write says nothing of the line), nor for a mark of another process (a managed
+    /// agent's new holder starts its positions over in the same thread).
+    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
         let Some(latest) = same.iter().max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
+        let taken = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation)).and_then(|m| m.turn_taken.as_ref());
         let taken_past = taken.is_some_and(|t| t.session == latest.floor.session && t.position > latest.floor.position);
         if latest.floor_at_write && taken_past {
             return;

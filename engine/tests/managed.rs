@@ -240,6 +240,16 @@ fn adm_5_a_restart_keeps_a_one_way_prompt_written_shortly_before_awaiting_its_tu
     }
 }
 
+/// ADM-5 across a restart: the daemon crashes and starts again, the agent registers with
+/// `facts`, and a return-final admission `request_id` comes: its receipt.
+fn restart_then_admit(rig: &mut Rig, facts: AgentFacts, request_id: &str) -> Receipt {
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(facts));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit(request_id, "second", ReturnMode::ReturnFinal);
+    rig.receipt(op).clone()
+}
+
 // ADM-5 across a restart: a one-way prompt's turn that ran before the crash, its start already
 // behind the event mark (no look reads it again), ends the wait the restart would reopen: the
 // mark keeps where the stream last saw a turn that may carry a prompt of ours
@@ -261,11 +271,8 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
         let mark = &rig.durable_marks[&agent_id(ZOLA)];
         assert_eq!(mark.turn_taken, Some(Cursor { session: session(), position: 2_020 }), "{case}: the user message, durable");
         rig.advance(5_000);
-        rig.crash_and_recover_as_the_daemon();
-        rig.input(Input::AgentUpserted(facts));
-        rig.input(Input::StartupComplete);
-        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
-        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: its turn ran: {:?}", rig.receipt(op));
+        let receipt = restart_then_admit(&mut rig, facts, REQ2);
+        assert_eq!(receipt.classification, Classification::Accepted, "{case}: its turn ran: {:?}", receipt);
     }
     // Another writer opened the only turn after the write: ours may still be unread.
     let mut rig = managed_zola(Some(THREAD));
@@ -274,11 +281,8 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
     rig.provider_turn("turn-9", "a human's prompt", "its final", 2_000);
     assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, None);
     rig.advance(5_000);
-    rig.crash_and_recover_as_the_daemon();
-    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
-    rig.input(Input::StartupComplete);
-    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), REQ2);
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
     // The stream's turn lies in another session than the write's floor: the hold stays.
     let mut rig = Rig::with_idle_zola();
     rig.admit(REQ, "slow reader", ReturnMode::OneWay);
@@ -288,11 +292,75 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
     rig.observe(ObserverEvent::TurnStarted { session: other.clone(), turn: turn("turn-9"), position: 20 });
     assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: other, position: 20 }));
     rig.advance(5_000);
-    rig.crash_and_recover_as_the_daemon();
-    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
-    rig.input(Input::StartupComplete);
-    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
+}
+
+// ADM-5 across a restart, the latest write whatever became of its request: a one-way prompt
+// whose turn ran, then a return-final prompt still unread when its request ended (a cancel:
+// the live engine still holds the agent for its line). The restart loaded only the one-way
+// request (the latest settled one), found its turn taken, held nothing, and the next prompt
+// went over the unread line (a review). It now loads each agent's latest finished request
+// and holds for that one; a request bound to its turn, or ended `no_turn_started` (its wait
+// over), holds nothing.
+#[test]
+fn adm_5_a_restart_holds_for_a_written_request_ended_before_its_turn() {
+    for (case, cancel, bound) in [("cancelled", true, false), ("bound", false, true)] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
+        rig.advance(1_000);
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op));
+        if cancel {
+            rig.input(Input::Cancel(CancelCommand { op: OpId(900), request_id: REQ2.to_string() }));
+        }
+        if bound {
+            rig.provider_turn("turn-2", "second", "its final", 3_000);
+        }
+        assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Terminal, "{case}");
+        rig.advance(5_000);
+        rig.crash_and_recover_as_the_daemon();
+        rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+        rig.input(Input::StartupComplete);
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+        let expected = if bound { None } else { Some("awaiting_turn_start") };
+        assert_eq!(rig.receipt(op).reason.as_deref(), expected, "{case}: {:?}", rig.receipt(op));
+    }
+}
+
+// ADM-5: the mark's turn is forgotten when its place moves back (a rollout replaced while its
+// session id stays): a position read from the new file says nothing against the old one's
+// (a review: a turn noted at 2,020 skipped the wait for a write at 1,500 in the new file).
+// And an unfinished registration's armed cursor is no floor the mark's turn can pass: a turn
+// between the arming and the write says nothing of its line.
+#[test]
+fn adm_5_the_marks_turn_counts_only_past_a_write_in_the_same_file() {
+    let mut rig = Rig::with_idle_zola();
+    rig.provider_turn("turn-1", "a human's prompt", "its final", 2_000);
+    assert!(rig.durable_marks[&agent_id(ZOLA)].turn_taken.is_some());
+    rig.observe(ObserverEvent::SessionLost { reason: "rewritten".into(), session: None, before: None });
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, None, "forgotten with the loss");
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1_500 });
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_500, ..idle_snapshot("inc-1", 100) }));
+    rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    rig.advance(5_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
+
+    // A registration left unfinished, a turn past its armed cursor before the crash.
+    let mut rig = managed_zola(Some(THREAD));
+    rig.auto = Auto::Manual;
+    let command = rig.command(Operation::Admit, REQ, "slow reader", ReturnMode::OneWay);
+    rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // registered (armed at 1,000); the write's outcome never comes
+    rig.observe(ObserverEvent::TurnStarted { session: session(), turn: turn("turn-9"), position: 1_200 });
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken.as_ref().map(|t| t.position), Some(1_200));
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Registered);
+    rig.auto = Auto::All;
+    let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), REQ2);
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
 }
 
 // ADM-5, REC-1: a crash between a registration's commit and its write's outcome leaves a line

@@ -17,7 +17,7 @@ pub trait ContractStore {
     fn open_requests(&mut self) -> Vec<StoredRequest>;
     /// ADM-5: each agent's latest settled request at or after `since_ms`, ordered by agent id:
     /// what a restart reopens the wait for a written prompt's turn with.
-    fn latest_settled_since(&mut self, since_ms: u64) -> Vec<StoredRequest>;
+    fn latest_finished_since(&mut self, since_ms: u64) -> Vec<StoredRequest>;
     fn agents(&mut self) -> Vec<StoredAgent>;
     fn terminal_after(&mut self, after: u64) -> Vec<StoredTerminalEvent>;
     fn last_terminal_sequence(&mut self) -> u64;
@@ -51,8 +51,8 @@ impl ContractStore for ModelStore {
     fn open_requests(&mut self) -> Vec<StoredRequest> {
         self.tables.open_requests()
     }
-    fn latest_settled_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
-        self.tables.latest_settled_since(since_ms)
+    fn latest_finished_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
+        self.tables.latest_finished_since(since_ms)
     }
     fn agents(&mut self) -> Vec<StoredAgent> {
         self.tables.agents()
@@ -279,20 +279,21 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!((store.agent_events_after(0), store.event_marks(), store.last_event_sequence()), events_before);
     assert_eq!(store.last_terminal_sequence(), 10);
     assert!(store.commit(vec![event(4, "a1", 9_000)]).is_err(), "the pruned mark survives a reopen");
-    // ADM-5: each agent's latest settled request since a time, by agent; equal times, the
-    // greatest id; other phases and older ones are not it.
-    let settled = vec![
+    // ADM-5: each agent's latest finished request since a time, by agent (settled, terminal
+    // or released); equal times, the greatest id; open ones and older ones are not it.
+    let finished = vec![
         put_at("s1", "b1", "f", "settled", 100),
         put_at("s2", "b1", "f", "settled", 300),
         put_at("s3", "b1", "f", "terminal", 400),
         put_at("s4", "b2", "f", "settled", 200),
-        put_at("s5", "b2", "f", "settled", 200),
+        put_at("s5", "b2", "f", "released", 200),
         put_at("s6", "b3", "f", "settled", 50),
+        put_at("s7", "b3", "f", "submitted", 500),
     ];
-    assert!(store.commit(settled).is_ok());
-    let latest = |store: &mut dyn ContractStore, since| store.latest_settled_since(since).into_iter().map(|r| r.request_id).collect::<Vec<_>>();
-    assert_eq!(latest(store, 100), ["s2", "s5"]);
-    assert_eq!(latest(store, 301), Vec::<String>::new());
+    assert!(store.commit(finished).is_ok());
+    let latest = |store: &mut dyn ContractStore, since| store.latest_finished_since(since).into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+    assert_eq!(latest(store, 100), ["s3", "s5"]);
+    assert_eq!(latest(store, 401), Vec::<String>::new());
     assert!(latest(store, 0).contains(&"s6".to_string()));
 }
 
@@ -350,7 +351,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
         // HIST-1: what a restart would recover, after every batch (the ids `put_request` keeps).
         assert_eq!(reference.open_requests(), model.open_requests(), "seed {seed} step {step}: open requests differ after {batch:?}");
         let since = rng.below(3) * 10;
-        assert_eq!(reference.latest_settled_since(since), model.latest_settled_since(since), "seed {seed} step {step}: latest settled since {since} differ after {batch:?}");
+        assert_eq!(reference.latest_finished_since(since), model.latest_finished_since(since), "seed {seed} step {step}: latest settled since {since} differ after {batch:?}");
         assert_eq!(reference.stored_event_bytes(), model.stored_event_bytes(), "seed {seed} step {step}: stored event bytes differ after {batch:?}");
         if rng.below(8) == 0 {
             reference.reopen();

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, ReturnMode, SplitOutcome, SplitWrite, TerminalEvent,
+    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -527,18 +527,26 @@ impl Effects for SimEffects {
 
 /// ADM-5 across a restart: the agents whose first turn after their last write (the oracle's
 /// `turn_after_write`) is a durable `turn.started` event, in the session their durable event
-/// mark still reports (a later session's turn moves the mark's evidence there).
+/// mark still reports (a later session's turn moves the mark's evidence there), with no loss
+/// or gap of their observer durable after it (the mark forgets its turns then:
+/// `EventMark::forget_turns`; a managed agent's evicted notifications, seed 12482).
 fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
-    let started: Vec<AgentEvent> =
-        w.store.agent_events_of_kind("turn.started").iter().filter_map(|stored| serde_json::from_str(&stored.event_json).ok()).collect();
+    let of_kind = |kind: &str| -> Vec<AgentEvent> {
+        w.store.agent_events_of_kind(kind).iter().filter_map(|stored| serde_json::from_str(&stored.event_json).ok()).collect()
+    };
+    let started = of_kind("turn.started");
+    let losses: Vec<AgentEvent> = of_kind("observer.lost").into_iter().chain(of_kind("observer.gap")).collect();
     let durable = |a: usize, (_, at, turn): &(u64, u64, wakterm_engine::TurnId)| {
         let Some((session, _)) = w.oracle.last_write.get(&a) else { return false };
+        let agent_id = &w.agents[a].agent_id;
         let reported = w.durable_mark(a).and_then(|m| m.session).as_ref() == Some(session);
-        let stored = |e: &AgentEvent| {
-            e.agent_id == w.agents[a].agent_id
+        let stored = |e: &&AgentEvent| {
+            &e.agent_id == agent_id
                 && matches!(&e.body, EventBody::TurnStarted { session: s, provider_turn_id, position } if s == session && provider_turn_id == turn && position == at)
         };
-        reported && started.iter().any(stored)
+        let Some(start) = started.iter().find(stored) else { return false };
+        let lost_since = losses.iter().any(|e| &e.agent_id == agent_id && e.sequence > start.sequence);
+        reported && !lost_since
     };
     w.oracle.turn_after_write.iter().filter(|(a, entry)| durable(**a, entry)).map(|(a, _)| *a).collect()
 }
@@ -1805,14 +1813,15 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // ADM-5: the new engine has seen no turn and answers no call of the dead one. The writes
         // it can know of: a return-final request's whose submitted marker is durable, a
         // registration's left unfinished (its write may have happened), a one-way request's
-        // whose settled record holds the write's outcome and where the view stood, unless the
-        // wall clock stepped forward (a known gap, SPEC RF-7: the write then looks older than
-        // RF-8's timeout and the restart does not load it).
+        // whose settled record holds the write's outcome and where the view stood, a
+        // return-final request's ended since with such a record, unless the wall clock stepped
+        // forward (a known gap, SPEC RF-7: the write then looks older than RF-8's timeout and
+        // the restart does not load it).
         let written = |r: &&RequestRecord| matches!(r.phase, Phase::Submitted | Phase::Registered);
         let mut known_writes: BTreeSet<String> = requests.iter().filter(written).map(|r| r.request_id.as_str().to_string()).collect();
-        for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled") {
+        for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled" || r.phase == "terminal") {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if record.return_mode == ReturnMode::OneWay && record.written_past.is_some() && !stepped_forward {
+            if record.written_past.is_some() && !stepped_forward {
                 known_writes.insert(stored.request_id);
             }
         }
@@ -1833,7 +1842,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // ADM-5: and, as `recover_engine`, each agent's latest one-way request settled within
         // RF-8's turn-start timeout.
         let since_ms = now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
-        let recent = if w.mutant == Mutant::RecentSettledNotLoaded { Vec::new() } else { w.store.latest_settled_since(since_ms) };
+        let recent = if w.mutant == Mutant::RecentFinishedNotLoaded { Vec::new() } else { w.store.latest_finished_since(since_ms) };
         for stored in recent {
             requests.push(serde_json::from_str(&stored.record_json).expect("stored records parse"));
         }

@@ -184,11 +184,11 @@ impl StoreTables {
         self.requests.values().filter(|r| !is_finished_phase(&r.phase)).cloned().collect()
     }
 
-    /// ADM-5: each agent's latest settled request at or after `since_ms` (equal times: the
-    /// greatest id), ordered by agent id (as `Store::load_latest_settled_since`).
-    pub fn latest_settled_since(&self, since_ms: u64) -> Vec<StoredRequest> {
+    /// ADM-5: each agent's latest finished request at or after `since_ms` (equal times: the
+    /// greatest id), ordered by agent id (as `Store::load_latest_finished_since`).
+    pub fn latest_finished_since(&self, since_ms: u64) -> Vec<StoredRequest> {
         let mut latest: BTreeMap<String, StoredRequest> = BTreeMap::new();
-        for request in self.requests.values().filter(|r| r.phase == "settled" && r.updated_ms >= since_ms) {
+        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms) {
             let newer = latest.get(&request.agent_id).is_none_or(|l| (request.updated_ms, &request.request_id) > (l.updated_ms, &l.request_id));
             if newer {
                 latest.insert(request.agent_id.clone(), request.clone());

@@ -419,12 +419,12 @@ impl Rig {
     }
 
     /// A crash, recovered as the daemon does with ADM-5's addition: the open requests and each
-    /// agent's latest settled request updated within RF-8's turn-start timeout
-    /// (`Store::load_latest_settled_since`).
+    /// agent's latest finished request updated within RF-8's turn-start timeout
+    /// (`Store::load_latest_finished_since`).
     pub fn crash_and_recover_as_the_daemon(&mut self) {
         let since = self.now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
-        for record in self.durable.values().filter(|r| r.phase == Phase::Settled && r.updated_ms >= since) {
+        for record in self.durable.values().filter(|r| is_finished(r.phase) && r.updated_ms >= since) {
             if latest.get(&record.agent_id).is_none_or(|l| (record.updated_ms, &record.request_id) > (l.updated_ms, &l.request_id)) {
                 latest.insert(record.agent_id.clone(), record.clone());
             }

@@ -349,16 +349,16 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
     finished_phases!(),
     " AND updated_ms < ?1 ORDER BY updated_ms LIMIT ?2"
 );
-/// ADM-5: each agent's latest settled request since a time (`load_latest_settled_since`),
+/// ADM-5: each agent's latest finished request since a time (`load_latest_finished_since`),
 /// through the finished requests' time index (the phase list repeats the partial index's
-/// condition, which SQLite needs to use it; `phase = 'settled'` then picks within it).
-pub(crate) const LATEST_SETTLED_SQL: &str = concat!(
+/// condition, which SQLite needs to use it).
+pub(crate) const LATEST_FINISHED_SQL: &str = concat!(
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM (",
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms, ",
     "ROW_NUMBER() OVER (PARTITION BY agent_id ORDER BY updated_ms DESC, request_id DESC) AS latest ",
     "FROM requests INDEXED BY requests_finished_by_time WHERE phase IN ",
     finished_phases!(),
-    " AND phase = 'settled' AND updated_ms >= ?1) WHERE latest = 1 ORDER BY agent_id"
+    " AND updated_ms >= ?1) WHERE latest = 1 ORDER BY agent_id"
 );
 
 /// The meta key holding the highest terminal sequence retention removed.

@@ -89,14 +89,16 @@ impl Store {
         Ok(stored.into_iter().filter(|request| wakterm_engine::Phase::is_open_name(&request.phase)).collect())
     }
 
-    /// ADM-5 across a restart: each agent's latest settled request (a one-way admission with
-    /// its final receipt) updated at or after `since_ms`, ordered by agent id (equal times: the
-    /// greatest id). A restart reopens the wait for the turn of a prompt written shortly before
-    /// (`Engine::recover`); only the latest matters, as an app-server or a TUI reads its input
-    /// in order. One index range of the finished requests' times, whatever the history holds.
-    pub fn load_latest_settled_since(&self, since_ms: u64) -> Result<Vec<StoredRequest>, StoreError> {
+    /// ADM-5 across a restart: each agent's latest finished request (settled, terminal or
+    /// released) updated at or after `since_ms`, ordered by agent id (equal times: the greatest
+    /// id). A restart reopens the wait for the turn of a prompt written shortly before
+    /// (`Engine::recover`, `RecoveredWrite::of`); only the latest matters, as an app-server or
+    /// a TUI reads its input in order, and an agent takes no new request while it waits on a
+    /// written one (ADM-5), so an earlier one's line was read. One index range of the finished
+    /// requests' times, whatever the history holds.
+    pub fn load_latest_finished_since(&self, since_ms: u64) -> Result<Vec<StoredRequest>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached(op::LATEST_SETTLED_SQL)?;
+        let mut stmt = conn.prepare_cached(op::LATEST_FINISHED_SQL)?;
         let since = i64::try_from(since_ms).unwrap_or(i64::MAX); // past every stored time: none
         let rows = stmt.query_map([since], raw_request)?;
         rows.map(|raw| request_from_raw(raw?)).collect()
