@@ -677,15 +677,18 @@ impl Oracle {
     /// the stream made durable, in the session it still reports. ADM-5: the new engine must not
     /// hold them for that write (`EventMark::turn_taken`): the turn counts as delivered at its
     /// start; the others' turns, as before, only when its observer delivers them.
-    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>, unfinished: BTreeSet<usize>, taken_durably: BTreeSet<usize>) {
+    /// `latest_known`: per agent, the latest of those writes (by registration).
+    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>, unfinished: BTreeSet<usize>, taken_durably: BTreeSet<usize>, latest_known: BTreeMap<usize, String>) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
         self.unfinished_at_start = unfinished;
-        // Only for a last write the new engine knows of (a later one it does not know, say a
-        // request that ended meanwhile, leaves it waiting on an earlier write, whose floor may
-        // lie in an earlier session than the turn: safety first, it holds; seed 14134).
-        let known = |agent: &usize| self.last_writer.get(agent).is_some_and(|id| self.known_writes_at_start.contains(id));
-        self.turn_after_write.retain(|agent, _| taken_durably.contains(agent) && known(agent));
+        // Only when the last write the pane saw is the latest the new engine knows of: a later
+        // one it does not know (a request that ended meanwhile) leaves it waiting on an earlier
+        // write, whose floor may lie in an earlier session than the turn (seed 14134), and a
+        // later one the pane never saw land (its result lost, the receipt lost in the crash)
+        // is rightly held for (exploration seed 86889244).
+        let latest = |agent: &usize| self.last_writer.get(agent).is_some_and(|id| latest_known.get(agent) == Some(id));
+        self.turn_after_write.retain(|agent, _| taken_durably.contains(agent) && latest(agent));
         for entry in self.turn_after_write.values_mut() {
             entry.0 = self.daemon_started_ms;
         }
@@ -833,6 +836,12 @@ impl Oracle {
         self.claimed_unwritten.insert(id.to_string(), reason);
     }
 
+    /// ADM-5, ADM-12: the engine gave up on a write to agent `agent` (`write_result_lost`): it
+    /// may land, so the engine holds the agent for RF-8's timeout from now.
+    pub fn on_write_given_up(&mut self, agent: usize) {
+        self.lost_write_at.insert(agent, wakterm_runtime::driver::now_ms());
+    }
+
     /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
     /// `idle_since`: since when agent `call.agent` has run no turn (ground truth).
     pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64, idle_since: Option<u64>) {
@@ -843,7 +852,7 @@ impl Oracle {
         self.check_unwritten_claim(id, receipt, call_number);
         if receipt.reason.as_deref() == Some("write_result_lost") {
             self.given_up_ms.entry(id.clone()).or_insert(wakterm_runtime::driver::now_ms());
-            self.lost_write_at.insert(call.agent, wakterm_runtime::driver::now_ms());
+            self.on_write_given_up(call.agent);
         }
         if class == Classification::Accepted && !receipt.replayed && !self.accepted_unreplayed.insert(id.clone()) {
             self.fail(Kind::Misclassified, format!("{id}: a second accepted receipt says replayed: false, but one call wrote"));

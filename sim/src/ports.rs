@@ -12,7 +12,7 @@ use crate::mutant::Mutant;
 use crate::oracle::EventContext;
 use crate::world::{Shared, Unwoken, World};
 use madsim::rand::{thread_rng, Rng};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use crate::world::CrMode;
@@ -316,6 +316,7 @@ impl Effects for SimEffects {
         }
         *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
         w.oracle.on_terminal(&event, durable);
+        note_write_given_up(&mut w, &event);
         let riding = riding_terminal_events(&w, &event);
         w.oracle.on_terminal_riding(&event, riding);
     }
@@ -522,6 +523,18 @@ impl Effects for SimEffects {
                 let _ = madsim::time::timeout(Duration::from_millis(next.saturating_sub(now).max(1)), notified).await;
             }
         });
+    }
+}
+
+/// ADM-5, ADM-12: a request ended `write_result_lost` (its terminal event seen live or caught
+/// up after a restart): the engine gave its write up and holds the agent for RF-8's timeout, as
+/// after a receipt saying so (`Oracle::on_receipt`), which a crash may have kept from its caller
+/// (exploration seed 86889244).
+fn note_write_given_up(w: &mut World, event: &TerminalEvent) {
+    if event.reason.as_deref() == Some("write_result_lost") {
+        if let Some(a) = agent_index(w, &event.agent_id) {
+            w.oracle.on_write_given_up(a);
+        }
     }
 }
 
@@ -1818,17 +1831,29 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // forward (a known gap, SPEC RF-7: the write then looks older than RF-8's timeout and
         // the restart does not load it).
         let written = |r: &&RequestRecord| matches!(r.phase, Phase::Submitted | Phase::Registered);
-        let mut known_writes: BTreeSet<String> = requests.iter().filter(written).map(|r| r.request_id.as_str().to_string()).collect();
+        let mut known: Vec<RequestRecord> = requests.iter().filter(written).cloned().collect();
         for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled" || r.phase == "terminal") {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
             if record.written_past.is_some() && !stepped_forward {
-                known_writes.insert(stored.request_id);
+                known.push(record);
             }
         }
+        let known_writes: BTreeSet<String> = known.iter().map(|r| r.request_id.as_str().to_string()).collect();
+        // Per agent, the latest of them (the one the new engine holds for): a later write the
+        // pane never saw land (its result lost, an old holder's bytes late) counts too.
+        let mut latest_known: BTreeMap<usize, (u64, String)> = BTreeMap::new();
+        for record in &known {
+            let Some(a) = agent_index(&w, &record.agent_id) else { continue };
+            let entry = (record.registered_ms, record.request_id.as_str().to_string());
+            if latest_known.get(&a).is_none_or(|l| entry > *l) {
+                latest_known.insert(a, entry);
+            }
+        }
+        let latest_known = latest_known.into_iter().map(|(a, (_, id))| (a, id)).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
         let taken_durably = turns_after_writes_durable(&w);
-        w.oracle.on_daemon_start(known_writes, unfinished, taken_durably);
+        w.oracle.on_daemon_start(known_writes, unfinished, taken_durably, latest_known);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
@@ -1854,6 +1879,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             w.log(format!("watch catch-up {} seq {} {:?}", event.request_id, event.terminal_event_sequence, event.state));
             *w.counters.terminals.entry(format!("{:?}", event.state)).or_default() += 1;
             w.oracle.on_terminal(&event, true);
+            note_write_given_up(&mut w, &event);
             let riding = riding_terminal_events(&w, &event);
             w.oracle.on_terminal_riding(&event, riding);
         }
