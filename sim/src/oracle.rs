@@ -677,8 +677,15 @@ impl Oracle {
     /// the stream made durable, in the session it still reports. ADM-5: the new engine must not
     /// hold them for that write (`EventMark::turn_taken`): the turn counts as delivered at its
     /// start; the others' turns, as before, only when its observer delivers them.
-    /// `latest_known`: per agent, the latest of those writes (by registration).
-    pub fn on_daemon_start(&mut self, known_writes: BTreeSet<String>, unfinished: BTreeSet<usize>, taken_durably: BTreeSet<usize>, latest_known: BTreeMap<usize, String>) {
+    /// `latest_known`: per agent, the latest of those writes (by registration), and the session
+    /// of its recorded floor (where the engine's view stood at the write).
+    pub fn on_daemon_start(
+        &mut self,
+        known_writes: BTreeSet<String>,
+        unfinished: BTreeSet<usize>,
+        taken_durably: BTreeSet<usize>,
+        latest_known: BTreeMap<usize, (String, Option<SessionId>)>,
+    ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
         self.unfinished_at_start = unfinished;
@@ -686,8 +693,14 @@ impl Oracle {
         // one it does not know (a request that ended meanwhile) leaves it waiting on an earlier
         // write, whose floor may lie in an earlier session than the turn (seed 14134), and a
         // later one the pane never saw land (its result lost, the receipt lost in the crash)
-        // is rightly held for (exploration seed 86889244).
-        let latest = |agent: &usize| self.last_writer.get(agent).is_some_and(|id| latest_known.get(agent) == Some(id));
+        // is rightly held for (exploration seed 86889244). And only when the engine's view
+        // stood in the pane's session at that write: a view lagging a session switch (a file
+        // rewritten just before the write) leaves a floor the turn's session cannot pass, and
+        // which came first the engine cannot tell (exploration seed 41003458).
+        let latest = |agent: &usize| match (self.last_writer.get(agent), latest_known.get(agent), self.last_write.get(agent)) {
+            (Some(id), Some((latest, floor)), Some((session, _))) => id == latest && floor.as_ref() == Some(session),
+            _ => false,
+        };
         self.turn_after_write.retain(|agent, _| taken_durably.contains(agent) && latest(agent));
         for entry in self.turn_after_write.values_mut() {
             entry.0 = self.daemon_started_ms;

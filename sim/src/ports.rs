@@ -1841,15 +1841,16 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let known_writes: BTreeSet<String> = known.iter().map(|r| r.request_id.as_str().to_string()).collect();
         // Per agent, the latest of them (the one the new engine holds for): a later write the
         // pane never saw land (its result lost, an old holder's bytes late) counts too.
-        let mut latest_known: BTreeMap<usize, (u64, String)> = BTreeMap::new();
+        let mut latest_known: BTreeMap<usize, (u64, String, Option<wakterm_engine::SessionId>)> = BTreeMap::new();
         for record in &known {
             let Some(a) = agent_index(&w, &record.agent_id) else { continue };
-            let entry = (record.registered_ms, record.request_id.as_str().to_string());
-            if latest_known.get(&a).is_none_or(|l| entry > *l) {
+            let floor = record.written_past.as_ref().map(|c| c.session.clone());
+            let entry = (record.registered_ms, record.request_id.as_str().to_string(), floor);
+            if latest_known.get(&a).is_none_or(|l| (entry.0, &entry.1) > (l.0, &l.1)) {
                 latest_known.insert(a, entry);
             }
         }
-        let latest_known = latest_known.into_iter().map(|(a, (_, id))| (a, id)).collect();
+        let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor))).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
         let taken_durably = turns_after_writes_durable(&w);
