@@ -329,6 +329,41 @@ fn adm_5_a_restart_holds_for_a_written_request_ended_before_its_turn() {
     }
 }
 
+// ADM-5 across a restart, the latest write rather than the latest to finish: a plain one-way
+// send steers the running turn of a bound return-final request, the app-server is slow to read
+// it (no acknowledgement: it settles unacknowledged), then the bound request's turn completes,
+// so it finishes last. The restart loaded only that bound request (the latest to finish), held
+// nothing, and the next prompt went over the unread send (a review). It now loads each
+// agent's latest written request (by registration) and holds for the send.
+#[test]
+fn adm_5_a_restart_holds_for_the_latest_write_not_the_latest_to_finish() {
+    let mut rig = managed_zola(Some(THREAD));
+    let op = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.observe(ObserverEvent::TurnAccepted { session: session(), id: prompt::turn_start_id(REQ, 0x5eed), turn: turn("turn-1"), position: 2_005 });
+    rig.turn_started("turn-1", 2_010);
+    rig.user_message("turn-1", "first", 2_020);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound);
+    let mut busy = idle_snapshot("inc-1", 100);
+    (busy.position, busy.turn) = (2_020, TurnState::Busy { turn: Some(turn("turn-1")) });
+    rig.snapshots.insert(agent_id(ZOLA), Ok(busy));
+    let command = rig.command(Operation::Send, REQ2, "steer it", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    rig.advance(limits::SEND_ACK_WAIT_MS + 100); // unread: no acknowledgement
+    let receipt = rig.receipt(op);
+    assert_eq!((receipt.classification, receipt.acknowledged), (Classification::Accepted, Some(false)), "{receipt:?}");
+    rig.advance(500);
+    rig.turn_completed("turn-1", "the final", 2_030);
+    let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    let (first, send) = (&rig.durable[&RequestId::parse(REQ).unwrap()], &rig.durable[&RequestId::parse(REQ2).unwrap()]);
+    assert_eq!((first.phase, send.phase), (Phase::Terminal, Phase::Settled));
+    assert!(first.updated_ms > send.updated_ms, "the bound request finished last");
+    rig.advance(1_000);
+    let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{receipt:?}");
+}
+
 // ADM-5: the mark's turn is forgotten when its place moves back (a rollout replaced while its
 // session id stays): a position read from the new file says nothing against the old one's
 // (a review: a turn noted at 2,020 skipped the wait for a write at 1,500 in the new file).

@@ -15,9 +15,10 @@ pub trait ContractStore {
     /// HIST-1: the open requests (registered, submitted, bound), ordered by id: what a restart
     /// recovers (SQLite's store keeps their ids in `open_requests`, migration 5).
     fn open_requests(&mut self) -> Vec<StoredRequest>;
-    /// ADM-5: each agent's latest settled request at or after `since_ms`, ordered by agent id:
-    /// what a restart reopens the wait for a written prompt's turn with.
-    fn latest_finished_since(&mut self, since_ms: u64) -> Vec<StoredRequest>;
+    /// ADM-5: of the finished requests updated at or after `since_ms`, each agent's latest
+    /// written one, ordered by agent id: what a restart reopens the wait for a written
+    /// prompt's turn with.
+    fn latest_written_since(&mut self, since_ms: u64) -> Vec<StoredRequest>;
     fn agents(&mut self) -> Vec<StoredAgent>;
     fn terminal_after(&mut self, after: u64) -> Vec<StoredTerminalEvent>;
     fn last_terminal_sequence(&mut self) -> u64;
@@ -51,8 +52,8 @@ impl ContractStore for ModelStore {
     fn open_requests(&mut self) -> Vec<StoredRequest> {
         self.tables.open_requests()
     }
-    fn latest_finished_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
-        self.tables.latest_finished_since(since_ms)
+    fn latest_written_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
+        self.tables.latest_written_since(since_ms)
     }
     fn agents(&mut self) -> Vec<StoredAgent> {
         self.tables.agents()
@@ -99,6 +100,14 @@ pub fn put_at(request: &str, agent: &str, fingerprint: &str, phase: &str, update
         }
         _ => unreachable!(),
     }
+}
+
+/// A request whose record says when it was registered and, if `written`, where the view stood
+/// at its write (the two fields `latest_written_since` reads).
+pub fn put_written(request: &str, agent: &str, phase: &str, updated_ms: u64, registered_ms: u64, written: bool) -> StoreOp {
+    let past = if written { r#","written_past":{"session":"s","position":1}"# } else { "" };
+    let record_json = format!(r#"{{"phase":"{phase}","registered_ms":{registered_ms}{past}}}"#);
+    StoreOp::PutRequest { request_id: request.to_string(), agent_id: agent.to_string(), phase: phase.to_string(), fingerprint: "f".to_string(), record_json, updated_ms }
 }
 
 pub fn terminal(sequence: u64, request: &str) -> StoreOp {
@@ -279,20 +288,24 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!((store.agent_events_after(0), store.event_marks(), store.last_event_sequence()), events_before);
     assert_eq!(store.last_terminal_sequence(), 10);
     assert!(store.commit(vec![event(4, "a1", 9_000)]).is_err(), "the pruned mark survives a reopen");
-    // ADM-5: each agent's latest finished request since a time, by agent (settled, terminal
-    // or released); equal times, the greatest id; open ones and older ones are not it.
+    // ADM-5: of the finished requests updated since a time, each agent's latest written one:
+    // by registration, not by update (b1: s2 was registered after s3 and finished before it);
+    // equal registrations, the greatest id (b2); one never written (released, s5) or open
+    // (s7) or updated before the time is not it.
     let finished = vec![
-        put_at("s1", "b1", "f", "settled", 100),
-        put_at("s2", "b1", "f", "settled", 300),
-        put_at("s3", "b1", "f", "terminal", 400),
-        put_at("s4", "b2", "f", "settled", 200),
-        put_at("s5", "b2", "f", "released", 200),
-        put_at("s6", "b3", "f", "settled", 50),
-        put_at("s7", "b3", "f", "submitted", 500),
+        put_written("s1", "b1", "settled", 100, 10, true),
+        put_written("s2", "b1", "settled", 300, 30, true),
+        put_written("s3", "b1", "terminal", 400, 20, true),
+        put_written("s4", "b2", "settled", 200, 10, true),
+        put_written("s4b", "b2", "terminal", 150, 10, true),
+        put_written("s5", "b2", "released", 250, 40, false),
+        put_written("s6", "b3", "settled", 50, 5, true),
+        put_written("s7", "b3", "submitted", 500, 50, true),
     ];
     assert!(store.commit(finished).is_ok());
-    let latest = |store: &mut dyn ContractStore, since| store.latest_finished_since(since).into_iter().map(|r| r.request_id).collect::<Vec<_>>();
-    assert_eq!(latest(store, 100), ["s3", "s5"]);
+    let latest = |store: &mut dyn ContractStore, since| store.latest_written_since(since).into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+    assert_eq!(latest(store, 100), ["s2", "s4b"]);
+    assert_eq!(latest(store, 301), ["s3"]);
     assert_eq!(latest(store, 401), Vec::<String>::new());
     assert!(latest(store, 0).contains(&"s6".to_string()));
 }
@@ -331,7 +344,10 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                 0 | 1 | 2 => {
                     let phases = ["registered", "submitted", "bound", "terminal", "settled", "released"];
                     let (agent, fingerprint, phase) = (format!("a{}", rng.below(2)), format!("f{}", rng.below(2)), phases[rng.below(6) as usize]);
-                    put_at(&request, &agent, &fingerprint, phase, [7, 10, 25][rng.below(3) as usize])
+                    match rng.below(2) {
+                        0 => put_at(&request, &agent, &fingerprint, phase, [7, 10, 25][rng.below(3) as usize]),
+                        _ => put_written(&request, &agent, phase, [7, 10, 25][rng.below(3) as usize], rng.below(4), rng.below(2) == 0),
+                    }
                 }
                 3 | 4 => terminal(1 + rng.below(12), &request),
                 _ => agent(&format!("a{}", rng.below(3)), &format!("n{}", rng.below(2))),
@@ -351,7 +367,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
         // HIST-1: what a restart would recover, after every batch (the ids `put_request` keeps).
         assert_eq!(reference.open_requests(), model.open_requests(), "seed {seed} step {step}: open requests differ after {batch:?}");
         let since = rng.below(3) * 10;
-        assert_eq!(reference.latest_finished_since(since), model.latest_finished_since(since), "seed {seed} step {step}: latest settled since {since} differ after {batch:?}");
+        assert_eq!(reference.latest_written_since(since), model.latest_written_since(since), "seed {seed} step {step}: latest written since {since} differ after {batch:?}");
         assert_eq!(reference.stored_event_bytes(), model.stored_event_bytes(), "seed {seed} step {step}: stored event bytes differ after {batch:?}");
         if rng.below(8) == 0 {
             reference.reopen();

@@ -189,7 +189,8 @@ pub struct Oracle {
     pub daemon_started_ms: u64,
     /// ADM-5 across a restart: the requests whose write this daemon can know of when it starts
     /// (their written prompts hold the agent as right after a write): return-final ones whose
-    /// submitted marker was durable, one-way ones whose settled record holds the write's outcome.
+    /// submitted marker was durable, finished ones (settled one-way, terminal) whose record
+    /// holds the write's outcome.
     known_writes_at_start: BTreeSet<String>,
     /// ADM-5: the agents this daemon started with a registration left unfinished (REC-1): a
     /// write it cannot rule out, so it may hold them for RF-8's timeout from its start.

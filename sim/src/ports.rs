@@ -1288,9 +1288,25 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
             let p = w.plan.crash_after_checkpoint / 4.0;
             w.crash_point_at(p, "crash.between_events_and_checkpoint");
         }
+    } else if finished_past_unread_line(w, ops) {
+        w.crash_point_at(0.9, "crash.finished_past_unread_line");
     } else {
         w.crash_point("crash.after_commit");
     }
+}
+
+/// ADM-5: a commit finishes a request (terminal or settled) of a managed agent whose
+/// app-server has another request's `turn/start` line still unread. A restart right then must
+/// hold the agent for that line, whichever request finished last (a review found a bound
+/// request finishing after a send that steered its turn unread hid the send; seeds 1-40,000
+/// never crashed there before this crash point).
+fn finished_past_unread_line(w: &World, ops: &[StoreOp]) -> bool {
+    ops.iter().any(|op| match op {
+        StoreOp::PutRequest { request_id, agent_id, phase, .. } if phase == "terminal" || phase == "settled" => {
+            agent_named(w, agent_id).is_some_and(|a| w.unread_turn_start_besides(a, request_id))
+        }
+        _ => false,
+    })
 }
 
 /// `app_server.mark_behind_respawn`, the second half (`World::hold_mark_back`): a request
@@ -1865,10 +1881,10 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             SimClock::Engine(engine_clock) => engine_clock.now_ms(),
             SimClock::Stepped(_) => w.wall_ms(),
         };
-        // ADM-5: and, as `recover_engine`, each agent's latest one-way request settled within
-        // RF-8's turn-start timeout.
+        // ADM-5: and, as `recover_engine`, of the requests finished within RF-8's turn-start
+        // timeout, each agent's latest written one.
         let since_ms = now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
-        let recent = if w.mutant == Mutant::RecentFinishedNotLoaded { Vec::new() } else { w.store.latest_finished_since(since_ms) };
+        let recent = if w.mutant == Mutant::RecentFinishedNotLoaded { Vec::new() } else { w.store.latest_written_since(since_ms) };
         for stored in recent {
             requests.push(serde_json::from_str(&stored.record_json).expect("stored records parse"));
         }

@@ -184,12 +184,16 @@ impl StoreTables {
         self.requests.values().filter(|r| !is_finished_phase(&r.phase)).cloned().collect()
     }
 
-    /// ADM-5: each agent's latest finished request at or after `since_ms` (equal times: the
-    /// greatest id), ordered by agent id (as `Store::load_latest_finished_since`).
-    pub fn latest_finished_since(&self, since_ms: u64) -> Vec<StoredRequest> {
+    /// ADM-5: of the finished requests updated at or after `since_ms`, each agent's latest
+    /// written one (its record holds `written_past`; the greatest `registered_ms`, equal the
+    /// greatest id), ordered by agent id (as `Store::load_latest_written_since`).
+    pub fn latest_written_since(&self, since_ms: u64) -> Vec<StoredRequest> {
+        let field = |r: &StoredRequest, name: &str| serde_json::from_str::<serde_json::Value>(&r.record_json).ok().map(|v| v[name].clone());
+        let registered = |r: &StoredRequest| field(r, "registered_ms").and_then(|v| v.as_u64());
+        let written = |r: &StoredRequest| field(r, "written_past").is_some_and(|v| !v.is_null());
         let mut latest: BTreeMap<String, StoredRequest> = BTreeMap::new();
-        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms) {
-            let newer = latest.get(&request.agent_id).is_none_or(|l| (request.updated_ms, &request.request_id) > (l.updated_ms, &l.request_id));
+        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms && written(r)) {
+            let newer = latest.get(&request.agent_id).is_none_or(|l| (registered(request), &request.request_id) > (registered(l), &l.request_id));
             if newer {
                 latest.insert(request.agent_id.clone(), request.clone());
             }

@@ -97,6 +97,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "crash.after_pane_write",
     "crash.after_checkpoint",
     "crash.between_events_and_checkpoint",
+    "crash.finished_past_unread_line",
     "checkpoint.older_than_file",
     "checkpoint.armed_before",
     "checkpoint.file_replaced_while_down",

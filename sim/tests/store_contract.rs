@@ -31,8 +31,8 @@ impl ContractStore for SqliteStore {
     fn open_requests(&mut self) -> Vec<StoredRequest> {
         self.store.load_open_requests().expect("load")
     }
-    fn latest_finished_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
-        self.store.load_latest_finished_since(since_ms).expect("load")
+    fn latest_written_since(&mut self, since_ms: u64) -> Vec<StoredRequest> {
+        self.store.load_latest_written_since(since_ms).expect("load")
     }
     fn agents(&mut self) -> Vec<StoredAgent> {
         self.store.load_agents().expect("load")

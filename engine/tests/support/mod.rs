@@ -418,14 +418,14 @@ impl Rig {
         self.recover_from(self.durable.values().filter(|r| !is_finished(r.phase)).cloned().collect());
     }
 
-    /// A crash, recovered as the daemon does with ADM-5's addition: the open requests and each
-    /// agent's latest finished request updated within RF-8's turn-start timeout
-    /// (`Store::load_latest_finished_since`).
+    /// A crash, recovered as the daemon does with ADM-5's addition: the open requests and, of
+    /// the finished ones updated within RF-8's turn-start timeout, each agent's latest written
+    /// (`Store::load_latest_written_since`).
     pub fn crash_and_recover_as_the_daemon(&mut self) {
         let since = self.now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
-        for record in self.durable.values().filter(|r| is_finished(r.phase) && r.updated_ms >= since) {
-            if latest.get(&record.agent_id).is_none_or(|l| (record.updated_ms, &record.request_id) > (l.updated_ms, &l.request_id)) {
+        for record in self.durable.values().filter(|r| is_finished(r.phase) && r.updated_ms >= since && r.written_past.is_some()) {
+            if latest.get(&record.agent_id).is_none_or(|l| (record.registered_ms, &record.request_id) > (l.registered_ms, &l.request_id)) {
                 latest.insert(record.agent_id.clone(), record.clone());
             }
         }

@@ -253,10 +253,10 @@ fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> 
     let now_ms = clock.now_ms();
     let mut requests = Vec::new();
     // HIST-1: open requests only; finished ones are read back when named again. ADM-5: and
-    // each agent's latest request finished within RF-8's turn-start timeout, whose prompt may
-    // still be unread (`RecoveredWrite::of`).
+    // each agent's latest written request finished within RF-8's turn-start timeout, whose
+    // prompt may still be unread (`RecoveredWrite::of`).
     let since_ms = now_ms.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
-    let recent = store.load_latest_finished_since(since_ms).map_err(|e| e.to_string())?;
+    let recent = store.load_latest_written_since(since_ms).map_err(|e| e.to_string())?;
     for stored in store.load_open_requests().map_err(|e| e.to_string())?.into_iter().chain(recent) {
         let record: RequestRecord = serde_json::from_str(&stored.record_json)
             .map_err(|e| format!("request {} in the database is unreadable: {e}", stored.request_id))?;

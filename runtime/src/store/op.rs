@@ -349,16 +349,18 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
     finished_phases!(),
     " AND updated_ms < ?1 ORDER BY updated_ms LIMIT ?2"
 );
-/// ADM-5: each agent's latest finished request since a time (`load_latest_finished_since`),
-/// through the finished requests' time index (the phase list repeats the partial index's
-/// condition, which SQLite needs to use it).
-pub(crate) const LATEST_FINISHED_SQL: &str = concat!(
+/// ADM-5: of the finished requests updated since a time, each agent's latest written one
+/// (`load_latest_written_since`): its record holds where the view stood at the write
+/// (`written_past`), and it was registered last (`registered_ms`; equal, the greatest id).
+/// One range of the finished requests' time index (the phase list repeats the partial index's
+/// condition, which SQLite needs to use it); the fields are read from the records in range.
+pub(crate) const LATEST_WRITTEN_SQL: &str = concat!(
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM (",
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms, ",
-    "ROW_NUMBER() OVER (PARTITION BY agent_id ORDER BY updated_ms DESC, request_id DESC) AS latest ",
+    "ROW_NUMBER() OVER (PARTITION BY agent_id ORDER BY json_extract(record, '$.registered_ms') DESC, request_id DESC) AS latest ",
     "FROM requests INDEXED BY requests_finished_by_time WHERE phase IN ",
     finished_phases!(),
-    " AND updated_ms >= ?1) WHERE latest = 1 ORDER BY agent_id"
+    " AND updated_ms >= ?1 AND json_extract(record, '$.written_past') IS NOT NULL) WHERE latest = 1 ORDER BY agent_id"
 );
 
 /// The meta key holding the highest terminal sequence retention removed.

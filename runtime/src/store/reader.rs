@@ -89,16 +89,18 @@ impl Store {
         Ok(stored.into_iter().filter(|request| wakterm_engine::Phase::is_open_name(&request.phase)).collect())
     }
 
-    /// ADM-5 across a restart: each agent's latest finished request (settled, terminal or
-    /// released) updated at or after `since_ms`, ordered by agent id (equal times: the greatest
-    /// id). A restart reopens the wait for the turn of a prompt written shortly before
-    /// (`Engine::recover`, `RecoveredWrite::of`); only the latest matters, as an app-server or
-    /// a TUI reads its input in order, and an agent takes no new request while it waits on a
-    /// written one (ADM-5), so an earlier one's line was read. One index range of the finished
-    /// requests' times, whatever the history holds.
-    pub fn load_latest_finished_since(&self, since_ms: u64) -> Result<Vec<StoredRequest>, StoreError> {
+    /// ADM-5 across a restart: of the finished requests updated at or after `since_ms`, each
+    /// agent's latest written one (a view recorded at its write, `written_past`; the latest
+    /// registered, equal times the greatest id), ordered by agent id. A restart reopens the
+    /// wait for the turn of a prompt written shortly before (`Engine::recover`,
+    /// `RecoveredWrite::of`); only the latest write matters, as an app-server or a TUI reads
+    /// its input in order: if its prompt was taken, so were the lines before it. The latest to
+    /// finish is not it (a bound request ending after a one-way prompt that steered its turn,
+    /// unread, hid that prompt: a review), nor one never written (released). One index range
+    /// of the finished requests' times, whatever the history holds.
+    pub fn load_latest_written_since(&self, since_ms: u64) -> Result<Vec<StoredRequest>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached(op::LATEST_FINISHED_SQL)?;
+        let mut stmt = conn.prepare_cached(op::LATEST_WRITTEN_SQL)?;
         let since = i64::try_from(since_ms).unwrap_or(i64::MAX); // past every stored time: none
         let rows = stmt.query_map([since], raw_request)?;
         rows.map(|raw| request_from_raw(raw?)).collect()

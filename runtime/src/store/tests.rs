@@ -1018,11 +1018,12 @@ fn plan_on_a_new_store(sql: &str) -> Vec<String> {
     plan
 }
 
-// ADM-5, issue 10: a restart reads each agent's latest settled request of the last minute
-// through the finished requests' time index (a range of it), never a scan of the history.
+// ADM-5, issue 10: a restart reads each agent's latest written request finished in the last
+// minute through the finished requests' time index (a range of it), never a scan of the
+// history.
 #[test]
-fn store_latest_finished_query_reads_a_range_of_the_time_index() {
-    let plan = plan_on_a_new_store(super::op::LATEST_FINISHED_SQL);
+fn store_latest_written_query_reads_a_range_of_the_time_index() {
+    let plan = plan_on_a_new_store(super::op::LATEST_WRITTEN_SQL);
     assert!(plan.iter().any(|step| step.contains("USING INDEX requests_finished_by_time (updated_ms>?)")), "{plan:?}");
     assert!(plan.iter().all(|step| !step.contains("SCAN requests") || step.contains("USING INDEX")), "{plan:?}");
 }
