@@ -128,10 +128,6 @@ pub(crate) struct RecoveredWrite {
     /// of a registration whose write the restart cannot see: only then does a turn the stream
     /// saw past it say the prompt was taken (a turn between the arming and the write is not).
     pub floor_at_write: bool,
-    /// Its prompt may still be unread: false when its record says it was taken or refused
-    /// (`prompt_seen_taken_or_refused`, a bound request). Such a write is kept all the same:
-    /// as the agent's latest, it says every earlier line was read (input is read in order).
-    pub pending: bool,
 }
 
 impl RecoveredWrite {
@@ -150,11 +146,6 @@ impl RecoveredWrite {
     ///   its line may still be unread, and the live engine held the agent for it (a review: the
     ///   restart loaded a one-way request written before it as the agent's latest write, whose
     ///   turn had run, and wrote the next prompt over the ended request's unread line);
-    /// - a write whose prompt was taken or refused (a bound request, an acknowledged send, a
-    ///   return-final request bound to its turn or ended `no_turn_started`), not `pending`: as
-    ///   the agent's latest write it says no earlier line is unread. Before, only the latest
-    ///   request to finish was loaded, and a bound request finishing after a one-way prompt
-    ///   that steered its turn unread hid that prompt (a review);
     /// - a registration a restart finds unfinished (REC-1: its write may have happened), past
     ///   its armed cursor, from the daemon's start as a submitted one: its time says nothing
     ///   sure (a wall clock stepped while the daemon was down moves it), and a restart ends
@@ -165,23 +156,22 @@ impl RecoveredWrite {
         let floor_at_write = record.written_past.is_some(); // a registration has none
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             (Phase::Registered, _) => (record.armed.clone()?, now_ms),
-            (Phase::Submitted | Phase::Bound, _) => {
-                let armed = record.armed.clone().expect("a submitted or bound request is armed");
+            (Phase::Submitted, _) => {
+                let armed = record.armed.clone().expect("a submitted request is armed");
                 // The view at the write when recorded (a record of an older daemon has none).
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
                 let written_ms = record.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(record.updated_ms, |e| e.at_ms);
-                if written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
-                    return None; // RF-8's timeout ran out for it, and for every earlier write
+                if prompt_seen_taken_or_refused(record) || written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
+                    return None;
                 }
                 (record.written_past.clone()?, written_ms.min(now_ms))
             }
             _ => return None, // never written (released), or settled without a write
         };
-        let pending = record.phase != Phase::Bound && !prompt_seen_taken_or_refused(record);
         let registered_ms = record.registered_ms;
-        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms, floor_at_write, pending })
+        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms, floor_at_write })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -207,15 +197,12 @@ impl RecoveredWrite {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
         let Some(latest) = same.iter().max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
-        if !latest.pending {
-            return; // the latest write's prompt was taken: so were the lines before it
-        }
         let taken = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation)).and_then(|m| m.turn_taken.as_ref());
         let taken_past = taken.is_some_and(|t| t.session == latest.floor.session && t.position > latest.floor.position);
         if latest.floor_at_write && taken_past {
             return;
         }
-        let since = same.iter().filter(|w| w.pending).map(|w| w.since_ms).max().expect("the latest at least");
+        let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
