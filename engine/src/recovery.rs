@@ -168,10 +168,9 @@ impl RecoveredWrite {
                 }
                 (record.written_past.clone()?, written_ms.min(now_ms))
             }
-            _ => return None, // never written (released), or settled without a write
+            _ => return None, // bound (its turn started), released (never written)
         };
-        let registered_ms = record.registered_ms;
-        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms, floor_at_write })
+        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, floor_at_write })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts

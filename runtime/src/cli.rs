@@ -451,7 +451,7 @@ fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Opti
     // INP-4: no agent name or id holds bytes that are no text; the same answer as the daemon's
     // for a target with white space (it was clap's usage error, exit 2, a CLI review). Before
     // the prompt, so standard input is not read for a request refused anyway.
-    let Some(target) = target.to_str().map(str::to_string) else {
+    let Ok(target) = target.into_string() else {
         return Err(refused("target_malformed", "the target is not UTF-8".to_string()));
     };
     let Some(message) = message.to_str() else {
@@ -495,7 +495,7 @@ fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Opti
 fn submit_request(target: std::ffi::OsString, exact_agent_id: bool, timeout_ms: u64, text: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // INP-4, as for admissions (`admission`).
-    let Some(target) = target.to_str().map(str::to_string) else {
+    let Ok(target) = target.into_string() else {
         return Err(client::submit_refused("target_malformed", "the target is not UTF-8".to_string(), Some(timeout_ms)));
     };
     let not_utf8 = |whose: &str| client::submit_refused("prompt_not_utf8", format!("the text {whose} is not UTF-8"), Some(timeout_ms));

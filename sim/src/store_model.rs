@@ -188,17 +188,20 @@ impl StoreTables {
     /// written one (its record holds `written_past`; the greatest `registered_ms`, equal the
     /// greatest id), ordered by agent id (as `Store::load_latest_written_since`).
     pub fn latest_written_since(&self, since_ms: u64) -> Vec<StoredRequest> {
-        let field = |r: &StoredRequest, name: &str| serde_json::from_str::<serde_json::Value>(&r.record_json).ok().map(|v| v[name].clone());
-        let registered = |r: &StoredRequest| field(r, "registered_ms").and_then(|v| v.as_u64());
-        let written = |r: &StoredRequest| field(r, "written_past").is_some_and(|v| !v.is_null());
-        let mut latest: BTreeMap<String, StoredRequest> = BTreeMap::new();
-        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms && written(r)) {
-            let newer = latest.get(&request.agent_id).is_none_or(|l| (registered(request), &request.request_id) > (registered(l), &l.request_id));
+        // Each record is read once: its registration time, when it holds a written floor.
+        let written_at = |r: &StoredRequest| {
+            let record = serde_json::from_str::<serde_json::Value>(&r.record_json).ok()?;
+            (!record["written_past"].is_null()).then(|| record["registered_ms"].as_u64())
+        };
+        let mut latest: BTreeMap<String, (Option<u64>, &StoredRequest)> = BTreeMap::new();
+        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms) {
+            let Some(registered) = written_at(request) else { continue };
+            let newer = latest.get(&request.agent_id).is_none_or(|(l_registered, l)| (registered, &request.request_id) > (*l_registered, &l.request_id));
             if newer {
-                latest.insert(request.agent_id.clone(), request.clone());
+                latest.insert(request.agent_id.clone(), (registered, request));
             }
         }
-        latest.into_values().collect()
+        latest.into_values().map(|(_, request)| request.clone()).collect()
     }
 
     pub fn request(&self, request_id: &str) -> Option<&StoredRequest> {
