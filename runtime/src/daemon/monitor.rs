@@ -10,8 +10,8 @@
 //!   time, with wakes during a run coalesced into one more run;
 //! - MON-3: a run woken by rollout records alone builds its snapshot from the last look at the
 //!   screen (records do not change the pane; the pane's own changes wake a look);
-//! - MON-4: a run reads at most `MONITOR_STEP_BYTES`, returns only once the driver handled its
-//!   step, and a run cut at the bound is followed by another at once: one agent's burst
+//! - MON-4: a run reads at most `MONITOR_STEP_BYTES`, ends for the dispatcher only once the
+//!   driver handled its step, and a run cut at the bound is followed by another at once: one agent's burst
 //!   reaches the engine one bounded step at a time;
 //! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
 //!   not be set yet): attached agents are looked at every [`ATTACHED_RECHECK`], agents still
@@ -49,9 +49,6 @@ use crate::monitor_recheck::{next_watch_retry, watch_trusted};
 const SCREEN_RETRIES: u8 = 3;
 /// Bound of one holder reply line (an `info` reply is a few hundred bytes).
 const MAX_REPLY_BYTES: u64 = 64 * 1024;
-/// MON-4: how long a run waits for the engine to handle its step before the next run may read
-/// on (a bound, not an expected time: a step is handled in milliseconds).
-const STEP_HANDLED_WAIT: Duration = Duration::from_secs(10);
 
 /// MON-2: what one sessions directory's watch saw of rollouts no agent tails (a new session,
 /// an old one resumed): counted, so an admission's refresh rediscovers its agent's rollout only
@@ -469,11 +466,7 @@ impl Dispatcher {
         let screen = std::mem::take(&mut watched.screen_due);
         let agent = watched.agent.clone();
         let (inbox, wake) = (self.inbox.clone(), self.wake.clone());
-        let agent_id = agent_id.to_string();
-        tokio::task::spawn_blocking(move || {
-            let ran = run_once(&agent, &inbox, (liveness, screen));
-            let _ = wake.send(Wake::Done { agent_id, ran });
-        });
+        tokio::task::spawn_blocking(move || run_once(&agent, &inbox, (liveness, screen), wake));
     }
 
     /// Sets (or retries) the recursive watch of one sessions directory. Codex creates it on
@@ -586,16 +579,40 @@ struct RunOutcome {
 /// engine a new snapshot (the catalog answers from it), and only when the screen may have
 /// changed does it ask the holder for it (MON-3), so a run over an idle agent costs a few
 /// local reads and no holder call, and a run over new records no holder call either.
-fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, bool)) -> RunOutcome {
-    let (outcome, stepped) = look(agent, inbox, due);
+/// The run's end reaches the dispatcher as `Wake::Done` through `wake` (see [`RunDone`]).
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, bool), wake: mpsc::UnboundedSender<Wake>) {
+    let (ran, stepped) = look(agent, inbox, due);
+    let done = RunDone { wake, done: Some(Wake::Done { agent_id: agent.record.agent_id.clone(), ran }) };
+    if !stepped {
+        return done.send();
+    }
     // MON-4: the next run reads on only after the engine handled this one's step, so an
     // agent's burst reaches the engine one bounded step at a time and every other message
     // (another agent's admission, a refresh's answer) waits behind one step at most, not all
-    // of them: the inbox is first come, first served.
-    if stepped && crate::driver::ask_blocking(inbox, |_| (), STEP_HANDLED_WAIT).is_none() {
-        tracing::warn!(agent = %agent.record.agent_id, wait_ms = STEP_HANDLED_WAIT.as_millis() as u64, "the engine did not handle the monitor's step within the wait; reading on");
+    // of them: the inbox is first come, first served, so the driver reaches this question
+    // after the step, and the question tells the dispatcher. Not a wait on this thread
+    // (issue 10: the answer woke it only to pass the word on, a thread hand-off per step).
+    // A question the driver drops unasked (it ended) still tells it (`RunDone`'s drop).
+    let _ = inbox.blocking_send(DriverMsg::Query(Box::new(move |_| done.send())));
+}
+
+/// MON-4: a run's end for the dispatcher, sent once: by [`RunDone::send`], or when dropped
+/// unsent (a question the driver never reached), so no agent stays marked running.
+struct RunDone {
+    wake: mpsc::UnboundedSender<Wake>,
+    done: Option<Wake>,
+}
+
+impl RunDone {
+    fn send(self) {} // the drop sends
+}
+
+impl Drop for RunDone {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = self.wake.send(done);
+        }
     }
-    outcome
 }
 
 /// One look (see [`run_once`]); also whether it sent the engine a step of events.
@@ -886,7 +903,7 @@ mod tests {
         let holder = fake_holder(&paths, id, 1, |_| r#""not an info answer""#.to_string());
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
-        let ran = run_once(&agent, &inbox, (true, false));
+        let ran = run_without_a_step(&agent, &inbox, (true, false));
         assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true, screen_unread: false, behind: false });
         assert_eq!(agent.liveness.lock().unwrap().process, None, "nothing changed");
         assert_eq!(holder.join().unwrap().len(), 1);
@@ -997,7 +1014,7 @@ mod tests {
         });
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
-        let ran = run_once(&agent, &inbox, (true, true));
+        let ran = run_without_a_step(&agent, &inbox, (true, true));
         assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: true, behind: false });
         assert!(agent.process_alive(), "the process was read");
         let asked = holder.join().unwrap();
@@ -1102,14 +1119,18 @@ mod tests {
 
     /// Runs [`run_once`] on a thread of its own while this one plays the driver: it answers
     /// the run's questions and records every message, in order, until the run returned.
+    /// The run's outcome is the one its end told the dispatcher (MON-4: only after the
+    /// driver handled the run's step, when it sent one).
     fn run_as_driver(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, messages: &mut mpsc::Receiver<DriverMsg>, due: (bool, bool)) -> (RunOutcome, Vec<Sent>) {
         let engine = wakterm_engine::Engine::new();
+        let (wake, mut wakes) = mpsc::unbounded_channel();
         std::thread::scope(|scope| {
-            let run = scope.spawn(|| run_once(agent, inbox, due));
+            let run = scope.spawn(|| run_once(agent, inbox, due, wake));
             let mut got = Vec::new();
             loop {
                 match messages.try_recv() {
                     Ok(DriverMsg::Query(query)) => {
+                        assert!(wakes.is_empty(), "MON-4: the run's end waits for the driver to handle its step");
                         query(&engine);
                         got.push(Sent::Handled);
                     }
@@ -1120,9 +1141,26 @@ mod tests {
                     Err(_) => std::thread::sleep(Duration::from_millis(1)),
                 }
             }
+            run.join().unwrap();
             got.extend(sent(messages));
-            (run.join().unwrap(), got)
+            (the_runs_end(&mut wakes), got)
         })
+    }
+
+    /// What a run's end told the dispatcher; panics when it told nothing (yet).
+    fn the_runs_end(wakes: &mut mpsc::UnboundedReceiver<Wake>) -> RunOutcome {
+        match wakes.try_recv() {
+            Ok(Wake::Done { ran, .. }) => ran,
+            Ok(_) => panic!("the run's end is a `Done`"),
+            Err(error) => panic!("the run's end reached no dispatcher: {error:?}"),
+        }
+    }
+
+    /// A run that sends the driver no step: its end reaches the dispatcher at once.
+    fn run_without_a_step(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, bool)) -> RunOutcome {
+        let (wake, mut wakes) = mpsc::unbounded_channel();
+        run_once(agent, inbox, due, wake);
+        the_runs_end(&mut wakes)
     }
 
     /// Everything the monitor sent so far, in order.
@@ -1211,7 +1249,8 @@ mod tests {
     }
 
     /// MON-4: a burst is read in steps of about `MONITOR_STEP_BYTES`: a run stops past the
-    /// bound, says it is behind, and returns only after the driver handled its step; the
+    /// bound, says it is behind, and its end reaches the dispatcher only after the driver
+    /// handled its step; the
     /// dispatcher then runs the agent again at once. One look used to read up to 64 pages (a
     /// review: 100 messages of 1.9 MB, one step that held every other agent's admission).
     #[test]
@@ -1240,7 +1279,7 @@ mod tests {
         let (first, sent) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
         assert!(first.behind, "3 MiB read, 1.5 more written: behind");
         assert_eq!(messages_of(&sent), 2, "the first step stops at the page that passes MONITOR_STEP_BYTES (2 MiB)");
-        assert!(matches!(sent.last(), Some(Sent::Handled)), "the run returned after its step was handled: {sent:?}");
+        assert!(matches!(sent.last(), Some(Sent::Handled)), "the run ended after its step was handled: {sent:?}");
         let (second, sent) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
         assert!(!second.behind, "the rest read");
         assert_eq!(messages_of(&sent), 1);
