@@ -3,7 +3,7 @@
 use crate::engine::{Engine, PersistPurpose};
 use crate::io::DurableState;
 use crate::receipt::{Classification, Receipt, ReturnMode, WriteState};
-use crate::request::{EvidenceStep, Phase, RequestRecord};
+use crate::request::{Phase, RequestRecord};
 use crate::terminal::TerminalState;
 
 /// The reason recorded for registrations found unfinished at startup.
@@ -122,7 +122,8 @@ pub(crate) struct RecoveredWrite {
     pub floor: crate::observer::Cursor,
     /// When the write's bytes landed at the latest: the wait's grace runs from it.
     pub since_ms: u64,
-    /// When its request was registered: the latest write's floor is the wait's.
+    /// When its request was registered (by the wall clock of the daemon that registered it):
+    /// which write was the latest, when the floors cannot say (`RecoveredWrite::latest`).
     pub registered_ms: u64,
     /// The floor is where the view stood at the write (`written_past`), not the armed cursor
     /// of a registration whose write the restart cannot see: only then does a turn the stream
@@ -162,7 +163,7 @@ impl RecoveredWrite {
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
-                let written_ms = record.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(record.updated_ms, |e| e.at_ms);
+                let written_ms = record.written_ms();
                 if prompt_seen_taken_or_refused(record) || written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
                     return None;
                 }
@@ -184,8 +185,8 @@ impl RecoveredWrite {
     /// registrations joined the writes: exploration seed 5009149).
     ///
     /// `mark`: the agent's durable event mark. The latest turn it saw that may carry a prompt
-    /// of wakterm's (`EventMark::turn_taken`), in the process the write went to, past the
-    /// latest write's floor in its session, was taken after that write: nothing is reopened
+    /// of wakterm's (`EventMark::turn_taken`), in the process the writes went to, past every
+    /// write's floor in its session, was taken after the latest write: nothing is reopened
     /// (the live wait ends at such a turn too, or at one it counts and the mark does not).
     /// Its start lies at or before the mark, where no look reads again, so before, a one-way
     /// prompt whose turn had run held its agent until RF-8's timeout after the write. Not
@@ -195,10 +196,14 @@ impl RecoveredWrite {
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
-        let Some(latest) = same.iter().max_by_key(|w| (w.registered_ms, w.floor.position)) else { return };
+        let Some(latest) = Self::latest(&same) else { return };
         let taken = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation)).and_then(|m| m.turn_taken.as_ref());
-        let taken_past = taken.is_some_and(|t| t.session == latest.floor.session && t.position > latest.floor.position);
-        if latest.floor_at_write && taken_past {
+        // Past every write's floor, not only the latest's: which write was the latest, the
+        // floors say only within one session, and the registration times not for sure (a wall
+        // clock stepped back between two daemons made an older write look the later one, and
+        // its turn skipped the wait for a later write still unread).
+        let taken_past = |w: &&RecoveredWrite| w.floor_at_write && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position);
+        if same.iter().all(taken_past) {
             return;
         }
         let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
@@ -209,6 +214,20 @@ impl RecoveredWrite {
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
             agent.probe_at_ms = Some(due.clamp(now_ms, now_ms + crate::limits::AWAITING_TURN_GRACE_MS));
+        }
+    }
+
+    /// The latest of one process's writes, whose floor the reopened wait takes. Floors all in
+    /// one session: the furthest (the view only moves on within a session, so that write came
+    /// last whatever the wall clocks said; a file cut back under the same session id can only
+    /// make it a floor past the latest write's, a longer wait). Floors in several sessions: the
+    /// one registered last by its recorded time, which a wall clock stepped back between two
+    /// daemons can get wrong (a known gap, SPEC ADM-5).
+    fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
+        let first = writes.first()?;
+        match writes.iter().all(|w| w.floor.session == first.floor.session) {
+            true => writes.iter().copied().max_by_key(|w| (w.floor.position, w.registered_ms)),
+            false => writes.iter().copied().max_by_key(|w| (w.registered_ms, w.floor.position)),
         }
     }
 }

@@ -144,6 +144,12 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// When its write's bytes landed, by its evidence (`Written`), else when the record was
+    /// last updated: the time a restart counts RF-8's turn-start timeout from (ADM-5).
+    pub fn written_ms(&self) -> u64 {
+        self.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(self.updated_ms, |e| e.at_ms)
+    }
+
     /// RF-6: adds a step to the evidence trail. Bounded: the detail is cut at
     /// `MAX_EVIDENCE_DETAIL_BYTES`; once `MAX_EVIDENCE_ENTRIES - 1` steps are kept, only the
     /// terminal step is still added (the others are counted).

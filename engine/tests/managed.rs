@@ -364,6 +364,40 @@ fn adm_5_a_restart_holds_for_the_latest_write_not_the_latest_to_finish() {
     assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{receipt:?}");
 }
 
+// ADM-5 across a restart, with a wall clock stepped back between two daemons: a one-way prompt
+// whose turn ran, written by a daemon whose clock was 30 minutes ahead, then a later prompt,
+// still unread. By their recorded registration times the first was the later write: the
+// restart loaded it as the agent's latest finished write (the store by `registered_ms`), or,
+// with the later one still open, took it as the latest write, whose floor the mark's turn
+// lies past (`RecoveredWrite::reopen_wait`); either way nothing was held and the next prompt
+// went over the unread one. The store now picks the row stored last, and the engine ends the
+// wait only for a turn past every write's floor.
+#[test]
+fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
+    for return_final in [false, true] {
+        let case = if return_final { "the later one open (return-final)" } else { "both finished (one-way)" };
+        let mut rig = Rig::with_idle_zola();
+        let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
+        rig.provider_turn("turn-1", "first", "the final", 2_000);
+        assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken.as_ref().map(|t| t.position), Some(2_020), "{case}");
+        let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        let mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
+        let op = rig.admit(REQ2, "second", mode);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
+        rig.advance(500);
+        let first = RequestId::parse(REQ).unwrap();
+        let second = &rig.durable[&RequestId::parse(REQ2).unwrap()];
+        assert_eq!(second.phase, if return_final { Phase::Submitted } else { Phase::Settled }, "{case}");
+        assert_eq!(second.written_past.as_ref().map(|c| c.position), Some(2_030), "{case}");
+        let ahead = second.registered_ms + 30 * 60 * 1_000; // the first daemon's clock
+        rig.durable.get_mut(&first).unwrap().registered_ms = ahead;
+        let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
+        assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: {receipt:?}");
+    }
+}
+
 // ADM-5: the mark's turn is forgotten when its place moves back (a rollout replaced while its
 // session id stays): a position read from the new file says nothing against the old one's
 // (a review: a turn noted at 2,020 skipped the wait for a write at 1,500 in the new file).

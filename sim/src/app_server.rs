@@ -540,11 +540,11 @@ impl World {
         self.agents[a].app.as_mut().expect("a managed agent")
     }
 
-    /// ADM-5: whether agent `a`'s app-server holds a `turn/start` line of a request other than
-    /// `request_id` that it has not read yet (`crash.finished_past_unread_line`).
-    pub(crate) fn unread_turn_start_besides(&self, a: usize, request_id: &str) -> bool {
+    /// ADM-5: whether agent `a`'s app-server holds a request's `turn/start` line that it has
+    /// not read yet (`crash.finished_past_unread_line`).
+    pub(crate) fn unread_turn_start(&self, a: usize) -> bool {
         let Some(app) = self.agents[a].app.as_ref() else { return false };
-        app.queue.iter().any(|p| p.origin.as_deref().is_some_and(|o| o != request_id) && is_turn_start(&p.line))
+        app.queue.iter().any(|p| p.origin.is_some() && is_turn_start(&p.line))
     }
 
     /// Output lines of the app-server land in the holder's stream, in order; a line with turn

@@ -289,13 +289,16 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!(store.last_terminal_sequence(), 10);
     assert!(store.commit(vec![event(4, "a1", 9_000)]).is_err(), "the pruned mark survives a reopen");
     // ADM-5: of the finished requests updated since a time, each agent's latest written one:
-    // by registration, not by update (b1: s2 was registered after s3 and finished before it);
-    // equal registrations, the greatest id (b2); one never written (released, s5) or open
+    // the one whose row was stored first last (registration inserts it), not the one updated
+    // last (b1: s2 was registered after s3 and finished before it), nor the one whose record
+    // says it was registered last (s3's `registered_ms`: a wall clock stepped back between two
+    // daemons); equal registrations likewise (b2); one never written (released, s5) or open
     // (s7) or updated before the time is not it.
+    let registered = vec![put_written("s1", "b1", "settled", 100, 10, true), put_written("s3", "b1", "submitted", 110, 40, true)];
+    assert!(store.commit(registered).is_ok());
     let finished = vec![
-        put_written("s1", "b1", "settled", 100, 10, true),
         put_written("s2", "b1", "settled", 300, 30, true),
-        put_written("s3", "b1", "terminal", 400, 20, true),
+        put_written("s3", "b1", "terminal", 400, 40, true),
         put_written("s4", "b2", "settled", 200, 10, true),
         put_written("s4b", "b2", "terminal", 150, 10, true),
         put_written("s5", "b2", "released", 250, 40, false),

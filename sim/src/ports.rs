@@ -1300,14 +1300,19 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
 /// hold the agent for that line, whichever request finished last (a review found a bound
 /// request finishing after a send that steered its turn unread hid the send; seeds 1-40,000
 /// never crashed there before this crash point).
+/// Its own line unread too: a one-way send settled unacknowledged by a slow reader is the
+/// agent's latest write, which a restart must find (by the order the rows were stored, not the
+/// times they hold: `clock.back_while_down`).
 fn finished_past_unread_line(w: &World, ops: &[StoreOp]) -> bool {
     ops.iter().any(|op| match op {
-        StoreOp::PutRequest { request_id, agent_id, phase, .. } if phase == "terminal" || phase == "settled" => {
-            agent_named(w, agent_id).is_some_and(|a| w.unread_turn_start_besides(a, request_id))
-        }
+        StoreOp::PutRequest { agent_id, phase, .. } if phase == "terminal" || phase == "settled" => agent_named(w, agent_id).is_some_and(|a| w.unread_turn_start(a)),
         _ => false,
     })
 }
+
+/// The chance that a daemon restarted after a crash finds its wall clock stepped back by 1-30
+/// minutes (`clock.back_while_down`).
+const CLOCK_BACK_WHILE_DOWN: f64 = 0.25;
 
 /// `app_server.mark_behind_respawn`, the second half (`World::hold_mark_back`): a request
 /// admitted to the new process is durable while the agent's mark is held in the earlier
@@ -1835,22 +1840,35 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
                 mark.fingerprint = None; // the bug: replays are dropped by position alone
             }
         }
+        // TIME-1, ADM-5: a wall clock stepped back while the daemon was down (a VM restored
+        // from a snapshot, a correction at boot): the earlier daemon's records carry times
+        // ahead of the new one's, so which of two writes was registered last, their recorded
+        // times no longer say (the restart once picked the earlier).
+        if w.crashes > 0 && w.fault_roll(CLOCK_BACK_WHILE_DOWN) {
+            let step = thread_rng().gen_range(60_000..1_800_000);
+            w.wall_offset_ms -= step;
+            w.counters.fault("clock.back_while_down");
+            w.log(format!("wall clock stepped back {step} ms while the daemon was down"));
+        }
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start. A step
-        // forward since the last daemon's start ages every record it wrote by the step.
-        let stepped_forward = w.wall_offset_ms > w.oracle.daemon_wall_offset_ms;
+        // forward since the daemon that wrote a record ages it by the step: one that then looks
+        // older than RF-8's timeout (its update before the restart's window, or its write) is
+        // not held for (a known gap, SPEC RF-7). Judged by the record's times, not by a step
+        // since the last daemon's start: a write of the daemon before it, aged by a step while
+        // that one ran, went unseen (exploration of seeds 1-40,000, seed 28037).
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
+        let (wall_now, timeout) = (w.wall_ms(), wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        let looks_recent = |record: &RequestRecord, updated_ms: u64| updated_ms.saturating_add(timeout) >= wall_now && record.written_ms().saturating_add(timeout) > wall_now;
         // ADM-5: the new engine has seen no turn and answers no call of the dead one. The writes
         // it can know of: a return-final request's whose submitted marker is durable, a
         // registration's left unfinished (its write may have happened), a one-way request's
         // whose settled record holds the write's outcome and where the view stood, a
-        // return-final request's ended since with such a record, unless the wall clock stepped
-        // forward (a known gap, SPEC RF-7: the write then looks older than RF-8's timeout and
-        // the restart does not load it).
+        // return-final request's ended since with such a record, unless it looks too old.
         let written = |r: &&RequestRecord| matches!(r.phase, Phase::Submitted | Phase::Registered);
         let mut known: Vec<RequestRecord> = requests.iter().filter(written).cloned().collect();
         for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled" || r.phase == "terminal") {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if record.written_past.is_some() && !stepped_forward {
+            if record.written_past.is_some() && looks_recent(&record, stored.updated_ms) {
                 known.push(record);
             }
         }
@@ -1858,15 +1876,20 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // Per agent, the latest of them (the one the new engine holds for): a later write the
         // pane never saw land (its result lost, an old holder's bytes late) counts too.
         let mut latest_known: BTreeMap<usize, (u64, String, Option<wakterm_engine::SessionId>)> = BTreeMap::new();
+        let mut floor_sessions: BTreeMap<usize, BTreeSet<Option<wakterm_engine::SessionId>>> = BTreeMap::new();
         for record in &known {
             let Some(a) = agent_index(&w, &record.agent_id) else { continue };
             let floor = record.written_past.as_ref().map(|c| c.session.clone());
+            floor_sessions.entry(a).or_default().insert(floor.clone());
             let entry = (record.registered_ms, record.request_id.as_str().to_string(), floor);
             if latest_known.get(&a).is_none_or(|l| (entry.0, &entry.1) > (l.0, &l.1)) {
                 latest_known.insert(a, entry);
             }
         }
-        let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor))).collect();
+        // The engine takes a turn as past its writes only past every write's floor
+        // (`RecoveredWrite::reopen_wait`): floors in two sessions hold the agent, as no floor.
+        let one_session = |a: &usize| floor_sessions.get(a).is_some_and(|s| s.len() == 1);
+        let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor.filter(|_| one_session(&a))))).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
         let taken_durably = turns_after_writes_durable(&w);
@@ -1884,7 +1907,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // ADM-5: and, as `recover_engine`, of the requests finished within RF-8's turn-start
         // timeout, each agent's latest written one.
         let since_ms = now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
-        let recent = if w.mutant == Mutant::RecentFinishedNotLoaded { Vec::new() } else { w.store.latest_written_since(since_ms) };
+        let recent = match w.mutant {
+            Mutant::RecentFinishedNotLoaded => Vec::new(),
+            Mutant::LatestWrittenByRecordedTime => latest_written_by_recorded_time(&w.store.requests(), since_ms), // the bug
+            _ => w.store.latest_written_since(since_ms),
+        };
         for stored in recent {
             requests.push(serde_json::from_str(&stored.record_json).expect("stored records parse"));
         }
@@ -1957,4 +1984,19 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         run_driver(engine, inbox_rx, effects, clock).await;
     });
     node
+}
+
+/// Mutant `latest_written_by_recorded_time`: the restart's choice of each agent's latest
+/// written finished request by the registration time its record holds (as the store chose it
+/// until 2026-12-05), which a wall clock stepped back between two daemons inverts.
+fn latest_written_by_recorded_time(stored: &[wakterm_runtime::store::StoredRequest], since_ms: u64) -> Vec<wakterm_runtime::store::StoredRequest> {
+    let mut latest: BTreeMap<String, (u64, &wakterm_runtime::store::StoredRequest)> = BTreeMap::new();
+    for request in stored.iter().filter(|r| matches!(r.phase.as_str(), "terminal" | "settled" | "released") && r.updated_ms >= since_ms) {
+        let record: serde_json::Value = serde_json::from_str(&request.record_json).expect("stored records parse");
+        let (Some(registered), false) = (record["registered_ms"].as_u64(), record["written_past"].is_null()) else { continue };
+        if latest.get(&request.agent_id).is_none_or(|(at, l)| (registered, &request.request_id) > (*at, &l.request_id)) {
+            latest.insert(request.agent_id.clone(), (registered, request));
+        }
+    }
+    latest.into_values().map(|(_, request)| request.clone()).collect()
 }

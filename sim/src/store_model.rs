@@ -23,6 +23,11 @@ struct EventRow {
 pub struct StoreTables {
     agents: BTreeMap<String, StoredAgent>,
     requests: BTreeMap<String, StoredRequest>,
+    /// Each stored request's place in the order the rows were first stored (SQLite's row id,
+    /// which a registration takes and later changes keep): ADM-5's registration order.
+    inserted: BTreeMap<String, u64>,
+    /// The next such place (row ids only grow past every stored one).
+    next_insert: u64,
     terminal: BTreeMap<u64, StoredTerminalEvent>,
     /// OBS-1: the last observer checkpoint per agent.
     checkpoints: BTreeMap<String, String>,
@@ -89,6 +94,10 @@ impl StoreTables {
                         return Err(format!("request {request_id} is stored finished ({}); it cannot move to {phase}", stored.phase));
                     }
                 }
+                if !self.requests.contains_key(request_id) {
+                    self.inserted.insert(request_id.clone(), self.next_insert);
+                    self.next_insert += 1;
+                }
                 let stored = self.requests.entry(request_id.clone()).or_insert_with(|| StoredRequest {
                     request_id: request_id.clone(),
                     agent_id: agent_id.clone(),
@@ -153,6 +162,7 @@ impl StoreTables {
                         self.terminal.remove(&sequence);
                     }
                     self.requests.remove(&request_id);
+                    self.inserted.remove(&request_id);
                 }
             }
             StoreOp::AppendTerminal { sequence, request_id, event_json } => {
@@ -185,20 +195,16 @@ impl StoreTables {
     }
 
     /// ADM-5: of the finished requests updated at or after `since_ms`, each agent's latest
-    /// written one (its record holds `written_past`; the greatest `registered_ms`, equal the
-    /// greatest id), ordered by agent id (as `Store::load_latest_written_since`).
+    /// written one (its record holds `written_past`; stored first the latest), ordered by agent
+    /// id (as `Store::load_latest_written_since`).
     pub fn latest_written_since(&self, since_ms: u64) -> Vec<StoredRequest> {
-        // Each record is read once: its registration time, when it holds a written floor.
-        let written_at = |r: &StoredRequest| {
-            let record = serde_json::from_str::<serde_json::Value>(&r.record_json).ok()?;
-            (!record["written_past"].is_null()).then(|| record["registered_ms"].as_u64())
-        };
-        let mut latest: BTreeMap<String, (Option<u64>, &StoredRequest)> = BTreeMap::new();
-        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms) {
-            let Some(registered) = written_at(request) else { continue };
-            let newer = latest.get(&request.agent_id).is_none_or(|(l_registered, l)| (registered, &request.request_id) > (*l_registered, &l.request_id));
-            if newer {
-                latest.insert(request.agent_id.clone(), (registered, request));
+        // Whether the record holds a written floor (`written_past`).
+        let written = |r: &StoredRequest| serde_json::from_str::<serde_json::Value>(&r.record_json).is_ok_and(|record| !record["written_past"].is_null());
+        let mut latest: BTreeMap<String, (u64, &StoredRequest)> = BTreeMap::new();
+        for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms && written(r)) {
+            let order = self.inserted[&request.request_id];
+            if latest.get(&request.agent_id).is_none_or(|(l_order, _)| order > *l_order) {
+                latest.insert(request.agent_id.clone(), (order, request));
             }
         }
         latest.into_values().map(|(_, request)| request.clone()).collect()

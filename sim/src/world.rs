@@ -109,6 +109,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "retention.cursor_too_old",
     "clock.jump",
     "clock.wall_step",
+    "clock.back_while_down",
     "clock.deadline",
     "caller.retry_same_id",
     "caller.claims_generated_id",

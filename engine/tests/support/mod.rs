@@ -66,6 +66,9 @@ pub struct Rig {
     pub now: u64,
     pub auto: Auto,
     pub durable: BTreeMap<RequestId, RequestRecord>,
+    /// The order the store first stored each request (its row id: registration order,
+    /// whatever the wall clocks said).
+    pub durable_order: Vec<RequestId>,
     pub durable_terminal: Vec<TerminalEvent>,
     pub persists: VecDeque<(u64, Vec<PersistOp>)>,
     pub deliveries: VecDeque<(u64, AgentId, Vec<u8>)>,
@@ -114,6 +117,7 @@ impl Rig {
             now: T0,
             auto: Auto::All,
             durable: BTreeMap::new(),
+            durable_order: Vec::new(),
             durable_terminal: Vec::new(),
             persists: VecDeque::new(),
             deliveries: VecDeque::new(),
@@ -277,6 +281,9 @@ impl Rig {
             for op in ops {
                 match op {
                     PersistOp::PutRequest(record) => {
+                        if !self.durable.contains_key(&record.request_id) {
+                            self.durable_order.push(record.request_id.clone());
+                        }
                         self.durable.insert(record.request_id.clone(), record);
                     }
                     PersistOp::AppendTerminal(event) => {
@@ -424,10 +431,9 @@ impl Rig {
     pub fn crash_and_recover_as_the_daemon(&mut self) {
         let since = self.now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
-        for record in self.durable.values().filter(|r| is_finished(r.phase) && r.updated_ms >= since && r.written_past.is_some()) {
-            if latest.get(&record.agent_id).is_none_or(|l| (record.registered_ms, &record.request_id) > (l.registered_ms, &l.request_id)) {
-                latest.insert(record.agent_id.clone(), record.clone());
-            }
+        let stored = self.durable_order.iter().map(|id| &self.durable[id]); // registration order
+        for record in stored.filter(|r| is_finished(r.phase) && r.updated_ms >= since && r.written_past.is_some()) {
+            latest.insert(record.agent_id.clone(), record.clone()); // a later one replaces it
         }
         let open = self.durable.values().filter(|r| !is_finished(r.phase)).cloned();
         self.recover_from(open.chain(latest.into_values()).collect());

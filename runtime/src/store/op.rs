@@ -351,13 +351,16 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
 );
 /// ADM-5: of the finished requests updated since a time, each agent's latest written one
 /// (`load_latest_written_since`): its record holds where the view stood at the write
-/// (`written_past`), and it was registered last (`registered_ms`; equal, the greatest id).
+/// (`written_past`), and it was registered last: its row was inserted last (the greatest row
+/// id: registration inserts the row, and every later change updates it in place), which no
+/// wall clock moves (by `registered_ms`, a clock stepped back between two daemons made an
+/// older request the latest, and a later one's unread line went unheld).
 /// One range of the finished requests' time index (the phase list repeats the partial index's
 /// condition, which SQLite needs to use it); the fields are read from the records in range.
 pub(crate) const LATEST_WRITTEN_SQL: &str = concat!(
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms FROM (",
     "SELECT request_id, agent_id, phase, fingerprint, record, updated_ms, ",
-    "ROW_NUMBER() OVER (PARTITION BY agent_id ORDER BY json_extract(record, '$.registered_ms') DESC, request_id DESC) AS latest ",
+    "ROW_NUMBER() OVER (PARTITION BY agent_id ORDER BY rowid DESC) AS latest ",
     "FROM requests INDEXED BY requests_finished_by_time WHERE phase IN ",
     finished_phases!(),
     " AND updated_ms >= ?1 AND json_extract(record, '$.written_past') IS NOT NULL) WHERE latest = 1 ORDER BY agent_id"

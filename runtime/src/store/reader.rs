@@ -91,11 +91,11 @@ impl Store {
 
     /// ADM-5 across a restart: of the finished requests updated at or after `since_ms`, each
     /// agent's latest written one (a view recorded at its write, `written_past`; the latest
-    /// registered, equal times the greatest id), ordered by agent id. A restart reopens the
+    /// registered: the row inserted last, whatever the wall clocks said), ordered by agent id.
+    /// A restart reopens the
     /// wait for the turn of a prompt written shortly before (`Engine::recover`,
     /// `RecoveredWrite::of`); only the latest write matters, as an app-server or a TUI reads
-    /// its input in order: if its prompt was taken, so were the lines before it (registration
-    /// times of two daemons a wall clock step lies between can mislead: SPEC RF-7). The latest to
+    /// its input in order: if its prompt was taken, so were the lines before it. The latest to
     /// finish is not it (a bound request ending after a one-way prompt that steered its turn,
     /// unread, hid that prompt: a review), nor one never written (released). One index range
     /// of the finished requests' times, whatever the history holds.
