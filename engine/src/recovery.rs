@@ -222,7 +222,7 @@ impl RecoveredWrite {
     /// last whatever the wall clocks said; a file cut back under the same session id can only
     /// make it a floor past the latest write's, a longer wait). Floors in several sessions: the
     /// one registered last by its recorded time, which a wall clock stepped back between two
-    /// daemons can get wrong (a known gap, SPEC ADM-5).
+    /// daemons can get wrong (a known gap, SPEC RF-7).
     fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
         let first = writes.first()?;
         match writes.iter().all(|w| w.floor.session == first.floor.session) {

@@ -398,6 +398,68 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
     }
 }
 
+// ADM-5: the reopened wait takes the floor of the write made last, whatever the registration
+// times say: with an older write's floor, a replay of that write's own turn (its events never
+// durable, so the resume reads them again) ended the wait for the later write still unread.
+#[test]
+fn adm_5_the_reopened_wait_takes_the_later_writes_floor_whatever_the_wall_clocks_said() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    let zola = agent_id(ZOLA);
+    // Where the stream stood before the first prompt's turn: its events never become durable.
+    let (mark_before, events_before) = (rig.durable_marks[&zola].clone(), rig.durable_events.len());
+    rig.provider_turn("turn-1", "first", "the final", 2_000);
+    let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(zola.clone(), Ok(idle));
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.advance(500);
+    let second = &rig.durable[&RequestId::parse(REQ2).unwrap()];
+    assert_eq!((second.phase, second.written_past.as_ref().map(|c| c.position)), (Phase::Submitted, Some(2_030)));
+    let ahead = second.registered_ms + 30 * 60 * 1_000; // the first daemon's clock
+    rig.durable.get_mut(&RequestId::parse(REQ).unwrap()).unwrap().registered_ms = ahead;
+    rig.durable_marks.insert(zola.clone(), mark_before);
+    rig.durable_events.truncate(events_before);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    rig.provider_turn("turn-1", "first", "the final", 2_000); // the resume reads it again
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+}
+
+// ADM-5, IDEM-6: a released id registered again is the agent's latest write, not the write
+// made between its two registrations. The store ordered rows by when each was first stored,
+// so the retried id kept its first registration's place, an earlier write whose turn had run
+// was taken for the latest, and the next prompt went over the retried one's unread line (a
+// review).
+#[test]
+fn adm_5_a_released_id_registered_again_is_the_latest_write() {
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "first", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.turn_started("turn-x", 1_010); // someone typed into the pane: the re-check fails (ADM-4)
+    rig.ack_next_persist(Ok(()));
+    rig.ack_next_persist(Ok(())); // the release
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Released);
+    rig.turn_completed("turn-x", "x", 1_020);
+    rig.auto = Auto::All;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_020, ..idle_snapshot("inc-1", 100) }));
+    let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.provider_turn("turn-2", "second", "its final", 2_000);
+    let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-2")) }, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    let op = rig.admit(REQ, "first", ReturnMode::OneWay); // IDEM-6: the same input again
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].written_past.as_ref().map(|c| c.position), Some(2_030));
+    rig.advance(500);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{receipt:?}");
+}
+
 // ADM-5: the mark's turn is forgotten when its place moves back (a rollout replaced while its
 // session id stays): a position read from the new file says nothing against the old one's
 // (a review: a turn noted at 2,020 skipped the wait for a write at 1,500 in the new file).

@@ -307,6 +307,14 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     ];
     assert!(store.commit(finished).is_ok());
     let latest = |store: &mut dyn ContractStore, since| store.latest_written_since(since).into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+    // A released id registered again (IDEM-6) is a new registration, later than one made
+    // between its two (b4: x1 released, y1 written, x1 registered again and written).
+    let x1 = |phase: &str, updated_ms: u64, written: bool| put_written("x1", "b4", phase, updated_ms, 1, written);
+    assert!(store.commit(vec![x1("registered", 1, false)]).is_ok());
+    assert!(store.commit(vec![x1("released", 2, false), put_written("y1", "b4", "settled", 3, 2, true)]).is_ok());
+    assert!(store.commit(vec![x1("registered", 4, false)]).is_ok());
+    assert!(store.commit(vec![x1("settled", 5, true)]).is_ok());
+    assert_eq!(latest(store, 0).last().map(String::as_str), Some("x1"));
     assert_eq!(latest(store, 100), ["s2", "s4b"]);
     assert_eq!(latest(store, 301), ["s3"]);
     assert_eq!(latest(store, 401), Vec::<String>::new());

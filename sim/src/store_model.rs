@@ -94,7 +94,10 @@ impl StoreTables {
                         return Err(format!("request {request_id} is stored finished ({}); it cannot move to {phase}", stored.phase));
                     }
                 }
-                if !self.requests.contains_key(request_id) {
+                // As `op::put_request`: a registration over a released row of the same agent
+                // and input stores it anew (its place moves to the end).
+                let anew = self.requests.get(request_id).is_none_or(|stored| stored.phase == "released" && phase == "registered");
+                if anew {
                     self.inserted.insert(request_id.clone(), self.next_insert);
                     self.next_insert += 1;
                 }

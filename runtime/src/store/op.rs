@@ -352,7 +352,8 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
 /// ADM-5: of the finished requests updated since a time, each agent's latest written one
 /// (`load_latest_written_since`): its record holds where the view stood at the write
 /// (`written_past`), and it was registered last: its row was inserted last (the greatest row
-/// id: registration inserts the row, and every later change updates it in place), which no
+/// id: registration inserts the row, a released id's again too, and every later change
+/// updates it in place), which no
 /// wall clock moves (by `registered_ms`, a clock stepped back between two daemons made an
 /// older request the latest, and a later one's unread line went unheld).
 /// One range of the finished requests' time index (the phase list repeats the partial index's
@@ -479,6 +480,14 @@ fn put_request(
     updated_ms: u64,
 ) -> Result<(), StoreError> {
     let updated_ms = to_sql_integer("updated_ms", updated_ms)?;
+    // ADM-5: a released id registered again (IDEM-6) is a new registration, stored as a new
+    // row: the restart takes the row stored last as an agent's latest write
+    // (`LATEST_WRITTEN_SQL`), and updated in place the row kept its first registration's place
+    // (a review). Only a row of the same agent and input: any other is refused below.
+    if phase == "registered" {
+        conn.prepare_cached("DELETE FROM requests WHERE request_id = ?1 AND phase = 'released' AND agent_id = ?2 AND fingerprint = ?3")?
+            .execute(params![request_id, agent_id, fingerprint])?;
+    }
     // One statement: a stored row is updated only while its agent and fingerprint match, and a
     // finished one (`settled`, `terminal`: FINISHED_FOREVER) only within its phase: nothing
     // reopens it (a socket client's `generated_id` once made the engine write a finished id
