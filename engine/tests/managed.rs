@@ -433,31 +433,36 @@ fn adm_5_the_reopened_wait_takes_the_later_writes_floor_whatever_the_wall_clocks
 // made between its two registrations. The store ordered rows by when each was first stored,
 // so the retried id kept its first registration's place, an earlier write whose turn had run
 // was taken for the latest, and the next prompt went over the retried one's unread line (a
-// review).
+// review); also when the release's commit had failed, so the store still read `registered`
+// (the next review).
 #[test]
 fn adm_5_a_released_id_registered_again_is_the_latest_write() {
-    let mut rig = Rig::with_idle_zola();
-    rig.auto = Auto::Manual;
-    rig.admit(REQ, "first", ReturnMode::OneWay);
-    rig.refresh_next();
-    rig.turn_started("turn-x", 1_010); // someone typed into the pane: the re-check fails (ADM-4)
-    rig.ack_next_persist(Ok(()));
-    rig.ack_next_persist(Ok(())); // the release
-    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Released);
-    rig.turn_completed("turn-x", "x", 1_020);
-    rig.auto = Auto::All;
-    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_020, ..idle_snapshot("inc-1", 100) }));
-    let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
-    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    rig.provider_turn("turn-2", "second", "its final", 2_000);
-    let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-2")) }, ..idle_snapshot("inc-1", 100) };
-    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
-    let op = rig.admit(REQ, "first", ReturnMode::OneWay); // IDEM-6: the same input again
-    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].written_past.as_ref().map(|c| c.position), Some(2_030));
-    rig.advance(500);
-    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
-    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{receipt:?}");
+    for release_lands in [true, false] {
+        let case = if release_lands { "the release stored" } else { "the release's commit failed" };
+        let mut rig = Rig::with_idle_zola();
+        rig.auto = Auto::Manual;
+        rig.admit(REQ, "first", ReturnMode::OneWay);
+        rig.refresh_next();
+        rig.turn_started("turn-x", 1_010); // someone typed into the pane: the re-check fails (ADM-4)
+        rig.ack_next_persist(Ok(()));
+        rig.ack_next_persist(if release_lands { Ok(()) } else { Err("disk full".to_string()) }); // the release
+        let stored = if release_lands { Phase::Released } else { Phase::Registered };
+        assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, stored, "{case}");
+        rig.turn_completed("turn-x", "x", 1_020);
+        rig.auto = Auto::All;
+        rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_020, ..idle_snapshot("inc-1", 100) }));
+        let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
+        rig.provider_turn("turn-2", "second", "its final", 2_000);
+        let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-2")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        let op = rig.admit(REQ, "first", ReturnMode::OneWay); // IDEM-6: the same input again
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
+        assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].written_past.as_ref().map(|c| c.position), Some(2_030), "{case}");
+        rig.advance(500);
+        let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
+        assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: {receipt:?}");
+    }
 }
 
 // ADM-5: the mark's turn is forgotten when its place moves back (a rollout replaced while its

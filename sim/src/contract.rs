@@ -315,6 +315,19 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert!(store.commit(vec![x1("registered", 4, false)]).is_ok());
     assert!(store.commit(vec![x1("settled", 5, true)]).is_ok());
     assert_eq!(latest(store, 0).last().map(String::as_str), Some("x1"));
+    // Also an id whose release never reached the store (still `registered`): b5's x2.
+    let x2 = |phase: &str, updated_ms: u64, written: bool| put_written("x2", "b5", phase, updated_ms, 1, written);
+    assert!(store.commit(vec![x2("registered", 1, false), put_written("y2", "b5", "settled", 3, 2, true)]).is_ok());
+    assert!(store.commit(vec![x2("registered", 4, false)]).is_ok());
+    assert!(store.commit(vec![x2("settled", 5, true)]).is_ok());
+    assert_eq!(latest(store, 0).last().map(String::as_str), Some("x2"));
+    // A registration over another agent's row is refused and moves nothing; one over a row a
+    // terminal event names is refused too (its foreign key).
+    assert!(store.commit(vec![put_written("x2", "b6", "registered", 6, 1, false)]).is_err());
+    assert_eq!(latest(store, 0).last().map(String::as_str), Some("x2"));
+    let next = store.last_terminal_sequence() + 1;
+    assert!(store.commit(vec![put_written("x3", "b6", "released", 6, 1, false), terminal(next, "x3")]).is_ok());
+    assert!(store.commit(vec![put_written("x3", "b6", "registered", 7, 1, false)]).is_err());
     assert_eq!(latest(store, 100), ["s2", "s4b"]);
     assert_eq!(latest(store, 301), ["s3"]);
     assert_eq!(latest(store, 401), Vec::<String>::new());

@@ -94,10 +94,14 @@ impl StoreTables {
                         return Err(format!("request {request_id} is stored finished ({}); it cannot move to {phase}", stored.phase));
                     }
                 }
-                // As `op::put_request`: a registration over a released row of the same agent
-                // and input stores it anew (its place moves to the end).
-                let anew = self.requests.get(request_id).is_none_or(|stored| stored.phase == "released" && phase == "registered");
-                if anew {
+                // As `op::put_request`: a registration over a released or registered row of
+                // the same agent and input stores it anew (its place moves to the end); the
+                // terminal events' foreign key refuses to drop a row one of them names.
+                let stored_anew = self.requests.get(request_id).is_some_and(|stored| matches!(stored.phase.as_str(), "released" | "registered") && phase == "registered");
+                if stored_anew && self.terminal.values().any(|e| &e.request_id == request_id) {
+                    return Err(format!("request {request_id}: FOREIGN KEY constraint failed (a terminal event names it)"));
+                }
+                if stored_anew || !self.requests.contains_key(request_id) {
                     self.inserted.insert(request_id.clone(), self.next_insert);
                     self.next_insert += 1;
                 }

@@ -67,7 +67,7 @@ pub struct Rig {
     pub auto: Auto,
     pub durable: BTreeMap<RequestId, RequestRecord>,
     /// The order the store stored each request (its row id: registration order, whatever the
-    /// wall clocks said; a released id registered again moves to the end).
+    /// wall clocks said; an id registered again moves to the end).
     pub durable_order: Vec<RequestId>,
     pub durable_terminal: Vec<TerminalEvent>,
     pub persists: VecDeque<(u64, Vec<PersistOp>)>,
@@ -281,8 +281,8 @@ impl Rig {
             for op in ops {
                 match op {
                     PersistOp::PutRequest(record) => {
-                        // A released id registered again is stored anew (`op::put_request`).
-                        let anew = self.durable.get(&record.request_id).is_none_or(|r| r.phase == Phase::Released && record.phase == Phase::Registered);
+                        // A registration is stored anew, of an id stored before too (`op::put_request`).
+                        let anew = self.durable.get(&record.request_id).is_none_or(|r| matches!(r.phase, Phase::Released | Phase::Registered) && record.phase == Phase::Registered);
                         if anew {
                             self.durable_order.retain(|id| id != &record.request_id);
                             self.durable_order.push(record.request_id.clone());

@@ -352,8 +352,8 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
 /// ADM-5: of the finished requests updated since a time, each agent's latest written one
 /// (`load_latest_written_since`): its record holds where the view stood at the write
 /// (`written_past`), and it was registered last: its row was inserted last (the greatest row
-/// id: registration inserts the row, a released id's again too, and every later change
-/// updates it in place), which no
+/// id: every registration inserts the row, a released id's again too, and every later
+/// change updates it in place), which no
 /// wall clock moves (by `registered_ms`, a clock stepped back between two daemons made an
 /// older request the latest, and a later one's unread line went unheld).
 /// One range of the finished requests' time index (the phase list repeats the partial index's
@@ -480,12 +480,15 @@ fn put_request(
     updated_ms: u64,
 ) -> Result<(), StoreError> {
     let updated_ms = to_sql_integer("updated_ms", updated_ms)?;
-    // ADM-5: a released id registered again (IDEM-6) is a new registration, stored as a new
-    // row: the restart takes the row stored last as an agent's latest write
+    // ADM-5: a registration is stored as a new row, also of an id stored before (IDEM-6: a
+    // released id admitted again, or one whose release never reached the store and still
+    // reads `registered`): the restart takes the row stored last as an agent's latest write
     // (`LATEST_WRITTEN_SQL`), and updated in place the row kept its first registration's place
-    // (a review). Only a row of the same agent and input: any other is refused below.
+    // (two reviews). Only a row of the same agent and input: any other is refused below. The
+    // engine puts `registered` only when it registers (a restart or a retry puts other
+    // phases), so no registration moves twice.
     if phase == "registered" {
-        conn.prepare_cached("DELETE FROM requests WHERE request_id = ?1 AND phase = 'released' AND agent_id = ?2 AND fingerprint = ?3")?
+        conn.prepare_cached("DELETE FROM requests WHERE request_id = ?1 AND phase IN ('released', 'registered') AND agent_id = ?2 AND fingerprint = ?3")?
             .execute(params![request_id, agent_id, fingerprint])?;
     }
     // One statement: a stored row is updated only while its agent and fingerprint match, and a
