@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The WAL frames (pages written) and commits per serial admission, by table or index (issue 10):
+# a fresh daemon with one idle fake Codex agent, 20 warm-up admissions, then N serial
+# `admit --return-final` calls on the socket, each waiting for its terminal event, while
+# `strace` records the daemon's writes to its WAL. A frame's header names its page; the pages
+# are mapped to tables with SQLite's `dbstat` on the database afterwards. Prints one line per
+# table, frames per admission, then the commits and fsyncs per admission, e.g.
+# "  3.90 requests" ... "commits 3.05, fsyncs 3.40, frames 19.40 per admission".
+#
+# Usage: bash scripts/wal-frames.sh WAKTERM_BIN [N]
+#   WAKTERM_BIN: a built `wakterm` (e.g. target/bench/release/wakterm); N: admissions (20).
+# Needs: strace, python3 (with SQLite's dbstat). Exit: 0; 2 on bad usage.
+set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+bin="$(realpath "$1")"; n="${2:-20}"
+[ -x "$bin" ] || { echo "wal-frames: $bin is not an executable" >&2; exit 2; }
+command -v strace >/dev/null || { echo "wal-frames: strace is not installed" >&2; exit 2; }
+work="$(mktemp -d /tmp/wakterm-wal-frames.XXXXXX)"
+tracer=""
+cleanup() {
+    [ -n "$tracer" ] && kill "$tracer" 2>/dev/null || true
+    WAKTERM_DATA_DIR="$work/data" "$bin" mux stop --all >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+# shellcheck source=scripts/fake-agents.sh
+. "$(dirname "$0")/fake-agents.sh"
+fake_agents "$bin" "$work" 1
+daemon=$(cat "$work/data/run/mux.lock")
+admit() {
+    "$bin" agent catalog | SOCK="$work/data/run/mux.sock" N="$1" python3 -c '
+import json, os, socket, sys, uuid
+sock, n = os.environ["SOCK"], int(os.environ["N"])
+agent = json.load(sys.stdin)["agents"][0]
+def call(request):
+    s = socket.socket(socket.AF_UNIX); s.settimeout(30); s.connect(sock)
+    s.sendall((json.dumps(request) + "\n").encode()); line = s.makefile().readline(); s.close()
+    return json.loads(line)["body"]
+watch = socket.socket(socket.AF_UNIX); watch.settimeout(30); watch.connect(sock)
+watch.sendall((json.dumps({"op": "watch", "after": 0, "once": False}) + "\n").encode())
+events = watch.makefile()
+for i in range(n):
+    rid = str(uuid.uuid4())
+    receipt = call({"op": "admit", "operation": "admit", "target": "a1", "exact_agent_id": False, "incarnation": agent["incarnation"],
+                    "request_id": rid, "prompt": f"hello {i}", "paste_mode": "bracketed", "return_mode": "return_final", "final_timeout_ms": 0})
+    assert receipt.get("classification") == "accepted", receipt
+    while (json.loads(events.readline()).get("event") or {}).get("request_id") != rid:
+        pass
+'
+}
+admit 20
+sleep 1.5
+strace -f -qq -x -s 8 -e trace=pwrite64,fsync,fdatasync -o "$work/trace" -p "$daemon" &
+tracer=$!
+sleep 1.5
+admit "$n"
+sleep 1.5
+kill "$tracer" 2>/dev/null || true
+wait "$tracer" 2>/dev/null || true
+tracer=""
+DB="$work/data/wakterm.db" TRACE="$work/trace" N="$n" python3 -c '
+import collections, os, re, sqlite3
+n = int(os.environ["N"])
+names = {page: name for name, page in sqlite3.connect("file:" + os.environ["DB"] + "?mode=ro", uri=True).execute("SELECT name, pageno FROM dbstat")}
+frames, commits, fsyncs = collections.Counter(), 0, 0
+for line in open(os.environ["TRACE"]):
+    if "fsync(" in line or "fdatasync(" in line:
+        fsyncs += 1
+        continue
+    # A WAL frame header (the only 24-byte write): its first 4 bytes name the page, the next 4,
+    # when not 0, end a commit.
+    m = re.search(r"pwrite64\(\d+, \"((?:\\x[0-9a-f]{2}|\\.|[^\"\\])*)\"\.*, 24, ", line)
+    if not m:
+        continue
+    raw = m.group(1).encode().decode("unicode_escape").encode("latin1")
+    page, size = int.from_bytes(raw[:4], "big"), int.from_bytes(raw[4:8], "big")
+    frames["page 1 (the header: the file grew)" if page == 1 else names.get(page, f"page {page}")] += 1
+    commits += size != 0
+for name, count in frames.most_common():
+    print(f"{count / n:6.2f} {name}")
+print(f"commits {commits / n:.2f}, fsyncs {fsyncs / n:.2f}, frames {sum(frames.values()) / n:.2f} per admission")
+'
