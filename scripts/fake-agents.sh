@@ -1,4 +1,5 @@
-# Sourced by scripts/ab-load.sh and scripts/holder-calls.sh (not run on its own).
+# Sourced by scripts/ab-load.sh, scripts/holder-calls.sh and scripts/wal-frames.sh (not run on
+# its own).
 # fake_agents BIN WORK N: a fresh daemon of BIN with its data in WORK/data, then N fake Codex
 # agents named a1..aN (`--reply-delay-ms 0`, CODEX_HOME WORK/codex), each idle with one
 # baseline turn done. Exports WAKTERM_DATA_DIR. Returns 1 (saying why) when not all of them
@@ -20,4 +21,30 @@ fake_agents() {
     [ "$n" = "$agents" ] || { echo "fake_agents: only $n of $agents agents became idle" >&2; return 1; }
     for i in $(seq "$agents"); do "$bin" agent send "a$i" baseline >/dev/null; done
     sleep 1
+}
+
+# serial_admissions BIN WORK N: N `admit --return-final` calls to the first agent of the daemon
+# in WORK/data, on the socket, one at a time, each waiting for its terminal event on one
+# `watch` stream (every wait bounded by 30 s). Fails on a refused admission.
+serial_admissions() {
+    local bin="$1" work="$2" n="$3"
+    "$bin" agent catalog | SOCK="$work/data/run/mux.sock" N="$n" python3 -c '
+import json, os, socket, sys, uuid
+sock, n = os.environ["SOCK"], int(os.environ["N"])
+agent = json.load(sys.stdin)["agents"][0]
+def call(request):
+    s = socket.socket(socket.AF_UNIX); s.settimeout(30); s.connect(sock)
+    s.sendall((json.dumps(request) + "\n").encode()); line = s.makefile().readline(); s.close()
+    return json.loads(line)["body"]
+watch = socket.socket(socket.AF_UNIX); watch.settimeout(30); watch.connect(sock)
+watch.sendall((json.dumps({"op": "watch", "after": 0, "once": False}) + "\n").encode())
+events = watch.makefile()
+for i in range(n):
+    rid = str(uuid.uuid4())
+    receipt = call({"op": "admit", "operation": "admit", "target": agent["name"], "exact_agent_id": False, "incarnation": agent["incarnation"],
+                    "request_id": rid, "prompt": f"hello {i}", "paste_mode": "bracketed", "return_mode": "return_final", "final_timeout_ms": 0})
+    assert receipt.get("classification") == "accepted", receipt
+    while (json.loads(events.readline()).get("event") or {}).get("request_id") != rid:
+        pass
+'
 }

@@ -28,25 +28,7 @@ holder=$(pgrep -f -- "__holder.*$work" | head -1)
 strace -f -qq -s 40 -e trace=read,recvfrom,recvmsg -o "$work/trace" -p "$holder" &
 tracer=$!
 sleep 1
-"$bin" agent catalog | AB_SOCK="$work/data/run/mux.sock" N="$n" python3 -c '
-import json, os, socket, sys, uuid
-sock, n = os.environ["AB_SOCK"], int(os.environ["N"])
-agent = json.load(sys.stdin)["agents"][0]
-def call(request):
-    s = socket.socket(socket.AF_UNIX); s.settimeout(30); s.connect(sock)
-    s.sendall((json.dumps(request) + "\n").encode()); line = s.makefile().readline(); s.close()
-    return json.loads(line)["body"]
-watch = socket.socket(socket.AF_UNIX); watch.connect(sock)
-watch.sendall((json.dumps({"op": "watch", "after": 0, "once": False}) + "\n").encode())
-events = watch.makefile()
-for i in range(n):
-    rid = str(uuid.uuid4())
-    receipt = call({"op": "admit", "operation": "admit", "target": "a1", "exact_agent_id": False, "incarnation": agent["incarnation"],
-                    "request_id": rid, "prompt": f"hello {i}", "paste_mode": "bracketed", "return_mode": "return_final", "final_timeout_ms": 0})
-    assert receipt.get("classification") == "accepted", receipt
-    while (json.loads(events.readline()).get("event") or {}).get("request_id") != rid:
-        pass
-'
+serial_admissions "$bin" "$work" "$n"
 sleep 1.5
 kill "$tracer" 2>/dev/null || true
 wait "$tracer" 2>/dev/null || true

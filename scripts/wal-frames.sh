@@ -27,33 +27,12 @@ trap cleanup EXIT
 . "$(dirname "$0")/fake-agents.sh"
 fake_agents "$bin" "$work" 1
 daemon=$(cat "$work/data/run/mux.lock")
-admit() {
-    "$bin" agent catalog | SOCK="$work/data/run/mux.sock" N="$1" python3 -c '
-import json, os, socket, sys, uuid
-sock, n = os.environ["SOCK"], int(os.environ["N"])
-agent = json.load(sys.stdin)["agents"][0]
-def call(request):
-    s = socket.socket(socket.AF_UNIX); s.settimeout(30); s.connect(sock)
-    s.sendall((json.dumps(request) + "\n").encode()); line = s.makefile().readline(); s.close()
-    return json.loads(line)["body"]
-watch = socket.socket(socket.AF_UNIX); watch.settimeout(30); watch.connect(sock)
-watch.sendall((json.dumps({"op": "watch", "after": 0, "once": False}) + "\n").encode())
-events = watch.makefile()
-for i in range(n):
-    rid = str(uuid.uuid4())
-    receipt = call({"op": "admit", "operation": "admit", "target": "a1", "exact_agent_id": False, "incarnation": agent["incarnation"],
-                    "request_id": rid, "prompt": f"hello {i}", "paste_mode": "bracketed", "return_mode": "return_final", "final_timeout_ms": 0})
-    assert receipt.get("classification") == "accepted", receipt
-    while (json.loads(events.readline()).get("event") or {}).get("request_id") != rid:
-        pass
-'
-}
-admit 20
+serial_admissions "$bin" "$work" 20
 sleep 1.5
 strace -f -qq -x -s 8 -e trace=pwrite64,fsync,fdatasync -o "$work/trace" -p "$daemon" &
 tracer=$!
 sleep 1.5
-admit "$n"
+serial_admissions "$bin" "$work" "$n"
 sleep 1.5
 kill "$tracer" 2>/dev/null || true
 wait "$tracer" 2>/dev/null || true
