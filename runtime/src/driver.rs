@@ -72,18 +72,6 @@ pub async fn ask<T: Send + 'static>(inbox: &mpsc::Sender<DriverMsg>, question: i
     answer.await.ok()
 }
 
-/// [`ask`] from a blocking thread, bounded by `wait`. None: the driver is gone, or it did not
-/// reach the question within `wait` (it handles its inbox in order, so an answer also says
-/// that every message sent before the question was handled).
-pub fn ask_blocking<T: Send + 'static>(inbox: &mpsc::Sender<DriverMsg>, question: impl FnOnce(&Engine) -> T + Send + 'static, wait: Duration) -> Option<T> {
-    let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    let query: Query = Box::new(move |engine| {
-        let _ = reply.send(question(engine));
-    });
-    inbox.blocking_send(DriverMsg::Query(query)).ok()?;
-    answer.recv_timeout(wait).ok()
-}
-
 /// Who waits for an engine answer to a caller's operation.
 enum Waiter {
     /// The caller, and the engine time its admission arrived (for the log's timing).

@@ -11,8 +11,8 @@
 //! - MON-3: a run woken by rollout records alone builds its snapshot from the last look at the
 //!   screen (records do not change the pane; the pane's own changes wake a look);
 //! - MON-4: a run reads at most `MONITOR_STEP_BYTES`, ends for the dispatcher only once the
-//!   driver handled its step, and a run cut at the bound is followed by another at once: one agent's burst
-//!   reaches the engine one bounded step at a time;
+//!   driver handled its step, and a run cut at the bound is followed by another at once: one
+//!   agent's burst reaches the engine one bounded step at a time;
 //! - a slow tick is the safety net for lost inotify events (queue overflow, a watch that could
 //!   not be set yet): attached agents are looked at every [`ATTACHED_RECHECK`], agents still
 //!   without a rollout every [`UNATTACHED_RECHECK`], and every agent every [`UNWATCHED_RECHECK`]
