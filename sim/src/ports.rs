@@ -1991,7 +1991,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
 /// until 2026-12-05), which a wall clock stepped back between two daemons inverts.
 fn latest_written_by_recorded_time(stored: &[wakterm_runtime::store::StoredRequest], since_ms: u64) -> Vec<wakterm_runtime::store::StoredRequest> {
     let mut latest: BTreeMap<String, (u64, &wakterm_runtime::store::StoredRequest)> = BTreeMap::new();
-    for request in stored.iter().filter(|r| matches!(r.phase.as_str(), "terminal" | "settled" | "released") && r.updated_ms >= since_ms) {
+    for request in stored.iter().filter(|r| crate::store_model::is_finished_phase(&r.phase) && r.updated_ms >= since_ms) {
         let record: serde_json::Value = serde_json::from_str(&request.record_json).expect("stored records parse");
         let (Some(registered), false) = (record["registered_ms"].as_u64(), record["written_past"].is_null()) else { continue };
         if latest.get(&request.agent_id).is_none_or(|(at, l)| (registered, &request.request_id) > (*at, &l.request_id)) {

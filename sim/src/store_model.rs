@@ -23,8 +23,8 @@ struct EventRow {
 pub struct StoreTables {
     agents: BTreeMap<String, StoredAgent>,
     requests: BTreeMap<String, StoredRequest>,
-    /// Each stored request's place in the order the rows were first stored (SQLite's row id,
-    /// which a registration takes and later changes keep): ADM-5's registration order.
+    /// Each stored request's place in the order the rows were stored (SQLite's row id, which
+    /// every registration takes anew and later changes keep): ADM-5's registration order.
     inserted: BTreeMap<String, u64>,
     /// The next such place (row ids only grow past every stored one).
     next_insert: u64,
@@ -45,7 +45,7 @@ pub struct StoreTables {
 }
 
 /// HIST-1: the phases after which a request never changes (`FINISHED_PHASES`).
-fn is_finished_phase(phase: &str) -> bool {
+pub(crate) fn is_finished_phase(phase: &str) -> bool {
     matches!(phase, "terminal" | "settled" | "released")
 }
 
@@ -202,8 +202,8 @@ impl StoreTables {
     }
 
     /// ADM-5: of the finished requests updated at or after `since_ms`, each agent's latest
-    /// written one (its record holds `written_past`; stored first the latest), ordered by agent
-    /// id (as `Store::load_latest_written_since`).
+    /// written one (its record holds `written_past`; the one stored last), ordered by agent id
+    /// (as `Store::load_latest_written_since`).
     pub fn latest_written_since(&self, since_ms: u64) -> Vec<StoredRequest> {
         // Whether the record holds a written floor (`written_past`).
         let written = |r: &StoredRequest| serde_json::from_str::<serde_json::Value>(&r.record_json).is_ok_and(|record| !record["written_past"].is_null());

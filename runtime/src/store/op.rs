@@ -352,10 +352,10 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
 /// ADM-5: of the finished requests updated since a time, each agent's latest written one
 /// (`load_latest_written_since`): its record holds where the view stood at the write
 /// (`written_past`), and it was registered last: its row was inserted last (the greatest row
-/// id: every registration inserts the row, a released id's again too, and every later
-/// change updates it in place), which no
-/// wall clock moves (by `registered_ms`, a clock stepped back between two daemons made an
-/// older request the latest, and a later one's unread line went unheld).
+/// id: every registration inserts the row, also of an id stored before, and every later change
+/// updates it in place), which no wall clock moves (by `registered_ms`, a clock stepped back
+/// between two daemons made an older request the latest, and a later one's unread line went
+/// unheld).
 /// One range of the finished requests' time index (the phase list repeats the partial index's
 /// condition, which SQLite needs to use it); the fields are read from the records in range.
 pub(crate) const LATEST_WRITTEN_SQL: &str = concat!(

@@ -342,11 +342,11 @@ fn check_identity(path: &Path, id: Identity) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Per-connection settings. WAL lets readers run beside the writer; FULL syncs the WAL on every
-/// commit, so an acknowledged commit survives power loss, not only a process crash.
 /// Prepared statements each connection keeps (see `configure`).
 const STATEMENT_CACHE: usize = 64;
 
+/// Per-connection settings. WAL lets readers run beside the writer; FULL syncs the WAL on every
+/// commit, so an acknowledged commit survives power loss, not only a process crash.
 pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
