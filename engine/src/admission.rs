@@ -560,6 +560,7 @@ impl Engine {
             terminal: None,
             registered_ms: self.now_ms,
             updated_ms: self.now_ms,
+            run_clock: self.run_clock.clone(),
             evidence: Vec::new(),
             evidence_dropped: 0,
         };

@@ -127,6 +127,9 @@ pub struct Engine {
     /// a deadline passed while down ends the request, not the unread line). Emptied at
     /// `StartupComplete`.
     pub(crate) recovered_writes: BTreeMap<AgentId, Vec<crate::recovery::RecoveredWrite>>,
+    /// TIME-2: this run's engine time on the machine's monotonic clock (given at
+    /// `Engine::recover`), kept in every request it registers.
+    pub(crate) run_clock: Option<crate::run_clock::RunClock>,
     /// REC-2: agents whose `ResumeObserver` was asked for and not yet answered (by an attach at
     /// or before the armed cursor, or a lost session). Until then an attach past the cursor is
     /// another look racing the resume (the monitor's first run, an admission's refresh), not
@@ -196,6 +199,7 @@ impl Engine {
             turn_wait_since: BTreeMap::new(),
             suspended: BTreeSet::new(),
             recovered_writes: BTreeMap::new(),
+            run_clock: None,
             resuming: BTreeSet::new(),
             stops_deferred: BTreeMap::new(),
             persists: BTreeMap::new(),

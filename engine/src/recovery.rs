@@ -4,6 +4,7 @@ use crate::engine::{Engine, PersistPurpose};
 use crate::io::DurableState;
 use crate::receipt::{Classification, Receipt, ReturnMode, WriteState};
 use crate::request::{Phase, RequestRecord};
+use crate::run_clock::RunClock;
 use crate::terminal::TerminalState;
 
 /// The reason recorded for registrations found unfinished at startup.
@@ -15,9 +16,12 @@ impl Engine {
     /// written it, and a post-restart prompt must never satisfy it. REC-2: submitted and bound
     /// requests are suspended until their agent's incarnation, process and observer session are
     /// re-verified. TERM-3: sequences continue after the last durable one.
-    pub fn recover(durable: DurableState, now_ms: u64) -> Engine {
+    /// `run_clock`: TIME-2, where this run's engine time stands on the machine's monotonic
+    /// clock (none: unknown, and a restart ages its records by the wall clock alone).
+    pub fn recover(durable: DurableState, now_ms: u64, run_clock: Option<RunClock>) -> Engine {
         let mut engine = Engine::new();
         engine.now_ms = now_ms;
+        engine.run_clock = run_clock;
         engine.next_sequence = durable.last_terminal_sequence + 1;
         engine.last_published_sequence = durable.last_terminal_sequence;
         engine.events = crate::event_stream::EventStream::recover(durable.last_event_sequence, durable.event_marks);
@@ -31,7 +35,7 @@ impl Engine {
         }
         // ADM-5: the writes whose prompts may be unread, before REC-1 ends the registrations.
         for record in engine.requests.values() {
-            if let Some(write) = RecoveredWrite::of(record, now_ms) {
+            if let Some(write) = RecoveredWrite::of(record, now_ms, engine.run_clock.as_ref()) {
                 engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
             }
         }
@@ -125,6 +129,9 @@ pub(crate) struct RecoveredWrite {
     /// When its request was registered (by the wall clock of the daemon that registered it):
     /// which write was the latest, when the floors cannot say (`RecoveredWrite::latest`).
     pub registered_ms: u64,
+    /// TIME-2: the same on the machine's monotonic clock, when the record's run and this one
+    /// share a boot: an order no wall clock moves.
+    pub registered_monotonic_ms: Option<i128>,
     /// The floor is where the view stood at the write (`written_past`), not the armed cursor
     /// of a registration whose write the restart cannot see: only then does a turn the stream
     /// saw past it say the prompt was taken (a turn between the arming and the write is not).
@@ -153,7 +160,17 @@ impl RecoveredWrite {
     ///   the registration, so it reopens a wait once. Before, the restart ended it
     ///   `indeterminate` and the next prompt was written over its line (the simulator's check
     ///   fails 17 of seeds 1-20,000).
-    fn of(record: &RequestRecord, now_ms: u64) -> Option<RecoveredWrite> {
+    ///
+    /// TIME-2: how long ago the write was, the monotonic clock says when the record's run and
+    /// this one share a boot (`run`); else the wall clocks the two runs read at their starts,
+    /// which a step between them moves (a step forward made a write of a moment ago look older
+    /// than the timeout, and nothing held its agent).
+    fn of(record: &RequestRecord, now_ms: u64, run: Option<&RunClock>) -> Option<RecoveredWrite> {
+        let same_boot = run.zip(record.run_clock.as_ref()).filter(|(now, then)| now.boot_id == then.boot_id);
+        let age_ms = |then_ms: u64| match same_boot {
+            Some((now, then)) => now.age_ms(now_ms, then, then_ms).expect("one boot"),
+            None => now_ms.saturating_sub(then_ms),
+        };
         let floor_at_write = record.written_past.is_some(); // a registration has none
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             (Phase::Registered, _) => (record.armed.clone()?, now_ms),
@@ -163,15 +180,16 @@ impl RecoveredWrite {
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
-                let written_ms = record.written_ms();
-                if prompt_seen_taken_or_refused(record) || written_ms.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) <= now_ms {
+                let age = age_ms(record.written_ms());
+                if prompt_seen_taken_or_refused(record) || age >= crate::limits::TURN_START_TIMEOUT_MS {
                     return None;
                 }
-                (record.written_past.clone()?, written_ms.min(now_ms))
+                (record.written_past.clone()?, now_ms.saturating_sub(age))
             }
             _ => return None, // bound (its turn started), released (never written)
         };
-        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, floor_at_write })
+        let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
+        Some(RecoveredWrite { incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -221,12 +239,16 @@ impl RecoveredWrite {
     /// one session: the furthest (the view only moves on within a session, so that write came
     /// last whatever the wall clocks said; a file cut back under the same session id can only
     /// make it a floor past the latest write's, a longer wait). Floors in several sessions: the
-    /// one registered last by its recorded time, which a wall clock stepped back between two
-    /// daemons can get wrong (a known gap, SPEC RF-7).
+    /// one registered last by the monotonic clock (TIME-2), when every record's run shares this
+    /// one's boot; else by its recorded time, which a wall clock stepped back between two
+    /// daemons can get wrong (only records of an older daemon, or of an unknown boot).
     fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
         let first = writes.first()?;
-        match writes.iter().all(|w| w.floor.session == first.floor.session) {
-            true => writes.iter().copied().max_by_key(|w| (w.floor.position, w.registered_ms)),
+        if writes.iter().all(|w| w.floor.session == first.floor.session) {
+            return writes.iter().copied().max_by_key(|w| (w.floor.position, w.registered_ms));
+        }
+        match writes.iter().all(|w| w.registered_monotonic_ms.is_some()) {
+            true => writes.iter().copied().max_by_key(|w| (w.registered_monotonic_ms, w.floor.position)),
             false => writes.iter().copied().max_by_key(|w| (w.registered_ms, w.floor.position)),
         }
     }

@@ -135,6 +135,11 @@ pub struct RequestRecord {
     pub terminal: Option<TerminalEvent>,
     pub registered_ms: u64,
     pub updated_ms: u64,
+    /// TIME-2: where the engine time of the run that registered it (and wrote it, if anyone
+    /// did) stood on the machine's monotonic clock; none from an engine without one (a record
+    /// of an older daemon, the boot unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_clock: Option<crate::run_clock::RunClock>,
     /// RF-6: the evidence trail, at most `MAX_EVIDENCE_ENTRIES` steps.
     #[serde(default)]
     pub evidence: Vec<Evidence>,

@@ -106,6 +106,26 @@ impl EngineClock {
     pub fn start(wall_ms: u64) -> EngineClock {
         EngineClock { origin_wall_ms: wall_ms, origin: std::time::Instant::now() }
     }
+
+    /// TIME-2: starts the clock and says where its time stands on the machine's monotonic
+    /// clock (`CLOCK_MONOTONIC`, which `Instant` reads too), in this boot (`boot_id`); none when
+    /// the boot cannot be read (a restart then ages this run's records by the wall clock).
+    pub fn start_on_this_boot(wall_ms: u64, boot_id: Option<String>) -> (EngineClock, Option<wakterm_engine::RunClock>) {
+        let monotonic_ms = crate::holder::protocol::monotonic_ms();
+        let clock = EngineClock::start(wall_ms);
+        let offset_ms = i64::try_from(i128::from(monotonic_ms) - i128::from(wall_ms)).ok();
+        let run = boot_id.zip(offset_ms).map(|(boot_id, offset_ms)| wakterm_engine::RunClock { boot_id, offset_ms });
+        (clock, run)
+    }
+}
+
+/// TIME-2: this machine's boot, as the kernel names it (a random UUID per boot): none when it
+/// cannot be read or does not look like one.
+pub fn boot_id() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = text.trim();
+    let plausible = (8..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    plausible.then(|| id.to_string())
 }
 
 impl Clock for EngineClock {

@@ -32,6 +32,8 @@ pub trait ContractStore {
     fn event_marks(&mut self) -> Vec<(String, String)>;
     /// EV-9: the bytes of event JSON stored.
     fn stored_event_bytes(&mut self) -> u64;
+    /// TIME-2: what the store keeps of the boot's daemon runs (JSON), if any.
+    fn run_clocks(&mut self) -> Option<String>;
     /// Simulates a crash and a restart: only committed batches survive.
     fn reopen(&mut self);
 }
@@ -78,6 +80,9 @@ impl ContractStore for ModelStore {
     }
     fn stored_event_bytes(&mut self) -> u64 {
         wakterm_runtime::store::retention::RetentionView::stored_event_bytes(&self.tables).expect("the model answers")
+    }
+    fn run_clocks(&mut self) -> Option<String> {
+        self.tables.run_clocks()
     }
     fn reopen(&mut self) {}
 }
@@ -332,6 +337,16 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!(latest(store, 301), ["s3"]);
     assert_eq!(latest(store, 401), Vec::<String>::new());
     assert!(latest(store, 0).contains(&"s6".to_string()));
+
+    // TIME-2: the run clocks are one value, replaced, kept across a reopen, and untouched by a
+    // batch that fails.
+    assert_eq!(store.run_clocks(), None);
+    let clocks = |json: &str| StoreOp::PutRunClocks { json: json.to_string() };
+    store.commit(vec![clocks("{\"boot_id\":\"b\",\"max_offset_ms\":1}")]).expect("stored");
+    store.commit(vec![clocks("{\"boot_id\":\"b\",\"max_offset_ms\":2}")]).expect("replaced");
+    assert!(store.commit(vec![clocks("{\"boot_id\":\"b\",\"max_offset_ms\":3}"), terminal(1, "no such request")]).is_err());
+    store.reopen();
+    assert_eq!(store.run_clocks().as_deref(), Some("{\"boot_id\":\"b\",\"max_offset_ms\":2}"));
 }
 
 /// A tiny deterministic generator (no global state) for the differential test.
@@ -374,6 +389,7 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                     }
                 }
                 3 | 4 => terminal(1 + rng.below(12), &request),
+                5 if rng.below(4) == 0 => StoreOp::PutRunClocks { json: format!("{{\"max_offset_ms\":{}}}", rng.below(3)) },
                 _ => agent(&format!("a{}", rng.below(3)), &format!("n{}", rng.below(2))),
             }
         })
@@ -407,6 +423,7 @@ pub fn run_differential(reference: &mut dyn ContractStore, model: &mut dyn Contr
     assert_eq!(reference.event_marks(), model.event_marks(), "seed {seed}: event marks differ");
     assert_eq!(reference.last_event_sequence(), model.last_event_sequence(), "seed {seed}: last event sequences differ");
     assert_eq!(reference.stored_event_bytes(), model.stored_event_bytes(), "seed {seed}: stored event bytes differ");
+    assert_eq!(reference.run_clocks(), model.run_clocks(), "seed {seed}: run clocks differ");
 }
 
 #[cfg(test)]

@@ -238,6 +238,10 @@ pub struct Oracle {
     /// another wall-clock offset.
     pub call_deadlines: BTreeMap<String, (u64, u64)>,
     pub daemon_wall_offset_ms: i64,
+    /// TIME-1: each daemon's start (simulated time) and wall-clock offset, in order: a
+    /// deadline may have been moved by any daemon started since its call, and its terminal
+    /// event seen only after a later one (a watcher's catch-up).
+    pub daemon_offsets: Vec<(u64, i64)>,
     /// OBS-3: return-final requests (and their agent) a restarted daemon resumes in a rollout
     /// that was replaced while it was down: nothing read from the new file may end them.
     pub replaced_while_down: BTreeMap<String, usize>,
@@ -638,6 +642,12 @@ impl Oracle {
 
     pub fn writes_of(&self, request_id: &str) -> usize {
         self.writes.get(request_id).map_or(0, Vec::len)
+    }
+
+    /// TIME-2: when the engine asked for request `request_id`'s last write (simulated time,
+    /// which no wall-clock step moves), if it ever wrote.
+    pub fn write_asked_ms(&self, request_id: &str) -> Option<u64> {
+        self.writes.get(request_id).and_then(|facts| facts.last()).map(|fact| fact.asked_ms)
     }
 
     /// IDEM-2/IDEM-3 across restarts: one request id never reaches a pane twice.
@@ -1059,11 +1069,15 @@ impl Oracle {
 
     /// RF-3, TIME-1: `timed_out` only once the timeout has really passed. The one allowance is
     /// TIME-1's decision: a daemon that started with its wall clock stepped forward since the
-    /// call moves durable deadlines by that step.
+    /// call moves durable deadlines by that step: any daemon started since, not only the
+    /// current one (seed 33738: a daemon stepped forward timed the request out at its start
+    /// and crashed, and the next one, stepped back, replayed the terminal event to a watcher).
     fn check_not_early(&mut self, id: &str) {
         let Some(&(at, timeout_ms, offset_then)) = self.deadlines.get(id) else { return };
         let elapsed = wakterm_runtime::driver::now_ms().saturating_sub(at);
-        let allowance = u64::try_from(self.daemon_wall_offset_ms - offset_then).unwrap_or(0);
+        let since_call = self.daemon_offsets.iter().filter(|(started, _)| *started >= at).map(|(_, offset)| *offset);
+        let furthest = since_call.chain([self.daemon_wall_offset_ms]).max().expect("the current one");
+        let allowance = u64::try_from(furthest - offset_then).unwrap_or(0);
         if elapsed + allowance < timeout_ms {
             self.fail(Kind::Misclassified, format!("{id}: timed out after {elapsed} ms of a {timeout_ms} ms timeout"));
         }

@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, SplitOutcome, SplitWrite, TerminalEvent,
+    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, RunClock, RunClocksSeen, SplitOutcome, SplitWrite,
+    TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -1314,6 +1315,13 @@ fn finished_past_unread_line(w: &World, ops: &[StoreOp]) -> bool {
 /// minutes (`clock.back_while_down`).
 const CLOCK_BACK_WHILE_DOWN: f64 = 0.25;
 
+/// The chance that a daemon restarted after a crash (its clock not stepped back) finds its wall
+/// clock stepped forward by 1-30 minutes (`clock.forward_while_down`).
+const CLOCK_FORWARD_WHILE_DOWN: f64 = 0.25;
+
+/// TIME-2: the one boot every simulated daemon runs in (the simulator reboots nothing).
+const SIM_BOOT: &str = "5e1b0070-0000-4000-8000-000000000001";
+
 /// `app_server.mark_behind_respawn`, the second half (`World::hold_mark_back`): a request
 /// admitted to the new process is durable while the agent's mark is held in the earlier
 /// process's output; the daemon dies now, before the mark can move.
@@ -1849,16 +1857,25 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             w.wall_offset_ms -= step;
             w.counters.fault("clock.back_while_down");
             w.log(format!("wall clock stepped back {step} ms while the daemon was down"));
+        } else if w.crashes > 0 && w.fault_roll(CLOCK_FORWARD_WHILE_DOWN) {
+            // TIME-2: stepped forward, the earlier daemon's writes of a moment ago look older
+            // than RF-8's timeout by their recorded times (the restart once held nothing).
+            let step = thread_rng().gen_range(60_000..1_800_000);
+            w.wall_offset_ms += step;
+            w.counters.fault("clock.forward_while_down");
+            w.log(format!("wall clock stepped forward {step} ms while the daemon was down"));
         }
-        // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start. A step
-        // forward since the daemon that wrote a record ages it by the step: one that then looks
-        // older than RF-8's timeout (its update before the restart's window, or its write) is
-        // not held for (a known gap, SPEC RF-7). Judged by the record's times, not by a step
-        // since the last daemon's start: a write of the daemon before it, aged by a step while
-        // that one ran, went unseen (exploration of seeds 1-40,000, seed 28037).
+        // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start. TIME-2: a
+        // write is recent by the simulated time since its bytes were asked for (a step of the
+        // wall clock moves nothing there), judged by the oracle's own record of the write, not
+        // by anything the engine recorded.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
-        let (wall_now, timeout) = (w.wall_ms(), wakterm_engine::limits::TURN_START_TIMEOUT_MS);
-        let looks_recent = |record: &RequestRecord, updated_ms: u64| updated_ms.saturating_add(timeout) >= wall_now && record.written_ms().saturating_add(timeout) > wall_now;
+        let started = wakterm_runtime::driver::now_ms();
+        let offset = w.wall_offset_ms;
+        w.oracle.daemon_offsets.push((started, offset));
+        let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
+        let true_now = wakterm_runtime::driver::now_ms();
+        let looks_recent = |record: &RequestRecord| w.oracle.write_asked_ms(record.request_id.as_str()).is_some_and(|asked| asked + timeout > true_now);
         // ADM-5: the new engine has seen no turn and answers no call of the dead one. The writes
         // it can know of: a return-final request's whose submitted marker is durable, a
         // registration's left unfinished (its write may have happened), a one-way request's
@@ -1868,7 +1885,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let mut known: Vec<RequestRecord> = requests.iter().filter(written).cloned().collect();
         for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled" || r.phase == "terminal") {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if record.written_past.is_some() && looks_recent(&record, stored.updated_ms) {
+            if record.written_past.is_some() && looks_recent(&record) {
                 known.push(record);
             }
         }
@@ -1904,9 +1921,21 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             SimClock::Engine(engine_clock) => engine_clock.now_ms(),
             SimClock::Stepped(_) => w.wall_ms(),
         };
+        // TIME-2: this run's engine time on the simulated monotonic clock (the simulated time,
+        // which no wall step moves; one boot), and the store's record of the boot's runs,
+        // committed before the run records anything, as `recover_engine`.
+        let run_clock = match w.mutant {
+            Mutant::RunClockIgnored => None, // the bug: ages and the window by the wall clock
+            _ => Some(RunClock { boot_id: SIM_BOOT.to_string(), offset_ms: i64::try_from(true_now).expect("simulated time fits") - i64::try_from(now).expect("engine time fits") }),
+        };
+        let kept = w.store.run_clocks().map(|json| serde_json::from_str::<RunClocksSeen>(&json).expect("the run clocks parse"));
+        let (since_ms, seen) = RunClocksSeen::restart_window(now, run_clock.as_ref(), kept);
+        if let Some(seen) = seen {
+            let json = serde_json::to_string(&seen).expect("run clocks serialize");
+            w.store.commit(&[StoreOp::PutRunClocks { json }]).expect("the run clocks commit");
+        }
         // ADM-5: and, as `recover_engine`, of the requests finished within RF-8's turn-start
         // timeout, each agent's latest written one.
-        let since_ms = now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         let recent = match w.mutant {
             Mutant::RecentFinishedNotLoaded => Vec::new(),
             Mutant::LatestWrittenByRecordedTime => latest_written_by_recorded_time(&w.store.requests(), since_ms), // the bug
@@ -1915,7 +1944,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         for stored in recent {
             requests.push(serde_json::from_str(&stored.record_json).expect("stored records parse"));
         }
-        let engine = Engine::recover(DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks }, now);
+        let engine = Engine::recover(DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks }, now, run_clock);
         // `request watch --after N`: a watcher reconnects and reads what it missed.
         let missed = w.store.terminal_after(w.oracle.last_sequence);
         for stored in missed {

@@ -37,6 +37,8 @@ pub struct StoreTables {
     event_marks: BTreeMap<String, String>,
     /// EV-9: the highest sequence retention removed (`meta.events_pruned_through`).
     events_pruned_through: u64,
+    /// TIME-2: what the store keeps of the boot's daemon runs (`meta.run_clocks`).
+    run_clocks: Option<String>,
     /// EV-9: what retention removed (not in the store: the oracle's memory of it, so an event
     /// published after its commit and pruned since still counts as having been durable).
     pruned_events: BTreeMap<u64, String>,
@@ -79,6 +81,8 @@ impl StoreTables {
                 json_valid(checkpoint_json)?;
                 self.checkpoints.insert(agent_id.clone(), checkpoint_json.clone());
             }
+            // A `meta` value: SQLite checks no JSON there.
+            StoreOp::PutRunClocks { json } => self.run_clocks = Some(json.clone()),
             StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms } => {
                 json_valid(record_json)?;
                 if *updated_ms > i64::MAX as u64 {
@@ -221,6 +225,11 @@ impl StoreTables {
         self.requests.get(request_id)
     }
 
+    /// TIME-2: as `Store::load_run_clocks`.
+    pub fn run_clocks(&self) -> Option<String> {
+        self.run_clocks.clone()
+    }
+
     /// Every agent, ordered by id (as `Store::load_agents`).
     pub fn agents(&self) -> Vec<StoredAgent> {
         self.agents.values().cloned().collect()
@@ -325,6 +334,7 @@ fn validate_batch(ops: &[StoreOp]) -> Result<(), String> {
                 field(agent_id)?;
                 record(checkpoint_json)?;
             }
+            StoreOp::PutRunClocks { json } => record(json)?,
             StoreOp::PutRequest { request_id, agent_id, phase, fingerprint, record_json, updated_ms } => {
                 field(request_id)?;
                 field(agent_id)?;

@@ -110,6 +110,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "clock.jump",
     "clock.wall_step",
     "clock.back_while_down",
+    "clock.forward_while_down",
     "clock.deadline",
     "caller.retry_same_id",
     "caller.claims_generated_id",

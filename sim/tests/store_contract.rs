@@ -58,6 +58,9 @@ impl ContractStore for SqliteStore {
     fn stored_event_bytes(&mut self) -> u64 {
         self.store.stored_event_bytes().expect("load")
     }
+    fn run_clocks(&mut self) -> Option<String> {
+        self.store.load_run_clocks().expect("load")
+    }
     fn reopen(&mut self) {
         drop(self.writer.take()); // the writer thread stops; what it committed is on disk
         let path = self.dir.path().join("requests.sqlite3");

@@ -10,6 +10,8 @@ pub const OTHER: &str = "0b5e3c1a-1111-4222-8333-000000000002";
 pub const REQ: &str = "fe57dc90-994e-4e73-b09c-fac483d9f05b";
 pub const REQ2: &str = "fe57dc90-994e-4e73-b09c-fac483d9f05c";
 pub const T0: u64 = 1_767_000_000_000;
+/// TIME-2: the boot every rig run shares unless a test says otherwise.
+pub const RIG_BOOT: &str = "8f0c1c52-7a0e-4c43-9d0b-5b4f5b0f0001";
 
 /// An agent event batch: nothing but events, the mark and the checkpoint (EV-3).
 pub fn is_event_batch(ops: &[PersistOp]) -> bool {
@@ -104,11 +106,31 @@ pub struct Rig {
     pub split_writes: VecDeque<(u64, AgentId, SplitWrite)>,
     pub watches: VecDeque<(u64, AgentId, EnterBoundary, u64)>,
     pub submit_receipts: BTreeMap<OpId, Vec<SubmitReceipt>>,
+    /// TIME-2: the running engine's clock on the machine's monotonic clock, and what the
+    /// store keeps of the boot's runs (`run_clocks`).
+    pub run_clock: Option<RunClock>,
+    pub run_clocks_seen: Option<RunClocksSeen>,
 }
 
 impl Rig {
+    /// A daemon's first start on an empty store: its run clock at offset 0 (engine time is
+    /// monotonic time), kept in every request it registers.
     pub fn new() -> Rig {
-        Rig::from_engine(Engine::new())
+        let run_clock = RunClock { boot_id: RIG_BOOT.to_string(), offset_ms: 0 };
+        let (_, seen) = RunClocksSeen::restart_window(T0, Some(&run_clock), None);
+        let mut rig = Rig::from_engine(Engine::recover(DurableState::default(), T0, Some(run_clock.clone())));
+        (rig.run_clock, rig.run_clocks_seen) = (Some(run_clock), seen);
+        rig
+    }
+
+    /// TIME-1, TIME-2: the wall clock stepped by `step_ms` while the daemon is down: the next
+    /// run's engine time starts that much further on, the monotonic clock does not move (call
+    /// before a `crash_and_recover*`).
+    pub fn wall_clock_stepped_while_down(&mut self, step_ms: i64) {
+        self.now = self.now.saturating_add_signed(step_ms);
+        if let Some(clock) = &mut self.run_clock {
+            clock.offset_ms -= step_ms;
+        }
     }
 
     pub fn from_engine(engine: Engine) -> Rig {
@@ -144,6 +166,8 @@ impl Rig {
             split_writes: VecDeque::new(),
             watches: VecDeque::new(),
             submit_receipts: BTreeMap::new(),
+            run_clock: None,
+            run_clocks_seen: None,
         }
     }
 
@@ -432,7 +456,8 @@ impl Rig {
     /// the finished ones updated within RF-8's turn-start timeout, each agent's latest written
     /// (`Store::load_latest_written_since`).
     pub fn crash_and_recover_as_the_daemon(&mut self) {
-        let since = self.now.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        let (since, seen) = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), self.run_clocks_seen.take());
+        self.run_clocks_seen = seen;
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
         let stored = self.durable_order.iter().map(|id| &self.durable[id]); // registration order
         for record in stored.filter(|r| is_finished(r.phase) && r.updated_ms >= since && r.written_past.is_some()) {
@@ -454,7 +479,7 @@ impl Rig {
         self.loads.clear();
         self.deliveries.clear();
         self.refreshes.clear();
-        self.engine = Engine::recover(durable, self.now);
+        self.engine = Engine::recover(durable, self.now, self.run_clock.clone());
         self.drain();
         if self.auto == Auto::All {
             self.settle();

@@ -27,7 +27,7 @@ mod test_agents;
 use crate::observer_checkpoint::ObserverCheckpoint;
 use crate::driver::{now_ms, run_driver, Clock, DriverMsg, EngineClock, DRIVER_INBOX};
 use crate::paths::DataPaths;
-use crate::store::{Store, StoreWriter};
+use crate::store::{Store, StoreOp, StoreWriter};
 use agents::{AgentRecord, AgentRuntime, AgentTable};
 use monitor::Monitor;
 use std::collections::BTreeMap;
@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::signal::unix::SignalKind;
-use wakterm_engine::{DurableState, Engine, Input, RequestRecord};
+use wakterm_engine::{DurableState, Engine, Input, RequestRecord, RunClock, RunClocksSeen};
 
 /// Terminal events buffered for slow watchers before they fall back to the store.
 pub const WATCH_BUFFER: usize = 1024;
@@ -231,8 +231,8 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     let descriptor_limit = raise_descriptor_limit();
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
-    let clock = EngineClock::start(now_ms());
-    let engine = recover_engine(&store, &clock)?;
+    let (clock, run_clock) = EngineClock::start_on_this_boot(now_ms(), crate::driver::boot_id());
+    let engine = recover_engine(&store, &writer, &clock, run_clock)?;
     let records = load_agents(&store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -249,13 +249,14 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     served
 }
 
-fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> {
+fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_clock: Option<RunClock>) -> Result<Engine, String> {
     let now_ms = clock.now_ms();
     let mut requests = Vec::new();
     // HIST-1: open requests only; finished ones are read back when named again. ADM-5: and
     // each agent's latest written request finished within RF-8's turn-start timeout, whose
-    // prompt may still be unread (`RecoveredWrite::of`).
-    let since_ms = now_ms.saturating_sub(wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+    // prompt may still be unread (`RecoveredWrite::of`), in the time of the run that wrote it
+    // (TIME-2: `RunClocksSeen::restart_window`).
+    let (since_ms, seen) = restart_window(store, now_ms, run_clock.as_ref());
     let recent = store.load_latest_written_since(since_ms).map_err(|e| e.to_string())?;
     for stored in store.load_open_requests().map_err(|e| e.to_string())?.into_iter().chain(recent) {
         let record: RequestRecord = serde_json::from_str(&stored.record_json)
@@ -271,7 +272,26 @@ fn recover_engine(store: &Store, clock: &EngineClock) -> Result<Engine, String> 
         event_marks.push(mark);
     }
     let durable = DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks };
-    Ok(Engine::recover(durable, now_ms))
+    // TIME-2: durable before this run records anything, so the next start finds its clock.
+    if let Some(seen) = seen {
+        let json = serde_json::to_string(&seen).expect("run clocks serialize");
+        writer.commit_blocking(vec![StoreOp::PutRunClocks { json }]).map_err(|e| format!("cannot record this run's clock in the database: {e}"))?;
+    }
+    Ok(Engine::recover(durable, now_ms, run_clock))
+}
+
+/// TIME-2: the restart's window of recent writes (`RunClocksSeen::restart_window`) and what to
+/// keep of the boot's runs. What the store kept, unreadable, widens the window to the whole
+/// history (slower, never a write missed) and starts the boot's record again.
+fn restart_window(store: &Store, now_ms: u64, run_clock: Option<&RunClock>) -> (u64, Option<RunClocksSeen>) {
+    let kept = store.load_run_clocks().map_err(|e| e.to_string()).and_then(|json| json.map(|j| serde_json::from_str::<RunClocksSeen>(&j).map_err(|e| e.to_string())).transpose());
+    match kept {
+        Ok(seen) => RunClocksSeen::restart_window(now_ms, run_clock, seen),
+        Err(error) => {
+            tracing::warn!(%error, "the runs' clocks kept in the database are unreadable: every finished request is looked at once");
+            (0, RunClocksSeen::restart_window(now_ms, run_clock, None).1)
+        }
+    }
 }
 
 fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
@@ -568,3 +588,58 @@ async fn drain_admissions(context: &Context) -> bool {
     false
 }
 
+
+#[cfg(test)]
+mod run_clock_tests {
+    use super::*;
+
+    fn scratch_store() -> (std::path::PathBuf, Store, StoreWriter) {
+        let dir = std::env::temp_dir().join(format!("wakterm-run-clock-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&dir).expect("scratch dir");
+        let db = dir.join("requests.sqlite");
+        let writer = StoreWriter::spawn(&db).expect("writer");
+        let store = Store::open(&db).expect("store");
+        (dir, store, writer)
+    }
+
+    // TIME-2: each start keeps the boot's largest offset before it records anything, and the
+    // next start's window reaches back by how far an earlier run's wall clock stood behind
+    // (a step forward while down); what is kept, unreadable, widens the window to everything.
+    #[test]
+    fn time_2_each_start_keeps_the_boots_runs_and_widens_the_next_window() {
+        let (dir, store, writer) = scratch_store();
+        let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
+        let first = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 };
+        let clock = EngineClock::start(1_000_000_000);
+        recover_engine(&store, &writer, &clock, Some(first)).expect("first start");
+        let kept: RunClocksSeen = serde_json::from_str(&store.load_run_clocks().unwrap().expect("kept")).unwrap();
+        assert_eq!(kept, RunClocksSeen { boot_id: "b".into(), max_offset_ms: 5_000_000 });
+        // The wall clock stepped forward 10 min while down: the offset is 10 min lower.
+        let second = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 - 600_000 };
+        let (since, seen) = restart_window(&store, 2_000_000_000, Some(&second));
+        assert_eq!(since, 2_000_000_000 - timeout - 600_000);
+        assert_eq!(seen.map(|s| s.max_offset_ms), Some(5_000_000));
+        // Unreadable: the whole history, and the boot's record starts again from this run.
+        writer.commit_blocking(vec![StoreOp::PutRunClocks { json: "not json".into() }]).unwrap();
+        let (since, seen) = restart_window(&store, 2_000_000_000, Some(&second));
+        assert_eq!((since, seen.map(|s| s.max_offset_ms)), (0, Some(5_000_000 - 600_000)));
+        drop((store, writer));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    // TIME-2: this machine names its boot, and the engine clock's offset is the monotonic clock
+    // less the wall clock it started from.
+    #[test]
+    fn time_2_the_run_clock_stands_on_the_machines_monotonic_clock() {
+        let boot = crate::driver::boot_id().expect("Linux names its boot");
+        assert_eq!(boot.len(), 36, "{boot}");
+        let before = crate::holder::protocol::monotonic_ms();
+        let (clock, run) = EngineClock::start_on_this_boot(1_000_000_000, Some(boot.clone()));
+        let run = run.expect("a run clock");
+        assert_eq!(run.boot_id, boot);
+        let monotonic_now = run.monotonic_ms(clock.now_ms());
+        let after = crate::holder::protocol::monotonic_ms();
+        assert!(i128::from(before) <= monotonic_now && monotonic_now <= i128::from(after) + 1, "{before} <= {monotonic_now} <= {after}");
+        assert_eq!(EngineClock::start_on_this_boot(1, None).1, None, "no boot, no run clock");
+    }
+}

@@ -58,6 +58,9 @@ pub enum StoreOp {
     /// updated before `before_ms`, with their terminal events; records the highest terminal
     /// sequence removed in `meta.terminal_pruned_through`.
     PruneRequests { before_ms: u64, max_rows: u64 },
+    /// TIME-2: replace what the store keeps of the boot's daemon runs (`RunClocksSeen`, JSON),
+    /// committed by each daemon before it records anything.
+    PutRunClocks { json: String },
 }
 
 impl StoreOp {
@@ -152,6 +155,7 @@ fn validate_op(op: &StoreOp) -> Result<(), StoreError> {
             check_field("agent_id", agent_id)?;
             check_record("observer checkpoint", checkpoint_json)
         }
+        StoreOp::PutRunClocks { json } => check_record("run clocks", json),
         StoreOp::PutRequest {
             request_id,
             agent_id,
@@ -241,6 +245,11 @@ pub(crate) fn apply_op(conn: &Connection, op: &StoreOp) -> Result<(), StoreError
                  ON CONFLICT(agent_id) DO UPDATE SET checkpoint = excluded.checkpoint",
             )?
             .execute(params![agent_id, checkpoint_json])?;
+            Ok(())
+        }
+        StoreOp::PutRunClocks { json } => {
+            conn.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
+                .execute(params![RUN_CLOCKS, json])?;
             Ok(())
         }
         StoreOp::PutRequest {
@@ -366,6 +375,9 @@ pub(crate) const LATEST_WRITTEN_SQL: &str = concat!(
     finished_phases!(),
     " AND updated_ms >= ?1 AND json_extract(record, '$.written_past') IS NOT NULL) WHERE latest = 1 ORDER BY agent_id"
 );
+
+/// TIME-2: the meta key holding what the store keeps of the boot's daemon runs.
+pub(crate) const RUN_CLOCKS: &str = "run_clocks";
 
 /// The meta key holding the highest terminal sequence retention removed.
 pub(crate) const TERMINAL_PRUNED_THROUGH: &str = "terminal_pruned_through";

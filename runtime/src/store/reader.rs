@@ -330,6 +330,12 @@ impl Store {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// TIME-2: what the store keeps of the boot's daemon runs (`RunClocksSeen` as JSON), if any
+    /// daemon recorded it.
+    pub fn load_run_clocks(&self) -> Result<Option<String>, StoreError> {
+        self.meta(op::RUN_CLOCKS)
+    }
+
     /// A value of the `meta` table (e.g. `created_by`).
     pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();

@@ -1,0 +1,112 @@
+//! TIME-2: where each daemon's engine time stood on the machine's monotonic clock, so a
+//! restart can tell how long ago a write was, and which of two writes came later, whatever the
+//! wall clocks did between two daemons (ADM-5).
+//!
+//! Engine time is a daemon's wall clock at its start advanced by the monotonic clock (TIME-1),
+//! so one run's times differ from that monotonic clock by one constant, `offset_ms`. A record
+//! keeps the offset of the run that registered and wrote it (REC-1: a registration is written
+//! in the run that made it, or never). `CLOCK_MONOTONIC` is one clock for every process of one
+//! boot and stops while the machine is suspended, when the agent could not read its input
+//! either; across two boots it means nothing, and there no process of the earlier boot runs.
+
+use serde::{Deserialize, Serialize};
+
+/// A run's engine time on the machine's monotonic clock: monotonic = engine time + `offset_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunClock {
+    /// The machine's boot (`/proc/sys/kernel/random/boot_id`): monotonic times of two boots do
+    /// not compare.
+    pub boot_id: String,
+    pub offset_ms: i64,
+}
+
+impl RunClock {
+    /// The monotonic time of `engine_ms`, a time of this run.
+    pub fn monotonic_ms(&self, engine_ms: u64) -> i128 {
+        i128::from(engine_ms) + i128::from(self.offset_ms)
+    }
+
+    /// How long before `now_ms` (a time of this run) `then_ms`, a time of the run `then`, was:
+    /// none when the two runs were not of one boot. Never negative (within a boot the monotonic
+    /// clock only moves on).
+    pub fn age_ms(&self, now_ms: u64, then: &RunClock, then_ms: u64) -> Option<u64> {
+        if then.boot_id != self.boot_id {
+            return None;
+        }
+        let age = self.monotonic_ms(now_ms) - then.monotonic_ms(then_ms);
+        Some(u64::try_from(age.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
+/// Durable (the store's `run_clocks`): the largest offset of any run of the current boot, which
+/// bounds how far back, in the current run's time, another run of the boot recorded the
+/// moment `TURN_START_TIMEOUT_MS` ago.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunClocksSeen {
+    pub boot_id: String,
+    pub max_offset_ms: i64,
+}
+
+impl RunClocksSeen {
+    /// ADM-5 at a restart: the earliest time, in the time each record holds, that a finished
+    /// request updated within RF-8's `TURN_START_TIMEOUT_MS` before `now_ms` can hold (the
+    /// store loads each agent's latest write updated since then), and what to keep durable
+    /// before this run records anything. A run whose wall clock stood behind this one's
+    /// recorded that moment as an earlier time: by the difference of their offsets. Before,
+    /// the window was this run's `now_ms` less the timeout, and a wall clock stepped forward
+    /// while the daemon was down made a write of a moment ago look older: not loaded, and the
+    /// next prompt went over its unread line. Without a run clock (the boot unknown), or for
+    /// records of an earlier boot, the wall clock's window, as before.
+    pub fn restart_window(now_ms: u64, run: Option<&RunClock>, seen: Option<RunClocksSeen>) -> (u64, Option<RunClocksSeen>) {
+        let wall_window = now_ms.saturating_sub(crate::limits::TURN_START_TIMEOUT_MS);
+        let Some(run) = run else { return (wall_window, seen) };
+        let max_offset_ms = match seen {
+            Some(seen) if seen.boot_id == run.boot_id => seen.max_offset_ms.max(run.offset_ms),
+            _ => run.offset_ms, // another boot's runs wrote nothing this boot's processes read
+        };
+        let behind = u64::try_from(i128::from(max_offset_ms) - i128::from(run.offset_ms)).unwrap_or(u64::MAX);
+        (wall_window.saturating_sub(behind), Some(RunClocksSeen { boot_id: run.boot_id.clone(), max_offset_ms }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(boot: &str, offset_ms: i64) -> RunClock {
+        RunClock { boot_id: boot.to_string(), offset_ms }
+    }
+
+    #[test]
+    fn time_2_an_age_is_counted_on_the_monotonic_clock_of_one_boot() {
+        // The earlier run's wall clock stood an hour ahead (offset an hour lower): a write at
+        // its engine time 5,000,000 was monotonic 1,400,000.
+        let earlier = run("b", -3_600_000);
+        let now = run("b", 0);
+        assert_eq!(now.age_ms(1_410_000, &earlier, 5_000_000), Some(10_000));
+        // Stepped the other way, the write looks younger by the wall, and is not.
+        let behind = run("b", 3_600_000);
+        assert_eq!(now.age_ms(5_000_000, &behind, 1_380_000), Some(20_000));
+        assert_eq!(now.age_ms(5_000_000, &run("other boot", 3_600_000), 1_380_000), None);
+        assert_eq!(now.age_ms(0, &run("b", 0), 10), Some(0), "never negative");
+    }
+
+    #[test]
+    fn time_2_the_restart_window_reaches_back_to_every_run_of_the_boot() {
+        let timeout = crate::limits::TURN_START_TIMEOUT_MS;
+        // First run of a boot: its own window, and its offset kept.
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50)), None);
+        assert_eq!((since, seen.clone()), (1_000_000 - timeout, Some(RunClocksSeen { boot_id: "b".into(), max_offset_ms: 50 })));
+        // The wall clock stepped forward 10 min while down: this run's offset is lower, and the
+        // window reaches 10 min further back, where the earlier run recorded the same moment.
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50 - 600_000)), seen);
+        assert_eq!(since, 1_000_000 - timeout - 600_000);
+        assert_eq!(seen.as_ref().map(|s| s.max_offset_ms), Some(50));
+        // A new boot forgets the old one's runs.
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), seen);
+        assert_eq!((since, seen.map(|s| (s.boot_id, s.max_offset_ms))), (1_000_000 - timeout, Some(("c".to_string(), -7))));
+        // No clock: the wall window, and what was kept stays.
+        let kept = Some(RunClocksSeen { boot_id: "b".into(), max_offset_ms: 9 });
+        assert_eq!(RunClocksSeen::restart_window(1_000_000, None, kept.clone()), (1_000_000 - timeout, kept));
+    }
+}
