@@ -40,11 +40,34 @@ impl RunClock {
 
 /// Durable (the store's `run_clocks`): the largest offset of any run of the current boot, which
 /// bounds how far back, in the current run's time, another run of the boot recorded the
-/// moment `TURN_START_TIMEOUT_MS` ago.
+/// moment `TURN_START_TIMEOUT_MS` ago. `i64::MAX` once the boot's runs are unknown (what was
+/// kept could not be read): every later start of the boot looks at the whole history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunClocksSeen {
     pub boot_id: String,
     pub max_offset_ms: i64,
+}
+
+/// What a start finds of the boot's earlier runs in the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeptRunClocks {
+    /// Nothing kept (a new store, or one of an older daemon).
+    Nothing,
+    Kept(RunClocksSeen),
+    /// Kept, and unreadable (the read failed, or not its JSON): earlier runs of this boot may
+    /// have recorded times anywhere.
+    Unreadable,
+}
+
+impl KeptRunClocks {
+    /// From the store's read of `meta.run_clocks`.
+    pub fn from_read<E>(read: Result<Option<String>, E>) -> KeptRunClocks {
+        match read {
+            Ok(None) => KeptRunClocks::Nothing,
+            Ok(Some(json)) => serde_json::from_str(&json).map_or(KeptRunClocks::Unreadable, KeptRunClocks::Kept),
+            Err(_) => KeptRunClocks::Unreadable,
+        }
+    }
 }
 
 impl RunClocksSeen {
@@ -56,12 +79,16 @@ impl RunClocksSeen {
     /// the window was this run's `now_ms` less the timeout, and a wall clock stepped forward
     /// while the daemon was down made a write of a moment ago look older: not loaded, and the
     /// next prompt went over its unread line. Without a run clock (the boot unknown), or for
-    /// records of an earlier boot, the wall clock's window, as before.
-    pub fn restart_window(now_ms: u64, run: Option<&RunClock>, seen: Option<RunClocksSeen>) -> (u64, Option<RunClocksSeen>) {
+    /// records of an earlier boot, the wall clock's window, as before (such records are aged
+    /// by the wall clocks too). Kept unreadable: the whole history, now and at every later
+    /// start of the boot (a review: forgetting the earlier runs there let the next start's
+    /// window miss a run whose wall clock stood behind).
+    pub fn restart_window(now_ms: u64, run: Option<&RunClock>, kept: KeptRunClocks) -> (u64, Option<RunClocksSeen>) {
         let wall_window = now_ms.saturating_sub(crate::limits::TURN_START_TIMEOUT_MS);
-        let Some(run) = run else { return (wall_window, seen) };
-        let max_offset_ms = match seen {
-            Some(seen) if seen.boot_id == run.boot_id => seen.max_offset_ms.max(run.offset_ms),
+        let Some(run) = run else { return (wall_window, None) }; // nothing to keep either
+        let max_offset_ms = match kept {
+            KeptRunClocks::Kept(seen) if seen.boot_id == run.boot_id => seen.max_offset_ms.max(run.offset_ms),
+            KeptRunClocks::Unreadable => i64::MAX,
             _ => run.offset_ms, // another boot's runs wrote nothing this boot's processes read
         };
         let behind = u64::try_from(i128::from(max_offset_ms) - i128::from(run.offset_ms)).unwrap_or(u64::MAX);
@@ -95,18 +122,25 @@ mod tests {
     fn time_2_the_restart_window_reaches_back_to_every_run_of_the_boot() {
         let timeout = crate::limits::TURN_START_TIMEOUT_MS;
         // First run of a boot: its own window, and its offset kept.
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50)), None);
+        let kept = |seen: Option<RunClocksSeen>| seen.map_or(KeptRunClocks::Nothing, KeptRunClocks::Kept);
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50)), KeptRunClocks::Nothing);
         assert_eq!((since, seen.clone()), (1_000_000 - timeout, Some(RunClocksSeen { boot_id: "b".into(), max_offset_ms: 50 })));
         // The wall clock stepped forward 10 min while down: this run's offset is lower, and the
         // window reaches 10 min further back, where the earlier run recorded the same moment.
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50 - 600_000)), seen);
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50 - 600_000)), kept(seen));
         assert_eq!(since, 1_000_000 - timeout - 600_000);
         assert_eq!(seen.as_ref().map(|s| s.max_offset_ms), Some(50));
         // A new boot forgets the old one's runs.
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), seen);
-        assert_eq!((since, seen.map(|s| (s.boot_id, s.max_offset_ms))), (1_000_000 - timeout, Some(("c".to_string(), -7))));
-        // No clock: the wall window, and what was kept stays.
-        let kept = Some(RunClocksSeen { boot_id: "b".into(), max_offset_ms: 9 });
-        assert_eq!(RunClocksSeen::restart_window(1_000_000, None, kept.clone()), (1_000_000 - timeout, kept));
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), kept(seen.clone()));
+        assert_eq!((since, seen.clone().map(|s| (s.boot_id, s.max_offset_ms))), (1_000_000 - timeout, Some(("c".to_string(), -7))));
+        // No clock: the wall window, nothing new to keep.
+        assert_eq!(RunClocksSeen::restart_window(1_000_000, None, kept(seen)), (1_000_000 - timeout, None));
+        // Unreadable: the whole history, and every later start of the boot reads it too.
+        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), KeptRunClocks::Unreadable);
+        assert_eq!((since, seen.as_ref().map(|s| s.max_offset_ms)), (0, Some(i64::MAX)));
+        assert_eq!(RunClocksSeen::restart_window(2_000_000, Some(&run("c", 9)), kept(seen.clone())), (0, seen));
+        assert_eq!(KeptRunClocks::from_read::<()>(Ok(Some("{\"boot_id\":\"c\"}".into()))), KeptRunClocks::Unreadable);
+        assert_eq!(KeptRunClocks::from_read(Err("disk I/O error")), KeptRunClocks::Unreadable);
+        assert_eq!(KeptRunClocks::from_read::<()>(Ok(None)), KeptRunClocks::Nothing);
     }
 }

@@ -4,22 +4,6 @@ mod support;
 use support::*;
 use wakterm_engine::*;
 
-const THREAD: &str = "sess-1"; // the rig's observer session: Codex 0.169 gives thread id == session id
-
-fn managed_facts(thread: Option<&str>) -> AgentFacts {
-    let mut facts = zola_facts("inc-1", 100);
-    facts.transport = Transport::AppServer;
-    facts.managed = thread.map(|t| ManagedIds { thread_id: t.to_string(), session_id: SessionId(t.to_string()) });
-    facts
-}
-
-fn managed_zola(thread: Option<&str>) -> Rig {
-    let mut rig = Rig::new();
-    rig.input(Input::AgentUpserted(managed_facts(thread)));
-    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
-    rig
-}
-
 // MGD-3: the one write is the JSON-RPC turn/start line for the agent's thread, the prompt its
 // only input; the receipt names the event cursor.
 #[test]

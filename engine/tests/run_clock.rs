@@ -6,17 +6,18 @@ mod support;
 use support::*;
 use wakterm_engine::*;
 
-/// A write 5 s before the crash, then a restart whose wall clock was stepped by `step_ms`
-/// while the daemon was down (in `boot`); a return-final admission then: its receipt.
+/// A write to a managed agent 5 s before the crash (its hold lasts RF-8's timeout, no probe
+/// ends it sooner), then a restart whose wall clock was stepped by `step_ms` while the daemon
+/// was down (in `boot`); a return-final admission then: its receipt.
 fn restart_after_a_recent_write(step_ms: i64, boot: &str) -> (Rig, Receipt) {
-    let mut rig = Rig::with_idle_zola();
+    let mut rig = managed_zola(Some(THREAD));
     let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
     rig.advance(5_000);
     rig.wall_clock_stepped_while_down(step_ms);
     rig.run_clock.as_mut().unwrap().boot_id = boot.to_string();
     rig.crash_and_recover_as_the_daemon();
-    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
     rig.input(Input::StartupComplete);
     let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
     let receipt = rig.receipt(op).clone();
@@ -27,11 +28,12 @@ fn restart_after_a_recent_write(step_ms: i64, boot: &str) -> (Rig, Receipt) {
 // ago look ten minutes old by the times its record holds: the restart neither loaded it (its
 // update lay before the window) nor held for it, and the next prompt went over its unread
 // line. Stepped back, the write looked to lie in the future, and the agent was held RF-8's
-// timeout from the restart instead of from the write. Both are now counted on the monotonic
-// clock: the hold, and its end 60 s after the write.
+// timeout from the restart instead of from the write (a managed agent: a PTY agent's probe
+// ends the wait sooner). Both are now counted on the monotonic clock: the hold, and its end
+// 60 s after the write.
 #[test]
 fn time_2_a_restart_holds_for_a_recent_write_whatever_the_wall_clock_did_while_down() {
-    for (case, step_ms) in [("stepped forward 10 min", 600_000), ("stepped back 10 min", -600_000), ("not stepped", 0)] {
+    for (case, step_ms) in [("stepped back 10 min", -600_000), ("stepped forward 10 min", 600_000), ("not stepped", 0)] {
         let (mut rig, receipt) = restart_after_a_recent_write(step_ms, RIG_BOOT);
         assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: {receipt:?}");
         assert_eq!(rig.written.len(), 1, "{case}: nothing written over the line");

@@ -157,6 +157,9 @@ pub struct WriteFact {
     pub bytes_total: usize,
     /// When the engine asked for the write (a stalled holder writes later: `pane.write_late`).
     pub asked_ms: u64,
+    /// When its bytes reached the pane (TIME-2: the restart's hold counts from the engine's
+    /// learning of it, never earlier).
+    pub landed_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -238,10 +241,9 @@ pub struct Oracle {
     /// another wall-clock offset.
     pub call_deadlines: BTreeMap<String, (u64, u64)>,
     pub daemon_wall_offset_ms: i64,
-    /// TIME-1: each daemon's start (simulated time) and wall-clock offset, in order: a
-    /// deadline may have been moved by any daemon started since its call, and its terminal
-    /// event seen only after a later one (a watcher's catch-up).
-    pub daemon_offsets: Vec<(u64, i64)>,
+    /// TIME-1: the wall-clock offset of the daemon that committed each terminal event, by
+    /// sequence (`on_terminal_committed`).
+    terminal_offsets: BTreeMap<u64, i64>,
     /// OBS-3: return-final requests (and their agent) a restarted daemon resumes in a rollout
     /// that was replaced while it was down: nothing read from the new file may end them.
     pub replaced_while_down: BTreeMap<String, usize>,
@@ -644,10 +646,17 @@ impl Oracle {
         self.writes.get(request_id).map_or(0, Vec::len)
     }
 
-    /// TIME-2: when the engine asked for request `request_id`'s last write (simulated time,
-    /// which no wall-clock step moves), if it ever wrote.
-    pub fn write_asked_ms(&self, request_id: &str) -> Option<u64> {
-        self.writes.get(request_id).and_then(|facts| facts.last()).map(|fact| fact.asked_ms)
+    /// TIME-2: when request `request_id`'s last write reached the pane (simulated time, which
+    /// no wall-clock step moves), if it ever did.
+    pub fn write_landed_ms(&self, request_id: &str) -> Option<u64> {
+        self.writes.get(request_id).and_then(|facts| facts.last()).map(|fact| fact.landed_ms)
+    }
+
+    /// RF-3, TIME-1: terminal event `sequence` committed in the current daemon: its wall-clock
+    /// offset is the one that decided a timeout (a catch-up may show it to a watcher only
+    /// after a later daemon started, with another offset: seed 33738).
+    pub fn on_terminal_committed(&mut self, sequence: u64) {
+        self.terminal_offsets.insert(sequence, self.daemon_wall_offset_ms);
     }
 
     /// IDEM-2/IDEM-3 across restarts: one request id never reaches a pane twice.
@@ -1040,7 +1049,7 @@ impl Oracle {
                     }
                 }
             }
-            TerminalState::TimedOut => self.check_not_early(&id),
+            TerminalState::TimedOut => self.check_not_early(&id, event.terminal_event_sequence),
             TerminalState::Cancelled | TerminalState::Indeterminate => {}
         }
     }
@@ -1069,15 +1078,14 @@ impl Oracle {
 
     /// RF-3, TIME-1: `timed_out` only once the timeout has really passed. The one allowance is
     /// TIME-1's decision: a daemon that started with its wall clock stepped forward since the
-    /// call moves durable deadlines by that step: any daemon started since, not only the
-    /// current one (seed 33738: a daemon stepped forward timed the request out at its start
-    /// and crashed, and the next one, stepped back, replayed the terminal event to a watcher).
-    fn check_not_early(&mut self, id: &str) {
+    /// call moves durable deadlines by that step: the daemon that committed the event, not
+    /// the current one (seed 33738: a daemon stepped forward timed the request out at its
+    /// start and crashed, and the next one, stepped back, showed the event to a watcher).
+    fn check_not_early(&mut self, id: &str, sequence: u64) {
         let Some(&(at, timeout_ms, offset_then)) = self.deadlines.get(id) else { return };
         let elapsed = wakterm_runtime::driver::now_ms().saturating_sub(at);
-        let since_call = self.daemon_offsets.iter().filter(|(started, _)| *started >= at).map(|(_, offset)| *offset);
-        let furthest = since_call.chain([self.daemon_wall_offset_ms]).max().expect("the current one");
-        let allowance = u64::try_from(furthest - offset_then).unwrap_or(0);
+        let deciding = self.terminal_offsets.get(&sequence).copied().unwrap_or(self.daemon_wall_offset_ms);
+        let allowance = u64::try_from(deciding - offset_then).unwrap_or(0);
         if elapsed + allowance < timeout_ms {
             self.fail(Kind::Misclassified, format!("{id}: timed out after {elapsed} ms of a {timeout_ms} ms timeout"));
         }

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, RunClock, RunClocksSeen, SplitOutcome, SplitWrite,
+    Judgement, KeptRunClocks, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, RunClock, RunClocksSeen, SplitOutcome, SplitWrite,
     TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
@@ -728,7 +728,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     w.oracle.on_pane_write(a, session, position, request.as_deref());
     match &request {
         Some(rid) => {
-            let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total, asked_ms };
+            let landed_ms = wakterm_runtime::driver::now_ms();
+            let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total, asked_ms, landed_ms };
             w.oracle.on_write(rid, fact);
         }
         None => w.oracle.unfinished(format!("a write of an unknown prompt {text:?}")),
@@ -1090,10 +1091,10 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
             let group_lost = injected && w.fault_roll(0.4);
             if result.is_ok() {
                 for op in &store_ops {
-                    if let StoreOp::PutRequest { request_id, phase, .. } = op {
-                        if phase == "registered" {
-                            w.oracle.on_registered(request_id);
-                        }
+                    match op {
+                        StoreOp::PutRequest { request_id, phase, .. } if phase == "registered" => w.oracle.on_registered(request_id),
+                        StoreOp::AppendTerminal { sequence, .. } => w.oracle.on_terminal_committed(*sequence),
+                        _ => {}
                     }
                 }
                 crash_after_commit(&mut w, &store_ops);
@@ -1867,15 +1868,12 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start. TIME-2: a
         // write is recent by the simulated time since its bytes were asked for (a step of the
-        // wall clock moves nothing there), judged by the oracle's own record of the write, not
-        // by anything the engine recorded.
+        // wall clock moves nothing there) since its bytes landed, judged by the oracle's own
+        // record of the write, not by anything the engine recorded.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
-        let started = wakterm_runtime::driver::now_ms();
-        let offset = w.wall_offset_ms;
-        w.oracle.daemon_offsets.push((started, offset));
         let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
         let true_now = wakterm_runtime::driver::now_ms();
-        let looks_recent = |record: &RequestRecord| w.oracle.write_asked_ms(record.request_id.as_str()).is_some_and(|asked| asked + timeout > true_now);
+        let looks_recent = |record: &RequestRecord| w.oracle.write_landed_ms(record.request_id.as_str()).is_some_and(|landed| landed + timeout > true_now);
         // ADM-5: the new engine has seen no turn and answers no call of the dead one. The writes
         // it can know of: a return-final request's whose submitted marker is durable, a
         // registration's left unfinished (its write may have happened), a one-way request's
@@ -1928,7 +1926,8 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             Mutant::RunClockIgnored => None, // the bug: ages and the window by the wall clock
             _ => Some(RunClock { boot_id: SIM_BOOT.to_string(), offset_ms: i64::try_from(true_now).expect("simulated time fits") - i64::try_from(now).expect("engine time fits") }),
         };
-        let kept = w.store.run_clocks().map(|json| serde_json::from_str::<RunClocksSeen>(&json).expect("the run clocks parse"));
+        let kept = KeptRunClocks::from_read::<()>(Ok(w.store.run_clocks()));
+        assert!(kept != KeptRunClocks::Unreadable, "the simulator's daemons keep readable run clocks");
         let (since_ms, seen) = RunClocksSeen::restart_window(now, run_clock.as_ref(), kept);
         if let Some(seen) = seen {
             let json = serde_json::to_string(&seen).expect("run clocks serialize");

@@ -55,6 +55,26 @@ pub fn idle_snapshot(incarnation: &str, pid: u32) -> ObserverSnapshot {
     }
 }
 
+/// A managed app-server agent's thread: the rig's observer session (Codex 0.169 gives thread
+/// id == session id).
+pub const THREAD: &str = "sess-1";
+
+/// Zola as a managed app-server agent on `thread`.
+pub fn managed_facts(thread: Option<&str>) -> AgentFacts {
+    let mut facts = zola_facts("inc-1", 100);
+    facts.transport = Transport::AppServer;
+    facts.managed = thread.map(|t| ManagedIds { thread_id: t.to_string(), session_id: SessionId(t.to_string()) });
+    facts
+}
+
+/// A rig with zola registered as a managed agent, idle.
+pub fn managed_zola(thread: Option<&str>) -> Rig {
+    let mut rig = Rig::new();
+    rig.input(Input::AgentUpserted(managed_facts(thread)));
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    rig
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Auto {
     /// Every persist, write and refresh is answered at once, successfully.
@@ -117,7 +137,7 @@ impl Rig {
     /// monotonic time), kept in every request it registers.
     pub fn new() -> Rig {
         let run_clock = RunClock { boot_id: RIG_BOOT.to_string(), offset_ms: 0 };
-        let (_, seen) = RunClocksSeen::restart_window(T0, Some(&run_clock), None);
+        let (_, seen) = RunClocksSeen::restart_window(T0, Some(&run_clock), KeptRunClocks::Nothing);
         let mut rig = Rig::from_engine(Engine::recover(DurableState::default(), T0, Some(run_clock.clone())));
         (rig.run_clock, rig.run_clocks_seen) = (Some(run_clock), seen);
         rig
@@ -456,7 +476,8 @@ impl Rig {
     /// the finished ones updated within RF-8's turn-start timeout, each agent's latest written
     /// (`Store::load_latest_written_since`).
     pub fn crash_and_recover_as_the_daemon(&mut self) {
-        let (since, seen) = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), self.run_clocks_seen.take());
+        let kept = self.run_clocks_seen.take().map_or(KeptRunClocks::Nothing, KeptRunClocks::Kept);
+        let (since, seen) = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), kept);
         self.run_clocks_seen = seen;
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
         let stored = self.durable_order.iter().map(|id| &self.durable[id]); // registration order

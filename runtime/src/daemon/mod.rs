@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::signal::unix::SignalKind;
-use wakterm_engine::{DurableState, Engine, Input, RequestRecord, RunClock, RunClocksSeen};
+use wakterm_engine::{DurableState, Engine, Input, KeptRunClocks, RequestRecord, RunClock, RunClocksSeen};
 
 /// Terminal events buffered for slow watchers before they fall back to the store.
 pub const WATCH_BUFFER: usize = 1024;
@@ -282,16 +282,17 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
 
 /// TIME-2: the restart's window of recent writes (`RunClocksSeen::restart_window`) and what to
 /// keep of the boot's runs. What the store kept, unreadable, widens the window to the whole
-/// history (slower, never a write missed) and starts the boot's record again.
+/// history (slower, never a write missed), now and at every later start of this boot.
 fn restart_window(store: &Store, now_ms: u64, run_clock: Option<&RunClock>) -> (u64, Option<RunClocksSeen>) {
-    let kept = store.load_run_clocks().map_err(|e| e.to_string()).and_then(|json| json.map(|j| serde_json::from_str::<RunClocksSeen>(&j).map_err(|e| e.to_string())).transpose());
-    match kept {
-        Ok(seen) => RunClocksSeen::restart_window(now_ms, run_clock, seen),
-        Err(error) => {
-            tracing::warn!(%error, "the runs' clocks kept in the database are unreadable: every finished request is looked at once");
-            (0, RunClocksSeen::restart_window(now_ms, run_clock, None).1)
-        }
+    let read = store.load_run_clocks();
+    if let Err(error) = &read {
+        tracing::warn!(%error, "the runs' clocks kept in the database cannot be read: every finished request is looked at");
     }
+    let kept = KeptRunClocks::from_read(read);
+    if kept == KeptRunClocks::Unreadable {
+        tracing::warn!("the runs' clocks kept in the database are unreadable: every start of this boot looks at every finished request");
+    }
+    RunClocksSeen::restart_window(now_ms, run_clock, kept)
 }
 
 fn load_agents(store: &Store) -> Result<Vec<AgentRecord>, String> {
@@ -619,10 +620,11 @@ mod run_clock_tests {
         let (since, seen) = restart_window(&store, 2_000_000_000, Some(&second));
         assert_eq!(since, 2_000_000_000 - timeout - 600_000);
         assert_eq!(seen.map(|s| s.max_offset_ms), Some(5_000_000));
-        // Unreadable: the whole history, and the boot's record starts again from this run.
+        // Unreadable: the whole history, at this start and every later one of the boot.
         writer.commit_blocking(vec![StoreOp::PutRunClocks { json: "not json".into() }]).unwrap();
-        let (since, seen) = restart_window(&store, 2_000_000_000, Some(&second));
-        assert_eq!((since, seen.map(|s| s.max_offset_ms)), (0, Some(5_000_000 - 600_000)));
+        recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");
+        let (since, seen) = restart_window(&store, 3_000_000_000, Some(&second));
+        assert_eq!((since, seen.map(|s| s.max_offset_ms)), (0, Some(i64::MAX)));
         drop((store, writer));
         std::fs::remove_dir_all(dir).unwrap();
     }
