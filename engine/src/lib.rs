@@ -46,7 +46,7 @@ pub use prompt::PasteMode;
 pub use receipt::{Classification, CorrelationSource, Operation, Receipt, ReturnMode, WriteState};
 pub use recovery::RESTART_REASON;
 pub use request::{Evidence, EvidenceStep, Phase, RequestRecord};
-pub use run_clock::{KeptRunClocks, RunClock, RunClocksSeen};
+pub use run_clock::{KeptRunClocks, RunClock, RunClocksSeen, RunWindow};
 pub use stored_ids::StoredIds;
 pub use submit::{judge, AckEvidence, EnterBoundary, Judgement, PaneSample, SplitOutcome, SplitWrite, SubmitCommand, SubmitReceipt, SubmitStatus};
 pub use terminal::{TerminalEvent, TerminalState};

@@ -48,6 +48,24 @@ pub struct RunClocksSeen {
     pub max_offset_ms: i64,
 }
 
+/// The boot a start without a run clock (its boot unknown) keeps: whatever boot reads it next
+/// cannot tell where that run's times stood, and takes it as unreadable.
+pub const UNKNOWN_BOOT: &str = "unknown";
+
+/// What a start decides from the boot's earlier runs (`RunClocksSeen::restart_window`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunWindow {
+    /// ADM-5: the earliest `updated_ms` a finished write less than RF-8's timeout old can
+    /// hold, whichever run of the boot recorded it.
+    pub since_ms: u64,
+    /// HIST-4, EV-9: how far behind this run's time another run of the boot may have recorded
+    /// the same moment (`u64::MAX`: unknown). Retention counts ages from this run's engine
+    /// time less it, so no record younger than the retention by the monotonic clock goes.
+    pub behind_ms: u64,
+    /// What to commit before this run records anything.
+    pub keep: RunClocksSeen,
+}
+
 /// What a start finds of the boot's earlier runs in the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeptRunClocks {
@@ -82,17 +100,25 @@ impl RunClocksSeen {
     /// records of an earlier boot, the wall clock's window, as before (such records are aged
     /// by the wall clocks too). Kept unreadable: the whole history, now and at every later
     /// start of the boot (a review: forgetting the earlier runs there let the next start's
-    /// window miss a run whose wall clock stood behind).
-    pub fn restart_window(now_ms: u64, run: Option<&RunClock>, kept: KeptRunClocks) -> (u64, Option<RunClocksSeen>) {
+    /// window miss a run whose wall clock stood behind). A run without a run clock keeps
+    /// `UNKNOWN_BOOT`, which the next start takes as unreadable: that run's times stood
+    /// anywhere, and a record it updated (registered by a run with a clock) needs the whole
+    /// history too (the second review).
+    pub fn restart_window(now_ms: u64, run: Option<&RunClock>, kept: KeptRunClocks) -> RunWindow {
         let wall_window = now_ms.saturating_sub(crate::limits::TURN_START_TIMEOUT_MS);
-        let Some(run) = run else { return (wall_window, None) }; // nothing to keep either
+        let Some(run) = run else {
+            let keep = RunClocksSeen { boot_id: UNKNOWN_BOOT.to_string(), max_offset_ms: i64::MAX };
+            return RunWindow { since_ms: wall_window, behind_ms: u64::MAX, keep };
+        };
         let max_offset_ms = match kept {
+            KeptRunClocks::Kept(seen) if seen.boot_id == UNKNOWN_BOOT => i64::MAX,
             KeptRunClocks::Kept(seen) if seen.boot_id == run.boot_id => seen.max_offset_ms.max(run.offset_ms),
             KeptRunClocks::Unreadable => i64::MAX,
             _ => run.offset_ms, // another boot's runs wrote nothing this boot's processes read
         };
-        let behind = u64::try_from(i128::from(max_offset_ms) - i128::from(run.offset_ms)).unwrap_or(u64::MAX);
-        (wall_window.saturating_sub(behind), Some(RunClocksSeen { boot_id: run.boot_id.clone(), max_offset_ms }))
+        let behind_ms = u64::try_from(i128::from(max_offset_ms) - i128::from(run.offset_ms)).unwrap_or(u64::MAX);
+        let keep = RunClocksSeen { boot_id: run.boot_id.clone(), max_offset_ms };
+        RunWindow { since_ms: wall_window.saturating_sub(behind_ms), behind_ms, keep }
     }
 }
 
@@ -121,24 +147,29 @@ mod tests {
     #[test]
     fn time_2_the_restart_window_reaches_back_to_every_run_of_the_boot() {
         let timeout = crate::limits::TURN_START_TIMEOUT_MS;
-        // First run of a boot: its own window, and its offset kept.
-        let kept = |seen: Option<RunClocksSeen>| seen.map_or(KeptRunClocks::Nothing, KeptRunClocks::Kept);
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50)), KeptRunClocks::Nothing);
-        assert_eq!((since, seen.clone()), (1_000_000 - timeout, Some(RunClocksSeen { boot_id: "b".into(), max_offset_ms: 50 })));
+        let window = |run: Option<&RunClock>, kept: &RunClocksSeen| RunClocksSeen::restart_window(1_000_000, run, KeptRunClocks::Kept(kept.clone()));
+        // First run of a boot: its own window, nothing behind, its offset kept.
+        let first = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50)), KeptRunClocks::Nothing);
+        assert_eq!(first, RunWindow { since_ms: 1_000_000 - timeout, behind_ms: 0, keep: RunClocksSeen { boot_id: "b".into(), max_offset_ms: 50 } });
         // The wall clock stepped forward 10 min while down: this run's offset is lower, and the
         // window reaches 10 min further back, where the earlier run recorded the same moment.
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50 - 600_000)), kept(seen));
-        assert_eq!(since, 1_000_000 - timeout - 600_000);
-        assert_eq!(seen.as_ref().map(|s| s.max_offset_ms), Some(50));
+        let second = window(Some(&run("b", 50 - 600_000)), &first.keep);
+        assert_eq!((second.since_ms, second.behind_ms, second.keep.max_offset_ms), (1_000_000 - timeout - 600_000, 600_000, 50));
         // A new boot forgets the old one's runs.
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), kept(seen.clone()));
-        assert_eq!((since, seen.clone().map(|s| (s.boot_id, s.max_offset_ms))), (1_000_000 - timeout, Some(("c".to_string(), -7))));
-        // No clock: the wall window, nothing new to keep.
-        assert_eq!(RunClocksSeen::restart_window(1_000_000, None, kept(seen)), (1_000_000 - timeout, None));
+        let rebooted = window(Some(&run("c", -7)), &second.keep);
+        assert_eq!((rebooted.since_ms, rebooted.behind_ms, rebooted.keep.boot_id.as_str(), rebooted.keep.max_offset_ms), (1_000_000 - timeout, 0, "c", -7));
+        // No clock: the wall window, nothing known behind, and the next start of any boot takes
+        // what it keeps as unreadable.
+        let clockless = window(None, &rebooted.keep);
+        assert_eq!((clockless.since_ms, clockless.behind_ms, clockless.keep.boot_id.as_str()), (1_000_000 - timeout, u64::MAX, UNKNOWN_BOOT));
+        let after = window(Some(&run("c", -7)), &clockless.keep);
+        assert_eq!((after.since_ms, after.keep.max_offset_ms), (0, i64::MAX));
         // Unreadable: the whole history, and every later start of the boot reads it too.
-        let (since, seen) = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), KeptRunClocks::Unreadable);
-        assert_eq!((since, seen.as_ref().map(|s| s.max_offset_ms)), (0, Some(i64::MAX)));
-        assert_eq!(RunClocksSeen::restart_window(2_000_000, Some(&run("c", 9)), kept(seen.clone())), (0, seen));
+        let unreadable = RunClocksSeen::restart_window(1_000_000, Some(&run("c", -7)), KeptRunClocks::Unreadable);
+        assert_eq!((unreadable.since_ms, unreadable.keep.max_offset_ms), (0, i64::MAX));
+        assert!(unreadable.behind_ms > 1 << 62, "no age known: {}", unreadable.behind_ms);
+        let later = RunClocksSeen::restart_window(2_000_000, Some(&run("c", 9)), KeptRunClocks::Kept(unreadable.keep.clone()));
+        assert_eq!((later.since_ms, later.keep), (0, unreadable.keep));
         assert_eq!(KeptRunClocks::from_read::<()>(Ok(Some("{\"boot_id\":\"c\"}".into()))), KeptRunClocks::Unreadable);
         assert_eq!(KeptRunClocks::from_read(Err("disk I/O error")), KeptRunClocks::Unreadable);
         assert_eq!(KeptRunClocks::from_read::<()>(Ok(None)), KeptRunClocks::Nothing);

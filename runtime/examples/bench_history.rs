@@ -139,7 +139,8 @@ async fn main() {
     tokio::spawn(run_driver(Engine::new(), inbox_rx, effects, clock));
     let retention = wakterm_runtime::daemon::retention::Retention::default();
     let stored = Arc::new(std::sync::atomic::AtomicU64::new(wakterm_runtime::daemon::retention::UNKNOWN_BYTES));
-    tokio::spawn(wakterm_runtime::daemon::retention::run(store.clone(), writer.clone(), retention, settled.subscribe(), stored));
+    let retention_clock = wakterm_runtime::daemon::retention::RetentionClock { engine: clock, behind_ms: 0 };
+    tokio::spawn(wakterm_runtime::daemon::retention::run(store.clone(), writer.clone(), (retention, retention_clock), settled.subscribe(), stored));
     for n in 0..agents {
         let agent_id = AgentId::parse(&format!("0b5e3c1a-1111-4222-8333-{n:012x}")).unwrap();
         fake.lock().unwrap().prompts.insert(agent_id.clone(), (String::new(), 10));

@@ -97,6 +97,7 @@ pub trait Clock: Send {
 /// monotonic clock from then on. A wall-clock step while the daemon runs moves no timer
 /// (delivery timeout, grace, probes, retries, deadlines); times stay epoch-like, so durable
 /// deadlines and `at_ms` keep their meaning across a restart, which reads the wall clock again.
+#[derive(Clone, Copy, Debug)]
 pub struct EngineClock {
     origin_wall_ms: u64,
     origin: std::time::Instant,

@@ -225,6 +225,11 @@ pub enum Mutant {
     /// a wall clock stepped forward while the daemon was down makes a write of a moment ago
     /// look older than RF-8's timeout, and the next prompt goes over its unread line.
     RunClockIgnored,
+    /// Retention glue (HIST-4): finished requests are pruned by their age counted from the
+    /// wall clock instead of engine time, as the daemon once did: a wall clock stepped days
+    /// ahead makes every finished request due at once (a retry of its id is then taken for a
+    /// new request, and a restart forgets a write whose line is unread).
+    RetentionByWallClock,
     /// Restart glue (ADM-5): the stored event marks are read back without the turn they saw
     /// taken (`EventMark::turn_taken`, as marks an older daemon wrote): a restart shortly after
     /// a one-way prompt whose turn ran holds its agent until RF-8's timeout after the write.
@@ -334,6 +339,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
     (Mutant::BareNewlineLead, "bare_newline_lead", "pane and observer glue send the daemon's app-server lines after a bare newline, so a fragment that lacked only its newline is served"),
     (Mutant::RecentFinishedNotLoaded, "recent_finished_not_loaded", "restart glue loads open requests only, not each agent's latest request finished within RF-8's timeout"),
+    (Mutant::RetentionByWallClock, "retention_by_wall_clock", "retention glue counts finished requests' ages from the wall clock, which a step of days makes all due"),
     (Mutant::RunClockIgnored, "run_clock_ignored", "restart glue gives the new engine no run clock: writes are aged by the wall clocks, which a step forward while the daemon was down makes look old"),
     (Mutant::LatestWrittenByRecordedTime, "latest_written_by_recorded_time", "restart glue picks each agent's latest written finished request by its recorded registration time, which a wall clock stepped back between two daemons inverts"),
     (Mutant::MarksForgetTurnsTaken, "marks_forget_turns_taken", "restart glue reads the stored event marks back without the turn each saw taken, so a one-way prompt whose turn ran holds its agent after a restart"),

@@ -1134,9 +1134,39 @@ fn fail_the_rest_of_the_group(world: &Shared, inbox: &mpsc::Sender<DriverMsg>, q
         note_abandoned(&mut w, &ops);
         if w.mutant == Mutant::GroupRestCommittedAlone {
             let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
-            let _ = w.store.commit(&store_ops); // the bug: durable, yet answered failed
+            if w.store.commit(&store_ops).is_ok() {
+                // the bug: durable, yet answered failed (in this daemon, as a commit is)
+                for op in &store_ops {
+                    if let StoreOp::AppendTerminal { sequence, .. } = op {
+                        w.oracle.on_terminal_committed(*sequence);
+                    }
+                }
+            }
         }
         send(inbox, Input::PersistAcked { token, result: Err("injected: the group's transaction was lost".to_string()) });
+    }
+}
+
+/// HIST-4: the simulator's retention of finished requests, in days. Its runs last minutes, so
+/// only a wall clock stepped by days (`clock.wall_step_days`) reaches it, and then only when
+/// ages are counted by the wall clock (mutant `retention_by_wall_clock`).
+const RETAIN_REQUEST_DAYS: u64 = 1;
+
+/// HIST-4: the daemon's pruning of finished requests by age, with the production rule
+/// (`Retention::requests_due`) and clock (`RetentionClock`) over the store model.
+fn prune_requests_by_age(w: &mut World) {
+    let now = match (w.mutant, w.retention_clock) {
+        (Mutant::RetentionByWallClock, _) => w.wall_ms(), // the bug
+        (_, Some(clock)) => clock.now_ms(),
+        (_, None) => return, // the stepped-clock mutant's daemon: no retention clock
+    };
+    let policy = wakterm_runtime::store::retention::Retention { events: u64::MAX, days: RETAIN_REQUEST_DAYS, bytes: 0 };
+    if let Ok(Some(op)) = policy.requests_due(&w.store, now) {
+        let result = w.store.commit(std::slice::from_ref(&op));
+        w.log(format!("retention {op:?} -> {result:?}"));
+        if result.is_ok() {
+            w.counters.fault("note.requests_pruned"); // only a mutant: a run lasts minutes
+        }
     }
 }
 
@@ -1146,9 +1176,10 @@ async fn retention(world: Shared) {
     loop {
         madsim::time::sleep(ms(200, 1_500)).await;
         let mut w = world.lock().unwrap();
+        prune_requests_by_age(&mut w);
         let (events, bytes) = (w.plan.retain_events, w.plan.retain_bytes);
         if events == 0 && bytes == 0 {
-            return;
+            continue;
         }
         let events = if events == 0 { u64::MAX } else { events };
         let bound = if w.mutant == Mutant::RetentionSizeIgnored { 0 } else { bytes }; // the bug
@@ -1867,9 +1898,9 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             w.log(format!("wall clock stepped forward {step} ms while the daemon was down"));
         }
         // TIME-1: the daemon reads its (possibly stepped) wall clock once, at start. TIME-2: a
-        // write is recent by the simulated time since its bytes were asked for (a step of the
-        // wall clock moves nothing there) since its bytes landed, judged by the oracle's own
-        // record of the write, not by anything the engine recorded.
+        // write is recent by the simulated time since its bytes landed (no step of the wall
+        // clock moves it), judged by the oracle's own record of the write, not by anything the
+        // engine recorded.
         w.oracle.daemon_wall_offset_ms = w.wall_offset_ms;
         let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
         let true_now = wakterm_runtime::driver::now_ms();
@@ -1928,10 +1959,12 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         };
         let kept = KeptRunClocks::from_read::<()>(Ok(w.store.run_clocks()));
         assert!(kept != KeptRunClocks::Unreadable, "the simulator's daemons keep readable run clocks");
-        let (since_ms, seen) = RunClocksSeen::restart_window(now, run_clock.as_ref(), kept);
-        if let Some(seen) = seen {
-            let json = serde_json::to_string(&seen).expect("run clocks serialize");
-            w.store.commit(&[StoreOp::PutRunClocks { json }]).expect("the run clocks commit");
+        let window = RunClocksSeen::restart_window(now, run_clock.as_ref(), kept);
+        let json = serde_json::to_string(&window.keep).expect("run clocks serialize");
+        w.store.commit(&[StoreOp::PutRunClocks { json }]).expect("the run clocks commit");
+        let since_ms = window.since_ms;
+        if let SimClock::Engine(engine_clock) = &clock {
+            w.retention_clock = Some(wakterm_runtime::store::retention::RetentionClock { engine: *engine_clock, behind_ms: window.behind_ms });
         }
         // ADM-5: and, as `recover_engine`, of the requests finished within RF-8's turn-start
         // timeout, each agent's latest written one.

@@ -735,6 +735,14 @@ fn act(world: &Shared, humans: &mut u64) {
                 w.log(format!("a{a} observer delayed by up to {lag} ms"));
             }
         }
+        60 if thread_rng().gen_bool(0.1) => {
+            // HIST-4, TIME-2: a machine set right by NTP long after the daemon started (one
+            // without a clock of its own): the wall clock jumps days ahead of engine time.
+            let step: i64 = thread_rng().gen_range(86_400_000..3 * 86_400_000);
+            w.wall_offset_ms += step;
+            w.counters.fault("clock.wall_step_days");
+            w.log(format!("wall clock steps {step} ms (days)"));
+        }
         60 if thread_rng().gen_bool(0.5) => {
             // TIME-1: the wall clock is stepped (an NTP correction, a VM resume), either way.
             let step: i64 = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(10_000..3_600_000) } else { -thread_rng().gen_range(10_000..3_600_000) };

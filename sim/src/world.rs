@@ -109,6 +109,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "retention.cursor_too_old",
     "clock.jump",
     "clock.wall_step",
+    "clock.wall_step_days",
     "clock.back_while_down",
     "clock.forward_while_down",
     "clock.deadline",
@@ -895,6 +896,9 @@ pub struct World {
     /// TIME-1: how far the daemon's wall clock is stepped from true (simulated) time, both
     /// directions; a daemon reads it when it starts.
     pub wall_offset_ms: i64,
+    /// HIST-4, TIME-2: the running daemon's retention clock (its engine clock, less how far
+    /// behind another run of the boot stood), as `recover_engine` gives the retention task.
+    pub retention_clock: Option<wakterm_runtime::store::retention::RetentionClock>,
     pub agents: Vec<Agent>,
     pub store: StoreTables,
     pub inbox: Option<mpsc::Sender<DriverMsg>>,
@@ -957,6 +961,7 @@ impl World {
             faults_on: true,
             healed_ms: None,
             daemon_started_ms: 0,
+            retention_clock: None,
             wall_offset_ms: 0,
             agents,
             store: StoreTables::default(),

@@ -137,9 +137,9 @@ impl Rig {
     /// monotonic time), kept in every request it registers.
     pub fn new() -> Rig {
         let run_clock = RunClock { boot_id: RIG_BOOT.to_string(), offset_ms: 0 };
-        let (_, seen) = RunClocksSeen::restart_window(T0, Some(&run_clock), KeptRunClocks::Nothing);
+        let window = RunClocksSeen::restart_window(T0, Some(&run_clock), KeptRunClocks::Nothing);
         let mut rig = Rig::from_engine(Engine::recover(DurableState::default(), T0, Some(run_clock.clone())));
-        (rig.run_clock, rig.run_clocks_seen) = (Some(run_clock), seen);
+        (rig.run_clock, rig.run_clocks_seen) = (Some(run_clock), Some(window.keep));
         rig
     }
 
@@ -477,8 +477,9 @@ impl Rig {
     /// (`Store::load_latest_written_since`).
     pub fn crash_and_recover_as_the_daemon(&mut self) {
         let kept = self.run_clocks_seen.take().map_or(KeptRunClocks::Nothing, KeptRunClocks::Kept);
-        let (since, seen) = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), kept);
-        self.run_clocks_seen = seen;
+        let window = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), kept);
+        let since = window.since_ms;
+        self.run_clocks_seen = Some(window.keep);
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
         let stored = self.durable_order.iter().map(|id| &self.durable[id]); // registration order
         for record in stored.filter(|r| is_finished(r.phase) && r.updated_ms >= since && r.written_past.is_some()) {

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::signal::unix::SignalKind;
-use wakterm_engine::{DurableState, Engine, Input, KeptRunClocks, RequestRecord, RunClock, RunClocksSeen};
+use wakterm_engine::{DurableState, Engine, Input, KeptRunClocks, RequestRecord, RunClock, RunClocksSeen, RunWindow};
 
 /// Terminal events buffered for slow watchers before they fall back to the store.
 pub const WATCH_BUFFER: usize = 1024;
@@ -232,7 +232,8 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
     let (clock, run_clock) = EngineClock::start_on_this_boot(now_ms(), crate::driver::boot_id());
-    let engine = recover_engine(&store, &writer, &clock, run_clock)?;
+    let (engine, behind_ms) = recover_engine(&store, &writer, &clock, run_clock)?;
+    let retention_clock = retention::RetentionClock { engine: clock, behind_ms };
     let records = load_agents(&store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -240,7 +241,7 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         .build()
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
     tracing::info!(retain_events = retention.events, retain_days = retention.days, retain_bytes = retention.bytes, "event retention (EV-9)");
-    let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), retention, (lock_identity, relocked.clone()))));
+    let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), (retention, retention_clock), (lock_identity, relocked.clone()))));
     // The runtime first (its tasks and blocking calls end, the store writer drains), then the
     // lock: no other daemon may start while this one can still write.
     drop(runtime);
@@ -249,15 +250,17 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     served
 }
 
-fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_clock: Option<RunClock>) -> Result<Engine, String> {
+/// Also returns how far behind this run's time another run of the boot may have recorded the
+/// same moment (`RunWindow::behind_ms`), which retention allows for.
+fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_clock: Option<RunClock>) -> Result<(Engine, u64), String> {
     let now_ms = clock.now_ms();
     let mut requests = Vec::new();
     // HIST-1: open requests only; finished ones are read back when named again. ADM-5: and
     // each agent's latest written request finished within RF-8's turn-start timeout, whose
     // prompt may still be unread (`RecoveredWrite::of`), in the time of the run that wrote it
     // (TIME-2: `RunClocksSeen::restart_window`).
-    let (since_ms, seen) = restart_window(store, now_ms, run_clock.as_ref());
-    let recent = store.load_latest_written_since(since_ms).map_err(|e| e.to_string())?;
+    let window = restart_window(store, now_ms, run_clock.as_ref());
+    let recent = store.load_latest_written_since(window.since_ms).map_err(|e| e.to_string())?;
     for stored in store.load_open_requests().map_err(|e| e.to_string())?.into_iter().chain(recent) {
         let record: RequestRecord = serde_json::from_str(&stored.record_json)
             .map_err(|e| format!("request {} in the database is unreadable: {e}", stored.request_id))?;
@@ -273,17 +276,18 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
     }
     let durable = DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks };
     // TIME-2: durable before this run records anything, so the next start finds its clock.
-    if let Some(seen) = seen {
-        let json = serde_json::to_string(&seen).expect("run clocks serialize");
-        writer.commit_blocking(vec![StoreOp::PutRunClocks { json }]).map_err(|e| format!("cannot record this run's clock in the database: {e}"))?;
+    let json = serde_json::to_string(&window.keep).expect("run clocks serialize");
+    writer.commit_blocking(vec![StoreOp::PutRunClocks { json }]).map_err(|e| format!("cannot record this run's clock in the database: {e}"))?;
+    if window.behind_ms == u64::MAX {
+        tracing::warn!("where this boot's daemons' times stood is unknown (no boot id, or what was kept is unreadable): finished requests and events are not pruned by age until the next boot");
     }
-    Ok(Engine::recover(durable, now_ms, run_clock))
+    Ok((Engine::recover(durable, now_ms, run_clock), window.behind_ms))
 }
 
 /// TIME-2: the restart's window of recent writes (`RunClocksSeen::restart_window`) and what to
 /// keep of the boot's runs. What the store kept, unreadable, widens the window to the whole
 /// history (slower, never a write missed), now and at every later start of this boot.
-fn restart_window(store: &Store, now_ms: u64, run_clock: Option<&RunClock>) -> (u64, Option<RunClocksSeen>) {
+fn restart_window(store: &Store, now_ms: u64, run_clock: Option<&RunClock>) -> RunWindow {
     let read = store.load_run_clocks();
     if let Err(error) = &read {
         tracing::warn!(%error, "the runs' clocks kept in the database cannot be read: every finished request is looked at");
@@ -324,7 +328,7 @@ fn load_checkpoints(store: &Store) -> BTreeMap<String, ObserverCheckpoint> {
     checkpoints
 }
 
-async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, retention, lock): (usize, retention::Retention, socket_keeper::HeldLock)) -> Result<(), String> {
+async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (engine, clock): (Engine, EngineClock), records: Vec<AgentRecord>, fault: Option<faults::FaultPoint>, (cap, (retention, retention_clock), lock): (usize, (retention::Retention, retention::RetentionClock), socket_keeper::HeldLock)) -> Result<(), String> {
     let (inbox, inbox_rx) = mpsc::channel(DRIVER_INBOX);
     let (terminal, _) = broadcast::channel(WATCH_BUFFER);
     let events = effects::EventFeed::new(engine.events_published_through());
@@ -337,7 +341,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let monitor = Monitor::start(inbox.clone());
     reattach_agents(&paths, &agents, &inbox, &monitor, (records, checkpoints)).await;
     let stored_event_bytes = Arc::new(std::sync::atomic::AtomicU64::new(retention::UNKNOWN_BYTES));
-    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), retention, events.published.subscribe(), stored_event_bytes.clone()));
+    let pruning = tokio::spawn(retention::run(store.clone(), writer.clone(), (retention, retention_clock), events.published.subscribe(), stored_event_bytes.clone()));
     let trimming = tokio::spawn(heap_trim::run());
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
@@ -612,20 +616,80 @@ mod run_clock_tests {
         let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
         let first = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 };
         let clock = EngineClock::start(1_000_000_000);
-        recover_engine(&store, &writer, &clock, Some(first)).expect("first start");
+        let (_, behind) = recover_engine(&store, &writer, &clock, Some(first)).expect("first start");
+        assert_eq!(behind, 0);
         let kept: RunClocksSeen = serde_json::from_str(&store.load_run_clocks().unwrap().expect("kept")).unwrap();
         assert_eq!(kept, RunClocksSeen { boot_id: "b".into(), max_offset_ms: 5_000_000 });
         // The wall clock stepped forward 10 min while down: the offset is 10 min lower.
         let second = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 - 600_000 };
-        let (since, seen) = restart_window(&store, 2_000_000_000, Some(&second));
-        assert_eq!(since, 2_000_000_000 - timeout - 600_000);
-        assert_eq!(seen.map(|s| s.max_offset_ms), Some(5_000_000));
+        let window = restart_window(&store, 2_000_000_000, Some(&second));
+        assert_eq!((window.since_ms, window.behind_ms, window.keep.max_offset_ms), (2_000_000_000 - timeout - 600_000, 600_000, 5_000_000));
         // Unreadable: the whole history, at this start and every later one of the boot.
         writer.commit_blocking(vec![StoreOp::PutRunClocks { json: "not json".into() }]).unwrap();
-        recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");
-        let (since, seen) = restart_window(&store, 3_000_000_000, Some(&second));
-        assert_eq!((since, seen.map(|s| s.max_offset_ms)), (0, Some(i64::MAX)));
+        let (_, behind) = recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");
+        assert_eq!(behind, u64::try_from(i128::from(i64::MAX) - i128::from(second.offset_ms)).unwrap());
+        let window = restart_window(&store, 3_000_000_000, Some(&second));
+        assert_eq!((window.since_ms, window.keep.max_offset_ms), (0, i64::MAX));
+        // A start without a run clock: the next start with one reads the whole history too.
+        let (_, behind) = recover_engine(&store, &writer, &clock, None).expect("a start without a boot id");
+        assert_eq!(behind, u64::MAX);
+        let third = RunClock { boot_id: "c".into(), offset_ms: 0 };
+        assert_eq!(restart_window(&store, 3_000_000_000, Some(&third)).since_ms, 0);
         drop((store, writer));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    // HIST-4, TIME-2: retention counts a finished request's age from the engine's time, less how
+    // far behind another run of the boot stood. It read the wall clock: a daemon started
+    // with its clock two weeks behind (set right by NTP after its start) pruned a request it
+    // had just finished, and a retry of the id was taken for a new request (a review).
+    #[test]
+    fn hist_4_retention_counts_ages_in_engine_time_not_by_the_wall_clock() {
+        let (dir, _, writer) = scratch_store();
+        let store = Store::open(&dir.join("requests.sqlite")).expect("store");
+        let days = 7;
+        let behind_the_wall = 14 * 86_400_000;
+        let clock = EngineClock::start(now_ms() - behind_the_wall);
+        let finished_now = StoreOp::PutRequest {
+            request_id: "fe57dc90-994e-4e73-b09c-fac483d9f05b".into(),
+            agent_id: "a1".into(),
+            phase: "settled".into(),
+            fingerprint: "f".into(),
+            record_json: "{}".into(),
+            updated_ms: clock.now_ms(),
+        };
+        writer.commit_blocking(vec![finished_now]).expect("stored");
+        let policy = retention::Retention { days, ..retention::Retention::default() };
+        let in_engine_time = retention::RetentionClock { engine: clock, behind_ms: 0 };
+        assert_eq!(policy.requests_due(&store, in_engine_time.now_ms()).unwrap(), None, "finished a moment ago");
+        assert!(policy.requests_due(&store, now_ms()).unwrap().is_some(), "by the wall clock it looked two weeks old");
+        // The task itself: its first check comes at once, and the row stays.
+        let (store, writer) = (Arc::new(store), Arc::new(writer));
+        let reactor = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        reactor.block_on(async {
+            let (_settled_tx, settled) = tokio::sync::watch::channel(0);
+            let task = tokio::spawn(retention::run(store.clone(), writer.clone(), (policy, in_engine_time), settled, Arc::new(std::sync::atomic::AtomicU64::new(0))));
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            task.abort();
+        });
+        assert_eq!(store.load_requests().unwrap().len(), 1, "the request finished a moment ago is kept");
+        // A run of the boot whose clock stood 10 days behind this one's recorded the same
+        // moment 10 days earlier: retention allows for it.
+        let old_run_row = StoreOp::PutRequest {
+            request_id: "fe57dc90-994e-4e73-b09c-fac483d9f05c".into(),
+            agent_id: "a1".into(),
+            phase: "settled".into(),
+            fingerprint: "f".into(),
+            record_json: "{}".into(),
+            updated_ms: clock.now_ms() - 10 * 86_400_000,
+        };
+        writer.commit_blocking(vec![old_run_row]).expect("stored");
+        assert!(policy.requests_due(&*store, in_engine_time.now_ms()).unwrap().is_some());
+        let allowing = retention::RetentionClock { engine: clock, behind_ms: 10 * 86_400_000 };
+        assert_eq!(policy.requests_due(&*store, allowing.now_ms()).unwrap(), None);
+        let unknown = retention::RetentionClock { engine: clock, behind_ms: u64::MAX };
+        assert_eq!(policy.requests_due(&*store, unknown.now_ms()).unwrap(), None, "no age is due when the runs' times are unknown");
+        drop((reactor, store, writer));
         std::fs::remove_dir_all(dir).unwrap();
     }
 

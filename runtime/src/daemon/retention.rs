@@ -2,7 +2,7 @@
 //! events are due (beyond the newest `events`, or older than `days`), and only then asks the
 //! writer to prune a bounded prefix; an idle daemon costs one cheap read per check.
 
-pub use crate::store::retention::{Retention, RetentionView, DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_EVENTS, DEFAULT_RETAIN_MIB, PRUNE_BATCH};
+pub use crate::store::retention::{Retention, RetentionClock, RetentionView, DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_EVENTS, DEFAULT_RETAIN_MIB, PRUNE_BATCH};
 use crate::store::{Store, StoreError, StoreWriter};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,17 +14,18 @@ pub const UNKNOWN_BYTES: u64 = u64::MAX;
 /// How often the task looks whether anything is due.
 pub const PRUNE_CHECK: Duration = Duration::from_secs(5);
 
+
 /// Runs until the daemon stops: check, prune while due, sleep. `settled`: the engine's settled
 /// mark (EV-2), which no prune passes.
 /// `stored`: the bytes of event JSON the store held at the last check (`UNKNOWN_BYTES` until
 /// one was read), for `mux status`, which must not wait on the store.
-pub async fn run(store: Arc<Store>, writer: Arc<StoreWriter>, retention: Retention, settled: tokio::sync::watch::Receiver<u64>, stored: Arc<AtomicU64>) {
+pub async fn run(store: Arc<Store>, writer: Arc<StoreWriter>, (retention, clock): (Retention, RetentionClock), settled: tokio::sync::watch::Receiver<u64>, stored: Arc<AtomicU64>) {
     loop {
         let check = store.clone();
         let settled_through = *settled.borrow();
         let seen = stored.clone();
         let due = tokio::task::spawn_blocking(move || {
-            let now_ms = crate::driver::now_ms();
+            let now_ms = clock.now_ms();
             seen.store(check.stored_event_bytes().unwrap_or(UNKNOWN_BYTES), Ordering::Relaxed);
             Ok::<_, StoreError>(retention.due(&*check, now_ms, settled_through)?.or(retention.requests_due(&*check, now_ms)?))
         })

@@ -59,6 +59,27 @@ impl Default for Retention {
     }
 }
 
+/// HIST-4, EV-9, TIME-2: the time retention counts ages from. Stored times are engine times
+/// (`updated_ms`, `at_ms`: TIME-1), so this is the engine's clock, less how far behind it
+/// another run of the boot may have recorded the same moment: no record younger than the
+/// retention on the monotonic clock goes. It read the wall clock: a clock stepped forward by
+/// the retention's days while the daemon ran (a machine set right by NTP long after its
+/// start) made every finished request due within a check of finishing, and a retry of its id
+/// was taken for a new request (a review).
+#[derive(Clone, Copy, Debug)]
+pub struct RetentionClock {
+    pub engine: crate::driver::EngineClock,
+    /// `RunWindow::behind_ms` (`u64::MAX`: unknown, so no age is ever due).
+    pub behind_ms: u64,
+}
+
+impl RetentionClock {
+    pub fn now_ms(&self) -> u64 {
+        use crate::driver::Clock;
+        self.engine.now_ms().saturating_sub(self.behind_ms)
+    }
+}
+
 /// EV-9: the test one prune applies to each of the oldest events in turn, until the first it
 /// keeps. One copy for the store and the simulator's model of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
