@@ -7,7 +7,7 @@
 #   sim/run.sh --check-determinism K  each of seeds 1..K twice (trace hashes) and under madsim's check
 #   the managed agent's once-known runtime gaps (note.mgd_*) fail by default; --lenient-mgd tolerates them
 # The last line is the summary: seeds=N requests=R faults=F misclassified=0 duplicate_writes=0 wrong_finals=0 unfinished=0 evidence=0 stalled=0 steered=0
-#   event_sequence=0 event_not_durable=0 event_order=0 event_gap=0 request_terminal_events=0
+#   event_sequence=0 event_not_durable=0 event_order=0 event_gap=0 request_terminal_events=0 pruned_early=0
 #   submit_false_acks=0 submit_write_states=0 interleaved=0 submit_receipts=0 submit_stalled=0
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -77,6 +77,9 @@ pub enum Kind {
     /// a request with a durable receipt without exactly one `request.admitted` (or a released
     /// one with any).
     RequestTerminalEvent,
+    /// HIST-4: retention removed a finished request that finished less than its window ago
+    /// (by simulated time, which no wall-clock step moves).
+    PrunedEarly,
     /// SUB-4 (a): a submit acknowledged although the pane did not move after the true Enter
     /// boundary of that very submission with no other write after it, or the receipt's Enter
     /// boundary is not the pane's.
@@ -657,6 +660,17 @@ impl Oracle {
     /// after a later daemon started, with another offset: seed 33738).
     pub fn on_terminal_committed(&mut self, sequence: u64) {
         self.terminal_offsets.insert(sequence, self.daemon_wall_offset_ms);
+    }
+
+    /// HIST-4: retention removed `request_id`, which finished (its first finished phase
+    /// committed) at `finished_ms` (simulated time, `None`: never seen finish), at `now_ms`:
+    /// at least `window_ms` must lie between (a clock stepped by days made the wall-clock rule
+    /// prune requests seconds after their end).
+    pub fn on_request_pruned(&mut self, request_id: &str, finished_ms: Option<u64>, now_ms: u64, window_ms: u64) {
+        if finished_ms.is_none_or(|at| at.saturating_add(window_ms) > now_ms) {
+            let m = format!("{request_id}: pruned at {now_ms}, finished at {finished_ms:?}, with a window of {window_ms} ms");
+            self.fail(Kind::PrunedEarly, m);
+        }
     }
 
     /// IDEM-2/IDEM-3 across restarts: one request id never reaches a pane twice.

@@ -1094,6 +1094,10 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
                     match op {
                         StoreOp::PutRequest { request_id, phase, .. } if phase == "registered" => w.oracle.on_registered(request_id),
                         StoreOp::AppendTerminal { sequence, .. } => w.oracle.on_terminal_committed(*sequence),
+                        StoreOp::PutRequest { request_id, phase, .. } if matches!(phase.as_str(), "terminal" | "settled" | "released") => {
+                            let now = wakterm_runtime::driver::now_ms();
+                            w.finished_ms.entry(request_id.clone()).or_insert(now);
+                        }
                         _ => {}
                     }
                 }
@@ -1162,10 +1166,17 @@ fn prune_requests_by_age(w: &mut World) {
     };
     let policy = wakterm_runtime::store::retention::Retention { events: u64::MAX, days: RETAIN_REQUEST_DAYS, bytes: 0 };
     if let Ok(Some(op)) = policy.requests_due(&w.store, now) {
+        let before: BTreeSet<String> = w.store.requests().into_iter().map(|r| r.request_id).collect();
         let result = w.store.commit(std::slice::from_ref(&op));
         w.log(format!("retention {op:?} -> {result:?}"));
         if result.is_ok() {
             w.counters.fault("note.requests_pruned"); // only a mutant: a run lasts minutes
+            let kept: BTreeSet<String> = w.store.requests().into_iter().map(|r| r.request_id).collect();
+            let true_now = wakterm_runtime::driver::now_ms();
+            for id in before.difference(&kept) {
+                let finished = w.finished_ms.get(id).copied();
+                w.oracle.on_request_pruned(id, finished, true_now, RETAIN_REQUEST_DAYS * 86_400_000);
+            }
         }
     }
 }

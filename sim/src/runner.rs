@@ -143,7 +143,7 @@ pub fn main() {
         println!("mutant {} {}", args.mutant.name(), if caught { "CAUGHT" } else { "NOT CAUGHT" });
     }
     println!(
-        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} steered={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={} submit_false_acks={} submit_write_states={} interleaved={} submit_receipts={} submit_stalled={}",
+        "seeds={} requests={} faults={} misclassified={} duplicate_writes={} wrong_finals={} unfinished={} evidence={} stalled={} steered={} event_sequence={} event_not_durable={} event_order={} event_gap={} request_terminal_events={} pruned_early={} submit_false_acks={} submit_write_states={} interleaved={} submit_receipts={} submit_stalled={}",
         totals.seeds,
         totals.requests,
         totals.faults,
@@ -159,6 +159,7 @@ pub fn main() {
         totals.event_order,
         totals.event_gap,
         totals.request_terminal_events,
+        totals.pruned_early,
         totals.submit_false_acks,
         totals.submit_write_states,
         totals.interleaved,
@@ -262,6 +263,7 @@ struct Totals {
     event_order: u64,
     event_gap: u64,
     request_terminal_events: u64,
+    pruned_early: u64,
     submit_false_acks: u64,
     submit_write_states: u64,
     interleaved: u64,
@@ -306,6 +308,7 @@ impl Totals {
                 Kind::EventOrder => self.event_order += 1,
                 Kind::EventGap => self.event_gap += 1,
                 Kind::RequestTerminalEvent => self.request_terminal_events += 1,
+                Kind::PrunedEarly => self.pruned_early += 1,
                 Kind::SubmitFalseAck => self.submit_false_acks += 1,
                 Kind::SubmitWriteState => self.submit_write_states += 1,
                 Kind::Interleaved => self.interleaved += 1,

@@ -899,6 +899,9 @@ pub struct World {
     /// HIST-4, TIME-2: the running daemon's retention clock (its engine clock, less how far
     /// behind another run of the boot stood), as `recover_engine` gives the retention task.
     pub retention_clock: Option<wakterm_runtime::store::retention::RetentionClock>,
+    /// HIST-4: when each request's first finished phase committed (simulated time), for the
+    /// oracle's check that retention keeps it its window.
+    pub finished_ms: BTreeMap<String, u64>,
     pub agents: Vec<Agent>,
     pub store: StoreTables,
     pub inbox: Option<mpsc::Sender<DriverMsg>>,
@@ -962,6 +965,7 @@ impl World {
             healed_ms: None,
             daemon_started_ms: 0,
             retention_clock: None,
+            finished_ms: BTreeMap::new(),
             wall_offset_ms: 0,
             agents,
             store: StoreTables::default(),

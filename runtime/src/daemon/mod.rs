@@ -232,8 +232,7 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     let store = Arc::new(Store::open(&paths.database()).map_err(|e| e.to_string())?);
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
     let (clock, run_clock) = EngineClock::start_on_this_boot(now_ms(), crate::driver::boot_id());
-    let (engine, behind_ms) = recover_engine(&store, &writer, &clock, run_clock)?;
-    let retention_clock = retention::RetentionClock { engine: clock, behind_ms };
+    let (engine, retention_clock) = recover_engine(&store, &writer, &clock, run_clock)?;
     let records = load_agents(&store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -250,9 +249,9 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     served
 }
 
-/// Also returns how far behind this run's time another run of the boot may have recorded the
-/// same moment (`RunWindow::behind_ms`), which retention allows for.
-fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_clock: Option<RunClock>) -> Result<(Engine, u64), String> {
+/// Also returns the clock retention counts ages from: this run's engine clock, less how far
+/// behind it another run of the boot may have recorded the same moment (`RunWindow::behind_ms`).
+fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_clock: Option<RunClock>) -> Result<(Engine, retention::RetentionClock), String> {
     let now_ms = clock.now_ms();
     let mut requests = Vec::new();
     // HIST-1: open requests only; finished ones are read back when named again. ADM-5: and
@@ -278,10 +277,19 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
     // TIME-2: durable before this run records anything, so the next start finds its clock.
     let json = serde_json::to_string(&window.keep).expect("run clocks serialize");
     writer.commit_blocking(vec![StoreOp::PutRunClocks { json }]).map_err(|e| format!("cannot record this run's clock in the database: {e}"))?;
-    if window.behind_ms == u64::MAX {
-        tracing::warn!("where this boot's daemons' times stood is unknown (no boot id, or what was kept is unreadable): finished requests and events are not pruned by age until the next boot");
+    warn_of_late_retention(window.behind_ms);
+    Ok((Engine::recover(durable, now_ms, run_clock), retention::RetentionClock { engine: *clock, behind_ms: window.behind_ms }))
+}
+
+/// HIST-4, TIME-2: says when retention by age will wait longer than `--retain-days`: by how far
+/// behind another daemon run of this boot stood, or for good while the runs' times are unknown.
+fn warn_of_late_retention(behind_ms: u64) {
+    const DAY_MS: u64 = 86_400_000;
+    if behind_ms >= i64::MAX as u64 {
+        tracing::warn!("where this boot's daemons' times stood is unknown (no boot id, or what was kept is unreadable): finished requests and events are not pruned by age in this boot (event retention by count and size goes on)");
+    } else if behind_ms >= DAY_MS {
+        tracing::warn!(days = behind_ms / DAY_MS, "an earlier daemon of this boot started with its clock behind (or the machine was suspended between starts): finished requests and events are pruned by age this many days later than --retain-days says");
     }
-    Ok((Engine::recover(durable, now_ms, run_clock), window.behind_ms))
 }
 
 /// TIME-2: the restart's window of recent writes (`RunClocksSeen::restart_window`) and what to
@@ -616,8 +624,8 @@ mod run_clock_tests {
         let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
         let first = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 };
         let clock = EngineClock::start(1_000_000_000);
-        let (_, behind) = recover_engine(&store, &writer, &clock, Some(first)).expect("first start");
-        assert_eq!(behind, 0);
+        let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(first)).expect("first start");
+        assert_eq!(retention_clock.behind_ms, 0);
         let kept: RunClocksSeen = serde_json::from_str(&store.load_run_clocks().unwrap().expect("kept")).unwrap();
         assert_eq!(kept, RunClocksSeen { boot_id: "b".into(), max_offset_ms: 5_000_000 });
         // The wall clock stepped forward 10 min while down: the offset is 10 min lower.
@@ -626,17 +634,26 @@ mod run_clock_tests {
         assert_eq!((window.since_ms, window.behind_ms, window.keep.max_offset_ms), (2_000_000_000 - timeout - 600_000, 600_000, 5_000_000));
         // Unreadable: the whole history, at this start and every later one of the boot.
         writer.commit_blocking(vec![StoreOp::PutRunClocks { json: "not json".into() }]).unwrap();
-        let (_, behind) = recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");
-        assert_eq!(behind, u64::try_from(i128::from(i64::MAX) - i128::from(second.offset_ms)).unwrap());
+        let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");
+        assert_eq!(retention_clock.behind_ms, u64::try_from(i128::from(i64::MAX) - i128::from(second.offset_ms)).unwrap());
+        assert_eq!(retention_clock.now_ms(), 0, "no age is due");
         let window = restart_window(&store, 3_000_000_000, Some(&second));
         assert_eq!((window.since_ms, window.keep.max_offset_ms), (0, i64::MAX));
         // A start without a run clock: the next start with one reads the whole history too.
-        let (_, behind) = recover_engine(&store, &writer, &clock, None).expect("a start without a boot id");
-        assert_eq!(behind, u64::MAX);
+        let (_, retention_clock) = recover_engine(&store, &writer, &clock, None).expect("a start without a boot id");
+        assert_eq!(retention_clock.behind_ms, u64::MAX);
         let third = RunClock { boot_id: "c".into(), offset_ms: 0 };
         assert_eq!(restart_window(&store, 3_000_000_000, Some(&third)).since_ms, 0);
         drop((store, writer));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Waits until `done` or `limit_ms` passed.
+    async fn wait_until(limit_ms: u64, done: impl Fn() -> bool) {
+        let started = std::time::Instant::now();
+        while !done() && started.elapsed() < std::time::Duration::from_millis(limit_ms) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     // HIST-4, TIME-2: retention counts a finished request's age from the engine's time, less how
@@ -663,13 +680,18 @@ mod run_clock_tests {
         let in_engine_time = retention::RetentionClock { engine: clock, behind_ms: 0 };
         assert_eq!(policy.requests_due(&store, in_engine_time.now_ms()).unwrap(), None, "finished a moment ago");
         assert!(policy.requests_due(&store, now_ms()).unwrap().is_some(), "by the wall clock it looked two weeks old");
-        // The task itself: its first check comes at once, and the row stays.
+        // The task itself: once its first check is done (it writes the stored bytes), a prune
+        // it found due commits within a moment; the row stays.
         let (store, writer) = (Arc::new(store), Arc::new(writer));
         let reactor = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         reactor.block_on(async {
             let (_settled_tx, settled) = tokio::sync::watch::channel(0);
-            let task = tokio::spawn(retention::run(store.clone(), writer.clone(), (policy, in_engine_time), settled, Arc::new(std::sync::atomic::AtomicU64::new(0))));
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            const UNCHECKED: u64 = u64::MAX - 1;
+            let checked = Arc::new(std::sync::atomic::AtomicU64::new(UNCHECKED));
+            let task = tokio::spawn(retention::run(store.clone(), writer.clone(), (policy, in_engine_time), settled, checked.clone()));
+            wait_until(10_000, || checked.load(std::sync::atomic::Ordering::Relaxed) != UNCHECKED).await;
+            assert_ne!(checked.load(std::sync::atomic::Ordering::Relaxed), UNCHECKED, "the task checked");
+            wait_until(1_000, || store.load_requests().unwrap().is_empty()).await;
             task.abort();
         });
         assert_eq!(store.load_requests().unwrap().len(), 1, "the request finished a moment ago is kept");
