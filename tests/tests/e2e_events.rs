@@ -223,6 +223,8 @@ fn ev_9_retention_by_size_end_to_end() {
     let status = w.ok(&["mux", "status"]);
     assert_eq!(status["events"]["retain_mib"], 1, "{status}");
     assert_eq!(status["events"]["retain_events"], 1_000_000, "the default: {status}");
+    // HIST-4, TIME-2: the first daemon of this data directory: pruning by age as the flag says.
+    assert_eq!((&status["events"]["age_pruning"], &status["events"]["age_pruning_late_days"]), (&serde_json::json!("on"), &serde_json::json!(null)), "{status}");
     w.ready_agent("ada", REPLY, &[]);
     let big = "p".repeat(60 * 1024);
     for n in 0..8 {

@@ -81,6 +81,9 @@ pub struct Context {
     pub fault: Option<faults::FaultPoint>,
     /// EV-9: what the stream keeps (`mux status` shows it beside what the store holds).
     pub retention: retention::Retention,
+    /// HIST-4, TIME-2: the clock retention counts ages from (`mux status` says whether pruning
+    /// by age comes late or not at all in this boot).
+    pub retention_clock: retention::RetentionClock,
     /// EV-9: the bytes of event JSON the store held at the retention task's last check.
     pub stored_event_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -277,18 +280,18 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
     // TIME-2: durable before this run records anything, so the next start finds its clock.
     let json = serde_json::to_string(&window.keep).expect("run clocks serialize");
     writer.commit_blocking(vec![StoreOp::PutRunClocks { json }]).map_err(|e| format!("cannot record this run's clock in the database: {e}"))?;
-    warn_of_late_retention(window.behind_ms);
-    Ok((Engine::recover(durable, now_ms, run_clock), retention::RetentionClock { engine: *clock, behind_ms: window.behind_ms }))
+    let retention_clock = retention::RetentionClock { engine: *clock, behind_ms: window.behind_ms };
+    warn_of_late_retention(&retention_clock);
+    Ok((Engine::recover(durable, now_ms, run_clock), retention_clock))
 }
 
 /// HIST-4, TIME-2: says when retention by age will wait longer than `--retain-days`: by how far
 /// behind another daemon run of this boot stood, or for good while the runs' times are unknown.
-fn warn_of_late_retention(behind_ms: u64) {
-    const DAY_MS: u64 = 86_400_000;
-    if behind_ms >= i64::MAX as u64 {
-        tracing::warn!("where this boot's daemons' times stood is unknown (no boot id, or what was kept is unreadable): finished requests and events are not pruned by age in this boot (event retention by count and size goes on)");
-    } else if behind_ms >= DAY_MS {
-        tracing::warn!(days = behind_ms / DAY_MS, "an earlier daemon of this boot started with its clock behind (or the machine was suspended between starts): finished requests and events are pruned by age this many days later than --retain-days says");
+fn warn_of_late_retention(clock: &retention::RetentionClock) {
+    match clock.age_pruning() {
+        retention::AgePruning::Off => tracing::warn!("where this boot's daemons' times stood is unknown (no boot id, or what was kept is unreadable): finished requests and events are not pruned by age in this boot (event retention by count and size goes on)"),
+        retention::AgePruning::Late { days } => tracing::warn!(days, "an earlier daemon of this boot started with its clock behind (or the machine was suspended between starts): finished requests and events are pruned by age this many days later than --retain-days says"),
+        retention::AgePruning::OnTime => {}
     }
 }
 
@@ -354,7 +357,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault, retention, stored_event_bytes });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault, retention, retention_clock, stored_event_bytes });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     // LIFE-6: SIGTERM (a service manager, a container's end, `kill`) and SIGINT (Ctrl-C of a
@@ -625,23 +628,29 @@ mod run_clock_tests {
         let first = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 };
         let clock = EngineClock::start(1_000_000_000);
         let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(first)).expect("first start");
-        assert_eq!(retention_clock.behind_ms, 0);
+        assert_eq!((retention_clock.behind_ms, retention_clock.age_pruning()), (0, retention::AgePruning::OnTime));
         let kept: RunClocksSeen = serde_json::from_str(&store.load_run_clocks().unwrap().expect("kept")).unwrap();
         assert_eq!(kept, RunClocksSeen { boot_id: "b".into(), max_offset_ms: 5_000_000 });
         // The wall clock stepped forward 10 min while down: the offset is 10 min lower.
         let second = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 - 600_000 };
         let window = restart_window(&store, 2_000_000_000, Some(&second));
         assert_eq!((window.since_ms, window.behind_ms, window.keep.max_offset_ms), (2_000_000_000 - timeout - 600_000, 600_000, 5_000_000));
+        // Stepped forward 3 days and a half: retention by age comes 3 days late, and says so.
+        let days_ahead = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 - 302_400_000 };
+        let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(days_ahead)).expect("a start 3.5 days ahead");
+        assert_eq!(retention_clock.age_pruning(), retention::AgePruning::Late { days: 3 });
         // Unreadable: the whole history, at this start and every later one of the boot.
         writer.commit_blocking(vec![StoreOp::PutRunClocks { json: "not json".into() }]).unwrap();
         let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");
         assert_eq!(retention_clock.behind_ms, u64::try_from(i128::from(i64::MAX) - i128::from(second.offset_ms)).unwrap());
         assert_eq!(retention_clock.now_ms(), 0, "no age is due");
+        assert_eq!(retention_clock.age_pruning(), retention::AgePruning::Off);
         let window = restart_window(&store, 3_000_000_000, Some(&second));
         assert_eq!((window.since_ms, window.keep.max_offset_ms), (0, i64::MAX));
         // A start without a run clock: the next start with one reads the whole history too.
         let (_, retention_clock) = recover_engine(&store, &writer, &clock, None).expect("a start without a boot id");
         assert_eq!(retention_clock.behind_ms, u64::MAX);
+        assert_eq!(retention_clock.age_pruning(), retention::AgePruning::Off);
         let third = RunClock { boot_id: "c".into(), offset_ms: 0 };
         assert_eq!(restart_window(&store, 3_000_000_000, Some(&third)).since_ms, 0);
         drop((store, writer));

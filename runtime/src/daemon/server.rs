@@ -210,11 +210,18 @@ async fn status(context: &Arc<Context>) -> Reply {
     // bounded), so it reads no store, whose one reader connection a long catch-up may hold.
     let stored = Some(context.stored_event_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes != super::retention::UNKNOWN_BYTES);
     let retention = &context.retention;
+    let age_pruning = context.retention_clock.age_pruning();
+    let late_days = match age_pruning {
+        crate::store::retention::AgePruning::Late { days } => Some(days),
+        _ => None,
+    };
     let events = json!({
         "stored_bytes": stored,
         "retain_events": retention.events,
         "retain_days": retention.days,
         "retain_mib": retention.bytes >> 20,
+        "age_pruning": age_pruning.as_str(),
+        "age_pruning_late_days": late_days,
     });
     Reply::ok(json!({
         "schema": "wakterm.mux-status.v1",

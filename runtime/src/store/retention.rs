@@ -73,7 +73,39 @@ pub struct RetentionClock {
     pub behind_ms: u64,
 }
 
+/// What `mux status` says of pruning by age (HIST-4, EV-9, TIME-2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgePruning {
+    /// As `--retain-days` says (less than a day late).
+    OnTime,
+    /// This many whole days later than `--retain-days` says: an earlier daemon of this boot
+    /// stood behind (its clock, or suspends between the starts).
+    Late { days: u64 },
+    /// Not in this boot: where its daemons' times stood is unknown.
+    Off,
+}
+
+impl AgePruning {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AgePruning::OnTime => "on",
+            AgePruning::Late { .. } => "late",
+            AgePruning::Off => "off",
+        }
+    }
+}
+
 impl RetentionClock {
+    /// How pruning by age stands. Unknown frames keep an offset of `i64::MAX` (TIME-2), so a
+    /// behind of more than 2^62 ms (146 million years) says unknown, not late.
+    pub fn age_pruning(&self) -> AgePruning {
+        match self.behind_ms {
+            behind if behind >= 1 << 62 => AgePruning::Off,
+            behind if behind >= DAY_MS => AgePruning::Late { days: behind / DAY_MS },
+            _ => AgePruning::OnTime,
+        }
+    }
+
     pub fn now_ms(&self) -> u64 {
         use crate::driver::Clock;
         self.engine.now_ms().saturating_sub(self.behind_ms)
