@@ -492,7 +492,10 @@ impl Engine {
             .correlating_requests_of(agent_id, false)
             .into_iter()
             .filter(|id| self.requests[id].phase == Phase::Submitted && !self.candidates.contains_key(id))
-            .filter(|id| self.now_ms >= self.requests[id].registered_ms + grace_ms)
+            // TIME-2: a request an earlier daemon registered is aged on the monotonic clock (by
+            // the recorded time, a wall clock stepped back between the daemons kept it here
+            // until RF-8's timeout).
+            .filter(|id| self.requests[id].age_ms(self.requests[id].registered_ms, self.now_ms, self.run_clock.as_ref()) >= grace_ms)
             .collect();
         for request_id in stale {
             self.finish(&request_id, TerminalState::Indeterminate, Some("no_turn_started"), None, None);

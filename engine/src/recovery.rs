@@ -167,10 +167,6 @@ impl RecoveredWrite {
     /// than the timeout, and nothing held its agent).
     fn of(record: &RequestRecord, now_ms: u64, run: Option<&RunClock>) -> Option<RecoveredWrite> {
         let same_boot = run.zip(record.run_clock.as_ref()).filter(|(now, then)| now.boot_id == then.boot_id);
-        let age_ms = |then_ms: u64| match same_boot {
-            Some((now, then)) => now.age_ms(now_ms, then, then_ms).expect("one boot"),
-            None => now_ms.saturating_sub(then_ms),
-        };
         let floor_at_write = record.written_past.is_some(); // a registration has none
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             (Phase::Registered, _) => (record.armed.clone()?, now_ms),
@@ -180,7 +176,7 @@ impl RecoveredWrite {
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
-                let age = age_ms(record.written_ms());
+                let age = record.age_ms(record.written_ms(), now_ms, run);
                 if prompt_seen_taken_or_refused(record) || age >= crate::limits::TURN_START_TIMEOUT_MS {
                     return None;
                 }

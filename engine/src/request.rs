@@ -155,6 +155,15 @@ impl RequestRecord {
         self.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(self.updated_ms, |e| e.at_ms)
     }
 
+    /// TIME-2: how long before `now_ms`, a time of the run `run`, `then_ms`, a time this record
+    /// holds (of the run that registered it), was: on the monotonic clock when the two runs
+    /// share a boot, else by the wall clocks the two runs read at their starts (a step between
+    /// them moves it). Never negative.
+    pub fn age_ms(&self, then_ms: u64, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> u64 {
+        let by_monotonic = run.zip(self.run_clock.as_ref()).and_then(|(now, then)| now.age_ms(now_ms, then, then_ms));
+        by_monotonic.unwrap_or_else(|| now_ms.saturating_sub(then_ms))
+    }
+
     /// RF-6: adds a step to the evidence trail. Bounded: the detail is cut at
     /// `MAX_EVIDENCE_DETAIL_BYTES`; once `MAX_EVIDENCE_ENTRIES - 1` steps are kept, only the
     /// terminal step is still added (the others are counted).

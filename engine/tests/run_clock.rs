@@ -102,3 +102,26 @@ fn time_2_the_reopened_wait_takes_the_later_write_when_the_floors_lie_in_two_ses
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
 }
+
+// TIME-2, RF-7: a return-final prompt an earlier daemon wrote to a PTY agent that opened no
+// turn ends `no_turn_started` at the restart's first probe that finds the agent idle with an
+// empty composer, its age counted on the monotonic clock. By its recorded registration time, a
+// wall clock stepped back 10 min while the daemon was down made it look registered in the
+// future: the probe freed the agent and left the request waiting for RF-8's timeout.
+#[test]
+fn time_2_a_recovered_request_that_opened_no_turn_ends_at_the_probe_whatever_the_wall_clock() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "went elsewhere", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Submitted);
+    rig.advance(1_000);
+    rig.wall_clock_stepped_while_down(-600_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    let cursor = rig.resumes.last().expect("REC-2: the request resumes from its armed cursor").1.clone();
+    rig.observe(ObserverEvent::Attached { session: cursor.session.clone(), position: cursor.position });
+    rig.advance(limits::AWAITING_TURN_GRACE_MS + 1_000);
+    let ended: Vec<_> = rig.terminal_for(REQ).iter().map(|e| (e.state, e.reason.clone())).collect();
+    assert_eq!(ended, [(TerminalState::Indeterminate, Some("no_turn_started".to_string()))], "ended at the probe, not at RF-8's timeout");
+}
