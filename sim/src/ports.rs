@@ -1092,7 +1092,10 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
             if result.is_ok() {
                 for op in &store_ops {
                     match op {
-                        StoreOp::PutRequest { request_id, phase, .. } if phase == "registered" => w.oracle.on_registered(request_id),
+                        StoreOp::PutRequest { request_id, phase, .. } if phase == "registered" => {
+                            w.oracle.on_registered(request_id);
+                            w.finished_ms.remove(request_id); // IDEM-6: stored anew, to finish anew
+                        }
                         StoreOp::AppendTerminal { sequence, .. } => w.oracle.on_terminal_committed(*sequence),
                         StoreOp::PutRequest { request_id, phase, .. } if matches!(phase.as_str(), "terminal" | "settled" | "released") => {
                             let now = wakterm_runtime::driver::now_ms();

@@ -236,6 +236,9 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     let writer = Arc::new(StoreWriter::spawn(&paths.database()).map_err(|e| e.to_string())?);
     let (clock, run_clock) = EngineClock::start_on_this_boot(now_ms(), crate::driver::boot_id());
     let (engine, retention_clock) = recover_engine(&store, &writer, &clock, run_clock)?;
+    if retention.days > 0 {
+        warn_of_late_retention(&retention_clock);
+    }
     let records = load_agents(&store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -281,7 +284,6 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
     let json = serde_json::to_string(&window.keep).expect("run clocks serialize");
     writer.commit_blocking(vec![StoreOp::PutRunClocks { json }]).map_err(|e| format!("cannot record this run's clock in the database: {e}"))?;
     let retention_clock = retention::RetentionClock { engine: *clock, behind_ms: window.behind_ms };
-    warn_of_late_retention(&retention_clock);
     Ok((Engine::recover(durable, now_ms, run_clock), retention_clock))
 }
 
@@ -290,7 +292,7 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
 fn warn_of_late_retention(clock: &retention::RetentionClock) {
     match clock.age_pruning() {
         retention::AgePruning::Off => tracing::warn!("where this boot's daemons' times stood is unknown (no boot id, or what was kept is unreadable): finished requests and events are not pruned by age in this boot (event retention by count and size goes on)"),
-        retention::AgePruning::Late { days } => tracing::warn!(days, "an earlier daemon of this boot started with its clock behind (or the machine was suspended between starts): finished requests and events are pruned by age this many days later than --retain-days says"),
+        retention::AgePruning::Late { hours } => tracing::warn!(hours, "an earlier daemon of this boot started with its clock behind (or the machine was suspended between starts): finished requests and events are pruned by age up to this many hours later than --retain-days says"),
         retention::AgePruning::OnTime => {}
     }
 }
@@ -635,10 +637,10 @@ mod run_clock_tests {
         let second = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 - 600_000 };
         let window = restart_window(&store, 2_000_000_000, Some(&second));
         assert_eq!((window.since_ms, window.behind_ms, window.keep.max_offset_ms), (2_000_000_000 - timeout - 600_000, 600_000, 5_000_000));
-        // Stepped forward 3 days and a half: retention by age comes 3 days late, and says so.
+        // Stepped forward 3 days and a half: retention by age comes 84 hours late, and says so.
         let days_ahead = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 - 302_400_000 };
         let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(days_ahead)).expect("a start 3.5 days ahead");
-        assert_eq!(retention_clock.age_pruning(), retention::AgePruning::Late { days: 3 });
+        assert_eq!(retention_clock.age_pruning(), retention::AgePruning::Late { hours: 84 });
         // Unreadable: the whole history, at this start and every later one of the boot.
         writer.commit_blocking(vec![StoreOp::PutRunClocks { json: "not json".into() }]).unwrap();
         let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(second.clone())).expect("a start all the same");

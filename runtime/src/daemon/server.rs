@@ -210,9 +210,10 @@ async fn status(context: &Arc<Context>) -> Reply {
     // bounded), so it reads no store, whose one reader connection a long catch-up may hold.
     let stored = Some(context.stored_event_bytes.load(Ordering::Relaxed)).filter(|bytes| *bytes != super::retention::UNKNOWN_BYTES);
     let retention = &context.retention;
-    let age_pruning = context.retention_clock.age_pruning();
-    let late_days = match age_pruning {
-        crate::store::retention::AgePruning::Late { days } => Some(days),
+    // HIST-4: none with `--retain-days 0` (nothing is pruned by age at all).
+    let age_pruning = Some(context.retention_clock.age_pruning()).filter(|_| retention.days > 0);
+    let late_hours = match age_pruning {
+        Some(crate::store::retention::AgePruning::Late { hours }) => Some(hours),
         _ => None,
     };
     let events = json!({
@@ -220,8 +221,8 @@ async fn status(context: &Arc<Context>) -> Reply {
         "retain_events": retention.events,
         "retain_days": retention.days,
         "retain_mib": retention.bytes >> 20,
-        "age_pruning": age_pruning.as_str(),
-        "age_pruning_late_days": late_days,
+        "age_pruning": age_pruning.map(|a| a.as_str()),
+        "age_pruning_late_hours": late_hours,
     });
     Reply::ok(json!({
         "schema": "wakterm.mux-status.v1",

@@ -76,11 +76,12 @@ pub struct RetentionClock {
 /// What `mux status` says of pruning by age (HIST-4, EV-9, TIME-2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AgePruning {
-    /// As `--retain-days` says (less than a day late).
+    /// As `--retain-days` says (less than a minute late).
     OnTime,
-    /// This many whole days later than `--retain-days` says: an earlier daemon of this boot
-    /// stood behind (its clock, or suspends between the starts).
-    Late { days: u64 },
+    /// Up to this many hours (rounded up) later than `--retain-days` says, as of the daemon's
+    /// start: an earlier daemon of this boot stood behind (its clock, or suspends between the
+    /// starts; a suspend while this daemon runs adds to it unseen).
+    Late { hours: u64 },
     /// Not in this boot: where its daemons' times stood is unknown.
     Off,
 }
@@ -99,9 +100,10 @@ impl RetentionClock {
     /// How pruning by age stands. Unknown frames keep an offset of `i64::MAX` (TIME-2), so a
     /// behind of more than 2^62 ms (146 million years) says unknown, not late.
     pub fn age_pruning(&self) -> AgePruning {
+        const HOUR_MS: u64 = 3_600_000;
         match self.behind_ms {
             behind if behind >= 1 << 62 => AgePruning::Off,
-            behind if behind >= DAY_MS => AgePruning::Late { days: behind / DAY_MS },
+            behind if behind >= 60_000 => AgePruning::Late { hours: behind.div_ceil(HOUR_MS) },
             _ => AgePruning::OnTime,
         }
     }
