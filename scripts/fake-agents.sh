@@ -48,3 +48,29 @@ for i in range(n):
         pass
 '
 }
+
+# strace_workspace NAME: the common start of the scripts that strace a fake-agent daemon of
+# `$bin` (holder-calls.sh, wal-frames.sh): refuses (exit 2) when `$bin` is not an executable or
+# strace is missing, sets `work` to a fresh directory and `tracer` to "", and on exit stops the
+# tracer and the daemon and removes `work`.
+strace_workspace() {
+    local name="$1"
+    [ -x "$bin" ] || { echo "$name: $bin is not an executable" >&2; exit 2; }
+    command -v strace >/dev/null || { echo "$name: strace is not installed" >&2; exit 2; }
+    work="$(mktemp -d "/tmp/wakterm-$name.XXXXXX")"
+    tracer=""
+    trap strace_workspace_cleanup EXIT
+}
+
+strace_workspace_cleanup() {
+    [ -n "$tracer" ] && kill "$tracer" 2>/dev/null || true
+    WAKTERM_DATA_DIR="$work/data" "$bin" mux stop --all >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+
+# stop_tracer: ends the strace started as `tracer` and waits for it to write its last lines.
+stop_tracer() {
+    kill "$tracer" 2>/dev/null || true
+    wait "$tracer" 2>/dev/null || true
+    tracer=""
+}

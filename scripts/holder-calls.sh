@@ -10,18 +10,9 @@
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
 bin="$(realpath "$1")"; n="${2:-100}"
-[ -x "$bin" ] || { echo "holder-calls: $bin is not an executable" >&2; exit 2; }
-command -v strace >/dev/null || { echo "holder-calls: strace is not installed" >&2; exit 2; }
-work="$(mktemp -d /tmp/wakterm-holder-calls.XXXXXX)"
-tracer=""
-cleanup() {
-    [ -n "$tracer" ] && kill "$tracer" 2>/dev/null || true
-    WAKTERM_DATA_DIR="$work/data" "$bin" mux stop --all >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=scripts/fake-agents.sh
 . "$(dirname "$0")/fake-agents.sh"
+strace_workspace holder-calls
 fake_agents "$bin" "$work" 1
 holder=$(pgrep -f -- "__holder.*$work" | head -1)
 [ -n "$holder" ] || { echo "holder-calls: no holder process found" >&2; exit 1; }
@@ -30,7 +21,5 @@ tracer=$!
 sleep 1
 serial_admissions "$bin" "$work" "$n"
 sleep 1.5
-kill "$tracer" 2>/dev/null || true
-wait "$tracer" 2>/dev/null || true
-tracer=""
+stop_tracer
 grep -o 'op\\":\\"[a-z_]*' "$work/trace" | sed 's/.*"//' | sort | uniq -c | awk -v n="$n" '{printf "%6.2f %s\n", $1 / n, $2}'

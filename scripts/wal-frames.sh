@@ -13,18 +13,9 @@
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 bin="$(realpath "$1")"; n="${2:-20}"
-[ -x "$bin" ] || { echo "wal-frames: $bin is not an executable" >&2; exit 2; }
-command -v strace >/dev/null || { echo "wal-frames: strace is not installed" >&2; exit 2; }
-work="$(mktemp -d /tmp/wakterm-wal-frames.XXXXXX)"
-tracer=""
-cleanup() {
-    [ -n "$tracer" ] && kill "$tracer" 2>/dev/null || true
-    WAKTERM_DATA_DIR="$work/data" "$bin" mux stop --all >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=scripts/fake-agents.sh
 . "$(dirname "$0")/fake-agents.sh"
+strace_workspace wal-frames
 fake_agents "$bin" "$work" 1
 daemon=$(cat "$work/data/run/mux.lock")
 serial_admissions "$bin" "$work" 20
@@ -34,9 +25,7 @@ tracer=$!
 sleep 1.5
 serial_admissions "$bin" "$work" "$n"
 sleep 1.5
-kill "$tracer" 2>/dev/null || true
-wait "$tracer" 2>/dev/null || true
-tracer=""
+stop_tracer
 DB="$work/data/wakterm.db" TRACE="$work/trace" N="$n" python3 -c '
 import collections, os, re, sqlite3
 n = int(os.environ["N"])
