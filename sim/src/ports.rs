@@ -1097,7 +1097,7 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
                             w.finished_ms.remove(request_id); // IDEM-6: stored anew, to finish anew
                         }
                         StoreOp::AppendTerminal { sequence, .. } => w.oracle.on_terminal_committed(*sequence),
-                        StoreOp::PutRequest { request_id, phase, .. } if matches!(phase.as_str(), "terminal" | "settled" | "released") => {
+                        StoreOp::PutRequest { request_id, phase, .. } if crate::store_model::is_finished_phase(phase) => {
                             let now = wakterm_runtime::driver::now_ms();
                             w.finished_ms.entry(request_id.clone()).or_insert(now);
                         }
@@ -1977,9 +1977,10 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let json = serde_json::to_string(&window.keep).expect("run clocks serialize");
         w.store.commit(&[StoreOp::PutRunClocks { json }]).expect("the run clocks commit");
         let since_ms = window.since_ms;
-        if let SimClock::Engine(engine_clock) = &clock {
-            w.retention_clock = Some(wakterm_runtime::store::retention::RetentionClock { engine: *engine_clock, behind_ms: window.behind_ms });
-        }
+        w.retention_clock = match &clock {
+            SimClock::Engine(engine_clock) => Some(wakterm_runtime::store::retention::RetentionClock { engine: *engine_clock, behind_ms: window.behind_ms }),
+            SimClock::Stepped(_) => None, // not the last daemon's clock either
+        };
         // ADM-5: and, as `recover_engine`, of the requests finished within RF-8's turn-start
         // timeout, each agent's latest written one.
         let recent = match w.mutant {
