@@ -403,6 +403,9 @@ impl Engine {
         if let Some(admission) = request_id.as_ref().and_then(|id| self.admissions.get_mut(id)) {
             admission.pane_writes = pane_writes;
         }
+        if let Some(submission) = request_id.as_ref().and_then(|id| self.submissions.get_mut(id)) {
+            submission.pane_writes = pane_writes;
+        }
         let Some(request_id) = request_id else {
             // Late: its admission timed out and the view was cleared (ADM-3). While nothing
             // newer came, it is the agent's view again, as a monitor snapshot would be; else

@@ -187,7 +187,9 @@ pub enum Output {
     /// SUB-2: the split write as ONE writer call holding the pane's write lock; refuse
     /// (`Refused`) if the pane no longer runs `incarnation` or has no observation buffer;
     /// answer `SubmitWritten` with the Enter boundary captured right after the CR.
-    SubmitWrite { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite },
+    /// `expect_writes`: the pane's write count at the refresh the check decided on (ADM-4);
+    /// the holder refuses the write, before its first byte, when any write came since.
+    SubmitWrite { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite, expect_writes: Option<u64> },
     /// SUB-4: sample the pane until `judge` is no longer `Pending` or `wait_ms` passed since the
     /// boundary; answer `PaneWatched` with the last sample.
     WatchPane { watch_id: u64, agent_id: AgentId, boundary: EnterBoundary, wait_ms: u64 },

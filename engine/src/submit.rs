@@ -274,6 +274,10 @@ pub(crate) struct Submission {
     pub turn_epoch: Option<u64>,
     /// The composer the authoritative check saw (empty, once the write is asked for).
     pub composer_checked: Option<Composer>,
+    /// ADM-4, SUB-1: the pane's write count read with the screen of the refresh the check
+    /// decided on; the split write names it, so input that reached the pane since (a draft a
+    /// human typed, raw `session input`) makes the holder refuse before the Ctrl-U erases it.
+    pub pane_writes: Option<u64>,
 }
 
 /// What a finished submission reports besides its status.
@@ -361,6 +365,7 @@ impl Engine {
             deadline_ms: self.now_ms + REFRESH_TIMEOUT_MS,
             turn_epoch: None,
             composer_checked: None,
+            pane_writes: None,
         };
         self.submissions.insert(id, submission);
         self.push(Output::RefreshObserver { refresh_id, agent_id });
@@ -410,6 +415,7 @@ impl Engine {
         let now_ms = self.now_ms;
         let submission = self.submissions.get_mut(id).expect("exists");
         let write = submit_steps(&submission.text);
+        let expect_writes = submission.pane_writes;
         submission.step = SubmitStep::Writing { delivery_id };
         submission.deadline_ms = now_ms + SPLIT_WRITE_TIMEOUT_MS;
         let agent_id = submission.agent_id.clone();
@@ -419,7 +425,7 @@ impl Engine {
         agent.awaiting_request = None; // a submit's wait, no admission's
         agent.awaiting_past = agent.view_cursor(); // a turn at or before it began before the write
         self.submit_writes.insert(delivery_id, id.clone());
-        self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write });
+        self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes });
     }
 
     pub(crate) fn on_submit_written(&mut self, delivery_id: u64, outcome: SplitOutcome) {

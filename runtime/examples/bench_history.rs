@@ -99,7 +99,7 @@ impl Effects for BenchEffects {
     fn publish(&mut self, _event: TerminalEvent) {}
     fn publish_event(&mut self, _event: AgentEvent) {}
     // The history benchmark never submits (SUB-*): nothing to write or watch.
-    fn submit_write(&mut self, _: u64, _: AgentId, _: Incarnation, _: wakterm_engine::SplitWrite) {
+    fn submit_write(&mut self, _: u64, _: AgentId, _: Incarnation, _: wakterm_engine::SplitWrite, _: Option<u64>) {
         unreachable!("the history benchmark makes no submit calls")
     }
     fn watch_pane(&mut self, _: u64, _: AgentId, _: wakterm_engine::EnterBoundary, _: u64) {

@@ -38,7 +38,8 @@ pub trait Effects: Send {
     fn load_request(&mut self, load_id: u64, request_id: RequestId);
     /// SUB-2: the split write as one writer call under the pane's write lock; answer
     /// `SubmitWritten` with the Enter boundary.
-    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite);
+    /// `expect_writes`: the write count of the look the check decided on (ADM-4).
+    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite, expect_writes: Option<u64>);
     /// SUB-4: sample the pane until `wakterm_engine::judge` is not `Pending` or `wait_ms`
     /// passed; answer `PaneWatched` with the last sample.
     fn watch_pane(&mut self, watch_id: u64, agent_id: AgentId, boundary: EnterBoundary, wait_ms: u64);
@@ -263,7 +264,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
                 Some(_) => unreachable!("op {op:?} is not a submit"),
                 None => {}
             },
-            Output::SubmitWrite { delivery_id, agent_id, incarnation, write } => effects.submit_write(delivery_id, agent_id, incarnation, write),
+            Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes } => effects.submit_write(delivery_id, agent_id, incarnation, write, expect_writes),
             Output::WatchPane { watch_id, agent_id, boundary, wait_ms } => effects.watch_pane(watch_id, agent_id, boundary, wait_ms),
             Output::TerminalEvent(event) => effects.publish(event),
             Output::AgentEvent(event) => effects.publish_event(event),
@@ -331,7 +332,7 @@ mod tests {
         fn publish_event(&mut self, _: AgentEvent) {}
         fn events_settled(&mut self, _: u64) {}
         fn load_request(&mut self, _: u64, _: RequestId) {}
-        fn submit_write(&mut self, _: u64, _: AgentId, _: Incarnation, _: SplitWrite) {}
+        fn submit_write(&mut self, _: u64, _: AgentId, _: Incarnation, _: SplitWrite, _: Option<u64>) {}
         fn watch_pane(&mut self, _: u64, _: AgentId, _: EnterBoundary, _: u64) {}
     }
 

@@ -442,6 +442,22 @@ fn write_expecting_a_replaced_process_writes_nothing() {
     assert_eq!((written.bytes_written, written.error, written.refused), (12, None, None));
 }
 
+/// ADM-4: a writer's look (the process and the pane's write count, and the output end then),
+/// then a human's keys typed after it.
+fn look_then_type(client: &mut HolderClient) -> (wakterm_runtime::holder::protocol::ExpectedProcess, u64) {
+    let info = client.info().unwrap();
+    let looked = wakterm_runtime::holder::protocol::ExpectedProcess { pid: info.pid.unwrap(), start_time_ticks: info.start_time_ticks.unwrap(), writes: Some(info.writes) };
+    client.write(b"human-draft").unwrap(); // typed after the look
+    (looked, info.output_end)
+}
+
+/// Nothing with `marker` reached the pane's output past `end` (a moment later).
+fn assert_never_reached(client: &mut HolderClient, end: u64, marker: &[u8]) {
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let page = client.output(end, 1 << 20).unwrap();
+    assert!(!contains(&page.data, marker), "nothing of the refused write reached the pane");
+}
+
 /// ADM-4: a write that names the pane's write count of its look is refused, with nothing
 /// written, once any write came since (a human's input: the Ctrl-U that starts an admission
 /// would erase it); naming the current count writes.
@@ -450,18 +466,34 @@ fn adm_4_a_write_naming_a_stale_write_count_writes_nothing() {
     use wakterm_runtime::holder::protocol::{ExpectedProcess, WriteRefusal};
     let (holder, _sub) = start_raw("exec cat");
     let mut client = holder.client();
-    let info = client.info().unwrap();
-    let looked = ExpectedProcess { pid: info.pid.unwrap(), start_time_ticks: info.start_time_ticks.unwrap(), writes: Some(info.writes) };
-    let end = info.output_end;
-    client.write(b"human-draft").unwrap(); // typed after the look
+    let (looked, end) = look_then_type(&mut client);
     let refused = client.write_expecting(b"\x15admitted\n", Some(looked), None).unwrap();
     assert_eq!((refused.bytes_written, refused.refused), (0, Some(WriteRefusal::InputSinceLook)), "{refused:?}");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let page = client.output(end, 1 << 20).unwrap();
-    assert!(!contains(&page.data, b"admitted"), "nothing of the refused write reached the pane");
+    assert_never_reached(&mut client, end, b"admitted");
     let now = ExpectedProcess { writes: Some(client.info().unwrap().writes), ..looked };
     let written = client.write_expecting(b"\nadmitted\n", Some(now), None).unwrap();
     assert_eq!((written.bytes_written, written.refused), (10, None), "{written:?}");
+}
+
+/// ADM-4, SUB-1: a submit's split write names the write count of its look too: once any write
+/// came since (a draft typed, raw `session input`), it is refused before its first step, with
+/// nothing written and no boundary; naming the current count writes every step.
+#[test]
+fn sub_1_write_steps_naming_a_stale_write_count_write_nothing() {
+    use std::time::Duration;
+    use wakterm_runtime::holder::protocol::{ExpectedProcess, WriteRefusal};
+    let (holder, _sub) = start_raw("exec cat");
+    let mut client = holder.client();
+    let (looked, end) = look_then_type(&mut client);
+    let steps = [b"\x15".to_vec(), b"submitted".to_vec(), b"\n".to_vec()];
+    let refused = client.write_steps(&steps, Duration::from_millis(10), Some(looked), None).unwrap();
+    assert_eq!((refused.steps_written, refused.bytes_written, refused.refused), (0, 0, Some(WriteRefusal::InputSinceLook)), "{refused:?}");
+    assert!(refused.boundary.is_none(), "{refused:?}");
+    assert_never_reached(&mut client, end, b"submitted");
+    let now = ExpectedProcess { writes: Some(client.info().unwrap().writes), ..looked };
+    let written = client.write_steps(&steps, Duration::from_millis(10), Some(now), None).unwrap();
+    assert_eq!((written.steps_written, written.refused), (3, None), "{written:?}");
+    assert!(written.boundary.is_some(), "{written:?}");
 }
 
 /// ADM-4: an admission's look (`screen` with info) waits for input written just before it to

@@ -16,7 +16,8 @@
 //! `submit_skips_write_lock`, `watch_composer_from_first_sample` (forced by
 //! `terminal.stalled_echo`, whose screen shows the composer empty until the late redraw).
 //! ADM-4: the oracle's `DraftErased` (an admission's write reaching a human's draft) and mutant
-//! `look_writes_ignored` (the pane port skips the write-count precondition).
+//! `look_writes_ignored` (the pane port skips the write-count precondition), and for a submit's
+//! split write `submit_look_writes_ignored`.
 //!
 //! MGD-* (managed app-server sessions) in the simulator: agent 1 is a Codex app-server under
 //! its holder (`app_server.rs`: one thread for its whole life, stdin lines, the holder's
@@ -291,6 +292,10 @@ pub enum Mutant {
     /// Pane port: a write's ADM-4 precondition (the pane's write count at the admission's look)
     /// is not checked, so its Ctrl-U erases a draft a human typed after the look.
     LookWritesIgnored,
+    /// Pane port: a submit's split write is not checked against the pane's write count at the
+    /// submit's look (as before 2026-12-05), so its Ctrl-U erases a draft typed after the
+    /// look, or raw `session input` sent meanwhile (SUB-1, MCP-4).
+    SubmitLookWritesIgnored,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -354,6 +359,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
     (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
     (Mutant::LookWritesIgnored, "look_writes_ignored", "pane port writes an admission whatever input reached the pane since its look"),
+    (Mutant::SubmitLookWritesIgnored, "submit_look_writes_ignored", "pane port writes a submit's steps whatever input reached the pane since its look"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -516,7 +516,7 @@ impl Oracle {
 
     /// ADM-4: an admission's write erased the human draft in agent `a`'s composer.
     pub fn draft_erased(&mut self, a: usize, writer: &str, draft: &str) {
-        self.fail(Kind::DraftErased, format!("a{a}: admission {writer}'s write erased the human draft {draft:?}"));
+        self.fail(Kind::DraftErased, format!("a{a}: the write of {writer} (an admission or a submit) erased the human draft {draft:?}"));
     }
 
     /// (c) Another writer's bytes landed inside a split write, or the engine asked for a

@@ -391,7 +391,7 @@ impl Effects for SimEffects {
     /// SUB-2: the holder's `write_steps`, run on the holders' node (a daemon crash does not
     /// stop a split write the holder has begun); the answer goes to the daemon that asked, if
     /// it still runs.
-    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite) {
+    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: SplitWrite, expect_writes: Option<u64>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
         // Whose write this is, known when it is asked for (a later submission of the same text
@@ -404,6 +404,7 @@ impl Effects for SimEffects {
                 "unknown-submission".to_string()
             });
             ask_write(&mut w, &agent_id, delivery_id, sid.clone());
+            race_a_draft(&mut w, &world, &agent_id, delivery_id);
             (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch, sid)
         };
         let bound = CallBound::split(wakterm_runtime::driver::now_ms(), &write);
@@ -411,7 +412,7 @@ impl Effects for SimEffects {
         holder.spawn(async move {
             madsim::time::sleep(ms(0, 10)).await;
             holder_stall(&world, &agent_id, &bound).await;
-            let outcome = split_write(&world, &agent_id, &incarnation, &write, epoch, sid, &bound, delivery_id).await;
+            let outcome = split_write(&world, (&agent_id, &incarnation, expect_writes), &write, epoch, sid, &bound, delivery_id).await;
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let outcome = match outcome {
                 // The bug (`split_failure_refused`): every write error is "the pane refused".
@@ -702,27 +703,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     if bytes.starts_with(b"\x15\x1b[200~") {
         w.counters.fault("provider.bracketed_paste");
     }
-    // ADM-4: a PTY admission's write starts with Ctrl-U: a human's draft still in the
-    // composer is erased (the look the engine decided on showed none, or it was typed since).
-    let draft = w.agents[a].human_draft.clone().filter(|d| reached > 0 && bytes.starts_with(b"\x15") && w.agents[a].composer.contains(d.as_str()));
-    if let Some(draft) = draft {
-        let writer = request.clone().unwrap_or_else(|| "?".to_string());
-        if looked.is_some_and(|writes| w.agents[a].undrawn_looks_at.contains(&writes)) {
-            // A known gap (SPEC ADM-4): keys the TUI had not drawn `INPUT_DRAW_WAIT_MS` after
-            // they were written are not waited for any longer.
-            w.counters.fault("note.draft_erased_undrawn_past_wait");
-        } else if looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
-            // A known gap (SPEC ADM-4): a composer the screen adapter could not read does not
-            // refuse the write, so a draft it hid is erased. Counted, not failed (a look at the
-            // same write count may have read it: the exemption is wide).
-            w.counters.fault("note.draft_erased_composer_unknown");
-        } else if looked.is_none() {
-            // A known gap (SPEC ADM-4): a plain send written without a look (ADM-13).
-            w.counters.fault("note.draft_erased_unobserved_send");
-        } else {
-            w.oracle.draft_erased(a, &writer, &draft);
-        }
-    }
+    let writer = request.clone().unwrap_or_else(|| "?".to_string());
+    check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, looked.is_none()));
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
     w.oracle.on_pane_write(a, session, position, request.as_deref());
@@ -757,6 +739,31 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
             DeliveryOutcome::Refused { reason: "pane closed".to_string() }
         }
         _ => outcome,
+    }
+}
+
+/// ADM-4, SUB-1: a PTY write starting with Ctrl-U (an admission's, a submit's first step)
+/// erases a human's draft still in the composer: the look the engine decided on showed none,
+/// or it was typed since and the write was not refused. `reached`: the bytes that reach the
+/// pane. `looked`: the write count the write named; `unobserved`: a plain send written without
+/// a look (ADM-13), which cannot know of a draft.
+fn check_draft_kept(w: &mut World, a: usize, writer: &str, reached: &[u8], (looked, unobserved): (Option<u64>, bool)) {
+    let draft = w.agents[a].human_draft.clone().filter(|d| reached.starts_with(b"\x15") && w.agents[a].composer.contains(d.as_str()));
+    let Some(draft) = draft else { return };
+    if looked.is_some_and(|writes| w.agents[a].undrawn_looks_at.contains(&writes)) {
+        // A known gap (SPEC ADM-4): keys the TUI had not drawn `INPUT_DRAW_WAIT_MS` after
+        // they were written are not waited for any longer.
+        w.counters.fault("note.draft_erased_undrawn_past_wait");
+    } else if looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
+        // A known gap (SPEC ADM-4): a composer the screen adapter could not read does not
+        // refuse an admission's write, so a draft it hid is erased. Counted, not failed (a
+        // look at the same write count may have read it: the exemption is wide).
+        w.counters.fault("note.draft_erased_composer_unknown");
+    } else if unobserved {
+        // A known gap (SPEC ADM-4): a plain send written without a look (ADM-13).
+        w.counters.fault("note.draft_erased_unobserved_send");
+    } else {
+        w.oracle.draft_erased(a, writer, &draft);
     }
 }
 
@@ -899,15 +906,26 @@ fn end_write(w: &mut World, agent_id: &AgentId, delivery_id: u64) {
     }
 }
 
+/// `terminal.draft_races_submit`: a human types a draft as the submit's write is asked for,
+/// after its look: the holder runs the two in either order (both take the pane's write lock).
+fn race_a_draft(w: &mut World, world: &Shared, agent_id: &AgentId, delivery_id: u64) {
+    let Some(a) = agent_index(w, agent_id).filter(|_| w.fault_roll(w.plan.draft_races_submit)) else { return };
+    w.counters.fault("terminal.draft_races_submit");
+    let text = format!("draft racing {delivery_id}");
+    w.log(format!("a{a} human leaves a draft {text:?} as a submit's write is asked for"));
+    crate::scenario::at_keyboard(w, world, a, move |w| w.human_keys(a, &text, false));
+}
+
 /// SUB-2, the holder's `write_steps`: under the pane's write lock (held through the gaps), it
-/// refuses unless the pane runs `incarnation` (nothing written), counts the write, writes each
+/// refuses unless the pane runs `incarnation`, or when input reached the pane since the look
+/// whose write count `looked` names (ADM-4; nothing written), counts the write, writes each
 /// step whole with `gap_ms` between, and right after the CR reads the Enter boundary: the
 /// output end, the screen there, the child generation, the writes counted at its start. A
 /// child that exits during a gap makes the next step fail (EIO). Faults: a step fails after
 /// some bytes or before any (`submit.split_write_fails`, also the holder's answer lost after
 /// a complete write); the harness never reacts to the CR or reacts before the boundary.
 #[allow(clippy::too_many_arguments)]
-async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, write: &SplitWrite, epoch: u64, sid: String, bound: &CallBound, delivery_id: u64) -> SplitOutcome {
+async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId, &Incarnation, Option<u64>), write: &SplitWrite, epoch: u64, sid: String, bound: &CallBound, delivery_id: u64) -> SplitOutcome {
     let text = write.steps.get(1).map(|paste| strip_paste(paste)).unwrap_or_default();
     let (a, lock, skip_lock) = {
         let w = world.lock().unwrap();
@@ -926,8 +944,11 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
             w.log(format!("a{a} split write {sid} refused: pane runs {current:?}"));
             return SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() };
         }
+        // The bug (`submit_look_writes_ignored`): the write count the submit's look saw is
+        // not checked.
+        let expect_writes = looked.filter(|_| w.mutant != Mutant::SubmitLookWritesIgnored);
         drop(w);
-        if let Some(reason) = bound.refuse_if_late(world, delivery_id) {
+        if let Some(reason) = bound.refuse_if_late(world, delivery_id).or_else(|| input_since_look(world, agent_id, expect_writes)) {
             return SplitOutcome::Refused { reason };
         }
         let mut w = world.lock().unwrap();
@@ -980,6 +1001,10 @@ async fn split_write(world: &Shared, agent_id: &AgentId, incarnation: &Incarnati
             _ if dead => Some(0),
             _ => None,
         };
+        if i == 0 {
+            // A submit always looks first (SUB-1): never an unobserved write.
+            check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, false));
+        }
         if let Some(k) = cut {
             w.pane_write(a, &sid, &step[..k], Some(&sid), false);
             written += k as u64;

@@ -296,7 +296,7 @@ fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinH
 
 /// A human's keystrokes reach the pane through its holder, after any split write holding the
 /// pane's write lock.
-fn at_keyboard(w: &World, world: &Shared, a: usize, keys: impl FnOnce(&mut World) + Send + 'static) {
+pub(crate) fn at_keyboard(w: &World, world: &Shared, a: usize, keys: impl FnOnce(&mut World) + Send + 'static) {
     let lock = w.agents[a].pane.lock.clone();
     let world = world.clone();
     w.holder.as_ref().expect("the holders' node runs").spawn(async move {

@@ -131,6 +131,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.stalled_echo",
     "terminal.unclassified_composer",
     "terminal.late_draw",
+    "terminal.draft_races_submit",
     "monitor.step_bound",
     "pane.input_since_look",
     "submit.exit_mid_wait",
@@ -261,6 +262,9 @@ pub struct FaultPlan {
     /// SUB-4: the screen adapter cannot classify a composer of several lines (`unknown`), as
     /// Codex's does for a tall paste (`terminal.unclassified_composer`).
     pub unclassified_composer: bool,
+    /// SUB-1, ADM-4: as a submit's split write is asked for, a human types a draft into the
+    /// pane (between the submit's look and its write, or just after it), as a review did.
+    pub draft_races_submit: f64,
 }
 
 impl FaultPlan {
@@ -301,12 +305,20 @@ impl FaultPlan {
             late_draw: 0.0,
             step_records: 0,
             unclassified_composer: false,
+            draft_races_submit: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
         .with_holder_version()
         .with_monitor_faults()
         .with_screen_faults()
+        .with_race_faults()
+    }
+
+    /// Keys racing a submit's write (SUB-1), drawn last for the same reason.
+    fn with_race_faults(mut self) -> FaultPlan {
+        self.draft_races_submit = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(0.0..0.5) } else { 0.0 };
+        self
     }
 
     /// The screen adapter's limits (SUB-4), drawn last so the other rates of a seed are those

@@ -193,6 +193,50 @@ fn sub_3_a_draft_in_the_composer_is_rejected_and_left_intact() {
     assert_eq!(w.user_prompts(), ["baseline turn", "submitted after the draft"], "the rejected text never reached the fake");
 }
 
+/// SUB-1, ADM-4: keys that reach the pane after the submit's look and before its write (a
+/// human typing a draft then, or raw `session input`) make the holder refuse the split write
+/// before its first byte: rejected / `pane_refused_write`, not_started, retry_safe, and the
+/// draft is still there (the write's Ctrl-U erased it until 2026-12-05). The daemon pauses
+/// between the engine's ask and the holder call (`WAKTERM_FAULT=submit_write_pause`), and the
+/// test types once the daemon's log says the pause began.
+#[test]
+fn sub_1_a_draft_typed_after_the_look_survives_and_the_submit_is_refused() {
+    let w = World::new(EXE);
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "submit_write_pause").output().expect("mux start");
+    assert!(out.status.success(), "mux start: {}", String::from_utf8_lossy(&out.stderr));
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let pane = Pane::of(&w, &entry);
+    let log = w.data.join("mux.log");
+    let paused = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default().contains(wakterm_runtime::daemon::faults::SUBMIT_WRITE_PAUSED_LOG);
+    assert!(!paused(&log), "no submit yet");
+    let (error, body) = runtime().block_on(async {
+        let client = connect(&w).await;
+        let typist = tokio::task::spawn_blocking({
+            let (socket, log) = (pane.socket.clone(), log.clone());
+            move || {
+                let deadline = Instant::now() + DEADLINE;
+                while !paused(&log) {
+                    assert!(Instant::now() < deadline, "the daemon never paused before the split write");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Pane { socket }.type_keys(b"a draft typed after the look");
+            }
+        });
+        let answer = submit(&client, "zola", "must not erase the late draft", None).await;
+        typist.await.expect("the typist");
+        client.cancel().await.expect("close");
+        answer
+    });
+    receipt(error, &body);
+    assert_eq!((s(&body["status"]), s(&body["classification"]), s(&body["reason"])), ("rejected", "unavailable", "pane_refused_write"), "{body}");
+    assert_eq!((s(&body["write_state"]), body["retry_safe"].as_bool()), ("not_started", Some(true)), "{body}");
+    assert!(s(&body["detail"]).contains("input reached the pane since"), "{body}");
+    w.wait_until("the late draft is drawn", || pane.composer().contains("a draft typed after the look"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(pane.composer(), "› a draft typed after the look", "the draft survived:\n{}", pane.screen());
+    assert_eq!(w.user_prompts(), ["baseline turn"], "the refused text never reached the fake");
+}
+
 /// SUB-1, SUB-3: while a turn runs (the fake holds prompts containing HOLD), submit is
 /// rejected busy before the first byte (never steers the running turn); after the human
 /// interrupts it, the rejected text is nowhere.

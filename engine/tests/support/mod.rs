@@ -267,7 +267,10 @@ impl Rig {
                 Output::Receipt { op, receipt } => self.receipts.entry(op).or_default().push(receipt),
                 Output::CancelResult { op, outcome } => self.cancels.push((op, outcome)),
                 Output::TerminalEvent(event) => self.published.push(event),
-                Output::SubmitWrite { delivery_id, agent_id, write, .. } => self.split_writes.push_back((delivery_id, agent_id, write)),
+                Output::SubmitWrite { delivery_id, agent_id, write, expect_writes, .. } => {
+                    self.expected_writes.push(expect_writes);
+                    self.split_writes.push_back((delivery_id, agent_id, write));
+                }
                 Output::WatchPane { watch_id, agent_id, boundary, wait_ms } => self.watches.push_back((watch_id, agent_id, boundary, wait_ms)),
                 Output::SubmitReceipt { op, receipt } => {
                     receipt.assert_consistent();

@@ -162,14 +162,19 @@ impl Effects for RealEffects {
         });
     }
 
-    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: wakterm_engine::SplitWrite) {
+    fn submit_write(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, write: wakterm_engine::SplitWrite, expect_writes: Option<u64>) {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         let start_by_ms = write_start_deadline(wakterm_engine::submit::SPLIT_WRITE_TIMEOUT_MS);
+        let pause = self.fault == Some(FaultPoint::SubmitWritePause);
         tokio::task::spawn_blocking(move || {
+            if pause {
+                tracing::info!("{}", super::faults::SUBMIT_WRITE_PAUSED_LOG);
+                std::thread::sleep(super::faults::SUBMIT_WRITE_PAUSE); // a test types meanwhile
+            }
             let outcome = match agent {
                 None => Some(wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
-                Some(agent) => super::submit::split_write(&agent, &incarnation, &write, start_by_ms),
+                Some(agent) => super::submit::split_write(&agent, &incarnation, &write, (start_by_ms, expect_writes)),
             };
             // SUB-1: as for `deliver`, a call that timed out reports nothing.
             if let Some(outcome) = outcome {

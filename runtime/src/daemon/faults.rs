@@ -18,10 +18,20 @@ pub enum FaultPoint {
     /// Not a crash: `agent catalog` pauses `CATALOG_PAUSE` between asking the engine and
     /// reading the agent table, so a test can start agents in between (EV-8).
     CatalogPause,
+    /// Not a crash: a submit's split write pauses `SUBMIT_WRITE_PAUSE` after the engine asked
+    /// for it (after its look) and before the holder call, so a test can type in between
+    /// (SUB-1, ADM-4).
+    SubmitWritePause,
 }
 
 /// How long [`FaultPoint::CatalogPause`] pauses.
 pub const CATALOG_PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long [`FaultPoint::SubmitWritePause`] pauses (well within the split write's bound).
+pub const SUBMIT_WRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1_000);
+
+/// The log line [`FaultPoint::SubmitWritePause`] writes as its pause begins.
+pub const SUBMIT_WRITE_PAUSED_LOG: &str = "test fault: a submit's split write pauses before the holder call";
 
 impl FaultPoint {
     /// The crash point named by `WAKTERM_FAULT`, or an error for an unknown name (a typo must
@@ -35,7 +45,8 @@ impl FaultPoint {
             Some("after_submitted") => Ok(Some(FaultPoint::AfterSubmitted)),
             Some("after_holder_spawn") => Ok(Some(FaultPoint::AfterHolderSpawn)),
             Some("catalog_pause") => Ok(Some(FaultPoint::CatalogPause)),
-            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn, catalog_pause")),
+            Some("submit_write_pause") => Ok(Some(FaultPoint::SubmitWritePause)),
+            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn, catalog_pause, submit_write_pause")),
         }
     }
 }

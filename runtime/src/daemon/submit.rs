@@ -3,7 +3,7 @@
 //! evidence, and an error while gathering it is reported as such, never as evidence.
 
 use super::agents::{AgentRuntime, Liveness};
-use crate::holder::protocol::{ScreenReply, StepsOutcome, WireErrorKind};
+use crate::holder::protocol::{ExpectedProcess, ScreenReply, StepsOutcome, WireErrorKind};
 use crate::holder::{HolderClient, HolderError, HolderIdentity};
 use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
@@ -28,13 +28,15 @@ pub fn screen_digest(screen: &ScreenReply) -> String {
 /// SUB-2: the whole sequence in ONE holder call, which holds the pane's write lock through
 /// the gaps and re-checks the process atomically with the write. Refused only when provably
 /// nothing was written.
-pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite, start_by_ms: u64) -> Option<SplitOutcome> {
+/// ADM-4: `expect_writes`, the pane's write count at the look the check decided on; the holder
+/// refuses, before the first byte, when any write came since.
+pub fn split_write(agent: &AgentRuntime, incarnation: &Incarnation, write: &SplitWrite, (start_by_ms, expect_writes): (u64, Option<u64>)) -> Option<SplitOutcome> {
     let written = agent.with_holder(|client, info| {
         let liveness = Liveness::from_info(&info);
         let (Some(process), true) = (liveness.process, liveness.incarnation().as_ref() == Some(incarnation)) else {
             return Some(SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".to_string() });
         };
-        let expect = process.into();
+        let expect = ExpectedProcess { writes: expect_writes, ..process.into() };
         let outcome = client.write_steps(&write.steps, Duration::from_millis(write.gap_ms), Some(expect), Some(start_by_ms));
         outcome_of(outcome, HolderIdentity::of(&info).to_string())
     });

@@ -427,17 +427,25 @@ impl Pane {
         if let Some(refusal) = Self::refuse_if_late(start_by_ms) {
             return refusal;
         }
-        // ADM-4: under the write lock, so no write slips in between this check and ours.
-        let now = self.writes.load(std::sync::atomic::Ordering::SeqCst);
-        if let Some(seen) = expect_writes.filter(|seen| *seen != now) {
-            let error = format!("input reached the pane since the admission's look (its writes went from {seen} to {now}): a draft typed since would be erased; nothing was written");
-            return WriteOutcome::refusal(super::protocol::WriteRefusal::InputSinceLook, error);
+        if let Some(refusal) = self.refuse_if_written_since(expect_writes) {
+            return refusal;
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let before = self.output_end();
         let (written, error) = self.write_all_locked(data);
         self.note_input(written, before);
         outcome(written, error)
+    }
+
+    /// ADM-4: the refusal of a write whose writer looked at the pane when its write count was
+    /// `expect_writes`, when any write came since: a draft typed since would be erased by the
+    /// write's leading Ctrl-U. The caller holds the write lock, so no write slips in between
+    /// this check and its own.
+    fn refuse_if_written_since(&self, expect_writes: Option<u64>) -> Option<WriteOutcome> {
+        let now = self.writes.load(std::sync::atomic::Ordering::SeqCst);
+        let seen = expect_writes.filter(|seen| *seen != now)?;
+        let error = format!("input reached the pane since the writer's look (its writes went from {seen} to {now}): a draft typed since would be erased; nothing was written");
+        Some(WriteOutcome::refusal(super::protocol::WriteRefusal::InputSinceLook, error))
     }
 
     /// ADM-4: input reached the pane (the caller holds the write lock): a look waits for the
@@ -476,6 +484,10 @@ impl Pane {
             return refused(WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into()));
         }
         if let Some(refusal) = Self::refuse_if_late(start_by_ms) {
+            return refused(refusal);
+        }
+        // ADM-4, SUB-1: the submit's look named the write count it saw.
+        if let Some(refusal) = self.refuse_if_written_since(expect.and_then(|expect| expect.writes)) {
             return refused(refusal);
         }
         let writes = self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
