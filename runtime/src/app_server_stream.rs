@@ -255,7 +255,8 @@ impl<L: LineFolder> StreamFollower<L> {
     /// each loss of output, loaded or not, since Codex answers a `thread/resume` by sending every
     /// server request still pending again (one the loss took would wait forever). True when the
     /// caller should write a `thread/resume` of the agent's own thread now (`now_ms`: the
-    /// caller's clock, for the backoff after re-proofs that proved nothing).
+    /// caller's monotonic clock, for the backoff after re-proofs that proved nothing: a wall
+    /// clock stepped back would stretch the backoff by the step).
     pub fn wants_reproof(&mut self, now_ms: u64) -> bool {
         if !self.attached || self.thread_id.is_empty() {
             return false;

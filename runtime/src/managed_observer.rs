@@ -107,7 +107,9 @@ impl ManagedObserver {
     /// already loaded, with the thread's status). The reply comes in the stream like any other
     /// line; nothing waits for it.
     fn reprove_once(&mut self) -> Result<(), String> {
-        if !self.follower.wants_reproof(crate::driver::now_ms()) {
+        // The backoff counts on the monotonic clock: a wall clock stepped back by hours during
+        // it delayed the next re-proof by as much (TIME-2's review).
+        if !self.follower.wants_reproof(crate::holder::protocol::monotonic_ms()) {
             return Ok(());
         }
         let id = format!("wakterm-reprove-{}", uuid::Uuid::new_v4());
