@@ -1146,9 +1146,12 @@ fn composer_blocker(composer: Composer) -> Option<Blocker> {
 /// characters or white space (no agent name or id holds one: a target of spaces was
 /// `agent_unknown`, which reads as "start it first"); one copy for admissions and submits (SUB-1).
 pub(crate) fn target_problem(target: &str) -> Option<Blocker> {
+    target_malformed(target).map(|detail| blocker(Classification::Invalid, "target_malformed", detail))
+}
+
+/// INP-4's target rule alone: why `target` cannot name an agent, or None. Also for the MCP
+/// session actions that name an agent without an admission (status, output, raw input).
+pub fn target_malformed(target: &str) -> Option<String> {
     let malformed = target.is_empty() || target.len() > MAX_TARGET_BYTES || target.chars().any(|c| c.is_control() || c.is_whitespace());
-    malformed.then(|| {
-        let detail = format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters or white space (an agent's name or id)");
-        blocker(Classification::Invalid, "target_malformed", detail)
-    })
+    malformed.then(|| format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters or white space (an agent's name or id)"))
 }

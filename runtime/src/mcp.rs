@@ -461,6 +461,13 @@ impl WaktermMcp {
         if let Some(refused) = inapplicable_arguments(&args) {
             return Ok(refused);
         }
+        // INP-4: a session id that cannot name an agent is malformed, for every action, as for
+        // submit and agent_admit (status, output and input said `agent_unknown`, which reads as
+        // "start it first"). Submit answers it in its own receipt.
+        let malformed = args.session_id.as_deref().and_then(wakterm_engine::target_malformed).filter(|_| args.action != SessionAction::Submit);
+        if let Some(detail) = malformed {
+            return Ok(usage("target_malformed", format!("session_id: {detail}; nothing was sent")));
+        }
         let result = match args.action {
             SessionAction::List => result_of(self.call(ClientRequest::Catalog).await),
             SessionAction::Status => match args.session_id.as_deref() {

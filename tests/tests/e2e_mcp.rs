@@ -64,6 +64,14 @@ fn mcp_admit_and_wait_return_the_final_through_a_real_client() {
     assert_eq!(prompts.iter().filter(|p| *p == "a question over MCP").count(), 1, "written once, the replay wrote nothing: {prompts:?}");
 }
 
+/// A `session` call of `action` on `session_id`; raw input carries "x".
+fn action_on(action: &str, session_id: &str) -> serde_json::Value {
+    match action {
+        "input" => json!({"action": action, "session_id": session_id, "input": "x"}),
+        _ => json!({"action": action, "session_id": session_id}),
+    }
+}
+
 /// MCP-3: the `session` tool: list and status are the catalog's; output is the experimental page;
 /// input writes raw text and keys into the pane and answers write completion only (the fake
 /// Codex's composer shows the draft); submit is not built yet and says so, structured. Bad
@@ -94,17 +102,19 @@ fn mcp_session_actions_and_bad_arguments() {
         assert!(error && key["error"] == "bad_request", "{key}");
         // An unknown agent is the CLI's exit 6 for every action (status and input said 2).
         for action in ["status", "output", "input"] {
-            let (error, nobody, exit_code) = call_with_exit(&client, "session", json!({"action": action, "session_id": "nobody", "input": "x"}).as_object().map(|o| {
-                let mut o = o.clone();
-                if action != "input" {
-                    o.remove("input");
-                }
-                serde_json::Value::Object(o)
-            }).unwrap()).await;
+            let (error, nobody, exit_code) = call_with_exit(&client, "session", action_on(action, "nobody")).await;
             // (`output` answers its page's own shape: `reason`.)
             let said = nobody["error"] == "agent_unknown" || nobody["reason"] == "agent_unknown";
             assert!(error && said && exit_code == Some(6), "{action}: {nobody} {exit_code:?}");
         }
+        // INP-4: a session id that cannot name an agent (empty, white space) is malformed for
+        // every action, as for submit (status, output and input said `agent_unknown`).
+        for (action, session_id) in [("status", ""), ("output", " "), ("input", ""), ("input", "zo la")] {
+            let (error, malformed, exit_code) = call_with_exit(&client, "session", action_on(action, session_id)).await;
+            assert!(error && malformed["error"] == "target_malformed" && exit_code == Some(2), "{action} {session_id:?}: {malformed} {exit_code:?}");
+        }
+        let (error, submitted) = call(&client, "session", json!({"action": "submit", "session_id": "", "input": "x"})).await;
+        assert!(error && submitted["reason"] == "target_malformed" && submitted["classification"] == "invalid", "{submitted}");
         let (error, missing) = call(&client, "session", json!({"action": "input"})).await;
         assert!(error && missing["error"] == "bad_request", "{missing}");
         // Arguments that do not fit the tool's schema are a structured usage error, exit 2,
