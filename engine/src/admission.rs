@@ -669,11 +669,12 @@ impl Engine {
 
     pub(crate) fn on_delivered(&mut self, delivery_id: u64, outcome: DeliveryOutcome) {
         let Some(request_id) = self.deliveries.remove(&delivery_id) else {
-            return self.landed_write(delivery_id, matches!(outcome, DeliveryOutcome::Refused { .. })); // late: given up on
+            return self.landed_write(delivery_id, outcome.wrote_nothing()); // late: given up on
         };
         let written = match &outcome {
             DeliveryOutcome::Complete => "the whole prompt and Enter were written in one write".to_string(),
             DeliveryOutcome::Refused { reason } => format!("refused before the first byte: {reason}"),
+            DeliveryOutcome::InputSinceLook { detail } => format!("refused before the first byte, input reached the pane since the look: {detail}"),
             DeliveryOutcome::Failed { bytes_written, error } => format!("failed after {bytes_written} bytes: {error}"),
         };
         self.note(&request_id, EvidenceStep::Written, written);
@@ -681,6 +682,13 @@ impl Engine {
             DeliveryOutcome::Complete => self.after_complete_write(&request_id),
             DeliveryOutcome::Refused { reason } => {
                 let problem = blocker(Classification::Unavailable, "pane_refused_write", reason);
+                let receipt = self.rejection_for(&request_id, problem);
+                self.release(&request_id, receipt);
+            }
+            DeliveryOutcome::InputSinceLook { detail } => {
+                // ADM-4: someone typed into the pane since the look: busy, as a draft seen by
+                // the look would be (`composer_not_empty`); retry-safe, nothing written.
+                let problem = blocker(Classification::Busy, "input_since_look", detail);
                 let receipt = self.rejection_for(&request_id, problem);
                 self.release(&request_id, receipt);
             }

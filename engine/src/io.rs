@@ -77,9 +77,19 @@ pub enum DeliveryOutcome {
     /// The writer refused before writing any byte (pane closed, process gone): provably
     /// nothing reached the pane.
     Refused { reason: String },
+    /// ADM-4: refused before the first byte because a write reached the pane since the look
+    /// the write named (a human's draft, raw input): nothing of ours reached the pane.
+    InputSinceLook { detail: String },
     /// The write failed after `bytes_written` bytes (possibly 0: a failed write may still
     /// have been partial, ADM-10).
     Failed { bytes_written: u64, error: String },
+}
+
+impl DeliveryOutcome {
+    /// Refused before the first byte, for whatever reason: nothing reached the pane.
+    pub fn wrote_nothing(&self) -> bool {
+        matches!(self, DeliveryOutcome::Refused { .. } | DeliveryOutcome::InputSinceLook { .. })
+    }
 }
 
 /// One caller's request to cancel a return-final request (RF-4).

@@ -90,8 +90,18 @@ pub enum SplitOutcome {
     /// Nothing was written, by decision before the first byte (pane closed, process changed,
     /// no observation buffer to prove an acknowledgement with).
     Refused { reason: String },
+    /// SUB-1, ADM-4: refused before the first byte because a write reached the pane since the
+    /// submit's look (a human's draft, raw input): nothing was written.
+    InputSinceLook { detail: String },
     /// The write failed after `bytes_written` bytes (possibly 0, still possibly partial).
     Failed { bytes_written: u64, error: String },
+}
+
+impl SplitOutcome {
+    /// Refused before the first byte, for whatever reason: nothing reached the pane.
+    pub fn wrote_nothing(&self) -> bool {
+        matches!(self, SplitOutcome::Refused { .. } | SplitOutcome::InputSinceLook { .. })
+    }
 }
 
 /// One look at the pane during the acknowledgement wait.
@@ -430,18 +440,25 @@ impl Engine {
 
     pub(crate) fn on_submit_written(&mut self, delivery_id: u64, outcome: SplitOutcome) {
         let Some(id) = self.submit_writes.remove(&delivery_id) else {
-            return self.landed_write(delivery_id, matches!(outcome, SplitOutcome::Refused { .. })); // late: given up on
+            return self.landed_write(delivery_id, outcome.wrote_nothing()); // late: given up on
         };
         let agent_id = self.submissions[&id].agent_id.clone();
         self.release_claim(&agent_id, &id);
         match outcome {
-            SplitOutcome::Refused { reason } => {
+            SplitOutcome::Refused { .. } | SplitOutcome::InputSinceLook { .. } => {
                 if let Some(agent) = self.agents.get_mut(&agent_id) {
                     agent.awaiting_turn_after = None; // nothing reached the pane
                     agent.awaiting_past = None;
                 }
-                let checked = self.submissions[&id].composer_checked; // nothing was written: still as checked
-                let ending = Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, checked);
+                let ending = match outcome {
+                    // Input came since the check: the composer is no longer known to be empty.
+                    SplitOutcome::InputSinceLook { detail } => Ending::rejected(Classification::Busy, "input_since_look", detail, None),
+                    SplitOutcome::Refused { reason } => {
+                        let checked = self.submissions[&id].composer_checked; // nothing was written: still as checked
+                        Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, checked)
+                    }
+                    _ => unreachable!("matched above"),
+                };
                 self.finish_submission(&id, ending);
             }
             SplitOutcome::Failed { bytes_written, error } => {

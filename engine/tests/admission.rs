@@ -815,7 +815,8 @@ fn adm_17_a_send_is_acknowledged_by_a_prompt_seen_during_the_write() {
 /// ADM-4: the write names the pane's write count at the look the admission decided on, so the
 /// holder refuses it (nothing written) when input reached the pane since: its Ctrl-U would
 /// erase a draft typed after the look (a review lost 2 of 15). A managed line erases nothing
-/// and names none; a refusal is retry-safe, nothing written.
+/// and names none; a refusal is `busy` / `input_since_look` (someone typed), retry-safe,
+/// nothing written.
 #[test]
 fn adm_4_the_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
     let mut rig = Rig::with_idle_zola();
@@ -825,9 +826,10 @@ fn adm_4_the_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
     assert_eq!(rig.expected_writes, vec![Some(7)]);
     let mut rig = Rig::with_idle_zola();
     rig.pane_writes = Some(9);
-    rig.delivery_outcome = DeliveryOutcome::Refused { reason: "input reached the pane since the look".to_string() };
+    rig.delivery_outcome = DeliveryOutcome::InputSinceLook { detail: "input reached the pane since the look".to_string() };
     let op = rig.admit(REQ2, "hi", ReturnMode::ReturnFinal);
     let receipt = rig.receipt(op);
     assert_eq!((receipt.prompt_written, receipt.retry_safe), (false, true), "{receipt:?}");
+    assert_eq!((receipt.classification, receipt.reason.as_deref()), (Classification::Busy, Some("input_since_look")), "{receipt:?}");
     assert_eq!(rig.expected_writes, vec![Some(9)]);
 }

@@ -182,7 +182,7 @@ fn deliver_front(
     let text = String::from_utf8_lossy(&bytes).to_string();
     let prompt = text.trim_start_matches("\u{15}\u{1b}[200~").trim_end_matches("\u{1b}[201~\r").to_string();
     let id = prompt.split(' ').nth(1).unwrap().parse::<usize>().unwrap();
-    if !matches!(outcome, DeliveryOutcome::Refused { .. }) {
+    if !outcome.wrote_nothing() {
         *writes.entry(IDS[id].to_string()).or_default() += 1;
         ours.insert(prompt.clone(), true);
         provider.queued.push(prompt);

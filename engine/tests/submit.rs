@@ -179,18 +179,19 @@ fn sub_3_rejections_happen_before_the_first_byte() {
 // SUB-1, ADM-4: the split write names the pane's write count read with the screen the check
 // decided on, so the holder refuses it (nothing written) when input reached the pane since: a
 // draft typed after the look, or raw `session input`, would be erased by its Ctrl-U (MCP-4's
-// gap until 2026-12-05: the submit named no count). The refusal is retry-safe and frees the
-// agent.
+// gap until 2026-12-05: the submit named no count). The refusal is `busy` / `input_since_look`,
+// retry-safe, says nothing of the composer, and frees the agent.
 #[test]
 fn sub_1_the_split_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
     let mut rig = Rig::with_idle_zola();
     rig.pane_writes = Some(11);
     let op = rig.submit_text("hi", None);
     assert_eq!(rig.expected_writes, vec![Some(11)]);
-    rig.answer_split_write(SplitOutcome::Refused { reason: "input reached the pane since the writer's look".to_string() });
+    rig.answer_split_write(SplitOutcome::InputSinceLook { detail: "input reached the pane since the writer's look".to_string() });
     let receipt = rig.submit_receipt(op);
-    assert_eq!(receipt.reason.as_deref(), Some("pane_refused_write"));
+    assert_eq!((receipt.classification, receipt.reason.as_deref()), (Some(Classification::Busy), Some("input_since_look")), "someone typed: busy, as a draft seen by the look is");
     assert_eq!((receipt.status, receipt.write_state, receipt.retry_safe), (SubmitStatus::Rejected, WriteState::NotStarted, true));
+    assert_eq!(receipt.composer_state, None, "the composer is no longer known to be empty: {receipt:?}");
     assert!(rig.written.is_empty(), "nothing was written");
     let again = rig.submit_text("hi", None);
     assert_eq!(rig.expected_writes, vec![Some(11), Some(11)], "the claim was released: a retry writes");
@@ -420,6 +421,11 @@ fn sub_5_receipt_snapshots() {
     let op = rig.submit_text("fix the tests", None);
     rig.answer_split_write(SplitOutcome::Refused { reason: "the pane runs a different process than the one checked".into() });
     insta::assert_json_snapshot!("submit_rejected_refused", receipt_json(&rig, op));
+
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.submit_text("fix the tests", None);
+    rig.answer_split_write(SplitOutcome::InputSinceLook { detail: "input reached the pane since the writer's look (its writes went from 3 to 4): a draft typed since would be erased; nothing was written".into() });
+    insta::assert_json_snapshot!("submit_rejected_input_since_look", receipt_json(&rig, op));
 
     let mut rig = Rig::with_idle_zola();
     let op = rig.submit_text("fix the tests", None);

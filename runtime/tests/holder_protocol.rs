@@ -496,6 +496,38 @@ fn sub_1_write_steps_naming_a_stale_write_count_write_nothing() {
     assert!(written.boundary.is_some(), "{written:?}");
 }
 
+/// ADM-4, SUB-1: a look's write count covers only writes whose bytes all reached the pane: a
+/// write under way (here blocked on a child that reads nothing for a second) is waited for.
+/// Read with the screen, its count was taken for a write the screen showed while its bytes
+/// were still going in, and a write naming that count erased a draft (a review).
+#[test]
+fn adm_4_a_looks_write_count_waits_for_a_write_under_way() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let (holder, _sub) = start_raw("sleep 1; exec cat >/dev/null");
+    let before = holder.client().info().unwrap().writes;
+    let landed = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (mut client, landed) = (holder.client(), landed.clone());
+        std::thread::spawn(move || {
+            let outcome = client.write(&vec![b'x'; 512 * 1024]).unwrap();
+            landed.store(true, Ordering::SeqCst);
+            outcome
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while holder.client().info().unwrap().writes == before {
+        assert!(std::time::Instant::now() < deadline, "the write never began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let looked = holder.client().screen_with_info().unwrap();
+    assert!(landed.load(Ordering::SeqCst), "the look answered while a counted write was still writing");
+    let outcome = writer.join().unwrap();
+    assert_eq!((outcome.bytes_written, outcome.error.as_deref()), (512 * 1024, None), "{outcome:?}");
+    assert_eq!(looked.info.unwrap().writes, before + 1);
+}
+
 /// ADM-4: an admission's look (`screen` with info) waits for input written just before it to
 /// be drawn: a TUI that draws a key 100 ms after reading it showed the composer as it was, so a
 /// human's draft typed a moment before an admission read as empty and its Ctrl-U erased it.

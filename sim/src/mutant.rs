@@ -17,7 +17,8 @@
 //! `terminal.stalled_echo`, whose screen shows the composer empty until the late redraw).
 //! ADM-4: the oracle's `DraftErased` (an admission's write reaching a human's draft) and mutant
 //! `look_writes_ignored` (the pane port skips the write-count precondition), and for a submit's
-//! split write `submit_look_writes_ignored`.
+//! split write `submit_look_writes_ignored`; `look_count_with_screen` (the look's count taken
+//! with a write under way, fault class `terminal.keys_in_flight`).
 //!
 //! MGD-* (managed app-server sessions) in the simulator: agent 1 is a Codex app-server under
 //! its holder (`app_server.rs`: one thread for its whole life, stdin lines, the holder's
@@ -296,6 +297,11 @@ pub enum Mutant {
     /// submit's look (as before 2026-12-05), so its Ctrl-U erases a draft typed after the
     /// look, or raw `session input` sent meanwhile (SUB-1, MCP-4).
     SubmitLookWritesIgnored,
+    /// Pane port (the holder's look): the write count is read with the screen, not under the
+    /// write lock, so a human's write counted but still landing (`terminal.keys_in_flight`) is
+    /// taken for keys the screen shows, and the write naming that count erases the draft (as
+    /// the holder did before 2026-12-05, a review).
+    LookCountWithScreen,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -360,6 +366,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
     (Mutant::LookWritesIgnored, "look_writes_ignored", "pane port writes an admission whatever input reached the pane since its look"),
     (Mutant::SubmitLookWritesIgnored, "submit_look_writes_ignored", "pane port writes a submit's steps whatever input reached the pane since its look"),
+    (Mutant::LookCountWithScreen, "look_count_with_screen", "pane port's look reads the write count with the screen, a write under way counted"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -133,6 +133,21 @@ impl Effects for SimEffects {
                 let snapshot = Err("the agent is not known to the daemon".to_string());
                 return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None });
             };
+            // ADM-4: the look's write count is taken under the pane's write lock, where no write
+            // is under way (the holder's `screen_with_info`), before the draw wait and the
+            // screen. The bug (`look_count_with_screen`): read with the screen, a write counted
+            // but still landing is taken for keys the screen shows.
+            let (lock, with_screen) = {
+                let w = world.lock().unwrap();
+                (w.agents[a].pane.lock.clone(), w.mutant == Mutant::LookCountWithScreen)
+            };
+            let landed = match with_screen {
+                true => None, // the bug
+                false => {
+                    let _quiet = lock.lock_owned().await;
+                    Some(world.lock().unwrap().agents[a].pane.writes)
+                }
+            };
             let undrawn = wait_for_input_drawn(&world, a).await;
             let late = look_at_liveness(&mut world.lock().unwrap(), &inbox, a).late;
             send_late(&inbox, late).await;
@@ -148,9 +163,9 @@ impl Effects for SimEffects {
                 step.push(observed_input(&mut w, a, event));
             }
             let snapshot = w.snapshot(a);
-            // ADM-4: the pane's write count, read with the screen (PTY panes: the runtime's
+            // ADM-4: the pane's write count of the look (PTY panes: the runtime's
             // `forward_liveness_and_screen`).
-            let pane_writes = (!w.is_managed(a)).then(|| w.agents[a].pane.writes);
+            let pane_writes = (!w.is_managed(a)).then(|| landed.unwrap_or(w.agents[a].pane.writes));
             if let (Some(writes), Ok(wakterm_engine::Composer::Unknown)) = (pane_writes, snapshot.as_ref().map(|s| s.composer)) {
                 w.agents[a].unknown_looks_at.insert(writes);
             }
@@ -269,9 +284,13 @@ impl Effects for SimEffects {
                 Some(lock) => Some(lock.lock_owned().await),
                 None => None,
             };
-            let outcome = match bound.refuse_if_late(&world, delivery_id).or_else(|| input_since_look(&world, &agent_id, expect_writes)) {
-                Some(reason) => DeliveryOutcome::Refused { reason },
-                None => write_to_pane(&world, &agent_id, &incarnation, &bytes, (asked_ms, expect_writes)),
+            // The bug (`look_writes_ignored`): the write count of the admission's look is not
+            // checked.
+            let checked = expect_writes.filter(|_| world.lock().unwrap().mutant != Mutant::LookWritesIgnored);
+            let outcome = match (bound.refuse_if_late(&world, delivery_id), input_since_look(&world, &agent_id, checked)) {
+                (Some(reason), _) => DeliveryOutcome::Refused { reason },
+                (None, Some(detail)) => DeliveryOutcome::InputSinceLook { detail },
+                (None, None) => write_to_pane(&world, &agent_id, &incarnation, &bytes, (asked_ms, expect_writes)),
             };
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
@@ -647,19 +666,20 @@ fn describe_snapshot(s: &Result<wakterm_engine::ObserverSnapshot, String>) -> St
 
 /// The holder's pane: refuses before the first byte when the process changed (as
 /// `write_once` does); otherwise writes all, some or none of the bytes, by the seed.
-/// ADM-4, as the holder's `write_starting_by`: under the pane's write lock, a write naming the
-/// write count of its look is refused, nothing written, when any write came since. The mutant
-/// `look_writes_ignored` skips the check.
+/// ADM-4, as the holder's `write_starting_by` and `write_steps`: under the pane's write lock, a
+/// write naming the write count of its look is refused, nothing written, when any write came
+/// since; the refusal's detail, or None. (The mutants `look_writes_ignored` and
+/// `submit_look_writes_ignored` make their callers pass no count.)
 fn input_since_look(world: &Shared, agent_id: &AgentId, expect_writes: Option<u64>) -> Option<String> {
     let mut w = world.lock().unwrap();
     let a = agent_index(&w, agent_id)?;
     let (seen, now) = (expect_writes?, w.agents[a].pane.writes);
-    if seen == now || w.mutant == Mutant::LookWritesIgnored {
+    if seen == now {
         return None;
     }
     w.counters.fault("pane.input_since_look");
     w.log(format!("a{a} write refused: the pane's writes went from {seen} to {now} since the look"));
-    Some(format!("input reached the pane since the admission's look (writes {seen} -> {now})"))
+    Some(format!("input reached the pane since the writer's look (writes {seen} -> {now})"))
 }
 
 /// `looked`: the write names the write count of a look (ADM-4); without one (a plain send
@@ -704,7 +724,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         w.counters.fault("provider.bracketed_paste");
     }
     let writer = request.clone().unwrap_or_else(|| "?".to_string());
-    check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, looked.is_none()));
+    let kind = if looked.is_none() { Writer::UnobservedSend } else { Writer::Admission };
+    check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
     w.oracle.on_pane_write(a, session, position, request.as_deref());
@@ -742,24 +763,33 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     }
 }
 
+/// Who writes a Ctrl-U into a pane, for [`check_draft_kept`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    Admission,
+    UnobservedSend,
+    Submit,
+}
+
 /// ADM-4, SUB-1: a PTY write starting with Ctrl-U (an admission's, a submit's first step)
 /// erases a human's draft still in the composer: the look the engine decided on showed none,
 /// or it was typed since and the write was not refused. `reached`: the bytes that reach the
 /// pane. `looked`: the write count the write named; `unobserved`: a plain send written without
-/// a look (ADM-13), which cannot know of a draft.
-fn check_draft_kept(w: &mut World, a: usize, writer: &str, reached: &[u8], (looked, unobserved): (Option<u64>, bool)) {
+/// a look (ADM-13), which cannot know of a draft. A submit (`Writer::Submit`) writes only on a
+/// composer its look read empty, so no admission's exemption excuses it.
+fn check_draft_kept(w: &mut World, a: usize, writer: &str, reached: &[u8], (looked, kind): (Option<u64>, Writer)) {
     let draft = w.agents[a].human_draft.clone().filter(|d| reached.starts_with(b"\x15") && w.agents[a].composer.contains(d.as_str()));
     let Some(draft) = draft else { return };
     if looked.is_some_and(|writes| w.agents[a].undrawn_looks_at.contains(&writes)) {
         // A known gap (SPEC ADM-4): keys the TUI had not drawn `INPUT_DRAW_WAIT_MS` after
         // they were written are not waited for any longer.
         w.counters.fault("note.draft_erased_undrawn_past_wait");
-    } else if looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
+    } else if kind == Writer::Admission && looked.is_some_and(|writes| w.agents[a].unknown_looks_at.contains(&writes)) {
         // A known gap (SPEC ADM-4): a composer the screen adapter could not read does not
         // refuse an admission's write, so a draft it hid is erased. Counted, not failed (a
         // look at the same write count may have read it: the exemption is wide).
         w.counters.fault("note.draft_erased_composer_unknown");
-    } else if unobserved {
+    } else if kind == Writer::UnobservedSend {
         // A known gap (SPEC ADM-4): a plain send written without a look (ADM-13).
         w.counters.fault("note.draft_erased_unobserved_send");
     } else {
@@ -913,7 +943,8 @@ fn race_a_draft(w: &mut World, world: &Shared, agent_id: &AgentId, delivery_id: 
     w.counters.fault("terminal.draft_races_submit");
     let text = format!("draft racing {delivery_id}");
     w.log(format!("a{a} human leaves a draft {text:?} as a submit's write is asked for"));
-    crate::scenario::at_keyboard(w, world, a, move |w| w.human_keys(a, &text, false));
+    // Typed 0-15 ms on (the holder's write starts 0-10 ms on): either may take the pane first.
+    crate::scenario::type_keys(w, world, a, (text, false), ms(0, 15));
 }
 
 /// SUB-2, the holder's `write_steps`: under the pane's write lock (held through the gaps), it
@@ -948,8 +979,11 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
         // not checked.
         let expect_writes = looked.filter(|_| w.mutant != Mutant::SubmitLookWritesIgnored);
         drop(w);
-        if let Some(reason) = bound.refuse_if_late(world, delivery_id).or_else(|| input_since_look(world, agent_id, expect_writes)) {
+        if let Some(reason) = bound.refuse_if_late(world, delivery_id) {
             return SplitOutcome::Refused { reason };
+        }
+        if let Some(detail) = input_since_look(world, agent_id, expect_writes) {
+            return SplitOutcome::InputSinceLook { detail };
         }
         let mut w = world.lock().unwrap();
         // Which step fails, after how many of its bytes (None: none fails); `usize::MAX`: the
@@ -1003,7 +1037,7 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
         };
         if i == 0 {
             // A submit always looks first (SUB-1): never an unobserved write.
-            check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, false));
+            check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, Writer::Submit));
         }
         if let Some(k) = cut {
             w.pane_write(a, &sid, &step[..k], Some(&sid), false);

@@ -296,12 +296,42 @@ fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinH
 
 /// A human's keystrokes reach the pane through its holder, after any split write holding the
 /// pane's write lock.
-pub(crate) fn at_keyboard(w: &World, world: &Shared, a: usize, keys: impl FnOnce(&mut World) + Send + 'static) {
+fn at_keyboard(w: &World, world: &Shared, a: usize, keys: impl FnOnce(&mut World) + Send + 'static) {
     let lock = w.agents[a].pane.lock.clone();
     let world = world.clone();
     w.holder.as_ref().expect("the holders' node runs").spawn(async move {
         let _guard = lock.lock_owned().await;
         keys(&mut world.lock().unwrap());
+    });
+}
+
+/// A human's keys (`text`, then Enter when asked), typed `after` from now under the pane's write
+/// lock. `terminal.keys_in_flight`: the holder counts the write, then its bytes land 1-30 ms
+/// later, the lock held in between (as the holder's `write_starting_by`); a look must not take
+/// that count for keys its screen shows (ADM-4).
+pub(crate) fn type_keys(w: &World, world: &Shared, a: usize, (text, enter): (String, bool), after: Duration) {
+    let lock = w.agents[a].pane.lock.clone();
+    let world = world.clone();
+    w.holder.as_ref().expect("the holders' node runs").spawn(async move {
+        madsim::time::sleep(after).await;
+        let _guard = lock.lock_owned().await;
+        let in_flight = {
+            let mut w = world.lock().unwrap();
+            if w.agents[a].process.is_none() {
+                return; // the holder refuses a write to a dead child
+            }
+            let in_flight = w.fault_roll(w.plan.keys_in_flight);
+            if in_flight {
+                w.counters.fault("terminal.keys_in_flight");
+                w.agents[a].pane.writes += 1;
+                w.log(format!("a{a} the holder counts a human's write of {text:?}; its bytes land later"));
+            }
+            in_flight
+        };
+        if in_flight {
+            madsim::time::sleep(ms(1, 30)).await;
+        }
+        world.lock().unwrap().human_keys_counted(a, &text, enter, in_flight);
     });
 }
 
@@ -675,14 +705,14 @@ fn act(world: &Shared, humans: &mut u64) {
             *humans += 1;
             let text = format!("human {humans}");
             w.log(format!("a{a} human types {text:?} and presses Enter"));
-            at_keyboard(&w, world, a, move |w| w.human_keys(a, &text, true));
+            type_keys(&w, world, a, (text, true), Duration::ZERO);
         }
         22..=29 => {
             *humans += 1;
             let text = format!("draft {humans}");
             w.counters.fault("provider.human_draft");
             w.log(format!("a{a} human leaves a draft {text:?}"));
-            at_keyboard(&w, world, a, move |w| w.human_keys(a, &text, false));
+            type_keys(&w, world, a, (text, false), Duration::ZERO);
         }
         30..=39 => {
             w.log(format!("a{a} human clears the composer"));

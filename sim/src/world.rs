@@ -132,6 +132,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.unclassified_composer",
     "terminal.late_draw",
     "terminal.draft_races_submit",
+    "terminal.keys_in_flight",
     "monitor.step_bound",
     "pane.input_since_look",
     "submit.exit_mid_wait",
@@ -265,6 +266,9 @@ pub struct FaultPlan {
     /// SUB-1, ADM-4: as a submit's split write is asked for, a human types a draft into the
     /// pane (between the submit's look and its write, or just after it), as a review did.
     pub draft_races_submit: f64,
+    /// ADM-4: a human's write is counted by the holder (before its first byte) 1-30 ms before
+    /// its bytes land (a holder thread preempted, a PTY full for a moment).
+    pub keys_in_flight: f64,
 }
 
 impl FaultPlan {
@@ -306,6 +310,7 @@ impl FaultPlan {
             step_records: 0,
             unclassified_composer: false,
             draft_races_submit: 0.0,
+            keys_in_flight: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -315,9 +320,10 @@ impl FaultPlan {
         .with_race_faults()
     }
 
-    /// Keys racing a submit's write (SUB-1), drawn last for the same reason.
+    /// Keys racing a look or a submit's write (ADM-4, SUB-1), drawn last for the same reason.
     fn with_race_faults(mut self) -> FaultPlan {
         self.draft_races_submit = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(0.0..0.5) } else { 0.0 };
+        self.keys_in_flight = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(0.0..0.5) } else { 0.0 };
         self
     }
 
@@ -1249,7 +1255,13 @@ impl World {
 
     /// A human's keystrokes (one pane write): text into the composer, then maybe Enter.
     pub fn human_keys(&mut self, a: usize, text: &str, enter: bool) {
-        self.pane_accept(a, "human", text.len() + usize::from(enter), true);
+        self.human_keys_counted(a, text, enter, false);
+    }
+
+    /// [`human_keys`](Self::human_keys); `counted`: the holder counted the write already, as
+    /// it does before a write's first byte (`terminal.keys_in_flight`).
+    pub fn human_keys_counted(&mut self, a: usize, text: &str, enter: bool, counted: bool) {
+        self.pane_accept(a, "human", text.len() + usize::from(enter), !counted);
         self.agents[a].composer.push_str(text);
         if !enter {
             self.agents[a].human_draft = Some(text.to_string());

@@ -195,14 +195,15 @@ fn sub_3_a_draft_in_the_composer_is_rejected_and_left_intact() {
 
 /// SUB-1, ADM-4: keys that reach the pane after the submit's look and before its write (a
 /// human typing a draft then, or raw `session input`) make the holder refuse the split write
-/// before its first byte: rejected / `pane_refused_write`, not_started, retry_safe, and the
+/// before its first byte: rejected / busy / `input_since_look`, not_started, retry_safe, and the
 /// draft is still there (the write's Ctrl-U erased it until 2026-12-05). The daemon pauses
 /// between the engine's ask and the holder call (`WAKTERM_FAULT=submit_write_pause`), and the
 /// test types once the daemon's log says the pause began.
 #[test]
 fn sub_1_a_draft_typed_after_the_look_survives_and_the_submit_is_refused() {
     let w = World::new(EXE);
-    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "submit_write_pause").output().expect("mux start");
+    // The test waits for the pause's info line: the log level is set, not inherited.
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "submit_write_pause").env("WAKTERM_LOG", "info").output().expect("mux start");
     assert!(out.status.success(), "mux start: {}", String::from_utf8_lossy(&out.stderr));
     let entry = w.ready_agent("zola", REPLY, &[]);
     let pane = Pane::of(&w, &entry);
@@ -228,9 +229,10 @@ fn sub_1_a_draft_typed_after_the_look_survives_and_the_submit_is_refused() {
         answer
     });
     receipt(error, &body);
-    assert_eq!((s(&body["status"]), s(&body["classification"]), s(&body["reason"])), ("rejected", "unavailable", "pane_refused_write"), "{body}");
+    assert_eq!((s(&body["status"]), s(&body["classification"]), s(&body["reason"])), ("rejected", "busy", "input_since_look"), "{body}");
     assert_eq!((s(&body["write_state"]), body["retry_safe"].as_bool()), ("not_started", Some(true)), "{body}");
     assert!(s(&body["detail"]).contains("input reached the pane since"), "{body}");
+    assert!(body["composer_state"].is_null(), "no longer known to be empty: {body}");
     w.wait_until("the late draft is drawn", || pane.composer().contains("a draft typed after the look"));
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(pane.composer(), "› a draft typed after the look", "the draft survived:\n{}", pane.screen());

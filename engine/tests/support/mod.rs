@@ -366,7 +366,7 @@ impl Rig {
 
     fn complete_delivery(&mut self, delivery_id: u64, agent_id: AgentId, bytes: Vec<u8>) {
         let outcome = self.delivery_outcome.clone();
-        if !matches!(outcome, DeliveryOutcome::Refused { .. }) {
+        if !outcome.wrote_nothing() {
             self.written.push((agent_id, bytes));
         }
         self.engine.handle(self.now, Input::Delivered { delivery_id, outcome });
@@ -376,7 +376,7 @@ impl Rig {
 
     pub fn deliver_next(&mut self, outcome: DeliveryOutcome) {
         let (delivery_id, agent_id, bytes) = self.deliveries.pop_front().expect("a write is pending");
-        if !matches!(outcome, DeliveryOutcome::Refused { .. }) {
+        if !outcome.wrote_nothing() {
             self.written.push((agent_id, bytes));
         }
         self.engine.handle(self.now, Input::Delivered { delivery_id, outcome });
@@ -528,7 +528,7 @@ impl Rig {
     /// SUB-2: answers the oldest split write; a write that reached the pane is recorded.
     pub fn answer_split_write(&mut self, outcome: SplitOutcome) {
         let (delivery_id, agent_id, write) = self.split_writes.pop_front().expect("a split write is pending");
-        if !matches!(outcome, SplitOutcome::Refused { .. }) {
+        if !outcome.wrote_nothing() {
             self.written.push((agent_id, write.steps.concat()));
         }
         self.input(Input::SubmitWritten { delivery_id, outcome });

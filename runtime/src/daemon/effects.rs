@@ -309,7 +309,11 @@ fn delivery_outcome(result: Result<crate::holder::WriteOutcome, HolderError>, le
     Some(match result {
         Ok(outcome) if outcome.refused.is_some() => {
             assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
-            DeliveryOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+            let reason = outcome.error.unwrap_or_default();
+            match outcome.refused {
+                Some(crate::holder::protocol::WriteRefusal::InputSinceLook) => DeliveryOutcome::InputSinceLook { detail: reason },
+                _ => DeliveryOutcome::Refused { reason },
+            }
         }
         Ok(outcome) if outcome.error.is_none() && outcome.bytes_written == len as u64 => DeliveryOutcome::Complete,
         Ok(outcome) => DeliveryOutcome::Failed {

@@ -3,7 +3,7 @@
 //! evidence, and an error while gathering it is reported as such, never as evidence.
 
 use super::agents::{AgentRuntime, Liveness};
-use crate::holder::protocol::{ExpectedProcess, ScreenReply, StepsOutcome, WireErrorKind};
+use crate::holder::protocol::{ExpectedProcess, ScreenReply, StepsOutcome, WireErrorKind, WriteRefusal};
 use crate::holder::{HolderClient, HolderError, HolderIdentity};
 use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
@@ -54,7 +54,11 @@ fn outcome_of(outcome: Result<StepsOutcome, HolderError>, holder: String) -> Opt
     Some(match outcome {
         Ok(outcome) if outcome.refused.is_some() => {
             assert_eq!(outcome.bytes_written, 0, "a refused write wrote nothing");
-            SplitOutcome::Refused { reason: outcome.error.unwrap_or_default() }
+            let reason = outcome.error.unwrap_or_default();
+            match outcome.refused {
+                Some(WriteRefusal::InputSinceLook) => SplitOutcome::InputSinceLook { detail: reason },
+                _ => SplitOutcome::Refused { reason },
+            }
         }
         Ok(StepsOutcome { boundary: Some(boundary), error: None, .. }) => SplitOutcome::Complete {
             boundary: EnterBoundary {

@@ -552,14 +552,28 @@ impl Pane {
     /// admission's look; input written just before it is drawn first (up to
     /// `INPUT_DRAW_WAIT_MS` after the write): a human's draft typed a moment before was read as
     /// an empty composer, and the admission's Ctrl-U erased it.
+    ///
+    /// The reply's `info.writes` is the count of writes whose bytes had all reached the pane
+    /// before the screen was read: taken under the write lock, where no write is under way. A
+    /// write counts itself before its first byte (SUB-4's boundary needs that), so read with
+    /// the screen, a human's write counted but still writing (preempted, or blocked on a full
+    /// PTY) was taken for one the screen showed, its draw not awaited (`last_input` is set
+    /// after the bytes), and the admission's or submit's write naming that count erased the
+    /// draft (a review of SUB-1's check). A write begun after this count is refused by it.
     pub fn screen_with_info(&self) -> super::protocol::ScreenWithInfo {
+        let landed = {
+            let _quiet = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.writes.load(std::sync::atomic::Ordering::SeqCst)
+        };
         let mut state = self.lock();
         while let Some(deadline_ms) = undrawn_input_deadline(state.last_input, state.ring.end(), super::protocol::monotonic_ms()) {
             let end = state.ring.end();
             let left = Duration::from_millis(deadline_ms.saturating_sub(super::protocol::monotonic_ms()).max(1));
             state = self.wait_until(state, Instant::now() + left, |state| state.ring.end() != end);
         }
-        super::protocol::ScreenWithInfo { screen: screen_of(&state), info: Some(self.info_of(&state)) }
+        let info = InfoReply { writes: landed, ..self.info_of(&state) };
+        assert!(info.writes <= self.writes.load(std::sync::atomic::Ordering::SeqCst), "the count only grows");
+        super::protocol::ScreenWithInfo { screen: screen_of(&state), info: Some(info) }
     }
 
     fn info_of(&self, state: &PaneState) -> InfoReply {

@@ -349,6 +349,43 @@ fn store_2_a_transaction_left_open_is_rolled_back_before_the_next_group() {
     assert_eq!(names, vec!["zola"], "the stray transaction's write was rolled back, the group committed");
 }
 
+/// STORE-2: a batch whose savepoint cannot be released (here an authorizer denies the
+/// second batch's RELEASE; in the field an I/O error or out of memory at that statement) may
+/// leave its writes in the group's transaction, though the batch is answered failed: the whole
+/// group is rolled back and every batch fails, none durable. Committing the others would make
+/// the failed batch's writes durable too (a terminal event stored twice, an event renumbered).
+/// The next group commits.
+#[test]
+fn store_2_a_group_with_a_failed_savepoint_is_rolled_back_whole() {
+    use rusqlite::hooks::{AuthAction, AuthContext, Authorization, TransactionOperation};
+    let scratch = Scratch::new();
+    let path = scratch.db();
+    let (conn, _) = schema::open_database(&path).expect("open");
+    let mut releases = 0;
+    conn.authorizer(Some(move |context: AuthContext<'_>| match context.action {
+        AuthAction::Savepoint { operation: TransactionOperation::Release, savepoint_name: "batch" } => {
+            releases += 1;
+            if releases == 2 { Authorization::Deny } else { Authorization::Allow }
+        }
+        _ => Authorization::Allow,
+    }));
+    let group: Vec<_> = [("a1", "zola"), ("a2", "mila"), ("a3", "nova")].iter().map(|(id, name)| writer::PendingBatch::unanswered(vec![agent(id, name)])).collect();
+    let (results, commits) = writer::commit_group(&conn, &group, 1);
+    assert_eq!(commits, None, "nothing committed");
+    assert_eq!(results.len(), 3);
+    for result in &results {
+        let error = result.as_ref().expect_err("every batch of the group fails");
+        assert!(error.to_string().contains("savepoint failed"), "{error}");
+    }
+    assert!(conn.is_autocommit(), "the group's transaction was rolled back");
+    assert!(Store::open(&path).unwrap().load_agents().unwrap().is_empty(), "none of the batches is durable");
+    conn.authorizer(None::<fn(AuthContext<'_>) -> Authorization>);
+    let (results, commits) = writer::commit_group(&conn, &[writer::PendingBatch::unanswered(vec![agent("a4", "lena")])], 2);
+    assert!(results[0].is_ok() && commits.is_some(), "the next group commits: {results:?}");
+    let names: Vec<String> = Store::open(&path).unwrap().load_agents().unwrap().into_iter().map(|a| a.name).collect();
+    assert_eq!(names, vec!["lena"]);
+}
+
 /// STORE-2: an error after which SQLite rolls the whole transaction back (an I/O error, a full
 /// disk, out of memory; here a trigger's `RAISE(ROLLBACK)` stands in for them) fails every
 /// batch of the group, and none of them is durable. A batch after it used to open a
