@@ -674,7 +674,7 @@ impl Engine {
         let written = match &outcome {
             DeliveryOutcome::Complete => "the whole prompt and Enter were written in one write".to_string(),
             DeliveryOutcome::Refused { reason } => format!("refused before the first byte: {reason}"),
-            DeliveryOutcome::InputSinceLook { detail } => format!("refused before the first byte, input reached the pane since the look: {detail}"),
+            DeliveryOutcome::InputSinceLook { detail } => format!("refused before the first byte (ADM-4): {detail}"),
             DeliveryOutcome::Failed { bytes_written, error } => format!("failed after {bytes_written} bytes: {error}"),
         };
         self.note(&request_id, EvidenceStep::Written, written);

@@ -344,6 +344,7 @@ impl Effects for SimEffects {
     fn publish_event(&mut self, event: AgentEvent) {
         let mut w = self.world.lock().unwrap();
         w.oracle.on_event_published(event.sequence, event.kind());
+        note_turn_start(&mut w, &event);
         if w.mutant == Mutant::SettledOnlyOnPublish {
             w.events_settled_through = event.sequence; // the bug: abandoned numbers never settle
         }
@@ -597,6 +598,14 @@ fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
 
 /// An `agent events` subscriber gets one event (`how`: live `publish`, or `catch-up` from the
 /// store after a restart): the oracle checks it against the store and the provider's records.
+/// EV-3: tells the oracle of a durable `turn.started` (`Oracle::on_turn_start_durable`).
+fn note_turn_start(w: &mut World, event: &AgentEvent) {
+    let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
+    if let (EventBody::TurnStarted { provider_turn_id, .. }, Some(a)) = (&event.body, agent) {
+        w.oracle.on_turn_start_durable(event.sequence, a, &provider_turn_id.0);
+    }
+}
+
 pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
     let json = serde_json::to_string(event).expect("events serialise");
     let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
@@ -1287,6 +1296,12 @@ pub(crate) fn subscriber_catch_up(w: &mut World, published: u64, how: &str) {
         oracle.check_cursor_too_old(store);
         let line = format!("{how}: cursor {} is below the pruned {}: cursor_too_old, rebased after {published}", w.oracle.stream.last_seen, w.store.events_pruned_through());
         w.log(line);
+        // What the rebase skips and the store still holds (a crashed daemon's events were
+        // never published live).
+        for stored in w.store.agent_events_after(w.oracle.stream.last_seen).into_iter().take_while(|e| e.sequence <= published) {
+            let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
+            note_turn_start(w, &event);
+        }
         w.oracle.on_stream_rebased(published);
         w.counters.fault("retention.cursor_too_old");
         return;

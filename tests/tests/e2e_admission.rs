@@ -803,6 +803,31 @@ fn adm_16_catalog_and_an_immediate_admission_agree_on_a_draft() {
     assert_definitive_rejection(&admit, "busy", "composer_not_empty");
 }
 
+/// ADM-4: a draft typed after the admission's look, before its write, makes the holder refuse
+/// the write before its first byte: `busy` / `input_since_look`, retry-safe, nothing written
+/// (it was `unavailable` / `pane_refused_write`). The daemon pauses between the engine's ask
+/// and the holder call (`WAKTERM_FAULT=write_pause`); the test types once its log says so.
+#[test]
+fn adm_4_a_draft_typed_after_the_look_refuses_the_admission_busy() {
+    let w = World::new(EXE);
+    w.mux_start_pausing_writes();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
+    let before = w.write_pauses(); // the baseline turn's write paused too
+    let admit = w.cmd(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "must not erase the draft"]).stdout(std::process::Stdio::piped()).spawn().expect("admit");
+    w.wait_until("the admission's write pauses", || w.write_pauses() > before);
+    wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder").write(b"typed after the look").expect("type a draft");
+    let out = admit.wait_with_output().expect("admit");
+    let json = serde_json::from_slice(&out.stdout).expect("a receipt");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let out = support::Out { code: out.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&out.stderr).to_string() };
+    assert_definitive_rejection(&out, "busy", "input_since_look");
+    assert_eq!(out.json["retry_safe"], true, "{out:?}");
+    w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] == "composer_not_empty");
+    assert_eq!(w.user_prompts(), ["baseline turn"], "the refused prompt never reached the fake");
+}
+
 /// RF-6: `request get --evidence` on a completed request shows each step in order, ending with
 /// the rule that decided it; without `--evidence` the trail is not shown.
 #[test]

@@ -197,26 +197,23 @@ fn sub_3_a_draft_in_the_composer_is_rejected_and_left_intact() {
 /// human typing a draft then, or raw `session input`) make the holder refuse the split write
 /// before its first byte: rejected / busy / `input_since_look`, not_started, retry_safe, and the
 /// draft is still there (the write's Ctrl-U erased it until 2026-12-05). The daemon pauses
-/// between the engine's ask and the holder call (`WAKTERM_FAULT=submit_write_pause`), and the
+/// between the engine's ask and the holder call (`WAKTERM_FAULT=write_pause`), and the
 /// test types once the daemon's log says the pause began.
 #[test]
 fn sub_1_a_draft_typed_after_the_look_survives_and_the_submit_is_refused() {
     let w = World::new(EXE);
-    // The test waits for the pause's info line: the log level is set, not inherited.
-    let out = w.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "submit_write_pause").env("WAKTERM_LOG", "info").output().expect("mux start");
-    assert!(out.status.success(), "mux start: {}", String::from_utf8_lossy(&out.stderr));
+    w.mux_start_pausing_writes();
     let entry = w.ready_agent("zola", REPLY, &[]);
     let pane = Pane::of(&w, &entry);
     let log = w.data.join("mux.log");
-    let paused = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default().contains(wakterm_runtime::daemon::faults::SUBMIT_WRITE_PAUSED_LOG);
-    assert!(!paused(&log), "no submit yet");
+    let before = w.write_pauses(); // the baseline turn's write paused too
     let (error, body) = runtime().block_on(async {
         let client = connect(&w).await;
         let typist = tokio::task::spawn_blocking({
             let (socket, log) = (pane.socket.clone(), log.clone());
             move || {
                 let deadline = Instant::now() + DEADLINE;
-                while !paused(&log) {
+                while support::write_pauses_logged(&log) == before {
                     assert!(Instant::now() < deadline, "the daemon never paused before the split write");
                     std::thread::sleep(Duration::from_millis(10));
                 }

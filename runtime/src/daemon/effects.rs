@@ -147,6 +147,7 @@ impl Effects for RealEffects {
         let fault = self.fault;
         let start_by_ms = write_start_deadline(wakterm_engine::limits::DELIVERY_TIMEOUT_MS);
         tokio::task::spawn_blocking(move || {
+            super::faults::pause_write_if(fault); // a test types meanwhile
             let outcome = match agent {
                 None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
                 Some(agent) => write_once(&agent, &incarnation, &bytes, start_by_ms, expect_writes),
@@ -166,12 +167,9 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         let start_by_ms = write_start_deadline(wakterm_engine::submit::SPLIT_WRITE_TIMEOUT_MS);
-        let pause = self.fault == Some(FaultPoint::SubmitWritePause);
+        let fault = self.fault;
         tokio::task::spawn_blocking(move || {
-            if pause {
-                tracing::info!("{}", super::faults::SUBMIT_WRITE_PAUSED_LOG);
-                std::thread::sleep(super::faults::SUBMIT_WRITE_PAUSE); // a test types meanwhile
-            }
+            super::faults::pause_write_if(fault); // a test types meanwhile
             let outcome = match agent {
                 None => Some(wakterm_engine::SplitOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
                 Some(agent) => super::submit::split_write(&agent, &incarnation, &write, (start_by_ms, expect_writes)),

@@ -18,20 +18,28 @@ pub enum FaultPoint {
     /// Not a crash: `agent catalog` pauses `CATALOG_PAUSE` between asking the engine and
     /// reading the agent table, so a test can start agents in between (EV-8).
     CatalogPause,
-    /// Not a crash: a submit's split write pauses `SUBMIT_WRITE_PAUSE` after the engine asked
-    /// for it (after its look) and before the holder call, so a test can type in between
-    /// (SUB-1, ADM-4).
-    SubmitWritePause,
+    /// Not a crash: an admission's write or a submit's split write pauses `WRITE_PAUSE` after
+    /// the engine asked for it (after its look) and before the holder call, so a test can type
+    /// in between (ADM-4, SUB-1).
+    WritePause,
 }
 
 /// How long [`FaultPoint::CatalogPause`] pauses.
 pub const CATALOG_PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// How long [`FaultPoint::SubmitWritePause`] pauses (well within the split write's bound).
-pub const SUBMIT_WRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1_000);
+/// How long [`FaultPoint::WritePause`] pauses (well within the writes' bounds).
+pub const WRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1_000);
 
-/// The log line [`FaultPoint::SubmitWritePause`] writes as its pause begins.
-pub const SUBMIT_WRITE_PAUSED_LOG: &str = "test fault: a submit's split write pauses before the holder call";
+/// The log line [`FaultPoint::WritePause`] writes as its pause begins.
+pub const WRITE_PAUSED_LOG: &str = "test fault: a pane write pauses before the holder call";
+
+/// [`FaultPoint::WritePause`]: says so in the log, then pauses (on a blocking thread).
+pub fn pause_write_if(selected: Option<FaultPoint>) {
+    if selected == Some(FaultPoint::WritePause) {
+        tracing::info!("{WRITE_PAUSED_LOG}");
+        std::thread::sleep(WRITE_PAUSE);
+    }
+}
 
 impl FaultPoint {
     /// The crash point named by `WAKTERM_FAULT`, or an error for an unknown name (a typo must
@@ -45,8 +53,8 @@ impl FaultPoint {
             Some("after_submitted") => Ok(Some(FaultPoint::AfterSubmitted)),
             Some("after_holder_spawn") => Ok(Some(FaultPoint::AfterHolderSpawn)),
             Some("catalog_pause") => Ok(Some(FaultPoint::CatalogPause)),
-            Some("submit_write_pause") => Ok(Some(FaultPoint::SubmitWritePause)),
-            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn, catalog_pause, submit_write_pause")),
+            Some("write_pause") => Ok(Some(FaultPoint::WritePause)),
+            _ => Err(format!("{FAULT_ENV}={value:?} is not one of after_register, after_write, after_submitted, after_holder_spawn, catalog_pause, write_pause")),
         }
     }
 }

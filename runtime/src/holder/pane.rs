@@ -431,8 +431,7 @@ impl Pane {
             return refusal;
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let before = self.output_end();
-        let (written, error) = self.write_all_locked(data);
+        let (written, error, before) = self.write_all_locked(data);
         self.note_input(written, before);
         outcome(written, error)
     }
@@ -444,13 +443,15 @@ impl Pane {
     fn refuse_if_written_since(&self, expect_writes: Option<u64>) -> Option<WriteOutcome> {
         let now = self.writes.load(std::sync::atomic::Ordering::SeqCst);
         let seen = expect_writes.filter(|seen| *seen != now)?;
-        let error = format!("input reached the pane since the writer's look (its writes went from {seen} to {now}): a draft typed since would be erased; nothing was written");
+        let error = format!("input reached the pane since the writer's look (its writes went from {seen} to {now}: keys, raw input or a resize): a draft typed since would be erased; nothing was written");
         Some(WriteOutcome::refusal(super::protocol::WriteRefusal::InputSinceLook, error))
     }
 
     /// ADM-4: input reached the pane (the caller holds the write lock): a look waits for the
     /// child to draw it ([`undrawn_input_deadline`]), that is for output past `before`, the
-    /// output end read before the write began. Read after the write, it counted a redraw the
+    /// output end read before the write(2) call that put the last bytes in (before the write
+    /// began, the output of a child that printed while the write waited on a full PTY counted
+    /// as the keys' draw, a review). Read after the write, it counted a redraw the
     /// child made while the holder was not scheduled yet as older than the input, and the next
     /// look waited the whole bound for output that had come already (receipt p99 250 ms in the
     /// benchmark's 10-agent throughput run).
@@ -496,8 +497,7 @@ impl Pane {
             if index > 0 {
                 std::thread::sleep(gap);
             }
-            let before = self.output_end();
-            let (written, error) = self.write_all_locked(step);
+            let (written, error, before) = self.write_all_locked(step);
             bytes_written += written as u64;
             self.note_input(written, before);
             if error.is_some() {
@@ -512,36 +512,41 @@ impl Pane {
         super::protocol::StepsOutcome { steps_written: steps.len() as u64, bytes_written, error: None, refused: None, boundary: Some(boundary) }
     }
 
-    /// The write loop; the caller holds `write_lock`. Returns the bytes written and the error
-    /// that stopped it.
-    fn write_all_locked(&self, data: &[u8]) -> (usize, Option<String>) {
+    /// The write loop; the caller holds `write_lock`. Returns the bytes written, the error
+    /// that stopped it, and the output end read just before the write(2) call that put the
+    /// last bytes in (ADM-4's `note_input`): output the child printed while the write waited
+    /// on a full PTY came before the keys landed, so it is no draw of them.
+    fn write_all_locked(&self, data: &[u8]) -> (usize, Option<String>, u64) {
         let deadline = Instant::now() + WRITE_DEADLINE;
         let mut written = 0usize;
+        let mut before_last = self.output_end();
         while written < data.len() {
             let rest = &data[written..];
+            let before = self.output_end();
             let err = match rustix::io::write(&self.master_fd, rest) {
                 Ok(n @ 1..) => {
                     written += n;
+                    before_last = before;
                     continue;
                 }
                 // write(2) of a non-empty buffer accepting nothing: not expected of a PTY.
-                Ok(_) => return (written, Some("write to pty master: wrote 0 bytes".into())),
+                Ok(_) => return (written, Some("write to pty master: wrote 0 bytes".into()), before_last),
                 Err(err) => err,
             };
             if err != Errno::AGAIN && err != Errno::INTR {
                 let err = std::io::Error::from(err);
-                return (written, Some(format!("write to pty master: {err}")));
+                return (written, Some(format!("write to pty master: {err}")), before_last);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return (written, Some("write deadline exceeded: the child stopped reading".into()));
+                return (written, Some("write deadline exceeded: the child stopped reading".into()), before_last);
             }
             if let Err(e) = wait_fd(self.master_fd.as_fd(), PollFlags::OUT, Some(left)) {
-                return (written, Some(format!("poll pty master: {e}")));
+                return (written, Some(format!("poll pty master: {e}")), before_last);
             }
         }
         assert_eq!(written, data.len());
-        (written, None)
+        (written, None, before_last)
     }
 
     pub fn info(&self) -> InfoReply {

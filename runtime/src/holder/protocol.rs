@@ -73,9 +73,11 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_by_ms: Option<u64>,
     },
-    /// The screen; with `with_info`, `info` too, read under the same lock ([`ScreenWithInfo`]):
-    /// an admission's refresh needs both, and one call saves it a round trip (issue 10). A
-    /// holder older than the flag ignores it and answers the screen alone.
+    /// The screen; with `with_info`, `info` too, read under the same lock ([`ScreenWithInfo`]),
+    /// except `info.writes`: the writes that had all landed before the screen was read (ADM-4,
+    /// taken first under the write lock). An admission's refresh needs both, and one call saves
+    /// it a round trip (issue 10). A holder older than the flag ignores it and answers the
+    /// screen alone.
     Screen {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         with_info: bool,

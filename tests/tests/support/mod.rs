@@ -97,6 +97,18 @@ impl World {
         self.ok(&["mux", "start"])
     }
 
+    /// ADM-4, SUB-1: a daemon whose pane writes pause before the holder call
+    /// (`WAKTERM_FAULT=write_pause`), logging at info so the pause's line is seen.
+    pub fn mux_start_pausing_writes(&self) {
+        let out = self.cmd(&["mux", "start"]).env("WAKTERM_FAULT", "write_pause").env("WAKTERM_LOG", "info").output().expect("mux start");
+        assert!(out.status.success(), "mux start: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// How many pane writes have paused so far (see `mux_start_pausing_writes`).
+    pub fn write_pauses(&self) -> usize {
+        write_pauses_logged(&self.data.join("mux.log"))
+    }
+
     pub fn daemon_pid(&self) -> u32 {
         let status = self.ok(&["mux", "status"]);
         status["pid"].as_u64().expect("status pid") as u32
@@ -368,3 +380,7 @@ pub fn all_threads_dead(pid: u32) -> bool {
     })
 }
 
+/// How many `write_pause` pauses the daemon log at `log` records (usable off the test thread).
+pub fn write_pauses_logged(log: &Path) -> usize {
+    std::fs::read_to_string(log).unwrap_or_default().matches(wakterm_runtime::daemon::faults::WRITE_PAUSED_LOG).count()
+}
