@@ -396,6 +396,23 @@ fn oversized_prompt_on_stdin_is_invalid() {
     }
 }
 
+/// INP-4: a target that cannot name an agent (empty, white space) is `target_malformed`, exit 2,
+/// for `agent stop`, `restart` and `output` too (they said `agent_unknown`, exit 6, which reads
+/// as "start it first"); the agent of a well-formed name is untouched.
+#[test]
+fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", "ok", &[]);
+    for args in [["agent", "stop", ""], ["agent", "restart", " "], ["agent", "output", "zo la"], ["agent", "stop", "zola	"]] {
+        let out = w.run(&args);
+        assert_eq!((out.code, out.json["error"].as_str()), (2, Some("target_malformed")), "{args:?}: {out:?}");
+    }
+    let nobody = w.run(&["agent", "stop", "nobody"]);
+    assert_eq!((nobody.code, nobody.json["error"].as_str()), (6, Some("agent_unknown")), "{nobody:?}");
+    assert_eq!(w.catalog_entry("zola").expect("zola still runs")["state"], "idle");
+}
+
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.
 #[test]
 fn usage_errors_are_json() {
@@ -561,6 +578,8 @@ fn inp_6_errors_quote_a_bounded_part_of_the_input() {
         let out = w.run(args);
         assert!(out.code != 0, "{:?}: {}", &args[..2], out.stdout.len());
         assert!(out.stdout.len() + out.stderr.len() < 2_000, "{:?}: {} + {} bytes", &args[..3], out.stdout.len(), out.stderr.len());
-        assert!(out.stdout.contains("(120000 bytes)") || out.stdout.contains("…"), "{:?}: {}", &args[..3], out.stdout);
+        // A name over INP-4's 256 bytes is `target_malformed`, which quotes none of it.
+        let quoted = out.stdout.contains("(120000 bytes)") || out.stdout.contains("…");
+        assert!(quoted || (args[1] != "request" && out.json["error"] == "target_malformed"), "{:?}: {}", &args[..3], out.stdout);
     }
 }

@@ -182,6 +182,9 @@ pub(super) async fn write_line(writer: &mut tokio::net::unix::OwnedWriteHalf, va
 }
 
 async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
+    if let Some(refused) = malformed_target(&request) {
+        return refused;
+    }
     match request {
         ClientRequest::Status => status(context).await,
         ClientRequest::Stop { all } => stop(context, all).await,
@@ -197,6 +200,18 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
         ClientRequest::Submit(submit) => requests::submit(context, submit).await,
         ClientRequest::Watch { .. } | ClientRequest::Events { .. } => unreachable!("handled before dispatch"),
     }
+}
+
+/// INP-4: a target that cannot name an agent is a usage error (exit 2) for the commands that
+/// name one outside an admission (stop, restart, output), as admissions and submits refuse it
+/// in their receipts; it was `agent_unknown` (exit 6), which reads as "start it first".
+fn malformed_target(request: &ClientRequest) -> Option<Reply> {
+    let target = match request {
+        ClientRequest::AgentStop { target } | ClientRequest::AgentRestart { target } | ClientRequest::AgentOutput { target, .. } => target,
+        _ => return None,
+    };
+    let detail = wakterm_engine::target_malformed(target)?;
+    Some(Reply::error(crate::protocol::exit::USAGE, "target_malformed", format!("{detail}; nothing was done")))
 }
 
 pub(super) async fn query<T: Send + 'static>(context: &Context, f: impl FnOnce(&Engine) -> T + Send + 'static) -> Option<T> {
