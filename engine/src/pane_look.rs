@@ -10,7 +10,8 @@
 pub const INPUT_DRAW_WAIT_MS: u64 = 250;
 
 /// The last input write to a pane: when it ended (ms on the caller's monotonic clock) and the
-/// pane's output end at that moment.
+/// pane's output end read just before the write(2) call that put its last bytes in (what the
+/// pane printed while an earlier part of the write waited on a full PTY is no redraw of it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LastInput {
     pub written_ms: u64,

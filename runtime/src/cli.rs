@@ -164,7 +164,8 @@ pub enum AgentCommand {
     /// (schema wakterm.agent-output-shadow.experimental.v1). The first read is a baseline;
     /// pass its next_cursor back with --after. Exit 0 page; 4 cursor_invalid, session_changed
     /// or record_skipped (a gap: record it, go on from its baseline_cursor) or
-    /// unsupported_harness (no Codex record to page); 1 observer_unavailable; 6 unknown agent.
+    /// unsupported_harness (no Codex record to page); 1 observer_unavailable; 2
+    /// target_malformed (not a name or id); 6 unknown agent.
     Output {
         /// Agent name or id.
         target: String,
@@ -179,7 +180,8 @@ pub enum AgentCommand {
     /// pruned; rebase from a fresh catalog. Exit 4 cursor_ahead: --after lies past every event
     /// this data directory's daemon has stored (a cursor from elsewhere); rebase the same way.
     /// Exit 6 agent_unknown (no live agent has the name or id, and no stored event names the
-    /// id), exit 2 too_many_agents (over 256 --agent filters). With --agent the stream ends
+    /// id), exit 2 too_many_agents (over 256 --agent filters) or target_malformed (an --agent
+    /// that cannot name an agent). With --agent the stream ends
     /// (exit 0) once every agent it follows has stopped. A stream that breaks ends with one
     /// wakterm.error.v1 line on standard output (after the events; it has no `sequence`) naming
     /// `last_sequence`, the cursor to resume --after: exit 3 daemon_gone (no daemon answers),
@@ -624,6 +626,10 @@ fn write_line(line: &str) -> std::io::Result<()> {
 }
 
 fn attach(paths: &DataPaths, target: &str) -> i32 {
+    // INP-4, as for every command that names an agent: a usage error, before the daemon is asked.
+    if let Some(detail) = wakterm_engine::target_malformed(target) {
+        return print_reply(Reply::error(exit::USAGE, "target_malformed", format!("{detail}; nothing was attached")));
+    }
     let catalog = client::call(paths, &ClientRequest::Catalog);
     if catalog.exit_code != exit::OK {
         return print_reply(catalog);

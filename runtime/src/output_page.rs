@@ -127,6 +127,19 @@ pub fn agent_unknown(target: &str) -> Reply {
     Reply { exit_code: exit::NOT_FOUND, body }
 }
 
+/// OUT-1, INP-4: the answer for a target that cannot name an agent (exit 2, nothing read), in
+/// the page's schema as every answer of it.
+pub fn target_malformed(target: &str, detail: &str) -> Reply {
+    let body = json!({
+        "schema": OUTPUT_SCHEMA,
+        "state": "target_malformed",
+        "target": echoed_field(target),
+        "reason": "target_malformed",
+        "detail": format!("{detail}; nothing was read"),
+    });
+    Reply { exit_code: exit::USAGE, body }
+}
+
 fn base(state: &str, agent_id: &str) -> Map<String, Value> {
     let mut body = Map::new();
     body.insert("schema".into(), json!(OUTPUT_SCHEMA));

@@ -404,12 +404,20 @@ fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
     let w = World::new(EXE);
     w.mux_start();
     w.ready_agent("zola", "ok", &[]);
-    for args in [["agent", "stop", ""], ["agent", "restart", " "], ["agent", "output", "zo la"], ["agent", "stop", "zola	"]] {
+    for args in [["agent", "stop", ""], ["agent", "restart", " "], ["agent", "stop", "zola	"], ["agent", "attach", "zo la"]] {
         let out = w.run(&args);
         assert_eq!((out.code, out.json["error"].as_str()), (2, Some("target_malformed")), "{args:?}: {out:?}");
     }
+    let events = w.run(&["agent", "events", "--agent", "zola", "--agent", " ", "--after", "0"]);
+    assert_eq!((events.code, events.json["error"].as_str()), (2, Some("target_malformed")), "{events:?}");
+    // OUT-1: the output page says it in its own schema, as every answer of it.
+    let output = w.run(&["agent", "output", "zo la"]);
+    assert_eq!((output.code, output.json["state"].as_str()), (2, Some("target_malformed")), "{output:?}");
+    assert_eq!(output.json["schema"], "wakterm.agent-output-shadow.experimental.v1");
     let nobody = w.run(&["agent", "stop", "nobody"]);
     assert_eq!((nobody.code, nobody.json["error"].as_str()), (6, Some("agent_unknown")), "{nobody:?}");
+    let events = w.run(&["agent", "events", "--agent", "nobody", "--after", "0"]);
+    assert_eq!((events.code, events.json["error"].as_str()), (6, Some("agent_unknown")), "{events:?}");
     assert_eq!(w.catalog_entry("zola").expect("zola still runs")["state"], "idle");
 }
 
@@ -580,6 +588,14 @@ fn inp_6_errors_quote_a_bounded_part_of_the_input() {
         assert!(out.stdout.len() + out.stderr.len() < 2_000, "{:?}: {} + {} bytes", &args[..3], out.stdout.len(), out.stderr.len());
         // A name over INP-4's 256 bytes is `target_malformed`, which quotes none of it.
         let quoted = out.stdout.contains("(120000 bytes)") || out.stdout.contains("…");
-        assert!(quoted || (args[1] != "request" && out.json["error"] == "target_malformed"), "{:?}: {}", &args[..3], out.stdout);
+        let malformed = out.json["error"] == "target_malformed" || out.json["state"] == "target_malformed";
+        assert!(quoted || (args[1] != "request" && malformed), "{:?}: {}", &args[..3], out.stdout);
+    }
+    // A well-formed name no agent has (INP-4 takes up to 256 bytes) is quoted cut, with `…`.
+    let long = "n".repeat(200);
+    for verb in ["stop", "restart", "output"] {
+        let out = w.run(&["agent", verb, &long]);
+        assert_eq!(out.code, 6, "{verb}: {out:?}");
+        assert!(out.stdout.contains('…') && !out.stdout.contains(&long[..65]), "{verb}: {}", out.stdout);
     }
 }

@@ -108,10 +108,15 @@ fn mcp_session_actions_and_bad_arguments() {
             assert!(error && said && exit_code == Some(6), "{action}: {nobody} {exit_code:?}");
         }
         // INP-4: a session id that cannot name an agent (empty, white space) is malformed for
-        // every action, as for submit (status, output and input said `agent_unknown`).
+        // every action, as for submit (status, output and input said `agent_unknown`); output
+        // says it in its page's schema (OUT-1: every answer has a `state`).
         for (action, session_id) in [("status", ""), ("output", " "), ("input", ""), ("input", "zo la")] {
             let (error, malformed, exit_code) = call_with_exit(&client, "session", action_on(action, session_id)).await;
-            assert!(error && malformed["error"] == "target_malformed" && exit_code == Some(2), "{action} {session_id:?}: {malformed} {exit_code:?}");
+            let said = match action {
+                "output" => malformed["state"] == "target_malformed" && malformed["schema"] == "wakterm.agent-output-shadow.experimental.v1",
+                _ => malformed["error"] == "target_malformed",
+            };
+            assert!(error && said && exit_code == Some(2), "{action} {session_id:?}: {malformed} {exit_code:?}");
         }
         let (error, submitted) = call(&client, "session", json!({"action": "submit", "session_id": "", "input": "x"})).await;
         assert!(error && submitted["reason"] == "target_malformed" && submitted["classification"] == "invalid", "{submitted}");

@@ -204,14 +204,17 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
 
 /// INP-4: a target that cannot name an agent is a usage error (exit 2) for the commands that
 /// name one outside an admission (stop, restart, output), as admissions and submits refuse it
-/// in their receipts; it was `agent_unknown` (exit 6), which reads as "start it first".
+/// in their receipts; it was `agent_unknown` (exit 6), which reads as "start it first". The
+/// output page answers in its own schema (OUT-1: every answer has a `state`).
 fn malformed_target(request: &ClientRequest) -> Option<Reply> {
-    let target = match request {
-        ClientRequest::AgentStop { target } | ClientRequest::AgentRestart { target } | ClientRequest::AgentOutput { target, .. } => target,
-        _ => return None,
-    };
-    let detail = wakterm_engine::target_malformed(target)?;
-    Some(Reply::error(crate::protocol::exit::USAGE, "target_malformed", format!("{detail}; nothing was done")))
+    match request {
+        ClientRequest::AgentStop { target } | ClientRequest::AgentRestart { target } => {
+            let detail = wakterm_engine::target_malformed(target)?;
+            Some(Reply::error(crate::protocol::exit::USAGE, "target_malformed", format!("{detail}; nothing was done")))
+        }
+        ClientRequest::AgentOutput { target, .. } => wakterm_engine::target_malformed(target).map(|detail| crate::output_page::target_malformed(target, &detail)),
+        _ => None,
+    }
 }
 
 pub(super) async fn query<T: Send + 'static>(context: &Context, f: impl FnOnce(&Engine) -> T + Send + 'static) -> Option<T> {
