@@ -553,6 +553,28 @@ fn adm_4_a_look_waits_for_input_written_just_before_it_to_be_drawn() {
     assert!(held < Duration::from_millis(INPUT_DRAW_WAIT_MS + 2_000), "held {held:?}");
 }
 
+/// ADM-4: a look's draw wait counts from the output end read just before the write(2) that put
+/// the keys' last bytes in: what the child printed while the write waited on a full PTY is no
+/// redraw of the keys. Counted from before the write began, that output counted as their draw,
+/// and the look read a screen that did not show them yet (a review of c003cbd: no test held it).
+#[test]
+fn adm_4_output_printed_while_a_write_waits_is_not_its_draw() {
+    use std::time::{Duration, Instant};
+    use wakterm_engine::pane_look::INPUT_DRAW_WAIT_MS;
+    // Reads nothing for 0.8 s, prints at 0.5 s, then reads everything and prints nothing.
+    let (holder, _sub) = start_raw("sleep 0.5; printf printed-while-blocked; sleep 0.3; exec cat >/dev/null");
+    let mut client = holder.client();
+    let end = client.info().unwrap().output_end;
+    let outcome = client.write(&vec![b'x'; 512 * 1024]).unwrap();
+    assert_eq!((outcome.bytes_written, outcome.error.as_deref()), (512 * 1024, None), "{outcome:?}");
+    let page = client.output(end, 1 << 20).unwrap();
+    assert!(contains(&page.data, b"printed-while-blocked"), "the child printed before the write ended");
+    let started = Instant::now();
+    client.screen_with_info().unwrap();
+    let held = started.elapsed();
+    assert!(held >= Duration::from_millis(INPUT_DRAW_WAIT_MS / 2), "the look took output printed while the write waited for the keys' draw: held {held:?}");
+}
+
 /// ADM-12: a write (or a split write) the holder comes to after its `start_by_ms` is refused
 /// with nothing written, so a stalled holder never starts a write the daemon has given up on;
 /// one the holder comes to in time is written.
