@@ -20,6 +20,10 @@ echo "== real Codex conformance (installs the pinned @openai/codex from npm into
 bash scripts/test-real-codex.sh
 echo "== simulation (madsim flavour, own target dir target/sim): seeds 1-20000, every run"
 bash sim/run.sh --seeds 20000 --jobs 2
+# The oracle exists only in the madsim flavour, so its own unit tests (a check that must fire
+# on a hand-made history) run there, not in the workspace's cargo test.
+echo "== simulation: the oracle's unit tests (madsim flavour)"
+CARGO_TARGET_DIR=target/sim RUSTFLAGS="--cfg madsim" cargo test --quiet --release --locked -p wakterm-sim --lib
 # Exploration: each run also takes 20,000 more seeds, a range chosen from the hash of the tree
 # under test (a rebase of the same tree keeps it), so CI explores new scenarios over time.
 # Seeds past the gate's range found bugs it had missed (the ninth session's SUB-1 and MGD-6,

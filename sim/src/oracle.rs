@@ -5,6 +5,7 @@
 use crate::store_model::StoreTables;
 use crate::world::{Record, Session};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use wakterm_engine::{
     prompt::prompt_hash, AgentEvent, Classification, EventBody, ObserverEvent, ProcessIdentity, Receipt, SessionId, TerminalEvent,
     TerminalState, TurnId,
@@ -1549,11 +1550,20 @@ impl Oracle {
     /// its place in every agent's record starts afresh.
     pub fn on_stream_rebased(&mut self, through: u64) {
         assert!(through >= self.stream.last_seen, "a rebase moves forward");
-        // EV-3: a turn start the rebase skipped was durable before the later events (the order
-        // check must not take its replay after a loss for a start after its binding: seed
-        // 31850 once the draft faults of 2026-12-05 shifted the random streams).
-        let skipped: Vec<_> = self.stream.durable_starts.range(self.stream.last_seen + 1..=through).map(|(_, key)| key.clone()).collect();
-        self.stream.started_turns.extend(skipped);
+        // EV-3: a turn start the rebase skipped counts as reported (the order check must not
+        // take its replay after a loss for a start after its binding: seed 31850 once the
+        // draft faults of 2026-12-05 shifted the random streams), unless its sequence lies
+        // after the turn's `request.bound` the subscriber got: that order is EV-3's violation,
+        // skipped or not.
+        let skipped: Vec<_> = self.stream.durable_starts.range((Bound::Excluded(self.stream.last_seen), Bound::Included(through))).map(|(s, key)| (*s, key.clone())).collect();
+        for (sequence, key) in skipped {
+            let bound_at = self.stream.bound_turns.get(&key).copied().filter(|_| !self.stream.started_turns.contains(&key));
+            if let Some(bound_at) = bound_at.filter(|bound_at| *bound_at < sequence) {
+                let m = format!("event {sequence}: a{} turn.started of {} after its request.bound (event {bound_at}), skipped by a rebase", key.0, key.1);
+                self.fail(Kind::EventOrder, m);
+            }
+            self.stream.started_turns.insert(key);
+        }
         self.stream.last_seen = through;
         self.stream.rebased_through = through;
         self.stream.agents.clear();
@@ -1566,14 +1576,14 @@ impl Oracle {
         self.stream.told_through = self.stream.told_through.max(through);
     }
 
-    /// EV-1, EV-8: an event published (by a daemon of this run) after readers were told of a
-    /// settled mark: it must lie above it, or a reader at that cursor never gets it (a restart
-    /// after failed commits numbered on from the last durable event, below what was told).
     /// EV-3: a durable `turn.started` of agent `a` (see `StreamTruth::durable_starts`).
     pub fn on_turn_start_durable(&mut self, sequence: u64, a: usize, turn: &str) {
         self.stream.durable_starts.insert(sequence, (a, turn.to_string()));
     }
 
+    /// EV-1, EV-8: an event published (by a daemon of this run) after readers were told of a
+    /// settled mark: it must lie above it, or a reader at that cursor never gets it (a restart
+    /// after failed commits numbered on from the last durable event, below what was told).
     pub fn on_event_published(&mut self, sequence: u64, kind: &str) {
         if sequence <= self.stream.told_through {
             let m = format!("event {sequence} ({kind}) published at or below the settled mark {} readers were told: a catalog's reader misses it", self.stream.told_through);
@@ -1692,5 +1702,41 @@ impl Oracle {
         for (kind, m) in problems {
             self.fail(kind, m);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(oracle: &Oracle) -> Vec<Kind> {
+        oracle.violations.iter().map(|v| v.kind).collect()
+    }
+
+    /// EV-3 at a `cursor_too_old` rebase: a durable turn start the rebase skipped counts as
+    /// reported (its replay after a loss is no start after the binding: seed 31850), unless it
+    /// lies after the turn's `request.bound` the subscriber got, which is EV-3's violation
+    /// skipped or not (the first exemption, in 3ba1767, took every skipped start as reported).
+    #[test]
+    fn ev_3_a_rebase_excuses_only_starts_before_their_binding() {
+        let turn = (0, "t1".to_string());
+        // The binding seen at 10, the start durable at 12, skipped by a rebase after 20.
+        let mut oracle = Oracle::default();
+        oracle.stream.bound_turns.insert(turn.clone(), 10);
+        oracle.stream.last_seen = 10;
+        oracle.on_turn_start_durable(12, 0, "t1");
+        oracle.on_stream_rebased(20);
+        assert_eq!(kinds(&oracle), vec![Kind::EventOrder], "{:?}", oracle.violations.first().map(|v| &v.message));
+        // The start durable at 8, skipped by a rebase after 20 from a cursor of 5; the binding
+        // comes later, then the start's replay: nothing to report.
+        let mut oracle = Oracle::default();
+        oracle.stream.last_seen = 5;
+        oracle.on_turn_start_durable(8, 0, "t1");
+        oracle.on_stream_rebased(20);
+        oracle.stream.bound_turns.insert(turn.clone(), 40);
+        assert!(oracle.stream.started_turns.contains(&turn) && kinds(&oracle).is_empty());
+        // A rebase to where the subscriber stands skips nothing.
+        oracle.on_stream_rebased(20);
+        assert!(kinds(&oracle).is_empty());
     }
 }

@@ -596,16 +596,21 @@ fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
         .count()
 }
 
-/// An `agent events` subscriber gets one event (`how`: live `publish`, or `catch-up` from the
-/// store after a restart): the oracle checks it against the store and the provider's records.
-/// EV-3: tells the oracle of a durable `turn.started` (`Oracle::on_turn_start_durable`).
+/// EV-3: tells the oracle of a durable `turn.started` (`Oracle::on_turn_start_durable`): one
+/// the store holds at its sequence (a mutant that publishes before its commit must not make
+/// a start the store never kept count as reported).
 fn note_turn_start(w: &mut World, event: &AgentEvent) {
     let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
-    if let (EventBody::TurnStarted { provider_turn_id, .. }, Some(a)) = (&event.body, agent) {
-        w.oracle.on_turn_start_durable(event.sequence, a, &provider_turn_id.0);
+    let stored = w.store.agent_event(event.sequence).map(|stored| serde_json::from_str::<AgentEvent>(&stored.event_json).expect("stored events parse"));
+    if let (EventBody::TurnStarted { provider_turn_id, .. }, Some(a), Some(stored)) = (&event.body, agent, stored) {
+        if stored.agent_id == event.agent_id && matches!(&stored.body, EventBody::TurnStarted { provider_turn_id: kept, .. } if kept == provider_turn_id) {
+            w.oracle.on_turn_start_durable(event.sequence, a, &provider_turn_id.0);
+        }
     }
 }
 
+/// An `agent events` subscriber gets one event (`how`: live `publish`, or `catch-up` from the
+/// store after a restart): the oracle checks it against the store and the provider's records.
 pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
     let json = serde_json::to_string(event).expect("events serialise");
     let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
