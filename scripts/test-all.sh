@@ -14,8 +14,6 @@ echo "== cargo test (workspace)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
-passed=$(grep -E '^test result:' "$log" | awk '{s+=$4} END {print s+0}')
-failed=$(grep -E '^test result:' "$log" | awk '{s+=$6} END {print s+0}')
 echo "== real Codex conformance (installs the pinned @openai/codex from npm into .cache/)"
 bash scripts/test-real-codex.sh
 echo "== simulation (madsim flavour, own target dir target/sim): seeds 1-20000, every run"
@@ -23,7 +21,7 @@ bash sim/run.sh --seeds 20000 --jobs 2
 # The oracle exists only in the madsim flavour, so its own unit tests (a check that must fire
 # on a hand-made history) run there, not in the workspace's cargo test.
 echo "== simulation: the oracle's unit tests (madsim flavour)"
-CARGO_TARGET_DIR=target/sim RUSTFLAGS="--cfg madsim" cargo test --quiet --release --locked -p wakterm-sim --lib
+CARGO_TARGET_DIR=target/sim RUSTFLAGS="--cfg madsim" cargo test --release --locked -p wakterm-sim --lib 2>&1 | tee -a "$log"
 # Exploration: each run also takes 20,000 more seeds, a range chosen from the hash of the tree
 # under test (a rebase of the same tree keeps it), so CI explores new scenarios over time.
 # Seeds past the gate's range found bugs it had missed (the ninth session's SUB-1 and MGD-6,
@@ -78,5 +76,7 @@ for mutant in $mutants; do
 done
 rm -f "$mutant_log"
 echo "simulation exploration, seeds $from-$((from + 19999)): $explored"
+passed=$(grep -E '^test result:' "$log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -E '^test result:' "$log" | awk '{s+=$6} END {print s+0}')
 echo "suite: $passed passed, $failed failed"
 [ "$explored" = clean ] || exit 1

@@ -412,7 +412,13 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             Err(reply) => return print_reply(reply),
         },
         AgentCommand::Attach { target } => return attach(paths, &target),
-        AgentCommand::Events { after, once, agents, bookmarks } => return stream(paths, &ClientRequest::Events { after, once, agents }, bookmarks),
+        AgentCommand::Events { after, once, agents, bookmarks } => {
+            let request = ClientRequest::Events { after, once, agents };
+            return match request.malformed_target() {
+                Some(refused) => print_reply(refused),
+                None => stream(paths, &request, bookmarks),
+            };
+        }
         AgentCommand::Send(args) => match admission(Operation::Send, args.target, None, args.request_id, false, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt, args.no_steer), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
@@ -427,6 +433,10 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             RequestCommand::Watch { after, once } => return watch(paths, after, once),
         },
     };
+    // INP-4: a usage error, before the daemon is asked (the daemon checks again).
+    if let Some(refused) = request.malformed_target() {
+        return print_reply(refused);
+    }
     if let ClientRequest::Admit(admit) = &request {
         return print_reply(client::call_admission(paths, admit));
     }

@@ -463,12 +463,13 @@ impl WaktermMcp {
         }
         // INP-4: a session id that cannot name an agent is malformed, for every action, as for
         // submit and agent_admit (status, output and input said `agent_unknown`, which reads as
-        // "start it first"). Submit answers it in its own receipt, output in its page's schema
-        // (the daemon's answer, OUT-1).
-        let answers_itself = matches!(args.action, SessionAction::Submit | SessionAction::Output);
-        let malformed = args.session_id.as_deref().and_then(wakterm_engine::target_malformed).filter(|_| !answers_itself);
-        if let Some(detail) = malformed {
-            return Ok(usage("target_malformed", format!("session_id: {detail}; nothing was sent")));
+        // "start it first"), before anything is sent. Submit answers it in its own receipt,
+        // output in its page's schema (OUT-1).
+        let malformed = args.session_id.as_deref().and_then(|id| wakterm_engine::target_malformed(id).map(|detail| (id, detail)));
+        match (malformed, &args.action) {
+            (Some(_), SessionAction::Submit) | (None, _) => {}
+            (Some((id, detail)), SessionAction::Output) => return Ok(result_of(crate::output_page::target_malformed(id, &detail))),
+            (Some((_, detail)), _) => return Ok(usage("target_malformed", format!("session_id: {detail}; nothing was sent"))),
         }
         let result = match args.action {
             SessionAction::List => result_of(self.call(ClientRequest::Catalog).await),

@@ -113,6 +113,24 @@ pub struct AdmitRequest {
 }
 
 impl ClientRequest {
+    /// INP-4: a target that cannot name an agent is a usage error (exit 2, nothing done) for
+    /// the requests that name one outside an admission (stop, restart, output, events'
+    /// `--agent`), as admissions and submits refuse it in their receipts; it was
+    /// `agent_unknown` (exit 6), which reads as "start it first". The output page answers in
+    /// its own schema (OUT-1: every answer has a `state`). The CLI asks before it connects (a
+    /// usage error needs no daemon) and the daemon again for every other client.
+    pub fn malformed_target(&self) -> Option<Reply> {
+        match self {
+            ClientRequest::AgentStop { target } | ClientRequest::AgentRestart { target } => {
+                let detail = wakterm_engine::target_malformed(target)?;
+                Some(Reply::error(exit::USAGE, "target_malformed", format!("{detail}; nothing was done")))
+            }
+            ClientRequest::AgentOutput { target, .. } => wakterm_engine::target_malformed(target).map(|detail| crate::output_page::target_malformed(target, &detail)),
+            ClientRequest::Events { agents, .. } => malformed_agents(agents),
+            _ => None,
+        }
+    }
+
     /// A streaming request's cursor (`--after`) and the field its events number themselves
     /// by; None for any other request.
     pub fn stream_cursor(&self) -> Option<(u64, &'static str)> {
@@ -122,6 +140,13 @@ impl ClientRequest {
             _ => None,
         }
     }
+}
+
+/// INP-4 for `agent events --agent`: the first filter that cannot name an agent, checked over
+/// all of them before any is resolved (so the answer does not hang on their order).
+pub fn malformed_agents(agents: &[String]) -> Option<Reply> {
+    let detail = agents.iter().find_map(|target| wakterm_engine::target_malformed(target))?;
+    Some(Reply::error(exit::USAGE, "target_malformed", format!("--agent: {detail}; nothing was streamed")))
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

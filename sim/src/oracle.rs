@@ -1552,13 +1552,14 @@ impl Oracle {
         assert!(through >= self.stream.last_seen, "a rebase moves forward");
         // EV-3: a turn start the rebase skipped counts as reported (the order check must not
         // take its replay after a loss for a start after its binding: seed 31850 once the
-        // draft faults of 2026-12-05 shifted the random streams), unless its sequence lies
-        // after the turn's `request.bound` the subscriber got: that order is EV-3's violation,
-        // skipped or not.
+        // draft faults of 2026-12-05 shifted the random streams), unless the subscriber got
+        // the turn's `request.bound` and no start before it: the binding lies at or below the
+        // cursor and the skipped start above it, so the start came after its binding, EV-3's
+        // violation, skipped or not.
         let skipped: Vec<_> = self.stream.durable_starts.range((Bound::Excluded(self.stream.last_seen), Bound::Included(through))).map(|(s, key)| (*s, key.clone())).collect();
         for (sequence, key) in skipped {
-            let bound_at = self.stream.bound_turns.get(&key).copied().filter(|_| !self.stream.started_turns.contains(&key));
-            if let Some(bound_at) = bound_at.filter(|bound_at| *bound_at < sequence) {
+            if let Some(bound_at) = self.stream.bound_turns.get(&key).copied().filter(|_| !self.stream.started_turns.contains(&key)) {
+                assert!(bound_at <= self.stream.last_seen && bound_at < sequence, "a binding the subscriber got lies at or below its cursor");
                 let m = format!("event {sequence}: a{} turn.started of {} after its request.bound (event {bound_at}), skipped by a rebase", key.0, key.1);
                 self.fail(Kind::EventOrder, m);
             }
@@ -1714,26 +1715,35 @@ mod tests {
     }
 
     /// EV-3 at a `cursor_too_old` rebase: a durable turn start the rebase skipped counts as
-    /// reported (its replay after a loss is no start after the binding: seed 31850), unless it
-    /// lies after the turn's `request.bound` the subscriber got, which is EV-3's violation
-    /// skipped or not (the first exemption, in 3ba1767, took every skipped start as reported).
+    /// reported (its replay after a loss is no start after the binding: seed 31850), unless
+    /// the subscriber got the turn's `request.bound` and no start before it, which is EV-3's
+    /// violation skipped or not (the first exemption, in 3ba1767, took every skipped start as
+    /// reported).
     #[test]
     fn ev_3_a_rebase_excuses_only_starts_before_their_binding() {
         let turn = (0, "t1".to_string());
-        // The binding seen at 10, the start durable at 12, skipped by a rebase after 20.
+        // The binding seen at 10 with no start before it; the start durable at 12, skipped.
         let mut oracle = Oracle::default();
         oracle.stream.bound_turns.insert(turn.clone(), 10);
         oracle.stream.last_seen = 10;
         oracle.on_turn_start_durable(12, 0, "t1");
         oracle.on_stream_rebased(20);
         assert_eq!(kinds(&oracle), vec![Kind::EventOrder], "{:?}", oracle.violations.first().map(|v| &v.message));
-        // The start durable at 8, skipped by a rebase after 20 from a cursor of 5; the binding
-        // comes later, then the start's replay: nothing to report.
+        // The start seen at 8, the binding at 10, the start's replay after a loss durable at
+        // 12, skipped: nothing to report.
+        let mut oracle = Oracle::default();
+        oracle.stream.started_turns.insert(turn.clone());
+        oracle.stream.bound_turns.insert(turn.clone(), 10);
+        oracle.stream.last_seen = 10;
+        oracle.on_turn_start_durable(12, 0, "t1");
+        oracle.on_stream_rebased(20);
+        assert!(kinds(&oracle).is_empty());
+        // The start durable at 8, skipped from a cursor of 5 before its binding: it counts as
+        // reported, so the binding and a replay of the start after it are in order.
         let mut oracle = Oracle::default();
         oracle.stream.last_seen = 5;
         oracle.on_turn_start_durable(8, 0, "t1");
         oracle.on_stream_rebased(20);
-        oracle.stream.bound_turns.insert(turn.clone(), 40);
         assert!(oracle.stream.started_turns.contains(&turn) && kinds(&oracle).is_empty());
         // A rebase to where the subscriber stands skips nothing.
         oracle.on_stream_rebased(20);

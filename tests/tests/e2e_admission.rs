@@ -161,13 +161,13 @@ fn corr_14_a_relative_codex_home_is_the_agents_own() {
 
     let request = serde_json::json!({"op": "agent_start", "name": "mia", "harness": "codex", "cwd": ".",
         "env": [], "command": [exe, "fake-codex"], "managed": false});
-    let answer = raw_call(&w, &request);
+    let answer = w.raw_call(&request);
     assert_eq!(answer["body"]["error"], "invalid_cwd", "{answer}");
     assert!(w.catalog_entry("mia").is_none(), "nothing started");
     // A harness outside the vocabulary (`Codex`) is refused; it quietly turned return-final off.
     let request = serde_json::json!({"op": "agent_start", "name": "mia", "harness": "Codex", "cwd": cwd,
         "env": [], "command": [exe, "fake-codex"], "managed": false});
-    let answer = raw_call(&w, &request);
+    let answer = w.raw_call(&request);
     assert_eq!(answer["body"]["error"], "invalid_harness", "{answer}");
     assert!(w.catalog_entry("mia").is_none(), "nothing started");
     // The CLI sends a missing relative directory absolute: the refusal names what is missing.
@@ -248,7 +248,7 @@ fn idem_2_same_id_same_input_replays_receipt_without_second_turn() {
     let request = serde_json::json!({"op": "admit", "operation": "send", "target": "zola", "exact_agent_id": false,
         "incarnation": null, "request_id": id, "prompt": prompt, "paste_mode": "bracketed", "return_mode": "return_final",
         "final_timeout_ms": 0, "share_prompt": false, "generated_id": true});
-    let answer = raw_call(&w, &request);
+    let answer = w.raw_call(&request);
     assert_eq!(answer["body"]["replayed"], true, "{answer}");
     assert_eq!(w.ok(&["agent", "request", "get", &id])["state"], "completed");
     let prompts = prompts_after_sentinel(&w, "zola", "sentinel after replays");
@@ -871,14 +871,4 @@ fn adm_17_back_to_back_return_final_turns_are_each_accepted() {
         assert_eq!(event["state"], "completed", "{event}");
         assert_eq!(event["final_message"], reply_for(&prompt).as_str(), "{event}");
     }
-}
-
-/// One request line on the daemon's socket, as a client other than the CLI sends it; the
-/// reply line ({exit_code, body}).
-fn raw_call(w: &World, request: &Value) -> Value {
-    let mut stream = std::os::unix::net::UnixStream::connect(w.data.join("run/mux.sock")).expect("connect");
-    std::io::Write::write_all(&mut stream, format!("{request}\n").as_bytes()).expect("send");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line).expect("answer");
-    serde_json::from_str(&line).expect("json")
 }

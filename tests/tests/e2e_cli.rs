@@ -6,6 +6,7 @@ mod support;
 use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+use serde_json::json;
 use support::{new_id, World};
 
 const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
@@ -402,18 +403,27 @@ fn oversized_prompt_on_stdin_is_invalid() {
 #[test]
 fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
     let w = World::new(EXE);
+    let malformed = |w: &World| {
+        for args in [&["agent", "stop", ""][..], &["agent", "restart", " "], &["agent", "stop", "zola	"], &["agent", "attach", "zo la"], &["agent", "events", "--agent", "nobody", "--agent", " ", "--after", "0"]] {
+            let out = w.run(args);
+            assert_eq!((out.code, out.json["error"].as_str()), (2, Some("target_malformed")), "{args:?}: {out:?}");
+        }
+        // OUT-1: the output page says it in its own schema, as every answer of it.
+        let output = w.run(&["agent", "output", "zo la"]);
+        assert_eq!((output.code, output.json["state"].as_str()), (2, Some("target_malformed")), "{output:?}");
+        assert_eq!(output.json["schema"], "wakterm.agent-output-shadow.experimental.v1");
+    };
+    // A usage error needs no daemon (it said daemon_not_running, exit 3, for all but attach).
+    malformed(&w);
     w.mux_start();
     w.ready_agent("zola", "ok", &[]);
-    for args in [["agent", "stop", ""], ["agent", "restart", " "], ["agent", "stop", "zola	"], ["agent", "attach", "zo la"]] {
-        let out = w.run(&args);
-        assert_eq!((out.code, out.json["error"].as_str()), (2, Some("target_malformed")), "{args:?}: {out:?}");
+    malformed(&w);
+    // The daemon checks too, for every other client (the CLI no longer reaches it with one).
+    for request in [json!({"op": "agent_stop", "target": " "}), json!({"op": "agent_output", "target": ""}), json!({"op": "events", "after": 0, "once": true, "agents": ["nobody", " "]})] {
+        let reply = w.raw_call(&request);
+        let said = reply["body"]["error"] == "target_malformed" || reply["body"]["state"] == "target_malformed";
+        assert!(reply["exit_code"] == 2 && said, "{request}: {reply}");
     }
-    let events = w.run(&["agent", "events", "--agent", "zola", "--agent", " ", "--after", "0"]);
-    assert_eq!((events.code, events.json["error"].as_str()), (2, Some("target_malformed")), "{events:?}");
-    // OUT-1: the output page says it in its own schema, as every answer of it.
-    let output = w.run(&["agent", "output", "zo la"]);
-    assert_eq!((output.code, output.json["state"].as_str()), (2, Some("target_malformed")), "{output:?}");
-    assert_eq!(output.json["schema"], "wakterm.agent-output-shadow.experimental.v1");
     let nobody = w.run(&["agent", "stop", "nobody"]);
     assert_eq!((nobody.code, nobody.json["error"].as_str()), (6, Some("agent_unknown")), "{nobody:?}");
     let events = w.run(&["agent", "events", "--agent", "nobody", "--after", "0"]);

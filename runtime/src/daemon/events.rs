@@ -29,11 +29,11 @@ pub(super) struct Targets {
 /// readable by its id.
 pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Targets, Reply> {
     let mut resolved = Targets::default();
+    // INP-4: a target that cannot name an agent is a usage error, as for every command.
+    if let Some(refused) = crate::protocol::malformed_agents(targets) {
+        return Err(refused);
+    }
     for target in targets {
-        // INP-4: a target that cannot name an agent is a usage error, as for every command.
-        if let Some(detail) = wakterm_engine::target_malformed(target) {
-            return Err(Reply::error(exit::USAGE, "target_malformed", format!("--agent: {detail}; nothing was streamed")));
-        }
         // An id in upper case means its canonical form, as everywhere.
         match (super::agent_handlers::resolve(context, target), wakterm_engine::AgentId::parse(target).ok()) {
             (Some(agent), _) => resolved.ids.insert(agent.record.agent_id.clone()),

@@ -182,7 +182,7 @@ pub(super) async fn write_line(writer: &mut tokio::net::unix::OwnedWriteHalf, va
 }
 
 async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
-    if let Some(refused) = malformed_target(&request) {
+    if let Some(refused) = request.malformed_target() {
         return refused;
     }
     match request {
@@ -199,21 +199,6 @@ async fn dispatch(request: ClientRequest, context: &Arc<Context>) -> Reply {
         ClientRequest::AgentOutput { target, after } => agent_handlers::agent_output(context, &target, after).await,
         ClientRequest::Submit(submit) => requests::submit(context, submit).await,
         ClientRequest::Watch { .. } | ClientRequest::Events { .. } => unreachable!("handled before dispatch"),
-    }
-}
-
-/// INP-4: a target that cannot name an agent is a usage error (exit 2) for the commands that
-/// name one outside an admission (stop, restart, output), as admissions and submits refuse it
-/// in their receipts; it was `agent_unknown` (exit 6), which reads as "start it first". The
-/// output page answers in its own schema (OUT-1: every answer has a `state`).
-fn malformed_target(request: &ClientRequest) -> Option<Reply> {
-    match request {
-        ClientRequest::AgentStop { target } | ClientRequest::AgentRestart { target } => {
-            let detail = wakterm_engine::target_malformed(target)?;
-            Some(Reply::error(crate::protocol::exit::USAGE, "target_malformed", format!("{detail}; nothing was done")))
-        }
-        ClientRequest::AgentOutput { target, .. } => wakterm_engine::target_malformed(target).map(|detail| crate::output_page::target_malformed(target, &detail)),
-        _ => None,
     }
 }
 

@@ -36,6 +36,16 @@ pub struct World {
 }
 
 impl World {
+    /// One request line on the daemon's socket, as a client other than the CLI sends it; the
+    /// reply line ({exit_code, body}).
+    pub fn raw_call(&self, request: &Value) -> Value {
+        let mut stream = std::os::unix::net::UnixStream::connect(self.data.join("run/mux.sock")).expect("connect");
+        std::io::Write::write_all(&mut stream, format!("{request}\n").as_bytes()).expect("send");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line).expect("answer");
+        serde_json::from_str(&line).expect("json")
+    }
+
     pub fn new(exe: &str) -> World {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let root = PathBuf::from(format!("/tmp/wk-{}", &id[..8]));
