@@ -90,10 +90,13 @@ fn verify_peer(stream: &UnixStream) -> Result<(), Reply> {
     }
 }
 
-/// [`send`] with the caller's give-up time ([`crate::protocol::GIVE_UP_FIELD`]).
-fn send_waited(stream: &mut UnixStream, request: &ClientRequest, give_up_at_ms: u64) -> Result<(), Reply> {
+/// [`send`] with the caller's give-up time, `wait` from now, on both clocks (CLI-4,
+/// [`crate::protocol::GiveUp`]).
+fn send_waited(stream: &mut UnixStream, request: &ClientRequest, wait: Duration) -> Result<(), Reply> {
+    let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     let mut value = serde_json::to_value(request).expect("requests serialise");
-    value[crate::protocol::GIVE_UP_FIELD] = serde_json::json!(give_up_at_ms);
+    value[crate::protocol::GIVE_UP_MONOTONIC_FIELD] = serde_json::json!(crate::holder::protocol::monotonic_ms().saturating_add(wait_ms));
+    value[crate::protocol::GIVE_UP_FIELD] = serde_json::json!(crate::driver::now_ms().saturating_add(wait_ms));
     let mut line = serde_json::to_vec(&value).expect("requests serialise");
     line.push(b'\n');
     fits_one_request_line(&line)?;
@@ -312,8 +315,7 @@ pub fn call_within(paths: &DataPaths, request: &ClientRequest, bound: Duration) 
     };
     let _ = stream.set_read_timeout(Some(bound));
     // CLI-4: the daemon does nothing with a request it reads after this wait ends.
-    let give_up = crate::driver::now_ms().saturating_add(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX));
-    if let Err(reply) = send_waited(&mut stream, request, give_up) {
+    if let Err(reply) = send_waited(&mut stream, request, bound) {
         return reply;
     }
     let mut line = String::new();

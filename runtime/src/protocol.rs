@@ -184,13 +184,25 @@ pub fn parse_request_line(line: &[u8]) -> Result<ClientRequest, Reply> {
     parse_request_envelope(line).map(|(request, _)| request)
 }
 
-/// CLI-4: the field a client adds to a request it waits for: the wall-clock millisecond its
-/// wait ends. A daemon that reads the line later (it was stopped, frozen or swamped) does
-/// nothing with it: its caller has gone, told the outcome is unknown or that nothing answered.
+/// CLI-4: the fields a client adds to a request it waits for: when its wait ends, on the
+/// machine's monotonic clock ([`GIVE_UP_MONOTONIC_FIELD`], which this daemon judges by) and on
+/// the wall clock ([`GIVE_UP_FIELD`], for daemons older than the monotonic field). A daemon that
+/// reads the line later (it was stopped, frozen or swamped) does nothing with it: its caller
+/// has gone, told the outcome is unknown or that nothing answered.
 pub const GIVE_UP_FIELD: &str = "give_up_at_ms";
+pub const GIVE_UP_MONOTONIC_FIELD: &str = "give_up_at_monotonic_ms";
 
-/// [`parse_request_line`], with the caller's [`GIVE_UP_FIELD`] when it sent one.
-pub fn parse_request_envelope(line: &[u8]) -> Result<(ClientRequest, Option<u64>), Reply> {
+/// CLI-4: when the caller's wait ends, as it sent it (neither: a client older than CLI-4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GiveUp {
+    /// Wall-clock milliseconds (`driver::now_ms`).
+    pub wall_ms: Option<u64>,
+    /// Milliseconds on the machine's monotonic clock (`holder::protocol::monotonic_ms`).
+    pub monotonic_ms: Option<u64>,
+}
+
+/// [`parse_request_line`], with the caller's give-up fields when it sent them.
+pub fn parse_request_envelope(line: &[u8]) -> Result<(ClientRequest, GiveUp), Reply> {
     let refuse = |message: String| Reply::error(exit::USAGE, "bad_request", message);
     let Ok(text) = std::str::from_utf8(line) else {
         return Err(refuse("the request line is not UTF-8".to_string()));
@@ -200,10 +212,11 @@ pub fn parse_request_envelope(line: &[u8]) -> Result<(ClientRequest, Option<u64>
         return Err(refuse("the request line is missing or too long".to_string()));
     }
     let mut value: serde_json::Value = serde_json::from_str(text).map_err(|error| refuse(format!("unreadable request: {error}")))?;
-    let give_up = match value.as_object_mut().and_then(|fields| fields.remove(GIVE_UP_FIELD)) {
-        None => None,
-        Some(at) => Some(at.as_u64().ok_or_else(|| refuse(format!("{GIVE_UP_FIELD} is not a whole number of milliseconds")))?),
+    let mut take = |field: &str| match value.as_object_mut().and_then(|fields| fields.remove(field)) {
+        None => Ok(None),
+        Some(at) => at.as_u64().map(Some).ok_or_else(|| refuse(format!("{field} is not a whole number of milliseconds"))),
     };
+    let give_up = GiveUp { wall_ms: take(GIVE_UP_FIELD)?, monotonic_ms: take(GIVE_UP_MONOTONIC_FIELD)? };
     let request = serde_json::from_value(value).map_err(|error| refuse(format!("unreadable request: {error}")))?;
     Ok((request, give_up))
 }

@@ -184,8 +184,9 @@ fn sec_2_cli_refuses_a_socket_served_by_another_user() {
     assert!(!heard().contains("private prompt"), "the prompt reached another user's server");
 }
 
-/// CLI-4: a request the daemon reads after its caller's wait ended (`give_up_at_ms`, which
-/// every waiting CLI call sends) is answered `caller_gone` and not done. A daemon frozen for
+/// CLI-4: a request the daemon reads after its caller's wait ended (`give_up_at_monotonic_ms`
+/// and `give_up_at_ms`, which every waiting CLI call sends) is answered `caller_gone` and not
+/// done. A daemon frozen for
 /// minutes (SIGSTOP) stopped an agent and itself for callers told long before that it did
 /// not answer (a review). A request whose caller still waits is done as ever.
 #[test]
@@ -211,6 +212,22 @@ fn cli_4_a_request_read_after_its_caller_gave_up_is_not_done() {
     assert_eq!(w.run(&["mux", "status"]).code, 0, "the daemon still runs");
     let bad = ask(json!({"op": "status", "give_up_at_ms": "soon"}).to_string());
     assert_eq!(bad["body"]["error"], "bad_request", "{bad}");
+    // The monotonic field decides when a client sent it (as the CLI does): a wall clock stepped
+    // back between the send and the read (the wall field still ahead) let a late request
+    // through, and one stepped forward refused a request in time.
+    let (wall, monotonic) = (wakterm_runtime::driver::now_ms(), wakterm_runtime::holder::protocol::monotonic_ms());
+    let late = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall + 60_000, "give_up_at_monotonic_ms": monotonic - 1_000});
+    let answer = ask(late.to_string());
+    assert_eq!(answer["body"]["error"], "caller_gone", "{late}: {answer}");
+    assert!(w.catalog_entry("zola").is_some(), "the agent was not stopped");
+    let bad = ask(json!({"op": "status", "give_up_at_monotonic_ms": -5}).to_string());
+    assert_eq!(bad["body"]["error"], "bad_request", "{bad}");
+    let in_time = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000});
+    let answer = ask(in_time.to_string());
+    assert!(answer["exit_code"] == 0 && answer["body"].get("error").is_none(), "a caller that still waits is served: {answer}");
+    assert!(w.catalog_entry("zola").is_none(), "stopped");
+    // An older client's wall field alone is judged by the wall clock, as before.
+    w.ready_agent("zola", "ok", &[]);
     let future = wakterm_runtime::driver::now_ms() + 60_000;
     let answer = ask(json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": future}).to_string());
     assert!(answer["exit_code"] == 0 && answer["body"].get("error").is_none(), "a caller that still waits is served: {answer}");

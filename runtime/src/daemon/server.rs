@@ -138,10 +138,15 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
 /// CLI-4: a request read after its caller's wait ended is not done: the caller was told the
 /// outcome is unknown (`reply_lost`) or that nothing answered, and may have acted on it. A
 /// daemon frozen for minutes typed a submit and stopped itself on a `mux stop` whose callers
-/// had long gone (a review).
-fn caller_still_waits(request: ClientRequest, give_up_at_ms: Option<u64>) -> Result<ClientRequest, Reply> {
-    let now = crate::driver::now_ms();
-    match give_up_at_ms {
+/// had long gone (a review). Judged on the machine's monotonic clock when the caller sent it
+/// (a wall clock stepped back between the send and the read let a late request through, one
+/// stepped forward refused one in time); by the wall clock for older clients.
+fn caller_still_waits(request: ClientRequest, give_up: crate::protocol::GiveUp) -> Result<ClientRequest, Reply> {
+    let (now, at) = match give_up {
+        crate::protocol::GiveUp { monotonic_ms: Some(at), .. } => (crate::holder::protocol::monotonic_ms(), Some(at)),
+        crate::protocol::GiveUp { wall_ms, .. } => (crate::driver::now_ms(), wall_ms),
+    };
+    match at {
         Some(at) if now > at => {
             tracing::warn!(late_ms = now - at, "a request read after its caller gave up: not done (CLI-4)");
             Err(Reply::error(exit::ERROR, "caller_gone", format!("the request was read {} ms after its caller stopped waiting; nothing was done", now - at)))
