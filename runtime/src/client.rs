@@ -95,7 +95,10 @@ fn verify_peer(stream: &UnixStream) -> Result<(), Reply> {
 fn send_waited(stream: &mut UnixStream, request: &ClientRequest, wait: Duration) -> Result<(), Reply> {
     let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     let mut value = serde_json::to_value(request).expect("requests serialise");
-    value[crate::protocol::GIVE_UP_MONOTONIC_FIELD] = serde_json::json!(crate::holder::protocol::monotonic_ms().saturating_add(wait_ms));
+    if let Some(clock) = crate::protocol::monotonic_clock_id() {
+        value[crate::protocol::GIVE_UP_MONOTONIC_FIELD] = serde_json::json!(crate::holder::protocol::monotonic_ms().saturating_add(wait_ms));
+        value[crate::protocol::GIVE_UP_CLOCK_FIELD] = serde_json::json!(clock);
+    }
     value[crate::protocol::GIVE_UP_FIELD] = serde_json::json!(crate::driver::now_ms().saturating_add(wait_ms));
     let mut line = serde_json::to_vec(&value).expect("requests serialise");
     line.push(b'\n');
@@ -421,6 +424,24 @@ mod tests {
     /// CONN-2: a daemon that refuses a request before reading it whole answers and closes while
     /// the client still writes: the write breaks, and the client reads the answer waiting
     /// there (here `server_busy`) instead of reporting `daemon_io` "Broken pipe" (a review).
+    #[test]
+    fn cli_4_a_waiting_call_sends_its_give_up_on_both_clocks() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let (monotonic, wall) = (crate::holder::protocol::monotonic_ms(), crate::driver::now_ms());
+        send_waited(&mut client, &ClientRequest::Status, Duration::from_secs(30)).unwrap();
+        let mut line = String::new();
+        BufReader::new(server).read_line(&mut line).unwrap();
+        let (request, give_up) = crate::protocol::parse_request_envelope(line.as_bytes()).unwrap();
+        assert!(matches!(request, ClientRequest::Status));
+        let near = |sent: Option<u64>, from: u64| sent.is_some_and(|at| (from + 30_000..from + 31_000).contains(&at));
+        assert!(near(give_up.wall_ms, wall), "{give_up:?}");
+        // Where this process's clock can be named (the machines this runs on can), the
+        // monotonic field is sent, on this clock.
+        if crate::protocol::monotonic_clock_id().is_some() {
+            assert!(near(give_up.monotonic_here(), monotonic), "{give_up:?}");
+        }
+    }
+
     #[test]
     fn conn_2_a_refusal_sent_while_the_request_is_written_reaches_the_caller() {
         let (mut client, server) = UnixStream::pair().unwrap();

@@ -191,14 +191,42 @@ pub fn parse_request_line(line: &[u8]) -> Result<ClientRequest, Reply> {
 /// has gone, told the outcome is unknown or that nothing answered.
 pub const GIVE_UP_FIELD: &str = "give_up_at_ms";
 pub const GIVE_UP_MONOTONIC_FIELD: &str = "give_up_at_monotonic_ms";
+/// Which monotonic clock [`GIVE_UP_MONOTONIC_FIELD`] is on ([`monotonic_clock_id`]).
+pub const GIVE_UP_CLOCK_FIELD: &str = "give_up_clock";
+/// Longest [`GIVE_UP_CLOCK_FIELD`] taken (a boot id and a namespace name are far shorter).
+const MAX_CLOCK_ID_BYTES: usize = 128;
 
-/// CLI-4: when the caller's wait ends, as it sent it (neither: a client older than CLI-4).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// CLI-4: when the caller's wait ends, as it sent it (none: a client older than CLI-4).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GiveUp {
     /// Wall-clock milliseconds (`driver::now_ms`).
     pub wall_ms: Option<u64>,
-    /// Milliseconds on the machine's monotonic clock (`holder::protocol::monotonic_ms`).
+    /// Milliseconds on the caller's monotonic clock (`holder::protocol::monotonic_ms`).
     pub monotonic_ms: Option<u64>,
+    /// The caller's [`monotonic_clock_id`]: its monotonic time means ours only when they match.
+    pub clock: Option<String>,
+}
+
+impl GiveUp {
+    /// The caller's give-up time on this process's monotonic clock, when it sent one on the
+    /// same clock (the same boot and time namespace); None otherwise (the wall field decides).
+    pub fn monotonic_here(&self) -> Option<u64> {
+        let ours = monotonic_clock_id()?;
+        self.monotonic_ms.filter(|_| self.clock.as_deref() == Some(ours))
+    }
+}
+
+/// CLI-4: this process's monotonic clock, named by the machine's boot and the process's time
+/// namespace (`/proc/self/ns/time`, which can offset the monotonic clock): two processes
+/// compare monotonic times only when both match. None where either cannot be read (a kernel
+/// without time namespaces): then the give-up is judged by the wall clock, as before.
+pub fn monotonic_clock_id() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let namespace = std::fs::read_link("/proc/self/ns/time").ok()?;
+        Some(format!("{} {}", crate::driver::boot_id()?, namespace.to_str()?))
+    })
+    .as_deref()
 }
 
 /// [`parse_request_line`], with the caller's give-up fields when it sent them.
@@ -216,7 +244,13 @@ pub fn parse_request_envelope(line: &[u8]) -> Result<(ClientRequest, GiveUp), Re
         None => Ok(None),
         Some(at) => at.as_u64().map(Some).ok_or_else(|| refuse(format!("{field} is not a whole number of milliseconds"))),
     };
-    let give_up = GiveUp { wall_ms: take(GIVE_UP_FIELD)?, monotonic_ms: take(GIVE_UP_MONOTONIC_FIELD)? };
+    let (wall_ms, monotonic_ms) = (take(GIVE_UP_FIELD)?, take(GIVE_UP_MONOTONIC_FIELD)?);
+    let clock = match value.as_object_mut().and_then(|fields| fields.remove(GIVE_UP_CLOCK_FIELD)) {
+        None => None,
+        Some(serde_json::Value::String(clock)) if clock.len() <= MAX_CLOCK_ID_BYTES => Some(clock),
+        Some(_) => return Err(refuse(format!("{GIVE_UP_CLOCK_FIELD} is not a string of at most {MAX_CLOCK_ID_BYTES} bytes"))),
+    };
+    let give_up = GiveUp { wall_ms, monotonic_ms, clock };
     let request = serde_json::from_value(value).map_err(|error| refuse(format!("unreadable request: {error}")))?;
     Ok((request, give_up))
 }

@@ -419,7 +419,9 @@ fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
     w.ready_agent("zola", "ok", &[]);
     malformed(&w);
     // The daemon checks too, for every other client (the CLI no longer reaches it with one).
-    for request in [json!({"op": "agent_stop", "target": " "}), json!({"op": "agent_output", "target": ""}), json!({"op": "events", "after": 0, "once": true, "agents": ["nobody", " "]})] {
+    // (300 filters, one malformed: the CLI answers target_malformed, so the daemon does too.)
+    let many: Vec<String> = (0..300).map(|i| if i == 299 { " ".to_string() } else { format!("a{i}") }).collect();
+    for request in [json!({"op": "agent_stop", "target": " "}), json!({"op": "agent_output", "target": ""}), json!({"op": "events", "after": 0, "once": true, "agents": ["nobody", " "]}), json!({"op": "events", "after": 0, "once": true, "agents": many})] {
         let reply = w.raw_call(&request);
         let said = reply["body"]["error"] == "target_malformed" || reply["body"]["state"] == "target_malformed";
         assert!(reply["exit_code"] == 2 && said, "{request}: {reply}");

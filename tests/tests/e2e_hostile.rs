@@ -216,13 +216,21 @@ fn cli_4_a_request_read_after_its_caller_gave_up_is_not_done() {
     // back between the send and the read (the wall field still ahead) let a late request
     // through, and one stepped forward refused a request in time.
     let (wall, monotonic) = (wakterm_runtime::driver::now_ms(), wakterm_runtime::holder::protocol::monotonic_ms());
-    let late = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall + 60_000, "give_up_at_monotonic_ms": monotonic - 1_000});
+    let clock = wakterm_runtime::protocol::monotonic_clock_id().expect("this machine names its monotonic clock (boot id, time namespace)");
+    let late = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall + 60_000, "give_up_at_monotonic_ms": monotonic.saturating_sub(1_000), "give_up_clock": clock});
     let answer = ask(late.to_string());
     assert_eq!(answer["body"]["error"], "caller_gone", "{late}: {answer}");
     assert!(w.catalog_entry("zola").is_some(), "the agent was not stopped");
-    let bad = ask(json!({"op": "status", "give_up_at_monotonic_ms": -5}).to_string());
-    assert_eq!(bad["body"]["error"], "bad_request", "{bad}");
-    let in_time = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000});
+    for bad in [json!({"op": "status", "give_up_at_monotonic_ms": -5}), json!({"op": "status", "give_up_clock": 7})] {
+        let answer = ask(bad.to_string());
+        assert_eq!(answer["body"]["error"], "bad_request", "{bad}: {answer}");
+    }
+    // Another clock's monotonic time (another boot, a client in another time namespace, a
+    // socket forwarded from another machine) means nothing here: the wall field decides.
+    let foreign = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000, "give_up_clock": "another-boot time:[1]"});
+    let answer = ask(foreign.to_string());
+    assert_eq!(answer["body"]["error"], "caller_gone", "{foreign}: {answer}");
+    let in_time = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000, "give_up_clock": clock});
     let answer = ask(in_time.to_string());
     assert!(answer["exit_code"] == 0 && answer["body"].get("error").is_none(), "a caller that still waits is served: {answer}");
     assert!(w.catalog_entry("zola").is_none(), "stopped");

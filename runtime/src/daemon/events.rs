@@ -29,10 +29,6 @@ pub(super) struct Targets {
 /// readable by its id.
 pub(super) fn resolve_agents(context: &Context, targets: &[String]) -> Result<Targets, Reply> {
     let mut resolved = Targets::default();
-    // INP-4: a target that cannot name an agent is a usage error, as for every command.
-    if let Some(refused) = crate::protocol::malformed_agents(targets) {
-        return Err(refused);
-    }
     for target in targets {
         // An id in upper case means its canonical form, as everywhere.
         match (super::agent_handlers::resolve(context, target), wakterm_engine::AgentId::parse(target).ok()) {
@@ -185,6 +181,12 @@ impl super::stream::Feed for AgentEvents {
 pub const MAX_EVENT_FILTER_AGENTS: usize = 256;
 
 pub(super) async fn events(peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool, targets: Vec<String>) {
+    // INP-4: a target that cannot name an agent is a usage error, as for every command, and
+    // first, as the CLI checks it before it connects.
+    if let Some(refused) = crate::protocol::malformed_agents(&targets) {
+        let _ = write_line(writer, &serde_json::to_value(refused).unwrap_or_default()).await;
+        return;
+    }
     if targets.len() > MAX_EVENT_FILTER_AGENTS {
         let message = format!("{} agents named; a stream follows at most {MAX_EVENT_FILTER_AGENTS} (or all, naming none)", targets.len());
         let _ = write_line(writer, &serde_json::to_value(Reply::error(exit::USAGE, "too_many_agents", message)).unwrap_or_default()).await;

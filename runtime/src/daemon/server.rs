@@ -142,9 +142,11 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
 /// (a wall clock stepped back between the send and the read let a late request through, one
 /// stepped forward refused one in time); by the wall clock for older clients.
 fn caller_still_waits(request: ClientRequest, give_up: crate::protocol::GiveUp) -> Result<ClientRequest, Reply> {
-    let (now, at) = match give_up {
-        crate::protocol::GiveUp { monotonic_ms: Some(at), .. } => (crate::holder::protocol::monotonic_ms(), Some(at)),
-        crate::protocol::GiveUp { wall_ms, .. } => (crate::driver::now_ms(), wall_ms),
+    // A caller's monotonic time means ours only on the same clock (boot and time namespace:
+    // a socket forwarded from another machine, a client in another namespace); else the wall.
+    let (now, at) = match give_up.monotonic_here() {
+        Some(at) => (crate::holder::protocol::monotonic_ms(), Some(at)),
+        None => (crate::driver::now_ms(), give_up.wall_ms),
     };
     match at {
         Some(at) if now > at => {
