@@ -184,9 +184,10 @@ pub fn parse_request_line(line: &[u8]) -> Result<ClientRequest, Reply> {
     parse_request_envelope(line).map(|(request, _)| request)
 }
 
-/// CLI-4: the fields a client adds to a request it waits for: when its wait ends, on the
-/// machine's monotonic clock ([`GIVE_UP_MONOTONIC_FIELD`], which this daemon judges by) and on
-/// the wall clock ([`GIVE_UP_FIELD`], for daemons older than the monotonic field). A daemon that
+/// CLI-4: the fields a client adds to a request it waits for: when its wait ends, on its own
+/// monotonic clock ([`GIVE_UP_MONOTONIC_FIELD`], named by [`GIVE_UP_CLOCK_FIELD`]; this daemon
+/// judges by it when the clock is its own) and on the wall clock ([`GIVE_UP_FIELD`], for a
+/// caller on another clock and for daemons older than the monotonic field). A daemon that
 /// reads the line later (it was stopped, frozen or swamped) does nothing with it: its caller
 /// has gone, told the outcome is unknown or that nothing answered.
 pub const GIVE_UP_FIELD: &str = "give_up_at_ms";
@@ -211,22 +212,25 @@ impl GiveUp {
     /// The caller's give-up time on this process's monotonic clock, when it sent one on the
     /// same clock (the same boot and time namespace); None otherwise (the wall field decides).
     pub fn monotonic_here(&self) -> Option<u64> {
-        let ours = monotonic_clock_id()?;
-        self.monotonic_ms.filter(|_| self.clock.as_deref() == Some(ours))
+        let (sent, clock) = (self.monotonic_ms?, self.clock.as_deref()?);
+        (monotonic_clock_id()?.as_str() == clock).then_some(sent)
     }
 }
 
 /// CLI-4: this process's monotonic clock, named by the machine's boot and the process's time
 /// namespace (`/proc/self/ns/time`, which can offset the monotonic clock): two processes
 /// compare monotonic times only when both match. None where either cannot be read (a kernel
-/// without time namespaces): then the give-up is judged by the wall clock, as before.
-pub fn monotonic_clock_id() -> Option<&'static str> {
-    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    ID.get_or_init(|| {
-        let namespace = std::fs::read_link("/proc/self/ns/time").ok()?;
-        Some(format!("{} {}", crate::driver::boot_id()?, namespace.to_str()?))
-    })
-    .as_deref()
+/// without time namespaces): then the give-up is judged by the wall clock, as before. The boot
+/// id is read once; the namespace on every call (one readlink), because a long-lived process
+/// (the daemon, `wakterm mcp`) restored by CRIU into a new time namespace keeps its boot.
+/// Clones of one VM snapshot share a boot id and the root namespace's name, so a socket
+/// forwarded between two such clones is not told apart (their wall clocks decide nothing
+/// either: both rules assume one machine).
+pub fn monotonic_clock_id() -> Option<String> {
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let boot = BOOT.get_or_init(crate::driver::boot_id).as_deref()?;
+    let namespace = std::fs::read_link("/proc/self/ns/time").ok()?;
+    Some(format!("{boot} {}", namespace.to_str()?))
 }
 
 /// [`parse_request_line`], with the caller's give-up fields when it sent them.

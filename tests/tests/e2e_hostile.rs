@@ -217,7 +217,7 @@ fn cli_4_a_request_read_after_its_caller_gave_up_is_not_done() {
     // through, and one stepped forward refused a request in time.
     let (wall, monotonic) = (wakterm_runtime::driver::now_ms(), wakterm_runtime::holder::protocol::monotonic_ms());
     let clock = wakterm_runtime::protocol::monotonic_clock_id().expect("this machine names its monotonic clock (boot id, time namespace)");
-    let late = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall + 60_000, "give_up_at_monotonic_ms": monotonic.saturating_sub(1_000), "give_up_clock": clock});
+    let late = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall + 60_000, "give_up_at_monotonic_ms": monotonic.saturating_sub(1_000), "give_up_clock": &clock});
     let answer = ask(late.to_string());
     assert_eq!(answer["body"]["error"], "caller_gone", "{late}: {answer}");
     assert!(w.catalog_entry("zola").is_some(), "the agent was not stopped");
@@ -230,7 +230,7 @@ fn cli_4_a_request_read_after_its_caller_gave_up_is_not_done() {
     let foreign = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000, "give_up_clock": "another-boot time:[1]"});
     let answer = ask(foreign.to_string());
     assert_eq!(answer["body"]["error"], "caller_gone", "{foreign}: {answer}");
-    let in_time = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000, "give_up_clock": clock});
+    let in_time = json!({"op": "agent_stop", "target": "zola", "give_up_at_ms": wall - 1_000, "give_up_at_monotonic_ms": monotonic + 60_000, "give_up_clock": &clock});
     let answer = ask(in_time.to_string());
     assert!(answer["exit_code"] == 0 && answer["body"].get("error").is_none(), "a caller that still waits is served: {answer}");
     assert!(w.catalog_entry("zola").is_none(), "stopped");

@@ -138,9 +138,10 @@ pub async fn handle_connection(stream: UnixStream, context: Arc<Context>) {
 /// CLI-4: a request read after its caller's wait ended is not done: the caller was told the
 /// outcome is unknown (`reply_lost`) or that nothing answered, and may have acted on it. A
 /// daemon frozen for minutes typed a submit and stopped itself on a `mux stop` whose callers
-/// had long gone (a review). Judged on the machine's monotonic clock when the caller sent it
-/// (a wall clock stepped back between the send and the read let a late request through, one
-/// stepped forward refused one in time); by the wall clock for older clients.
+/// had long gone (a review). Judged on the caller's monotonic clock when it sent one that is
+/// ours (the same boot and time namespace; a wall clock stepped back between the send and the
+/// read let a late request through, one stepped forward refused one in time); by the wall
+/// clock otherwise (another clock, an older client).
 fn caller_still_waits(request: ClientRequest, give_up: crate::protocol::GiveUp) -> Result<ClientRequest, Reply> {
     // A caller's monotonic time means ours only on the same clock (boot and time namespace:
     // a socket forwarded from another machine, a client in another namespace); else the wall.
