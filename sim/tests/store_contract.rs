@@ -9,6 +9,8 @@ struct SqliteStore {
     dir: tempfile::TempDir,
     store: Store,
     writer: Option<StoreWriter>,
+    /// Each reopen runs `VACUUM` first, as a user might by hand between two daemons.
+    vacuum_on_reopen: bool,
 }
 
 impl SqliteStore {
@@ -17,7 +19,7 @@ impl SqliteStore {
         let path = dir.path().join("requests.sqlite3");
         let store = Store::open(&path).expect("open");
         let writer = StoreWriter::spawn(&path).expect("writer");
-        SqliteStore { dir, store, writer: Some(writer) }
+        SqliteStore { dir, store, writer: Some(writer), vacuum_on_reopen: false }
     }
 }
 
@@ -64,6 +66,9 @@ impl ContractStore for SqliteStore {
     fn reopen(&mut self) {
         drop(self.writer.take()); // the writer thread stops; what it committed is on disk
         let path = self.dir.path().join("requests.sqlite3");
+        if self.vacuum_on_reopen {
+            rusqlite::Connection::open(&path).and_then(|conn| conn.execute_batch("VACUUM")).expect("vacuum");
+        }
         self.store = Store::open(&path).expect("reopen");
         self.writer = Some(StoreWriter::spawn(&path).expect("writer"));
     }
@@ -80,5 +85,19 @@ fn sqlite_passes_the_store_contract() {
 fn model_matches_sqlite_on_random_batches() {
     for seed in 1..=40u64 {
         run_differential(&mut SqliteStore::new(), &mut ModelStore::default(), seed * 7919, 120);
+    }
+}
+
+/// ADM-5, STORE-1: a `VACUUM` run by hand between two daemons changes no answer of the store.
+/// SQLite may renumber the row ids of a table without an INTEGER PRIMARY KEY (`requests`),
+/// and a restart takes an agent's latest written request by row id (`LATEST_WRITTEN_SQL`); the
+/// bundled SQLite keeps them (the last notes listed this as unchecked). The same differential,
+/// with a `VACUUM` before every reopen.
+#[test]
+fn a_vacuum_between_daemons_changes_no_answer() {
+    for seed in 1..=20u64 {
+        let mut vacuumed = SqliteStore::new();
+        vacuumed.vacuum_on_reopen = true;
+        run_differential(&mut vacuumed, &mut ModelStore::default(), seed * 104_729, 120);
     }
 }
