@@ -445,21 +445,13 @@ impl Engine {
         let agent_id = self.submissions[&id].agent_id.clone();
         self.release_claim(&agent_id, &id);
         match outcome {
-            SplitOutcome::Refused { .. } | SplitOutcome::InputSinceLook { .. } => {
-                if let Some(agent) = self.agents.get_mut(&agent_id) {
-                    agent.awaiting_turn_after = None; // nothing reached the pane
-                    agent.awaiting_past = None;
-                }
-                let ending = match outcome {
-                    // Input came since the check: the composer is no longer known to be empty.
-                    SplitOutcome::InputSinceLook { detail } => Ending::rejected(Classification::Busy, "input_since_look", detail, None),
-                    SplitOutcome::Refused { reason } => {
-                        let checked = self.submissions[&id].composer_checked; // nothing was written: still as checked
-                        Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, checked)
-                    }
-                    _ => unreachable!("matched above"),
-                };
-                self.finish_submission(&id, ending);
+            SplitOutcome::Refused { reason } => {
+                let checked = self.submissions[&id].composer_checked; // nothing was written: still as checked
+                self.submit_wrote_nothing(&agent_id, &id, Ending::rejected(Classification::Unavailable, "pane_refused_write", reason, checked));
+            }
+            SplitOutcome::InputSinceLook { detail } => {
+                // Input came since the check: the composer is no longer known to be empty.
+                self.submit_wrote_nothing(&agent_id, &id, Ending::rejected(Classification::Busy, "input_since_look", detail, None));
             }
             SplitOutcome::Failed { bytes_written, error } => {
                 self.advance_epoch(&id);
@@ -478,6 +470,16 @@ impl Engine {
                 self.push(Output::WatchPane { watch_id, agent_id, boundary, wait_ms });
             }
         }
+    }
+
+    /// SUB-3: a split write refused before its first byte: nothing reached the pane, so no
+    /// turn is awaited; the submission ends with `ending` (a rejection).
+    fn submit_wrote_nothing(&mut self, agent_id: &AgentId, id: &RequestId, ending: Ending) {
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            agent.awaiting_turn_after = None;
+            agent.awaiting_past = None;
+        }
+        self.finish_submission(id, ending);
     }
 
     /// SUB-4: the watch's last sample decides; an error while gathering it is no evidence.
