@@ -344,7 +344,7 @@ impl Effects for SimEffects {
     fn publish_event(&mut self, event: AgentEvent) {
         let mut w = self.world.lock().unwrap();
         w.oracle.on_event_published(event.sequence, event.kind());
-        note_turn_start(&mut w, &event);
+        note_published_turn_start(&mut w, &event);
         if w.mutant == Mutant::SettledOnlyOnPublish {
             w.events_settled_through = event.sequence; // the bug: abandoned numbers never settle
         }
@@ -596,16 +596,23 @@ fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
         .count()
 }
 
-/// EV-3: tells the oracle of a durable `turn.started` (`Oracle::on_turn_start_durable`): one
-/// the store holds at its sequence (a mutant that publishes before its commit must not make
-/// a start the store never kept count as reported).
-fn note_turn_start(w: &mut World, event: &AgentEvent) {
-    let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
+/// EV-3: tells the oracle of a published `turn.started` the store holds at its sequence (a
+/// mutant that publishes before its commit must not make a start the store never kept count
+/// as reported). Only a start's stored row is read.
+fn note_published_turn_start(w: &mut World, event: &AgentEvent) {
+    let EventBody::TurnStarted { provider_turn_id, .. } = &event.body else { return };
     let stored = w.store.agent_event(event.sequence).map(|stored| serde_json::from_str::<AgentEvent>(&stored.event_json).expect("stored events parse"));
-    if let (EventBody::TurnStarted { provider_turn_id, .. }, Some(a), Some(stored)) = (&event.body, agent, stored) {
-        if stored.agent_id == event.agent_id && matches!(&stored.body, EventBody::TurnStarted { provider_turn_id: kept, .. } if kept == provider_turn_id) {
-            w.oracle.on_turn_start_durable(event.sequence, a, &provider_turn_id.0);
-        }
+    let kept = stored.is_some_and(|stored| stored.agent_id == event.agent_id && matches!(&stored.body, EventBody::TurnStarted { provider_turn_id: kept, .. } if kept == provider_turn_id));
+    if kept {
+        note_durable_turn_start(w, event);
+    }
+}
+
+/// EV-3: tells the oracle of a durable `turn.started` (`Oracle::on_turn_start_durable`).
+fn note_durable_turn_start(w: &mut World, event: &AgentEvent) {
+    let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
+    if let (EventBody::TurnStarted { provider_turn_id, .. }, Some(a)) = (&event.body, agent) {
+        w.oracle.on_turn_start_durable(event.sequence, a, &provider_turn_id.0);
     }
 }
 
@@ -1302,10 +1309,10 @@ pub(crate) fn subscriber_catch_up(w: &mut World, published: u64, how: &str) {
         let line = format!("{how}: cursor {} is below the pruned {}: cursor_too_old, rebased after {published}", w.oracle.stream.last_seen, w.store.events_pruned_through());
         w.log(line);
         // What the rebase skips and the store still holds (a crashed daemon's events were
-        // never published live).
+        // never published live): durable, read from the store.
         for stored in w.store.agent_events_after(w.oracle.stream.last_seen).into_iter().take_while(|e| e.sequence <= published) {
             let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
-            note_turn_start(w, &event);
+            note_durable_turn_start(w, &event);
         }
         w.oracle.on_stream_rebased(published);
         w.counters.fault("retention.cursor_too_old");

@@ -331,7 +331,7 @@ pub(crate) fn type_keys(w: &World, world: &Shared, a: usize, (text, enter): (Str
         if in_flight {
             madsim::time::sleep(ms(1, 30)).await;
         }
-        world.lock().unwrap().human_keys_counted(a, &text, enter, in_flight);
+        world.lock().unwrap().human_keys(a, &text, enter, in_flight);
     });
 }
 

@@ -1254,13 +1254,9 @@ impl World {
     }
 
     /// A human's keystrokes (one pane write): text into the composer, then maybe Enter.
-    pub fn human_keys(&mut self, a: usize, text: &str, enter: bool) {
-        self.human_keys_counted(a, text, enter, false);
-    }
-
-    /// [`human_keys`](Self::human_keys); `counted`: the holder counted the write already, as
-    /// it does before a write's first byte (`terminal.keys_in_flight`).
-    pub fn human_keys_counted(&mut self, a: usize, text: &str, enter: bool, counted: bool) {
+    /// `counted`: the holder counted the write already, as it does before a write's first byte
+    /// (`terminal.keys_in_flight`).
+    pub fn human_keys(&mut self, a: usize, text: &str, enter: bool, counted: bool) {
         self.pane_accept(a, "human", text.len() + usize::from(enter), !counted);
         self.agents[a].composer.push_str(text);
         if !enter {
