@@ -818,10 +818,8 @@ fn adm_4_a_draft_typed_after_the_look_refuses_the_admission_busy() {
     let admit = w.cmd(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "must not erase the draft"]).stdout(std::process::Stdio::piped()).spawn().expect("admit");
     w.wait_until("the admission's write pauses", || w.write_pauses() > before);
     wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder").write(b"typed after the look").expect("type a draft");
-    let out = admit.wait_with_output().expect("admit");
-    let json = serde_json::from_slice(&out.stdout).expect("a receipt");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let out = support::Out { code: out.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&out.stderr).to_string() };
+    let out = support::Out::of(admit.wait_with_output().expect("admit"));
+    assert!(out.json.is_object(), "a receipt: {out:?}");
     assert_definitive_rejection(&out, "busy", "input_since_look");
     assert_eq!(out.json["retry_safe"], true, "{out:?}");
     w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] == "composer_not_empty");

@@ -601,10 +601,7 @@ fn run_within(w: &World, args: &[&str], bound: Duration) -> Option<support::Out>
     });
     match answer.recv_timeout(bound) {
         Ok(output) => {
-            let output = output.expect("wait for wakterm");
-            let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-            let json = stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
-            Some(support::Out { code: output.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&output.stderr).to_string() })
+            Some(support::Out::of(output.expect("wait for wakterm")))
         }
         Err(_) => {
             // SAFETY: our own child, still unreaped (its waiting thread holds it).

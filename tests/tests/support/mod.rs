@@ -25,6 +25,16 @@ pub struct Out {
     pub stderr: String,
 }
 
+impl Out {
+    /// A finished `wakterm` process: its exit code, its output, and the last stdout line that
+    /// is JSON (Null when none is).
+    pub fn of(output: std::process::Output) -> Out {
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        let json = stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+        Out { code: output.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&output.stderr).to_string() }
+    }
+}
+
 pub struct World {
     pub exe: PathBuf,
     pub root: PathBuf,
@@ -90,10 +100,7 @@ impl World {
 
     /// Runs `wakterm ARGS` to completion (bounded by the CLI's own timeouts).
     pub fn run(&self, args: &[&str]) -> Out {
-        let output = self.cmd(args).stdin(Stdio::null()).output().expect("run wakterm");
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        let json = stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
-        Out { code: output.status.code().unwrap_or(-1), json, stdout, stderr: String::from_utf8_lossy(&output.stderr).to_string() }
+        Out::of(self.cmd(args).stdin(Stdio::null()).output().expect("run wakterm"))
     }
 
     /// Runs and asserts exit 0.
