@@ -47,7 +47,10 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
     if !std::path::Path::new(&spec.cwd).is_absolute() {
         return Reply::error(exit::USAGE, "invalid_cwd", format!("{} is not an absolute path", spec.cwd));
     }
-    if !std::path::Path::new(&spec.cwd).is_dir() {
+    // Off the reactor (the daemon's only one): a stat of the caller's path may hang on a
+    // network file system.
+    let cwd = spec.cwd.clone();
+    if !tokio::task::spawn_blocking(move || std::path::Path::new(&cwd).is_dir()).await.unwrap_or(false) {
         return Reply::error(exit::USAGE, "invalid_cwd", format!("{} is not a directory", spec.cwd));
     }
     // The vocabulary's harnesses (SPEC): a misspelt one (`Codex`) quietly turned return-final off.
@@ -86,24 +89,25 @@ pub(super) async fn start_agent(context: &Arc<Context>, spec: StartSpec) -> Repl
 }
 
 async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply {
-    let codex_home = super::agents::codex_home_for(&spec.env, std::path::Path::new(&spec.cwd));
-    let record = AgentRecord {
-        agent_id: uuid::Uuid::new_v4().to_string(),
-        name: spec.name,
-        harness: spec.harness,
-        cwd: spec.cwd,
-        env: spec.env,
-        command: spec.command,
-        created_ms: now_ms(),
-        managed: spec.managed,
-        thread: None,
-        codex_home: codex_home.into_os_string().into_string().ok(),
-    };
     let paths = context.paths.clone();
     let writer = context.writer.clone();
     let fault = context.fault;
     let stopping = context.clone();
     let spawned = tokio::task::spawn_blocking(move || {
+        // Here, not on the reactor: it canonicalizes a path and may look the user up.
+        let codex_home = super::agents::codex_home_for(&spec.env, std::path::Path::new(&spec.cwd));
+        let record = AgentRecord {
+            agent_id: uuid::Uuid::new_v4().to_string(),
+            name: spec.name,
+            harness: spec.harness,
+            cwd: spec.cwd,
+            env: spec.env,
+            command: spec.command,
+            created_ms: now_ms(),
+            managed: spec.managed,
+            thread: None,
+            codex_home: codex_home.into_os_string().into_string().ok(),
+        };
         let agent = spawn_agent(&paths, &writer, record, fault).map_err(|message| Reply::error(exit::ERROR, "agent_start_failed", message))?;
         // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its
         // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.

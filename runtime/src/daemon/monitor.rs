@@ -95,6 +95,9 @@ enum Wake {
     /// A sessions directory's watch reported an error (notify could not watch a new
     /// subdirectory: out of inotify watches): it no longer covers it all.
     WatchIncomplete(PathBuf),
+    /// A sessions directory's watch was set (or could not be, `watcher` None; `exists`:
+    /// whether the directory was there), off the reactor (`Dispatcher::watch_sessions`).
+    WatchSet { dir: PathBuf, watcher: Option<notify::RecommendedWatcher>, exists: bool },
     /// A run of the agent finished.
     Done { agent_id: String, ran: RunOutcome },
     /// MON-4: a read outside the monitor (an admission's refresh) stopped at its step: run the
@@ -166,6 +169,8 @@ struct Dispatcher {
     agents: BTreeMap<String, Watched>,
     /// One recursive watch per sessions directory (None: it could not be set yet).
     watches: BTreeMap<PathBuf, Option<notify::RecommendedWatcher>>,
+    /// Sessions directories whose watch is being set off the reactor (one try at a time).
+    setting: std::collections::BTreeSet<PathBuf>,
     /// Watches that reported an error (a subdirectory they could not watch): kept, since they
     /// still cover the rest, but not trusted (`due_on_tick`, the stamp) until set again whole.
     incomplete: std::collections::BTreeSet<PathBuf>,
@@ -204,6 +209,7 @@ impl Dispatcher {
             inbox,
             agents: BTreeMap::new(),
             watches: BTreeMap::new(),
+            setting: Default::default(),
             incomplete: Default::default(),
             retry: BTreeMap::new(),
             stamps: BTreeMap::new(),
@@ -287,6 +293,7 @@ impl Dispatcher {
                     self.look_again_under(&dir);
                 }
             }
+            Wake::WatchSet { dir, watcher, exists } => self.on_watch_set(&dir, watcher, exists),
             Wake::Done { agent_id, ran } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
                 watched.running = false;
@@ -477,29 +484,34 @@ impl Dispatcher {
     /// holds again, and the limit is per user, so with both at once the retry could only fail
     /// (a review found it); its agents are on the 1 s recheck meanwhile anyway.
     fn watch_sessions(&mut self, dir: &Path) {
-        if self.trusted_watch(dir) || self.retry.get(dir).is_some_and(|(at, _)| Instant::now() < *at) {
+        if self.trusted_watch(dir) || self.setting.contains(dir) || self.retry.get(dir).is_some_and(|(at, _)| Instant::now() < *at) {
             return;
         }
         if self.incomplete.remove(dir) {
             self.watches.insert(dir.to_path_buf(), None);
         }
-        let wake = self.wake.clone();
-        let watched_dir = dir.to_path_buf();
-        let handler = move |event: notify::Result<notify::Event>| {
-            for woken in wakes_for(event, &watched_dir) {
-                let _ = wake.send(woken);
-            }
-        };
-        use notify::Watcher;
-        let watcher = match dir.is_dir() {
-            true => notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
-                watcher.watch(dir, notify::RecursiveMode::Recursive).ok()?;
-                Some(watcher)
-            }),
-            false => None,
-        };
+        // Unset until the try below answers: the tick retries it, its agents are rechecked
+        // every second meanwhile (`due_on_tick`).
+        self.watches.entry(dir.to_path_buf()).or_insert(None);
+        self.setting.insert(dir.to_path_buf());
+        // Off the reactor: notify walks the whole directory tree to watch every subdirectory
+        // (seconds on a large history, a cold cache or a network file system), and the reactor
+        // is the daemon's only one.
+        let (wake, dir) = (self.wake.clone(), dir.to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            let (watcher, exists) = set_watch(&dir, wake.clone());
+            let _ = wake.send(Wake::WatchSet { dir, watcher, exists });
+        });
+    }
+
+    /// The answer of a try of [`Self::watch_sessions`].
+    fn on_watch_set(&mut self, dir: &Path, watcher: Option<notify::RecommendedWatcher>, exists: bool) {
+        self.setting.remove(dir);
+        if !self.agents.values().any(|w| w.agent.record.sessions_dir() == dir) {
+            return; // its agents departed meanwhile (`forget_the_departed`): the watch goes
+        }
         let set = watcher.is_some();
-        if !set && dir.is_dir() {
+        if !set && exists {
             let wait = next_watch_retry(self.retry.get(dir).map(|(_, wait)| *wait));
             tracing::debug!(dir = %dir.display(), wait_ms = wait.as_millis() as u64, "sessions directory could not be watched whole: tried again later");
             self.retry.insert(dir.to_path_buf(), (Instant::now() + wait, wait));
@@ -515,6 +527,28 @@ impl Dispatcher {
             stamp.watching.store(true, Ordering::SeqCst);
         }
     }
+}
+
+/// Sets a recursive watch of `dir` whose events wake the dispatcher (blocking: notify walks
+/// the tree). None when the directory is not there (Codex creates it on its first turn) or
+/// cannot be watched whole; also whether it was there.
+fn set_watch(dir: &Path, wake: mpsc::UnboundedSender<Wake>) -> (Option<notify::RecommendedWatcher>, bool) {
+    use notify::Watcher;
+    let watched_dir = dir.to_path_buf();
+    let handler = move |event: notify::Result<notify::Event>| {
+        for woken in wakes_for(event, &watched_dir) {
+            let _ = wake.send(woken);
+        }
+    };
+    if !dir.is_dir() {
+        return (None, false);
+    }
+    let watcher = notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
+        watcher.watch(dir, notify::RecursiveMode::Recursive).ok()?;
+        Some(watcher)
+    });
+    let exists = watcher.is_some() || dir.is_dir();
+    (watcher, exists)
 }
 
 /// What one event of a sessions directory's watch wakes (MON-1, MON-2).
@@ -804,15 +838,38 @@ mod tests {
     /// A dispatcher with one live PTY agent under `dir` (its sessions directory not watched),
     /// attached, nothing due, last looked at over a second ago.
     fn one_attached_agent(dir: &Path, id: &str) -> Dispatcher {
+        one_attached_agent_woken(dir, id).0
+    }
+
+    /// As [`one_attached_agent`], with the dispatcher's wakes for the test to read.
+    fn one_attached_agent_woken(dir: &Path, id: &str) -> (Dispatcher, mpsc::UnboundedReceiver<Wake>) {
         let agent = Arc::new(pty_agent(dir, id).0);
         agent.liveness.lock().unwrap().alive = true;
         seen_attached(&agent);
-        let (wake, _) = mpsc::unbounded_channel();
+        let (wake, wakes) = mpsc::unbounded_channel();
         let (inbox, _) = mpsc::channel(16);
         let mut dispatcher = Dispatcher::new(wake, inbox);
         let last_run = Instant::now() - UNWATCHED_RECHECK - Duration::from_millis(100);
         dispatcher.agents.insert(id.to_string(), Watched { liveness_due: false, screen_due: false, last_run, ..Watched::new(agent) });
-        dispatcher
+        (dispatcher, wakes)
+    }
+
+    /// `watch_sessions` on a reactor, then its answer (`Wake::WatchSet`) handed back, as the
+    /// dispatcher's loop does; other wakes read meanwhile are dropped. False when it tried
+    /// nothing (no answer within a second).
+    fn watch_sessions_now(dispatcher: &mut Dispatcher, wakes: &mut mpsc::UnboundedReceiver<Wake>, dir: &Path) -> bool {
+        let reactor = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        reactor.block_on(async {
+            dispatcher.watch_sessions(dir);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+            while let Ok(Some(wake)) = tokio::time::timeout_at(deadline, wakes.recv()).await {
+                if matches!(wake, Wake::WatchSet { .. }) {
+                    dispatcher.on_wake(wake);
+                    return true;
+                }
+            }
+            false
+        })
     }
 
     /// As if the agent's last run had attached it to a rollout of its sessions directory.
@@ -839,16 +896,17 @@ mod tests {
     fn mon_1_a_directory_without_a_watch_is_rechecked_and_its_watch_wakes_its_agents() {
         let dir = tempfile::tempdir().unwrap();
         let id = "5b7d9f1a-3c5e-4a7b-9d1f-2e4a6c8e0b13";
-        let mut dispatcher = one_attached_agent(dir.path(), id);
+        let (mut dispatcher, mut wakes) = one_attached_agent_woken(dir.path(), id);
         let sessions = dir.path().join("sessions");
-        dispatcher.watch_sessions(&sessions);
+        assert!(watch_sessions_now(&mut dispatcher, &mut wakes, &sessions), "a watch was tried");
         assert!(dispatcher.watches[&sessions].is_none(), "no directory, no watch");
+        assert!(dispatcher.retry.is_empty() && dispatcher.setting.is_empty(), "no wait before the next try: the directory is not there yet");
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "attached, unwatched, looked at over a second ago");
 
         std::fs::create_dir_all(sessions.join("2026/12/02")).unwrap();
         let stamp = dispatcher.stamps[&sessions].clone();
         let before = stamp.current();
-        on_a_reactor(|| dispatcher.watch_sessions(&sessions));
+        assert!(watch_sessions_now(&mut dispatcher, &mut wakes, &sessions), "a watch was tried");
         assert!(dispatcher.watches[&sessions].is_some(), "the directory is watched");
         assert!(dispatcher.agents[id].running, "setting the watch ran the directory's agent");
         assert_ne!(stamp.current(), before, "and moved its stamp (MON-2)");
@@ -871,12 +929,12 @@ mod tests {
         };
         settle(&mut dispatcher);
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "not trusted: the 1 s recheck");
-        dispatcher.watch_sessions(&sessions); // (no reactor: a run scheduled here would panic)
+        assert!(!watch_sessions_now(&mut dispatcher, &mut wakes, &sessions), "no try before its wait");
         assert!(dispatcher.incomplete.contains(&sessions), "not set again before its wait");
         dispatcher.on_wake(Wake::WatchIncomplete(sessions.clone())); // (again: no run, no reactor)
         assert!(!dispatcher.agents[id].running, "a repeated error wakes nothing more");
         dispatcher.retry.get_mut(&sessions).unwrap().0 = Instant::now();
-        on_a_reactor(|| dispatcher.watch_sessions(&sessions));
+        assert!(watch_sessions_now(&mut dispatcher, &mut wakes, &sessions), "tried again after its wait");
         assert!(dispatcher.incomplete.is_empty() && dispatcher.retry.is_empty(), "set whole again after it");
         assert!(stamp.current().is_some(), "trusted again");
         settle(&mut dispatcher);
@@ -889,6 +947,41 @@ mod tests {
         assert!(dispatcher.agents[id].running, "losing the watch ran the directory's agent");
         settle(&mut dispatcher);
         assert!(dispatcher.due_on_tick(&dispatcher.agents[id]), "unwatched again: the 1 s recheck");
+    }
+
+    /// MON-1: a sessions watch is set off the reactor (notify walks the whole tree; on a large
+    /// history or a network file system that took seconds, and the reactor is the daemon's
+    /// only one), one try per directory at a time, and the answer of a try whose agents
+    /// departed meanwhile sets nothing.
+    #[test]
+    fn mon_1_a_watch_is_set_off_the_reactor_one_try_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "8c0e2a4d-6f8b-4d0f-b2d4-f6a8c0e2a457";
+        let (mut dispatcher, mut wakes) = one_attached_agent_woken(dir.path(), id);
+        let sessions = dir.path().join("sessions");
+        std::fs::create_dir_all(sessions.join("2026/12/05")).unwrap();
+        let reactor = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let answers = reactor.block_on(async {
+            dispatcher.watch_sessions(&sessions);
+            assert!(dispatcher.watches[&sessions].is_none(), "not set on the reactor");
+            assert!(dispatcher.setting.contains(&sessions));
+            dispatcher.watch_sessions(&sessions); // a tick while the try is under way
+            let mut answers = Vec::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+            while let Ok(Some(wake)) = tokio::time::timeout_at(deadline, wakes.recv()).await {
+                if let Wake::WatchSet { dir, watcher, exists } = wake {
+                    answers.push((dir, watcher.is_some(), exists));
+                }
+            }
+            answers
+        });
+        assert_eq!(answers, vec![(sessions.clone(), true, true)], "one try, and it set the watch");
+        // Its agents departed before the answer was handled: nothing is kept.
+        dispatcher.agents.clear();
+        let watcher = Some(notify::recommended_watcher(|_: notify::Result<notify::Event>| {}).unwrap());
+        dispatcher.on_wake(Wake::WatchSet { dir: sessions.clone(), watcher, exists: true });
+        assert!(dispatcher.setting.is_empty(), "the try is over");
+        assert!(dispatcher.watches.get(&sessions).is_none_or(Option::is_none), "no watch kept for a departed directory");
     }
 
     /// LIVE-1 / LIVE-2: a run whose liveness probe got no facts (here a garbled answer)
@@ -967,7 +1060,9 @@ mod tests {
             dispatcher.agents.insert(id.to_string(), Watched { liveness_due: false, screen_due: false, ..Watched::new(agent) });
         }
         dispatcher.agents[gone_id].agent.stopping.store(true, Ordering::SeqCst);
-        dispatcher.on_tick(); // (a run is due for neither: nothing is due, no process lives)
+        // (A run is due for neither: nothing is due, no process lives; the kept directory's
+        // watch is tried again off the reactor.)
+        on_a_reactor(|| dispatcher.on_tick());
         assert_eq!(dispatcher.agents.keys().collect::<Vec<_>>(), vec![kept_id]);
         let kept_dir = kept.path().join("sessions");
         assert_eq!(dispatcher.watches.keys().collect::<Vec<_>>(), vec![&kept_dir], "the departed directory's watch is gone");
