@@ -18,7 +18,7 @@ use wakterm_engine::{
 /// commit is still pending).
 #[derive(Clone)]
 pub struct EventFeed {
-    pub live: broadcast::Sender<AgentEvent>,
+    pub live: broadcast::Sender<Arc<super::stream::Live<AgentEvent>>>,
     pub published: tokio::sync::watch::Sender<u64>,
 }
 
@@ -37,7 +37,7 @@ pub struct RealEffects {
     pub inbox: mpsc::Sender<DriverMsg>,
     pub agents: AgentTable,
     pub writer: Arc<StoreWriter>,
-    pub terminal: broadcast::Sender<TerminalEvent>,
+    pub terminal: broadcast::Sender<Arc<super::stream::Live<TerminalEvent>>>,
     pub events: EventFeed,
     /// HIST-2: the read side of the store, for finished requests named again.
     pub store: Arc<crate::store::Store>,
@@ -195,7 +195,7 @@ impl Effects for RealEffects {
     }
 
     fn publish(&mut self, event: TerminalEvent) {
-        let _ = self.terminal.send(event); // no subscriber is fine: the store has it
+        let _ = self.terminal.send(super::stream::Live::shared(event)); // no subscriber is fine: the store has it
     }
 
     fn load_request(&mut self, load_id: u64, request_id: wakterm_engine::RequestId) {
@@ -211,7 +211,7 @@ impl Effects for RealEffects {
         let sequence = event.sequence;
         assert!(sequence > self.events.published_through(), "EV-2: published in sequence order");
         self.events.published.send_replace(sequence);
-        let _ = self.events.live.send(event); // no subscriber is fine: the store has it
+        let _ = self.events.live.send(super::stream::Live::shared(event)); // no subscriber is fine: the store has it
     }
 
     fn events_settled(&mut self, through: u64) {

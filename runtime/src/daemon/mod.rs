@@ -64,7 +64,7 @@ pub struct Context {
     pub store: Arc<Store>,
     pub writer: Arc<StoreWriter>,
     pub monitor: Monitor,
-    pub terminal: broadcast::Sender<TerminalEventAlias>,
+    pub terminal: broadcast::Sender<Arc<stream::Live<TerminalEventAlias>>>,
     /// EV-2: published agent events, and the sequence published through.
     pub events: effects::EventFeed,
     pub shutdown: Arc<Notify>,

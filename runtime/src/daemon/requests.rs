@@ -191,7 +191,7 @@ pub const CANCEL_SCHEMA: &str = "wakterm.agent-request-cancel.v1";
 
 /// What `request watch` reads: every terminal event, stored and live (TERM-3).
 #[derive(Clone)]
-struct TerminalEvents;
+pub(super) struct TerminalEvents;
 
 impl super::stream::Feed for TerminalEvents {
     type Event = wakterm_engine::TerminalEvent;

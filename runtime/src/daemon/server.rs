@@ -179,8 +179,14 @@ pub async fn refuse_over_cap(stream: UnixStream, cap: usize) {
 pub(super) async fn write_line(writer: &mut tokio::net::unix::OwnedWriteHalf, value: &Value) -> std::io::Result<()> {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
     bytes.push(b'\n');
+    write_encoded(writer, &bytes).await
+}
+
+/// [`write_line`] of a line already encoded, its newline included.
+pub(super) async fn write_encoded(writer: &mut tokio::net::unix::OwnedWriteHalf, bytes: &[u8]) -> std::io::Result<()> {
+    debug_assert!(bytes.ends_with(b"\n"), "one whole line");
     let write = async {
-        writer.write_all(&bytes).await?;
+        writer.write_all(bytes).await?;
         writer.flush().await
     };
     match tokio::time::timeout(REPLY_WRITE_TIMEOUT, write).await {

@@ -5,13 +5,13 @@
 //! CONN-3: a subscriber that hangs up is noticed at once (its read half reaches EOF), and a
 //! heartbeat every `WATCH_HEARTBEAT` lets both ends notice a dead peer without an event.
 
-use super::server::write_line;
+use super::server::{write_encoded, write_line};
 use super::Context;
 use crate::protocol::Reply;
 use crate::store::{Store, StoreError};
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::broadcast;
@@ -35,8 +35,9 @@ pub(super) trait Feed: Clone + Send + Sync + 'static {
     fn last_durable(&self, store: &Store) -> Result<u64, StoreError>;
     /// What a reader with a cursor ahead of everything does instead (`cursor_ahead`).
     const REBASE: &'static str;
-    /// EV-14: takes note of an event sent (stored or live, as JSON); true once nothing this
-    /// stream selects can ever come after it (every agent it follows has stopped).
+    /// EV-14: takes note of an event sent (stored or live: its `agent_id` and `kind`, see
+    /// [`Encoded`]); true once nothing this stream selects can ever come after it (every agent
+    /// it follows has stopped).
     fn exhausted_by(&mut self, _event: &Value) -> bool {
         false
     }
@@ -81,7 +82,43 @@ fn store_unreadable(last: u64, detail: &str) -> Value {
     serde_json::to_value(reply).unwrap_or_default()
 }
 
-pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, mut feed: F, mut live: broadcast::Receiver<F::Event>, after: u64, once: bool) {
+/// A live event as every subscriber receives it: one shared copy, encoded once, by the first
+/// subscriber that sends it. The daemon has one reactor thread (issue 10): each subscriber
+/// cloned the event and encoded it again (twice: to a `Value`, then to bytes), so a 2 MiB
+/// final cost every one of 100 subscribers milliseconds of it, half a second in all.
+pub struct Live<E> {
+    pub event: E,
+    encoded: OnceLock<Encoded>,
+}
+
+impl<E: Serialize> Live<E> {
+    pub fn shared(event: E) -> Arc<Live<E>> {
+        Arc::new(Live { event, encoded: OnceLock::new() })
+    }
+
+    fn encoded(&self) -> &Encoded {
+        self.encoded.get_or_init(|| Encoded::of(serde_json::to_value(&self.event).unwrap_or_default()))
+    }
+}
+
+/// An event's line as the stream sends it (`{"event": ...}` and its newline; the same bytes
+/// for a stored and a live event: both go through a `Value`, whose keys are sorted), and what
+/// [`Feed::exhausted_by`] reads of it.
+pub(super) struct Encoded {
+    head: Value,
+    line: Vec<u8>,
+}
+
+impl Encoded {
+    fn of(event: Value) -> Encoded {
+        let head = json!({"agent_id": event["agent_id"], "kind": event["kind"]});
+        let mut line = serde_json::to_vec(&json!({"event": event})).unwrap_or_default();
+        line.push(b'\n');
+        Encoded { head, line }
+    }
+}
+
+pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWriteHalf, context: &Arc<Context>, mut feed: F, mut live: broadcast::Receiver<Arc<Live<F::Event>>>, after: u64, once: bool) {
     // The caller subscribed `live` before this reads anything: nothing published in between is lost.
     // A cursor retention passed, or one past everything stored, is refused by the first
     // history read (`send_history`, `checked_page`).
@@ -105,15 +142,15 @@ pub(super) async fn serve<F: Feed>(mut peer: OwnedReadHalf, writer: &mut OwnedWr
             // mean the subscription is over.
             _ = peer.read(&mut scratch) => return,
             received = live.recv() => match received {
-                Ok(event) if F::sequence(&event) > last => {
-                    let sequence = F::sequence(&event);
-                    if !feed.wanted(&event) {
+                Ok(live) if F::sequence(&live.event) > last => {
+                    let sequence = F::sequence(&live.event);
+                    if !feed.wanted(&live.event) {
                         last = sequence;
                         continue;
                     }
-                    let event = serde_json::to_value(&event).unwrap_or_default();
-                    let exhausted = feed.exhausted_by(&event);
-                    if let Err(error) = write_line(writer, &json!({"event": event})).await {
+                    let encoded = live.encoded();
+                    let exhausted = feed.exhausted_by(&encoded.head);
+                    if let Err(error) = write_encoded(writer, &encoded.line).await {
                         return log_dropped(&error, last);
                     }
                     last = sequence;
@@ -175,7 +212,8 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
     let through = feed.through();
     loop {
         let (store, reader, from) = (context.store.clone(), (*feed).clone(), *last);
-        let read = tokio::task::spawn_blocking(move || checked_page(&reader, &store, from, through)).await;
+        // Encoded there too, not on the reactor: a page holds up to 8 MiB of events.
+        let read = tokio::task::spawn_blocking(move || checked_page(&reader, &store, from, through).map(|page| page.map(encode_page::<F>))).await;
         let page = match read.map_err(|e| e.to_string()).and_then(|read| read.map_err(|e| e.to_string())) {
             Ok(Ok(page)) => page,
             // The cursor is too old (retention) or ahead of everything stored.
@@ -188,17 +226,16 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
                 return History::Failed;
             }
         };
-        // CONN-3: a page the store cut by size is full too: more may follow it.
-        let full = page.len() == F::PAGE || page.iter().map(|(_, json)| json.len()).sum::<usize>() >= crate::store::PAGE_MAX_BYTES;
-        for (sequence, event_json) in page {
+        let EncodedPage { rows, full } = page;
+        for (sequence, encoded) in rows {
             // A stored row that does not parse is an error, never skipped: the reader's cursor
             // stays before it (it used to be sent as `{"event": null}` and passed).
-            let Ok(event) = serde_json::from_str::<Value>(&event_json) else {
+            let Some(encoded) = encoded else {
                 let _ = write_line(writer, &store_unreadable(*last, &format!("stored event {sequence} is not JSON"))).await;
                 return History::Failed;
             };
-            let exhausted = feed.exhausted_by(&event);
-            if let Err(error) = write_line(writer, &json!({"event": event})).await {
+            let exhausted = feed.exhausted_by(&encoded.head);
+            if let Err(error) = write_encoded(writer, &encoded.line).await {
                 log_dropped(&error, *last);
                 return History::Failed;
             }
@@ -219,6 +256,19 @@ async fn send_history<F: Feed>(writer: &mut OwnedWriteHalf, context: &Arc<Contex
     }
 }
 
+/// A page of stored events, encoded (None: a row that is not JSON).
+struct EncodedPage {
+    rows: Vec<(u64, Option<Encoded>)>,
+    /// CONN-3: a page the store cut by size is full too: more may follow it.
+    full: bool,
+}
+
+fn encode_page<F: Feed>(page: Vec<(u64, String)>) -> EncodedPage {
+    let full = page.len() == F::PAGE || page.iter().map(|(_, json)| json.len()).sum::<usize>() >= crate::store::PAGE_MAX_BYTES;
+    let rows = page.into_iter().map(|(sequence, json)| (sequence, serde_json::from_str::<Value>(&json).ok().map(Encoded::of))).collect();
+    EncodedPage { rows, full }
+}
+
 /// One page after `from`, or the refusal of `from`: `cursor_ahead` when it lies past every
 /// stored sequence, `cursor_too_old` when retention had passed it by the time the page was read
 /// (checked after the read: see `send_history`).
@@ -231,4 +281,38 @@ pub(super) fn checked_page<F: Feed>(feed: &F, store: &Store, from: u64, through:
         Some(too_old) => Err(too_old),
         None => Ok(page),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields out of key order, as a stored event's JSON has them (a struct's own order).
+    #[derive(Serialize)]
+    struct Sample {
+        sequence: u64,
+        kind: &'static str,
+        agent_id: &'static str,
+        text: String,
+    }
+
+    /// EV-2's one stream: a stored event and the same event live are sent as the same bytes
+    /// (each is encoded once, where it is read: a history page on the blocking pool, a live
+    /// event by its first subscriber), and a follower's EV-14 check reads the same head.
+    #[test]
+    fn ev_2_a_stored_and_a_live_event_are_sent_as_the_same_line() {
+        let event = Sample { sequence: 7, kind: "agent.stopped", agent_id: "a1", text: "é\n\"".repeat(3) };
+        let stored = serde_json::to_string(&event).unwrap();
+        let page = encode_page::<super::super::requests::TerminalEvents>(vec![(7, stored), (8, "{not json".to_string())]);
+        assert!(!page.full);
+        let [(7, Some(from_store)), (8, None)] = page.rows.as_slice() else { panic!("a row that is not JSON is None, the other encoded") };
+        let live = Live::shared(event);
+        let from_live = live.encoded();
+        assert_eq!(String::from_utf8_lossy(&from_store.line), String::from_utf8_lossy(&from_live.line));
+        assert!(from_live.line.starts_with(b"{\"event\":{\"agent_id\":\"a1\",\"kind\":\"agent.stopped\",\"sequence\":7,"), "keys sorted");
+        assert!(from_live.line.ends_with(b"}}\n") && from_live.line.iter().filter(|b| **b == b'\n').count() == 1, "one line");
+        assert_eq!(from_store.head, json!({"agent_id": "a1", "kind": "agent.stopped"}));
+        assert_eq!(from_live.head, from_store.head);
+        assert!(std::ptr::eq(live.encoded(), from_live), "encoded once");
+    }
 }
