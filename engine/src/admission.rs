@@ -14,7 +14,7 @@ use crate::request::{EvidenceStep, Phase, RequestRecord};
 use crate::terminal::TerminalState;
 
 /// A reason an admission cannot go on: always a definitive rejection.
-pub(crate) struct Blocker {
+pub struct Blocker {
     pub classification: Classification,
     pub reason: &'static str,
     pub detail: String,
@@ -83,29 +83,23 @@ impl Engine {
     /// An admission whose id is in memory, known absent, or invalid.
     pub(crate) fn admit_known(&mut self, command: AdmitCommand) {
         let op = command.op;
+        if let Some(mut receipt) = stateless_refusal(&command) {
+            // IDEM-7: this input was not written, but a known id's own prompt may have been: a
+            // caller told "retry-safe" would resend it under a new id (a review saw an empty or
+            // ESC-bearing replay of a written id answered retry-safe).
+            if receipt.request_id.as_ref().is_some_and(|id| self.admissions.contains_key(id) || self.requests.contains_key(id)) {
+                receipt.retry_safe = false;
+            }
+            return self.reply(op, receipt);
+        }
+        let request_id = RequestId::parse(&command.request_id).expect("stateless_refusal parsed it");
         let mut context = ReceiptContext {
-            request_id: None,
+            request_id: Some(request_id.clone()),
             agent_id: None,
             incarnation: None,
             operation: command.operation,
             return_mode: command.return_mode,
         };
-        // INP-2: an id we cannot parse cannot be looked up, so nothing else is checked.
-        let Ok(request_id) = RequestId::parse(&command.request_id) else {
-            let detail = format!("request id {} is not a UUID", echoed(&command.request_id));
-            return self.reply(op, Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context));
-        };
-        context.request_id = Some(request_id.clone());
-        if let Some(problem) = validate_command(&command) {
-            let mut receipt = Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context);
-            // IDEM-7: this input was not written, but a known id's own prompt may have been: a
-            // caller told "retry-safe" would resend it under a new id (a review saw an empty or
-            // ESC-bearing replay of a written id answered retry-safe).
-            if self.admissions.contains_key(&request_id) || self.requests.contains_key(&request_id) {
-                receipt.retry_safe = false;
-            }
-            return self.reply(op, receipt);
-        }
         if self.answer_known_request(&request_id, &command, op, &context) {
             return;
         }
@@ -1031,6 +1025,23 @@ impl Engine {
         }
         self.release_claim(&landing.agent_id, &landing.request_id);
     }
+}
+
+/// INP-2, then INP-1, INP-3, INP-4, INP-5: the refusal an admission gets before any state is
+/// read (its id is no UUID, or a check that needs no state fails), as the engine answers it.
+/// The CLI asks it too before it connects, so a bad request gets this answer with no daemon
+/// running (it said `daemon_not_running`); each caller adds IDEM-7's rule for a known id.
+pub fn stateless_refusal(command: &AdmitCommand) -> Option<Receipt> {
+    let mut context =
+        ReceiptContext { request_id: None, agent_id: None, incarnation: None, operation: command.operation, return_mode: command.return_mode };
+    // INP-2: an id we cannot parse cannot be looked up, so nothing else is checked.
+    let Ok(request_id) = RequestId::parse(&command.request_id) else {
+        let detail = format!("request id {} is not a UUID", echoed(&command.request_id));
+        return Some(Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context));
+    };
+    context.request_id = Some(request_id);
+    let problem = validate_command(command)?;
+    Some(Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context))
 }
 
 /// INP-1, INP-3, INP-4, INP-5: checks that need no state.

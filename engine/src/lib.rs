@@ -33,7 +33,7 @@ pub mod submit;
 pub mod terminal;
 
 pub use agent::{AgentEntry, AgentFacts, Harness, ManagedIds, ObserverView, Transport};
-pub use admission::{target_malformed, AgentState, CatalogBlocker, CatalogView};
+pub use admission::{stateless_refusal, target_malformed, AgentState, Blocker, CatalogBlocker, CatalogView};
 pub use engine::Engine;
 pub use history::is_finished;
 pub use event_replay::{record_fingerprint, REWRITTEN_WHILE_DOWN};
@@ -48,5 +48,5 @@ pub use recovery::RESTART_REASON;
 pub use request::{Evidence, EvidenceStep, Phase, RequestRecord};
 pub use run_clock::{KeptRunClocks, RunClock, RunClocksSeen, RunWindow};
 pub use stored_ids::StoredIds;
-pub use submit::{judge, AckEvidence, EnterBoundary, Judgement, PaneSample, SplitOutcome, SplitWrite, SubmitCommand, SubmitReceipt, SubmitStatus};
+pub use submit::{judge, submit_input_problem, AckEvidence, EnterBoundary, Judgement, PaneSample, SplitOutcome, SplitWrite, SubmitCommand, SubmitReceipt, SubmitStatus};
 pub use terminal::{TerminalEvent, TerminalState};

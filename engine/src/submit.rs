@@ -321,6 +321,16 @@ impl Ending {
     }
 }
 
+/// INP-1, then INP-4, for a submit: what refuses it before any state is read, as the engine
+/// answers it. The CLI asks it too before it connects (with no daemon running it said
+/// `daemon_not_running`).
+pub fn submit_input_problem(text: &str, target: &str) -> Option<crate::admission::Blocker> {
+    if let Err(problem) = validate_prompt(text) {
+        return Some(crate::admission::blocker(Classification::Invalid, problem.reason(), problem.detail()));
+    }
+    crate::admission::target_problem(target)
+}
+
 impl Engine {
     /// SUB-1, SUB-3: validate, resolve, claim (the admission claim, ADM-12), refresh.
     pub(crate) fn on_submit(&mut self, command: SubmitCommand) {
@@ -330,11 +340,7 @@ impl Engine {
             let ending = Ending::rejected(Classification::InternalFailure, "submission_id_malformed", detail, None);
             return self.reply_submit(command.op, None, None, None, timeout_ms, ending);
         };
-        if let Err(problem) = validate_prompt(&command.text) {
-            let ending = Ending::rejected(Classification::Invalid, problem.reason(), problem.detail(), None);
-            return self.reply_submit(command.op, Some(id), None, None, timeout_ms, ending);
-        }
-        if let Some(problem) = crate::admission::target_problem(&command.target) {
+        if let Some(problem) = submit_input_problem(&command.text, &command.target) {
             let ending = Ending::rejected(problem.classification, problem.reason, problem.detail, None);
             return self.reply_submit(command.op, Some(id), None, None, timeout_ms, ending);
         }

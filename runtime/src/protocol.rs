@@ -112,6 +112,29 @@ pub struct AdmitRequest {
     pub no_steer: bool,
 }
 
+impl AdmitRequest {
+    /// The engine's command for this request, under `request_id` (the caller's, or one the
+    /// client or daemon made: `generated_id`); `write_nonce` is MGD-7's, drawn by the daemon.
+    pub fn into_command(self, request_id: String, generated_id: bool, write_nonce: u64) -> wakterm_engine::AdmitCommand {
+        wakterm_engine::AdmitCommand {
+            op: wakterm_engine::OpId(0),
+            operation: self.operation,
+            target: self.target,
+            exact_agent_id: self.exact_agent_id,
+            incarnation: self.incarnation,
+            request_id,
+            prompt: self.prompt,
+            paste_mode: self.paste_mode,
+            return_mode: self.return_mode,
+            final_timeout_ms: self.final_timeout_ms,
+            generated_id,
+            share_prompt: self.share_prompt,
+            write_nonce,
+            no_steer: self.no_steer,
+        }
+    }
+}
+
 impl ClientRequest {
     /// INP-4: a target that cannot name an agent is a usage error (exit 2, nothing done) for
     /// the requests that name one outside an admission (stop, restart, output, events'

@@ -433,6 +433,53 @@ fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
     assert_eq!(w.catalog_entry("zola").expect("zola still runs")["state"], "idle");
 }
 
+/// INP-1..5: `agent send`, `admit` and `submit` refuse what needs no state (a malformed
+/// target, an id that is no UUID, an empty prompt) before they connect, with the receipt the
+/// daemon gives the same request: with no daemon running they said `daemon_not_running`. The
+/// engine's own check answers both (`stateless_refusal`, `submit_input_problem`), in its order
+/// (the prompt before the target). IDEM-7: a caller's own id is never retry-safe there.
+#[test]
+fn inp_4_send_admit_and_submit_refuse_a_bad_request_before_connecting() {
+    let w = World::new(EXE);
+    let id = "5d3b1f6e-8a2c-4e7d-9b1f-3c5e7a9d1b2f";
+    type Case<'a> = (&'a [&'a str], &'a str, bool);
+    let cases: [Case; 6] = [
+        (&["agent", "send", " ", "hi"], "target_malformed", true),
+        (&["agent", "send", "--request-id", id, "", "hi"], "target_malformed", false),
+        (&["agent", "admit", "zola", "--incarnation", "x", "--request-id", "not-a-uuid", "hi"], "request_id_malformed", false),
+        (&["agent", "admit", "zo la", "--incarnation", "x", "--request-id", id, " "], "prompt_empty", false),
+        (&["agent", "submit", "\tzola", "hi"], "target_malformed", true),
+        (&["agent", "submit", "zo la", " "], "prompt_empty", true),
+    ];
+    let refused = |w: &World| {
+        for (args, reason, retry_safe) in cases {
+            let out = w.run(args);
+            assert_eq!((out.code, out.json["classification"].as_str(), out.json["reason"].as_str()), (4, Some("invalid"), Some(reason)), "{args:?}: {out:?}");
+            assert_eq!(out.json["retry_safe"], retry_safe, "{args:?}: {out:?}");
+        }
+    };
+    refused(&w);
+    w.mux_start();
+    w.ready_agent("zola", "ok", &[]);
+    refused(&w);
+    // The daemon's own answers to the same requests (the CLI no longer sends them).
+    let admit = |target: &str, request_id: &str, prompt: &str| {
+        json!({"op": "admit", "operation": "admit", "target": target, "exact_agent_id": false, "incarnation": "x", "request_id": request_id,
+               "prompt": prompt, "paste_mode": "bracketed", "return_mode": "one_way", "final_timeout_ms": 0})
+    };
+    let daemon: [(serde_json::Value, &str); 4] = [
+        (admit(" ", id, "hi"), "target_malformed"),
+        (admit("zola", "not-a-uuid", "hi"), "request_id_malformed"),
+        (admit("zo la", id, " "), "prompt_empty"),
+        (json!({"op": "submit", "target": "zo la", "text": " "}), "prompt_empty"),
+    ];
+    for (request, reason) in daemon {
+        let reply = w.raw_call(&request);
+        assert_eq!((reply["exit_code"].as_i64(), reply["body"]["reason"].as_str()), (Some(4), Some(reason)), "{request}: {reply}");
+    }
+    assert_eq!(w.catalog_entry("zola").expect("zola still runs")["state"], "idle", "nothing was written");
+}
+
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.
 #[test]
 fn usage_errors_are_json() {

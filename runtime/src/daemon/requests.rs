@@ -10,7 +10,7 @@ use std::sync::Arc;
 use wakterm_engine::limits::echoed;
 use crate::store::{Store, StoreError};
 use tokio::sync::oneshot;
-use wakterm_engine::{AdmitCommand, Classification, Engine, OpId, RequestId};
+use wakterm_engine::{Classification, Engine, OpId, RequestId};
 
 /// Terminal events read from the store per page while a watcher catches up.
 pub const WATCH_PAGE: usize = 512;
@@ -18,28 +18,14 @@ pub const WATCH_PAGE: usize = 512;
 pub(super) async fn admit_prompt(context: &Arc<Context>, admit: AdmitRequest) -> Reply {
     let generated_id = admit.request_id.is_none() || admit.generated_id;
     let request_id = admit.request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let command = AdmitCommand {
-        op: OpId(0),
-        operation: admit.operation,
-        target: admit.target,
-        exact_agent_id: admit.exact_agent_id,
-        incarnation: admit.incarnation,
-        request_id: request_id.clone(),
-        prompt: admit.prompt,
-        paste_mode: admit.paste_mode,
-        return_mode: admit.return_mode,
-        final_timeout_ms: admit.final_timeout_ms,
-        generated_id,
-        share_prompt: admit.share_prompt,
-        // MGD-7: drawn here, never taken from the caller (who could then forge a refusal). The
-        // halves of a random UUID XORed: its fixed version and variant bits meet random ones,
-        // so all 64 bits are random.
-        write_nonce: {
-            let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
-            high ^ low
-        },
-        no_steer: admit.no_steer,
+    // MGD-7: the write nonce is drawn here, never taken from the caller (who could then forge
+    // a refusal). The halves of a random UUID XORed: its fixed version and variant bits meet
+    // random ones, so all 64 bits are random.
+    let write_nonce = {
+        let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
+        high ^ low
     };
+    let command = admit.into_command(request_id.clone(), generated_id, write_nonce);
     let (reply, answer) = oneshot::channel();
     if context.inbox.send(DriverMsg::Admit { command, reply }).await.is_err() {
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
