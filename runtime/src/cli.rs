@@ -497,15 +497,7 @@ fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Opti
         generated_id,
         no_steer,
     };
-    // INP-1..5: the engine's own refusal of what needs no state (a malformed target, an id
-    // that is no UUID, a missing incarnation...), before connecting: with no daemon running
-    // it said `daemon_not_running`, and a daemon gives this same receipt. IDEM-7: a known id
-    // may have been written before, and only the daemon knows: a caller's own id is never
-    // called retry-safe here.
-    if let Some(mut receipt) = wakterm_engine::stateless_refusal(&admit.clone().into_command(request_id, generated_id, 0)) {
-        receipt.retry_safe &= generated_id;
-        return Err(Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") });
-    }
+    // (`client::call_admission` refuses what needs no state before it connects: INP-1..5.)
     Ok(ClientRequest::Admit(admit))
 }
 
@@ -536,12 +528,8 @@ fn submit_request(target: std::ffi::OsString, exact_agent_id: bool, timeout_ms: 
     } else {
         text.to_string()
     };
-    // (`client::call_submit` checks the size of what it sends: INP-1.)
-    // INP-1, INP-4: the engine's own refusal of what needs no state, before connecting (as
-    // for admissions, `admission`).
-    if let Some(problem) = wakterm_engine::submit_input_problem(&text, &target) {
-        return Err(client::submit_refused(problem.reason, problem.detail, Some(timeout_ms)));
-    }
+    // (`client::call_submit` refuses what needs no state, and checks the size of what it
+    // sends, before it connects: INP-1, INP-4.)
     Ok(ClientRequest::Submit(crate::protocol::SubmitRequest { target, exact_agent_id, text, timeout_ms: Some(timeout_ms) }))
 }
 

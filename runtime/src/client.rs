@@ -178,6 +178,9 @@ pub fn lost_after_sending(reply: &Reply) -> Option<&str> {
 /// `retry_safe: false` (a seed audit found them missing).
 pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) -> Reply {
     let request_id = admit.request_id.clone().expect("callers name the request before sending it");
+    if let Some(refused) = stateless_refusal(admit, &request_id) {
+        return refused;
+    }
     if let Err(refused) = check_prompt_size(admit) {
         return refused;
     }
@@ -191,6 +194,17 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
         );
         serde_json::json!({"schema": "wakterm.error.v1", "error": "reply_lost", "classification": "indeterminate", "write_state": "unknown", "retry_safe": false, "request_id": request_id, "message": message})
     })
+}
+
+/// INP-1..5: the engine's own refusal of what needs no state (an id that is no UUID, a bad
+/// prompt, a malformed target, a missing incarnation...), before connecting, for the CLI and
+/// the MCP server: with no daemon running they said `daemon_not_running`, and a daemon gives
+/// this same receipt. IDEM-7: a known id may have been written before, and only the daemon
+/// knows, so a caller's own id is never called retry-safe here.
+fn stateless_refusal(admit: &crate::protocol::AdmitRequest, request_id: &str) -> Option<Reply> {
+    let mut receipt = wakterm_engine::stateless_refusal(&admit.clone().into_command(request_id.to_string(), admit.generated_id, 0))?;
+    receipt.retry_safe &= admit.generated_id;
+    Some(Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") })
 }
 
 /// Once the request may have reached the daemon, a missing or late reply is not a rejection:
@@ -284,6 +298,11 @@ pub fn submit_refused(reason: &'static str, detail: String, timeout_ms: Option<u
 /// a stop, a wedge) may have written the command: exit 5, `retry_safe: false`, never a plain
 /// error a caller might retry. A daemon that was never reached stays `daemon_not_running`.
 pub fn call_submit(paths: &DataPaths, submit: &crate::protocol::SubmitRequest) -> Reply {
+    // INP-1, INP-4: the engine's own refusal of what needs no state, before connecting (as
+    // for admissions, `stateless_refusal`).
+    if let Some(problem) = wakterm_engine::submit_input_problem(&submit.text, &submit.target) {
+        return submit_refused(problem.reason, problem.detail, submit.timeout_ms);
+    }
     if let Err(refused) = check_submit_size(&submit.text, submit.timeout_ms) {
         return refused;
     }
