@@ -171,6 +171,9 @@ struct Dispatcher {
     watches: BTreeMap<PathBuf, Option<notify::RecommendedWatcher>>,
     /// Sessions directories whose watch is being set off the reactor (one try at a time).
     setting: std::collections::BTreeSet<PathBuf>,
+    /// What a try's own watch reported before the try answered (a review found both taken
+    /// for a whole watch: a directory removed meanwhile watched as if it were there).
+    spoiled: BTreeMap<PathBuf, Spoiled>,
     /// Watches that reported an error (a subdirectory they could not watch): kept, since they
     /// still cover the rest, but not trusted (`due_on_tick`, the stamp) until set again whole.
     incomplete: std::collections::BTreeSet<PathBuf>,
@@ -210,6 +213,7 @@ impl Dispatcher {
             agents: BTreeMap::new(),
             watches: BTreeMap::new(),
             setting: Default::default(),
+            spoiled: BTreeMap::new(),
             incomplete: Default::default(),
             retry: BTreeMap::new(),
             stamps: BTreeMap::new(),
@@ -275,6 +279,10 @@ impl Dispatcher {
             Wake::Opened(path) => self.on_opened(&path),
             Wake::Overflow(dir) => self.look_again_under(&dir),
             Wake::WatchLost(dir) => {
+                if self.setting.contains(&dir) {
+                    // The try's walk met it: its answer, still to come, watches nothing.
+                    self.spoiled.insert(dir.clone(), Spoiled::Lost);
+                }
                 tracing::warn!(dir = %dir.display(), "sessions directory removed or renamed: watched again once it is back; its agents are looked at every second meanwhile");
                 self.distrust_watch(&dir);
                 self.watches.insert(dir.clone(), None);
@@ -283,16 +291,12 @@ impl Dispatcher {
                 self.retry.remove(&dir);
                 self.look_again_under(&dir);
             }
-            Wake::WatchIncomplete(dir) => {
-                // Only a set watch's first error acts: notify may repeat one (a read error).
-                if self.watches.get(&dir).is_some_and(Option::is_some) && self.incomplete.insert(dir.clone()) {
-                    tracing::warn!(dir = %dir.display(), "sessions watch incomplete (out of inotify watches?): set again later; its agents are looked at every second meanwhile");
-                    let first = next_watch_retry(None);
-                    self.retry.entry(dir.clone()).or_insert((Instant::now() + first, first));
-                    self.distrust_watch(&dir);
-                    self.look_again_under(&dir);
-                }
-            }
+            Wake::WatchIncomplete(dir) => match self.setting.contains(&dir) {
+                // The try's walk met it (notify reports what it met before it answers): its
+                // watch, still to come, is incomplete.
+                true => drop(self.spoiled.entry(dir).or_insert(Spoiled::Incomplete)),
+                false => self.mark_incomplete(&dir),
+            },
             Wake::WatchSet { dir, watcher, exists } => self.on_watch_set(&dir, watcher, exists),
             Wake::Done { agent_id, ran } => {
                 let Some(watched) = self.agents.get_mut(&agent_id) else { return };
@@ -504,12 +508,31 @@ impl Dispatcher {
         });
     }
 
+    /// A set watch's first error (notify may repeat one, a read error): it no longer covers
+    /// the directory whole.
+    fn mark_incomplete(&mut self, dir: &Path) {
+        if self.watches.get(dir).is_some_and(Option::is_some) && self.incomplete.insert(dir.to_path_buf()) {
+            tracing::warn!(dir = %dir.display(), "sessions watch incomplete (out of inotify watches?): set again later; its agents are looked at every second meanwhile");
+            let first = next_watch_retry(None);
+            self.retry.entry(dir.to_path_buf()).or_insert((Instant::now() + first, first));
+            self.distrust_watch(dir);
+            self.look_again_under(dir);
+        }
+    }
+
     /// The answer of a try of [`Self::watch_sessions`].
     fn on_watch_set(&mut self, dir: &Path, watcher: Option<notify::RecommendedWatcher>, exists: bool) {
         self.setting.remove(dir);
+        let spoiled = self.spoiled.remove(dir);
         if !self.agents.values().any(|w| w.agent.record.sessions_dir() == dir) {
             return; // its agents departed meanwhile (`forget_the_departed`): the watch goes
         }
+        // A directory removed or renamed during the try: its watch watches nothing; the tick
+        // tries again (no wait: `WatchLost` started it over).
+        let (watcher, exists) = match spoiled {
+            Some(Spoiled::Lost) => (None, false),
+            _ => (watcher, exists),
+        };
         let set = watcher.is_some();
         if !set && exists {
             let wait = next_watch_retry(self.retry.get(dir).map(|(_, wait)| *wait));
@@ -525,8 +548,20 @@ impl Dispatcher {
             // moves there, before it counts as watched, so no refresh trusts it unmoved.
             self.look_again_under(dir);
             stamp.watching.store(true, Ordering::SeqCst);
+            if spoiled == Some(Spoiled::Incomplete) {
+                self.mark_incomplete(dir);
+            }
         }
     }
+}
+
+/// What a try's own watch reported before the try answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spoiled {
+    /// The directory was removed or renamed.
+    Lost,
+    /// A subdirectory could not be watched.
+    Incomplete,
 }
 
 /// Sets a recursive watch of `dir` whose events wake the dispatcher (blocking: notify walks
@@ -858,9 +893,18 @@ mod tests {
     /// dispatcher's loop does; other wakes read meanwhile are dropped. False when it tried
     /// nothing (no answer within a second).
     fn watch_sessions_now(dispatcher: &mut Dispatcher, wakes: &mut mpsc::UnboundedReceiver<Wake>, dir: &Path) -> bool {
+        watch_sessions_met(dispatcher, wakes, dir, None)
+    }
+
+    /// [`watch_sessions_now`], with `met` handled before the answer: what the try's own walk
+    /// reported first.
+    fn watch_sessions_met(dispatcher: &mut Dispatcher, wakes: &mut mpsc::UnboundedReceiver<Wake>, dir: &Path, met: Option<Wake>) -> bool {
         let reactor = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         reactor.block_on(async {
             dispatcher.watch_sessions(dir);
+            if let Some(met) = met {
+                dispatcher.on_wake(met);
+            }
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
             while let Ok(Some(wake)) = tokio::time::timeout_at(deadline, wakes.recv()).await {
                 if matches!(wake, Wake::WatchSet { .. }) {
@@ -982,6 +1026,36 @@ mod tests {
         dispatcher.on_wake(Wake::WatchSet { dir: sessions.clone(), watcher, exists: true });
         assert!(dispatcher.setting.is_empty(), "the try is over");
         assert!(dispatcher.watches.get(&sessions).is_none_or(Option::is_none), "no watch kept for a departed directory");
+    }
+
+    /// MON-1: what a try's own watch reports before the try answers (notify hands on what its
+    /// walk met before it answers) decides the answer: a directory removed or renamed meanwhile
+    /// is not watched (its watcher was kept as whole and trusted: nothing watched the directory
+    /// Codex made again, and refreshes trusted its stamp), and an error makes the watch
+    /// incomplete (it was dropped: the watch counted as whole). A review found both.
+    #[test]
+    fn mon_1_what_a_watch_met_before_its_try_answered_is_not_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "9d1f3b5e-7a9c-4e1a-83e5-a7b9d1f3b568";
+        let (mut dispatcher, mut wakes) = one_attached_agent_woken(dir.path(), id);
+        let sessions = dir.path().join("sessions");
+        std::fs::create_dir_all(sessions.join("2026/12/05")).unwrap();
+        let stamp = dispatcher.stamps.entry(sessions.clone()).or_default().clone();
+        assert!(watch_sessions_met(&mut dispatcher, &mut wakes, &sessions, Some(Wake::WatchLost(sessions.clone()))));
+        assert!(dispatcher.watches[&sessions].is_none(), "a lost directory is not watched");
+        assert!(dispatcher.retry.is_empty() && dispatcher.setting.is_empty() && dispatcher.spoiled.is_empty(), "the tick tries again at once");
+        assert_eq!(stamp.current(), None, "refreshes do not trust it");
+        assert!(dispatcher.due_on_tick(&dispatcher.agents[id]) || dispatcher.agents[id].running, "its agents are looked at every second");
+
+        assert!(watch_sessions_met(&mut dispatcher, &mut wakes, &sessions, Some(Wake::WatchIncomplete(sessions.clone()))));
+        assert!(dispatcher.watches[&sessions].is_some(), "an incomplete watch is kept: it covers the rest");
+        assert!(dispatcher.incomplete.contains(&sessions) && dispatcher.retry.contains_key(&sessions), "and set whole again after a wait");
+        assert_eq!(stamp.current(), None, "refreshes do not trust it");
+
+        dispatcher.retry.get_mut(&sessions).unwrap().0 = Instant::now();
+        assert!(watch_sessions_now(&mut dispatcher, &mut wakes, &sessions));
+        assert!(dispatcher.incomplete.is_empty() && dispatcher.spoiled.is_empty(), "a try that met nothing sets it whole");
+        assert!(stamp.current().is_some(), "trusted again");
     }
 
     /// LIVE-1 / LIVE-2: a run whose liveness probe got no facts (here a garbled answer)
