@@ -471,6 +471,7 @@ impl Engine {
         if expired {
             agent.awaiting_turn_after = None;
             agent.awaiting_past = None;
+            agent.awaiting_unplaced = None;
             agent.probe_at_ms = None;
         }
         agent.view = Some(view);

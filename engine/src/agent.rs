@@ -75,6 +75,16 @@ pub struct AgentEntry {
     /// with a turn started past this cursor (the request's armed one): a resume replays the
     /// turns before it, which are not the prompt's. None for a wait this engine opened.
     pub awaiting_past: Option<crate::observer::Cursor>,
+    /// ADM-5 across a restart: the request whose write the reopened wait is for has no floor
+    /// at its write (a registration the restart found unfinished: its floor is the cursor it
+    /// was armed at), so a turn past that floor says nothing of its line: a turn between the
+    /// arming and the write, or one a view behind the stream had not shown at the write (a
+    /// human's prompt, replayed after the restart), ended the wait, and the next prompt went
+    /// over the unread line (exploration, seed 6717 once `monitor.watch_lost_while_set` was
+    /// drawn). Such a wait ends at the app-server's acceptance of that very request's
+    /// `turn/start` (MGD-7's id names it), at the grace (`no_turn_grace_ms`), or with the
+    /// process.
+    pub awaiting_unplaced: Option<RequestId>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
@@ -97,6 +107,7 @@ impl AgentEntry {
             awaiting_turn_after: None,
             awaiting_request: None,
             awaiting_past: None,
+            awaiting_unplaced: None,
             refresh_error: None,
             probe_at_ms: None,
             input_epoch: 0,
@@ -186,6 +197,7 @@ impl AgentEntry {
         if refused {
             self.awaiting_turn_after = None;
             self.awaiting_past = None;
+            self.awaiting_unplaced = None;
             self.probe_at_ms = None;
         } else {
             self.written_until(now_ms);

@@ -165,10 +165,14 @@ impl Engine {
     /// the resume's replay): that turn began after the earlier daemon's write.
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        let started = ends_the_wait(agent, event);
-        if started && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)) {
+        let ended = match &agent.awaiting_unplaced {
+            Some(request_id) => accepts_request(event, request_id),
+            None => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)),
+        };
+        if ended {
             agent.awaiting_turn_after = None;
             agent.awaiting_past = None;
+            agent.awaiting_unplaced = None;
             agent.probe_at_ms = None;
         }
     }
@@ -177,9 +181,14 @@ impl Engine {
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        if ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)) {
+        let ended = match &agent.awaiting_unplaced {
+            Some(request_id) => accepts_request(event, request_id),
+            None => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)),
+        };
+        if ended {
             agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
             agent.awaiting_past = None;
+            agent.awaiting_unplaced = None;
             agent.probe_at_ms = None;
         }
         let Some(view) = agent.view.as_mut() else { return };
@@ -327,6 +336,7 @@ impl Engine {
         if agent.awaiting_request.as_ref() == Some(request_id) {
             agent.awaiting_turn_after = None;
             agent.awaiting_past = None;
+            agent.awaiting_unplaced = None;
             agent.probe_at_ms = None;
             agent.awaiting_request = None;
         }
@@ -614,6 +624,12 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
         }
         _ => agent.turn_may_be_the_awaited_prompts(event),
     }
+}
+
+/// ADM-5: the app-server accepted `request_id`'s own `turn/start`: its line was read (and,
+/// the pipe being in order, every line written before it).
+fn accepts_request(event: &ObserverEvent, request_id: &RequestId) -> bool {
+    matches!(event, ObserverEvent::TurnAccepted { id, .. } if crate::prompt::turn_start_id_names(id, request_id.as_str()))
 }
 
 /// An event in another session than `floor`'s, or past its position.

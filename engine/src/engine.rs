@@ -636,6 +636,7 @@ impl Engine {
                     entry.view = None;
                     entry.awaiting_turn_after = None;
                     entry.awaiting_past = None;
+                    entry.awaiting_unplaced = None;
                     entry.probe_at_ms = None;
                 }
                 entry.facts = facts;

@@ -484,6 +484,7 @@ impl Engine {
         if let Some(agent) = self.agents.get_mut(agent_id) {
             agent.awaiting_turn_after = None;
             agent.awaiting_past = None;
+            agent.awaiting_unplaced = None;
         }
         self.finish_submission(id, ending);
     }

@@ -487,8 +487,9 @@ fn adm_5_the_marks_turn_counts_only_past_a_write_in_the_same_file() {
 // that may have been written and not yet read; the restart ends the registration
 // `indeterminate` and, before, wrote the next prompt over that line (the simulator's check
 // fails 17 of seeds 1-20,000 without the hold). The restart now holds the agent as after a
-// write (RF-8's timeout from its start, or the prompt's own turn), and only once: the next
-// restart finds the registration ended.
+// write (RF-8's timeout from its start, or the app-server's acceptance of the prompt's own
+// `turn/start`: a turn past the armed cursor may have begun before the write), and only once:
+// the next restart finds the registration ended.
 #[test]
 fn adm_5_a_registration_found_unfinished_holds_its_agent_once() {
     for (case, own_turn) in [("turn", true), ("timeout", false)] {
@@ -507,6 +508,14 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent_once() {
         assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
         assert!(rig.written.is_empty(), "{case}: nothing written over the line that may be there");
         if own_turn {
+            // A turn past the armed cursor says nothing of the line (it may have come before
+            // the write; exploration seed 6717: a human's steer, replayed after the restart).
+            rig.provider_turn("turn-h", "a human's prompt", "its final", 1_500);
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-3a7c1e5f9b02", "third", ReturnMode::ReturnFinal);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+            // The app-server accepting that very request's turn/start (MGD-7's id) does.
+            let id = prompt::turn_start_id(REQ, 0x5eed);
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn("turn-1"), position: 2_005 });
             rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
         } else {
             rig.advance(limits::TURN_START_TIMEOUT_MS);
