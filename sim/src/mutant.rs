@@ -53,7 +53,9 @@
 //! the oracle's read-lag bound after the heal (`Oracle::on_monitor_read`); mutant
 //! `unwatched_attached_waits`. Fault class `monitor.watch_incomplete` (a watch with a failed
 //! part, trusted by `monitor_recheck::watch_trusted` and set whole again after
-//! `monitor_recheck::next_watch_retry`); mutant `incomplete_watch_trusted`.
+//! `monitor_recheck::next_watch_retry`); mutant `incomplete_watch_trusted`. Fault class
+//! `monitor.watch_lost_while_set` (the directory lost while its watch was set off the
+//! reactor); mutant `lost_watch_trusted`.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
@@ -163,6 +165,12 @@ pub enum Mutant {
     /// and the watch still counted as covering its directory, never set again, so records
     /// appended in the unwatched part waited out the 30 s recheck (the daemon before 5a86cca).
     IncompleteWatchTrusted,
+    /// Monitor (MON-1): the answer of a watch set off the reactor was taken whole after its
+    /// walk had reported the directory removed (notify hands on what the walk met before it
+    /// answers): the watch of a directory that was gone stayed trusted and was never set
+    /// again, so records appended once Codex made it again waited out the 30 s recheck (the
+    /// daemon at 674152f, a review found it).
+    LostWatchTrusted,
     /// Restart glue (EV-4): the loader builds `DurableState` without the stored event marks,
     /// so the restarted engine announces its agents again and appends the records it replays
     /// (from the checkpoint or a request's armed cursor) a second time.
@@ -334,6 +342,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::UnknownLivenessForgotten, "unknown_liveness_forgotten", "observer port stops asking after an unknown liveness answer until the process changes again"),
     (Mutant::UnwatchedAttachedWaits, "unwatched_attached_waits", "monitor: an attached agent without a sessions watch waits out the 30 s recheck; setting the watch wakes nobody"),
     (Mutant::IncompleteWatchTrusted, "incomplete_watch_trusted", "monitor: a sessions watch with a failed part still counts as covering its directory and is never set again"),
+    (Mutant::LostWatchTrusted, "lost_watch_trusted", "monitor: the watch of a sessions directory lost while the watch was being set counts as covering it and is never set again"),
     (Mutant::EventMarksDropped, "event_marks_dropped", "restart glue recovers the engine without the stored event marks"),
     (Mutant::SettledOnlyOnPublish, "settled_only_on_publish", "effects move the catalog's settled mark only on a published event"),
     (Mutant::AbandonedNumbersPassed, "abandoned_numbers_passed", "effects move the settled mark on over event numbers whose commit failed"),

@@ -1629,6 +1629,9 @@ fn asleep(w: &mut World, a: usize) -> bool {
 /// - `monitor.wake_lost`: the watch is not set yet (as before the tick sets the watch of a
 ///   directory Codex has just created, or after the watch was lost); the tick sets it within
 ///   a second.
+/// - `monitor.watch_lost_while_set`: the directory was removed (and made again) while the
+///   watch was being set off the reactor, its walk meeting the loss before the try answered;
+///   the tick sets it within a second, as for a watch not set yet.
 /// - `monitor.watch_incomplete`: the watch is set but part of it failed (notify could not
 ///   watch a subdirectory: out of inotify watches), so it is not trusted; it is set whole by a
 ///   retry after a doubling wait, 0-3 retries failing first.
@@ -1639,7 +1642,9 @@ fn asleep(w: &mut World, a: usize) -> bool {
 /// Mutant `unwatched_attached_waits`: setting the watch wakes nobody, and the recheck treats
 /// the directory as watched (the daemon before 1791ab4). Mutant `incomplete_watch_trusted`:
 /// an incomplete watch counts as covering its directory and is never set again (the daemon
-/// before 5a86cca took notify's error for an overflow).
+/// before 5a86cca took notify's error for an overflow). Mutant `lost_watch_trusted`: the
+/// watch of a directory lost while it was being set is kept as whole and trusted (the daemon
+/// at 674152f, a review found it).
 fn unwoken(w: &mut World, a: usize) -> bool {
     use wakterm_runtime::monitor_recheck::{recheck_interval, watch_trusted};
     let now = wakterm_runtime::driver::now_ms();
@@ -1651,9 +1656,10 @@ fn unwoken(w: &mut World, a: usize) -> bool {
         }
         return lose_wakes(w, a, now);
     };
-    let old = match unwoken.incomplete {
-        false => w.mutant == Mutant::UnwatchedAttachedWaits, // the bug
-        true => w.mutant == Mutant::IncompleteWatchTrusted,  // the bug
+    let old = match (unwoken.incomplete, unwoken.lost_while_set) {
+        (false, false) => w.mutant == Mutant::UnwatchedAttachedWaits, // the bug
+        (true, _) => w.mutant == Mutant::IncompleteWatchTrusted,      // the bug
+        (false, true) => w.mutant == Mutant::LostWatchTrusted,        // the bug
     };
     let whole = now >= unwoken.whole_at;
     let set = unwoken.incomplete; // a watch not set yet has no part that failed
@@ -1674,7 +1680,7 @@ fn lose_wakes(w: &mut World, a: usize, now: u64) -> bool {
     let unwoken = if w.fault_roll(w.plan.wake_lost) {
         w.counters.fault("monitor.wake_lost");
         w.log(format!("a{a} the sessions watch misses its wakes (not set yet)"));
-        Unwoken { since: now, whole_at: now + TICK.as_millis() as u64, incomplete: false }
+        Unwoken { since: now, whole_at: now + TICK.as_millis() as u64, incomplete: false, lost_while_set: false }
     } else if w.fault_roll(w.plan.watch_incomplete) {
         w.counters.fault("monitor.watch_incomplete");
         let failed_retries = thread_rng().gen_range(0..=3);
@@ -1685,7 +1691,13 @@ fn lose_wakes(w: &mut World, a: usize, now: u64) -> bool {
             whole_at += wait.as_millis() as u64;
         }
         w.log(format!("a{a} the sessions watch is incomplete until {whole_at} ms ({failed_retries} retries fail)"));
-        Unwoken { since: now, whole_at, incomplete: true }
+        Unwoken { since: now, whole_at, incomplete: true, lost_while_set: false }
+    } else if w.fault_roll(w.plan.watch_lost_while_set) {
+        // The runtime's try answers after its walk met the loss: no watch, and the tick
+        // tries again at once (`Dispatcher::on_watch_set`).
+        w.counters.fault("monitor.watch_lost_while_set");
+        w.log(format!("a{a} the sessions directory was lost while its watch was set: not watched until the tick sets it again"));
+        Unwoken { since: now, whole_at: now + TICK.as_millis() as u64, incomplete: false, lost_while_set: true }
     } else {
         return false;
     };

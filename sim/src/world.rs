@@ -86,6 +86,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "liveness.silent_at_start",
     "monitor.wake_lost",
     "monitor.watch_incomplete",
+    "monitor.watch_lost_while_set",
     "store.commit_failed",
     "store.outage",
     "store.group_failed",
@@ -253,6 +254,11 @@ pub struct FaultPlan {
     /// sessions watch becomes incomplete (a subdirectory it could not watch) until a retry
     /// sets it whole.
     pub watch_incomplete: f64,
+    /// MON-1: per look of the observer loop at an attached PTY agent, the chance that its
+    /// sessions directory is removed (and made again) while the daemon sets its watch, the
+    /// try's walk meeting the loss before the try answers: no watch is set, and the tick
+    /// sets it again within a second.
+    pub watch_lost_while_set: f64,
     /// ADM-4: a human's draft is drawn 5-400 ms after its keys reached the pane (a slow or
     /// busy TUI), or with the child's next output, whichever comes first.
     pub late_draw: f64,
@@ -306,6 +312,7 @@ impl FaultPlan {
             server_request: 0.0,
             wake_lost: 0.0,
             watch_incomplete: 0.0,
+            watch_lost_while_set: 0.0,
             late_draw: 0.0,
             step_records: 0,
             unclassified_composer: false,
@@ -318,6 +325,13 @@ impl FaultPlan {
         .with_monitor_faults()
         .with_screen_faults()
         .with_race_faults()
+        .with_watch_set_faults()
+    }
+
+    /// The sessions watch set off the reactor (MON-1), drawn last for the same reason.
+    fn with_watch_set_faults(mut self) -> FaultPlan {
+        self.watch_lost_while_set = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(0.0..0.03) } else { 0.0 };
+        self
     }
 
     /// Keys racing a look or a submit's write (ADM-4, SUB-1), drawn last for the same reason.
@@ -586,6 +600,9 @@ pub struct Unwoken {
     pub whole_at: u64,
     /// Set, but part of it failed (`monitor.watch_incomplete`); else not set yet.
     pub incomplete: bool,
+    /// Not set: the directory was lost while the watch was being set
+    /// (`monitor.watch_lost_while_set`).
+    pub lost_while_set: bool,
 }
 
 /// MON-3: what one look at the screen read (`AgentRuntime::last_screen`), and the pane as it
