@@ -152,7 +152,8 @@ fn mcp_session_actions_and_bad_arguments() {
     // (submit has its own tests: e2e_submit.rs)
 }
 
-/// MCP-1: without a running daemon every tool answers a structured error (never hangs).
+/// MCP-1: without a running daemon every tool answers a structured error (never hangs); a
+/// request refused for what needs no state gets its receipt all the same (INP-1..5).
 #[test]
 fn mcp_without_a_daemon_answers_daemon_not_running() {
     let w = World::new(EXE);
@@ -161,6 +162,13 @@ fn mcp_without_a_daemon_answers_daemon_not_running() {
         let (error, reply) = call(&client, "agent_catalog", json!({})).await;
         assert!(error, "{reply}");
         assert_eq!(reply["error"], "daemon_not_running", "{reply}");
+        // INP-1..5: what needs no state is refused before connecting, with the daemon's own
+        // receipt (it said daemon_not_running): an admission's malformed target, a submit's
+        // empty text (the text is checked before the target, as the engine does).
+        let (error, admit, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zo la", "prompt": "hi"})).await;
+        assert!(error && admit["classification"] == "invalid" && admit["reason"] == "target_malformed" && exit_code == Some(4), "{admit}");
+        let (error, submit, exit_code) = call_with_exit(&client, "session", json!({"action": "submit", "session_id": "zo la", "input": " "})).await;
+        assert!(error && submit["reason"] == "prompt_empty" && exit_code == Some(4), "{submit}");
         client.cancel().await.expect("close");
     });
 }
