@@ -75,16 +75,18 @@ pub struct AgentEntry {
     /// with a turn started past this cursor (the request's armed one): a resume replays the
     /// turns before it, which are not the prompt's. None for a wait this engine opened.
     pub awaiting_past: Option<crate::observer::Cursor>,
-    /// ADM-5 across a restart: the request whose write the reopened wait is for has no floor
-    /// at its write (a registration the restart found unfinished: its floor is the cursor it
-    /// was armed at), so a turn past that floor says nothing of its line: a turn between the
-    /// arming and the write, or one a view behind the stream had not shown at the write (a
-    /// human's prompt, replayed after the restart), ended the wait, and the next prompt went
-    /// over the unread line (exploration, seed 6717 once `monitor.watch_lost_while_set` was
-    /// drawn). Such a wait ends at the app-server's acceptance of that very request's
-    /// `turn/start` (MGD-7's id names it), at the grace (`no_turn_grace_ms`), or with the
-    /// process.
-    pub awaiting_unplaced: Option<RequestId>,
+    /// ADM-5 across a restart, managed agents: the `turn/start` id (MGD-7's, nonce included)
+    /// of the latest write the reopened wait is for, when that write has no floor at the
+    /// write (a registration the restart found unfinished: its floor is the cursor it was
+    /// armed at). A turn past that floor says nothing of its line: a turn between the arming
+    /// and the write, or one a view behind the stream had not shown at the write (a human's
+    /// steer, replayed after the restart), ended the wait, and the next prompt went over the
+    /// unread line (exploration, seed 6717 once `monitor.watch_lost_while_set` was drawn).
+    /// Such a wait goes on until the app-server accepts that very line, then waits for the
+    /// accepted turn's start as after a live write (`correlation::accepted_unplaced`); or
+    /// ends at the grace (`no_turn_grace_ms`) or with the process. A PTY agent has no such id:
+    /// the composer shows a line not yet taken, and the floor rule stays.
+    pub awaiting_unplaced: Option<String>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the

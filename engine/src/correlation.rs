@@ -165,9 +165,9 @@ impl Engine {
     /// the resume's replay): that turn began after the earlier daemon's write.
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        let ended = match &agent.awaiting_unplaced {
-            Some(request_id) => accepts_request(event, request_id),
-            None => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)),
+        let ended = match agent.awaiting_unplaced.is_some() {
+            true => accepted_unplaced(agent, event),
+            false => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)),
         };
         if ended {
             agent.awaiting_turn_after = None;
@@ -181,9 +181,9 @@ impl Engine {
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        let ended = match &agent.awaiting_unplaced {
-            Some(request_id) => accepts_request(event, request_id),
-            None => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)),
+        let ended = match agent.awaiting_unplaced.is_some() {
+            true => accepted_unplaced(agent, event),
+            false => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)),
         };
         if ended {
             agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
@@ -626,10 +626,21 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
     }
 }
 
-/// ADM-5: the app-server accepted `request_id`'s own `turn/start`: its line was read (and,
-/// the pipe being in order, every line written before it).
-fn accepts_request(event: &ObserverEvent, request_id: &RequestId) -> bool {
-    matches!(event, ObserverEvent::TurnAccepted { id, .. } if crate::prompt::turn_start_id_names(id, request_id.as_str()))
+/// ADM-5 across a restart (`AgentEntry::awaiting_unplaced`): whether `event` ends the wait
+/// for a line with no floor at its write. Only the app-server's acceptance of that very line
+/// moves it (the line was read, and every one before it): from then on it is the wait for
+/// the accepted turn's start, as after a live write, so it ends now when that turn already
+/// runs (the line steered it), else at a turn started past the acceptance (the reply comes
+/// before `turn/started`: ended at the reply, the next prompt could be written into the turn
+/// starting, RF-7; a review found it).
+fn accepted_unplaced(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
+    let ObserverEvent::TurnAccepted { id, session, position, .. } = event else { return false };
+    if agent.awaiting_unplaced.as_deref() != Some(id.as_str()) {
+        return false;
+    }
+    agent.awaiting_unplaced = None;
+    agent.awaiting_past = Some(Cursor { session: session.clone(), position: *position });
+    ends_the_wait(agent, event)
 }
 
 /// An event in another session than `floor`'s, or past its position.

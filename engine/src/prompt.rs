@@ -126,11 +126,6 @@ pub fn turn_start_id(request_id: &str, write_nonce: u64) -> String {
     format!("wakterm-{request_id}-{write_nonce:016x}")
 }
 
-/// ADM-5: whether a JSON-RPC id is the one `turn_start_id` makes for `request_id` (any nonce).
-pub fn turn_start_id_names(id: &str, request_id: &str) -> bool {
-    id.strip_prefix("wakterm-").and_then(|rest| rest.strip_prefix(request_id)).is_some_and(|nonce| nonce.starts_with('-'))
-}
-
 /// MGD-7, ADM-5: whether a JSON-RPC id is one `turn_start_id` makes (a wakterm admission's
 /// `turn/start`, any request's).
 pub fn is_turn_start_id(id: &str) -> bool {

@@ -118,8 +118,8 @@ fn prompt_seen_taken_or_refused(record: &RequestRecord) -> bool {
 /// nothing of it; a short write's fragment waits for the next line).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecoveredWrite {
-    /// Whose write.
-    pub request_id: crate::ids::RequestId,
+    /// MGD-7: the write's `turn/start` id (managed agents only).
+    pub turn_start_id: Option<String>,
     pub incarnation: crate::ids::Incarnation,
     pub process: Option<crate::observer::ProcessIdentity>,
     /// Where the view stood at the write (`RequestRecord::written_past`), else the request's
@@ -187,7 +187,7 @@ impl RecoveredWrite {
             _ => return None, // bound (its turn started), released (never written)
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
-        Some(RecoveredWrite { request_id: record.request_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write })
+        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -227,8 +227,8 @@ impl RecoveredWrite {
             agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
             agent.awaiting_past = Some(latest.floor.clone());
-            let unplaced: Vec<&RecoveredWrite> = same.iter().copied().filter(|w| !w.floor_at_write).collect();
-            agent.awaiting_unplaced = Self::latest(&unplaced).map(|w| w.request_id.clone());
+            // The latest line's acceptance covers every line before it (input is read in order).
+            agent.awaiting_unplaced = if latest.floor_at_write { None } else { latest.turn_start_id.clone() };
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
             agent.probe_at_ms = Some(due.clamp(now_ms, now_ms + crate::limits::AWAITING_TURN_GRACE_MS));

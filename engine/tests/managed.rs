@@ -513,9 +513,18 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent_once() {
             rig.provider_turn("turn-h", "a human's prompt", "its final", 1_500);
             let op = rig.admit("fe57dc90-994e-4e73-b09c-3a7c1e5f9b02", "third", ReturnMode::ReturnFinal);
             assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
-            // The app-server accepting that very request's turn/start (MGD-7's id) does.
+            // Nor does another line's acceptance (the nonce is the admission's own, MGD-7).
+            let other = prompt::turn_start_id(REQ, 0x0bad);
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id: other, turn: turn("turn-x"), position: 1_990 });
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-3a7c1e5f9b03", "third", ReturnMode::ReturnFinal);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+            // The app-server accepting that very line: the wait is now for the accepted turn's
+            // start (the reply comes before `turn/started`: a prompt written in between would
+            // go into the turn starting, RF-7; a review found it).
             let id = prompt::turn_start_id(REQ, 0x5eed);
             rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn("turn-1"), position: 2_005 });
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-3a7c1e5f9b04", "third", ReturnMode::ReturnFinal);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: accepted, not started: {:?}", rig.receipt(op));
             rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
         } else {
             rig.advance(limits::TURN_START_TIMEOUT_MS);
