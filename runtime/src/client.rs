@@ -178,16 +178,21 @@ pub fn lost_after_sending(reply: &Reply) -> Option<&str> {
 /// `retry_safe: false` (a seed audit found them missing).
 pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) -> Reply {
     let request_id = admit.request_id.clone().expect("callers name the request before sending it");
-    if let Some(refused) = stateless_refusal(admit, &request_id) {
+    let refused_here = stateless_refusal(admit, &request_id);
+    if let Some((refused, false)) = refused_here {
         return refused;
     }
     if let Err(refused) = check_prompt_size(admit) {
         return refused;
     }
-    if let Err(refused) = check_daemon_knows_no_steer(paths, admit) {
+    let reply = match check_daemon_knows_no_steer(paths, admit) {
+        Ok(()) => call(paths, &ClientRequest::Admit(admit.clone())),
+        Err(refused) => refused, // nothing of the prompt was sent
+    };
+    // No daemon: the refusal made here (the daemon never saw the request).
+    if let (Some((refused, true)), exit::DAEMON_NOT_RUNNING) = (refused_here, reply.exit_code) {
         return refused;
     }
-    let reply = call(paths, &ClientRequest::Admit(admit.clone()));
     indeterminate_if_lost(reply, |why| {
         let message = format!(
             "no answer came from the daemon ({why}); the prompt may have been written. Replay with request id {request_id} once the daemon answers again (restarted, or resumed if it was stopped) to learn the outcome; never retry under a new id"
@@ -197,14 +202,17 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
 }
 
 /// INP-1..5: the engine's own refusal of what needs no state (an id that is no UUID, a bad
-/// prompt, a malformed target, a missing incarnation...), before connecting, for the CLI and
-/// the MCP server: with no daemon running they said `daemon_not_running`, and a daemon gives
-/// this same receipt. IDEM-7: a known id may have been written before, and only the daemon
-/// knows, so a caller's own id is never called retry-safe here.
-fn stateless_refusal(admit: &crate::protocol::AdmitRequest, request_id: &str) -> Option<Reply> {
+/// prompt, a malformed target, a missing incarnation...), for the CLI and the MCP server: with
+/// no daemon running they said `daemon_not_running`, and a daemon gives this same receipt.
+/// Also whether the daemon is asked first: IDEM-7, a caller's own well-formed id may be one
+/// whose prompt was written before, and only the daemon knows (its receipt then says
+/// `retry_safe: false`); without a daemon the refusal made here never calls it retry-safe. A
+/// generated id is new, and an id that is no UUID was never stored: answered here at once.
+fn stateless_refusal(admit: &crate::protocol::AdmitRequest, request_id: &str) -> Option<(Reply, bool)> {
     let mut receipt = wakterm_engine::stateless_refusal(&admit.clone().into_command(request_id.to_string(), admit.generated_id, 0))?;
-    receipt.retry_safe &= admit.generated_id;
-    Some(Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") })
+    let ask_the_daemon = !admit.generated_id && receipt.request_id.is_some();
+    receipt.retry_safe &= !ask_the_daemon;
+    Some((Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }, ask_the_daemon))
 }
 
 /// Once the request may have reached the daemon, a missing or late reply is not a rejection:

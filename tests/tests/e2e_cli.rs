@@ -437,31 +437,34 @@ fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
 /// target, an id that is no UUID, an empty prompt) before they connect, with the receipt the
 /// daemon gives the same request: with no daemon running they said `daemon_not_running`. The
 /// engine's own check answers both (`stateless_refusal`, `submit_input_problem`), in its order
-/// (the prompt before the target). IDEM-7: a caller's own id is never retry-safe there.
+/// (the prompt before the target). IDEM-7: a caller's own well-formed id may be known to the
+/// daemon, so it is asked when it runs; without one, such a refusal is never retry-safe.
 #[test]
 fn inp_4_send_admit_and_submit_refuse_a_bad_request_before_connecting() {
     let w = World::new(EXE);
     let id = "5d3b1f6e-8a2c-4e7d-9b1f-3c5e7a9d1b2f";
+    // (arguments, reason, whether the caller named a well-formed id of its own)
     type Case<'a> = (&'a [&'a str], &'a str, bool);
     let cases: [Case; 6] = [
-        (&["agent", "send", " ", "hi"], "target_malformed", true),
-        (&["agent", "send", "--request-id", id, "", "hi"], "target_malformed", false),
+        (&["agent", "send", " ", "hi"], "target_malformed", false),
+        (&["agent", "send", "--request-id", id, "", "hi"], "target_malformed", true),
         (&["agent", "admit", "zola", "--incarnation", "x", "--request-id", "not-a-uuid", "hi"], "request_id_malformed", false),
-        (&["agent", "admit", "zo la", "--incarnation", "x", "--request-id", id, " "], "prompt_empty", false),
-        (&["agent", "submit", "\tzola", "hi"], "target_malformed", true),
-        (&["agent", "submit", "zo la", " "], "prompt_empty", true),
+        (&["agent", "admit", "zo la", "--incarnation", "x", "--request-id", id, " "], "prompt_empty", true),
+        (&["agent", "submit", "\tzola", "hi"], "target_malformed", false),
+        (&["agent", "submit", "zo la", " "], "prompt_empty", false),
     ];
-    let refused = |w: &World| {
-        for (args, reason, retry_safe) in cases {
+    let refused = |w: &World, daemon: bool| {
+        for (args, reason, own_id) in cases {
             let out = w.run(args);
             assert_eq!((out.code, out.json["classification"].as_str(), out.json["reason"].as_str()), (4, Some("invalid"), Some(reason)), "{args:?}: {out:?}");
-            assert_eq!(out.json["retry_safe"], retry_safe, "{args:?}: {out:?}");
+            // The daemon knows the id is new; without it, nobody can say.
+            assert_eq!(out.json["retry_safe"], !own_id || daemon, "{args:?}: {out:?}");
         }
     };
-    refused(&w);
+    refused(&w, false);
     w.mux_start();
     w.ready_agent("zola", "ok", &[]);
-    refused(&w);
+    refused(&w, true);
     // The daemon's own answers to the same requests (the CLI no longer sends them).
     let admit = |target: &str, request_id: &str, prompt: &str| {
         json!({"op": "admit", "operation": "admit", "target": target, "exact_agent_id": false, "incarnation": "x", "request_id": request_id,
