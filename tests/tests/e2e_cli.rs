@@ -483,6 +483,25 @@ fn inp_4_send_admit_and_submit_refuse_a_bad_request_before_connecting() {
     assert_eq!(w.catalog_entry("zola").expect("zola still runs")["state"], "idle", "nothing was written");
 }
 
+/// CLI-4: the CLI binary names its monotonic clock as any other process of this machine and
+/// namespace does (the daemon asks the same function): had the name held anything of one
+/// process, no daemon would ever find it its own and every give-up would be judged on the wall
+/// clock, silently (the last notes listed no test of it). What a waiting call sends, read by a
+/// stand-in daemon.
+#[test]
+fn cli_4_the_cli_names_its_monotonic_clock_as_the_daemon_does() {
+    let w = World::new(EXE);
+    let received = w.silent_daemon();
+    let before = wakterm_runtime::holder::protocol::monotonic_ms();
+    let lost = w.run(&["agent", "send", "zola", "hello"]);
+    assert_eq!((lost.code, lost.json["error"].as_str()), (5, Some("reply_lost")), "{lost:?}");
+    let sent: serde_json::Value = serde_json::from_str(&received.recv_timeout(std::time::Duration::from_secs(10)).expect("the request was sent")).unwrap();
+    let here = wakterm_runtime::protocol::monotonic_clock_id().expect("this machine names its monotonic clock");
+    assert_eq!(sent["give_up_clock"].as_str(), Some(here.as_str()), "{sent}");
+    let at = sent["give_up_at_monotonic_ms"].as_u64().expect("a monotonic give-up");
+    assert!(at > before && at <= wakterm_runtime::holder::protocol::monotonic_ms() + 600_000, "{sent}");
+}
+
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.
 #[test]
 fn usage_errors_are_json() {

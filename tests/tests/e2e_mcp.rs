@@ -173,23 +173,6 @@ fn mcp_without_a_daemon_answers_daemon_not_running() {
     });
 }
 
-/// A stand-in daemon at `w`'s socket that reads each request line and hangs up without an
-/// answer (a daemon that crashed or stopped mid-call). Returns the lines it read.
-fn silent_daemon(w: &World) -> std::sync::mpsc::Receiver<String> {
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    paths.prepare().expect("a private data directory");
-    let listener = std::os::unix::net::UnixListener::bind(paths.socket()).expect("bind the stand-in socket");
-    let (lines, read) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut line = String::new();
-            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(&stream), &mut line);
-            let _ = lines.send(line);
-        }
-    });
-    read
-}
-
 /// MCP-2 (IDEM-7, INP-1): `agent_admit` shares the CLI's admission call. A reply lost after the
 /// request reached the daemon is `indeterminate` with the request id to replay, the one the
 /// tool generated included (it used to pass a bare `daemon_io` on, the generated id lost); a
@@ -199,7 +182,7 @@ fn silent_daemon(w: &World) -> std::sync::mpsc::Receiver<String> {
 #[test]
 fn mcp_2_a_lost_reply_keeps_the_request_id_and_oversized_input_is_refused_unsent() {
     let w = World::new(EXE);
-    let received = silent_daemon(&w);
+    let received = w.silent_daemon();
     runtime().block_on(async {
         let client = connect(&w).await;
         let (error, lost, exit_code) = call_with_exit(&client, "agent_admit", json!({"agent": "zola", "prompt": "may or may not be written"})).await;

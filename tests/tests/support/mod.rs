@@ -56,6 +56,24 @@ impl World {
         serde_json::from_str(&line).expect("json")
     }
 
+    /// A stand-in daemon at the world's socket that reads each request line and hangs up
+    /// without an answer (a daemon that crashed or stopped mid-call). Returns the lines it read.
+    #[allow(dead_code)] // not every suite uses it
+    pub fn silent_daemon(&self) -> std::sync::mpsc::Receiver<String> {
+        let paths = wakterm_runtime::paths::DataPaths { root: self.data.clone() };
+        paths.prepare().expect("a private data directory");
+        let listener = std::os::unix::net::UnixListener::bind(paths.socket()).expect("bind the stand-in socket");
+        let (lines, read) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut line = String::new();
+                let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(&stream), &mut line);
+                let _ = lines.send(line);
+            }
+        });
+        read
+    }
+
     pub fn new(exe: &str) -> World {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let root = PathBuf::from(format!("/tmp/wk-{}", &id[..8]));
