@@ -37,6 +37,7 @@ fn sub_4_a_replaced_holder_is_never_an_acknowledgement() {
         managed: false,
         thread: None,
         codex_home: None,
+        resolved_codex_home: None,
     };
     let agent = AgentRuntime::new(&paths, record);
     let socket = paths.holder_socket(agent_id);

@@ -107,6 +107,7 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
             managed: spec.managed,
             thread: None,
             codex_home: codex_home.into_os_string().into_string().ok(),
+            resolved_codex_home: None,
         };
         let agent = spawn_agent(&paths, &writer, record, fault).map_err(|message| Reply::error(exit::ERROR, "agent_start_failed", message))?;
         // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its

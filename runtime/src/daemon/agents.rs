@@ -40,6 +40,12 @@ pub struct AgentRecord {
     /// daemon loads them (`AgentRuntime::new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codex_home: Option<String>,
+    /// The same, resolved once by `AgentRuntime::new` when `codex_home` cannot hold it (a path
+    /// that is not UTF-8): never stored. Without it every `codex_home()` call (the monitor's,
+    /// on the daemon's one reactor, per agent per tick) resolved it again: a `canonicalize`
+    /// and maybe a password lookup (a review).
+    #[serde(skip)]
+    pub resolved_codex_home: Option<PathBuf>,
 }
 
 impl AgentRecord {
@@ -60,9 +66,10 @@ impl AgentRecord {
 
     /// The CODEX_HOME the agent's Codex writes rollouts under (CORR-14).
     pub fn codex_home(&self) -> PathBuf {
-        match &self.codex_home {
-            Some(home) => PathBuf::from(home),
-            None => codex_home_for(&self.env, Path::new(&self.cwd)),
+        match (&self.codex_home, &self.resolved_codex_home) {
+            (Some(home), _) => PathBuf::from(home),
+            (None, Some(resolved)) => resolved.clone(),
+            (None, None) => codex_home_for(&self.env, Path::new(&self.cwd)),
         }
     }
 
@@ -277,7 +284,10 @@ impl AgentRuntime {
         // CORR-14: an older daemon's record names no home: resolved once here, not on each of
         // the monitor's many `codex_home()` calls (a canonicalize and a password lookup each).
         if record.codex_home.is_none() {
-            record.codex_home = codex_home_for(&record.env, Path::new(&record.cwd)).into_os_string().into_string().ok();
+            match codex_home_for(&record.env, Path::new(&record.cwd)).into_os_string().into_string() {
+                Ok(home) => record.codex_home = Some(home),
+                Err(raw) => record.resolved_codex_home = Some(PathBuf::from(raw)),
+            }
         }
         AgentRuntime {
             record,
@@ -977,6 +987,30 @@ mod tests {
         record.codex_home = None;
         let old = serde_json::to_value(&record).unwrap();
         assert!(old.get("codex_home").is_none(), "absent, as an older daemon wrote it");
+    }
+
+    /// CORR-14: a home that is no UTF-8 (here the canonical target of a link) cannot be kept
+    /// in the record's text field: the runtime keeps it resolved, and every later call (the
+    /// monitor's, per agent per tick, on the one reactor) returns it without resolving again
+    /// (it canonicalized each time: a review). Shown by removing the link after the start: a
+    /// new resolution would give the link's own path now.
+    #[test]
+    fn corr_14_a_home_that_is_not_utf8_is_resolved_once() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join(std::ffi::OsStr::from_bytes(b"home-\xff"));
+        std::fs::create_dir(&target).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let (agent, paths) = pty_agent(dir.path(), "a1");
+        let mut record = agent.record.clone();
+        record.env = vec![("CODEX_HOME".into(), link.display().to_string())];
+        (record.codex_home, record.resolved_codex_home) = (None, None);
+        let agent = AgentRuntime::new(&paths, record);
+        assert_eq!(agent.record.codex_home, None, "not UTF-8: not in the record");
+        std::fs::remove_file(&link).unwrap();
+        assert_eq!(agent.record.codex_home(), target, "resolved once, at the start");
+        assert_eq!(agent.record.sessions_dir(), target.join("sessions"));
     }
 
     fn refused(errno: i32) -> HolderError {

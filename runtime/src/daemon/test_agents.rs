@@ -19,6 +19,7 @@ pub(crate) fn pty_agent(dir: &std::path::Path, agent_id: &str) -> (AgentRuntime,
         managed: false,
         thread: None,
         codex_home: None,
+        resolved_codex_home: None,
     };
     (AgentRuntime::new(&paths, record), paths)
 }
