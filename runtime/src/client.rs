@@ -185,13 +185,15 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
     if let Err(refused) = check_prompt_size(admit) {
         return refused;
     }
-    let reply = match check_daemon_knows_no_steer(paths, admit) {
-        Ok(()) => call(paths, &ClientRequest::Admit(admit.clone())),
-        Err(refused) => refused, // nothing of the prompt was sent
-    };
-    // No daemon: the refusal made here (the daemon never saw the request).
-    if let (Some((refused, true)), exit::DAEMON_NOT_RUNNING) = (refused_here, reply.exit_code) {
-        return refused;
+    // The daemon never saw the request (none runs, the line is over its limit, or the
+    // capabilities question failed): the refusal made here, if any, else why.
+    let unsent = |reply: Reply| refused_here.map_or(reply, |(refused, _)| refused);
+    if let Err(refused) = check_daemon_knows_no_steer(paths, admit) {
+        return unsent(refused); // nothing of the prompt was sent (never "may have been written")
+    }
+    let reply = call(paths, &ClientRequest::Admit(admit.clone()));
+    if reply.exit_code == exit::DAEMON_NOT_RUNNING || reply.body["error"] == "request_too_large" {
+        return unsent(reply);
     }
     indeterminate_if_lost(reply, |why| {
         let message = format!(

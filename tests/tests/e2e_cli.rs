@@ -502,6 +502,21 @@ fn cli_4_the_cli_names_its_monotonic_clock_as_the_daemon_does() {
     assert!(at > before && at <= wakterm_runtime::holder::protocol::monotonic_ms() + 600_000, "{sent}");
 }
 
+/// ADM-18, IDEM-7: a no-steer send asks the daemon's capabilities first; when that question
+/// fails (the daemon hangs up on it), nothing of the prompt was sent, and the answer says so
+/// (a review found it answered `reply_lost`, "the prompt may have been written").
+#[test]
+fn adm_18_a_failed_capabilities_question_is_no_lost_prompt() {
+    let w = World::new(EXE);
+    let received = w.silent_daemon();
+    let out = w.run(&["agent", "send", "--no-steer", "zola", "hello"]);
+    assert_ne!(out.code, 5, "nothing was sent of the prompt: {out:?}");
+    assert_eq!(out.json["error"], "daemon_io", "{out:?}");
+    let asked: serde_json::Value = serde_json::from_str(&received.recv_timeout(std::time::Duration::from_secs(10)).unwrap()).unwrap();
+    assert_eq!(asked["op"], "capabilities", "{asked}");
+    assert!(received.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "the admission was never sent");
+}
+
 /// Usage errors are structured JSON on stdout with exit 2, like every other answer.
 #[test]
 fn usage_errors_are_json() {

@@ -118,6 +118,13 @@ fn mcp_session_actions_and_bad_arguments() {
             };
             assert!(error && said && exit_code == Some(2), "{action} {session_id:?}: {malformed} {exit_code:?}");
         }
+        // INP-4, IDEM-7: under the caller's own id a stateless refusal is the daemon's to give;
+        // one whose line is over the daemon's limit cannot be sent: the refusal made here,
+        // with its receipt (it was `request_too_large`, exit 2: a review).
+        let huge = "x".repeat(wakterm_runtime::protocol::MAX_REQUEST_LINE_BYTES + 1);
+        let arguments = json!({"agent": format!("zo la{huge}"), "prompt": "hi", "request_id": "5d3b1f6e-8a2c-4e7d-9b1f-3c5e7a9d1b2f"});
+        let (error, admit, exit_code) = call_with_exit(&client, "agent_admit", arguments).await;
+        assert!(error && admit["reason"] == "target_malformed" && admit["retry_safe"] == false && exit_code == Some(4), "{}", admit.to_string().chars().take(300).collect::<String>());
         let (error, submitted) = call(&client, "session", json!({"action": "submit", "session_id": "", "input": "x"})).await;
         assert!(error && submitted["reason"] == "target_malformed" && submitted["classification"] == "invalid", "{submitted}");
         let (error, missing) = call(&client, "session", json!({"action": "input"})).await;
