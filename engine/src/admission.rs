@@ -83,16 +83,18 @@ impl Engine {
     /// An admission whose id is in memory, known absent, or invalid.
     pub(crate) fn admit_known(&mut self, command: AdmitCommand) {
         let op = command.op;
-        if let Some(mut receipt) = stateless_refusal(&command) {
-            // IDEM-7: this input was not written, but a known id's own prompt may have been: a
-            // caller told "retry-safe" would resend it under a new id (a review saw an empty or
-            // ESC-bearing replay of a written id answered retry-safe).
-            if receipt.request_id.as_ref().is_some_and(|id| self.admissions.contains_key(id) || self.requests.contains_key(id)) {
-                receipt.retry_safe = false;
+        let request_id = match stateless_check(&command) {
+            Ok(request_id) => request_id,
+            Err(mut receipt) => {
+                // IDEM-7: this input was not written, but a known id's own prompt may have been:
+                // a caller told "retry-safe" would resend it under a new id (a review saw an
+                // empty or ESC-bearing replay of a written id answered retry-safe).
+                if receipt.request_id.as_ref().is_some_and(|id| self.admissions.contains_key(id) || self.requests.contains_key(id)) {
+                    receipt.retry_safe = false;
+                }
+                return self.reply(op, *receipt);
             }
-            return self.reply(op, receipt);
-        }
-        let request_id = RequestId::parse(&command.request_id).expect("stateless_refusal parsed it");
+        };
         let mut context = ReceiptContext {
             request_id: Some(request_id.clone()),
             agent_id: None,
@@ -469,10 +471,7 @@ impl Engine {
             && !written_in_flight
             && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + agent.no_turn_grace_ms());
         if expired {
-            agent.awaiting_turn_after = None;
-            agent.awaiting_past = None;
-            agent.awaiting_unplaced = None;
-            agent.probe_at_ms = None;
+            agent.end_wait();
         }
         agent.view = Some(view);
         if expired {
@@ -1028,21 +1027,22 @@ impl Engine {
     }
 }
 
-/// INP-2, then INP-1, INP-3, INP-4, INP-5: the refusal an admission gets before any state is
-/// read (its id is no UUID, or a check that needs no state fails), as the engine answers it.
-/// The CLI asks it too before it connects, so a bad request gets this answer with no daemon
-/// running (it said `daemon_not_running`); each caller adds IDEM-7's rule for a known id.
-pub fn stateless_refusal(command: &AdmitCommand) -> Option<Receipt> {
+/// INP-2, then INP-1, INP-3, INP-4, INP-5: what an admission is checked for before any state is
+/// read: its parsed id, or the refusal (its id is no UUID, or a check that needs no state
+/// fails), as the engine answers it. The CLI asks it too before it connects, so a bad request
+/// gets this answer with no daemon running (it said `daemon_not_running`); each caller adds
+/// IDEM-7's rule for a known id.
+pub fn stateless_check(command: &AdmitCommand) -> Result<RequestId, Box<Receipt>> {
     let mut context =
         ReceiptContext { request_id: None, agent_id: None, incarnation: None, operation: command.operation, return_mode: command.return_mode };
     // INP-2: an id we cannot parse cannot be looked up, so nothing else is checked.
     let Ok(request_id) = RequestId::parse(&command.request_id) else {
         let detail = format!("request id {} is not a UUID", echoed(&command.request_id));
-        return Some(Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context));
+        return Err(Box::new(Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context)));
     };
+    let Some(problem) = validate_command(command) else { return Ok(request_id) };
     context.request_id = Some(request_id);
-    let problem = validate_command(command)?;
-    Some(Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context))
+    Err(Box::new(Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context)))
 }
 
 /// INP-1, INP-3, INP-4, INP-5: checks that need no state.

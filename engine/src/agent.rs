@@ -193,14 +193,21 @@ impl AgentEntry {
         }
     }
 
+    /// ADM-5: the wait for a written prompt's turn is over (its turn or another began, the
+    /// grace passed, the write was refused, the process changed): nothing of it is kept, and no
+    /// probe is due for it. `awaiting_request` stays: only its own refusal clears it.
+    pub(crate) fn end_wait(&mut self) {
+        self.awaiting_turn_after = None;
+        self.awaiting_past = None;
+        self.awaiting_unplaced = None;
+        self.probe_at_ms = None;
+    }
+
     /// ADM-5, ADM-12: the late outcome of a write the engine gave up on: refused before its
     /// first byte (no turn to wait for), or over, its bytes landed as late as now.
     pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: bool) {
         if refused {
-            self.awaiting_turn_after = None;
-            self.awaiting_past = None;
-            self.awaiting_unplaced = None;
-            self.probe_at_ms = None;
+            self.end_wait();
         } else {
             self.written_until(now_ms);
         }

@@ -170,10 +170,7 @@ impl Engine {
             false => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)),
         };
         if ended {
-            agent.awaiting_turn_after = None;
-            agent.awaiting_past = None;
-            agent.awaiting_unplaced = None;
-            agent.probe_at_ms = None;
+            agent.end_wait();
         }
     }
 
@@ -186,10 +183,7 @@ impl Engine {
             false => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)),
         };
         if ended {
-            agent.awaiting_turn_after = None; // ADM-5: the written prompt's turn (or another) began
-            agent.awaiting_past = None;
-            agent.awaiting_unplaced = None;
-            agent.probe_at_ms = None;
+            agent.end_wait(); // ADM-5: the written prompt's turn (or another) began
         }
         let Some(view) = agent.view.as_mut() else { return };
         if let Some(session) = event.session() {
@@ -334,10 +328,7 @@ impl Engine {
     fn stop_awaiting_turn_of(&mut self, agent_id: &AgentId, request_id: &RequestId) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         if agent.awaiting_request.as_ref() == Some(request_id) {
-            agent.awaiting_turn_after = None;
-            agent.awaiting_past = None;
-            agent.awaiting_unplaced = None;
-            agent.probe_at_ms = None;
+            agent.end_wait();
             agent.awaiting_request = None;
         }
     }

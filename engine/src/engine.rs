@@ -634,10 +634,7 @@ impl Engine {
                 if changed {
                     // The process behind the agent changed: what the observer knew is void.
                     entry.view = None;
-                    entry.awaiting_turn_after = None;
-                    entry.awaiting_past = None;
-                    entry.awaiting_unplaced = None;
-                    entry.probe_at_ms = None;
+                    entry.end_wait();
                 }
                 entry.facts = facts;
                 changed

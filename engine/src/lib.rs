@@ -33,7 +33,7 @@ pub mod submit;
 pub mod terminal;
 
 pub use agent::{AgentEntry, AgentFacts, Harness, ManagedIds, ObserverView, Transport};
-pub use admission::{stateless_refusal, target_malformed, AgentState, Blocker, CatalogBlocker, CatalogView};
+pub use admission::{stateless_check, target_malformed, AgentState, Blocker, CatalogBlocker, CatalogView};
 pub use engine::Engine;
 pub use history::is_finished;
 pub use event_replay::{record_fingerprint, REWRITTEN_WHILE_DOWN};

@@ -211,7 +211,7 @@ pub fn call_admission(paths: &DataPaths, admit: &crate::protocol::AdmitRequest) 
 /// `retry_safe: false`); without a daemon the refusal made here never calls it retry-safe. A
 /// generated id is new, and an id that is no UUID was never stored: answered here at once.
 fn stateless_refusal(admit: &crate::protocol::AdmitRequest, request_id: &str) -> Option<(Reply, bool)> {
-    let mut receipt = wakterm_engine::stateless_refusal(&admit.clone().into_command(request_id.to_string(), admit.generated_id, 0))?;
+    let mut receipt = wakterm_engine::stateless_check(&admit.clone().into_command(request_id.to_string(), admit.generated_id, 0)).err()?;
     let ask_the_daemon = !admit.generated_id && receipt.request_id.is_some();
     receipt.retry_safe &= !ask_the_daemon;
     Some((Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }, ask_the_daemon))

@@ -436,7 +436,7 @@ fn inp_4_a_malformed_target_is_a_usage_error_for_every_agent_command() {
 /// INP-1..5: `agent send`, `admit` and `submit` refuse what needs no state (a malformed
 /// target, an id that is no UUID, an empty prompt) before they connect, with the receipt the
 /// daemon gives the same request: with no daemon running they said `daemon_not_running`. The
-/// engine's own check answers both (`stateless_refusal`, `submit_input_problem`), in its order
+/// engine's own check answers both (`stateless_check`, `submit_input_problem`), in its order
 /// (the prompt before the target). IDEM-7: a caller's own well-formed id may be known to the
 /// daemon, so it is asked when it runs; without one, such a refusal is never retry-safe.
 #[test]

@@ -94,9 +94,7 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
     let fault = context.fault;
     let stopping = context.clone();
     let spawned = tokio::task::spawn_blocking(move || {
-        // Here, not on the reactor: it canonicalizes a path and may look the user up.
-        let codex_home = super::agents::codex_home_for(&spec.env, std::path::Path::new(&spec.cwd));
-        let record = AgentRecord {
+        let mut record = AgentRecord {
             agent_id: uuid::Uuid::new_v4().to_string(),
             name: spec.name,
             harness: spec.harness,
@@ -106,9 +104,10 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
             created_ms: now_ms(),
             managed: spec.managed,
             thread: None,
-            codex_home: codex_home.into_os_string().into_string().ok(),
+            codex_home: None,
             resolved_codex_home: None,
         };
+        record.resolve_codex_home(); // here, not on the reactor: it may block
         let agent = spawn_agent(&paths, &writer, record, fault).map_err(|message| Reply::error(exit::ERROR, "agent_start_failed", message))?;
         // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its
         // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.

@@ -73,6 +73,16 @@ impl AgentRecord {
         }
     }
 
+    /// CORR-14: resolves the CODEX_HOME once (`codex_home_for`: a canonicalize, maybe a
+    /// password lookup; blocking) into `codex_home`, or `resolved_codex_home` when it is not
+    /// UTF-8.
+    pub fn resolve_codex_home(&mut self) {
+        match codex_home_for(&self.env, Path::new(&self.cwd)).into_os_string().into_string() {
+            Ok(home) => self.codex_home = Some(home),
+            Err(raw) => self.resolved_codex_home = Some(PathBuf::from(raw)),
+        }
+    }
+
     /// The directory Codex writes the agent's rollouts under (the monitor watches it).
     pub fn sessions_dir(&self) -> PathBuf {
         self.codex_home().join("sessions")
@@ -283,11 +293,8 @@ impl AgentRuntime {
         let holder_socket = paths.holder_socket(&record.agent_id);
         // CORR-14: an older daemon's record names no home: resolved once here, not on each of
         // the monitor's many `codex_home()` calls (a canonicalize and a password lookup each).
-        if record.codex_home.is_none() {
-            match codex_home_for(&record.env, Path::new(&record.cwd)).into_os_string().into_string() {
-                Ok(home) => record.codex_home = Some(home),
-                Err(raw) => record.resolved_codex_home = Some(PathBuf::from(raw)),
-            }
+        if record.codex_home.is_none() && record.resolved_codex_home.is_none() {
+            record.resolve_codex_home();
         }
         AgentRuntime {
             record,

@@ -569,15 +569,15 @@ enum Spoiled {
 /// cannot be watched whole; also whether it was there.
 fn set_watch(dir: &Path, wake: mpsc::UnboundedSender<Wake>) -> (Option<notify::RecommendedWatcher>, bool) {
     use notify::Watcher;
+    if !dir.is_dir() {
+        return (None, false);
+    }
     let watched_dir = dir.to_path_buf();
     let handler = move |event: notify::Result<notify::Event>| {
         for woken in wakes_for(event, &watched_dir) {
             let _ = wake.send(woken);
         }
     };
-    if !dir.is_dir() {
-        return (None, false);
-    }
     let watcher = notify::recommended_watcher(handler).ok().and_then(|mut watcher| {
         watcher.watch(dir, notify::RecursiveMode::Recursive).ok()?;
         Some(watcher)
@@ -889,6 +889,16 @@ mod tests {
         (dispatcher, wakes)
     }
 
+    /// [`one_attached_agent_woken`] under a fresh directory whose sessions directory (returned)
+    /// exists with a day's subdirectory; the directory lives as long as the first value.
+    fn attached_with_a_sessions_dir(id: &str) -> (tempfile::TempDir, Dispatcher, mpsc::UnboundedReceiver<Wake>, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let (dispatcher, wakes) = one_attached_agent_woken(dir.path(), id);
+        let sessions = dir.path().join("sessions");
+        std::fs::create_dir_all(sessions.join("2026/12/05")).unwrap();
+        (dir, dispatcher, wakes, sessions)
+    }
+
     /// `watch_sessions` on a reactor, then its answer (`Wake::WatchSet`) handed back, as the
     /// dispatcher's loop does; other wakes read meanwhile are dropped. False when it tried
     /// nothing (no answer within a second).
@@ -999,11 +1009,7 @@ mod tests {
     /// departed meanwhile sets nothing.
     #[test]
     fn mon_1_a_watch_is_set_off_the_reactor_one_try_at_a_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = "8c0e2a4d-6f8b-4d0f-b2d4-f6a8c0e2a457";
-        let (mut dispatcher, mut wakes) = one_attached_agent_woken(dir.path(), id);
-        let sessions = dir.path().join("sessions");
-        std::fs::create_dir_all(sessions.join("2026/12/05")).unwrap();
+        let (_dir, mut dispatcher, mut wakes, sessions) = attached_with_a_sessions_dir("8c0e2a4d-6f8b-4d0f-b2d4-f6a8c0e2a457");
         let reactor = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let answers = reactor.block_on(async {
             dispatcher.watch_sessions(&sessions);
@@ -1035,11 +1041,8 @@ mod tests {
     /// incomplete (it was dropped: the watch counted as whole). A review found both.
     #[test]
     fn mon_1_what_a_watch_met_before_its_try_answered_is_not_lost() {
-        let dir = tempfile::tempdir().unwrap();
         let id = "9d1f3b5e-7a9c-4e1a-83e5-a7b9d1f3b568";
-        let (mut dispatcher, mut wakes) = one_attached_agent_woken(dir.path(), id);
-        let sessions = dir.path().join("sessions");
-        std::fs::create_dir_all(sessions.join("2026/12/05")).unwrap();
+        let (_dir, mut dispatcher, mut wakes, sessions) = attached_with_a_sessions_dir(id);
         let stamp = dispatcher.stamps.entry(sessions.clone()).or_default().clone();
         assert!(watch_sessions_met(&mut dispatcher, &mut wakes, &sessions, Some(Wake::WatchLost(sessions.clone()))));
         assert!(dispatcher.watches[&sessions].is_none(), "a lost directory is not watched");
