@@ -699,13 +699,26 @@ impl Engine {
     /// stands now the agent is busy (a turn at or before it, replayed after an observer loss or
     /// a restart, began before the prompt could). The floor goes into the request's record, so
     /// a daemon started after the write reopens the wait with it.
+    ///
+    /// A managed agent's wait is for its line's own `turn/start` id (`awaiting_unplaced`):
+    /// the view may stand behind the stream at the write (a delayed observer), and a turn that
+    /// began before the write, shown after it, lay past that floor and ended the wait while
+    /// the line was still unread (seed 6717's mechanism without its crash; so did another
+    /// writer's steer folded into the running turn). Only the app-server's acceptance of that
+    /// line says it was read; a PTY agent has no such id, and its composer shows a line not
+    /// yet taken.
     fn mark_written(&mut self, request_id: &RequestId) {
         let agent_id = self.admissions[request_id].agent_id.clone();
+        let own_line = self.requests.get(request_id).and_then(|r| r.turn_start_id.clone());
         let Some(agent) = self.agents.get_mut(&agent_id) else { return };
         let floor = agent.view_cursor();
         agent.awaiting_turn_after = Some(self.now_ms);
         agent.awaiting_request = Some(request_id.clone());
         agent.awaiting_past = floor.clone();
+        agent.awaiting_unplaced = match agent.facts.transport {
+            crate::agent::Transport::AppServer => own_line,
+            crate::agent::Transport::Pty => None,
+        };
         agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
         agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
         if let Some(record) = self.requests.get_mut(request_id) {

@@ -98,6 +98,11 @@ pub struct AgentEntry {
     /// CORR-15: turns a managed app-server accepted for a `turn/start` (turn, request id),
     /// newest last, at most `MAX_ACCEPTED_TURNS_KEPT`: whose prompt each turn carries.
     pub accepted_turns: std::collections::VecDeque<(crate::ids::TurnId, String)>,
+    /// ADM-5 (managed): the turn of the latest turn start the observer reported, fresh or
+    /// replayed, in arrival order (a resume replays in stream order): whether a replayed
+    /// acceptance of the awaited line went into a turn already running (folded: the wait is
+    /// over) or opened one yet to start. The view cannot say: it may stand past both.
+    pub last_turn_started: Option<crate::ids::TurnId>,
 }
 
 impl AgentEntry {
@@ -114,6 +119,7 @@ impl AgentEntry {
             probe_at_ms: None,
             input_epoch: 0,
             accepted_turns: Default::default(),
+            last_turn_started: None,
         }
     }
 

@@ -94,6 +94,9 @@ impl Engine {
     }
 
     fn apply_event_inner(&mut self, agent_id: &AgentId, event: ObserverEvent) {
+        if let (ObserverEvent::TurnStarted { turn, .. }, Some(agent)) = (&event, self.agents.get_mut(agent_id)) {
+            agent.last_turn_started = Some(turn.clone());
+        }
         // Events replayed after a resume, or late, lie at or before what the view already
         // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
         if self.is_fresh(agent_id, &event) {
@@ -602,28 +605,31 @@ fn short(hash: &str) -> &str {
 /// ADM-5: whether `event` ends the agent's wait for its written prompt's turn (when past the
 /// wait's floor): a turn's start or user message that may be that prompt's
 /// (`AgentEntry::turn_may_be_the_awaited_prompts`), or the app-server's acceptance of one of
-/// wakterm's `turn/start`s into the turn the view shows running (our line was folded into it,
-/// and its user message is no proof: another writer opened that turn). An acceptance into a
+/// wakterm's `turn/start`s into a running turn (our line was folded into it, and its user
+/// message is no proof: another writer opened that turn): the turn the view shows running, or,
+/// for an acceptance replayed after a resume, when the view may stand past both, the turn
+/// whose start was reported last (`AgentEntry::last_turn_started`: exploration seed 596 held
+/// an agent for RF-8's minute after a restart replayed a steer). An acceptance into a
 /// new turn waits for that turn's start: the reply comes first (Codex 0.169, 15-20 ms before
 /// `turn/started`) and changes no turn state, so ending the wait there left the agent idle in
 /// the view and the next prompt could be written into the turn starting (a review).
 fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
     match event {
         ObserverEvent::TurnAccepted { id, turn, .. } => {
-            let running = agent.view.as_ref().is_some_and(|v| v.turn == crate::observer::TurnState::Busy { turn: Some(turn.clone()) });
-            crate::prompt::is_turn_start_id(id) && running
+            let shown = agent.view.as_ref().is_some_and(|v| v.turn == crate::observer::TurnState::Busy { turn: Some(turn.clone()) });
+            crate::prompt::is_turn_start_id(id) && (shown || agent.last_turn_started.as_ref() == Some(turn))
         }
         _ => agent.turn_may_be_the_awaited_prompts(event),
     }
 }
 
-/// ADM-5 across a restart (`AgentEntry::awaiting_unplaced`): whether `event` ends the wait
-/// for a line with no floor at its write. Only the app-server's acceptance of that very line
-/// moves it (the line was read, and every one before it): from then on it is the wait for
-/// the accepted turn's start, as after a live write, so it ends now when that turn already
-/// runs (the line steered it), else at a turn started past the acceptance (the reply comes
-/// before `turn/started`: ended at the reply, the next prompt could be written into the turn
-/// starting, RF-7; a review found it).
+/// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event` ends the wait for a managed
+/// line (written live, or found unfinished by a restart). Only the app-server's acceptance of
+/// that very line moves it (the line was read, and every one before it): from then on it is
+/// the wait for the accepted turn's start, so it ends now when that turn already runs (the
+/// line steered it, `ends_the_wait`), else at a turn started past the acceptance (the reply
+/// comes before `turn/started`: ended at the reply, the next prompt could be written into the
+/// turn starting, RF-7; a review found it).
 fn accepted_unplaced(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
     let ObserverEvent::TurnAccepted { id, session, position, .. } = event else { return false };
     if agent.awaiting_unplaced.as_deref() != Some(id.as_str()) {

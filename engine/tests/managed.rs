@@ -103,7 +103,8 @@ fn corr_15_a_turn_accepted_for_another_request_is_not_ours_whatever_its_text() {
 // unread line, so it does not end the wait; the acceptance of our own line does (also when
 // folded into a running turn, whose user message would prove nothing). Before, any turn start ended it and the next prompt was written over
 // the unread one (exploration seed 5015819: raw prompts ran while the holder stalled on our
-// write). A turn whose acceptance is unknown still ends it.
+// write). A turn whose acceptance is unknown (its reply lost) no longer ends it either: only
+// RF-8's grace does.
 #[test]
 fn adm_5_a_turn_another_writer_opened_does_not_end_the_wait() {
     let ours = || prompt::turn_start_id(REQ, 0x5eed);
@@ -136,8 +137,87 @@ fn adm_5_a_turn_another_writer_opened_does_not_end_the_wait() {
             rig.turn_started("turn-o", 1_350);
             rig.turn_completed("turn-o", "our answer", 1_380);
         } else {
-            rig.turn_started("turn-unattributed", 1_400); // its reply lost: it may be ours
+            rig.turn_started("turn-unattributed", 1_400); // its reply lost: it may be ours, or not
             rig.turn_completed("turn-unattributed", "whose?", 1_450);
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "between", ReturnMode::OneWay);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+            rig.advance(limits::TURN_START_TIMEOUT_MS); // RF-7's probe at RF-8's grace ends it
+        }
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
+    }
+}
+
+// ADM-5 for a managed agent, live: the view may stand behind the stream at the write (a
+// delayed observer), so a turn that began before the write, shown after it, lies past the
+// write's floor. Here an earlier prompt of ours, read late after RF-8 had given its wait up:
+// its turn, opened by one of wakterm's lines, ended the wait for the next prompt, whose line
+// was still unread, and a third prompt was written on top (seed 6717's mechanism without its
+// crash; a known gap until now). Only the acceptance of the line's own id ends the wait now.
+#[test]
+fn adm_5_a_turn_shown_after_the_write_does_not_end_the_wait_for_an_unread_line() {
+    let mut rig = managed_zola(Some(THREAD));
+    let op = rig.admit(REQ, "read very late", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.advance(limits::TURN_START_TIMEOUT_MS); // RF-8: the wait for it is given up
+    let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    assert_eq!(rig.written.len(), 2);
+    // The first line's turn, read before the second line and shown only now.
+    rig.managed_turn(REQ, "turn-1", "read very late", "its final", 5_000);
+    let third = "fe57dc90-994e-4e73-b09c-fac483d9f05d";
+    let op = rig.admit(third, "third", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "the second line is unread: {:?}", rig.receipt(op));
+    assert_eq!(rig.written.len(), 2, "nothing written on top of the unread line");
+    // A turn whose reply was lost (or a steer folded into a turn of ours) says no more.
+    rig.provider_turn("turn-unattributed", "whose?", "its answer", 6_000);
+    let op = rig.admit(third, "third", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    // The second line's own acceptance, then its turn, end the wait.
+    rig.managed_turn(REQ2, "turn-2", "second", "its final", 7_000);
+    let op = rig.admit(third, "third", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
+}
+
+// ADM-5 for a managed agent: the acceptance of the awaited line may arrive replayed (a resume
+// after the stream dropped), when the view already stands past it (a snapshot). Folded into a
+// turn whose start came before it, the line was read and its turn is running: the wait is
+// over; the view cannot say so (it may show that turn ended), the replayed start can
+// (exploration seed 596 held the agent for RF-8's minute). Into a turn yet to start, the wait
+// goes on until that start, replayed or not.
+#[test]
+fn adm_5_a_replayed_acceptance_of_the_awaited_line_ends_the_wait_as_a_live_one() {
+    let ours = || prompt::turn_start_id(REQ, 0x5eed);
+    for case in ["folded", "new turn replayed", "new turn fresh"] {
+        let mut rig = managed_zola(Some(THREAD));
+        let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        let mut later = idle_snapshot("inc-1", 100);
+        later.position = 6_000;
+        later.turn = TurnState::Idle { last_completed: Some(turn("turn-2")) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(later));
+        let op = rig.admit(REQ2, "second", ReturnMode::OneWay); // its look moves the view on
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+        let accepted = |rig: &mut Rig, id: String, t: &str, position: u64| rig.observe(ObserverEvent::TurnAccepted { session: session(), id, turn: turn(t), position });
+        match case {
+            "folded" => {
+                accepted(&mut rig, "human-1".into(), "turn-2", 1_100);
+                rig.turn_started("turn-2", 1_150);
+                accepted(&mut rig, ours(), "turn-2", 1_300);
+                rig.turn_completed("turn-2", "both answered", 1_400);
+            }
+            "new turn replayed" => {
+                accepted(&mut rig, ours(), "turn-2", 1_300);
+                rig.turn_started("turn-2", 1_350);
+                rig.turn_completed("turn-2", "answered", 1_400);
+            }
+            _ => {
+                accepted(&mut rig, ours(), "turn-3", 5_900);
+                let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "between", ReturnMode::OneWay);
+                assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: the turn starts later: {:?}", rig.receipt(op));
+                rig.turn_started("turn-3", 6_100);
+                rig.turn_completed("turn-3", "answered", 6_200);
+            }
         }
         let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::OneWay);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
@@ -292,7 +372,7 @@ fn adm_5_a_restart_holds_for_a_written_request_ended_before_its_turn() {
     for (case, cancel, bound) in [("cancelled", true, false), ("bound", false, true)] {
         let mut rig = managed_zola(Some(THREAD));
         rig.admit(REQ, "slow reader", ReturnMode::OneWay);
-        rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
+        rig.managed_turn(REQ, "turn-1", "slow reader", "the final", 2_000);
         rig.advance(1_000);
         let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op));
@@ -300,7 +380,7 @@ fn adm_5_a_restart_holds_for_a_written_request_ended_before_its_turn() {
             rig.input(Input::Cancel(CancelCommand { op: OpId(900), request_id: REQ2.to_string() }));
         }
         if bound {
-            rig.provider_turn("turn-2", "second", "its final", 3_000);
+            rig.managed_turn(REQ2, "turn-2", "second", "its final", 3_000);
         }
         assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Terminal, "{case}");
         rig.advance(5_000);

@@ -264,6 +264,10 @@ pub struct Oracle {
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
+    /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
+    /// app-server's acceptance of that very line ends the engine's wait for it, so only the
+    /// turn it opened (or the running turn it was folded into) counts as after the write.
+    last_line: BTreeMap<usize, String>,
     /// CORR-15: per (agent, turn), the request id the engine was first told opened it.
     turn_openers: BTreeMap<(usize, TurnId), String>,
     /// Per agent, the last turn start the current daemon's observer delivered to the engine
@@ -483,13 +487,16 @@ impl Oracle {
     /// write the new daemon can know of (`known_writes_at_start`: the new engine holds its agent
     /// as after the write; a registration left unfinished counts, its write unknown). Nor when
     /// another prompt (a human's raw input, one written
-    /// before the daemon started) was taken after the
-    /// earlier write: ADM-5 ends the wait at any turn start, the engine cannot yet tell whose
-    /// (a known gap, in SPEC RF-7).
+    /// before the daemon started) was taken after an earlier write made before this daemon
+    /// started: the reopened wait ends at a turn started past the write's floor (ADM-5), the
+    /// engine cannot tell whose (a known gap, in SPEC RF-7). A write this daemon made waits for
+    /// its own line's acceptance, whatever else was taken (it excused any write until
+    /// 2026-12-05, and so hid a delayed observer's turn ending a live wait).
     pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64) {
         let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
         let taken = self.prompts_taken.get(&agent).map(Vec::as_slice).unwrap_or_default();
-        let another_taken = taken.iter().any(|(at, whose)| at + STALL_MARGIN_MS >= written_ms && whose.as_deref() != earlier); // learned of after the write, too
+        let before_start = written_ms <= self.daemon_started_ms;
+        let another_taken = before_start && taken.iter().any(|(at, whose)| at + STALL_MARGIN_MS >= written_ms && whose.as_deref() != earlier); // learned of after the write, too
         // ADM-12: bytes an old holder wrote after the engine had given its write up (ended
         // `write_result_lost`) are a write the engine cannot know of (its known late write).
         // A one-way request has no terminal event: its `write_result_lost` receipt says when
@@ -750,12 +757,16 @@ impl Oracle {
 
     /// A write to agent `a`'s pane passed the incarnation check (whatever reached the pane):
     /// the engine will wait for a turn to start after it (ADM-5).
-    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>) {
+    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>, line: Option<String>) {
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
         match writer {
             Some(id) => self.last_writer.insert(agent, id.to_string()),
             None => self.last_writer.remove(&agent),
+        };
+        match line {
+            Some(id) => self.last_line.insert(agent, id),
+            None => self.last_line.remove(&agent),
         };
     }
 
@@ -766,18 +777,29 @@ impl Oracle {
         self.turn_news.insert(agent, (at, Some(turn.clone())));
         // ADM-5 (managed): a turn the engine was told another writer's `turn/start` opened is
         // no sign that ours was read (`AgentEntry::turn_may_be_the_awaited_prompts`).
-        let opened_by_another = self.turn_openers.get(&(agent, turn.clone())).is_some_and(|id| !wakterm_engine::prompt::is_turn_start_id(id));
-        let after_write = !opened_by_another && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        let opener = self.turn_openers.get(&(agent, turn.clone()));
+        let opened_by_another = opener.is_some_and(|id| !wakterm_engine::prompt::is_turn_start_id(id));
+        // A managed write's wait ends only at its own line's acceptance: a turn it opened.
+        let own_line = self.last_line.get(&agent).is_none_or(|line| opener == Some(line));
+        let after_write = !opened_by_another && own_line && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if after_write && !self.turn_after_write.contains_key(&agent) {
-            let at = wakterm_runtime::driver::now_ms();
             self.turn_after_write.insert(agent, (at, position, turn.clone()));
         }
     }
 
     /// The observer port sent the engine the app-server's acceptance of request `id`'s
-    /// `turn/start` into `turn` (CORR-15): the first one names who opened the turn.
-    pub fn on_turn_accepted_delivered(&mut self, agent: usize, id: &str, turn: &TurnId) {
+    /// `turn/start` into `turn` (CORR-15): the first one names who opened the turn. The
+    /// acceptance of the last write's own line into a turn the engine was told runs (the line
+    /// folded into it) ends the engine's wait at once (ADM-5).
+    pub fn on_turn_accepted_delivered(&mut self, agent: usize, id: &str, turn: &TurnId, session: &SessionId, position: u64) {
         self.turn_openers.entry((agent, turn.clone())).or_insert_with(|| id.to_string());
+        let own_line = self.last_line.get(&agent).is_some_and(|line| line == id);
+        let running = self.turn_news.get(&agent).is_some_and(|(_, news)| news.as_ref() == Some(turn));
+        let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        if own_line && running && after_write && !self.turn_after_write.contains_key(&agent) {
+            let at = wakterm_runtime::driver::now_ms();
+            self.turn_after_write.insert(agent, (at, position, turn.clone()));
+        }
     }
 
     /// The observer port sent the engine the end (completed or aborted) of agent `a`'s turn

@@ -749,7 +749,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-    w.oracle.on_pane_write(a, session, position, request.as_deref());
+    w.oracle.on_pane_write(a, session, position, request.as_deref(), managed_turn_start_id(bytes));
     match &request {
         Some(rid) => {
             let landed_ms = wakterm_runtime::driver::now_ms();
@@ -1038,7 +1038,7 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
         let writes = w.agents[a].pane.writes;
         w.agents[a].last_typed = Some(text.clone());
         let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-        w.oracle.on_pane_write(a, session, position, None);
+        w.oracle.on_pane_write(a, session, position, None, None);
         w.log(format!("a{a} split write {sid} starts (write {writes}, fail {fail:?}, cr {mode:?})"));
         (fail, mode, writes)
     };
@@ -1138,6 +1138,13 @@ fn managed_turn_start_text(bytes: &[u8]) -> Option<String> {
         return None;
     }
     line["params"]["input"][0]["text"].as_str().map(str::to_string)
+}
+
+/// MGD-7: the JSON-RPC id of a managed admission's `turn/start` line (None for a pane write).
+fn managed_turn_start_id(bytes: &[u8]) -> Option<String> {
+    let line = bytes.strip_prefix(wakterm_engine::prompt::LINE_LEAD)?.strip_suffix(b"\n")?;
+    let line: serde_json::Value = serde_json::from_slice(line).ok()?;
+    (line["method"] == "turn/start").then(|| line["id"].as_str().map(str::to_string)).flatten()
 }
 
 /// The prompt inside one admission write.
@@ -1499,7 +1506,7 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     match &event {
         ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
-        ObserverEvent::TurnAccepted { id, turn, .. } => w.oracle.on_turn_accepted_delivered(a, id, turn),
+        ObserverEvent::TurnAccepted { id, turn, session, position } => w.oracle.on_turn_accepted_delivered(a, id, turn, session, *position),
         ObserverEvent::TurnCompleted { turn, .. } => w.oracle.on_turn_end_delivered(a, Some(turn)),
         ObserverEvent::TurnAborted { turn, .. } => w.oracle.on_turn_end_delivered(a, turn.as_ref()),
         ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } => w.oracle.on_session_changed_delivered(a),

@@ -464,6 +464,14 @@ impl Rig {
         self.turn_completed(id, final_message, start + 30);
     }
 
+    /// A managed app-server's turn for request `request`'s `turn/start` line (the rig's nonce),
+    /// as Codex 0.169 writes it: the reply accepting the line first, then the turn.
+    pub fn managed_turn(&mut self, request: &str, id: &str, prompt: &str, final_message: &str, start: u64) {
+        let line = prompt::turn_start_id(request, 0x5eed);
+        self.observe(ObserverEvent::TurnAccepted { session: session(), id: line, turn: turn(id), position: start + 5 });
+        self.provider_turn(id, prompt, final_message, start);
+    }
+
     /// Simulates a crash: everything not durable is gone; the engine is rebuilt.
     pub fn crash_and_recover(&mut self) {
         self.recover_from(self.durable.values().cloned().collect());
