@@ -65,28 +65,34 @@ pub struct AgentEntry {
     pub claim: Option<RequestId>,
     /// ADM-5: engine time of a complete write whose turn has not been observed starting;
     /// until it starts the agent counts as busy, so two prompts never race into one idle
-    /// composer. Cleared by a turn start, a process change, or a fresh snapshot that still
-    /// shows an idle agent with an empty composer `AWAITING_TURN_GRACE_MS` after the write.
+    /// composer. Cleared by the prompt's turn (`correlation::wait_ended_by`), a process
+    /// change, or a fresh snapshot that still shows an idle agent with an empty composer
+    /// `no_turn_grace_ms` after the write.
     pub awaiting_turn_after: Option<u64>,
     /// MGD-7: the admission whose write opened that wait, when nothing wrote since (a refusal
     /// of its `turn/start` then ends the wait). None when unknown: the wait runs its course.
     pub awaiting_request: Option<RequestId>,
-    /// ADM-5 across a restart: the wait reopened for a prompt an earlier daemon wrote ends only
-    /// with a turn started past this cursor (the request's armed one): a resume replays the
-    /// turns before it, which are not the prompt's. None for a wait this engine opened.
+    /// ADM-5: the wait ends only with a turn started past this cursor: where the view stood
+    /// at the write (or, reopened by a restart, the write's recorded floor or the request's
+    /// armed cursor; for a managed line, where its acceptance lay): a resume replays the
+    /// turns before it, which are not the prompt's. None: no view at the write.
     pub awaiting_past: Option<crate::observer::Cursor>,
-    /// ADM-5 across a restart, managed agents: the `turn/start` id (MGD-7's, nonce included)
-    /// of the latest write the reopened wait is for, when that write has no floor at the
-    /// write (a registration the restart found unfinished: its floor is the cursor it was
-    /// armed at). A turn past that floor says nothing of its line: a turn between the arming
-    /// and the write, or one a view behind the stream had not shown at the write (a human's
-    /// steer, replayed after the restart), ended the wait, and the next prompt went over the
-    /// unread line (exploration, seed 6717 once `monitor.watch_lost_while_set` was drawn).
-    /// Such a wait goes on until the app-server accepts that very line, then waits for the
-    /// accepted turn's start as after a live write (`correlation::accepted_unplaced`); or
-    /// ends at the grace (`no_turn_grace_ms`) or with the process. A PTY agent has no such id:
-    /// the composer shows a line not yet taken, and the floor rule stays.
+    /// ADM-5, managed agents: the `turn/start` id (MGD-7's, nonce included) of the line the
+    /// wait is for: a live write's (`mark_written`), or the latest write a restart found as
+    /// an unfinished registration. A turn past a floor says nothing of the line: the view may
+    /// stand behind the stream at the write, or a restart knows only the armed cursor, and a
+    /// turn that began before the write (an earlier prompt of ours read late, a human's steer)
+    /// ended the wait while the line was unread, and the next prompt went over it
+    /// (exploration seed 6717 once `monitor.watch_lost_while_set` was drawn; seed 8337 once
+    /// the oracle stopped excusing live writes). Such a wait goes on until the app-server
+    /// answers that very line (`correlation::line_answered`); or ends at the grace
+    /// (`no_turn_grace_ms`) or with the process. A PTY agent has no such id: the composer
+    /// shows a line not yet taken, and the floor rule stays.
     pub awaiting_unplaced: Option<String>,
+    /// ADM-5, managed: the turn the app-server accepted the awaited line into, when that turn
+    /// had not started yet: its start (or a user message in it) ends the wait, whoever opened
+    /// it (`correlation::line_answered`).
+    pub awaiting_accepted: Option<crate::ids::TurnId>,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
@@ -115,6 +121,7 @@ impl AgentEntry {
             awaiting_request: None,
             awaiting_past: None,
             awaiting_unplaced: None,
+            awaiting_accepted: None,
             refresh_error: None,
             probe_at_ms: None,
             input_epoch: 0,
@@ -156,7 +163,8 @@ impl AgentEntry {
     /// wakterm's, `prompt::turn_start_id`): a human's prompt through the holder ran while ours
     /// sat unread, and its start ended the wait (exploration seed 5015819: raw prompts ran while
     /// the holder stalled on our write). A turn whose acceptance is unknown (the reply lost, a
-    /// PTY agent) still ends it, as before.
+    /// PTY agent) still ends a wait kept by its floor (a PTY write's, a restart's reopened
+    /// one); a live managed write's waits for its own line's answer instead (`awaiting_unplaced`).
     pub(crate) fn turn_may_be_the_awaited_prompts(&self, event: &crate::observer::ObserverEvent) -> bool {
         use crate::observer::ObserverEvent;
         let turn = match event {
@@ -206,6 +214,7 @@ impl AgentEntry {
         self.awaiting_turn_after = None;
         self.awaiting_past = None;
         self.awaiting_unplaced = None;
+        self.awaiting_accepted = None;
         self.probe_at_ms = None;
     }
 

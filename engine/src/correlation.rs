@@ -163,16 +163,13 @@ impl Engine {
         }
     }
 
-    /// ADM-5 across a restart: a turn started past the reopened wait's floor ends it, even when
-    /// the view is already past it (a first look at a checkpoint beyond the armed cursor, then
-    /// the resume's replay): that turn began after the earlier daemon's write.
+    /// ADM-5 for an event the view already stands past (replayed after a resume, or late): a
+    /// turn started past the wait's floor ends it, even when the view is already past it (a
+    /// first look at a checkpoint beyond the armed cursor, then the resume's replay): that turn
+    /// began after the write. So does a managed line's replayed answer (`wait_ended_by`).
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        let ended = match agent.awaiting_unplaced.is_some() {
-            true => accepted_unplaced(agent, event),
-            false => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_some_and(|floor| past_cursor(event, floor)),
-        };
-        if ended {
+        if wait_ended_by(agent, event, false) {
             agent.end_wait();
         }
     }
@@ -181,11 +178,7 @@ impl Engine {
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        let ended = match agent.awaiting_unplaced.is_some() {
-            true => accepted_unplaced(agent, event),
-            false => ends_the_wait(agent, event) && agent.awaiting_past.as_ref().is_none_or(|floor| past_cursor(event, floor)),
-        };
-        if ended {
+        if wait_ended_by(agent, event, true) {
             agent.end_wait(); // ADM-5: the written prompt's turn (or another) began
         }
         let Some(view) = agent.view.as_mut() else { return };
@@ -623,21 +616,54 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
     }
 }
 
-/// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event` ends the wait for a managed
-/// line (written live, or found unfinished by a restart). Only the app-server's acceptance of
-/// that very line moves it (the line was read, and every one before it): from then on it is
-/// the wait for the accepted turn's start, so it ends now when that turn already runs (the
-/// line steered it, `ends_the_wait`), else at a turn started past the acceptance (the reply
-/// comes before `turn/started`: ended at the reply, the next prompt could be written into the
-/// turn starting, RF-7; a review found it).
-fn accepted_unplaced(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
-    let ObserverEvent::TurnAccepted { id, session, position, .. } = event else { return false };
+/// ADM-5: whether `event` ends the agent's wait for its written prompt's turn (`fresh`: the
+/// view had not folded it in yet). By the wait's kind:
+/// - a managed line accepted into a turn not yet started (`awaiting_accepted`): that turn's
+///   start, or a user message in it;
+/// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
+/// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
+///   event needs none: a wait this engine opened without a view has none).
+fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fresh: bool) -> bool {
+    if let Some(accepted) = &agent.awaiting_accepted {
+        return match event {
+            ObserverEvent::TurnStarted { turn, .. } | ObserverEvent::UserMessage { turn: Some(turn), .. } => turn == accepted,
+            _ => false,
+        };
+    }
+    if agent.awaiting_unplaced.is_some() {
+        return line_answered(agent, event);
+    }
+    let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
+    ends_the_wait(agent, event) && past
+}
+
+/// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the
+/// awaited managed line (written live, or found unfinished by a restart), ends the wait. Only
+/// an answer to that very line moves it (the line was read, and every one before it). A
+/// refusal ends it (no turn will come of it; an error under the id after an answer we did
+/// not see also means the line was read). An acceptance ends it when the accepted turn
+/// already runs (the line steered it, `ends_the_wait`), else it becomes the wait for that
+/// turn's start (`awaiting_accepted`), whoever opened it (a human's line accepted into the
+/// same turn first is no reason to wait on: a review): ended at the reply, the next prompt
+/// could be written into the turn starting (the reply comes 15-20 ms before `turn/started`,
+/// RF-7; a review found it).
+fn line_answered(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
+    let (id, accepted) = match event {
+        ObserverEvent::TurnAccepted { id, turn, session, position } => (id, Some((turn, Cursor { session: session.clone(), position: *position }))),
+        ObserverEvent::RequestRefused { id, .. } => (id, None),
+        _ => return false,
+    };
     if agent.awaiting_unplaced.as_deref() != Some(id.as_str()) {
         return false;
     }
     agent.awaiting_unplaced = None;
-    agent.awaiting_past = Some(Cursor { session: session.clone(), position: *position });
-    ends_the_wait(agent, event)
+    let Some((turn, at)) = accepted else { return true };
+    if ends_the_wait(agent, event) {
+        return true;
+    }
+    agent.awaiting_past = Some(at);
+    agent.awaiting_accepted = Some(turn.clone());
+    false
 }
 
 /// An event in another session than `floor`'s, or past its position.

@@ -272,6 +272,30 @@ pub struct EventMark {
     /// and is not kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opened: Option<(TurnId, bool)>,
+    /// ADM-5 (managed) across a restart: the latest of wakterm's `turn/start` lines the stream
+    /// saw the app-server answer, and whether the turn it went into was seen taking it
+    /// (`AnsweredLine`). A restart holds a managed agent for its latest write unless this is
+    /// that write's line, refused or taken (`RecoveredWrite::reopen_wait`): the write's floor
+    /// is the view at the write, which may stand behind the stream, so a turn past it says
+    /// nothing sure of the line (the live rule's reason, ADM-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_line: Option<AnsweredLine>,
+}
+
+/// ADM-5 (managed): one of wakterm's `turn/start` lines the app-server answered
+/// (`EventMark::answered_line`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnsweredLine {
+    /// The line's JSON-RPC id (`prompt::turn_start_id`).
+    pub id: String,
+    /// Where the answer lay.
+    pub at: crate::observer::Cursor,
+    /// The turn it was accepted into; None: refused (MGD-7: no turn comes of it).
+    pub turn: Option<TurnId>,
+    /// That turn's start, or a user message in it, was reported after the answer: the
+    /// line's turn runs (or ran), as the live wait ends (`correlation::wait_ended_by`).
+    #[serde(default)]
+    pub taken: bool,
 }
 
 impl EventMark {
@@ -287,6 +311,7 @@ impl EventMark {
             fingerprint: None,
             turn_taken: None,
             opened: None,
+            answered_line: None,
         }
     }
 
@@ -300,20 +325,37 @@ impl EventMark {
     pub fn note_turn_taken(&mut self, event: &crate::observer::ObserverEvent) {
         use crate::observer::{Cursor, ObserverEvent};
         let (session, turn, position) = match event {
-            ObserverEvent::TurnAccepted { id, turn, .. } => {
+            ObserverEvent::TurnAccepted { id, turn, session, position } => {
                 if self.opened.as_ref().is_none_or(|(opened, _)| opened != turn) {
                     self.opened = Some((turn.clone(), crate::prompt::opener_may_be_wakterm(Some(id))));
                 }
+                self.note_answered_line(id, Some(turn), Cursor { session: session.clone(), position: *position });
                 return;
+            }
+            ObserverEvent::RequestRefused { id, session, position, .. } => {
+                return self.note_answered_line(id, None, Cursor { session: session.clone(), position: *position });
             }
             ObserverEvent::TurnStarted { session, turn, position } => (session, Some(turn), *position),
             ObserverEvent::UserMessage { session, turn, position, .. } => (session, turn.as_ref(), *position),
             _ => return,
         };
+        if let Some(line) = self.answered_line.as_mut().filter(|line| line.turn.is_some() && line.turn.as_ref() == turn) {
+            line.taken = true;
+        }
         let opened = turn.and_then(|turn| self.opened.as_ref().filter(|(opened, _)| opened == turn));
         if opened.is_none_or(|(_, ours)| *ours) {
             self.turn_taken = Some(Cursor { session: session.clone(), position });
         }
+    }
+
+    /// ADM-5: the app-server answered `id`; kept when it is one of wakterm's lines (its id
+    /// has the daemon's form and size: a raw writer's id, of any size, is not kept). A line
+    /// folded into a running turn is taken with its user message in that turn, which follows.
+    fn note_answered_line(&mut self, id: &str, turn: Option<&TurnId>, at: crate::observer::Cursor) {
+        if !crate::prompt::is_turn_start_id(id) || id.len() > crate::prompt::MAX_TURN_START_ID_BYTES {
+            return;
+        }
+        self.answered_line = Some(AnsweredLine { id: id.to_string(), at, turn: turn.cloned(), taken: false });
     }
 
     /// ADM-5: the mark's place moved back or its session was lost (a rollout replaced or cut
@@ -322,6 +364,7 @@ impl EventMark {
     pub fn forget_turns(&mut self) {
         self.turn_taken = None;
         self.opened = None;
+        self.answered_line = None;
     }
 
     /// EV-7: the session the stream reports: the one it reported attached, else the one whose

@@ -126,6 +126,9 @@ pub fn turn_start_id(request_id: &str, write_nonce: u64) -> String {
     format!("wakterm-{request_id}-{write_nonce:016x}")
 }
 
+/// The size of every `turn_start_id` (a request id is a UUID): `wakterm-`, 36, `-`, 16.
+pub const MAX_TURN_START_ID_BYTES: usize = 61;
+
 /// MGD-7, ADM-5: whether a JSON-RPC id is one `turn_start_id` makes (a wakterm admission's
 /// `turn/start`, any request's).
 pub fn is_turn_start_id(id: &str) -> bool {

@@ -113,6 +113,27 @@ fn prompt_seen_taken_or_refused(record: &RequestRecord) -> bool {
     }
 }
 
+/// ADM-5 across a restart: the wait a restart reopens (`AgentEntry::awaiting_past`,
+/// `awaiting_unplaced`, `awaiting_accepted`).
+struct ReopenedWait {
+    past: crate::observer::Cursor,
+    unplaced: Option<String>,
+    accepted: Option<crate::ids::TurnId>,
+}
+
+/// ADM-5 across a restart: whether a request's record says its prompt was read: its turn
+/// started (bound, or a send acknowledged by its user message) or its line was refused
+/// (MGD-7). Not a wait given up (`no_turn_started`): that says nothing of the line.
+fn prompt_seen_read(record: &RequestRecord) -> bool {
+    let refused = |reason: Option<&str>| reason == Some("turn_start_refused");
+    match record.phase {
+        Phase::Bound => true,
+        Phase::Settled => record.receipt.as_ref().is_some_and(|r| r.acknowledged == Some(true) || refused(r.reason.as_deref())),
+        Phase::Terminal => record.bound_turn.is_some() || refused(record.terminal.as_ref().and_then(|t| t.reason.as_deref())),
+        _ => false,
+    }
+}
+
 /// ADM-5 across a restart: a prompt an earlier daemon wrote into this process whose turn it may
 /// not have seen starting: it may still be unread (an app-server slow to read its input shows
 /// nothing of it; a short write's fragment waits for the next line).
@@ -138,6 +159,10 @@ pub(crate) struct RecoveredWrite {
     /// of a registration whose write the restart cannot see: only then does a turn the stream
     /// saw past it say the prompt was taken (a turn between the arming and the write is not).
     pub floor_at_write: bool,
+    /// The write's prompt was seen taken (its request bound to its turn, acknowledged) or
+    /// refused: no wait for it, but a write registered before it was read before it (input is
+    /// read in order), so when it is the latest, nothing is held (`reopen_wait`).
+    pub taken: bool,
 }
 
 impl RecoveredWrite {
@@ -170,7 +195,9 @@ impl RecoveredWrite {
     fn of(record: &RequestRecord, now_ms: u64, run: Option<&RunClock>) -> Option<RecoveredWrite> {
         let same_boot = run.zip(record.run_clock.as_ref()).filter(|(now, then)| now.boot_id == then.boot_id);
         let floor_at_write = record.written_past.is_some(); // a registration has none
+        let taken = prompt_seen_read(record);
         let (floor, since_ms) = match (record.phase, record.return_mode) {
+            _ if taken => (record.written_past.clone().or(record.armed.clone())?, now_ms),
             (Phase::Registered, _) => (record.armed.clone()?, now_ms),
             (Phase::Submitted, _) => {
                 let armed = record.armed.clone().expect("a submitted request is armed");
@@ -187,7 +214,7 @@ impl RecoveredWrite {
             _ => return None, // bound (its turn started), released (never written)
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
-        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write })
+        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, taken })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -200,38 +227,71 @@ impl RecoveredWrite {
     /// end the wait for a later one still unread (found when one-way prompts and unfinished
     /// registrations joined the writes: exploration seed 5009149).
     ///
-    /// `mark`: the agent's durable event mark. The latest turn it saw that may carry a prompt
-    /// of wakterm's (`EventMark::turn_taken`), in the process the writes went to, past every
-    /// write's floor in its session, was taken after the latest write: nothing is reopened
-    /// (the live wait ends at such a turn too, or at one it counts and the mark does not).
-    /// Its start lies at or before the mark, where no look reads again, so before, a one-way
-    /// prompt whose turn had run held its agent until RF-8's timeout after the write. Not
-    /// for a registration's armed cursor (`floor_at_write`: a turn between the arming and
-    /// the write says nothing of the line), nor for a mark of another process (a managed
-    /// agent's new holder starts its positions over in the same thread).
+    /// A latest write whose prompt was seen taken or refused (`RecoveredWrite::taken`, a
+    /// request bound to its turn, say) reopens nothing: every line before it was read.
+    ///
+    /// `mark`: the agent's durable event mark, when of the process the writes went to (a
+    /// managed agent's new holder starts its positions over in the same thread). Its turns
+    /// start at or before the mark, where no look reads again, so before, a prompt whose turn
+    /// had run held its agent until RF-8's timeout after the write. A managed agent's wait is
+    /// for its latest line's own answer (`managed_wait`, as the live wait); a PTY agent's ends
+    /// with a turn past the floor (`floor_wait`).
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
         let Some(latest) = Self::latest(&same) else { return };
-        let taken = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation)).and_then(|m| m.turn_taken.as_ref());
-        // Past every write's floor, not only the latest's: which write was the latest, the
-        // floors say only within one session, and the registration times not for sure (a wall
-        // clock stepped back between two daemons made an older write look the later one, and
-        // its turn skipped the wait for a later write still unread).
-        let taken_past = |w: &&RecoveredWrite| w.floor_at_write && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position);
-        if same.iter().all(taken_past) {
-            return;
+        if latest.taken {
+            return; // a later prompt was taken: every line before it was read
         }
+        let same: Vec<&RecoveredWrite> = same.into_iter().filter(|w| !w.taken).collect();
+        let mark = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation));
+        let wait = match &latest.turn_start_id {
+            Some(line) => Self::managed_wait(line, latest, mark),
+            None => Self::floor_wait(&same, latest, mark),
+        };
+        let Some(wait) = wait else { return };
         let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(latest.floor.clone());
-            // The latest line's acceptance covers every line before it (input is read in order).
-            agent.awaiting_unplaced = if latest.floor_at_write { None } else { latest.turn_start_id.clone() };
+            agent.awaiting_past = Some(wait.past);
+            agent.awaiting_unplaced = wait.unplaced;
+            agent.awaiting_accepted = wait.accepted;
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
             agent.probe_at_ms = Some(due.clamp(now_ms, now_ms + crate::limits::AWAITING_TURN_GRACE_MS));
+        }
+    }
+
+    /// A PTY agent's reopened wait (its writes have no line id): ended by a turn past the
+    /// latest write's floor. None when the mark's turn lies past every write's floor (each
+    /// the view at its write), not only the latest's: which write was the latest, the floors
+    /// say only within one session, and the registration times not for sure (a wall clock
+    /// stepped back between two daemons made an older write look the later one, and its turn
+    /// skipped the wait for a later write still unread).
+    fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
+        let taken = mark.and_then(|m| m.turn_taken.as_ref());
+        let taken_past = |w: &&RecoveredWrite| w.floor_at_write && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position);
+        if same.iter().all(taken_past) {
+            return None;
+        }
+        Some(ReopenedWait { past: latest.floor.clone(), unplaced: None, accepted: None })
+    }
+
+    /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest
+    /// line's answer covers every line before it, input being read in order), as the live
+    /// wait (ADM-5): none when the mark saw that line refused, or its turn take it
+    /// (`EventMark::answered_line`); the wait for that turn's start when it saw the line
+    /// accepted only; else the wait for the line's answer. Not by the mark's turn past the
+    /// write's floor: the floor is the view at the write, which may stand behind the stream,
+    /// so such a turn may have begun before the write (and an unfinished registration's floor
+    /// is only its armed cursor).
+    fn managed_wait(line: &str, latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
+        let answered = mark.and_then(|m| m.answered_line.as_ref()).filter(|answer| answer.id == line);
+        match answered {
+            None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None }),
+            Some(answer) if answer.taken || answer.turn.is_none() => None,
+            Some(answer) => Some(ReopenedWait { past: answer.at.clone(), unplaced: None, accepted: answer.turn.clone() }),
         }
     }
 

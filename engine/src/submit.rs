@@ -485,6 +485,7 @@ impl Engine {
             agent.awaiting_turn_after = None;
             agent.awaiting_past = None;
             agent.awaiting_unplaced = None;
+            agent.awaiting_accepted = None;
         }
         self.finish_submission(id, ending);
     }

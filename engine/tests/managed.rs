@@ -224,6 +224,110 @@ fn adm_5_a_replayed_acceptance_of_the_awaited_line_ends_the_wait_as_a_live_one()
     }
 }
 
+// ADM-5 for a managed agent, the answers to the awaited line (a review of the live rule):
+// accepted into a turn another writer opened, before that turn's start was reported (Codex
+// replies before `turn/started`), the wait ends at that turn's start, whoever opened it (it
+// waited for RF-8's minute: the turn's opener was the human's); refused (MGD-7's error reply,
+// also for a one-way prompt past its acknowledgement wait), no turn will come of it: the wait
+// ends at once (it waited for the minute too).
+#[test]
+fn adm_5_the_awaited_lines_own_answer_ends_the_wait() {
+    let ours = || prompt::turn_start_id(REQ, 0x5eed);
+    for case in ["folded before the start", "refused"] {
+        let mut rig = managed_zola(Some(THREAD));
+        let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        rig.advance(limits::SEND_ACK_WAIT_MS + 1); // past any acknowledgement wait
+        let between = "fe57dc90-994e-4e73-b09c-fac483d9f05e";
+        if case == "refused" {
+            rig.observe(ObserverEvent::RequestRefused { session: session(), id: ours(), error: "overloaded".into(), position: 1_100 });
+        } else {
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id: "human-1".into(), turn: turn("turn-h"), position: 1_100 });
+            rig.observe(ObserverEvent::TurnAccepted { session: session(), id: ours(), turn: turn("turn-h"), position: 1_120 });
+            let op = rig.admit(between, "between", ReturnMode::OneWay);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: the turn is starting: {:?}", rig.receipt(op));
+            rig.turn_started("turn-h", 1_150);
+            rig.turn_completed("turn-h", "both answered", 1_250);
+        }
+        let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
+    }
+}
+
+// ADM-5 for a managed agent across a restart: the write's floor is the view at the write,
+// which may stand behind the stream, so the mark's turn past it says nothing sure of the line
+// (here an earlier prompt of ours, read late: its turn came after the floor while the later
+// line was still unread, and the restart held nothing: the next prompt went over that line,
+// as the live rule's review found). The mark now keeps the latest of wakterm's lines the
+// app-server answered and whether its turn took it (`EventMark::answered_line`): the restart
+// holds the agent for its latest write's own line unless the mark saw it refused or taken.
+#[test]
+fn adm_5_a_restart_waits_for_the_latest_lines_own_answer() {
+    let line = |request: &str| prompt::turn_start_id(request, 0x5eed);
+    for case in ["an earlier line's turn", "its turn taken", "accepted only", "refused"] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.admit(REQ, "read very late", ReturnMode::OneWay);
+        rig.advance(limits::TURN_START_TIMEOUT_MS); // RF-8: the wait for it is given up
+        let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op));
+        rig.managed_turn(REQ, "turn-1", "read very late", "its final", 5_000); // past the second's floor
+        match case {
+            "its turn taken" => rig.managed_turn(REQ2, "turn-2", "second", "its final", 6_000),
+            "accepted only" => rig.observe(ObserverEvent::TurnAccepted { session: session(), id: line(REQ2), turn: turn("turn-2"), position: 6_000 }),
+            "refused" => rig.observe(ObserverEvent::RequestRefused { session: session(), id: line(REQ2), error: "overloaded".into(), position: 6_000 }),
+            _ => {}
+        }
+        rig.turn_completed("turn-x", "an unrelated record makes the mark durable", 6_500);
+        let answered = rig.durable_marks[&agent_id(ZOLA)].answered_line.clone().expect("a line answered");
+        assert_eq!(answered.id, if case == "an earlier line's turn" { line(REQ) } else { line(REQ2) }, "{case}");
+        rig.advance(1_000);
+        let third = "fe57dc90-994e-4e73-b09c-fac483d9f05d";
+        let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), third);
+        match case {
+            "its turn taken" | "refused" => {
+                assert_eq!(receipt.classification, Classification::Accepted, "{case}: the line was read: {receipt:?}");
+                continue;
+            }
+            _ => assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: the line may be unread: {receipt:?}"),
+        }
+        if case == "accepted only" {
+            rig.turn_started("turn-2", 7_000); // the accepted turn's start ends it
+            rig.turn_completed("turn-2", "its final", 7_100);
+        } else {
+            rig.managed_turn(REQ2, "turn-2", "second", "its final", 7_000);
+        }
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "fourth", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
+    }
+}
+
+// ADM-5 across a restart: a request whose prompt was seen taken (here bound to its running
+// turn) that came after the agent's other recovered write says every line before it was read:
+// nothing is held for the earlier one. The restart waited for the earlier line's own answer,
+// which it never saw again (the mark keeps only the latest answered line), and held the agent
+// for RF-8's minute after the later turn ended (the simulator's seed 581).
+#[test]
+fn adm_5_a_restart_holds_nothing_for_a_line_before_one_seen_taken() {
+    let mut rig = managed_zola(Some(THREAD));
+    rig.admit(REQ, "first", ReturnMode::OneWay);
+    rig.managed_turn(REQ, "turn-1", "first", "its final", 2_000);
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    rig.observe(ObserverEvent::TurnAccepted { session: session(), id: prompt::turn_start_id(REQ2, 0x5eed), turn: turn("turn-2"), position: 3_005 });
+    rig.turn_started("turn-2", 3_010);
+    rig.user_message("turn-2", "second", 3_020);
+    assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Bound);
+    rig.advance(1_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+    rig.input(Input::StartupComplete);
+    let cursor = rig.resumes.last().expect("REC-2: the bound request resumes").1.clone();
+    rig.observe(ObserverEvent::Attached { session: cursor.session.clone(), position: cursor.position });
+    rig.turn_completed("turn-2", "the second's final", 3_100);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "nothing is unread: {:?}", rig.receipt(op));
+}
+
 // CORR-11 for a managed agent: an app-server exit after the prompt's `turn/start` was
 // written, with its output read to the end and no turn in it, is still `indeterminate`: Codex
 // hands the input to the thread (which records it) before it writes anything, so a process
@@ -260,7 +364,7 @@ fn adm_5_a_restart_keeps_a_written_managed_prompt_awaiting_its_turn() {
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
     assert_eq!(rig.written.len(), 1, "nothing written on top of the line written before the restart");
     // The first prompt's own turn ends the wait.
-    rig.provider_turn("turn-1", "slow reader", "the final", cursor.position + 10);
+    rig.managed_turn(REQ, "turn-1", "slow reader", "the final", cursor.position + 10);
     assert_eq!(rig.terminal_for(REQ)[0].final_message.as_deref(), Some("the final"));
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "the wait is over: {:?}", rig.receipt(op));
@@ -295,7 +399,7 @@ fn adm_5_a_restart_keeps_a_one_way_prompt_written_shortly_before_awaiting_its_tu
         assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
         assert_eq!(rig.written.len(), 1, "{case}: nothing written on top of the line written before the restart");
         if own_turn {
-            rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
+            rig.managed_turn(REQ, "turn-1", "slow reader", "the final", 2_000);
         } else {
             rig.advance(limits::TURN_START_TIMEOUT_MS - 5_000); // 60 s after the write, not after the restart
         }

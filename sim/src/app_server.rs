@@ -588,16 +588,12 @@ impl World {
         let mut line_origin = if app.stdin.is_empty() { origin.map(str::to_string) } else { app.stdin_origin.take() };
         app.stdin.extend_from_slice(bytes);
         let mut unread_prompt = None;
-        let mut human_prompt = false;
         while let Some(newline) = app.stdin.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = app.stdin.drain(..=newline).collect();
             // The app-server reads its stdin in order, a little later (much later when slow).
             let floor = app.queue.back().map_or(0, |p| p.due_ms);
             let due = (now + thread_rng().gen_range(0..=lag.max(1))).max(floor);
             let pending = Pending { due_ms: due, line, origin: line_origin.take(), written_ms: now };
-            // A human's prompt typed in (raw input, outside any claim): another prompt in play,
-            // as if taken (see `Oracle::on_prompt_over_unread`).
-            human_prompt |= pending.origin.is_none() && is_turn_start(&pending.line);
             if pending.origin.is_some() && is_turn_start(&pending.line) {
                 // ADM-5: the turn/start lines of other requests of ours this app-server has not
                 // read yet (a human's own lines are no write the engine knows of).
@@ -608,9 +604,6 @@ impl World {
             line_origin = origin.map(str::to_string); // the lines after the first are this write's
         }
         app.stdin_origin = if app.stdin.is_empty() { None } else { line_origin };
-        if human_prompt {
-            self.oracle.on_prompt_taken(a, None, now);
-        }
         if let Some((origin, (earlier, age_ms))) = unread_prompt {
             self.oracle.on_prompt_over_unread(a, origin.as_deref(), earlier.as_deref(), age_ms);
         }
@@ -761,7 +754,7 @@ impl World {
         self.oracle.user_messages.insert((a, hash.clone()));
         let opener = origin.filter(|rid| self.oracle.request_of(text).as_deref() == Some(*rid)).map(str::to_string);
         let thread = self.app(a).thread.clone();
-        self.oracle.on_prompt_taken(a, origin, now);
+        self.oracle.on_prompt_taken(origin);
         let item = self.app(a).next_item();
         let user = user_item(item, text);
         if let Some(running) = self.agents[a].running.clone() {

@@ -244,6 +244,11 @@ pub enum Mutant {
     /// taken (`EventMark::turn_taken`, as marks an older daemon wrote): a restart shortly after
     /// a one-way prompt whose turn ran holds its agent until RF-8's timeout after the write.
     MarksForgetTurnsTaken,
+    /// Restart glue (ADM-5, managed): the stored event marks are read back without the line
+    /// each saw answered (`EventMark::answered_line`, as marks an older daemon wrote): a
+    /// restart shortly after a managed prompt whose turn ran holds its agent until RF-8's
+    /// timeout after the write.
+    MarksForgetAnsweredLines,
     /// ADM-18: the caller layer drops a send's no-steer flag.
     NoSteerDropped,
     /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
@@ -363,6 +368,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::RunClockIgnored, "run_clock_ignored", "restart glue gives the new engine no run clock: writes are aged by the wall clocks, which a step forward while the daemon was down makes look old"),
     (Mutant::LatestWrittenByRecordedTime, "latest_written_by_recorded_time", "restart glue picks each agent's latest written finished request by its recorded registration time, which a wall clock stepped back between two daemons inverts"),
     (Mutant::MarksForgetTurnsTaken, "marks_forget_turns_taken", "restart glue reads the stored event marks back without the turn each saw taken, so a one-way prompt whose turn ran holds its agent after a restart"),
+    (Mutant::MarksForgetAnsweredLines, "marks_forget_answered_lines", "restart glue reads the stored event marks back without the line each saw answered, so a managed prompt whose turn ran holds its agent after a restart"),
     (Mutant::NoSteerDropped, "no_steer_dropped", "caller layer drops a send's no-steer flag, so it is written into a running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

@@ -202,13 +202,16 @@ pub struct Oracle {
     /// ADM-5: the agents this daemon started with a registration left unfinished (REC-1): a
     /// write it cannot rule out, so it may hold them for RF-8's timeout from its start.
     unfinished_at_start: BTreeSet<usize>,
+    /// ADM-5 (managed): the agents this daemon started knowing of an earlier write than the
+    /// pane's last one (that one's registration ended by an earlier restart, REC-1): it waits
+    /// for the earlier line's own answer, which it may never see (answered before the mark, the
+    /// mark's note of it lost with a loss), and a later line's answer cannot tell it which came
+    /// first: it may hold them for RF-8's timeout from its start.
+    older_line_at_start: BTreeSet<usize>,
     /// ADM-5, ADM-12: per agent, when the engine last answered a write of it `write_result_lost`:
     /// the write may land, so the engine holds the agent for RF-8's timeout from then (in the
     /// same daemon, or one started after, `RecoveredWrite::of`) unless a later turn ends it.
     lost_write_at: BTreeMap<usize, u64>,
-    /// Per agent, when its app-server took a prompt (started a turn with it, or folded it into
-    /// the running one) and whose write it was (None: a human's raw input).
-    pub prompts_taken: BTreeMap<usize, Vec<(u64, Option<String>)>>,
     /// Normal form of every prompt a caller used -> its request id.
     pub prompts: BTreeMap<String, String>,
     pub writes: BTreeMap<String, Vec<WriteFact>>,
@@ -268,6 +271,8 @@ pub struct Oracle {
     /// app-server's acceptance of that very line ends the engine's wait for it, so only the
     /// turn it opened (or the running turn it was folded into) counts as after the write.
     last_line: BTreeMap<usize, String>,
+    /// The turn the engine was told the app-server accepted `last_line` into.
+    last_line_turn: BTreeMap<usize, TurnId>,
     /// CORR-15: per (agent, turn), the request id the engine was first told opened it.
     turn_openers: BTreeMap<(usize, TurnId), String>,
     /// Per agent, the last turn start the current daemon's observer delivered to the engine
@@ -485,18 +490,14 @@ impl Oracle {
     /// composer is no evidence that it went elsewhere): written on top sooner, two prompts race
     /// into one thread (the second folded into the first's turn). Across a restart only for a
     /// write the new daemon can know of (`known_writes_at_start`: the new engine holds its agent
-    /// as after the write; a registration left unfinished counts, its write unknown). Nor when
-    /// another prompt (a human's raw input, one written
-    /// before the daemon started) was taken after an earlier write made before this daemon
-    /// started: the reopened wait ends at a turn started past the write's floor (ADM-5), the
-    /// engine cannot tell whose (a known gap, in SPEC RF-7). A write this daemon made waits for
-    /// its own line's acceptance, whatever else was taken (it excused any write until
-    /// 2026-12-05, and so hid a delayed observer's turn ending a live wait).
+    /// as after the write; a registration left unfinished counts, its write unknown). Whatever
+    /// other prompt was taken meanwhile (a human's raw input, an earlier line of ours read
+    /// late): the wait is for the line's own answer (ADM-5). Until 2026-12-05 the check
+    /// excused any prompt taken from a second before the earlier write on (the wait ended at
+    /// any turn past the view at the write, which could stand behind the stream), and so hid
+    /// a delayed observer's turn ending the wait (seed 8337 with the old engine).
     pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64) {
         let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
-        let taken = self.prompts_taken.get(&agent).map(Vec::as_slice).unwrap_or_default();
-        let before_start = written_ms <= self.daemon_started_ms;
-        let another_taken = before_start && taken.iter().any(|(at, whose)| at + STALL_MARGIN_MS >= written_ms && whose.as_deref() != earlier); // learned of after the write, too
         // ADM-12: bytes an old holder wrote after the engine had given its write up (ended
         // `write_result_lost`) are a write the engine cannot know of (its known late write).
         // A one-way request has no terminal event: its `write_result_lost` receipt says when
@@ -505,24 +506,21 @@ impl Oracle {
         // A prompt written before this daemon started is a write it knows of only when its
         // request's record says so (`known_writes_at_start`).
         let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id));
-        if known && !another_taken && !given_up && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
+        if known && !given_up && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
             let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
         }
     }
 
-    /// Agent `agent`'s app-server took a prompt written by `origin` (see `prompts_taken`).
-    pub fn on_prompt_taken(&mut self, agent: usize, origin: Option<&str>, at_ms: u64) {
+    /// Agent `agent`'s app-server took a prompt written by `origin` (None: a human's raw input).
+    pub fn on_prompt_taken(&mut self, origin: Option<&str>) {
         // MGD-6: a line the holder wrote short never becomes a request (the next line's lead
         // spoils the fragment); served, it runs a prompt the engine has no turn wait for.
         let short = origin.and_then(|id| self.writes.get(id)).is_some_and(|facts| facts.iter().all(|f| f.bytes_reached < f.bytes_total));
         if short {
-            let m = format!("a{agent}: {origin:?}'s turn/start was served although the holder wrote it short (MGD-6)");
+            let m = format!("{origin:?}'s turn/start was served although the holder wrote it short (MGD-6)");
             self.fail(Kind::Interleaved, m);
         }
-        let taken = self.prompts_taken.entry(agent).or_default();
-        taken.retain(|(at, _)| at_ms.saturating_sub(*at) < wakterm_engine::limits::TURN_START_TIMEOUT_MS);
-        taken.push((at_ms, origin.map(str::to_string)));
     }
 
     /// ADM-4: an admission's write erased the human draft in agent `a`'s composer.
@@ -746,12 +744,20 @@ impl Oracle {
             (Some(id), Some((latest, floor)), Some((session, _))) => id == latest && floor.as_ref() == Some(session),
             _ => false,
         };
+        self.older_line_at_start = latest_known
+            .iter()
+            .filter(|(agent, (id, _))| self.last_line.contains_key(agent) && self.last_writer.get(*agent) != Some(id))
+            .map(|(agent, _)| *agent)
+            .collect();
         self.turn_after_write.retain(|agent, _| taken_durably.contains(agent) && latest(agent));
         for entry in self.turn_after_write.values_mut() {
             entry.0 = self.daemon_started_ms;
         }
         self.turns_delivered.clear();
         self.turn_news.clear();
+        // What the dead daemon's engine was told of its lines' acceptances: the new one knows
+        // it only from the durable mark (`EventMark::answered_line`), or a replay.
+        self.last_line_turn.clear();
         self.open_calls.clear();
     }
 
@@ -768,6 +774,7 @@ impl Oracle {
             Some(id) => self.last_line.insert(agent, id),
             None => self.last_line.remove(&agent),
         };
+        self.last_line_turn.remove(&agent);
     }
 
     /// The observer port sent the engine a turn start of agent `a`.
@@ -777,11 +784,13 @@ impl Oracle {
         self.turn_news.insert(agent, (at, Some(turn.clone())));
         // ADM-5 (managed): a turn the engine was told another writer's `turn/start` opened is
         // no sign that ours was read (`AgentEntry::turn_may_be_the_awaited_prompts`).
-        let opener = self.turn_openers.get(&(agent, turn.clone()));
-        let opened_by_another = opener.is_some_and(|id| !wakterm_engine::prompt::is_turn_start_id(id));
-        // A managed write's wait ends only at its own line's acceptance: a turn it opened.
-        let own_line = self.last_line.get(&agent).is_none_or(|line| opener == Some(line));
-        let after_write = !opened_by_another && own_line && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        // A managed write's wait ends only with its own line's answer: the start of the turn
+        // the line was accepted into, whoever opened it.
+        let counts = match self.last_line.get(&agent) {
+            Some(_) => self.last_line_turn.get(&agent) == Some(turn),
+            None => self.turn_openers.get(&(agent, turn.clone())).is_none_or(|id| wakterm_engine::prompt::is_turn_start_id(id)),
+        };
+        let after_write = counts && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if after_write && !self.turn_after_write.contains_key(&agent) {
             self.turn_after_write.insert(agent, (at, position, turn.clone()));
         }
@@ -794,6 +803,9 @@ impl Oracle {
     pub fn on_turn_accepted_delivered(&mut self, agent: usize, id: &str, turn: &TurnId, session: &SessionId, position: u64) {
         self.turn_openers.entry((agent, turn.clone())).or_insert_with(|| id.to_string());
         let own_line = self.last_line.get(&agent).is_some_and(|line| line == id);
+        if own_line {
+            self.last_line_turn.insert(agent, turn.clone());
+        }
         let running = self.turn_news.get(&agent).is_some_and(|(_, news)| news.as_ref() == Some(turn));
         let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if own_line && running && after_write && !self.turn_after_write.contains_key(&agent) {
@@ -866,7 +878,7 @@ impl Oracle {
         let Some((at, position, turn)) = self.turn_after_write.get(&agent).cloned() else { return };
         // ADM-5, REC-1: a registration this daemon found unfinished may have been written
         // (after that turn): the engine holds its agent up to RF-8's timeout from its start.
-        let unknown_write = self.unfinished_at_start.contains(&agent)
+        let unknown_write = (self.unfinished_at_start.contains(&agent) || self.older_line_at_start.contains(&agent))
             && since < self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|lost| since < lost + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS);
         if unknown_write || lost_write {

@@ -1994,6 +1994,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
                 mark.turn_taken = None; // the bug
             }
         }
+        if w.mutant == Mutant::MarksForgetAnsweredLines {
+            for mark in &mut event_marks {
+                mark.answered_line = None; // the bug
+            }
+        }
         if w.mutant == Mutant::ReplaysTrustedByPosition {
             for mark in &mut event_marks {
                 mark.fingerprint = None; // the bug: replays are dropped by position alone
