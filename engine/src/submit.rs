@@ -235,10 +235,13 @@ pub struct SubmitReceipt {
 
 impl SubmitReceipt {
     /// INP-1, SUB-5: the receipt of a submit refused before anything was sent (its text over
-    /// the limit, which the daemon could not read whole), as the engine gives a rejection.
-    pub fn refused_before_sending(classification: Classification, reason: &'static str, detail: String, timeout_ms: Option<u64>) -> SubmitReceipt {
+    /// the limit, which the daemon could not read whole; input the engine's stateless check
+    /// refuses), as the engine gives a rejection, under `submission_id`: a fresh id the caller
+    /// drew, as the daemon draws one for every submit (it said `null`, where the daemon's
+    /// refusal of the same input names one: a review).
+    pub fn refused_before_sending(submission_id: RequestId, classification: Classification, reason: &'static str, detail: String, timeout_ms: Option<u64>) -> SubmitReceipt {
         let ending = Ending::rejected(classification, reason, detail, None);
-        build_receipt(None, None, None, None, clamp_timeout_ms(timeout_ms), ending)
+        build_receipt(Some(submission_id.as_str().to_string()), None, None, None, clamp_timeout_ms(timeout_ms), ending)
     }
 
     /// SUB-5: retry-safe exactly when nothing was written; acknowledged only with evidence

@@ -300,7 +300,9 @@ pub fn check_submit_size(text: &str, timeout_ms: Option<u64>) -> Result<(), Repl
 
 /// The receipt of a submit whose text is over the limit (INP-1).
 pub fn submit_refused(reason: &'static str, detail: String, timeout_ms: Option<u64>) -> Reply {
-    let receipt = wakterm_engine::SubmitReceipt::refused_before_sending(wakterm_engine::Classification::Invalid, reason, detail, timeout_ms);
+    // SUB-5: a fresh id, as the daemon draws for every submit (`daemon::requests`).
+    let id = wakterm_engine::RequestId::parse(&uuid::Uuid::new_v4().to_string()).expect("a fresh UUID is a request id");
+    let receipt = wakterm_engine::SubmitReceipt::refused_before_sending(id, wakterm_engine::Classification::Invalid, reason, detail, timeout_ms);
     Reply { exit_code: exit::REJECTED, body: serde_json::to_value(receipt).expect("receipts serialise") }
 }
 

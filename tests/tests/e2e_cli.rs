@@ -459,6 +459,11 @@ fn inp_4_send_admit_and_submit_refuse_a_bad_request_before_connecting() {
             assert_eq!((out.code, out.json["classification"].as_str(), out.json["reason"].as_str()), (4, Some("invalid"), Some(reason)), "{args:?}: {out:?}");
             // The daemon knows the id is new; without it, nobody can say.
             assert_eq!(out.json["retry_safe"], !own_id || daemon, "{args:?}: {out:?}");
+            if args[1] == "submit" {
+                // SUB-5: a submit receipt names its submission, refused here as by the daemon.
+                let named = out.json["submission_id"].as_str().is_some_and(|id| uuid::Uuid::parse_str(id).is_ok());
+                assert!(named, "{args:?}: {out:?}");
+            }
         }
     };
     refused(&w, false);
