@@ -78,8 +78,9 @@ pub struct AgentEntry {
     /// turns before it, which are not the prompt's. None: no view at the write.
     pub awaiting_past: Option<crate::observer::Cursor>,
     /// ADM-5, managed agents: the `turn/start` id (MGD-7's, nonce included) of the line the
-    /// wait is for: a live write's (`mark_written`), or the latest write a restart found as
-    /// an unfinished registration. A turn past a floor says nothing of the line: the view may
+    /// wait is for: a live write's (`mark_written`), or the latest write a restart recovered
+    /// whose answer the event mark did not keep (`RecoveredWrite::managed_wait`). A turn past
+    /// a floor says nothing of the line: the view may
     /// stand behind the stream at the write, or a restart knows only the armed cursor, and a
     /// turn that began before the write (an earlier prompt of ours read late, a human's steer)
     /// ended the wait while the line was unread, and the next prompt went over it

@@ -259,8 +259,9 @@ pub struct EventMark {
     pub fingerprint: Option<String>,
     /// ADM-5 across a restart: where the latest turn start or user message the stream reported
     /// lies that may have taken a prompt of wakterm's (`EventMark::note_turn_taken`). A daemon
-    /// started after a write holds the agent only if no such record lies past the write's
-    /// floor (`RecoveredWrite::reopen_wait`): the records before the mark are not read again,
+    /// started after a write to a PTY agent holds it only if no such record lies past the
+    /// write's floor (`RecoveredWrite::floor_wait`; a managed agent's restart goes by its
+    /// line's answer, `answered_lines`): the records before the mark are not read again,
     /// so before, a one-way prompt whose turn had run held its agent until RF-8's timeout.
     /// Forgotten whenever the mark's place moves back or its session is lost
     /// (`EventMark::forget_turns`): a position compares only within one copy of the file.
@@ -273,17 +274,23 @@ pub struct EventMark {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opened: Option<(TurnId, bool)>,
     /// ADM-5 (managed) across a restart: the latest of wakterm's `turn/start` lines the stream
-    /// saw the app-server answer, and whether the turn it went into was seen taking it
-    /// (`AnsweredLine`). A restart holds a managed agent for its latest write unless this is
-    /// that write's line, refused or taken (`RecoveredWrite::reopen_wait`): the write's floor
-    /// is the view at the write, which may stand behind the stream, so a turn past it says
-    /// nothing sure of the line (the live rule's reason, ADM-5).
+    /// saw the app-server answer, newest last, at most `MAX_ANSWERED_LINES_KEPT`, and whether
+    /// the turn each went into was seen taking it (`AnsweredLine`). A restart holds a managed
+    /// agent for its latest write unless its line is among them, refused or taken
+    /// (`RecoveredWrite::managed_wait`): the write's floor is the view at the write, which may
+    /// stand behind the stream, so a turn past it says nothing sure of the line (the live
+    /// rule's reason, ADM-5). Several, not one: an id of wakterm's form anyone can send (a
+    /// raw writer's forged refusal) evicted the one kept (a review).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered_lines: Vec<AnsweredLine>,
+    /// ADM-5 (managed): the turn the stream last reported starting: a line then accepted into
+    /// it was folded into a running turn, taken at once (`AnsweredLine::taken`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answered_line: Option<AnsweredLine>,
+    pub last_started: Option<TurnId>,
 }
 
 /// ADM-5 (managed): one of wakterm's `turn/start` lines the app-server answered
-/// (`EventMark::answered_line`).
+/// (`EventMark::answered_lines`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnsweredLine {
     /// The line's JSON-RPC id (`prompt::turn_start_id`).
@@ -311,7 +318,8 @@ impl EventMark {
             fingerprint: None,
             turn_taken: None,
             opened: None,
-            answered_line: None,
+            answered_lines: Vec::new(),
+            last_started: None,
         }
     }
 
@@ -339,8 +347,11 @@ impl EventMark {
             ObserverEvent::UserMessage { session, turn, position, .. } => (session, turn.as_ref(), *position),
             _ => return,
         };
-        if let Some(line) = self.answered_line.as_mut().filter(|line| line.turn.is_some() && line.turn.as_ref() == turn) {
+        for line in self.answered_lines.iter_mut().filter(|line| line.turn.is_some() && line.turn.as_ref() == turn) {
             line.taken = true;
+        }
+        if let ObserverEvent::TurnStarted { turn, .. } = event {
+            self.last_started = Some(turn.clone());
         }
         let opened = turn.and_then(|turn| self.opened.as_ref().filter(|(opened, _)| opened == turn));
         if opened.is_none_or(|(_, ours)| *ours) {
@@ -350,12 +361,25 @@ impl EventMark {
 
     /// ADM-5: the app-server answered `id`; kept when it is one of wakterm's lines (its id
     /// has the daemon's form and size: a raw writer's id, of any size, is not kept). A line
-    /// folded into a running turn is taken with its user message in that turn, which follows.
+    /// accepted into the turn last started was folded into it: taken. An acceptance is never
+    /// replaced by a later error under the same id (a holder-socket client may send one
+    /// under an id it read from the result): the line's turn may still be starting.
     fn note_answered_line(&mut self, id: &str, turn: Option<&TurnId>, at: crate::observer::Cursor) {
         if !crate::prompt::is_turn_start_id(id) || id.len() > crate::prompt::MAX_TURN_START_ID_BYTES {
             return;
         }
-        self.answered_line = Some(AnsweredLine { id: id.to_string(), at, turn: turn.cloned(), taken: false });
+        if let Some(kept) = self.answered_lines.iter().position(|line| line.id == id) {
+            if turn.is_none() && self.answered_lines[kept].turn.is_some() {
+                return;
+            }
+            self.answered_lines.remove(kept);
+        }
+        if self.answered_lines.len() >= crate::limits::MAX_ANSWERED_LINES_KEPT {
+            self.answered_lines.remove(0);
+        }
+        let taken = turn.is_some() && self.last_started.as_ref() == turn;
+        self.answered_lines.push(AnsweredLine { id: id.to_string(), at, turn: turn.cloned(), taken });
+        assert!(self.answered_lines.len() <= crate::limits::MAX_ANSWERED_LINES_KEPT);
     }
 
     /// ADM-5: the mark's place moved back or its session was lost (a rollout replaced or cut
@@ -364,7 +388,8 @@ impl EventMark {
     pub fn forget_turns(&mut self) {
         self.turn_taken = None;
         self.opened = None;
-        self.answered_line = None;
+        self.answered_lines.clear();
+        self.last_started = None;
     }
 
     /// EV-7: the session the stream reports: the one it reported attached, else the one whose

@@ -43,6 +43,11 @@ fn echo_cut(input: &str) -> Option<&str> {
 /// CORR-15: turns accepted for a managed agent's `turn/start` requests remembered per agent.
 pub const MAX_ACCEPTED_TURNS_KEPT: usize = 64;
 
+/// ADM-5: wakterm's answered `turn/start` lines an agent's event mark keeps
+/// (`EventMark::answered_lines`): the mark is written with every event batch, so few; enough
+/// that a raw writer's forged refusals (two per race in the simulator) do not evict ours.
+pub const MAX_ANSWERED_LINES_KEPT: usize = 4;
+
 /// Longest opaque incarnation accepted (INP-4).
 pub const MAX_INCARNATION_BYTES: usize = 256;
 /// Agents the engine tracks at once.

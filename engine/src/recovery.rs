@@ -188,6 +188,10 @@ impl RecoveredWrite {
     ///   `indeterminate` and the next prompt was written over its line (the simulator's check
     ///   fails 17 of seeds 1-20,000).
     ///
+    /// And, as evidence rather than a wait, a request whose prompt was seen read
+    /// (`prompt_seen_read`: bound, acknowledged, refused; `RecoveredWrite::taken`): the lines
+    /// of writes registered before it were read before it (`reopen_wait`).
+    ///
     /// TIME-2: how long ago the write was, the monotonic clock says when the record's run and
     /// this one share a boot (`run`); else the wall clocks the two runs read at their starts,
     /// which a step between them moves (a step forward made a write of a moment ago look older
@@ -239,11 +243,11 @@ impl RecoveredWrite {
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
+        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = same.into_iter().partition(|w| w.taken);
         let Some(latest) = Self::latest(&same) else { return };
-        if latest.taken {
+        if taken.iter().any(|t| Self::registered_after(t, latest)) {
             return; // a later prompt was taken: every line before it was read
         }
-        let same: Vec<&RecoveredWrite> = same.into_iter().filter(|w| !w.taken).collect();
         let mark = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation));
         let wait = match &latest.turn_start_id {
             Some(line) => Self::managed_wait(line, latest, mark),
@@ -281,13 +285,13 @@ impl RecoveredWrite {
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest
     /// line's answer covers every line before it, input being read in order), as the live
     /// wait (ADM-5): none when the mark saw that line refused, or its turn take it
-    /// (`EventMark::answered_line`); the wait for that turn's start when it saw the line
+    /// (`EventMark::answered_lines`); the wait for that turn's start when it saw the line
     /// accepted only; else the wait for the line's answer. Not by the mark's turn past the
     /// write's floor: the floor is the view at the write, which may stand behind the stream,
     /// so such a turn may have begun before the write (and an unfinished registration's floor
     /// is only its armed cursor).
     fn managed_wait(line: &str, latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
-        let answered = mark.and_then(|m| m.answered_line.as_ref()).filter(|answer| answer.id == line);
+        let answered = mark.and_then(|m| m.answered_lines.iter().find(|answer| answer.id == line));
         match answered {
             None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None }),
             Some(answer) if answer.taken || answer.turn.is_none() => None,
@@ -295,17 +299,27 @@ impl RecoveredWrite {
         }
     }
 
+    /// Whether `taken` was registered after `write` by the monotonic clock (TIME-2; unknown for
+    /// a record of an older daemon or of another boot: no). Not by floors: a taken write's
+    /// floor past a later write's (a file cut back under the same session id, a view lost
+    /// and set again lower) would skip the wait for that later line (a review).
+    fn registered_after(taken: &RecoveredWrite, write: &RecoveredWrite) -> bool {
+        taken.registered_monotonic_ms.zip(write.registered_monotonic_ms).is_some_and(|(t, w)| t > w)
+    }
+
     /// The latest of one process's writes, whose floor the reopened wait takes. Floors all in
     /// one session: the furthest (the view only moves on within a session, so that write came
     /// last whatever the wall clocks said; a file cut back under the same session id can only
-    /// make it a floor past the latest write's, a longer wait). Floors in several sessions: the
+    /// make it a floor past the latest write's, a longer wait; equal floors, by the monotonic
+    /// clock when known: a wall clock stepped back between two daemons inverted the recorded
+    /// times, a review). Floors in several sessions: the
     /// one registered last by the monotonic clock (TIME-2), when every record's run shares this
     /// one's boot; else by its recorded time, which a wall clock stepped back between two
     /// daemons can get wrong (only records of an older daemon, or of an unknown boot).
     fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
         let first = writes.first()?;
         if writes.iter().all(|w| w.floor.session == first.floor.session) {
-            return writes.iter().copied().max_by_key(|w| (w.floor.position, w.registered_ms));
+            return writes.iter().copied().max_by_key(|w| (w.floor.position, w.registered_monotonic_ms, w.registered_ms));
         }
         match writes.iter().all(|w| w.registered_monotonic_ms.is_some()) {
             true => writes.iter().copied().max_by_key(|w| (w.registered_monotonic_ms, w.floor.position)),

@@ -259,7 +259,7 @@ fn adm_5_the_awaited_lines_own_answer_ends_the_wait() {
 // (here an earlier prompt of ours, read late: its turn came after the floor while the later
 // line was still unread, and the restart held nothing: the next prompt went over that line,
 // as the live rule's review found). The mark now keeps the latest of wakterm's lines the
-// app-server answered and whether its turn took it (`EventMark::answered_line`): the restart
+// app-server answered and whether its turn took it (`EventMark::answered_lines`): the restart
 // holds the agent for its latest write's own line unless the mark saw it refused or taken.
 #[test]
 fn adm_5_a_restart_waits_for_the_latest_lines_own_answer() {
@@ -278,7 +278,7 @@ fn adm_5_a_restart_waits_for_the_latest_lines_own_answer() {
             _ => {}
         }
         rig.turn_completed("turn-x", "an unrelated record makes the mark durable", 6_500);
-        let answered = rig.durable_marks[&agent_id(ZOLA)].answered_line.clone().expect("a line answered");
+        let answered = rig.durable_marks[&agent_id(ZOLA)].answered_lines.last().cloned().expect("a line answered");
         assert_eq!(answered.id, if case == "an earlier line's turn" { line(REQ) } else { line(REQ2) }, "{case}");
         rig.advance(1_000);
         let third = "fe57dc90-994e-4e73-b09c-fac483d9f05d";
@@ -326,6 +326,76 @@ fn adm_5_a_restart_holds_nothing_for_a_line_before_one_seen_taken() {
     rig.turn_completed("turn-2", "the second's final", 3_100);
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "nothing is unread: {:?}", rig.receipt(op));
+}
+
+// ADM-5 across a restart, what the mark keeps of a line's answer (a review): two forged
+// refusals under ids of wakterm's form (a raw writer guessing them) do not evict it (the mark
+// kept one line, and the restart held the agent for RF-8's minute); an error under the id
+// after its acceptance (a holder-socket client that read the result) does not turn it into a
+// refusal (the restart held nothing while the accepted turn was starting); a line accepted
+// into the turn last started (a steer) is taken at once (the restart waited for a user
+// message the crash came before).
+#[test]
+fn adm_5_the_marks_answer_survives_forgeries_and_replayed_ids_and_counts_a_steer() {
+    let ours = || prompt::turn_start_id(REQ, 0x5eed);
+    let refused = |rig: &mut Rig, id: String, position: u64| {
+        rig.observe(ObserverEvent::RequestRefused { session: session(), id, error: "no such thread".into(), position });
+    };
+    for case in ["forged refusals", "an error under the answered id", "a steer"] {
+        let mut rig = managed_zola(Some(THREAD));
+        rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        match case {
+            "forged refusals" => {
+                rig.managed_turn(REQ, "turn-1", "slow reader", "its final", 2_000);
+                refused(&mut rig, format!("wakterm-{REQ}"), 2_100);
+                refused(&mut rig, prompt::turn_start_id(REQ, 0), 2_110);
+            }
+            "an error under the answered id" => {
+                rig.observe(ObserverEvent::TurnAccepted { session: session(), id: ours(), turn: turn("turn-1"), position: 2_000 });
+                refused(&mut rig, ours(), 2_005);
+            }
+            _ => {
+                rig.observe(ObserverEvent::TurnAccepted { session: session(), id: "human-1".into(), turn: turn("turn-h"), position: 2_000 });
+                rig.turn_started("turn-h", 2_010);
+                rig.observe(ObserverEvent::TurnAccepted { session: session(), id: ours(), turn: turn("turn-h"), position: 2_020 });
+            }
+        }
+        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "an event makes the mark durable".into(), phase: None, position: 2_200 });
+        rig.advance(1_000);
+        let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), REQ2);
+        match case {
+            "an error under the answered id" => {
+                assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: the accepted turn may be starting: {receipt:?}")
+            }
+            _ => assert_eq!(receipt.classification, Classification::Accepted, "{case}: the line was read: {receipt:?}"),
+        }
+    }
+}
+
+// ADM-5 across a restart, which write came last: a request seen taken supersedes an earlier
+// write's wait only when registered after it by the monotonic clock, not by floors: a file cut
+// back under the same session id set the view lower, so the later, unread write's floor lay
+// below the taken one's, and the restart took the taken one for the latest and held nothing
+// (a review). A PTY agent; its floor rule then holds it.
+#[test]
+fn adm_5_a_taken_write_supersedes_only_a_write_registered_before_it() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "first", ReturnMode::ReturnFinal);
+    rig.provider_turn("turn-1", "first", "its final", 5_000);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].bound_turn, Some(turn("turn-1")));
+    // The file is cut back under its session id: the loss, a look that fails (the view is
+    // dropped), and the next look finds it shorter.
+    rig.observe(ObserverEvent::SessionLost { reason: "truncated".into(), session: None, before: None });
+    rig.snapshots.insert(agent_id(ZOLA), Err("the rollout cannot be read".into()));
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "refused", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::ObserverFailure, "{:?}", rig.receipt(op));
+    let cut = ObserverSnapshot { position: 800, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(cut));
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    rig.advance(1_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "the second prompt may be unread: {receipt:?}");
 }
 
 // CORR-11 for a managed agent: an app-server exit after the prompt's `turn/start` was

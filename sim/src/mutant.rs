@@ -245,7 +245,7 @@ pub enum Mutant {
     /// a one-way prompt whose turn ran holds its agent until RF-8's timeout after the write.
     MarksForgetTurnsTaken,
     /// Restart glue (ADM-5, managed): the stored event marks are read back without the line
-    /// each saw answered (`EventMark::answered_line`, as marks an older daemon wrote): a
+    /// each saw answered (`EventMark::answered_lines`, as marks an older daemon wrote): a
     /// restart shortly after a managed prompt whose turn ran holds its agent until RF-8's
     /// timeout after the write.
     MarksForgetAnsweredLines,

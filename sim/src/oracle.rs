@@ -756,7 +756,7 @@ impl Oracle {
         self.turns_delivered.clear();
         self.turn_news.clear();
         // What the dead daemon's engine was told of its lines' acceptances: the new one knows
-        // it only from the durable mark (`EventMark::answered_line`), or a replay.
+        // it only from the durable mark (`EventMark::answered_lines`), or a replay.
         self.last_line_turn.clear();
         self.open_calls.clear();
     }

@@ -1996,7 +1996,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         if w.mutant == Mutant::MarksForgetAnsweredLines {
             for mark in &mut event_marks {
-                mark.answered_line = None; // the bug
+                mark.answered_lines.clear(); // the bug
             }
         }
         if w.mutant == Mutant::ReplaysTrustedByPosition {
