@@ -721,13 +721,16 @@ impl Oracle {
     /// hold them for that write (`EventMark::turn_taken`): the turn counts as delivered at its
     /// start; the others' turns, as before, only when its observer delivers them.
     /// `latest_known`: per agent, the latest of those writes (by registration), and the session
-    /// of its recorded floor (where the engine's view stood at the write).
+    /// of its recorded floor (where the engine's view stood at the write). `accepted_durably`:
+    /// per agent, the lines the durable mark saw accepted into a turn not yet seen taking them
+    /// (line id, turn).
     pub fn on_daemon_start(
         &mut self,
         known_writes: BTreeSet<String>,
         unfinished: BTreeSet<usize>,
         taken_durably: BTreeSet<usize>,
         latest_known: BTreeMap<usize, (String, Option<SessionId>)>,
+        accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
@@ -756,8 +759,14 @@ impl Oracle {
         self.turns_delivered.clear();
         self.turn_news.clear();
         // What the dead daemon's engine was told of its lines' acceptances: the new one knows
-        // it only from the durable mark (`EventMark::answered_lines`), or a replay.
+        // it only from the durable mark (`EventMark::answered_lines`), or a replay: the start
+        // of a turn the mark saw the pane's last line accepted into must end its wait.
         self.last_line_turn.clear();
+        for (agent, (id, turn)) in accepted_durably {
+            if self.last_line.get(&agent) == Some(&id) {
+                self.last_line_turn.insert(agent, turn);
+            }
+        }
         self.open_calls.clear();
     }
 

@@ -2063,7 +2063,13 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
         let taken_durably = turns_after_writes_durable(&w);
-        w.oracle.on_daemon_start(known_writes, unfinished, taken_durably, latest_known);
+        // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
+        // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
+        let accepted_durably = (0..w.agents.len())
+            .filter_map(|a| w.durable_mark(a).map(|mark| (a, mark)))
+            .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
+            .collect();
+        w.oracle.on_daemon_start(known_writes, unfinished, taken_durably, latest_known, accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
