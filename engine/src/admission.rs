@@ -549,6 +549,7 @@ impl Engine {
                 .then(|| self.events_published_through()),
             armed,
             written_past: None,
+            write_unknown: false,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
             shared_prompt: command.share_prompt.then(|| command.prompt.clone()),

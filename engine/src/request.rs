@@ -111,6 +111,13 @@ pub struct RequestRecord {
     /// reopened wait: exploration seed 58640897).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_past: Option<Cursor>,
+    /// ADM-5, REC-1: a restart found this registration unfinished and ended it: whether its
+    /// write happened, nobody knows. A later restart still counts it among the writes whose
+    /// line may be unread (`RecoveredWrite::of`; the store loads it as it loads a written one,
+    /// `Store::load_latest_written_since`): a second restart within RF-8's timeout forgot it,
+    /// and the next prompt could go over its line (a listed gap until 2026-12-05).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub write_unknown: bool,
     /// Seed 000 / RF-2: a managed session's armed cursor as callers see it is the durable
     /// Agent API event sequence: the agent event stream's published mark when the request was
     /// armed. Every event of the agent after the armed position is numbered above it.

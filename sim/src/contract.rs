@@ -115,6 +115,13 @@ pub fn put_written(request: &str, agent: &str, phase: &str, updated_ms: u64, reg
     StoreOp::PutRequest { request_id: request.to_string(), agent_id: agent.to_string(), phase: phase.to_string(), fingerprint: "f".to_string(), record_json, updated_ms }
 }
 
+/// A request a restart found as an unfinished registration and ended: its record says its
+/// write may have happened (`write_unknown`), with no floor at a write.
+pub fn put_write_unknown(request: &str, agent: &str, phase: &str, updated_ms: u64, registered_ms: u64) -> StoreOp {
+    let record_json = format!(r#"{{"phase":"{phase}","registered_ms":{registered_ms},"write_unknown":true}}"#);
+    StoreOp::PutRequest { request_id: request.to_string(), agent_id: agent.to_string(), phase: phase.to_string(), fingerprint: "f".to_string(), record_json, updated_ms }
+}
+
 pub fn terminal(sequence: u64, request: &str) -> StoreOp {
     StoreOp::AppendTerminal { sequence, request_id: request.to_string(), event_json: format!("{{\"seq\":{sequence}}}") }
 }
@@ -333,6 +340,10 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     let next = store.last_terminal_sequence() + 1;
     assert!(store.commit(vec![put_written("x3", "b6", "released", 6, 1, false), terminal(next, "x3")]).is_ok());
     assert!(store.commit(vec![put_written("x3", "b6", "registered", 7, 1, false)]).is_err());
+    // A registration a restart ended (its write unknown) is a write too (b7: z2 after z1).
+    assert!(store.commit(vec![put_written("z1", "b7", "settled", 8, 1, true)]).is_ok());
+    assert!(store.commit(vec![put_write_unknown("z2", "b7", "terminal", 9, 2)]).is_ok());
+    assert_eq!(latest(store, 0).last().map(String::as_str), Some("z2"));
     assert_eq!(latest(store, 100), ["s2", "s4b"]);
     assert_eq!(latest(store, 301), ["s3"]);
     assert_eq!(latest(store, 401), Vec::<String>::new());
@@ -383,9 +394,10 @@ pub fn random_batch(rng: &mut XorShift) -> Vec<StoreOp> {
                 0 | 1 | 2 => {
                     let phases = ["registered", "submitted", "bound", "terminal", "settled", "released"];
                     let (agent, fingerprint, phase) = (format!("a{}", rng.below(2)), format!("f{}", rng.below(2)), phases[rng.below(6) as usize]);
-                    match rng.below(2) {
+                    match rng.below(3) {
                         0 => put_at(&request, &agent, &fingerprint, phase, [7, 10, 25][rng.below(3) as usize]),
-                        _ => put_written(&request, &agent, phase, [7, 10, 25][rng.below(3) as usize], rng.below(4), rng.below(2) == 0),
+                        1 => put_written(&request, &agent, phase, [7, 10, 25][rng.below(3) as usize], rng.below(4), rng.below(2) == 0),
+                        _ => put_write_unknown(&request, &agent, phase, [7, 10, 25][rng.below(3) as usize], rng.below(4)),
                     }
                 }
                 3 | 4 => terminal(1 + rng.below(12), &request),

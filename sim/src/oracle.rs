@@ -199,9 +199,11 @@ pub struct Oracle {
     /// submitted marker was durable, finished ones (settled one-way, terminal) whose record
     /// holds the write's outcome.
     known_writes_at_start: BTreeSet<String>,
-    /// ADM-5: the agents this daemon started with a registration left unfinished (REC-1): a
-    /// write it cannot rule out, so it may hold them for RF-8's timeout from its start.
-    unfinished_at_start: BTreeSet<usize>,
+    /// ADM-5: the agents a daemon started with a registration left unfinished (REC-1), and
+    /// until when: a write it cannot rule out, so it may hold them for RF-8's timeout from its
+    /// start; and so may a later daemon, which counts the registration the restart ended
+    /// (`RequestRecord::write_unknown`) within that timeout from its registration.
+    unfinished_until: BTreeMap<usize, u64>,
     /// ADM-5 (managed): the agents this daemon started knowing of an earlier write than the
     /// pane's last one (that one's registration ended by an earlier restart, REC-1): it waits
     /// for the earlier line's own answer, which it may never see (answered before the mark, the
@@ -734,7 +736,9 @@ impl Oracle {
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
-        self.unfinished_at_start = unfinished;
+        for agent in unfinished {
+            self.unfinished_until.insert(agent, self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        }
         // Only when the last write the pane saw is the latest the new engine knows of: a later
         // one it does not know (a request that ended meanwhile) leaves it waiting on an earlier
         // write, whose floor may lie in an earlier session than the turn (seed 14134), and a
@@ -885,10 +889,11 @@ impl Oracle {
     /// `check_not_stalled` for agent `agent` and a call named `id` that started at `since`.
     fn check_agent_not_stalled(&mut self, agent: usize, id: &str, since: u64) {
         let Some((at, position, turn)) = self.turn_after_write.get(&agent).cloned() else { return };
-        // ADM-5, REC-1: a registration this daemon found unfinished may have been written
-        // (after that turn): the engine holds its agent up to RF-8's timeout from its start.
-        let unknown_write = (self.unfinished_at_start.contains(&agent) || self.older_line_at_start.contains(&agent))
-            && since < self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
+        // ADM-5, REC-1: a registration a daemon found unfinished may have been written (after
+        // that turn): the engine holds its agent up to RF-8's timeout from that start.
+        let unfinished = self.unfinished_until.get(&agent).is_some_and(|until| since < until + STALL_MARGIN_MS);
+        let older_line = self.older_line_at_start.contains(&agent) && since < self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
+        let unknown_write = unfinished || older_line;
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|lost| since < lost + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS);
         if unknown_write || lost_write {
             return;

@@ -2033,12 +2033,13 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // it can know of: a return-final request's whose submitted marker is durable, a
         // registration's left unfinished (its write may have happened), a one-way request's
         // whose settled record holds the write's outcome and where the view stood, a
-        // return-final request's ended since with such a record, unless it looks too old.
+        // return-final request's ended since with such a record, a registration an earlier
+        // restart ended (`write_unknown`), unless it looks too old.
         let written = |r: &&RequestRecord| matches!(r.phase, Phase::Submitted | Phase::Registered);
         let mut known: Vec<RequestRecord> = requests.iter().filter(written).cloned().collect();
         for stored in w.store.requests().into_iter().filter(|r| r.phase == "settled" || r.phase == "terminal") {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if record.written_past.is_some() && looks_recent(&record) {
+            if (record.written_past.is_some() || record.write_unknown) && looks_recent(&record) {
                 known.push(record);
             }
         }
@@ -2185,7 +2186,8 @@ fn latest_written_by_recorded_time(stored: &[wakterm_runtime::store::StoredReque
     let mut latest: BTreeMap<String, (u64, &wakterm_runtime::store::StoredRequest)> = BTreeMap::new();
     for request in stored.iter().filter(|r| crate::store_model::is_finished_phase(&r.phase) && r.updated_ms >= since_ms) {
         let record: serde_json::Value = serde_json::from_str(&request.record_json).expect("stored records parse");
-        let (Some(registered), false) = (record["registered_ms"].as_u64(), record["written_past"].is_null()) else { continue };
+        let written = !record["written_past"].is_null() || record["write_unknown"] == true;
+        let (Some(registered), true) = (record["registered_ms"].as_u64(), written) else { continue };
         if latest.get(&request.agent_id).is_none_or(|(at, l)| (registered, &request.request_id) > (*at, &l.request_id)) {
             latest.insert(request.agent_id.clone(), (registered, request));
         }

@@ -209,8 +209,11 @@ impl StoreTables {
     /// written one (its record holds `written_past`; the one stored last), ordered by agent id
     /// (as `Store::load_latest_written_since`).
     pub fn latest_written_since(&self, since_ms: u64) -> Vec<StoredRequest> {
-        // Whether the record holds a written floor (`written_past`).
-        let written = |r: &StoredRequest| serde_json::from_str::<serde_json::Value>(&r.record_json).is_ok_and(|record| !record["written_past"].is_null());
+        // Whether the record holds a written floor (`written_past`), or a write nobody knows of
+        // (`write_unknown`: a registration a restart ended).
+        let written = |r: &StoredRequest| {
+            serde_json::from_str::<serde_json::Value>(&r.record_json).is_ok_and(|record| !record["written_past"].is_null() || record["write_unknown"] == true)
+        };
         let mut latest: BTreeMap<String, (u64, &StoredRequest)> = BTreeMap::new();
         for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms && written(r)) {
             let order = self.inserted[&request.request_id];

@@ -493,7 +493,7 @@ impl Rig {
         self.run_clocks_seen = Some(window.keep);
         let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
         let stored = self.durable_order.iter().map(|id| &self.durable[id]); // registration order
-        for record in stored.filter(|r| is_finished(r.phase) && r.updated_ms >= since && r.written_past.is_some()) {
+        for record in stored.filter(|r| is_finished(r.phase) && r.updated_ms >= since && (r.written_past.is_some() || r.write_unknown)) {
             latest.insert(record.agent_id.clone(), record.clone()); // a later one replaces it
         }
         let open = self.durable.values().filter(|r| !is_finished(r.phase)).cloned();
