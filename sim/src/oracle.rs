@@ -779,6 +779,11 @@ impl Oracle {
     pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>, line: Option<String>) {
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
+        if writer.is_some() {
+            // The engine wrote again: the hold for a registration a restart ended is over (it
+            // excused any later stall of the agent until its end, a review).
+            self.unfinished_until.remove(&agent);
+        }
         match writer {
             Some(id) => self.last_writer.insert(agent, id.to_string()),
             None => self.last_writer.remove(&agent),
