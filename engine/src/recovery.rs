@@ -98,18 +98,14 @@ fn restart_receipt(record: &RequestRecord) -> Receipt {
     record.written_receipt(Classification::Indeterminate, WriteState::Unknown, None, Some(RESTART_REASON), Some(detail))
 }
 
-/// ADM-5 across a restart: whether a finished request's record says its prompt was taken or
-/// refused, so that no turn of it is pending: a one-way send acknowledged (its user message
-/// seen) or refused (MGD-7); a return-final request bound to its turn, or ended because its
-/// turn never came (RF-7, RF-8: the live wait ended with it) or its line was refused.
-fn prompt_seen_taken_or_refused(record: &RequestRecord) -> bool {
-    let refused = |reason: Option<&str>| reason == Some("turn_start_refused");
+/// ADM-5 across a restart: whether a finished request's record says no turn of its prompt is
+/// pending though its prompt was not seen read (`prompt_seen_read`, checked first): a one-way
+/// send settled with no receipt, or a return-final request ended because its turn never came
+/// (RF-7, RF-8: the live wait ended with it).
+fn wait_over_unread(record: &RequestRecord) -> bool {
     match record.phase {
-        Phase::Settled => record.receipt.as_ref().is_none_or(|r| r.acknowledged == Some(true) || refused(r.reason.as_deref())),
-        Phase::Terminal => {
-            let reason = record.terminal.as_ref().and_then(|t| t.reason.as_deref());
-            record.bound_turn.is_some() || reason == Some("no_turn_started") || refused(reason)
-        }
+        Phase::Settled => record.receipt.is_none(),
+        Phase::Terminal => record.terminal.as_ref().and_then(|t| t.reason.as_deref()) == Some("no_turn_started"),
         _ => false,
     }
 }
@@ -223,12 +219,12 @@ impl RecoveredWrite {
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
                 let age = record.age_ms(record.written_ms(), now_ms, run);
-                if prompt_seen_taken_or_refused(record) || age >= crate::limits::TURN_START_TIMEOUT_MS {
+                if wait_over_unread(record) || age >= crate::limits::TURN_START_TIMEOUT_MS {
                     return None;
                 }
                 (record.written_past.clone()?, now_ms.saturating_sub(age))
             }
-            _ => return None, // bound (its turn started), released (never written)
+            _ => return None, // released (never written); a bound one is taken, above
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
         Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, taken })

@@ -717,7 +717,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         return DeliveryOutcome::Refused { reason: "the pane runs a different process than the one admitted".to_string() };
     }
     // MGD-3: a managed agent's one write is a JSON-RPC `turn/start` line.
-    let text = managed_turn_start_text(bytes).unwrap_or_else(|| strip_framing(bytes));
+    let (text, line_id) = managed_turn_start(bytes).unwrap_or_else(|| (strip_framing(bytes), None));
     let request = w.oracle.request_of(&text);
     let total = bytes.len();
     let (reached, outcome) = if w.fault_roll(w.plan.pane_error) {
@@ -749,7 +749,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-    w.oracle.on_pane_write(a, session, position, request.as_deref(), managed_turn_start_id(bytes));
+    w.oracle.on_pane_write(a, session, position, request.as_deref(), line_id);
     match &request {
         Some(rid) => {
             let landed_ms = wakterm_runtime::driver::now_ms();
@@ -1130,21 +1130,16 @@ fn forge_turn_starts(w: &mut World, a: usize, rid: &str) {
     }
 }
 
-/// MGD-3: the prompt of a managed admission's `turn/start` line (None for a pane write).
-fn managed_turn_start_text(bytes: &[u8]) -> Option<String> {
+/// MGD-3, MGD-7: the prompt and the JSON-RPC id of a managed admission's `turn/start` line
+/// (None for a pane write).
+fn managed_turn_start(bytes: &[u8]) -> Option<(String, Option<String>)> {
     let line = bytes.strip_prefix(wakterm_engine::prompt::LINE_LEAD)?.strip_suffix(b"\n")?;
     let line: serde_json::Value = serde_json::from_slice(line).ok()?;
     if line["method"] != "turn/start" {
         return None;
     }
-    line["params"]["input"][0]["text"].as_str().map(str::to_string)
-}
-
-/// MGD-7: the JSON-RPC id of a managed admission's `turn/start` line (None for a pane write).
-fn managed_turn_start_id(bytes: &[u8]) -> Option<String> {
-    let line = bytes.strip_prefix(wakterm_engine::prompt::LINE_LEAD)?.strip_suffix(b"\n")?;
-    let line: serde_json::Value = serde_json::from_slice(line).ok()?;
-    (line["method"] == "turn/start").then(|| line["id"].as_str().map(str::to_string)).flatten()
+    let text = line["params"]["input"][0]["text"].as_str()?.to_string();
+    Some((text, line["id"].as_str().map(str::to_string)))
 }
 
 /// The prompt inside one admission write.
