@@ -550,6 +550,7 @@ impl Engine {
             armed,
             written_past: None,
             write_unknown: false,
+            write_unknown_since_ms: None,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
             shared_prompt: command.share_prompt.then(|| command.prompt.clone()),

@@ -42,7 +42,8 @@ impl Engine {
         let registered: Vec<_> = engine.requests.values().filter(|r| r.phase == Phase::Registered).map(|r| r.request_id.clone()).collect();
         for request_id in registered {
             let record = engine.requests.get_mut(&request_id).expect("exists");
-            record.write_unknown = true; // ADM-5: a later restart still holds for its line
+            record.write_unknown = true; // ADM-5: a later restart still holds for its line,
+            record.write_unknown_since_ms = Some(record.own_time(now_ms, engine.run_clock.as_ref())); // from now
             record.receipt = Some(restart_receipt(record));
             engine.events.admitted_due.insert(request_id.clone()); // EV-6: its receipt was never durable
             match record.return_mode {
@@ -182,7 +183,7 @@ impl RecoveredWrite {
     ///   its armed cursor, from the daemon's start as a submitted one: its time says nothing
     ///   sure (a wall clock stepped while the daemon was down moves it); a restart ends the
     ///   registration and marks it `write_unknown`, and a later restart counts it again
-    ///   within RF-8's timeout from its registration (it reopened a wait once: a second
+    ///   within RF-8's timeout from that restart's start (it reopened a wait once: a second
     ///   restart within the minute forgot its line). Before, the restart ended it
     ///   `indeterminate` and the next prompt was written over its line (the simulator's check
     ///   fails 17 of seeds 1-20,000).
@@ -208,10 +209,11 @@ impl RecoveredWrite {
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) if record.write_unknown => {
-                // A registration an earlier restart ended (REC-1): aged from its registration,
-                // a time of the run that registered it (the write came moments after, if at
-                // all); its floor is its armed cursor, as at that restart.
-                let age = record.age_ms(record.registered_ms, now_ms, run);
+                // A registration an earlier restart ended (REC-1): aged from that restart's
+                // start (its write, if any, came before; a record of an older daemon, from
+                // its registration); its floor is its armed cursor, as at that restart.
+                let since = record.write_unknown_since_ms.unwrap_or(record.registered_ms);
+                let age = record.age_ms(since, now_ms, run);
                 if age >= crate::limits::TURN_START_TIMEOUT_MS {
                     return None;
                 }

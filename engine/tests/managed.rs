@@ -742,8 +742,8 @@ fn adm_5_the_marks_turn_counts_only_past_a_write_in_the_same_file() {
 // `indeterminate` and, before, wrote the next prompt over that line (the simulator's check
 // fails 17 of seeds 1-20,000 without the hold). The restart now holds the agent as after a
 // write (RF-8's timeout from its start, or the app-server's acceptance of the prompt's own
-// `turn/start`: a turn past the armed cursor may have begun before the write), and only once:
-// the next restart finds the registration ended.
+// `turn/start`: a turn past the armed cursor may have begun before the write); and so does a
+// later restart within RF-8's timeout from the first one's start (`write_unknown`).
 #[test]
 fn adm_5_a_registration_found_unfinished_holds_its_agent() {
     for (case, own_turn) in [("turn", true), ("timeout", false)] {
@@ -787,27 +787,53 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent() {
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
     }
     // A second restart finds the registration ended by the first (`write_unknown`): within
-    // RF-8's timeout from its registration it still holds for the line (it held nothing, and
-    // the next prompt could go over the line: a listed gap until 2026-12-05); later, nothing.
-    for (case, between_ms, held) in [("soon", 1_000, true), ("after the timeout", limits::TURN_START_TIMEOUT_MS, false)] {
-        let mut rig = managed_zola(Some(THREAD));
-        rig.auto = Auto::Manual;
-        let command = rig.command(Operation::Admit, REQ, "slow reader", ReturnMode::OneWay);
-        rig.submit(command);
-        rig.refresh_next();
-        rig.ack_next_persist(Ok(()));
-        rig.auto = Auto::All;
-        rig.crash_and_recover_as_the_daemon();
-        rig.settle();
-        assert!(rig.durable[&RequestId::parse(REQ).unwrap()].write_unknown, "{case}: the first restart marks it");
-        rig.advance(between_ms);
-        rig.crash_and_recover_as_the_daemon();
-        rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
-        rig.input(Input::StartupComplete);
-        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
-        match held {
-            true => assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op)),
-            false => assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op)),
+    // RF-8's timeout from the first restart's start it still holds for the line (it held
+    // nothing, and the next prompt could go over the line: a listed gap until 2026-12-05);
+    // later, nothing. Counted from the first restart, not the registration: the write came
+    // after the registration's commit, which may stall for seconds, so a registration a
+    // minute old may have a line written moments before the first restart (a review). On the
+    // monotonic clock (TIME-2): a wall clock stepped back before the first restart moves
+    // nothing. For a PTY agent too, whose wait RF-7's probe ends sooner when its composer is
+    // empty (`AWAITING_TURN_GRACE_MS` from the same start): "later" is within that grace.
+    let minute = limits::TURN_START_TIMEOUT_MS;
+    let later = |managed: bool| if managed { 20_000 } else { limits::AWAITING_TURN_GRACE_MS / 2 };
+    for managed in [true, false] {
+        let cases = [
+            ("soon", 0, 0, 1_000, true),
+            ("after the timeout", 0, 0, minute, false),
+            ("registered long before the first restart", 50_000, 0, later(managed), true),
+            ("the same, the wall clock stepped back before the first restart", 50_000, -600_000, later(managed), true),
+            ("the same, stepped forward", 50_000, 600_000, later(managed), true),
+            ("registered long before, after the timeout from the first restart", 50_000, -600_000, minute, false),
+        ];
+        for (case, before_ms, step_ms, between_ms, held) in cases {
+            let case = format!("{case} (managed: {managed})");
+            let (mut rig, facts) = match managed {
+                true => (managed_zola(Some(THREAD)), managed_facts(Some(THREAD))),
+                false => (Rig::with_idle_zola(), zola_facts("inc-1", 100)),
+            };
+            rig.auto = Auto::Manual;
+            let command = rig.command(Operation::Admit, REQ, "slow reader", ReturnMode::OneWay);
+            rig.submit(command);
+            rig.refresh_next();
+            rig.ack_next_persist(Ok(()));
+            assert_eq!(rig.deliveries.len(), 1, "{case}: the write is handed out, its outcome lost");
+            rig.advance(before_ms);
+            assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Registered, "{case}");
+            rig.auto = Auto::All;
+            rig.wall_clock_stepped_while_down(step_ms);
+            rig.crash_and_recover_as_the_daemon();
+            rig.settle();
+            assert!(rig.durable[&RequestId::parse(REQ).unwrap()].write_unknown, "{case}: the first restart marks it");
+            rig.advance(between_ms);
+            rig.crash_and_recover_as_the_daemon();
+            rig.input(Input::AgentUpserted(facts));
+            rig.input(Input::StartupComplete);
+            let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+            match held {
+                true => assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op)),
+                false => assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op)),
+            }
         }
     }
 }

@@ -202,7 +202,7 @@ pub struct Oracle {
     /// ADM-5: the agents a daemon started with a registration left unfinished (REC-1), and
     /// until when: a write it cannot rule out, so it may hold them for RF-8's timeout from its
     /// start; and so may a later daemon, which counts the registration the restart ended
-    /// (`RequestRecord::write_unknown`) within that timeout from its registration.
+    /// (`RequestRecord::write_unknown`) within that timeout from the start that ended it.
     unfinished_until: BTreeMap<usize, u64>,
     /// ADM-5 (managed): the agents this daemon started knowing of an earlier write than the
     /// pane's last one (that one's registration ended by an earlier restart, REC-1): it waits
