@@ -263,11 +263,12 @@ impl Effects for SimEffects {
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
-        {
+        let writer = {
             let mut w = world.lock().unwrap();
             let writer = w.oracle.request_of(&strip_framing(&bytes)).unwrap_or_else(|| "admission".to_string());
-            ask_write(&mut w, &agent_id, delivery_id, writer);
-        }
+            ask_write(&mut w, &agent_id, delivery_id, writer.clone());
+            writer
+        };
         let asked_ms = wakterm_runtime::driver::now_ms();
         let bound = CallBound::write(asked_ms);
         let answered = bound.watch(&world, &inbox, delivery_id, |delivery_id, outcome| Input::Delivered { delivery_id, outcome: outcome.into() });
@@ -303,7 +304,11 @@ impl Effects for SimEffects {
                     w.log(format!("deliver {delivery_id}: the holder's answer to the turn/start write is lost"));
                     return;
                 }
-                w.crash_point("crash.after_pane_write");
+                if w.stalled_registrations.remove(&writer) {
+                    w.crash_point_at(1.0, "crash.after_stalled_registration_write");
+                } else {
+                    w.crash_point("crash.after_pane_write");
+                }
                 let late = w.fault_roll(w.plan.pane_late);
                 if late {
                     w.counters.fault("pane.result_late");
@@ -1155,12 +1160,12 @@ pub use wakterm_runtime::store::op_for as store_op;
 /// The single writer: FIFO, one batch per transaction; commit, then acknowledge.
 async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: mpsc::UnboundedReceiver<Batch>) {
     while let Some((token, ops)) = queue.recv().await {
-        let slow = slow_commit(&world);
+        let took = commit_time(&world, &ops);
         let ack_first = world.lock().unwrap().mutant == Mutant::AckBeforeDurable;
         if ack_first {
             send(&inbox, Input::PersistAcked { token, result: Ok(()) });
         }
-        madsim::time::sleep(commit_time(slow)).await;
+        madsim::time::sleep(took).await;
         let (result, group_lost) = {
             let mut w = world.lock().unwrap();
             let store_ops: Vec<StoreOp> = ops.iter().map(store_op).collect();
@@ -1329,22 +1334,26 @@ pub(crate) fn subscriber_catch_up(w: &mut World, published: u64, how: &str) {
     }
 }
 
-/// Whether this commit is slow (`store.slow_commit`).
-fn slow_commit(world: &Shared) -> bool {
+/// How long this commit takes: slow (`store.slow_commit`), stalled for seconds
+/// (`store.stalled_commit`), or quick.
+fn commit_time(world: &Shared, ops: &[PersistOp]) -> Duration {
     let mut w = world.lock().unwrap();
-    let slow = w.fault_roll(w.plan.commit_slow);
-    if slow {
+    if w.fault_roll(w.plan.commit_stall) {
+        w.counters.fault("store.stalled_commit");
+        for op in ops {
+            if let PersistOp::PutRequest(r) = op {
+                if r.phase == Phase::Registered {
+                    w.stalled_registrations.insert(r.request_id.as_str().to_string());
+                }
+            }
+        }
+        return ms(15_000, 40_000);
+    }
+    if w.fault_roll(w.plan.commit_slow) {
         w.counters.fault("store.slow_commit");
+        return ms(200, 2_500);
     }
-    slow
-}
-
-fn commit_time(slow: bool) -> Duration {
-    if slow {
-        ms(200, 2_500)
-    } else {
-        ms(0, 6)
-    }
+    ms(0, 6)
 }
 
 /// Commits one batch to the store model, or fails it (`store.commit_failed`).
@@ -2057,7 +2066,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let one_session = |a: &usize| floor_sessions.get(a).is_some_and(|s| s.len() == 1);
         let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor.filter(|_| one_session(&a))))).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
-        let unfinished = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
+        let unfinished: BTreeSet<usize> = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
         let taken_durably = turns_after_writes_durable(&w);
         // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
         // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
@@ -2065,8 +2074,12 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             .filter_map(|a| w.durable_mark(a).map(|mark| (a, mark)))
             .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
             .collect();
+        let any_unfinished = !unfinished.is_empty();
         w.oracle.on_daemon_start(known_writes, unfinished, taken_durably, latest_known, accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
+        if any_unfinished && w.plan.commit_stall > 0.0 {
+            crash_within_the_minute(world.clone(), w.daemon_started_ms);
+        }
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
             _ => SimClock::Engine(EngineClock::start(w.wall_ms())),
@@ -2172,6 +2185,19 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         run_driver(engine, inbox_rx, effects, clock).await;
     });
     node
+}
+
+/// `crash.within_the_minute`: the daemon started at `started_ms` with a registration left
+/// unfinished crashes again 20-60 s later, within RF-8's minute of the start that ended the
+/// registration (REC-1), so the next start meets it marked `write_unknown` (ADM-5).
+fn crash_within_the_minute(world: Shared, started_ms: u64) {
+    madsim::task::spawn(async move {
+        madsim::time::sleep(ms(20_000, 60_000)).await;
+        let mut w = world.lock().unwrap();
+        if w.daemon_started_ms == started_ms {
+            w.crash_point_at(1.0, "crash.within_the_minute");
+        }
+    });
 }
 
 /// Mutant `latest_written_by_recorded_time`: the restart's choice of each agent's latest

@@ -91,6 +91,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "store.outage",
     "store.group_failed",
     "store.slow_commit",
+    "store.stalled_commit",
     "store.lookup_failed",
     "store.seed_failed",
     "crash.random",
@@ -99,6 +100,8 @@ pub const FAULT_CLASSES: &[&str] = &[
     "crash.after_checkpoint",
     "crash.between_events_and_checkpoint",
     "crash.finished_past_unread_line",
+    "crash.within_the_minute",
+    "crash.after_stalled_registration_write",
     "checkpoint.older_than_file",
     "checkpoint.armed_before",
     "checkpoint.file_replaced_while_down",
@@ -275,6 +278,17 @@ pub struct FaultPlan {
     /// ADM-4: a human's write is counted by the holder (before its first byte) 1-30 ms before
     /// its bytes land (a holder thread preempted, a PTY full for a moment).
     pub keys_in_flight: f64,
+    /// ADM-5, REC-1: per commit, the chance it stalls 15-40 s (an fsync held up by a loaded
+    /// disk): a registration's write then lands long after its registration, and a restart
+    /// that ends it may come late in its minute (`store.stalled_commit`). With it, the daemon
+    /// crashes right after such a registration's write (`crash.after_stalled_registration_write`),
+    /// and a daemon started with a registration left unfinished crashes again within the minute
+    /// (`crash.within_the_minute`), so a second restart meets the registration the first one
+    /// ended (`RequestRecord::write_unknown`, aged from that start since 2026-12-05). Honest
+    /// limit: the whole chain (and a slow reader's line still unread at the second restart's
+    /// write) is too rare: a restart glue that dropped `write_unknown_since_ms` was not caught
+    /// in 40,000 seeds; the engine test holds it.
+    pub commit_stall: f64,
 }
 
 impl FaultPlan {
@@ -318,6 +332,7 @@ impl FaultPlan {
             unclassified_composer: false,
             draft_races_submit: 0.0,
             keys_in_flight: 0.0,
+            commit_stall: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -326,6 +341,13 @@ impl FaultPlan {
         .with_screen_faults()
         .with_race_faults()
         .with_watch_set_faults()
+        .with_stall_faults()
+    }
+
+    /// A commit stalled for seconds (ADM-5, REC-1), drawn last for the same reason.
+    fn with_stall_faults(mut self) -> FaultPlan {
+        self.commit_stall = if thread_rng().gen_bool(0.3) { thread_rng().gen_range(0.0..0.03) } else { 0.0 };
+        self
     }
 
     /// The sessions watch set off the reactor (MON-1), drawn last for the same reason.
@@ -928,6 +950,10 @@ pub struct World {
     /// the monitor's read lag counts from the later of them (`Oracle::on_monitor_read`).
     pub healed_ms: Option<u64>,
     pub daemon_started_ms: u64,
+    /// `store.stalled_commit`: the requests whose registration's commit stalled, until their
+    /// write: the daemon crashes right after it, while crashes are left
+    /// (`crash.after_stalled_registration_write`), so a restart ends such a registration.
+    pub stalled_registrations: std::collections::BTreeSet<String>,
     /// TIME-1: how far the daemon's wall clock is stepped from true (simulated) time, both
     /// directions; a daemon reads it when it starts.
     pub wall_offset_ms: i64,
@@ -999,6 +1025,7 @@ impl World {
             faults_on: true,
             healed_ms: None,
             daemon_started_ms: 0,
+            stalled_registrations: std::collections::BTreeSet::new(),
             retention_clock: None,
             finished_ms: BTreeMap::new(),
             wall_offset_ms: 0,
