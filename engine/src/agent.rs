@@ -201,8 +201,8 @@ impl AgentEntry {
     /// ADM-5: a write's bytes may have landed as late as `now_ms` (its outcome, or the moment
     /// the engine gave up on it), so a wait for its turn, if one is open, runs from then.
     pub(crate) fn written_until(&mut self, now_ms: u64) {
-        if self.awaiting_turn_after.is_some() {
-            self.awaiting_turn_after = Some(now_ms);
+        if let Some(since) = self.awaiting_turn_after {
+            self.awaiting_turn_after = Some(since.max(now_ms)); // a restart's may lie ahead
             self.awaiting_request = None; // a write landed late: whose, the wait no longer tells
             self.probe_at_ms = Some(now_ms + crate::limits::AWAITING_TURN_GRACE_MS);
         }

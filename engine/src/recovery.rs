@@ -7,6 +7,20 @@ use crate::request::{Phase, RequestRecord};
 use crate::run_clock::RunClock;
 use crate::terminal::TerminalState;
 
+/// ADM-5, REC-1: how long after a restart's start the write of a registration it found
+/// unfinished may still land: a managed agent's holder outlives the daemon and may start the
+/// write up to `DELIVERY_TIMEOUT_MS` after its hand-out, and take its `WRITE_DEADLINE`
+/// (`WRITE_LANDS_WITHIN_MS`), so the wait for its line counts from then (it counted from the
+/// start: a line landing 15 s later was held for 45 s, a review). A PTY agent's wait needs
+/// none: a line landing later sits in its composer, which its probe reads, and the holder's
+/// write count refuses the next write over it (ADM-4).
+fn lands_within(record: &RequestRecord) -> u64 {
+    match record.turn_start_id {
+        Some(_) => crate::limits::WRITE_LANDS_WITHIN_MS,
+        None => 0,
+    }
+}
+
 /// The reason recorded for registrations found unfinished at startup.
 pub const RESTART_REASON: &str = "restart_in_write_window";
 
@@ -42,8 +56,9 @@ impl Engine {
         let registered: Vec<_> = engine.requests.values().filter(|r| r.phase == Phase::Registered).map(|r| r.request_id.clone()).collect();
         for request_id in registered {
             let record = engine.requests.get_mut(&request_id).expect("exists");
-            record.write_unknown = true; // ADM-5: a later restart still holds for its line,
-            record.write_unknown_since_ms = Some(record.own_time(now_ms, engine.run_clock.as_ref())); // from now
+            // ADM-5: a later restart still holds for its line, from when it landed at the latest.
+            record.write_unknown = true;
+            record.write_unknown_since_ms = record.own_time(now_ms + lands_within(record), engine.run_clock.as_ref());
             record.receipt = Some(restart_receipt(record));
             engine.events.admitted_due.insert(request_id.clone()); // EV-6: its receipt was never durable
             match record.return_mode {
@@ -202,16 +217,17 @@ impl RecoveredWrite {
         let taken = prompt_seen_read(record);
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             _ if taken => (record.written_past.clone().or(record.armed.clone())?, now_ms),
-            (Phase::Registered, _) => (record.armed.clone()?, now_ms),
+            (Phase::Registered, _) => (record.armed.clone()?, now_ms + lands_within(record)),
             (Phase::Submitted, _) => {
                 let armed = record.armed.clone().expect("a submitted request is armed");
                 // The view at the write when recorded (a record of an older daemon has none).
                 (record.written_past.clone().unwrap_or(armed), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) if record.write_unknown => {
-                // A registration an earlier restart ended (REC-1): aged from that restart's
-                // start (its write, if any, came before; a record of an older daemon, from
-                // its registration); its floor is its armed cursor, as at that restart.
+                // A registration an earlier restart ended (REC-1): aged from when that
+                // restart counted its line landed at the latest (`lands_within`; a record of
+                // an older daemon, or of a restart without a run clock, from its
+                // registration); its floor is its armed cursor, as at that restart.
                 let since = record.write_unknown_since_ms.unwrap_or(record.registered_ms);
                 let age = record.age_ms(since, now_ms, run);
                 if age >= crate::limits::TURN_START_TIMEOUT_MS {

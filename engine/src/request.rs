@@ -118,13 +118,15 @@ pub struct RequestRecord {
     /// and the next prompt could go over its line (a listed gap until 2026-12-05).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub write_unknown: bool,
-    /// ADM-5, REC-1: when the restart that ended this registration (`write_unknown`) started,
-    /// as a time of the run that registered it (`own_time`, TIME-2): the write, if any, came
-    /// before it, so a later restart counts RF-8's timeout from there. From the registration,
-    /// as until 2026-12-05, a registration commit stalled for seconds (it has no deadline)
-    /// made a line written later look older than it was, and a second restart just under the
-    /// minute from the write held nothing (a review). None in a record of an older daemon:
-    /// aged from its registration.
+    /// ADM-5, REC-1: the latest its write may have landed, by the restart that ended this
+    /// registration (`write_unknown`): that restart's start, plus `WRITE_LANDS_WITHIN_MS` for
+    /// a managed agent (`recovery::lands_within`), as a time of the run that registered it
+    /// (`own_time`, TIME-2); a later restart counts RF-8's timeout from there. From the
+    /// registration, as until 2026-12-05, a registration commit stalled for seconds (it has
+    /// no deadline) made a line written later look older than it was, and a second restart
+    /// just under the minute from the write held nothing (a review). None in a record of an
+    /// older daemon, or when that restart could not place its time on the registering run's
+    /// clock: aged from its registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_unknown_since_ms: Option<u64>,
     /// Seed 000 / RF-2: a managed session's armed cursor as callers see it is the durable
@@ -182,16 +184,18 @@ impl RequestRecord {
 
     /// TIME-2: `now_ms`, a time of the run `run`, as a time of the run that registered this
     /// record, so that `age_ms` ages it as the record's own times: through the monotonic clock
-    /// when the two runs share a boot, else as it is (the wall clocks the runs read at their
-    /// starts, as `age_ms` falls back on).
-    pub fn own_time(&self, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> u64 {
-        match run.zip(self.run_clock.as_ref()) {
-            Some((now, then)) if now.boot_id == then.boot_id => {
-                let own = now.monotonic_ms(now_ms) - i128::from(then.offset_ms);
-                u64::try_from(own.max(0)).unwrap_or(u64::MAX)
-            }
-            _ => now_ms,
-        }
+    /// when the two runs share a boot; as it is when neither run has a clock (`age_ms` then
+    /// compares the wall clocks the runs read at their starts); none when only one has, or
+    /// their boots differ, or the time would lie before the registration (the frames do not
+    /// meet: a time of one run read in the other's could make the line look far older than it
+    /// is, and nothing held, a review).
+    pub fn own_time(&self, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> Option<u64> {
+        let own = match (run, self.run_clock.as_ref()) {
+            (Some(now), Some(then)) if now.boot_id == then.boot_id => u64::try_from(now.monotonic_ms(now_ms) - i128::from(then.offset_ms)).ok()?,
+            (None, None) => now_ms,
+            _ => return None,
+        };
+        (own >= self.registered_ms).then_some(own)
     }
 
     /// RF-6: adds a step to the evidence trail. Bounded: the detail is cut at

@@ -90,7 +90,8 @@ impl KeptRunClocks {
 
 impl RunClocksSeen {
     /// ADM-5 at a restart: the earliest time, in the time each record holds, that a finished
-    /// request updated within RF-8's `TURN_START_TIMEOUT_MS` before `now_ms` can hold (the
+    /// request updated within `RESTART_LOOKBACK_MS` (RF-8's timeout, and how late a line may
+    /// land after the restart that ended its registration) before `now_ms` can hold (the
     /// store loads each agent's latest write updated since then), and what to keep durable
     /// before this run records anything. A run whose wall clock stood behind this one's
     /// recorded that moment as an earlier time: by the difference of their offsets. Before,
@@ -105,7 +106,7 @@ impl RunClocksSeen {
     /// anywhere, and a record it updated (registered by a run with a clock) needs the whole
     /// history too (the second review).
     pub fn restart_window(now_ms: u64, run: Option<&RunClock>, kept: KeptRunClocks) -> RunWindow {
-        let wall_window = now_ms.saturating_sub(crate::limits::TURN_START_TIMEOUT_MS);
+        let wall_window = now_ms.saturating_sub(crate::limits::RESTART_LOOKBACK_MS);
         let Some(run) = run else {
             let keep = RunClocksSeen { boot_id: UNKNOWN_BOOT.to_string(), max_offset_ms: i64::MAX };
             return RunWindow { since_ms: wall_window, behind_ms: u64::MAX, keep };
@@ -146,7 +147,7 @@ mod tests {
 
     #[test]
     fn time_2_the_restart_window_reaches_back_to_every_run_of_the_boot() {
-        let timeout = crate::limits::TURN_START_TIMEOUT_MS;
+        let timeout = crate::limits::RESTART_LOOKBACK_MS;
         let window = |run: Option<&RunClock>, kept: &RunClocksSeen| RunClocksSeen::restart_window(1_000_000, run, KeptRunClocks::Kept(kept.clone()));
         // First run of a boot: its own window, nothing behind, its offset kept.
         let first = RunClocksSeen::restart_window(1_000_000, Some(&run("b", 50)), KeptRunClocks::Nothing);

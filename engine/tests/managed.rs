@@ -781,30 +781,38 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent() {
             assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: accepted, not started: {:?}", rig.receipt(op));
             rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
         } else {
+            // RF-8's timeout counts from when the line landed at the latest: the holder
+            // outlives the daemon and may write it up to WRITE_LANDS_WITHIN_MS after the start.
             rig.advance(limits::TURN_START_TIMEOUT_MS);
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-3a7c1e5f9b05", "third", ReturnMode::ReturnFinal);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: a line landed late: {:?}", rig.receipt(op));
+            rig.advance(limits::WRITE_LANDS_WITHIN_MS);
         }
         let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait is over: {:?}", rig.receipt(op));
     }
     // A second restart finds the registration ended by the first (`write_unknown`): within
-    // RF-8's timeout from the first restart's start it still holds for the line (it held
-    // nothing, and the next prompt could go over the line: a listed gap until 2026-12-05);
-    // later, nothing. Counted from the first restart, not the registration: the write came
-    // after the registration's commit, which may stall for seconds, so a registration a
-    // minute old may have a line written moments before the first restart (a review). On the
-    // monotonic clock (TIME-2): a wall clock stepped back before the first restart moves
-    // nothing. For a PTY agent too, whose wait RF-7's probe ends sooner when its composer is
-    // empty (`AWAITING_TURN_GRACE_MS` from the same start): "later" is within that grace.
+    // RF-8's timeout from when the first restart counted the line landed at the latest (its
+    // start, plus WRITE_LANDS_WITHIN_MS for a managed agent) it still holds for the line (it
+    // held nothing, and the next prompt could go over the line: a listed gap until
+    // 2026-12-05); later, nothing. Not from the registration: the write came after the
+    // registration's commit, which may stall for seconds, so a registration a minute old may
+    // have a line written moments before the first restart (a review). On the monotonic
+    // clock (TIME-2): a wall clock stepped before the first restart moves nothing. For a PTY
+    // agent too, whose wait RF-7's probe ends sooner when its composer is empty
+    // (`AWAITING_TURN_GRACE_MS` from the same start): "later" is within that grace.
     let minute = limits::TURN_START_TIMEOUT_MS;
-    let later = |managed: bool| if managed { 20_000 } else { limits::AWAITING_TURN_GRACE_MS / 2 };
     for managed in [true, false] {
+        let lands = if managed { limits::WRITE_LANDS_WITHIN_MS } else { 0 };
+        let later = if managed { minute + lands - 1_000 } else { limits::AWAITING_TURN_GRACE_MS / 2 };
         let cases = [
             ("soon", 0, 0, 1_000, true),
-            ("after the timeout", 0, 0, minute, false),
-            ("registered long before the first restart", 50_000, 0, later(managed), true),
-            ("the same, the wall clock stepped back before the first restart", 50_000, -600_000, later(managed), true),
-            ("the same, stepped forward", 50_000, 600_000, later(managed), true),
-            ("registered long before, after the timeout from the first restart", 50_000, -600_000, minute, false),
+            ("just before the timeout", 0, 0, later, true),
+            ("after the timeout", 0, 0, minute + lands, false),
+            ("registered long before the first restart", 50_000, 0, later, true),
+            ("the same, the wall clock stepped back before the first restart", 50_000, -600_000, later, true),
+            ("the same, stepped forward", 50_000, 600_000, later, true),
+            ("registered long before, after the timeout from the first restart", 50_000, -600_000, minute + lands, false),
         ];
         for (case, before_ms, step_ms, between_ms, held) in cases {
             let case = format!("{case} (managed: {managed})");

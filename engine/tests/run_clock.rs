@@ -125,3 +125,30 @@ fn time_2_a_recovered_request_that_opened_no_turn_ends_at_the_probe_whatever_the
     let ended: Vec<_> = rig.terminal_for(REQ).iter().map(|e| (e.state, e.reason.clone())).collect();
     assert_eq!(ended, [(TerminalState::Indeterminate, Some("no_turn_started".to_string()))], "ended at the probe, not at RF-8's timeout");
 }
+
+// TIME-2, ADM-5: a restart places its own time on the clock of the run that registered a
+// record (`RequestRecord::own_time`, for `write_unknown_since_ms`) through the monotonic clock;
+// where the two frames do not meet (one run without a clock, another boot, a time before the
+// registration), it places nothing and the record is aged from its registration, as a record
+// of an older daemon: a restart's raw engine time read in the registering run's frame made a
+// line look older by as far as the two wall clocks stood apart (a review).
+#[test]
+fn time_2_a_restarts_time_is_placed_on_the_registering_runs_clock() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    let mut record = rig.durable[&RequestId::parse(REQ).unwrap()].clone();
+    let registered = record.registered_ms;
+    let clock = |boot: &str, offset_ms: i64| RunClock { boot_id: boot.to_string(), offset_ms };
+    record.run_clock = Some(clock("b", 1_000));
+    // The restart's wall clock stood 10 min behind: its engine time 600,000 lower for the
+    // same moment, its offset 600,000 higher.
+    let restart = clock("b", 601_000);
+    assert_eq!(record.own_time(registered + 5_000 - 600_000, Some(&restart)), Some(registered + 5_000));
+    assert_eq!(record.own_time(registered + 5_000, Some(&clock("other boot", 1_000))), None, "another boot");
+    assert_eq!(record.own_time(registered + 5_000, None), None, "a restart without a clock");
+    assert_eq!(record.own_time(registered - 1 - 600_000, Some(&restart)), None, "before the registration");
+    record.run_clock = None;
+    assert_eq!(record.own_time(registered + 5_000, Some(&restart)), None, "a record without a clock");
+    assert_eq!(record.own_time(registered + 5_000, None), Some(registered + 5_000), "neither has one: the wall clocks'");
+}

@@ -200,9 +200,11 @@ pub struct Oracle {
     /// holds the write's outcome.
     known_writes_at_start: BTreeSet<String>,
     /// ADM-5: the agents a daemon started with a registration left unfinished (REC-1), and
-    /// until when: a write it cannot rule out, so it may hold them for RF-8's timeout from its
-    /// start; and so may a later daemon, which counts the registration the restart ended
-    /// (`RequestRecord::write_unknown`) within that timeout from the start that ended it.
+    /// until when: a write it cannot rule out, so it may hold them for RF-8's timeout from
+    /// when the line landed at the latest (its start; for a managed agent, whose holder may
+    /// write it after the crash, `WRITE_LANDS_WITHIN_MS` later); and so may a later daemon,
+    /// which counts the registration the restart ended (`RequestRecord::write_unknown`) from
+    /// the same moment.
     unfinished_until: BTreeMap<usize, u64>,
     /// ADM-5 (managed): the agents this daemon started knowing of an earlier write than the
     /// pane's last one (that one's registration ended by an earlier restart, REC-1): it waits
@@ -725,19 +727,20 @@ impl Oracle {
     /// `latest_known`: per agent, the latest of those writes (by registration), and the session
     /// of its recorded floor (where the engine's view stood at the write). `accepted_durably`:
     /// per agent, the lines the durable mark saw accepted into a turn not yet seen taking them
-    /// (line id, turn).
+    /// (line id, turn). `unfinished`: per agent with a registration left unfinished, how long
+    /// from this start the engine may hold it (`unfinished_until`).
     pub fn on_daemon_start(
         &mut self,
         known_writes: BTreeSet<String>,
-        unfinished: BTreeSet<usize>,
+        unfinished: BTreeMap<usize, u64>,
         taken_durably: BTreeSet<usize>,
         latest_known: BTreeMap<usize, (String, Option<SessionId>)>,
         accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
-        for agent in unfinished {
-            self.unfinished_until.insert(agent, self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        for (agent, hold_ms) in unfinished {
+            self.unfinished_until.insert(agent, self.daemon_started_ms + hold_ms);
         }
         // Only when the last write the pane saw is the latest the new engine knows of: a later
         // one it does not know (a request that ended meanwhile) leaves it waiting on an earlier

@@ -260,19 +260,24 @@ impl Effects for SimEffects {
         let _ = self.store.send((token, ops)); // the writer died with the node: the batch is lost
     }
 
+    /// The holder's `write`, run on the holders' node, as `submit_write`: a daemon crash does
+    /// not stop a write the holder was asked for (a holder is its own process, MGD-1), so a
+    /// stalled one may land after the crash, even after the next daemon's start (it died with
+    /// the daemon until 2026-12-05, a review: no seed could land a line late across a restart).
+    /// The answer goes to the daemon that asked, if it still runs.
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
-        let writer = {
+        let (holder, epoch, writer) = {
             let mut w = world.lock().unwrap();
             let writer = w.oracle.request_of(&strip_framing(&bytes)).unwrap_or_else(|| "admission".to_string());
             ask_write(&mut w, &agent_id, delivery_id, writer.clone());
-            writer
+            (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch, writer)
         };
         let asked_ms = wakterm_runtime::driver::now_ms();
         let bound = CallBound::write(asked_ms);
         let answered = bound.watch(&world, &inbox, delivery_id, |delivery_id, outcome| Input::Delivered { delivery_id, outcome: outcome.into() });
-        madsim::task::spawn(async move {
+        holder.spawn(async move {
             madsim::time::sleep(ms(0, 20)).await;
             holder_stall(&world, &agent_id, &bound).await;
             // The holder's write takes the pane's write lock (a split write holds it through
@@ -296,6 +301,8 @@ impl Effects for SimEffects {
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
                 let mut w = world.lock().unwrap();
+                let now = wakterm_runtime::driver::now_ms();
+                let stalled = w.stalled_registrations.remove(&writer).is_some_and(|at| now < at + 60_000);
                 let managed = agent_index(&w, &agent_id).is_some_and(|a| w.is_managed(a));
                 if managed && outcome == DeliveryOutcome::Complete && w.fault_roll(w.plan.reply_lost) {
                     // MGD-3: the turn/start line went in (its turn starts), but the holder's
@@ -304,10 +311,13 @@ impl Effects for SimEffects {
                     w.log(format!("deliver {delivery_id}: the holder's answer to the turn/start write is lost"));
                     return;
                 }
-                if w.stalled_registrations.remove(&writer) {
-                    w.crash_point_at(1.0, "crash.after_stalled_registration_write");
-                } else {
-                    w.crash_point("crash.after_pane_write");
+                if w.daemon_epoch == epoch && w.inbox.is_some() {
+                    // The daemon that asked still runs: it may crash now, the write's result
+                    // not yet in.
+                    match stalled {
+                        true => w.crash_point_at(1.0, "crash.after_stalled_registration_write"),
+                        false => w.crash_point("crash.after_pane_write"),
+                    }
                 }
                 let late = w.fault_roll(w.plan.pane_late);
                 if late {
@@ -317,7 +327,7 @@ impl Effects for SimEffects {
             };
             madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 20) }).await;
             if bound.answer(&world, &answered, delivery_id) {
-                send(&inbox, Input::Delivered { delivery_id, outcome });
+                send_if_running(&inbox, Input::Delivered { delivery_id, outcome });
             }
         });
     }
@@ -1343,7 +1353,8 @@ fn commit_time(world: &Shared, ops: &[PersistOp]) -> Duration {
         for op in ops {
             if let PersistOp::PutRequest(r) = op {
                 if r.phase == Phase::Registered {
-                    w.stalled_registrations.insert(r.request_id.as_str().to_string());
+                    let now = wakterm_runtime::driver::now_ms();
+                    w.stalled_registrations.insert(r.request_id.as_str().to_string(), now);
                 }
             }
         }
@@ -2066,7 +2077,12 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let one_session = |a: &usize| floor_sessions.get(a).is_some_and(|s| s.len() == 1);
         let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor.filter(|_| one_session(&a))))).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
-        let unfinished: BTreeSet<usize> = requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).collect();
+        // The engine's hold for such a line runs RF-8's timeout from when it landed at the
+        // latest: for a managed agent, WRITE_LANDS_WITHIN_MS after this start (its holder may
+        // write it after the crash).
+        let hold_ms = |a: usize| timeout + if w.is_managed(a) { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
+        let unfinished: BTreeMap<usize, u64> =
+            requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).map(|a| (a, hold_ms(a))).collect();
         let taken_durably = turns_after_writes_durable(&w);
         // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
         // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
@@ -2078,7 +2094,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         w.oracle.on_daemon_start(known_writes, unfinished, taken_durably, latest_known, accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         if any_unfinished && w.plan.commit_stall > 0.0 {
-            crash_within_the_minute(world.clone(), w.daemon_started_ms);
+            crash_within_the_minute(&w, world.clone(), w.daemon_epoch + 1);
         }
         let clock = match w.mutant {
             Mutant::WallClockTimers => SimClock::Stepped(world.clone()), // the bug
@@ -2187,14 +2203,17 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
     node
 }
 
-/// `crash.within_the_minute`: the daemon started at `started_ms` with a registration left
+/// `crash.within_the_minute`: the daemon starting (its epoch `epoch`) with a registration left
 /// unfinished crashes again 20-60 s later, within RF-8's minute of the start that ended the
-/// registration (REC-1), so the next start meets it marked `write_unknown` (ADM-5).
-fn crash_within_the_minute(world: Shared, started_ms: u64) {
-    madsim::task::spawn(async move {
+/// registration (REC-1), so the next start meets it marked `write_unknown` (ADM-5). Not when
+/// that daemon crashed meanwhile (the next one would die at its start). On the holders' node,
+/// which the seed's teardown kills (a task left sleeping would keep the world alive).
+fn crash_within_the_minute(w: &World, world: Shared, epoch: u64) {
+    let holders = w.holder.clone().expect("the holders' node runs");
+    holders.spawn(async move {
         madsim::time::sleep(ms(20_000, 60_000)).await;
         let mut w = world.lock().unwrap();
-        if w.daemon_started_ms == started_ms {
+        if w.daemon_epoch == epoch && w.inbox.is_some() {
             w.crash_point_at(1.0, "crash.within_the_minute");
         }
     });

@@ -950,10 +950,12 @@ pub struct World {
     /// the monitor's read lag counts from the later of them (`Oracle::on_monitor_read`).
     pub healed_ms: Option<u64>,
     pub daemon_started_ms: u64,
-    /// `store.stalled_commit`: the requests whose registration's commit stalled, until their
-    /// write: the daemon crashes right after it, while crashes are left
-    /// (`crash.after_stalled_registration_write`), so a restart ends such a registration.
-    pub stalled_registrations: std::collections::BTreeSet<String>,
+    /// `store.stalled_commit`: the requests whose registration's commit stalled, and when,
+    /// until their write: the daemon crashes right after it, while crashes are left
+    /// (`crash.after_stalled_registration_write`), so a restart ends such a registration. An
+    /// entry older than a minute (a registration released or failed, never written; its id
+    /// registered again later) draws nothing.
+    pub stalled_registrations: BTreeMap<String, u64>,
     /// TIME-1: how far the daemon's wall clock is stepped from true (simulated) time, both
     /// directions; a daemon reads it when it starts.
     pub wall_offset_ms: i64,
@@ -1025,7 +1027,7 @@ impl World {
             faults_on: true,
             healed_ms: None,
             daemon_started_ms: 0,
-            stalled_registrations: std::collections::BTreeSet::new(),
+            stalled_registrations: BTreeMap::new(),
             retention_clock: None,
             finished_ms: BTreeMap::new(),
             wall_offset_ms: 0,

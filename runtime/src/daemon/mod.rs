@@ -631,7 +631,7 @@ mod run_clock_tests {
     #[test]
     fn time_2_each_start_keeps_the_boots_runs_and_widens_the_next_window() {
         let (dir, store, writer) = scratch_store();
-        let timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
+        let timeout = wakterm_engine::limits::RESTART_LOOKBACK_MS;
         let first = RunClock { boot_id: "b".into(), offset_ms: 5_000_000 };
         let clock = EngineClock::start(1_000_000_000);
         let (_, retention_clock) = recover_engine(&store, &writer, &clock, Some(first)).expect("first start");

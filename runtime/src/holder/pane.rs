@@ -20,6 +20,9 @@ use super::HolderConfig;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// A write that the child does not drain within this is reported as partial.
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+// ADM-5, REC-1: a restart counts on every write landing within `WRITE_LANDS_WITHIN_MS` of
+// its hand-out (started by `DELIVERY_TIMEOUT_MS`, finished or stopped by this deadline).
+const _: () = assert!(wakterm_engine::limits::DELIVERY_TIMEOUT_MS + WRITE_DEADLINE.as_secs() * 1_000 <= wakterm_engine::limits::WRITE_LANDS_WITHIN_MS);
 /// Time a child gets after SIGHUP before it is sent SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// After the child exits, the reader gets this long to take the output still in the PTY, so
