@@ -74,12 +74,15 @@ pub const AWAITING_TURN_GRACE_MS: u64 = 10_000;
 pub const TURN_START_TIMEOUT_MS: u64 = 60_000;
 /// How long a pane write may take before the engine stops waiting for its result (ADM-10).
 pub const DELIVERY_TIMEOUT_MS: u64 = 10_000;
-/// ADM-5, REC-1: a write handed to a holder lands, if ever, within this of its hand-out: the
-/// holder starts it by `DELIVERY_TIMEOUT_MS` (its `start_by_ms`) and stops writing after its
-/// own 10 s `WRITE_DEADLINE` (the runtime asserts the two fit). A restart that finds a
-/// registration unfinished counts RF-8's timeout from its start plus this for a managed agent:
-/// the holder outlives the daemon, so the line may land after the restart (a review). Holders
-/// older than `start_by_ms` have no bound (ADM-12's known gap).
+/// ADM-5, REC-1: an admission's write handed to a holder lands, if ever, within this of its
+/// hand-out: the holder starts it by `DELIVERY_TIMEOUT_MS` (its `start_by_ms`) and stops
+/// writing after its own 10 s `WRITE_DEADLINE` (the runtime asserts the two fit). The holder
+/// outlives the daemon, so the line may land after a restart (a review): a restart that finds
+/// a registration unfinished counts RF-8's timeout from its start plus this, and a write the
+/// engine gave up on (`write_result_lost`) from the give-up plus this
+/// (`RequestRecord::written_ms`). Not a submit's split write (its steps and gaps take longer,
+/// and a submit leaves no record a restart reads: SUB-6), nor holders older than
+/// `start_by_ms` (no bound: ADM-12's known gap).
 pub const WRITE_LANDS_WITHIN_MS: u64 = DELIVERY_TIMEOUT_MS + 10_000;
 /// ADM-5, TIME-2: how far back a restart looks for finished writes whose line may be unread
 /// (`RunClocksSeen::restart_window`): RF-8's timeout from when the line landed at the latest,

@@ -7,20 +7,6 @@ use crate::request::{Phase, RequestRecord};
 use crate::run_clock::RunClock;
 use crate::terminal::TerminalState;
 
-/// ADM-5, REC-1: how long after a restart's start the write of a registration it found
-/// unfinished may still land: a managed agent's holder outlives the daemon and may start the
-/// write up to `DELIVERY_TIMEOUT_MS` after its hand-out, and take its `WRITE_DEADLINE`
-/// (`WRITE_LANDS_WITHIN_MS`), so the wait for its line counts from then (it counted from the
-/// start: a line landing 15 s later was held for 45 s, a review). A PTY agent's wait needs
-/// none: a line landing later sits in its composer, which its probe reads, and the holder's
-/// write count refuses the next write over it (ADM-4).
-fn lands_within(record: &RequestRecord) -> u64 {
-    match record.turn_start_id {
-        Some(_) => crate::limits::WRITE_LANDS_WITHIN_MS,
-        None => 0,
-    }
-}
-
 /// The reason recorded for registrations found unfinished at startup.
 pub const RESTART_REASON: &str = "restart_in_write_window";
 
@@ -58,7 +44,7 @@ impl Engine {
             let record = engine.requests.get_mut(&request_id).expect("exists");
             // ADM-5: a later restart still holds for its line, from when it landed at the latest.
             record.write_unknown = true;
-            record.write_unknown_since_ms = record.own_time(now_ms + lands_within(record), engine.run_clock.as_ref());
+            record.write_unknown_since_ms = record.own_time(now_ms + crate::limits::WRITE_LANDS_WITHIN_MS, engine.run_clock.as_ref());
             record.receipt = Some(restart_receipt(record));
             engine.events.admitted_due.insert(request_id.clone()); // EV-6: its receipt was never durable
             match record.return_mode {
@@ -195,10 +181,12 @@ impl RecoveredWrite {
     ///   restart loaded a one-way request written before it as the agent's latest write, whose
     ///   turn had run, and wrote the next prompt over the ended request's unread line);
     /// - a registration a restart finds unfinished (REC-1: its write may have happened), past
-    ///   its armed cursor, from the daemon's start as a submitted one: its time says nothing
+    ///   its armed cursor, from the latest its line may land: `WRITE_LANDS_WITHIN_MS` after
+    ///   the daemon's start (the holder outlives the daemon and may still write it; from the
+    ///   start, a line landing 15 s later was held 45 s, a review); its time says nothing
     ///   sure (a wall clock stepped while the daemon was down moves it); a restart ends the
     ///   registration and marks it `write_unknown`, and a later restart counts it again
-    ///   within RF-8's timeout from that restart's start (it reopened a wait once: a second
+    ///   within RF-8's timeout from the same moment (it reopened a wait once: a second
     ///   restart within the minute forgot its line). Before, the restart ended it
     ///   `indeterminate` and the next prompt was written over its line (the simulator's check
     ///   fails 17 of seeds 1-20,000).
@@ -217,7 +205,7 @@ impl RecoveredWrite {
         let taken = prompt_seen_read(record);
         let (floor, since_ms) = match (record.phase, record.return_mode) {
             _ if taken => (record.written_past.clone().or(record.armed.clone())?, now_ms),
-            (Phase::Registered, _) => (record.armed.clone()?, now_ms + lands_within(record)),
+            (Phase::Registered, _) => (record.armed.clone()?, now_ms + crate::limits::WRITE_LANDS_WITHIN_MS),
             (Phase::Submitted, _) => {
                 let armed = record.armed.clone().expect("a submitted request is armed");
                 // The view at the write when recorded (a record of an older daemon has none).
@@ -225,22 +213,22 @@ impl RecoveredWrite {
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) if record.write_unknown => {
                 // A registration an earlier restart ended (REC-1): aged from when that
-                // restart counted its line landed at the latest (`lands_within`; a record of
-                // an older daemon, or of a restart without a run clock, from its
-                // registration); its floor is its armed cursor, as at that restart.
-                let since = record.write_unknown_since_ms.unwrap_or(record.registered_ms);
-                let age = record.age_ms(since, now_ms, run);
-                if age >= crate::limits::TURN_START_TIMEOUT_MS {
+                // restart counted its line landed at the latest (`write_unknown_since_ms`,
+                // which may still lie ahead; a record of an older daemon, or of a restart
+                // whose clock did not meet the record's, from its registration); its floor
+                // is its armed cursor, as at that restart.
+                let since = record.in_run_time(record.write_unknown_since_ms.unwrap_or(record.registered_ms), now_ms, run);
+                if now_ms >= since.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) {
                     return None;
                 }
-                (record.armed.clone()?, now_ms.saturating_sub(age))
+                (record.armed.clone()?, since)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
-                let age = record.age_ms(record.written_ms(), now_ms, run);
-                if wait_over_unread(record) || age >= crate::limits::TURN_START_TIMEOUT_MS {
+                let since = record.in_run_time(record.written_ms(), now_ms, run); // may lie ahead
+                if wait_over_unread(record) || now_ms >= since.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) {
                     return None;
                 }
-                (record.written_past.clone()?, now_ms.saturating_sub(age))
+                (record.written_past.clone()?, since)
             }
             _ => return None, // released (never written); a bound one is taken, above
         };

@@ -167,32 +167,56 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// When its write's bytes landed, by its evidence (`Written`), else when the record was
-    /// last updated: the time a restart counts RF-8's turn-start timeout from (ADM-5).
+    /// When its write's bytes landed, by its evidence (`Written`); else the latest they may
+    /// land: the record was last updated when the engine gave the write up
+    /// (`write_result_lost`, ADM-12), and the holder, which outlives the daemon, may still
+    /// finish it up to `WRITE_LANDS_WITHIN_MS` later (a review: counted from the give-up, a
+    /// restart held a line landing 10 s after it for 50 s only). The time a restart counts
+    /// RF-8's turn-start timeout from (ADM-5).
     pub fn written_ms(&self) -> u64 {
-        self.evidence.iter().find(|e| e.step == EvidenceStep::Written).map_or(self.updated_ms, |e| e.at_ms)
+        match self.evidence.iter().find(|e| e.step == EvidenceStep::Written) {
+            Some(written) => written.at_ms,
+            None => self.updated_ms.saturating_add(crate::limits::WRITE_LANDS_WITHIN_MS),
+        }
     }
 
-    /// TIME-2: how long before `now_ms`, a time of the run `run`, `then_ms`, a time this record
-    /// holds (of the run that registered it), was: on the monotonic clock when the two runs
-    /// share a boot, else by the wall clocks the two runs read at their starts (a step between
-    /// them moves it). Never negative.
+    /// TIME-2: how far `then_ms`, a time this record holds (of the run that registered it),
+    /// lies after `now_ms`, a time of the run `run` (negative: before): on the monotonic
+    /// clock when the two runs share a boot, else by the wall clocks the two runs read at
+    /// their starts (a step between them moves it).
+    fn ahead_ms(&self, then_ms: u64, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> i128 {
+        match run.zip(self.run_clock.as_ref()) {
+            Some((now, then)) if now.boot_id == then.boot_id => then.monotonic_ms(then_ms) - now.monotonic_ms(now_ms),
+            _ => i128::from(then_ms) - i128::from(now_ms),
+        }
+    }
+
+    /// TIME-2: how long before `now_ms` (a time of the run `run`) `then_ms`, a time this record
+    /// holds, was (`ahead_ms`). Never negative.
     pub fn age_ms(&self, then_ms: u64, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> u64 {
-        let by_monotonic = run.zip(self.run_clock.as_ref()).and_then(|(now, then)| now.age_ms(now_ms, then, then_ms));
-        by_monotonic.unwrap_or_else(|| now_ms.saturating_sub(then_ms))
+        u64::try_from((-self.ahead_ms(then_ms, now_ms, run)).max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// TIME-2: `then_ms`, a time this record holds, as a time of the run `run` (whose time is
+    /// `now_ms`), past or still ahead (a restart's wait may count from a moment to come: a
+    /// second restart soon after the one that ended a registration counts from where that one
+    /// counted the line landed at the latest; taken as its own start, it lost up to 20 s of
+    /// the hold, a review).
+    pub fn in_run_time(&self, then_ms: u64, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> u64 {
+        u64::try_from((i128::from(now_ms) + self.ahead_ms(then_ms, now_ms, run)).max(0)).unwrap_or(u64::MAX)
     }
 
     /// TIME-2: `now_ms`, a time of the run `run`, as a time of the run that registered this
     /// record, so that `age_ms` ages it as the record's own times: through the monotonic clock
-    /// when the two runs share a boot; as it is when neither run has a clock (`age_ms` then
-    /// compares the wall clocks the runs read at their starts); none when only one has, or
-    /// their boots differ, or the time would lie before the registration (the frames do not
-    /// meet: a time of one run read in the other's could make the line look far older than it
-    /// is, and nothing held, a review).
+    /// when the two runs share a boot; as it is when the record has no clock (`age_ms` then
+    /// compares the wall clocks the runs read at their starts); none when only `run` has none,
+    /// or their boots differ, or the time would lie before the registration (the frames do
+    /// not meet: a time of one run read in the other's could make the line look far older
+    /// than it is, and nothing held, a review).
     pub fn own_time(&self, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> Option<u64> {
         let own = match (run, self.run_clock.as_ref()) {
             (Some(now), Some(then)) if now.boot_id == then.boot_id => u64::try_from(now.monotonic_ms(now_ms) - i128::from(then.offset_ms)).ok()?,
-            (None, None) => now_ms,
+            (_, None) => now_ms,
             _ => return None,
         };
         (own >= self.registered_ms).then_some(own)

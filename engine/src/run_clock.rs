@@ -40,7 +40,7 @@ impl RunClock {
 
 /// Durable (the store's `run_clocks`): the largest offset of any run of the current boot, which
 /// bounds how far back, in the current run's time, another run of the boot recorded the
-/// moment `TURN_START_TIMEOUT_MS` ago. `i64::MAX` once the boot's runs are unknown (what was
+/// moment `RESTART_LOOKBACK_MS` ago. `i64::MAX` once the boot's runs are unknown (what was
 /// kept could not be read): every later start of the boot looks at the whole history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunClocksSeen {

@@ -800,21 +800,25 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent() {
     // have a line written moments before the first restart (a review). On the monotonic
     // clock (TIME-2): a wall clock stepped before the first restart moves nothing. For a PTY
     // agent too, whose wait RF-7's probe ends sooner when its composer is empty
-    // (`AWAITING_TURN_GRACE_MS` from the same start): "later" is within that grace.
+    // (`AWAITING_TURN_GRACE_MS` from the same moment: a line landing late and submitted at
+    // once leaves an empty composer until its turn shows, a review): "later" is within that.
     let minute = limits::TURN_START_TIMEOUT_MS;
+    let lands = limits::WRITE_LANDS_WITHIN_MS;
     for managed in [true, false] {
-        let lands = if managed { limits::WRITE_LANDS_WITHIN_MS } else { 0 };
-        let later = if managed { minute + lands - 1_000 } else { limits::AWAITING_TURN_GRACE_MS / 2 };
+        let later = if managed { minute + lands - 1_000 } else { lands + limits::AWAITING_TURN_GRACE_MS / 2 };
+        // (case, registration to the first restart, wall step before it, first to second
+        // restart, second restart to the admission, held)
         let cases = [
-            ("soon", 0, 0, 1_000, true),
-            ("just before the timeout", 0, 0, later, true),
-            ("after the timeout", 0, 0, minute + lands, false),
-            ("registered long before the first restart", 50_000, 0, later, true),
-            ("the same, the wall clock stepped back before the first restart", 50_000, -600_000, later, true),
-            ("the same, stepped forward", 50_000, 600_000, later, true),
-            ("registered long before, after the timeout from the first restart", 50_000, -600_000, minute + lands, false),
+            ("soon", 0, 0, 1_000, 0, true),
+            ("a second restart soon after the first holds from where the first counted", 0, 0, 1_000, later - 1_000, true),
+            ("just before the timeout", 0, 0, later, 0, true),
+            ("after the timeout", 0, 0, minute + lands, 0, false),
+            ("registered long before the first restart", 50_000, 0, later, 0, true),
+            ("the same, the wall clock stepped back before the first restart", 50_000, -600_000, later, 0, true),
+            ("the same, stepped forward", 50_000, 600_000, later, 0, true),
+            ("registered long before, after the timeout from the first restart", 50_000, -600_000, minute + lands, 0, false),
         ];
-        for (case, before_ms, step_ms, between_ms, held) in cases {
+        for (case, before_ms, step_ms, between_ms, after_ms, held) in cases {
             let case = format!("{case} (managed: {managed})");
             let (mut rig, facts) = match managed {
                 true => (managed_zola(Some(THREAD)), managed_facts(Some(THREAD))),
@@ -837,6 +841,7 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent() {
             rig.crash_and_recover_as_the_daemon();
             rig.input(Input::AgentUpserted(facts));
             rig.input(Input::StartupComplete);
+            rig.advance(after_ms);
             let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
             match held {
                 true => assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op)),
@@ -844,6 +849,35 @@ fn adm_5_a_registration_found_unfinished_holds_its_agent() {
             }
         }
     }
+}
+
+// ADM-5, ADM-12: a write the engine gave up on (`write_result_lost`) may still land: the
+// holder, which outlives the daemon, may finish it up to WRITE_LANDS_WITHIN_MS after its
+// hand-out. A restart counts RF-8's timeout from then (`RequestRecord::written_ms`), not from
+// the give-up (a review: a line landing 10 s after the give-up was held 50 s only).
+#[test]
+fn adm_5_a_restart_holds_a_given_up_write_from_its_latest_landing() {
+    let mut rig = managed_zola(Some(THREAD));
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.deliveries.len(), 1);
+    rig.advance(limits::DELIVERY_TIMEOUT_MS);
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("write_result_lost"), "{:?}", rig.receipt(op));
+    let gave_up = rig.now;
+    rig.auto = Auto::All;
+    rig.advance(5_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+    rig.input(Input::StartupComplete);
+    rig.advance(gave_up + limits::TURN_START_TIMEOUT_MS + 5_000 - rig.now);
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "a line may have landed 10 s after the give-up: {:?}", rig.receipt(op));
+    rig.advance(limits::WRITE_LANDS_WITHIN_MS);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "then the wait is over: {:?}", rig.receipt(op));
 }
 
 // ADM-5: a turn that started before the prompt was written is no end of the wait for the

@@ -214,7 +214,8 @@ pub struct Oracle {
     older_line_at_start: BTreeSet<usize>,
     /// ADM-5, ADM-12: per agent, when the engine last answered a write of it `write_result_lost`:
     /// the write may land, so the engine holds the agent for RF-8's timeout from then (in the
-    /// same daemon, or one started after, `RecoveredWrite::of`) unless a later turn ends it.
+    /// same daemon; one started after, `RecoveredWrite::of`, from `WRITE_LANDS_WITHIN_MS`
+    /// later, the latest the holder may still write it) unless a later turn ends it.
     lost_write_at: BTreeMap<usize, u64>,
     /// Normal form of every prompt a caller used -> its request id.
     pub prompts: BTreeMap<String, String>,
@@ -226,6 +227,9 @@ pub struct Oracle {
     pub ended: BTreeMap<String, u64>,
     /// When each request ended (its terminal event reached the watcher).
     pub ended_ms: BTreeMap<String, u64>,
+    /// The requests a restart ended as registrations left unfinished (REC-1,
+    /// `restart_in_write_window`): their write may have happened, or happen still.
+    ended_by_restart: BTreeSet<String>,
     pub violations: Vec<Violation>,
     /// The classification of the last receipt each request id got.
     pub last_receipt: BTreeMap<String, Classification>,
@@ -506,7 +510,10 @@ impl Oracle {
         // `write_result_lost`) are a write the engine cannot know of (its known late write).
         // A one-way request has no terminal event: its `write_result_lost` receipt says when
         // (exploration seed 5019295: a one-way write an old holder made 3 s after it).
-        let given_up = earlier.and_then(|id| self.ended_ms.get(id).or(self.given_up_ms.get(id))).is_some_and(|ended| *ended <= written_ms);
+        // Not a registration a restart ended (REC-1): the new engine holds for its line, which
+        // may land after the restart (a review: every such return-final line was excused).
+        let ended = |id: &str| self.ended_ms.get(id).filter(|_| !self.ended_by_restart.contains(id));
+        let given_up = earlier.and_then(|id| ended(id).or(self.given_up_ms.get(id))).is_some_and(|ended| *ended <= written_ms);
         // A prompt written before this daemon started is a write it knows of only when its
         // request's record says so (`known_writes_at_start`).
         let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id));
@@ -902,7 +909,10 @@ impl Oracle {
         let unfinished = self.unfinished_until.get(&agent).is_some_and(|until| since < until + STALL_MARGIN_MS);
         let older_line = self.older_line_at_start.contains(&agent) && since < self.daemon_started_ms + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         let unknown_write = unfinished || older_line;
-        let lost_write = self.lost_write_at.get(&agent).is_some_and(|lost| since < lost + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS);
+        // A daemon started after the give-up counts from the latest the write may land
+        // (`RequestRecord::written_ms`), the live one from the give-up.
+        let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
+        let lost_write = self.lost_write_at.get(&agent).is_some_and(|lost| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
         if unknown_write || lost_write {
             return;
         }
@@ -1064,6 +1074,9 @@ impl Oracle {
         self.last_sequence = self.last_sequence.max(seq);
         self.ended.insert(id.clone(), seq);
         self.ended_ms.entry(id.clone()).or_insert_with(wakterm_runtime::driver::now_ms);
+        if event.reason.as_deref() == Some(wakterm_engine::RESTART_REASON) {
+            self.ended_by_restart.insert(id.clone());
+        }
         let turn = event.provider_turn_id.as_ref().and_then(|t| self.turns.get(&t.0)).cloned();
         if self.steered.contains(&id) && matches!(event.state, TerminalState::Completed | TerminalState::Aborted) {
             let m = format!("{id}: ended {:?} with turn {:?}, but its prompt was folded into a running turn (MGD-3): it opened none", event.state, event.provider_turn_id);

@@ -266,8 +266,8 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
     let now_ms = clock.now_ms();
     let mut requests = Vec::new();
     // HIST-1: open requests only; finished ones are read back when named again. ADM-5: and
-    // each agent's latest written request finished within RF-8's turn-start timeout, whose
-    // prompt may still be unread (`RecoveredWrite::of`), in the time of the run that wrote it
+    // each agent's latest written request finished within `RESTART_LOOKBACK_MS` (RF-8's
+    // turn-start timeout from the latest its line may land), whose prompt may still be unread (`RecoveredWrite::of`), in the time of the run that wrote it
     // (TIME-2: `RunClocksSeen::restart_window`).
     let window = restart_window(store, now_ms, run_clock.as_ref());
     let recent = store.load_latest_written_since(window.since_ms).map_err(|e| e.to_string())?;
