@@ -119,9 +119,9 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub write_unknown: bool,
     /// ADM-5, REC-1: the latest its write may have landed, by the restart that ended this
-    /// registration (`write_unknown`): that restart's start, plus `WRITE_LANDS_WITHIN_MS` for
-    /// a managed agent (`recovery::lands_within`), as a time of the run that registered it
-    /// (`own_time`, TIME-2); a later restart counts RF-8's timeout from there. From the
+    /// registration (`write_unknown`): that restart's start plus `WRITE_LANDS_WITHIN_MS` (the
+    /// holder outlives the daemon), as a time of the run that registered it (`own_time`,
+    /// TIME-2); a later restart counts RF-8's timeout from there. From the
     /// registration, as until 2026-12-05, a registration commit stalled for seconds (it has
     /// no deadline) made a line written later look older than it was, and a second restart
     /// just under the minute from the write held nothing (a review). None in a record of an
@@ -185,10 +185,8 @@ impl RequestRecord {
     /// clock when the two runs share a boot, else by the wall clocks the two runs read at
     /// their starts (a step between them moves it).
     fn ahead_ms(&self, then_ms: u64, now_ms: u64, run: Option<&crate::run_clock::RunClock>) -> i128 {
-        match run.zip(self.run_clock.as_ref()) {
-            Some((now, then)) if now.boot_id == then.boot_id => then.monotonic_ms(then_ms) - now.monotonic_ms(now_ms),
-            _ => i128::from(then_ms) - i128::from(now_ms),
-        }
+        let by_monotonic = run.zip(self.run_clock.as_ref()).and_then(|(now, then)| now.ahead_ms(now_ms, then, then_ms));
+        by_monotonic.unwrap_or_else(|| i128::from(then_ms) - i128::from(now_ms))
     }
 
     /// TIME-2: how long before `now_ms` (a time of the run `run`) `then_ms`, a time this record

@@ -26,15 +26,11 @@ impl RunClock {
         i128::from(engine_ms) + i128::from(self.offset_ms)
     }
 
-    /// How long before `now_ms` (a time of this run) `then_ms`, a time of the run `then`, was:
-    /// none when the two runs were not of one boot. Never negative (within a boot the monotonic
-    /// clock only moves on).
-    pub fn age_ms(&self, now_ms: u64, then: &RunClock, then_ms: u64) -> Option<u64> {
-        if then.boot_id != self.boot_id {
-            return None;
-        }
-        let age = self.monotonic_ms(now_ms) - then.monotonic_ms(then_ms);
-        Some(u64::try_from(age.max(0)).unwrap_or(u64::MAX))
+    /// How far `then_ms`, a time of the run `then`, lies after `now_ms`, a time of this run
+    /// (negative: before; a restart's wait may count from a moment still ahead): none when the
+    /// two runs were not of one boot.
+    pub fn ahead_ms(&self, now_ms: u64, then: &RunClock, then_ms: u64) -> Option<i128> {
+        (then.boot_id == self.boot_id).then(|| then.monotonic_ms(then_ms) - self.monotonic_ms(now_ms))
     }
 }
 
@@ -137,12 +133,12 @@ mod tests {
         // its engine time 5,000,000 was monotonic 1,400,000.
         let earlier = run("b", -3_600_000);
         let now = run("b", 0);
-        assert_eq!(now.age_ms(1_410_000, &earlier, 5_000_000), Some(10_000));
+        assert_eq!(now.ahead_ms(1_410_000, &earlier, 5_000_000), Some(-10_000));
         // Stepped the other way, the write looks younger by the wall, and is not.
         let behind = run("b", 3_600_000);
-        assert_eq!(now.age_ms(5_000_000, &behind, 1_380_000), Some(20_000));
-        assert_eq!(now.age_ms(5_000_000, &run("other boot", 3_600_000), 1_380_000), None);
-        assert_eq!(now.age_ms(0, &run("b", 0), 10), Some(0), "never negative");
+        assert_eq!(now.ahead_ms(5_000_000, &behind, 1_380_000), Some(-20_000));
+        assert_eq!(now.ahead_ms(5_000_000, &run("other boot", 3_600_000), 1_380_000), None);
+        assert_eq!(now.ahead_ms(0, &run("b", 0), 10), Some(10), "a moment still ahead");
     }
 
     #[test]

@@ -201,8 +201,8 @@ pub struct Oracle {
     known_writes_at_start: BTreeSet<String>,
     /// ADM-5: the agents a daemon started with a registration left unfinished (REC-1), and
     /// until when: a write it cannot rule out, so it may hold them for RF-8's timeout from
-    /// when the line landed at the latest (its start; for a managed agent, whose holder may
-    /// write it after the crash, `WRITE_LANDS_WITHIN_MS` later); and so may a later daemon,
+    /// when the line landed at the latest (`WRITE_LANDS_WITHIN_MS` after its start: the
+    /// holder may write it after the crash); and so may a later daemon,
     /// which counts the registration the restart ended (`RequestRecord::write_unknown`) from
     /// the same moment.
     unfinished_until: BTreeMap<usize, u64>,

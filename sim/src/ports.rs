@@ -2078,11 +2078,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor.filter(|_| one_session(&a))))).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         // The engine's hold for such a line runs RF-8's timeout from when it landed at the
-        // latest: for a managed agent, WRITE_LANDS_WITHIN_MS after this start (its holder may
-        // write it after the crash).
-        let hold_ms = |a: usize| timeout + if w.is_managed(a) { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
+        // latest: WRITE_LANDS_WITHIN_MS after this start (its holder may write it after the
+        // crash).
+        let hold_ms = timeout + wakterm_engine::limits::WRITE_LANDS_WITHIN_MS;
         let unfinished: BTreeMap<usize, u64> =
-            requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).map(|a| (a, hold_ms(a))).collect();
+            requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).map(|a| (a, hold_ms)).collect();
         let taken_durably = turns_after_writes_durable(&w);
         // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
         // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
