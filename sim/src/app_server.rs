@@ -177,6 +177,18 @@ pub struct AppServer {
     /// MGD-4: when the daemon wrote each re-proof since this process (its handshake) last
     /// answered one that proves the thread, with the daemon epoch they were written in.
     pub unproven_reproofs: (u64, Vec<u64>),
+    /// `app_server.slow_turn_start`: the notifications of a turn accepted but not yet
+    /// announced (`turn/started` and its user message), due then, for that process and holder.
+    pub slow_start: Option<SlowStart>,
+}
+
+/// A turn the app-server accepted (its reply out) whose `turn/started` comes later.
+#[derive(Clone, Debug)]
+pub struct SlowStart {
+    pub due_ms: u64,
+    pub process: Option<crate::world::Proc>,
+    pub holder: u64,
+    pub lines: Vec<(Vec<u8>, Option<Truth>)>,
 }
 
 /// How a process answers a re-proof (`thread/resume` of the thread it has loaded).
@@ -221,6 +233,7 @@ impl AppServer {
             mark_frozen: None,
             resume_quirk: ResumeQuirk::Plain,
             unproven_reproofs: (0, Vec::new()),
+            slow_start: None,
         }
     }
 
@@ -622,6 +635,14 @@ impl World {
                 self.spawn_process(a, false);
             }
         }
+        let healed = !self.faults_on;
+        if self.app(a).slow_start.as_ref().is_some_and(|slow| slow.due_ms <= now || healed) {
+            let slow = self.app(a).slow_start.take().expect("due");
+            // Only into the stream of the process and holder that accepted the turn.
+            if slow.process == self.agents[a].process && slow.holder == self.app(a).holder {
+                self.app_emit(a, slow.lines);
+            }
+        }
         while self.app(a).queue.front().is_some_and(|p| p.due_ms <= now) {
             let pending = self.app(a).queue.pop_front().expect("due");
             self.app_read_line(a, pending);
@@ -786,7 +807,11 @@ impl World {
         let abort = self.faults_on && thread_rng().gen_bool(self.plan.abort.max(0.02));
         let late = self.faults_on && thread_rng().gen_bool(self.plan.late_final.max(0.02));
         let fast = !late && self.faults_on && thread_rng().gen_bool(self.plan.fast_turn);
-        let duration = if late { thread_rng().gen_range(8_000..30_000) } else { thread_rng().gen_range(100..3_000) };
+        // ADM-5: the reply names the turn; `turn/started` follows 15-20 ms later on the real
+        // 0.169, and seconds later on a loaded machine (`app_server.slow_turn_start`): a prompt
+        // written between the two goes into the turn starting (RF-7).
+        let slow_start = (!fast && opener.is_some() && self.faults_on && thread_rng().gen_bool(0.1)).then(|| thread_rng().gen_range(1_000..15_000));
+        let duration = slow_start.unwrap_or(0) + if late { thread_rng().gen_range(8_000..30_000) } else { thread_rng().gen_range(100..3_000) };
         if late {
             self.counters.fault("provider.late_final");
         }
@@ -805,18 +830,26 @@ impl World {
             let error = json!({"id": id, "error": {"code": -32600, "message": "thread not found: bogus"}});
             lines.push((line(error), Some(Truth::NoRecord)));
         }
-        lines.extend([
+        let mut started = vec![
             (notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}), now), None),
             (notification("turn/started", json!({"threadId": thread, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), Some(Truth::Started(turn.clone()))),
             (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
             (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash))),
-        ]);
+        ];
         if let Some(rid) = &opener {
             self.oracle.on_prompt_reached_thread(rid);
         }
         if let Some(request) = awaiting {
-            lines.push((approval_request(&thread, &t, &request), None));
+            started.push((approval_request(&thread, &t, &request), None));
             self.counters.fault("app_server.server_request");
+        }
+        match slow_start {
+            Some(delay) => {
+                self.counters.fault("app_server.slow_turn_start");
+                let (process, holder) = (self.agents[a].process, self.app(a).holder);
+                self.app(a).slow_start = Some(SlowStart { due_ms: now + delay, process, holder, lines: started });
+            }
+            None => lines.extend(started),
         }
         let file = self.agents[a].session.file;
         self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });

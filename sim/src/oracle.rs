@@ -279,8 +279,18 @@ pub struct Oracle {
     /// app-server's acceptance of that very line ends the engine's wait for it, so only the
     /// turn it opened (or the running turn it was folded into) counts as after the write.
     last_line: BTreeMap<usize, String>,
-    /// The turn the engine was told the app-server accepted `last_line` into.
-    last_line_turn: BTreeMap<usize, TurnId>,
+    /// The turn the engine was told the app-server accepted `last_line` into, and when it was
+    /// told (a daemon's start, for one it learned from the durable mark).
+    last_line_turn: BTreeMap<usize, (TurnId, u64)>,
+    /// ADM-5: when each admission's first call started (an admission opens a turn; a send may
+    /// steer one).
+    admit_calls: BTreeMap<String, u64>,
+    /// When `last_line` was written: the engine's wait for it ends RF-8's timeout later.
+    last_line_written_ms: BTreeMap<usize, u64>,
+    /// The turns a user message of was delivered to the engine: one ends the wait for an
+    /// accepted turn's start as the start does (a replay after a restart may show the message
+    /// and not the start, which lay before the mark).
+    turn_users_delivered: BTreeSet<(usize, TurnId)>,
     /// CORR-15: per (agent, turn), the request id the engine was first told opened it.
     turn_openers: BTreeMap<(usize, TurnId), String>,
     /// Per agent, the last turn start the current daemon's observer delivered to the engine
@@ -778,7 +788,7 @@ impl Oracle {
         self.last_line_turn.clear();
         for (agent, (id, turn)) in accepted_durably {
             if self.last_line.get(&agent) == Some(&id) {
-                self.last_line_turn.insert(agent, turn);
+                self.last_line_turn.insert(agent, (turn, self.daemon_started_ms));
             }
         }
         self.open_calls.clear();
@@ -787,6 +797,9 @@ impl Oracle {
     /// A write to agent `a`'s pane passed the incarnation check (whatever reached the pane):
     /// the engine will wait for a turn to start after it (ADM-5).
     pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>, line: Option<String>) {
+        if let (Some(id), Some(_)) = (writer, &line) {
+            self.check_admission_not_into_accepted_turn(agent, id);
+        }
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
         if writer.is_some() {
@@ -802,6 +815,7 @@ impl Oracle {
             Some(id) => self.last_line.insert(agent, id),
             None => self.last_line.remove(&agent),
         };
+        self.last_line_written_ms.insert(agent, wakterm_runtime::driver::now_ms());
         self.last_line_turn.remove(&agent);
     }
 
@@ -815,7 +829,7 @@ impl Oracle {
         // A managed write's wait ends only with its own line's answer: the start of the turn
         // the line was accepted into, whoever opened it.
         let counts = match self.last_line.get(&agent) {
-            Some(_) => self.last_line_turn.get(&agent) == Some(turn),
+            Some(_) => self.last_line_turn.get(&agent).is_some_and(|(accepted, _)| accepted == turn),
             None => self.turn_openers.get(&(agent, turn.clone())).is_none_or(|id| wakterm_engine::prompt::is_turn_start_id(id)),
         };
         let after_write = counts && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
@@ -832,7 +846,7 @@ impl Oracle {
         self.turn_openers.entry((agent, turn.clone())).or_insert_with(|| id.to_string());
         let own_line = self.last_line.get(&agent).is_some_and(|line| line == id);
         if own_line {
-            self.last_line_turn.insert(agent, turn.clone());
+            self.last_line_turn.insert(agent, (turn.clone(), wakterm_runtime::driver::now_ms()));
         }
         let running = self.turn_news.get(&agent).is_some_and(|(_, news)| news.as_ref() == Some(turn));
         let after_write = self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
@@ -851,6 +865,18 @@ impl Oracle {
                 *news = (at, None);
             }
         }
+    }
+
+    /// The observer port sent the engine a user message of agent `a`'s turn `turn`.
+    pub fn on_user_message_delivered(&mut self, agent: usize, turn: &TurnId) {
+        self.turn_users_delivered.insert((agent, turn.clone()));
+    }
+
+    /// The observer port sent the engine agent `a`'s facts (a process change or a new
+    /// registration): a process change ends the engine's wait (`AgentEntry::end_wait`), and
+    /// the turn the old process accepted our line into may never start (ADM-5).
+    pub fn on_process_changed_delivered(&mut self, agent: usize) {
+        self.last_line_turn.remove(&agent);
     }
 
     /// The observer port sent the engine an attach or a loss of agent `a`'s session: the turn
@@ -873,6 +899,12 @@ impl Oracle {
         }
     }
 
+    /// ADM-5: an admission is being made (its first call starts now).
+    pub fn on_admit_call(&mut self, request_id: &str) {
+        let at = wakterm_runtime::driver::now_ms();
+        self.admit_calls.entry(request_id.to_string()).or_insert(at);
+    }
+
     /// ADM-18: a no-steer send is being made (its first call starts now).
     pub fn on_no_steer_call(&mut self, request_id: &str) {
         let at = wakterm_runtime::driver::now_ms();
@@ -891,6 +923,27 @@ impl Oracle {
         };
         if delivered + STALL_MARGIN_MS <= called {
             let m = format!("{id}: a no-steer send was written into a{agent}'s running turn {}, delivered to the engine {} ms before the call", turn.0, called - delivered);
+            self.fail(Kind::Steered, m);
+        }
+    }
+
+    /// ADM-5 (managed): an admission's `turn/start` line written while the engine had been told
+    /// the agent's last line of ours was accepted into a turn whose start it had not been told
+    /// of yet (live, or by the durable mark at its start), before the admission's first call
+    /// (its inbox is in order: the acceptance came first), by a simulated millisecond at least.
+    /// The engine waits for that turn's start (`AgentEntry::awaiting_accepted`,
+    /// `RecoveredWrite::managed_wait`): the reply comes before `turn/started`, and a prompt
+    /// written between the two goes into the turn starting (RF-7; `app_server.slow_turn_start`).
+    fn check_admission_not_into_accepted_turn(&mut self, agent: usize, id: &str) {
+        let (Some(&called), Some((turn, told))) = (self.admit_calls.get(id), self.last_line_turn.get(&agent)) else { return };
+        // The wait may end RF-8's timeout after the line's write (the engine counts from when it
+        // learned of the write, or later after a restart: never sooner).
+        let Some(&written) = self.last_line_written_ms.get(&agent) else { return };
+        let waiting = called + STALL_MARGIN_MS < written.min(*told) + wakterm_engine::limits::TURN_START_TIMEOUT_MS;
+        let key = (agent, turn.clone());
+        let started = self.turns_delivered.contains_key(&key) || self.turn_users_delivered.contains(&key);
+        if *told < called && waiting && !started {
+            let m = format!("{id}: an admission written to a{agent} while the engine had been told, {} ms before the call, that our last line was accepted into turn {}, not yet started", called - told, turn.0);
             self.fail(Kind::Steered, m);
         }
     }

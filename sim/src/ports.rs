@@ -1428,6 +1428,10 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
         StoreOp::PutEventMark { agent_id, .. } => Some(agent_id.clone()),
         _ => None,
     });
+    if accepted_line_durable(ops) {
+        w.crash_point_at(0.5, "crash.after_acceptance_durable");
+        return;
+    }
     if let Some((agent_id, json)) = checkpoint {
         // A checkpoint committed alone (its events went in an earlier batch) is as likely a
         // crash point as one covering the end of a request's turn.
@@ -1448,6 +1452,18 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
     } else {
         w.crash_point("crash.after_commit");
     }
+}
+
+/// ADM-5 (managed): a commit makes durable an event mark holding one of wakterm's lines the
+/// app-server accepted into a turn not yet seen taking it (`AnsweredLine`, not `taken`): a
+/// restart right then must wait for that turn's start (`RecoveredWrite::managed_wait`). Rare
+/// otherwise (the acceptance becomes durable with the next event, usually that turn's start):
+/// the last note's planted bug in that wait was not caught in 40,000 seeds.
+fn accepted_line_durable(ops: &[StoreOp]) -> bool {
+    ops.iter().any(|op| match op {
+        StoreOp::PutEventMark { mark_json, .. } => serde_json::from_str::<EventMark>(mark_json).is_ok_and(|mark| mark.answered_lines.iter().any(|line| line.turn.is_some() && !line.taken)),
+        _ => false,
+    })
 }
 
 /// ADM-5: a commit finishes a request (terminal or settled) of a managed agent whose
@@ -1522,6 +1538,7 @@ fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     match &event {
         ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
         ObserverEvent::TurnAccepted { id, turn, session, position } => w.oracle.on_turn_accepted_delivered(a, id, turn, session, *position),
+        ObserverEvent::UserMessage { turn: Some(turn), .. } => w.oracle.on_user_message_delivered(a, turn),
         ObserverEvent::TurnCompleted { turn, .. } => w.oracle.on_turn_end_delivered(a, Some(turn)),
         ObserverEvent::TurnAborted { turn, .. } => w.oracle.on_turn_end_delivered(a, turn.as_ref()),
         ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } => w.oracle.on_session_changed_delivered(a),
@@ -1901,6 +1918,7 @@ fn liveness_step(w: &mut World, a: usize, events: &mut Vec<ObserverEvent>, facts
     }
     if let Some(facts) = facts {
         w.log(format!("a{a} upsert {:?}", facts.incarnation));
+        w.oracle.on_process_changed_delivered(a);
         step.push(Input::AgentUpserted(facts));
     }
     step
@@ -2086,8 +2104,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         let taken_durably = turns_after_writes_durable(&w);
         // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
         // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
+        // Only a mark of the process that runs now: the engine reopens no wait into another
+        // (a process change ends the wait; the accepted turn may never start).
         let accepted_durably = (0..w.agents.len())
             .filter_map(|a| w.durable_mark(a).map(|mark| (a, mark)))
+            .filter(|(a, mark)| mark.incarnation.is_some() && mark.incarnation == w.agents[*a].facts().incarnation)
             .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
             .collect();
         let any_unfinished = !unfinished.is_empty();

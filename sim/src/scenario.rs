@@ -486,6 +486,9 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 w.counters.fault("caller.no_steer_send");
                 w.oracle.on_no_steer_call(&command.request_id);
             }
+            if mode.operation == Operation::Admit {
+                w.oracle.on_admit_call(&command.request_id);
+            }
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);
             w.log(format!("call {} {:?} rf={} raw={} no_steer={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.no_steer, mode.timeout_ms, call.agent, call.prompt));
@@ -587,6 +590,10 @@ async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
         if !accepted {
             return;
         }
+        let managed = world.lock().unwrap().is_managed(agent);
+        if managed && operation == Operation::Admit && thread_rng().gen_bool(0.5) {
+            madsim::task::spawn(eager_next(world.clone(), agent, n));
+        }
         // A watcher waits for the request's terminal event.
         loop {
             madsim::time::sleep(ms(5, 60)).await;
@@ -597,6 +604,36 @@ async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
             if w.oracle.ended.contains_key(&call.request_id) {
                 break;
             }
+        }
+    }
+}
+
+/// ADM-5 (`caller.eager_next`): an orchestrator that hands the agent its next prompt the
+/// moment the last one's receipt came back, retrying while the agent is busy: the admission
+/// meets the agent between the app-server's acceptance of the last line and its
+/// `turn/started` (`app_server.slow_turn_start`), when the engine must still hold it
+/// (`AgentEntry::awaiting_accepted`; the oracle's `check_admission_not_into_accepted_turn`).
+async fn eager_next(world: Shared, agent: usize, after: u64) {
+    let n = after + 0x8000;
+    let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0, no_steer: false };
+    let prompt = format!("eager after task {after} for a{agent}");
+    let call = CallInput { agent, request_id: request_id(n), prompt: prompt.clone(), return_final: false };
+    {
+        let mut w = world.lock().unwrap();
+        if !w.faults_on {
+            return;
+        }
+        w.oracle.prompts.insert(prompt, call.request_id.clone());
+        w.counters.requests += 1;
+        w.counters.fault("caller.eager_next");
+    }
+    for _attempt in 0..12 {
+        let Some(receipt) = admit_once(&world, &call, mode).await else { return };
+        match receipt.classification {
+            Classification::Busy | Classification::ObserverFailure if world.lock().unwrap().faults_on => {
+                madsim::time::sleep(ms(50, 400)).await;
+            }
+            _ => return,
         }
     }
 }

@@ -82,6 +82,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.resume_full_history",
     "app_server.turn_start_refused",
     "app_server.slow_reader",
+    "app_server.slow_turn_start",
     "liveness.unknown",
     "liveness.silent_at_start",
     "monitor.wake_lost",
@@ -102,6 +103,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "crash.finished_past_unread_line",
     "crash.within_the_minute",
     "crash.after_stalled_registration_write",
+    "crash.after_acceptance_durable",
     "checkpoint.older_than_file",
     "checkpoint.armed_before",
     "checkpoint.file_replaced_while_down",
@@ -128,6 +130,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.join_burst",
     "caller.other_spelling",
     "caller.chain",
+    "caller.eager_next",
     // SUB-*: the pane behind a submit (seed 003).
     "terminal.never_reacts",
     "terminal.reacts_before_enter",
