@@ -178,7 +178,8 @@ pub struct AppServer {
     /// answered one that proves the thread, with the daemon epoch they were written in.
     pub unproven_reproofs: (u64, Vec<u64>),
     /// `app_server.slow_turn_start`: the notifications of a turn accepted but not yet
-    /// announced (`turn/started` and its user message), due then, for that process and holder.
+    /// announced (its status change, `turn/started`, its user message, the items of input
+    /// steered into it meanwhile), due then, for that process and holder.
     pub slow_start: Option<SlowStart>,
 }
 
@@ -780,11 +781,17 @@ impl World {
         let user = user_item(item, text);
         if let Some(running) = self.agents[a].running.clone() {
             let t = running.turn.0.clone();
-            let lines = vec![
-                (line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &running.turn)),
+            let mut lines = vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &running.turn))];
+            let items = [
                 (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
                 (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(running.turn.clone(), hash))),
             ];
+            // A turn accepted and not started yet (`app_server.slow_turn_start`): the input's
+            // items come after its start, as the real one sends them after the task starts.
+            match self.app(a).slow_start.as_mut() {
+                Some(slow) => slow.lines.extend(items),
+                None => lines.extend(items),
+            }
             self.app_emit(a, lines);
             if let Some(rid) = &opener {
                 self.oracle.steered.insert(rid.clone());
@@ -809,14 +816,15 @@ impl World {
         let fast = !late && self.faults_on && thread_rng().gen_bool(self.plan.fast_turn);
         // ADM-5: the reply names the turn; `turn/started` follows 15-20 ms later on the real
         // 0.169, and seconds later on a loaded machine (`app_server.slow_turn_start`): a prompt
-        // written between the two goes into the turn starting (RF-7).
+        // written between the two goes into the turn starting (RF-7). No approval request
+        // then (a re-proof in the window would replay it before the start).
         let slow_start = (!fast && opener.is_some() && self.faults_on && thread_rng().gen_bool(0.1)).then(|| thread_rng().gen_range(1_000..15_000));
         let duration = slow_start.unwrap_or(0) + if late { thread_rng().gen_range(8_000..30_000) } else { thread_rng().gen_range(100..3_000) };
         if late {
             self.counters.fault("provider.late_final");
         }
         // MGD-6: the turn asks the client first (an approval) and waits for any answer.
-        let awaiting = (!fast && self.fault_roll(self.plan.server_request)).then(|| json!(format!("srv-{item}")));
+        let awaiting = (!fast && slow_start.is_none() && self.fault_roll(self.plan.server_request)).then(|| json!(format!("srv-{item}")));
         let running = Running { turn: turn.clone(), due_ms: now + duration, abort, awaiting: awaiting.clone() };
         self.agents[a].running = Some(running.clone());
         self.agents[a].idle_since_ms = None;

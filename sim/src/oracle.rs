@@ -276,15 +276,13 @@ pub struct Oracle {
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
-    /// app-server's acceptance of that very line ends the engine's wait for it, so only the
-    /// turn it opened (or the running turn it was folded into) counts as after the write.
+    /// app-server's answer to that very line moves the engine's wait for it (an acceptance into
+    /// a turn not yet started makes it the wait for that turn's start), so only the turn it
+    /// opened (or the running turn it was folded into) counts as after the write.
     last_line: BTreeMap<usize, String>,
     /// The turn the engine was told the app-server accepted `last_line` into, and when it was
     /// told (a daemon's start, for one it learned from the durable mark).
     last_line_turn: BTreeMap<usize, (TurnId, u64)>,
-    /// ADM-5: when each admission's first call started (an admission opens a turn; a send may
-    /// steer one).
-    admit_calls: BTreeMap<String, u64>,
     /// When `last_line` was written: the engine's wait for it ends RF-8's timeout later.
     last_line_written_ms: BTreeMap<usize, u64>,
     /// The turns a user message of was delivered to the engine: one ends the wait for an
@@ -798,7 +796,7 @@ impl Oracle {
     /// the engine will wait for a turn to start after it (ADM-5).
     pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>, line: Option<String>) {
         if let (Some(id), Some(_)) = (writer, &line) {
-            self.check_admission_not_into_accepted_turn(agent, id);
+            self.check_not_into_accepted_turn(agent, id);
         }
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
@@ -872,9 +870,10 @@ impl Oracle {
         self.turn_users_delivered.insert((agent, turn.clone()));
     }
 
-    /// The observer port sent the engine agent `a`'s facts (a process change or a new
-    /// registration): a process change ends the engine's wait (`AgentEntry::end_wait`), and
-    /// the turn the old process accepted our line into may never start (ADM-5).
+    /// The observer port sent the engine agent `a`'s facts after a liveness look, or a silent
+    /// holder's first answer at a start with another process than the durable mark's: a
+    /// process change ends the engine's wait (`AgentEntry::end_wait`), and the turn the old
+    /// process accepted our line into may never start (ADM-5).
     pub fn on_process_changed_delivered(&mut self, agent: usize) {
         self.last_line_turn.remove(&agent);
     }
@@ -899,12 +898,6 @@ impl Oracle {
         }
     }
 
-    /// ADM-5: an admission is being made (its first call starts now).
-    pub fn on_admit_call(&mut self, request_id: &str) {
-        let at = wakterm_runtime::driver::now_ms();
-        self.admit_calls.entry(request_id.to_string()).or_insert(at);
-    }
-
     /// ADM-18: a no-steer send is being made (its first call starts now).
     pub fn on_no_steer_call(&mut self, request_id: &str) {
         let at = wakterm_runtime::driver::now_ms();
@@ -927,15 +920,19 @@ impl Oracle {
         }
     }
 
-    /// ADM-5 (managed): an admission's `turn/start` line written while the engine had been told
-    /// the agent's last line of ours was accepted into a turn whose start it had not been told
-    /// of yet (live, or by the durable mark at its start), before the admission's first call
-    /// (its inbox is in order: the acceptance came first), by a simulated millisecond at least.
-    /// The engine waits for that turn's start (`AgentEntry::awaiting_accepted`,
+    /// ADM-5 (managed): a `turn/start` line of ours (an admission's or a send's: a managed send
+    /// is refused while the wait is open) written while the engine had been told the agent's
+    /// last line of ours was accepted into a turn whose start or user message it had not been
+    /// told of yet (live, or by the durable mark at its start), before the call that wrote it
+    /// began (its inbox is in order: the acceptance came first), by a simulated millisecond
+    /// at least. The engine waits for that turn's start (`AgentEntry::awaiting_accepted`,
     /// `RecoveredWrite::managed_wait`): the reply comes before `turn/started`, and a prompt
     /// written between the two goes into the turn starting (RF-7; `app_server.slow_turn_start`).
-    fn check_admission_not_into_accepted_turn(&mut self, agent: usize, id: &str) {
-        let (Some(&called), Some((turn, told))) = (self.admit_calls.get(id), self.last_line_turn.get(&agent)) else { return };
+    /// The call is the latest open one of the id (a retry meets the window its first call did
+    /// not, a review).
+    fn check_not_into_accepted_turn(&mut self, agent: usize, id: &str) {
+        let called = self.open_calls.get(id).and_then(|calls| calls.values().max().copied());
+        let (Some(called), Some((turn, told))) = (called, self.last_line_turn.get(&agent)) else { return };
         // The wait may end RF-8's timeout after the line's write (the engine counts from when it
         // learned of the write, or later after a restart: never sooner).
         let Some(&written) = self.last_line_written_ms.get(&agent) else { return };
@@ -943,7 +940,7 @@ impl Oracle {
         let key = (agent, turn.clone());
         let started = self.turns_delivered.contains_key(&key) || self.turn_users_delivered.contains(&key);
         if *told < called && waiting && !started {
-            let m = format!("{id}: an admission written to a{agent} while the engine had been told, {} ms before the call, that our last line was accepted into turn {}, not yet started", called - told, turn.0);
+            let m = format!("{id}: a turn/start of ours written to a{agent} while the engine had been told, {} ms before the call, that our last line was accepted into turn {}, not yet started", called - told, turn.0);
             self.fail(Kind::Steered, m);
         }
     }

@@ -1429,8 +1429,11 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
         _ => None,
     });
     if accepted_line_durable(ops) {
+        let before = w.crashes;
         w.crash_point_at(0.5, "crash.after_acceptance_durable");
-        return;
+        if w.crashes > before {
+            return; // else the batch's other crash points and checkpoint bookkeeping go on
+        }
     }
     if let Some((agent_id, json)) = checkpoint {
         // A checkpoint committed alone (its events went in an earlier batch) is as likely a
@@ -1854,6 +1857,9 @@ fn still_silent(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize) -> boo
     w.agents[a].silent_until_ms = None;
     w.reset_observer(a);
     let facts = w.agents[a].facts();
+    if w.durable_mark(a).is_some_and(|mark| mark.incarnation != facts.incarnation) {
+        w.oracle.on_process_changed_delivered(a); // the process changed while it was silent
+    }
     w.log(format!("a{a} its holder answers: registered {:?}", facts.incarnation));
     send_if_running(inbox, Input::AgentUpserted(facts));
     false

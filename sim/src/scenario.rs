@@ -486,9 +486,6 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 w.counters.fault("caller.no_steer_send");
                 w.oracle.on_no_steer_call(&command.request_id);
             }
-            if mode.operation == Operation::Admit {
-                w.oracle.on_admit_call(&command.request_id);
-            }
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);
             w.log(format!("call {} {:?} rf={} raw={} no_steer={} timeout={} a{} prompt={:?}", call.request_id, mode.operation, mode.return_final, mode.raw, mode.no_steer, mode.timeout_ms, call.agent, call.prompt));
@@ -556,6 +553,17 @@ fn plain_rejection(receipt: Receipt) -> Receipt {
 /// must let each link in once the previous turn is over: a link refused `awaiting_turn_start`
 /// although the turn was observed is the oracle's `Stalled` (ADM-5, ADM-17).
 async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
+    // The eager callers it spawned run to their end before it does: the quiet phase waits for
+    // every caller, theirs included (a review: detached, one could admit after it).
+    let mut eager = Vec::new();
+    chain_links(&world, agent, (first, links), &mut eager).await;
+    for caller in eager {
+        let _ = caller.await;
+    }
+}
+
+async fn chain_links(world: &Shared, agent: usize, (first, links): (u64, u64), eager: &mut Vec<madsim::task::JoinHandle<()>>) {
+    let world = world.clone();
     for link in 0..links {
         let n = first + link * 0x1_0000;
         let operation = if thread_rng().gen_bool(0.5) { Operation::Admit } else { Operation::Send };
@@ -592,7 +600,7 @@ async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
         }
         let managed = world.lock().unwrap().is_managed(agent);
         if managed && operation == Operation::Admit && thread_rng().gen_bool(0.5) {
-            madsim::task::spawn(eager_next(world.clone(), agent, n));
+            eager.push(madsim::task::spawn(eager_next(world.clone(), agent, n)));
         }
         // A watcher waits for the request's terminal event.
         loop {
@@ -609,10 +617,10 @@ async fn chain(world: Shared, agent: usize, first: u64, links: u64) {
 }
 
 /// ADM-5 (`caller.eager_next`): an orchestrator that hands the agent its next prompt the
-/// moment the last one's receipt came back, retrying while the agent is busy: the admission
-/// meets the agent between the app-server's acceptance of the last line and its
-/// `turn/started` (`app_server.slow_turn_start`), when the engine must still hold it
-/// (`AgentEntry::awaiting_accepted`; the oracle's `check_admission_not_into_accepted_turn`).
+/// moment the last one's receipt came back, retrying while the agent is busy: a retry meets
+/// the agent between the app-server's acceptance of the last line and its `turn/started`
+/// (`app_server.slow_turn_start`), when the engine must still hold it
+/// (`AgentEntry::awaiting_accepted`; the oracle's `check_not_into_accepted_turn`).
 async fn eager_next(world: Shared, agent: usize, after: u64) {
     let n = after + 0x8000;
     let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0, no_steer: false };
