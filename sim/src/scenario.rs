@@ -581,21 +581,8 @@ async fn chain_links(world: &Shared, agent: usize, (first, links): (u64, u64), e
                 w.counters.fault("caller.chain");
             }
         }
-        let mut accepted = false;
-        for _attempt in 0..8 {
-            let Some(receipt) = admit_once(&world, &call, mode).await else { return };
-            match receipt.classification {
-                Classification::Accepted => {
-                    accepted = true;
-                    break;
-                }
-                Classification::Busy | Classification::ObserverFailure if world.lock().unwrap().faults_on => {
-                    madsim::time::sleep(ms(300, 1_500)).await;
-                }
-                _ => return,
-            }
-        }
-        if !accepted {
+        let Some(receipt) = admit_while_busy(&world, &call, mode, (8, (300, 1_500))).await else { return };
+        if receipt.classification != Classification::Accepted {
             return;
         }
         let managed = world.lock().unwrap().is_managed(agent);
@@ -635,15 +622,24 @@ async fn eager_next(world: Shared, agent: usize, after: u64) {
         w.counters.requests += 1;
         w.counters.fault("caller.eager_next");
     }
-    for _attempt in 0..12 {
-        let Some(receipt) = admit_once(&world, &call, mode).await else { return };
-        match receipt.classification {
-            Classification::Busy | Classification::ObserverFailure if world.lock().unwrap().faults_on => {
-                madsim::time::sleep(ms(50, 400)).await;
-            }
-            _ => return,
+    let _ = admit_while_busy(&world, &call, mode, (12, (50, 400))).await;
+}
+
+/// A caller that calls again with the same id while the agent is busy (or its observer
+/// failed) and faults still run, after a back-off drawn from `backoff_ms`, at most `attempts`
+/// calls: the last receipt (None: the daemon died under a call and the faults stopped).
+async fn admit_while_busy(world: &Shared, call: &CallInput, mode: Mode, (attempts, backoff_ms): (u32, (u64, u64))) -> Option<Receipt> {
+    let mut last = None;
+    for _attempt in 0..attempts {
+        let receipt = admit_once(world, call, mode).await?;
+        let busy = matches!(receipt.classification, Classification::Busy | Classification::ObserverFailure);
+        if !busy || !world.lock().unwrap().faults_on {
+            return Some(receipt);
         }
+        last = Some(receipt);
+        madsim::time::sleep(ms(backoff_ms.0, backoff_ms.1)).await;
     }
+    last
 }
 
 /// IDEM-5, IDEM-7: more callers than `MAX_JOINED_CALLERS` send one id and input at once; each
