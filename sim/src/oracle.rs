@@ -403,6 +403,12 @@ pub struct AgentStream {
     /// record since: a real loss of the tail now makes no `observer.lost` (after a record it
     /// does: `EventMark::reported_session`).
     unattached_by_resume_loss: bool,
+    /// EV-9: (session, position) of the records that events a `cursor_too_old` rebase skipped
+    /// reported after the agent's last loss among them. The subscriber did not get those
+    /// events, but the stream did report the records: an attach below them (a restart resumes
+    /// from its checkpoint, under the durable mark) or a record after them is no gap. Like the
+    /// rest, forgotten at the agent's next loss.
+    covered_by_rebase: BTreeSet<(String, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -1427,6 +1433,7 @@ impl Oracle {
             (false, Some(records)) => records_between(records, c.position, None),
             (_, None) => vec![],
         };
+        let skipped = self.not_covered(a, &c.session, skipped);
         if !c.final_due && self.gap_tolerated(a, &c.session, &skipped) {
             return;
         }
@@ -1499,7 +1506,7 @@ impl Oracle {
         self.stream.ever_reported.insert((a, session.0.clone(), position));
         match cursor {
             Some(c) if &c.session == session => {
-                let skipped = records.map_or(vec![], |rs| records_between(rs, c.position, Some(position)));
+                let skipped = self.not_covered(a, session, records.map_or(vec![], |rs| records_between(rs, c.position, Some(position))));
                 let final_missing = c.final_due && !(kind == "turn.final" && position == c.position);
                 if position > c.position && (!skipped.is_empty() || final_missing) && (final_missing || !self.gap_tolerated(a, session, &skipped)) {
                     let m = format!("event {seq}: a{a} {kind} {}@{position} follows record {} (final due: {}): records {skipped:?} never reported", session.0, c.position, c.final_due);
@@ -1509,7 +1516,7 @@ impl Oracle {
             Some(c) => {
                 // Another session without `observer.attached`: what the old one held after
                 // the cursor was never reported.
-                let skipped = cx.records(&c.session).map_or(vec![], |rs| records_between(rs, c.position, None));
+                let skipped = self.not_covered(a, &c.session, cx.records(&c.session).map_or(vec![], |rs| records_between(rs, c.position, None)));
                 if c.final_due || (!skipped.is_empty() && !self.gap_tolerated(a, &c.session, &skipped)) {
                     let m = format!("event {seq}: a{a} {kind} in {} while records of {} after {} were never reported: {skipped:?}", session.0, c.session.0, c.position);
                     problems.push((Kind::EventGap, m));
@@ -1667,7 +1674,7 @@ impl Oracle {
     /// EV-9: the subscriber's cursor fell below what retention pruned (cursor_too_old) and it
     /// rebased after `through`, as documented: what lies at or below it is not expected, and
     /// its place in every agent's record starts afresh.
-    pub fn on_stream_rebased(&mut self, through: u64) {
+    pub fn on_stream_rebased(&mut self, through: u64, skipped_events: &[(usize, AgentEvent)]) {
         assert!(through >= self.stream.last_seen, "a rebase moves forward");
         // EV-3: a turn start the rebase skipped counts as reported (the order check must not
         // take its replay after a loss for a start after its binding: seed 31850 once the
@@ -1688,6 +1695,26 @@ impl Oracle {
         self.stream.rebased_through = through;
         self.stream.agents.clear();
         self.stream.request_terminal.clear();
+        for (a, event) in skipped_events {
+            assert!(event.sequence <= through, "a rebase skips events at or below its point");
+            let covered = &mut self.stream.agents.entry(*a).or_default().covered_by_rebase;
+            match &event.body {
+                EventBody::IncarnationChanged { .. } | EventBody::ObserverLost { .. } | EventBody::ObserverGap { .. } => covered.clear(),
+                body => {
+                    if let Some((session, position, _)) = turn_event_parts(body) {
+                        covered.insert((session.0.clone(), position));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `skipped` less the records of `session` a rebase's skipped events reported (EV-9).
+    fn not_covered(&self, a: usize, session: &SessionId, mut skipped: Vec<u64>) -> Vec<u64> {
+        if let Some(stream) = self.stream.agents.get(&a) {
+            skipped.retain(|p| !stream.covered_by_rebase.contains(&(session.0.clone(), *p)));
+        }
+        skipped
     }
 
     /// EV-8: the catalog's settled mark lags what the engine settled.
@@ -1803,8 +1830,8 @@ impl Oracle {
             let last = records.iter().rev().find(|r| reported(r)).map(|r| r.position);
             let ok = match &cursor {
                 Some(c) if &c.session == session => {
-                    let left = records_between(records, c.position, None);
-                    !c.final_due && (last.is_none_or(|last| c.position >= last) || self.persistently_tolerated(*a, session, &left))
+                    let left = self.not_covered(*a, session, records_between(records, c.position, None));
+                    !c.final_due && (left.is_empty() || self.persistently_tolerated(*a, session, &left))
                 }
                 // `fold_lost`: the stream's last word on the agent is the fold's loss.
                 None if self.fold_lost.contains(a) => true,
@@ -1833,6 +1860,64 @@ mod tests {
         oracle.violations.iter().map(|v| v.kind).collect()
     }
 
+    /// Agent 0's session `s`: a turn started at 100, user messages at 200, 300 and 400, and a
+    /// second turn's start at 500, with the events of the records `reported` (an
+    /// `observer.lost` at 0) numbered from 1.
+    fn rebase_world(reported: &[u64]) -> (Session, Vec<(usize, AgentEvent)>) {
+        let session = SessionId("s".to_string());
+        let turn = |t: &str| TurnId(t.to_string());
+        let started = |t: &str, position| ObserverEvent::TurnStarted { session: session.clone(), turn: turn(t), position };
+        let user = |position| ObserverEvent::UserMessage { session: session.clone(), turn: Some(turn("t1")), prompt_hash: "h".to_string(), position };
+        let events = [started("t1", 100), user(200), user(300), user(400), started("t2", 500)];
+        let records = events.into_iter().map(|event| Record { position: event_position(&event), visible_at_ms: 0, event }).collect();
+        let session = Session { id: session, base: 0, header: wakterm_engine::TurnState::Idle { last_completed: None }, records, next_position: 600, file: 1, writers: vec![] };
+        let body = |position: u64| match position {
+            0 => EventBody::ObserverLost { reason: "lost".to_string() },
+            100 | 500 => EventBody::TurnStarted { session: session.id.clone(), provider_turn_id: turn(if position == 100 { "t1" } else { "t2" }), position },
+            _ => EventBody::UserMessage { session: session.id.clone(), provider_turn_id: Some(turn("t1")), prompt_hash: "h".to_string(), position },
+        };
+        let agent_id = wakterm_engine::AgentId::parse("0195f0c2-7b1a-7000-8000-000000000a00").expect("a uuid");
+        let event = |sequence, body| AgentEvent { schema: "test".to_string(), sequence, at_ms: 0, agent_id: agent_id.clone(), incarnation: None, body };
+        let skipped = reported.iter().enumerate().map(|(i, p)| (0, event(i as u64 + 1, body(*p)))).collect();
+        (session, skipped)
+    }
+
+    fn event_position(event: &ObserverEvent) -> u64 {
+        match event {
+            ObserverEvent::TurnStarted { position, .. } | ObserverEvent::UserMessage { position, .. } => *position,
+            _ => unreachable!("the test's records"),
+        }
+    }
+
+    /// Oracle, seed 35541581 (EV-9 with EV-7): a subscriber rebased past the events that
+    /// reported records 200-400 (a restart then resumed from its checkpoint at 100, under the
+    /// durable mark, and reported the next record only): the attach at 100 and the start at
+    /// 500 leave no gap. Records the skipped events never reported, or reported before a loss
+    /// among them, still do.
+    #[test]
+    fn ev_9_a_rebase_counts_the_records_its_skipped_events_reported() {
+        let attach_then_start = |reported: &[u64]| {
+            let (session, skipped) = rebase_world(reported);
+            let mut oracle = Oracle::default();
+            oracle.on_stream_rebased(20, &skipped);
+            let sessions = |id: &SessionId| (id == &session.id).then_some(&session);
+            let agent_id = skipped.first().map(|(_, e)| e.agent_id.clone()).expect("an event");
+            let attach = EventBody::ObserverAttached { session: session.id.clone(), position: 100 };
+            let start = EventBody::TurnStarted { session: session.id.clone(), provider_turn_id: TurnId("t2".to_string()), position: 500 };
+            let events: Vec<_> = [(21, attach), (22, start)].into_iter().map(|(sequence, body)| AgentEvent { schema: "test".to_string(), sequence, at_ms: 0, agent_id: agent_id.clone(), incarnation: None, body }).collect();
+            let jsons: Vec<String> = events.iter().map(|e| serde_json::to_string(e).expect("serialises")).collect();
+            for (event, json) in events.iter().zip(&jsons) {
+                let cx = EventContext { json, stored: Some(json), agent: Some(0), sessions: &sessions, terminal: None };
+                oracle.on_agent_event(event, &cx);
+            }
+            kinds(&oracle)
+        };
+        assert_eq!(attach_then_start(&[100, 200, 300, 400]), vec![], "every record before 500 was reported at or below the rebase");
+        assert_eq!(attach_then_start(&[100, 200, 300]), vec![Kind::EventGap], "400 was never reported");
+        assert_eq!(attach_then_start(&[100, 200, 300, 400, 0]), vec![Kind::EventGap], "a loss after them: read afresh, owed again");
+        assert_eq!(attach_then_start(&[0, 100, 200, 300, 400]), vec![], "a loss before them voids nothing after it");
+    }
+
     /// EV-3 at a `cursor_too_old` rebase: a durable turn start the rebase skipped counts as
     /// reported (its replay after a loss is no start after the binding: seed 31850), unless
     /// the subscriber got the turn's `request.bound` and no start before it, which is EV-3's
@@ -1846,7 +1931,7 @@ mod tests {
         oracle.stream.bound_turns.insert(turn.clone(), 10);
         oracle.stream.last_seen = 10;
         oracle.on_turn_start_durable(12, 0, "t1");
-        oracle.on_stream_rebased(20);
+        oracle.on_stream_rebased(20, &[]);
         assert_eq!(kinds(&oracle), vec![Kind::EventOrder], "{:?}", oracle.violations.first().map(|v| &v.message));
         // The start seen at 8, the binding at 10, the start's replay after a loss durable at
         // 12, skipped: nothing to report.
@@ -1855,17 +1940,17 @@ mod tests {
         oracle.stream.bound_turns.insert(turn.clone(), 10);
         oracle.stream.last_seen = 10;
         oracle.on_turn_start_durable(12, 0, "t1");
-        oracle.on_stream_rebased(20);
+        oracle.on_stream_rebased(20, &[]);
         assert!(kinds(&oracle).is_empty());
         // The start durable at 8, skipped from a cursor of 5 before its binding: it counts as
         // reported, so the binding and a replay of the start after it are in order.
         let mut oracle = Oracle::default();
         oracle.stream.last_seen = 5;
         oracle.on_turn_start_durable(8, 0, "t1");
-        oracle.on_stream_rebased(20);
+        oracle.on_stream_rebased(20, &[]);
         assert!(oracle.stream.started_turns.contains(&turn) && kinds(&oracle).is_empty());
         // A rebase to where the subscriber stands skips nothing.
-        oracle.on_stream_rebased(20);
+        oracle.on_stream_rebased(20, &[]);
         assert!(kinds(&oracle).is_empty());
     }
 }

@@ -1201,6 +1201,7 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
                         _ => {}
                     }
                 }
+                note_durable_give_ups(&mut w, &ops);
                 crash_after_commit(&mut w, &store_ops);
             }
             (result, group_lost)
@@ -1211,6 +1212,25 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
         }
         if group_lost {
             fail_the_rest_of_the_group(&world, &inbox, &mut queue);
+        }
+    }
+}
+
+/// ADM-5, ADM-12: a request record that gave its write up (`write_result_lost`) is durable:
+/// the engine holds the agent for RF-8's timeout from the give-up, in this daemon and after a
+/// restart. The caller may never learn of it: a crash right after the commit kept a one-way
+/// send's receipt, which has no terminal event, from its caller (exploration seed 35501909,
+/// as seed 86889244 a terminal event's), and the oracle took the restart's hold for a stall.
+fn note_durable_give_ups(w: &mut World, ops: &[PersistOp]) {
+    let gave_up = |reason: Option<&str>| reason == Some("write_result_lost");
+    for op in ops {
+        let PersistOp::PutRequest(r) = op else { continue };
+        let receipt = r.receipt.as_ref().and_then(|r| r.reason.as_deref());
+        let terminal = r.terminal.as_ref().and_then(|t| t.reason.as_deref());
+        if gave_up(receipt) || gave_up(terminal) {
+            if let Some(a) = agent_index(w, &r.agent_id) {
+                w.oracle.on_write_given_up(a);
+            }
         }
     }
 }
@@ -1296,7 +1316,12 @@ async fn retention(world: Shared) {
         let bound = if w.mutant == Mutant::RetentionSizeIgnored { 0 } else { bytes }; // the bug
         let policy = wakterm_runtime::store::retention::Retention { events, days: 0, bytes: bound };
         if let Ok(Some(op)) = policy.due(&w.store, 0, w.events_settled_through) {
+            let before = w.store.agent_events_after(w.store.events_pruned_through());
             let result = w.store.commit(std::slice::from_ref(&op));
+            let pruned_through = w.store.events_pruned_through();
+            for e in before.into_iter().take_while(|e| e.sequence <= pruned_through) {
+                w.pruned_events.insert(e.sequence, e.event_json);
+            }
             let line = format!("retention {op:?} -> {result:?}, pruned through {}", w.store.events_pruned_through());
             w.log(line);
             if result.is_ok() {
@@ -1325,13 +1350,22 @@ pub(crate) fn subscriber_catch_up(w: &mut World, published: u64, how: &str) {
         oracle.check_cursor_too_old(store);
         let line = format!("{how}: cursor {} is below the pruned {}: cursor_too_old, rebased after {published}", w.oracle.stream.last_seen, w.store.events_pruned_through());
         w.log(line);
-        // What the rebase skips and the store still holds (a crashed daemon's events were
-        // never published live): durable, read from the store.
-        for stored in w.store.agent_events_after(w.oracle.stream.last_seen).into_iter().take_while(|e| e.sequence <= published) {
-            let event: AgentEvent = serde_json::from_str(&stored.event_json).expect("stored events parse");
+        // What the rebase skips (a crashed daemon's events were never published live): what
+        // retention pruned, then what the store still holds, all durable.
+        let last_seen = w.oracle.stream.last_seen;
+        let pruned: Vec<String> = w.pruned_events.range(last_seen + 1..).map(|(_, json)| json.clone()).collect();
+        let stored = w.store.agent_events_after(last_seen).into_iter().map(|e| e.event_json);
+        let mut skipped = Vec::new();
+        for json in pruned.into_iter().chain(stored) {
+            let event: AgentEvent = serde_json::from_str(&json).expect("stored events parse");
+            if event.sequence > published {
+                break;
+            }
             note_durable_turn_start(w, &event);
+            let agent = w.agents.iter().position(|a| a.agent_id == event.agent_id);
+            skipped.extend(agent.map(|a| (a, event)));
         }
-        w.oracle.on_stream_rebased(published);
+        w.oracle.on_stream_rebased(published, &skipped);
         w.counters.fault("retention.cursor_too_old");
         return;
     }
