@@ -823,6 +823,11 @@ impl Oracle {
         self.last_line_turn.remove(&agent);
     }
 
+    /// ADM-5 (managed): the `turn/start` line of agent `a`'s last write, if it wrote one.
+    pub fn last_line(&self, a: usize) -> Option<&str> {
+        self.last_line.get(&a).map(String::as_str)
+    }
+
     /// The observer port sent the engine a turn start of agent `a`.
     pub fn on_turn_delivered(&mut self, agent: usize, session: &SessionId, position: u64, turn: &TurnId) {
         let at = wakterm_runtime::driver::now_ms();
