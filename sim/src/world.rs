@@ -1104,6 +1104,7 @@ impl World {
     /// The TUI echoes composer edits at once (the output grows, the screen changes); its
     /// reaction to a submitting CR comes later (`Pane::reactions`, `CrMode`).
     pub fn feed(&mut self, a: usize, bytes: &[u8], origin: Option<&str>) {
+        self.draw_echoes_before_input(a);
         let raw_burst = bytes.len() > 1 && !bytes.starts_with(b"\x15\x1b[200~");
         let mut in_paste = false;
         let mut echo = 0u64;
@@ -1310,6 +1311,7 @@ impl World {
     /// `counted`: the holder counted the write already, as it does before a write's first byte
     /// (`terminal.keys_in_flight`).
     pub fn human_keys(&mut self, a: usize, text: &str, enter: bool, counted: bool) {
+        self.draw_echoes_before_input(a);
         self.pane_accept(a, "human", text.len() + usize::from(enter), !counted);
         self.agents[a].composer.push_str(text);
         if !enter {
@@ -1369,18 +1371,7 @@ impl World {
                 }
             }
         }
-        let echoes: Vec<(u64, u64, u64)> = self.agents[a].pane.late_echoes.iter().copied().filter(|e| e.0 <= now).collect();
-        self.agents[a].pane.late_echoes.retain(|e| e.0 > now);
-        for (_, g, bytes) in echoes {
-            // A question shown meanwhile hides the composer: its redraw shows nothing.
-            if g == generation && alive && bytes > 0 && !self.agents[a].question {
-                // A redraw of what was typed: no reaction to the Enter (the oracle's truth).
-                let pane = &mut self.agents[a].pane;
-                pane.output_end += bytes;
-                pane.screen += 1;
-                self.pane_touch(a);
-            }
-        }
+        self.draw_late_echoes(a, now);
         if self.agents[a].pane.reactions.is_empty() {
             return;
         }
@@ -1395,6 +1386,33 @@ impl World {
                 self.pane_moved(a, thread_rng().gen_range(20..600), screen);
             }
         }
+    }
+
+    /// `terminal.stalled_echo`: the late redraws of what was typed, due by `now`, land. A
+    /// redraw of what was typed is no reaction to an Enter (the oracle's truth).
+    fn draw_late_echoes(&mut self, a: usize, now: u64) {
+        let generation = self.agents[a].spawned;
+        let alive = self.agents[a].process.is_some();
+        let echoes: Vec<(u64, u64, u64)> = self.agents[a].pane.late_echoes.iter().copied().filter(|e| e.0 <= now).collect();
+        self.agents[a].pane.late_echoes.retain(|e| e.0 > now);
+        for (_, g, bytes) in echoes {
+            // A question shown meanwhile hides the composer: its redraw shows nothing.
+            if g == generation && alive && bytes > 0 && !self.agents[a].question {
+                let pane = &mut self.agents[a].pane;
+                pane.output_end += bytes;
+                pane.screen += 1;
+                self.pane_touch(a);
+            }
+        }
+    }
+
+    /// The TUI reads its input in order: before it handles new keys, it draws what it had
+    /// still to redraw of the keys before (`terminal.stalled_echo`). Left pending, a stalled
+    /// submit's redraw landed after a later submit's Enter boundary, where it read as that
+    /// Enter's reaction (exploration seed 50006721: a human's keys and a whole split write
+    /// were handled meanwhile, which no TUI does before its redraw).
+    fn draw_echoes_before_input(&mut self, a: usize) {
+        self.draw_late_echoes(a, u64::MAX);
     }
 
     /// Enter: Codex trims the composer and starts a turn, or steers the running one.
