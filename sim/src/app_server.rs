@@ -1023,6 +1023,9 @@ impl World {
     pub(crate) fn hold_mark_back(&mut self, a: usize) {
         let now = wakterm_runtime::driver::now_ms();
         let Some(running) = self.agents[a].running.clone() else { return };
+        if self.app(a).slow_start.is_some() {
+            return; // a turn accepted and not started yet emits nothing of its own (a review)
+        }
         let thread = self.app(a).thread.clone();
         let t = running.turn.0.clone();
         let text = format!("still working on {t}");
