@@ -212,11 +212,13 @@ pub struct Oracle {
     /// mark's note of it lost with a loss), and a later line's answer cannot tell it which came
     /// first: it may hold them for RF-8's timeout from its start.
     older_line_at_start: BTreeSet<usize>,
-    /// ADM-5, ADM-12: per agent, when the engine last answered a write of it `write_result_lost`:
+    /// ADM-5, ADM-12: per agent, which request's write the engine last gave up on
+    /// (`write_result_lost`) and when the oracle first learned it:
     /// the write may land, so the engine holds the agent for RF-8's timeout from then (in the
     /// same daemon; one started after, `RecoveredWrite::of`, from `WRITE_LANDS_WITHIN_MS`
-    /// later, the latest the holder may still write it) unless a later turn ends it.
-    lost_write_at: BTreeMap<usize, u64>,
+    /// later, the latest the holder may still write it) unless a later turn ends it. A later
+    /// write of the engine's ends it (`on_pane_write`).
+    lost_write_at: BTreeMap<usize, (String, u64)>,
     /// Normal form of every prompt a caller used -> its request id.
     pub prompts: BTreeMap<String, String>,
     pub writes: BTreeMap<String, Vec<WriteFact>>,
@@ -403,12 +405,15 @@ pub struct AgentStream {
     /// record since: a real loss of the tail now makes no `observer.lost` (after a record it
     /// does: `EventMark::reported_session`).
     unattached_by_resume_loss: bool,
-    /// EV-9: (session, position) of the records that events a `cursor_too_old` rebase skipped
-    /// reported after the agent's last loss among them. The subscriber did not get those
-    /// events, but the stream did report the records: an attach below them (a restart resumes
-    /// from its checkpoint, under the durable mark) or a record after them is no gap. Like the
-    /// rest, forgotten at the agent's next loss.
-    covered_by_rebase: BTreeSet<(String, u64)>,
+    /// EV-9: what the stream had reported of the agent's records since its last loss when a
+    /// `cursor_too_old` rebase cleared the rest (session, position, event kind): what the
+    /// subscriber got before it, and what the events the rebase skipped reported (a loss among
+    /// them clears it). The subscriber did not get the skipped events, but the stream did
+    /// report the records: an attach below them (a restart resumes from its checkpoint, under
+    /// the durable mark) or a record after them is no gap. A record counts only with every
+    /// event it maps to (a `turn.completed` whose `turn.final` never came is owed). Forgotten
+    /// at the agent's next loss, as the rest.
+    covered_by_rebase: BTreeSet<(String, u64, &'static str)>,
 }
 
 #[derive(Clone, Debug)]
@@ -808,8 +813,11 @@ impl Oracle {
         self.turn_after_write.remove(&agent);
         if writer.is_some() {
             // The engine wrote again: the hold for a registration a restart ended is over (it
-            // excused any later stall of the agent until its end, a review).
+            // excused any later stall of the agent until its end, a review), and so is the one
+            // for a write it gave up on (ADM-12: it writes again only once that write's hold
+            // ended; the wait is for this write now, a review).
             self.unfinished_until.remove(&agent);
+            self.lost_write_at.remove(&agent);
         }
         match writer {
             Some(id) => self.last_writer.insert(agent, id.to_string()),
@@ -973,7 +981,7 @@ impl Oracle {
         // A daemon started after the give-up counts from the latest the write may land
         // (`RequestRecord::written_ms`), the live one from the give-up.
         let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
-        let lost_write = self.lost_write_at.get(&agent).is_some_and(|lost| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
+        let lost_write = self.lost_write_at.get(&agent).is_some_and(|(_, lost)| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
         if unknown_write || lost_write {
             return;
         }
@@ -1016,8 +1024,15 @@ impl Oracle {
 
     /// ADM-5, ADM-12: the engine gave up on a write to agent `agent` (`write_result_lost`): it
     /// may land, so the engine holds the agent for RF-8's timeout from now.
-    pub fn on_write_given_up(&mut self, agent: usize) {
-        self.lost_write_at.insert(agent, wakterm_runtime::driver::now_ms());
+    /// Learned first when the record saying so commits (`note_durable_give_ups`), then again
+    /// from the receipt or the terminal event: the first time counts (a review: each later
+    /// one moved the allowance on, the restart's catch-up to past the restart, where the
+    /// allowance's +20 s no longer applied).
+    pub fn on_write_given_up(&mut self, agent: usize, request_id: &str) {
+        if self.lost_write_at.get(&agent).is_some_and(|(id, _)| id == request_id) {
+            return;
+        }
+        self.lost_write_at.insert(agent, (request_id.to_string(), wakterm_runtime::driver::now_ms()));
     }
 
     /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
@@ -1030,7 +1045,7 @@ impl Oracle {
         self.check_unwritten_claim(id, receipt, call_number);
         if receipt.reason.as_deref() == Some("write_result_lost") {
             self.given_up_ms.entry(id.clone()).or_insert(wakterm_runtime::driver::now_ms());
-            self.on_write_given_up(call.agent);
+            self.on_write_given_up(call.agent, id);
         }
         if class == Classification::Accepted && !receipt.replayed && !self.accepted_unreplayed.insert(id.clone()) {
             self.fail(Kind::Misclassified, format!("{id}: a second accepted receipt says replayed: false, but one call wrote"));
@@ -1438,7 +1453,7 @@ impl Oracle {
             (false, Some(records)) => records_between(records, c.position, None),
             (_, None) => vec![],
         };
-        let skipped = self.not_covered(a, &c.session, skipped);
+        let skipped = self.not_covered(a, &c.session, cx.records(&c.session), skipped);
         if !c.final_due && self.gap_tolerated(a, &c.session, &skipped) {
             return;
         }
@@ -1511,7 +1526,7 @@ impl Oracle {
         self.stream.ever_reported.insert((a, session.0.clone(), position));
         match cursor {
             Some(c) if &c.session == session => {
-                let skipped = self.not_covered(a, session, records.map_or(vec![], |rs| records_between(rs, c.position, Some(position))));
+                let skipped = self.not_covered(a, session, records, records.map_or(vec![], |rs| records_between(rs, c.position, Some(position))));
                 let final_missing = c.final_due && !(kind == "turn.final" && position == c.position);
                 if position > c.position && (!skipped.is_empty() || final_missing) && (final_missing || !self.gap_tolerated(a, session, &skipped)) {
                     let m = format!("event {seq}: a{a} {kind} {}@{position} follows record {} (final due: {}): records {skipped:?} never reported", session.0, c.position, c.final_due);
@@ -1521,7 +1536,8 @@ impl Oracle {
             Some(c) => {
                 // Another session without `observer.attached`: what the old one held after
                 // the cursor was never reported.
-                let skipped = self.not_covered(a, &c.session, cx.records(&c.session).map_or(vec![], |rs| records_between(rs, c.position, None)));
+                let old = cx.records(&c.session);
+                let skipped = self.not_covered(a, &c.session, old, old.map_or(vec![], |rs| records_between(rs, c.position, None)));
                 if c.final_due || (!skipped.is_empty() && !self.gap_tolerated(a, &c.session, &skipped)) {
                     let m = format!("event {seq}: a{a} {kind} in {} while records of {} after {} were never reported: {skipped:?}", session.0, c.session.0, c.position);
                     problems.push((Kind::EventGap, m));
@@ -1647,6 +1663,7 @@ impl Oracle {
             cursor.final_due = false;
         }
         stream.reported.retain(|(s, position, _)| s != &session.0 || *position <= cut);
+        stream.covered_by_rebase.retain(|(s, position, _)| s != &session.0 || *position <= cut);
         if let Some(last) = stream.last.get_mut(&session.0) {
             *last = (*last).min((cut, 1));
         }
@@ -1698,8 +1715,13 @@ impl Oracle {
         }
         self.stream.last_seen = through;
         self.stream.rebased_through = through;
-        self.stream.agents.clear();
+        let before = std::mem::take(&mut self.stream.agents);
         self.stream.request_terminal.clear();
+        for (a, stream) in before {
+            let mut covered = stream.covered_by_rebase;
+            covered.extend(stream.reported);
+            self.stream.agents.entry(a).or_default().covered_by_rebase = covered;
+        }
         for (a, event) in skipped_events {
             assert!(event.sequence <= through, "a rebase skips events at or below its point");
             let covered = &mut self.stream.agents.entry(*a).or_default().covered_by_rebase;
@@ -1707,18 +1729,22 @@ impl Oracle {
                 EventBody::IncarnationChanged { .. } | EventBody::ObserverLost { .. } | EventBody::ObserverGap { .. } => covered.clear(),
                 body => {
                     if let Some((session, position, _)) = turn_event_parts(body) {
-                        covered.insert((session.0.clone(), position));
+                        covered.insert((session.0.clone(), position, event.kind()));
                     }
                 }
             }
         }
     }
 
-    /// `skipped` less the records of `session` a rebase's skipped events reported (EV-9).
-    fn not_covered(&self, a: usize, session: &SessionId, mut skipped: Vec<u64>) -> Vec<u64> {
-        if let Some(stream) = self.stream.agents.get(&a) {
-            skipped.retain(|p| !stream.covered_by_rebase.contains(&(session.0.clone(), *p)));
-        }
+    /// `skipped` (positions of `records`, records of `session`) less those whose every event
+    /// the stream had reported before a rebase (EV-9, `AgentStream::covered_by_rebase`).
+    fn not_covered(&self, a: usize, session: &SessionId, records: Option<&[Record]>, mut skipped: Vec<u64>) -> Vec<u64> {
+        let (Some(stream), Some(records)) = (self.stream.agents.get(&a), records) else { return skipped };
+        let covered = |p: &u64| {
+            let record = records.iter().find(|r| r.position == *p);
+            record.is_some_and(|r| record_events(r).0.iter().all(|kind| stream.covered_by_rebase.contains(&(session.0.clone(), *p, *kind))))
+        };
+        skipped.retain(|p| !covered(p));
         skipped
     }
 
@@ -1835,7 +1861,7 @@ impl Oracle {
             let last = records.iter().rev().find(|r| reported(r)).map(|r| r.position);
             let ok = match &cursor {
                 Some(c) if &c.session == session => {
-                    let left = self.not_covered(*a, session, records_between(records, c.position, None));
+                    let left = self.not_covered(*a, session, Some(records), records_between(records, c.position, None));
                     !c.final_due && (left.is_empty() || self.persistently_tolerated(*a, session, &left))
                 }
                 // `fold_lost`: the stream's last word on the agent is the fold's loss.
@@ -1865,62 +1891,92 @@ mod tests {
         oracle.violations.iter().map(|v| v.kind).collect()
     }
 
-    /// Agent 0's session `s`: a turn started at 100, user messages at 200, 300 and 400, and a
-    /// second turn's start at 500, with the events of the records `reported` (an
-    /// `observer.lost` at 0) numbered from 1.
-    fn rebase_world(reported: &[u64]) -> (Session, Vec<(usize, AgentEvent)>) {
-        let session = SessionId("s".to_string());
+    /// Agent 0's session `s`: a turn started at 100, user messages at 200 and 300, its
+    /// completion with a final at 400, and a second turn's start at 500.
+    fn rebase_session() -> Session {
+        let id = SessionId("s".to_string());
         let turn = |t: &str| TurnId(t.to_string());
-        let started = |t: &str, position| ObserverEvent::TurnStarted { session: session.clone(), turn: turn(t), position };
-        let user = |position| ObserverEvent::UserMessage { session: session.clone(), turn: Some(turn("t1")), prompt_hash: "h".to_string(), position };
-        let events = [started("t1", 100), user(200), user(300), user(400), started("t2", 500)];
-        let records = events.into_iter().map(|event| Record { position: event_position(&event), visible_at_ms: 0, event }).collect();
-        let session = Session { id: session, base: 0, header: wakterm_engine::TurnState::Idle { last_completed: None }, records, next_position: 600, file: 1, writers: vec![] };
-        let body = |position: u64| match position {
-            0 => EventBody::ObserverLost { reason: "lost".to_string() },
-            100 | 500 => EventBody::TurnStarted { session: session.id.clone(), provider_turn_id: turn(if position == 100 { "t1" } else { "t2" }), position },
-            _ => EventBody::UserMessage { session: session.id.clone(), provider_turn_id: Some(turn("t1")), prompt_hash: "h".to_string(), position },
+        let user = |position| ObserverEvent::UserMessage { session: id.clone(), turn: Some(turn("t1")), prompt_hash: "h".to_string(), position };
+        let events = [
+            ObserverEvent::TurnStarted { session: id.clone(), turn: turn("t1"), position: 100 },
+            user(200),
+            user(300),
+            ObserverEvent::TurnCompleted { session: id.clone(), turn: turn("t1"), final_message: Some("done".to_string()), position: 400 },
+            ObserverEvent::TurnStarted { session: id.clone(), turn: turn("t2"), position: 500 },
+        ];
+        let records = events.into_iter().map(|event| Record { position: event.position().expect("a record"), visible_at_ms: 0, event }).collect();
+        Session { id, base: 0, header: wakterm_engine::TurnState::Idle { last_completed: None }, records, next_position: 600, file: 1, writers: vec![] }
+    }
+
+    /// The stream's event `kind` for record `position` of `rebase_session` (`observer.lost`:
+    /// a loss), numbered `sequence`.
+    fn rebase_event(sequence: u64, position: u64, kind: &str) -> AgentEvent {
+        let session = SessionId("s".to_string());
+        let turn = TurnId(if position < 500 { "t1" } else { "t2" }.to_string());
+        let body = match kind {
+            "observer.lost" => EventBody::ObserverLost { reason: "lost".to_string() },
+            "observer.attached" => EventBody::ObserverAttached { session, position },
+            "turn.started" => EventBody::TurnStarted { session, provider_turn_id: turn, position },
+            "message.user" => EventBody::UserMessage { session, provider_turn_id: Some(turn), prompt_hash: "h".to_string(), position },
+            "turn.completed" => EventBody::TurnCompleted { session, provider_turn_id: turn, position, final_too_large: None },
+            "turn.final" => EventBody::TurnFinal { session, provider_turn_id: turn, final_message: "done".to_string(), position },
+            other => unreachable!("the test's kinds: {other}"),
         };
         let agent_id = wakterm_engine::AgentId::parse("0195f0c2-7b1a-7000-8000-000000000a00").expect("a uuid");
-        let event = |sequence, body| AgentEvent { schema: "test".to_string(), sequence, at_ms: 0, agent_id: agent_id.clone(), incarnation: None, body };
-        let skipped = reported.iter().enumerate().map(|(i, p)| (0, event(i as u64 + 1, body(*p)))).collect();
-        (session, skipped)
+        AgentEvent { schema: "test".to_string(), sequence, at_ms: 0, agent_id, incarnation: None, body }
     }
 
-    fn event_position(event: &ObserverEvent) -> u64 {
-        match event {
-            ObserverEvent::TurnStarted { position, .. } | ObserverEvent::UserMessage { position, .. } => *position,
-            _ => unreachable!("the test's records"),
-        }
-    }
-
-    /// Oracle, seed 35541581 (EV-9 with EV-7): a subscriber rebased past the events that
-    /// reported records 200-400 (a restart then resumed from its checkpoint at 100, under the
-    /// durable mark, and reported the next record only): the attach at 100 and the start at
-    /// 500 leave no gap. Records the skipped events never reported, or reported before a loss
-    /// among them, still do.
-    #[test]
-    fn ev_9_a_rebase_counts_the_records_its_skipped_events_reported() {
-        let attach_then_start = |reported: &[u64]| {
-            let (session, skipped) = rebase_world(reported);
-            let mut oracle = Oracle::default();
-            oracle.on_stream_rebased(20, &skipped);
-            let sessions = |id: &SessionId| (id == &session.id).then_some(&session);
-            let agent_id = skipped.first().map(|(_, e)| e.agent_id.clone()).expect("an event");
-            let attach = EventBody::ObserverAttached { session: session.id.clone(), position: 100 };
-            let start = EventBody::TurnStarted { session: session.id.clone(), provider_turn_id: TurnId("t2".to_string()), position: 500 };
-            let events: Vec<_> = [(21, attach), (22, start)].into_iter().map(|(sequence, body)| AgentEvent { schema: "test".to_string(), sequence, at_ms: 0, agent_id: agent_id.clone(), incarnation: None, body }).collect();
-            let jsons: Vec<String> = events.iter().map(|e| serde_json::to_string(e).expect("serialises")).collect();
-            for (event, json) in events.iter().zip(&jsons) {
-                let cx = EventContext { json, stored: Some(json), agent: Some(0), sessions: &sessions, terminal: None };
+    /// Oracle, seed 35541581 (EV-9 with EV-7): a subscriber that got the events of `seen`,
+    /// rebased past those of `skipped`, then gets an attach at 100 (a restart resumed from its
+    /// checkpoint, under the durable mark) and the start at 500. `cut`: the rollout is cut back
+    /// there after the rebase (EV-13). Returns what the oracle found.
+    fn attach_after_rebase(seen: &[(u64, &str)], skipped: &[(u64, &str)], cut: Option<u64>) -> Vec<Kind> {
+        let session = rebase_session();
+        let sessions = |id: &SessionId| (id == &session.id).then_some(&session);
+        let mut oracle = Oracle::default();
+        let mut sequence = 0;
+        let mut next = |position: u64, kind: &str| {
+            sequence += 1;
+            rebase_event(sequence, position, kind)
+        };
+        let seen: Vec<AgentEvent> = seen.iter().map(|(p, kind)| next(*p, kind)).collect();
+        let skipped: Vec<(usize, AgentEvent)> = skipped.iter().map(|(p, kind)| (0, next(*p, kind))).collect();
+        let after = [next(100, "observer.attached"), next(500, "turn.started")];
+        let json = |events: &[AgentEvent]| -> Vec<String> { events.iter().map(|e| serde_json::to_string(e).expect("serialises")).collect() };
+        let (seen_json, after_json) = (json(&seen), json(&after));
+        fn see<'a>(oracle: &mut Oracle, events: &[AgentEvent], jsons: &'a [String], sessions: &'a dyn Fn(&SessionId) -> Option<&'a Session>) {
+            for (event, json) in events.iter().zip(jsons) {
+                let cx = EventContext { json, stored: Some(json), agent: Some(0), sessions, terminal: None };
                 oracle.on_agent_event(event, &cx);
             }
-            kinds(&oracle)
-        };
-        assert_eq!(attach_then_start(&[100, 200, 300, 400]), vec![], "every record before 500 was reported at or below the rebase");
-        assert_eq!(attach_then_start(&[100, 200, 300]), vec![Kind::EventGap], "400 was never reported");
-        assert_eq!(attach_then_start(&[100, 200, 300, 400, 0]), vec![Kind::EventGap], "a loss after them: read afresh, owed again");
-        assert_eq!(attach_then_start(&[0, 100, 200, 300, 400]), vec![], "a loss before them voids nothing after it");
+        }
+        see(&mut oracle, &seen, &seen_json, &sessions);
+        let through = skipped.last().map_or(oracle.stream.last_seen, |(_, e)| e.sequence);
+        oracle.on_stream_rebased(through, &skipped);
+        if let Some(cut) = cut {
+            oracle.on_rollout_cut(0, &session.id, cut);
+        }
+        see(&mut oracle, &after, &after_json, &sessions);
+        kinds(&oracle)
+    }
+
+    /// EV-9: a rebase keeps what the stream had reported since the agent's last loss (what
+    /// the subscriber got, and what the skipped events reported), so an attach below it and
+    /// the next record are no gap (seed 35541581). Owed still: a record never reported, one
+    /// reported before a loss among the skipped events, a final whose `turn.completed` alone
+    /// came (a review), and records past a cut (a review).
+    #[test]
+    fn ev_9_a_rebase_counts_the_records_its_skipped_events_reported() {
+        let whole = [(100, "turn.started"), (200, "message.user"), (300, "message.user"), (400, "turn.completed"), (400, "turn.final")];
+        assert_eq!(attach_after_rebase(&[], &whole, None), vec![], "every record before 500 was reported at or below the rebase");
+        assert_eq!(attach_after_rebase(&whole[..2], &whole[2..], None), vec![], "the subscriber got 100 and 200 before it went away");
+        assert_eq!(attach_after_rebase(&[], &whole[..3], None), vec![Kind::EventGap], "400 was never reported");
+        assert_eq!(attach_after_rebase(&[], &whole[..4], None), vec![Kind::EventGap], "400's turn.final never came");
+        let lost_after = [&whole[..], &[(0, "observer.lost")]].concat();
+        assert_eq!(attach_after_rebase(&[], &lost_after, None), vec![Kind::EventGap], "a loss after them: read afresh, owed again");
+        let lost_before = [&[(0, "observer.lost")], &whole[..]].concat();
+        assert_eq!(attach_after_rebase(&whole[..2], &lost_before, None), vec![], "a loss before them voids nothing after it");
+        assert_eq!(attach_after_rebase(&[], &whole, Some(250)), vec![Kind::EventGap], "300 and 400 lie past a cut: new records there are owed");
     }
 
     /// EV-3 at a `cursor_too_old` rebase: a durable turn start the rebase skipped counts as

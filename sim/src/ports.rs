@@ -570,7 +570,7 @@ impl Effects for SimEffects {
 fn note_write_given_up(w: &mut World, event: &TerminalEvent) {
     if event.reason.as_deref() == Some("write_result_lost") {
         if let Some(a) = agent_index(w, &event.agent_id) {
-            w.oracle.on_write_given_up(a);
+            w.oracle.on_write_given_up(a, event.request_id.as_str());
         }
     }
 }
@@ -1238,7 +1238,7 @@ fn note_durable_give_ups(w: &mut World, ops: &[PersistOp]) {
         let terminal = r.terminal.as_ref().and_then(|t| t.reason.as_deref());
         if gave_up(receipt) || gave_up(terminal) {
             if let Some(a) = agent_index(w, &r.agent_id) {
-                w.oracle.on_write_given_up(a);
+                w.oracle.on_write_given_up(a, r.request_id.as_str());
             }
         }
     }
