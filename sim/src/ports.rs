@@ -579,12 +579,13 @@ fn note_write_given_up(w: &mut World, event: &TerminalEvent) {
 /// `turn_after_write`) is a durable `turn.started` event, in the session their durable event
 /// mark still reports (a later session's turn moves the mark's evidence there), with no loss
 /// or gap of their observer durable after it (the mark forgets its turns then:
-/// `EventMark::forget_turns`; a managed agent's evicted notifications, seed 12482). A managed
-/// agent's last line, besides, must be among the mark's answered lines, taken or refused: the
-/// new engine waits for that line's own answer otherwise (`RecoveredWrite::managed_wait`; a
-/// turn past the write's floor proves nothing of the line), which a resume past it never
-/// replays, and holds the agent for RF-8's timeout (a known gap: exploration seed 3640021, its
-/// answer noted, then forgotten at a loss, before the turn's start was reported).
+/// `EventMark::forget_turns`; a managed agent's evicted notifications, seed 12482). For a
+/// managed agent's last line, besides, the engine must have been told the line's acceptance
+/// into that turn, with no attach or loss since (`Oracle::line_answer_kept`): else the new
+/// engine waits for that line's own answer (`RecoveredWrite::managed_wait`; a turn past the
+/// write's floor proves nothing of the line), which a resume past it never replays, and holds
+/// the agent for RF-8's timeout (a known gap: exploration seed 3640021, the answer noted, then
+/// forgotten at a loss before the turn's start was reported).
 fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
     let of_kind = |kind: &str| -> Vec<AgentEvent> {
         w.store.agent_events_of_kind(kind).iter().filter_map(|stored| serde_json::from_str(&stored.event_json).ok()).collect()
@@ -601,10 +602,7 @@ fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
         };
         let Some(start) = started.iter().find(stored) else { return false };
         let lost_since = losses.iter().any(|e| &e.agent_id == agent_id && e.sequence > start.sequence);
-        let line_answered = w.oracle.last_line(a).is_none_or(|line| {
-            let answered = w.durable_mark(a).map(|m| m.answered_lines).unwrap_or_default();
-            answered.iter().any(|answer| answer.id == line && (answer.taken || answer.turn.is_none()))
-        });
+        let line_answered = w.oracle.last_line(a).is_none() || w.oracle.line_answer_kept(a);
         reported && !lost_since && line_answered
     };
     w.oracle.turn_after_write.iter().filter(|(a, entry)| durable(**a, entry)).map(|(a, _)| *a).collect()
