@@ -1285,6 +1285,9 @@ impl World {
     /// bytes reach the TUI. The pane's byte log is checked as it grows: nothing but the split
     /// write's own steps may land between its first byte and its outcome.
     pub fn pane_write(&mut self, a: usize, writer: &str, bytes: &[u8], origin: Option<&str>, new_write: bool) {
+        // Before the write is noted as the last input (ADM-4): a redraw of earlier keys is no
+        // draw of these (a review: drawn in `feed`, after the note, it was).
+        self.draw_echoes_before_input(a);
         self.pane_accept(a, writer, bytes.len(), new_write);
         self.feed(a, bytes, origin);
         self.pane_touch(a);
