@@ -384,11 +384,18 @@ impl EventMark {
 
     /// ADM-5: the mark's place moved back or its session was lost (a rollout replaced or cut
     /// back keeps its session id while its positions start again lower): what it noted of
-    /// turns no longer compares with positions read from now on (a review).
+    /// turns no longer compares with positions read from now on (a review). The answered
+    /// lines stay: that the app-server refused a line, or accepted it into a turn (and that
+    /// the turn then ran), is no place in a file but a fact about the line, and the ids name
+    /// one line and one turn of this process (a new process resets the whole mark). Only
+    /// `AnsweredLine::at` is a place, and a wait for an accepted turn's start ends by that
+    /// turn alone (`correlation::wait_ended_by`). Cleared here, a loss between a line's
+    /// acceptance and its turn's start made a restart wait for the line's own answer, which
+    /// the resume never replays: RF-8's minute for a line long read (exploration seed
+    /// 3640021).
     pub fn forget_turns(&mut self) {
         self.turn_taken = None;
         self.opened = None;
-        self.answered_lines.clear();
         self.last_started = None;
     }
 

@@ -301,6 +301,47 @@ fn adm_5_a_restart_waits_for_the_latest_lines_own_answer() {
     }
 }
 
+// ADM-5 across a restart: a loss of the session between our line's acceptance into a turn
+// not yet started and that turn's start (the app-server's notifications evicted) keeps what the
+// mark knows of the line (`EventMark::forget_turns` keeps the answered lines): the turn's start
+// reported after the loss takes the line, so a restart holds nothing; with no start before the
+// crash, the restart waits for that turn's start, which ends the wait. Before, the loss cleared
+// the answer, and the restart waited RF-8's minute for the line's own answer, which the resume
+// never replays (exploration seed 3640021).
+#[test]
+fn adm_5_a_loss_between_a_lines_acceptance_and_its_turns_start_keeps_the_answer() {
+    for case in ["started after the loss", "not started before the crash"] {
+        let mut rig = managed_zola(Some(THREAD));
+        let op = rig.admit(REQ, "slow start", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op));
+        rig.observe(ObserverEvent::TurnAccepted { session: session(), id: prompt::turn_start_id(REQ, 0x5eed), turn: turn("turn-1"), position: 2_000 });
+        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "an event makes the mark durable".into(), phase: None, position: 2_100 });
+        rig.observe(ObserverEvent::SessionLost { reason: "app-server notifications were evicted".into(), session: Some(session()), before: None });
+        rig.observe(ObserverEvent::Attached { session: session(), position: 2_500 });
+        if case == "started after the loss" {
+            rig.turn_started("turn-1", 2_600);
+            rig.turn_completed("turn-1", "its final", 2_650);
+        } else {
+            rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "another event".into(), phase: None, position: 2_600 });
+        }
+        let answered = rig.durable_marks[&agent_id(ZOLA)].answered_lines.last().cloned();
+        assert_eq!(answered.map(|a| (a.turn, a.taken)), Some((Some(turn("turn-1")), case == "started after the loss")), "{case}: the durable mark keeps the answer");
+        rig.advance(1_000);
+        let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), REQ2);
+        if case == "started after the loss" {
+            assert_eq!(receipt.classification, Classification::Accepted, "{case}: the line was read: {receipt:?}");
+            continue;
+        }
+        assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: the accepted turn may be starting: {receipt:?}");
+        // The accepted turn's start ends the wait (its completion alone would not: a wait for
+        // the line's own answer outlived both).
+        rig.turn_started("turn-1", 2_700);
+        rig.turn_completed("turn-1", "its final", 2_750);
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "third", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: the wait ended with the accepted turn's start: {:?}", rig.receipt(op));
+    }
+}
+
 // ADM-5 across a restart: a request whose prompt was seen taken (here bound to its running
 // turn) that came after the agent's other recovered write says every line before it was read:
 // nothing is held for the earlier one. The restart waited for the earlier line's own answer,

@@ -286,10 +286,9 @@ pub struct Oracle {
     /// told (a daemon's start, for one it learned from the durable mark).
     last_line_turn: BTreeMap<usize, (TurnId, u64)>,
     /// ADM-5 (managed) across a restart: the agents whose last line's acceptance the engine
-    /// was told of with no attach or loss of their session told since (`EventMark::
-    /// forget_turns` forgets answered lines then): its durable mark must hold the line, so
-    /// a restart after its turn's durable start must not hold the agent
-    /// (`line_answer_kept`).
+    /// was told of (an attach or a loss since keeps it: `EventMark::forget_turns` keeps the
+    /// answered lines): its durable mark must hold the line, so a restart after its turn's
+    /// durable start must not hold the agent (`line_answer_kept`).
     answer_kept: BTreeSet<usize>,
     /// When `last_line` was written: the engine's wait for it ends RF-8's timeout later.
     last_line_written_ms: BTreeMap<usize, u64>,
@@ -909,16 +908,17 @@ impl Oracle {
     /// state comes from the record's head (or is unknown) until a turn start is delivered.
     pub fn on_session_changed_delivered(&mut self, agent: usize) {
         self.turn_news.remove(&agent);
-        self.answer_kept.remove(&agent);
     }
 
     /// ADM-5 (managed) across a restart: whether the engine was told of agent `a`'s last
     /// line's acceptance into the turn `turn_after_write` names, no later than that turn's
-    /// start, with no attach or loss told since (`answer_kept`). Its durable mark then holds
-    /// the line taken (the start's event batch carries the mark), so a new daemon must not wait
-    /// for the line's own answer. Judged by what the engine was told, not by the mark it wrote,
-    /// so a mark that forgot the line on its own is caught (a review of 22a3145). Not so, the
-    /// wait is the known gap (`RecoveredWrite::managed_wait`: exploration seed 3640021).
+    /// start (`answer_kept`). Its durable mark then holds the line taken (the start's event
+    /// batch carries the mark), so a new daemon must not wait for the line's own answer, a
+    /// loss between the two notwithstanding (exploration seed 3640021: the mark forgot the
+    /// answer at the loss and the restart held the agent RF-8's minute). Judged by what the
+    /// engine was told, not by the mark it wrote, so a mark that forgot the line is caught (a
+    /// review of 22a3145). Not so (the answer never reached the engine), the wait is the
+    /// known gap (`RecoveredWrite::managed_wait`).
     pub fn line_answer_kept(&self, a: usize) -> bool {
         let told = self.last_line_turn.get(&a).zip(self.turn_after_write.get(&a));
         self.answer_kept.contains(&a) && told.is_some_and(|((turn, told_ms), (at, _, started))| told_ms <= at && turn == started)

@@ -581,11 +581,10 @@ fn note_write_given_up(w: &mut World, event: &TerminalEvent) {
 /// or gap of their observer durable after it (the mark forgets its turns then:
 /// `EventMark::forget_turns`; a managed agent's evicted notifications, seed 12482). For a
 /// managed agent's last line, besides, the engine must have been told the line's acceptance
-/// into that turn, with no attach or loss since (`Oracle::line_answer_kept`): else the new
-/// engine waits for that line's own answer (`RecoveredWrite::managed_wait`; a turn past the
-/// write's floor proves nothing of the line), which a resume past it never replays, and holds
-/// the agent for RF-8's timeout (a known gap: exploration seed 3640021, the answer noted, then
-/// forgotten at a loss before the turn's start was reported).
+/// into that turn no later than its start (`Oracle::line_answer_kept`): else the new engine
+/// waits for that line's own answer (`RecoveredWrite::managed_wait`; a turn past the write's
+/// floor proves nothing of the line), which a resume past it never replays, and holds the
+/// agent for RF-8's timeout (a known gap).
 fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
     let of_kind = |kind: &str| -> Vec<AgentEvent> {
         w.store.agent_events_of_kind(kind).iter().filter_map(|stored| serde_json::from_str(&stored.event_json).ok()).collect()
