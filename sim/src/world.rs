@@ -2107,6 +2107,33 @@ impl World {
         agent.observer.step_budget = None;
         let mut events = Vec::new();
         self.read_records(a, now, &mut events);
+        // OBS-2 (`CodexObserver::consume`, `check_replay_reached`): a resumed cursor past
+        // where reading began must be a record boundary of the file; a record across it, or a
+        // file that ends before it, is not the file the cursor was taken in: the session is
+        // lost (the next look reads the file from the start). Without this the model took a
+        // file cut back and grown again while the daemon was down through a cursor inside a
+        // new record, and the new records below it were folded unseen (exploration seed
+        // 90096648; the runtime loses the session there).
+        if let Some(floor) = floor.filter(|floor| *floor > position) {
+            let agent = &self.agents[a];
+            let on_boundary = agent.session.records.iter().any(|r| r.position == floor && r.visible_at_ms <= now);
+            let past = events.iter().any(|e| e.position().is_some_and(|p| p > floor));
+            if !on_boundary && (past || !agent.observer.behind) {
+                let reason = match past {
+                    true => format!("the resumed cursor {floor} is not a record boundary of the rollout"),
+                    false => format!("the rollout ends at {}, before the resumed cursor {floor}", agent.observer.position),
+                };
+                self.log(format!("a{a} resume lost: {reason}"));
+                self.counters.fault("note.resume_cursor_off_boundary");
+                let observer = &mut self.agents[a].observer;
+                observer.attached = None;
+                observer.lost_reported = true;
+                observer.fold_from = None;
+                observer.turn = TurnState::Unknown;
+                out.push(ObserverEvent::SessionLost { reason, session: None, before: None });
+                return;
+            }
+        }
         // At or below the floor: folded, not emitted (a lost session is always reported).
         out.extend(events.into_iter().filter(|e| floor.is_none_or(|floor| e.position().is_none_or(|p| p > floor))));
     }
@@ -2317,8 +2344,10 @@ impl World {
         observer.turn = TurnState::Unknown;
         let first = out.len();
         self.attach(a, Some(from.position), now, out);
-        if matches!(out.get(first), Some(ObserverEvent::Attached { .. })) {
-            // REC-2: every record after the armed cursor, up to where the observer read.
+        let lost = out[first..].iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. }));
+        if matches!(out.get(first), Some(ObserverEvent::Attached { .. })) && !lost {
+            // REC-2: every record after the armed cursor, up to where the observer read (a
+            // cursor that proved no record boundary lost the session instead, OBS-2).
             let emitted: Vec<u64> = out[first + 1..].iter().filter_map(ObserverEvent::position).collect();
             let agent = &self.agents[a];
             let reached = agent.observer.position.max(from.position);
