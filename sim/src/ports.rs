@@ -1227,13 +1227,18 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
 /// restart. The caller may never learn of it: a crash right after the commit kept a one-way
 /// send's receipt, which has no terminal event, from its caller (exploration seed 35501909,
 /// as seed 86889244 a terminal event's), and the oracle took the restart's hold for a stall.
+/// Not by the reason alone: a give-up whose confirming commit failed says
+/// `store_commit_failed` (IDEM-6) with the write's fate still unknown, and the engine holds for
+/// it all the same (`RequestRecord::written_ms`: no `Written` step; exploration seed 47613849).
 fn note_durable_give_ups(w: &mut World, ops: &[PersistOp]) {
     let gave_up = |reason: Option<&str>| reason == Some("write_result_lost");
     for op in ops {
         let PersistOp::PutRequest(r) = op else { continue };
         let receipt = r.receipt.as_ref().and_then(|r| r.reason.as_deref());
         let terminal = r.terminal.as_ref().and_then(|t| t.reason.as_deref());
-        if gave_up(receipt) || gave_up(terminal) {
+        let fate_unknown = r.receipt.as_ref().is_some_and(|r| r.write_state == wakterm_engine::WriteState::Unknown)
+            && !r.evidence.iter().any(|e| e.step == wakterm_engine::EvidenceStep::Written);
+        if gave_up(receipt) || gave_up(terminal) || fate_unknown {
             if let Some(a) = agent_index(w, &r.agent_id) {
                 w.oracle.on_write_given_up(a, r.request_id.as_str());
             }
