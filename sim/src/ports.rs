@@ -1327,12 +1327,7 @@ async fn retention(world: Shared) {
         let bound = if w.mutant == Mutant::RetentionSizeIgnored { 0 } else { bytes }; // the bug
         let policy = wakterm_runtime::store::retention::Retention { events, days: 0, bytes: bound };
         if let Ok(Some(op)) = policy.due(&w.store, 0, w.events_settled_through) {
-            let before = w.store.agent_events_after(w.store.events_pruned_through());
             let result = w.store.commit(std::slice::from_ref(&op));
-            let pruned_through = w.store.events_pruned_through();
-            for e in before.into_iter().take_while(|e| e.sequence <= pruned_through) {
-                w.pruned_events.insert(e.sequence, e.event_json);
-            }
             let line = format!("retention {op:?} -> {result:?}, pruned through {}", w.store.events_pruned_through());
             w.log(line);
             if result.is_ok() {
@@ -1364,7 +1359,7 @@ pub(crate) fn subscriber_catch_up(w: &mut World, published: u64, how: &str) {
         // What the rebase skips (a crashed daemon's events were never published live): what
         // retention pruned, then what the store still holds, all durable.
         let last_seen = w.oracle.stream.last_seen;
-        let pruned: Vec<String> = w.pruned_events.range(last_seen + 1..).map(|(_, json)| json.clone()).collect();
+        let pruned: Vec<String> = w.store.pruned_events_after(last_seen).map(str::to_string).collect();
         let stored = w.store.agent_events_after(last_seen).into_iter().map(|e| e.event_json);
         let mut skipped = Vec::new();
         for json in pruned.into_iter().chain(stored) {

@@ -569,17 +569,9 @@ async fn chain_links(world: &Shared, agent: usize, (first, links): (u64, u64), e
         let operation = if thread_rng().gen_bool(0.5) { Operation::Admit } else { Operation::Send };
         let mode = Mode { operation, return_final: true, raw: false, timeout_ms: 0, no_steer: false };
         let prompt = format!("task {n} of a chain for a{agent}");
-        let call = CallInput { agent, request_id: request_id(n), prompt: prompt.clone(), return_final: true };
-        {
-            let mut w = world.lock().unwrap();
-            if !w.faults_on {
-                return;
-            }
-            w.oracle.prompts.insert(prompt, call.request_id.clone());
-            w.counters.requests += 1;
-            if link > 0 {
-                w.counters.fault("caller.chain");
-            }
+        let call = CallInput { agent, request_id: request_id(n), prompt, return_final: true };
+        if !note_call_while_faults(&world, &call, (link > 0).then_some("caller.chain")) {
+            return;
         }
         let Some(receipt) = admit_while_busy(&world, &call, mode, (8, (300, 1_500))).await else { return };
         if receipt.classification != Classification::Accepted {
@@ -612,17 +604,25 @@ async fn eager_next(world: Shared, agent: usize, after: u64) {
     let n = after + 0x8000;
     let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0, no_steer: false };
     let prompt = format!("eager after task {after} for a{agent}");
-    let call = CallInput { agent, request_id: request_id(n), prompt: prompt.clone(), return_final: false };
-    {
-        let mut w = world.lock().unwrap();
-        if !w.faults_on {
-            return;
-        }
-        w.oracle.prompts.insert(prompt, call.request_id.clone());
-        w.counters.requests += 1;
-        w.counters.fault("caller.eager_next");
+    let call = CallInput { agent, request_id: request_id(n), prompt, return_final: false };
+    if note_call_while_faults(&world, &call, Some("caller.eager_next")) {
+        let _ = admit_while_busy(&world, &call, mode, (12, (50, 400))).await;
     }
-    let _ = admit_while_busy(&world, &call, mode, (12, (50, 400))).await;
+}
+
+/// A new request `call` of a caller that acts only while faults run: false once they stopped;
+/// else its prompt is known to the oracle, it is counted, and so is its fault class, if any.
+fn note_call_while_faults(world: &Shared, call: &CallInput, fault: Option<&'static str>) -> bool {
+    let mut w = world.lock().unwrap();
+    if !w.faults_on {
+        return false;
+    }
+    w.oracle.prompts.insert(call.prompt.clone(), call.request_id.clone());
+    w.counters.requests += 1;
+    if let Some(fault) = fault {
+        w.counters.fault(fault);
+    }
+    true
 }
 
 /// A caller that calls again with the same id while the agent is busy (or its observer

@@ -281,6 +281,11 @@ impl StoreTables {
         self.pruned_events.get(&sequence).map(String::as_str)
     }
 
+    /// EV-9: the JSON of the events retention removed after `after`, in sequence order.
+    pub fn pruned_events_after(&self, after: u64) -> impl Iterator<Item = &str> {
+        self.pruned_events.range(after + 1..).map(|(_, json)| json.as_str())
+    }
+
     /// The stored event with this sequence.
     pub fn agent_event(&self, sequence: u64) -> Option<&StoredAgentEvent> {
         self.events.get(&sequence).map(|row| &row.stored)

@@ -959,9 +959,6 @@ pub struct World {
     /// entry older than a minute (a registration released or failed, never written; its id
     /// registered again later) draws nothing.
     pub stalled_registrations: BTreeMap<String, u64>,
-    /// EV-9: the agent events retention pruned, as stored, by sequence: a subscriber's rebase
-    /// past them tells the oracle what the stream had reported there (`Oracle::on_stream_rebased`).
-    pub pruned_events: BTreeMap<u64, String>,
     /// TIME-1: how far the daemon's wall clock is stepped from true (simulated) time, both
     /// directions; a daemon reads it when it starts.
     pub wall_offset_ms: i64,
@@ -1034,7 +1031,6 @@ impl World {
             healed_ms: None,
             daemon_started_ms: 0,
             stalled_registrations: BTreeMap::new(),
-            pruned_events: BTreeMap::new(),
             retention_clock: None,
             finished_ms: BTreeMap::new(),
             wall_offset_ms: 0,
