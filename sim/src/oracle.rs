@@ -206,6 +206,13 @@ pub struct Oracle {
     /// which counts the registration the restart ended (`RequestRecord::write_unknown`) from
     /// the same moment.
     unfinished_until: BTreeMap<usize, u64>,
+    /// ADM-5, REC-1: the registrations a restart ended (`write_unknown`), by request id: the
+    /// agent, and when that restart started. A later restart counts each again until RF-8's
+    /// timeout after the latest its line may land, unless a later write of the agent was
+    /// durably seen read (`RecoveredWrite::of`, `registered_after`): a daemon that wrote again
+    /// waited for its own write, but its successor finds the ended registration again when
+    /// that write is not durably taken (exploration seed 120187618).
+    ended_unfinished: BTreeMap<String, (usize, u64)>,
     /// ADM-5 (managed): the agents this daemon started knowing of an earlier write than the
     /// pane's last one (that one's registration ended by an earlier restart, REC-1): it waits
     /// for the earlier line's own answer, which it may never see (answered before the mark, the
@@ -758,21 +765,24 @@ impl Oracle {
     /// `latest_known`: per agent, the latest of those writes (by registration), and the session
     /// of its recorded floor (where the engine's view stood at the write). `accepted_durably`:
     /// per agent, the lines the durable mark saw accepted into a turn not yet seen taking them
-    /// (line id, turn). `unfinished`: per agent with a registration left unfinished, how long
-    /// from this start the engine may hold it (`unfinished_until`).
+    /// (line id, turn). `unfinished`: the registrations left unfinished, this start ends them
+    /// (REC-1), and their agents. `seen_read`: per agent, when the engine asked for each write
+    /// whose record says durably that its prompt was read.
     pub fn on_daemon_start(
         &mut self,
         known_writes: BTreeSet<String>,
-        unfinished: BTreeMap<usize, u64>,
+        unfinished: BTreeMap<String, usize>,
+        seen_read: Vec<(usize, u64)>,
         taken_durably: BTreeSet<usize>,
         latest_known: BTreeMap<usize, (String, Option<SessionId>)>,
         accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
-        for (agent, hold_ms) in unfinished {
-            self.unfinished_until.insert(agent, self.daemon_started_ms + hold_ms);
+        for (id, agent) in unfinished {
+            self.ended_unfinished.insert(id, (agent, self.daemon_started_ms));
         }
+        self.hold_for_ended_registrations(&seen_read);
         // Only when the last write the pane saw is the latest the new engine knows of: a later
         // one it does not know (a request that ended meanwhile) leaves it waiting on an earlier
         // write, whose floor may lie in an earlier session than the turn (seed 14134), and a
@@ -806,6 +816,25 @@ impl Oracle {
             }
         }
         self.open_calls.clear();
+    }
+
+    /// ADM-5, REC-1: at a start, the agents a registration a restart ended (this one or an
+    /// earlier one) may hold: its holder may land the line up to `WRITE_LANDS_WITHIN_MS` after
+    /// that restart, and the engine waits RF-8's timeout from then, unless the engine asked
+    /// for a later write whose prompt the record says was read (`seen_read`), or that time has
+    /// passed.
+    fn hold_for_ended_registrations(&mut self, seen_read: &[(usize, u64)]) {
+        use wakterm_engine::limits::{TURN_START_TIMEOUT_MS, WRITE_LANDS_WITHIN_MS};
+        let now = self.daemon_started_ms;
+        self.ended_unfinished.retain(|_, (_, ended)| now < *ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS);
+        for (agent, ended) in self.ended_unfinished.values() {
+            let read_after = seen_read.iter().any(|(a, asked)| a == agent && asked > ended);
+            if !read_after {
+                let until = ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS;
+                let held = self.unfinished_until.entry(*agent).or_insert(until);
+                *held = (*held).max(until);
+            }
+        }
     }
 
     /// A write to agent `a`'s pane passed the incarnation check (whatever reached the pane):
@@ -1998,6 +2027,29 @@ mod tests {
         let lost_before = [&[(0, "observer.lost")], &whole[..]].concat();
         assert_eq!(attach_after_rebase(&whole[..2], &lost_before, None), vec![], "a loss before them voids nothing after it");
         assert_eq!(attach_after_rebase(&[], &whole, Some(250)), vec![Kind::EventGap], "300 and 400 lie past a cut: new records there are owed");
+    }
+
+    /// ADM-5, REC-1 (exploration seed 120187618): a registration a restart ended
+    /// (`write_unknown`) holds its agent at a later restart too, until RF-8's timeout after
+    /// the latest its line may land, though the daemon between wrote again (its live wait
+    /// moved on, `on_pane_write`); unless that later write's prompt was durably seen read.
+    #[test]
+    fn adm_5_a_later_restart_holds_again_for_a_registration_an_earlier_one_ended() {
+        use wakterm_engine::limits::{TURN_START_TIMEOUT_MS, WRITE_LANDS_WITHIN_MS};
+        let ended = 4_000;
+        let until = ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS;
+        let restart = |at: u64, seen_read: &[(usize, u64)]| {
+            let mut oracle = Oracle::default();
+            oracle.ended_unfinished.insert("r3".to_string(), (0, ended));
+            oracle.daemon_started_ms = at;
+            oracle.hold_for_ended_registrations(seen_read);
+            oracle.unfinished_until.get(&0).copied()
+        };
+        assert_eq!(restart(13_000, &[]), Some(until), "the second daemon's write (asked at 5,000) not durably read");
+        assert_eq!(restart(13_000, &[(1, 5_000)]), Some(until), "another agent's read write says nothing of a0");
+        assert_eq!(restart(13_000, &[(0, 3_000)]), Some(until), "a write read before the restart that ended it");
+        assert_eq!(restart(13_000, &[(0, 5_000)]), None, "a later write durably read: every line before it was read");
+        assert_eq!(restart(until, &[]), None, "past the hold");
     }
 
     /// EV-3 at a `cursor_too_old` rebase: a durable turn start the rebase skipped counts as

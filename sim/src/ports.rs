@@ -607,6 +607,30 @@ fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
     w.oracle.turn_after_write.iter().filter(|(a, entry)| durable(**a, entry)).map(|(a, _)| *a).collect()
 }
 
+/// ADM-5 across a restart: per agent, when the engine asked for each write whose record says
+/// durably that its prompt was read (bound to its turn, acknowledged, or refused by the
+/// app-server): every line written before it was read, so a registration a restart ended
+/// before that write no longer holds the agent (`Oracle::on_daemon_start`). Read from the
+/// record's facts, as the engine's restart reads them.
+fn writes_seen_read_durably(w: &World) -> Vec<(usize, u64)> {
+    let refused = |reason: Option<&str>| reason == Some("turn_start_refused");
+    let seen_read = |r: &RequestRecord| match r.phase {
+        Phase::Bound => true,
+        Phase::Settled => r.receipt.as_ref().is_some_and(|receipt| receipt.acknowledged == Some(true) || refused(receipt.reason.as_deref())),
+        Phase::Terminal => r.bound_turn.is_some() || refused(r.terminal.as_ref().and_then(|t| t.reason.as_deref())),
+        _ => false,
+    };
+    let mut taken = Vec::new();
+    for stored in w.store.requests() {
+        let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
+        let asked = w.oracle.writes.get(record.request_id.as_str()).and_then(|writes| writes.iter().map(|f| f.asked_ms).min());
+        if let (true, Some(a), Some(asked)) = (seen_read(&record), agent_index(w, &record.agent_id), asked) {
+            taken.push((a, asked));
+        }
+    }
+    taken
+}
+
 /// EV-6: how many `request.terminal` agent events of this terminal event the store holds.
 fn riding_terminal_events(w: &World, event: &TerminalEvent) -> usize {
     w.store
@@ -2144,9 +2168,12 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // The engine's hold for such a line runs RF-8's timeout from when it landed at the
         // latest: WRITE_LANDS_WITHIN_MS after this start (its holder may write it after the
         // crash).
-        let hold_ms = timeout + wakterm_engine::limits::WRITE_LANDS_WITHIN_MS;
-        let unfinished: BTreeMap<usize, u64> =
-            requests.iter().filter(|r| r.phase == Phase::Registered).filter_map(|r| agent_index(&w, &r.agent_id)).map(|a| (a, hold_ms)).collect();
+        let unfinished: BTreeMap<String, usize> = requests
+            .iter()
+            .filter(|r| r.phase == Phase::Registered)
+            .filter_map(|r| Some((r.request_id.as_str().to_string(), agent_index(&w, &r.agent_id)?)))
+            .collect();
+        let taken_writes = writes_seen_read_durably(&w);
         let taken_durably = turns_after_writes_durable(&w);
         // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
         // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
@@ -2158,7 +2185,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
             .collect();
         let any_unfinished = !unfinished.is_empty();
-        w.oracle.on_daemon_start(known_writes, unfinished, taken_durably, latest_known, accepted_durably);
+        w.oracle.on_daemon_start(known_writes, unfinished, taken_writes, taken_durably, latest_known, accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         if any_unfinished && w.plan.commit_stall > 0.0 {
             crash_within_the_minute(&w, world.clone(), w.daemon_epoch + 1);
