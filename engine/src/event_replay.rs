@@ -85,7 +85,9 @@ impl Engine {
         let verdict = match (event, event.session(), event.position()) {
             (ObserverEvent::Attached { session, position }, _, _) if *session == zone.session => {
                 if *position >= zone.through {
-                    Verdict::Proven // OBS-2 proved the file through the resume point
+                    // OBS-2 proved the file through the resume point: the observer announces
+                    // where its checkpoint's proof ends, never a cursor past it.
+                    Verdict::Proven
                 } else {
                     zone.from = Some(zone.from.map_or(*position, |from| from.min(*position)));
                     Verdict::Pass
@@ -175,6 +177,21 @@ impl Engine {
             match held {
                 Held::Event(event, incarnation) => self.report_observed(agent_id, &event, incarnation),
                 Held::Checkpoint(json) => self.record_checkpoint(agent_id, json),
+            }
+        }
+        self.end_requests_in_changed_file(agent_id, &zone.session);
+    }
+
+    /// EV-13, OBS-3: a request armed in a session whose file changed while the daemon was down
+    /// (cut back and grown again) waits on records that may be gone (its turn's completion:
+    /// it waited for good) or other (a final written again, whose first the cut took): it
+    /// ends `indeterminate`, as one resumed across a replaced file.
+    /// Found by the simulator once its cuts reached requests waiting in the file.
+    fn end_requests_in_changed_file(&mut self, agent_id: &AgentId, session: &SessionId) {
+        for request_id in self.correlating_requests_of(agent_id, true) {
+            let armed = self.requests[&request_id].armed.as_ref().expect("correlating requests are armed");
+            if &armed.session == session {
+                self.finish(&request_id, crate::terminal::TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
             }
         }
     }

@@ -92,6 +92,36 @@ fn rec_2_submitted_request_resumes_after_verification() {
     assert_eq!(events[0].final_message.as_deref(), Some("the real final"));
 }
 
+/// EV-13, REC-2: a request resumed in a file cut back and grown again while the daemon was
+/// down ends `indeterminate` when the record at the stream's mark says the file changed: its
+/// turn's records may be gone (it waited for good) or written again (a later final, the
+/// first one cut). In the same file, it completes with its own turn's final.
+#[test]
+fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
+    let resumed = |changed: bool| {
+        let mut rig = Rig::with_idle_zola();
+        rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+        rig.turn_started("turn-1", 1010);
+        rig.user_message("turn-1", "hi", 1020); // bound; the stream reported through 1020
+        restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+        assert_eq!(rig.resumes[0].1.position, 1000, "replay from the armed cursor");
+        rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+        rig.turn_started("turn-1", 1010); // below the cut: the same record
+        match changed {
+            true => rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "new".into(), phase: None, position: 1020 }),
+            false => rig.user_message("turn-1", "hi", 1020),
+        }
+        rig.turn_completed("turn-1", "a final written again", 1040);
+        rig.terminal_for(REQ).into_iter().cloned().collect::<Vec<TerminalEvent>>()
+    };
+    let changed = resumed(true);
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!((changed[0].state, changed[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
+    let same = resumed(false);
+    assert_eq!(same.len(), 1, "{same:?}");
+    assert_eq!((same[0].state, same[0].final_message.as_deref()), (TerminalState::Completed, Some("a final written again")));
+}
+
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of
 /// another process (the agent's holder restarted before the resume ran) drops it rather than
 /// read the cursor in another stream (seeds 77782850, 77787078).
