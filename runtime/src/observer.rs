@@ -286,8 +286,10 @@ impl CodexObserver {
         &self.incarnation
     }
 
-    /// After a daemon restart: reattaches to `from.session` and replays exactly the events after
-    /// `from.position`, preceded by `Attached { position: from.position }`. A different session
+    /// After a daemon restart: reattaches to `from.session` and replays the events after where
+    /// it begins reading, at or before `from.position` (`from.position` itself, or the checkpoint
+    /// when the cursor lies past it: OBS-2, EV-13), preceded by `Attached` there; the cursor
+    /// must be a record boundary of the file. A different session
     /// yields `SessionLost`; a transiently unreadable tree leaves the resume pending for the next
     /// poll or refresh.
     pub fn resume(&mut self, from: &Cursor) -> Vec<ObserverEvent> {
@@ -423,7 +425,14 @@ impl CodexObserver {
                 return Health::Unavailable(format!("the rollout {} could not be opened: {error}", path.display()));
             }
         };
-        let position = self.replay_floor.unwrap_or(tail.offset());
+        // OBS-2, EV-13: announced where reading begins, the furthest point the checkpoint's
+        // proof covers, never a resumed cursor past it: every record after it is emitted, so
+        // the engine proves those it already reported by the mark's fingerprint. Announced at
+        // the cursor, the records between were folded unseen, and a file cut back and grown
+        // again while the daemon was down, a new record ending exactly at the cursor, hid its
+        // new records there (REC-2 takes an attach at or before the armed cursor).
+        let position = tail.offset();
+        debug_assert!(self.replay_floor.is_none_or(|floor| position <= floor), "attached past the resumed cursor");
         events.push(ObserverEvent::Attached { session: session.clone(), position });
         self.attached = Some(Attachment { tail, session, last_event: Some(position) });
         self.ever_attached = true;
@@ -626,7 +635,7 @@ impl CodexObserver {
         }
     }
 
-    /// One rollout line: updates the turn state and emits its event (above the replay floor).
+    /// One rollout line: updates the turn state and emits its event.
     fn consume(&mut self, entry: TailEntry, events: &mut Vec<ObserverEvent>) {
         if let Some(floor) = self.replay_floor {
             if entry.offset < floor && entry.end > floor {
@@ -696,11 +705,8 @@ impl CodexObserver {
         Some(event)
     }
 
-    /// Emits above the replay floor, checking strict position order within the session.
+    /// Emits, checking strict position order within the session.
     fn emit(&mut self, event: ObserverEvent, position: u64, events: &mut Vec<ObserverEvent>) {
-        if self.replay_floor.is_some_and(|floor| position <= floor) {
-            return;
-        }
         let Some(attachment) = self.attached.as_mut() else { return };
         assert!(
             attachment.last_event.is_none_or(|last| position > last),

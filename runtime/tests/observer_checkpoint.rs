@@ -143,14 +143,43 @@ fn obs_2_a_request_armed_before_the_checkpoint_replays_from_its_position() {
     let snapshot = restarted.refresh(None).snapshot;
     assert_eq!(snapshot.turn, TurnState::Busy { turn: Some(TurnId("t2".into())) });
 
-    // Armed after the checkpoint: read from the checkpoint, emit only what follows the cursor.
+    // Armed after the checkpoint: read from the checkpoint, announced there (the point OBS-2
+    // proved), and every record after it emitted (EV-13 proves the ones already reported).
     let after = codex.len();
     codex.write(&complete("t2", "two"));
-    let mut again = codex.observer(Some(saved));
+    let mut again = codex.observer(Some(saved.clone()));
     let events = again.resume(&Cursor { session: session(), position: after });
-    assert_eq!(events.len(), 2, "{events:?}");
-    assert!(matches!(&events[1], ObserverEvent::TurnCompleted { turn, .. } if turn.0 == "t2"));
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[0], ObserverEvent::Attached { session: session(), position: saved.tail.offset });
+    assert!(matches!(&events[1], ObserverEvent::TurnStarted { turn, position, .. } if turn.0 == "t2" && *position == after));
+    assert!(matches!(&events[2], ObserverEvent::TurnCompleted { turn, .. } if turn.0 == "t2"));
     assert_eq!(again.refresh(None).snapshot.turn, idle_after("t2"));
+}
+
+// OBS-2, EV-13: a rollout cut back past the checkpoint and grown again while the daemon was
+// down, a new record ending exactly at the resumed cursor (the stream's mark): the observer
+// announces the session at the checkpoint and emits the new record, whose fingerprint the
+// engine compares with the mark's. Announced at the cursor, as before, the new record was
+// folded unseen and never reported.
+#[test]
+fn obs_2_a_resume_past_the_checkpoint_emits_what_lies_between() {
+    let (mut codex, saved) = codex_with_history(64 * 1024);
+    let checkpoint = saved.tail.offset;
+    codex.write(&started("t2"));
+    codex.write(&complete("t2", "two"));
+    let cursor = codex.len();
+    // Cut back to the checkpoint; Codex appends one record that ends exactly at the cursor.
+    std::fs::OpenOptions::new().write(true).open(&codex.path).unwrap().set_len(checkpoint).unwrap();
+    let bare = complete("t3", "").len() as u64;
+    let pad = usize::try_from(cursor - checkpoint - bare).expect("the new record is longer than a bare one");
+    codex.write(&complete("t3", &"n".repeat(pad)));
+    assert_eq!(codex.len(), cursor, "the new record ends at the cursor");
+
+    let mut restarted = codex.observer(Some(saved));
+    let events = restarted.resume(&Cursor { session: session(), position: cursor });
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0], ObserverEvent::Attached { session: session(), position: checkpoint });
+    assert!(matches!(&events[1], ObserverEvent::TurnCompleted { turn, position, .. } if turn.0 == "t3" && *position == cursor), "{events:?}");
 }
 
 // OBS-3: a file replaced while the daemon was down fails a pending resume (never a final from

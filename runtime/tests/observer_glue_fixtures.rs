@@ -401,8 +401,11 @@ fn cwd_mismatch_is_unavailable() {
     assert_eq!(refresh.snapshot.turn, TurnState::Unknown);
 }
 
+// REC-2, OBS-2, EV-13: with no checkpoint nothing of the file is proven, so a resume reads it
+// from byte 0, announces the session there and replays every record (the engine proves those
+// the stream reported by the mark's fingerprint); the cursor, a record boundary, costs nothing.
 #[test]
-fn resume_replays_exactly_the_events_after_the_cursor() {
+fn resume_without_a_checkpoint_replays_every_event_from_where_it_reads() {
     let (whole, _, bytes) = observe("two-turns.jsonl", None);
     let session = sid(&session_of(&bytes));
     let cursor_at = end_of(&bytes, "task_complete", 0);
@@ -412,10 +415,10 @@ fn resume_replays_exactly_the_events_after_the_cursor() {
     wait_held(holder.0.id(), &path);
     let mut obs = observer(&home, &holder);
     let replayed = obs.resume(&Cursor { session: session.clone(), position: cursor_at });
-    let mut expected = vec![ObserverEvent::Attached { session: session.clone(), position: cursor_at }];
-    expected.extend(whole.into_iter().filter(|e| e.position().is_some_and(|p| p > cursor_at)));
-    assert_eq!(expected.len(), 5, "Attached, then the second turn: start, prompt, message, completion");
-    assert_eq!(replayed, expected);
+    assert_eq!(whole.first(), Some(&ObserverEvent::Attached { session: session.clone(), position: 0 }));
+    let after_cursor = whole.iter().filter(|e| e.position().is_some_and(|p| p > cursor_at)).count();
+    assert_eq!(after_cursor, 4, "the second turn: start, prompt, message, completion");
+    assert_eq!(replayed, whole);
     // Then live: an appended completion-free turn start arrives once.
     let line = r#"{"timestamp":"x","ordinal":99,"type":"event_msg","payload":{"type":"task_started","turn_id":"t-live"}}"#;
     std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(format!("{line}\n").as_bytes()).unwrap();
@@ -446,7 +449,9 @@ fn resume_with_another_session_or_a_foreign_cursor_loses_the_session() {
             matches!(events.last(), Some(ObserverEvent::SessionLost { .. })),
             "{cursor:?}: {events:?}"
         );
-        assert!(!events.iter().any(|e| matches!(e, ObserverEvent::TurnStarted { .. } | ObserverEvent::TurnCompleted { .. })));
+        // What was read before the cursor proved no boundary comes first (EV-13 holds it); a
+        // record past the cursor never does.
+        assert!(!events.iter().any(|e| e.position().is_some_and(|p| p > cursor.position)), "{cursor:?}: {events:?}");
     }
 }
 

@@ -1329,7 +1329,7 @@ impl World {
                 emitted.dedup();
                 let session = &self.agents[a].session;
                 let expected: Vec<u64> = session.records.iter().map(|r| r.position).filter(|p| *p > from.position && *p <= reached).collect();
-                self.oracle.on_resume_replayed(a, from.position, &emitted, &expected);
+                self.oracle.on_resume_replayed(a, from.position, from.position, &emitted, &expected);
             }
         }
         out.extend(events);

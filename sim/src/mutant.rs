@@ -127,6 +127,12 @@ pub enum Mutant {
     /// Observer port (OBS-2): a request armed before the checkpoint is resumed from the
     /// checkpoint (announced at its armed position), so the records between are never replayed.
     CheckpointSkipsArmedReplay,
+    /// Observer port (OBS-2, EV-13): a resume whose cursor lies past the checkpoint is
+    /// announced at the cursor and the records between are folded unseen (as the runtime did
+    /// until 2026-12-05): a file cut back and grown again while the daemon was down, a new
+    /// record ending exactly at the cursor, hides its new records below it (forced by
+    /// `checkpoint.cut_to_the_mark_while_down`).
+    ResumeAnnouncedAtCursor,
     /// Observer port (ADM-17, MON-1): the monitor sends its snapshot of the view before the
     /// events it read to get there, so the engine sees those events as stale: a written
     /// prompt's turn start no longer ends the wait for it (ADM-5) and the agent stays
@@ -339,6 +345,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::CheckpointSkipsIdentityCheck, "checkpoint_skips_identity_check", "observer port resumes from a checkpoint without proving the file is the same"),
     (Mutant::CheckpointIgnoresIncarnation, "checkpoint_ignores_incarnation", "observer port uses a checkpoint saved for another process (a reused pid)"),
     (Mutant::CheckpointSkipsArmedReplay, "checkpoint_skips_armed_replay", "observer port resumes a request armed before the checkpoint from the checkpoint"),
+    (Mutant::ResumeAnnouncedAtCursor, "resume_announced_at_cursor", "observer port announces a resume past the checkpoint at its cursor and folds the records between unseen"),
     (Mutant::SnapshotBeforeEvents, "snapshot_before_events", "observer port sends its snapshot before the events it read"),
     (Mutant::CheckpointBeforeEvents, "checkpoint_before_events", "observer port hands its checkpoint to the engine before the events it covers"),
     (Mutant::RefreshAnswerFirst, "refresh_answer_first", "observer port puts a refresh's answer before the events it read, in one step"),

@@ -1324,9 +1324,13 @@ impl Oracle {
         }
     }
 
-    /// REC-2, OBS-2: a resume at `armed` replays exactly the records after it, up to where the
-    /// observer read (`expected`, from the file), whatever checkpoint it started from.
-    pub fn on_resume_replayed(&mut self, agent: usize, armed: u64, emitted: &[u64], expected: &[u64]) {
+    /// REC-2, OBS-2: a resume at `armed` attaches at or before it (`attached`: where reading
+    /// began, EV-13) and replays exactly the records after that, up to where the observer read
+    /// (`expected`, from the file), whatever checkpoint it started from.
+    pub fn on_resume_replayed(&mut self, agent: usize, armed: u64, attached: u64, emitted: &[u64], expected: &[u64]) {
+        if attached > armed {
+            self.fail(Kind::Evidence, format!("a{agent}: resumed at {armed}, the observer attached past it at {attached} (REC-2)"));
+        }
         if emitted != expected {
             let missing: Vec<&u64> = expected.iter().filter(|p| !emitted.contains(p)).collect();
             let m = format!("a{agent}: resumed at {armed}, replayed records at {emitted:?}, the file holds {expected:?} (missing {missing:?})");

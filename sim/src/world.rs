@@ -109,6 +109,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.file_replaced_while_down",
     "checkpoint.pid_reused_while_down",
     "checkpoint.cut_below_mark_while_down",
+    "checkpoint.cut_to_the_mark_while_down",
     "retention.pruned",
     "retention.by_size",
     "subscriber.away",
@@ -1785,7 +1786,8 @@ impl World {
             if agent.transport != Transport::Pty || !covers {
                 continue;
             }
-            // More often when a request waits in the file (then the replacement matters most).
+            // More often when a request waits in the file (then the replacement matters most;
+            // a cut then reaches the restart's resume, OBS-2, EV-13).
             let pending = self.resumed_in_rollout(a);
             let replace = if pending.is_empty() { 20 } else { 45 };
             let roll = thread_rng().gen_range(0..100);
@@ -1793,8 +1795,8 @@ impl World {
                 self.replace_rollout_while_down(a, pending);
             } else if roll < replace + 20 && self.agents[a].running.is_none() && !self.split_in_progress(a) {
                 self.reuse_pid_while_down(a);
-            } else if roll < replace + 45 && pending.is_empty() && self.agents[a].running.is_none() {
-                self.cut_rollout_while_down(a, stored.tail.offset);
+            } else if roll < replace + 45 && self.agents[a].running.is_none() {
+                self.cut_rollout_while_down(a, stored.tail.offset, !pending.is_empty());
             }
         }
     }
@@ -1847,9 +1849,11 @@ impl World {
     /// EV-13: the rollout is cut back to a record boundary between the stored checkpoint and
     /// the stream's mark (what the stream reported through), and Codex goes on appending at
     /// the cut: its next records sit at positions the stream already reported, with other
-    /// content. Only when no request waits in the file and no turn runs (the cut records'
-    /// turns are settled history).
-    fn cut_rollout_while_down(&mut self, a: usize, checkpoint: u64) {
+    /// content. Only when no turn runs (the cut records' turns are settled history). When a
+    /// request waits in the file (`pending`: the restart resumes it, from the mark at the
+    /// latest), always with a record ending at the mark (`checkpoint.cut_to_the_mark_while_down`),
+    /// so the resume's cursor is a record boundary of the new file; else half the time.
+    fn cut_rollout_while_down(&mut self, a: usize, checkpoint: u64, pending: bool) {
         // The subscriber has read what the dead daemon made durable (the oracle checks those
         // events against the records they report, which the cut removes), as `agent events
         // --after` reads: below what retention pruned it is `cursor_too_old` and rebases (EV-9;
@@ -1878,6 +1882,25 @@ impl World {
         self.oracle.on_rollout_cut(a, &session, cut);
         self.counters.fault("checkpoint.cut_below_mark_while_down");
         self.log(format!("a{a} rollout cut back to {cut} while down (checkpoint {checkpoint}, mark {}): {removed} records gone", mark.position));
+        if pending || thread_rng().gen_bool(0.5) {
+            self.append_record_ending_at(a, mark.position);
+        }
+    }
+
+    /// EV-13, OBS-2: after a cut, Codex appends a record that ends exactly at the stream's
+    /// mark: a restart that resumes at the mark finds it a record boundary, and only the
+    /// record's own content says the file changed (an assistant message outside any turn,
+    /// which changes no turn state).
+    fn append_record_ending_at(&mut self, a: usize, end: u64) {
+        let now = wakterm_runtime::driver::now_ms();
+        let agent = &mut self.agents[a];
+        assert!(agent.session.next_position < end, "a record ending at {end} follows the cut at {}", agent.session.next_position);
+        let event = ObserverEvent::AgentMessage { session: agent.session.id.clone(), turn: None, text: "appended while down".to_string(), phase: None, position: end };
+        let visible_at_ms = agent.session.records.last().map_or(now, |r| r.visible_at_ms.max(now));
+        agent.session.records.push(Record { position: end, visible_at_ms, event });
+        agent.session.next_position = end;
+        self.counters.fault("checkpoint.cut_to_the_mark_while_down");
+        self.log(format!("a{a} appended a record ending at the mark {end} while down"));
     }
 
     /// OBS-1: the idle process exits and another starts with the same pid (another start
@@ -2097,7 +2120,12 @@ impl World {
         agent.observer.turn = turn;
         agent.observer.fold_from = fold_from;
         agent.observer.label = None;
-        out.push(ObserverEvent::Attached { session, position: floor.unwrap_or(position) });
+        // OBS-2, EV-13 (`CodexObserver::attach`): announced where reading begins, the point
+        // the checkpoint's proof covers, and every record after it emitted: the engine proves
+        // those it already reported by the mark's fingerprint.
+        let cursor_announced = mutant == Mutant::ResumeAnnouncedAtCursor; // (the bug)
+        let announced = if cursor_announced { floor.unwrap_or(position).max(position) } else { position };
+        out.push(ObserverEvent::Attached { session, position: announced });
         // MON-4: a look that attaches is not cut, also when it began on the session this one
         // replaced (`CodexObserver::attach`).
         agent.observer.step_budget = None;
@@ -2121,6 +2149,8 @@ impl World {
                 };
                 self.log(format!("a{a} resume lost: {reason}"));
                 self.counters.fault("note.resume_cursor_off_boundary");
+                // What the runtime read before it found the cursor no boundary came first.
+                out.extend(events.iter().filter(|e| e.position().is_some_and(|p| p > announced && p <= floor)).cloned());
                 let observer = &mut self.agents[a].observer;
                 observer.attached = None;
                 observer.lost_reported = true;
@@ -2130,8 +2160,7 @@ impl World {
                 return;
             }
         }
-        // At or below the floor: folded, not emitted (a lost session is always reported).
-        out.extend(events.into_iter().filter(|e| floor.is_none_or(|floor| e.position().is_none_or(|p| p > floor))));
+        out.extend(events.into_iter().filter(|e| e.position().is_none_or(|p| p > announced)));
     }
 
     /// Tail: detect a lost or replaced record, re-attach, read what became visible.
@@ -2341,15 +2370,17 @@ impl World {
         let first = out.len();
         self.attach(a, Some(from.position), now, out);
         let lost = out[first..].iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. }));
-        if matches!(out.get(first), Some(ObserverEvent::Attached { .. })) && !lost {
-            // REC-2: every record after the armed cursor, up to where the observer read (a
-            // cursor that proved no record boundary lost the session instead, OBS-2).
+        if let (Some(ObserverEvent::Attached { position: at, .. }), false) = (out.get(first), lost) {
+            // REC-2: attached at or before the cursor, and every record after the attach, up to
+            // where the observer read (a cursor that proved no record boundary lost the session
+            // instead, OBS-2; EV-13 proves the records it reported already).
+            let at = *at;
             let emitted: Vec<u64> = out[first + 1..].iter().filter_map(ObserverEvent::position).collect();
             let agent = &self.agents[a];
             let reached = agent.observer.position.max(from.position);
-            let records = &agent.session.records[agent.session.first_after(from.position)..agent.session.first_after(reached)];
+            let records = &agent.session.records[agent.session.first_after(at)..agent.session.first_after(reached)];
             let expected: Vec<u64> = records.iter().map(|r| r.position).collect();
-            self.oracle.on_resume_replayed(a, from.position, &emitted, &expected);
+            self.oracle.on_resume_replayed(a, from.position, at, &emitted, &expected);
         }
     }
 }
