@@ -331,6 +331,9 @@ impl Engine {
 
     /// The per-request correlation rules for one turn event (CORR-3, CORR-5..CORR-10).
     fn correlate(&mut self, request_id: &RequestId, event: &ObserverEvent) {
+        if self.end_awaits_proof(request_id) {
+            return; // EV-13: its end was read; the file's proof decides it
+        }
         let record = &self.requests[request_id];
         let armed: Cursor = record.armed.clone().expect("correlating requests are armed");
         if event.session() != Some(&armed.session) {
@@ -404,7 +407,7 @@ impl Engine {
                 } else if turn == &bound {
                     let reason = final_message.is_none().then_some("no_final_message");
                     let text = final_message.clone().unwrap_or_default();
-                    self.finish(request_id, TerminalState::Completed, reason, Some(text), None);
+                    self.finish_when_proven(request_id, TerminalState::Completed, reason, Some(text)); // EV-13
                 } else {
                     self.indeterminate(request_id, "other_turn_completed"); // CORR-7
                 }
@@ -412,7 +415,7 @@ impl Engine {
             (ObserverEvent::TurnCompleted { .. }, None) => self.indeterminate(request_id, "turn_completed_before_binding"),
             (ObserverEvent::TurnAborted { turn, .. }, Some(bound)) => {
                 if turn.as_ref().is_none_or(|t| t == &bound) {
-                    self.finish(request_id, TerminalState::Aborted, Some("provider_turn_aborted"), None, None); // CORR-10
+                    self.finish_when_proven(request_id, TerminalState::Aborted, Some("provider_turn_aborted"), None); // CORR-10, EV-13
                 } else {
                     self.indeterminate(request_id, "other_turn_aborted");
                 }

@@ -21,8 +21,9 @@
 
 use crate::engine::Engine;
 use crate::events::{EventBody, EventMark};
-use crate::ids::{AgentId, Incarnation, SessionId};
+use crate::ids::{AgentId, Incarnation, RequestId, SessionId};
 use crate::observer::ObserverEvent;
+use crate::terminal::TerminalState;
 
 /// The `observer.gap` reason when the records after a restart's resume point are not the ones
 /// the stream reported.
@@ -54,13 +55,42 @@ pub(crate) struct ReplayZone {
     /// Where the observer resumed (set by its first attach after the restart).
     pub from: Option<u64>,
     pub held: Vec<Held>,
+    /// The requests the restart found armed in `session` (suspended, REC-2): they wait on
+    /// records of the file the zone proves. Requests armed after the restart read the file as
+    /// it is now.
+    pub recovered: Vec<RequestId>,
+    /// Their turn's end, read from records the zone still holds: applied once the file is
+    /// proven (a record of a file cut back and grown again must not end them).
+    pub pending: Vec<PendingFinish>,
+}
+
+/// A recovered request's end read from an unproven record (`ReplayZone::pending`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PendingFinish {
+    pub request_id: RequestId,
+    pub state: TerminalState,
+    pub reason: Option<String>,
+    pub final_message: Option<String>,
+}
+
+/// Why a zone closed without proof (`Engine::replay_changed`), which says what becomes of the
+/// recovered requests waiting on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unproven {
+    /// A record at or past the mark, or a file ending short of it, says the file changed.
+    Content,
+    /// More records than `MAX_HELD_REPLAYS` before the mark: nothing says the file changed,
+    /// but the held ends cannot be proven.
+    Bound,
+    /// The session was lost or another process registered: the requests end by that rule.
+    Elsewhere,
 }
 
 impl ReplayZone {
     /// A zone for a recovered mark that can be proven (it ends at a record with a fingerprint).
     pub(crate) fn for_mark(mark: &EventMark) -> Option<ReplayZone> {
         let (session, fingerprint) = (mark.session.clone()?, mark.fingerprint.clone()?);
-        let zone = ReplayZone { session, through: mark.position, fingerprint, from: None, held: Vec::new() };
+        let zone = ReplayZone { session, through: mark.position, fingerprint, from: None, held: Vec::new(), recovered: Vec::new(), pending: Vec::new() };
         Some(zone)
     }
 }
@@ -73,8 +103,9 @@ enum Verdict {
     Hold,
     /// The file is the one reported: drop the held records.
     Proven,
-    /// The file changed: report the held records afresh after a gap.
-    Changed,
+    /// Report the held records afresh after a gap: the file changed, or nothing can prove it
+    /// now (why: `Unproven`).
+    Changed(Unproven),
 }
 
 impl Engine {
@@ -85,8 +116,10 @@ impl Engine {
         let verdict = match (event, event.session(), event.position()) {
             (ObserverEvent::Attached { session, position }, _, _) if *session == zone.session => {
                 if *position >= zone.through {
-                    // OBS-2 proved the file through the resume point: the observer announces
-                    // where its checkpoint's proof ends, never a cursor past it.
+                    // OBS-2 proved the file through the resume point: the Codex observer
+                    // announces where its checkpoint's proof ends, never a cursor past it; the
+                    // managed observer announces its cursor, in a holder's output, which is
+                    // append-only within its process (a new process resets the mark).
                     Verdict::Proven
                 } else {
                     zone.from = Some(zone.from.map_or(*position, |from| from.min(*position)));
@@ -96,7 +129,7 @@ impl Engine {
             (_, Some(session), Some(position)) if *session == zone.session => match position.cmp(&zone.through) {
                 std::cmp::Ordering::Less => Verdict::Hold,
                 std::cmp::Ordering::Equal if crate::event_replay::record_fingerprint(event) == zone.fingerprint => Verdict::Proven,
-                _ => Verdict::Changed,
+                _ => Verdict::Changed(Unproven::Content),
             },
             // A resume of another session failed: not this zone's business.
             (ObserverEvent::SessionLost { session: Some(lost), .. }, _, _) if *lost != zone.session => Verdict::Pass,
@@ -105,12 +138,12 @@ impl Engine {
                 self.events.replay.remove(agent_id);
                 return false;
             }
-            (ObserverEvent::SessionLost { .. }, _, _) => Verdict::Changed,
+            (ObserverEvent::SessionLost { .. }, _, _) => Verdict::Changed(Unproven::Elsewhere),
             _ => Verdict::Pass,
         };
         let verdict = match verdict {
             // Bounded: a zone that never settles is reported afresh rather than held forever.
-            Verdict::Hold if zone.held.len() >= MAX_HELD_REPLAYS => Verdict::Changed,
+            Verdict::Hold if zone.held.len() >= MAX_HELD_REPLAYS => Verdict::Changed(Unproven::Bound),
             other => other,
         };
         match verdict {
@@ -126,24 +159,48 @@ impl Engine {
                 if let Some(json) = zone.held.into_iter().rev().find_map(|h| if let Held::Checkpoint(json) = h { Some(json) } else { None }) {
                     self.record_checkpoint(agent_id, json);
                 }
+                for end in zone.pending {
+                    self.finish(&end.request_id, end.state, end.reason.as_deref(), end.final_message, None);
+                }
                 false
             }
-            Verdict::Changed => {
-                self.replay_changed(agent_id);
+            Verdict::Changed(why) => {
+                self.replay_changed(agent_id, why);
                 false // the event itself follows, reported afresh
             }
         }
     }
 
-    /// EV-13: the observer read the zone's session to its end short of the mark (a refresh
-    /// reads to the end, and the mark lies within one checkpoint interval of where it
-    /// resumed): the file is shorter than what the stream reported, so it changed.
+    /// EV-13: the observer read the zone's session to its end short of the mark: the file is
+    /// shorter than what the stream reported, so it changed. Not a snapshot whose turn state
+    /// is unknown: a read cut at its bound says that (`CodexObserver::snapshot` while
+    /// behind; a resume with no checkpoint reads the file from its start), as does a fold
+    /// that knows nothing yet, and the next snapshot decides.
     pub(crate) fn replay_check_snapshot(&mut self, agent_id: &AgentId, snapshot: &crate::observer::ObserverSnapshot) {
         let Some(zone) = self.events.replay.get(agent_id) else { return };
-        let attached = snapshot.status == crate::observer::ObserverStatus::Attached;
+        let attached = snapshot.status == crate::observer::ObserverStatus::Attached && snapshot.turn != crate::observer::TurnState::Unknown;
         if attached && zone.from.is_some() && snapshot.session.as_ref() == Some(&zone.session) && snapshot.position < zone.through {
-            self.replay_changed(agent_id);
+            self.replay_changed(agent_id, Unproven::Content);
         }
+    }
+
+    /// EV-13: a recovered request's end (`state`) read from a record the agent's zone still
+    /// holds waits for the zone's verdict (`ReplayZone::pending`); any other ends now.
+    pub(crate) fn finish_when_proven(&mut self, request_id: &RequestId, state: TerminalState, reason: Option<&str>, final_message: Option<String>) {
+        let agent_id = self.requests[request_id].agent_id.clone();
+        if let Some(zone) = self.events.replay.get_mut(&agent_id).filter(|zone| zone.recovered.contains(request_id)) {
+            let end = PendingFinish { request_id: request_id.clone(), state, reason: reason.map(str::to_string), final_message };
+            zone.pending.retain(|p| &p.request_id != request_id);
+            zone.pending.push(end);
+            return;
+        }
+        self.finish(request_id, state, reason, final_message, None);
+    }
+
+    /// EV-13: whether `request_id`'s end waits for its zone's verdict: it reads nothing more.
+    pub(crate) fn end_awaits_proof(&self, request_id: &RequestId) -> bool {
+        let agent_id = &self.requests[request_id].agent_id;
+        self.events.replay.get(agent_id).is_some_and(|zone| zone.pending.iter().any(|p| &p.request_id == request_id))
     }
 
     /// EV-13: a checkpoint covering held records is held with them.
@@ -156,9 +213,10 @@ impl Engine {
         true
     }
 
-    /// EV-13: the file is not the one reported. The stream says so (a gap after where the
-    /// observer resumed, then the attach there), and reports every held record afresh.
-    pub(crate) fn replay_changed(&mut self, agent_id: &AgentId) {
+    /// EV-13: the file is not the one reported, or cannot be proven (`why`). The stream says so
+    /// (a gap after where the observer resumed, then the attach there), and reports every held
+    /// record afresh; the recovered requests end as `why` says (`end_unproven_requests`).
+    pub(crate) fn replay_changed(&mut self, agent_id: &AgentId, why: Unproven) {
         let Some(zone) = self.events.replay.remove(agent_id) else { return };
         let from = zone.from.unwrap_or(0).min(zone.through);
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
@@ -179,20 +237,27 @@ impl Engine {
                 Held::Checkpoint(json) => self.record_checkpoint(agent_id, json),
             }
         }
-        self.end_requests_in_changed_file(agent_id, &zone.session);
+        self.end_unproven_requests(why, zone.recovered, zone.pending);
     }
 
-    /// EV-13, OBS-3: a request armed in a session whose file changed while the daemon was down
-    /// (cut back and grown again) waits on records that may be gone (its turn's completion:
-    /// it waited for good) or other (a final written again, whose first the cut took): it
-    /// ends `indeterminate`, as one resumed across a replaced file.
-    /// Found by the simulator once its cuts reached requests waiting in the file.
-    fn end_requests_in_changed_file(&mut self, agent_id: &AgentId, session: &SessionId) {
-        for request_id in self.correlating_requests_of(agent_id, true) {
-            let armed = self.requests[&request_id].armed.as_ref().expect("correlating requests are armed");
-            if &armed.session == session {
-                self.finish(&request_id, crate::terminal::TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
-            }
+    /// EV-13, OBS-3: the recovered requests of a zone closed without proof.
+    /// - The file changed (cut back and grown again): each waits on records that may be gone
+    ///   (its turn's completion: it waited for good) or other (a final written again, whose
+    ///   first the cut took): it ends `indeterminate`, as one resumed across a replaced file.
+    ///   Found by the simulator once its cuts reached requests waiting in the file (seeds
+    ///   21483 and 29111).
+    /// - The bound on held records: the ends read from unproven records end `indeterminate`;
+    ///   the others go on (nothing says the file changed).
+    /// - A loss or another process: their own rules end them (`observer_session_lost`,
+    ///   CORR-1's `incarnation_changed`); an end read meanwhile is dropped, unproven.
+    fn end_unproven_requests(&mut self, why: Unproven, recovered: Vec<RequestId>, pending: Vec<PendingFinish>) {
+        let ended: Vec<RequestId> = match why {
+            Unproven::Content => recovered,
+            Unproven::Bound => pending.into_iter().map(|p| p.request_id).collect(),
+            Unproven::Elsewhere => Vec::new(),
+        };
+        for request_id in ended {
+            self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
         }
     }
 }

@@ -480,7 +480,7 @@ impl Engine {
         // EV-13: another process cannot prove the old one's replays: report them after a gap.
         let replaced = self.events.marks.get(&facts.agent_id).is_some_and(|m| facts.incarnation.is_some() && facts.incarnation != m.incarnation);
         if replaced {
-            self.replay_changed(&facts.agent_id);
+            self.replay_changed(&facts.agent_id, crate::event_replay::Unproven::Elsewhere);
         }
         let before = self.events.marks.get(&facts.agent_id).cloned().unwrap_or_else(|| EventMark::new(facts.agent_id.clone()));
         let (created, bodies) = registration_events(self.events.marks.get_mut(&facts.agent_id), facts);

@@ -59,6 +59,14 @@ impl Engine {
         }
         let correlating: Vec<_> = engine.requests.values().filter(|r| r.phase.is_correlating()).map(|r| r.request_id.clone()).collect();
         engine.correlating.extend(correlating.iter().cloned());
+        // EV-13: the requests each replay zone's proof decides (armed in its session).
+        for request_id in &correlating {
+            let record = &engine.requests[request_id];
+            let armed = record.armed.as_ref().expect("correlating requests are armed");
+            if let Some(zone) = engine.events.replay.get_mut(&record.agent_id).filter(|zone| zone.session == armed.session) {
+                zone.recovered.push(request_id.clone());
+            }
+        }
         engine.suspended.extend(correlating);
         // HIST-1: finished requests (if the runtime loaded any) are read back on demand.
         let finished: Vec<_> = engine.requests.keys().cloned().collect();

@@ -120,6 +120,25 @@ fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
     let same = resumed(false);
     assert_eq!(same.len(), 1, "{same:?}");
     assert_eq!((same[0].state, same[0].final_message.as_deref()), (TerminalState::Completed, Some("a final written again")));
+
+    // A completion the new file holds below the mark is read before the record at the mark
+    // says the file changed: the request's end waits for that verdict. A request admitted
+    // after the restart reads the file as it is now and ends by its own turn.
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: Some(TurnId("turn-1".into())), text: "working".into(), phase: None, position: 1030 });
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.turn_completed("turn-1", "written below the mark", 1025); // cut back to 1020, grown again
+    assert!(rig.terminal_for(REQ).is_empty(), "its end waits for the record at the mark");
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "new".into(), phase: None, position: 1030 });
+    let ended = rig.terminal_for(REQ);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
 }
 
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of
