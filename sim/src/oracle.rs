@@ -212,7 +212,9 @@ pub struct Oracle {
     /// durably seen read (`RecoveredWrite::of`, `registered_after`): a daemon that wrote again
     /// waited for its own write, but its successor finds the ended registration again when
     /// that write is not durably taken (exploration seed 120187618).
-    ended_unfinished: BTreeMap<String, (usize, u64)>,
+    /// And the process it was registered on: the engine holds only for writes into the
+    /// process the agent runs (`RecoveredWrite::reopen_wait`, a review).
+    ended_unfinished: BTreeMap<String, (usize, u64, wakterm_engine::Incarnation)>,
     /// ADM-5 (managed): the agents this daemon started knowing of an earlier write than the
     /// pane's last one (that one's registration ended by an earlier restart, REC-1): it waits
     /// for the earlier line's own answer, which it may never see (answered before the mark, the
@@ -766,23 +768,24 @@ impl Oracle {
     /// of its recorded floor (where the engine's view stood at the write). `accepted_durably`:
     /// per agent, the lines the durable mark saw accepted into a turn not yet seen taking them
     /// (line id, turn). `unfinished`: the registrations left unfinished, this start ends them
-    /// (REC-1), and their agents. `seen_read`: per agent, when the engine asked for each write
-    /// whose record says durably that its prompt was read.
+    /// (REC-1), their agents and processes. `seen_read`: per agent, when the engine asked for
+    /// each write whose record says durably that its prompt was read; and the process each
+    /// agent runs now.
     pub fn on_daemon_start(
         &mut self,
         known_writes: BTreeSet<String>,
-        unfinished: BTreeMap<String, usize>,
-        seen_read: Vec<(usize, u64)>,
+        unfinished: BTreeMap<String, (usize, wakterm_engine::Incarnation)>,
+        (seen_read, running): (Vec<(usize, u64)>, BTreeMap<usize, wakterm_engine::Incarnation>),
         taken_durably: BTreeSet<usize>,
         latest_known: BTreeMap<usize, (String, Option<SessionId>)>,
         accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
         self.known_writes_at_start = known_writes;
-        for (id, agent) in unfinished {
-            self.ended_unfinished.insert(id, (agent, self.daemon_started_ms));
+        for (id, (agent, incarnation)) in unfinished {
+            self.ended_unfinished.insert(id, (agent, self.daemon_started_ms, incarnation));
         }
-        self.hold_for_ended_registrations(&seen_read);
+        self.hold_for_ended_registrations(&seen_read, &running);
         // Only when the last write the pane saw is the latest the new engine knows of: a later
         // one it does not know (a request that ended meanwhile) leaves it waiting on an earlier
         // write, whose floor may lie in an earlier session than the turn (seed 14134), and a
@@ -822,14 +825,14 @@ impl Oracle {
     /// earlier one) may hold: its holder may land the line up to `WRITE_LANDS_WITHIN_MS` after
     /// that restart, and the engine waits RF-8's timeout from then, unless the engine asked
     /// for a later write whose prompt the record says was read (`seen_read`), or that time has
-    /// passed.
-    fn hold_for_ended_registrations(&mut self, seen_read: &[(usize, u64)]) {
+    /// passed, or the agent runs another process now (`running`).
+    fn hold_for_ended_registrations(&mut self, seen_read: &[(usize, u64)], running: &BTreeMap<usize, wakterm_engine::Incarnation>) {
         use wakterm_engine::limits::{TURN_START_TIMEOUT_MS, WRITE_LANDS_WITHIN_MS};
         let now = self.daemon_started_ms;
-        self.ended_unfinished.retain(|_, (_, ended)| now < *ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS);
-        for (agent, ended) in self.ended_unfinished.values() {
+        self.ended_unfinished.retain(|_, (_, ended, _)| now < *ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS);
+        for (agent, ended, incarnation) in self.ended_unfinished.values() {
             let read_after = seen_read.iter().any(|(a, asked)| a == agent && asked > ended);
-            if !read_after {
+            if !read_after && running.get(agent) == Some(incarnation) {
                 let until = ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS;
                 let held = self.unfinished_until.entry(*agent).or_insert(until);
                 *held = (*held).max(until);
@@ -2042,18 +2045,36 @@ mod tests {
         use wakterm_engine::limits::{TURN_START_TIMEOUT_MS, WRITE_LANDS_WITHIN_MS};
         let ended = 4_000;
         let until = ended + WRITE_LANDS_WITHIN_MS + TURN_START_TIMEOUT_MS;
-        let restart = |at: u64, seen_read: &[(usize, u64)]| {
+        let process = |p: &str| wakterm_engine::Incarnation(p.to_string());
+        let restart_on = |at: u64, seen_read: &[(usize, u64)], runs: &str| {
             let mut oracle = Oracle::default();
-            oracle.ended_unfinished.insert("r3".to_string(), (0, ended));
+            oracle.ended_unfinished.insert("r3".to_string(), (0, ended, process("p1")));
             oracle.daemon_started_ms = at;
-            oracle.hold_for_ended_registrations(seen_read);
+            oracle.hold_for_ended_registrations(seen_read, &BTreeMap::from([(0, process(runs))]));
             oracle.unfinished_until.get(&0).copied()
         };
+        let restart = |at: u64, seen_read: &[(usize, u64)]| restart_on(at, seen_read, "p1");
         assert_eq!(restart(13_000, &[]), Some(until), "the second daemon's write (asked at 5,000) not durably read");
         assert_eq!(restart(13_000, &[(1, 5_000)]), Some(until), "another agent's read write says nothing of a0");
         assert_eq!(restart(13_000, &[(0, 3_000)]), Some(until), "a write read before the restart that ended it");
         assert_eq!(restart(13_000, &[(0, 5_000)]), None, "a later write durably read: every line before it was read");
         assert_eq!(restart(until, &[]), None, "past the hold");
+        assert_eq!(restart_on(13_000, &[], "p2"), None, "another process runs: the engine holds only for writes into it (a review)");
+    }
+
+    /// REC-2 (a review): the oracle fails a resume answered by an attach past its cursor, and
+    /// records that are not exactly those after the attach.
+    #[test]
+    fn rec_2_a_resume_attaches_at_or_before_its_cursor_and_replays_what_follows() {
+        let check = |attached: u64, emitted: &[u64]| {
+            let mut oracle = Oracle::default();
+            oracle.on_resume_replayed(0, 500, attached, emitted, &[600, 700]);
+            kinds(&oracle)
+        };
+        assert_eq!(check(100, &[600, 700]), vec![], "attached below the cursor, every record after it");
+        assert_eq!(check(500, &[600, 700]), vec![], "attached at the cursor");
+        assert_eq!(check(550, &[600, 700]), vec![Kind::Evidence], "attached past the cursor");
+        assert_eq!(check(100, &[700]), vec![Kind::Evidence], "a record skipped");
     }
 
     /// EV-3 at a `cursor_too_old` rebase: a durable turn start the rebase skipped counts as

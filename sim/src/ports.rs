@@ -2168,12 +2168,15 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // The engine's hold for such a line runs RF-8's timeout from when it landed at the
         // latest: WRITE_LANDS_WITHIN_MS after this start (its holder may write it after the
         // crash).
-        let unfinished: BTreeMap<String, usize> = requests
+        let unfinished: BTreeMap<String, (usize, wakterm_engine::Incarnation)> = requests
             .iter()
             .filter(|r| r.phase == Phase::Registered)
-            .filter_map(|r| Some((r.request_id.as_str().to_string(), agent_index(&w, &r.agent_id)?)))
+            .filter_map(|r| Some((r.request_id.as_str().to_string(), (agent_index(&w, &r.agent_id)?, r.incarnation.clone()))))
             .collect();
         let taken_writes = writes_seen_read_durably(&w);
+        // The process each agent runs now: the engine holds only for writes into it.
+        let running: BTreeMap<usize, wakterm_engine::Incarnation> =
+            (0..w.agents.len()).filter_map(|a| Some((a, w.agents[a].facts().incarnation?))).collect();
         let taken_durably = turns_after_writes_durable(&w);
         // ADM-5 (managed): the lines the durable marks saw accepted into a turn not yet seen
         // taking them: the new engine waits for that turn's start (`RecoveredWrite::managed_wait`).
@@ -2185,7 +2188,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
             .collect();
         let any_unfinished = !unfinished.is_empty();
-        w.oracle.on_daemon_start(known_writes, unfinished, taken_writes, taken_durably, latest_known, accepted_durably);
+        w.oracle.on_daemon_start(known_writes, unfinished, (taken_writes, running), taken_durably, latest_known, accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         if any_unfinished && w.plan.commit_stall > 0.0 {
             crash_within_the_minute(&w, world.clone(), w.daemon_epoch + 1);

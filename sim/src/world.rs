@@ -110,6 +110,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.pid_reused_while_down",
     "checkpoint.cut_below_mark_while_down",
     "checkpoint.cut_to_the_mark_while_down",
+    "checkpoint.final_below_the_mark_while_down",
     "retention.pruned",
     "retention.by_size",
     "subscriber.away",
@@ -1852,7 +1853,9 @@ impl World {
     /// content. Only when no turn runs (the cut records' turns are settled history). When a
     /// request waits in the file (`pending`: the restart resumes it, from the mark at the
     /// latest), always with a record ending at the mark (`checkpoint.cut_to_the_mark_while_down`),
-    /// so the resume's cursor is a record boundary of the new file; else half the time.
+    /// so a resume at the mark finds a record boundary of the new file (an armed cursor
+    /// between the cut and the mark lies inside a new record, and the resume loses the
+    /// session, unless `regrow_to_the_mark` ends one there); else half the time.
     fn cut_rollout_while_down(&mut self, a: usize, checkpoint: u64, pending: bool) {
         // The subscriber has read what the dead daemon made durable (the oracle checks those
         // events against the records they report, which the cut removes), as `agent events
@@ -1883,24 +1886,68 @@ impl World {
         self.counters.fault("checkpoint.cut_below_mark_while_down");
         self.log(format!("a{a} rollout cut back to {cut} while down (checkpoint {checkpoint}, mark {}): {removed} records gone", mark.position));
         if pending || thread_rng().gen_bool(0.5) {
-            self.append_record_ending_at(a, mark.position);
+            self.regrow_to_the_mark(a, mark.position);
         }
     }
 
     /// EV-13, OBS-2: after a cut, Codex appends a record that ends exactly at the stream's
     /// mark: a restart that resumes at the mark finds it a record boundary, and only the
     /// record's own content says the file changed (an assistant message outside any turn,
-    /// which changes no turn state).
-    fn append_record_ending_at(&mut self, a: usize, end: u64) {
+    /// which changes no turn state). Before it, with a bound request waiting in the file,
+    /// half the time a completion of that request's turn with another final below the mark
+    /// (`checkpoint.final_below_the_mark_while_down`: the first final the cut took, a second
+    /// one written again): the engine reads it before the record at the mark says the file
+    /// changed, and must not end the request with it.
+    fn regrow_to_the_mark(&mut self, a: usize, mark: u64) {
+        let waiting = self.bound_in_rollout(a).into_iter().filter(|(_, armed, _)| *armed < mark).max_by_key(|(_, armed, _)| *armed);
+        if let Some((id, armed, turn)) = waiting.filter(|_| thread_rng().gen_bool(0.5)) {
+            if armed > self.agents[a].session.next_position {
+                self.append_new_record(a, armed, None); // the resume's cursor stays a boundary
+            }
+            let at = self.agents[a].session.next_position;
+            if at + 1 < mark {
+                let end = thread_rng().gen_range(at + 1..mark);
+                let session = self.agents[a].session.id.clone();
+                let text = format!("final of {} (written again)", turn.0);
+                let event = ObserverEvent::TurnCompleted { session, turn: turn.clone(), final_message: Some(text), position: end };
+                self.append_new_record(a, end, Some(event));
+                self.counters.fault("checkpoint.final_below_the_mark_while_down");
+                self.log(format!("a{a} appended a completion of {} ({id}'s turn) with another final at {end}, below the mark, while down", turn.0));
+            }
+        }
+        self.append_new_record(a, mark, None);
+        self.counters.fault("checkpoint.cut_to_the_mark_while_down");
+        self.log(format!("a{a} appended a record ending at the mark {mark} while down"));
+    }
+
+    /// Appends a record ending at `end` to agent `a`'s cut rollout (`event`, or an assistant
+    /// message outside any turn).
+    fn append_new_record(&mut self, a: usize, end: u64, event: Option<ObserverEvent>) {
         let now = wakterm_runtime::driver::now_ms();
         let agent = &mut self.agents[a];
-        assert!(agent.session.next_position < end, "a record ending at {end} follows the cut at {}", agent.session.next_position);
-        let event = ObserverEvent::AgentMessage { session: agent.session.id.clone(), turn: None, text: "appended while down".to_string(), phase: None, position: end };
+        assert!(agent.session.next_position < end, "a record ending at {end} follows {}", agent.session.next_position);
+        let session = agent.session.id.clone();
+        let event = event.unwrap_or(ObserverEvent::AgentMessage { session, turn: None, text: "appended while down".to_string(), phase: None, position: end });
         let visible_at_ms = agent.session.records.last().map_or(now, |r| r.visible_at_ms.max(now));
         agent.session.records.push(Record { position: end, visible_at_ms, event });
         agent.session.next_position = end;
-        self.counters.fault("checkpoint.cut_to_the_mark_while_down");
-        self.log(format!("a{a} appended a record ending at the mark {end} while down"));
+    }
+
+    /// The return-final requests bound to a turn that a restarted daemon will resume in agent
+    /// `a`'s current rollout: id, armed position, turn.
+    fn bound_in_rollout(&self, a: usize) -> Vec<(String, u64, wakterm_engine::TurnId)> {
+        let agent_id = self.agents[a].agent_id.to_string();
+        let session = &self.agents[a].session.id;
+        let mut bound = Vec::new();
+        for stored in self.store.requests().into_iter().filter(|r| r.agent_id == agent_id && r.phase == "bound") {
+            let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
+            if let (Some(armed), Some(turn)) = (record.armed, record.bound_turn) {
+                if &armed.session == session {
+                    bound.push((stored.request_id, armed.position, turn));
+                }
+            }
+        }
+        bound
     }
 
     /// OBS-1: the idle process exits and another starts with the same pid (another start
