@@ -285,7 +285,8 @@ impl Engine {
         let event_retries = self.events.retry_at.values().copied();
         let submissions = self.submissions.values().map(|s| s.deadline_ms);
         let holds = self.landing_writes.values().map(|l| l.until_ms); // ADM-12's bound
-        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).chain(holds).min()
+        let proofs = self.unproven_ends_due(); // EV-13's bound
+        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).chain(holds).chain(proofs).min()
     }
 
     /// RF-8: when a submitted request still waiting for its turn to start gives up.
@@ -571,6 +572,7 @@ impl Engine {
         self.expire_submissions();
         self.expire_landing_writes();
         self.expire_request_deadlines();
+        self.expire_unproven_ends();
         self.send_due_probes();
         let due: Vec<(RequestId, TerminalRetry)> = self
             .terminal_retries

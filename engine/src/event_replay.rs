@@ -13,11 +13,18 @@
 //!   were replays and are dropped;
 //! - a record at M with another fingerprint, or one beyond M with none at M: the file changed:
 //!   `observer.gap` (after C), `observer.attached` at C, then every held record reported afresh;
+//! - a drained exit of the process, or a snapshot, that read the file to its end short of M:
+//!   the file changed, the same verdict;
 //! - the session lost, or another incarnation registered, before that: the held records are
-//!   reported afresh after the gap the loss makes (EV-7), or dropped with the old process's
-//!   stream when a new process replaces it (after a gap, since they were never proven).
+//!   reported afresh after a gap (they were never proven).
 //!
 //! Checkpoints (EV-5) arriving meanwhile are held with the records they cover.
+//!
+//! The requests the restart found armed in S wait on the verdict too (`ReplayZone::recovered`):
+//! an end of their turn read from a held record is applied once the file is proven
+//! (`ReplayZone::pending`), and a changed file ends them `indeterminate`, as OBS-3 ends those
+//! resumed across a replaced file. An end unproven for `MAX_PROOF_WAIT_MS` ends
+//! `indeterminate` too.
 
 use crate::engine::Engine;
 use crate::events::{EventBody, EventMark};
@@ -31,6 +38,11 @@ pub const REWRITTEN_WHILE_DOWN: &str = "rollout_rewritten_while_down";
 
 /// Records and checkpoints one unproven replay may hold before it is treated as changed.
 pub const MAX_HELD_REPLAYS: usize = 4096;
+
+/// How long a recovered request's end read from an unproven record waits for the proof: the
+/// zone settles at the restart's first read through the mark, so only a read that never gets
+/// there (a tail error that lasts) waits this long; then the request ends `indeterminate`.
+pub const MAX_PROOF_WAIT_MS: u64 = 60_000;
 
 /// EV-13: a fingerprint of one provider record's event, kept in the mark that ends at it.
 pub fn record_fingerprint(event: &ObserverEvent) -> String {
@@ -71,6 +83,9 @@ pub(crate) struct PendingFinish {
     pub state: TerminalState,
     pub reason: Option<String>,
     pub final_message: Option<String>,
+    /// When it was read, and the record it was read from (RF-6's evidence).
+    pub read_ms: u64,
+    pub evidence: Option<String>,
 }
 
 /// Why a zone closed without proof (`Engine::replay_changed`), which says what becomes of the
@@ -139,6 +154,10 @@ impl Engine {
                 return false;
             }
             (ObserverEvent::SessionLost { .. }, _, _) => Verdict::Changed(Unproven::Elsewhere),
+            // The process is gone and the observer read the file to its end, short of the
+            // mark (a record at or past it settled the zone): the file is shorter than what
+            // the stream reported (a review: the exit took the request for a prompt never read).
+            (ObserverEvent::ProcessExited { drained: true }, _, _) if zone.from.is_some() => Verdict::Changed(Unproven::Content),
             _ => Verdict::Pass,
         };
         let verdict = match verdict {
@@ -160,7 +179,9 @@ impl Engine {
                     self.record_checkpoint(agent_id, json);
                 }
                 for end in zone.pending {
+                    let deciding = std::mem::replace(&mut self.deciding, end.evidence);
                     self.finish(&end.request_id, end.state, end.reason.as_deref(), end.final_message, None);
+                    self.deciding = deciding;
                 }
                 false
             }
@@ -188,13 +209,33 @@ impl Engine {
     /// holds waits for the zone's verdict (`ReplayZone::pending`); any other ends now.
     pub(crate) fn finish_when_proven(&mut self, request_id: &RequestId, state: TerminalState, reason: Option<&str>, final_message: Option<String>) {
         let agent_id = self.requests[request_id].agent_id.clone();
+        let (read_ms, evidence) = (self.now_ms, self.deciding.clone());
         if let Some(zone) = self.events.replay.get_mut(&agent_id).filter(|zone| zone.recovered.contains(request_id)) {
-            let end = PendingFinish { request_id: request_id.clone(), state, reason: reason.map(str::to_string), final_message };
-            zone.pending.retain(|p| &p.request_id != request_id);
+            let end = PendingFinish { request_id: request_id.clone(), state, reason: reason.map(str::to_string), final_message, read_ms, evidence };
+            debug_assert!(!zone.pending.iter().any(|p| &p.request_id == request_id), "a pending end reads nothing more");
             zone.pending.push(end);
             return;
         }
         self.finish(request_id, state, reason, final_message, None);
+    }
+
+    /// EV-13: the ends unproven for `MAX_PROOF_WAIT_MS` end `indeterminate`; the zone stays.
+    pub(crate) fn expire_unproven_ends(&mut self) {
+        let now = self.now_ms;
+        let mut expired = Vec::new();
+        for zone in self.events.replay.values_mut() {
+            let (old, young): (Vec<PendingFinish>, Vec<PendingFinish>) = std::mem::take(&mut zone.pending).into_iter().partition(|p| p.read_ms + MAX_PROOF_WAIT_MS <= now);
+            zone.pending = young;
+            expired.extend(old.into_iter().map(|p| p.request_id));
+        }
+        for request_id in expired {
+            self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
+        }
+    }
+
+    /// EV-13: when the oldest unproven end expires (`Engine::poll_timeout`).
+    pub(crate) fn unproven_ends_due(&self) -> Option<u64> {
+        self.events.replay.values().flat_map(|zone| zone.pending.iter().map(|p| p.read_ms + MAX_PROOF_WAIT_MS)).min()
     }
 
     /// EV-13: whether `request_id`'s end waits for its zone's verdict: it reads nothing more.
@@ -246,15 +287,15 @@ impl Engine {
     ///   first the cut took): it ends `indeterminate`, as one resumed across a replaced file.
     ///   Found by the simulator once its cuts reached requests waiting in the file (seeds
     ///   21483 and 29111).
-    /// - The bound on held records: the ends read from unproven records end `indeterminate`;
-    ///   the others go on (nothing says the file changed).
-    /// - A loss or another process: their own rules end them (`observer_session_lost`,
-    ///   CORR-1's `incarnation_changed`); an end read meanwhile is dropped, unproven.
+    /// - The bound on held records, a loss or another process: the ends read from unproven
+    ///   records end `indeterminate`; the others go on (nothing says the file changed), or
+    ///   end by their own rule (`observer_session_lost`, CORR-1's `incarnation_changed`). A
+    ///   managed loss in an earlier process's output ends only the requests armed there
+    ///   (MGD-4): one armed later would wait for an end it had read (a review).
     fn end_unproven_requests(&mut self, why: Unproven, recovered: Vec<RequestId>, pending: Vec<PendingFinish>) {
         let ended: Vec<RequestId> = match why {
             Unproven::Content => recovered,
-            Unproven::Bound => pending.into_iter().map(|p| p.request_id).collect(),
-            Unproven::Elsewhere => Vec::new(),
+            Unproven::Bound | Unproven::Elsewhere => pending.into_iter().map(|p| p.request_id).collect(),
         };
         for request_id in ended {
             self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);

@@ -122,8 +122,7 @@ fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
     assert_eq!((same[0].state, same[0].final_message.as_deref()), (TerminalState::Completed, Some("a final written again")));
 
     // A completion the new file holds below the mark is read before the record at the mark
-    // says the file changed: the request's end waits for that verdict. A request admitted
-    // after the restart reads the file as it is now and ends by its own turn.
+    // says the file changed: the request's end waits for that verdict.
     let mut rig = Rig::with_idle_zola();
     rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.turn_started("turn-1", 1010);
@@ -136,6 +135,57 @@ fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
     rig.turn_completed("turn-1", "written below the mark", 1025); // cut back to 1020, grown again
     assert!(rig.terminal_for(REQ).is_empty(), "its end waits for the record at the mark");
     rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "new".into(), phase: None, position: 1030 });
+    let ended = rig.terminal_for(REQ);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
+
+    // The same file: a completion below the mark (its terminal commit lost in the crash, the
+    // events' durable) ends the request once the record at the mark proves the file, with
+    // the completion's own evidence (RF-6).
+    let working = || ObserverEvent::AgentMessage { session: session(), turn: None, text: "after the turn".into(), phase: None, position: 1040 };
+    let completion_read_below_the_mark = || {
+        let mut rig = Rig::with_idle_zola();
+        rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+        rig.turn_started("turn-1", 1010);
+        rig.user_message("turn-1", "hi", 1020);
+        rig.auto = Auto::Manual; // the terminal's commit never comes back
+        rig.turn_completed("turn-1", "its final", 1030);
+        rig.observe(working());
+        assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound, "its end is not durable");
+        rig.auto = Auto::All;
+        restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+        rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+        rig.turn_started("turn-1", 1010);
+        rig.user_message("turn-1", "hi", 1020);
+        rig.turn_completed("turn-1", "its final", 1030);
+        assert!(rig.terminal_for(REQ).is_empty(), "its end waits for the record at the mark");
+        rig
+    };
+    let mut rig = completion_read_below_the_mark();
+    rig.observe(working());
+    let proven = rig.terminal_for(REQ);
+    assert_eq!(proven.len(), 1, "{proven:?}");
+    assert_eq!((proven[0].state, proven[0].final_message.as_deref()), (TerminalState::Completed, Some("its final")));
+    let trail = &rig.durable[&RequestId::parse(REQ).unwrap()].evidence;
+    assert!(trail.last().is_some_and(|e| e.detail.contains("1030")), "{trail:?}");
+    // No read reaches the mark (a tail error that lasts): the end waits a bounded time.
+    let mut unproven = completion_read_below_the_mark();
+    unproven.advance(MAX_PROOF_WAIT_MS - 1);
+    assert!(unproven.terminal_for(REQ).is_empty());
+    unproven.advance(1);
+    let expired = unproven.terminal_for(REQ);
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    assert_eq!((expired[0].state, expired[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
+
+    // Cut back below the mark, and the process exits drained before anything reaches it: the
+    // file is shorter than what the stream reported, so nothing in it says the prompt went
+    // unread (it was `delivery_failed`, a review).
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010); // the stream's mark; the bind never came
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
     let ended = rig.terminal_for(REQ);
     assert_eq!(ended.len(), 1, "{ended:?}");
     assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
