@@ -1901,10 +1901,14 @@ impl World {
     fn regrow_to_the_mark(&mut self, a: usize, mark: u64) {
         let waiting = self.bound_in_rollout(a).into_iter().filter(|(_, armed, _)| *armed < mark).max_by_key(|(_, armed, _)| *armed);
         if let Some((id, armed, turn)) = waiting.filter(|_| thread_rng().gen_bool(0.5)) {
-            if armed > self.agents[a].session.next_position {
-                self.append_new_record(a, armed, None); // the resume's cursor stays a boundary
+            // The restart resumes from the earliest armed cursor of the requests waiting in the
+            // file (the mark at the latest): it stays a record boundary (a review: placed at
+            // the latest one, a resume from an earlier one lost the session).
+            let resume = self.armed_in_rollout(a).into_iter().map(|(_, p)| p).min().unwrap_or(armed).min(armed);
+            if resume > self.agents[a].session.next_position {
+                self.append_new_record(a, resume, None);
             }
-            let at = self.agents[a].session.next_position;
+            let at = self.agents[a].session.next_position.max(armed);
             if at + 1 < mark {
                 let end = thread_rng().gen_range(at + 1..mark);
                 let session = self.agents[a].session.id.clone();
