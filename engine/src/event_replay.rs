@@ -18,13 +18,17 @@
 //! - the session lost, or another incarnation registered, before that: the held records are
 //!   reported afresh after a gap (they were never proven).
 //!
-//! Checkpoints (EV-5) arriving meanwhile are held with the records they cover.
+//! Checkpoints (EV-5) arriving meanwhile are held with the records they cover. At most
+//! `MAX_HELD_REPLAYS` are held: past it the oldest goes (a replay if the file is proven; if it
+//! changed, the gap after C says records after C may be missing).
 //!
 //! The requests the restart found armed in S wait on the verdict too (`ReplayZone::recovered`):
 //! an end of their turn read from a held record is applied once the file is proven
 //! (`ReplayZone::pending`), and a changed file ends them `indeterminate`, as OBS-3 ends those
 //! resumed across a replaced file. An end unproven for `MAX_PROOF_WAIT_MS` ends
 //! `indeterminate` too.
+
+use std::collections::VecDeque;
 
 use crate::engine::Engine;
 use crate::events::{EventBody, EventMark};
@@ -36,7 +40,7 @@ use crate::terminal::TerminalState;
 /// the stream reported.
 pub const REWRITTEN_WHILE_DOWN: &str = "rollout_rewritten_while_down";
 
-/// Records and checkpoints one unproven replay may hold before it is treated as changed.
+/// Records and checkpoints one unproven replay holds at most; past it the oldest is dropped.
 pub const MAX_HELD_REPLAYS: usize = 4096;
 
 /// How long a recovered request's end read from an unproven record waits for the proof: the
@@ -66,7 +70,7 @@ pub(crate) struct ReplayZone {
     pub fingerprint: String,
     /// Where the observer resumed (set by its first attach after the restart).
     pub from: Option<u64>,
-    pub held: Vec<Held>,
+    pub held: VecDeque<Held>,
     /// The requests the restart found armed in `session` (suspended, REC-2): they wait on
     /// records of the file the zone proves. Requests armed after the restart read the file as
     /// it is now.
@@ -94,18 +98,26 @@ pub(crate) struct PendingFinish {
 pub(crate) enum Unproven {
     /// A record at or past the mark, or a file ending short of it, says the file changed.
     Content,
-    /// More records than `MAX_HELD_REPLAYS` before the mark: nothing says the file changed,
-    /// but the held ends cannot be proven.
-    Bound,
     /// The session was lost or another process registered: the requests end by that rule.
     Elsewhere,
 }
 
 impl ReplayZone {
+    /// Holds one more record or checkpoint, dropping the oldest past `MAX_HELD_REPLAYS`: a
+    /// resume with no checkpoint reads the file from its start, and past the bound it was
+    /// taken for changed (a false gap, every held record reported again, a review).
+    fn hold(&mut self, held: Held) {
+        if self.held.len() >= MAX_HELD_REPLAYS {
+            self.held.pop_front();
+        }
+        self.held.push_back(held);
+        debug_assert!(self.held.len() <= MAX_HELD_REPLAYS);
+    }
+
     /// A zone for a recovered mark that can be proven (it ends at a record with a fingerprint).
     pub(crate) fn for_mark(mark: &EventMark) -> Option<ReplayZone> {
         let (session, fingerprint) = (mark.session.clone()?, mark.fingerprint.clone()?);
-        let zone = ReplayZone { session, through: mark.position, fingerprint, from: None, held: Vec::new(), recovered: Vec::new(), pending: Vec::new() };
+        let zone = ReplayZone { session, through: mark.position, fingerprint, from: None, held: VecDeque::new(), recovered: Vec::new(), pending: Vec::new() };
         Some(zone)
     }
 }
@@ -160,15 +172,10 @@ impl Engine {
             (ObserverEvent::ProcessExited { drained: true }, _, _) if zone.from.is_some() => Verdict::Changed(Unproven::Content),
             _ => Verdict::Pass,
         };
-        let verdict = match verdict {
-            // Bounded: a zone that never settles is reported afresh rather than held forever.
-            Verdict::Hold if zone.held.len() >= MAX_HELD_REPLAYS => Verdict::Changed(Unproven::Bound),
-            other => other,
-        };
         match verdict {
             Verdict::Pass => false,
             Verdict::Hold => {
-                zone.held.push(Held::Event(event.clone(), incarnation.clone()));
+                zone.hold(Held::Event(event.clone(), incarnation.clone()));
                 true
             }
             Verdict::Proven => {
@@ -250,7 +257,7 @@ impl Engine {
         if zone.held.is_empty() {
             return false;
         }
-        zone.held.push(Held::Checkpoint(checkpoint_json.to_string()));
+        zone.hold(Held::Checkpoint(checkpoint_json.to_string()));
         true
     }
 
@@ -287,15 +294,15 @@ impl Engine {
     ///   first the cut took): it ends `indeterminate`, as one resumed across a replaced file.
     ///   Found by the simulator once its cuts reached requests waiting in the file (seeds
     ///   21483 and 29111).
-    /// - The bound on held records, a loss or another process: the ends read from unproven
-    ///   records end `indeterminate`; the others go on (nothing says the file changed), or
-    ///   end by their own rule (`observer_session_lost`, CORR-1's `incarnation_changed`). A
-    ///   managed loss in an earlier process's output ends only the requests armed there
-    ///   (MGD-4): one armed later would wait for an end it had read (a review).
+    /// - A loss or another process: the ends read from unproven records end `indeterminate`;
+    ///   the others end by their own rule (`observer_session_lost`, CORR-1's
+    ///   `incarnation_changed`) or go on. A managed loss in an earlier process's output ends
+    ///   only the requests armed there (MGD-4): one armed later would wait for an end it had
+    ///   read (a review).
     fn end_unproven_requests(&mut self, why: Unproven, recovered: Vec<RequestId>, pending: Vec<PendingFinish>) {
         let ended: Vec<RequestId> = match why {
             Unproven::Content => recovered,
-            Unproven::Bound | Unproven::Elsewhere => pending.into_iter().map(|p| p.request_id).collect(),
+            Unproven::Elsewhere => pending.into_iter().map(|p| p.request_id).collect(),
         };
         for request_id in ended {
             self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);

@@ -36,7 +36,7 @@ pub use agent::{AgentEntry, AgentFacts, Harness, ManagedIds, ObserverView, Trans
 pub use admission::{stateless_check, target_malformed, AgentState, Blocker, CatalogBlocker, CatalogView};
 pub use engine::Engine;
 pub use history::is_finished;
-pub use event_replay::{record_fingerprint, MAX_PROOF_WAIT_MS, REWRITTEN_WHILE_DOWN};
+pub use event_replay::{record_fingerprint, MAX_HELD_REPLAYS, MAX_PROOF_WAIT_MS, REWRITTEN_WHILE_DOWN};
 pub use event_stream::{observed_events, registration_events, MAX_EVENT_BATCH_BYTES};
 pub use events::{AgentEvent, EventBody, EventMark, AGENT_EVENTS_SCHEMA};
 pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};

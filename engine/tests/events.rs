@@ -231,6 +231,36 @@ fn ev_13_replays_are_proven_before_they_are_dropped() {
     assert_eq!(kinds, ["observer.gap", "observer.attached", "turn.started"]);
 }
 
+/// EV-13: past `MAX_HELD_REPLAYS` held records the oldest is dropped, and the record at the
+/// mark still proves the file: a resume with no checkpoint re-reads a long history from its
+/// start (a review: past the bound it was taken for changed, a false gap, and every held record
+/// reported again). A file that did change is still a gap.
+#[test]
+fn ev_13_a_replay_longer_than_the_bound_is_still_proven() {
+    let count = MAX_HELD_REPLAYS as u64 + 10;
+    let message = |i: u64, text: &str| ObserverEvent::AgentMessage { session: session(), turn: None, text: format!("{text} {i}"), phase: None, position: 1000 + i };
+    let replayed = |last: &str| {
+        let mut rig = Rig::with_idle_zola();
+        rig.observe(attached(900));
+        (0..count).for_each(|i| rig.observe(message(i, "history")));
+        let before = rig.durable_events.len();
+        restart(&mut rig);
+        rig.observe(attached(900));
+        (0..count - 1).for_each(|i| rig.observe(message(i, "history")));
+        rig.observe(message(count - 1, last));
+        rig.observe(message(count, "new"));
+        rig.durable_events[before..].iter().map(|e| e.kind().to_string()).collect::<Vec<String>>()
+    };
+    let same = replayed("history");
+    assert_eq!(same.len(), 1, "only the new record; got {} events, from {:?}", same.len(), &same[..3.min(same.len())]);
+    assert_eq!(same[0], "message.assistant");
+    let changed = replayed("other");
+    assert_eq!(changed[..2], ["observer.gap", "observer.attached"], "{:?}", &changed[..4.min(changed.len())]);
+    // The held records afresh (the oldest dropped, under the gap), the record at the mark,
+    // then the new one.
+    assert_eq!(changed.len(), 2 + MAX_HELD_REPLAYS + 2);
+}
+
 fn two_record_turn(rig: &mut Rig, id: &str, at: u64) {
     rig.turn_started(id, at);
     rig.turn_completed(id, "f", at + 10);
