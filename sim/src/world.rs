@@ -1931,7 +1931,11 @@ impl World {
         let agent = &mut self.agents[a];
         assert!(agent.session.next_position < end, "a record ending at {end} follows {}", agent.session.next_position);
         let session = agent.session.id.clone();
-        let event = event.unwrap_or(ObserverEvent::AgentMessage { session, turn: None, text: "appended while down".to_string(), phase: None, position: end });
+        // Unique, as a real record is (its timestamp): one that repeated an earlier cut's record
+        // at the same place would be that record, by every fingerprint (exploration seed
+        // 76540773: two cuts to the same mark, the second record taken for the first).
+        let text = format!("appended while down at {now} ms");
+        let event = event.unwrap_or(ObserverEvent::AgentMessage { session, turn: None, text, phase: None, position: end });
         let visible_at_ms = agent.session.records.last().map_or(now, |r| r.visible_at_ms.max(now));
         agent.session.records.push(Record { position: end, visible_at_ms, event });
         agent.session.next_position = end;
