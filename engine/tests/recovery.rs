@@ -177,6 +177,26 @@ fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
     assert_eq!(expired.len(), 1, "{expired:?}");
     assert_eq!((expired[0].state, expired[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
 
+    // A request admitted after the restart while the zone is open (the cut file has no event
+    // record at the mark; the look read past it) reads the file as it is now: the record past
+    // the mark that says the file changed ends only the recovered request.
+    let mut rig = completion_read_below_the_mark();
+    let mut past_the_mark = idle_snapshot("inc-1", 100);
+    past_the_mark.turn = TurnState::Idle { last_completed: Some(TurnId("turn-1".into())) };
+    past_the_mark.position = 1050;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(past_the_mark));
+    let op = rig.admit(OTHER, "later", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    rig.turn_started("turn-2", 1060); // past the mark, none at it: the file changed
+    let recovered = rig.terminal_for(REQ);
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!((recovered[0].state, recovered[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
+    rig.user_message("turn-2", "later", 1070);
+    rig.turn_completed("turn-2", "its own final", 1080);
+    let later = rig.terminal_for(OTHER);
+    assert_eq!(later.len(), 1, "{later:?}");
+    assert_eq!((later[0].state, later[0].final_message.as_deref()), (TerminalState::Completed, Some("its own final")));
+
     // Cut back below the mark, and the process exits drained before anything reaches it: the
     // file is shorter than what the stream reported, so nothing in it says the prompt went
     // unread (it was `delivery_failed`, a review).
