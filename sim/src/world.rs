@@ -1810,6 +1810,11 @@ impl World {
 
     /// `resumed_in_rollout` with each request's armed position.
     fn armed_in_rollout(&self, a: usize) -> Vec<(String, u64)> {
+        self.waiting_in_rollout(a).into_iter().map(|(id, armed, _)| (id, armed)).collect()
+    }
+
+    /// `armed_in_rollout` with each request's bound turn, once bound.
+    fn waiting_in_rollout(&self, a: usize) -> Vec<(String, u64, Option<wakterm_engine::TurnId>)> {
         let agent_id = self.agents[a].agent_id.to_string();
         let session = &self.agents[a].session.id;
         let mut pending = Vec::new();
@@ -1820,7 +1825,7 @@ impl World {
             let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
             match record.armed {
                 Some(armed) if record.return_mode == ReturnMode::ReturnFinal && &armed.session == session => {
-                    pending.push((stored.request_id, armed.position));
+                    pending.push((stored.request_id, armed.position, record.bound_turn));
                 }
                 _ => {}
             }
@@ -1944,18 +1949,7 @@ impl World {
     /// The return-final requests bound to a turn that a restarted daemon will resume in agent
     /// `a`'s current rollout: id, armed position, turn.
     fn bound_in_rollout(&self, a: usize) -> Vec<(String, u64, wakterm_engine::TurnId)> {
-        let agent_id = self.agents[a].agent_id.to_string();
-        let session = &self.agents[a].session.id;
-        let mut bound = Vec::new();
-        for stored in self.store.requests().into_iter().filter(|r| r.agent_id == agent_id && r.phase == "bound") {
-            let record: RequestRecord = serde_json::from_str(&stored.record_json).expect("stored records parse");
-            if let (Some(armed), Some(turn)) = (record.armed, record.bound_turn) {
-                if &armed.session == session {
-                    bound.push((stored.request_id, armed.position, turn));
-                }
-            }
-        }
-        bound
+        self.waiting_in_rollout(a).into_iter().filter_map(|(id, armed, turn)| Some((id, armed, turn?))).collect()
     }
 
     /// OBS-1: the idle process exits and another starts with the same pid (another start
