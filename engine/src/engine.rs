@@ -550,6 +550,7 @@ impl Engine {
         let confirms_admission = self.admissions.get(request_id).is_some_and(|a| a.step == Step::Confirming);
         match result.clone() {
             Ok(()) => {
+                self.end_made_durable(request_id); // EV-13
                 let event = self.publish_terminal(request_id, sequence);
                 if let (Some(op), Some(event)) = (cancel_op, event) {
                     let outcome = crate::io::CancelOutcome::Cancelled { event };

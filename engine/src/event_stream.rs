@@ -71,6 +71,13 @@ pub(crate) struct EventStream {
     /// EV-13: per agent, the records after a restart's resume point held until the record at
     /// the mark proves (or disproves) the file.
     pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
+    /// EV-13: per agent, the requests a zone closed without proof ended whose terminal commit
+    /// is not durable yet: the agent's batches wait for them. The gap's batch moves the durable
+    /// mark (and checkpoint) onto the new file's records, which a restart would then take as
+    /// proof of the file the request's end was read from (seed 200,080,325: the end's commit
+    /// failed, the batch committed, a crash, and the next daemon completed the request with a
+    /// final written again).
+    pub ends_first: BTreeMap<AgentId, BTreeSet<RequestId>>,
     /// Requests whose `request.bound` is made (so a progress retry does not repeat it).
     pub bound_announced: BTreeSet<RequestId>,
     /// EV-6: requests whose receipt is not durable yet, so the next commit of their record
@@ -94,6 +101,7 @@ impl Default for EventStream {
             slots: BTreeMap::new(),
             recovered_unattached: BTreeSet::new(),
             replay: BTreeMap::new(),
+            ends_first: BTreeMap::new(),
             recovered_unregistered: BTreeSet::new(),
             bound_announced: BTreeSet::new(),
             admitted_due: BTreeSet::new(),
@@ -508,14 +516,18 @@ impl Engine {
         backlog.push(BacklogItem::Checkpoint(checkpoint_json));
     }
 
-    /// EV-3: one batch per agent with nothing in flight and no retry pending.
+    /// EV-3: one batch per agent with nothing in flight, no retry pending, and no end it must
+    /// follow (EV-13, `EventStream::ends_first`).
     pub(crate) fn flush_events(&mut self) {
         let ready: Vec<AgentId> = self
             .events
             .backlog
             .iter()
             .filter(|(agent_id, items)| {
-                !items.is_empty() && !self.events.in_flight.contains_key(*agent_id) && !self.events.retry_at.contains_key(*agent_id)
+                !items.is_empty()
+                    && !self.events.in_flight.contains_key(*agent_id)
+                    && !self.events.retry_at.contains_key(*agent_id)
+                    && !self.events.ends_first.contains_key(*agent_id)
             })
             .map(|(agent_id, _)| agent_id.clone())
             .collect();

@@ -211,6 +211,61 @@ fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
     assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
 }
 
+/// EV-13: the batch with a changed verdict's gap moves the durable mark onto the new file's
+/// records, so it commits only after the ends the verdict made: with the end's commit failed
+/// and the gap durable, a crash left the request resumable in a file the mark now proved, and
+/// the next daemon completed it with a final written again (exploration seed 200,080,325).
+#[test]
+fn ev_13_the_gap_of_a_changed_file_is_durable_only_after_the_ends_it_made() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: Some(TurnId("turn-1".into())), text: "working".into(), phase: None, position: 1030 });
+    let reported = rig.durable_marks[&agent_id(ZOLA)].fingerprint.clone();
+    assert!(reported.is_some() && rig.durable_marks[&agent_id(ZOLA)].position == 1030);
+    let durable = |rig: &Rig| (rig.durable_marks[&agent_id(ZOLA)].position, rig.durable_marks[&agent_id(ZOLA)].fingerprint.clone());
+    // The file was cut back to 1020 and grew again: a completion written again, a new record
+    // at the mark. Each daemon reads the same new file.
+    let read_the_new_file = |rig: &mut Rig| {
+        rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+        rig.turn_started("turn-1", 1010);
+        rig.user_message("turn-1", "hi", 1020);
+        rig.turn_completed("turn-1", "a final written again", 1025);
+        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "new".into(), phase: None, position: 1030 });
+    };
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.auto = Auto::Manual;
+    read_the_new_file(&mut rig);
+    assert_eq!(durable(&rig), (1030, reported.clone()), "the gap waits for the end's commit");
+    rig.ack_next_persist(Err("disk I/O error".into())); // the end's commit fails
+    assert_eq!(durable(&rig), (1030, reported.clone()), "the gap waits for the end's retry");
+    rig.auto = Auto::All;
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100)); // a crash before the retry
+    read_the_new_file(&mut rig);
+    let ended = rig.terminal_for(REQ);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
+    assert_eq!(durable(&rig).0, 1030);
+    assert_ne!(durable(&rig).1, reported, "the gap follows the durable end");
+
+    // The end's retry commits: the gap follows it.
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: Some(TurnId("turn-1".into())), text: "working".into(), phase: None, position: 1030 });
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    rig.auto = Auto::Manual;
+    read_the_new_file(&mut rig);
+    rig.ack_next_persist(Err("disk I/O error".into()));
+    rig.auto = Auto::All;
+    rig.advance(limits::PERSIST_RETRY_MS);
+    assert_eq!(rig.terminal_for(REQ).len(), 1);
+    assert_eq!(durable(&rig).0, 1030);
+    assert_ne!(durable(&rig).1, reported, "the gap follows the durable end");
+}
+
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of
 /// another process (the agent's holder restarted before the resume ran) drops it rather than
 /// read the cursor in another stream (seeds 77782850, 77787078).
