@@ -475,6 +475,9 @@ impl Engine {
         self.suspended.remove(request_id);
         self.turn_wait_since.remove(request_id);
         self.persist_terminal(request_id, cancel_op);
+        if state == TerminalState::Indeterminate {
+            self.batches_follow_the_end(request_id);
+        }
     }
 
     /// Assigns the next sequence to a terminal record and commits record and event together.
@@ -550,7 +553,7 @@ impl Engine {
         let confirms_admission = self.admissions.get(request_id).is_some_and(|a| a.step == Step::Confirming);
         match result.clone() {
             Ok(()) => {
-                self.end_made_durable(request_id); // EV-13
+                self.end_made_durable(request_id); // EV-3, EV-13
                 let event = self.publish_terminal(request_id, sequence);
                 if let (Some(op), Some(event)) = (cancel_op, event) {
                     let outcome = crate::io::CancelOutcome::Cancelled { event };

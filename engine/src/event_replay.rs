@@ -306,29 +306,6 @@ impl Engine {
         };
         for request_id in ended {
             self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
-            self.batches_follow_the_end(&request_id);
-        }
-    }
-
-    /// EV-13: the agent's event batches wait until `request_id`'s end is durable. Its end
-    /// rests on the verdict only this daemon saw: once the gap's batch moves the durable mark
-    /// onto the new file's records, a restart finds the file proven, and a request whose end
-    /// was lost with the crash would take a record of the new file for its own turn's.
-    fn batches_follow_the_end(&mut self, request_id: &RequestId) {
-        let Some(record) = self.requests.get(request_id) else { return };
-        let committing = self.persists.values().any(|p| matches!(p, crate::engine::PersistPurpose::Terminal { request_id: r, .. } if r == request_id));
-        if record.phase == crate::request::Phase::Terminal && (committing || self.terminal_retries.contains_key(request_id)) {
-            self.events.ends_first.entry(record.agent_id.clone()).or_default().insert(request_id.clone());
-        }
-    }
-
-    /// EV-13: `request_id`'s end is durable: its agent's batches no longer wait for it.
-    pub(crate) fn end_made_durable(&mut self, request_id: &RequestId) {
-        let Some(agent_id) = self.requests.get(request_id).map(|r| r.agent_id.clone()) else { return };
-        let Some(waiting) = self.events.ends_first.get_mut(&agent_id) else { return };
-        waiting.remove(request_id);
-        if waiting.is_empty() {
-            self.events.ends_first.remove(&agent_id);
         }
     }
 }

@@ -71,12 +71,8 @@ pub(crate) struct EventStream {
     /// EV-13: per agent, the records after a restart's resume point held until the record at
     /// the mark proves (or disproves) the file.
     pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
-    /// EV-13: per agent, the requests a zone closed without proof ended whose terminal commit
-    /// is not durable yet: the agent's batches wait for them. The gap's batch moves the durable
-    /// mark (and checkpoint) onto the new file's records, which a restart would then take as
-    /// proof of the file the request's end was read from (seed 200,080,325: the end's commit
-    /// failed, the batch committed, a crash, and the next daemon completed the request with a
-    /// final written again).
+    /// EV-3, EV-13: per agent, its requests ended `indeterminate` whose terminal commit is not
+    /// durable yet: the agent's batches wait for them (`Engine::batches_follow_the_end`).
     pub ends_first: BTreeMap<AgentId, BTreeSet<RequestId>>,
     /// Requests whose `request.bound` is made (so a progress retry does not repeat it).
     pub bound_announced: BTreeSet<RequestId>,
@@ -517,7 +513,7 @@ impl Engine {
     }
 
     /// EV-3: one batch per agent with nothing in flight, no retry pending, and no end it must
-    /// follow (EV-13, `EventStream::ends_first`).
+    /// follow (`EventStream::ends_first`).
     pub(crate) fn flush_events(&mut self) {
         let ready: Vec<AgentId> = self
             .events
@@ -550,6 +546,31 @@ impl Engine {
             self.events.in_flight.insert(agent_id, (token, items));
         }
         self.events.backlog.retain(|_, items| !items.is_empty());
+    }
+
+    /// EV-3, EV-13: the agent's event batches wait until `request_id`'s `indeterminate` end is
+    /// durable. Such an end says evidence is missing or changed (a rollout cut back and grown
+    /// again, a lost or replaced session), and the events learned with it (the gap, the new
+    /// file's records) move the durable mark and checkpoint past that evidence: a crash that
+    /// lost the end left the request resumable in a file the durable mark now proved, and the
+    /// next daemon completed it with a final written again (exploration seed 200,080,325).
+    /// Ends of other kinds are read again after a restart from records the mark still proves.
+    pub(crate) fn batches_follow_the_end(&mut self, request_id: &RequestId) {
+        let Some(record) = self.requests.get(request_id) else { return };
+        let committing = self.persists.values().any(|p| matches!(p, PersistPurpose::Terminal { request_id: r, .. } if r == request_id));
+        if record.phase == Phase::Terminal && (committing || self.terminal_retries.contains_key(request_id)) {
+            self.events.ends_first.entry(record.agent_id.clone()).or_default().insert(request_id.clone());
+        }
+    }
+
+    /// `request_id`'s end is durable: its agent's batches no longer wait for it.
+    pub(crate) fn end_made_durable(&mut self, request_id: &RequestId) {
+        let Some(agent_id) = self.requests.get(request_id).map(|r| r.agent_id.clone()) else { return };
+        let Some(waiting) = self.events.ends_first.get_mut(&agent_id) else { return };
+        waiting.remove(request_id);
+        if waiting.is_empty() {
+            self.events.ends_first.remove(&agent_id);
+        }
     }
 
     /// EV-3: a batch committed (publish what is ready) or failed (re-sequence and retry).

@@ -1438,6 +1438,11 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
         w.counters.fault("store.commit_failed");
         return Err("injected: disk I/O error (the agent's event mark is held back)".to_string());
     }
+    if let Some(agent_id) = fail_an_indeterminate_end(w, ops) {
+        w.end_failed_for.insert(agent_id);
+        w.counters.fault("store.indeterminate_end_failed");
+        return Err("injected: disk I/O error (an indeterminate end)".to_string());
+    }
     if in_store_outage(w, now) {
         w.counters.fault("store.outage");
         return Err("injected: database or disk is full (a long outage)".to_string());
@@ -1447,6 +1452,36 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
         return Err("injected: disk I/O error".to_string());
     }
     w.store.commit(ops)
+}
+
+/// `store.indeterminate_end_failed`: in seeds whose commits may fail, a request's
+/// `indeterminate` end fails its first commit (always when it ends on a lost or changed
+/// session, `observer_session_lost`; else a third of the time), and the daemon may crash right
+/// after its agent's next event batch (`crash.after_events_past_a_failed_end`). Such an end says
+/// evidence is missing or changed, and the batch carries what says so (a gap, a new file's
+/// records): committed first, a crash left the request resumable in a file the durable mark
+/// proved (exploration seed 200,080,325 met it once in 220,000 seeds). Returns the end's agent
+/// id.
+fn fail_an_indeterminate_end(w: &mut World, ops: &[StoreOp]) -> Option<String> {
+    if w.plan.commit_fail <= 0.0 {
+        return None;
+    }
+    let (request_id, end) = ops.iter().find_map(|op| match op {
+        StoreOp::AppendTerminal { request_id, event_json, .. } => Some((request_id.clone(), serde_json::from_str::<serde_json::Value>(event_json).ok()?)),
+        _ => None,
+    })?;
+    if end["state"] != "indeterminate" || w.ends_failed_once.contains(&request_id) {
+        return None;
+    }
+    let p = if end["reason"] == "observer_session_lost" { 1.0 } else { 0.3 };
+    let agent_id = ops.iter().find_map(|op| match op {
+        StoreOp::PutRequest { agent_id, .. } => Some(agent_id.clone()),
+        _ => None,
+    })?;
+    w.fault_roll(p).then(|| {
+        w.ends_failed_once.insert(request_id);
+        agent_id
+    })
 }
 
 /// Commit failure rates above which a seed may also have `store.outage`: decided from the plan
@@ -1492,6 +1527,14 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
         StoreOp::PutEventMark { agent_id, .. } => Some(agent_id.clone()),
         _ => None,
     });
+    if let Some(agent_id) = batch_of.as_ref().filter(|agent_id| w.end_failed_for.contains(*agent_id)) {
+        w.end_failed_for.remove(&agent_id.clone());
+        let before = w.crashes;
+        w.crash_point_at(0.8, "crash.after_events_past_a_failed_end");
+        if w.crashes > before {
+            return;
+        }
+    }
     if accepted_line_durable(ops) {
         let before = w.crashes;
         w.crash_point_at(0.5, "crash.after_acceptance_durable");
@@ -2253,6 +2296,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // EV-5: the checkpoints the dead daemon's engine still held are gone with it.
         w.checkpoint_weights.clear();
         w.checkpoint_sent.clear();
+        w.end_failed_for.clear();
         let now = wakterm_runtime::driver::now_ms();
         let mut silent = false;
         for a in 0..w.agents.len() {
