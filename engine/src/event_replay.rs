@@ -299,13 +299,21 @@ impl Engine {
     ///   `incarnation_changed`) or go on. A managed loss in an earlier process's output ends
     ///   only the requests armed there (MGD-4): one armed later would wait for an end it had
     ///   read (a review).
+    ///
+    /// The gap's batch moves the durable mark past the zone: it waits for every recovered
+    /// request's end not yet durable, whatever made it (`Engine::batches_follow_the_end`): a
+    /// cancel or a deadline whose commit failed, lost with a crash, left the request open for
+    /// the next daemon in a file the durable mark proved (a review).
     fn end_unproven_requests(&mut self, why: Unproven, recovered: Vec<RequestId>, pending: Vec<PendingFinish>) {
         let ended: Vec<RequestId> = match why {
-            Unproven::Content => recovered,
+            Unproven::Content => recovered.clone(),
             Unproven::Elsewhere => pending.into_iter().map(|p| p.request_id).collect(),
         };
         for request_id in ended {
             self.finish(&request_id, TerminalState::Indeterminate, Some("observer_session_lost"), None, None);
+        }
+        for request_id in &recovered {
+            self.batches_follow_the_end(request_id);
         }
     }
 }

@@ -71,8 +71,8 @@ pub(crate) struct EventStream {
     /// EV-13: per agent, the records after a restart's resume point held until the record at
     /// the mark proves (or disproves) the file.
     pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
-    /// EV-3, EV-13: per agent, its requests ended `indeterminate` whose terminal commit is not
-    /// durable yet: the agent's batches wait for them (`Engine::batches_follow_the_end`).
+    /// EV-3, EV-13: per agent, its requests whose end is not durable yet and must be before the
+    /// agent's next batch (`Engine::batches_follow_the_end`): the batches wait for them.
     pub ends_first: BTreeMap<AgentId, BTreeSet<RequestId>>,
     /// Requests whose `request.bound` is made (so a progress retry does not repeat it).
     pub bound_announced: BTreeSet<RequestId>,
@@ -512,8 +512,9 @@ impl Engine {
         backlog.push(BacklogItem::Checkpoint(checkpoint_json));
     }
 
-    /// EV-3: one batch per agent with nothing in flight, no retry pending, and no end it must
-    /// follow (`EventStream::ends_first`).
+    /// EV-3: one batch per agent with nothing in flight, no retry pending, no end it must
+    /// follow (`EventStream::ends_first`), and no loss whose ends are still to be drawn
+    /// (`Engine::correlation_deferred`).
     pub(crate) fn flush_events(&mut self) {
         let ready: Vec<AgentId> = self
             .events
@@ -524,6 +525,7 @@ impl Engine {
                     && !self.events.in_flight.contains_key(*agent_id)
                     && !self.events.retry_at.contains_key(*agent_id)
                     && !self.events.ends_first.contains_key(*agent_id)
+                    && !self.correlation_deferred(agent_id)
             })
             .map(|(agent_id, _)| agent_id.clone())
             .collect();
@@ -548,19 +550,33 @@ impl Engine {
         self.events.backlog.retain(|_, items| !items.is_empty());
     }
 
-    /// EV-3, EV-13: the agent's event batches wait until `request_id`'s `indeterminate` end is
-    /// durable. Such an end says evidence is missing or changed (a rollout cut back and grown
-    /// again, a lost or replaced session), and the events learned with it (the gap, the new
-    /// file's records) move the durable mark and checkpoint past that evidence: a crash that
-    /// lost the end left the request resumable in a file the durable mark now proved, and the
-    /// next daemon completed it with a final written again (exploration seed 200,080,325).
-    /// Ends of other kinds are read again after a restart from records the mark still proves.
+    /// EV-3, EV-13: the agent's event batches wait until `request_id`'s end, if it has one not
+    /// yet durable, is. Called for every `indeterminate` end (`Engine::finish`) and for every
+    /// request a replay zone's verdict concerns. Such an end says evidence is missing or
+    /// changed (a rollout cut back and grown again, a lost or replaced session), and the events
+    /// learned with it (the gap, the new file's records) move the durable mark and checkpoint
+    /// past that evidence: a crash that lost the end left the request resumable in a file the
+    /// durable mark now proved, and the next daemon completed it with a final written again
+    /// (exploration seed 200,080,325). A completion or an abort elsewhere is read again after
+    /// a restart from records the mark still proves, so it does not hold the stream.
     pub(crate) fn batches_follow_the_end(&mut self, request_id: &RequestId) {
         let Some(record) = self.requests.get(request_id) else { return };
         let committing = self.persists.values().any(|p| matches!(p, PersistPurpose::Terminal { request_id: r, .. } if r == request_id));
         if record.phase == Phase::Terminal && (committing || self.terminal_retries.contains_key(request_id)) {
             self.events.ends_first.entry(record.agent_id.clone()).or_default().insert(request_id.clone());
         }
+    }
+
+    /// EV-3: an admission of the agent is writing and holds back a loss of the session (ADM-17):
+    /// the stream took it already, but the ends it makes (`observer_session_lost`) are drawn
+    /// only when the write's outcome is known, so the batch waits for that too (a review: the
+    /// loss's batch committed first, and a crash lost the end; with it durable, the next daemon
+    /// may read a replaced file of the session on). Other deferred records make ends that a
+    /// restart reads again from records the mark still proves: they do not hold the stream.
+    pub(crate) fn correlation_deferred(&self, agent_id: &AgentId) -> bool {
+        let claim = self.agents.get(agent_id).and_then(|a| a.claim.as_ref());
+        let admission = claim.and_then(|claim| self.admissions.get(claim));
+        admission.is_some_and(|a| a.deferred.iter().any(|d| matches!(d, crate::engine::Deferred::Event(ObserverEvent::SessionLost { .. }))))
     }
 
     /// `request_id`'s end is durable: its agent's batches no longer wait for it.

@@ -211,12 +211,10 @@ fn ev_13_a_request_resumed_in_a_changed_file_ends_indeterminate() {
     assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
 }
 
-/// EV-13: the batch with a changed verdict's gap moves the durable mark onto the new file's
-/// records, so it commits only after the ends the verdict made: with the end's commit failed
-/// and the gap durable, a crash left the request resumable in a file the mark now proved, and
-/// the next daemon completed it with a final written again (exploration seed 200,080,325).
-#[test]
-fn ev_13_the_gap_of_a_changed_file_is_durable_only_after_the_ends_it_made() {
+/// EV-13: a request bound and reported through 1030, and the daemon restarted; the file was
+/// cut back to 1020 while it was down and grew again. Returns the fingerprint the stream's
+/// durable mark reported at 1030.
+fn bound_then_restarted() -> (Rig, Option<String>) {
     let mut rig = Rig::with_idle_zola();
     rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.turn_started("turn-1", 1010);
@@ -224,46 +222,102 @@ fn ev_13_the_gap_of_a_changed_file_is_durable_only_after_the_ends_it_made() {
     rig.observe(ObserverEvent::AgentMessage { session: session(), turn: Some(TurnId("turn-1".into())), text: "working".into(), phase: None, position: 1030 });
     let reported = rig.durable_marks[&agent_id(ZOLA)].fingerprint.clone();
     assert!(reported.is_some() && rig.durable_marks[&agent_id(ZOLA)].position == 1030);
-    let durable = |rig: &Rig| (rig.durable_marks[&agent_id(ZOLA)].position, rig.durable_marks[&agent_id(ZOLA)].fingerprint.clone());
-    // The file was cut back to 1020 and grew again: a completion written again, a new record
-    // at the mark. Each daemon reads the same new file.
-    let read_the_new_file = |rig: &mut Rig| {
-        rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
-        rig.turn_started("turn-1", 1010);
-        rig.user_message("turn-1", "hi", 1020);
-        rig.turn_completed("turn-1", "a final written again", 1025);
-        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "new".into(), phase: None, position: 1030 });
-    };
     restart_with_zola(&mut rig, zola_facts("inc-1", 100));
-    rig.auto = Auto::Manual;
-    read_the_new_file(&mut rig);
-    assert_eq!(durable(&rig), (1030, reported.clone()), "the gap waits for the end's commit");
-    rig.ack_next_persist(Err("disk I/O error".into())); // the end's commit fails
-    assert_eq!(durable(&rig), (1030, reported.clone()), "the gap waits for the end's retry");
+    (rig, reported)
+}
+
+/// What each daemon reads of the cut file: a completion written again below the mark, and a
+/// new record at it.
+fn read_the_cut_file(rig: &mut Rig) {
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.turn_completed("turn-1", "a final written again", 1025);
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "new".into(), phase: None, position: 1030 });
+}
+
+/// The durable mark's position and fingerprint.
+fn durable_mark(rig: &Rig) -> (u64, Option<String>) {
+    let mark = &rig.durable_marks[&agent_id(ZOLA)];
+    (mark.position, mark.fingerprint.clone())
+}
+
+/// After a second crash, the cut file ends the request `indeterminate` again.
+fn restart_and_read_the_cut_file_again(rig: &mut Rig) {
     rig.auto = Auto::All;
-    restart_with_zola(&mut rig, zola_facts("inc-1", 100)); // a crash before the retry
-    read_the_new_file(&mut rig);
+    restart_with_zola(rig, zola_facts("inc-1", 100)); // a crash before the retry
+    read_the_cut_file(rig);
     let ended = rig.terminal_for(REQ);
     assert_eq!(ended.len(), 1, "{ended:?}");
     assert_eq!((ended[0].state, ended[0].reason.as_deref()), (TerminalState::Indeterminate, Some("observer_session_lost")));
-    assert_eq!(durable(&rig).0, 1030);
-    assert_ne!(durable(&rig).1, reported, "the gap follows the durable end");
+}
+
+/// EV-13: the batch with a changed verdict's gap moves the durable mark onto the new file's
+/// records, so it commits only after the ends the verdict made: with the end's commit failed
+/// and the gap durable, a crash left the request resumable in a file the mark now proved, and
+/// the next daemon completed it with a final written again (exploration seed 200,080,325).
+#[test]
+fn ev_13_the_gap_of_a_changed_file_is_durable_only_after_the_ends_it_made() {
+    let (mut rig, reported) = bound_then_restarted();
+    rig.auto = Auto::Manual;
+    read_the_cut_file(&mut rig);
+    assert_eq!(durable_mark(&rig), (1030, reported.clone()), "the gap waits for the end's commit");
+    rig.ack_next_persist(Err("disk I/O error".into())); // the end's commit fails
+    assert_eq!(durable_mark(&rig), (1030, reported.clone()), "the gap waits for the end's retry");
+    restart_and_read_the_cut_file_again(&mut rig);
+    assert_eq!(durable_mark(&rig).0, 1030);
+    assert_ne!(durable_mark(&rig).1, reported, "the gap follows the durable end");
 
     // The end's retry commits: the gap follows it.
-    let mut rig = Rig::with_idle_zola();
-    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
-    rig.turn_started("turn-1", 1010);
-    rig.user_message("turn-1", "hi", 1020);
-    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: Some(TurnId("turn-1".into())), text: "working".into(), phase: None, position: 1030 });
-    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    let (mut rig, reported) = bound_then_restarted();
     rig.auto = Auto::Manual;
-    read_the_new_file(&mut rig);
+    read_the_cut_file(&mut rig);
     rig.ack_next_persist(Err("disk I/O error".into()));
     rig.auto = Auto::All;
     rig.advance(limits::PERSIST_RETRY_MS);
     assert_eq!(rig.terminal_for(REQ).len(), 1);
-    assert_eq!(durable(&rig).0, 1030);
-    assert_ne!(durable(&rig).1, reported, "the gap follows the durable end");
+    assert_eq!(durable_mark(&rig).0, 1030);
+    assert_ne!(durable_mark(&rig).1, reported, "the gap follows the durable end");
+}
+
+/// EV-13: a recovered request's end made before the zone's verdict (a cancel) whose commit
+/// failed holds the gap's batch too: lost with a crash, it left the request open in a file the
+/// durable mark proved (a review).
+#[test]
+fn ev_13_the_gap_also_waits_for_an_earlier_end_of_a_recovered_request() {
+    let (mut rig, reported) = bound_then_restarted();
+    rig.auto = Auto::Manual;
+    rig.input(Input::Cancel(CancelCommand { op: OpId(900), request_id: REQ.to_string() }));
+    rig.ack_next_persist(Err("disk I/O error".into())); // the cancel's commit fails
+    read_the_cut_file(&mut rig);
+    assert_eq!(durable_mark(&rig), (1030, reported), "the gap waits for the cancel's retry");
+    restart_and_read_the_cut_file_again(&mut rig);
+}
+
+/// EV-3, ADM-17: an observer event that arrives while an admission writes is taken by the
+/// stream at once, but the ends it makes are drawn only once the write's outcome is known:
+/// its batch waits for them (a review: a loss's batch committed before the end it made).
+#[test]
+fn ev_3_a_batch_waits_while_a_write_defers_the_ends_of_its_events() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.auto = Auto::Manual;
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // registered; the write is in flight
+    let before = rig.durable_marks.get(&agent_id(ZOLA)).cloned();
+    assert!(before.as_ref().is_some_and(|mark| mark.attached.is_some()), "{before:?}");
+    rig.observe(ObserverEvent::SessionLost { reason: "rollout replaced".into(), session: None, before: None });
+    assert_eq!(rig.durable_marks.get(&agent_id(ZOLA)).cloned(), before, "the loss waits for the write's outcome");
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
+    while !rig.persists.is_empty() {
+        rig.ack_next_persist(Ok(()));
+    }
+    let ended = rig.terminal_for(REQ);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0].state, TerminalState::Indeterminate, "{ended:?}");
+    assert_ne!(rig.durable_marks.get(&agent_id(ZOLA)).cloned(), before, "the loss follows the end");
 }
 
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of

@@ -1438,9 +1438,9 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
         w.counters.fault("store.commit_failed");
         return Err("injected: disk I/O error (the agent's event mark is held back)".to_string());
     }
-    if let Some(agent_id) = fail_an_indeterminate_end(w, ops) {
+    if let Some(agent_id) = fail_an_end_once(w, ops) {
         w.end_failed_for.insert(agent_id);
-        w.counters.fault("store.indeterminate_end_failed");
+        w.counters.fault("store.end_commit_failed");
         return Err("injected: disk I/O error (an indeterminate end)".to_string());
     }
     if in_store_outage(w, now) {
@@ -1454,15 +1454,17 @@ fn commit_or_fail(w: &mut World, ops: &[StoreOp]) -> Result<(), String> {
     w.store.commit(ops)
 }
 
-/// `store.indeterminate_end_failed`: in seeds whose commits may fail, a request's
-/// `indeterminate` end fails its first commit (always when it ends on a lost or changed
-/// session, `observer_session_lost`; else a third of the time), and the daemon may crash right
+/// `store.end_commit_failed`: in seeds whose commits may fail, a request's
+/// `indeterminate` end (or a cancel's, or a deadline's: made before a replay zone's verdict,
+/// they hold its gap too) fails the first commit that reaches the store model (always when it
+/// ends on a lost or changed session, `observer_session_lost`; else 30 % of the time; decided
+/// once per request, `World::ends_rolled`), and the daemon may crash right
 /// after its agent's next event batch (`crash.after_events_past_a_failed_end`). Such an end says
 /// evidence is missing or changed, and the batch carries what says so (a gap, a new file's
 /// records): committed first, a crash left the request resumable in a file the durable mark
 /// proved (exploration seed 200,080,325 met it once in 220,000 seeds). Returns the end's agent
 /// id.
-fn fail_an_indeterminate_end(w: &mut World, ops: &[StoreOp]) -> Option<String> {
+fn fail_an_end_once(w: &mut World, ops: &[StoreOp]) -> Option<String> {
     if w.plan.commit_fail <= 0.0 {
         return None;
     }
@@ -1470,7 +1472,9 @@ fn fail_an_indeterminate_end(w: &mut World, ops: &[StoreOp]) -> Option<String> {
         StoreOp::AppendTerminal { request_id, event_json, .. } => Some((request_id.clone(), serde_json::from_str::<serde_json::Value>(event_json).ok()?)),
         _ => None,
     })?;
-    if end["state"] != "indeterminate" || w.ends_failed_once.contains(&request_id) {
+    // Not a completion or an abort: a restart reads those again from the records.
+    let kept = ["indeterminate", "cancelled", "timed_out"].iter().any(|state| end["state"] == *state);
+    if !kept || !w.ends_rolled.insert(request_id) {
         return None;
     }
     let p = if end["reason"] == "observer_session_lost" { 1.0 } else { 0.3 };
@@ -1478,10 +1482,7 @@ fn fail_an_indeterminate_end(w: &mut World, ops: &[StoreOp]) -> Option<String> {
         StoreOp::PutRequest { agent_id, .. } => Some(agent_id.clone()),
         _ => None,
     })?;
-    w.fault_roll(p).then(|| {
-        w.ends_failed_once.insert(request_id);
-        agent_id
-    })
+    w.fault_roll(p).then_some(agent_id)
 }
 
 /// Commit failure rates above which a seed may also have `store.outage`: decided from the plan

@@ -89,7 +89,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "monitor.watch_incomplete",
     "monitor.watch_lost_while_set",
     "store.commit_failed",
-    "store.indeterminate_end_failed",
+    "store.end_commit_failed",
     "store.outage",
     "store.group_failed",
     "store.slow_commit",
@@ -992,12 +992,13 @@ pub struct World {
     pub checkpoint_weights: BTreeMap<String, u8>,
     /// EV-5: per agent id, the newest checkpoint handed to the engine and not yet durable.
     pub checkpoint_sent: BTreeMap<String, String>,
-    /// EV-3, EV-13: agent ids whose request's `indeterminate` end failed to commit
-    /// (`store.indeterminate_end_failed`): the daemon may crash right after the agent's next
+    /// EV-3, EV-13: agent ids whose request's end (`indeterminate`, `cancelled`, `timed_out`)
+    /// failed to commit (`store.end_commit_failed`): the daemon may crash right after the agent's next
     /// event batch commits (`crash.after_events_past_a_failed_end`).
     pub end_failed_for: std::collections::BTreeSet<String>,
-    /// The requests whose end `store.indeterminate_end_failed` failed once (its retry commits).
-    pub ends_failed_once: std::collections::BTreeSet<String>,
+    /// The requests whose end `store.end_commit_failed` decided on (at its first commit that
+    /// reached the store model; a retry is never failed by it).
+    pub ends_rolled: std::collections::BTreeSet<String>,
     /// EV-8: the running daemon's settled sequence (published or abandoned): what the catalog
     /// waits for before it answers `events_through`.
     pub events_settled_through: u64,
@@ -1058,7 +1059,7 @@ impl World {
             checkpoint_weights: BTreeMap::new(),
             checkpoint_sent: BTreeMap::new(),
             end_failed_for: std::collections::BTreeSet::new(),
-            ends_failed_once: std::collections::BTreeSet::new(),
+            ends_rolled: std::collections::BTreeSet::new(),
             events_settled_through: 0,
             abandoned_sequences: std::collections::BTreeSet::new(),
             store_outage: None,
