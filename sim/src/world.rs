@@ -1912,8 +1912,8 @@ impl World {
     /// which changes no turn state). Before it, with a bound request waiting in the file,
     /// half the time a completion of that request's turn with another final below the mark
     /// (`checkpoint.final_below_the_mark_while_down`: the first final the cut took, a second
-    /// one written again): the engine reads it before the record at the mark says the file
-    /// changed, and must not end the request with it.
+    /// one written again), or an abort of it: the engine reads it before the record at the
+    /// mark says the file changed, and must not end the request with it.
     fn regrow_to_the_mark(&mut self, a: usize, mark: u64) {
         let waiting = self.bound_in_rollout(a).into_iter().filter(|(_, armed, _)| *armed < mark).max_by_key(|(_, armed, _)| *armed);
         if let Some((id, armed, turn)) = waiting.filter(|_| thread_rng().gen_bool(0.5)) {
@@ -1928,11 +1928,17 @@ impl World {
             if at + 1 < mark {
                 let end = thread_rng().gen_range(at + 1..mark);
                 let session = self.agents[a].session.id.clone();
-                let text = format!("final of {} (written again)", turn.0);
-                let event = ObserverEvent::TurnCompleted { session, turn: turn.clone(), final_message: Some(text), position: end };
+                // Half the time an abort of the turn instead: an end of another kind read
+                // below the mark waits for the proof too (`ReplayZone::pending`).
+                let (event, what) = if thread_rng().gen_bool(0.5) {
+                    let text = format!("final of {} (written again)", turn.0);
+                    (ObserverEvent::TurnCompleted { session, turn: turn.clone(), final_message: Some(text), position: end }, "a completion")
+                } else {
+                    (ObserverEvent::TurnAborted { session, turn: Some(turn.clone()), position: end }, "an abort")
+                };
                 self.append_new_record(a, end, Some(event));
                 self.counters.fault("checkpoint.final_below_the_mark_while_down");
-                self.log(format!("a{a} appended a completion of {} ({id}'s turn) with another final at {end}, below the mark, while down", turn.0));
+                self.log(format!("a{a} appended {what} of {} ({id}'s turn) at {end}, below the mark, while down", turn.0));
             }
         }
         self.append_new_record(a, mark, None);
