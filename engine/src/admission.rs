@@ -549,6 +549,7 @@ impl Engine {
                 .then(|| self.events_published_through()),
             armed,
             written_past: None,
+            written_at_event: None,
             write_unknown: false,
             write_unknown_since_ms: None,
             baseline_turn,
@@ -634,7 +635,12 @@ impl Engine {
         let agent_id = admission.agent_id.clone();
         // ADM-4: a PTY write starts with Ctrl-U; a JSON-RPC line erases nothing.
         let expect_writes = admission.pane_writes.filter(|_| managed_line.is_none());
-        let incarnation = self.requests[request_id].incarnation.clone();
+        // ADM-5: a turn the stream notes from here on may be this write's (the observer's
+        // records can reach the engine before the write's outcome does).
+        let next_event = self.events.next_sequence;
+        let record = self.requests.get_mut(request_id).expect("registered before the write");
+        record.written_at_event = Some(next_event);
+        let incarnation = record.incarnation.clone();
         self.deliveries.insert(delivery_id, request_id.clone());
         self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes, expect_writes });
     }

@@ -461,9 +461,13 @@ impl Engine {
         if matches!(event, ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. }) {
             self.events.recovered_unattached.remove(agent_id);
         }
+        let next_event = self.events.next_sequence;
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
         let before = mark.clone();
         let bodies = observed_events(mark, event, after_restart);
+        if mark.turn_taken.is_some() && mark.turn_taken != before.turn_taken {
+            mark.turn_noted_at_event = Some(next_event); // ADM-5: the record's events follow
+        }
         self.queue(agent_id, incarnation, bodies, before);
     }
 

@@ -267,6 +267,15 @@ pub struct EventMark {
     /// (`EventMark::forget_turns`): a position compares only within one copy of the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_taken: Option<crate::observer::Cursor>,
+    /// ADM-5: the stream's next event number when it noted `turn_taken` (the record's own
+    /// event is numbered from it): the turn counts for a write only when noted at or after the
+    /// write's `RequestRecord::written_at_event`. Positions alone could not tell two copies of
+    /// a file apart when the mark's forgetting was not durable yet (a review: a write made
+    /// while a restart's replay zone found the file cut back recorded its floor in the new
+    /// copy, a crash kept the old copy's turn in the durable mark, and the next restart took
+    /// it for the write's). None in a mark written before 2026-12-06.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_noted_at_event: Option<u64>,
     /// ADM-5 (managed): the turn the stream last saw the app-server accept a `turn/start` into,
     /// and whether the first request accepted into it may be wakterm's
     /// (`prompt::opener_may_be_wakterm`; the id itself is a raw writer's choice, of any size,
@@ -317,6 +326,7 @@ impl EventMark {
             position: 0,
             fingerprint: None,
             turn_taken: None,
+            turn_noted_at_event: None,
             opened: None,
             answered_lines: Vec::new(),
             last_started: None,
@@ -395,6 +405,7 @@ impl EventMark {
     /// 3640021).
     pub fn forget_turns(&mut self) {
         self.turn_taken = None;
+        self.turn_noted_at_event = None;
         self.opened = None;
         self.last_started = None;
     }

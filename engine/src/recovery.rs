@@ -166,6 +166,8 @@ pub(crate) struct RecoveredWrite {
     /// of a registration whose write the restart cannot see: only then does a turn the stream
     /// saw past it say the prompt was taken (a turn between the arming and the write is not).
     pub floor_at_write: bool,
+    /// The event stream's next number at the write (`RequestRecord::written_at_event`).
+    pub written_at_event: Option<u64>,
     /// The write's prompt was seen taken (its request bound to its turn, acknowledged) or
     /// refused: no wait for it, but a write registered before it was read before it (input is
     /// read in order), so when it is the latest, nothing is held (`reopen_wait`).
@@ -241,7 +243,7 @@ impl RecoveredWrite {
             _ => return None, // released (never written); a bound one is taken, above
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
-        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, taken })
+        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -296,9 +298,17 @@ impl RecoveredWrite {
     /// say only within one session, and the registration times not for sure (a wall clock
     /// stepped back between two daemons made an older write look the later one, and its turn
     /// skipped the wait for a later write still unread).
+    ///
+    /// The turn must also have been noted after the write (`EventMark::turn_noted_at_event`):
+    /// a mark whose forgetting (a file cut back, EV-13) was not durable at a crash keeps a
+    /// turn of the old copy, past a floor in the new one by position alone (a review). A
+    /// record of an older daemon has no number: by position, as then; a mark of one, none:
+    /// the wait stays.
     fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
         let taken = mark.and_then(|m| m.turn_taken.as_ref());
-        let taken_past = |w: &&RecoveredWrite| w.floor_at_write && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position);
+        let noted = mark.and_then(|m| m.turn_noted_at_event);
+        let noted_after = |w: &&RecoveredWrite| w.written_at_event.is_none_or(|written| noted.is_some_and(|noted| noted >= written));
+        let taken_past = |w: &&RecoveredWrite| w.floor_at_write && noted_after(w) && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position);
         if same.iter().all(taken_past) {
             return None;
         }

@@ -111,6 +111,11 @@ pub struct RequestRecord {
     /// reopened wait: exploration seed 58640897).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_past: Option<Cursor>,
+    /// ADM-5: the event stream's next number when the write was handed out: a turn the mark
+    /// noted before it is no sign the prompt was read, wherever it lies
+    /// (`EventMark::turn_noted_at_event`). None in a record written before 2026-12-06.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at_event: Option<u64>,
     /// ADM-5, REC-1: a restart found this registration unfinished and ended it: whether its
     /// write happened, nobody knows. A later restart still counts it among the writes whose
     /// line may be unread (`RecoveredWrite::of`; the store loads it as it loads a written one,

@@ -575,6 +575,54 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
     assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
 }
 
+// ADM-5, EV-13: a write made while a restart's replay zone found the file cut back (its
+// turns forgotten in memory, the gap's batch not durable yet) records its floor in the new
+// file; the durable mark still holds a turn of the old one. A crash before the batch: the
+// next restart took that turn, past the floor by position, for the write's, and wrote the
+// next prompt over the unread line (a review). A turn counts only when the stream noted it
+// after the write (`EventMark::turn_taken_after`, `RequestRecord::written_after_event`).
+#[test]
+fn adm_5_a_turn_the_durable_mark_kept_from_before_a_cut_does_not_end_a_later_writes_wait() {
+    let mut rig = Rig::with_idle_zola();
+    rig.provider_turn("turn-1", "a human's prompt", "its final", 900);
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: 1_000 });
+    let stale = rig.durable_marks[&agent_id(ZOLA)].turn_taken.clone();
+    assert_eq!(stale, Some(Cursor { session: session(), position: 920 }));
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    rig.hold_events = true; // the gap's batch does not commit before the crash
+    rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
+    // Cut back to 400 and grown to 600: the admission's look reads it to its end, short of the
+    // mark, and the turns are forgotten (in memory).
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 600, ..idle_snapshot("inc-1", 100) }));
+    let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, stale, "the gap is not durable");
+    rig.advance(5_000);
+    rig.hold_events = false;
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
+
+    // The write's turn may reach the engine before the write's outcome does: noted after the
+    // write was handed out, it counts (taken at the outcome, 29 of the simulator's seeds
+    // 1-40,000 failed, `Stalled`: a restart held an agent whose turn had run).
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // registered; the write is handed out
+    rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
+    rig.settle();
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: session(), position: 2_020 }));
+    rig.advance(5_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
+    assert_eq!(receipt.classification, Classification::Accepted, "its turn ran: {:?}", receipt);
+}
+
 // ADM-5 across a restart, the latest write whatever became of its request: a one-way prompt
 // whose turn ran, then a return-final prompt still unread when its request ended (a cancel:
 // the live engine still holds the agent for its line). The restart loaded only the one-way
