@@ -1536,6 +1536,13 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
             return;
         }
     }
+    if write_floor_below_the_marks_turn(w, ops) {
+        let before = w.crashes;
+        w.crash_point_at(0.5, "crash.after_a_write_below_the_marks_turn");
+        if w.crashes > before {
+            return;
+        }
+    }
     if accepted_line_durable(ops) {
         let before = w.crashes;
         w.crash_point_at(0.5, "crash.after_acceptance_durable");
@@ -1589,6 +1596,23 @@ fn finished_past_unread_line(w: &World, ops: &[StoreOp]) -> bool {
     ops.iter().any(|op| match op {
         StoreOp::PutRequest { agent_id, phase, .. } if phase == "terminal" || phase == "settled" => agent_named(w, agent_id).is_some_and(|a| w.unread_turn_start(a)),
         _ => false,
+    })
+}
+
+/// ADM-5, EV-13: a commit makes a PTY write's floor durable (`RequestRecord::written_past`)
+/// while the agent's durable event mark holds a turn past it in the same session: the write's
+/// own turn, already reported, or a turn of an older copy of the file whose forgetting (a cut
+/// a restart found, EV-13) is not durable yet. A restart right then must tell the two apart
+/// (`EventMark::turn_noted_at_event`; a review found the second taken for the first, and the
+/// next prompt written over the unread line).
+fn write_floor_below_the_marks_turn(w: &World, ops: &[StoreOp]) -> bool {
+    ops.iter().any(|op| {
+        let StoreOp::PutRequest { agent_id, record_json, .. } = op else { return false };
+        let Ok(record) = serde_json::from_str::<wakterm_engine::RequestRecord>(record_json) else { return false };
+        let (Some(floor), None) = (record.written_past.as_ref(), record.turn_start_id.as_ref()) else { return false };
+        let mark = w.store.event_marks().into_iter().find(|(id, _)| id == agent_id);
+        let taken = mark.and_then(|(_, json)| serde_json::from_str::<wakterm_engine::EventMark>(&json).ok()).and_then(|m| m.turn_taken);
+        taken.is_some_and(|t| t.session == floor.session && t.position > floor.position)
     })
 }
 

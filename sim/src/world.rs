@@ -106,6 +106,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "crash.after_stalled_registration_write",
     "crash.after_acceptance_durable",
     "crash.after_events_past_a_failed_end",
+    "crash.after_a_write_below_the_marks_turn",
     "checkpoint.older_than_file",
     "checkpoint.armed_before",
     "checkpoint.file_replaced_while_down",
