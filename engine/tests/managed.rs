@@ -580,7 +580,7 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
 // file; the durable mark still holds a turn of the old one. A crash before the batch: the
 // next restart took that turn, past the floor by position, for the write's, and wrote the
 // next prompt over the unread line (a review). A turn counts only when the stream noted it
-// after the write (`EventMark::turn_taken_after`, `RequestRecord::written_after_event`).
+// after the write (`EventMark::turn_noted_at_event`, `RequestRecord::written_at_event`).
 #[test]
 fn adm_5_a_turn_the_durable_mark_kept_from_before_a_cut_does_not_end_a_later_writes_wait() {
     let mut rig = Rig::with_idle_zola();

@@ -1536,9 +1536,9 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
             return;
         }
     }
-    if write_floor_below_the_marks_turn(w, ops) {
+    if let Some(p) = write_floor_below_the_marks_turn(w, ops) {
         let before = w.crashes;
-        w.crash_point_at(0.5, "crash.after_a_write_below_the_marks_turn");
+        w.crash_point_at(p, "crash.after_a_write_below_the_marks_turn");
         if w.crashes > before {
             return;
         }
@@ -1599,20 +1599,30 @@ fn finished_past_unread_line(w: &World, ops: &[StoreOp]) -> bool {
     })
 }
 
-/// ADM-5, EV-13: a commit makes a PTY write's floor durable (`RequestRecord::written_past`)
-/// while the agent's durable event mark holds a turn past it in the same session: the write's
-/// own turn, already reported, or a turn of an older copy of the file whose forgetting (a cut
-/// a restart found, EV-13) is not durable yet. A restart right then must tell the two apart
-/// (`EventMark::turn_noted_at_event`; a review found the second taken for the first, and the
-/// next prompt written over the unread line).
-fn write_floor_below_the_marks_turn(w: &World, ops: &[StoreOp]) -> bool {
-    ops.iter().any(|op| {
-        let StoreOp::PutRequest { agent_id, record_json, .. } = op else { return false };
-        let Ok(record) = serde_json::from_str::<wakterm_engine::RequestRecord>(record_json) else { return false };
-        let (Some(floor), None) = (record.written_past.as_ref(), record.turn_start_id.as_ref()) else { return false };
-        let mark = w.store.event_marks().into_iter().find(|(id, _)| id == agent_id);
-        let taken = mark.and_then(|(_, json)| serde_json::from_str::<wakterm_engine::EventMark>(&json).ok()).and_then(|m| m.turn_taken);
-        taken.is_some_and(|t| t.session == floor.session && t.position > floor.position)
+/// ADM-5, EV-13: the commit that makes a PTY write's floor durable (`RequestRecord::written_past`,
+/// its confirm: `submitted` or `settled`) comes while the agent's durable event mark holds a
+/// turn past it in the same session: the write's own turn, already reported (noted at or after
+/// the write, `EventMark::turn_noted_at_event`; a crash here 10 % of the time), or a turn of an
+/// older copy of the file whose forgetting (a cut a restart found, EV-13) is not durable yet
+/// (noted before it; half the time). A restart right then must tell the two apart (a review
+/// found the second taken for the first, and the next prompt written over the unread line).
+/// Returns the crash point's rate, if it applies.
+fn write_floor_below_the_marks_turn(w: &World, ops: &[StoreOp]) -> Option<f64> {
+    if !w.faults_on || w.crashes >= w.plan.max_crashes {
+        return None; // no crash can come: spare the parsing
+    }
+    ops.iter().find_map(|op| {
+        let StoreOp::PutRequest { agent_id, record_json, phase, .. } = op else { return None };
+        if phase != "submitted" && phase != "settled" {
+            return None;
+        }
+        let record = serde_json::from_str::<wakterm_engine::RequestRecord>(record_json).ok()?;
+        let floor = record.written_past.as_ref().filter(|_| record.turn_start_id.is_none())?;
+        let (_, json) = w.store.event_marks().into_iter().find(|(id, _)| id == agent_id)?;
+        let mark = serde_json::from_str::<wakterm_engine::EventMark>(&json).ok()?;
+        mark.turn_taken.as_ref().filter(|t| t.session == floor.session && t.position > floor.position)?;
+        let noted_after = record.written_at_event.zip(mark.turn_noted_at_event).is_some_and(|(written, noted)| noted >= written);
+        Some(if noted_after { 0.1 } else { 0.5 })
     })
 }
 
