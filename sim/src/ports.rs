@@ -317,7 +317,7 @@ impl Effects for SimEffects {
                     match stalled {
                         true => w.crash_point_at(1.0, "crash.after_stalled_registration_write"),
                         false => w.crash_point("crash.after_pane_write"),
-                    }
+                    };
                 }
                 let late = w.fault_roll(w.plan.pane_late);
                 if late {
@@ -1530,23 +1530,17 @@ fn crash_after_commit(w: &mut World, ops: &[StoreOp]) {
     });
     if let Some(agent_id) = batch_of.as_ref().filter(|agent_id| w.end_failed_for.contains(*agent_id)) {
         w.end_failed_for.remove(&agent_id.clone());
-        let before = w.crashes;
-        w.crash_point_at(0.8, "crash.after_events_past_a_failed_end");
-        if w.crashes > before {
+        if w.crash_point_at(0.8, "crash.after_events_past_a_failed_end") {
             return;
         }
     }
     if let Some(p) = write_floor_below_the_marks_turn(w, ops) {
-        let before = w.crashes;
-        w.crash_point_at(p, "crash.after_a_write_below_the_marks_turn");
-        if w.crashes > before {
+        if w.crash_point_at(p, "crash.after_a_write_below_the_marks_turn") {
             return;
         }
     }
     if accepted_line_durable(ops) {
-        let before = w.crashes;
-        w.crash_point_at(0.5, "crash.after_acceptance_durable");
-        if w.crashes > before {
+        if w.crash_point_at(0.5, "crash.after_acceptance_durable") {
             return; // else the batch's other crash points and checkpoint bookkeeping go on
         }
     }
@@ -1647,9 +1641,7 @@ fn crash_with_mark_behind_respawn(w: &mut World, ops: &[StoreOp]) -> bool {
         _ => None,
     });
     let Some(a) = held else { return false };
-    let crashes = w.crashes;
-    w.crash_point_at(1.0, "crash.after_commit");
-    if w.crashes == crashes {
+    if !w.crash_point_at(1.0, "crash.after_commit") {
         return false;
     }
     w.counters.fault("app_server.mark_behind_respawn");

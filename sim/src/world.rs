@@ -1093,19 +1093,22 @@ impl World {
     }
 
     /// Asks the crash task to kill the daemon now (a crash point inside an effect).
-    pub fn crash_point(&mut self, name: &'static str) {
-        self.crash_point_at(self.plan.crash_point, name);
+    pub fn crash_point(&mut self, name: &'static str) -> bool {
+        self.crash_point_at(self.plan.crash_point, name)
     }
 
-    /// A crash point with its own rate.
-    pub fn crash_point_at(&mut self, p: f64, name: &'static str) {
+    /// A crash point with its own rate. True when the daemon is killed here (a caller's other
+    /// crash points and bookkeeping for this commit then do not run).
+    pub fn crash_point_at(&mut self, p: f64, name: &'static str) -> bool {
         if self.fault_roll(p) && self.crashes < self.plan.max_crashes {
             if let Some(crash) = &self.crash {
                 if crash.send(name).is_ok() {
                     self.crashes += 1;
+                    return true;
                 }
             }
         }
+        false
     }
 
     // ----- the TUI and the provider (ground truth) -----
