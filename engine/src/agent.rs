@@ -94,6 +94,11 @@ pub struct AgentEntry {
     /// had not started yet: its start (or a user message in it) ends the wait, whoever opened
     /// it (`correlation::line_answered`).
     pub awaiting_accepted: Option<crate::ids::TurnId>,
+    /// ADM-5, EV-13: the wait is one a restart reopened (`RecoveredWrite::reopen_wait`): its
+    /// floor is a position in the file as an earlier daemon read it, which a record the
+    /// restart's replay zone still holds cannot pass, nor any record once the zone found the
+    /// file changed (`floor_unprovable`). A live write's floor is this daemon's view.
+    pub awaiting_reopened: bool,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
@@ -123,6 +128,7 @@ impl AgentEntry {
             awaiting_past: None,
             awaiting_unplaced: None,
             awaiting_accepted: None,
+            awaiting_reopened: false,
             refresh_error: None,
             probe_at_ms: None,
             input_epoch: 0,
@@ -216,7 +222,26 @@ impl AgentEntry {
         self.awaiting_past = None;
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
+        self.awaiting_reopened = false;
         self.probe_at_ms = None;
+    }
+
+    /// ADM-5, EV-13: the file a reopened wait's floor lies in can no longer be tied to what the
+    /// observer reads of `session` (a restart's replay zone found it changed: cut back and
+    /// grown again, or replaced, while the daemon was down). A floor in that session is
+    /// moved out of reach: the wait ends with a turn in another session, the grace or the
+    /// process, never by a position of the new copy (a turn there past the floor may be a copy
+    /// of one that began before the write: the next prompt went over an unread one, a review).
+    /// A managed line's wait goes by the line's own answer, not by a position: it stays. A
+    /// live write's floor is this daemon's view of the new copy: it stays too.
+    pub(crate) fn floor_unprovable(&mut self, session: &crate::ids::SessionId) {
+        let by_floor = self.awaiting_unplaced.is_none() && self.awaiting_accepted.is_none();
+        if self.awaiting_turn_after.is_none() || !self.awaiting_reopened || !by_floor {
+            return;
+        }
+        if let Some(floor) = self.awaiting_past.as_mut().filter(|floor| &floor.session == session) {
+            floor.position = u64::MAX;
+        }
     }
 
     /// ADM-5, ADM-12: the late outcome of a write the engine gave up on: refused before its

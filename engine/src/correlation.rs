@@ -168,8 +168,9 @@ impl Engine {
     /// first look at a checkpoint beyond the armed cursor, then the resume's replay): that turn
     /// began after the write. So does a managed line's replayed answer (`wait_ended_by`).
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let unproven = self.replay_holds_record(agent_id, event);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        if wait_ended_by(agent, event, false) {
+        if wait_ended_by(agent, event, false, unproven) {
             agent.end_wait();
         }
     }
@@ -177,8 +178,9 @@ impl Engine {
     /// Folds an event into the agent's observer view so later admissions see busy/idle
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let unproven = self.replay_holds_record(agent_id, event);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
-        if wait_ended_by(agent, event, true) {
+        if wait_ended_by(agent, event, true, unproven) {
             agent.end_wait(); // ADM-5: the written prompt's turn (or another) began
         }
         let Some(view) = agent.view.as_mut() else { return };
@@ -625,8 +627,13 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 ///   start, or a user message in it;
 /// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
 /// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
-///   event needs none: a wait this engine opened without a view has none).
-fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fresh: bool) -> bool {
+///   event needs none: a wait this engine opened without a view has none); for a wait a
+///   restart reopened, not a record the restart's replay zone still holds (`unproven`,
+///   EV-13): the file may have been cut back and grown again while the daemon was down, its
+///   turn past the floor by position alone a copy of one that began before the write (a
+///   review). Once the zone finds the file changed, no position in its session ends such a
+///   wait (`AgentEntry::floor_unprovable`).
+fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fresh: bool, unproven: bool) -> bool {
     if let Some(accepted) = &agent.awaiting_accepted {
         return match event {
             ObserverEvent::TurnStarted { turn, .. } | ObserverEvent::UserMessage { turn: Some(turn), .. } => turn == accepted,
@@ -635,6 +642,9 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     }
     if agent.awaiting_unplaced.is_some() {
         return line_answered(agent, event);
+    }
+    if unproven && agent.awaiting_reopened {
+        return false;
     }
     let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
     ends_the_wait(agent, event) && past

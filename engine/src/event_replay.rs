@@ -251,6 +251,33 @@ impl Engine {
         self.events.replay.get(agent_id).is_some_and(|zone| zone.pending.iter().any(|p| &p.request_id == request_id))
     }
 
+    /// ADM-5, EV-13: whether `event` is a record the agent's open replay zone holds (its
+    /// session, before the mark): until the file is proven it may be a copy of an older one,
+    /// so it ends no wait kept by a floor (`correlation::wait_ended_by`). A turn it holds past
+    /// a write's floor is one the durable mark would name (`RecoveredWrite::floor_wait` reopens
+    /// no wait then) unless the stream noted it before the write: no evidence either way.
+    pub(crate) fn replay_holds_record(&self, agent_id: &AgentId, event: &ObserverEvent) -> bool {
+        let Some(zone) = self.events.replay.get(agent_id) else { return false };
+        event.session() == Some(&zone.session) && event.position().is_some_and(|position| position < zone.through)
+    }
+
+    /// ADM-5, EV-13: a replay zone of `session` found the file changed: a floor there from
+    /// before can no longer be compared with what the observer reads: a reopened wait's now
+    /// (`AgentEntry::floor_unprovable`), and a later restart's by the mark, which notes the
+    /// stream's next number (the gap's, queued next with the mark: `EventMark::rewritten`).
+    /// Not a zone closed by a loss (`Unproven::Elsewhere`): that says nothing of the file (a
+    /// checkpoint of an older copy, already known replaced, is lost at every resume), and the
+    /// next look reads the file from its start; a replacement whose records land past the
+    /// floor there is a known gap.
+    fn floor_unprovable(&mut self, agent_id: &AgentId, session: &SessionId) {
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            agent.floor_unprovable(session);
+        }
+        let next_event = self.events.next_sequence;
+        let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
+        mark.rewritten = Some((session.clone(), next_event));
+    }
+
     /// EV-13: a checkpoint covering held records is held with them.
     pub(crate) fn replay_holds_checkpoint(&mut self, agent_id: &AgentId, checkpoint_json: &str) -> bool {
         let Some(zone) = self.events.replay.get_mut(agent_id) else { return false };
@@ -266,6 +293,9 @@ impl Engine {
     /// record afresh; the recovered requests end as `why` says (`end_unproven_requests`).
     pub(crate) fn replay_changed(&mut self, agent_id: &AgentId, why: Unproven) {
         let Some(zone) = self.events.replay.remove(agent_id) else { return };
+        if why == Unproven::Content {
+            self.floor_unprovable(agent_id, &zone.session);
+        }
         let from = zone.from.unwrap_or(0).min(zone.through);
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
         let before = mark.clone();

@@ -296,6 +296,15 @@ pub struct EventMark {
     /// it was folded into a running turn, taken at once (`AnsweredLine::taken`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_started: Option<TurnId>,
+    /// ADM-5, EV-13: the session a restart's replay zone last found changed (the file cut back
+    /// and grown again, or replaced, while the daemon was down), and the stream's next event
+    /// number then (the gap's own). A write handed out at or before it
+    /// (`RequestRecord::written_at_event`) took its floor in the file's older copy, which no
+    /// position read since compares with: a later restart keeps its wait out of the new copy's
+    /// reach (`RecoveredWrite::floor_wait`). Not a turn: `forget_turns` keeps it. None in a mark
+    /// written before 2026-12-06.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten: Option<(SessionId, u64)>,
 }
 
 /// ADM-5 (managed): one of wakterm's `turn/start` lines the app-server answered
@@ -330,6 +339,7 @@ impl EventMark {
             opened: None,
             answered_lines: Vec::new(),
             last_started: None,
+            rewritten: None,
         }
     }
 

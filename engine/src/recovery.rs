@@ -286,6 +286,7 @@ impl RecoveredWrite {
             agent.awaiting_past = Some(wait.past);
             agent.awaiting_unplaced = wait.unplaced;
             agent.awaiting_accepted = wait.accepted;
+            agent.awaiting_reopened = true;
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
             agent.probe_at_ms = Some(due.clamp(now_ms, now_ms + crate::limits::AWAITING_TURN_GRACE_MS));
@@ -304,15 +305,32 @@ impl RecoveredWrite {
     /// turn of the old copy, past a floor in the new one by position alone (a review). A
     /// record of an older daemon has no number: by position, as then; a mark of one, none:
     /// the wait stays.
+    ///
+    /// Nor does a turn count for a write whose floor lies in a copy of the file a restart's
+    /// replay zone found changed (`EventMark::rewritten`: handed out at or before that number, or
+    /// with no number): its position compares with nothing read since, and the wait's floor is
+    /// moved out of the new copy's reach. The live engine does so when the zone closes
+    /// (`AgentEntry::floor_unprovable`); a second restart within RF-8's minute took the new
+    /// copy's turns, noted after the write, for the write's.
     fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
         let taken = mark.and_then(|m| m.turn_taken.as_ref());
         let noted = mark.and_then(|m| m.turn_noted_at_event);
+        let rewritten = mark.and_then(|m| m.rewritten.as_ref());
+        let in_this_copy = |w: &RecoveredWrite| {
+            rewritten.filter(|(session, _)| *session == w.floor.session).is_none_or(|(_, at)| w.written_at_event.is_some_and(|written| written > *at))
+        };
         let noted_after = |w: &&RecoveredWrite| w.written_at_event.is_none_or(|written| noted.is_some_and(|noted| noted >= written));
-        let taken_past = |w: &&RecoveredWrite| w.floor_at_write && noted_after(w) && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position);
+        let taken_past = |w: &&RecoveredWrite| {
+            w.floor_at_write && in_this_copy(w) && noted_after(w) && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position)
+        };
         if same.iter().all(taken_past) {
             return None;
         }
-        Some(ReopenedWait { past: latest.floor.clone(), unplaced: None, accepted: None })
+        let mut past = latest.floor.clone();
+        if !in_this_copy(latest) {
+            past.position = u64::MAX;
+        }
+        Some(ReopenedWait { past, unplaced: None, accepted: None })
     }
 
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest

@@ -623,6 +623,70 @@ fn adm_5_a_turn_the_durable_mark_kept_from_before_a_cut_does_not_end_a_later_wri
     assert_eq!(receipt.classification, Classification::Accepted, "its turn ran: {:?}", receipt);
 }
 
+// ADM-5, EV-13: a restart's reopened wait is kept by the write's floor, a position in the file
+// as the last daemon read it. Cut back and grown again while the daemon was down, the file's
+// new copy can hold a turn past that position that began before the write (an old turn
+// written again): the resume read it, the wait ended, and the next prompt went over the
+// unread one (a review). A record the replay zone still holds ends no such wait, and once
+// the zone finds the file changed, no position in its session does, nor, after a second
+// restart, a turn of the new copy the durable mark kept.
+#[test]
+fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
+    // (the floor, the durable mark, the old turn the new copy holds)
+    let cases = [("past the mark (the zone's verdict)", 1_000, 1_000, 1_100), ("inside the zone (no verdict yet)", 1_000, 1_500, 1_100)];
+    for (case, floor, mark, old_turn) in cases {
+        let mut rig = Rig::with_idle_zola();
+        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "earlier".into(), phase: None, position: 900 });
+        let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
+        assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past, Some(Cursor { session: session(), position: floor }), "{case}");
+        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: mark });
+        assert_eq!((rig.durable_marks[&agent_id(ZOLA)].position, rig.durable_marks[&agent_id(ZOLA)].turn_taken.clone()), (mark, None), "{case}");
+        rig.advance(5_000);
+        rig.crash_and_recover_as_the_daemon();
+        rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+        rig.input(Input::StartupComplete);
+        // The resume reads the new copy: an old turn, started and completed, past the floor.
+        rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
+        rig.turn_started("turn-9", old_turn);
+        rig.turn_completed("turn-9", "an old final", old_turn + 30);
+        let idle = ObserverSnapshot { position: old_turn + 30, turn: TurnState::Idle { last_completed: Some(turn("turn-9")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+        if mark > old_turn + 30 {
+            // The zone's verdict (a record at the mark that is not the one reported) moves the
+            // floor out of reach: a later turn in the same session does not end the wait either.
+            rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "other".into(), phase: None, position: mark });
+            rig.turn_started("turn-10", mark + 100);
+            rig.turn_completed("turn-10", "its final", mark + 130);
+            let idle = ObserverSnapshot { position: mark + 130, turn: TurnState::Idle { last_completed: Some(turn("turn-10")) }, ..idle_snapshot("inc-1", 100) };
+            rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+            let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+            assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+        }
+        // A second restart within the minute: the durable mark holds a turn of the new copy
+        // past the floor, noted after the write; the zone's close, durable with the mark
+        // (`EventMark::rewritten`), still keeps the wait out of the new copy's reach.
+        let durable = &rig.durable_marks[&agent_id(ZOLA)];
+        assert!(durable.rewritten.is_some() && durable.turn_taken.as_ref().is_some_and(|t| t.position > floor), "{case}: {durable:?}");
+        rig.advance(1_000);
+        let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
+        assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}, the second restart: {receipt:?}");
+        // The wait still ends with the grace: an idle agent, its composer empty.
+        rig.advance(limits::AWAITING_TURN_GRACE_MS);
+        let op = rig.admit("0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e22", "fourth", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}: {:?}", rig.receipt(op));
+        // A live write's floor is this daemon's view of the new copy: its turn ends its wait.
+        let at = mark + 1_000;
+        rig.provider_turn("turn-11", "fourth", "its final", at);
+        let idle = ObserverSnapshot { position: at + 30, turn: TurnState::Idle { last_completed: Some(turn("turn-11")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        let op = rig.admit("0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e23", "fifth", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}, after a live write's turn: {:?}", rig.receipt(op));
+    }
+}
+
 // ADM-5 across a restart, the latest write whatever became of its request: a one-way prompt
 // whose turn ran, then a return-final prompt still unread when its request ended (a cancel:
 // the live engine still holds the agent for its line). The restart loaded only the one-way

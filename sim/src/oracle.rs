@@ -284,6 +284,13 @@ pub struct Oracle {
     /// where, which turn), or an earlier daemon's, made durable (`on_daemon_start`).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
+    /// ADM-5, EV-13: the PTY agents whose rollout, in the session of their last write, was cut
+    /// back or replaced while a daemon was down after that write (`on_file_changed_while_down`):
+    /// the wait a restart reopens for it has its floor in the older copy, which no position
+    /// read since compares with (`AgentEntry::floor_unprovable`, `RecoveredWrite::floor_wait`),
+    /// so the engine may hold the agent whatever turn it is told of, until the grace (RF-8's
+    /// timeout from the write at the latest).
+    changed_since_last_write: BTreeSet<usize>,
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
@@ -849,6 +856,11 @@ impl Oracle {
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
         if writer.is_some() {
+            // A submit's write leaves no record a restart reads (SUB-6): a restart after it
+            // reopens the wait for the admission before it, its floor in the older copy.
+            self.changed_since_last_write.remove(&agent);
+        }
+        if writer.is_some() {
             // The engine wrote again: the hold for a registration a restart ended is over (it
             // excused any later stall of the agent until its end, a review), and so is the one
             // for a write it gave up on (ADM-12: it writes again only once that write's hold
@@ -1035,7 +1047,10 @@ impl Oracle {
         // (`RequestRecord::written_ms`), the live one from the give-up.
         let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|(_, lost)| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
-        if unknown_write || lost_write {
+        // RF-8's timeout from the write bounds any wait for its turn.
+        let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0);
+        let copy_changed = self.changed_since_last_write.contains(&agent) && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
+        if unknown_write || lost_write || copy_changed {
             return;
         }
         if at + STALL_MARGIN_MS <= since {
@@ -1714,6 +1729,7 @@ impl Oracle {
     /// there that is never reported (dropped as a "replay") is a gap, and one reported is not
     /// a double.
     pub fn on_rollout_cut(&mut self, a: usize, session: &SessionId, cut: u64) {
+        self.on_file_changed_while_down(a, session);
         let Some(stream) = self.stream.agents.get_mut(&a) else { return };
         if let Some(cursor) = stream.cursor.as_mut().filter(|c| &c.session == session && c.position > cut) {
             cursor.position = cut;
@@ -1725,6 +1741,15 @@ impl Oracle {
             *last = (*last).min((cut, 1));
         }
         self.stream.ever_reported.retain(|(agent, s, position)| *agent != a || s != &session.0 || *position <= cut);
+    }
+
+    /// ADM-5, EV-13: agent `a`'s rollout of `session` was cut back or replaced while the daemon
+    /// was down (`changed_since_last_write`; a managed agent's wait goes by its line's answer).
+    pub fn on_file_changed_while_down(&mut self, a: usize, session: &SessionId) {
+        let in_last_write = self.last_write.get(&a).is_some_and(|(s, _)| s == session);
+        if in_last_write && !self.last_line.contains_key(&a) {
+            self.changed_since_last_write.insert(a);
+        }
     }
 
     /// A daemon started: nothing of any agent's observer has been reported since.

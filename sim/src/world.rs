@@ -1853,6 +1853,7 @@ impl World {
     /// restarted daemon will resume in it must not end with anything read from it.
     fn replace_rollout_while_down(&mut self, a: usize, pending: Vec<String>) {
         let session = self.agents[a].session.id.clone();
+        self.oracle.on_file_changed_while_down(a, &session);
         self.oracle.replaced_while_down.extend(pending.into_iter().map(|id| (id, a)));
         let agent = &mut self.agents[a];
         agent.session.file = agent.new_file();
