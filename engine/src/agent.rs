@@ -99,6 +99,9 @@ pub struct AgentEntry {
     /// restart's replay zone still holds cannot pass, nor any record once the zone found the
     /// file changed (`floor_unprovable`). A live write's floor is this daemon's view.
     pub awaiting_reopened: bool,
+    /// ADM-5, EV-13: a record of the reopened wait's file, not proven yet, carried a turn past
+    /// its floor: once the file is proven, the wait ends (`Engine::floor_proven`).
+    pub reopened_end_unproven: bool,
     /// Why the last observer refresh failed, for the receipt's detail.
     pub refresh_error: Option<String>,
     /// ADM-5 / RF-7: when to look again (an engine-initiated refresh, a "probe") whether the
@@ -129,6 +132,7 @@ impl AgentEntry {
             awaiting_unplaced: None,
             awaiting_accepted: None,
             awaiting_reopened: false,
+            reopened_end_unproven: false,
             refresh_error: None,
             probe_at_ms: None,
             input_epoch: 0,
@@ -223,6 +227,7 @@ impl AgentEntry {
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
         self.awaiting_reopened = false;
+        self.reopened_end_unproven = false;
         self.probe_at_ms = None;
     }
 
@@ -241,6 +246,7 @@ impl AgentEntry {
         }
         if let Some(floor) = self.awaiting_past.as_mut().filter(|floor| &floor.session == session) {
             floor.position = u64::MAX;
+            self.reopened_end_unproven = false;
         }
     }
 

@@ -168,7 +168,7 @@ impl Engine {
     /// first look at a checkpoint beyond the armed cursor, then the resume's replay): that turn
     /// began after the write. So does a managed line's replayed answer (`wait_ended_by`).
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
-        let unproven = self.replay_holds_record(agent_id, event);
+        let unproven = self.floor_unproven_by(agent_id, event);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         if wait_ended_by(agent, event, false, unproven) {
             agent.end_wait();
@@ -178,7 +178,7 @@ impl Engine {
     /// Folds an event into the agent's observer view so later admissions see busy/idle
     /// without another refresh.
     fn update_view(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
-        let unproven = self.replay_holds_record(agent_id, event);
+        let unproven = self.floor_unproven_by(agent_id, event);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         if wait_ended_by(agent, event, true, unproven) {
             agent.end_wait(); // ADM-5: the written prompt's turn (or another) began
@@ -628,11 +628,12 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 /// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
 /// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
 ///   event needs none: a wait this engine opened without a view has none); for a wait a
-///   restart reopened, not a record the restart's replay zone still holds (`unproven`,
-///   EV-13): the file may have been cut back and grown again while the daemon was down, its
-///   turn past the floor by position alone a copy of one that began before the write (a
-///   review). Once the zone finds the file changed, no position in its session ends such a
-///   wait (`AgentEntry::floor_unprovable`).
+///   restart reopened, not a record of the floor's file not proven yet (`unproven`: one the
+///   restart's replay zone still holds, or below the proof a loss left, EV-13): the file may
+///   have been cut back and grown again, or replaced, while the daemon was down, its turn
+///   past the floor by position alone a copy of one that began before the write (a review).
+///   Such a turn ends the wait once the file is proven (`Engine::floor_proven`); once it is
+///   found changed, no position in its session does (`AgentEntry::floor_unprovable`).
 fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fresh: bool, unproven: bool) -> bool {
     if let Some(accepted) = &agent.awaiting_accepted {
         return match event {
@@ -643,11 +644,14 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     if agent.awaiting_unplaced.is_some() {
         return line_answered(agent, event);
     }
-    if unproven && agent.awaiting_reopened {
+    let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
+    let ends = ends_the_wait(agent, event) && past;
+    let in_floors_file = agent.awaiting_past.as_ref().is_some_and(|floor| event.session() == Some(&floor.session));
+    if ends && unproven && agent.awaiting_reopened && in_floors_file {
+        agent.reopened_end_unproven = true; // ended once the file is proven
         return false;
     }
-    let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
-    ends_the_wait(agent, event) && past
+    ends
 }
 
 /// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the

@@ -130,6 +130,10 @@ pub struct Engine {
     /// TIME-2: this run's engine time on the machine's monotonic clock (given at
     /// `Engine::recover`), kept in every request it registers.
     pub(crate) run_clock: Option<crate::run_clock::RunClock>,
+    /// ADM-5, EV-13: this run's start, in engine time (`Engine::recover`): a file found changed
+    /// while the daemon was down was read in its new copy by every write this run made
+    /// (`EventMark::rewritten`).
+    pub(crate) run_started_ms: u64,
     /// REC-2: agents whose `ResumeObserver` was asked for and not yet answered (by an attach at
     /// or before the armed cursor, or a lost session). Until then an attach past the cursor is
     /// another look racing the resume (the monitor's first run, an admission's refresh), not
@@ -200,6 +204,7 @@ impl Engine {
             suspended: BTreeSet::new(),
             recovered_writes: BTreeMap::new(),
             run_clock: None,
+            run_started_ms: 0,
             resuming: BTreeSet::new(),
             stops_deferred: BTreeMap::new(),
             persists: BTreeMap::new(),
@@ -651,7 +656,8 @@ impl Engine {
                 }
                 let mut entry = AgentEntry::new(facts);
                 if let Some(writes) = self.recovered_writes.remove(&agent_id) {
-                    crate::recovery::RecoveredWrite::reopen_wait(writes, &mut entry, self.events.marks.get(&agent_id), self.now_ms);
+                    let boot = self.run_clock.as_ref().map(|clock| clock.boot_id.as_str());
+                    crate::recovery::RecoveredWrite::reopen_wait(writes, &mut entry, self.events.marks.get(&agent_id), self.now_ms, boot);
                 }
                 // ADM-12: an agent removed and re-added mid-admission keeps that admission's claim,
                 // so a second admission cannot write while the first one's bytes are in flight.

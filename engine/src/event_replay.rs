@@ -122,6 +122,52 @@ impl ReplayZone {
     }
 }
 
+/// ADM-5, EV-13: the proof of a file a zone closed by a loss still waited for: a restart's
+/// reopened wait keeps its floor in the file's older copy until a later read proves the file
+/// the same (the record at `through` fingerprinted `fingerprint`) or shows it changed. The
+/// resume of a checkpoint the file no longer matches (OBS-3) is such a loss, and the next look
+/// reads the file from its start: a cut below the checkpoint, or a replacement, landed an
+/// older turn past the floor by position alone (a review).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FloorProof {
+    pub session: SessionId,
+    pub through: u64,
+    pub fingerprint: String,
+    /// The mark's `rewritten` before the loss made it this run (the pessimistic note, durable
+    /// with the loss): put back once the file is proven.
+    pub restore: Option<crate::events::RewriteRun>,
+}
+
+/// How a record of `session` (or its attach) meets a proof of the file through `through`.
+enum ProofStep {
+    /// Below the proving record: nothing is proven yet.
+    Below,
+    /// The record there is the one reported (an attach there: OBS-2 proved it).
+    Proven,
+    /// Another record there, or one past it: the file changed.
+    Changed,
+}
+
+/// EV-13 (the zones) and ADM-5 (`FloorProof`): one rule for both. None: another session's
+/// event, or one with no place.
+fn proof_step(session: &SessionId, through: u64, fingerprint: &str, event: &ObserverEvent) -> Option<ProofStep> {
+    let (Some(event_session), Some(position)) = (event.session(), event.position()) else { return None };
+    if event_session != session {
+        return None;
+    }
+    let step = match (event, position.cmp(&through)) {
+        (_, std::cmp::Ordering::Less) => ProofStep::Below,
+        // OBS-2 proved the file through the resume point: the Codex observer announces where
+        // its checkpoint's proof ends, never a cursor past it; the managed observer announces
+        // its cursor, in a holder's output, which is append-only within its process (a new
+        // process resets the mark).
+        (ObserverEvent::Attached { .. }, _) => ProofStep::Proven,
+        (_, std::cmp::Ordering::Equal) if record_fingerprint(event) == fingerprint => ProofStep::Proven,
+        _ => ProofStep::Changed,
+    };
+    Some(step)
+}
+
 /// How an observer event meets an open zone.
 enum Verdict {
     /// Not the zone's business (another session's record, or a lifecycle fact).
@@ -140,36 +186,29 @@ impl Engine {
     /// zone and was reported with it); false when the caller reports it as usual.
     pub(crate) fn replay_take(&mut self, agent_id: &AgentId, event: &ObserverEvent, incarnation: &Option<Incarnation>) -> bool {
         let Some(zone) = self.events.replay.get_mut(agent_id) else { return false };
-        let verdict = match (event, event.session(), event.position()) {
-            (ObserverEvent::Attached { session, position }, _, _) if *session == zone.session => {
-                if *position >= zone.through {
-                    // OBS-2 proved the file through the resume point: the Codex observer
-                    // announces where its checkpoint's proof ends, never a cursor past it; the
-                    // managed observer announces its cursor, in a holder's output, which is
-                    // append-only within its process (a new process resets the mark).
-                    Verdict::Proven
-                } else {
-                    zone.from = Some(zone.from.map_or(*position, |from| from.min(*position)));
-                    Verdict::Pass
-                }
+        let step = proof_step(&zone.session, zone.through, &zone.fingerprint, event);
+        let verdict = match (event, step) {
+            (ObserverEvent::Attached { position, .. }, Some(ProofStep::Below)) => {
+                zone.from = Some(zone.from.map_or(*position, |from| from.min(*position)));
+                Verdict::Pass
             }
-            (_, Some(session), Some(position)) if *session == zone.session => match position.cmp(&zone.through) {
-                std::cmp::Ordering::Less => Verdict::Hold,
-                std::cmp::Ordering::Equal if crate::event_replay::record_fingerprint(event) == zone.fingerprint => Verdict::Proven,
-                _ => Verdict::Changed(Unproven::Content),
-            },
+            (_, Some(ProofStep::Below)) => Verdict::Hold,
+            (_, Some(ProofStep::Proven)) => Verdict::Proven,
+            (_, Some(ProofStep::Changed)) => Verdict::Changed(Unproven::Content),
             // A resume of another session failed: not this zone's business.
-            (ObserverEvent::SessionLost { session: Some(lost), .. }, _, _) if *lost != zone.session => Verdict::Pass,
-            // Lost before anything was held: EV-7's gap says it all.
-            (ObserverEvent::SessionLost { .. }, _, _) if zone.held.is_empty() => {
-                self.events.replay.remove(agent_id);
+            (ObserverEvent::SessionLost { session: Some(lost), .. }, _) if *lost != zone.session => Verdict::Pass,
+            // Lost before anything was held: EV-7's gap says it all. A reopened wait's floor
+            // still waits for the proof (`FloorProof`).
+            (ObserverEvent::SessionLost { .. }, _) if zone.held.is_empty() => {
+                let zone = self.events.replay.remove(agent_id).expect("open");
+                self.await_floor_proof(agent_id, &zone);
                 return false;
             }
-            (ObserverEvent::SessionLost { .. }, _, _) => Verdict::Changed(Unproven::Elsewhere),
+            (ObserverEvent::SessionLost { .. }, _) => Verdict::Changed(Unproven::Elsewhere),
             // The process is gone and the observer read the file to its end, short of the
             // mark (a record at or past it settled the zone): the file is shorter than what
             // the stream reported (a review: the exit took the request for a prompt never read).
-            (ObserverEvent::ProcessExited { drained: true }, _, _) if zone.from.is_some() => Verdict::Changed(Unproven::Content),
+            (ObserverEvent::ProcessExited { drained: true }, _) if zone.from.is_some() => Verdict::Changed(Unproven::Content),
             _ => Verdict::Pass,
         };
         match verdict {
@@ -180,6 +219,7 @@ impl Engine {
             }
             Verdict::Proven => {
                 let zone = self.events.replay.remove(agent_id).expect("open");
+                self.floor_proven(agent_id);
                 // The replays are dropped; the newest held checkpoint still follows them. The
                 // event itself is reported as usual (the mark covers a record at M).
                 if let Some(json) = zone.held.into_iter().rev().find_map(|h| if let Held::Checkpoint(json) = h { Some(json) } else { None }) {
@@ -251,31 +291,76 @@ impl Engine {
         self.events.replay.get(agent_id).is_some_and(|zone| zone.pending.iter().any(|p| &p.request_id == request_id))
     }
 
-    /// ADM-5, EV-13: whether `event` is a record the agent's open replay zone holds (its
-    /// session, before the mark): until the file is proven it may be a copy of an older one,
-    /// so it ends no wait kept by a floor (`correlation::wait_ended_by`). A turn it holds past
-    /// a write's floor is one the durable mark would name (`RecoveredWrite::floor_wait` reopens
-    /// no wait then) unless the stream noted it before the write: no evidence either way.
-    pub(crate) fn replay_holds_record(&self, agent_id: &AgentId, event: &ObserverEvent) -> bool {
-        let Some(zone) = self.events.replay.get(agent_id) else { return false };
-        event.session() == Some(&zone.session) && event.position().is_some_and(|position| position < zone.through)
+    /// ADM-5, EV-13: whether `event` is a record whose file is not proven yet: one the agent's
+    /// open replay zone holds (its session, before the mark), or one below what a zone closed
+    /// by a loss still waits for (`FloorProof`). It may be a copy of an older one, so it ends
+    /// no reopened wait yet (`correlation::wait_ended_by`; ended once the file is proven,
+    /// `floor_proven`).
+    pub(crate) fn floor_unproven_by(&self, agent_id: &AgentId, event: &ObserverEvent) -> bool {
+        let zone = self.events.replay.get(agent_id).map(|zone| (&zone.session, zone.through, &zone.fingerprint));
+        let proof = self.events.proofs.get(agent_id).map(|proof| (&proof.session, proof.through, &proof.fingerprint));
+        zone.into_iter().chain(proof).any(|(session, through, fingerprint)| matches!(proof_step(session, through, fingerprint, event), Some(ProofStep::Below)))
     }
 
-    /// ADM-5, EV-13: a replay zone of `session` found the file changed: a floor there from
-    /// before can no longer be compared with what the observer reads: a reopened wait's now
-    /// (`AgentEntry::floor_unprovable`), and a later restart's by the mark, which notes the
-    /// stream's next number (the gap's, queued next with the mark: `EventMark::rewritten`).
-    /// Not a zone closed by a loss (`Unproven::Elsewhere`): that says nothing of the file (a
-    /// checkpoint of an older copy, already known replaced, is lost at every resume), and the
-    /// next look reads the file from its start; a replacement whose records land past the
-    /// floor there is a known gap.
+    /// ADM-5, EV-13: this run, for `EventMark::rewritten`.
+    fn this_run(&self) -> crate::events::RewriteRun {
+        let started = self.run_clock.as_ref().map(|clock| clock.monotonic_ms(self.run_started_ms));
+        match (&self.run_clock, started.and_then(|ms| i64::try_from(ms).ok())) {
+            (Some(clock), Some(started_monotonic_ms)) => crate::events::RewriteRun { boot_id: clock.boot_id.clone(), started_monotonic_ms },
+            _ => crate::events::RewriteRun { boot_id: crate::run_clock::UNKNOWN_BOOT.to_string(), started_monotonic_ms: i64::MAX },
+        }
+    }
+
+    /// ADM-5, EV-13: a replay zone of `session` (or the proof a loss left) found the file
+    /// changed: a floor there from before can no longer be compared with what the observer
+    /// reads: a reopened wait's now (`AgentEntry::floor_unprovable`), and a later restart's by
+    /// the mark (`EventMark::rewritten`: this run, durable with the gap's batch).
     fn floor_unprovable(&mut self, agent_id: &AgentId, session: &SessionId) {
         if let Some(agent) = self.agents.get_mut(agent_id) {
             agent.floor_unprovable(session);
         }
-        let next_event = self.events.next_sequence;
+        let run = self.this_run();
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
-        mark.rewritten = Some((session.clone(), next_event));
+        mark.rewritten = Some(run);
+    }
+
+    /// ADM-5, EV-13: a loss closed `zone` before anything proved the file: the next look reads
+    /// the file from its start, and a reopened wait keeps waiting for the proof (`FloorProof`).
+    /// The mark says this run until then (durable with the loss: a crash before the proof
+    /// leaves the next restart no zone to prove the file with).
+    fn await_floor_proof(&mut self, agent_id: &AgentId, zone: &ReplayZone) {
+        let run = self.this_run();
+        let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
+        let restore = mark.rewritten.replace(run);
+        let proof = FloorProof { session: zone.session.clone(), through: zone.through, fingerprint: zone.fingerprint.clone(), restore };
+        self.events.proofs.insert(agent_id.clone(), proof);
+    }
+
+    /// ADM-5, EV-13: how `event` meets the proof a loss left (`FloorProof`), as it arrives.
+    pub(crate) fn judge_floor_proof(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        let Some(proof) = self.events.proofs.get(agent_id) else { return };
+        match proof_step(&proof.session, proof.through, &proof.fingerprint, event) {
+            None | Some(ProofStep::Below) => {}
+            Some(ProofStep::Proven) => {
+                let proof = self.events.proofs.remove(agent_id).expect("judged");
+                if let Some(mark) = self.events.marks.get_mut(agent_id) {
+                    mark.rewritten = proof.restore;
+                }
+                self.floor_proven(agent_id);
+            }
+            Some(ProofStep::Changed) => {
+                let proof = self.events.proofs.remove(agent_id).expect("judged");
+                self.floor_unprovable(agent_id, &proof.session);
+            }
+        }
+    }
+
+    /// ADM-5, EV-13: the file is proven the one reported: a turn past the reopened wait's floor
+    /// that an unproven record carried ends it now (`AgentEntry::reopened_end_unproven`).
+    fn floor_proven(&mut self, agent_id: &AgentId) {
+        if let Some(agent) = self.agents.get_mut(agent_id).filter(|agent| agent.awaiting_reopened && agent.reopened_end_unproven) {
+            agent.end_wait();
+        }
     }
 
     /// EV-13: a checkpoint covering held records is held with them.
@@ -293,8 +378,9 @@ impl Engine {
     /// record afresh; the recovered requests end as `why` says (`end_unproven_requests`).
     pub(crate) fn replay_changed(&mut self, agent_id: &AgentId, why: Unproven) {
         let Some(zone) = self.events.replay.remove(agent_id) else { return };
-        if why == Unproven::Content {
-            self.floor_unprovable(agent_id, &zone.session);
+        match why {
+            Unproven::Content => self.floor_unprovable(agent_id, &zone.session),
+            Unproven::Elsewhere => self.await_floor_proof(agent_id, &zone),
         }
         let from = zone.from.unwrap_or(0).min(zone.through);
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));

@@ -71,6 +71,9 @@ pub(crate) struct EventStream {
     /// EV-13: per agent, the records after a restart's resume point held until the record at
     /// the mark proves (or disproves) the file.
     pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
+    /// ADM-5, EV-13: per agent, the proof of the file a zone closed by a loss still waited
+    /// for (`crate::event_replay::FloorProof`).
+    pub proofs: BTreeMap<AgentId, crate::event_replay::FloorProof>,
     /// EV-3, EV-13: per agent, its requests whose end is not durable yet and must be before the
     /// agent's next batch (`Engine::batches_follow_the_end`): the batches wait for them.
     pub ends_first: BTreeMap<AgentId, BTreeSet<RequestId>>,
@@ -97,6 +100,7 @@ impl Default for EventStream {
             slots: BTreeMap::new(),
             recovered_unattached: BTreeSet::new(),
             replay: BTreeMap::new(),
+            proofs: BTreeMap::new(),
             ends_first: BTreeMap::new(),
             recovered_unregistered: BTreeSet::new(),
             bound_announced: BTreeSet::new(),
@@ -442,6 +446,7 @@ impl Engine {
     /// restart, records that may be replays wait for proof (EV-13).
     pub(crate) fn record_observed(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let incarnation = self.incarnation_of(agent_id);
+        self.judge_floor_proof(agent_id, event); // ADM-5: before the zone, which it outlives
         if !self.replay_take(agent_id, event, &incarnation) {
             self.report_observed(agent_id, event, incarnation);
         }

@@ -296,15 +296,37 @@ pub struct EventMark {
     /// it was folded into a running turn, taken at once (`AnsweredLine::taken`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_started: Option<TurnId>,
-    /// ADM-5, EV-13: the session a restart's replay zone last found changed (the file cut back
-    /// and grown again, or replaced, while the daemon was down), and the stream's next event
-    /// number then (the gap's own). A write handed out at or before it
-    /// (`RequestRecord::written_at_event`) took its floor in the file's older copy, which no
-    /// position read since compares with: a later restart keeps its wait out of the new copy's
-    /// reach (`RecoveredWrite::floor_wait`). Not a turn: `forget_turns` keeps it. None in a mark
-    /// written before 2026-12-06.
+    /// ADM-5, EV-13: the latest run that found one of the agent's files changed while the
+    /// daemon was down (a replay zone's verdict, `Engine::floor_unprovable`), or could not
+    /// prove it yet (a loss closed its zone; restored once a later read proves the file,
+    /// `FloorProof`). A write registered before that run started took its floor in an older
+    /// copy, which no position read since compares with: a later restart keeps its wait out of
+    /// the new copy's reach (`RecoveredWrite::floor_wait`). Not a turn: `forget_turns` keeps
+    /// it. None in a mark written before 2026-12-06.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rewritten: Option<(SessionId, u64)>,
+    pub rewritten: Option<RewriteRun>,
+}
+
+/// ADM-5, EV-13 (`EventMark::rewritten`): a run, by its boot and its start on the machine's
+/// monotonic clock (TIME-2; `UNKNOWN_BOOT` when the run had no run clock: no record is known to
+/// follow it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RewriteRun {
+    pub boot_id: String,
+    pub started_monotonic_ms: i64,
+}
+
+impl RewriteRun {
+    /// Whether a record registered at `registered_monotonic_ms` (on the boot `boot_id`; None:
+    /// another boot than the current run's, or unknown) was registered after this run started.
+    pub fn followed_by(&self, current_boot: Option<&str>, registered_monotonic_ms: Option<i128>) -> bool {
+        let unknown = crate::run_clock::UNKNOWN_BOOT;
+        let (Some(boot), Some(registered)) = (current_boot.filter(|b| *b != unknown), registered_monotonic_ms) else { return false };
+        match boot == self.boot_id {
+            true => registered >= i128::from(self.started_monotonic_ms),
+            false => self.boot_id != unknown, // registered in a later boot than the note's
+        }
+    }
 }
 
 /// ADM-5 (managed): one of wakterm's `turn/start` lines the app-server answered

@@ -22,6 +22,7 @@ impl Engine {
         let mut engine = Engine::new();
         engine.now_ms = now_ms;
         engine.run_clock = run_clock;
+        engine.run_started_ms = now_ms;
         engine.next_sequence = durable.last_terminal_sequence + 1;
         engine.last_published_sequence = durable.last_terminal_sequence;
         engine.events = crate::event_stream::EventStream::recover(durable.last_event_sequence, durable.event_marks);
@@ -265,7 +266,7 @@ impl RecoveredWrite {
     /// had run held its agent until RF-8's timeout after the write. A managed agent's wait is
     /// for its latest line's own answer (`managed_wait`, as the live wait); a PTY agent's ends
     /// with a turn past the floor (`floor_wait`).
-    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64) {
+    pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64, boot: Option<&str>) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
         let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = same.into_iter().partition(|w| w.taken);
@@ -276,7 +277,7 @@ impl RecoveredWrite {
         let mark = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation));
         let wait = match &latest.turn_start_id {
             Some(line) => Self::managed_wait(line, latest, mark),
-            None => Self::floor_wait(&same, latest, mark),
+            None => Self::floor_wait(&same, latest, mark, boot),
         };
         let Some(wait) = wait else { return };
         let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
@@ -306,19 +307,19 @@ impl RecoveredWrite {
     /// record of an older daemon has no number: by position, as then; a mark of one, none:
     /// the wait stays.
     ///
-    /// Nor does a turn count for a write whose floor lies in a copy of the file a restart's
-    /// replay zone found changed (`EventMark::rewritten`: handed out at or before that number, or
-    /// with no number): its position compares with nothing read since, and the wait's floor is
-    /// moved out of the new copy's reach. The live engine does so when the zone closes
-    /// (`AgentEntry::floor_unprovable`); a second restart within RF-8's minute took the new
-    /// copy's turns, noted after the write, for the write's.
-    fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
+    /// Nor does a turn count for a write registered before a run that found a file of the agent
+    /// changed while the daemon was down, or could not prove it (`EventMark::rewritten`, by the
+    /// monotonic clock of `boot`, this run's: a record of another boot or of none is taken for
+    /// such a write): its floor lies in an older copy, which no position read since compares
+    /// with, and the wait's floor is moved out of the new copy's reach. The live engine does so
+    /// when the zone closes (`AgentEntry::floor_unprovable`); a second restart within RF-8's
+    /// minute took the new copy's turns, noted after the write, for the write's. Writes of that
+    /// run and later ones read only the new copy.
+    fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
         let taken = mark.and_then(|m| m.turn_taken.as_ref());
         let noted = mark.and_then(|m| m.turn_noted_at_event);
         let rewritten = mark.and_then(|m| m.rewritten.as_ref());
-        let in_this_copy = |w: &RecoveredWrite| {
-            rewritten.filter(|(session, _)| *session == w.floor.session).is_none_or(|(_, at)| w.written_at_event.is_some_and(|written| written > *at))
-        };
+        let in_this_copy = |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms));
         let noted_after = |w: &&RecoveredWrite| w.written_at_event.is_none_or(|written| noted.is_some_and(|noted| noted >= written));
         let taken_past = |w: &&RecoveredWrite| {
             w.floor_at_write && in_this_copy(w) && noted_after(w) && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position)

@@ -444,6 +444,7 @@ impl Engine {
         agent.awaiting_request = None; // a submit's wait, no admission's
         agent.awaiting_past = agent.view_cursor(); // a turn at or before it began before the write
         agent.awaiting_reopened = false;
+        agent.reopened_end_unproven = false;
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes });
     }
@@ -491,6 +492,7 @@ impl Engine {
             agent.awaiting_unplaced = None;
             agent.awaiting_accepted = None;
             agent.awaiting_reopened = false;
+            agent.reopened_end_unproven = false;
         }
         self.finish_submission(id, ending);
     }

@@ -687,6 +687,61 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
     }
 }
 
+// ADM-5, EV-13: the same when the resume finds the checkpoint no longer matching the file (a
+// cut below the checkpoint, or a replaced file, OBS-3): the loss closes the replay zone before
+// anything proves the file, and the next look reads it from its start, an old turn past the
+// floor by position alone (a review of the first fix, which left this path open). The wait
+// keeps waiting for the proof the zone waited for (`FloorProof`): a record at the mark that is
+// the one reported ends it with the turn the unproven records carried; another moves the floor
+// out of reach; a crash before either leaves the mark's note (`EventMark::rewritten`).
+#[test]
+fn adm_5_a_reopened_wait_after_a_lost_resume_waits_for_the_files_proof() {
+    for case in ["changed", "proven", "a crash before the proof"] {
+        let mut rig = Rig::with_idle_zola();
+        rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "earlier".into(), phase: None, position: 900 });
+        rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+        let reported = ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: 1_500 };
+        rig.observe(reported.clone());
+        rig.advance(5_000);
+        rig.crash_and_recover_as_the_daemon();
+        rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+        rig.input(Input::StartupComplete);
+        rig.observe(ObserverEvent::SessionLost { reason: REWRITTEN_WHILE_DOWN.into(), session: None, before: None });
+        assert!(rig.durable_marks[&agent_id(ZOLA)].rewritten.is_some(), "{case}: the note is durable with the loss");
+        if case == "a crash before the proof" {
+            rig.advance(1_000);
+            rig.crash_and_recover_as_the_daemon();
+            rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+            rig.input(Input::StartupComplete);
+        }
+        // The next look reads the file from its start: an old turn past the floor, below the mark.
+        rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
+        rig.turn_started("turn-9", 1_100);
+        rig.turn_completed("turn-9", "an old final", 1_130);
+        let idle = ObserverSnapshot { position: 1_130, turn: TurnState::Idle { last_completed: Some(turn("turn-9")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
+        let (record, accepted) = match case {
+            "proven" => (reported.clone(), true),
+            _ => (ObserverEvent::AgentMessage { session: session(), turn: None, text: "other".into(), phase: None, position: 1_500 }, false),
+        };
+        rig.observe(record);
+        let wait = rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after;
+        assert_eq!(wait.is_none(), accepted, "{case}: proven, the old turn was the file's own and ended the wait");
+        rig.turn_started("turn-10", 1_600);
+        rig.turn_completed("turn-10", "its final", 1_630);
+        let idle = ObserverSnapshot { position: 1_630, turn: TurnState::Idle { last_completed: Some(turn("turn-10")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        let op = rig.admit("0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21", "third", ReturnMode::ReturnFinal);
+        let expected = if accepted { None } else { Some("awaiting_turn_start") };
+        assert_eq!(rig.receipt(op).reason.as_deref(), expected, "{case}: {:?}", rig.receipt(op));
+        if accepted {
+            assert_eq!(rig.durable_marks[&agent_id(ZOLA)].rewritten, None, "{case}: the note is put back");
+        }
+    }
+}
+
 // ADM-5 across a restart, the latest write whatever became of its request: a one-way prompt
 // whose turn ran, then a return-final prompt still unread when its request ended (a cancel:
 // the live engine still holds the agent for its line). The restart loaded only the one-way

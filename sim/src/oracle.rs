@@ -288,8 +288,8 @@ pub struct Oracle {
     /// back or replaced while a daemon was down after that write (`on_file_changed_while_down`):
     /// the wait a restart reopens for it has its floor in the older copy, which no position
     /// read since compares with (`AgentEntry::floor_unprovable`, `RecoveredWrite::floor_wait`),
-    /// so the engine may hold the agent whatever turn it is told of, until the grace (RF-8's
-    /// timeout from the write at the latest).
+    /// (or not proven yet after a loss, `FloorProof`), so the engine may hold the agent whatever
+    /// turn it is told of, until the grace finds it idle with an empty composer.
     changed_since_last_write: BTreeSet<usize>,
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
@@ -1047,8 +1047,10 @@ impl Oracle {
         // (`RequestRecord::written_ms`), the live one from the give-up.
         let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|(_, lost)| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
-        // RF-8's timeout from the write bounds any wait for its turn.
-        let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0);
+        // The hold ends at the grace after the write when the agent is idle with an empty
+        // composer; a running turn or a dialog on the screen keeps it (seed 31228: a question
+        // 23 s after the start): RF-8's timeout from the write or the start bounds it here.
+        let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0).max(self.daemon_started_ms);
         let copy_changed = self.changed_since_last_write.contains(&agent) && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         if unknown_write || lost_write || copy_changed {
             return;
