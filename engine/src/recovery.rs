@@ -314,7 +314,8 @@ impl RecoveredWrite {
     /// with, and the wait's floor is moved out of the new copy's reach. The live engine does so
     /// when the zone closes (`AgentEntry::floor_unprovable`); a second restart within RF-8's
     /// minute took the new copy's turns, noted after the write, for the write's. Writes of that
-    /// run and later ones read only the new copy.
+    /// run and later ones read only the new copy; one of them whose turn the mark holds says
+    /// every write registered before it was read.
     fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
         let taken = mark.and_then(|m| m.turn_taken.as_ref());
         let noted = mark.and_then(|m| m.turn_noted_at_event);
@@ -324,7 +325,11 @@ impl RecoveredWrite {
         let taken_past = |w: &&RecoveredWrite| {
             w.floor_at_write && in_this_copy(w) && noted_after(w) && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position)
         };
-        if same.iter().all(taken_past) {
+        // A write of an older copy was read when one registered after it (by the monotonic
+        // clock) was: input is read in order (exploration seed 33864710: a write of the new
+        // copy whose turn the mark holds, after one of the replaced file, held its agent).
+        let read = |w: &&RecoveredWrite| taken_past(w) || (!in_this_copy(w) && same.iter().any(|later| taken_past(later) && Self::registered_after(later, w)));
+        if same.iter().all(read) {
             return None;
         }
         let mut past = latest.floor.clone();

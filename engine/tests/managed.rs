@@ -687,6 +687,37 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
     }
 }
 
+// ADM-5, EV-13: a write made after the restart that found the file changed reads the new copy,
+// and its turn, in the durable mark, says every earlier write was read too (input is read in
+// order): the next restart holds nothing although an earlier write's floor lies in the older
+// copy (exploration seed 33864710 held such an agent until the grace).
+#[test]
+fn adm_5_a_later_writes_turn_in_the_new_copy_says_an_older_copys_write_was_read() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "earlier".into(), phase: None, position: 900 });
+    rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: 1_000 });
+    rig.advance(2_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    // The new copy: another record at the mark, then its own turn for the next write.
+    rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "other".into(), phase: None, position: 1_000 });
+    assert!(rig.durable_marks[&agent_id(ZOLA)].rewritten.is_some());
+    rig.advance(limits::AWAITING_TURN_GRACE_MS); // the reopened wait ends with the grace
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    // A turn starts (durable in the mark) before its user message is read: the next restart
+    // loads the request `submitted` (not seen taken), beside the older write.
+    rig.turn_started("turn-2", 1_110);
+    assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Submitted);
+    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: session(), position: 1_110 }));
+    rig.advance(2_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
+    assert_eq!(receipt.classification, Classification::Accepted, "both writes were read: {receipt:?}");
+}
+
 // ADM-5, EV-13: the same when the resume finds the checkpoint no longer matching the file (a
 // cut below the checkpoint, or a replaced file, OBS-3): the loss closes the replay zone before
 // anything proves the file, and the next look reads it from its start, an old turn past the
