@@ -628,8 +628,8 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 /// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
 /// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
 ///   event needs none: a wait this engine opened without a view has none); for a wait a
-///   restart reopened, not a record of the floor's file not proven yet (`unproven`: one the
-///   restart's replay zone still holds, or below the proof a loss left, EV-13): the file may
+///   restart reopened, not a record of a file not proven yet (`unproven`: one the restart's
+///   replay zone still holds, or below the proof a loss left, EV-13): the file may
 ///   have been cut back and grown again, or replaced, while the daemon was down, its turn
 ///   past the floor by position alone a copy of one that began before the write (a review).
 ///   Such a turn ends the wait once the file is proven (`Engine::floor_proven`); once it is
@@ -646,8 +646,9 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     }
     let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
     let ends = ends_the_wait(agent, event) && past;
-    let in_floors_file = agent.awaiting_past.as_ref().is_some_and(|floor| event.session() == Some(&floor.session));
-    if ends && unproven && agent.awaiting_reopened && in_floors_file {
+    // In any session: a view lagging a session switch at the write leaves a floor in the
+    // older session, which a replayed turn of the newer one passes, began when it may (a review).
+    if ends && unproven && agent.awaiting_reopened {
         agent.reopened_end_unproven = true; // ended once the file is proven
         return false;
     }

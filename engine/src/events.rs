@@ -299,7 +299,8 @@ pub struct EventMark {
     /// ADM-5, EV-13: the latest run that found one of the agent's files changed while the
     /// daemon was down (a replay zone's verdict, `Engine::floor_unprovable`), or could not
     /// prove it yet (a loss closed its zone; restored once a later read proves the file,
-    /// `FloorProof`). A write registered before that run started took its floor in an older
+    /// `FloorProof`, by the same run: a crash first leaves it). A write registered before that
+    /// run started took its floor in an older
     /// copy, which no position read since compares with: a later restart keeps its wait out of
     /// the new copy's reach (`RecoveredWrite::floor_wait`). Not a turn: `forget_turns` keeps
     /// it. None in a mark written before 2026-12-06.

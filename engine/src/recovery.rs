@@ -315,7 +315,7 @@ impl RecoveredWrite {
     /// when the zone closes (`AgentEntry::floor_unprovable`); a second restart within RF-8's
     /// minute took the new copy's turns, noted after the write, for the write's. Writes of that
     /// run and later ones read only the new copy; one of them whose turn the mark holds says
-    /// every write registered before it was read.
+    /// an older copy's write registered before it, and landed (its view recorded), was read.
     fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
         let taken = mark.and_then(|m| m.turn_taken.as_ref());
         let noted = mark.and_then(|m| m.turn_noted_at_event);
@@ -328,7 +328,11 @@ impl RecoveredWrite {
         // A write of an older copy was read when one registered after it (by the monotonic
         // clock) was: input is read in order (exploration seed 33864710: a write of the new
         // copy whose turn the mark holds, after one of the replaced file, held its agent).
-        let read = |w: &&RecoveredWrite| taken_past(w) || (!in_this_copy(w) && same.iter().any(|later| taken_past(later) && Self::registered_after(later, w)));
+        // Only a write whose bytes are known to have landed (its view at the write recorded):
+        // an unfinished registration's, or a given-up write's, may land after the later one
+        // (a holder outlives its daemon: a review).
+        let landed_before = |w: &&RecoveredWrite, later: &&RecoveredWrite| w.floor_at_write && Self::registered_after(later, w);
+        let read = |w: &&RecoveredWrite| taken_past(w) || (!in_this_copy(w) && same.iter().any(|later| taken_past(later) && landed_before(w, later)));
         if same.iter().all(read) {
             return None;
         }

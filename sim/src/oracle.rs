@@ -1048,9 +1048,10 @@ impl Oracle {
         let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|(_, lost)| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
         // The hold ends at the grace after the write when the agent is idle with an empty
-        // composer; a running turn or a dialog on the screen keeps it (seed 31228: a question
-        // 23 s after the start): RF-8's timeout from the write or the start bounds it here.
-        let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0).max(self.daemon_started_ms);
+        // composer; a running turn or a dialog on the screen keeps it, without a bound in the
+        // engine (seed 31228: a question 23 s after the start); the excuse stops at RF-8's
+        // timeout from the write, as a restart reopens no older write's wait.
+        let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0);
         let copy_changed = self.changed_since_last_write.contains(&agent) && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         if unknown_write || lost_write || copy_changed {
             return;
