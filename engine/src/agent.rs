@@ -57,6 +57,10 @@ pub struct ObserverView {
     pub process: Option<ProcessIdentity>,
 }
 
+/// ADM-5, EV-13: a floor no turn passes, in any session (`AgentEntry::floor_unprovable`,
+/// `RecoveredWrite::floor_wait`): the wait ends with the grace or the process.
+pub const UNREACHABLE_FLOOR: u64 = u64::MAX;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentEntry {
     pub facts: AgentFacts,
@@ -96,8 +100,9 @@ pub struct AgentEntry {
     pub awaiting_accepted: Option<crate::ids::TurnId>,
     /// ADM-5, EV-13: the wait is one a restart reopened (`RecoveredWrite::reopen_wait`): its
     /// floor is a position in the file as an earlier daemon read it, which a record the
-    /// restart's replay zone still holds cannot pass, nor any record once the zone found the
-    /// file changed (`floor_unprovable`). A live write's floor is this daemon's view.
+    /// restart's replay zone still holds (or one below what a zone closed by a loss waited
+    /// for, `FloorProof`) cannot pass, nor any turn once a file was found changed
+    /// (`floor_unprovable`). A live write's floor is this daemon's view.
     pub awaiting_reopened: bool,
     /// ADM-5, EV-13: a record of the reopened wait's file, not proven yet, carried a turn past
     /// its floor: once the file is proven, the wait ends (`Engine::floor_proven`).
@@ -231,21 +236,23 @@ impl AgentEntry {
         self.probe_at_ms = None;
     }
 
-    /// ADM-5, EV-13: the file a reopened wait's floor lies in can no longer be tied to what the
-    /// observer reads of `session` (a restart's replay zone found it changed: cut back and
-    /// grown again, or replaced, while the daemon was down). A floor in that session is
-    /// moved out of reach: the wait ends with a turn in another session, the grace or the
-    /// process, never by a position of the new copy (a turn there past the floor may be a copy
-    /// of one that began before the write: the next prompt went over an unread one, a review).
-    /// A managed line's wait goes by the line's own answer, not by a position: it stays. A
-    /// live write's floor is this daemon's view of the new copy: it stays too.
-    pub(crate) fn floor_unprovable(&mut self, session: &crate::ids::SessionId) {
+    /// ADM-5, EV-13: a file of the agent can no longer be tied to what the observer reads (a
+    /// restart's replay zone found it changed: cut back and grown again, or replaced, while the
+    /// daemon was down). A reopened wait's floor is moved out of reach (`UNREACHABLE_FLOOR`):
+    /// the wait ends with the grace or the process, never by a turn (one of the new copy past
+    /// the floor may be a copy of one that began before the write: the next prompt went over an
+    /// unread one, a review; in whatever session the floor lies: a view lagging a session
+    /// switch at the write leaves a floor in the older session, which any turn of the newer
+    /// passes, a third review). A managed line's wait goes by the line's own answer, not by a
+    /// position: it stays. A live write's floor is this daemon's view of the new copy: it stays
+    /// too.
+    pub(crate) fn floor_unprovable(&mut self) {
         let by_floor = self.awaiting_unplaced.is_none() && self.awaiting_accepted.is_none();
         if self.awaiting_turn_after.is_none() || !self.awaiting_reopened || !by_floor {
             return;
         }
-        if let Some(floor) = self.awaiting_past.as_mut().filter(|floor| &floor.session == session) {
-            floor.position = u64::MAX;
+        if let Some(floor) = self.awaiting_past.as_mut() {
+            floor.position = UNREACHABLE_FLOOR;
             self.reopened_end_unproven = false;
         }
     }

@@ -633,7 +633,7 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 ///   have been cut back and grown again, or replaced, while the daemon was down, its turn
 ///   past the floor by position alone a copy of one that began before the write (a review).
 ///   Such a turn ends the wait once the file is proven (`Engine::floor_proven`); once it is
-///   found changed, no position in its session does (`AgentEntry::floor_unprovable`).
+///   found changed, no turn does (`AgentEntry::floor_unprovable`).
 fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fresh: bool, unproven: bool) -> bool {
     if let Some(accepted) = &agent.awaiting_accepted {
         return match event {
@@ -643,6 +643,9 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     }
     if agent.awaiting_unplaced.is_some() {
         return line_answered(agent, event);
+    }
+    if agent.awaiting_past.as_ref().is_some_and(|floor| floor.position == crate::agent::UNREACHABLE_FLOOR) {
+        return false; // no turn passes it, in any session (`AgentEntry::floor_unprovable`)
     }
     let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
     let ends = ends_the_wait(agent, event) && past;

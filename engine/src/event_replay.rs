@@ -311,13 +311,13 @@ impl Engine {
         }
     }
 
-    /// ADM-5, EV-13: a replay zone of `session` (or the proof a loss left) found the file
-    /// changed: a floor there from before can no longer be compared with what the observer
-    /// reads: a reopened wait's now (`AgentEntry::floor_unprovable`), and a later restart's by
-    /// the mark (`EventMark::rewritten`: this run, durable with the gap's batch).
-    fn floor_unprovable(&mut self, agent_id: &AgentId, session: &SessionId) {
+    /// ADM-5, EV-13: a replay zone (or the proof a loss left) found the file changed: a floor
+    /// from before can no longer be compared with what the observer reads: a reopened wait's
+    /// now (`AgentEntry::floor_unprovable`), and a later restart's by the mark
+    /// (`EventMark::rewritten`: this run, durable with the batch of the record that decided).
+    fn floor_unprovable(&mut self, agent_id: &AgentId) {
         if let Some(agent) = self.agents.get_mut(agent_id) {
-            agent.floor_unprovable(session);
+            agent.floor_unprovable();
         }
         let run = self.this_run();
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
@@ -349,8 +349,8 @@ impl Engine {
                 self.floor_proven(agent_id);
             }
             Some(ProofStep::Changed) => {
-                let proof = self.events.proofs.remove(agent_id).expect("judged");
-                self.floor_unprovable(agent_id, &proof.session);
+                self.events.proofs.remove(agent_id);
+                self.floor_unprovable(agent_id);
             }
         }
     }
@@ -379,7 +379,7 @@ impl Engine {
     pub(crate) fn replay_changed(&mut self, agent_id: &AgentId, why: Unproven) {
         let Some(zone) = self.events.replay.remove(agent_id) else { return };
         match why {
-            Unproven::Content => self.floor_unprovable(agent_id, &zone.session),
+            Unproven::Content => self.floor_unprovable(agent_id),
             Unproven::Elsewhere => self.await_floor_proof(agent_id, &zone),
         }
         let from = zone.from.unwrap_or(0).min(zone.through);

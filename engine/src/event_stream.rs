@@ -505,6 +505,7 @@ impl Engine {
 
     pub(crate) fn record_removal(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>) {
         self.events.replay.remove(agent_id); // EV-13: a stopped agent's replays are moot
+        self.events.proofs.remove(agent_id); // ADM-5: and its proofs
         let Some(mark) = self.events.marks.get_mut(agent_id) else { return };
         if mark.stopped {
             return;

@@ -300,7 +300,7 @@ pub struct EventMark {
     /// daemon was down (a replay zone's verdict, `Engine::floor_unprovable`), or could not
     /// prove it yet (a loss closed its zone; restored once a later read proves the file,
     /// `FloorProof`, by the same run: a crash first leaves it). A write registered before that
-    /// run started took its floor in an older
+    /// run started may have taken its floor in an older
     /// copy, which no position read since compares with: a later restart keeps its wait out of
     /// the new copy's reach (`RecoveredWrite::floor_wait`). Not a turn: `forget_turns` keeps
     /// it. None in a mark written before 2026-12-06.

@@ -310,8 +310,8 @@ impl RecoveredWrite {
     /// Nor does a turn count for a write registered before a run that found a file of the agent
     /// changed while the daemon was down, or could not prove it (`EventMark::rewritten`, by the
     /// monotonic clock of `boot`, this run's: a record of another boot or of none is taken for
-    /// such a write): its floor lies in an older copy, which no position read since compares
-    /// with, and the wait's floor is moved out of the new copy's reach. The live engine does so
+    /// such a write): its floor may lie in an older copy, which no position read since compares
+    /// with, and the wait's floor is moved out of every turn's reach (`UNREACHABLE_FLOOR`). The live engine does so
     /// when the zone closes (`AgentEntry::floor_unprovable`); a second restart within RF-8's
     /// minute took the new copy's turns, noted after the write, for the write's. Writes of that
     /// run and later ones read only the new copy; one of them whose turn the mark holds says
@@ -338,7 +338,7 @@ impl RecoveredWrite {
         }
         let mut past = latest.floor.clone();
         if !in_this_copy(latest) {
-            past.position = u64::MAX;
+            past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
         }
         Some(ReopenedWait { past, unplaced: None, accepted: None })
     }

@@ -687,6 +687,36 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
     }
 }
 
+// ADM-5, EV-13: the same when the write's floor lies in another session than the changed file:
+// a view lagging a session switch at the write left it in the older session, which any turn of
+// the newer passes; the changed verdict moved only a floor in its own session (a third review).
+#[test]
+fn adm_5_a_changed_file_in_another_session_than_the_floor_ends_no_reopened_wait() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: 1_000 });
+    let older = SessionId("sess-0".to_string());
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { session: Some(older.clone()), ..idle_snapshot("inc-1", 100) }));
+    rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past.as_ref().map(|f| &f.session), Some(&older));
+    rig.advance(2_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    read_an_old_turn(&mut rig); // the stream's session, cut back and grown again: past the mark
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+}
+
+/// The observer reads a cut or replaced file from 400: an old turn, started and completed at
+/// 1,100-1,130, and the agent idle after it.
+fn read_an_old_turn(rig: &mut Rig) {
+    rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
+    rig.turn_started("turn-9", 1_100);
+    rig.turn_completed("turn-9", "an old final", 1_130);
+    let idle = ObserverSnapshot { position: 1_130, turn: TurnState::Idle { last_completed: Some(turn("turn-9")) }, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+}
+
 /// A restart whose replay zone finds the file changed: another record at the mark (1,000).
 fn restart_into_a_changed_copy(rig: &mut Rig) {
     rig.crash_and_recover_as_the_daemon();
@@ -770,12 +800,7 @@ fn adm_5_a_reopened_wait_after_a_lost_resume_waits_for_the_files_proof() {
             rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
             rig.input(Input::StartupComplete);
         }
-        // The next look reads the file from its start: an old turn past the floor, below the mark.
-        rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
-        rig.turn_started("turn-9", 1_100);
-        rig.turn_completed("turn-9", "an old final", 1_130);
-        let idle = ObserverSnapshot { position: 1_130, turn: TurnState::Idle { last_completed: Some(turn("turn-9")) }, ..idle_snapshot("inc-1", 100) };
-        rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+        read_an_old_turn(&mut rig); // the file read from its start: past the floor, below the mark
         let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
         assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{case}: {:?}", rig.receipt(op));
         let (record, accepted) = match case {

@@ -284,13 +284,15 @@ pub struct Oracle {
     /// where, which turn), or an earlier daemon's, made durable (`on_daemon_start`).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
     pub turn_after_write: BTreeMap<usize, (u64, u64, TurnId)>,
-    /// ADM-5, EV-13: the PTY agents whose rollout, in the session of their last write, was cut
-    /// back or replaced while a daemon was down after that write (`on_file_changed_while_down`):
-    /// the wait a restart reopens for it has its floor in the older copy, which no position
-    /// read since compares with (`AgentEntry::floor_unprovable`, `RecoveredWrite::floor_wait`),
-    /// (or not proven yet after a loss, `FloorProof`), so the engine may hold the agent whatever
-    /// turn it is told of, until the grace finds it idle with an empty composer.
-    changed_since_last_write: BTreeSet<usize>,
+    /// ADM-5, EV-13: the agents' rollout sessions ever cut back or replaced while a daemon was
+    /// down (`on_file_changed_while_down`). A wait a restart reopens for a PTY write in such a
+    /// session may have its floor in an older copy, which no position read since compares with
+    /// (`AgentEntry::floor_unprovable`, `RecoveredWrite::floor_wait`; or not proven yet after a
+    /// loss, `FloorProof`): the engine may hold the agent whatever turn it is told of, until the
+    /// grace finds it idle with an empty composer. Also a write made after the change: the run
+    /// that wrote it may have crashed before its note of the change was durable, and the next
+    /// restart cannot tell which copy the write read (exploration seed 700053041).
+    changed_while_down: BTreeSet<(usize, SessionId)>,
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
@@ -856,11 +858,6 @@ impl Oracle {
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
         if writer.is_some() {
-            // A submit's write leaves no record a restart reads (SUB-6): a restart after it
-            // reopens the wait for the admission before it, its floor in the older copy.
-            self.changed_since_last_write.remove(&agent);
-        }
-        if writer.is_some() {
             // The engine wrote again: the hold for a registration a restart ended is over (it
             // excused any later stall of the agent until its end, a review), and so is the one
             // for a write it gave up on (ADM-12: it writes again only once that write's hold
@@ -1047,12 +1044,16 @@ impl Oracle {
         // (`RequestRecord::written_ms`), the live one from the give-up.
         let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|(_, lost)| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
-        // The hold ends at the grace after the write when the agent is idle with an empty
-        // composer; a running turn or a dialog on the screen keeps it, without a bound in the
-        // engine (seed 31228: a question 23 s after the start); the excuse stops at RF-8's
-        // timeout from the write, as a restart reopens no older write's wait.
+        // A wait a restart reopened (the last write made before this daemon started), for a PTY
+        // write in a session changed while down (`changed_while_down`). The hold ends at the
+        // grace after the write when the agent is idle with an empty composer; a running turn
+        // or a dialog on the screen keeps it, without a bound in the engine (seed 31228: a
+        // question 23 s after the start); the excuse stops at RF-8's timeout from the write, as
+        // a restart reopens no older write's wait.
         let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0);
-        let copy_changed = self.changed_since_last_write.contains(&agent) && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
+        let reopened = written < self.daemon_started_ms && !self.last_line.contains_key(&agent);
+        let changed = self.last_write.get(&agent).is_some_and(|(session, _)| self.changed_while_down.contains(&(agent, session.clone())));
+        let copy_changed = reopened && changed && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         if unknown_write || lost_write || copy_changed {
             return;
         }
@@ -1747,12 +1748,9 @@ impl Oracle {
     }
 
     /// ADM-5, EV-13: agent `a`'s rollout of `session` was cut back or replaced while the daemon
-    /// was down (`changed_since_last_write`; a managed agent's wait goes by its line's answer).
+    /// was down (`changed_while_down`).
     pub fn on_file_changed_while_down(&mut self, a: usize, session: &SessionId) {
-        let in_last_write = self.last_write.get(&a).is_some_and(|(s, _)| s == session);
-        if in_last_write && !self.last_line.contains_key(&a) {
-            self.changed_since_last_write.insert(a);
-        }
+        self.changed_while_down.insert((a, session.clone()));
     }
 
     /// A daemon started: nothing of any agent's observer has been reported since.
