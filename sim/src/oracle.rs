@@ -1050,8 +1050,12 @@ impl Oracle {
         // or a dialog on the screen keeps it, without a bound in the engine (seed 31228: a
         // question 23 s after the start); the excuse stops at RF-8's timeout from the write, as
         // a restart reopens no older write's wait.
+        // Also a line an earlier daemon handed out that landed in this one (a registration a
+        // restart ended, REC-1: the engine's wait for it is the reopened one; exploration seed
+        // 50120234).
         let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0);
-        let reopened = written < self.daemon_started_ms && !self.last_line.contains_key(&agent);
+        let earlier_daemons = self.last_writer.get(&agent).is_some_and(|id| self.ended_unfinished.contains_key(id) || self.known_writes_at_start.contains(id));
+        let reopened = (written < self.daemon_started_ms || earlier_daemons) && !self.last_line.contains_key(&agent);
         let changed = self.last_write.get(&agent).is_some_and(|(session, _)| self.changed_while_down.contains(&(agent, session.clone())));
         let copy_changed = reopened && changed && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         if unknown_write || lost_write || copy_changed {
