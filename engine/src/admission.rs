@@ -723,8 +723,7 @@ impl Engine {
         agent.awaiting_turn_after = Some(self.now_ms);
         agent.awaiting_request = Some(request_id.clone());
         agent.awaiting_past = floor.clone();
-        agent.awaiting_reopened = false;
-        agent.reopened_end_unproven = false;
+        agent.not_reopened();
         agent.awaiting_unplaced = match agent.facts.transport {
             crate::agent::Transport::AppServer => own_line,
             crate::agent::Transport::Pty => None,

@@ -231,9 +231,15 @@ impl AgentEntry {
         self.awaiting_past = None;
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
+        self.not_reopened();
+        self.probe_at_ms = None;
+    }
+
+    /// ADM-5, EV-13: the agent's wait (if any) is not one a restart reopened: a live write's,
+    /// whose floor is this daemon's view, or none.
+    pub(crate) fn not_reopened(&mut self) {
         self.awaiting_reopened = false;
         self.reopened_end_unproven = false;
-        self.probe_at_ms = None;
     }
 
     /// ADM-5, EV-13: a file of the agent can no longer be tied to what the observer reads (a

@@ -644,9 +644,6 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     if agent.awaiting_unplaced.is_some() {
         return line_answered(agent, event);
     }
-    if agent.awaiting_past.as_ref().is_some_and(|floor| floor.position == crate::agent::UNREACHABLE_FLOOR) {
-        return false; // no turn passes it, in any session (`AgentEntry::floor_unprovable`)
-    }
     let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
     let ends = ends_the_wait(agent, event) && past;
     // In any session: a view lagging a session switch at the write leaves a floor in the
@@ -687,7 +684,11 @@ fn line_answered(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent) ->
     false
 }
 
-/// An event in another session than `floor`'s, or past its position.
+/// An event in another session than `floor`'s, or past its position; none past a floor out of
+/// reach, in any session (`crate::agent::UNREACHABLE_FLOOR`, `AgentEntry::floor_unprovable`).
 fn past_cursor(event: &ObserverEvent, floor: &Cursor) -> bool {
+    if floor.position == crate::agent::UNREACHABLE_FLOOR {
+        return false;
+    }
     event.session() != Some(&floor.session) || event.position().is_some_and(|p| p > floor.position)
 }
