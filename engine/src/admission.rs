@@ -724,9 +724,10 @@ impl Engine {
         agent.awaiting_request = Some(request_id.clone());
         agent.awaiting_past = floor.clone();
         agent.not_reopened();
-        agent.awaiting_unplaced = match agent.facts.transport {
-            crate::agent::Transport::AppServer => own_line,
-            crate::agent::Transport::Pty => None,
+        let prompt = self.admissions[request_id].prompt_hash.clone();
+        (agent.awaiting_unplaced, agent.awaiting_prompt) = match agent.facts.transport {
+            crate::agent::Transport::AppServer => (own_line, None),
+            crate::agent::Transport::Pty => (None, Some(prompt)),
         };
         agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
         agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports

@@ -98,6 +98,18 @@ pub struct AgentEntry {
     /// had not started yet: its start (or a user message in it) ends the wait, whoever opened
     /// it (`correlation::line_answered`).
     pub awaiting_accepted: Option<crate::ids::TurnId>,
+    /// ADM-5, PTY agents: the hash (HASH-1) of the prompt a live write's wait is for (an
+    /// admission's or a submit's). A turn past the floor is no proof that prompt was taken: the
+    /// TUI may take a prompt and start its turn only seconds later (a first turn waiting for
+    /// its MCP servers), and the view may stand behind the rollout at the write (a look that
+    /// showed a checkpoint's view, a stream being resumed after a loss, records Codex had not
+    /// flushed yet), so a turn that began before the write (a human's) lay past the floor and
+    /// ended the wait while our prompt was unread, and the next prompt was written on top
+    /// (the simulator's `terminal.slow_turn_start`, seeds 3999 and 6617 of 1-20,000). Such a
+    /// wait ends only at a user message with this hash (past the floor), the grace, or a
+    /// process change. None: not known (a managed line's wait, a restart's reopened one, or a
+    /// write the engine gave up on that landed late, `lost_write_ended`): the floor rule alone.
+    pub awaiting_prompt: Option<String>,
     /// ADM-5, EV-13: the wait is one a restart reopened (`RecoveredWrite::reopen_wait`): its
     /// floor is a position in the file as an earlier daemon read it, which a record the
     /// restart's replay zone still holds (or one below what a zone closed by a loss waited
@@ -136,6 +148,7 @@ impl AgentEntry {
             awaiting_past: None,
             awaiting_unplaced: None,
             awaiting_accepted: None,
+            awaiting_prompt: None,
             awaiting_reopened: false,
             reopened_end_unproven: false,
             refresh_error: None,
@@ -231,6 +244,7 @@ impl AgentEntry {
         self.awaiting_past = None;
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
+        self.awaiting_prompt = None;
         self.not_reopened();
         self.probe_at_ms = None;
     }
@@ -270,6 +284,7 @@ impl AgentEntry {
             self.end_wait();
         } else {
             self.written_until(now_ms);
+            self.awaiting_prompt = None; // whose prompt the wait is for, it no longer tells
         }
     }
 }

@@ -645,7 +645,7 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
         return line_answered(agent, event);
     }
     let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
-    let ends = ends_the_wait(agent, event) && past;
+    let ends = ends_the_wait(agent, event) && past && carries_the_awaited_prompt(agent, event);
     // In any session: a view lagging a session switch at the write leaves a floor in the
     // older session, which a replayed turn of the newer one passes, began when it may (a review).
     if ends && unproven && agent.awaiting_reopened {
@@ -653,6 +653,18 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
         return false;
     }
     ends
+}
+
+/// ADM-5 (PTY, `AgentEntry::awaiting_prompt`): a live write's wait ends only at a user message
+/// carrying its prompt (HASH-1: Codex records the prompt trimmed, as the hash is taken), not
+/// at any turn past the floor: the TUI may take the prompt and start its turn seconds later,
+/// and a turn that began before the write can lie past the floor (the view behind the rollout).
+fn carries_the_awaited_prompt(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
+    match (&agent.awaiting_prompt, event) {
+        (None, _) => true,
+        (Some(awaited), ObserverEvent::UserMessage { prompt_hash, .. }) => prompt_hash == awaited,
+        (Some(_), _) => false,
+    }
 }
 
 /// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the

@@ -470,8 +470,8 @@ impl Engine {
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
         let before = mark.clone();
         let bodies = observed_events(mark, event, after_restart);
-        if mark.turn_taken.is_some() && mark.turn_taken != before.turn_taken {
-            mark.turn_noted_at_event = Some(next_event); // ADM-5: the record's events follow
+        if let Some(noted) = mark.prompts_taken.last_mut().filter(|p| p.noted_at_event.is_none()) {
+            noted.noted_at_event = Some(next_event); // ADM-5: the record's events follow
         }
         self.queue(agent_id, incarnation, bodies, before);
     }

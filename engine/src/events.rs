@@ -257,31 +257,20 @@ pub struct EventMark {
     /// came from an attach, or from a mark written before fingerprints).
     #[serde(default)]
     pub fingerprint: Option<String>,
-    /// ADM-5 across a restart: where the latest turn start or user message the stream reported
-    /// lies that may have taken a prompt of wakterm's (`EventMark::note_turn_taken`). A daemon
-    /// started after a write to a PTY agent holds it only if no such record lies past the
-    /// write's floor (`RecoveredWrite::floor_wait`; a managed agent's restart goes by its
-    /// line's answer, `answered_lines`): the records before the mark are not read again,
+    /// ADM-5 across a restart: the latest user messages the stream reported, newest last, at
+    /// most `MAX_PROMPTS_TAKEN_KEPT` (`EventMark::note_turn_taken`). A daemon started after a
+    /// write to a PTY agent holds it unless the user message carrying that write's prompt lies
+    /// past the write's floor (`RecoveredWrite::floor_wait`; a managed agent's restart goes by
+    /// its line's answer, `answered_lines`): the records before the mark are not read again,
     /// so before, a one-way prompt whose turn had run held its agent until RF-8's timeout.
-    /// Forgotten whenever the mark's place moves back or its session is lost
-    /// (`EventMark::forget_turns`): a position compares only within one copy of the file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turn_taken: Option<crate::observer::Cursor>,
-    /// ADM-5: the stream's next event number when it noted `turn_taken` (the record's own
-    /// event is numbered from it): the turn counts for a write only when noted at or after the
-    /// write's `RequestRecord::written_at_event`. Positions alone could not tell two copies of
-    /// a file apart when the mark's forgetting was not durable yet (a review: a write made
-    /// while a restart's replay zone found the file cut back recorded its floor in the new
-    /// copy, a crash kept the old copy's turn in the durable mark, and the next restart took
-    /// it for the write's). None in a mark written before 2026-12-06.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turn_noted_at_event: Option<u64>,
-    /// ADM-5 (managed): the turn the stream last saw the app-server accept a `turn/start` into,
-    /// and whether the first request accepted into it may be wakterm's
-    /// (`prompt::opener_may_be_wakterm`; the id itself is a raw writer's choice, of any size,
-    /// and is not kept).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub opened: Option<(TurnId, bool)>,
+    /// The prompt, not any turn past the floor (as until 2026-12-06): the view at the write may
+    /// stand behind the rollout, so a human's turn that began before the write lay past the
+    /// floor, and the restart wrote the next prompt over ours, taken by the TUI but its turn
+    /// not started yet (the simulator's `terminal.slow_turn_start`, seed 19221). Forgotten
+    /// whenever the mark's place moves back or its session is lost (`EventMark::forget_turns`):
+    /// a position compares only within one copy of the file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts_taken: Vec<PromptTaken>,
     /// ADM-5 (managed) across a restart: the latest of wakterm's `turn/start` lines the stream
     /// saw the app-server answer, newest last, at most `MAX_ANSWERED_LINES_KEPT`, and whether
     /// the turn each went into was seen taking it (`AnsweredLine`). A restart holds a managed
@@ -330,6 +319,23 @@ impl RewriteRun {
     }
 }
 
+/// ADM-5 (PTY): a user message the stream reported (`EventMark::prompts_taken`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTaken {
+    /// Its prompt's hash (HASH-1).
+    pub prompt_hash: String,
+    /// Where the record lies.
+    pub at: crate::observer::Cursor,
+    /// The stream's next event number when it noted the record (its own event is numbered
+    /// from it): it counts for a write only when noted at or after the write's
+    /// `RequestRecord::written_at_event`. Positions alone could not tell two copies of a file
+    /// apart when the mark's forgetting was not durable yet (a review: a write made while a
+    /// restart's replay zone found the file cut back recorded its floor in the new copy, a
+    /// crash kept the old copy's turn in the durable mark, and the next restart took it for
+    /// the write's). Set by the stream (`Engine::record_observed`); None until then.
+    pub noted_at_event: Option<u64>,
+}
+
 /// ADM-5 (managed): one of wakterm's `turn/start` lines the app-server answered
 /// (`EventMark::answered_lines`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -357,29 +363,20 @@ impl EventMark {
             session: None,
             position: 0,
             fingerprint: None,
-            turn_taken: None,
-            turn_noted_at_event: None,
-            opened: None,
+            prompts_taken: Vec::new(),
             answered_lines: Vec::new(),
             last_started: None,
             rewritten: None,
         }
     }
 
-    /// ADM-5: a provider record the stream reports for the first time. A turn start or user
-    /// message that may carry a prompt of wakterm's moves `turn_taken`: not one of a turn the
-    /// app-server opened for another writer's `turn/start` (the attribution of the live wait,
-    /// `prompt::opener_may_be_wakterm`, from the last turn the stream saw accepted; the live
-    /// wait keeps 64). An acceptance names its turn's opener, once. Stricter than the live
-    /// wait in one way, safe: the acceptance of our `turn/start` into a running turn another
-    /// writer opened (steering) is not counted, so a restart still holds such an agent.
+    /// ADM-5: a provider record the stream reports for the first time. A user message is kept
+    /// with its prompt (`prompts_taken`); an answer to one of wakterm's lines, with its turn
+    /// (`answered_lines`).
     pub fn note_turn_taken(&mut self, event: &crate::observer::ObserverEvent) {
         use crate::observer::{Cursor, ObserverEvent};
         let (session, turn, position) = match event {
             ObserverEvent::TurnAccepted { id, turn, session, position } => {
-                if self.opened.as_ref().is_none_or(|(opened, _)| opened != turn) {
-                    self.opened = Some((turn.clone(), crate::prompt::opener_may_be_wakterm(Some(id))));
-                }
                 self.note_answered_line(id, Some(turn), Cursor { session: session.clone(), position: *position });
                 return;
             }
@@ -396,10 +393,22 @@ impl EventMark {
         if let ObserverEvent::TurnStarted { turn, .. } = event {
             self.last_started = Some(turn.clone());
         }
-        let opened = turn.and_then(|turn| self.opened.as_ref().filter(|(opened, _)| opened == turn));
-        if opened.is_none_or(|(_, ours)| *ours) {
-            self.turn_taken = Some(Cursor { session: session.clone(), position });
+        if let ObserverEvent::UserMessage { prompt_hash, .. } = event {
+            if self.prompts_taken.len() >= crate::limits::MAX_PROMPTS_TAKEN_KEPT {
+                self.prompts_taken.remove(0);
+            }
+            let at = Cursor { session: session.clone(), position };
+            self.prompts_taken.push(PromptTaken { prompt_hash: prompt_hash.clone(), at, noted_at_event: None });
+            assert!(self.prompts_taken.len() <= crate::limits::MAX_PROMPTS_TAKEN_KEPT);
         }
+    }
+
+    /// ADM-5: whether the stream reported the user message carrying `prompt_hash` past
+    /// `floor`, noted at or after the write's event number (`written_at_event`; None: a record
+    /// of an older daemon, by position alone).
+    pub fn prompt_taken_past(&self, prompt_hash: &str, floor: &crate::observer::Cursor, written_at_event: Option<u64>) -> bool {
+        let noted_after = |p: &PromptTaken| written_at_event.is_none_or(|written| p.noted_at_event.is_some_and(|noted| noted >= written));
+        self.prompts_taken.iter().any(|p| p.prompt_hash == prompt_hash && p.at.session == floor.session && p.at.position > floor.position && noted_after(p))
     }
 
     /// ADM-5: the app-server answered `id`; kept when it is one of wakterm's lines (its id
@@ -437,9 +446,7 @@ impl EventMark {
     /// the resume never replays: RF-8's minute for a line long read (exploration seed
     /// 3640021).
     pub fn forget_turns(&mut self) {
-        self.turn_taken = None;
-        self.turn_noted_at_event = None;
-        self.opened = None;
+        self.prompts_taken.clear();
         self.last_started = None;
     }
 

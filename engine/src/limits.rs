@@ -48,6 +48,11 @@ pub const MAX_ACCEPTED_TURNS_KEPT: usize = 64;
 /// that a raw writer's forged refusals (two per race in the simulator) do not evict ours.
 pub const MAX_ANSWERED_LINES_KEPT: usize = 4;
 
+/// ADM-5: the user messages an agent's event mark keeps (`EventMark::prompts_taken`): the mark
+/// is written with every event batch, so few; enough for a write's prompt steered in among a
+/// human's.
+pub const MAX_PROMPTS_TAKEN_KEPT: usize = 4;
+
 /// Longest opaque incarnation accepted (INP-4).
 pub const MAX_INCARNATION_BYTES: usize = 256;
 /// Agents the engine tracks at once.

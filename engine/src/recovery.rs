@@ -127,6 +127,8 @@ struct ReopenedWait {
     past: crate::observer::Cursor,
     unplaced: Option<String>,
     accepted: Option<crate::ids::TurnId>,
+    /// A PTY write's prompt (`AgentEntry::awaiting_prompt`).
+    prompt: Option<String>,
 }
 
 /// ADM-5 across a restart: whether a request's record says its prompt was read: its turn
@@ -149,6 +151,8 @@ fn prompt_seen_read(record: &RequestRecord) -> bool {
 pub(crate) struct RecoveredWrite {
     /// MGD-7: the write's `turn/start` id (managed agents only).
     pub turn_start_id: Option<String>,
+    /// The written prompt's hash (HASH-1): a PTY write was read when its user message was.
+    pub prompt_hash: String,
     pub incarnation: crate::ids::Incarnation,
     pub process: Option<crate::observer::ProcessIdentity>,
     /// Where the view stood at the write (`RequestRecord::written_past`), else the request's
@@ -244,7 +248,7 @@ impl RecoveredWrite {
             _ => return None, // released (never written); a bound one is taken, above
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
-        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken })
+        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), prompt_hash: record.prompt_hash.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -287,6 +291,7 @@ impl RecoveredWrite {
             agent.awaiting_past = Some(wait.past);
             agent.awaiting_unplaced = wait.unplaced;
             agent.awaiting_accepted = wait.accepted;
+            agent.awaiting_prompt = wait.prompt;
             agent.awaiting_reopened = true;
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
@@ -294,16 +299,21 @@ impl RecoveredWrite {
         }
     }
 
-    /// A PTY agent's reopened wait (its writes have no line id): ended by a turn past the
-    /// latest write's floor. None when the mark's turn lies past every write's floor (each
-    /// the view at its write), not only the latest's: which write was the latest, the floors
-    /// say only within one session, and the registration times not for sure (a wall clock
-    /// stepped back between two daemons made an older write look the later one, and its turn
-    /// skipped the wait for a later write still unread).
+    /// A PTY agent's reopened wait (its writes have no line id): ended by the user message
+    /// carrying the latest write's prompt past its floor (`AgentEntry::awaiting_prompt`; input
+    /// is read in order, so the writes before it were read). None when the mark holds, past
+    /// every write's floor (each the view at its write), the user message carrying that write's
+    /// prompt (`EventMark::prompt_taken_past`), not only the latest's: which write was the
+    /// latest, the floors say only within one session, and the registration times not for sure
+    /// (a wall clock stepped back between two daemons made an older write look the later one,
+    /// and its turn skipped the wait for a later write still unread). Not any turn past the
+    /// floor (as until 2026-12-06): the view at the write may stand behind the rollout, and a
+    /// human's turn that began before the write lay past it while our prompt, taken by the TUI,
+    /// had no turn yet (the simulator's `terminal.slow_turn_start`, seed 19221).
     ///
-    /// The turn must also have been noted after the write (`EventMark::turn_noted_at_event`):
+    /// The user message must also have been noted after the write (`PromptTaken::noted_at_event`):
     /// a mark whose forgetting (a file cut back, EV-13) was not durable at a crash keeps a
-    /// turn of the old copy, past a floor in the new one by position alone (a review). A
+    /// record of the old copy, past a floor in the new one by position alone (a review). A
     /// record of an older daemon has no number: by position, as then; a mark of one, none:
     /// the wait stays.
     ///
@@ -314,16 +324,13 @@ impl RecoveredWrite {
     /// with, and the wait's floor is moved out of every turn's reach (`UNREACHABLE_FLOOR`). The live engine does so
     /// when the zone closes (`AgentEntry::floor_unprovable`); a second restart within RF-8's
     /// minute took the new copy's turns, noted after the write, for the write's. Writes of that
-    /// run and later ones read only the new copy; one of them whose turn the mark holds says
+    /// run and later ones read only the new copy; one of them whose prompt the mark holds says
     /// an older copy's write registered before it, and landed (its view recorded), was read.
     fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
-        let taken = mark.and_then(|m| m.turn_taken.as_ref());
-        let noted = mark.and_then(|m| m.turn_noted_at_event);
         let rewritten = mark.and_then(|m| m.rewritten.as_ref());
         let in_this_copy = |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms));
-        let noted_after = |w: &&RecoveredWrite| w.written_at_event.is_none_or(|written| noted.is_some_and(|noted| noted >= written));
         let taken_past = |w: &&RecoveredWrite| {
-            w.floor_at_write && in_this_copy(w) && noted_after(w) && taken.is_some_and(|t| t.session == w.floor.session && t.position > w.floor.position)
+            w.floor_at_write && in_this_copy(w) && mark.is_some_and(|m| m.prompt_taken_past(&w.prompt_hash, &w.floor, w.written_at_event))
         };
         // A write of an older copy was read when one registered after it (by the monotonic
         // clock) was: input is read in order (exploration seed 33864710: a write of the new
@@ -340,7 +347,7 @@ impl RecoveredWrite {
         if !in_this_copy(latest) {
             past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
         }
-        Some(ReopenedWait { past, unplaced: None, accepted: None })
+        Some(ReopenedWait { past, unplaced: None, accepted: None, prompt: Some(latest.prompt_hash.clone()) })
     }
 
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest
@@ -354,9 +361,9 @@ impl RecoveredWrite {
     fn managed_wait(line: &str, latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
         let answered = mark.and_then(|m| m.answered_lines.iter().find(|answer| answer.id == line));
         match answered {
-            None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None }),
+            None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None, prompt: None }),
             Some(answer) if answer.taken || answer.turn.is_none() => None,
-            Some(answer) => Some(ReopenedWait { past: answer.at.clone(), unplaced: None, accepted: answer.turn.clone() }),
+            Some(answer) => Some(ReopenedWait { past: answer.at.clone(), unplaced: None, accepted: answer.turn.clone(), prompt: None }),
         }
     }
 

@@ -443,6 +443,7 @@ impl Engine {
         agent.awaiting_turn_after = Some(now_ms);
         agent.awaiting_request = None; // a submit's wait, no admission's
         agent.awaiting_past = agent.view_cursor(); // a turn at or before it began before the write
+        agent.awaiting_prompt = Some(crate::prompt::prompt_hash(&submission.text));
         agent.not_reopened();
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes });
@@ -490,6 +491,7 @@ impl Engine {
             agent.awaiting_past = None;
             agent.awaiting_unplaced = None;
             agent.awaiting_accepted = None;
+            agent.awaiting_prompt = None;
             agent.not_reopened();
         }
         self.finish_submission(id, ending);

@@ -212,6 +212,9 @@ fn adm_5_awaiting_turn_start_is_busy() {
     let second = rig.admit(REQ2, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(second).reason.as_deref(), Some("awaiting_turn_start"));
     rig.turn_started("turn-1", 1010);
+    // A turn start alone does not say the prompt was taken (its user message does).
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "ADM-5: still waiting");
+    rig.user_message("turn-1", "one", 1020);
     rig.turn_completed("turn-1", "ok", 1030);
     let mut snapshot = idle_snapshot("inc-1", 100);
     snapshot.position = 1030;
@@ -429,6 +432,8 @@ fn adm_17_a_new_process_snapshot_is_not_held_back_by_the_old_process_position() 
     assert!(rig.engine.agent(&agent).unwrap().awaiting_turn_after.is_some(), "ADM-5: waiting for the prompt's turn");
     let started = ObserverEvent::TurnStarted { session: session(), turn: turn("turn-1"), position: 60 };
     rig.input(Input::Observed { agent_id: agent.clone(), event: started });
+    let prompt = ObserverEvent::UserMessage { session: session(), turn: Some(turn("turn-1")), prompt_hash: wakterm_engine::prompt::prompt_hash("hi"), position: 70 };
+    rig.input(Input::Observed { agent_id: agent.clone(), event: prompt });
     assert!(rig.engine.agent(&agent).unwrap().awaiting_turn_after.is_none(), "the new process's turn ended the wait");
 }
 

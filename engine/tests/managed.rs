@@ -531,8 +531,8 @@ fn restart_then_admit(rig: &mut Rig, facts: AgentFacts, request_id: &str) -> Rec
 
 // ADM-5 across a restart: a one-way prompt's turn that ran before the crash, its start already
 // behind the event mark (no look reads it again), ends the wait the restart would reopen: the
-// mark keeps where the stream last saw a turn that may carry a prompt of ours
-// (`EventMark::turn_taken`). Before, the agent was held until RF-8's timeout after the write
+// mark keeps the latest user messages the stream saw, with their prompts
+// (`EventMark::prompts_taken`). Before, the agent was held until RF-8's timeout after the write
 // although its turn had run. A turn another writer's `turn/start` opened, or one in another
 // session than the write's, is no such evidence: the hold stays.
 #[test]
@@ -548,7 +548,7 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
         }
         rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
         let mark = &rig.durable_marks[&agent_id(ZOLA)];
-        assert_eq!(mark.turn_taken, Some(Cursor { session: session(), position: 2_020 }), "{case}: the user message, durable");
+        assert_eq!(taken_at(&mark), Some(Cursor { session: session(), position: 2_020 }), "{case}: the user message, durable");
         rig.advance(5_000);
         let receipt = restart_then_admit(&mut rig, facts, REQ2);
         assert_eq!(receipt.classification, Classification::Accepted, "{case}: its turn ran: {:?}", receipt);
@@ -558,7 +558,8 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
     rig.admit(REQ, "slow reader", ReturnMode::OneWay);
     rig.observe(ObserverEvent::TurnAccepted { session: session(), id: "human-1".into(), turn: turn("turn-9"), position: 2_005 });
     rig.provider_turn("turn-9", "a human's prompt", "its final", 2_000);
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, None);
+    let ours = prompt::prompt_hash("slow reader");
+    assert!(!rig.durable_marks[&agent_id(ZOLA)].prompts_taken.iter().any(|p| p.prompt_hash == ours));
     rig.advance(5_000);
     let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), REQ2);
     assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
@@ -569,7 +570,8 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
     let other = SessionId("sess-2".to_string());
     rig.observe(ObserverEvent::Attached { session: other.clone(), position: 10 });
     rig.observe(ObserverEvent::TurnStarted { session: other.clone(), turn: turn("turn-9"), position: 20 });
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: other, position: 20 }));
+    rig.observe(ObserverEvent::UserMessage { session: other.clone(), turn: Some(turn("turn-9")), prompt_hash: ours, position: 30 });
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]), Some(Cursor { session: other, position: 30 }));
     rig.advance(5_000);
     let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
     assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{:?}", receipt);
@@ -580,13 +582,14 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
 // file; the durable mark still holds a turn of the old one. A crash before the batch: the
 // next restart took that turn, past the floor by position, for the write's, and wrote the
 // next prompt over the unread line (a review). A turn counts only when the stream noted it
-// after the write (`EventMark::turn_noted_at_event`, `RequestRecord::written_at_event`).
+// after the write (`PromptTaken::noted_at_event`, `RequestRecord::written_at_event`).
 #[test]
 fn adm_5_a_turn_the_durable_mark_kept_from_before_a_cut_does_not_end_a_later_writes_wait() {
     let mut rig = Rig::with_idle_zola();
-    rig.provider_turn("turn-1", "a human's prompt", "its final", 900);
+    // The same text as the write's, typed earlier (a turn of another prompt ends no PTY wait).
+    rig.provider_turn("turn-1", "slow reader", "its final", 900);
     rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: 1_000 });
-    let stale = rig.durable_marks[&agent_id(ZOLA)].turn_taken.clone();
+    let stale = taken_at(&rig.durable_marks[&agent_id(ZOLA)]);
     assert_eq!(stale, Some(Cursor { session: session(), position: 920 }));
     rig.crash_and_recover_as_the_daemon();
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
@@ -598,7 +601,7 @@ fn adm_5_a_turn_the_durable_mark_kept_from_before_a_cut_does_not_end_a_later_wri
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 600, ..idle_snapshot("inc-1", 100) }));
     let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, stale, "the gap is not durable");
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]), stale, "the gap is not durable");
     rig.advance(5_000);
     rig.hold_events = false;
     let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
@@ -617,7 +620,7 @@ fn adm_5_a_turn_the_durable_mark_kept_from_before_a_cut_does_not_end_a_later_wri
     rig.auto = Auto::All;
     rig.settle();
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: session(), position: 2_020 }));
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]), Some(Cursor { session: session(), position: 2_020 }));
     rig.advance(5_000);
     let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
     assert_eq!(receipt.classification, Classification::Accepted, "its turn ran: {:?}", receipt);
@@ -641,14 +644,17 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
         assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past, Some(Cursor { session: session(), position: floor }), "{case}");
         rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: mark });
-        assert_eq!((rig.durable_marks[&agent_id(ZOLA)].position, rig.durable_marks[&agent_id(ZOLA)].turn_taken.clone()), (mark, None), "{case}");
+        assert_eq!((rig.durable_marks[&agent_id(ZOLA)].position, taken_at(&rig.durable_marks[&agent_id(ZOLA)])), (mark, None), "{case}");
         rig.advance(5_000);
         rig.crash_and_recover_as_the_daemon();
         rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
         rig.input(Input::StartupComplete);
-        // The resume reads the new copy: an old turn, started and completed, past the floor.
+        // The resume reads the new copy: an old turn, started and completed, past the floor,
+        // of the same text as the write's (typed earlier: a turn of another prompt ends no PTY
+        // wait, `AgentEntry::awaiting_prompt`).
         rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
         rig.turn_started("turn-9", old_turn);
+        rig.user_message("turn-9", "slow reader", old_turn + 10);
         rig.turn_completed("turn-9", "an old final", old_turn + 30);
         let idle = ObserverSnapshot { position: old_turn + 30, turn: TurnState::Idle { last_completed: Some(turn("turn-9")) }, ..idle_snapshot("inc-1", 100) };
         rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
@@ -659,6 +665,7 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
             // floor out of reach: a later turn in the same session does not end the wait either.
             rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "other".into(), phase: None, position: mark });
             rig.turn_started("turn-10", mark + 100);
+            rig.user_message("turn-10", "slow reader", mark + 110);
             rig.turn_completed("turn-10", "its final", mark + 130);
             let idle = ObserverSnapshot { position: mark + 130, turn: TurnState::Idle { last_completed: Some(turn("turn-10")) }, ..idle_snapshot("inc-1", 100) };
             rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
@@ -669,7 +676,7 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
         // past the floor, noted after the write; the zone's close, durable with the mark
         // (`EventMark::rewritten`), still keeps the wait out of the new copy's reach.
         let durable = &rig.durable_marks[&agent_id(ZOLA)];
-        assert!(durable.rewritten.is_some() && durable.turn_taken.as_ref().is_some_and(|t| t.position > floor), "{case}: {durable:?}");
+        assert!(durable.rewritten.is_some() && taken_at(&durable).as_ref().is_some_and(|t| t.position > floor), "{case}: {durable:?}");
         rig.advance(1_000);
         let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
         assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}, the second restart: {receipt:?}");
@@ -707,14 +714,30 @@ fn adm_5_a_changed_file_in_another_session_than_the_floor_ends_no_reopened_wait(
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
 }
 
-/// The observer reads a cut or replaced file from 400: an old turn, started and completed at
-/// 1,100-1,130, and the agent idle after it.
+/// The observer reads a cut or replaced file from 400: an old turn of the written prompt's
+/// text, started and completed at 1,100-1,130, and the agent idle after it.
 fn read_an_old_turn(rig: &mut Rig) {
     rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
     rig.turn_started("turn-9", 1_100);
+    // The same text as the write's, typed earlier (a turn of another prompt ends no PTY wait).
+    rig.user_message("turn-9", "slow reader", 1_110);
     rig.turn_completed("turn-9", "an old final", 1_130);
     let idle = ObserverSnapshot { position: 1_130, turn: TurnState::Idle { last_completed: Some(turn("turn-9")) }, ..idle_snapshot("inc-1", 100) };
     rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+}
+
+/// The turn of REQ2's prompt ("second") starts and its user message is read, durable in the
+/// event mark, while the binding's record does not commit before the crash that follows: the
+/// next restart loads the request `submitted` (not seen taken), beside the older write.
+fn take_the_second_prompt_unbound(rig: &mut Rig) {
+    rig.auto = Auto::Manual;
+    rig.turn_started("turn-2", 1_110);
+    rig.user_message("turn-2", "second", 1_120);
+    assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Submitted);
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]), Some(Cursor { session: session(), position: 1_120 }));
+    rig.advance(2_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.auto = Auto::All;
 }
 
 /// A restart whose replay zone finds the file changed: another record at the mark (1,000).
@@ -742,12 +765,7 @@ fn adm_5_a_later_writes_turn_in_the_new_copy_says_an_older_copys_write_was_read(
     rig.advance(limits::AWAITING_TURN_GRACE_MS); // the reopened wait ends with the grace
     let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
-    // A turn starts (durable in the mark) before its user message is read: the next restart
-    // loads the request `submitted` (not seen taken), beside the older write.
-    rig.turn_started("turn-2", 1_110);
-    assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Submitted);
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, Some(Cursor { session: session(), position: 1_110 }));
-    rig.advance(2_000);
+    take_the_second_prompt_unbound(&mut rig);
     let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
     assert_eq!(receipt.classification, Classification::Accepted, "both writes were read: {receipt:?}");
 
@@ -767,8 +785,7 @@ fn adm_5_a_later_writes_turn_in_the_new_copy_says_an_older_copys_write_was_read(
     rig.advance(limits::WRITE_LANDS_WITHIN_MS + limits::AWAITING_TURN_GRACE_MS); // its wait ends with the grace
     let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
-    rig.turn_started("turn-2", 1_110);
-    rig.advance(2_000);
+    take_the_second_prompt_unbound(&mut rig);
     let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
     assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "the registration's line may land late: {receipt:?}");
 }
@@ -811,6 +828,7 @@ fn adm_5_a_reopened_wait_after_a_lost_resume_waits_for_the_files_proof() {
         let wait = rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after;
         assert_eq!(wait.is_none(), accepted, "{case}: proven, the old turn was the file's own and ended the wait");
         rig.turn_started("turn-10", 1_600);
+        rig.user_message("turn-10", "slow reader", 1_610);
         rig.turn_completed("turn-10", "its final", 1_630);
         let idle = ObserverSnapshot { position: 1_630, turn: TurnState::Idle { last_completed: Some(turn("turn-10")) }, ..idle_snapshot("inc-1", 100) };
         rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
@@ -907,7 +925,7 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
         let op = rig.admit(REQ, "first", ReturnMode::OneWay);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
         rig.provider_turn("turn-1", "first", "the final", 2_000);
-        assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken.as_ref().map(|t| t.position), Some(2_020), "{case}");
+        assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]).as_ref().map(|t| t.position), Some(2_020), "{case}");
         let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
         rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
         let mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
@@ -1000,10 +1018,10 @@ fn adm_5_a_released_id_registered_again_is_the_latest_write() {
 #[test]
 fn adm_5_the_marks_turn_counts_only_past_a_write_in_the_same_file() {
     let mut rig = Rig::with_idle_zola();
-    rig.provider_turn("turn-1", "a human's prompt", "its final", 2_000);
-    assert!(rig.durable_marks[&agent_id(ZOLA)].turn_taken.is_some());
+    rig.provider_turn("turn-1", "slow reader", "its final", 2_000); // the later write's text
+    assert!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]).is_some());
     rig.observe(ObserverEvent::SessionLost { reason: "rewritten".into(), session: None, before: None });
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken, None, "forgotten with the loss");
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]), None, "forgotten with the loss");
     rig.observe(ObserverEvent::Attached { session: session(), position: 1_500 });
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_500, ..idle_snapshot("inc-1", 100) }));
     rig.admit(REQ, "slow reader", ReturnMode::OneWay);
@@ -1019,7 +1037,9 @@ fn adm_5_the_marks_turn_counts_only_past_a_write_in_the_same_file() {
     rig.refresh_next();
     rig.ack_next_persist(Ok(())); // registered (armed at 1,000); the write's outcome never comes
     rig.observe(ObserverEvent::TurnStarted { session: session(), turn: turn("turn-9"), position: 1_200 });
-    assert_eq!(rig.durable_marks[&agent_id(ZOLA)].turn_taken.as_ref().map(|t| t.position), Some(1_200));
+    let prompt_hash = prompt::prompt_hash("slow reader");
+    rig.observe(ObserverEvent::UserMessage { session: session(), turn: Some(turn("turn-9")), prompt_hash, position: 1_210 });
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]).as_ref().map(|t| t.position), Some(1_210));
     assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Registered);
     rig.auto = Auto::All;
     let receipt = restart_then_admit(&mut rig, managed_facts(Some(THREAD)), REQ2);
@@ -1457,4 +1477,9 @@ fn mgd_7_no_refusal_is_proof_after_a_loss() {
     let receipt = rig.receipt(op).clone();
     assert_eq!((receipt.classification, receipt.acknowledged), (Classification::Accepted, Some(false)), "{receipt:?}");
     assert_ne!(receipt.reason.as_deref(), Some("turn_start_refused"), "{receipt:?}");
+}
+
+/// ADM-5: where the latest user message a mark kept lies (`EventMark::prompts_taken`).
+fn taken_at(mark: &EventMark) -> Option<Cursor> {
+    mark.prompts_taken.last().map(|p| p.at.clone())
 }

@@ -458,14 +458,15 @@ fn rf_7_prompt_that_never_opens_a_turn_ends_indeterminate() {
     assert_eq!((event.state, event.reason.as_deref()), (TerminalState::Indeterminate, Some("no_turn_started")));
 }
 
-/// RF-7: a turn that does start clears the probe; the request completes normally.
+/// RF-7: a turn that does start (its user message carrying the prompt, ADM-5) clears the
+/// probe; the request completes normally.
 #[test]
 fn rf_7_started_turn_needs_no_probe() {
     let (mut rig, _) = armed_rig("hi");
     rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
     assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().probe_at_ms, None);
     rig.advance(limits::AWAITING_TURN_GRACE_MS * 3);
-    rig.user_message("turn-1", "hi", 1020);
     rig.turn_completed("turn-1", "f", 1030);
     assert_eq!(only_terminal(&rig).state, TerminalState::Completed);
 }

@@ -236,6 +236,7 @@ fn sub_1_submits_and_admissions_share_one_claim() {
     assert!(rig.submit_receipt(first).acknowledged);
     // The turn the submit started ends the wait: the agent takes the next one.
     rig.turn_started("turn-1", 1_010);
+    rig.user_message("turn-1", "first", 1_020);
     rig.turn_completed("turn-1", "done", 1_030);
     let fourth = rig.submit_text("fourth", None);
     rig.refresh_next();
@@ -250,6 +251,7 @@ fn sub_2_a_turn_seen_during_the_write_ends_the_wait() {
     let mut rig = Rig::with_idle_zola();
     let op = rig.submit_text("hi", None);
     rig.turn_started("turn-1", 1_010);
+    rig.user_message("turn-1", "hi", 1_020);
     rig.answer_split_write(SplitOutcome::Complete { boundary: boundary() });
     rig.answer_watch(Ok(moved()));
     assert!(rig.submit_receipt(op).acknowledged);

@@ -619,7 +619,7 @@ impl World {
         }
         app.stdin_origin = if app.stdin.is_empty() { None } else { line_origin };
         if let Some((origin, (earlier, age_ms))) = unread_prompt {
-            self.oracle.on_prompt_over_unread(a, origin.as_deref(), earlier.as_deref(), age_ms);
+            self.oracle.on_prompt_over_unread(a, origin.as_deref(), earlier.as_deref(), age_ms, wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         }
     }
 

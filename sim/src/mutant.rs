@@ -246,8 +246,8 @@ pub enum Mutant {
     /// ahead makes every finished request due at once (a retry of its id is then taken for a
     /// new request, and a restart forgets a write whose line is unread).
     RetentionByWallClock,
-    /// Restart glue (ADM-5): the stored event marks are read back without the turn they saw
-    /// taken (`EventMark::turn_taken`, as marks an older daemon wrote): a restart shortly after
+    /// Restart glue (ADM-5): the stored event marks are read back without the prompts they saw
+    /// taken (`EventMark::prompts_taken`, as marks an older daemon wrote): a restart shortly after
     /// a one-way prompt whose turn ran holds its agent until RF-8's timeout after the write.
     MarksForgetTurnsTaken,
     /// Restart glue (ADM-5, managed): the stored event marks are read back without the line

@@ -295,6 +295,11 @@ pub struct Oracle {
     changed_while_down: BTreeSet<(usize, SessionId)>,
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
+    /// ADM-5 (PTY): the hash of the prompt `last_write` wrote: the engine's wait ends only at a
+    /// user message carrying it (`AgentEntry::awaiting_prompt`), live or reopened by a restart
+    /// (the latest write it knows of). None: a restart's engine waits for another write's
+    /// prompt (`on_daemon_start`): no turn says the wait is over.
+    last_prompt: BTreeMap<usize, Option<String>>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
     /// app-server's answer to that very line moves the engine's wait for it (an acceptance into
     /// a turn not yet started makes it the wait for that turn's start), so only the turn it
@@ -323,6 +328,9 @@ pub struct Oracle {
     pub turns_delivered: BTreeMap<(usize, TurnId), u64>,
     /// ADM-18: the no-steer sends, by request id, with their first call's start.
     pub no_steer_calls: BTreeMap<String, u64>,
+    /// ADM-13: the plain one-way sends that may steer (not no-steer), by request id: written
+    /// whatever the engine's wait for an earlier prompt's turn (ADM-5).
+    steering_sends: BTreeSet<String>,
     /// Calls still waiting for their receipt, per request id: call number -> start time. A
     /// joined caller gets the receipt of the admission an earlier call of the id started, so
     /// that receipt may have been decided as early as the earliest of them.
@@ -546,7 +554,11 @@ impl Oracle {
     /// excused any prompt taken from a second before the earlier write on (the wait ended at
     /// any turn past the view at the write, which could stand behind the stream), and so hid
     /// a delayed observer's turn ending the wait (seed 8337 with the old engine).
-    pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64) {
+    /// For a PTY agent (`terminal.slow_turn_start`: the TUI took the earlier prompt, its turn
+    /// not started yet), the engine may give up at the grace instead (`grace_ms`,
+    /// `AWAITING_TURN_GRACE_MS`: an idle agent with an empty composer then); a plain send that
+    /// may steer is written whatever the wait (ADM-13) and is not checked.
+    pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64, grace_ms: u64) {
         let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
         // ADM-12: bytes an old holder wrote after the engine had given its write up (ended
         // `write_result_lost`) are a write the engine cannot know of (its known late write).
@@ -559,8 +571,8 @@ impl Oracle {
         // A prompt written before this daemon started is a write it knows of only when its
         // request's record says so (`known_writes_at_start`).
         let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id));
-        if known && !given_up && age_ms + STALL_MARGIN_MS < wakterm_engine::limits::TURN_START_TIMEOUT_MS {
-            let m = format!("a{agent}: {origin:?}'s turn/start written while {earlier:?}'s, written {age_ms} ms before, was still unread");
+        if known && !given_up && age_ms + STALL_MARGIN_MS < grace_ms {
+            let m = format!("a{agent}: {origin:?}'s prompt written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
         }
     }
@@ -771,7 +783,7 @@ impl Oracle {
     ///
     /// `taken_durably`: the agents whose first turn after their last write (`turn_after_write`)
     /// the stream made durable, in the session it still reports. ADM-5: the new engine must not
-    /// hold them for that write (`EventMark::turn_taken`): the turn counts as delivered at its
+    /// hold them for that write (`EventMark::prompts_taken`): the turn counts as delivered at its
     /// start; the others' turns, as before, only when its observer delivers them.
     /// `latest_known`: per agent, the latest of those writes (by registration), and the session
     /// of its recorded floor (where the engine's view stood at the write). `accepted_durably`:
@@ -813,6 +825,10 @@ impl Oracle {
             .map(|(agent, _)| *agent)
             .collect();
         self.turn_after_write.retain(|agent, _| taken_durably.contains(agent) && latest(agent));
+        let other_prompt: Vec<usize> = self.last_prompt.keys().copied().filter(|agent| !latest(agent)).collect();
+        for agent in other_prompt {
+            self.last_prompt.insert(agent, None); // the engine waits for another write's prompt
+        }
         for entry in self.turn_after_write.values_mut() {
             entry.0 = self.daemon_started_ms;
         }
@@ -851,12 +867,16 @@ impl Oracle {
 
     /// A write to agent `a`'s pane passed the incarnation check (whatever reached the pane):
     /// the engine will wait for a turn to start after it (ADM-5).
-    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, writer: Option<&str>, line: Option<String>) {
+    pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, (writer, prompt): (Option<&str>, Option<&str>), line: Option<String>) {
         if let (Some(id), Some(_)) = (writer, &line) {
             self.check_not_into_accepted_turn(agent, id);
         }
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
+        match prompt {
+            Some(text) => self.last_prompt.insert(agent, Some(prompt_hash(text))),
+            None => self.last_prompt.remove(&agent),
+        };
         if writer.is_some() {
             // The engine wrote again: the hold for a registration a restart ended is over (it
             // excused any later stall of the agent until its end, a review), and so is the one
@@ -878,6 +898,11 @@ impl Oracle {
         self.answer_kept.remove(&agent);
     }
 
+    /// ADM-5 (PTY): the hash of the prompt of agent `a`'s last write, when the engine waits for it.
+    pub fn last_prompt(&self, a: usize) -> Option<&str> {
+        self.last_prompt.get(&a).and_then(|h| h.as_deref())
+    }
+
     /// ADM-5 (managed): the `turn/start` line of agent `a`'s last write, if it wrote one.
     pub fn last_line(&self, a: usize) -> Option<&str> {
         self.last_line.get(&a).map(String::as_str)
@@ -892,8 +917,11 @@ impl Oracle {
         // no sign that ours was read (`AgentEntry::turn_may_be_the_awaited_prompts`).
         // A managed write's wait ends only with its own line's answer: the start of the turn
         // the line was accepted into, whoever opened it.
+        // A PTY write's live wait ends only at its prompt's user message
+        // (`on_user_message_delivered`).
         let counts = match self.last_line.get(&agent) {
             Some(_) => self.last_line_turn.get(&agent).is_some_and(|(accepted, _)| accepted == turn),
+            None if self.last_prompt.contains_key(&agent) => false,
             None => self.turn_openers.get(&(agent, turn.clone())).is_none_or(|id| wakterm_engine::prompt::is_turn_start_id(id)),
         };
         let after_write = counts && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
@@ -933,8 +961,16 @@ impl Oracle {
     }
 
     /// The observer port sent the engine a user message of agent `a`'s turn `turn`.
-    pub fn on_user_message_delivered(&mut self, agent: usize, turn: &TurnId) {
+    /// And ADM-5 (PTY): the user message carrying the last write's prompt, past the write,
+    /// ends the engine's live wait for it (`AgentEntry::awaiting_prompt`).
+    pub fn on_user_message_delivered(&mut self, agent: usize, turn: &TurnId, (session, position): (&SessionId, u64), hash: &str) {
         self.turn_users_delivered.insert((agent, turn.clone()));
+        let own = self.last_prompt.get(&agent).is_some_and(|h| h.as_deref() == Some(hash));
+        let after_write = own && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        if after_write && !self.turn_after_write.contains_key(&agent) {
+            let at = wakterm_runtime::driver::now_ms();
+            self.turn_after_write.insert(agent, (at, position, turn.clone()));
+        }
     }
 
     /// The observer port sent the engine agent `a`'s facts after a liveness look, or a silent
@@ -977,6 +1013,17 @@ impl Oracle {
             let m = format!("{id}: busy/turn_active for a{agent}, idle since {} ms before the call, its last turn's end delivered to the engine {} ms before it", since - idle, since - told);
             self.fail(Kind::Stalled, m);
         }
+    }
+
+    /// ADM-13: a plain one-way send that may steer is being made.
+    pub fn on_steering_send(&mut self, request_id: &str) {
+        self.steering_sends.insert(request_id.to_string());
+    }
+
+    /// ADM-13: whether `writer`'s write may go in while an earlier prompt's turn has not
+    /// started (a plain send that may steer).
+    pub fn may_steer(&self, writer: &str) -> bool {
+        self.steering_sends.contains(writer)
     }
 
     /// ADM-18: a no-steer send is being made (its first call starts now).

@@ -599,6 +599,16 @@ fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
             &e.agent_id == agent_id
                 && matches!(&e.body, EventBody::TurnStarted { session: s, provider_turn_id, position } if s == session && provider_turn_id == turn && position == at)
         };
+        // A PTY write's: the user message carrying its prompt, kept by the durable mark
+        // (`EventMark::prompts_taken`); the turn start is no sign (`AgentEntry::awaiting_prompt`).
+        let pty_prompt = w.oracle.last_line(a).is_none().then(|| w.oracle.last_prompt(a));
+        if let Some(prompt) = pty_prompt {
+            let mark = w.durable_mark(a);
+            let kept = |p: &wakterm_engine::PromptTaken| Some(p.prompt_hash.as_str()) == prompt && &p.at.session == session && p.at.position == *at;
+            let Some(message) = mark.as_ref().and_then(|m| m.prompts_taken.iter().find(|p| kept(p))) else { return false };
+            let lost_since = losses.iter().any(|e| &e.agent_id == agent_id && message.noted_at_event.is_none_or(|noted| e.sequence >= noted));
+            return reported && !lost_since;
+        }
         let Some(start) = started.iter().find(stored) else { return false };
         let lost_since = losses.iter().any(|e| &e.agent_id == agent_id && e.sequence > start.sequence);
         let line_answered = w.oracle.last_line(a).is_none() || w.oracle.line_answer_kept(a);
@@ -794,7 +804,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-    w.oracle.on_pane_write(a, session, position, request.as_deref(), line_id);
+    let prompt = line_id.is_none().then_some(text.as_str());
+    w.oracle.on_pane_write(a, session, position, (request.as_deref(), prompt), line_id);
     match &request {
         Some(rid) => {
             let landed_ms = wakterm_runtime::driver::now_ms();
@@ -1083,7 +1094,7 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
         let writes = w.agents[a].pane.writes;
         w.agents[a].last_typed = Some(text.clone());
         let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
-        w.oracle.on_pane_write(a, session, position, None, None);
+        w.oracle.on_pane_write(a, session, position, (None, Some(&text)), None);
         w.log(format!("a{a} split write {sid} starts (write {writes}, fail {fail:?}, cr {mode:?})"));
         (fail, mode, writes)
     };
@@ -1595,10 +1606,10 @@ fn finished_past_unread_line(w: &World, ops: &[StoreOp]) -> bool {
 
 /// ADM-5, EV-13: the commit that makes a PTY write's floor durable (`RequestRecord::written_past`,
 /// its confirm: `submitted` or `settled`) comes while the agent's durable event mark holds a
-/// turn past it in the same session: the write's own turn, already reported (noted at or after
-/// the write, `EventMark::turn_noted_at_event`; a crash here 10 % of the time), or a turn of an
-/// older copy of the file whose forgetting (a cut a restart found, EV-13) is not durable yet
-/// (noted before it; half the time). A restart right then must tell the two apart (a review
+/// user message past it in the same session (`EventMark::prompts_taken`): the write's own,
+/// already reported (noted at or after the write, `PromptTaken::noted_at_event`; a crash here
+/// 10 % of the time), or one of an older copy of the file whose forgetting (a cut a restart
+/// found, EV-13) is not durable yet (noted before it; half the time). A restart right then must tell the two apart (a review
 /// found the second taken for the first, and the next prompt written over the unread line).
 /// Returns the crash point's rate, if it applies.
 fn write_floor_below_the_marks_turn(w: &World, ops: &[StoreOp]) -> Option<f64> {
@@ -1614,8 +1625,8 @@ fn write_floor_below_the_marks_turn(w: &World, ops: &[StoreOp]) -> Option<f64> {
         let floor = record.written_past.as_ref().filter(|_| record.turn_start_id.is_none())?;
         let (_, json) = w.store.event_marks().into_iter().find(|(id, _)| id == agent_id)?;
         let mark = serde_json::from_str::<wakterm_engine::EventMark>(&json).ok()?;
-        mark.turn_taken.as_ref().filter(|t| t.session == floor.session && t.position > floor.position)?;
-        let noted_after = record.written_at_event.zip(mark.turn_noted_at_event).is_some_and(|(written, noted)| noted >= written);
+        let past = mark.prompts_taken.iter().rev().find(|p| p.at.session == floor.session && p.at.position > floor.position)?;
+        let noted_after = record.written_at_event.zip(past.noted_at_event).is_some_and(|(written, noted)| noted >= written);
         Some(if noted_after { 0.1 } else { 0.5 })
     })
 }
@@ -1675,7 +1686,7 @@ fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     match &event {
         ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
         ObserverEvent::TurnAccepted { id, turn, session, position } => w.oracle.on_turn_accepted_delivered(a, id, turn, session, *position),
-        ObserverEvent::UserMessage { turn: Some(turn), .. } => w.oracle.on_user_message_delivered(a, turn),
+        ObserverEvent::UserMessage { turn: Some(turn), session, position, prompt_hash } => w.oracle.on_user_message_delivered(a, turn, (session, *position), prompt_hash),
         ObserverEvent::TurnCompleted { turn, .. } => w.oracle.on_turn_end_delivered(a, Some(turn)),
         ObserverEvent::TurnAborted { turn, .. } => w.oracle.on_turn_end_delivered(a, turn.as_ref()),
         ObserverEvent::Attached { .. } | ObserverEvent::SessionLost { .. } => w.oracle.on_session_changed_delivered(a),
@@ -2164,7 +2175,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         }
         if w.mutant == Mutant::MarksForgetTurnsTaken {
             for mark in &mut event_marks {
-                mark.turn_taken = None; // the bug
+                mark.prompts_taken.clear(); // the bug
             }
         }
         if w.mutant == Mutant::MarksForgetAnsweredLines {

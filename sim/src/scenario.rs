@@ -485,6 +485,8 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
             if mode.no_steer {
                 w.counters.fault("caller.no_steer_send");
                 w.oracle.on_no_steer_call(&command.request_id);
+            } else if operation == Operation::Send && !mode.return_final {
+                w.oracle.on_steering_send(&command.request_id);
             }
             let writes_before = w.oracle.writes_of(&call.request_id);
             let call_number = w.oracle.on_call(&call.request_id, mode.timeout_ms);

@@ -145,6 +145,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.late_draw",
     "terminal.draft_races_submit",
     "terminal.keys_in_flight",
+    "terminal.slow_turn_start",
     "monitor.step_bound",
     "pane.input_since_look",
     "submit.exit_mid_wait",
@@ -297,6 +298,12 @@ pub struct FaultPlan {
     /// write) is too rare: a restart glue that dropped `write_unknown_since_ms` was not caught
     /// in 40,000 seeds; the engine test holds it.
     pub commit_stall: f64,
+    /// ADM-5 (PTY): per submitted prompt into an idle TUI, the chance that Codex takes it
+    /// but starts its turn (its records) only 100 ms - 7 s later (a first turn waiting for
+    /// its MCP servers to start, a loaded machine). Enters meanwhile join that turn: a prompt
+    /// written then races into the turn of the one before (`terminal.slow_turn_start`; the
+    /// oracle's `Interleaved` check, `Oracle::on_prompt_over_unread`).
+    pub slow_turn_start: f64,
 }
 
 impl FaultPlan {
@@ -341,6 +348,7 @@ impl FaultPlan {
             draft_races_submit: 0.0,
             keys_in_flight: 0.0,
             commit_stall: 0.0,
+            slow_turn_start: 0.0,
         }
         .with_submit_faults()
         .with_app_server_faults()
@@ -350,6 +358,13 @@ impl FaultPlan {
         .with_race_faults()
         .with_watch_set_faults()
         .with_stall_faults()
+        .with_slow_start_faults()
+    }
+
+    /// A TUI slow to start a taken prompt's turn (ADM-5), drawn last for the same reason.
+    fn with_slow_start_faults(mut self) -> FaultPlan {
+        self.slow_turn_start = if thread_rng().gen_bool(0.5) { thread_rng().gen_range(0.0..0.4) } else { 0.0 };
+        self
     }
 
     /// A commit stalled for seconds (ADM-5, REC-1), drawn last for the same reason.
@@ -546,6 +561,27 @@ const RESUME_LOST_GONE: &str = "the armed session is gone";
 /// The rollout path of a session (one file per session; a replacement keeps the path).
 pub fn rollout_path(session: &SessionId) -> PathBuf {
     PathBuf::from(format!("/sim/codex/sessions/rollout-{}.jsonl", session.0))
+}
+
+/// ADM-5 (PTY, `terminal.slow_turn_start`): prompts the TUI took while no turn ran, whose
+/// turn (its start and user messages) it records only at `due_ms`.
+#[derive(Clone, Debug)]
+pub struct PendingStart {
+    pub due_ms: u64,
+    /// In the order submitted.
+    pub prompts: Vec<TakenPrompt>,
+}
+
+/// A prompt the TUI took (an Enter with text in the composer).
+#[derive(Clone, Debug)]
+pub struct TakenPrompt {
+    pub text: String,
+    pub hash: String,
+    /// The request whose write submitted this text as its own prompt (`TurnTruth::opened_by`).
+    pub opener: Option<String>,
+    /// The writer of the Enter (None: a human).
+    pub origin: Option<String>,
+    pub taken_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -812,6 +848,8 @@ pub struct Agent {
     /// first probe until then; the daemon registers the agent with the engine (and adds it to
     /// its monitor) only once a probe knows (`reattach_agents`). None: registered.
     pub silent_until_ms: Option<u64>,
+    /// ADM-5 (PTY): a taken prompt whose turn has not started yet (`terminal.slow_turn_start`).
+    pub pending_start: Option<PendingStart>,
 }
 
 impl Agent {
@@ -866,6 +904,7 @@ impl Agent {
             app: None,
             port: None,
             silent_until_ms: None,
+            pending_start: None,
         };
         if transport == Transport::AppServer {
             // MGD-2: one thread (== session) for the agent's whole life; its stream starts with
@@ -1463,17 +1502,68 @@ impl World {
         let hash = prompt_hash(&text);
         self.oracle.user_messages.insert((a, hash.clone()));
         let opener = origin.filter(|rid| self.oracle.request_of(&text).as_deref() == Some(*rid)).map(str::to_string);
+        let taken = TakenPrompt { text, hash, opener, origin: origin.map(str::to_string), taken_ms: now };
+        let Some(taken) = self.join_pending_start(a, taken) else { return };
         let agent = &mut self.agents[a];
         if let Some(running) = agent.running.clone() {
+            let hash = taken.hash.clone();
             let visible = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
             self.wake_observer(visible);
             self.counters.fault("provider.steering");
             self.log(format!("a{a} steer {} by {:?}", running.turn.0, origin));
-            if let Some(rid) = &opener {
+            if let Some(rid) = &taken.opener {
                 self.oracle.on_steered(a, rid, &running.turn);
             }
             return;
         }
+        if self.fault_roll(self.plan.slow_turn_start) {
+            // Codex took the prompt (the composer is empty) but records its turn only later.
+            let due_ms = now + thread_rng().gen_range(100..7_000);
+            self.counters.fault("terminal.slow_turn_start");
+            self.log(format!("a{a} prompt by {origin:?} taken, its turn starts in {} ms", due_ms - now));
+            self.agents[a].pending_start = Some(PendingStart { due_ms, prompts: vec![taken] });
+            return;
+        }
+        self.start_turn(a, now, taken, &[]);
+    }
+
+    /// `terminal.slow_turn_start`: an Enter while a taken prompt's turn has not started joins
+    /// that turn (Codex sends the two as one input); the prompt is given back when there is
+    /// no such turn. ADM-5: a prompt of ours written while an earlier one of ours is unread
+    /// that way is the race the engine's wait exists to prevent (`Oracle::on_prompt_over_unread`;
+    /// a plain send may steer, ADM-13, and so is written whatever the wait).
+    fn join_pending_start(&mut self, a: usize, taken: TakenPrompt) -> Option<TakenPrompt> {
+        let Some(pending) = self.agents[a].pending_start.as_mut() else { return Some(taken) };
+        let now = taken.taken_ms;
+        let earlier = pending.prompts.iter().find(|p| p.origin.is_some()).map(|p| (p.origin.clone(), now - p.taken_ms));
+        let origin = taken.origin.clone();
+        pending.prompts.push(TakenPrompt { opener: None, ..taken });
+        self.log(format!("a{a} prompt by {origin:?} joins the turn not started yet"));
+        if let (Some(origin), Some((earlier, age_ms))) = (origin, earlier) {
+            if !self.oracle.may_steer(&origin) {
+                let grace = wakterm_engine::limits::AWAITING_TURN_GRACE_MS;
+                self.oracle.on_prompt_over_unread(a, Some(&origin), earlier.as_deref(), age_ms, grace);
+            }
+        }
+        None
+    }
+
+    /// `terminal.slow_turn_start`: a taken prompt's turn starts when due.
+    fn start_pending_turn(&mut self, a: usize, now: u64) {
+        if self.agents[a].pending_start.as_ref().is_none_or(|p| p.due_ms > now) {
+            return;
+        }
+        let mut prompts = self.agents[a].pending_start.take().expect("pending").prompts.into_iter();
+        let first = prompts.next().expect("a pending start has a prompt");
+        let joined: Vec<TakenPrompt> = prompts.collect();
+        self.start_turn(a, now, first, &joined);
+    }
+
+    /// The turn an Enter into an idle TUI, or a pending start's due time, starts: its first
+    /// prompt (the request that opened it), then the prompts that joined it.
+    fn start_turn(&mut self, a: usize, now: u64, first: TakenPrompt, joined: &[TakenPrompt]) {
+        let TakenPrompt { text, hash, opener, origin, .. } = first;
+        let agent = &mut self.agents[a];
         agent.turns_started += 1;
         let turn = TurnId(format!("a{a}-p{}-t{}", agent.spawned, agent.turns_started));
         let abort = self.faults_on && thread_rng().gen_bool(self.plan.abort.max(0.02));
@@ -1492,6 +1582,11 @@ impl World {
         let prompted = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
         self.wake_observer(started);
         self.wake_observer(prompted);
+        for prompt in joined {
+            let (t, hash) = (turn.clone(), prompt.hash.clone());
+            let visible = self.agents[a].append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+            self.wake_observer(visible);
+        }
         if origin.is_none() {
             self.counters.fault("provider.human_turn");
         }
@@ -1577,6 +1672,7 @@ impl World {
             }
         }
         self.pane_tick(a, now);
+        self.start_pending_turn(a, now);
         if let Some(running) = self.agents[a].running.clone() {
             if now >= running.due_ms {
                 self.end_turn(a, running, now);
@@ -1607,6 +1703,7 @@ impl World {
         let agent = &mut self.agents[a];
         agent.process = None;
         agent.stop_running(now);
+        agent.pending_start = None;
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.question = false;
@@ -1621,6 +1718,7 @@ impl World {
         let old_pid = agent.process.map_or(100 + a as u32, |p| p.pid);
         agent.process = None;
         agent.stop_running(wakterm_runtime::driver::now_ms());
+        agent.pending_start = None;
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.respawn_at_ms = None;
@@ -1985,6 +2083,7 @@ impl World {
         agent.process = Some(new);
         agent.session.writers.push(new.incarnation());
         agent.stop_running(wakterm_runtime::driver::now_ms());
+        agent.pending_start = None;
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.question = false;
