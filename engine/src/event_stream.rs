@@ -288,7 +288,7 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             mark.session = Some(session.clone());
             mark.position = position;
             mark.fingerprint = Some(crate::event_replay::record_fingerprint(event)); // EV-13
-            mark.note_turn_taken(event); // ADM-5, durable with the event it notes
+            mark.note_prompts_and_lines(event); // ADM-5, durable with the event it notes
         }
     }
     match event {

@@ -258,7 +258,7 @@ pub struct EventMark {
     #[serde(default)]
     pub fingerprint: Option<String>,
     /// ADM-5 across a restart: the latest user messages the stream reported, newest last, at
-    /// most `MAX_PROMPTS_TAKEN_KEPT` (`EventMark::note_turn_taken`). A daemon started after a
+    /// most `MAX_PROMPTS_TAKEN_KEPT` (`EventMark::note_prompts_and_lines`). A daemon started after a
     /// write to a PTY agent holds it unless the user message carrying that write's prompt lies
     /// past the write's floor (`RecoveredWrite::floor_wait`; a managed agent's restart goes by
     /// its line's answer, `answered_lines`): the records before the mark are not read again,
@@ -373,7 +373,7 @@ impl EventMark {
     /// ADM-5: a provider record the stream reports for the first time. A user message is kept
     /// with its prompt (`prompts_taken`); an answer to one of wakterm's lines, with its turn
     /// (`answered_lines`).
-    pub fn note_turn_taken(&mut self, event: &crate::observer::ObserverEvent) {
+    pub fn note_prompts_and_lines(&mut self, event: &crate::observer::ObserverEvent) {
         use crate::observer::{Cursor, ObserverEvent};
         let (session, turn, position) = match event {
             ObserverEvent::TurnAccepted { id, turn, session, position } => {

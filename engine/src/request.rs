@@ -111,9 +111,9 @@ pub struct RequestRecord {
     /// reopened wait: exploration seed 58640897).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_past: Option<Cursor>,
-    /// ADM-5: the event stream's next number when the write was handed out: a turn the mark
-    /// noted before it is no sign the prompt was read, wherever it lies
-    /// (`EventMark::turn_noted_at_event`). None in a record written before 2026-12-06.
+    /// ADM-5: the event stream's next number when the write was handed out: a user message the
+    /// mark noted before it is no sign the prompt was read, wherever it lies
+    /// (`PromptTaken::noted_at_event`). None in a record written before 2026-12-06.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_at_event: Option<u64>,
     /// ADM-5, REC-1: a restart found this registration unfinished and ended it: whether its

@@ -243,6 +243,62 @@ fn adm_5_awaiting_turn_start_expires_only_with_evidence() {
     assert_eq!(rig.receipt(later).classification, Classification::Accepted);
 }
 
+/// ADM-5 (PTY): only the user message carrying the written prompt ends the wait, not any turn
+/// past the floor. The view at the write can stand behind the rollout (a look that showed a
+/// checkpoint's view; records Codex had not flushed yet), so a human's turn that began before
+/// the write lies past the floor; and the TUI may take our prompt and start its turn seconds
+/// later. Ended by that turn, the wait let the next prompt go over ours, unread (the
+/// simulator's `terminal.slow_turn_start`, seed 6617 of 1-20,000). A submit's wait: SUB-2's
+/// `sub_2_only_the_submits_own_prompt_ends_its_wait`.
+#[test]
+fn adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait() {
+    let mut rig = Rig::with_idle_zola(); // the view at 1,000
+    let first = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, first), Classification::Accepted);
+    // A human's turn, begun before the write, read only now: past the floor.
+    rig.turn_started("turn-h", 1_010);
+    rig.user_message("turn-h", "a human's prompt", 1_020);
+    rig.turn_completed("turn-h", "its final", 1_030);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_030, ..idle_snapshot("inc-1", 100) }));
+    let second = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(second).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(second));
+    // Our prompt's turn, started late: its user message ends the wait.
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "one", 1_110);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+    rig.turn_completed("turn-1", "done", 1_130);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_130, ..idle_snapshot("inc-1", 100) }));
+    let third = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, third), Classification::Accepted);
+
+}
+
+/// ADM-5 (PTY): a plain send written while the observer has no view (lost: ADM-13 writes
+/// anyway) has no floor; the resume that follows re-reads the file, and its records are new to
+/// the view although they lie before the write. Before, any such turn ended the wait (the
+/// simulator's seed 3999 of 1-20,000: a file replaced while the daemon was down, read again
+/// from its start); now only the user message carrying the send's prompt does.
+#[test]
+fn adm_5_a_send_written_with_no_view_waits_for_its_own_prompt() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(ObserverEvent::SessionLost { reason: "rewritten".into(), session: None, before: None });
+    let lost = ObserverSnapshot { status: ObserverStatus::Unavailable { reason: "rewritten".into() }, session: None, turn: TurnState::Unknown, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(lost));
+    let command = rig.command(Operation::Send, REQ, "one", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
+    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past, None, "no view: no floor");
+    // The resume reads the file from its start: an old turn, new to the view.
+    rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
+    rig.turn_started("turn-0", 500);
+    rig.user_message("turn-0", "an old prompt", 510);
+    rig.turn_completed("turn-0", "an old final", 530);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "an old turn ends no wait");
+    rig.turn_started("turn-1", 600);
+    rig.user_message("turn-1", "one", 610);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+}
+
 /// ADM-6, CORR-4: return-final without a completed baseline turn is `observer_failure`, not busy;
 /// a one-way admission to the same idle agent is still accepted.
 #[test]

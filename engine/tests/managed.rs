@@ -529,6 +529,34 @@ fn restart_then_admit(rig: &mut Rig, facts: AgentFacts, request_id: &str) -> Rec
     rig.receipt(op).clone()
 }
 
+// ADM-5 across a restart (PTY): the durable mark's turn past the write's floor that does not
+// carry the written prompt says nothing of it. The view at the write may stand behind the
+// rollout: a human's turn that began before the write was read after it, past the floor; the
+// restart took it for the write's and wrote the next prompt over ours, taken by the TUI but its
+// turn not started yet (the simulator's `terminal.slow_turn_start`, seed 19221 of 1-20,000).
+// The reopened wait, too, ends only at the user message carrying the prompt.
+#[test]
+fn adm_5_a_restart_takes_only_the_written_prompts_user_message_for_its_turn() {
+    let mut rig = Rig::with_idle_zola(); // the view at 1,000
+    let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.provider_turn("turn-h", "a human's prompt", "its final", 1_000); // begun before the write
+    assert_eq!(taken_at(&rig.durable_marks[&agent_id(ZOLA)]), Some(Cursor { session: session(), position: 1_020 }));
+    rig.advance(2_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), REQ2);
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{receipt:?}");
+    // The resume replays from the checkpoint (the mark's record proves the file, EV-13); another
+    // turn past the floor does not end the reopened wait; the prompt's own does.
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1_000 });
+    rig.provider_turn("turn-h", "a human's prompt", "its final", 1_000);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "the replayed turn");
+    rig.provider_turn("turn-h2", "another human's prompt", "its final", 1_100);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "another prompt's turn");
+    rig.turn_started("turn-1", 1_200);
+    rig.user_message("turn-1", "slow reader", 1_210);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+}
+
 // ADM-5 across a restart: a one-way prompt's turn that ran before the crash, its start already
 // behind the event mark (no look reads it again), ends the wait the restart would reopen: the
 // mark keeps the latest user messages the stream saw, with their prompts
@@ -548,7 +576,7 @@ fn adm_5_a_restart_after_a_one_way_prompts_turn_ran_holds_nothing() {
         }
         rig.provider_turn("turn-1", "slow reader", "the final", 2_000);
         let mark = &rig.durable_marks[&agent_id(ZOLA)];
-        assert_eq!(taken_at(&mark), Some(Cursor { session: session(), position: 2_020 }), "{case}: the user message, durable");
+        assert_eq!(taken_at(mark), Some(Cursor { session: session(), position: 2_020 }), "{case}: the user message, durable");
         rig.advance(5_000);
         let receipt = restart_then_admit(&mut rig, facts, REQ2);
         assert_eq!(receipt.classification, Classification::Accepted, "{case}: its turn ran: {:?}", receipt);
@@ -676,7 +704,7 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
         // past the floor, noted after the write; the zone's close, durable with the mark
         // (`EventMark::rewritten`), still keeps the wait out of the new copy's reach.
         let durable = &rig.durable_marks[&agent_id(ZOLA)];
-        assert!(durable.rewritten.is_some() && taken_at(&durable).as_ref().is_some_and(|t| t.position > floor), "{case}: {durable:?}");
+        assert!(durable.rewritten.is_some() && taken_at(durable).as_ref().is_some_and(|t| t.position > floor), "{case}: {durable:?}");
         rig.advance(1_000);
         let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
         assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}, the second restart: {receipt:?}");

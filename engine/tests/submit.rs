@@ -260,6 +260,23 @@ fn sub_2_a_turn_seen_during_the_write_ends_the_wait() {
     assert_eq!(view.state, AgentState::Idle, "no stale awaiting_turn_start: {view:?}");
 }
 
+// SUB-2, ADM-5 (PTY): the wait a submit's write opens ends at the user message carrying its
+// text, not at another prompt's turn past the floor (`AgentEntry::awaiting_prompt`; the
+// admissions' rule: `adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait`).
+#[test]
+fn sub_2_only_the_submits_own_prompt_ends_its_wait() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.submit_text("hi", None);
+    rig.answer_split_write(SplitOutcome::Complete { boundary: boundary() });
+    rig.answer_watch(Ok(moved()));
+    assert!(rig.submit_receipt(op).acknowledged);
+    rig.turn_started("turn-h", 1_010);
+    rig.user_message("turn-h", "a human's prompt", 1_020);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "another prompt's turn");
+    rig.user_message("turn-h", "hi", 1_040); // steered into it
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+}
+
 // ADM-5, SUB-1, SUB-2: a write whose result was lost may still run, and after a stall it may
 // even start as the engine gives up on it (every deadline fires at once; found by the
 // simulator). So the caller is answered at its bound, but the claim stays until the write's

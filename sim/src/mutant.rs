@@ -231,6 +231,12 @@ pub enum Mutant {
     /// nothing of a one-way prompt written shortly before the restart (nor of a return-final
     /// one ended since) and writes the next prompt over it while it is still unread.
     RecentFinishedNotLoaded,
+    /// Restart glue (ADM-5, PTY): each agent's latest written finished request is loaded for
+    /// managed agents only, on the belief that a TUI reads a prompt at once (a PTY prompt is
+    /// in its turn or in the composer by the time a daemon restarts): a TUI that took a
+    /// one-way prompt and starts its turn seconds later (`terminal.slow_turn_start`) gets the
+    /// next prompt written over it.
+    RecentPtyWritesNotLoaded,
     /// Restart glue (ADM-5): each agent's latest written finished request is chosen by the
     /// registration time its record holds, not by the order the rows were stored: a wall clock
     /// stepped back between two daemons makes an older write, whose turn ran, the latest, and
@@ -371,6 +377,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::WriteNonceNotDrawn, "write_nonce_not_drawn", "caller layer draws no nonce for a managed turn/start id, so a raw writer can forge its refusal"),
     (Mutant::BareNewlineLead, "bare_newline_lead", "pane and observer glue send the daemon's app-server lines after a bare newline, so a fragment that lacked only its newline is served"),
     (Mutant::RecentFinishedNotLoaded, "recent_finished_not_loaded", "restart glue loads open requests only, not each agent's latest request finished within RF-8's timeout"),
+    (Mutant::RecentPtyWritesNotLoaded, "recent_pty_writes_not_loaded", "restart glue loads each agent's latest request finished within RF-8's timeout for managed agents only (a TUI is taken to read a prompt at once)"),
     (Mutant::RetentionByWallClock, "retention_by_wall_clock", "retention glue counts finished requests' ages from the wall clock, which a step of days makes all due"),
     (Mutant::RunClockIgnored, "run_clock_ignored", "restart glue gives the new engine no run clock: writes are aged by the wall clocks, which a step forward while the daemon was down makes look old"),
     (Mutant::LatestWrittenByRecordedTime, "latest_written_by_recorded_time", "restart glue picks each agent's latest written finished request by its recorded registration time, which a wall clock stepped back between two daemons inverts"),

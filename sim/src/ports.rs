@@ -2308,6 +2308,9 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             _ => w.store.latest_written_since(since_ms),
         };
         for stored in recent {
+            if w.mutant == Mutant::RecentPtyWritesNotLoaded && agent_named(&w, &stored.agent_id).is_some_and(|a| !w.is_managed(a)) {
+                continue; // the bug
+            }
             requests.push(serde_json::from_str(&stored.record_json).expect("stored records parse"));
         }
         let engine = Engine::recover(DurableState { requests, last_terminal_sequence, last_event_sequence, event_marks }, now, run_clock);
