@@ -442,6 +442,10 @@ impl Engine {
             .and_then(|a| a.claim.as_ref())
             .and_then(|claim| self.admissions.get(claim))
             .is_some_and(|a| !matches!(a.step, Step::Refreshing { .. } | Step::Registering));
+        // ADM-12: a write given up on may still land (its claim held, `LandingWrite`): an empty
+        // composer says nothing of bytes not landed yet, so its wait stays (it ended at the
+        // grace, and the claim's release at the late landing let the next prompt go over it).
+        let landing = self.landing_writes.values().any(|l| &l.agent_id == agent_id);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         agent.refresh_error = None;
         let mut view = crate::agent::ObserverView {
@@ -469,8 +473,17 @@ impl Engine {
         let settled = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Empty;
         let expired = settled
             && !written_in_flight
+            && !landing
             && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + agent.no_turn_grace_ms());
-        if expired {
+        // RF-8 for a PTY wait, whatever the screen shows: a minute without the prompt's own
+        // user message means it was recorded under other text (a slash command Codex expands)
+        // or never will be; a composer that cannot be read would otherwise hold the agent for
+        // good (a review). The requests are RF-8's own to end.
+        let timed_out = !written_in_flight
+            && !landing
+            && agent.facts.transport == crate::agent::Transport::Pty
+            && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + TURN_START_TIMEOUT_MS);
+        if expired || timed_out {
             agent.end_wait();
         }
         agent.view = Some(view);
@@ -1038,6 +1051,12 @@ impl Engine {
         let due: Vec<u64> = self.landing_writes.iter().filter(|(_, l)| l.until_ms <= self.now_ms).map(|(id, _)| *id).collect();
         for delivery_id in due {
             let landing = self.landing_writes.remove(&delivery_id).expect("due");
+            // ADM-5: the grace may end the wait now (it could not while the write might land):
+            // look at once rather than at the next probe.
+            let now_ms = self.now_ms;
+            if let Some(agent) = self.agents.get_mut(&landing.agent_id).filter(|a| a.awaiting_turn_after.is_some() && a.probe_at_ms.is_some()) {
+                agent.probe_at_ms = Some(now_ms);
+            }
             self.release_landed_claim(&landing);
         }
     }

@@ -91,15 +91,15 @@ pub struct AgentEntry {
     /// (exploration seed 6717 once `monitor.watch_lost_while_set` was drawn; seed 8337 once
     /// the oracle stopped excusing live writes). Such a wait goes on until the app-server
     /// answers that very line (`correlation::line_answered`); or ends at the grace
-    /// (`no_turn_grace_ms`) or with the process. A PTY agent has no such id: the composer
-    /// shows a line not yet taken, and the floor rule stays.
+    /// (`no_turn_grace_ms`) or with the process. A PTY agent has no such id: its wait goes
+    /// by the written prompt's own user message (`awaiting_prompt`).
     pub awaiting_unplaced: Option<String>,
     /// ADM-5, managed: the turn the app-server accepted the awaited line into, when that turn
     /// had not started yet: its start (or a user message in it) ends the wait, whoever opened
     /// it (`correlation::line_answered`).
     pub awaiting_accepted: Option<crate::ids::TurnId>,
-    /// ADM-5, PTY agents: the hash (HASH-1) of the prompt a live write's wait is for (an
-    /// admission's or a submit's). A turn past the floor is no proof that prompt was taken: the
+    /// ADM-5, PTY agents: the hash (HASH-1) of the prompt the wait is for (an admission's or a
+    /// submit's; after a restart, the latest recovered write's). A turn past the floor is no proof that prompt was taken: the
     /// TUI may take a prompt and start its turn only seconds later (a first turn waiting for
     /// its MCP servers), and the view may stand behind the rollout at the write (a look that
     /// showed a checkpoint's view, a stream being resumed after a loss, records Codex had not
@@ -107,8 +107,11 @@ pub struct AgentEntry {
     /// ended the wait while our prompt was unread, and the next prompt was written on top
     /// (the simulator's `terminal.slow_turn_start`, seeds 3999 and 6617 of 1-20,000). Such a
     /// wait ends only at a user message with this hash (past the floor), the grace, or a
-    /// process change. None: not known (a managed line's wait, a restart's reopened one, or a
-    /// write the engine gave up on that landed late, `lost_write_ended`): the floor rule alone.
+    /// process change, or RF-8's timeout after the write (`TURN_START_TIMEOUT_MS`, whatever the
+    /// screen shows: a prompt Codex records under other text, a slash command it expands, would
+    /// otherwise hold the agent while its composer cannot be read). Set for a live write and
+    /// for a restart's reopened one (`RecoveredWrite::floor_wait`: the latest write's). None:
+    /// a managed line's wait, which goes by the line's own answer (`awaiting_unplaced`).
     pub awaiting_prompt: Option<String>,
     /// ADM-5, EV-13: the wait is one a restart reopened (`RecoveredWrite::reopen_wait`): its
     /// floor is a position in the file as an earlier daemon read it, which a record the
@@ -278,13 +281,17 @@ impl AgentEntry {
     }
 
     /// ADM-5, ADM-12: the late outcome of a write the engine gave up on: refused before its
-    /// first byte (no turn to wait for), or over, its bytes landed as late as now.
+    /// first byte (no turn to wait for), or over, its bytes landed as late as now. The agent's
+    /// claim was held meanwhile (`LandingWrite`), so no other write came since the give-up: a
+    /// wait still open is this write's, and keeps its prompt (a review: it was cleared, and the
+    /// floor rule let a turn begun before the landing end the wait). The grace did not end
+    /// it during the hold (`Engine::apply_snapshot`: an empty composer says nothing of bytes
+    /// not landed yet).
     pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: bool) {
         if refused {
             self.end_wait();
         } else {
             self.written_until(now_ms);
-            self.awaiting_prompt = None; // whose prompt the wait is for, it no longer tells
         }
     }
 }

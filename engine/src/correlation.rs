@@ -627,7 +627,8 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 ///   start, or a user message in it;
 /// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
 /// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
-///   event needs none: a wait this engine opened without a view has none); for a wait a
+///   event needs none: a wait this engine opened without a view has none), for a PTY wait
+///   only the user message carrying its prompt (`carries_the_awaited_prompt`); for a wait a
 ///   restart reopened, not a record of a file not proven yet (`unproven`: one the restart's
 ///   replay zone still holds, or below the proof a loss left, EV-13): the file may
 ///   have been cut back and grown again, or replaced, while the daemon was down, its turn
@@ -655,7 +656,7 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     ends
 }
 
-/// ADM-5 (PTY, `AgentEntry::awaiting_prompt`): a live write's wait ends only at a user message
+/// ADM-5 (PTY, `AgentEntry::awaiting_prompt`): a wait, live or reopened, ends only at a user message
 /// carrying its prompt (HASH-1: Codex records the prompt trimmed, as the hash is taken), not
 /// at any turn past the floor: the TUI may take the prompt and start its turn seconds later,
 /// and a turn that began before the write can lie past the floor (the view behind the rollout).

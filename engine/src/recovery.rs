@@ -156,8 +156,8 @@ pub(crate) struct RecoveredWrite {
     pub incarnation: crate::ids::Incarnation,
     pub process: Option<crate::observer::ProcessIdentity>,
     /// Where the view stood at the write (`RequestRecord::written_past`), else the request's
-    /// armed cursor: only a turn started past it ends the wait (a resume replays the turns
-    /// before it, which are not the prompt's).
+    /// armed cursor: only a record past it ends the wait (a resume replays the turns before
+    /// it, which are not the prompt's); for a PTY write, only its prompt's user message.
     pub floor: crate::observer::Cursor,
     /// When the write's bytes landed at the latest: the wait's grace runs from it.
     pub since_ms: u64,
@@ -268,8 +268,8 @@ impl RecoveredWrite {
     /// managed agent's new holder starts its positions over in the same thread). Its turns
     /// start at or before the mark, where no look reads again, so before, a prompt whose turn
     /// had run held its agent until RF-8's timeout after the write. A managed agent's wait is
-    /// for its latest line's own answer (`managed_wait`, as the live wait); a PTY agent's ends
-    /// with a turn past the floor (`floor_wait`).
+    /// for its latest line's own answer (`managed_wait`, as the live wait); a PTY agent's for
+    /// its latest write's prompt's user message past the floor (`floor_wait`).
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64, boot: Option<&str>) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
@@ -332,14 +332,17 @@ impl RecoveredWrite {
         let taken_past = |w: &&RecoveredWrite| {
             w.floor_at_write && in_this_copy(w) && mark.is_some_and(|m| m.prompt_taken_past(&w.prompt_hash, &w.floor, w.written_at_event))
         };
-        // A write of an older copy was read when one registered after it (by the monotonic
-        // clock) was: input is read in order (exploration seed 33864710: a write of the new
-        // copy whose turn the mark holds, after one of the replaced file, held its agent).
-        // Only a write whose bytes are known to have landed (its view at the write recorded):
-        // an unfinished registration's, or a given-up write's, may land after the later one
-        // (a holder outlives its daemon: a review).
+        // A write was read when one registered after it (by the monotonic clock) was: input is
+        // read in order (exploration seed 33864710: a write of the new copy whose prompt the
+        // mark holds, after one of the replaced file, held its agent; in the same copy, a
+        // write whose prompt left the mark's few, or was recorded under other text, did: a
+        // review). Only a write whose bytes are known to have landed (its view at the write
+        // recorded): an unfinished registration's may land after the later one (a holder
+        // outlives its daemon: a review). A given-up write's view is recorded at the give-up,
+        // and no later write is made while it may land (ADM-12's claim, up to
+        // `LOST_WRITE_HOLD_MS`; holders older than `start_by_ms` have no bound: the known gap).
         let landed_before = |w: &&RecoveredWrite, later: &&RecoveredWrite| w.floor_at_write && Self::registered_after(later, w);
-        let read = |w: &&RecoveredWrite| taken_past(w) || (!in_this_copy(w) && same.iter().any(|later| taken_past(later) && landed_before(w, later)));
+        let read = |w: &&RecoveredWrite| taken_past(w) || same.iter().any(|later| taken_past(later) && landed_before(w, later));
         if same.iter().all(read) {
             return None;
         }

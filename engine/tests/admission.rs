@@ -273,6 +273,23 @@ fn adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait() {
 
 }
 
+/// ADM-5, RF-8 (PTY): a wait whose prompt's user message never comes (Codex recorded it under
+/// other text: a slash command it expands) while the composer cannot be read ends at RF-8's
+/// turn-start timeout whatever the screen shows (a review: with only the prompt's own user
+/// message and the grace, which needs an empty composer, to end it, it held the agent for good).
+#[test]
+fn adm_5_a_pty_wait_ends_at_rf_8s_timeout_whatever_the_screen_shows() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "/init", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { composer: Composer::Unknown, ..idle_snapshot("inc-1", 100) }));
+    rig.provider_turn("turn-1", "the instructions /init expands to", "done", 1_000);
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "no sign of the prompt yet");
+    rig.advance(limits::TURN_START_TIMEOUT_MS - limits::AWAITING_TURN_GRACE_MS);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "RF-8's minute ends it");
+}
+
 /// ADM-5 (PTY): a plain send written while the observer has no view (lost: ADM-13 writes
 /// anyway) has no floor; the resume that follows re-reads the file, and its records are new to
 /// the view although they lie before the write. Before, any such turn ended the wait (the
@@ -445,22 +462,55 @@ fn adm_12_a_lost_write_holds_the_agent_until_its_outcome() {
     }
 }
 
+/// ADM-5, ADM-12: a write the engine gave up on may land later, its claim held meanwhile: the
+/// wait for its turn is that write's. It keeps the write's prompt when the late outcome comes
+/// (it was cleared, and a human's turn begun before the landing, read after it past the floor,
+/// ended the wait: a review), and the grace does not end it while the write may still land
+/// (an idle agent with an empty composer says nothing of bytes not landed yet; ended then,
+/// the claim's release at the landing let the next prompt go over the landed one: a review).
+#[test]
+fn adm_5_a_lost_write_that_lands_late_is_waited_for_by_its_prompt() {
+    let (mut rig, _) = admission_with_a_lost_write();
+    rig.advance(limits::AWAITING_TURN_GRACE_MS);
+    rig.refresh_next(); // the ADM-5 probe: idle, empty composer
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "the write may still land");
+    rig.deliver_next(DeliveryOutcome::Complete); // late: the bytes landed just now
+    rig.auto = Auto::All;
+    rig.turn_started("turn-h", 1_010); // a human's turn, begun before, read only now
+    rig.user_message("turn-h", "a human's prompt", 1_020);
+    rig.turn_completed("turn-h", "its final", 1_030);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_030, ..idle_snapshot("inc-1", 100) }));
+    let next = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(next).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(next));
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "hi", 1_110);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+}
+
 /// ADM-12: the bound of a lost write's hold is a timer the engine announces (`poll_timeout`),
-/// because the daemon's driver ticks the engine only then. Once the ADM-5 probe has ended the
-/// wait for the prompt's turn nothing else is due, and an unannounced bound held the agent
-/// until some unrelated timer fired (the rig ticks only when a timer is due, as the driver).
+/// because the daemon's driver ticks the engine only then (an unannounced bound held the agent
+/// until some unrelated timer fired: the rig ticks only when a timer is due, as the driver).
+/// ADM-5: while the write may still land, an idle agent with an empty composer does not end
+/// the wait for its turn (the bytes may not have landed yet: a review saw the claim's release
+/// at a late landing let the next prompt go over the landed one); at the bound, the engine
+/// looks at once, and the grace ends it.
 #[test]
 fn adm_12_the_bound_of_a_lost_write_hold_is_an_announced_timer() {
     let (mut rig, op) = admission_with_a_lost_write();
     let gave_up = rig.now; // the receipt's commit is answered at once: no time passed since
+    let bound = gave_up + limits::LOST_WRITE_HOLD_MS;
     assert_eq!(classification(&rig, op), Classification::Indeterminate);
-    rig.advance(limits::AWAITING_TURN_GRACE_MS);
-    rig.refresh_next(); // the ADM-5 probe: idle, empty composer: the wait ends
-    let agent = rig.engine.agent(&agent_id(ZOLA)).unwrap();
-    assert!(agent.awaiting_turn_after.is_none() && agent.claim.is_some(), "the wait ended, the hold did not");
-    assert_eq!(rig.engine.poll_timeout(), Some(gave_up + limits::LOST_WRITE_HOLD_MS), "the hold's bound is the next timer");
-    rig.advance(limits::LOST_WRITE_HOLD_MS - limits::AWAITING_TURN_GRACE_MS);
+    while rig.now + limits::AWAITING_TURN_GRACE_MS < bound {
+        rig.advance(limits::AWAITING_TURN_GRACE_MS);
+        rig.refresh_next(); // the ADM-5 probe: idle, empty composer
+        let agent = rig.engine.agent(&agent_id(ZOLA)).unwrap();
+        assert!(agent.awaiting_turn_after.is_some() && agent.claim.is_some(), "the write may still land: the wait and the hold stay");
+        assert!(rig.engine.poll_timeout().is_some_and(|due| due <= bound), "the bound is announced");
+    }
+    rig.advance(bound - rig.now);
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "freed at the bound");
+    rig.refresh_next(); // asked at once
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "the grace ends the wait");
 }
 
 /// ADM-17, ADM-5: positions compare only within one process. A replaced process's view (a

@@ -557,6 +557,37 @@ fn adm_5_a_restart_takes_only_the_written_prompts_user_message_for_its_turn() {
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
 }
 
+// ADM-5 across a restart (PTY): a later write's prompt in the durable mark says an earlier
+// write, registered before it and landed, was read (input is read in order), also when the
+// earlier one's own user message is no longer among the mark's few (`MAX_PROMPTS_TAKEN_KEPT`)
+// or was recorded under other text (a review: the restart then held the agent for the latest
+// write, whose user message lay before the mark and was never read again).
+#[test]
+fn adm_5_a_restart_takes_a_later_writes_prompt_as_proof_of_an_earlier_write() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.provider_turn("turn-1", "first", "its final", 1_000);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) }));
+    rig.advance(1_000); // registered later, by the monotonic clock
+    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
+    rig.auto = Auto::Manual; // the binding's record does not commit before the crash
+    rig.turn_started("turn-2", 1_110);
+    rig.user_message("turn-2", "second", 1_120);
+    assert_eq!(rig.durable[&RequestId::parse(REQ2).unwrap()].phase, Phase::Submitted);
+    let first = prompt::prompt_hash("first");
+    let mark = rig.durable_marks.get_mut(&agent_id(ZOLA)).unwrap();
+    mark.prompts_taken.retain(|p| p.prompt_hash != first); // out of the mark's few
+    rig.advance(2_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.auto = Auto::All;
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit("0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21", "third", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "both writes were read: {:?}", rig.receipt(op));
+}
+
 // ADM-5 across a restart: a one-way prompt's turn that ran before the crash, its start already
 // behind the event mark (no look reads it again), ends the wait the restart would reopen: the
 // mark keeps the latest user messages the stream saw, with their prompts
@@ -965,7 +996,12 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
         assert_eq!(second.phase, if return_final { Phase::Submitted } else { Phase::Settled }, "{case}");
         assert_eq!(second.written_past.as_ref().map(|c| c.position), Some(2_030), "{case}");
         let ahead = second.registered_ms + 30 * 60 * 1_000; // the first daemon's clock
-        rig.durable.get_mut(&first).unwrap().registered_ms = ahead;
+        let record = rig.durable.get_mut(&first).unwrap();
+        record.registered_ms = ahead;
+        // Its run's clock, read against the same monotonic clock, says so too (TIME-2).
+        if let Some(clock) = record.run_clock.as_mut() {
+            clock.offset_ms -= 30 * 60 * 1_000;
+        }
         let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
         assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: {receipt:?}");
     }

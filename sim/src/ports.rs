@@ -576,7 +576,8 @@ fn note_write_given_up(w: &mut World, event: &TerminalEvent) {
 }
 
 /// ADM-5 across a restart: the agents whose first turn after their last write (the oracle's
-/// `turn_after_write`) is a durable `turn.started` event, in the session their durable event
+/// `turn_after_write`) is a durable `turn.started` event (a PTY write's: the user message
+/// carrying its prompt, which the durable mark keeps), in the session their durable event
 /// mark still reports (a later session's turn moves the mark's evidence there), with no loss
 /// or gap of their observer durable after it (the mark forgets its turns then:
 /// `EventMark::forget_turns`; a managed agent's evicted notifications, seed 12482). For a

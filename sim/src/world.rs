@@ -1492,7 +1492,9 @@ impl World {
         self.react_to_enter(a, now, mode);
         if text == "/clear" {
             // Codex clears its transcript: the screen changes, no turn starts, nothing is
-            // recorded (SUB-2: the agent stays awaiting its turn for the grace).
+            // recorded (SUB-2: the agent stays awaiting its turn for the grace). Written over
+            // a prompt of ours still unread, it is checked as any prompt (ADM-5).
+            self.check_over_pending(a, origin, now);
             self.log(format!("a{a} /clear by {origin:?}: the transcript is cleared, no turn"));
             return;
         }
@@ -1533,19 +1535,29 @@ impl World {
     /// that way is the race the engine's wait exists to prevent (`Oracle::on_prompt_over_unread`;
     /// a plain send may steer, ADM-13, and so is written whatever the wait).
     fn join_pending_start(&mut self, a: usize, taken: TakenPrompt) -> Option<TakenPrompt> {
-        let Some(pending) = self.agents[a].pending_start.as_mut() else { return Some(taken) };
-        let now = taken.taken_ms;
-        let earlier = pending.prompts.iter().find(|p| p.origin.is_some()).map(|p| (p.origin.clone(), now - p.taken_ms));
+        if self.agents[a].pending_start.is_none() {
+            return Some(taken);
+        }
+        self.check_over_pending(a, taken.origin.as_deref(), taken.taken_ms);
         let origin = taken.origin.clone();
+        let pending = self.agents[a].pending_start.as_mut().expect("pending");
         pending.prompts.push(TakenPrompt { opener: None, ..taken });
         self.log(format!("a{a} prompt by {origin:?} joins the turn not started yet"));
-        if let (Some(origin), Some((earlier, age_ms))) = (origin, earlier) {
-            if !self.oracle.may_steer(&origin) {
+        None
+    }
+
+    /// ADM-5 (PTY): an Enter of `origin`'s (None: a human's) while the latest prompt of ours
+    /// the TUI took has no turn yet (`Oracle::on_prompt_over_unread`; a plain send that may
+    /// steer is written whatever the wait, ADM-13).
+    fn check_over_pending(&mut self, a: usize, origin: Option<&str>, now: u64) {
+        let Some(pending) = self.agents[a].pending_start.as_ref() else { return };
+        let latest = pending.prompts.iter().rev().find(|p| p.origin.is_some()).map(|p| (p.origin.clone(), now - p.taken_ms));
+        if let (Some(origin), Some((earlier, age_ms))) = (origin, latest) {
+            if !self.oracle.may_steer(origin) {
                 let grace = wakterm_engine::limits::AWAITING_TURN_GRACE_MS;
-                self.oracle.on_prompt_over_unread(a, Some(&origin), earlier.as_deref(), age_ms, grace);
+                self.oracle.on_prompt_over_unread(a, Some(origin), earlier.as_deref(), age_ms, grace);
             }
         }
-        None
     }
 
     /// `terminal.slow_turn_start`: a taken prompt's turn starts when due.
