@@ -475,11 +475,15 @@ impl Engine {
             && !written_in_flight
             && !landing
             && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + agent.no_turn_grace_ms());
-        // RF-8 for a PTY wait, whatever the screen shows: a minute without the prompt's own
-        // user message means it was recorded under other text (a slash command Codex expands)
-        // or never will be; a composer that cannot be read would otherwise hold the agent for
-        // good (a review). The requests are RF-8's own to end.
-        let timed_out = !written_in_flight
+        // RF-8 for a PTY wait on an idle agent whose composer cannot be read: a minute without
+        // the prompt's own user message means it was recorded under other text (a slash
+        // command Codex expands) or never will be; nothing else would end the wait (a review).
+        // Not while a turn runs (a prompt the TUI queued behind it is recorded only when it
+        // ends: a second review) nor over a draft or a question (the prompt may sit there).
+        // The requests are RF-8's own to end.
+        let unreadable = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Unknown;
+        let timed_out = unreadable
+            && !written_in_flight
             && !landing
             && agent.facts.transport == crate::agent::Transport::Pty
             && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + TURN_START_TIMEOUT_MS);
@@ -716,18 +720,18 @@ impl Engine {
         }
     }
 
-    /// ADM-5: bytes may have reached the composer; until a turn starts past where the view
-    /// stands now the agent is busy (a turn at or before it, replayed after an observer loss or
-    /// a restart, began before the prompt could). The floor goes into the request's record, so
-    /// a daemon started after the write reopens the wait with it.
+    /// ADM-5: bytes may have reached the composer; the agent is busy until the prompt is seen
+    /// taken past where the view stands now (a record at or before it, replayed after an
+    /// observer loss or a restart, came before the prompt could): for a PTY agent, the user
+    /// message carrying the prompt (`awaiting_prompt`). The floor goes into the request's
+    /// record, so a daemon started after the write reopens the wait with it.
     ///
     /// A managed agent's wait is for its line's own `turn/start` id (`awaiting_unplaced`):
     /// the view may stand behind the stream at the write (a delayed observer), and a turn that
     /// began before the write, shown after it, lay past that floor and ended the wait while
     /// the line was still unread (seed 6717's mechanism without its crash; so did another
     /// writer's steer folded into the running turn). Only the app-server's acceptance of that
-    /// line says it was read; a PTY agent has no such id, and its composer shows a line not
-    /// yet taken.
+    /// line says it was read; a PTY agent has no such id: its prompt's own user message says it.
     fn mark_written(&mut self, request_id: &RequestId) {
         let agent_id = self.admissions[request_id].agent_id.clone();
         let own_line = self.requests.get(request_id).and_then(|r| r.turn_start_id.clone());

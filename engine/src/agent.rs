@@ -194,9 +194,10 @@ impl AgentEntry {
     /// writer's request into that turn first (a `turn/start` under an id that is not one of
     /// wakterm's, `prompt::turn_start_id`): a human's prompt through the holder ran while ours
     /// sat unread, and its start ended the wait (exploration seed 5015819: raw prompts ran while
-    /// the holder stalled on our write). A turn whose acceptance is unknown (the reply lost, a
-    /// PTY agent) still ends a wait kept by its floor (a PTY write's, a restart's reopened
-    /// one); a live managed write's waits for its own line's answer instead (`awaiting_unplaced`).
+    /// the holder stalled on our write). A turn whose acceptance is unknown (the reply lost)
+    /// still ends a managed wait a restart reopened by its floor; a live managed write's waits
+    /// for its own line's answer (`awaiting_unplaced`), a PTY write's for its own prompt's user
+    /// message (`awaiting_prompt`).
     pub(crate) fn turn_may_be_the_awaited_prompts(&self, event: &crate::observer::ObserverEvent) -> bool {
         use crate::observer::ObserverEvent;
         let turn = match event {

@@ -274,19 +274,24 @@ fn adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait() {
 }
 
 /// ADM-5, RF-8 (PTY): a wait whose prompt's user message never comes (Codex recorded it under
-/// other text: a slash command it expands) while the composer cannot be read ends at RF-8's
-/// turn-start timeout whatever the screen shows (a review: with only the prompt's own user
-/// message and the grace, which needs an empty composer, to end it, it held the agent for good).
+/// other text: a slash command it expands) on an idle agent whose composer cannot be read ends
+/// at RF-8's turn-start timeout (a review: with only the prompt's own user message and the
+/// grace, which needs an empty composer, to end it, it held the agent for good). Not while a
+/// turn runs: a prompt the TUI queued behind it is recorded only when it ends (a second review).
 #[test]
-fn adm_5_a_pty_wait_ends_at_rf_8s_timeout_whatever_the_screen_shows() {
+fn adm_5_a_pty_wait_on_an_unreadable_idle_screen_ends_at_rf_8s_timeout() {
     let mut rig = Rig::with_idle_zola();
     let op = rig.admit(REQ, "/init", ReturnMode::OneWay);
     assert_eq!(classification(&rig, op), Classification::Accepted);
-    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { composer: Composer::Unknown, ..idle_snapshot("inc-1", 100) }));
-    rig.provider_turn("turn-1", "the instructions /init expands to", "done", 1_000);
+    let running = ObserverSnapshot { composer: Composer::Unknown, turn: TurnState::Busy { turn: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(running));
+    rig.turn_started("turn-1", 1_010);
+    rig.user_message("turn-1", "the instructions /init expands to", 1_020);
+    rig.advance(limits::TURN_START_TIMEOUT_MS + limits::AWAITING_TURN_GRACE_MS);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "a turn runs: the prompt may be queued behind it");
+    rig.turn_completed("turn-1", "done", 1_030);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { composer: Composer::Unknown, position: 1_030, ..idle_snapshot("inc-1", 100) }));
     rig.advance(limits::AWAITING_TURN_GRACE_MS);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "no sign of the prompt yet");
-    rig.advance(limits::TURN_START_TIMEOUT_MS - limits::AWAITING_TURN_GRACE_MS);
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "RF-8's minute ends it");
 }
 
@@ -500,6 +505,7 @@ fn adm_12_the_bound_of_a_lost_write_hold_is_an_announced_timer() {
     let gave_up = rig.now; // the receipt's commit is answered at once: no time passed since
     let bound = gave_up + limits::LOST_WRITE_HOLD_MS;
     assert_eq!(classification(&rig, op), Classification::Indeterminate);
+    rig.advance(3_000); // the probes are answered 3 s late: none is due at the bound
     while rig.now + limits::AWAITING_TURN_GRACE_MS < bound {
         rig.advance(limits::AWAITING_TURN_GRACE_MS);
         rig.refresh_next(); // the ADM-5 probe: idle, empty composer

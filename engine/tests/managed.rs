@@ -974,12 +974,14 @@ fn adm_5_a_restart_holds_for_the_latest_write_not_the_latest_to_finish() {
 // restart loaded it as the agent's latest finished write (the store by `registered_ms`), or,
 // with the later one still open, took it as the latest write, whose floor the mark's turn
 // lies past (`RecoveredWrite::reopen_wait`); either way nothing was held and the next prompt
-// went over the unread one. The store now picks the row stored last, and the engine ends the
-// wait only for a turn past every write's floor.
+// went over the unread one. The store now picks the row stored last, and the engine holds
+// unless every write was read: the first write's taken prompt says nothing of the later one,
+// whose registration came after it by the monotonic clock (TIME-2), or, for a record with no
+// run clock, by nothing the restart can trust.
 #[test]
 fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
-    for return_final in [false, true] {
-        let case = if return_final { "the later one open (return-final)" } else { "both finished (one-way)" };
+    for (return_final, run_clock) in [(false, true), (true, true), (true, false)] {
+        let case = format!("{}, the first record {} a run clock", if return_final { "the later one open (return-final)" } else { "both finished (one-way)" }, if run_clock { "with" } else { "without" });
         let mut rig = Rig::with_idle_zola();
         let op = rig.admit(REQ, "first", ReturnMode::OneWay);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
@@ -988,6 +990,7 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
         let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
         rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
         let mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
+        rig.advance(1_000);
         let op = rig.admit(REQ2, "second", mode);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
         rig.advance(500);
@@ -995,12 +998,16 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
         let second = &rig.durable[&RequestId::parse(REQ2).unwrap()];
         assert_eq!(second.phase, if return_final { Phase::Submitted } else { Phase::Settled }, "{case}");
         assert_eq!(second.written_past.as_ref().map(|c| c.position), Some(2_030), "{case}");
-        let ahead = second.registered_ms + 30 * 60 * 1_000; // the first daemon's clock
+        // The first write, as a daemon whose wall clock stood 30 min ahead recorded it: every
+        // time 30 min later, its offset to the monotonic clock 30 min lower (or none known).
+        let ahead = 30 * 60 * 1_000;
         let record = rig.durable.get_mut(&first).unwrap();
-        record.registered_ms = ahead;
-        // Its run's clock, read against the same monotonic clock, says so too (TIME-2).
-        if let Some(clock) = record.run_clock.as_mut() {
-            clock.offset_ms -= 30 * 60 * 1_000;
+        record.registered_ms += ahead;
+        record.updated_ms += ahead;
+        record.evidence.iter_mut().for_each(|e| e.at_ms += ahead);
+        match run_clock {
+            true => record.run_clock.as_mut().expect("stamped").offset_ms -= i64::try_from(ahead).unwrap(),
+            false => record.run_clock = None,
         }
         let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
         assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: {receipt:?}");
