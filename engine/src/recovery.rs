@@ -124,7 +124,7 @@ fn wait_over_unread(record: &RequestRecord) -> bool {
 /// ADM-5 across a restart: the wait a restart reopens (`AgentEntry::awaiting_past`,
 /// `awaiting_unplaced`, `awaiting_accepted`).
 struct ReopenedWait {
-    past: crate::observer::Cursor,
+    past: Option<crate::observer::Cursor>,
     unplaced: Option<String>,
     accepted: Option<crate::ids::TurnId>,
     /// A PTY write's prompt (`AgentEntry::awaiting_prompt`).
@@ -157,8 +157,10 @@ pub(crate) struct RecoveredWrite {
     pub process: Option<crate::observer::ProcessIdentity>,
     /// Where the view stood at the write (`RequestRecord::written_past`), else the request's
     /// armed cursor: only a record past it ends the wait (a resume replays the turns before
-    /// it, which are not the prompt's); for a PTY write, only its prompt's user message.
-    pub floor: crate::observer::Cursor,
+    /// it, which are not the prompt's); for a PTY write, only its prompt's user message. None:
+    /// a plain send registered with no view (ADM-13), left unfinished: no floor, only its
+    /// prompt's user message, new to the view, ends the wait.
+    pub floor: Option<crate::observer::Cursor>,
     /// When the write's bytes landed at the latest: the wait's grace runs from it.
     pub since_ms: u64,
     /// When its request was registered (by the wall clock of the daemon that registered it):
@@ -219,12 +221,16 @@ impl RecoveredWrite {
         let floor_at_write = record.written_past.is_some(); // a registration has none
         let taken = prompt_seen_read(record);
         let (floor, since_ms) = match (record.phase, record.return_mode) {
-            _ if taken => (record.written_past.clone().or(record.armed.clone())?, now_ms),
-            (Phase::Registered, _) => (record.armed.clone()?, now_ms + crate::limits::WRITE_LANDS_WITHIN_MS),
+            _ if taken => (Some(record.written_past.clone().or(record.armed.clone())?), now_ms),
+            // A plain send registered with no view has no armed cursor (ADM-13); its line may
+            // still be unread, so it is held for too, by its prompt alone (a registration with
+            // no cursor was left out until 2026-12-06: the simulator's exploration seeds
+            // 300010150 and 4200025562 once a TUI could take a prompt and start its turn late).
+            (Phase::Registered, _) => (record.armed.clone(), now_ms + crate::limits::WRITE_LANDS_WITHIN_MS),
             (Phase::Submitted, _) => {
                 let armed = record.armed.clone().expect("a submitted request is armed");
                 // The view at the write when recorded (a record of an older daemon has none).
-                (record.written_past.clone().unwrap_or(armed), now_ms)
+                (Some(record.written_past.clone().unwrap_or(armed)), now_ms)
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) if record.write_unknown => {
                 // A registration an earlier restart ended (REC-1): aged from when that
@@ -236,14 +242,14 @@ impl RecoveredWrite {
                 if now_ms >= since.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) {
                     return None;
                 }
-                (record.armed.clone()?, since)
+                (record.armed.clone(), since) // none for a send registered with no view
             }
             (Phase::Settled, ReturnMode::OneWay) | (Phase::Terminal, _) => {
                 let since = record.in_run_time(record.written_ms(), now_ms, run); // may lie ahead
                 if wait_over_unread(record) || now_ms >= since.saturating_add(crate::limits::TURN_START_TIMEOUT_MS) {
                     return None;
                 }
-                (record.written_past.clone()?, since)
+                (Some(record.written_past.clone()?), since)
             }
             _ => return None, // released (never written); a bound one is taken, above
         };
@@ -288,7 +294,7 @@ impl RecoveredWrite {
         if agent.awaiting_turn_after.is_none() {
             agent.awaiting_turn_after = Some(since);
             agent.awaiting_request = None; // MGD-7: whose refusal would end it, unknown here
-            agent.awaiting_past = Some(wait.past);
+            agent.awaiting_past = wait.past;
             agent.awaiting_unplaced = wait.unplaced;
             agent.awaiting_accepted = wait.accepted;
             agent.awaiting_prompt = wait.prompt;
@@ -330,7 +336,8 @@ impl RecoveredWrite {
         let rewritten = mark.and_then(|m| m.rewritten.as_ref());
         let in_this_copy = |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms));
         let taken_past = |w: &&RecoveredWrite| {
-            w.floor_at_write && in_this_copy(w) && mark.is_some_and(|m| m.prompt_taken_past(&w.prompt_hash, &w.floor, w.written_at_event))
+            let floor = w.floor.as_ref().filter(|_| w.floor_at_write && in_this_copy(w));
+            floor.is_some_and(|floor| mark.is_some_and(|m| m.prompt_taken_past(&w.prompt_hash, floor, w.written_at_event)))
         };
         // A write was read when one registered after it (by the monotonic clock) was: input is
         // read in order (exploration seed 33864710: a write of the new copy whose prompt the
@@ -347,7 +354,7 @@ impl RecoveredWrite {
             return None;
         }
         let mut past = latest.floor.clone();
-        if !in_this_copy(latest) {
+        if let Some(past) = past.as_mut().filter(|_| !in_this_copy(latest)) {
             past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
         }
         Some(ReopenedWait { past, unplaced: None, accepted: None, prompt: Some(latest.prompt_hash.clone()) })
@@ -366,7 +373,7 @@ impl RecoveredWrite {
         match answered {
             None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None, prompt: None }),
             Some(answer) if answer.taken || answer.turn.is_none() => None,
-            Some(answer) => Some(ReopenedWait { past: answer.at.clone(), unplaced: None, accepted: answer.turn.clone(), prompt: None }),
+            Some(answer) => Some(ReopenedWait { past: Some(answer.at.clone()), unplaced: None, accepted: answer.turn.clone(), prompt: None }),
         }
     }
 
@@ -389,12 +396,14 @@ impl RecoveredWrite {
     /// daemons can get wrong (only records of an older daemon, or of an unknown boot).
     fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
         let first = writes.first()?;
-        if writes.iter().all(|w| w.floor.session == first.floor.session) {
-            return writes.iter().copied().max_by_key(|w| (w.floor.position, w.registered_monotonic_ms, w.registered_ms));
+        let session = |w: &RecoveredWrite| w.floor.as_ref().map(|f| f.session.clone());
+        let position = |w: &RecoveredWrite| w.floor.as_ref().map_or(0, |f| f.position);
+        if writes.iter().all(|w| w.floor.is_some() && session(w) == session(first)) {
+            return writes.iter().copied().max_by_key(|w| (position(w), w.registered_monotonic_ms, w.registered_ms));
         }
         match writes.iter().all(|w| w.registered_monotonic_ms.is_some()) {
-            true => writes.iter().copied().max_by_key(|w| (w.registered_monotonic_ms, w.floor.position)),
-            false => writes.iter().copied().max_by_key(|w| (w.registered_ms, w.floor.position)),
+            true => writes.iter().copied().max_by_key(|w| (w.registered_monotonic_ms, position(w))),
+            false => writes.iter().copied().max_by_key(|w| (w.registered_ms, position(w))),
         }
     }
 }

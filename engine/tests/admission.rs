@@ -303,9 +303,7 @@ fn adm_5_a_pty_wait_on_an_unreadable_idle_screen_ends_at_rf_8s_timeout() {
 #[test]
 fn adm_5_a_send_written_with_no_view_waits_for_its_own_prompt() {
     let mut rig = Rig::with_idle_zola();
-    rig.observe(ObserverEvent::SessionLost { reason: "rewritten".into(), session: None, before: None });
-    let lost = ObserverSnapshot { status: ObserverStatus::Unavailable { reason: "rewritten".into() }, session: None, turn: TurnState::Unknown, ..idle_snapshot("inc-1", 100) };
-    rig.snapshots.insert(agent_id(ZOLA), Ok(lost));
+    rig.lose_the_view();
     let command = rig.command(Operation::Send, REQ, "one", ReturnMode::OneWay);
     let op = rig.submit(command);
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));

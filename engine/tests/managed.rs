@@ -529,6 +529,39 @@ fn restart_then_admit(rig: &mut Rig, facts: AgentFacts, request_id: &str) -> Rec
     rig.receipt(op).clone()
 }
 
+// ADM-5, REC-1 across a restart (PTY): a plain send registered while the observer had no view
+// (ADM-13 writes then) has no armed cursor; left unfinished by a crash, its line may still be
+// unread, and the restart held nothing for it (RecoveredWrite::of needed a cursor): the next
+// prompt went over it (the simulator's exploration seeds 300010150 and 4200025562, once a TUI
+// could take a prompt and start its turn late). It is held for now, by its prompt alone.
+#[test]
+fn adm_5_an_unfinished_send_registered_with_no_view_is_held_for_after_a_restart() {
+    let mut rig = Rig::with_idle_zola();
+    rig.lose_the_view();
+    rig.auto = Auto::Manual;
+    let command = rig.command(Operation::Send, REQ, "one", ReturnMode::OneWay);
+    rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // registered, no armed cursor; the write is handed out
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].armed, None);
+    rig.crash_and_recover_as_the_daemon();
+    rig.auto = Auto::All;
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit(REQ2, "second", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    // A second restart within the minute finds the registration the first ended (`write_unknown`).
+    assert!(rig.durable[&RequestId::parse(REQ).unwrap()].write_unknown);
+    rig.advance(2_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "the second restart: {receipt:?}");
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1_000 });
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "one", 1_110);
+    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+}
+
 // ADM-5 across a restart (PTY): the durable mark's turn past the write's floor that does not
 // carry the written prompt says nothing of it. The view at the write may stand behind the
 // rollout: a human's turn that began before the write was read after it, past the floor; the

@@ -443,6 +443,13 @@ impl Rig {
         self.input(Input::Observed { agent_id: agent_id(ZOLA), event });
     }
 
+    /// The observer loses zola's session (a rollout rewritten), and refreshes find no view.
+    pub fn lose_the_view(&mut self) {
+        self.observe(ObserverEvent::SessionLost { reason: "rewritten".into(), session: None, before: None });
+        let lost = ObserverSnapshot { status: ObserverStatus::Unavailable { reason: "rewritten".into() }, session: None, turn: TurnState::Unknown, ..idle_snapshot("inc-1", 100) };
+        self.snapshots.insert(agent_id(ZOLA), Ok(lost));
+    }
+
     pub fn turn_started(&mut self, id: &str, position: u64) {
         self.observe(ObserverEvent::TurnStarted { session: session(), turn: turn(id), position });
     }
