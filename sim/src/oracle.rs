@@ -144,6 +144,9 @@ pub struct SubmitTruth {
     /// Its receipt said retry-safe (nothing written): no byte may reach the pane later.
     pub said_unwritten: bool,
     pub answered: bool,
+    /// When its caller sent it (ADM-5: a split write an earlier daemon handed out may land in
+    /// a later one's run, which has no record of it: SUB-6).
+    pub called_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -530,7 +533,8 @@ impl Oracle {
     pub fn on_submit_call(&mut self, call: &SubmitCallInput, total: usize) {
         let id = call.submission_id.to_ascii_lowercase();
         self.submit_texts.entry(call.text.clone()).or_default().push(id.clone());
-        self.submits.insert(id, SubmitTruth { agent: call.agent, group: call.group, total, ..SubmitTruth::default() });
+        let called_ms = wakterm_runtime::driver::now_ms();
+        self.submits.insert(id, SubmitTruth { agent: call.agent, group: call.group, total, called_ms, ..SubmitTruth::default() });
     }
 
     /// The submission a split write's paste carries: texts are unique but for `/clear`, whose
@@ -570,7 +574,11 @@ impl Oracle {
         let given_up = earlier.and_then(|id| ended(id).or(self.given_up_ms.get(id))).is_some_and(|ended| *ended <= written_ms);
         // A prompt written before this daemon started is a write it knows of only when its
         // request's record says so (`known_writes_at_start`).
-        let known = written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id));
+        // A submit's split write an earlier daemon handed out, landing in this one's run: a
+        // submit leaves no record a restart reads (SUB-6's known gap; exploration seed
+        // 61569338: its holder wrote on past the crash).
+        let submit_of_an_earlier_daemon = earlier.and_then(|id| self.submits.get(&id.to_ascii_lowercase())).is_some_and(|s| s.called_ms < self.daemon_started_ms);
+        let known = !submit_of_an_earlier_daemon && (written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id)));
         if known && !given_up && age_ms + STALL_MARGIN_MS < grace_ms {
             let m = format!("a{agent}: {origin:?}'s prompt written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
