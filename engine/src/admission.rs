@@ -470,11 +470,11 @@ impl Engine {
         // ADM-5: a written prompt that neither started a turn nor sits in the composer long
         // after the write was consumed some other way; keeping the agent busy forever would
         // only trade safety for nothing.
+        // Either only for a wait of a write that is over: not one in flight, nor one given up on
+        // that may still land.
+        let waited = |ms: u64| !written_in_flight && !landing && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + ms);
         let settled = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Empty;
-        let expired = settled
-            && !written_in_flight
-            && !landing
-            && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + agent.no_turn_grace_ms());
+        let expired = settled && waited(agent.no_turn_grace_ms());
         // RF-8 for a PTY wait on an idle agent whose composer cannot be read: a minute without
         // the prompt's own user message means it was recorded under other text (a slash
         // command Codex expands) or never will be; nothing else would end the wait (a review).
@@ -482,11 +482,7 @@ impl Engine {
         // ends: a second review) nor over a draft or a question (the prompt may sit there).
         // The requests are RF-8's own to end.
         let unreadable = matches!(view.turn, TurnState::Idle { .. }) && view.composer == Composer::Unknown;
-        let timed_out = unreadable
-            && !written_in_flight
-            && !landing
-            && agent.facts.transport == crate::agent::Transport::Pty
-            && agent.awaiting_turn_after.is_some_and(|since| now_ms >= since + TURN_START_TIMEOUT_MS);
+        let timed_out = unreadable && agent.facts.transport == crate::agent::Transport::Pty && waited(TURN_START_TIMEOUT_MS);
         if expired || timed_out {
             agent.end_wait();
         }

@@ -396,7 +396,7 @@ impl RecoveredWrite {
     /// daemons can get wrong (only records of an older daemon, or of an unknown boot).
     fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
         let first = writes.first()?;
-        let session = |w: &RecoveredWrite| w.floor.as_ref().map(|f| f.session.clone());
+        let session = |w: &'a RecoveredWrite| w.floor.as_ref().map(|f| &f.session);
         let position = |w: &RecoveredWrite| w.floor.as_ref().map_or(0, |f| f.position);
         if writes.iter().all(|w| w.floor.is_some() && session(w) == session(first)) {
             return writes.iter().copied().max_by_key(|w| (position(w), w.registered_monotonic_ms, w.registered_ms));

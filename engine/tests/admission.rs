@@ -213,7 +213,7 @@ fn adm_5_awaiting_turn_start_is_busy() {
     assert_eq!(rig.receipt(second).reason.as_deref(), Some("awaiting_turn_start"));
     rig.turn_started("turn-1", 1010);
     // A turn start alone does not say the prompt was taken (its user message does).
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "ADM-5: still waiting");
+    assert!(rig.awaiting_turn_start(), "ADM-5: still waiting");
     rig.user_message("turn-1", "one", 1020);
     rig.turn_completed("turn-1", "ok", 1030);
     let mut snapshot = idle_snapshot("inc-1", 100);
@@ -255,17 +255,14 @@ fn adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait() {
     let mut rig = Rig::with_idle_zola(); // the view at 1,000
     let first = rig.admit(REQ, "one", ReturnMode::OneWay);
     assert_eq!(classification(&rig, first), Classification::Accepted);
-    // A human's turn, begun before the write, read only now: past the floor.
-    rig.turn_started("turn-h", 1_010);
-    rig.user_message("turn-h", "a human's prompt", 1_020);
-    rig.turn_completed("turn-h", "its final", 1_030);
+    rig.provider_turn("turn-h", "a human's prompt", "its final", 1_000); // begun before the write, read only now: past the floor
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_030, ..idle_snapshot("inc-1", 100) }));
     let second = rig.admit(REQ2, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(second).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(second));
     // Our prompt's turn, started late: its user message ends the wait.
     rig.turn_started("turn-1", 1_100);
     rig.user_message("turn-1", "one", 1_110);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+    assert!(!rig.awaiting_turn_start(), "its prompt was taken");
     rig.turn_completed("turn-1", "done", 1_130);
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_130, ..idle_snapshot("inc-1", 100) }));
     let third = rig.admit(REQ2, "two", ReturnMode::OneWay);
@@ -288,11 +285,11 @@ fn adm_5_a_pty_wait_on_an_unreadable_idle_screen_ends_at_rf_8s_timeout() {
     rig.turn_started("turn-1", 1_010);
     rig.user_message("turn-1", "the instructions /init expands to", 1_020);
     rig.advance(limits::TURN_START_TIMEOUT_MS + limits::AWAITING_TURN_GRACE_MS);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "a turn runs: the prompt may be queued behind it");
+    assert!(rig.awaiting_turn_start(), "a turn runs: the prompt may be queued behind it");
     rig.turn_completed("turn-1", "done", 1_030);
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { composer: Composer::Unknown, position: 1_030, ..idle_snapshot("inc-1", 100) }));
     rig.advance(limits::AWAITING_TURN_GRACE_MS);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "RF-8's minute ends it");
+    assert!(!rig.awaiting_turn_start(), "RF-8's minute ends it");
 }
 
 /// ADM-5 (PTY): a plain send written while the observer has no view (lost: ADM-13 writes
@@ -310,13 +307,11 @@ fn adm_5_a_send_written_with_no_view_waits_for_its_own_prompt() {
     assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past, None, "no view: no floor");
     // The resume reads the file from its start: an old turn, new to the view.
     rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
-    rig.turn_started("turn-0", 500);
-    rig.user_message("turn-0", "an old prompt", 510);
-    rig.turn_completed("turn-0", "an old final", 530);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "an old turn ends no wait");
+    rig.provider_turn("turn-0", "an old prompt", "an old final", 490);
+    assert!(rig.awaiting_turn_start(), "an old turn ends no wait");
     rig.turn_started("turn-1", 600);
     rig.user_message("turn-1", "one", 610);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+    assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
 /// ADM-6, CORR-4: return-final without a completed baseline turn is `observer_failure`, not busy;
@@ -476,18 +471,16 @@ fn adm_5_a_lost_write_that_lands_late_is_waited_for_by_its_prompt() {
     let (mut rig, _) = admission_with_a_lost_write();
     rig.advance(limits::AWAITING_TURN_GRACE_MS);
     rig.refresh_next(); // the ADM-5 probe: idle, empty composer
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "the write may still land");
+    assert!(rig.awaiting_turn_start(), "the write may still land");
     rig.deliver_next(DeliveryOutcome::Complete); // late: the bytes landed just now
     rig.auto = Auto::All;
-    rig.turn_started("turn-h", 1_010); // a human's turn, begun before, read only now
-    rig.user_message("turn-h", "a human's prompt", 1_020);
-    rig.turn_completed("turn-h", "its final", 1_030);
+    rig.provider_turn("turn-h", "a human's prompt", "its final", 1_000); // begun before, read only now
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_030, ..idle_snapshot("inc-1", 100) }));
     let next = rig.admit(REQ2, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(next).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(next));
     rig.turn_started("turn-1", 1_100);
     rig.user_message("turn-1", "hi", 1_110);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+    assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
 /// ADM-12: the bound of a lost write's hold is a timer the engine announces (`poll_timeout`),
@@ -514,7 +507,7 @@ fn adm_12_the_bound_of_a_lost_write_hold_is_an_announced_timer() {
     rig.advance(bound - rig.now);
     assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().claim.is_none(), "freed at the bound");
     rig.refresh_next(); // asked at once
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "the grace ends the wait");
+    assert!(!rig.awaiting_turn_start(), "the grace ends the wait");
 }
 
 /// ADM-17, ADM-5: positions compare only within one process. A replaced process's view (a
@@ -790,10 +783,10 @@ fn adm_3_stale_snapshot_does_not_roll_back_the_turn() {
 fn adm_5_catalog_snapshot_ends_the_wait() {
     let mut rig = Rig::with_idle_zola();
     rig.admit(REQ, "lost", ReturnMode::OneWay);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some());
+    assert!(rig.awaiting_turn_start());
     rig.advance(limits::AWAITING_TURN_GRACE_MS);
     rig.input(Input::ObserverSnapshot { agent_id: agent_id(ZOLA), snapshot: idle_snapshot("inc-1", 100) });
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none());
+    assert!(!rig.awaiting_turn_start());
 }
 
 /// ADM-12: an agent removed and re-added while a write is in flight keeps that admission's

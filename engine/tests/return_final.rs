@@ -483,7 +483,7 @@ fn rf_7_probe_waits_for_the_submitted_marker() {
     rig.deliver_next(DeliveryOutcome::Complete); // the marker commit is now outstanding (slow disk)
     rig.advance(limits::AWAITING_TURN_GRACE_MS);
     rig.refresh_next(); // the probe: idle, empty composer
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "still waiting");
+    assert!(rig.awaiting_turn_start(), "still waiting");
     rig.ack_next_persist(Ok(())); // the marker lands
     rig.auto = Auto::All;
     rig.advance(limits::AWAITING_TURN_GRACE_MS);

@@ -272,9 +272,9 @@ fn sub_2_only_the_submits_own_prompt_ends_its_wait() {
     assert!(rig.submit_receipt(op).acknowledged);
     rig.turn_started("turn-h", 1_010);
     rig.user_message("turn-h", "a human's prompt", 1_020);
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some(), "another prompt's turn");
+    assert!(rig.awaiting_turn_start(), "another prompt's turn");
     rig.user_message("turn-h", "hi", 1_040); // steered into it
-    assert!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_none(), "its prompt was taken");
+    assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
 // ADM-5, SUB-1, SUB-2: a write whose result was lost may still run, and after a stall it may
@@ -334,7 +334,7 @@ fn sub_5_write_failures_are_never_retry_safe_and_refusals_always_are() {
         let receipt = rig.submit_receipt(op);
         assert_eq!((receipt.write_state, receipt.retry_safe), (state, retry_safe));
         assert!(rig.watches.is_empty(), "only a complete write is watched");
-        let awaiting = rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_turn_after.is_some();
+        let awaiting = rig.awaiting_turn_start();
         assert_eq!(awaiting, !retry_safe, "ADM-5: bytes that may be in the composer keep the agent busy");
     }
     let mut rig = Rig::with_idle_zola();

@@ -443,6 +443,11 @@ impl Rig {
         self.input(Input::Observed { agent_id: agent_id(ZOLA), event });
     }
 
+    /// ADM-5: whether zola counts as waiting for a written prompt's turn.
+    pub fn awaiting_turn_start(&self) -> bool {
+        self.engine.agent(&agent_id(ZOLA)).expect("zola is registered").awaiting_turn_after.is_some()
+    }
+
     /// The observer loses zola's session (a rollout rewritten), and refreshes find no view.
     pub fn lose_the_view(&mut self) {
         self.observe(ObserverEvent::SessionLost { reason: "rewritten".into(), session: None, before: None });
