@@ -572,6 +572,7 @@ impl Engine {
             phase: Phase::Registered,
             receipt: None,
             bound_turn: None,
+            bound_at: None,
             deadline_ms,
             terminal: None,
             registered_ms: self.now_ms,
@@ -682,7 +683,7 @@ impl Engine {
         self.finish_admission(request_id, receipt);
     }
 
-    pub(crate) fn on_delivered(&mut self, delivery_id: u64, outcome: DeliveryOutcome) {
+    pub(crate) fn on_delivered(&mut self, delivery_id: u64, outcome: DeliveryOutcome, record_end: Option<Cursor>) {
         let Some(request_id) = self.deliveries.remove(&delivery_id) else {
             return self.landed_write(delivery_id, outcome.wrote_nothing()); // late: given up on
         };
@@ -694,7 +695,7 @@ impl Engine {
         };
         self.note(&request_id, EvidenceStep::Written, written);
         match outcome {
-            DeliveryOutcome::Complete => self.after_complete_write(&request_id),
+            DeliveryOutcome::Complete => self.after_complete_write(&request_id, record_end),
             DeliveryOutcome::Refused { reason } => {
                 let problem = blocker(Classification::Unavailable, "pane_refused_write", reason);
                 let receipt = self.rejection_for(&request_id, problem);
@@ -710,7 +711,7 @@ impl Engine {
             DeliveryOutcome::Failed { bytes_written, error } => {
                 // ADM-10: any write error is indeterminate: the write may have been partial.
                 let state = if bytes_written > 0 { WriteState::Partial } else { WriteState::Failed };
-                self.mark_written(&request_id);
+                self.mark_written(&request_id, record_end);
                 self.confirm_indeterminate(&request_id, state, "write_error", error);
             }
         }
@@ -722,17 +723,30 @@ impl Engine {
     /// message carrying the prompt (`awaiting_prompt`). The floor goes into the request's
     /// record, so a daemon started after the write reopens the wait with it.
     ///
+    /// For a PTY agent the floor is also where the rollout ended just before the write
+    /// (`record_end`, the file's length), when further in the view's session: the view may
+    /// lag the file (records the observer had not read yet), and a turn recorded there began
+    /// before the prompt could reach the TUI. Its user message may carry the same text as
+    /// ours (a human, another caller): without this floor a return-final request bound it
+    /// and delivered its final as `completed` (CORR-6's gap, found 2026-12-06). The same
+    /// floor bounds correlation (`RequestRecord::correlation_floor`).
+    ///
     /// A managed agent's wait is for its line's own `turn/start` id (`awaiting_unplaced`):
     /// the view may stand behind the stream at the write (a delayed observer), and a turn that
     /// began before the write, shown after it, lay past that floor and ended the wait while
     /// the line was still unread (seed 6717's mechanism without its crash; so did another
     /// writer's steer folded into the running turn). Only the app-server's acceptance of that
     /// line says it was read; a PTY agent has no such id: its prompt's own user message says it.
-    fn mark_written(&mut self, request_id: &RequestId) {
+    fn mark_written(&mut self, request_id: &RequestId, record_end: Option<Cursor>) {
         let agent_id = self.admissions[request_id].agent_id.clone();
         let own_line = self.requests.get(request_id).and_then(|r| r.turn_start_id.clone());
         let Some(agent) = self.agents.get_mut(&agent_id) else { return };
-        let floor = agent.view_cursor();
+        let view = agent.view_cursor();
+        let floor = match agent.facts.transport {
+            crate::agent::Transport::Pty => further_in_the_views_session(view.clone(), record_end),
+            crate::agent::Transport::AppServer => view.clone(), // CORR-15's ids instead
+        };
+        let raised = (floor != view).then(|| floor.clone()).flatten();
         agent.awaiting_turn_after = Some(self.now_ms);
         agent.awaiting_request = Some(request_id.clone());
         agent.awaiting_past = floor.clone();
@@ -746,6 +760,11 @@ impl Engine {
         agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
         if let Some(record) = self.requests.get_mut(request_id) {
             record.written_past = floor;
+        }
+        if let Some(end) = raised {
+            let view = view.map_or("none".to_string(), |v| v.position.to_string());
+            let detail = format!("the rollout ended at {}:{} before the write (the view stood at {view}): nothing recorded up to there is this prompt's", end.session.0, end.position);
+            self.note(request_id, EvidenceStep::Written, detail);
         }
     }
 
@@ -763,13 +782,13 @@ impl Engine {
         }
     }
 
-    fn after_complete_write(&mut self, request_id: &RequestId) {
+    fn after_complete_write(&mut self, request_id: &RequestId, record_end: Option<Cursor>) {
         let admission = self.admissions.get(request_id).expect("writing admission exists");
         let agent_id = admission.agent_id.clone();
         let needs_ack = admission.command.paste_mode == PasteMode::Raw
             || (admission.command.operation == Operation::Send && admission.command.return_mode == ReturnMode::OneWay);
         let observed = self.agents.get(&agent_id).and_then(|a| a.view.as_ref()).is_some_and(|v| v.status == ObserverStatus::Attached);
-        self.mark_written(request_id);
+        self.mark_written(request_id, record_end);
         if needs_ack && observed {
             let admission = self.admissions.get_mut(request_id).expect("exists");
             admission.step = Step::AwaitingAck;
@@ -986,7 +1005,7 @@ impl Engine {
                     let agent_id = self.admissions[&request_id].agent_id.clone();
                     self.hold_lost_write(delivery_id, agent_id, &request_id);
                     let detail = "the pane write did not report its result in time".to_string();
-                    self.mark_written(&request_id);
+                    self.mark_written(&request_id, None); // no answer: no end was reported
                     self.confirm_indeterminate(&request_id, WriteState::Unknown, "write_result_lost", detail);
                 }
                 Step::AwaitingAck => self.confirm_after_ack(&request_id, Some(false)),
@@ -1216,4 +1235,16 @@ pub(crate) fn target_problem(target: &str) -> Option<Blocker> {
 pub fn target_malformed(target: &str) -> Option<String> {
     let malformed = target.is_empty() || target.len() > MAX_TARGET_BYTES || target.chars().any(|c| c.is_control() || c.is_whitespace());
     malformed.then(|| format!("the target must be 1..={MAX_TARGET_BYTES} bytes without control characters or white space (an agent's name or id)"))
+}
+
+/// ADM-5, CORR-5 (PTY): the write's floor: the view's cursor, or where the rollout ended just
+/// before the write when that lies further in the same session (the view lags the file). An
+/// end in another session says nothing of the view's file (a view lagging a session switch
+/// keeps its own floor, as before); with no view, the end alone is the floor.
+fn further_in_the_views_session(view: Option<Cursor>, record_end: Option<Cursor>) -> Option<Cursor> {
+    match (view, record_end) {
+        (Some(view), Some(end)) if end.session == view.session && end.position > view.position => Some(end),
+        (None, end) => end,
+        (view, _) => view,
+    }
 }

@@ -211,6 +211,12 @@ impl Engine {
         let ObserverEvent::UserMessage { prompt_hash, .. } = event else { return };
         let Some(claim) = self.agents.get(agent_id).and_then(|a| a.claim.clone()) else { return };
         let Some(admission) = self.admissions.get(&claim) else { return };
+        // A user message recorded up to where the rollout ended at the write (the view lagged
+        // the file) is someone else's prompt of the same text, never this one's.
+        let floor = self.requests.get(&claim).and_then(|r| r.written_past.as_ref());
+        if floor.is_some_and(|floor| !past_cursor(event, floor)) {
+            return;
+        }
         if admission.step == Step::AwaitingAck && &admission.prompt_hash == prompt_hash {
             let ObserverEvent::UserMessage { turn, .. } = event else { unreachable!() };
             self.admissions.get_mut(&claim).expect("exists").ack_turn = turn.clone(); // MGD-3
@@ -337,16 +343,19 @@ impl Engine {
             return; // EV-13: its end was read; the file's proof decides it
         }
         let record = &self.requests[request_id];
-        let armed: Cursor = record.armed.clone().expect("correlating requests are armed");
+        let armed: Cursor = record.correlation_floor().expect("correlating requests are armed");
         if event.session() != Some(&armed.session) {
             return self.finish(request_id, TerminalState::Indeterminate, Some("observer_session_changed"), None, None);
         }
         if event.position().is_some_and(|p| p <= armed.position) {
-            return; // CORR-5: history up to the armed cursor is the baseline, not our turn.
+            // CORR-5: history up to the armed cursor (a PTY agent's: up to where its rollout
+            // ended at the write, when further) is the baseline, not our turn.
+            return;
         }
         let bound = record.bound_turn.clone();
         let candidate = self.candidates.get(request_id).cloned();
         let prompt_hash = record.prompt_hash.clone();
+        let bound_at = record.bound_at.filter(|_| record.correlation_source == Some(crate::receipt::CorrelationSource::ProviderFile));
         // CORR-15: a turn the app-server accepted for another request (or not for this one's)
         // is not ours whatever its text: two prompts of the same text, the earlier one read
         // late, and the later request bound the earlier one's turn and delivered its final (a
@@ -377,10 +386,16 @@ impl Engine {
                 Some(candidate) if &candidate == turn => {}
                 Some(_) => self.indeterminate(request_id, "unconfirmed_turn_replaced"),
             },
-            (ObserverEvent::UserMessage { turn, .. }, Some(bound)) => {
+            (ObserverEvent::UserMessage { turn, prompt_hash: seen, position, .. }, Some(bound)) => {
                 // CORR-9: steering inside the bound turn keeps correlation.
                 if turn.as_ref().is_some_and(|t| t != &bound) {
                     self.indeterminate(request_id, "user_message_in_other_turn");
+                } else if seen == &prompt_hash && bound_at.is_some_and(|at| *position > at) {
+                    // CORR-6 (PTY): a second message of our prompt's text in the bound turn.
+                    // One of the two is someone else's (a human's prompt of the same text whose
+                    // turn ours steered into, or that the TUI took with ours as one input), and
+                    // nothing tells which opened the turn: its final may answer another prompt.
+                    self.indeterminate(request_id, "prompt_twice_in_turn");
                 }
             }
             (ObserverEvent::UserMessage { turn, prompt_hash: seen, .. }, None) => {
@@ -397,7 +412,8 @@ impl Engine {
                 if candidate != turn {
                     self.indeterminate(request_id, "user_message_in_other_turn");
                 } else if seen == &prompt_hash {
-                    self.bind(request_id, turn);
+                    let ObserverEvent::UserMessage { position, .. } = event else { unreachable!() };
+                    self.bind(request_id, turn, *position);
                 } else {
                     self.indeterminate(request_id, "first_user_message_mismatch"); // CORR-6
                 }
@@ -451,7 +467,7 @@ impl Engine {
     }
 
     /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
-    fn bind(&mut self, request_id: &RequestId, turn: TurnId) {
+    fn bind(&mut self, request_id: &RequestId, turn: TurnId, position: u64) {
         self.candidates.remove(request_id);
         self.turn_wait_since.remove(request_id);
         let record = self.requests.get_mut(request_id).expect("exists");
@@ -459,6 +475,7 @@ impl Engine {
         record.phase = Phase::Bound;
         record.note(self.now_ms, EvidenceStep::Bound, format!("bound to turn {}: only its final counts", turn.0));
         record.bound_turn = Some(turn);
+        record.bound_at = Some(position);
         self.persist_record(PersistPurpose::Progress(request_id.clone()), request_id);
     }
 

@@ -263,7 +263,7 @@ impl Engine {
             Input::ObserverSnapshot { agent_id, snapshot } => self.on_snapshot(&agent_id, snapshot),
             Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
-            Input::Delivered { delivery_id, outcome } => self.on_delivered(delivery_id, outcome),
+            Input::Delivered { delivery_id, outcome, record_end } => self.on_delivered(delivery_id, outcome, record_end),
             Input::StartupComplete => self.on_startup_complete(),
             Input::ObserverCheckpoint { agent_id, checkpoint_json } => self.on_checkpoint(&agent_id, checkpoint_json),
             Input::RequestLoaded { load_id, record } => self.on_request_loaded(load_id, record),
@@ -760,7 +760,7 @@ impl Engine {
 /// RF-6: the rule that decides a terminal reason, for the evidence trail.
 pub fn rule_of(reason: &str) -> &'static str {
     match reason {
-        "first_user_message_mismatch" => "CORR-6",
+        "first_user_message_mismatch" | "prompt_twice_in_turn" => "CORR-6",
         "later_turn_started" | "other_turn_completed" | "other_turn_aborted" | "user_message_in_other_turn" | "unconfirmed_turn_replaced" => "CORR-7",
         "user_message_before_turn_start" | "turn_completed_before_binding" | "turn_aborted_before_binding" => "CORR-5",
         "observer_session_changed" | "observer_session_lost" => "CORR-3",

@@ -153,6 +153,11 @@ pub struct RequestRecord {
     pub phase: Phase,
     pub receipt: Option<Receipt>,
     pub bound_turn: Option<TurnId>,
+    /// CORR-9 (PTY): where the user message that bound `bound_turn` ends: a later one of the
+    /// same text in that turn is a second prompt of our text (`Engine::correlate`). None
+    /// before binding, and in a record bound by a daemon older than 2026-12-06.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_at: Option<u64>,
     /// Absolute engine time at which the request times out (RF-3); none when timeout is 0.
     pub deadline_ms: Option<u64>,
     pub terminal: Option<TerminalEvent>,
@@ -172,6 +177,21 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// CORR-5: the point after which correlation looks for this request's turn: the armed
+    /// cursor, or for a PTY agent (the provider file) its write's floor (`written_past`) when
+    /// that lies further in the same session: where the rollout ended just before the write
+    /// (the view may lag the file, `Engine::mark_written`). A turn recorded up to there began
+    /// before the prompt could reach the TUI, whatever text its user message carries. None
+    /// while not armed.
+    pub fn correlation_floor(&self) -> Option<Cursor> {
+        let armed = self.armed.clone()?;
+        let written = self.written_past.as_ref().filter(|_| self.correlation_source == Some(CorrelationSource::ProviderFile));
+        Some(match written {
+            Some(written) if written.session == armed.session && written.position > armed.position => written.clone(),
+            _ => armed,
+        })
+    }
+
     /// When its write's bytes landed, by its evidence (`Written`); else the latest they may
     /// land: the record was last updated when the engine gave the write up
     /// (`write_result_lost`, ADM-12), and the holder, which outlives the daemon, may still

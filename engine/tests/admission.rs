@@ -859,6 +859,25 @@ fn adm_13_replayed_history_does_not_acknowledge() {
     assert_eq!(rig.receipt(op).acknowledged, Some(false));
 }
 
+/// ADM-13, ADM-5 (PTY): a user message of the same text recorded before the write (within the
+/// rollout's end the runtime read just before it, `record_end`, though the view had not read
+/// it) neither acknowledges a send nor ends the agent's wait for the prompt's turn; our own,
+/// recorded after it, does both.
+#[test]
+fn adm_13_a_same_text_message_recorded_before_the_write_neither_acknowledges_nor_ends_the_wait() {
+    let mut rig = Rig::with_idle_zola();
+    rig.record_end = Some(Cursor { session: session(), position: 1200 });
+    let command = rig.command(Operation::Send, REQ, "continue", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    rig.provider_turn("turn-human", "continue", "the human's final", 1100);
+    assert!(!rig.has_receipt(op), "someone else's prompt acknowledged this send");
+    assert!(rig.awaiting_turn_start(), "someone else's prompt ended the wait for this one's turn");
+    rig.turn_started("turn-1", 1210);
+    rig.user_message("turn-1", "continue", 1220);
+    assert_eq!(rig.receipt(op).acknowledged, Some(true));
+    assert!(!rig.awaiting_turn_start());
+}
+
 /// ADM-5, ADM-17: the turn a write started may be observed before the write's outcome is known
 /// (the monitor reads the rollout while the holder still answers). Its events and the
 /// snapshot taken after them are applied in the order they arrived, once the outcome is

@@ -81,6 +81,56 @@ fn corr_6_prompt_hash_mismatch() {
     assert!(event.final_message.is_none());
 }
 
+/// CORR-5, CORR-6 (PTY): two prompts of one text. A human typed "continue" and its turn ran
+/// before ours was written, but the view had not read its records (the refresh came first):
+/// they lie past the armed cursor and carry our hash. The runtime reports where the rollout
+/// ended just before the write (`record_end`), so that turn is passed over and our own turn,
+/// recorded after it, binds. Before 2026-12-06 the request bound the human's turn and
+/// delivered its final as `completed` (the gap SPEC's CORR-6 row named).
+#[test]
+fn corr_6_a_turn_of_the_same_text_recorded_before_the_write_is_not_ours() {
+    let mut rig = Rig::with_idle_zola();
+    rig.record_end = Some(Cursor { session: session(), position: 1200 });
+    let op = rig.admit(REQ, "continue", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    assert_eq!(rig.receipt(op).armed_cursor.as_deref(), Some("pf1.sess-1.1000"), "the registered boundary is still reported");
+    rig.provider_turn("turn-human", "continue", "the human's final", 1100); // 1110..1130, within the file then
+    assert!(rig.terminal_for(REQ).is_empty(), "a turn recorded before the write is not ours");
+    rig.provider_turn("turn-1", "continue", "our final", 1200);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Completed);
+    assert_eq!(event.provider_turn_id, Some(turn("turn-1")));
+    assert_eq!(event.final_message.as_deref(), Some("our final"));
+    let evidence = &rig.durable[&RequestId::parse(REQ).unwrap()].evidence;
+    assert!(evidence.iter().any(|e| e.detail.contains("the rollout ended at sess-1:1200 before the write")), "{evidence:?}");
+}
+
+/// CORR-5 (PTY): the human's same-text turn was still running at the write (its start within
+/// the rollout's end then), and our prompt joined it as a steer: the user message carrying our
+/// hash has no turn start after the floor, so it is never bound (`indeterminate`), and the
+/// human's final is never delivered. An end in another session than the view's raises nothing.
+#[test]
+fn corr_5_a_same_text_turn_running_at_the_write_is_never_bound() {
+    let mut rig = Rig::with_idle_zola();
+    rig.record_end = Some(Cursor { session: session(), position: 1200 });
+    rig.admit(REQ, "continue", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-human", 1110);
+    rig.user_message("turn-human", "continue", 1150);
+    rig.user_message("turn-human", "continue", 1250); // ours, steered into the running turn
+    rig.turn_completed("turn-human", "the human's final", 1300);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Indeterminate);
+    assert_eq!(event.reason.as_deref(), Some("user_message_before_turn_start"));
+    assert!(event.final_message.is_none());
+
+    // Another session's end says nothing of the view's file: the armed cursor stands.
+    let mut rig = Rig::with_idle_zola();
+    rig.record_end = Some(Cursor { session: SessionId("sess-2".to_string()), position: 5000 });
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.provider_turn("turn-1", "hi", "our final", 1000);
+    assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("our final"));
+}
+
 /// CORR-7: a final from a different turn than the bound one is never substituted.
 #[test]
 fn corr_7_later_turn_final_is_never_substituted() {
@@ -110,6 +160,32 @@ fn corr_9_steering_keeps_correlation() {
     let event = only_terminal(&rig);
     assert_eq!(event.state, TerminalState::Completed);
     assert_eq!(event.final_message.as_deref(), Some("final with steering"));
+}
+
+/// CORR-6, CORR-9 (PTY): a second message of our prompt's text in the bound turn means two
+/// prompts of one text went into it (a human's turn ours steered into, or that the TUI took
+/// with ours as one input, not yet in the file at the write): which opened the turn is unknown,
+/// so its final is never delivered. The binding message replayed (a resume after a restart
+/// reads from the armed cursor again) is not a second one.
+#[test]
+fn corr_6_our_prompts_text_twice_in_the_bound_turn_is_indeterminate() {
+    let (mut rig, _) = armed_rig("continue");
+    rig.turn_started("turn-human", 1010);
+    rig.user_message("turn-human", "continue", 1020); // the human's, unwritten at the write
+    rig.user_message("turn-human", "continue", 1030); // ours, steered in
+    rig.turn_completed("turn-human", "the human's final", 1040);
+    let event = only_terminal(&rig);
+    assert_eq!(event.state, TerminalState::Indeterminate);
+    assert_eq!(event.reason.as_deref(), Some("prompt_twice_in_turn"));
+    assert!(event.final_message.is_none());
+
+    let (mut rig, _) = armed_rig("continue");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "continue", 1020);
+    rig.user_message("turn-1", "continue", 1020); // the same record again
+    rig.user_message("turn-1", "and the tests", 1030); // CORR-9: a steer of other text
+    rig.turn_completed("turn-1", "our final", 1040);
+    assert_eq!(only_terminal(&rig).final_message.as_deref(), Some("our final"));
 }
 
 /// CORR-10: an aborted bound turn is `aborted`; aborted before binding is `indeterminate`.

@@ -89,7 +89,7 @@ impl Effects for BenchEffects {
             ObserverEvent::TurnCompleted { session, turn, final_message: Some("done".into()), position },
         ];
         tokio::spawn(async move {
-            let _ = inbox.send(DriverMsg::Input(Input::Delivered { delivery_id, outcome: DeliveryOutcome::Complete })).await;
+            let _ = inbox.send(DriverMsg::Input(Input::Delivered { delivery_id, outcome: DeliveryOutcome::Complete, record_end: None })).await;
             for event in events {
                 let _ = inbox.send(DriverMsg::Input(Input::Observed { agent_id: agent_id.clone(), event })).await;
             }

@@ -199,6 +199,16 @@ impl CodexObserver {
         })
     }
 
+    /// CORR-5, ADM-5: where the attached rollout ends now, read from the file (its length),
+    /// not from what was read of it: asked just before a prompt's write, no record ending at
+    /// or before it can carry that prompt (the view may lag the file). None when nothing is
+    /// attached, the process exited, or the file cannot say (an error is no evidence).
+    pub fn record_end(&self) -> Option<Cursor> {
+        let attachment = self.attached.as_ref().filter(|_| !self.exited)?;
+        let position = attachment.tail.length_now()?;
+        Some(Cursor { session: attachment.session.clone(), position })
+    }
+
     /// Where [`checkpoint`](Self::checkpoint) would be (session, offset), without building it
     /// (that hashes the rollout's checkpoint window). None while no checkpoint may be saved.
     pub fn checkpoint_position(&self) -> Option<(&SessionId, u64)> {
@@ -918,6 +928,26 @@ mod tests {
         let me = probe_to_engine(proc_probe::identity(std::process::id()).expect("own identity"));
         let observer = CodexObserver::new(home.path().into(), None, me, Incarnation("i".into()));
         (home, path, rollout, observer)
+    }
+
+    /// CORR-6's floor: `record_end` is the held file's length now, not what was read of it: a
+    /// record Codex wrote after the last read (the view not there yet) lies within it. None
+    /// before the observer attached, and after the file was cut below what was read.
+    #[test]
+    fn corr_6_the_record_end_is_the_files_length_not_the_read_position() {
+        use std::io::Write;
+        let (_home, path, mut rollout, mut observer) = session_s1_held_open();
+        assert_eq!(observer.record_end(), None, "nothing attached yet");
+        observer.refresh(None);
+        let read = observer.current_snapshot(None).position;
+        assert_eq!(observer.record_end(), Some(Cursor { session: SessionId("s1".into()), position: read }));
+        rollout.write_all(super::test_rollouts::event(r#""type":"task_started","turn_id":"t1""#).as_bytes()).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > read);
+        assert_eq!(observer.current_snapshot(None).position, read, "not read yet");
+        assert_eq!(observer.record_end(), Some(Cursor { session: SessionId("s1".into()), position: len }));
+        rollout.set_len(1).unwrap(); // cut below what was read: the offsets mean nothing now
+        assert_eq!(observer.record_end(), None);
     }
 
     /// MON-4: `behind` is a read cut at its step bound (the monitor reads on at once), never a

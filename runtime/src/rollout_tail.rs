@@ -270,6 +270,17 @@ impl RolloutTail {
         self.offset
     }
 
+    /// The held file's length now (fstat of the descriptor the reads use, so the same inode
+    /// whatever the path holds by now). None after a terminal failure, or when the file is
+    /// shorter than what was read (truncated: its offsets no longer mean what they did).
+    pub fn length_now(&self) -> Option<u64> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let len = self.file.metadata().ok()?.len();
+        (len >= self.offset).then_some(len)
+    }
+
     /// Total bytes returned by `pread` since open (checkpoint re-reads included).
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read

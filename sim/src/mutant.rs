@@ -327,6 +327,11 @@ pub enum Mutant {
     /// taken for keys the screen shows, and the write naming that count erases the draft (as
     /// the holder did before 2026-12-05, a review).
     LookCountWithScreen,
+    /// Pane port: the write's outcome does not say where the rollout ended before the write
+    /// (the runtime's fstat, `CodexObserver::record_end`), so a human's turn of the same text
+    /// that the view had not read yet lies past the floor and binds the request (CORR-5,
+    /// CORR-6; the engine's floor before 2026-12-06).
+    RecordEndNotReported,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -396,6 +401,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::LookWritesIgnored, "look_writes_ignored", "pane port writes an admission whatever input reached the pane since its look"),
     (Mutant::SubmitLookWritesIgnored, "submit_look_writes_ignored", "pane port writes a submit's steps whatever input reached the pane since its look"),
     (Mutant::LookCountWithScreen, "look_count_with_screen", "pane port's look reads the write count with the screen, a write under way counted"),
+    (Mutant::RecordEndNotReported, "record_end_not_reported", "pane port's write outcome omits where the rollout ended before the write, so the floor is the view's"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -7,7 +7,7 @@ use crate::world::{Record, Session};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use wakterm_engine::{
-    prompt::prompt_hash, AgentEvent, Classification, EventBody, ObserverEvent, ProcessIdentity, Receipt, SessionId, TerminalEvent,
+    prompt::prompt_hash, AgentEvent, Classification, EventBody, ObserverEvent, PersistOp, ProcessIdentity, Receipt, SessionId, TerminalEvent,
     TerminalState, TurnId,
 };
 
@@ -169,6 +169,16 @@ pub struct WriteFact {
     pub landed_ms: u64,
 }
 
+/// CORR-6 (`caller.same_text_human`): a human's prompt of request `request`'s text, recorded as
+/// a user message ending at `position` in `turn`.
+#[derive(Clone, Debug)]
+pub struct SameText {
+    pub session: SessionId,
+    pub position: u64,
+    pub request: String,
+    pub turn: TurnId,
+}
+
 #[derive(Clone, Debug)]
 pub struct TurnTruth {
     pub agent: usize,
@@ -237,6 +247,13 @@ pub struct Oracle {
     pub turns: BTreeMap<String, TurnTruth>,
     /// (agent, hash) of every user message the provider recorded.
     pub user_messages: BTreeSet<(usize, String)>,
+    /// `caller.same_text_human`: the user messages of humans' prompts of a request's text
+    /// (`same_text_unwritten_at_write`).
+    pub same_text_messages: Vec<SameText>,
+    /// Where the rollout truly ended (the runtime's fstat, `World::record_end`) when each
+    /// request's write was asked for (None: no end could be read); the pane port may lose it
+    /// (mutant `record_end_not_reported`), this is what it read.
+    pub ends_at_write: BTreeMap<String, Option<(SessionId, u64)>>,
     pub last_sequence: u64,
     pub ended: BTreeMap<String, u64>,
     /// When each request ended (its terminal event reached the watcher).
@@ -579,7 +596,10 @@ impl Oracle {
         // 61569338: its holder wrote on past the crash).
         let submit_of_an_earlier_daemon = earlier.and_then(|id| self.submits.get(&id.to_ascii_lowercase())).is_some_and(|s| s.called_ms < self.daemon_started_ms);
         let known = !submit_of_an_earlier_daemon && (written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id)));
-        if known && !given_up && age_ms + STALL_MARGIN_MS < grace_ms {
+        // CORR-6's known gap: the engine's wait for `earlier`'s prompt ended at a human's prompt
+        // of the same text that the provider had not written when `earlier` was.
+        let same_text = |oracle: &mut Oracle| earlier.is_some_and(|id| oracle.same_text_unwritten_at_write(id, None, "note.corr_6_same_text_wait_ended"));
+        if known && !given_up && age_ms + STALL_MARGIN_MS < grace_ms && !same_text(self) {
             let m = format!("a{agent}: {origin:?}'s prompt written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
         }
@@ -968,6 +988,46 @@ impl Oracle {
         }
     }
 
+    /// CORR-6's known gap (`caller.same_text_human`): a human's prompt of request `id`'s own
+    /// text (in `turn`, when given) whose user message was not in the file when the runtime
+    /// read the rollout's end just before the request's write (`ends_at_write`, or no end
+    /// could be read): the provider had not written it yet, and nothing in the records tells
+    /// the two prompts apart, so the engine may take it for the request's (bind its turn, or
+    /// acknowledge a send by it). Noted, not failed. A message the file held then (the view
+    /// had not read it) is no excuse: the engine's floor passes over it.
+    fn same_text_unwritten_at_write(&mut self, id: &str, turn: Option<&TurnId>, note: &'static str) -> bool {
+        let end = self.ends_at_write.get(id).cloned().flatten();
+        let unwritten = self.same_text_messages.iter().any(|m| {
+            let in_turn = turn.is_none_or(|t| &m.turn == t);
+            m.request == id && in_turn && end.as_ref().is_none_or(|(session, end)| session != &m.session || m.position > *end)
+        });
+        if unwritten {
+            self.notes.push(note);
+        }
+        unwritten
+    }
+
+    /// CORR-5, ADM-5 (PTY): a request's durable floor (`RequestRecord::written_past`) never lies
+    /// before where the rollout truly ended when its write was asked for (`ends_at_write`, the
+    /// runtime's read of the file's length): nothing recorded up to there can carry its prompt,
+    /// and a floor at the view's position instead let a turn of the same text that the view
+    /// had not read yet bind the request or end its wait (`caller.same_text_human`; rare in
+    /// the model, as the admission's refresh reads the file just before, so this catches the
+    /// floor itself, mutant `record_end_not_reported`). Only for a write whose outcome was
+    /// answered: a lost one's floor is the view's (no end came back). An end in another
+    /// session than the floor's says nothing of it.
+    pub fn check_write_floors(&mut self, ops: &[PersistOp]) {
+        for op in ops {
+            let PersistOp::PutRequest(r) = op else { continue };
+            let answered = r.receipt.as_ref().is_some_and(|receipt| receipt.write_state != wakterm_engine::WriteState::Unknown);
+            let (Some(floor), Some(Some((session, end)))) = (&r.written_past, self.ends_at_write.get(r.request_id.as_str())) else { continue };
+            if answered && &floor.session == session && floor.position < *end {
+                let m = format!("{}: its floor at the write is {}:{}, before the rollout's end then ({end})", r.request_id, floor.session.0, floor.position);
+                self.fail(Kind::Evidence, m);
+            }
+        }
+    }
+
     /// The observer port sent the engine a user message of agent `a`'s turn `turn`.
     /// And ADM-5 (PTY): the user message carrying the last write's prompt, past the write,
     /// ends the engine's live wait for it (`AgentEntry::awaiting_prompt`).
@@ -1244,7 +1304,8 @@ impl Oracle {
                 }
                 _ => self.fail(Kind::Misclassified, format!("{id}: accepted but written {} times", writes.len())),
             }
-            if receipt.acknowledged == Some(true) && !self.user_messages.contains(&(call.agent, prompt_hash(&call.prompt))) {
+            let recorded = self.user_messages.contains(&(call.agent, prompt_hash(&call.prompt)));
+            if receipt.acknowledged == Some(true) && !recorded && !self.same_text_unwritten_at_write(&id, None, "note.corr_6_same_text_acknowledged") {
                 self.fail(Kind::Misclassified, format!("{id}: acknowledged but the provider never recorded the prompt"));
             }
         }
@@ -1311,12 +1372,14 @@ impl Oracle {
                         self.fail(Kind::WrongFinal, m);
                     }
                 }
+                _ if self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), "note.corr_6_same_text_completed") => {}
                 other => {
                     let opener = other.and_then(|t| t.opened_by);
                     let m = format!("{id}: completed with turn {:?} which was opened by {opener:?}", event.provider_turn_id);
                     self.fail(Kind::WrongFinal, m);
                 }
             },
+            TerminalState::Aborted if self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), "note.corr_6_same_text_aborted") => {}
             TerminalState::Aborted => {
                 if !turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str())) {
                     self.fail(Kind::WrongFinal, format!("{id}: aborted, but turn {:?} is not our aborted turn", event.provider_turn_id));
@@ -1561,7 +1624,7 @@ impl Oracle {
     /// never its turn.
     fn check_bound(&mut self, seq: u64, id: &str, turn: &TurnId) {
         let opener = self.turns.get(&turn.0).map(|t| t.opened_by.clone());
-        if opener != Some(Some(id.to_string())) {
+        if opener != Some(Some(id.to_string())) && !self.same_text_unwritten_at_write(id, Some(turn), "note.corr_6_same_text_bound") {
             let steered = if self.steered.contains(id) { " (its prompt was folded into a running turn)" } else { "" };
             let m = format!("event {seq}: {id} bound to turn {} opened by {opener:?}, not by its own write{steered}", turn.0);
             self.fail(Kind::WrongFinal, m);

@@ -268,15 +268,20 @@ impl Effects for SimEffects {
     fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
-        let (holder, epoch, writer) = {
+        let (holder, epoch, writer, record_end) = {
             let mut w = world.lock().unwrap();
             let writer = w.oracle.request_of(&strip_framing(&bytes)).unwrap_or_else(|| "admission".to_string());
             ask_write(&mut w, &agent_id, delivery_id, writer.clone());
-            (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch, writer)
+            // CORR-5, ADM-5: the runtime reads the rollout's length before the holder writes
+            // (here, before the holder's part even starts). The bug: it is not reported.
+            let record_end = agent_index(&w, &agent_id).and_then(|a| w.record_end(a));
+            w.oracle.ends_at_write.insert(writer.clone(), record_end.as_ref().map(|c| (c.session.clone(), c.position)));
+            let record_end = record_end.filter(|_| w.mutant != Mutant::RecordEndNotReported);
+            (w.holder.clone().expect("the holders' node runs"), w.daemon_epoch, writer, record_end)
         };
         let asked_ms = wakterm_runtime::driver::now_ms();
         let bound = CallBound::write(asked_ms);
-        let answered = bound.watch(&world, &inbox, delivery_id, |delivery_id, outcome| Input::Delivered { delivery_id, outcome: outcome.into() });
+        let answered = bound.watch(&world, &inbox, delivery_id, |delivery_id, outcome| Input::Delivered { delivery_id, outcome: outcome.into(), record_end: None });
         holder.spawn(async move {
             madsim::time::sleep(ms(0, 20)).await;
             holder_stall(&world, &agent_id, &bound).await;
@@ -327,7 +332,7 @@ impl Effects for SimEffects {
             };
             madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 20) }).await;
             if bound.answer(&world, &answered, delivery_id) {
-                send_if_running(&inbox, Input::Delivered { delivery_id, outcome });
+                send_if_running(&inbox, Input::Delivered { delivery_id, outcome, record_end });
             }
         });
     }
@@ -1244,6 +1249,7 @@ async fn store_writer(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut queue: 
                     }
                 }
                 note_durable_give_ups(&mut w, &ops);
+                w.oracle.check_write_floors(&ops);
                 crash_after_commit(&mut w, &store_ops);
             }
             (result, group_lost)

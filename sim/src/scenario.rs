@@ -735,6 +735,23 @@ fn managed_act(w: &mut World, world: &Shared, a: usize, roll: u32, humans: &mut 
     true
 }
 
+/// CORR-5, CORR-6 (`caller.same_text_human`): two prompts of one text. A human types the
+/// call's prompt into its PTY agent and presses Enter a moment before the call, so a turn
+/// carrying the call's hash, not opened by it, may lie past its armed cursor (the view not
+/// yet read to it, or the provider's record not yet written). Returns how long the call
+/// waits; None when no human does this.
+fn same_text_human(world: &Shared, call: &CallInput) -> Option<Duration> {
+    let mut w = world.lock().unwrap();
+    if w.is_managed(call.agent) || !w.fault_roll(0.15) {
+        return None;
+    }
+    w.counters.fault("caller.same_text_human");
+    let text = call.prompt.trim().to_string();
+    w.log(format!("a{} human types the text of {} ({text:?}) and presses Enter", call.agent, call.request_id));
+    type_keys(&w, world, call.agent, (text, true), Duration::ZERO);
+    Some(ms(0, 2_500))
+}
+
 /// A human at the keyboard, or a fault, by the seed.
 fn act(world: &Shared, humans: &mut u64) {
     let mut w = world.lock().unwrap();
@@ -830,6 +847,16 @@ fn act(world: &Shared, humans: &mut u64) {
             w.jumped_ms += jump.as_millis() as u64;
             drop(w);
             madsim::time::advance(jump);
+        }
+        65..=66 => {
+            // A loaded daemon (issue 10 measured a watcher p99 of 29 ms with 50 busy agents):
+            // the monitor reads records late, so the view lags the file at a write.
+            w.monitor_lag_ms = if w.monitor_lag_ms > 0 { 0 } else { thread_rng().gen_range(30..600) };
+            if w.monitor_lag_ms > 0 {
+                w.counters.fault("monitor.slow_wake");
+            }
+            let lag = w.monitor_lag_ms;
+            w.log(format!("the monitor reads up to {lag} ms late"));
         }
         62..=64 => {
             if w.crashes < w.plan.max_crashes {
@@ -939,6 +966,12 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
                 }
                 if thread_rng().gen_bool(0.1) {
                     join_burst(&world, &call, mode, callers);
+                } else if let Some(delay) = same_text_human(&world, &call) {
+                    let world = world.clone();
+                    callers.push(madsim::task::spawn(async move {
+                        madsim::time::sleep(delay).await;
+                        caller(world, call, mode).await
+                    }));
                 } else {
                     callers.push(madsim::task::spawn(caller(world.clone(), call, mode)));
                 }
@@ -963,6 +996,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         let mut w = world.lock().unwrap();
         w.faults_on = false;
         w.healed_ms = Some(now_ms());
+        w.monitor_lag_ms = 0;
         for a in 0..w.agents.len() {
             let splitting = w.split_in_progress(a);
             if !w.agents[a].composer.is_empty() && !splitting {

@@ -146,6 +146,8 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.draft_races_submit",
     "terminal.keys_in_flight",
     "terminal.slow_turn_start",
+    "monitor.slow_wake",
+    "caller.same_text_human",
     "monitor.step_bound",
     "pane.input_since_look",
     "submit.exit_mid_wait",
@@ -1018,6 +1020,11 @@ pub struct World {
     /// MON-1: wakes the daemon's observer loop at the given time (a rollout append becomes
     /// readable, the pane printed), as inotify and the holder's `info_changed` wake the monitor.
     pub wake: Option<mpsc::UnboundedSender<u64>>,
+    /// `monitor.slow_wake`: a loaded daemon's monitor reads a record up to this long after it
+    /// became readable (0: within 5 ms). The view then lags the file when a prompt is written
+    /// (records written after the admission's refresh read, not delivered yet), which the
+    /// runtime's read of the rollout's end at the write covers (CORR-5, ADM-5).
+    pub monitor_lag_ms: u64,
     pub crash: Option<mpsc::UnboundedSender<&'static str>>,
     pub crashes: u32,
     pub oracle: Oracle,
@@ -1089,6 +1096,7 @@ impl World {
             store: StoreTables::default(),
             inbox: None,
             wake: None,
+            monitor_lag_ms: 0,
             crash: None,
             crashes: 0,
             oracle: Oracle::default(),
@@ -1122,7 +1130,8 @@ impl World {
     /// `at`, or the pane printed then); a daemon that is down misses it.
     pub fn wake_observer(&self, at: u64) {
         if let Some(wake) = &self.wake {
-            let _ = wake.send(at + thread_rng().gen_range(0..5));
+            let lag = if self.monitor_lag_ms > 0 { thread_rng().gen_range(0..=self.monitor_lag_ms) } else { 0 };
+            let _ = wake.send(at + thread_rng().gen_range(0..5) + lag);
         }
     }
 
@@ -1502,7 +1511,11 @@ impl World {
             self.counters.fault("provider.whitespace_trimmed");
         }
         let hash = prompt_hash(&text);
-        self.oracle.user_messages.insert((a, hash.clone()));
+        // A human's prompt of a request's text (`caller.same_text_human`) is not that request's
+        // prompt recorded (ADM-13's acknowledgement check).
+        if origin.is_some() || self.oracle.request_of(&text).is_none() {
+            self.oracle.user_messages.insert((a, hash.clone()));
+        }
         let opener = origin.filter(|rid| self.oracle.request_of(&text).as_deref() == Some(*rid)).map(str::to_string);
         let taken = TakenPrompt { text, hash, opener, origin: origin.map(str::to_string), taken_ms: now };
         let Some(taken) = self.join_pending_start(a, taken) else { return };
@@ -1510,6 +1523,7 @@ impl World {
         if let Some(running) = agent.running.clone() {
             let hash = taken.hash.clone();
             let visible = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
+            self.note_same_text(a, (taken.origin.as_deref(), &taken.text), &running.turn);
             self.wake_observer(visible);
             self.counters.fault("provider.steering");
             self.log(format!("a{a} steer {} by {:?}", running.turn.0, origin));
@@ -1527,6 +1541,16 @@ impl World {
             return;
         }
         self.start_turn(a, now, taken, &[]);
+    }
+
+    /// CORR-6 (`caller.same_text_human`): the user message just recorded in agent `a`'s turn
+    /// `turn` is a human's prompt of a request's text: where it lies, for the oracle's
+    /// known-gap excuse (`Oracle::same_text_unwritten_at_write`).
+    fn note_same_text(&mut self, a: usize, (origin, text): (Option<&str>, &str), turn: &TurnId) {
+        let Some(request) = self.oracle.request_of(text).filter(|_| origin.is_none()) else { return };
+        let session = &self.agents[a].session;
+        let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, request, turn: turn.clone() };
+        self.oracle.same_text_messages.push(message);
     }
 
     /// `terminal.slow_turn_start`: an Enter while a taken prompt's turn has not started joins
@@ -1592,11 +1616,13 @@ impl World {
         let t = turn.clone();
         let started = agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });
         let prompted = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+        self.note_same_text(a, (origin.as_deref(), &text), &turn);
         self.wake_observer(started);
         self.wake_observer(prompted);
         for prompt in joined {
             let (t, hash) = (turn.clone(), prompt.hash.clone());
             let visible = self.agents[a].append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+            self.note_same_text(a, (prompt.origin.as_deref(), &prompt.text), &turn);
             self.wake_observer(visible);
         }
         if origin.is_none() {
@@ -2409,6 +2435,22 @@ impl World {
             self.hand_checkpoint(a, process);
         }
         Some(self.agents[a].facts())
+    }
+
+    /// CORR-5, ADM-5: where agent `a`'s attached rollout ends now, read from the file (the
+    /// runtime's `CodexObserver::record_end`, an fstat of the file the observer holds): its
+    /// readable length, whatever the observer has read of it. None when the observer holds
+    /// no file, or another file than the session's now (a replaced one; the runtime's held
+    /// descriptor would give the old file's length, which the engine never compares with the
+    /// new file's positions: it is left out rather than modelled), or for a managed agent.
+    pub fn record_end(&self, a: usize) -> Option<wakterm_engine::Cursor> {
+        let agent = &self.agents[a];
+        let attached = agent.observer.attached.as_ref()?;
+        if self.is_managed(a) || agent.process.is_none() || attached != &agent.session.id || agent.observer.file != agent.session.file {
+            return None;
+        }
+        let end = agent.session.visible_end(wakterm_runtime::driver::now_ms());
+        (end >= agent.observer.position).then(|| wakterm_engine::Cursor { session: attached.clone(), position: end })
     }
 
     /// A snapshot after a look at the screen (a refresh's, a resume's).

@@ -109,6 +109,8 @@ pub struct Rig {
     /// What an observer refresh answers, per agent.
     pub snapshots: BTreeMap<AgentId, Result<ObserverSnapshot, String>>,
     pub delivery_outcome: DeliveryOutcome,
+    /// The rollout's end the runtime reports with the next write's outcome (`Input::Delivered`).
+    pub record_end: Option<Cursor>,
     next_op: u64,
     /// EV-*: the store's agent events and marks, and what was published.
     pub durable_events: Vec<AgentEvent>,
@@ -174,6 +176,7 @@ impl Rig {
             written: Vec::new(),
             snapshots: BTreeMap::new(),
             delivery_outcome: DeliveryOutcome::Complete,
+            record_end: None,
             next_op: 1,
             durable_events: Vec::new(),
             durable_marks: BTreeMap::new(),
@@ -369,7 +372,7 @@ impl Rig {
         if !outcome.wrote_nothing() {
             self.written.push((agent_id, bytes));
         }
-        self.engine.handle(self.now, Input::Delivered { delivery_id, outcome });
+        self.engine.handle(self.now, Input::Delivered { delivery_id, outcome, record_end: self.record_end.clone() });
         self.drain();
         self.engine.check_invariants();
     }
@@ -379,7 +382,7 @@ impl Rig {
         if !outcome.wrote_nothing() {
             self.written.push((agent_id, bytes));
         }
-        self.engine.handle(self.now, Input::Delivered { delivery_id, outcome });
+        self.engine.handle(self.now, Input::Delivered { delivery_id, outcome, record_end: self.record_end.clone() });
         self.drain();
     }
 

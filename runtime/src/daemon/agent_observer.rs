@@ -88,6 +88,15 @@ impl AgentObserver {
         }
     }
 
+    /// CORR-5, ADM-5: where the attached rollout ends now (`CodexObserver::record_end`); a
+    /// managed agent's turns are told apart by CORR-15's ids instead.
+    pub fn record_end(&self) -> Option<Cursor> {
+        match self {
+            AgentObserver::Rollout(o) => o.record_end(),
+            AgentObserver::Managed(_) => None,
+        }
+    }
+
     /// OBS-1: where the checkpoint would be (session, offset), without building it.
     pub fn checkpoint_position(&self) -> Option<(&SessionId, u64)> {
         match self {

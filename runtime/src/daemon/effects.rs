@@ -148,6 +148,8 @@ impl Effects for RealEffects {
         let start_by_ms = write_start_deadline(wakterm_engine::limits::DELIVERY_TIMEOUT_MS);
         tokio::task::spawn_blocking(move || {
             super::faults::pause_write_if(fault); // a test types meanwhile
+            // CORR-5, ADM-5: where the rollout ends before the first byte can reach the pane.
+            let record_end = agent.as_ref().and_then(|agent| agent.observer.lock().expect("observer lock").as_ref()?.record_end());
             let outcome = match agent {
                 None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
                 Some(agent) => write_once(&agent, &incarnation, &bytes, start_by_ms, expect_writes),
@@ -158,7 +160,7 @@ impl Effects for RealEffects {
             // ADM-12: no outcome is not an outcome; the engine's deadline and its lost-write
             // hold decide.
             if let Some(outcome) = outcome {
-                let _ = inbox.blocking_send(DriverMsg::Input(Input::Delivered { delivery_id, outcome }));
+                let _ = inbox.blocking_send(DriverMsg::Input(Input::Delivered { delivery_id, outcome, record_end }));
             }
         });
     }
