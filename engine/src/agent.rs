@@ -117,7 +117,8 @@ pub struct AgentEntry {
     /// floor is a position in the file as an earlier daemon read it, which a record the
     /// restart's replay zone still holds (or one below what a zone closed by a loss waited
     /// for, `FloorProof`) cannot pass, nor any turn once a file was found changed
-    /// (`floor_unprovable`). A live write's floor is this daemon's view.
+    /// (`floor_unprovable`). A live write's floor is this daemon's view (for a PTY agent, or
+    /// where its rollout ended just before the write when further, CORR-6's floor).
     pub awaiting_reopened: bool,
     /// ADM-5, EV-13: a record of the reopened wait's file, not proven yet, carried a turn past
     /// its floor: once the file is proven, the wait ends (`Engine::floor_proven`).
@@ -268,8 +269,8 @@ impl AgentEntry {
     /// unread one, a review; in whatever session the floor lies: a view lagging a session
     /// switch at the write leaves a floor in the older session, which any turn of the newer
     /// passes, a third review). A managed line's wait goes by the line's own answer, not by a
-    /// position: it stays. A live write's floor is this daemon's view of the new copy: it stays
-    /// too.
+    /// position: it stays. A live write's floor is this daemon's view of the new copy (or the
+    /// copy's end at the write, CORR-6's floor): it stays too.
     pub(crate) fn floor_unprovable(&mut self) {
         let by_floor = self.awaiting_unplaced.is_none() && self.awaiting_accepted.is_none();
         if self.awaiting_turn_after.is_none() || !self.awaiting_reopened || !by_floor {

@@ -344,6 +344,7 @@ impl Engine {
         }
         let record = &self.requests[request_id];
         let armed: Cursor = record.correlation_floor().expect("correlating requests are armed");
+        let raised = record.armed.as_ref() != Some(&armed); // CORR-6's floor, for the evidence
         if event.session() != Some(&armed.session) {
             return self.finish(request_id, TerminalState::Indeterminate, Some("observer_session_changed"), None, None);
         }
@@ -379,7 +380,8 @@ impl Engine {
             }
             (ObserverEvent::TurnStarted { turn, position, .. }, None) => match candidate {
                 None => {
-                    let detail = format!("turn {} started at {position}, after the armed cursor {}", turn.0, armed.position);
+                    let past = if raised { "the rollout's end at the write" } else { "the armed cursor" };
+                    let detail = format!("turn {} started at {position}, after {past} {}", turn.0, armed.position);
                     self.note(request_id, EvidenceStep::TurnStarted, detail);
                     self.candidates.insert(request_id.clone(), turn.clone());
                 }

@@ -155,7 +155,8 @@ pub(crate) struct RecoveredWrite {
     pub prompt_hash: String,
     pub incarnation: crate::ids::Incarnation,
     pub process: Option<crate::observer::ProcessIdentity>,
-    /// Where the view stood at the write (`RequestRecord::written_past`), else the request's
+    /// The write's floor (`RequestRecord::written_past`: the view at the write, or the rollout's
+    /// end then when further, CORR-6), else the request's
     /// armed cursor: only a record past it ends the wait (a resume replays the turns before
     /// it, which are not the prompt's); for a PTY write, only its prompt's user message. None:
     /// a plain send registered with no view (ADM-13), left unfinished: no floor, only its
@@ -169,7 +170,7 @@ pub(crate) struct RecoveredWrite {
     /// TIME-2: the same on the machine's monotonic clock, when the record's run and this one
     /// share a boot: an order no wall clock moves.
     pub registered_monotonic_ms: Option<i128>,
-    /// The floor is where the view stood at the write (`written_past`), not the armed cursor
+    /// The floor is the write's own (`written_past`), not the armed cursor
     /// of a registration whose write the restart cannot see: only then does a turn the stream
     /// saw past it say the prompt was taken (a turn between the arming and the write is not).
     pub floor_at_write: bool,

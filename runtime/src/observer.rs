@@ -486,7 +486,9 @@ impl CodexObserver {
         match self.replay_floor {
             // A request armed before the checkpoint: replay its records from its own position;
             // the dialect there is not known, so start in the legacy one (a duplicate prompt
-            // event is cautious, a dropped one would not be).
+            // event is cautious, a dropped one would not be; Codex writes a prompt's item
+            // before its legacy copy, so our own prompt is never doubled: a same-text pair in
+            // a bound turn is CORR-6's `prompt_twice_in_turn`, indeterminate).
             Some(armed) if armed < saved.tail.offset => {
                 let tail = RolloutTail::open_at(path, verified.identity(), armed, false).map_err(|error| {
                     if error.is_terminal() {
@@ -947,6 +949,14 @@ mod tests {
         assert_eq!(observer.current_snapshot(None).position, read, "not read yet");
         assert_eq!(observer.record_end(), Some(Cursor { session: SessionId("s1".into()), position: len }));
         rollout.set_len(1).unwrap(); // cut below what was read: the offsets mean nothing now
+        assert_eq!(observer.record_end(), None);
+        rollout.set_len(len).unwrap();
+        assert!(observer.record_end().is_some());
+        // Replaced at its path (the observer has not read since): the held file's length would
+        // be compared with the new file's positions.
+        let aside = path.with_extension("old");
+        std::fs::rename(&path, &aside).unwrap();
+        std::fs::write(&path, b"{}\n").unwrap();
         assert_eq!(observer.record_end(), None);
     }
 

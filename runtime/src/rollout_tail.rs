@@ -270,11 +270,17 @@ impl RolloutTail {
         self.offset
     }
 
-    /// The held file's length now (fstat of the descriptor the reads use, so the same inode
-    /// whatever the path holds by now). None after a terminal failure, or when the file is
-    /// shorter than what was read (truncated: its offsets no longer mean what they did).
+    /// The held file's length now (fstat of the descriptor the reads use). None after a
+    /// terminal failure, when the path names another file by now (replaced: the next read
+    /// reads the new one from its start, where this length means nothing), when either stat
+    /// fails, or when the file is shorter than what was read (truncated: its offsets no
+    /// longer mean what they did). An error is never evidence.
     pub fn length_now(&self) -> Option<u64> {
         if self.failure.is_some() {
+            return None;
+        }
+        let at_path = std::fs::metadata(&self.path).ok()?;
+        if (FileIdentity { dev: at_path.dev(), ino: at_path.ino() }) != self.identity {
             return None;
         }
         let len = self.file.metadata().ok()?.len();

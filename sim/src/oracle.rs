@@ -177,6 +177,8 @@ pub struct SameText {
     pub position: u64,
     pub request: String,
     pub turn: TurnId,
+    /// The observer port has sent it to the engine (it may have ended the request's wait).
+    pub delivered: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -250,6 +252,11 @@ pub struct Oracle {
     /// `caller.same_text_human`: the user messages of humans' prompts of a request's text
     /// (`same_text_unwritten_at_write`).
     pub same_text_messages: Vec<SameText>,
+    /// (request, turn): the request's own prompt was recorded in that turn (it opened it, joined
+    /// it or steered into it). A turn that holds a human's prompt of the same text and ours
+    /// shows both to the engine before it ends: completing it is no known gap
+    /// (`prompt_twice_in_turn`), so `same_text_unwritten_at_write` excuses only its binding.
+    pub own_messages: BTreeSet<(String, String)>,
     /// Where the rollout truly ended (the runtime's fstat, `World::record_end`) when each
     /// request's write was asked for (None: no end could be read); the pane port may lose it
     /// (mutant `record_end_not_reported`), this is what it read.
@@ -996,9 +1003,15 @@ impl Oracle {
     /// acknowledge a send by it). Noted, not failed. A message the file held then (the view
     /// had not read it) is no excuse: the engine's floor passes over it.
     fn same_text_unwritten_at_write(&mut self, id: &str, turn: Option<&TurnId>, note: &'static str) -> bool {
+        let ended = matches!(note, "note.corr_6_same_text_completed" | "note.corr_6_same_text_aborted");
+        if ended && turn.is_some_and(|t| self.own_messages.contains(&(id.to_string(), t.0.clone()))) {
+            return false; // both prompts were in the turn before it ended: CORR-6's second-message rule
+        }
         let end = self.ends_at_write.get(id).cloned().flatten();
+        let wait_ended = note == "note.corr_6_same_text_wait_ended";
         let unwritten = self.same_text_messages.iter().any(|m| {
-            let in_turn = turn.is_none_or(|t| &m.turn == t);
+            // The wait: only a message the engine was given can have ended it.
+            let in_turn = turn.is_none_or(|t| &m.turn == t) && (!wait_ended || m.delivered);
             m.request == id && in_turn && end.as_ref().is_none_or(|(session, end)| session != &m.session || m.position > *end)
         });
         if unwritten {
@@ -1033,6 +1046,9 @@ impl Oracle {
     /// ends the engine's live wait for it (`AgentEntry::awaiting_prompt`).
     pub fn on_user_message_delivered(&mut self, agent: usize, turn: &TurnId, (session, position): (&SessionId, u64), hash: &str) {
         self.turn_users_delivered.insert((agent, turn.clone()));
+        for message in self.same_text_messages.iter_mut().filter(|m| &m.session == session && m.position == position) {
+            message.delivered = true;
+        }
         let own = self.last_prompt.get(&agent).is_some_and(|h| h.as_deref() == Some(hash));
         let after_write = own && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
         if after_write && !self.turn_after_write.contains_key(&agent) {
@@ -1379,9 +1395,9 @@ impl Oracle {
                     self.fail(Kind::WrongFinal, m);
                 }
             },
-            TerminalState::Aborted if self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), "note.corr_6_same_text_aborted") => {}
             TerminalState::Aborted => {
-                if !turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str())) {
+                let ours = turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str()));
+                if !ours && !self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), "note.corr_6_same_text_aborted") {
                     self.fail(Kind::WrongFinal, format!("{id}: aborted, but turn {:?} is not our aborted turn", event.provider_turn_id));
                 }
             }

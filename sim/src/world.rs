@@ -1545,11 +1545,18 @@ impl World {
 
     /// CORR-6 (`caller.same_text_human`): the user message just recorded in agent `a`'s turn
     /// `turn` is a human's prompt of a request's text: where it lies, for the oracle's
-    /// known-gap excuse (`Oracle::same_text_unwritten_at_write`).
+    /// known-gap excuse (`Oracle::same_text_unwritten_at_write`); or the request's own prompt
+    /// (which its write submitted), which rules that excuse out for the turn.
     fn note_same_text(&mut self, a: usize, (origin, text): (Option<&str>, &str), turn: &TurnId) {
-        let Some(request) = self.oracle.request_of(text).filter(|_| origin.is_none()) else { return };
+        let Some(request) = self.oracle.request_of(text) else { return };
+        if let Some(origin) = origin {
+            if origin == request {
+                self.oracle.own_messages.insert((request, turn.0.clone())); // our prompt, in `turn`
+            }
+            return;
+        }
         let session = &self.agents[a].session;
-        let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, request, turn: turn.clone() };
+        let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, request, turn: turn.clone(), delivered: false };
         self.oracle.same_text_messages.push(message);
     }
 

@@ -148,8 +148,11 @@ impl Effects for RealEffects {
         let start_by_ms = write_start_deadline(wakterm_engine::limits::DELIVERY_TIMEOUT_MS);
         tokio::task::spawn_blocking(move || {
             super::faults::pause_write_if(fault); // a test types meanwhile
-            // CORR-5, ADM-5: where the rollout ends before the first byte can reach the pane.
-            let record_end = agent.as_ref().and_then(|agent| agent.observer.lock().expect("observer lock").as_ref()?.record_end());
+            // CORR-5, ADM-5: where the rollout ends before the first byte can reach the pane
+            // (a PTY agent's; a managed one's turns have ids). The observer's lock may be held
+            // by a look asking the same holder for the screen: the write would queue behind
+            // that call anyway. A poisoned lock gives no end, never a failed write.
+            let record_end = agent.as_ref().filter(|agent| !agent.record.managed).and_then(|agent| agent.observer.lock().ok()?.as_ref()?.record_end());
             let outcome = match agent {
                 None => Some(DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() }),
                 Some(agent) => write_once(&agent, &incarnation, &bytes, start_by_ms, expect_writes),
