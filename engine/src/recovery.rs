@@ -386,25 +386,28 @@ impl RecoveredWrite {
         taken.registered_monotonic_ms.zip(write.registered_monotonic_ms).is_some_and(|(t, w)| t > w)
     }
 
-    /// The latest of one process's writes, whose floor the reopened wait takes. Floors all in
-    /// one session: the furthest (the view only moves on within a session, so that write came
-    /// last whatever the wall clocks said; a file cut back under the same session id can only
-    /// make it a floor past the latest write's, a longer wait; equal floors, by the monotonic
-    /// clock when known: a wall clock stepped back between two daemons inverted the recorded
-    /// times, a review). Floors in several sessions: the
-    /// one registered last by the monotonic clock (TIME-2), when every record's run shares this
-    /// one's boot; else by its recorded time, which a wall clock stepped back between two
-    /// daemons can get wrong (only records of an older daemon, or of an unknown boot).
+    /// The latest of one process's writes, whose floor the reopened wait takes. The one
+    /// registered last by the monotonic clock (TIME-2), when every record's run shares this
+    /// one's boot (a claim serializes an agent's writes, so registrations come in write
+    /// order). Else, floors all in one session: the furthest (the view only moves on within a
+    /// session; a file cut back under the same session id can only make it a floor past the
+    /// latest write's, a longer wait). Else by the recorded time, which a wall clock stepped
+    /// back between two daemons can get wrong (only records of an older daemon, or of an
+    /// unknown boot). The monotonic clock comes first since 2026-12-06: a PTY write's floor
+    /// may be where the rollout ended at the write (CORR-6), further than a later write's
+    /// floor at its view (a plain send written with no end reported), and the furthest floor
+    /// named the earlier write: the reopened wait then ended at its prompt while the later
+    /// one was still unread (a review).
     fn latest<'a>(writes: &[&'a RecoveredWrite]) -> Option<&'a RecoveredWrite> {
         let first = writes.first()?;
         let session = |w: &'a RecoveredWrite| w.floor.as_ref().map(|f| &f.session);
         let position = |w: &RecoveredWrite| w.floor.as_ref().map_or(0, |f| f.position);
+        if writes.iter().all(|w| w.registered_monotonic_ms.is_some()) {
+            return writes.iter().copied().max_by_key(|w| (w.registered_monotonic_ms, position(w)));
+        }
         if writes.iter().all(|w| w.floor.is_some() && session(w) == session(first)) {
-            return writes.iter().copied().max_by_key(|w| (position(w), w.registered_monotonic_ms, w.registered_ms));
+            return writes.iter().copied().max_by_key(|w| (position(w), w.registered_ms));
         }
-        match writes.iter().all(|w| w.registered_monotonic_ms.is_some()) {
-            true => writes.iter().copied().max_by_key(|w| (w.registered_monotonic_ms, position(w))),
-            false => writes.iter().copied().max_by_key(|w| (w.registered_ms, position(w))),
-        }
+        writes.iter().copied().max_by_key(|w| (w.registered_ms, position(w)))
     }
 }

@@ -521,6 +521,20 @@ fn adm_5_a_restart_keeps_a_one_way_prompt_written_shortly_before_awaiting_its_tu
 
 /// ADM-5 across a restart: the daemon crashes and starts again, the agent registers with
 /// `facts`, and a return-final admission `request_id` comes: its receipt.
+/// TIME-2: `record` as a daemon whose wall clock stood 30 min ahead recorded it: every time 30
+/// min later, and its offset to the monotonic clock 30 min lower (`run_clock`), or none known
+/// (an older daemon's record).
+fn recorded_by_a_clock_ahead(record: &mut RequestRecord, run_clock: bool) {
+    let ahead = 30 * 60 * 1_000;
+    record.registered_ms += ahead;
+    record.updated_ms += ahead;
+    record.evidence.iter_mut().for_each(|e| e.at_ms += ahead);
+    match run_clock {
+        true => record.run_clock.as_mut().expect("stamped").offset_ms -= i64::try_from(ahead).unwrap(),
+        false => record.run_clock = None,
+    }
+}
+
 fn restart_then_admit(rig: &mut Rig, facts: AgentFacts, request_id: &str) -> Receipt {
     rig.crash_and_recover_as_the_daemon();
     rig.input(Input::AgentUpserted(facts));
@@ -1033,15 +1047,7 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
         assert_eq!(second.written_past.as_ref().map(|c| c.position), Some(2_030), "{case}");
         // The first write, as a daemon whose wall clock stood 30 min ahead recorded it: every
         // time 30 min later, its offset to the monotonic clock 30 min lower (or none known).
-        let ahead = 30 * 60 * 1_000;
-        let record = rig.durable.get_mut(&first).unwrap();
-        record.registered_ms += ahead;
-        record.updated_ms += ahead;
-        record.evidence.iter_mut().for_each(|e| e.at_ms += ahead);
-        match run_clock {
-            true => record.run_clock.as_mut().expect("stamped").offset_ms -= i64::try_from(ahead).unwrap(),
-            false => record.run_clock = None,
-        }
+        recorded_by_a_clock_ahead(rig.durable.get_mut(&first).unwrap(), run_clock);
         let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "fe57dc90-994e-4e73-b09c-fac483d9f05d");
         assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{case}: {receipt:?}");
     }
@@ -1050,32 +1056,67 @@ fn adm_5_a_restart_holds_for_the_later_write_whatever_the_wall_clocks_said() {
 // ADM-5: the reopened wait takes the floor of the write made last, whatever the registration
 // times say: with an older write's floor, a replay of that write's own turn (its events never
 // durable, so the resume reads them again) ended the wait for the later write still unread.
+// The first write as a daemon whose wall clock stood 30 min ahead recorded it: with a run
+// clock (its offset to the monotonic clock 30 min lower, so the monotonic clock orders the
+// two), and without one (an older daemon's record: the floors order them).
 #[test]
 fn adm_5_the_reopened_wait_takes_the_later_writes_floor_whatever_the_wall_clocks_said() {
+    for run_clock in [true, false] {
+        let mut rig = Rig::with_idle_zola();
+        let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        let zola = agent_id(ZOLA);
+        // Where the stream stood before the first prompt's turn: its events never become durable.
+        let (mark_before, events_before) = (rig.durable_marks[&zola].clone(), rig.durable_events.len());
+        rig.provider_turn("turn-1", "first", "the final", 2_000);
+        let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
+        rig.snapshots.insert(zola.clone(), Ok(idle));
+        let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+        rig.advance(500);
+        let second = &rig.durable[&RequestId::parse(REQ2).unwrap()];
+        assert_eq!((second.phase, second.written_past.as_ref().map(|c| c.position)), (Phase::Submitted, Some(2_030)));
+        recorded_by_a_clock_ahead(rig.durable.get_mut(&RequestId::parse(REQ).unwrap()).unwrap(), run_clock);
+        rig.durable_marks.insert(zola.clone(), mark_before);
+        rig.durable_events.truncate(events_before);
+        rig.crash_and_recover_as_the_daemon();
+        rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+        rig.input(Input::StartupComplete);
+        rig.provider_turn("turn-1", "first", "the final", 2_000); // the resume reads it again
+        let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
+        assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "run clock {run_clock}: {:?}", rig.receipt(op));
+    }
+}
+
+// ADM-5, CORR-6 across a restart (PTY): which write was the latest is the monotonic clock's to
+// say, not the floors'. A return-final write's floor is where the rollout ended at it (the view
+// lagged the file), further than the floor of a plain send written after it with no end
+// reported (at the view); the restart took the furthest floor for the latest write and waited
+// for the first prompt, whose user message then ended the wait with the send's line still
+// unread (a review of the CORR-6 floor).
+#[test]
+fn adm_5_a_restart_waits_for_the_write_made_last_not_the_furthest_floor() {
     let mut rig = Rig::with_idle_zola();
-    let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+    rig.record_end = Some(Cursor { session: session(), position: 5_000 });
+    let op = rig.admit(REQ, "first", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    let zola = agent_id(ZOLA);
-    // Where the stream stood before the first prompt's turn: its events never become durable.
-    let (mark_before, events_before) = (rig.durable_marks[&zola].clone(), rig.durable_events.len());
-    rig.provider_turn("turn-1", "first", "the final", 2_000);
-    let idle = ObserverSnapshot { position: 2_030, turn: TurnState::Idle { last_completed: Some(turn("turn-1")) }, ..idle_snapshot("inc-1", 100) };
-    rig.snapshots.insert(zola.clone(), Ok(idle));
-    let op = rig.admit(REQ2, "second", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    rig.advance(500);
-    let second = &rig.durable[&RequestId::parse(REQ2).unwrap()];
-    assert_eq!((second.phase, second.written_past.as_ref().map(|c| c.position)), (Phase::Submitted, Some(2_030)));
-    let ahead = second.registered_ms + 30 * 60 * 1_000; // the first daemon's clock
-    rig.durable.get_mut(&RequestId::parse(REQ).unwrap()).unwrap().registered_ms = ahead;
-    rig.durable_marks.insert(zola.clone(), mark_before);
-    rig.durable_events.truncate(events_before);
+    rig.record_end = None;
+    rig.advance(1_000);
+    let command = rig.command(Operation::Send, REQ2, "second", ReturnMode::OneWay);
+    let op = rig.submit(command); // ADM-13: written whatever the wait (it may steer)
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    assert_eq!(rig.receipt(op).acknowledged, Some(false));
+    let floors = |id: &str| rig.durable[&RequestId::parse(id).unwrap()].written_past.as_ref().map(|c| c.position);
+    assert_eq!((floors(REQ), floors(REQ2)), (Some(5_000), Some(1_000)));
     rig.crash_and_recover_as_the_daemon();
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
     rig.input(Input::StartupComplete);
-    rig.provider_turn("turn-1", "first", "the final", 2_000); // the resume reads it again
+    rig.provider_turn("turn-1", "first", "the first final", 5_000); // the earlier write's turn
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "third", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "the send's line may be unread: {:?}", rig.receipt(op));
+    rig.provider_turn("turn-2", "second", "the second final", 5_100);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "third", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
 }
 
 // ADM-5, IDEM-6: a released id registered again is the agent's latest write, not the write
