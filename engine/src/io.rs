@@ -119,8 +119,9 @@ pub enum Input {
     /// Answer to `Output::Deliver`. `record_end`: where the provider's record the observer
     /// reads (a PTY agent's rollout) ended just before the write's first byte, read from the
     /// file itself (its length), not from the observer's view, which may lag it; None when
-    /// unknown (no file attached, the look failed, a managed agent). CORR-5, ADM-5: no record
-    /// ending at or before it can carry this write's prompt.
+    /// unknown (no file attached, a file that cannot be read or no longer stands at its path,
+    /// a managed agent). CORR-5, ADM-5: no record ending at or before it can carry this
+    /// write's prompt.
     Delivered { delivery_id: u64, outcome: DeliveryOutcome, record_end: Option<Cursor> },
     /// The runtime has re-registered every agent it found after a restart (REC-2).
     StartupComplete,

@@ -107,10 +107,10 @@ pub struct RequestRecord {
     /// ADM-5: the write's floor: where the observer's view stood when the write's outcome was
     /// known, or for a PTY agent where its rollout ended just before the write when that lies
     /// further in the view's session (CORR-6's floor, `Input::Delivered::record_end`; with no
-    /// view, that end alone); None: neither known. A turn starting at or before it began before
-    /// the prompt could reach the agent, so it does not end the wait for the prompt's turn, here or in a daemon started
-    /// after (a turn seen between the arming and the write, replayed after a restart, ended the
-    /// reopened wait: exploration seed 58640897).
+    /// view, that end alone); None: neither known. A turn starting at or before it began
+    /// before the prompt could reach the agent, so it does not end the wait for the prompt's
+    /// turn, here or in a daemon started after (a turn seen between the arming and the write,
+    /// replayed after a restart, ended the reopened wait: exploration seed 58640897).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_past: Option<Cursor>,
     /// ADM-5: the event stream's next number when the write was handed out: a user message the
