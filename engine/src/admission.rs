@@ -1242,9 +1242,8 @@ pub fn target_malformed(target: &str) -> Option<String> {
 /// end in another session says nothing of the view's file (a view lagging a session switch
 /// keeps its own floor, as before); with no view, the end alone is the floor.
 fn further_in_the_views_session(view: Option<Cursor>, record_end: Option<Cursor>) -> Option<Cursor> {
-    match (view, record_end) {
-        (Some(view), Some(end)) if end.session == view.session && end.position > view.position => Some(end),
-        (None, end) => end,
-        (view, _) => view,
+    match view {
+        Some(view) => Some(view.or_further(record_end.as_ref())),
+        None => record_end,
     }
 }

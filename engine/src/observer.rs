@@ -22,6 +22,16 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    /// `other` when it lies further in this cursor's session, else this one: a cursor of
+    /// another session says nothing of this one's file (CORR-6's floor: the rollout's end at
+    /// a write against the view or the armed cursor).
+    pub fn or_further(self, other: Option<&Cursor>) -> Cursor {
+        match other {
+            Some(other) if other.session == self.session && other.position > self.position => other.clone(),
+            _ => self,
+        }
+    }
+
     /// The opaque text form given to callers as `armed_cursor`.
     pub fn render(&self, source: CorrelationSource) -> String {
         let prefix = match source {

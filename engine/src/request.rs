@@ -186,12 +186,8 @@ impl RequestRecord {
     /// before the prompt could reach the TUI, whatever text its user message carries. None
     /// while not armed.
     pub fn correlation_floor(&self) -> Option<Cursor> {
-        let armed = self.armed.clone()?;
         let written = self.written_past.as_ref().filter(|_| self.correlation_source == Some(CorrelationSource::ProviderFile));
-        Some(match written {
-            Some(written) if written.session == armed.session && written.position > armed.position => written.clone(),
-            _ => armed,
-        })
+        Some(self.armed.clone()?.or_further(written))
     }
 
     /// When its write's bytes landed, by its evidence (`Written`); else the latest they may
