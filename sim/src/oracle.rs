@@ -171,6 +171,33 @@ pub struct WriteFact {
 
 /// CORR-6 (`caller.same_text_human`): a human's prompt of request `request`'s text, recorded as
 /// a user message ending at `position` in `turn`.
+/// What the engine claimed of a request that `Oracle::same_text_unwritten_at_write` may excuse
+/// (CORR-6's known gap), each noted under its own name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SameTextClaim {
+    /// A `request.bound` event named the human's turn.
+    Bound,
+    /// The request completed, or aborted, with the human's turn.
+    Completed,
+    Aborted,
+    /// A send was acknowledged by the human's message.
+    Acknowledged,
+    /// The wait for the request's prompt ended at the human's message.
+    WaitEnded,
+}
+
+impl SameTextClaim {
+    fn note(self) -> &'static str {
+        match self {
+            SameTextClaim::Bound => "note.corr_6_same_text_bound",
+            SameTextClaim::Completed => "note.corr_6_same_text_completed",
+            SameTextClaim::Aborted => "note.corr_6_same_text_aborted",
+            SameTextClaim::Acknowledged => "note.corr_6_same_text_acknowledged",
+            SameTextClaim::WaitEnded => "note.corr_6_same_text_wait_ended",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SameText {
     pub session: SessionId,
@@ -605,7 +632,7 @@ impl Oracle {
         let known = !submit_of_an_earlier_daemon && (written_ms > self.daemon_started_ms || earlier.is_some_and(|id| self.known_writes_at_start.contains(id)));
         // CORR-6's known gap: the engine's wait for `earlier`'s prompt ended at a human's prompt
         // of the same text that the provider had not written when `earlier` was.
-        let same_text = |oracle: &mut Oracle| earlier.is_some_and(|id| oracle.same_text_unwritten_at_write(id, None, "note.corr_6_same_text_wait_ended"));
+        let same_text = |oracle: &mut Oracle| earlier.is_some_and(|id| oracle.same_text_unwritten_at_write(id, None, SameTextClaim::WaitEnded));
         if known && !given_up && age_ms + STALL_MARGIN_MS < grace_ms && !same_text(self) {
             let m = format!("a{agent}: {origin:?}'s prompt written while {earlier:?}'s, written {age_ms} ms before, was still unread");
             self.fail(Kind::Interleaved, m);
@@ -1002,20 +1029,19 @@ impl Oracle {
     /// the two prompts apart, so the engine may take it for the request's (bind its turn, or
     /// acknowledge a send by it). Noted, not failed. A message the file held then (the view
     /// had not read it) is no excuse: the engine's floor passes over it.
-    fn same_text_unwritten_at_write(&mut self, id: &str, turn: Option<&TurnId>, note: &'static str) -> bool {
-        let ended = matches!(note, "note.corr_6_same_text_completed" | "note.corr_6_same_text_aborted");
+    fn same_text_unwritten_at_write(&mut self, id: &str, turn: Option<&TurnId>, claim: SameTextClaim) -> bool {
+        let ended = matches!(claim, SameTextClaim::Completed | SameTextClaim::Aborted);
         if ended && turn.is_some_and(|t| self.own_messages.contains(&(id.to_string(), t.0.clone()))) {
             return false; // both prompts were in the turn before it ended: CORR-6's second-message rule
         }
         let end = self.ends_at_write.get(id).cloned().flatten();
-        let wait_ended = note == "note.corr_6_same_text_wait_ended";
         let unwritten = self.same_text_messages.iter().any(|m| {
             // The wait: only a message the engine was given can have ended it.
-            let in_turn = turn.is_none_or(|t| &m.turn == t) && (!wait_ended || m.delivered);
+            let in_turn = turn.is_none_or(|t| &m.turn == t) && (claim != SameTextClaim::WaitEnded || m.delivered);
             m.request == id && in_turn && end.as_ref().is_none_or(|(session, end)| session != &m.session || m.position > *end)
         });
         if unwritten {
-            self.notes.push(note);
+            self.notes.push(claim.note());
         }
         unwritten
     }
@@ -1321,7 +1347,7 @@ impl Oracle {
                 _ => self.fail(Kind::Misclassified, format!("{id}: accepted but written {} times", writes.len())),
             }
             let recorded = self.user_messages.contains(&(call.agent, prompt_hash(&call.prompt)));
-            if receipt.acknowledged == Some(true) && !recorded && !self.same_text_unwritten_at_write(&id, None, "note.corr_6_same_text_acknowledged") {
+            if receipt.acknowledged == Some(true) && !recorded && !self.same_text_unwritten_at_write(&id, None, SameTextClaim::Acknowledged) {
                 self.fail(Kind::Misclassified, format!("{id}: acknowledged but the provider never recorded the prompt"));
             }
         }
@@ -1388,7 +1414,7 @@ impl Oracle {
                         self.fail(Kind::WrongFinal, m);
                     }
                 }
-                _ if self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), "note.corr_6_same_text_completed") => {}
+                _ if self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), SameTextClaim::Completed) => {}
                 other => {
                     let opener = other.and_then(|t| t.opened_by);
                     let m = format!("{id}: completed with turn {:?} which was opened by {opener:?}", event.provider_turn_id);
@@ -1397,7 +1423,7 @@ impl Oracle {
             },
             TerminalState::Aborted => {
                 let ours = turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str()));
-                if !ours && !self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), "note.corr_6_same_text_aborted") {
+                if !ours && !self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), SameTextClaim::Aborted) {
                     self.fail(Kind::WrongFinal, format!("{id}: aborted, but turn {:?} is not our aborted turn", event.provider_turn_id));
                 }
             }
@@ -1640,7 +1666,7 @@ impl Oracle {
     /// never its turn.
     fn check_bound(&mut self, seq: u64, id: &str, turn: &TurnId) {
         let opener = self.turns.get(&turn.0).map(|t| t.opened_by.clone());
-        if opener != Some(Some(id.to_string())) && !self.same_text_unwritten_at_write(id, Some(turn), "note.corr_6_same_text_bound") {
+        if opener != Some(Some(id.to_string())) && !self.same_text_unwritten_at_write(id, Some(turn), SameTextClaim::Bound) {
             let steered = if self.steered.contains(id) { " (its prompt was folded into a running turn)" } else { "" };
             let m = format!("event {seq}: {id} bound to turn {} opened by {opener:?}, not by its own write{steered}", turn.0);
             self.fail(Kind::WrongFinal, m);
