@@ -690,6 +690,82 @@ fn ev_real_codex_steered_turn_stream() {
     assert_eq!(prompts, 2, "the steer joined the request's turn: {events:?}");
 }
 
+/// CORR-5, CORR-6 against the real Codex: a human pastes a prompt and presses Enter, and an
+/// orchestrator admits a return-final request of the very same text right after (after 0 to
+/// 400 ms). Whatever the TUI makes of the two (the human's turn seen running first: `busy`,
+/// nothing written; ours steered into the human's turn; ours queued as a turn of its own), the
+/// request never completes with a turn its prompt did not open: `completed` names the turn
+/// whose first user message is the second of the two, with that turn's final, and otherwise
+/// the request is `indeterminate`. What Codex did each round is printed.
+#[test]
+#[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
+fn corr_6_bug_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() {
+    let think = wakterm_harness::provider::Rule { contains: "THINK-SHORT".into(), reply: None, delay_ms: 0, output_delay_ms: 1500, fail: None };
+    let rw = RealWorld::new(EXE, script(vec![think]));
+    let entry = rw.ready("zola", "baseline turn");
+    let agent_id = s(&entry["agent_id"]).to_string();
+    let incarnation = s(&entry["incarnation"]).to_string();
+    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400].into_iter().enumerate() {
+        let text = format!("THINK-SHORT same words typed twice, round {round}");
+        type_into_pane(&rw, &agent_id, format!("\x15\x1b[200~{text}\x1b[201~\r").as_bytes());
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let id = new_id();
+        let out = rw.w.run(&["agent", "admit", "--incarnation", &incarnation, "--request-id", &id, "--return-final", "zola", &text]);
+        let outcome = if out.json["classification"] == "accepted" {
+            assert_eq!(out.code, 0, "round {round}: {out:?}");
+            let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+            // The human's message and ours, each recorded once, their turns ended.
+            let turns = same_text_turns_ended(&rw, &text, 2);
+            let ours_opened_a_turn = turns[1] != turns[0];
+            match terminal["state"].as_str() {
+                Some("completed") => {
+                    assert!(ours_opened_a_turn, "round {round}: completed, but our prompt joined the human's turn {turns:?}: {terminal}");
+                    assert_eq!(terminal["provider_turn_id"], turns[1].as_str(), "round {round}: the human's turn was taken for ours: {terminal}");
+                    assert_eq!(terminal["final_message"], reply_for(&text).as_str(), "round {round}: {terminal}");
+                }
+                Some("indeterminate") => {}
+                _ => panic!("round {round}: a written prompt ends completed or indeterminate: {terminal}"),
+            }
+            let shape = if ours_opened_a_turn { "a turn of its own" } else { "steered into the human's turn" };
+            format!("accepted, {shape}, {} ({})", s(&terminal["state"]), terminal["reason"].as_str().unwrap_or("-"))
+        } else {
+            assert_definitive_rejection(&out, "busy");
+            same_text_turns_ended(&rw, &text, 1); // the human's alone: the refusal wrote nothing
+            sentinel(&rw, "zola", &format!("sentinel after round {round}"));
+            rw.wait_entry("zola", "idle again", TURN_DEADLINE, |z| z["return_final_available"] == true);
+            assert_eq!(same_text_turns(&rw, &text).len(), 1, "round {round}: a refusal wrote nothing");
+            format!("refused busy ({})", out.json["reason"].as_str().unwrap_or("-"))
+        };
+        eprintln!("corr_6 round {round}, admitted {delay_ms} ms after the human's Enter: {outcome}");
+    }
+}
+
+/// Waits (bounded) until the rollout holds `want` user messages of `text` and each of their
+/// turns completed, then until the agent is idle again; their turns, in order.
+fn same_text_turns_ended(rw: &RealWorld, text: &str, want: usize) -> Vec<String> {
+    let end = Instant::now() + TURN_DEADLINE;
+    loop {
+        let turns = same_text_turns(rw, text);
+        let completed: Vec<String> = rw.w.completed_turns().into_iter().map(|(turn, _)| turn).collect();
+        if turns.len() == want && turns.iter().all(|t| completed.contains(t)) {
+            rw.wait_entry("zola", "idle again", TURN_DEADLINE, |z| z["return_final_available"] == true);
+            return turns;
+        }
+        assert!(turns.len() <= want && Instant::now() < end, "want {want} user messages of {text:?}, their turns ended; have {turns:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The turn of each user message of `text` in the agent's rollout, in the order recorded.
+fn same_text_turns(rw: &RealWorld, text: &str) -> Vec<String> {
+    rw.rollout_lines_of("zola")
+        .iter()
+        .filter(|l| l["payload"]["type"] == "item_completed" && l["payload"]["item"]["type"] == "UserMessage")
+        .filter(|l| l["payload"]["item"]["content"][0]["text"] == text)
+        .filter_map(|l| l["payload"]["turn_id"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// REC-5 after_write, REC-1, REC-4: the daemon dies after the prompt reached the real Codex and
 /// before the submitted marker was durable. Codex completes the turn anyway; after a normal
 /// restart the request is `indeterminate`, its final is never delivered, and replaying the id

@@ -367,6 +367,11 @@ impl Drop for World {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         let _ = std::io::stderr().flush();
+        // WAKTERM_TEST_KEEP=1 keeps the world's files (data directory, rollouts) to read after.
+        if std::env::var_os("WAKTERM_TEST_KEEP").is_some() {
+            eprintln!("kept the test world in {}", self.root.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
