@@ -8,6 +8,7 @@ use crate::ids::{canonical_uuid, AgentId, RequestId};
 use crate::io::{AdmitCommand, DeliveryOutcome, Output};
 use crate::limits::*;
 use crate::observer::{Composer, Cursor, ObserverSnapshot, ObserverStatus, TurnState};
+use crate::pane_look::PaneLook;
 use crate::prompt::{admission_bytes, prompt_hash, validate_prompt, PasteMode};
 use crate::receipt::{Classification, Operation, Receipt, ReceiptContext, ReturnMode, WriteState};
 use crate::request::{EvidenceStep, Phase, RequestRecord};
@@ -373,6 +374,9 @@ impl Engine {
         if agent.awaiting_turn_after.is_some() {
             return Some(awaiting_blocker(view.composer));
         }
+        if let Some(problem) = other_enter_blocker(agent, self.now_ms) {
+            return Some(problem);
+        }
         if let Some(problem) = composer_blocker(view.composer) {
             return Some(problem);
         }
@@ -391,7 +395,12 @@ impl Engine {
         None
     }
 
-    pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>, pane_writes: Option<u64>) {
+    pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>, pane: PaneLook) {
+        let now_ms = self.now_ms;
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            agent.note_other_enter(now_ms, pane.other_enter_ago_ms); // ADM-19, whoever looked
+        }
+        let pane_writes = pane.writes;
         if let Some(probed) = self.probes.remove(&refresh_id) {
             return self.on_probe_answered(&probed, snapshot);
         }
@@ -1212,6 +1221,19 @@ fn awaiting_blocker(composer: Composer) -> Blocker {
         detail.push_str("; the composer holds unsent text (the written prompt, if the harness kept it as a paste): nothing more is taken until it is submitted or cleared");
     }
     blocker(Classification::Busy, "awaiting_turn_start", detail)
+}
+
+/// ADM-19 (PTY): another writer pressed Enter and its prompt's turn has not shown yet.
+fn other_enter_blocker(agent: &crate::agent::AgentEntry, now_ms: u64) -> Option<Blocker> {
+    if agent.facts.transport != crate::agent::Transport::Pty {
+        return None; // a managed agent's turns name the line that opened them (CORR-15)
+    }
+    let age_ms = agent.other_enter_unseen(now_ms)?;
+    let wait_ms = crate::limits::OTHER_ENTER_GRACE_MS - age_ms;
+    let detail = format!(
+        "another writer pressed Enter in the pane {age_ms} ms ago and no turn has shown since: its prompt may start one any moment (waiting up to {wait_ms} ms more)"
+    );
+    Some(blocker(Classification::Busy, "other_prompt_pending", detail))
 }
 
 /// ADM-5: what the composer holds can refuse a write on its own.

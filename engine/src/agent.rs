@@ -139,6 +139,13 @@ pub struct AgentEntry {
     /// acceptance of the awaited line went into a turn already running (folded: the wait is
     /// over) or opened one yet to start. The view cannot say: it may stand past both.
     pub last_turn_started: Option<crate::ids::TurnId>,
+    /// ADM-19 (PTY): when (engine time) the last Enter another writer put into the pane ended,
+    /// as the latest look reported it (`PaneLook::other_enter_ago_ms`; the latest estimate
+    /// kept: it can only make the wait longer).
+    pub other_enter_at_ms: Option<u64>,
+    /// ADM-19: when (engine time) the engine last applied a turn start or a user message of
+    /// this agent new to its view.
+    pub prompt_seen_at_ms: Option<u64>,
 }
 
 impl AgentEntry {
@@ -160,7 +167,30 @@ impl AgentEntry {
             input_epoch: 0,
             accepted_turns: Default::default(),
             last_turn_started: None,
+            other_enter_at_ms: None,
+            prompt_seen_at_ms: None,
         }
+    }
+
+    /// ADM-19 (PTY): another writer's Enter whose prompt the view has not shown yet, when it
+    /// ended less than [`crate::limits::OTHER_ENTER_GRACE_MS`] before `now_ms`: its turn may
+    /// be recorded any moment, after a prompt written now (the TUI takes the Enter and clears
+    /// its composer some 25 ms before Codex records the turn), and a prompt of the same text
+    /// would then take that turn for its own. None once a turn start or a user message came
+    /// to the view after it (the human's, or one already running: a busy agent refuses on
+    /// its own).
+    pub fn other_enter_unseen(&self, now_ms: u64) -> Option<u64> {
+        let at = self.other_enter_at_ms?;
+        let seen_since = self.prompt_seen_at_ms.is_some_and(|seen| seen >= at);
+        let age_ms = now_ms.saturating_sub(at);
+        (!seen_since && age_ms < crate::limits::OTHER_ENTER_GRACE_MS).then_some(age_ms)
+    }
+
+    /// ADM-19: the pane's last Enter by another writer, `ago_ms` before `now_ms` (a look's).
+    pub(crate) fn note_other_enter(&mut self, now_ms: u64, ago_ms: Option<u64>) {
+        let Some(ago_ms) = ago_ms else { return }; // none, or a holder that cannot say
+        let at = now_ms.saturating_sub(ago_ms);
+        self.other_enter_at_ms = Some(self.other_enter_at_ms.map_or(at, |known| known.max(at)));
     }
 
     /// CORR-15: the app-server accepted request `id`'s `turn/start` into `turn`.

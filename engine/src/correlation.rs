@@ -100,6 +100,9 @@ impl Engine {
         // Events replayed after a resume, or late, lie at or before what the view already
         // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
         if self.is_fresh(agent_id, &event) {
+            if let (ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }, Some(agent)) = (&event, self.agents.get_mut(agent_id)) {
+                agent.prompt_seen_at_ms = Some(self.now_ms); // ADM-19
+            }
             self.update_view(agent_id, &event);
             self.acknowledge_waiting_admission(agent_id, &event);
         } else {

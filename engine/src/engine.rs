@@ -257,9 +257,7 @@ impl Engine {
             Input::AgentRemoved { agent_id } => self.on_agent_removed(&agent_id),
             Input::Admit(command) => self.on_admit(command),
             Input::Cancel(command) => self.on_cancel(command),
-            Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes } => {
-                self.on_refreshed(refresh_id, &agent_id, snapshot, pane_writes)
-            }
+            Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane } => self.on_refreshed(refresh_id, &agent_id, snapshot, pane),
             Input::ObserverSnapshot { agent_id, snapshot } => self.on_snapshot(&agent_id, snapshot),
             Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),

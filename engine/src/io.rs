@@ -108,8 +108,9 @@ pub enum Input {
     Admit(AdmitCommand),
     Cancel(CancelCommand),
     /// Answer to `Output::RefreshObserver` (ADM-3). `Err` carries why the refresh failed.
-    /// `pane_writes`: the PTY pane's write count at the look (ADM-4), None when unknown.
-    ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String>, pane_writes: Option<u64> },
+    /// `pane`: what the look at a PTY pane read besides the screen (ADM-4's write count,
+    /// ADM-19's Enter by another writer).
+    ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String>, pane: crate::pane_look::PaneLook },
     /// A snapshot taken outside any admission (e.g. for the catalog): refreshes the view.
     ObserverSnapshot { agent_id: AgentId, snapshot: ObserverSnapshot },
     /// A live observer event for an agent, in position order.

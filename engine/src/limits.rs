@@ -73,6 +73,11 @@ pub const SEND_ACK_WAIT_MS: u64 = 2_000;
 /// After a complete write, how long an idle agent with an empty composer still counts as
 /// busy waiting for the written prompt's turn to appear (ADM-5).
 pub const AWAITING_TURN_GRACE_MS: u64 = 10_000;
+/// ADM-19: how long after another writer's Enter an admission or a submit waits for that
+/// prompt's turn to show, when none shows: as long as for a prompt of its own (ADM-5's grace;
+/// a first turn waiting for its MCP servers takes seconds). An Enter that submitted nothing
+/// (an empty composer, a slash command) costs this much `busy`.
+pub const OTHER_ENTER_GRACE_MS: u64 = AWAITING_TURN_GRACE_MS;
 /// Longest a submitted return-final prompt may go without its turn starting before the
 /// request ends `indeterminate` whatever the screen shows (RF-8). Codex starts a turn within
 /// tens of milliseconds of the submit; a minute without one means it never will.

@@ -28,9 +28,39 @@ pub fn undrawn_input_deadline(last_input: Option<LastInput>, output_end_now: u64
     (output_end_now == last.output_end && now_ms < deadline).then_some(deadline)
 }
 
+/// What an admission's or a submit's look at a PTY pane read besides its screen, from the
+/// same holder call; all None from a managed agent, a failed look or an older holder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PaneLook {
+    /// ADM-4: the pane's write count (the write names it: any write since refuses it).
+    pub writes: Option<u64>,
+    /// ADM-19: how long before the look the last write carrying an Enter ended that no
+    /// admission or submit made (a human's, a raw input's): its prompt's turn may not be
+    /// recorded yet.
+    pub other_enter_ago_ms: Option<u64>,
+}
+
+/// ADM-19: whether a write's bytes (those the pane took) may have submitted the composer:
+/// any carriage return. One inside a bracketed paste submits nothing, but counting it only
+/// makes an admission wait a little longer; missing an Enter would let it race a human's
+/// prompt the provider has not recorded yet.
+pub fn carries_enter(bytes: &[u8]) -> bool {
+    bytes.contains(&b'\r')
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{undrawn_input_deadline, LastInput, INPUT_DRAW_WAIT_MS};
+    use super::{carries_enter, undrawn_input_deadline, LastInput, INPUT_DRAW_WAIT_MS};
+
+    /// ADM-19: a carriage return anywhere is an Enter; a newline or none is not.
+    #[test]
+    fn adm_19_an_enter_is_any_carriage_return() {
+        assert!(carries_enter(b"\x15\x1b[200~text\x1b[201~\r"));
+        assert!(carries_enter(b"\r"));
+        assert!(carries_enter(b"\x1b[200~a\rb\x1b[201~"), "inside a paste too: a longer wait, never a race");
+        assert!(!carries_enter(b"typed, not sent\n"));
+        assert!(!carries_enter(b""));
+    }
 
     /// ADM-4: a look waits only for input written within the bound and not drawn since.
     #[test]

@@ -960,3 +960,71 @@ fn adm_4_the_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
     assert_eq!((receipt.classification, receipt.reason.as_deref()), (Classification::Busy, Some("input_since_look")), "{receipt:?}");
     assert_eq!(rig.expected_writes, vec![Some(9)]);
 }
+
+/// ADM-19 (PTY): another writer's Enter (a human's in `agent attach`, a raw input) whose turn
+/// has not shown yet holds every prompt but a plain send. The real Codex 0.169 clears its
+/// composer at the Enter and records the turn some 25 ms later: an admission in between saw an
+/// idle agent with an empty composer, wrote its prompt before the human's records, the TUI
+/// queued ours as the next turn, and with the same text the request completed with the human's
+/// turn (`corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours`).
+#[test]
+fn adm_19_another_writers_enter_holds_prompts_until_its_turn_shows() {
+    let mut rig = Rig::with_idle_zola();
+    rig.other_enter_ago_ms = Some(20);
+    let held = |rig: &Rig, op: OpId| {
+        let receipt = rig.receipt(op);
+        (receipt.classification, receipt.reason.clone(), receipt.prompt_written)
+    };
+    let op = rig.admit(REQ, "continue", ReturnMode::ReturnFinal);
+    assert_eq!(held(&rig, op), (Classification::Busy, Some("other_prompt_pending".to_string()), false));
+    let mut no_steer = rig.command(Operation::Send, REQ2, "continue", ReturnMode::OneWay);
+    no_steer.no_steer = true;
+    let op = rig.submit(no_steer);
+    assert_eq!(held(&rig, op), (Classification::Busy, Some("other_prompt_pending".to_string()), false));
+    let submitted = rig.submit_text("continue", None);
+    assert_eq!(rig.submit_receipt(submitted).reason.as_deref(), Some("other_prompt_pending"));
+    assert_eq!(rig.writes(), 0, "nothing is written while the other prompt's turn may start");
+    // The human's turn shows: the agent is busy for what it is; its end frees it.
+    rig.advance(30);
+    rig.turn_started("turn-h", 1100);
+    rig.user_message("turn-h", "continue", 1110);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "continue", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("turn_active"));
+    rig.turn_completed("turn-h", "the human's final", 1120);
+    let mut after = idle_snapshot("inc-1", 100);
+    after.position = 1120;
+    after.turn = TurnState::Idle { last_completed: Some(turn("turn-h")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(after));
+    rig.other_enter_ago_ms = Some(60); // the same Enter, looked at later
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "continue", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
+}
+
+/// ADM-19: an Enter that starts no turn (an empty composer, a slash command) holds prompts for
+/// the grace only, counted from the Enter; a plain send, which may steer, is never held; a look
+/// that cannot say (an older holder) forgets no Enter it reported before.
+#[test]
+fn adm_19_an_enter_that_starts_no_turn_holds_for_the_grace_only() {
+    let mut rig = Rig::with_idle_zola();
+    rig.other_enter_ago_ms = Some(0);
+    let op = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"));
+    rig.advance(limits::OTHER_ENTER_GRACE_MS - 1);
+    rig.other_enter_ago_ms = None; // this look could not say
+    let op = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    let send = rig.command(Operation::Send, REQ2, "a plain send", ReturnMode::OneWay);
+    let op = rig.submit(send);
+    assert_eq!(rig.writes(), 1, "a plain send may race a prompt: it may steer (ADM-13)");
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "a plain send", 1020);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+    rig.turn_completed("turn-1", "done", 1030);
+    let mut after = idle_snapshot("inc-1", 100);
+    after.position = 1030;
+    after.turn = TurnState::Idle { last_completed: Some(turn("turn-1")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(after));
+    rig.other_enter_ago_ms = Some(limits::OTHER_ENTER_GRACE_MS);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "two", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
+}

@@ -54,7 +54,7 @@ impl Effects for BenchEffects {
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
         let position = self.agents.lock().unwrap().prompts.get(&agent_id).map_or(10, |(_, p)| *p);
         let snapshot = Ok(idle_snapshot(agent_number(&agent_id), position));
-        let _ = self.inbox.try_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None }));
+        let _ = self.inbox.try_send(DriverMsg::Input(Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane: Default::default() }));
     }
 
     fn resume(&mut self, _agent_id: AgentId, _from: Cursor, _incarnation: Incarnation) {}

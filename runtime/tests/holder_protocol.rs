@@ -752,3 +752,28 @@ fn the_linger_watch_sleeps_through_output() {
     assert!(reader_after > reader_before, "the reader's switches are counted ({reader_before} -> {reader_after})");
     assert!(linger_after <= linger_before + 2, "50 output chunks woke the linger watch {} times", linger_after - linger_before);
 }
+
+/// ADM-19: the holder notes when another writer's Enter ended: a write carrying a carriage
+/// return that names no process (a human's keys, a raw input). An admission's or a submit's
+/// write (each names the process it must reach) is no other writer's, nor is a write without
+/// an Enter.
+#[test]
+fn adm_19_the_holder_notes_only_other_writers_enters() {
+    use std::time::Duration;
+    use wakterm_runtime::holder::protocol::{monotonic_ms, ExpectedProcess};
+    let (holder, _sub) = start_raw("exec cat >/dev/null");
+    let mut client = holder.client();
+    let info = client.info().unwrap();
+    assert_eq!(info.other_enter_ms, None, "no Enter yet");
+    let process = ExpectedProcess { pid: info.pid.unwrap(), start_time_ticks: info.start_time_ticks.unwrap(), writes: None };
+    client.write(b"typed, no Enter").unwrap();
+    client.write_expecting(b"\x15\x1b[200~ours\x1b[201~\r", Some(process), None).unwrap();
+    client.write_steps(&[b"\x15".to_vec(), b"submitted".to_vec(), b"\r".to_vec()], Duration::from_millis(5), Some(process), None).unwrap();
+    assert_eq!(client.info().unwrap().other_enter_ms, None, "keys without Enter, and our own prompts' Enters");
+    let before = monotonic_ms();
+    client.write(b"a human's prompt\r").unwrap();
+    let noted = client.info().unwrap().other_enter_ms.expect("a human's Enter is noted");
+    assert!((before..=monotonic_ms()).contains(&noted), "{before} <= {noted}");
+    client.write_expecting(b"\x15\x1b[200~ours again\x1b[201~\r", Some(process), None).unwrap();
+    assert_eq!(client.info().unwrap().other_enter_ms, Some(noted), "our prompt's Enter leaves the other writer's");
+}

@@ -131,7 +131,7 @@ impl Effects for SimEffects {
             let known = agent_index(&world.lock().unwrap(), &agent_id);
             let Some(a) = known else {
                 let snapshot = Err("the agent is not known to the daemon".to_string());
-                return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes: None });
+                return send(&inbox, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane: Default::default() });
             };
             // ADM-4: the look's write count is taken under the pane's write lock, where no write
             // is under way (the holder's `screen_with_info`), before the draw wait and the
@@ -175,7 +175,8 @@ impl Effects for SimEffects {
             // The view the monitor compares its next snapshot with (`note_view`).
             w.agents[a].observer.last_snapshot = snapshot.clone().ok();
             w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
-            let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane_writes };
+            let pane = wakterm_engine::pane_look::PaneLook { writes: pane_writes, other_enter_ago_ms: None };
+            let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane };
             match w.mutant == Mutant::RefreshAnswerFirst {
                 true => step.insert(0, answer), // the bug
                 false => step.push(answer),

@@ -2,6 +2,7 @@
 //! Codex observer. The monitor (`monitor.rs`) turns their changes into engine inputs.
 //! Everything here runs on blocking threads, never on the reactor.
 
+use wakterm_engine::pane_look::PaneLook;
 use crate::driver::DriverMsg;
 use crate::holder::{HolderClient, HolderError, HolderIdentity, InfoReply};
 use crate::observer::{CodexObserver, Health};
@@ -763,18 +764,27 @@ impl AgentRuntime {
     /// does) and the screen text ([`AgentRuntime::screen_text`]), from ONE holder call that
     /// reads both at the same moment (issue 10: a round trip less per admission). A holder
     /// too old for it answers the screen alone; `info` is then asked separately.
-    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> (Option<String>, Option<u64>) {
+    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> (Option<String>, PaneLook) {
         if self.record.managed {
             let _ = self.forward_liveness_change(inbox);
-            return (None, None);
+            return (None, PaneLook::default());
         }
         let (stamp, looked) = self.kept_call_stamped(HolderClient::screen_with_info);
         // ADM-4: the pane's write count read with the screen, in one holder call: the
         // admission's write names it (None from a holder that sends no info with its screen).
-        let (info, screen, writes) = match looked.map(|(_kept, looked)| looked) {
-            Ok(looked) => (looked.info.clone().map(Ok), Some(text_of(&looked.screen)), looked.info.map(|info| info.writes)),
+        // ADM-19: how long ago another writer's Enter ended, on the machine's monotonic clock
+        // the holder noted it on, read as the answer came.
+        let (info, screen, pane) = match looked.map(|(_kept, looked)| looked) {
+            Ok(looked) => {
+                let now_ms = crate::holder::protocol::monotonic_ms();
+                let pane = looked.info.as_ref().map_or(PaneLook::default(), |info| PaneLook {
+                    writes: Some(info.writes),
+                    other_enter_ago_ms: info.other_enter_ms.map(|at| now_ms.saturating_sub(at)),
+                });
+                (looked.info.map(Ok), Some(text_of(&looked.screen)), pane)
+            }
             // The same answer a failed `info` gives: gone is exit (LIVE-1), else unknown.
-            Err(error) => (Some(Err(error)), None, None),
+            Err(error) => (Some(Err(error)), None, PaneLook::default()),
         };
         let (stamp, answer) = match info {
             Some(answer) => (stamp, answer),
@@ -783,14 +793,14 @@ impl AgentRuntime {
         // A read older than the liveness applied last: its screen may be another process's, so
         // it is no evidence about the current one. A change is told to the engine inside.
         if self.apply_liveness(stamp, answer, Some(inbox)) == Applied::Stale {
-            return (None, None);
+            return (None, PaneLook::default());
         }
         if let Some(text) = &screen {
             // Read in one call with the liveness just applied: filed under that process.
             let process = self.liveness.lock().expect("liveness lock").process;
             self.note_screen(process, text);
         }
-        (screen, writes)
+        (screen, pane)
     }
 }
 
@@ -1068,9 +1078,9 @@ mod tests {
             false => own_info(9),
         });
         let (inbox, mut sent) = mpsc::channel(16);
-        let (screen, writes) = agent.forward_liveness_and_screen(&inbox);
+        let (screen, pane) = agent.forward_liveness_and_screen(&inbox);
         assert_eq!(screen.as_deref(), Some("> hi"));
-        assert_eq!(writes, None, "an old holder's screen comes without its write count");
+        assert_eq!(pane, PaneLook::default(), "an old holder's screen comes without its write count or Enter");
         assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(me.pid));
         drop(agent); // closes the kept connection: the fake holder's loop ends
         assert_eq!(old_holder.join().unwrap(), [r#"{"op":"screen","with_info":true}"#, r#"{"op":"info"}"#]);

@@ -56,10 +56,10 @@ impl Effects for RealEffects {
         let agent = self.agent(&agent_id);
         let inbox = self.inbox.clone();
         tokio::task::spawn_blocking(move || {
-            let answer = |snapshot, pane_writes| Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot, pane_writes };
+            let answer = |snapshot, pane| Input::ObserverRefreshed { refresh_id, agent_id: agent_id.clone(), snapshot, pane };
             match agent {
                 None => {
-                    let _ = inbox.blocking_send(DriverMsg::Input(answer(Err("the agent is not known to the daemon".to_string()), None)));
+                    let _ = inbox.blocking_send(DriverMsg::Input(answer(Err("the agent is not known to the daemon".to_string()), Default::default())));
                 }
                 Some(agent) => {
                     let _ = refresh_agent(&agent, &agent_id, &inbox, answer);
@@ -242,9 +242,9 @@ pub fn refresh_agent(
     agent: &AgentRuntime,
     agent_id: &AgentId,
     inbox: &mpsc::Sender<DriverMsg>,
-    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>, Option<u64>) -> Input,
+    answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>, wakterm_engine::pane_look::PaneLook) -> Input,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
-    let (screen, pane_writes) = agent.forward_liveness_and_screen(inbox);
+    let (screen, pane) = agent.forward_liveness_and_screen(inbox);
     let mut guard = agent.observer.lock().expect("observer lock");
     let mut step = Vec::new(); // the read's events, then the answer
     let mut behind = false;
@@ -259,7 +259,7 @@ pub fn refresh_agent(
             Ok(refresh.snapshot)
         }
     };
-    step.push(answer(snapshot.clone(), pane_writes));
+    step.push(answer(snapshot.clone(), pane));
     let _ = inbox.blocking_send(DriverMsg::Inputs(step));
     drop(guard);
     // MON-4: the read stopped at its step (its snapshot says the turn is unknown): the monitor

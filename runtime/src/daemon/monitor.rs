@@ -1490,7 +1490,7 @@ mod tests {
 
         crate::observer::test_rollouts::burst(&mut rollout, "t2", true);
         let agent_id = agent.agent_id();
-        let answer = |snapshot, pane_writes| Input::ObserverRefreshed { refresh_id: 1, agent_id: agent_id.clone(), snapshot, pane_writes };
+        let answer = |snapshot, pane| Input::ObserverRefreshed { refresh_id: 1, agent_id: agent_id.clone(), snapshot, pane };
         let snapshot = super::super::effects::refresh_agent(&agent, &agent_id, &inbox, answer).expect("a snapshot");
         assert_eq!(snapshot.turn, wakterm_engine::TurnState::Unknown, "cut at its step: {snapshot:?}");
         assert!(matches!(wakes.try_recv(), Ok(Wake::ReadOn(asked)) if asked == id), "the monitor is asked to read on");

@@ -61,6 +61,10 @@ pub struct PaneState {
     pub exits: Vec<(u64, ExitRecord)>,
     /// ADM-4: the last input write (bytes, not a resize): a look waits for its redraw.
     pub last_input: Option<LastInput>,
+    /// ADM-19: when (monotonic ms) the last write carrying an Enter that no admission or
+    /// submit made ended: a human's or another program's prompt may be on its way to the
+    /// provider's records.
+    pub other_enter_ms: Option<u64>,
 }
 
 /// How one generation ended.
@@ -184,6 +188,7 @@ impl Pane {
             ended_at: None,
             exits: Vec::new(),
             last_input: None,
+            other_enter_ms: None,
         };
         Ok(Arc::new(Pane {
             command: cfg.command.clone(),
@@ -394,7 +399,8 @@ impl Pane {
         if let Some(refusal) = expect.and_then(|expect| self.refuse_unless_running(expect)) {
             return refusal;
         }
-        self.write_starting_by(data, start_by_ms, expect.and_then(|expect| expect.writes))
+        // ADM-19: only the daemon's prompt writes name the process they must reach.
+        self.write_starting_by(data, start_by_ms, expect.and_then(|expect| expect.writes), expect.is_some())
     }
 
     /// The refusal of a write whose start deadline passed (the caller holds the write lock).
@@ -422,7 +428,8 @@ impl Pane {
         None
     }
 
-    fn write_starting_by(&self, data: &[u8], start_by_ms: Option<u64>, expect_writes: Option<u64>) -> WriteOutcome {
+    /// `own`: an admission's or a submit's write (ADM-19: its Enter is no other writer's).
+    fn write_starting_by(&self, data: &[u8], start_by_ms: Option<u64>, expect_writes: Option<u64>, own: bool) -> WriteOutcome {
         let _serial = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.lock().child.alive {
             return WriteOutcome::refusal(super::protocol::WriteRefusal::NotAlive, "child is not alive".into());
@@ -435,7 +442,7 @@ impl Pane {
         }
         self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let (written, error, before) = self.write_all_locked(data);
-        self.note_input(written, before);
+        self.note_input(&data[..written], before, own);
         outcome(written, error)
     }
 
@@ -458,9 +465,18 @@ impl Pane {
     /// child made while the holder was not scheduled yet as older than the input, and the next
     /// look waited the whole bound for output that had come already (receipt p99 250 ms in the
     /// benchmark's 10-agent throughput run).
-    fn note_input(&self, written: usize, before: u64) {
-        if written > 0 {
-            self.lock().last_input = Some(LastInput { written_ms: super::protocol::monotonic_ms(), output_end: before });
+    ///
+    /// ADM-19: an Enter among the bytes the pane took, from a writer that is not an admission
+    /// or a submit (`own`), is noted as another writer's.
+    fn note_input(&self, written: &[u8], before: u64, own: bool) {
+        if written.is_empty() {
+            return;
+        }
+        let now_ms = super::protocol::monotonic_ms();
+        let mut state = self.lock();
+        state.last_input = Some(LastInput { written_ms: now_ms, output_end: before });
+        if !own && wakterm_engine::pane_look::carries_enter(written) {
+            state.other_enter_ms = Some(now_ms);
         }
     }
 
@@ -502,7 +518,7 @@ impl Pane {
             }
             let (written, error, before) = self.write_all_locked(step);
             bytes_written += written as u64;
-            self.note_input(written, before);
+            self.note_input(&step[..written], before, expect.is_some());
             if error.is_some() {
                 return super::protocol::StepsOutcome { steps_written: index as u64, bytes_written, error, refused: None, boundary: None };
             }
@@ -596,6 +612,7 @@ impl Pane {
             holder_pid: std::process::id(),
             holder_instance: self.instance.clone(),
             requests: self.requests.load(std::sync::atomic::Ordering::SeqCst),
+            other_enter_ms: state.other_enter_ms,
             writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
             generation_start: state.generation_start,
             output_end: state.ring.end(),

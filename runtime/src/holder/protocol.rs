@@ -168,6 +168,13 @@ pub struct InfoReply {
     /// from a holder older than the field.
     #[serde(default)]
     pub holder_instance: String,
+    /// ADM-19: when (this machine's [`monotonic_ms`]) the last write carrying an Enter
+    /// (`pane_look::carries_enter`) ended that did not name the process it must reach: every
+    /// admission's and submit's write names it, so this is a human's (`agent attach`), a raw
+    /// `session action=input`'s or another program's. None when there was none, or from a
+    /// holder older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_enter_ms: Option<u64>,
 }
 
 /// One holder process. Its output stream, child generations and write count are its own: a
@@ -202,6 +209,8 @@ pub struct ExpectedProcess {
     /// from older daemons (no check); an older holder ignores it (no check either).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes: Option<u64>,
+    // ADM-19: a write naming its process is an admission's or a submit's; the holder counts
+    // the Enter of any other write as another writer's (`InfoReply::other_enter_ms`).
 }
 
 impl From<wakterm_engine::ProcessIdentity> for ExpectedProcess {
@@ -495,6 +504,7 @@ mod tests {
             generation_start: 1,
             requests: 4,
             holder_instance: "9f2c".into(),
+            other_enter_ms: Some(12),
         };
         let both = ScreenWithInfo { screen, info: Some(info) };
         assert_eq!(serde_json::from_str::<ScreenWithInfo>(&serde_json::to_string(&both).unwrap()).unwrap(), both);
