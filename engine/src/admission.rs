@@ -397,8 +397,11 @@ impl Engine {
 
     pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>, pane: PaneLook) {
         let now_ms = self.now_ms;
+        // ADM-19, whoever looked: how far a refresh that read the rollout to its end read.
+        let read = snapshot.as_ref().ok().filter(|s| s.status == ObserverStatus::Attached && s.turn != TurnState::Unknown);
+        let read = read.map(|s| s.session.clone().map(|session| Cursor { session, position: s.position }));
         if let Some(agent) = self.agents.get_mut(agent_id) {
-            agent.note_other_enter(now_ms, pane.other_enter_ago_ms); // ADM-19, whoever looked
+            agent.note_other_enter(now_ms, pane.other_enter, read);
         }
         let pane_writes = pane.writes;
         if let Some(probed) = self.probes.remove(&refresh_id) {

@@ -139,13 +139,27 @@ pub struct AgentEntry {
     /// acceptance of the awaited line went into a turn already running (folded: the wait is
     /// over) or opened one yet to start. The view cannot say: it may stand past both.
     pub last_turn_started: Option<crate::ids::TurnId>,
-    /// ADM-19 (PTY): when (engine time) the last Enter another writer put into the pane ended,
-    /// as the latest look reported it (`PaneLook::other_enter_ago_ms`; the latest estimate
-    /// kept: it can only make the wait longer).
-    pub other_enter_at_ms: Option<u64>,
-    /// ADM-19: when (engine time) the engine last applied a turn start or a user message of
-    /// this agent new to its view.
-    pub prompt_seen_at_ms: Option<u64>,
+    /// ADM-19 (PTY): the last Enter another writer put into the pane, as looks reported it.
+    pub other_enter: Option<OtherEnter>,
+}
+
+/// ADM-19: another writer's Enter, and whether its prompt's turn has shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtherEnter {
+    /// The holder's note of it (`OtherEnterLook::noted_ms`): a later look at the same Enter
+    /// changes nothing (its later estimate would move it past records that came after it).
+    pub noted_ms: u64,
+    /// When it ended, in engine time, as the first look that reported it estimated (never
+    /// earlier than it was: the look's answer is handled after it was read).
+    pub at_ms: u64,
+    /// Past where its prompt's records lie: how far the first refresh that reported it and
+    /// read the rollout to its end read (`Some(None)`: it found no rollout; any record
+    /// counts). The look read the pane before the rollout, so what that refresh read may
+    /// predate the Enter (an old turn the monitor had not delivered yet): it counts for
+    /// nothing. None until such a refresh.
+    pub floor: Option<Option<crate::observer::Cursor>>,
+    /// A turn start or a user message past the floor arrived: the prompt's turn shows.
+    pub seen: bool,
 }
 
 impl AgentEntry {
@@ -167,8 +181,7 @@ impl AgentEntry {
             input_epoch: 0,
             accepted_turns: Default::default(),
             last_turn_started: None,
-            other_enter_at_ms: None,
-            prompt_seen_at_ms: None,
+            other_enter: None,
         }
     }
 
@@ -176,21 +189,41 @@ impl AgentEntry {
     /// ended less than [`crate::limits::OTHER_ENTER_GRACE_MS`] before `now_ms`: its turn may
     /// be recorded any moment, after a prompt written now (the TUI takes the Enter and clears
     /// its composer some 25 ms before Codex records the turn), and a prompt of the same text
-    /// would then take that turn for its own. None once a turn start or a user message came
-    /// to the view after it (the human's, or one already running: a busy agent refuses on
-    /// its own).
+    /// would then take that turn for its own. Its age, or None once a turn start or a user
+    /// message recorded after it arrived (the human's, or one of a turn already running: a
+    /// busy agent refuses on its own).
     pub fn other_enter_unseen(&self, now_ms: u64) -> Option<u64> {
-        let at = self.other_enter_at_ms?;
-        let seen_since = self.prompt_seen_at_ms.is_some_and(|seen| seen >= at);
-        let age_ms = now_ms.saturating_sub(at);
-        (!seen_since && age_ms < crate::limits::OTHER_ENTER_GRACE_MS).then_some(age_ms)
+        let enter = self.other_enter.as_ref().filter(|enter| !enter.seen)?;
+        let age_ms = now_ms.saturating_sub(enter.at_ms);
+        (age_ms < crate::limits::OTHER_ENTER_GRACE_MS).then_some(age_ms)
     }
 
-    /// ADM-19: the pane's last Enter by another writer, `ago_ms` before `now_ms` (a look's).
-    pub(crate) fn note_other_enter(&mut self, now_ms: u64, ago_ms: Option<u64>) {
-        let Some(ago_ms) = ago_ms else { return }; // none, or a holder that cannot say
-        let at = now_ms.saturating_sub(ago_ms);
-        self.other_enter_at_ms = Some(self.other_enter_at_ms.map_or(at, |known| known.max(at)));
+    /// ADM-19: what a look read of the pane's last Enter by another writer (None: none, or a
+    /// holder that cannot say: what is known stays). `read`: how far the same refresh read
+    /// the rollout when it read it to its end (None inside: it found none yet), which is the
+    /// floor; None when it did not (cut, lost, failed).
+    pub(crate) fn note_other_enter(&mut self, now_ms: u64, look: Option<crate::pane_look::OtherEnterLook>, read: Option<Option<crate::observer::Cursor>>) {
+        let Some(look) = look else { return };
+        if self.other_enter.as_ref().is_none_or(|known| known.noted_ms != look.noted_ms) {
+            let at_ms = now_ms.saturating_sub(look.ago_ms);
+            self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, seen: false });
+        }
+        let enter = self.other_enter.as_mut().expect("just set");
+        if enter.floor.is_none() {
+            enter.floor = read;
+        }
+    }
+
+    /// ADM-19: a turn start or a user message arrived (`Engine::note_prompt_seen`): past the
+    /// Enter's floor, it was recorded after that Enter.
+    pub(crate) fn note_prompt_arrived(&mut self, event: &crate::observer::ObserverEvent) {
+        let Some(enter) = self.other_enter.as_mut() else { return };
+        let past = match &enter.floor {
+            None => false, // no complete look since the Enter: it may predate it
+            Some(None) => true,
+            Some(Some(floor)) => event.session() != Some(&floor.session) || event.position().is_some_and(|p| p > floor.position),
+        };
+        enter.seen |= past;
     }
 
     /// CORR-15: the app-server accepted request `id`'s `turn/start` into `turn`.

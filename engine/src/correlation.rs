@@ -19,7 +19,20 @@ impl Engine {
     /// registration that arrives meanwhile must not get ahead of the old process's records.
     pub(crate) fn on_observed(&mut self, agent_id: &AgentId, event: ObserverEvent) {
         self.record_observed(agent_id, &event); // EV-4: deduplicated against the agent's mark
+        self.note_prompt_seen(agent_id, &event);
         self.apply_or_defer(agent_id, event);
+    }
+
+    /// ADM-19: a turn start or a user message, when it arrives (a write in flight may defer
+    /// its application), against the floor of another writer's Enter: by position, not by
+    /// when it came (an old record the monitor had not delivered, or one deferred behind a
+    /// write of ours, arrives after the Enter too).
+    fn note_prompt_seen(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
+        if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
+            if let Some(agent) = self.agents.get_mut(agent_id) {
+                agent.note_prompt_arrived(event);
+            }
+        }
     }
 
     fn apply_or_defer(&mut self, agent_id: &AgentId, event: ObserverEvent) {
@@ -100,9 +113,6 @@ impl Engine {
         // Events replayed after a resume, or late, lie at or before what the view already
         // folded in: they must not move the view back, clear a wait or acknowledge a prompt.
         if self.is_fresh(agent_id, &event) {
-            if let (ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }, Some(agent)) = (&event, self.agents.get_mut(agent_id)) {
-                agent.prompt_seen_at_ms = Some(self.now_ms); // ADM-19
-            }
             self.update_view(agent_id, &event);
             self.acknowledge_waiting_admission(agent_id, &event);
         } else {

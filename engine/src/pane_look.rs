@@ -34,10 +34,19 @@ pub fn undrawn_input_deadline(last_input: Option<LastInput>, output_end_now: u64
 pub struct PaneLook {
     /// ADM-4: the pane's write count (the write names it: any write since refuses it).
     pub writes: Option<u64>,
-    /// ADM-19: how long before the look the last write carrying an Enter ended that no
-    /// admission or submit made (a human's, a raw input's): its prompt's turn may not be
-    /// recorded yet.
-    pub other_enter_ago_ms: Option<u64>,
+    /// ADM-19: the last write carrying an Enter that no admission or submit made (a human's,
+    /// a raw input's): its prompt's turn may not be recorded yet.
+    pub other_enter: Option<OtherEnterLook>,
+}
+
+/// ADM-19: another writer's Enter as one look saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OtherEnterLook {
+    /// When the holder noted it (its monotonic ms): it names the Enter, so the same one looked
+    /// at again is known as such.
+    pub noted_ms: u64,
+    /// How long before the look it ended.
+    pub ago_ms: u64,
 }
 
 /// ADM-19: whether a write's bytes (those the pane took) may have submitted the composer:

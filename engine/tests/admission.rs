@@ -961,6 +961,24 @@ fn adm_4_the_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
     assert_eq!(rig.expected_writes, vec![Some(9)]);
 }
 
+/// ADM-19: another writer's Enter, `ago_ms` before the look, as the holder noted it.
+fn enter_noted(rig: &Rig, ago_ms: u64) -> Option<pane_look::OtherEnterLook> {
+    Some(pane_look::OtherEnterLook { noted_ms: 50_000 + rig.now - ago_ms, ago_ms })
+}
+
+/// The same Enter looked at again, `ms` later.
+fn later(look: Option<pane_look::OtherEnterLook>, ms: u64) -> Option<pane_look::OtherEnterLook> {
+    look.map(|look| pane_look::OtherEnterLook { ago_ms: look.ago_ms + ms, ..look })
+}
+
+/// Zola idle after `turn`, its last record ending at `position`.
+fn idle_after(rig: &mut Rig, turn_id: &str, position: u64) {
+    let mut after = idle_snapshot("inc-1", 100);
+    after.position = position;
+    after.turn = TurnState::Idle { last_completed: Some(turn(turn_id)) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(after));
+}
+
 /// ADM-19 (PTY): another writer's Enter (a human's in `agent attach`, a raw input) whose turn
 /// has not shown yet holds every prompt but a plain send. The real Codex 0.169 clears its
 /// composer at the Enter and records the turn some 25 ms later: an admission in between saw an
@@ -970,7 +988,7 @@ fn adm_4_the_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
 #[test]
 fn adm_19_another_writers_enter_holds_prompts_until_its_turn_shows() {
     let mut rig = Rig::with_idle_zola();
-    rig.other_enter_ago_ms = Some(20);
+    rig.other_enter = enter_noted(&rig, 20);
     let held = |rig: &Rig, op: OpId| {
         let receipt = rig.receipt(op);
         (receipt.classification, receipt.reason.clone(), receipt.prompt_written)
@@ -991,40 +1009,93 @@ fn adm_19_another_writers_enter_holds_prompts_until_its_turn_shows() {
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "continue", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("turn_active"));
     rig.turn_completed("turn-h", "the human's final", 1120);
-    let mut after = idle_snapshot("inc-1", 100);
-    after.position = 1120;
-    after.turn = TurnState::Idle { last_completed: Some(turn("turn-h")) };
-    rig.snapshots.insert(agent_id(ZOLA), Ok(after));
-    rig.other_enter_ago_ms = Some(60); // the same Enter, looked at later
+    idle_after(&mut rig, "turn-h", 1120);
+    rig.other_enter = later(rig.other_enter, 30); // the same Enter, looked at later
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "continue", ReturnMode::ReturnFinal);
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
 }
 
-/// ADM-19: an Enter that starts no turn (an empty composer, a slash command) holds prompts for
-/// the grace only, counted from the Enter; a plain send, which may steer, is never held; a look
-/// that cannot say (an older holder) forgets no Enter it reported before.
+/// ADM-19: a plain send, which may steer (ADM-13), is written whatever the hold.
+#[test]
+fn adm_19_a_plain_send_is_not_held() {
+    let mut rig = Rig::with_idle_zola();
+    rig.other_enter = enter_noted(&rig, 0);
+    let send = rig.command(Operation::Send, REQ, "a plain send", ReturnMode::OneWay);
+    rig.submit(send);
+    assert_eq!(rig.writes(), 1);
+}
+
+/// ADM-19: an Enter that starts no turn (an empty composer, a slash command) holds prompts
+/// until the grace after it ends, and no longer; a look that cannot say (an older holder)
+/// forgets no Enter reported before.
 #[test]
 fn adm_19_an_enter_that_starts_no_turn_holds_for_the_grace_only() {
     let mut rig = Rig::with_idle_zola();
-    rig.other_enter_ago_ms = Some(0);
+    let enter = enter_noted(&rig, 0);
+    rig.other_enter = enter;
     let op = rig.admit(REQ, "one", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"));
     rig.advance(limits::OTHER_ENTER_GRACE_MS - 1);
-    rig.other_enter_ago_ms = None; // this look could not say
+    rig.other_enter = None; // this look could not say
     let op = rig.admit(REQ, "one", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
-    let send = rig.command(Operation::Send, REQ2, "a plain send", ReturnMode::OneWay);
-    let op = rig.submit(send);
-    assert_eq!(rig.writes(), 1, "a plain send may race a prompt: it may steer (ADM-13)");
+    rig.advance(1);
+    rig.other_enter = later(enter, limits::OTHER_ENTER_GRACE_MS);
+    let op = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
+}
+
+/// ADM-19: the hold ends at a turn start or user message recorded after the Enter, judged by
+/// position: past the view of the first complete look that reported the Enter. Records that
+/// arrived after the Enter but lay in the rollout before that look (an old turn the monitor
+/// had not delivered yet, or one deferred behind a write of ours, ADM-17) are no sign of the
+/// Enter's turn (a review: judged by arrival, they ended the hold).
+#[test]
+fn adm_19_records_from_before_the_look_do_not_end_the_hold() {
+    // Delivered after the Enter, before the look that reports it.
+    let mut rig = Rig::with_idle_zola();
+    rig.other_enter = enter_noted(&rig, 20);
+    rig.provider_turn("turn-1", "quick", "done", 1010);
+    idle_after(&mut rig, "turn-1", 1040);
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    // The same with no view before that refresh (lost, or a daemon just started): the floor is
+    // what the refresh read, not the view it finds (the simulator's seed 12555: "anything
+    // counts" let the replayed turn end the hold).
+    let mut rig = Rig::with_idle_zola();
+    rig.lose_the_view();
+    rig.other_enter = enter_noted(&rig, 20);
+    idle_after(&mut rig, "turn-1", 1040);
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    rig.provider_turn("turn-1", "quick", "done", 1010); // read again after a loss
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    // Arrived while a write of ours was in flight (deferred), applied after the Enter.
+    let (mut rig, _first) = Rig::with_registered_zola(REQ, "one", ReturnMode::OneWay);
     rig.turn_started("turn-1", 1010);
-    rig.user_message("turn-1", "a plain send", 1020);
-    assert_eq!(classification(&rig, op), Classification::Accepted);
+    rig.user_message("turn-1", "one", 1020);
+    rig.advance(40);
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
+    rig.settle();
     rig.turn_completed("turn-1", "done", 1030);
-    let mut after = idle_snapshot("inc-1", 100);
-    after.position = 1030;
-    after.turn = TurnState::Idle { last_completed: Some(turn("turn-1")) };
-    rig.snapshots.insert(agent_id(ZOLA), Ok(after));
-    rig.other_enter_ago_ms = Some(limits::OTHER_ENTER_GRACE_MS);
-    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "two", ReturnMode::OneWay);
+    idle_after(&mut rig, "turn-1", 1030);
+    rig.other_enter = enter_noted(&rig, 20);
+    let op = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    // Replayed (a resume reading the file again), they still lie before the floor.
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "one", 1020);
+    let op = rig.admit(REQ2, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    // The same Enter looked at again later is not moved past records that came after it.
+    rig.advance(100);
+    rig.turn_started("turn-h", 1100);
+    rig.user_message("turn-h", "the human's", 1110);
+    rig.turn_completed("turn-h", "done", 1120);
+    idle_after(&mut rig, "turn-h", 1120);
+    rig.other_enter = later(rig.other_enter, 100);
+    let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "three", ReturnMode::OneWay);
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
 }

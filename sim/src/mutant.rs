@@ -332,6 +332,10 @@ pub enum Mutant {
     /// that the view had not read yet lies past the floor and binds the request (CORR-5,
     /// CORR-6; the engine's floor before 2026-12-06).
     RecordEndNotReported,
+    /// ADM-19: the pane port's look does not say when a human last pressed Enter
+    /// (`PaneLook::other_enter_ago_ms`), so a prompt is written while the human's turn may
+    /// still be unrecorded (the real Codex's 25 ms).
+    OtherEnterNotReported,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -402,6 +406,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SubmitLookWritesIgnored, "submit_look_writes_ignored", "pane port writes a submit's steps whatever input reached the pane since its look"),
     (Mutant::LookCountWithScreen, "look_count_with_screen", "pane port's look reads the write count with the screen, a write under way counted"),
     (Mutant::RecordEndNotReported, "record_end_not_reported", "pane port's write outcome omits where the rollout ended before the write, so the floor is the view's"),
+    (Mutant::OtherEnterNotReported, "other_enter_not_reported", "pane port's look omits when a human last pressed Enter, so a prompt races the human's unrecorded turn"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -288,6 +288,9 @@ pub struct Oracle {
     /// request's write was asked for (None: no end could be read); the pane port may lose it
     /// (mutant `record_end_not_reported`), this is what it read.
     pub ends_at_write: BTreeMap<String, Option<(SessionId, u64)>>,
+    /// ADM-19: of the turn starts and user messages the observer port sent the engine, per
+    /// agent, the latest moment one became readable in the rollout.
+    prompt_delivered_ms: BTreeMap<usize, u64>,
     pub last_sequence: u64,
     pub ended: BTreeMap<String, u64>,
     /// When each request ended (its terminal event reached the watcher).
@@ -1044,6 +1047,32 @@ impl Oracle {
             self.notes.push(claim.note());
         }
         unwritten
+    }
+
+    /// ADM-19: the observer port sent the engine a turn start or a user message of agent `a`
+    /// that became readable at `visible_ms`.
+    pub fn on_prompt_delivered(&mut self, a: usize, visible_ms: u64) {
+        let latest = self.prompt_delivered_ms.entry(a).or_insert(visible_ms);
+        *latest = (*latest).max(visible_ms);
+    }
+
+    /// ADM-19 (PTY): `writer`'s prompt (an admission's, a no-steer send's, a submit's; a plain
+    /// send may steer, ADM-13) reaches agent `a`'s pane less than the grace after a human's
+    /// Enter (`other_enter_ms`, as the holder noted it) with no turn start or user message that
+    /// became readable after that Enter sent to the engine: that prompt's turn may still be
+    /// unrecorded, and ours races it (the real Codex queued ours as the next turn, and a
+    /// request of the same text completed with the human's). The engine's look must have
+    /// refused it; a write of the look's count refuses an Enter after the look. By when the
+    /// records became readable, not when they were sent (a review: an old turn delivered
+    /// late after the Enter is no sign of its turn).
+    pub fn check_other_enter(&mut self, a: usize, writer: &str, other_enter_ms: Option<u64>) {
+        let Some(at) = other_enter_ms else { return };
+        let now = wakterm_runtime::driver::now_ms();
+        let seen_since = self.prompt_delivered_ms.get(&a).is_some_and(|seen| *seen >= at);
+        let recent = now < at + wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
+        if recent && !seen_since && !self.may_steer(writer) {
+            self.interleaved(format!("a{a}: {writer}'s prompt was written {} ms after a human's Enter whose turn the engine had not been shown (ADM-19)", now - at));
+        }
     }
 
     /// CORR-5, ADM-5 (PTY): a request's durable floor (`RequestRecord::written_past`) never lies

@@ -148,6 +148,9 @@ impl Effects for SimEffects {
                     Some(world.lock().unwrap().agents[a].pane.writes)
                 }
             };
+            // ADM-19: the holder's note of a human's last Enter, read with the screen, before
+            // the rollout (the runtime's `forward_liveness_and_screen`, then `refresh_scoped`).
+            let other_enter_noted = world.lock().unwrap().agents[a].pane.other_enter_ms;
             let undrawn = wait_for_input_drawn(&world, a).await;
             let late = look_at_liveness(&mut world.lock().unwrap(), &inbox, a).late;
             send_late(&inbox, late).await;
@@ -175,7 +178,12 @@ impl Effects for SimEffects {
             // The view the monitor compares its next snapshot with (`note_view`).
             w.agents[a].observer.last_snapshot = snapshot.clone().ok();
             w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
-            let pane = wakterm_engine::pane_look::PaneLook { writes: pane_writes, other_enter_ago_ms: None };
+            // ADM-19: how long ago a human's Enter landed (PTY panes). The bug
+            // (`other_enter_not_reported`): the look does not say.
+            let now = wakterm_runtime::driver::now_ms();
+            let other_enter = other_enter_noted.filter(|_| !w.is_managed(a) && w.mutant != Mutant::OtherEnterNotReported);
+            let other_enter = other_enter.map(|noted_ms| wakterm_engine::pane_look::OtherEnterLook { noted_ms, ago_ms: now.saturating_sub(noted_ms) });
+            let pane = wakterm_engine::pane_look::PaneLook { writes: pane_writes, other_enter };
             let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane };
             match w.mutant == Mutant::RefreshAnswerFirst {
                 true => step.insert(0, answer), // the bug
@@ -807,6 +815,10 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
         w.counters.fault("provider.bracketed_paste");
     }
     let writer = request.clone().unwrap_or_else(|| "?".to_string());
+    if !w.is_managed(a) {
+        let other_enter = w.agents[a].pane.other_enter_ms;
+        w.oracle.check_other_enter(a, &writer, other_enter);
+    }
     let kind = if looked.is_none() { Writer::UnobservedSend } else { Writer::Admission };
     check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
     w.agents[a].last_typed = Some(text.clone());
@@ -1122,6 +1134,8 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
         if i == 0 {
             // A submit always looks first (SUB-1): never an unobserved write.
             check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, Writer::Submit));
+            let other_enter = w.agents[a].pane.other_enter_ms;
+            w.oracle.check_other_enter(a, &sid, other_enter);
         }
         if let Some(k) = cut {
             w.pane_write(a, &sid, &step[..k], Some(&sid), false);
@@ -1691,6 +1705,13 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 /// oracle of a turn start it delivers (ADM-5's wait must end with it,
 /// `Oracle::on_turn_delivered`).
 fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
+    if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
+        // When the provider's record became readable (ADM-19's truth: after a human's Enter
+        // or not); a record no longer in the session's file, now.
+        let session = &w.agents[a].session;
+        let visible = session.records.iter().find(|r| Some(&session.id) == event.session() && Some(r.position) == event.position()).map(|r| r.visible_at_ms);
+        w.oracle.on_prompt_delivered(a, visible.unwrap_or_else(wakterm_runtime::driver::now_ms));
+    }
     match &event {
         ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
         ObserverEvent::TurnAccepted { id, turn, session, position } => w.oracle.on_turn_accepted_delivered(a, id, turn, session, *position),

@@ -146,6 +146,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.draft_races_submit",
     "terminal.keys_in_flight",
     "terminal.slow_turn_start",
+    "terminal.queued_behind_start",
     "monitor.slow_wake",
     "caller.same_text_human",
     "monitor.step_bound",
@@ -760,6 +761,9 @@ pub struct Pane {
     /// ADM-4: the last input write (the holder's `PaneState::last_input`): a look waits for
     /// its redraw ([`wakterm_engine::pane_look::undrawn_input_deadline`]).
     pub last_input: Option<LastInput>,
+    /// ADM-19: when the last Enter of a writer that is no admission or submit (a human's)
+    /// landed (the holder's `PaneState::other_enter_ms`); a new holder knows of none.
+    pub other_enter_ms: Option<u64>,
     /// `terminal.late_draw`: a human's draft not drawn yet (due, generation, bytes).
     pub late_draw: Option<(u64, u64, u64)>,
     /// How the harness takes the next CR (the pane port sets it for a split write's CR).
@@ -788,6 +792,7 @@ impl Pane {
             stalled_echo: None,
             late_echoes: vec![],
             last_input: None,
+            other_enter_ms: None,
             late_draw: None,
             cr_mode: CrMode::Delayed,
             split: None,
@@ -852,6 +857,9 @@ pub struct Agent {
     pub silent_until_ms: Option<u64>,
     /// ADM-5 (PTY): a taken prompt whose turn has not started yet (`terminal.slow_turn_start`).
     pub pending_start: Option<PendingStart>,
+    /// ADM-19 (`terminal.queued_behind_start`): prompts the TUI took while a taken prompt's
+    /// turn had not started, each to run as a turn of its own after that one, in order.
+    pub queued: std::collections::VecDeque<TakenPrompt>,
 }
 
 impl Agent {
@@ -907,6 +915,7 @@ impl Agent {
             port: None,
             silent_until_ms: None,
             pending_start: None,
+            queued: Default::default(),
         };
         if transport == Transport::AppServer {
             // MGD-2: one thread (== session) for the agent's whole life; its stream starts with
@@ -1278,6 +1287,7 @@ impl World {
         self.spawn_process(a, false);
         let agent = &mut self.agents[a];
         agent.pane.holder += 1;
+        agent.pane.other_enter_ms = None;
         agent.pane.generation_base = agent.spawned - boundary.generation;
         agent.pane.writes = boundary.writes;
         self.pane_moved(a, 900, true);
@@ -1377,6 +1387,9 @@ impl World {
     pub fn human_keys(&mut self, a: usize, text: &str, enter: bool, counted: bool) {
         self.draw_echoes_before_input(a);
         self.pane_accept(a, "human", text.len() + usize::from(enter), !counted);
+        if enter {
+            self.agents[a].pane.other_enter_ms = Some(wakterm_runtime::driver::now_ms()); // ADM-19
+        }
         self.agents[a].composer.push_str(text);
         if !enter {
             self.agents[a].human_draft = Some(text.to_string());
@@ -1561,16 +1574,31 @@ impl World {
     }
 
     /// `terminal.slow_turn_start`: an Enter while a taken prompt's turn has not started joins
-    /// that turn (Codex sends the two as one input); the prompt is given back when there is
-    /// no such turn. ADM-5: a prompt of ours written while an earlier one of ours is unread
+    /// that turn (Codex sends the two as one input), or half the time is queued to run as a
+    /// turn of its own after it (`terminal.queued_behind_start`, as the real Codex 0.169 did;
+    /// so is an Enter between turns while queued prompts wait); the prompt is given back when
+    /// there is no such turn. ADM-5: a prompt of ours written while an earlier one of ours is unread
     /// that way is the race the engine's wait exists to prevent (`Oracle::on_prompt_over_unread`;
     /// a plain send may steer, ADM-13, and so is written whatever the wait).
     fn join_pending_start(&mut self, a: usize, taken: TakenPrompt) -> Option<TakenPrompt> {
         if self.agents[a].pending_start.is_none() {
+            if self.agents[a].running.is_none() && !self.agents[a].queued.is_empty() {
+                self.check_over_pending(a, taken.origin.as_deref(), taken.taken_ms);
+                self.agents[a].queued.push_back(taken); // behind the prompts queued before it
+                return None;
+            }
             return Some(taken);
         }
         self.check_over_pending(a, taken.origin.as_deref(), taken.taken_ms);
         let origin = taken.origin.clone();
+        if thread_rng().gen_bool(0.5) {
+            // The real Codex 0.169 (2026-12-06): a prompt entered some 13 ms after a human's
+            // Enter, before that turn's records, ran as a turn of its own after it.
+            self.counters.fault("terminal.queued_behind_start");
+            self.log(format!("a{a} prompt by {origin:?} queued behind the turn not started yet"));
+            self.agents[a].queued.push_back(taken);
+            return None;
+        }
         let pending = self.agents[a].pending_start.as_mut().expect("pending");
         pending.prompts.push(TakenPrompt { opener: None, ..taken });
         self.log(format!("a{a} prompt by {origin:?} joins the turn not started yet"));
@@ -1578,11 +1606,12 @@ impl World {
     }
 
     /// ADM-5 (PTY): an Enter of `origin`'s (None: a human's) while the latest prompt of ours
-    /// the TUI took has no turn yet (`Oracle::on_prompt_over_unread`; a plain send that may
-    /// steer is written whatever the wait, ADM-13).
+    /// the TUI took has no turn yet, waiting to start or queued (`Oracle::on_prompt_over_unread`;
+    /// a plain send that may steer is written whatever the wait, ADM-13).
     fn check_over_pending(&mut self, a: usize, origin: Option<&str>, now: u64) {
-        let Some(pending) = self.agents[a].pending_start.as_ref() else { return };
-        let latest = pending.prompts.iter().rev().find(|p| p.origin.is_some()).map(|p| (p.origin.clone(), now - p.taken_ms));
+        let agent = &self.agents[a];
+        let waiting = agent.pending_start.iter().flat_map(|p| p.prompts.iter()).chain(agent.queued.iter());
+        let latest = waiting.filter(|p| p.origin.is_some()).max_by_key(|p| p.taken_ms).map(|p| (p.origin.clone(), now - p.taken_ms));
         if let (Some(origin), Some((earlier, age_ms))) = (origin, latest) {
             if !self.oracle.may_steer(origin) {
                 let grace = wakterm_engine::limits::AWAITING_TURN_GRACE_MS;
@@ -1600,6 +1629,18 @@ impl World {
         let first = prompts.next().expect("a pending start has a prompt");
         let joined: Vec<TakenPrompt> = prompts.collect();
         self.start_turn(a, now, first, &joined);
+    }
+
+    /// `terminal.queued_behind_start`: the next queued prompt's turn starts once no turn runs
+    /// or waits to start.
+    fn start_queued_turn(&mut self, a: usize, now: u64) {
+        let agent = &mut self.agents[a];
+        if agent.running.is_some() || agent.pending_start.is_some() {
+            return;
+        }
+        let Some(next) = agent.queued.pop_front() else { return };
+        self.log(format!("a{a} the queued prompt by {:?} starts its turn", next.origin));
+        self.start_turn(a, now, next, &[]);
     }
 
     /// The turn an Enter into an idle TUI, or a pending start's due time, starts: its first
@@ -1718,6 +1759,7 @@ impl World {
         }
         self.pane_tick(a, now);
         self.start_pending_turn(a, now);
+        self.start_queued_turn(a, now);
         if let Some(running) = self.agents[a].running.clone() {
             if now >= running.due_ms {
                 self.end_turn(a, running, now);
@@ -1749,6 +1791,7 @@ impl World {
         agent.process = None;
         agent.stop_running(now);
         agent.pending_start = None;
+        agent.queued.clear();
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.question = false;
@@ -1764,6 +1807,7 @@ impl World {
         agent.process = None;
         agent.stop_running(wakterm_runtime::driver::now_ms());
         agent.pending_start = None;
+        agent.queued.clear();
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.respawn_at_ms = None;
@@ -2129,6 +2173,7 @@ impl World {
         agent.session.writers.push(new.incarnation());
         agent.stop_running(wakterm_runtime::driver::now_ms());
         agent.pending_start = None;
+        agent.queued.clear();
         agent.pending_finals.clear();
         agent.composer.clear();
         agent.question = false;

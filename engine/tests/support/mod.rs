@@ -96,8 +96,8 @@ pub struct Rig {
     pub deliveries: VecDeque<(u64, AgentId, Vec<u8>)>,
     /// ADM-4: the pane write count refreshes answer with, and what each write named.
     pub pane_writes: Option<u64>,
-    /// ADM-19: how long before each refresh's look another writer last pressed Enter.
-    pub other_enter_ago_ms: Option<u64>,
+    /// ADM-19: another writer's last Enter as each refresh's look reports it.
+    pub other_enter: Option<wakterm_engine::pane_look::OtherEnterLook>,
     pub expected_writes: Vec<Option<u64>>,
     pub refreshes: VecDeque<(u64, AgentId)>,
     pub resumes: Vec<(AgentId, Cursor)>,
@@ -168,7 +168,7 @@ impl Rig {
             persists: VecDeque::new(),
             deliveries: VecDeque::new(),
             pane_writes: None,
-            other_enter_ago_ms: None,
+            other_enter: None,
             expected_writes: Vec::new(),
             refreshes: VecDeque::new(),
             resumes: Vec::new(),
@@ -391,7 +391,7 @@ impl Rig {
 
     fn answer_refresh(&mut self, refresh_id: u64, agent_id: AgentId) {
         let snapshot = self.snapshots.get(&agent_id).cloned().unwrap_or(Err("no observer".to_string()));
-        let pane = wakterm_engine::pane_look::PaneLook { writes: self.pane_writes, other_enter_ago_ms: self.other_enter_ago_ms };
+        let pane = wakterm_engine::pane_look::PaneLook { writes: self.pane_writes, other_enter: self.other_enter };
         self.engine.handle(self.now, Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane });
         self.drain();
         self.engine.check_invariants();

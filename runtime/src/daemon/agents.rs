@@ -2,7 +2,7 @@
 //! Codex observer. The monitor (`monitor.rs`) turns their changes into engine inputs.
 //! Everything here runs on blocking threads, never on the reactor.
 
-use wakterm_engine::pane_look::PaneLook;
+use wakterm_engine::pane_look::{OtherEnterLook, PaneLook};
 use crate::driver::DriverMsg;
 use crate::holder::{HolderClient, HolderError, HolderIdentity, InfoReply};
 use crate::observer::{CodexObserver, Health};
@@ -779,7 +779,7 @@ impl AgentRuntime {
                 let now_ms = crate::holder::protocol::monotonic_ms();
                 let pane = looked.info.as_ref().map_or(PaneLook::default(), |info| PaneLook {
                     writes: Some(info.writes),
-                    other_enter_ago_ms: info.other_enter_ms.map(|at| now_ms.saturating_sub(at)),
+                    other_enter: info.other_enter_ms.map(|noted_ms| OtherEnterLook { noted_ms, ago_ms: now_ms.saturating_sub(noted_ms) }),
                 });
                 (looked.info.map(Ok), Some(text_of(&looked.screen)), pane)
             }
