@@ -399,7 +399,7 @@ impl Engine {
         let now_ms = self.now_ms;
         // ADM-19, whoever looked: how far a refresh that read the rollout to its end read.
         let read = snapshot.as_ref().ok().filter(|s| s.status == ObserverStatus::Attached && s.turn != TurnState::Unknown);
-        let read = read.map(|s| s.session.clone().map(|session| Cursor { session, position: s.position }));
+        let read = read.and_then(|s| Some(Cursor { session: s.session.clone()?, position: s.position }));
         if let Some(agent) = self.agents.get_mut(agent_id) {
             agent.note_other_enter(now_ms, pane.other_enter, read);
         }

@@ -152,12 +152,12 @@ pub struct OtherEnter {
     /// When it ended, in engine time, as the first look that reported it estimated (never
     /// earlier than it was: the look's answer is handled after it was read).
     pub at_ms: u64,
-    /// Past where its prompt's records lie: how far the first refresh that reported it and
-    /// read the rollout to its end read (`Some(None)`: it found no rollout; any record
-    /// counts). The look read the pane before the rollout, so what that refresh read may
-    /// predate the Enter (an old turn the monitor had not delivered yet): it counts for
-    /// nothing. None until such a refresh.
-    pub floor: Option<Option<crate::observer::Cursor>>,
+    /// Past where its prompt's records lie: how far the first refresh that reported it (or
+    /// came after a record of another session) and read a rollout to its end read. The look
+    /// read the pane before the rollout, so what that refresh read may predate the Enter (an
+    /// old turn the monitor had not delivered yet): it counts for nothing. None until such a
+    /// refresh: no record counts.
+    pub floor: Option<crate::observer::Cursor>,
     /// A turn start or a user message past the floor arrived: the prompt's turn shows.
     pub seen: bool,
 }
@@ -198,13 +198,19 @@ impl AgentEntry {
         (age_ms < crate::limits::OTHER_ENTER_GRACE_MS).then_some(age_ms)
     }
 
+    /// ADM-19: when the hold of another writer's Enter ends by the grace, while it holds.
+    pub(crate) fn other_enter_hold_ends(&self, now_ms: u64) -> Option<u64> {
+        self.other_enter_unseen(now_ms)?;
+        self.other_enter.as_ref().map(|enter| enter.at_ms + crate::limits::OTHER_ENTER_GRACE_MS)
+    }
+
     /// ADM-19: what a look read of the pane's last Enter by another writer (None: none, or a
-    /// holder that cannot say: what is known stays). `read`: how far the same refresh read
-    /// the rollout when it read it to its end (None inside: it found none yet), which is the
-    /// floor; None when it did not (cut, lost, failed).
-    pub(crate) fn note_other_enter(&mut self, now_ms: u64, look: Option<crate::pane_look::OtherEnterLook>, read: Option<Option<crate::observer::Cursor>>) {
+    /// holder that cannot say: what is known stays; an older one than known: a stale look's).
+    /// `read`: how far the same refresh read a rollout when it read one to its end, which is
+    /// the floor; None when it did not (cut, lost, failed, no rollout yet).
+    pub(crate) fn note_other_enter(&mut self, now_ms: u64, look: Option<crate::pane_look::OtherEnterLook>, read: Option<crate::observer::Cursor>) {
         let Some(look) = look else { return };
-        if self.other_enter.as_ref().is_none_or(|known| known.noted_ms != look.noted_ms) {
+        if self.other_enter.as_ref().is_none_or(|known| known.noted_ms < look.noted_ms) {
             let at_ms = now_ms.saturating_sub(look.ago_ms);
             self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, seen: false });
         }
@@ -215,15 +221,19 @@ impl AgentEntry {
     }
 
     /// ADM-19: a turn start or a user message arrived (`Engine::note_prompt_seen`): past the
-    /// Enter's floor, it was recorded after that Enter.
+    /// Enter's floor in its session, it was recorded after that Enter. One of another session
+    /// says nothing of when it was recorded (a session the human started and the observer
+    /// found late, a fork holding copies of older records): the floor is taken again by the
+    /// next refresh that reads a rollout to its end (a review: counted as past, such records
+    /// ended the hold).
     pub(crate) fn note_prompt_arrived(&mut self, event: &crate::observer::ObserverEvent) {
         let Some(enter) = self.other_enter.as_mut() else { return };
-        let past = match &enter.floor {
-            None => false, // no complete look since the Enter: it may predate it
-            Some(None) => true,
-            Some(Some(floor)) => event.session() != Some(&floor.session) || event.position().is_some_and(|p| p > floor.position),
-        };
-        enter.seen |= past;
+        let Some(floor) = &enter.floor else { return }; // no such refresh since: it may predate it
+        if event.session() != Some(&floor.session) {
+            enter.floor = None;
+            return;
+        }
+        enter.seen |= event.position().is_some_and(|p| p > floor.position);
     }
 
     /// CORR-15: the app-server accepted request `id`'s `turn/start` into `turn`.

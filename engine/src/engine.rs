@@ -289,7 +289,9 @@ impl Engine {
         let submissions = self.submissions.values().map(|s| s.deadline_ms);
         let holds = self.landing_writes.values().map(|l| l.until_ms); // ADM-12's bound
         let proofs = self.unproven_ends_due(); // EV-13's bound
-        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).chain(holds).chain(proofs).min()
+        // ADM-19: a hold's end changes what the catalog says, with nothing else due then.
+        let other_enters = self.agents.values().filter_map(|a| a.other_enter_hold_ends(self.now_ms));
+        admissions.chain(submissions).chain(deadlines).chain(turn_starts).chain(retries).chain(progress).chain(probes).chain(event_retries).chain(holds).chain(proofs).chain(other_enters).min()
     }
 
     /// RF-8: when a submitted request still waiting for its turn to start gives up.

@@ -1099,3 +1099,55 @@ fn adm_19_records_from_before_the_look_do_not_end_the_hold() {
     let op = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "three", ReturnMode::OneWay);
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
 }
+
+/// ADM-19: a record of another session than the floor's says nothing of when it was recorded
+/// (a session the human started and the observer found late, a fork holding copies of older
+/// records): it does not end the hold, and the next refresh that reads a rollout to its end
+/// takes the floor again, past which a record ends it (a review: counted as past, such a record
+/// ended the hold). A look at an older Enter than the one known (a stale refresh's) changes
+/// nothing.
+#[test]
+fn adm_19_a_record_of_another_session_does_not_end_the_hold() {
+    let mut rig = Rig::with_idle_zola();
+    let enter = enter_noted(&rig, 20);
+    rig.other_enter = enter;
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"));
+    let new_session = SessionId("sess-2".to_string());
+    let started = |position| ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-copy"), position };
+    rig.observe(started(50));
+    rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-copy"), final_message: None, position: 60 });
+    let mut idle = idle_snapshot("inc-1", 100);
+    idle.session = Some(new_session.clone());
+    idle.position = 60;
+    idle.turn = TurnState::Idle { last_completed: Some(turn("turn-copy")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle.clone()));
+    rig.other_enter = enter.map(|look| pane_look::OtherEnterLook { noted_ms: look.noted_ms - 5_000, ago_ms: 5_000 });
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    // Past the floor that refresh took in the new session: the Enter's turn.
+    rig.observe(ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-h"), position: 70 });
+    rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-h"), final_message: None, position: 80 });
+    idle.position = 80;
+    idle.turn = TurnState::Idle { last_completed: Some(turn("turn-h")) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    rig.other_enter = later(enter, 50);
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
+}
+
+/// ADM-19: the hold's end by the grace is an announced timer: the catalog, which reads the
+/// engine's time, says return-final is available again then, with no other input (the
+/// real-Codex test waited 30 s on a catalog that kept saying `other_prompt_pending`).
+#[test]
+fn adm_19_the_holds_end_is_an_announced_timer() {
+    let mut rig = Rig::with_idle_zola();
+    rig.other_enter = enter_noted(&rig, 0);
+    let op = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"));
+    let reason = |rig: &Rig| rig.engine.catalog_view(&agent_id(ZOLA)).unwrap().return_final_blocker.map(|b| b.reason);
+    assert_eq!(reason(&rig), Some("other_prompt_pending"));
+    assert_eq!(rig.engine.poll_timeout(), Some(rig.now + limits::OTHER_ENTER_GRACE_MS));
+    rig.advance(limits::OTHER_ENTER_GRACE_MS);
+    assert_eq!(reason(&rig), None, "the catalog says available once the hold ended");
+}

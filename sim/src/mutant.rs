@@ -333,7 +333,7 @@ pub enum Mutant {
     /// CORR-6; the engine's floor before 2026-12-06).
     RecordEndNotReported,
     /// ADM-19: the pane port's look does not say when a human last pressed Enter
-    /// (`PaneLook::other_enter_ago_ms`), so a prompt is written while the human's turn may
+    /// (`PaneLook::other_enter`), so a prompt is written while the human's turn may
     /// still be unrecorded (the real Codex's 25 ms).
     OtherEnterNotReported,
 }

@@ -1707,9 +1707,10 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
     if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
         // When the provider's record became readable (ADM-19's truth: after a human's Enter
-        // or not); a record no longer in the session's file, now.
-        let session = &w.agents[a].session;
-        let visible = session.records.iter().find(|r| Some(&session.id) == event.session() && Some(r.position) == event.position()).map(|r| r.visible_at_ms);
+        // or not), in its session's file or an archived one; a record in neither, now.
+        let agent = &w.agents[a];
+        let file = std::iter::once(&agent.session).chain(agent.archived.iter().rev()).find(|s| Some(&s.id) == event.session());
+        let visible = file.and_then(|s| s.records.iter().find(|r| Some(r.position) == event.position())).map(|r| r.visible_at_ms);
         w.oracle.on_prompt_delivered(a, visible.unwrap_or_else(wakterm_runtime::driver::now_ms));
     }
     match &event {

@@ -692,7 +692,7 @@ fn ev_real_codex_steered_turn_stream() {
 
 /// CORR-5, CORR-6, ADM-19 against the real Codex: a human pastes a prompt and presses Enter,
 /// and an orchestrator admits a return-final request of the very same text right after (after
-/// 0 ms to 2.5 s). Whatever the TUI makes of the two (the human's Enter not recorded yet or its
+/// 0 ms to 10.5 s: past ADM-19's hold). Whatever the TUI makes of the two (the human's Enter not recorded yet or its
 /// turn running: `busy`, nothing written; ours steered into the human's turn; ours queued as a
 /// turn of its own), the request never completes with a turn its prompt did not open:
 /// `completed` names the turn whose first user message is the second of the two, with that
@@ -708,7 +708,7 @@ fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() 
     let entry = rw.ready("zola", "baseline turn");
     let agent_id = s(&entry["agent_id"]).to_string();
     let incarnation = s(&entry["incarnation"]).to_string();
-    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400, 2500].into_iter().enumerate() {
+    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400, 10_500].into_iter().enumerate() {
         let text = format!("THINK-SHORT same words typed twice, round {round}");
         type_into_pane(&rw, &agent_id, format!("\x15\x1b[200~{text}\x1b[201~\r").as_bytes());
         std::thread::sleep(Duration::from_millis(delay_ms));
