@@ -49,6 +49,13 @@ pub struct OtherEnterLook {
     pub ago_ms: u64,
 }
 
+impl OtherEnterLook {
+    /// The holder's note `noted_ms`, looked at `now_ms` (both on the machine's monotonic clock).
+    pub fn noted_at(noted_ms: u64, now_ms: u64) -> OtherEnterLook {
+        OtherEnterLook { noted_ms, ago_ms: now_ms.saturating_sub(noted_ms) }
+    }
+}
+
 /// ADM-19: whether a write's bytes (those the pane took) may have submitted the composer:
 /// any carriage return. One inside a bracketed paste submits nothing, but counting it only
 /// makes an admission wait a little longer; missing an Enter would let it race a human's

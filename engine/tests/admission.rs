@@ -971,9 +971,15 @@ fn later(look: Option<pane_look::OtherEnterLook>, ms: u64) -> Option<pane_look::
     look.map(|look| pane_look::OtherEnterLook { ago_ms: look.ago_ms + ms, ..look })
 }
 
-/// Zola idle after `turn`, its last record ending at `position`.
+/// Zola idle after `turn`, its last record ending at `position` of the rig's session.
 fn idle_after(rig: &mut Rig, turn_id: &str, position: u64) {
+    idle_after_in(rig, session(), turn_id, position);
+}
+
+/// Zola idle after `turn`, its last record ending at `position` of `in_session`.
+fn idle_after_in(rig: &mut Rig, in_session: SessionId, turn_id: &str, position: u64) {
     let mut after = idle_snapshot("inc-1", 100);
+    after.session = Some(in_session);
     after.position = position;
     after.turn = TurnState::Idle { last_completed: Some(turn(turn_id)) };
     rig.snapshots.insert(agent_id(ZOLA), Ok(after));
@@ -1117,20 +1123,14 @@ fn adm_19_a_record_of_another_session_does_not_end_the_hold() {
     let started = |position| ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-copy"), position };
     rig.observe(started(50));
     rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-copy"), final_message: None, position: 60 });
-    let mut idle = idle_snapshot("inc-1", 100);
-    idle.session = Some(new_session.clone());
-    idle.position = 60;
-    idle.turn = TurnState::Idle { last_completed: Some(turn("turn-copy")) };
-    rig.snapshots.insert(agent_id(ZOLA), Ok(idle.clone()));
+    idle_after_in(&mut rig, new_session.clone(), "turn-copy", 60);
     rig.other_enter = enter.map(|look| pane_look::OtherEnterLook { noted_ms: look.noted_ms - 5_000, ago_ms: 5_000 });
     let op = rig.admit(REQ, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
     // Past the floor that refresh took in the new session: the Enter's turn.
     rig.observe(ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-h"), position: 70 });
     rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-h"), final_message: None, position: 80 });
-    idle.position = 80;
-    idle.turn = TurnState::Idle { last_completed: Some(turn("turn-h")) };
-    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    idle_after_in(&mut rig, new_session, "turn-h", 80);
     rig.other_enter = later(enter, 50);
     let op = rig.admit(REQ, "two", ReturnMode::OneWay);
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));

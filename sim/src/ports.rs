@@ -182,7 +182,7 @@ impl Effects for SimEffects {
             // (`other_enter_not_reported`): the look does not say.
             let now = wakterm_runtime::driver::now_ms();
             let other_enter = other_enter_noted.filter(|_| !w.is_managed(a) && w.mutant != Mutant::OtherEnterNotReported);
-            let other_enter = other_enter.map(|noted_ms| wakterm_engine::pane_look::OtherEnterLook { noted_ms, ago_ms: now.saturating_sub(noted_ms) });
+            let other_enter = other_enter.map(|noted_ms| wakterm_engine::pane_look::OtherEnterLook::noted_at(noted_ms, now));
             let pane = wakterm_engine::pane_look::PaneLook { writes: pane_writes, other_enter };
             let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane };
             match w.mutant == Mutant::RefreshAnswerFirst {
