@@ -398,8 +398,7 @@ impl Engine {
     pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>, pane: PaneLook) {
         let now_ms = self.now_ms;
         // ADM-19, whoever looked: how far a refresh that read the rollout to its end read.
-        let read = snapshot.as_ref().ok().filter(|s| s.status == ObserverStatus::Attached && s.turn != TurnState::Unknown);
-        let read = read.and_then(|s| Some(Cursor { session: s.session.clone()?, position: s.position }));
+        let read = snapshot.as_ref().ok().and_then(enter_floor);
         if let Some(agent) = self.agents.get_mut(agent_id) {
             agent.note_other_enter(now_ms, pane.other_enter, read);
         }
@@ -1227,6 +1226,29 @@ fn awaiting_blocker(composer: Composer) -> Blocker {
 }
 
 /// ADM-19 (PTY): another writer pressed Enter and its prompt's turn has not shown yet.
+/// ADM-19: how far a snapshot's read went, when it read a rollout to its end (attached, with
+/// a known turn: a cut read leaves the turn unknown): the floor of an Enter looked at before it.
+fn enter_floor(snapshot: &ObserverSnapshot) -> Option<Cursor> {
+    if snapshot.status != ObserverStatus::Attached || snapshot.turn == TurnState::Unknown {
+        return None;
+    }
+    Some(Cursor { session: snapshot.session.clone()?, position: snapshot.position })
+}
+
+impl Engine {
+    /// ADM-19: the monitor's report of another writer's Enter, with the snapshot it read after
+    /// the holder told it: the Enter is known before an admission's look, and the floor is
+    /// taken before Codex records the Enter's turn (some 25 ms after it), so that turn's
+    /// records end the hold rather than the grace. The snapshot then refreshes the view.
+    pub(crate) fn on_other_enter_noted(&mut self, agent_id: &AgentId, enter: crate::pane_look::OtherEnterLook, snapshot: ObserverSnapshot) {
+        let now_ms = self.now_ms;
+        if let Some(agent) = self.agents.get_mut(agent_id) {
+            agent.note_other_enter(now_ms, Some(enter), enter_floor(&snapshot));
+        }
+        self.on_snapshot(agent_id, snapshot);
+    }
+}
+
 fn other_enter_blocker(agent: &crate::agent::AgentEntry, now_ms: u64) -> Option<Blocker> {
     if agent.facts.transport != crate::agent::Transport::Pty {
         return None; // a managed agent's turns name the line that opened them (CORR-15)

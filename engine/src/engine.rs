@@ -259,6 +259,7 @@ impl Engine {
             Input::Cancel(command) => self.on_cancel(command),
             Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane } => self.on_refreshed(refresh_id, &agent_id, snapshot, pane),
             Input::ObserverSnapshot { agent_id, snapshot } => self.on_snapshot(&agent_id, snapshot),
+            Input::OtherEnterNoted { agent_id, enter, snapshot } => self.on_other_enter_noted(&agent_id, enter, snapshot),
             Input::Observed { agent_id, event } => self.on_observed(&agent_id, event),
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
             Input::Delivered { delivery_id, outcome, record_end } => self.on_delivered(delivery_id, outcome, record_end),

@@ -113,6 +113,10 @@ pub enum Input {
     ObserverRefreshed { refresh_id: u64, agent_id: AgentId, snapshot: Result<ObserverSnapshot, String>, pane: crate::pane_look::PaneLook },
     /// A snapshot taken outside any admission (e.g. for the catalog): refreshes the view.
     ObserverSnapshot { agent_id: AgentId, snapshot: ObserverSnapshot },
+    /// ADM-19: the monitor learnt of another writer's Enter (the holder pushed it) and then
+    /// read the rollout: `snapshot` is taken after that look, so its read is the Enter's floor
+    /// when it read to the end. Refreshes the view as `ObserverSnapshot` does.
+    OtherEnterNoted { agent_id: AgentId, enter: crate::pane_look::OtherEnterLook, snapshot: ObserverSnapshot },
     /// A live observer event for an agent, in position order.
     Observed { agent_id: AgentId, event: ObserverEvent },
     /// Answer to `Output::Persist`. `Err` means the transaction did not commit.

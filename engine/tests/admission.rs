@@ -1136,6 +1136,40 @@ fn adm_19_a_record_of_another_session_does_not_end_the_hold() {
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
 }
 
+/// ADM-19: the monitor's report of the Enter (the holder pushes it, `Input::OtherEnterNoted`)
+/// comes with the snapshot the monitor read after it, before Codex records the Enter's turn:
+/// that turn's records lie past the floor and end the hold, so a prompt after the human's turn
+/// is written at once, not after the grace (the admission's look alone comes too late: its
+/// read already holds the human's records, which then count for nothing). A report whose read
+/// was cut (the turn unknown) sets no floor.
+#[test]
+fn adm_19_the_monitors_report_ends_the_hold_at_the_enters_turn() {
+    for cut in [false, true] {
+        let mut rig = Rig::with_idle_zola();
+        let enter = enter_noted(&rig, 2);
+        let mut snapshot = idle_snapshot("inc-1", 100);
+        if cut {
+            snapshot.turn = TurnState::Unknown;
+        }
+        rig.input(Input::OtherEnterNoted { agent_id: agent_id(ZOLA), enter: enter.unwrap(), snapshot });
+        let reason = |rig: &Rig| rig.engine.catalog_view(&agent_id(ZOLA)).unwrap().return_final_blocker.map(|b| b.reason);
+        if !cut {
+            assert_eq!(reason(&rig), Some("other_prompt_pending"), "the report alone holds prompts");
+        }
+        rig.advance(25);
+        rig.turn_started("turn-h", 1100);
+        rig.user_message("turn-h", "continue", 1110);
+        rig.turn_completed("turn-h", "the human's final", 1120);
+        idle_after(&mut rig, "turn-h", 1120);
+        rig.other_enter = later(enter, 30); // the admission's look: its read holds them
+        let op = rig.admit(REQ2, "continue", ReturnMode::ReturnFinal);
+        match cut {
+            false => assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op)),
+            true => assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "a cut read is no floor: {:?}", rig.receipt(op)),
+        }
+    }
+}
+
 /// ADM-19: the hold's end by the grace is an announced timer: the catalog, which reads the
 /// engine's time, says return-final is available again then, with no other input (the
 /// real-Codex test waited 30 s on a catalog that kept saying `other_prompt_pending`).

@@ -777,3 +777,46 @@ fn adm_19_the_holder_notes_only_other_writers_enters() {
     client.write_expecting(b"\x15\x1b[200~ours again\x1b[201~\r", Some(process), None).unwrap();
     assert_eq!(client.info().unwrap().other_enter_ms, Some(noted), "our prompt's Enter leaves the other writer's");
 }
+
+/// ADM-19: an `info_changed` call watching for Enters answers as soon as another writer's
+/// Enter is noted (the daemon's monitor then reads the rollout before Codex records that
+/// prompt's turn), not on keys without Enter nor on our own prompts; each Enter is noted later
+/// than the last, so a watcher that knows the last wakes on the next even within the same ms.
+#[test]
+fn adm_19_info_changed_answers_another_writers_enter_at_once() {
+    use std::time::{Duration, Instant};
+    use wakterm_runtime::holder::protocol::ExpectedProcess;
+    let (holder, _sub) = start_raw("exec cat >/dev/null");
+    let mut client = holder.client();
+    let info = client.info().unwrap();
+    let process = ExpectedProcess { pid: info.pid.unwrap(), start_time_ticks: info.start_time_ticks.unwrap(), writes: None };
+    let socket = holder.socket.clone();
+    let generation = info.generation;
+    let watch = move |after: u64, timeout: Duration| {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            let asked = Instant::now();
+            let answer = HolderClient::connect(&socket).unwrap().info_changed_or_enter(generation, true, after, timeout).unwrap();
+            (answer, asked.elapsed())
+        })
+    };
+    let waiter = watch(0, Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(100));
+    client.write(b"typed, no Enter").unwrap();
+    client.write_expecting(b"\x15\x1b[200~ours\x1b[201~\r", Some(process), None).unwrap();
+    let (quiet, waited) = waiter.join().unwrap();
+    assert_eq!(quiet.other_enter_ms, None);
+    assert!(waited >= Duration::from_millis(600), "no other writer's Enter: it waited its timeout ({waited:?})");
+
+    let waiter = watch(0, Duration::from_secs(50));
+    std::thread::sleep(Duration::from_millis(200));
+    client.write(b"a human's prompt\r").unwrap();
+    let (entered, waited) = waiter.join().unwrap();
+    let noted = entered.other_enter_ms.expect("answered with the Enter");
+    assert!(waited < Duration::from_secs(40), "answered on the Enter, not at its timeout ({waited:?})");
+    client.write(b"\r").unwrap();
+    client.write(b"\r").unwrap();
+    let (next, waited) = watch(noted, Duration::from_secs(50)).join().unwrap();
+    assert!(next.other_enter_ms.is_some_and(|at| at >= noted + 2), "each Enter is noted later: {next:?}");
+    assert!(waited < Duration::from_secs(40), "a later Enter than the one known is answered at once ({waited:?})");
+}

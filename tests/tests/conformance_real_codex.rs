@@ -708,7 +708,7 @@ fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() 
     let entry = rw.ready("zola", "baseline turn");
     let agent_id = s(&entry["agent_id"]).to_string();
     let incarnation = s(&entry["incarnation"]).to_string();
-    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400, 10_500].into_iter().enumerate() {
+    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400, 3_000, 10_500].into_iter().enumerate() {
         let text = format!("THINK-SHORT same words typed twice, round {round}");
         type_into_pane(&rw, &agent_id, format!("\x15\x1b[200~{text}\x1b[201~\r").as_bytes());
         std::thread::sleep(Duration::from_millis(delay_ms));

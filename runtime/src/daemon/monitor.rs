@@ -2,7 +2,8 @@
 //!
 //! - process changes and terminal output are pushed by each agent's holder (`info_changed`,
 //!   LIVE-2), read by one small task per agent on the reactor (no thread, no polling); output
-//!   wakes a screen look at most every [`SCREEN_DEBOUNCE`];
+//!   wakes a screen look at most every [`SCREEN_DEBOUNCE`]; another writer's Enter wakes a
+//!   run at once, which reports it with what it reads after it (ADM-19);
 //! - rollout appends and new rollouts arrive through one recursive inotify watch per Codex
 //!   sessions directory (the `notify` crate), shared by every agent of that CODEX_HOME;
 //! - the work itself (reading what was appended, forwarding events, a snapshot for the engine's
@@ -21,7 +22,7 @@
 
 use super::agents::{observed_inputs, AgentRuntime, Forwarded};
 use crate::driver::DriverMsg;
-use crate::holder::protocol::{InfoReply, Reply, Request};
+use crate::holder::protocol::{monotonic_ms, InfoReply, Reply, Request};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
+use wakterm_engine::pane_look::OtherEnterLook;
 use wakterm_engine::Input;
 
 /// How long one `info_changed` call waits at the holder before answering an unchanged state.
@@ -81,6 +83,8 @@ enum Wake {
     Liveness(String),
     /// The agent's terminal printed something: its screen (composer, dialogs) may differ.
     Screen(String),
+    /// ADM-19: the agent's holder noted another writer's Enter (its `other_enter_ms`).
+    OtherEnter(String, u64),
     /// A file under a watched sessions directory changed.
     Path(PathBuf),
     /// A directory was created under a watched sessions directory (a new day's).
@@ -154,6 +158,9 @@ struct Watched {
     liveness_due: bool,
     /// The next run must look at the screen.
     screen_due: bool,
+    /// ADM-19: the next run reports this Enter by another writer (the holder's note) with
+    /// what it reads after it.
+    enter_due: Option<u64>,
     checkpoint_pending: bool,
     /// MON-3: screen looks that failed in a row (retried on the tick up to [`SCREEN_RETRIES`]).
     screen_failures: u8,
@@ -197,6 +204,7 @@ impl Watched {
             again: false,
             liveness_due: true,
             screen_due: true,
+            enter_due: None,
             checkpoint_pending: false,
             screen_failures: 0,
             look_after: None,
@@ -264,6 +272,12 @@ impl Dispatcher {
                 }
                 self.schedule(&agent_id);
             }
+            Wake::OtherEnter(agent_id, noted_ms) => {
+                if let Some(watched) = self.agents.get_mut(&agent_id) {
+                    watched.enter_due = watched.enter_due.max(Some(noted_ms));
+                }
+                self.schedule(&agent_id);
+            }
             Wake::Path(path) => self.on_path(&path),
             Wake::ReadOn(agent_id) => self.schedule(&agent_id),
             Wake::NewDir(path) => {
@@ -315,6 +329,9 @@ impl Dispatcher {
                 // garbage) would cost a holder call and a connection every second.
                 watched.screen_failures = if ran.screen_unread { watched.screen_failures.saturating_add(1) } else { 0 };
                 watched.screen_due |= ran.screen_unread && watched.screen_failures <= SCREEN_RETRIES;
+                // ADM-19: a read cut at its step bound is no floor: the next run (at once, it
+                // is behind) reports the Enter again with what it reads.
+                watched.enter_due = watched.enter_due.max(ran.enter_unread);
                 if std::mem::take(&mut watched.again) || ran.behind {
                     self.schedule(&agent_id);
                 }
@@ -475,9 +492,10 @@ impl Dispatcher {
         }
         let liveness = std::mem::take(&mut watched.liveness_due);
         let screen = std::mem::take(&mut watched.screen_due);
+        let enter = watched.enter_due.take();
         let agent = watched.agent.clone();
         let (inbox, wake) = (self.inbox.clone(), self.wake.clone());
-        tokio::task::spawn_blocking(move || run_once(&agent, &inbox, (liveness, screen), wake));
+        tokio::task::spawn_blocking(move || run_once(&agent, &inbox, Due { liveness, screen, enter }, wake));
     }
 
     /// Sets (or retries) the recursive watch of one sessions directory. Codex creates it on
@@ -641,6 +659,21 @@ struct RunOutcome {
     screen_unread: bool,
     /// MON-4: the read stopped at its step bound: the agent runs again at once.
     behind: bool,
+    /// ADM-19: the Enter the run reported with a read cut at its step bound: the next run
+    /// reports it again.
+    enter_unread: Option<u64>,
+}
+
+/// What a run must do besides reading the rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Due {
+    /// Re-read the holder's facts.
+    liveness: bool,
+    /// Look at the screen.
+    screen: bool,
+    /// ADM-19: report this Enter by another writer (the holder's note), with a snapshot read
+    /// after the holder told of it.
+    enter: Option<u64>,
 }
 
 /// One look at an agent: liveness (when due), then what its rollout appended (or, before it
@@ -649,7 +682,7 @@ struct RunOutcome {
 /// changed does it ask the holder for it (MON-3), so a run over an idle agent costs a few
 /// local reads and no holder call, and a run over new records no holder call either.
 /// The run's end reaches the dispatcher as `Wake::Done` through `wake` (see [`RunDone`]).
-fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, bool), wake: mpsc::UnboundedSender<Wake>) {
+fn run_once(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due, wake: mpsc::UnboundedSender<Wake>) {
     let (ran, stepped) = look(agent, inbox, due);
     let done = RunDone { wake, done: Some(Wake::Done { agent_id: agent.record.agent_id.clone(), ran }) };
     if !stepped {
@@ -685,10 +718,11 @@ impl Drop for RunDone {
 }
 
 /// One look (see [`run_once`]); also whether it sent the engine a step of events.
-fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen_due): (bool, bool)) -> (RunOutcome, bool) {
+fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (RunOutcome, bool) {
+    let Due { liveness, screen: screen_due, enter } = due;
     let forwarded = if liveness { agent.forward_liveness_change(inbox) } else { Forwarded::Nothing };
     let liveness_unknown = forwarded == Forwarded::Unknown;
-    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false, behind: false };
+    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false, behind: false, enter_unread: None };
     if forwarded == Forwarded::EngineGone {
         return (ended, false);
     }
@@ -709,7 +743,7 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen
     // change the pane (its own changes wake a run with `screen_due`), so the last look holds.
     // MON-4: a cut look leaves the turn unknown for its records to settle, not the screen.
     let look_again = process_changed || screen_due || agent.last_health().as_ref() != Some(&health) || (agent.screen_decides() && !behind);
-    let changed = forced || look_again;
+    let changed = forced || look_again || enter.is_some();
     // One message, so one engine step: the read's events make one batch (EV-3).
     let mut step = observed_inputs(&agent_id, events);
     let (checkpoint, pending) = agent.checkpoint_if_due(observer);
@@ -729,12 +763,20 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, (liveness, screen
         let news = forced || agent.last_snapshot().as_ref().and_then(|s| s.as_ref().ok()) != Some(&snapshot);
         agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
         agent.note_health(health);
-        if news {
-            // Sent under the observer lock, after the events: never older than what the engine saw.
-            let _ = inbox.blocking_send(DriverMsg::Input(Input::ObserverSnapshot { agent_id, snapshot }));
+        // Sent under the observer lock, after the events: never older than what the engine saw.
+        // ADM-19: read after the holder told of the Enter, so what it read may all predate it
+        // and anything recorded later lies past it: the Enter's floor (the engine's
+        // `on_other_enter_noted`), taken before Codex records the Enter's turn.
+        let input = match enter {
+            Some(noted_ms) => Some(Input::OtherEnterNoted { agent_id, enter: OtherEnterLook::noted_at(noted_ms, monotonic_ms()), snapshot }),
+            None => news.then_some(Input::ObserverSnapshot { agent_id, snapshot }),
+        };
+        if let Some(input) = input {
+            let _ = inbox.blocking_send(DriverMsg::Input(input));
         }
     }
-    (RunOutcome { checkpoint_pending: pending, liveness_unknown, screen_unread, behind }, stepped)
+    let enter_unread = enter.filter(|_| behind);
+    (RunOutcome { checkpoint_pending: pending, liveness_unknown, screen_unread, behind, enter_unread }, stepped)
 }
 
 /// LIVE-2: waits at the holder for a change of the agent's process and wakes the monitor on
@@ -744,6 +786,13 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
     let agent_id = agent.record.agent_id.clone();
     let mut known: Option<(u64, bool)> = None;
     let mut output_end: Option<u64> = None;
+    // ADM-19: the last Enter by another writer the monitor was told of (0: none; the clock
+    // is the machine's, so a new holder's notes come later than an old one's).
+    let mut enter_known = 0;
+    // The screen debounce: until then output wakes nothing, but a call still waits at the
+    // holder, so a process change or another writer's Enter is told at once (ADM-19: a sleep
+    // here told the Enter 104-145 ms late, after Codex had recorded its turn).
+    let mut quiet_until: Option<Instant> = None;
     let mut legacy = false;
     while !agent.stopping.load(Ordering::SeqCst) && !wake.is_closed() {
         if let Ok(mut connection) = HolderWatch::connect(&agent.holder_socket).await {
@@ -751,10 +800,16 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                 if agent.stopping.load(Ordering::SeqCst) {
                     return;
                 }
+                let quiet = quiet_until.and_then(|until| until.checked_duration_since(Instant::now())).filter(|left| !left.is_zero());
                 let answer = match known {
                     Some((generation, alive)) if !legacy => {
-                        let request = Request::InfoChanged { generation, alive, timeout_ms: LIVENESS_WAIT.as_millis() as u64, output_end };
-                        connection.call(&request, LIVENESS_WAIT + HOLDER_RETRY * 5).await
+                        let (wait, output_end) = match quiet {
+                            Some(left) => (left, None),
+                            None => (LIVENESS_WAIT, output_end),
+                        };
+                        let timeout_ms = (wait.as_millis() as u64).max(1);
+                        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end, enter_after: Some(enter_known) };
+                        connection.call(&request, wait + HOLDER_RETRY * 5).await
                     }
                     _ => {
                         if known.is_some() {
@@ -765,17 +820,26 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                 };
                 match answer {
                     Ok(info) => {
+                        if let Some(noted_ms) = info.other_enter_ms.filter(|at| *at > enter_known) {
+                            enter_known = noted_ms;
+                            let _ = wake.send(Wake::OtherEnter(agent_id.clone(), noted_ms));
+                        }
                         let next = Some((info.generation, info.alive));
                         if next != known {
                             known = next;
                             let _ = wake.send(Wake::Liveness(agent_id.clone()));
-                        } else if output_end.is_some_and(|end| end != info.output_end) {
+                        } else if quiet.is_none() && output_end.is_some_and(|end| end != info.output_end) {
                             let _ = wake.send(Wake::Screen(agent_id.clone()));
                             // A busy terminal redraws often: look at most every debounce. A
                             // managed agent's output IS its evidence (MGD-4): barely debounced.
-                            tokio::time::sleep(if agent.record.managed { MANAGED_OUTPUT_DEBOUNCE } else { SCREEN_DEBOUNCE }).await;
+                            let debounce = if agent.record.managed { MANAGED_OUTPUT_DEBOUNCE } else { SCREEN_DEBOUNCE };
+                            quiet_until = Some(Instant::now() + debounce);
                         }
-                        output_end = Some(info.output_end);
+                        // During the debounce the end stays the one the last screen wake saw:
+                        // output meanwhile wakes the next look as soon as it ends.
+                        if quiet.is_none() {
+                            output_end = Some(info.output_end);
+                        }
                     }
                     // It answered (the connection is still in step): ask the old way from now on.
                     Err(HolderWatchError::Unsupported) => legacy = true,
@@ -1073,8 +1137,8 @@ mod tests {
         let holder = fake_holder(&paths, id, 1, |_| r#""not an info answer""#.to_string());
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
-        let ran = run_without_a_step(&agent, &inbox, (true, false));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true, screen_unread: false, behind: false });
+        let ran = run_without_a_step(&agent, &inbox, due(true, false));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: true, screen_unread: false, behind: false, enter_unread: None });
         assert_eq!(agent.liveness.lock().unwrap().process, None, "nothing changed");
         assert_eq!(holder.join().unwrap().len(), 1);
 
@@ -1186,8 +1250,8 @@ mod tests {
         });
         let agent = Arc::new(agent);
         let (inbox, _messages) = mpsc::channel(16);
-        let ran = run_without_a_step(&agent, &inbox, (true, true));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: true, behind: false });
+        let ran = run_without_a_step(&agent, &inbox, due(true, true));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: true, behind: false, enter_unread: None });
         assert!(agent.process_alive(), "the process was read");
         let asked = holder.join().unwrap();
         assert!(asked.len() == 2 && asked[1].contains("screen"), "{asked:?}");
@@ -1293,7 +1357,7 @@ mod tests {
     /// the run's questions and records every message, in order, until the run returned.
     /// The run's outcome is the one its end told the dispatcher (MON-4: only after the
     /// driver handled the run's step, when it sent one).
-    fn run_as_driver(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, messages: &mut mpsc::Receiver<DriverMsg>, due: (bool, bool)) -> (RunOutcome, Vec<Sent>) {
+    fn run_as_driver(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, messages: &mut mpsc::Receiver<DriverMsg>, due: Due) -> (RunOutcome, Vec<Sent>) {
         let engine = wakterm_engine::Engine::new();
         let (wake, mut wakes) = mpsc::unbounded_channel();
         std::thread::scope(|scope| {
@@ -1328,8 +1392,13 @@ mod tests {
         }
     }
 
+    /// What a run is due besides its read: liveness, the screen, no Enter to report.
+    fn due(liveness: bool, screen: bool) -> Due {
+        Due { liveness, screen, enter: None }
+    }
+
     /// A run that sends the driver no step: its end reaches the dispatcher at once.
-    fn run_without_a_step(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: (bool, bool)) -> RunOutcome {
+    fn run_without_a_step(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> RunOutcome {
         let (wake, mut wakes) = mpsc::unbounded_channel();
         run_once(agent, inbox, due, wake);
         the_runs_end(&mut wakes)
@@ -1379,8 +1448,8 @@ mod tests {
         let (inbox, mut messages) = mpsc::channel(16);
 
         let started = Instant::now();
-        let (ran, first) = run_as_driver(&agent, &inbox, &mut messages, (true, false));
-        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: false, behind: false }, "the first checkpoint went out at once");
+        let (ran, first) = run_as_driver(&agent, &inbox, &mut messages, due(true, false));
+        assert_eq!(ran, RunOutcome { checkpoint_pending: false, liveness_unknown: false, screen_unread: false, behind: false, enter_unread: None }, "the first checkpoint went out at once");
         assert_eq!(first.len(), 4, "the new facts, the look's step, the snapshot, the wait for the step (MON-4): {first:?}");
         assert!(matches!(first[3], Sent::Handled), "{:?}", first[3]);
         assert!(matches!(&first[0], Sent::Step(step) if matches!(step.as_slice(), [Input::AgentUpserted(_)])), "{:?}", first[0]);
@@ -1399,7 +1468,7 @@ mod tests {
         // machine took the whole interval since the first one: then it comes last).
         rollout.write_all(event(r#""type":"task_started","turn_id":"t2""#).as_bytes()).unwrap();
         rollout.write_all(event(r#""type":"user_message","turn_id":"t2","message":"again""#).as_bytes()).unwrap();
-        let (ran, second) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
+        let (ran, second) = run_as_driver(&agent, &inbox, &mut messages, due(false, false));
         let pending = ran.checkpoint_pending;
         let within_interval = started.elapsed() < Duration::from_millis(crate::observer_checkpoint::CHECKPOINT_INTERVAL_MS);
         assert_eq!(second.len(), 3, "the look's step, the snapshot, the wait: {second:?}");
@@ -1444,15 +1513,15 @@ mod tests {
         // A look that attaches is not cut (after a restart the engine's resume replays from an
         // armed cursor: what a cut first look left below it would never be reported).
         burst(&mut rollout, "t1");
-        let (attaching, sent) = run_as_driver(&agent, &inbox, &mut messages, (true, false));
+        let (attaching, sent) = run_as_driver(&agent, &inbox, &mut messages, due(true, false));
         assert!(!attaching.behind && messages_of(&sent) == 3, "the attaching look reads on: {attaching:?}");
 
         burst(&mut rollout, "t2");
-        let (first, sent) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
+        let (first, sent) = run_as_driver(&agent, &inbox, &mut messages, due(false, false));
         assert!(first.behind, "3 MiB read, 1.5 more written: behind");
         assert_eq!(messages_of(&sent), 2, "the first step stops at the page that passes MONITOR_STEP_BYTES (2 MiB)");
         assert!(matches!(sent.last(), Some(Sent::Handled)), "the run ended after its step was handled: {sent:?}");
-        let (second, sent) = run_as_driver(&agent, &inbox, &mut messages, (false, false));
+        let (second, sent) = run_as_driver(&agent, &inbox, &mut messages, due(false, false));
         assert!(!second.behind, "the rest read");
         assert_eq!(messages_of(&sent), 1);
         assert!(matches!(sent.last(), Some(Sent::Handled)), "{sent:?}");
@@ -1471,6 +1540,59 @@ mod tests {
         drop(holder);
     }
 
+    /// ADM-19: a run told of another writer's Enter reports it with the snapshot it read after
+    /// (`Input::OtherEnterNoted`, in place of the plain snapshot, after its step), the Enter as
+    /// the holder noted it; a run cut at its step bound reports it too but its read is no
+    /// floor, so the dispatcher's next run (at once) reports it again with the rest read.
+    #[test]
+    fn adm_19_a_run_told_of_an_enter_reports_it_with_what_it_read_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "7f9b1d3f-5a7b-4c9d-8f1b-4c6e8a0b2d46";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 64, screen_or_info);
+        let mut rollout = session_s1(dir.path());
+        let (inbox, mut messages) = mpsc::channel(16);
+        crate::observer::test_rollouts::burst(&mut rollout, "t1", true);
+        let (attaching, _) = run_as_driver(&agent, &inbox, &mut messages, due(true, false));
+        assert!(!attaching.behind, "{attaching:?}");
+        let noted_ms = monotonic_ms();
+        let reported = |sent: &[Sent]| -> Vec<(OtherEnterLook, wakterm_engine::ObserverSnapshot)> {
+            sent.iter()
+                .filter_map(|s| match s {
+                    Sent::Input(Input::OtherEnterNoted { enter, snapshot, .. }) => Some((*enter, snapshot.clone())),
+                    Sent::Input(Input::ObserverSnapshot { .. }) => panic!("the report replaces the snapshot: {sent:?}"),
+                    _ => None,
+                })
+                .collect()
+        };
+        crate::observer::test_rollouts::burst(&mut rollout, "t2", true);
+        let with_enter = Due { enter: Some(noted_ms), ..due(false, false) };
+        let (cut, sent) = run_as_driver(&agent, &inbox, &mut messages, with_enter);
+        assert!(cut.behind && cut.enter_unread == Some(noted_ms), "cut: the next run reports it again: {cut:?}");
+        let [(enter, snapshot)] = reported(&sent).try_into().expect("one report");
+        assert_eq!((enter.noted_ms, snapshot.turn.clone()), (noted_ms, wakterm_engine::TurnState::Unknown), "a cut read: {sent:?}");
+        assert!(matches!(sent.iter().rposition(|s| matches!(s, Sent::Step(_))), Some(i) if i < sent.iter().position(|s| matches!(s, Sent::Input(_))).unwrap()), "after its step: {sent:?}");
+
+        let agent = Arc::new(agent);
+        let (wake, _wakes) = mpsc::unbounded_channel();
+        let mut dispatcher = Dispatcher::new(wake, inbox.clone());
+        let watched = Watched { running: true, liveness_due: false, screen_due: false, ..Watched::new(Arc::clone(&agent)) };
+        dispatcher.agents.insert(id.to_string(), watched);
+        // (Told it is caught up, so that it runs nothing itself: this thread runs the next.)
+        dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran: RunOutcome { behind: false, ..cut } });
+        assert_eq!(dispatcher.agents[id].enter_due, Some(noted_ms), "the next run reports it again");
+        let rest = Due { enter: dispatcher.agents[id].enter_due, ..due(false, false) };
+        drop(dispatcher);
+        let (caught_up, sent) = run_as_driver(&agent, &inbox, &mut messages, rest);
+        assert!(!caught_up.behind && caught_up.enter_unread.is_none(), "{caught_up:?}");
+        let [(enter, snapshot)] = reported(&sent).try_into().expect("reported again");
+        assert_eq!(enter.noted_ms, noted_ms);
+        assert!(snapshot.turn != wakterm_engine::TurnState::Unknown, "read to its end: a floor: {snapshot:?}");
+        assert_eq!(snapshot.position, std::fs::metadata(agent.rollout_path().unwrap()).unwrap().len(), "the rollout's end");
+        drop(agent);
+        drop(holder);
+    }
+
     /// MON-4: an admission's refresh reads one step of an agent in a burst too, says the turn
     /// is unknown, and asks the monitor to read the rest (its wakes for those records may
     /// have gone to a run that ended before they were written).
@@ -1483,7 +1605,7 @@ mod tests {
         let mut rollout = session_s1(dir.path());
         let (inbox, mut messages) = mpsc::channel(16);
         crate::observer::test_rollouts::burst(&mut rollout, "t1", true);
-        let (attaching, _) = run_as_driver(&agent, &inbox, &mut messages, (true, false));
+        let (attaching, _) = run_as_driver(&agent, &inbox, &mut messages, due(true, false));
         assert!(!attaching.behind, "{attaching:?}");
         let (wake, mut wakes) = mpsc::unbounded_channel();
         agent.set_read_on(ReadOn { wake: wake.clone(), agent_id: id.to_string() });

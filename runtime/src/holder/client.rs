@@ -156,14 +156,22 @@ impl HolderClient {
     /// LIVE-2: `info` once the child differs from `generation`/`alive`, or after `timeout`.
     pub fn info_changed(&mut self, generation: u64, alive: bool, timeout: Duration) -> Result<InfoReply, HolderError> {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.call("info_changed", &Request::InfoChanged { generation, alive, timeout_ms, output_end: None }, self.timeout + timeout)
+        self.call("info_changed", &Request::InfoChanged { generation, alive, timeout_ms, output_end: None, enter_after: None }, self.timeout + timeout)
     }
 
     /// SUB-4: `info` once the child differs, or the output end differs from `output_end`, or
     /// after `timeout`.
     pub fn info_changed_or_output(&mut self, generation: u64, alive: bool, output_end: u64, timeout: Duration) -> Result<InfoReply, HolderError> {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).clamp(1, super::protocol::MAX_INFO_WAIT_MS);
-        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end: Some(output_end) };
+        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end: Some(output_end), enter_after: None };
+        self.call("info_changed", &request, self.timeout + timeout)
+    }
+
+    /// ADM-19: `info` once the child differs, or another writer's Enter is noted later than
+    /// `enter_after` (0: none known), or after `timeout`.
+    pub fn info_changed_or_enter(&mut self, generation: u64, alive: bool, enter_after: u64, timeout: Duration) -> Result<InfoReply, HolderError> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).clamp(1, super::protocol::MAX_INFO_WAIT_MS);
+        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end: None, enter_after: Some(enter_after) };
         self.call("info_changed", &request, self.timeout + timeout)
     }
 

@@ -476,7 +476,10 @@ impl Pane {
         let mut state = self.lock();
         state.last_input = Some(LastInput { written_ms: now_ms, output_end: before });
         if !own && wakterm_engine::pane_look::carries_enter(written) {
-            state.other_enter_ms = Some(now_ms);
+            // Strictly later than the last one, so a watcher that knows that one wakes.
+            state.other_enter_ms = Some(state.other_enter_ms.map_or(now_ms, |last| now_ms.max(last + 1)));
+            drop(state);
+            self.changed.notify_all(); // `info_changed` callers watching for it (ADM-19)
         }
     }
 

@@ -44,6 +44,12 @@ pub enum Request {
         /// Also answer when the pane's output end differs from this (the screen changed).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_end: Option<u64>,
+        /// ADM-19: also answer when another writer's Enter was noted later than this (its
+        /// `InfoReply::other_enter_ms`; 0 when the caller knows of none), so the daemon learns
+        /// of it within a round trip, before Codex records its turn. A holder older than the
+        /// field waits as if it were absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        enter_after: Option<u64>,
     },
     Write {
         #[serde(with = "base64_bytes")]

@@ -281,12 +281,14 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             WireErrorKind::BadRequest,
             format!("timeout_ms must be 1..={MAX_INFO_WAIT_MS}"),
         ),
-        Request::InfoChanged { generation, alive, timeout_ms, output_end } => {
-            // LIVE-2: the pane's condition variable wakes this on every child change.
+        Request::InfoChanged { generation, alive, timeout_ms, output_end, enter_after } => {
+            // LIVE-2: the pane's condition variable wakes this on every child change (and on
+            // output, and on another writer's Enter, ADM-19).
             let deadline = Instant::now() + Duration::from_millis(timeout_ms);
             let state = pane.lock();
             let output_moved = |s: &super::pane::PaneState| output_end.is_some_and(|end| s.ring.end() != end);
-            drop(pane.wait_until(state, deadline, |s| s.generation != generation || s.child.alive != alive || output_moved(s)));
+            let entered = |s: &super::pane::PaneState| enter_after.is_some_and(|after| s.other_enter_ms.is_some_and(|at| at > after));
+            drop(pane.wait_until(state, deadline, |s| s.generation != generation || s.child.alive != alive || output_moved(s) || entered(s)));
             success(&pane.info())
         }
         Request::Write { data, .. } if data.len() > MAX_WRITE_BYTES => failure(
