@@ -692,14 +692,16 @@ fn ev_real_codex_steered_turn_stream() {
 
 /// CORR-5, CORR-6, ADM-19 against the real Codex: a human pastes a prompt and presses Enter,
 /// and an orchestrator admits a return-final request of the very same text right after (after
-/// 0 ms to 10.5 s: past ADM-19's hold). Whatever the TUI makes of the two (the human's Enter not recorded yet or its
-/// turn running: `busy`, nothing written; ours steered into the human's turn; ours queued as a
-/// turn of its own), the request never completes with a turn its prompt did not open:
-/// `completed` names the turn whose first user message is the second of the two, with that
-/// turn's final, and otherwise the request is `indeterminate`. What happened each round is
-/// printed. Before ADM-19, rounds at 0-15 ms completed with the human's turn: Codex 0.169
-/// clears its composer at the Enter and records the turn some 25 ms later, and it queued our
-/// prompt as the next turn.
+/// 0 ms to 10.5 s: past ADM-19's hold). Whatever the TUI makes of the two (the human's Enter
+/// not recorded yet or its turn running: `busy`, nothing written; ours steered into the
+/// human's turn; ours queued as a turn of its own), the request never completes with a turn
+/// its prompt did not open: `completed` names the turn whose first user message is the second
+/// of the two, with that turn's final, and otherwise the request is `indeterminate`. What
+/// happened each round is printed. Before ADM-19, rounds at 0-15 ms completed with the human's
+/// turn: Codex 0.169 clears its composer at the Enter and records the turn some 25 ms later,
+/// and it queued our prompt as the next turn. From 3 s on (the human's turn took 1.5 s) the
+/// admission is accepted: the monitor reported the Enter before Codex recorded its turn (2-6 ms
+/// after it, in the daemon's log), so that turn's records ended the hold, not the 10 s grace.
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
 fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() {
@@ -733,6 +735,9 @@ fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() 
             format!("accepted, {shape}, {} ({})", s(&terminal["state"]), terminal["reason"].as_str().unwrap_or("-"))
         } else {
             assert_definitive_rejection(&out, "busy");
+            // ADM-19: the human's turn (1.5 s) ended before; its records, recorded after the
+            // monitor reported the Enter, ended the hold (not the 10 s grace).
+            assert!(delay_ms < 3_000, "round {round}: refused {delay_ms} ms after the human's Enter, after its turn: {out:?}");
             same_text_turns_ended(&rw, &text, 1); // the human's alone: the refusal wrote nothing
             sentinel(&rw, "zola", &format!("sentinel after round {round}"));
             rw.wait_entry("zola", "idle again", TURN_DEADLINE, |z| z["return_final_available"] == true);

@@ -768,7 +768,11 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
         // and anything recorded later lies past it: the Enter's floor (the engine's
         // `on_other_enter_noted`), taken before Codex records the Enter's turn.
         let input = match enter {
-            Some(noted_ms) => Some(Input::OtherEnterNoted { agent_id, enter: OtherEnterLook::noted_at(noted_ms, monotonic_ms()), snapshot }),
+            Some(noted_ms) => {
+                let enter = OtherEnterLook::noted_at(noted_ms, monotonic_ms());
+                tracing::debug!(%agent_id, ago_ms = enter.ago_ms, position = snapshot.position, behind, "reporting another writer's Enter");
+                Some(Input::OtherEnterNoted { agent_id, enter, snapshot })
+            }
             None => news.then_some(Input::ObserverSnapshot { agent_id, snapshot }),
         };
         if let Some(input) = input {
