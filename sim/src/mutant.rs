@@ -336,6 +336,11 @@ pub enum Mutant {
     /// (`PaneLook::other_enter`), so a prompt is written while the human's turn may
     /// still be unrecorded (the real Codex's 25 ms).
     OtherEnterNotReported,
+    /// ADM-19: the observer loop reports a pushed Enter with the snapshot it sent before
+    /// this run's read (a read that may predate the Enter), ahead of the run's events: a turn
+    /// start or user message recorded before the Enter but read now lies past that floor and
+    /// ends the hold while the human's turn is unrecorded.
+    EnterReportedBeforeItsRead,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -407,6 +412,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::LookCountWithScreen, "look_count_with_screen", "pane port's look reads the write count with the screen, a write under way counted"),
     (Mutant::RecordEndNotReported, "record_end_not_reported", "pane port's write outcome omits where the rollout ended before the write, so the floor is the view's"),
     (Mutant::OtherEnterNotReported, "other_enter_not_reported", "pane port's look omits when a human last pressed Enter, so a prompt races the human's unrecorded turn"),
+    (Mutant::EnterReportedBeforeItsRead, "enter_reported_before_its_read", "observer loop reports a pushed Enter with the snapshot it sent before its read, so records older than the Enter end the hold"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -1754,13 +1754,27 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // holds unless the pane changed (`World::monitor_snapshot`).
             let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
+            // ADM-19: an Enter the holder pushed and the loop has not reported yet (the
+            // runtime's `Due::enter`); the mutant's report goes out with the snapshot the loop
+            // sent before this run read anything.
+            let enter = w.agents[a].pane.enter_pushed.filter(|at| *at > w.agents[a].observer.enter_reported && !w.is_managed(a));
+            let early_report = (w.mutant == Mutant::EnterReportedBeforeItsRead).then(|| w.agents[a].observer.last_snapshot.clone()).flatten();
+            if let (Some(noted), Some(stale)) = (enter, early_report) {
+                send_step(&inbox, vec![enter_report(&mut w, a, noted, stale)]); // the bug
+            }
             sync_one_step(&mut w, a, &mut events);
             check_read_lag(&mut w, a, before);
             forced |= !events.is_empty();
             let snapshot = w.monitor_snapshot(a, look_again).ok();
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
             w.agents[a].observer.last_snapshot = snapshot.clone();
-            let mut snapshot = snapshot.filter(|_| news);
+            // ADM-19: the report takes the snapshot's place, whether or not it is news; a read
+            // cut at its step bound is reported again by the next run (`enter_unread`).
+            let report = enter.filter(|_| w.mutant != Mutant::EnterReportedBeforeItsRead).zip(snapshot.clone());
+            if enter.is_some() && !w.agents[a].observer.behind {
+                w.agents[a].observer.enter_reported = enter.unwrap_or_default();
+            }
+            let mut snapshot = snapshot.filter(|_| news && report.is_none());
             let early = w.mutant == Mutant::SnapshotBeforeEvents && !events.is_empty(); // the bug
             if early {
                 send_snapshot(&mut w, &inbox, a, snapshot.take());
@@ -1780,9 +1794,22 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             }
             send_step(&inbox, step);
             send_snapshot(&mut w, &inbox, a, snapshot);
+            if let Some((noted, snapshot)) = report {
+                send_step(&inbox, vec![enter_report(&mut w, a, noted, snapshot)]);
+            }
             read_on_if_behind(&mut w, a);
         }
     }
+}
+
+/// ADM-19: the loop's report of the Enter the holder noted at `noted` (its monotonic ms),
+/// with `snapshot`, read after the loop learnt of it (the runtime's `look` with `Due::enter`).
+fn enter_report(w: &mut World, a: usize, noted: u64, snapshot: wakterm_engine::ObserverSnapshot) -> Input {
+    let enter = wakterm_engine::pane_look::OtherEnterLook::noted_at(noted, wakterm_runtime::driver::now_ms());
+    w.log(format!("a{a} reports the Enter noted {} ms ago with {}", enter.ago_ms, describe_snapshot(&Ok(snapshot.clone()))));
+    w.counters.fault("note.adm_19_enter_reported");
+    let agent_id = w.agents[a].agent_id.clone();
+    Input::OtherEnterNoted { agent_id, enter, snapshot }
 }
 
 /// MON-4: a look's or a refresh's read of agent `a`'s rollout, one step of it

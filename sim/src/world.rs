@@ -147,6 +147,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.keys_in_flight",
     "terminal.slow_turn_start",
     "terminal.queued_behind_start",
+    "monitor.enter_push_lost",
     "monitor.slow_wake",
     "caller.same_text_human",
     "monitor.step_bound",
@@ -657,6 +658,9 @@ pub struct Observer {
     /// Mutant `behind_waits_for_a_wake`: the loop leaves the agent until a record appended
     /// after this (when, how many records then) is readable, or the 30 s recheck.
     pub asleep: Option<(u64, usize)>,
+    /// ADM-19: the last Enter pushed by the holder that the loop reported with a read to the
+    /// end (`Input::OtherEnterNoted`); this daemon's, so it starts over with the daemon.
+    pub enter_reported: u64,
 }
 
 /// MON-1: how the sessions watch misses an agent's wakes (`ports::unwoken`).
@@ -721,6 +725,7 @@ impl Observer {
             behind: false,
             behind_since: None,
             asleep: None,
+            enter_reported: 0,
         }
     }
 }
@@ -764,6 +769,10 @@ pub struct Pane {
     /// ADM-19: when the last Enter of a writer that is no admission or submit (a human's)
     /// landed (the holder's `PaneState::other_enter_ms`); a new holder knows of none.
     pub other_enter_ms: Option<u64>,
+    /// ADM-19: the last of those Enters the holder pushed to the monitor (its `info_changed`
+    /// answer, `enter_after`); not moved by an Enter whose push was lost
+    /// (`monitor.enter_push_lost`: a holder older than the push, a watch reconnecting).
+    pub enter_pushed: Option<u64>,
     /// `terminal.late_draw`: a human's draft not drawn yet (due, generation, bytes).
     pub late_draw: Option<(u64, u64, u64)>,
     /// How the harness takes the next CR (the pane port sets it for a split write's CR).
@@ -793,6 +802,7 @@ impl Pane {
             late_echoes: vec![],
             last_input: None,
             other_enter_ms: None,
+            enter_pushed: None,
             late_draw: None,
             cr_mode: CrMode::Delayed,
             split: None,
@@ -1288,6 +1298,7 @@ impl World {
         let agent = &mut self.agents[a];
         agent.pane.holder += 1;
         agent.pane.other_enter_ms = None;
+        agent.pane.enter_pushed = None;
         agent.pane.generation_base = agent.spawned - boundary.generation;
         agent.pane.writes = boundary.writes;
         self.pane_moved(a, 900, true);
@@ -1388,7 +1399,7 @@ impl World {
         self.draw_echoes_before_input(a);
         self.pane_accept(a, "human", text.len() + usize::from(enter), !counted);
         if enter {
-            self.agents[a].pane.other_enter_ms = Some(wakterm_runtime::driver::now_ms()); // ADM-19
+            self.note_other_enter(a);
         }
         self.agents[a].composer.push_str(text);
         if !enter {
@@ -1409,6 +1420,21 @@ impl World {
             self.feed(a, b"\r", None);
         }
         self.pane_touch(a);
+    }
+
+    /// ADM-19: the holder notes another writer's Enter (each strictly later than the last, as
+    /// the runtime's `Pane::note_input`) and pushes it to the monitor, which runs at once.
+    fn note_other_enter(&mut self, a: usize) {
+        let now = wakterm_runtime::driver::now_ms();
+        let pane = &mut self.agents[a].pane;
+        let noted = pane.other_enter_ms.map_or(now, |last| now.max(last + 1));
+        pane.other_enter_ms = Some(noted);
+        if self.fault_roll(0.2) {
+            self.counters.fault("monitor.enter_push_lost");
+            return;
+        }
+        self.agents[a].pane.enter_pushed = Some(noted);
+        self.wake_observer(now);
     }
 
     /// A split write holds the holder's lifecycle lock: the child is not respawned meanwhile.
