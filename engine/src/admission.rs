@@ -398,7 +398,7 @@ impl Engine {
     pub(crate) fn on_refreshed(&mut self, refresh_id: u64, agent_id: &AgentId, snapshot: Result<ObserverSnapshot, String>, pane: PaneLook) {
         let now_ms = self.now_ms;
         // ADM-19, whoever looked: how far a refresh that read the rollout to its end read.
-        let read = snapshot.as_ref().ok().and_then(enter_floor);
+        let read = snapshot.as_ref().ok().and_then(ObserverSnapshot::read_to_end);
         if let Some(agent) = self.agents.get_mut(agent_id) {
             agent.note_other_enter(now_ms, pane.other_enter, read);
         }
@@ -1226,15 +1226,6 @@ fn awaiting_blocker(composer: Composer) -> Blocker {
 }
 
 /// ADM-19 (PTY): another writer pressed Enter and its prompt's turn has not shown yet.
-/// ADM-19: how far a snapshot's read went, when it read a rollout to its end (attached, with
-/// a known turn: a cut read leaves the turn unknown): the floor of an Enter looked at before it.
-fn enter_floor(snapshot: &ObserverSnapshot) -> Option<Cursor> {
-    if snapshot.status != ObserverStatus::Attached || snapshot.turn == TurnState::Unknown {
-        return None;
-    }
-    Some(Cursor { session: snapshot.session.clone()?, position: snapshot.position })
-}
-
 impl Engine {
     /// ADM-19: the monitor's report of another writer's Enter, with the snapshot it read after
     /// the holder told it: the Enter is known before an admission's look, and the floor is
@@ -1243,7 +1234,7 @@ impl Engine {
     pub(crate) fn on_other_enter_noted(&mut self, agent_id: &AgentId, enter: crate::pane_look::OtherEnterLook, snapshot: ObserverSnapshot) {
         let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(agent_id) {
-            agent.note_other_enter(now_ms, Some(enter), enter_floor(&snapshot));
+            agent.note_other_enter(now_ms, Some(enter), snapshot.read_to_end());
         }
         self.on_snapshot(agent_id, snapshot);
     }

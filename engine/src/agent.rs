@@ -215,7 +215,10 @@ impl AgentEntry {
             self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, seen: false });
         }
         let enter = self.other_enter.as_mut().expect("just set");
-        if enter.floor.is_none() {
+        // Only a read after this very Enter is its floor: one that reported an older Enter
+        // may predate it (a review: an older Enter's report, arriving after a newer Enter's
+        // cut look, gave the newer one its floor).
+        if enter.floor.is_none() && enter.noted_ms == look.noted_ms {
             enter.floor = read;
         }
     }

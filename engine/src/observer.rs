@@ -156,6 +156,18 @@ pub struct ObserverSnapshot {
     pub composer: Composer,
 }
 
+impl ObserverSnapshot {
+    /// How far the snapshot's read went, when it read a rollout to its end (attached, with a
+    /// known turn: a read cut at its step bound leaves the turn unknown): ADM-19's floor of an
+    /// Enter looked at before that read.
+    pub fn read_to_end(&self) -> Option<Cursor> {
+        if self.status != ObserverStatus::Attached || self.turn == TurnState::Unknown {
+            return None;
+        }
+        Some(Cursor { session: self.session.clone()?, position: self.position })
+    }
+}
+
 /// The `SessionLost` reason of a provider record the observer could not read in full
 /// (CORR-12). Requests it ends carry it as their terminal reason; any other reason is free
 /// text and ends them as `observer_session_lost`.

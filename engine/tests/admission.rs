@@ -1127,6 +1127,9 @@ fn adm_19_a_record_of_another_session_does_not_end_the_hold() {
     rig.other_enter = enter.map(|look| pane_look::OtherEnterLook { noted_ms: look.noted_ms - 5_000, ago_ms: 5_000 });
     let op = rig.admit(REQ, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+    rig.other_enter = later(enter, 10); // the same Enter: this refresh takes the floor again
+    let op = rig.admit(REQ, "two", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
     // Past the floor that refresh took in the new session: the Enter's turn.
     rig.observe(ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-h"), position: 70 });
     rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-h"), final_message: None, position: 80 });
@@ -1168,6 +1171,26 @@ fn adm_19_the_monitors_report_ends_the_hold_at_the_enters_turn() {
             true => assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "a cut read is no floor: {:?}", rig.receipt(op)),
         }
     }
+}
+
+/// ADM-19: a read that reported an older Enter than the one known is no floor of the newer
+/// one: it may predate it (a review: the older Enter's report, arriving after the newer
+/// Enter's cut look, gave the newer one its floor, and the older Enter's turn ended the hold).
+#[test]
+fn adm_19_an_older_enters_read_is_no_floor_of_a_newer_one() {
+    let mut rig = Rig::with_idle_zola();
+    let (older, newer) = (enter_noted(&rig, 30), enter_noted(&rig, 5));
+    let mut cut = idle_snapshot("inc-1", 100);
+    cut.turn = TurnState::Unknown;
+    rig.input(Input::OtherEnterNoted { agent_id: agent_id(ZOLA), enter: newer.unwrap(), snapshot: cut });
+    rig.input(Input::OtherEnterNoted { agent_id: agent_id(ZOLA), enter: older.unwrap(), snapshot: idle_snapshot("inc-1", 100) });
+    rig.turn_started("turn-o", 1100); // the older Enter's turn
+    rig.user_message("turn-o", "the older prompt", 1110);
+    rig.turn_completed("turn-o", "done", 1120);
+    idle_after(&mut rig, "turn-o", 1120);
+    rig.other_enter = later(newer, 30);
+    let op = rig.admit(REQ, "continue", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
 }
 
 /// ADM-19: the hold's end by the grace is an announced timer: the catalog, which reads the
