@@ -769,6 +769,9 @@ impl Engine {
         };
         agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
         agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
+        if agent.facts.transport == crate::agent::Transport::Pty {
+            agent.note_own_prompt_written();
+        }
         if let Some(record) = self.requests.get_mut(request_id) {
             record.written_past = floor;
         }
@@ -1225,7 +1228,6 @@ fn awaiting_blocker(composer: Composer) -> Blocker {
     blocker(Classification::Busy, "awaiting_turn_start", detail)
 }
 
-/// ADM-19 (PTY): another writer pressed Enter and its prompt's turn has not shown yet.
 impl Engine {
     /// ADM-19: the monitor's report of another writer's Enter, with the snapshot it read after
     /// the holder told it: the Enter is known before an admission's look, and the floor is
@@ -1240,6 +1242,7 @@ impl Engine {
     }
 }
 
+/// ADM-19 (PTY): another writer pressed Enter and its prompt's turn has not shown yet.
 fn other_enter_blocker(agent: &crate::agent::AgentEntry, now_ms: u64) -> Option<Blocker> {
     if agent.facts.transport != crate::agent::Transport::Pty {
         return None; // a managed agent's turns name the line that opened them (CORR-15)

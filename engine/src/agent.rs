@@ -158,8 +158,19 @@ pub struct OtherEnter {
     /// old turn the monitor had not delivered yet): it counts for nothing. None until such a
     /// refresh: no record counts.
     pub floor: Option<crate::observer::Cursor>,
-    /// A turn start or a user message past the floor arrived: the prompt's turn shows.
-    pub seen: bool,
+    /// User messages past the floor still to come before the Enter's prompt surely shows:
+    /// its own, and one for each other prompt in flight when it was noted (the last Enter's,
+    /// if that had not shown yet; ours, while ADM-5's wait is open) or written while it holds
+    /// (a plain send's, ADM-13). Every prompt the TUI takes is recorded as one user message,
+    /// but which is which cannot be told (a same-text human's is ours by every fingerprint),
+    /// so the count is what can: a second Enter within the 25 ms before Codex records the
+    /// first, or a human's Enter right after a write of ours, was held only until the other
+    /// prompt's records came (a review; the simulator's truth check then found both), and
+    /// the TUI may have queued the Enter's prompt behind it. An Enter that takes no prompt
+    /// (an empty composer, a slash command) holds for the grace. 0: its prompt shows.
+    pub owed: u64,
+    /// The holder's count of other writers' Enters up to it (`OtherEnterLook::count`).
+    pub count: u64,
 }
 
 impl AgentEntry {
@@ -193,7 +204,7 @@ impl AgentEntry {
     /// message recorded after it arrived (the human's, or one of a turn already running: a
     /// busy agent refuses on its own).
     pub fn other_enter_unseen(&self, now_ms: u64) -> Option<u64> {
-        let enter = self.other_enter.as_ref().filter(|enter| !enter.seen)?;
+        let enter = self.other_enter.as_ref().filter(|enter| enter.owed > 0)?;
         let age_ms = now_ms.saturating_sub(enter.at_ms);
         (age_ms < crate::limits::OTHER_ENTER_GRACE_MS).then_some(age_ms)
     }
@@ -212,7 +223,20 @@ impl AgentEntry {
         let Some(look) = look else { return };
         if self.other_enter.as_ref().is_none_or(|known| known.noted_ms < look.noted_ms) {
             let at_ms = now_ms.saturating_sub(look.ago_ms);
-            self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, seen: false });
+            let earlier = self.other_enter.as_ref().map_or(0, |known| known.owed);
+            // The Enters since the known one, each a prompt (a review: one never looked at
+            // between two looks was not counted); with none known (a daemon just started,
+            // earlier Enters no look reported: the simulator's seed 6860), or another holder
+            // (its count starts over), those within the grace; one from a holder that does not
+            // count.
+            let recent = look.recent.max(1);
+            let since = self.other_enter.as_ref().map_or(recent, |known| match look.count.checked_sub(known.count) {
+                Some(n) if n > 0 && known.count > 0 => n,
+                _ => recent,
+            });
+            let ours = u64::from(self.awaiting_prompt.is_some());
+            let owed = since + earlier + ours;
+            self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, owed, count: look.count });
         }
         let enter = self.other_enter.as_mut().expect("just set");
         // Only a read after this very Enter is its floor: one that reported an older Enter
@@ -236,7 +260,19 @@ impl AgentEntry {
             enter.floor = None;
             return;
         }
-        enter.seen |= event.position().is_some_and(|p| p > floor.position);
+        let past = event.position().is_some_and(|p| p > floor.position);
+        if past && matches!(event, crate::observer::ObserverEvent::UserMessage { .. }) {
+            enter.owed = enter.owed.saturating_sub(1);
+        }
+    }
+
+    /// ADM-19: a prompt of ours was written (ADM-5's wait opens) while another writer's Enter
+    /// holds (a plain send's, which the hold lets through): its user message will lie past
+    /// the floor too, and is no sign of the Enter's.
+    pub(crate) fn note_own_prompt_written(&mut self) {
+        if let Some(enter) = self.other_enter.as_mut().filter(|enter| enter.owed > 0) {
+            enter.owed += 1;
+        }
     }
 
     /// CORR-15: the app-server accepted request `id`'s `turn/start` into `turn`.

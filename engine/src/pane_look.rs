@@ -47,12 +47,29 @@ pub struct OtherEnterLook {
     pub noted_ms: u64,
     /// How long before the look it ended.
     pub ago_ms: u64,
+    /// How many Enters of other writers the holder counted up to it (each carriage return of
+    /// such a write, `count_enters`): how many prompts may have been submitted since an
+    /// earlier note. 0: a holder that does not count.
+    #[serde(default)]
+    pub count: u64,
+    /// How many of those Enters came within `OTHER_ENTER_GRACE_MS` before the look: the
+    /// prompts that may still be in flight when no earlier Enter is known (a daemon just
+    /// started, earlier Enters no look reported). 0: a holder that does not say.
+    #[serde(default)]
+    pub recent: u64,
 }
 
 impl OtherEnterLook {
-    /// The holder's note `noted_ms`, looked at `now_ms` (both on the machine's monotonic clock).
-    pub fn noted_at(noted_ms: u64, now_ms: u64) -> OtherEnterLook {
-        OtherEnterLook { noted_ms, ago_ms: now_ms.saturating_sub(noted_ms) }
+    /// The holder's note `noted_ms`, looked at `now_ms` (both on the machine's monotonic
+    /// clock), with the holder's counts (`count`, `recent`).
+    pub fn noted_at(noted_ms: u64, (count, recent): (u64, u64), now_ms: u64) -> OtherEnterLook {
+        OtherEnterLook { noted_ms, ago_ms: now_ms.saturating_sub(noted_ms), count, recent }
+    }
+
+    /// ADM-19: the holder's Enters within the grace before `now_ms` among `times` (monotonic
+    /// ms, one per carriage return of another writer's).
+    pub fn recent_among(times: impl IntoIterator<Item = u64>, now_ms: u64) -> u64 {
+        times.into_iter().filter(|at| now_ms.saturating_sub(*at) < crate::limits::OTHER_ENTER_GRACE_MS).count() as u64
     }
 }
 
@@ -61,7 +78,12 @@ impl OtherEnterLook {
 /// makes an admission wait a little longer; missing an Enter would let it race a human's
 /// prompt the provider has not recorded yet.
 pub fn carries_enter(bytes: &[u8]) -> bool {
-    bytes.contains(&b'\r')
+    count_enters(bytes) > 0
+}
+
+/// ADM-19: how many prompts a write's bytes may have submitted: its carriage returns.
+pub fn count_enters(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|b| **b == b'\r').count() as u64
 }
 
 #[cfg(test)]
@@ -76,6 +98,7 @@ mod tests {
         assert!(carries_enter(b"\x1b[200~a\rb\x1b[201~"), "inside a paste too: a longer wait, never a race");
         assert!(!carries_enter(b"typed, not sent\n"));
         assert!(!carries_enter(b""));
+        assert_eq!(super::count_enters(b"one\rtwo\r"), 2, "each may submit a prompt");
     }
 
     /// ADM-4: a look waits only for input written within the bound and not drawn since.

@@ -963,7 +963,7 @@ fn adm_4_the_write_names_the_looks_write_count_and_a_refusal_writes_nothing() {
 
 /// ADM-19: another writer's Enter, `ago_ms` before the look, as the holder noted it.
 fn enter_noted(rig: &Rig, ago_ms: u64) -> Option<pane_look::OtherEnterLook> {
-    Some(pane_look::OtherEnterLook { noted_ms: 50_000 + rig.now - ago_ms, ago_ms })
+    Some(pane_look::OtherEnterLook { noted_ms: 50_000 + rig.now - ago_ms, ago_ms, count: 0, recent: 0 })
 }
 
 /// The same Enter looked at again, `ms` later.
@@ -1120,11 +1120,12 @@ fn adm_19_a_record_of_another_session_does_not_end_the_hold() {
     let op = rig.admit(REQ, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"));
     let new_session = SessionId("sess-2".to_string());
-    let started = |position| ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-copy"), position };
-    rig.observe(started(50));
+    let prompted = |id: &str, position| ObserverEvent::UserMessage { session: new_session.clone(), turn: Some(turn(id)), prompt_hash: "h".to_string(), position };
+    rig.observe(ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-copy"), position: 50 });
+    rig.observe(prompted("turn-copy", 55));
     rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-copy"), final_message: None, position: 60 });
     idle_after_in(&mut rig, new_session.clone(), "turn-copy", 60);
-    rig.other_enter = enter.map(|look| pane_look::OtherEnterLook { noted_ms: look.noted_ms - 5_000, ago_ms: 5_000 });
+    rig.other_enter = enter.map(|look| pane_look::OtherEnterLook { noted_ms: look.noted_ms - 5_000, ago_ms: 5_000, ..look });
     let op = rig.admit(REQ, "two", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
     rig.other_enter = later(enter, 10); // the same Enter: this refresh takes the floor again
@@ -1132,6 +1133,7 @@ fn adm_19_a_record_of_another_session_does_not_end_the_hold() {
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
     // Past the floor that refresh took in the new session: the Enter's turn.
     rig.observe(ObserverEvent::TurnStarted { session: new_session.clone(), turn: turn("turn-h"), position: 70 });
+    rig.observe(prompted("turn-h", 75));
     rig.observe(ObserverEvent::TurnCompleted { session: new_session.clone(), turn: turn("turn-h"), final_message: None, position: 80 });
     idle_after_in(&mut rig, new_session, "turn-h", 80);
     rig.other_enter = later(enter, 50);
@@ -1191,6 +1193,90 @@ fn adm_19_an_older_enters_read_is_no_floor_of_a_newer_one() {
     rig.other_enter = later(newer, 30);
     let op = rig.admit(REQ, "continue", ReturnMode::ReturnFinal);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("other_prompt_pending"), "{:?}", rig.receipt(op));
+}
+
+/// ADM-19: the monitor's report of `enter`, its read at the baseline's end (1000).
+fn enter_reported(rig: &mut Rig, enter: Option<pane_look::OtherEnterLook>) {
+    rig.input(Input::OtherEnterNoted { agent_id: agent_id(ZOLA), enter: enter.unwrap(), snapshot: idle_snapshot("inc-1", 100) });
+}
+
+/// Zola's turn `id` of `prompt`, recorded from `start` on, ended; zola idle after it.
+fn whole_turn(rig: &mut Rig, id: &str, prompt: &str, start: u64) {
+    rig.turn_started(id, start);
+    rig.user_message(id, prompt, start + 10);
+    rig.turn_completed(id, "done", start + 20);
+    idle_after(rig, id, start + 20);
+}
+
+/// ADM-19: the hold ends at a user message past the floor for the Enter's prompt and for each
+/// other prompt in flight: one user message cannot be told from another (a same-text human's
+/// is ours by every fingerprint), so the first other prompt's records are no sign of the
+/// Enter's (a review: a second Enter within the 25 ms before Codex records the first, or a
+/// human's Enter right after a write of ours, was held only until the first prompt's records
+/// came, and the TUI may have queued the Enter's prompt behind that turn). Counted: the
+/// previous Enter's prompt not shown yet, ours while ADM-5's wait is open, a plain send
+/// written while it holds. A turn start alone is no prompt's record.
+#[test]
+fn adm_19_a_prompt_in_flight_at_the_enter_is_not_its_prompt() {
+    let held = |rig: &mut Rig, request: &str, enter| {
+        rig.other_enter = enter;
+        let op = rig.admit(request, "continue", ReturnMode::OneWay);
+        rig.receipt(op).reason.clone()
+    };
+    // Two Enters before the first one's turn is recorded.
+    let mut rig = Rig::with_idle_zola();
+    let (first, second) = (enter_noted(&rig, 10), enter_noted(&rig, 5));
+    enter_reported(&mut rig, first);
+    enter_reported(&mut rig, second);
+    whole_turn(&mut rig, "turn-1", "the first Enter's", 1100);
+    assert_eq!(held(&mut rig, REQ, later(second, 30)).as_deref(), Some("other_prompt_pending"), "the first Enter's turn");
+    whole_turn(&mut rig, "turn-2", "the second Enter's", 1200);
+    assert_eq!(held(&mut rig, REQ2, later(second, 60)), None, "both shown");
+
+    // A human's Enter while our written prompt's turn has not shown (ADM-5's wait).
+    let (mut rig, _first) = Rig::with_registered_zola(REQ, "ours", ReturnMode::OneWay);
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
+    rig.settle();
+    let enter = enter_noted(&rig, 2);
+    enter_reported(&mut rig, enter);
+    whole_turn(&mut rig, "turn-1", "ours", 1100);
+    assert_eq!(held(&mut rig, REQ2, later(enter, 30)).as_deref(), Some("other_prompt_pending"), "our turn is no sign of the human's");
+    whole_turn(&mut rig, "turn-h", "the human's", 1200);
+    assert_eq!(held(&mut rig, "fe57dc90-994e-4e73-b09c-fac483d9f05d", later(enter, 60)), None);
+
+    // A plain send written while the hold lasts, and a turn start with no user message.
+    let mut rig = Rig::with_idle_zola();
+    let enter = enter_noted(&rig, 2);
+    enter_reported(&mut rig, enter);
+    rig.other_enter = enter;
+    let send = rig.command(Operation::Send, REQ, "a plain send", ReturnMode::OneWay);
+    rig.submit(send);
+    assert_eq!(rig.writes(), 1);
+    rig.turn_started("turn-x", 1050);
+    whole_turn(&mut rig, "turn-s", "a plain send", 1100);
+    assert_eq!(held(&mut rig, REQ2, later(enter, 30)).as_deref(), Some("other_prompt_pending"), "the send's turn is no sign of the human's");
+    whole_turn(&mut rig, "turn-h", "the human's", 1200);
+    assert_eq!(held(&mut rig, "fe57dc90-994e-4e73-b09c-fac483d9f05d", later(enter, 60)), None);
+
+    // Enters the holder counted that no look reported: between two known ones (the third of
+    // three), or before the first one known (two within the grace, the simulator's seed 6860).
+    let counted = |enter: Option<pane_look::OtherEnterLook>, count, recent| enter.map(|e| pane_look::OtherEnterLook { count, recent, ..e });
+    for (first, second) in [(Some((1, 1)), (3, 3)), (None, (2, 2))] {
+        let mut rig = Rig::with_idle_zola();
+        if let Some((count, recent)) = first {
+            let enter = counted(enter_noted(&rig, 40), count, recent);
+            enter_reported(&mut rig, enter);
+            whole_turn(&mut rig, "turn-1", "the first Enter's", 1010);
+            rig.input(Input::OtherEnterNoted { agent_id: agent_id(ZOLA), enter: later(enter, 30).unwrap(), snapshot: rig.snapshots[&agent_id(ZOLA)].clone().unwrap() });
+        }
+        let enter = counted(enter_noted(&rig, 5), second.0, second.1);
+        rig.input(Input::OtherEnterNoted { agent_id: agent_id(ZOLA), enter: enter.unwrap(), snapshot: rig.snapshots[&agent_id(ZOLA)].clone().unwrap() });
+        whole_turn(&mut rig, "turn-2", "an Enter no look reported", 1100);
+        assert_eq!(held(&mut rig, REQ, later(enter, 30)).as_deref(), Some("other_prompt_pending"), "{first:?}: one more prompt may come");
+        whole_turn(&mut rig, "turn-3", "the last Enter's", 1200);
+        assert_eq!(held(&mut rig, REQ2, later(enter, 60)), None, "{first:?}");
+    }
 }
 
 /// ADM-19: the hold's end by the grace is an announced timer: the catalog, which reads the

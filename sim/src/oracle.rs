@@ -229,6 +229,14 @@ pub struct CallInput {
     pub return_final: bool,
 }
 
+/// ADM-19's truth: a human's prompt the TUI took (`Oracle::human_prompts`).
+#[derive(Clone, Debug)]
+struct HumanPrompt {
+    taken_ms: u64,
+    /// The TUI put it into a turn (its user message recorded).
+    in_turn: bool,
+}
+
 #[derive(Default)]
 pub struct Oracle {
     /// EV-9: since when the settled events have held more than the size bound.
@@ -291,6 +299,11 @@ pub struct Oracle {
     /// ADM-19: of the turn starts and user messages the observer port sent the engine, per
     /// agent, the latest moment one became readable in the rollout.
     prompt_delivered_ms: BTreeMap<usize, u64>,
+    /// ADM-19's truth: per agent, the prompts a human submitted that the TUI took (an Enter
+    /// on a non-empty composer), by id: when, and whether the TUI began its turn (or steered
+    /// it into one) yet.
+    human_prompts: BTreeMap<usize, BTreeMap<u64, HumanPrompt>>,
+    next_human_prompt: u64,
     pub last_sequence: u64,
     pub ended: BTreeMap<String, u64>,
     /// When each request ended (its terminal event reached the watcher).
@@ -1049,6 +1062,30 @@ impl Oracle {
         unwritten
     }
 
+    /// ADM-19: the TUI of agent `a` took a human's prompt (an Enter on a non-empty composer):
+    /// its id, for `on_human_prompt_recorded`.
+    pub fn on_human_prompt_taken(&mut self, a: usize) -> u64 {
+        self.next_human_prompt += 1;
+        let taken_ms = wakterm_runtime::driver::now_ms();
+        self.human_prompts.entry(a).or_default().insert(self.next_human_prompt, HumanPrompt { taken_ms, in_turn: false });
+        self.next_human_prompt
+    }
+
+    /// ADM-19: the TUI put the human's prompt `id` into a turn (started one with it, or
+    /// steered it into the running one) and recorded its user message.
+    pub fn on_human_prompt_in_turn(&mut self, a: usize, id: u64) {
+        if let Some(prompt) = self.human_prompts.get_mut(&a).and_then(|p| p.get_mut(&id)) {
+            prompt.in_turn = true;
+        }
+    }
+
+    /// ADM-19: a new holder knows of no earlier Enter (nor can the engine), and the prompts a
+    /// process took but had not put into a turn die with it: the human's prompts taken before
+    /// are no longer judged.
+    pub fn forget_human_prompts(&mut self, a: usize) {
+        self.human_prompts.remove(&a);
+    }
+
     /// ADM-19: the observer port sent the engine a turn start or a user message of agent `a`
     /// that became readable at `visible_ms`.
     pub fn on_prompt_delivered(&mut self, a: usize, visible_ms: u64) {
@@ -1068,10 +1105,29 @@ impl Oracle {
     pub fn check_other_enter(&mut self, a: usize, writer: &str, other_enter_ms: Option<u64>) {
         let Some(at) = other_enter_ms else { return };
         let now = wakterm_runtime::driver::now_ms();
+        self.check_human_prompts_recorded(a, writer, now);
         let seen_since = self.prompt_delivered_ms.get(&a).is_some_and(|seen| *seen >= at);
         let recent = now < at + wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
         if recent && !seen_since && !self.may_steer(writer) {
             self.interleaved(format!("a{a}: {writer}'s prompt was written {} ms after a human's Enter whose turn the engine had not been shown (ADM-19)", now - at));
+        }
+    }
+
+    /// ADM-19's truth: no prompt of ours (but a plain send's, which may steer) reaches agent
+    /// `a`'s pane within the grace of a human's prompt the TUI took and has not put into a
+    /// turn yet (queued, or its turn's start delayed, `terminal.slow_turn_start`): that
+    /// prompt's turn may start after ours is taken, and the TUI may queue ours behind it (the
+    /// real Codex did: a review found two Enters within 25 ms, or a human's Enter right after
+    /// a write of ours, let the first prompt's records, past the floor the monitor took early,
+    /// end the hold of the second). Stronger than `check_other_enter`'s rule: by the human's
+    /// own prompt. One in a turn already is no race: a prompt of ours joins that turn or
+    /// follows it (CORR-6 tells them apart).
+    fn check_human_prompts_recorded(&mut self, a: usize, writer: &str, now: u64) {
+        let grace = wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
+        let unrecorded = |p: &&HumanPrompt| now < p.taken_ms + grace && !p.in_turn;
+        let unrecorded = self.human_prompts.get(&a).and_then(|p| p.values().filter(unrecorded).map(|p| p.taken_ms).min());
+        if let Some(taken_ms) = unrecorded.filter(|_| !self.may_steer(writer)) {
+            self.interleaved(format!("a{a}: {writer}'s prompt was written {} ms after the TUI took a human's prompt not recorded yet (ADM-19)", now - taken_ms));
         }
     }
 

@@ -150,7 +150,7 @@ impl Effects for SimEffects {
             };
             // ADM-19: the holder's note of a human's last Enter, read with the screen, before
             // the rollout (the runtime's `forward_liveness_and_screen`, then `refresh_scoped`).
-            let other_enter_noted = world.lock().unwrap().agents[a].pane.other_enter_ms;
+            let other_enter_noted = { let w = world.lock().unwrap(); w.agents[a].pane.other_enter_ms.map(|noted| (noted, w.enter_counts(a))) };
             let undrawn = wait_for_input_drawn(&world, a).await;
             let late = look_at_liveness(&mut world.lock().unwrap(), &inbox, a).late;
             send_late(&inbox, late).await;
@@ -182,7 +182,7 @@ impl Effects for SimEffects {
             // (`other_enter_not_reported`): the look does not say.
             let now = wakterm_runtime::driver::now_ms();
             let other_enter = other_enter_noted.filter(|_| !w.is_managed(a) && w.mutant != Mutant::OtherEnterNotReported);
-            let other_enter = other_enter.map(|noted_ms| wakterm_engine::pane_look::OtherEnterLook::noted_at(noted_ms, now));
+            let other_enter = other_enter.map(|(noted_ms, count)| wakterm_engine::pane_look::OtherEnterLook::noted_at(noted_ms, count, now));
             let pane = wakterm_engine::pane_look::PaneLook { writes: pane_writes, other_enter };
             let answer = Input::ObserverRefreshed { refresh_id, agent_id, snapshot, pane };
             match w.mutant == Mutant::RefreshAnswerFirst {
@@ -1757,7 +1757,8 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // ADM-19: an Enter the holder pushed and the loop has not reported yet (the
             // runtime's `Due::enter`); the mutant's report goes out with the snapshot the loop
             // sent before this run read anything.
-            let enter = w.agents[a].pane.enter_pushed.filter(|at| *at > w.agents[a].observer.enter_reported && !w.is_managed(a));
+            w.late_enter_push(a);
+            let enter = w.agents[a].pane.enter_pushed.filter(|(at, _)| *at > w.agents[a].observer.enter_reported && !w.is_managed(a));
             let early_report = (w.mutant == Mutant::EnterReportedBeforeItsRead).then(|| w.agents[a].observer.last_snapshot.clone()).flatten();
             if let (Some(noted), Some(stale)) = (enter, early_report) {
                 send_step(&inbox, vec![enter_report(&mut w, a, noted, stale)]); // the bug
@@ -1769,10 +1770,11 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
             w.agents[a].observer.last_snapshot = snapshot.clone();
             // ADM-19: the report takes the snapshot's place, whether or not it is news; a read
-            // cut at its step bound is reported again by the next run (`enter_unread`).
+            // that is no floor (cut at its step bound, no rollout) is reported again by the
+            // next run (`enter_unread`).
             let report = enter.filter(|_| w.mutant != Mutant::EnterReportedBeforeItsRead).zip(snapshot.clone());
-            if enter.is_some() && !w.agents[a].observer.behind {
-                w.agents[a].observer.enter_reported = enter.unwrap_or_default();
+            if let Some((noted, _)) = enter.filter(|_| snapshot.as_ref().is_some_and(|s| s.read_to_end().is_some())) {
+                w.agents[a].observer.enter_reported = noted;
             }
             let mut snapshot = snapshot.filter(|_| news && report.is_none());
             let early = w.mutant == Mutant::SnapshotBeforeEvents && !events.is_empty(); // the bug
@@ -1804,8 +1806,9 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
 
 /// ADM-19: the loop's report of the Enter the holder noted at `noted` (its monotonic ms),
 /// with `snapshot`, read after the loop learnt of it (the runtime's `look` with `Due::enter`).
-fn enter_report(w: &mut World, a: usize, noted: u64, snapshot: wakterm_engine::ObserverSnapshot) -> Input {
-    let enter = wakterm_engine::pane_look::OtherEnterLook::noted_at(noted, wakterm_runtime::driver::now_ms());
+fn enter_report(w: &mut World, a: usize, (noted, count): (u64, u64), snapshot: wakterm_engine::ObserverSnapshot) -> Input {
+    let recent = w.enter_counts(a).1; // the holder's answer that pushed it counted then
+    let enter = wakterm_engine::pane_look::OtherEnterLook::noted_at(noted, (count, recent), wakterm_runtime::driver::now_ms());
     w.log(format!("a{a} reports the Enter noted {} ms ago with {}", enter.ago_ms, describe_snapshot(&Ok(snapshot.clone()))));
     w.counters.fault("note.adm_19_enter_reported");
     let agent_id = w.agents[a].agent_id.clone();

@@ -147,7 +147,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "terminal.keys_in_flight",
     "terminal.slow_turn_start",
     "terminal.queued_behind_start",
-    "monitor.enter_push_lost",
+    "monitor.enter_push_late",
     "monitor.slow_wake",
     "caller.same_text_human",
     "monitor.step_bound",
@@ -586,6 +586,8 @@ pub struct TakenPrompt {
     /// The writer of the Enter (None: a human).
     pub origin: Option<String>,
     pub taken_ms: u64,
+    /// ADM-19: a human's prompt, as the oracle numbered it (`Oracle::on_human_prompt_taken`).
+    pub human: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -769,10 +771,17 @@ pub struct Pane {
     /// ADM-19: when the last Enter of a writer that is no admission or submit (a human's)
     /// landed (the holder's `PaneState::other_enter_ms`); a new holder knows of none.
     pub other_enter_ms: Option<u64>,
+    /// ADM-19: how many such Enters the holder counted (`PaneState::other_enters`), and when
+    /// each came (`other_enter_times`, for the count within the grace).
+    pub other_enters: u64,
+    pub other_enter_times: Vec<u64>,
     /// ADM-19: the last of those Enters the holder pushed to the monitor (its `info_changed`
-    /// answer, `enter_after`); not moved by an Enter whose push was lost
-    /// (`monitor.enter_push_lost`: a holder older than the push, a watch reconnecting).
-    pub enter_pushed: Option<u64>,
+    /// answer, `enter_after`): when noted, and the count then.
+    pub enter_pushed: Option<(u64, u64)>,
+    /// `monitor.enter_push_late`: a push that reaches the monitor only at this time (a holder
+    /// older than `enter_after`, which answers at its next output or timeout; a watch
+    /// reconnecting): the note and count it carries.
+    pub push_late: Option<(u64, (u64, u64))>,
     /// `terminal.late_draw`: a human's draft not drawn yet (due, generation, bytes).
     pub late_draw: Option<(u64, u64, u64)>,
     /// How the harness takes the next CR (the pane port sets it for a split write's CR).
@@ -802,7 +811,10 @@ impl Pane {
             late_echoes: vec![],
             last_input: None,
             other_enter_ms: None,
+            other_enters: 0,
+            other_enter_times: vec![],
             enter_pushed: None,
+            push_late: None,
             late_draw: None,
             cr_mode: CrMode::Delayed,
             split: None,
@@ -1298,7 +1310,11 @@ impl World {
         let agent = &mut self.agents[a];
         agent.pane.holder += 1;
         agent.pane.other_enter_ms = None;
+        agent.pane.other_enters = 0;
+        agent.pane.other_enter_times.clear();
         agent.pane.enter_pushed = None;
+        agent.pane.push_late = None;
+        self.oracle.forget_human_prompts(a);
         agent.pane.generation_base = agent.spawned - boundary.generation;
         agent.pane.writes = boundary.writes;
         self.pane_moved(a, 900, true);
@@ -1423,18 +1439,45 @@ impl World {
     }
 
     /// ADM-19: the holder notes another writer's Enter (each strictly later than the last, as
-    /// the runtime's `Pane::note_input`) and pushes it to the monitor, which runs at once.
+    /// the runtime's `Pane::note_input`, and counted) and pushes it to the monitor, which runs
+    /// at once; sometimes the push comes late (`monitor.enter_push_late`), after the prompt's
+    /// records may be readable.
     fn note_other_enter(&mut self, a: usize) {
         let now = wakterm_runtime::driver::now_ms();
         let pane = &mut self.agents[a].pane;
         let noted = pane.other_enter_ms.map_or(now, |last| now.max(last + 1));
         pane.other_enter_ms = Some(noted);
+        pane.other_enters += 1;
+        pane.other_enter_times.push(now);
+        let note = (noted, pane.other_enters);
         if self.fault_roll(0.2) {
-            self.counters.fault("monitor.enter_push_lost");
+            self.counters.fault("monitor.enter_push_late");
+            let due = now + thread_rng().gen_range(30..1_500);
+            self.agents[a].pane.push_late = Some((due, note));
+            self.wake_observer(due);
             return;
         }
-        self.agents[a].pane.enter_pushed = Some(noted);
+        self.agents[a].pane.enter_pushed = Some(note);
         self.wake_observer(now);
+    }
+
+    /// ADM-19: the holder's counts of agent `a`'s other writers' Enters now (all, and those
+    /// within the grace), as its `info` answers them.
+    pub fn enter_counts(&self, a: usize) -> (u64, u64) {
+        let pane = &self.agents[a].pane;
+        let now = wakterm_runtime::driver::now_ms();
+        (pane.other_enters, wakterm_engine::pane_look::OtherEnterLook::recent_among(pane.other_enter_times.iter().copied(), now))
+    }
+
+    /// `monitor.enter_push_late`: the late push reaches the monitor when due (a later Enter's
+    /// push carries the holder's latest note anyway).
+    pub fn late_enter_push(&mut self, a: usize) {
+        let now = wakterm_runtime::driver::now_ms();
+        let pane = &mut self.agents[a].pane;
+        if let Some((_, note)) = pane.push_late.filter(|(due, _)| *due <= now) {
+            pane.push_late = None;
+            pane.enter_pushed = pane.enter_pushed.max(Some(note));
+        }
     }
 
     /// A split write holds the holder's lifecycle lock: the child is not respawned meanwhile.
@@ -1556,12 +1599,14 @@ impl World {
             self.oracle.user_messages.insert((a, hash.clone()));
         }
         let opener = origin.filter(|rid| self.oracle.request_of(&text).as_deref() == Some(*rid)).map(str::to_string);
-        let taken = TakenPrompt { text, hash, opener, origin: origin.map(str::to_string), taken_ms: now };
+        let human = origin.is_none().then(|| self.oracle.on_human_prompt_taken(a));
+        let taken = TakenPrompt { text, hash, opener, origin: origin.map(str::to_string), taken_ms: now, human };
         let Some(taken) = self.join_pending_start(a, taken) else { return };
         let agent = &mut self.agents[a];
         if let Some(running) = agent.running.clone() {
             let hash = taken.hash.clone();
             let visible = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
+            self.note_human_prompt_recorded(a, taken.human);
             self.note_same_text(a, (taken.origin.as_deref(), &taken.text), &running.turn);
             self.wake_observer(visible);
             self.counters.fault("provider.steering");
@@ -1580,6 +1625,14 @@ impl World {
             return;
         }
         self.start_turn(a, now, taken, &[]);
+    }
+
+    /// ADM-19: the user message just appended to agent `a`'s rollout is the human's prompt
+    /// `human` (None: not a human's).
+    fn note_human_prompt_recorded(&mut self, a: usize, human: Option<u64>) {
+        if let Some(id) = human {
+            self.oracle.on_human_prompt_in_turn(a, id);
+        }
     }
 
     /// CORR-6 (`caller.same_text_human`): the user message just recorded in agent `a`'s turn
@@ -1672,7 +1725,7 @@ impl World {
     /// The turn an Enter into an idle TUI, or a pending start's due time, starts: its first
     /// prompt (the request that opened it), then the prompts that joined it.
     fn start_turn(&mut self, a: usize, now: u64, first: TakenPrompt, joined: &[TakenPrompt]) {
-        let TakenPrompt { text, hash, opener, origin, .. } = first;
+        let TakenPrompt { text, hash, opener, origin, human, .. } = first;
         let agent = &mut self.agents[a];
         agent.turns_started += 1;
         let turn = TurnId(format!("a{a}-p{}-t{}", agent.spawned, agent.turns_started));
@@ -1690,12 +1743,14 @@ impl World {
         let t = turn.clone();
         let started = agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });
         let prompted = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+        self.note_human_prompt_recorded(a, human);
         self.note_same_text(a, (origin.as_deref(), &text), &turn);
         self.wake_observer(started);
         self.wake_observer(prompted);
         for prompt in joined {
             let (t, hash) = (turn.clone(), prompt.hash.clone());
             let visible = self.agents[a].append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
+            self.note_human_prompt_recorded(a, prompt.human);
             self.note_same_text(a, (prompt.origin.as_deref(), &prompt.text), &turn);
             self.wake_observer(visible);
         }
@@ -1819,6 +1874,7 @@ impl World {
         agent.pending_start = None;
         agent.queued.clear();
         agent.pending_finals.clear();
+        self.oracle.forget_human_prompts(a); // ADM-19: what it took dies with it
         agent.composer.clear();
         agent.question = false;
         agent.respawn_at_ms = Some(now + respawn_after_ms);
@@ -1835,6 +1891,7 @@ impl World {
         agent.pending_start = None;
         agent.queued.clear();
         agent.pending_finals.clear();
+        self.oracle.forget_human_prompts(a); // ADM-19: what it took dies with it
         agent.composer.clear();
         agent.respawn_at_ms = None;
         agent.spawned += 1;
@@ -2201,6 +2258,7 @@ impl World {
         agent.pending_start = None;
         agent.queued.clear();
         agent.pending_finals.clear();
+        self.oracle.forget_human_prompts(a); // ADM-19: what it took dies with it
         agent.composer.clear();
         agent.question = false;
         agent.respawn_at_ms = None;

@@ -84,7 +84,7 @@ enum Wake {
     /// The agent's terminal printed something: its screen (composer, dialogs) may differ.
     Screen(String),
     /// ADM-19: the agent's holder noted another writer's Enter (its `other_enter_ms`).
-    OtherEnter(String, u64),
+    OtherEnter(String, EnterNote),
     /// A file under a watched sessions directory changed.
     Path(PathBuf),
     /// A directory was created under a watched sessions directory (a new day's).
@@ -160,7 +160,7 @@ struct Watched {
     screen_due: bool,
     /// ADM-19: the next run reports this Enter by another writer (the holder's note) with
     /// what it reads after it.
-    enter_due: Option<u64>,
+    enter_due: Option<EnterNote>,
     checkpoint_pending: bool,
     /// MON-3: screen looks that failed in a row (retried on the tick up to [`SCREEN_RETRIES`]).
     screen_failures: u8,
@@ -272,9 +272,9 @@ impl Dispatcher {
                 }
                 self.schedule(&agent_id);
             }
-            Wake::OtherEnter(agent_id, noted_ms) => {
+            Wake::OtherEnter(agent_id, note) => {
                 if let Some(watched) = self.agents.get_mut(&agent_id) {
-                    watched.enter_due = watched.enter_due.max(Some(noted_ms));
+                    watched.enter_due = watched.enter_due.max(Some(note));
                 }
                 self.schedule(&agent_id);
             }
@@ -329,9 +329,11 @@ impl Dispatcher {
                 // garbage) would cost a holder call and a connection every second.
                 watched.screen_failures = if ran.screen_unread { watched.screen_failures.saturating_add(1) } else { 0 };
                 watched.screen_due |= ran.screen_unread && watched.screen_failures <= SCREEN_RETRIES;
-                // ADM-19: a read cut at its step bound is no floor: the next run (at once, it
-                // is behind) reports the Enter again with what it reads.
-                watched.enter_due = watched.enter_due.max(ran.enter_unread);
+                // ADM-19: a read that was no floor (cut at its step bound: the next run comes at
+                // once; no rollout yet, a turn it could not tell) reports the Enter again with
+                // the next run, while the Enter can still hold prompts.
+                let holds = |note: &EnterNote| monotonic_ms().saturating_sub(note.noted_ms) < wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
+                watched.enter_due = watched.enter_due.max(ran.enter_unread.filter(holds));
                 if std::mem::take(&mut watched.again) || ran.behind {
                     self.schedule(&agent_id);
                 }
@@ -659,9 +661,19 @@ struct RunOutcome {
     screen_unread: bool,
     /// MON-4: the read stopped at its step bound: the agent runs again at once.
     behind: bool,
-    /// ADM-19: the Enter the run reported with a read cut at its step bound: the next run
-    /// reports it again.
-    enter_unread: Option<u64>,
+    /// ADM-19: the Enter the run could not report with a floor (a read cut at its step
+    /// bound, no process or rollout to read, a turn it could not tell): the next run reports
+    /// it again.
+    enter_unread: Option<EnterNote>,
+}
+
+/// ADM-19: a holder's note of another writer's Enter (`InfoReply::other_enter_ms`, and its
+/// count of such Enters, `other_enters`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct EnterNote {
+    noted_ms: u64,
+    count: u64,
+    recent: u64,
 }
 
 /// What a run must do besides reading the rollout.
@@ -673,7 +685,7 @@ struct Due {
     screen: bool,
     /// ADM-19: report this Enter by another writer (the holder's note), with a snapshot read
     /// after the holder told of it.
-    enter: Option<u64>,
+    enter: Option<EnterNote>,
 }
 
 /// One look at an agent: liveness (when due), then what its rollout appended (or, before it
@@ -722,7 +734,7 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
     let Due { liveness, screen: screen_due, enter } = due;
     let forwarded = if liveness { agent.forward_liveness_change(inbox) } else { Forwarded::Nothing };
     let liveness_unknown = forwarded == Forwarded::Unknown;
-    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false, behind: false, enter_unread: None };
+    let ended = RunOutcome { checkpoint_pending: false, liveness_unknown, screen_unread: false, behind: false, enter_unread: enter };
     if forwarded == Forwarded::EngineGone {
         return (ended, false);
     }
@@ -752,6 +764,7 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
         return (ended, false);
     }
     let mut screen_unread = false;
+    let mut enter_unread = enter; // reported only by a snapshot below
     if changed {
         let screen = match look_again {
             true => agent.screen_text(),
@@ -767,9 +780,11 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
         // ADM-19: read after the holder told of the Enter, so what it read may all predate it
         // and anything recorded later lies past it: the Enter's floor (the engine's
         // `on_other_enter_noted`), taken before Codex records the Enter's turn.
+        let floor = snapshot.read_to_end().is_some();
+        enter_unread = enter.filter(|_| !floor);
         let input = match enter {
-            Some(noted_ms) => {
-                let enter = OtherEnterLook::noted_at(noted_ms, monotonic_ms());
+            Some(note) => {
+                let enter = OtherEnterLook::noted_at(note.noted_ms, (note.count, note.recent), monotonic_ms());
                 tracing::debug!(%agent_id, ago_ms = enter.ago_ms, position = snapshot.position, behind, "reporting another writer's Enter");
                 Some(Input::OtherEnterNoted { agent_id, enter, snapshot })
             }
@@ -779,7 +794,6 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
             let _ = inbox.blocking_send(DriverMsg::Input(input));
         }
     }
-    let enter_unread = enter.filter(|_| behind);
     (RunOutcome { checkpoint_pending: pending, liveness_unknown, screen_unread, behind, enter_unread }, stepped)
 }
 
@@ -791,11 +805,13 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
     let mut known: Option<(u64, bool)> = None;
     let mut output_end: Option<u64> = None;
     // ADM-19: the last Enter by another writer the monitor was told of (0: none; the clock
-    // is the machine's, so a new holder's notes come later than an old one's).
+    // is the machine's, so a new holder's notes come later than an old one's). A managed
+    // agent's turns name their line: its Enters are not watched.
     let mut enter_known = 0;
-    // The screen debounce: until then output wakes nothing, but a call still waits at the
-    // holder, so a process change or another writer's Enter is told at once (ADM-19: a sleep
-    // here told the Enter 104-145 ms late, after Codex had recorded its turn).
+    let watch_enters = !agent.record.managed;
+    // The screen debounce (PTY): until then output wakes nothing, but a call still waits at
+    // the holder, so a process change or another writer's Enter is told at once (ADM-19: a
+    // sleep here told the Enter 104-145 ms late, after Codex had recorded its turn).
     let mut quiet_until: Option<Instant> = None;
     let mut legacy = false;
     while !agent.stopping.load(Ordering::SeqCst) && !wake.is_closed() {
@@ -804,29 +820,31 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                 if agent.stopping.load(Ordering::SeqCst) {
                     return;
                 }
-                let quiet = quiet_until.and_then(|until| until.checked_duration_since(Instant::now())).filter(|left| !left.is_zero());
-                let answer = match known {
+                let (answer, quiet) = match known {
                     Some((generation, alive)) if !legacy => {
+                        // Less than a millisecond left is over (a 1 ms call would follow).
+                        let quiet = quiet_until.and_then(|until| until.checked_duration_since(Instant::now())).filter(|left| *left >= Duration::from_millis(1));
                         let (wait, output_end) = match quiet {
                             Some(left) => (left, None),
                             None => (LIVENESS_WAIT, output_end),
                         };
-                        let timeout_ms = (wait.as_millis() as u64).max(1);
-                        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end, enter_after: Some(enter_known) };
-                        connection.call(&request, wait + HOLDER_RETRY * 5).await
+                        let timeout_ms = u64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u64::MAX).clamp(1, crate::holder::protocol::MAX_INFO_WAIT_MS);
+                        let enter_after = watch_enters.then_some(enter_known);
+                        let request = Request::InfoChanged { generation, alive, timeout_ms, output_end, enter_after };
+                        (connection.call(&request, wait + HOLDER_RETRY * 5).await, quiet)
                     }
                     _ => {
                         if known.is_some() {
                             tokio::time::sleep(LEGACY_HOLDER_POLL).await;
                         }
-                        connection.call(&Request::Info, HOLDER_RETRY * 5).await
+                        (connection.call(&Request::Info, HOLDER_RETRY * 5).await, None)
                     }
                 };
                 match answer {
                     Ok(info) => {
-                        if let Some(noted_ms) = info.other_enter_ms.filter(|at| *at > enter_known) {
+                        if let Some(noted_ms) = info.other_enter_ms.filter(|at| watch_enters && *at > enter_known) {
                             enter_known = noted_ms;
-                            let _ = wake.send(Wake::OtherEnter(agent_id.clone(), noted_ms));
+                            let _ = wake.send(Wake::OtherEnter(agent_id.clone(), EnterNote { noted_ms, count: info.other_enters, recent: info.other_enters_recent }));
                         }
                         let next = Some((info.generation, info.alive));
                         if next != known {
@@ -835,9 +853,12 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                         } else if quiet.is_none() && output_end.is_some_and(|end| end != info.output_end) {
                             let _ = wake.send(Wake::Screen(agent_id.clone()));
                             // A busy terminal redraws often: look at most every debounce. A
-                            // managed agent's output IS its evidence (MGD-4): barely debounced.
-                            let debounce = if agent.record.managed { MANAGED_OUTPUT_DEBOUNCE } else { SCREEN_DEBOUNCE };
-                            quiet_until = Some(Instant::now() + debounce);
+                            // managed agent's output IS its evidence (MGD-4): barely debounced,
+                            // by a sleep (no Enter to watch for meanwhile).
+                            match agent.record.managed {
+                                true => tokio::time::sleep(MANAGED_OUTPUT_DEBOUNCE).await,
+                                false => quiet_until = Some(Instant::now() + SCREEN_DEBOUNCE),
+                            }
                         }
                         // During the debounce the end stays the one the last screen wake saw:
                         // output meanwhile wakes the next look as soon as it ends.
@@ -1559,7 +1580,7 @@ mod tests {
         crate::observer::test_rollouts::burst(&mut rollout, "t1", true);
         let (attaching, _) = run_as_driver(&agent, &inbox, &mut messages, due(true, false));
         assert!(!attaching.behind, "{attaching:?}");
-        let noted_ms = monotonic_ms();
+        let noted = EnterNote { noted_ms: monotonic_ms(), count: 1, recent: 1 };
         let reported = |sent: &[Sent]| -> Vec<(OtherEnterLook, wakterm_engine::ObserverSnapshot)> {
             sent.iter()
                 .filter_map(|s| match s {
@@ -1570,11 +1591,11 @@ mod tests {
                 .collect()
         };
         crate::observer::test_rollouts::burst(&mut rollout, "t2", true);
-        let with_enter = Due { enter: Some(noted_ms), ..due(false, false) };
+        let with_enter = Due { enter: Some(noted), ..due(false, false) };
         let (cut, sent) = run_as_driver(&agent, &inbox, &mut messages, with_enter);
-        assert!(cut.behind && cut.enter_unread == Some(noted_ms), "cut: the next run reports it again: {cut:?}");
+        assert!(cut.behind && cut.enter_unread == Some(noted), "cut: the next run reports it again: {cut:?}");
         let [(enter, snapshot)] = reported(&sent).try_into().expect("one report");
-        assert_eq!((enter.noted_ms, snapshot.turn.clone()), (noted_ms, wakterm_engine::TurnState::Unknown), "a cut read: {sent:?}");
+        assert_eq!((enter.noted_ms, enter.count, snapshot.turn.clone()), (noted.noted_ms, 1, wakterm_engine::TurnState::Unknown), "a cut read: {sent:?}");
         assert!(matches!(sent.iter().rposition(|s| matches!(s, Sent::Step(_))), Some(i) if i < sent.iter().position(|s| matches!(s, Sent::Input(_))).unwrap()), "after its step: {sent:?}");
 
         let agent = Arc::new(agent);
@@ -1584,13 +1605,13 @@ mod tests {
         dispatcher.agents.insert(id.to_string(), watched);
         // (Told it is caught up, so that it runs nothing itself: this thread runs the next.)
         dispatcher.on_wake(Wake::Done { agent_id: id.to_string(), ran: RunOutcome { behind: false, ..cut } });
-        assert_eq!(dispatcher.agents[id].enter_due, Some(noted_ms), "the next run reports it again");
+        assert_eq!(dispatcher.agents[id].enter_due, Some(noted), "the next run reports it again");
         let rest = Due { enter: dispatcher.agents[id].enter_due, ..due(false, false) };
         drop(dispatcher);
         let (caught_up, sent) = run_as_driver(&agent, &inbox, &mut messages, rest);
         assert!(!caught_up.behind && caught_up.enter_unread.is_none(), "{caught_up:?}");
         let [(enter, snapshot)] = reported(&sent).try_into().expect("reported again");
-        assert_eq!(enter.noted_ms, noted_ms);
+        assert_eq!(enter.noted_ms, noted.noted_ms);
         assert!(snapshot.turn != wakterm_engine::TurnState::Unknown, "read to its end: a floor: {snapshot:?}");
         assert_eq!(snapshot.position, std::fs::metadata(agent.rollout_path().unwrap()).unwrap().len(), "the rollout's end");
         drop(agent);

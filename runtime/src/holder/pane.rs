@@ -65,7 +65,14 @@ pub struct PaneState {
     /// submit made ended: a human's or another program's prompt may be on its way to the
     /// provider's records.
     pub other_enter_ms: Option<u64>,
+    /// ADM-19: how many carriage returns such writes carried (each may submit a prompt).
+    pub other_enters: u64,
+    /// ADM-19: when each of the latest of them came (at most `MAX_ENTER_TIMES` kept).
+    pub other_enter_times: std::collections::VecDeque<u64>,
 }
+
+/// ADM-19: Enters of other writers whose times a pane keeps (those within the grace count).
+const MAX_ENTER_TIMES: usize = 256;
 
 /// How one generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +196,8 @@ impl Pane {
             exits: Vec::new(),
             last_input: None,
             other_enter_ms: None,
+            other_enters: 0,
+            other_enter_times: Default::default(),
         };
         Ok(Arc::new(Pane {
             command: cfg.command.clone(),
@@ -475,9 +484,17 @@ impl Pane {
         let now_ms = super::protocol::monotonic_ms();
         let mut state = self.lock();
         state.last_input = Some(LastInput { written_ms: now_ms, output_end: before });
-        if !own && wakterm_engine::pane_look::carries_enter(written) {
+        let enters = wakterm_engine::pane_look::count_enters(written);
+        if !own && enters > 0 {
             // Strictly later than the last one, so a watcher that knows that one wakes.
             state.other_enter_ms = Some(state.other_enter_ms.map_or(now_ms, |last| now_ms.max(last + 1)));
+            state.other_enters += enters;
+            for _ in 0..enters.min(MAX_ENTER_TIMES as u64) {
+                if state.other_enter_times.len() == MAX_ENTER_TIMES {
+                    state.other_enter_times.pop_front();
+                }
+                state.other_enter_times.push_back(now_ms);
+            }
             drop(state);
             self.changed.notify_all(); // `info_changed` callers watching for it (ADM-19)
         }
@@ -616,6 +633,8 @@ impl Pane {
             holder_instance: self.instance.clone(),
             requests: self.requests.load(std::sync::atomic::Ordering::SeqCst),
             other_enter_ms: state.other_enter_ms,
+            other_enters: state.other_enters,
+            other_enters_recent: wakterm_engine::pane_look::OtherEnterLook::recent_among(state.other_enter_times.iter().copied(), super::protocol::monotonic_ms()),
             writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
             generation_start: state.generation_start,
             output_end: state.ring.end(),

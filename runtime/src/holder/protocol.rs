@@ -181,6 +181,15 @@ pub struct InfoReply {
     /// holder older than the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_enter_ms: Option<u64>,
+    /// ADM-19: how many carriage returns those writes carried so far
+    /// (`pane_look::count_enters`): each may have submitted a prompt. 0 from a holder older
+    /// than the field.
+    #[serde(default)]
+    pub other_enters: u64,
+    /// ADM-19: how many of them came within `OTHER_ENTER_GRACE_MS` before this answer
+    /// (`OtherEnterLook::recent`). 0 from a holder older than the field.
+    #[serde(default)]
+    pub other_enters_recent: u64,
 }
 
 /// One holder process. Its output stream, child generations and write count are its own: a
@@ -511,6 +520,8 @@ mod tests {
             requests: 4,
             holder_instance: "9f2c".into(),
             other_enter_ms: Some(12),
+            other_enters: 2,
+            other_enters_recent: 1,
         };
         let both = ScreenWithInfo { screen, info: Some(info) };
         assert_eq!(serde_json::from_str::<ScreenWithInfo>(&serde_json::to_string(&both).unwrap()).unwrap(), both);
