@@ -223,15 +223,18 @@ impl AgentEntry {
         let Some(look) = look else { return };
         if self.other_enter.as_ref().is_none_or(|known| known.noted_ms < look.noted_ms) {
             let at_ms = now_ms.saturating_sub(look.ago_ms);
-            let earlier = self.other_enter.as_ref().map_or(0, |known| known.owed);
+            // The known Enter's prompts still unshown, while it holds (past the grace it holds
+            // nothing: an Enter that took no prompt would otherwise hold every later one for
+            // the whole grace).
+            let earlier = self.other_enter_unseen(now_ms).and(self.other_enter.as_ref()).map_or(0, |known| known.owed);
             // The Enters since the known one, each a prompt (a review: one never looked at
-            // between two looks was not counted); with none known (a daemon just started,
-            // earlier Enters no look reported: the simulator's seed 6860), or another holder
-            // (its count starts over), those within the grace; one from a holder that does not
-            // count.
+            // between two looks was not counted), those within the grace only; with none
+            // known (a daemon just started, earlier Enters no look reported: the simulator's
+            // seed 6860), or another holder (its count starts over), all within the grace; one
+            // from a holder that does not count.
             let recent = look.recent.max(1);
             let since = self.other_enter.as_ref().map_or(recent, |known| match look.count.checked_sub(known.count) {
-                Some(n) if n > 0 && known.count > 0 => n,
+                Some(n) if n > 0 && known.count > 0 => n.min(recent),
                 _ => recent,
             });
             let ours = u64::from(self.awaiting_prompt.is_some());

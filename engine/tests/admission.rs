@@ -1277,6 +1277,17 @@ fn adm_19_a_prompt_in_flight_at_the_enter_is_not_its_prompt() {
         whole_turn(&mut rig, "turn-3", "the last Enter's", 1200);
         assert_eq!(held(&mut rig, REQ2, later(enter, 60)), None, "{first:?}");
     }
+
+    // An Enter that took no prompt holds nothing past its grace, nor do the Enters before it
+    // past theirs: the next Enter waits for its own prompt only.
+    let mut rig = Rig::with_idle_zola();
+    let empty = counted(enter_noted(&rig, 0), 1, 1);
+    enter_reported(&mut rig, empty);
+    rig.advance(limits::OTHER_ENTER_GRACE_MS + 5_000);
+    let enter = counted(enter_noted(&rig, 2), 3, 1);
+    enter_reported(&mut rig, enter);
+    whole_turn(&mut rig, "turn-h", "the human's", 1100);
+    assert_eq!(held(&mut rig, REQ, later(enter, 30)), None, "only its own prompt was in flight");
 }
 
 /// ADM-19: the hold's end by the grace is an announced timer: the catalog, which reads the

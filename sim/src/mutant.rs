@@ -341,6 +341,10 @@ pub enum Mutant {
     /// start or user message recorded before the Enter but read now lies past that floor and
     /// ends the hold while the human's turn is unrecorded.
     EnterReportedBeforeItsRead,
+    /// ADM-19: the observer loop never reports a pushed Enter (the engine learns of it only
+    /// at an admission's look, whose read already holds the human's records): the hold lasts
+    /// the whole grace after the human's turn showed.
+    EnterReportDropped,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -412,6 +416,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::LookCountWithScreen, "look_count_with_screen", "pane port's look reads the write count with the screen, a write under way counted"),
     (Mutant::RecordEndNotReported, "record_end_not_reported", "pane port's write outcome omits where the rollout ended before the write, so the floor is the view's"),
     (Mutant::OtherEnterNotReported, "other_enter_not_reported", "pane port's look omits when a human last pressed Enter, so a prompt races the human's unrecorded turn"),
+    (Mutant::EnterReportDropped, "enter_report_dropped", "observer loop never reports a pushed Enter, so its hold lasts the grace after the human's turn showed"),
     (Mutant::EnterReportedBeforeItsRead, "enter_reported_before_its_read", "observer loop reports a pushed Enter with the snapshot it sent before its read, so records older than the Enter end the hold"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];

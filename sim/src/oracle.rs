@@ -235,6 +235,12 @@ struct HumanPrompt {
     taken_ms: u64,
     /// The TUI put it into a turn (its user message recorded).
     in_turn: bool,
+    /// The holder's note of its Enter and its count of Enters within the grace then.
+    enter: Option<(u64, u64)>,
+    /// Where its user message lies (session, position), once recorded.
+    recorded: Option<(SessionId, u64)>,
+    /// When that record was first sent to the engine.
+    delivered_ms: Option<u64>,
 }
 
 #[derive(Default)]
@@ -304,6 +310,13 @@ pub struct Oracle {
     /// it into one) yet.
     human_prompts: BTreeMap<usize, BTreeMap<u64, HumanPrompt>>,
     next_human_prompt: u64,
+    /// ADM-19's liveness: per agent, the first read to the end the observer loop made after
+    /// the holder pushed an Enter (its note, the read's session and position, when), whether
+    /// or not it reported it: where the engine's floor for that Enter should lie.
+    enter_floors: BTreeMap<usize, (u64, SessionId, u64, u64)>,
+    /// Per agent, when the engine last asked for a write of ours (any writer's: one that
+    /// failed may have written, and the engine counts it).
+    our_write_ms: BTreeMap<usize, u64>,
     pub last_sequence: u64,
     pub ended: BTreeMap<String, u64>,
     /// When each request ended (its terminal event reached the watcher).
@@ -1064,18 +1077,63 @@ impl Oracle {
 
     /// ADM-19: the TUI of agent `a` took a human's prompt (an Enter on a non-empty composer):
     /// its id, for `on_human_prompt_recorded`.
-    pub fn on_human_prompt_taken(&mut self, a: usize) -> u64 {
+    /// `enter`: the holder's note of its Enter, and how many Enters of other writers it had
+    /// noted within the grace then.
+    pub fn on_human_prompt_taken(&mut self, a: usize, enter: Option<(u64, u64)>) -> u64 {
         self.next_human_prompt += 1;
         let taken_ms = wakterm_runtime::driver::now_ms();
-        self.human_prompts.entry(a).or_default().insert(self.next_human_prompt, HumanPrompt { taken_ms, in_turn: false });
+        let prompt = HumanPrompt { taken_ms, in_turn: false, enter, recorded: None, delivered_ms: None };
+        self.human_prompts.entry(a).or_default().insert(self.next_human_prompt, prompt);
         self.next_human_prompt
     }
 
     /// ADM-19: the TUI put the human's prompt `id` into a turn (started one with it, or
     /// steered it into the running one) and recorded its user message.
-    pub fn on_human_prompt_in_turn(&mut self, a: usize, id: u64) {
+    pub fn on_human_prompt_in_turn(&mut self, a: usize, id: u64, record: (SessionId, u64)) {
         if let Some(prompt) = self.human_prompts.get_mut(&a).and_then(|p| p.get_mut(&id)) {
             prompt.in_turn = true;
+            prompt.recorded = Some(record);
+        }
+    }
+
+    /// The engine asked for a write of ours to agent `a`'s pane.
+    pub fn on_write_asked(&mut self, a: usize) {
+        self.our_write_ms.insert(a, wakterm_runtime::driver::now_ms());
+    }
+
+    /// ADM-19's liveness: the observer loop read agent `a`'s rollout to its end (`floor`)
+    /// after the holder pushed the Enter noted at `noted`: the engine's floor for it.
+    pub fn on_enter_floor_read(&mut self, a: usize, noted: u64, floor: &wakterm_engine::observer::Cursor) {
+        let now = wakterm_runtime::driver::now_ms();
+        if self.enter_floors.get(&a).is_none_or(|(known, ..)| *known < noted) {
+            self.enter_floors.insert(a, (noted, floor.session.clone(), floor.position, now));
+        }
+    }
+
+    /// ADM-19's liveness: a refusal `other_prompt_pending` of agent `a` for a call that began
+    /// at `since`, while the holder's last note is `noted`: wrong when that Enter was the
+    /// only one within the grace, took a human's prompt that the TUI put into a turn, whose
+    /// user message lay past the floor the loop read after the holder's push and was sent to
+    /// the engine `STALL_MARGIN_MS` before the call, with no prompt of ours in flight (none
+    /// written within 60 s before it) and this daemon up since before it: the engine knew the
+    /// prompt had shown (mutant `enter_report_dropped`: the floor came only with an
+    /// admission's look, past the human's records, and the hold lasted the grace).
+    pub fn check_enter_hold_ended(&mut self, a: usize, id: &str, since: u64, noted: Option<u64>) {
+        let Some(noted) = noted else { return };
+        let Some((floor_noted, session, floor, read_ms)) = self.enter_floors.get(&a).cloned() else { return };
+        let ours_before = self.our_write_ms.get(&a).is_some_and(|at| *at + 60_000 > noted);
+        if floor_noted != noted || read_ms < self.daemon_started_ms || noted < self.daemon_started_ms || ours_before {
+            return;
+        }
+        let grace = wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
+        let prompts = self.human_prompts.get(&a).into_iter().flat_map(|p| p.values());
+        let shown = prompts.filter(|p| p.enter == Some((noted, 1))).find_map(|p| match (&p.recorded, p.delivered_ms) {
+            (Some((s, position)), Some(at)) if *s == session && *position > floor => Some(at),
+            _ => None,
+        });
+        if let Some(at) = shown.filter(|at| at + STALL_MARGIN_MS <= since && since < noted + grace) {
+            let m = format!("{id}: busy/other_prompt_pending for a{a}, though the human's prompt of the Enter it waits for was delivered to the engine {} ms before the call, past the floor the loop read after the holder's push", since - at);
+            self.fail(Kind::Stalled, m);
         }
     }
 
@@ -1088,9 +1146,15 @@ impl Oracle {
 
     /// ADM-19: the observer port sent the engine a turn start or a user message of agent `a`
     /// that became readable at `visible_ms`.
-    pub fn on_prompt_delivered(&mut self, a: usize, visible_ms: u64) {
+    pub fn on_prompt_delivered(&mut self, a: usize, visible_ms: u64, record: Option<(SessionId, u64)>) {
         let latest = self.prompt_delivered_ms.entry(a).or_insert(visible_ms);
         *latest = (*latest).max(visible_ms);
+        let now = wakterm_runtime::driver::now_ms();
+        for prompt in self.human_prompts.get_mut(&a).into_iter().flat_map(|p| p.values_mut()) {
+            if record.is_some() && prompt.recorded == record {
+                prompt.delivered_ms.get_or_insert(now);
+            }
+        }
     }
 
     /// ADM-19 (PTY): `writer`'s prompt (an admission's, a no-steer send's, a submit's; a plain
@@ -1102,10 +1166,16 @@ impl Oracle {
     /// refused it; a write of the look's count refuses an Enter after the look. By when the
     /// records became readable, not when they were sent (a review: an old turn delivered
     /// late after the Enter is no sign of its turn).
-    pub fn check_other_enter(&mut self, a: usize, writer: &str, other_enter_ms: Option<u64>) {
-        let Some(at) = other_enter_ms else { return };
+    /// `provider_lag_ms`: how late the provider writes its records (`observer.delayed`).
+    pub fn check_other_enter(&mut self, a: usize, writer: &str, other_enter_ms: Option<u64>, provider_lag_ms: u64) {
         let now = wakterm_runtime::driver::now_ms();
-        self.check_human_prompts_recorded(a, writer, now);
+        let Some(at) = other_enter_ms else { return };
+        // A provider that writes seconds late writes an earlier turn's records after the
+        // Enter, past any floor: the known gap of position floors (the real Codex writes
+        // within some 25 ms).
+        if provider_lag_ms <= 25 {
+            self.check_human_prompts_recorded(a, writer, now);
+        }
         let seen_since = self.prompt_delivered_ms.get(&a).is_some_and(|seen| *seen >= at);
         let recent = now < at + wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
         if recent && !seen_since && !self.may_steer(writer) {
@@ -1355,7 +1425,10 @@ impl Oracle {
 
     /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
     /// `idle_since`: since when agent `call.agent` has run no turn (ground truth).
-    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64, idle_since: Option<u64>) {
+    /// `agent_then`: since when the agent is idle (None: busy), and the holder's note of the
+    /// last Enter of another writer.
+    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64, agent_then: (Option<u64>, Option<u64>)) {
+        let (idle_since, other_enter_ms) = agent_then;
         let id = &call.request_id;
         let writes = self.writes.get(id).cloned().unwrap_or_default();
         let class = receipt.classification;
@@ -1379,6 +1452,11 @@ impl Oracle {
         if class == Classification::Busy && receipt.reason.as_deref() == Some("turn_active") {
             if let Some(since) = since {
                 self.check_not_over_refused(call.agent, id, since, idle_since);
+            }
+        }
+        if class == Classification::Busy && receipt.reason.as_deref() == Some("other_prompt_pending") {
+            if let Some(since) = since {
+                self.check_enter_hold_ended(call.agent, id, since, other_enter_ms);
             }
         }
         if class.is_definitive_rejection() {

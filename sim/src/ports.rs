@@ -817,7 +817,8 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     let writer = request.clone().unwrap_or_else(|| "?".to_string());
     if !w.is_managed(a) {
         let other_enter = w.agents[a].pane.other_enter_ms;
-        w.oracle.check_other_enter(a, &writer, other_enter);
+        let lag = w.agents[a].lag_ms;
+        w.oracle.check_other_enter(a, &writer, other_enter, lag);
     }
     let kind = if looked.is_none() { Writer::UnobservedSend } else { Writer::Admission };
     check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
@@ -907,6 +908,7 @@ fn ask_write(w: &mut World, agent_id: &AgentId, delivery_id: u64, writer: String
         w.oracle.interleaved(m);
     }
     w.agents[a].pane.asked.insert(delivery_id, (writer, epoch));
+    w.oracle.on_write_asked(a);
 }
 
 /// The daemon's call for one write: the runtime's bound (`write_call_bound`,
@@ -1135,7 +1137,8 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
             // A submit always looks first (SUB-1): never an unobserved write.
             check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, Writer::Submit));
             let other_enter = w.agents[a].pane.other_enter_ms;
-            w.oracle.check_other_enter(a, &sid, other_enter);
+            let lag = w.agents[a].lag_ms;
+            w.oracle.check_other_enter(a, &sid, other_enter, lag);
         }
         if let Some(k) = cut {
             w.pane_write(a, &sid, &step[..k], Some(&sid), false);
@@ -1711,7 +1714,8 @@ fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
         let agent = &w.agents[a];
         let file = std::iter::once(&agent.session).chain(agent.archived.iter().rev()).find(|s| Some(&s.id) == event.session());
         let visible = file.and_then(|s| s.records.iter().find(|r| Some(r.position) == event.position())).map(|r| r.visible_at_ms);
-        w.oracle.on_prompt_delivered(a, visible.unwrap_or_else(wakterm_runtime::driver::now_ms));
+        let record = event.session().cloned().zip(event.position());
+        w.oracle.on_prompt_delivered(a, visible.unwrap_or_else(wakterm_runtime::driver::now_ms), record);
     }
     match &event {
         ObserverEvent::TurnStarted { session, position, turn } => w.oracle.on_turn_delivered(a, session, *position, turn),
@@ -1772,9 +1776,12 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // ADM-19: the report takes the snapshot's place, whether or not it is news; a read
             // that is no floor (cut at its step bound, no rollout) is reported again by the
             // next run (`enter_unread`).
-            let report = enter.filter(|_| w.mutant != Mutant::EnterReportedBeforeItsRead).zip(snapshot.clone());
-            if let Some((noted, _)) = enter.filter(|_| snapshot.as_ref().is_some_and(|s| s.read_to_end().is_some())) {
+            // The bugs: `enter_reported_before_its_read` reported it above; `enter_report_dropped`
+            // sends the plain snapshot (the Enter becomes known only at an admission's look).
+            let report = enter.filter(|_| !matches!(w.mutant, Mutant::EnterReportedBeforeItsRead | Mutant::EnterReportDropped)).zip(snapshot.clone());
+            if let (Some((noted, _)), Some(floor)) = (enter, snapshot.as_ref().and_then(|s| s.read_to_end())) {
                 w.agents[a].observer.enter_reported = noted;
+                w.oracle.on_enter_floor_read(a, noted, &floor);
             }
             let mut snapshot = snapshot.filter(|_| news && report.is_none());
             let early = w.mutant == Mutant::SnapshotBeforeEvents && !events.is_empty(); // the bug

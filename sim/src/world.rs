@@ -1599,7 +1599,8 @@ impl World {
             self.oracle.user_messages.insert((a, hash.clone()));
         }
         let opener = origin.filter(|rid| self.oracle.request_of(&text).as_deref() == Some(*rid)).map(str::to_string);
-        let human = origin.is_none().then(|| self.oracle.on_human_prompt_taken(a));
+        let enter = self.agents[a].pane.other_enter_ms.map(|noted| (noted, self.enter_counts(a).1));
+        let human = origin.is_none().then(|| self.oracle.on_human_prompt_taken(a, enter));
         let taken = TakenPrompt { text, hash, opener, origin: origin.map(str::to_string), taken_ms: now, human };
         let Some(taken) = self.join_pending_start(a, taken) else { return };
         let agent = &mut self.agents[a];
@@ -1630,9 +1631,9 @@ impl World {
     /// ADM-19: the user message just appended to agent `a`'s rollout is the human's prompt
     /// `human` (None: not a human's).
     fn note_human_prompt_recorded(&mut self, a: usize, human: Option<u64>) {
-        if let Some(id) = human {
-            self.oracle.on_human_prompt_in_turn(a, id);
-        }
+        let (Some(id), Some(record)) = (human, self.agents[a].session.records.last()) else { return };
+        let record = (self.agents[a].session.id.clone(), record.position);
+        self.oracle.on_human_prompt_in_turn(a, id, record);
     }
 
     /// CORR-6 (`caller.same_text_human`): the user message just recorded in agent `a`'s turn
