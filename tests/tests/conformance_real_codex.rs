@@ -699,8 +699,8 @@ fn ev_real_codex_steered_turn_stream() {
 /// of the two, with that turn's final, and otherwise the request is `indeterminate`. What
 /// happened each round is printed. Before ADM-19, rounds at 0-15 ms completed with the human's
 /// turn: Codex 0.169 clears its composer at the Enter and records the turn some 25 ms later,
-/// and it queued our prompt as the next turn. From 3 s on (the human's turn took 1.5 s) the
-/// admission is accepted: the monitor reported the Enter before Codex recorded its turn (2-6 ms
+/// and it queued our prompt as the next turn. Right after the human's turn (1.5 s) ended, the
+/// admission is not held: the monitor reported the Enter before Codex recorded its turn (2-6 ms
 /// after it, in the daemon's log), so that turn's records ended the hold, not the 10 s grace.
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
@@ -710,10 +710,18 @@ fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() 
     let entry = rw.ready("zola", "baseline turn");
     let agent_id = s(&entry["agent_id"]).to_string();
     let incarnation = s(&entry["incarnation"]).to_string();
-    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400, 3_000, 10_500].into_iter().enumerate() {
+    // AFTER_ITS_TURN: right after the human's turn ended in the rollout.
+    const AFTER_ITS_TURN: u64 = u64::MAX;
+    for (round, delay_ms) in [0u64, 0, 15, 60, 150, 400, AFTER_ITS_TURN, 10_500].into_iter().enumerate() {
         let text = format!("THINK-SHORT same words typed twice, round {round}");
         type_into_pane(&rw, &agent_id, format!("\x15\x1b[200~{text}\x1b[201~\r").as_bytes());
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        let entered = Instant::now();
+        let after_its_turn = delay_ms == AFTER_ITS_TURN;
+        match delay_ms {
+            AFTER_ITS_TURN => human_turn_ended(&rw, &text),
+            _ => std::thread::sleep(Duration::from_millis(delay_ms)),
+        }
+        let delay_ms = entered.elapsed().as_millis() as u64;
         let id = new_id();
         let out = rw.w.run(&["agent", "admit", "--incarnation", &incarnation, "--request-id", &id, "--return-final", "zola", &text]);
         let outcome = if out.json["classification"] == "accepted" {
@@ -735,9 +743,9 @@ fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() 
             format!("accepted, {shape}, {} ({})", s(&terminal["state"]), terminal["reason"].as_str().unwrap_or("-"))
         } else {
             assert_definitive_rejection(&out, "busy");
-            // ADM-19: the human's turn (1.5 s) ended before; its records, recorded after the
-            // monitor reported the Enter, ended the hold (not the 10 s grace).
-            assert!(delay_ms < 3_000, "round {round}: refused {delay_ms} ms after the human's Enter, after its turn: {out:?}");
+            // ADM-19: after the human's turn ended, its records (recorded after the monitor
+            // reported the Enter) ended the hold, not the 10 s grace.
+            assert!(!after_its_turn || out.json["reason"] != "other_prompt_pending", "round {round}: held {delay_ms} ms after the human's Enter, after its turn ended: {out:?}");
             same_text_turns_ended(&rw, &text, 1); // the human's alone: the refusal wrote nothing
             sentinel(&rw, "zola", &format!("sentinel after round {round}"));
             rw.wait_entry("zola", "idle again", TURN_DEADLINE, |z| z["return_final_available"] == true);
@@ -745,6 +753,16 @@ fn corr_6_real_codex_a_humans_prompt_of_the_same_text_is_never_taken_for_ours() 
             format!("refused busy ({})", out.json["reason"].as_str().unwrap_or("-"))
         };
         eprintln!("corr_6 round {round}, admitted {delay_ms} ms after the human's Enter: {outcome}");
+    }
+}
+
+/// Waits (bounded) until the human's only turn of `text` ended in the rollout (not for the
+/// catalog: ADM-19's hold is what the round after it checks).
+fn human_turn_ended(rw: &RealWorld, text: &str) {
+    let end = Instant::now() + TURN_DEADLINE;
+    while !same_text_turns(rw, text).first().is_some_and(|turn| rw.w.completed_turns().iter().any(|(t, _)| t == turn)) {
+        assert!(Instant::now() < end, "the human's turn of {text:?} never ended");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
