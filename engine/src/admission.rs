@@ -667,6 +667,13 @@ impl Engine {
         record.written_at_event = Some(next_event);
         let incarnation = record.incarnation.clone();
         self.deliveries.insert(delivery_id, request_id.clone());
+        if managed_line.is_none() {
+            let hash = self.admissions[request_id].prompt_hash.clone();
+            let now_ms = self.now_ms;
+            if let Some(agent) = self.agents.get_mut(&agent_id) {
+                agent.note_own_prompt_asked(&hash, now_ms); // ADM-19
+            }
+        }
         self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes, expect_writes });
     }
 
@@ -769,9 +776,7 @@ impl Engine {
         };
         agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
         agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
-        if agent.facts.transport == crate::agent::Transport::Pty {
-            agent.note_own_prompt_written();
-        }
+
         if let Some(record) = self.requests.get_mut(request_id) {
             record.written_past = floor;
         }

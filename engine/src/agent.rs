@@ -141,6 +141,12 @@ pub struct AgentEntry {
     pub last_turn_started: Option<crate::ids::TurnId>,
     /// ADM-19 (PTY): the last Enter another writer put into the pane, as looks reported it.
     pub other_enter: Option<OtherEnter>,
+    /// ADM-19 (PTY): prompts of ours asked for (a write issued: it may land before its
+    /// outcome is known) whose user message has not arrived: hash, when asked; dropped past
+    /// ADM-5's grace and with the process. Counted into a new Enter's hold (a review: one
+    /// flag, the ADM-5 wait, missed a write still in flight and all but the last of several
+    /// plain sends).
+    pub own_unrecorded: std::collections::VecDeque<(String, u64)>,
 }
 
 /// ADM-19: another writer's Enter, and whether its prompt's turn has shown.
@@ -158,7 +164,8 @@ pub struct OtherEnter {
     /// old turn the monitor had not delivered yet): it counts for nothing. None until such a
     /// refresh: no record counts.
     pub floor: Option<crate::observer::Cursor>,
-    /// User messages past the floor still to come before the Enter's prompt surely shows:
+    /// User messages past the floor still to come before the Enter's prompt surely shows (at
+    /// most `MAX_OWED`: a holder's counts are not trusted further):
     /// its own, and one for each other prompt in flight when it was noted (the last Enter's,
     /// if that had not shown yet; ours, while ADM-5's wait is open) or written while it holds
     /// (a plain send's, ADM-13). Every prompt the TUI takes is recorded as one user message,
@@ -171,7 +178,14 @@ pub struct OtherEnter {
     pub owed: u64,
     /// The holder's count of other writers' Enters up to it (`OtherEnterLook::count`).
     pub count: u64,
+    /// How far user messages were counted: a replay (a resume, a file read again) of one
+    /// counts once (a review: counted again, it ended the hold early).
+    pub counted_to: u64,
 }
+
+/// ADM-19: the most user messages one Enter's hold waits for (the holder keeps 256 Enter
+/// times; a holder's reply is not trusted to overflow anything).
+pub const MAX_OWED: u64 = 1024;
 
 impl AgentEntry {
     pub fn new(facts: AgentFacts) -> AgentEntry {
@@ -193,6 +207,7 @@ impl AgentEntry {
             accepted_turns: Default::default(),
             last_turn_started: None,
             other_enter: None,
+            own_unrecorded: Default::default(),
         }
     }
 
@@ -232,14 +247,15 @@ impl AgentEntry {
             // known (a daemon just started, earlier Enters no look reported: the simulator's
             // seed 6860), or another holder (its count starts over), all within the grace; one
             // from a holder that does not count.
-            let recent = look.recent.max(1);
+            let recent = look.recent.clamp(1, MAX_OWED);
             let since = self.other_enter.as_ref().map_or(recent, |known| match look.count.checked_sub(known.count) {
                 Some(n) if n > 0 && known.count > 0 => n.min(recent),
                 _ => recent,
             });
-            let ours = u64::from(self.awaiting_prompt.is_some());
-            let owed = since + earlier + ours;
-            self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, owed, count: look.count });
+            self.forget_old_own_prompts(now_ms);
+            let ours = (self.own_unrecorded.len() as u64).max(u64::from(self.awaiting_prompt.is_some()));
+            let owed = since.saturating_add(earlier).saturating_add(ours).min(MAX_OWED);
+            self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, owed, count: look.count, counted_to: 0 });
         }
         let enter = self.other_enter.as_mut().expect("just set");
         // Only a read after this very Enter is its floor: one that reported an older Enter
@@ -263,19 +279,42 @@ impl AgentEntry {
             enter.floor = None;
             return;
         }
-        let past = event.position().is_some_and(|p| p > floor.position);
-        if past && matches!(event, crate::observer::ObserverEvent::UserMessage { .. }) {
+        let position = event.position().filter(|p| *p > floor.position.max(enter.counted_to));
+        if let (Some(position), crate::observer::ObserverEvent::UserMessage { .. }) = (position, event) {
             enter.owed = enter.owed.saturating_sub(1);
+            enter.counted_to = position;
         }
     }
 
-    /// ADM-19: a prompt of ours was written (ADM-5's wait opens) while another writer's Enter
-    /// holds (a plain send's, which the hold lets through): its user message will lie past
-    /// the floor too, and is no sign of the Enter's.
-    pub(crate) fn note_own_prompt_written(&mut self) {
-        if let Some(enter) = self.other_enter.as_mut().filter(|enter| enter.owed > 0) {
-            enter.owed += 1;
+    /// ADM-19: a user message arrived: the oldest prompt of ours of its text is recorded.
+    pub(crate) fn note_own_prompt_recorded(&mut self, event: &crate::observer::ObserverEvent) {
+        if let crate::observer::ObserverEvent::UserMessage { prompt_hash, .. } = event {
+            if let Some(i) = self.own_unrecorded.iter().position(|(hash, _)| hash == prompt_hash) {
+                self.own_unrecorded.remove(i);
+            }
         }
+    }
+
+    /// ADM-19: a prompt of ours (`hash`) is being written (PTY; a plain send's too, which the
+    /// hold lets through): its user message will lie past an Enter's floor, and is no sign of
+    /// the Enter's. Counted when the write is asked for: its bytes may land, and its record
+    /// come, before the write's outcome does (a review).
+    pub(crate) fn note_own_prompt_asked(&mut self, hash: &str, now_ms: u64) {
+        self.forget_old_own_prompts(now_ms);
+        if self.own_unrecorded.len() >= MAX_OWED as usize {
+            self.own_unrecorded.pop_front();
+        }
+        self.own_unrecorded.push_back((hash.to_string(), now_ms));
+        if let Some(enter) = self.other_enter.as_mut().filter(|enter| enter.owed > 0) {
+            enter.owed = enter.owed.saturating_add(1).min(MAX_OWED);
+        }
+    }
+
+    /// ADM-19: prompts of ours asked for longer than ADM-5's grace ago no longer count: a
+    /// write that took no prompt (a slash command, a failed write) would hold every later
+    /// Enter.
+    fn forget_old_own_prompts(&mut self, now_ms: u64) {
+        self.own_unrecorded.retain(|(_, at)| now_ms.saturating_sub(*at) < crate::limits::AWAITING_TURN_GRACE_MS);
     }
 
     /// CORR-15: the app-server accepted request `id`'s `turn/start` into `turn`.

@@ -31,6 +31,7 @@ impl Engine {
         if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
             if let Some(agent) = self.agents.get_mut(agent_id) {
                 agent.note_prompt_arrived(event);
+                agent.note_own_prompt_recorded(event);
             }
         }
     }

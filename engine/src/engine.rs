@@ -647,6 +647,7 @@ impl Engine {
                     // The process behind the agent changed: what the observer knew is void.
                     entry.view = None;
                     entry.end_wait();
+                    entry.own_unrecorded.clear(); // ADM-19: what it took dies with it
                 }
                 entry.facts = facts;
                 changed

@@ -66,6 +66,13 @@ impl OtherEnterLook {
         OtherEnterLook { noted_ms, ago_ms: now_ms.saturating_sub(noted_ms), count, recent }
     }
 
+    /// ADM-19: a holder's answer (`noted_ms`, its counts) looked at `now_ms`; a note later
+    /// than now (a holder's reply is untrusted bytes) is no note: it would outrank every
+    /// later Enter.
+    pub fn from_holder(noted_ms: Option<u64>, counts: (u64, u64), now_ms: u64) -> Option<OtherEnterLook> {
+        noted_ms.filter(|noted| *noted <= now_ms).map(|noted| OtherEnterLook::noted_at(noted, counts, now_ms))
+    }
+
     /// ADM-19: the holder's Enters within the grace before `now_ms` among `times` (monotonic
     /// ms, one per carriage return of another writer's).
     pub fn recent_among(times: impl IntoIterator<Item = u64>, now_ms: u64) -> u64 {
@@ -99,6 +106,10 @@ mod tests {
         assert!(!carries_enter(b"typed, not sent\n"));
         assert!(!carries_enter(b""));
         assert_eq!(super::count_enters(b"one\rtwo\r"), 2, "each may submit a prompt");
+        // A holder's answer is untrusted: a note later than now is none (it would outrank
+        // every later Enter); huge counts are clamped where they are added up (`MAX_OWED`).
+        assert_eq!(super::OtherEnterLook::from_holder(Some(u64::MAX), (u64::MAX, u64::MAX), 100), None);
+        assert_eq!(super::OtherEnterLook::from_holder(Some(90), (3, 2), 100).map(|l| (l.ago_ms, l.count, l.recent)), Some((10, 3, 2)));
     }
 
     /// ADM-4: a look waits only for input written within the bound and not drawn since.

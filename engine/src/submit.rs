@@ -445,7 +445,7 @@ impl Engine {
         agent.awaiting_past = agent.view_cursor(); // a turn at or before it began before the write
         agent.awaiting_prompt = Some(crate::prompt::prompt_hash(&submission.text));
         agent.not_reopened();
-        agent.note_own_prompt_written();
+        agent.note_own_prompt_asked(&crate::prompt::prompt_hash(&submission.text), now_ms); // ADM-19
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes });
     }

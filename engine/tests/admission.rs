@@ -1278,6 +1278,31 @@ fn adm_19_a_prompt_in_flight_at_the_enter_is_not_its_prompt() {
         assert_eq!(held(&mut rig, REQ2, later(enter, 60)), None, "{first:?}");
     }
 
+    // A write of ours still in flight (its outcome not back) when the Enter comes, its record
+    // arriving first; then that record replayed (a resume reading it again).
+    let (mut rig, _ours) = Rig::with_registered_zola(REQ, "ours in flight", ReturnMode::OneWay);
+    let enter = enter_noted(&rig, 1);
+    enter_reported(&mut rig, enter);
+    rig.turn_started("turn-1", 1100);
+    rig.user_message("turn-1", "ours in flight", 1110);
+    rig.user_message("turn-1", "ours in flight", 1110); // replayed: counted once
+    rig.deliver_next(DeliveryOutcome::Complete);
+    rig.auto = Auto::All;
+    rig.settle();
+    rig.turn_completed("turn-1", "done", 1120);
+    idle_after(&mut rig, "turn-1", 1120);
+    assert_eq!(held(&mut rig, REQ2, later(enter, 30)).as_deref(), Some("other_prompt_pending"), "our turn, twice, is no sign of the human's");
+    whole_turn(&mut rig, "turn-h", "the human's", 1200);
+    assert_eq!(held(&mut rig, "fe57dc90-994e-4e73-b09c-fac483d9f05d", later(enter, 60)), None);
+
+    // A holder's counts at their limits overflow nothing (a review: the sum panicked).
+    let mut rig = Rig::with_idle_zola();
+    let huge = counted(enter_noted(&rig, 1), u64::MAX, u64::MAX);
+    enter_reported(&mut rig, huge);
+    assert_eq!(held(&mut rig, REQ, later(huge, 1)).as_deref(), Some("other_prompt_pending"));
+    rig.advance(limits::OTHER_ENTER_GRACE_MS);
+    assert_eq!(held(&mut rig, REQ2, later(huge, limits::OTHER_ENTER_GRACE_MS)), None, "the grace bounds it");
+
     // An Enter that took no prompt holds nothing past its grace, nor do the Enters before it
     // past theirs: the next Enter waits for its own prompt only.
     let mut rig = Rig::with_idle_zola();

@@ -779,7 +779,7 @@ impl AgentRuntime {
                 let now_ms = crate::holder::protocol::monotonic_ms();
                 let pane = looked.info.as_ref().map_or(PaneLook::default(), |info| PaneLook {
                     writes: Some(info.writes),
-                    other_enter: info.other_enter_ms.map(|noted_ms| OtherEnterLook::noted_at(noted_ms, (info.other_enters, info.other_enters_recent), now_ms)),
+                    other_enter: OtherEnterLook::from_holder(info.other_enter_ms, (info.other_enters, info.other_enters_recent), now_ms),
                 });
                 (looked.info.map(Ok), Some(text_of(&looked.screen)), pane)
             }

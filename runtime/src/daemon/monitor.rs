@@ -842,7 +842,8 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                 };
                 match answer {
                     Ok(info) => {
-                        if let Some(noted_ms) = info.other_enter_ms.filter(|at| watch_enters && *at > enter_known) {
+                        // A note later than now is untrusted garbage (it would outrank all).
+                        if let Some(noted_ms) = info.other_enter_ms.filter(|at| watch_enters && *at > enter_known && *at <= monotonic_ms()) {
                             enter_known = noted_ms;
                             let _ = wake.send(Wake::OtherEnter(agent_id.clone(), EnterNote { noted_ms, count: info.other_enters, recent: info.other_enters_recent }));
                         }
