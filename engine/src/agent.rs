@@ -143,9 +143,9 @@ pub struct AgentEntry {
     pub other_enter: Option<OtherEnter>,
     /// ADM-19 (PTY): prompts of ours asked for (a write issued: it may land before its
     /// outcome is known) whose user message has not arrived: hash, when asked; dropped past
-    /// ADM-5's grace and with the process. Counted into a new Enter's hold (a review: one
-    /// flag, the ADM-5 wait, missed a write still in flight and all but the last of several
-    /// plain sends).
+    /// ADM-5's grace and with the process. Counted into a new Enter's hold (a review: the
+    /// ADM-5 wait, which opens only with the write's outcome, missed a write still in flight
+    /// whose record came first).
     pub own_unrecorded: std::collections::VecDeque<(String, u64)>,
 }
 
@@ -165,10 +165,11 @@ pub struct OtherEnter {
     /// refresh: no record counts.
     pub floor: Option<crate::observer::Cursor>,
     /// User messages past the floor still to come before the Enter's prompt surely shows (at
-    /// most `MAX_OWED`: a holder's counts are not trusted further):
-    /// its own, and one for each other prompt in flight when it was noted (the last Enter's,
-    /// if that had not shown yet; ours, while ADM-5's wait is open) or written while it holds
-    /// (a plain send's, ADM-13). Every prompt the TUI takes is recorded as one user message,
+    /// most `MAX_OWED`: a holder's counts are not trusted further): its own, and one for each
+    /// other prompt in flight when it was noted (the Enters since the known one, the known
+    /// one's still unshown while it holds, ours asked for and unrecorded: `own_unrecorded`)
+    /// or asked for while it holds (a plain send's, ADM-13). Every prompt the TUI takes is
+    /// recorded as one user message,
     /// but which is which cannot be told (a same-text human's is ours by every fingerprint),
     /// so the count is what can: a second Enter within the 25 ms before Codex records the
     /// first, or a human's Enter right after a write of ours, was held only until the other
@@ -277,6 +278,7 @@ impl AgentEntry {
         let Some(floor) = &enter.floor else { return }; // no such refresh since: it may predate it
         if event.session() != Some(&floor.session) {
             enter.floor = None;
+            enter.counted_to = 0; // a position of that session's
             return;
         }
         let position = event.position().filter(|p| *p > floor.position.max(enter.counted_to));
