@@ -288,7 +288,9 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             let state = pane.lock();
             let output_moved = |s: &super::pane::PaneState| output_end.is_some_and(|end| s.ring.end() != end);
             let entered = |s: &super::pane::PaneState| enter_after.is_some_and(|after| s.other_enter_ms.is_some_and(|at| at > after));
-            drop(pane.wait_until(state, deadline, |s| s.generation != generation || s.child.alive != alive || output_moved(s) || entered(s)));
+            // A call that does not watch the output is not woken by each chunk of it.
+            let on = if output_end.is_some() { &pane.changed } else { &pane.child_or_enter };
+            drop(pane.wait_on(on, state, deadline, |s| s.generation != generation || s.child.alive != alive || output_moved(s) || entered(s)));
             success(&pane.info())
         }
         Request::Write { data, .. } if data.len() > MAX_WRITE_BYTES => failure(
