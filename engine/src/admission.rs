@@ -346,6 +346,9 @@ impl Engine {
         // turn, but never destroys a draft or answers an interactive question. ADM-18: unless it
         // asked never to steer; then it passes the idle checks below.
         if command.may_steer() && agent.facts.transport == crate::agent::Transport::Pty {
+            if agent.awaiting_prompts.len() >= crate::agent::MAX_AWAITED_PROMPTS {
+                return Some(awaiting_blocker(view.composer)); // ADM-5: a wait's bound
+            }
             return composer_blocker(view.composer);
         }
         // MGD-3: a managed plain send may steer a running turn, but needs the live stream (its
@@ -738,7 +741,7 @@ impl Engine {
     /// ADM-5: bytes may have reached the composer; the agent is busy until the prompt is seen
     /// taken past where the view stands now (a record at or before it, replayed after an
     /// observer loss or a restart, came before the prompt could): for a PTY agent, the user
-    /// message carrying the prompt (`awaiting_prompt`). The floor goes into the request's
+    /// message carrying the prompt (`awaiting_prompts`). The floor goes into the request's
     /// record, so a daemon started after the write reopens the wait with it.
     ///
     /// For a PTY agent the floor is also where the rollout ended just before the write
@@ -765,15 +768,17 @@ impl Engine {
             crate::agent::Transport::AppServer => view.clone(), // CORR-15's ids instead
         };
         let raised = (floor != view).then(|| floor.clone()).flatten();
-        agent.awaiting_turn_after = Some(self.now_ms);
+        match agent.facts.transport {
+            crate::agent::Transport::AppServer => {
+                agent.awaiting_turn_after = Some(self.now_ms);
+                agent.awaiting_past = floor.clone();
+                agent.awaiting_unplaced = own_line;
+                agent.awaiting_prompts.clear(); // a managed plain send never joins a wait (MGD-3)
+                agent.not_reopened();
+            }
+            crate::agent::Transport::Pty => agent.await_prompt(self.admissions[request_id].prompt_hash.clone(), floor.clone(), self.now_ms),
+        }
         agent.awaiting_request = Some(request_id.clone());
-        agent.awaiting_past = floor.clone();
-        agent.not_reopened();
-        let prompt = self.admissions[request_id].prompt_hash.clone();
-        (agent.awaiting_unplaced, agent.awaiting_prompt) = match agent.facts.transport {
-            crate::agent::Transport::AppServer => (own_line, None),
-            crate::agent::Transport::Pty => (None, Some(prompt)),
-        };
         agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
         agent.input_epoch += 1; // SUB-2: the turn epoch a submit receipt reports
 

@@ -92,27 +92,32 @@ pub struct AgentEntry {
     /// the oracle stopped excusing live writes). Such a wait goes on until the app-server
     /// answers that very line (`correlation::line_answered`); or ends at the grace
     /// (`no_turn_grace_ms`) or with the process. A PTY agent has no such id: its wait goes
-    /// by the written prompt's own user message (`awaiting_prompt`).
+    /// by the written prompts' own user messages (`awaiting_prompts`).
     pub awaiting_unplaced: Option<String>,
     /// ADM-5, managed: the turn the app-server accepted the awaited line into, when that turn
     /// had not started yet: its start (or a user message in it) ends the wait, whoever opened
     /// it (`correlation::line_answered`).
     pub awaiting_accepted: Option<crate::ids::TurnId>,
-    /// ADM-5, PTY agents: the hash (HASH-1) of the prompt the wait is for (an admission's or a
-    /// submit's; after a restart, the latest recovered write's). A turn past the floor is no proof that prompt was taken: the
+    /// ADM-5, PTY agents: the prompts the wait is for, each with its floor (an admission's or a
+    /// submit's, and a plain send's written while the wait was open; after a restart, the
+    /// latest recovered write's). A turn past the floor is no proof that prompt was taken: the
     /// TUI may take a prompt and start its turn only seconds later (a first turn waiting for
     /// its MCP servers), and the view may stand behind the rollout at the write (a look that
     /// showed a checkpoint's view, a stream being resumed after a loss, records Codex had not
     /// flushed yet), so a turn that began before the write (a human's) lay past the floor and
     /// ended the wait while our prompt was unread, and the next prompt was written on top
-    /// (the simulator's `terminal.slow_turn_start`, seeds 3999 and 6617 of 1-20,000). Such a
-    /// wait ends only at a user message with this hash (past the floor), the grace, or a
-    /// process change, or RF-8's timeout after the write (`TURN_START_TIMEOUT_MS`, whatever the
-    /// screen shows: a prompt Codex records under other text, a slash command it expands, would
-    /// otherwise hold the agent while its composer cannot be read). Set for a live write and
-    /// for a restart's reopened one (`RecoveredWrite::floor_wait`: the latest write's). None:
-    /// a managed line's wait, which goes by the line's own answer (`awaiting_unplaced`).
-    pub awaiting_prompt: Option<String>,
+    /// (the simulator's `terminal.slow_turn_start`, seeds 3999 and 6617 of 1-20,000). Each
+    /// prompt is awaited until a user message with its hash past its own floor; the wait ends
+    /// when none is left, or at the grace, a process change, or RF-8's timeout after the
+    /// latest write (`TURN_START_TIMEOUT_MS`, whatever the screen shows: a prompt Codex
+    /// records under other text, a slash command it expands, would otherwise hold the agent
+    /// while its composer cannot be read). A plain send (ADM-13, written whatever the wait)
+    /// joins the prompts, never replaces them: it replaced the awaited one, its user message
+    /// ended the wait while a submit's prompt the TUI had queued was unread, and an admission
+    /// went over it (the simulator's exploration seed 82398000). At most
+    /// `MAX_AWAITED_PROMPTS` (a plain send past it is refused `awaiting_turn_start`). Empty
+    /// for a managed line's wait, which goes by the line's own answer (`awaiting_unplaced`).
+    pub awaiting_prompts: Vec<AwaitedPrompt>,
     /// ADM-5, EV-13: the wait is one a restart reopened (`RecoveredWrite::reopen_wait`): its
     /// floor is a position in the file as an earlier daemon read it, which a record the
     /// restart's replay zone still holds (or one below what a zone closed by a loss waited
@@ -148,6 +153,27 @@ pub struct AgentEntry {
     /// whose record came first).
     pub own_unrecorded: std::collections::VecDeque<(String, u64)>,
 }
+
+/// ADM-5 (PTY): a prompt of ours written into the pane whose own user message has not come
+/// (`AgentEntry::awaiting_prompts`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwaitedPrompt {
+    /// Its hash (HASH-1: Codex records the prompt trimmed, as the hash is taken).
+    pub hash: String,
+    /// Its user message lies past this cursor: the view at its write, or where the rollout
+    /// ended just before it (`Engine::mark_written`); reopened by a restart, the write's
+    /// recorded floor. None: no view at the write (a record new to the view passes).
+    pub past: Option<crate::observer::Cursor>,
+    /// EV-13: a restart reopened it: its floor is a position in the file as an earlier daemon
+    /// read it, which a record not proven yet cannot pass (`AgentEntry::floor_unprovable`).
+    pub reopened: bool,
+    /// EV-13: a record not proven yet carried it past its floor: once the file is proven, it
+    /// is taken (`Engine::floor_proven`).
+    pub seen_unproven: bool,
+}
+
+/// ADM-5: the most prompts one PTY wait awaits (plain sends written while it is open).
+pub const MAX_AWAITED_PROMPTS: usize = 64;
 
 /// ADM-19: another writer's Enter, and whether its prompt's turn has shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,7 +225,7 @@ impl AgentEntry {
             awaiting_past: None,
             awaiting_unplaced: None,
             awaiting_accepted: None,
-            awaiting_prompt: None,
+            awaiting_prompts: Vec::new(),
             awaiting_reopened: false,
             reopened_end_unproven: false,
             refresh_error: None,
@@ -254,7 +280,7 @@ impl AgentEntry {
                 _ => recent,
             });
             self.forget_old_own_prompts(now_ms);
-            let ours = (self.own_unrecorded.len() as u64).max(u64::from(self.awaiting_prompt.is_some()));
+            let ours = self.own_unrecorded.len().max(self.awaiting_prompts.len()) as u64;
             let owed = since.saturating_add(earlier).saturating_add(ours).min(MAX_OWED);
             self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, owed, count: look.count, counted_to: 0 });
         }
@@ -354,7 +380,7 @@ impl AgentEntry {
     /// the holder stalled on our write). A turn whose acceptance is unknown (the reply lost)
     /// still ends a managed wait a restart reopened by its floor; a live managed write's waits
     /// for its own line's answer (`awaiting_unplaced`), a PTY write's for its own prompt's user
-    /// message (`awaiting_prompt`).
+    /// message (`awaiting_prompts`).
     pub(crate) fn turn_may_be_the_awaited_prompts(&self, event: &crate::observer::ObserverEvent) -> bool {
         use crate::observer::ObserverEvent;
         let turn = match event {
@@ -405,7 +431,7 @@ impl AgentEntry {
         self.awaiting_past = None;
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
-        self.awaiting_prompt = None;
+        self.awaiting_prompts.clear();
         self.not_reopened();
         self.probe_at_ms = None;
     }
@@ -432,10 +458,32 @@ impl AgentEntry {
         if self.awaiting_turn_after.is_none() || !self.awaiting_reopened || !by_floor {
             return;
         }
+        for prompt in self.awaiting_prompts.iter_mut().filter(|p| p.reopened) {
+            prompt.seen_unproven = false; // the record may be a copy of one from before the write
+            if let Some(floor) = prompt.past.as_mut() {
+                floor.position = UNREACHABLE_FLOOR;
+            }
+        }
         if let Some(floor) = self.awaiting_past.as_mut() {
             floor.position = UNREACHABLE_FLOOR;
             self.reopened_end_unproven = false;
         }
+    }
+
+    /// ADM-5 (PTY): a prompt of ours was written (or is being) with `past` its floor: the wait
+    /// (its grace from now) goes on until its user message too. A plain send's joins a wait
+    /// already open (ADM-13 writes it whatever the wait), never replaces it. A wait a restart
+    /// reopened keeps its prompt's proof rule (`AwaitedPrompt::reopened`).
+    pub(crate) fn await_prompt(&mut self, hash: String, past: Option<crate::observer::Cursor>, now_ms: u64) {
+        if self.awaiting_prompts.is_empty() {
+            self.not_reopened(); // a new wait: this daemon's
+        }
+        assert!(self.awaiting_prompts.len() < MAX_AWAITED_PROMPTS, "a plain send past the bound is refused");
+        self.awaiting_turn_after = Some(now_ms);
+        self.awaiting_past = None; // a PTY wait's floors are its prompts'
+        self.awaiting_unplaced = None;
+        self.awaiting_accepted = None;
+        self.awaiting_prompts.push(AwaitedPrompt { hash, past, reopened: false, seen_unproven: false });
     }
 
     /// ADM-5, ADM-12: the late outcome of a write the engine gave up on: refused before its
@@ -447,7 +495,12 @@ impl AgentEntry {
     /// not landed yet).
     pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: bool) {
         if refused {
-            self.end_wait();
+            // Its prompt is the last awaited one (the claim kept every other write out since);
+            // the earlier ones' (a plain send may join a wait) are still awaited.
+            self.awaiting_prompts.pop();
+            if self.awaiting_prompts.is_empty() {
+                self.end_wait();
+            }
         } else {
             self.written_until(now_ms);
         }

@@ -661,7 +661,7 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 /// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
 /// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
 ///   event needs none: a wait this engine opened without a view has none), for a PTY wait
-///   only the user message carrying its prompt (`carries_the_awaited_prompt`); for a wait a
+///   only the user messages carrying its prompts (`awaited_prompt_recorded`); for a wait a
 ///   restart reopened, not a record of a file not proven yet (`unproven`: one the restart's
 ///   replay zone still holds, or below the proof a loss left, EV-13): the file may
 ///   have been cut back and grown again, or replaced, while the daemon was down, its turn
@@ -678,8 +678,11 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     if agent.awaiting_unplaced.is_some() {
         return line_answered(agent, event);
     }
+    if !agent.awaiting_prompts.is_empty() {
+        return awaited_prompt_recorded(agent, event, fresh, unproven);
+    }
     let past = agent.awaiting_past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
-    let ends = ends_the_wait(agent, event) && past && carries_the_awaited_prompt(agent, event);
+    let ends = ends_the_wait(agent, event) && past;
     // In any session: a view lagging a session switch at the write leaves a floor in the
     // older session, which a replayed turn of the newer one passes, began when it may (a review).
     if ends && unproven && agent.awaiting_reopened {
@@ -689,16 +692,30 @@ fn wait_ended_by(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fr
     ends
 }
 
-/// ADM-5 (PTY, `AgentEntry::awaiting_prompt`): a wait, live or reopened, ends only at a user message
-/// carrying its prompt (HASH-1: Codex records the prompt trimmed, as the hash is taken), not
-/// at any turn past the floor: the TUI may take the prompt and start its turn seconds later,
-/// and a turn that began before the write can lie past the floor (the view behind the rollout).
-fn carries_the_awaited_prompt(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> bool {
-    match (&agent.awaiting_prompt, event) {
-        (None, _) => true,
-        (Some(awaited), ObserverEvent::UserMessage { prompt_hash, .. }) => prompt_hash == awaited,
-        (Some(_), _) => false,
+/// ADM-5 (PTY, `AgentEntry::awaiting_prompts`): a wait, live or reopened, ends only when each
+/// awaited prompt has come as a user message carrying it (HASH-1: Codex records the prompt
+/// trimmed, as the hash is taken) past its own floor, not at any turn past a floor: the TUI
+/// may take a prompt and start its turn seconds later, and a turn that began before the write
+/// can lie past the floor (the view behind the rollout). Nor at the latest write's alone: a
+/// plain send written while the wait was open may be recorded first (it steers, or joins a
+/// turn about to start) while an earlier prompt sits queued (exploration seed 82398000). A
+/// record not proven yet takes a reopened prompt only once the file is proven (EV-13, `fresh`
+/// and `unproven` as for `wait_ended_by`). True when the last one came.
+fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &ObserverEvent, fresh: bool, unproven: bool) -> bool {
+    let ObserverEvent::UserMessage { prompt_hash, .. } = event else { return false };
+    if !ends_the_wait(agent, event) {
+        return false;
     }
+    let past = |prompt: &crate::agent::AwaitedPrompt| prompt.past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
+    let Some(i) = agent.awaiting_prompts.iter().position(|p| &p.hash == prompt_hash && !p.seen_unproven && past(p)) else {
+        return false;
+    };
+    if unproven && agent.awaiting_prompts[i].reopened {
+        agent.awaiting_prompts[i].seen_unproven = true; // taken once the file is proven
+        return false;
+    }
+    agent.awaiting_prompts.remove(i);
+    agent.awaiting_prompts.is_empty()
 }
 
 /// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the

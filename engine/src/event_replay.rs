@@ -358,7 +358,14 @@ impl Engine {
     /// ADM-5, EV-13: the file is proven the one reported: a turn past the reopened wait's floor
     /// that an unproven record carried ends it now (`AgentEntry::reopened_end_unproven`).
     fn floor_proven(&mut self, agent_id: &AgentId) {
-        if let Some(agent) = self.agents.get_mut(agent_id).filter(|agent| agent.awaiting_reopened && agent.reopened_end_unproven) {
+        let Some(agent) = self.agents.get_mut(agent_id).filter(|agent| agent.awaiting_reopened) else { return };
+        if agent.reopened_end_unproven {
+            return agent.end_wait();
+        }
+        // PTY: the reopened prompt's record is proven its; the wait ends once none is left.
+        let awaited = agent.awaiting_prompts.len();
+        agent.awaiting_prompts.retain(|prompt| !prompt.seen_unproven);
+        if awaited > 0 && agent.awaiting_prompts.is_empty() {
             agent.end_wait();
         }
     }

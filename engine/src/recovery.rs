@@ -127,8 +127,8 @@ struct ReopenedWait {
     past: Option<crate::observer::Cursor>,
     unplaced: Option<String>,
     accepted: Option<crate::ids::TurnId>,
-    /// A PTY write's prompt (`AgentEntry::awaiting_prompt`).
-    prompt: Option<String>,
+    /// A PTY write's prompt, with its floor (`AgentEntry::awaiting_prompts`).
+    prompt: Option<crate::agent::AwaitedPrompt>,
 }
 
 /// ADM-5 across a restart: whether a request's record says its prompt was read: its turn
@@ -298,7 +298,7 @@ impl RecoveredWrite {
             agent.awaiting_past = wait.past;
             agent.awaiting_unplaced = wait.unplaced;
             agent.awaiting_accepted = wait.accepted;
-            agent.awaiting_prompt = wait.prompt;
+            agent.awaiting_prompts = wait.prompt.into_iter().collect();
             agent.awaiting_reopened = true;
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
@@ -307,7 +307,7 @@ impl RecoveredWrite {
     }
 
     /// A PTY agent's reopened wait (its writes have no line id): ended by the user message
-    /// carrying the latest write's prompt past its floor (`AgentEntry::awaiting_prompt`; input
+    /// carrying the latest write's prompt past its floor (`AgentEntry::awaiting_prompts`; input
     /// is read in order, so the writes before it were read). None when the mark holds, past
     /// every write's floor (each the view at its write), the user message carrying that write's
     /// prompt (`EventMark::prompt_taken_past`), not only the latest's: which write was the
@@ -358,7 +358,8 @@ impl RecoveredWrite {
         if let Some(past) = past.as_mut().filter(|_| !in_this_copy(latest)) {
             past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
         }
-        Some(ReopenedWait { past, unplaced: None, accepted: None, prompt: Some(latest.prompt_hash.clone()) })
+        let prompt = crate::agent::AwaitedPrompt { hash: latest.prompt_hash.clone(), past, reopened: true, seen_unproven: false };
+        Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompt: Some(prompt) })
     }
 
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest

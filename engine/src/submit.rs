@@ -440,11 +440,9 @@ impl Engine {
         let agent_id = submission.agent_id.clone();
         let incarnation = submission.incarnation.clone().expect("a claimed, checked agent runs a process");
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");
-        agent.awaiting_turn_after = Some(now_ms);
+        let floor = agent.view_cursor(); // a turn at or before it began before the write
+        agent.await_prompt(crate::prompt::prompt_hash(&submission.text), floor, now_ms);
         agent.awaiting_request = None; // a submit's wait, no admission's
-        agent.awaiting_past = agent.view_cursor(); // a turn at or before it began before the write
-        agent.awaiting_prompt = Some(crate::prompt::prompt_hash(&submission.text));
-        agent.not_reopened();
         agent.note_own_prompt_asked(&crate::prompt::prompt_hash(&submission.text), now_ms); // ADM-19
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes });
@@ -488,12 +486,17 @@ impl Engine {
     /// turn is awaited; the submission ends with `ending` (a rejection).
     fn submit_wrote_nothing(&mut self, agent_id: &AgentId, id: &RequestId, ending: Ending) {
         if let Some(agent) = self.agents.get_mut(agent_id) {
-            agent.awaiting_turn_after = None;
-            agent.awaiting_past = None;
-            agent.awaiting_unplaced = None;
-            agent.awaiting_accepted = None;
-            agent.awaiting_prompt = None;
-            agent.not_reopened();
+            // Its prompt is the last awaited (under the claim nothing else was written); a
+            // wait it joined stays open for the earlier ones (none today: a submit needs an
+            // agent with no wait, ADM-5).
+            agent.awaiting_prompts.pop();
+            if agent.awaiting_prompts.is_empty() {
+                agent.awaiting_turn_after = None;
+                agent.awaiting_past = None;
+                agent.awaiting_unplaced = None;
+                agent.awaiting_accepted = None;
+                agent.not_reopened();
+            }
         }
         self.finish_submission(id, ending);
     }

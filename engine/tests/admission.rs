@@ -270,6 +270,39 @@ fn adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait() {
 
 }
 
+/// ADM-5 (PTY): a plain send written while a wait is open (ADM-13 writes it whatever the wait)
+/// joins the awaited prompts, never replaces them: its user message may come first (it steers,
+/// or joins a turn about to start) while the earlier prompt sits queued in the TUI. It
+/// replaced the awaited prompt, its record ended the wait, and the next admission went over
+/// the queued one (the simulator's exploration seed 82398000, a submit's prompt). Each prompt
+/// ends by its own record; a refused late landing takes only its own prompt off the wait.
+#[test]
+fn adm_5_a_plain_send_joins_the_wait_and_does_not_end_it_alone() {
+    let mut rig = Rig::with_idle_zola(); // the view at 1,000
+    let first = rig.admit(REQ, "one", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, first), Classification::Accepted);
+    let command = rig.command(Operation::Send, REQ2, "two", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    assert_eq!(rig.writes(), 2, "a plain send is written whatever the wait");
+    // The send joins the turn about to start; "one" sits queued behind it.
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "two", 1_110);
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+    assert!(rig.awaiting_turn_start(), "the first prompt is still unread");
+    rig.turn_completed("turn-1", "done", 1_130);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_130, ..idle_snapshot("inc-1", 100) }));
+    let third = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "three", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(third).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(third));
+    // The queued prompt's turn: its record ends the wait.
+    rig.turn_started("turn-2", 1_200);
+    rig.user_message("turn-2", "one", 1_210);
+    assert!(!rig.awaiting_turn_start(), "both prompts were taken");
+    rig.turn_completed("turn-2", "done", 1_230);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_230, ..idle_snapshot("inc-1", 100) }));
+    let fourth = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05e", "three", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, fourth), Classification::Accepted, "{:?}", rig.receipt(fourth));
+}
+
 /// ADM-5, RF-8 (PTY): a wait whose prompt's user message never comes (Codex recorded it under
 /// other text: a slash command it expands) on an idle agent whose composer cannot be read ends
 /// at RF-8's turn-start timeout (a review: with only the prompt's own user message and the
@@ -304,7 +337,7 @@ fn adm_5_a_send_written_with_no_view_waits_for_its_own_prompt() {
     let command = rig.command(Operation::Send, REQ, "one", ReturnMode::OneWay);
     let op = rig.submit(command);
     assert_eq!(classification(&rig, op), Classification::Accepted, "{:?}", rig.receipt(op));
-    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past, None, "no view: no floor");
+    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_prompts[0].past, None, "no view: no floor");
     // The resume reads the file from its start: an old turn, new to the view.
     rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
     rig.provider_turn("turn-0", "an old prompt", "an old final", 490);

@@ -748,7 +748,7 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
         rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "earlier".into(), phase: None, position: 900 });
         let op = rig.admit(REQ, "slow reader", ReturnMode::OneWay);
         assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{case}");
-        assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past, Some(Cursor { session: session(), position: floor }), "{case}");
+        assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_prompts[0].past, Some(Cursor { session: session(), position: floor }), "{case}");
         rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: mark });
         assert_eq!((rig.durable_marks[&agent_id(ZOLA)].position, taken_at(&rig.durable_marks[&agent_id(ZOLA)])), (mark, None), "{case}");
         rig.advance(5_000);
@@ -757,7 +757,7 @@ fn adm_5_a_turn_in_a_file_cut_back_while_down_does_not_end_a_reopened_wait() {
         rig.input(Input::StartupComplete);
         // The resume reads the new copy: an old turn, started and completed, past the floor,
         // of the same text as the write's (typed earlier: a turn of another prompt ends no PTY
-        // wait, `AgentEntry::awaiting_prompt`).
+        // wait, `AgentEntry::awaiting_prompts`).
         rig.observe(ObserverEvent::Attached { session: session(), position: 400 });
         rig.turn_started("turn-9", old_turn);
         rig.user_message("turn-9", "slow reader", old_turn + 10);
@@ -810,7 +810,7 @@ fn adm_5_a_changed_file_in_another_session_than_the_floor_ends_no_reopened_wait(
     let older = SessionId("sess-0".to_string());
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { session: Some(older.clone()), ..idle_snapshot("inc-1", 100) }));
     rig.admit(REQ, "slow reader", ReturnMode::OneWay);
-    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_past.as_ref().map(|f| &f.session), Some(&older));
+    assert_eq!(rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_prompts[0].past.as_ref().map(|f| &f.session), Some(&older));
     rig.advance(2_000);
     rig.crash_and_recover_as_the_daemon();
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));

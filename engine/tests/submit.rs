@@ -261,7 +261,7 @@ fn sub_2_a_turn_seen_during_the_write_ends_the_wait() {
 }
 
 // SUB-2, ADM-5 (PTY): the wait a submit's write opens ends at the user message carrying its
-// text, not at another prompt's turn past the floor (`AgentEntry::awaiting_prompt`; the
+// text, not at another prompt's turn past the floor (`AgentEntry::awaiting_prompts`; the
 // admissions' rule: `adm_5_a_turn_that_does_not_carry_the_written_prompt_ends_no_pty_wait`).
 #[test]
 fn sub_2_only_the_submits_own_prompt_ends_its_wait() {

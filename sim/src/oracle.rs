@@ -381,10 +381,21 @@ pub struct Oracle {
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
     /// ADM-5 (PTY): the hash of the prompt `last_write` wrote: the engine's wait ends only at a
-    /// user message carrying it (`AgentEntry::awaiting_prompt`), live or reopened by a restart
+    /// user message carrying it (`AgentEntry::awaiting_prompts`), live or reopened by a restart
     /// (the latest write it knows of). None: a restart's engine waits for another write's
     /// prompt (`on_daemon_start`): no turn says the wait is over.
     last_prompt: BTreeMap<usize, Option<String>>,
+    /// ADM-5 (PTY): the prompts of ours the engine's wait is for, with the rollout's end at
+    /// each one's write: the last write's, and before it those of the same wait whose user
+    /// message was not delivered (a plain send that may steer is written whatever the wait,
+    /// ADM-13, and joins it: `AgentEntry::awaiting_prompts`). The wait ends once each has
+    /// come past its own write (exploration seed 82398000: a send's message ended it while a
+    /// submit's prompt sat queued).
+    awaited: BTreeMap<usize, Vec<(String, SessionId, u64)>>,
+    /// ADM-5 (PTY): until when a wait this oracle could not see (`stall_excused` when a plain
+    /// send joined it) may still hold the agent: the engine's grace and RF-8's timeout run
+    /// from the latest write into the wait.
+    joined_unseen_until: BTreeMap<usize, u64>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
     /// app-server's answer to that very line moves the engine's wait for it (an acceptance into
     /// a turn not yet started makes it the wait for that turn's start), so only the turn it
@@ -926,6 +937,16 @@ impl Oracle {
         for entry in self.turn_after_write.values_mut() {
             entry.0 = self.daemon_started_ms;
         }
+        // ADM-5 (PTY): a wait not over durably is reopened for the latest write's prompt
+        // (`RecoveredWrite::floor_wait`; prompts a send joined to it before are forgotten: the
+        // restart's known gap): its user message, replayed or new, is awaited again.
+        for (agent, prompt) in &self.last_prompt {
+            if let (Some(hash), Some((session, end))) = (prompt, self.last_write.get(agent)) {
+                if !self.turn_after_write.contains_key(agent) {
+                    self.awaited.insert(*agent, vec![(hash.clone(), session.clone(), *end)]);
+                }
+            }
+        }
         self.turns_delivered.clear();
         self.turn_news.clear();
         // What the dead daemon's engine was told of its lines' acceptances: the new one knows
@@ -964,6 +985,28 @@ impl Oracle {
     pub fn on_pane_write(&mut self, agent: usize, session: SessionId, end: u64, (writer, prompt): (Option<&str>, Option<&str>), line: Option<String>) {
         if let (Some(id), Some(_)) = (writer, &line) {
             self.check_not_into_accepted_turn(agent, id);
+        }
+        // ADM-5 (PTY): a plain send that may steer (ADM-13), written while the wait is open,
+        // joins it: the wait, and what excuses it, stay the earlier write's.
+        // A wait this oracle cannot see (a stall it would excuse now: a restart's reopened
+        // wait, a write whose outcome is unknown) is joined too, and may then last RF-8's
+        // timeout from the send (the engine's grace runs from the latest write).
+        let now = wakterm_runtime::driver::now_ms();
+        let steers = writer.is_some_and(|id| self.may_steer(id));
+        let unseen = self.stall_excused(agent, now);
+        let open = unseen || (!self.turn_after_write.contains_key(&agent) && self.awaited.get(&agent).is_some_and(|a| !a.is_empty()));
+        if let Some(text) = prompt.filter(|_| steers && open) {
+            self.awaited.entry(agent).or_default().push((prompt_hash(text), session, end));
+            if unseen {
+                self.joined_unseen_until.insert(agent, now + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+            }
+            return;
+        }
+        self.joined_unseen_until.remove(&agent);
+        let awaited = self.awaited.entry(agent).or_default();
+        awaited.clear();
+        if let Some(text) = prompt {
+            awaited.push((prompt_hash(text), session.clone(), end));
         }
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
@@ -1235,15 +1278,20 @@ impl Oracle {
     }
 
     /// The observer port sent the engine a user message of agent `a`'s turn `turn`.
-    /// And ADM-5 (PTY): the user message carrying the last write's prompt, past the write,
-    /// ends the engine's live wait for it (`AgentEntry::awaiting_prompt`).
+    /// And ADM-5 (PTY): the user message carrying an awaited prompt, past its write, takes it;
+    /// the last one ends the engine's live wait (`AgentEntry::awaiting_prompts`).
     pub fn on_user_message_delivered(&mut self, agent: usize, turn: &TurnId, (session, position): (&SessionId, u64), hash: &str) {
         self.turn_users_delivered.insert((agent, turn.clone()));
         for message in self.same_text_messages.iter_mut().filter(|m| &m.session == session && m.position == position) {
             message.delivered = true;
         }
-        let own = self.last_prompt.get(&agent).is_some_and(|h| h.as_deref() == Some(hash));
-        let after_write = own && self.last_write.get(&agent).is_some_and(|(s, end)| s == session && position > *end);
+        let known = matches!(self.last_prompt.get(&agent), Some(Some(_)));
+        let awaited = self.awaited.entry(agent).or_default();
+        let taken = awaited.iter().position(|(h, s, end)| h == hash && s == session && position > *end);
+        if let Some(i) = taken {
+            awaited.remove(i);
+        }
+        let after_write = known && taken.is_some() && awaited.is_empty();
         if after_write && !self.turn_after_write.contains_key(&agent) {
             let at = wakterm_runtime::driver::now_ms();
             self.turn_after_write.insert(agent, (at, position, turn.clone()));
@@ -1359,6 +1407,27 @@ impl Oracle {
     /// `check_not_stalled` for agent `agent` and a call named `id` that started at `since`.
     fn check_agent_not_stalled(&mut self, agent: usize, id: &str, since: u64) {
         let Some((at, position, turn)) = self.turn_after_write.get(&agent).cloned() else { return };
+        if self.stall_excused(agent, since) {
+            return;
+        }
+        if at + STALL_MARGIN_MS <= since {
+            let (session, end) = self.last_write.get(&agent).cloned().expect("a turn after a write");
+            let m = format!(
+                "{}: busy/awaiting_turn_start for a{}, but turn {} (session {} at {position}, after the last write at {end}) was delivered to the engine {} ms before the call",
+                id,
+                agent,
+                turn.0,
+                session.0,
+                since - at
+            );
+            self.fail(Kind::Stalled, m);
+        }
+    }
+
+    /// ADM-5: whether the engine may hold agent `agent` at `since` for a write whose wait this
+    /// oracle cannot follow (a stall is excused then).
+    fn stall_excused(&self, agent: usize, since: u64) -> bool {
+        let joined_unseen = self.joined_unseen_until.get(&agent).is_some_and(|until| since < until + STALL_MARGIN_MS);
         // ADM-5, REC-1: a registration a daemon found unfinished may have been written (after
         // that turn): the engine holds its agent up to RF-8's timeout from that start.
         let unfinished = self.unfinished_until.get(&agent).is_some_and(|until| since < until + STALL_MARGIN_MS);
@@ -1382,21 +1451,7 @@ impl Oracle {
         let reopened = (written < self.daemon_started_ms || earlier_daemons) && !self.last_line.contains_key(&agent);
         let changed = self.last_write.get(&agent).is_some_and(|(session, _)| self.changed_while_down.contains(&(agent, session.clone())));
         let copy_changed = reopened && changed && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
-        if unknown_write || lost_write || copy_changed {
-            return;
-        }
-        if at + STALL_MARGIN_MS <= since {
-            let (session, end) = self.last_write.get(&agent).cloned().expect("a turn after a write");
-            let m = format!(
-                "{}: busy/awaiting_turn_start for a{}, but turn {} (session {} at {position}, after the last write at {end}) was delivered to the engine {} ms before the call",
-                id,
-                agent,
-                turn.0,
-                session.0,
-                since - at
-            );
-            self.fail(Kind::Stalled, m);
-        }
+        unknown_write || lost_write || copy_changed || joined_unseen
     }
 
     /// IDEM-7: no receipt says `prompt_written: false` or `retry_safe: true` for an id whose

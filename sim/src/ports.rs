@@ -615,7 +615,7 @@ fn turns_after_writes_durable(w: &World) -> BTreeSet<usize> {
                 && matches!(&e.body, EventBody::TurnStarted { session: s, provider_turn_id, position } if s == session && provider_turn_id == turn && position == at)
         };
         // A PTY write's: the user message carrying its prompt, kept by the durable mark
-        // (`EventMark::prompts_taken`); the turn start is no sign (`AgentEntry::awaiting_prompt`).
+        // (`EventMark::prompts_taken`); the turn start is no sign (`AgentEntry::awaiting_prompts`).
         let pty_prompt = w.oracle.last_line(a).is_none().then(|| w.oracle.last_prompt(a));
         if let Some(prompt) = pty_prompt {
             let mark = w.durable_mark(a);

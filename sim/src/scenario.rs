@@ -284,8 +284,17 @@ fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinH
                 w.oracle.prompts.insert(prompt, admission.request_id.clone());
                 w.counters.requests += 1;
             }
+            // Half the time the send comes while the submit's prompt may sit unread (written,
+            // its turn not started, or queued behind another): ADM-13 writes it whatever the
+            // wait, and it joins the wait (`AgentEntry::awaiting_prompts`; exploration seed
+            // 82398000 found a send's record ending it).
+            let late = thread_rng().gen_bool(0.5).then(|| ms(50, 1_500));
             let raced = world.clone();
             callers.push(madsim::task::spawn(async move {
+                if let Some(late) = late {
+                    raced.lock().unwrap().counters.fault("caller.send_during_submit_wait");
+                    madsim::time::sleep(late).await;
+                }
                 let _ = admit_once(&raced, &admission, mode).await;
             }));
             callers.push(madsim::task::spawn(submit_calls(world.clone(), vec![call])));

@@ -161,6 +161,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.screen_push_late",
     "caller.submit_pair",
     "caller.submit_races_admission",
+    "caller.send_during_submit_wait",
     "caller.after_call_bound",
 ];
 
