@@ -332,6 +332,12 @@ impl Engine {
         if stage == Stage::Facts {
             return None;
         }
+        // ADM-5: a PTY wait's bound, for a plain send too (written whatever the wait, with or
+        // without a view: a review found the bound's check below the view's, so a send with no
+        // view went past it).
+        if command.may_steer() && agent.awaiting_prompts.len() >= crate::agent::MAX_AWAITED_PROMPTS {
+            return Some(awaiting_blocker(agent.view.as_ref().map_or(Composer::Unknown, |view| view.composer)));
+        }
         let Some(view) = &agent.view else {
             return unobserved_blocker(command, agent, agent.refresh_error.as_deref());
         };
@@ -346,9 +352,6 @@ impl Engine {
         // turn, but never destroys a draft or answers an interactive question. ADM-18: unless it
         // asked never to steer; then it passes the idle checks below.
         if command.may_steer() && agent.facts.transport == crate::agent::Transport::Pty {
-            if agent.awaiting_prompts.len() >= crate::agent::MAX_AWAITED_PROMPTS {
-                return Some(awaiting_blocker(view.composer)); // ADM-5: a wait's bound
-            }
             return composer_blocker(view.composer);
         }
         // MGD-3: a managed plain send may steer a running turn, but needs the live stream (its
@@ -776,7 +779,7 @@ impl Engine {
                 agent.awaiting_prompts.clear(); // a managed plain send never joins a wait (MGD-3)
                 agent.not_reopened();
             }
-            crate::agent::Transport::Pty => agent.await_prompt(self.admissions[request_id].prompt_hash.clone(), floor.clone(), self.now_ms),
+            crate::agent::Transport::Pty => agent.await_prompt(self.admissions[request_id].prompt_hash.clone(), floor.clone(), request_id, self.now_ms),
         }
         agent.awaiting_request = Some(request_id.clone());
         agent.probe_at_ms = Some(self.now_ms + AWAITING_TURN_GRACE_MS);
@@ -1084,7 +1087,7 @@ impl Engine {
         let Some(landing) = self.landing_writes.remove(&delivery_id) else { return };
         let now_ms = self.now_ms;
         if let Some(agent) = self.agents.get_mut(&landing.agent_id) {
-            agent.lost_write_ended(now_ms, refused);
+            agent.lost_write_ended(now_ms, refused.then_some(&landing.request_id));
         }
         self.release_landed_claim(&landing);
     }

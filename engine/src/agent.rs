@@ -67,7 +67,8 @@ pub struct AgentEntry {
     pub view: Option<ObserverView>,
     /// ADM-12: the one admission allowed in flight for this agent.
     pub claim: Option<RequestId>,
-    /// ADM-5: engine time of a complete write whose turn has not been observed starting;
+    /// ADM-5: engine time of a complete write whose turn has not been observed starting (of a
+    /// PTY wait, the latest write into it: a plain send joins a wait, `awaiting_prompts`);
     /// until it starts the agent counts as busy, so two prompts never race into one idle
     /// composer. Cleared by the prompt's turn (`correlation::wait_ended_by`), a process
     /// change, or a fresh snapshot that still shows an idle agent with an empty composer
@@ -79,7 +80,8 @@ pub struct AgentEntry {
     /// ADM-5: the wait ends only with a turn started past this cursor: where the view stood
     /// at the write (or, reopened by a restart, the write's recorded floor or the request's
     /// armed cursor; for a managed line, where its acceptance lay): a resume replays the
-    /// turns before it, which are not the prompt's. None: no view at the write.
+    /// turns before it, which are not the prompt's. None: no view at the write, or a PTY wait
+    /// (each of its prompts has its own floor, `AwaitedPrompt::past`).
     pub awaiting_past: Option<crate::observer::Cursor>,
     /// ADM-5, managed agents: the `turn/start` id (MGD-7's, nonce included) of the line the
     /// wait is for: a live write's (`mark_written`), or the latest write a restart recovered
@@ -154,7 +156,7 @@ pub struct AgentEntry {
     pub own_unrecorded: std::collections::VecDeque<(String, u64)>,
 }
 
-/// ADM-5 (PTY): a prompt of ours written into the pane whose own user message has not come
+/// ADM-5 (PTY): a prompt of ours written into the pane that a wait is for
 /// (`AgentEntry::awaiting_prompts`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AwaitedPrompt {
@@ -162,14 +164,29 @@ pub struct AwaitedPrompt {
     pub hash: String,
     /// Its user message lies past this cursor: the view at its write, or where the rollout
     /// ended just before it (`Engine::mark_written`); reopened by a restart, the write's
-    /// recorded floor. None: no view at the write (a record new to the view passes).
+    /// recorded floor. None: no view at the write (only a record new to the view passes).
     pub past: Option<crate::observer::Cursor>,
+    /// The admission or submission that wrote it: a write refused before its first byte takes
+    /// its own prompt off the wait (a review: the last one was taken off). None: reopened by a
+    /// restart.
+    pub request: Option<crate::ids::RequestId>,
     /// EV-13: a restart reopened it: its floor is a position in the file as an earlier daemon
     /// read it, which a record not proven yet cannot pass (`AgentEntry::floor_unprovable`).
     pub reopened: bool,
-    /// EV-13: a record not proven yet carried it past its floor: once the file is proven, it
-    /// is taken (`Engine::floor_proven`).
+    /// Where the user message that took it lies (None: not taken yet). Kept until the wait
+    /// ends: a replay of that record (a resume after a loss) takes no other prompt of the same
+    /// text (a review: it ended the wait while the other was unread).
+    pub taken_by: Option<crate::observer::Cursor>,
+    /// EV-13: `taken_by` is a record not proven yet: it counts once the file is proven
+    /// (`Engine::floor_proven`), and not at all once it is found changed.
     pub seen_unproven: bool,
+}
+
+impl AwaitedPrompt {
+    /// Taken by a record that counts.
+    pub fn taken(&self) -> bool {
+        self.taken_by.is_some() && !self.seen_unproven
+    }
 }
 
 /// ADM-5: the most prompts one PTY wait awaits (plain sends written while it is open).
@@ -280,7 +297,8 @@ impl AgentEntry {
                 _ => recent,
             });
             self.forget_old_own_prompts(now_ms);
-            let ours = self.own_unrecorded.len().max(self.awaiting_prompts.len()) as u64;
+            let unrecorded = self.awaiting_prompts.iter().filter(|p| !p.taken()).count();
+            let ours = self.own_unrecorded.len().max(unrecorded) as u64;
             let owed = since.saturating_add(earlier).saturating_add(ours).min(MAX_OWED);
             self.other_enter = Some(OtherEnter { noted_ms: look.noted_ms, at_ms, floor: None, owed, count: look.count, counted_to: 0 });
         }
@@ -459,7 +477,10 @@ impl AgentEntry {
             return;
         }
         for prompt in self.awaiting_prompts.iter_mut().filter(|p| p.reopened) {
-            prompt.seen_unproven = false; // the record may be a copy of one from before the write
+            if prompt.seen_unproven {
+                prompt.taken_by = None; // the record may be a copy of one from before the write
+                prompt.seen_unproven = false;
+            }
             if let Some(floor) = prompt.past.as_mut() {
                 floor.position = UNREACHABLE_FLOOR;
             }
@@ -470,39 +491,46 @@ impl AgentEntry {
         }
     }
 
-    /// ADM-5 (PTY): a prompt of ours was written (or is being) with `past` its floor: the wait
-    /// (its grace from now) goes on until its user message too. A plain send's joins a wait
-    /// already open (ADM-13 writes it whatever the wait), never replaces it. A wait a restart
-    /// reopened keeps its prompt's proof rule (`AwaitedPrompt::reopened`).
-    pub(crate) fn await_prompt(&mut self, hash: String, past: Option<crate::observer::Cursor>, now_ms: u64) {
+    /// ADM-5 (PTY): a prompt of ours (`request`'s) was written (or is being) with `past` its
+    /// floor: the wait (its grace from now) goes on until its user message too. A plain
+    /// send's joins a wait already open (ADM-13 writes it whatever the wait), never replaces
+    /// it. A prompt a restart reopened keeps its proof rule (`AwaitedPrompt::reopened`).
+    pub(crate) fn await_prompt(&mut self, hash: String, past: Option<crate::observer::Cursor>, request: &crate::ids::RequestId, now_ms: u64) {
         if self.awaiting_prompts.is_empty() {
             self.not_reopened(); // a new wait: this daemon's
         }
+        // `blocker_for_command` refuses a plain send past the bound; every other write needs
+        // an agent with no wait open.
         assert!(self.awaiting_prompts.len() < MAX_AWAITED_PROMPTS, "a plain send past the bound is refused");
         self.awaiting_turn_after = Some(now_ms);
         self.awaiting_past = None; // a PTY wait's floors are its prompts'
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
-        self.awaiting_prompts.push(AwaitedPrompt { hash, past, reopened: false, seen_unproven: false });
+        let prompt = AwaitedPrompt { hash, past, request: Some(request.clone()), reopened: false, taken_by: None, seen_unproven: false };
+        self.awaiting_prompts.push(prompt);
     }
 
-    /// ADM-5, ADM-12: the late outcome of a write the engine gave up on: refused before its
-    /// first byte (no turn to wait for), or over, its bytes landed as late as now. The agent's
-    /// claim was held meanwhile (`LandingWrite`), so no other write came since the give-up: a
-    /// wait still open is this write's, and keeps its prompt (a review: it was cleared, and the
-    /// floor rule let a turn begun before the landing end the wait). The grace did not end
-    /// it during the hold (`Engine::apply_snapshot`: an empty composer says nothing of bytes
-    /// not landed yet).
-    pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: bool) {
-        if refused {
-            // Its prompt is the last awaited one (the claim kept every other write out since);
-            // the earlier ones' (a plain send may join a wait) are still awaited.
-            self.awaiting_prompts.pop();
-            if self.awaiting_prompts.is_empty() {
-                self.end_wait();
-            }
-        } else {
-            self.written_until(now_ms);
+    /// ADM-5 (PTY): `request`'s write was refused before its first byte: its prompt is not
+    /// awaited; the wait ends when no prompt it is for is still untaken.
+    pub(crate) fn prompt_not_written(&mut self, request: &crate::ids::RequestId) {
+        self.awaiting_prompts.retain(|prompt| prompt.request.as_ref() != Some(request));
+        if self.awaiting_prompts.iter().all(AwaitedPrompt::taken) {
+            self.end_wait();
+        }
+    }
+
+    /// ADM-5, ADM-12: the late outcome of a write the engine gave up on (`refused`: before its
+    /// first byte, by the request that asked for it: its prompt is not awaited), or over, its
+    /// bytes landed as late as now. The agent's claim was held meanwhile (`LandingWrite`), so
+    /// no other write came since the give-up: a wait still open is this write's (or one it
+    /// joined, a plain send), and keeps its prompt (a review: it was cleared, and the floor
+    /// rule let a turn begun before the landing end the wait). The grace did not end it during
+    /// the hold (`Engine::apply_snapshot`: an empty composer says nothing of bytes not landed
+    /// yet).
+    pub(crate) fn lost_write_ended(&mut self, now_ms: u64, refused: Option<&crate::ids::RequestId>) {
+        match refused {
+            Some(request) => self.prompt_not_written(request),
+            None => self.written_until(now_ms),
         }
     }
 }

@@ -178,9 +178,11 @@ impl Engine {
     }
 
     /// ADM-5 for an event the view already stands past (replayed after a resume, or late): a
-    /// turn started past the wait's floor ends it, even when the view is already past it (a
-    /// first look at a checkpoint beyond the armed cursor, then the resume's replay): that turn
-    /// began after the write. So does a managed line's replayed answer (`wait_ended_by`).
+    /// turn started past the wait's floor ends it (for a PTY wait, the user message carrying
+    /// the last untaken prompt past its floor; a record counts once), even when the view is
+    /// already past it (a first look at a checkpoint beyond the armed cursor, then the
+    /// resume's replay): that turn began after the write. So does a managed line's replayed
+    /// answer (`wait_ended_by`).
     fn end_recovered_wait(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let unproven = self.floor_unproven_by(agent_id, event);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
@@ -195,7 +197,7 @@ impl Engine {
         let unproven = self.floor_unproven_by(agent_id, event);
         let Some(agent) = self.agents.get_mut(agent_id) else { return };
         if wait_ended_by(agent, event, true, unproven) {
-            agent.end_wait(); // ADM-5: the written prompt's turn (or another) began
+            agent.end_wait(); // ADM-5: the written prompts' turns (or another) began
         }
         let Some(view) = agent.view.as_mut() else { return };
         if let Some(session) = event.session() {
@@ -659,9 +661,10 @@ fn ends_the_wait(agent: &crate::agent::AgentEntry, event: &ObserverEvent) -> boo
 /// - a managed line accepted into a turn not yet started (`awaiting_accepted`): that turn's
 ///   start, or a user message in it;
 /// - a managed line not yet answered (`awaiting_unplaced`): its answer (`line_answered`);
+/// - a PTY wait: the user messages carrying each of its prompts past that prompt's own floor
+///   (`awaited_prompt_recorded`);
 /// - else a turn that may be the prompt's (`ends_the_wait`) past the wait's floor (a fresh
-///   event needs none: a wait this engine opened without a view has none), for a PTY wait
-///   only the user messages carrying its prompts (`awaited_prompt_recorded`); for a wait a
+///   event needs none: a wait this engine opened without a view has none); for a wait a
 ///   restart reopened, not a record of a file not proven yet (`unproven`: one the restart's
 ///   replay zone still holds, or below the proof a loss left, EV-13): the file may
 ///   have been cut back and grown again, or replaced, while the daemon was down, its turn
@@ -706,16 +709,20 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
     if !ends_the_wait(agent, event) {
         return false;
     }
+    let at = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position });
+    if at.is_some() && agent.awaiting_prompts.iter().any(|p| p.taken_by == at) {
+        return false; // a replay of a record already counted
+    }
+    // The latest write's first: its floor is the highest, and a record only an earlier one's
+    // floor lets through (read late, replayed) still finds that one (a review).
     let past = |prompt: &crate::agent::AwaitedPrompt| prompt.past.as_ref().map_or(fresh, |floor| past_cursor(event, floor));
-    let Some(i) = agent.awaiting_prompts.iter().position(|p| &p.hash == prompt_hash && !p.seen_unproven && past(p)) else {
+    let Some(prompt) = agent.awaiting_prompts.iter_mut().rev().find(|p| p.taken_by.is_none() && &p.hash == prompt_hash && past(p)) else {
         return false;
     };
-    if unproven && agent.awaiting_prompts[i].reopened {
-        agent.awaiting_prompts[i].seen_unproven = true; // taken once the file is proven
-        return false;
-    }
-    agent.awaiting_prompts.remove(i);
-    agent.awaiting_prompts.is_empty()
+    // A user message always has its place; were one without it, it would still count.
+    prompt.taken_by = Some(at.unwrap_or(Cursor { session: crate::ids::SessionId(String::new()), position: 0 }));
+    prompt.seen_unproven = unproven && prompt.reopened; // taken once the file is proven
+    agent.awaiting_prompts.iter().all(crate::agent::AwaitedPrompt::taken)
 }
 
 /// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the

@@ -356,16 +356,20 @@ impl Engine {
     }
 
     /// ADM-5, EV-13: the file is proven the one reported: a turn past the reopened wait's floor
-    /// that an unproven record carried ends it now (`AgentEntry::reopened_end_unproven`).
+    /// that an unproven record carried ends it now (`AgentEntry::reopened_end_unproven`); of a
+    /// PTY wait, a reopened prompt such a record took counts as taken now
+    /// (`AwaitedPrompt::seen_unproven`), and the wait ends once each is.
     fn floor_proven(&mut self, agent_id: &AgentId) {
         let Some(agent) = self.agents.get_mut(agent_id).filter(|agent| agent.awaiting_reopened) else { return };
         if agent.reopened_end_unproven {
             return agent.end_wait();
         }
-        // PTY: the reopened prompt's record is proven its; the wait ends once none is left.
-        let awaited = agent.awaiting_prompts.len();
-        agent.awaiting_prompts.retain(|prompt| !prompt.seen_unproven);
-        if awaited > 0 && agent.awaiting_prompts.is_empty() {
+        // PTY: a reopened prompt's record is proven its; the wait ends once each is taken.
+        let proven = agent.awaiting_prompts.iter().any(|prompt| prompt.seen_unproven);
+        for prompt in agent.awaiting_prompts.iter_mut() {
+            prompt.seen_unproven = false;
+        }
+        if proven && agent.awaiting_prompts.iter().all(crate::agent::AwaitedPrompt::taken) {
             agent.end_wait();
         }
     }

@@ -80,32 +80,27 @@ impl OtherEnterLook {
     }
 }
 
-/// ADM-19: whether a write's bytes (those the pane took) may have submitted the composer:
-/// any carriage return. One inside a bracketed paste submits nothing, but counting it only
-/// makes an admission wait a little longer; missing an Enter would let it race a human's
-/// prompt the provider has not recorded yet.
-pub fn carries_enter(bytes: &[u8]) -> bool {
-    count_enters(bytes) > 0
-}
-
-/// ADM-19: how many prompts a write's bytes may have submitted: its carriage returns.
+/// ADM-19: how many prompts a write's bytes (those the pane took) may have submitted: its
+/// carriage returns. One inside a bracketed paste submits nothing, but counting it only makes
+/// an admission wait a little longer; missing an Enter would let it race a human's prompt the
+/// provider has not recorded yet.
 pub fn count_enters(bytes: &[u8]) -> u64 {
     bytes.iter().filter(|b| **b == b'\r').count() as u64
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{carries_enter, undrawn_input_deadline, LastInput, INPUT_DRAW_WAIT_MS};
+    use super::{count_enters, undrawn_input_deadline, LastInput, INPUT_DRAW_WAIT_MS};
 
     /// ADM-19: a carriage return anywhere is an Enter; a newline or none is not.
     #[test]
     fn adm_19_an_enter_is_any_carriage_return() {
-        assert!(carries_enter(b"\x15\x1b[200~text\x1b[201~\r"));
-        assert!(carries_enter(b"\r"));
-        assert!(carries_enter(b"\x1b[200~a\rb\x1b[201~"), "inside a paste too: a longer wait, never a race");
-        assert!(!carries_enter(b"typed, not sent\n"));
-        assert!(!carries_enter(b""));
-        assert_eq!(super::count_enters(b"one\rtwo\r"), 2, "each may submit a prompt");
+        assert_eq!(count_enters(b"\x15\x1b[200~text\x1b[201~\r"), 1);
+        assert_eq!(count_enters(b"\r"), 1);
+        assert_eq!(count_enters(b"\x1b[200~a\rb\x1b[201~"), 1, "inside a paste too: a longer wait, never a race");
+        assert_eq!(count_enters(b"typed, not sent\n"), 0);
+        assert_eq!(count_enters(b""), 0);
+        assert_eq!(count_enters(b"one\rtwo\r"), 2, "each may submit a prompt");
         // A holder's answer is untrusted: a note later than now is none (it would outrank
         // every later Enter); huge counts are clamped where they are added up (`MAX_OWED`).
         assert_eq!(super::OtherEnterLook::from_holder(Some(u64::MAX), (u64::MAX, u64::MAX), 100), None);

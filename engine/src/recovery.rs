@@ -308,7 +308,10 @@ impl RecoveredWrite {
 
     /// A PTY agent's reopened wait (its writes have no line id): ended by the user message
     /// carrying the latest write's prompt past its floor (`AgentEntry::awaiting_prompts`; input
-    /// is read in order, so the writes before it were read). None when the mark holds, past
+    /// is read in order, so the writes before it were read: but read is not recorded, and a
+    /// plain send that steered is recorded before a prompt the TUI queued, so a restart after
+    /// such a send forgets the queued prompt, the known gap in SPEC's ADM-5 row). None when
+    /// the mark holds, past
     /// every write's floor (each the view at its write), the user message carrying that write's
     /// prompt (`EventMark::prompt_taken_past`), not only the latest's: which write was the
     /// latest, the floors say only within one session, and the registration times not for sure
@@ -358,7 +361,7 @@ impl RecoveredWrite {
         if let Some(past) = past.as_mut().filter(|_| !in_this_copy(latest)) {
             past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
         }
-        let prompt = crate::agent::AwaitedPrompt { hash: latest.prompt_hash.clone(), past, reopened: true, seen_unproven: false };
+        let prompt = crate::agent::AwaitedPrompt { hash: latest.prompt_hash.clone(), past, request: None, reopened: true, taken_by: None, seen_unproven: false };
         Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompt: Some(prompt) })
     }
 

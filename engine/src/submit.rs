@@ -441,7 +441,7 @@ impl Engine {
         let incarnation = submission.incarnation.clone().expect("a claimed, checked agent runs a process");
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");
         let floor = agent.view_cursor(); // a turn at or before it began before the write
-        agent.await_prompt(crate::prompt::prompt_hash(&submission.text), floor, now_ms);
+        agent.await_prompt(crate::prompt::prompt_hash(&submission.text), floor, id, now_ms);
         agent.awaiting_request = None; // a submit's wait, no admission's
         agent.note_own_prompt_asked(&crate::prompt::prompt_hash(&submission.text), now_ms); // ADM-19
         self.submit_writes.insert(delivery_id, id.clone());
@@ -486,17 +486,7 @@ impl Engine {
     /// turn is awaited; the submission ends with `ending` (a rejection).
     fn submit_wrote_nothing(&mut self, agent_id: &AgentId, id: &RequestId, ending: Ending) {
         if let Some(agent) = self.agents.get_mut(agent_id) {
-            // Its prompt is the last awaited (under the claim nothing else was written); a
-            // wait it joined stays open for the earlier ones (none today: a submit needs an
-            // agent with no wait, ADM-5).
-            agent.awaiting_prompts.pop();
-            if agent.awaiting_prompts.is_empty() {
-                agent.awaiting_turn_after = None;
-                agent.awaiting_past = None;
-                agent.awaiting_unplaced = None;
-                agent.awaiting_accepted = None;
-                agent.not_reopened();
-            }
+            agent.prompt_not_written(id); // a submit needs an agent with no wait (ADM-5)
         }
         self.finish_submission(id, ending);
     }

@@ -303,6 +303,55 @@ fn adm_5_a_plain_send_joins_the_wait_and_does_not_end_it_alone() {
     assert_eq!(classification(&rig, fourth), Classification::Accepted, "{:?}", rig.receipt(fourth));
 }
 
+/// ADM-5 (PTY): a record counts once: a replay of the one that took an awaited prompt (a
+/// resume after a loss) takes no other of the same text (a review: with a submit's and a
+/// send's prompts alike, the replay of the send's record ended the wait while the queued one
+/// was unread).
+#[test]
+fn adm_5_a_replayed_record_takes_one_awaited_prompt_only() {
+    let mut rig = Rig::with_idle_zola(); // the view at 1,000
+    let first = rig.admit(REQ, "continue", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, first), Classification::Accepted);
+    let command = rig.command(Operation::Send, REQ2, "continue", ReturnMode::OneWay);
+    rig.submit(command);
+    assert_eq!(rig.writes(), 2);
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "continue", 1_110); // one of the two
+    assert!(rig.awaiting_turn_start(), "one prompt is still unread");
+    rig.user_message("turn-1", "continue", 1_110); // the same record again: not past the view
+    assert!(rig.awaiting_turn_start(), "a replay takes no second prompt");
+    rig.turn_completed("turn-1", "done", 1_130);
+    rig.user_message("turn-1", "continue", 1_110); // replayed after the view moved on
+    assert!(rig.awaiting_turn_start(), "nor later");
+    rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_130, ..idle_snapshot("inc-1", 100) }));
+    let third = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "three", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(third).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(third));
+    rig.turn_started("turn-2", 1_200);
+    rig.user_message("turn-2", "continue", 1_210);
+    assert!(!rig.awaiting_turn_start(), "the other's own record");
+}
+
+/// ADM-5 (PTY): a wait awaits at most `MAX_AWAITED_PROMPTS`: a plain send past it is refused
+/// `awaiting_turn_start`, nothing written, with or without a view (a review: the bound was
+/// checked below the view's check, and a send with no view went past it to the engine's
+/// assertion).
+#[test]
+fn adm_5_a_wait_awaits_a_bounded_number_of_prompts() {
+    let mut rig = Rig::with_idle_zola();
+    rig.lose_the_view(); // no record: no prompt is ever taken, no snapshot ends the wait
+    let bound = wakterm_engine::agent::MAX_AWAITED_PROMPTS;
+    for i in 0..bound {
+        let id = format!("fe57dc90-994e-4e73-b09c-{:012x}", 0x100 + i);
+        let command = rig.command(Operation::Send, &id, &format!("send {i}"), ReturnMode::OneWay);
+        let op = rig.submit(command);
+        assert_eq!(classification(&rig, op), Classification::Accepted, "{i}: {:?}", rig.receipt(op));
+    }
+    let command = rig.command(Operation::Send, REQ, "one too many", ReturnMode::OneWay);
+    let op = rig.submit(command);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    assert_eq!(rig.writes(), bound);
+}
+
 /// ADM-5, RF-8 (PTY): a wait whose prompt's user message never comes (Codex recorded it under
 /// other text: a slash command it expands) on an idle agent whose composer cannot be read ends
 /// at RF-8's turn-start timeout (a review: with only the prompt's own user message and the

@@ -364,7 +364,8 @@ pub struct Oracle {
     /// proves fine). What they end with may come from the replacement file.
     pub obs3_unprotected: BTreeSet<String>,
     /// ADM-5 liveness: per agent, where its last write that passed the pane's incarnation check
-    /// went (session, and the record's end then: any turn start after it is newer), and the
+    /// and opened a wait went (a plain send that joins an open wait is only `awaited`;
+    /// session, and the record's end then: any turn start after it is newer), and the
     /// first turn start after it the current daemon's observer delivered to the engine (when,
     /// where, which turn), or an earlier daemon's, made durable (`on_daemon_start`).
     pub last_write: BTreeMap<usize, (SessionId, u64)>,
@@ -380,7 +381,8 @@ pub struct Oracle {
     changed_while_down: BTreeSet<(usize, SessionId)>,
     /// The request whose bytes `last_write` is (none: a submit's).
     last_writer: BTreeMap<usize, String>,
-    /// ADM-5 (PTY): the hash of the prompt `last_write` wrote: the engine's wait ends only at a
+    /// ADM-5 (PTY): the hash of the prompt `last_write` wrote (the write that opened the wait:
+    /// a plain send that joins it changes neither, `awaited`): the engine's wait ends only at a
     /// user message carrying it (`AgentEntry::awaiting_prompts`), live or reopened by a restart
     /// (the latest write it knows of). None: a restart's engine waits for another write's
     /// prompt (`on_daemon_start`): no turn says the wait is over.
@@ -396,6 +398,8 @@ pub struct Oracle {
     /// send joined it) may still hold the agent: the engine's grace and RF-8's timeout run
     /// from the latest write into the wait.
     joined_unseen_until: BTreeMap<usize, u64>,
+    /// ADM-5 (PTY): when the latest prompt of ours went into the agent's pane.
+    wait_written_ms: BTreeMap<usize, u64>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
     /// app-server's answer to that very line moves the engine's wait for it (an acceptance into
     /// a turn not yet started makes it the wait for that turn's start), so only the turn it
@@ -991,10 +995,17 @@ impl Oracle {
         // A wait this oracle cannot see (a stall it would excuse now: a restart's reopened
         // wait, a write whose outcome is unknown) is joined too, and may then last RF-8's
         // timeout from the send (the engine's grace runs from the latest write).
+        // Only while the engine's wait may still be open: RF-8's timeout from the latest write
+        // into it at most (its grace ends it sooner on an idle agent; the simulator's turns
+        // are short), or a joined send would keep the check off for good (a review).
         let now = wakterm_runtime::driver::now_ms();
         let steers = writer.is_some_and(|id| self.may_steer(id));
-        let unseen = self.stall_excused(agent, now);
-        let open = unseen || (!self.turn_after_write.contains_key(&agent) && self.awaited.get(&agent).is_some_and(|a| !a.is_empty()));
+        let unseen = self.wait_unseen(agent, now);
+        let recent = self.wait_written_ms.get(&agent).is_some_and(|at| now < at + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
+        let open = unseen || (recent && !self.turn_after_write.contains_key(&agent) && self.awaited.get(&agent).is_some_and(|a| !a.is_empty()));
+        if prompt.is_some() {
+            self.wait_written_ms.insert(agent, now);
+        }
         if let Some(text) = prompt.filter(|_| steers && open) {
             self.awaited.entry(agent).or_default().push((prompt_hash(text), session, end));
             if unseen {
@@ -1304,6 +1315,7 @@ impl Oracle {
     /// process accepted our line into may never start (ADM-5).
     pub fn on_process_changed_delivered(&mut self, agent: usize) {
         self.last_line_turn.remove(&agent);
+        self.awaited.remove(&agent); // the engine's wait ends with the process
     }
 
     /// The observer port sent the engine an attach or a loss of agent `a`'s session: the turn
@@ -1425,9 +1437,15 @@ impl Oracle {
     }
 
     /// ADM-5: whether the engine may hold agent `agent` at `since` for a write whose wait this
-    /// oracle cannot follow (a stall is excused then).
+    /// oracle cannot follow (a stall is excused then), or one a plain send joined then.
     fn stall_excused(&self, agent: usize, since: u64) -> bool {
         let joined_unseen = self.joined_unseen_until.get(&agent).is_some_and(|until| since < until + STALL_MARGIN_MS);
+        self.wait_unseen(agent, since) || joined_unseen
+    }
+
+    /// `stall_excused` but for a joined send's excuse (a send joining never renews it: a
+    /// stream of sends would hide a stall for good, a review).
+    fn wait_unseen(&self, agent: usize, since: u64) -> bool {
         // ADM-5, REC-1: a registration a daemon found unfinished may have been written (after
         // that turn): the engine holds its agent up to RF-8's timeout from that start.
         let unfinished = self.unfinished_until.get(&agent).is_some_and(|until| since < until + STALL_MARGIN_MS);
@@ -1451,7 +1469,7 @@ impl Oracle {
         let reopened = (written < self.daemon_started_ms || earlier_daemons) && !self.last_line.contains_key(&agent);
         let changed = self.last_write.get(&agent).is_some_and(|(session, _)| self.changed_while_down.contains(&(agent, session.clone())));
         let copy_changed = reopened && changed && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
-        unknown_write || lost_write || copy_changed || joined_unseen
+        unknown_write || lost_write || copy_changed
     }
 
     /// IDEM-7: no receipt says `prompt_written: false` or `retry_safe: true` for an id whose
