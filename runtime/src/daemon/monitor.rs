@@ -822,8 +822,7 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                 }
                 let (answer, quiet) = match known {
                     Some((generation, alive)) if !legacy => {
-                        // Less than a millisecond left is over (a 1 ms call would follow).
-                        let quiet = quiet_until.and_then(|until| until.checked_duration_since(Instant::now())).filter(|left| *left >= Duration::from_millis(1));
+                        let quiet = debounce_left(quiet_until);
                         let (wait, output_end) = match quiet {
                             Some(left) => (left, None),
                             None => (LIVENESS_WAIT, output_end),
@@ -851,7 +850,7 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
                         // meanwhile wakes a look now, with no second call (one call per
                         // debounce, as the sleep cost; an A/B showed the watcher's p99 a little
                         // worse with two). One answered early (an Enter) keeps the debounce.
-                        let quiet = quiet.filter(|_| quiet_until.is_some_and(|until| until > Instant::now() + Duration::from_millis(1)));
+                        let quiet = quiet.filter(|_| debounce_left(quiet_until).is_some());
                         let next = Some((info.generation, info.alive));
                         if next != known {
                             known = next;
@@ -887,6 +886,12 @@ async fn watch_holder(agent: Arc<AgentRuntime>, wake: mpsc::UnboundedSender<Wake
         output_end = None;
         tokio::time::sleep(HOLDER_RETRY).await;
     }
+}
+
+/// The screen debounce still to run (`watch_holder`): none once less than a millisecond is
+/// left, which counts as over (a 1 ms holder call would follow).
+fn debounce_left(quiet_until: Option<Instant>) -> Option<Duration> {
+    quiet_until.and_then(|until| until.checked_duration_since(Instant::now())).filter(|left| *left >= Duration::from_millis(1))
 }
 
 enum HolderWatchError {

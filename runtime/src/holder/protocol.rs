@@ -175,7 +175,7 @@ pub struct InfoReply {
     #[serde(default)]
     pub holder_instance: String,
     /// ADM-19: when (this machine's [`monotonic_ms`]) the last write carrying an Enter
-    /// (`pane_look::carries_enter`) ended that did not name the process it must reach: every
+    /// (`pane_look::count_enters`) ended that did not name the process it must reach: every
     /// admission's and submit's write names it, so this is a human's (`agent attach`), a raw
     /// `session action=input`'s or another program's. None when there was none, or from a
     /// holder older than the field.
