@@ -581,6 +581,7 @@ impl Engine {
             written_past: None,
             written_at_event: None,
             write_unknown: false,
+            joined_wait: false,
             write_unknown_since_ms: None,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
@@ -771,6 +772,7 @@ impl Engine {
             crate::agent::Transport::AppServer => view.clone(), // CORR-15's ids instead
         };
         let raised = (floor != view).then(|| floor.clone()).flatten();
+        let joined = !agent.awaiting_prompts.is_empty(); // a plain send's (ADM-13)
         match agent.facts.transport {
             crate::agent::Transport::AppServer => {
                 agent.awaiting_turn_after = Some(self.now_ms);
@@ -787,6 +789,7 @@ impl Engine {
 
         if let Some(record) = self.requests.get_mut(request_id) {
             record.written_past = floor;
+            record.joined_wait = joined;
         }
         if let Some(end) = raised {
             let view = view.map_or("none".to_string(), |v| v.position.to_string());

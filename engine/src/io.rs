@@ -220,6 +220,9 @@ pub enum Output {
 /// What `Engine::recover` rebuilds from (REC-*).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DurableState {
+    /// The open requests, then each agent's latest written finished ones, oldest first
+    /// (`Store::load_latest_written_since`): a restart weighs them in this order (ADM-5,
+    /// `RecoveredWrite::considered`; registration times are no order across daemons).
     pub requests: Vec<RequestRecord>,
     pub last_terminal_sequence: u64,
     /// EV-1: the last durable agent event sequence (pruned ones included).

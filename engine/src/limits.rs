@@ -48,6 +48,11 @@ pub const MAX_ACCEPTED_TURNS_KEPT: usize = 64;
 /// that a raw writer's forged refusals (two per race in the simulator) do not evict ours.
 pub const MAX_ANSWERED_LINES_KEPT: usize = 4;
 
+/// ADM-5: the latest written finished requests of each agent a restart loads
+/// (`Store::load_latest_written_since`): a prompt the TUI queued may be older than the latest
+/// write (a plain send written while it waited, ADM-13), so one was not enough (a review).
+pub const MAX_RECENT_WRITES_LOADED: usize = 4;
+
 /// ADM-5: the user messages an agent's event mark keeps (`EventMark::prompts_taken`): the mark
 /// is written with every event batch, so few; enough for a write's prompt steered in among a
 /// human's.

@@ -26,8 +26,10 @@ impl Engine {
         engine.next_sequence = durable.last_terminal_sequence + 1;
         engine.last_published_sequence = durable.last_terminal_sequence;
         engine.events = crate::event_stream::EventStream::recover(durable.last_event_sequence, durable.event_marks);
+        let mut loaded = Vec::with_capacity(durable.requests.len()); // the store's order
         for record in durable.requests {
             record.assert_consistent();
+            loaded.push(record.request_id.clone());
             engine.stored_ids.insert(&record.request_id); // HIST-5: it has a row
             if let Some(event) = &record.terminal {
                 assert!(event.terminal_event_sequence <= durable.last_terminal_sequence, "TERM-3");
@@ -35,7 +37,7 @@ impl Engine {
             engine.requests.insert(record.request_id.clone(), record);
         }
         // ADM-5: the writes whose prompts may be unread, before REC-1 ends the registrations.
-        for record in engine.requests.values() {
+        for record in loaded.iter().map(|id| &engine.requests[id]) {
             if let Some(write) = RecoveredWrite::of(record, now_ms, engine.run_clock.as_ref()) {
                 engine.recovered_writes.entry(record.agent_id.clone()).or_default().push(write);
             }
@@ -127,8 +129,8 @@ struct ReopenedWait {
     past: Option<crate::observer::Cursor>,
     unplaced: Option<String>,
     accepted: Option<crate::ids::TurnId>,
-    /// A PTY write's prompt, with its floor (`AgentEntry::awaiting_prompts`).
-    prompt: Option<crate::agent::AwaitedPrompt>,
+    /// A PTY wait's prompts, each with its floor, in write order (`AgentEntry::awaiting_prompts`).
+    prompts: Vec<crate::agent::AwaitedPrompt>,
 }
 
 /// ADM-5 across a restart: whether a request's record says its prompt was read: its turn
@@ -180,6 +182,12 @@ pub(crate) struct RecoveredWrite {
     /// refused: no wait for it, but a write registered before it was read before it (input is
     /// read in order), so when it is the latest, nothing is held (`reopen_wait`).
     pub taken: bool,
+    /// A plain send that joined an open wait (`RequestRecord::joined_wait`; ADM-13 writes it
+    /// whatever the wait): taken, it says nothing of a prompt written before it, which the TUI
+    /// may have queued (read is not recorded: a review).
+    pub joined_wait: bool,
+    /// Its request is finished (settled, terminal): one of the few latest the store loads.
+    pub finished: bool,
 }
 
 impl RecoveredWrite {
@@ -255,7 +263,7 @@ impl RecoveredWrite {
             _ => return None, // released (never written); a bound one is taken, above
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
-        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), prompt_hash: record.prompt_hash.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken })
+        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), prompt_hash: record.prompt_hash.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken, joined_wait: record.joined_wait, finished: matches!(record.phase, Phase::Settled | Phase::Terminal) })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -280,10 +288,10 @@ impl RecoveredWrite {
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64, boot: Option<&str>) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
-        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = same.into_iter().partition(|w| w.taken);
+        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = Self::considered(same).into_iter().partition(|w| w.taken);
         let Some(latest) = Self::latest(&same) else { return };
-        if taken.iter().any(|t| Self::registered_after(t, latest)) {
-            return; // a later prompt was taken: every line before it was read
+        if taken.iter().any(|t| !t.joined_wait && Self::registered_after(t, latest)) {
+            return; // a later prompt was taken: every line before it was read (unless it joined a wait)
         }
         let mark = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation));
         let wait = match &latest.turn_start_id {
@@ -298,7 +306,7 @@ impl RecoveredWrite {
             agent.awaiting_past = wait.past;
             agent.awaiting_unplaced = wait.unplaced;
             agent.awaiting_accepted = wait.accepted;
-            agent.awaiting_prompts = wait.prompt.into_iter().collect();
+            agent.awaiting_prompts = wait.prompts;
             agent.awaiting_reopened = true;
             // Look when the grace may have run out, and at least as often as after a write.
             let due = since.saturating_add(agent.no_turn_grace_ms());
@@ -352,17 +360,27 @@ impl RecoveredWrite {
         // outlives its daemon: a review). A given-up write's view is recorded at the give-up,
         // and no later write is made while it may land (ADM-12's claim, up to
         // `LOST_WRITE_HOLD_MS`; holders older than `start_by_ms` have no bound: the known gap).
-        let landed_before = |w: &&RecoveredWrite, later: &&RecoveredWrite| w.floor_at_write && Self::registered_after(later, w);
+        // Not a send's that joined a wait: it may have steered past a prompt the TUI queued (a
+        // review).
+        let landed_before = |w: &&RecoveredWrite, later: &&RecoveredWrite| w.floor_at_write && !later.joined_wait && Self::registered_after(later, w);
         let read = |w: &&RecoveredWrite| taken_past(w) || same.iter().any(|later| taken_past(later) && landed_before(w, later));
         if same.iter().all(read) {
             return None;
         }
-        let mut past = latest.floor.clone();
-        if let Some(past) = past.as_mut().filter(|_| !in_this_copy(latest)) {
-            past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
-        }
-        let prompt = crate::agent::AwaitedPrompt { hash: latest.prompt_hash.clone(), past, request: None, reopened: true, taken_by: None, seen_unproven: false };
-        Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompt: Some(prompt) })
+        // The latest write's prompt; after a send that joined a wait, also every unread one
+        // from the write that opened it on (its prompt may sit queued behind the sends',
+        // `AgentEntry::awaiting_prompts`).
+        let opener = Self::latest(&same.iter().copied().filter(|w| !w.joined_wait).collect::<Vec<_>>());
+        let joined = |w: &&RecoveredWrite| opener.is_some_and(|o| latest.joined_wait && !read(w) && (std::ptr::eq(*w, o) || Self::registered_after(w, o)));
+        let waiting = same.iter().copied().filter(|w| std::ptr::eq(*w, latest) || joined(w));
+        let prompts = waiting.take(crate::agent::MAX_AWAITED_PROMPTS).map(|w| {
+            let mut past = w.floor.clone();
+            if let Some(past) = past.as_mut().filter(|_| !in_this_copy(w)) {
+                past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
+            }
+            crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past, request: None, reopened: true, taken_by: None, seen_unproven: false }
+        });
+        Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompts: prompts.collect() })
     }
 
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest
@@ -376,10 +394,27 @@ impl RecoveredWrite {
     fn managed_wait(line: &str, latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>) -> Option<ReopenedWait> {
         let answered = mark.and_then(|m| m.answered_lines.iter().find(|answer| answer.id == line));
         match answered {
-            None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None, prompt: None }),
+            None => Some(ReopenedWait { past: latest.floor.clone(), unplaced: Some(line.to_string()), accepted: None, prompts: Vec::new() }),
             Some(answer) if answer.taken || answer.turn.is_none() => None,
-            Some(answer) => Some(ReopenedWait { past: Some(answer.at.clone()), unplaced: None, accepted: answer.turn.clone(), prompt: None }),
+            Some(answer) => Some(ReopenedWait { past: Some(answer.at.clone()), unplaced: None, accepted: answer.turn.clone(), prompts: Vec::new() }),
         }
+    }
+
+    /// Of one process's writes (in the store's order: the open ones, then the finished ones
+    /// oldest first), those a restart weighs: every open one, and of the finished ones (the
+    /// latest few the store loads, `MAX_RECENT_WRITES_LOADED`) the latest, and when it is a
+    /// plain send that joined a wait (`joined_wait`: it may have steered past a prompt the TUI
+    /// had queued), those back to the write that opened the wait (a review: only the latest
+    /// was loaded, the send's record counted as proof that the queued prompt was read, and the
+    /// next prompt went over it). An older finished write's wait had ended before a later
+    /// write that joined none was made (ADM-5), so it is not weighed (as when only the latest
+    /// was loaded).
+    fn considered(writes: Vec<&RecoveredWrite>) -> Vec<&RecoveredWrite> {
+        let (finished, mut considered): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = writes.into_iter().partition(|w| w.finished);
+        let sends = finished.iter().rev().take_while(|w| w.joined_wait).count();
+        let from = finished.len().saturating_sub(sends + 1); // and the one before them
+        considered.extend(&finished[from..]);
+        considered
     }
 
     /// Whether `taken` was registered after `write` by the monotonic clock (TIME-2; unknown for

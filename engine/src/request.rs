@@ -125,6 +125,13 @@ pub struct RequestRecord {
     /// and the next prompt could go over its line (a listed gap until 2026-12-05).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub write_unknown: bool,
+    /// ADM-5 (PTY): a plain send written while a wait was open, which it joined
+    /// (`AgentEntry::awaiting_prompts`): its prompt, seen taken, says nothing of the prompts
+    /// written before it (the TUI may have queued them: read is not recorded), so a restart
+    /// does not take it as proof that they were read (`RecoveredWrite::joined_wait`; a review).
+    /// A record of an older daemon has none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joined_wait: bool,
     /// ADM-5, REC-1: the latest its write may have landed, by the restart that ended this
     /// registration (`write_unknown`): that restart's start plus `WRITE_LANDS_WITHIN_MS` (the
     /// holder outlives the daemon), as a time of the run that registered it (`own_time`,

@@ -604,6 +604,41 @@ fn adm_5_a_restart_takes_only_the_written_prompts_user_message_for_its_turn() {
     assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
+// ADM-5 across a restart (PTY): a plain send that steered, taken, is no proof that a prompt
+// written before it was read: the TUI may have queued that one behind the running turn (read
+// is not recorded). The restart loaded only the agent's latest finished write (the send),
+// took its acknowledgement as proof (input is read in order), and the next prompt went over
+// the queued one (a review). It loads the latest few now (`MAX_RECENT_WRITES_LOADED`) and
+// reopens the wait for the earlier prompt, which its own user message ends.
+#[test]
+fn adm_5_a_restart_after_a_steering_send_still_awaits_a_prompt_queued_before_it() {
+    let mut rig = Rig::with_idle_zola(); // the view at 1,000
+    let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.advance(500);
+    rig.turn_started("turn-h", 1_050); // a human's turn: "first" is queued behind it
+    let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    rig.user_message("turn-h", "steer", 1_110); // the send steered it
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+    assert!(rig.awaiting_turn_start(), "the first prompt is queued");
+    rig.advance(2_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    let op = rig.admit("0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21", "third", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
+    // The resume replays from the checkpoint (the mark's record proves the file, EV-13).
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1_000 });
+    rig.turn_started("turn-h", 1_050);
+    rig.user_message("turn-h", "steer", 1_110);
+    assert!(rig.awaiting_turn_start(), "the send's record is not the first prompt's");
+    rig.turn_completed("turn-h", "its final", 1_150);
+    rig.turn_started("turn-1", 1_200);
+    rig.user_message("turn-1", "first", 1_210);
+    assert!(!rig.awaiting_turn_start(), "its prompt was taken");
+}
+
 // ADM-5 across a restart (PTY): a later write's prompt in the durable mark says an earlier
 // write, registered before it and landed, was read (input is read in order), also when the
 // earlier one's own user message is no longer among the mark's few (`MAX_PROMPTS_TAKEN_KEPT`)

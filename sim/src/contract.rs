@@ -300,8 +300,8 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert_eq!((store.agent_events_after(0), store.event_marks(), store.last_event_sequence()), events_before);
     assert_eq!(store.last_terminal_sequence(), 10);
     assert!(store.commit(vec![event(4, "a1", 9_000)]).is_err(), "the pruned mark survives a reopen");
-    // ADM-5: of the finished requests updated since a time, each agent's latest written one:
-    // the one whose row was stored first last (registration inserts it), not the one updated
+    // ADM-5: of the finished requests updated since a time, each agent's latest written ones:
+    // the last, the one whose row was stored first last (registration inserts it), not the one updated
     // last (b1: s2 was registered after s3 and finished before it), nor the one whose record
     // says it was registered last (s3's `registered_ms`: a wall clock stepped back between two
     // daemons); equal registrations likewise (b2); one never written (released, s5) or open
@@ -344,10 +344,16 @@ pub fn run_contract_suite(store: &mut dyn ContractStore) {
     assert!(store.commit(vec![put_written("z1", "b7", "settled", 8, 1, true)]).is_ok());
     assert!(store.commit(vec![put_write_unknown("z2", "b7", "terminal", 9, 2)]).is_ok());
     assert_eq!(latest(store, 0).last().map(String::as_str), Some("z2"));
-    assert_eq!(latest(store, 100), ["s2", "s4b"]);
+    // The latest few of each agent, oldest first (a prompt the TUI queued may be older than
+    // the latest write: `MAX_RECENT_WRITES_LOADED`).
+    assert_eq!(latest(store, 100), ["s1", "s3", "s2", "s4", "s4b"]);
     assert_eq!(latest(store, 301), ["s3"]);
     assert_eq!(latest(store, 401), Vec::<String>::new());
     assert!(latest(store, 0).contains(&"s6".to_string()));
+    // No more than the few: b8's five writes give their last four.
+    let five: Vec<_> = (1..=5).map(|i| put_written(&format!("w{i}"), "b8", "settled", 600 + i, i, true)).collect();
+    assert!(store.commit(five).is_ok());
+    assert_eq!(latest(store, 600), ["w2", "w3", "w4", "w5"]);
 
     // TIME-2: the run clocks are one value, replaced, kept across a reopen, and untouched by a
     // batch that fails.

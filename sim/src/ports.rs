@@ -2368,7 +2368,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             SimClock::Stepped(_) => None, // not the last daemon's clock either
         };
         // ADM-5: and, as `recover_engine`, of the requests finished within RF-8's turn-start
-        // timeout, each agent's latest written one.
+        // timeout, each agent's latest few written ones, oldest first.
         let recent = match w.mutant {
             Mutant::RecentFinishedNotLoaded => Vec::new(),
             Mutant::LatestWrittenByRecordedTime => latest_written_by_recorded_time(&w.store.requests(), since_ms), // the bug

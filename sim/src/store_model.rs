@@ -206,22 +206,26 @@ impl StoreTables {
     }
 
     /// ADM-5: of the finished requests updated at or after `since_ms`, each agent's latest
-    /// written one (its record holds `written_past`; the one stored last), ordered by agent id
-    /// (as `Store::load_latest_written_since`).
+    /// written ones (each record holds `written_past`; those stored last), at most
+    /// `MAX_RECENT_WRITES_LOADED`, ordered by agent id, then oldest first (as
+    /// `Store::load_latest_written_since`).
     pub fn latest_written_since(&self, since_ms: u64) -> Vec<StoredRequest> {
         // Whether the record holds a written floor (`written_past`), or a write nobody knows of
         // (`write_unknown`: a registration a restart ended).
         let written = |r: &StoredRequest| {
             serde_json::from_str::<serde_json::Value>(&r.record_json).is_ok_and(|record| !record["written_past"].is_null() || record["write_unknown"] == true)
         };
-        let mut latest: BTreeMap<String, (u64, &StoredRequest)> = BTreeMap::new();
+        let mut latest: BTreeMap<String, Vec<(u64, &StoredRequest)>> = BTreeMap::new();
         for request in self.requests.values().filter(|r| is_finished_phase(&r.phase) && r.updated_ms >= since_ms && written(r)) {
-            let order = self.inserted[&request.request_id];
-            if latest.get(&request.agent_id).is_none_or(|(l_order, _)| order > *l_order) {
-                latest.insert(request.agent_id.clone(), (order, request));
-            }
+            latest.entry(request.agent_id.clone()).or_default().push((self.inserted[&request.request_id], request));
         }
-        latest.into_values().map(|(_, request)| request.clone()).collect()
+        let most = wakterm_engine::limits::MAX_RECENT_WRITES_LOADED;
+        let recent = |mut writes: Vec<(u64, &StoredRequest)>| {
+            writes.sort_by_key(|(order, _)| *order);
+            let skip = writes.len().saturating_sub(most);
+            writes.into_iter().skip(skip).map(|(_, request)| request.clone()).collect::<Vec<_>>()
+        };
+        latest.into_values().flat_map(recent).collect()
     }
 
     pub fn request(&self, request_id: &str) -> Option<&StoredRequest> {

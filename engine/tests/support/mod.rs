@@ -509,13 +509,17 @@ impl Rig {
         let window = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), kept);
         let since = window.since_ms;
         self.run_clocks_seen = Some(window.keep);
-        let mut latest: BTreeMap<AgentId, RequestRecord> = BTreeMap::new();
+        let mut latest: BTreeMap<AgentId, Vec<RequestRecord>> = BTreeMap::new();
         let stored = self.durable_order.iter().map(|id| &self.durable[id]); // registration order
         for record in stored.filter(|r| is_finished(r.phase) && r.updated_ms >= since && (r.written_past.is_some() || r.write_unknown)) {
-            latest.insert(record.agent_id.clone(), record.clone()); // a later one replaces it
+            let recent = latest.entry(record.agent_id.clone()).or_default();
+            recent.push(record.clone());
+            if recent.len() > wakterm_engine::limits::MAX_RECENT_WRITES_LOADED {
+                recent.remove(0); // the latest few
+            }
         }
         let open = self.durable.values().filter(|r| !is_finished(r.phase)).cloned();
-        self.recover_from(open.chain(latest.into_values()).collect());
+        self.recover_from(open.chain(latest.into_values().flatten()).collect());
     }
 
     fn recover_from(&mut self, requests: Vec<RequestRecord>) {

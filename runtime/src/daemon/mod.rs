@@ -266,7 +266,7 @@ fn recover_engine(store: &Store, writer: &StoreWriter, clock: &EngineClock, run_
     let now_ms = clock.now_ms();
     let mut requests = Vec::new();
     // HIST-1: open requests only; finished ones are read back when named again. ADM-5: and
-    // each agent's latest written request finished within `RESTART_LOOKBACK_MS` (RF-8's
+    // each agent's latest few written requests (oldest first) finished within `RESTART_LOOKBACK_MS` (RF-8's
     // turn-start timeout from the latest its line may land), whose prompt may still be unread (`RecoveredWrite::of`), in the time of the run that wrote it
     // (TIME-2: `RunClocksSeen::restart_window`).
     let window = restart_window(store, now_ms, run_clock.as_ref());

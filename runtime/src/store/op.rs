@@ -358,8 +358,8 @@ pub(crate) const PRUNE_FINISHED_SQL: &str = concat!(
     finished_phases!(),
     " AND updated_ms < ?1 ORDER BY updated_ms LIMIT ?2"
 );
-/// ADM-5: of the finished requests updated since a time, each agent's latest written one
-/// (`load_latest_written_since`): its record holds where the view stood at the write
+/// ADM-5: of the finished requests updated since a time, each agent's latest written ones, at
+/// most `?2` (`load_latest_written_since`), oldest first: each record holds where the view stood at the write
 /// (`written_past`), or says a restart ended it unfinished (`write_unknown`), and it was
 /// registered last: its row was inserted last (the greatest row
 /// id: every registration inserts the row, also of an id stored before, and every later change
@@ -374,7 +374,7 @@ pub(crate) const LATEST_WRITTEN_SQL: &str = concat!(
     "ROW_NUMBER() OVER (PARTITION BY agent_id ORDER BY rowid DESC) AS latest ",
     "FROM requests INDEXED BY requests_finished_by_time WHERE phase IN ",
     finished_phases!(),
-    " AND updated_ms >= ?1 AND (json_extract(record, '$.written_past') IS NOT NULL OR json_extract(record, '$.write_unknown') = 1)) WHERE latest = 1 ORDER BY agent_id"
+    " AND updated_ms >= ?1 AND (json_extract(record, '$.written_past') IS NOT NULL OR json_extract(record, '$.write_unknown') = 1)) WHERE latest <= ?2 ORDER BY agent_id, latest DESC"
 );
 
 /// TIME-2: the meta key holding what the store keeps of the boot's daemon runs.

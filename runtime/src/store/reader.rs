@@ -90,12 +90,14 @@ impl Store {
     }
 
     /// ADM-5 across a restart: of the finished requests updated at or after `since_ms`, each
-    /// agent's latest written one (a view recorded at its write, `written_past`; the latest
-    /// registered: the row inserted last, whatever the wall clocks said), ordered by agent id.
-    /// A restart reopens the
-    /// wait for the turn of a prompt written shortly before (`Engine::recover`,
-    /// `RecoveredWrite::of`); only the latest write matters, as an app-server or a TUI reads
-    /// its input in order: if its prompt was taken, so were the lines before it. The latest to
+    /// agent's latest written ones (a view recorded at its write, `written_past`; the latest
+    /// registered: the rows inserted last, whatever the wall clocks said), at most
+    /// `MAX_RECENT_WRITES_LOADED`, ordered by agent id, then oldest first. A restart reopens
+    /// the wait for the turn of a prompt written shortly before (`Engine::recover`,
+    /// `RecoveredWrite::of`); the latest write matters most, as an app-server or a TUI reads
+    /// its input in order: if its prompt was taken, so were the lines before it; but a TUI may
+    /// record a plain send that steered before a prompt it had queued, so the few before it
+    /// are loaded too (`RecoveredWrite::considered`; a review). The latest to
     /// finish is not it (a bound request ending after a one-way prompt that steered its turn,
     /// unread, hid that prompt: a review), nor one never written (released). One index range
     /// of the finished requests' times, whatever the history holds.
@@ -103,7 +105,8 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(op::LATEST_WRITTEN_SQL)?;
         let since = i64::try_from(since_ms).unwrap_or(i64::MAX); // past every stored time: none
-        let rows = stmt.query_map([since], raw_request)?;
+        let most = i64::try_from(wakterm_engine::limits::MAX_RECENT_WRITES_LOADED).expect("a few");
+        let rows = stmt.query_map([since, most], raw_request)?;
         rows.map(|raw| request_from_raw(raw?)).collect()
     }
 
