@@ -581,7 +581,9 @@ impl Engine {
             written_past: None,
             written_at_event: None,
             write_unknown: false,
-            joined_wait: false,
+            // A restart that finds it unfinished must know it too (a review: set only at the
+            // write, a send the crash cut off hid the queued prompt its wait was for).
+            joined_wait: !agent.awaiting_prompts.is_empty(),
             write_unknown_since_ms: None,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),
@@ -789,7 +791,7 @@ impl Engine {
 
         if let Some(record) = self.requests.get_mut(request_id) {
             record.written_past = floor;
-            record.joined_wait = joined;
+            record.joined_wait |= joined;
         }
         if let Some(end) = raised {
             let view = view.map_or("none".to_string(), |v| v.position.to_string());

@@ -709,8 +709,10 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
     if !ends_the_wait(agent, event) {
         return false;
     }
-    let at = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position });
-    if at.is_some() && agent.awaiting_prompts.iter().any(|p| p.taken_by == at) {
+    // A record counts by its place: one without (none is known) takes nothing (a replay of
+    // it could not be told from it), and the grace ends the wait.
+    let Some(at) = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position }) else { return false };
+    if agent.awaiting_prompts.iter().any(|p| p.taken_by.as_ref() == Some(&at)) {
         return false; // a replay of a record already counted
     }
     // The latest write's first: its floor is the highest, and a record only an earlier one's
@@ -719,8 +721,7 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
     let Some(prompt) = agent.awaiting_prompts.iter_mut().rev().find(|p| p.taken_by.is_none() && &p.hash == prompt_hash && past(p)) else {
         return false;
     };
-    // A user message always has its place; were one without it, it would still count.
-    prompt.taken_by = Some(at.unwrap_or(Cursor { session: crate::ids::SessionId(String::new()), position: 0 }));
+    prompt.taken_by = Some(at);
     prompt.seen_unproven = unproven && prompt.reopened; // taken once the file is proven
     agent.awaiting_prompts.iter().all(crate::agent::AwaitedPrompt::taken)
 }

@@ -221,8 +221,10 @@ pub enum Output {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DurableState {
     /// The open requests, then each agent's latest written finished ones, oldest first
-    /// (`Store::load_latest_written_since`): a restart weighs them in this order (ADM-5,
-    /// `RecoveredWrite::considered`; registration times are no order across daemons).
+    /// (`Store::load_latest_written_since`): a restart orders the finished ones by the
+    /// monotonic clock when every one has it, else takes this order (ADM-5,
+    /// `RecoveredWrite::considered`; wall-clock registration times are no order across
+    /// daemons).
     pub requests: Vec<RequestRecord>,
     pub last_terminal_sequence: u64,
     /// EV-1: the last durable agent event sequence (pruned ones included).

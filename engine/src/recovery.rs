@@ -180,7 +180,8 @@ pub(crate) struct RecoveredWrite {
     pub written_at_event: Option<u64>,
     /// The write's prompt was seen taken (its request bound to its turn, acknowledged) or
     /// refused: no wait for it, but a write registered before it was read before it (input is
-    /// read in order), so when it is the latest, nothing is held (`reopen_wait`).
+    /// read in order), so when it is the latest, nothing is held (`reopen_wait`), unless it
+    /// joined a wait (`joined_wait`).
     pub taken: bool,
     /// A plain send that joined an open wait (`RequestRecord::joined_wait`; ADM-13 writes it
     /// whatever the wait): taken, it says nothing of a prompt written before it, which the TUI
@@ -197,7 +198,8 @@ impl RecoveredWrite {
     /// - a one-way request settled after a write whose outcome was known (`written_past`),
     ///   less than RF-8's `TURN_START_TIMEOUT_MS` before now, whose prompt was not seen taken
     ///   (acknowledged) or refused (MGD-7): the wait runs from the write. The runtime loads
-    ///   each agent's latest written finished record (`Store::load_latest_written_since`); before, a daemon
+    ///   each agent's latest few written finished records (`Store::load_latest_written_since`,
+    ///   weighed by `RecoveredWrite::considered`); before, a daemon
     ///   started after a one-way prompt's write knew nothing of it and wrote the next prompt on
     ///   top of the unread one;
     /// - a return-final request ended (cancelled, timed out, its observer lost, ...) after a
@@ -277,7 +279,9 @@ impl RecoveredWrite {
     /// registrations joined the writes: exploration seed 5009149).
     ///
     /// A latest write whose prompt was seen taken or refused (`RecoveredWrite::taken`, a
-    /// request bound to its turn, say) reopens nothing: every line before it was read.
+    /// request bound to its turn, say) reopens nothing: every line before it was read; not one
+    /// that joined a wait (a plain send that may have steered past a queued prompt): the
+    /// wait is then for every unread prompt from the one that opened it on (`floor_wait`).
     ///
     /// `mark`: the agent's durable event mark, when of the process the writes went to (a
     /// managed agent's new holder starts its positions over in the same thread). Its turns
@@ -288,7 +292,8 @@ impl RecoveredWrite {
     pub fn reopen_wait(writes: Vec<RecoveredWrite>, agent: &mut crate::agent::AgentEntry, mark: Option<&crate::events::EventMark>, now_ms: u64, boot: Option<&str>) {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
-        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = Self::considered(same).into_iter().partition(|w| w.taken);
+        let considered = Self::considered(same);
+        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = considered.iter().copied().partition(|w| w.taken);
         let Some(latest) = Self::latest(&same) else { return };
         if taken.iter().any(|t| !t.joined_wait && Self::registered_after(t, latest)) {
             return; // a later prompt was taken: every line before it was read (unless it joined a wait)
@@ -296,7 +301,7 @@ impl RecoveredWrite {
         let mark = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation));
         let wait = match &latest.turn_start_id {
             Some(line) => Self::managed_wait(line, latest, mark),
-            None => Self::floor_wait(&same, latest, mark, boot),
+            None => Self::floor_wait((&same, &considered), latest, mark, boot),
         };
         let Some(wait) = wait else { return };
         let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
@@ -318,7 +323,7 @@ impl RecoveredWrite {
     /// carrying the latest write's prompt past its floor (`AgentEntry::awaiting_prompts`; input
     /// is read in order, so the writes before it were read: but read is not recorded, and a
     /// plain send that steered is recorded before a prompt the TUI queued, so a restart after
-    /// such a send forgets the queued prompt, the known gap in SPEC's ADM-5 row). None when
+    /// such a send does not count as proof, `RecoveredWrite::joined_wait`). None when
     /// the mark holds, past
     /// every write's floor (each the view at its write), the user message carrying that write's
     /// prompt (`EventMark::prompt_taken_past`), not only the latest's: which write was the
@@ -344,7 +349,12 @@ impl RecoveredWrite {
     /// minute took the new copy's turns, noted after the write, for the write's. Writes of that
     /// run and later ones read only the new copy; one of them whose prompt the mark holds says
     /// an older copy's write registered before it, and landed (its view recorded), was read.
-    fn floor_wait(same: &[&RecoveredWrite], latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
+    ///
+    /// `considered`: `same` and the writes seen taken. After a send that joined a wait, the
+    /// prompts of every unread write from the one that opened the wait on are awaited, not the
+    /// latest's alone (`AgentEntry::awaiting_prompts`); with no opener among them (not loaded,
+    /// older than RF-8's timeout), every unread one.
+    fn floor_wait((same, considered): (&[&RecoveredWrite], &[&RecoveredWrite]), latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
         let rewritten = mark.and_then(|m| m.rewritten.as_ref());
         let in_this_copy = |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms));
         let taken_past = |w: &&RecoveredWrite| {
@@ -367,11 +377,13 @@ impl RecoveredWrite {
         if same.iter().all(read) {
             return None;
         }
-        // The latest write's prompt; after a send that joined a wait, also every unread one
-        // from the write that opened it on (its prompt may sit queued behind the sends',
-        // `AgentEntry::awaiting_prompts`).
-        let opener = Self::latest(&same.iter().copied().filter(|w| !w.joined_wait).collect::<Vec<_>>());
-        let joined = |w: &&RecoveredWrite| opener.is_some_and(|o| latest.joined_wait && !read(w) && (std::ptr::eq(*w, o) || Self::registered_after(w, o)));
+        // The latest write's prompt; after a send that joined a wait (taken or not), also every
+        // unread one from the write that opened it on (taken or not: a review), whose prompt
+        // may sit queued behind the sends'.
+        let opener = Self::latest(&considered.iter().copied().filter(|w| !w.joined_wait).collect::<Vec<_>>());
+        let after_opener = |w: &RecoveredWrite| opener.is_none_or(|o| std::ptr::eq(w, o) || Self::registered_after(w, o));
+        let sends_joined = considered.iter().any(|w| w.joined_wait && after_opener(w));
+        let joined = |w: &&RecoveredWrite| sends_joined && !read(w) && after_opener(w);
         let waiting = same.iter().copied().filter(|w| std::ptr::eq(*w, latest) || joined(w));
         let prompts = waiting.take(crate::agent::MAX_AWAITED_PROMPTS).map(|w| {
             let mut past = w.floor.clone();
@@ -410,7 +422,10 @@ impl RecoveredWrite {
     /// write that joined none was made (ADM-5), so it is not weighed (as when only the latest
     /// was loaded).
     fn considered(writes: Vec<&RecoveredWrite>) -> Vec<&RecoveredWrite> {
-        let (finished, mut considered): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = writes.into_iter().partition(|w| w.finished);
+        let (mut finished, mut considered): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = writes.into_iter().partition(|w| w.finished);
+        if finished.iter().all(|w| w.registered_monotonic_ms.is_some()) {
+            finished.sort_by_key(|w| w.registered_monotonic_ms); // stable: else the store's order
+        }
         let sends = finished.iter().rev().take_while(|w| w.joined_wait).count();
         let from = finished.len().saturating_sub(sends + 1); // and the one before them
         considered.extend(&finished[from..]);

@@ -604,31 +604,28 @@ fn adm_5_a_restart_takes_only_the_written_prompts_user_message_for_its_turn() {
     assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
-// ADM-5 across a restart (PTY): a plain send that steered, taken, is no proof that a prompt
-// written before it was read: the TUI may have queued that one behind the running turn (read
-// is not recorded). The restart loaded only the agent's latest finished write (the send),
-// took its acknowledgement as proof (input is read in order), and the next prompt went over
-// the queued one (a review). It loads the latest few now (`MAX_RECENT_WRITES_LOADED`) and
-// reopens the wait for the earlier prompt, which its own user message ends.
-#[test]
-fn adm_5_a_restart_after_a_steering_send_still_awaits_a_prompt_queued_before_it() {
-    let mut rig = Rig::with_idle_zola(); // the view at 1,000
+/// ADM-5: a one-way prompt ("first") written, then a human's turn that the TUI queues it
+/// behind (the view at 1,000 before).
+fn a_prompt_queued_behind_a_humans_turn() -> Rig {
+    let mut rig = Rig::with_idle_zola();
     let op = rig.admit(REQ, "first", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
     rig.advance(500);
-    rig.turn_started("turn-h", 1_050); // a human's turn: "first" is queued behind it
-    let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
-    let send = rig.submit(command);
-    rig.user_message("turn-h", "steer", 1_110); // the send steered it
-    assert_eq!(rig.receipt(send).acknowledged, Some(true));
-    assert!(rig.awaiting_turn_start(), "the first prompt is queued");
-    rig.advance(2_000);
+    rig.turn_started("turn-h", 1_050);
+    rig
+}
+
+/// ADM-5: the restart after `a_prompt_queued_behind_a_humans_turn` and a send "steer" that
+/// joined its wait: the next prompt is held until "first" itself is recorded, the send's
+/// record (replayed from the checkpoint: the mark's record proves the file, EV-13) not
+/// ending the wait.
+fn restart_holds_until_the_queued_prompt(rig: &mut Rig) {
     rig.crash_and_recover_as_the_daemon();
+    rig.auto = Auto::All;
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
     rig.input(Input::StartupComplete);
     let op = rig.admit("0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21", "third", ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
-    // The resume replays from the checkpoint (the mark's record proves the file, EV-13).
     rig.observe(ObserverEvent::Attached { session: session(), position: 1_000 });
     rig.turn_started("turn-h", 1_050);
     rig.user_message("turn-h", "steer", 1_110);
@@ -637,6 +634,41 @@ fn adm_5_a_restart_after_a_steering_send_still_awaits_a_prompt_queued_before_it(
     rig.turn_started("turn-1", 1_200);
     rig.user_message("turn-1", "first", 1_210);
     assert!(!rig.awaiting_turn_start(), "its prompt was taken");
+}
+
+// ADM-5 across a restart (PTY): a plain send that steered, taken, is no proof that a prompt
+// written before it was read: the TUI may have queued that one behind the running turn (read
+// is not recorded). The restart loaded only the agent's latest finished write (the send),
+// took its acknowledgement as proof (input is read in order), and the next prompt went over
+// the queued one (a review). It loads the latest few now (`MAX_RECENT_WRITES_LOADED`) and
+// reopens the wait for the earlier prompt, which its own user message ends.
+#[test]
+fn adm_5_a_restart_after_a_steering_send_still_awaits_a_prompt_queued_before_it() {
+    let mut rig = a_prompt_queued_behind_a_humans_turn();
+    let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    rig.user_message("turn-h", "steer", 1_110); // the send steered it
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+    assert!(rig.awaiting_turn_start(), "the first prompt is queued");
+    rig.advance(2_000);
+    restart_holds_until_the_queued_prompt(&mut rig);
+}
+
+// ADM-5 across a restart (PTY): the same when the crash cut the send off before its outcome
+// (a registration the restart finds unfinished): its record says at registration that it
+// joined a wait (a review: said only at the write, the restart awaited the send's prompt
+// alone, and its record ended the wait with the first prompt queued).
+#[test]
+fn adm_5_a_restart_after_an_unfinished_send_that_joined_a_wait_awaits_both_prompts() {
+    let mut rig = a_prompt_queued_behind_a_humans_turn();
+    rig.auto = Auto::Manual;
+    let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
+    rig.submit(command);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(())); // registered; the write is handed out
+    assert!(rig.durable[&RequestId::parse(REQ2).unwrap()].joined_wait);
+    rig.advance(1_000);
+    restart_holds_until_the_queued_prompt(&mut rig);
 }
 
 // ADM-5 across a restart (PTY): a later write's prompt in the durable mark says an earlier

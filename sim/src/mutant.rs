@@ -237,7 +237,7 @@ pub enum Mutant {
     /// one-way prompt and starts its turn seconds later (`terminal.slow_turn_start`) gets the
     /// next prompt written over it.
     RecentPtyWritesNotLoaded,
-    /// Restart glue (ADM-5): each agent's latest written finished request is chosen by the
+    /// Restart glue (ADM-5): each agent's latest written finished request (one, not the few) is chosen by the
     /// registration time its record holds, not by the order the rows were stored: a wall clock
     /// stepped back between two daemons makes an older write, whose turn ran, the latest, and
     /// the next prompt goes over the later one still unread.

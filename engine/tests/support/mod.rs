@@ -502,8 +502,8 @@ impl Rig {
     }
 
     /// A crash, recovered as the daemon does with ADM-5's addition: the open requests and, of
-    /// the finished ones updated within RF-8's turn-start timeout, each agent's latest written
-    /// (`Store::load_latest_written_since`).
+    /// the finished ones updated within RF-8's turn-start timeout, each agent's latest few
+    /// written, oldest first (`Store::load_latest_written_since`).
     pub fn crash_and_recover_as_the_daemon(&mut self) {
         let kept = self.run_clocks_seen.take().map_or(KeptRunClocks::Nothing, KeptRunClocks::Kept);
         let window = RunClocksSeen::restart_window(self.now, self.run_clock.as_ref(), kept);

@@ -1055,8 +1055,8 @@ fn plan_on_a_new_store(sql: &str) -> Vec<String> {
     plan
 }
 
-// ADM-5, issue 10: a restart reads each agent's latest written request finished in the last
-// minute through the finished requests' time index (a range of it), never a scan of the
+// ADM-5, issue 10: a restart reads each agent's latest few written requests finished in the
+// last minute through the finished requests' time index (a range of it), never a scan of the
 // history.
 #[test]
 fn store_latest_written_query_reads_a_range_of_the_time_index() {
