@@ -102,7 +102,8 @@ pub struct AgentEntry {
     pub awaiting_accepted: Option<crate::ids::TurnId>,
     /// ADM-5, PTY agents: the prompts the wait is for, each with its floor (an admission's or a
     /// submit's, and a plain send's written while the wait was open; after a restart, the
-    /// latest recovered write's). A turn past the floor is no proof that prompt was taken: the
+    /// recovered writes' still unread, `RecoveredWrite::floor_wait`). A turn past the floor is
+    /// no proof that prompt was taken: the
     /// TUI may take a prompt and start its turn only seconds later (a first turn waiting for
     /// its MCP servers), and the view may stand behind the rollout at the write (a look that
     /// showed a checkpoint's view, a stream being resumed after a loss, records Codex had not
