@@ -441,9 +441,10 @@ impl Engine {
         let incarnation = submission.incarnation.clone().expect("a claimed, checked agent runs a process");
         let agent = self.agents.get_mut(&agent_id).expect("a claimed agent is registered");
         let floor = agent.view_cursor(); // a turn at or before it began before the write
-        agent.await_prompt(crate::prompt::prompt_hash(&submission.text), floor, id, now_ms);
+        let hash = crate::prompt::prompt_hash(&submission.text);
+        agent.await_prompt(hash.clone(), floor, id, now_ms);
         agent.awaiting_request = None; // a submit's wait, no admission's
-        agent.note_own_prompt_asked(&crate::prompt::prompt_hash(&submission.text), now_ms); // ADM-19
+        agent.note_own_prompt_asked(&hash, now_ms); // ADM-19
         self.submit_writes.insert(delivery_id, id.clone());
         self.push(Output::SubmitWrite { delivery_id, agent_id, incarnation, write, expect_writes });
     }

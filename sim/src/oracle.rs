@@ -941,9 +941,10 @@ impl Oracle {
         for entry in self.turn_after_write.values_mut() {
             entry.0 = self.daemon_started_ms;
         }
-        // ADM-5 (PTY): a wait not over durably is reopened for the latest write's prompt
-        // (`RecoveredWrite::floor_wait`; prompts a send joined to it before are forgotten: the
-        // restart's known gap): its user message, replayed or new, is awaited again.
+        // ADM-5 (PTY): a wait not over durably is reopened for the prompt of the write that
+        // opened it (`RecoveredWrite::floor_wait`, which also awaits the unread prompts of the
+        // sends that joined it: this check, awaiting fewer, only judges less): its user
+        // message, replayed or new, is awaited again.
         for (agent, prompt) in &self.last_prompt {
             if let (Some(hash), Some((session, end))) = (prompt, self.last_write.get(agent)) {
                 if !self.turn_after_write.contains_key(agent) {
@@ -1003,11 +1004,12 @@ impl Oracle {
         let unseen = self.wait_unseen(agent, now);
         let recent = self.wait_written_ms.get(&agent).is_some_and(|at| now < at + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
         let open = unseen || (recent && !self.turn_after_write.contains_key(&agent) && self.awaited.get(&agent).is_some_and(|a| !a.is_empty()));
-        if prompt.is_some() {
+        let hash = prompt.map(prompt_hash);
+        if hash.is_some() {
             self.wait_written_ms.insert(agent, now);
         }
-        if let Some(text) = prompt.filter(|_| steers && open) {
-            self.awaited.entry(agent).or_default().push((prompt_hash(text), session, end));
+        if let Some(hash) = hash.clone().filter(|_| steers && open) {
+            self.awaited.entry(agent).or_default().push((hash, session, end));
             if unseen {
                 self.joined_unseen_until.insert(agent, now + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
             }
@@ -1016,13 +1018,13 @@ impl Oracle {
         self.joined_unseen_until.remove(&agent);
         let awaited = self.awaited.entry(agent).or_default();
         awaited.clear();
-        if let Some(text) = prompt {
-            awaited.push((prompt_hash(text), session.clone(), end));
+        if let Some(hash) = &hash {
+            awaited.push((hash.clone(), session.clone(), end));
         }
         self.last_write.insert(agent, (session, end));
         self.turn_after_write.remove(&agent);
-        match prompt {
-            Some(text) => self.last_prompt.insert(agent, Some(prompt_hash(text))),
+        match hash {
+            Some(hash) => self.last_prompt.insert(agent, Some(hash)),
             None => self.last_prompt.remove(&agent),
         };
         if writer.is_some() {
