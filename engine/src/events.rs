@@ -336,6 +336,18 @@ pub struct PromptTaken {
     pub noted_at_event: Option<u64>,
 }
 
+impl PromptTaken {
+    /// ADM-5 across a restart: whether this user message may be the record of a prompt
+    /// `prompt_hash` written at the stream's event number `written_at_event` (None: a record of
+    /// an older daemon, by position alone): its prompt, noted at or after the write, and past
+    /// `floor` in its session (None: anywhere, `RecoveredWrite::records_taken`).
+    pub fn may_carry(&self, prompt_hash: &str, floor: Option<&crate::observer::Cursor>, written_at_event: Option<u64>) -> bool {
+        let noted_after = written_at_event.is_none_or(|written| self.noted_at_event.is_some_and(|noted| noted >= written));
+        let past = floor.is_none_or(|floor| self.at.session == floor.session && self.at.position > floor.position);
+        self.prompt_hash == prompt_hash && noted_after && past
+    }
+}
+
 /// ADM-5 (managed): one of wakterm's `turn/start` lines the app-server answered
 /// (`EventMark::answered_lines`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -401,14 +413,6 @@ impl EventMark {
             self.prompts_taken.push(PromptTaken { prompt_hash: prompt_hash.clone(), at, noted_at_event: None });
             assert!(self.prompts_taken.len() <= crate::limits::MAX_PROMPTS_TAKEN_KEPT);
         }
-    }
-
-    /// ADM-5: whether the stream reported the user message carrying `prompt_hash` past
-    /// `floor`, noted at or after the write's event number (`written_at_event`; None: a record
-    /// of an older daemon, by position alone).
-    pub fn prompt_taken_past(&self, prompt_hash: &str, floor: &crate::observer::Cursor, written_at_event: Option<u64>) -> bool {
-        let noted_after = |p: &PromptTaken| written_at_event.is_none_or(|written| p.noted_at_event.is_some_and(|noted| noted >= written));
-        self.prompts_taken.iter().any(|p| p.prompt_hash == prompt_hash && p.at.session == floor.session && p.at.position > floor.position && noted_after(p))
     }
 
     /// ADM-5: the app-server answered `id`; kept when it is one of wakterm's lines (its id

@@ -323,10 +323,10 @@ impl RecoveredWrite {
     /// carrying the latest write's prompt past its floor (`AgentEntry::awaiting_prompts`; input
     /// is read in order, so the writes before it were read: but read is not recorded, and a
     /// plain send that steered is recorded before a prompt the TUI queued, so a restart after
-    /// such a send does not count as proof, `RecoveredWrite::joined_wait`). None when
-    /// the mark holds, past
-    /// every write's floor (each the view at its write), the user message carrying that write's
-    /// prompt (`EventMark::prompt_taken_past`), not only the latest's: which write was the
+    /// such a send does not count as proof, `RecoveredWrite::joined_wait`). None when the mark
+    /// holds, past every write's floor (each the view at its write), the user message carrying
+    /// that write's prompt (`PromptTaken::may_carry`; one record for one write,
+    /// `records_taken`), not only the latest's: which write was the
     /// latest, the floors say only within one session, and the registration times not for sure
     /// (a wall clock stepped back between two daemons made an older write look the later one,
     /// and its turn skipped the wait for a later write still unread). Not any turn past the
@@ -357,10 +357,8 @@ impl RecoveredWrite {
     fn floor_wait((same, considered): (&[&RecoveredWrite], &[&RecoveredWrite]), latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
         let rewritten = mark.and_then(|m| m.rewritten.as_ref());
         let in_this_copy = |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms));
-        let taken_past = |w: &&RecoveredWrite| {
-            let floor = w.floor.as_ref().filter(|_| w.floor_at_write && in_this_copy(w));
-            floor.is_some_and(|floor| mark.is_some_and(|m| m.prompt_taken_past(&w.prompt_hash, floor, w.written_at_event)))
-        };
+        let records = Self::records_taken(considered, mark, &in_this_copy);
+        let taken_past = |w: &&RecoveredWrite| records.iter().any(|(write, _)| std::ptr::eq(*write, *w));
         // A write was read when one registered after it (by the monotonic clock) was: input is
         // read in order (exploration seed 33864710: a write of the new copy whose prompt the
         // mark holds, after one of the replaced file, held its agent; in the same copy, a
@@ -384,15 +382,55 @@ impl RecoveredWrite {
         let after_opener = |w: &RecoveredWrite| opener.is_none_or(|o| std::ptr::eq(w, o) || Self::registered_after(w, o));
         let sends_joined = considered.iter().any(|w| w.joined_wait && after_opener(w));
         let joined = |w: &&RecoveredWrite| sends_joined && !read(w) && after_opener(w);
-        let waiting = same.iter().copied().filter(|w| std::ptr::eq(*w, latest) || joined(w));
-        let prompts = waiting.take(crate::agent::MAX_AWAITED_PROMPTS).map(|w| {
+        let waiting: Vec<&RecoveredWrite> = same.iter().copied().filter(|w| std::ptr::eq(*w, latest) || joined(w)).collect();
+        let prompts = waiting.iter().map(|w| {
             let mut past = w.floor.clone();
             if let Some(past) = past.as_mut().filter(|_| !in_this_copy(w)) {
                 past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
             }
             crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past, request: None, reopened: true, taken_by: None, seen_unproven: false }
         });
-        Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompts: prompts.collect() })
+        // And each record already counted for a write not awaited, as taken: its replay (the
+        // resume reads again from the checkpoint) takes no awaited prompt of the same text (a
+        // review: a taken send's record, replayed, took the queued opener's place), as a live
+        // replay takes none (`AwaitedPrompt::taken_by`). An awaited write's own record (the
+        // latest's, awaited whatever the mark says when an earlier write is unread) still ends
+        // its part of the wait when replayed, as before.
+        let awaited = |w: &RecoveredWrite| waiting.iter().any(|v| std::ptr::eq(*v, w));
+        let counted = records.iter().filter(|(w, _)| !awaited(w)).map(|(w, record)| crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past: None, request: None, reopened: true, taken_by: Some(record.at.clone()), seen_unproven: false });
+        Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompts: prompts.chain(counted).take(crate::agent::MAX_AWAITED_PROMPTS).collect() })
+    }
+
+    /// ADM-5 across a restart: the mark's user message (`EventMark::prompts_taken`) each of
+    /// `writes` took, one for one. Two prompts of one text (a wait's opener and a send that
+    /// joined it) were both taken for read by one record past both floors, and the next prompt
+    /// went over the opener, queued behind the turn the send steered (a review). The writes
+    /// seen taken go first (their prompts were recorded: a record either of two writes may have
+    /// made counts as the taken one's), each taking the earliest record it may have made
+    /// (`PromptTaken::may_carry`; a later one lies past more floors: it is left to the others);
+    /// then the others, the latest first (a later write's record lies past an earlier one's
+    /// floor too, so the earlier one is left what only it can have made). An unread write's
+    /// record lies past its floor at the write, in this copy of the file; a taken write whose
+    /// floor says nothing here takes one of its text wherever it lies.
+    fn records_taken<'w, 'm>(writes: &[&'w RecoveredWrite], mark: Option<&'m crate::events::EventMark>, in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> Vec<(&'w RecoveredWrite, &'m crate::events::PromptTaken)> {
+        let Some(mark) = mark else { return Vec::new() };
+        let mut order = writes.to_vec();
+        order.sort_by_key(|w| std::cmp::Reverse((w.taken, w.registered_monotonic_ms, w.floor.as_ref().map_or(0, |f| f.position))));
+        let mut free: Vec<&crate::events::PromptTaken> = mark.prompts_taken.iter().collect();
+        let mut counted = Vec::new();
+        for write in order {
+            let floor = write.floor.as_ref().filter(|_| (write.floor_at_write || write.taken) && in_this_copy(write));
+            if floor.is_none() && !write.taken {
+                continue; // no floor to judge its record by: unread
+            }
+            let carries = |record: &&crate::events::PromptTaken| record.may_carry(&write.prompt_hash, floor, write.written_at_event);
+            let found = if write.taken { free.iter().position(carries) } else { free.iter().rposition(carries) };
+            if let Some(i) = found {
+                counted.push((write, free.remove(i)));
+            }
+        }
+        assert!(counted.len() <= mark.prompts_taken.len(), "a record counts for one write");
+        counted
     }
 
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest

@@ -604,22 +604,22 @@ fn adm_5_a_restart_takes_only_the_written_prompts_user_message_for_its_turn() {
     assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
-/// ADM-5: a one-way prompt ("first") written, then a human's turn that the TUI queues it
+/// ADM-5: a one-way prompt (`first`) written, then a human's turn that the TUI queues it
 /// behind (the view at 1,000 before).
-fn a_prompt_queued_behind_a_humans_turn() -> Rig {
+fn a_prompt_queued_behind_a_humans_turn(first: &str) -> Rig {
     let mut rig = Rig::with_idle_zola();
-    let op = rig.admit(REQ, "first", ReturnMode::OneWay);
+    let op = rig.admit(REQ, first, ReturnMode::OneWay);
     assert_eq!(rig.receipt(op).classification, Classification::Accepted);
     rig.advance(500);
     rig.turn_started("turn-h", 1_050);
     rig
 }
 
-/// ADM-5: the restart after `a_prompt_queued_behind_a_humans_turn` and a send "steer" that
-/// joined its wait: the next prompt is held until "first" itself is recorded, the send's
+/// ADM-5: the restart after `a_prompt_queued_behind_a_humans_turn` and a send (`steer`) that
+/// joined its wait: the next prompt is held until `first` itself is recorded, the send's
 /// record (replayed from the checkpoint: the mark's record proves the file, EV-13) not
 /// ending the wait.
-fn restart_holds_until_the_queued_prompt(rig: &mut Rig) {
+fn restart_holds_until_the_queued_prompt(rig: &mut Rig, steer: &str, first: &str) {
     rig.crash_and_recover_as_the_daemon();
     rig.auto = Auto::All;
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
@@ -628,11 +628,11 @@ fn restart_holds_until_the_queued_prompt(rig: &mut Rig) {
     assert_eq!(rig.receipt(op).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(op));
     rig.observe(ObserverEvent::Attached { session: session(), position: 1_000 });
     rig.turn_started("turn-h", 1_050);
-    rig.user_message("turn-h", "steer", 1_110);
+    rig.user_message("turn-h", steer, 1_110);
     assert!(rig.awaiting_turn_start(), "the send's record is not the first prompt's");
     rig.turn_completed("turn-h", "its final", 1_150);
     rig.turn_started("turn-1", 1_200);
-    rig.user_message("turn-1", "first", 1_210);
+    rig.user_message("turn-1", first, 1_210);
     assert!(!rig.awaiting_turn_start(), "its prompt was taken");
 }
 
@@ -644,14 +644,62 @@ fn restart_holds_until_the_queued_prompt(rig: &mut Rig) {
 // reopens the wait for the earlier prompt, which its own user message ends.
 #[test]
 fn adm_5_a_restart_after_a_steering_send_still_awaits_a_prompt_queued_before_it() {
-    let mut rig = a_prompt_queued_behind_a_humans_turn();
-    let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
+    restart_after_a_steering_send("steer", "first");
+}
+
+/// ADM-5: `a_prompt_queued_behind_a_humans_turn`, a send that steered the human's turn and
+/// was acknowledged, then `restart_holds_until_the_queued_prompt`.
+fn restart_after_a_steering_send(steer: &str, first: &str) {
+    let mut rig = a_prompt_queued_behind_a_humans_turn(first);
+    let command = rig.command(Operation::Send, REQ2, steer, ReturnMode::OneWay);
     let send = rig.submit(command);
-    rig.user_message("turn-h", "steer", 1_110); // the send steered it
+    rig.user_message("turn-h", steer, 1_110); // the send steered it
     assert_eq!(rig.receipt(send).acknowledged, Some(true));
     assert!(rig.awaiting_turn_start(), "the first prompt is queued");
     rig.advance(2_000);
-    restart_holds_until_the_queued_prompt(&mut rig);
+    restart_holds_until_the_queued_prompt(&mut rig, steer, first);
+}
+
+// ADM-5 across a restart (PTY): the same with the two prompts of one text. The mark's one
+// user message, past both floors, is the taken send's, not the opener's too: a record counts
+// for one write (`RecoveredWrite::records_taken`); and its replay from the checkpoint takes
+// no reopened prompt's place (a review found both: the restart saw the opener read and wrote
+// the next prompt over it; reopened for it, the replay ended the wait).
+#[test]
+fn adm_5_a_restart_counts_a_record_for_one_of_two_prompts_of_one_text() {
+    restart_after_a_steering_send("again", "again");
+}
+
+// ADM-5 across a restart (PTY): a record counts first for a write seen taken. A return-final
+// prompt bound to its turn by the mark's one user message of its text, and a same-text send
+// that joined its wait, whose acknowledgement the crash lost: that record is the bound
+// prompt's, so the send's may be unread (queued) and the restart holds for it (taken by the
+// latest write first, the record made the send read).
+#[test]
+fn adm_5_a_restart_counts_a_record_first_for_the_write_it_bound() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "again", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.advance(500);
+    let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
+    rig.submit(command);
+    assert!(rig.durable[&RequestId::parse(REQ2).unwrap()].joined_wait);
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "again", 1_110);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound);
+    let send = rig.durable.get_mut(&RequestId::parse(REQ2).unwrap()).unwrap();
+    send.receipt.as_mut().expect("settled").acknowledged = None; // its commit lost in the crash
+    rig.advance(2_000);
+    let receipt = restart_then_admit(&mut rig, zola_facts("inc-1", 100), "0b6e7a34-5d0c-4f0e-9a43-3c1f0a6b9e21");
+    assert_eq!(receipt.reason.as_deref(), Some("awaiting_turn_start"), "{receipt:?}");
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1_000 });
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "again", 1_110);
+    assert!(rig.awaiting_turn_start(), "the replayed record is the bound prompt's");
+    rig.turn_completed("turn-1", "its final", 1_150);
+    rig.turn_started("turn-2", 1_200);
+    rig.user_message("turn-2", "again", 1_210);
+    assert!(!rig.awaiting_turn_start(), "the send's prompt was taken");
 }
 
 // ADM-5 across a restart (PTY): the same when the crash cut the send off before its outcome
@@ -660,7 +708,7 @@ fn adm_5_a_restart_after_a_steering_send_still_awaits_a_prompt_queued_before_it(
 // alone, and its record ended the wait with the first prompt queued).
 #[test]
 fn adm_5_a_restart_after_an_unfinished_send_that_joined_a_wait_awaits_both_prompts() {
-    let mut rig = a_prompt_queued_behind_a_humans_turn();
+    let mut rig = a_prompt_queued_behind_a_humans_turn("first");
     rig.auto = Auto::Manual;
     let command = rig.command(Operation::Send, REQ2, "steer", ReturnMode::OneWay);
     rig.submit(command);
@@ -668,7 +716,7 @@ fn adm_5_a_restart_after_an_unfinished_send_that_joined_a_wait_awaits_both_promp
     rig.ack_next_persist(Ok(())); // registered; the write is handed out
     assert!(rig.durable[&RequestId::parse(REQ2).unwrap()].joined_wait);
     rig.advance(1_000);
-    restart_holds_until_the_queued_prompt(&mut rig);
+    restart_holds_until_the_queued_prompt(&mut rig, "steer", "first");
 }
 
 // ADM-5 across a restart (PTY): a later write's prompt in the durable mark says an earlier
