@@ -118,8 +118,11 @@ pub struct AgentEntry {
     /// joins the prompts, never replaces them: it replaced the awaited one, its user message
     /// ended the wait while a submit's prompt the TUI had queued was unread, and an admission
     /// went over it (the simulator's exploration seed 82398000). At most
-    /// `MAX_AWAITED_PROMPTS` (a plain send past it is refused `awaiting_turn_start`). Empty
-    /// for a managed line's wait, which goes by the line's own answer (`awaiting_unplaced`).
+    /// `MAX_AWAITED_PROMPTS` (a plain send past it is refused `awaiting_turn_start`). A
+    /// reopened wait also holds, taken from the start, the durable mark's records an earlier
+    /// daemon counted for writes it does not await (`RecoveredWrite::floor_wait`): their
+    /// replays take no awaited prompt. Empty for a managed line's wait, which goes by the
+    /// line's own answer (`awaiting_unplaced`).
     pub awaiting_prompts: Vec<AwaitedPrompt>,
     /// ADM-5, EV-13: the wait is one a restart reopened (`RecoveredWrite::reopen_wait`): its
     /// floor is a position in the file as an earlier daemon read it, which a record the
@@ -158,7 +161,8 @@ pub struct AgentEntry {
 }
 
 /// ADM-5 (PTY): a prompt of ours written into the pane that a wait is for
-/// (`AgentEntry::awaiting_prompts`).
+/// (`AgentEntry::awaiting_prompts`); or, in a wait a restart reopened, a record an earlier
+/// daemon counted for a write not awaited, taken from the start (`taken_by`, no floor).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AwaitedPrompt {
     /// Its hash (HASH-1: Codex records the prompt trimmed, as the hash is taken).

@@ -712,8 +712,8 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
     // A record counts by its place: one without (none is known) takes nothing (a replay of
     // it could not be told from it), and the grace ends the wait.
     let Some(at) = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position }) else { return false };
-    if agent.awaiting_prompts.iter().any(|p| p.taken_by.as_ref() == Some(&at)) {
-        return false; // a replay of a record already counted
+    if agent.awaiting_prompts.iter().any(|p| p.taken_by.as_ref() == Some(&at) && &p.hash == prompt_hash) {
+        return false; // a replay of a record already counted (of its text: a record of other text there is another)
     }
     // The latest write's first: its floor is the highest, and a record only an earlier one's
     // floor lets through (read late, replayed) still finds that one (a review).

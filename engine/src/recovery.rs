@@ -123,13 +123,18 @@ fn wait_over_unread(record: &RequestRecord) -> bool {
     }
 }
 
+/// ADM-5 across a restart: a recovered write and the durable mark's user message counted as
+/// its record (`RecoveredWrite::records_taken`).
+type TakenRecord<'w, 'm> = (&'w RecoveredWrite, &'m crate::events::PromptTaken);
+
 /// ADM-5 across a restart: the wait a restart reopens (`AgentEntry::awaiting_past`,
 /// `awaiting_unplaced`, `awaiting_accepted`).
 struct ReopenedWait {
     past: Option<crate::observer::Cursor>,
     unplaced: Option<String>,
     accepted: Option<crate::ids::TurnId>,
-    /// A PTY wait's prompts, each with its floor, in write order (`AgentEntry::awaiting_prompts`).
+    /// A PTY wait's prompts, each with its floor, in write order, then the records counted
+    /// for writes it does not await, taken (`AgentEntry::awaiting_prompts`).
     prompts: Vec<crate::agent::AwaitedPrompt>,
 }
 
@@ -189,6 +194,9 @@ pub(crate) struct RecoveredWrite {
     pub joined_wait: bool,
     /// Its request is finished (settled, terminal): one of the few latest the store loads.
     pub finished: bool,
+    /// CORR-9: where the user message that bound its request lies (`RequestRecord::bound_at`):
+    /// of the mark's records, that one only is its own (`records_taken`).
+    pub bound_at: Option<u64>,
 }
 
 impl RecoveredWrite {
@@ -265,7 +273,7 @@ impl RecoveredWrite {
             _ => return None, // released (never written); a bound one is taken, above
         };
         let registered_monotonic_ms = same_boot.map(|(_, then)| then.monotonic_ms(record.registered_ms));
-        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), prompt_hash: record.prompt_hash.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken, joined_wait: record.joined_wait, finished: matches!(record.phase, Phase::Settled | Phase::Terminal) })
+        Some(RecoveredWrite { turn_start_id: record.turn_start_id.clone(), prompt_hash: record.prompt_hash.clone(), incarnation: record.incarnation.clone(), process: record.process, floor, since_ms, registered_ms: record.registered_ms, registered_monotonic_ms, floor_at_write, written_at_event: record.written_at_event, taken, joined_wait: record.joined_wait, finished: matches!(record.phase, Phase::Settled | Phase::Terminal), bound_at: record.bound_at.filter(|_| record.bound_turn.is_some()) })
     }
 
     /// The agent registered again: on the same process, it counts as busy until a turn starts
@@ -293,15 +301,18 @@ impl RecoveredWrite {
         let same: Vec<&RecoveredWrite> =
             writes.iter().filter(|w| agent.facts.incarnation.as_ref() == Some(&w.incarnation) && agent.facts.process == w.process).collect();
         let considered = Self::considered(same);
-        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = considered.iter().copied().partition(|w| w.taken);
+        let mark = mark.filter(|m| m.incarnation.is_some() && m.incarnation == agent.facts.incarnation);
+        let in_this_copy = Self::in_this_copy(mark, boot);
+        let records = Self::records_taken(&considered, mark, &in_this_copy);
+        let doubted = |w: &RecoveredWrite| Self::taken_without_its_record(w, &records, &in_this_copy);
+        let (taken, same): (Vec<&RecoveredWrite>, Vec<&RecoveredWrite>) = considered.iter().copied().partition(|w| w.taken && !doubted(w));
         let Some(latest) = Self::latest(&same) else { return };
         if taken.iter().any(|t| !t.joined_wait && Self::registered_after(t, latest)) {
             return; // a later prompt was taken: every line before it was read (unless it joined a wait)
         }
-        let mark = mark.filter(|m| m.incarnation.as_ref() == Some(&latest.incarnation));
         let wait = match &latest.turn_start_id {
             Some(line) => Self::managed_wait(line, latest, mark),
-            None => Self::floor_wait((&same, &considered), latest, mark, boot),
+            None => Self::floor_wait((&same, &considered), &records, latest, &in_this_copy),
         };
         let Some(wait) = wait else { return };
         let since = same.iter().map(|w| w.since_ms).max().expect("one at least");
@@ -354,10 +365,7 @@ impl RecoveredWrite {
     /// prompts of every unread write from the one that opened the wait on are awaited, not the
     /// latest's alone (`AgentEntry::awaiting_prompts`); with no opener among them (not loaded,
     /// older than RF-8's timeout), every unread one.
-    fn floor_wait((same, considered): (&[&RecoveredWrite], &[&RecoveredWrite]), latest: &RecoveredWrite, mark: Option<&crate::events::EventMark>, boot: Option<&str>) -> Option<ReopenedWait> {
-        let rewritten = mark.and_then(|m| m.rewritten.as_ref());
-        let in_this_copy = |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms));
-        let records = Self::records_taken(considered, mark, &in_this_copy);
+    fn floor_wait((same, considered): (&[&RecoveredWrite], &[&RecoveredWrite]), records: &[TakenRecord], latest: &RecoveredWrite, in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> Option<ReopenedWait> {
         let taken_past = |w: &&RecoveredWrite| records.iter().any(|(write, _)| std::ptr::eq(*write, *w));
         // A write was read when one registered after it (by the monotonic clock) was: input is
         // read in order (exploration seed 33864710: a write of the new copy whose prompt the
@@ -406,24 +414,24 @@ impl RecoveredWrite {
     /// joined it) were both taken for read by one record past both floors, and the next prompt
     /// went over the opener, queued behind the turn the send steered (a review). The writes
     /// seen taken go first (their prompts were recorded: a record either of two writes may have
-    /// made counts as the taken one's), each taking the earliest record it may have made
-    /// (`PromptTaken::may_carry`; a later one lies past more floors: it is left to the others);
+    /// made counts as the taken one's), the bound ones first, each taking the record that
+    /// bound it, the others the earliest record each may have made (`may_be_its_record`; a
+    /// later one lies past more floors: it is left to the others);
     /// then the others, the latest first (a later write's record lies past an earlier one's
     /// floor too, so the earlier one is left what only it can have made). An unread write's
     /// record lies past its floor at the write, in this copy of the file; a taken write whose
     /// floor says nothing here takes one of its text wherever it lies.
-    fn records_taken<'w, 'm>(writes: &[&'w RecoveredWrite], mark: Option<&'m crate::events::EventMark>, in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> Vec<(&'w RecoveredWrite, &'m crate::events::PromptTaken)> {
+    fn records_taken<'w, 'm>(writes: &[&'w RecoveredWrite], mark: Option<&'m crate::events::EventMark>, in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> Vec<TakenRecord<'w, 'm>> {
         let Some(mark) = mark else { return Vec::new() };
         let mut order = writes.to_vec();
-        order.sort_by_key(|w| std::cmp::Reverse((w.taken, w.registered_monotonic_ms, w.floor.as_ref().map_or(0, |f| f.position))));
+        // The bound ones first (their record is known), then by registration (the monotonic
+        // clock, else the recorded time), the floor last.
+        order.sort_by_key(|w| std::cmp::Reverse((w.taken, w.bound_at.is_some(), w.registered_monotonic_ms, w.registered_ms, w.floor.as_ref().map_or(0, |f| f.position))));
         let mut free: Vec<&crate::events::PromptTaken> = mark.prompts_taken.iter().collect();
         let mut counted = Vec::new();
         for write in order {
-            let floor = write.floor.as_ref().filter(|_| (write.floor_at_write || write.taken) && in_this_copy(write));
-            if floor.is_none() && !write.taken {
-                continue; // no floor to judge its record by: unread
-            }
-            let carries = |record: &&crate::events::PromptTaken| record.may_carry(&write.prompt_hash, floor, write.written_at_event);
+            let Some(floor) = Self::record_floor(write, in_this_copy) else { continue };
+            let carries = |record: &&crate::events::PromptTaken| Self::may_be_its_record(write, floor, record);
             let found = if write.taken { free.iter().position(carries) } else { free.iter().rposition(carries) };
             if let Some(i) = found {
                 counted.push((write, free.remove(i)));
@@ -431,6 +439,48 @@ impl RecoveredWrite {
         }
         assert!(counted.len() <= mark.prompts_taken.len(), "a record counts for one write");
         counted
+    }
+
+    /// Where `write`'s record may lie (`records_taken`): past its floor at the write, in this
+    /// copy of the file (`Some(Some(floor))`); a taken write's, when its floor says nothing
+    /// here, anywhere (`Some(None)`); None: an unread write with no such floor, whose record
+    /// nothing here can tell.
+    fn record_floor<'w>(write: &'w RecoveredWrite, in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> Option<Option<&'w crate::observer::Cursor>> {
+        let floor = write.floor.as_ref().filter(|_| (write.floor_at_write || write.taken) && in_this_copy(write));
+        (floor.is_some() || write.taken).then_some(floor)
+    }
+
+    /// Whether the mark's `record` may be `write`'s user message (`PromptTaken::may_carry`);
+    /// a bound request's is the one that bound it (CORR-9, `bound_at`; a review: taking the
+    /// earliest of its text, a bound write whose own record had left the mark took a later
+    /// write's).
+    fn may_be_its_record(write: &RecoveredWrite, floor: Option<&crate::observer::Cursor>, record: &crate::events::PromptTaken) -> bool {
+        record.may_carry(&write.prompt_hash, floor, write.written_at_event) && write.bound_at.is_none_or(|at| record.at.position == at)
+    }
+
+    /// ADM-5 across a restart: `write` was seen taken, but the record of its text that it
+    /// may have made went to another write (`records_taken`): one user message counted for
+    /// two (a send of a return-final prompt's text, joined to its wait, acknowledged by the
+    /// user message that bound the request: a review found both then taken, no wait reopened,
+    /// and the next prompt written over the send's, unread). Taken as unread (PTY only: a
+    /// managed write goes by its line's answer). A taken write whose record is not among the
+    /// mark's few at all stays taken, and so does a bound one (its turn is its own: CORR-6).
+    fn taken_without_its_record(write: &RecoveredWrite, records: &[TakenRecord], in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> bool {
+        if !write.taken || write.bound_at.is_some() || write.turn_start_id.is_some() || records.iter().any(|(w, _)| std::ptr::eq(*w, write)) {
+            return false;
+        }
+        let Some(floor) = Self::record_floor(write, in_this_copy) else { return false };
+        records.iter().any(|(_, record)| record.may_carry(&write.prompt_hash, floor, write.written_at_event))
+    }
+
+    /// Whether a write's floor lies in the copy of its file the observer reads now (ADM-5,
+    /// EV-13): none when a run found one of the agent's files changed while the daemon was
+    /// down, or could not prove it (`EventMark::rewritten`), after the write was registered
+    /// (by the monotonic clock of `boot`, this run's: a record of another boot or of none is
+    /// taken for such a write).
+    fn in_this_copy<'a>(mark: Option<&'a crate::events::EventMark>, boot: Option<&'a str>) -> impl Fn(&RecoveredWrite) -> bool + 'a {
+        let rewritten = mark.and_then(|m| m.rewritten.as_ref());
+        move |w: &RecoveredWrite| rewritten.is_none_or(|run| run.followed_by(boot, w.registered_monotonic_ms))
     }
 
     /// A managed agent's reopened wait, for its latest write's own line (`line`; the latest
