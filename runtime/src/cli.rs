@@ -232,7 +232,7 @@ pub struct SendArgs {
     pub return_final: bool,
     /// Caller-owned UUID: repeating it with the same input never writes twice.
     #[arg(long)]
-    pub request_id: Option<String>,
+    pub request_id: Option<std::ffi::OsString>,
     /// Asynchronous deadline for --return-final; 0 (default) disables it.
     #[arg(long, default_value_t = 0)]
     pub final_timeout_ms: u64,
@@ -261,10 +261,10 @@ pub struct AdmitArgs {
     pub target: std::ffi::OsString,
     /// The opaque process incarnation from `agent catalog`; a different one is refused.
     #[arg(long, required = true)]
-    pub incarnation: String,
+    pub incarnation: std::ffi::OsString,
     /// Caller-owned UUID: repeating it with the same input never writes twice.
     #[arg(long, required = true)]
-    pub request_id: String,
+    pub request_id: std::ffi::OsString,
     /// TARGET is a persisted agent id: skip display-name and catalog resolution.
     #[arg(long)]
     pub exact_agent_id: bool,
@@ -391,6 +391,13 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             // Canonical when it exists; else absolute, so the daemon's refusal names the
             // directory that is missing (CORR-14: it refuses a relative one as such).
             let cwd = std::fs::canonicalize(&cwd).or_else(|_| std::path::absolute(&cwd)).unwrap_or(cwd);
+            // CORR-14: the directory goes to the daemon as text; a lossy copy of one that is no
+            // UTF-8 named another directory (one with U+FFFD in its name, where the agent then
+            // ran), or one that does not exist (a hostile run).
+            let Some(cwd) = cwd.to_str().map(str::to_string) else {
+                let message = format!("the working directory {} is not UTF-8: wakterm keeps it as text, and a lossy copy would name another directory; start the agent from (or pass --cwd) a directory whose path is UTF-8", cwd.display());
+                return print_reply(Reply::error(exit::USAGE, "invalid_cwd", message));
+            };
             let mut pairs = Vec::new();
             for item in env {
                 // An empty key (`=v`) too: the holder refused it only after the daemon had begun
@@ -400,7 +407,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
                 };
                 pairs.push((key.to_string(), value.to_string()));
             }
-            ClientRequest::AgentStart { name, harness, cwd: cwd.display().to_string(), env: pairs, command, managed }
+            ClientRequest::AgentStart { name, harness, cwd, env: pairs, command, managed }
         }
         AgentCommand::Stop { target } => ClientRequest::AgentStop { target },
         AgentCommand::Restart { target } => ClientRequest::AgentRestart { target },
@@ -448,13 +455,21 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
 
 #[allow(clippy::too_many_arguments)]
 /// `(raw_paste, share_prompt, no_steer)`: the three input flags.
-fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Option<String>, request_id: Option<String>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
+fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Option<std::ffi::OsString>, request_id: Option<std::ffi::OsString>, exact_agent_id: bool, return_final: bool, final_timeout_ms: u64, (raw_paste, share_prompt, no_steer): (bool, bool, bool), message: &std::ffi::OsStr) -> Result<ClientRequest, Reply> {
     let limit = wakterm_engine::limits::MAX_PROMPT_BYTES;
     // The plain `send` request id is generated here, not in the daemon, so a caller whose reply
     // is lost still knows which request to replay.
     let generated_id = request_id.is_none();
-    let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let return_mode = if return_final { ReturnMode::ReturnFinal } else { ReturnMode::OneWay };
+    // INP-2, INP-4: an id or an incarnation that is no text gets the receipt the daemon gives a
+    // malformed one (it was clap's usage error, exit 2, where a prompt or a target that is no
+    // text was `invalid`, exit 4: two shapes for one kind of bad input, a hostile run).
+    let Ok(request_id) = request_id.map_or_else(|| Ok(uuid::Uuid::new_v4().to_string()), std::ffi::OsString::into_string) else {
+        return Err(client::refused_input(operation, return_mode, None, true, "request_id_malformed", "the request id is not UTF-8".to_string()));
+    };
+    let Ok(incarnation) = incarnation.map(std::ffi::OsString::into_string).transpose() else {
+        return Err(client::refused_input(operation, return_mode, Some(&request_id), !generated_id, "incarnation_malformed", "the incarnation is not UTF-8".to_string()));
+    };
     // INP-1, answered locally: the request line would exceed what the daemon reads, or the
     // bytes are no text. A receipt as the daemon's (it was a bare error for non-UTF-8).
     let refused = |reason: &str, detail: String| client::refused_input(operation, return_mode, Some(&request_id), !generated_id, reason, detail);

@@ -47,8 +47,12 @@ impl ObserverCheckpoint {
         self.version == CHECKPOINT_VERSION && &self.incarnation == incarnation && self.process == process
     }
 
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a checkpoint always serializes")
+    /// None for a rollout whose path is no UTF-8 (a CODEX_HOME that is none, kept as a path:
+    /// `AgentRecord::resolved_codex_home`): JSON holds no such path, and the daemon aborted on
+    /// its first checkpoint of such a rollout (it expected every checkpoint to serialize).
+    /// Without one, a restart reads that rollout from its start.
+    pub fn to_json(&self) -> Option<String> {
+        serde_json::to_string(self).ok()
     }
 
     /// A stored checkpoint; None when it is unreadable (then the rollout is read from 0).
@@ -77,11 +81,20 @@ mod tests {
     #[test]
     fn obs_1_a_checkpoint_belongs_to_one_incarnation() {
         let checkpoint = sample();
-        assert_eq!(ObserverCheckpoint::from_json(&checkpoint.to_json()), Some(checkpoint.clone()));
+        assert_eq!(ObserverCheckpoint::from_json(&checkpoint.to_json().expect("a UTF-8 path")), Some(checkpoint.clone()));
         assert!(checkpoint.belongs_to(&Incarnation("42.7".into()), ProcessIdentity { pid: 42, start_time_ticks: 7 }));
         assert!(!checkpoint.belongs_to(&Incarnation("42.8".into()), ProcessIdentity { pid: 42, start_time_ticks: 8 }));
         let old = ObserverCheckpoint { version: 0, ..checkpoint };
         assert!(!old.belongs_to(&Incarnation("42.7".into()), ProcessIdentity { pid: 42, start_time_ticks: 7 }));
         assert_eq!(ObserverCheckpoint::from_json("{\"version\":1}"), None);
+    }
+
+    // OBS-1: a rollout whose path is no UTF-8 (a CODEX_HOME that is none) has no checkpoint:
+    // the daemon aborted on its first one (a hostile run's finding, reasoned from it).
+    #[test]
+    fn obs_1_a_rollout_path_that_is_no_utf8_has_no_checkpoint() {
+        use std::os::unix::ffi::OsStrExt;
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/x/caf\xe9/rollout-s.jsonl"));
+        assert_eq!(ObserverCheckpoint { path, ..sample() }.to_json(), None);
     }
 }

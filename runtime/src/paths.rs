@@ -36,10 +36,21 @@ impl DataPaths {
                 let message = format!("WAKTERM_DATA_DIR must be an absolute path, not {:?}: a relative one names another directory from every working directory", Path::new(&dir));
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
             }
-            return Ok(DataPaths { root: PathBuf::from(dir) });
+            return Self::text_only(PathBuf::from(dir), "WAKTERM_DATA_DIR");
         }
         let base = dirs::data_dir().ok_or_else(|| io::Error::other("no platform data directory; set WAKTERM_DATA_DIR"))?;
-        Ok(DataPaths { root: base.join("wakterm") })
+        Self::text_only(base.join("wakterm"), "the platform data directory")
+    }
+
+    /// CLI-2: a data directory whose path is no UTF-8 is refused: the daemon names its paths in
+    /// JSON (its status, its ready line), and such a one made it abort at its first status
+    /// call, after it had made its database and socket (a hostile run).
+    fn text_only(root: PathBuf, whose: &str) -> io::Result<DataPaths> {
+        if root.to_str().is_none() {
+            let message = format!("{whose} {} is not UTF-8: wakterm names its paths in JSON; point WAKTERM_DATA_DIR at a directory whose path is UTF-8", root.display());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+        }
+        Ok(DataPaths { root })
     }
 
     pub fn database(&self) -> PathBuf {

@@ -2027,7 +2027,7 @@ impl World {
             .unwrap_or(0);
         agent.observer.last_saved = Some((checkpoint.session.clone(), checkpoint.tail.offset, now));
         self.log(format!("a{a} checkpoint {}@{} {:?}", checkpoint.session.0, checkpoint.tail.offset, checkpoint.turn));
-        Some((checkpoint.to_json(), weight))
+        Some((checkpoint.to_json().expect("the simulator's rollout paths are UTF-8"), weight))
     }
 
     /// EV-4: agent `a`'s durable event mark.

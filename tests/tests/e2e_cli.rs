@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use serde_json::json;
-use support::{new_id, World};
+use support::{new_id, Out, World};
 
 const EXE: &str = env!("CARGO_BIN_EXE_wakterm-e2e");
 const REPLY: &str = "Final answer for: {prompt}";
@@ -338,6 +338,67 @@ fn cli_2_an_unusable_data_dir_gets_advice_that_fits() {
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let (_, json) = run(open.as_os_str());
     assert!(json["message"].as_str().unwrap_or_default().contains("repairs its modes"), "{json}");
+    // A path that is no UTF-8: the daemon names its paths in JSON, and it aborted at its first
+    // status call after making its database and socket (a hostile run). Refused before
+    // anything is made, by `mux start` too.
+    use std::os::unix::ffi::OsStrExt;
+    let latin1 = w.root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    let (code, json) = run(latin1.as_os_str());
+    assert_eq!((code, &json["error"]), (Some(1), &serde_json::json!("no_data_dir")), "{json}");
+    assert!(json["message"].as_str().unwrap_or_default().contains("not UTF-8"), "{json}");
+    let out = w.cmd(&["mux", "start"]).env("WAKTERM_DATA_DIR", &latin1).stdin(Stdio::null()).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!((out.status.code(), &json["error"]), (Some(1), &serde_json::json!("no_data_dir")), "{json}");
+    assert!(!latin1.exists(), "nothing was made");
+}
+
+/// CORR-14: a working directory whose path is no UTF-8 is refused (`invalid_cwd`, exit 2),
+/// whether named with `--cwd` or the caller's own: the CLI sent a lossy copy, and the agent
+/// ran in a directory with U+FFFD in its name (or was refused as not a directory; a hostile
+/// run).
+#[test]
+fn corr_14_a_working_directory_that_is_no_utf8_is_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let w = World::new(EXE);
+    w.mux_start();
+    let latin1 = w.root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    let look_alike = w.root.join("caf\u{fffd}");
+    for dir in [&latin1, &look_alike] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let mut named = w.cmd(&["agent", "start", "--name", "lossy", "--cwd"]);
+    named.arg(&latin1).args(["--", "sleep", "30"]);
+    let mut inherited = w.cmd(&["agent", "start", "--name", "lossy", "--", "sleep", "30"]);
+    inherited.current_dir(&latin1);
+    for mut start in [named, inherited] {
+        let out = Out::of(start.stdin(Stdio::null()).output().unwrap());
+        assert_eq!((out.code, out.json["error"].as_str()), (2, Some("invalid_cwd")), "{out:?}");
+        assert!(out.json["message"].as_str().unwrap_or_default().contains("not UTF-8"), "{out:?}");
+        assert!(w.catalog_entry("lossy").is_none(), "nothing started");
+    }
+}
+
+/// INP-2, INP-4: a request id or an incarnation that is no UTF-8 gets the receipt a malformed
+/// one gets (`invalid`, exit 4, nothing sent), as a prompt or a target that is no text does:
+/// it was clap's usage error, exit 2 (a hostile run). A request id that is none is null in it.
+#[test]
+fn inp_2_a_request_id_or_incarnation_that_is_no_utf8_is_invalid() {
+    use std::os::unix::ffi::OsStrExt;
+    let w = World::new(EXE);
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let id = new_id();
+    let cases = [
+        (vec!["agent", "send", "zola", "--request-id"], "request_id_malformed"),
+        (vec!["agent", "admit", "zola", "--incarnation", "inc", "--request-id"], "request_id_malformed"),
+        (vec!["agent", "admit", "zola", "--request-id", &id, "--incarnation"], "incarnation_malformed"),
+    ];
+    for (args, reason) in cases {
+        let out = Out::of(w.cmd(&args).arg(latin1).arg("a prompt").stdin(Stdio::null()).output().unwrap());
+        assert_eq!((out.code, out.json["classification"].as_str(), out.json["reason"].as_str()), (4, Some("invalid"), Some(reason)), "{args:?}: {out:?}");
+        let named = if reason == "request_id_malformed" { serde_json::Value::Null } else { json!(id) };
+        assert_eq!((&out.json["request_id"], &out.json["prompt_written"]), (&named, &json!(false)), "{args:?}: {out:?}");
+    }
+    assert!(!w.data.exists(), "nothing was sent: no daemon was asked for");
 }
 
 /// INP-1: a prompt over the limit on standard input is refused as `invalid` (exit 4) without

@@ -422,9 +422,10 @@ impl AgentRuntime {
         }
         let checkpoint = observer.checkpoint().expect("a checkpoint exists where its position does");
         assert!(checkpoint.session == *session && checkpoint.tail.offset == offset);
-        let input = Input::ObserverCheckpoint { agent_id: self.agent_id(), checkpoint_json: checkpoint.to_json() };
+        let json = checkpoint.to_json();
         slot.saved = Some((checkpoint.session, checkpoint.tail.offset, Instant::now()));
-        (Some(input), false)
+        // A rollout path that is no UTF-8 has no checkpoint (`ObserverCheckpoint::to_json`).
+        (json.map(|checkpoint_json| Input::ObserverCheckpoint { agent_id: self.agent_id(), checkpoint_json }), false)
     }
 
     pub fn agent_id(&self) -> AgentId {

@@ -437,8 +437,8 @@ fn say_ready(paths: &DataPaths) {
     let line = serde_json::json!({
         "schema": READY_SCHEMA,
         "pid": std::process::id(),
-        "socket": paths.socket(),
-        "data_dir": paths.root,
+        "socket": paths.socket().display().to_string(), // UTF-8 (CLI-2): never a panic here
+        "data_dir": paths.root.display().to_string(),
         "version": env!("CARGO_PKG_VERSION"),
     });
     let mut out = stdout.lock();

@@ -245,8 +245,8 @@ async fn status(context: &Arc<Context>) -> Reply {
         "schema": "wakterm.mux-status.v1",
         "running": true,
         "pid": std::process::id(),
-        "data_dir": context.paths.root,
-        "socket": context.paths.socket(),
+        "data_dir": context.paths.root.display().to_string(), // UTF-8 (CLI-2): never a panic here
+        "socket": context.paths.socket().display().to_string(),
         "version": env!("CARGO_PKG_VERSION"),
         "protocol": PROTOCOL_VERSION,
         "agents": agents,
