@@ -400,6 +400,12 @@ pub struct Oracle {
     joined_unseen_until: BTreeMap<usize, u64>,
     /// ADM-5 (PTY): when the latest prompt of ours went into the agent's pane.
     wait_written_ms: BTreeMap<usize, u64>,
+    /// ADM-5 (PTY): when the latest plain send that joined the wait (`awaited`) went into the
+    /// agent's pane: the engine's grace runs from the latest write into the wait, so a prompt
+    /// of ours written over an unread one is judged by the time since then too
+    /// (`on_prompt_over_unread`; it went by the unread prompt's own taking, and an engine
+    /// ending a joined wait at the grace from its first write was excused).
+    joined_written_ms: BTreeMap<usize, u64>,
     /// ADM-5 (managed): the JSON-RPC id of the `turn/start` line `last_write` wrote: only the
     /// app-server's answer to that very line moves the engine's wait for it (an acceptance into
     /// a turn not yet started makes it the wait for that turn's start), so only the turn it
@@ -679,8 +685,14 @@ impl Oracle {
         // CORR-6's known gap: the engine's wait for `earlier`'s prompt ended at a human's prompt
         // of the same text that the provider had not written when `earlier` was.
         let same_text = |oracle: &mut Oracle| earlier.is_some_and(|id| oracle.same_text_unwritten_at_write(id, None, SameTextClaim::WaitEnded));
-        if known && !given_up && age_ms + STALL_MARGIN_MS < grace_ms && !same_text(self) {
-            let m = format!("a{agent}: {origin:?}'s prompt written while {earlier:?}'s, written {age_ms} ms before, was still unread");
+        // The grace runs from the latest write into the wait: a send that joined it after the
+        // unread prompt was taken.
+        let now = wakterm_runtime::driver::now_ms();
+        let joined_ago = self.joined_written_ms.get(&agent).filter(|joined| **joined > written_ms).map(|joined| now.saturating_sub(*joined));
+        let grace_age = joined_ago.map_or(age_ms, |ago| ago.min(age_ms));
+        if known && !given_up && grace_age + STALL_MARGIN_MS < grace_ms && !same_text(self) {
+            let joined = joined_ago.map(|ago| format!(", a send joining its wait {ago} ms before")).unwrap_or_default();
+            let m = format!("a{agent}: {origin:?}'s prompt written while {earlier:?}'s, written {age_ms} ms before{joined}, was still unread");
             self.fail(Kind::Interleaved, m);
         }
     }
@@ -1010,12 +1022,14 @@ impl Oracle {
         }
         if let Some(hash) = hash.clone().filter(|_| steers && open) {
             self.awaited.entry(agent).or_default().push((hash, session, end));
+            self.joined_written_ms.insert(agent, now);
             if unseen {
                 self.joined_unseen_until.insert(agent, now + wakterm_engine::limits::TURN_START_TIMEOUT_MS);
             }
             return;
         }
         self.joined_unseen_until.remove(&agent);
+        self.joined_written_ms.remove(&agent);
         let awaited = self.awaited.entry(agent).or_default();
         awaited.clear();
         if let Some(hash) = &hash {
@@ -1318,6 +1332,7 @@ impl Oracle {
     pub fn on_process_changed_delivered(&mut self, agent: usize) {
         self.last_line_turn.remove(&agent);
         self.awaited.remove(&agent); // the engine's wait ends with the process
+        self.joined_written_ms.remove(&agent);
     }
 
     /// The observer port sent the engine an attach or a loss of agent `a`'s session: the turn
