@@ -322,6 +322,15 @@ pub fn normalise_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsStri
 }
 
 pub fn run(cli: Cli) -> i32 {
+    // Only the commands that use the data directory resolve it (CLI-2: one whose path is no
+    // UTF-8 is refused, and `demo` or a holder, which never use it, must not be).
+    match cli.command {
+        Command::Demo { managed } => return crate::demo::run(managed),
+        Command::FakeCodexAppServer { .. } => return wakterm_harness::fake_app_server::run_from_env(),
+        Command::FakeCodex(args) => return wakterm_harness::fake_codex::run(args),
+        Command::Holder(args) => return crate::holder::run_holder(args.into_config()),
+        Command::Mux { .. } | Command::Agent { .. } | Command::Mcp => {}
+    }
     let paths = match DataPaths::from_env() {
         Ok(paths) => paths,
         // The MCP server's stdout is its JSON-RPC channel: the error goes to stderr there.
@@ -334,11 +343,8 @@ pub fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Mux { command } => run_mux(&paths, command),
         Command::Agent { command } => run_agent(&paths, command),
-        Command::Demo { managed } => crate::demo::run(managed),
-        Command::FakeCodexAppServer { .. } => wakterm_harness::fake_app_server::run_from_env(),
         Command::Mcp => crate::mcp::run(paths),
-        Command::FakeCodex(args) => wakterm_harness::fake_codex::run(args),
-        Command::Holder(args) => crate::holder::run_holder(args.into_config()),
+        Command::Demo { .. } | Command::FakeCodexAppServer { .. } | Command::FakeCodex(_) | Command::Holder(_) => unreachable!("answered above"),
     }
 }
 
@@ -464,11 +470,16 @@ fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Opti
     // INP-2, INP-4: an id or an incarnation that is no text gets the receipt the daemon gives a
     // malformed one (it was clap's usage error, exit 2, where a prompt or a target that is no
     // text was `invalid`, exit 4: two shapes for one kind of bad input, a hostile run).
+    // An id that is no UUID was never stored: retry-safe, as the daemon's refusal of one says.
     let Ok(request_id) = request_id.map_or_else(|| Ok(uuid::Uuid::new_v4().to_string()), std::ffi::OsString::into_string) else {
-        return Err(client::refused_input(operation, return_mode, None, true, "request_id_malformed", "the request id is not UTF-8".to_string()));
+        return Err(client::refused_input(operation, return_mode, None, false, "request_id_malformed", "the request id is not UTF-8".to_string()));
     };
-    let Ok(incarnation) = incarnation.map(std::ffi::OsString::into_string).transpose() else {
-        return Err(client::refused_input(operation, return_mode, Some(&request_id), !generated_id, "incarnation_malformed", "the incarnation is not UTF-8".to_string()));
+    // After a malformed id nothing else is judged (INP-2): the daemon's check answers it.
+    let id_malformed = wakterm_engine::RequestId::parse(&request_id).is_err();
+    let incarnation = match incarnation.map(std::ffi::OsString::into_string).transpose() {
+        Ok(incarnation) => incarnation,
+        Err(raw) if id_malformed => Some(raw.to_string_lossy().into_owned()),
+        Err(_) => return Err(client::refused_input(operation, return_mode, Some(&request_id), !generated_id, "incarnation_malformed", "the incarnation is not UTF-8".to_string())),
     };
     // INP-1, answered locally: the request line would exceed what the daemon reads, or the
     // bytes are no text. A receipt as the daemon's (it was a bare error for non-UTF-8).

@@ -309,9 +309,10 @@ fn life_5_mux_stop_all_ends_agents_whose_start_is_under_way() {
 }
 
 /// CLI-2: a data directory the CLI cannot use is refused with advice that fits: a relative
-/// `WAKTERM_DATA_DIR` (it would name another directory from every working directory) or an
-/// empty one (a script's unset variable) is refused outright, and a regular file in its place is not told that `mux start` repairs its
-/// modes (it cannot); a directory open to others still is.
+/// `WAKTERM_DATA_DIR` (it would name another directory from every working directory), an
+/// empty one (a script's unset variable) or one whose path is no UTF-8 is refused outright,
+/// and a regular file in its place is not told that `mux start` repairs its modes (it
+/// cannot); a directory open to others still is.
 #[test]
 fn cli_2_an_unusable_data_dir_gets_advice_that_fits() {
     let w = World::new(EXE);
@@ -397,7 +398,13 @@ fn inp_2_a_request_id_or_incarnation_that_is_no_utf8_is_invalid() {
         assert_eq!((out.code, out.json["classification"].as_str(), out.json["reason"].as_str()), (4, Some("invalid"), Some(reason)), "{args:?}: {out:?}");
         let named = if reason == "request_id_malformed" { serde_json::Value::Null } else { json!(id) };
         assert_eq!((&out.json["request_id"], &out.json["prompt_written"]), (&named, &json!(false)), "{args:?}: {out:?}");
+        // An id that is no UUID was never stored (retry-safe, as for `abc`); a caller's own
+        // well-formed one only the daemon can judge (IDEM-7).
+        assert_eq!(out.json["retry_safe"], json!(reason == "request_id_malformed"), "{args:?}: {out:?}");
     }
+    // After a malformed id nothing else is judged (INP-2), whatever else is no text.
+    let out = Out::of(w.cmd(&["agent", "admit", "zola", "--request-id", "abc", "--incarnation"]).arg(latin1).arg("a prompt").stdin(Stdio::null()).output().unwrap());
+    assert_eq!((out.code, out.json["reason"].as_str(), out.json["retry_safe"].as_bool()), (4, Some("request_id_malformed"), Some(true)), "{out:?}");
     assert!(!w.data.exists(), "nothing was sent: no daemon was asked for");
 }
 
