@@ -234,10 +234,25 @@ impl Engine {
             return;
         }
         if admission.step == Step::AwaitingAck && &admission.prompt_hash == prompt_hash {
+            if self.earlier_request_awaits_its_text(agent_id, &claim, prompt_hash) {
+                return;
+            }
             let ObserverEvent::UserMessage { turn, .. } = event else { unreachable!() };
             self.admissions.get_mut(&claim).expect("exists").ack_turn = turn.clone(); // MGD-3
             self.confirm_after_ack(&claim, Some(true));
         }
+    }
+
+    /// ADM-13, CORR-6 (one user message, one write): a return-final request of ours on the
+    /// agent, written before the send `claim` (claims serialize the writes) with the same
+    /// text, still waits for its turn: a message of that text is the request's by input order
+    /// (its first user message binds it), not the send's. Acknowledged by it, the send's
+    /// receipt said its prompt was recorded while it could sit queued, and a restart took both
+    /// writes for read (a review). The send is acknowledged by the next message of its text
+    /// (a steer into that turn, which makes the request's turn carry our text twice, CORR-6, or
+    /// a turn of its own), or not within `SEND_ACK_WAIT_MS`.
+    fn earlier_request_awaits_its_text(&self, agent_id: &AgentId, claim: &RequestId, prompt_hash: &str) -> bool {
+        self.correlating_requests_of(agent_id, true).iter().any(|id| id != claim && self.requests[id].phase == Phase::Submitted && self.requests[id].prompt_hash == prompt_hash)
     }
 
     /// CORR-3 and REC-2: the observer (re)attached to a session.

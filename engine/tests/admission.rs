@@ -960,6 +960,31 @@ fn adm_13_a_same_text_message_recorded_before_the_write_neither_acknowledges_nor
     assert!(!rig.awaiting_turn_start());
 }
 
+/// ADM-13, CORR-6 (one user message, one write): a plain send of the text of a return-final
+/// prompt still waiting for its turn (the send joined that wait) is not acknowledged by the
+/// turn's first message, which binds the request (input is read in order): it was, and the
+/// send's receipt said its prompt was recorded while it could sit queued (a review). Its own
+/// message, a steer into that turn here, acknowledges it; the request's turn then carries our
+/// text twice, `indeterminate`.
+#[test]
+fn adm_13_a_send_is_not_acknowledged_by_an_earlier_requests_message_of_its_text() {
+    let mut rig = Rig::with_idle_zola();
+    let op = rig.admit(REQ, "again", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
+    rig.advance(500);
+    let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    assert_eq!(rig.writes(), 2, "a plain send is written whatever the wait");
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "again", 1_110);
+    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound, "the first message is the request's");
+    assert!(!rig.has_receipt(send), "the request's message acknowledged the send: {:?}", rig.receipt(send));
+    rig.user_message("turn-1", "again", 1_130); // the send's, steering the request's turn
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+    let request = &rig.durable[&RequestId::parse(REQ).unwrap()];
+    assert_eq!(request.terminal.as_ref().and_then(|t| t.reason.as_deref()), Some("prompt_twice_in_turn"), "{request:?}");
+}
+
 /// ADM-5, ADM-17: the turn a write started may be observed before the write's outcome is known
 /// (the monitor reads the rollout while the holder still answers). Its events and the
 /// snapshot taken after them are applied in the order they arrived, once the outcome is
