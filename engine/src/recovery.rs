@@ -416,11 +416,11 @@ impl RecoveredWrite {
     /// seen taken go first (their prompts were recorded: a record either of two writes may have
     /// made counts as the taken one's), the bound ones first, each taking the record that
     /// bound it, the others the earliest record each may have made (`may_be_its_record`; a
-    /// later one lies past more floors: it is left to the others);
-    /// then the others, the latest first (a later write's record lies past an earlier one's
-    /// floor too, so the earlier one is left what only it can have made). An unread write's
-    /// record lies past its floor at the write, in this copy of the file; a taken write whose
-    /// floor says nothing here takes one of its text wherever it lies.
+    /// later one lies past more floors: it is left to the others); then the unread ones, the
+    /// latest first (a later write's record lies past an earlier one's floor too, so the
+    /// earlier one is left what only it can have made). An unread write's record lies past
+    /// its floor at the write, in this copy of the file; a taken write whose floor says
+    /// nothing here takes one of its text wherever it lies.
     fn records_taken<'w, 'm>(writes: &[&'w RecoveredWrite], mark: Option<&'m crate::events::EventMark>, in_this_copy: &dyn Fn(&RecoveredWrite) -> bool) -> Vec<TakenRecord<'w, 'm>> {
         let Some(mark) = mark else { return Vec::new() };
         let mut order = writes.to_vec();

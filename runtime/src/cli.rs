@@ -322,29 +322,28 @@ pub fn normalise_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsStri
 }
 
 pub fn run(cli: Cli) -> i32 {
-    // Only the commands that use the data directory resolve it (CLI-2: one whose path is no
-    // UTF-8 is refused, and `demo` or a holder, which never use it, must not be).
     match cli.command {
-        Command::Demo { managed } => return crate::demo::run(managed),
-        Command::FakeCodexAppServer { .. } => return wakterm_harness::fake_app_server::run_from_env(),
-        Command::FakeCodex(args) => return wakterm_harness::fake_codex::run(args),
-        Command::Holder(args) => return crate::holder::run_holder(args.into_config()),
-        Command::Mux { .. } | Command::Agent { .. } | Command::Mcp => {}
+        Command::Mux { command } => with_data_dir(false, |paths| run_mux(&paths, command)),
+        Command::Agent { command } => with_data_dir(false, |paths| run_agent(&paths, command)),
+        Command::Mcp => with_data_dir(true, crate::mcp::run),
+        Command::Demo { managed } => crate::demo::run(managed),
+        Command::FakeCodexAppServer { .. } => wakterm_harness::fake_app_server::run_from_env(),
+        Command::FakeCodex(args) => wakterm_harness::fake_codex::run(args),
+        Command::Holder(args) => crate::holder::run_holder(args.into_config()),
     }
-    let paths = match DataPaths::from_env() {
-        Ok(paths) => paths,
-        // The MCP server's stdout is its JSON-RPC channel: the error goes to stderr there.
-        Err(error) if matches!(cli.command, Command::Mcp) => {
+}
+
+/// Runs `command` with the data directory, for the commands that use one only (CLI-2: one
+/// whose path is no UTF-8 is refused, and `demo` or a holder, which never use it, must not be).
+/// The MCP server's stdout is its JSON-RPC channel: its error goes to stderr.
+fn with_data_dir(mcp: bool, command: impl FnOnce(DataPaths) -> i32) -> i32 {
+    match DataPaths::from_env() {
+        Ok(paths) => command(paths),
+        Err(error) if mcp => {
             eprintln!("wakterm mcp: no data directory: {error}");
-            return exit::ERROR;
+            exit::ERROR
         }
-        Err(error) => return print_reply(Reply::error(exit::ERROR, "no_data_dir", error.to_string())),
-    };
-    match cli.command {
-        Command::Mux { command } => run_mux(&paths, command),
-        Command::Agent { command } => run_agent(&paths, command),
-        Command::Mcp => crate::mcp::run(paths),
-        Command::Demo { .. } | Command::FakeCodexAppServer { .. } | Command::FakeCodex(_) | Command::Holder(_) => unreachable!("answered above"),
+        Err(error) => print_reply(Reply::error(exit::ERROR, "no_data_dir", error.to_string())),
     }
 }
 
