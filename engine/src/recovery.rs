@@ -470,7 +470,7 @@ impl RecoveredWrite {
             return false;
         }
         let Some(floor) = Self::record_floor(write, in_this_copy) else { return false };
-        records.iter().any(|(_, record)| record.may_carry(&write.prompt_hash, floor, write.written_at_event))
+        records.iter().any(|(_, record)| Self::may_be_its_record(write, floor, record))
     }
 
     /// Whether a write's floor lies in the copy of its file the observer reads now (ADM-5,

@@ -969,15 +969,7 @@ fn adm_13_a_same_text_message_recorded_before_the_write_neither_acknowledges_nor
 #[test]
 fn adm_13_a_send_is_not_acknowledged_by_an_earlier_requests_message_of_its_text() {
     let mut rig = Rig::with_idle_zola();
-    let op = rig.admit(REQ, "again", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    rig.advance(500);
-    let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
-    let send = rig.submit(command);
-    assert_eq!(rig.writes(), 2, "a plain send is written whatever the wait");
-    rig.turn_started("turn-1", 1_100);
-    rig.user_message("turn-1", "again", 1_110);
-    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound, "the first message is the request's");
+    let send = rig.same_text_send_joining_a_return_final_wait("again");
     assert!(!rig.has_receipt(send), "the request's message acknowledged the send: {:?}", rig.receipt(send));
     rig.user_message("turn-1", "again", 1_130); // the send's, steering the request's turn
     assert_eq!(rig.receipt(send).acknowledged, Some(true));

@@ -680,15 +680,7 @@ fn adm_5_a_restart_counts_a_record_for_one_of_two_prompts_of_one_text() {
 #[test]
 fn adm_5_a_restart_counts_a_record_first_for_the_write_it_bound() {
     let mut rig = Rig::with_idle_zola();
-    let op = rig.admit(REQ, "again", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).classification, Classification::Accepted);
-    rig.advance(500);
-    let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
-    rig.submit(command);
-    assert!(rig.durable[&RequestId::parse(REQ2).unwrap()].joined_wait);
-    rig.turn_started("turn-1", 1_100);
-    rig.user_message("turn-1", "again", 1_110);
-    assert_eq!(rig.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound);
+    rig.same_text_send_joining_a_return_final_wait("again");
     rig.advance(limits::SEND_ACK_WAIT_MS); // not acknowledged by the request's message
     let send = rig.durable.get_mut(&RequestId::parse(REQ2).unwrap()).unwrap();
     let receipt = send.receipt.as_mut().expect("settled");

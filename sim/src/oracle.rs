@@ -666,7 +666,8 @@ impl Oracle {
     /// `AWAITING_TURN_GRACE_MS`: an idle agent with an empty composer then); a plain send that
     /// may steer is written whatever the wait (ADM-13) and is not checked.
     pub fn on_prompt_over_unread(&mut self, agent: usize, origin: Option<&str>, earlier: Option<&str>, age_ms: u64, grace_ms: u64) {
-        let written_ms = wakterm_runtime::driver::now_ms().saturating_sub(age_ms);
+        let now = wakterm_runtime::driver::now_ms();
+        let written_ms = now.saturating_sub(age_ms);
         // ADM-12: bytes an old holder wrote after the engine had given its write up (ended
         // `write_result_lost`) are a write the engine cannot know of (its known late write).
         // A one-way request has no terminal event: its `write_result_lost` receipt says when
@@ -687,7 +688,6 @@ impl Oracle {
         let same_text = |oracle: &mut Oracle| earlier.is_some_and(|id| oracle.same_text_unwritten_at_write(id, None, SameTextClaim::WaitEnded));
         // The grace runs from the latest write into the wait: a send that joined it after the
         // unread prompt was taken.
-        let now = wakterm_runtime::driver::now_ms();
         let joined_ago = self.joined_written_ms.get(&agent).filter(|joined| **joined > written_ms).map(|joined| now.saturating_sub(*joined));
         let grace_age = joined_ago.map_or(age_ms, |ago| ago.min(age_ms));
         if known && !given_up && grace_age + STALL_MARGIN_MS < grace_ms && !same_text(self) {

@@ -435,6 +435,25 @@ impl Rig {
         self.submit(command)
     }
 
+    /// ADM-13, CORR-6, ADM-5 (one user message, one write): a return-final prompt `text`
+    /// (`REQ`), then a plain send `REQ2` of the same text written into its wait (it joins the
+    /// wait), then the turn's first message of that text, which binds `REQ`. Returns the
+    /// send's op.
+    #[allow(dead_code)] // not every suite makes two prompts of one text
+    pub fn same_text_send_joining_a_return_final_wait(&mut self, text: &str) -> OpId {
+        let op = self.admit(REQ, text, ReturnMode::ReturnFinal);
+        assert_eq!(self.receipt(op).classification, Classification::Accepted);
+        self.advance(500);
+        let command = self.command(Operation::Send, REQ2, text, ReturnMode::OneWay);
+        let send = self.submit(command);
+        assert_eq!(self.writes(), 2, "a plain send is written whatever the wait");
+        assert!(self.durable[&RequestId::parse(REQ2).unwrap()].joined_wait);
+        self.turn_started("turn-1", 1_100);
+        self.user_message("turn-1", text, 1_110);
+        assert_eq!(self.durable[&RequestId::parse(REQ).unwrap()].phase, Phase::Bound, "the first message is the request's");
+        send
+    }
+
     pub fn receipt(&self, op: OpId) -> &Receipt {
         let receipts = self.receipts.get(&op).unwrap_or_else(|| panic!("no receipt for {op:?}"));
         assert_eq!(receipts.len(), 1, "exactly one receipt per call");
