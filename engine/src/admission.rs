@@ -683,7 +683,8 @@ impl Engine {
                 agent.note_own_prompt_asked(&hash, now_ms); // ADM-19
             }
         }
-        self.push(Output::Deliver { delivery_id, agent_id, incarnation, bytes, expect_writes });
+        let request_id = request_id.clone();
+        self.push(Output::Deliver { delivery_id, request_id, agent_id, incarnation, bytes, expect_writes });
     }
 
     /// IDEM-6: a registered admission is definitively rejected after all: commit the release,

@@ -234,7 +234,8 @@ impl Engine {
             return;
         }
         if admission.step == Step::AwaitingAck && &admission.prompt_hash == prompt_hash {
-            if self.earlier_request_awaits_its_text(agent_id, &claim, prompt_hash) {
+            let unread_earlier = self.agents.get(agent_id).is_some_and(|agent| earlier_write_may_carry(agent, &claim, event));
+            if unread_earlier || self.earlier_request_awaits_its_text(agent_id, &claim, prompt_hash) {
                 return;
             }
             let ObserverEvent::UserMessage { turn, .. } = event else { unreachable!() };
@@ -739,6 +740,23 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
     prompt.taken_by = Some(at);
     prompt.seen_unproven = unproven && prompt.reopened; // taken once the file is proven
     agent.awaiting_prompts.iter().all(crate::agent::AwaitedPrompt::taken)
+}
+
+/// ADM-13, CORR-6 (one user message, one write): the wait (ADM-5) still awaits an earlier
+/// write of ours of the text of `event`, a user message past that write's floor, that no
+/// earlier record took (or this one took): by input order the message is that write's, not
+/// the send `claim`'s, written after it (claims serialize the writes; a send joins the wait).
+/// Acknowledged by it, the send's receipt said its prompt was recorded while it could sit
+/// queued (the simulator's `caller.same_text_request`, seed 4690: an earlier return-final
+/// request of the text, ended by a failed commit, its prompt taken and its turn not started).
+fn earlier_write_may_carry(agent: &crate::agent::AgentEntry, claim: &RequestId, event: &ObserverEvent) -> bool {
+    let ObserverEvent::UserMessage { prompt_hash, .. } = event else { return false };
+    let at = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position });
+    agent.awaiting_prompts.iter().any(|p| {
+        let untaken = p.taken_by.is_none() || p.taken_by == at;
+        let may_be_its = p.past.as_ref().is_none_or(|floor| past_cursor(event, floor));
+        p.request.as_ref() != Some(claim) && &p.hash == prompt_hash && untaken && may_be_its
+    })
 }
 
 /// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the

@@ -195,7 +195,10 @@ pub enum Output {
     /// runtime refuses (`Refused`) if the pane's incarnation is no longer `incarnation`.
     /// `expect_writes`: ADM-4, the pane's write count at the look the admission decided on; the
     /// holder refuses the write, before its first byte, when it moved (input since the look).
-    Deliver { delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64> },
+    /// `request_id`: whose prompt the write carries (the runtime's log names it; the
+    /// simulator's ground truth knows a write by it, not by its text: two prompts of ours may
+    /// have one text, CORR-6).
+    Deliver { delivery_id: u64, request_id: RequestId, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64> },
     /// The answer to an `Admit`.
     Receipt { op: OpId, receipt: Receipt },
     /// The answer to a `Cancel`.

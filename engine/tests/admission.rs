@@ -977,6 +977,30 @@ fn adm_13_a_send_is_not_acknowledged_by_an_earlier_requests_message_of_its_text(
     assert_eq!(request.terminal.as_ref().and_then(|t| t.reason.as_deref()), Some("prompt_twice_in_turn"), "{request:?}");
 }
 
+/// ADM-13, CORR-6 (one user message, one write): a plain send of the text of an earlier send
+/// still unread (no message of it yet: the TUI may have queued it) is not acknowledged by the
+/// first message of that text, which by input order is the earlier send's; the next one
+/// acknowledges it. Found by the simulator's `caller.same_text_request` (seed 4690: there the
+/// earlier prompt was a return-final request a failed commit had ended, so ADM-13's rule for
+/// a request still waiting for its turn did not apply).
+#[test]
+fn adm_13_a_send_is_not_acknowledged_by_an_earlier_unread_writes_message_of_its_text() {
+    let mut rig = Rig::with_idle_zola();
+    let command = rig.command(Operation::Send, REQ, "again", ReturnMode::OneWay);
+    let first = rig.submit(command);
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    assert_eq!(rig.receipt(first).acknowledged, Some(false), "nothing recorded yet");
+    let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    assert_eq!(rig.writes(), 2, "a plain send is written whatever the wait");
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "again", 1_110); // the first send's
+    assert!(!rig.has_receipt(send), "the earlier send's message acknowledged the send: {:?}", rig.receipt(send));
+    rig.user_message("turn-1", "again", 1_130); // the send's own
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+    assert!(!rig.awaiting_turn_start(), "both prompts were recorded");
+}
+
 /// ADM-5, ADM-17: the turn a write started may be observed before the write's outcome is known
 /// (the monitor reads the rollout while the holder still answers). Its events and the
 /// snapshot taken after them are applied in the order they arrived, once the outcome is

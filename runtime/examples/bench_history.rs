@@ -73,7 +73,7 @@ impl Effects for BenchEffects {
         self.writer.submit_in_step(store_ops, done, more_follow).expect("the bench never fills the writer queue");
     }
 
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, _incarnation: Incarnation, _bytes: Vec<u8>, _expect_writes: Option<u64>) {
+    fn deliver(&mut self, delivery_id: u64, _request_id: RequestId, agent_id: AgentId, _incarnation: Incarnation, _bytes: Vec<u8>, _expect_writes: Option<u64>) {
         let (prompt, position) = {
             let mut agents = self.agents.lock().unwrap();
             let entry = agents.prompts.get_mut(&agent_id).expect("the bench admitted to this agent");

@@ -24,8 +24,8 @@ pub trait Effects: Send {
     /// another persist of the same engine step comes next (STORE-2: the writer keeps the step's
     /// batches in one transaction).
     fn persist(&mut self, token: u64, ops: Vec<PersistOp>, more_follow: bool);
-    /// ADM-8: one pane write; answer `Delivered`.
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>);
+    /// ADM-8: one pane write, of request `request_id`'s prompt; answer `Delivered`.
+    fn deliver(&mut self, delivery_id: u64, request_id: RequestId, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>);
     /// TERM-2: a durable terminal event for stream subscribers.
     fn publish(&mut self, event: TerminalEvent);
     /// EV-2: a durable agent event, in sequence order, for `agent events` subscribers.
@@ -239,8 +239,8 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
                 persists_left -= 1;
                 effects.persist(token, ops, persists_left > 0)
             }
-            Output::Deliver { delivery_id, agent_id, incarnation, bytes, expect_writes } => {
-                effects.deliver(delivery_id, agent_id, incarnation, bytes, expect_writes)
+            Output::Deliver { delivery_id, request_id, agent_id, incarnation, bytes, expect_writes } => {
+                effects.deliver(delivery_id, request_id, agent_id, incarnation, bytes, expect_writes)
             }
             // A caller that went away loses nothing durable.
             Output::Receipt { op, receipt } => match waiting.remove(&op) {
@@ -327,7 +327,7 @@ mod tests {
         fn refresh(&mut self, _: u64, _: AgentId) {}
         fn resume(&mut self, _: AgentId, _: Cursor, _: Incarnation) {}
         fn persist(&mut self, _: u64, _: Vec<PersistOp>, _: bool) {}
-        fn deliver(&mut self, _: u64, _: AgentId, _: Incarnation, _: Vec<u8>, _: Option<u64>) {}
+        fn deliver(&mut self, _: u64, _: RequestId, _: AgentId, _: Incarnation, _: Vec<u8>, _: Option<u64>) {}
         fn publish(&mut self, _: TerminalEvent) {}
         fn publish_event(&mut self, _: AgentEvent) {}
         fn events_settled(&mut self, _: u64) {}

@@ -765,7 +765,7 @@ impl World {
             // an error under the line's id and nothing else; no turn, no user message.
             self.counters.fault("app_server.turn_start_refused");
             self.log(format!("a{a} app-server: turn/start {id} by {origin:?} refused"));
-            if let Some(rid) = origin.filter(|rid| self.oracle.request_of(text).as_deref() == Some(*rid)) {
+            if let Some(rid) = origin.filter(|rid| self.oracle.is_prompt_of(rid, text)) {
                 self.oracle.refused_lines.insert(rid.to_string());
             }
             let message = "failed to start turn: internal error; agent loop died unexpectedly";
@@ -773,8 +773,10 @@ impl World {
             return;
         }
         let hash = prompt_hash(text);
-        self.oracle.user_messages.insert((a, hash.clone()));
-        let opener = origin.filter(|rid| self.oracle.request_of(text).as_deref() == Some(*rid)).map(str::to_string);
+        let opener = origin.filter(|rid| self.oracle.is_prompt_of(rid, text)).map(str::to_string);
+        if let Some(rid) = &opener {
+            self.oracle.own_prompts_recorded.insert(rid.clone()); // its user message follows
+        }
         let thread = self.app(a).thread.clone();
         self.oracle.on_prompt_taken(origin);
         let item = self.app(a).next_item();

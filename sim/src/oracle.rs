@@ -284,12 +284,17 @@ pub struct Oracle {
     /// later, the latest the holder may still write it) unless a later turn ends it. A later
     /// write of the engine's ends it (`on_pane_write`).
     lost_write_at: BTreeMap<usize, (String, u64)>,
-    /// Normal form of every prompt a caller used -> its request id.
-    pub prompts: BTreeMap<String, String>,
+    /// Request id -> the normal form of every prompt a caller sent under it (a changed input
+    /// is another). Two requests may share one (`caller.same_text_request`): a write is known
+    /// by its request, never by its text.
+    prompts: BTreeMap<String, BTreeSet<String>>,
+    /// Request id -> the agent its caller sent it to.
+    request_agents: BTreeMap<String, usize>,
     pub writes: BTreeMap<String, Vec<WriteFact>>,
     pub turns: BTreeMap<String, TurnTruth>,
-    /// (agent, hash) of every user message the provider recorded.
-    pub user_messages: BTreeSet<(usize, String)>,
+    /// The requests whose own written prompt the provider recorded as a user message (ADM-13:
+    /// what acknowledges a send).
+    pub own_prompts_recorded: BTreeSet<String>,
     /// `caller.same_text_human`: the user messages of humans' prompts of a request's text
     /// (`same_text_unwritten_at_write`).
     pub same_text_messages: Vec<SameText>,
@@ -326,6 +331,8 @@ pub struct Oracle {
     /// The requests a restart ended as registrations left unfinished (REC-1,
     /// `restart_in_write_window`): their write may have happened, or happen still.
     ended_by_restart: BTreeSet<String>,
+    /// Per agent, when a restart last ended such a registration of a request for it.
+    restart_ended_ms: BTreeMap<usize, u64>,
     pub violations: Vec<Violation>,
     /// The classification of the last receipt each request id got.
     pub last_receipt: BTreeMap<String, Classification>,
@@ -835,8 +842,28 @@ impl Oracle {
         }
     }
 
-    pub fn request_of(&self, text: &str) -> Option<String> {
-        self.prompts.get(text.trim()).cloned()
+    /// A caller sends `text` as request `request_id`'s prompt, to agent `agent`.
+    pub fn note_prompt(&mut self, request_id: &str, agent: usize, text: &str) {
+        self.prompts.entry(request_id.to_string()).or_default().insert(text.trim().to_string());
+        self.request_agents.insert(request_id.to_string(), agent);
+    }
+
+    /// `text` is a prompt a caller sent as request `request_id`'s.
+    pub fn is_prompt_of(&self, request_id: &str, text: &str) -> bool {
+        self.prompts.get(request_id).is_some_and(|texts| texts.contains(text.trim()))
+    }
+
+    /// The requests a caller sent `text` as the prompt of, in id order.
+    pub fn requests_with_text(&self, text: &str) -> Vec<String> {
+        self.prompts.iter().filter(|(_, texts)| texts.contains(text.trim())).map(|(id, _)| id.clone()).collect()
+    }
+
+    /// ADM-8: the engine wrote `text` as request `request_id`'s prompt to agent `a`: a text its
+    /// caller sent under that id.
+    pub fn check_written_text(&mut self, a: usize, request_id: &str, text: &str) {
+        if !self.is_prompt_of(request_id, text) {
+            self.fail(Kind::Misclassified, format!("a{a}: the engine wrote {text:?} as {request_id}'s prompt, which its caller never sent"));
+        }
     }
 
     pub fn writes_of(&self, request_id: &str) -> usize {
@@ -1188,13 +1215,15 @@ impl Oracle {
     /// only one within the grace, took a human's prompt that the TUI put into a turn, whose
     /// user message lay past the floor the loop read after the holder's push and was sent to
     /// the engine `STALL_MARGIN_MS` before the call, with no prompt of ours in flight (none
-    /// written within 60 s before it) and this daemon up since before it: the engine knew the
+    /// written within 60 s before it, nor a registration a restart ended within 60 s before
+    /// it: its write may have been made, and its prompt is awaited, seed 46617) and this
+    /// daemon up since before it: the engine knew the
     /// prompt had shown (mutant `enter_report_dropped`: the floor came only with an
     /// admission's look, past the human's records, and the hold lasted the grace).
     pub fn check_enter_hold_ended(&mut self, a: usize, id: &str, since: u64, noted: Option<u64>) {
         let Some(noted) = noted else { return };
         let Some((floor_noted, session, floor, read_ms)) = self.enter_floors.get(&a).cloned() else { return };
-        let ours_before = self.our_write_ms.get(&a).is_some_and(|at| *at + 60_000 > noted);
+        let ours_before = [self.our_write_ms.get(&a), self.restart_ended_ms.get(&a)].into_iter().flatten().any(|at| *at + 60_000 > noted);
         if floor_noted != noted || read_ms < self.daemon_started_ms || noted < self.daemon_started_ms || ours_before {
             return;
         }
@@ -1611,7 +1640,7 @@ impl Oracle {
                 }
                 _ => self.fail(Kind::Misclassified, format!("{id}: accepted but written {} times", writes.len())),
             }
-            let recorded = self.user_messages.contains(&(call.agent, prompt_hash(&call.prompt)));
+            let recorded = self.own_prompts_recorded.contains(id);
             if receipt.acknowledged == Some(true) && !recorded && !self.same_text_unwritten_at_write(&id, None, SameTextClaim::Acknowledged) {
                 self.fail(Kind::Misclassified, format!("{id}: acknowledged but the provider never recorded the prompt"));
             }
@@ -1651,6 +1680,9 @@ impl Oracle {
         self.ended_ms.entry(id.clone()).or_insert_with(wakterm_runtime::driver::now_ms);
         if event.reason.as_deref() == Some(wakterm_engine::RESTART_REASON) {
             self.ended_by_restart.insert(id.clone());
+            if let Some(a) = self.request_agents.get(&id).copied() {
+                self.restart_ended_ms.insert(a, wakterm_runtime::driver::now_ms());
+            }
         }
         let turn = event.provider_turn_id.as_ref().and_then(|t| self.turns.get(&t.0)).cloned();
         if self.steered.contains(&id) && matches!(event.state, TerminalState::Completed | TerminalState::Aborted) {

@@ -274,12 +274,14 @@ impl Effects for SimEffects {
     /// stalled one may land after the crash, even after the next daemon's start (it died with
     /// the daemon until 2026-12-05, a review: no seed could land a line late across a restart).
     /// The answer goes to the daemon that asked, if it still runs.
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
+    fn deliver(&mut self, delivery_id: u64, request_id: RequestId, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         let world = self.world.clone();
         let inbox = self.inbox.clone();
         let (holder, epoch, writer, record_end) = {
             let mut w = world.lock().unwrap();
-            let writer = w.oracle.request_of(&strip_framing(&bytes)).unwrap_or_else(|| "admission".to_string());
+            // The write is known by its request, not its text: two of ours may share one
+            // (`caller.same_text_request`).
+            let writer = request_id.as_str().to_string();
             ask_write(&mut w, &agent_id, delivery_id, writer.clone());
             // CORR-5, ADM-5: the runtime reads the rollout's length before the holder writes
             // (here, before the holder's part even starts). The bug: it is not reported.
@@ -310,7 +312,7 @@ impl Effects for SimEffects {
             let outcome = match (bound.refuse_if_late(&world, delivery_id), input_since_look(&world, &agent_id, checked)) {
                 (Some(reason), _) => DeliveryOutcome::Refused { reason },
                 (None, Some(detail)) => DeliveryOutcome::InputSinceLook { detail },
-                (None, None) => write_to_pane(&world, &agent_id, &incarnation, &bytes, (asked_ms, expect_writes)),
+                (None, None) => write_to_pane(&world, (&agent_id, &incarnation), (&writer, &bytes), (asked_ms, expect_writes)),
             };
             end_write(&mut world.lock().unwrap(), &agent_id, delivery_id);
             let late = {
@@ -775,7 +777,8 @@ fn input_since_look(world: &Shared, agent_id: &AgentId, expect_writes: Option<u6
 
 /// `looked`: the write names the write count of a look (ADM-4); without one (a plain send
 /// written unobserved, ADM-13) nothing can tell a draft typed since.
-fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, bytes: &[u8], (asked_ms, looked): (u64, Option<u64>)) -> DeliveryOutcome {
+/// `request`: whose prompt `bytes` carry.
+fn write_to_pane(world: &Shared, (agent_id, incarnation): (&AgentId, &Incarnation), (request, bytes): (&str, &[u8]), (asked_ms, looked): (u64, Option<u64>)) -> DeliveryOutcome {
     let mut w = world.lock().unwrap();
     let Some(a) = agent_index(&w, agent_id) else {
         return DeliveryOutcome::Refused { reason: "the agent is not known to the daemon".to_string() };
@@ -788,7 +791,7 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     }
     // MGD-3: a managed agent's one write is a JSON-RPC `turn/start` line.
     let (text, line_id) = managed_turn_start(bytes).unwrap_or_else(|| (strip_framing(bytes), None));
-    let request = w.oracle.request_of(&text);
+    w.oracle.check_written_text(a, request, &text);
     let total = bytes.len();
     let (reached, outcome) = if w.fault_roll(w.plan.pane_error) {
         match thread_rng().gen_range(0..3) {
@@ -814,39 +817,32 @@ fn write_to_pane(world: &Shared, agent_id: &AgentId, incarnation: &Incarnation, 
     if bytes.starts_with(b"\x15\x1b[200~") {
         w.counters.fault("provider.bracketed_paste");
     }
-    let writer = request.clone().unwrap_or_else(|| "?".to_string());
     if !w.is_managed(a) {
         let other_enter = w.agents[a].pane.other_enter_ms;
-        let lag = w.agents[a].lag_ms;
-        w.oracle.check_other_enter(a, &writer, other_enter, lag);
+        let lag = w.agents[a].provider_lag_ms(wakterm_runtime::driver::now_ms());
+        w.oracle.check_other_enter(a, request, other_enter, lag);
     }
     let kind = if looked.is_none() { Writer::UnobservedSend } else { Writer::Admission };
-    check_draft_kept(&mut w, a, &writer, &bytes[..reached], (looked, kind));
+    check_draft_kept(&mut w, a, request, &bytes[..reached], (looked, kind));
     w.agents[a].last_typed = Some(text.clone());
     let (session, position) = (w.agents[a].session.id.clone(), w.agents[a].session.next_position);
     let prompt = line_id.is_none().then_some(text.as_str());
-    w.oracle.on_pane_write(a, session, position, (request.as_deref(), prompt), line_id);
-    match &request {
-        Some(rid) => {
-            let landed_ms = wakterm_runtime::driver::now_ms();
-            let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total, asked_ms, landed_ms };
-            w.oracle.on_write(rid, fact);
-        }
-        None => w.oracle.unfinished(format!("a write of an unknown prompt {text:?}")),
-    }
-    w.log(format!("a{a} write {:?} {reached}/{total} bytes -> {outcome:?}", request));
-    let writer = request.clone().unwrap_or_else(|| "admission".to_string());
+    w.oracle.on_pane_write(a, session, position, (Some(request), prompt), line_id);
+    let landed_ms = wakterm_runtime::driver::now_ms();
+    let fact = crate::oracle::WriteFact { text: text.clone(), bytes_reached: reached, bytes_total: total, asked_ms, landed_ms };
+    w.oracle.on_write(request, fact);
+    w.log(format!("a{a} write Some({request:?}) {reached}/{total} bytes -> {outcome:?}"));
     if w.is_managed(a) {
         // MGD-3: the bytes reach the app-server's stdin; it reads whole lines only (a short
         // write leaves a fragment that spoils the next line).
-        if let Some(rid) = request.as_deref().filter(|_| w.fault_roll(0.05)) {
-            forge_turn_starts(&mut w, a, rid);
+        if w.fault_roll(0.05) {
+            forge_turn_starts(&mut w, a, request);
         }
-        w.pane_accept(a, &writer, reached, true);
+        w.pane_accept(a, request, reached, true);
         let bytes = crate::app_server::as_mutant_writes(w.mutant, &bytes[..reached]);
-        w.app_stdin(a, &bytes, request.as_deref());
+        w.app_stdin(a, &bytes, Some(request));
     } else {
-        w.pane_write(a, &writer, &bytes[..reached], request.as_deref(), true);
+        w.pane_write(a, request, &bytes[..reached], Some(request), true);
     }
     // The pane echoes what was written: the holder's `info_changed` wakes the monitor.
     w.wake_observer(wakterm_runtime::driver::now_ms());
@@ -1137,7 +1133,7 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
             // A submit always looks first (SUB-1): never an unobserved write.
             check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, Writer::Submit));
             let other_enter = w.agents[a].pane.other_enter_ms;
-            let lag = w.agents[a].lag_ms;
+            let lag = w.agents[a].provider_lag_ms(wakterm_runtime::driver::now_ms());
             w.oracle.check_other_enter(a, &sid, other_enter, lag);
         }
         if let Some(k) = cut {

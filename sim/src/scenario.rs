@@ -281,7 +281,7 @@ fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinH
             {
                 let mut w = world.lock().unwrap();
                 w.counters.fault("caller.submit_races_admission");
-                w.oracle.prompts.insert(prompt, admission.request_id.clone());
+                w.oracle.note_prompt(&admission.request_id, admission.agent, &prompt);
                 w.counters.requests += 1;
             }
             // Half the time the send comes while the submit's prompt may sit unread (written,
@@ -362,7 +362,7 @@ fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle
             let prompt = format!("late task {n} at {at} for a{agent}");
             let call = CallInput { agent, request_id: request_id(0x6000_0000 + n), prompt: prompt.clone(), return_final: false };
             w.log(format!("late caller {} for a{agent}", call.request_id));
-            w.oracle.prompts.insert(prompt, call.request_id.clone());
+            w.oracle.note_prompt(&call.request_id, call.agent, &prompt);
             call
         };
         let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0, no_steer: false };
@@ -413,7 +413,7 @@ async fn caller(world: Shared, call: CallInput, mode: Mode) {
                 format!("{} ", call.prompt) // only white space changed: a different input (IDEM-1)
             } else {
                 let changed = format!("{} (v{repeats})", call.prompt.trim());
-                w.oracle.prompts.insert(changed.clone(), call.request_id.clone());
+                w.oracle.note_prompt(&call.request_id, call.agent, &changed);
                 changed
             };
         } else {
@@ -628,7 +628,7 @@ fn note_call_while_faults(world: &Shared, call: &CallInput, fault: Option<&'stat
     if !w.faults_on {
         return false;
     }
-    w.oracle.prompts.insert(call.prompt.clone(), call.request_id.clone());
+    w.oracle.note_prompt(&call.request_id, call.agent, &call.prompt);
     w.counters.requests += 1;
     if let Some(fault) = fault {
         w.counters.fault(fault);
@@ -742,6 +742,23 @@ fn managed_act(w: &mut World, world: &Shared, a: usize, roll: u32, humans: &mut 
         _ => return false,
     }
     true
+}
+
+/// CORR-6, ADM-5, ADM-13, CORR-15 (`caller.same_text_request`): two prompts of ours of one
+/// text. A caller sends, under a new request id, the text of an earlier call to the same agent
+/// (most often the latest: it may still wait for its turn, a send joining its wait). Nothing
+/// in a PTY agent's records tells the two apart but where they lie; the oracle knows each
+/// write by its request. Returns the text to reuse; None when no caller does this.
+fn same_text_request(world: &Shared, agent: usize, sent: &[(usize, String)]) -> Option<String> {
+    let earlier: Vec<&String> = sent.iter().filter(|(a, _)| *a == agent).map(|(_, text)| text).collect();
+    let mut w = world.lock().unwrap();
+    if earlier.is_empty() || !w.fault_roll(0.12) {
+        return None;
+    }
+    w.counters.fault("caller.same_text_request");
+    let latest = earlier.len() - 1;
+    let i = if thread_rng().gen_bool(0.7) { latest } else { thread_rng().gen_range(0..=latest) };
+    Some(earlier[i].clone())
 }
 
 /// CORR-5, CORR-6 (`caller.same_text_human`): two prompts of one text. A human types the
@@ -956,6 +973,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     let mut humans = 0;
     let start = now_ms();
     let mut issued = 0;
+    let mut sent: Vec<(usize, String)> = Vec::new(); // (agent, prompt) of each plain call
     while now_ms() < start + FAULT_PHASE_MS {
         madsim::time::sleep(ms(20, 250)).await;
         if issued < calls && thread_rng().gen_bool(0.25) {
@@ -966,11 +984,15 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
                 callers.push(madsim::task::spawn(chain(world.clone(), agent, issued, links)));
             } else {
                 let mode = draw_mode();
-                let prompt = format!("{}task {issued} for a{agent}{}", whitespace(), whitespace());
+                let prompt = match same_text_request(&world, agent, &sent) {
+                    Some(text) => format!("{}{text}{}", whitespace(), whitespace()),
+                    None => format!("{}task {issued} for a{agent}{}", whitespace(), whitespace()),
+                };
+                sent.push((agent, prompt.trim().to_string()));
                 let call = CallInput { agent, request_id: request_id(issued), prompt: prompt.clone(), return_final: mode.return_final };
                 {
                     let mut w = world.lock().unwrap();
-                    w.oracle.prompts.insert(prompt.trim().to_string(), call.request_id.clone());
+                    w.oracle.note_prompt(&call.request_id, call.agent, &prompt);
                     w.counters.requests += 1;
                     if mode.timeout_ms > 0 {
                         w.counters.fault("clock.deadline");

@@ -150,6 +150,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "monitor.enter_push_late",
     "monitor.slow_wake",
     "caller.same_text_human",
+    "caller.same_text_request",
     "monitor.step_bound",
     "pane.input_since_look",
     "submit.exit_mid_wait",
@@ -861,6 +862,10 @@ pub struct Agent {
     /// blind. Reaching it loses the session (evidence lost); the record is never folded.
     pub unreadable_record: Option<u64>,
     pub lag_ms: u64,
+    /// The latest record the provider wrote late: when it became readable, and how late. A
+    /// record is readable only after the one before it, so one slow record delays those after
+    /// it, even once `lag_ms` is back to normal (`provider_lag_ms`).
+    pub late_record: (u64, u64),
     pub pending_finals: Vec<(u64, TurnId, String)>,
     pub observer: Observer,
     /// SkipHashCheck mutant: the last prompt our pane port typed.
@@ -929,6 +934,7 @@ impl Agent {
             lost_reason: String::new(),
             unreadable_record: None,
             lag_ms: 20,
+            late_record: (0, 0),
             pending_finals: vec![],
             observer: Observer { lost_reported: false, ..Observer::new(0, None, None) },
             last_typed: None,
@@ -1018,7 +1024,23 @@ impl Agent {
         let floor = self.session.records.last().map_or(0, |r| r.visible_at_ms);
         let visible_at_ms = (now + thread_rng().gen_range(0..=self.lag_ms)).max(floor);
         self.session.records.push(Record { position, visible_at_ms, event });
+        if visible_at_ms > now + 25 {
+            self.late_record = (visible_at_ms, visible_at_ms - now);
+        }
         visible_at_ms
+    }
+
+    /// How late the provider writes its records (ADM-19's known gap of position floors):
+    /// `lag_ms`, or more while a record it wrote late became readable within the grace (seed
+    /// 55698: records of turns run while the lag lasted became readable after a human's Enter,
+    /// past its floor, with `lag_ms` back to normal).
+    pub fn provider_lag_ms(&self, now: u64) -> u64 {
+        let (readable_at, late_by) = self.late_record;
+        if now < readable_at + wakterm_engine::limits::OTHER_ENTER_GRACE_MS {
+            self.lag_ms.max(late_by)
+        } else {
+            self.lag_ms
+        }
     }
 }
 
@@ -1594,12 +1616,7 @@ impl World {
             self.counters.fault("provider.whitespace_trimmed");
         }
         let hash = prompt_hash(&text);
-        // A human's prompt of a request's text (`caller.same_text_human`) is not that request's
-        // prompt recorded (ADM-13's acknowledgement check).
-        if origin.is_some() || self.oracle.request_of(&text).is_none() {
-            self.oracle.user_messages.insert((a, hash.clone()));
-        }
-        let opener = origin.filter(|rid| self.oracle.request_of(&text).as_deref() == Some(*rid)).map(str::to_string);
+        let opener = origin.filter(|rid| self.oracle.is_prompt_of(rid, &text)).map(str::to_string);
         let enter = self.agents[a].pane.other_enter_ms.map(|noted| (noted, self.enter_counts(a).1));
         let human = origin.is_none().then(|| self.oracle.on_human_prompt_taken(a, enter));
         let taken = TakenPrompt { text, hash, opener, origin: origin.map(str::to_string), taken_ms: now, human };
@@ -1641,17 +1658,21 @@ impl World {
     /// `turn` is a human's prompt of a request's text: where it lies, for the oracle's
     /// known-gap excuse (`Oracle::same_text_unwritten_at_write`); or the request's own prompt
     /// (which its write submitted), which rules that excuse out for the turn.
+    /// And ADM-13: a request's own prompt recorded (not a human's prompt of its text, nor
+    /// another request's, `caller.same_text_request`) is what may acknowledge its send.
     fn note_same_text(&mut self, a: usize, (origin, text): (Option<&str>, &str), turn: &TurnId) {
-        let Some(request) = self.oracle.request_of(text) else { return };
-        if let Some(origin) = origin {
-            if origin == request {
-                self.oracle.own_messages.insert((request, turn.0.clone())); // our prompt, in `turn`
+        for request in self.oracle.requests_with_text(text) {
+            if let Some(origin) = origin {
+                if origin == request {
+                    self.oracle.own_prompts_recorded.insert(request.clone());
+                    self.oracle.own_messages.insert((request, turn.0.clone())); // our prompt, in `turn`
+                }
+                continue;
             }
-            return;
+            let session = &self.agents[a].session;
+            let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, request, turn: turn.clone(), delivered: false };
+            self.oracle.same_text_messages.push(message);
         }
-        let session = &self.agents[a].session;
-        let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, request, turn: turn.clone(), delivered: false };
-        self.oracle.same_text_messages.push(message);
     }
 
     /// `terminal.slow_turn_start`: an Enter while a taken prompt's turn has not started joins

@@ -10,7 +10,7 @@ use crate::store::{StoreOp, StoreWriter};
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use wakterm_engine::{
-    AgentEvent, AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, TerminalEvent,
+    AgentEvent, AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, RequestId, TerminalEvent,
 };
 
 /// EV-2: where published agent events go: live subscribers, and the sequence published
@@ -139,7 +139,7 @@ impl Effects for RealEffects {
         }
     }
 
-    fn deliver(&mut self, delivery_id: u64, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
+    fn deliver(&mut self, delivery_id: u64, request_id: RequestId, agent_id: AgentId, incarnation: Incarnation, bytes: Vec<u8>, expect_writes: Option<u64>) {
         // Deliver is only asked for after the registration commit was acknowledged.
         crash_if(self.fault, FaultPoint::AfterRegister);
         let agent = self.agent(&agent_id);
@@ -160,6 +160,8 @@ impl Effects for RealEffects {
             if outcome == Some(DeliveryOutcome::Complete) {
                 crash_if(fault, FaultPoint::AfterWrite);
             }
+            // LOG-1: the write's outcome, never its bytes.
+            tracing::debug!(%request_id, %agent_id, bytes = bytes.len(), ?outcome, "pane write");
             // ADM-12: no outcome is not an outcome; the engine's deadline and its lost-write
             // hold decide.
             if let Some(outcome) = outcome {
