@@ -313,7 +313,7 @@ fn adm_5_a_replayed_record_takes_one_awaited_prompt_only() {
     let first = rig.admit(REQ, "continue", ReturnMode::OneWay);
     assert_eq!(classification(&rig, first), Classification::Accepted);
     let command = rig.command(Operation::Send, REQ2, "continue", ReturnMode::OneWay);
-    rig.submit(command);
+    let send = rig.submit(command);
     assert_eq!(rig.writes(), 2);
     rig.turn_started("turn-1", 1_100);
     rig.user_message("turn-1", "continue", 1_110); // one of the two
@@ -323,6 +323,10 @@ fn adm_5_a_replayed_record_takes_one_awaited_prompt_only() {
     rig.turn_completed("turn-1", "done", 1_130);
     rig.user_message("turn-1", "continue", 1_110); // replayed after the view moved on
     assert!(rig.awaiting_turn_start(), "nor later");
+    // ADM-13: by input order that record is the first write's, so it acknowledges no send.
+    assert!(!rig.has_receipt(send), "{:?}", rig.receipt(send));
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    assert_eq!(rig.receipt(send).acknowledged, Some(false));
     rig.snapshots.insert(agent_id(ZOLA), Ok(ObserverSnapshot { position: 1_130, ..idle_snapshot("inc-1", 100) }));
     let third = rig.admit("fe57dc90-994e-4e73-b09c-fac483d9f05d", "three", ReturnMode::OneWay);
     assert_eq!(rig.receipt(third).reason.as_deref(), Some("awaiting_turn_start"), "{:?}", rig.receipt(third));
