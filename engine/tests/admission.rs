@@ -1005,6 +1005,32 @@ fn adm_13_a_send_is_not_acknowledged_by_an_earlier_unread_writes_message_of_its_
     assert!(!rig.awaiting_turn_start(), "both prompts were recorded");
 }
 
+/// ADM-13 (one user message, one write): the send's own message acknowledges it although the
+/// wait, which gives each message to the latest write first, took it for the earlier write of
+/// its text, and the wait stays open for a third prompt never recorded (a review: the first
+/// version blocked on any earlier write this message took, and the send got `false`).
+#[test]
+fn adm_13_a_sends_own_message_acknowledges_it_while_another_prompt_keeps_the_wait_open() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "again", ReturnMode::OneWay);
+    assert_eq!(classification(&rig, first), Classification::Accepted);
+    let command = rig.command(Operation::Send, REQ2, "/never recorded", ReturnMode::OneWay);
+    let other = rig.submit(command);
+    rig.advance(limits::SEND_ACK_WAIT_MS);
+    assert_eq!(rig.receipt(other).acknowledged, Some(false));
+    let command = rig.command(Operation::Send, "fe57dc90-994e-4e73-b09c-fac483d9f05e", "again", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    assert_eq!(rig.writes(), 3);
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "again", 1_110); // the first write's, by input order
+    assert!(!rig.has_receipt(send), "{:?}", rig.receipt(send));
+    rig.user_message("turn-1", "again", 1_110); // its replay (a resume after a loss)
+    assert!(!rig.has_receipt(send), "a replay is no second message: {:?}", rig.receipt(send));
+    rig.user_message("turn-1", "again", 1_130); // the send's
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+    assert!(rig.awaiting_turn_start(), "the second prompt was never recorded");
+}
+
 /// ADM-5, ADM-17: the turn a write started may be observed before the write's outcome is known
 /// (the monitor reads the rollout while the holder still answers). Its events and the
 /// snapshot taken after them are applied in the order they arrived, once the outcome is

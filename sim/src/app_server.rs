@@ -775,7 +775,9 @@ impl World {
         let hash = prompt_hash(text);
         let opener = origin.filter(|rid| self.oracle.is_prompt_of(rid, text)).map(str::to_string);
         if let Some(rid) = &opener {
-            self.oracle.own_prompts_recorded.insert(rid.clone()); // its user message follows
+            // The thread holds it from here (its user item follows, unless the app-server
+            // exits first): the truth ADM-13's check takes, as before the PTY side's.
+            self.oracle.own_prompts_recorded.insert(rid.clone());
         }
         let thread = self.app(a).thread.clone();
         self.oracle.on_prompt_taken(origin);

@@ -288,8 +288,6 @@ pub struct Oracle {
     /// is another). Two requests may share one (`caller.same_text_request`): a write is known
     /// by its request, never by its text.
     prompts: BTreeMap<String, BTreeSet<String>>,
-    /// Request id -> the agent its caller sent it to.
-    request_agents: BTreeMap<String, usize>,
     pub writes: BTreeMap<String, Vec<WriteFact>>,
     pub turns: BTreeMap<String, TurnTruth>,
     /// The requests whose own written prompt the provider recorded as a user message (ADM-13:
@@ -331,8 +329,6 @@ pub struct Oracle {
     /// The requests a restart ended as registrations left unfinished (REC-1,
     /// `restart_in_write_window`): their write may have happened, or happen still.
     ended_by_restart: BTreeSet<String>,
-    /// Per agent, when a restart last ended such a registration of a request for it.
-    restart_ended_ms: BTreeMap<usize, u64>,
     pub violations: Vec<Violation>,
     /// The classification of the last receipt each request id got.
     pub last_receipt: BTreeMap<String, Classification>,
@@ -842,10 +838,9 @@ impl Oracle {
         }
     }
 
-    /// A caller sends `text` as request `request_id`'s prompt, to agent `agent`.
-    pub fn note_prompt(&mut self, request_id: &str, agent: usize, text: &str) {
+    /// A caller sends `text` as request `request_id`'s prompt.
+    pub fn note_prompt(&mut self, request_id: &str, text: &str) {
         self.prompts.entry(request_id.to_string()).or_default().insert(text.trim().to_string());
-        self.request_agents.insert(request_id.to_string(), agent);
     }
 
     /// `text` is a prompt a caller sent as request `request_id`'s.
@@ -1215,16 +1210,18 @@ impl Oracle {
     /// only one within the grace, took a human's prompt that the TUI put into a turn, whose
     /// user message lay past the floor the loop read after the holder's push and was sent to
     /// the engine `STALL_MARGIN_MS` before the call, with no prompt of ours in flight (none
-    /// written within 60 s before it, nor a registration a restart ended within 60 s before
-    /// it: its write may have been made, and its prompt is awaited, seed 46617) and this
+    /// written within 60 s before it, nor a registration a restart ended that the agent may
+    /// still hold for, `unfinished_until`: its write may have been made, and its prompt is
+    /// awaited, seed 46617) and this
     /// daemon up since before it: the engine knew the
     /// prompt had shown (mutant `enter_report_dropped`: the floor came only with an
     /// admission's look, past the human's records, and the hold lasted the grace).
     pub fn check_enter_hold_ended(&mut self, a: usize, id: &str, since: u64, noted: Option<u64>) {
         let Some(noted) = noted else { return };
         let Some((floor_noted, session, floor, read_ms)) = self.enter_floors.get(&a).cloned() else { return };
-        let ours_before = [self.our_write_ms.get(&a), self.restart_ended_ms.get(&a)].into_iter().flatten().any(|at| *at + 60_000 > noted);
-        if floor_noted != noted || read_ms < self.daemon_started_ms || noted < self.daemon_started_ms || ours_before {
+        let ours_before = self.our_write_ms.get(&a).is_some_and(|at| *at + 60_000 > noted);
+        let registration_held = self.unfinished_until.get(&a).is_some_and(|until| noted < *until);
+        if floor_noted != noted || read_ms < self.daemon_started_ms || noted < self.daemon_started_ms || ours_before || registration_held {
             return;
         }
         let grace = wakterm_engine::limits::OTHER_ENTER_GRACE_MS;
@@ -1275,7 +1272,7 @@ impl Oracle {
         // A provider that writes seconds late writes an earlier turn's records after the
         // Enter, past any floor: the known gap of position floors (the real Codex writes
         // within some 25 ms).
-        if provider_lag_ms <= 25 {
+        if provider_lag_ms <= crate::world::REAL_CODEX_RECORD_LAG_MS {
             self.check_human_prompts_recorded(a, writer, now);
         }
         let seen_since = self.prompt_delivered_ms.get(&a).is_some_and(|seen| *seen >= at);
@@ -1680,9 +1677,6 @@ impl Oracle {
         self.ended_ms.entry(id.clone()).or_insert_with(wakterm_runtime::driver::now_ms);
         if event.reason.as_deref() == Some(wakterm_engine::RESTART_REASON) {
             self.ended_by_restart.insert(id.clone());
-            if let Some(a) = self.request_agents.get(&id).copied() {
-                self.restart_ended_ms.insert(a, wakterm_runtime::driver::now_ms());
-            }
         }
         let turn = event.provider_turn_id.as_ref().and_then(|t| self.turns.get(&t.0)).cloned();
         if self.steered.contains(&id) && matches!(event.state, TerminalState::Completed | TerminalState::Aborted) {

@@ -819,7 +819,7 @@ fn write_to_pane(world: &Shared, (agent_id, incarnation): (&AgentId, &Incarnatio
     }
     if !w.is_managed(a) {
         let other_enter = w.agents[a].pane.other_enter_ms;
-        let lag = w.agents[a].provider_lag_ms(wakterm_runtime::driver::now_ms());
+        let lag = w.agents[a].provider_lag_ms(other_enter);
         w.oracle.check_other_enter(a, request, other_enter, lag);
     }
     let kind = if looked.is_none() { Writer::UnobservedSend } else { Writer::Admission };
@@ -1133,7 +1133,7 @@ async fn split_write(world: &Shared, (agent_id, incarnation, looked): (&AgentId,
             // A submit always looks first (SUB-1): never an unobserved write.
             check_draft_kept(&mut w, a, &sid, &step[..cut.unwrap_or(step.len())], (looked, Writer::Submit));
             let other_enter = w.agents[a].pane.other_enter_ms;
-            let lag = w.agents[a].provider_lag_ms(wakterm_runtime::driver::now_ms());
+            let lag = w.agents[a].provider_lag_ms(other_enter);
             w.oracle.check_other_enter(a, &sid, other_enter, lag);
         }
         if let Some(k) = cut {

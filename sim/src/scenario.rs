@@ -281,7 +281,7 @@ fn submit_scenario(world: &Shared, n: u64, callers: &mut Vec<madsim::task::JoinH
             {
                 let mut w = world.lock().unwrap();
                 w.counters.fault("caller.submit_races_admission");
-                w.oracle.note_prompt(&admission.request_id, admission.agent, &prompt);
+                w.oracle.note_prompt(&admission.request_id, &prompt);
                 w.counters.requests += 1;
             }
             // Half the time the send comes while the submit's prompt may sit unread (written,
@@ -362,7 +362,7 @@ fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle
             let prompt = format!("late task {n} at {at} for a{agent}");
             let call = CallInput { agent, request_id: request_id(0x6000_0000 + n), prompt: prompt.clone(), return_final: false };
             w.log(format!("late caller {} for a{agent}", call.request_id));
-            w.oracle.note_prompt(&call.request_id, call.agent, &prompt);
+            w.oracle.note_prompt(&call.request_id, &prompt);
             call
         };
         let mode = Mode { operation: Operation::Admit, return_final: false, raw: false, timeout_ms: 0, no_steer: false };
@@ -413,7 +413,7 @@ async fn caller(world: Shared, call: CallInput, mode: Mode) {
                 format!("{} ", call.prompt) // only white space changed: a different input (IDEM-1)
             } else {
                 let changed = format!("{} (v{repeats})", call.prompt.trim());
-                w.oracle.note_prompt(&call.request_id, call.agent, &changed);
+                w.oracle.note_prompt(&call.request_id, &changed);
                 changed
             };
         } else {
@@ -628,7 +628,7 @@ fn note_call_while_faults(world: &Shared, call: &CallInput, fault: Option<&'stat
     if !w.faults_on {
         return false;
     }
-    w.oracle.note_prompt(&call.request_id, call.agent, &call.prompt);
+    w.oracle.note_prompt(&call.request_id, &call.prompt);
     w.counters.requests += 1;
     if let Some(fault) = fault {
         w.counters.fault(fault);
@@ -992,7 +992,7 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
                 let call = CallInput { agent, request_id: request_id(issued), prompt: prompt.clone(), return_final: mode.return_final };
                 {
                     let mut w = world.lock().unwrap();
-                    w.oracle.note_prompt(&call.request_id, call.agent, &prompt);
+                    w.oracle.note_prompt(&call.request_id, &prompt);
                     w.counters.requests += 1;
                     if mode.timeout_ms > 0 {
                         w.counters.fault("clock.deadline");

@@ -1024,25 +1024,30 @@ impl Agent {
         let floor = self.session.records.last().map_or(0, |r| r.visible_at_ms);
         let visible_at_ms = (now + thread_rng().gen_range(0..=self.lag_ms)).max(floor);
         self.session.records.push(Record { position, visible_at_ms, event });
-        if visible_at_ms > now + 25 {
+        if visible_at_ms > now + REAL_CODEX_RECORD_LAG_MS {
             self.late_record = (visible_at_ms, visible_at_ms - now);
         }
         visible_at_ms
     }
 
     /// How late the provider writes its records (ADM-19's known gap of position floors):
-    /// `lag_ms`, or more while a record it wrote late became readable within the grace (seed
-    /// 55698: records of turns run while the lag lasted became readable after a human's Enter,
-    /// past its floor, with `lag_ms` back to normal).
-    pub fn provider_lag_ms(&self, now: u64) -> u64 {
+    /// `lag_ms`, or more when a record it wrote late became readable at or after `enter` (a
+    /// human's Enter, as the holder noted it; seed 55698: records of turns run while the lag
+    /// lasted became readable after the Enter, past its floor, with `lag_ms` back to normal).
+    /// Records become readable in order, so the latest late one is the one to ask.
+    pub fn provider_lag_ms(&self, enter: Option<u64>) -> u64 {
         let (readable_at, late_by) = self.late_record;
-        if now < readable_at + wakterm_engine::limits::OTHER_ENTER_GRACE_MS {
+        if enter.is_some_and(|enter| readable_at >= enter) {
             self.lag_ms.max(late_by)
         } else {
             self.lag_ms
         }
     }
 }
+
+/// How late the real Codex writes a record after its event (some 25 ms): a provider later
+/// than this is `observer.delayed`, where position floors have a known gap (ADM-19).
+pub const REAL_CODEX_RECORD_LAG_MS: u64 = 25;
 
 /// The whole simulated system of one seed.
 pub struct World {
