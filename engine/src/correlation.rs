@@ -746,29 +746,40 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
 /// write's of its text in the agent's wait (ADM-5), not the send `claim`'s, written after them
 /// (claims serialize the writes; a send joins the wait). Input is read in order, so the
 /// messages of that text go to those writes first: the send's is at least the next one after
-/// as many as there are earlier writes this message may be (its floor passed, taken or not).
-/// The wait's own assignment (the latest write first) says nothing of which write made which
-/// message (a review: a message taken for an earlier write blocked the send's own). Counted
-/// here: the distinct messages of the text the wait took up to this one, in its session (one
-/// of another session is not counted: unknown order, so the send is not acknowledged),
-/// this one included. Acknowledged by such a message, the send's receipt said its prompt was
-/// recorded while it could sit queued (the simulator's `caller.same_text_request`, seed 4690:
-/// an earlier return-final request of the text, ended by a failed commit, its prompt taken
-/// and its turn not started). A wait that ended (each write's message came) holds none.
+/// as many as there are earlier writes. The wait's own assignment (the latest write first)
+/// says nothing of which write made which message (a review: a message taken for an earlier
+/// write blocked the send's own). Counted as earlier writes: each one taken, and each untaken
+/// one this message is not provably older than (`recorded_before_the_write`; a floor out of
+/// reach proves nothing, a second review: such a reopened write, queued, was left out and its
+/// message acknowledged the send). Counted as messages: the distinct ones the wait took for
+/// good (`AwaitedPrompt::taken`) up to this one, in its session (one of another session is
+/// not: unknown order, so the send is not acknowledged), this one included. Acknowledged by
+/// such a message, the send's receipt said its prompt was recorded while it could sit queued
+/// (the simulator's `caller.same_text_request`, seed 4690: an earlier return-final request of
+/// the text, ended by a failed commit, its prompt taken and its turn not started). A wait
+/// that ended (each write's message came) holds none.
 fn earlier_write_may_carry(agent: &crate::agent::AgentEntry, claim: &RequestId, event: &ObserverEvent) -> bool {
     let ObserverEvent::UserMessage { prompt_hash, .. } = event else { return false };
     let same_text = || agent.awaiting_prompts.iter().filter(|p| &p.hash == prompt_hash);
-    let earlier = same_text().filter(|p| p.request.as_ref() != Some(claim) && p.past.as_ref().is_none_or(|floor| past_cursor(event, floor))).count();
+    let earlier = same_text().filter(|p| p.request.as_ref() != Some(claim) && (p.taken() || !recorded_before_the_write(p, event))).count();
     if earlier == 0 {
         return false;
     }
     let at = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position });
     let up_to_here = |c: &&Cursor| at.as_ref().is_some_and(|at| c.session == at.session && c.position <= at.position);
-    let mut taken: Vec<&Cursor> = same_text().filter_map(|p| p.taken_by.as_ref()).filter(up_to_here).collect();
+    let mut taken: Vec<&Cursor> = same_text().filter(|p| p.taken()).filter_map(|p| p.taken_by.as_ref()).filter(up_to_here).collect();
     taken.sort_by_key(|c| c.position);
     taken.dedup();
     let this_one_uncounted = !taken.iter().any(|c| Some(*c) == at.as_ref());
     taken.len() + usize::from(this_one_uncounted) <= earlier
+}
+
+/// ADM-13: `event` lies at or below `prompt`'s floor, in the floor's session: recorded before
+/// that write, so never its message. A floor out of reach (`UNREACHABLE_FLOOR`) says no record
+/// can be proven the write's, not that none is: it proves nothing here.
+fn recorded_before_the_write(prompt: &crate::agent::AwaitedPrompt, event: &ObserverEvent) -> bool {
+    let Some(floor) = prompt.past.as_ref().filter(|floor| floor.position != crate::agent::UNREACHABLE_FLOOR) else { return false };
+    event.session() == Some(&floor.session) && event.position().is_some_and(|position| position <= floor.position)
 }
 
 /// ADM-5 (`AgentEntry::awaiting_unplaced`): whether `event`, the app-server's answer to the

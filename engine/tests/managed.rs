@@ -1068,6 +1068,37 @@ fn adm_5_a_reopened_wait_after_a_lost_resume_waits_for_the_files_proof() {
     }
 }
 
+/// ADM-13 after a restart that found the file changed: a prompt the restart reopened with its
+/// floor out of reach (no record can be proven its) may still be read, queued, so a message
+/// of its text past a later send's floor may be its, and does not acknowledge the send; the
+/// next one does (a second review: the reopened write was not counted, and its message
+/// acknowledged the send).
+#[test]
+fn adm_13_a_reopened_write_with_its_floor_out_of_reach_may_carry_a_sends_message() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "slow reader", ReturnMode::OneWay);
+    let reported = ObserverEvent::AgentMessage { session: session(), turn: None, text: "later".into(), phase: None, position: 1_500 };
+    rig.observe(reported);
+    rig.advance(5_000);
+    rig.crash_and_recover_as_the_daemon();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.input(Input::StartupComplete);
+    rig.observe(ObserverEvent::SessionLost { reason: REWRITTEN_WHILE_DOWN.into(), session: None, before: None });
+    rig.observe(ObserverEvent::Attached { session: session(), position: 0 });
+    rig.observe(ObserverEvent::AgentMessage { session: session(), turn: None, text: "other".into(), phase: None, position: 1_500 });
+    let reopened = &rig.engine.agent(&agent_id(ZOLA)).unwrap().awaiting_prompts;
+    assert_eq!(reopened.iter().filter_map(|p| p.past.as_ref()).map(|f| f.position).collect::<Vec<_>>(), vec![wakterm_engine::agent::UNREACHABLE_FLOOR], "the file changed");
+    let idle = ObserverSnapshot { position: 1_500, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle));
+    let command = rig.command(Operation::Send, REQ2, "slow reader", ReturnMode::OneWay);
+    let send = rig.submit(command);
+    rig.turn_started("turn-10", 1_600);
+    rig.user_message("turn-10", "slow reader", 1_610); // the reopened write's, queued until now
+    assert!(!rig.has_receipt(send), "{:?}", rig.receipt(send));
+    rig.user_message("turn-10", "slow reader", 1_630); // the send's
+    assert_eq!(rig.receipt(send).acknowledged, Some(true));
+}
+
 // ADM-5 across a restart, the latest write whatever became of its request: a one-way prompt
 // whose turn ran, then a return-final prompt still unread when its request ended (a cancel:
 // the live engine still holds the agent for its line). The restart loaded only the one-way
