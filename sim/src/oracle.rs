@@ -169,8 +169,6 @@ pub struct WriteFact {
     pub landed_ms: u64,
 }
 
-/// CORR-6 (`caller.same_text_human`): a human's prompt of request `request`'s text, recorded as
-/// a user message ending at `position` in `turn`.
 /// What the engine claimed of a request that `Oracle::same_text_unwritten_at_write` may excuse
 /// (CORR-6's known gap), each noted under its own name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,11 +196,15 @@ impl SameTextClaim {
     }
 }
 
+/// CORR-6 (`caller.same_text_human`): a human's prompt `text` (trimmed), recorded as a user
+/// message ending at `position` in `turn`: the text of any request sent before or after it
+/// (a request may reuse it later, `caller.same_text_request`: seed 69134931 found the excuse
+/// missing for a request issued after the human typed).
 #[derive(Clone, Debug)]
 pub struct SameText {
     pub session: SessionId,
     pub position: u64,
-    pub request: String,
+    pub text: String,
     pub turn: TurnId,
     /// The observer port has sent it to the engine (it may have ended the request's wait).
     pub delivered: bool,
@@ -848,11 +850,6 @@ impl Oracle {
         self.prompts.get(request_id).is_some_and(|texts| texts.contains(text.trim()))
     }
 
-    /// The requests a caller sent `text` as the prompt of, in id order.
-    pub fn requests_with_text(&self, text: &str) -> Vec<String> {
-        self.prompts.iter().filter(|(_, texts)| texts.contains(text.trim())).map(|(id, _)| id.clone()).collect()
-    }
-
     /// ADM-8: the engine wrote `text` as request `request_id`'s prompt to agent `a`: a text its
     /// caller sent under that id.
     pub fn check_written_text(&mut self, a: usize, request_id: &str, text: &str) {
@@ -1162,7 +1159,7 @@ impl Oracle {
         let unwritten = self.same_text_messages.iter().any(|m| {
             // The wait: only a message the engine was given can have ended it.
             let in_turn = turn.is_none_or(|t| &m.turn == t) && (claim != SameTextClaim::WaitEnded || m.delivered);
-            m.request == id && in_turn && end.as_ref().is_none_or(|(session, end)| session != &m.session || m.position > *end)
+            self.is_prompt_of(id, &m.text) && in_turn && end.as_ref().is_none_or(|(session, end)| session != &m.session || m.position > *end)
         });
         if unwritten {
             self.notes.push(claim.note());

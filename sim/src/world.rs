@@ -1660,23 +1660,22 @@ impl World {
     }
 
     /// CORR-6 (`caller.same_text_human`): the user message just recorded in agent `a`'s turn
-    /// `turn` is a human's prompt of a request's text: where it lies, for the oracle's
-    /// known-gap excuse (`Oracle::same_text_unwritten_at_write`); or the request's own prompt
-    /// (which its write submitted), which rules that excuse out for the turn.
-    /// And ADM-13: a request's own prompt recorded (not a human's prompt of its text, nor
+    /// `turn` is a human's prompt, maybe of a request's text (sent before or after it): where it
+    /// lies, for the oracle's known-gap excuse (`Oracle::same_text_unwritten_at_write`); or the
+    /// request's own prompt (which its write submitted), which rules that excuse out for the
+    /// turn. And ADM-13: a request's own prompt recorded (not a human's prompt of its text, nor
     /// another request's, `caller.same_text_request`) is what may acknowledge its send.
     fn note_same_text(&mut self, a: usize, (origin, text): (Option<&str>, &str), turn: &TurnId) {
-        for request in self.oracle.requests_with_text(text) {
-            if let Some(origin) = origin {
-                if origin == request {
-                    self.oracle.own_prompts_recorded.insert(request.clone());
-                    self.oracle.own_messages.insert((request, turn.0.clone())); // our prompt, in `turn`
-                }
-                continue;
-            }
+        let Some(origin) = origin else {
             let session = &self.agents[a].session;
-            let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, request, turn: turn.clone(), delivered: false };
+            let text = text.trim().to_string();
+            let message = crate::oracle::SameText { session: session.id.clone(), position: session.next_position, text, turn: turn.clone(), delivered: false };
             self.oracle.same_text_messages.push(message);
+            return;
+        };
+        if self.oracle.is_prompt_of(origin, text) {
+            self.oracle.own_prompts_recorded.insert(origin.to_string());
+            self.oracle.own_messages.insert((origin.to_string(), turn.0.clone())); // our prompt, in `turn`
         }
     }
 
