@@ -1638,6 +1638,12 @@ impl Oracle {
             if receipt.acknowledged == Some(true) && !recorded && !self.same_text_unwritten_at_write(&id, None, SameTextClaim::Acknowledged) {
                 self.fail(Kind::Misclassified, format!("{id}: acknowledged but the provider never recorded the prompt"));
             }
+            // ADM-13's cost, counted: `false` (unknown) although the provider had recorded the
+            // send's own prompt by the answer (not yet read, or a message an earlier write of
+            // its text may carry).
+            if receipt.acknowledged == Some(false) && recorded {
+                self.notes.push("note.adm_13_recorded_but_unacknowledged");
+            }
         }
         if receipt.replayed {
             if let Some(w) = writes.first() {
