@@ -518,7 +518,11 @@ pub fn run(paths: DataPaths) -> i32 {
     runtime.block_on(async move {
         let (stdin, stdout) = rmcp::transport::stdio();
         let tripped = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let transport = (BoundedLines::new(stdin, MAX_MESSAGE_LINE, tripped.clone()), stdout);
+        // MCP-7: the screen's own answers share standard output with the SDK, a line at a time.
+        let out = std::sync::Arc::new(tokio::sync::Mutex::new(stdout));
+        let (answers, answering) = answer_writer(out.clone());
+        let input = BoundedLines::new(stdin, MAX_MESSAGE_LINE, tripped.clone()).answering(answers);
+        let transport = (input, SharedOut::new(out));
         // MCP-1: rmcp takes the read error for the end of its input and `waiting` answers Ok;
         // the bound's own record says the server stopped because of it (it exited 0, silent).
         let tripped = move || tripped.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -529,7 +533,11 @@ pub fn run(paths: DataPaths) -> i32 {
                 return crate::protocol::exit::ERROR;
             }
         };
-        match service.waiting().await {
+        let waited = service.waiting().await;
+        // The transport is gone with the service, and so is the answers' sender: the writer
+        // ends once it has written what the screen answered last.
+        let _ = tokio::time::timeout(Duration::from_secs(1), answering).await;
+        match waited {
             Ok(_) => match tripped() {
                 Some(message) => {
                     eprintln!("wakterm mcp: {message}");
@@ -565,11 +573,30 @@ struct BoundedLines<R> {
     ended: bool,
     /// Why the bound ended the input, once it did.
     tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// MCP-7: where the screen's own answers go (to standard output, between the SDK's lines).
+    answers: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
 }
 
 impl<R> BoundedLines<R> {
     fn new(inner: R, max: usize, tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>) -> BoundedLines<R> {
-        BoundedLines { inner, line: Vec::new(), ready: Default::default(), max, ended: false, tripped }
+        BoundedLines { inner, line: Vec::new(), ready: Default::default(), max, ended: false, tripped, answers: None }
+    }
+
+    /// MCP-7: answers a request the SDK would drop unanswered through `answers`.
+    fn answering(self, answers: tokio::sync::mpsc::UnboundedSender<Vec<u8>>) -> BoundedLines<R> {
+        BoundedLines { answers: Some(answers), ..self }
+    }
+
+    /// One whole line for the SDK (without its newline): screened, or answered here (MCP-7).
+    /// Returns the line to hand on, if any.
+    fn screen(&self, line: &[u8]) -> Option<Vec<u8>> {
+        if let Some(answer) = invalid_id_answer(line) {
+            if let Some(answers) = &self.answers {
+                let _ = answers.send(answer); // the writer ends only after the input does
+            }
+            return None;
+        }
+        screen_line(line)
     }
 
     /// Takes what was read: whole lines go to `ready`, screened; false once the bound tripped.
@@ -585,7 +612,7 @@ impl<R> BoundedLines<R> {
                 continue;
             }
             let line = std::mem::take(&mut self.line);
-            if let Some(screened) = screen_line(&line) {
+            if let Some(screened) = self.screen(&line) {
                 self.ready.extend(screened);
                 self.ready.push_back(b'\n');
             }
@@ -614,7 +641,7 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
                 }
                 // The SDK runs a last line without its newline too: screened like any other
                 // (it went on unscreened: a review).
-                match screen_line(&rest) {
+                match self.screen(&rest) {
                     Some(screened) => self.ready.extend(screened),
                     None => return Poll::Ready(Ok(())),
                 }
@@ -632,6 +659,106 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
                 }
             }
         }
+    }
+}
+
+/// MCP-7: the answer to a request whose id the SDK cannot take (rmcp 1.8 takes a string or a
+/// 64-bit signed integer, and dropped any other request unanswered: `null`, `1.5`, `1e3`, 2^64,
+/// `true`, an object; the client waited for good, a hostile run): JSON-RPC's Invalid Request,
+/// under id null (the id could not be read as one; MCP forbids null ids), and nothing runs.
+/// None for any other line: a notification (no id), a response (no method), a line that does
+/// not parse (the SDK answers it).
+pub fn invalid_id_answer(line: &[u8]) -> Option<Vec<u8>> {
+    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let message = serde_json::from_slice::<Value>(body).ok()?;
+    let id = message.as_object()?.get("id")?;
+    if message.get("method").is_none() || id.is_string() || id.is_i64() {
+        return None;
+    }
+    let error = json!({"code": -32600, "message": "invalid request: its id is not a string or a 64-bit integer (MCP ids are strings or integers); nothing ran"});
+    Some(json!({"jsonrpc": "2.0", "id": null, "error": error}).to_string().into_bytes())
+}
+
+/// MCP-7: writes the screen's answers to the shared output, each a whole line between the
+/// SDK's; ends when the screen (the input) is gone.
+fn answer_writer<W: tokio::io::AsyncWrite + Unpin + Send + 'static>(out: std::sync::Arc<tokio::sync::Mutex<W>>) -> (tokio::sync::mpsc::UnboundedSender<Vec<u8>>, tokio::task::JoinHandle<()>) {
+    use tokio::io::AsyncWriteExt;
+    let (answers, mut pending) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        while let Some(mut line) = pending.recv().await {
+            line.push(b'\n');
+            let mut out = out.lock().await;
+            if out.write_all(&line).await.is_err() || out.flush().await.is_err() {
+                return; // the client is gone
+            }
+        }
+    });
+    (answers, writer)
+}
+
+/// MCP-7: standard output as the SDK writes it, shared with the screen's answers: the SDK
+/// holds it from the first byte of a message line to its newline, so an answer goes between
+/// two lines, never inside one.
+struct SharedOut<W: Send + 'static> {
+    out: std::sync::Arc<tokio::sync::Mutex<W>>,
+    held: Option<tokio::sync::OwnedMutexGuard<W>>,
+    locking: Option<std::pin::Pin<Box<dyn std::future::Future<Output = tokio::sync::OwnedMutexGuard<W>> + Send>>>,
+    /// The last byte written was not a newline: the line is still being written.
+    mid_line: bool,
+}
+
+impl<W: Send + 'static> SharedOut<W> {
+    fn new(out: std::sync::Arc<tokio::sync::Mutex<W>>) -> SharedOut<W> {
+        SharedOut { out, held: None, locking: None, mid_line: false }
+    }
+
+    fn poll_hold(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.held.is_none() {
+            if self.locking.is_none() {
+                self.locking = Some(Box::pin(self.out.clone().lock_owned()));
+            }
+            let guard = std::task::ready!(self.locking.as_mut().expect("just set").as_mut().poll(cx));
+            self.locking = None;
+            self.held = Some(guard);
+        }
+        std::task::Poll::Ready(())
+    }
+
+    /// Lets the answers in at a line's end.
+    fn release_between_lines(&mut self) {
+        if !self.mid_line {
+            self.held = None;
+        }
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin + Send + 'static> tokio::io::AsyncWrite for SharedOut<W> {
+    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_hold(cx));
+        let out = this.held.as_mut().expect("held");
+        let n = std::task::ready!(std::pin::Pin::new(&mut **out).poll_write(cx, buf))?;
+        if n > 0 {
+            this.mid_line = buf[n - 1] != b'\n';
+            this.release_between_lines();
+        }
+        std::task::Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_hold(cx));
+        let out = this.held.as_mut().expect("held");
+        let flushed = std::task::ready!(std::pin::Pin::new(&mut **out).poll_flush(cx));
+        this.release_between_lines();
+        std::task::Poll::Ready(flushed)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_hold(cx));
+        let out = this.held.as_mut().expect("held");
+        std::pin::Pin::new(&mut **out).poll_shutdown(cx)
     }
 }
 
@@ -760,6 +887,30 @@ impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+
+    /// MCP-7: a request whose id the SDK cannot take is answered here, Invalid Request under id
+    /// null, and not handed on; every other line is left to the screen and the SDK.
+    #[test]
+    fn mcp_7_a_request_whose_id_the_sdk_cannot_take_is_answered_here() {
+        for id in ["null", "1.5", "1e3", "18446744073709551616", "9223372036854775808", "true", "{}", "[1]"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);
+            let answer: Value = serde_json::from_slice(&invalid_id_answer(line.as_bytes()).unwrap_or_else(|| panic!("{id}: unanswered"))).unwrap();
+            assert_eq!((&answer["id"], &answer["error"]["code"]), (&Value::Null, &json!(-32600)), "{id}: {answer}");
+        }
+        for taken in ["1", "-1", "0", "9223372036854775807", r#""c1""#] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{taken},"method":"tools/list"}}"#);
+            assert_eq!(invalid_id_answer(line.as_bytes()), None, "{taken}: the SDK answers it");
+        }
+        assert_eq!(invalid_id_answer(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None, "a notification");
+        assert_eq!(invalid_id_answer(br#"{"jsonrpc":"2.0","id":1.5,"result":{}}"#), None, "a response is never answered");
+        assert_eq!(invalid_id_answer(b"{not json"), None, "the SDK answers what does not parse");
+        assert!(invalid_id_answer(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"x\"}").is_some(), "after a BOM, as the SDK reads it");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let lines = BoundedLines::new(tokio::io::empty(), 1_000, Default::default()).answering(tx);
+        assert_eq!(lines.screen(br#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#), None, "not handed on");
+        assert!(rx.try_recv().is_ok(), "answered");
+        assert!(lines.screen(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).is_some());
+    }
 
     /// MCP-6: a message with a key twice in one object (at any depth) never reaches a tool:
     /// a request becomes a call of a method nobody serves (the SDK answers its id "method not

@@ -127,9 +127,30 @@ fn check_mcp_line(bytes: &[u8]) {
     }
 }
 
+/// MCP-7: the screen answers a line itself exactly when it is a request (a JSON object with a
+/// method) whose id the SDK cannot take (no string, no 64-bit signed integer), with Invalid
+/// Request under id null.
+fn check_mcp_invalid_id(bytes: &[u8]) {
+    use wakterm_runtime::mcp::invalid_id_answer;
+    let sdk_view = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let parsed = serde_json::from_slice::<Value>(sdk_view).ok();
+    let id = parsed.as_ref().filter(|v| v.get("method").is_some()).and_then(|v| v.as_object()?.get("id"));
+    let untakable = id.is_some_and(|id| !id.is_string() && !id.is_i64());
+    match timed(|| invalid_id_answer(bytes)) {
+        Some(answer) => {
+            assert!(untakable, "answered a line the SDK takes: {}", String::from_utf8_lossy(bytes));
+            let answer: Value = serde_json::from_slice(&answer).expect("the answer is JSON");
+            assert!(answer["id"].is_null() && answer["error"]["code"] == -32600, "{answer}");
+        }
+        None => assert!(!untakable, "left unanswered: {}", String::from_utf8_lossy(bytes)),
+    }
+}
+
 #[test]
 fn fuzz_mcp_line() {
     replay("mcp_line", check_mcp_line);
+    replay("mcp_line", check_mcp_invalid_id);
+    proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_invalid_id(&bytes));
     proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_line(&bytes));
 }
 

@@ -437,3 +437,33 @@ fn mcp_6_a_call_with_a_duplicate_key_runs_nothing() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(w.user_prompts().len(), 1, "only the baseline turn: {:?}", w.user_prompts());
 }
+
+/// MCP-7: a request whose id the SDK cannot take (null, fractional, past 64 bits, an object)
+/// is answered Invalid Request under id null, between the SDK's own lines, and the server goes
+/// on (rmcp dropped such a line unanswered, and the client waited for good: a hostile run).
+/// Read to the end of the output after the input ends, so a missing answer fails, not hangs.
+#[test]
+fn mcp_7_a_request_whose_id_the_sdk_cannot_take_is_answered() {
+    use std::io::{BufRead, Write};
+    let w = World::new(EXE);
+    let mut server = w.cmd(&["mcp"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("spawn mcp");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(server.stdout.take().expect("stdout"));
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    writeln!(stdin, "{initialize}").expect("initialize");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("a line");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&line).expect("JSON")["id"], 1, "{line}");
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("initialized");
+    for id in ["null", "1.5", "18446744073709551616", "{}"] {
+        writeln!(stdin, r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#).expect("request");
+    }
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).expect("request");
+    drop(stdin);
+    let answers: Vec<serde_json::Value> = stdout.lines().map(|line| serde_json::from_str(&line.expect("a line")).expect("JSON")).collect();
+    let invalid = answers.iter().filter(|a| a["id"].is_null() && a["error"]["code"] == -32600).count();
+    assert_eq!(invalid, 4, "one Invalid Request per such request: {answers:?}");
+    assert!(answers.iter().any(|a| a["id"] == 2 && a["result"]["tools"].is_array()), "the server goes on: {answers:?}");
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    assert!(server.wait().expect("the server ends with its input").success());
+}
