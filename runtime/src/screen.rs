@@ -126,13 +126,22 @@ fn shows_question(lines: &[&str]) -> bool {
     marker_below || selected_option
 }
 
-/// The last `›` line, if it sits where the composer sits (near the bottom) and is not an
-/// option of a selection list.
+/// The last `›` line, if it sits where the composer sits (near the bottom, below a draft's
+/// further lines) and is not an option of a selection list.
 fn composer_index(lines: &[&str]) -> Option<usize> {
     let index = last_marker_index(lines)?;
-    let below = lines.len() - 1 - index;
+    let below = lines.len() - 1 - index - draft_lines_after(lines, index);
     let is_composer = below <= MAX_LINES_BELOW_COMPOSER && !is_numbered_option(composer_text(lines[index]));
     is_composer.then_some(index)
+}
+
+/// ADM-5: the further lines of a multi-line draft right after the `›` line at `index`
+/// (indented, not blank; Codex renders them under the first). A draft of four lines and a
+/// newline (a raw burst whose carriage returns Codex took as a paste) put its `›` line more
+/// than [`MAX_LINES_BELOW_COMPOSER`] above the bottom, the composer read as unknown, which does
+/// not block, and an admission's Ctrl-U erased the draft (a hostile run).
+fn draft_lines_after(lines: &[&str], index: usize) -> usize {
+    lines[index + 1..].iter().take_while(|line| line.starts_with("  ") && !line.trim().is_empty()).count()
 }
 
 fn last_marker_index(lines: &[&str]) -> Option<usize> {
@@ -269,6 +278,20 @@ mod tests {
             "› first line of a draft\n  second line",
         );
         assert_eq!(composer_state(&screen), Composer::Draft);
+    }
+
+    /// A draft of many lines, its cursor on a new empty line (`p1\rp2\rp3\rp4\r` typed as a
+    /// burst): its `›` line sits eight lines above the bottom, and it is still the composer.
+    #[test]
+    fn a_draft_of_many_lines_is_a_draft() {
+        let screen = fixture("screen-idle.txt").replace(&format!("› {COMPOSER_PLACEHOLDER}"), "› p1\n  p2\n  p3\n  p4\n  ");
+        assert_eq!(composer_state(&screen), Composer::Draft);
+        assert_eq!(turn_hint(&screen), turn_hint(&fixture("screen-idle.txt")), "the turn reads as before");
+        let longer = fixture("screen-idle.txt").replace(&format!("› {COMPOSER_PLACEHOLDER}"), &format!("› p0{}", "\n  more".repeat(30)));
+        assert_eq!(composer_state(&longer), Composer::Draft);
+        // A transcript message of several lines, replies below it and no composer: not one.
+        let transcript = format!("› an old prompt\n  its second line\n\n{}", "• reply line\n".repeat(MAX_LINES_BELOW_COMPOSER));
+        assert_eq!(composer_state(&transcript), Composer::Unknown);
     }
 
     #[test]

@@ -803,6 +803,28 @@ fn adm_16_catalog_and_an_immediate_admission_agree_on_a_draft() {
     assert_definitive_rejection(&admit, "busy", "composer_not_empty");
 }
 
+/// ADM-5, ADM-16: a draft of several lines (a burst of lines with carriage returns, which the
+/// TUI takes as one paste and keeps unsent) blocks as any draft: its `›` line sat more than the
+/// screen's allowance above the bottom, the composer read as unknown, which does not block,
+/// and an admission's Ctrl-U erased the draft (a hostile run).
+#[test]
+fn adm_5_a_draft_of_many_lines_blocks_an_admission() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
+    let mut pane = wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder");
+    pane.write(b"p1\rp2\rp3\rp4\r").expect("type a draft of many lines");
+    // Its carriage returns are Enters of another writer (ADM-19) until their grace ends; then
+    // the draft alone holds the agent.
+    let drafted = w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] == "composer_not_empty");
+    assert_eq!(drafted["return_final_available"], false, "{drafted}");
+    let admit = w.run(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "must not erase the draft"]);
+    assert_definitive_rejection(&admit, "busy", "composer_not_empty");
+    assert_eq!(w.user_prompts(), ["baseline turn"], "nothing was submitted");
+}
+
 /// ADM-4: a draft typed after the admission's look, before its write, makes the holder refuse
 /// the write before its first byte: `busy` / `input_since_look`, retry-safe, nothing written
 /// (it was `unavailable` / `pane_refused_write`). The daemon pauses between the engine's ask
