@@ -727,7 +727,7 @@ fn awaited_prompt_recorded(agent: &mut crate::agent::AgentEntry, event: &Observe
     }
     // A record counts by its place: one without (none is known) takes nothing (a replay of
     // it could not be told from it), and the grace ends the wait.
-    let Some(at) = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position }) else { return false };
+    let Some(at) = event.cursor() else { return false };
     if agent.awaiting_prompts.iter().any(|p| p.taken_by.as_ref() == Some(&at) && &p.hash == prompt_hash) {
         return false; // a replay of a record already counted (of its text: a record of other text there is another)
     }
@@ -765,7 +765,7 @@ fn earlier_write_may_carry(agent: &crate::agent::AgentEntry, claim: &RequestId, 
     if earlier == 0 {
         return false;
     }
-    let at = event.session().cloned().zip(event.position()).map(|(session, position)| Cursor { session, position });
+    let at = event.cursor();
     let up_to_here = |c: &&Cursor| at.as_ref().is_some_and(|at| c.session == at.session && c.position <= at.position);
     let mut taken: Vec<&Cursor> = same_text().filter(|p| p.taken()).filter_map(|p| p.taken_by.as_ref()).filter(up_to_here).collect();
     taken.sort_by_key(|c| c.position);

@@ -302,4 +302,9 @@ impl ObserverEvent {
             ObserverEvent::SessionLost { .. } | ObserverEvent::ProcessExited { .. } => None,
         }
     }
+
+    /// Where the event's record lies (None: it has no place in a session).
+    pub fn cursor(&self) -> Option<Cursor> {
+        Some(Cursor { session: self.session()?.clone(), position: self.position()? })
+    }
 }

@@ -793,8 +793,7 @@ fn adm_16_catalog_and_an_immediate_admission_agree_on_a_draft() {
     w.mux_start();
     let entry = w.ready_agent("zola", REPLY, &[]);
     let inc = s(&entry["incarnation"]).to_string();
-    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
-    let mut pane = wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder");
+    let mut pane = w.pane_of(&entry);
     pane.write(b"a human's unsent draft").expect("type a draft");
     let drafted = w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] != serde_json::Value::Null);
     assert_eq!(drafted["return_final_available"], false, "ADM-16: a draft blocks return-final: {drafted}");
@@ -813,8 +812,7 @@ fn adm_5_a_draft_of_many_lines_blocks_an_admission() {
     w.mux_start();
     let entry = w.ready_agent("zola", REPLY, &[]);
     let inc = s(&entry["incarnation"]).to_string();
-    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
-    let mut pane = wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder");
+    let mut pane = w.pane_of(&entry);
     pane.write(b"p1\rp2\rp3\rp4\r").expect("type a draft of many lines");
     // Its carriage returns are Enters of another writer (ADM-19) until their grace ends; then
     // the draft alone holds the agent.
@@ -835,11 +833,10 @@ fn adm_4_a_draft_typed_after_the_look_refuses_the_admission_busy() {
     w.mux_start_pausing_writes();
     let entry = w.ready_agent("zola", REPLY, &[]);
     let inc = s(&entry["incarnation"]).to_string();
-    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
     let before = w.write_pauses(); // the baseline turn's write paused too
     let admit = w.cmd(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &new_id(), "--return-final", "must not erase the draft"]).stdout(std::process::Stdio::piped()).spawn().expect("admit");
     w.wait_until("the admission's write pauses", || w.write_pauses() > before);
-    wakterm_runtime::holder::HolderClient::connect(&holder).expect("holder").write(b"typed after the look").expect("type a draft");
+    w.pane_of(&entry).write(b"typed after the look").expect("type a draft");
     let out = support::Out::of(admit.wait_with_output().expect("admit"));
     assert!(out.json.is_object(), "a receipt: {out:?}");
     assert_definitive_rejection(&out, "busy", "input_since_look");

@@ -333,8 +333,7 @@ fn corr_10_failed_and_interrupted_turns_abort_and_rf_4_cancel_leaves_the_turn_ru
     assert_eq!(admit_rf(&w, "mia", &inc, &interrupted_id, "HOLD until interrupted").code, 0);
     let bound = wait_request(&w, &interrupted_id, "bound", |r| r["bound_provider_turn"].is_string());
     let turn = s(&bound["bound_provider_turn"]).to_string();
-    let holder = w.data.join("h").join(format!("{}.sock", s(&entry["agent_id"])));
-    let mut pane = wakterm_runtime::holder::HolderClient::connect(&holder).expect("the agent's holder");
+    let mut pane = w.pane_of(&entry);
     let line = json!({"id": "e2e-interrupt", "method": "turn/interrupt", "params": {"threadId": thread, "turnId": turn}});
     pane.write(format!("{line}\n").as_bytes()).expect("write turn/interrupt");
     let event = w.wait_terminal(&interrupted_id);

@@ -303,6 +303,14 @@ impl World {
         self.our_pids_running(b"fake-codex").len()
     }
 
+    /// A connection to the holder of `entry`'s agent (a catalog entry): writes into its pane as
+    /// a human or another program would, not through the daemon.
+    pub fn pane_of(&self, entry: &Value) -> wakterm_runtime::holder::HolderClient {
+        let agent_id = entry["agent_id"].as_str().expect("a catalog entry names its agent");
+        let holder = self.data.join("h").join(format!("{agent_id}.sock"));
+        wakterm_runtime::holder::HolderClient::connect(&holder).expect("the agent's holder")
+    }
+
     /// Pids of the agents' holders among [`World::our_pids`] (argv[1] == __holder).
     pub fn holder_pids(&self) -> Vec<i32> {
         self.our_pids_running(b"__holder")
