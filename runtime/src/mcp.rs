@@ -127,7 +127,7 @@ pub struct SessionArgs {
     #[serde(default)]
     pub input: Option<String>,
     /// `input`: a key written after the text: enter, escape, tab, backspace, ctrl-c, ctrl-d,
-    /// ctrl-u, up, down, left, right.
+    /// ctrl-u, up, down, left, right (any case; ctrl_u and Ctrl+U spell ctrl-u).
     #[serde(default)]
     pub special_key: Option<String>,
     /// `output`: the opaque `next_cursor` of the previous page.
@@ -170,9 +170,15 @@ fn cancelled_wait(request: Value) -> CallToolResult {
     answer(0, json!({"terminal": false, "cancelled": true, "request": request, "message": "the client cancelled this wait; the request itself goes on"}))
 }
 
-/// The bytes a named key writes into a terminal.
+/// The keys `special_key` names, as the unknown-key answer lists them.
+const SPECIAL_KEYS: &str = "enter, escape, tab, backspace, ctrl-c, ctrl-d, ctrl-u, up, down, left, right";
+
+/// The bytes a named key writes into a terminal. Any case; `_`, `+` or a space may stand for
+/// the `-` of a control key (`ctrl_u`, `Ctrl+U`: a hostile run spelled it so and was told
+/// only "unknown special_key").
 pub fn special_key_bytes(name: &str) -> Option<&'static [u8]> {
-    Some(match name.to_ascii_lowercase().as_str() {
+    let name = name.to_ascii_lowercase().replace(['_', '+', ' '], "-");
+    Some(match name.as_str() {
         "enter" | "return" => b"\r",
         "escape" | "esc" => b"\x1b",
         "tab" => b"\t",
@@ -277,7 +283,9 @@ impl WaktermMcp {
         let Some(target) = args.session_id.as_deref() else { return usage("bad_request", "action=input needs session_id") };
         let mut bytes = args.input.clone().unwrap_or_default().into_bytes();
         if let Some(key) = args.special_key.as_deref() {
-            let Some(key_bytes) = special_key_bytes(key) else { return usage("bad_request", format!("unknown special_key {}", echoed(key))) };
+            let Some(key_bytes) = special_key_bytes(key) else {
+                return usage("bad_request", format!("unknown special_key {}; known keys: {SPECIAL_KEYS} (nothing was written)", echoed(key)));
+            };
             bytes.extend_from_slice(key_bytes);
         }
         if bytes.is_empty() {
@@ -915,6 +923,22 @@ mod tests {
     /// MCP-6: a message with a key twice in one object (at any depth) never reaches a tool:
     /// a request becomes a call of a method nobody serves (the SDK answers its id "method not
     /// found", naming why), a notification is dropped; anything else passes as it is.
+    /// `session action=input`'s keys: any case, and `_`, `+` or a space for a control key's
+    /// `-`; an unknown key is none.
+    #[test]
+    fn special_keys_are_read_in_the_spellings_clients_use() {
+        for spelling in ["ctrl-u", "ctrl_u", "Ctrl+U", "CTRL U"] {
+            assert_eq!(special_key_bytes(spelling), Some(&b"\x15"[..]), "{spelling}");
+        }
+        assert_eq!(special_key_bytes("Enter"), Some(&b"\r"[..]));
+        for unknown in ["ctrl-z", "hyper-f13", "", "ctrlu"] {
+            assert_eq!(special_key_bytes(unknown), None, "{unknown}");
+        }
+        for listed in SPECIAL_KEYS.split(", ") {
+            assert!(special_key_bytes(listed).is_some(), "the list names only keys that exist: {listed}");
+        }
+    }
+
     #[test]
     fn mcp_6_a_message_with_a_duplicate_key_is_refused() {
         let plain = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"session","arguments":{"action":"list"}}}"#;

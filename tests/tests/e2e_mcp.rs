@@ -94,12 +94,13 @@ fn mcp_session_actions_and_bad_arguments() {
         assert!(!error && typed["ok"] == true, "{typed}");
         let drafted = w.wait_agent("zola", "the draft is seen", |z| z["return_final_unavailable_reason"] == "composer_not_empty");
         assert_eq!(drafted["return_final_available"], false, "{drafted}");
-        let (error, cleared) = call(&client, "session", json!({"action": "input", "session_id": "zola", "special_key": "ctrl-u"})).await;
+        let (error, cleared) = call(&client, "session", json!({"action": "input", "session_id": "zola", "special_key": "Ctrl_U"})).await;
         assert!(!error, "{cleared}");
         w.wait_agent("zola", "the draft is cleared", |z| z["return_final_available"] == true);
 
         let (error, key) = call(&client, "session", json!({"action": "input", "session_id": "zola", "special_key": "hyper-f13"})).await;
         assert!(error && key["error"] == "bad_request", "{key}");
+        assert!(key["message"].as_str().is_some_and(|m| m.contains("known keys: enter,") && m.contains("ctrl-u")), "the answer lists the keys: {key}");
         // An unknown agent is the CLI's exit 6 for every action (status and input said 2).
         for action in ["status", "output", "input"] {
             let (error, nobody, exit_code) = call_with_exit(&client, "session", action_on(action, "nobody")).await;
