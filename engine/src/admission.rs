@@ -195,7 +195,15 @@ impl Engine {
             return true;
         }
         let Some(record) = self.requests.get(request_id) else { return false };
-        if !same(&record.fingerprint, Some(&record.incarnation.0)) {
+        // IDEM-1: a name no agent has now may be the gone agent's the id was admitted for (a
+        // replay after `agent stop`); the rest of the input must match under that agent. It
+        // was a conflict, "different input", which pointed at the wrong cause (a hostile run).
+        let gone = resolved.is_none() && !self.agents.contains_key(&record.agent_id);
+        let as_recorded = || {
+            gone && same_input(&record.fingerprint, Some(&record.agent_id), command)
+                && command.incarnation.as_deref().is_none_or(|given| given == record.incarnation.0)
+        };
+        if !same(&record.fingerprint, Some(&record.incarnation.0)) && !as_recorded() {
             // IDEM-3, also for a released id: its fingerprint stays recorded.
             self.reply(op, conflict());
             return true;
@@ -232,7 +240,7 @@ impl Engine {
     pub(crate) fn resolve(&self, command: &AdmitCommand) -> Result<AgentId, Blocker> {
         if command.exact_agent_id {
             let Some(canonical) = canonical_uuid(&command.target) else {
-                let detail = format!("--exact-agent-id needs an agent id (a UUID), got {}", echoed(&command.target));
+                let detail = format!("an exact agent id (--exact-agent-id) must be a UUID, got {}", echoed(&command.target));
                 return Err(blocker(Classification::Invalid, "agent_id_malformed", detail));
             };
             let agent_id = AgentId::parse(&canonical).expect("canonical uuid parses");
@@ -593,6 +601,7 @@ impl Engine {
             receipt: None,
             bound_turn: None,
             bound_at: None,
+            steered: false,
             deadline_ms,
             terminal: None,
             registered_ms: self.now_ms,
@@ -1134,8 +1143,16 @@ pub fn stateless_check(command: &AdmitCommand) -> Result<RequestId, Box<Receipt>
         let detail = format!("request id {} is not a UUID", echoed(&command.request_id));
         return Err(Box::new(Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context)));
     };
+    context.request_id = Some(request_id.clone());
+    if request_id.is_nil() {
+        // INP-2: all zeros is what an id left unset looks like (`Uuid::default()`,
+        // `Guid.Empty`): every prompt of such a caller would replay the first one's receipt
+        // and never be written (or be a conflict). Named in the receipt, so a stored one (from
+        // before this rule) is still never called retry-safe (IDEM-7, `admit_known`).
+        let detail = "request id 00000000-0000-0000-0000-000000000000 is the nil UUID, what an id left unset looks like; give each request its own id (or none: the CLI makes one)";
+        return Err(Box::new(Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context)));
+    }
     let Some(problem) = validate_command(command) else { return Ok(request_id) };
-    context.request_id = Some(request_id);
     Err(Box::new(Receipt::rejection(Classification::Invalid, problem.reason, problem.detail, context)))
 }
 
@@ -1149,7 +1166,8 @@ fn validate_command(command: &AdmitCommand) -> Option<Blocker> {
         return Some(blocker(Classification::Invalid, "final_timeout_out_of_range", detail));
     }
     if command.final_timeout_ms > 0 && command.return_mode == ReturnMode::OneWay {
-        let detail = "--final-timeout-ms only applies to --return-final requests";
+        // Named for both callers: the MCP server's fields are not the CLI's flags (a hostile run).
+        let detail = "a final timeout applies only to return-final requests (CLI: --final-timeout-ms with --return-final; MCP: final_timeout_ms with return_final: true)";
         return Some(blocker(Classification::Invalid, "final_timeout_without_return_final", detail));
     }
     if let Some(problem) = target_problem(&command.target) {

@@ -222,6 +222,19 @@ impl Engine {
         view.turn = fold_turn(&view.turn, event);
     }
 
+    /// CORR-9: another prompt's message steered the bound turn. Correlation holds, but the
+    /// turn's final may answer that prompt too, so the request's end says so (`steered`), and
+    /// the trail names the first such message.
+    fn note_steered(&mut self, request_id: &RequestId, bound: &TurnId, seen: &str) {
+        let Some(record) = self.requests.get_mut(request_id) else { return };
+        if record.steered {
+            return;
+        }
+        record.steered = true;
+        let detail = format!("turn {} steered by another prompt's message: hash {} (CORR-9: its final may answer that prompt too)", bound.0, short(seen));
+        self.note(request_id, EvidenceStep::UserMessage, detail);
+    }
+
     /// ADM-13, ADM-14: a send waiting for evidence sees its own prompt arrive.
     fn acknowledge_waiting_admission(&mut self, agent_id: &AgentId, event: &ObserverEvent) {
         let ObserverEvent::UserMessage { prompt_hash, .. } = event else { return };
@@ -430,6 +443,8 @@ impl Engine {
                     // turn ours steered into, or that the TUI took with ours as one input), and
                     // nothing tells which opened the turn: its final may answer another prompt.
                     self.indeterminate(request_id, "prompt_twice_in_turn");
+                } else if seen != &prompt_hash {
+                    self.note_steered(request_id, &bound, seen);
                 }
             }
             (ObserverEvent::UserMessage { turn, prompt_hash: seen, .. }, None) => {

@@ -466,6 +466,7 @@ impl Engine {
             final_message,
             reason: reason.map(str::to_string),
             at_ms: self.now_ms,
+            steered: record.steered,
         };
         let record = self.requests.get_mut(request_id).expect("checked above");
         let why = match reason {

@@ -697,6 +697,7 @@ impl Engine {
                             reason: event.reason.clone(),
                             provider_turn_id: event.provider_turn_id.clone(),
                             terminal_event_sequence: event.terminal_event_sequence,
+                            steered: event.steered,
                         },
                     ))
                 }

@@ -189,6 +189,9 @@ pub enum EventBody {
         reason: Option<String>,
         provider_turn_id: Option<TurnId>,
         terminal_event_sequence: u64,
+        /// CORR-9: as the terminal event's (`TerminalEvent::steered`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        steered: bool,
     },
 }
 

@@ -56,6 +56,10 @@ impl RequestId {
     pub fn parse(text: &str) -> Result<Self, IdError> {
         canonical_uuid(text).map(RequestId).ok_or(IdError::NotUuid)
     }
+    /// INP-2: the nil UUID, all zeros (canonical ids are lowercase, so one comparison).
+    pub fn is_nil(&self) -> bool {
+        self.0 == "00000000-0000-0000-0000-000000000000"
+    }
     pub fn as_str(&self) -> &str {
         &self.0
     }

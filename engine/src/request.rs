@@ -167,6 +167,11 @@ pub struct RequestRecord {
     /// before binding, and in a record bound by a daemon older than 2026-12-06.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_at: Option<u64>,
+    /// CORR-9: a message of another prompt came in the bound turn after ours (a steer, or a
+    /// prompt the TUI took with ours as one input): the turn's final may answer it too. Its
+    /// end carries it (`TerminalEvent::steered`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub steered: bool,
     /// Absolute engine time at which the request times out (RF-3); none when timeout is 0.
     pub deadline_ms: Option<u64>,
     pub terminal: Option<TerminalEvent>,

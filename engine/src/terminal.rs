@@ -46,6 +46,10 @@ pub struct TerminalEvent {
     pub reason: Option<String>,
     /// Engine time (milliseconds since the Unix epoch, as the runtime passed it in).
     pub at_ms: u64,
+    /// CORR-9: another prompt's message came in the bound turn after ours, so its final may
+    /// answer that prompt too. Absent (false) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub steered: bool,
 }
 
 impl TerminalEvent {

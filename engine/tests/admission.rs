@@ -808,6 +808,25 @@ fn inp_2_malformed_request_id() {
     assert!(receipt.request_id.is_none());
 }
 
+/// INP-2: the nil UUID (what an id left unset looks like) is refused with nothing written;
+/// every prompt of a caller that never set its id would otherwise replay the first one's
+/// receipt. The receipt names the id.
+#[test]
+fn inp_2_the_nil_uuid_is_no_request_id() {
+    let mut rig = Rig::with_idle_zola();
+    let nil = "00000000-0000-0000-0000-000000000000";
+    let op = rig.admit(nil, "hi", ReturnMode::OneWay);
+    let receipt = rig.receipt(op).clone();
+    assert_eq!(receipt.classification, Classification::Invalid);
+    assert_eq!(receipt.reason.as_deref(), Some("request_id_malformed"));
+    assert!(receipt.detail.as_deref().is_some_and(|d| d.contains("nil UUID")), "{receipt:?}");
+    assert_eq!(receipt.request_id.as_ref().map(RequestId::as_str), Some(nil));
+    assert!(!receipt.prompt_written);
+    assert_eq!(rig.writes(), 0);
+    let op = rig.admit("00000000-0000-0000-0000-000000000001", "hi", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "one bit set is an id");
+}
+
 /// INP-3: the final timeout is bounded and only meaningful with return-final.
 #[test]
 fn inp_3_timeout_range() {

@@ -70,6 +70,35 @@ fn idem_1_replay_through_every_spelling() {
     assert_eq!(rig.writes(), 1);
 }
 
+/// IDEM-1, IDEM-2 after `agent stop`: the name no longer resolves, so the replay's input is
+/// compared under the gone agent the id was admitted for. The same input replays the stored
+/// receipt (it was `request_id_conflict`, "different input", a hostile run's finding); other
+/// input is still a conflict, and so is the same input for a new agent of that name (IDEM-3).
+#[test]
+fn idem_1_a_replay_after_the_agent_stopped_answers_the_stored_receipt() {
+    let mut rig = Rig::with_idle_zola();
+    let first = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
+    let original = rig.receipt(first).clone();
+    assert_eq!(original.classification, Classification::Accepted);
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    let again = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
+    let replay = rig.receipt(again).clone();
+    assert!(replay.replayed, "{replay:?}");
+    assert_eq!(Receipt { replayed: false, ..replay }, original);
+    let mut named = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
+    named.incarnation = Some("inc-2".to_string());
+    let op = rig.submit(named);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("request_id_conflict"), "another incarnation named");
+    let other = rig.admit(REQ, "other text", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(other).reason.as_deref(), Some("request_id_conflict"));
+    let mut successor = zola_facts("inc-9", 200);
+    successor.agent_id = agent_id("00000000-0000-4000-8000-000000000077");
+    rig.input(Input::AgentUpserted(successor));
+    let op = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("request_id_conflict"), "a new agent of the name");
+    assert_eq!(rig.writes(), 1);
+}
+
 /// IDEM-2: repeating the same id and input returns the stored receipt and writes nothing.
 #[test]
 fn idem_2_replay_returns_the_stored_receipt() {

@@ -92,6 +92,28 @@ fn rec_2_submitted_request_resumes_after_verification() {
     assert_eq!(events[0].final_message.as_deref(), Some("the real final"));
 }
 
+/// CORR-9, REC-2: the resume reads the bound turn again from the armed cursor, so a steer read
+/// before the crash, whose note no commit carried, is read again and the end says `steered`.
+#[test]
+fn corr_9_a_steer_read_before_a_crash_is_still_reported() {
+    let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.user_message("turn-1", "also handle the edge case", 1025);
+    restart_with_zola(&mut rig, zola_facts("inc-1", 100));
+    assert_eq!(rig.resumes[0].1.position, 1000, "replay from the armed cursor");
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1000 });
+    rig.turn_started("turn-1", 1010);
+    rig.user_message("turn-1", "hi", 1020);
+    rig.user_message("turn-1", "also handle the edge case", 1025);
+    rig.turn_completed("turn-1", "final with steering", 1030);
+    let events = rig.terminal_for(REQ);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].state, TerminalState::Completed);
+    assert!(events[0].steered, "{:?}", events[0]);
+}
+
 /// EV-13, REC-2: a request resumed in a file cut back and grown again while the daemon was
 /// down ends `indeterminate` when the record at the stream's mark says the file changed: its
 /// turn's records may be gone (it waited for good) or written again (a later final, the

@@ -149,17 +149,37 @@ fn corr_7_later_turn_final_is_never_substituted() {
     assert_eq!(only_terminal(&rig).reason.as_deref(), Some("later_turn_started"));
 }
 
-/// CORR-9: steering messages inside the bound turn keep correlation.
+/// CORR-9: steering messages inside the bound turn keep correlation, and the end says the
+/// turn was steered (its final may answer the other prompt too), on the terminal event, on the
+/// agent event stream and in the evidence trail; a turn nobody steered says nothing.
 #[test]
-fn corr_9_steering_keeps_correlation() {
+fn corr_9_steering_keeps_correlation_and_the_end_says_steered() {
     let (mut rig, _) = armed_rig("hi");
     rig.turn_started("turn-1", 1010);
     rig.user_message("turn-1", "hi", 1020);
     rig.user_message("turn-1", "also handle the edge case", 1025);
+    rig.user_message("turn-1", "and the docs", 1027);
     rig.turn_completed("turn-1", "final with steering", 1030);
     let event = only_terminal(&rig);
     assert_eq!(event.state, TerminalState::Completed);
     assert_eq!(event.final_message.as_deref(), Some("final with steering"));
+    assert!(event.steered, "CORR-9: the end says another prompt steered the turn");
+    let streamed = rig.published_events.iter().find_map(|e| match &e.body {
+        EventBody::RequestTerminal { steered, .. } => Some(*steered),
+        _ => None,
+    });
+    assert_eq!(streamed, Some(true), "the stream's request.terminal says it too");
+    let record = &rig.durable[&RequestId::parse(REQ).unwrap()];
+    let steers: Vec<_> = record.evidence.iter().filter(|e| e.detail.contains("steered by another prompt")).collect();
+    assert_eq!(steers.len(), 1, "the trail names the first steer only: {:?}", record.evidence);
+    let json = serde_json::to_value(&event).unwrap();
+    assert_eq!(json["steered"], serde_json::json!(true));
+
+    let (mut rig, _) = armed_rig("hi");
+    rig.provider_turn("turn-1", "hi", "plain final", 1010);
+    let event = only_terminal(&rig);
+    assert!(!event.steered, "nobody steered this turn");
+    assert!(serde_json::to_value(&event).unwrap().get("steered").is_none(), "absent when false");
 }
 
 /// CORR-6, CORR-9 (PTY): a second message of our prompt's text in the bound turn means two

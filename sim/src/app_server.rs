@@ -788,8 +788,11 @@ impl World {
             let mut lines = vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &running.turn))];
             let items = [
                 (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
-                (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(running.turn.clone(), hash))),
+                (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(running.turn.clone(), hash.clone()))),
             ];
+            if let Some(truth) = self.oracle.turns.get_mut(&running.turn.0) {
+                truth.messages.push(hash);
+            }
             // A turn accepted and not started yet (`app_server.slow_turn_start`): the input's
             // items come after its start, as the real one sends them after the task starts.
             match self.app(a).slow_start.as_mut() {
@@ -846,7 +849,7 @@ impl World {
             (notification("thread/status/changed", json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}), now), None),
             (notification("turn/started", json!({"threadId": thread, "turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}), now), Some(Truth::Started(turn.clone()))),
             (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
-            (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash))),
+            (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(turn.clone(), hash.clone()))),
         ];
         if let Some(rid) = &opener {
             self.oracle.on_prompt_reached_thread(rid);
@@ -864,7 +867,7 @@ impl World {
             None => lines.extend(started),
         }
         let file = self.agents[a].session.file;
-        self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None, messages: vec![hash] });
         self.app_emit(a, lines);
         if origin.is_none() {
             self.counters.fault("provider.human_turn");
@@ -1008,6 +1011,10 @@ impl World {
         app.generation_start = app.ring.end();
         app.stdin.clear();
         app.queue.clear();
+        // A turn the earlier process accepted and had not notified yet is never notified.
+        // Left pending, the new process's steers put their items behind it and were never
+        // sent (CORR-9's check found a steer no observer could read, seed 569).
+        app.slow_start = None;
         let incarnation = self.agents[a].process.expect("just spawned").incarnation();
         self.agents[a].session.writers.push(incarnation);
         self.app_handshake(a, true);
@@ -1065,7 +1072,7 @@ impl World {
         self.counters.fault("app_server.exit_after_reply");
         let t = turn.0.clone();
         let file = self.agents[a].session.file;
-        self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None, messages: Vec::new() });
         self.app_emit(a, vec![(line(json!({"id": id, "result": {"turn": turn_json(&t, "inProgress", json!([]), "notLoaded")}})), accepted_truth(&id, &turn))]);
         self.log(format!("a{a} app-server: turn {t} accepted for {opener:?}, then the process dies before notifying it"));
         if let Some(rid) = &opener {
@@ -1081,7 +1088,7 @@ impl World {
         self.counters.fault("app_server.exit_before_reply");
         let t = turn.0.clone();
         let file = self.agents[a].session.file;
-        self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.oracle.turns.insert(t.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None, messages: Vec::new() });
         self.log(format!("a{a} app-server: turn {t} taken into the thread for {opener:?}, then the process dies before writing a line"));
         if let Some(rid) = &opener {
             self.oracle.on_prompt_reached_thread(rid);

@@ -345,6 +345,9 @@ pub enum Mutant {
     /// at an admission's look, whose read already holds the human's records): the hold lasts
     /// the whole grace after the human's turn showed.
     EnterReportDropped,
+    /// Effects (CORR-9): a terminal event is handed to watchers rebuilt from TERM-1's first
+    /// fields, without `steered`, so a steered turn's final reads as our prompt's alone.
+    SteeredFlagDropped,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -418,6 +421,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::OtherEnterNotReported, "other_enter_not_reported", "pane port's look omits when a human last pressed Enter, so a prompt races the human's unrecorded turn"),
     (Mutant::EnterReportDropped, "enter_report_dropped", "observer loop never reports a pushed Enter, so its hold lasts the grace after the human's turn showed"),
     (Mutant::EnterReportedBeforeItsRead, "enter_reported_before_its_read", "observer loop reports a pushed Enter with the snapshot it sent before its read, so records older than the Enter end the hold"),
+    (Mutant::SteeredFlagDropped, "steered_flag_dropped", "effects publish terminal events without their steered flag"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

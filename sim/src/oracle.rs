@@ -220,6 +220,17 @@ pub struct TurnTruth {
     /// The rollout file (identity) the turn started in, and the one its final was written to.
     pub file: u64,
     pub final_file: Option<u64>,
+    /// CORR-9: the hashes of the user messages recorded in the turn, in order: a later one of
+    /// another text than the first steered it (`steered`).
+    pub messages: Vec<String>,
+}
+
+impl TurnTruth {
+    /// CORR-9: another prompt's message came in the turn after its first one, so the end of a
+    /// request bound to it must say `steered`.
+    pub fn steered(&self) -> bool {
+        self.messages.split_first().is_some_and(|(first, rest)| rest.iter().any(|h| h != first))
+    }
 }
 
 /// What a caller sent.
@@ -1705,6 +1716,12 @@ impl Oracle {
                         // The final must be its own turn's, in the file the turn (and the
                         // request's armed cursor) lived in.
                         let m = format!("{id}: completed with a final written to file {:?}, not to file {} its turn began in", t.final_file, t.file);
+                        self.fail(Kind::WrongFinal, m);
+                    } else if t.steered() != event.steered {
+                        // CORR-9: the end says whether another prompt steered the turn, since
+                        // its final may answer that prompt too; either way wrong claims more
+                        // (or less) than the turn's records show.
+                        let m = format!("{id}: completed with steered: {}, but its turn {:?} {} steered", event.steered, event.provider_turn_id, if t.steered() { "was" } else { "was not" });
                         self.fail(Kind::WrongFinal, m);
                     }
                 }

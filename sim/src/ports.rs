@@ -348,8 +348,11 @@ impl Effects for SimEffects {
         });
     }
 
-    fn publish(&mut self, event: TerminalEvent) {
+    fn publish(&mut self, mut event: TerminalEvent) {
         let mut w = self.world.lock().unwrap();
+        if w.mutant == Mutant::SteeredFlagDropped {
+            event.steered = false; // the bug: the watcher's copy is rebuilt from TERM-1's first fields
+        }
         let seq = event.terminal_event_sequence;
         if w.early_published.contains(&seq) {
             return; // PublishBeforeCommit: already pushed

@@ -1629,6 +1629,10 @@ impl World {
         let agent = &mut self.agents[a];
         if let Some(running) = agent.running.clone() {
             let hash = taken.hash.clone();
+            if let Some(truth) = self.oracle.turns.get_mut(&running.turn.0) {
+                truth.messages.push(hash.clone());
+            }
+            let agent = &mut self.agents[a];
             let visible = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
             self.note_human_prompt_recorded(a, taken.human);
             self.note_same_text(a, (taken.origin.as_deref(), &taken.text), &running.turn);
@@ -1768,6 +1772,7 @@ impl World {
         agent.running = Some(running.clone());
         agent.idle_since_ms = None;
         let t = turn.clone();
+        let mut messages = vec![hash.clone()];
         let started = agent.append(now, |session, position| ObserverEvent::TurnStarted { session, turn: t.clone(), position });
         let prompted = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
         self.note_human_prompt_recorded(a, human);
@@ -1776,6 +1781,7 @@ impl World {
         self.wake_observer(prompted);
         for prompt in joined {
             let (t, hash) = (turn.clone(), prompt.hash.clone());
+            messages.push(hash.clone());
             let visible = self.agents[a].append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(t), prompt_hash: hash, position });
             self.note_human_prompt_recorded(a, prompt.human);
             self.note_same_text(a, (prompt.origin.as_deref(), &prompt.text), &turn);
@@ -1785,7 +1791,7 @@ impl World {
             self.counters.fault("provider.human_turn");
         }
         let file = self.agents[a].session.file;
-        self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None });
+        self.oracle.turns.insert(turn.0.clone(), TurnTruth { agent: a, opened_by: opener.clone(), final_message: None, aborted: false, file, final_file: None, messages });
         self.log(format!("a{a} turn {} started by {:?} text={:?}", turn.0, opener, text));
         if fast {
             // Its records (start, prompt, end) are readable within milliseconds of the write, while
@@ -2390,6 +2396,7 @@ impl World {
             if self.mutant == Mutant::AssistantMessagesDropped && matches!(event, ObserverEvent::AgentMessage { .. }) {
                 continue; // the bug: the port maps assistant messages to nothing, as it once did
             }
+
             let event = match event {
                 // The bug: the plan's turn id is read from `event_msg` records only.
                 ObserverEvent::PlanUpdated { session, explanation, plan, position, .. } if self.mutant == Mutant::PlanTurnUnlabelled => {

@@ -1292,7 +1292,8 @@ fn mgd_real_codex_one_stream_for_pty_and_managed_agents() {
 /// MGD-3 against the real `codex app-server` 0.169: a plain `agent send` to a managed agent
 /// whose thread runs a turn steers it (Codex's `turn/start` adds the prompt to the running
 /// turn): the receipt is accepted with reason `steered_running_turn`, acknowledged by the
-/// prompt's user message, the model gets the prompt, and no second turn starts.
+/// prompt's user message, the model gets the prompt, and no second turn starts. The running
+/// turn is a return-final request's: it completes saying `steered: true` (CORR-9).
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
 fn mgd_real_codex_plain_send_steers_a_running_turn() {
@@ -1300,7 +1301,8 @@ fn mgd_real_codex_plain_send_steers_a_running_turn() {
     let rw = RealWorld::new(EXE, script(vec![slow]));
     rw.start_managed("mia");
     rw.wait_entry("mia", "return-final available", TURN_DEADLINE, |e| e["return_final_available"] == true);
-    let first = rw.w.run(&["agent", "send", "mia", "SLOWTURN the running turn"]);
+    let id = new_id();
+    let first = rw.w.run(&["agent", "send", "mia", "--return-final", "--request-id", &id, "SLOWTURN the running turn"]);
     assert_eq!(first.code, 0, "{first:?}");
     let end = Instant::now() + TURN_DEADLINE;
     while !rw.provider_prompts().iter().any(|p| p == "SLOWTURN the running turn") {
@@ -1319,4 +1321,7 @@ fn mgd_real_codex_plain_send_steers_a_running_turn() {
     let started = events.iter().filter(|e| e["kind"] == "turn.started").count();
     let users = events.iter().filter(|e| e["kind"] == "message.user").count();
     assert_eq!((started, users), (1, 2), "two prompts, one turn: {events:?}");
+    let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
+    assert_eq!(s(&terminal["state"]), "completed", "{terminal}");
+    assert_eq!(terminal["steered"], true, "CORR-9: the steered turn's end says so: {terminal}");
 }

@@ -306,6 +306,38 @@ fn mgd_3_busy_thread_refuses_return_final_and_plain_send_steers() {
     assert!(w.events_after(0).is_empty(), "no return-final request was ever armed");
 }
 
+/// CORR-9 end to end: a return-final request whose running turn a plain send steers completes
+/// with the turn's final and says `steered: true` on `request watch`, on the agent event
+/// stream's `request.terminal` and in its evidence trail; a turn nobody steered says nothing.
+#[test]
+fn corr_9_a_steered_return_final_turn_ends_saying_steered() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (_, entry) = ready_managed(&w, "mia", &[HOLD, &hold_ms(3000)]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let plain_id = new_id();
+    assert_eq!(admit_rf(&w, "mia", &inc, &plain_id, "a turn nobody steers").code, 0);
+    let plain = w.wait_terminal(&plain_id);
+    assert_eq!(s(&plain["state"]), "completed", "{plain}");
+    assert!(plain.get("steered").is_none(), "{plain}");
+    w.wait_agent("mia", "available again", |e| e["return_final_available"] == true);
+
+    let id = new_id();
+    assert_eq!(admit_rf(&w, "mia", &inc, &id, "HOLD a turn that gets steered").code, 0);
+    w.wait_agent("mia", "busy", |e| e["state"] == "busy");
+    let steer = w.run(&["agent", "send", "mia", "also these words"]);
+    assert_eq!((s(&steer.json["classification"]), s(&steer.json["reason"])), ("accepted", "steered_running_turn"), "{}", steer.json);
+    let event = w.wait_terminal(&id);
+    assert_eq!(s(&event["state"]), "completed", "{event}");
+    assert_eq!(event["steered"], true, "CORR-9: the end says another prompt steered the turn: {event}");
+    assert_eq!(s(&event["final_message"]), reply_for("also these words"), "the steered turn answers the latest message");
+    let streamed: Vec<Value> = agent_events(&w, "mia").into_iter().filter(|e| e["kind"] == "request.terminal").collect();
+    let flags: Vec<(String, Value)> = streamed.iter().map(|e| (s(&e["request_id"]).to_string(), e.get("steered").cloned().unwrap_or(Value::Null))).collect();
+    assert_eq!(flags, [(plain_id, Value::Null), (id.clone(), Value::Bool(true))], "{streamed:?}");
+    let got = w.run(&["agent", "request", "get", &id, "--evidence"]);
+    assert!(got.stdout.contains("steered by another prompt"), "the trail names the steer: {}", got.stdout);
+}
+
 /// CORR-10, MGD-3, RF-4, TERM-1: a turn the app-server fails (`turn/completed` `failed`) ends
 /// its return-final request `aborted` with no final; a turn interrupted by a `turn/interrupt`
 /// another client wrote to the app-server (`interrupted`) ends `aborted` too. A cancel ends a

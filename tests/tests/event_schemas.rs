@@ -59,11 +59,20 @@ fn every_kind() -> Vec<Value> {
         sample(EventBody::RequestAdmitted { request_id: request.clone(), return_mode: ReturnMode::OneWay, classification: Some(Classification::Accepted), prompt_hash: hash, prompt: Some("a shared prompt".into()) }),
         sample(EventBody::RequestBound { request_id: request.clone(), provider_turn_id: turn.clone() }),
         sample(EventBody::RequestTerminal {
+            request_id: request.clone(),
+            state: TerminalState::Completed,
+            reason: None,
+            provider_turn_id: Some(turn.clone()),
+            terminal_event_sequence: 3,
+            steered: false,
+        }),
+        sample(EventBody::RequestTerminal {
             request_id: request,
             state: TerminalState::Completed,
             reason: None,
             provider_turn_id: Some(turn),
-            terminal_event_sequence: 3,
+            terminal_event_sequence: 4,
+            steered: true,
         }),
     ]
 }
