@@ -684,8 +684,8 @@ fn ev_real_codex_aborted_turn_stream() {
 
 /// EV-* golden stream against the real Codex: a human submits a second prompt while the turn
 /// of a return-final request runs (steering). Codex records it in the same turn; the stream
-/// shows two `message.user` in that turn, and the request completes with that turn's final
-/// (golden `real-codex-steered.jsonl`).
+/// shows two `message.user` in that turn, and the request completes with that turn's final,
+/// saying `steered: true` (CORR-9) (golden `real-codex-steered.jsonl`).
 #[test]
 #[ignore = "needs the real Codex: run scripts/test-real-codex.sh"]
 fn ev_real_codex_steered_turn_stream() {
@@ -700,6 +700,7 @@ fn ev_real_codex_steered_turn_stream() {
     type_into_pane(&rw, &agent_id, b"\x15\x1b[200~steering prompt sent while busy\x1b[201~\r");
     let terminal = rw.wait_terminal(&id, TURN_DEADLINE);
     assert_eq!(terminal["state"], "completed", "{terminal}");
+    assert_eq!(terminal["steered"], true, "CORR-9: {terminal}");
     let events = assert_golden_stream(&rw, "zola", &id, "real-codex-steered.jsonl");
     let turn = &terminal["provider_turn_id"];
     let prompts = events.iter().filter(|e| e["kind"] == "message.user" && &e["provider_turn_id"] == turn).count();
