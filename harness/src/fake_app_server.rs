@@ -77,8 +77,11 @@
 //!   `warning` (unknown model metadata), `deprecationNotice`, `thread/tokenUsage/updated`,
 //!   `account/rateLimits/updated`, `thread/goal/cleared`, and the retry `error`s (`willRetry:
 //!   true`) before a failed turn.
-//! - No rollout file is written at `thread.path` (the path has the real layout); no approvals
-//!   (server requests), no other methods (`thread/read`, `turn/steer`, ...).
+//! - The rollout at `thread.path` (created at a thread's first turn, continued by a resume in a
+//!   new process, held open by the process as the real one's is) has the fake TUI's record
+//!   shapes (`RolloutRecorder`): each turn's start, its user messages (steers too), its final
+//!   answer and end, or an interrupt's abort; a failed turn writes no end record (the real
+//!   one's is not captured). No other methods (`thread/read`, `turn/steer`, ...).
 //! - Keys inside `params` and `result` come out sorted (the real one's order differs; JSON does
 //!   not care); the envelope keeps the real order.
 //! - `userAgent` names `wakterm-fake` instead of the host OS; `model` / `modelProvider` are the
@@ -93,7 +96,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::rollout_writer::{rollout_path, CODEX_CLI_VERSION};
+use crate::fake_codex::rollout_records::{RolloutRecorder, TurnRecord, ABORT_REASON_INTERRUPTED};
+use crate::rollout_writer::{rollout_path, RolloutWriter, SessionMeta, CODEX_CLI_VERSION};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_IO_ERROR: i32 = 1;
@@ -464,6 +468,11 @@ struct ActiveTurn {
 }
 
 impl ActiveTurn {
+    /// The turn as its rollout records name it.
+    fn record(&self) -> TurnRecord {
+        TurnRecord { turn_id: self.id.clone(), started: SystemTime::UNIX_EPOCH + Duration::from_millis(self.started_wall_ms) }
+    }
+
     /// Its state once ended now (`wall` ms) with `status`.
     fn ended(&self, status: &'static str, error: Value, wall: u64) -> TurnState {
         TurnState {
@@ -533,6 +542,9 @@ pub struct FakeAppServer {
     agent_messages: u64,
     /// The last server request id handed out.
     server_requests: u64,
+    /// Each thread's rollout at `thread.path`, open for writing from its first turn on (the
+    /// real app-server's process holds it, so `agent output` finds it as for the TUI).
+    rollouts: BTreeMap<String, RolloutRecorder>,
 }
 
 impl FakeAppServer {
@@ -544,6 +556,7 @@ impl FakeAppServer {
             threads: BTreeMap::new(),
             agent_messages: 0,
             server_requests: 0,
+            rollouts: BTreeMap::new(),
         }
     }
 
@@ -850,15 +863,19 @@ impl FakeAppServer {
                 }),
             });
             let turn_id = turn.id.clone();
+            let record = turn.record();
             if !content.is_empty() {
                 let item = user_item(&content, wall);
                 push_user_item(&mut out.messages, &thread_id, &turn_id, &item, wall);
                 turn.user_items.push(item);
-                turn.prompt = prompt;
+                turn.prompt = prompt.clone();
             }
             turn.due_ms = now_ms.saturating_add(plan.delay_ms);
             turn.ending = plan.ending;
             self.save(&thread_id)?;
+            if !content.is_empty() {
+                self.rollout(&thread_id)?.user_message(&record, &prompt)?;
+            }
             out.crash = plan.exit_now;
             return Ok(());
         }
@@ -905,17 +922,24 @@ impl FakeAppServer {
             out.messages.push(approval_request(&request_id, &params));
             (request_id, plan.delay_ms, params)
         });
-        thread.active = Some(ActiveTurn {
+        let turn = ActiveTurn {
             id: turn_id,
             started_at_secs,
             started_wall_ms: wall,
-            prompt,
+            prompt: prompt.clone(),
             user_items,
             due_ms: now_ms.saturating_add(plan.delay_ms),
             ending: plan.ending,
             awaiting,
-        });
+        };
+        let record = turn.record();
+        thread.active = Some(turn);
         self.save(&thread_id)?;
+        let rollout = self.rollout(&thread_id)?;
+        rollout.open_turn(&record)?;
+        if !content.is_empty() {
+            rollout.user_message(&record, &prompt)?;
+        }
         out.crash = plan.exit_now;
         Ok(())
     }
@@ -962,6 +986,7 @@ impl FakeAppServer {
             }),
         ));
         self.record_turn(&thread_id, turn.full(None, &state), wall / 1000)?;
+        self.rollout(&thread_id)?.abort_turn(&turn.record(), ABORT_REASON_INTERRUPTED)?;
         Ok(())
     }
 
@@ -975,11 +1000,13 @@ impl FakeAppServer {
             return Ok(());
         };
         let wall = wall_ms();
+        let mut reply = None;
         let full = match turn.ending {
             Ending::Reply => {
                 self.agent_messages += 1;
                 let item_id = format!("{AGENT_MESSAGE_ID_PREFIX}{}", self.agent_messages);
                 let text = behaviour.reply_for(&turn.prompt);
+                reply = Some(text.clone());
                 let open = agent_item(&item_id, "", wall, None);
                 let done = agent_item(&item_id, &text, wall, Some(wall));
                 out.push(notification(
@@ -1037,7 +1064,30 @@ impl FakeAppServer {
                 turn.full(None, &state)
             }
         };
-        self.record_turn(thread_id, full, wall / 1000)
+        self.record_turn(thread_id, full, wall / 1000)?;
+        // A failed turn writes no end record: the real one's is not captured (a known
+        // difference); `agent output` reads assistant messages only.
+        if let Some(reply) = reply {
+            self.rollout(thread_id)?.complete_turn(&turn.record(), &turn.prompt, &reply)?;
+        }
+        Ok(())
+    }
+
+    /// The thread's rollout, opened (created at its first turn, continued on a resume in a new
+    /// process) at `thread.path`.
+    fn rollout(&mut self, thread_id: &str) -> io::Result<&mut RolloutRecorder> {
+        if !self.rollouts.contains_key(thread_id) {
+            let stored = &self.threads.get(thread_id).expect("a thread with a turn is known").stored;
+            let meta = SessionMeta {
+                session_id: thread_id.to_owned(),
+                cwd: PathBuf::from(&stored.cwd),
+                cli_version: CODEX_CLI_VERSION.to_owned(),
+                originator: self.client_name.clone(),
+            };
+            let writer = RolloutWriter::open_at(Path::new(&stored.path), &meta, SystemTime::now())?;
+            self.rollouts.insert(thread_id.to_owned(), RolloutRecorder::new(writer, meta.cwd));
+        }
+        Ok(self.rollouts.get_mut(thread_id).expect("inserted above"))
     }
 
     /// Replaces (or appends) the turn with this id in the thread's record and saves it.

@@ -70,8 +70,32 @@ impl RolloutWriter {
     /// `now` decides both the path and the first timestamp (the real Codex names the file by
     /// the session start time).
     pub fn create(codex_home: &Path, meta: &SessionMeta, now: SystemTime) -> io::Result<Self> {
+        Self::create_at(rollout_path(codex_home, &meta.session_id, now), meta, now)
+    }
+
+    /// Opens the rollout at `path` for appending: created with its `session_meta` line when it
+    /// does not exist yet, else continued where it ends (a resumed thread: the real app-server
+    /// appends a resumed thread's records to its rollout).
+    pub fn open_at(path: &Path, meta: &SessionMeta, now: SystemTime) -> io::Result<Self> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Self::create_at(path.to_path_buf(), meta, now),
+            Err(error) => return Err(error),
+        };
+        let file = OpenOptions::new().append(true).open(path)?;
+        let next_ordinal = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+        Ok(RolloutWriter {
+            file,
+            path: path.to_path_buf(),
+            session_id: meta.session_id.clone(),
+            next_ordinal,
+            len_bytes: bytes.len() as u64,
+            last_line: None,
+        })
+    }
+
+    fn create_at(path: PathBuf, meta: &SessionMeta, now: SystemTime) -> io::Result<Self> {
         assert!(!meta.session_id.is_empty(), "session id must not be empty");
-        let path = rollout_path(codex_home, &meta.session_id, now);
         let dir = path
             .parent()
             .expect("rollout path always has a dated parent");

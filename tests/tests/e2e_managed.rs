@@ -338,6 +338,49 @@ fn corr_9_a_steered_return_final_turn_ends_saying_steered() {
     assert!(got.stdout.contains("steered by another prompt"), "the trail names the steer: {}", got.stdout);
 }
 
+/// OUT-1, OUT-7 for a managed agent over the fake app-server: it writes its thread's rollout
+/// from the first turn on and holds it open, as the real 0.169 does (`mgd_real_codex_*` reads
+/// a page too), so `agent output` pages its assistant messages; before, the fake wrote none,
+/// and the page said `observer_unavailable` / `no_rollout_open` ("no turn started yet?") after
+/// turns had completed (a hostile run). A resume in a new process (`agent restart`) continues
+/// the same file (the harness's unit test checks the file itself); the old process's cursor is
+/// refused, and a new baseline pages the next reply only.
+#[test]
+fn out_a_managed_agents_page_reads_its_app_servers_rollout() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (_, entry) = ready_managed(&w, "mia", &[]);
+    let texts = |page: &Value| -> Vec<String> { page["events"].as_array().into_iter().flatten().filter_map(|e| e["text"].as_str().map(str::to_string)).collect() };
+    let turn = |inc: &str, prompt: &str| {
+        let id = new_id();
+        assert_eq!(admit_rf(&w, "mia", inc, &id, prompt).code, 0);
+        assert_eq!(s(&w.wait_terminal(&id)["state"]), "completed");
+    };
+    let inc = s(&entry["incarnation"]).to_string();
+    turn(&inc, "first page prompt");
+    let base = w.run(&["agent", "output", "mia"]);
+    assert_eq!((base.code, s(&base.json["state"]), &base.json["baseline"]), (0, "ok", &Value::Bool(true)), "{base:?}");
+    assert!(texts(&base.json).is_empty(), "a baseline holds no history: {base:?}");
+    turn(&inc, "second page prompt");
+    let page = w.run(&["agent", "output", "mia", "--after", s(&base.json["next_cursor"])]);
+    assert_eq!((page.code, texts(&page.json)), (0, vec![reply_for("second page prompt")]), "{page:?}");
+
+    let restarted = w.run(&["agent", "restart", "mia"]);
+    assert_eq!(restarted.code, 0, "{restarted:?}");
+    let entry = w.wait_agent("mia", "available after the restart", |e| e["return_final_available"] == true && e["incarnation"] != inc.as_str());
+    let inc = s(&entry["incarnation"]).to_string();
+    let old = w.run(&["agent", "output", "mia", "--after", s(&page.json["next_cursor"])]);
+    assert_eq!(old.code, 4, "the old process's cursor is another incarnation's: {old:?}");
+    // The fake opens the resumed thread's rollout at its next turn (whether the real one holds
+    // it open from the resume on is not captured).
+    turn(&inc, "third page prompt");
+    let fresh = w.run(&["agent", "output", "mia"]);
+    assert_eq!((fresh.code, s(&fresh.json["state"])), (0, "ok"), "the resumed thread's rollout is found: {fresh:?}");
+    turn(&inc, "fourth page prompt");
+    let page = w.run(&["agent", "output", "mia", "--after", s(&fresh.json["next_cursor"])]);
+    assert_eq!((page.code, texts(&page.json)), (0, vec![reply_for("fourth page prompt")]), "{page:?}");
+}
+
 /// CORR-10, MGD-3, RF-4, TERM-1: a turn the app-server fails (`turn/completed` `failed`) ends
 /// its return-final request `aborted` with no final; a turn interrupted by a `turn/interrupt`
 /// another client wrote to the app-server (`interrupted`) ends `aborted` too. A cancel ends a

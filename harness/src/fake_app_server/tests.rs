@@ -314,6 +314,49 @@ fn threads_survive_in_their_state_file() {
     );
 }
 
+/// The rollout at `thread.path`: none before the first turn; then each turn's start, user
+/// messages (a steer too), final and end, as the fake TUI writes them; a resume in a new
+/// process continues the same file (one `session_meta`).
+#[test]
+fn the_rollout_records_turns_steers_and_finals_and_a_resume_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let behaviour = Behaviour { hold_prefix: Some("HOLD".into()), hold_ms: 5000, ..Behaviour::default() };
+    let mut server = FakeAppServer::new(config(dir.path(), behaviour));
+    let init = json!({ "id": 0, "method": "initialize", "params": { "clientInfo": { "name": "unit", "version": "1" } } });
+    server.handle_line(&line(init), 0).unwrap();
+    let start = server.handle_line(&line(json!({ "id": 1, "method": "thread/start", "params": {} })), 0).unwrap();
+    let result = start.messages[0].to_value()["result"].clone();
+    let (thread, path) = (result["thread"]["id"].as_str().unwrap().to_owned(), PathBuf::from(result["thread"]["path"].as_str().unwrap()));
+    assert!(!path.exists(), "no rollout before the first turn (like the real one)");
+    turn_start(&mut server, 2, &thread, "HOLD it", 0);
+    turn_start(&mut server, 3, &thread, "answer this", 100);
+    server.tick(150).unwrap();
+    let lines = |path: &Path| -> Vec<Value> {
+        std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let kinds = |lines: &[Value], kind: &str| lines.iter().filter(|l| l["type"] == kind || l["payload"]["type"] == kind).count();
+    let first = lines(&path);
+    assert_eq!(first[0]["type"], "session_meta");
+    assert_eq!(first[0]["payload"]["id"], thread.as_str());
+    assert_eq!((kinds(&first, "task_started"), kinds(&first, "task_complete")), (1, 1), "{first:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for said in ["HOLD it", "answer this", "done: answer this"] {
+        assert!(text.contains(said), "{said} in the rollout");
+    }
+
+    let mut other = FakeAppServer::new(config(dir.path(), Behaviour::default()));
+    let init = json!({ "id": 0, "method": "initialize", "params": { "clientInfo": { "name": "unit" } } });
+    other.handle_line(&line(init), 0).unwrap();
+    other.handle_line(&line(json!({ "id": 1, "method": "thread/resume", "params": { "threadId": thread } })), 0).unwrap();
+    turn_start(&mut other, 2, &thread, "after the resume", 0);
+    other.tick(50).unwrap();
+    let all = lines(&path);
+    assert_eq!(all[..first.len()], first[..], "continued, not rewritten");
+    assert_eq!(kinds(&all, "session_meta"), 1);
+    assert_eq!((kinds(&all, "task_started"), kinds(&all, "task_complete")), (2, 2));
+    assert!(std::fs::read_to_string(&path).unwrap().contains("done: after the resume"));
+}
+
 #[test]
 fn the_exit_prefix_crashes_after_the_turn_opened_and_was_saved() {
     let dir = tempfile::tempdir().unwrap();
