@@ -160,12 +160,12 @@ impl Engine {
     fn answer_known_request(&mut self, request_id: &RequestId, command: &AdmitCommand, op: crate::io::OpId, context: &ReceiptContext) -> bool {
         // IDEM-3, IDEM-7: this input was not written (a definitive rejection), but the id's own
         // prompt may have been, so retrying this input under a new id is not known to be safe.
-        let conflict = || {
-            let detail = "this request id was already used with different input (or for another agent or process incarnation)";
+        let conflict_because = |detail: String| {
             let mut receipt = Receipt::rejection(Classification::Invalid, "request_id_conflict", detail, context.clone());
             receipt.retry_safe = false;
             receipt
         };
+        let conflict = || conflict_because("this request id was already used with different input (or for another agent or process incarnation)".to_string());
         if !self.admissions.contains_key(request_id) && !self.requests.contains_key(request_id) {
             return false; // a new id: nothing to compare, and the target is resolved once, later
         }
@@ -195,17 +195,22 @@ impl Engine {
             return true;
         }
         let Some(record) = self.requests.get(request_id) else { return false };
-        // IDEM-1: a name no agent has now may be the gone agent's the id was admitted for (a
-        // replay after `agent stop`); the rest of the input must match under that agent. It
-        // was a conflict, "different input", which pointed at the wrong cause (a hostile run).
-        let gone = resolved.is_none() && !self.agents.contains_key(&record.agent_id);
-        let as_recorded = || {
-            gone && same_input(&record.fingerprint, Some(&record.agent_id), command)
-                && command.incarnation.as_deref().is_none_or(|given| given == record.incarnation.0)
-        };
-        if !same(&record.fingerprint, Some(&record.incarnation.0)) && !as_recorded() {
-            // IDEM-3, also for a released id: its fingerprint stays recorded.
-            self.reply(op, conflict());
+        if !same(&record.fingerprint, Some(&record.incarnation.0)) {
+            // IDEM-3, also for a released id: its fingerprint stays recorded. A target that names
+            // no agent now, with input that matches under the gone agent the id was admitted for
+            // (a replay by name after `agent stop`), is still a conflict: no record keeps the name
+            // it was admitted under, so another agent's name, or a typo, would look the same. It
+            // says so, and how to replay (it said "different input", the wrong cause: a hostile
+            // run; replaying it here, a review found, answered any unknown name with the receipt).
+            let gone = resolved.is_none() && !self.agents.contains_key(&record.agent_id);
+            let receipt = match gone && same_input(&record.fingerprint, Some(&record.agent_id), command) {
+                true => conflict_because(format!(
+                    "no agent is named {} now; this request id was admitted for agent {}, which is gone: replay it by that id (--exact-agent-id {}) for its stored receipt, or read its outcome with `agent request get {}`",
+                    echoed(&command.target), record.agent_id, record.agent_id, request_id
+                )),
+                false => conflict(),
+            };
+            self.reply(op, receipt);
             return true;
         }
         if record.phase == Phase::Released {

@@ -466,7 +466,8 @@ impl Engine {
             final_message,
             reason: reason.map(str::to_string),
             at_ms: self.now_ms,
-            steered: record.steered,
+            // CORR-9: a turn outcome only; an `indeterminate` end may rest on unproven records.
+            steered: record.steered && matches!(state, TerminalState::Completed | TerminalState::Aborted),
         };
         let record = self.requests.get_mut(request_id).expect("checked above");
         let why = match reason {

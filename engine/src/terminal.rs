@@ -47,7 +47,7 @@ pub struct TerminalEvent {
     /// Engine time (milliseconds since the Unix epoch, as the runtime passed it in).
     pub at_ms: u64,
     /// CORR-9: another prompt's message came in the bound turn after ours, so its final may
-    /// answer that prompt too. Absent (false) otherwise.
+    /// answer that prompt too. `completed` and `aborted` only; absent (false) otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub steered: bool,
 }

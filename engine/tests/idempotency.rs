@@ -70,32 +70,42 @@ fn idem_1_replay_through_every_spelling() {
     assert_eq!(rig.writes(), 1);
 }
 
-/// IDEM-1, IDEM-2 after `agent stop`: the name no longer resolves, so the replay's input is
-/// compared under the gone agent the id was admitted for. The same input replays the stored
-/// receipt (it was `request_id_conflict`, "different input", a hostile run's finding); other
-/// input is still a conflict, and so is the same input for a new agent of that name (IDEM-3).
+/// IDEM-1, IDEM-3 after `agent stop`: the name no longer resolves, and no record keeps the
+/// name an id was admitted under, so a replay by name is a conflict, but one that says why and
+/// how to replay (by the gone agent's id, which replays the stored receipt); it said
+/// "different input" (a hostile run). Other input, and a new agent of the name, are the plain
+/// conflict.
 #[test]
-fn idem_1_a_replay_after_the_agent_stopped_answers_the_stored_receipt() {
+fn idem_1_a_replay_by_name_after_the_agent_stopped_says_how_to_replay() {
     let mut rig = Rig::with_idle_zola();
     let first = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
     let original = rig.receipt(first).clone();
     assert_eq!(original.classification, Classification::Accepted);
     rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
-    let again = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
-    let replay = rig.receipt(again).clone();
+    for name in ["zola", "zolla"] {
+        let mut command = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
+        command.target = name.to_string();
+        let op = rig.submit(command);
+        let receipt = rig.receipt(op).clone();
+        assert_eq!((receipt.classification, receipt.reason.as_deref()), (Classification::Invalid, Some("request_id_conflict")), "{name}");
+        assert!(!receipt.retry_safe, "IDEM-7");
+        let detail = receipt.detail.unwrap_or_default();
+        assert!(detail.contains(&format!("--exact-agent-id {ZOLA}")) && detail.contains("which is gone"), "{detail}");
+    }
+    let mut by_id = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
+    by_id.target = ZOLA.to_string();
+    by_id.exact_agent_id = true;
+    let op = rig.submit(by_id);
+    let replay = rig.receipt(op).clone();
     assert!(replay.replayed, "{replay:?}");
     assert_eq!(Receipt { replayed: false, ..replay }, original);
-    let mut named = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
-    named.incarnation = Some("inc-2".to_string());
-    let op = rig.submit(named);
-    assert_eq!(rig.receipt(op).reason.as_deref(), Some("request_id_conflict"), "another incarnation named");
     let other = rig.admit(REQ, "other text", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(other).reason.as_deref(), Some("request_id_conflict"));
+    assert!(rig.receipt(other).detail.as_deref().is_some_and(|d| d.contains("different input")));
     let mut successor = zola_facts("inc-9", 200);
     successor.agent_id = agent_id("00000000-0000-4000-8000-000000000077");
     rig.input(Input::AgentUpserted(successor));
     let op = rig.admit(REQ, "phases", ReturnMode::ReturnFinal);
-    assert_eq!(rig.receipt(op).reason.as_deref(), Some("request_id_conflict"), "a new agent of the name");
+    assert!(rig.receipt(op).detail.as_deref().is_some_and(|d| d.contains("different input")), "a new agent of the name");
     assert_eq!(rig.writes(), 1);
 }
 

@@ -375,11 +375,14 @@ impl Fold {
     }
 }
 
-/// The text of a `userMessage` item: its text parts joined, as Codex sent the input.
+/// The text of a `userMessage` item: its text parts joined, as Codex sent the input. A message
+/// of no text part (an image only) is a user message still, of the empty text, as the TUI's
+/// record of one hashes: ignored, it steered a bound turn unseen (CORR-9, a review). None only
+/// for an item with no content list.
 fn user_text(item: &Value) -> Option<String> {
     let parts = item.get("content")?.as_array()?;
     let texts: Vec<&str> = parts.iter().filter(|p| p.get("type").and_then(Value::as_str) == Some("text")).filter_map(|p| p.get("text")?.as_str()).collect();
-    (!texts.is_empty()).then(|| texts.concat())
+    Some(texts.concat())
 }
 
 /// The last agent message among a completed turn's items, when they are loaded.
@@ -490,6 +493,21 @@ mod tests {
         let events = fold.line(&note("turn/completed", json!({"threadId": thread, "turn": turn("ours", "completed")})), 40);
         let [ObserverEvent::TurnCompleted { final_message, .. }] = events.as_slice() else { panic!("{events:?}") };
         assert_eq!(final_message.as_deref(), Some("done: attack one"));
+    }
+
+    // CORR-9: a user message of no text part (an image only) is a user message still, so a
+    // steer of one is seen; an item with no content list is none.
+    #[test]
+    fn corr_9_a_user_message_of_no_text_is_still_one() {
+        let thread = "t-1";
+        let mut fold = Fold::new(thread);
+        let note = |method: &str, params: Value| serde_json::to_vec(&json!({"method": method, "params": params})).unwrap();
+        let user = |content: Value| json!({"threadId": thread, "turnId": "ours", "item": {"type": "userMessage", "id": "u", "content": content}});
+        fold.line(&note("turn/started", json!({"threadId": thread, "turn": {"id": "ours", "items": [], "itemsView": "notLoaded", "status": "inProgress"}})), 10);
+        let events = fold.line(&note("item/completed", user(json!([{"type": "localImage", "path": "/tmp/x.png"}]))), 20);
+        let [ObserverEvent::UserMessage { prompt_hash, .. }] = events.as_slice() else { panic!("{events:?}") };
+        assert_eq!(prompt_hash, &wakterm_engine::prompt::prompt_hash(""));
+        assert!(fold.line(&note("item/completed", json!({"threadId": thread, "turnId": "ours", "item": {"type": "userMessage", "id": "v"}})), 30).is_empty());
     }
 
     // MGD-3: the real 0.169 transcripts fold into the turn events the engine correlates on:

@@ -473,8 +473,9 @@ fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Opti
     let Ok(request_id) = request_id.map_or_else(|| Ok(uuid::Uuid::new_v4().to_string()), std::ffi::OsString::into_string) else {
         return Err(client::refused_input(operation, return_mode, None, false, "request_id_malformed", "the request id is not UTF-8".to_string()));
     };
-    // After a malformed id nothing else is judged (INP-2): the daemon's check answers it.
-    let id_malformed = wakterm_engine::RequestId::parse(&request_id).is_err();
+    // After a malformed id (the nil UUID too) nothing else is judged (INP-2): the daemon's check
+    // answers it.
+    let id_malformed = !wakterm_engine::RequestId::parse(&request_id).is_ok_and(|id| !id.is_nil());
     let incarnation = match incarnation.map(std::ffi::OsString::into_string).transpose() {
         Ok(incarnation) => incarnation,
         Err(raw) if id_malformed => Some(raw.to_string_lossy().into_owned()),

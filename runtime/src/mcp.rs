@@ -173,11 +173,12 @@ fn cancelled_wait(request: Value) -> CallToolResult {
 /// The keys `special_key` names, as the unknown-key answer lists them.
 const SPECIAL_KEYS: &str = "enter, escape, tab, backspace, ctrl-c, ctrl-d, ctrl-u, up, down, left, right";
 
-/// The bytes a named key writes into a terminal. Any case; `_`, `+` or a space may stand for
-/// the `-` of a control key (`ctrl_u`, `Ctrl+U`: a hostile run spelled it so and was told
+/// The bytes a named key writes into a terminal. Any case; `_`, `+` or spaces may stand for
+/// the `-` of a control key (`ctrl_u`, `Ctrl + U`: a hostile run spelled it so and was told
 /// only "unknown special_key").
 pub fn special_key_bytes(name: &str) -> Option<&'static [u8]> {
-    let name = name.to_ascii_lowercase().replace(['_', '+', ' '], "-");
+    let words: Vec<String> = name.split(['-', '_', '+', ' ']).filter(|w| !w.is_empty()).map(str::to_ascii_lowercase).collect();
+    let name = words.join("-");
     Some(match name.as_str() {
         "enter" | "return" => b"\r",
         "escape" | "esc" => b"\x1b",
@@ -920,14 +921,11 @@ mod tests {
         assert!(lines.screen(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).is_some());
     }
 
-    /// MCP-6: a message with a key twice in one object (at any depth) never reaches a tool:
-    /// a request becomes a call of a method nobody serves (the SDK answers its id "method not
-    /// found", naming why), a notification is dropped; anything else passes as it is.
-    /// `session action=input`'s keys: any case, and `_`, `+` or a space for a control key's
-    /// `-`; an unknown key is none.
+    /// MCP-3: `session action=input`'s keys: any case, and `_`, `+` or spaces for a control
+    /// key's `-`; an unknown key is none.
     #[test]
-    fn special_keys_are_read_in_the_spellings_clients_use() {
-        for spelling in ["ctrl-u", "ctrl_u", "Ctrl+U", "CTRL U"] {
+    fn mcp_3_special_keys_are_read_in_the_spellings_clients_use() {
+        for spelling in ["ctrl-u", "ctrl_u", "Ctrl+U", "CTRL U", "Ctrl + U"] {
             assert_eq!(special_key_bytes(spelling), Some(&b"\x15"[..]), "{spelling}");
         }
         assert_eq!(special_key_bytes("Enter"), Some(&b"\r"[..]));
@@ -939,6 +937,9 @@ mod tests {
         }
     }
 
+    /// MCP-6: a message with a key twice in one object (at any depth) never reaches a tool:
+    /// a request becomes a call of a method nobody serves (the SDK answers its id "method not
+    /// found", naming why), a notification is dropped; anything else passes as it is.
     #[test]
     fn mcp_6_a_message_with_a_duplicate_key_is_refused() {
         let plain = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"session","arguments":{"action":"list"}}}"#;

@@ -1736,6 +1736,9 @@ impl Oracle {
                 let ours = turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str()));
                 if !ours && !self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), SameTextClaim::Aborted) {
                     self.fail(Kind::WrongFinal, format!("{id}: aborted, but turn {:?} is not our aborted turn", event.provider_turn_id));
+                } else if let Some(t) = turn.as_ref().filter(|t| ours && !self.obs3_unprotected.contains(&id) && t.steered() != event.steered) {
+                    let m = format!("{id}: aborted with steered: {}, but its turn {:?} {} steered", event.steered, event.provider_turn_id, if t.steered() { "was" } else { "was not" });
+                    self.fail(Kind::WrongFinal, m);
                 }
             }
             TerminalState::DeliveryFailed => {
