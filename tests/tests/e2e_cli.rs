@@ -405,6 +405,11 @@ fn inp_2_a_request_id_or_incarnation_that_is_no_utf8_is_invalid() {
     // After a malformed id nothing else is judged (INP-2), whatever else is no text.
     let out = Out::of(w.cmd(&["agent", "admit", "zola", "--request-id", "abc", "--incarnation"]).arg(latin1).arg("a prompt").stdin(Stdio::null()).output().unwrap());
     assert_eq!((out.code, out.json["reason"].as_str(), out.json["retry_safe"].as_bool()), (4, Some("request_id_malformed"), Some(true)), "{out:?}");
+    // The nil UUID is malformed too, first (it was `incarnation_malformed` here, a review); named
+    // by the caller, it may be stored from before the rule, so never retry-safe (IDEM-7).
+    let nil = "00000000-0000-0000-0000-000000000000";
+    let out = Out::of(w.cmd(&["agent", "admit", "zola", "--request-id", nil, "--incarnation"]).arg(latin1).arg("a prompt").stdin(Stdio::null()).output().unwrap());
+    assert_eq!((out.code, out.json["reason"].as_str(), out.json["retry_safe"].as_bool()), (4, Some("request_id_malformed"), Some(false)), "{out:?}");
     assert!(!w.data.exists(), "nothing was sent: no daemon was asked for");
 }
 
