@@ -205,8 +205,8 @@ impl Engine {
             let gone = resolved.is_none() && !self.agents.contains_key(&record.agent_id);
             let receipt = match gone && same_input(&record.fingerprint, Some(&record.agent_id), command) {
                 true => conflict_because(format!(
-                    "no agent is named {} now; this request id was admitted for agent {}, which is gone: replay it by that id (--exact-agent-id {}) for its stored receipt, or read its outcome with `agent request get {}`",
-                    echoed(&command.target), record.agent_id, record.agent_id, request_id
+                    "no agent is named {} now; this request id was admitted for agent {}, which is gone: replay it with that agent id as the target for its stored receipt, or read its outcome with `agent request get {}` (MCP: request_get)",
+                    echoed(&command.target), record.agent_id, request_id
                 )),
                 false => conflict(),
             };
@@ -1154,7 +1154,7 @@ pub fn stateless_check(command: &AdmitCommand) -> Result<RequestId, Box<Receipt>
         // `Guid.Empty`): every prompt of such a caller would replay the first one's receipt
         // and never be written (or be a conflict). Named in the receipt, so a stored one (from
         // before this rule) is still never called retry-safe (IDEM-7, `admit_known`).
-        let detail = "request id 00000000-0000-0000-0000-000000000000 is the nil UUID, what an id left unset looks like; give each request its own id (or none: the CLI makes one)";
+        let detail = "request id 00000000-0000-0000-0000-000000000000 is the nil UUID, what an id left unset looks like; give each request its own id (or none: the CLI and the MCP server make one)";
         return Err(Box::new(Receipt::rejection(Classification::Invalid, "request_id_malformed", detail, context)));
     }
     let Some(problem) = validate_command(command) else { return Ok(request_id) };

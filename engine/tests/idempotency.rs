@@ -72,7 +72,7 @@ fn idem_1_replay_through_every_spelling() {
 
 /// IDEM-1, IDEM-3 after `agent stop`: the name no longer resolves, and no record keeps the
 /// name an id was admitted under, so a replay by name is a conflict, but one that says why and
-/// how to replay (by the gone agent's id, which replays the stored receipt); it said
+/// how to replay (the gone agent's id as the target, which replays the stored receipt); it said
 /// "different input" (a hostile run). Other input, and a new agent of the name, are the plain
 /// conflict.
 #[test]
@@ -90,7 +90,7 @@ fn idem_1_a_replay_by_name_after_the_agent_stopped_says_how_to_replay() {
         assert_eq!((receipt.classification, receipt.reason.as_deref()), (Classification::Invalid, Some("request_id_conflict")), "{name}");
         assert!(!receipt.retry_safe, "IDEM-7");
         let detail = receipt.detail.unwrap_or_default();
-        assert!(detail.contains(&format!("--exact-agent-id {ZOLA}")) && detail.contains("which is gone"), "{detail}");
+        assert!(detail.contains(&format!("admitted for agent {ZOLA}, which is gone: replay it with that agent id as the target")), "{detail}");
     }
     let mut by_id = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
     by_id.target = ZOLA.to_string();

@@ -170,29 +170,52 @@ fn cancelled_wait(request: Value) -> CallToolResult {
     answer(0, json!({"terminal": false, "cancelled": true, "request": request, "message": "the client cancelled this wait; the request itself goes on"}))
 }
 
-/// The keys `special_key` names, as the unknown-key answer lists them.
-const SPECIAL_KEYS: &str = "enter, escape, tab, backspace, ctrl-c, ctrl-d, ctrl-u, up, down, left, right";
+/// The keys `special_key` names and the bytes each writes: one table for the lookup and for
+/// the unknown-key answer's list (each key's first name is the listed one).
+const SPECIAL_KEYS: &[(&[&str], &[u8])] = &[
+    (&["enter", "return"], b"\r"),
+    (&["escape", "esc"], b"\x1b"),
+    (&["tab"], b"\t"),
+    (&["backspace"], b"\x7f"),
+    (&["ctrl-c"], b"\x03"),
+    (&["ctrl-d"], b"\x04"),
+    (&["ctrl-u"], b"\x15"),
+    (&["up"], b"\x1b[A"),
+    (&["down"], b"\x1b[B"),
+    (&["left"], b"\x1b[D"),
+    (&["right"], b"\x1b[C"),
+];
 
-/// The bytes a named key writes into a terminal. Any case; `_`, `+` or spaces may stand for
-/// the `-` of a control key (`ctrl_u`, `Ctrl + U`: a hostile run spelled it so and was told
-/// only "unknown special_key").
+/// The keys an unknown-key answer lists.
+fn special_key_names() -> String {
+    SPECIAL_KEYS.iter().map(|(names, _)| names[0]).collect::<Vec<_>>().join(", ")
+}
+
+/// The bytes a named key writes into a terminal. Any case; a control key's `-` may be spelled
+/// `_`, `+` (spaces around it allowed) or a space (`ctrl_u`, `Ctrl + U`: a hostile run spelled
+/// it so and was told only "unknown special_key"). Nothing else is loosened: `ctrl_c_` or
+/// `ctrl--u` is no key (a typo must not write a ^C, the second hostile run).
 pub fn special_key_bytes(name: &str) -> Option<&'static [u8]> {
-    let words: Vec<String> = name.split(['-', '_', '+', ' ']).filter(|w| !w.is_empty()).map(str::to_ascii_lowercase).collect();
-    let name = words.join("-");
-    Some(match name.as_str() {
-        "enter" | "return" => b"\r",
-        "escape" | "esc" => b"\x1b",
-        "tab" => b"\t",
-        "backspace" => b"\x7f",
-        "ctrl-c" => b"\x03",
-        "ctrl-d" => b"\x04",
-        "ctrl-u" => b"\x15",
-        "up" => b"\x1b[A",
-        "down" => b"\x1b[B",
-        "right" => b"\x1b[C",
-        "left" => b"\x1b[D",
-        _ => return None,
-    })
+    let name = name.to_ascii_lowercase();
+    let name = match name.strip_prefix("ctrl") {
+        Some(rest) => format!("ctrl-{}", control_letter(rest)?),
+        None => name,
+    };
+    SPECIAL_KEYS.iter().find(|(names, _)| names.contains(&name.as_str())).map(|(_, bytes)| *bytes)
+}
+
+/// What follows `ctrl` in a key's name: one separator (`-`, `_` or `+`, spaces around it
+/// allowed, or spaces alone), then one letter.
+fn control_letter(rest: &str) -> Option<char> {
+    let spaced = rest.trim_start_matches(' ');
+    let after = match spaced.strip_prefix(['-', '_', '+']) {
+        Some(after) => after.trim_start_matches(' '),
+        None if spaced.len() < rest.len() => spaced, // spaces alone
+        None => return None,
+    };
+    let mut chars = after.chars();
+    let letter = chars.next().filter(char::is_ascii_alphabetic)?;
+    chars.next().is_none().then_some(letter)
 }
 
 #[derive(Clone)]
@@ -285,7 +308,7 @@ impl WaktermMcp {
         let mut bytes = args.input.clone().unwrap_or_default().into_bytes();
         if let Some(key) = args.special_key.as_deref() {
             let Some(key_bytes) = special_key_bytes(key) else {
-                return usage("bad_request", format!("unknown special_key {}; known keys: {SPECIAL_KEYS} (nothing was written)", echoed(key)));
+                return usage("bad_request", format!("unknown special_key {}; known keys: {} (nothing was written)", echoed(key), special_key_names()));
             };
             bytes.extend_from_slice(key_bytes);
         }
@@ -929,10 +952,10 @@ mod tests {
             assert_eq!(special_key_bytes(spelling), Some(&b"\x15"[..]), "{spelling}");
         }
         assert_eq!(special_key_bytes("Enter"), Some(&b"\r"[..]));
-        for unknown in ["ctrl-z", "hyper-f13", "", "ctrlu"] {
+        for unknown in ["ctrl-z", "hyper-f13", "", "ctrlu", "ctrl_c_", "ctrl--u", " enter ", "ctrl-", "ctrl uu", "ctrl+ +u"] {
             assert_eq!(special_key_bytes(unknown), None, "{unknown}");
         }
-        for listed in SPECIAL_KEYS.split(", ") {
+        for listed in special_key_names().split(", ") {
             assert!(special_key_bytes(listed).is_some(), "the list names only keys that exist: {listed}");
         }
     }
