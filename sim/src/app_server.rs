@@ -181,6 +181,9 @@ pub struct AppServer {
     /// announced (its status change, `turn/started`, its user message, the items of input
     /// steered into it meanwhile), due then, for that process and holder.
     pub slow_start: Option<SlowStart>,
+    /// `app_server.stalled_past_turn_start_timeout`: nothing on stdin is read before this (a
+    /// wedged or SIGSTOPped process), the faults' end notwithstanding.
+    pub stalled_until: Option<u64>,
 }
 
 /// A turn the app-server accepted (its reply out) whose `turn/started` comes later.
@@ -235,6 +238,7 @@ impl AppServer {
             resume_quirk: ResumeQuirk::Plain,
             unproven_reproofs: (0, Vec::new()),
             slow_start: None,
+            stalled_until: None,
         }
     }
 
@@ -377,6 +381,11 @@ impl SimFold {
                     fold.turn = wakterm_engine::fold_turn(&fold.turn, &event);
                     folded.push(event);
                 }
+            }
+            Mutant::TurnAcceptedDropped => {
+                // The bug: replies are not the stream's news, so the turn a `turn/start` reply
+                // names is never reported (CORR-15 before `ObserverEvent::TurnAccepted`).
+                folded.retain(|e| !matches!(e, ObserverEvent::TurnAccepted { .. }));
             }
             Mutant::ForeignThreadAccepted => {
                 // The bug: a notification of another thread is folded (by that thread's own
@@ -605,7 +614,7 @@ impl World {
         while let Some(newline) = app.stdin.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = app.stdin.drain(..=newline).collect();
             // The app-server reads its stdin in order, a little later (much later when slow).
-            let floor = app.queue.back().map_or(0, |p| p.due_ms);
+            let floor = app.queue.back().map_or(0, |p| p.due_ms).max(app.stalled_until.unwrap_or(0));
             let due = (now + thread_rng().gen_range(0..=lag.max(1))).max(floor);
             let pending = Pending { due_ms: due, line, origin: line_origin.take(), written_ms: now };
             if pending.origin.is_some() && is_turn_start(&pending.line) {
@@ -1015,6 +1024,7 @@ impl World {
         // Left pending, the new process's steers put their items behind it and were never
         // sent (CORR-9's check found a steer no observer could read, seed 569).
         app.slow_start = None;
+        app.stalled_until = None; // the stall was the earlier process's
         let incarnation = self.agents[a].process.expect("just spawned").incarnation();
         self.agents[a].session.writers.push(incarnation);
         self.app_handshake(a, true);

@@ -28,7 +28,8 @@
 //! `app_server.notifications_evicted`, `app_server.reply_lost`, `app_server.exit_mid_turn`,
 //! `app_server.holder_restart`, `app_server.busy_steer`, `app_server.stream_dropped` (the
 //! daemon's holder connection drops for a while), `app_server.foreign_thread`,
-//! `app_server.delta_burst`, `app_server.huge_final`, `app_server.line_too_long`; oracle checks
+//! `app_server.delta_burst`, `app_server.huge_final`, `app_server.line_too_long`,
+//! `app_server.stalled_past_turn_start_timeout` (CORR-15's path, `scenario::stall_scenario`); oracle checks
 //! for every `request.bound` (only the turn the request's own write opened), steered receipts
 //! (one-way sends only, never armed) and steered prompts (never a final), and the REC-2 replay
 //! of a managed resume; the once-known runtime gaps `note.mgd_*` fail (`--lenient-mgd` tolerates them);
@@ -348,6 +349,10 @@ pub enum Mutant {
     /// Effects (CORR-9): a terminal event is handed to watchers rebuilt from TERM-1's first
     /// fields, without `steered`, so a steered turn's final reads as our prompt's alone.
     SteeredFlagDropped,
+    /// Managed observer port (CORR-15): the turn a `turn/start` reply names is never reported,
+    /// so a request whose line a stalled app-server folded into the turn an earlier same-text
+    /// line opened takes that turn's final.
+    TurnAcceptedDropped,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -422,6 +427,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::EnterReportDropped, "enter_report_dropped", "observer loop never reports a pushed Enter, so its hold lasts the grace after the human's turn showed"),
     (Mutant::EnterReportedBeforeItsRead, "enter_reported_before_its_read", "observer loop reports a pushed Enter with the snapshot it sent before its read, so records older than the Enter end the hold"),
     (Mutant::SteeredFlagDropped, "steered_flag_dropped", "effects publish terminal events without their steered flag"),
+    (Mutant::TurnAcceptedDropped, "turn_accepted_dropped", "managed observer port never reports the turn a turn/start reply names"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -346,6 +346,57 @@ pub(crate) fn type_keys(w: &World, world: &Shared, a: usize, (text, enter): (Str
 
 /// `caller.after_call_bound`: an orchestrator that comes back to an agent whose write was lost
 /// with a new prompt (a plain admission), at the moment the world planned.
+/// `app_server.stalled_past_turn_start_timeout`: in one seed in twenty, when into the fault
+/// phase the managed app-server stalls. Taken from the seed's number, not its random stream,
+/// so the other seeds' worlds are as before the class (a draw shifted every seed's world).
+fn stall_offset_ms(seed: u64) -> Option<u64> {
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed >> 58 < 4).then(|| 500 + (mixed >> 20) % 7_500) // 4 of 64 top-bit patterns: 6.25 %
+}
+
+/// CORR-15, ADM-5 (managed), fault class `app_server.stalled_past_turn_start_timeout`: the
+/// app-server reads nothing on its stdin for longer than RF-8's turn-start timeout (a wedged
+/// or SIGSTOPped process; a hostile run's finding). A return-final request's line sits unread,
+/// RF-8 ends it, the agent is free again, and a second request of the same text is written
+/// behind it. When the app-server reads on, the first line opens a turn and the second is
+/// folded into it (a steer): the second request must never take that turn, whose final
+/// answers the first line (CORR-15: the reply to its own `turn/start` names the turn).
+fn stall_scenario(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
+    let mut w = world.lock().unwrap();
+    let Some(a) = (0..w.agents.len()).find(|&a| w.is_managed(a)) else { return };
+    if w.agents[a].process.is_none() {
+        return;
+    }
+    let now = now_ms();
+    let turn_start_timeout = wakterm_engine::limits::TURN_START_TIMEOUT_MS;
+    let until = now + turn_start_timeout + thread_rng().gen_range(10_000..18_000);
+    w.app(a).stalled_until = Some(until);
+    w.counters.fault("app_server.stalled_past_turn_start_timeout");
+    w.log(format!("a{a} app-server stalls: it reads nothing on its input for {} ms", until - now));
+    let text = format!("stalled task for a{a}");
+    let second_after = turn_start_timeout + thread_rng().gen_range(3_000..8_000);
+    for (k, delay_ms) in [(0u64, 300), (1, second_after)] {
+        let call = CallInput { agent: a, request_id: request_id(0x7000_0000 + k), prompt: text.clone(), return_final: true };
+        w.oracle.note_prompt(&call.request_id, &text);
+        w.counters.requests += 1;
+        let mode = Mode { operation: Operation::Admit, return_final: true, raw: false, timeout_ms: 0, no_steer: false };
+        let world = world.clone();
+        callers.push(madsim::task::spawn(async move {
+            madsim::time::sleep(Duration::from_millis(delay_ms)).await;
+            // Refused (busy, no observer view) while the agent cannot take it: asked again, as
+            // an orchestrator polling the catalog would (a definitive refusal: the same id is
+            // a new attempt, IDEM-6).
+            for _ in 0..20 {
+                let receipt = admit_once(&world, &call, mode).await;
+                if receipt.is_none_or(|r| !(r.retry_safe && !r.prompt_written)) {
+                    break;
+                }
+                madsim::time::sleep(Duration::from_millis(1_000)).await;
+            }
+        }));
+    }
+}
+
 fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
     let now = now_ms();
     let due: Vec<(u64, usize)> = {
@@ -786,6 +837,9 @@ fn act(world: &Shared, humans: &mut u64) {
     let mut w = world.lock().unwrap();
     let a = thread_rng().gen_range(0..w.agents.len());
     let roll = thread_rng().gen_range(0..100);
+    if w.agents[a].app.as_ref().is_some_and(|app| app.stalled_until.is_some_and(|until| now_ms() < until)) {
+        return; // `app_server.stalled_past_turn_start_timeout`: the stalled process lives on, untouched
+    }
     if w.is_managed(a) && managed_act(&mut w, world, a, roll, humans) {
         return;
     }
@@ -974,8 +1028,13 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
     let start = now_ms();
     let mut issued = 0;
     let mut sent: Vec<(usize, String)> = Vec::new(); // (agent, prompt) of each plain call
+    let mut stall_at = stall_offset_ms(Handle::current().seed()).map(|offset| start + offset);
     while now_ms() < start + FAULT_PHASE_MS {
         madsim::time::sleep(ms(20, 250)).await;
+        if stall_at.is_some_and(|at| now_ms() >= at) {
+            stall_at = None;
+            stall_scenario(&world, callers);
+        }
         if issued < calls && thread_rng().gen_bool(0.25) {
             issued += 1;
             let agent = thread_rng().gen_range(0..2);
@@ -1061,8 +1120,9 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
             agent.pane.late_draw = None;
             if let Some(app) = agent.app.as_mut() {
                 app.conn_down_until = None;
-                // `app_server.slow_reader` heals too: what waits in its input is read now.
-                let healed = now_ms() + 20;
+                // `app_server.slow_reader` heals too: what waits in its input is read now (a
+                // stalled process only once its stall ends).
+                let healed = (now_ms() + 20).max(app.stalled_until.unwrap_or(0));
                 app.queue.iter_mut().for_each(|pending| pending.due_ms = pending.due_ms.min(healed));
                 if app.holder_down {
                     continue; // `agent restart` brings the holder back at the provider's next tick

@@ -82,6 +82,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.resume_full_history",
     "app_server.turn_start_refused",
     "app_server.slow_reader",
+    "app_server.stalled_past_turn_start_timeout",
     "app_server.slow_turn_start",
     "liveness.unknown",
     "liveness.silent_at_start",
