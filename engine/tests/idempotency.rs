@@ -92,13 +92,16 @@ fn idem_1_a_replay_by_name_after_the_agent_stopped_says_how_to_replay() {
         let detail = receipt.detail.unwrap_or_default();
         assert!(detail.contains(&format!("admitted for agent {ZOLA}, which is gone: replay it with that agent id as the target")), "{detail}");
     }
-    let mut by_id = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
-    by_id.target = ZOLA.to_string();
-    by_id.exact_agent_id = true;
-    let op = rig.submit(by_id);
-    let replay = rig.receipt(op).clone();
-    assert!(replay.replayed, "{replay:?}");
-    assert_eq!(Receipt { replayed: false, ..replay }, original);
+    for exact_agent_id in [false, true] {
+        // As the detail says: the id as the target (`agent send` has no `--exact-agent-id`).
+        let mut by_id = rig.command(Operation::Admit, REQ, "phases", ReturnMode::ReturnFinal);
+        by_id.target = ZOLA.to_string();
+        by_id.exact_agent_id = exact_agent_id;
+        let op = rig.submit(by_id);
+        let replay = rig.receipt(op).clone();
+        assert!(replay.replayed, "{replay:?}");
+        assert_eq!(Receipt { replayed: false, ..replay }, original);
+    }
     let other = rig.admit(REQ, "other text", ReturnMode::ReturnFinal);
     assert!(rig.receipt(other).detail.as_deref().is_some_and(|d| d.contains("different input")));
     let mut successor = zola_facts("inc-9", 200);

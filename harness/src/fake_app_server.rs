@@ -77,8 +77,9 @@
 //!   `warning` (unknown model metadata), `deprecationNotice`, `thread/tokenUsage/updated`,
 //!   `account/rateLimits/updated`, `thread/goal/cleared`, and the retry `error`s (`willRetry:
 //!   true`) before a failed turn.
-//! - The rollout at `thread.path` (created at a thread's first turn, continued by a resume in a
-//!   new process, held open by the process as the real one's is) has the fake TUI's record
+//! - The rollout at `thread.path` (created at a thread's first turn, continued by the first turn
+//!   after a resume in a new process, and held open by the process from then on: whether the
+//!   real one holds it from the resume is not captured) has the fake TUI's record
 //!   shapes (`RolloutRecorder`): each turn's start, its user messages (steers too), its final
 //!   answer and end, or an interrupt's abort; a failed turn writes no end record (the real
 //!   one's is not captured). No other methods (`thread/read`, `turn/steer`, ...).

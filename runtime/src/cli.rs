@@ -489,13 +489,21 @@ fn admission(operation: Operation, target: std::ffi::OsString, incarnation: Opti
     // INP-4: no agent name or id holds bytes that are no text; the same answer as the daemon's
     // for a target with white space (it was clap's usage error, exit 2, a CLI review). Before
     // the prompt, so standard input is not read for a request refused anyway.
-    let Ok(target) = target.into_string() else {
-        return Err(refused("target_malformed", "the target is not UTF-8".to_string()));
+    // After a malformed id, bytes that are no text are taken lossily: the daemon's check
+    // answers the id first (INP-2; they were judged first, a review).
+    let target = match target.into_string() {
+        Ok(target) => target,
+        Err(raw) if id_malformed => raw.to_string_lossy().into_owned(),
+        Err(_) => return Err(refused("target_malformed", "the target is not UTF-8".to_string())),
     };
-    let Some(message) = message.to_str() else {
-        return Err(refused("prompt_not_utf8", "the prompt argument is not UTF-8".to_string()));
+    let message = match message.to_str() {
+        Some(message) => std::borrow::Cow::Borrowed(message),
+        None if id_malformed => message.to_string_lossy(),
+        None => return Err(refused("prompt_not_utf8", "the prompt argument is not UTF-8".to_string())),
     };
-    let prompt = if message == "-" {
+    let prompt = if message == "-" && id_malformed {
+        String::new() // refused for its id whatever it says: standard input is not read
+    } else if message == "-" {
         match read_stdin_prompt(&mut std::io::stdin().lock(), limit) {
             Ok(StdinPrompt::Text(text)) => text,
             Ok(StdinPrompt::TooLarge { bytes, exact }) => {

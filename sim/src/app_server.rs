@@ -181,8 +181,8 @@ pub struct AppServer {
     /// announced (its status change, `turn/started`, its user message, the items of input
     /// steered into it meanwhile), due then, for that process and holder.
     pub slow_start: Option<SlowStart>,
-    /// `app_server.stalled_past_turn_start_timeout`: nothing on stdin is read before this (a
-    /// wedged or SIGSTOPped process), the faults' end notwithstanding.
+    /// `app_server.stalled_past_turn_start_timeout`: nothing written to stdin from the stall on
+    /// is read before this (a wedged reader), the faults' end notwithstanding.
     pub stalled_until: Option<u64>,
 }
 

@@ -344,9 +344,7 @@ pub(crate) fn type_keys(w: &World, world: &Shared, a: usize, (text, enter): (Str
     });
 }
 
-/// `caller.after_call_bound`: an orchestrator that comes back to an agent whose write was lost
-/// with a new prompt (a plain admission), at the moment the world planned.
-/// `app_server.stalled_past_turn_start_timeout`: in one seed in twenty, when into the fault
+/// `app_server.stalled_past_turn_start_timeout`: in one seed in sixteen, when into the fault
 /// phase the managed app-server stalls. Taken from the seed's number, not its random stream,
 /// so the other seeds' worlds are as before the class (a draw shifted every seed's world).
 fn stall_offset_ms(seed: u64) -> Option<u64> {
@@ -356,7 +354,8 @@ fn stall_offset_ms(seed: u64) -> Option<u64> {
 
 /// CORR-15, ADM-5 (managed), fault class `app_server.stalled_past_turn_start_timeout`: the
 /// app-server reads nothing on its stdin for longer than RF-8's turn-start timeout (a wedged
-/// or SIGSTOPped process; a hostile run's finding). A return-final request's line sits unread,
+/// reader: a turn already running still ends, unlike under a hostile run's SIGSTOP, which
+/// stopped the process whole). A return-final request's line sits unread,
 /// RF-8 ends it, the agent is free again, and a second request of the same text is written
 /// behind it. When the app-server reads on, the first line opens a turn and the second is
 /// folded into it (a steer): the second request must never take that turn, whose final
@@ -397,6 +396,8 @@ fn stall_scenario(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>
     }
 }
 
+/// `caller.after_call_bound`: an orchestrator that comes back to an agent whose write was lost
+/// with a new prompt (a plain admission), at the moment the world planned.
 fn spawn_late_callers(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) {
     let now = now_ms();
     let due: Vec<(u64, usize)> = {

@@ -402,9 +402,21 @@ fn inp_2_a_request_id_or_incarnation_that_is_no_utf8_is_invalid() {
         // well-formed one only the daemon can judge (IDEM-7).
         assert_eq!(out.json["retry_safe"], json!(reason == "request_id_malformed"), "{args:?}: {out:?}");
     }
-    // After a malformed id nothing else is judged (INP-2), whatever else is no text.
+    // After a malformed id nothing else is judged (INP-2), whatever else is no text: the
+    // incarnation, the target, the prompt (a review found the last two judged first), and a
+    // prompt on standard input is not read.
     let out = Out::of(w.cmd(&["agent", "admit", "zola", "--request-id", "abc", "--incarnation"]).arg(latin1).arg("a prompt").stdin(Stdio::null()).output().unwrap());
     assert_eq!((out.code, out.json["reason"].as_str(), out.json["retry_safe"].as_bool()), (4, Some("request_id_malformed"), Some(true)), "{out:?}");
+    let target_first = Out::of(w.cmd(&["agent", "send", "--request-id", "abc"]).arg(latin1).arg("a prompt").stdin(Stdio::null()).output().unwrap());
+    let prompt_first = Out::of(w.cmd(&["agent", "send", "--request-id", "abc", "zola"]).arg(latin1).stdin(Stdio::null()).output().unwrap());
+    // Over the prompt limit: read, it would be `prompt_too_large`.
+    let oversized = w.data.parent().unwrap().join("oversized-prompt");
+    std::fs::write(&oversized, vec![b'x'; 100 * 1024]).unwrap();
+    let stdin = std::fs::File::open(&oversized).unwrap();
+    let stdin_first = Out::of(w.cmd(&["agent", "send", "--request-id", "abc", "zola", "-"]).stdin(stdin).output().unwrap());
+    for out in [target_first, prompt_first, stdin_first] {
+        assert_eq!((out.code, out.json["reason"].as_str(), out.json["retry_safe"].as_bool()), (4, Some("request_id_malformed"), Some(true)), "{out:?}");
+    }
     // The nil UUID is malformed too, first (it was `incarnation_malformed` here, a review); named
     // by the caller, it may be stored from before the rule, so never retry-safe (IDEM-7).
     let nil = "00000000-0000-0000-0000-000000000000";
