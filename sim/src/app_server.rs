@@ -799,9 +799,7 @@ impl World {
                 (notification("item/started", json!({"item": user, "threadId": thread, "turnId": t}), now), None),
                 (notification("item/completed", json!({"item": user, "threadId": thread, "turnId": t}), now), Some(Truth::User(running.turn.clone(), hash.clone()))),
             ];
-            if let Some(truth) = self.oracle.turns.get_mut(&running.turn.0) {
-                truth.messages.push(hash);
-            }
+            self.oracle.on_steer_recorded(&running.turn, hash);
             // A turn accepted and not started yet (`app_server.slow_turn_start`): the input's
             // items come after its start, as the real one sends them after the task starts.
             match self.app(a).slow_start.as_mut() {

@@ -1717,12 +1717,8 @@ impl Oracle {
                         // request's armed cursor) lived in.
                         let m = format!("{id}: completed with a final written to file {:?}, not to file {} its turn began in", t.final_file, t.file);
                         self.fail(Kind::WrongFinal, m);
-                    } else if t.steered() != event.steered {
-                        // CORR-9: the end says whether another prompt steered the turn, since
-                        // its final may answer that prompt too; either way wrong claims more
-                        // (or less) than the turn's records show.
-                        let m = format!("{id}: completed with steered: {}, but its turn {:?} {} steered", event.steered, event.provider_turn_id, if t.steered() { "was" } else { "was not" });
-                        self.fail(Kind::WrongFinal, m);
+                    } else {
+                        self.check_steered_flag(&id, &t, event);
                     }
                 }
                 _ if self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), SameTextClaim::Completed) => {}
@@ -1736,9 +1732,8 @@ impl Oracle {
                 let ours = turn.as_ref().is_some_and(|t| t.aborted && t.opened_by.as_deref() == Some(id.as_str()));
                 if !ours && !self.same_text_unwritten_at_write(&id, event.provider_turn_id.as_ref(), SameTextClaim::Aborted) {
                     self.fail(Kind::WrongFinal, format!("{id}: aborted, but turn {:?} is not our aborted turn", event.provider_turn_id));
-                } else if let Some(t) = turn.as_ref().filter(|t| ours && !self.obs3_unprotected.contains(&id) && t.steered() != event.steered) {
-                    let m = format!("{id}: aborted with steered: {}, but its turn {:?} {} steered", event.steered, event.provider_turn_id, if t.steered() { "was" } else { "was not" });
-                    self.fail(Kind::WrongFinal, m);
+                } else if let Some(t) = turn.as_ref().filter(|_| ours && !self.obs3_unprotected.contains(&id)) {
+                    self.check_steered_flag(&id, t, event);
                 }
             }
             TerminalState::DeliveryFailed => {
@@ -1764,6 +1759,24 @@ impl Oracle {
             }
             TerminalState::TimedOut => self.check_not_early(&id, event.terminal_event_sequence),
             TerminalState::Cancelled | TerminalState::Indeterminate => {}
+        }
+    }
+
+    /// CORR-9: the end of request `id`, bound to its own turn `turn`, says whether another
+    /// prompt steered that turn, since its final may answer that prompt too; either way wrong
+    /// claims more (or less) than the turn's records show.
+    fn check_steered_flag(&mut self, id: &str, turn: &TurnTruth, event: &TerminalEvent) {
+        if turn.steered() != event.steered {
+            let was = if turn.steered() { "was" } else { "was not" };
+            let m = format!("{id}: {:?} with steered: {}, but its turn {:?} {was} steered", event.state, event.steered, event.provider_turn_id);
+            self.fail(Kind::WrongFinal, m);
+        }
+    }
+
+    /// CORR-9: a user message of hash `hash` was recorded in the running turn `turn` (a steer).
+    pub fn on_steer_recorded(&mut self, turn: &TurnId, hash: String) {
+        if let Some(truth) = self.turns.get_mut(&turn.0) {
+            truth.messages.push(hash);
         }
     }
 

@@ -1630,9 +1630,7 @@ impl World {
         let agent = &mut self.agents[a];
         if let Some(running) = agent.running.clone() {
             let hash = taken.hash.clone();
-            if let Some(truth) = self.oracle.turns.get_mut(&running.turn.0) {
-                truth.messages.push(hash.clone());
-            }
+            self.oracle.on_steer_recorded(&running.turn, hash.clone());
             let agent = &mut self.agents[a];
             let visible = agent.append(now, |session, position| ObserverEvent::UserMessage { session, turn: Some(running.turn.clone()), prompt_hash: hash, position });
             self.note_human_prompt_recorded(a, taken.human);
