@@ -290,6 +290,13 @@ pub struct Oracle {
     /// mark's note of it lost with a loss), and a later line's answer cannot tell it which came
     /// first: it may hold them for RF-8's timeout from its start.
     older_line_at_start: BTreeSet<usize>,
+    /// ADM-5 (PTY), EV-13: the agents this daemon started waiting for a write whose floor lies
+    /// in another session than the one their pane writes in now (or in two sessions): no turn
+    /// it is told of passes that floor, so it holds the agent until its grace finds it idle with
+    /// an empty composer, as for a session changed while down (`changed_while_down`). The
+    /// session may have been replaced while the earlier daemon ran, after its durable mark last
+    /// named the old one: to the restart that is the same (seed 22463 of a shifted world).
+    floor_elsewhere_at_start: BTreeSet<usize>,
     /// ADM-5, ADM-12: per agent, which request's write the engine last gave up on
     /// (`write_result_lost`) and when the oracle first learned it:
     /// the write may land, so the engine holds the agent for RF-8's timeout from then (in the
@@ -936,7 +943,8 @@ impl Oracle {
     /// hold them for that write (`EventMark::prompts_taken`): the turn counts as delivered at its
     /// start; the others' turns, as before, only when its observer delivers them.
     /// `latest_known`: per agent, the latest of those writes (by registration), and the session
-    /// of its recorded floor (where the engine's view stood at the write). `accepted_durably`:
+    /// of its recorded floor (where the engine's view stood at the write), and the session each
+    /// agent's pane writes in now. `accepted_durably`:
     /// per agent, the lines the durable mark saw accepted into a turn not yet seen taking them
     /// (line id, turn). `unfinished`: the registrations left unfinished, this start ends them
     /// (REC-1), their agents and processes. `seen_read`: per agent, when the engine asked for
@@ -948,10 +956,12 @@ impl Oracle {
         unfinished: BTreeMap<String, (usize, wakterm_engine::Incarnation)>,
         (seen_read, running): (Vec<(usize, u64)>, BTreeMap<usize, wakterm_engine::Incarnation>),
         taken_durably: BTreeSet<usize>,
-        latest_known: BTreeMap<usize, (String, Option<SessionId>)>,
+        (latest_known, sessions_now): (BTreeMap<usize, (String, Option<SessionId>)>, BTreeMap<usize, SessionId>),
         accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
+        self.floor_elsewhere_at_start =
+            latest_known.iter().filter(|(agent, (_, floor))| floor.as_ref() != sessions_now.get(*agent)).map(|(agent, _)| *agent).collect();
         self.our_write_ms_at_start = self.our_write_ms.clone();
         self.known_writes_at_start = known_writes;
         for (id, (agent, incarnation)) in unfinished {
@@ -1507,7 +1517,8 @@ impl Oracle {
         let lost_hold_ms = |lost: u64| wakterm_engine::limits::TURN_START_TIMEOUT_MS + if self.daemon_started_ms > lost { wakterm_engine::limits::WRITE_LANDS_WITHIN_MS } else { 0 };
         let lost_write = self.lost_write_at.get(&agent).is_some_and(|(_, lost)| since < lost + lost_hold_ms(*lost) + STALL_MARGIN_MS);
         // A wait a restart reopened (the last write made before this daemon started), for a PTY
-        // write in a session changed while down (`changed_while_down`). The hold ends at the
+        // write in a session changed while down (`changed_while_down`), or whose floor the
+        // restart found in another session than the pane's (`floor_elsewhere_at_start`). The hold ends at the
         // grace after the write when the agent is idle with an empty composer; a running turn
         // or a dialog on the screen keeps it, without a bound in the engine (seed 31228: a
         // question 23 s after the start); the excuse stops at RF-8's timeout from the write, as
@@ -1518,7 +1529,8 @@ impl Oracle {
         let written = self.last_line_written_ms.get(&agent).copied().unwrap_or(0);
         let earlier_daemons = self.last_writer.get(&agent).is_some_and(|id| self.ended_unfinished.contains_key(id) || self.known_writes_at_start.contains(id));
         let reopened = (written < self.daemon_started_ms || earlier_daemons) && !self.last_line.contains_key(&agent);
-        let changed = self.last_write.get(&agent).is_some_and(|(session, _)| self.changed_while_down.contains(&(agent, session.clone())));
+        let changed = self.last_write.get(&agent).is_some_and(|(session, _)| self.changed_while_down.contains(&(agent, session.clone())))
+            || self.floor_elsewhere_at_start.contains(&agent);
         let copy_changed = reopened && changed && since < written + wakterm_engine::limits::TURN_START_TIMEOUT_MS + STALL_MARGIN_MS;
         unknown_write || lost_write || copy_changed
     }

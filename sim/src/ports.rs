@@ -2335,7 +2335,9 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
             .collect();
         let any_unfinished = !unfinished.is_empty();
-        w.oracle.on_daemon_start(known_writes, unfinished, (taken_writes, running), taken_durably, latest_known, accepted_durably);
+        // The session each agent's pane writes in now: a floor in another one no turn passes.
+        let sessions_now = (0..w.agents.len()).map(|a| (a, w.agents[a].session.id.clone())).collect();
+        w.oracle.on_daemon_start(known_writes, unfinished, (taken_writes, running), taken_durably, (latest_known, sessions_now), accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         if any_unfinished && w.plan.commit_stall > 0.0 {
             crash_within_the_minute(&w, world.clone(), w.daemon_epoch + 1);
