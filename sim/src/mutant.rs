@@ -349,10 +349,19 @@ pub enum Mutant {
     /// Effects (CORR-9): a terminal event is handed to watchers rebuilt from TERM-1's first
     /// fields, without `steered`, so a steered turn's final reads as our prompt's alone.
     SteeredFlagDropped,
+    /// Effects (CORR-9): every completed or aborted terminal event is handed to watchers as
+    /// steered, so an unsteered turn's final reads as shared with another prompt (the other
+    /// direction of `SteeredFlagDropped`).
+    SteeredFlagForged,
     /// Managed observer port (CORR-15): the turn a `turn/start` reply names is never reported,
     /// so a request whose line a stalled app-server folded into the turn an earlier same-text
     /// line opened takes that turn's final.
     TurnAcceptedDropped,
+    /// Managed observer port (CORR-15): a `turn/start` reply whose request the store holds
+    /// ended is not reported ("nobody waits for that line"), so the turn a stalled app-server
+    /// opened for a line RF-8 ended looks free, and a later same-text request folded into it
+    /// takes its final (the stall path's own mutant: `TurnAcceptedDropped` is caught off it).
+    EndedLinesAcceptanceDropped,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -427,7 +436,9 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::EnterReportDropped, "enter_report_dropped", "observer loop never reports a pushed Enter, so its hold lasts the grace after the human's turn showed"),
     (Mutant::EnterReportedBeforeItsRead, "enter_reported_before_its_read", "observer loop reports a pushed Enter with the snapshot it sent before its read, so records older than the Enter end the hold"),
     (Mutant::SteeredFlagDropped, "steered_flag_dropped", "effects publish terminal events without their steered flag"),
+    (Mutant::SteeredFlagForged, "steered_flag_forged", "effects publish every completed or aborted terminal event as steered"),
     (Mutant::TurnAcceptedDropped, "turn_accepted_dropped", "managed observer port never reports the turn a turn/start reply names"),
+    (Mutant::EndedLinesAcceptanceDropped, "ended_lines_acceptance_dropped", "managed observer port drops a turn/start reply's turn when the store holds its request ended"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];
 

@@ -163,7 +163,7 @@ impl Effects for SimEffects {
             let mut step = Vec::new();
             for event in events {
                 w.log(format!("a{a} refresh observed {}", describe_event(&event)));
-                step.push(observed_input(&mut w, a, event));
+                step.extend(observed_input(&mut w, a, event));
             }
             let snapshot = w.snapshot(a);
             // ADM-4: the pane's write count of the look (PTY panes: the runtime's
@@ -237,7 +237,7 @@ impl Effects for SimEffects {
                     w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
                     // As the runtime's resume: the snapshot after its events, noted as sent,
                     // in one step with them.
-                    let mut step: Vec<Input> = events.into_iter().map(|event| observed_input(&mut w, a, event)).collect();
+                    let mut step: Vec<Input> = events.into_iter().filter_map(|event| observed_input(&mut w, a, event)).collect();
                     let snapshot = w.snapshot(a).ok();
                     w.agents[a].observer.last_snapshot = snapshot.clone();
                     step.extend(snapshot_input(&mut w, a, snapshot));
@@ -352,6 +352,9 @@ impl Effects for SimEffects {
         let mut w = self.world.lock().unwrap();
         if w.mutant == Mutant::SteeredFlagDropped {
             event.steered = false; // the bug: the watcher's copy is rebuilt from TERM-1's first fields
+        }
+        if w.mutant == Mutant::SteeredFlagForged && matches!(event.state, wakterm_engine::TerminalState::Completed | wakterm_engine::TerminalState::Aborted) {
+            event.steered = true; // the bug
         }
         let seq = event.terminal_event_sequence;
         if w.early_published.contains(&seq) {
@@ -1706,7 +1709,11 @@ fn describe_ops(ops: &[PersistOp]) -> String {
 /// One observer event about agent `a` as an engine input (sent in a step), and tells the
 /// oracle of a turn start it delivers (ADM-5's wait must end with it,
 /// `Oracle::on_turn_delivered`).
-fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
+fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Option<Input> {
+    if w.mutant == Mutant::EndedLinesAcceptanceDropped && acceptance_of_ended_request(w, &event) {
+        w.log(format!("a{a} drops {} (mutant ended_lines_acceptance_dropped)", describe_event(&event)));
+        return None; // the bug
+    }
     if matches!(event, ObserverEvent::TurnStarted { .. } | ObserverEvent::UserMessage { .. }) {
         // When the provider's record became readable (ADM-19's truth: after a human's Enter
         // or not), in its session's file or an archived one; a record in neither, now.
@@ -1726,7 +1733,15 @@ fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Input {
         _ => {}
     }
     let agent_id = w.agents[a].agent_id.clone();
-    Input::Observed { agent_id, event }
+    Some(Input::Observed { agent_id, event })
+}
+
+/// Mutant `ended_lines_acceptance_dropped`: whether `event` is an app-server's acceptance of a
+/// `turn/start` line whose request the store holds ended (`turn_start_id` names the request).
+fn acceptance_of_ended_request(w: &World, event: &ObserverEvent) -> bool {
+    let ObserverEvent::TurnAccepted { id, .. } = event else { return false };
+    let Some(request_id) = id.strip_prefix("wakterm-").and_then(|rest| rest.get(..36)) else { return false };
+    w.store.requests().iter().any(|r| r.request_id == request_id && r.phase == "terminal")
 }
 
 /// The daemon's observer tail and liveness monitor for every agent (the runtime's monitor,
@@ -1795,7 +1810,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             }
             for event in events {
                 w.log(format!("a{a} observed {}", describe_event(&event)));
-                step.push(observed_input(&mut w, a, event));
+                step.extend(observed_input(&mut w, a, event));
             }
             if !checkpoint_first {
                 step.extend(checkpoint_input(&mut w, a)); // EV-5: after the events it covers
@@ -2131,7 +2146,7 @@ fn liveness_step(w: &mut World, a: usize, events: &mut Vec<ObserverEvent>, facts
     let mut step = Vec::new();
     for event in events.drain(..) {
         w.log(format!("a{a} observed {}", describe_event(&event)));
-        step.push(observed_input(w, a, event));
+        step.extend(observed_input(w, a, event));
     }
     if let Some(facts) = facts {
         w.log(format!("a{a} upsert {:?}", facts.incarnation));
