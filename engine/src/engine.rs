@@ -314,6 +314,31 @@ impl Engine {
         self.requests.get(request_id)
     }
 
+    /// RF-6: request `request_id` as the store holds it, for a reader (`agent request get`).
+    /// While the commit that registers, confirms or releases it is in flight, memory is ahead
+    /// of the store: an `accepted` receipt the confirmation may fail to make durable (then it
+    /// is `indeterminate`, `store_commit_failed`; a crash makes it `restart_in_write_window`),
+    /// a registration that may not commit. The reader sees what the store holds then: no
+    /// record (or the released one the registration replaced) while registering; the
+    /// registration, with no receipt, while confirming or releasing. A review found the
+    /// `accepted` receipt shown before its commit.
+    pub fn request_as_committed(&self, request_id: &RequestId) -> Option<std::borrow::Cow<'_, RequestRecord>> {
+        use std::borrow::Cow;
+        let record = self.requests.get(request_id)?;
+        let Some(admission) = self.admissions.get(request_id) else { return Some(Cow::Borrowed(record)) };
+        match admission.step {
+            Step::Registering => admission.replaced.as_ref().map(Cow::Borrowed),
+            Step::Confirming | Step::Releasing => {
+                let mut registered = record.clone();
+                registered.phase = Phase::Registered;
+                registered.receipt = None;
+                registered.terminal = None;
+                Some(Cow::Owned(registered))
+            }
+            Step::Refreshing { .. } | Step::Writing { .. } | Step::AwaitingAck => Some(Cow::Borrowed(record)),
+        }
+    }
+
     /// HIST-1: how many request records the engine holds (open ones and those in flight).
     pub fn requests_in_memory(&self) -> usize {
         self.requests.len()

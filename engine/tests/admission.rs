@@ -654,6 +654,62 @@ fn adm_11_registration_commit_failure() {
     assert_eq!(classification(&rig, retry), Classification::Accepted);
 }
 
+/// RF-6: a reader (`agent request get`) sees a request as the store holds it: nothing while its
+/// registration commits, and no `accepted` receipt while the confirmation that makes it durable
+/// is in flight (it may fail: the receipt is then `indeterminate`, `store_commit_failed`); nor
+/// is a release shown before its commit. A review found the receipt shown before its commit.
+#[test]
+fn rf_6_a_reader_sees_no_receipt_before_its_commit() {
+    let committed = |rig: &Rig| {
+        let id = RequestId::parse(REQ).unwrap();
+        rig.engine.request_as_committed(&id).map(|r| (r.phase, r.receipt.as_ref().map(|receipt| receipt.classification)))
+    };
+    let durable = |rig: &Rig| rig.durable.get(&RequestId::parse(REQ).unwrap()).map(|r| (r.phase, r.receipt.as_ref().map(|receipt| receipt.classification)));
+    for (mode, confirmed) in [(ReturnMode::OneWay, Phase::Settled), (ReturnMode::ReturnFinal, Phase::Submitted)] {
+        let mut rig = Rig::with_idle_zola();
+        rig.auto = Auto::Manual;
+        let op = rig.admit(REQ, "hi", mode);
+        rig.refresh_next();
+        assert_eq!(committed(&rig), None, "registering: nothing is durable yet");
+        rig.ack_next_persist(Ok(()));
+        rig.deliver_next(DeliveryOutcome::Complete);
+        assert!(!rig.has_receipt(op), "{mode:?}: the confirmation is in flight");
+        let in_memory = rig.engine.request(&RequestId::parse(REQ).unwrap()).unwrap();
+        assert_eq!(in_memory.receipt.as_ref().map(|r| r.classification), Some(Classification::Accepted), "memory is ahead");
+        assert_eq!(committed(&rig), Some((Phase::Registered, None)), "{mode:?}: confirming");
+        assert_eq!(committed(&rig), durable(&rig), "{mode:?}: as the store holds it");
+        rig.ack_next_persist(Ok(()));
+        assert_eq!(classification(&rig, op), Classification::Accepted);
+        // A settled one-way request has left memory (HIST-1): the reader asks the store.
+        let shown = committed(&rig).or_else(|| durable(&rig)).unwrap();
+        assert_eq!(shown, (confirmed, Some(Classification::Accepted)), "{mode:?}: durable now");
+    }
+    // A confirmation that fails: the receipt the reader could have seen was never true.
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    rig.refresh_next();
+    rig.ack_next_persist(Ok(()));
+    rig.deliver_next(DeliveryOutcome::Complete);
+    assert_eq!(committed(&rig), Some((Phase::Registered, None)));
+    rig.ack_next_persist(Err("disk full".to_string()));
+    assert_eq!(classification(&rig, op), Classification::Indeterminate);
+    assert_eq!(rig.receipt(op).reason.as_deref(), Some("store_commit_failed"));
+    // A release (the agent changed between the registration and its commit's answer).
+    let mut rig = Rig::with_idle_zola();
+    rig.auto = Auto::Manual;
+    let op = rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
+    rig.refresh_next();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    rig.ack_next_persist(Ok(()));
+    assert!(!rig.has_receipt(op), "the release is in flight");
+    assert_eq!(rig.engine.request(&RequestId::parse(REQ).unwrap()).map(|r| r.phase), Some(Phase::Released), "memory is ahead");
+    assert_eq!(committed(&rig), Some((Phase::Registered, None)), "releasing: the registration is what the store holds");
+    rig.ack_next_persist(Ok(()));
+    assert!(!rig.receipt(op).prompt_written);
+    assert_eq!(durable(&rig).map(|c| c.0), Some(Phase::Released), "released durably, and gone from memory");
+}
+
 /// ADM-12: while one admission holds the agent, a second one is `busy` before any write.
 #[test]
 fn adm_12_one_admission_per_agent() {

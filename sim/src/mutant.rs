@@ -362,6 +362,9 @@ pub enum Mutant {
     /// opened for a line RF-8 ended looks free, and a later same-text request folded into it
     /// takes its final (the stall path's own mutant: `TurnAcceptedDropped` is caught off it).
     EndedLinesAcceptanceDropped,
+    /// Reader (RF-6): `request get` shows the engine's record as it is in memory, with the
+    /// `accepted` receipt its confirmation has not made durable yet (a review found it so).
+    ReaderSeesMemory,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -438,6 +441,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SteeredFlagDropped, "steered_flag_dropped", "effects publish terminal events without their steered flag"),
     (Mutant::SteeredFlagForged, "steered_flag_forged", "effects publish every completed or aborted terminal event as steered"),
     (Mutant::TurnAcceptedDropped, "turn_accepted_dropped", "managed observer port never reports the turn a turn/start reply names"),
+    (Mutant::ReaderSeesMemory, "reader_sees_memory", "request get shows the in-memory record, its receipt before the confirming commit"),
     (Mutant::EndedLinesAcceptanceDropped, "ended_lines_acceptance_dropped", "managed observer port drops a turn/start reply's turn when the store holds its request ended"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),
 ];

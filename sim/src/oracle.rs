@@ -1785,6 +1785,17 @@ impl Oracle {
         }
     }
 
+    /// RF-6: a reader was shown receipt `shown` of request `id` while the store held `stored`:
+    /// an `accepted` one the store does not hold claims more than is durable (a failed
+    /// confirmation makes it `indeterminate`, a crash `restart_in_write_window`).
+    pub fn check_read_receipt(&mut self, id: &str, shown: Option<&Receipt>, stored: Option<&Receipt>) {
+        let accepted = |r: Option<&Receipt>| r.is_some_and(|r| r.classification == Classification::Accepted);
+        if accepted(shown) && !accepted(stored) {
+            let m = format!("{id}: request get showed an accepted receipt the store does not hold (it holds {:?})", stored.map(|r| r.classification));
+            self.fail(Kind::Misclassified, m);
+        }
+    }
+
     /// CORR-9: a user message of hash `hash` was recorded in the running turn `turn` (a steer).
     pub fn on_steer_recorded(&mut self, turn: &TurnId, hash: String) {
         if let Some(truth) = self.turns.get_mut(&turn.0) {

@@ -344,6 +344,7 @@ impl Effects for SimEffects {
             madsim::time::sleep(if late { ms(10_500, 14_000) } else { ms(0, 20) }).await;
             if bound.answer(&world, &answered, delivery_id) {
                 send_if_running(&inbox, Input::Delivered { delivery_id, outcome, record_end });
+                read_as_committed(&world, &inbox, writer);
             }
         });
     }
@@ -1734,6 +1735,26 @@ fn observed_input(w: &mut World, a: usize, event: ObserverEvent) -> Option<Input
     }
     let agent_id = w.agents[a].agent_id.clone();
     Some(Input::Observed { agent_id, event })
+}
+
+/// RF-6: a reader (`agent request get`) asks for request `request_id` right after its write's
+/// outcome, inside the window where the engine has decided its receipt and the commit that makes
+/// it durable is in flight: it must be shown no receipt the store does not hold
+/// (`Oracle::check_read_receipt`). A query, as the daemon's `request get` asks the driver.
+fn read_as_committed(world: &Shared, inbox: &mpsc::Sender<DriverMsg>, request_id: String) {
+    let world = world.clone();
+    let query: wakterm_runtime::driver::Query = Box::new(move |engine: &Engine| {
+        let Ok(id) = RequestId::parse(&request_id) else { return };
+        let mut w = world.lock().unwrap();
+        let shown = match w.mutant {
+            Mutant::ReaderSeesMemory => engine.request(&id).and_then(|r| r.receipt.clone()), // the bug
+            _ => engine.request_as_committed(&id).and_then(|r| r.receipt.clone()),
+        };
+        let stored = w.store.request(&request_id).and_then(|r| serde_json::from_str::<RequestRecord>(&r.record_json).ok()).and_then(|r| r.receipt);
+        w.oracle.check_read_receipt(&request_id, shown.as_ref(), stored.as_ref());
+    });
+    // A full inbox or a daemon gone: no reader this time.
+    let _ = inbox.try_send(DriverMsg::Query(query));
 }
 
 /// Mutant `ended_lines_acceptance_dropped`: whether `event` is an app-server's acceptance of a

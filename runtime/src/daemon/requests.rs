@@ -82,7 +82,7 @@ pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, eviden
     };
     let asked = id.clone();
     let view = query(context, move |engine: &Engine| {
-        engine.request(&asked).map(|record| request_view(record, engine.published_terminal(&asked).cloned(), evidence))
+        engine.request_as_committed(&asked).map(|record| request_view(&record, engine.published_terminal(&asked).cloned(), evidence))
     })
     .await;
     let view = match view {
