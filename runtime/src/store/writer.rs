@@ -33,7 +33,9 @@ use super::schema::{self, OpenReport};
 use super::watermark::{self, Watermark};
 
 /// Called exactly once, on the writer thread, for every batch `submit` accepted. Keep it short:
-/// the next group waits for it. A panicking callback is contained and does not stop the writer.
+/// the next group waits for it. A panicking callback is contained and does not stop the writer,
+/// where unwinding is on (the store's tests); in the daemon, whose panic hook aborts the process
+/// on any panic (`daemon::run`: a restart recovers from durable state), it ends the daemon.
 pub type CommitCallback = Box<dyn FnOnce(Result<CommitInfo, StoreError>) + Send + 'static>;
 
 /// How a successful batch was committed.
@@ -79,7 +81,8 @@ pub(super) struct PendingBatch {
 impl PendingBatch {
     fn answer(&mut self, result: Result<CommitInfo, StoreError>) {
         if let Some(done) = self.done.take() {
-            // A caller's panic must not kill the thread every other caller depends on.
+            // A caller's panic must not kill the thread every other caller depends on (where
+            // panics unwind: the daemon's hook aborts first, `CommitCallback`).
             let _ = catch_unwind(AssertUnwindSafe(move || done(result)));
         }
     }
