@@ -35,7 +35,7 @@ use super::watermark::{self, Watermark};
 /// Called exactly once, on the writer thread, for every batch `submit` accepted. Keep it short:
 /// the next group waits for it. A panicking callback is contained and does not stop the writer,
 /// where unwinding is on (the store's tests); in the daemon, whose panic hook aborts the process
-/// on any panic (`daemon::run`: a restart recovers from durable state), it ends the daemon.
+/// on any panic (`daemon::run_foreground`: a restart recovers from durable state), it ends the daemon.
 pub type CommitCallback = Box<dyn FnOnce(Result<CommitInfo, StoreError>) + Send + 'static>;
 
 /// How a successful batch was committed.
