@@ -538,6 +538,40 @@ fn life_3_a_stop_whose_shutdown_gets_no_answer_still_ends_the_holder() {
     }
 }
 
+/// LIFE-3: a stop whose removal cannot commit (here the database is locked by another
+/// connection past the store's busy timeout; a full disk does the same) keeps the agent, its
+/// process ended, and says so; a second stop removes it and the name is free again. The agent
+/// used to leave memory whatever the commit said: the stop answered `store_failed`, the catalog
+/// had lost the agent, the store still held its name (a new `agent start` of it was refused),
+/// and a daemon restart brought it back (a hostile run, on a full disk).
+#[test]
+fn life_3_a_stop_whose_removal_cannot_commit_keeps_the_agent() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "idle", |z| z["state"] == "idle");
+    let lock = rusqlite::Connection::open(w.data.join("wakterm.db")).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let out = w.run(&["agent", "stop", "zola"]);
+    assert_eq!((out.code, &out.json["error"]), (1, &json!("agent_stop_failed")), "{out:?}");
+    assert!(out.json["message"].as_str().unwrap().contains("its removal could not be recorded"), "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !w.holder_pids().is_empty() || w.fake_agents_running() > 0 {
+        assert!(Instant::now() < deadline, "its process was ended: {:?}", w.our_pids());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    // (The catalog waits for its events to be durable, so it is read once the lock is gone.)
+    let zola = w.catalog_entry("zola").expect("the agent stays in the catalog");
+    assert_ne!(zola["state"], "idle", "its process was ended: {zola}");
+    let out = w.run(&["agent", "stop", "zola"]);
+    assert_eq!(out.code, 0, "the second stop removes it: {out:?}");
+    assert!(w.catalog_entry("zola").is_none(), "zola left the catalog");
+    w.start_agent("zola", REPLY, &[]);
+    w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
+}
+
 /// Unmounts (lazily: the daemon may still hold files there) when dropped.
 struct Unmount(std::path::PathBuf);
 

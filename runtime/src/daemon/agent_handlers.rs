@@ -301,8 +301,8 @@ pub(super) fn resolve(context: &Context, target: &str) -> Option<Arc<AgentRuntim
     agents.values().find(|a| a.record.name == target || Some(&a.record.agent_id) == canonical.as_ref()).cloned()
 }
 
-/// Why `agent stop` failed: the agent's holder did not end (the agent stays), the record's
-/// removal did not commit, or another stop ended the agent first (LIFE-3).
+/// Why `agent stop` failed: the agent's holder did not end, or the record's removal did not
+/// commit (the agent stays either way), or another stop ended the agent first (LIFE-3).
 enum StopFailed {
     Holder(String),
     Store(crate::store::StoreError),
@@ -344,30 +344,41 @@ pub(super) async fn stop_agent(context: &Arc<Context>, target: &str) -> Reply {
             worker.stop_pending.store(false, SeqCst);
             return Err(StopFailed::Holder(message));
         }
+        // LIFE-3: the removal is durable before the agent leaves. A commit that fails (a full
+        // disk, a database locked past its busy timeout) keeps the agent, its process ended:
+        // it was removed from memory whatever the commit said, so the name stayed taken in the
+        // store, the catalog had lost it, and a restart brought it back (a hostile run).
+        if let Err(error) = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }]) {
+            worker.stop_pending.store(false, SeqCst);
+            return Err(StopFailed::Store(error));
+        }
         worker.mark_removed();
         let _ = std::fs::remove_file(&log); // the pane's own log goes with the agent
-        writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: worker.record.agent_id.clone() }]).map_err(StopFailed::Store)
+        Ok(())
     })
     .await;
     match result {
+        Ok(Ok(())) => {}
         Ok(Err(StopFailed::Holder(message))) => {
             // LIFE-3: the agent stays, so the monitor looks again (it ran no look meanwhile).
             context.monitor.look(&agent_id);
             return Reply::error(exit::ERROR, "agent_stop_failed", message);
         }
+        Ok(Err(StopFailed::Store(error))) => {
+            context.monitor.look(&agent_id); // as above: it stays, and its process has ended
+            let message = format!(
+                "{target}: its process was ended, but its removal could not be recorded ({error}); the agent stays in the catalog, stopped: run `agent stop` again to remove it, or `agent restart` to run it again"
+            );
+            return Reply::error(exit::ERROR, "agent_stop_failed", message);
+        }
         Ok(Err(StopFailed::Gone)) => return stopped_meanwhile(target),
-        _ => {}
+        Err(error) => return Reply::error(exit::ERROR, "internal", error.to_string()),
     }
     context.agents.lock().expect("agent table").remove(&agent_id);
     if let Ok(id) = AgentId::parse(&agent_id) {
         let _ = context.inbox.send(DriverMsg::Input(Input::AgentRemoved { agent_id: id })).await;
     }
-    match result {
-        Ok(Ok(_)) => Reply::ok(json!({"schema": "wakterm.agent-stop.v1", "agent_id": agent_id, "stopped": true})),
-        Ok(Err(StopFailed::Store(error))) => Reply::error(exit::ERROR, "store_failed", error.to_string()),
-        Ok(Err(StopFailed::Holder(_) | StopFailed::Gone)) => unreachable!("answered above"),
-        Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
-    }
+    Reply::ok(json!({"schema": "wakterm.agent-stop.v1", "agent_id": agent_id, "stopped": true}))
 }
 
 /// Replaces the agent's process in the same pane (a new incarnation), e.g. after a crash.
