@@ -97,11 +97,11 @@ pub(crate) enum Deferred {
     Snapshot(ObserverSnapshot),
 }
 
-/// A terminal event whose commit failed; it is retried with a fresh sequence.
+/// A terminal event whose commit failed; it is retried with a fresh sequence. A cancel that
+/// waited for it was answered at the failure (RF-4, `CancelOutcome::CommitFailed`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TerminalRetry {
     pub due_ms: u64,
-    pub cancel_op: Option<OpId>,
 }
 
 /// The pure admission engine. `Clone + PartialEq + Debug` so the simulator can compare runs.
@@ -593,8 +593,20 @@ impl Engine {
                     self.push(Output::CancelResult { op, outcome });
                 }
             }
-            Err(_) => {
-                let retry = TerminalRetry { due_ms: self.now_ms + PERSIST_RETRY_MS, cancel_op };
+            Err(error) => {
+                // RF-4: a cancel waiting for this end is answered now: the retry may wait as long
+                // as the disk stays full, and its caller gave up after a minute, saying the
+                // daemon was unresponsive (a hostile run). A cancel asked again meanwhile waits
+                // for the retry's outcome.
+                let waiting = cancel_op.into_iter().chain(self.pending_cancel_answers.remove(request_id).unwrap_or_default());
+                let detail = format!(
+                    "the request's end could not be recorded ({error}); the daemon retries it, and a daemon stopped first forgets it: `agent request get` says which"
+                );
+                for op in waiting.collect::<Vec<_>>() {
+                    let outcome = crate::io::CancelOutcome::CommitFailed { request_id: request_id.clone(), error: detail.clone() };
+                    self.push(Output::CancelResult { op, outcome });
+                }
+                let retry = TerminalRetry { due_ms: self.now_ms + PERSIST_RETRY_MS };
                 self.terminal_retries.insert(request_id.clone(), retry);
             }
         }
@@ -611,15 +623,11 @@ impl Engine {
         self.expire_request_deadlines();
         self.expire_unproven_ends();
         self.send_due_probes();
-        let due: Vec<(RequestId, TerminalRetry)> = self
-            .terminal_retries
-            .iter()
-            .filter(|(_, retry)| retry.due_ms <= self.now_ms)
-            .map(|(id, retry)| (id.clone(), retry.clone()))
-            .collect();
-        for (request_id, retry) in due {
+        let due: Vec<RequestId> =
+            self.terminal_retries.iter().filter(|(_, retry)| retry.due_ms <= self.now_ms).map(|(id, _)| id.clone()).collect();
+        for request_id in due {
             self.terminal_retries.remove(&request_id);
-            self.persist_terminal(&request_id, retry.cancel_op);
+            self.persist_terminal(&request_id, None);
         }
         let due: Vec<RequestId> =
             self.progress_retries.iter().filter(|(_, due_ms)| **due_ms <= self.now_ms).map(|(id, _)| id.clone()).collect();

@@ -175,6 +175,10 @@ pub enum CancelOutcome {
     AdmissionInProgress { request_id: RequestId },
     /// The cancel could not be made durable.
     Failed { request_id: RequestId, error: String },
+    /// RF-4: the request's end (this cancel's, or one decided before it) did not commit (a full
+    /// disk): the engine retries it, and a daemon stopped first forgets it. Answered at the
+    /// failure, not after a retry that may wait as long as the disk stays full.
+    CommitFailed { request_id: RequestId, error: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

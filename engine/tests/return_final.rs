@@ -501,6 +501,38 @@ fn rf_4_cancel_during_a_pending_terminal_commit_waits_for_publication() {
     }
 }
 
+/// RF-4: a cancel whose end does not commit (a full disk) is answered at the failure,
+/// `commit_failed`, not after a retry that waits as long as the disk stays full (its caller gave
+/// up after a minute, calling the daemon unresponsive: a hostile run). The end is retried; a
+/// cancel asked again meanwhile waits for the retry's outcome: `commit_failed` again, or the
+/// published end.
+#[test]
+fn rf_4_a_cancel_whose_end_cannot_commit_is_answered_at_the_failure() {
+    let (mut rig, _) = armed_rig("hi");
+    rig.auto = Auto::Manual;
+    rig.input(Input::Cancel(CancelCommand { op: OpId(81), request_id: REQ.to_string() }));
+    assert!(rig.cancels.is_empty(), "answered after the commit");
+    rig.ack_next_persist(Err("database or disk is full".to_string()));
+    match &rig.cancels[..] {
+        [(OpId(81), CancelOutcome::CommitFailed { request_id, error })] => {
+            assert_eq!(request_id.as_str(), REQ);
+            assert!(error.contains("database or disk is full") && error.contains("retries"), "{error}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(rig.terminal_for(REQ).is_empty(), "nothing published");
+    rig.input(Input::Cancel(CancelCommand { op: OpId(82), request_id: REQ.to_string() }));
+    assert_eq!(rig.cancels.len(), 1, "the second cancel waits for the retry");
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Err("database or disk is full".to_string()));
+    assert!(matches!(rig.cancels[1], (OpId(82), CancelOutcome::CommitFailed { .. })), "{:?}", rig.cancels);
+    rig.input(Input::Cancel(CancelCommand { op: OpId(83), request_id: REQ.to_string() }));
+    rig.advance(limits::PERSIST_RETRY_MS);
+    rig.ack_next_persist(Ok(()));
+    assert_eq!(only_terminal(&rig).state, TerminalState::Cancelled, "the retry recorded the cancel");
+    assert!(matches!(rig.cancels[2], (OpId(83), CancelOutcome::AlreadyTerminal { state: TerminalState::Cancelled, .. })), "{:?}", rig.cancels);
+}
+
 /// RF-4: cancel answers specifically for one-way requests and admissions in flight.
 #[test]
 fn rf_4_cancel_of_one_way_and_in_flight_requests() {

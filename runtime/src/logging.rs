@@ -104,7 +104,17 @@ impl Write for BoundedLog {
         inner.reopen_if_gone();
         // A log that cannot rotate keeps writing rather than losing the daemon's voice.
         let _ = inner.rotate_if_full();
+        let before = inner.file.metadata().map(|meta| meta.len());
         let n = inner.file.write(buf)?;
+        if n < buf.len() {
+            // LOG-2: a line cut short (the disk filled in the middle of it) is taken back whole,
+            // so the next line does not run into its torn end (a hostile run found 8 such lines
+            // on a full disk): dropped, as a line that cannot be written at all is.
+            if let Ok(length) = before {
+                let _ = inner.file.set_len(length);
+            }
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "a log line was cut short: dropped"));
+        }
         inner.written += n as u64;
         Ok(n)
     }

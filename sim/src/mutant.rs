@@ -365,6 +365,10 @@ pub enum Mutant {
     /// Reader (RF-6): `request get` shows the engine's record as it is in memory, with the
     /// `accepted` receipt its confirmation has not made durable yet (a review found it so).
     ReaderSeesMemory,
+    /// Observer loop (MON-3): only an unknown turn makes it look at the screen again, so a busy
+    /// screen over an idle rollout holds until the pane's next push, for good when that push is
+    /// lost (`monitor.screen_push_lost`; the hostile run's agent stuck `busy`).
+    ScreenSettlesUnknownOnly,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -441,6 +445,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SteeredFlagDropped, "steered_flag_dropped", "effects publish terminal events without their steered flag"),
     (Mutant::SteeredFlagForged, "steered_flag_forged", "effects publish every completed or aborted terminal event as steered"),
     (Mutant::TurnAcceptedDropped, "turn_accepted_dropped", "managed observer port never reports the turn a turn/start reply names"),
+    (Mutant::ScreenSettlesUnknownOnly, "screen_settles_unknown_only", "observer loop looks at the screen again only for an unknown turn, not for one busy by the screen alone"),
     (Mutant::ReaderSeesMemory, "reader_sees_memory", "request get shows the in-memory record, its receipt before the confirming commit"),
     (Mutant::EndedLinesAcceptanceDropped, "ended_lines_acceptance_dropped", "managed observer port drops a turn/start reply's turn when the store holds its request ended"),
     (Mutant::WatchComposerFromFirstSample, "watch_composer_from_first_sample", "pane port reads a submit watch's composer once, in its first sample, and reports it in every later one"),

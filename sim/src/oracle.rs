@@ -1796,6 +1796,21 @@ impl Oracle {
         }
     }
 
+    /// RF-4: a cancel's answer against the store at the moment its caller got it: `cancelled`
+    /// only once the end is durable (answered after the commit), `commit_failed` only while it
+    /// is not (the engine retries it no sooner than `PERSIST_RETRY_MS` later).
+    pub fn check_cancel_answer(&mut self, id: &str, outcome: &str, end_stored: bool) {
+        let wrong = match outcome {
+            "cancelled" => !end_stored,
+            "commit_failed" => end_stored,
+            _ => false,
+        };
+        if wrong {
+            let m = format!("{id}: a cancel answered {outcome} while the store {} its end", if end_stored { "held" } else { "did not hold" });
+            self.fail(Kind::Misclassified, m);
+        }
+    }
+
     /// CORR-9: a user message of hash `hash` was recorded in the running turn `turn` (a steer).
     pub fn on_steer_recorded(&mut self, turn: &TurnId, hash: String) {
         if let Some(truth) = self.turns.get_mut(&turn.0) {

@@ -1791,7 +1791,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // MON-3: the screen is looked at again when the process changed, while only the
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
-            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides();
+            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides(w.mutant == Mutant::ScreenSettlesUnknownOnly);
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
             // ADM-19: an Enter the holder pushed and the loop has not reported yet (the
             // runtime's `Due::enter`); the mutant's report goes out with the snapshot the loop
@@ -1953,7 +1953,7 @@ fn unwoken(w: &mut World, a: usize) -> bool {
     let whole = now >= unwoken.whole_at;
     let set = unwoken.incomplete; // a watch not set yet has no part that failed
     let watched = whole || old || watch_trusted(set, unwoken.incomplete);
-    let recheck = recheck_interval(agent.observer.screen_decides(), attached, watched).as_millis() as u64;
+    let recheck = recheck_interval(agent.observer.screen_decides(w.mutant == Mutant::ScreenSettlesUnknownOnly), attached, watched).as_millis() as u64;
     let process_changed = agent.observer.reported != agent.process;
     let woken = process_changed || (whole && !old) || now >= agent.observer.last_look_ms + recheck;
     if woken {

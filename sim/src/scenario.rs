@@ -99,7 +99,17 @@ async fn ask_engine(world: &Shared, f: fn(&wakterm_engine::Engine) -> Value) -> 
 fn engine_status(engine: &wakterm_engine::Engine) -> Value {
     engine.check_invariants();
     let open: Vec<String> = engine.open_return_requests().map(|r| format!("{} {}", r.request_id, r.phase.as_str())).collect();
-    json!({"open": open, "quiescent": engine.is_quiescent(), "events_through": engine.events_through(), "finished_in_memory": engine.finished_in_memory(), "submissions": engine.submissions_in_flight()})
+    // MON-3, ADM-16: the agents the catalog says run a turn (`busy`, `turn_active`) by the
+    // screen alone (a view busy in no turn the rollout names).
+    let by_screen = |id: &wakterm_engine::AgentId| {
+        engine.agent(id).and_then(|a| a.view.as_ref()).is_some_and(|v| v.turn == wakterm_engine::TurnState::Busy { turn: None })
+    };
+    let turn_active: Vec<String> = engine
+        .agent_ids()
+        .filter(|id| by_screen(id) && engine.catalog_view(id).and_then(|v| v.return_final_blocker).is_some_and(|b| b.reason == "turn_active"))
+        .map(|id| id.to_string())
+        .collect();
+    json!({"open": open, "quiescent": engine.is_quiescent(), "events_through": engine.events_through(), "finished_in_memory": engine.finished_in_memory(), "submissions": engine.submissions_in_flight(), "turn_active": turn_active})
 }
 
 // ----- SUB-*: `session action=submit` callers -----
@@ -727,6 +737,8 @@ async fn cancel(world: &Shared, request_id: &str) {
             w.counters.fault("caller.cancel");
             let outcome = serde_json::to_value(&outcome).ok().and_then(|v| v["outcome"].as_str().map(str::to_string)).unwrap_or_default();
             w.log(format!("cancel {request_id} -> {outcome}"));
+            let end_stored = w.store.terminal_for(request_id).is_some();
+            w.oracle.check_cancel_answer(request_id, &outcome, end_stored);
         }
     }
 }
@@ -1244,6 +1256,19 @@ async fn check_event_stream_at_end(world: &Shared) {
             let w = world.lock().unwrap();
             let tails: Vec<_> = w.agents.iter().enumerate().filter(|(_, a)| a.process.is_some()).map(|(i, a)| (i, a.session.id.clone(), a.session.records.as_slice())).collect();
             let mut problems = w.oracle.stream_end_problems(&w.store, &tails);
+            // MON-3, ADM-16: the catalog of a PTY agent that runs no turn (its TUI idle, its
+            // records readable) is not held `turn_active` by its screen alone: the observer
+            // loop's rechecks look at such a screen again (a lost push held it for good: the
+            // hostile run's agent, `monitor.screen_push_lost`).
+            let turn_active = status.as_ref().and_then(|s| s["turn_active"].as_array().cloned()).unwrap_or_default();
+            for id in turn_active.iter().filter_map(Value::as_str) {
+                let Some(a) = w.agents.iter().position(|agent| agent.agent_id.to_string() == id) else { continue };
+                let agent = &w.agents[a];
+                let idle = agent.process.is_some() && agent.running.is_none() && !w.is_managed(a) && agent.session.records.iter().all(|r| r.visible_at_ms <= wakterm_runtime::driver::now_ms());
+                if quiescent && idle {
+                    problems.push((crate::oracle::Kind::Stalled, format!("a{a} runs no turn, but the catalog says busy/turn_active by its screen alone (a look at the screen would say idle)")));
+                }
+            }
             // EV-8: a quiescent engine has settled every number it assigned, so a catalog taken
             // now answers at once; a lower settled mark would hold it at `events_not_durable`.
             if quiescent && w.events_settled_through < events_through {

@@ -161,6 +161,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "submit.holder_replaced_mid_wait",
     "observer.composer_unknown",
     "observer.screen_push_late",
+    "monitor.screen_push_lost",
     "caller.submit_pair",
     "caller.submit_races_admission",
     "caller.send_during_submit_wait",
@@ -696,10 +697,14 @@ pub struct ScreenLook {
 }
 
 impl Observer {
-    /// MON-3: only a new look at the screen can settle the turn (no snapshot yet, or one that
-    /// leaves it unknown), as `AgentRuntime::screen_decides`.
-    pub fn screen_decides(&self) -> bool {
-        self.last_snapshot.as_ref().is_none_or(|s| s.turn == TurnState::Unknown)
+    /// MON-3: only a new look at the screen can settle the turn (no snapshot yet, or one whose
+    /// turn `monitor_recheck::screen_settles` says only the screen settles), as
+    /// `AgentRuntime::screen_decides`. `unknown_only`: mutant `screen_settles_unknown_only`.
+    pub fn screen_decides(&self, unknown_only: bool) -> bool {
+        self.last_snapshot.as_ref().is_none_or(|s| match unknown_only {
+            true => s.turn == TurnState::Unknown, // the bug: a busy screen holds until a push
+            false => wakterm_runtime::monitor_recheck::screen_settles(&s.turn),
+        })
     }
 
     /// A daemon's observer before its first attach.
@@ -1049,6 +1054,10 @@ impl Agent {
 /// How late the real Codex writes a record after its event (some 25 ms): a provider later
 /// than this is `observer.delayed`, where position floors have a known gap (ADM-19).
 pub const REAL_CODEX_RECORD_LAG_MS: u64 = 25;
+
+/// MON-3: how often, while faults run, the holder's push of a screen change the observer loop
+/// has not looked at is lost for good (`monitor.screen_push_lost`).
+pub const PUSH_LOST: f64 = 0.03;
 
 /// The whole simulated system of one seed.
 pub struct World {
@@ -2632,9 +2641,10 @@ impl World {
     }
 
     /// MON-3: the observer loop's snapshot: from the last look at this process's screen unless
-    /// `look_again` (the process changed, the turn is unknown, nothing is attached) or the pane
-    /// changed since; the holder's push of that change may come after the run
-    /// (`observer.screen_push_late`), and the last look is used once more.
+    /// `look_again` (the process changed, only the screen settles the turn, nothing is
+    /// attached) or the pane changed since; the holder's push of that change may come after
+    /// the run (`observer.screen_push_late`), and the last look is used once more, or be lost
+    /// for good (`monitor.screen_push_lost`, `PUSH_LOST` of the changes while faults run).
     pub fn monitor_snapshot(&mut self, a: usize, look_again: bool) -> Result<ObserverSnapshot, String> {
         if self.is_managed(a) {
             return self.managed_snapshot(a);
@@ -2644,6 +2654,16 @@ impl World {
         let pane_changed = kept.as_ref().is_some_and(|look| look.screen != agent.pane.screen || look.running != agent.running.is_some());
         let look = match kept {
             Some(look) if !pane_changed => look,
+            Some(mut look) if self.fault_roll(PUSH_LOST) => {
+                // The holder's push of the change is lost for good (a holder stopped, then
+                // continued while the loop's watch of it reconnected): the loop takes the pane as
+                // seen, and what it shows stays the last look's until something makes it look.
+                self.counters.fault("monitor.screen_push_lost");
+                self.log(format!("a{a} the holder's push of a screen change is lost: the last look holds"));
+                (look.screen, look.running) = (self.agents[a].pane.screen, self.agents[a].running.is_some());
+                self.agents[a].observer.look = Some(look.clone());
+                look
+            }
             Some(look) if self.fault_roll(0.5) => {
                 self.counters.fault("observer.screen_push_late");
                 look

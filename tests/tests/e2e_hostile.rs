@@ -623,6 +623,13 @@ fn log_2_a_full_disk_never_kills_the_daemon() {
     let out = w.run(&["agent", "send", "zola", "room again"]);
     assert_eq!((out.code, &out.json["classification"]), (0, &serde_json::json!("accepted")), "{out:?}");
     assert_eq!(w.fake_agents_running(), 1, "the agent ran on throughout");
+    // A line the disk filled in the middle of is dropped whole, never left torn for the next
+    // line to run into (a hostile run found 8 such lines).
+    let log = std::fs::read_to_string(w.data.join("mux.log")).unwrap();
+    for line in log.lines() {
+        let stamps = line.matches("Z  ").count();
+        assert!(line.starts_with("20") && stamps == 1, "a torn log line: {line:?}");
+    }
 }
 
 /// `wakterm ARGS` with a bound: None when it did not exit within `bound` (it is then killed).

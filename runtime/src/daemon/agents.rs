@@ -360,12 +360,13 @@ impl AgentRuntime {
         view.snapshot = Some(snapshot);
     }
 
-    /// True while the last snapshot leaves the turn unknown (or there is none yet): then only
-    /// a new look at the screen can settle it, and the monitor looks every second.
+    /// True while there is no snapshot yet, or the last one's turn only a new look at the screen
+    /// can settle (`monitor_recheck::screen_settles`: unknown, or busy by the screen alone):
+    /// then the monitor looks at the screen on every run, every second.
     pub fn screen_decides(&self) -> bool {
         let alive = self.process_alive(); // before the view lock: never hold both
         match &self.view.lock().expect("view lock").snapshot {
-            Some(Ok(snapshot)) => alive && snapshot.turn == wakterm_engine::TurnState::Unknown,
+            Some(Ok(snapshot)) => alive && crate::monitor_recheck::screen_settles(&snapshot.turn),
             Some(Err(_)) => false,
             None => alive,
         }

@@ -1312,6 +1312,37 @@ mod tests {
         assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "after the retries, only the pane's next push looks");
     }
 
+    /// MON-3: an agent held busy by its screen alone (a `Working` screen over an idle rollout:
+    /// `Busy` naming no turn) has its screen looked at on every run and is rechecked every
+    /// second, as one whose turn is unknown; a turn the rollout names does not. A busy screen
+    /// held until the pane's next push, and a push missed (a holder stopped and continued
+    /// while its watch reconnected) held an idle agent `busy` for good (a hostile run).
+    #[test]
+    fn mon_3_a_turn_only_the_screen_holds_busy_is_looked_at_again() {
+        use wakterm_engine::{ObserverSnapshot, TurnState};
+        let dir = tempfile::tempdir().unwrap();
+        let id = "6d8f0b2c-4e6a-4c8e-8a0c-2e4a6c8e0a46";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 2, |line| match line.contains("screen") {
+            true => r#""not a screen""#.to_string(),
+            false => own_info(0),
+        });
+        let (inbox, _messages) = mpsc::channel(16);
+        run_without_a_step(&agent, &inbox, due(true, true));
+        holder.join().unwrap();
+        assert!(agent.process_alive(), "the process was read");
+        let with_turn = |turn: TurnState| {
+            let snapshot = ObserverSnapshot { turn, ..agent.last_snapshot().and_then(Result::ok).expect("a snapshot was noted") };
+            agent.note_view(None, Ok(snapshot));
+            (agent.screen_decides(), crate::monitor_recheck::recheck_interval(agent.screen_decides(), true, true))
+        };
+        assert_eq!(with_turn(TurnState::Busy { turn: None }), (true, crate::monitor_recheck::UNWATCHED_RECHECK), "busy by the screen alone");
+        assert_eq!(with_turn(TurnState::Unknown), (true, crate::monitor_recheck::UNWATCHED_RECHECK));
+        let named = TurnState::Busy { turn: Some(wakterm_engine::TurnId("turn-1".to_string())) };
+        assert_eq!(with_turn(named), (false, ATTACHED_RECHECK), "a turn the rollout names");
+        assert_eq!(with_turn(TurnState::Idle { last_completed: None }), (false, ATTACHED_RECHECK));
+    }
+
     /// MON-1 / MON-2: what a sessions watch's events wake. An open is only an open (the
     /// dispatcher moves the stamp for it, below), a close nothing; a change wakes its path; lost
     /// events, which notify reports as an event flagged for a rescan, are an overflow of the

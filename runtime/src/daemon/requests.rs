@@ -162,6 +162,8 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
         CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal { .. } => exit::OK,
         CancelOutcome::NotFound { .. } => exit::NOT_FOUND,
         CancelOutcome::NotReturnFinal { .. } | CancelOutcome::AdmissionInProgress { .. } | CancelOutcome::Failed { .. } => exit::REJECTED,
+        // Not definitive: the end may still be recorded (a retry) or forgotten (a restart).
+        CancelOutcome::CommitFailed { .. } => exit::ERROR,
     };
     let mut body = serde_json::to_value(&outcome).expect("outcomes serialise");
     body["schema"] = json!(CANCEL_SCHEMA);
