@@ -109,9 +109,13 @@ impl Write for BoundedLog {
         if n < buf.len() {
             // LOG-2: a line cut short (the disk filled in the middle of it) is taken back whole,
             // so the next line does not run into its torn end (a hostile run found 8 such lines
-            // on a full disk): dropped, as a line that cannot be written at all is.
-            if let Ok(length) = before {
-                let _ = inner.file.set_len(length);
+            // on a full disk): dropped, as a line that cannot be written at all is. Only when
+            // nothing else was appended meanwhile (the daemon's own stderr, a second daemon
+            // losing the start race, write to this file too): else its torn end is closed.
+            let now = inner.file.metadata().map(|meta| meta.len());
+            match (before, now) {
+                (Ok(length), Ok(end)) if end == length + n as u64 => drop(inner.file.set_len(length)),
+                _ => drop(inner.file.write(b"\n")),
             }
             return Err(io::Error::new(io::ErrorKind::StorageFull, "a log line was cut short: dropped"));
         }

@@ -30,14 +30,20 @@ pub fn recheck_interval(screen_decides: bool, attached: bool, watched: bool) -> 
     }
 }
 
-/// MON-3: whether only a new look at the screen can settle a snapshot's turn: unknown, or busy
-/// by the screen alone (`Busy` naming no turn: a `Working` screen over an idle rollout, or a
-/// fresh Codex's). Such an agent's screen is read on every run and it is rechecked every
-/// second (`recheck_interval`). A busy screen used to hold until the pane's next push, and a
-/// push lost (a holder stopped, then continued while the monitor's watch of it reconnected)
-/// held an idle agent `busy`, `turn_active`, for good (a hostile run: 11 minutes).
-pub fn screen_settles(turn: &wakterm_engine::TurnState) -> bool {
-    matches!(turn, wakterm_engine::TurnState::Unknown | wakterm_engine::TurnState::Busy { turn: None })
+/// MON-3: whether only a new look at the screen can settle a snapshot's turn: unknown, or, for
+/// an agent with a screen (`has_screen`: a PTY agent's), busy by the screen alone (`Busy`
+/// naming no turn: a `Working` screen over an idle rollout, or a fresh Codex's). Such an
+/// agent's screen is read on every run and it is rechecked every second (`recheck_interval`).
+/// A busy screen used to hold until the pane's next push, and a push lost (a holder stopped,
+/// then continued while the monitor's watch of it reconnected) held an idle agent `busy`,
+/// `turn_active`, for good (a hostile run: 11 minutes). A managed agent's `Busy` naming no
+/// turn is its app-server's word (a resumed thread said active), which no screen settles.
+pub fn screen_settles(turn: &wakterm_engine::TurnState, has_screen: bool) -> bool {
+    match turn {
+        wakterm_engine::TurnState::Unknown => true,
+        wakterm_engine::TurnState::Busy { turn: None } => has_screen,
+        wakterm_engine::TurnState::Busy { turn: Some(_) } | wakterm_engine::TurnState::Idle { .. } => false,
+    }
 }
 
 /// The first wait before a sessions directory that could not be watched whole is tried again.

@@ -291,7 +291,8 @@ pub struct Oracle {
     /// first: it may hold them for RF-8's timeout from its start.
     older_line_at_start: BTreeSet<usize>,
     /// ADM-5 (PTY), EV-13: the agents this daemon started waiting for a write whose floor lies
-    /// in another session than the one their pane writes in now (or in two sessions): no turn
+    /// in another session than the one their pane writes in now (or in two sessions; not a
+    /// write with no floor, whose wait its prompt's message ends): no turn
     /// it is told of passes that floor, so it holds the agent until its grace finds it idle with
     /// an empty composer, as for a session changed while down (`changed_while_down`). The
     /// session may have been replaced while the earlier daemon ran, after its durable mark last
@@ -943,8 +944,9 @@ impl Oracle {
     /// hold them for that write (`EventMark::prompts_taken`): the turn counts as delivered at its
     /// start; the others' turns, as before, only when its observer delivers them.
     /// `latest_known`: per agent, the latest of those writes (by registration), and the session
-    /// of its recorded floor (where the engine's view stood at the write), and the session each
-    /// agent's pane writes in now. `accepted_durably`:
+    /// of its recorded floor (where the engine's view stood at the write), and the PTY agents
+    /// whose latest writes' floors no turn of the pane's session passes (in two sessions, or in
+    /// another than the pane's: `floor_elsewhere_at_start`). `accepted_durably`:
     /// per agent, the lines the durable mark saw accepted into a turn not yet seen taking them
     /// (line id, turn). `unfinished`: the registrations left unfinished, this start ends them
     /// (REC-1), their agents and processes. `seen_read`: per agent, when the engine asked for
@@ -956,12 +958,11 @@ impl Oracle {
         unfinished: BTreeMap<String, (usize, wakterm_engine::Incarnation)>,
         (seen_read, running): (Vec<(usize, u64)>, BTreeMap<usize, wakterm_engine::Incarnation>),
         taken_durably: BTreeSet<usize>,
-        (latest_known, sessions_now): (BTreeMap<usize, (String, Option<SessionId>)>, BTreeMap<usize, SessionId>),
+        (latest_known, floors_elsewhere): (BTreeMap<usize, (String, Option<SessionId>)>, BTreeSet<usize>),
         accepted_durably: Vec<(usize, (String, TurnId))>,
     ) {
         self.daemon_started_ms = wakterm_runtime::driver::now_ms();
-        self.floor_elsewhere_at_start =
-            latest_known.iter().filter(|(agent, (_, floor))| floor.as_ref() != sessions_now.get(*agent)).map(|(agent, _)| *agent).collect();
+        self.floor_elsewhere_at_start = floors_elsewhere;
         self.our_write_ms_at_start = self.our_write_ms.clone();
         self.known_writes_at_start = known_writes;
         for (id, (agent, incarnation)) in unfinished {

@@ -1791,7 +1791,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // MON-3: the screen is looked at again when the process changed, while only the
             // screen can settle the turn, or before anything is attached; else the last look
             // holds unless the pane changed (`World::monitor_snapshot`).
-            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides(w.mutant == Mutant::ScreenSettlesUnknownOnly);
+            let look_again = process_changed || w.agents[a].observer.attached.is_none() || w.agents[a].observer.screen_decides(!w.is_managed(a), w.mutant == Mutant::ScreenSettlesUnknownOnly);
             let before = w.agents[a].observer.attached.is_some().then(|| (w.agents[a].session.id.clone(), w.agents[a].observer.read));
             // ADM-19: an Enter the holder pushed and the loop has not reported yet (the
             // runtime's `Due::enter`); the mutant's report goes out with the snapshot the loop
@@ -1953,7 +1953,7 @@ fn unwoken(w: &mut World, a: usize) -> bool {
     let whole = now >= unwoken.whole_at;
     let set = unwoken.incomplete; // a watch not set yet has no part that failed
     let watched = whole || old || watch_trusted(set, unwoken.incomplete);
-    let recheck = recheck_interval(agent.observer.screen_decides(w.mutant == Mutant::ScreenSettlesUnknownOnly), attached, watched).as_millis() as u64;
+    let recheck = recheck_interval(agent.observer.screen_decides(!w.is_managed(a), w.mutant == Mutant::ScreenSettlesUnknownOnly), attached, watched).as_millis() as u64;
     let process_changed = agent.observer.reported != agent.process;
     let woken = process_changed || (whole && !old) || now >= agent.observer.last_look_ms + recheck;
     if woken {
@@ -2346,6 +2346,13 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
         // The engine takes a turn as past its writes only past every write's floor
         // (`RecoveredWrite::reopen_wait`): floors in two sessions hold the agent, as no floor.
         let one_session = |a: &usize| floor_sessions.get(a).is_some_and(|s| s.len() == 1);
+        // ADM-5 (PTY): the agents whose latest write's floor no turn of the pane's session now
+        // passes: floors in two sessions, or one in another session than the pane's.
+        let floors_elsewhere: BTreeSet<usize> = latest_known
+            .iter()
+            .filter(|(a, (_, _, floor))| !w.is_managed(**a) && (!one_session(a) || floor.as_ref().is_some_and(|f| f != &w.agents[**a].session.id)))
+            .map(|(a, _)| *a)
+            .collect();
         let latest_known = latest_known.into_iter().map(|(a, (_, id, floor))| (a, (id, floor.filter(|_| one_session(&a))))).collect();
         // Agents with a registration left unfinished: whether its write happened, nobody knows.
         // The engine's hold for such a line runs RF-8's timeout from when it landed at the
@@ -2371,9 +2378,7 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             .flat_map(|(a, mark)| mark.answered_lines.into_iter().filter(|line| !line.taken).filter_map(move |line| Some((a, (line.id, line.turn?)))))
             .collect();
         let any_unfinished = !unfinished.is_empty();
-        // The session each agent's pane writes in now: a floor in another one no turn passes.
-        let sessions_now = (0..w.agents.len()).map(|a| (a, w.agents[a].session.id.clone())).collect();
-        w.oracle.on_daemon_start(known_writes, unfinished, (taken_writes, running), taken_durably, (latest_known, sessions_now), accepted_durably);
+        w.oracle.on_daemon_start(known_writes, unfinished, (taken_writes, running), taken_durably, (latest_known, floors_elsewhere), accepted_durably);
         w.daemon_started_ms = wakterm_runtime::driver::now_ms();
         if any_unfinished && w.plan.commit_stall > 0.0 {
             crash_within_the_minute(&w, world.clone(), w.daemon_epoch + 1);

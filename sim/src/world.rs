@@ -699,11 +699,12 @@ pub struct ScreenLook {
 impl Observer {
     /// MON-3: only a new look at the screen can settle the turn (no snapshot yet, or one whose
     /// turn `monitor_recheck::screen_settles` says only the screen settles), as
-    /// `AgentRuntime::screen_decides`. `unknown_only`: mutant `screen_settles_unknown_only`.
-    pub fn screen_decides(&self, unknown_only: bool) -> bool {
+    /// `AgentRuntime::screen_decides` (`has_screen`: a PTY agent's). `unknown_only`: mutant
+    /// `screen_settles_unknown_only`.
+    pub fn screen_decides(&self, has_screen: bool, unknown_only: bool) -> bool {
         self.last_snapshot.as_ref().is_none_or(|s| match unknown_only {
             true => s.turn == TurnState::Unknown, // the bug: a busy screen holds until a push
-            false => wakterm_runtime::monitor_recheck::screen_settles(&s.turn),
+            false => wakterm_runtime::monitor_recheck::screen_settles(&s.turn, has_screen),
         })
     }
 

@@ -108,27 +108,30 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
             resolved_codex_home: None,
         };
         record.resolve_codex_home(); // here, not on the reactor: it may block
-        let agent = spawn_agent(&paths, &writer, record, fault).map_err(|message| Reply::error(exit::ERROR, "agent_start_failed", message))?;
+        let agent = spawn_agent(&paths, &writer, record, fault).map_err(|failed| (Reply::error(exit::ERROR, "agent_start_failed", failed.message), failed.kept))?;
         // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its
         // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.
         // Here, on the blocking thread: the daemon's shutdown waits for it, not for the task.
         if stopping.stopping_all.load(std::sync::atomic::Ordering::SeqCst) {
             agent.shut_down_pane();
             let message = format!("{} started while `mux stop --all` ran, and was ended with the others", agent.record.name);
-            return Err(Reply::error(exit::ERROR, "daemon_stopping", message));
+            return Err((Reply::error(exit::ERROR, "daemon_stopping", message), None));
         }
         Ok(agent)
     })
     .await;
     let agent = match spawned {
         Ok(Ok(agent)) => agent,
-        Ok(Err(refused)) => return refused,
+        Ok(Err((refused, kept))) => {
+            // LIFE-1: a record whose take-back did not commit is the catalog's, stopped.
+            if let Some(kept) = kept {
+                list_agent(context, &kept).await;
+            }
+            return refused;
+        }
         Err(error) => return Reply::error(exit::ERROR, "agent_start_failed", error.to_string()),
     };
-    let facts = agent.facts();
-    context.agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
-    let _ = context.inbox.send(DriverMsg::Input(Input::AgentUpserted(facts.clone()))).await;
-    context.monitor.add(agent.clone());
+    let facts = list_agent(context, &agent).await;
     Reply::ok(json!({
         "schema": "wakterm.agent-start.v1",
         "agent_id": agent.record.agent_id,
@@ -142,27 +145,67 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
     }))
 }
 
+/// Puts a started agent in the agent table, tells the engine, and has the monitor watch it;
+/// its facts.
+async fn list_agent(context: &Arc<Context>, agent: &Arc<AgentRuntime>) -> wakterm_engine::AgentFacts {
+    let facts = agent.facts();
+    context.agents.lock().expect("agent table").insert(agent.record.agent_id.clone(), agent.clone());
+    let _ = context.inbox.send(DriverMsg::Input(Input::AgentUpserted(facts.clone()))).await;
+    context.monitor.add(agent.clone());
+    facts
+}
+
+/// Why `agent start` failed after its record was durable: the message, and the agent when the
+/// record's take-back did not commit either (a full disk, a database locked past its busy
+/// timeout): the store keeps it, so the catalog must list it, stopped, for `agent stop` to
+/// remove (it was dropped: its name stayed taken in the store, unknown to the catalog and to
+/// `agent stop`, until a restart brought it back; a review, as the hostile run's `agent stop`).
+struct StartFailed {
+    message: String,
+    kept: Option<Arc<AgentRuntime>>,
+}
+
+impl StartFailed {
+    fn refused(message: String) -> StartFailed {
+        StartFailed { message, kept: None }
+    }
+}
+
+/// LIFE-1: takes back the record of an agent whose start failed (its pane already ended); when
+/// that does not commit, the agent stays, stopped, and the message says so.
+fn take_back_record(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, message: String) -> StartFailed {
+    match writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]) {
+        Ok(_) => StartFailed::refused(message),
+        Err(error) => {
+            let name = record.name.clone();
+            let message = format!("{message}; its record could not be taken back ({error}): {name} stays in the catalog, stopped: `agent stop {name}` removes it");
+            let agent = Arc::new(AgentRuntime::new(paths, record));
+            agent.refresh_liveness();
+            StartFailed { message, kept: Some(agent) }
+        }
+    }
+}
+
 /// LIFE-1: persists the agent, then spawns its holder (`wakterm __holder`) and waits for its
 /// first `info`. The record is durable before any process exists, so a daemon that dies at any
 /// point of a start leaves no process outside the catalog: after a restart the agent is listed
 /// (running, or stopped if the spawn never happened) and `agent stop` / `mux stop --all` reach it.
-fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, fault: Option<super::faults::FaultPoint>) -> Result<Arc<AgentRuntime>, String> {
+fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, record: AgentRecord, fault: Option<super::faults::FaultPoint>) -> Result<Arc<AgentRuntime>, StartFailed> {
     let dir = paths.holders_dir();
-    crate::paths::private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    crate::paths::private_dir(&dir).map_err(|e| StartFailed::refused(format!("cannot create {}: {e}", dir.display())))?;
+    let record_json = serde_json::to_string(&record).map_err(|e| StartFailed::refused(e.to_string()))?;
     let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
-    writer.commit_blocking(vec![op]).map_err(|error| format!("cannot record the agent: {error}"))?;
+    writer.commit_blocking(vec![op]).map_err(|error| StartFailed::refused(format!("cannot record the agent: {error}")))?;
     let config = holder_config(paths, &record);
     // A holder that started but never answered in time must not outlive the record; one whose
     // command did not start (LIFE-2) goes too, so the same name can be used again. The record
-    // is taken back either way (if that fails too, the agent shows as stopped).
+    // is taken back either way (if that fails too, the agent stays, stopped).
     let started = spawn_pane(&config).inspect(|_| super::faults::crash_if(fault, super::faults::FaultPoint::AfterHolderSpawn));
     if let Err(message) = started.and_then(|info| spawn_failure(&info, &record)) {
         take_back_pane(&config);
-        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
-        return Err(message);
+        return Err(take_back_record(paths, writer, record, message));
     }
-    let record = if record.managed { bind_thread(writer, &config, record)? } else { record };
+    let record = if record.managed { bind_thread(paths, writer, &config, record)? } else { record };
     let agent = Arc::new(AgentRuntime::new(paths, record));
     agent.refresh_liveness();
     Ok(agent)
@@ -170,25 +213,27 @@ fn spawn_agent(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWrit
 
 /// MGD-2: a new managed agent gets its thread (handshake through the holder), recorded before
 /// the agent is usable. A failed handshake ends the pane and takes the record back.
-fn bind_thread(writer: &crate::store::StoreWriter, config: &HolderConfig, mut record: AgentRecord) -> Result<AgentRecord, String> {
+fn bind_thread(paths: &crate::paths::DataPaths, writer: &crate::store::StoreWriter, config: &HolderConfig, record: AgentRecord) -> Result<AgentRecord, StartFailed> {
     let bound = crate::holder::HolderClient::connect(&config.socket_path)
         .map_err(|e| e.to_string())
         .and_then(|mut client| super::managed::handshake(&mut client, &record.cwd, None));
     let stored = bound.and_then(|ids| {
-        record.thread = Some(ids);
-        let record_json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        let op = StoreOp::PutAgent { agent_id: record.agent_id.clone(), name: record.name.clone(), record_json };
+        let threaded = AgentRecord { thread: Some(ids), ..record.clone() };
+        let record_json = serde_json::to_string(&threaded).map_err(|e| e.to_string())?;
+        let op = StoreOp::PutAgent { agent_id: threaded.agent_id.clone(), name: threaded.name.clone(), record_json };
         writer.commit_blocking(vec![op]).map_err(|error| format!("cannot record the agent's thread: {error}"))?;
-        Ok(())
+        Ok(threaded)
     });
-    if let Err(message) = stored {
-        if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
-            let _ = client.shutdown();
+    match stored {
+        Ok(threaded) => Ok(threaded),
+        Err(message) => {
+            if let Ok(client) = crate::holder::HolderClient::connect(&config.socket_path) {
+                let _ = client.shutdown();
+            }
+            // The record as the store holds it: the one without the thread.
+            Err(take_back_record(paths, writer, record, format!("the managed session did not start: {message}")))
         }
-        let _ = writer.commit_blocking(vec![StoreOp::DeleteAgent { agent_id: record.agent_id.clone() }]);
-        return Err(format!("the managed session did not start: {message}"));
     }
-    Ok(record)
 }
 
 /// The holder configuration of an agent record.

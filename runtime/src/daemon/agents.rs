@@ -366,7 +366,7 @@ impl AgentRuntime {
     pub fn screen_decides(&self) -> bool {
         let alive = self.process_alive(); // before the view lock: never hold both
         match &self.view.lock().expect("view lock").snapshot {
-            Some(Ok(snapshot)) => alive && crate::monitor_recheck::screen_settles(&snapshot.turn),
+            Some(Ok(snapshot)) => alive && crate::monitor_recheck::screen_settles(&snapshot.turn, !self.record.managed),
             Some(Err(_)) => false,
             None => alive,
         }
