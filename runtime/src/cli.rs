@@ -259,9 +259,11 @@ pub struct SendArgs {
 pub struct AdmitArgs {
     /// Agent name, or its id with --exact-agent-id.
     pub target: std::ffi::OsString,
-    /// The opaque process incarnation from `agent catalog`; a different one is refused.
-    #[arg(long, required = true)]
-    pub incarnation: std::ffi::OsString,
+    /// The opaque process incarnation from `agent catalog` (required); a different one is
+    /// refused. Without it the answer is an `invalid` receipt (`incarnation_required`, exit
+    /// 4), as for other bad input (INP-5), not a usage error.
+    #[arg(long)]
+    pub incarnation: Option<std::ffi::OsString>,
     /// Caller-owned UUID: repeating it with the same input never writes twice.
     #[arg(long, required = true)]
     pub request_id: std::ffi::OsString,
@@ -435,7 +437,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
         },
-        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, Some(args.incarnation), Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt, false), &args.message) {
+        AgentCommand::Admit(args) => match admission(Operation::Admit, args.target, args.incarnation, Some(args.request_id), args.exact_agent_id, args.return_final, args.final_timeout_ms, (args.raw_paste, args.share_prompt, false), &args.message) {
             Ok(request) => request,
             Err(reply) => return print_reply(reply),
         },

@@ -619,8 +619,9 @@ fn corr_11_process_exit_inside_bound_turn_is_indeterminate() {
     assert_definitive_rejection(&unknown, "unavailable", "agent_unknown");
 }
 
-/// INP-2, INP-3, INP-5: a malformed request id, a timeout without return-final and an empty
-/// prompt are `invalid` before anything happens; nothing written.
+/// INP-2, INP-3, INP-5: a malformed request id, a timeout without return-final, an empty
+/// prompt and an admission without an incarnation are `invalid` before anything happens;
+/// nothing written.
 #[test]
 fn inp_2_malformed_id_inp_3_timeout_without_return_final_are_invalid() {
     let w = World::new(EXE);
@@ -634,6 +635,10 @@ fn inp_2_malformed_id_inp_3_timeout_without_return_final_are_invalid() {
     assert_definitive_rejection(&timeout, "invalid", "final_timeout_without_return_final");
     let empty = w.run(&["agent", "send", "zola", "  \n\t "]);
     assert_definitive_rejection(&empty, "invalid", "prompt_empty");
+    // INP-5: an admission without an incarnation is the same receipt, not clap's usage error
+    // (exit 2, a hostile run).
+    let no_incarnation = w.run(&["agent", "admit", "zola", "--request-id", &new_id(), "hello"]);
+    assert_definitive_rejection(&no_incarnation, "invalid", "incarnation_required");
     // Upper-case UUIDs are canonicalised (INP-2): the replay finds the same request.
     let id = new_id();
     let first = w.ok(&["agent", "admit", "zola", "--incarnation", &inc, "--request-id", &id, "case test"]);
