@@ -125,9 +125,10 @@ impl Engine {
         match &event {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
             ObserverEvent::SessionLost { before: Some(before), .. } => {
-                // MGD-4: the loss lies in an earlier process's output; a request armed there
-                // (CORR-1 ended it already, unless facts lag) loses its evidence, the others
-                // keep waiting for the resume's attach that follows.
+                // MGD-4: the loss lies at or before `before` (an earlier process's output, or this
+                // one's evicted head); a request armed before it (in an earlier process: CORR-1
+                // ended it already, unless facts lag) loses its evidence, the others keep
+                // waiting for the resume's attach that follows.
                 for request_id in self.correlating_requests_of(agent_id, true) {
                     let armed = self.requests[&request_id].armed.as_ref().expect("correlating requests are armed");
                     if armed.position < *before {
@@ -462,7 +463,10 @@ impl Engine {
                     self.indeterminate(request_id, "user_message_in_other_turn");
                 } else if seen == &prompt_hash {
                     let ObserverEvent::UserMessage { position, .. } = event else { unreachable!() };
-                    self.bind(request_id, turn, *position);
+                    match self.same_text_prompt_may_be_first(request_id, seen, *position) {
+                        true => self.indeterminate(request_id, "same_text_prompt_unordered"), // CORR-6
+                        false => self.bind(request_id, turn, *position),
+                    }
                 } else {
                     self.indeterminate(request_id, "first_user_message_mismatch"); // CORR-6
                 }
@@ -516,6 +520,27 @@ impl Engine {
     }
 
     /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
+    /// CORR-6 (PTY): the user message at `position` carries this request's text, and another
+    /// prompt of ours of that text was written after it (a plain send that joined its wait,
+    /// ADM-13) and not taken by an earlier record, while this request's own prompt was
+    /// written over a composer the view did not see empty. Input is read in order, so the
+    /// first message is this request's, unless its prompt never became one (written into a
+    /// dialog it answered, RF-7): then it is the later prompt's, and its turn's final answers
+    /// that one. Which, nothing tells: the simulator found such a request bound to the turn
+    /// its same-text send opened (seed 36926, a question on screen classified unknown).
+    fn same_text_prompt_may_be_first(&self, request_id: &RequestId, hash: &str, position: u64) -> bool {
+        let Some(agent) = self.agents.get(&self.requests[request_id].agent_id) else { return false };
+        let prompts = &agent.awaiting_prompts;
+        let own_unseen = prompts.iter().any(|p| p.request.as_ref() == Some(request_id) && p.over_unseen_composer);
+        let later_same_text = |p: &&crate::agent::AwaitedPrompt| {
+            p.request.as_ref().is_some_and(|other| other != request_id)
+                && p.hash == hash
+                && p.taken_by.as_ref().is_none_or(|at| at.position == position)
+                && p.past.as_ref().is_none_or(|floor| floor.position < position)
+        };
+        own_unseen && prompts.iter().any(|p| later_same_text(&p))
+    }
+
     fn bind(&mut self, request_id: &RequestId, turn: TurnId, position: u64) {
         self.candidates.remove(request_id);
         self.turn_wait_since.remove(request_id);

@@ -797,7 +797,7 @@ impl Engine {
 /// RF-6: the rule that decides a terminal reason, for the evidence trail.
 pub fn rule_of(reason: &str) -> &'static str {
     match reason {
-        "first_user_message_mismatch" | "prompt_twice_in_turn" => "CORR-6",
+        "first_user_message_mismatch" | "prompt_twice_in_turn" | "same_text_prompt_unordered" => "CORR-6",
         "later_turn_started" | "other_turn_completed" | "other_turn_aborted" | "user_message_in_other_turn" | "unconfirmed_turn_replaced" => "CORR-7",
         "user_message_before_turn_start" | "turn_completed_before_binding" | "turn_aborted_before_binding" => "CORR-5",
         "observer_session_changed" | "observer_session_lost" => "CORR-3",

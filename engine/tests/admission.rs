@@ -1056,6 +1056,34 @@ fn adm_13_a_send_is_not_acknowledged_by_an_earlier_requests_message_of_its_text(
     assert_eq!(request.terminal.as_ref().and_then(|t| t.reason.as_deref()), Some("prompt_twice_in_turn"), "{request:?}");
 }
 
+/// CORR-6 (PTY): a return-final prompt written over a composer the view could not classify
+/// (a question on screen: the prompt may have answered it and never become a prompt, RF-7),
+/// then a plain send of its text that joined its wait: the turn's first message of that text
+/// may be the send's, so the request is `indeterminate`, never bound to it. The simulator
+/// found one bound to the turn its same-text send opened, its final delivered (seed 36926).
+/// Written over an empty composer, input order says the first message is the request's.
+#[test]
+fn corr_6_a_prompt_written_over_an_unseen_composer_is_not_bound_by_a_same_text_message_a_later_send_may_own() {
+    let mut rig = Rig::with_idle_zola();
+    let unseen = ObserverSnapshot { composer: Composer::Unknown, ..idle_snapshot("inc-1", 100) };
+    rig.snapshots.insert(agent_id(ZOLA), Ok(unseen));
+    let op = rig.admit(REQ, "again", ReturnMode::ReturnFinal);
+    assert_eq!(classification(&rig, op), Classification::Accepted);
+    rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
+    rig.advance(500);
+    let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
+    rig.submit(command);
+    assert_eq!(rig.writes(), 2, "a plain send is written whatever the wait");
+    rig.turn_started("turn-1", 1_100);
+    rig.user_message("turn-1", "again", 1_110);
+    let request = &rig.durable[&RequestId::parse(REQ).unwrap()];
+    let terminal = request.terminal.as_ref().expect("ended at the message");
+    assert_eq!((terminal.state, terminal.reason.as_deref()), (TerminalState::Indeterminate, Some("same_text_prompt_unordered")), "{request:?}");
+
+    let mut rig = Rig::with_idle_zola();
+    rig.same_text_send_joining_a_return_final_wait("again"); // asserts the request is bound
+}
+
 /// ADM-13, CORR-6 (one user message, one write): a plain send of the text of an earlier send
 /// still unread (no message of it yet: the TUI may have queued it) is not acknowledged by the
 /// first message of that text, which by input order is the earlier send's; the next one
