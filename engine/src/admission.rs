@@ -435,8 +435,9 @@ impl Engine {
         let Some(request_id) = request_id else {
             // Late: its admission timed out and the view was cleared (ADM-3). While nothing
             // newer came, it is the agent's view again, as a monitor snapshot would be; else
-            // the catalog said `unknown` until something changed, since the monitor sends only
-            // what differs from what the refresh saw (MON-1; a review found it). Not over a
+            // the catalog said `unknown` until something changed, since the monitor sent only
+            // what differed from what the refresh saw (MON-1; a review found it; its first run
+            // after a refresh now sends its own snapshot, MON-3's `snapshot_is_news`). Not over a
             // view that came since: the refresh read the screen before it waited for the
             // observer (a review of the fix found it), so a monitor snapshot sent meanwhile
             // is newer.

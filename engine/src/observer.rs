@@ -260,10 +260,12 @@ pub enum ObserverEvent {
         /// than about whatever the observer tails now (EV-7). None: the tailed session.
         #[serde(default)]
         session: Option<SessionId>,
-        /// MGD-4: Some(p) when every lost record lies before position p, in an EARLIER process's
-        /// output of the same session (a managed agent's stream, after `agent restart`); the
-        /// stream from p on is followed whole, so only requests armed before p are affected.
-        /// None: the loss may reach anything after the stream's mark.
+        /// MGD-4: Some(p) when every lost record lies at or before position p of a managed
+        /// agent's stream (in an EARLIER process's output of the same session, after `agent
+        /// restart`, or in the evicted head of this process's output, read by a fresh observer
+        /// or a resume); the stream from p on is followed whole, so only requests armed before
+        /// p are affected, and a mark at or past p lost nothing. None: the loss may reach
+        /// anything after the stream's mark.
         #[serde(default)]
         before: Option<u64>,
     },

@@ -80,6 +80,10 @@ pub struct StreamFollower<L: LineFolder = PlainFold> {
     attached: bool,
     /// REC-2: a resume waiting for the stream to reach its cursor.
     resume_at: Option<u64>,
+    /// MGD-4: this process's head was evicted before this follower read any of it (a daemon
+    /// restart, a resume reading from the start): the loss is reported at the re-attach,
+    /// which says where it ends (`reattach`).
+    head_loss: Option<String>,
     earlier: Option<EarlierTail>,
     reproved: bool,
     /// MGD-6: a loss may have taken a server request with it: one `thread/resume` (Codex then
@@ -123,6 +127,7 @@ impl<L: LineFolder> StreamFollower<L> {
             skipping: false,
             attached: false,
             resume_at: None,
+            head_loss: None,
             earlier: None,
             reproved: false,
             replay_due: false,
@@ -166,6 +171,7 @@ impl<L: LineFolder> StreamFollower<L> {
         self.skipping = false;
         self.attached = false;
         self.resume_at = Some(from.position);
+        self.head_loss = None;
         self.earlier = None;
         if from.position < self.start {
             // MGD-4: the cursor lies in an earlier process's output; read it from there.
@@ -195,8 +201,9 @@ impl<L: LineFolder> StreamFollower<L> {
         };
         if page.truncated {
             // Also for a fresh observer (a daemon restart): the daemon before it may not have
-            // made those notifications durable, so their loss is reported (the engine turns
-            // it into `observer.gap` after the durable mark), never skipped silently.
+            // made those notifications durable, so their loss is reported, never skipped
+            // silently: at the re-attach, bounded (`reattach`), so the engine makes it an
+            // `observer.gap` only past its durable mark.
             self.lost(page.start, events);
         } else if !self.attached && !self.skipping {
             self.attach(events);
@@ -354,8 +361,12 @@ impl<L: LineFolder> StreamFollower<L> {
     /// with an unknown turn state.
     fn lost(&mut self, start: u64, events: &mut Vec<ObserverEvent>) {
         let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
-        let session = self.resume_at.take().map(|_| self.session.clone());
-        events.push(ObserverEvent::SessionLost { reason, session, before: None });
+        if !self.attached && self.position == self.start {
+            self.head_loss = Some(reason); // nothing of this process was read: reported at the re-attach
+        } else {
+            let session = self.resume_at.take().map(|_| self.session.clone());
+            events.push(ObserverEvent::SessionLost { reason, session, before: None });
+        }
         // What a loss cannot undo is kept: the pending requests, the proofs counted, and the
         // turns the app-server accepted (CORR-11: the evicted bytes may have held their
         // `turn/started` or not; dropping them made an exit right after count as drained).
@@ -390,7 +401,7 @@ impl<L: LineFolder> StreamFollower<L> {
                 self.position = position;
                 if !self.attached {
                     self.attached = true;
-                    events.push(ObserverEvent::Attached { session: self.session.clone(), position });
+                    self.reattach(position, events);
                 }
             } else {
                 self.partial.extend_from_slice(&data[at..end]);
@@ -419,6 +430,26 @@ impl<L: LineFolder> StreamFollower<L> {
                 self.replay_due = true;
             }
         }
+    }
+
+    /// The stream is followed again from `position`, one past the line a loss cut. A loss of
+    /// this process's head (`head_loss`) took only records at or before `position`, in this
+    /// process's output or an earlier one's: reported so (`before`), so the engine ends only
+    /// the requests armed before it and reports nothing the stream already holds (EV-4: the
+    /// durable mark covers it). A fresh observer read from the start of a stream whose head
+    /// the holder had evicted, and its whole loss was an `observer.gap` after the mark: every
+    /// turn still in the ring was reported again, `turn.final` too, at each restart (a hostile
+    /// run). A resume whose cursor lies at or past `position` re-folds the lines up to it
+    /// silently and attaches there (REC-2); before it, what followed its cursor is lost.
+    fn reattach(&mut self, position: u64, events: &mut Vec<ObserverEvent>) {
+        if let Some(reason) = self.head_loss.take() {
+            events.push(ObserverEvent::SessionLost { reason, session: Some(self.session.clone()), before: Some(position) });
+            match self.resume_at {
+                Some(cursor) if cursor >= position => return,
+                _ => self.resume_at = None,
+            }
+        }
+        events.push(ObserverEvent::Attached { session: self.session.clone(), position });
     }
 
     fn fold_line(&mut self, line: &[u8], position: u64, events: &mut Vec<ObserverEvent>) {
@@ -586,8 +617,45 @@ mod tests {
         let mut events = Vec::new();
         follower.resume(&cursor(at - 1), &mut events);
         events.extend(read_all(&mut follower, &ring, 4096));
-        assert_eq!(kinds(&events)[0], "lost", "{events:?}");
-        assert!(matches!(&events[0], ObserverEvent::SessionLost { session: Some(_), before: None, .. }));
+        // Nothing of this process was read yet: the loss is bounded by the re-attach, and it
+        // lies after the cursor (a request armed there loses its evidence).
+        let attach = start + filler.len() as u64;
+        assert_eq!(kinds(&events), [format!("lost_before@{attach}"), format!("attached@{attach}"), "started:t2".to_string()]);
+        assert!(matches!(&events[0], ObserverEvent::SessionLost { session: Some(_), .. }));
+    }
+
+    /// MGD-4, EV-4: a fresh follower (a daemon restart) or a resume reading a stream whose
+    /// head the holder evicted reports the loss bounded by where it re-attaches: the engine
+    /// then reports nothing its durable mark covers again. The whole loss was an
+    /// `observer.gap` after the mark, and every turn still in the ring was reported again,
+    /// `turn.final` too, at each restart (a hostile run: 14 turns, one more copy per restart),
+    /// and a request in flight ended `indeterminate` though its records were all kept.
+    #[test]
+    fn mgd_4_an_evicted_head_is_a_loss_bounded_by_the_reattach() {
+        let filler = line(json!({"id": "pad", "result": {"pad": "x".repeat(200)}}));
+        // Kept: the filler but its first 10 bytes, and what follows it.
+        let mut ring = OutputRing::new(filler.len() - 10 + started("t2").len() + started("t3").len());
+        ring.push(&thread_reply());
+        ring.push(&started("t1"));
+        ring.push(&filler);
+        let t1 = ring.end();
+        ring.push(&started("t2"));
+        let t2 = ring.end();
+        ring.push(&started("t3"));
+        assert_eq!(ring.start(), t1 - filler.len() as u64 + 10, "the head and part of the filler are evicted");
+
+        let mut fresh = new_follower(0);
+        let events = read_all(&mut fresh, &ring, 4096);
+        assert_eq!(kinds(&events), [format!("lost_before@{t1}"), format!("attached@{t1}"), "started:t2".to_string(), "started:t3".to_string()]);
+        assert!(matches!(&events[0], ObserverEvent::SessionLost { session: Some(_), before: Some(_), .. }));
+
+        // A resume whose cursor lies past the loss re-folds up to it and attaches there.
+        let mut resumed = new_follower(0);
+        let mut events = Vec::new();
+        assert!(resumed.resume(&cursor(t2), &mut events));
+        events.extend(read_all(&mut resumed, &ring, 4096));
+        assert_eq!(kinds(&events), [format!("lost_before@{t1}"), format!("attached@{t2}"), "started:t3".to_string()]);
+        assert_eq!(resumed.snapshot(Incarnation("i".into()), ProcessIdentity { pid: 1, start_time_ticks: 1 }, None).turn, TurnState::Busy { turn: Some(wakterm_engine::TurnId("t3".into())) }, "followed to the end");
     }
 
     // MGD-6: a server request of the thread is pending until resolved (or its turn ends); it is
@@ -766,7 +834,11 @@ mod tests {
         data.extend_from_slice(&reply);
         let late = Page { data: &data, start: 150, end: 150 + data.len() as u64, truncated: false };
         follower.page(late, &mut events).unwrap();
-        assert_eq!(kinds(&events), ["lost".to_string(), "attached@170".to_string()]);
+        assert_eq!(kinds(&events), ["lost_before@170".to_string(), "attached@170".to_string()]);
         assert_eq!(follower.stats.evicted, 1);
+        // A loss once attached may take anything after the mark.
+        let later = Page { data: b"tail\n", start: 300, end: 305, truncated: false };
+        follower.page(later, &mut events).unwrap();
+        assert_eq!(kinds(&events)[2..], ["lost".to_string(), "attached@305".to_string()]);
     }
 }

@@ -46,6 +46,18 @@ pub fn screen_settles(turn: &wakterm_engine::TurnState, has_screen: bool) -> boo
     }
 }
 
+/// MON-1: whether a monitor run's snapshot is news to the engine, which holds what the
+/// monitor's own stream (its runs, a resume) sent it last, `sent`, unless a refresh's view
+/// came since (`refreshed`): the engine applies an admission's or a probe's refresh, but not
+/// one answered late over a newer snapshot (ADM-3), and the monitor cannot tell which. So
+/// the first run after a refresh sends (one message; `recheck_soon` runs it within a second),
+/// and any other sends when it differs from `sent`. Compared with the latest view, a refresh's
+/// included, a late refresh's idle view hid the news from an engine holding a busy one: the
+/// catalog said `busy` for good (an exploration). The simulator's model calls this too.
+pub fn snapshot_is_news(forced: bool, refreshed: bool, sent: Option<&wakterm_engine::ObserverSnapshot>, snapshot: &wakterm_engine::ObserverSnapshot) -> bool {
+    forced || refreshed || sent != Some(snapshot)
+}
+
 /// The first wait before a sessions directory that could not be watched whole is tried again.
 pub const WATCH_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// The longest such wait.

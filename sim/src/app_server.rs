@@ -529,10 +529,26 @@ impl ManagedPort {
         let mut budget = 2 * ring.capacity();
         loop {
             let page = ring.read(self.follower.next_offset(), PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
+            let from = events.len();
             self.follower.page(FollowPage { data: &page.data, start: page.start, end: page.end, truncated: page.truncated }, events)?;
+            if self.mutant == Mutant::HeadLossUnbounded {
+                unbound_head_losses(&mut events[from..]); // the bug
+            }
             budget = budget.saturating_sub(page.data.len());
             if page.data.is_empty() || budget == 0 {
                 return Ok(());
+            }
+        }
+    }
+}
+
+/// Mutant `head_loss_unbounded`: a loss of the stream's head, as the follower reported it
+/// before (any loss after the durable mark: `observer.gap`, and the records read afresh).
+fn unbound_head_losses(events: &mut [ObserverEvent]) {
+    for event in events {
+        if let ObserverEvent::SessionLost { reason, session, before } = event {
+            if reason.starts_with("app-server notifications were evicted") {
+                (*session, *before) = (None, None);
             }
         }
     }

@@ -527,6 +527,15 @@ pub struct StreamTruth {
     /// them: records read again after one are reported again). A turn's start is learned
     /// before a request is bound to it, so the stream reports its first `turn.started` first.
     pub bound_turns: BTreeMap<(usize, String), u64>,
+    /// EV-4, MGD-4: every record event of a managed agent's process reported (agent, process,
+    /// session, position, kind), and the last `observer.gap` of its stream (session, the
+    /// position after which records may be lost). A gap says the records up to it were
+    /// reported; the stream's positions are the holder's, so one of those reported again is a
+    /// repeat (a restart that found the ring's head evicted made the whole loss a gap and
+    /// reported the ring again, `turn.final` too: a hostile run). A repeat after an in-band
+    /// loss (a resume replaying past `observer.lost`) is EV-7's reading afresh, not judged.
+    pub managed_reported: BTreeSet<(usize, String, String, u64, &'static str)>,
+    pub managed_gap: BTreeMap<usize, (String, u64)>,
     pub started_turns: BTreeSet<(usize, String)>,
     /// Known engine gaps this daemon may leave in an agent's stream (see `tolerate_gap`).
     pub tolerated: BTreeMap<usize, Vec<Tolerance>>,
@@ -597,6 +606,9 @@ pub struct EventContext<'a> {
     pub sessions: &'a dyn Fn(&SessionId) -> Option<&'a Session>,
     /// `request.terminal`: the durable terminal event of its `terminal_event_sequence`.
     pub terminal: Option<TerminalEvent>,
+    /// A managed agent's event: the process (incarnation) whose stream it reports. Its
+    /// positions are that process's holder offsets, so a record there is one record for good.
+    pub managed_process: Option<String>,
 }
 
 impl EventContext<'_> {
@@ -1994,6 +2006,15 @@ impl Oracle {
                 }
                 // After these the provider's record is read afresh (a new process's, EV-7).
                 self.stream.agents.insert(a, AgentStream::default());
+                match &event.body {
+                    EventBody::ObserverGap { session: Some(session), after_position, .. } => {
+                        self.stream.managed_gap.insert(a, (session.0.clone(), *after_position));
+                    }
+                    EventBody::IncarnationChanged { .. } => {
+                        self.stream.managed_gap.remove(&a);
+                    }
+                    _ => {}
+                }
             }
             EventBody::RequestBound { request_id, provider_turn_id } => {
                 self.stream.bound_turns.insert((a, provider_turn_id.0.clone()), seq);
@@ -2107,6 +2128,13 @@ impl Oracle {
         let mut problems = Vec::new();
         if !stream.reported.insert((session.0.clone(), position, kind)) {
             problems.push((Kind::EventOrder, format!("event {seq}: a{a} {kind} of record {}@{position} reported twice with no loss between", session.0)));
+        }
+        if let Some(process) = &cx.managed_process {
+            let again = !self.stream.managed_reported.insert((a, process.clone(), session.0.clone(), position, kind));
+            let held = self.stream.managed_gap.get(&a).is_some_and(|(gap_session, after)| gap_session == &session.0 && position <= *after);
+            if again && held {
+                problems.push((Kind::EventOrder, format!("event {seq}: a{a} {kind} of record {}@{position} of process {process} reported again after a gap past it (the stream held it)", session.0)));
+            }
         }
         // EV-3: the engine learned the turn's start before it bound a request to the turn, so
         // the stream says so in that order (a failed event batch renumbered behind a request's
@@ -2559,7 +2587,7 @@ mod tests {
         let (seen_json, after_json) = (json(&seen), json(&after));
         fn see<'a>(oracle: &mut Oracle, events: &[AgentEvent], jsons: &'a [String], sessions: &'a dyn Fn(&SessionId) -> Option<&'a Session>) {
             for (event, json) in events.iter().zip(jsons) {
-                let cx = EventContext { json, stored: Some(json), agent: Some(0), sessions, terminal: None };
+                let cx = EventContext { json, stored: Some(json), agent: Some(0), sessions, terminal: None, managed_process: None };
                 oracle.on_agent_event(event, &cx);
             }
         }

@@ -124,7 +124,7 @@ impl Effects for SimEffects {
             };
             if slow {
                 world.lock().unwrap().counters.fault("observer.refresh_slow");
-                madsim::time::sleep(ms(4_000, 7_000)).await;
+                late_after_a_snapshot(&world, &agent_id).await;
             } else {
                 madsim::time::sleep(ms(1, 40)).await;
             }
@@ -175,8 +175,14 @@ impl Effects for SimEffects {
             if let (Some(writes), true) = (pane_writes, undrawn) {
                 w.agents[a].undrawn_looks_at.insert(writes);
             }
-            // The view the monitor compares its next snapshot with (`note_view`).
+            // The observer's latest view (`note_refreshed_view`), which the engine may not have
+            // applied (a late refresh, ADM-3): the loop's next run sends (MON-1). The bug
+            // (`monitor_compares_with_refresh`): it compares with this view (the old rule).
             w.agents[a].observer.last_snapshot = snapshot.clone().ok();
+            match w.mutant {
+                Mutant::MonitorComparesWithRefresh => w.agents[a].observer.sent = snapshot.clone().ok(),
+                _ => w.agents[a].observer.refreshed = snapshot.is_ok(),
+            }
             w.log(format!("a{a} refresh -> {}", describe_snapshot(&snapshot)));
             // ADM-19: how long ago a human's Enter landed (PTY panes). The bug
             // (`other_enter_not_reported`): the look does not say.
@@ -240,6 +246,7 @@ impl Effects for SimEffects {
                     let mut step: Vec<Input> = events.into_iter().filter_map(|event| observed_input(&mut w, a, event)).collect();
                     let snapshot = w.snapshot(a).ok();
                     w.agents[a].observer.last_snapshot = snapshot.clone();
+                    (w.agents[a].observer.sent, w.agents[a].observer.refreshed) = (snapshot.clone(), false);
                     step.extend(snapshot_input(&mut w, a, snapshot));
                     send_step(&inbox, step);
                 }
@@ -711,6 +718,7 @@ pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
             .and_then(|t| serde_json::from_str::<TerminalEvent>(&t.event_json).ok()),
         _ => None,
     };
+    let managed_process = agent.filter(|a| w.is_managed(*a)).and_then(|_| event.incarnation.as_ref()).map(|i| i.0.clone());
     let World { oracle, agents, store, .. } = w;
     let agents: &[crate::world::Agent] = agents;
     // A managed agent's session (its thread) spans holder generations whose offsets restart:
@@ -726,7 +734,7 @@ pub(crate) fn see_agent_event(w: &mut World, event: &AgentEvent, how: &str) {
     };
     // Durable when committed: retention may have removed it since (EV-9).
     let stored = store.agent_event(event.sequence).map(|e| e.event_json.as_str()).or_else(|| store.pruned_event(event.sequence));
-    let cx = EventContext { json: &json, stored, agent, sessions: &sessions, terminal };
+    let cx = EventContext { json: &json, stored, agent, sessions: &sessions, terminal, managed_process };
     oracle.on_agent_event(event, &cx);
     for note in std::mem::take(&mut w.oracle.notes) {
         w.counters.fault(note);
@@ -1798,7 +1806,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             // sent before this run read anything.
             w.late_enter_push(a);
             let enter = w.agents[a].pane.enter_pushed.filter(|(at, _)| *at > w.agents[a].observer.enter_reported && !w.is_managed(a));
-            let early_report = (w.mutant == Mutant::EnterReportedBeforeItsRead).then(|| w.agents[a].observer.last_snapshot.clone()).flatten();
+            let early_report = (w.mutant == Mutant::EnterReportedBeforeItsRead).then(|| w.agents[a].observer.sent.clone()).flatten();
             if let (Some(noted), Some(stale)) = (enter, early_report) {
                 send_step(&inbox, vec![enter_report(&mut w, a, noted, stale)]); // the bug
             }
@@ -1806,8 +1814,10 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             check_read_lag(&mut w, a, before);
             forced |= !events.is_empty();
             let snapshot = w.monitor_snapshot(a, look_again).ok();
-            let news = snapshot.as_ref().is_some_and(|s| forced || w.agents[a].observer.last_snapshot.as_ref() != Some(s));
+            let observer = &w.agents[a].observer;
+            let news = snapshot.as_ref().is_some_and(|s| wakterm_runtime::monitor_recheck::snapshot_is_news(forced, observer.refreshed, observer.sent.as_ref(), s));
             w.agents[a].observer.last_snapshot = snapshot.clone();
+            (w.agents[a].observer.sent, w.agents[a].observer.refreshed) = (snapshot.clone(), false);
             // ADM-19: the report takes the snapshot's place, whether or not it is news; a read
             // that is no floor (cut at its step bound, no rollout) is reported again by the
             // next run (`enter_unread`).
@@ -1953,7 +1963,10 @@ fn unwoken(w: &mut World, a: usize) -> bool {
     let whole = now >= unwoken.whole_at;
     let set = unwoken.incomplete; // a watch not set yet has no part that failed
     let watched = whole || old || watch_trusted(set, unwoken.incomplete);
-    let recheck = recheck_interval(agent.observer.screen_decides(!w.is_managed(a), w.mutant == Mutant::ScreenSettlesUnknownOnly), attached, watched).as_millis() as u64;
+    // MON-1: soon while the screen decides or a refresh came since the last snapshot
+    // (`AgentRuntime::recheck_soon`).
+    let soon = agent.observer.screen_decides(!w.is_managed(a), w.mutant == Mutant::ScreenSettlesUnknownOnly) || agent.observer.refreshed;
+    let recheck = recheck_interval(soon, attached, watched).as_millis() as u64;
     let process_changed = agent.observer.reported != agent.process;
     let woken = process_changed || (whole && !old) || now >= agent.observer.last_look_ms + recheck;
     if woken {
@@ -2055,9 +2068,44 @@ fn send_snapshot(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, snaps
 
 fn snapshot_input(w: &mut World, a: usize, snapshot: Option<wakterm_engine::ObserverSnapshot>) -> Option<Input> {
     let snapshot = snapshot?;
+    w.agents[a].observer.snapshots_sent += 1;
     w.log(format!("a{a} snapshot {}", describe_snapshot(&Ok(snapshot.clone()))));
     let agent_id = w.agents[a].agent_id.clone();
     Some(Input::ObserverSnapshot { agent_id, snapshot })
+}
+
+/// A slow refresh (`observer.refresh_slow`: a holder or a read that stalls) answers 4-7 s
+/// later, past its admission's bound (5 s) two times in three. While faults run, half of the
+/// slow refreshes (`observer.refresh_after_snapshot`) answer past the bound instead, right
+/// after a snapshot the observer loop sends busy by the screen alone (a look older than the
+/// pane) if one comes within 7 s: the order in which the engine does not apply a late
+/// refresh (ADM-3) and holds a view the refresh's contradicts (an exploration found the loop
+/// then compared with the refresh's unapplied view: MON-1).
+async fn late_after_a_snapshot(world: &Shared, agent_id: &AgentId) {
+    let after_snapshot = {
+        let mut w = world.lock().unwrap();
+        let roll = w.faults_on && thread_rng().gen_bool(0.5);
+        agent_index(&w, agent_id).filter(|_| roll).map(|a| {
+            w.counters.fault("observer.refresh_after_snapshot");
+            (a, w.agents[a].observer.snapshots_sent)
+        })
+    };
+    let Some((a, sent)) = after_snapshot else {
+        return madsim::time::sleep(ms(4_000, 7_000)).await;
+    };
+    madsim::time::sleep(ms(5_001, 5_300)).await;
+    let busy_by_the_screen = |w: &World| {
+        w.agents.get(a).is_none_or(|agent| {
+            let observer = &agent.observer;
+            observer.snapshots_sent != sent && observer.sent.as_ref().is_some_and(|s| s.turn == wakterm_engine::TurnState::Busy { turn: None })
+        })
+    };
+    for _ in 0..170 {
+        if busy_by_the_screen(&world.lock().unwrap()) {
+            break;
+        }
+        madsim::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// As the runtime's `forward_liveness`: a changed process's last events, then the agent's new

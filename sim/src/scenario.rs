@@ -1259,21 +1259,15 @@ async fn check_event_stream_at_end(world: &Shared) {
             // MON-3, ADM-16: the catalog of a PTY agent that runs no turn (its TUI idle, its
             // records readable) is not held `turn_active` by its screen alone: the observer
             // loop's rechecks look at such a screen again (a lost push held it for good: the
-            // hostile run's agent, `monitor.screen_push_lost`).
+            // hostile run's agent, `monitor.screen_push_lost`), and a late refresh's view the
+            // engine did not apply hides no news from it (MON-1, `observer.refresh_after_snapshot`).
             let turn_active = status.as_ref().and_then(|s| s["turn_active"].as_array().cloned()).unwrap_or_default();
             for id in turn_active.iter().filter_map(Value::as_str) {
                 let Some(a) = w.agents.iter().position(|agent| agent.agent_id.to_string() == id) else { continue };
                 let agent = &w.agents[a];
                 let idle = agent.process.is_some() && agent.running.is_none() && !w.is_managed(a) && agent.session.records.iter().all(|r| r.visible_at_ms <= wakterm_runtime::driver::now_ms());
-                // Known gap (exploration seed 5200036812): a refresh answered after its admission
-                // gave up noted its fresh, idle view (`note_view`), which the engine did not
-                // apply over the monitor's newer snapshot (ADM-3), busy by a stale look; the loop
-                // then compares with the refresh's view, sends nothing new, and no rule here
-                // makes it look again. Not this check's bug class: only a view the loop itself
-                // last noted busy by the screen alone is judged.
-                let noted_busy = agent.observer.last_snapshot.as_ref().is_some_and(|s| s.turn == wakterm_engine::TurnState::Busy { turn: None });
-                if quiescent && idle && noted_busy {
-                    problems.push((crate::oracle::Kind::Stalled, format!("a{a} runs no turn, but the catalog says busy/turn_active by its screen alone (a look at the screen would say idle)")));
+                if quiescent && idle {
+                    problems.push((crate::oracle::Kind::Stalled, format!("a{a} runs no turn, but the catalog says busy/turn_active naming no turn (a look at the screen would say idle)")));
                 }
             }
             // EV-8: a quiescent engine has settled every number it assigned, so a catalog taken

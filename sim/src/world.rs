@@ -162,6 +162,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "observer.composer_unknown",
     "observer.screen_push_late",
     "monitor.screen_push_lost",
+    "observer.refresh_after_snapshot",
     "caller.submit_pair",
     "caller.submit_races_admission",
     "caller.send_during_submit_wait",
@@ -638,9 +639,13 @@ pub struct Observer {
     pub looked: bool,
     /// The engine has had this daemon's observer resume the agent's session (REC-2).
     pub resumed: bool,
-    /// MON-1: the last snapshot the observer loop sent the engine (sent again only when it
-    /// differs or the run read events).
+    /// MON-1: the observer's latest snapshot, the loop's or a refresh's (`note_view`).
     pub last_snapshot: Option<ObserverSnapshot>,
+    /// MON-1: the last snapshot the loop (or a resume) sent the engine, and whether a
+    /// refresh's view came since (`AgentRuntime::last_sent`): the loop sends again when it
+    /// differs, the run read events, or a refresh came (`monitor_recheck::snapshot_is_news`).
+    pub sent: Option<ObserverSnapshot>,
+    pub refreshed: bool,
     /// MON-3: the last look at the screen (a refresh's, a resume's or the loop's).
     pub look: Option<ScreenLook>,
     /// Mutant `unknown_liveness_forgotten`: the loop stopped asking the holder after an
@@ -667,6 +672,9 @@ pub struct Observer {
     /// ADM-19: the last Enter pushed by the holder that the loop reported with a read to the
     /// end (`Input::OtherEnterNoted`); this daemon's, so it starts over with the daemon.
     pub enter_reported: u64,
+    /// MON-1: how many snapshots the loop (or a resume) sent the engine; a slow refresh may
+    /// wait for the next one (`observer.refresh_after_snapshot`).
+    pub snapshots_sent: u64,
 }
 
 /// MON-1: how the sessions watch misses an agent's wakes (`ports::unwoken`).
@@ -728,6 +736,8 @@ impl Observer {
             looked: false,
             resumed: false,
             last_snapshot: None,
+            sent: None,
+            refreshed: false,
             look: None,
             liveness_forgotten: None,
             unwoken: None,
@@ -737,6 +747,7 @@ impl Observer {
             behind_since: None,
             asleep: None,
             enter_reported: 0,
+            snapshots_sent: 0,
         }
     }
 }

@@ -276,6 +276,11 @@ struct DiscoveryStamp {
 struct MonitorView {
     rollout: Option<PathBuf>,
     snapshot: Option<Result<ObserverSnapshot, String>>,
+    /// MON-1: the last snapshot the monitor's own stream sent the engine (a run's, a
+    /// resume's), and whether a refresh's view was noted since (`snapshot`), which the engine
+    /// may or may not have applied (`monitor_recheck::snapshot_is_news`).
+    sent: Option<ObserverSnapshot>,
+    refreshed: bool,
     /// The observer's health at the last snapshot the monitor sent (a change sends another).
     health: Option<Health>,
     /// MON-3: the screen text of the last successful look (a refresh's or a run's), and the
@@ -358,6 +363,32 @@ impl AgentRuntime {
         let mut view = self.view.lock().expect("view lock");
         view.rollout = rollout.map(PathBuf::from);
         view.snapshot = Some(snapshot);
+    }
+
+    /// MON-1: records a refresh's view (an admission's, a submit's, a probe's), which the
+    /// engine may not have applied: the monitor's next run sends its own snapshot.
+    pub fn note_refreshed_view(&self, rollout: Option<&std::path::Path>, snapshot: Result<ObserverSnapshot, String>) {
+        self.note_view(rollout, snapshot);
+        self.view.lock().expect("view lock").refreshed = true;
+    }
+
+    /// MON-1: records the snapshot the monitor's stream (a run, a resume) sent the engine.
+    pub fn note_sent(&self, snapshot: &ObserverSnapshot) {
+        let mut view = self.view.lock().expect("view lock");
+        (view.sent, view.refreshed) = (Some(snapshot.clone()), false);
+    }
+
+    /// MON-1: the snapshot the monitor's stream last sent the engine, and whether a refresh's
+    /// view was noted since.
+    pub fn last_sent(&self) -> (Option<ObserverSnapshot>, bool) {
+        let view = self.view.lock().expect("view lock");
+        (view.sent.clone(), view.refreshed)
+    }
+
+    /// MON-1: the monitor runs this agent within a second: its screen decides (below), or a
+    /// refresh's view came since its last snapshot (`monitor_recheck::snapshot_is_news`).
+    pub fn recheck_soon(&self) -> bool {
+        self.screen_decides() || (self.process_alive() && self.view.lock().expect("view lock").refreshed)
     }
 
     /// True while there is no snapshot yet, or the last one's turn only a new look at the screen
@@ -631,7 +662,8 @@ impl AgentRuntime {
             // change. When `agent restart` told it, the monitor's run found no change of its
             // own, and a new process that looked as the old one did (idle, no rollout yet)
             // was never reported: the agent stayed `unknown` until something else moved.
-            self.view.lock().expect("view lock").snapshot = None;
+            let mut view = self.view.lock().expect("view lock");
+            (view.snapshot, view.sent, view.refreshed) = (None, None, false);
         }
         // Still under the observer lock: a refresh or the monitor that takes it next reads the
         // new observer, and its events must reach the engine after the old process's end and

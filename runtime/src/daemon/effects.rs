@@ -108,6 +108,7 @@ impl Effects for RealEffects {
             // step with the events (their replay makes one batch, EV-3).
             let snapshot = observer.current_snapshot(screen.as_deref());
             agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
+            agent.note_sent(&snapshot);
             step.push(Input::ObserverSnapshot { agent_id, snapshot });
             let _ = inbox.blocking_send(DriverMsg::Inputs(step));
         });
@@ -255,7 +256,7 @@ pub fn refresh_agent(
         Some(observer) => {
             // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
             let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen.as_deref(), rediscover));
-            agent.note_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
+            agent.note_refreshed_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
             step = observed_inputs(agent_id, refresh.events);
             behind = observer.behind();
             Ok(refresh.snapshot)

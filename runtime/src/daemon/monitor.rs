@@ -464,7 +464,7 @@ impl Dispatcher {
         let since = watched.last_run.elapsed();
         let watched_dir = self.trusted_watch(&watched.agent.record.sessions_dir());
         let recheck =
-            crate::monitor_recheck::recheck_interval(watched.agent.screen_decides(), watched.agent.rollout_path().is_some(), watched_dir);
+            crate::monitor_recheck::recheck_interval(watched.agent.recheck_soon(), watched.agent.rollout_path().is_some(), watched_dir);
         let alive = watched.agent.process_alive();
         let asked = watched.look_after.is_some_and(|at| Instant::now() >= at);
         watched.checkpoint_pending || watched.liveness_due || (alive && (watched.screen_due || asked || since >= recheck))
@@ -755,7 +755,8 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
     // change the pane (its own changes wake a run with `screen_due`), so the last look holds.
     // MON-4: a cut look leaves the turn unknown for its records to settle, not the screen.
     let look_again = process_changed || screen_due || agent.last_health().as_ref() != Some(&health) || (agent.screen_decides() && !behind);
-    let changed = forced || look_again || enter.is_some();
+    let (sent, refreshed) = agent.last_sent();
+    let changed = forced || look_again || enter.is_some() || refreshed;
     // One message, so one engine step: the read's events make one batch (EV-3).
     let mut step = observed_inputs(&agent_id, events);
     let (checkpoint, pending) = agent.checkpoint_if_due(observer);
@@ -773,8 +774,9 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
         // A managed agent has no screen to read.
         screen_unread = screen.is_none() && !agent.record.managed;
         let snapshot = observer.current_snapshot(screen.as_deref());
-        let news = forced || agent.last_snapshot().as_ref().and_then(|s| s.as_ref().ok()) != Some(&snapshot);
+        let news = crate::monitor_recheck::snapshot_is_news(forced, refreshed, sent.as_ref(), &snapshot);
         agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
+        agent.note_sent(&snapshot);
         agent.note_health(health);
         // Sent under the observer lock, after the events: never older than what the engine saw.
         // ADM-19: read after the holder told of the Enter, so what it read may all predate it
@@ -1312,6 +1314,52 @@ mod tests {
         assert!(!dispatcher.due_on_tick(&dispatcher.agents[id]), "after the retries, only the pane's next push looks");
     }
 
+    /// MON-1: the engine holds the snapshot the monitor sent last unless a refresh's view came
+    /// since, which it may or may not have applied (not one answered late over a newer monitor
+    /// snapshot, ADM-3). So the first run after a refresh comes within a second
+    /// (`recheck_soon`) and sends its snapshot whatever it is; any other run sends only what
+    /// differs from what was sent. Compared with the latest view, a late refresh's idle view
+    /// hid the news from an engine holding a busy one (an exploration: the catalog said `busy`
+    /// for good).
+    #[test]
+    fn mon_1_the_first_run_after_a_refresh_sends_its_snapshot() {
+        use wakterm_engine::{ObserverSnapshot, TurnState};
+        let dir = tempfile::tempdir().unwrap();
+        let id = "0b3d5f7a-9c1e-4b2d-8f4a-6c8e0a2b4d61";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        let holder = fake_holder(&paths, id, 16, screen_or_info);
+        let mut rollout = session_s1(dir.path());
+        for line in [event(r#""type":"task_started","turn_id":"t1""#), event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"ok""#)] {
+            rollout.write_all(line.as_bytes()).unwrap();
+        }
+        let (inbox, mut messages) = mpsc::channel(16);
+        let mut snapshots_sent = |due: Due| {
+            let (_, got) = run_as_driver(&agent, &inbox, &mut messages, due);
+            got.into_iter().filter(|m| matches!(m, Sent::Input(Input::ObserverSnapshot { .. }))).count()
+        };
+        assert_eq!(snapshots_sent(due(true, true)), 1, "the first snapshot is news");
+        let (seen, refreshed) = agent.last_sent();
+        let seen = seen.expect("the run noted what it sent");
+        assert!(!refreshed && matches!(seen.turn, TurnState::Idle { .. }), "{seen:?}");
+        assert!(!agent.recheck_soon(), "an idle screen and nothing since: the long recheck");
+        assert_eq!(snapshots_sent(due(false, true)), 0, "nothing new");
+
+        // A refresh saw what was sent: the engine may hold it or something else; sent again,
+        // soon, and from the last look (no screen call is due).
+        agent.note_refreshed_view(None, Ok(seen.clone()));
+        assert!(agent.recheck_soon(), "a refresh came since the last snapshot");
+        assert_eq!(snapshots_sent(due(false, false)), 1, "the first run after a refresh");
+        assert_eq!(agent.last_sent(), (Some(seen.clone()), false));
+        assert!(!agent.recheck_soon());
+
+        // What the stream sent differs from the run's: sent.
+        agent.note_sent(&ObserverSnapshot { turn: TurnState::Busy { turn: None }, ..seen.clone() });
+        assert_eq!(snapshots_sent(due(false, true)), 1, "differs from what was sent");
+        drop(agent); // closes the holder connection
+        let asked = holder.join().unwrap();
+        assert_eq!(asked.iter().filter(|line| line.contains("screen")).count(), 3, "{asked:?}");
+    }
+
     /// MON-3: an agent held busy by its screen alone (a `Working` screen over an idle rollout:
     /// `Busy` naming no turn) has its screen looked at on every run and is rechecked every
     /// second, as one whose turn is unknown; a turn the rollout names does not. A busy screen
@@ -1333,7 +1381,8 @@ mod tests {
         assert!(agent.process_alive(), "the process was read");
         let with_turn = |turn: TurnState| {
             let snapshot = ObserverSnapshot { turn, ..agent.last_snapshot().and_then(Result::ok).expect("a snapshot was noted") };
-            agent.note_view(None, Ok(snapshot));
+            agent.note_view(None, Ok(snapshot.clone()));
+            agent.note_sent(&snapshot);
             (agent.screen_decides(), crate::monitor_recheck::recheck_interval(agent.screen_decides(), true, true))
         };
         assert_eq!(with_turn(TurnState::Busy { turn: None }), (true, crate::monitor_recheck::UNWATCHED_RECHECK), "busy by the screen alone");
