@@ -647,6 +647,47 @@ fn mgd_4_restart_after_the_ring_dropped_the_handshake_reproves_the_thread() {
     assert_eq!(event["final_message"], "Final answer for: after the ring turned over", "{event}");
 }
 
+/// MGD-4, EV-4, REC-2: a daemon restart that finds the head of the app-server's output
+/// evicted from the holder's ring (past its 4 MiB) reports no turn again and completes a
+/// request in flight. Before (a hostile run) the fresh observer reported the whole loss as an
+/// `observer.gap` after the durable mark and read the ring afresh: every turn still in it was
+/// reported again, `turn.final` too, at each restart, and the request in flight ended
+/// `indeterminate` though every record after its cursor was kept.
+#[test]
+fn mgd_4_a_restart_past_the_rings_head_repeats_no_turn_and_completes_a_request_in_flight() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let (_, entry) = ready_managed(&w, "mia", &[HOLD, &hold_ms(4_000)]);
+    let inc = s(&entry["incarnation"]).to_string();
+    let agent_id = s(&entry["agent_id"]).to_string();
+    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut pane = wakterm_runtime::holder::HolderClient::connect(&socket).unwrap();
+    let junk = format!("{{\"id\":\"{}\",\"method\":\"no/such/method\",\"params\":{{}}}}\n", "j".repeat(100_000));
+    let start = pane.info().unwrap().output_end;
+    while pane.info().unwrap().output_end < start + 5 * 1024 * 1024 {
+        assert_eq!(pane.write(junk.as_bytes()).unwrap().error, None);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let first = new_id();
+    assert_eq!(admit_rf(&w, "mia", &inc, &first, "a turn in the ring").code, 0);
+    assert_eq!(w.wait_terminal(&first)["state"], "completed");
+    w.wait_agent("mia", "available", |e| e["return_final_available"] == true);
+    let prompt = "HOLD across the restart";
+    let id = new_id();
+    assert_eq!(admit_rf(&w, "mia", &inc, &id, prompt).code, 0);
+    wait_request(&w, &id, "bound", |r| r["bound_provider_turn"].is_string());
+    w.ok(&["mux", "stop"]);
+    w.mux_start();
+    let event = w.wait_terminal(&id);
+    assert_eq!((s(&event["state"]), s(&event["final_message"])), ("completed", reply_for(prompt).as_str()), "{event}");
+    w.wait_agent("mia", "available after the restart", |e| e["return_final_available"] == true);
+    let events = agent_events(&w, "mia");
+    let finals: Vec<&str> = events.iter().filter(|e| e["kind"] == "turn.final").map(|e| s(&e["provider_turn_id"])).collect();
+    assert_eq!(finals.len(), 2, "one final per turn: {finals:?}");
+    assert_ne!(finals[0], finals[1], "{finals:?}");
+    assert_eq!(kinds(&events, "observer.gap"), 0, "the durable mark covers the evicted head: {events:?}");
+}
+
 /// MGD-6: a turn that asks the client a server request (an approval) does not wait for a human:
 /// the daemon declines it (a JSON-RPC error), the app-server resolves it and the turn goes on
 /// to its final. Without the answer the fake (like the real one) waits forever and the request
