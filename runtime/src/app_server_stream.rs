@@ -80,10 +80,9 @@ pub struct StreamFollower<L: LineFolder = PlainFold> {
     attached: bool,
     /// REC-2: a resume waiting for the stream to reach its cursor.
     resume_at: Option<u64>,
-    /// MGD-4: this process's head was evicted before this follower read any of it (a daemon
-    /// restart, a resume reading from the start): the loss is reported at the re-attach,
-    /// which says where it ends (`reattach`).
-    head_loss: Option<String>,
+    /// MGD-4: output this follower never read was evicted: the loss is reported at the
+    /// re-attach, which says where it ends (`reattach`).
+    pending_loss: Option<String>,
     earlier: Option<EarlierTail>,
     reproved: bool,
     /// MGD-6: a loss may have taken a server request with it: one `thread/resume` (Codex then
@@ -127,7 +126,7 @@ impl<L: LineFolder> StreamFollower<L> {
             skipping: false,
             attached: false,
             resume_at: None,
-            head_loss: None,
+            pending_loss: None,
             earlier: None,
             reproved: false,
             replay_due: false,
@@ -171,7 +170,7 @@ impl<L: LineFolder> StreamFollower<L> {
         self.skipping = false;
         self.attached = false;
         self.resume_at = Some(from.position);
-        self.head_loss = None;
+        self.pending_loss = None;
         self.earlier = None;
         if from.position < self.start {
             // MGD-4: the cursor lies in an earlier process's output; read it from there.
@@ -202,9 +201,9 @@ impl<L: LineFolder> StreamFollower<L> {
         if page.truncated {
             // Also for a fresh observer (a daemon restart): the daemon before it may not have
             // made those notifications durable, so their loss is reported, never skipped
-            // silently: at the re-attach, bounded (`reattach`), so the engine makes it an
-            // `observer.gap` only past its durable mark.
-            self.lost(page.start, events);
+            // silently: at the re-attach, bounded (`reattach`), so the engine reports it only
+            // past its durable mark.
+            self.lost(page.start);
         } else if !self.attached && !self.skipping {
             self.attach(events);
         }
@@ -298,7 +297,8 @@ impl<L: LineFolder> StreamFollower<L> {
     /// was writing when it died (a review: an exit mid-way through `{"method":"turn/started"`
     /// was reported `drained: true`).
     pub fn exit_drained(&self, read_ok: bool) -> bool {
-        read_ok && self.partial.is_empty() && self.fold.accepted_turns.is_empty() && !self.fold.accepted_overflow
+        // A loss not reported yet (its line not ended) is no drained stream either.
+        read_ok && self.partial.is_empty() && self.pending_loss.is_none() && self.fold.accepted_turns.is_empty() && !self.fold.accepted_overflow
     }
 
     /// MGD-4, MGD-6: the re-proof `wants_reproof` asked for could not be written (the holder
@@ -357,16 +357,11 @@ impl<L: LineFolder> StreamFollower<L> {
     }
 
     /// MGD-4: the holder evicted output this observer never read: what those notifications
-    /// said is unknown. Reported, then the stream is followed again from the next whole line
-    /// with an unknown turn state.
-    fn lost(&mut self, start: u64, events: &mut Vec<ObserverEvent>) {
+    /// said is unknown. Reported at the re-attach (`reattach`), bounded by it; the stream is
+    /// followed again from the next whole line with an unknown turn state.
+    fn lost(&mut self, start: u64) {
         let reason = format!("app-server notifications were evicted before they were read (bytes {}..{start})", self.offset);
-        if !self.attached && self.position == self.start {
-            self.head_loss = Some(reason); // nothing of this process was read: reported at the re-attach
-        } else {
-            let session = self.resume_at.take().map(|_| self.session.clone());
-            events.push(ObserverEvent::SessionLost { reason, session, before: None });
-        }
+        self.pending_loss.get_or_insert(reason); // the first loss names where it began
         // What a loss cannot undo is kept: the pending requests, the proofs counted, and the
         // turns the app-server accepted (CORR-11: the evicted bytes may have held their
         // `turn/started` or not; dropping them made an exit right after count as drained).
@@ -432,17 +427,18 @@ impl<L: LineFolder> StreamFollower<L> {
         }
     }
 
-    /// The stream is followed again from `position`, one past the line a loss cut. A loss of
-    /// this process's head (`head_loss`) took only records at or before `position`, in this
-    /// process's output or an earlier one's: reported so (`before`), so the engine ends only
-    /// the requests armed before it and reports nothing the stream already holds (EV-4: the
+    /// The stream is followed again from `position`, one past the line a loss cut. An
+    /// eviction (`pending_loss`) took only records at or before `position`, in this process's
+    /// output or an earlier one's: reported so (`before`), so the engine ends only the
+    /// requests armed before it and reports nothing the stream already holds (EV-4: the
     /// durable mark covers it). A fresh observer read from the start of a stream whose head
     /// the holder had evicted, and its whole loss was an `observer.gap` after the mark: every
     /// turn still in the ring was reported again, `turn.final` too, at each restart (a hostile
-    /// run). A resume whose cursor lies at or past `position` re-folds the lines up to it
-    /// silently and attaches there (REC-2); before it, what followed its cursor is lost.
+    /// run; a review: so did an eviction between two pages of the catch-up that follows). A
+    /// resume whose cursor lies at or past `position` re-folds the lines up to it silently and
+    /// attaches there (REC-2); before it, what followed its cursor is lost.
     fn reattach(&mut self, position: u64, events: &mut Vec<ObserverEvent>) {
-        if let Some(reason) = self.head_loss.take() {
+        if let Some(reason) = self.pending_loss.take() {
             events.push(ObserverEvent::SessionLost { reason, session: Some(self.session.clone()), before: Some(position) });
             match self.resume_at {
                 Some(cursor) if cursor >= position => return,
@@ -836,9 +832,10 @@ mod tests {
         follower.page(late, &mut events).unwrap();
         assert_eq!(kinds(&events), ["lost_before@170".to_string(), "attached@170".to_string()]);
         assert_eq!(follower.stats.evicted, 1);
-        // A loss once attached may take anything after the mark.
+        // A loss once attached is bounded by its re-attach too (the engine reports it past its
+        // mark: a live stream's loss, a restart's catch-up interrupted by an eviction).
         let later = Page { data: b"tail\n", start: 300, end: 305, truncated: false };
         follower.page(later, &mut events).unwrap();
-        assert_eq!(kinds(&events)[2..], ["lost".to_string(), "attached@305".to_string()]);
+        assert_eq!(kinds(&events)[2..], ["lost_before@305".to_string(), "attached@305".to_string()]);
     }
 }

@@ -531,8 +531,8 @@ impl ManagedPort {
             let page = ring.read(self.follower.next_offset(), PAGE_BYTES).map_err(|e| format!("cannot read the app-server's output: {e}"))?;
             let from = events.len();
             self.follower.page(FollowPage { data: &page.data, start: page.start, end: page.end, truncated: page.truncated }, events)?;
-            if self.mutant == Mutant::HeadLossUnbounded {
-                unbound_head_losses(&mut events[from..]); // the bug
+            if self.mutant == Mutant::EvictionLossUnbounded {
+                unbound_eviction_losses(&mut events[from..]); // the bug
             }
             budget = budget.saturating_sub(page.data.len());
             if page.data.is_empty() || budget == 0 {
@@ -542,11 +542,12 @@ impl ManagedPort {
     }
 }
 
-/// Mutant `head_loss_unbounded`: a loss of the stream's head, as the follower reported it
-/// before (any loss after the durable mark: `observer.gap`, and the records read afresh).
-fn unbound_head_losses(events: &mut [ObserverEvent]) {
+/// Mutant `eviction_loss_unbounded`: an eviction's loss, bounded by its re-attach, reported
+/// unbounded, as the follower did before (any loss after the durable mark: `observer.gap`
+/// after a restart, and the records read afresh).
+fn unbound_eviction_losses(events: &mut [ObserverEvent]) {
     for event in events {
-        if let ObserverEvent::SessionLost { reason, session, before } = event {
+        if let ObserverEvent::SessionLost { reason, session, before: before @ Some(_) } = event {
             if reason.starts_with("app-server notifications were evicted") {
                 (*session, *before) = (None, None);
             }

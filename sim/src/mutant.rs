@@ -373,10 +373,10 @@ pub enum Mutant {
     /// refresh's too, which the engine may not have applied (a late refresh over a newer
     /// monitor snapshot, ADM-3): a view busy by a stale look then holds (an exploration's).
     MonitorComparesWithRefresh,
-    /// Managed observer port (MGD-4, EV-4): a fresh observer's loss of the stream's evicted
-    /// head is reported unbounded, so the engine makes it a gap after its durable mark and
-    /// reports every record still in the ring again (the hostile run's repeated `turn.final`).
-    HeadLossUnbounded,
+    /// Managed observer port (MGD-4, EV-4): an eviction's loss is reported unbounded, so after
+    /// a restart the engine makes it a gap after its durable mark and reports every record
+    /// still in the ring again (the hostile run's repeated `turn.final`).
+    EvictionLossUnbounded,
 }
 
 pub const MUTANTS: &[(Mutant, &str, &str)] = &[
@@ -454,7 +454,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SteeredFlagForged, "steered_flag_forged", "effects publish every completed or aborted terminal event as steered"),
     (Mutant::TurnAcceptedDropped, "turn_accepted_dropped", "managed observer port never reports the turn a turn/start reply names"),
     (Mutant::ScreenSettlesUnknownOnly, "screen_settles_unknown_only", "observer loop looks at the screen again only for an unknown turn, not for one busy by the screen alone"),
-    (Mutant::HeadLossUnbounded, "head_loss_unbounded", "managed observer reports the evicted head of the stream as a loss past the mark, so a restart reports the ring's records again"),
+    (Mutant::EvictionLossUnbounded, "eviction_loss_unbounded", "managed observer reports an eviction's loss unbounded (past the mark), so a restart reports the ring's records again"),
     (Mutant::MonitorComparesWithRefresh, "monitor_compares_with_refresh", "observer loop compares its snapshot with a refresh's view, not with what it sent, so a late refresh's unapplied view hides news"),
     (Mutant::ReaderSeesMemory, "reader_sees_memory", "request get shows the in-memory record, its receipt before the confirming commit"),
     (Mutant::EndedLinesAcceptanceDropped, "ended_lines_acceptance_dropped", "managed observer port drops a turn/start reply's turn when the store holds its request ended"),
