@@ -598,6 +598,7 @@ impl Engine {
             // A restart that finds it unfinished must know it too (a review: set only at the
             // write, a send the crash cut off hid the queued prompt its wait was for).
             joined_wait: !agent.awaiting_prompts.is_empty(),
+            over_unseen_composer: agent.facts.transport == crate::agent::Transport::Pty && agent.view.as_ref().is_none_or(|view| view.composer != crate::observer::Composer::Empty),
             write_unknown_since_ms: None,
             baseline_turn,
             prompt_hash: admission.prompt_hash.clone(),

@@ -185,10 +185,6 @@ pub struct AwaitedPrompt {
     /// EV-13: `taken_by` is a record not proven yet: it counts once the file is proven
     /// (`Engine::floor_proven`), and not at all once it is found changed.
     pub seen_unproven: bool,
-    /// CORR-6: written while the view did not show an empty composer (an unclassified screen,
-    /// which may be a dialog the prompt answers, RF-7): the TUI may never have taken it as a
-    /// prompt, so a later prompt of its text may open the turn its message shows.
-    pub over_unseen_composer: bool,
 }
 
 impl AwaitedPrompt {
@@ -515,8 +511,7 @@ impl AgentEntry {
         self.awaiting_past = None; // a PTY wait's floors are its prompts'
         self.awaiting_unplaced = None;
         self.awaiting_accepted = None;
-        let over_unseen_composer = self.view.as_ref().is_none_or(|view| view.composer != Composer::Empty);
-        let prompt = AwaitedPrompt { hash, past, request: Some(request.clone()), reopened: false, taken_by: None, seen_unproven: false, over_unseen_composer };
+        let prompt = AwaitedPrompt { hash, past, request: Some(request.clone()), reopened: false, taken_by: None, seen_unproven: false };
         self.awaiting_prompts.push(prompt);
     }
 

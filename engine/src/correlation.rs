@@ -522,16 +522,18 @@ impl Engine {
     /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
     /// CORR-6 (PTY): the user message at `position` carries this request's text, and another
     /// prompt of ours of that text was written after it (a plain send that joined its wait,
-    /// ADM-13) and not taken by an earlier record, while this request's own prompt was
-    /// written over a composer the view did not see empty. Input is read in order, so the
+    /// ADM-13, before or after a restart) and not taken by an earlier record, while this
+    /// request's own prompt was written over a composer the view did not see empty
+    /// (`RequestRecord::over_unseen_composer`). Input is read in order, so the
     /// first message is this request's, unless its prompt never became one (written into a
     /// dialog it answered, RF-7): then it is the later prompt's, and its turn's final answers
     /// that one. Which, nothing tells: the simulator found such a request bound to the turn
     /// its same-text send opened (seed 36926, a question on screen classified unknown).
     fn same_text_prompt_may_be_first(&self, request_id: &RequestId, hash: &str, position: u64) -> bool {
-        let Some(agent) = self.agents.get(&self.requests[request_id].agent_id) else { return false };
+        let record = &self.requests[request_id];
+        let Some(agent) = self.agents.get(&record.agent_id) else { return false };
         let prompts = &agent.awaiting_prompts;
-        let own_unseen = prompts.iter().any(|p| p.request.as_ref() == Some(request_id) && p.over_unseen_composer);
+        let own_unseen = record.over_unseen_composer;
         let later_same_text = |p: &&crate::agent::AwaitedPrompt| {
             p.request.as_ref().is_some_and(|other| other != request_id)
                 && p.hash == hash

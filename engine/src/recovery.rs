@@ -396,7 +396,7 @@ impl RecoveredWrite {
             if let Some(past) = past.as_mut().filter(|_| !in_this_copy(w)) {
                 past.position = crate::agent::UNREACHABLE_FLOOR; // in any session
             }
-            crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past, request: None, reopened: true, taken_by: None, seen_unproven: false, over_unseen_composer: false }
+            crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past, request: None, reopened: true, taken_by: None, seen_unproven: false }
         });
         // And each record already counted for a write not awaited, as taken: its replay (the
         // resume reads again from the checkpoint) takes no awaited prompt of the same text (a
@@ -405,7 +405,7 @@ impl RecoveredWrite {
         // latest's, awaited whatever the mark says when an earlier write is unread) still ends
         // its part of the wait when replayed, as before.
         let awaited = |w: &RecoveredWrite| waiting.iter().any(|v| std::ptr::eq(*v, w));
-        let counted = records.iter().filter(|(w, _)| !awaited(w)).map(|(w, record)| crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past: None, request: None, reopened: true, taken_by: Some(record.at.clone()), seen_unproven: false, over_unseen_composer: false });
+        let counted = records.iter().filter(|(w, _)| !awaited(w)).map(|(w, record)| crate::agent::AwaitedPrompt { hash: w.prompt_hash.clone(), past: None, request: None, reopened: true, taken_by: Some(record.at.clone()), seen_unproven: false });
         Some(ReopenedWait { past: None, unplaced: None, accepted: None, prompts: prompts.chain(counted).take(crate::agent::MAX_AWAITED_PROMPTS).collect() })
     }
 

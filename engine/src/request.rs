@@ -132,6 +132,14 @@ pub struct RequestRecord {
     /// A record of an older daemon has none.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub joined_wait: bool,
+    /// CORR-6 (PTY): registered while the view did not show an empty composer (an
+    /// unclassified screen, which may be a dialog the prompt answers, RF-7): the TUI may never
+    /// have taken it as a prompt, so a later same-text prompt may open the turn its message
+    /// shows (`Engine::same_text_prompt_may_be_first`). Durable: a restart's reopened wait no
+    /// longer ties its prompts to their requests (a review). A record of an older daemon has
+    /// none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub over_unseen_composer: bool,
     /// ADM-5, REC-1: the latest its write may have landed, by the restart that ended this
     /// registration (`write_unknown`): that restart's start plus `WRITE_LANDS_WITHIN_MS` (the
     /// holder outlives the daemon), as a time of the run that registered it (`own_time`,

@@ -1069,6 +1069,7 @@ fn corr_6_a_prompt_written_over_an_unseen_composer_is_not_bound_by_a_same_text_m
     rig.snapshots.insert(agent_id(ZOLA), Ok(unseen));
     let op = rig.admit(REQ, "again", ReturnMode::ReturnFinal);
     assert_eq!(classification(&rig, op), Classification::Accepted);
+    assert!(rig.durable[&RequestId::parse(REQ).unwrap()].over_unseen_composer, "durable: a restart's reopened wait keeps no request of its prompts");
     rig.snapshots.insert(agent_id(ZOLA), Ok(idle_snapshot("inc-1", 100)));
     rig.advance(500);
     let command = rig.command(Operation::Send, REQ2, "again", ReturnMode::OneWay);
@@ -1082,6 +1083,7 @@ fn corr_6_a_prompt_written_over_an_unseen_composer_is_not_bound_by_a_same_text_m
 
     let mut rig = Rig::with_idle_zola();
     rig.same_text_send_joining_a_return_final_wait("again"); // asserts the request is bound
+    assert!(!rig.durable[&RequestId::parse(REQ).unwrap()].over_unseen_composer);
 }
 
 /// ADM-13, CORR-6 (one user message, one write): a plain send of the text of an earlier send
