@@ -197,6 +197,11 @@ impl Engine {
             (_, Some(ProofStep::Changed)) => Verdict::Changed(Unproven::Content),
             // A resume of another session failed: not this zone's business.
             (ObserverEvent::SessionLost { session: Some(lost), .. }, _) if *lost != zone.session => Verdict::Pass,
+            // MGD-4: a loss wholly at or before the mark in a managed agent's append-only
+            // output (the holder's ring wrapped between the first look and the resume): what
+            // follows is the same output, and the mark's record still proves it. It closed the
+            // zone as a changed file, reporting the held records again (a review).
+            (ObserverEvent::SessionLost { before: Some(before), .. }, _) if *before <= zone.through => Verdict::Pass,
             // Lost before anything was held: EV-7's gap says it all. A reopened wait's floor
             // still waits for the proof (`FloorProof`).
             (ObserverEvent::SessionLost { .. }, _) if zone.held.is_empty() => {

@@ -1668,6 +1668,31 @@ fn mgd_4_a_bounded_loss_the_stream_already_covers_is_not_reported() {
     assert_eq!(rig.published_events.last().map(|e| e.kind()), Some("observer.lost"));
 }
 
+// MGD-4, EV-13: after a restart, a loss bounded at or before the mark (the holder's ring
+// wrapped between the first look, whose replays the zone holds, and the resume that read from
+// the process's start again) leaves the replay zone open: the stream that follows is the same
+// append-only output, and the mark's record proves it. It closed the zone as for a changed
+// file: a gap, and the held records reported again (a review).
+#[test]
+fn mgd_4_a_covered_loss_leaves_the_replay_zone_open() {
+    let mut rig = managed_zola(Some(THREAD));
+    rig.observe(ObserverEvent::Attached { session: session(), position: 900 });
+    rig.provider_turn("turn-1", "hi", "the final", 1010); // records at 1020, 1030, 1040: the mark
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(managed_facts(Some(THREAD))));
+    rig.input(Input::StartupComplete);
+    let count = rig.published_events.len();
+    rig.observe(ObserverEvent::Attached { session: session(), position: 900 });
+    rig.turn_started("turn-1", 1020); // a replay, held
+    rig.observe(ObserverEvent::SessionLost { reason: "evicted".into(), session: Some(session()), before: Some(1025) });
+    rig.observe(ObserverEvent::Attached { session: session(), position: 1025 });
+    rig.user_message("turn-1", "hi", 1030); // the same records again, to the mark
+    rig.turn_completed("turn-1", "the final", 1040);
+    rig.turn_started("turn-2", 1100);
+    let kinds: Vec<&str> = rig.published_events[count..].iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, ["turn.started"], "only the new turn: {kinds:?}");
+}
+
 fn refused(id: &str, position: u64) -> ObserverEvent {
     let error = "-32603: failed to start turn: internal error; agent loop died unexpectedly".to_string();
     ObserverEvent::RequestRefused { session: session(), id: id.to_string(), error, position }
