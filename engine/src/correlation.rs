@@ -126,7 +126,7 @@ impl Engine {
             ObserverEvent::Attached { session, position } => self.on_attached(agent_id, session, *position),
             ObserverEvent::SessionLost { before: Some(before), .. } => {
                 // MGD-4: the loss lies at or before `before` (an earlier process's output, or this
-                // one's evicted head); a request armed before it (in an earlier process: CORR-1
+                // one's evicted output); a request armed before it (in an earlier process: CORR-1
                 // ended it already, unless facts lag) loses its evidence, the others keep
                 // waiting for the resume's attach that follows.
                 for request_id in self.correlating_requests_of(agent_id, true) {
@@ -519,7 +519,6 @@ impl Engine {
         self.finish(request_id, TerminalState::Indeterminate, Some(reason), None, None);
     }
 
-    /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
     /// CORR-6 (PTY): the user message at `position` carries this request's text, and another
     /// prompt of ours of that text was written after it (a plain send that joined its wait,
     /// ADM-13, before or after a restart) and not taken by an earlier record, while this
@@ -527,8 +526,8 @@ impl Engine {
     /// (`RequestRecord::over_unseen_composer`). Input is read in order, so the
     /// first message is this request's, unless its prompt never became one (written into a
     /// dialog it answered, RF-7): then it is the later prompt's, and its turn's final answers
-    /// that one. Which, nothing tells: the simulator found such a request bound to the turn
-    /// its same-text send opened (seed 36926, a question on screen classified unknown).
+    /// that one. Nothing tells which: the simulator found such a request bound to the turn its
+    /// same-text send opened (seed 36926, a question on screen classified unknown).
     fn same_text_prompt_may_be_first(&self, request_id: &RequestId, hash: &str, position: u64) -> bool {
         let record = &self.requests[request_id];
         let Some(agent) = self.agents.get(&record.agent_id) else { return false };
@@ -543,6 +542,7 @@ impl Engine {
         own_unseen && prompts.iter().any(|p| later_same_text(&p))
     }
 
+    /// CORR-6: our prompt opened this turn; from now on only its final counts (CORR-7).
     fn bind(&mut self, request_id: &RequestId, turn: TurnId, position: u64) {
         self.candidates.remove(request_id);
         self.turn_wait_since.remove(request_id);

@@ -318,8 +318,8 @@ pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restar
             bodies
         }
         // MGD-4: a loss wholly at or before what the stream reported in that session (a late
-        // resume's cursor in an earlier process's output; the evicted head of the holder's
-        // output after a restart) takes nothing from the stream.
+        // resume's cursor in an earlier process's output; output the holder evicted, read
+        // again after a restart) takes nothing from the stream.
         ObserverEvent::SessionLost { session: Some(session), before: Some(before), .. } if mark.covers(session, *before) => Vec::new(),
         ObserverEvent::SessionLost { reason, .. } => {
             // EV-7: a loss of the session the stream reports (a loss naming another one never

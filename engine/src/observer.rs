@@ -262,8 +262,8 @@ pub enum ObserverEvent {
         session: Option<SessionId>,
         /// MGD-4: Some(p) when every lost record lies at or before position p of a managed
         /// agent's stream (in an EARLIER process's output of the same session, after `agent
-        /// restart`, or in the evicted head of this process's output, read by a fresh observer
-        /// or a resume); the stream from p on is followed whole, so only requests armed before
+        /// restart`, or output of this process the holder evicted before it was read); the
+        /// stream from p on is followed whole, so only requests armed before
         /// p are affected, and a mark at or past p lost nothing. None: the loss may reach
         /// anything after the stream's mark.
         #[serde(default)]
