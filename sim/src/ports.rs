@@ -245,8 +245,7 @@ impl Effects for SimEffects {
                     // in one step with them.
                     let mut step: Vec<Input> = events.into_iter().filter_map(|event| observed_input(&mut w, a, event)).collect();
                     let snapshot = w.snapshot(a).ok();
-                    w.agents[a].observer.last_snapshot = snapshot.clone();
-                    (w.agents[a].observer.sent, w.agents[a].observer.refreshed) = (snapshot.clone(), false);
+                    w.agents[a].observer.note_sent(snapshot.clone());
                     step.extend(snapshot_input(&mut w, a, snapshot));
                     send_step(&inbox, step);
                 }
@@ -1816,8 +1815,7 @@ async fn observer_loop(world: Shared, inbox: mpsc::Sender<DriverMsg>, mut wake: 
             let snapshot = w.monitor_snapshot(a, look_again).ok();
             let observer = &w.agents[a].observer;
             let news = snapshot.as_ref().is_some_and(|s| wakterm_runtime::monitor_recheck::snapshot_is_news(forced, observer.refreshed, observer.sent.as_ref(), s));
-            w.agents[a].observer.last_snapshot = snapshot.clone();
-            (w.agents[a].observer.sent, w.agents[a].observer.refreshed) = (snapshot.clone(), false);
+            w.agents[a].observer.note_sent(snapshot.clone());
             // ADM-19: the report takes the snapshot's place, whether or not it is news; a read
             // that is no floor (cut at its step bound, no rollout) is reported again by the
             // next run (`enter_unread`).

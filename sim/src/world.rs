@@ -705,6 +705,12 @@ pub struct ScreenLook {
 }
 
 impl Observer {
+    /// MON-1: the loop (or a resume) sent the engine `snapshot` (`AgentRuntime::note_sent`):
+    /// the latest view, and what the engine holds until a refresh comes.
+    pub fn note_sent(&mut self, snapshot: Option<ObserverSnapshot>) {
+        (self.last_snapshot, self.sent, self.refreshed) = (snapshot.clone(), snapshot, false);
+    }
+
     /// MON-3: only a new look at the screen can settle the turn (no snapshot yet, or one whose
     /// turn `monitor_recheck::screen_settles` says only the screen settles), as
     /// `AgentRuntime::screen_decides` (`has_screen`: a PTY agent's). `unknown_only`: mutant

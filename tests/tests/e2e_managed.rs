@@ -57,6 +57,20 @@ fn ready_managed(w: &World, name: &str, extra_env: &[&str]) -> (Value, Value) {
     (started, entry)
 }
 
+/// MGD-4: writes junk requests straight into agent `agent_id`'s holder (the app-server answers
+/// each with an error echoing its 100 KB id) until its output has grown by 5 MiB, past the
+/// holder's 4 MiB ring: everything the app-server wrote before is evicted.
+fn fill_the_ring(w: &World, agent_id: &str) {
+    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
+    let mut pane = wakterm_runtime::holder::HolderClient::connect(&socket).unwrap();
+    let junk = format!("{{\"id\":\"{}\",\"method\":\"no/such/method\",\"params\":{{}}}}\n", "j".repeat(100_000));
+    let start = pane.info().unwrap().output_end;
+    while pane.info().unwrap().output_end < start + 5 * 1024 * 1024 {
+        assert_eq!(pane.write(junk.as_bytes()).unwrap().error, None);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// `agent admit NAME --incarnation INC --request-id ID --return-final PROMPT`.
 fn admit_rf(w: &World, name: &str, incarnation: &str, id: &str, prompt: &str) -> support::Out {
     w.run(&["agent", "admit", name, "--incarnation", incarnation, "--request-id", id, "--return-final", prompt])
@@ -620,14 +634,7 @@ fn mgd_4_restart_after_the_ring_dropped_the_handshake_reproves_the_thread() {
     assert_eq!(admit_rf(&w, "mia", entry["incarnation"].as_str().unwrap(), &first, "a first turn").code, 0);
     w.wait_agent("mia", "idle after the first turn", |e| e["return_final_available"] == true);
     let agent_id = entry["agent_id"].as_str().unwrap().to_string();
-    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
-    let mut pane = wakterm_runtime::holder::HolderClient::connect(&socket).unwrap();
-    let junk = format!("{{\"id\":\"{}\",\"method\":\"no/such/method\",\"params\":{{}}}}\n", "j".repeat(100_000));
-    let start = pane.info().unwrap().output_end;
-    while pane.info().unwrap().output_end < start + 5 * 1024 * 1024 {
-        assert_eq!(pane.write(junk.as_bytes()).unwrap().error, None);
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    fill_the_ring(&w, &agent_id);
     w.ok(&["mux", "stop"]);
     w.mux_start();
     let back = w.wait_agent("mia", "available after the restart", |e| e["return_final_available"] == true);
@@ -660,14 +667,7 @@ fn mgd_4_a_restart_past_the_rings_head_repeats_no_turn_and_completes_a_request_i
     let (_, entry) = ready_managed(&w, "mia", &[HOLD, &hold_ms(4_000)]);
     let inc = s(&entry["incarnation"]).to_string();
     let agent_id = s(&entry["agent_id"]).to_string();
-    let socket = w.data.join("h").join(format!("{agent_id}.sock"));
-    let mut pane = wakterm_runtime::holder::HolderClient::connect(&socket).unwrap();
-    let junk = format!("{{\"id\":\"{}\",\"method\":\"no/such/method\",\"params\":{{}}}}\n", "j".repeat(100_000));
-    let start = pane.info().unwrap().output_end;
-    while pane.info().unwrap().output_end < start + 5 * 1024 * 1024 {
-        assert_eq!(pane.write(junk.as_bytes()).unwrap().error, None);
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    fill_the_ring(&w, &agent_id);
     let first = new_id();
     assert_eq!(admit_rf(&w, "mia", &inc, &first, "a turn in the ring").code, 0);
     assert_eq!(w.wait_terminal(&first)["state"], "completed");

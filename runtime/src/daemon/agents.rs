@@ -372,9 +372,12 @@ impl AgentRuntime {
         self.view.lock().expect("view lock").refreshed = true;
     }
 
-    /// MON-1: records the snapshot the monitor's stream (a run, a resume) sent the engine.
-    pub fn note_sent(&self, snapshot: &ObserverSnapshot) {
+    /// MON-1: records the snapshot the monitor's stream (a run, a resume) sent the engine: the
+    /// latest view, and what the engine holds until a refresh comes.
+    pub fn note_sent(&self, rollout: Option<&std::path::Path>, snapshot: &ObserverSnapshot) {
         let mut view = self.view.lock().expect("view lock");
+        view.rollout = rollout.map(PathBuf::from);
+        view.snapshot = Some(Ok(snapshot.clone()));
         (view.sent, view.refreshed) = (Some(snapshot.clone()), false);
     }
 

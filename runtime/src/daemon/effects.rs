@@ -107,8 +107,7 @@ impl Effects for RealEffects {
             // it sent last, might see nothing new to send. Sent under the observer lock, in one
             // step with the events (their replay makes one batch, EV-3).
             let snapshot = observer.current_snapshot(screen.as_deref());
-            agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
-            agent.note_sent(&snapshot);
+            agent.note_sent(observer.rollout_path(), &snapshot);
             step.push(Input::ObserverSnapshot { agent_id, snapshot });
             let _ = inbox.blocking_send(DriverMsg::Inputs(step));
         });

@@ -775,8 +775,7 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
         screen_unread = screen.is_none() && !agent.record.managed;
         let snapshot = observer.current_snapshot(screen.as_deref());
         let news = crate::monitor_recheck::snapshot_is_news(forced, refreshed, sent.as_ref(), &snapshot);
-        agent.note_view(observer.rollout_path(), Ok(snapshot.clone()));
-        agent.note_sent(&snapshot);
+        agent.note_sent(observer.rollout_path(), &snapshot);
         agent.note_health(health);
         // Sent under the observer lock, after the events: never older than what the engine saw.
         // ADM-19: read after the holder told of the Enter, so what it read may all predate it
@@ -1353,7 +1352,7 @@ mod tests {
         assert!(!agent.recheck_soon());
 
         // What the stream sent differs from the run's: sent.
-        agent.note_sent(&ObserverSnapshot { turn: TurnState::Busy { turn: None }, ..seen.clone() });
+        agent.note_sent(None, &ObserverSnapshot { turn: TurnState::Busy { turn: None }, ..seen.clone() });
         assert_eq!(snapshots_sent(due(false, true)), 1, "differs from what was sent");
         drop(agent); // closes the holder connection
         let asked = holder.join().unwrap();
@@ -1381,8 +1380,7 @@ mod tests {
         assert!(agent.process_alive(), "the process was read");
         let with_turn = |turn: TurnState| {
             let snapshot = ObserverSnapshot { turn, ..agent.last_snapshot().and_then(Result::ok).expect("a snapshot was noted") };
-            agent.note_view(None, Ok(snapshot.clone()));
-            agent.note_sent(&snapshot);
+            agent.note_sent(None, &snapshot);
             (agent.screen_decides(), crate::monitor_recheck::recheck_interval(agent.screen_decides(), true, true))
         };
         assert_eq!(with_turn(TurnState::Busy { turn: None }), (true, crate::monitor_recheck::UNWATCHED_RECHECK), "busy by the screen alone");
