@@ -65,6 +65,18 @@ struct Attachment {
     session: SessionId,
     /// Position of the last emitted event of this session (strict ordering check).
     last_event: Option<u64>,
+    /// MON-3: where the record that last ended a turn (the fold went idle) begins in this
+    /// file: a look whose [`LookFloor`] lies at or before it was taken before that turn ended.
+    idle_from: Option<u64>,
+}
+
+/// MON-3: how far the tailed rollout reached right after a look at the screen (its file and
+/// length, measured after the look): a record that begins at or past `offset` in that file was
+/// written after the look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookFloor {
+    file: crate::rollout_tail::FileIdentity,
+    offset: u64,
 }
 
 /// How far discovery and reading got in this call (MON-1 compares it between runs).
@@ -236,7 +248,7 @@ impl CodexObserver {
     pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
         let mut events = Vec::new();
         let health = self.sync_one_step(&mut events, rediscover || !self.discovery_clean);
-        let snapshot = self.snapshot(&health, screen);
+        let snapshot = self.snapshot(&health, screen, false);
         self.last_health = health;
         Refresh { events, snapshot }
     }
@@ -288,7 +300,37 @@ impl CodexObserver {
 
     /// The snapshot the last call left, combined with the screen (no discovery, no read).
     pub fn current_snapshot(&self, screen: Option<&str>) -> ObserverSnapshot {
-        self.snapshot(&self.last_health, screen)
+        self.snapshot(&self.last_health, screen, false)
+    }
+
+    /// MON-3: the monitor's snapshot from a look at the screen taken when the rollout reached
+    /// `floor` (a look kept from an earlier run, or this run's). A `Working` indicator that
+    /// look showed does not hold an idle rollout busy when the turn that ended last ended
+    /// after the look ([`turn_ended_after`](Self::turn_ended_after)): every turn running when
+    /// it was taken has ended since (Codex runs one at a time). Before (a hostile run), a
+    /// holder stopped while its turn ended left the catalog `busy`, `turn_active`, until it
+    /// answered again: the run that read the end held the look from during the turn, and the
+    /// look again got no answer. Only the monitor's view: an admission decides on its own
+    /// look, which this rule does not touch (ADM-3).
+    pub fn monitor_snapshot(&self, screen: Option<&str>, floor: Option<&LookFloor>) -> ObserverSnapshot {
+        self.snapshot(&self.last_health, screen, self.turn_ended_after(floor))
+    }
+
+    /// MON-3: how far the tailed rollout reaches now (a look just taken: see [`LookFloor`]);
+    /// None when nothing is attached or the file's length cannot be read (an error is never
+    /// evidence).
+    pub fn look_floor(&self) -> Option<LookFloor> {
+        let attachment = self.attached.as_ref()?;
+        Some(LookFloor { file: attachment.tail.identity(), offset: attachment.tail.length_now()? })
+    }
+
+    /// MON-3: whether the fold is idle and the record that last ended a turn begins at or past
+    /// `floor` in the tailed file: written after the look, so any turn running at the look
+    /// (whose `Working` it showed) had ended by then.
+    pub fn turn_ended_after(&self, floor: Option<&LookFloor>) -> bool {
+        let (Some(floor), Some(attachment)) = (floor, self.attached.as_ref()) else { return false };
+        let idle = matches!(self.turn, TurnState::Idle { .. }) && !self.behind;
+        idle && attachment.tail.identity() == floor.file && attachment.idle_from.is_some_and(|from| from >= floor.offset)
     }
 
     /// The process this observer reads (one incarnation).
@@ -444,7 +486,7 @@ impl CodexObserver {
         let position = tail.offset();
         debug_assert!(self.replay_floor.is_none_or(|floor| position <= floor), "attached past the resumed cursor");
         events.push(ObserverEvent::Attached { session: session.clone(), position });
-        self.attached = Some(Attachment { tail, session, last_event: Some(position) });
+        self.attached = Some(Attachment { tail, session, last_event: Some(position), idle_from: None });
         self.ever_attached = true;
         self.lost_reason = None;
         self.turn = turn;
@@ -672,8 +714,14 @@ impl CodexObserver {
                 return;
             }
         };
+        let was_idle = matches!(self.turn, TurnState::Idle { .. });
         if let Some(event) = self.apply_record(record, session, entry.end) {
             self.emit(event, entry.end, events);
+        }
+        if !was_idle && matches!(self.turn, TurnState::Idle { .. }) {
+            if let Some(attachment) = self.attached.as_mut() {
+                attachment.idle_from = Some(entry.offset);
+            }
         }
     }
 
@@ -748,12 +796,15 @@ impl CodexObserver {
         watch.exited().unwrap_or(false)
     }
 
-    fn snapshot(&self, health: &Health, screen: Option<&str>) -> ObserverSnapshot {
+    /// `working_explained`: the screen's `Working` indicator is explained by a turn that has
+    /// ended since the look ([`monitor_snapshot`](Self::monitor_snapshot)); its composer still
+    /// counts.
+    fn snapshot(&self, health: &Health, screen: Option<&str>, working_explained: bool) -> ObserverSnapshot {
         let (status, turn) = match health {
             Health::Unavailable(reason) => (ObserverStatus::Unavailable { reason: reason.clone() }, TurnState::Unknown),
             Health::Fresh => (ObserverStatus::Attached, fresh_turn(screen)),
             Health::Attached if self.behind => (ObserverStatus::Attached, TurnState::Unknown),
-            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen)),
+            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen.filter(|_| !working_explained))),
         };
         ObserverSnapshot {
             incarnation: self.incarnation.clone(),

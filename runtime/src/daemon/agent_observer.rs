@@ -46,6 +46,23 @@ impl AgentObserver {
         }
     }
 
+    /// MON-3: the monitor's snapshot from a look taken when the rollout reached `floor`
+    /// ([`CodexObserver::monitor_snapshot`]).
+    pub fn monitor_snapshot(&self, screen: Option<&str>, floor: Option<&crate::observer::LookFloor>) -> ObserverSnapshot {
+        match self {
+            AgentObserver::Rollout(o) => o.monitor_snapshot(screen, floor),
+            AgentObserver::Managed(o) => o.snapshot(),
+        }
+    }
+
+    /// MON-3: how far the rollout reaches now, right after a look (a managed agent has none).
+    pub fn look_floor(&self) -> Option<crate::observer::LookFloor> {
+        match self {
+            AgentObserver::Rollout(o) => o.look_floor(),
+            AgentObserver::Managed(_) => None,
+        }
+    }
+
     pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
         match self {
             AgentObserver::Rollout(o) => o.refresh_scoped(screen, rediscover),

@@ -283,9 +283,28 @@ struct MonitorView {
     refreshed: bool,
     /// The observer's health at the last snapshot the monitor sent (a change sends another).
     health: Option<Health>,
-    /// MON-3: the screen text of the last successful look (a refresh's or a run's), and the
-    /// process it was read from.
-    screen: Option<(Option<ProcessIdentity>, String)>,
+    /// MON-3: the last successful look at the screen (a refresh's or a run's).
+    screen: Option<KeptLook>,
+    /// MON-3: how many looks were noted (each one's `seq`).
+    looks: u64,
+}
+
+/// MON-3: a look at the screen as the monitor keeps it: its text, the process it was read
+/// from, which look it was, and how far the rollout reached right after it (`LookFloor`,
+/// noted by whoever holds the observer then; None: not known, so its `Working` always counts).
+#[derive(Clone)]
+struct KeptLook {
+    process: Option<ProcessIdentity>,
+    text: String,
+    seq: u64,
+    floor: Option<crate::observer::LookFloor>,
+}
+
+/// MON-3: one look at the screen just taken: its text, and which look it was
+/// ([`AgentRuntime::note_look_floor`]).
+pub struct Look {
+    pub text: String,
+    pub seq: u64,
 }
 
 #[derive(Default)]
@@ -773,6 +792,11 @@ impl AgentRuntime {
     /// new one costs the holder a thread). None for a managed agent, whose raw pane shows JSON
     /// lines and whose evidence is its notification stream (MGD-4).
     pub fn screen_text(&self) -> Option<String> {
+        self.screen_look().map(|look| look.text)
+    }
+
+    /// [`screen_text`](Self::screen_text), and which look it was.
+    pub fn screen_look(&self) -> Option<Look> {
         if self.record.managed {
             return None;
         }
@@ -781,27 +805,42 @@ impl AgentRuntime {
         let process = self.liveness.lock().expect("liveness lock").process;
         let (_kept, screen) = self.kept_call(HolderClient::screen).ok()?;
         let text = text_of(&screen);
-        self.note_screen(process, &text);
-        Some(text)
+        let seq = self.note_screen(process, &text);
+        Some(Look { text, seq })
     }
 
     /// MON-3: the text of the last look at the screen (a refresh's or a monitor run's), if it
-    /// was read from the process the agent runs now.
-    pub fn last_screen(&self) -> Option<String> {
+    /// was read from the process the agent runs now, and how far the rollout reached right
+    /// after it, when known.
+    pub fn last_screen(&self) -> Option<(String, Option<crate::observer::LookFloor>)> {
         let process = self.liveness.lock().expect("liveness lock").process; // before the view lock: never hold both
         let view = self.view.lock().expect("view lock");
-        view.screen.as_ref().filter(|(read_from, _)| *read_from == process).map(|(_, text)| text.clone())
+        view.screen.as_ref().filter(|look| look.process == process).map(|look| (look.text.clone(), look.floor.clone()))
     }
 
-    fn note_screen(&self, process: Option<ProcessIdentity>, text: &str) {
-        self.view.lock().expect("view lock").screen = Some((process, text.to_string()));
+    /// MON-3: how far the rollout reached right after look `seq` (measured after it returned);
+    /// dropped when another look was noted since (a floor measured before that one's call
+    /// could end would claim too much of it).
+    pub fn note_look_floor(&self, seq: u64, floor: Option<crate::observer::LookFloor>) {
+        let mut view = self.view.lock().expect("view lock");
+        if let Some(look) = view.screen.as_mut().filter(|look| look.seq == seq) {
+            look.floor = floor;
+        }
+    }
+
+    fn note_screen(&self, process: Option<ProcessIdentity>, text: &str) -> u64 {
+        let mut view = self.view.lock().expect("view lock");
+        view.looks += 1;
+        let seq = view.looks;
+        view.screen = Some(KeptLook { process, text: text.to_string(), seq, floor: None });
+        seq
     }
 
     /// ADM-3's first two looks, liveness (forwarded as [`AgentRuntime::forward_liveness_change`]
     /// does) and the screen text ([`AgentRuntime::screen_text`]), from ONE holder call that
     /// reads both at the same moment (issue 10: a round trip less per admission). A holder
     /// too old for it answers the screen alone; `info` is then asked separately.
-    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> (Option<String>, PaneLook) {
+    pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> (Option<Look>, PaneLook) {
         if self.record.managed {
             let _ = self.forward_liveness_change(inbox);
             return (None, PaneLook::default());
@@ -832,12 +871,13 @@ impl AgentRuntime {
         if self.apply_liveness(stamp, answer, Some(inbox)) == Applied::Stale {
             return (None, PaneLook::default());
         }
-        if let Some(text) = &screen {
+        let look = screen.map(|text| {
             // Read in one call with the liveness just applied: filed under that process.
             let process = self.liveness.lock().expect("liveness lock").process;
-            self.note_screen(process, text);
-        }
-        (screen, pane)
+            let seq = self.note_screen(process, &text);
+            Look { text, seq }
+        });
+        (look, pane)
     }
 }
 
@@ -1116,7 +1156,7 @@ mod tests {
         });
         let (inbox, mut sent) = mpsc::channel(16);
         let (screen, pane) = agent.forward_liveness_and_screen(&inbox);
-        assert_eq!(screen.as_deref(), Some("> hi"));
+        assert_eq!(screen.map(|look| look.text).as_deref(), Some("> hi"));
         assert_eq!(pane, PaneLook::default(), "an old holder's screen comes without its write count or Enter");
         assert_eq!(agent.liveness.lock().unwrap().process.map(|p| p.pid), Some(me.pid));
         drop(agent); // closes the kept connection: the fake holder's loop ends

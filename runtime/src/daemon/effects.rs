@@ -246,15 +246,22 @@ pub fn refresh_agent(
     inbox: &mpsc::Sender<DriverMsg>,
     answer: impl FnOnce(Result<wakterm_engine::ObserverSnapshot, String>, wakterm_engine::pane_look::PaneLook) -> Input,
 ) -> Result<wakterm_engine::ObserverSnapshot, String> {
-    let (screen, pane) = agent.forward_liveness_and_screen(inbox);
+    let (look, pane) = agent.forward_liveness_and_screen(inbox);
+    let screen = look.as_ref().map(|look| look.text.as_str());
     let mut guard = agent.observer.lock().expect("observer lock");
     let mut step = Vec::new(); // the read's events, then the answer
     let mut behind = false;
     let snapshot = match guard.as_mut() {
         None => Err("no process runs behind the agent".to_string()),
         Some(observer) => {
+            // MON-3: the look came before this lock: the rollout's length now is past it. Kept
+            // for the monitor's runs, which may reuse the look; this refresh decides on its look
+            // as it is (a `Working` indicator always counts for an admission).
+            if let Some(look) = &look {
+                agent.note_look_floor(look.seq, observer.look_floor());
+            }
             // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
-            let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen.as_deref(), rediscover));
+            let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen, rediscover));
             agent.note_refreshed_view(observer.rollout_path(), Ok(refresh.snapshot.clone()));
             step = observed_inputs(agent_id, refresh.events);
             behind = observer.behind();

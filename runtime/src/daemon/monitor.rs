@@ -767,13 +767,21 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
     let mut screen_unread = false;
     let mut enter_unread = enter; // reported only by a snapshot below
     if changed {
-        let screen = match look_again {
-            true => agent.screen_text(),
-            false => agent.last_screen().or_else(|| agent.screen_text()),
+        let (screen, floor) = match (look_again, agent.last_screen()) {
+            (false, Some((text, floor))) => (Some(text), floor),
+            _ => match agent.screen_look() {
+                // MON-3: measured after the look (this run read the rollout before it).
+                Some(look) => {
+                    let floor = observer.look_floor();
+                    agent.note_look_floor(look.seq, floor.clone());
+                    (Some(look.text), floor)
+                }
+                None => (None, None),
+            },
         };
         // A managed agent has no screen to read.
         screen_unread = screen.is_none() && !agent.record.managed;
-        let snapshot = observer.current_snapshot(screen.as_deref());
+        let snapshot = observer.monitor_snapshot(screen.as_deref(), floor.as_ref());
         let news = crate::monitor_recheck::snapshot_is_news(forced, refreshed, sent.as_ref(), &snapshot);
         agent.note_sent(observer.rollout_path(), &snapshot);
         agent.note_health(health);
@@ -1388,6 +1396,52 @@ mod tests {
         let named = TurnState::Busy { turn: Some(wakterm_engine::TurnId("turn-1".to_string())) };
         assert_eq!(with_turn(named), (false, ATTACHED_RECHECK), "a turn the rollout names");
         assert_eq!(with_turn(TurnState::Idle { last_completed: None }), (false, ATTACHED_RECHECK));
+    }
+
+    /// MON-3: a look kept from before a turn's end does not hold the ended turn busy: every
+    /// turn running at the look has ended once a turn-end record written after it is read. A
+    /// holder stopped (SIGSTOP) while its turn ended left the catalog `busy`, `turn_active`,
+    /// for as long as it was stopped (a hostile run: 18 s of a 20 s stop): the run that read
+    /// the end kept the look from during the turn, and its looks again got no answer. A look
+    /// taken after the end was written still counts its `Working` (the TUI may have started a
+    /// turn the rollout does not show yet).
+    #[test]
+    fn mon_3_a_look_from_before_a_turns_end_does_not_hold_it_busy() {
+        use wakterm_engine::{ObserverSnapshot, TurnState};
+        const WORKING: &str = r#"{"lines":["• Working (3s • esc to interrupt)","","› "],"cursor":{"row":2,"col":2},"output_offset":0,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let id = "3e5a7c9e-1b3d-4f5a-8c7e-9a1b3c5d7e9f";
+        let (agent, paths) = pty_agent(dir.path(), id);
+        // Two answers (the liveness, one look), then the holder answers nothing more.
+        let holder = fake_holder(&paths, id, 2, |line| match line.contains("screen") {
+            true => WORKING.to_string(),
+            false => own_info(0),
+        });
+        let mut rollout = session_s1(dir.path());
+        rollout.write_all(event(r#""type":"task_started","turn_id":"t1""#).as_bytes()).unwrap();
+        let (inbox, mut messages) = mpsc::channel(16);
+        let mut snapshot_sent = |due: Due| -> ObserverSnapshot {
+            let (_, got) = run_as_driver(&agent, &inbox, &mut messages, due);
+            let snapshots = got.into_iter().filter_map(|m| match m {
+                Sent::Input(Input::ObserverSnapshot { snapshot, .. }) => Some(snapshot),
+                _ => None,
+            });
+            snapshots.last().expect("the run sent a snapshot")
+        };
+        let during = snapshot_sent(due(true, true));
+        assert_eq!(during.turn, TurnState::Busy { turn: Some(wakterm_engine::TurnId("t1".into())) });
+        assert_eq!(holder.join().unwrap().len(), 2, "the look was taken during the turn");
+        rollout.write_all(event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"ok""#).as_bytes()).unwrap();
+        let after = snapshot_sent(due(false, false));
+        assert!(matches!(after.turn, TurnState::Idle { .. }), "the look's Working is the ended turn's: {:?}", after.turn);
+        assert_eq!(after.composer, during.composer, "the kept look still tells the composer");
+        // The same look, had the rollout already held the end when it was taken: busy.
+        let guard = agent.observer.lock().unwrap();
+        let observer = guard.as_ref().expect("an observer");
+        let floor = observer.look_floor().expect("attached");
+        let text = "• Working (3s • esc to interrupt)\n\n› "; // WORKING's lines, as a look reads them
+        assert_eq!(observer.monitor_snapshot(Some(text), Some(&floor)).turn, TurnState::Busy { turn: None });
+        assert_eq!(observer.monitor_snapshot(Some(text), None).turn, TurnState::Busy { turn: None }, "no floor: the Working counts");
     }
 
     /// MON-1 / MON-2: what a sessions watch's events wake. An open is only an open (the
