@@ -373,6 +373,9 @@ pub enum Mutant {
     /// refresh's too, which the engine may not have applied (a late refresh over a newer
     /// monitor snapshot, ADM-3): a view busy by a stale look then holds (an exploration's).
     MonitorComparesWithRefresh,
+    /// Observer loop (MON-3): a look's `Working` indicator counts whatever turn ended after the
+    /// look, so a holder stopped while its turn ends holds the agent `busy` (a hostile run).
+    EndedTurnLookCounts,
     /// Managed observer port (MGD-4, EV-4): an eviction's loss is reported unbounded, so after
     /// a restart the engine makes it a gap after its durable mark and reports every record
     /// still in the ring again (the hostile run's repeated `turn.final`).
@@ -454,6 +457,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::SteeredFlagForged, "steered_flag_forged", "effects publish every completed or aborted terminal event as steered"),
     (Mutant::TurnAcceptedDropped, "turn_accepted_dropped", "managed observer port never reports the turn a turn/start reply names"),
     (Mutant::ScreenSettlesUnknownOnly, "screen_settles_unknown_only", "observer loop looks at the screen again only for an unknown turn, not for one busy by the screen alone"),
+    (Mutant::EndedTurnLookCounts, "ended_turn_look_counts", "observer loop counts a kept look's Working indicator after a turn that ended since the look, so a stopped holder holds the agent busy"),
     (Mutant::EvictionLossUnbounded, "eviction_loss_unbounded", "managed observer reports an eviction's loss unbounded (past the mark), so a restart reports the ring's records again"),
     (Mutant::MonitorComparesWithRefresh, "monitor_compares_with_refresh", "observer loop compares its snapshot with a refresh's view, not with what it sent, so a late refresh's unapplied view hides news"),
     (Mutant::ReaderSeesMemory, "reader_sees_memory", "request get shows the in-memory record, its receipt before the confirming commit"),

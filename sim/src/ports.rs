@@ -168,7 +168,8 @@ impl Effects for SimEffects {
             let snapshot = w.snapshot(a);
             // ADM-4: the pane's write count of the look (PTY panes: the runtime's
             // `forward_liveness_and_screen`).
-            let pane_writes = (!w.is_managed(a)).then(|| landed.unwrap_or(w.agents[a].pane.writes));
+            // A stalled holder answered no look: no write count either (read in the same call).
+            let pane_writes = (!w.is_managed(a) && !w.agents[a].screen_stalled).then(|| landed.unwrap_or(w.agents[a].pane.writes));
             if let (Some(writes), Ok(wakterm_engine::Composer::Unknown)) = (pane_writes, snapshot.as_ref().map(|s| s.composer)) {
                 w.agents[a].unknown_looks_at.insert(writes);
             }

@@ -1253,7 +1253,7 @@ async fn check_event_stream_at_end(world: &Shared) {
         let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);
         let events_through = status.as_ref().and_then(|s| s["events_through"].as_u64()).unwrap_or(0);
         problems = {
-            let w = world.lock().unwrap();
+            let mut w = world.lock().unwrap();
             let tails: Vec<_> = w.agents.iter().enumerate().filter(|(_, a)| a.process.is_some()).map(|(i, a)| (i, a.session.id.clone(), a.session.records.as_slice())).collect();
             let mut problems = w.oracle.stream_end_problems(&w.store, &tails);
             // MON-3, ADM-16: the catalog of a PTY agent that runs no turn (its TUI idle, its
@@ -1266,7 +1266,9 @@ async fn check_event_stream_at_end(world: &Shared) {
                 let Some(a) = w.agents.iter().position(|agent| agent.agent_id.to_string() == id) else { continue };
                 let agent = &w.agents[a];
                 let idle = agent.process.is_some() && agent.running.is_none() && !w.is_managed(a) && agent.session.records.iter().all(|r| r.visible_at_ms <= wakterm_runtime::driver::now_ms());
-                if quiescent && idle {
+                if quiescent && idle && w.stalled_look_in_another_file(a) {
+                    w.counters.fault("note.stalled_look_in_another_file"); // MON-3's known gap
+                } else if quiescent && idle {
                     problems.push((crate::oracle::Kind::Stalled, format!("a{a} runs no turn, but the catalog says busy/turn_active naming no turn (a look at the screen would say idle)")));
                 }
             }

@@ -648,6 +648,10 @@ pub struct Observer {
     pub refreshed: bool,
     /// MON-3: the last look at the screen (a refresh's, a resume's or the loop's).
     pub look: Option<ScreenLook>,
+    /// MON-3: the file and the position where the record that last ended a turn (the fold
+    /// went idle) begins (`Attachment::idle_from`): a look whose floor lies at or before it
+    /// was taken before that turn ended.
+    pub idle_from: Option<(u64, u64)>,
     /// Mutant `unknown_liveness_forgotten`: the loop stopped asking the holder after an
     /// unknown answer, until the agent's process changes again (the holder's next push).
     pub liveness_forgotten: Option<Option<Proc>>,
@@ -702,6 +706,9 @@ pub struct ScreenLook {
     running: bool,
     working: bool,
     composer: Composer,
+    /// How far the tailed file reached at the look (`LookFloor`: the file, its readable
+    /// length), when the observer tails the session's current file.
+    floor: Option<(u64, u64)>,
 }
 
 impl Observer {
@@ -745,6 +752,7 @@ impl Observer {
             sent: None,
             refreshed: false,
             look: None,
+            idle_from: None,
             liveness_forgotten: None,
             unwoken: None,
             last_look_ms: 0,
@@ -885,6 +893,9 @@ pub struct Agent {
     /// (a final is where Codex puts long text); the value is how long the observer is then
     /// blind. Reaching it loses the session (evidence lost); the record is never folded.
     pub unreadable_record: Option<u64>,
+    /// MON-3, fault `holder.screen_stalled`: the holder answers no look at the screen and
+    /// pushes no change of the pane from now on (a holder stopped while its turn runs).
+    pub screen_stalled: bool,
     pub lag_ms: u64,
     /// The latest record the provider wrote late: when it became readable, and how late. A
     /// record is readable only after the one before it, so one slow record delays those after
@@ -957,6 +968,7 @@ impl Agent {
             lost_until_ms: None,
             lost_reason: String::new(),
             unreadable_record: None,
+            screen_stalled: false,
             lag_ms: 20,
             late_record: (0, 0),
             pending_finals: vec![],
@@ -1076,6 +1088,10 @@ pub const REAL_CODEX_RECORD_LAG_MS: u64 = 25;
 /// MON-3: how often, while faults run, the holder's push of a screen change the observer loop
 /// has not looked at is lost for good (`monitor.screen_push_lost`).
 pub const PUSH_LOST: f64 = 0.03;
+
+/// MON-3: how often, while faults run, a look that saw a turn working is the last one the
+/// holder answers (`holder.screen_stalled`, at most one agent per run).
+pub const SCREEN_STALL: f64 = 0.004;
 
 /// The whole simulated system of one seed.
 pub struct World {
@@ -2410,13 +2426,17 @@ impl World {
             let event = self.transform(a, record.event);
             let obs = &mut self.agents[a].observer;
             obs.read += 1;
-            obs.position = record.position;
+            let start = std::mem::replace(&mut obs.position, record.position);
             // OBS-2: up to the checkpoint, the fold's result is already known.
             match obs.fold_from {
                 Some(checkpoint) if record.position <= checkpoint => {}
                 _ => {
                     obs.fold_from = None;
+                    let was_idle = matches!(obs.turn, TurnState::Idle { .. });
                     obs.turn = wakterm_engine::fold_turn(&obs.turn, &event); // CORR-13: the engine's one fold
+                    if !was_idle && matches!(obs.turn, TurnState::Idle { .. }) {
+                        obs.idle_from = Some((obs.file, start)); // MON-3
+                    }
                 }
             }
             if self.mutant == Mutant::AssistantMessagesDropped && matches!(event, ObserverEvent::AgentMessage { .. }) {
@@ -2524,6 +2544,7 @@ impl World {
         agent.observer.turn = turn;
         agent.observer.fold_from = fold_from;
         agent.observer.label = None;
+        agent.observer.idle_from = None; // a new attachment (MON-3)
         // OBS-2, EV-13 (`CodexObserver::attach`): announced where reading begins, the point
         // the checkpoint's proof covers, and every record after it emitted: the engine proves
         // those it already reported by the mark's fingerprint.
@@ -2649,13 +2670,23 @@ impl World {
         (end >= agent.observer.position).then(|| wakterm_engine::Cursor { session: attached.clone(), position: end })
     }
 
+    /// MON-3's known gap: agent `a`'s holder answers no look (`holder.screen_stalled`) and its
+    /// last look was taken in another file than the one the observer tails now (the session
+    /// was replaced since): nothing tells whether the new file's turn end came after that look,
+    /// so its `Working` still counts (safety over liveness) and the agent stays `busy`.
+    pub fn stalled_look_in_another_file(&self, a: usize) -> bool {
+        let agent = &self.agents[a];
+        let floor_file = agent.observer.look.as_ref().and_then(|look| look.floor).map(|(file, _)| file);
+        agent.screen_stalled && floor_file != Some(agent.observer.file)
+    }
+
     /// A snapshot after a look at the screen (a refresh's, a resume's).
     pub fn snapshot(&mut self, a: usize) -> Result<ObserverSnapshot, String> {
         if self.is_managed(a) {
             return self.managed_snapshot(a);
         }
         let look = self.look_at_screen(a)?;
-        self.snapshot_from(a, &look)
+        self.snapshot_from(a, &look, false)
     }
 
     /// MON-3: the observer loop's snapshot: from the last look at this process's screen unless
@@ -2671,7 +2702,8 @@ impl World {
         let kept = agent.observer.look.clone().filter(|look| !look_again && Some(look.process) == agent.process);
         let pane_changed = kept.as_ref().is_some_and(|look| look.screen != agent.pane.screen || look.running != agent.running.is_some());
         let look = match kept {
-            Some(look) if !pane_changed => look,
+            // A stalled holder pushes nothing: the loop keeps its last look.
+            Some(look) if !pane_changed || agent.screen_stalled => look,
             Some(mut look) if self.fault_roll(PUSH_LOST) => {
                 // The holder's push of the change is lost for good (a holder stopped, then
                 // continued while the loop's watch of it reconnected): the loop takes the pane as
@@ -2688,13 +2720,16 @@ impl World {
             }
             _ => self.look_at_screen(a)?,
         };
-        self.snapshot_from(a, &look)
+        self.snapshot_from(a, &look, true)
     }
 
     /// One look at agent `a`'s screen (the holder's `screen`), kept as the last look.
     fn look_at_screen(&mut self, a: usize) -> Result<ScreenLook, String> {
         let agent = &self.agents[a];
         let Some(process) = agent.process else { return Err("no process runs behind the agent".to_string()) };
+        if agent.screen_stalled {
+            return Err("the holder does not answer".to_string());
+        }
         // The runtime's `with_screen`: a visible `Working` indicator beats an idle record. The
         // screen is not always readable (the sim reads it 70% of the time).
         let running = agent.running.is_some();
@@ -2707,13 +2742,26 @@ impl World {
         } else {
             self.composer_on_screen(a)
         };
-        let look = ScreenLook { process, screen: self.agents[a].pane.screen, running, working, composer };
+        // MON-3: how far the tailed file reached (the runtime measures it right after the look).
+        let agent = &self.agents[a];
+        let tails_current = agent.observer.attached.as_ref() == Some(&agent.session.id) && agent.observer.file == agent.session.file;
+        let floor = tails_current.then(|| (agent.session.file, agent.session.visible_end(wakterm_runtime::driver::now_ms())));
+        let look = ScreenLook { process, screen: agent.pane.screen, running, working, composer, floor };
         self.agents[a].observer.look = Some(look.clone());
+        // Fault `holder.screen_stalled`: the holder is stopped right after a look that saw a
+        // turn working (one agent, for the rest of the run), so the turn ends unseen.
+        if working && running && !self.agents.iter().any(|agent| agent.screen_stalled) && self.fault_roll(SCREEN_STALL) {
+            self.counters.fault("holder.screen_stalled");
+            self.log(format!("a{a} the holder stops answering looks at the screen (stopped during a turn)"));
+            self.agents[a].screen_stalled = true;
+        }
         Ok(look)
     }
 
-    /// The snapshot of agent `a`'s observer with `look` for what the screen shows.
-    fn snapshot_from(&mut self, a: usize, look: &ScreenLook) -> Result<ObserverSnapshot, String> {
+    /// The snapshot of agent `a`'s observer with `look` for what the screen shows. `monitor`:
+    /// the observer loop's (`CodexObserver::monitor_snapshot`): a look's `Working` does not
+    /// count once a turn ended after it (MON-3); an admission's refresh always counts it.
+    fn snapshot_from(&mut self, a: usize, look: &ScreenLook, monitor: bool) -> Result<ObserverSnapshot, String> {
         let agent = &self.agents[a];
         let process = look.process;
         let attached = agent.observer.attached.clone();
@@ -2723,8 +2771,12 @@ impl World {
             Some(_) => (ObserverStatus::Attached, agent.observer.turn.clone()),
             None => (ObserverStatus::Unavailable { reason: agent.lost_reason.clone() }, TurnState::Unknown),
         };
+        // MON-3 (`turn_ended_after`): the turn that ended last ended after the look.
+        let observer = &agent.observer;
+        let ended_after = look.floor.is_some_and(|(file, offset)| observer.idle_from.is_some_and(|(f, start)| f == file && f == observer.file && start >= offset));
+        let explained = monitor && ended_after && self.mutant != Mutant::EndedTurnLookCounts; // the mutant: it counts
         let turn = match turn {
-            TurnState::Idle { .. } if look.working => TurnState::Busy { turn: None },
+            TurnState::Idle { .. } if look.working && !explained => TurnState::Busy { turn: None },
             other => other,
         };
         if matches!(turn, TurnState::Busy { .. }) {

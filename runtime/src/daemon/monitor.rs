@@ -1422,11 +1422,11 @@ mod tests {
         let (inbox, mut messages) = mpsc::channel(16);
         let mut snapshot_sent = |due: Due| -> ObserverSnapshot {
             let (_, got) = run_as_driver(&agent, &inbox, &mut messages, due);
-            let snapshots = got.into_iter().filter_map(|m| match m {
+            let mut snapshots = got.into_iter().rev().filter_map(|m| match m {
                 Sent::Input(Input::ObserverSnapshot { snapshot, .. }) => Some(snapshot),
                 _ => None,
             });
-            snapshots.last().expect("the run sent a snapshot")
+            snapshots.next().expect("the run sent a snapshot") // the last one
         };
         let during = snapshot_sent(due(true, true));
         assert_eq!(during.turn, TurnState::Busy { turn: Some(wakterm_engine::TurnId("t1".into())) });
