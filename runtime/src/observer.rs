@@ -79,6 +79,14 @@ pub struct LookFloor {
     offset: u64,
 }
 
+impl LookFloor {
+    /// A floor at `offset` of `file` (tests).
+    #[cfg(test)]
+    pub(crate) fn at(file: crate::rollout_tail::FileIdentity, offset: u64) -> LookFloor {
+        LookFloor { file, offset }
+    }
+}
+
 /// How far discovery and reading got in this call (MON-1 compares it between runs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -307,11 +315,13 @@ impl CodexObserver {
     /// `floor` (a look kept from an earlier run, or this run's). A `Working` indicator that
     /// look showed does not hold an idle rollout busy when the turn that ended last ended
     /// after the look ([`turn_ended_after`](Self::turn_ended_after)): every turn running when
-    /// it was taken has ended since (Codex runs one at a time). Before (a hostile run), a
-    /// holder stopped while its turn ended left the catalog `busy`, `turn_active`, until it
-    /// answered again: the run that read the end held the look from during the turn, and the
-    /// look again got no answer. Only the monitor's view: an admission decides on its own
-    /// look, which this rule does not touch (ADM-3).
+    /// it was taken has ended since (Codex runs one at a time); the look's composer is then
+    /// `Unknown` (stale too). Before (a hostile run), a holder stopped while its turn ended
+    /// left the catalog `busy`, `turn_active`, until it answered again: the run that read the
+    /// end held the look from during the turn, and the look again got no answer. Only the
+    /// monitor's snapshots: an admission's refresh counts its own look's `Working` (ADM-3).
+    /// Sound as long as the tailed file is only appended to while its identity holds (a file
+    /// rewritten in place is a lost session, OBS-3).
     pub fn monitor_snapshot(&self, screen: Option<&str>, floor: Option<&LookFloor>) -> ObserverSnapshot {
         self.snapshot(&self.last_health, screen, self.turn_ended_after(floor))
     }
@@ -796,15 +806,17 @@ impl CodexObserver {
         watch.exited().unwrap_or(false)
     }
 
-    /// `working_explained`: the screen's `Working` indicator is explained by a turn that has
-    /// ended since the look ([`monitor_snapshot`](Self::monitor_snapshot)); its composer still
-    /// counts.
-    fn snapshot(&self, health: &Health, screen: Option<&str>, working_explained: bool) -> ObserverSnapshot {
+    /// `stale_look`: a turn ended after the look ([`monitor_snapshot`](Self::monitor_snapshot)):
+    /// its `Working` indicator is that turn's, and the TUI has redrawn since, so its composer
+    /// is `Unknown` (read as `Empty`, an idle view with an empty composer would end ADM-5's
+    /// wait, and RF-7 a request whose prompt the TUI had queued behind the turn and was about
+    /// to send: a review).
+    fn snapshot(&self, health: &Health, screen: Option<&str>, stale_look: bool) -> ObserverSnapshot {
         let (status, turn) = match health {
             Health::Unavailable(reason) => (ObserverStatus::Unavailable { reason: reason.clone() }, TurnState::Unknown),
             Health::Fresh => (ObserverStatus::Attached, fresh_turn(screen)),
             Health::Attached if self.behind => (ObserverStatus::Attached, TurnState::Unknown),
-            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen.filter(|_| !working_explained))),
+            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen.filter(|_| !stale_look))),
         };
         ObserverSnapshot {
             incarnation: self.incarnation.clone(),
@@ -813,7 +825,7 @@ impl CodexObserver {
             session: self.attached.as_ref().map(|a| a.session.clone()),
             position: self.attached.as_ref().map_or(0, |a| a.tail.offset()),
             turn,
-            composer: screen.map_or(Composer::Unknown, composer_state),
+            composer: screen.filter(|_| !stale_look).map_or(Composer::Unknown, composer_state),
         }
     }
 }

@@ -240,12 +240,17 @@ impl Effects for SimEffects {
                     w.log(format!("a{a} resume at {}:{} (late={late}) for a process the agent no longer runs: dropped", from.session.0, from.position));
                 }
                 Some(a) => {
+                    // MON-3: the runtime measures the resume's look floor on the tail it had.
+                    let tailed = w.agents[a].observer.attached.is_some();
                     w.resume(a, &from, &mut events);
                     w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
                     // As the runtime's resume: the snapshot after its events, noted as sent,
                     // in one step with them.
                     let mut step: Vec<Input> = events.into_iter().filter_map(|event| observed_input(&mut w, a, event)).collect();
                     let snapshot = w.snapshot(a).ok();
+                    if !tailed {
+                        w.drop_look_floor(a);
+                    }
                     w.agents[a].observer.note_sent(snapshot.clone());
                     step.extend(snapshot_input(&mut w, a, snapshot));
                     send_step(&inbox, step);

@@ -1248,6 +1248,7 @@ async fn check_event_stream_at_end(world: &Shared) {
         }
     }
     let mut problems = Vec::new();
+    let mut gap_noted = false;
     for _ in 0..40 {
         let status = ask_engine(world, engine_status).await;
         let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);
@@ -1267,7 +1268,9 @@ async fn check_event_stream_at_end(world: &Shared) {
                 let agent = &w.agents[a];
                 let idle = agent.process.is_some() && agent.running.is_none() && !w.is_managed(a) && agent.session.records.iter().all(|r| r.visible_at_ms <= wakterm_runtime::driver::now_ms());
                 if quiescent && idle && w.stalled_look_in_another_file(a) {
-                    w.counters.fault("note.stalled_look_in_another_file"); // MON-3's known gap
+                    if !std::mem::replace(&mut gap_noted, true) {
+                        w.counters.fault("note.stalled_look_in_another_file"); // MON-3's known gap
+                    }
                 } else if quiescent && idle {
                     problems.push((crate::oracle::Kind::Stalled, format!("a{a} runs no turn, but the catalog says busy/turn_active naming no turn (a look at the screen would say idle)")));
                 }

@@ -2677,7 +2677,15 @@ impl World {
     pub fn stalled_look_in_another_file(&self, a: usize) -> bool {
         let agent = &self.agents[a];
         let floor_file = agent.observer.look.as_ref().and_then(|look| look.floor).map(|(file, _)| file);
-        agent.screen_stalled && floor_file != Some(agent.observer.file)
+        agent.screen_stalled && floor_file.is_some_and(|file| file != agent.observer.file)
+    }
+
+    /// MON-3: agent `a`'s last look has no floor (the runtime's resume measures it on the
+    /// tail it had before re-attaching: none right after a daemon start).
+    pub fn drop_look_floor(&mut self, a: usize) {
+        if let Some(look) = self.agents[a].observer.look.as_mut() {
+            look.floor = None;
+        }
     }
 
     /// A snapshot after a look at the screen (a refresh's, a resume's).
@@ -2783,7 +2791,8 @@ impl World {
             self.counters.fault("provider.busy_turn");
         }
         let agent = &self.agents[a];
-        let composer = look.composer;
+        // A look a turn's end postdates is stale: its composer too (the runtime's `snapshot`).
+        let composer = if explained { Composer::Unknown } else { look.composer };
         Ok(ObserverSnapshot {
             incarnation: process.incarnation(),
             process: Some(process.identity()),

@@ -789,13 +789,9 @@ impl AgentRuntime {
     }
 
     /// The current screen text, for composer evidence (dialogs too), over the kept connection (a
-    /// new one costs the holder a thread). None for a managed agent, whose raw pane shows JSON
-    /// lines and whose evidence is its notification stream (MGD-4).
-    pub fn screen_text(&self) -> Option<String> {
-        self.screen_look().map(|look| look.text)
-    }
-
-    /// [`screen_text`](Self::screen_text), and which look it was.
+    /// new one costs the holder a thread), and which look it was (MON-3's floor). None for a
+    /// managed agent, whose raw pane shows JSON lines and whose evidence is its notification
+    /// stream (MGD-4).
     pub fn screen_look(&self) -> Option<Look> {
         if self.record.managed {
             return None;
@@ -837,7 +833,7 @@ impl AgentRuntime {
     }
 
     /// ADM-3's first two looks, liveness (forwarded as [`AgentRuntime::forward_liveness_change`]
-    /// does) and the screen text ([`AgentRuntime::screen_text`]), from ONE holder call that
+    /// does) and the screen text ([`AgentRuntime::screen_look`]), from ONE holder call that
     /// reads both at the same moment (issue 10: a round trip less per admission). A holder
     /// too old for it answers the screen alone; `info` is then asked separately.
     pub fn forward_liveness_and_screen(&self, inbox: &mpsc::Sender<DriverMsg>) -> (Option<Look>, PaneLook) {
@@ -1140,6 +1136,23 @@ mod tests {
         assert!(agent.observer.try_lock().is_ok());
         drop(agent);
         holder.join().unwrap();
+    }
+
+    /// MON-3: a look's floor is kept only with that look: one measured after an older look may
+    /// have been measured before a newer look's call ended (looks are noted as their calls
+    /// return, a refresh's and a monitor run's in either order), and would claim the newer
+    /// look predates records written after it.
+    #[test]
+    fn mon_3_a_floor_is_kept_only_with_its_own_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _paths) = pty_agent(dir.path(), "0e2c4a6e-8b0d-4f2a-9c4e-6a8c0e2a4c6e");
+        let floor = crate::observer::LookFloor::at(crate::rollout_tail::FileIdentity { dev: 1, ino: 2 }, 300);
+        let first = agent.note_screen(None, "first look");
+        let second = agent.note_screen(None, "second look");
+        agent.note_look_floor(first, Some(floor.clone()));
+        assert_eq!(agent.last_screen(), Some(("second look".to_string(), None)), "an older look's floor is dropped");
+        agent.note_look_floor(second, Some(floor.clone()));
+        assert_eq!(agent.last_screen(), Some(("second look".to_string(), Some(floor))));
     }
 
     /// Issue 10: a holder older than `screen` with `with_info` answers the screen alone; the

@@ -77,7 +77,8 @@ impl Effects for RealEffects {
                 let _ = inbox.blocking_send(observed(&agent_id, lost));
                 return;
             };
-            let screen = agent.screen_text(); // before the observer lock, as a refresh does
+            let look = agent.screen_look(); // before the observer lock, as a refresh does
+            let screen = look.as_ref().map(|look| look.text.clone());
             let mut guard = agent.observer.lock().expect("observer lock");
             let Some(observer) = guard.as_mut() else {
                 let lost = ObserverEvent::SessionLost { reason: "no process runs behind the agent".to_string(), session: None, before: None };
@@ -100,6 +101,10 @@ impl Effects for RealEffects {
                     tracing::info!(%agent_id, "a resume for a process the agent no longer runs is dropped");
                 }
                 return;
+            }
+            // MON-3: the look's floor, measured after it (the tail the resume re-reads, if any).
+            if let Some(look) = &look {
+                agent.note_look_floor(look.seq, observer.look_floor());
             }
             let mut step = observed_inputs(&agent_id, observer.resume(&from));
             // MON-1: the resume changed the engine's view (attached, or lost); the snapshot after

@@ -1408,7 +1408,7 @@ mod tests {
     #[test]
     fn mon_3_a_look_from_before_a_turns_end_does_not_hold_it_busy() {
         use wakterm_engine::{ObserverSnapshot, TurnState};
-        const WORKING: &str = r#"{"lines":["• Working (3s • esc to interrupt)","","› "],"cursor":{"row":2,"col":2},"output_offset":0,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#;
+        const WORKING: &str = r#"{"lines":["• Working (3s • esc to interrupt)","","› Ask Codex to do anything","","  mock-model default · ~/project"],"cursor":{"row":2,"col":2},"output_offset":0,"cols":80,"rows":24,"bracketed_paste":true,"alternate_screen":false}"#;
         let dir = tempfile::tempdir().unwrap();
         let id = "3e5a7c9e-1b3d-4f5a-8c7e-9a1b3c5d7e9f";
         let (agent, paths) = pty_agent(dir.path(), id);
@@ -1434,12 +1434,13 @@ mod tests {
         rollout.write_all(event(r#""type":"task_complete","turn_id":"t1","last_agent_message":"ok""#).as_bytes()).unwrap();
         let after = snapshot_sent(due(false, false));
         assert!(matches!(after.turn, TurnState::Idle { .. }), "the look's Working is the ended turn's: {:?}", after.turn);
-        assert_eq!(after.composer, during.composer, "the kept look still tells the composer");
+        assert_eq!(during.composer, wakterm_engine::Composer::Empty);
+        assert_eq!(after.composer, wakterm_engine::Composer::Unknown, "the look's composer is as stale as its Working");
         // The same look, had the rollout already held the end when it was taken: busy.
         let guard = agent.observer.lock().unwrap();
         let observer = guard.as_ref().expect("an observer");
         let floor = observer.look_floor().expect("attached");
-        let text = "• Working (3s • esc to interrupt)\n\n› "; // WORKING's lines, as a look reads them
+        let text = "• Working (3s • esc to interrupt)\n\n› Ask Codex to do anything\n\n  mock-model default · ~/project"; // WORKING's lines
         assert_eq!(observer.monitor_snapshot(Some(text), Some(&floor)).turn, TurnState::Busy { turn: None });
         assert_eq!(observer.monitor_snapshot(Some(text), None).turn, TurnState::Busy { turn: None }, "no floor: the Working counts");
     }
