@@ -120,9 +120,13 @@ impl HolderClient {
     /// are allowed for the holder's own deadlines.
     pub fn connect_with_timeout(path: &Path, timeout: Duration) -> Result<Self, HolderError> {
         assert!(!timeout.is_zero());
+        // SEC-1: never through a link (or anything but a socket of ours): the daemon talked
+        // through a link planted at an agent's holder socket to another agent's holder, even
+        // another data directory's: it wrote prompts there and `agent restart` replaced that
+        // agent's process (a hostile run). A link is no evidence of exit (LIVE-1: unknown).
         // Bounded: a holder that stopped accepting (full listen queue) must not block a
         // daemon thread forever; a timeout is not evidence of exit (LIVE-1).
-        let stream = crate::client::connect_bounded(path, timeout).map_err(|source| HolderError::ConnectRefused {
+        let stream = crate::paths::verify_socket(path).and_then(|()| crate::client::connect_bounded(path, timeout)).map_err(|source| HolderError::ConnectRefused {
             path: path.to_path_buf(),
             source,
         })?;
@@ -577,5 +581,27 @@ mod tests {
         assert!(!other.unusable());
         drop(server);
         assert!(other.unusable(), "the holder closed it");
+    }
+
+    /// SEC-1: a link planted at an agent's holder socket is never connected through (the
+    /// daemon wrote prompts into, and restarted, another data directory's agent through one:
+    /// a hostile run), nor anything but a socket; the refusal is no evidence of exit (LIVE-1).
+    #[test]
+    fn sec_1_a_link_at_a_holder_socket_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("other-agent.sock");
+        let listener = UnixListener::bind(&other).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let planted = dir.path().join("h.sock");
+        std::os::unix::fs::symlink(&other, &planted).unwrap();
+        let error = HolderClient::connect(&planted).err().expect("a link is refused");
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert!(!crate::daemon::agents::holder_is_gone(&error), "a link says nothing of the holder's exit");
+        assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "nothing connected to the other agent's holder");
+        let file = dir.path().join("f.sock");
+        std::fs::write(&file, b"").unwrap();
+        let error = HolderClient::connect(&file).err().expect("a regular file is refused");
+        assert!(!crate::daemon::agents::holder_is_gone(&error), "{error}");
+        assert!(HolderClient::connect(&other).is_ok(), "the socket itself is ours");
     }
 }
