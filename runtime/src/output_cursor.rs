@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::rollout_tail::TailCursor;
@@ -86,12 +86,12 @@ impl CursorKey {
     }
 }
 
+/// SEC-1: a regular file of ours, no link, made 0600 again when found open to others (as the
+/// log and the database are: a key left 0644 made every `agent output` fail until someone ran
+/// chmod by hand, a hostile run found).
 pub(crate) fn read_key(path: &Path) -> io::Result<CursorKey> {
-    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    let mut file = OpenOptions::new().read(true).custom_flags(nofollow).open(path)?;
-    let meta = file.metadata()?;
-    let uid = rustix::process::getuid().as_raw();
-    if meta.uid() != uid || meta.mode() & 0o077 != 0 || meta.len() != CURSOR_KEY_BYTES as u64 {
+    let mut file = crate::paths::open_private_file(path, OpenOptions::new().read(true))?;
+    if file.metadata()?.len() != CURSOR_KEY_BYTES as u64 {
         return Err(io::Error::other(format!(
             "{} must be a {CURSOR_KEY_BYTES}-byte file of ours with mode 0600",
             path.display()

@@ -712,8 +712,17 @@ mod tests {
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert_eq!(meta.len(), 32);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file is left");
+        // SEC-1: a key found open to others is made private again and kept (it was refused,
+        // and every `agent output` failed until someone ran chmod: a hostile run); a link is
+        // refused.
         std::fs::set_permissions(dir.path().join(CURSOR_KEY_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(CursorKey::load_or_create(dir.path()).is_err(), "a readable key is refused");
+        assert_eq!(CursorKey::load_or_create(dir.path()).unwrap().0, a.0, "the same key");
+        let meta = std::fs::metadata(dir.path().join(CURSOR_KEY_FILE)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "made private again");
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path().join(CURSOR_KEY_FILE), linked.path().join(CURSOR_KEY_FILE)).unwrap();
+        let error = CursorKey::load_or_create(linked.path()).map(|_| ()).expect_err("a linked key is refused");
+        assert!(error.to_string().contains("symbolic link"), "{error}");
         let other = tempfile::tempdir().unwrap();
         assert_ne!(CursorKey::load_or_create(other.path()).unwrap().0, a.0, "one key per data directory");
     }

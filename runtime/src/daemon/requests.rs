@@ -157,14 +157,7 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
     let Ok(outcome) = answer.await else {
         return Reply::error(exit::ERROR, "daemon_stopping", "the daemon stopped before answering");
     };
-    use wakterm_engine::CancelOutcome;
-    let exit_code = match &outcome {
-        CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal { .. } => exit::OK,
-        CancelOutcome::NotFound { .. } => exit::NOT_FOUND,
-        CancelOutcome::NotReturnFinal { .. } | CancelOutcome::AdmissionInProgress { .. } | CancelOutcome::Failed { .. } => exit::REJECTED,
-        // Not definitive: the end may still be recorded (a retry) or forgotten (a restart).
-        CancelOutcome::CommitFailed { .. } => exit::ERROR,
-    };
+    let exit_code = cancel_exit_code(&outcome);
     let mut body = serde_json::to_value(&outcome).expect("outcomes serialise");
     body["schema"] = json!(CANCEL_SCHEMA);
     // Every outcome names the request it answers (`cancelled` and `already_terminal` did not).
@@ -172,6 +165,21 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
         body["request_id"] = json!(RequestId::parse(&asked).map(|id| id.as_str().to_string()).unwrap_or(asked));
     }
     Reply { exit_code, body }
+}
+
+/// RF-4: a cancel's exit code (the README's table).
+fn cancel_exit_code(outcome: &wakterm_engine::CancelOutcome) -> i32 {
+    use wakterm_engine::CancelOutcome;
+    match outcome {
+        CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal { .. } => exit::OK,
+        CancelOutcome::NotFound { .. } => exit::NOT_FOUND,
+        CancelOutcome::NotReturnFinal { .. } | CancelOutcome::AdmissionInProgress { .. } => exit::REJECTED,
+        // HIST-3: a store error (the history could not be read), nothing changed: ask again.
+        // It was exit 4, the code of a definitive rejection (a hostile run).
+        CancelOutcome::Failed { .. } => exit::ERROR,
+        // Not definitive: the end may still be recorded (a retry) or forgotten (a restart).
+        CancelOutcome::CommitFailed { .. } => exit::ERROR,
+    }
 }
 
 /// The schema of `agent request cancel`'s answer.
@@ -220,4 +228,22 @@ impl super::stream::Feed for TerminalEvents {
 pub(super) async fn watch(peer: tokio::net::unix::OwnedReadHalf, writer: &mut tokio::net::unix::OwnedWriteHalf, context: &Arc<Context>, after: u64, once: bool) {
     let live = context.terminal.subscribe();
     super::stream::serve(peer, writer, context, TerminalEvents, live, after, once).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wakterm_engine::{CancelOutcome, RequestId};
+
+    /// RF-4, HIST-3: a cancel that could not read the history changed nothing and is a store
+    /// error (exit 1), not a definitive rejection (exit 4: a hostile run read it as one).
+    #[test]
+    fn hist_3_a_cancel_the_history_could_not_answer_exits_as_an_error() {
+        let request_id = RequestId::parse("8a0c2e4a-6c8e-4a0c-9e2a-4c6e8a0c2e4a").unwrap();
+        let failed = CancelOutcome::Failed { request_id: request_id.clone(), error: "the request history could not be read".into() };
+        assert_eq!(cancel_exit_code(&failed), exit::ERROR);
+        assert_eq!(cancel_exit_code(&CancelOutcome::AdmissionInProgress { request_id: request_id.clone() }), exit::REJECTED);
+        assert_eq!(cancel_exit_code(&CancelOutcome::NotFound { request_id: request_id.as_str().to_string() }), exit::NOT_FOUND);
+        assert_eq!(cancel_exit_code(&CancelOutcome::CommitFailed { request_id, error: "disk full".into() }), exit::ERROR);
+    }
 }
