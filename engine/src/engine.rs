@@ -339,6 +339,12 @@ impl Engine {
         }
     }
 
+    /// RF-6: whether an admission of `request_id` is still deciding, registering, writing or
+    /// confirming: a reader finds no committed record of it yet, but it is no unknown id.
+    pub fn admission_in_progress(&self, request_id: &RequestId) -> bool {
+        self.admissions.contains_key(request_id)
+    }
+
     /// HIST-1: how many request records the engine holds (open ones and those in flight).
     pub fn requests_in_memory(&self) -> usize {
         self.requests.len()

@@ -466,7 +466,11 @@ impl WaktermMcp {
                 reply = look => reply,
                 () = context.ct.cancelled() => return Ok(cancelled_wait(Value::Null)),
             };
-            if reply.exit_code != 0 {
+            // RF-6: an id whose admission has not committed its record yet is waited for, as a
+            // pending request is (an `agent_admit` and a `request_wait` in flight together
+            // answered `request_not_found` while the admission registered: a hostile run).
+            let admitting = reply.body["error"] == crate::daemon::requests::ADMISSION_IN_PROGRESS;
+            if reply.exit_code != 0 && !admitting {
                 return Ok(result_of(reply));
             }
             if !reply.body["terminal_event"].is_null() {
@@ -476,14 +480,18 @@ impl WaktermMcp {
                 return Ok(answer(0, json!({"terminal": false, "one_way": true, "request": reply.body, "message": "a one-way request has no terminal event"})));
             }
             if Instant::now() >= deadline {
-                let body = json!({"terminal": false, "still_pending": true, "state": reply.body["state"], "request": reply.body, "message": "not terminal yet: call request_wait again with the same request_id"});
+                let (state, request) = match admitting {
+                    true => (json!("admitting"), Value::Null),
+                    false => (reply.body["state"].clone(), reply.body.clone()),
+                };
+                let body = json!({"terminal": false, "still_pending": true, "state": state, "request": request, "message": "not terminal yet: call request_wait again with the same request_id"});
                 return Ok(answer(0, body));
             }
             // MCP-5: a client's `notifications/cancelled` ends the wait (it went on to its
             // timeout); the answer, which the client may ignore, says so.
             tokio::select! {
                 () = tokio::time::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now()))) => {}
-                () = context.ct.cancelled() => return Ok(cancelled_wait(reply.body)),
+                () = context.ct.cancelled() => return Ok(cancelled_wait(if admitting { Value::Null } else { reply.body })),
             }
         }
     }

@@ -468,3 +468,45 @@ fn mcp_7_a_request_whose_id_the_sdk_cannot_take_is_answered() {
     assert_eq!(answers.len(), 5, "{answers:?}");
     assert!(server.wait().expect("the server ends with its input").success());
 }
+
+/// RF-6, MCP-5: an id whose admission has not committed its record yet is no unknown id:
+/// `request get` says `request_admission_in_progress` (exit 6, nothing shown: the store holds
+/// nothing yet) and `request_wait` waits for it as for a pending request. An `agent_admit` and
+/// a `request_wait` of one id in flight together answered `request_not_found` while the
+/// admission registered (a hostile run). Here a stopped holder (SIGSTOP) holds the admission in
+/// its look for up to the refresh's bound.
+#[test]
+fn rf_6_an_admission_in_progress_is_waited_for_not_unknown() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let incarnation = entry["incarnation"].as_str().expect("an incarnation").to_string();
+    let holders = w.holder_pids();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let id = new_id();
+    // SAFETY: signals to our own test world's holder.
+    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGSTOP) }, 0);
+    let mut admit = w.cmd(&["agent", "admit", "zola", "--incarnation", &incarnation, "--request-id", &id, "held in its look"]).spawn().expect("admit");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    let in_progress = loop {
+        let out = w.run(&["agent", "request", "get", &id]);
+        if out.json["error"] == "request_admission_in_progress" {
+            break out;
+        }
+        assert_eq!(out.json["error"], "request_not_found", "before the daemon has the admit: {out:?}");
+        assert!(std::time::Instant::now() < deadline, "the admission in its look was never reported in progress: {out:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(in_progress.code, 6, "{in_progress:?}");
+    runtime().block_on(async {
+        let client = connect(&w).await;
+        let (error, waited, exit_code) = call_with_exit(&client, "request_wait", json!({"request_id": id, "timeout_ms": 300})).await;
+        assert!(!error, "{waited}");
+        assert_eq!((waited["still_pending"].as_bool(), waited["state"].as_str(), exit_code), (Some(true), Some("admitting"), Some(0)), "{waited}");
+        client.cancel().await.expect("close");
+    });
+    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGCONT) }, 0);
+    let status = support::wait_exit(&mut admit, std::time::Duration::from_secs(30)).expect("the admission answered");
+    let out = w.run(&["agent", "request", "get", &id]);
+    assert_ne!(out.json["error"], "request_admission_in_progress", "its admission answered ({status:?}): {out:?}");
+}

@@ -82,14 +82,18 @@ pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, eviden
     };
     let asked = id.clone();
     let view = query(context, move |engine: &Engine| {
-        engine.request_as_committed(&asked).map(|record| request_view(&record, engine.published_terminal(&asked).cloned(), evidence))
+        let view = engine.request_as_committed(&asked).map(|record| request_view(&record, engine.published_terminal(&asked).cloned(), evidence));
+        (view, engine.admission_in_progress(&asked))
     })
     .await;
+    let Some((view, admitting)) = view else {
+        return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down");
+    };
     let view = match view {
-        None => return Reply::error(exit::ERROR, "daemon_stopping", "the daemon is shutting down"),
-        Some(Some(view)) => view,
-        // HIST-1: a finished request is no longer in memory: the store has it, final.
-        Some(None) => {
+        Some(view) => view,
+        // HIST-1: a finished request is no longer in memory: the store has it, final (a
+        // replay of it may be in progress, waiting for the same lookup, HIST-2).
+        None => {
             let store = context.store.clone();
             let loaded = tokio::task::spawn_blocking(move || super::effects::load_stored_request(&store, &id)).await;
             match loaded {
@@ -104,6 +108,12 @@ pub(super) async fn request_get(context: &Arc<Context>, request_id: &str, eviden
         }
     };
     match view {
+        // RF-6: no committed record yet, but no unknown id either (a caller who asked right
+        // after its admit, MCP calls in flight together, read `request_not_found`: a hostile run).
+        Value::Null if admitting => {
+            let message = format!("request {request_id} is being admitted: it has no committed record yet; ask again once its admission answered (its receipt)");
+            Reply::error(exit::NOT_FOUND, ADMISSION_IN_PROGRESS, message)
+        }
         Value::Null => Reply::error(exit::NOT_FOUND, "request_not_found", format!("no request has id {request_id}")),
         view => Reply::ok(view),
     }
@@ -166,6 +176,9 @@ pub(super) async fn request_cancel(context: &Arc<Context>, request_id: String) -
     }
     Reply { exit_code, body }
 }
+
+/// RF-6: `request get`'s error for an id whose admission has not committed its record yet.
+pub const ADMISSION_IN_PROGRESS: &str = "request_admission_in_progress";
 
 /// RF-4: a cancel's exit code (the README's table).
 fn cancel_exit_code(outcome: &wakterm_engine::CancelOutcome) -> i32 {
