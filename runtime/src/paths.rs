@@ -227,6 +227,22 @@ pub fn verify_socket(path: &Path) -> io::Result<()> {
     check_owner(path, meta.uid())
 }
 
+/// SEC-1, LIVE-1: an agent's holder socket is connected to only when it is a socket of ours,
+/// never through a link (the daemon wrote prompts into another data directory's agent through
+/// one: a hostile run), which says nothing of the holder's exit. Anything else in its place
+/// (a file in the way) is answered as a connect there is, `ECONNREFUSED`: nobody listens at
+/// the path; a missing path is `ENOENT`, as before.
+pub fn verify_holder_socket(path: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Err(refused(path, "is a symbolic link"));
+    }
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+    }
+    check_owner(path, meta.uid())
+}
+
 fn check_owner(path: &Path, owner: u32) -> io::Result<()> {
     let uid = current_uid();
     if owner != uid {

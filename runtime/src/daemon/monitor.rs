@@ -917,7 +917,7 @@ struct HolderWatch {
 
 impl HolderWatch {
     async fn connect(socket: &Path) -> std::io::Result<HolderWatch> {
-        crate::paths::verify_socket(socket)?; // SEC-1: never through a link (`HolderClient`)
+        crate::paths::verify_holder_socket(socket)?; // SEC-1: never through a link (`HolderClient`)
         let stream = tokio::time::timeout(HOLDER_RETRY * 5, tokio::net::UnixStream::connect(socket))
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;

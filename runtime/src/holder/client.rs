@@ -126,7 +126,7 @@ impl HolderClient {
         // agent's process (a hostile run). A link is no evidence of exit (LIVE-1: unknown).
         // Bounded: a holder that stopped accepting (full listen queue) must not block a
         // daemon thread forever; a timeout is not evidence of exit (LIVE-1).
-        let stream = crate::paths::verify_socket(path).and_then(|()| crate::client::connect_bounded(path, timeout)).map_err(|source| HolderError::ConnectRefused {
+        let stream = crate::paths::verify_holder_socket(path).and_then(|()| crate::client::connect_bounded(path, timeout)).map_err(|source| HolderError::ConnectRefused {
             path: path.to_path_buf(),
             source,
         })?;
@@ -585,7 +585,9 @@ mod tests {
 
     /// SEC-1: a link planted at an agent's holder socket is never connected through (the
     /// daemon wrote prompts into, and restarted, another data directory's agent through one:
-    /// a hostile run), nor anything but a socket; the refusal is no evidence of exit (LIVE-1).
+    /// a hostile run), and the refusal is no evidence of exit (LIVE-1); a file in the socket's
+    /// way is what a connect there says, nobody listens (`live_1_a_holder_whose_socket_was_
+    /// removed_never_doubles_the_agent` counts on it).
     #[test]
     fn sec_1_a_link_at_a_holder_socket_is_not_followed() {
         let dir = tempfile::tempdir().unwrap();
@@ -601,7 +603,7 @@ mod tests {
         let file = dir.path().join("f.sock");
         std::fs::write(&file, b"").unwrap();
         let error = HolderClient::connect(&file).err().expect("a regular file is refused");
-        assert!(!crate::daemon::agents::holder_is_gone(&error), "{error}");
+        assert!(crate::daemon::agents::holder_is_gone(&error), "nobody listens there: {error}");
         assert!(HolderClient::connect(&other).is_ok(), "the socket itself is ours");
     }
 }
