@@ -513,6 +513,54 @@ fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
     assert_eq!(w.fake_agents_running(), 1, "the old holder and its process ended: one agent process");
 }
 
+/// LIVE-1, SOCK-2: a holder's socket removed while the daemon is down is bound again by the
+/// holder within a second; a daemon started meanwhile takes "nobody listens" at its first
+/// probes for unknown for a moment (`REBIND_GRACE`), not for an exit. It published
+/// `agent.exited` for the live agent and ended its request in flight `indeterminate`
+/// (`incarnation_changed`), whose turn then completed (a hostile run, 2 of 2).
+#[test]
+fn live_1_a_socket_bound_again_after_a_daemon_start_is_no_exit() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "3000"]);
+    let id = new_id();
+    let incarnation = entry["incarnation"].as_str().unwrap();
+    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "across the restart"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    w.ok(&["mux", "stop"]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    std::fs::remove_file(paths.holder_socket(entry["agent_id"].as_str().unwrap())).unwrap();
+    w.mux_start();
+    let event = w.wait_terminal(&id);
+    assert_eq!(event["state"], "completed", "the live agent's turn completed: {event}");
+    let out = w.run(&["agent", "events", "--once", "--agent", "zola"]);
+    assert!(!out.stdout.contains("\"agent.exited\""), "no exit of a live agent: {}", out.stdout);
+    assert_eq!(w.catalog_entry("zola").expect("zola")["incarnation"], entry["incarnation"]);
+}
+
+/// LIFE-5, LIVE-1, SEC-1: `mux stop --all` ends an agent whose holder cannot be reached at its
+/// socket (a link planted in its place, which the daemon never follows) as `agent stop` does:
+/// the holder still running for that socket, and its process. It named the agent in
+/// `agents_stopped` while both ran on (a hostile run).
+#[test]
+fn life_5_stop_all_ends_a_holder_behind_a_link() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    let aside = socket.with_extension("aside");
+    std::fs::rename(&socket, &aside).unwrap();
+    std::os::unix::fs::symlink(w.data.join("nowhere.sock"), &socket).unwrap();
+    let out = w.ok(&["mux", "stop", "--all"]);
+    assert_eq!((out["agents_stopped"].clone(), out["agents_not_stopped"].clone()), (json!(["zola"]), json!([])), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !w.holder_pids().is_empty() || w.fake_agents_running() > 0 {
+        assert!(Instant::now() < deadline, "the holder or its process runs on: {:?}", w.our_pids());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 /// LIFE-3: `agent stop` of an agent whose holder does not answer (stopped with SIGSTOP: the
 /// connect succeeds, the shutdown times out) ends that holder and its process, or fails and
 /// keeps the agent. It used to ignore the timeout and delete the record, leaving the holder and

@@ -248,6 +248,8 @@ pub struct AgentRuntime {
     /// the path (its socket file removed): its pid, and whether `/proc` was searched for one
     /// already (once per daemon: a daemon started after the removal never heard of it).
     orphan: Mutex<OrphanHolder>,
+    /// LIVE-1, SOCK-2: when this daemon took the agent on (its first probe's grace).
+    taken_on: Instant,
     /// One kept connection for the frequent liveness checks (a new connection costs the holder
     /// a thread each time).
     info_client: Mutex<Option<HolderClient>>,
@@ -331,6 +333,7 @@ impl AgentRuntime {
             stop_pending: AtomicBool::new(false),
             lifecycle: Mutex::new(()),
             orphan: Mutex::new(OrphanHolder::default()),
+            taken_on: Instant::now(),
             info_client: Mutex::new(None),
             checkpoint: Mutex::new(CheckpointSlot::default()),
             view: Mutex::new(MonitorView::default()),
@@ -576,6 +579,13 @@ impl AgentRuntime {
         orphan.pid.filter(|pid| holder_serves(*pid, &self.holder_socket))
     }
 
+    /// LIVE-1, SOCK-2: no holder answer was applied yet and the agent was taken on less than
+    /// [`REBIND_GRACE`] ago (a daemon just started: its probes at start retry an unknown
+    /// answer every 250 ms).
+    fn rebind_grace(&self) -> bool {
+        self.liveness.lock().expect("liveness lock").answered_at == 0 && self.taken_on.elapsed() < REBIND_GRACE
+    }
+
     /// LIVE-1: "nobody listens" is no exit while a holder still runs for the socket and the
     /// agent's known process still runs too (once it is gone, it exited, holder or not: the
     /// holder lingers 10 minutes after its child). Said once, not every probe.
@@ -636,6 +646,11 @@ impl AgentRuntime {
             // process in its pane lives on. That is "unknown", never an exit: an exit would end
             // requests as `delivery_failed` whose prompt the live agent may still take.
             Err(error) if holder_is_gone(&error) && self.unreachable_but_running() => return Applied::Unknown,
+            // LIVE-1, SOCK-2: before any answer, "nobody listens" is unknown for a moment: a
+            // holder whose socket was removed binds it again within a second, and a daemon
+            // started meanwhile took the agent for exited, ended its request in flight
+            // `indeterminate` and published `agent.exited` for a live agent (a hostile run).
+            Err(error) if holder_is_gone(&error) && self.rebind_grace() => return Applied::Unknown,
             Err(error) if holder_is_gone(&error) => Liveness::gone(),
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
@@ -882,6 +897,10 @@ impl AgentRuntime {
 fn text_of(screen: &crate::holder::protocol::ScreenReply) -> String {
     screen.lines.join("\n")
 }
+
+/// LIVE-1, SOCK-2: how long a daemon's first probes take "nobody listens" for unknown: a holder
+/// binds its removed socket again within a second (its keeper checks every second).
+pub const REBIND_GRACE: Duration = Duration::from_secs(3);
 
 /// LIVE-1: what is known of a holder that runs but cannot be reached at its socket path.
 #[derive(Default)]

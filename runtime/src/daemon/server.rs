@@ -274,22 +274,31 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    let mut not_stopped = Vec::new();
     if all {
         let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
         for agent in agents {
             let name = agent.record.name.clone();
             // LIFE-3: after a restart in progress (whose new pane this then ends), before any
-            // that waits (which then starts nothing).
-            let _ = tokio::task::spawn_blocking(move || {
+            // that waits (which then starts nothing). LIVE-1: a holder still running for the
+            // agent's socket though its shutdown was not answered (nobody listens there, a
+            // link in its place) ends as for `agent stop`, or the agent is named as not
+            // stopped: it was named stopped while its holder and process ran on (a hostile run).
+            let ended = tokio::task::spawn_blocking(move || {
                 let _one_at_a_time = agent.lifecycle.lock().expect("lifecycle lock");
                 agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
                 agent.shut_down_pane();
+                agent.end_unreachable_holder()
             })
-            .await;
-            stopped.push(name);
+            .await
+            .unwrap_or_else(|error| Err(format!("the stop did not finish: {error}")));
+            match ended {
+                Ok(()) => stopped.push(name),
+                Err(error) => not_stopped.push(json!({"name": name, "error": error})),
+            }
         }
     }
-    Reply::ok(json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "agents_stopped": stopped}))
+    Reply::ok(json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "agents_stopped": stopped, "agents_not_stopped": not_stopped}))
 }
 
 pub fn capabilities() -> Value {
