@@ -302,6 +302,10 @@ pub enum Mutant {
     /// registered at once with no process (as the daemon did until a review found it), so the
     /// requests bound to its running turn end `incarnation_changed` while it runs on.
     SilentHolderRegisteredGone,
+    /// Restart glue (LIVE-1, SOCK-2): nobody listening at a holder's socket at the daemon's
+    /// first probe is taken for an exit, while the holder binds its removed socket again (a
+    /// hostile run: `agent.exited` for a live agent, its request ended `indeterminate`).
+    RebindingTakenForExit,
     /// Observer port: the screen adapter keeps an earlier look's `Working` indicator after the
     /// pane redrew idle, so a finished turn reads as running (admissions and no-steer sends
     /// are refused `turn_active` while the agent waits).
@@ -445,6 +449,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::ResumeIgnoresItsProcess, "resume_ignores_its_process", "resume glue reads a resume's cursor in whatever process the agent runs when it comes"),
     (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
     (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
+    (Mutant::RebindingTakenForExit, "rebinding_taken_for_exit", "restart glue takes nobody listening at a holder's socket being bound again at the daemon's start for an exit"),
     (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
     (Mutant::LookWritesIgnored, "look_writes_ignored", "pane port writes an admission whatever input reached the pane since its look"),
     (Mutant::SubmitLookWritesIgnored, "submit_look_writes_ignored", "pane port writes a submit's steps whatever input reached the pane since its look"),

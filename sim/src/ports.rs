@@ -2505,12 +2505,25 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             w.reset_observer(a);
             // LIVE-1: a holder that does not answer the first probe (stopped, its slots full):
             // the agent is registered once a probe knows, and `StartupComplete` waits for it.
-            if w.agents[a].process.is_some() && w.fault_roll(0.04) {
-                w.counters.fault("liveness.silent_at_start");
-                let until = now + thread_rng().gen_range(500..8_000);
-                w.log(format!("a{a} its holder is silent at the daemon's start until {until}"));
+            // SOCK-2 (`liveness.rebinding_at_start`): or its socket was removed while the daemon
+            // was down and nobody listens until the holder binds it again (within a second):
+            // unknown too, within `REBIND_GRACE` (`AgentRuntime::rebind_grace`).
+            let rebinding = w.agents[a].process.is_some() && w.fault_roll(0.02);
+            if w.agents[a].process.is_some() && (rebinding || w.fault_roll(0.04)) {
+                let (class, window) = match rebinding {
+                    true => ("liveness.rebinding_at_start", 100..1_000),
+                    false => ("liveness.silent_at_start", 500..8_000),
+                };
+                w.counters.fault(class);
+                let until = now + thread_rng().gen_range(window);
+                debug_assert!(!rebinding || until - now < wakterm_runtime::holder::REBIND_GRACE.as_millis() as u64);
+                w.log(format!("a{a} its holder is silent at the daemon's start until {until} ({class})"));
                 w.agents[a].silent_until_ms = Some(until);
-                if w.mutant == Mutant::SilentHolderRegisteredGone {
+                let taken_for_exit = match rebinding {
+                    true => w.mutant == Mutant::RebindingTakenForExit,
+                    false => w.mutant == Mutant::SilentHolderRegisteredGone,
+                };
+                if taken_for_exit {
                     let facts = wakterm_engine::AgentFacts { incarnation: None, process: None, ..w.agents[a].facts() };
                     send(&inbox, Input::AgentUpserted(facts)); // the bug: "unknown" taken for "gone"
                     continue;

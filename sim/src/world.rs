@@ -167,6 +167,8 @@ pub const FAULT_CLASSES: &[&str] = &[
     "caller.submit_races_admission",
     "caller.send_during_submit_wait",
     "caller.after_call_bound",
+    "holder.screen_stalled",
+    "liveness.rebinding_at_start",
 ];
 
 #[derive(Default)]
@@ -798,6 +800,10 @@ pub struct Pane {
     /// `terminal.stalled_echo`: the redraw withheld while stalled (bytes), then, once the
     /// Enter boundary is read, when it lands (due, generation, bytes).
     pub stalled_echo: Option<u64>,
+    /// MON-3: when the TUI redraws the end of the turn that ended last, and the child
+    /// generation it belongs to: until then its screen still shows the turn working, though
+    /// Codex may have recorded the end already (the real TUI lags its rollout so).
+    pub end_drawn_at: Option<(u64, u64)>,
     pub late_echoes: Vec<(u64, u64, u64)>,
     /// ADM-4: the last input write (the holder's `PaneState::last_input`): a look waits for
     /// its redraw ([`wakterm_engine::pane_look::undrawn_input_deadline`]).
@@ -842,6 +848,7 @@ impl Pane {
             changed: Arc::new(tokio::sync::Notify::new()),
             reactions: vec![],
             stalled_echo: None,
+            end_drawn_at: None,
             late_echoes: vec![],
             last_input: None,
             other_enter_ms: None,
@@ -1849,7 +1856,9 @@ impl World {
         if self.agents[a].transport == Transport::Pty {
             // The TUI prints the turn's end a moment later.
             let generation = self.agents[a].spawned;
-            self.agents[a].pane.reactions.push((now + thread_rng().gen_range(1..80), generation, true));
+            let drawn_at = now + thread_rng().gen_range(1..80);
+            self.agents[a].pane.reactions.push((drawn_at, generation, true));
+            self.agents[a].pane.end_drawn_at = Some((drawn_at, generation));
         }
         let t = running.turn.clone();
         // EV-10: Codex records assistant messages inside the turn: sometimes commentary, and
@@ -2741,8 +2750,11 @@ impl World {
         // The runtime's `with_screen`: a visible `Working` indicator beats an idle record. The
         // screen is not always readable (the sim reads it 70% of the time).
         let running = agent.running.is_some();
+        // MON-3: a turn's end not redrawn yet still shows it working (`Pane::end_drawn_at`).
+        let now = wakterm_runtime::driver::now_ms();
+        let end_undrawn = agent.pane.end_drawn_at.is_some_and(|(at, generation)| now < at && generation == agent.spawned);
         let stale = self.mutant == Mutant::WorkingIndicatorSticky && agent.observer.look.as_ref().is_some_and(|l| l.working && l.process == process);
-        let working = (running && thread_rng().gen_bool(0.7)) || stale; // `stale`: the bug
+        let working = ((running || end_undrawn) && thread_rng().gen_bool(0.7)) || stale; // `stale`: the bug
         // The screen adapter cannot always classify the composer (a redraw in progress).
         let composer = if self.faults_on && agent.transport == Transport::Pty && thread_rng().gen_bool(0.03) {
             self.counters.fault("observer.composer_unknown");
@@ -2782,7 +2794,8 @@ impl World {
         // MON-3 (`turn_ended_after`): the turn that ended last ended after the look.
         let observer = &agent.observer;
         let ended_after = look.floor.is_some_and(|(file, offset)| observer.idle_from.is_some_and(|(f, start)| f == file && f == observer.file && start >= offset));
-        let explained = monitor && ended_after && self.mutant != Mutant::EndedTurnLookCounts; // the mutant: it counts
+        let idle = matches!(turn, TurnState::Idle { .. }); // not while cut (`behind`: unknown)
+        let explained = monitor && idle && ended_after && self.mutant != Mutant::EndedTurnLookCounts; // the mutant: it counts
         let turn = match turn {
             TurnState::Idle { .. } if look.working && !explained => TurnState::Busy { turn: None },
             other => other,

@@ -580,10 +580,10 @@ impl AgentRuntime {
     }
 
     /// LIVE-1, SOCK-2: no holder answer was applied yet and the agent was taken on less than
-    /// [`REBIND_GRACE`] ago (a daemon just started: its probes at start retry an unknown
+    /// [`crate::holder::REBIND_GRACE`] ago (a daemon just started: its probes at start retry an unknown
     /// answer every 250 ms).
     fn rebind_grace(&self) -> bool {
-        self.liveness.lock().expect("liveness lock").answered_at == 0 && self.taken_on.elapsed() < REBIND_GRACE
+        self.liveness.lock().expect("liveness lock").answered_at == 0 && self.taken_on.elapsed() < crate::holder::REBIND_GRACE
     }
 
     /// LIVE-1: "nobody listens" is no exit while a holder still runs for the socket and the
@@ -897,10 +897,6 @@ impl AgentRuntime {
 fn text_of(screen: &crate::holder::protocol::ScreenReply) -> String {
     screen.lines.join("\n")
 }
-
-/// LIVE-1, SOCK-2: how long a daemon's first probes take "nobody listens" for unknown: a holder
-/// binds its removed socket again within a second (its keeper checks every second).
-pub const REBIND_GRACE: Duration = Duration::from_secs(3);
 
 /// LIVE-1: what is known of a holder that runs but cannot be reached at its socket path.
 #[derive(Default)]

@@ -35,7 +35,7 @@ pub use pane::{KILL_GRACE, WRITE_DEADLINE};
 pub use protocol::{
     Cursor, HolderIdentity, InfoReply, KillReply, OutputPage, ScreenReply, StreamEvent, WireErrorKind, WriteOutcome,
 };
-pub use server::{run_holder, CHILD_EXIT_LINGER, MAX_CONNECTIONS, STREAM_HEARTBEAT};
+pub use server::{run_holder, CHILD_EXIT_LINGER, MAX_CONNECTIONS, REBIND_GRACE, STREAM_HEARTBEAT};
 
 /// What one holder runs and where it listens.
 #[derive(Debug, Clone, PartialEq, Eq)]

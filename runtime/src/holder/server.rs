@@ -112,6 +112,11 @@ fn accept_loop(listener: UnixListener, pane: &Arc<Pane>, socket: &Arc<SocketOwne
 /// SOCK-2: how often the holder checks that its socket's path still names its socket.
 const SOCKET_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// LIVE-1, SOCK-2: how long a daemon's first probes of an agent take nobody listening at the
+/// holder's socket for unknown, not an exit: the holder binds a removed socket again at its
+/// next check (three checks' worth).
+pub const REBIND_GRACE: Duration = Duration::from_secs(3 * SOCKET_CHECK_INTERVAL.as_secs());
+
 /// SOCK-2: a holder's socket removed under it (a cleaner of old files in a temporary
 /// directory, a careless `rm`) left its agent unreachable for good: the daemon could only say
 /// its liveness is unknown (LIVE-1) until `agent restart` ended the holder and the process in
