@@ -481,14 +481,9 @@ fn sock_1_lock_1_a_removed_socket_or_run_directory_is_restored_and_never_doubles
     assert!(daemons_of(&w).is_empty(), "mux stop reached it");
 }
 
-/// LIVE-1: an agent whose holder's socket file was removed (the holder and its process run on,
-/// a daemon started after the removal cannot reach it) never has a waiting request ended as
-/// `delivery_failed` (which invites a second submission to an agent that may still take the
-/// first), and `agent restart` ends that holder before it starts a new pane: exactly one agent
-/// process runs after it, where a second pane used to run beside the first.
-#[test]
-fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
-    let w = World::new(EXE);
+/// A daemon with agent `zola` (turns of 3 s) running a return-final request just admitted: its
+/// catalog entry, the request's id and the agent's holder socket.
+fn a_request_in_flight(w: &World) -> (Value, String, std::path::PathBuf) {
     w.mux_start();
     let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "3000"]);
     let id = new_id();
@@ -497,6 +492,18 @@ fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
     assert_eq!(out.code, 0, "{out:?}");
     let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
     let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    (entry, id, socket)
+}
+
+/// LIVE-1: an agent whose holder's socket file was removed (the holder and its process run on,
+/// a daemon started after the removal cannot reach it) never has a waiting request ended as
+/// `delivery_failed` (which invites a second submission to an agent that may still take the
+/// first), and `agent restart` ends that holder before it starts a new pane: exactly one agent
+/// process runs after it, where a second pane used to run beside the first.
+#[test]
+fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
+    let w = World::new(EXE);
+    let (entry, id, socket) = a_request_in_flight(&w);
     std::fs::remove_file(&socket).unwrap();
     // A file in the socket's way: the holder cannot bind it again (SOCK-2), so nobody listens.
     std::fs::write(&socket, b"in the way").unwrap();
@@ -521,15 +528,9 @@ fn live_1_a_holder_whose_socket_was_removed_never_doubles_the_agent() {
 #[test]
 fn live_1_a_socket_bound_again_after_a_daemon_start_is_no_exit() {
     let w = World::new(EXE);
-    w.mux_start();
-    let entry = w.ready_agent("zola", REPLY, &["--reply-delay-ms", "3000"]);
-    let id = new_id();
-    let incarnation = entry["incarnation"].as_str().unwrap();
-    let out = w.run(&["agent", "admit", "zola", "--incarnation", incarnation, "--request-id", &id, "--return-final", "across the restart"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    let (entry, id, socket) = a_request_in_flight(&w);
     w.ok(&["mux", "stop"]);
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    std::fs::remove_file(paths.holder_socket(entry["agent_id"].as_str().unwrap())).unwrap();
+    std::fs::remove_file(socket).unwrap();
     w.mux_start();
     let event = w.wait_terminal(&id);
     assert_eq!(event["state"], "completed", "the live agent's turn completed: {event}");
