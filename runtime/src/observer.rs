@@ -256,7 +256,7 @@ impl CodexObserver {
     pub fn refresh_scoped(&mut self, screen: Option<&str>, rediscover: bool) -> Refresh {
         let mut events = Vec::new();
         let health = self.sync_one_step(&mut events, rediscover || !self.discovery_clean);
-        let snapshot = self.snapshot(&health, screen, false);
+        let snapshot = self.snapshot(&health, screen);
         self.last_health = health;
         Refresh { events, snapshot }
     }
@@ -308,7 +308,7 @@ impl CodexObserver {
 
     /// The snapshot the last call left, combined with the screen (no discovery, no read).
     pub fn current_snapshot(&self, screen: Option<&str>) -> ObserverSnapshot {
-        self.snapshot(&self.last_health, screen, false)
+        self.snapshot(&self.last_health, screen)
     }
 
     /// MON-3: the monitor's snapshot from a look at the screen taken when the rollout reached
@@ -321,9 +321,12 @@ impl CodexObserver {
     /// end held the look from during the turn, and the look again got no answer. Only the
     /// monitor's snapshots: an admission's refresh counts its own look's `Working` (ADM-3).
     /// Sound as long as the tailed file is only appended to while its identity holds (a file
-    /// rewritten in place is a lost session, OBS-3).
+    /// rewritten in place is a lost session, OBS-3). Such a look counts as none: its composer
+    /// is stale too (read as `Empty`, an idle view with an empty composer would end ADM-5's
+    /// wait, and RF-7 a request whose prompt the TUI had queued behind the turn and was about
+    /// to send: a review).
     pub fn monitor_snapshot(&self, screen: Option<&str>, floor: Option<&LookFloor>) -> ObserverSnapshot {
-        self.snapshot(&self.last_health, screen, self.turn_ended_after(floor))
+        self.snapshot(&self.last_health, screen.filter(|_| !self.turn_ended_after(floor)))
     }
 
     /// MON-3: how far the tailed rollout reaches now (a look just taken: see [`LookFloor`]);
@@ -806,17 +809,12 @@ impl CodexObserver {
         watch.exited().unwrap_or(false)
     }
 
-    /// `stale_look`: a turn ended after the look ([`monitor_snapshot`](Self::monitor_snapshot)):
-    /// its `Working` indicator is that turn's, and the TUI has redrawn since, so its composer
-    /// is `Unknown` (read as `Empty`, an idle view with an empty composer would end ADM-5's
-    /// wait, and RF-7 a request whose prompt the TUI had queued behind the turn and was about
-    /// to send: a review).
-    fn snapshot(&self, health: &Health, screen: Option<&str>, stale_look: bool) -> ObserverSnapshot {
+    fn snapshot(&self, health: &Health, screen: Option<&str>) -> ObserverSnapshot {
         let (status, turn) = match health {
             Health::Unavailable(reason) => (ObserverStatus::Unavailable { reason: reason.clone() }, TurnState::Unknown),
             Health::Fresh => (ObserverStatus::Attached, fresh_turn(screen)),
             Health::Attached if self.behind => (ObserverStatus::Attached, TurnState::Unknown),
-            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen.filter(|_| !stale_look))),
+            Health::Attached => (ObserverStatus::Attached, with_screen(self.turn.clone(), screen)),
         };
         ObserverSnapshot {
             incarnation: self.incarnation.clone(),
@@ -825,7 +823,7 @@ impl CodexObserver {
             session: self.attached.as_ref().map(|a| a.session.clone()),
             position: self.attached.as_ref().map_or(0, |a| a.tail.offset()),
             turn,
-            composer: screen.filter(|_| !stale_look).map_or(Composer::Unknown, composer_state),
+            composer: screen.map_or(Composer::Unknown, composer_state),
         }
     }
 }

@@ -217,14 +217,7 @@ pub fn verify_no_link(path: &Path) -> io::Result<()> {
 /// a link to another data directory's socket the CLI talked to, and `mux stop` stopped, that
 /// directory's daemon (a review). NotFound when nothing is there.
 pub fn verify_socket(path: &Path) -> io::Result<()> {
-    let meta = fs::symlink_metadata(path)?;
-    if meta.file_type().is_symlink() {
-        return Err(refused(path, "is a symbolic link"));
-    }
-    if !meta.file_type().is_socket() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} is not a socket", path.display())));
-    }
-    check_owner(path, meta.uid())
+    socket_of_ours(path, || io::Error::new(io::ErrorKind::NotFound, format!("{} is not a socket", path.display())))
 }
 
 /// SEC-1, LIVE-1: an agent's holder socket is connected to only when it is a socket of ours,
@@ -233,12 +226,18 @@ pub fn verify_socket(path: &Path) -> io::Result<()> {
 /// (a file in the way) is answered as a connect there is, `ECONNREFUSED`: nobody listens at
 /// the path; a missing path is `ENOENT`, as before.
 pub fn verify_holder_socket(path: &Path) -> io::Result<()> {
+    socket_of_ours(path, || io::Error::from_raw_os_error(libc::ECONNREFUSED))
+}
+
+/// With `lstat`: `path` is a socket of ours and no link; anything else there answers
+/// `not_a_socket` (each caller says what that means to it).
+fn socket_of_ours(path: &Path, not_a_socket: impl FnOnce() -> io::Error) -> io::Result<()> {
     let meta = fs::symlink_metadata(path)?;
     if meta.file_type().is_symlink() {
         return Err(refused(path, "is a symbolic link"));
     }
     if !meta.file_type().is_socket() {
-        return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        return Err(not_a_socket());
     }
     check_owner(path, meta.uid())
 }

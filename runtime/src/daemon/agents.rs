@@ -306,7 +306,7 @@ struct KeptLook {
 /// ([`AgentRuntime::note_look_floor`]).
 pub struct Look {
     pub text: String,
-    pub seq: u64,
+    seq: u64,
 }
 
 #[derive(Default)]
@@ -829,10 +829,19 @@ impl AgentRuntime {
         view.screen.as_ref().filter(|look| look.process == process).map(|look| (look.text.clone(), look.floor.clone()))
     }
 
+    /// MON-3: measures how far `observer`'s rollout reaches now, after `look` returned, and
+    /// keeps it with that look (the monitor's run, a refresh and a resume call it once they
+    /// hold the observer).
+    pub fn floor_look(&self, look: &Look, observer: &super::agent_observer::AgentObserver) -> Option<crate::observer::LookFloor> {
+        let floor = observer.look_floor();
+        self.note_look_floor(look.seq, floor.clone());
+        floor
+    }
+
     /// MON-3: how far the rollout reached right after look `seq` (measured after it returned);
     /// dropped when another look was noted since (a floor measured before that one's call
     /// could end would claim too much of it).
-    pub fn note_look_floor(&self, seq: u64, floor: Option<crate::observer::LookFloor>) {
+    fn note_look_floor(&self, seq: u64, floor: Option<crate::observer::LookFloor>) {
         let mut view = self.view.lock().expect("view lock");
         if let Some(look) = view.screen.as_mut().filter(|look| look.seq == seq) {
             look.floor = floor;

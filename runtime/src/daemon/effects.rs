@@ -104,7 +104,7 @@ impl Effects for RealEffects {
             }
             // MON-3: the look's floor, measured after it (the tail the resume re-reads, if any).
             if let Some(look) = &look {
-                agent.note_look_floor(look.seq, observer.look_floor());
+                agent.floor_look(look, observer);
             }
             let mut step = observed_inputs(&agent_id, observer.resume(&from));
             // MON-1: the resume changed the engine's view (attached, or lost); the snapshot after
@@ -263,7 +263,7 @@ pub fn refresh_agent(
             // for the monitor's runs, which may reuse the look; this refresh decides on its look
             // as it is (a `Working` indicator always counts for an admission).
             if let Some(look) = &look {
-                agent.note_look_floor(look.seq, observer.look_floor());
+                agent.floor_look(look, observer);
             }
             // MON-2: rediscovery only when a rollout no agent tails changed since the last one.
             let refresh = agent.with_discovery_scope(|rediscover| observer.refresh_scoped(screen, rediscover));

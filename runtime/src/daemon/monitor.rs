@@ -767,15 +767,11 @@ fn look(agent: &AgentRuntime, inbox: &mpsc::Sender<DriverMsg>, due: Due) -> (Run
     let mut screen_unread = false;
     let mut enter_unread = enter; // reported only by a snapshot below
     if changed {
-        let (screen, floor) = match (look_again, agent.last_screen()) {
-            (false, Some((text, floor))) => (Some(text), floor),
+        let (floor, screen) = match (look_again, agent.last_screen()) {
+            (false, Some((text, floor))) => (floor, Some(text)),
             _ => match agent.screen_look() {
-                // MON-3: measured after the look (this run read the rollout before it).
-                Some(look) => {
-                    let floor = observer.look_floor();
-                    agent.note_look_floor(look.seq, floor.clone());
-                    (Some(look.text), floor)
-                }
+                // MON-3: the floor measured after the look (this run read the rollout before it).
+                Some(look) => (agent.floor_look(&look, observer), Some(look.text)),
                 None => (None, None),
             },
         };
