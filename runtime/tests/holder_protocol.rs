@@ -178,6 +178,50 @@ fn respawn_starts_a_new_incarnation_in_the_same_pane() {
     collect_until(&mut sub, |seen| contains(seen, b"again\n"));
 }
 
+/// LIFE-9: a respawn the holder comes to after its deadline (it was SIGSTOPped past the
+/// caller's call bound) is refused when it goes on: the process it runs stays. A hostile run
+/// saw `agent restart` answer `agent_restart_failed` for a stopped holder that, once
+/// continued, performed the respawn anyway: a caller who retried restarted the agent twice.
+#[test]
+fn life_9_a_respawn_the_holder_comes_to_late_is_refused() {
+    let (holder, _sub) = start_raw("exec cat");
+    let before = holder.client().info().unwrap();
+    let holder_pid = nix::unistd::Pid::from_raw(before.holder_pid as i32);
+    let mut hasty = HolderClient::connect_with_timeout(&holder.socket, std::time::Duration::from_millis(200)).unwrap();
+    nix::sys::signal::kill(holder_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let unanswered = hasty.respawn();
+    nix::sys::signal::kill(holder_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(matches!(unanswered, Err(HolderError::Timeout { .. })), "a stopped holder answers nothing: {unanswered:?}");
+    // The holder reads the queued respawn once it goes on; give it the time a respawn takes.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let after = holder.client().info().unwrap();
+    assert_eq!(InfoReplyKey::of(&after), InfoReplyKey::of(&before), "the late respawn was performed");
+    // Asked in time, the same holder respawns as usual.
+    assert_eq!(holder.client().respawn().unwrap().generation, before.generation + 1);
+}
+
+/// LIFE-9: the refusal says so, as its own kind (nothing ended, nothing started).
+#[test]
+fn life_9_a_respawn_past_its_deadline_is_refused_by_kind() {
+    let (holder, _sub) = start_raw("exec cat");
+    let before = holder.client().info().unwrap();
+    let mut raw = UnixStream::connect(&holder.socket).unwrap();
+    raw.write_all(b"{\"op\":\"respawn\",\"start_by_ms\":1}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(&raw).read_line(&mut line).unwrap();
+    let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["ok"], false, "{line}");
+    assert_eq!(reply["error"]["kind"], "start_deadline_passed", "{line}");
+    assert_eq!(InfoReplyKey::of(&holder.client().info().unwrap()), InfoReplyKey::of(&before));
+    // A request without the field (a daemon older than it) still respawns.
+    let mut raw = UnixStream::connect(&holder.socket).unwrap();
+    raw.write_all(b"{\"op\":\"respawn\"}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(&raw).read_line(&mut line).unwrap();
+    assert!(line.contains("\"ok\":true"), "{line}");
+    assert_eq!(holder.client().info().unwrap().generation, before.generation + 1);
+}
+
 /// ADM-5, ADM-16: the screen is evidence about the process that drew it. After a respawn the
 /// old process's last screen (an idle, empty composer) must not be read as the new process's:
 /// the new incarnation starts on a blank screen, so until it draws its own the composer is

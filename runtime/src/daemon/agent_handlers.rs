@@ -250,16 +250,43 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
     }
 }
 
+/// Why a restart failed, and whether its holder is worth asking about the process now.
+struct RestartFailed {
+    message: String,
+    /// The holder did not answer the respawn: a liveness probe now would wait out the same
+    /// silence (two more call bounds: a SIGSTOPped holder's restart answered after 55-59 s).
+    holder_silent: bool,
+}
+
+impl From<String> for RestartFailed {
+    fn from(message: String) -> Self {
+        RestartFailed { message, holder_silent: false }
+    }
+}
+
+/// LIFE-9: the error of a respawn the holder did not answer. It had the call's timeout to
+/// begin (the request's `start_by_ms`): one it had not begun by then it refuses whenever it
+/// comes to it, so nothing is restarted later; one it had begun completes.
+fn respawn_unanswered(error: &crate::holder::HolderError) -> RestartFailed {
+    RestartFailed {
+        message: format!("{error}: the agent's holder is not answering (stopped or overloaded); a respawn it had not begun by its deadline is never performed later, so the process it runs is the same unless it began in time (`agent catalog` shows the incarnation)"),
+        holder_silent: true,
+    }
+}
+
 /// Starts the agent's command again: in its pane if that lives, else in a new pane.
-fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Result<(), String> {
+fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Result<(), RestartFailed> {
     match worker.connect_holder() {
         // The pane lives: start the command again in it (a new incarnation).
         Ok(mut client) => {
-            let info = client.respawn().map_err(|e| e.to_string())?;
+            let info = client.respawn().map_err(|error| match error {
+                crate::holder::HolderError::Timeout { .. } => respawn_unanswered(&error),
+                error => RestartFailed::from(error.to_string()),
+            })?;
             spawn_failure(&info, &worker.record)?;
         }
         // Not known to be gone (a timeout, out of descriptors): nothing is started beside it.
-        Err(error) if !super::agents::holder_is_gone(&error) => return Err(format!("cannot reach the agent's pane: {error}")),
+        Err(error) if !super::agents::holder_is_gone(&error) => return Err(format!("cannot reach the agent's pane: {error}").into()),
         // The pane is gone (its holder exited or was killed while the daemon was down):
         // start a new one from the agent's stored record; same agent id, new incarnation.
         // CORR-14: with the CODEX_HOME its first start resolved, which the daemon watches.
@@ -276,7 +303,7 @@ fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Resul
     if let Some(ids) = worker.record.managed_ids() {
         let resumed = worker.holder().and_then(|mut client| super::managed::handshake(&mut client, &worker.record.cwd, Some(&ids)));
         if let Err(error) = resumed {
-            return Err(take_back_unresumed(worker, &error));
+            return Err(take_back_unresumed(worker, &error).into());
         }
     }
     Ok(())
@@ -447,9 +474,12 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
         }
         let restarted = restart_pane(&worker, &paths);
         // A respawn ended the old process even when the new one did not start (LIFE-2): the
-        // engine hears of the change now, not at the monitor's next look.
-        let _ = worker.forward_liveness_change(&inbox);
-        Ok(restarted.map(|()| worker.facts()))
+        // engine hears of the change now, not at the monitor's next look (which tells of a
+        // silent holder's change, if any, when it answers).
+        if !restarted.as_ref().is_err_and(|failed| failed.holder_silent) {
+            let _ = worker.forward_liveness_change(&inbox);
+        }
+        Ok(restarted.map(|()| worker.facts()).map_err(|failed| failed.message))
     })
     .await;
     match result {

@@ -255,8 +255,13 @@ impl HolderClient {
     }
 
     /// Replaces the child with a fresh run of the same command; returns the new facts.
+    /// LIFE-9: the holder must begin it within this connection's call timeout, or it refuses
+    /// (`StartDeadlinePassed`, nothing changed); it then has the kill grace twice over to end
+    /// the old child. So once this call timed out, a respawn the holder had not begun never
+    /// happens later.
     pub fn respawn(&mut self) -> Result<InfoReply, HolderError> {
-        self.call("respawn", &Request::Respawn, self.timeout + 2 * KILL_GRACE)
+        let start_by_ms = super::protocol::monotonic_ms() + u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        self.call("respawn", &Request::Respawn { start_by_ms: Some(start_by_ms) }, self.timeout + 2 * KILL_GRACE)
     }
 
     /// Ends the child and the holder; returns the last facts the holder had.

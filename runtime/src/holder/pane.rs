@@ -799,14 +799,24 @@ impl Pane {
         }
     }
 
-    pub fn respawn(self: &Arc<Self>) -> Result<u64, PaneError> {
+    /// LIFE-9: with `start_by_ms`, only if the holder comes to it by then (checked under the
+    /// lifecycle lock, before anything is ended): a holder stalled past it (SIGSTOPped, or
+    /// behind another respawn or a shutdown) refuses, the running process left alone. The
+    /// daemon answers `agent_restart_failed` once its call's bound passed; a holder that went
+    /// on later and replaced the process anyway made a caller's retry restart it twice (a
+    /// hostile run).
+    pub fn respawn(self: &Arc<Self>, start_by_ms: Option<u64>) -> Result<u64, RespawnError> {
         let _serial = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        let now_ms = super::protocol::monotonic_ms();
+        if let Some(late) = start_by_ms.filter(|start_by| now_ms > *start_by) {
+            return Err(RespawnError::Late(format!("the respawn was to start by {late} ms, and the holder came to it at {now_ms} ms; the running process is left alone")));
+        }
         if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(PaneError("holder is shutting down".into()));
+            return Err(PaneError("holder is shutting down".into()).into());
         }
         // LIFE-2: a respawn that could not start the command must not end the running one.
         if let Some(problem) = self.cwd_problem() {
-            return Err(PaneError(format!("{problem}; the running process is left alone")));
+            return Err(PaneError(format!("{problem}; the running process is left alone")).into());
         }
         self.terminate_child()?;
         self.flush_unread_input();
@@ -819,6 +829,20 @@ impl Pane {
         };
         self.spawn_child(next);
         Ok(next)
+    }
+}
+
+/// Why a respawn did not happen.
+#[derive(Debug)]
+pub enum RespawnError {
+    /// LIFE-9: the holder came to it after its `start_by_ms`; nothing was ended or started.
+    Late(String),
+    Failed(PaneError),
+}
+
+impl From<PaneError> for RespawnError {
+    fn from(error: PaneError) -> Self {
+        RespawnError::Failed(error)
     }
 }
 

@@ -102,7 +102,15 @@ pub enum Request {
     Kill {
         signal: i32,
     },
-    Respawn,
+    /// Ends the child and starts the command again in the same pane.
+    Respawn {
+        /// LIFE-9: when set, a holder that has not begun the respawn by this moment of
+        /// [`monotonic_ms`] refuses it ([`WireErrorKind::StartDeadlinePassed`]), the running
+        /// process left alone: a stalled holder never replaces a process after the daemon
+        /// answered that the restart failed. A holder older than the field ignores it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_by_ms: Option<u64>,
+    },
     Shutdown,
 }
 
@@ -130,6 +138,8 @@ pub enum WireErrorKind {
     Busy,
     /// An OS call failed inside the holder.
     Internal,
+    /// LIFE-9: the holder came to the request after its `start_by_ms`; nothing was done.
+    StartDeadlinePassed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

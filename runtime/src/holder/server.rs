@@ -349,9 +349,10 @@ fn answer(pane: &Arc<Pane>, request: Request) -> Reply {
             Ok(pid) => success(&KillReply { pid, signal }),
             Err(e) => failure(WireErrorKind::NotAlive, e.0),
         },
-        Request::Respawn => match pane.respawn() {
+        Request::Respawn { start_by_ms } => match pane.respawn(start_by_ms) {
             Ok(_) => success(&pane.info()),
-            Err(e) => failure(WireErrorKind::Internal, e.0),
+            Err(super::pane::RespawnError::Late(message)) => failure(WireErrorKind::StartDeadlinePassed, message),
+            Err(super::pane::RespawnError::Failed(e)) => failure(WireErrorKind::Internal, e.0),
         },
         Request::Subscribe { .. } | Request::Shutdown => {
             unreachable!("serve_connection handles subscribe and shutdown itself")
