@@ -416,6 +416,16 @@ pub fn registration_events(mark: Option<&mut EventMark>, facts: &AgentFacts) -> 
         let started = EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport };
         return (Some(mark), vec![started]);
     };
+    // LIVE-1, EV-14: the stream said the agent stopped (REC-2's bound passed while its holder
+    // could not be reached after a restart), and a process of it is registered now: it runs
+    // after all, so it starts again before anything of it is reported. Its events used to
+    // follow its `agent.stopped` with no new `agent.started` (a hostile run). What the mark
+    // says was reported of that process stays, so no record is reported twice.
+    if mark.stopped && facts.incarnation.is_some() {
+        let same = facts.incarnation == mark.incarnation;
+        *mark = if same { EventMark { stopped: false, ..mark.clone() } } else { EventMark { incarnation: facts.incarnation.clone(), ..EventMark::new(mark.agent_id.clone()) } };
+        return (None, vec![EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport }]);
+    }
     if facts.incarnation.is_none() || facts.incarnation == mark.incarnation {
         return (None, Vec::new());
     }

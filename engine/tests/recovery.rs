@@ -342,6 +342,28 @@ fn ev_3_a_batch_waits_while_a_write_defers_the_ends_of_its_events() {
     assert_ne!(rig.durable_marks.get(&agent_id(ZOLA)).cloned(), before, "the loss follows the end");
 }
 
+/// LIVE-1, EV-14: an agent the stream said stopped at REC-2's bound (its holder unreachable
+/// after a restart) whose process is registered later starts again in the stream before its
+/// events; a hostile run saw its turn's events follow `agent.stopped` with no `agent.started`.
+#[test]
+fn live_1_an_agent_stopped_at_the_startup_bound_that_comes_back_starts_again() {
+    let mut rig = Rig::with_idle_zola();
+    rig.crash_and_recover();
+    rig.input(Input::StartupComplete);
+    assert_eq!(rig.durable_events.last().map(|e| e.kind()), Some("agent.stopped"));
+    let stopped_at = rig.durable_events.len();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    rig.provider_turn("turn-1", "later", "its final", 1000);
+    let after: Vec<&str> = rig.durable_events[stopped_at..].iter().map(|e| e.kind()).collect();
+    assert_eq!(after.first(), Some(&"agent.started"), "{after:?}");
+    assert_eq!(after.iter().filter(|k| **k == "agent.started").count(), 1, "{after:?}");
+    assert!(after.contains(&"turn.completed"), "{after:?}");
+    // A registration of the same process again says nothing new.
+    let before = rig.durable_events.len();
+    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
+    assert_eq!(rig.durable_events.len(), before);
+}
+
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of
 /// another process (the agent's holder restarted before the resume ran) drops it rather than
 /// read the cursor in another stream (seeds 77782850, 77787078).
