@@ -418,21 +418,23 @@ pub fn registration_events(mark: Option<&mut EventMark>, facts: &AgentFacts) -> 
     };
     // LIVE-1, EV-14: the stream said the agent stopped (REC-2's bound passed while its holder
     // could not be reached after a restart), and a process of it is registered now: it runs
-    // after all, so it starts again before anything of it is reported. Its events used to
-    // follow its `agent.stopped` with no new `agent.started` (a hostile run). What the mark
-    // says was reported of that process stays, so no record is reported twice.
+    // after all, so it starts again before anything of it is reported (then, for another
+    // process than the stream last named, the change as usual). Its events used to follow
+    // its `agent.stopped` with no new `agent.started` (a hostile run). What the mark says was
+    // reported of the same process stays, so no record is reported twice.
+    let mut bodies = Vec::new();
     if mark.stopped && facts.incarnation.is_some() {
-        let same = facts.incarnation == mark.incarnation;
-        *mark = if same { EventMark { stopped: false, ..mark.clone() } } else { EventMark { incarnation: facts.incarnation.clone(), ..EventMark::new(mark.agent_id.clone()) } };
-        return (None, vec![EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport }]);
+        mark.stopped = false;
+        bodies.push(EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport });
     }
     if facts.incarnation.is_none() || facts.incarnation == mark.incarnation {
-        return (None, Vec::new());
+        return (None, bodies);
     }
     let previous = mark.incarnation.replace(facts.incarnation.clone().expect("checked"));
     // A new process: nothing of the old one's observer carries over.
     *mark = EventMark { incarnation: mark.incarnation.clone(), ..EventMark::new(mark.agent_id.clone()) };
-    (None, vec![EventBody::IncarnationChanged { previous }])
+    bodies.push(EventBody::IncarnationChanged { previous });
+    (None, bodies)
 }
 
 impl Engine {

@@ -362,6 +362,15 @@ fn live_1_an_agent_stopped_at_the_startup_bound_that_comes_back_starts_again() {
     let before = rig.durable_events.len();
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
     assert_eq!(rig.durable_events.len(), before);
+
+    // Another process than the stream last named: started, then the change as usual.
+    let mut rig = Rig::with_idle_zola();
+    rig.crash_and_recover();
+    rig.input(Input::StartupComplete);
+    let stopped_at = rig.durable_events.len();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    let after: Vec<&str> = rig.durable_events[stopped_at..].iter().map(|e| e.kind()).collect();
+    assert_eq!(after, ["agent.started", "agent.incarnation_changed"]);
 }
 
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of

@@ -517,6 +517,9 @@ pub struct StreamTruth {
     pub agents: BTreeMap<usize, AgentStream>,
     /// Agents `agent.started` announced.
     pub started: BTreeSet<usize>,
+    /// EV-14: agents whose last lifecycle event was `agent.stopped` (REC-2's bound passed while
+    /// their holder was silent after a restart): nothing of them but `agent.started` may follow.
+    pub stopped: BTreeSet<usize>,
     /// Request id -> the `terminal_event_sequence` of its `request.terminal` event.
     pub request_terminal: BTreeMap<String, u64>,
     /// (agent, session, position) of every provider record an event reported, ever (across
@@ -1978,10 +1981,20 @@ impl Oracle {
             self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of an agent the world does not know: {}", event.agent_id));
             return;
         };
+        // LIVE-1, EV-14: a process of an agent the stream said stopped is announced again
+        // before anything of it (request events of its earlier requests may still settle).
+        let of_a_process = kind.starts_with("turn.") || kind.starts_with("message.") || kind.starts_with("observer.") || kind.starts_with("plan.") || matches!(kind, "agent.exited" | "agent.incarnation_changed" | "request.bound");
+        if of_a_process && self.stream.stopped.contains(&a) {
+            self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of a{a} after its agent.stopped, with no agent.started since"));
+        }
         match &event.body {
+            EventBody::AgentStopped => {
+                self.stream.stopped.insert(a);
+            }
             EventBody::AgentStarted { .. } => {
-                // EV-4: an agent re-registered at startup is not announced again.
-                if !self.stream.started.insert(a) {
+                // EV-4: an agent re-registered at startup is not announced again, unless the
+                // stream said it stopped.
+                if !self.stream.started.insert(a) && !self.stream.stopped.remove(&a) {
                     self.fail(Kind::EventOrder, format!("event {seq}: agent.started of a{a} again"));
                 }
             }

@@ -2510,8 +2510,13 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             // unknown too, within `REBIND_GRACE` (`AgentRuntime::rebind_grace`).
             let rebinding = w.agents[a].process.is_some() && w.fault_roll(0.02);
             if w.agents[a].process.is_some() && (rebinding || w.fault_roll(0.04)) {
+                // LIVE-1, EV-14 (`liveness.silent_past_startup_bound`): now and then silent
+                // past `StartupComplete`'s 30 s wait: its requests end, the stream says the
+                // agent stopped, and when the holder answers it starts again before any of
+                // its events (a hostile run saw them follow `agent.stopped` alone).
                 let (class, window) = match rebinding {
                     true => ("liveness.rebinding_at_start", 100..1_000),
+                    false if w.fault_roll(0.15) => ("liveness.silent_past_startup_bound", 30_500..36_000),
                     false => ("liveness.silent_at_start", 500..8_000),
                 };
                 w.counters.fault(class);

@@ -1159,7 +1159,10 @@ async fn play(world: &Shared, callers: &mut Vec<madsim::task::JoinHandle<()>>) -
         let status = ask_engine(&world, engine_status).await;
         let open = status.as_ref().and_then(|s| s["open"].as_array().map(Vec::len)).unwrap_or(usize::MAX);
         let quiescent = status.as_ref().and_then(|s| s["quiescent"].as_bool()).unwrap_or(false);
-        if done && open == 0 && quiescent {
+        // LIVE-1: a holder still silent since a daemon start (past `StartupComplete`'s bound,
+        // its requests ended) has records the stream reports once it answers.
+        let silent = world.lock().unwrap().agents.iter().any(|agent| agent.silent_until_ms.is_some());
+        if done && open == 0 && quiescent && !silent {
             settled_at = Some(now_ms() - healed);
             break;
         }

@@ -86,6 +86,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "app_server.slow_turn_start",
     "liveness.unknown",
     "liveness.silent_at_start",
+    "liveness.silent_past_startup_bound",
     "monitor.wake_lost",
     "monitor.watch_incomplete",
     "monitor.watch_lost_while_set",
