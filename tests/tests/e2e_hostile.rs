@@ -562,6 +562,36 @@ fn life_5_stop_all_ends_a_holder_behind_a_link() {
     }
 }
 
+/// LIVE-1: while a holder stays unknown (a link in its socket's place, which the daemon never
+/// follows), the log warns once a minute, not at every probe: a hostile run saw four warnings
+/// a second for as long as the link stayed, which rotated the rest of the log away.
+#[test]
+fn live_1_an_unknown_holder_is_warned_of_once_not_at_every_probe() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    // The running daemon's kept connections still reach the holder: a new daemon meets the link.
+    w.ok(&["mux", "stop"]);
+    std::fs::rename(&socket, socket.with_extension("aside")).unwrap();
+    std::os::unix::fs::symlink(w.data.join("nowhere.sock"), &socket).unwrap();
+    w.mux_start();
+    let warnings = || std::fs::read_to_string(w.data.join("mux.log")).unwrap_or_default().matches("liveness unknown (LIVE-1)").count();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while warnings() == 0 {
+        assert!(Instant::now() < deadline, "no probe met the link in 15 s");
+        w.run(&["agent", "catalog"]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Probes go on (the monitor's, each catalog's, each admission's) and each is unknown.
+    for _ in 0..30 {
+        w.run(&["agent", "catalog"]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(warnings(), 1, "warned at every probe");
+}
+
 /// LIFE-3: `agent stop` of an agent whose holder does not answer (stopped with SIGSTOP: the
 /// connect succeeds, the shutdown times out) ends that holder and its process, or fails and
 /// keeps the agent. It used to ignore the timeout and delete the record, leaving the holder and

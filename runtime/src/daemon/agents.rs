@@ -210,6 +210,9 @@ enum Applied {
     Changed(Vec<ObserverEvent>),
 }
 
+/// LIVE-1: how often, at most, the log warns that an agent's liveness stays unknown.
+const UNKNOWN_WARNING_EVERY: Duration = Duration::from_secs(60);
+
 /// What a liveness probe told the engine ([`AgentRuntime::forward_liveness_change`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forwarded {
@@ -250,6 +253,10 @@ pub struct AgentRuntime {
     orphan: Mutex<OrphanHolder>,
     /// LIVE-1, SOCK-2: when this daemon took the agent on (its first probe's grace).
     taken_on: Instant,
+    /// LIVE-1: when the log last warned that a probe's answer was unknown (None: not since the
+    /// last known answer). A link in the socket's place made it warn four times a second for
+    /// as long as it stayed (a hostile run), rotating the rest of the log away.
+    unknown_warned: Mutex<Option<Instant>>,
     /// One kept connection for the frequent liveness checks (a new connection costs the holder
     /// a thread each time).
     info_client: Mutex<Option<HolderClient>>,
@@ -334,6 +341,7 @@ impl AgentRuntime {
             lifecycle: Mutex::new(()),
             orphan: Mutex::new(OrphanHolder::default()),
             taken_on: Instant::now(),
+            unknown_warned: Mutex::new(None),
             info_client: Mutex::new(None),
             checkpoint: Mutex::new(CheckpointSlot::default()),
             view: Mutex::new(MonitorView::default()),
@@ -635,6 +643,18 @@ impl AgentRuntime {
         Ok(())
     }
 
+    /// LIVE-1: an unknown answer goes to the log as a warning at most once a minute while the
+    /// holder stays unknown (each one at debug level), and at once after a known answer.
+    fn say_unknown(&self, error: &HolderError) {
+        let mut warned = self.unknown_warned.lock().expect("unknown warned");
+        if warned.is_some_and(|at| at.elapsed() < UNKNOWN_WARNING_EVERY) {
+            tracing::debug!(agent_id = %self.record.agent_id, %error, "liveness unknown (LIVE-1)");
+            return;
+        }
+        *warned = Some(Instant::now());
+        tracing::warn!(agent_id = %self.record.agent_id, %error, "liveness unknown (LIVE-1): nothing changes, the next probe asks again (said once a minute while it lasts)");
+    }
+
     /// [`AgentRuntime::refresh_liveness`] with the holder's answer already read, by the read
     /// that took `stamp`. With `inbox`, a change is told to the engine before the observer
     /// lock is released ([`AgentRuntime::forward_liveness_change`]).
@@ -655,10 +675,11 @@ impl AgentRuntime {
             // LIVE-1: any other failure (out of descriptors, a timeout, a garbled reply) is
             // "unknown": nothing changes, and the next probe asks again.
             Err(error) => {
-                tracing::warn!(agent_id = %self.record.agent_id, %error, "liveness unknown (LIVE-1): nothing changes, the next probe asks again");
+                self.say_unknown(&error);
                 return Applied::Unknown;
             }
         };
+        *self.unknown_warned.lock().expect("unknown warned") = None;
         next.answered_at = stamp;
         // The observer lock first, over the whole change (then the liveness lock, briefly: no
         // code takes the two the other way round). Two probes that cross (the monitor, a
