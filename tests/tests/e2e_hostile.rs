@@ -617,6 +617,39 @@ fn life_3_a_stop_whose_shutdown_gets_no_answer_still_ends_the_holder() {
     }
 }
 
+/// LIFE-9: restarts asked together of an agent whose holder is stopped each fail within the
+/// restart's bound, and none acts after it failed, though the holder goes on the moment the
+/// first one answered. They used to wait their turns, each sending a respawn with a deadline
+/// of its own (answered after 20, 40, 60 s, the last as `daemon_unresponsive`), and the one
+/// the holder read after its continuation replaced the process after its caller had been
+/// told it failed (a hostile run). Slow by nature: the restart's bound (15 s).
+#[test]
+fn life_9_restarts_asked_together_of_a_stopped_holder_never_act_after_they_failed() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let holders = w.holder_pids();
+    assert_eq!(holders.len(), 1, "one holder: {holders:?}");
+    // SAFETY: signals to our own test world's holder.
+    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGSTOP) }, 0);
+    let answers = std::thread::scope(|scope| {
+        let (done, answered) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let (done, w) = (done.clone(), &w);
+            scope.spawn(move || drop(done.send(w.run(&["agent", "restart", "zola"]))));
+        }
+        let first = answered.recv().unwrap();
+        assert_eq!(unsafe { libc::kill(holders[0], libc::SIGCONT) }, 0);
+        [first, answered.recv().unwrap()]
+    });
+    for out in &answers {
+        assert_eq!((out.code, &out.json["error"]), (1, &json!("agent_restart_failed")), "{out:?}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let now = w.catalog_entry("zola").expect("zola");
+    assert_eq!(now["incarnation"], entry["incarnation"], "a restart replaced the process after it failed: {answers:?}");
+}
+
 /// LIFE-3: a stop whose removal cannot commit (here the database is locked by another
 /// connection past the store's busy timeout; a full disk does the same) keeps the agent, its
 /// process ended, and says so; a second stop removes it and the name is free again. The agent

@@ -264,25 +264,49 @@ impl From<String> for RestartFailed {
     }
 }
 
-/// LIFE-9: the error of a respawn the holder did not answer. It had the call's timeout to
-/// begin (the request's `start_by_ms`): one it had not begun by then it refuses whenever it
-/// comes to it, so nothing is restarted later; one it had begun completes.
-fn respawn_unanswered(error: &crate::holder::HolderError) -> RestartFailed {
-    RestartFailed {
-        message: format!("{error}: the agent's holder is not answering (stopped or overloaded); a respawn it had not begun by its deadline is never performed later, so the process it runs is the same unless it began in time (`agent catalog` shows the incarnation)"),
-        holder_silent: true,
+/// LIFE-9: how long after it was asked a restart may begin: past it, the restart is refused
+/// with nothing sent (one that waited behind another restart or a stop of the same agent, or
+/// whose holder did not answer).
+pub const RESTART_START_BOUND: std::time::Duration = crate::holder::HOLDER_CALL_TIMEOUT;
+
+/// LIFE-9: the error of a holder that did not answer: `then` says what became of the respawn.
+fn holder_silent(error: &crate::holder::HolderError, then: &str) -> RestartFailed {
+    RestartFailed { message: format!("{error}: the agent's holder is not answering (stopped or overloaded); {then}"), holder_silent: true }
+}
+
+/// LIFE-9: a holder-call failure of a restart, a timeout told apart (`then`: see `holder_silent`).
+fn restart_call_failed(error: crate::holder::HolderError, then: &str) -> RestartFailed {
+    match error {
+        crate::holder::HolderError::Timeout { .. } => holder_silent(&error, then),
+        error => RestartFailed::from(error.to_string()),
     }
 }
 
-/// Starts the agent's command again: in its pane if that lives, else in a new pane.
-fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths) -> Result<(), RestartFailed> {
-    match worker.connect_holder() {
-        // The pane lives: start the command again in it (a new incarnation).
+/// LIFE-9: the restart begins, by `start_by_ms`, or is refused with nothing sent: restarts of
+/// one agent asked together against a stopped holder waited their turns, each sending a
+/// respawn with a deadline of its own (answered after 20, 40, 60 s, the last as
+/// `daemon_unresponsive`), and one the holder read after its continuation restarted the agent
+/// after its caller had been told it failed (a hostile run).
+fn time_left(start_by_ms: u64) -> Result<std::time::Duration, RestartFailed> {
+    let left = start_by_ms.saturating_sub(crate::holder::protocol::monotonic_ms());
+    if left < 1_000 {
+        let bound = RESTART_START_BOUND.as_secs();
+        return Err(format!("the restart could not begin within {bound} s of being asked (another restart or stop of the agent held its pane, or its holder did not answer); nothing was done: ask again").into());
+    }
+    Ok(std::time::Duration::from_millis(left))
+}
+
+/// Starts the agent's command again: in its pane if that lives, else in a new pane; the
+/// respawn of a live pane begins by `start_by_ms` (LIFE-9).
+fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths, start_by_ms: u64) -> Result<(), RestartFailed> {
+    match worker.connect_holder_within(time_left(start_by_ms)?) {
+        // The pane lives: start the command again in it (a new incarnation). LIFE-9: only a
+        // holder that answers now is sent the respawn: a stopped one would read it when it goes
+        // on, and one started by a wakterm older than the deadline would perform it then.
         Ok(mut client) => {
-            let info = client.respawn().map_err(|error| match error {
-                crate::holder::HolderError::Timeout { .. } => respawn_unanswered(&error),
-                error => RestartFailed::from(error.to_string()),
-            })?;
+            client.info().map_err(|error| restart_call_failed(error, "nothing was sent to it, so the process it runs is the same"))?;
+            let then = "it never begins a respawn after the restart's deadline, so the process it runs is the same unless it began in time (a holder started by a wakterm older than the deadline ignores it: `agent catalog` shows the incarnation)";
+            let info = client.respawn_by(start_by_ms).map_err(|error| restart_call_failed(error, then))?;
             spawn_failure(&info, &worker.record)?;
         }
         // Not known to be gone (a timeout, out of descriptors): nothing is started beside it.
@@ -462,6 +486,7 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
     let inbox = context.inbox.clone();
     let paths = context.paths.clone();
     let target = target.to_string();
+    let start_by_ms = crate::holder::protocol::monotonic_ms() + RESTART_START_BOUND.as_millis() as u64;
     let result = tokio::task::spawn_blocking(move || {
         // LIFE-3: one pane change at a time. A stop that ended the agent while this restart
         // waited leaves nothing to restart: a new pane now would run outside the catalog.
@@ -472,7 +497,7 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
         if worker.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Reply::error(exit::ERROR, "daemon_stopping", "the daemon is stopping its agents; start it again, then restart the agent"));
         }
-        let restarted = restart_pane(&worker, &paths);
+        let restarted = restart_pane(&worker, &paths, start_by_ms);
         // A respawn ended the old process even when the new one did not start (LIFE-2): the
         // engine hears of the change now, not at the monitor's next look (which tells of a
         // silent holder's change, if any, when it answers).

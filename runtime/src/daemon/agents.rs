@@ -546,7 +546,12 @@ impl AgentRuntime {
 
     /// A new connection to the agent's holder, its failure as it is (LIVE-1 tells them apart).
     pub fn connect_holder(&self) -> Result<HolderClient, HolderError> {
-        HolderClient::connect_with_timeout(&self.holder_socket, HOLDER_CALL_TIMEOUT)
+        self.connect_holder_within(HOLDER_CALL_TIMEOUT)
+    }
+
+    /// [`AgentRuntime::connect_holder`] whose calls are bounded by `timeout` instead.
+    pub fn connect_holder_within(&self, timeout: Duration) -> Result<HolderClient, HolderError> {
+        HolderClient::connect_with_timeout(&self.holder_socket, timeout)
     }
 
     /// LIFE-3: `agent stop` ended the holder: the agent is removed. Under the observer lock,

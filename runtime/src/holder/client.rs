@@ -42,6 +42,9 @@ pub fn write_start_by(asked_ms: u64, result_wait_ms: u64) -> u64 {
 pub fn write_steps_call_bound(timeout: Duration, gap: Duration, steps: usize) -> Duration {
     timeout + (WRITE_DEADLINE + gap) * u32::try_from(steps).unwrap_or(u32::MAX)
 }
+/// LIFE-9: the longest a respawn the holder began takes: the old child's end (a hang-up, then
+/// SIGKILL, each with its grace), its session's members (100 ms), the new child's spawn.
+pub const RESPAWN_WORK_BOUND: Duration = Duration::from_secs(2 * KILL_GRACE.as_secs() + 2);
 /// [`spawn_holder`] gives the new holder this long to answer `info`.
 pub const SPAWN_READY_DEADLINE: Duration = Duration::from_secs(10);
 /// A subscription that hears nothing (not even a heartbeat) for this long reports a timeout.
@@ -254,14 +257,20 @@ impl HolderClient {
         self.call("kill", &Request::Kill { signal }, self.timeout)
     }
 
-    /// Replaces the child with a fresh run of the same command; returns the new facts.
-    /// LIFE-9: the holder must begin it within this connection's call timeout, or it refuses
-    /// (`StartDeadlinePassed`, nothing changed); it then has the kill grace twice over to end
-    /// the old child. So once this call timed out, a respawn the holder had not begun never
-    /// happens later.
+    /// Replaces the child with a fresh run of the same command; returns the new facts. The
+    /// holder must begin it within this connection's call timeout ([`HolderClient::respawn_by`]).
     pub fn respawn(&mut self) -> Result<InfoReply, HolderError> {
-        let start_by_ms = super::protocol::monotonic_ms() + u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        self.call("respawn", &Request::Respawn { start_by_ms: Some(start_by_ms) }, self.timeout + 2 * KILL_GRACE)
+        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        self.respawn_by(super::protocol::monotonic_ms().saturating_add(timeout_ms))
+    }
+
+    /// LIFE-9: a respawn the holder must begin by `start_by_ms` (the machine's monotonic
+    /// clock), or it refuses (`StartDeadlinePassed`, nothing changed). The call waits until
+    /// then plus [`RESPAWN_WORK_BOUND`], what a begun respawn takes at most, so once it timed
+    /// out, a holder of this version never begins the respawn later.
+    pub fn respawn_by(&mut self, start_by_ms: u64) -> Result<InfoReply, HolderError> {
+        let left = Duration::from_millis(start_by_ms.saturating_sub(super::protocol::monotonic_ms()));
+        self.call("respawn", &Request::Respawn { start_by_ms: Some(start_by_ms) }, left + RESPAWN_WORK_BOUND)
     }
 
     /// Ends the child and the holder; returns the last facts the holder had.
