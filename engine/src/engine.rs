@@ -264,6 +264,7 @@ impl Engine {
             Input::PersistAcked { token, result } => self.on_persist_acked(token, result),
             Input::Delivered { delivery_id, outcome, record_end } => self.on_delivered(delivery_id, outcome, record_end),
             Input::StartupComplete => self.on_startup_complete(),
+            Input::AgentUnreachable { agent_id } => self.on_agent_unreachable(agent_id),
             Input::ObserverCheckpoint { agent_id, checkpoint_json } => self.on_checkpoint(&agent_id, checkpoint_json),
             Input::RequestLoaded { load_id, record } => self.on_request_loaded(load_id, record),
             Input::HistorySeed { ids, complete } => self.on_history_seed(ids, complete),

@@ -68,6 +68,9 @@ pub(crate) struct EventStream {
     pub recovered_unattached: BTreeSet<AgentId>,
     /// Agents recovered with a mark and not registered since the restart.
     pub recovered_unregistered: BTreeSet<AgentId>,
+    /// LIVE-1, EV-14: of those, the ones the runtime still holds, unreachable
+    /// (`Input::AgentUnreachable`): not stopped when the startup completes.
+    pub held_unregistered: BTreeSet<AgentId>,
     /// EV-13: per agent, the records after a restart's resume point held until the record at
     /// the mark proves (or disproves) the file.
     pub replay: BTreeMap<AgentId, crate::event_replay::ReplayZone>,
@@ -103,6 +106,7 @@ impl Default for EventStream {
             proofs: BTreeMap::new(),
             ends_first: BTreeMap::new(),
             recovered_unregistered: BTreeSet::new(),
+            held_unregistered: BTreeSet::new(),
             bound_announced: BTreeSet::new(),
             admitted_due: BTreeSet::new(),
         }
@@ -416,25 +420,13 @@ pub fn registration_events(mark: Option<&mut EventMark>, facts: &AgentFacts) -> 
         let started = EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport };
         return (Some(mark), vec![started]);
     };
-    // LIVE-1, EV-14: the stream said the agent stopped (REC-2's bound passed while its holder
-    // could not be reached after a restart), and a process of it is registered now: it runs
-    // after all, so it starts again before anything of it is reported (then, for another
-    // process than the stream last named, the change as usual). Its events used to follow
-    // its `agent.stopped` with no new `agent.started` (a hostile run). What the mark says was
-    // reported of the same process stays, so no record is reported twice.
-    let mut bodies = Vec::new();
-    if mark.stopped && facts.incarnation.is_some() {
-        mark.stopped = false;
-        bodies.push(EventBody::AgentStarted { name: facts.name.clone(), transport: facts.transport });
-    }
     if facts.incarnation.is_none() || facts.incarnation == mark.incarnation {
-        return (None, bodies);
+        return (None, Vec::new());
     }
     let previous = mark.incarnation.replace(facts.incarnation.clone().expect("checked"));
     // A new process: nothing of the old one's observer carries over.
     *mark = EventMark { incarnation: mark.incarnation.clone(), ..EventMark::new(mark.agent_id.clone()) };
-    bodies.push(EventBody::IncarnationChanged { previous });
-    (None, bodies)
+    (None, vec![EventBody::IncarnationChanged { previous }])
 }
 
 impl Engine {

@@ -130,6 +130,12 @@ pub enum Input {
     Delivered { delivery_id: u64, outcome: DeliveryOutcome, record_end: Option<Cursor> },
     /// The runtime has re-registered every agent it found after a restart (REC-2).
     StartupComplete,
+    /// LIVE-1, EV-14: sent before `StartupComplete` for each agent the runtime still holds
+    /// whose holder never answered since the start (a link or a file in its socket's way):
+    /// `StartupComplete` ends its requests but does not record it stopped; it is registered
+    /// when its holder answers. The stream used to say `agent.stopped` for it, and its events
+    /// followed once it answered again (a hostile run).
+    AgentUnreachable { agent_id: AgentId },
     /// HIST-2: the answer to `Output::LoadRequest`: the stored (finished) record, None when
     /// the store has no such request, Err when it could not be read.
     RequestLoaded { load_id: u64, record: Result<Option<RequestRecord>, String> },

@@ -79,6 +79,14 @@ impl Engine {
         engine
     }
 
+    /// LIVE-1, EV-14: the runtime holds this agent, unreachable since the start
+    /// (`Input::AgentUnreachable`); one registered meanwhile is not held back.
+    pub(crate) fn on_agent_unreachable(&mut self, agent_id: crate::AgentId) {
+        if self.events.recovered_unregistered.contains(&agent_id) {
+            self.events.held_unregistered.insert(agent_id);
+        }
+    }
+
     /// REC-2: the runtime registered every agent it found; requests whose agent did not come
     /// back cannot be verified.
     pub(crate) fn on_startup_complete(&mut self) {
@@ -95,8 +103,12 @@ impl Engine {
         for request_id in orphaned {
             self.finish(&request_id, TerminalState::Indeterminate, Some("agent_missing_after_restart"), None, None);
         }
-        // EV-14: the stops after the requests' ends (see `on_agent_removed`).
-        let gone: Vec<_> = std::mem::take(&mut self.events.recovered_unregistered).into_iter().collect();
+        // EV-14: the stops after the requests' ends (see `on_agent_removed`). LIVE-1: an agent
+        // the runtime still holds did not stop: it stays unregistered until its holder answers
+        // (its first registration then still knows it as the first since the restart, EV-4).
+        let held = std::mem::take(&mut self.events.held_unregistered);
+        let (waiting, gone): (std::collections::BTreeSet<_>, std::collections::BTreeSet<_>) = std::mem::take(&mut self.events.recovered_unregistered).into_iter().partition(|id| held.contains(id));
+        self.events.recovered_unregistered = waiting;
         for agent_id in gone {
             let incarnation = self.events.marks.get(&agent_id).and_then(|m| m.incarnation.clone());
             self.record_removal(&agent_id, incarnation);

@@ -342,35 +342,54 @@ fn ev_3_a_batch_waits_while_a_write_defers_the_ends_of_its_events() {
     assert_ne!(rig.durable_marks.get(&agent_id(ZOLA)).cloned(), before, "the loss follows the end");
 }
 
-/// LIVE-1, EV-14: an agent the stream said stopped at REC-2's bound (its holder unreachable
-/// after a restart) whose process is registered later starts again in the stream before its
-/// events; a hostile run saw its turn's events follow `agent.stopped` with no `agent.started`.
+/// LIVE-1, EV-14: an agent the runtime still holds whose holder did not answer by the end of
+/// the startup (`AgentUnreachable`) has its requests ended but is not recorded stopped: when
+/// it answers, its events go on as any agent's. A hostile run saw `agent.stopped` for it, and
+/// then its turn's events (a reader following the agent had ended at the stop).
 #[test]
-fn live_1_an_agent_stopped_at_the_startup_bound_that_comes_back_starts_again() {
+fn live_1_an_agent_unreachable_at_the_startup_bound_is_not_stopped() {
     let mut rig = Rig::with_idle_zola();
+    rig.admit(REQ, "hi", ReturnMode::ReturnFinal);
     rig.crash_and_recover();
-    rig.input(Input::StartupComplete);
-    assert_eq!(rig.durable_events.last().map(|e| e.kind()), Some("agent.stopped"));
-    let stopped_at = rig.durable_events.len();
-    rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
-    rig.provider_turn("turn-1", "later", "its final", 1000);
-    let after: Vec<&str> = rig.durable_events[stopped_at..].iter().map(|e| e.kind()).collect();
-    assert_eq!(after.first(), Some(&"agent.started"), "{after:?}");
-    assert_eq!(after.iter().filter(|k| **k == "agent.started").count(), 1, "{after:?}");
-    assert!(after.contains(&"turn.completed"), "{after:?}");
-    // A registration of the same process again says nothing new.
+    rig.input(Input::AgentUnreachable { agent_id: agent_id(ZOLA) });
     let before = rig.durable_events.len();
+    rig.input(Input::StartupComplete);
+    assert_eq!(rig.terminal_for(REQ)[0].reason.as_deref(), Some("agent_missing_after_restart"));
+    let kinds = |rig: &Rig, from: usize| rig.durable_events[from..].iter().map(|e| e.kind()).collect::<Vec<_>>();
+    assert!(!kinds(&rig, before).contains(&"agent.stopped"), "{:?}", kinds(&rig, before));
+    // The holder answers: the same process goes on, nothing to announce; its turn is reported.
+    let answered = rig.durable_events.len();
     rig.input(Input::AgentUpserted(zola_facts("inc-1", 100)));
-    assert_eq!(rig.durable_events.len(), before);
+    rig.provider_turn("turn-9", "later", "its final", 1000);
+    let after = kinds(&rig, answered);
+    assert!(!after.iter().any(|k| k.starts_with("agent.")), "{after:?}");
+    assert!(after.contains(&"turn.completed"), "{after:?}");
 
-    // Another process than the stream last named: started, then the change as usual.
+    // Another process by then: the change, as for any agent.
     let mut rig = Rig::with_idle_zola();
     rig.crash_and_recover();
+    rig.input(Input::AgentUnreachable { agent_id: agent_id(ZOLA) });
     rig.input(Input::StartupComplete);
-    let stopped_at = rig.durable_events.len();
+    let answered = rig.durable_events.len();
     rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
-    let after: Vec<&str> = rig.durable_events[stopped_at..].iter().map(|e| e.kind()).collect();
-    assert_eq!(after, ["agent.started", "agent.incarnation_changed"]);
+    assert_eq!(kinds(&rig, answered), ["agent.incarnation_changed"]);
+
+    // No process by then: it exited while unreachable (EV-4's first registration since the start).
+    let mut rig = Rig::with_idle_zola();
+    rig.crash_and_recover();
+    rig.input(Input::AgentUnreachable { agent_id: agent_id(ZOLA) });
+    rig.input(Input::StartupComplete);
+    let answered = rig.durable_events.len();
+    rig.input(Input::AgentUpserted(AgentFacts { incarnation: None, process: None, ..zola_facts("inc-1", 100) }));
+    assert_eq!(kinds(&rig, answered), ["agent.exited"]);
+
+    // An agent the runtime does not hold (stopped and deleted while the daemon was down) is
+    // still recorded stopped, its last event.
+    let mut rig = Rig::with_idle_zola();
+    rig.crash_and_recover();
+    let before = rig.durable_events.len();
+    rig.input(Input::StartupComplete);
+    assert_eq!(kinds(&rig, before), ["agent.stopped"]);
 }
 
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of

@@ -306,6 +306,11 @@ pub enum Mutant {
     /// first probe is taken for an exit, while the holder binds its removed socket again (a
     /// hostile run: `agent.exited` for a live agent, its request ended `indeterminate`).
     RebindingTakenForExit,
+    /// Restart glue (LIVE-1, EV-14): an agent whose holder is still silent when the daemon's
+    /// startup wait ends is not said to be held (`Input::AgentUnreachable`), so the engine
+    /// records it stopped, and its events follow its `agent.stopped` once it answers (a
+    /// hostile run saw that).
+    UnreachableRecordedStopped,
     /// Observer port: the screen adapter keeps an earlier look's `Working` indicator after the
     /// pane redrew idle, so a finished turn reads as running (admissions and no-steer sends
     /// are refused `turn_active` while the agent waits).
@@ -450,6 +455,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::ReproofWriteReportedFailed, "reproof_write_reported_failed", "managed observer glue reports every re-proof write as failed, so the re-proof backoff never holds"),
     (Mutant::SilentHolderRegisteredGone, "silent_holder_registered_gone", "restart glue registers an agent whose holder did not answer its first probe as having no process"),
     (Mutant::RebindingTakenForExit, "rebinding_taken_for_exit", "restart glue takes nobody listening at a holder's socket being bound again at the daemon's start for an exit"),
+    (Mutant::UnreachableRecordedStopped, "unreachable_recorded_stopped", "restart glue does not tell the engine that an agent still silent at the end of the startup wait is held, so the stream says it stopped and its events follow"),
     (Mutant::WorkingIndicatorSticky, "working_indicator_sticky", "observer port keeps an earlier look's Working indicator after the pane redrew idle"),
     (Mutant::LookWritesIgnored, "look_writes_ignored", "pane port writes an admission whatever input reached the pane since its look"),
     (Mutant::SubmitLookWritesIgnored, "submit_look_writes_ignored", "pane port writes a submit's steps whatever input reached the pane since its look"),

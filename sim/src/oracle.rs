@@ -517,8 +517,8 @@ pub struct StreamTruth {
     pub agents: BTreeMap<usize, AgentStream>,
     /// Agents `agent.started` announced.
     pub started: BTreeSet<usize>,
-    /// EV-14: agents whose last lifecycle event was `agent.stopped` (REC-2's bound passed while
-    /// their holder was silent after a restart): nothing of them but `agent.started` may follow.
+    /// EV-14: agents the stream said stopped: nothing of them may follow (an agent whose holder
+    /// is still silent at the end of a daemon's startup is held, not stopped, LIVE-1).
     pub stopped: BTreeSet<usize>,
     /// Request id -> the `terminal_event_sequence` of its `request.terminal` event.
     pub request_terminal: BTreeMap<String, u64>,
@@ -1981,20 +1981,18 @@ impl Oracle {
             self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of an agent the world does not know: {}", event.agent_id));
             return;
         };
-        // LIVE-1, EV-14: a process of an agent the stream said stopped is announced again
-        // before anything of it (request events of its earlier requests may still settle).
-        let of_a_process = kind.starts_with("turn.") || kind.starts_with("message.") || kind.starts_with("observer.") || kind.starts_with("plan.") || matches!(kind, "agent.exited" | "agent.incarnation_changed" | "request.bound");
-        if of_a_process && self.stream.stopped.contains(&a) {
-            self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of a{a} after its agent.stopped, with no agent.started since"));
+        // EV-14: `agent.stopped` is an agent's last event (LIVE-1: one whose holder is silent
+        // past a daemon's startup wait is held, not stopped; its events go on when it answers).
+        if self.stream.stopped.contains(&a) {
+            self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of a{a} after its agent.stopped"));
         }
         match &event.body {
             EventBody::AgentStopped => {
                 self.stream.stopped.insert(a);
             }
             EventBody::AgentStarted { .. } => {
-                // EV-4: an agent re-registered at startup is not announced again, unless the
-                // stream said it stopped.
-                if !self.stream.started.insert(a) && !self.stream.stopped.remove(&a) {
+                // EV-4: an agent re-registered at startup is not announced again.
+                if !self.stream.started.insert(a) {
                     self.fail(Kind::EventOrder, format!("event {seq}: agent.started of a{a} again"));
                 }
             }

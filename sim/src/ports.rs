@@ -2137,6 +2137,13 @@ async fn startup_complete_when_registered(world: Shared, inbox: mpsc::Sender<Dri
             }
             let waiting = w.agents.iter().any(|agent| agent.silent_until_ms.is_some());
             if !waiting || wakterm_runtime::driver::now_ms() >= give_up {
+                // LIVE-1, EV-14: the agents still silent are held, not stopped (the daemon's
+                // `reattach_agents`); mutant `unreachable_recorded_stopped` does not say so.
+                for a in (0..w.agents.len()).filter(|a| w.agents[*a].silent_until_ms.is_some()) {
+                    if w.mutant != Mutant::UnreachableRecordedStopped {
+                        send_if_running(&inbox, Input::AgentUnreachable { agent_id: w.agents[a].agent_id.clone() });
+                    }
+                }
                 send_if_running(&inbox, Input::StartupComplete);
                 return;
             }
@@ -2511,9 +2518,9 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
             let rebinding = w.agents[a].process.is_some() && w.fault_roll(0.02);
             if w.agents[a].process.is_some() && (rebinding || w.fault_roll(0.04)) {
                 // LIVE-1, EV-14 (`liveness.silent_past_startup_bound`): now and then silent
-                // past `StartupComplete`'s 30 s wait: its requests end, the stream says the
-                // agent stopped, and when the holder answers it starts again before any of
-                // its events (a hostile run saw them follow `agent.stopped` alone).
+                // past `StartupComplete`'s 30 s wait: its requests end, and the agent is held,
+                // not stopped; its events go on when the holder answers (a hostile run saw
+                // `agent.stopped`, then its turn's events).
                 let (class, window) = match rebinding {
                     true => ("liveness.rebinding_at_start", 100..1_000),
                     false if w.fault_roll(0.15) => ("liveness.silent_past_startup_bound", 30_500..36_000),

@@ -543,17 +543,27 @@ async fn reattach_agents(paths: &DataPaths, agents: &AgentTable, inbox: &mpsc::S
             .map(|agent| {
                 let sender = inbox.clone();
                 tokio::task::spawn_blocking(move || {
-                    while agent.register_when_known(&sender).is_err() && std::time::Instant::now() < give_up {
+                    let mut registered = agent.register_when_known(&sender).is_ok();
+                    while !registered && std::time::Instant::now() < give_up {
                         if agent.probe_liveness().is_err() {
                             std::thread::sleep(std::time::Duration::from_millis(250));
                         }
+                        registered = agent.register_when_known(&sender).is_ok();
                     }
-                    agent
+                    (agent, registered)
                 })
             })
             .collect();
         for ask in asks {
-            if let Ok(agent) = ask.await {
+            if let Ok((agent, registered)) = ask.await {
+                // LIVE-1, EV-14: still unknown, it is held, not stopped: registered when its
+                // holder answers (the monitor forwards that as any change).
+                if !registered {
+                    let agent_id = wakterm_engine::AgentId::parse(&agent.record.agent_id);
+                    if let Ok(agent_id) = agent_id {
+                        let _ = inbox.send(DriverMsg::Input(Input::AgentUnreachable { agent_id })).await;
+                    }
+                }
                 monitor.add(agent); // from now on its changes are forwarded as any agent's
             }
         }
