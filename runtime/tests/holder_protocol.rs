@@ -192,7 +192,13 @@ fn life_9_a_respawn_the_holder_comes_to_late_is_refused() {
     let unanswered = hasty.respawn();
     nix::sys::signal::kill(holder_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     assert!(matches!(unanswered, Err(HolderError::Timeout { .. })), "a stopped holder answers nothing: {unanswered:?}");
-    // The holder reads the queued respawn once it goes on; give it the time a respawn takes.
+    // The holder reads the queued respawn once it goes on (its request count says when), then
+    // has the time a respawn takes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while holder.client().info().unwrap().requests < before.requests + 2 {
+        assert!(std::time::Instant::now() < deadline, "the holder never read the queued respawn");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     std::thread::sleep(std::time::Duration::from_millis(500));
     let after = holder.client().info().unwrap();
     assert_eq!(InfoReplyKey::of(&after), InfoReplyKey::of(&before), "the late respawn was performed");
