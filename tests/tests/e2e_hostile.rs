@@ -539,20 +539,26 @@ fn live_1_a_socket_bound_again_after_a_daemon_start_is_no_exit() {
     assert_eq!(w.catalog_entry("zola").expect("zola")["incarnation"], entry["incarnation"]);
 }
 
+/// SEC-1: a daemon with a ready agent `zola` whose holder socket was moved aside (the holder
+/// keeps running) and a link planted in its place, which the daemon never follows.
+fn a_ready_agent_behind_a_link() -> World {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
+    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    std::fs::rename(&socket, socket.with_extension("aside")).unwrap();
+    std::os::unix::fs::symlink(w.data.join("nowhere.sock"), &socket).unwrap();
+    w
+}
+
 /// LIFE-5, LIVE-1, SEC-1: `mux stop --all` ends an agent whose holder cannot be reached at its
 /// socket (a link planted in its place, which the daemon never follows) as `agent stop` does:
 /// the holder still running for that socket, and its process. It named the agent in
 /// `agents_stopped` while both ran on (a hostile run).
 #[test]
 fn life_5_stop_all_ends_a_holder_behind_a_link() {
-    let w = World::new(EXE);
-    w.mux_start();
-    let entry = w.ready_agent("zola", REPLY, &[]);
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
-    let aside = socket.with_extension("aside");
-    std::fs::rename(&socket, &aside).unwrap();
-    std::os::unix::fs::symlink(w.data.join("nowhere.sock"), &socket).unwrap();
+    let w = a_ready_agent_behind_a_link();
     let out = w.ok(&["mux", "stop", "--all"]);
     assert_eq!((out["agents_stopped"].clone(), out["agents_not_stopped"].clone()), (json!(["zola"]), json!([])), "{out}");
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -567,15 +573,9 @@ fn life_5_stop_all_ends_a_holder_behind_a_link() {
 /// a second for as long as the link stayed, which rotated the rest of the log away.
 #[test]
 fn live_1_an_unknown_holder_is_warned_of_once_not_at_every_probe() {
-    let w = World::new(EXE);
-    w.mux_start();
-    let entry = w.ready_agent("zola", REPLY, &[]);
-    let paths = wakterm_runtime::paths::DataPaths { root: w.data.clone() };
-    let socket = paths.holder_socket(entry["agent_id"].as_str().unwrap());
+    let w = a_ready_agent_behind_a_link();
     // The running daemon's kept connections still reach the holder: a new daemon meets the link.
     w.ok(&["mux", "stop"]);
-    std::fs::rename(&socket, socket.with_extension("aside")).unwrap();
-    std::os::unix::fs::symlink(w.data.join("nowhere.sock"), &socket).unwrap();
     w.mux_start();
     let warnings = || std::fs::read_to_string(w.data.join("mux.log")).unwrap_or_default().matches("liveness unknown (LIVE-1)").count();
     let deadline = Instant::now() + Duration::from_secs(15);
