@@ -699,8 +699,7 @@ fn attach(paths: &DataPaths, target: &str) -> i32 {
     if agent["state"] == "stopped" {
         return print_reply(not_running(target, &agent, pane_evidence(&paths.holder_socket(agent_id), agent["transport"] == "pty")));
     }
-    eprintln!("wakterm: attached to {target}; detach with Ctrl-]");
-    crate::holder::attach(&paths.holder_socket(agent_id))
+    crate::holder::attach(&paths.holder_socket(agent_id), &format!("wakterm: attached to {target}; detach with Ctrl-]"))
 }
 
 /// LIFE-4: `attach` to a stopped agent: why it stopped, as far as its holder knows, while it

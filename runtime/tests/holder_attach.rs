@@ -20,7 +20,7 @@ fn attach_role() {
     let Some(socket) = std::env::var_os(ATTACH_SOCKET_ENV) else {
         return;
     };
-    std::process::exit(wakterm_runtime::holder::attach(Path::new(&socket)));
+    std::process::exit(wakterm_runtime::holder::attach(Path::new(&socket), "wakterm: attached; detach with Ctrl-]"));
 }
 
 struct Terminal {

@@ -568,6 +568,16 @@ fn life_5_stop_all_ends_a_holder_behind_a_link() {
     }
 }
 
+/// SEC-1, CLI: `agent attach` through a link at the holder's socket is refused, and says so
+/// only: it printed "attached" before the connect was refused (a hostile run).
+#[test]
+fn sec_1_an_attach_refused_at_a_link_never_says_attached() {
+    let w = a_ready_agent_behind_a_link();
+    let out = w.run(&["agent", "attach", "zola"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("wakterm attach:") && !out.stderr.contains("attached to"), "{out:?}");
+}
+
 /// LIVE-1: while a holder stays unknown (a link in its socket's place, which the daemon never
 /// follows), the log warns once a minute, not at every probe: a hostile run saw four warnings
 /// a second for as long as the link stayed, which rotated the rest of the log away.

@@ -26,9 +26,11 @@ const STDIN_POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// The local terminal goes into raw mode (restored on return, also when unwinding from a
 /// panic), the current screen is drawn, then the agent's output streams to stdout and every
 /// key goes to the agent. Press Ctrl-] ([`DETACH_KEY`]) to detach; the agent keeps running.
-/// The local window size is sent to the agent once, at start.
-pub fn attach(socket_path: &Path) -> i32 {
-    match attach_inner(socket_path) {
+/// The local window size is sent to the agent once, at start. `attached` goes to stderr once
+/// the holder answered and the stream is set up, never before (it was printed before the
+/// connect, so an attach refused at once said "attached" first: a hostile run).
+pub fn attach(socket_path: &Path, attached: &str) -> i32 {
+    match attach_inner(socket_path, attached) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("wakterm attach: {e}");
@@ -37,7 +39,7 @@ pub fn attach(socket_path: &Path) -> i32 {
     }
 }
 
-fn attach_inner(socket_path: &Path) -> Result<(), super::HolderError> {
+fn attach_inner(socket_path: &Path, attached: &str) -> Result<(), super::HolderError> {
     let mut control = HolderClient::connect(socket_path)?;
     if let Some((cols, rows)) = local_window_size() {
         // A size the holder refuses only leaves the old one in place: not worth aborting.
@@ -46,6 +48,7 @@ fn attach_inner(socket_path: &Path) -> Result<(), super::HolderError> {
     let screen = control.screen()?;
     let subscription = HolderClient::connect(socket_path)?.subscribe(screen.output_offset)?;
     let stream = subscription.stream_handle().ok();
+    eprintln!("{attached}");
     let _raw = RawMode::enter(rustix::stdio::stdin());
     draw_screen(&screen);
     let ended = Arc::new(AtomicBool::new(false));
