@@ -90,7 +90,12 @@ impl Engine {
     /// REC-2: the runtime registered every agent it found; requests whose agent did not come
     /// back cannot be verified.
     pub(crate) fn on_startup_complete(&mut self) {
-        self.recovered_writes.clear(); // ADM-5: agents that did not come back have no wait
+        // ADM-5: agents that did not come back have no wait; one the runtime holds keeps its
+        // recovered writes for its registration (LIVE-1): a prompt written before the restart
+        // may still sit unread, and the next admission once it answered was written behind it
+        // (the simulator's `liveness.silent_past_startup_bound`, seed 45,523,595).
+        let held = &self.events.held_unregistered;
+        self.recovered_writes.retain(|agent_id, _| held.contains(agent_id));
 
         // EV-4: an agent the stream announced and that did not come back was stopped and
         // deleted, and the daemon died before the engine heard of it: say so now.

@@ -253,14 +253,18 @@ fn holder_config(paths: &crate::paths::DataPaths, record: &AgentRecord) -> Holde
 /// Why a restart failed, and whether its holder is worth asking about the process now.
 struct RestartFailed {
     message: String,
-    /// The holder did not answer the respawn: a liveness probe now would wait out the same
-    /// silence (two more call bounds: a SIGSTOPped holder's restart answered after 55-59 s).
-    holder_silent: bool,
+    /// Nothing reached the holder, or it stopped answering: a liveness probe now tells nothing
+    /// new or waits out the same silence (two more call bounds: a SIGSTOPped holder's restart
+    /// answered after 55-59 s; one refused for its deadline waited until the holder went on).
+    no_probe: bool,
+    /// LIFE-9: the holder may have begun the respawn before it stopped answering: whether the
+    /// process is replaced is unknown (`agent_restart_unknown`, indeterminate), not failed.
+    unknown: bool,
 }
 
 impl From<String> for RestartFailed {
     fn from(message: String) -> Self {
-        RestartFailed { message, holder_silent: false }
+        RestartFailed { message, no_probe: false, unknown: false }
     }
 }
 
@@ -269,15 +273,27 @@ impl From<String> for RestartFailed {
 /// whose holder did not answer).
 pub const RESTART_START_BOUND: std::time::Duration = crate::holder::HOLDER_CALL_TIMEOUT;
 
-/// LIFE-9: the error of a holder that did not answer: `then` says what became of the respawn.
-fn holder_silent(error: &crate::holder::HolderError, then: &str) -> RestartFailed {
-    RestartFailed { message: format!("{error}: the agent's holder is not answering (stopped or overloaded); {then}"), holder_silent: true }
-}
-
-/// LIFE-9: a holder-call failure of a restart, a timeout told apart (`then`: see `holder_silent`).
-fn restart_call_failed(error: crate::holder::HolderError, then: &str) -> RestartFailed {
+/// LIFE-9: a holder-call failure of a restart, a timeout told apart: nothing was sent before
+/// the respawn (`sent: false`); a respawn that got no answer may have begun (a hostile run
+/// stopped the holder 20 ms into one: the old process ended, and the new one started when the
+/// holder went on, after the restart had answered `agent_restart_failed`).
+fn restart_call_failed(error: crate::holder::HolderError, sent: bool) -> RestartFailed {
     match error {
-        crate::holder::HolderError::Timeout { .. } => holder_silent(&error, then),
+        crate::holder::HolderError::Timeout { .. } if !sent => RestartFailed {
+            message: format!("{error}: the agent's holder is not answering (stopped or overloaded); nothing was sent to it, so the process it runs is the same"),
+            no_probe: true,
+            unknown: false,
+        },
+        crate::holder::HolderError::Timeout { .. } => RestartFailed {
+            message: format!("{error}: the agent's holder stopped answering during the respawn; whether it began it is unknown: if it did, the old process may have ended and the new one starts when the holder goes on; if not, it never begins it after the restart's deadline (a holder started by a wakterm older than the deadline ignores it). Check `agent catalog` (the incarnation) before you restart again"),
+            no_probe: true,
+            unknown: true,
+        },
+        // A structured refusal did nothing (`StartDeadlinePassed`, a working directory gone).
+        error @ crate::holder::HolderError::Remote { .. } => RestartFailed::from(error.to_string()),
+        // A garbled answer or the holder gone during the respawn: it may have begun it; the
+        // probe after tells the engine what runs now.
+        error if sent => RestartFailed { message: format!("{error}: whether the respawn began is unknown; check `agent catalog` (the incarnation) before you restart again"), no_probe: false, unknown: true },
         error => RestartFailed::from(error.to_string()),
     }
 }
@@ -291,7 +307,8 @@ fn time_left(start_by_ms: u64) -> Result<std::time::Duration, RestartFailed> {
     let left = start_by_ms.saturating_sub(crate::holder::protocol::monotonic_ms());
     if left < 1_000 {
         let bound = RESTART_START_BOUND.as_secs();
-        return Err(format!("the restart could not begin within {bound} s of being asked (another restart or stop of the agent held its pane, or its holder did not answer); nothing was done: ask again").into());
+        let message = format!("the restart could not begin within {bound} s of being asked (another restart or stop of the agent held its pane, or its holder did not answer); nothing was done: ask again");
+        return Err(RestartFailed { message, no_probe: true, unknown: false });
     }
     Ok(std::time::Duration::from_millis(left))
 }
@@ -304,9 +321,8 @@ fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths, start_by
         // holder that answers now is sent the respawn: a stopped one would read it when it goes
         // on, and one started by a wakterm older than the deadline would perform it then.
         Ok(mut client) => {
-            client.info().map_err(|error| restart_call_failed(error, "nothing was sent to it, so the process it runs is the same"))?;
-            let then = "it never begins a respawn after the restart's deadline, so the process it runs is the same unless it began in time (a holder started by a wakterm older than the deadline ignores it: `agent catalog` shows the incarnation)";
-            let info = client.respawn_by(start_by_ms).map_err(|error| restart_call_failed(error, then))?;
+            client.info().map_err(|error| restart_call_failed(error, false))?;
+            let info = client.respawn_by(start_by_ms).map_err(|error| restart_call_failed(error, true))?;
             spawn_failure(&info, &worker.record)?;
         }
         // Not known to be gone (a timeout, out of descriptors): nothing is started beside it.
@@ -501,15 +517,16 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
         // A respawn ended the old process even when the new one did not start (LIFE-2): the
         // engine hears of the change now, not at the monitor's next look (which tells of a
         // silent holder's change, if any, when it answers).
-        if !restarted.as_ref().is_err_and(|failed| failed.holder_silent) {
+        if !restarted.as_ref().is_err_and(|failed| failed.no_probe) {
             let _ = worker.forward_liveness_change(&inbox);
         }
-        Ok(restarted.map(|()| worker.facts()).map_err(|failed| failed.message))
+        Ok(restarted.map(|()| worker.facts()))
     })
     .await;
     match result {
         Ok(Ok(Ok(facts))) => Reply::ok(json!({"schema": "wakterm.agent-restart.v1", "agent_id": agent.record.agent_id, "incarnation": facts.incarnation})),
-        Ok(Ok(Err(message))) => Reply::error(exit::ERROR, "agent_restart_failed", message),
+        Ok(Ok(Err(failed))) if failed.unknown => Reply::error(exit::INDETERMINATE, "agent_restart_unknown", failed.message),
+        Ok(Ok(Err(failed))) => Reply::error(exit::ERROR, "agent_restart_failed", failed.message),
         Ok(Err(refused)) => refused,
         Err(error) => Reply::error(exit::ERROR, "internal", error.to_string()),
     }
@@ -536,4 +553,35 @@ pub(super) async fn agent_output(context: &Arc<Context>, target: &str, after: Op
     })
     .await;
     answer.unwrap_or_else(|error| Reply::error(exit::ERROR, "internal", error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout() -> crate::holder::HolderError {
+        crate::holder::HolderError::Timeout { op: "respawn", after: std::time::Duration::from_secs(21) }
+    }
+
+    /// LIFE-9: a holder that stopped answering after the respawn was sent may have begun it
+    /// (a hostile run stopped it 20 ms in: the old process ended, and the new one started when
+    /// the holder went on, after the restart had answered `agent_restart_failed`): unknown, not
+    /// failed; one that stopped before anything was sent leaves the process as it was. Neither
+    /// is followed by a probe of the silent holder (it waited until the holder went on).
+    #[test]
+    fn life_9_a_respawn_without_an_answer_is_unknown_not_failed() {
+        let sent = restart_call_failed(timeout(), true);
+        assert!(sent.unknown && sent.no_probe, "{}", sent.message);
+        assert!(sent.message.contains("whether it began it is unknown"), "{}", sent.message);
+        let unsent = restart_call_failed(timeout(), false);
+        assert!(!unsent.unknown && unsent.no_probe, "{}", unsent.message);
+        assert!(unsent.message.contains("nothing was sent to it"), "{}", unsent.message);
+        let garbled = restart_call_failed(crate::holder::HolderError::Protocol { detail: "garbled".into() }, true);
+        assert!(garbled.unknown && !garbled.no_probe, "{}", garbled.message);
+        let refused = crate::holder::HolderError::Remote { kind: crate::holder::WireErrorKind::StartDeadlinePassed, message: "late".into() };
+        let refused = restart_call_failed(refused, true);
+        assert!(!refused.unknown && !refused.no_probe, "{}", refused.message);
+        let late = time_left(crate::holder::protocol::monotonic_ms()).err().expect("no time left");
+        assert!(!late.unknown && late.no_probe, "{}", late.message);
+    }
 }
