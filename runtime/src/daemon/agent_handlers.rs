@@ -581,7 +581,7 @@ mod tests {
         let refused = crate::holder::HolderError::Remote { kind: crate::holder::WireErrorKind::StartDeadlinePassed, message: "late".into() };
         let refused = restart_call_failed(refused, true);
         assert!(!refused.unknown && !refused.no_probe, "{}", refused.message);
-        let late = time_left(crate::holder::protocol::monotonic_ms()).err().expect("no time left");
+        let late = time_left(crate::holder::protocol::monotonic_ms()).expect_err("no time left");
         assert!(!late.unknown && late.no_probe, "{}", late.message);
     }
 }
