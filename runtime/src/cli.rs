@@ -457,7 +457,7 @@ fn run_agent(paths: &DataPaths, command: AgentCommand) -> i32 {
     if let ClientRequest::Submit(submit) = &request {
         return print_reply(client::call_submit(paths, submit));
     }
-    print_reply(client::call(paths, &request))
+    print_reply(client::call_pane_change(paths, &request))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -168,6 +168,23 @@ pub fn lost_after_sending(reply: &Reply) -> Option<&str> {
     lost.then(|| reply.body["message"].as_str().unwrap_or("no detail"))
 }
 
+/// LIFE-9, LIFE-3: a restart's or a stop's reply lost after the request reached the daemon (a
+/// crash, a stop) may follow a change it made: indeterminate (exit 5), saying to look at the
+/// catalog before asking again, never a plain error a caller would retry (a hostile run: a
+/// daemon SIGKILLed during `agent restart` answered `daemon_io`, exit 1, and the restart had
+/// taken effect in 2 of 3).
+pub fn call_pane_change(paths: &DataPaths, request: &ClientRequest) -> Reply {
+    let (what, error) = match request {
+        ClientRequest::AgentRestart { .. } => ("restart", "agent_restart_unknown"),
+        ClientRequest::AgentStop { .. } => ("stop", "agent_stop_unknown"),
+        _ => return call(paths, request),
+    };
+    indeterminate_if_lost(call(paths, request), |why| {
+        let message = format!("no answer came from the daemon ({why}); the {what} may have been carried out: check `agent catalog` (the agent's incarnation, or whether it is still listed) before you ask again");
+        Reply::error(exit::INDETERMINATE, error, message).body
+    })
+}
+
 /// IDEM-7: an admission's reply can be lost after the request reached the daemon (a crash, a
 /// stop): the prompt may then have been written, so the answer is `indeterminate` (exit 5)
 /// with the request id to replay, never a plain error a caller might retry under a new id.
@@ -514,6 +531,21 @@ mod tests {
                 std::fs::remove_file(socket).expect("unlink");
             }
         })
+    }
+
+    /// LIFE-9, LIFE-3: a restart or a stop whose daemon closed the connection after reading it
+    /// may have acted: indeterminate, not `daemon_io` (exit 1, which a caller retries).
+    #[test]
+    fn life_9_a_restart_or_stop_whose_answer_was_lost_is_unknown() {
+        for (request, error) in [(ClientRequest::AgentRestart { target: "ada".into() }, "agent_restart_unknown"), (ClientRequest::AgentStop { target: "ada".into() }, "agent_stop_unknown")] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let paths = DataPaths { root: dir.path().join("d") };
+            let daemon = fake_daemon(&paths, &[], false);
+            let reply = call_pane_change(&paths, &request);
+            daemon.join().expect("fake daemon");
+            assert_eq!((reply.exit_code, reply.body["error"].as_str()), (exit::INDETERMINATE, Some(error)), "{:?}", reply.body);
+            assert!(reply.body["message"].as_str().unwrap().contains("agent catalog"), "{:?}", reply.body);
+        }
     }
 
     /// EV-14 (client side): a stream that breaks answers with the cursor to resume after (the
