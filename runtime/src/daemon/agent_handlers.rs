@@ -289,8 +289,9 @@ fn restart_call_failed(error: crate::holder::HolderError, sent: bool) -> Restart
             no_probe: true,
             unknown: true,
         },
-        // A structured refusal did nothing (`StartDeadlinePassed`, a working directory gone).
-        error @ crate::holder::HolderError::Remote { .. } => RestartFailed::from(error.to_string()),
+        // A structured refusal did nothing (`StartDeadlinePassed`, a working directory gone),
+        // nor did a call refused before it was sent.
+        error @ (crate::holder::HolderError::Remote { .. } | crate::holder::HolderError::NotSent { .. }) => RestartFailed::from(error.to_string()),
         // A garbled answer or the holder gone during the respawn: it may have begun it; the
         // probe after tells the engine what runs now.
         error if sent => RestartFailed { message: format!("{error}: whether the respawn began is unknown; check `agent catalog` (the incarnation) before you restart again"), no_probe: false, unknown: true },
@@ -581,6 +582,8 @@ mod tests {
         let refused = crate::holder::HolderError::Remote { kind: crate::holder::WireErrorKind::StartDeadlinePassed, message: "late".into() };
         let refused = restart_call_failed(refused, true);
         assert!(!refused.unknown && !refused.no_probe, "{}", refused.message);
+        let unsent = restart_call_failed(crate::holder::HolderError::NotSent { detail: "desynchronised".into() }, true);
+        assert!(!unsent.unknown, "{}", unsent.message);
         let late = time_left(crate::holder::protocol::monotonic_ms()).expect_err("no time left");
         assert!(!late.unknown && late.no_probe, "{}", late.message);
     }
