@@ -248,8 +248,9 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
     if reply.exit_code != exit::OK {
         return reply;
     }
-    // Wait until the daemon has let go of its socket, so a following start cannot race it.
-    let deadline = Instant::now() + START_DEADLINE;
+    // Wait until the daemon has let go of its socket and ended, so a following start cannot
+    // race it.
+    let deadline = Instant::now() + STOP_EXIT_WAIT;
     while Instant::now() < deadline && client::connect(paths).is_ok() {
         std::thread::sleep(POLL_INTERVAL);
     }
@@ -258,7 +259,31 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
         while Instant::now() < deadline && is_running(pid) {
             std::thread::sleep(POLL_INTERVAL);
         }
+        // LIFE-6: never "stopped" while it runs (a hostile run: `mux stop` answered, and a
+        // `mux start` right after found the lock still held).
+        if is_running(pid) {
+            return still_running(pid, reply);
+        }
     }
+    reply
+}
+
+/// LIFE-6: how long `mux stop` waits for the daemon's end after its answer: its drain
+/// (LIFE-8), the last answers and its bounded wait for blocking calls, with room to spare.
+pub const STOP_EXIT_WAIT: Duration = crate::daemon::DRAIN_DEADLINE
+    .saturating_add(crate::daemon::LAST_ANSWERS)
+    .saturating_add(crate::daemon::BLOCKING_CALLS_AT_EXIT)
+    .saturating_add(Duration::from_secs(4));
+
+/// LIFE-6: the daemon answered the stop but still runs after [`STOP_EXIT_WAIT`]: exit 1, the
+/// stop's answer kept (which agents it stopped), and what to do.
+fn still_running(pid: u64, stop: Reply) -> Reply {
+    let message = format!(
+        "the daemon (pid {pid}) answered the stop but still runs after {STOP_EXIT_WAIT:?}; a `mux start` fails until it ends (it ends by itself once its last calls do; `kill -9 {pid}` ends it at once)"
+    );
+    let mut reply = Reply::error(exit::ERROR, "daemon_still_running", message);
+    reply.body["pid"] = pid.into();
+    reply.body["stop"] = stop.body;
     reply
 }
 
@@ -289,15 +314,17 @@ fn unresponsive(paths: &DataPaths, what: &str) -> Reply {
     reply
 }
 
-/// `pid` exists and is not a zombie. A process whose /proc/PID/stat cannot be read counts as
-/// gone; `procfs` parses the state field after the last `)`, so a `comm` holding ") Z " does
-/// not fool it.
+/// `pid` exists and one of its threads is neither a zombie nor dead. A process whose threads
+/// cannot be listed counts as gone; `procfs` parses the state field after the last `)`, so a
+/// `comm` holding ") Z " does not fool it. LIFE-6: any thread counts, for a process's lock is
+/// released when its last thread ends; its leader shows a zombie as soon as it exits, while
+/// another may still be ending (one in an fsync): `mux stop` answered while a thread of the
+/// daemon ran (a test run).
 fn is_running(pid: u64) -> bool {
     use procfs::process::{ProcState, Process};
     let Ok(pid) = i32::try_from(pid) else { return false };
-    Process::new(pid)
-        .and_then(|process| process.stat())
-        .is_ok_and(|stat| !matches!(stat.state(), Ok(ProcState::Zombie)))
+    let Ok(tasks) = Process::new(pid).and_then(|process| process.tasks()) else { return false };
+    tasks.flatten().any(|task| task.stat().is_ok_and(|stat| !matches!(stat.state(), Ok(ProcState::Zombie | ProcState::Dead))))
 }
 
 #[cfg(test)]
@@ -328,6 +355,39 @@ mod tests {
         let seven: String = (1..=7).map(|n| format!("line {n}\n")).collect();
         assert_eq!(exit_reason(&seven), "line 3 | line 4 | line 5 | line 6 | line 7", "the last five, oldest first");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// LIFE-6: `mux stop` never answers success while the daemon that answered the stop runs
+    /// on past its wait: `daemon_still_running`, with its pid and the stop's answer. Here a
+    /// fake daemon whose pid is a sleeping child.
+    #[test]
+    fn life_6_a_stop_answered_by_a_daemon_that_runs_on_is_not_success() {
+        use std::io::{BufRead, BufReader};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = crate::paths::DataPaths { root: dir.path().join("d") };
+        paths.prepare().expect("private dirs");
+        let mut sleeper = std::process::Command::new("sleep").arg("120").spawn().expect("sleep");
+        let listener = std::os::unix::net::UnixListener::bind(paths.socket()).expect("bind");
+        let (socket, pid) = (paths.socket(), sleeper.id());
+        let daemon = std::thread::spawn(move || {
+            let status = format!("{{\"exit_code\":0,\"body\":{{\"schema\":\"wakterm.mux-status.v1\",\"running\":true,\"pid\":{pid}}}}}\n");
+            let stopping = "{\"exit_code\":0,\"body\":{\"schema\":\"wakterm.mux-stop.v1\",\"stopping\":true,\"agents_stopped\":[\"ada\"],\"agents_not_stopped\":[]}}\n".to_string();
+            for reply in [status, stopping] {
+                let (stream, _) = listener.accept().expect("accept");
+                let mut request = String::new();
+                BufReader::new(&stream).read_line(&mut request).expect("request");
+                write!(&stream, "{reply}").expect("write");
+            }
+            drop(listener);
+            std::fs::remove_file(socket).expect("unlink");
+        });
+        let reply = super::stop(&paths, true);
+        daemon.join().expect("fake daemon");
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert_eq!((reply.exit_code, reply.body["error"].as_str()), (crate::protocol::exit::ERROR, Some("daemon_still_running")), "{:?}", reply.body);
+        assert_eq!(reply.body["pid"], pid, "{:?}", reply.body);
+        assert_eq!(reply.body["stop"]["agents_stopped"][0], "ada", "the stop's answer is kept: {:?}", reply.body);
     }
 
     #[test]

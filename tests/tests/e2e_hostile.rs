@@ -660,6 +660,62 @@ fn life_9_restarts_asked_together_of_a_stopped_holder_never_act_after_they_faile
     assert_eq!(now["incarnation"], entry["incarnation"], "a restart replaced the process after it failed: {answers:?}");
 }
 
+/// LIFE-6 (a hostile run): `mux stop` answers once the daemon has ended, whatever blocking
+/// call is still under way in it: here an `agent stop` of an agent whose holder was SIGSTOPped
+/// (its shutdown call waits 15 s, then the signals). The daemon's end waited for that call,
+/// `mux stop`'s own wait ran out first and answered success, and a `mux start` right after
+/// found the lock still held.
+#[test]
+fn life_6_mux_stop_ends_the_daemon_though_a_holder_call_hangs() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    let holders = w.holder_pids();
+    assert_eq!(holders.len(), 1, "one holder: {holders:?}");
+    let daemon = w.daemon_pid();
+    // SAFETY: signals to our own test world's holder.
+    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGSTOP) }, 0);
+    let agent_stop = std::thread::scope(|scope| {
+        let agent_stop = scope.spawn(|| w.run(&["agent", "stop", "zola"]));
+        std::thread::sleep(Duration::from_secs(1)); // under way: its call waits on the holder
+        let out = w.run(&["mux", "stop"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(support::all_threads_dead(daemon), "`mux stop` answered while the daemon ran: {out:?}");
+        let again = w.run(&["mux", "start"]);
+        assert_eq!(again.code, 0, "a start right after the stop: {again:?}");
+        agent_stop.join().unwrap()
+    });
+    // The call the daemon's end left behind is not said to have failed, nor to have done it.
+    assert_eq!((agent_stop.code, &agent_stop.json["error"]), (5, &json!("agent_stop_unknown")), "{agent_stop:?}");
+    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGCONT) }, 0);
+}
+
+/// LIFE-5 (a hostile run): `mux stop --all` stops its agents together, not one after another:
+/// three agents whose holders were SIGSTOPped (each about 20 s: the unanswered shutdown, then
+/// the signals) outlasted its caller's 60 s wait, which answered `daemon_unresponsive` while
+/// the daemon ran on.
+#[test]
+fn life_5_mux_stop_all_stops_agents_with_stopped_holders_together() {
+    let w = World::new(EXE);
+    w.mux_start();
+    for name in ["ada", "bo", "cy"] {
+        w.ready_agent(name, REPLY, &[]);
+    }
+    let holders = w.holder_pids();
+    assert_eq!(holders.len(), 3, "three holders: {holders:?}");
+    for holder in &holders {
+        // SAFETY: signals to our own test world's holders.
+        assert_eq!(unsafe { libc::kill(*holder, libc::SIGSTOP) }, 0);
+    }
+    let out = w.run(&["mux", "stop", "--all"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let mut stopped: Vec<&str> = out.json["agents_stopped"].as_array().unwrap().iter().map(|name| name.as_str().unwrap()).collect();
+    stopped.sort_unstable();
+    assert_eq!(stopped, ["ada", "bo", "cy"], "{out:?}");
+    assert!(w.holder_pids().is_empty(), "no holder runs on: {:?}", w.our_pids());
+    assert_eq!(w.fake_agents_running(), 0, "no agent process runs on");
+}
+
 /// LIFE-3: a stop whose removal cannot commit (here the database is locked by another
 /// connection past the store's busy timeout; a full disk does the same) keeps the agent, its
 /// process ended, and says so; a second stop removes it and the name is free again. The agent

@@ -44,7 +44,7 @@ pub const WATCH_BUFFER: usize = 1024;
 /// How long `mux stop` lets in-flight admissions and submits finish before the daemon exits
 /// (LIFE-8): a submit's watch lasts up to its 10 s timeout, so the drain outlasts it (at 5 s,
 /// a submit still watching lost its receipt and its caller got `reply_lost`). `mux stop`'s
-/// caller waits up to `mux::START_DEADLINE` (15 s) for the daemon to end.
+/// caller waits up to `mux::STOP_EXIT_WAIT` (18.2 s) for the daemon to end.
 pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_millis(wakterm_engine::submit::SUBMIT_MAX_TIMEOUT_MS + 1_000);
 /// LIFE-8: after the drain, how long the connection tasks get to write the answers the
 /// driver's end just gave them (`daemon_stopping`) before the runtime ends them.
@@ -253,12 +253,22 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
     tracing::info!(retain_events = retention.events, retain_days = retention.days, retain_bytes = retention.bytes, "event retention (EV-9)");
     let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), (retention, retention_clock), (lock_identity, relocked.clone()))));
     // The runtime first (its tasks and blocking calls end, the store writer drains), then the
-    // lock: no other daemon may start while this one can still write.
-    drop(runtime);
-    drop(relocked);
-    drop(lock);
+    // lock: no other daemon may start while this one can still write. LIFE-6: the wait for
+    // blocking calls is bounded; one may be a holder call to a stopped holder (15 s, a probe
+    // chain longer), and a hostile run saw `mux stop` run out of its wait for the daemon's
+    // end and a `mux start` right after find the lock held. A call left behind ends with the
+    // process, so the lock is never released before it: the process's end closes its
+    // descriptors after every thread has ended (the daemon runs in the CLI's process, which
+    // exits when this returns).
+    runtime.shutdown_timeout(BLOCKING_CALLS_AT_EXIT);
+    std::mem::forget((relocked, lock));
     served
 }
+
+/// LIFE-6: how long the daemon's end waits for its blocking calls (holder calls, file reads)
+/// once its tasks and the drain (LIFE-8) are done; `mux stop` waits for the daemon's end
+/// ([`crate::mux::STOP_EXIT_WAIT`]) longer than the drain and this together.
+pub const BLOCKING_CALLS_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Also returns the clock retention counts ages from: this run's engine clock, less how far
 /// behind it another run of the boot may have recorded the same moment (`RunWindow::behind_ms`).
@@ -404,6 +414,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     drop(kept); // the keeper binds nothing from now on
     socket_keeper::remove_if_ours(&paths.socket(), socket);
     let settled = drain_admissions(&context).await;
+    wait_for_starts(&context).await;
     for agent in context.agents.lock().expect("agent table").values() {
         agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     }
@@ -621,6 +632,23 @@ async fn drain_admissions(context: &Context) -> bool {
     false
 }
 
+/// LIFE-5, LIFE-6: the daemon ends once the agent starts under way are done, up to a managed
+/// start's handshake bound and a spawn's: each ends its agent itself after `mux stop --all`,
+/// and one cut off would leave its holder running, unnamed. No other blocking call is waited
+/// for past `BLOCKING_CALLS_AT_EXIT`.
+async fn wait_for_starts(context: &Context) {
+    let deadline = tokio::time::Instant::now() + STARTS_AT_EXIT;
+    while !context.starting.lock().expect("starting names").is_empty() {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(?STARTS_AT_EXIT, "stopping with agent starts still under way: their agents run on");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// LIFE-5: how long the daemon's end waits for agent starts under way.
+const STARTS_AT_EXIT: std::time::Duration = managed::HANDSHAKE_TIMEOUT.saturating_add(std::time::Duration::from_secs(15));
 
 #[cfg(test)]
 mod run_clock_tests {

@@ -277,21 +277,31 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
     let mut not_stopped = Vec::new();
     if all {
         let agents: Vec<Arc<AgentRuntime>> = context.agents.lock().expect("agent table").values().cloned().collect();
-        for agent in agents {
-            let name = agent.record.name.clone();
-            // LIFE-3: after a restart in progress (whose new pane this then ends), before any
-            // that waits (which then starts nothing). LIVE-1: a holder still running for the
-            // agent's socket though its shutdown was not answered (nobody listens there, a
-            // link in its place) ends as for `agent stop`, or the agent is named as not
-            // stopped: it was named stopped while its holder and process ran on (a hostile run).
-            let ended = tokio::task::spawn_blocking(move || {
-                let _one_at_a_time = agent.lifecycle.lock().expect("lifecycle lock");
-                agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-                agent.shut_down_pane();
-                agent.end_unreachable_holder()
+        // LIFE-5: every agent at once, each on a blocking thread of its own. One after
+        // another, three agents whose holders were SIGSTOPped (about 20 s each: the unanswered
+        // shutdown, then the signals) outlasted the caller's 60 s wait: `daemon_unresponsive`,
+        // and the daemon ran on (a hostile run).
+        let stops: Vec<_> = agents
+            .into_iter()
+            .map(|agent| {
+                let name = agent.record.name.clone();
+                // LIFE-3: after a restart in progress (whose new pane this then ends), before
+                // any that waits (which then starts nothing). LIVE-1: a holder still running
+                // for the agent's socket though its shutdown was not answered (nobody listens
+                // there, a link in its place) ends as for `agent stop`, or the agent is named
+                // as not stopped: it was named stopped while its holder and process ran on (a
+                // hostile run).
+                let stop = tokio::task::spawn_blocking(move || {
+                    let _one_at_a_time = agent.lifecycle.lock().expect("lifecycle lock");
+                    agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+                    agent.shut_down_pane();
+                    agent.end_unreachable_holder()
+                });
+                (name, stop)
             })
-            .await
-            .unwrap_or_else(|error| Err(format!("the stop did not finish: {error}")));
+            .collect();
+        for (name, stop) in stops {
+            let ended = stop.await.unwrap_or_else(|error| Err(format!("the stop did not finish: {error}")));
             match ended {
                 Ok(()) => stopped.push(name),
                 Err(error) => not_stopped.push(json!({"name": name, "error": error})),
