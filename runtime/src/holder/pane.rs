@@ -422,8 +422,7 @@ impl Pane {
 
     /// The refusal of a write whose start deadline passed (the caller holds the write lock).
     fn refuse_if_late(start_by_ms: Option<u64>) -> Option<WriteOutcome> {
-        let now_ms = super::protocol::monotonic_ms();
-        let late = start_by_ms.filter(|start_by| now_ms > *start_by)?;
+        let (late, now_ms) = past_start_by(start_by_ms)?;
         let error = format!("the write was to start by {late} ms, and the holder came to it at {now_ms} ms");
         Some(WriteOutcome::refusal(super::protocol::WriteRefusal::StartDeadlinePassed, error))
     }
@@ -807,8 +806,7 @@ impl Pane {
     /// hostile run).
     pub fn respawn(self: &Arc<Self>, start_by_ms: Option<u64>) -> Result<u64, RespawnError> {
         let _serial = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
-        let now_ms = super::protocol::monotonic_ms();
-        if let Some(late) = start_by_ms.filter(|start_by| now_ms > *start_by) {
+        if let Some((late, now_ms)) = past_start_by(start_by_ms) {
             return Err(RespawnError::Late(format!("the respawn was to start by {late} ms, and the holder came to it at {now_ms} ms; the running process is left alone")));
         }
         if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -830,6 +828,13 @@ impl Pane {
         self.spawn_child(next);
         Ok(next)
     }
+}
+
+/// ADM-17, LIFE-9: a write's or a respawn's `start_by_ms` (the machine's monotonic clock)
+/// that passed: the deadline and now.
+fn past_start_by(start_by_ms: Option<u64>) -> Option<(u64, u64)> {
+    let now_ms = super::protocol::monotonic_ms();
+    start_by_ms.filter(|start_by| now_ms > *start_by).map(|start_by| (start_by, now_ms))
 }
 
 /// Why a respawn did not happen.
