@@ -485,14 +485,21 @@ impl Engine {
         // EV-4: the first registration after a restart finds no process where the stream last
         // announced one alive: it exited while the daemon was down, unobserved.
         let first_since_restart = self.events.recovered_unregistered.remove(&facts.agent_id);
-        if first_since_restart && facts.incarnation.is_none() {
-            let mark = self.events.marks.get_mut(&facts.agent_id).filter(|m| m.incarnation.is_some() && !m.exited && !m.stopped);
+        // EV-4: nor another process there: the announced one ended unobserved, and its exit
+        // comes before the next one's `agent.incarnation_changed` (a process replaced while the
+        // daemon was down, a daemon killed during `agent restart`: the stream had the change
+        // and no exit, hostile run 2's D4). A live replacement's exit was reported already.
+        let replaced_alive = facts.incarnation.is_some();
+        if first_since_restart || replaced_alive {
+            let mark = self.events.marks.get_mut(&facts.agent_id).filter(|m| m.incarnation.is_some() && m.incarnation != facts.incarnation && !m.exited && !m.stopped);
             if let Some(mark) = mark {
                 let before = mark.clone();
                 mark.exited = true;
                 let incarnation = mark.incarnation.clone();
                 self.queue(&facts.agent_id, incarnation, vec![EventBody::AgentExited { drained: false }], before);
-                return;
+                if facts.incarnation.is_none() {
+                    return;
+                }
             }
         }
         // EV-13: another process cannot prove the old one's replays: report them after a gap.

@@ -838,7 +838,10 @@ fn ev_7_records_reported_after_a_loss_make_the_next_loss_a_gap() {
 }
 
 /// Agent lifecycle: announced once (not again after a restart), a new process is an
-/// incarnation change, an exit and a stop are reported once each.
+/// incarnation change, an exit and a stop are reported once each. EV-4: a process replaced
+/// while the daemon was down (here, found at the first registration after the restart) ends
+/// with its own `agent.exited` (`drained: false`, its incarnation) before the change: the
+/// stream had the change and no exit (hostile run 2's D4, a daemon killed during a restart).
 #[test]
 fn ev_agent_lifecycle_is_reported_once() {
     let mut rig = Rig::with_idle_zola();
@@ -849,10 +852,27 @@ fn ev_agent_lifecycle_is_reported_once() {
     rig.observe(ObserverEvent::ProcessExited { drained: true });
     rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
     rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
-    assert_eq!(kinds(&rig.published_events), ["agent.started", "agent.incarnation_changed", "agent.exited", "agent.stopped"]);
-    let changed = &rig.published_events[1];
+    assert_eq!(kinds(&rig.published_events), ["agent.started", "agent.exited", "agent.incarnation_changed", "agent.exited", "agent.stopped"]);
+    let unobserved = &rig.published_events[1];
+    assert_eq!((&unobserved.body, &unobserved.incarnation), (&EventBody::AgentExited { drained: false }, &Some(Incarnation("inc-1".into()))));
+    let changed = &rig.published_events[2];
     assert_eq!(changed.body, EventBody::IncarnationChanged { previous: Some(Incarnation("inc-1".into())) });
     assert_eq!(changed.incarnation, Some(Incarnation("inc-2".into())));
+    assert_eq!(rig.published_events[3].incarnation, Some(Incarnation("inc-2".into())), "the new process's own exit");
+}
+
+/// EV-4: a live replacement whose old process's exit was reported says it once: no second
+/// `agent.exited` at the change; and one whose exit was not seen (a replacement between two
+/// looks) gets it, as after a restart.
+#[test]
+fn ev_4_every_announced_process_exits_before_the_next_is_announced() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 101)));
+    rig.input(Input::AgentUpserted(zola_facts("inc-3", 102)));
+    assert_eq!(kinds(&rig.published_events), ["agent.started", "agent.exited", "agent.incarnation_changed", "agent.exited", "agent.incarnation_changed"]);
+    let incarnations: Vec<_> = rig.published_events.iter().map(|event| event.incarnation.as_ref().map(|i| i.0.as_str())).collect();
+    assert_eq!(incarnations, [Some("inc-1"), Some("inc-1"), Some("inc-2"), Some("inc-2"), Some("inc-3")]);
 }
 
 /// EV-14: an agent removed while a return-final request of it correlates: the request's end

@@ -365,14 +365,14 @@ fn live_1_an_agent_unreachable_at_the_startup_bound_is_not_stopped() {
     assert!(!after.iter().any(|k| k.starts_with("agent.")), "{after:?}");
     assert!(after.contains(&"turn.completed"), "{after:?}");
 
-    // Another process by then: the change, as for any agent.
+    // Another process by then: the old one's exit, then the change, as for any agent (EV-4).
     let mut rig = Rig::with_idle_zola();
     rig.crash_and_recover();
     rig.input(Input::AgentUnreachable { agent_id: agent_id(ZOLA) });
     rig.input(Input::StartupComplete);
     let answered = rig.durable_events.len();
     rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
-    assert_eq!(kinds(&rig, answered), ["agent.incarnation_changed"]);
+    assert_eq!(kinds(&rig, answered), ["agent.exited", "agent.incarnation_changed"]);
 
     // No process by then: it exited while unreachable (EV-4's first registration since the start).
     let mut rig = Rig::with_idle_zola();

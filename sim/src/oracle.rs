@@ -520,6 +520,10 @@ pub struct StreamTruth {
     /// EV-14: agents the stream said stopped: nothing of them may follow (an agent whose holder
     /// is still silent at the end of a daemon's startup is held, not stopped, LIVE-1).
     pub stopped: BTreeSet<usize>,
+    /// EV-4: per agent, the process the stream announced and has not said exited (its
+    /// incarnation): another may be announced only after its `agent.exited`. A rebase forgets
+    /// it (the exit may lie in what it skipped).
+    pub announced_alive: BTreeMap<usize, String>,
     /// Request id -> the `terminal_event_sequence` of its `request.terminal` event.
     pub request_terminal: BTreeMap<String, u64>,
     /// (agent, session, position) of every provider record an event reported, ever (across
@@ -1943,6 +1947,32 @@ impl Oracle {
         }
     }
 
+    /// EV-4: every process the stream announced (`agent.started` or
+    /// `agent.incarnation_changed` with an incarnation) exits on the stream, under its own
+    /// incarnation, before another is announced: a daemon killed during `agent restart` left
+    /// the change with no exit (hostile run 2's D4).
+    fn check_announced_alive(&mut self, a: usize, seq: u64, event: &AgentEvent) {
+        let incarnation = event.incarnation.as_ref().map(|i| i.0.clone());
+        match &event.body {
+            EventBody::AgentStarted { .. } | EventBody::IncarnationChanged { .. } => {
+                if let Some(alive) = self.stream.announced_alive.remove(&a) {
+                    let m = format!("event {seq} ({}): a{a}'s process {incarnation:?} announced while {alive}, announced before, never exited on the stream", event.kind());
+                    self.fail(Kind::EventOrder, m);
+                }
+                if let Some(incarnation) = incarnation {
+                    self.stream.announced_alive.insert(a, incarnation);
+                }
+            }
+            EventBody::AgentExited { .. } => match self.stream.announced_alive.remove(&a) {
+                Some(alive) if Some(&alive) != incarnation.as_ref() => {
+                    self.fail(Kind::EventOrder, format!("event {seq}: agent.exited of a{a} under {incarnation:?}, while {alive} was the process announced"));
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
     /// A terminal reason that claims what the ground truth does not hold.
     pub fn false_evidence(&mut self, message: String) {
         self.fail(Kind::Evidence, message);
@@ -1986,6 +2016,7 @@ impl Oracle {
         if self.stream.stopped.contains(&a) {
             self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of a{a} after its agent.stopped"));
         }
+        self.check_announced_alive(a, seq, event);
         match &event.body {
             EventBody::AgentStopped => {
                 self.stream.stopped.insert(a);
@@ -2367,6 +2398,7 @@ impl Oracle {
         }
         self.stream.last_seen = through;
         self.stream.rebased_through = through;
+        self.stream.announced_alive.clear();
         let before = std::mem::take(&mut self.stream.agents);
         self.stream.request_terminal.clear();
         for (a, stream) in before {

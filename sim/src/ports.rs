@@ -2344,6 +2344,11 @@ pub fn start_daemon(world: &Shared) -> madsim::runtime::NodeHandle {
                 mark.answered_lines.clear(); // the bug
             }
         }
+        if w.mutant == Mutant::MarksReadAsExited {
+            for mark in &mut event_marks {
+                mark.exited = true; // the bug
+            }
+        }
         if w.mutant == Mutant::ReplaysTrustedByPosition {
             for mark in &mut event_marks {
                 mark.fingerprint = None; // the bug: replays are dropped by position alone
