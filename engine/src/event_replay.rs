@@ -214,6 +214,10 @@ impl Engine {
             // mark (a record at or past it settled the zone): the file is shorter than what
             // the stream reported (a review: the exit took the request for a prompt never read).
             (ObserverEvent::ProcessExited { drained: true }, _) if zone.from.is_some() => Verdict::Changed(Unproven::Content),
+            // EV-4: the process ended unproven (its last read failed, or nothing was read):
+            // what it held is reported now, before its exit, for nothing read from a process
+            // follows its exit.
+            (ObserverEvent::ProcessExited { .. }, _) => Verdict::Changed(Unproven::Elsewhere),
             _ => Verdict::Pass,
         };
         match verdict {
@@ -397,6 +401,14 @@ impl Engine {
         match why {
             Unproven::Content => self.floor_unprovable(agent_id),
             Unproven::Elsewhere => self.await_floor_proof(agent_id, &zone),
+        }
+        // A loss or another process with nothing held: nothing was read past the resume
+        // point, so nothing is reported afresh and no gap is claimed (hostile run 2's D5: a
+        // gap "rewritten while down" at 0 and an attach at 0, the file untouched, for a process
+        // killed while the daemon was down). A record that changed the file follows its gap.
+        if why == Unproven::Elsewhere && zone.held.is_empty() {
+            self.end_unproven_requests(why, zone.recovered, zone.pending);
+            return;
         }
         let from = zone.from.unwrap_or(0).min(zone.through);
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));

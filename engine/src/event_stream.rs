@@ -482,30 +482,32 @@ impl Engine {
     }
 
     pub(crate) fn record_registration(&mut self, facts: &AgentFacts) {
-        // EV-4: the first registration after a restart finds no process where the stream last
-        // announced one alive: it exited while the daemon was down, unobserved.
         let first_since_restart = self.events.recovered_unregistered.remove(&facts.agent_id);
-        // EV-4: nor another process there: the announced one ended unobserved, and its exit
-        // comes before the next one's `agent.incarnation_changed` (a process replaced while the
-        // daemon was down, a daemon killed during `agent restart`: the stream had the change
-        // and no exit, hostile run 2's D4). A live replacement's exit was reported already.
-        let replaced_alive = facts.incarnation.is_some();
-        if first_since_restart || replaced_alive {
-            let mark = self.events.marks.get_mut(&facts.agent_id).filter(|m| m.incarnation.is_some() && m.incarnation != facts.incarnation && !m.exited && !m.stopped);
-            if let Some(mark) = mark {
-                let before = mark.clone();
-                mark.exited = true;
-                let incarnation = mark.incarnation.clone();
-                self.queue(&facts.agent_id, incarnation, vec![EventBody::AgentExited { drained: false }], before);
-                if facts.incarnation.is_none() {
-                    return;
-                }
-            }
-        }
-        // EV-13: another process cannot prove the old one's replays: report them after a gap.
-        let replaced = self.events.marks.get(&facts.agent_id).is_some_and(|m| facts.incarnation.is_some() && facts.incarnation != m.incarnation);
-        if replaced {
+        let mark = self.events.marks.get(&facts.agent_id);
+        // EV-4: the first registration after a restart finds no process where the stream last
+        // announced one alive (it exited while the daemon was down, unobserved), or any
+        // registration finds another process there: the announced one ended unobserved, and
+        // its exit comes before the next one's `agent.incarnation_changed` (a process replaced
+        // while the daemon was down, a daemon killed during `agent restart`: the stream had the
+        // change and no exit, hostile run 2's D4). A live replacement's exit was reported.
+        let alive_elsewhere = |m: &EventMark| m.incarnation.is_some() && m.incarnation != facts.incarnation && !m.exited && !m.stopped;
+        let ended_unseen = (first_since_restart || facts.incarnation.is_some()) && mark.is_some_and(alive_elsewhere);
+        // EV-13: another process (or none) cannot prove the old one's replays: they are
+        // reported after a gap, before its exit, for nothing read from a process follows its
+        // exit (hostile run 2's D5 had the gap after it).
+        let replaced = facts.incarnation.is_some() && mark.is_some_and(|m| facts.incarnation != m.incarnation);
+        if replaced || ended_unseen {
             self.replay_changed(&facts.agent_id, crate::event_replay::Unproven::Elsewhere);
+        }
+        if ended_unseen {
+            let mark = self.events.marks.get_mut(&facts.agent_id).expect("an announced process has a mark");
+            let before = mark.clone();
+            mark.exited = true;
+            let incarnation = mark.incarnation.clone();
+            self.queue(&facts.agent_id, incarnation, vec![EventBody::AgentExited { drained: false }], before);
+            if facts.incarnation.is_none() {
+                return;
+            }
         }
         let before = self.events.marks.get(&facts.agent_id).cloned().unwrap_or_else(|| EventMark::new(facts.agent_id.clone()));
         let (created, bodies) = registration_events(self.events.marks.get_mut(&facts.agent_id), facts);

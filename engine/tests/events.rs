@@ -269,13 +269,19 @@ fn two_record_turn(rig: &mut Rig, id: &str, at: u64) {
 /// Two turns reported through 1030, a restart, and the observer resumed at 1000: t2's records
 /// (1020, 1030) are what may come again. Returns the rig and the durable event count then.
 fn restarted_after_two_turns() -> (Rig, usize) {
+    let (mut rig, before) = two_turns_reported();
+    restart(&mut rig);
+    rig.observe(attached(1000));
+    (rig, before)
+}
+
+/// Two turns reported through 1030; returns the rig and its durable event count.
+fn two_turns_reported() -> (Rig, usize) {
     let mut rig = Rig::with_idle_zola();
     rig.observe(attached(900));
     two_record_turn(&mut rig, "t1", 1000);
     two_record_turn(&mut rig, "t2", 1020);
     let before = rig.durable_events.len();
-    restart(&mut rig);
-    rig.observe(attached(1000));
     (rig, before)
 }
 
@@ -304,6 +310,31 @@ fn ev_4_an_exit_while_down_is_announced_after_the_restart() {
     assert_eq!(exits[0].incarnation, Some(Incarnation("inc-1".into())), "the process that exited");
     rig.input(Input::AgentUpserted(gone));
     assert_eq!(rig.durable_events.iter().filter(|e| e.kind() == "agent.exited").count(), 1, "once");
+}
+
+/// EV-4, EV-13: nothing read from a process follows its exit. A process killed while the
+/// daemon was down, then a restart of the agent: the exit, the change, and no gap (nothing was
+/// read past the resume point; hostile run 2's D5 had a gap "rewritten while down" at 0 and an
+/// attach at 0 under the dead process, after its exit, the file untouched). A process whose
+/// records were read after the restart but not proven when it ended: the gap and those records
+/// first, then its exit.
+#[test]
+fn ev_4_nothing_of_a_process_follows_its_exit() {
+    let gone = AgentFacts { incarnation: None, process: None, ..zola_facts("inc-1", 100) };
+    let (mut rig, before) = two_turns_reported();
+    rig.crash_and_recover(); // the restart finds the process gone
+    rig.input(Input::AgentUpserted(gone));
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    assert_eq!(kinds(&rig.durable_events[before..]), ["agent.exited", "agent.incarnation_changed"]);
+
+    // Read again after the restart, short of the mark, then the exit was seen.
+    let (mut rig, before) = restarted_after_two_turns();
+    rig.turn_started("t2", 1020); // held: a replay until the record at the mark settles it
+    rig.observe(ObserverEvent::ProcessExited { drained: false });
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    let after: Vec<String> = rig.durable_events[before..].iter().map(|e| format!("{} {:?}", e.kind(), e.incarnation.as_ref().map(|i| i.0.as_str()))).collect();
+    let expected = ["observer.gap Some(\"inc-1\")", "observer.attached Some(\"inc-1\")", "turn.started Some(\"inc-1\")", "agent.exited Some(\"inc-1\")", "agent.incarnation_changed Some(\"inc-2\")"];
+    assert_eq!(after, expected);
 }
 
 /// EV-4: an agent stopped and deleted just before a crash (its `agent.stopped` not yet made)

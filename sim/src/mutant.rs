@@ -266,6 +266,10 @@ pub enum Mutant {
     /// process's exit (a flag defaulted the wrong way): a process replaced while the daemon was
     /// down, or ending later, never exits on the stream (the oracle's `check_announced_alive`).
     MarksReadAsExited,
+    /// Observer port (EV-4): a process's exit is reported before the records its last read
+    /// found, which then follow its `agent.exited` under its incarnation (the oracle's
+    /// `check_announced_alive`; hostile run 2's D5 had a gap and an attach there).
+    ExitBeforeLastRead,
     /// ADM-18: the caller layer drops a send's no-steer flag.
     NoSteerDropped,
     /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
@@ -450,6 +454,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::MarksForgetTurnsTaken, "marks_forget_turns_taken", "restart glue reads the stored event marks back without the turn each saw taken, so a one-way prompt whose turn ran holds its agent after a restart"),
     (Mutant::MarksForgetAnsweredLines, "marks_forget_answered_lines", "restart glue reads the stored event marks back without the line each saw answered, so a managed prompt whose turn ran holds its agent after a restart"),
     (Mutant::MarksReadAsExited, "marks_read_as_exited", "restart glue reads the stored event marks back as having reported their process's exit, so an announced process never exits on the stream"),
+    (Mutant::ExitBeforeLastRead, "exit_before_last_read", "observer port reports a process's exit before the records its last read found"),
     (Mutant::NoSteerDropped, "no_steer_dropped", "caller layer drops a send's no-steer flag, so it is written into a running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

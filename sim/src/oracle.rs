@@ -524,6 +524,9 @@ pub struct StreamTruth {
     /// incarnation): another may be announced only after its `agent.exited`. A rebase forgets
     /// it (the exit may lie in what it skipped).
     pub announced_alive: BTreeMap<usize, String>,
+    /// EV-4, EV-13: the processes (agent, incarnation) the stream said exited: nothing read
+    /// from a process's provider record follows its exit under its incarnation.
+    pub exited: BTreeSet<(usize, String)>,
     /// Request id -> the `terminal_event_sequence` of its `request.terminal` event.
     pub request_terminal: BTreeMap<String, u64>,
     /// (agent, session, position) of every provider record an event reported, ever (across
@@ -1953,6 +1956,17 @@ impl Oracle {
     /// the change with no exit (hostile run 2's D4).
     fn check_announced_alive(&mut self, a: usize, seq: u64, event: &AgentEvent) {
         let incarnation = event.incarnation.as_ref().map(|i| i.0.clone());
+        // Hostile run 2's D5: a gap "rewritten while down" at 0 and an attach at 0 under a
+        // process the stream had said exited (killed while the daemon was down), the file
+        // untouched.
+        let kind = event.kind();
+        let observed = ["observer.", "turn.", "message.", "plan."].iter().any(|prefix| kind.starts_with(prefix));
+        if let Some(dead) = incarnation.as_ref().filter(|i| observed && self.stream.exited.contains(&(a, (*i).clone()))) {
+            self.fail(Kind::EventOrder, format!("event {seq} ({kind}) of a{a} under {dead}, after that process's agent.exited"));
+        }
+        if let (EventBody::AgentExited { .. }, Some(incarnation)) = (&event.body, &incarnation) {
+            self.stream.exited.insert((a, incarnation.clone()));
+        }
         match &event.body {
             EventBody::AgentStarted { .. } | EventBody::IncarnationChanged { .. } => {
                 if let Some(alive) = self.stream.announced_alive.remove(&a) {

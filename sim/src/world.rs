@@ -2643,12 +2643,16 @@ impl World {
             let now = wakterm_runtime::driver::now_ms();
             let same_session = agent.observer.attached.as_ref() == Some(&agent.session.id) && agent.process.is_none();
             let mut drained = false;
+            let exit_at = out.len();
             if same_session {
                 self.read_records(a, now, out);
                 let agent = &self.agents[a];
                 drained = agent.observer.read == agent.session.records.len();
             }
-            out.push(ObserverEvent::ProcessExited { drained });
+            match self.mutant {
+                Mutant::ExitBeforeLastRead => out.insert(exit_at, ObserverEvent::ProcessExited { drained }), // the bug
+                _ => out.push(ObserverEvent::ProcessExited { drained }),
+            }
         }
         let agent = &mut self.agents[a];
         agent.observer.reported = agent.process;
