@@ -751,6 +751,25 @@ fn mgd_2_a_thread_resumed_under_another_session_is_never_admissible() {
     assert!(grown < 10, "{grown} events in 2 s of an agent that does nothing");
 }
 
+/// MGD-2: an agent whose app-server ended before its first turn has no thread record to
+/// resume (Codex writes a thread's rollout from its first turn): each restart fails, and says
+/// so and what to do, not "`agent restart` starts it again" (a hostile run: 3 restarts of 3).
+#[test]
+fn mgd_2_a_thread_without_a_turn_is_not_resumable_and_the_restart_says_so() {
+    let w = World::new(EXE);
+    w.mux_start();
+    ready_managed(&w, "mia", &[]);
+    for _ in 0..2 {
+        let restarted = w.run(&["agent", "restart", "mia"]);
+        assert_eq!((restarted.code, s(&restarted.json["error"])), (1, "agent_restart_failed"), "{restarted:?}");
+        let message = s(&restarted.json["message"]);
+        assert!(message.contains("no restart can resume its thread") && message.contains("`agent stop mia` then `agent start`"), "{restarted:?}");
+    }
+    assert!(w.holder_pids().is_empty(), "the pane was taken back: {:?}", w.holder_pids());
+    w.ok(&["agent", "stop", "mia"]);
+    ready_managed(&w, "mia", &[]);
+}
+
 /// CORR-11: an app-server that accepted a `turn/start` (its reply names the turn) and exited
 /// before notifying the turn did not drain: the request is `indeterminate`, never
 /// `delivery_failed`. Codex answers the request before it notifies the turn, so the exit in

@@ -357,11 +357,25 @@ fn restart_pane(worker: &AgentRuntime, paths: &crate::paths::DataPaths, start_by
 /// answer, saying what became of the process.
 fn take_back_unresumed(worker: &AgentRuntime, error: &str) -> String {
     worker.shut_down_pane();
+    // MGD-2: Codex records a thread only from its first turn; an agent whose app-server ended
+    // before any has nothing to resume, and every restart fails alike. It said "`agent
+    // restart` starts it again" (a hostile run: 3 restarts of 3, 4 runs of 4).
+    let again = match error.contains(NO_ROLLOUT) {
+        true => format!(
+            "the agent has no process now, and no restart can resume its thread: Codex records a thread only from its first turn, and this agent's app-server ended before any; `agent stop {name}` then `agent start` gives it a new thread",
+            name = worker.record.name
+        ),
+        false => "the agent has no process now: `agent restart` starts it again".to_string(),
+    };
     match worker.end_unreachable_holder() {
-        Ok(()) => format!("{error}; the new process was ended with its pane (the agent has no process now: `agent restart` starts it again)"),
+        Ok(()) => format!("{error}; the new process was ended with its pane ({again})"),
         Err(ended) => format!("{error}; ending the new process failed too: {ended}"),
     }
 }
+
+/// MGD-2: how Codex refuses `thread/resume` of a thread it holds no rollout of
+/// (`codex-rs` thread store: "no rollout found for thread id {id}", code -32600).
+const NO_ROLLOUT: &str = "no rollout found for thread id";
 
 /// LIFE-2: the error of a spawn that failed (the holder's `spawn_error`: no such program, not
 /// executable, its working directory gone), naming the command and where it was to run.
