@@ -562,14 +562,24 @@ pub fn run(paths: DataPaths) -> i32 {
         let out = std::sync::Arc::new(tokio::sync::Mutex::new(stdout));
         let (answers, answering) = answer_writer(out.clone());
         let input = BoundedLines::new(stdin, MAX_MESSAGE_LINE, tripped.clone()).answering(answers);
-        let transport = (input, SharedOut::new(out));
+        let transport = (input, SharedOut::new(out.clone()));
         // MCP-1: rmcp takes the read error for the end of its input and `waiting` answers Ok;
         // the bound's own record says the server stopped because of it (it exited 0, silent).
         let tripped = move || tripped.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let service = match WaktermMcp::new(paths).serve(transport).await {
             Ok(service) => service,
             Err(error) => {
-                eprintln!("wakterm mcp: the client did not initialize: {error}");
+                let (why, id) = initialize_failure(&error);
+                // MCP-1: a request sent before `initialize` is answered under its id (its
+                // client waited for nothing otherwise), then the server ends.
+                if let Some(id) = id {
+                    use tokio::io::AsyncWriteExt;
+                    let answer = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": "the server is not initialized: the first message must be `initialize`"}});
+                    let mut out = out.lock().await;
+                    let _ = out.write_all(format!("{answer}\n").as_bytes()).await;
+                    let _ = out.flush().await;
+                }
+                eprintln!("wakterm mcp: the client did not initialize: {why}");
                 return crate::protocol::exit::ERROR;
             }
         };
@@ -721,6 +731,25 @@ pub fn invalid_id_answer(line: &[u8]) -> Option<Vec<u8>> {
 
 /// MCP-7: writes the screen's answers to the shared output, each a whole line between the
 /// SDK's; ends when the screen (the input) is gone.
+/// MCP-1: why the client did not initialize, never with what it sent (the SDK's own text is
+/// the whole first message, arguments and all: a prompt on standard error, a hostile run), and
+/// the id to answer when that message was a request.
+fn initialize_failure(error: &rmcp::service::ServerInitializeError) -> (String, Option<Value>) {
+    use rmcp::service::ServerInitializeError;
+    match error {
+        ServerInitializeError::ExpectedInitializeRequest(Some(message)) => {
+            let json = serde_json::to_value(message).unwrap_or(Value::Null);
+            let Some(method) = json["method"].as_str() else {
+                return ("its first message was not a request (`initialize` comes first)".to_string(), None);
+            };
+            let shown: String = method.chars().take(64).collect();
+            (format!("its first message was {shown:?}, not `initialize`"), json.get("id").cloned())
+        }
+        ServerInitializeError::ExpectedInitializeRequest(None) => ("its input ended before `initialize`".to_string(), None),
+        other => (other.to_string(), None),
+    }
+}
+
 fn answer_writer<W: tokio::io::AsyncWrite + Unpin + Send + 'static>(out: std::sync::Arc<tokio::sync::Mutex<W>>) -> (tokio::sync::mpsc::UnboundedSender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     use tokio::io::AsyncWriteExt;
     let (answers, mut pending) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();

@@ -286,6 +286,27 @@ fn mcp_1_a_line_past_the_bound_ends_the_server_saying_why() {
     assert!(stderr.contains("without its end"), "the reason is said: {stderr}");
 }
 
+/// MCP-1: a request sent before `initialize` is answered under its id (-32600), and the
+/// server ends with exit 1 saying why on stderr, never what was sent: the SDK's own text
+/// carried the whole request, a prompt and all, and its client got no answer (a hostile run).
+#[test]
+fn mcp_1_a_call_before_initialize_is_answered_and_its_arguments_stay_private() {
+    use std::io::Write;
+    let w = World::new(EXE);
+    let mut server = w.cmd(&["mcp"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn mcp");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let call = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": {"name": "agent_admit", "arguments": {"agent": "zola", "prompt": "SECRET-TOKEN-12345"}}});
+    writeln!(stdin, "{call}").expect("call");
+    drop(stdin);
+    let out = server.wait_with_output().expect("the server exits");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let answer: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap_or_default()).unwrap_or_else(|e| panic!("one JSON answer: {e}: {stdout:?}"));
+    assert_eq!((&answer["id"], &answer["error"]["code"]), (&json!(41), &json!(-32600)), "{answer}");
+    assert!(stderr.contains("\"tools/call\", not `initialize`"), "the reason is said: {stderr}");
+    assert!(!stderr.contains("SECRET") && !stdout.contains("SECRET"), "what was sent stays private: {stderr}");
+}
+
 /// MCP-2, ADM-18 (seed 000: the admission API never steers an active turn): a one-way
 /// `agent_admit` with the incarnation is an admission, and without one a no-steer send: a
 /// running turn refuses both `busy` / `turn_active` with nothing written. Only `steer: true`
