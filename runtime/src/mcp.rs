@@ -625,11 +625,13 @@ struct BoundedLines<R> {
     tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// MCP-7: where the screen's own answers go (to standard output, between the SDK's lines).
     answers: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+    /// MCP-7: an `initialize` request was handed on (a second one is answered here).
+    initialized: std::cell::Cell<bool>,
 }
 
 impl<R> BoundedLines<R> {
     fn new(inner: R, max: usize, tripped: std::sync::Arc<std::sync::Mutex<Option<String>>>) -> BoundedLines<R> {
-        BoundedLines { inner, line: Vec::new(), ready: Default::default(), max, ended: false, tripped, answers: None }
+        BoundedLines { inner, line: Vec::new(), ready: Default::default(), max, ended: false, tripped, answers: None, initialized: Default::default() }
     }
 
     /// MCP-7: answers a request the SDK would drop unanswered through `answers`.
@@ -640,12 +642,13 @@ impl<R> BoundedLines<R> {
     /// One whole line for the SDK (without its newline): screened, or answered here (MCP-7).
     /// Returns the line to hand on, if any.
     fn screen(&self, line: &[u8]) -> Option<Vec<u8>> {
-        if let Some(answer) = invalid_id_answer(line) {
+        if let Some(answer) = invalid_id_answer(line).or_else(|| own_answer(line, self.initialized.get())) {
             if let Some(answers) = &self.answers {
                 let _ = answers.send(answer); // the writer ends only after the input does
             }
             return None;
         }
+        self.initialized.set(self.initialized.get() || is_initialize(line));
         screen_line(line)
     }
 
@@ -710,6 +713,48 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
             }
         }
     }
+}
+
+/// MCP-7: the screen's answer to a line the SDK answers against JSON-RPC 2.0 (a hostile run),
+/// none for any other: a line that is not JSON (the SDK's parse error had no `id`: here under
+/// id null, -32700); a request with a readable id but no `"jsonrpc": "2.0"` or no string
+/// method (the SDK's id-less parse error: here Invalid Request under its id); a `tools/call`
+/// without a tool name (the SDK's "method not found": here -32602 under its id); a second
+/// `initialize` (the SDK answered it, naming another protocol version than the session's).
+/// Nothing runs for any of them.
+pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
+    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let Ok(message) = serde_json::from_slice::<Value>(body) else {
+        return Some(error_answer(Value::Null, -32700, "parse error: the line is not one JSON value; nothing ran"));
+    };
+    let object = message.as_object()?;
+    let id = object.get("id").filter(|id| id.is_string() || id.is_i64())?.clone();
+    if object.contains_key("result") || object.contains_key("error") {
+        return None; // a response: never answered
+    }
+    let method = object.get("method").and_then(Value::as_str);
+    if object.get("jsonrpc") != Some(&json!("2.0")) || method.is_none() {
+        return Some(error_answer(id, -32600, "invalid request: a request has \"jsonrpc\": \"2.0\" and a string method; nothing ran"));
+    }
+    let named = || object.get("params").and_then(|params| params.get("name")).is_some_and(Value::is_string);
+    match method {
+        Some("initialize") if initialized => Some(error_answer(id, -32600, "invalid request: the session is initialized already; nothing changed")),
+        Some("tools/call") if !named() => Some(error_answer(id, -32602, "invalid params: tools/call names its tool in params.name, a string; nothing ran")),
+        _ => None,
+    }
+}
+
+/// An `initialize` request (the screen answers a second one).
+fn is_initialize(line: &[u8]) -> bool {
+    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    serde_json::from_slice::<Value>(body).is_ok_and(|message| message["method"] == "initialize" && message.get("id").is_some())
+}
+
+fn error_answer(id: Value, code: i64, message: &str) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string().into_bytes()
 }
 
 /// MCP-7: the answer to a request whose id the SDK cannot take (rmcp 1.8 takes a string or a
@@ -981,6 +1026,33 @@ mod tests {
         assert!(lines.screen(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).is_some());
     }
 
+    /// MCP-7: lines the SDK answered against JSON-RPC 2.0 are answered here, under their id
+    /// where it can be read, and not handed on (a hostile run); the rest is left to the SDK.
+    #[test]
+    fn mcp_7_lines_the_sdk_answers_wrongly_are_answered_here() {
+        let answer = |line: &str, initialized: bool| own_answer(line.as_bytes(), initialized).map(|a| serde_json::from_slice::<Value>(&a).unwrap());
+        let code_and_id = |line: &str, initialized: bool| answer(line, initialized).map(|a| (a["error"]["code"].clone(), a["id"].clone()));
+        assert_eq!(code_and_id("{not json", false), Some((json!(-32700), Value::Null)), "a parse error, under id null");
+        assert_eq!(code_and_id("\u{1}", false), Some((json!(-32700), Value::Null)));
+        for line in [r#"{"jsonrpc":"1.0","id":3,"method":"tools/list"}"#, r#"{"id":3,"method":"tools/list"}"#, r#"{"jsonrpc":"2.0","id":3,"method":5}"#, r#"{"jsonrpc":"2.0","id":3}"#] {
+            assert_eq!(code_and_id(line, true), Some((json!(-32600), json!(3))), "{line}");
+        }
+        for line in [r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call"}"#, r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call","params":{"name":7}}"#] {
+            assert_eq!(code_and_id(line, true), Some((json!(-32602), json!("c4"))), "{line}");
+        }
+        let initialize = r#"{"jsonrpc":"2.0","id":9,"method":"initialize","params":{}}"#;
+        assert_eq!(answer(initialize, false), None, "the first initialize is the SDK's");
+        assert_eq!(code_and_id(initialize, true), Some((json!(-32600), json!(9))), "a second one is refused");
+        for passed in ["", "  ", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_catalog"}}"#, r#"[1]"#] {
+            assert_eq!(answer(passed, true), None, "left to the SDK: {passed}");
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let lines = BoundedLines::new(tokio::io::empty(), 1_000, Default::default()).answering(tx);
+        assert!(lines.screen(initialize.as_bytes()).is_some(), "handed on");
+        assert_eq!(lines.screen(initialize.as_bytes()), None, "the second is answered here");
+        assert!(rx.try_recv().is_ok(), "answered");
+    }
+
     /// MCP-3: `session action=input`'s keys: any case, and `_`, `+` or spaces for a control
     /// key's `-`; an unknown key is none.
     #[test]
@@ -1037,7 +1109,7 @@ mod tests {
             let writer = tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
                 let mut client = client;
-                client.write_all(b"{\"id\":1,\"method\":\"m\",\"m\":1,\"m\":2}\n{\"ok\":1}\nrest\n{\"id\":3,\"method\":\"m\",\"p\":{\"a\":1,\"a\":2}}").await.unwrap();
+                client.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"m\":1,\"m\":2}\n{\"ok\":1}\n{\"rest\":1}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"m\",\"p\":{\"a\":1,\"a\":2}}").await.unwrap();
             });
             let mut read = Vec::new();
             BoundedLines::new(server, 100, Default::default()).read_to_end(&mut read).await.unwrap();
@@ -1046,7 +1118,7 @@ mod tests {
             let lines: Vec<&str> = text.split('\n').collect();
             assert_eq!(lines.len(), 4, "{text}");
             assert!(lines[0].contains("wakterm/refused"), "{text}");
-            assert_eq!(&lines[1..3], ["{\"ok\":1}", "rest"]);
+            assert_eq!(&lines[1..3], ["{\"ok\":1}", "{\"rest\":1}"]);
             assert!(lines[3].contains("wakterm/refused") && lines[3].contains("\"id\":3"), "a last line without its newline is screened too: {text}");
             let mut read = Vec::new();
             let error = BoundedLines::new(&b"12345\n1234\n123456789"[..], 5, Default::default()).read_to_end(&mut read).await.unwrap_err();

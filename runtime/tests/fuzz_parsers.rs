@@ -146,10 +146,34 @@ fn check_mcp_invalid_id(bytes: &[u8]) {
     }
 }
 
+/// MCP-7: the screen's own answers (`own_answer`) are one JSON-RPC error each, under the id
+/// the line's request carried when it is readable (else null), and never to a response or a
+/// notification; a line it answers is never handed on.
+fn check_mcp_own_answer(bytes: &[u8]) {
+    use wakterm_runtime::mcp::own_answer;
+    let sdk_view = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let parsed = serde_json::from_slice::<Value>(sdk_view).ok();
+    for initialized in [false, true] {
+        let Some(answer) = timed(|| own_answer(bytes, initialized)) else { continue };
+        let answer: Value = serde_json::from_slice(&answer).expect("the answer is JSON");
+        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+        assert!(answer["error"]["code"].as_i64().is_some_and(|code| [-32700, -32600, -32602].contains(&code)), "{answer}");
+        match &parsed {
+            None => assert!(answer["id"].is_null(), "a parse error is under id null: {answer}"),
+            Some(message) => {
+                assert!(message.get("result").is_none() && message.get("error").is_none(), "a response is never answered");
+                assert_eq!(Some(&answer["id"]), message.get("id"), "under the request's own id: {answer}");
+            }
+        }
+    }
+}
+
 #[test]
 fn fuzz_mcp_line() {
     replay("mcp_line", check_mcp_line);
     replay("mcp_line", check_mcp_invalid_id);
+    replay("mcp_line", check_mcp_own_answer);
+    proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_own_answer(&bytes));
     proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_invalid_id(&bytes));
     proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_line(&bytes));
 }
