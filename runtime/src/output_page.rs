@@ -58,6 +58,20 @@ pub struct AgentView {
     pub process: Option<proc_probe::ProcessIdentity>,
     pub codex_home: PathBuf,
     pub cwd: PathBuf,
+    /// LIVE-1: no answer of the agent's holder was applied since the daemon started (a holder
+    /// unreachable through the start, held): no process known is no evidence that none runs.
+    pub liveness_unknown: bool,
+}
+
+impl AgentView {
+    /// OUT-7: why no process can be read: none runs, or whether one runs is unknown (LIVE-1:
+    /// a held agent was said `agent_not_running` while its process ran, a hostile run).
+    fn no_process(&self) -> (&'static str, &'static str) {
+        match self.liveness_unknown {
+            true => ("liveness_unknown", "the agent's holder has not answered since the daemon started: whether its process runs is unknown"),
+            false => ("agent_not_running", "the agent has no running process"),
+        }
+    }
 }
 
 /// The provider session the agent's exact process holds open, or why there is none.
@@ -77,7 +91,8 @@ impl Observed {
 /// holds open for writing, its session_meta cwd matching the agent's. Details never name paths.
 pub fn discover(agent: &AgentView) -> Observed {
     let Some(process) = agent.process else {
-        return Observed::unavailable("agent_not_running", "the agent has no running process");
+        let (reason, detail) = agent.no_process();
+        return Observed::unavailable(reason, detail);
     };
     match proc_probe::discover_rollout_exact(process, &agent.codex_home, Some(&agent.cwd)) {
         Discovery::Found { path, session_id, .. } => Observed::Session { provider_session: session_id, path },
@@ -200,7 +215,8 @@ fn baseline(key: &CursorKey, agent: &AgentView, observed: &Observed) -> Result<(
         Observed::Unavailable { reason, detail } => return Err((reason.clone(), detail.clone())),
     };
     let Some(incarnation) = agent.incarnation.as_deref() else {
-        return Err(("agent_not_running".into(), "the agent has no running process".into()));
+        let (reason, detail) = agent.no_process();
+        return Err((reason.into(), detail.into()));
     };
     let mut tail = RolloutTail::open(path).map_err(|e| ("rollout_unreadable".to_string(), tail_detail(&e)))?;
     tail.seek_to_end_baseline().map_err(|e| ("rollout_unreadable".to_string(), tail_detail(&e)))?;
@@ -285,7 +301,10 @@ pub fn answer(
     }
     let observed = match (&agent.incarnation, agent.process) {
         (Some(_), Some(_)) => discover(agent),
-        _ => Observed::unavailable("agent_not_running", "the agent has no running process"),
+        _ => {
+            let (reason, detail) = agent.no_process();
+            Observed::unavailable(reason, detail)
+        }
     };
     let Some(token) = after else {
         // OUT-1: the first read is a baseline at the current complete record, no history.
@@ -305,7 +324,10 @@ pub fn answer(
     let Some(incarnation) = agent.incarnation.as_deref() else {
         return match &observed {
             Observed::Unavailable { reason, detail } => observer_unavailable(&agent.agent_id, reason, detail),
-            Observed::Session { .. } => observer_unavailable(&agent.agent_id, "agent_not_running", "the agent has no running process"),
+            Observed::Session { .. } => {
+                let (reason, detail) = agent.no_process();
+                observer_unavailable(&agent.agent_id, reason, detail)
+            }
         };
     };
     if state.inc != incarnation {
@@ -430,6 +452,7 @@ mod tests {
                 process: Some(proc_probe::ProcessIdentity { pid: 100, start_time_ticks: 200 }),
                 codex_home: dir.path().into(),
                 cwd: dir.path().into(),
+                liveness_unknown: false,
             };
             Setup { _dir: dir, path, key: CursorKey::from_bytes([7; 32]), agent }
         }

@@ -552,6 +552,23 @@ fn a_ready_agent_behind_a_link() -> World {
     w
 }
 
+/// LIVE-1, OUT-7: an agent held through a daemon's start (its holder unreachable: a link in
+/// its socket's place) is not said to have no process while it runs: the catalog said
+/// `agent_unknown`, "no process runs behind the agent", and `agent output` said
+/// `agent_not_running` (a hostile run's low). Now `liveness_unknown` in both.
+#[test]
+fn live_1_a_held_agent_is_not_said_to_have_no_process() {
+    let w = a_ready_agent_behind_a_link();
+    w.ok(&["mux", "stop"]);
+    w.mux_start();
+    let entry = w.catalog_entry("zola").expect("listed");
+    assert_eq!((entry["state"].as_str(), entry["return_final_unavailable_reason"].as_str()), (Some("unknown"), Some("liveness_unknown")), "{entry}");
+    assert!(entry["observer_detail"].as_str().unwrap_or_default().contains("whether its process runs is unknown"), "{entry}");
+    let out = w.run(&["agent", "output", "zola"]);
+    assert_eq!((out.code, out.json["reason"].as_str()), (1, Some("liveness_unknown")), "{out:?}");
+    assert_eq!(w.fake_agents_running(), 1, "its process runs");
+}
+
 /// LIFE-5, LIVE-1, SEC-1: `mux stop --all` ends an agent whose holder cannot be reached at its
 /// socket (a link planted in its place, which the daemon never follows) as `agent stop` does:
 /// the holder still running for that socket, and its process. It named the agent in

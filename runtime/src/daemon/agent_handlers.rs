@@ -563,6 +563,7 @@ pub(super) async fn agent_output(context: &Arc<Context>, target: &str, after: Op
             process: facts.process.map(crate::observer::engine_to_probe),
             codex_home: agent.record.codex_home(),
             cwd: std::path::PathBuf::from(&agent.record.cwd),
+            liveness_unknown: agent.never_answered(),
         };
         crate::output_page::read_output(&root, &view, after.as_deref())
     })

@@ -592,11 +592,17 @@ impl AgentRuntime {
         orphan.pid.filter(|pid| holder_serves(*pid, &self.holder_socket))
     }
 
+    /// LIVE-1: no answer of the holder was applied since the daemon took the agent on (a held
+    /// agent: its process may well run).
+    pub fn never_answered(&self) -> bool {
+        self.liveness.lock().expect("liveness lock").answered_at == 0
+    }
+
     /// LIVE-1, SOCK-2: no holder answer was applied yet and the agent was taken on less than
     /// [`crate::holder::REBIND_GRACE`] ago (a daemon just started: its probes at start retry an unknown
     /// answer every 250 ms).
     fn rebind_grace(&self) -> bool {
-        self.liveness.lock().expect("liveness lock").answered_at == 0 && self.taken_on.elapsed() < crate::holder::REBIND_GRACE
+        self.never_answered() && self.taken_on.elapsed() < crate::holder::REBIND_GRACE
     }
 
     /// LIVE-1: "nobody listens" is no exit while a holder still runs for the socket and the

@@ -76,6 +76,9 @@ fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakterm_engine:
     decision
 }
 
+/// LIVE-1: the catalog's word for an agent whose holder has not answered since the start.
+const LIVENESS_UNKNOWN: &str = "the agent's holder has not answered since the daemon started: whether its process runs is unknown";
+
 fn catalog_entry(agent: &AgentRuntime, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
     use wakterm_engine::ObserverStatus;
     let record: &AgentRecord = &agent.record;
@@ -88,9 +91,16 @@ fn catalog_entry(agent: &AgentRuntime, snapshot: Result<wakterm_engine::Observer
     };
     let view = snapshot.as_ref().ok();
     let observer_detail = match (&snapshot, view.map(|v| &v.status)) {
+        // LIVE-1: a held agent (its holder unreachable through the daemon's start) was said to
+        // have "no process" and `agent_unknown` while its process ran (a hostile run).
+        _ if agent.never_answered() => Some(LIVENESS_UNKNOWN.to_string()),
         (Err(error), _) => Some(error.clone()),
         (_, Some(ObserverStatus::Unavailable { reason })) => Some(reason.clone()),
         _ => None,
+    };
+    let unavailable_reason = match agent.never_answered() {
+        true => json!("liveness_unknown"),
+        false => decision.get("return_final_unavailable_reason").cloned().unwrap_or(json!("agent_unknown")),
     };
     json!({
         "agent_id": record.agent_id,
@@ -107,7 +117,7 @@ fn catalog_entry(agent: &AgentRuntime, snapshot: Result<wakterm_engine::Observer
         "thread_id": record.thread.as_ref().map(|t| t.thread_id.clone()),
         "session_id": record.thread.as_ref().map(|t| t.session_id.0.clone()),
         "return_final_available": decision.get("return_final_available").cloned().unwrap_or(json!(false)),
-        "return_final_unavailable_reason": decision.get("return_final_unavailable_reason").cloned().unwrap_or(json!("agent_unknown")),
+        "return_final_unavailable_reason": unavailable_reason,
         "observer_detail": observer_detail,
         "observer_session": view.and_then(|v| v.session.clone()),
         "exit_code": exit_code,
