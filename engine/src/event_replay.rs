@@ -402,7 +402,8 @@ impl Engine {
             Unproven::Content => self.floor_unprovable(agent_id),
             Unproven::Elsewhere => self.await_floor_proof(agent_id, &zone),
         }
-        // A loss or another process with nothing held: nothing was read past the resume
+        // Another process, an exit or none found at a registration, with nothing held (a loss
+        // with nothing held closes in `replay_take`): nothing was read past the resume
         // point, so nothing is reported afresh and no gap is claimed (hostile run 2's D5: a
         // gap "rewritten while down" at 0 and an attach at 0, the file untouched, for a process
         // killed while the daemon was down). A record that changed the file follows its gap.

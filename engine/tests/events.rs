@@ -335,6 +335,15 @@ fn ev_4_nothing_of_a_process_follows_its_exit() {
     let after: Vec<String> = rig.durable_events[before..].iter().map(|e| format!("{} {:?}", e.kind(), e.incarnation.as_ref().map(|i| i.0.as_str()))).collect();
     let expected = ["observer.gap Some(\"inc-1\")", "observer.attached Some(\"inc-1\")", "turn.started Some(\"inc-1\")", "agent.exited Some(\"inc-1\")", "agent.incarnation_changed Some(\"inc-2\")"];
     assert_eq!(after, expected);
+
+    // The same, but another process registers with no exit seen first (the runtime sends the
+    // exit first; the engine does not count on it): the held records, then the exit, then the
+    // change (a review: the exit came first, and the held records under the dead process).
+    let (mut rig, before) = restarted_after_two_turns();
+    rig.turn_started("t2", 1020);
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    let after: Vec<String> = rig.durable_events[before..].iter().map(|e| format!("{} {:?}", e.kind(), e.incarnation.as_ref().map(|i| i.0.as_str()))).collect();
+    assert_eq!(after, expected);
 }
 
 /// EV-4: an agent stopped and deleted just before a crash (its `agent.stopped` not yet made)

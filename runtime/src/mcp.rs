@@ -774,8 +774,6 @@ pub fn invalid_id_answer(line: &[u8]) -> Option<Vec<u8>> {
     Some(json!({"jsonrpc": "2.0", "id": null, "error": error}).to_string().into_bytes())
 }
 
-/// MCP-7: writes the screen's answers to the shared output, each a whole line between the
-/// SDK's; ends when the screen (the input) is gone.
 /// MCP-1: why the client did not initialize, never with what it sent (the SDK's own text is
 /// the whole first message, arguments and all: a prompt on standard error, a hostile run), and
 /// the id to answer when that message was a request.
@@ -795,6 +793,8 @@ fn initialize_failure(error: &rmcp::service::ServerInitializeError) -> (String, 
     }
 }
 
+/// MCP-7: writes the screen's answers to the shared output, each a whole line between the
+/// SDK's; ends when the screen (the input) is gone.
 fn answer_writer<W: tokio::io::AsyncWrite + Unpin + Send + 'static>(out: std::sync::Arc<tokio::sync::Mutex<W>>) -> (tokio::sync::mpsc::UnboundedSender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     use tokio::io::AsyncWriteExt;
     let (answers, mut pending) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();

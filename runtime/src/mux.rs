@@ -249,8 +249,10 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
         return reply;
     }
     // Wait until the daemon has let go of its socket and ended, so a following start cannot
-    // race it.
-    let deadline = Instant::now() + STOP_EXIT_WAIT;
+    // race it: longer while agent starts or restarts are under way (its end waits for them).
+    let changes = reply.body["changes_under_way"].as_u64().unwrap_or(0) > 0;
+    let wait = if changes { STOP_EXIT_WAIT.saturating_add(crate::daemon::CHANGES_AT_EXIT) } else { STOP_EXIT_WAIT };
+    let deadline = Instant::now() + wait;
     while Instant::now() < deadline && client::connect(paths).is_ok() {
         std::thread::sleep(POLL_INTERVAL);
     }
@@ -262,7 +264,7 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
         // LIFE-6: never "stopped" while it runs (a hostile run: `mux stop` answered, and a
         // `mux start` right after found the lock still held).
         if is_running(pid) {
-            return still_running(pid, reply);
+            return still_running(pid, wait, reply);
         }
     }
     reply
@@ -275,11 +277,11 @@ pub const STOP_EXIT_WAIT: Duration = crate::daemon::DRAIN_DEADLINE
     .saturating_add(crate::daemon::BLOCKING_CALLS_AT_EXIT)
     .saturating_add(Duration::from_secs(4));
 
-/// LIFE-6: the daemon answered the stop but still runs after [`STOP_EXIT_WAIT`]: exit 1, the
+/// LIFE-6: the daemon answered the stop but still runs after its wait: exit 1, the
 /// stop's answer kept (which agents it stopped), and what to do.
-fn still_running(pid: u64, stop: Reply) -> Reply {
+fn still_running(pid: u64, waited: Duration, stop: Reply) -> Reply {
     let message = format!(
-        "the daemon (pid {pid}) answered the stop but still runs after {STOP_EXIT_WAIT:?}; a `mux start` fails until it ends (it ends by itself once its last calls do; `kill -9 {pid}` ends it at once)"
+        "the daemon (pid {pid}) answered the stop but still runs after {waited:?}; a `mux start` fails until it ends (it ends by itself once its last calls do; `kill -9 {pid}` ends it at once)"
     );
     let mut reply = Reply::error(exit::ERROR, "daemon_still_running", message);
     reply.body["pid"] = pid.into();

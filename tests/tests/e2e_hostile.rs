@@ -687,24 +687,49 @@ fn life_6_mux_stop_ends_the_daemon_though_a_holder_call_hangs() {
     let w = World::new(EXE);
     w.mux_start();
     w.ready_agent("zola", REPLY, &[]);
+    let (agent_stop, holder) = mux_stop_during_a_call_to_a_stopped_holder(&w, &["agent", "stop", "zola"]);
+    let again = w.run(&["mux", "start"]);
+    assert_eq!(again.code, 0, "a start right after the stop: {again:?}");
+    // The call the daemon's end left behind is not said to have failed, nor to have done it.
+    assert_eq!((agent_stop.code, &agent_stop.json["error"]), (5, &json!("agent_stop_unknown")), "{agent_stop:?}");
+    assert_eq!(unsafe { libc::kill(holder, libc::SIGCONT) }, 0);
+}
+
+/// LIFE-6 (a review): the daemon's end waits for an `agent restart` under way (as for a start)
+/// and `mux stop` waits for that end: a restart cut off at the 3 s bound for other calls could
+/// leave a managed agent's new app-server bound to no thread. Here the restart of a SIGSTOPped
+/// holder, refused once its 15 s bound passes with nothing sent, answers so, not `unknown`.
+#[test]
+fn life_6_mux_stop_waits_for_a_restart_under_way() {
+    let w = World::new(EXE);
+    w.mux_start();
+    let entry = w.ready_agent("zola", REPLY, &[]);
+    let (restart, holder) = mux_stop_during_a_call_to_a_stopped_holder(&w, &["agent", "restart", "zola"]);
+    assert_eq!((restart.code, &restart.json["error"]), (1, &json!("agent_restart_failed")), "its own answer: {restart:?}");
+    assert_eq!(unsafe { libc::kill(holder, libc::SIGCONT) }, 0);
+    w.mux_start();
+    let now = w.wait_agent("zola", "idle again", |z| z["state"] == "idle");
+    assert_eq!(now["incarnation"], entry["incarnation"], "nothing was sent: the same process");
+}
+
+/// LIFE-6: with zola's holder SIGSTOPped, runs `args` (a call that waits on the holder) and, a
+/// second into it, `mux stop`, which must answer success only once the daemon has ended.
+/// Returns the call's answer and the holder (still stopped).
+fn mux_stop_during_a_call_to_a_stopped_holder(w: &World, args: &[&str]) -> (support::Out, i32) {
     let holders = w.holder_pids();
     assert_eq!(holders.len(), 1, "one holder: {holders:?}");
     let daemon = w.daemon_pid();
     // SAFETY: signals to our own test world's holder.
     assert_eq!(unsafe { libc::kill(holders[0], libc::SIGSTOP) }, 0);
-    let agent_stop = std::thread::scope(|scope| {
-        let agent_stop = scope.spawn(|| w.run(&["agent", "stop", "zola"]));
+    let call = std::thread::scope(|scope| {
+        let call = scope.spawn(|| w.run(args));
         std::thread::sleep(Duration::from_secs(1)); // under way: its call waits on the holder
         let out = w.run(&["mux", "stop"]);
         assert_eq!(out.code, 0, "{out:?}");
         assert!(support::all_threads_dead(daemon), "`mux stop` answered while the daemon ran: {out:?}");
-        let again = w.run(&["mux", "start"]);
-        assert_eq!(again.code, 0, "a start right after the stop: {again:?}");
-        agent_stop.join().unwrap()
+        call.join().unwrap()
     });
-    // The call the daemon's end left behind is not said to have failed, nor to have done it.
-    assert_eq!((agent_stop.code, &agent_stop.json["error"]), (5, &json!("agent_stop_unknown")), "{agent_stop:?}");
-    assert_eq!(unsafe { libc::kill(holders[0], libc::SIGCONT) }, 0);
+    (call, holders[0])
 }
 
 /// LIFE-5 (a hostile run): `mux stop --all` stops its agents together, not one after another:

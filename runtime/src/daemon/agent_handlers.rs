@@ -111,7 +111,7 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
         let agent = spawn_agent(&paths, &writer, record, fault).map_err(|failed| (Reply::error(exit::ERROR, "agent_start_failed", failed.message), failed.kept))?;
         // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its
         // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.
-        // Here, on the blocking thread: the daemon's shutdown waits for it, not for the task.
+        // The daemon's end waits for it (`wait_for_starts`: its name is reserved till then).
         if stopping.stopping_all.load(std::sync::atomic::Ordering::SeqCst) {
             agent.shut_down_pane();
             let message = format!("{} started while `mux stop --all` ran, and was ended with the others", agent.record.name);
@@ -362,7 +362,7 @@ fn take_back_unresumed(worker: &AgentRuntime, error: &str) -> String {
     // restart` starts it again" (a hostile run: 3 restarts of 3, 4 runs of 4).
     let again = match error.contains(NO_ROLLOUT) {
         true => format!(
-            "the agent has no process now, and no restart can resume its thread: Codex records a thread only from its first turn, and this agent's app-server ended before any; `agent stop {name}` then `agent start` gives it a new thread",
+            "the agent has no process now, and no restart can resume its thread: Codex holds no record of it (it records a thread only from its first turn, so an app-server that ended before any leaves none; or the record was removed); `agent stop {name}` then `agent start` gives it a new thread",
             name = worker.record.name
         ),
         false => "the agent has no process now: `agent restart` starts it again".to_string(),
@@ -513,6 +513,7 @@ pub(super) async fn restart_agent(context: &Arc<Context>, target: &str) -> Reply
     let Some(agent) = resolve(context, target) else {
         return Reply::error(exit::NOT_FOUND, "agent_unknown", no_agent_named(target));
     };
+    let _under_way = super::UnderWay::enter(&context.restarting); // LIFE-6: the daemon's end waits
     let worker = agent.clone();
     let inbox = context.inbox.clone();
     let paths = context.paths.clone();

@@ -74,6 +74,9 @@ pub struct Context {
     /// LIFE-5: a `mux stop` is under way: no agent starts any more (set under `starting`'s
     /// lock, so a start either reserved its name before or is refused).
     pub closing: std::sync::atomic::AtomicBool,
+    /// LIFE-6: agent restarts under way (`UnderWay`): the daemon's end waits for them as for
+    /// starts, for one cut off mid-handshake left a new app-server bound to no thread.
+    pub restarting: std::sync::atomic::AtomicUsize,
     /// LIFE-5: `mux stop --all` is under way: a start that ends after it took its list (one
     /// slower than its wait: a managed start's handshake takes up to 60 s) ends its agent too.
     pub stopping_all: std::sync::atomic::AtomicBool,
@@ -96,6 +99,11 @@ impl Context {
         let _starting = self.starting.lock().expect("starting names");
         self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
         self.stopping_all.fetch_or(all, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// LIFE-6: agent starts and restarts under way (the daemon's end waits for them).
+    pub fn changes_under_way(&self) -> usize {
+        self.starting.lock().expect("starting names").len() + self.restarting.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -252,8 +260,10 @@ pub fn run_foreground(paths: DataPaths, retention: retention::Retention) -> Resu
         .map_err(|e| format!("cannot start the reactor: {e}"))?;
     tracing::info!(retain_events = retention.events, retain_days = retention.days, retain_bytes = retention.bytes, "event retention (EV-9)");
     let served = runtime.block_on(serve(paths, store, writer, (engine, clock), records, fault, (connection_cap(descriptor_limit), (retention, retention_clock), (lock_identity, relocked.clone()))));
-    // The runtime first (its tasks and blocking calls end, the store writer drains), then the
-    // lock: no other daemon may start while this one can still write. LIFE-6: the wait for
+    // The runtime first (its tasks and blocking calls end, and with the last of them the
+    // store writer, which drains), then the lock: no other daemon may start while this one can
+    // still write. A call left behind (below) keeps the writer too: what it queued is cut off
+    // with the process, as by a crash (SQLite's commits are atomic). LIFE-6: the wait for
     // blocking calls is bounded; one may be a holder call to a stopped holder (15 s, a probe
     // chain longer), and a hostile run saw `mux stop` run out of its wait for the daemon's
     // end and a `mux start` right after find the lock held. A call left behind ends with the
@@ -374,7 +384,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     let (mut listener, mut socket, mut kept) = socket_keeper::start(&paths, lock)?;
     say_ready(&paths);
     let shutdown = Arc::new(Notify::new());
-    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), stopping_all: Default::default(), fault, retention, retention_clock, stored_event_bytes });
+    let context = Arc::new(Context { paths: paths.clone(), inbox, agents, store, writer, monitor, terminal, events, shutdown: shutdown.clone(), started_ms: now_ms(), starting: Mutex::new(Default::default()), closing: Default::default(), restarting: Default::default(), stopping_all: Default::default(), fault, retention, retention_clock, stored_event_bytes });
     let open = Arc::new(AtomicUsize::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
     // LIFE-6: SIGTERM (a service manager, a container's end, `kill`) and SIGINT (Ctrl-C of a
@@ -632,23 +642,42 @@ async fn drain_admissions(context: &Context) -> bool {
     false
 }
 
-/// LIFE-5, LIFE-6: the daemon ends once the agent starts under way are done, up to a managed
-/// start's handshake bound and a spawn's: each ends its agent itself after `mux stop --all`,
-/// and one cut off would leave its holder running, unnamed. No other blocking call is waited
-/// for past `BLOCKING_CALLS_AT_EXIT`.
+/// LIFE-5, LIFE-6: the daemon ends once the agent starts and restarts under way are done, up
+/// to `CHANGES_AT_EXIT`: a start ends its agent itself after `mux stop --all`, and one cut off
+/// would leave its holder running, unnamed; a managed restart cut off mid-handshake left a new
+/// app-server bound to no thread of the agent's (a review). No other blocking call is waited
+/// for past `BLOCKING_CALLS_AT_EXIT` (an `agent stop` of a SIGSTOPped holder, a probe).
 async fn wait_for_starts(context: &Context) {
-    let deadline = tokio::time::Instant::now() + STARTS_AT_EXIT;
-    while !context.starting.lock().expect("starting names").is_empty() {
+    let deadline = tokio::time::Instant::now() + CHANGES_AT_EXIT;
+    while context.changes_under_way() > 0 {
         if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(?STARTS_AT_EXIT, "stopping with agent starts still under way: their agents run on");
+            tracing::warn!(?CHANGES_AT_EXIT, "stopping with agent starts or restarts still under way: they are cut off");
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
-/// LIFE-5: how long the daemon's end waits for agent starts under way.
-const STARTS_AT_EXIT: std::time::Duration = managed::HANDSHAKE_TIMEOUT.saturating_add(std::time::Duration::from_secs(15));
+/// LIFE-5, LIFE-6: how long the daemon's end waits for agent starts and restarts under way: a
+/// managed restart's start (`RESTART_START_BOUND`, 15 s), its respawn's work and its handshake
+/// (60 s), with room. `mux stop` waits this much longer when its answer names changes under way.
+pub const CHANGES_AT_EXIT: std::time::Duration = managed::HANDSHAKE_TIMEOUT.saturating_add(std::time::Duration::from_secs(25));
+
+/// LIFE-6: counts an agent restart under way for as long as it lives.
+pub struct UnderWay<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> UnderWay<'a> {
+    pub fn enter(count: &'a std::sync::atomic::AtomicUsize) -> UnderWay<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        UnderWay(count)
+    }
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 #[cfg(test)]
 mod run_clock_tests {

@@ -308,7 +308,9 @@ async fn stop(context: &Arc<Context>, all: bool) -> Reply {
             }
         }
     }
-    Reply::ok(json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "agents_stopped": stopped, "agents_not_stopped": not_stopped}))
+    // LIFE-6: the daemon's end waits for these; `mux stop` waits for its end that much longer.
+    let changes = context.changes_under_way();
+    Reply::ok(json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "agents_stopped": stopped, "agents_not_stopped": not_stopped, "changes_under_way": changes}))
 }
 
 pub fn capabilities() -> Value {
