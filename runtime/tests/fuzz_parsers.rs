@@ -349,6 +349,7 @@ impl CursorWorld {
             process: Some(ProcessIdentity { pid: 100, start_time_ticks: 200 }),
             codex_home: dir.path().into(),
             cwd: dir.path().into(),
+            liveness_unknown: false,
         };
         let mut world = CursorWorld { _dir: dir, path, key: CursorKey::from_bytes([7; 32]), agent, issued: Vec::new() };
         let baseline = world.read(None).body["next_cursor"].as_str().expect("baseline").to_string();
