@@ -111,7 +111,7 @@ async fn start_reserved_agent(context: &Arc<Context>, spec: StartSpec) -> Reply 
         let agent = spawn_agent(&paths, &writer, record, fault).map_err(|failed| (Reply::error(exit::ERROR, "agent_start_failed", failed.message), failed.kept))?;
         // LIFE-5: a start that ended after `mux stop --all` took its list (one slower than its
         // wait) ends its agent itself; the record stays, as for the agents `--all` stopped.
-        // The daemon's end waits for it (`wait_for_starts`: its name is reserved till then).
+        // The daemon's end waits for it (`wait_for_changes`: its name is reserved till then).
         if stopping.stopping_all.load(std::sync::atomic::Ordering::SeqCst) {
             agent.shut_down_pane();
             let message = format!("{} started while `mux stop --all` ran, and was ended with the others", agent.record.name);

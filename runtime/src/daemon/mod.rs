@@ -424,7 +424,7 @@ async fn serve(paths: DataPaths, store: Arc<Store>, writer: Arc<StoreWriter>, (e
     drop(kept); // the keeper binds nothing from now on
     socket_keeper::remove_if_ours(&paths.socket(), socket);
     let settled = drain_admissions(&context).await;
-    wait_for_starts(&context).await;
+    wait_for_changes(&context).await;
     for agent in context.agents.lock().expect("agent table").values() {
         agent.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     }
@@ -647,7 +647,7 @@ async fn drain_admissions(context: &Context) -> bool {
 /// would leave its holder running, unnamed; a managed restart cut off mid-handshake left a new
 /// app-server bound to no thread of the agent's (a review). No other blocking call is waited
 /// for past `BLOCKING_CALLS_AT_EXIT` (an `agent stop` of a SIGSTOPped holder, a probe).
-async fn wait_for_starts(context: &Context) {
+async fn wait_for_changes(context: &Context) {
     let deadline = tokio::time::Instant::now() + CHANGES_AT_EXIT;
     while context.changes_under_way() > 0 {
         if tokio::time::Instant::now() >= deadline {
