@@ -524,6 +524,16 @@ impl Engine {
         if mark.stopped {
             return;
         }
+        // EV-4: the process the stream announced exits on it, under its own incarnation,
+        // before the agent's stop, its last event (`agent stop` ends it unobserved: a hostile
+        // run saw `agent.stopped` with no exit, while `mux stop --all` reported one).
+        if mark.incarnation.is_some() && !mark.exited {
+            let before = mark.clone();
+            mark.exited = true;
+            let announced = mark.incarnation.clone();
+            self.queue(agent_id, announced, vec![EventBody::AgentExited { drained: false }], before);
+        }
+        let mark = self.events.marks.get_mut(agent_id).expect("checked above");
         let before = mark.clone();
         mark.stopped = true;
         self.queue(agent_id, incarnation, vec![EventBody::AgentStopped], before);

@@ -346,6 +346,22 @@ fn ev_4_nothing_of_a_process_follows_its_exit() {
     assert_eq!(after, expected);
 }
 
+/// EV-4, EV-14: `agent stop` of a live agent reports its process's exit (`drained: false`,
+/// under its incarnation) before `agent.stopped`, its last event: the stream had the stop and
+/// no exit (a hostile run), while `mux stop --all` reported one. After an exit it saw, the
+/// stop alone.
+#[test]
+fn ev_4_a_stopped_agents_process_exits_before_the_stop() {
+    let mut rig = Rig::with_idle_zola();
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    assert_eq!(kinds(&rig.published_events), ["agent.started", "agent.exited", "agent.stopped"]);
+    assert_eq!((&rig.published_events[1].body, &rig.published_events[1].incarnation), (&EventBody::AgentExited { drained: false }, &Some(Incarnation("inc-1".into()))));
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(ObserverEvent::ProcessExited { drained: true });
+    rig.input(Input::AgentRemoved { agent_id: agent_id(ZOLA) });
+    assert_eq!(kinds(&rig.published_events), ["agent.started", "agent.exited", "agent.stopped"]);
+}
+
 /// EV-4: an agent stopped and deleted just before a crash (its `agent.stopped` not yet made)
 /// does not come back at the restart: the stream reports it stopped then, once.
 #[test]

@@ -384,12 +384,12 @@ fn live_1_an_agent_unreachable_at_the_startup_bound_is_not_stopped() {
     assert_eq!(kinds(&rig, answered), ["agent.exited"]);
 
     // An agent the runtime does not hold (stopped and deleted while the daemon was down) is
-    // still recorded stopped, its last event.
+    // still recorded stopped, its last event, after its announced process's exit (EV-4).
     let mut rig = Rig::with_idle_zola();
     rig.crash_and_recover();
     let before = rig.durable_events.len();
     rig.input(Input::StartupComplete);
-    assert_eq!(kinds(&rig, before), ["agent.stopped"]);
+    assert_eq!(kinds(&rig, before), ["agent.exited", "agent.stopped"]);
 }
 
 /// REC-2: a resume names the process its suspended requests were armed on, so an observer of

@@ -1977,6 +1977,12 @@ impl Oracle {
                     self.stream.announced_alive.insert(a, incarnation);
                 }
             }
+            // EV-14: the stop is the agent's last event; its process's exit comes first.
+            EventBody::AgentStopped => {
+                if let Some(alive) = self.stream.announced_alive.remove(&a) {
+                    self.fail(Kind::EventOrder, format!("event {seq}: agent.stopped of a{a} while {alive}, announced, never exited on the stream"));
+                }
+            }
             EventBody::AgentExited { .. } => match self.stream.announced_alive.remove(&a) {
                 Some(alive) if Some(&alive) != incarnation.as_ref() => {
                     self.fail(Kind::EventOrder, format!("event {seq}: agent.exited of a{a} under {incarnation:?}, while {alive} was the process announced"));
