@@ -730,6 +730,9 @@ pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
     let Ok(message) = serde_json::from_slice::<Value>(body) else {
         return Some(error_answer(Value::Null, -32700, "parse error: the line is not one JSON value; nothing ran"));
     };
+    if message.is_array() {
+        return Some(error_answer(Value::Null, -32600, "invalid request: a batch (a JSON array) is not taken (MCP has none since 2025-06-18): send each message on a line of its own; nothing ran"));
+    }
     let object = message.as_object()?;
     let id = object.get("id").filter(|id| id.is_string() || id.is_i64())?.clone();
     if object.contains_key("result") || object.contains_key("error") {
@@ -739,10 +742,17 @@ pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
     if object.get("jsonrpc") != Some(&json!("2.0")) || method.is_none() {
         return Some(error_answer(id, -32600, "invalid request: a request has \"jsonrpc\": \"2.0\" and a string method; nothing ran"));
     }
-    let named = || object.get("params").and_then(|params| params.get("name")).is_some_and(Value::is_string);
+    let params = object.get("params");
+    if params.is_some_and(|params| !params.is_object() && !params.is_array()) {
+        return Some(error_answer(id, -32602, "invalid params: params is an object; nothing ran"));
+    }
+    let named = params.and_then(|params| params.get("name")).is_some_and(Value::is_string);
+    let arguments_fit = params.and_then(|params| params.get("arguments")).filter(|arguments| !arguments.is_null()).is_none_or(Value::is_object);
     match method {
         Some("initialize") if initialized => Some(error_answer(id, -32600, "invalid request: the session is initialized already; nothing changed")),
-        Some("tools/call") if !named() => Some(error_answer(id, -32602, "invalid params: tools/call names its tool in params.name, a string; nothing ran")),
+        Some("initialize") if !params.is_some_and(Value::is_object) => Some(error_answer(id, -32602, "invalid params: initialize carries its params (protocolVersion, capabilities, clientInfo); nothing ran")),
+        Some("tools/call") if !named => Some(error_answer(id, -32602, "invalid params: tools/call names its tool in params.name, a string; nothing ran")),
+        Some("tools/call") if !arguments_fit => Some(error_answer(id, -32602, "invalid params: tools/call's params.arguments is an object; nothing ran")),
         _ => None,
     }
 }
@@ -1037,13 +1047,20 @@ mod tests {
         for line in [r#"{"jsonrpc":"1.0","id":3,"method":"tools/list"}"#, r#"{"id":3,"method":"tools/list"}"#, r#"{"jsonrpc":"2.0","id":3,"method":5}"#, r#"{"jsonrpc":"2.0","id":3}"#] {
             assert_eq!(code_and_id(line, true), Some((json!(-32600), json!(3))), "{line}");
         }
-        for line in [r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call"}"#, r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call","params":{"name":7}}"#] {
-            assert_eq!(code_and_id(line, true), Some((json!(-32602), json!("c4"))), "{line}");
+        for line in [
+            r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call","params":{"name":7}}"#,
+            r#"{"jsonrpc":"2.0","id":"c4","method":"tools/call","params":{"name":"session","arguments":"SECRET"}}"#,
+            r#"{"jsonrpc":"2.0","id":"c4","method":"tools/list","params":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":"c4","method":"initialize"}"#,
+        ] {
+            assert_eq!(code_and_id(line, false), Some((json!(-32602), json!("c4"))), "{line}");
         }
+        assert_eq!(code_and_id(r#"[{"jsonrpc":"2.0","id":11,"method":"tools/list"}]"#, true), Some((json!(-32600), Value::Null)), "a batch");
         let initialize = r#"{"jsonrpc":"2.0","id":9,"method":"initialize","params":{}}"#;
         assert_eq!(answer(initialize, false), None, "the first initialize is the SDK's");
         assert_eq!(code_and_id(initialize, true), Some((json!(-32600), json!(9))), "a second one is refused");
-        for passed in ["", "  ", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_catalog"}}"#, r#"[1]"#] {
+        for passed in ["", "  ", "5", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_catalog"}}"#] {
             assert_eq!(answer(passed, true), None, "left to the SDK: {passed}");
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -160,6 +160,7 @@ fn check_mcp_own_answer(bytes: &[u8]) {
         assert!(answer["error"]["code"].as_i64().is_some_and(|code| [-32700, -32600, -32602].contains(&code)), "{answer}");
         match &parsed {
             None => assert!(answer["id"].is_null(), "a parse error is under id null: {answer}"),
+            Some(batch) if batch.is_array() => assert!(answer["id"].is_null(), "a batch is refused under id null: {answer}"),
             Some(message) => {
                 assert!(message.get("result").is_none() && message.get("error").is_none(), "a response is never answered");
                 assert_eq!(Some(&answer["id"]), message.get("id"), "under the request's own id: {answer}");
