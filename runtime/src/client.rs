@@ -27,6 +27,16 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
             Ok(()) => "run `wakterm mux start`".to_string(),
             Err(too_long) => format!("no daemon can serve it: {too_long}"),
         };
+        // LIFE-6: a daemon that holds the lock but does not serve is stopping or starting;
+        // "no daemon runs" (exit 3) was false, and a script that took it for stopped and
+        // started another failed on the lock (a hostile run).
+        if let Some(pid) = crate::daemon::lock_holder(paths) {
+            let message = format!(
+                "a wakterm daemon (pid {pid}) holds {}'s lock but does not serve at its socket: it is stopping (a `mux stop` or SIGTERM under way) or still starting; nothing was sent; `wakterm mux status` says when it serves, `mux start` waits for it to end",
+                paths.root.display()
+            );
+            return Reply::error(exit::ERROR, "daemon_not_serving", message);
+        }
         let message = format!("no wakterm daemon answers at {} ({error}); {advice}", paths.socket().display());
         Reply::error(exit::DAEMON_NOT_RUNNING, "daemon_not_running", message)
     };

@@ -19,7 +19,19 @@ const MIGRATION_POLL_INTERVAL: Duration = Duration::from_millis(250);
 const LOG_TAIL_BYTES: u64 = 64 * 1024;
 
 pub fn start_background(paths: &DataPaths, retention: crate::daemon::retention::Retention) -> Reply {
-    let status = client::call_within(paths, &ClientRequest::Status, STATUS_BOUND);
+    let mut status = client::call_within(paths, &ClientRequest::Status, STATUS_BOUND);
+    // LIFE-6: a daemon that holds the lock but does not serve (stopping, or still starting):
+    // wait for its end, or for it to serve. A start right after `mux stop` failed on the lock.
+    if status.body["error"] == "daemon_not_serving" {
+        let deadline = Instant::now() + not_serving_wait();
+        while status.body["error"] == "daemon_not_serving" && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            status = client::call_within(paths, &ClientRequest::Status, STATUS_BOUND);
+        }
+        if status.body["error"] == "daemon_not_serving" {
+            return status;
+        }
+    }
     if status.exit_code == exit::OK {
         return already_running(paths, &status, "");
     }
@@ -244,6 +256,12 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
     if status.body["error"] == "daemon_unresponsive" {
         return unresponsive(paths, "it was not asked to stop (a frozen daemon that reads a stop late does nothing with it)");
     }
+    // LIFE-6: a daemon already stopping (another `mux stop`, SIGTERM) no longer serves: this
+    // stop waits for its end as the first does. It answered `daemon_not_running` (exit 3)
+    // while the daemon drained and held its lock (a hostile run).
+    if status.body["error"] == "daemon_not_serving" {
+        return already_stopping(paths, all, status);
+    }
     let reply = client::call(paths, &ClientRequest::Stop { all });
     if reply.exit_code != exit::OK {
         return reply;
@@ -268,6 +286,33 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
         }
     }
     reply
+}
+
+/// LIFE-6: `mux stop` found a daemon that holds the lock but no longer serves: it waits for its
+/// end. Without `--all` that is the stop asked for; with it, no agent was stopped by this call
+/// (the stop under way may not be `--all`): exit 1, saying so.
+fn already_stopping(paths: &DataPaths, all: bool, status: Reply) -> Reply {
+    let deadline = Instant::now() + not_serving_wait();
+    while Instant::now() < deadline && crate::daemon::lock_holder(paths).is_some() {
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    if let Some(pid) = crate::daemon::lock_holder(paths) {
+        let message = format!("the daemon (pid {pid}) was stopping already, and still holds its lock after {:?}; `kill -9 {pid}` ends it at once", not_serving_wait());
+        return Reply::error(exit::ERROR, "daemon_still_running", message);
+    }
+    if all {
+        let message = "the daemon was stopping already (another `mux stop` or SIGTERM) and has ended; this call stopped no agent itself, and one stopped without --all left its agents running: `mux start`, then `mux stop --all`";
+        let mut reply = Reply::error(exit::ERROR, "agents_not_stopped", message);
+        reply.body["status"] = status.body;
+        return reply;
+    }
+    Reply::ok(serde_json::json!({"schema": "wakterm.mux-stop.v1", "stopping": true, "already_stopping": true, "agents_stopped": [], "agents_not_stopped": []}))
+}
+
+/// LIFE-6: the longest a daemon that no longer serves may take to end (its drain, the starts
+/// and restarts it waits for, its blocking calls), with room.
+fn not_serving_wait() -> Duration {
+    STOP_EXIT_WAIT.saturating_add(crate::daemon::CHANGES_AT_EXIT)
 }
 
 /// LIFE-6: how long `mux stop` waits for the daemon's end after its answer: its drain

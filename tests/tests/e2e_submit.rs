@@ -595,8 +595,20 @@ fn life_8_mux_stop_lets_a_watching_submit_answer_its_receipt() {
     let w = World::new(EXE);
     let started = Instant::now();
     let (daemon, child) = submit_into_a_watch(&w, "10000", "written before mux stop");
-    let stop = w.run(&["mux", "stop"]);
+    // LIFE-6: a second stop during the drain (the daemon holds its lock, its socket gone)
+    // waits for the daemon's end too: it answered `daemon_not_running` (exit 3) at once, and a
+    // `mux start` right after failed on the lock (a hostile run).
+    let (stop, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| w.run(&["mux", "stop"]));
+        std::thread::sleep(Duration::from_secs(1));
+        let second = w.run(&["mux", "stop"]);
+        assert!(support::all_threads_dead(daemon), "the second stop answered while the daemon ran: {second:?}");
+        (first.join().unwrap(), second)
+    });
     assert_eq!(stop.code, 0, "mux stop: {:?}", stop.json);
+    assert_eq!((second.code, &second.json["already_stopping"]), (0, &json!(true)), "{second:?}");
+    let status = w.run(&["mux", "status"]);
+    assert_eq!(status.json["error"], "daemon_not_running", "{status:?}");
     let out = child.wait_with_output().expect("wait");
     let took = started.elapsed();
     let body: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
