@@ -30,7 +30,7 @@ pub fn connect(paths: &DataPaths) -> Result<UnixStream, Reply> {
         // LIFE-6: a daemon that holds the lock but does not serve is stopping or starting;
         // "no daemon runs" (exit 3) was false, and a script that took it for stopped and
         // started another failed on the lock (a hostile run).
-        if let Some(pid) = crate::daemon::lock_holder(paths) {
+        if let Some(pid) = paths.lock_holder() {
             let message = format!(
                 "a wakterm daemon (pid {pid}) holds {}'s lock but does not serve at its socket: it is stopping (a `mux stop` or SIGTERM under way) or still starting; nothing was sent; `wakterm mux status` says when it serves, `mux start` waits for it to end",
                 paths.root.display()

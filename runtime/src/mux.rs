@@ -293,10 +293,10 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
 /// (the stop under way may not be `--all`): exit 1, saying so.
 fn already_stopping(paths: &DataPaths, all: bool, status: Reply) -> Reply {
     let deadline = Instant::now() + not_serving_wait();
-    while Instant::now() < deadline && crate::daemon::lock_holder(paths).is_some() {
+    while Instant::now() < deadline && paths.lock_holder().is_some() {
         std::thread::sleep(POLL_INTERVAL);
     }
-    if let Some(pid) = crate::daemon::lock_holder(paths) {
+    if let Some(pid) = paths.lock_holder() {
         let message = format!("the daemon (pid {pid}) was stopping already, and still holds its lock after {:?}; `kill -9 {pid}` ends it at once", not_serving_wait());
         return Reply::error(exit::ERROR, "daemon_still_running", message);
     }

@@ -62,6 +62,27 @@ impl DataPaths {
     pub fn socket(&self) -> PathBuf {
         self.run_dir().join("mux.sock")
     }
+    /// The pid the lock file names (SEC-3: a FIFO at its path must not hold this answer up).
+    pub fn lock_file_pid(&self) -> String {
+        let mut holder = String::new();
+        let _ = open_regular_file(&self.lock_file()).and_then(|file| std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut holder));
+        Some(holder.trim().to_string()).filter(|pid| !pid.is_empty()).unwrap_or_else(|| "unknown: its run directory was removed".to_string())
+    }
+
+    /// LOCK-1, LIFE-6: whether a daemon holds the data directory's lock (the pid its lock file
+    /// names), asked without waiting: a daemon that no longer serves at its socket (stopping:
+    /// its drain and its end) or not yet (starting: recovery, a migration) still holds it. A
+    /// shared lock taken for a moment: a daemon starting meanwhile retries its own for
+    /// `daemon::LOCK_WAIT`.
+    pub fn lock_holder(&self) -> Option<String> {
+        let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        let root = rustix::fs::open(&self.root, flags, rustix::fs::Mode::empty()).ok()?;
+        match rustix::fs::flock(&root, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Err(rustix::io::Errno::WOULDBLOCK) => Some(self.lock_file_pid()),
+            _ => None, // free (released with `root`), or unknown: no daemon is named
+        }
+    }
+
     pub fn lock_file(&self) -> PathBuf {
         self.run_dir().join("mux.lock")
     }

@@ -147,7 +147,7 @@ pub fn acquire_lock(paths: &DataPaths) -> Result<DaemonLock, String> {
     let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
     let root = rustix::fs::open(&paths.root, flags, rustix::fs::Mode::empty())
         .map_err(|e| format!("cannot open {}: {}", paths.root.display(), std::io::Error::from(e)))?;
-    let holder = || lock_holder_pid(paths);
+    let holder = || paths.lock_file_pid();
     let why = |error: LockError| match error {
         LockError::Busy => format!("a wakterm daemon already runs for {} (pid {}, still holding its lock after {LOCK_WAIT:?})", paths.root.display(), holder()),
         LockError::Serving => format!("a wakterm daemon already runs for {} (pid {}, serving at its socket)", paths.root.display(), holder()),
@@ -191,26 +191,6 @@ fn flock_within(fd: impl rustix::fd::AsFd, wait: std::time::Duration, serving: i
             Err(rustix::io::Errno::WOULDBLOCK) => return Err(LockError::Busy),
             Err(errno) => return Err(LockError::Failed(std::io::Error::from(errno).to_string())),
         }
-    }
-}
-
-/// The pid the lock file names (SEC-3: a FIFO at its path must not hold this answer up).
-fn lock_holder_pid(paths: &DataPaths) -> String {
-    let mut holder = String::new();
-    let _ = crate::paths::open_regular_file(&paths.lock_file()).and_then(|file| std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut holder));
-    Some(holder.trim().to_string()).filter(|pid| !pid.is_empty()).unwrap_or_else(|| "unknown: its run directory was removed".to_string())
-}
-
-/// LOCK-1, LIFE-6: whether a daemon holds the data directory's lock (the pid its lock file
-/// names), asked without waiting: a daemon that no longer serves at its socket (stopping: its
-/// drain and its end) or not yet (starting: recovery, a migration) still holds it. A shared
-/// lock taken for a moment: a daemon starting meanwhile retries its own for `LOCK_WAIT`.
-pub fn lock_holder(paths: &DataPaths) -> Option<String> {
-    let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-    let root = rustix::fs::open(&paths.root, flags, rustix::fs::Mode::empty()).ok()?;
-    match rustix::fs::flock(&root, rustix::fs::FlockOperation::NonBlockingLockShared) {
-        Err(rustix::io::Errno::WOULDBLOCK) => Some(lock_holder_pid(paths)),
-        _ => None, // free (released with `root`), or unknown: no daemon is named
     }
 }
 
