@@ -500,11 +500,7 @@ impl Engine {
             self.replay_changed(&facts.agent_id, crate::event_replay::Unproven::Elsewhere);
         }
         if ended_unseen {
-            let mark = self.events.marks.get_mut(&facts.agent_id).expect("an announced process has a mark");
-            let before = mark.clone();
-            mark.exited = true;
-            let incarnation = mark.incarnation.clone();
-            self.queue(&facts.agent_id, incarnation, vec![EventBody::AgentExited { drained: false }], before);
+            self.report_unseen_exit(&facts.agent_id);
             if facts.incarnation.is_none() {
                 return;
             }
@@ -515,6 +511,17 @@ impl Engine {
             self.events.marks.insert(facts.agent_id.clone(), mark);
         }
         self.queue(&facts.agent_id, facts.incarnation.clone(), bodies, before);
+    }
+
+    /// EV-4: the announced process ended unobserved: its `agent.exited` (`drained: false`,
+    /// nobody read its end), under its own incarnation.
+    fn report_unseen_exit(&mut self, agent_id: &AgentId) {
+        let mark = self.events.marks.get_mut(agent_id).expect("an announced process has a mark");
+        assert!(mark.incarnation.is_some() && !mark.exited, "an announced process, not said to exit");
+        let before = mark.clone();
+        mark.exited = true;
+        let announced = mark.incarnation.clone();
+        self.queue(agent_id, announced, vec![EventBody::AgentExited { drained: false }], before);
     }
 
     pub(crate) fn record_removal(&mut self, agent_id: &AgentId, incarnation: Option<Incarnation>) {
@@ -528,10 +535,7 @@ impl Engine {
         // before the agent's stop, its last event (`agent stop` ends it unobserved: a hostile
         // run saw `agent.stopped` with no exit, while `mux stop --all` reported one).
         if mark.incarnation.is_some() && !mark.exited {
-            let before = mark.clone();
-            mark.exited = true;
-            let announced = mark.incarnation.clone();
-            self.queue(agent_id, announced, vec![EventBody::AgentExited { drained: false }], before);
+            self.report_unseen_exit(agent_id);
         }
         let mark = self.events.marks.get_mut(agent_id).expect("checked above");
         let before = mark.clone();

@@ -574,9 +574,10 @@ pub fn run(paths: DataPaths) -> i32 {
                 // client waited for nothing otherwise), then the server ends.
                 if let Some(id) = id {
                     use tokio::io::AsyncWriteExt;
-                    let answer = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": "the server is not initialized: the first message must be `initialize`"}});
+                    let mut answer = error_answer(id, -32600, "the server is not initialized: the first message must be `initialize`");
+                    answer.push(b'\n');
                     let mut out = out.lock().await;
-                    let _ = out.write_all(format!("{answer}\n").as_bytes()).await;
+                    let _ = out.write_all(&answer).await;
                     let _ = out.flush().await;
                 }
                 eprintln!("wakterm mcp: the client did not initialize: {why}");
@@ -723,7 +724,7 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
 /// `initialize` (the SDK answered it, naming another protocol version than the session's).
 /// Nothing runs for any of them.
 pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
-    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let body = as_sdk_reads(line);
     if body.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
@@ -759,8 +760,14 @@ pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
 
 /// An `initialize` request (the screen answers a second one).
 fn is_initialize(line: &[u8]) -> bool {
-    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let body = as_sdk_reads(line);
     serde_json::from_slice::<Value>(body).is_ok_and(|message| message["method"] == "initialize" && message.get("id").is_some())
+}
+
+/// A line as the SDK reads it: rmcp 1.8 drops a leading UTF-8 BOM (serde takes a trailing CR
+/// as white space).
+fn as_sdk_reads(line: &[u8]) -> &[u8] {
+    line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
 }
 
 fn error_answer(id: Value, code: i64, message: &str) -> Vec<u8> {
@@ -774,7 +781,7 @@ fn error_answer(id: Value, code: i64, message: &str) -> Vec<u8> {
 /// None for any other line: a notification (no id), a response (no method), a line that does
 /// not parse (the SDK answers it).
 pub fn invalid_id_answer(line: &[u8]) -> Option<Vec<u8>> {
-    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let body = as_sdk_reads(line);
     let message = serde_json::from_slice::<Value>(body).ok()?;
     let id = message.as_object()?.get("id")?;
     if message.get("method").is_none() || id.is_string() || id.is_i64() {
@@ -896,7 +903,7 @@ impl<W: tokio::io::AsyncWrite + Unpin + Send + 'static> tokio::io::AsyncWrite fo
 pub fn screen_line(line: &[u8]) -> Option<Vec<u8>> {
     // Read as the SDK reads it (rmcp 1.8 drops a leading UTF-8 BOM; serde takes the trailing
     // CR as white space): a BOM before a line hid its duplicate keys from this check (a review).
-    let body = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let body = as_sdk_reads(line);
     if !has_duplicate_keys(body) {
         return Some(line.to_vec());
     }

@@ -63,12 +63,16 @@ pub struct AgentView {
     pub liveness_unknown: bool,
 }
 
+/// LIVE-1: what the catalog and the output page say of an agent whose holder has not answered
+/// since the daemon started.
+pub const LIVENESS_UNKNOWN: &str = "the agent's holder has not answered since the daemon started: whether its process runs is unknown";
+
 impl AgentView {
     /// OUT-7: why no process can be read: none runs, or whether one runs is unknown (LIVE-1:
     /// a held agent was said `agent_not_running` while its process ran, a hostile run).
     fn no_process(&self) -> (&'static str, &'static str) {
         match self.liveness_unknown {
-            true => ("liveness_unknown", "the agent's holder has not answered since the daemon started: whether its process runs is unknown"),
+            true => ("liveness_unknown", LIVENESS_UNKNOWN),
             false => ("agent_not_running", "the agent has no running process"),
         }
     }

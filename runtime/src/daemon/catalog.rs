@@ -76,9 +76,6 @@ fn refresh_failure_blocks(mut decision: Value, snapshot: &Result<wakterm_engine:
     decision
 }
 
-/// LIVE-1: the catalog's word for an agent whose holder has not answered since the start.
-const LIVENESS_UNKNOWN: &str = "the agent's holder has not answered since the daemon started: whether its process runs is unknown";
-
 fn catalog_entry(agent: &AgentRuntime, snapshot: Result<wakterm_engine::ObserverSnapshot, String>, decision: Value) -> Value {
     use wakterm_engine::ObserverStatus;
     let record: &AgentRecord = &agent.record;
@@ -90,15 +87,16 @@ fn catalog_entry(agent: &AgentRuntime, snapshot: Result<wakterm_engine::Observer
         liveness.exit_code.filter(|_| !liveness.alive)
     };
     let view = snapshot.as_ref().ok();
+    // LIVE-1: a held agent (its holder unreachable through the daemon's start) was said to have
+    // "no process" and `agent_unknown` while its process ran (a hostile run).
+    let unanswered = agent.never_answered();
     let observer_detail = match (&snapshot, view.map(|v| &v.status)) {
-        // LIVE-1: a held agent (its holder unreachable through the daemon's start) was said to
-        // have "no process" and `agent_unknown` while its process ran (a hostile run).
-        _ if agent.never_answered() => Some(LIVENESS_UNKNOWN.to_string()),
+        _ if unanswered => Some(crate::output_page::LIVENESS_UNKNOWN.to_string()),
         (Err(error), _) => Some(error.clone()),
         (_, Some(ObserverStatus::Unavailable { reason })) => Some(reason.clone()),
         _ => None,
     };
-    let unavailable_reason = match agent.never_answered() {
+    let unavailable_reason = match unanswered {
         true => json!("liveness_unknown"),
         false => decision.get("return_final_unavailable_reason").cloned().unwrap_or(json!("agent_unknown")),
     };
