@@ -714,6 +714,25 @@ impl Engine {
         };
         if changed {
             self.verify_requests_after_agent_change(&agent_id);
+            self.expect_reported_session(&agent_id);
+        }
+    }
+
+    /// OBS-4: after a restart, the session the stream reports for this very process (its
+    /// durable mark) is what the observer must find again or lose on the stream: without a
+    /// resume to answer (no request waits), a rollout gone while the daemon was down left the
+    /// stream's last word `observer.attached` for good (a hostile run, 2026-12-07).
+    fn expect_reported_session(&mut self, agent_id: &AgentId) {
+        if !self.events.recovered_unattached.contains(agent_id) {
+            return; // nothing reported before the restart, or observed since
+        }
+        let Some(incarnation) = self.agents.get(agent_id).and_then(|a| a.facts.incarnation.clone()) else { return };
+        let Some(mark) = self.events.marks.get(agent_id) else { return };
+        if mark.incarnation.as_ref() != Some(&incarnation) || mark.exited {
+            return; // another process: its registration reset what the stream reports
+        }
+        if let Some(session) = mark.reported_session().cloned() {
+            self.push(Output::ExpectSession { agent_id: agent_id.clone(), session, incarnation });
         }
     }
 

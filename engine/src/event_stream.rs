@@ -281,6 +281,11 @@ fn newest_checkpoint_only(items: Vec<BacklogItem>) -> Vec<BacklogItem> {
 /// than the one the stream last reported attached (EV-7).
 pub const SESSION_CHANGED_WHILE_DOWN: &str = "session_changed_while_down";
 
+/// OBS-4, EV-7: the reason code of a session the stream reported attached before a restart
+/// whose rollout the agent's process no longer holds (the file removed, or replaced by one of
+/// another working directory, while the daemon was down).
+pub const ROLLOUT_GONE_WHILE_DOWN: &str = "rollout_gone_while_down";
+
 /// EV-4: the events one observer event makes, advancing `mark`. Pure, so the simulator's
 /// ground truth and the engine use the same mapping.
 pub fn observed_events(mark: &mut EventMark, event: &ObserverEvent, after_restart: bool) -> Vec<EventBody> {

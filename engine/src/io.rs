@@ -3,7 +3,7 @@
 
 use crate::agent::AgentFacts;
 use crate::events::{AgentEvent, EventMark};
-use crate::ids::{AgentId, Incarnation, RequestId};
+use crate::ids::{AgentId, Incarnation, RequestId, SessionId};
 use crate::observer::{Cursor, ObserverEvent, ObserverSnapshot};
 use crate::prompt::PasteMode;
 use crate::receipt::{Operation, Receipt, ReturnMode};
@@ -197,6 +197,13 @@ pub enum Output {
     /// drops it, since a cursor says nothing about another process's stream (a managed
     /// agent's new holder starts its stream over at 0).
     ResumeObserver { agent_id: AgentId, from: Cursor, incarnation: Incarnation },
+    /// OBS-4: after a restart, the stream reports `session` attached for this agent's process
+    /// (`incarnation`) and nothing was observed since: the observer of that process answers
+    /// `SessionLost` naming `session` when a look proves the process tree no longer holds
+    /// its rollout (none open, or one of another working directory), and says unavailable
+    /// rather than "no rollout yet". An observer that attached since, or of another process,
+    /// ignores it.
+    ExpectSession { agent_id: AgentId, session: SessionId, incarnation: Incarnation },
     /// HIST-2: read this request from the store off the reactor; answer `RequestLoaded`.
     LoadRequest { load_id: u64, request_id: RequestId },
     /// Commit these ops in one transaction and answer `PersistAcked` (only after COMMIT).

@@ -853,6 +853,40 @@ fn ev_7_a_loss_found_after_a_restart_is_a_gap() {
     assert_eq!(rig.published_events.last().unwrap().kind(), "observer.lost", "a loss of the attached one is");
 }
 
+/// OBS-4: after a restart the engine has the observer of the very process the stream reported
+/// attached expect that session, with no request to resume; the observer's loss naming it is
+/// the gap (its reason kept), and nothing is expected again. Nothing is expected of another
+/// process, or of an agent the stream reported no session for.
+#[test]
+fn obs_4_the_session_the_stream_reported_is_expected_after_a_restart() {
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.turn_started("turn-1", 1010);
+    restart(&mut rig);
+    assert!(rig.resumes.is_empty(), "no request waits: nothing to resume");
+    assert_eq!(rig.expectations, [(agent_id(ZOLA), session(), Incarnation("inc-1".into()))]);
+    let lost = wakterm_engine::ROLLOUT_GONE_WHILE_DOWN.to_string();
+    rig.observe(ObserverEvent::SessionLost { reason: lost.clone(), session: Some(session()), before: None });
+    match &rig.published_events.last().unwrap().body {
+        EventBody::ObserverGap { reason, session: s, after_position } => assert_eq!((reason, s.as_ref(), *after_position), (&lost, Some(&session()), 1010)),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    restart(&mut rig);
+    assert_eq!(rig.expectations.len(), 1, "the stream reports no session since the gap");
+
+    // The process changed while the daemon was down: nothing of the old one is expected.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    assert!(rig.expectations.is_empty(), "{:?}", rig.expectations);
+
+    // Never attached before the restart: nothing to expect.
+    let mut rig = Rig::with_idle_zola();
+    restart(&mut rig);
+    assert!(rig.expectations.is_empty());
+}
+
 /// EV-7: a resume's loss of the attached session (its disproved earlier file) is `lost` while
 /// the tail reads that session on, and its records go on without a new attach. A later loss,
 /// first after a restart, is still that session's gap and clears the mark, so a replacement

@@ -58,6 +58,7 @@ impl Effects for BenchEffects {
     }
 
     fn resume(&mut self, _agent_id: AgentId, _from: Cursor, _incarnation: Incarnation) {}
+    fn expect_session(&mut self, _agent_id: AgentId, _session: SessionId, _incarnation: Incarnation) {}
 
     fn events_settled(&mut self, through: u64) {
         self.settled.send_replace(through);

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use wakterm_engine::{
     AdmitCommand, AgentEvent, AgentId, CancelCommand, CancelOutcome, Cursor, EnterBoundary, Engine, Incarnation, Input, OpId, Output, PersistOp, Receipt,
-    RequestId, SplitWrite, SubmitCommand, SubmitReceipt, TerminalEvent,
+    RequestId, SessionId, SplitWrite, SubmitCommand, SubmitReceipt, TerminalEvent,
 };
 
 /// Bound of the driver's inbox: callers, effect results and observer events share it.
@@ -20,6 +20,9 @@ pub trait Effects: Send {
     fn refresh(&mut self, refresh_id: u64, agent_id: AgentId);
     /// REC-2: re-attach the agent's observer at `from` and replay; answer `Observed` events.
     fn resume(&mut self, agent_id: AgentId, from: Cursor, incarnation: Incarnation);
+    /// OBS-4: the observer of `incarnation` expects `session` (the stream's, before a
+    /// restart); answer `Observed` events (a loss of it) and a snapshot, or nothing.
+    fn expect_session(&mut self, agent_id: AgentId, session: SessionId, incarnation: Incarnation);
     /// Commit `ops` in one transaction; answer `PersistAcked` only after COMMIT. `more_follow`:
     /// another persist of the same engine step comes next (STORE-2: the writer keeps the step's
     /// batches in one transaction).
@@ -235,6 +238,7 @@ fn drain<E: Effects>(engine: &mut Engine, effects: &mut E, waiting: &mut BTreeMa
         match output {
             Output::RefreshObserver { refresh_id, agent_id } => effects.refresh(refresh_id, agent_id),
             Output::ResumeObserver { agent_id, from, incarnation } => effects.resume(agent_id, from, incarnation),
+            Output::ExpectSession { agent_id, session, incarnation } => effects.expect_session(agent_id, session, incarnation),
             Output::Persist { token, ops } => {
                 persists_left -= 1;
                 effects.persist(token, ops, persists_left > 0)
@@ -326,6 +330,7 @@ mod tests {
     impl Effects for Silent {
         fn refresh(&mut self, _: u64, _: AgentId) {}
         fn resume(&mut self, _: AgentId, _: Cursor, _: Incarnation) {}
+        fn expect_session(&mut self, _: AgentId, _: SessionId, _: Incarnation) {}
         fn persist(&mut self, _: u64, _: Vec<PersistOp>, _: bool) {}
         fn deliver(&mut self, _: u64, _: RequestId, _: AgentId, _: Incarnation, _: Vec<u8>, _: Option<u64>) {}
         fn publish(&mut self, _: TerminalEvent) {}

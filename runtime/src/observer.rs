@@ -121,6 +121,14 @@ pub struct CodexObserver {
     incarnation: Incarnation,
     attached: Option<Attachment>,
     ever_attached: bool,
+    /// This process had a session: one this observer attached, the one the stream reported
+    /// for it before a restart, or its loaded checkpoint's (OBS-4). A look that finds no
+    /// rollout open then says the session is gone, never "no rollout yet" (Codex writes none
+    /// before its first turn).
+    had_session: bool,
+    /// OBS-4: the session the stream reported for this process before a restart, until a look
+    /// attaches (the engine judges that attach, EV-7) or proves it gone (`SessionLost`).
+    expected: Option<SessionId>,
     /// Set after `ProcessExited` was emitted: nothing more will be reported.
     exited: bool,
     /// A resume whose Attached was not yet emitted.
@@ -177,6 +185,8 @@ impl CodexObserver {
             incarnation,
             attached: None,
             ever_attached: false,
+            had_session: false,
+            expected: None,
             exited: false,
             pending_resume: None,
             replay_floor: None,
@@ -200,6 +210,7 @@ impl CodexObserver {
     /// process incarnation.
     pub fn with_checkpoint(mut self, saved: Option<ObserverCheckpoint>) -> Self {
         self.saved = saved.filter(|c| c.belongs_to(&self.incarnation, self.process));
+        self.had_session = self.saved.is_some(); // OBS-4: this process wrote a rollout
         self
     }
 
@@ -377,6 +388,21 @@ impl CodexObserver {
         events
     }
 
+    /// OBS-4: after a restart, the stream reported `session` for this process and nothing was
+    /// observed since (`Output::ExpectSession`): a look now that proves the tree no longer
+    /// holds it loses it (`SessionLost` naming it), and later looks that find no rollout say
+    /// unavailable. Ignored once this observer attached (the engine judges that attach).
+    pub fn expect(&mut self, session: SessionId) -> Vec<ObserverEvent> {
+        if self.ever_attached || self.exited {
+            return Vec::new();
+        }
+        self.expected = Some(session);
+        self.had_session = true;
+        let mut events = Vec::new();
+        self.last_health = self.sync(&mut events, true);
+        events
+    }
+
     /// Lines of the current and earlier sessions that were not records (skipped, counted).
     pub fn corrupt_lines(&self) -> u64 {
         self.corrupt_lines
@@ -428,13 +454,13 @@ impl CodexObserver {
                     path.display(),
                     session_cwd.display()
                 );
-                self.fail_pending_resume(&reason, events);
+                self.fail_awaited(&reason, events);
                 self.unavailable_keep_reading(reason, events)
             }
-            Discovery::Incomplete { reason } => self.unavailable_keep_reading(
-                format!("the agent's open files could not be fully examined: {reason}"),
-                events,
-            ),
+            Discovery::Incomplete { reason } => {
+                self.disprove_expected(events);
+                self.unavailable_keep_reading(format!("the agent's open files could not be fully examined: {reason}"), events)
+            }
         }
     }
 
@@ -500,7 +526,8 @@ impl CodexObserver {
         debug_assert!(self.replay_floor.is_none_or(|floor| position <= floor), "attached past the resumed cursor");
         events.push(ObserverEvent::Attached { session: session.clone(), position });
         self.attached = Some(Attachment { tail, session, last_event: Some(position), idle_from: None });
-        self.ever_attached = true;
+        (self.ever_attached, self.had_session) = (true, true);
+        self.expected = None; // found again, or another session: EV-7 judges the attach
         self.lost_reason = None;
         self.turn = turn;
         self.fold_from = fold_from;
@@ -577,8 +604,8 @@ impl CodexObserver {
 
     fn on_none_open(&mut self, events: &mut Vec<ObserverEvent>) -> Health {
         let reason = "the agent process holds no Codex rollout file open any more";
-        self.fail_pending_resume(reason, events);
-        if self.ever_attached {
+        self.fail_awaited(reason, events);
+        if self.had_session {
             return self.unavailable_keep_reading(reason.into(), events);
         }
         // No rollout exists until Codex's first turn starts (REAL_CODEX.md).
@@ -586,8 +613,9 @@ impl CodexObserver {
         Health::Fresh
     }
 
-    /// A resume cannot succeed when the tree provably no longer holds its session.
-    fn fail_pending_resume(&mut self, reason: &str, events: &mut Vec<ObserverEvent>) {
+    /// A resume cannot succeed, nor an expected session be found again (OBS-4), when the tree
+    /// provably no longer holds its session.
+    fn fail_awaited(&mut self, reason: &str, events: &mut Vec<ObserverEvent>) {
         if let Some(resume) = self.pending_resume.take() {
             events.push(ObserverEvent::SessionLost {
                 reason: format!("cannot resume session {}: {reason}", resume.session.0),
@@ -595,6 +623,30 @@ impl CodexObserver {
                 before: None,
             });
         }
+        if let Some(session) = self.expected.take() {
+            // The code is what a reader matches (`observer.gap`); the detail is logged.
+            tracing::warn!(session = %session.0, %reason, "the session the stream reported is gone (OBS-4)");
+            let reason = wakterm_engine::ROLLOUT_GONE_WHILE_DOWN.to_string();
+            events.push(ObserverEvent::SessionLost { reason, session: Some(session), before: None });
+        }
+    }
+
+    /// OBS-4: the tree's rollout cannot be examined (no session record to read: emptied, or
+    /// not written yet), which proves nothing; but the checkpoint of the expected session
+    /// this process loaded can still be checked against its own file: a file that no longer
+    /// holds what was read up to it (cut back, replaced) loses the session, as OBS-3 does.
+    fn disprove_expected(&mut self, events: &mut Vec<ObserverEvent>) {
+        let Some(session) = self.expected.clone() else { return };
+        let Some(saved) = self.saved.as_ref().filter(|c| c.session == session) else { return };
+        let Err(error) = RolloutTail::resume(&saved.path, &saved.tail) else { return };
+        if !error.is_terminal() {
+            return; // transient: an error while gathering evidence is no evidence
+        }
+        tracing::warn!(path = %saved.path.display(), %error, "the expected session's checkpoint no longer matches its file (OBS-4, OBS-3)");
+        self.expected = None;
+        self.saved = None;
+        self.disproved = Some(session.clone());
+        events.push(ObserverEvent::SessionLost { reason: REWRITTEN_WHILE_DOWN.to_string(), session: Some(session), before: None });
     }
 
     /// Discovery cannot vouch for the session now, but the tailed file's records stay facts.

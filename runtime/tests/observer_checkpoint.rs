@@ -235,3 +235,58 @@ fn obs_1_a_checkpoint_of_another_incarnation_is_ignored() {
     assert_eq!(refresh.snapshot.turn, idle_after("t1"), "the planted state was not used");
     assert!(Path::new(&codex.path).exists());
 }
+
+// OBS-4: after a restart the observer of the process the stream reported attached expects that
+// session: a rollout removed while the daemon was down (the process still writes the deleted
+// file), one of another working directory in its place, or one emptied (its checkpoint no
+// longer matches) loses it, naming it, once; a process that had a session never says "no
+// rollout yet" (idle) when it holds none. A file that cannot be examined and no checkpoint to
+// prove it changed is no loss (unknown), and the session found again is just attached.
+#[test]
+fn obs_4_a_rollout_gone_while_down_loses_the_expected_session() {
+    let gone = |events: &[ObserverEvent], code: &str| {
+        matches!(events, [ObserverEvent::SessionLost { reason, session: Some(s), before: None }] if reason == code && *s == session())
+    };
+    let unavailable = |o: &CodexObserver| matches!(o.current_snapshot(None).status, ObserverStatus::Unavailable { .. });
+    let removed_code = wakterm_engine::ROLLOUT_GONE_WHILE_DOWN;
+
+    // Removed: the first look (before the engine's expectation) finds none open and, with this
+    // process's checkpoint, says unavailable, not idle; the expectation then loses the session.
+    let (codex, saved) = codex_with_history(4 * 1024);
+    std::fs::remove_file(&codex.path).unwrap();
+    let mut observer = codex.observer(Some(saved));
+    let first = observer.refresh(None);
+    assert!(first.events.is_empty(), "{:?}", first.events);
+    assert!(matches!(first.snapshot.status, ObserverStatus::Unavailable { .. }), "{:?}", first.snapshot);
+    let events = observer.expect(session());
+    assert!(gone(&events, removed_code), "{events:?}");
+    assert!(unavailable(&observer));
+    assert!(observer.refresh(None).events.is_empty(), "lost once");
+    // Without a checkpoint, the expectation alone.
+    let mut observer = codex.observer(None);
+    assert!(gone(&observer.expect(session()), removed_code));
+    assert!(unavailable(&observer));
+
+    // Another working directory's rollout in its place.
+    let (codex, _) = codex_with_history(4 * 1024);
+    let elsewhere = CodexObserver::new(codex.home.path().into(), Some("/somewhere/else".into()), codex.me, codex.incarnation());
+    let mut elsewhere = elsewhere.with_checkpoint(None);
+    assert!(gone(&elsewhere.expect(session()), removed_code));
+
+    // Emptied: the tree's file has no session record to read; the checkpoint proves it changed.
+    let (codex, saved) = codex_with_history(4 * 1024);
+    codex.file.set_len(0).unwrap();
+    let mut observer = codex.observer(Some(saved));
+    let events = observer.expect(session());
+    assert!(gone(&events, wakterm_engine::REWRITTEN_WHILE_DOWN), "{events:?}");
+    // Without a checkpoint nothing proves it: unknown, no loss.
+    let mut observer = codex.observer(None);
+    assert!(observer.expect(session()).is_empty());
+    assert!(unavailable(&observer));
+
+    // Found again: attached, nothing lost.
+    let (codex, saved) = codex_with_history(4 * 1024);
+    let mut observer = codex.observer(Some(saved));
+    let events = observer.expect(session());
+    assert!(matches!(events.as_slice(), [ObserverEvent::Attached { .. }, ..]), "{events:?}");
+}

@@ -270,6 +270,11 @@ pub enum Mutant {
     /// found, which then follow its `agent.exited` under its incarnation (the oracle's
     /// `check_announced_alive`; hostile run 2's D5 had a gap and an attach there).
     ExitBeforeLastRead,
+    /// Observer port (OBS-4): the session the stream reported before a restart is not
+    /// expected: a process whose rollout was removed (or replaced by one of another working
+    /// directory) while the daemon was down holds none, and the stream's last word on it stays
+    /// `observer.attached` (a hostile run's find, 2026-12-07).
+    ExpectationIgnored,
     /// ADM-18: the caller layer drops a send's no-steer flag.
     NoSteerDropped,
     /// Observer port (MGD-7): every error reply to a string id is reported as a refusal, one
@@ -455,6 +460,7 @@ pub const MUTANTS: &[(Mutant, &str, &str)] = &[
     (Mutant::MarksForgetAnsweredLines, "marks_forget_answered_lines", "restart glue reads the stored event marks back without the line each saw answered, so a managed prompt whose turn ran holds its agent after a restart"),
     (Mutant::MarksReadAsExited, "marks_read_as_exited", "restart glue reads the stored event marks back as having reported their process's exit, so an announced process never exits on the stream"),
     (Mutant::ExitBeforeLastRead, "exit_before_last_read", "observer port reports a process's exit before the records its last read found"),
+    (Mutant::ExpectationIgnored, "expectation_ignored", "observer port ignores the session the stream reported before a restart, so a rollout gone while the daemon was down makes no gap"),
     (Mutant::NoSteerDropped, "no_steer_dropped", "caller layer drops a send's no-steer flag, so it is written into a running turn"),
     (Mutant::SeedOpenRequestsOnly, "seed_open_requests_only", "restart glue seeds the stored-id filter from open requests only"),
     (Mutant::ForeignThreadAccepted, "foreign_thread_accepted", "managed observer port folds another thread's notifications as the agent's own"),

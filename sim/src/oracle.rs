@@ -2580,6 +2580,18 @@ impl Oracle {
         problems
     }
 
+    /// OBS-4, EV-7 at the end: an agent whose process writes `session` where no observer
+    /// reads it (its rollout removed, or replaced by one of another directory, while a daemon
+    /// was down) has no stream that still reports that session attached: the loss was said
+    /// (`observer.gap`), or the stream never got that far.
+    pub fn gone_session_problems(&self, gone: &[(usize, SessionId)]) -> Vec<(Kind, String)> {
+        let reports = |a: &usize, session: &SessionId| self.stream.agents.get(a).and_then(|s| s.cursor.as_ref()).is_some_and(|c| &c.session == session);
+        gone.iter()
+            .filter(|(a, session)| reports(a, session))
+            .map(|(a, session)| (Kind::EventGap, format!("a{a}: the stream still reports session {}, whose rollout no observer can read since a restart, and no observer.gap said so", session.0)))
+            .collect()
+    }
+
     pub fn record_problems(&mut self, problems: Vec<(Kind, String)>) {
         for (kind, m) in problems {
             self.fail(kind, m);

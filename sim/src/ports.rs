@@ -10,7 +10,7 @@
 
 use crate::mutant::Mutant;
 use crate::oracle::EventContext;
-use crate::world::{Shared, Unwoken, World};
+use crate::world::{Proc, Shared, Unwoken, World};
 use madsim::rand::{thread_rng, Rng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use crate::world::CrMode;
 use wakterm_engine::{
     judge, AgentEvent, AgentId, Cursor, DeliveryOutcome, DurableState, EnterBoundary, Engine, EventBody, EventMark, Incarnation, Input,
-    Judgement, KeptRunClocks, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, RunClock, RunClocksSeen, SplitOutcome, SplitWrite,
-    TerminalEvent,
+    Judgement, KeptRunClocks, ObserverEvent, PaneSample, PersistOp, Phase, RequestId, RequestRecord, RunClock, RunClocksSeen, SessionId, SplitOutcome,
+    SplitWrite, TerminalEvent,
 };
 use wakterm_runtime::driver::{run_driver, Clock, DriverMsg, EngineClock, Effects, DRIVER_INBOX};
 use wakterm_runtime::store::StoreOp;
@@ -35,6 +35,20 @@ fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
 
 /// Inputs that go in one message, so one engine step (as the runtime's monitor and refresh send
 /// a read's events with what follows them: `DriverMsg::Inputs`, EV-3). Nothing: no message.
+/// As the runtime's resume and expectation (`RealEffects::resume`, `expect_session`): the
+/// observer's events, then the snapshot after them, noted as sent, in one step. `tailed`: the
+/// observer was attached before (MON-3: else the look's floor is dropped).
+fn send_with_snapshot(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, events: Vec<ObserverEvent>, tailed: bool) {
+    let mut step: Vec<Input> = events.into_iter().filter_map(|event| observed_input(w, a, event)).collect();
+    let snapshot = w.snapshot(a).ok();
+    if !tailed {
+        w.drop_look_floor(a);
+    }
+    w.agents[a].observer.note_sent(snapshot.clone());
+    step.extend(snapshot_input(w, a, snapshot));
+    send_step(inbox, step);
+}
+
 fn send_step(inbox: &mpsc::Sender<DriverMsg>, inputs: Vec<Input>) {
     if !inputs.is_empty() {
         inbox.try_send(DriverMsg::Inputs(inputs)).ok().expect("driver inbox has room");
@@ -244,22 +258,42 @@ impl Effects for SimEffects {
                     let tailed = w.agents[a].observer.attached.is_some();
                     w.resume(a, &from, &mut events);
                     w.log(format!("a{a} resume at {}:{} (late={late}) -> {} events", from.session.0, from.position, events.len()));
-                    // As the runtime's resume: the snapshot after its events, noted as sent,
-                    // in one step with them.
-                    let mut step: Vec<Input> = events.into_iter().filter_map(|event| observed_input(&mut w, a, event)).collect();
-                    let snapshot = w.snapshot(a).ok();
-                    if !tailed {
-                        w.drop_look_floor(a);
-                    }
-                    w.agents[a].observer.note_sent(snapshot.clone());
-                    step.extend(snapshot_input(&mut w, a, snapshot));
-                    send_step(&inbox, step);
+                    send_with_snapshot(&mut w, &inbox, a, events, tailed);
                 }
                 None => {
                     let event = ObserverEvent::SessionLost { reason: "the agent is not known".to_string(), session: None, before: None };
                     send(&inbox, Input::Observed { agent_id: agent_id.clone(), event });
                 }
             }
+        });
+    }
+
+    fn expect_session(&mut self, agent_id: AgentId, session: SessionId, incarnation: Incarnation) {
+        let world = self.world.clone();
+        let inbox = self.inbox.clone();
+        // As the runtime: at once on a blocking thread, racing the monitor's first look.
+        madsim::task::spawn(async move {
+            let late = world.lock().unwrap().fault_roll(0.5);
+            if late {
+                madsim::time::sleep(ms(1, 800)).await;
+            }
+            let mut w = world.lock().unwrap();
+            let Some(a) = agent_index(&w, &agent_id) else { return };
+            // Another process's observer drops it, as the runtime's (its registration reset
+            // what the stream reports); the observer of a process that ended meanwhile (its
+            // pid reused) finds it gone (`discover_rollout_exact`), which liveness reports.
+            let of = |process: Option<Proc>| process.is_some_and(|p| p.incarnation() == incarnation);
+            if !of(w.agents[a].observer.reported) || !of(w.agents[a].process) {
+                return;
+            }
+            let tailed = w.agents[a].observer.attached.is_some();
+            let mut events = Vec::new();
+            w.expect(a, &session, &mut events);
+            w.log(format!("a{a} expects session {} (late={late}) -> {} events", session.0, events.len()));
+            if events.is_empty() {
+                return;
+            }
+            send_with_snapshot(&mut w, &inbox, a, events, tailed);
         });
     }
 

@@ -1258,8 +1258,11 @@ async fn check_event_stream_at_end(world: &Shared) {
         let events_through = status.as_ref().and_then(|s| s["events_through"].as_u64()).unwrap_or(0);
         problems = {
             let mut w = world.lock().unwrap();
-            let tails: Vec<_> = w.agents.iter().enumerate().filter(|(_, a)| a.process.is_some()).map(|(i, a)| (i, a.session.id.clone(), a.session.records.as_slice())).collect();
+            let live = || w.agents.iter().enumerate().filter(|(_, a)| a.process.is_some());
+            let tails: Vec<_> = live().filter(|(_, a)| !a.rollout_gone).map(|(i, a)| (i, a.session.id.clone(), a.session.records.as_slice())).collect();
             let mut problems = w.oracle.stream_end_problems(&w.store, &tails);
+            let gone: Vec<_> = live().filter(|(_, a)| a.rollout_gone).map(|(i, a)| (i, a.session.id.clone())).collect();
+            problems.extend(w.oracle.gone_session_problems(&gone));
             // MON-3, ADM-16: the catalog of a PTY agent that runs no turn (its TUI idle, its
             // records readable) is not held `turn_active` by its screen alone: the observer
             // loop's rechecks look at such a screen again (a lost push held it for good: the

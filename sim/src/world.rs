@@ -116,6 +116,8 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.cut_below_mark_while_down",
     "checkpoint.cut_to_the_mark_while_down",
     "checkpoint.final_below_the_mark_while_down",
+    "checkpoint.rollout_removed_while_down",
+    "checkpoint.rollout_of_another_cwd_while_down",
     "retention.pruned",
     "retention.by_size",
     "subscriber.away",
@@ -682,6 +684,12 @@ pub struct Observer {
     /// MON-1: how many snapshots the loop (or a resume) sent the engine; a slow refresh may
     /// wait for the next one (`observer.refresh_after_snapshot`).
     pub snapshots_sent: u64,
+    /// OBS-4: this daemon's observer attached once, or was told which session to expect
+    /// (`CodexObserver::had_session`): an expectation comes once.
+    pub had_session: bool,
+    /// OBS-4: the session the stream reported before the restart (`Output::ExpectSession`),
+    /// until an attach or a look that proves it gone.
+    pub expected: Option<SessionId>,
 }
 
 /// MON-1: how the sessions watch misses an agent's wakes (`ports::unwoken`).
@@ -765,6 +773,8 @@ impl Observer {
             asleep: None,
             enter_reported: 0,
             snapshots_sent: 0,
+            had_session: false,
+            expected: None,
         }
     }
 }
@@ -897,6 +907,11 @@ pub struct Agent {
     pub files_made: u64,
     pub lost_until_ms: Option<u64>,
     pub lost_reason: String,
+    /// OBS-4: the process holds no readable rollout of its session (the file was removed, or
+    /// replaced by one of another working directory, while the daemon was down): Codex goes on
+    /// writing the session where no observer reads it, for the rest of the process's life (a
+    /// new session, as a new process makes, is readable again).
+    pub rollout_gone: bool,
     /// CORR-12: the next turn final the observer reads will be too large to read in full
     /// (a final is where Codex puts long text); the value is how long the observer is then
     /// blind. Reaching it loses the session (evidence lost); the record is never folded.
@@ -975,6 +990,7 @@ impl Agent {
             files_made: 0,
             lost_until_ms: None,
             lost_reason: String::new(),
+            rollout_gone: false,
             unreadable_record: None,
             screen_stalled: false,
             lag_ms: 20,
@@ -1022,6 +1038,7 @@ impl Agent {
             writers: self.process.map(Proc::incarnation).into_iter().collect(),
         };
         let previous = std::mem::replace(&mut self.session, next);
+        self.rollout_gone = false;
         if !previous.id.0.is_empty() {
             self.archived.push(previous);
         }
@@ -2150,6 +2167,11 @@ impl World {
         }
         for a in 0..self.agents.len() {
             let agent = &self.agents[a];
+            if agent.transport == Transport::Pty && agent.process.is_some() && self.fault_roll(0.06) {
+                self.remove_rollout_while_down(a);
+                continue;
+            }
+            let agent = &self.agents[a];
             let (Some(process), Some(stored)) = (agent.process, self.stored_checkpoint(a)) else { continue };
             let covers = stored.belongs_to(&process.incarnation(), process.identity())
                 && stored.session == agent.session.id
@@ -2170,6 +2192,24 @@ impl World {
                 self.cut_rollout_while_down(a, stored.tail.offset, !pending.is_empty());
             }
         }
+    }
+
+    /// OBS-4: agent `a`'s rollout is removed, or replaced by a rollout of another working
+    /// directory (the runtime's `Discovery::NoneOpen` and `CwdMismatch`, one in this model),
+    /// while the daemon is down, whether a checkpoint covers it or not: its process goes on
+    /// writing the session where no observer reads it. The next daemon's stream must say the
+    /// session it reported is gone (the oracle's `gone_session_problems`).
+    fn remove_rollout_while_down(&mut self, a: usize) {
+        let agent = &mut self.agents[a];
+        agent.rollout_gone = true;
+        agent.lost_reason = "the agent process holds no Codex rollout file open any more".to_string();
+        let session = agent.session.id.clone();
+        let class = match thread_rng().gen_bool(0.5) {
+            true => "checkpoint.rollout_removed_while_down",
+            false => "checkpoint.rollout_of_another_cwd_while_down",
+        };
+        self.counters.fault(class);
+        self.log(format!("a{a} rollout {} out of every observer's reach while the daemon is down ({class})", session.0));
     }
 
     /// The return-final requests a restarted daemon will resume in agent `a`'s current
@@ -2547,6 +2587,8 @@ impl World {
         let agent = &mut self.agents[a];
         let (read, position, turn, fold_from) = start;
         agent.observer.attached = Some(session.clone());
+        agent.observer.had_session = true;
+        agent.observer.expected = None; // found again, or another session: EV-7 judges it
         agent.observer.file = agent.session.file;
         agent.observer.lost_reported = false;
         agent.observer.read = read;
@@ -2619,6 +2661,14 @@ impl World {
                 return;
             }
             agent.lost_until_ms = None;
+        }
+        if agent.rollout_gone {
+            // OBS-4 (`CodexObserver::fail_awaited`): the tree holds no rollout of the session;
+            // what this daemon's stream was told to expect is lost, once.
+            if let Some(expected) = agent.observer.expected.take() {
+                out.push(ObserverEvent::SessionLost { reason: wakterm_engine::ROLLOUT_GONE_WHILE_DOWN.to_string(), session: Some(expected), before: None });
+            }
+            return;
         }
         if agent.observer.attached.as_ref() != Some(&agent.session.id) {
             if !agent.observer.lost_reported {
@@ -2822,6 +2872,22 @@ impl World {
         })
     }
 
+    /// OBS-4 (`CodexObserver::expect`): after a restart, the stream reported `session` for
+    /// agent `a`'s process and nothing was observed since: a look now that finds its rollout
+    /// gone loses it. Ignored once this daemon's observer attached; a managed agent's
+    /// observer expects nothing (`AgentObserver::expect`).
+    pub fn expect(&mut self, a: usize, session: &SessionId, out: &mut Vec<ObserverEvent>) {
+        if self.is_managed(a) || self.agents[a].process.is_none() || self.agents[a].observer.had_session {
+            return;
+        }
+        let observer = &mut self.agents[a].observer;
+        observer.had_session = true;
+        if self.mutant != Mutant::ExpectationIgnored {
+            observer.expected = Some(session.clone()); // (the mutant: never)
+        }
+        self.sync_observer(a, out);
+    }
+
     /// REC-2: re-attach at `from` and replay everything after it, or report the loss
     /// (`CodexObserver::resume`; OBS-2 and OBS-3 in `attach`). A session whose checkpoint an
     /// earlier look disproved is lost, even when that look came first and a later one has
@@ -2844,7 +2910,7 @@ impl World {
         let loses = match () {
             _ if disproved => Some(RESUME_LOST_DISPROVED),
             _ if agent.process.is_none() => Some(RESUME_LOST_NO_PROCESS),
-            _ if agent.lost_until_ms.is_some_and(|t| now < t) || agent.session.id != from.session => Some(RESUME_LOST_GONE),
+            _ if agent.lost_until_ms.is_some_and(|t| now < t) || agent.rollout_gone || agent.session.id != from.session => Some(RESUME_LOST_GONE),
             _ => None,
         };
         // A loss naming another session than the tail's is not taken for the tail's (EV-7).
@@ -2859,13 +2925,16 @@ impl World {
             return;
         }
         let agent = &self.agents[a];
-        let blind = agent.lost_until_ms.is_some_and(|t| now < t);
+        let blind = agent.lost_until_ms.is_some_and(|t| now < t) || agent.rollout_gone;
         if agent.process.is_none() {
             out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string(), session: Some(from.session.clone()), before: None });
             return;
         }
         if blind || agent.session.id != from.session {
             out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string(), session: Some(from.session.clone()), before: None });
+            if self.agents[a].rollout_gone {
+                self.sync_observer(a, out); // OBS-4: the same look fails the expectation too
+            }
             return;
         }
         // OBS-2: the state reached so far serves the re-attach as a checkpoint would.

@@ -538,3 +538,34 @@ fn hist_4_status_says_nothing_of_age_pruning_when_nothing_is_pruned_by_age() {
     assert_eq!(status["events"]["retain_days"], 0, "{status}");
     assert_eq!((&status["events"]["age_pruning"], &status["events"]["age_pruning_late_hours"]), (&serde_json::json!(null), &serde_json::json!(null)), "{status}");
 }
+
+/// OBS-4, EV-7 (a hostile run, 2026-12-07): the agent's rollout removed while the daemon was
+/// down (Codex goes on writing the deleted file) left the stream's last word on the session
+/// `observer.attached` for good, and the catalog `turn_state_unknown` with no detail. Now the
+/// restarted daemon's stream says `observer.gap` (`rollout_gone_while_down`, the session, after
+/// the last record it reported), and the catalog names what the observer found.
+#[test]
+fn obs_4_a_rollout_removed_while_the_daemon_is_down_is_a_gap() {
+    let w = World::new(EXE);
+    w.mux_start();
+    w.ready_agent("zola", REPLY, &[]);
+    wait_for(&w, "the baseline's turn.final on the stream", |w| read_events(w, 0, &[]).1.iter().any(|e| e["kind"] == "turn.final"));
+    let (_, before, _) = read_events(&w, 0, &[]);
+    let session = before.iter().find(|e| e["kind"] == "observer.attached").expect("attached")["session"].clone();
+    let reported = before.iter().filter(|e| e["session"] == session).filter_map(|e| e["position"].as_u64()).max();
+    support::sigkill_and_wait(w.daemon_pid());
+    let files = w.rollout_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::remove_file(&files[0]).expect("remove the rollout");
+    w.mux_start();
+    wait_for(&w, "observer.gap", |w| read_events(w, 0, &[]).1.iter().any(|e| e["kind"] == "observer.gap"));
+    let (_, after, _) = read_events(&w, 0, &[]);
+    let gap = after.iter().position(|e| e["kind"] == "observer.gap").unwrap();
+    assert_eq!(after[gap]["reason"], "rollout_gone_while_down", "{}", after[gap]);
+    assert_eq!(after[gap]["session"], session);
+    assert_eq!(after[gap]["after_position"].as_u64(), reported);
+    assert!(after[gap + 1..].iter().all(|e| e["session"].is_null()), "nothing of the session follows: {:?}", &after[gap..]);
+    let z = w.catalog_entry("zola").expect("zola");
+    assert_eq!((&z["return_final_available"], &z["return_final_unavailable_reason"]), (&Value::Bool(false), &Value::from("observer_unavailable")), "{z}");
+    assert!(z["observer_detail"].as_str().is_some_and(|d| d.contains("no Codex rollout file open")), "{z}");
+}

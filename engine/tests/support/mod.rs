@@ -103,6 +103,8 @@ pub struct Rig {
     pub resumes: Vec<(AgentId, Cursor)>,
     /// The process each of `resumes` was asked for.
     pub resume_incarnations: Vec<Incarnation>,
+    /// OBS-4: every `ExpectSession` asked for: agent, session, process.
+    pub expectations: Vec<(AgentId, wakterm_engine::SessionId, Incarnation)>,
     pub receipts: BTreeMap<OpId, Vec<Receipt>>,
     pub published: Vec<TerminalEvent>,
     pub cancels: Vec<(OpId, CancelOutcome)>,
@@ -173,6 +175,7 @@ impl Rig {
             refreshes: VecDeque::new(),
             resumes: Vec::new(),
             resume_incarnations: Vec::new(),
+            expectations: Vec::new(),
             receipts: BTreeMap::new(),
             published: Vec::new(),
             cancels: Vec::new(),
@@ -262,6 +265,7 @@ impl Rig {
                     self.resumes.push((agent_id, from));
                     self.resume_incarnations.push(incarnation);
                 }
+                Output::ExpectSession { agent_id, session, incarnation } => self.expectations.push((agent_id, session, incarnation)),
                 Output::Persist { token, ops } if is_event_batch(&ops) => self.event_persists.push_back((token, ops)),
                 Output::Persist { token, ops } => self.persists.push_back((token, ops)),
                 Output::AgentEvent(event) => self.published_events.push(event),

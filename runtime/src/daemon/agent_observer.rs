@@ -80,6 +80,16 @@ impl AgentObserver {
         }
     }
 
+    /// OBS-4: the session the stream reported for this process before a restart. A managed
+    /// agent's session is its holder's output, which outlives the daemon: its losses are
+    /// MGD-4's (a follower's eviction, a replaced holder), so nothing is expected of it here.
+    pub fn expect(&mut self, session: wakterm_engine::SessionId) -> Vec<ObserverEvent> {
+        match self {
+            AgentObserver::Rollout(o) => o.expect(session),
+            AgentObserver::Managed(_) => Vec::new(),
+        }
+    }
+
     /// The process this observer reads (one incarnation).
     pub fn incarnation(&self) -> &wakterm_engine::Incarnation {
         match self {

@@ -10,7 +10,7 @@ use crate::store::{StoreOp, StoreWriter};
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use wakterm_engine::{
-    AgentEvent, AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, RequestId, TerminalEvent,
+    AgentEvent, AgentId, Cursor, DeliveryOutcome, Incarnation, Input, ObserverEvent, PersistOp, RequestId, SessionId, TerminalEvent,
 };
 
 /// EV-2: where published agent events go: live subscribers, and the sequence published
@@ -49,6 +49,25 @@ impl RealEffects {
     fn agent(&self, agent_id: &AgentId) -> Option<Arc<AgentRuntime>> {
         self.agents.lock().expect("agent table").get(agent_id.as_str()).cloned()
     }
+}
+
+/// MON-1: a resume or an expectation (OBS-4) changed the engine's view (attached, or lost);
+/// the snapshot after its events keeps the catalog in step, where the monitor, which compares
+/// with what it sent last, might see nothing new to send. Sent under the observer lock, in one
+/// step with the events (a resume's replay makes one batch, EV-3).
+fn send_with_snapshot(
+    agent: &AgentRuntime,
+    observer: &super::agent_observer::AgentObserver,
+    agent_id: AgentId,
+    events: Vec<ObserverEvent>,
+    screen: Option<&str>,
+    inbox: &mpsc::Sender<DriverMsg>,
+) {
+    let mut step = observed_inputs(&agent_id, events);
+    let snapshot = observer.current_snapshot(screen);
+    agent.note_sent(observer.rollout_path(), &snapshot);
+    step.push(Input::ObserverSnapshot { agent_id, snapshot });
+    let _ = inbox.blocking_send(DriverMsg::Inputs(step));
 }
 
 impl Effects for RealEffects {
@@ -106,15 +125,28 @@ impl Effects for RealEffects {
             if let Some(look) = &look {
                 agent.floor_look(look, observer);
             }
-            let mut step = observed_inputs(&agent_id, observer.resume(&from));
-            // MON-1: the resume changed the engine's view (attached, or lost); the snapshot after
-            // its events keeps the catalog in step, where the monitor, which compares with what
-            // it sent last, might see nothing new to send. Sent under the observer lock, in one
-            // step with the events (their replay makes one batch, EV-3).
-            let snapshot = observer.current_snapshot(screen.as_deref());
-            agent.note_sent(observer.rollout_path(), &snapshot);
-            step.push(Input::ObserverSnapshot { agent_id, snapshot });
-            let _ = inbox.blocking_send(DriverMsg::Inputs(step));
+            let events = observer.resume(&from);
+            send_with_snapshot(&agent, observer, agent_id, events, screen.as_deref(), &inbox);
+        });
+    }
+
+    fn expect_session(&mut self, agent_id: AgentId, session: SessionId, incarnation: Incarnation) {
+        let Some(agent) = self.agent(&agent_id) else { return }; // stopped: nothing to expect
+        let inbox = self.inbox.clone();
+        tokio::task::spawn_blocking(move || {
+            let look = agent.screen_look(); // before the observer lock, as a refresh does
+            let screen = look.as_ref().map(|look| look.text.clone());
+            let mut guard = agent.observer.lock().expect("observer lock");
+            // Another process's observer (or none): its registration reset the stream's mark.
+            let Some(observer) = guard.as_mut().filter(|o| o.incarnation() == &incarnation) else { return };
+            if let Some(look) = &look {
+                agent.floor_look(look, observer); // MON-3: the look's floor, as for a resume
+            }
+            let events = observer.expect(session);
+            if events.is_empty() {
+                return; // attached already, or nothing proven yet: the next looks go on
+            }
+            send_with_snapshot(&agent, observer, agent_id, events, screen.as_deref(), &inbox);
         });
     }
 
