@@ -643,8 +643,14 @@ impl<R> BoundedLines<R> {
     /// One whole line for the SDK (without its newline): screened, or answered here (MCP-7).
     /// Returns the line to hand on, if any.
     fn screen(&self, line: &[u8]) -> Option<Vec<u8>> {
-        if let Some(answer) = invalid_id_answer(line).or_else(|| own_answer(line, self.initialized.get())) {
-            if let Some(answers) = &self.answers {
+        let unread = || match unreadable(line) {
+            Some(Unreadable::Answer(answer)) => Some(Some(answer)),
+            Some(Unreadable::Dropped) => Some(None),
+            None => None,
+        };
+        let own = invalid_id_answer(line).or_else(|| own_answer(line, self.initialized.get())).map(Some).or_else(unread);
+        if let Some(answer) = own {
+            if let (Some(answers), Some(answer)) = (&self.answers, answer) {
                 let _ = answers.send(answer); // the writer ends only after the input does
             }
             return None;
@@ -756,6 +762,57 @@ pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
         Some("tools/call") if !arguments_fit => Some(error_answer(id, -32602, "invalid params: tools/call's params.arguments is an object; nothing ran")),
         _ => None,
     }
+}
+
+/// MCP-7: what the screen does with a line the SDK cannot read as a client's message (it
+/// answered each with a parse error with no `id` member, against JSON-RPC 2.0: a hostile run
+/// and a review). Left to [`own_answer`] and [`invalid_id_answer`] first (their answers say
+/// more).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Written to the client; nothing runs.
+    Answer(Vec<u8>),
+    /// Not answered: a notification never is (JSON-RPC 2.0), nor a response.
+    Dropped,
+}
+
+/// MCP-7: [`Unreadable`] for a line the SDK cannot read, None for one it can (or one that is
+/// not JSON: [`own_answer`]'s). A JSON value that is not an object, or an object with no id
+/// that is no well-formed notification (`"jsonrpc": "2.0"`, a string method, structured
+/// params if any: JSON-RPC's own example `{"jsonrpc": "2.0", "method": 1}`), is Invalid
+/// Request under id null; a request with a readable id, whose `jsonrpc` and method
+/// `own_answer` found well-formed, has params the SDK cannot read as its method's: Invalid
+/// params under its id; a well-formed notification, or a response, is dropped.
+pub fn unreadable(line: &[u8]) -> Option<Unreadable> {
+    let body = as_sdk_reads(line);
+    if serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body).is_ok() {
+        return None;
+    }
+    let message = serde_json::from_slice::<Value>(body).ok()?;
+    let Some(object) = message.as_object() else {
+        return Some(Unreadable::Answer(error_answer(Value::Null, -32600, "invalid request: a message is a JSON object; nothing ran")));
+    };
+    if object.contains_key("result") || object.contains_key("error") {
+        return Some(Unreadable::Dropped); // a response: never answered
+    }
+    match object.get("id") {
+        Some(id) if id.is_string() || id.is_i64() => {
+            let message = "invalid params: the server cannot read this request's params as its method's; nothing ran";
+            Some(Unreadable::Answer(error_answer(id.clone(), -32602, message)))
+        }
+        Some(_) => None, // `invalid_id_answer`'s
+        None if is_notification(object) => Some(Unreadable::Dropped),
+        None => {
+            let message = "invalid request: a notification has \"jsonrpc\": \"2.0\", a string method and, if any, object or array params; nothing ran";
+            Some(Unreadable::Answer(error_answer(Value::Null, -32600, message)))
+        }
+    }
+}
+
+/// A well-formed JSON-RPC 2.0 notification (whatever its method and params say).
+fn is_notification(object: &serde_json::Map<String, Value>) -> bool {
+    let structured = object.get("params").is_none_or(|params| params.is_object() || params.is_array());
+    object.get("jsonrpc") == Some(&json!("2.0")) && object.get("method").is_some_and(Value::is_string) && structured
 }
 
 /// An `initialize` request (the screen answers a second one).
@@ -1074,6 +1131,38 @@ mod tests {
         let lines = BoundedLines::new(tokio::io::empty(), 1_000, Default::default()).answering(tx);
         assert!(lines.screen(initialize.as_bytes()).is_some(), "handed on");
         assert_eq!(lines.screen(initialize.as_bytes()), None, "the second is answered here");
+        assert!(rx.try_recv().is_ok(), "answered");
+    }
+
+    /// MCP-7: lines the SDK cannot read (it answered each with a parse error with no `id`
+    /// member): a non-object, or an id-less object that is no well-formed notification, is
+    /// Invalid Request under id null; a request whose params its method cannot take is Invalid
+    /// params under its id; a well-formed notification or a response the SDK cannot read is
+    /// not answered. A line it reads is left to it.
+    #[test]
+    fn mcp_7_lines_the_sdk_cannot_read_are_answered_or_dropped_as_json_rpc_says() {
+        let code_and_id = |line: &str| match unreadable(line.as_bytes()) {
+            Some(Unreadable::Answer(answer)) => {
+                let answer: Value = serde_json::from_slice(&answer).unwrap();
+                Some((answer["error"]["code"].clone(), answer["id"].clone()))
+            }
+            other => panic!("{line}: answered, not {other:?}"),
+        };
+        for line in ["5", r#""x""#, "null", "true", "{}", r#"{"jsonrpc":"2.0"}"#, r#"{"jsonrpc":"2.0","method":7}"#, r#"{"jsonrpc":"1.0","method":"notifications/cancelled","params":{"requestId":3}}"#] {
+            assert_eq!(code_and_id(line), Some((json!(-32600), Value::Null)), "{line}");
+        }
+        assert_eq!(code_and_id(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list","params":[1]}"#), Some((json!(-32602), json!(4))));
+        for dropped in [r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1]}"#, r#"{"jsonrpc":"2.0","result":{}}"#, r#"{"jsonrpc":"2.0","id":"r","error":5}"#] {
+            assert_eq!(unreadable(dropped.as_bytes()), Some(Unreadable::Dropped), "{dropped}");
+        }
+        for read in [r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":{"a":1}}"#, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, "{not json"] {
+            assert_eq!(unreadable(read.as_bytes()), None, "left to the SDK (or to own_answer): {read}");
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let lines = BoundedLines::new(tokio::io::empty(), 1_000, Default::default()).answering(tx);
+        assert_eq!(lines.screen(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1]}"#), None, "not handed on");
+        assert!(rx.try_recv().is_err(), "and not answered");
+        assert_eq!(lines.screen(b"5"), None);
         assert!(rx.try_recv().is_ok(), "answered");
     }
 

@@ -169,11 +169,38 @@ fn check_mcp_own_answer(bytes: &[u8]) {
     }
 }
 
+/// MCP-7: a line the SDK cannot read is answered under id null or its request's own readable
+/// id, or dropped only when it is an id-less notification or a response; one it reads is left
+/// to it.
+fn check_mcp_unreadable(bytes: &[u8]) {
+    use wakterm_runtime::mcp::{unreadable, Unreadable};
+    let sdk_view = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let sdk_reads = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(sdk_view).is_ok();
+    let parsed = serde_json::from_slice::<Value>(sdk_view).ok();
+    match timed(|| unreadable(bytes)) {
+        None => assert!(sdk_reads || parsed.is_none() || parsed.as_ref().and_then(|m| m.get("id")).is_some_and(|id| !id.is_string() && !id.is_i64()), "an unreadable line left to the SDK"),
+        Some(Unreadable::Dropped) => {
+            let message = parsed.expect("JSON");
+            let response = message.get("result").is_some() || message.get("error").is_some();
+            assert!(!sdk_reads && (response || message.get("id").is_none()), "only an id-less notification or a response is dropped: {message}");
+        }
+        Some(Unreadable::Answer(answer)) => {
+            let answer: Value = serde_json::from_slice(&answer).expect("the answer is JSON");
+            assert!(!sdk_reads, "a line the SDK reads is its own");
+            let id = parsed.as_ref().and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
+            assert_eq!(answer["id"], id, "under the request's own id, or null: {answer}");
+            assert!(answer["error"]["code"].as_i64().is_some_and(|code| [-32600, -32602].contains(&code)), "{answer}");
+        }
+    }
+}
+
 #[test]
 fn fuzz_mcp_line() {
     replay("mcp_line", check_mcp_line);
     replay("mcp_line", check_mcp_invalid_id);
     replay("mcp_line", check_mcp_own_answer);
+    replay("mcp_line", check_mcp_unreadable);
+    proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_unreadable(&bytes));
     proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_own_answer(&bytes));
     proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_invalid_id(&bytes));
     proptest!(config(1024), |(bytes in input(seeds("mcp_line"), &[4_000, 300]))| check_mcp_line(&bytes));
