@@ -445,7 +445,7 @@ fn read_session_meta(path: &Path) -> Result<(String, PathBuf), String> {
     }
     match parse_line(&line) {
         Ok(RolloutRecord::SessionMeta { session_id, cwd, .. }) => Ok((session_id, cwd)),
-        Ok(other) => Err(format!("{} starts with {other:?}, not session_meta", path.display())),
+        Ok(other) => Err(format!("{} starts with {}, not session_meta", path.display(), other.kind_label())),
         Err(e) => Err(format!("{}: first line: {e}", path.display())),
     }
 }
@@ -789,6 +789,15 @@ mod tests {
             discover_rollout(child.0.id(), &home.codex_home(), Some(&work)),
             Discovery::Incomplete { .. }
         ));
+        // A file that starts with a prompt (rewritten in place) says what kind of record it
+        // starts with, never its text: the reason reaches the catalog and receipts (a hostile
+        // run found the prompt there).
+        let prompt = r#"{"type":"event_msg","payload":{"type":"user_message","message":"SECRET-PROMPT hunter2"}}"#;
+        std::fs::write(&rollout, format!("{prompt}\n")).unwrap();
+        match discover_rollout(child.0.id(), &home.codex_home(), Some(&work)) {
+            Discovery::Incomplete { reason } => assert!(reason.contains("starts with a user message") && !reason.contains("SECRET"), "{reason}"),
+            other => panic!("expected Incomplete, got {other:?}"),
+        }
     }
 
     #[test]

@@ -55,6 +55,24 @@ pub enum RolloutRecord {
     Other { kind: String },
 }
 
+impl RolloutRecord {
+    /// What kind of record this is, never what it says (a prompt or an answer is private: a
+    /// rollout starting with a user message put the prompt into the catalog's observer detail
+    /// and every refused receipt's, a hostile run).
+    pub fn kind_label(&self) -> &str {
+        match self {
+            RolloutRecord::SessionMeta { .. } => "session_meta",
+            RolloutRecord::TurnStarted { .. } => "task_started",
+            RolloutRecord::UserMessage { .. } => "a user message",
+            RolloutRecord::AgentMessage { .. } => "an agent message",
+            RolloutRecord::PlanUpdated { .. } => "update_plan",
+            RolloutRecord::TurnComplete { .. } => "task_complete",
+            RolloutRecord::TurnAborted { .. } => "turn_aborted",
+            RolloutRecord::Other { kind } => kind, // a bounded label of its type fields
+        }
+    }
+}
+
 /// Which event form a message came from; lets [`PromptDeduper`] drop legacy duplicates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MessageSource {

@@ -2418,7 +2418,13 @@ impl Oracle {
         }
         self.stream.last_seen = through;
         self.stream.rebased_through = through;
-        self.stream.announced_alive.clear();
+        // EV-4: the skipped events are durable stream events (what retention pruned too, which
+        // the model keeps): their lifecycle is the stream's, checked and kept as if delivered.
+        // Cleared instead, a process that exited among them could be observed after its exit,
+        // or a skipped announce replaced unexited, unseen (last session's review, L7).
+        for (a, event) in skipped_events {
+            self.check_announced_alive(*a, event.sequence, event);
+        }
         let before = std::mem::take(&mut self.stream.agents);
         self.stream.request_terminal.clear();
         for (a, stream) in before {
@@ -2693,6 +2699,36 @@ mod tests {
         let lost_before = [&[(0, "observer.lost")], &whole[..]].concat();
         assert_eq!(attach_after_rebase(&whole[..2], &lost_before, None), vec![], "a loss before them voids nothing after it");
         assert_eq!(attach_after_rebase(&[], &whole, Some(250)), vec![Kind::EventGap], "300 and 400 lie past a cut: new records there are owed");
+    }
+
+    /// EV-4 at a `cursor_too_old` rebase (a review, L7): the lifecycle of the events the rebase
+    /// skipped is the stream's: an event observed after a skipped exit of its process fails,
+    /// and so does a process announced while the one a skipped event announced never exited.
+    #[test]
+    fn ev_4_a_rebase_keeps_the_lifecycle_of_the_events_it_skipped() {
+        let event = |sequence: u64, process: &str, body: EventBody| {
+            let agent_id = wakterm_engine::AgentId::parse("0195f0c2-7b1a-7000-8000-000000000a00").expect("a uuid");
+            (0, AgentEvent { schema: "test".to_string(), sequence, at_ms: 0, agent_id, incarnation: Some(wakterm_engine::Incarnation(process.to_string())), body })
+        };
+        let started = |sequence, process| event(sequence, process, EventBody::AgentStarted { name: "a".to_string(), transport: wakterm_engine::Transport::Pty });
+        let changed = |sequence, process| event(sequence, process, EventBody::IncarnationChanged { previous: None });
+        let exited = |sequence, process| event(sequence, process, EventBody::AgentExited { drained: false });
+        let attach = |sequence, process| event(sequence, process, EventBody::ObserverAttached { session: SessionId("s".to_string()), position: 0 });
+        let run = |seen: &[(usize, AgentEvent)], skipped: &[(usize, AgentEvent)], after: &[(usize, AgentEvent)]| {
+            let mut oracle = Oracle::default();
+            for (a, e) in seen {
+                oracle.check_announced_alive(*a, e.sequence, e);
+            }
+            oracle.on_stream_rebased(skipped.last().map_or(0, |(_, e)| e.sequence), skipped);
+            for (a, e) in after {
+                oracle.check_announced_alive(*a, e.sequence, e);
+            }
+            kinds(&oracle)
+        };
+        assert_eq!(run(&[started(1, "x")], &[exited(2, "x"), changed(3, "y")], &[attach(4, "y")]), vec![], "in order");
+        assert_eq!(run(&[started(1, "x")], &[exited(2, "x"), changed(3, "y")], &[attach(4, "x")]), vec![Kind::EventOrder], "x observed after its skipped exit");
+        assert_eq!(run(&[started(1, "x")], &[exited(2, "x"), changed(3, "y")], &[changed(4, "z")]), vec![Kind::EventOrder], "y never exited");
+        assert_eq!(run(&[started(1, "x")], &[changed(2, "y")], &[]), vec![Kind::EventOrder], "x never exited, among the skipped");
     }
 
     /// ADM-5, REC-1 (exploration seed 120187618): a registration a restart ended
