@@ -1222,7 +1222,7 @@ mod tests {
             let writer = tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
                 let mut client = client;
-                client.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"m\":1,\"m\":2}\n{\"ok\":1}\n{\"rest\":1}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"m\",\"p\":{\"a\":1,\"a\":2}}").await.unwrap();
+                client.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"m\":1,\"m\":2}\n{\"jsonrpc\":\"2.0\",\"method\":\"ok\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"rest\"}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"m\",\"p\":{\"a\":1,\"a\":2}}").await.unwrap();
             });
             let mut read = Vec::new();
             BoundedLines::new(server, 100, Default::default()).read_to_end(&mut read).await.unwrap();
@@ -1231,12 +1231,16 @@ mod tests {
             let lines: Vec<&str> = text.split('\n').collect();
             assert_eq!(lines.len(), 4, "{text}");
             assert!(lines[0].contains("wakterm/refused"), "{text}");
-            assert_eq!(&lines[1..3], ["{\"ok\":1}", "{\"rest\":1}"]);
+            assert_eq!(&lines[1..3], [r#"{"jsonrpc":"2.0","method":"ok"}"#, r#"{"jsonrpc":"2.0","method":"rest"}"#]);
             assert!(lines[3].contains("wakterm/refused") && lines[3].contains("\"id\":3"), "a last line without its newline is screened too: {text}");
+            // Lines the SDK reads (MCP-7 answers the others here): two up to the bound, then one
+            // past it.
+            let (a, b) = (r#"{"jsonrpc":"2.0","method":"ab"}"#, r#"{"jsonrpc":"2.0","method":"a"}"#);
+            let input = format!("{a}\n{b}\n{a}123456");
             let mut read = Vec::new();
-            let error = BoundedLines::new(&b"12345\n1234\n123456789"[..], 5, Default::default()).read_to_end(&mut read).await.unwrap_err();
+            let error = BoundedLines::new(input.as_bytes(), a.len(), Default::default()).read_to_end(&mut read).await.unwrap_err();
             assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
-            assert_eq!(read, b"12345\n1234\n", "the whole lines before the trip were handed on");
+            assert_eq!(read, format!("{a}\n{b}\n").into_bytes(), "the whole lines before the trip were handed on");
         });
     }
 
@@ -1245,16 +1249,19 @@ mod tests {
     fn mcp_1_a_message_line_past_the_bound_fails_the_read() {
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         runtime.block_on(async {
-            let input: &[u8] = b"12345\n1234\n123456\n";
+            // Lines the SDK reads (MCP-7 answers the others here), 30 bytes each.
+            let line = r#"{"jsonrpc":"2.0","method":"a"}"#;
+            let input = format!("{line}\n{line}\n{line} \n");
             let mut read = Vec::new();
-            let mut bounded = BoundedLines::new(input, 5, Default::default());
+            let mut bounded = BoundedLines::new(input.as_bytes(), line.len(), Default::default());
             let error = bounded.read_to_end(&mut read).await.unwrap_err();
             assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
-            assert!(bounded.tripped.lock().unwrap().as_deref().is_some_and(|m| m.contains("past 5 bytes")), "the reason is kept");
-            let mut fine = BoundedLines::new(&b"12345\n12345\n"[..], 5, Default::default());
+            assert!(bounded.tripped.lock().unwrap().as_deref().is_some_and(|m| m.contains("past 30 bytes")), "the reason is kept");
+            let twice = format!("{line}\n{line}\n");
+            let mut fine = BoundedLines::new(twice.as_bytes(), line.len(), Default::default());
             let mut read = Vec::new();
             fine.read_to_end(&mut read).await.unwrap();
-            assert_eq!(read, b"12345\n12345\n");
+            assert_eq!(read, twice.into_bytes());
         });
     }
 }

@@ -457,6 +457,14 @@ impl CodexObserver {
                 self.fail_awaited(&reason, events);
                 self.unavailable_keep_reading(reason, events)
             }
+            Discovery::Mislabelled { path, session_id } => {
+                let reason = format!(
+                    "the rollout {} starts as session {session_id}, which is not the session its name says: it was rewritten, and is no session's record",
+                    path.display()
+                );
+                self.fail_awaited(&reason, events);
+                self.unavailable_keep_reading(reason, events)
+            }
             Discovery::Incomplete { reason } => {
                 self.disprove_expected(events);
                 self.unavailable_keep_reading(format!("the agent's open files could not be fully examined: {reason}"), events)

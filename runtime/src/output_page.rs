@@ -113,6 +113,10 @@ pub fn discover(agent: &AgentView) -> Observed {
             "rollout_cwd_mismatch",
             "the open rollout belongs to a session in another working directory",
         ),
+        Discovery::Mislabelled { .. } => Observed::unavailable(
+            "rollout_mislabelled",
+            "the open rollout's first record names another session than its file name: it was rewritten",
+        ),
         Discovery::Incomplete { .. } => Observed::unavailable(
             "discovery_incomplete",
             "the agent's open files or the rollout's session_meta could not be read yet",

@@ -335,6 +335,10 @@ pub enum Discovery {
     Ambiguous { paths: Vec<PathBuf> },
     /// The one open rollout belongs to a session started in another directory.
     CwdMismatch { path: PathBuf, session_cwd: PathBuf },
+    /// The one open rollout's first record names another session than its file name (Codex
+    /// names a rollout after its session): the file was rewritten (another session's copied
+    /// over it), and is no session's record.
+    Mislabelled { path: PathBuf, session_id: String },
     /// The root process has exited (or its pid now names another process).
     ProcessGone,
     /// Part of the evidence could not be read (permissions, limits, a rollout without its
@@ -365,6 +369,9 @@ pub fn discover_rollout(root_pid: u32, codex_home: &Path, expected_cwd: Option<&
         Ok(meta) => meta,
         Err(reason) => return Discovery::Incomplete { reason },
     };
+    if !named_for(&path, &session_id) {
+        return Discovery::Mislabelled { path, session_id };
+    }
     match expected_cwd {
         Some(expected) if !same_directory(expected, &session_cwd) => {
             Discovery::CwdMismatch { path, session_cwd }
@@ -432,6 +439,12 @@ pub fn session_members(leader: u32) -> Vec<u32> {
 pub fn is_rollout_path(path: &Path, sessions_dir: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return false };
     path.starts_with(sessions_dir) && name.starts_with("rollout-") && name.ends_with(".jsonl")
+}
+
+/// Whether the rollout's file name ends with its session id, as Codex names every rollout
+/// (`rollout-<time>-<session id>.jsonl`, REAL_CODEX.md).
+fn named_for(path: &Path, session_id: &str) -> bool {
+    path.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.ends_with(&format!("-{session_id}.jsonl")))
 }
 
 /// (session id, cwd) from the first line of a rollout.
@@ -775,6 +788,25 @@ mod tests {
         );
         // Without a declared cwd there is nothing to mismatch.
         assert!(matches!(discover_rollout(child.0.id(), &home.codex_home(), None), Discovery::Found { .. }));
+    }
+
+    /// CORR-3 (a hostile run's D1): another agent's rollout copied over this one's keeps the
+    /// file (its name, its inode) but names the other session: never adopted as a session
+    /// (the daemon replayed the other agent's turns as this agent's, and two agents showed one
+    /// session).
+    #[test]
+    fn corr_3_a_rollout_whose_record_names_another_session_than_its_name_is_not_adopted() {
+        let home = Home::new();
+        let work = home.workdir();
+        let rollout = home.rollout("sess-m", &work);
+        let other = home.rollout("sess-o", &work);
+        std::fs::copy(&other, &rollout).unwrap();
+        let child = spawn_sh(HOLD_ONE, &[&rollout], &work);
+        wait_until_held(child.0.id(), &[&rollout]);
+        assert_eq!(
+            discover_rollout(child.0.id(), &home.codex_home(), Some(&work)),
+            Discovery::Mislabelled { path: rollout.clone(), session_id: "sess-o".into() }
+        );
     }
 
     #[test]

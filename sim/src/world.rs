@@ -118,6 +118,7 @@ pub const FAULT_CLASSES: &[&str] = &[
     "checkpoint.final_below_the_mark_while_down",
     "checkpoint.rollout_removed_while_down",
     "checkpoint.rollout_of_another_cwd_while_down",
+    "checkpoint.rollout_of_another_session_while_down",
     "retention.pruned",
     "retention.by_size",
     "subscriber.away",
@@ -2194,8 +2195,9 @@ impl World {
         }
     }
 
-    /// OBS-4: agent `a`'s rollout is removed, or replaced by a rollout of another working
-    /// directory (the runtime's `Discovery::NoneOpen` and `CwdMismatch`, one in this model),
+    /// OBS-4: agent `a`'s rollout is removed, replaced by a rollout of another working
+    /// directory, or another session's rollout is copied over it (the runtime's
+    /// `Discovery::NoneOpen`, `CwdMismatch` and `Mislabelled`, one in this model),
     /// while the daemon is down, whether a checkpoint covers it or not: its process goes on
     /// writing the session where no observer reads it. The next daemon's stream must say the
     /// session it reported is gone (the oracle's `gone_session_problems`).
@@ -2204,9 +2206,10 @@ impl World {
         agent.rollout_gone = true;
         agent.lost_reason = "the agent process holds no Codex rollout file open any more".to_string();
         let session = agent.session.id.clone();
-        let class = match thread_rng().gen_bool(0.5) {
-            true => "checkpoint.rollout_removed_while_down",
-            false => "checkpoint.rollout_of_another_cwd_while_down",
+        let class = match thread_rng().gen_range(0..3) {
+            0 => "checkpoint.rollout_removed_while_down",
+            1 => "checkpoint.rollout_of_another_cwd_while_down",
+            _ => "checkpoint.rollout_of_another_session_while_down", // copied over it (`Mislabelled`)
         };
         self.counters.fault(class);
         self.log(format!("a{a} rollout {} out of every observer's reach while the daemon is down ({class})", session.0));
