@@ -289,11 +289,12 @@ pub fn stop(paths: &DataPaths, all: bool) -> Reply {
 }
 
 /// LIFE-6: the daemon `pid` has not ended: a thread of it runs, and the data directory's lock
-/// is held (the daemon's is released only when its last thread ends). The pid alone is not
-/// enough: one reused by another process after the daemon's end made `mux stop` answer
-/// `daemon_still_running` for a daemon long gone (a review).
+/// is not known to be free (the daemon's is released only when its last thread ends; a probe
+/// that fails proves nothing, a review). The pid alone is not enough: one reused by another
+/// process after the daemon's end made `mux stop` answer `daemon_still_running` for a daemon
+/// long gone (a review).
 fn still_holds_its_lock(paths: &DataPaths, pid: u64) -> bool {
-    is_running(pid) && paths.lock_holder().is_some()
+    is_running(pid) && !paths.lock_is_free()
 }
 
 /// LIFE-6: `mux stop` found a daemon that holds the lock but no longer serves: it waits for its
@@ -301,10 +302,11 @@ fn still_holds_its_lock(paths: &DataPaths, pid: u64) -> bool {
 /// (the stop under way may not be `--all`): exit 1, saying so.
 fn already_stopping(paths: &DataPaths, all: bool, status: Reply) -> Reply {
     let deadline = Instant::now() + not_serving_wait();
-    while Instant::now() < deadline && paths.lock_holder().is_some() {
+    while Instant::now() < deadline && !paths.lock_is_free() {
         std::thread::sleep(POLL_INTERVAL);
     }
-    if let Some(pid) = paths.lock_holder() {
+    if !paths.lock_is_free() {
+        let pid = paths.lock_file_pid();
         let message = format!("the daemon (pid {pid}) was stopping already, and still holds its lock after {:?}; `kill -9 {pid}` ends it at once", not_serving_wait());
         return Reply::error(exit::ERROR, "daemon_still_running", message);
     }

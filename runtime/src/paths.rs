@@ -83,6 +83,15 @@ impl DataPaths {
         }
     }
 
+    /// LIFE-6: the data directory's lock was taken here for a moment, so no daemon holds it
+    /// (released with the descriptor). False when it is held, and when that cannot be told
+    /// (the directory cannot be opened, a lock call fails): an error is no evidence of an end.
+    pub fn lock_is_free(&self) -> bool {
+        let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        let Ok(root) = rustix::fs::open(&self.root, flags, rustix::fs::Mode::empty()) else { return false };
+        rustix::fs::flock(&root, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok()
+    }
+
     pub fn lock_file(&self) -> PathBuf {
         self.run_dir().join("mux.lock")
     }
@@ -298,6 +307,22 @@ fn refused(path: &Path, why: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // LIFE-6: the lock is free only when it could be taken: held, or a directory that cannot
+    // be opened (an error proves no daemon's end, a review), is not free.
+    #[test]
+    fn life_6_the_lock_is_free_only_when_it_could_be_taken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = DataPaths { root: tmp.path().join("d") };
+        assert!(!paths.lock_is_free(), "no directory: unknown, not free");
+        fs::create_dir(&paths.root).unwrap();
+        assert!(paths.lock_is_free());
+        let held = rustix::fs::open(&paths.root, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap();
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+        assert!(!paths.lock_is_free(), "held");
+        drop(held);
+        assert!(paths.lock_is_free());
+    }
 
     // SEC-1: a symlinked data directory is refused and its target is left as it was.
     #[test]
