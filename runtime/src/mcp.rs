@@ -792,10 +792,16 @@ pub fn unreadable(line: &[u8]) -> Option<Unreadable> {
     let Some(object) = message.as_object() else {
         return Some(Unreadable::Answer(error_answer(Value::Null, -32600, "invalid request: a message is a JSON object; nothing ran")));
     };
-    if object.contains_key("result") || object.contains_key("error") {
+    let response = object.contains_key("result") || object.contains_key("error");
+    if response && !object.contains_key("method") {
         return Some(Unreadable::Dropped); // a response: never answered
     }
+    let well_formed = object.get("jsonrpc") == Some(&json!("2.0")) && object.get("method").is_some_and(Value::is_string);
     match object.get("id") {
+        Some(id) if (id.is_string() || id.is_i64()) && (response || !well_formed) => {
+            let message = "invalid request: a request has \"jsonrpc\": \"2.0\", a string method and no result or error; nothing ran";
+            Some(Unreadable::Answer(error_answer(id.clone(), -32600, message)))
+        }
         Some(id) if id.is_string() || id.is_i64() => {
             let message = "invalid params: the server cannot read this request's params as its method's; nothing ran";
             Some(Unreadable::Answer(error_answer(id.clone(), -32602, message)))

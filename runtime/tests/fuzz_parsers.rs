@@ -187,9 +187,19 @@ fn check_mcp_unreadable(bytes: &[u8]) {
         Some(Unreadable::Answer(answer)) => {
             let answer: Value = serde_json::from_slice(&answer).expect("the answer is JSON");
             assert!(!sdk_reads, "a line the SDK reads is its own");
-            let id = parsed.as_ref().and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
+            let message = parsed.expect("JSON (what does not parse is own_answer's)");
+            let id = message.get("id").cloned().unwrap_or(Value::Null);
             assert_eq!(answer["id"], id, "under the request's own id, or null: {answer}");
-            assert!(answer["error"]["code"].as_i64().is_some_and(|code| [-32600, -32602].contains(&code)), "{answer}");
+            let code = answer["error"]["code"].as_i64();
+            let notification = message.is_object()
+                && message.get("id").is_none()
+                && message["jsonrpc"] == "2.0"
+                && message["method"].is_string()
+                && message.get("params").is_none_or(|p| p.is_object() || p.is_array());
+            assert!(!notification, "a well-formed notification is never answered: {message}");
+            // Invalid params only for a well-formed request: a readable id, "2.0", a method.
+            let request = message["jsonrpc"] == "2.0" && message["method"].is_string() && !id.is_null();
+            assert!(code == Some(-32600) || (code == Some(-32602) && request), "{answer} for {message}");
         }
     }
 }
