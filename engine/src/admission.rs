@@ -462,7 +462,24 @@ impl Engine {
         self.after_refresh(&request_id);
     }
 
+    /// OBS-4: a snapshot with no session ("no rollout yet, idle") from a process the stream
+    /// reported a session of (`EventMark::had_session`, durable) says nothing of that session:
+    /// unavailable. The runtime's first look after a restart comes before its expectation and,
+    /// without a checkpoint to say the process had a session, or at a later restart (the
+    /// session lost at the first), took a Codex writing a removed rollout for one before its
+    /// first turn: an admission typed into it, perhaps mid-turn (a review; the simulator).
+    fn awaiting_reported_session(&self, agent_id: &AgentId, mut snapshot: ObserverSnapshot) -> ObserverSnapshot {
+        let fresh = snapshot.status == ObserverStatus::Attached && snapshot.session.is_none();
+        let mark = self.events.marks.get(agent_id).filter(|m| m.incarnation.as_ref() == Some(&snapshot.incarnation));
+        if fresh && mark.is_some_and(|m| m.had_session && !m.exited) {
+            let reason = "the agent's process wrote a rollout the stream reported, and holds none now".to_string();
+            (snapshot.status, snapshot.turn) = (ObserverStatus::Unavailable { reason }, TurnState::Unknown);
+        }
+        snapshot
+    }
+
     pub(crate) fn apply_snapshot(&mut self, agent_id: &AgentId, snapshot: ObserverSnapshot) {
+        let snapshot = self.awaiting_reported_session(agent_id, snapshot); // OBS-4
         self.replay_check_snapshot(agent_id, &snapshot); // EV-13
         let now_ms = self.now_ms;
         // An admission that has written (its submitted marker may still be committing) must be

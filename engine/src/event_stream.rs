@@ -281,10 +281,12 @@ fn newest_checkpoint_only(items: Vec<BacklogItem>) -> Vec<BacklogItem> {
 /// than the one the stream last reported attached (EV-7).
 pub const SESSION_CHANGED_WHILE_DOWN: &str = "session_changed_while_down";
 
-/// OBS-4, EV-7: the reason code of a session the stream reported attached before a restart
-/// whose rollout the agent's process no longer holds (the file removed, or replaced by one of
-/// another working directory, while the daemon was down).
-pub const ROLLOUT_GONE_WHILE_DOWN: &str = "rollout_gone_while_down";
+/// OBS-4, EV-7, REC-2: the reason code of a session the stream reported (or a startup resume
+/// asked for) whose rollout the agent's process no longer holds after a restart: the file
+/// removed, replaced by one of another working directory or copied over by another session's
+/// while the daemon was down, or closed by Codex (`/new` before the next session's first
+/// turn). Its records after the mark are not followed.
+pub const ROLLOUT_NOT_HELD_WHILE_DOWN: &str = "rollout_not_held_while_down";
 
 /// EV-4: the events one observer event makes, advancing `mark`. Pure, so the simulator's
 /// ground truth and the engine use the same mapping.
@@ -480,6 +482,7 @@ impl Engine {
         let mark = self.events.marks.entry(agent_id.clone()).or_insert_with(|| EventMark::new(agent_id.clone()));
         let before = mark.clone();
         let bodies = observed_events(mark, event, after_restart);
+        mark.had_session |= mark.reported_session().is_some(); // OBS-4
         if let Some(noted) = mark.prompts_taken.last_mut().filter(|p| p.noted_at_event.is_none()) {
             noted.noted_at_event = Some(next_event); // ADM-5: the record's events follow
         }

@@ -298,6 +298,12 @@ pub struct EventMark {
     /// it. None in a mark written before 2026-12-06.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewritten: Option<RewriteRun>,
+    /// OBS-4: the stream reported a session of `incarnation` (an attach, or records of one),
+    /// lost since or not: that process writes a rollout, so a look that finds none open is no
+    /// "no rollout yet, idle" (`Engine::awaiting_reported_session`). Reset with a new process.
+    /// False in a mark written before 2026-12-07.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub had_session: bool,
 }
 
 /// ADM-5, EV-13 (`EventMark::rewritten`): a run, by its boot and its start on the machine's
@@ -382,6 +388,7 @@ impl EventMark {
             answered_lines: Vec::new(),
             last_started: None,
             rewritten: None,
+            had_session: false,
         }
     }
 

@@ -37,7 +37,7 @@ pub use admission::{stateless_check, target_malformed, AgentState, Blocker, Cata
 pub use engine::Engine;
 pub use history::is_finished;
 pub use event_replay::{record_fingerprint, MAX_HELD_REPLAYS, MAX_PROOF_WAIT_MS, REWRITTEN_WHILE_DOWN};
-pub use event_stream::{observed_events, registration_events, MAX_EVENT_BATCH_BYTES, ROLLOUT_GONE_WHILE_DOWN};
+pub use event_stream::{observed_events, registration_events, MAX_EVENT_BATCH_BYTES, ROLLOUT_NOT_HELD_WHILE_DOWN, SESSION_CHANGED_WHILE_DOWN};
 pub use events::{AgentEvent, EventBody, EventMark, PromptTaken, AGENT_EVENTS_SCHEMA};
 pub use ids::{AgentId, Incarnation, RequestId, SessionId, TurnId};
 pub use io::{AdmitCommand, CancelCommand, CancelOutcome, DeliveryOutcome, DurableState, Input, OpId, Output, PersistOp};

@@ -865,7 +865,7 @@ fn obs_4_the_session_the_stream_reported_is_expected_after_a_restart() {
     restart(&mut rig);
     assert!(rig.resumes.is_empty(), "no request waits: nothing to resume");
     assert_eq!(rig.expectations, [(agent_id(ZOLA), session(), Incarnation("inc-1".into()))]);
-    let lost = wakterm_engine::ROLLOUT_GONE_WHILE_DOWN.to_string();
+    let lost = wakterm_engine::ROLLOUT_NOT_HELD_WHILE_DOWN.to_string();
     rig.observe(ObserverEvent::SessionLost { reason: lost.clone(), session: Some(session()), before: None });
     match &rig.published_events.last().unwrap().body {
         EventBody::ObserverGap { reason, session: s, after_position } => assert_eq!((reason, s.as_ref(), *after_position), (&lost, Some(&session()), 1010)),
@@ -873,6 +873,38 @@ fn obs_4_the_session_the_stream_reported_is_expected_after_a_restart() {
     }
     restart(&mut rig);
     assert_eq!(rig.expectations.len(), 1, "the stream reports no session since the gap");
+
+    // A look that found no rollout ("fresh": the runtime's first look, before the
+    // expectation, with no checkpoint) from a process the stream reported a session of is no
+    // idle agent: a one-way prompt is refused, never typed into a Codex whose rollout is gone.
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    restart(&mut rig);
+    let mut fresh = idle_snapshot("inc-1", 100);
+    (fresh.session, fresh.turn) = (None, TurnState::Idle { last_completed: None });
+    rig.snapshots.insert(agent_id(ZOLA), Ok(fresh.clone()));
+    let op = rig.admit(REQ, "hi", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::ObserverFailure, "{:?}", rig.receipt(op));
+    assert!(!rig.receipt(op).prompt_written);
+    // Nor after the session's loss, at a later restart (the mark keeps that the process had one).
+    let lost = wakterm_engine::ROLLOUT_NOT_HELD_WHILE_DOWN.to_string();
+    rig.observe(ObserverEvent::SessionLost { reason: lost, session: Some(session()), before: None });
+    restart(&mut rig);
+    let op = rig.admit(REQ2, "hi", ReturnMode::OneWay);
+    assert_eq!(rig.receipt(op).classification, Classification::ObserverFailure, "{:?}", rig.receipt(op));
+    // Another process's fresh look is its own (its registration reset the mark).
+    let mut rig = Rig::with_idle_zola();
+    rig.observe(attached(900));
+    rig.crash_and_recover();
+    rig.input(Input::AgentUpserted(zola_facts("inc-2", 200)));
+    rig.input(Input::StartupComplete);
+    let mut fresh = idle_snapshot("inc-2", 200);
+    (fresh.session, fresh.turn) = (None, TurnState::Idle { last_completed: None });
+    rig.snapshots.insert(agent_id(ZOLA), Ok(fresh));
+    let mut admit = rig.command(Operation::Admit, REQ, "hi", ReturnMode::OneWay);
+    admit.incarnation = Some("inc-2".to_string());
+    let op = rig.submit(admit);
+    assert_eq!(rig.receipt(op).classification, Classification::Accepted, "{:?}", rig.receipt(op));
 
     // The process changed while the daemon was down: nothing of the old one is expected.
     let mut rig = Rig::with_idle_zola();

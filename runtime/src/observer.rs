@@ -497,7 +497,10 @@ impl CodexObserver {
                     "the agent's rollout is session {}, not the resumed cursor's session {}",
                     session.0, resume.session.0
                 );
-                events.push(ObserverEvent::SessionLost { reason: reason.clone(), session: Some(resume.session.clone()), before: None });
+                tracing::warn!(%reason, "a startup resume finds another session (REC-2)");
+                // EV-7: the code a reader matches; the detail is logged.
+                let code = wakterm_engine::SESSION_CHANGED_WHILE_DOWN.to_string();
+                events.push(ObserverEvent::SessionLost { reason: code, session: Some(resume.session.clone()), before: None });
                 return Health::Unavailable(reason);
             }
             self.replay_floor = Some(resume.position);
@@ -621,21 +624,18 @@ impl CodexObserver {
         Health::Fresh
     }
 
-    /// A resume cannot succeed, nor an expected session be found again (OBS-4), when the tree
-    /// provably no longer holds its session.
+    /// A startup resume cannot succeed (REC-2), nor an expected session be found again
+    /// (OBS-4), when the tree provably no longer holds its session: one loss per session, the
+    /// reason a code (`observer.gap` carries it; the detail is logged). The resume's said
+    /// "cannot resume session ...: ..." in prose, and when both awaited the session the
+    /// stream's reason depended on which thread came first (a review).
     fn fail_awaited(&mut self, reason: &str, events: &mut Vec<ObserverEvent>) {
-        if let Some(resume) = self.pending_resume.take() {
-            events.push(ObserverEvent::SessionLost {
-                reason: format!("cannot resume session {}: {reason}", resume.session.0),
-                session: Some(resume.session),
-                before: None,
-            });
-        }
-        if let Some(session) = self.expected.take() {
-            // The code is what a reader matches (`observer.gap`); the detail is logged.
-            tracing::warn!(session = %session.0, %reason, "the session the stream reported is gone (OBS-4)");
-            let reason = wakterm_engine::ROLLOUT_GONE_WHILE_DOWN.to_string();
-            events.push(ObserverEvent::SessionLost { reason, session: Some(session), before: None });
+        let resumed = self.pending_resume.take().map(|resume| resume.session);
+        let expected = self.expected.take().filter(|session| resumed.as_ref() != Some(session));
+        for session in resumed.into_iter().chain(expected) {
+            tracing::warn!(session = %session.0, %reason, "the process holds no rollout of the session it had before the restart (OBS-4, REC-2)");
+            let code = wakterm_engine::ROLLOUT_NOT_HELD_WHILE_DOWN.to_string();
+            events.push(ObserverEvent::SessionLost { reason: code, session: Some(session), before: None });
         }
     }
 
@@ -653,6 +653,8 @@ impl CodexObserver {
         tracing::warn!(path = %saved.path.display(), %error, "the expected session's checkpoint no longer matches its file (OBS-4, OBS-3)");
         self.expected = None;
         self.saved = None;
+        // A resume of the same session waits for nothing more: one loss answers both.
+        self.pending_resume.take_if(|resume| resume.session == session);
         self.disproved = Some(session.clone());
         events.push(ObserverEvent::SessionLost { reason: REWRITTEN_WHILE_DOWN.to_string(), session: Some(session), before: None });
     }

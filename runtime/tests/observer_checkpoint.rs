@@ -243,12 +243,12 @@ fn obs_1_a_checkpoint_of_another_incarnation_is_ignored() {
 // rollout yet" (idle) when it holds none. A file that cannot be examined and no checkpoint to
 // prove it changed is no loss (unknown), and the session found again is just attached.
 #[test]
-fn obs_4_a_rollout_gone_while_down_loses_the_expected_session() {
+fn obs_4_a_rollout_not_held_while_down_loses_the_expected_session() {
     let gone = |events: &[ObserverEvent], code: &str| {
         matches!(events, [ObserverEvent::SessionLost { reason, session: Some(s), before: None }] if reason == code && *s == session())
     };
     let unavailable = |o: &CodexObserver| matches!(o.current_snapshot(None).status, ObserverStatus::Unavailable { .. });
-    let removed_code = wakterm_engine::ROLLOUT_GONE_WHILE_DOWN;
+    let removed_code = wakterm_engine::ROLLOUT_NOT_HELD_WHILE_DOWN;
 
     // Removed: the first look (before the engine's expectation) finds none open and, with this
     // process's checkpoint, says unavailable, not idle; the expectation then loses the session.
@@ -266,6 +266,11 @@ fn obs_4_a_rollout_gone_while_down_loses_the_expected_session() {
     let mut observer = codex.observer(None);
     assert!(gone(&observer.expect(session()), removed_code));
     assert!(unavailable(&observer));
+    // A startup resume of that session (a request waits) loses it with the same code, in
+    // whichever order the two come (the resume's reason was prose: a review).
+    let mut observer = codex.observer(None);
+    let resumed = observer.resume(&Cursor { session: session(), position: 0 });
+    assert!(gone(&resumed, removed_code), "{resumed:?}");
 
     // Another working directory's rollout in its place.
     let (codex, _) = codex_with_history(4 * 1024);
@@ -276,13 +281,26 @@ fn obs_4_a_rollout_gone_while_down_loses_the_expected_session() {
     // Emptied: the tree's file has no session record to read; the checkpoint proves it changed.
     let (codex, saved) = codex_with_history(4 * 1024);
     codex.file.set_len(0).unwrap();
-    let mut observer = codex.observer(Some(saved));
+    let mut observer = codex.observer(Some(saved.clone()));
     let events = observer.expect(session());
     assert!(gone(&events, wakterm_engine::REWRITTEN_WHILE_DOWN), "{events:?}");
     // Without a checkpoint nothing proves it: unknown, no loss.
     let mut observer = codex.observer(None);
     assert!(observer.expect(session()).is_empty());
     assert!(unavailable(&observer));
+    // A startup resume pending meanwhile (the emptied file could not be examined) is
+    // answered by that one loss: once the file holds a session again it is read afresh, with
+    // no second loss from the stale resume's cursor past its end (a review).
+    let mut observer = codex.observer(Some(saved.clone()));
+    assert!(observer.resume(&Cursor { session: session(), position: saved.tail.offset }).is_empty(), "nothing proven yet");
+    assert!(gone(&observer.expect(session()), wakterm_engine::REWRITTEN_WHILE_DOWN));
+    let mut codex = codex;
+    let cwd = serde_json::to_string(&codex.home.path().display().to_string()).unwrap();
+    codex.write(&format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"s1\",\"cwd\":{cwd}}}}}\n"));
+    codex.write(&started("t9"));
+    let again = observer.refresh(None).events;
+    assert!(matches!(again.first(), Some(ObserverEvent::Attached { position: 0, .. })), "{again:?}");
+    assert!(!again.iter().any(|e| matches!(e, ObserverEvent::SessionLost { .. })), "{again:?}");
 
     // Found again: attached, nothing lost.
     let (codex, saved) = codex_with_history(4 * 1024);

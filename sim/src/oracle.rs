@@ -604,6 +604,17 @@ struct StreamCursor {
     final_due: bool,
 }
 
+/// What the world knew of a call's agent when its receipt came (`Oracle::on_receipt`).
+pub struct AgentThen {
+    /// Since when the agent is idle (None: busy).
+    pub idle_since: Option<u64>,
+    /// The holder's note of another writer's Enter.
+    pub other_enter_ms: Option<u64>,
+    /// OBS-4: no observer can read the session the agent's process wrote when the stream
+    /// reported it (`Agent::rollout_gone`, and the same process, `Agent::gone_writer`).
+    pub rollout_gone: bool,
+}
+
 /// What the ports know about one agent event when a subscriber gets it.
 pub struct EventContext<'a> {
     /// The event as published, serialised.
@@ -1594,12 +1605,10 @@ impl Oracle {
         self.lost_write_at.insert(agent, (request_id.to_string(), wakterm_runtime::driver::now_ms()));
     }
 
-    /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13 at the moment a caller gets its receipt.
-    /// `idle_since`: since when agent `call.agent` has run no turn (ground truth).
-    /// `agent_then`: since when the agent is idle (None: busy), and the holder's note of the
-    /// last Enter of another writer.
-    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64, agent_then: (Option<u64>, Option<u64>)) {
-        let (idle_since, other_enter_ms) = agent_then;
+    /// ADM-9, ADM-10, ADM-15, IDEM-2, ADM-13, OBS-4 at the moment a caller gets its receipt.
+    /// `agent_then`: the ground truth of agent `call.agent` then.
+    pub fn on_receipt(&mut self, call: &CallInput, receipt: &Receipt, writes_before: usize, call_number: u64, agent_then: AgentThen) {
+        let AgentThen { idle_since, other_enter_ms, rollout_gone } = agent_then;
         let id = &call.request_id;
         let writes = self.writes.get(id).cloned().unwrap_or_default();
         let class = receipt.classification;
@@ -1615,6 +1624,16 @@ impl Oracle {
         let open = self.open_calls.entry(id.clone()).or_default();
         let since = open.values().min().copied();
         let started = open.remove(&call_number);
+        // A write this call caused was asked for after it began (an earlier call's write that a
+        // stalled holder starts late may land during it, `pane.write_late`).
+        let wrote = writes.iter().skip(writes_before).any(|w| started.is_none_or(|at| w.asked_ms >= at));
+        // OBS-4: no look can show idle an agent whose rollout no observer reads (its process
+        // writes a session removed, or replaced, while a daemon was down): a prompt that
+        // needed it idle (all but a plain send, which may steer, ADM-13) written by this call
+        // was written on no evidence (a fresh-looking first look taken for idle).
+        if rollout_gone && wrote && !self.may_steer(id) {
+            self.fail(Kind::Evidence, format!("{id}: written into a{}, whose rollout no observer can read since a restart: no look could show it idle", call.agent));
+        }
         if class == Classification::Busy && receipt.reason.as_deref() == Some("awaiting_turn_start") {
             if let Some(since) = since {
                 self.check_not_stalled(call, since);
@@ -1631,9 +1650,6 @@ impl Oracle {
             }
         }
         if class.is_definitive_rejection() {
-            // A write this call caused was asked for after it began; an earlier call's write
-            // that a stalled holder starts late may land during it (`pane.write_late`).
-            let wrote = writes.iter().skip(writes_before).any(|w| started.is_none_or(|at| w.asked_ms >= at));
             if wrote || receipt.prompt_written {
                 let reason = receipt.reason.clone().unwrap_or_default();
                 self.fail(Kind::Misclassified, format!("{id}: definitive rejection {class:?}/{reason} but this call wrote to the pane"));

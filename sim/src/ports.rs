@@ -33,8 +33,6 @@ fn send(inbox: &mpsc::Sender<DriverMsg>, input: Input) {
     inbox.try_send(DriverMsg::Input(input)).ok().expect("driver inbox has room");
 }
 
-/// Inputs that go in one message, so one engine step (as the runtime's monitor and refresh send
-/// a read's events with what follows them: `DriverMsg::Inputs`, EV-3). Nothing: no message.
 /// As the runtime's resume and expectation (`RealEffects::resume`, `expect_session`): the
 /// observer's events, then the snapshot after them, noted as sent, in one step. `tailed`: the
 /// observer was attached before (MON-3: else the look's floor is dropped).
@@ -49,6 +47,8 @@ fn send_with_snapshot(w: &mut World, inbox: &mpsc::Sender<DriverMsg>, a: usize, 
     send_step(inbox, step);
 }
 
+/// Inputs that go in one message, so one engine step (as the runtime's monitor and refresh send
+/// a read's events with what follows them: `DriverMsg::Inputs`, EV-3). Nothing: no message.
 fn send_step(inbox: &mpsc::Sender<DriverMsg>, inputs: Vec<Input>) {
     if !inputs.is_empty() {
         inbox.try_send(DriverMsg::Inputs(inputs)).ok().expect("driver inbox has room");

@@ -580,7 +580,8 @@ async fn admit_once(world: &Shared, call: &CallInput, mode: Mode) -> Option<Rece
                 let class = format!("{:?}", receipt.classification);
                 w.log(format!("receipt {} {class} {:?} written={} replayed={}", call.request_id, receipt.reason, receipt.prompt_written, receipt.replayed));
                 *w.counters.receipts.entry(class).or_default() += 1;
-                let agent_then = (w.agents[call.agent].idle_since_ms, w.agents[call.agent].pane.other_enter_ms);
+                let agent = &w.agents[call.agent];
+                let agent_then = crate::oracle::AgentThen { idle_since: agent.idle_since_ms, other_enter_ms: agent.pane.other_enter_ms, rollout_gone: agent.rollout_gone && agent.gone_writer == agent.process };
                 w.oracle.on_receipt(call, &receipt, writes_before, call_number, agent_then);
                 for note in std::mem::take(&mut w.oracle.notes) {
                     w.counters.fault(note);

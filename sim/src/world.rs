@@ -913,6 +913,10 @@ pub struct Agent {
     /// writing the session where no observer reads it, for the rest of the process's life (a
     /// new session, as a new process makes, is readable again).
     pub rollout_gone: bool,
+    /// OBS-4: the process that wrote the session when it went out of reach, when the durable
+    /// stream had reported a session of it (the evidence the engine has that it writes a
+    /// rollout; a pid reused later writes the session on, but its stream starts over).
+    pub gone_writer: Option<Proc>,
     /// CORR-12: the next turn final the observer reads will be too large to read in full
     /// (a final is where Codex puts long text); the value is how long the observer is then
     /// blind. Reaching it loses the session (evidence lost); the record is never folded.
@@ -992,6 +996,7 @@ impl Agent {
             lost_until_ms: None,
             lost_reason: String::new(),
             rollout_gone: false,
+            gone_writer: None,
             unreadable_record: None,
             screen_stalled: false,
             lag_ms: 20,
@@ -2202,8 +2207,10 @@ impl World {
     /// writing the session where no observer reads it. The next daemon's stream must say the
     /// session it reported is gone (the oracle's `gone_session_problems`).
     fn remove_rollout_while_down(&mut self, a: usize) {
+        let process = self.agents[a].process;
+        let reported = self.durable_mark(a).is_some_and(|m| m.had_session && m.incarnation == process.map(Proc::incarnation));
         let agent = &mut self.agents[a];
-        agent.rollout_gone = true;
+        (agent.rollout_gone, agent.gone_writer) = (true, process.filter(|_| reported));
         agent.lost_reason = "the agent process holds no Codex rollout file open any more".to_string();
         let session = agent.session.id.clone();
         let class = match thread_rng().gen_range(0..3) {
@@ -2669,7 +2676,7 @@ impl World {
             // OBS-4 (`CodexObserver::fail_awaited`): the tree holds no rollout of the session;
             // what this daemon's stream was told to expect is lost, once.
             if let Some(expected) = agent.observer.expected.take() {
-                out.push(ObserverEvent::SessionLost { reason: wakterm_engine::ROLLOUT_GONE_WHILE_DOWN.to_string(), session: Some(expected), before: None });
+                out.push(ObserverEvent::SessionLost { reason: wakterm_engine::ROLLOUT_NOT_HELD_WHILE_DOWN.to_string(), session: Some(expected), before: None });
             }
             return;
         }
@@ -2715,6 +2722,7 @@ impl World {
         agent.observer.fold_from = None;
         agent.observer.saved = None;
         agent.observer.disproved = None;
+        (agent.observer.had_session, agent.observer.expected) = (false, None); // OBS-4: the new observer's
         if let Some(process) = agent.process {
             self.hand_checkpoint(a, process);
         }
@@ -2847,6 +2855,15 @@ impl World {
             // MON-4: a look cut at its bound leaves the turn unknown (the runtime's `behind`).
             Some(_) if agent.observer.behind => (ObserverStatus::Attached, TurnState::Unknown),
             Some(_) => (ObserverStatus::Attached, agent.observer.turn.clone()),
+            // OBS-4 (`CodexObserver::on_none_open`): a process whose rollout no observer reads,
+            // of which this observer knows no session (no checkpoint of it loaded, never
+            // attached, nothing expected yet), looks fresh, as before its first turn: no
+            // rollout yet, idle (the engine takes it for unavailable while the stream reports
+            // a session of that process, `awaiting_reported_session`).
+            None if agent.rollout_gone && !agent.observer.had_session && agent.observer.saved.is_none() => {
+                self.counters.fault("note.gone_rollout_looks_fresh");
+                (ObserverStatus::Attached, TurnState::Idle { last_completed: None })
+            }
             None => (ObserverStatus::Unavailable { reason: agent.lost_reason.clone() }, TurnState::Unknown),
         };
         // MON-3 (`turn_ended_after`): the turn that ended last ended after the look.

@@ -542,7 +542,7 @@ fn hist_4_status_says_nothing_of_age_pruning_when_nothing_is_pruned_by_age() {
 /// OBS-4, EV-7 (a hostile run, 2026-12-07): the agent's rollout removed while the daemon was
 /// down (Codex goes on writing the deleted file) left the stream's last word on the session
 /// `observer.attached` for good, and the catalog `turn_state_unknown` with no detail. Now the
-/// restarted daemon's stream says `observer.gap` (`rollout_gone_while_down`, the session, after
+/// restarted daemon's stream says `observer.gap` (`rollout_not_held_while_down`, the session, after
 /// the last record it reported), and the catalog names what the observer found.
 #[test]
 fn obs_4_a_rollout_removed_while_the_daemon_is_down_is_a_gap() {
@@ -561,7 +561,7 @@ fn obs_4_a_rollout_removed_while_the_daemon_is_down_is_a_gap() {
     wait_for(&w, "observer.gap", |w| read_events(w, 0, &[]).1.iter().any(|e| e["kind"] == "observer.gap"));
     let (_, after, _) = read_events(&w, 0, &[]);
     let gap = after.iter().position(|e| e["kind"] == "observer.gap").unwrap();
-    assert_eq!(after[gap]["reason"], "rollout_gone_while_down", "{}", after[gap]);
+    assert_eq!(after[gap]["reason"], "rollout_not_held_while_down", "{}", after[gap]);
     assert_eq!(after[gap]["session"], session);
     assert_eq!(after[gap]["after_position"].as_u64(), reported);
     assert!(after[gap + 1..].iter().all(|e| e["session"].is_null()), "nothing of the session follows: {:?}", &after[gap..]);
