@@ -1278,6 +1278,15 @@ async fn check_event_stream_at_end(world: &Shared) {
                     if !std::mem::replace(&mut gap_noted, true) {
                         w.counters.fault("note.stalled_look_in_another_file"); // MON-3's known gap
                     }
+                } else if quiescent && idle && agent.rollout_gone {
+                    // OBS-4's known gap: a process writing a session no observer reads, with
+                    // nothing durable to say it has one (its stream reported none of it),
+                    // looks fresh; a prompt's or another writer's Enter then holds it until
+                    // RF-8's timeout, since the turn it started is never seen (exploration
+                    // seed 5829431).
+                    if !std::mem::replace(&mut gap_noted, true) {
+                        w.counters.fault("note.unseen_turn_holds_a_fresh_look");
+                    }
                 } else if quiescent && idle {
                     problems.push((crate::oracle::Kind::Stalled, format!("a{a} runs no turn, but the catalog says busy/turn_active naming no turn (a look at the screen would say idle)")));
                 }
