@@ -200,7 +200,8 @@ pub enum Output {
     /// OBS-4: after a restart, the stream reports `session` attached for this agent's process
     /// (`incarnation`) and nothing was observed since: the observer of that process answers
     /// `SessionLost` naming `session` when a look proves the process tree no longer holds
-    /// its rollout (none open, or one of another working directory), and says unavailable
+    /// its rollout (none open, one of another working directory, or one whose first record
+    /// names another session than its file name), and says unavailable
     /// rather than "no rollout yet". An observer that attached since, or of another process,
     /// ignores it.
     ExpectSession { agent_id: AgentId, session: SessionId, incarnation: Incarnation },

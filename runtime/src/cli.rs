@@ -76,7 +76,7 @@ pub enum MuxCommand {
         retain_days: u64,
         /// Keep the newest agent events up to this many MiB of stored JSON, pruning the oldest
         /// past it; 0 keeps them whatever their size (EV-9).
-        #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_MIB)]
+        #[arg(long, default_value_t = crate::daemon::retention::DEFAULT_RETAIN_MIB, value_parser = clap::value_parser!(u64).range(..=crate::daemon::retention::MAX_RETAIN_MIB))]
         retain_mib: u64,
     },
     /// Stops the daemon. Agents keep running unless --all.

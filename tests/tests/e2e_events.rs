@@ -219,6 +219,12 @@ fn ev_8_ev_9_retention_answers_cursor_too_old_and_the_catalog_rebases() {
 #[test]
 fn ev_9_retention_by_size_end_to_end() {
     let w = World::new(EXE);
+    // A bound whose bytes do not fit is refused, nothing started (it was clamped without a
+    // word: a hostile run's D8).
+    let refused = w.run(&["mux", "start", "--retain-mib", "18446744073709551615"]);
+    assert_eq!((refused.code, refused.json["error"].as_str()), (2, Some("usage")), "{refused:?}");
+    assert!(refused.json["message"].as_str().is_some_and(|m| m.contains("--retain-mib")), "{refused:?}");
+    assert_eq!(w.run(&["mux", "status"]).code, 3, "no daemon was started");
     w.ok(&["mux", "start", "--retain-mib", "1"]);
     let status = w.ok(&["mux", "status"]);
     assert_eq!(status["events"]["retain_mib"], 1, "{status}");

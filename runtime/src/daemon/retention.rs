@@ -2,7 +2,7 @@
 //! events are due (beyond the newest `events`, or older than `days`), and only then asks the
 //! writer to prune a bounded prefix; an idle daemon costs one cheap read per check.
 
-pub use crate::store::retention::{AgePruning, Retention, RetentionClock, RetentionView, DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_EVENTS, DEFAULT_RETAIN_MIB, PRUNE_BATCH};
+pub use crate::store::retention::{AgePruning, Retention, RetentionClock, RetentionView, DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_EVENTS, DEFAULT_RETAIN_MIB, MAX_RETAIN_MIB, PRUNE_BATCH};
 use crate::store::{Store, StoreError, StoreWriter};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

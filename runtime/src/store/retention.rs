@@ -11,6 +11,9 @@ pub const DEFAULT_RETAIN_DAYS: u64 = 7;
 /// Default: the newest events up to 1 GiB of stored JSON are kept. A million events of up to
 /// 2 MiB each (RF-9's bound) was no practical bound on the disk (a review).
 pub const DEFAULT_RETAIN_MIB: u64 = 1024;
+/// EV-9: the largest `--retain-mib` whose bytes fit a u64: a larger one is refused, never
+/// clamped without a word (a hostile run's D8: `mux status` showed another number).
+pub const MAX_RETAIN_MIB: u64 = u64::MAX >> 20;
 /// Events removed per prune transaction, so the writer is never held long.
 pub const PRUNE_BATCH: u64 = 5_000;
 const DAY_MS: u64 = 86_400_000;
