@@ -643,16 +643,14 @@ impl<R> BoundedLines<R> {
     /// One whole line for the SDK (without its newline): screened, or answered here (MCP-7).
     /// Returns the line to hand on, if any.
     fn screen(&self, line: &[u8]) -> Option<Vec<u8>> {
-        let answer = match invalid_id_answer(line).or_else(|| own_answer(line, self.initialized.get())) {
-            Some(answer) => Some(answer),
-            None => match unreadable(line) {
-                Some(Unreadable::Answer(answer)) => Some(answer),
-                Some(Unreadable::Dropped) => return None,
-                None => None,
-            },
+        let unread = || match unreadable(line) {
+            Some(Unreadable::Answer(answer)) => Some(Some(answer)),
+            Some(Unreadable::Dropped) => Some(None),
+            None => None,
         };
-        if let Some(answer) = answer {
-            if let Some(answers) = &self.answers {
+        let own = invalid_id_answer(line).or_else(|| own_answer(line, self.initialized.get())).map(Some).or_else(unread);
+        if let Some(answer) = own {
+            if let (Some(answers), Some(answer)) = (&self.answers, answer) {
                 let _ = answers.send(answer); // the writer ends only after the input does
             }
             return None;
@@ -748,7 +746,7 @@ pub fn own_answer(line: &[u8], initialized: bool) -> Option<Vec<u8>> {
         return None; // a response: never answered
     }
     let method = object.get("method").and_then(Value::as_str);
-    if !names_a_method(object) {
+    if object.get("jsonrpc") != Some(&json!("2.0")) || method.is_none() {
         return Some(error_answer(id, -32600, "invalid request: a request has \"jsonrpc\": \"2.0\" and a string method; nothing ran"));
     }
     let params = object.get("params");
@@ -798,7 +796,7 @@ pub fn unreadable(line: &[u8]) -> Option<Unreadable> {
     if response && !object.contains_key("method") {
         return Some(Unreadable::Dropped); // a response: never answered
     }
-    let well_formed = names_a_method(object);
+    let well_formed = object.get("jsonrpc") == Some(&json!("2.0")) && object.get("method").is_some_and(Value::is_string);
     match object.get("id") {
         Some(id) if (id.is_string() || id.is_i64()) && (response || !well_formed) => {
             let message = "invalid request: a request has \"jsonrpc\": \"2.0\", a string method and no result or error; nothing ran";
@@ -820,12 +818,7 @@ pub fn unreadable(line: &[u8]) -> Option<Unreadable> {
 /// A well-formed JSON-RPC 2.0 notification (whatever its method and params say).
 fn is_notification(object: &serde_json::Map<String, Value>) -> bool {
     let structured = object.get("params").is_none_or(|params| params.is_object() || params.is_array());
-    names_a_method(object) && structured
-}
-
-/// JSON-RPC 2.0's request shape: `"jsonrpc": "2.0"` and a string method.
-fn names_a_method(object: &serde_json::Map<String, Value>) -> bool {
-    object.get("jsonrpc") == Some(&json!("2.0")) && object.get("method").is_some_and(Value::is_string)
+    object.get("jsonrpc") == Some(&json!("2.0")) && object.get("method").is_some_and(Value::is_string) && structured
 }
 
 /// An `initialize` request (the screen answers a second one).

@@ -75,25 +75,21 @@ impl DataPaths {
     /// shared lock taken for a moment: a daemon starting meanwhile retries its own for
     /// `daemon::LOCK_WAIT`.
     pub fn lock_holder(&self) -> Option<String> {
-        match self.try_shared_lock() {
-            Err(rustix::io::Errno::WOULDBLOCK) => Some(self.lock_file_pid()),
-            _ => None, // free, or unknown: no daemon is named
-        }
-    }
-
-    /// LOCK-1: the data directory's lock taken shared for a moment, without waiting (released
-    /// with the descriptor when this returns). `WOULDBLOCK`: a daemon holds it.
-    fn try_shared_lock(&self) -> Result<(), rustix::io::Errno> {
         let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-        let root = rustix::fs::open(&self.root, flags, rustix::fs::Mode::empty())?;
-        rustix::fs::flock(&root, rustix::fs::FlockOperation::NonBlockingLockShared)
+        let root = rustix::fs::open(&self.root, flags, rustix::fs::Mode::empty()).ok()?;
+        match rustix::fs::flock(&root, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Err(rustix::io::Errno::WOULDBLOCK) => Some(self.lock_file_pid()),
+            _ => None, // free (released with `root`), or unknown: no daemon is named
+        }
     }
 
     /// LIFE-6: the data directory's lock was taken here for a moment, so no daemon holds it
     /// (released with the descriptor). False when it is held, and when that cannot be told
     /// (the directory cannot be opened, a lock call fails): an error is no evidence of an end.
     pub fn lock_is_free(&self) -> bool {
-        self.try_shared_lock().is_ok()
+        let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        let Ok(root) = rustix::fs::open(&self.root, flags, rustix::fs::Mode::empty()) else { return false };
+        rustix::fs::flock(&root, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok()
     }
 
     pub fn lock_file(&self) -> PathBuf {

@@ -2927,23 +2927,32 @@ impl World {
         // answers is not the tail's (see `Oracle::on_resume_loss_while_attached`).
         let tail_attached = agent.observer.attached.as_ref() == Some(&agent.session.id) && !agent.observer.lost_reported;
         let disproved = agent.observer.disproved.as_ref() == Some(&from.session);
-        let blind = agent.lost_until_ms.is_some_and(|t| now < t) || agent.rollout_gone;
         let loses = match () {
             _ if disproved => Some(RESUME_LOST_DISPROVED),
             _ if agent.process.is_none() => Some(RESUME_LOST_NO_PROCESS),
-            _ if blind || agent.session.id != from.session => Some(RESUME_LOST_GONE),
+            _ if agent.lost_until_ms.is_some_and(|t| now < t) || agent.rollout_gone || agent.session.id != from.session => Some(RESUME_LOST_GONE),
             _ => None,
         };
         // A loss naming another session than the tail's is not taken for the tail's (EV-7).
         if let Some(reason) = loses.filter(|_| tail_attached && from.session == agent.session.id) {
             self.oracle.on_resume_loss_while_attached(a, reason);
         }
-        if let Some(reason) = loses {
-            if disproved {
-                self.log(format!("a{a} resume into disproved session {} (OBS-3)", from.session.0));
-            }
+        let agent = &self.agents[a];
+        if agent.observer.disproved.as_ref() == Some(&from.session) {
+            let reason = RESUME_LOST_DISPROVED;
+            self.log(format!("a{a} resume into disproved session {} (OBS-3)", from.session.0));
             out.push(ObserverEvent::SessionLost { reason: reason.to_string(), session: Some(from.session.clone()), before: None });
-            if reason == RESUME_LOST_GONE && self.agents[a].rollout_gone {
+            return;
+        }
+        let agent = &self.agents[a];
+        let blind = agent.lost_until_ms.is_some_and(|t| now < t) || agent.rollout_gone;
+        if agent.process.is_none() {
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_NO_PROCESS.to_string(), session: Some(from.session.clone()), before: None });
+            return;
+        }
+        if blind || agent.session.id != from.session {
+            out.push(ObserverEvent::SessionLost { reason: RESUME_LOST_GONE.to_string(), session: Some(from.session.clone()), before: None });
+            if self.agents[a].rollout_gone {
                 self.sync_observer(a, out); // OBS-4: the same look fails the expectation too
             }
             return;
